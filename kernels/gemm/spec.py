@@ -1,0 +1,78 @@
+"""The GEMM problem, stated once: C (M, N) = A (M, K) @ B (K, N).
+
+Every GEMM rung, the benchmark, the roofline and the notebooks read shapes, work and
+traffic from here, so the numbers they print are computed one way.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..registry import OpSpec, register_op
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# Small, odd, prime, degenerate: none a multiple of any block size.
+SMOKE_SHAPES = (
+    (1, 1, 1),
+    (37, 29, 53),
+    (5, 67, 3),
+    (64, 48, 32),
+    (19, 1, 131),
+)
+
+# Benchmark presets (GPU only): names kernel engineers recognise. (M, N, K)
+BENCH_SHAPES = {
+    "square 1024": (1024, 1024, 1024),
+    "square 2048": (2048, 2048, 2048),
+    "square 4096": (4096, 4096, 4096),
+    "square 8192": (8192, 8192, 8192),
+    "square 16384": (16384, 16384, 16384),
+    "llama3-8b mlp up (4096 tok)": (4096, 14336, 4096),
+    "llama3-8b mlp down (4096 tok)": (4096, 4096, 14336),
+    "llama3-70b mlp up (8192 tok)": (8192, 28672, 8192),
+    "llama3-70b mlp down (8192 tok)": (8192, 8192, 28672),
+    "decode M=16 (4096x14336)": (16, 14336, 4096),
+    "decode M=128 (4096x14336)": (128, 14336, 4096),
+}
+
+
+def make_inputs(shape, dtype=torch.float32, device="cpu", seed=0, layout="row"):
+    """Fresh random A and B; ``layout`` "col" gives column-major (transposed-stride) views."""
+    m, n, k = shape
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    a = torch.randn(m, k, generator=gen, dtype=torch.float32)
+    b = torch.randn(k, n, generator=gen, dtype=torch.float32)
+    if layout == "col":
+        a, b = a.t().contiguous().t(), b.t().contiguous().t()
+    elif layout != "row":
+        raise ValueError(f"layout must be 'row' or 'col', got {layout!r}")
+    return a.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)
+
+
+def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """float64 on the CPU: the error of every rung and of the baseline is measured against it."""
+    return a.detach().cpu().double() @ b.detach().cpu().double()
+
+
+def flops(shape) -> float:
+    m, n, k = shape
+    return 2.0 * m * n * k
+
+
+def bytes_moved(shape, dtype: torch.dtype) -> float:
+    """Minimum traffic: A and B read once, C written once."""
+    m, n, k = shape
+    return float((m * k + k * n + m * n) * torch.empty((), dtype=dtype).element_size())
+
+
+SPEC = register_op(OpSpec(
+    name="gemm",
+    make_inputs=make_inputs,
+    reference=reference,
+    flops=flops,
+    bytes_moved=bytes_moved,
+    smoke_shapes=SMOKE_SHAPES,
+    bench_shapes=BENCH_SHAPES,
+    dtypes=DTYPES,
+    shape_names=("M", "N", "K"),
+))

@@ -1,0 +1,38 @@
+"""Output allocation that the correctness harness can poison.
+
+Every rung allocates its result through :func:`new_output`. Inside
+:func:`poisoned_outputs` the buffer is filled with NaN (or the integer maximum)
+instead of left uninitialised, so an element a kernel forgets to write shows up as a
+mismatch instead of passing by luck with stale memory that happens to be right.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+
+_state = threading.local()
+
+
+def poison_value(dtype: torch.dtype) -> float | int:
+    if dtype.is_floating_point:
+        return float("nan")
+    return torch.iinfo(dtype).max
+
+
+def new_output(shape, dtype: torch.dtype, device) -> torch.Tensor:
+    if getattr(_state, "poison", False):
+        return torch.full(shape, poison_value(dtype), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+@contextlib.contextmanager
+def poisoned_outputs():
+    """Within this block, outputs from :func:`new_output` start as poison."""
+    previous = getattr(_state, "poison", False)
+    _state.poison = True
+    try:
+        yield
+    finally:
+        _state.poison = previous

@@ -1,0 +1,159 @@
+"""The one registry of rungs: tests, CLI, widgets and notebooks enumerate it.
+
+Each rung declares itself once, next to its kernel, with :func:`rung`. Each operator
+declares its problem once (:class:`OpSpec`) with :func:`register_op`. Op packages are
+imported lazily on first use, so ``import kernels`` stays cheap and the backend choice
+(:mod:`kernels.backend`) is made before any kernel is defined.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import backend as _backend
+
+OPS = ("gemm",)  # op packages under kernels/, imported on first use
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One step of an operator's ladder, callable with the op's common signature."""
+
+    op: str
+    rung: int | None          # ladder position; None for the library baseline `ref`
+    name: str                 # short name, e.g. "simt_naive"
+    fn: Callable[..., Any]
+    backends: frozenset[str]  # where it can run: subset of kernels.backend.BACKENDS
+    dtypes: tuple[torch.dtype, ...]
+    interpreter: bool         # runs under the CPU interpreter / simulator
+    kind: str                 # "simt" | "triton" | "library"
+    module: str               # module that defines it (for showing source and diffs)
+    aot: Callable[..., Any] | None = field(default=None, compare=False)
+    """For Triton rungs: ``aot(dtype, backend)`` -> list of :class:`AotKernel` for the ISA inspector."""
+    max_bench_flops: float | None = None
+    """Benchmarks skip shapes with more work than this (the naive rungs would take minutes)."""
+
+    @property
+    def label(self) -> str:
+        return "ref" if self.rung is None else f"v{self.rung}"
+
+    @property
+    def title(self) -> str:
+        return "ref" if self.rung is None else f"v{self.rung} {self.name}"
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(importlib.import_module(self.module)) or ""
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def supports(self, dtype: torch.dtype, backend: str | None = None) -> bool:
+        name = backend or _backend.current().name
+        return dtype in self.dtypes and name in self.backends
+
+    def runs_here(self) -> bool:
+        here = _backend.current()
+        return here.name in self.backends and (here.is_gpu or self.interpreter)
+
+
+@dataclass(frozen=True)
+class AotKernel:
+    """What the ISA inspector needs to compile one Triton launch ahead of time."""
+
+    jit_fn: Any                 # the @triton.jit function
+    signature: dict[str, str]   # argument name -> Triton type ("*bf16", "i32", "constexpr")
+    constexprs: dict[str, Any]
+    options: dict[str, Any]     # num_warps, num_stages, and AMD knobs
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """The problem an op's rungs all solve: inputs, reference, work and traffic."""
+
+    name: str
+    make_inputs: Callable[..., tuple]
+    reference: Callable[..., torch.Tensor]
+    flops: Callable[[tuple], float]
+    bytes_moved: Callable[[tuple, torch.dtype], float]
+    smoke_shapes: Sequence[tuple]
+    bench_shapes: dict[str, tuple]
+    dtypes: tuple[torch.dtype, ...]
+    shape_names: tuple[str, ...]      # e.g. ("M", "N", "K")
+
+
+_RUNGS: dict[str, list[Rung]] = {}
+_SPECS: dict[str, OpSpec] = {}
+_loaded: set[str] = set()
+
+
+def register_op(spec: OpSpec) -> OpSpec:
+    if spec.name in _SPECS:
+        raise ValueError(f"op {spec.name!r} is registered twice")
+    _SPECS[spec.name] = spec
+    return spec
+
+
+def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
+         dtypes: Sequence[torch.dtype], interpreter: bool, kind: str,
+         aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None):
+    """Decorator: declare the decorated function as a rung of ``op``."""
+    unknown = set(backends) - set(_backend.BACKENDS)
+    if unknown:
+        raise ValueError(f"unknown backends {sorted(unknown)}")
+
+    def declare(fn):
+        entry = Rung(op, rung, name, fn, frozenset(backends), tuple(dtypes), interpreter,
+                     kind, fn.__module__, aot, max_bench_flops)
+        ladder = _RUNGS.setdefault(op, [])
+        if any(r.rung == entry.rung for r in ladder):
+            raise ValueError(f"{op} rung {entry.label} is registered twice")
+        ladder.append(entry)
+        return fn
+
+    return declare
+
+
+def _load(op: str) -> None:
+    if op in _loaded:
+        return
+    if op not in OPS:
+        raise KeyError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
+    _backend.mark_kernels_loaded()
+    importlib.import_module(f"kernels.{op}")
+    _loaded.add(op)
+
+
+def ops() -> tuple[str, ...]:
+    return OPS
+
+
+def spec(op: str) -> OpSpec:
+    _load(op)
+    return _SPECS[op]
+
+
+def variants(op: str, include_ref: bool = True) -> list[Rung]:
+    """The rungs of ``op`` in ladder order (v0, v1, ...), then the baseline ``ref``."""
+    _load(op)
+    ladder = sorted((r for r in _RUNGS[op] if r.rung is not None), key=lambda r: r.rung)
+    if include_ref:
+        ladder += [r for r in _RUNGS[op] if r.rung is None]
+    return ladder
+
+
+def get(op: str, which: int | str) -> Rung:
+    """A rung by number (2), label ("v2", "ref") or short name ("triton_tile")."""
+    for r in variants(op):
+        if which in (r.rung, r.label, r.name, r.title):
+            return r
+    known = ", ".join(r.title for r in variants(op))
+    raise KeyError(f"{op} has no rung {which!r}; rungs: {known}")
+
+
+def reference_rung(op: str) -> Rung:
+    return get(op, "ref")

@@ -1,0 +1,48 @@
+"""One name, ``simt``, for the thread-level (SIMT) teaching kernels, bound once.
+
+A SIMT rung is written once against ``simt`` (``simt.jit``, ``simt.grid``,
+``simt.shared.array``, ``simt.syncthreads`` ...), the CUDA-style API that all three
+targets share:
+
+* ``hip``: numba-hip (``numba.hip``, the ``amd`` extra; needs ROCm);
+* ``cuda``: numba-cuda on the NVIDIA GPU;
+* ``interpreter``: Numba's CUDA simulator on the CPU (``NUMBA_ENABLE_CUDASIM=1``,
+  set by :mod:`kernels.backend` before numba is imported).
+
+The simulator runs every thread as a Python thread, so SIMT rungs are only checked
+at smoke shapes on the CPU.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import backend as _backend
+
+_BACKEND = _backend.current()
+
+if _BACKEND.name == "hip":
+    try:
+        from numba import hip as simt  # type: ignore[attr-defined]
+    except ImportError as exc:  # pragma: no cover - needs ROCm
+        raise ImportError(
+            "SIMT rungs on ROCm need numba-hip: pip install 'amd-kernel-workbench[amd]'"
+        ) from exc
+else:
+    from numba import cuda as simt  # the simulator when NUMBA_ENABLE_CUDASIM=1
+
+__all__ = ["simt", "as_simt_array"]
+
+
+def as_simt_array(tensor: torch.Tensor):
+    """View a torch tensor as an array the SIMT kernel can write through (no copy)."""
+    if _BACKEND.is_interpreter:
+        return tensor.detach().numpy()
+    if _BACKEND.name == "hip":  # pragma: no cover - needs ROCm
+        return simt.as_hip_array(tensor.detach())
+    return simt.as_cuda_array(tensor.detach())  # pragma: no cover - needs CUDA
+
+
+def launch_shape(rows: int, cols: int, block: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Grid and block for a 2-D thread-per-element launch (x indexes columns)."""
+    bx, by = block
+    return ((cols + bx - 1) // bx, (rows + by - 1) // by), (bx, by)

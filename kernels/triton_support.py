@@ -1,0 +1,61 @@
+"""Small facts every Triton rung needs, kept in one place.
+
+The interpreter bf16 workarounds (constexpr ``INTERP_BF16`` in each kernel). Triton's
+interpreter gets bfloat16 wrong twice:
+
+1. ``tl.dot`` on bf16 multiplies raw bit patterns (upstream triton issue 11584), so
+   the rung upcasts its bf16 tiles to fp32 before ``tl.dot``. That is exact: a bf16
+   value is an fp32 value with the low 16 mantissa bits zero, the product of two fits
+   in fp32's 24-bit significand, and bf16 MFMA/wgmma accumulate in fp32 too.
+2. fp32 -> bf16 conversion truncates instead of rounding to nearest even, so the
+   rung rounds the accumulator by hand (:func:`round_to_bf16`) before the store.
+
+With both, the CPU check covers the bf16 loads, masks, accumulation and output
+rounding of the real kernel, while on a GPU (and in the ISA inspector) the constexpr
+is False and the native bf16 dot and conversion are used. ``tests/test_interpreter_bf16.py``
+pins both upstream bugs, so the day they are fixed a test says the workaround can go.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import backend as _backend
+
+TRITON_DTYPE_NAMES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float8_e4m3fn: "fp8e4nv",
+    torch.float8_e4m3fnuz: "fp8e4b8",
+    torch.float8_e5m2: "fp8e5",
+}
+
+
+def interp_bf16(dtype: torch.dtype) -> bool:
+    """Whether the interpreter bf16 workarounds apply to a launch on ``dtype`` here."""
+    return dtype == torch.bfloat16 and _backend.current().is_interpreter
+
+
+@triton.jit
+def round_to_bf16(x):
+    """fp32 -> nearest-even bf16 value (still fp32), for the truncating interpreter."""
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)).to(tl.float32, bitcast=True)
+    finite = tl.abs(x) < float("inf")
+    return tl.where(finite, rounded, x)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 inputs use full-precision dot; TF32 would silently lose 13 mantissa bits."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def pointer_type(dtype: torch.dtype) -> str:
+    """Triton signature type of a pointer to ``dtype`` (for ahead-of-time compiles)."""
+    return "*" + TRITON_DTYPE_NAMES[dtype]
+
+
+def cdiv(x: int, y: int) -> int:
+    return (x + y - 1) // y

@@ -1,0 +1,61 @@
+"""Input checks shared by every rung and public op.
+
+A kernel that is handed a tensor it cannot take must refuse with an error that names
+the argument, never read out of bounds or return a wrong answer. These checks run
+before any launch.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from . import backend as _backend
+
+
+def tensor(name: str, value, *, ndim: int | None = None,
+           dtypes: Sequence[torch.dtype] | None = None) -> torch.Tensor:
+    """Check one tensor argument: type, rank, dtype, device, non-empty."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if ndim is not None and value.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(value.shape)}")
+    if dtypes is not None and value.dtype not in dtypes:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} has dtype {str(value.dtype).replace('torch.', '')}; "
+                        f"this kernel takes {allowed}")
+    if value.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(value.shape)}); nothing to compute")
+    here = _backend.current()
+    if value.device.type != here.device:
+        raise ValueError(f"{name} is on {value.device}, but the {here.name} backend "
+                         f"needs tensors on {here.device!r}")
+    return value
+
+
+def same_dtype(**named: torch.Tensor) -> torch.dtype:
+    dtypes = {n: t.dtype for n, t in named.items()}
+    if len(set(dtypes.values())) > 1:
+        desc = ", ".join(f"{n}: {str(d).replace('torch.', '')}" for n, d in dtypes.items())
+        raise TypeError(f"dtypes differ ({desc}); cast them to one dtype first")
+    return next(iter(dtypes.values()))
+
+
+def same_device(**named: torch.Tensor) -> None:
+    devices = {n: t.device for n, t in named.items()}
+    if len(set(devices.values())) > 1:
+        desc = ", ".join(f"{n}: {d}" for n, d in devices.items())
+        raise ValueError(f"tensors are on different devices ({desc})")
+
+
+def matmul_operands(a, b, dtypes: Sequence[torch.dtype]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check a (M, K) @ b (K, N): the common signature of every GEMM rung."""
+    tensor("a", a, ndim=2)
+    tensor("b", b, ndim=2)
+    same_device(a=a, b=b)
+    same_dtype(a=a, b=b)
+    tensor("a", a, dtypes=dtypes)
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (M, K), "
+                         f"b is {tuple(b.shape)} (K, N)")
+    return a, b

@@ -1,0 +1,15 @@
+"""The harness every notebook uses: correctness, timing, results, CLI.
+
+    >>> import workbench
+    >>> reports = workbench.check("gemm")                   # doctest: +SKIP
+    >>> workbench.all_passed(reports)                      # doctest: +SKIP
+    True
+"""
+from . import results
+from .check import CheckReport, all_passed, check, check_rung, compare, summarize
+from .environment import describe as info
+from .table import format_table
+from .timing import PerformanceUnavailable, time_ms
+
+__all__ = ["CheckReport", "PerformanceUnavailable", "all_passed", "check", "check_rung", "compare",
+           "format_table", "info", "results", "summarize", "time_ms"]

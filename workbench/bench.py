@@ -1,0 +1,53 @@
+"""Benchmark rungs against the library baseline in the same run (GPU only).
+
+For each shape and dtype the baseline ``ref`` is timed first, then every rung on the
+same inputs; each row carries its ratio to ``ref``. Rows are
+:class:`workbench.results.ResultRow` and go straight to a results file.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+import kernels
+
+from . import environment
+from .results import ResultRow
+from .timing import require_gpu, time_ms
+
+
+def shape_label(shape: tuple) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch.dtype] | None = None,
+          rungs: Iterable[int | str] | None = None, progress: bool = True) -> list[ResultRow]:
+    """Time the chosen rungs (default: all that run on GPUs, plus ref) on the given shapes."""
+    from tqdm.auto import tqdm
+
+    require_gpu()
+    spec = kernels.spec(op)
+    here = kernels.backend.current()
+    chosen = [kernels.get(op, r) for r in rungs] if rungs else kernels.variants(op, include_ref=False)
+    chosen = [r for r in chosen if r.rung is not None and here.name in r.backends]
+    ref = kernels.registry.reference_rung(op)
+    info = environment.describe()
+    stamp = environment.now()
+    rows = []
+    plan = [(s, d) for s in (shapes or spec.bench_shapes.values()) for d in (dtypes or (torch.bfloat16,))]
+    for shape, dtype in tqdm(plan, desc=f"bench {op}", disable=not progress):
+        inputs = spec.make_inputs(shape, dtype, device=here.device, seed=0)
+        ref_ms = time_ms(lambda: ref(*inputs)).median_ms
+        fits = [r for r in chosen if dtype in r.dtypes
+                and (r.max_bench_flops is None or spec.flops(shape) <= r.max_bench_flops)]
+        for r in [ref, *fits]:
+            ms = ref_ms if r is ref else time_ms(lambda r=r: r(*inputs)).median_ms
+            rows.append(ResultRow(
+                op=op, rung=r.label, name=r.name, shape=shape_label(shape),
+                dtype=str(dtype).replace("torch.", ""), ms=ms,
+                tflops=spec.flops(shape) / ms / 1e9, gbps=spec.bytes_moved(shape, dtype) / ms / 1e6,
+                ratio_to_ref=ref_ms / ms, gpu=here.device_name, backend=here.name, arch=here.arch,
+                torch_version=info["torch"], triton_version=info["triton"], commit=info["commit"],
+                timestamp=stamp))
+    return rows

@@ -1,0 +1,144 @@
+"""The correctness harness: every rung, every dtype, against a float64 reference.
+
+The rule (DESIGN.md): fresh random inputs, a poisoned output buffer, an error bounded
+by a factor of the library baseline's error in the same dtype plus a dtype floor
+(:mod:`workbench.tolerances`), and NaN/inf in the same places as the reference. The
+result is a :class:`CheckReport` that a table, a widget or a test can read.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+
+import kernels
+from kernels.outputs import poisoned_outputs
+from kernels.registry import Rung
+
+from .tolerances import allowed_error
+
+
+@dataclass
+class CheckReport:
+    """Outcome of one correctness check; ``passed`` is the verdict, the rest explains it."""
+
+    op: str
+    rung: str
+    shape: tuple
+    dtype: str
+    passed: bool
+    error: float              # max |x - ref| / max |ref|
+    baseline_error: float     # the same for the library baseline
+    allowed: float
+    mismatches: int           # elements over the bound or with the wrong NaN/inf pattern
+    numel: int
+    worst_index: tuple | None
+    worst_value: float | None
+    worst_expected: float | None
+    layout: str = "row"
+    message: str = ""
+    error_map: torch.Tensor | None = field(default=None, repr=False)
+
+    def row(self) -> dict:
+        """A flat dict for tables (no tensors)."""
+        return {k: v for k, v in self.__dict__.items() if k != "error_map"}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _nonfinite_mismatch(x: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Where x's NaN/inf pattern differs from the expected one (same sign of inf)."""
+    nan_diff = torch.isnan(x) != torch.isnan(expected)
+    inf_diff = torch.isinf(x) != torch.isinf(expected)
+    sign_diff = torch.isinf(x) & torch.isinf(expected) & (torch.sign(x) != torch.sign(expected))
+    return nan_diff | inf_diff | sign_diff
+
+
+def relative_error(x: torch.Tensor, reference: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """Max |x - ref| / max |ref| over elements where the reference is finite."""
+    x = x.detach().cpu().double()
+    finite = torch.isfinite(reference)
+    scale = reference[finite].abs().max().item() if finite.any() else 1.0
+    scale = scale if scale > 0 else 1.0
+    err = torch.where(finite & torch.isfinite(x), (x - reference).abs(), torch.zeros_like(reference))
+    return err.max().item() / scale if err.numel() else 0.0, err / scale
+
+
+def compare(x: torch.Tensor, reference: torch.Tensor, baseline: torch.Tensor, dtype: torch.dtype,
+            direction: str = "forward") -> dict:
+    """Apply the rule to one output: the fields of a :class:`CheckReport` that are numbers."""
+    if tuple(x.shape) != tuple(reference.shape):
+        raise ValueError(f"output shape {tuple(x.shape)} != reference shape {tuple(reference.shape)}")
+    expected_pattern = reference.to(dtype).double()  # overflow in the dtype is expected
+    base_error, _ = relative_error(baseline, reference)
+    error, error_map = relative_error(x, reference)
+    allowed = allowed_error(dtype, base_error, direction)
+    bad = _nonfinite_mismatch(x.detach().cpu().double(), expected_pattern) | (error_map > allowed)
+    mismatches = int(bad.sum().item())
+    worst = None
+    if mismatches:
+        flat = int(torch.argmax(bad.double() * (1.0 + error_map.nan_to_num(0.0))).item())
+        worst = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), x.shape))
+    return dict(passed=mismatches == 0 and error <= allowed, error=error, baseline_error=base_error,
+                allowed=allowed, mismatches=mismatches, numel=x.numel(), worst_index=worst,
+                worst_value=None if worst is None else float(x[worst].item()),
+                worst_expected=None if worst is None else float(reference[worst].item()),
+                error_map=error_map)
+
+
+def check_rung(rung: Rung, shape: tuple, dtype: torch.dtype, seed: int | None = None,
+               layout: str = "row") -> CheckReport:
+    """Run one rung on fresh inputs (poisoned output) and judge it against the reference."""
+    spec = kernels.spec(rung.op)
+    seed = seed if seed is not None else torch.randint(0, 2**31 - 1, ()).item()
+    device = kernels.backend.current().device
+    inputs = spec.make_inputs(shape, dtype, device=device, seed=seed, layout=layout)
+    reference = spec.reference(*inputs)
+    baseline = kernels.registry.reference_rung(rung.op)(*inputs)
+    with poisoned_outputs():
+        out = rung(*inputs)
+    fields = compare(out, reference, baseline, dtype)
+    verdict = "pass" if fields["passed"] else "FAIL"
+    message = (f"{verdict}: error {fields['error']:.2e} vs allowed {fields['allowed']:.2e} "
+               f"(baseline {fields['baseline_error']:.2e}), {fields['mismatches']} of "
+               f"{fields['numel']} elements off, seed {seed}")
+    return CheckReport(op=rung.op, rung=rung.title, shape=tuple(shape), dtype=_dtype_name(dtype),
+                       layout=layout, message=message, **fields)
+
+
+def check(op: str, rung: int | str | None = None, shapes: Iterable[tuple] | None = None,
+          dtypes: Iterable[torch.dtype] | None = None, layouts: Iterable[str] = ("row",),
+          progress: bool = False) -> list[CheckReport]:
+    """Check every rung of ``op`` that runs here (or one rung) at the smoke shapes."""
+    from tqdm.auto import tqdm
+
+    spec = kernels.spec(op)
+    rungs = [kernels.get(op, rung)] if rung is not None else kernels.variants(op)
+    plan = [(r, s, d, lay) for r in rungs if r.runs_here()
+            for d in (dtypes or r.dtypes) if r.supports(d)
+            for s in (shapes or spec.smoke_shapes) for lay in layouts]
+    return [check_rung(r, s, d, layout=lay)
+            for r, s, d, lay in tqdm(plan, desc=f"checking {op}", disable=not progress, leave=False)]
+
+
+def all_passed(reports: Iterable[CheckReport]) -> bool:
+    reports = list(reports)
+    return bool(reports) and all(r.passed for r in reports)
+
+
+def summarize(reports: Iterable[CheckReport]) -> list[dict]:
+    """One row per (rung, dtype): checks run, passed, worst error ratio to the bound."""
+    groups: dict[tuple, list[CheckReport]] = {}
+    for r in reports:
+        groups.setdefault((r.op, r.rung, r.dtype), []).append(r)
+    rows = []
+    for (op, rung, dtype), group in groups.items():
+        worst = max(group, key=lambda r: r.error / r.allowed if r.allowed else math.inf)
+        rows.append(dict(op=op, rung=rung, dtype=dtype, checks=len(group),
+                         passed=sum(r.passed for r in group),
+                         worst_error=worst.error, allowed=worst.allowed))
+    return rows

@@ -1,0 +1,158 @@
+"""The ``workbench`` command: info, check, bench, tour.
+
+Everything it lists comes from the rung registry (``kernels.variants``); it holds no
+list of rungs or ops of its own.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+import kernels
+
+from . import environment, results
+from .check import all_passed, check, summarize
+from .table import format_table
+from .timing import PerformanceUnavailable
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must look like 64x48x32, got {text!r}") from None
+    if any(s <= 0 for s in shape):
+        raise argparse.ArgumentTypeError(f"shape dimensions must be positive, got {text!r}")
+    return shape
+
+
+def _parse_rung(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
+
+
+def _ladder_rows() -> list[dict]:
+    here = kernels.backend.current()
+    rows = []
+    for op in kernels.ops():
+        for r in kernels.variants(op):
+            rows.append(dict(op=op, rung=r.label, name=r.name, kind=r.kind,
+                             dtypes=",".join(str(d).replace("torch.", "") for d in r.dtypes),
+                             backends=",".join(sorted(r.backends)),
+                             runs_here="yes" if r.runs_here() else f"no ({here.name})"))
+    return rows
+
+
+def cmd_info(args) -> int:
+    for key, value in environment.describe().items():
+        print(f"{key:>14}: {value}")
+    print()
+    print(format_table(_ladder_rows()))
+    shipped = results.recorded()
+    print(f"\nrecorded GPU results shipped: {len(shipped)} file(s)")
+    for item in shipped:
+        print(f"  {item['gpu']} ({item['date']}): {item['rows']} rows, {item['file']}")
+    return 0
+
+
+def _run_checks(ops, rung, shapes, dtypes) -> list:
+    reports = []
+    for op in ops:
+        reports += check(op, rung=rung, shapes=shapes, dtypes=dtypes, layouts=("row", "col"),
+                         progress=True)
+    return reports
+
+
+def cmd_check(args) -> int:
+    ops = [args.op] if args.op else list(kernels.ops())
+    dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else None
+    reports = _run_checks(ops, args.rung, [args.shape] if args.shape else None, dtypes)
+    print(format_table(summarize(reports)))
+    failed = [r for r in reports if not r.passed]
+    for r in failed:
+        print(f"FAIL {r.op} {r.rung} {r.dtype} shape={r.shape} layout={r.layout}: {r.message}; "
+              f"worst at {r.worst_index}: got {r.worst_value}, expected {r.worst_expected}")
+    if not reports:
+        print("no rung ran: nothing matched the filters on this backend")
+        return 1
+    print(f"\n{len(reports) - len(failed)} passed, {len(failed)} failed")
+    return 0 if all_passed(reports) else 1
+
+
+def cmd_bench(args) -> int:
+    from .bench import bench
+
+    spec = kernels.spec(args.op)
+    shapes = [args.shape] if args.shape else [spec.bench_shapes[p] for p in args.preset or ()] or None
+    dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else None
+    try:
+        rows = bench(args.op, shapes=shapes, dtypes=dtypes, rungs=args.rung)
+    except PerformanceUnavailable as exc:
+        print(f"workbench bench: {exc}", file=sys.stderr)
+        return 2
+    print(format_table([dict(rung=r.rung, name=r.name, shape=r.shape, dtype=r.dtype, ms=r.ms,
+                             tflops=r.tflops, gbps=r.gbps, vs_ref=r.ratio_to_ref) for r in rows]))
+    if args.out:
+        print(f"wrote {results.save(rows, args.out)}")
+    return 0
+
+
+def cmd_tour(args) -> int:
+    here = kernels.backend.current()
+    print(f"AMD kernel workbench: backend {here.name} ({here.device_name}, {here.arch})\n")
+    print("The ladders:")
+    print(format_table(_ladder_rows()))
+    print("\nCorrectness of every rung that runs here (smoke shapes, row- and column-major):")
+    reports = _run_checks(kernels.ops(), None, None, None)
+    print(format_table(summarize(reports)))
+    shipped = results.load_recorded()
+    if shipped:
+        print("\nRecorded GPU results (measured earlier on the GPU named in each row, not here):")
+        print(format_table([dict(gpu=r.gpu, date=r.timestamp[:10], op=r.op, rung=r.rung, shape=r.shape,
+                                 dtype=r.dtype, ms=r.ms, tflops=r.tflops, vs_ref=r.ratio_to_ref)
+                            for r in shipped]))
+    else:
+        print("\nNo recorded GPU results ship with this version yet; `workbench bench` on a GPU makes them.")
+    if here.is_interpreter:
+        print("\nNo timings shown: this machine has no GPU, and interpreter times are not performance.")
+    ok = all_passed(reports)
+    print(f"\n{'all checks passed' if ok else 'SOME CHECKS FAILED'} "
+          f"({sum(r.passed for r in reports)}/{len(reports)})")
+    return 0 if ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="backend, GPU, versions, which rungs run here")
+    p = sub.add_parser("check", help="correctness of every registered rung at smoke shapes")
+    p.add_argument("op", nargs="?", choices=kernels.ops())
+    p.add_argument("--rung", type=_parse_rung, help="rung number, label (v2) or name")
+    p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
+    p.add_argument("--shape", type=_parse_shape, help="e.g. 64x48x32 (the op's shape order)")
+    p = sub.add_parser("bench", help="time rungs vs the library baseline (GPU only)")
+    p.add_argument("op", choices=kernels.ops())
+    p.add_argument("--rung", type=_parse_rung, action="append")
+    p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
+    p.add_argument("--shape", type=_parse_shape)
+    p.add_argument("--preset", action="append", help="a named benchmark shape of the op")
+    p.add_argument("--out", help="write the rows to this .json or .csv file")
+    sub.add_parser("tour", help="the main job: check every rung, print the ladders and recorded results")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "tour": cmd_tour}[args.command]
+    try:
+        return handler(args)
+    except (KeyError, ValueError, TypeError) as exc:
+        print(f"workbench {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""The correctness rule's numbers. Changing them is a visible, reviewed change:
+``tests/test_tolerances.py`` pins this table.
+
+A rung passes when ``error <= FACTOR[direction] * baseline_error + FLOOR[dtype]``,
+where both errors are max |x - reference| / max |reference| against the float64
+reference, and ``baseline_error`` is the library baseline's error in the same dtype
+on the same inputs. The factor lets a kernel sum in another order than the library;
+the floor (about one unit in the last place of the dtype at the output's largest
+magnitude) covers shapes where the baseline happens to be exact.
+"""
+from __future__ import annotations
+
+import torch
+
+FACTOR = {"forward": 2.0, "backward": 3.0}
+
+FLOOR = {
+    torch.float64: 1e-12,
+    torch.float32: 1e-6,
+    torch.float16: 1e-3,     # 2**-10 = 9.8e-4
+    torch.bfloat16: 8e-3,    # 2**-7  = 7.8e-3
+    torch.float8_e4m3fn: 0.125,    # 2**-3
+    torch.float8_e4m3fnuz: 0.125,
+    torch.float8_e5m2: 0.25,       # 2**-2
+}
+
+
+def allowed_error(dtype: torch.dtype, baseline_error: float, direction: str = "forward") -> float:
+    if dtype not in FLOOR:
+        raise KeyError(f"no tolerance floor for {dtype}; add one to workbench/tolerances.py")
+    return FACTOR[direction] * baseline_error + FLOOR[dtype]
