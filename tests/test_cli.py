@@ -1,0 +1,57 @@
+"""The workbench command, driven in-process through its main()."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels import registry
+from kernels.registry import Rung
+from workbench.cli import main
+
+
+def test_info_lists_backend_and_rungs(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "backend: interpreter" in out and "v2" in out and "triton_tile" in out
+    assert "recorded GPU results shipped" in out
+
+
+def test_check_one_rung_passes(capsys):
+    assert main(["check", "gemm", "--rung", "2", "--dtype", "fp32", "--shape", "5x7x3"]) == 0
+    out = capsys.readouterr().out
+    assert "v2 triton_tile" in out and "2 passed, 0 failed" in out   # row- and column-major
+
+
+def test_check_exits_nonzero_on_a_failing_rung(monkeypatch, capsys):
+    def wrong(a, b):
+        return torch.matmul(a, b) + 1.0
+    bad = Rung(op="gemm", rung=99, name="wrong", fn=wrong, backends=frozenset({"interpreter"}),
+               dtypes=(torch.float32,), interpreter=True, kind="library", module=__name__)
+    monkeypatch.setitem(registry._RUNGS, "gemm", [*registry._RUNGS["gemm"], bad])
+    assert main(["check", "gemm", "--rung", "99", "--shape", "4x4x4"]) == 1
+    assert "FAIL gemm v99 wrong" in capsys.readouterr().out
+
+
+def test_bench_on_the_interpreter_says_why_and_exits_2(capsys):
+    if kernels.backend.current().is_gpu:
+        pytest.skip("a GPU is present")
+    assert main(["bench", "gemm", "--shape", "64x64x64"]) == 2
+    assert "no GPU here" in capsys.readouterr().err
+
+
+def test_bad_arguments_are_reported(capsys):
+    assert main(["check", "gemm", "--rung", "v42"]) == 2
+    assert "no rung 'v42'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["check", "gemm", "--shape", "4xfour"])
+
+
+@pytest.mark.slow
+def test_tour_checks_every_rung_and_passes(capsys):
+    assert main(["tour"]) == 0
+    out = capsys.readouterr().out
+    for r in kernels.variants("gemm"):
+        if r.runs_here():
+            assert r.title in out
+    assert "all checks passed" in out and "No timings shown" in out

@@ -1,0 +1,113 @@
+"""The correctness harness must catch wrong kernels, not just bless right ones."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import kernels
+from kernels.outputs import new_output, poisoned_outputs
+from kernels.registry import Rung
+from workbench import check_rung, compare
+from workbench.tolerances import FACTOR, FLOOR, allowed_error
+
+SHAPE = (37, 29, 53)
+
+
+def fake_rung(fn, dtypes=(torch.float32, torch.float16)) -> Rung:
+    return Rung(op="gemm", rung=90, name=fn.__name__, fn=fn, backends=frozenset({"interpreter"}),
+                dtypes=dtypes, interpreter=True, kind="triton", module=__name__)
+
+
+def test_a_correct_kernel_passes():
+    report = check_rung(kernels.get("gemm", 2), SHAPE, torch.float32)
+    assert report.passed and report.mismatches == 0 and report.worst_index is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_slightly_wrong_kernel_fails(dtype):
+    def off_by_a_little(a, b):   # one element wrong by far more than rounding
+        c = torch.matmul(a, b)
+        c[3, 5] += 0.05 * c.abs().max()
+        return c
+    report = check_rung(fake_rung(off_by_a_little), SHAPE, dtype)
+    assert not report.passed
+    assert report.mismatches == 1 and report.worst_index == (3, 5)
+
+
+def test_a_transposed_operand_fails():
+    def forgets_layout(a, b):
+        return torch.matmul(a, b.t().contiguous().view(b.shape))
+    assert not check_rung(fake_rung(forgets_layout), SHAPE, torch.float32).passed
+
+
+def test_unwritten_elements_fail_because_outputs_are_poisoned():
+    def skips_last_row(a, b):
+        c = new_output((a.shape[0], b.shape[1]), a.dtype, a.device)
+        c[:-1] = torch.matmul(a[:-1], b)
+        return c
+    report = check_rung(fake_rung(skips_last_row), SHAPE, torch.float32)
+    assert not report.passed and report.mismatches == SHAPE[1]
+    assert report.worst_index[0] == SHAPE[0] - 1 and math.isnan(report.worst_value)
+
+
+def test_poison_is_nan_inside_the_block_only():
+    with poisoned_outputs():
+        assert torch.isnan(new_output((4, 4), torch.float16, "cpu")).all()
+        assert (new_output((2,), torch.int32, "cpu") == torch.iinfo(torch.int32).max).all()
+
+
+def _with_specials():
+    a, b = kernels.spec("gemm").make_inputs(SHAPE, torch.float32, seed=1)
+    a[2, 7] = float("nan")       # row 2 of C becomes NaN
+    b[4, 11] = float("inf")      # column 11 becomes +-inf (or NaN where 0*inf)
+    return a, b
+
+
+def test_nan_and_inf_propagation_must_match_the_reference():
+    a, b = _with_specials()
+    reference = a.double() @ b.double()
+    baseline = torch.matmul(a, b)
+    good = compare(kernels.get("gemm", 2)(a, b), reference, baseline, torch.float32)
+    assert good["passed"], good
+    swallowed = compare(torch.nan_to_num(baseline), reference, baseline, torch.float32)
+    assert not swallowed["passed"] and swallowed["mismatches"] >= SHAPE[1]
+
+
+def test_inf_sign_must_match():
+    reference = torch.tensor([[float("inf"), 1.0]], dtype=torch.float64)
+    flipped = torch.tensor([[-float("inf"), 1.0]])
+    assert not compare(flipped, reference, reference.float(), torch.float32)["passed"]
+
+
+def test_bound_scales_with_the_baseline_error():
+    reference = torch.ones(8, 8, dtype=torch.float64)
+    baseline = torch.ones(8, 8) + 1e-3
+    within = compare(torch.ones(8, 8) + 1.9e-3, reference, baseline, torch.float32)
+    beyond = compare(torch.ones(8, 8) + 2.2e-3, reference, baseline, torch.float32)
+    assert within["passed"] and not beyond["passed"]
+
+
+def test_tolerance_table_is_pinned():
+    """Loosening the rule must be a visible change of this test too."""
+    assert FACTOR == {"forward": 2.0, "backward": 3.0}
+    assert FLOOR == {
+        torch.float64: 1e-12, torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3,
+        torch.float8_e4m3fn: 0.125, torch.float8_e4m3fnuz: 0.125, torch.float8_e5m2: 0.25,
+    }
+    assert allowed_error(torch.float16, 1e-3) == pytest.approx(3e-3)
+    assert allowed_error(torch.float16, 1e-3, "backward") == pytest.approx(4e-3)
+    with pytest.raises(KeyError, match="no tolerance floor"):
+        allowed_error(torch.int8, 0.0)
+
+
+def test_each_check_draws_fresh_inputs():
+    r = kernels.get("gemm", "ref")
+    first, second = (check_rung(r, (8, 8, 8), torch.float32) for _ in range(2))
+    assert first.message.split("seed ")[-1] != second.message.split("seed ")[-1]
+
+
+def test_report_row_is_flat_for_tables():
+    row = check_rung(kernels.get("gemm", 2), (5, 6, 7), torch.float16).row()
+    assert "error_map" not in row and row["dtype"] == "float16" and row["rung"] == "v2 triton_tile"
