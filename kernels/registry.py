@@ -84,6 +84,8 @@ class OpSpec:
     bench_shapes: dict[str, tuple]
     dtypes: tuple[torch.dtype, ...]
     shape_names: tuple[str, ...]      # e.g. ("M", "N", "K")
+    quick_shapes: tuple[str, ...] = ()
+    """Names in ``bench_shapes`` for ``workbench bench --suite quick`` (a few minutes per GPU)."""
 
 
 _RUNGS: dict[str, list[Rung]] = {}

@@ -55,3 +55,11 @@ def test_tour_checks_every_rung_and_passes(capsys):
         if r.runs_here():
             assert r.title in out
     assert "all checks passed" in out and "No timings shown" in out
+
+
+def test_bench_suite_on_the_interpreter_exits_2(capsys):
+    if kernels.backend.current().is_gpu:
+        pytest.skip("a GPU is present")
+    assert main(["bench", "--suite", "quick"]) == 2
+    assert main(["bench"]) == 2
+    assert "name an op" in capsys.readouterr().err

@@ -26,3 +26,28 @@ def test_gpu_timing_and_bench_rows():
     assert ref.ratio_to_ref == 1.0 and v2.ms > 0
     assert v2.tflops == pytest.approx(2 * 512**3 / v2.ms / 1e9)
     assert v2.gpu == kernels.backend.current().device_name
+
+
+def test_quick_suite_refuses_on_the_interpreter_and_checks_its_name():
+    from workbench.suite import run_suite
+    with pytest.raises(ValueError, match="unknown suite 'full'"):
+        run_suite("full")
+    if kernels.backend.current().is_interpreter:
+        with pytest.raises(PerformanceUnavailable):
+            run_suite("quick")
+
+
+def test_every_op_names_quick_shapes_it_has():
+    for op in kernels.ops():
+        spec = kernels.spec(op)
+        assert set(spec.quick_shapes) <= set(spec.bench_shapes), op
+
+
+@pytest.mark.gpu
+def test_quick_suite_writes_one_results_file(tmp_path):
+    from workbench import results
+    from workbench.suite import run_suite
+    reports, rows = run_suite("quick", out=tmp_path / "quick.json", progress=False)
+    assert all(r.passed for r in reports)
+    assert results.load(tmp_path / "quick.json") == rows
+    assert {r.op for r in rows} == set(kernels.ops()) and any(r.rung == "ref" for r in rows)

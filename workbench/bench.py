@@ -21,6 +21,11 @@ def shape_label(shape: tuple) -> str:
     return "x".join(str(s) for s in shape)
 
 
+def default_dtypes(spec) -> list[torch.dtype]:
+    """Training dtypes first: bf16 and fp16 where the op takes them, else its own (e.g. fp8)."""
+    return [d for d in (torch.bfloat16, torch.float16) if d in spec.dtypes] or list(spec.dtypes)
+
+
 def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch.dtype] | None = None,
           rungs: Iterable[int | str] | None = None, progress: bool = True) -> list[ResultRow]:
     """Time the chosen rungs (default: all that run on GPUs, plus ref) on the given shapes."""
@@ -29,13 +34,14 @@ def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch
     require_gpu()
     spec = kernels.spec(op)
     here = kernels.backend.current()
-    chosen = [kernels.get(op, r) for r in rungs] if rungs else kernels.variants(op, include_ref=False)
+    chosen = [kernels.get(op, r) for r in rungs] if rungs is not None else kernels.variants(op, include_ref=False)
     chosen = [r for r in chosen if r.rung is not None and here.name in r.backends]
     ref = kernels.registry.reference_rung(op)
     info = environment.describe()
     stamp = environment.now()
     rows = []
-    plan = [(s, d) for s in (shapes or spec.bench_shapes.values()) for d in (dtypes or (torch.bfloat16,))]
+    plan = [(s, d) for s in (shapes or spec.bench_shapes.values())
+            for d in (dtypes or default_dtypes(spec))]
     for shape, dtype in tqdm(plan, desc=f"bench {op}", disable=not progress):
         inputs = spec.make_inputs(shape, dtype, device=here.device, seed=0)
         ref_ms = time_ms(lambda: ref(*inputs)).median_ms

@@ -15,6 +15,7 @@ import kernels
 from . import environment, results
 from .check import all_passed, check, summarize
 from .table import format_table
+from .suite import SUITES
 from .timing import PerformanceUnavailable
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -82,18 +83,29 @@ def cmd_check(args) -> int:
     return 0 if all_passed(reports) else 1
 
 
-def cmd_bench(args) -> int:
+def _bench_rows(args):
     from .bench import bench
+    from .suite import run_suite
 
+    if args.suite:
+        reports, rows = run_suite(args.suite)
+        print(format_table(summarize(reports)))
+        return rows
+    if not args.op:
+        raise ValueError("name an op to benchmark, or --suite quick for every op")
     spec = kernels.spec(args.op)
     shapes = [args.shape] if args.shape else [spec.bench_shapes[p] for p in args.preset or ()] or None
     dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else None
+    return bench(args.op, shapes=shapes, dtypes=dtypes, rungs=args.rung)
+
+
+def cmd_bench(args) -> int:
     try:
-        rows = bench(args.op, shapes=shapes, dtypes=dtypes, rungs=args.rung)
+        rows = _bench_rows(args)
     except PerformanceUnavailable as exc:
         print(f"workbench bench: {exc}", file=sys.stderr)
         return 2
-    print(format_table([dict(rung=r.rung, name=r.name, shape=r.shape, dtype=r.dtype, ms=r.ms,
+    print(format_table([dict(op=r.op, rung=r.rung, name=r.name, shape=r.shape, dtype=r.dtype, ms=r.ms,
                              tflops=r.tflops, gbps=r.gbps, vs_ref=r.ratio_to_ref) for r in rows]))
     if args.out:
         print(f"wrote {results.save(rows, args.out)}")
@@ -134,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--shape", type=_parse_shape, help="e.g. 64x48x32 (the op's shape order)")
     p = sub.add_parser("bench", help="time rungs vs the library baseline (GPU only)")
-    p.add_argument("op", choices=kernels.ops())
+    p.add_argument("op", nargs="?", choices=kernels.ops())
+    p.add_argument("--suite", choices=SUITES, help="check and time every rung of every op")
     p.add_argument("--rung", type=_parse_rung, action="append")
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--shape", type=_parse_shape)

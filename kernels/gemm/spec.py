@@ -75,4 +75,5 @@ SPEC = register_op(OpSpec(
     bench_shapes=BENCH_SHAPES,
     dtypes=DTYPES,
     shape_names=("M", "N", "K"),
+    quick_shapes=("square 4096", "llama3-8b mlp down (4096 tok)", "decode M=16 (4096x14336)"),
 ))
