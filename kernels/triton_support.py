@@ -52,8 +52,14 @@ def round_to_bf16(x):
 
 
 def dot_precision(dtype: torch.dtype) -> str:
-    """fp32 inputs use full-precision dot; TF32 would silently lose 13 mantissa bits."""
-    return "ieee" if dtype == torch.float32 else "tf32"
+    """``input_precision`` for ``tl.dot`` on ``dtype`` operands: always "ieee".
+
+    For fp32 operands it keeps full precision (TF32/XF32 would silently drop 13 mantissa
+    bits, and ``torch.matmul`` does not by default). For 16-bit and fp8 operands the
+    argument changes nothing, but it must still be one every target accepts: Triton's
+    AMD backend takes "tf32" on gfx942 only and rejects it on gfx950.
+    """
+    return "ieee"
 
 
 def pointer_type(dtype: torch.dtype) -> str:

@@ -1,0 +1,163 @@
+"""ISA inspector: every Triton rung compiled ahead of time for gfx942, gfx950 and sm90.
+
+Rungs come from the registry, so a new rung is covered without editing this file.
+Each (rung, target, dtype) compiles once per session (the inspector caches reports).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import triton.language as tl
+
+import kernels
+from workbench import isa, isa_compile, isa_occupancy, isa_parse
+
+AOT_RUNGS = [r for r in kernels.variants("gemm") if r.aot is not None]
+TOP_RUNG = max(AOT_RUNGS, key=lambda r: r.rung)
+TARGETS = ("gfx942", "gfx950", "sm90")
+
+
+def _params(min_rung: int) -> list:
+    rungs = [pytest.param(r, id=r.label) for r in AOT_RUNGS if r.rung >= min_rung]
+    return rungs or [pytest.param(None, marks=pytest.mark.skip(
+        reason=f"no Triton GEMM rung numbered >= {min_rung} is registered yet"))]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("rung", _params(2))
+def test_rungs_use_matrix_cores(rung, target, dtype):
+    report = isa.inspect("gemm", rung.rung, target, dtype)
+    prefixes = ("v_mfma",) if target.startswith("gfx") else ("wgmma.mma_async", "mma.sync")
+    used = {k: v for k, v in report.matrix_instructions.items() if k.startswith(prefixes)}
+    assert used, f"{rung.title} on {target}: no matrix instructions in {report.matrix_instructions}"
+    assert re.search(r"(bf16|f16)", " ".join(used)), used  # 16-bit inputs, not an fp32 fallback
+
+
+@pytest.mark.parametrize("target", ("gfx942", "gfx950"))
+@pytest.mark.parametrize("rung", _params(4))
+def test_pipelined_rungs_stage_operands_through_lds(rung, target):
+    report = isa.inspect("gemm", rung.rung, target)
+    assert report.lds_bytes > 0 and report.lds_reads > 0, report.summary()
+
+
+@pytest.mark.parametrize("target", ("gfx942", "gfx950"))
+def test_top_rung_does_not_spill(target):
+    report = isa.inspect("gemm", TOP_RUNG.rung, target)
+    assert (report.spills, report.scratch_bytes) == (0, 0), report.summary()
+
+
+@pytest.mark.parametrize("arch_vgprs, agprs, waves", [
+    (64, 0, 8), (128, 0, 4), (170, 0, 2), (256, 0, 2), (257, 0, 1),
+    (9, 32, 8),      # LLVM agpr-register-count.ll: TotalNumVgprs 44 -> Occupancy 8
+    (128, 128, 2), (256, 256, 1),
+])
+def test_waves_per_simd_from_vgprs(arch_vgprs, agprs, waves):
+    assert isa_occupancy.waves_per_simd_from_vgprs(arch_vgprs, agprs) == waves
+
+
+def test_occupancy_limits():
+    assert isa_occupancy.unified_vgprs(9, 32) == 44 and isa_occupancy.unified_vgprs(170, 0) == 170
+    assert [isa_occupancy.waves_per_simd_from_sgprs(n) for n in (80, 100, 106)] == [8, 8, 7]
+    assert isa_occupancy.waves_per_simd_from_lds(16384, 8, "gfx942") == 8
+    assert isa_occupancy.waves_per_simd_from_lds(48 * 1024, 4, "gfx942") == 1
+    assert isa_occupancy.waves_per_simd_from_lds(48 * 1024, 4, "gfx950") == 3
+    occupancy = isa_occupancy.cdna("gfx942", 96, 0, 106, 48 * 1024, 4)
+    assert (occupancy.value, occupancy.limited_by) == (1, "LDS")
+    occupancy = isa_occupancy.cdna("gfx942", 166, 0, 106, 16384, 8, compiler=3)
+    assert (occupancy.value, occupancy.agrees_with_compiler) == (2, True)  # 3 fit, 1 workgroup
+    assert "whole workgroups" in occupancy.limited_by
+    assert isa_occupancy.cdna("gfx942", 166, 0, 74, 16384, 8, waves_per_eu=2).limits[
+        "waves_per_eu option"] == 2
+    hopper = isa_occupancy.hopper(registers=255, shared_bytes=32768, num_warps=4)
+    assert (hopper.value, hopper.limited_by) == (2, "registers")
+
+
+@pytest.mark.parametrize("rung", _params(2))
+def test_occupancy_agrees_with_compiler(rung):
+    occupancy = isa.inspect("gemm", rung.rung, "gfx942").occupancy
+    assert occupancy.compiler is not None and occupancy.agrees_with_compiler, occupancy
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hot_loop_is_the_matrix_loop(target):
+    report = isa.inspect("gemm", TOP_RUNG.rung, target)
+    lines = report.hot_loop.splitlines()
+    assert lines, "no loop found"
+    assert any(isa_parse.category(isa_parse.mnemonic(l) or "", report.dialect) == "matrix"
+               for l in lines)
+    back_edge = isa_parse.branch_target(lines[-1], report.dialect)
+    assert back_edge and lines[0].startswith(back_edge + ":"), (lines[0], lines[-1])
+    marked = report.highlighted_loop()
+    assert "\nM | " in marked and "\nL | " in marked
+    assert "<pre" in report._repr_html_() and "color" in report._repr_html_()
+
+
+@pytest.mark.parametrize("line, op, kind", [
+    ("\tv_mfma_f32_32x32x8_bf16 v[0:15], v[16:17], v[18:19], v[0:15]", "v_mfma_f32_32x32x8_bf16", "matrix"),
+    ("\tds_read_b128 v[2:5], v1 offset:256 ; comment", "ds_read_b128", "lds_read"),
+    ("\tbuffer_load_dwordx4 v[0:3], v4, s[0:3], 0 offen", "buffer_load_dwordx4", "global_load"),
+    ("\t@%p1 ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];", "ld.global.v4.b32", "global_load"),
+    ("\tcp.async.cg.shared.global [ %r5 + 0 ], [ %rd2 + 0 ], 16;", "cp.async.cg.shared.global", "global_load"),
+    ("\tcp.async.commit_group;", "cp.async.commit_group", None),
+    (".LBB0_2:                                ; %loop", None, None),
+    ("\t.loc\t1 55 13", None, None),
+])
+def test_instruction_classes(line, op, kind):
+    assert isa_parse.mnemonic(line) == op
+    if op:
+        dialect = "ptx" if "." in op else "amdgcn"
+        assert isa_parse.category(op, dialect) == kind
+
+
+def test_registers_and_lds_are_read():
+    amd = isa.inspect("gemm", TOP_RUNG.rung, "gfx942")
+    assert amd.vgprs > 0 and amd.sgprs > 0 and amd.agprs is not None and amd.lds_bytes > 0
+    nvidia = isa.inspect("gemm", TOP_RUNG.rung, "sm_90")
+    assert nvidia.target == "sm90" and 0 < nvidia.vgprs <= 255 and "cubin" in nvidia.registers_source
+
+
+def test_cuda_options_drop_amd_knobs():
+    cuda, hip = isa_compile._option_fields("cuda"), isa_compile._option_fields("hip")
+    knobs = {"waves_per_eu", "matrix_instr_nonkdim", "kpack"}
+    assert knobs <= hip and not knobs & cuda and {"num_warps", "num_stages"} <= cuda
+
+
+def test_interpreted_helpers_are_rebuilt_as_jit_functions():
+    from triton.runtime.jit import JITFunction
+
+    rebuilt = isa_compile._Rebuilder().jit(TOP_RUNG.aot(torch.bfloat16, "hip")[0].jit_fn)
+    language = rebuilt.__globals__["tl"]
+    assert isinstance(rebuilt, JITFunction) and isinstance(language.max, JITFunction)
+    assert language.program_id is tl.program_id  # builtins stay the originals
+
+
+@pytest.mark.parametrize("which, message", [("v0", "SIMT"), ("ref", "library")])
+def test_non_triton_rungs_are_refused(which, message):
+    with pytest.raises(ValueError, match=message):
+        isa.inspect("gemm", which)
+
+
+def test_bad_target_and_dtype():
+    with pytest.raises(ValueError, match="gfx942, gfx950, sm90"):
+        isa.inspect("gemm", TOP_RUNG.rung, target="gfx90a")
+    with pytest.raises(TypeError, match="float64"):
+        isa.inspect("gemm", TOP_RUNG.rung, dtype=torch.float64)
+
+
+def test_compare_two_targets():
+    rows = isa.compare(isa.inspect("gemm", 2, "gfx942"), isa.inspect("gemm", "triton_tile", "sm90"))
+    by_metric = {row["metric"]: row for row in rows}
+    target = list(by_metric["target"].values())
+    assert len(target) == 3 and target[1:] == ["gfx942", "sm90"]
+    assert all(len(row) == 3 for row in rows) and "occupancy" in by_metric
+    assert isa.inspect_all("gemm", 2, "gfx942")[0] is isa.inspect("gemm", 2, "gfx942")  # cached
+
+
+def test_clear_cache_recompiles():
+    before = isa.inspect("gemm", TOP_RUNG.rung, "gfx942")
+    isa.clear_cache()
+    after = isa.inspect("gemm", TOP_RUNG.rung, "gfx942")
+    assert after is not before and after.matrix_instructions == before.matrix_instructions

@@ -1,0 +1,193 @@
+"""ISA inspector: what a Triton rung becomes on gfx942, gfx950 or sm90, without the GPU.
+
+    >>> from workbench import isa
+    >>> report = isa.inspect("gemm", "v2", target="gfx942")        # doctest: +SKIP
+    >>> report.matrix_instructions                                  # doctest: +SKIP
+    {'v_mfma_f32_32x32x8_bf16': 16}
+    >>> print(report.highlighted_loop())                            # doctest: +SKIP
+
+Each rung's ``aot(dtype, backend)`` says which kernels it launches, with which
+constexprs and options; Triton compiles them ahead of time for the chosen target
+(in a helper process, see :mod:`workbench.isa_compile`), and this module reads the
+machine code: matrix instructions, LDS and global traffic, registers, spills,
+occupancy and the hot loop. Reports are cached per (op, rung, target, dtype).
+"""
+from __future__ import annotations
+
+import functools
+import html
+from dataclasses import dataclass, field
+
+import torch
+
+import kernels
+from kernels.registry import Rung
+
+from . import isa_compile, isa_occupancy, isa_parse
+from .isa_occupancy import Occupancy
+
+# Target name -> the arguments of triton's GPUTarget(backend, arch, warp_size).
+TARGETS = {"gfx942": ("hip", "gfx942", 64), "gfx950": ("hip", "gfx950", 64), "sm90": ("cuda", 90, 32)}
+_ALIASES = {"sm_90": "sm90"}
+_MARKS = {"matrix": "M", "lds_read": "L", "lds_write": "L", "global_load": "G", "global_store": "G"}
+_COLOURS = {"M": "#c0392b", "L": "#1f77b4", "G": "#2ca02c"}
+
+
+@dataclass(frozen=True)
+class IsaReport:
+    """One compiled kernel of a rung on one target, read for a performance engineer."""
+
+    op: str
+    rung: str                       # rung title, e.g. "v2 triton_tile"
+    target: str
+    dtype: str
+    kernel_name: str
+    options: dict                   # what the compiler got: num_warps, num_stages, AMD knobs
+    dropped_options: tuple[str, ...]  # knobs the target's backend does not take (AMD-only on sm90)
+    asm: str = field(repr=False)
+    matrix_instructions: dict[str, int]
+    lds_bytes: int
+    lds_reads: int
+    lds_writes: int
+    global_loads: dict[str, int]
+    vgprs: int | None               # AMD: arch VGPRs; NVIDIA: registers per thread
+    agprs: int | None
+    sgprs: int | None
+    registers_source: str
+    spills: int | None              # VGPR spill count (None on NVIDIA: the cubin has bytes only)
+    scratch_bytes: int | None       # AMD private segment / NVIDIA stack frame per thread
+    sgpr_spills: int | None         # into VGPR lanes, not memory traffic
+    occupancy: Occupancy
+    hot_loop: str = field(repr=False)
+
+    @property
+    def dialect(self) -> str:
+        return "amdgcn" if TARGETS[self.target][0] == "hip" else "ptx"
+
+    def summary(self) -> dict:
+        """Flat row for tables: one value per column."""
+        return {
+            "op": self.op, "rung": self.rung, "target": self.target, "dtype": self.dtype,
+            "kernel": self.kernel_name, "num_warps": self.options.get("num_warps"),
+            "num_stages": self.options.get("num_stages"),
+            "matrix instructions": _counts(self.matrix_instructions),
+            "LDS bytes": self.lds_bytes, "LDS reads": self.lds_reads, "LDS writes": self.lds_writes,
+            "global loads": _counts(self.global_loads),
+            "VGPRs" if self.dialect == "amdgcn" else "registers": self.vgprs,
+            "AGPRs": self.agprs, "SGPRs": self.sgprs, "spills": self.spills,
+            "scratch bytes": self.scratch_bytes, "SGPR spills": self.sgpr_spills,
+            "occupancy": str(self.occupancy),
+            "hot loop lines": len(self.hot_loop.splitlines()),
+        }
+
+    def _marked_loop(self):
+        for line in self.hot_loop.splitlines():
+            op = isa_parse.mnemonic(line)
+            yield _MARKS.get(isa_parse.category(op, self.dialect) if op else None, " "), line
+
+    def highlighted_loop(self) -> str:
+        """The hot loop for a terminal: M = matrix, L = LDS, G = global memory."""
+        legend = "M matrix core   L LDS (shared memory)   G global memory"
+        return "\n".join([legend, *(f"{mark} | {line}" for mark, line in self._marked_loop())])
+
+    def _repr_html_(self) -> str:
+        rows = [f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
+                for k, v in self.summary().items()]
+        code = "\n".join(
+            f'<span style="color:{_COLOURS[mark]};font-weight:bold">{html.escape(line)}</span>'
+            if mark in _COLOURS else html.escape(line) for mark, line in self._marked_loop())
+        legend = " ".join(f'<span style="color:{c}">&#9632; {name}</span>' for name, c in
+                          zip(("matrix core", "LDS", "global memory"), _COLOURS.values()))
+        return (f"<table>{''.join(rows)}</table><p>Hot loop: {legend}</p>"
+                f"<pre style='font-size:11px'>{code}</pre>")
+
+
+def _counts(histogram: dict[str, int]) -> str:
+    return ", ".join(f"{name} x{count}" for name, count in histogram.items()) or "-"
+
+
+def normalize_target(target: str) -> str:
+    name = _ALIASES.get(target, target)
+    if name not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; supported: {', '.join([*TARGETS, *_ALIASES])}")
+    return name
+
+
+def _inspectable(op: str, which: int | str, dtype: torch.dtype) -> Rung:
+    rung = kernels.get(op, which)
+    if rung.aot is None:
+        why = {"simt": "it is a SIMT Numba kernel, not Triton; the inspector compiles Triton only",
+               "library": "it is the vendor library (hipBLASLt/cuBLAS through torch), "
+                          "not a kernel of this project"}.get(rung.kind, "it declares no aot()")
+        raise ValueError(f"{op} {rung.title} cannot be inspected: {why}")
+    if dtype not in rung.dtypes:
+        supported = ", ".join(str(d).removeprefix("torch.") for d in rung.dtypes)
+        raise TypeError(f"{op} {rung.title} does not support {dtype}; it supports {supported}")
+    return rung
+
+
+def inspect_all(op: str, rung: int | str, target: str = "gfx942",
+                dtype: torch.dtype = torch.bfloat16) -> list[IsaReport]:
+    """One report per kernel the rung launches, in launch order."""
+    name = normalize_target(target)
+    entry = _inspectable(op, rung, dtype)
+    return list(_reports(op, entry.label, name, str(dtype).removeprefix("torch.")))
+
+
+def inspect(op: str, rung: int | str, target: str = "gfx942",
+            dtype: torch.dtype = torch.bfloat16) -> IsaReport:
+    """The rung's main kernel: the one with the most matrix instructions (first on a tie)."""
+    reports = inspect_all(op, rung, target, dtype)
+    return max(reports, key=lambda r: sum(r.matrix_instructions.values()))
+
+
+def clear_cache() -> None:
+    """Forget compiled reports and restart the compile helper, e.g. after editing a kernel."""
+    _reports.cache_clear()
+    isa_compile.stop()
+
+
+@functools.lru_cache(maxsize=None)
+def _reports(op: str, label: str, target: str, dtype_name: str) -> tuple[IsaReport, ...]:
+    title = kernels.get(op, label).title
+    compiled = isa_compile.compile_rung(op, label, TARGETS[target], dtype_name)
+    return tuple(_read(op, title, target, dtype_name, kernel) for kernel in compiled)
+
+
+def _read(op: str, title: str, target: str, dtype_name: str, kernel: dict) -> IsaReport:
+    dialect = "amdgcn" if TARGETS[target][0] == "hip" else "ptx"
+    lines = isa_parse.code_lines(kernel["asm"], dialect)
+    counts = isa_parse.histograms(lines, dialect)
+    if dialect == "amdgcn":
+        res = isa_parse.amdgpu_resources(kernel["asm"])
+        registers = (res["vgprs"], res["agprs"], res["sgprs"], "AMDGPU kernel info and metadata")
+        spills = (res["vgpr_spills"], res["scratch_bytes"], res["sgpr_spills"])
+        occupancy = isa_occupancy.cdna(target, res["vgprs"], res["agprs"], res["sgprs"],
+                                       kernel["shared"], kernel["num_warps"],
+                                       kernel["options"].get("waves_per_eu", 0), res["occupancy"])
+    else:
+        res = isa_parse.cubin_resources(kernel["binary"])
+        registers = (res["registers"], None, None, "cubin .nv.info EIATTR_REGCOUNT (ptxas)")
+        spills = (None, res["frame_bytes"], None)
+        occupancy = isa_occupancy.hopper(res["registers"], kernel["shared"], kernel["num_warps"])
+    return IsaReport(
+        op=op, rung=title, target=target, dtype=dtype_name, kernel_name=kernel["name"],
+        options=kernel["options"], dropped_options=tuple(kernel["dropped_options"]),
+        asm=kernel["asm"], matrix_instructions=dict(counts["matrix"]), lds_bytes=kernel["shared"],
+        lds_reads=sum(counts["lds_read"].values()), lds_writes=sum(counts["lds_write"].values()),
+        global_loads=dict(counts["global_load"]), vgprs=registers[0], agprs=registers[1],
+        sgprs=registers[2], registers_source=registers[3], spills=spills[0],
+        scratch_bytes=spills[1], sgpr_spills=spills[2], occupancy=occupancy,
+        hot_loop="\n".join(isa_parse.hot_loop(lines, dialect)))
+
+
+def compare(a: IsaReport, b: IsaReport) -> list[dict]:
+    """Side-by-side rows (metric, first report, second report) for two reports."""
+    left, right = f"{a.rung} @ {a.target}", f"{b.rung} @ {b.target}"
+    if left == right:
+        left, right = f"{left} ({a.dtype})", f"{right} ({b.dtype})"
+    if left == right:
+        right += " [2]"
+    sa, sb = a.summary(), b.summary()
+    return [{"metric": key, left: sa.get(key, "-"), right: sb.get(key, "-")}
+            for key in dict.fromkeys([*sa, *sb])]

@@ -1,0 +1,192 @@
+"""Ahead-of-time compilation of a rung's Triton kernels, in a helper process.
+
+Why a helper process: on a CPU-only machine the kernels are Triton interpreter
+functions, and once any of them has *run*, Triton's interpreter leaves
+``triton.language`` patched with its own builtins (a device-function call patches
+the language and never restores it; triton 3.9). ``triton.compile`` in that process
+then fails. A helper process that only imports the kernels and compiles them is
+always clean, whatever the notebook did before. It is started once and reused.
+
+Why a rebuild: ``triton.compile`` needs ``JITFunction`` objects, but under the
+interpreter ``@triton.jit`` produces ``InterpretedFunction`` objects, including
+``tl.max``/``tl.cdiv`` and the other jit helpers of ``triton.language``. We rebuild
+the kernel as a ``JITFunction`` over a copy of its globals in which every interpreted
+function, and every module holding some, is replaced by its rebuilt twin. The source
+text and line numbers stay those of the original file. On a GPU backend the kernels
+already are ``JITFunction`` objects and are compiled as they are.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import traceback
+import types
+import warnings
+from pathlib import Path
+
+_worker: subprocess.Popen | None = None
+_lock = threading.Lock()
+
+
+def compile_rung(op: str, label: str, target: tuple, dtype_name: str) -> list[dict]:
+    """Compile every kernel a rung launches, in the helper process (started on first use)."""
+    global _worker
+    with _lock:
+        if _worker is None or _worker.poll() is not None:
+            _worker = _start_worker()
+        pickle.dump((op, label, target, dtype_name), _worker.stdin)
+        _worker.stdin.flush()
+        try:
+            status, value = pickle.load(_worker.stdout)
+        except EOFError:
+            _worker = None
+            raise RuntimeError("the ISA compile helper process died; its error is on stderr") from None
+    if status == "error":
+        raise RuntimeError(f"compiling {op} {label} for {target[1]} failed:\n{value}")
+    return value
+
+
+def stop() -> None:
+    """End the helper; the next compile starts a fresh one that re-imports the kernels."""
+    global _worker
+    with _lock:
+        if _worker is not None:
+            _worker.stdin.close()  # the helper returns on end of input
+            _worker.wait()
+            _worker = None
+
+
+def _start_worker() -> subprocess.Popen:
+    """A plain subprocess, not multiprocessing: spawn would re-run an unguarded __main__ script."""
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return subprocess.Popen([sys.executable, "-c", "from workbench.isa_compile import serve; serve()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": path})
+
+
+def serve() -> None:
+    """Helper loop: a pickled request on stdin -> a pickled ("ok"|"error", value) reply."""
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints from compilers go to stderr, never into the reply stream
+    while True:
+        try:
+            request = pickle.load(sys.stdin.buffer)
+        except EOFError:
+            return
+        try:
+            reply = ("ok", _compile_here(*request))
+        except Exception:  # noqa: BLE001 - any failure is reported to the caller, with its traceback
+            reply = ("error", traceback.format_exc(limit=-3))
+        pickle.dump(reply, replies)
+        replies.flush()
+
+
+def _compile_here(op: str, label: str, target: tuple, dtype_name: str) -> list[dict]:
+    """Runs in the helper: returns plain data (text, bytes, numbers) for each kernel."""
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import kernels
+
+    rung = kernels.get(op, label)
+    gpu_target = GPUTarget(*target)
+    accepted = _option_fields(gpu_target.backend)
+    compiled = []
+    for aot in rung.aot(getattr(torch, dtype_name), gpu_target.backend):
+        options = {k: v for k, v in aot.options.items() if k in accepted}
+        jit_fn = _Rebuilder().jit(aot.jit_fn)
+        source = ASTSource(jit_fn, aot.signature, aot.constexprs, _aligned_pointers(jit_fn, aot.signature))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
+            kernel = triton.compile(source, target=gpu_target, options=options)
+        text_key, binary_key = ("amdgcn", "hsaco") if gpu_target.backend == "hip" else ("ptx", "cubin")
+        compiled.append({
+            "name": kernel.metadata.name,
+            "asm": kernel.asm[text_key],
+            "binary": kernel.asm[binary_key],
+            "shared": kernel.metadata.shared,
+            "num_warps": kernel.metadata.num_warps,
+            "options": options,
+            "dropped_options": sorted(set(aot.options) - accepted),
+        })
+    return compiled
+
+
+def _aligned_pointers(jit_fn, signature: dict[str, str]) -> dict:
+    """Tell the compiler every pointer is 16-byte aligned, as the JIT does for torch tensors.
+
+    At launch Triton specializes each pointer argument whose address is a multiple of 16
+    (torch allocations always are); without the same hint an ahead-of-time compile would
+    show narrower loads than the kernel really runs with.
+    """
+    return {(jit_fn.arg_names.index(name),): [["tt.divisibility", 16]]
+            for name, kind in signature.items() if kind.startswith("*")}
+
+
+def _option_fields(backend: str) -> set[str]:
+    """Option names the backend's compiler accepts (AMD knobs are not CUDA options)."""
+    if backend == "hip":
+        from triton.backends.amd.compiler import HIPOptions as options_class
+    else:
+        from triton.backends.nvidia.compiler import CUDAOptions as options_class
+    return {f.name for f in dataclasses.fields(options_class)}
+
+
+class _Rebuilder:
+    """Turns interpreter functions back into compilable ``JITFunction`` objects.
+
+    One instance per compile: the copies of module globals it makes are snapshots,
+    so a reloaded module is never served from a stale copy.
+    """
+
+    def __init__(self):
+        self._done: dict[int, tuple[object, object]] = {}  # id(original) -> (original, copy)
+
+    def jit(self, fn):
+        from triton.runtime.autotuner import Autotuner, Heuristics
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        while isinstance(fn, (Autotuner, Heuristics)):  # the aot options already fix the config
+            fn = fn.fn
+        if isinstance(fn, JITFunction):
+            return fn
+        if not isinstance(fn, InterpretedFunction):
+            raise TypeError(f"aot() must return a @triton.jit function, got {type(fn).__name__}")
+        if id(fn) in self._done:
+            return self._done[id(fn)][1]
+        python_fn = fn.fn
+        scope = self._module(python_fn.__globals__).__dict__
+        copy = types.FunctionType(python_fn.__code__, scope, python_fn.__name__,
+                                  python_fn.__defaults__, python_fn.__closure__)
+        copy.__qualname__ = python_fn.__qualname__
+        copy.__kwdefaults__ = python_fn.__kwdefaults__
+        copy.__doc__ = python_fn.__doc__
+        rebuilt = JITFunction(copy, **fn.kwargs)
+        self._done[id(fn)] = (fn, rebuilt)
+        return rebuilt
+
+    def _module(self, names: dict) -> types.ModuleType:
+        """A stand-in module whose dict is ``names`` with interpreted functions rebuilt."""
+        if id(names) not in self._done:
+            module = types.ModuleType(names.get("__name__", "rebuilt"))
+            self._done[id(names)] = (names, module)  # before filling: modules refer to each other
+            module.__dict__.update({k: self._value(v) for k, v in names.items()})
+        return self._done[id(names)][1]
+
+    def _value(self, value):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if isinstance(value, InterpretedFunction):
+            return self.jit(value)
+        if isinstance(value, types.ModuleType) and any(
+                isinstance(v, InterpretedFunction) for v in vars(value).values()):
+            return self._module(vars(value))
+        return value

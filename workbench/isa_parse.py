@@ -1,0 +1,164 @@
+"""Reading compiled kernels: AMDGCN text, PTX text and CUDA cubins.
+
+Instructions are classified by mnemonic only, so the same code reads both
+dialects; the dialect ("amdgcn" or "ptx") picks the prefixes.
+"""
+from __future__ import annotations
+
+import re
+import struct
+from collections import Counter
+
+# A category -> mnemonic prefixes, per dialect. Async copies (cp.async*) move global
+# memory into shared memory, so on PTX they count as global loads and as LDS writes.
+_PREFIXES = {
+    "amdgcn": {
+        "matrix": ("v_mfma", "v_smfmac"),
+        "lds_read": ("ds_read", "ds_load"),
+        "lds_write": ("ds_write", "ds_store"),
+        "global_load": ("global_load", "buffer_load", "flat_load"),
+        "global_store": ("global_store", "buffer_store", "flat_store"),
+    },
+    "ptx": {
+        "matrix": ("wgmma.mma_async", "mma.sync", "mma.sp"),
+        "lds_read": ("ld.shared", "ldmatrix"),
+        "lds_write": ("st.shared", "stmatrix", "cp.async"),
+        "global_load": ("ld.global", "cp.async"),
+        "global_store": ("st.global", "cp.async.bulk.tensor"),
+    },
+}
+_NOT_A_COPY = ("commit_group", "wait_group", "wait_all", "prefetch")
+
+_LABEL = re.compile(r"^\s*([.$\w]+):")
+_BRANCH = {
+    "amdgcn": re.compile(r"^\s*s_(?:cbranch_\w+|branch)\s+([.$\w]+)"),
+    "ptx": re.compile(r"^\s*(?:@!?%\w+\s+)?bra(?:\.uni)?\s+([.$\w]+)\s*;"),
+}
+
+
+def mnemonic(line: str) -> str | None:
+    """The instruction's opcode, or None for labels, directives, comments and braces."""
+    code = re.sub(r"^@!?%\w+\s+", "", line.strip())     # PTX predicate guard
+    code = re.split(r";|//", code, maxsplit=1)[0].strip()  # AMDGCN comment / PTX terminator
+    match = re.match(r"[a-z][\w.:]*", code)
+    return None if match is None or code.endswith(":") else match.group(0)
+
+
+def category(op: str, dialect: str) -> str | None:
+    """The first matching category; a global->shared async copy reports "global_load"."""
+    for name in ("matrix", "global_load", "lds_read", "lds_write", "global_store"):
+        if _is(op, name, dialect):
+            return name
+    return None
+
+
+def _is(op: str, name: str, dialect: str) -> bool:
+    if not op.startswith(_PREFIXES[dialect][name]) or any(part in op for part in _NOT_A_COPY):
+        return False
+    if op.startswith("cp.async"):  # direction: the destination state space comes first
+        to_shared = op.find(".shared") < op.find(".global") or ".global" not in op
+        return to_shared == (name in ("global_load", "lds_write"))
+    return True
+
+
+def code_lines(asm: str, dialect: str) -> list[str]:
+    """The kernel body: on AMDGCN the metadata and debug sections after it are cut off."""
+    lines = asm.splitlines()
+    if dialect == "amdgcn":
+        end = next((i for i, line in enumerate(lines) if line.startswith(".Lfunc_end")), len(lines))
+        lines = lines[:end]
+    return lines
+
+
+def histograms(lines: list[str], dialect: str) -> dict[str, Counter]:
+    """Mnemonic counts per category."""
+    counts = {name: Counter() for name in _PREFIXES[dialect]}
+    for line in lines:
+        op = mnemonic(line)
+        if op is None:
+            continue
+        for name in counts:
+            if _is(op, name, dialect):
+                counts[name][op] += 1
+    return counts
+
+
+def hot_loop(lines: list[str], dialect: str) -> list[str]:
+    """The innermost loop holding matrix instructions (else the innermost loop), as lines.
+
+    A loop is a backward branch: from a branch to a label earlier in the text. The span
+    runs from that label to the last branch back to it, so a rotated loop (LLVM puts the
+    body before the header) is included whole. The smallest such span is innermost.
+    """
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := _LABEL.match(line))}
+    spans: dict[str, tuple[int, int]] = {}
+    for i, line in enumerate(lines):
+        target = branch_target(line, dialect)
+        if labels.get(target, i) < i:
+            spans[target] = (labels[target], i)
+    loops = sorted(spans.values(), key=lambda span: span[1] - span[0])
+    with_matrix = [s for s in loops if any(
+        _is(op, "matrix", dialect) for op in map(mnemonic, lines[s[0]:s[1] + 1]) if op)]
+    chosen = (with_matrix or loops or [None])[0]
+    return [] if chosen is None else lines[chosen[0]:chosen[1] + 1]
+
+
+def branch_target(line: str, dialect: str) -> str | None:
+    """The label a branch instruction jumps to (None for any other line)."""
+    m = _BRANCH[dialect].match(line)
+    return m.group(1) if m else None
+
+
+def amdgpu_resources(asm: str) -> dict[str, int | None]:
+    """Register, spill and occupancy figures from the AMDGCN text (kernel info + metadata)."""
+    def number(pattern: str) -> int | None:
+        m = re.search(pattern, asm, re.MULTILINE)
+        return int(m.group(1)) if m else None
+
+    return {
+        "vgprs": number(r"^; NumVgprs: (\d+)"),            # arch VGPRs
+        "agprs": number(r"\.agpr_count:\s+(\d+)"),
+        "total_vgprs": number(r"^; TotalNumVgprs: (\d+)"),   # unified count used for occupancy
+        "sgprs": number(r"\.sgpr_count:\s+(\d+)"),
+        "vgpr_spills": number(r"\.vgpr_spill_count:\s+(\d+)"),
+        "sgpr_spills": number(r"\.sgpr_spill_count:\s+(\d+)"),
+        "scratch_bytes": number(r"\.private_segment_fixed_size:\s+(\d+)"),
+        "occupancy": number(r"^; Occupancy: (\d+)"),
+    }
+
+
+# CUDA ELF .nv.info attributes (EIATTR_*): each record is format byte, attribute byte,
+# then for format 4 a u16 size and a payload whose first u32 is the function's symbol.
+_EIATTR_REGCOUNT = 0x2F
+_EIATTR_FRAME_SIZE = 0x11
+
+
+def cubin_resources(cubin: bytes) -> dict[str, int | None]:
+    """Registers per thread and stack frame bytes (local memory: spills) from a cubin."""
+    found: dict[str, int | None] = {"registers": None, "frame_bytes": None}
+    for name, data in _elf_sections(cubin):
+        if not name.startswith(".nv.info"):
+            continue
+        at = 0
+        while at + 2 <= len(data):
+            fmt, attr = data[at], data[at + 1]
+            if fmt != 4:
+                at += 4  # formats 1-3 keep their value (if any) in the 4-byte header
+                continue
+            (size,) = struct.unpack_from("<H", data, at + 2)
+            if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and size == 8:
+                (value,) = struct.unpack_from("<I", data, at + 8)
+                found["registers" if attr == _EIATTR_REGCOUNT else "frame_bytes"] = value
+            at += 4 + size
+    return found
+
+
+def _elf_sections(elf: bytes):
+    """(name, contents) of each section of a little-endian ELF64 file."""
+    (offset,) = struct.unpack_from("<Q", elf, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", elf, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", elf, offset + i * entry_size) for i in range(count)]
+    names_at = headers[names_index][4]
+    for name_at, _, _, _, start, size in headers:
+        end = elf.index(b"\0", names_at + name_at)
+        yield elf[names_at + name_at:end].decode(), elf[start:start + size]
