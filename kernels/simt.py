@@ -14,6 +14,7 @@ at smoke shapes on the CPU.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from . import backend as _backend
@@ -34,9 +35,17 @@ __all__ = ["simt", "as_simt_array"]
 
 
 def as_simt_array(tensor: torch.Tensor):
-    """View a torch tensor as an array the SIMT kernel can write through (no copy)."""
+    """The tensor as an array a SIMT kernel takes; outputs are written through, not copied.
+
+    A GPU target reads any strided view in place. The simulator copies each argument to
+    its pretend device as one memory region, which a sliced view (row stride larger
+    than its width) is not; such inputs get a dense copy first, which changes nothing the
+    kernel computes. Outputs always come from ``new_output``, so they are dense.
+    """
     if _BACKEND.is_interpreter:
-        return tensor.detach().numpy()
+        array = tensor.detach().numpy()
+        dense = array.flags.c_contiguous or array.flags.f_contiguous
+        return array if dense else np.ascontiguousarray(array)
     if _BACKEND.name == "hip":  # pragma: no cover - needs ROCm
         return simt.as_hip_array(tensor.detach())
     return simt.as_cuda_array(tensor.detach())  # pragma: no cover - needs CUDA

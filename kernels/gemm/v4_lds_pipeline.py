@@ -1,0 +1,172 @@
+"""v4 lds_pipeline: software-pipeline the K loop through LDS, and set the AMD knobs.
+
+Idea:
+    In v3 every K step loads its A and B tiles from HBM, writes them to LDS, waits,
+    and only then runs its MFMAs: the matrix cores idle during each load. With
+    ``num_stages=2`` Triton's pipeliner (the "stream pipeliner" on AMD) issues the
+    global loads of step k+1 before the MFMAs of step k, keeping a second LDS buffer
+    (gfx942: loads land in registers, then ``ds_write`` into the LDS buffer the MFMAs
+    are not reading; gfx950: ``global_load_lds_dwordx4`` copies straight into LDS).
+
+    The kernel change that makes this possible: the pipeliner in Triton 3.9 leaves
+    a K loop unpipelined on gfx942 when its loads are masked on k (verified by AOT:
+    same LDS bytes for num_stages 1 and 2, no prologue). So the loop now runs over
+    the full BLOCK_K steps with only the loop-invariant row/column masks, and the
+    ragged last K step, if any, is peeled after the loop with the K mask.
+
+    The AMD compile options, passed only on the hip backend (NVIDIA's compiler
+    rejects unknown options; the interpreter drops them):
+
+    * ``matrix_instr_nonkdim``: the M/N size of the MFMA instruction. 16 selects
+      ``v_mfma_f32_16x16x16_bf16`` (gfx950: ``..._16x16x32_bf16``), 32 selects
+      ``v_mfma_f32_32x32x8_bf16``, 0 lets the compiler pick (it picks 32x32 for
+      these tiles). 16x16 needs fewer registers per instruction and suits
+      smaller/odd tiles; both have the same peak rate on CDNA3.
+    * ``kpack``: how many k-packs each lane reads from LDS per MFMA operand. kpack=2
+      turns the ``ds_read2st64_b64`` operand reads into ``ds_read_b128`` on gfx942
+      (fewer, wider LDS instructions). In Triton 3.9 ``HIPOptions.__post_init__``
+      overwrites kpack to 1 on gfx950, with a deprecation warning; this rung sends
+      kpack=2 on gfx942 only.
+    * ``waves_per_eu``: an occupancy target turned into the LLVM attribute
+      ``amdgpu-waves-per-eu``; the register allocator then keeps VGPRs under
+      512 / waves (2 waves: 256 VGPRs, arch+acc, per lane). Look at
+      ``.vgpr_count``, ``.vgpr_spill_count`` and ``; Occupancy:`` in the ISA:
+      spills (scratch traffic) cost more than the occupancy they buy.
+
+    What to look for in the gfx942 ISA: ``v_mfma_f32_16x16x16_bf16``,
+    ``ds_write_b128`` (staging into LDS), ``ds_read_b128`` (operands out of LDS), the
+    global loads of the next tile before the MFMA block, and LDS bytes in the
+    metadata twice v3's. That holds when the leading strides are multiples of 16
+    elements, which the JIT specializes on at run time for such shapes; compiled
+    without that hint the loads stay scalar (``global_load_ushort``) and the
+    gfx942 pipeliner leaves the loop alone (verified by AOT, Triton 3.9).
+
+Why faster:
+    Global-memory latency (hundreds of cycles) overlaps MFMA work instead of adding
+    to it, and wider LDS reads issue fewer instructions per MFMA (reasoning, not a
+    measurement).
+
+Expected bound:
+    Compute (matrix-core peak) for large shapes; the remaining gap is the epilogue,
+    the K tail, and wave quantization when the tile count is not a multiple of the
+    CU count (v6's idea). Which tile size wins depends on the shape: v5 tunes it.
+
+Limits:
+    Any M, N, K and strides, as v3; a K that is not a multiple of BLOCK_K costs one
+    extra masked step. Two LDS buffers of (BLOCK_M + BLOCK_N) x BLOCK_K elements must
+    fit in 64 KiB on gfx942 (160 KiB on gfx950). One fixed tile for every shape.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import backend as _backend
+from .. import validate
+from ..outputs import new_output
+from ..registry import AotKernel, rung
+from .spec import launch_ints
+from ..triton_support import aot_launch, cdiv, dot_precision, interp_bf16, round_to_bf16
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@triton.jit
+def _gemm_pipelined_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr,
+                         INTERP_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    if NUM_XCDS > 1:  # v3's remap (see v3_grouped_order.xcd_remap)
+        per = tl.cdiv(tiles_m * tiles_n, NUM_XCDS)
+        tall = tiles_m * tiles_n - (per - 1) * NUM_XCDS
+        xcd = pid % NUM_XCDS
+        pid = xcd * per - tl.maximum(xcd - tall, 0) + pid // NUM_XCDS
+    # Grouped order: GROUP_M tile rows per group, walked column by column.
+    group_size = GROUP_M * tiles_n
+    first_m = (pid // group_size) * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % rows_in_group
+    pid_n = (pid % group_size) // rows_in_group
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_full = (K // BLOCK_K) * BLOCK_K  # no K mask inside the loop: the pipeliner needs that
+    for k0 in range(0, k_full, BLOCK_K):
+        a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
+        b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
+        if INTERP_BF16:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if k_full < K:  # the ragged last K step, peeled out of the loop
+        a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k_full < K), other=0.0)
+        b = tl.load(b_ptrs, mask=(ks[:, None] + k_full < K) & (cols[None, :] < N), other=0.0)
+        if INTERP_BF16:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    if INTERP_BF16:
+        acc = round_to_bf16(acc)
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def num_xcds(backend: str, arch: str) -> int:
+    """XCDs with private L2s that round-robin dispatch spreads programs over."""
+    return 8 if backend == "hip" and arch in ("gfx942", "gfx950") else 1
+
+
+def amd_options(arch: str) -> dict:
+    """The AMD-only compile options (see the module docstring); kpack=2 only where it exists."""
+    return dict(matrix_instr_nonkdim=16, kpack=2 if arch == "gfx942" else 1, waves_per_eu=2)
+
+
+def config(backend: str, arch: str = "gfx942") -> dict:
+    """Tiles and pipeline depth per backend; the interpreter ignores stages and knobs."""
+    if backend == "interpreter":
+        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, NUM_XCDS=1,
+                    num_warps=4, num_stages=2)
+    if backend == "hip":
+        return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
+                    NUM_XCDS=num_xcds(backend, arch), num_warps=8, num_stages=2, **amd_options(arch))
+    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, NUM_XCDS=1,
+                num_warps=4, num_stages=3)
+
+
+def _with_overrides(cfg: dict, overrides: dict | None) -> dict:
+    unknown = set(overrides or ()) - set(cfg)
+    if unknown:
+        raise ValueError(f"config overrides {sorted(unknown)} are not settings of this rung; "
+                         f"known: {sorted(cfg)}")
+    return {**cfg, **(overrides or {})}
+
+
+def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
+    return [aot_launch(_gemm_pipelined_kernel, dtype, config(backend, arch), launch_ints(),
+                       constexprs={"INTERP_BF16": False, "PRECISION": dot_precision(dtype)})]
+
+
+@rung(op="gemm", rung=4, name="lds_pipeline", backends=("hip", "cuda", "interpreter"),
+      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
+def gemm_v4(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) -> torch.Tensor:
+    """``overrides`` replaces settings, e.g. ``{"NUM_XCDS": 8}`` runs the remap on a CPU."""
+    validate.matmul_operands(a, b, DTYPES)
+    (m, k), n = a.shape, b.shape[1]
+    c = new_output((m, n), a.dtype, a.device)
+    here = _backend.current()
+    cfg = _with_overrides(config(here.name, here.arch), overrides)
+    grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
+    _gemm_pipelined_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                               c.stride(0), c.stride(1), INTERP_BF16=interp_bf16(a.dtype),
+                               PRECISION=dot_precision(a.dtype), **cfg)
+    return c

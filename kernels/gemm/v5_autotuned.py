@@ -1,0 +1,167 @@
+"""v5 autotuned: v4's kernel, with the tile and knobs chosen per shape by timing.
+
+Idea:
+    No single tile is best for every shape: 128x128 wastes half its work on a
+    decode GEMM with M=16, and a 256-wide tile halves the A/B traffic of a large
+    square one. v5 wraps v4's kernel in ``triton.autotune`` over a per-backend space
+    (:mod:`.configs`: HIP, CUDA, and one interpreter config so nothing is timed on a
+    CPU). ``prune_configs_by`` first drops configs that do not fit the shape (tiles
+    much larger than M or N; skinny-M tiles unless M is decode-sized), then the
+    survivors are each timed once per key and the fastest is cached. The key is the
+    power-of-two bucket of M, N and K (kernel arguments ``M_BUCKET``... that the
+    kernel does not read) plus the dtype, which autotune appends by itself, so
+    shapes of the same size class reuse one choice instead of re-timing.
+
+    The chosen config is visible: ``kernels.gemm.v5_autotuned.chosen_config((M, N, K),
+    dtype)`` returns it as a dict (tiles, num_warps, num_stages, AMD knobs) after a
+    call with a shape in that bucket, ``None`` before.
+
+Why faster:
+    Each shape gets the tile and MFMA size that suit it; on decode shapes a 16-row
+    tile stops computing rows that are masked away (reasoning, not a measurement).
+
+Expected bound:
+    Compute bound for large shapes, as v4; memory bound (B read once) for decode
+    shapes, where the right skinny tile gets close to HBM bandwidth (model). Wave
+    quantization remains: a 4096x4096 GEMM in 256x128 tiles is 512 tiles on 304
+    CUs, 1.7 waves, the second 68 % full (v6's idea).
+
+Limits:
+    The first call of each bucket on a GPU times every surviving config (seconds).
+    A bucket's winner may be second-best for another shape in it. ``overrides``
+    pins a config and skips the tuner (for experiments). Every HIP config was checked
+    spill-free on gfx942 at bf16 by ahead-of-time compilation, not timed.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import backend as _backend
+from .. import validate
+from ..outputs import new_output
+from ..registry import AotKernel, rung
+from .spec import launch_ints
+from . import configs
+from ..triton_support import aot_launch, cdiv, dot_precision, interp_bf16, round_to_bf16
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@triton.autotune(configs=configs.space(_backend.current().name, _backend.current().arch),
+                 key=["M_BUCKET", "N_BUCKET", "K_BUCKET"],
+                 prune_configs_by={"early_config_prune": configs.early_config_prune})
+@triton.jit
+def _gemm_autotuned_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                           stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                           M_BUCKET, N_BUCKET, K_BUCKET,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                           GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr,
+                           INTERP_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    if NUM_XCDS > 1:  # v3's remap (see v3_grouped_order.xcd_remap)
+        per = tl.cdiv(tiles_m * tiles_n, NUM_XCDS)
+        tall = tiles_m * tiles_n - (per - 1) * NUM_XCDS
+        xcd = pid % NUM_XCDS
+        pid = xcd * per - tl.maximum(xcd - tall, 0) + pid // NUM_XCDS
+    # Grouped order: GROUP_M tile rows per group, walked column by column.
+    group_size = GROUP_M * tiles_n
+    first_m = (pid // group_size) * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % rows_in_group
+    pid_n = (pid % group_size) // rows_in_group
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_full = (K // BLOCK_K) * BLOCK_K  # no K mask inside the loop: the pipeliner needs that
+    for k0 in range(0, k_full, BLOCK_K):
+        a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
+        b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
+        if INTERP_BF16:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if k_full < K:  # the ragged last K step, peeled out of the loop
+        a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k_full < K), other=0.0)
+        b = tl.load(b_ptrs, mask=(ks[:, None] + k_full < K) & (cols[None, :] < N), other=0.0)
+        if INTERP_BF16:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    if INTERP_BF16:
+        acc = round_to_bf16(acc)
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def num_xcds(backend: str, arch: str) -> int:
+    """XCDs with private L2s that round-robin dispatch spreads programs over."""
+    return 8 if backend == "hip" and arch in ("gfx942", "gfx950") else 1
+
+
+_CHOSEN: dict[tuple, dict] = {}
+
+
+def _key(shape, dtype: torch.dtype) -> tuple:
+    return (*(triton.next_power_of_2(d) for d in shape), dtype)
+
+
+def chosen_config(shape, dtype: torch.dtype) -> dict | None:
+    """The config v5 launched for ``shape``'s bucket and ``dtype`` in this process, or None."""
+    return _CHOSEN.get(_key(shape, dtype))
+
+
+def _with_overrides(overrides: dict | None) -> dict:
+    here = _backend.current()
+    known = {*configs.as_dict(configs.space(here.name, here.arch)[0]), "NUM_XCDS"}
+    unknown = set(overrides or ()) - known
+    if unknown:
+        raise ValueError(f"config overrides {sorted(unknown)} are not settings of this rung; "
+                         f"known: {sorted(known)}")
+    return dict(overrides or {})
+
+
+def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
+    """The pruned space's first config for a large square GEMM (the tuner may pick another)."""
+    ints = launch_ints()
+    cfg = configs.as_dict(configs.prune(configs.space(backend, arch), ints["M"], ints["N"], ints["K"])[0])
+    buckets = {f"{d}_BUCKET": triton.next_power_of_2(ints[d]) for d in "MNK"}
+    return [aot_launch(_gemm_autotuned_kernel, dtype, cfg, {**ints, **buckets},
+                       constexprs={"NUM_XCDS": num_xcds(backend, arch), "INTERP_BF16": False,
+                                   "PRECISION": dot_precision(dtype)})]
+
+
+@rung(op="gemm", rung=5, name="autotuned", backends=("hip", "cuda", "interpreter"),
+      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
+def gemm_v5(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) -> torch.Tensor:
+    """``overrides`` replaces settings: ``{"NUM_XCDS": 8}`` runs the remap on a CPU; tile
+    settings (``BLOCK_M``, ``num_warps``, ...) pin a config and skip the tuner."""
+    validate.matmul_operands(a, b, DTYPES)
+    (m, k), n = a.shape, b.shape[1]
+    c = new_output((m, n), a.dtype, a.device)
+    here = _backend.current()
+    pinned = _with_overrides(overrides)
+    xcds = pinned.pop("NUM_XCDS", num_xcds(here.name, here.arch))
+    kernel = _gemm_autotuned_kernel
+    if pinned:  # skip the tuner: the pruned space's first config, overridden
+        best = configs.prune(configs.space(here.name, here.arch), m, n, k)[0]
+        pinned, kernel = {**configs.as_dict(best), **pinned}, _gemm_autotuned_kernel.fn
+
+    def grid(meta):
+        return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
+
+    kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                 c.stride(0), c.stride(1), *(triton.next_power_of_2(d) for d in (m, n, k)),
+                 NUM_XCDS=xcds, INTERP_BF16=interp_bf16(a.dtype), PRECISION=dot_precision(a.dtype),
+                 **pinned)
+    chosen = pinned or configs.as_dict(_gemm_autotuned_kernel.best_config)
+    _CHOSEN[_key((m, n, k), a.dtype)] = {**chosen, "NUM_XCDS": xcds}
+    return c

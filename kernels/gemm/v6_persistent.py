@@ -1,0 +1,249 @@
+"""v6 persistent: one program per CU loops over tiles; the last partial wave is split along K.
+
+Idea:
+    v5 launches one program per tile. When the tile count is not a multiple of the
+    number of CUs, the last wave runs partly empty: 4096x4096 in 256x128 tiles is
+    512 tiles on MI300X's 304 CUs, so the second wave keeps only 208 CUs busy
+    ("wave quantization"). v6 launches exactly ``compute_units`` programs (304 on
+    MI300X, the SM count on NVIDIA, 4 on the interpreter so that several tiles per
+    program and the tail run on a CPU) and lets each loop over work units:
+
+    * the tiles of the full waves, one unit each (data parallel, as before);
+    * the ``tail = tiles % programs`` leftover tiles, each split into ``splits``
+      K ranges (``splits = programs // tail``, at most the number of K steps), one
+      unit per range: the stream-K part (Osama et al., "Stream-K: Work-centric
+      Parallel Decomposition for Dense Matrix-Matrix Multiplication on the GPU",
+      2023, in its simpler "data-parallel + split tail" form). When there are fewer
+      tiles than programs (skinny or small shapes) every tile is a tail tile.
+
+    Combining the K partial sums: each split writes its fp32 accumulator tile to a
+    workspace (``tail x splits`` tiles), and a second small kernel adds the splits of
+    each tail tile in a fixed order, rounds once, and stores C. Chosen over fp32
+    ``atomic_add`` into C (needs a zeroed fp32 copy of C, a cast pass, and sums in
+    whatever order the atomics land: not bitwise reproducible) and over an
+    in-kernel fix-up where the tile's owner spins on flags until the other splits
+    are done (one launch, but it needs all programs resident at once, which the
+    CPU interpreter, running programs one after another, cannot give: it would
+    hang). The fix-up pass is deterministic and costs one extra small launch plus
+    ``tail x splits`` fp32 tiles of traffic.
+
+    The program ids keep v3's XCD remap (now over the ``programs`` persistent ids)
+    and grouped order, and the K loop keeps v4's pipelining. :func:`schedule` shows
+    the split for a shape.
+
+Why faster:
+    Every CU has work until the end: the tail's K work is spread over all programs
+    instead of leaving most of them idle, and persistent programs pay the launch and
+    prologue once rather than per tile (reasoning, not a measurement).
+
+Expected bound:
+    Compute bound for large shapes, with the last-wave loss of v5 (up to one wave
+    out of ``tiles / CUs``) mostly recovered; skinny/small shapes with fewer tiles
+    than CUs get up to ``splits`` times more CUs working on them (model).
+
+Limits:
+    Splits are whole K-step ranges per tile, so a tail that is more than half the
+    CU count gets no split (``programs // tail == 1``); full Stream-K's fractional
+    iteration ranges would balance that too. The tile config is the pruned v5
+    space's first entry for the shape, not timed: the grid, the split and the
+    workspace depend on the tile, so they must be known before the launch, which
+    ``triton.autotune`` (choosing inside the launch) does not allow. ``overrides``
+    sets any setting; ``NUM_PROGS`` changes the program count and ``FIXUP=False``
+    skips the combine pass (a deliberately broken variant for tests).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import backend as _backend
+from .. import validate
+from ..outputs import new_output
+from ..registry import AotKernel, rung
+from .spec import launch_ints
+from . import configs
+from ..triton_support import aot_launch, cdiv, dot_precision, interp_bf16, round_to_bf16
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INTERPRETER_PROGRAMS = 4
+
+
+@triton.jit
+def _tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """v3's grouped order: GROUP_M tile rows per group, walked column by column."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    group_size = GROUP_M * tiles_n
+    first_m = (tile // group_size) * GROUP_M
+    rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
+    return first_m + (tile % group_size) % rows_in_group, (tile % group_size) // rows_in_group
+
+
+@triton.jit
+def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
+                            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                            DP_TILES, SPLITS, SPLIT_K,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr, NUM_PROGS: tl.constexpr,
+                            INTERP_BF16: tl.constexpr, PRECISION: tl.constexpr):
+    pid = tl.program_id(0)
+    if NUM_XCDS > 1:  # v3's remap (see v3_grouped_order.xcd_remap), over the persistent ids
+        per = tl.cdiv(NUM_PROGS, NUM_XCDS)
+        tall = NUM_PROGS - (per - 1) * NUM_XCDS
+        xcd = pid % NUM_XCDS
+        pid = xcd * per - tl.maximum(xcd - tall, 0) + pid // NUM_XCDS
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    num_units = DP_TILES + (num_tiles - DP_TILES) * SPLITS
+    ks = tl.arange(0, BLOCK_K)
+    for unit in range(pid, num_units, NUM_PROGS):
+        split_unit = unit >= DP_TILES  # a K range of a tail tile, not a whole tile
+        sk = tl.maximum(unit - DP_TILES, 0)
+        tile = tl.where(split_unit, DP_TILES + sk // SPLITS, unit)
+        # SPLIT_K is a multiple of BLOCK_K: saying so keeps the loads vectorized, and
+        # Triton 3.9's gfx942 pipeliner skips the loop otherwise (AOT: LDS not doubled).
+        k_lo = tl.multiple_of(tl.where(split_unit, (sk % SPLITS) * SPLIT_K, 0), BLOCK_K)
+        k_hi = tl.where(split_unit, tl.minimum(K, k_lo + SPLIT_K), K)
+        pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        a_ptrs = a_ptr + rows[:, None] * stride_am + (ks[None, :] + k_lo) * stride_ak
+        b_ptrs = b_ptr + (ks[:, None] + k_lo) * stride_bk + cols[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        k_full = k_lo + ((k_hi - k_lo) // BLOCK_K) * BLOCK_K  # v4: no K mask inside the loop
+        for k0 in range(k_lo, k_full, BLOCK_K):
+            a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
+            b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
+            if INTERP_BF16:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+        if k_full < k_hi:  # the ragged last K step, peeled out of the loop
+            a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k_full < k_hi), other=0.0)
+            b = tl.load(b_ptrs, mask=(ks[:, None] + k_full < k_hi) & (cols[None, :] < N), other=0.0)
+            if INTERP_BF16:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        if split_unit:  # partial sum: the whole fp32 tile to the workspace, combined later
+            offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            tl.store(p_ptr + sk * (BLOCK_M * BLOCK_N) + offs, acc)
+        else:
+            if INTERP_BF16:
+                acc = round_to_bf16(acc)
+            c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+                     mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def _streamk_fixup_kernel(c_ptr, p_ptr, M, N, stride_cm, stride_cn, DP_TILES, SPLITS,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+                          INTERP_BF16: tl.constexpr):
+    """One program per tail tile: add its SPLITS partial tiles in order, round once, store."""
+    t = tl.program_id(0)
+    pid_m, pid_n = _tile_coords(DP_TILES + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(0, SPLITS):
+        acc += tl.load(p_ptr + (t * SPLITS + s) * (BLOCK_M * BLOCK_N) + offs)
+    if INTERP_BF16:
+        acc = round_to_bf16(acc)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def num_xcds(backend: str, arch: str) -> int:
+    """XCDs with private L2s that round-robin dispatch spreads programs over."""
+    return 8 if backend == "hip" and arch in ("gfx942", "gfx950") else 1
+
+
+def programs(backend: _backend.Backend) -> int:
+    """Persistent programs: one per CU/SM on a GPU, a few on the interpreter."""
+    return backend.compute_units if backend.is_gpu else INTERPRETER_PROGRAMS
+
+
+class Schedule(NamedTuple):
+    """How v6 shares an (M, N, K) GEMM among its programs."""
+
+    dp_tiles: int   # tiles computed whole (the full waves)
+    sk_tiles: int   # tail tiles split along K
+    splits: int     # K ranges per tail tile
+    split_k: int    # K elements per range (a multiple of BLOCK_K)
+
+
+def schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int,
+             num_progs: int) -> Schedule:
+    """Full waves data parallel; the tail's tiles split into K ranges to fill the programs."""
+    tiles = cdiv(m, block_m) * cdiv(n, block_n)
+    steps = cdiv(k, block_k)
+    tail = tiles % num_progs
+    splits = min(steps, num_progs // tail) if tail else 1
+    if splits <= 1:
+        return Schedule(tiles, 0, 1, steps * block_k)
+    per_split = cdiv(steps, splits)
+    return Schedule(tiles - tail, tail, cdiv(steps, per_split), per_split * block_k)
+
+
+def config(backend: _backend.Backend, m: int, n: int, k: int) -> dict:
+    """The pruned v5 space's first config for the shape, plus the persistent settings."""
+    best = configs.prune(configs.space(backend.name, backend.arch), m, n, k)[0]
+    return {**configs.as_dict(best), "NUM_XCDS": num_xcds(backend.name, backend.arch),
+            "NUM_PROGS": programs(backend), "FIXUP": True}
+
+
+def _with_overrides(cfg: dict, overrides: dict | None) -> dict:
+    unknown = set(overrides or ()) - set(cfg)
+    if unknown:
+        raise ValueError(f"config overrides {sorted(unknown)} are not settings of this rung; "
+                         f"known: {sorted(cfg)}")
+    return {**cfg, **(overrides or {})}
+
+
+def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
+    """Both kernels for a large square GEMM; 304 programs (MI300X CUs) or 132 (H100 SMs)."""
+    ints = launch_ints()
+    units = 304 if backend == "hip" else 132
+    cfg = config(_backend.Backend(backend, arch, "aot", units), ints["M"], ints["N"], ints["K"])
+    cfg.pop("FIXUP")
+    plan = schedule(ints["M"], ints["N"], ints["K"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"],
+                    cfg["NUM_PROGS"])
+    split = dict(DP_TILES=plan.dp_tiles, SPLITS=plan.splits, SPLIT_K=plan.split_k)
+    fixup_cfg = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "GROUP_M")}
+    return [aot_launch(_gemm_persistent_kernel, dtype, cfg, {**ints, **split},
+                       constexprs={"INTERP_BF16": False, "PRECISION": dot_precision(dtype)},
+                       pointers={"p_ptr": "*fp32"}),
+            aot_launch(_streamk_fixup_kernel, dtype,
+                       {**fixup_cfg, "num_warps": cfg["num_warps"], "num_stages": 1},
+                       {**ints, **split}, constexprs={"INTERP_BF16": False},
+                       pointers={"p_ptr": "*fp32"})]
+
+
+@rung(op="gemm", rung=6, name="persistent", backends=("hip", "cuda", "interpreter"),
+      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
+def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) -> torch.Tensor:
+    """``overrides`` replaces settings, e.g. ``{"NUM_XCDS": 8}`` runs the remap on a CPU."""
+    validate.matmul_operands(a, b, DTYPES)
+    (m, k), n = a.shape, b.shape[1]
+    c = new_output((m, n), a.dtype, a.device)
+    cfg = _with_overrides(config(_backend.current(), m, n, k), overrides)
+    fixup = cfg.pop("FIXUP")
+    plan = schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
+    partials = torch.empty((max(1, plan.sk_tiles * plan.splits), cfg["BLOCK_M"] * cfg["BLOCK_N"]),
+                           dtype=torch.float32, device=a.device)
+    _gemm_persistent_kernel[(cfg["NUM_PROGS"],)](
+        a, b, c, partials, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        c.stride(0), c.stride(1), plan.dp_tiles, plan.splits, plan.split_k,
+        INTERP_BF16=interp_bf16(a.dtype), PRECISION=dot_precision(a.dtype), **cfg)
+    if plan.sk_tiles and fixup:
+        _streamk_fixup_kernel[(plan.sk_tiles,)](
+            c, partials, m, n, c.stride(0), c.stride(1), plan.dp_tiles, plan.splits,
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], GROUP_M=cfg["GROUP_M"],
+            INTERP_BF16=interp_bf16(a.dtype), num_warps=cfg["num_warps"])
+    return c
