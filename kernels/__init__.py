@@ -2,13 +2,37 @@
 
 ``import kernels`` chooses the backend first (:mod:`kernels.backend`): on a machine
 without a GPU that is the Triton interpreter and Numba's CUDA simulator, with no
-environment variable to set. Kernel modules load on first use.
+environment variable to set. Kernel modules load on first use: the public ops
+(``kernels.matmul``, ``kernels.matmul_fp8``), ``kernels.nn`` and the op packages
+(``kernels.gemm_fp8``) are resolved lazily by :func:`__getattr__`.
 
     >>> import kernels
     >>> [r.title for r in kernels.variants("gemm")]        # doctest: +SKIP
     ['v0 simt_naive', 'v1 simt_lds_tiled', 'v2 triton_tile', 'ref']
+    >>> c = kernels.matmul(a, b)                           # doctest: +SKIP
 """
-from . import backend
-from .registry import get, ops, spec, variants
+import importlib
 
-__all__ = ["backend", "get", "ops", "spec", "variants"]
+from . import backend
+from .registry import OPS, get, ops, spec, variants
+
+# public name -> (module, attribute or None for the module itself)
+_LAZY = {
+    "matmul": ("kernels.gemm.ops", "matmul"),
+    "matmul_fp8": ("kernels.gemm_fp8.ops", "matmul_fp8"),
+    "nn": ("kernels.nn", None),
+}
+
+__all__ = ["backend", "get", "ops", "spec", "variants", *_LAZY]
+
+
+def __getattr__(name: str):
+    """Import kernel modules on first touch, after the backend choice above."""
+    if name in OPS:
+        spec(name)  # registers the op's rungs through the registry
+        return importlib.import_module(f"kernels.{name}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    loaded = importlib.import_module(module)
+    return loaded if attr is None else getattr(loaded, attr)

@@ -16,7 +16,7 @@ import torch
 
 from . import backend as _backend
 
-OPS = ("gemm",)  # op packages under kernels/, imported on first use
+OPS = ("gemm", "gemm_fp8")  # op packages under kernels/, imported on first use
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Rung:
     kind: str                 # "simt" | "triton" | "library"
     module: str               # module that defines it (for showing source and diffs)
     aot: Callable[..., Any] | None = field(default=None, compare=False)
-    """For Triton rungs: ``aot(dtype, backend)`` -> list of :class:`AotKernel` for the ISA inspector."""
+    """For Triton rungs: ``aot(dtype, backend, arch)`` -> list of :class:`AotKernel` for the ISA inspector."""
     max_bench_flops: float | None = None
     """Benchmarks skip shapes with more work than this (the naive rungs would take minutes)."""
 
@@ -69,6 +69,7 @@ class AotKernel:
     signature: dict[str, str]   # argument name -> Triton type ("*bf16", "i32", "constexpr")
     constexprs: dict[str, Any]
     options: dict[str, Any]     # num_warps, num_stages, and AMD knobs
+    divisible_by_16: tuple[str, ...] = ()   # int arguments the JIT would mark divisible by 16
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,73 @@
+"""The public GEMM: ``kernels.matmul(a, b)``, differentiable and visible to ``torch.compile``.
+
+Which kernel runs: the highest-numbered Triton rung of op ``gemm`` that runs on this
+backend and takes the dtype (:func:`best_rung`), read from the registry at call time,
+so a new rung is picked up without editing this file: a ladder ends with its most
+optimized rung. Should one backend ever want a lower rung, the registry is the place
+to say so (a per-backend "best" flag), not this module.
+
+How it is wrapped: a PyTorch custom op ``kernels::matmul`` (2-D only) with a fake
+(meta) implementation and an autograd formula, so ``torch.compile(fullgraph=True)``
+treats it as one opaque node instead of breaking the graph at the Triton launch, and
+so the backward GEMMs run through the same kernels: ``grad_a = grad_c @ b.T`` and
+``grad_b = a.T @ grad_c``, where the transposes are stride views that every rung
+takes as they are. :func:`matmul` flattens leading batch dims of ``a`` around it.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import backend as _backend
+from .. import validate
+from ..registry import Rung, variants
+from .spec import DTYPES
+
+
+def best_rung(op: str, dtype: torch.dtype) -> Rung:
+    """The highest-numbered Triton rung of ``op`` that runs here and supports ``dtype``."""
+    usable = [r for r in variants(op, include_ref=False)
+              if r.kind == "triton" and r.runs_here() and r.supports(dtype)]
+    if not usable:
+        raise TypeError(f"no Triton rung of {op!r} takes {dtype} on the "
+                        f"{_backend.current().name} backend")
+    return usable[-1]
+
+
+@torch.library.custom_op("kernels::matmul", mutates_args=())
+def _matmul_2d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return best_rung("gemm", a.dtype)(a, b)
+
+
+@_matmul_2d.register_fake
+def _(a, b):
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _save_operands(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, grad_c):
+    a, b = ctx.saved_tensors
+    grad_a = _matmul_2d(grad_c, b.t()) if ctx.needs_input_grad[0] else None
+    grad_b = _matmul_2d(a.t(), grad_c) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+_matmul_2d.register_autograd(_backward, setup_context=_save_operands)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a (..., K) @ b (K, N) -> (..., N)`` with the best GEMM kernel here; differentiable.
+
+    fp32 (IEEE, no TF32), fp16 and bf16, with fp32 accumulation; ``a`` and ``b`` share
+    one dtype and device. Any strides. Errors name the argument at fault.
+    """
+    validate.tensor("a", a)
+    validate.tensor("b", b, ndim=2)
+    if a.shape[-1] != b.shape[0]:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (..., K), "
+                         f"b is {tuple(b.shape)} (K, N)")
+    a2 = a.reshape(-1, a.shape[-1])
+    validate.matmul_operands(a2, b, DTYPES)
+    return _matmul_2d(a2, b).reshape(*a.shape[:-1], b.shape[1])

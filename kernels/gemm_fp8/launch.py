@@ -1,0 +1,54 @@
+"""Launch plumbing shared by the Triton FP8 rungs: tile configs, the grid, AOT signatures.
+
+The rungs differ only inside their ``@triton.jit`` kernel (the lesson); both kernels
+take the same arguments, so the host side that fills them in lives here once.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import backend as _backend
+from ..outputs import new_output
+from ..registry import AotKernel
+from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type
+from . import operands
+
+def config(backend: str) -> dict:
+    """Tiles per backend; K tiles are wide because an FP8 element is one byte.
+
+    hip: 256x128x128, two stages, 16x16 MFMA tiles (``matrix_instr_nonkdim``): fits
+    gfx942's 64 KiB of LDS without register spills (AOT-checked), and on gfx950 a
+    K step of 128 selects the CDNA4 ``v_mfma_f32_16x16x128_f8f6f4``. cuda: 128x256x128,
+    three stages (144 KiB of Hopper shared memory). interpreter: small tiles, since
+    each program costs ~1 ms.
+    """
+    if backend == "interpreter":
+        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1)
+    if backend == "hip":
+        return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=2,
+                    matrix_instr_nonkdim=16)
+    return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3)
+
+
+def aot(kernel, dtype: torch.dtype, backend: str,
+        out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
+    """The launch the ISA inspector compiles: an 8192^3 GEMM with K-contiguous A and B
+    (the layout FP8 matrix cores and hipBLASLt want) and per-row/per-column scales."""
+    size = 8192
+    ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
+                stride_cm=size, stride_cn=1, stride_sa=1, stride_sb=1)
+    return [aot_launch(kernel, dtype, config(backend), ints, constexprs={"INTERP_BF16": False},
+                       pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
+
+
+def launch(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
+    """Check the operands, allocate C (poisonable) and run ``kernel`` over a 1-D grid."""
+    stride_sa, stride_sb = operands.check(a, b, scale_a, scale_b, out_dtype)
+    (m, k), n = a.shape, b.shape[1]
+    c = new_output((m, n), out_dtype, a.device)
+    cfg = config(_backend.current().name)
+    grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
+    kernel[grid](a, b, c, scale_a, scale_b, m, n, k,
+                 a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                 stride_sa, stride_sb, INTERP_BF16=interp_bf16(out_dtype), **cfg)
+    return c

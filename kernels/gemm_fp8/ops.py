@@ -1,0 +1,41 @@
+"""The public scaled FP8 GEMM: ``kernels.matmul_fp8(a, b, scale_a, scale_b, out_dtype)``.
+
+Semantics of ``torch._scaled_mm``: ``(a * scale_a) @ (b * scale_b)`` with fp32
+accumulation (see :mod:`.operands`). It runs the highest-numbered Triton rung of
+``gemm_fp8`` that runs here and takes the FP8 format (:func:`kernels.gemm.ops.best_rung`),
+wrapped as the custom op ``kernels::matmul_fp8`` with a fake implementation, so
+``torch.compile(fullgraph=True)`` keeps it in the graph.
+
+No autograd: like ``torch._scaled_mm`` it defines no derivative for FP8 operands. An
+FP8 training recipe quantizes the output gradient itself and calls this op for the
+two backward GEMMs (e.g. ``grad_a = matmul_fp8(grad_fp8, b_fp8.t(), ...)``).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..gemm.ops import best_rung
+from . import operands
+
+
+@torch.library.custom_op("kernels::matmul_fp8", mutates_args=())
+def _matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                out_dtype: torch.dtype) -> torch.Tensor:
+    return best_rung("gemm_fp8", a.dtype)(a, b, scale_a, scale_b, out_dtype=out_dtype)
+
+
+@_matmul_fp8.register_fake
+def _(a, b, scale_a, scale_b, out_dtype):
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
+
+
+def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+               out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """``(a * scale_a) @ (b * scale_b)`` for FP8 ``a`` (M, K) and ``b`` (K, N), in ``out_dtype``.
+
+    Scales are float32: a single number (per tensor), or ``(M, 1)`` for ``a`` and
+    ``(1, N)`` for ``b`` (per row / per column). Prepare operands with
+    :func:`kernels.gemm_fp8.quantize_fp8` in :func:`kernels.gemm_fp8.fp8_dtype`.
+    """
+    operands.check(a, b, scale_a, scale_b, out_dtype)
+    return _matmul_fp8(a, b, scale_a, scale_b, out_dtype)

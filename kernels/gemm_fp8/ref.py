@@ -1,0 +1,63 @@
+"""ref: the library baseline, ``torch._scaled_mm`` (hipBLASLt on ROCm, cuBLASLt on NVIDIA).
+
+Idea: what a user gets without writing a kernel. It is the same call on every backend:
+
+* GPU: hipBLASLt/cuBLASLt want A row-major, B column-major and M, N, K multiples of 16.
+  Other inputs are copied into that form first, zero-padded (zeros add nothing to the
+  dot products; padded rows and columns are cut off again). Aligned inputs with that
+  layout go straight through, so the benchmark's ``row`` layout pays one copy of B.
+* CPU (torch >= 2.13): ``torch._scaled_mm`` has a CPU kernel that takes any shape,
+  layout and either e4m3 format, per-tensor and per-row/column scales, and accumulates
+  in float32; the harness therefore compares the interpreted rungs with it directly.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import backend as _backend
+from ..registry import rung
+from . import operands
+from .formats import native_dtypes
+
+ALIGN = 16
+
+
+def _library_scales(scale_a, scale_b, m: int, n: int):
+    """_scaled_mm takes two singletons or a contiguous (M, 1) and (1, N) pair, never a mix."""
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        return scale_a.reshape(()), scale_b.reshape(())
+    return (scale_a.reshape(-1, 1).expand(m, 1).contiguous(),
+            scale_b.reshape(1, -1).expand(1, n).contiguous())
+
+
+def _padded(x: torch.Tensor, rows: int, cols: int, col_major: bool) -> torch.Tensor:
+    """x in a zero (rows, cols) buffer of the given memory order; x itself if it already is."""
+    fits = x.shape == (rows, cols) and (x.t().is_contiguous() if col_major else x.is_contiguous())
+    if fits:
+        return x
+    out = x.new_zeros((cols, rows)).t() if col_major else x.new_zeros((rows, cols))
+    out[:x.shape[0], :x.shape[1]] = x
+    return out
+
+
+def _gpu_scaled_mm(a, b, scale_a, scale_b, out_dtype):
+    (m, k), n = a.shape, b.shape[1]
+    mp, np_, kp = (-(-d // ALIGN) * ALIGN for d in (m, n, k))
+    scale_a, scale_b = _library_scales(scale_a, scale_b, m, n)
+    if scale_a.dim():
+        scale_a = torch.nn.functional.pad(scale_a, (0, 0, 0, mp - m))
+        scale_b = torch.nn.functional.pad(scale_b, (0, np_ - n))
+    c = torch._scaled_mm(_padded(a, mp, kp, col_major=False), _padded(b, kp, np_, col_major=True),
+                         scale_a, scale_b, out_dtype=out_dtype)
+    return c[:m, :n]
+
+
+@rung(op="gemm_fp8", rung=None, name="ref", backends=("hip", "cuda", "interpreter"),
+      dtypes=native_dtypes(), interpreter=True, kind="library")
+def gemm_fp8_ref(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                 out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    operands.check(a, b, scale_a, scale_b, out_dtype)
+    if _backend.current().is_gpu:
+        return _gpu_scaled_mm(a, b, scale_a, scale_b, out_dtype)
+    scale_a, scale_b = _library_scales(scale_a, scale_b, a.shape[0], b.shape[1])
+    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype)

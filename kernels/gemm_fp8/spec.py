@@ -1,0 +1,102 @@
+"""The scaled FP8 GEMM problem, stated once: C (M, N) = (A * s_a) @ (B * s_b).
+
+A and B are FP8 (one e4m3 format), the scales float32, C bfloat16 by default. Rungs,
+benchmarks and the harness read inputs, work and traffic from here.
+
+The harness judges C against the float64 product of the *dequantized* FP8 operands:
+quantization error is the recipe's business, not the kernel's, so a kernel is only
+charged for its accumulation and its output rounding.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..registry import OpSpec, register_op
+from .formats import FP8_DTYPES, quantize_fp8
+
+OUT_DTYPE = torch.bfloat16   # the default output, and the one bytes_moved counts
+
+# Small, odd, prime, degenerate: none a multiple of any block size. (M, N, K)
+SMOKE_SHAPES = (
+    (1, 1, 1),
+    (37, 29, 53),
+    (5, 67, 3),
+    (64, 48, 32),
+    (19, 1, 131),
+)
+
+BENCH_SHAPES = {
+    "square 4096": (4096, 4096, 4096),
+    "square 8192": (8192, 8192, 8192),
+    "square 16384": (16384, 16384, 16384),
+    "llama3-8b mlp up (4096 tok)": (4096, 14336, 4096),
+    "llama3-8b mlp down (4096 tok)": (4096, 4096, 14336),
+    "llama3-70b mlp up (8192 tok)": (8192, 28672, 8192),
+    "llama3-70b mlp down (8192 tok)": (8192, 8192, 28672),
+    "deepseek-v3 mlp up (8192 tok)": (8192, 18432, 7168),
+    "decode M=128 (4096x14336)": (128, 14336, 4096),
+}
+
+
+def make_inputs(shape, dtype=torch.float8_e4m3fn, device="cpu", seed=0, layout="row",
+                granularity=None):
+    """Fresh random (a_fp8, b_fp8, scale_a, scale_b), quantized from float32 by amax.
+
+    ``granularity`` "tensor" gives scalar scales, "channel" a per-row scale for A and a
+    per-column one for B; by default odd seeds take "channel" and even seeds "tensor", so
+    the harness's random seeds cover both and a report's seed reproduces its case. Rows
+    of A and columns of B get magnitudes spread over ~e^±2, so per-channel scales differ.
+    ``layout`` "col" gives column-major (transposed-stride) A and B.
+    """
+    if dtype not in FP8_DTYPES:
+        raise TypeError(f"gemm_fp8 inputs are one of {FP8_DTYPES}, got {dtype}")
+    granularity = granularity or ("channel" if seed % 2 else "tensor")
+    if granularity not in ("tensor", "channel"):
+        raise ValueError(f"granularity must be 'tensor' or 'channel', got {granularity!r}")
+    m, n, k = shape
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    a = torch.randn(m, k, generator=gen) * torch.randn(m, 1, generator=gen).exp()
+    b = torch.randn(k, n, generator=gen) * torch.randn(1, n, generator=gen).exp()
+    per_channel = granularity == "channel"
+    a8, scale_a = quantize_fp8(a, dtype, "row" if per_channel else "tensor")
+    b8, scale_b = quantize_fp8(b, dtype, "col" if per_channel else "tensor")
+    if layout == "col":
+        a8, b8 = a8.t().contiguous().t(), b8.t().contiguous().t()
+    elif layout != "row":
+        raise ValueError(f"layout must be 'row' or 'col', got {layout!r}")
+    return tuple(t.to(device) for t in (a8, b8, scale_a, scale_b))
+
+
+def reference(a, b, scale_a, scale_b) -> torch.Tensor:
+    """float64 on the CPU, of the dequantized operands."""
+    def dequant(x, s):
+        return x.detach().cpu().double() * s.detach().cpu().double()
+    return dequant(a, scale_a) @ dequant(b, scale_b)
+
+
+def flops(shape) -> float:
+    m, n, k = shape
+    return 2.0 * m * n * k
+
+
+def bytes_moved(shape, dtype: torch.dtype) -> float:
+    """Minimum traffic: A and B read once (1 byte each), C written once in bfloat16.
+
+    The scales (at most M + N floats) are left out: under 0.1 % at any bench shape.
+    """
+    m, n, k = shape
+    fp8_bytes = torch.empty((), dtype=dtype).element_size()
+    return float((m * k + k * n) * fp8_bytes + m * n * OUT_DTYPE.itemsize)
+
+
+SPEC = register_op(OpSpec(
+    name="gemm_fp8",
+    make_inputs=make_inputs,
+    reference=reference,
+    flops=flops,
+    bytes_moved=bytes_moved,
+    smoke_shapes=SMOKE_SHAPES,
+    bench_shapes=BENCH_SHAPES,
+    dtypes=FP8_DTYPES,
+    shape_names=("M", "N", "K"),
+))

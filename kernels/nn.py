@@ -1,0 +1,27 @@
+"""``kernels.nn.Linear``: ``torch.nn.Linear`` with its matmul done by :func:`kernels.matmul`.
+
+A subclass, so parameters, initialization, ``state_dict`` keys and ``repr`` are
+torch's own and a checkpoint loads either way; only ``forward`` differs. The bias is
+added by a separate PyTorch op (not fused into the GEMM epilogue).
+"""
+from __future__ import annotations
+
+import torch
+
+from .gemm.ops import matmul
+
+
+class Linear(torch.nn.Linear):
+    """``y = x @ weight.T + bias`` with ``weight`` stored (out_features, in_features)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = matmul(x, self.weight.t())
+        return y if self.bias is None else y + self.bias
+
+    @classmethod
+    def from_torch(cls, linear: torch.nn.Linear) -> "Linear":
+        """A copy of ``linear`` (same weights, dtype, device) that runs on these kernels."""
+        new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                  device=linear.weight.device, dtype=linear.weight.dtype)
+        new.load_state_dict(linear.state_dict())
+        return new

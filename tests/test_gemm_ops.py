@@ -1,0 +1,148 @@
+"""The public GEMM: kernels.matmul (forward, autograd, batch dims, custom op, compile) and nn.Linear.
+
+Judged by the harness rule (workbench.check.compare) against float64, with
+torch.matmul in the same dtype as the baseline. Shapes stay <= 64 per dim: each
+interpreted program costs ~1 ms.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kernels
+from kernels.gemm.ops import best_rung
+from workbench.check import compare
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+matmul = kernels.matmul   # also registers torch.ops.kernels.matmul
+SHAPES = [((1, 1), (1, 1)), ((37, 53), (53, 29)), ((2, 3, 17), (17, 9)), ((5, 64), (64, 48))]
+
+
+def rand(*shape, dtype=torch.float32, seed=0, requires_grad=False):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(dtype).requires_grad_(requires_grad)
+
+
+def assert_passes(out, reference, baseline, dtype, direction="forward"):
+    fields = compare(out, reference, baseline, dtype, direction)
+    assert fields["passed"], (f"{direction} {dtype}: error {fields['error']:.2e} > allowed "
+                              f"{fields['allowed']:.2e}, {fields['mismatches']} elements off "
+                              f"(worst at {fields['worst_index']})")
+
+
+def test_best_rung_is_the_highest_triton_rung_that_runs_here():
+    for dtype in DTYPES:
+        chosen = best_rung("gemm", dtype)
+        others = [r for r in kernels.variants("gemm", include_ref=False)
+                  if r.kind == "triton" and r.runs_here() and r.supports(dtype)]
+        assert chosen is others[-1] and chosen.rung == max(r.rung for r in others)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("a_shape,b_shape", SHAPES, ids=str)
+def test_forward_and_backward_match_float64(a_shape, b_shape, dtype):
+    a = rand(*a_shape, dtype=dtype, seed=1, requires_grad=True)
+    b = rand(*b_shape, dtype=dtype, seed=2, requires_grad=True)
+    grad = rand(*a_shape[:-1], b_shape[1], dtype=dtype, seed=3)
+    out = matmul(a, b)
+    assert out.shape == (*a_shape[:-1], b_shape[1]) and out.dtype == dtype
+    grad_a, grad_b = torch.autograd.grad(out, (a, b), grad)
+
+    base = torch.matmul(a, b)
+    base_grad_a, base_grad_b = torch.autograd.grad(base, (a, b), grad)
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    ref = a64 @ b64
+    ref_grad_a, ref_grad_b = torch.autograd.grad(ref, (a64, b64), grad.double())
+
+    assert_passes(out, ref.detach(), base, dtype)
+    assert_passes(grad_a, ref_grad_a, base_grad_a, dtype, "backward")
+    assert_passes(grad_b, ref_grad_b, base_grad_b, dtype, "backward")
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_non_contiguous_operands_and_broadcast_gradient(dtype):
+    a = rand(40, 24, dtype=dtype, seed=4).t().requires_grad_()           # (24, 40), column-major
+    b = rand(40, 62, dtype=dtype, seed=5)[:, ::2].requires_grad_()       # (40, 31), column stride 2
+    out = matmul(a, b)
+    out.sum().backward()                                                 # grad_c is a stride-0 expand
+    ones = torch.ones(24, 31, dtype=torch.float64)
+    a64, b64 = a.detach().double(), b.detach().double()
+    assert_passes(out, a64 @ b64, torch.matmul(a, b), dtype)
+    assert_passes(a.grad, ones @ b64.t(), torch.matmul(torch.ones_like(out), b.t()), dtype, "backward")
+    assert_passes(b.grad, a64.t() @ ones, torch.matmul(a.t(), torch.ones_like(out)), dtype, "backward")
+
+
+@pytest.mark.parametrize("a,b,error,match", [
+    (rand(4, 5), rand(6, 3), ValueError, "inner dimensions"),
+    (rand(4, 5), rand(5, 3, dtype=torch.float16), TypeError, "dtypes differ"),
+    (rand(4, 5).to(torch.int32), rand(5, 3).to(torch.int32), TypeError, "int32"),
+    (rand(4, 5).to(torch.float8_e4m3fn), rand(5, 3).to(torch.float8_e4m3fn), TypeError, "matmul_fp8|float8"),
+    (rand(4, 5), rand(2, 5, 3), ValueError, "b must be 2-D"),
+    ([[1.0]], rand(1, 1), TypeError, "a must be a torch.Tensor"),
+    (rand(0, 5), rand(5, 3), ValueError, "a is empty"),
+    (rand(4, 5), torch.empty(5, 3, device="meta"), ValueError, "b is on meta"),
+], ids=["inner", "dtypes", "int", "fp8", "b-3d", "list", "empty", "device"])
+def test_bad_inputs_are_refused_by_name(a, b, error, match):
+    with pytest.raises(error, match=match):
+        matmul(a, b)
+
+
+def test_custom_op_passes_opcheck():
+    a, b = rand(5, 7, seed=6, requires_grad=True), rand(7, 3, seed=7, requires_grad=True)
+    torch.library.opcheck(torch.ops.kernels.matmul.default, (a, b))
+
+
+def test_torch_compile_traces_without_graph_breaks():
+    def loss(x, w):
+        return matmul(x, w).relu().sum()
+
+    x, w = rand(2, 6, 8, seed=8), rand(8, 5, seed=9, requires_grad=True)
+    explained = torch._dynamo.explain(loss)(x, w)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    value = compiled(x, w)
+    value.backward()
+    expected = torch.matmul(x, w.detach()).relu().sum()
+    assert torch.allclose(value.detach(), expected, rtol=1e-5)
+    assert w.grad is not None and w.grad.shape == w.shape
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("bias", (True, False))
+def test_linear_matches_torch_linear(dtype, bias):
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(24, 10, bias=bias, dtype=dtype)
+    ours = kernels.nn.Linear.from_torch(ref)
+    assert isinstance(ours, torch.nn.Linear) and ours.weight is not ref.weight
+    assert torch.equal(ours.weight, ref.weight)
+    x = rand(3, 4, 24, dtype=dtype, seed=10)
+    w64 = ref.weight.detach().double()
+    expected = x.double() @ w64.t() + (ref.bias.detach().double() if bias else 0.0)
+    assert_passes(ours(x).detach(), expected, ref(x).detach(), dtype)
+
+
+def test_linear_trains_a_tiny_regression():
+    torch.manual_seed(0)
+    x = torch.randn(64, 8)
+    y = x @ torch.randn(8, 3) + 0.5
+    model = kernels.nn.Linear(8, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(8):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_import_kernels_stays_cheap():
+    code = ("import sys, kernels; assert 'kernels.gemm' not in sys.modules; "
+            "assert 'triton' not in sys.modules; kernels.matmul; assert 'kernels.gemm.ops' in sys.modules")
+    env = {**os.environ, "KERNELS_BACKEND": "interpreter"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
