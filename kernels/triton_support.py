@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from . import backend as _backend
+from .registry import AotKernel
 
 TRITON_DTYPE_NAMES = {
     torch.float32: "fp32",
@@ -69,3 +70,37 @@ def pointer_type(dtype: torch.dtype) -> str:
 
 def cdiv(x: int, y: int) -> int:
     return (x + y - 1) // y
+
+
+def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
+               constexprs: dict | None = None, pointers: dict[str, str] | None = None) -> AotKernel:
+    """Describe one launch the way Triton's JIT specializes it, for an ahead-of-time compile.
+
+    At launch the JIT turns every int argument equal to 1 into a constant and marks the
+    ones divisible by 16 (and 16-byte aligned pointers), which is what lets it vectorise
+    loads and software-pipeline the K loop. An ahead-of-time compile must be told the
+    same, or the ISA shows scalar loads and an unpipelined loop that no GPU runs.
+
+    ``cfg`` holds the rung's settings: upper-case keys are constexprs, the rest compile
+    options (``num_warps``, ``num_stages``, AMD knobs). ``ints`` are the int arguments'
+    values at the launch shown (for GEMMs an 8192^3 row-major problem); pointers are
+    ``dtype`` unless ``pointers`` says otherwise (e.g. an fp32 workspace).
+    """
+    names = list(jit_fn.arg_names)
+    fixed = {**{k: v for k, v in cfg.items() if k.isupper()}, **(constexprs or {}),
+             **{k: 1 for k, v in ints.items() if v == 1}}
+    signature = {}
+    for name in names:
+        if name in fixed:
+            signature[name] = "constexpr"
+        elif name in ints:
+            signature[name] = "i32"
+        elif name.endswith("_ptr"):
+            signature[name] = (pointers or {}).get(name, pointer_type(dtype))
+        else:
+            raise ValueError(f"{jit_fn.__name__}: no value for argument {name!r} in the AOT launch")
+    return AotKernel(
+        jit_fn, signature,
+        constexprs={k: fixed[k] for k in names if signature[k] == "constexpr"},
+        options={k: v for k, v in cfg.items() if not k.isupper()},
+        divisible_by_16=tuple(k for k in names if signature[k] == "i32" and ints[k] % 16 == 0))

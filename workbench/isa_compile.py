@@ -99,10 +99,11 @@ def _compile_here(op: str, label: str, target: tuple, dtype_name: str) -> list[d
     gpu_target = GPUTarget(*target)
     accepted = _option_fields(gpu_target.backend)
     compiled = []
-    for aot in rung.aot(getattr(torch, dtype_name), gpu_target.backend):
+    arch = gpu_target.arch if gpu_target.backend == "hip" else f"sm_{gpu_target.arch}"
+    for aot in rung.aot(getattr(torch, dtype_name), gpu_target.backend, arch):
         options = {k: v for k, v in aot.options.items() if k in accepted}
         jit_fn = _Rebuilder().jit(aot.jit_fn)
-        source = ASTSource(jit_fn, aot.signature, aot.constexprs, _aligned_pointers(jit_fn, aot.signature))
+        source = ASTSource(jit_fn, aot.signature, aot.constexprs, _launch_hints(jit_fn, aot))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
             kernel = triton.compile(source, target=gpu_target, options=options)
@@ -119,15 +120,17 @@ def _compile_here(op: str, label: str, target: tuple, dtype_name: str) -> list[d
     return compiled
 
 
-def _aligned_pointers(jit_fn, signature: dict[str, str]) -> dict:
-    """Tell the compiler every pointer is 16-byte aligned, as the JIT does for torch tensors.
+def _launch_hints(jit_fn, aot) -> dict:
+    """Divisibility hints as the JIT gives them: aligned pointers, ints divisible by 16.
 
-    At launch Triton specializes each pointer argument whose address is a multiple of 16
-    (torch allocations always are); without the same hint an ahead-of-time compile would
-    show narrower loads than the kernel really runs with.
+    At launch Triton specializes each pointer whose address is a multiple of 16 (torch
+    allocations always are) and each int argument divisible by 16 (the rung's ``aot``
+    names those of the launch it shows); without the same hints an ahead-of-time compile
+    would show narrower loads and a less pipelined loop than the kernel really runs with.
     """
-    return {(jit_fn.arg_names.index(name),): [["tt.divisibility", 16]]
-            for name, kind in signature.items() if kind.startswith("*")}
+    hinted = [name for name, kind in aot.signature.items() if kind.startswith("*")]
+    hinted += list(aot.divisible_by_16)
+    return {(jit_fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in hinted}
 
 
 def _option_fields(backend: str) -> set[str]:

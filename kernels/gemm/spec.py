@@ -54,6 +54,13 @@ def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.detach().cpu().double() @ b.detach().cpu().double()
 
 
+def launch_ints(shape=(8192, 8192, 8192)) -> dict[str, int]:
+    """The int arguments of a row-major GEMM launch (what the ISA inspector compiles for)."""
+    m, n, k = shape
+    return dict(M=m, N=n, K=k, stride_am=k, stride_ak=1, stride_bk=n, stride_bn=1,
+                stride_cm=n, stride_cn=1)
+
+
 def flops(shape) -> float:
     m, n, k = shape
     return 2.0 * m * n * k

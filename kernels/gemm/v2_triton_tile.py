@@ -32,7 +32,8 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
-from ..triton_support import cdiv, dot_precision, interp_bf16, pointer_type, round_to_bf16
+from .spec import launch_ints
+from ..triton_support import aot_launch, cdiv, dot_precision, interp_bf16, round_to_bf16
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -73,17 +74,9 @@ def config(backend: str) -> dict:
                 num_stages=1)
 
 
-def aot(dtype: torch.dtype, backend: str) -> list[AotKernel]:
-    cfg = config(backend)
-    blocks = {k: v for k, v in cfg.items() if k.startswith("BLOCK")}
-    options = {k: v for k, v in cfg.items() if k.startswith("num_")}
-    ptr = pointer_type(dtype)
-    signature = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, "M": "i32", "N": "i32", "K": "i32",
-                 **{s: "i32" for s in ("stride_am", "stride_ak", "stride_bk", "stride_bn",
-                                        "stride_cm", "stride_cn")},
-                 **{k: "constexpr" for k in (*blocks, "INTERP_BF16", "PRECISION")}}
-    constexprs = {**blocks, "INTERP_BF16": False, "PRECISION": dot_precision(dtype)}
-    return [AotKernel(_gemm_tile_kernel, signature, constexprs, options)]
+def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
+    return [aot_launch(_gemm_tile_kernel, dtype, config(backend), launch_ints(),
+                       constexprs={"INTERP_BF16": False, "PRECISION": dot_precision(dtype)})]
 
 
 @rung(op="gemm", rung=2, name="triton_tile", backends=("hip", "cuda", "interpreter"),

@@ -1,0 +1,41 @@
+"""AOT launch descriptions follow the JIT's specialization, so the ISA shows what runs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels.gemm import v2_triton_tile
+from kernels.gemm.spec import launch_ints
+from kernels.triton_support import aot_launch
+from workbench import isa
+
+
+def test_unit_ints_become_constexprs_and_multiples_of_16_are_hinted():
+    ints = launch_ints((8192, 8192, 8192))
+    launch = aot_launch(v2_triton_tile._gemm_tile_kernel, torch.bfloat16, v2_triton_tile.config("hip"),
+                        ints, constexprs={"INTERP_BF16": False, "PRECISION": "ieee"})
+    assert list(launch.signature) == list(v2_triton_tile._gemm_tile_kernel.arg_names)
+    assert launch.constexprs["stride_ak"] == launch.constexprs["stride_cn"] == 1
+    assert launch.signature["a_ptr"] == "*bf16" and launch.signature["K"] == "i32"
+    assert set(launch.divisible_by_16) == {"M", "N", "K", "stride_am", "stride_bk", "stride_cm"}
+    assert launch.options == {"num_warps": 8, "num_stages": 1}
+    odd = aot_launch(v2_triton_tile._gemm_tile_kernel, torch.bfloat16, v2_triton_tile.config("hip"),
+                     launch_ints((8191, 8192, 8192)), constexprs={"INTERP_BF16": False, "PRECISION": "ieee"})
+    assert "M" not in odd.divisible_by_16 and "N" in odd.divisible_by_16
+
+
+def test_an_argument_without_a_value_is_an_error():
+    ints = launch_ints()
+    del ints["K"]
+    with pytest.raises(ValueError, match="no value for argument 'K'"):
+        aot_launch(v2_triton_tile._gemm_tile_kernel, torch.float16, v2_triton_tile.config("hip"), ints,
+                   constexprs={"INTERP_BF16": False, "PRECISION": "ieee"})
+
+
+@pytest.mark.parametrize("rung", [r for r in kernels.variants("gemm") if r.aot], ids=lambda r: r.label)
+def test_every_triton_gemm_rung_loads_16_bytes_at_a_time_on_gfx942(rung):
+    """Without the JIT's hints every load would be a 2-byte global_load_ushort."""
+    loads = isa.inspect("gemm", rung.label, "gfx942", torch.bfloat16).global_loads
+    wide = sum(n for name, n in loads.items() if name.endswith("dwordx4"))
+    assert wide > 0 and not any("ushort" in name for name in loads), loads
