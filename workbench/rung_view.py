@@ -1,0 +1,103 @@
+"""One rung of a ladder, everything a reader needs in one place: the notebooks' page.
+
+:func:`view_rung` gathers the rung's idea (its docstring), the diff to the rung below
+(or the full source for the first rung), correctness in every dtype it claims at a
+small shape, the AMD ISA summary, and where its performance numbers come from
+(measured here, recorded on a named GPU, or none yet). The result renders as HTML in
+a notebook and as text in a terminal, and tests read its fields.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+import torch
+
+import kernels
+from kernels.registry import Rung
+
+from . import isa, results
+from .check import CheckReport, check_rung
+from .source import Code, rung_diff, rung_source
+from .table import format_table
+
+
+@dataclass
+class RungView:
+    rung: Rung
+    doc: str
+    code: Code                       # diff to the rung below, or the full source of the first
+    checks: list[CheckReport]
+    isa_summary: dict | None         # None for rungs that are not Triton kernels
+    isa_note: str
+    recorded: list[results.ResultRow] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(r.passed for r in self.checks)
+
+    def _check_rows(self) -> list[dict]:
+        return [dict(dtype=r.dtype, shape="x".join(map(str, r.shape)), layout=r.layout,
+                     passed=r.passed, error=r.error, allowed=r.allowed) for r in self.checks]
+
+    def _recorded_rows(self) -> list[dict]:
+        return [dict(gpu=r.gpu, date=r.timestamp[:10], shape=r.shape, dtype=r.dtype, ms=r.ms,
+                     tflops=r.tflops, vs_ref=r.ratio_to_ref) for r in self.recorded]
+
+    def _performance_text(self) -> str:
+        if self.recorded:
+            return "Recorded on a GPU (not measured here):\n" + format_table(self._recorded_rows())
+        return ("No GPU result for this rung yet: none measured here (no GPU) and none recorded. "
+                "`workbench bench gemm` on a GPU records them.")
+
+    def __str__(self) -> str:
+        parts = [f"== {self.rung.op} {self.rung.title} ==", self.doc, str(self.code),
+                 "Correctness:", format_table(self._check_rows()), "ISA: " + self.isa_note]
+        if self.isa_summary:
+            parts.append(format_table([dict(metric=k, value=v) for k, v in self.isa_summary.items()]))
+        parts.append(self._performance_text())
+        return "\n\n".join(parts)
+
+    def _repr_html_(self) -> str:
+        def table(rows):
+            if not rows:
+                return ""
+            head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
+            body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r.values())
+                           + "</tr>" for r in rows)
+            return f"<table><tr>{head}</tr>{body}</table>"
+        isa_rows = [dict(metric=k, value=v) for k, v in (self.isa_summary or {}).items()]
+        return "".join([
+            f"<h3>{html.escape(self.rung.op)} {html.escape(self.rung.title)}</h3>",
+            f"<pre>{html.escape(self.doc)}</pre>",
+            "<b>Code</b>", self.code._repr_html_(),
+            "<b>Correctness</b>", table(self._check_rows()),
+            f"<b>ISA</b> <i>{html.escape(self.isa_note)}</i>", table(isa_rows),
+            f"<b>Performance</b><pre>{html.escape(self._performance_text())}</pre>",
+        ])
+
+
+def _fmt(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _isa(rung: Rung, target: str, dtype: torch.dtype) -> tuple[dict | None, str]:
+    if rung.aot is None:
+        kind = "a Numba SIMT kernel" if rung.kind == "simt" else "the vendor library"
+        return None, f"{rung.title} is {kind}, not a Triton kernel: no ahead-of-time ISA"
+    chosen = dtype if dtype in rung.dtypes else rung.dtypes[0]
+    return isa.inspect(rung.op, rung.label, target, chosen).summary(), \
+        f"{target}, {str(chosen).replace('torch.', '')}, compiled ahead of time (no GPU needed)"
+
+
+def view_rung(op: str, which: int | str, shape: tuple, target: str = "gfx942",
+              isa_dtype: torch.dtype = torch.bfloat16, gpu: str | None = None) -> RungView:
+    """Gather one rung's page; ``gpu`` filters the recorded results (e.g. "MI300X")."""
+    rung = kernels.get(op, which)
+    diff = rung_diff(rung)
+    code = Code(diff, diff=True) if diff else Code(rung_source(rung))
+    checks = [check_rung(rung, shape, d, layout=lay) for d in rung.dtypes if rung.supports(d)
+              for lay in ("row", "col")] if rung.runs_here() else []
+    summary, note = _isa(rung, target, isa_dtype)
+    recorded = [r for r in results.load_recorded(gpu) if r.op == op and r.rung == rung.label]
+    return RungView(rung, rung.doc, code, checks, summary, note, recorded)
