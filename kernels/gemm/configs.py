@@ -98,3 +98,12 @@ def early_config_prune(configs, named_args, **kwargs):
 def as_dict(c: triton.Config) -> dict:
     """A config as one flat dict (tile constexprs, num_warps, num_stages, AMD knobs)."""
     return {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
+
+
+def with_overrides(cfg: dict, overrides: dict | None) -> dict:
+    """``cfg`` with some settings replaced; an unknown name is an error, not a no-op."""
+    unknown = set(overrides or ()) - set(cfg)
+    if unknown:
+        raise ValueError(f"config overrides {sorted(unknown)} are not settings of this rung; "
+                         f"known: {sorted(cfg)}")
+    return {**cfg, **(overrides or {})}

@@ -66,6 +66,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
+from . import configs
 from .spec import launch_ints
 from ..triton_support import aot_launch, cdiv, dot_precision, interp_bf16, round_to_bf16
 
@@ -143,14 +144,6 @@ def config(backend: str, arch: str = "gfx942") -> dict:
                 num_warps=4, num_stages=3)
 
 
-def _with_overrides(cfg: dict, overrides: dict | None) -> dict:
-    unknown = set(overrides or ()) - set(cfg)
-    if unknown:
-        raise ValueError(f"config overrides {sorted(unknown)} are not settings of this rung; "
-                         f"known: {sorted(cfg)}")
-    return {**cfg, **(overrides or {})}
-
-
 def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     return [aot_launch(_gemm_pipelined_kernel, dtype, config(backend, arch), launch_ints(),
                        constexprs={"INTERP_BF16": False, "PRECISION": dot_precision(dtype)})]
@@ -164,7 +157,7 @@ def gemm_v4(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     here = _backend.current()
-    cfg = _with_overrides(config(here.name, here.arch), overrides)
+    cfg = configs.with_overrides(config(here.name, here.arch), overrides)
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
     _gemm_pipelined_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                c.stride(0), c.stride(1), INTERP_BF16=interp_bf16(a.dtype),

@@ -198,14 +198,6 @@ def config(backend: _backend.Backend, m: int, n: int, k: int) -> dict:
             "NUM_PROGS": programs(backend), "FIXUP": True}
 
 
-def _with_overrides(cfg: dict, overrides: dict | None) -> dict:
-    unknown = set(overrides or ()) - set(cfg)
-    if unknown:
-        raise ValueError(f"config overrides {sorted(unknown)} are not settings of this rung; "
-                         f"known: {sorted(cfg)}")
-    return {**cfg, **(overrides or {})}
-
-
 def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     """Both kernels for a large square GEMM; 304 programs (MI300X CUs) or 132 (H100 SMs)."""
     ints = launch_ints()
@@ -232,7 +224,7 @@ def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     validate.matmul_operands(a, b, DTYPES)
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
-    cfg = _with_overrides(config(_backend.current(), m, n, k), overrides)
+    cfg = configs.with_overrides(config(_backend.current(), m, n, k), overrides)
     fixup = cfg.pop("FIXUP")
     plan = schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
     partials = torch.empty((max(1, plan.sk_tiles * plan.splits), cfg["BLOCK_M"] * cfg["BLOCK_N"]),

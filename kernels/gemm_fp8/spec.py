@@ -12,29 +12,16 @@ from __future__ import annotations
 import torch
 
 from ..registry import OpSpec, register_op
+from ..gemm import spec as gemm_spec
 from .formats import FP8_DTYPES, quantize_fp8
 
 OUT_DTYPE = torch.bfloat16   # the default output, and the one bytes_moved counts
 
-# Small, odd, prime, degenerate: none a multiple of any block size. (M, N, K)
-SMOKE_SHAPES = (
-    (1, 1, 1),
-    (37, 29, 53),
-    (5, 67, 3),
-    (64, 48, 32),
-    (19, 1, 131),
-)
-
+# The GEMM's smoke shapes; benchmark presets: its large ones plus FP8-era models.
+SMOKE_SHAPES = gemm_spec.SMOKE_SHAPES
 BENCH_SHAPES = {
-    "square 4096": (4096, 4096, 4096),
-    "square 8192": (8192, 8192, 8192),
-    "square 16384": (16384, 16384, 16384),
-    "llama3-8b mlp up (4096 tok)": (4096, 14336, 4096),
-    "llama3-8b mlp down (4096 tok)": (4096, 4096, 14336),
-    "llama3-70b mlp up (8192 tok)": (8192, 28672, 8192),
-    "llama3-70b mlp down (8192 tok)": (8192, 8192, 28672),
+    **{name: shape for name, shape in gemm_spec.BENCH_SHAPES.items() if min(shape) >= 128},
     "deepseek-v3 mlp up (8192 tok)": (8192, 18432, 7168),
-    "decode M=128 (4096x14336)": (128, 14336, 4096),
 }
 
 
@@ -74,11 +61,6 @@ def reference(a, b, scale_a, scale_b) -> torch.Tensor:
     return dequant(a, scale_a) @ dequant(b, scale_b)
 
 
-def flops(shape) -> float:
-    m, n, k = shape
-    return 2.0 * m * n * k
-
-
 def bytes_moved(shape, dtype: torch.dtype) -> float:
     """Minimum traffic: A and B read once (1 byte each), C written once in bfloat16.
 
@@ -93,10 +75,11 @@ SPEC = register_op(OpSpec(
     name="gemm_fp8",
     make_inputs=make_inputs,
     reference=reference,
-    flops=flops,
+    flops=gemm_spec.flops,
     bytes_moved=bytes_moved,
     smoke_shapes=SMOKE_SHAPES,
     bench_shapes=BENCH_SHAPES,
     dtypes=FP8_DTYPES,
     shape_names=("M", "N", "K"),
+    quick_shapes=("square 8192", "decode M=128 (4096x14336)"),
 ))
