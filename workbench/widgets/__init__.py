@@ -1,0 +1,14 @@
+"""Notebook widgets: ladder profiler, ISA viewer, correctness checker.
+
+Each is a class with a Python API (``set``, ``run``, the returned result) and a
+``.widget`` to display; tests and headless notebooks drive the API, users click.
+
+    >>> from workbench.widgets import LadderProfiler             # doctest: +SKIP
+    >>> LadderProfiler(op="gemm").set(rungs=["v2", "ref"]).run().table   # doctest: +SKIP
+"""
+from .checker import CheckResult, CorrectnessChecker
+from .isa_viewer import IsaResult, IsaViewer
+from .profiler import LadderProfiler, LadderResult
+
+__all__ = ["CheckResult", "CorrectnessChecker", "IsaResult", "IsaViewer", "LadderProfiler",
+           "LadderResult"]
