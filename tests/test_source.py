@@ -23,6 +23,7 @@ def test_diff_to_the_previous_rung_shows_what_changed():
     assert diff.startswith("--- kernels.gemm.v0_simt_naive.py")
     assert "+    a_tile = simt.shared.array" in diff     # the LDS idea of v1
     assert rung_diff(kernels.get("gemm", 0)) == ""
+    assert "Idea:" not in diff and "Idea:" in rung_source(kernels.get("gemm", 1))  # code only
 
 
 def test_diff_renders_as_coloured_html():

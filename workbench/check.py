@@ -77,7 +77,9 @@ def compare(x: torch.Tensor, reference: torch.Tensor, baseline: torch.Tensor, dt
     base_error, _ = relative_error(baseline, reference)
     error, error_map = relative_error(x, reference)
     allowed = allowed_error(dtype, base_error, direction)
-    bad = _nonfinite_mismatch(x.detach().cpu().double(), expected_pattern) | (error_map > allowed)
+    wrong_pattern = _nonfinite_mismatch(x.detach().cpu().double(), expected_pattern)
+    error_map = torch.where(wrong_pattern, torch.full_like(error_map, float("inf")), error_map)
+    bad = wrong_pattern | (error_map > allowed)
     mismatches = int(bad.sum().item())
     worst = None
     if mismatches:

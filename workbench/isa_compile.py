@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -71,6 +72,9 @@ def _start_worker() -> subprocess.Popen:
 
 def serve() -> None:
     """Helper loop: a pickled request on stdin -> a pickled ("ok"|"error", value) reply."""
+    # The parent's Ctrl-C (or a notebook kernel's shutdown) reaches the whole process group;
+    # the helper ends when its input closes, so it leaves the interrupt to the parent.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints from compilers go to stderr, never into the reply stream
     while True:

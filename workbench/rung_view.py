@@ -19,10 +19,10 @@ from kernels.registry import Rung
 from . import isa, results
 from .check import CheckReport, check_rung
 from .source import Code, rung_diff, rung_source
-from .table import format_table
+from .table import format_table, html_table
 
 
-@dataclass
+@dataclass(repr=False)
 class RungView:
     rung: Rung
     doc: str
@@ -50,6 +50,10 @@ class RungView:
         return ("No GPU result for this rung yet: none measured here (no GPU) and none recorded. "
                 "`workbench bench gemm` on a GPU records them.")
 
+    def __repr__(self) -> str:
+        verdict = "all pass" if self.passed else "FAILED" if self.checks else "not run here"
+        return f"<RungView {self.rung.op} {self.rung.title}: {len(self.checks)} checks, {verdict}>"
+
     def __str__(self) -> str:
         parts = [f"== {self.rung.op} {self.rung.title} ==", self.doc, str(self.code),
                  "Correctness:", format_table(self._check_rows()), "ISA: " + self.isa_note]
@@ -59,26 +63,15 @@ class RungView:
         return "\n\n".join(parts)
 
     def _repr_html_(self) -> str:
-        def table(rows):
-            if not rows:
-                return ""
-            head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
-            body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r.values())
-                           + "</tr>" for r in rows)
-            return f"<table><tr>{head}</tr>{body}</table>"
         isa_rows = [dict(metric=k, value=v) for k, v in (self.isa_summary or {}).items()]
         return "".join([
             f"<h3>{html.escape(self.rung.op)} {html.escape(self.rung.title)}</h3>",
             f"<pre>{html.escape(self.doc)}</pre>",
             "<b>Code</b>", self.code._repr_html_(),
-            "<b>Correctness</b>", table(self._check_rows()),
-            f"<b>ISA</b> <i>{html.escape(self.isa_note)}</i>", table(isa_rows),
+            "<b>Correctness</b>", html_table(self._check_rows()),
+            f"<b>ISA</b> <i>{html.escape(self.isa_note)}</i>", html_table(isa_rows),
             f"<b>Performance</b><pre>{html.escape(self._performance_text())}</pre>",
         ])
-
-
-def _fmt(value) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _isa(rung: Rung, target: str, dtype: torch.dtype) -> tuple[dict | None, str]:

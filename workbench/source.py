@@ -6,6 +6,7 @@ the higher rung adds.
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import html
 import importlib
@@ -15,9 +16,15 @@ import kernels
 from kernels.registry import Rung
 
 
-def rung_source(rung: Rung) -> str:
-    """The full source of the module that defines the rung."""
-    return inspect.getsource(importlib.import_module(rung.module))
+def rung_source(rung: Rung, docstring: bool = True) -> str:
+    """The source of the module that defines the rung, optionally without its docstring."""
+    text = inspect.getsource(importlib.import_module(rung.module))
+    if docstring:
+        return text
+    body = ast.parse(text).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        return "".join(text.splitlines(keepends=True)[body[0].end_lineno:]).lstrip("\n")
+    return text
 
 
 def previous_rung(rung: Rung) -> Rung | None:
@@ -29,11 +36,13 @@ def previous_rung(rung: Rung) -> Rung | None:
 
 
 def rung_diff(rung: Rung, base: Rung | None = None, context: int = 3) -> str:
-    """Unified diff from ``base`` (default: the rung below) to ``rung``; "" when there is none."""
+    """Unified diff of the code (docstrings left out: pages show them whole) from ``base``
+    (default: the rung below) to ``rung``; "" when there is none."""
     base = base or previous_rung(rung)
     if base is None:
         return ""
-    old, new = rung_source(base).splitlines(keepends=True), rung_source(rung).splitlines(keepends=True)
+    old = rung_source(base, docstring=False).splitlines(keepends=True)
+    new = rung_source(rung, docstring=False).splitlines(keepends=True)
     return "".join(difflib.unified_diff(old, new, fromfile=f"{base.module}.py",
                                         tofile=f"{rung.module}.py", n=context))
 

@@ -1,5 +1,7 @@
-"""Plain-text tables for the terminal (and notebook prints) with no extra dependency."""
+"""Tables for the terminal (plain text) and for notebooks (HTML), with no extra dependency."""
 from __future__ import annotations
+
+import html
 
 from typing import Iterable, Sequence
 
@@ -23,3 +25,16 @@ def format_table(rows: Iterable[dict], columns: Sequence[str] | None = None) -> 
     rule = "  ".join("-" * w for w in widths)
     body = ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join([line, rule, *body])
+
+
+def html_table(rows: list[dict], columns: list[str] | None = None, caption: str = "") -> str:
+    """A plain HTML table; None shows as a dash so "not measured" never looks like a zero."""
+    if not rows:
+        return f"<p>{html.escape(caption)}: (no rows)</p>" if caption else "<p>(no rows)</p>"
+    columns = list(columns or rows[0])
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(
+        f"<td>{html.escape('–' if r.get(c) is None else _cell(r.get(c)))}</td>" for c in columns)
+        + "</tr>" for r in rows)
+    title = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return f"<table>{title}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
