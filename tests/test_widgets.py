@@ -251,3 +251,17 @@ def test_heat_map_shows_unwritten_elements_as_far_over_the_bound():
     cells = pooled_error(result.report, cells=64)
     assert {c["row"] for c in cells if c["x_allowed"] == pytest.approx(WRONG_PATTERN_X_ALLOWED)} == {8}
     assert result.charts["error_map"].to_json()   # finite numbers only: valid JSON for Vega
+
+
+def test_measured_ceilings_are_only_drawn_for_the_gpu_that_is_here(no_recorded):
+    if kernels.backend.current().is_interpreter:
+        assert LadderProfiler._ceilings(roofline.spec("MI300X"), False, []) is None
+    measured = {"gpu": "AMD Instinct MI300X", "date": "2026-11-30T00:00:00+00:00",
+                "hbm_tbps": 4.1, "peak_tflops": {"bf16": 700.0}}
+    result = LadderProfiler(op="gemm").set(rungs=["v2"], shape=(9, 7, 5), dtype="bfloat16").run()
+    charts = LadderProfiler._charts(roofline.spec("MI300X"), [], ["v2", "ref"], result.model, "gemm",
+                                    (9, 7, 5), torch.bfloat16, "model", measured)
+    with_measured = charts["roofline"].to_json()
+    without = LadderProfiler._charts(roofline.spec("MI300X"), [], ["v2", "ref"], result.model, "gemm",
+                                     (9, 7, 5), torch.bfloat16, "model")["roofline"].to_json()
+    assert "HBM 4.10 TB/s · measured" in with_measured and "4.10 TB/s" not in without

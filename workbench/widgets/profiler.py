@@ -19,8 +19,9 @@ from ..bench import bench, shape_label
 from ..check import CheckReport, check_rung
 from .controls import (ShapePicker, check_shape, dtype_label, dtype_options, dtype_picker,
                        op_picker, resolve_rung, rung_options, to_dtype)
-from .ladder_rows import (elsewhere, ladder_chart_rows, latest_run, model_point, model_summary,
-                          performance)
+from ..ceilings import measure_ceilings
+from .ladder_rows import (elsewhere, gpu_matches, ladder_chart_rows, latest_run, model_point,
+                          model_summary, performance)
 from .panel import Panel
 from ..table import html_table
 from .render import notes_html
@@ -119,7 +120,8 @@ class LadderProfiler(Panel):
             notes.append("That run has no ref row: no speedups vs ref and no ladder chart.")
         table = [dict(rung=r.label, name=r.name, **cells[r.label],
                       **perf.get(r.label, dict.fromkeys(COLUMNS[4:]))) for r in chosen]
-        charts = self._charts(gpu, run, labels, model, op, shape, dtype, source)
+        ceilings = self._ceilings(gpu, on_gpu, notes)
+        charts = self._charts(gpu, run, labels, model, op, shape, dtype, source, ceilings)
         return LadderResult(op, shape, dtype_label(dtype), gpu.name, source, table, model, charts,
                             notes, checks)
 
@@ -169,14 +171,29 @@ class LadderProfiler(Panel):
         return [], "model"
 
     @staticmethod
-    def _charts(gpu, run, labels, model, op, shape, dtype, source) -> dict:
+    def _ceilings(gpu, on_gpu: bool, notes: list[str]) -> dict | None:
+        """Measured roofs to draw beside the datasheet ones: only when this machine is that GPU.
+
+        Measured once per GPU and cached (``workbench.ceilings``), the way rocprof-compute
+        and Nsight Compute put empirical ceilings next to the peak ones.
+        """
+        here = kernels.backend.current()
+        if not (on_gpu and gpu_matches(gpu, here.device_name)):
+            return None
+        ceilings = measure_ceilings()
+        notes.append(f"Dashed roofs: measured on {ceilings['gpu']} on {ceilings['date'][:10]} "
+                     "(a device copy and a large torch.matmul), beside the datasheet roofs.")
+        return ceilings
+
+    @staticmethod
+    def _charts(gpu, run, labels, model, op, shape, dtype, source, ceilings=None) -> dict:
         if model is None:
             return {}
         spec, label = kernels.spec(op), shape_label(shape)
         points = [roofline.point(gpu, r.rung, spec.flops(shape), spec.bytes_moved(shape, dtype),
                                  r.ms, dtype, source, op=op, shape=label, date=r.timestamp[:10])
                   for r in run if r.rung in labels] or [model_point(model, op, label)]
-        charts = {"roofline": roofline.chart(gpu, points, dtypes=[dtype])}
+        charts = {"roofline": roofline.chart(gpu, points, dtypes=[dtype], ceilings=ceilings)}
         if any(r.rung == "ref" for r in run):   # bars are drawn relative to ref
             charts["ladder"] = roofline.ladder_chart(ladder_chart_rows(run, labels, source))
         return charts
