@@ -1,0 +1,21 @@
+"""The README's Python examples run as written."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
+
+
+def test_readme_has_python_examples_and_the_quickstart():
+    assert len(BLOCKS) >= 2
+    quickstart = README.split("## Quickstart")[1].split("##")[0]
+    assert "make tour" in quickstart and "make test" in quickstart
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.splitlines()[0][:40])
+def test_readme_example_runs(block):
+    exec(compile(block, "README.md", "exec"), {})
