@@ -1,4 +1,8 @@
-"""Test setup: CPU interpreter by default; the ``gpu`` marker skips cleanly without a GPU."""
+"""Test setup: CPU interpreter by default; the ``gpu`` marker skips cleanly without a GPU.
+
+On a GPU machine, ``WORKBENCH_TEST_GPU=1 pytest -m gpu`` runs the GPU tests on the real
+backend (the rest of the suite is written for the interpreter and its CPU tensors).
+"""
 from __future__ import annotations
 
 import os

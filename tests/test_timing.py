@@ -51,3 +51,10 @@ def test_quick_suite_writes_one_results_file(tmp_path):
     assert all(r.passed for r in reports)
     assert results.load(tmp_path / "quick.json") == rows
     assert {r.op for r in rows} == set(kernels.ops()) and any(r.rung == "ref" for r in rows)
+
+
+def test_timing_reads_throughput_off_the_work_given():
+    from workbench.timing import Timing
+    t = Timing(median_ms=2.0, min_ms=1.9, max_ms=2.5, reps=10, flops=4e12, bytes_moved=8e9)
+    assert t.tflops == pytest.approx(2000.0) and t.gbps == pytest.approx(4000.0)
+    assert Timing(2.0, 1.9, 2.5, 10).tflops is None

@@ -44,16 +44,17 @@ def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch
             for d in (dtypes or default_dtypes(spec))]
     for shape, dtype in tqdm(plan, desc=f"bench {op}", disable=not progress):
         inputs = spec.make_inputs(shape, dtype, device=here.device, seed=0)
-        ref_ms = time_ms(lambda: ref(*inputs)).median_ms
+        work = dict(flops=spec.flops(shape), bytes_moved=spec.bytes_moved(shape, dtype))
         fits = [r for r in chosen if dtype in r.dtypes
-                and (r.max_bench_flops is None or spec.flops(shape) <= r.max_bench_flops)]
+                and (r.max_bench_flops is None or work["flops"] <= r.max_bench_flops)]
+        ref_timing = time_ms(lambda: ref(*inputs), **work)
         for r in [ref, *fits]:
-            ms = ref_ms if r is ref else time_ms(lambda r=r: r(*inputs)).median_ms
+            t = ref_timing if r is ref else time_ms(lambda r=r: r(*inputs), **work)
             rows.append(ResultRow(
                 op=op, rung=r.label, name=r.name, shape=shape_label(shape),
-                dtype=str(dtype).replace("torch.", ""), ms=ms,
-                tflops=spec.flops(shape) / ms / 1e9, gbps=spec.bytes_moved(shape, dtype) / ms / 1e6,
-                ratio_to_ref=ref_ms / ms, gpu=here.device_name, backend=here.name, arch=here.arch,
+                dtype=str(dtype).replace("torch.", ""), ms=t.median_ms, tflops=t.tflops, gbps=t.gbps,
+                ratio_to_ref=ref_timing.median_ms / t.median_ms, gpu=here.device_name,
+                backend=here.name, arch=here.arch,
                 torch_version=info["torch"], triton_version=info["triton"], commit=info["commit"],
                 timestamp=stamp))
     return rows

@@ -37,6 +37,16 @@ class Timing:
     min_ms: float
     max_ms: float
     reps: int
+    flops: float | None = None        # work per call, when the caller said
+    bytes_moved: float | None = None  # minimum traffic per call, when the caller said
+
+    @property
+    def tflops(self) -> float | None:
+        return None if self.flops is None else self.flops / self.median_ms / 1e9
+
+    @property
+    def gbps(self) -> float | None:
+        return None if self.bytes_moved is None else self.bytes_moved / self.median_ms / 1e6
 
 
 class _Flusher:
@@ -50,8 +60,12 @@ class _Flusher:
 
 
 def time_ms(fn: Callable[[], object], warmup_ms: float = 25.0, target_ms: float = 200.0,
-            min_reps: int = 10, max_reps: int = 500, flush: bool = True) -> Timing:
-    """Time ``fn()`` with CUDA/HIP events; each repeat is preceded by a cache flush."""
+            min_reps: int = 10, max_reps: int = 500, flush: bool = True,
+            flops: float | None = None, bytes_moved: float | None = None) -> Timing:
+    """Time ``fn()`` with CUDA/HIP events; each repeat is preceded by a cache flush.
+
+    Give ``flops`` and ``bytes_moved`` (per call) to read TFLOP/s and GB/s off the result.
+    """
     require_gpu()
     flusher = _Flusher() if flush else (lambda: None)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -74,4 +88,4 @@ def time_ms(fn: Callable[[], object], warmup_ms: float = 25.0, target_ms: float 
         e.record()
     torch.cuda.synchronize()
     times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return Timing(statistics.median(times), min(times), max(times), reps)
+    return Timing(statistics.median(times), min(times), max(times), reps, flops, bytes_moved)
