@@ -77,3 +77,8 @@ def test_recorded_results_are_listed_and_filtered_by_gpu(tmp_path, monkeypatch, 
 def test_shipped_recorded_files_are_valid():
     for item in results.recorded():   # every shipped file passes the schema check
         assert item["rows"] > 0, item["file"]
+
+
+def test_no_recorded_folder_means_no_recorded_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "_recorded_dir", lambda: tmp_path / "absent")
+    assert results.recorded() == [] and results.load_recorded() == []

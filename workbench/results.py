@@ -111,8 +111,10 @@ def _recorded_dir():
 
 def recorded() -> list[dict]:
     """The GPU result files that ship with the package: gpu, date, rows, file name."""
-    listing = []
-    for entry in sorted(_recorded_dir().iterdir(), key=lambda e: e.name):
+    listing, folder = [], _recorded_dir()
+    if not folder.is_dir():   # an installed wheel has the folder only once files ship in it
+        return listing
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".json"):
             rows = load(Path(str(entry)))
             listing.append(dict(gpu=rows[0].gpu if rows else "?", rows=len(rows), file=entry.name,
