@@ -29,7 +29,7 @@ def default_dtypes(spec) -> list[torch.dtype]:
 def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch.dtype] | None = None,
           rungs: Iterable[int | str] | None = None, progress: bool = True) -> list[ResultRow]:
     """Time the chosen rungs (default: all that run on GPUs, plus ref) on the given shapes."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # disable=None: a bar on a terminal, none in logs
 
     require_gpu()
     spec = kernels.spec(op)
@@ -42,7 +42,7 @@ def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch
     rows = []
     plan = [(s, d) for s in (shapes or spec.bench_shapes.values())
             for d in (dtypes or default_dtypes(spec))]
-    for shape, dtype in tqdm(plan, desc=f"bench {op}", disable=not progress):
+    for shape, dtype in tqdm(plan, desc=f"bench {op}", disable=None if progress else True):
         inputs = spec.make_inputs(shape, dtype, device=here.device, seed=0)
         work = dict(flops=spec.flops(shape), bytes_moved=spec.bytes_moved(shape, dtype))
         fits = [r for r in chosen if dtype in r.dtypes

@@ -116,7 +116,7 @@ def check(op: str, rung: int | str | None = None, shapes: Iterable[tuple] | None
           dtypes: Iterable[torch.dtype] | None = None, layouts: Iterable[str] = ("row",),
           progress: bool = False) -> list[CheckReport]:
     """Check every rung of ``op`` that runs here (or one rung) at the smoke shapes."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # disable=None: a bar on a terminal, none in logs
 
     spec = kernels.spec(op)
     rungs = [kernels.get(op, rung)] if rung is not None else kernels.variants(op)
@@ -124,7 +124,8 @@ def check(op: str, rung: int | str | None = None, shapes: Iterable[tuple] | None
             for d in (dtypes or r.dtypes) if r.supports(d)
             for s in (shapes or spec.smoke_shapes) for lay in layouts]
     return [check_rung(r, s, d, layout=lay)
-            for r, s, d, lay in tqdm(plan, desc=f"checking {op}", disable=not progress, leave=False)]
+            for r, s, d, lay in tqdm(plan, desc=f"checking {op}", leave=False,
+                                     disable=None if progress else True)]
 
 
 def all_passed(reports: Iterable[CheckReport]) -> bool:
