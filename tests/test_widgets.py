@@ -6,6 +6,8 @@ numbers come from recorded GPU rows (with GPU and date) or are labelled "model".
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 import torch
 
 import kernels

@@ -2,6 +2,8 @@
 
 import pytest
 
+pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
+
 import roofline
 from roofline.ladder import ladder_rows
 
