@@ -55,6 +55,8 @@ def test_tour_checks_every_rung_and_passes(capsys):
         if r.runs_here():
             assert r.title in out
     assert "all checks passed" in out and "No timings shown" in out
+    isa_table = out.split("Machine code on MI300X (gfx942)")[1].split("\n\n")[0]
+    assert "v_mfma_f32_32x32x8_bf16" in isa_table and "v_mfma_f32_16x16x32_fp8_fp8" in isa_table
 
 
 def test_bench_suite_on_the_interpreter_exits_2(capsys):

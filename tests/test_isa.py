@@ -163,3 +163,11 @@ def test_clear_cache_recompiles():
     isa.clear_cache()
     after = isa.inspect("gemm", TOP_RUNG.rung, "gfx942")
     assert after is not before and after.matrix_instructions == before.matrix_instructions
+
+
+def test_default_dtype_is_bf16_or_the_targets_native_fp8():
+    assert isa.default_dtype(kernels.get("gemm", 2), "gfx942") == torch.bfloat16
+    fp8 = [r for r in kernels.variants("gemm_fp8", include_ref=False) if r.aot][-1]
+    assert isa.default_dtype(fp8, "gfx942") == torch.float8_e4m3fnuz
+    assert isa.default_dtype(fp8, "gfx950") == torch.float8_e4m3fn
+    assert isa.default_dtype(fp8, "sm_90") == torch.float8_e4m3fn

@@ -112,6 +112,22 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _isa_rows(target: str) -> list[dict]:
+    from . import isa
+
+    rows = []
+    for op in kernels.ops():
+        for r in kernels.variants(op, include_ref=False):
+            if r.aot is not None:
+                report = isa.inspect(op, r.label, target)
+                rows.append(dict(op=op, rung=r.title, dtype=report.dtype,
+                                 matrix=", ".join(report.matrix_instructions) or "-",
+                                 lds_bytes=report.lds_bytes, vgprs=report.vgprs,
+                                 spills=report.spills,
+                                 waves_per_simd=f"{report.occupancy.value} ({report.occupancy.limited_by})"))
+    return rows
+
+
 def cmd_tour(args) -> int:
     here = kernels.backend.current()
     print(f"AMD kernel workbench: backend {here.name} ({here.device_name}, {here.arch})\n")
@@ -120,6 +136,8 @@ def cmd_tour(args) -> int:
     print("\nCorrectness of every rung that runs here (smoke shapes, row- and column-major):")
     reports = _run_checks(kernels.ops(), None, None, None)
     print(format_table(summarize(reports)))
+    print("\nMachine code on MI300X (gfx942), compiled ahead of time here, no GPU needed:")
+    print(format_table(_isa_rows("gfx942")))
     shipped = results.load_recorded()
     if shipped:
         print("\nRecorded GPU results (measured earlier on the GPU named in each row, not here):")

@@ -126,16 +126,29 @@ def _inspectable(op: str, which: int | str, dtype: torch.dtype) -> Rung:
     return rung
 
 
+def default_dtype(rung: Rung, target: str) -> torch.dtype:
+    """bf16 where the rung takes it; else the FP8 format the target's matrix cores take
+    (e4m3fnuz on gfx942, OCP e4m3fn on gfx950 and sm90) when the rung takes that."""
+    if torch.bfloat16 in rung.dtypes:
+        return torch.bfloat16
+    from kernels.gemm_fp8 import fp8_dtype
+
+    backend, arch, _ = TARGETS[normalize_target(target)]
+    native = fp8_dtype(arch if backend == "hip" else f"sm_{arch}")
+    return native if native in rung.dtypes else rung.dtypes[0]
+
+
 def inspect_all(op: str, rung: int | str, target: str = "gfx942",
-                dtype: torch.dtype = torch.bfloat16) -> list[IsaReport]:
-    """One report per kernel the rung launches, in launch order."""
+                dtype: torch.dtype | None = None) -> list[IsaReport]:
+    """One report per kernel the rung launches, in launch order (dtype: :func:`default_dtype`)."""
     name = normalize_target(target)
+    dtype = dtype or default_dtype(kernels.get(op, rung), name)
     entry = _inspectable(op, rung, dtype)
     return list(_reports(op, entry.label, name, str(dtype).removeprefix("torch.")))
 
 
 def inspect(op: str, rung: int | str, target: str = "gfx942",
-            dtype: torch.dtype = torch.bfloat16) -> IsaReport:
+            dtype: torch.dtype | None = None) -> IsaReport:
     """The rung's main kernel: the one with the most matrix instructions (first on a tie)."""
     reports = inspect_all(op, rung, target, dtype)
     return max(reports, key=lambda r: sum(r.matrix_instructions.values()))
