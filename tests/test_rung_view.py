@@ -1,7 +1,6 @@
 """A rung's notebook page: idea, code, correctness, ISA, and where numbers come from."""
 from __future__ import annotations
 
-import pytest
 
 import kernels
 from workbench import results
