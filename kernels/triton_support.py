@@ -1,5 +1,10 @@
 """Small facts every Triton rung needs, kept in one place.
 
+Every GEMM rung calls ``tl.dot(..., input_precision="ieee")``: for fp32 operands that keeps
+full precision (TF32/XF32 would drop 13 mantissa bits, which ``torch.matmul`` does not do
+by default); for 16-bit operands it changes nothing, and it is the one value every target
+accepts (Triton's AMD backend takes "tf32" on gfx942 only and rejects it on gfx950).
+
 The interpreter bf16 workarounds (constexpr ``INTERP_BF16`` in each kernel). Triton's
 interpreter gets bfloat16 wrong twice:
 
@@ -50,17 +55,6 @@ def round_to_bf16(x):
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
     finite = tl.abs(x) < float("inf")
     return tl.where(finite, rounded, x)
-
-
-def dot_precision(dtype: torch.dtype) -> str:
-    """``input_precision`` for ``tl.dot`` on ``dtype`` operands: always "ieee".
-
-    For fp32 operands it keeps full precision (TF32/XF32 would silently drop 13 mantissa
-    bits, and ``torch.matmul`` does not by default). For 16-bit and fp8 operands the
-    argument changes nothing, but it must still be one every target accepts: Triton's
-    AMD backend takes "tf32" on gfx942 only and rejects it on gfx950.
-    """
-    return "ieee"
 
 
 def pointer_type(dtype: torch.dtype) -> str:

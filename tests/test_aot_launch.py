@@ -14,14 +14,14 @@ from workbench import isa
 def test_unit_ints_become_constexprs_and_multiples_of_16_are_hinted():
     ints = launch_ints((8192, 8192, 8192))
     launch = aot_launch(v2_triton_tile._gemm_tile_kernel, torch.bfloat16, v2_triton_tile.config("hip"),
-                        ints, constexprs={"INTERP_BF16": False, "PRECISION": "ieee"})
+                        ints, constexprs={"INTERP_BF16": False})
     assert list(launch.signature) == list(v2_triton_tile._gemm_tile_kernel.arg_names)
     assert launch.constexprs["stride_ak"] == launch.constexprs["stride_cn"] == 1
     assert launch.signature["a_ptr"] == "*bf16" and launch.signature["K"] == "i32"
     assert set(launch.divisible_by_16) == {"M", "N", "K", "stride_am", "stride_bk", "stride_cm"}
     assert launch.options == {"num_warps": 8, "num_stages": 1}
     odd = aot_launch(v2_triton_tile._gemm_tile_kernel, torch.bfloat16, v2_triton_tile.config("hip"),
-                     launch_ints((8191, 8192, 8192)), constexprs={"INTERP_BF16": False, "PRECISION": "ieee"})
+                     launch_ints((8191, 8192, 8192)), constexprs={"INTERP_BF16": False})
     assert "M" not in odd.divisible_by_16 and "N" in odd.divisible_by_16
 
 
@@ -30,7 +30,7 @@ def test_an_argument_without_a_value_is_an_error():
     del ints["K"]
     with pytest.raises(ValueError, match="no value for argument 'K'"):
         aot_launch(v2_triton_tile._gemm_tile_kernel, torch.float16, v2_triton_tile.config("hip"), ints,
-                   constexprs={"INTERP_BF16": False, "PRECISION": "ieee"})
+                   constexprs={"INTERP_BF16": False})
 
 
 @pytest.mark.parametrize("rung", [r for r in kernels.variants("gemm") if r.aot], ids=lambda r: r.label)

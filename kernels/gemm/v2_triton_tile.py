@@ -33,7 +33,7 @@ from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
 from .spec import launch_ints
-from ..triton_support import aot_launch, cdiv, dot_precision, interp_bf16, round_to_bf16
+from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -42,7 +42,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _gemm_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                       stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      INTERP_BF16: tl.constexpr, PRECISION: tl.constexpr):
+                      INTERP_BF16: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -57,7 +57,7 @@ def _gemm_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         if INTERP_BF16:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if INTERP_BF16:
@@ -76,7 +76,7 @@ def config(backend: str) -> dict:
 
 def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     return [aot_launch(_gemm_tile_kernel, dtype, config(backend), launch_ints(),
-                       constexprs={"INTERP_BF16": False, "PRECISION": dot_precision(dtype)})]
+                       constexprs={"INTERP_BF16": False})]
 
 
 @rung(op="gemm", rung=2, name="triton_tile", backends=("hip", "cuda", "interpreter"),
@@ -88,6 +88,5 @@ def gemm_v2(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     cfg = config(_backend.current().name)
     grid = (cdiv(m, cfg["BLOCK_M"]), cdiv(n, cfg["BLOCK_N"]))
     _gemm_tile_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                            c.stride(0), c.stride(1), INTERP_BF16=interp_bf16(a.dtype),
-                            PRECISION=dot_precision(a.dtype), **cfg)
+                            c.stride(0), c.stride(1), INTERP_BF16=interp_bf16(a.dtype), **cfg)
     return c

@@ -46,7 +46,7 @@ from ..outputs import new_output
 from ..registry import AotKernel, rung
 from . import configs
 from .spec import launch_ints
-from ..triton_support import aot_launch, cdiv, dot_precision, interp_bf16, round_to_bf16
+from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -72,7 +72,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                          stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr,
-                         INTERP_BF16: tl.constexpr, PRECISION: tl.constexpr):
+                         INTERP_BF16: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -99,7 +99,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         if INTERP_BF16:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if INTERP_BF16:
@@ -124,7 +124,7 @@ def config(backend: str, arch: str = "gfx942") -> dict:
 
 def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     return [aot_launch(_gemm_grouped_kernel, dtype, config(backend, arch), launch_ints(),
-                       constexprs={"INTERP_BF16": False, "PRECISION": dot_precision(dtype)})]
+                       constexprs={"INTERP_BF16": False})]
 
 
 @rung(op="gemm", rung=3, name="grouped_order", backends=("hip", "cuda", "interpreter"),
@@ -138,6 +138,5 @@ def gemm_v3(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     cfg = configs.with_overrides(config(here.name, here.arch), overrides)
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
     _gemm_grouped_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                               c.stride(0), c.stride(1), INTERP_BF16=interp_bf16(a.dtype),
-                               PRECISION=dot_precision(a.dtype), **cfg)
+                               c.stride(0), c.stride(1), INTERP_BF16=interp_bf16(a.dtype), **cfg)
     return c

@@ -44,7 +44,7 @@ from ..outputs import new_output
 from ..registry import AotKernel, rung
 from .spec import launch_ints
 from . import configs
-from ..triton_support import aot_launch, cdiv, dot_precision, interp_bf16, round_to_bf16
+from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -58,7 +58,7 @@ def _gemm_autotuned_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                            M_BUCKET, N_BUCKET, K_BUCKET,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr,
-                           INTERP_BF16: tl.constexpr, PRECISION: tl.constexpr):
+                           INTERP_BF16: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -86,7 +86,7 @@ def _gemm_autotuned_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         if INTERP_BF16:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if k_full < K:  # the ragged last K step, peeled out of the loop
@@ -95,7 +95,7 @@ def _gemm_autotuned_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         if INTERP_BF16:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
@@ -135,8 +135,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     cfg = configs.as_dict(configs.prune(configs.space(backend, arch), ints["M"], ints["N"], ints["K"])[0])
     buckets = {f"{d}_BUCKET": triton.next_power_of_2(ints[d]) for d in "MNK"}
     return [aot_launch(_gemm_autotuned_kernel, dtype, cfg, {**ints, **buckets},
-                       constexprs={"NUM_XCDS": num_xcds(backend, arch), "INTERP_BF16": False,
-                                   "PRECISION": dot_precision(dtype)})]
+                       constexprs={"NUM_XCDS": num_xcds(backend, arch), "INTERP_BF16": False})]
 
 
 @rung(op="gemm", rung=5, name="autotuned", backends=("hip", "cuda", "interpreter"),
@@ -160,7 +159,7 @@ def gemm_v5(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
 
     kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                  c.stride(0), c.stride(1), *(triton.next_power_of_2(d) for d in (m, n, k)),
-                 NUM_XCDS=xcds, INTERP_BF16=interp_bf16(a.dtype), PRECISION=dot_precision(a.dtype),
+                 NUM_XCDS=xcds, INTERP_BF16=interp_bf16(a.dtype),
                  **pinned)
     chosen = pinned or configs.as_dict(_gemm_autotuned_kernel.best_config)
     _CHOSEN[_key((m, n, k), a.dtype)] = {**chosen, "NUM_XCDS": xcds}

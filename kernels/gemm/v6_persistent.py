@@ -65,7 +65,7 @@ from ..outputs import new_output
 from ..registry import AotKernel, rung
 from .spec import launch_ints
 from . import configs
-from ..triton_support import aot_launch, cdiv, dot_precision, interp_bf16, round_to_bf16
+from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INTERPRETER_PROGRAMS = 4
@@ -88,7 +88,7 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
                             DP_TILES, SPLITS, SPLIT_K,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr, NUM_PROGS: tl.constexpr,
-                            INTERP_BF16: tl.constexpr, PRECISION: tl.constexpr):
+                            INTERP_BF16: tl.constexpr):
     pid = tl.program_id(0)
     if NUM_XCDS > 1:  # v3's remap (see v3_grouped_order.xcd_remap), over the persistent ids
         per = tl.cdiv(NUM_PROGS, NUM_XCDS)
@@ -119,7 +119,7 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
             if INTERP_BF16:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
         if k_full < k_hi:  # the ragged last K step, peeled out of the loop
@@ -128,7 +128,7 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
             if INTERP_BF16:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
         if split_unit:  # partial sum: the whole fp32 tile to the workspace, combined later
             offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
             tl.store(p_ptr + sk * (BLOCK_M * BLOCK_N) + offs, acc)
@@ -209,7 +209,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     split = dict(DP_TILES=plan.dp_tiles, SPLITS=plan.splits, SPLIT_K=plan.split_k)
     fixup_cfg = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "GROUP_M")}
     return [aot_launch(_gemm_persistent_kernel, dtype, cfg, {**ints, **split},
-                       constexprs={"INTERP_BF16": False, "PRECISION": dot_precision(dtype)},
+                       constexprs={"INTERP_BF16": False},
                        pointers={"p_ptr": "*fp32"}),
             aot_launch(_streamk_fixup_kernel, dtype,
                        {**fixup_cfg, "num_warps": cfg["num_warps"], "num_stages": 1},
@@ -232,7 +232,7 @@ def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     _gemm_persistent_kernel[(cfg["NUM_PROGS"],)](
         a, b, c, partials, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         c.stride(0), c.stride(1), plan.dp_tiles, plan.splits, plan.split_k,
-        INTERP_BF16=interp_bf16(a.dtype), PRECISION=dot_precision(a.dtype), **cfg)
+        INTERP_BF16=interp_bf16(a.dtype), **cfg)
     if plan.sk_tiles and fixup:
         _streamk_fixup_kernel[(plan.sk_tiles,)](
             c, partials, m, n, c.stride(0), c.stride(1), plan.dp_tiles, plan.splits,
