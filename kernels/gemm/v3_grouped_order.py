@@ -14,8 +14,10 @@ Idea:
     ids to the XCDs round robin (id 0 to XCD 0, id 1 to XCD 1, ...). Grouping alone
     then scatters a group over all 8 L2s. v3 first remaps the hardware id so that each
     XCD receives a contiguous run of the grouped order (:func:`xcd_remap`, a
-    bijection for any grid size), then applies the grouping. NUM_XCDS is a constexpr:
-    8 on gfx942/gfx950, 1 (no remap) on NVIDIA, other AMD GPUs and the interpreter.
+    bijection for any grid size), then applies the grouping. NUM_XCDS is a constexpr
+    derived from the device (:mod:`kernels.xcd`: CUs / CUs per XCD, so 8 on MI300X and
+    MI355X, 6 on MI300A, 1 in CPX partition mode), 1 (no remap) on NVIDIA, other AMD
+    GPUs and the interpreter; ``KERNELS_NUM_XCDS`` overrides it.
 
 Why faster:
     Fewer L2 misses: for a square GEMM with T x T tiles, row-major order fetches every
@@ -29,10 +31,10 @@ Expected bound:
     its own global loads (one pipeline stage): that is v4's idea.
 
 Limits:
-    Any M, N, K and strides, as v2. The remap assumes the default round-robin
-    dispatch of a single-partition (SPX) MI300; in CPX/partitioned modes each
-    partition is one XCD and NUM_XCDS should be 1. Grouping helps only when the
-    grid has several rows and columns of tiles.
+    Any M, N, K and strides, as v2. The remap assumes round-robin dispatch over the
+    XCDs the process sees; the XCD count comes from the CU count, so a part whose CUs
+    per XCD differ from the table in :mod:`kernels.xcd` needs ``KERNELS_NUM_XCDS``.
+    Grouping helps only when the grid has several rows and columns of tiles.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
+from ..xcd import full_chip_xcds, num_xcds
 from . import configs
 from .spec import launch_ints
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
@@ -108,17 +111,15 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def num_xcds(backend: str, arch: str) -> int:
-    """XCDs with private L2s that round-robin dispatch spreads programs over."""
-    return 8 if backend == "hip" and arch in ("gfx942", "gfx950") else 1
+def config(backend: str, arch: str = "gfx942", xcds: int | None = None) -> dict:
+    """Tile sizes per backend: big tiles for matrix cores, small for the slow interpreter.
 
-
-def config(backend: str, arch: str = "gfx942") -> dict:
-    """Tile sizes per backend: big tiles for matrix cores, small for the slow interpreter."""
+    ``xcds``: the device's XCD count (:func:`kernels.xcd.num_xcds`); by default the whole
+    chip's, which is what an ahead-of-time compile shows."""
     if backend == "interpreter":
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, NUM_XCDS=1,
                     num_warps=4, num_stages=1)
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, NUM_XCDS=num_xcds(backend, arch),
+    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, NUM_XCDS=xcds or full_chip_xcds(backend, arch),
                 num_warps=8 if backend == "hip" else 4, num_stages=1)
 
 
@@ -135,7 +136,7 @@ def gemm_v3(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     here = _backend.current()
-    cfg = configs.with_overrides(config(here.name, here.arch), overrides)
+    cfg = configs.with_overrides(config(here.name, here.arch, num_xcds(here)), overrides)
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
     _gemm_grouped_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                c.stride(0), c.stride(1), INTERP_BF16=interp_bf16(a.dtype), **cfg)

@@ -66,6 +66,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
+from ..xcd import full_chip_xcds, num_xcds
 from . import configs
 from .spec import launch_ints
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
@@ -122,24 +123,21 @@ def _gemm_pipelined_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def num_xcds(backend: str, arch: str) -> int:
-    """XCDs with private L2s that round-robin dispatch spreads programs over."""
-    return 8 if backend == "hip" and arch in ("gfx942", "gfx950") else 1
-
-
 def amd_options(arch: str) -> dict:
     """The AMD-only compile options (see the module docstring); kpack=2 only where it exists."""
     return dict(matrix_instr_nonkdim=16, kpack=2 if arch == "gfx942" else 1, waves_per_eu=2)
 
 
-def config(backend: str, arch: str = "gfx942") -> dict:
-    """Tiles and pipeline depth per backend; the interpreter ignores stages and knobs."""
+def config(backend: str, arch: str = "gfx942", xcds: int | None = None) -> dict:
+    """Tiles and pipeline depth per backend; the interpreter ignores stages and knobs.
+
+    ``xcds`` as in v3's ``config``: the device's, or the whole chip's by default."""
     if backend == "interpreter":
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, NUM_XCDS=1,
                     num_warps=4, num_stages=2)
     if backend == "hip":
         return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
-                    NUM_XCDS=num_xcds(backend, arch), num_warps=8, num_stages=2, **amd_options(arch))
+                    NUM_XCDS=xcds or full_chip_xcds(backend, arch), num_warps=8, num_stages=2, **amd_options(arch))
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, NUM_XCDS=1,
                 num_warps=4, num_stages=3)
 
@@ -157,7 +155,7 @@ def gemm_v4(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     here = _backend.current()
-    cfg = configs.with_overrides(config(here.name, here.arch), overrides)
+    cfg = configs.with_overrides(config(here.name, here.arch, num_xcds(here)), overrides)
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
     _gemm_pipelined_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                c.stride(0), c.stride(1), INTERP_BF16=interp_bf16(a.dtype), **cfg)

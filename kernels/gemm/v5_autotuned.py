@@ -42,6 +42,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
+from ..xcd import full_chip_xcds, num_xcds
 from .spec import launch_ints
 from . import configs
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
@@ -102,11 +103,6 @@ def _gemm_autotuned_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def num_xcds(backend: str, arch: str) -> int:
-    """XCDs with private L2s that round-robin dispatch spreads programs over."""
-    return 8 if backend == "hip" and arch in ("gfx942", "gfx950") else 1
-
-
 _CHOSEN: dict[tuple, dict] = {}
 
 
@@ -135,7 +131,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     cfg = configs.as_dict(configs.prune(configs.space(backend, arch), ints["M"], ints["N"], ints["K"])[0])
     buckets = {f"{d}_BUCKET": triton.next_power_of_2(ints[d]) for d in "MNK"}
     return [aot_launch(_gemm_autotuned_kernel, dtype, cfg, {**ints, **buckets},
-                       constexprs={"NUM_XCDS": num_xcds(backend, arch), "INTERP_BF16": False})]
+                       constexprs={"NUM_XCDS": full_chip_xcds(backend, arch), "INTERP_BF16": False})]
 
 
 @rung(op="gemm", rung=5, name="autotuned", backends=("hip", "cuda", "interpreter"),
@@ -148,7 +144,7 @@ def gemm_v5(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     c = new_output((m, n), a.dtype, a.device)
     here = _backend.current()
     pinned = _with_overrides(overrides)
-    xcds = pinned.pop("NUM_XCDS", num_xcds(here.name, here.arch))
+    xcds = pinned.pop("NUM_XCDS", num_xcds(here))
     kernel = _gemm_autotuned_kernel
     if pinned:  # skip the tuner: the pruned space's first config, overridden
         best = configs.prune(configs.space(here.name, here.arch), m, n, k)[0]

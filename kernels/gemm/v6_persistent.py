@@ -63,6 +63,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
+from ..xcd import full_chip_xcds, num_xcds
 from .spec import launch_ints
 from . import configs
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
@@ -159,11 +160,6 @@ def _streamk_fixup_kernel(c_ptr, p_ptr, M, N, stride_cm, stride_cn, DP_TILES, SP
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def num_xcds(backend: str, arch: str) -> int:
-    """XCDs with private L2s that round-robin dispatch spreads programs over."""
-    return 8 if backend == "hip" and arch in ("gfx942", "gfx950") else 1
-
-
 def programs(backend: _backend.Backend) -> int:
     """Persistent programs: one per CU/SM on a GPU, a few on the interpreter."""
     return backend.compute_units if backend.is_gpu else INTERPRETER_PROGRAMS
@@ -191,10 +187,10 @@ def schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int,
     return Schedule(tiles - tail, tail, cdiv(steps, per_split), per_split * block_k)
 
 
-def config(backend: _backend.Backend, m: int, n: int, k: int) -> dict:
+def config(backend: _backend.Backend, m: int, n: int, k: int, xcds: int | None = None) -> dict:
     """The pruned v5 space's first config for the shape, plus the persistent settings."""
     best = configs.prune(configs.space(backend.name, backend.arch), m, n, k)[0]
-    return {**configs.as_dict(best), "NUM_XCDS": num_xcds(backend.name, backend.arch),
+    return {**configs.as_dict(best), "NUM_XCDS": xcds or num_xcds(backend),
             "NUM_PROGS": programs(backend), "FIXUP": True}
 
 
@@ -202,7 +198,8 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     """Both kernels for a large square GEMM; 304 programs (MI300X CUs) or 132 (H100 SMs)."""
     ints = launch_ints()
     units = 304 if backend == "hip" else 132
-    cfg = config(_backend.Backend(backend, arch, "aot", units), ints["M"], ints["N"], ints["K"])
+    cfg = config(_backend.Backend(backend, arch, "aot", units), ints["M"], ints["N"], ints["K"],
+                 xcds=full_chip_xcds(backend, arch))
     cfg.pop("FIXUP")
     plan = schedule(ints["M"], ints["N"], ints["K"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"],
                     cfg["NUM_PROGS"])
