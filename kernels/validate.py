@@ -14,8 +14,9 @@ from . import backend as _backend
 
 
 def tensor(name: str, value, *, ndim: int | None = None,
-           dtypes: Sequence[torch.dtype] | None = None) -> torch.Tensor:
-    """Check one tensor argument: type, rank, dtype, device, non-empty."""
+           dtypes: Sequence[torch.dtype] | None = None, allow_empty: bool = False) -> torch.Tensor:
+    """Check one tensor argument: type, rank, dtype, device, and non-empty unless
+    ``allow_empty`` (public ops take empty tensors as torch does; a kernel launch does not)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     if ndim is not None and value.dim() != ndim:
@@ -24,7 +25,7 @@ def tensor(name: str, value, *, ndim: int | None = None,
         allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"{name} has dtype {str(value.dtype).replace('torch.', '')}; "
                         f"this kernel takes {allowed}")
-    if value.numel() == 0:
+    if value.numel() == 0 and not allow_empty:
         raise ValueError(f"{name} is empty (shape {tuple(value.shape)}); nothing to compute")
     here = _backend.current()
     if value.device.type != here.device:
@@ -48,13 +49,14 @@ def same_device(**named: torch.Tensor) -> None:
         raise ValueError(f"tensors are on different devices ({desc})")
 
 
-def matmul_operands(a, b, dtypes: Sequence[torch.dtype]) -> tuple[torch.Tensor, torch.Tensor]:
+def matmul_operands(a, b, dtypes: Sequence[torch.dtype],
+                    allow_empty: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Check a (M, K) @ b (K, N): the common signature of every GEMM rung."""
-    tensor("a", a, ndim=2)
-    tensor("b", b, ndim=2)
+    tensor("a", a, ndim=2, allow_empty=allow_empty)
+    tensor("b", b, ndim=2, allow_empty=allow_empty)
     same_device(a=a, b=b)
     same_dtype(a=a, b=b)
-    tensor("a", a, dtypes=dtypes)
+    tensor("a", a, dtypes=dtypes, allow_empty=allow_empty)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (M, K), "
                          f"b is {tuple(b.shape)} (K, N)")

@@ -83,12 +83,51 @@ def test_non_contiguous_operands_and_broadcast_gradient(dtype):
     (rand(4, 5).to(torch.float8_e4m3fn), rand(5, 3).to(torch.float8_e4m3fn), TypeError, "matmul_fp8|float8"),
     (rand(4, 5), rand(2, 5, 3), ValueError, "b must be 2-D"),
     ([[1.0]], rand(1, 1), TypeError, "a must be a torch.Tensor"),
-    (rand(0, 5), rand(5, 3), ValueError, "a is empty"),
+    (torch.tensor(1.0), rand(1, 3), ValueError, "a must have at least 1 dimension"),
     (rand(4, 5), torch.empty(5, 3, device="meta"), ValueError, "b is on meta"),
-], ids=["inner", "dtypes", "int", "fp8", "b-3d", "list", "empty", "device"])
+], ids=["inner", "dtypes", "int", "fp8", "b-3d", "list", "0-d", "device"])
 def test_bad_inputs_are_refused_by_name(a, b, error, match):
     with pytest.raises(error, match=match):
         matmul(a, b)
+
+
+EMPTY = [((0, 5), (5, 3)), ((4, 0), (0, 3)), ((4, 5), (5, 0)), ((2, 0, 5), (5, 3)),
+         ((2, 3, 0), (0, 4)), ((0,), (0, 3)), ((3, 0), (0, 0))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("a_shape,b_shape", EMPTY, ids=str)
+def test_empty_operands_follow_torch(a_shape, b_shape, dtype):
+    """M = 0, N = 0, an empty batch: empty results; K = 0: zeros; gradients shaped like
+    the operands (zeros where torch's are), as torch.matmul gives them."""
+    a = rand(*a_shape, dtype=dtype, requires_grad=True)
+    b = rand(*b_shape, dtype=dtype, seed=1, requires_grad=True)
+    out, expected = matmul(a, b), torch.matmul(a, b)
+    assert out.shape == expected.shape and out.dtype == dtype and torch.equal(out, expected)
+    grad = torch.ones_like(out)
+    got = torch.autograd.grad(out, (a, b), grad)
+    want = torch.autograd.grad(expected, (a, b), grad)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and torch.equal(g, w)
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors is a no-op")
+def test_linear_takes_an_empty_batch_and_zero_features():
+    layer = kernels.nn.Linear(5, 4)
+    x = rand(0, 5, requires_grad=True)
+    y = layer(x)
+    y.sum().backward()
+    assert y.shape == (0, 4) and torch.equal(layer.weight.grad, torch.zeros(4, 5))
+    no_inputs = kernels.nn.Linear(0, 4)
+    assert torch.equal(no_inputs(rand(3, 0)), no_inputs.bias.detach().expand(3, 4))
+
+
+def test_stride_zero_views():
+    """Broadcast (expanded) operands: a stride of 0 is a legal layout, read in place."""
+    a = rand(1, 7, seed=2).expand(4, 7)
+    b = rand(7, 1, seed=3).expand(7, 5)
+    assert a.stride(0) == 0 and b.stride(1) == 0
+    assert_passes(matmul(a, b), a.double() @ b.double(), torch.matmul(a, b), torch.float32)
 
 
 def test_custom_op_passes_opcheck():

@@ -12,8 +12,15 @@ treats it as one opaque node instead of breaking the graph at the Triton launch,
 so the backward GEMMs run through the same kernels: ``grad_a = grad_c @ b.T`` and
 ``grad_b = a.T @ grad_c``, where the transposes are stride views that every rung
 takes as they are. :func:`matmul` flattens leading batch dims of ``a`` around it.
+
+Empty operands are legal, as in ``torch.matmul``: M = 0 or N = 0 (or an empty batch)
+gives an empty result, K = 0 gives zeros, and the gradients have the operands'
+shapes. A training step meets them (an expert that receives no tokens, a last
+micro-batch); no rung is launched for them, since there is nothing to compute.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -35,6 +42,8 @@ def best_rung(op: str, dtype: torch.dtype) -> Rung:
 
 @torch.library.custom_op("kernels::matmul", mutates_args=())
 def _matmul_2d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: what torch.matmul returns
+        return a.new_zeros((a.shape[0], b.shape[1]))
     return best_rung("gemm", a.dtype)(a, b)
 
 
@@ -61,13 +70,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a (..., K) @ b (K, N) -> (..., N)`` with the best GEMM kernel here; differentiable.
 
     fp32 (IEEE, no TF32), fp16 and bf16, with fp32 accumulation; ``a`` and ``b`` share
-    one dtype and device. Any strides. Errors name the argument at fault.
+    one dtype and device. Any strides. Empty operands give torch's result (empty, or
+    zeros for K = 0). Errors name the argument at fault.
     """
-    validate.tensor("a", a)
-    validate.tensor("b", b, ndim=2)
+    validate.tensor("a", a, allow_empty=True)
+    validate.tensor("b", b, ndim=2, allow_empty=True)
+    if a.dim() == 0:
+        raise ValueError("a must have at least 1 dimension (..., K), got a 0-d tensor")
     if a.shape[-1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (..., K), "
                          f"b is {tuple(b.shape)} (K, N)")
-    a2 = a.reshape(-1, a.shape[-1])
-    validate.matmul_operands(a2, b, DTYPES)
+    a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])   # not -1: ambiguous when K = 0
+    validate.matmul_operands(a2, b, DTYPES, allow_empty=True)
     return _matmul_2d(a2, b).reshape(*a.shape[:-1], b.shape[1])
