@@ -7,8 +7,12 @@ Idea: what a user gets without writing a kernel. It is the same call on every ba
   dot products; padded rows and columns are cut off again). Aligned inputs with that
   layout go straight through, so the benchmark's ``row`` layout pays one copy of B.
 * CPU (torch >= 2.13): ``torch._scaled_mm`` has a CPU kernel that takes any shape,
-  layout and either e4m3 format, per-tensor and per-row/column scales, and accumulates
-  in float32; the harness therefore compares the interpreted rungs with it directly.
+  layout and either e4m3 format, and accumulates in float32; the harness therefore
+  compares the interpreted rungs with it directly. Scales go in per row/column (a
+  per-tensor scale broadcast, the same numbers): on CPUs where torch sends per-tensor
+  scaling to oneDNN, that path refuses e4m3fnuz ("itensor_view_from_dense expects
+  ... fp8"), and the row-wise path takes both formats. A 1 x 1 output gets a zero
+  second row of A, because (1, 1) scales read as per-tensor again.
 """
 from __future__ import annotations
 
@@ -22,9 +26,9 @@ from .formats import native_dtypes
 ALIGN = 16
 
 
-def _library_scales(scale_a, scale_b, m: int, n: int):
+def _library_scales(scale_a, scale_b, m: int, n: int, per_tensor_ok: bool = True):
     """_scaled_mm takes two singletons or a contiguous (M, 1) and (1, N) pair, never a mix."""
-    if scale_a.numel() == 1 and scale_b.numel() == 1:
+    if per_tensor_ok and scale_a.numel() == 1 and scale_b.numel() == 1:
         return scale_a.reshape(()), scale_b.reshape(())
     return (scale_a.reshape(-1, 1).expand(m, 1).contiguous(),
             scale_b.reshape(1, -1).expand(1, n).contiguous())
@@ -59,5 +63,15 @@ def gemm_fp8_ref(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_
     operands.check(a, b, scale_a, scale_b, out_dtype)
     if _backend.current().is_gpu:
         return _gpu_scaled_mm(a, b, scale_a, scale_b, out_dtype)
-    scale_a, scale_b = _library_scales(scale_a, scale_b, a.shape[0], b.shape[1])
-    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype)
+    return _cpu_scaled_mm(a, b, scale_a, scale_b, out_dtype)
+
+
+def _cpu_scaled_mm(a, b, scale_a, scale_b, out_dtype):
+    """Row-wise scales always (see the module docstring), so both e4m3 formats run."""
+    (m, _), n = a.shape, b.shape[1]
+    rows = max(m, 2) if n == 1 else m
+    scale_a, scale_b = _library_scales(scale_a, scale_b, rows, n, per_tensor_ok=False)
+    if rows != m:   # a 1 x 1 output: a zero row keeps the scales row-wise
+        a = torch.cat([a, a.new_zeros((rows - m, a.shape[1]))])
+        scale_a = torch.cat([scale_a[:m], scale_a.new_ones((rows - m, 1))])
+    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype)[:m]
