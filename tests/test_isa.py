@@ -44,6 +44,18 @@ def test_pipelined_rungs_stage_operands_through_lds(rung, target):
 
 
 @pytest.mark.parametrize("target", ("gfx942", "gfx950"))
+@pytest.mark.parametrize("rung", _params(2))
+def test_int64_offsets_stay_out_of_the_hot_loop(rung, target):
+    """The rungs widen their offsets to int64 once, before the K loop: the loop itself
+    has no 64-bit multiply (it only advances 64-bit pointers, as with int32 offsets)."""
+    report = isa.inspect("gemm", rung.rung, target)
+    ops = {isa_parse.mnemonic(line) or "" for line in report.hot_loop.splitlines()}
+    wide = {op for op in ops if op.startswith(("v_mad_u64", "v_mad_i64", "v_mul_hi", "v_mul_lo",
+                                               "s_mul_hi"))}
+    assert report.hot_loop and not wide, wide
+
+
+@pytest.mark.parametrize("target", ("gfx942", "gfx950"))
 def test_top_rung_does_not_spill(target):
     report = isa.inspect("gemm", TOP_RUNG.rung, target)
     assert (report.spills, report.scratch_bytes) == (0, 0), report.summary()

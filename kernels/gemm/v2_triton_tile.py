@@ -21,6 +21,9 @@ Expected bound:
 Limits:
     Any M, N, K and any strides (row- or column-major) through masked loads; fp32
     uses IEEE-precision dot (no TF32), fp16/bf16 accumulate in fp32 and round once.
+    Offsets are int64, so operands of 2^31 elements or more are read right; the
+    widening happens once before the K loop, which has no 64-bit multiply (checked
+    on gfx942/gfx950 by ``tests/test_isa.py``).
 """
 from __future__ import annotations
 
@@ -48,8 +51,12 @@ def _gemm_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-    b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    # Offsets in int64: int arguments below 2^31 arrive as i32, and rows * stride_am
+    # wraps for an operand of 2^31+ elements. Computed once here, not in the loop.
+    a_ptrs = a_ptr + rows.to(tl.int64)[:, None] * stride_am + ks.to(tl.int64)[None, :] * stride_ak
+    b_ptrs = b_ptr + ks.to(tl.int64)[:, None] * stride_bk + cols.to(tl.int64)[None, :] * stride_bn
+    a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
+    b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k0 < K), other=0.0)
@@ -58,11 +65,11 @@ def _gemm_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+        a_ptrs += a_step
+        b_ptrs += b_step
     if INTERP_BF16:
         acc = round_to_bf16(acc)
-    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols.to(tl.int64)[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
