@@ -8,11 +8,13 @@ Idea:
     (gfx942: loads land in registers, then ``ds_write`` into the LDS buffer the MFMAs
     are not reading; gfx950: ``global_load_lds_dwordx4`` copies straight into LDS).
 
-    The kernel change that makes this possible: the pipeliner in Triton 3.9 leaves
-    a K loop unpipelined on gfx942 when its loads are masked on k (verified by AOT:
-    same LDS bytes for num_stages 1 and 2, no prologue). So the loop now runs over
-    the full BLOCK_K steps with only the loop-invariant row/column masks, and the
-    ragged last K step, if any, is peeled after the loop with the K mask.
+    The kernel change that goes with it: the loop now runs over the full BLOCK_K
+    steps with only the loop-invariant row/column masks, and the ragged last K step,
+    if any, is peeled after the loop with the K mask. The pipeliner would
+    double-buffer v3's masked loop as well (v3 compiled with ``num_stages=2`` doubles
+    its LDS too); what peeling buys is a loop without the K test: v3's gfx942 hot
+    loop compares every step against K (``v_cmp_gt_i32``), v4's has no vector
+    compare at all.
 
     The AMD compile options, passed only on the hip backend (NVIDIA's compiler
     rejects unknown options; the interpreter drops them):
@@ -34,12 +36,20 @@ Idea:
       spills (scratch traffic) cost more than the occupancy they buy.
 
     What to look for in the gfx942 ISA: ``v_mfma_f32_16x16x16_bf16``,
-    ``ds_write_b128`` (staging into LDS), ``ds_read_b128`` (operands out of LDS), the
-    global loads of the next tile before the MFMA block, and LDS bytes in the
-    metadata twice v3's. That holds when the leading strides are multiples of 16
-    elements, which the JIT specializes on at run time for such shapes; compiled
-    without that hint the loads stay scalar (``global_load_ushort``) and the
-    gfx942 pipeliner leaves the loop alone (verified by AOT, Triton 3.9).
+    ``ds_write_b128`` (staging into LDS), ``ds_read_b128`` (operands out of LDS),
+    ``global_load_dwordx4`` (16 bytes per lane) and LDS bytes in the metadata twice
+    v3's. The wide loads need leading strides that are multiples of 16 elements,
+    which the JIT specializes on at run time (the ISA inspector compiles with the
+    same hints).
+
+    The layout of B matters on gfx942. MFMA wants both operands K-contiguous in
+    LDS; B in row-major layout (N contiguous, ``x @ w`` with ``w`` (K, N)) is
+    transposed on its way in: 8 ``ds_write_b32`` per K step for the B tile, against
+    2 ``ds_write_b128`` when B is K-contiguous. K-contiguous B is what
+    ``torch.nn.Linear`` stores (``weight`` is (N, K); ``kernels.nn.Linear`` passes
+    ``weight.t()``, a view, no copy), so training layers take the fast path. On
+    gfx950 the loads go straight to LDS either way, and row-major B is read out
+    with the transposing ``ds_read_b64_tr_b16``.
 
 Why faster:
     Global-memory latency (hundreds of cycles) overlaps MFMA work instead of adding

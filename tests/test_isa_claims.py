@@ -1,0 +1,119 @@
+"""What the docstrings and notebooks say about generated code, compiled and checked.
+
+Two kinds of check. A scan: every instruction name written in a kernel docstring or
+comment (``kernels/``) or in a notebook's prose must occur in the machine code of
+that op's rungs (``v_mfma_f32_32x32x8_bf16``, ``ds_read_b128``, ``wgmma``...),
+compiled for gfx942, gfx950 and sm90; a renamed or invented instruction fails. And
+one test per claim about *how* the code changes from rung to rung (v4's docstring:
+double LDS, no K compare in the loop, the MFMA shape per ``matrix_instr_nonkdim``...).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import kernels
+from workbench import isa, isa_parse
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTRUCTION = re.compile(r"\b(v_mfma\w*|v_cmp\w*|ds_(?:read|write)\w*|global_load\w*|buffer_load\w*"
+                         r"|wgmma[\w.]*|tcgen05[\w.]*|mma\.sync[\w.]*)")
+
+
+def _mentions(text: str) -> set[str]:
+    return {m.rstrip(".") for m in INSTRUCTION.findall(text)}
+
+
+@functools.lru_cache(maxsize=None)
+def _mnemonics(op: str) -> frozenset[str]:
+    """Every mnemonic in every kernel of every Triton rung of ``op``, on every target."""
+    found = set()
+    for rung in kernels.variants(op, include_ref=False):
+        if rung.aot is None:
+            continue
+        for target in isa.TARGETS:
+            for report in isa.inspect_all(op, rung.label, target):
+                found |= {isa_parse.mnemonic(line) or "" for line in report.asm.splitlines()}
+    return frozenset(found - {""})
+
+
+def _occurs(name: str, mnemonics) -> bool:
+    return any(m == name or m.startswith(name + "_") or m.startswith(name + ".") or
+               (name in ("ds_write", "ds_read", "wgmma") and m.startswith(name)) for m in mnemonics)
+
+
+SOURCES_NAMING_INSTRUCTIONS = [
+    pytest.param(op, path, id=f"{op}/{path.name}")
+    for op in kernels.ops() for path in sorted((ROOT / "kernels" / op).glob("*.py"))
+    if _mentions(path.read_text())]
+
+
+@pytest.mark.parametrize("op, path", SOURCES_NAMING_INSTRUCTIONS)
+def test_instructions_named_in_kernel_sources_are_generated(op, path):
+    missing = sorted(n for n in _mentions(path.read_text()) if not _occurs(n, _mnemonics(op)))
+    assert not missing, f"{path.name} names {missing}, which no {op} rung compiles to"
+
+
+def test_instructions_named_in_notebook_prose_are_generated():
+    everything = set().union(*(_mnemonics(op) for op in kernels.ops()))
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        prose = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        missing = sorted(n for n in _mentions(prose) if not _occurs(n, everything))
+        assert not missing, f"{notebook.name} names {missing}, which no rung compiles to"
+
+
+def test_scan_catches_an_invented_instruction():
+    assert _mentions("uses ``v_mfma_f32_64x64x4_bf16`` and ds_read_b128.") == {
+        "v_mfma_f32_64x64x4_bf16", "ds_read_b128"}
+    assert not _occurs("v_mfma_f32_64x64x4_bf16", _mnemonics("gemm"))
+    assert _occurs("ds_read_b128", _mnemonics("gemm"))
+
+
+# -- v4's docstring, claim by claim ---------------------------------------------------
+
+def _loop_ops(report) -> list[str]:
+    return [m for m in map(isa_parse.mnemonic, report.hot_loop.splitlines()) if m]
+
+
+def test_v4_doubles_the_lds_of_v3_and_drops_the_k_compare():
+    v3, v4 = isa.inspect("gemm", "v3", "gfx942"), isa.inspect("gemm", "v4", "gfx942")
+    assert v4.lds_bytes == 2 * v3.lds_bytes
+    assert any(op.startswith("v_cmp_gt_i32") for op in _loop_ops(v3))
+    assert not any(op.startswith("v_cmp") for op in _loop_ops(v4))
+
+
+@pytest.mark.parametrize("target, stage, operand_read", [
+    ("gfx942", "ds_write_b128", "ds_read_b128"),
+    ("gfx950", "global_load_lds_dwordx4", "ds_read_b64_tr_b16"),
+])
+def test_v4_stages_through_lds_as_described(target, stage, operand_read):
+    loop = _loop_ops(isa.inspect("gemm", "v4", target))
+    assert stage in loop and operand_read in loop, sorted(set(loop))
+
+
+@pytest.mark.parametrize("rung, target, mfma", [
+    ("v2", "gfx942", "v_mfma_f32_32x32x8_bf16"),     # nonkdim unset: the compiler picks 32x32
+    ("v3", "gfx942", "v_mfma_f32_32x32x8_bf16"),
+    ("v4", "gfx942", "v_mfma_f32_16x16x16_bf16"),    # matrix_instr_nonkdim=16
+    ("v4", "gfx950", "v_mfma_f32_16x16x32_bf16"),
+])
+def test_mfma_shape_follows_matrix_instr_nonkdim(rung, target, mfma):
+    assert set(isa.inspect("gemm", rung, target, torch.bfloat16).matrix_instructions) == {mfma}
+
+
+def test_kpack_2_reads_operands_128_bits_at_a_time_on_gfx942():
+    v3, v4 = (_loop_ops(isa.inspect("gemm", r, "gfx942")) for r in ("v3", "v4"))
+    assert "ds_read2st64_b64" in v3 and "ds_read_b128" not in v3
+    assert "ds_read_b128" in v4 and "ds_read2st64_b64" not in v4
+
+
+@pytest.mark.parametrize("target", ("gfx942", "gfx950"))
+def test_waves_per_eu_2_keeps_registers_under_256(target):
+    report = isa.inspect("gemm", "v4", target)
+    assert report.vgprs + (report.agprs or 0) <= 256 and report.spills == 0
