@@ -147,6 +147,22 @@ def test_bad_inputs_are_refused_by_name(change, error, match):
             fn(**args)
 
 
+@pytest.mark.parametrize("shape", [(0, 5, 4), (6, 0, 4), (6, 5, 0)], ids=str)
+@pytest.mark.parametrize("granularity", ["tensor", "channel"])
+def test_empty_operands_follow_scaled_mm(shape, granularity):
+    (m, n, k), fp8 = shape, torch.float8_e4m3fn
+    a, b = torch.zeros(m, k, dtype=fp8), torch.zeros(n, k, dtype=fp8).t()
+    per_channel = granularity == "channel"
+    sa = torch.ones(m, 1) if per_channel else torch.tensor(1.0)
+    sb = torch.ones(1, n) if per_channel else torch.tensor(1.0)
+    out = matmul_fp8(a, b, sa, sb)
+    # The empty shapes of torch._scaled_mm; its values are not the reference: with K = 0
+    # its CPU kernel returns uninitialized memory (torch 2.13) where the product is 0.
+    library = torch._scaled_mm(a, b, torch.tensor(1.0), torch.tensor(1.0), out_dtype=torch.bfloat16)
+    assert out.shape == library.shape and out.dtype == torch.bfloat16
+    assert torch.equal(out, torch.zeros(m, n, dtype=torch.bfloat16))
+
+
 def test_custom_op_and_compile():
     args = tuple(_operands(fp8_dtype()).values())
     # test_schema is left out: its mutation check calls torch.allclose, which has no

@@ -27,13 +27,16 @@ def _scale_stride(name: str, scale: torch.Tensor, length: int, per_shape: tuple[
                      f"(per tensor) or {per_shape} (one per {kind}, {length} of them)")
 
 
-def check(a, b, scale_a, scale_b, out_dtype) -> tuple[int, int]:
-    """Validate the operands; return the element strides of scale_a and scale_b."""
-    validate.tensor("a", a, ndim=2, dtypes=FP8_DTYPES)   # before matmul_operands: name the
-    validate.tensor("b", b, ndim=2, dtypes=FP8_DTYPES)   # non-FP8 one, not "dtypes differ"
-    validate.matmul_operands(a, b, FP8_DTYPES)
-    validate.tensor("scale_a", scale_a, dtypes=(torch.float32,))
-    validate.tensor("scale_b", scale_b, dtypes=(torch.float32,))
+def check(a, b, scale_a, scale_b, out_dtype, allow_empty: bool = False) -> tuple[int, int]:
+    """Validate the operands; return the element strides of scale_a and scale_b.
+
+    ``allow_empty``: the public op takes M, N or K = 0 as ``torch._scaled_mm`` does;
+    a kernel launch does not."""
+    validate.tensor("a", a, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # before
+    validate.tensor("b", b, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # matmul_operands:
+    validate.matmul_operands(a, b, FP8_DTYPES, allow_empty)   # name the non-FP8 one
+    validate.tensor("scale_a", scale_a, dtypes=(torch.float32,), allow_empty=allow_empty)
+    validate.tensor("scale_b", scale_b, dtypes=(torch.float32,), allow_empty=allow_empty)
     validate.same_device(a=a, b=b, scale_a=scale_a, scale_b=scale_b)
     if out_dtype not in OUT_DTYPES:
         allowed = ", ".join(str(d).replace("torch.", "") for d in OUT_DTYPES)

@@ -21,6 +21,8 @@ from . import operands
 @torch.library.custom_op("kernels::matmul_fp8", mutates_args=())
 def _matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                 out_dtype: torch.dtype) -> torch.Tensor:
+    if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: what torch._scaled_mm returns
+        return torch.zeros((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
     return best_rung("gemm_fp8", a.dtype)(a, b, scale_a, scale_b, out_dtype=out_dtype)
 
 
@@ -36,6 +38,8 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
     Scales are float32: a single number (per tensor), or ``(M, 1)`` for ``a`` and
     ``(1, N)`` for ``b`` (per row / per column). Prepare operands with
     :func:`kernels.gemm_fp8.quantize_fp8` in :func:`kernels.gemm_fp8.fp8_dtype`.
+    Empty operands give what ``torch._scaled_mm`` gives: an empty result, or zeros
+    for K = 0.
     """
-    operands.check(a, b, scale_a, scale_b, out_dtype)
+    operands.check(a, b, scale_a, scale_b, out_dtype, allow_empty=True)
     return _matmul_fp8(a, b, scale_a, scale_b, out_dtype)
