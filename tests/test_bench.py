@@ -146,3 +146,15 @@ def test_suite_a_check_that_raises_gives_error_rows_and_one_that_fails_no_timing
     assert rows[1].error == ("correctness check raised RuntimeError: illegal memory access; "
                              "not timed")
     assert [r.passed for r in reports] == [False, True] and results.load(tmp_path / "quick.json") == rows
+
+
+@pytest.mark.gpu
+def test_fp8_bench_completes_on_this_gpu_in_its_own_format(tmp_path):
+    from kernels.gemm_fp8 import fp8_dtype
+
+    out = tmp_path / "fp8.json"
+    rows = bench("gemm_fp8", shapes=[(256, 512, 384), (16, 512, 384)], progress=False, out=out)
+    assert all(r.ok for r in rows), [r.error for r in rows if not r.ok]
+    assert [r.rung for r in rows] == ["ref", "v0", "v1"] * 2
+    assert {r.dtype for r in rows} == {str(fp8_dtype()).replace("torch.", "")}
+    assert results.load(out) == rows

@@ -5,6 +5,8 @@ under a pretended GPU backend; the CPU ``torch._scaled_mm`` computes it.
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -105,3 +107,17 @@ def test_the_interpreter_keeps_per_channel_scales_with_any_output():
     inputs = _inputs((37, 29, 53), "row", "channel")
     out = kernels.registry.reference_rung("gemm_fp8")(*inputs, out_dtype=torch.float32)
     assert out.dtype == torch.float32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, layout, granularity", CASES)
+def test_on_this_gpu_the_prepared_call_gives_the_same_bits(shape, layout, granularity):
+    from kernels.gemm_fp8 import fp8_dtype
+
+    ref = kernels.registry.reference_rung("gemm_fp8")
+    inputs = spec.make_inputs(shape, fp8_dtype(), device="cuda", layout=layout,
+                              granularity=granularity)
+    assert torch.equal(ref.bind(*inputs)(), ref(*inputs))
+    with pytest.raises(ValueError, match="bfloat16 only") if granularity == "channel" else \
+            contextlib.nullcontext():
+        assert ref(*inputs, out_dtype=torch.float16).dtype == torch.float16
