@@ -1,21 +1,37 @@
 # Two commands on a fresh Linux machine:
 #   make tour   set up .venv and run the main job (check every rung, print the ladders)
 #   make test   set up .venv and run the test suite (tests + notebooks)
+# and one on a GPU machine:
+#   make gpu    the gpu-marked tests, then `workbench gpu-report` (ceilings, quick suite,
+#               rows into workbench/recorded/<gpu>-<date>.json), in under 8 minutes
 #
 # CPU-only machine: the defaults. NVIDIA: make ... EXTRAS=cuda,dev TORCH=torch
 # ROCm: keep the system's ROCm torch and its pytorch-triton-rocm untouched:
 #   make ... VENV_FLAGS=--system-site-packages TORCH= EXTRAS=amd,dev
+# A GPU machine whose torch and triton are already installed: SYSTEM_TORCH=cuda (NVIDIA)
+# or SYSTEM_TORCH=amd (ROCm) sets that up in its own .venv-cuda / .venv-amd:
+#   make gpu SYSTEM_TORCH=cuda
+ifdef SYSTEM_TORCH
+ifeq ($(filter cuda amd,$(SYSTEM_TORCH)),)
+$(error SYSTEM_TORCH must be cuda or amd, got "$(SYSTEM_TORCH)")
+endif
+VENV ?= .venv-$(SYSTEM_TORCH)
+VENV_FLAGS ?= --system-site-packages
+TORCH ?=
+EXTRAS ?= $(SYSTEM_TORCH),dev
+endif
 PYTHON ?= python3
 VENV ?= .venv
 VENV_FLAGS ?=
 TORCH ?= torch==2.13.0
 EXTRAS ?= cpu,dev
 PYTEST_WORKERS ?= 2
+GPU_BUDGET_S ?= 300
 
-STAMP := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: setup tour test clean
+.PHONY: setup tour test gpu clean
 
 setup: $(STAMP)
 
@@ -31,6 +47,14 @@ tour: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --timeout 900 tests --nbmake notebooks
+
+# The quick suite runs once, inside gpu-report (which records its rows), so its gpu test
+# is left out here; both steps run, and the first failure sets the exit status.
+gpu: setup
+	status=0; WORKBENCH_TEST_GPU=1 $(VENV)/bin/python -m pytest -m gpu --timeout 300 tests \
+	    --deselect tests/test_timing.py::test_quick_suite_writes_one_results_file || status=$$?; \
+	$(VENV)/bin/workbench gpu-report --budget-s $(GPU_BUDGET_S) || status=$$?; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV)

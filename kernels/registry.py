@@ -36,6 +36,9 @@ class Rung:
     """For Triton rungs: ``aot(dtype, backend, arch)`` -> list of :class:`AotKernel` for the ISA inspector."""
     max_bench_flops: float | None = None
     """Benchmarks skip shapes with more work than this (the naive rungs would take minutes)."""
+    prepare: Callable[..., Callable[[], Any]] | None = field(default=None, compare=False)
+    """``prepare(*inputs)`` -> the rung's call on those inputs, with any operand copies
+    (layout, padding, scale expansion) done once, up front. See :meth:`bind`."""
 
     @property
     def label(self) -> str:
@@ -51,6 +54,17 @@ class Rung:
 
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
+
+    def bind(self, *args, **kwargs) -> Callable[[], Any]:
+        """A zero-argument call of this rung on these inputs, as a benchmark times it.
+
+        The work a rung does to bring operands into the form its kernel or library
+        wants happens here, not in the returned call, so a timer charges every rung
+        (and ``ref``) for its kernel alone. The call returns what ``rung(*args)`` returns.
+        """
+        if self.prepare is not None:
+            return self.prepare(*args, **kwargs)
+        return lambda: self.fn(*args, **kwargs)
 
     def supports(self, dtype: torch.dtype, backend: str | None = None) -> bool:
         name = backend or _backend.current().name
@@ -103,7 +117,8 @@ def register_op(spec: OpSpec) -> OpSpec:
 
 def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
          dtypes: Sequence[torch.dtype], interpreter: bool, kind: str,
-         aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None):
+         aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None,
+         prepare: Callable[..., Callable[[], Any]] | None = None):
     """Decorator: declare the decorated function as a rung of ``op``."""
     unknown = set(backends) - set(_backend.BACKENDS)
     if unknown:
@@ -111,7 +126,7 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
 
     def declare(fn):
         entry = Rung(op, rung, name, fn, frozenset(backends), tuple(dtypes), interpreter,
-                     kind, fn.__module__, aot, max_bench_flops)
+                     kind, fn.__module__, aot, max_bench_flops, prepare)
         ladder = _RUNGS.setdefault(op, [])
         if any(r.rung == entry.rung for r in ladder):
             raise ValueError(f"{op} rung {entry.label} is registered twice")

@@ -37,3 +37,58 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Pretend to be a GPU: ``fake_gpu("hip", "gfx942")`` -> the Backend now current.
+
+    Its tensors stay on the CPU, so GPU code paths (planning, the library's operand form,
+    refusals) run here. FP8 rungs declare ``native_dtypes()`` when they are imported, so
+    they are re-declared as that GPU's import would have declared them.
+    """
+    import dataclasses
+
+    from kernels import registry
+    from kernels.backend import Backend
+    from kernels.gemm_fp8.formats import FP8_DTYPES, native_dtypes
+
+    @dataclasses.dataclass(frozen=True)
+    class GpuOnCpu(Backend):
+        @property
+        def device(self) -> str:
+            return "cpu"
+
+    def pretend(name="cuda", arch="sm_90", device_name="NVIDIA H200"):
+        backend = GpuOnCpu(name, arch, device_name, 132)
+        monkeypatch.setattr(kernels.backend, "current", lambda: backend)
+        for op in kernels.ops():
+            monkeypatch.setitem(registry._RUNGS, op, [
+                dataclasses.replace(r, dtypes=native_dtypes()) if set(r.dtypes) <= set(FP8_DTYPES)
+                else r for r in kernels.variants(op)])
+        return backend
+    return pretend
+
+
+@pytest.fixture
+def fake_timer(monkeypatch):
+    """Replace the benchmark's ``time_ms``: ``fake_timer(ms=[1.0, 0.5], fail={3: exc})``.
+
+    The n-th call (from 1) takes ``ms[(n - 1) % len(ms)]`` milliseconds, or raises
+    ``fail[n]``; the timed function is not run. Returns a list of the calls' numbers.
+    """
+    from workbench import bench
+    from workbench.timing import Timing
+
+    def install(ms=(1.0,), fail=None):
+        calls = []
+
+        def time_ms(fn, flops=None, bytes_moved=None, **_):
+            calls.append(len(calls) + 1)
+            if calls[-1] in (fail or {}):
+                raise fail[calls[-1]]
+            t = ms[(calls[-1] - 1) % len(ms)]
+            return Timing(t, t, t, 10, flops, bytes_moved)
+        monkeypatch.setattr(bench, "time_ms", time_ms)
+        return calls
+    return install

@@ -1,11 +1,22 @@
 """Benchmark rungs against the library baseline in the same run (GPU only).
 
 For each shape and dtype the baseline ``ref`` is timed first, then every rung on the
-same inputs; each row carries its ratio to ``ref``. Rows are
-:class:`workbench.results.ResultRow` and go straight to a results file.
+same inputs; each row carries its ratio to ``ref``. Only dtypes that ``ref`` takes on
+this backend are planned (the registry says which: e.g. the one FP8 format this GPU's
+matrix cores and library take). Every rung is timed through ``Rung.bind``, so operand
+copies a rung (or ``ref``) needs are made before the clock starts.
+
+A case that fails (inputs, a launch, the library refusing) becomes an error row with
+the message, and the run goes on. Rows go to a :class:`workbench.results.Recorder` the
+moment they exist, so a file given as ``out`` holds every row measured so far, even
+after a crash or Ctrl-C. A :class:`Budget` stops a run from starting new cases once its
+time is spent, and lists the cases it left out.
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable
 
 import torch
@@ -13,7 +24,7 @@ import torch
 import kernels
 
 from . import environment
-from .results import ResultRow
+from .results import Recorder, ResultRow
 from .timing import require_gpu, time_ms
 
 
@@ -21,40 +32,117 @@ def shape_label(shape: tuple) -> str:
     return "x".join(str(s) for s in shape)
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 def default_dtypes(spec) -> list[torch.dtype]:
     """Training dtypes first: bf16 and fp16 where the op takes them, else its own (e.g. fp8)."""
     return [d for d in (torch.bfloat16, torch.float16) if d in spec.dtypes] or list(spec.dtypes)
 
 
+@dataclass
+class Budget:
+    """Wall-clock seconds for a run: once spent, no new case starts; those left are listed."""
+
+    seconds: float
+    started: float = field(default_factory=time.monotonic)
+    skipped: list[str] = field(default_factory=list)
+
+    def spent(self) -> bool:
+        return time.monotonic() - self.started >= self.seconds
+
+
+def planned_dtypes(op: str, dtypes: Iterable[torch.dtype] | None = None) -> list[torch.dtype]:
+    """The dtypes to time ``op`` in: those asked for (default: :func:`default_dtypes`)
+    that the baseline takes on this backend. Asking for one it does not take is an error:
+    a ratio to ``ref`` needs ``ref``."""
+    ref = kernels.registry.reference_rung(op)
+    if dtypes is None:
+        return [d for d in default_dtypes(kernels.spec(op)) if ref.supports(d)]
+    dtypes = list(dtypes)
+    refused = [dtype_name(d) for d in dtypes if not ref.supports(d)]
+    if refused:
+        here = kernels.backend.current()
+        raise ValueError(f"{op} ref does not take {', '.join(refused)} on {here.name} "
+                         f"({here.arch}); it takes {', '.join(map(dtype_name, ref.dtypes))}")
+    return dtypes
+
+
+def error_message(exc: BaseException) -> str:
+    """What an error row says: the exception type and its message."""
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+class _RowMaker:
+    """What every row of one run says about where and when it was measured."""
+
+    def __init__(self, op: str):
+        here, info = kernels.backend.current(), environment.describe()
+        self.op = op
+        self.common = dict(gpu=here.device_name, backend=here.name, arch=here.arch,
+                           torch_version=info["torch"], triton_version=info["triton"],
+                           commit=info["commit"], timestamp=environment.now())
+
+    def measured(self, rung, shape, dtype, t, ref_ms: float | None) -> ResultRow:
+        return ResultRow(op=self.op, rung=rung.label, name=rung.name, shape=shape_label(shape),
+                         dtype=dtype_name(dtype), ms=t.median_ms, tflops=t.tflops, gbps=t.gbps,
+                         ratio_to_ref=None if ref_ms is None else ref_ms / t.median_ms,
+                         **self.common)
+
+    def error(self, rung, shape, dtype, message: str) -> ResultRow:
+        return ResultRow(op=self.op, rung=rung.label, name=rung.name, shape=shape_label(shape),
+                         dtype=dtype_name(dtype), ms=None, tflops=None, gbps=None,
+                         ratio_to_ref=None, status="error", error=message, **self.common)
+
+
 def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch.dtype] | None = None,
-          rungs: Iterable[int | str] | None = None, progress: bool = True) -> list[ResultRow]:
-    """Time the chosen rungs (default: all that run on GPUs, plus ref) on the given shapes."""
+          rungs: Iterable[int | str] | None = None, progress: bool = True,
+          out: str | Path | Recorder | None = None, budget: Budget | None = None,
+          not_timed: dict[str, str] | None = None) -> list[ResultRow]:
+    """Time the chosen rungs (default: all that run on GPUs, plus ref) on the given shapes.
+
+    ``out``: a .json/.csv path or a :class:`Recorder` (to share one file between ops);
+    rows are saved as they come. ``not_timed`` maps rung labels to why they must not be
+    timed (a check that raised): each of their cases becomes an error row with that reason.
+    Returns this call's rows, error rows included.
+    """
     from tqdm.auto import tqdm  # disable=None: a bar on a terminal, none in logs
 
     require_gpu()
     spec = kernels.spec(op)
     here = kernels.backend.current()
+    recorder = out if isinstance(out, Recorder) else Recorder(out)
+    first = len(recorder.rows)
     chosen = [kernels.get(op, r) for r in rungs] if rungs is not None else kernels.variants(op, include_ref=False)
     chosen = [r for r in chosen if r.rung is not None and here.name in r.backends]
     ref = kernels.registry.reference_rung(op)
-    info = environment.describe()
-    stamp = environment.now()
-    rows = []
-    plan = [(s, d) for s in (shapes or spec.bench_shapes.values())
-            for d in (dtypes or default_dtypes(spec))]
+    not_timed = not_timed or {}
+    make = _RowMaker(op)
+    plan = [(s, d) for s in (shapes or spec.bench_shapes.values()) for d in planned_dtypes(op, dtypes)]
     for shape, dtype in tqdm(plan, desc=f"bench {op}", disable=None if progress else True):
-        inputs = spec.make_inputs(shape, dtype, device=here.device, seed=0)
+        if budget is not None and budget.spent():
+            budget.skipped.append(f"{op} {shape_label(shape)} {dtype_name(dtype)}")
+            continue
         work = dict(flops=spec.flops(shape), bytes_moved=spec.bytes_moved(shape, dtype))
         fits = [r for r in chosen if dtype in r.dtypes
                 and (r.max_bench_flops is None or work["flops"] <= r.max_bench_flops)]
-        ref_timing = time_ms(lambda: ref(*inputs), **work)
+        try:
+            inputs = spec.make_inputs(shape, dtype, device=here.device, seed=0)
+        except Exception as exc:   # every rung of this case is lost, the run is not
+            for r in [ref, *fits]:
+                recorder.add(make.error(r, shape, dtype, f"making inputs: {error_message(exc)}"))
+            continue
+        ref_ms = None
         for r in [ref, *fits]:
-            t = ref_timing if r is ref else time_ms(lambda r=r: r(*inputs), **work)
-            rows.append(ResultRow(
-                op=op, rung=r.label, name=r.name, shape=shape_label(shape),
-                dtype=str(dtype).replace("torch.", ""), ms=t.median_ms, tflops=t.tflops, gbps=t.gbps,
-                ratio_to_ref=ref_timing.median_ms / t.median_ms, gpu=here.device_name,
-                backend=here.name, arch=here.arch,
-                torch_version=info["torch"], triton_version=info["triton"], commit=info["commit"],
-                timestamp=stamp))
-    return rows
+            if r.label in not_timed:
+                recorder.add(make.error(r, shape, dtype, not_timed[r.label]))
+                continue
+            try:
+                t = time_ms(r.bind(*inputs), **work)
+            except Exception as exc:
+                recorder.add(make.error(r, shape, dtype, error_message(exc)))
+                continue
+            ref_ms = t.median_ms if r is ref else ref_ms
+            recorder.add(make.measured(r, shape, dtype, t, ref_ms))
+    return recorder.rows[first:]

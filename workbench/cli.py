@@ -1,4 +1,4 @@
-"""The ``workbench`` command: info, check, bench, tour.
+"""The ``workbench`` command: info, check, bench, tour, gpu-report.
 
 Everything it lists comes from the rung registry (``kernels.variants``); it holds no
 list of rungs or ops of its own.
@@ -14,6 +14,7 @@ import kernels
 
 from . import environment, results
 from .check import all_passed, check, summarize
+from .gpu_report import BUDGET_S, gpu_report
 from .table import format_table
 from .suite import SUITES
 from .timing import PerformanceUnavailable
@@ -29,6 +30,16 @@ def _parse_shape(text: str) -> tuple[int, ...]:
     if any(s <= 0 for s in shape):
         raise argparse.ArgumentTypeError(f"shape dimensions must be positive, got {text!r}")
     return shape
+
+
+def _parse_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seconds must be a number, got {text!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"seconds must be positive, got {text!r}")
+    return seconds
 
 
 def _parse_rung(text: str) -> int | str:
@@ -88,7 +99,7 @@ def _bench_rows(args):
     from .suite import run_suite
 
     if args.suite:
-        reports, rows = run_suite(args.suite)
+        reports, rows = run_suite(args.suite, out=args.out)
         print(format_table(summarize(reports)))
         return rows
     if not args.op:
@@ -96,20 +107,23 @@ def _bench_rows(args):
     spec = kernels.spec(args.op)
     shapes = [args.shape] if args.shape else [spec.bench_shapes[p] for p in args.preset or ()] or None
     dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else None
-    return bench(args.op, shapes=shapes, dtypes=dtypes, rungs=args.rung)
+    return bench(args.op, shapes=shapes, dtypes=dtypes, rungs=args.rung, out=args.out)
 
 
 def cmd_bench(args) -> int:
     try:
-        rows = _bench_rows(args)
+        rows = _bench_rows(args)   # saved to --out row by row, as they are measured
     except PerformanceUnavailable as exc:
         print(f"workbench bench: {exc}", file=sys.stderr)
         return 2
-    print(format_table([dict(op=r.op, rung=r.rung, name=r.name, shape=r.shape, dtype=r.dtype, ms=r.ms,
-                             tflops=r.tflops, gbps=r.gbps, vs_ref=r.ratio_to_ref) for r in rows]))
-    if args.out:
-        print(f"wrote {results.save(rows, args.out)}")
-    return 0
+    print(format_table(results.table(rows)))
+    if args.out and rows:
+        print(f"wrote {args.out}")
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def cmd_gpu_report(args) -> int:
+    return gpu_report(budget_s=args.budget_s)
 
 
 def _isa_rows(target: str) -> list[dict]:
@@ -141,9 +155,8 @@ def cmd_tour(args) -> int:
     shipped = results.load_recorded()
     if shipped:
         print("\nRecorded GPU results (measured earlier on the GPU named in each row, not here):")
-        print(format_table([dict(gpu=r.gpu, date=r.timestamp[:10], op=r.op, rung=r.rung, shape=r.shape,
-                                 dtype=r.dtype, ms=r.ms, tflops=r.tflops, vs_ref=r.ratio_to_ref)
-                            for r in shipped]))
+        print(format_table(results.table(shipped, ("gpu", "date", "op", "rung", "shape", "dtype",
+                                                   "ms", "tflops", "vs_ref"))))
     else:
         print("\nNo recorded GPU results ship with this version yet; `workbench bench` on a GPU makes them.")
     if here.is_interpreter:
@@ -172,12 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", action="append", help="a named benchmark shape of the op")
     p.add_argument("--out", help="write the rows to this .json or .csv file")
     sub.add_parser("tour", help="the main job: check every rung, print the ladders and recorded results")
+    p = sub.add_parser("gpu-report", help="on a GPU: ceilings + quick suite into workbench/recorded/")
+    p.add_argument("--budget-s", type=_parse_seconds, default=BUDGET_S,
+                   help="no new case starts after this many seconds (default %(default)s)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "tour": cmd_tour}[args.command]
+    handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "tour": cmd_tour,
+               "gpu-report": cmd_gpu_report}[args.command]
     try:
         return handler(args)
     except (KeyError, ValueError, TypeError) as exc:

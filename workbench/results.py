@@ -1,23 +1,31 @@
 """Tidy result rows, saved and loaded as JSON or CSV with a schema check.
 
-One row is one (op, rung, shape, dtype) measurement on one GPU. Files carry a schema
-name and version; loading refuses anything else with a clear error. Nothing is
-unpickled: JSON and CSV only. Recorded rows measured on real GPUs ship in
-``workbench/recorded/`` so CPU-only users still see real numbers, always with the GPU
-and date they came from.
+One row is one (op, rung, shape, dtype) case on one GPU: measured (``status`` "ok"), or
+an error row (``status`` "error") that keeps the case and the error message and has no
+numbers (``None``: JSON null, an empty CSV cell), so one failing case never costs the
+rest of a run and is never drawn as a number. Files carry a schema name and version;
+version 1 files (no status or error: every row measured) still load; anything else is
+refused with a clear error. Nothing is unpickled: JSON and CSV only.
+
+A :class:`Recorder` saves its rows after each one, atomically, so a crash or Ctrl-C in
+the middle of a benchmark leaves a valid file with every row measured so far. Recorded
+rows measured on real GPUs ship in ``workbench/recorded/`` so CPU-only users still see
+real numbers, always with the GPU and date they came from.
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 SCHEMA = "amd-kernel-workbench/results"
-VERSION = 1
+VERSION = 2
+SUFFIXES = (".json", ".csv")
 
 
 class ResultsFormatError(ValueError):
@@ -31,10 +39,11 @@ class ResultRow:
     name: str            # rung short name
     shape: str           # "4096x4096x4096" (the op's shape_names order)
     dtype: str
-    ms: float
-    tflops: float
-    gbps: float
-    ratio_to_ref: float  # ref's ms / this rung's ms, same shape, dtype and run
+    ms: float | None     # None on an error row: nothing was measured
+    tflops: float | None
+    gbps: float | None
+    ratio_to_ref: float | None  # ref's ms / this rung's ms, same shape, dtype and run;
+                                # None where ref itself failed in that run
     gpu: str
     backend: str
     arch: str
@@ -42,67 +51,150 @@ class ResultRow:
     triton_version: str
     commit: str
     timestamp: str       # ISO 8601, UTC
+    status: str = "ok"   # "ok" (measured) or "error"
+    error: str = ""      # an error row's message: why this case has no numbers
+
+    def __post_init__(self):
+        numbers = [getattr(self, f) for f in MEASURED]
+        if self.status == "ok":
+            if self.error or any(v is None for v in numbers):
+                raise ValueError("a measured row (status 'ok') has ms, tflops and gbps and no error")
+        elif self.status == "error":
+            if not self.error or any(v is not None for v in numbers + [self.ratio_to_ref]):
+                raise ValueError("an error row has an error message and no numbers")
+        else:
+            raise ValueError(f"status must be 'ok' or 'error', got {self.status!r}")
+
+    @property
+    def ok(self) -> bool:
+        """Measured: the row has numbers (an error row has only its message)."""
+        return self.status == "ok"
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ResultRow))
-_TYPES = {f.name: (float if f.type == "float" else str) for f in dataclasses.fields(ResultRow)}
+FIELDS_V1 = FIELDS[:FIELDS.index("status")]   # version 1: every row was measured
+MEASURED = ("ms", "tflops", "gbps")
+NUMBERS = (*MEASURED, "ratio_to_ref")
 
 
-def _row_from_mapping(raw: dict, where: str) -> ResultRow:
+def _number(value) -> float | None:
+    return None if value is None or value == "" else float(value)
+
+
+def _row_from_mapping(raw: dict, where: str, fields: Sequence[str] = FIELDS) -> ResultRow:
     if not isinstance(raw, dict):
         raise ResultsFormatError(f"{where}: a row must be an object, got {type(raw).__name__}")
-    missing = [f for f in FIELDS if f not in raw]
-    extra = [k for k in raw if k not in _TYPES]
+    missing = [f for f in fields if f not in raw]
+    extra = [k for k in raw if k not in fields]
     if missing or extra:
         raise ResultsFormatError(f"{where}: missing fields {missing}, unknown fields {extra}")
     values = {}
-    for name, kind in _TYPES.items():
+    for name in fields:
+        kind = _number if name in NUMBERS else str
         try:
             values[name] = kind(raw[name])
         except (TypeError, ValueError) as exc:
-            raise ResultsFormatError(f"{where}: field {name!r} is not a {kind.__name__}: "
+            what = "number (or empty)" if name in NUMBERS else "str"
+            raise ResultsFormatError(f"{where}: field {name!r} is not a {what}: "
                                      f"{raw[name]!r}") from exc
-    return ResultRow(**values)
+    try:
+        return ResultRow(**values)
+    except ValueError as exc:
+        raise ResultsFormatError(f"{where}: {exc}") from exc
+
+
+def _suffix(path: Path) -> str:
+    if path.suffix not in SUFFIXES:
+        raise ValueError(f"{path}: results are saved and loaded as .json or .csv")
+    return path.suffix
 
 
 def save(rows: Iterable[ResultRow], path: str | Path) -> Path:
-    """Write rows as .json (with schema header) or .csv (header = field names)."""
+    """Write rows as .json (with schema header) or .csv (header = field names).
+
+    Atomic: the rows go to a temporary file beside ``path``, which then replaces it, so
+    ``path`` always holds a whole file (the old one or the new one), never half of one.
+    """
     path, rows = Path(path), list(rows)
-    if path.suffix == ".json":
+    suffix = _suffix(path)
+    tmp = path.with_name(path.name + ".tmp")
+    if suffix == ".json":
         doc = {"schema": SCHEMA, "version": VERSION, "rows": [dataclasses.asdict(r) for r in rows]}
-        path.write_text(json.dumps(doc, indent=1) + "\n")
-    elif path.suffix == ".csv":
-        with path.open("w", newline="") as fh:
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    else:
+        with tmp.open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=FIELDS)
             writer.writeheader()
             writer.writerows(dataclasses.asdict(r) for r in rows)
-    else:
-        raise ValueError(f"{path}: results are saved as .json or .csv")
+    os.replace(tmp, path)
     return path
+
+
+class Recorder:
+    """Collects rows as they are measured and, given a path, saves them all after each one.
+
+    A benchmark hands every row to :meth:`add` the moment it has it, so an exception or
+    Ctrl-C later in the run leaves a valid results file with every row measured before.
+    Nothing is written before the first row.
+    """
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = None if path is None else Path(path)
+        if self.path is not None:
+            _suffix(self.path)   # refuse a bad file name before anything is measured
+        self.rows: list[ResultRow] = []
+
+    def add(self, row: ResultRow) -> None:
+        self.rows.append(row)
+        if self.path is not None:
+            save(self.rows, self.path)
 
 
 def load(path: str | Path) -> list[ResultRow]:
     path = Path(path)
-    if path.suffix == ".json":
+    if _suffix(path) == ".json":
         try:
             doc = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ResultsFormatError(f"{path}: not valid JSON ({exc})") from exc
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             raise ResultsFormatError(f"{path}: not a workbench results file (schema must be {SCHEMA!r})")
-        if doc.get("version") != VERSION:
+        fields = {1: FIELDS_V1, VERSION: FIELDS}.get(doc.get("version"))
+        if fields is None:
             raise ResultsFormatError(f"{path}: schema version {doc.get('version')!r}, "
-                                     f"this workbench reads version {VERSION}")
+                                     f"this workbench reads versions 1 to {VERSION}")
         if not isinstance(doc.get("rows"), list):
             raise ResultsFormatError(f"{path}: 'rows' must be a list")
-        return [_row_from_mapping(r, f"{path} row {i}") for i, r in enumerate(doc["rows"])]
-    if path.suffix == ".csv":
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            if tuple(reader.fieldnames or ()) != FIELDS:
-                raise ResultsFormatError(f"{path}: CSV header must be {','.join(FIELDS)}")
-            return [_row_from_mapping(r, f"{path} line {i + 2}") for i, r in enumerate(reader)]
-    raise ValueError(f"{path}: results are loaded from .json or .csv")
+        return [_row_from_mapping(r, f"{path} row {i}", fields) for i, r in enumerate(doc["rows"])]
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = tuple(reader.fieldnames or ())
+        if fields not in (FIELDS, FIELDS_V1):
+            raise ResultsFormatError(f"{path}: CSV header must be {','.join(FIELDS)}")
+        return [_row_from_mapping(r, f"{path} line {i + 2}", fields) for i, r in enumerate(reader)]
+
+
+def table(rows: Iterable[ResultRow],
+          columns: Sequence[str] = ("op", "rung", "name", "shape", "dtype", "ms", "tflops", "gbps",
+                                    "vs_ref")) -> list[dict]:
+    """Rows for :func:`workbench.table.format_table` / ``html_table``.
+
+    ``vs_ref`` is the ratio to ref and ``date`` the day of the timestamp; any other column
+    is a field. Where a row is an error row, an ``error`` column is added with its message
+    (its numbers are None: a dash, never a zero).
+    """
+    rows = list(rows)
+    named = {"vs_ref": "ratio_to_ref", "date": "timestamp"}
+    errors = any(not r.ok for r in rows)
+    out = []
+    for r in rows:
+        cells = {c: getattr(r, named.get(c, c)) for c in columns}
+        if "date" in cells:
+            cells["date"] = cells["date"][:10]
+        if errors:
+            cells["error"] = " ".join(r.error.split())   # one line per row in a table
+        out.append(cells)
+    return out
 
 
 def _recorded_dir():

@@ -41,8 +41,8 @@ class RungView:
                      passed=r.passed, error=r.error, allowed=r.allowed) for r in self.checks]
 
     def _recorded_rows(self) -> list[dict]:
-        return [dict(gpu=r.gpu, date=r.timestamp[:10], shape=r.shape, dtype=r.dtype, ms=r.ms,
-                     tflops=r.tflops, vs_ref=r.ratio_to_ref) for r in self.recorded]
+        return results.table(self.recorded, ("gpu", "date", "shape", "dtype", "ms", "tflops",
+                                              "vs_ref"))
 
     def _performance_text(self) -> str:
         if self.recorded:

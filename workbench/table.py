@@ -7,6 +7,8 @@ from typing import Iterable, Sequence
 
 
 def _cell(value) -> str:
+    if value is None:      # not measured: a dash, so it never reads as a zero
+        return "–"
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.0f}"
     if isinstance(value, bool):
@@ -34,7 +36,7 @@ def html_table(rows: list[dict], columns: list[str] | None = None, caption: str 
     columns = list(columns or rows[0])
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(
-        f"<td>{html.escape('–' if r.get(c) is None else _cell(r.get(c)))}</td>" for c in columns)
+        f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns)
         + "</tr>" for r in rows)
     title = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return f"<table>{title}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

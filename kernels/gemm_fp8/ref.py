@@ -5,7 +5,10 @@ Idea: what a user gets without writing a kernel. It is the same call on every ba
 * GPU: hipBLASLt/cuBLASLt want A row-major, B column-major and M, N, K multiples of 16.
   Other inputs are copied into that form first, zero-padded (zeros add nothing to the
   dot products; padded rows and columns are cut off again). Aligned inputs with that
-  layout go straight through, so the benchmark's ``row`` layout pays one copy of B.
+  layout go straight through. Those copies are made by :func:`prepare`, which the
+  benchmark calls before it starts the clock (``Rung.bind``): the baseline is timed for
+  its GEMM alone, as every rung is. Per-row/column scales take a bfloat16 output only
+  (row-wise scaling in hipBLASLt/cuBLASLt); other outputs are refused with that reason.
 * CPU (torch >= 2.13): ``torch._scaled_mm`` has a CPU kernel that takes any shape,
   layout and either e4m3 format, and accumulates in float32; the harness therefore
   compares the interpreted rungs with it directly. Scales go in per row/column (a
@@ -44,29 +47,25 @@ def _padded(x: torch.Tensor, rows: int, cols: int, col_major: bool) -> torch.Ten
     return out
 
 
-def _gpu_scaled_mm(a, b, scale_a, scale_b, out_dtype):
+def _gpu_operands(a, b, scale_a, scale_b, out_dtype):
+    """Operands as hipBLASLt/cuBLASLt take them: aligned, A row- and B column-major."""
     (m, k), n = a.shape, b.shape[1]
-    mp, np_, kp = (-(-d // ALIGN) * ALIGN for d in (m, n, k))
     scale_a, scale_b = _library_scales(scale_a, scale_b, m, n)
+    if scale_a.dim() and out_dtype != torch.bfloat16:
+        raise ValueError(
+            f"gemm_fp8 ref on a GPU: per-row/column scales need out_dtype=torch.bfloat16, got "
+            f"{out_dtype}. torch._scaled_mm scales row-wise through hipBLASLt/cuBLASLt, whose "
+            "row-wise scaling produces bfloat16 only; use per-tensor scales for a "
+            f"{str(out_dtype).replace('torch.', '')} output, or take bfloat16 and cast it.")
+    mp, np_, kp = (-(-d // ALIGN) * ALIGN for d in (m, n, k))
     if scale_a.dim():
         scale_a = torch.nn.functional.pad(scale_a, (0, 0, 0, mp - m))
         scale_b = torch.nn.functional.pad(scale_b, (0, np_ - n))
-    c = torch._scaled_mm(_padded(a, mp, kp, col_major=False), _padded(b, kp, np_, col_major=True),
-                         scale_a, scale_b, out_dtype=out_dtype)
-    return c[:m, :n]
+    return (_padded(a, mp, kp, col_major=False), _padded(b, kp, np_, col_major=True),
+            scale_a, scale_b)
 
 
-@rung(op="gemm_fp8", rung=None, name="ref", backends=("hip", "cuda", "interpreter"),
-      dtypes=native_dtypes(), interpreter=True, kind="library")
-def gemm_fp8_ref(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                 out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    operands.check(a, b, scale_a, scale_b, out_dtype)
-    if _backend.current().is_gpu:
-        return _gpu_scaled_mm(a, b, scale_a, scale_b, out_dtype)
-    return _cpu_scaled_mm(a, b, scale_a, scale_b, out_dtype)
-
-
-def _cpu_scaled_mm(a, b, scale_a, scale_b, out_dtype):
+def _cpu_operands(a, b, scale_a, scale_b):
     """Row-wise scales always (see the module docstring), so both e4m3 formats run."""
     (m, _), n = a.shape, b.shape[1]
     rows = max(m, 2) if n == 1 else m
@@ -74,4 +73,26 @@ def _cpu_scaled_mm(a, b, scale_a, scale_b, out_dtype):
     if rows != m:   # a 1 x 1 output: a zero row keeps the scales row-wise
         a = torch.cat([a, a.new_zeros((rows - m, a.shape[1]))])
         scale_a = torch.cat([scale_a[:m], scale_a.new_ones((rows - m, 1))])
-    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype)[:m]
+    return a, b, scale_a, scale_b
+
+
+def prepare(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+            out_dtype: torch.dtype = torch.bfloat16):
+    """Check and copy the operands into library form now; return the bare library call.
+
+    The registry's ``prepare`` hook: a benchmark times only the returned call.
+    """
+    operands.check(a, b, scale_a, scale_b, out_dtype)
+    m, n = a.shape[0], b.shape[1]
+    if _backend.current().is_gpu:
+        args = _gpu_operands(a, b, scale_a, scale_b, out_dtype)
+    else:
+        args = _cpu_operands(a, b, scale_a, scale_b)
+    return lambda: torch._scaled_mm(*args, out_dtype=out_dtype)[:m, :n]
+
+
+@rung(op="gemm_fp8", rung=None, name="ref", backends=("hip", "cuda", "interpreter"),
+      dtypes=native_dtypes(), interpreter=True, kind="library", prepare=prepare)
+def gemm_fp8_ref(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                 out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return prepare(a, b, scale_a, scale_b, out_dtype)()

@@ -2,8 +2,10 @@
 
 Every performance number here comes from a :class:`workbench.results.ResultRow`, measured
 now or recorded on a real GPU earlier; speedups are taken between rows of the *same* run
-(same GPU, same timestamp), because times from different runs are not comparable. Model
-numbers (ridge, attainable TFLOP/s) come from the GPU's datasheet and say "model".
+(same GPU, same timestamp), because times from different runs are not comparable. Error
+rows (a case that failed on the GPU) have no numbers: they are never drawn or compared,
+only named in the notes. Model numbers (ridge, attainable TFLOP/s) come from the GPU's
+datasheet and say "model".
 """
 from __future__ import annotations
 
@@ -38,9 +40,10 @@ def performance(run: list[ResultRow], labels: list[str], gpu: roofline.GpuSpec, 
     """Per rung label: ms, TFLOP/s, GB/s, % of roof, speedup vs previous rung and vs ref.
 
     ``labels`` is the ladder order; the previous rung is the nearest earlier numbered
-    rung of ``labels`` that has a row. ``ref`` is compared with nobody but itself.
+    rung of ``labels`` that has a measured row. ``ref`` is compared with nobody but itself.
+    Error rows give no cells.
     """
-    by_label = {r.rung: r for r in run}
+    by_label = {r.rung: r for r in run if r.ok}
     ref = by_label.get("ref")
     cells, previous = {}, None
     for label in labels:
@@ -77,7 +80,13 @@ def model_point(model: dict, op: str, shape: str) -> roofline.Point:
 def ladder_chart_rows(run: list[ResultRow], labels: list[str], source: str) -> list[dict]:
     """Rows in the form ``roofline.ladder_chart`` reads."""
     return [dict(op=r.op, rung=r.rung, shape=r.shape, dtype=r.dtype, tflops=r.tflops, ms=r.ms,
-                 source=source, gpu=r.gpu) for r in run if r.rung in labels]
+                 source=source, gpu=r.gpu) for r in run if r.rung in labels and r.ok]
+
+
+def error_notes(run: list[ResultRow]) -> list[str]:
+    """One note per error row of the run: which rung failed on which GPU, and why."""
+    return [f"{r.rung} has no numbers: it failed on {r.gpu} ({r.timestamp[:10]}): {r.error}"
+            for r in run if not r.ok]
 
 
 def elsewhere(rows: list[ResultRow], op: str) -> list[str]:

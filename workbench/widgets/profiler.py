@@ -20,8 +20,8 @@ from ..check import CheckReport, check_rung
 from .controls import (ShapePicker, check_shape, dtype_label, dtype_options, dtype_picker,
                        op_picker, resolve_rung, rung_options, to_dtype)
 from ..ceilings import measure_ceilings
-from .ladder_rows import (elsewhere, gpu_matches, ladder_chart_rows, latest_run, model_point,
-                          model_summary, performance)
+from .ladder_rows import (elsewhere, error_notes, gpu_matches, ladder_chart_rows, latest_run,
+                          model_point, model_summary, performance)
 from .panel import Panel
 from ..table import html_table
 from .render import notes_html
@@ -116,8 +116,9 @@ class LadderProfiler(Panel):
         else:
             run, source = self._recorded(op, label, dtype_label(dtype), gpu, notes)
         perf = performance(run, labels, gpu, model["intensity"], source) if run and model else {}
-        if run and not any(r.rung == "ref" for r in run):
-            notes.append("That run has no ref row: no speedups vs ref and no ladder chart.")
+        notes += error_notes(run)
+        if run and not any(r.rung == "ref" and r.ok for r in run):
+            notes.append("That run has no measured ref row: no speedups vs ref and no ladder chart.")
         table = [dict(rung=r.label, name=r.name, **cells[r.label],
                       **perf.get(r.label, dict.fromkeys(COLUMNS[4:]))) for r in chosen]
         ceilings = self._ceilings(gpu, on_gpu, notes)
@@ -192,8 +193,8 @@ class LadderProfiler(Panel):
         spec, label = kernels.spec(op), shape_label(shape)
         points = [roofline.point(gpu, r.rung, spec.flops(shape), spec.bytes_moved(shape, dtype),
                                  r.ms, dtype, source, op=op, shape=label, date=r.timestamp[:10])
-                  for r in run if r.rung in labels] or [model_point(model, op, label)]
+                  for r in run if r.rung in labels and r.ok] or [model_point(model, op, label)]
         charts = {"roofline": roofline.chart(gpu, points, dtypes=[dtype], ceilings=ceilings)}
-        if any(r.rung == "ref" for r in run):   # bars are drawn relative to ref
+        if any(r.rung == "ref" and r.ok for r in run):   # bars are drawn relative to ref
             charts["ladder"] = roofline.ladder_chart(ladder_chart_rows(run, labels, source))
         return charts

@@ -1,0 +1,160 @@
+"""The benchmark on a pretended GPU: what it plans, error rows, rows saved as they come."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import kernels
+from kernels import registry
+from workbench import results
+from workbench.bench import Budget, bench, planned_dtypes
+
+SHAPES = [(16, 32, 48), (32, 16, 48), (48, 32, 16), (16, 16, 16)]
+
+
+@pytest.mark.parametrize("backend, arch, native", [
+    ("hip", "gfx942", torch.float8_e4m3fnuz),
+    ("hip", "gfx950", torch.float8_e4m3fn),
+    ("cuda", "sm_90", torch.float8_e4m3fn),
+])
+def test_fp8_plan_holds_only_the_format_this_gpu_takes(fake_gpu, fake_timer, backend, arch, native):
+    fake_gpu(backend, arch)
+    fake_timer()
+    rows = bench("gemm_fp8", shapes=SHAPES[:1], progress=False)
+    assert {r.dtype for r in rows} == {str(native).replace("torch.", "")}
+    assert [r.rung for r in rows] == ["ref", "v0", "v1"] and all(r.ok for r in rows)
+
+
+def test_asking_for_a_dtype_ref_does_not_take_here_is_refused(fake_gpu):
+    fake_gpu("hip", "gfx942")
+    with pytest.raises(ValueError, match="ref does not take float8_e4m3fn on hip \\(gfx942\\)"):
+        planned_dtypes("gemm_fp8", [torch.float8_e4m3fn])
+    assert planned_dtypes("gemm") == [torch.bfloat16, torch.float16]
+
+
+def test_a_failing_case_is_an_error_row_and_the_run_goes_on(fake_gpu, fake_timer):
+    fake_gpu()
+    fake_timer(ms=[1.0, 0.5], fail={2: RuntimeError("launch failed")})
+    rows = bench("gemm_fp8", shapes=SHAPES[:2], rungs=["v1"], progress=False)
+    assert [(r.shape, r.rung, r.status) for r in rows] == [
+        ("16x32x48", "ref", "ok"), ("16x32x48", "v1", "error"),
+        ("32x16x48", "ref", "ok"), ("32x16x48", "v1", "ok")]
+    failed = rows[1]
+    assert failed.error == "RuntimeError: launch failed" and failed.dtype == "float8_e4m3fn"
+    assert failed.ms is failed.tflops is failed.gbps is failed.ratio_to_ref is None
+    assert rows[3].ratio_to_ref == pytest.approx(1.0 / 0.5)
+
+
+def test_without_ref_the_rungs_are_timed_with_no_ratio(fake_gpu, fake_timer):
+    fake_gpu()
+    fake_timer(fail={1: RuntimeError("library refused")})
+    ref, v1 = bench("gemm_fp8", shapes=SHAPES[:1], rungs=["v1"], progress=False)
+    assert not ref.ok and v1.ok and v1.ratio_to_ref is None and v1.ms == 1.0
+
+
+def test_inputs_that_cannot_be_made_give_an_error_row_per_rung(fake_gpu, fake_timer, monkeypatch):
+    fake_gpu()
+    fake_timer()
+
+    def no_inputs(*args, **kwargs):
+        raise MemoryError("out of memory")
+    spec = kernels.spec("gemm_fp8")
+    monkeypatch.setitem(registry._SPECS, "gemm_fp8", dataclasses.replace(spec, make_inputs=no_inputs))
+    rows = bench("gemm_fp8", shapes=SHAPES[:1], rungs=["v0", "v1"], progress=False)
+    assert [(r.rung, r.error) for r in rows] == [
+        (label, "making inputs: MemoryError: out of memory") for label in ("ref", "v0", "v1")]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_an_interrupt_keeps_every_row_measured_before_it(fake_gpu, fake_timer, tmp_path, suffix):
+    fake_gpu()
+    fake_timer(fail={3: KeyboardInterrupt()})      # the third case (only ref is timed)
+    out = tmp_path / f"rows{suffix}"
+    with pytest.raises(KeyboardInterrupt):
+        bench("gemm_fp8", shapes=SHAPES, rungs=[], progress=False, out=out)
+    saved = results.load(out)
+    assert [r.shape for r in saved] == ["16x32x48", "32x16x48"] and all(r.ok for r in saved)
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]   # no temporary file left
+
+
+def test_rows_are_saved_one_by_one(fake_gpu, fake_timer, tmp_path, monkeypatch):
+    fake_gpu()
+    fake_timer()
+    out, seen = tmp_path / "rows.json", []
+    save = results.save
+    monkeypatch.setattr(results, "save", lambda rows, path: seen.append(len(rows)) or save(rows, path))
+    rows = bench("gemm_fp8", shapes=SHAPES[:2], rungs=["v1"], progress=False, out=out)
+    assert seen == [1, 2, 3, 4] and results.load(out) == rows
+
+
+def test_a_spent_budget_starts_no_new_case_and_lists_the_rest(fake_gpu, fake_timer):
+    fake_gpu()
+    calls = fake_timer()
+    budget = Budget(0.0)
+    assert bench("gemm_fp8", shapes=SHAPES[:2], progress=False, budget=budget) == []
+    assert calls == [] and budget.skipped == ["gemm_fp8 16x32x48 float8_e4m3fn",
+                                              "gemm_fp8 32x16x48 float8_e4m3fn"]
+
+
+def test_every_rung_is_timed_through_bind(fake_gpu, monkeypatch):
+    """The timed callable is the one ``Rung.bind`` returned: preparation stays outside."""
+    from workbench import bench as bench_module
+    from workbench.timing import Timing
+
+    fake_gpu()
+    bound, timed = [], []
+    real_bind = registry.Rung.bind
+
+    def bind(self, *inputs):
+        bound.append(real_bind(self, *inputs))
+        return bound[-1]
+    monkeypatch.setattr(registry.Rung, "bind", bind)
+    monkeypatch.setattr(bench_module, "time_ms",
+                        lambda fn, **work: timed.append(fn) or Timing(1.0, 1.0, 1.0, 10, **work))
+    bench("gemm_fp8", shapes=SHAPES[:1], progress=False)
+    assert len(timed) == 3 and all(t is b for t, b in zip(timed, bound))
+
+
+@pytest.fixture
+def tiny_quick_suite(monkeypatch):
+    """The quick suite over gemm_fp8 only, at one small shape (the real one is GPU-sized)."""
+    spec = kernels.spec("gemm_fp8")
+    monkeypatch.setitem(registry._SPECS, "gemm_fp8", dataclasses.replace(
+        spec, bench_shapes={"tiny": SHAPES[0]}, quick_shapes=("tiny",)))
+    monkeypatch.setattr(kernels, "ops", lambda: ("gemm_fp8",))
+
+
+def test_suite_a_check_that_raises_gives_error_rows_and_one_that_fails_no_timing(
+        fake_gpu, fake_timer, tiny_quick_suite, monkeypatch, tmp_path):
+    from workbench import suite
+    from workbench.check import CheckReport
+
+    fake_gpu()
+    fake_timer()
+
+    def check(op, rung, progress):
+        if rung == "v0":
+            raise RuntimeError("illegal memory access")
+        passed = rung != "v1"
+        return [CheckReport(op, kernels.get(op, rung).title, (5, 7, 3), "float8_e4m3fn", passed,
+                            0.0, 0.0, 1.0, 0, 105, None, None, None)]
+    monkeypatch.setattr(suite, "check", check)
+    reports, rows = suite.run_suite("quick", out=tmp_path / "quick.json", progress=False)
+    assert [(r.rung, r.status) for r in rows] == [("ref", "ok"), ("v0", "error")]   # v1 failed
+    assert rows[1].error == ("correctness check raised RuntimeError: illegal memory access; "
+                             "not timed")
+    assert [r.passed for r in reports] == [False, True] and results.load(tmp_path / "quick.json") == rows
+
+
+@pytest.mark.gpu
+def test_fp8_bench_completes_on_this_gpu_in_its_own_format(tmp_path):
+    from kernels.gemm_fp8 import fp8_dtype
+
+    out = tmp_path / "fp8.json"
+    rows = bench("gemm_fp8", shapes=[(256, 512, 384), (16, 512, 384)], progress=False, out=out)
+    assert all(r.ok for r in rows), [r.error for r in rows if not r.ok]
+    assert [r.rung for r in rows] == ["ref", "v0", "v1"] * 2
+    assert {r.dtype for r in rows} == {str(fp8_dtype()).replace("torch.", "")}
+    assert results.load(out) == rows

@@ -1,0 +1,103 @@
+"""``workbench gpu-report`` and ``make gpu``, with everything GPU-ish pretended."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import kernels
+from kernels import registry
+from workbench import gpu_report, results
+from workbench.check import CheckReport
+from workbench.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+CEILINGS = {"gpu": "NVIDIA H200", "date": "2026-11-30T17:00:00+00:00", "hbm_tbps": 4.1,
+            "peak_tflops": {"bf16": 700.0, "fp16": 710.0}}
+
+
+@pytest.fixture
+def pretended_h200(fake_gpu, fake_timer, monkeypatch, tmp_path):
+    """An H200 that checks every rung as passing, times ref 1 ms and each rung 0.5 ms, and
+    records into tmp_path; the quick suite runs gemm_fp8 at one small shape."""
+    fake_gpu("cuda", "sm_90", "NVIDIA H200")
+    fake_timer(ms=[1.0, 0.5, 0.5])      # ref, v0, v1 of each case
+    spec = kernels.spec("gemm_fp8")
+    monkeypatch.setitem(registry._SPECS, "gemm_fp8", dataclasses.replace(
+        spec, bench_shapes={"tiny": (16, 32, 48)}, quick_shapes=("tiny",)))
+    monkeypatch.setattr(kernels, "ops", lambda: ("gemm_fp8",))
+    monkeypatch.setattr(gpu_report, "measure_ceilings", lambda force: dict(CEILINGS))
+    monkeypatch.setattr(gpu_report, "RECORDED", tmp_path)
+    monkeypatch.setattr("workbench.suite.check", lambda op, rung, progress: [CheckReport(
+        op, kernels.get(op, rung).title, (5, 7, 3), "float8_e4m3fn", True, 0.0, 0.0, 1.0, 0, 105,
+        None, None, None)])
+    return tmp_path
+
+
+def _today() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+
+
+def test_gpu_report_records_the_quick_suite_and_prints_ratios(pretended_h200, capsys):
+    assert main(["gpu-report"]) == 0
+    out = capsys.readouterr().out
+    path = pretended_h200 / f"nvidia-h200-{_today()}.json"
+    rows = results.load(path)
+    assert [(r.rung, r.ratio_to_ref) for r in rows] == [("ref", 1.0), ("v0", 2.0), ("v1", 2.0)]
+    assert {r.gpu for r in rows} == {"NVIDIA H200"} and all(r.ok for r in rows)
+    assert "HBM copy 4.10 TB/s; matmul bf16 700 TFLOP/s, fp16 710 TFLOP/s" in out
+    table = out.split("Ladder (vs_ref")[1]
+    assert "vs_ref" in table and "triton_fp8_dot" in table and " 2 " in table
+    assert "3 rows measured, 0 error rows, 0 of 3 checks failed" in out and f"wrote {path}" in out
+
+
+def test_gpu_report_shows_error_rows_and_exits_1(pretended_h200, fake_timer, capsys):
+    fake_timer(ms=[1.0], fail={2: RuntimeError("no kernel image for sm_90")})
+    assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 1
+    out = capsys.readouterr().out
+    assert "RuntimeError: no kernel image for sm_90" in out and "1 error rows" in out
+    assert [r.status for r in results.load(next(pretended_h200.glob("*.json")))] == [
+        "ok", "error", "ok"]
+
+
+def test_gpu_report_says_what_a_spent_budget_left_out(pretended_h200, capsys):
+    assert gpu_report.gpu_report(budget_s=1e-9, folder=pretended_h200, progress=False) == 1
+    out = capsys.readouterr().out
+    assert "time budget of 0 s spent; not run: gemm_fp8: checks and every case" in out
+    assert "nothing written" in out and not list(pretended_h200.iterdir())
+
+
+def test_a_second_report_the_same_day_does_not_overwrite_the_first(tmp_path):
+    first = gpu_report.report_path("AMD Instinct MI300X", "2026-11-30", tmp_path)
+    assert first.name == "amd-instinct-mi300x-2026-11-30.json"
+    first.write_text("{}")
+    assert gpu_report.report_path("AMD Instinct MI300X", "2026-11-30", tmp_path).name == \
+        "amd-instinct-mi300x-2026-11-30-2.json"
+
+
+def test_gpu_report_refuses_without_a_gpu(capsys, tmp_path):
+    if kernels.backend.current().is_gpu:
+        pytest.skip("a GPU is present")
+    assert gpu_report.gpu_report(folder=tmp_path) == 2
+    assert "no GPU here" in capsys.readouterr().err and not list(tmp_path.iterdir())
+    assert main(["gpu-report"]) == 2
+    with pytest.raises(SystemExit):
+        main(["gpu-report", "--budget-s", "-5"])
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_gpu_runs_the_gpu_tests_then_the_report_on_the_machines_torch():
+    out = subprocess.run(["make", "-n", "gpu", "SYSTEM_TORCH=cuda"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert "-m venv --system-site-packages .venv-cuda" in out
+    assert 'pip install -q -e ".[cuda,dev]"' in out and "torch==" not in out
+    tests, report = out.index("WORKBENCH_TEST_GPU=1 .venv-cuda/bin/python -m pytest -m gpu"), \
+        out.index(".venv-cuda/bin/workbench gpu-report --budget-s 300")
+    assert tests < report
+    refused = subprocess.run(["make", "-n", "gpu", "SYSTEM_TORCH=rocm"], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "SYSTEM_TORCH must be cuda or amd" in refused.stderr

@@ -1,0 +1,82 @@
+"""``workbench gpu-report``: the one command a GPU owner runs to record this GPU.
+
+It measures the ceilings (a device copy and a large matmul), runs the quick suite (check
+every rung, then time it with ``ref`` in the same run) and writes the rows, as they are
+measured, to ``workbench/recorded/<gpu>-<date>.json``: the folder whose files ship with
+the package, so the file can be committed as it is. Then it prints the ladder table,
+every row with its ratio to ``ref`` and error rows with their message.
+
+A lent GPU session is short, so a time budget bounds the run: once it is spent no new
+case starts, and the report names the cases it left out. Without a GPU it refuses
+(exit code 2) and measures nothing.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import kernels
+
+from . import environment, results
+from .bench import Budget
+from .ceilings import cache_path, measure_ceilings
+from .check import summarize
+from .suite import run_suite
+from .table import format_table
+from .timing import PerformanceUnavailable, require_gpu
+
+RECORDED = Path(__file__).resolve().parent / "recorded"
+BUDGET_S = 300.0   # with the gpu-marked tests, `make gpu` stays under 8 minutes
+COLUMNS = ("op", "rung", "name", "shape", "dtype", "ms", "tflops", "gbps", "vs_ref")
+
+
+def report_path(gpu: str, day: str, folder: Path | None = None) -> Path:
+    """``<folder>/<gpu slug>-<day>.json`` (default folder: :data:`RECORDED`); a second run
+    that day gets ``-2``, ``-3``..., so no earlier run is overwritten."""
+    folder = folder or RECORDED
+    stem = f"{cache_path(gpu).stem}-{day}"   # the GPU's slug, as the ceilings cache spells it
+    path, n = folder / f"{stem}.json", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stem}-{n}.json"
+    return path
+
+
+def _print_ceilings() -> None:
+    try:
+        c = measure_ceilings(force=True)
+    except Exception as exc:   # the report goes on: ceilings are drawn beside, not needed
+        print(f"ceilings: not measured ({type(exc).__name__}: {exc})")
+        return
+    peaks = ", ".join(f"{dtype} {tflops:.0f} TFLOP/s" for dtype, tflops in c["peak_tflops"].items())
+    print(f"measured ceilings: HBM copy {c['hbm_tbps']:.2f} TB/s; matmul {peaks} "
+          f"(cached in {cache_path(c['gpu'])})")
+
+
+def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress: bool = True) -> int:
+    """Ceilings, quick suite, ladder table; 0 when every check passed and every case was
+    measured, 1 when not (the file still holds what was measured), 2 without a GPU."""
+    try:
+        require_gpu()
+    except PerformanceUnavailable as exc:
+        print(f"workbench gpu-report: {exc}", file=sys.stderr)
+        return 2
+    budget = Budget(budget_s)
+    here = kernels.backend.current()
+    path = report_path(here.device_name, environment.now()[:10], folder)
+    print(f"GPU report: {here.device_name} ({here.name}, {here.arch}), commit "
+          f"{environment.commit()}, budget {budget_s:.0f} s")
+    _print_ceilings()
+    print(f"\nquick suite, rows written to {path} as they are measured")
+    reports, rows = run_suite("quick", out=path, progress=progress, budget=budget)
+    print(format_table(summarize(reports)))
+    print("\nLadder (vs_ref = ref's time / the rung's time, same shape, dtype and run):")
+    print(format_table(results.table(rows, COLUMNS)))
+    failed = [r for r in reports if not r.passed]
+    errors = [r for r in rows if not r.ok]
+    print(f"\n{len(rows) - len(errors)} rows measured, {len(errors)} error rows, "
+          f"{len(failed)} of {len(reports)} checks failed")
+    if budget.skipped:
+        print(f"time budget of {budget_s:.0f} s spent; not run: " + "; ".join(budget.skipped))
+    print(f"wrote {path}" if rows else "no rows: nothing written")
+    return 0 if not (failed or errors or budget.skipped) and reports else 1
