@@ -8,18 +8,10 @@
 # CPU-only machine: the defaults. NVIDIA: make ... EXTRAS=cuda,dev TORCH=torch
 # ROCm: keep the system's ROCm torch and its pytorch-triton-rocm untouched:
 #   make ... VENV_FLAGS=--system-site-packages TORCH= EXTRAS=amd,dev
-# A GPU machine whose torch and triton are already installed: SYSTEM_TORCH=cuda (NVIDIA)
-# or SYSTEM_TORCH=amd (ROCm) sets that up in its own .venv-cuda / .venv-amd:
-#   make gpu SYSTEM_TORCH=cuda
-ifdef SYSTEM_TORCH
-ifeq ($(filter cuda amd,$(SYSTEM_TORCH)),)
-$(error SYSTEM_TORCH must be cuda or amd, got "$(SYSTEM_TORCH)")
-endif
-VENV ?= .venv-$(SYSTEM_TORCH)
-VENV_FLAGS ?= --system-site-packages
-TORCH ?=
-EXTRAS ?= $(SYSTEM_TORCH),dev
-endif
+# A GPU machine whose image already has torch, triton, numba and pytest (and may have no
+# network): SYSTEM_PYTHON=1 runs `make gpu` on that python3 as it is, from this checkout,
+# installing nothing:
+#   make gpu SYSTEM_PYTHON=1
 PYTHON ?= python3
 VENV ?= .venv
 VENV_FLAGS ?=
@@ -27,6 +19,14 @@ TORCH ?= torch==2.13.0
 EXTRAS ?= cpu,dev
 PYTEST_WORKERS ?= 2
 GPU_BUDGET_S ?= 300
+
+ifdef SYSTEM_PYTHON
+GPU_PYTHON := PYTHONPATH=$(CURDIR) $(PYTHON)
+GPU_SETUP :=
+else
+GPU_PYTHON := $(VENV)/bin/python
+GPU_SETUP := setup
+endif
 
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
@@ -50,10 +50,10 @@ test: setup
 
 # The quick suite runs once, inside gpu-report (which records its rows), so its gpu test
 # is left out here; both steps run, and the first failure sets the exit status.
-gpu: setup
-	status=0; WORKBENCH_TEST_GPU=1 $(VENV)/bin/python -m pytest -m gpu --timeout 300 tests \
+gpu: $(GPU_SETUP)
+	status=0; WORKBENCH_TEST_GPU=1 $(GPU_PYTHON) -m pytest -m gpu --timeout 300 tests \
 	    --deselect tests/test_timing.py::test_quick_suite_writes_one_results_file || status=$$?; \
-	$(VENV)/bin/workbench gpu-report --budget-s $(GPU_BUDGET_S) || status=$$?; \
+	$(GPU_PYTHON) -m workbench.cli gpu-report --budget-s $(GPU_BUDGET_S) || status=$$?; \
 	exit $$status
 
 clean:

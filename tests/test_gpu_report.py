@@ -90,14 +90,14 @@ def test_gpu_report_refuses_without_a_gpu(capsys, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-def test_make_gpu_runs_the_gpu_tests_then_the_report_on_the_machines_torch():
-    out = subprocess.run(["make", "-n", "gpu", "SYSTEM_TORCH=cuda"], cwd=ROOT, capture_output=True,
+@pytest.mark.parametrize("flags, python", [
+    ([], ".venv/bin/python"),
+    (["SYSTEM_PYTHON=1"], f"PYTHONPATH={ROOT} python3"),   # an offline GPU image: install nothing
+])
+def test_make_gpu_runs_the_gpu_tests_then_the_report(flags, python):
+    out = subprocess.run(["make", "-n", "gpu", *flags], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout
-    assert "-m venv --system-site-packages .venv-cuda" in out
-    assert 'pip install -q -e ".[cuda,dev]"' in out and "torch==" not in out
-    tests, report = out.index("WORKBENCH_TEST_GPU=1 .venv-cuda/bin/python -m pytest -m gpu"), \
-        out.index(".venv-cuda/bin/workbench gpu-report --budget-s 300")
+    tests = out.index(f"WORKBENCH_TEST_GPU=1 {python} -m pytest -m gpu")
+    report = out.index(f"{python} -m workbench.cli gpu-report --budget-s 300")
     assert tests < report
-    refused = subprocess.run(["make", "-n", "gpu", "SYSTEM_TORCH=rocm"], cwd=ROOT,
-                             capture_output=True, text=True)
-    assert refused.returncode != 0 and "SYSTEM_TORCH must be cuda or amd" in refused.stderr
+    assert ("pip install" in out) == (not flags)
