@@ -4,7 +4,9 @@ A SIMT rung is written once against ``simt`` (``simt.jit``, ``simt.grid``,
 ``simt.shared.array``, ``simt.syncthreads`` ...), the CUDA-style API that all three
 targets share:
 
-* ``hip``: numba-hip (``numba.hip``, the ``amd`` extra; needs ROCm);
+* ``hip``: numba-hip (``numba.hip``, the ``amd`` extra; needs ROCm), whose API is
+  numba.cuda's: tensors go in through ``as_cuda_array`` (ROCm torch tensors expose
+  ``__cuda_array_interface__``);
 * ``cuda``: numba-cuda on the NVIDIA GPU;
 * ``interpreter``: Numba's CUDA simulator on the CPU (``NUMBA_ENABLE_CUDASIM=1``,
   set by :mod:`kernels.backend` before numba is imported).
@@ -46,9 +48,7 @@ def as_simt_array(tensor: torch.Tensor):
         array = tensor.detach().numpy()
         dense = array.flags.c_contiguous or array.flags.f_contiguous
         return array if dense else np.ascontiguousarray(array)
-    if _BACKEND.name == "hip":  # pragma: no cover - needs ROCm
-        return simt.as_hip_array(tensor.detach())
-    return simt.as_cuda_array(tensor.detach())  # pragma: no cover - needs CUDA
+    return simt.as_cuda_array(tensor.detach())
 
 
 def launch_shape(rows: int, cols: int, block: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
