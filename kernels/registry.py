@@ -36,6 +36,9 @@ class Rung:
     """For Triton rungs: ``aot(dtype, backend, arch)`` -> list of :class:`AotKernel` for the ISA inspector."""
     max_bench_flops: float | None = None
     """Benchmarks skip shapes with more work than this (the naive rungs would take minutes)."""
+    unavailable: str | None = None
+    """Why this installation cannot run the rung (an optional package is missing), else None.
+    Such a rung stays on the ladder, so tables and notebooks list it, but never runs here."""
 
     @property
     def label(self) -> str:
@@ -50,6 +53,8 @@ class Rung:
         return inspect.getdoc(importlib.import_module(self.module)) or ""
 
     def __call__(self, *args, **kwargs):
+        if self.unavailable:
+            raise ImportError(f"{self.op} {self.title} is {self.unavailable}")
         return self.fn(*args, **kwargs)
 
     def supports(self, dtype: torch.dtype, backend: str | None = None) -> bool:
@@ -58,7 +63,8 @@ class Rung:
 
     def runs_here(self) -> bool:
         here = _backend.current()
-        return here.name in self.backends and (here.is_gpu or self.interpreter)
+        return (not self.unavailable and here.name in self.backends
+                and (here.is_gpu or self.interpreter))
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,8 @@ def register_op(spec: OpSpec) -> OpSpec:
 
 def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
          dtypes: Sequence[torch.dtype], interpreter: bool, kind: str,
-         aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None):
+         aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None,
+         unavailable: str | None = None):
     """Decorator: declare the decorated function as a rung of ``op``."""
     unknown = set(backends) - set(_backend.BACKENDS)
     if unknown:
@@ -111,7 +118,7 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
 
     def declare(fn):
         entry = Rung(op, rung, name, fn, frozenset(backends), tuple(dtypes), interpreter,
-                     kind, fn.__module__, aot, max_bench_flops)
+                     kind, fn.__module__, aot, max_bench_flops, unavailable=unavailable)
         ladder = _RUNGS.setdefault(op, [])
         if any(r.rung == entry.rung for r in ladder):
             raise ValueError(f"{op} rung {entry.label} is registered twice")

@@ -7,9 +7,14 @@ targets share:
 * ``hip``: numba-hip (``numba.hip``, the ``amd`` extra; needs ROCm), whose API is
   numba.cuda's: tensors go in through ``as_cuda_array`` (ROCm torch tensors expose
   ``__cuda_array_interface__``);
-* ``cuda``: numba-cuda on the NVIDIA GPU;
-* ``interpreter``: Numba's CUDA simulator on the CPU (``NUMBA_ENABLE_CUDASIM=1``,
-  set by :mod:`kernels.backend` before numba is imported).
+* ``cuda``: numba-cuda on the NVIDIA GPU (the ``cuda`` extra);
+* ``interpreter``: Numba's CUDA simulator on the CPU (the ``cpu`` extra;
+  ``NUMBA_ENABLE_CUDASIM=1``, set by :mod:`kernels.backend` before numba is imported).
+
+The SIMT rungs are optional: where that package cannot be imported, ``UNAVAILABLE``
+says which extra to install, ``simt`` is a stand-in under which the rung modules
+still import (so the ladder still lists them), and the registry marks their rungs
+as not running here (``unavailable=UNAVAILABLE`` in their declaration).
 
 The simulator runs every thread as a Python thread, so SIMT rungs are only checked
 at smoke shapes on the CPU.
@@ -22,18 +27,36 @@ import torch
 from . import backend as _backend
 
 _BACKEND = _backend.current()
+_EXTRA = {"hip": "amd", "cuda": "cuda", "interpreter": "cpu"}[_BACKEND.name]  # brings `simt` here
 
-if _BACKEND.name == "hip":
-    try:
+
+class _Unavailable:
+    """Stands in for ``simt`` where its package is missing: ``@simt.jit`` gives back this
+    stand-in, so a rung module still defines its kernel, and launching it raises why."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def jit(self, fn):
+        return self
+
+    def __getitem__(self, launch_config):
+        raise ImportError(self.reason)
+
+
+try:
+    from numba import float32  # the scalar type kernels accumulate in
+    if _BACKEND.name == "hip":
         from numba import hip as simt  # type: ignore[attr-defined]
-    except ImportError as exc:  # pragma: no cover - needs ROCm
-        raise ImportError(
-            "SIMT rungs on ROCm need numba-hip: pip install 'amd-kernel-workbench[amd]'"
-        ) from exc
-else:
-    from numba import cuda as simt  # the simulator when NUMBA_ENABLE_CUDASIM=1
+    else:
+        from numba import cuda as simt  # the simulator when NUMBA_ENABLE_CUDASIM=1
+    UNAVAILABLE: str | None = None
+except ImportError as exc:
+    UNAVAILABLE = f"not available here: install the `{_EXTRA}` extra"
+    simt = _Unavailable(f"the SIMT kernels are {UNAVAILABLE} ({exc})")
+    float32 = None  # read only inside kernel bodies, which never run without numba
 
-__all__ = ["simt", "as_simt_array"]
+__all__ = ["UNAVAILABLE", "as_simt_array", "float32", "launch_shape", "simt"]
 
 
 def as_simt_array(tensor: torch.Tensor):
