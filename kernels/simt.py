@@ -6,7 +6,7 @@ targets share:
 
 * ``hip``: numba-hip (``numba.hip``, the ``amd`` extra; needs ROCm), whose API is
   numba.cuda's: tensors go in through ``as_cuda_array`` (ROCm torch tensors expose
-  ``__cuda_array_interface__``);
+  ``__cuda_array_interface__``), streams through ``external_stream``;
 * ``cuda``: numba-cuda on the NVIDIA GPU (the ``cuda`` extra);
 * ``interpreter``: Numba's CUDA simulator on the CPU (the ``cpu`` extra;
   ``NUMBA_ENABLE_CUDASIM=1``, set by :mod:`kernels.backend` before numba is imported).
@@ -51,12 +51,14 @@ try:
     else:
         from numba import cuda as simt  # the simulator when NUMBA_ENABLE_CUDASIM=1
     UNAVAILABLE: str | None = None
+    _MISSING: str | None = None
 except ImportError as exc:
     UNAVAILABLE = f"not available here: install the `{_EXTRA}` extra"
-    simt = _Unavailable(f"the SIMT kernels are {UNAVAILABLE} ({exc})")
+    _MISSING = f"the SIMT kernels are {UNAVAILABLE} ({exc})"
+    simt = _Unavailable(_MISSING)
     float32 = None  # read only inside kernel bodies, which never run without numba
 
-__all__ = ["UNAVAILABLE", "as_simt_array", "float32", "launch_shape", "simt"]
+__all__ = ["UNAVAILABLE", "as_simt_array", "current_stream", "float32", "launch_shape", "simt"]
 
 
 def as_simt_array(tensor: torch.Tensor):
@@ -72,6 +74,22 @@ def as_simt_array(tensor: torch.Tensor):
         dense = array.flags.c_contiguous or array.flags.f_contiguous
         return array if dense else np.ascontiguousarray(array)
     return simt.as_cuda_array(tensor.detach())
+
+
+def current_stream(device: torch.device):
+    """The stream a SIMT launch goes on: ``kernel[grid, block, current_stream(device)]``.
+
+    On a GPU that is torch's current stream on ``device``, wrapped for numba: a launch on
+    numba's default stream would race with the torch ops around it under
+    ``torch.cuda.stream(s)`` (torch's ``__cuda_array_interface__`` names no stream, so
+    numba cannot synchronise on its own). The simulator has no external streams and runs
+    each launch to the end before returning, so it gets numba's default stream, 0.
+    """
+    if _MISSING:
+        raise ImportError(_MISSING)
+    if _BACKEND.is_interpreter:
+        return 0
+    return simt.external_stream(torch.cuda.current_stream(device).cuda_stream)
 
 
 def launch_shape(rows: int, cols: int, block: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -220,7 +220,8 @@ def numba_hip() -> WheelApi:
 
 def test_the_simt_code_uses_the_api_the_rungs_are_written_against():
     used = set().union(*used_by_project().values())
-    assert {"jit", "grid", "shared.array", "syncthreads", "threadIdx.x", "as_cuda_array"} <= used
+    assert {"jit", "grid", "shared.array", "syncthreads", "threadIdx.x", "as_cuda_array",
+            "external_stream"} <= used
 
 
 def test_every_attribute_used_on_simt_exists_in_numba_hip(numba_hip):

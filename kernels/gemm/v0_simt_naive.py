@@ -25,7 +25,7 @@ import torch
 from .. import validate
 from ..outputs import new_output
 from ..registry import rung
-from ..simt import UNAVAILABLE, as_simt_array, float32, launch_shape, simt
+from ..simt import UNAVAILABLE, as_simt_array, current_stream, float32, launch_shape, simt
 
 DTYPES = (torch.float32, torch.float16)
 BLOCK = (16, 16)
@@ -49,5 +49,6 @@ def gemm_v0(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     m, n = a.shape[0], b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     grid, block = launch_shape(m, n, BLOCK)
-    _gemm_naive_kernel[grid, block](as_simt_array(a), as_simt_array(b), as_simt_array(c))
+    stream = current_stream(c.device)  # torch's current stream: in order with torch's work
+    _gemm_naive_kernel[grid, block, stream](as_simt_array(a), as_simt_array(b), as_simt_array(c))
     return c
