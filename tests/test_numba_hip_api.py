@@ -33,9 +33,10 @@ import kernels
 VERSION = "0.2.1"
 WHEEL = f"numba_hip-{VERSION}-py3-none-manylinux_2_28_x86_64.whl"
 STUB_BASES = {"Stub", "StubResolveAlways"}
-# `globals().update(<module>.thestubs)` in device_init.py -> where those stubs come from
-STUB_SOURCES = {"numba.hip.typing_lowering.hip": "hipstubs",
-                "numba.hip.typing_lowering.hipdevicelib": "device library"}
+# `globals().update(<module>.thestubs)` in device_init.py -> the module whose Stub classes those
+# are, or None for the functions generated at import from ROCm's header (device_library_names)
+STUB_SOURCES = {"numba.hip.typing_lowering.hip": "numba.hip.typing_lowering.hip.hipstubs",
+                "numba.hip.typing_lowering.hipdevicelib": None}
 
 
 # --- the names the project's SIMT code uses on `simt` --------------------------------------
@@ -154,13 +155,11 @@ class WheelApi:
         if not (isinstance(call, ast.Call) and ast.unparse(call.func) == "globals().update"):
             return None
         owner = ast.unparse(call.args[0]).removesuffix(".thestubs")
-        source = STUB_SOURCES[aliases[owner]]   # a KeyError here: numba-hip changed its structure
-        if source == "hipstubs":
-            module = "numba.hip.typing_lowering.hip.hipstubs"
-            classes = [n.name for n in self.tree(module).body if isinstance(n, ast.ClassDef)]
-            return [(name, self.class_members(module, name)) for name in classes
-                    if self.bases(module, name) & STUB_BASES]
-        return [(name, None) for name in self.device_library_names()]
+        module = STUB_SOURCES[aliases[owner]]   # a KeyError here: numba-hip changed its structure
+        if module is None:
+            return [(name, None) for name in self.device_library_names()]
+        return [(name, self.class_members(module, name)) for name in self.classes(module)
+                if self.bases(module, name) & STUB_BASES]
 
     def classes(self, module: str) -> dict[str, ast.ClassDef]:
         return {n.name: n for n in self.tree(module).body if isinstance(n, ast.ClassDef)}
