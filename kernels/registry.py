@@ -39,6 +39,9 @@ class Rung:
     prepare: Callable[..., Callable[[], Any]] | None = field(default=None, compare=False)
     """``prepare(*inputs)`` -> the rung's call on those inputs, with any operand copies
     (layout, padding, scale expansion) done once, up front. See :meth:`bind`."""
+    unavailable: str | None = None
+    """Why this installation cannot run the rung (an optional package is missing), else None.
+    Such a rung stays on the ladder, so tables and notebooks list it, but never runs here."""
 
     @property
     def label(self) -> str:
@@ -53,6 +56,8 @@ class Rung:
         return inspect.getdoc(importlib.import_module(self.module)) or ""
 
     def __call__(self, *args, **kwargs):
+        if self.unavailable:
+            raise ImportError(f"{self.op} {self.title} is {self.unavailable}")
         return self.fn(*args, **kwargs)
 
     def bind(self, *args, **kwargs) -> Callable[[], Any]:
@@ -64,7 +69,7 @@ class Rung:
         """
         if self.prepare is not None:
             return self.prepare(*args, **kwargs)
-        return lambda: self.fn(*args, **kwargs)
+        return lambda: self(*args, **kwargs)
 
     def supports(self, dtype: torch.dtype, backend: str | None = None) -> bool:
         name = backend or _backend.current().name
@@ -72,7 +77,8 @@ class Rung:
 
     def runs_here(self) -> bool:
         here = _backend.current()
-        return here.name in self.backends and (here.is_gpu or self.interpreter)
+        return (not self.unavailable and here.name in self.backends
+                and (here.is_gpu or self.interpreter))
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ def register_op(spec: OpSpec) -> OpSpec:
 def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
          dtypes: Sequence[torch.dtype], interpreter: bool, kind: str,
          aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None,
-         prepare: Callable[..., Callable[[], Any]] | None = None):
+         prepare: Callable[..., Callable[[], Any]] | None = None, unavailable: str | None = None):
     """Decorator: declare the decorated function as a rung of ``op``."""
     unknown = set(backends) - set(_backend.BACKENDS)
     if unknown:
@@ -126,7 +132,7 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
 
     def declare(fn):
         entry = Rung(op, rung, name, fn, frozenset(backends), tuple(dtypes), interpreter,
-                     kind, fn.__module__, aot, max_bench_flops, prepare)
+                     kind, fn.__module__, aot, max_bench_flops, prepare, unavailable)
         ladder = _RUNGS.setdefault(op, [])
         if any(r.rung == entry.rung for r in ladder):
             raise ValueError(f"{op} rung {entry.label} is registered twice")

@@ -4,10 +4,17 @@ A SIMT rung is written once against ``simt`` (``simt.jit``, ``simt.grid``,
 ``simt.shared.array``, ``simt.syncthreads`` ...), the CUDA-style API that all three
 targets share:
 
-* ``hip``: numba-hip (``numba.hip``, the ``amd`` extra; needs ROCm);
-* ``cuda``: numba-cuda on the NVIDIA GPU;
-* ``interpreter``: Numba's CUDA simulator on the CPU (``NUMBA_ENABLE_CUDASIM=1``,
-  set by :mod:`kernels.backend` before numba is imported).
+* ``hip``: numba-hip (``numba.hip``, the ``amd`` extra; needs ROCm), whose API is
+  numba.cuda's: tensors go in through ``as_cuda_array`` (ROCm torch tensors expose
+  ``__cuda_array_interface__``), streams through ``external_stream``;
+* ``cuda``: numba-cuda on the NVIDIA GPU (the ``cuda`` extra);
+* ``interpreter``: Numba's CUDA simulator on the CPU (the ``cpu`` extra;
+  ``NUMBA_ENABLE_CUDASIM=1``, set by :mod:`kernels.backend` before numba is imported).
+
+The SIMT rungs are optional: where that package cannot be imported, ``UNAVAILABLE``
+says which extra to install, ``simt`` is a stand-in under which the rung modules
+still import (so the ladder still lists them), and the registry marks their rungs
+as not running here (``unavailable=UNAVAILABLE`` in their declaration).
 
 The simulator runs every thread as a Python thread, so SIMT rungs are only checked
 at smoke shapes on the CPU.
@@ -20,18 +27,38 @@ import torch
 from . import backend as _backend
 
 _BACKEND = _backend.current()
+_EXTRA = {"hip": "amd", "cuda": "cuda", "interpreter": "cpu"}[_BACKEND.name]  # brings `simt` here
 
-if _BACKEND.name == "hip":
-    try:
+
+class _Unavailable:
+    """Stands in for ``simt`` where its package is missing: ``@simt.jit`` gives back this
+    stand-in, so a rung module still defines its kernel, and launching it raises why."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def jit(self, fn):
+        return self
+
+    def __getitem__(self, launch_config):
+        raise ImportError(self.reason)
+
+
+try:
+    from numba import float32  # the scalar type kernels accumulate in
+    if _BACKEND.name == "hip":
         from numba import hip as simt  # type: ignore[attr-defined]
-    except ImportError as exc:  # pragma: no cover - needs ROCm
-        raise ImportError(
-            "SIMT rungs on ROCm need numba-hip: pip install 'amd-kernel-workbench[amd]'"
-        ) from exc
-else:
-    from numba import cuda as simt  # the simulator when NUMBA_ENABLE_CUDASIM=1
+    else:
+        from numba import cuda as simt  # the simulator when NUMBA_ENABLE_CUDASIM=1
+    UNAVAILABLE: str | None = None
+    _MISSING: str | None = None
+except ImportError as exc:
+    UNAVAILABLE = f"not available here: install the `{_EXTRA}` extra"
+    _MISSING = f"the SIMT kernels are {UNAVAILABLE} ({exc})"
+    simt = _Unavailable(_MISSING)
+    float32 = None  # read only inside kernel bodies, which never run without numba
 
-__all__ = ["simt", "as_simt_array"]
+__all__ = ["UNAVAILABLE", "as_simt_array", "current_stream", "float32", "launch_shape", "simt"]
 
 
 def as_simt_array(tensor: torch.Tensor):
@@ -46,9 +73,23 @@ def as_simt_array(tensor: torch.Tensor):
         array = tensor.detach().numpy()
         dense = array.flags.c_contiguous or array.flags.f_contiguous
         return array if dense else np.ascontiguousarray(array)
-    if _BACKEND.name == "hip":  # pragma: no cover - needs ROCm
-        return simt.as_hip_array(tensor.detach())
-    return simt.as_cuda_array(tensor.detach())  # pragma: no cover - needs CUDA
+    return simt.as_cuda_array(tensor.detach())
+
+
+def current_stream(device: torch.device):
+    """The stream a SIMT launch goes on: ``kernel[grid, block, current_stream(device)]``.
+
+    On a GPU that is torch's current stream on ``device``, wrapped for numba: a launch on
+    numba's default stream would race with the torch ops around it under
+    ``torch.cuda.stream(s)`` (torch's ``__cuda_array_interface__`` names no stream, so
+    numba cannot synchronise on its own). The simulator has no external streams and runs
+    each launch to the end before returning, so it gets numba's default stream, 0.
+    """
+    if _MISSING:
+        raise ImportError(_MISSING)
+    if _BACKEND.is_interpreter:
+        return 0
+    return simt.external_stream(torch.cuda.current_stream(device).cuda_stream)
 
 
 def launch_shape(rows: int, cols: int, block: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:

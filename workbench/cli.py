@@ -51,10 +51,11 @@ def _ladder_rows() -> list[dict]:
     rows = []
     for op in kernels.ops():
         for r in kernels.variants(op):
+            why_not = r.unavailable or f"no ({here.name})"  # a missing extra, else the backend
             rows.append(dict(op=op, rung=r.label, name=r.name, kind=r.kind,
                              dtypes=",".join(str(d).replace("torch.", "") for d in r.dtypes),
                              backends=",".join(sorted(r.backends)),
-                             runs_here="yes" if r.runs_here() else f"no ({here.name})"))
+                             runs_here="yes" if r.runs_here() else why_not))
     return rows
 
 

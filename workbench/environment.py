@@ -57,5 +57,6 @@ def describe() -> dict:
         "triton": triton_version(),
         "numba": package_version("numba"),
         "numba_cuda": package_version("numba-cuda"),
+        "numba_hip": package_version("numba-hip"),
         "commit": commit(),
     }

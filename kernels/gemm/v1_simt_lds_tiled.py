@@ -22,12 +22,11 @@ Limits:
 from __future__ import annotations
 
 import torch
-from numba import float32
 
 from .. import validate
 from ..outputs import new_output
 from ..registry import rung
-from ..simt import as_simt_array, launch_shape, simt
+from ..simt import UNAVAILABLE, as_simt_array, current_stream, float32, launch_shape, simt
 
 DTYPES = (torch.float32, torch.float16)
 TILE = 16
@@ -56,11 +55,13 @@ def _gemm_lds_tiled_kernel(a, b, c):
 
 
 @rung(op="gemm", rung=1, name="simt_lds_tiled", backends=("hip", "cuda", "interpreter"),
-      dtypes=DTYPES, interpreter=True, kind="simt", max_bench_flops=2.0 * 2048**3)
+      dtypes=DTYPES, interpreter=True, kind="simt", max_bench_flops=2.0 * 2048**3,
+      unavailable=UNAVAILABLE)
 def gemm_v1(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     validate.matmul_operands(a, b, DTYPES)
     m, n = a.shape[0], b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     grid, block = launch_shape(m, n, (TILE, TILE))
-    _gemm_lds_tiled_kernel[grid, block](as_simt_array(a), as_simt_array(b), as_simt_array(c))
+    stream = current_stream(c.device)  # torch's current stream: in order with torch's work
+    _gemm_lds_tiled_kernel[grid, block, stream](as_simt_array(a), as_simt_array(b), as_simt_array(c))
     return c
