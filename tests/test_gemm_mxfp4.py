@@ -11,11 +11,13 @@ import pytest
 import torch
 
 import kernels
+import roofline
 from kernels.gemm_mxfp4 import FORMAT, dequantize_mxfp4, quantize_mxfp4
 from kernels.gemm_mxfp4.formats import E2M1_VALUES, round_to_e2m1
 from kernels.outputs import poisoned_outputs
 from workbench import isa, isa_compile
 from workbench.check import check_rung, compare
+from workbench.widgets.ladder_rows import model_summary
 
 SPEC = kernels.spec("gemm_mxfp4")
 RUNGS = [r for r in kernels.variants("gemm_mxfp4") if r.runs_here()]
@@ -171,7 +173,27 @@ def test_custom_op_and_compile():
     assert torch.equal(compiled(*args), matmul_mxfp4(*args).float().relu())
 
 
+def test_roofline_places_the_op_under_the_mi355x_fp4_roof():
+    """The op's dtype is the fp4 format, so its points and model use the fp4 peak; MI300X
+    has no fp4 roof (its spec says not supported), which the profiler reports as such."""
+    mi355x = roofline.spec("MI355X")
+    shape = SPEC.bench_shapes["square 8192"]
+    flops, traffic = SPEC.flops(shape), SPEC.bytes_moved(shape, FORMAT)
+    model = model_summary(mi355x, flops, traffic, FORMAT)
+    assert model["dtype"] == "fp4" and mi355x.peak("fp4") == 10066.3
+    assert model["ridge"] == mi355x.ridge("fp4") == pytest.approx(10066.3 / mi355x.hbm_tbps)
+    assert model["bound"] == "compute" and model["attainable_tflops"] == 10066.3
+    recorded = roofline.point(mi355x, "v0", flops, traffic, 1.0, str(FORMAT), "recorded", op="gemm_mxfp4")
+    assert recorded.dtype == "fp4"
+    with pytest.raises(ValueError):
+        model_summary(roofline.spec("MI300X"), flops, traffic, FORMAT)
+
+
 # The machine code: what tl.dot_scaled becomes on each target (compiled ahead of time).
+
+def test_isa_inspects_the_op_in_its_own_format_by_default():
+    assert isa.default_dtype(kernels.get("gemm_mxfp4", "v0"), "gfx950") == FORMAT
+
 
 def test_gfx950_uses_the_scaled_fp4_mfma_without_spills():
     report = isa.inspect("gemm_mxfp4", "v0", "gfx950")
