@@ -35,7 +35,9 @@ Limits:
     e2m1 with e8m0 scales (no MXFP8/MXFP6 operands, no NVFP4 e4m3 scales per 16).
     Any M, N and strides through masked loads; K-contiguous operands are the fast
     layout. The scales are read in plain row-major order, not the pre-shuffled layout
-    that hipBLASLt/cuBLASLt's MX kernels take. No XCD-aware program remapping yet.
+    that hipBLASLt/cuBLASLt's MX kernels take; on gfx950 (Triton 3.9) the ISA shows
+    them fetched a byte at a time (``global_load_ubyte``). No XCD-aware program
+    remapping yet.
 """
 from __future__ import annotations
 
