@@ -59,12 +59,11 @@ def round_to_e2m1(q: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.signbit(q), -rounded, rounded)
 
 
-def _to_blocks(x: torch.Tensor, axis: int) -> tuple[torch.Tensor, int]:
+def _to_blocks(x: torch.Tensor, axis: int) -> torch.Tensor:
     """x with ``axis`` last, zero-padded to a multiple of BLOCK, as (..., blocks, BLOCK)."""
     moved = x.movedim(axis, -1)
-    pad = -moved.shape[-1] % BLOCK
-    padded = torch.nn.functional.pad(moved, (0, pad))
-    return padded.reshape(*padded.shape[:-1], -1, BLOCK), pad
+    padded = torch.nn.functional.pad(moved, (0, -moved.shape[-1] % BLOCK))
+    return padded.reshape(*padded.shape[:-1], -1, BLOCK)
 
 
 def quantize_mxfp4(x: torch.Tensor, axis: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,14 +80,15 @@ def quantize_mxfp4(x: torch.Tensor, axis: int = -1) -> tuple[torch.Tensor, torch
         raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension to quantize along")
-    blocks, _ = _to_blocks(x.float(), axis)
+    blocks = _to_blocks(x.float(), axis)
     amax = blocks.abs().amax(dim=-1, keepdim=True)
     finite = torch.isfinite(blocks).all(dim=-1, keepdim=True)
     # floor(log2(amax)) exactly: frexp's exponent is floor(log2) + 1 for every amax > 0.
     exponent = (torch.frexp(amax).exponent - 1 - EMAX).clamp(-E8M0_BIAS, E8M0_BIAS)
     exponent = torch.where(amax > 0, exponent, -E8M0_BIAS)
     q = round_to_e2m1(torch.ldexp(blocks, -exponent.float()).nan_to_num(0.0))
-    codes = torch.searchsorted(torch.tensor(E2M1_VALUES), q.abs().contiguous()) | (torch.signbit(q).long() << 3)
+    magnitudes = torch.tensor(E2M1_VALUES, device=x.device)
+    codes = torch.searchsorted(magnitudes, q.abs().contiguous()) | (torch.signbit(q).long() << 3)
     codes = codes.to(torch.uint8).flatten(-2)
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
     scales = torch.where(finite, exponent + E8M0_BIAS, E8M0_NAN).to(torch.uint8).squeeze(-1)

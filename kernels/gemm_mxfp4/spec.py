@@ -41,9 +41,10 @@ def make_inputs(shape, dtype=FORMAT, device="cpu", seed=0, layout="row"):
         raise TypeError(f"gemm_mxfp4 inputs are {FORMAT}, got {dtype}")
     m, n, k = shape
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    along_k = torch.randn(1, k, generator=gen).exp()
-    a = torch.randn(m, k, generator=gen) * torch.randn(m, 1, generator=gen).exp() * along_k
-    b_t = torch.randn(n, k, generator=gen) * torch.randn(n, 1, generator=gen).exp() * along_k
+    def spread(rows):
+        return (torch.randn(rows, k, generator=gen) * torch.randn(rows, 1, generator=gen).exp()
+                * torch.randn(1, k, generator=gen).exp())
+    a, b_t = spread(m), spread(n)
     tensors = (*quantize_mxfp4(a, axis=1), *quantize_mxfp4(b_t, axis=1))
     if layout == "col":
         tensors = tuple(t.t().contiguous().t() for t in tensors)
