@@ -1,27 +1,30 @@
 """MXFP4: the OCP microscaling format with e2m1 elements and one e8m0 scale per 32.
 
-The format (OCP Microscaling Formats (MX) Specification v1.0, sections 5 and 6.3):
+The format (OCP Microscaling Formats (MX) Specification v1.0):
 
 * e2m1 element: sign, 2 exponent bits (bias 1), 1 mantissa bit; magnitudes
   0, 0.5, 1, 1.5, 2, 3, 4, 6 (0.5 is the subnormal); no inf, no NaN; emax = 2.
-* e8m0 scale: an unbiased exponent, the value 2^(byte - 127); byte 0xFF is NaN.
+* e8m0 scale: 8 exponent bits, no sign, no mantissa, bias 127: the value
+  2^(byte - 127); byte 0xFF is NaN.
 * A block of 32 consecutive elements along the reduction axis K shares one scale:
   the block means ``element * 2^(scale - 127)``.
 
-Storage, as ``tl.dot_scaled`` (and the gfx950 / Blackwell matrix cores) read it:
-two e2m1 codes per byte along K, the even index in the low nibble; the scales as
-``uint8``, one per 32 elements along K. Nothing else is packed or swizzled.
+Storage, as ``tl.dot_scaled`` takes it: two e2m1 codes per byte along K, the even
+index in the low nibble; the scales as ``uint8``, one per 32 elements along K.
+Nothing else is packed or swizzled.
 
-Quantizing (the spec's conversion, section 6.3): the shared exponent is
+Quantizing (the spec's conversion from float): the shared exponent is
 ``floor(log2(amax)) - emax`` of the block, so the block's largest magnitude lands in
 [4, 8) and rounds to 4 or 6 (or saturates at 6); each element ``x / 2^exponent`` is
 rounded to the nearest e2m1 value, ties to the even mantissa (2.5 -> 2, 3.5 -> 4,
-5 -> 4, 0.25 -> 0), magnitudes beyond 6 saturate at 6. Choices the spec leaves open,
-made here: an all-zero block gets the smallest scale (byte 0, what ``floor(log2 0)``
-clamps to); a block holding NaN or +-inf gets the NaN scale (e2m1 has no encoding for
-either, so the whole block dequantizes to NaN); a K that is not a multiple of 32 is
-padded with zeros up to one (zeros add nothing to a dot product, so a GEMM on the
-padded operands is the GEMM of the unpadded ones); negative zero keeps its sign bit.
+5 -> 4, 0.25 -> 0), magnitudes beyond 6 saturate at 6.
+
+Choices made here where the spec leaves them open: an all-zero block gets the
+smallest scale (byte 0, what ``floor(log2 0)`` clamps to); a block holding NaN or
++-inf gets the NaN scale (e2m1 has no encoding for either, so the whole block
+dequantizes to NaN); a K that is not a multiple of 32 is padded with zeros up to one
+(zeros add nothing to a dot product, so a GEMM on the padded operands is the GEMM of
+the unpadded ones); negative zero keeps its sign bit.
 """
 from __future__ import annotations
 
