@@ -16,7 +16,7 @@ import torch
 
 from . import backend as _backend
 
-OPS = ("gemm", "gemm_fp8")  # op packages under kernels/, imported on first use
+OPS = ("gemm", "gemm_fp8", "gemm_mxfp4")  # op packages under kernels/, imported on first use
 
 
 @dataclass(frozen=True)

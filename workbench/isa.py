@@ -128,7 +128,8 @@ def _inspectable(op: str, which: int | str, dtype: torch.dtype) -> Rung:
 
 def default_dtype(rung: Rung, target: str) -> torch.dtype:
     """bf16 where the rung takes it; else the FP8 format the target's matrix cores take
-    (e4m3fnuz on gfx942, OCP e4m3fn on gfx950 and sm90) when the rung takes that."""
+    (e4m3fnuz on gfx942, OCP e4m3fn on gfx950 and sm90) when the rung takes that; else
+    the rung's own format (MXFP4 for ``gemm_mxfp4``)."""
     if torch.bfloat16 in rung.dtypes:
         return torch.bfloat16
     from kernels.gemm_fp8 import fp8_dtype

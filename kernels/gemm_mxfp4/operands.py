@@ -1,0 +1,46 @@
+"""What an MXFP4 GEMM accepts, checked once for every rung and the public op.
+
+``c = dequant(a_packed, a_scales) @ dequant(b_packed, b_scales).T``: A is (M, K) and
+B^T is (N, K), both stored as (rows, K/2) bytes of packed e2m1 codes with (rows, K/32)
+e8m0 scales, all uint8 (:mod:`.formats`). B comes transposed because that is the
+layout the matrix cores read (K-contiguous per output column, like ``nn.Linear``'s
+weight and ``torch._scaled_mm``'s column-major B); any strides are taken. K is twice
+the packed width and must be a multiple of 32, one scale per 32 elements:
+:func:`.formats.quantize_mxfp4` pads K with zeros to get there.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import validate
+from ..gemm_fp8.operands import OUT_DTYPES
+from .formats import BLOCK
+
+
+def _scales(name: str, scales: torch.Tensor, rows: int, k: int, packed_name: str) -> None:
+    expected = (rows, k // BLOCK)
+    if tuple(scales.shape) != expected:
+        raise ValueError(f"{name} has shape {tuple(scales.shape)}; {packed_name} holds {rows} "
+                         f"rows of K = {k} elements, so it needs {expected} (one e8m0 scale "
+                         f"per {BLOCK} elements)")
+
+
+def check(a_packed, a_scales, b_packed, b_scales, out_dtype) -> int:
+    """Validate the operands; return K, the number of e2m1 elements per row."""
+    named = dict(a_packed=a_packed, a_scales=a_scales, b_packed=b_packed, b_scales=b_scales)
+    for name, value in named.items():
+        validate.tensor(name, value, ndim=2, dtypes=(torch.uint8,))
+    validate.same_device(**named)
+    if a_packed.shape[1] != b_packed.shape[1]:
+        raise ValueError(f"inner dimensions differ: a_packed is {tuple(a_packed.shape)} (M, K/2), "
+                         f"b_packed is {tuple(b_packed.shape)} (N, K/2)")
+    k = 2 * a_packed.shape[1]
+    if k % BLOCK:
+        raise ValueError(f"a_packed and b_packed hold K = {k} elements per row; K must be a "
+                         f"multiple of {BLOCK} (quantize_mxfp4 pads K with zeros)")
+    _scales("a_scales", a_scales, a_packed.shape[0], k, "a_packed")
+    _scales("b_scales", b_scales, b_packed.shape[0], k, "b_packed")
+    if out_dtype not in OUT_DTYPES:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in OUT_DTYPES)
+        raise TypeError(f"out_dtype must be one of {allowed}, got {out_dtype}")
+    return k
