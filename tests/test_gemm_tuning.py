@@ -192,3 +192,26 @@ def test_inspector_overrides_change_the_compile_and_are_cached_apart():
         isa.inspect("gemm", "v4", "gfx942", overrides={"waves_per_eu": 3})
     with pytest.raises(RuntimeError, match="NOT_A_SETTING"):
         isa.inspect("gemm", "v6", "gfx942", overrides={"NOT_A_SETTING": 1})
+
+
+def test_k_contiguous_b_fills_lds_with_16_byte_writes():
+    """``torch.nn.Linear``'s weight as B ("NT") goes to LDS in ds_write_b128 only; row-major B
+    ("NN") needs narrower writes: why the table is compiled, and tuned, per layout."""
+    def writes(overrides):
+        loop = _mnemonics(isa.inspect("gemm", "v6", "gfx942", overrides=overrides).hot_loop)
+        return {op for op in loop if op and op.startswith("ds_write")}
+
+    assert writes({"layout": "NT"}) == {"ds_write_b128"}
+    assert writes(None) - {"ds_write_b128"}
+
+
+def test_v5_holds_a_256x256_tile_that_v6_spills():
+    """At 256x256x64 with 4 warps v5 fits in the 512 registers of one wave per SIMD; v6's
+    second epilogue (the fp32 partial tile of a split) pushes it over, so the table drops it."""
+    cfg = dict(BIG, num_warps=4, waves_per_eu=0)
+    v5 = isa.inspect("gemm", "v5", "gfx942", overrides=cfg)
+    assert (v5.spills, v5.vgprs + v5.agprs) == (0, 512)
+    assert tune_space.verdict("gfx942", tune_space.measure("gfx942", cfg, "NN"))
+    for target in ("gfx942", "gfx950"):
+        kept = [e["config"] for e in configs.shipped()[target]["kept"]]
+        assert not [c for c in kept if (c["BLOCK_M"], c["BLOCK_N"]) == (256, 256)], target

@@ -59,7 +59,9 @@ Limits:
     reuses the winner untimed. ``overrides`` sets any setting (a tile setting skips
     the tuner and starts from the untimed prior, :func:`config`); ``NUM_PROGS``
     changes the program count and ``FIXUP=False`` skips the combine pass (a
-    deliberately broken variant for tests).
+    deliberately broken variant for tests). The second epilogue (a split's fp32
+    partial tile) costs registers: no 256x256 tile survives the ahead-of-time prune
+    on gfx942 or gfx950, while v5 holds 256x256x64 at 4 warps without spilling.
 """
 from __future__ import annotations
 
