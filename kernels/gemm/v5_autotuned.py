@@ -12,8 +12,7 @@ Idea:
     The key is the power-of-two bucket of M, N and K (kernel arguments ``M_BUCKET``...
     that the kernel does not read) plus the dtype, which autotune appends by itself.
 
-    Big tiles need registers, so the kernel sheds what the loop does not need, as
-    AMD's own tuned Triton GEMMs do:
+    The loop also carries no mask, as in AMD's own tuned Triton GEMMs:
 
     * wrapped offsets: a tile's rows past M are read as ``row % M`` (columns as
       ``col % N``). They load real elements whose products land in rows that the
