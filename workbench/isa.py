@@ -10,12 +10,16 @@ Each rung's ``aot(dtype, backend)`` says which kernels it launches, with which
 constexprs and options; Triton compiles them ahead of time for the chosen target
 (in a helper process, see :mod:`workbench.isa_compile`), and this module reads the
 machine code: matrix instructions, LDS and global traffic, registers, spills,
-occupancy and the hot loop. Reports are cached per (op, rung, target, dtype).
+occupancy and the hot loop. Reports are cached per (op, rung, target, dtype, overrides).
+
+``overrides`` compiles a rung with some settings replaced, for the rungs whose ``aot``
+takes them (v5, v6): ``isa.inspect("gemm", "v6", overrides={"waves_per_eu": 0})``.
 """
 from __future__ import annotations
 
 import functools
 import html
+import inspect as inspect_module
 from dataclasses import dataclass, field
 
 import torch
@@ -140,18 +144,21 @@ def default_dtype(rung: Rung, target: str) -> torch.dtype:
 
 
 def inspect_all(op: str, rung: int | str, target: str = "gfx942",
-                dtype: torch.dtype | None = None) -> list[IsaReport]:
+                dtype: torch.dtype | None = None, overrides: dict | None = None) -> list[IsaReport]:
     """One report per kernel the rung launches, in launch order (dtype: :func:`default_dtype`)."""
     name = normalize_target(target)
     dtype = dtype or default_dtype(kernels.get(op, rung), name)
     entry = _inspectable(op, rung, dtype)
-    return list(_reports(op, entry.label, name, str(dtype).removeprefix("torch.")))
+    if overrides and "overrides" not in inspect_module.signature(entry.aot).parameters:
+        raise ValueError(f"{op} {entry.title} takes no overrides for ahead-of-time compiles")
+    frozen = tuple(sorted((overrides or {}).items()))
+    return list(_reports(op, entry.label, name, str(dtype).removeprefix("torch."), frozen))
 
 
 def inspect(op: str, rung: int | str, target: str = "gfx942",
-            dtype: torch.dtype | None = None) -> IsaReport:
+            dtype: torch.dtype | None = None, overrides: dict | None = None) -> IsaReport:
     """The rung's main kernel: the one with the most matrix instructions (first on a tie)."""
-    reports = inspect_all(op, rung, target, dtype)
+    reports = inspect_all(op, rung, target, dtype, overrides)
     return max(reports, key=lambda r: sum(r.matrix_instructions.values()))
 
 
@@ -162,9 +169,10 @@ def clear_cache() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _reports(op: str, label: str, target: str, dtype_name: str) -> tuple[IsaReport, ...]:
+def _reports(op: str, label: str, target: str, dtype_name: str,
+             overrides: tuple = ()) -> tuple[IsaReport, ...]:
     title = kernels.get(op, label).title
-    compiled = isa_compile.compile_rung(op, label, TARGETS[target], dtype_name)
+    compiled = isa_compile.compile_rung(op, label, TARGETS[target], dtype_name, dict(overrides))
     return tuple(_read(op, title, target, dtype_name, kernel) for kernel in compiled)
 
 

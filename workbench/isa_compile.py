@@ -33,13 +33,15 @@ _worker: subprocess.Popen | None = None
 _lock = threading.Lock()
 
 
-def compile_rung(op: str, label: str, target: tuple, dtype_name: str) -> list[dict]:
-    """Compile every kernel a rung launches, in the helper process (started on first use)."""
+def compile_rung(op: str, label: str, target: tuple, dtype_name: str,
+                 overrides: dict | None = None) -> list[dict]:
+    """Compile every kernel a rung launches, in the helper process (started on first use);
+    ``overrides`` goes to the rung's ``aot`` (settings replaced, e.g. ``{"num_warps": 4}``)."""
     global _worker
     with _lock:
         if _worker is None or _worker.poll() is not None:
             _worker = _start_worker()
-        pickle.dump((op, label, target, dtype_name), _worker.stdin)
+        pickle.dump((op, label, target, dtype_name, overrides), _worker.stdin)
         _worker.stdin.flush()
         try:
             status, value = pickle.load(_worker.stdout)
@@ -90,7 +92,8 @@ def serve() -> None:
         replies.flush()
 
 
-def _compile_here(op: str, label: str, target: tuple, dtype_name: str) -> list[dict]:
+def _compile_here(op: str, label: str, target: tuple, dtype_name: str,
+                  overrides: dict | None = None) -> list[dict]:
     """Runs in the helper: returns plain data (text, bytes, numbers) for each kernel."""
     import torch
     import triton
@@ -104,7 +107,8 @@ def _compile_here(op: str, label: str, target: tuple, dtype_name: str) -> list[d
     accepted = _option_fields(gpu_target.backend)
     compiled = []
     arch = gpu_target.arch if gpu_target.backend == "hip" else f"sm_{gpu_target.arch}"
-    for aot in rung.aot(getattr(torch, dtype_name), gpu_target.backend, arch):
+    extra = {"overrides": overrides} if overrides else {}  # rungs without settings take none
+    for aot in rung.aot(getattr(torch, dtype_name), gpu_target.backend, arch, **extra):
         options = {k: v for k, v in aot.options.items() if k in accepted}
         jit_fn = _Rebuilder().jit(aot.jit_fn)
         source = ASTSource(jit_fn, aot.signature, aot.constexprs, _launch_hints(jit_fn, aot))

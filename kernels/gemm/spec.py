@@ -54,11 +54,23 @@ def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.detach().cpu().double() @ b.detach().cpu().double()
 
 
-def launch_ints(shape=(8192, 8192, 8192)) -> dict[str, int]:
-    """The int arguments of a row-major GEMM launch (what the ISA inspector compiles for)."""
+def launch_ints(shape=(8192, 8192, 8192), layout="NN") -> dict[str, int]:
+    """The int arguments of a GEMM launch (what the ISA inspector compiles for).
+
+    ``layout`` in BLAS terms: "NN" for row-major A and B (``a @ b`` of plain tensors),
+    "NT" for row-major A and K-contiguous B (``torch.nn.Linear``'s ``x @ weight.t()``).
+    """
     m, n, k = shape
-    return dict(M=m, N=n, K=k, stride_am=k, stride_ak=1, stride_bk=n, stride_bn=1,
-                stride_cm=n, stride_cn=1)
+    b_strides = {"NN": dict(stride_bk=n, stride_bn=1), "NT": dict(stride_bk=1, stride_bn=k)}
+    if layout not in b_strides:
+        raise ValueError(f"layout must be 'NN' or 'NT', got {layout!r}")
+    return dict(M=m, N=n, K=k, stride_am=k, stride_ak=1, **b_strides[layout], stride_cm=n, stride_cn=1)
+
+
+def layout(a: torch.Tensor, b: torch.Tensor) -> str:
+    """BLAS letters for how A and B lie in memory: "N" when a row is contiguous
+    (unit stride along K for A, along N for B), "T" otherwise; ``x @ w.t()`` is "NT"."""
+    return ("N" if a.stride(1) == 1 else "T") + ("N" if b.stride(1) == 1 else "T")
 
 
 def flops(shape) -> float:

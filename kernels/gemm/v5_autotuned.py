@@ -1,16 +1,30 @@
-"""v5 autotuned: v4's kernel, with the tile and knobs chosen per shape by timing.
+"""v5 autotuned: v4's kernel, with the tile and knobs chosen per shape by timing, and no mask in the K loop.
 
 Idea:
     No single tile is best for every shape: 128x128 wastes half its work on a
     decode GEMM with M=16, and a 256-wide tile halves the A/B traffic of a large
     square one. v5 wraps v4's kernel in ``triton.autotune`` over a per-backend space
-    (:mod:`.configs`: HIP, CUDA, and one interpreter config so nothing is timed on a
-    CPU). ``prune_configs_by`` first drops configs that do not fit the shape (tiles
-    much larger than M or N; skinny-M tiles unless M is decode-sized), then the
-    survivors are each timed once per key and the fastest is cached. The key is the
-    power-of-two bucket of M, N and K (kernel arguments ``M_BUCKET``... that the
-    kernel does not read) plus the dtype, which autotune appends by itself, so
-    shapes of the same size class reuse one choice instead of re-timing.
+    (:mod:`.configs`). That space was pruned ahead of time: every candidate was
+    compiled for gfx942, gfx950 and sm90 and the ones that spill registers were
+    dropped, so no GPU ever spends time on them (``python -m workbench.tune_space``).
+    ``prune_configs_by`` then drops, per shape, configs that do not fit it and keeps
+    at most 16, and the survivors are each timed once per key; the fastest is cached.
+    The key is the power-of-two bucket of M, N and K (kernel arguments ``M_BUCKET``...
+    that the kernel does not read) plus the dtype, which autotune appends by itself.
+
+    The loop also carries no mask, as in AMD's own tuned Triton GEMMs:
+
+    * wrapped offsets: a tile's rows past M are read as ``row % M`` (columns as
+      ``col % N``). They load real elements whose products land in rows that the
+      store, which keeps its mask, never writes; so no load needs a row or column
+      mask.
+    * ``EVEN_K``: when K is a multiple of BLOCK_K (a heuristic computed at launch,
+      so it is part of what the JIT specializes on) the peeled, K-masked last step
+      is not compiled at all; otherwise it runs once after the unmasked loop.
+
+    Offsets are 64-bit (``rows.to(tl.int64) * stride``, and the K step as an int64
+    ``BLOCK_K * stride``): Triton passes int arguments below 2^31 as int32, and an
+    operand of 2^31 elements or more would wrap around in 32-bit offsets.
 
     The chosen config is visible: ``kernels.gemm.v5_autotuned.chosen_config((M, N, K),
     dtype)`` returns it as a dict (tiles, num_warps, num_stages, AMD knobs) after a
@@ -19,6 +33,9 @@ Idea:
 Why faster:
     Each shape gets the tile and MFMA size that suit it; on decode shapes a 16-row
     tile stops computing rows that are masked away (reasoning, not a measurement).
+    With ``EVEN_K`` the compiled kernel has no peeled step (fewer MFMA instructions
+    in all, checked by a test), and the loop holds no mask (no vector compare in
+    the gfx942/gfx950 hot loop, checked for v6 which shares this loop).
 
 Expected bound:
     Compute bound for large shapes, as v4; memory bound (B read once) for decode
@@ -29,8 +46,10 @@ Expected bound:
 Limits:
     The first call of each bucket on a GPU times every surviving config (seconds).
     A bucket's winner may be second-best for another shape in it. ``overrides``
-    pins a config and skips the tuner (for experiments). Every HIP config was checked
-    spill-free on gfx942 at bf16 by ahead-of-time compilation, not timed.
+    pins a config and skips the tuner (for experiments). The space was pruned with
+    v6's kernel (the rung ``kernels.matmul`` runs), not v5's; v5's loop is the same
+    with less around it. Wrapped rows still cost loads on the last tile row (the
+    data is read, only its results are dropped).
 """
 from __future__ import annotations
 
@@ -53,12 +72,13 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 @triton.autotune(configs=configs.space(_backend.current().name, _backend.current().arch),
                  key=["M_BUCKET", "N_BUCKET", "K_BUCKET"],
                  prune_configs_by={"early_config_prune": configs.early_config_prune})
+@triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
 @triton.jit
 def _gemm_autotuned_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                            M_BUCKET, N_BUCKET, K_BUCKET,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr,
+                           GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr, EVEN_K: tl.constexpr,
                            INTERP_BF16: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -74,33 +94,39 @@ def _gemm_autotuned_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
     pid_m = first_m + (pid % group_size) % rows_in_group
     pid_n = (pid % group_size) // rows_in_group
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Rows past M (columns past N) wrap onto rows that exist: their products are never
+    # stored, so the loads need no row/column mask. 64-bit offsets: no wrap at 2^31 elements.
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
+    ks = tl.arange(0, BLOCK_K).to(tl.int64)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
     b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
+    b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    k_full = (K // BLOCK_K) * BLOCK_K  # no K mask inside the loop: the pipeliner needs that
+    k_full = (K // BLOCK_K) * BLOCK_K  # no mask at all inside the loop
     for k0 in range(0, k_full, BLOCK_K):
-        a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-        b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
         if INTERP_BF16:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    if k_full < K:  # the ragged last K step, peeled out of the loop
-        a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k_full < K), other=0.0)
-        b = tl.load(b_ptrs, mask=(ks[:, None] + k_full < K) & (cols[None, :] < N), other=0.0)
+        a_ptrs += a_step
+        b_ptrs += b_step
+    if not EVEN_K:  # the ragged last K step, peeled out of the loop; compiled only if K needs it
+        a = tl.load(a_ptrs, mask=ks[None, :] + k_full < K, other=0.0)
+        b = tl.load(b_ptrs, mask=ks[:, None] + k_full < K, other=0.0)
         if INTERP_BF16:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
     if INTERP_BF16:
         acc = round_to_bf16(acc)
-    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n.to(tl.int64)[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 _CHOSEN: dict[tuple, dict] = {}
@@ -125,13 +151,23 @@ def _with_overrides(overrides: dict | None) -> dict:
     return dict(overrides or {})
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
-    """The pruned space's first config for a large square GEMM (the tuner may pick another)."""
-    ints = launch_ints()
-    cfg = configs.as_dict(configs.prune(configs.space(backend, arch), ints["M"], ints["N"], ints["K"])[0])
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
+    """The pruned space's first config for a large square GEMM (the tuner may pick another).
+
+    ``overrides`` replaces settings (``{"waves_per_eu": 1}``); two more keys change the
+    launch compiled: ``layout``, "NN" (default) or "NT" (see :func:`.spec.launch_ints`),
+    and ``EVEN_K``, False to see the peeled ragged-K step that K=8192 does not need.
+    """
+    settings = dict(overrides or {})
+    ints = launch_ints(layout=settings.pop("layout", "NN"))
+    even_k = settings.pop("EVEN_K", None)
+    prior = configs.prune(configs.space(backend, arch), ints["M"], ints["N"], ints["K"])[0]
+    cfg = configs.with_overrides({**configs.as_dict(prior), "NUM_XCDS": full_chip_xcds(backend, arch)},
+                                 settings)
     buckets = {f"{d}_BUCKET": triton.next_power_of_2(ints[d]) for d in "MNK"}
     return [aot_launch(_gemm_autotuned_kernel, dtype, cfg, {**ints, **buckets},
-                       constexprs={"NUM_XCDS": full_chip_xcds(backend, arch), "INTERP_BF16": False})]
+                       constexprs={"EVEN_K": ints["K"] % cfg["BLOCK_K"] == 0 if even_k is None else even_k,
+                                   "INTERP_BF16": False})]
 
 
 @rung(op="gemm", rung=5, name="autotuned", backends=("hip", "cuda", "interpreter"),

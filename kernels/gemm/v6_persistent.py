@@ -28,8 +28,18 @@ Idea:
     ``tail x splits`` fp32 tiles of traffic.
 
     The program ids keep v3's XCD remap (now over the ``programs`` persistent ids)
-    and grouped order, and the K loop keeps v4's pipelining. :func:`schedule` shows
-    the split for a shape.
+    and grouped order, and the K loop is v5's: v4's pipelining, wrapped row and
+    column offsets (no load mask), ``EVEN_K`` and 64-bit offsets. :func:`schedule`
+    shows the split for a shape.
+
+    v6 is the rung ``kernels.matmul`` runs, so it tunes its tile itself: the grid,
+    the split and the workspace depend on the tile, so they must be known before the
+    launch, which ``triton.autotune`` (choosing inside the launch) does not allow.
+    :func:`tuned` times, on the first call of each (M, N, K power-of-two bucket,
+    dtype, operand layout), every config that v5's space keeps for the shape (the
+    ahead-of-time pruned table, then :func:`.configs.prune`: at most 16) with v6's
+    own launch, and caches the fastest for the process. On the interpreter the space
+    has one config, so nothing is timed. :func:`chosen_config` tells what ran.
 
 Why faster:
     Every CU has work until the end: the tail's K work is spread over all programs
@@ -44,12 +54,14 @@ Expected bound:
 Limits:
     Splits are whole K-step ranges per tile, so a tail that is more than half the
     CU count gets no split (``programs // tail == 1``); full Stream-K's fractional
-    iteration ranges would balance that too. The tile config is the pruned v5
-    space's first entry for the shape, not timed: the grid, the split and the
-    workspace depend on the tile, so they must be known before the launch, which
-    ``triton.autotune`` (choosing inside the launch) does not allow. ``overrides``
-    sets any setting; ``NUM_PROGS`` changes the program count and ``FIXUP=False``
-    skips the combine pass (a deliberately broken variant for tests).
+    iteration ranges would balance that too. The tuner times with the program
+    count and split of the first shape of a bucket; another shape in the bucket
+    reuses the winner untimed. ``overrides`` sets any setting (a tile setting skips
+    the tuner and starts from the untimed prior, :func:`config`); ``NUM_PROGS``
+    changes the program count and ``FIXUP=False`` skips the combine pass (a
+    deliberately broken variant for tests). The second epilogue (a split's fp32
+    partial tile) costs registers: no 256x256 tile survives the ahead-of-time prune
+    on gfx942 or gfx950, while v5 holds 256x256x64 at 4 warps without spilling.
 """
 from __future__ import annotations
 
@@ -64,7 +76,7 @@ from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
 from ..xcd import full_chip_xcds, num_xcds
-from .spec import launch_ints
+from .spec import launch_ints, layout
 from . import configs
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 
@@ -89,7 +101,7 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
                             DP_TILES, SPLITS, SPLIT_K,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr, NUM_PROGS: tl.constexpr,
-                            INTERP_BF16: tl.constexpr):
+                            EVEN_K: tl.constexpr, INTERP_BF16: tl.constexpr):
     pid = tl.program_id(0)
     if NUM_XCDS > 1:  # v3's remap (see v3_grouped_order.xcd_remap), over the persistent ids
         per = tl.cdiv(NUM_PROGS, NUM_XCDS)
@@ -99,6 +111,8 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     num_units = DP_TILES + (num_tiles - DP_TILES) * SPLITS
     ks = tl.arange(0, BLOCK_K)
+    a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
+    b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
     for unit in range(pid, num_units, NUM_PROGS):
         split_unit = unit >= DP_TILES  # a K range of a tail tile, not a whole tile
         sk = tl.maximum(unit - DP_TILES, 0)
@@ -108,37 +122,42 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
         k_lo = tl.multiple_of(tl.where(split_unit, (sk % SPLITS) * SPLIT_K, 0), BLOCK_K)
         k_hi = tl.where(split_unit, tl.minimum(K, k_lo + SPLIT_K), K)
         pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        a_ptrs = a_ptr + rows[:, None] * stride_am + (ks[None, :] + k_lo) * stride_ak
-        b_ptrs = b_ptr + (ks[:, None] + k_lo) * stride_bk + cols[None, :] * stride_bn
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows = (offs_m % M).to(tl.int64)  # v5: wrapped, so the loads need no row/column mask
+        cols = (offs_n % N).to(tl.int64)
+        k_offs = (ks + k_lo).to(tl.int64)
+        a_ptrs = a_ptr + rows[:, None] * stride_am + k_offs[None, :] * stride_ak
+        b_ptrs = b_ptr + k_offs[:, None] * stride_bk + cols[None, :] * stride_bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        k_full = k_lo + ((k_hi - k_lo) // BLOCK_K) * BLOCK_K  # v4: no K mask inside the loop
+        k_full = k_lo + ((k_hi - k_lo) // BLOCK_K) * BLOCK_K  # v5: no mask inside the loop
         for k0 in range(k_lo, k_full, BLOCK_K):
-            a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-            b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
             if INTERP_BF16:
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
-        if k_full < k_hi:  # the ragged last K step, peeled out of the loop
-            a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k_full < k_hi), other=0.0)
-            b = tl.load(b_ptrs, mask=(ks[:, None] + k_full < k_hi) & (cols[None, :] < N), other=0.0)
-            if INTERP_BF16:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
+            a_ptrs += a_step
+            b_ptrs += b_step
+        if not EVEN_K:  # v5's peeled ragged step; only the last K range of a tile has one
+            if k_full < k_hi:
+                a = tl.load(a_ptrs, mask=ks[None, :] + k_full < k_hi, other=0.0)
+                b = tl.load(b_ptrs, mask=ks[:, None] + k_full < k_hi, other=0.0)
+                if INTERP_BF16:
+                    a = a.to(tl.float32)
+                    b = b.to(tl.float32)
+                acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
         if split_unit:  # partial sum: the whole fp32 tile to the workspace, combined later
             offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
             tl.store(p_ptr + sk * (BLOCK_M * BLOCK_N) + offs, acc)
         else:
             if INTERP_BF16:
                 acc = round_to_bf16(acc)
-            c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+            c_ptrs = (c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm
+                      + offs_n.to(tl.int64)[None, :] * stride_cn)
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
-                     mask=(rows[:, None] < M) & (cols[None, :] < N))
+                     mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 @triton.jit
@@ -156,7 +175,7 @@ def _streamk_fixup_kernel(c_ptr, p_ptr, M, N, stride_cm, stride_cn, DP_TILES, SP
         acc = round_to_bf16(acc)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols.to(tl.int64)[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
@@ -187,26 +206,37 @@ def schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int,
     return Schedule(tiles - tail, tail, cdiv(steps, per_split), per_split * block_k)
 
 
+PERSISTENT = ("NUM_XCDS", "NUM_PROGS", "FIXUP")  # settings that are not part of the tile config
+
+
 def config(backend: _backend.Backend, m: int, n: int, k: int, xcds: int | None = None) -> dict:
-    """The pruned v5 space's first config for the shape, plus the persistent settings."""
+    """The prior: the pruned space's first config for the shape (untimed), plus the persistent settings."""
     best = configs.prune(configs.space(backend.name, backend.arch), m, n, k)[0]
     return {**configs.as_dict(best), "NUM_XCDS": xcds or num_xcds(backend),
             "NUM_PROGS": programs(backend), "FIXUP": True}
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
-    """Both kernels for a large square GEMM; 304 programs (MI300X CUs) or 132 (H100 SMs)."""
-    ints = launch_ints()
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
+    """Both kernels for a large square GEMM; 304 programs (MI300X CUs) or 132 (H100 SMs).
+
+    ``overrides`` replaces settings; ``layout`` and ``EVEN_K`` change the launch compiled,
+    as in v5's ``aot``.
+    """
+    settings = dict(overrides or {})
+    ints = launch_ints(layout=settings.pop("layout", "NN"))
+    even_k = settings.pop("EVEN_K", None)
     units = 304 if backend == "hip" else 132
-    cfg = config(_backend.Backend(backend, arch, "aot", units), ints["M"], ints["N"], ints["K"],
-                 xcds=full_chip_xcds(backend, arch))
+    cfg = configs.with_overrides(
+        config(_backend.Backend(backend, arch, "aot", units), ints["M"], ints["N"], ints["K"],
+               xcds=full_chip_xcds(backend, arch)), settings)
     cfg.pop("FIXUP")
     plan = schedule(ints["M"], ints["N"], ints["K"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"],
                     cfg["NUM_PROGS"])
     split = dict(DP_TILES=plan.dp_tiles, SPLITS=plan.splits, SPLIT_K=plan.split_k)
     fixup_cfg = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "GROUP_M")}
     return [aot_launch(_gemm_persistent_kernel, dtype, cfg, {**ints, **split},
-                       constexprs={"INTERP_BF16": False},
+                       constexprs={"EVEN_K": ints["K"] % cfg["BLOCK_K"] == 0 if even_k is None else even_k,
+                                   "INTERP_BF16": False},
                        pointers={"p_ptr": "*fp32"}),
             aot_launch(_streamk_fixup_kernel, dtype,
                        {**fixup_cfg, "num_warps": cfg["num_warps"], "num_stages": 1},
@@ -214,14 +244,10 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
                        pointers={"p_ptr": "*fp32"})]
 
 
-@rung(op="gemm", rung=6, name="persistent", backends=("hip", "cuda", "interpreter"),
-      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
-def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) -> torch.Tensor:
-    """``overrides`` replaces settings, e.g. ``{"NUM_XCDS": 8}`` runs the remap on a CPU."""
-    validate.matmul_operands(a, b, DTYPES)
+def _launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict) -> Schedule:
+    """Both kernels of one v6 GEMM with settings ``cfg``; returns the split it used."""
     (m, k), n = a.shape, b.shape[1]
-    c = new_output((m, n), a.dtype, a.device)
-    cfg = configs.with_overrides(config(_backend.current(), m, n, k), overrides)
+    cfg = dict(cfg)
     fixup = cfg.pop("FIXUP")
     plan = schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
     partials = torch.empty((max(1, plan.sk_tiles * plan.splits), cfg["BLOCK_M"] * cfg["BLOCK_N"]),
@@ -229,10 +255,70 @@ def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     _gemm_persistent_kernel[(cfg["NUM_PROGS"],)](
         a, b, c, partials, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         c.stride(0), c.stride(1), plan.dp_tiles, plan.splits, plan.split_k,
-        INTERP_BF16=interp_bf16(a.dtype), **cfg)
+        EVEN_K=k % cfg["BLOCK_K"] == 0, INTERP_BF16=interp_bf16(a.dtype), **cfg)
     if plan.sk_tiles and fixup:
         _streamk_fixup_kernel[(plan.sk_tiles,)](
             c, partials, m, n, c.stride(0), c.stride(1), plan.dp_tiles, plan.splits,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], GROUP_M=cfg["GROUP_M"],
             INTERP_BF16=interp_bf16(a.dtype), num_warps=cfg["num_warps"])
+    return plan
+
+
+def time_ms(fn) -> float:
+    """How the tuner times one candidate launch on a GPU (tests replace it with a fake clock)."""
+    return triton.testing.do_bench(fn)
+
+
+_TUNED: dict[tuple, dict] = {}    # (M, N, K buckets, dtype, layout) -> the fastest tile config
+_CHOSEN: dict[tuple, dict] = {}   # (M, N, K buckets, dtype) -> the settings of the last launch
+
+
+def _bucket(shape, dtype: torch.dtype) -> tuple:
+    return (*(triton.next_power_of_2(d) for d in shape), dtype)
+
+
+def tuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, persistent: dict) -> dict:
+    """The tile config for this launch: the fastest pruned candidate of its (bucket, dtype, layout).
+
+    The first call of a key times every candidate ``prune`` keeps with v6's own launch
+    (into ``c``, which the real launch then overwrites) and caches the winner for the
+    process; a single candidate (always, on the interpreter) is taken without timing.
+    """
+    (m, k), n = a.shape, b.shape[1]
+    key = (*_bucket((m, n, k), a.dtype), layout(a, b))
+    if key not in _TUNED:
+        here = _backend.current()
+        candidates = [configs.as_dict(cfg) for cfg in
+                      configs.prune(configs.space(here.name, here.arch), m, n, k)]
+        if len(candidates) > 1:
+            times = [time_ms(lambda cfg=cfg: _launch(a, b, c, {**cfg, **persistent}))
+                     for cfg in candidates]
+            candidates = [candidates[times.index(min(times))]]
+        _TUNED[key] = candidates[0]
+    return _TUNED[key]
+
+
+def chosen_config(shape, dtype: torch.dtype) -> dict | None:
+    """The settings v6 last launched for ``shape``'s bucket and ``dtype`` in this process, or None:
+    tiles, warps, stages, AMD knobs, NUM_XCDS, NUM_PROGS, the operand layout and the split."""
+    return _CHOSEN.get(_bucket(shape, dtype))
+
+
+@rung(op="gemm", rung=6, name="persistent", backends=("hip", "cuda", "interpreter"),
+      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
+def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) -> torch.Tensor:
+    """``overrides`` replaces settings, e.g. ``{"NUM_XCDS": 8}`` runs the remap on a CPU; a
+    tile setting (``BLOCK_M``, ``num_warps``, ...) starts from the prior and skips the tuner."""
+    validate.matmul_operands(a, b, DTYPES)
+    (m, k), n = a.shape, b.shape[1]
+    c = new_output((m, n), a.dtype, a.device)
+    here = _backend.current()
+    cfg = configs.with_overrides(config(here, m, n, k), overrides)
+    persistent = {name: cfg[name] for name in PERSISTENT}
+    if not set(overrides or ()) - set(PERSISTENT):  # nothing pinned: the tuner's choice
+        cfg = {**tuned(a, b, c, persistent), **persistent}
+    plan = _launch(a, b, c, cfg)
+    _CHOSEN[_bucket((m, n, k), a.dtype)] = {
+        **cfg, "layout": layout(a, b), "EVEN_K": k % cfg["BLOCK_K"] == 0,
+        "DP_TILES": plan.dp_tiles, "SPLITS": plan.splits, "SPLIT_K": plan.split_k}
     return c
