@@ -1,0 +1,86 @@
+"""Operands whose element offsets pass 2^31: every rung of every op, on the interpreter.
+
+Triton passes int arguments below 2^31 as i32, so ``rows * stride_am`` wraps unless the
+kernel widens it to int64. The operands here are views into one large, mostly untouched
+allocation (a few GiB of virtual memory, a few pages touched): A's rows and B's columns
+sit 2^30 + 16 elements apart, so the third row/column starts past 2^31 while the
+problem itself stays tiny (3 x 3 x 64). A wrapped offset reads the wrong memory (or
+faults), so each op runs in a subprocess and a crash is reported as a failure. The
+scales of the scaled GEMMs (one per row of A, per column of B) are moved the same way.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kernels
+
+SHAPE = (3, 3, 64)          # M, N, K: three rows of A and three columns of B
+STRIDE = 2**30 + 16         # row 2 of A starts at element 2^31 + 32
+BUFFER = 2**31 + 2**16      # elements per dtype; operands start SPACING apart in it
+SPACING = 8192
+
+
+def relocated(tensor, buffer, start):
+    """``tensor`` (2-D, with a dimension of size 3, the M or N of SHAPE) copied into
+    ``buffer`` with that dimension STRIDE elements apart, the other contiguous."""
+    rows, cols = tensor.shape
+    strides = (STRIDE, 1) if rows == 3 else (1, STRIDE)
+    view = buffer[start:].as_strided((rows, cols), strides)
+    view.copy_(tensor)
+    return view
+
+
+def relocate_operands(inputs: list) -> list:
+    """Every 2-D operand spanning M or N (A, B, per-row/column scales) moved into large
+    buffers (one per dtype, virtual memory only), so its last row/column starts past 2^31."""
+    import torch
+
+    buffers, moved = {}, []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.dim() == 2 and 3 in x.shape:
+            buffer = buffers.setdefault(x.dtype, torch.empty(BUFFER, dtype=x.dtype))
+            x = relocated(x, buffer, SPACING * len(moved))
+            assert max(x.stride()) * 2 >= 2**31
+        moved.append(x)
+    return moved
+
+
+def probe(op: str) -> int:
+    """Run every rung of ``op`` that runs here on relocated operands; print a line each."""
+    import torch
+
+    from workbench.check import compare
+
+    spec = kernels.spec(op)
+    failures = 0
+    for rung in [r for r in kernels.variants(op) if r.runs_here()]:
+        dtype = torch.float16 if torch.float16 in rung.dtypes else rung.dtypes[0]
+        inputs = relocate_operands(list(spec.make_inputs(SHAPE, dtype, seed=3)))
+        print(f"{rung.title}: start", flush=True)
+        out = rung(*inputs)
+        fields = compare(out, spec.reference(*inputs), kernels.registry.reference_rung(op)(*inputs),
+                         out.dtype)
+        failures += not fields["passed"]
+        print(f"{rung.title}: {'pass' if fields['passed'] else 'FAIL'} error {fields['error']:.2e} "
+              f"allowed {fields['allowed']:.2e}", flush=True)
+    return failures
+
+
+@pytest.mark.parametrize("op", kernels.ops())
+def test_offsets_past_2_31(op):
+    run = subprocess.run([sys.executable, str(Path(__file__).resolve()), op], capture_output=True,
+                         text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert run.returncode == 0, (f"exit {run.returncode} (negative: killed by that signal)\n"
+                                 f"{run.stdout}\n{run.stderr[-3000:]}")
+    assert ": pass" in run.stdout and "FAIL" not in run.stdout, run.stdout
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ.setdefault("KERNELS_BACKEND", "interpreter")
+    sys.exit(probe(sys.argv[1]))
