@@ -67,6 +67,13 @@ def launch_ints(shape=(8192, 8192, 8192), layout="NN") -> dict[str, int]:
     return dict(M=m, N=n, K=k, stride_am=k, stride_ak=1, **b_strides[layout], stride_cm=n, stride_cn=1)
 
 
+def aot_launch_settings(overrides: dict | None) -> tuple[dict[str, int], dict]:
+    """Split an ISA inspector's ``overrides`` into the launch ints and the rung settings:
+    ``layout`` picks the launch (:func:`launch_ints`), the rest replace config settings."""
+    settings = dict(overrides or {})
+    return launch_ints(layout=settings.pop("layout", "NN")), settings
+
+
 def layout(a: torch.Tensor, b: torch.Tensor) -> str:
     """BLAS letters for how A and B lie in memory: "N" when a row is contiguous
     (unit stride along K for A, along N for B), "T" otherwise; ``x @ w.t()`` is "NT"."""

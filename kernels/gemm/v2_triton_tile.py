@@ -35,7 +35,8 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
-from .spec import launch_ints
+from .configs import with_overrides
+from .spec import aot_launch_settings
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -81,9 +82,11 @@ def config(backend: str) -> dict:
                 num_stages=1)
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
-    return [aot_launch(_gemm_tile_kernel, dtype, config(backend), launch_ints(),
-                       constexprs={"INTERP_BF16": False})]
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
+    """An 8192^3 launch; ``overrides`` replaces settings, ``layout`` "NT" makes B K-contiguous."""
+    ints, settings = aot_launch_settings(overrides)
+    cfg = with_overrides(config(backend), settings)
+    return [aot_launch(_gemm_tile_kernel, dtype, cfg, ints, constexprs={"INTERP_BF16": False})]
 
 
 @rung(op="gemm", rung=2, name="triton_tile", backends=("hip", "cuda", "interpreter"),

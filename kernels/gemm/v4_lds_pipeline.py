@@ -78,7 +78,7 @@ from ..outputs import new_output
 from ..registry import AotKernel, rung
 from ..xcd import full_chip_xcds, num_xcds
 from . import configs
-from .spec import launch_ints
+from .spec import aot_launch_settings
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -156,9 +156,11 @@ def config(backend: str, arch: str = "gfx942", xcds: int | None = None) -> dict:
                 num_warps=4, num_stages=3)
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
-    return [aot_launch(_gemm_pipelined_kernel, dtype, config(backend, arch), launch_ints(),
-                       constexprs={"INTERP_BF16": False})]
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
+    """An 8192^3 launch; ``overrides`` replaces settings, ``layout`` "NT" makes B K-contiguous."""
+    ints, settings = aot_launch_settings(overrides)
+    cfg = configs.with_overrides(config(backend, arch), settings)
+    return [aot_launch(_gemm_pipelined_kernel, dtype, cfg, ints, constexprs={"INTERP_BF16": False})]
 
 
 @rung(op="gemm", rung=4, name="lds_pipeline", backends=("hip", "cuda", "interpreter"),

@@ -62,7 +62,7 @@ from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
 from ..xcd import full_chip_xcds, num_xcds
-from .spec import launch_ints
+from .spec import aot_launch_settings
 from . import configs
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 
@@ -158,8 +158,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     launch compiled: ``layout``, "NN" (default) or "NT" (see :func:`.spec.launch_ints`),
     and ``EVEN_K``, False to see the peeled ragged-K step that K=8192 does not need.
     """
-    settings = dict(overrides or {})
-    ints = launch_ints(layout=settings.pop("layout", "NN"))
+    ints, settings = aot_launch_settings(overrides)
     even_k = settings.pop("EVEN_K", None)
     prior = configs.prune(configs.space(backend, arch), ints["M"], ints["N"], ints["K"])[0]
     cfg = configs.with_overrides({**configs.as_dict(prior), "NUM_XCDS": full_chip_xcds(backend, arch)},

@@ -76,7 +76,7 @@ from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
 from ..xcd import full_chip_xcds, num_xcds
-from .spec import launch_ints, layout
+from .spec import aot_launch_settings, layout
 from . import configs
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 
@@ -117,9 +117,7 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
         split_unit = unit >= DP_TILES  # a K range of a tail tile, not a whole tile
         sk = tl.maximum(unit - DP_TILES, 0)
         tile = tl.where(split_unit, DP_TILES + sk // SPLITS, unit)
-        # SPLIT_K is a multiple of BLOCK_K: saying so keeps the loads vectorized, and
-        # Triton 3.9's gfx942 pipeliner skips the loop otherwise (AOT: LDS not doubled).
-        k_lo = tl.multiple_of(tl.where(split_unit, (sk % SPLITS) * SPLIT_K, 0), BLOCK_K)
+        k_lo = tl.where(split_unit, (sk % SPLITS) * SPLIT_K, 0)   # SPLIT_K: whole K steps
         k_hi = tl.where(split_unit, tl.minimum(K, k_lo + SPLIT_K), K)
         pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -222,8 +220,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     ``overrides`` replaces settings; ``layout`` and ``EVEN_K`` change the launch compiled,
     as in v5's ``aot``.
     """
-    settings = dict(overrides or {})
-    ints = launch_ints(layout=settings.pop("layout", "NN"))
+    ints, settings = aot_launch_settings(overrides)
     even_k = settings.pop("EVEN_K", None)
     units = 304 if backend == "hip" else 132
     cfg = configs.with_overrides(
