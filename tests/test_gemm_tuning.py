@@ -8,6 +8,7 @@ the numbers are true. The tuner is tested on the CPU with a fake clock.
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 import torch
@@ -185,16 +186,20 @@ def test_even_k_compiles_no_peeled_step(rung):
     assert mfmas(even) < mfmas(ragged)
 
 
-def test_inspector_overrides_change_the_compile_and_are_cached_apart():
+def test_inspector_overrides_change_the_compile_and_are_cached_apart(monkeypatch):
     prior = isa.inspect("gemm", "v6", "gfx942")
     other = isa.inspect("gemm", "v6", "gfx942", overrides={"waves_per_eu": 0})
     assert other.options["waves_per_eu"] == 0 and other is not prior
     assert isa.inspect("gemm", "v6", "gfx942", overrides={"waves_per_eu": 0}) is other
     assert isa.inspect("gemm", "v4", "gfx942", overrides={"waves_per_eu": 3}).options["waves_per_eu"] == 3
-    with pytest.raises(ValueError, match="takes no overrides"):
+    with pytest.raises(RuntimeError, match="waves_per_eu"):   # not a setting of the FP8 rungs
         isa.inspect("gemm_fp8", "v1", "gfx942", overrides={"waves_per_eu": 3})
     with pytest.raises(RuntimeError, match="NOT_A_SETTING"):
         isa.inspect("gemm", "v6", "gfx942", overrides={"NOT_A_SETTING": 1})
+    fixed = dataclasses.replace(kernels.get("gemm", "v4"), aot=lambda dtype, backend, arch: [])
+    monkeypatch.setattr(kernels, "get", lambda op, which: fixed)   # a rung without settings
+    with pytest.raises(ValueError, match="takes no overrides"):
+        isa.inspect("gemm", "v4", "gfx942", overrides={"kpack": 1})
 
 
 def test_k_contiguous_b_fills_lds_with_16_byte_writes():

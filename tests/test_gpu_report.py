@@ -95,8 +95,8 @@ def test_gpu_report_refuses_without_a_gpu(capsys, tmp_path):
     (["SYSTEM_PYTHON=1"], f"PYTHONPATH={ROOT} python3"),   # an offline GPU image: install nothing
 ])
 def test_make_gpu_runs_the_gpu_tests_then_the_report(flags, python):
-    out = subprocess.run(["make", "-n", "gpu", *flags], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(["make", "-n", "-B", "gpu", *flags], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout   # -B: the setup shows even if done
     tests = out.index(f"WORKBENCH_TEST_GPU=1 {python} -m pytest -m gpu")
     report = out.index(f"{python} -m workbench.cli gpu-report --budget-s 300")
     assert tests < report

@@ -143,3 +143,30 @@ def test_row_major_b_is_read_with_the_transposing_lds_read_on_gfx950():
 def test_waves_per_eu_2_keeps_registers_under_256(target):
     report = isa.inspect("gemm", "v4", target)
     assert report.vgprs + (report.agprs or 0) <= 256 and report.spills == 0
+
+
+# -- the scaled GEMMs' tile choices (kernels/gemm_fp8/launch.py, kernels/gemm_mxfp4/launch.py)
+
+@pytest.mark.parametrize("rung, target, mfma", [
+    ("v0", "gfx942", "v_mfma_f32_16x16x16_f16"),          # upcast: the fp16 matrix cores
+    ("v1", "gfx942", "v_mfma_f32_16x16x32_fp8_fp8"),      # fnuz operands
+    ("v1", "gfx950", "v_mfma_f32_16x16x128_f8f6f4"),      # OCP, the K=128 CDNA4 shape
+])
+def test_fp8_rungs_use_the_matrix_instruction_their_docstrings_name(rung, target, mfma):
+    report = isa.inspect("gemm_fp8", rung, target)
+    assert set(report.matrix_instructions) == {mfma}, report.summary()
+
+
+@pytest.mark.parametrize("target, lds_kib", [("gfx942", 64), ("gfx950", 160)])
+def test_fp8_tile_fits_lds_without_spills(target, lds_kib):
+    report = isa.inspect("gemm_fp8", "v1", target)
+    assert report.lds_bytes <= lds_kib * 1024 and (report.spills, report.scratch_bytes) == (0, 0)
+
+
+def test_mxfp4_tiles_as_its_config_says():
+    chosen = isa.inspect("gemm_mxfp4", "v0", "gfx950")
+    assert (chosen.spills, chosen.scratch_bytes) == (0, 0) and round(chosen.lds_bytes / 1024) == 69
+    wider = isa.inspect("gemm_mxfp4", "v0", "gfx950", overrides={"BLOCK_M": 256})
+    largest = isa.inspect("gemm_mxfp4", "v0", "gfx950", overrides={"BLOCK_M": 256, "BLOCK_N": 256})
+    assert wider.spills == 0 and wider.lds_bytes <= 160 * 1024 and largest.spills > 0
+    assert isa.inspect("gemm_mxfp4", "v0", "gfx942", overrides={"BLOCK_K": 256}).spills > 0

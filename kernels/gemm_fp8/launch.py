@@ -11,6 +11,7 @@ from .. import backend as _backend
 from ..outputs import new_output
 from ..registry import AotKernel
 from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type
+from ..gemm.configs import with_overrides
 from . import operands
 
 def config(backend: str) -> dict:
@@ -30,14 +31,16 @@ def config(backend: str) -> dict:
     return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3)
 
 
-def aot(kernel, dtype: torch.dtype, backend: str,
+def aot(kernel, dtype: torch.dtype, backend: str, overrides: dict | None = None,
         out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
     """The launch the ISA inspector compiles: an 8192^3 GEMM with K-contiguous A and B
-    (the layout FP8 matrix cores and hipBLASLt want) and per-row/per-column scales."""
+    (the layout FP8 matrix cores and hipBLASLt want) and per-row/per-column scales;
+    ``overrides`` replaces settings of :func:`config`."""
     size = 8192
     ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
                 stride_cm=size, stride_cn=1, stride_sa=1, stride_sb=1)
-    return [aot_launch(kernel, dtype, config(backend), ints, constexprs={"INTERP_BF16": False},
+    return [aot_launch(kernel, dtype, with_overrides(config(backend), overrides), ints,
+                       constexprs={"INTERP_BF16": False},
                        pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
 
 

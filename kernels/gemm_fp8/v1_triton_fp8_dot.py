@@ -80,8 +80,8 @@ def _gemm_fp8_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str):
-    return launch.aot(_gemm_fp8_kernel, dtype, backend)
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None):
+    return launch.aot(_gemm_fp8_kernel, dtype, backend, overrides)
 
 
 @rung(op="gemm_fp8", rung=1, name="triton_fp8_dot", backends=("hip", "cuda", "interpreter"),

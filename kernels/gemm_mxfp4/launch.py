@@ -7,6 +7,7 @@ from .. import backend as _backend
 from ..outputs import new_output
 from ..registry import AotKernel
 from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type
+from ..gemm.configs import with_overrides
 from . import operands
 
 
@@ -27,13 +28,14 @@ def config(backend: str, arch: str) -> dict:
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=256, GROUP_M=8, num_warps=8, num_stages=3)
 
 
-def aot(kernel, backend: str, arch: str) -> list[AotKernel]:
-    """The launch the ISA inspector compiles: an 8192^3 GEMM, every operand K-contiguous."""
+def aot(kernel, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
+    """The launch the ISA inspector compiles: an 8192^3 GEMM, every operand K-contiguous;
+    ``overrides`` replaces settings of :func:`config` (e.g. ``{"BLOCK_M": 256}``)."""
     size = 8192
     ints = dict(M=size, N=size, K=size, stride_am=size // 2, stride_ak=1, stride_bn=size // 2,
                 stride_bk=1, stride_cm=size, stride_cn=1, stride_sam=size // 32, stride_sak=1,
                 stride_sbn=size // 32, stride_sbk=1)
-    return [aot_launch(kernel, torch.uint8, config(backend, arch), ints,
+    return [aot_launch(kernel, torch.uint8, with_overrides(config(backend, arch), overrides), ints,
                        constexprs={"INTERP_BF16": False},
                        pointers={"c_ptr": pointer_type(torch.bfloat16)})]
 

@@ -95,8 +95,8 @@ def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str):
-    return launch.aot(_gemm_mxfp4_kernel, backend, arch)
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None):
+    return launch.aot(_gemm_mxfp4_kernel, backend, arch, overrides)
 
 
 @rung(op="gemm_mxfp4", rung=0, name="triton_dot_scaled", backends=("hip", "cuda", "interpreter"),
