@@ -17,7 +17,6 @@ from kernels.gemm_mxfp4.formats import E2M1_VALUES, round_to_e2m1
 from kernels.outputs import poisoned_outputs
 from workbench import isa, isa_compile
 from workbench.check import check_rung, compare
-from workbench.widgets.ladder_rows import model_summary
 
 SPEC = kernels.spec("gemm_mxfp4")
 RUNGS = [r for r in kernels.variants("gemm_mxfp4") if r.runs_here()]
@@ -175,6 +174,9 @@ def test_custom_op_and_compile():
 def test_roofline_places_the_op_under_the_mi355x_fp4_roof():
     """The op's dtype is the fp4 format, so its points and model use the fp4 peak; MI300X
     has no fp4 roof (its spec says not supported), which the profiler reports as such."""
+    pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
+    from workbench.widgets.ladder_rows import model_summary
+
     mi355x = roofline.spec("MI355X")
     shape = SPEC.bench_shapes["square 8192"]
     flops, traffic = SPEC.flops(shape), SPEC.bytes_moved(shape, FORMAT)
