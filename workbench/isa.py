@@ -118,12 +118,20 @@ def normalize_target(target: str) -> str:
     return name
 
 
+def why_no_isa(rung: Rung) -> str | None:
+    """Why the inspector cannot compile ``rung`` (None when it can): pages and widgets say
+    this instead of showing an empty table."""
+    if rung.aot is not None:
+        return None
+    return {"simt": "it is a SIMT Numba kernel, not Triton; the inspector compiles Triton only",
+            "library": "it is the vendor library (hipBLASLt/cuBLAS through torch), "
+                       "not a kernel of this project"}.get(rung.kind, "it declares no aot()")
+
+
 def _inspectable(op: str, which: int | str, dtype: torch.dtype) -> Rung:
     rung = kernels.get(op, which)
-    if rung.aot is None:
-        why = {"simt": "it is a SIMT Numba kernel, not Triton; the inspector compiles Triton only",
-               "library": "it is the vendor library (hipBLASLt/cuBLAS through torch), "
-                          "not a kernel of this project"}.get(rung.kind, "it declares no aot()")
+    why = why_no_isa(rung)
+    if why:
         raise ValueError(f"{op} {rung.title} cannot be inspected: {why}")
     if dtype not in rung.dtypes:
         supported = ", ".join(str(d).removeprefix("torch.") for d in rung.dtypes)
