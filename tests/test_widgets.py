@@ -156,8 +156,38 @@ def test_profiler_api_writes_controls_and_run_reads_them(no_recorded):
     assert profiler.result.gpu == "MI355X" and profiler.status.value == ""
     shown = [next(iter(out["data"])) for out in profiler.output.outputs]
     assert shown[0] == "text/html" and "image/svg+xml" in shown   # a click fills the widget
-    profiler.run()                                  # a code-driven run writes the cell instead
-    assert profiler.output.outputs == ()
+
+
+def test_a_new_result_replaces_the_old_one_in_the_output_area(no_recorded):
+    profiler = LadderProfiler(op="gemm").set(rungs=[TRITON[0]], shape=SMALL, dtype="float32")
+    one = len(profiler.run().parts())
+    profiler.run()
+    assert len(profiler.output.outputs) == one
+    profiler.set(shape=(9, 7, 5)).button.click()    # a click after a run: still one result
+    assert len(profiler.output.outputs) == one
+    captions = [o["data"]["text/html"] for o in profiler.output.outputs
+                if "<caption>" in o["data"].get("text/html", "")]
+    assert len(captions) == 2 and "9x7x5" in captions[0] and "37x29x53" not in captions[0]
+
+
+def test_a_panel_displays_as_its_widget_with_a_static_copy_of_its_result(no_recorded):
+    profiler = LadderProfiler(op="gemm").set(rungs=[TRITON[0]], shape=SMALL, dtype="float32")
+    assert "not run yet" in profiler._repr_mimebundle_()["text/html"]
+    profiler.run()
+    shown = profiler._repr_mimebundle_()
+    assert shown["application/vnd.jupyter.widget-view+json"]["model_id"] == profiler.widget.model_id
+    assert not shown["text/plain"].startswith("VBox(")
+    static = shown["text/html"]
+    assert "<table>" in static and "<img alt=\"[chart: " in static
+    assert 'src="data:image/svg+xml;base64,' in static
+
+
+def test_charts_carry_a_text_form_that_names_them():
+    from workbench.widgets.render import bundle
+    chart = roofline.chart("MI300X", dtypes=["bf16"])
+    drawn = bundle(chart)
+    assert drawn["image/svg+xml"].lstrip().startswith("<svg")
+    assert drawn["text/plain"].startswith("[chart: MI300X roofline.")
 
 
 def test_choosing_another_op_reloads_rungs_dtypes_and_presets():
