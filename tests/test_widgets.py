@@ -5,6 +5,8 @@ numbers come from recorded GPU rows (with GPU and date) or are labelled "model".
 """
 from __future__ import annotations
 
+import html
+
 import pytest
 
 pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
@@ -13,7 +15,7 @@ import torch
 import kernels
 import roofline
 from kernels.registry import Rung
-from workbench import results
+from workbench import isa_parse, results
 from workbench.check import CheckReport
 from workbench.results import ResultRow
 from workbench.widgets import CorrectnessChecker, IsaViewer, LadderProfiler
@@ -266,6 +268,23 @@ def test_isa_viewer_shows_mfma_for_a_triton_rung_on_gfx942():
     two = viewer.set(compare_rung=TRITON[1]).run()
     assert len(two.reports) == 2 and len(two.table[0]) == 3   # metric + one column per rung
     assert viewer.set(compare_rung="").compare_rung.value is None
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm90"])
+def test_isa_viewer_shows_summary_and_hot_loops_and_folds_the_full_listing(target):
+    viewer = IsaViewer(op="gemm").set(rung=TRITON[0], compare_rung=TRITON[-1], target=target)
+    result = viewer.run()
+    summary, loops, listings = result.parts()
+    assert summary.startswith("<table><caption>ISA comparison") and "<pre" not in summary
+    assert loops.count("<pre style='white-space:pre;overflow:auto;max-height:") == 2
+    assert "min-width:0" in loops and "<details" not in loops   # each loop scrolls in its box
+    assert listings.count("<details>") == 2 and listings.count("<summary>Full listing") == 2
+    for report in result.reports:
+        assert html.escape(report.hot_loop.splitlines()[-1]) in loops
+        body = isa_parse.code_lines(report.asm, report.dialect)
+        assert f"({len(body)} lines)" in listings and html.escape(body[0]) in listings
+    assert len(viewer.output.outputs) == 3
+    assert "Full listing" in viewer._repr_mimebundle_()["text/html"]
 
 
 def _skips_last_row(a, b):
