@@ -316,3 +316,12 @@ def test_measured_ceilings_are_only_drawn_for_the_gpu_that_is_here(no_recorded):
     without = LadderProfiler._charts(roofline.spec("MI300X"), [], ["v2", "ref"], result.model, "gemm",
                                      (9, 7, 5), torch.bfloat16, "model")["roofline"].to_json()
     assert "HBM 4.10 TB/s · measured" in with_measured and "4.10 TB/s" not in without
+
+
+def test_isa_viewer_says_why_a_simt_rung_has_no_isa():
+    simt = next(r for r in kernels.variants("gemm") if r.kind == "simt")
+    viewer = IsaViewer(op="gemm").set(rung=simt.label)
+    viewer.button.click()
+    assert "SIMT Numba kernel" in viewer.status.value and "compiles Triton only" in viewer.status.value
+    with pytest.raises(ValueError, match="SIMT Numba kernel"):
+        viewer.run()
