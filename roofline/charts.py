@@ -33,10 +33,21 @@ def _decade_above(x):
     return 10.0 ** math.ceil(math.log10(x))
 
 
-def _datasheet_label(gpu, field, text):
-    kind = "model" if field in gpu.derived else "datasheet"
-    flag = " (uncertain)" if field in gpu.uncertain else ""
+def _datasheet_label(gpu, fields, text):
+    """A roof's kind and legend label: "model" or "(uncertain)" if any of its fields is."""
+    kind = "model" if any(f in gpu.derived for f in fields) else "datasheet"
+    flag = " (uncertain)" if any(f in gpu.uncertain for f in fields) else ""
     return kind, f"{text} · {kind}{flag}"
+
+
+def _levels_by_bandwidth(gpu, levels):
+    """Levels grouped by equal bandwidth, slowest first: levels with the same bandwidth
+    (MI300X's L1 and LDS) would draw the same line, one hiding the other, so they share
+    one line labelled with both ("L1 = LDS 81.7 TB/s")."""
+    groups = {}
+    for level in levels:
+        groups.setdefault(gpu.bandwidth(level), []).append(level)
+    return groups.items()
 
 
 def _unit(dtype):
@@ -50,14 +61,14 @@ def _line(label, kind, start, end):
 def _roof_rows(gpu, peaks, levels, measured, x_lo, x_hi):
     """Two end points per roof; on log-log axes each roof is a straight segment."""
     rows, top = [], max(peaks.values())
-    for level in levels:
-        bw = gpu.bandwidth(level)
-        kind, label = _datasheet_label(gpu, f"bandwidth_tbps.{level}",
-                                       f"{_LEVEL_NAMES[level]} {bw:g} TB/s")
+    for bw, group in _levels_by_bandwidth(gpu, levels):
+        names = " = ".join(_LEVEL_NAMES[level] for level in group)
+        kind, label = _datasheet_label(gpu, [f"bandwidth_tbps.{level}" for level in group],
+                                       f"{names} {bw:g} TB/s")
         rows += _line(label, kind, (x_lo, bw * x_lo), (top / bw, top))
     fastest = gpu.bandwidth(levels[-1])
     for dtype, peak in peaks.items():
-        kind, label = _datasheet_label(gpu, f"peak_tflops.{dtype}",
+        kind, label = _datasheet_label(gpu, [f"peak_tflops.{dtype}"],
                                        f"{dtype} {peak:g} {_unit(dtype)}")
         rows += _line(label, kind, (peak / fastest, peak), (x_hi, peak))
     if measured:

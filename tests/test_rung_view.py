@@ -10,8 +10,15 @@ from workbench.rung_view import view_rung
 def test_first_rung_shows_its_source_and_the_simt_isa_note():
     view = view_rung("gemm", 0, (9, 7, 5))
     assert "def _gemm_naive_kernel" in str(view.code) and not view.code.diff
-    assert view.isa_summary is None and "Numba SIMT kernel" in view.isa_note
+    assert view.isa_summary is None and "SIMT Numba kernel" in view.isa_note
     assert view.passed and {r.dtype for r in view.checks} == {"float32", "float16"}
+
+
+def test_simt_rung_page_says_why_it_has_no_isa_instead_of_an_empty_table():
+    page = view_rung("gemm", 0, (9, 7, 5))._repr_html_()
+    isa_part = page[page.index("<b>ISA</b>"):page.index("<b>Performance</b>")]
+    assert "no ISA for v0" in isa_part and "the inspector compiles Triton only" in isa_part
+    assert "(no rows)" not in isa_part and "<table" not in isa_part
 
 
 def test_triton_rung_shows_its_diff_and_mfma_summary():

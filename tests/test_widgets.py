@@ -5,6 +5,8 @@ numbers come from recorded GPU rows (with GPU and date) or are labelled "model".
 """
 from __future__ import annotations
 
+import html
+
 import pytest
 
 pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
@@ -13,7 +15,7 @@ import torch
 import kernels
 import roofline
 from kernels.registry import Rung
-from workbench import results
+from workbench import isa_parse, results
 from workbench.check import CheckReport
 from workbench.results import ResultRow
 from workbench.widgets import CorrectnessChecker, IsaViewer, LadderProfiler
@@ -156,8 +158,38 @@ def test_profiler_api_writes_controls_and_run_reads_them(no_recorded):
     assert profiler.result.gpu == "MI355X" and profiler.status.value == ""
     shown = [next(iter(out["data"])) for out in profiler.output.outputs]
     assert shown[0] == "text/html" and "image/svg+xml" in shown   # a click fills the widget
-    profiler.run()                                  # a code-driven run writes the cell instead
-    assert profiler.output.outputs == ()
+
+
+def test_a_new_result_replaces_the_old_one_in_the_output_area(no_recorded):
+    profiler = LadderProfiler(op="gemm").set(rungs=[TRITON[0]], shape=SMALL, dtype="float32")
+    one = len(profiler.run().parts())
+    profiler.run()
+    assert len(profiler.output.outputs) == one
+    profiler.set(shape=(9, 7, 5)).button.click()    # a click after a run: still one result
+    assert len(profiler.output.outputs) == one
+    captions = [o["data"]["text/html"] for o in profiler.output.outputs
+                if "<caption>" in o["data"].get("text/html", "")]
+    assert len(captions) == 2 and "9x7x5" in captions[0] and "37x29x53" not in captions[0]
+
+
+def test_a_panel_displays_as_its_widget_with_a_static_copy_of_its_result(no_recorded):
+    profiler = LadderProfiler(op="gemm").set(rungs=[TRITON[0]], shape=SMALL, dtype="float32")
+    assert "not run yet" in profiler._repr_mimebundle_()["text/html"]
+    profiler.run()
+    shown = profiler._repr_mimebundle_()
+    assert shown["application/vnd.jupyter.widget-view+json"]["model_id"] == profiler.widget.model_id
+    assert not shown["text/plain"].startswith("VBox(")
+    static = shown["text/html"]
+    assert "<table>" in static and "<img alt=\"[chart: " in static
+    assert 'src="data:image/svg+xml;base64,' in static
+
+
+def test_charts_carry_a_text_form_that_names_them():
+    from workbench.widgets.render import bundle
+    chart = roofline.chart("MI300X", dtypes=["bf16"])
+    drawn = bundle(chart)
+    assert drawn["image/svg+xml"].lstrip().startswith("<svg")
+    assert drawn["text/plain"].startswith("[chart: MI300X roofline.")
 
 
 def test_choosing_another_op_reloads_rungs_dtypes_and_presets():
@@ -238,6 +270,23 @@ def test_isa_viewer_shows_mfma_for_a_triton_rung_on_gfx942():
     assert viewer.set(compare_rung="").compare_rung.value is None
 
 
+@pytest.mark.parametrize("target", ["gfx942", "sm90"])
+def test_isa_viewer_shows_summary_and_hot_loops_and_folds_the_full_listing(target):
+    viewer = IsaViewer(op="gemm").set(rung=TRITON[0], compare_rung=TRITON[-1], target=target)
+    result = viewer.run()
+    summary, loops, listings = result.parts()
+    assert summary.startswith("<table><caption>ISA comparison") and "<pre" not in summary
+    assert loops.count("<pre style='white-space:pre;overflow:auto;max-height:") == 2
+    assert "min-width:0" in loops and "<details" not in loops   # each loop scrolls in its box
+    assert listings.count("<details>") == 2 and listings.count("<summary>Full listing") == 2
+    for report in result.reports:
+        assert html.escape(report.hot_loop.splitlines()[-1]) in loops
+        body = isa_parse.code_lines(report.asm, report.dialect)
+        assert f"({len(body)} lines)" in listings and html.escape(body[0]) in listings
+    assert len(viewer.output.outputs) == 3
+    assert "Full listing" in viewer._repr_mimebundle_()["text/html"]
+
+
 def _skips_last_row(a, b):
     from kernels.outputs import new_output
     c = new_output((a.shape[0], b.shape[1]), a.dtype, a.device)
@@ -267,3 +316,12 @@ def test_measured_ceilings_are_only_drawn_for_the_gpu_that_is_here(no_recorded):
     without = LadderProfiler._charts(roofline.spec("MI300X"), [], ["v2", "ref"], result.model, "gemm",
                                      (9, 7, 5), torch.bfloat16, "model")["roofline"].to_json()
     assert "HBM 4.10 TB/s · measured" in with_measured and "4.10 TB/s" not in without
+
+
+def test_isa_viewer_says_why_a_simt_rung_has_no_isa():
+    simt = next(r for r in kernels.variants("gemm") if r.kind == "simt")
+    viewer = IsaViewer(op="gemm").set(rung=simt.label)
+    viewer.button.click()
+    assert "SIMT Numba kernel" in viewer.status.value and "compiles Triton only" in viewer.status.value
+    with pytest.raises(ValueError, match="SIMT Numba kernel"):
+        viewer.run()

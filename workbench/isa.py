@@ -36,6 +36,8 @@ TARGETS = {"gfx942": ("hip", "gfx942", 64), "gfx950": ("hip", "gfx950", 64), "sm
 _ALIASES = {"sm_90": "sm90"}
 _MARKS = {"matrix": "M", "lds_read": "L", "lds_write": "L", "global_load": "G", "global_store": "G"}
 _COLOURS = {"M": "#c0392b", "L": "#1f77b4", "G": "#2ca02c"}
+# Assembly in HTML: never wrapped mid-token, scrolled inside a box of bounded height.
+SCROLL = "white-space:pre;overflow:auto;max-height:24em;font-size:11px"
 
 
 @dataclass(frozen=True)
@@ -95,16 +97,27 @@ class IsaReport:
         legend = "M matrix core   L LDS (shared memory)   G global memory"
         return "\n".join([legend, *(f"{mark} | {line}" for mark, line in self._marked_loop())])
 
-    def _repr_html_(self) -> str:
-        rows = [f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
-                for k, v in self.summary().items()]
+    def loop_html(self) -> str:
+        """The hot loop, coloured by unit, in a box that scrolls rather than wraps or grows."""
         code = "\n".join(
             f'<span style="color:{_COLOURS[mark]};font-weight:bold">{html.escape(line)}</span>'
             if mark in _COLOURS else html.escape(line) for mark, line in self._marked_loop())
         legend = " ".join(f'<span style="color:{c}">&#9632; {name}</span>' for name, c in
                           zip(("matrix core", "LDS", "global memory"), _COLOURS.values()))
-        return (f"<table>{''.join(rows)}</table><p>Hot loop: {legend}</p>"
-                f"<pre style='font-size:11px'>{code}</pre>")
+        return (f"<p>Hot loop of {html.escape(self.rung)}: {legend}</p>"
+                f"<pre style='{SCROLL}'>{code}</pre>")
+
+    def listing_html(self) -> str:
+        """The whole kernel body, folded: hundreds of lines a reader opens on purpose."""
+        body = isa_parse.code_lines(self.asm, self.dialect)
+        listing = html.escape("\n".join(body))
+        return (f"<details><summary>Full listing of {html.escape(self.rung)} @ {self.target} "
+                f"({len(body)} lines)</summary><pre style='{SCROLL}'>{listing}</pre></details>")
+
+    def _repr_html_(self) -> str:
+        rows = [f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(str(v))}</td></tr>"
+                for k, v in self.summary().items()]
+        return f"<table>{''.join(rows)}</table>{self.loop_html()}{self.listing_html()}"
 
 
 def _counts(histogram: dict[str, int]) -> str:
@@ -118,12 +131,20 @@ def normalize_target(target: str) -> str:
     return name
 
 
+def why_no_isa(rung: Rung) -> str | None:
+    """Why the inspector cannot compile ``rung`` (None when it can): pages and widgets say
+    this instead of showing an empty table."""
+    if rung.aot is not None:
+        return None
+    return {"simt": "it is a SIMT Numba kernel, not Triton; the inspector compiles Triton only",
+            "library": "it is the vendor library (hipBLASLt/cuBLAS through torch), "
+                       "not a kernel of this project"}.get(rung.kind, "it declares no aot()")
+
+
 def _inspectable(op: str, which: int | str, dtype: torch.dtype) -> Rung:
     rung = kernels.get(op, which)
-    if rung.aot is None:
-        why = {"simt": "it is a SIMT Numba kernel, not Triton; the inspector compiles Triton only",
-               "library": "it is the vendor library (hipBLASLt/cuBLAS through torch), "
-                          "not a kernel of this project"}.get(rung.kind, "it declares no aot()")
+    why = why_no_isa(rung)
+    if why:
         raise ValueError(f"{op} {rung.title} cannot be inspected: {why}")
     if dtype not in rung.dtypes:
         supported = ", ".join(str(d).removeprefix("torch.") for d in rung.dtypes)

@@ -69,15 +69,16 @@ class RungView:
             f"<pre>{html.escape(self.doc)}</pre>",
             "<b>Code</b>", self.code._repr_html_(),
             "<b>Correctness</b>", html_table(self._check_rows()),
-            f"<b>ISA</b> <i>{html.escape(self.isa_note)}</i>", html_table(isa_rows),
+            f"<b>ISA</b> <i>{html.escape(self.isa_note)}</i>",
+            html_table(isa_rows) if isa_rows else "",
             f"<b>Performance</b><pre>{html.escape(self._performance_text())}</pre>",
         ])
 
 
 def _isa(rung: Rung, target: str, dtype: torch.dtype) -> tuple[dict | None, str]:
-    if rung.aot is None:
-        kind = "a Numba SIMT kernel" if rung.kind == "simt" else "the vendor library"
-        return None, f"{rung.title} is {kind}, not a Triton kernel: no ahead-of-time ISA"
+    why = isa.why_no_isa(rung)
+    if why:
+        return None, f"no ISA for {rung.title}: {why}"
     chosen = dtype if dtype in rung.dtypes else rung.dtypes[0]
     return isa.inspect(rung.op, rung.label, target, chosen).summary(), \
         f"{target}, {str(chosen).replace('torch.', '')}, compiled ahead of time (no GPU needed)"

@@ -1,7 +1,7 @@
 """Notebook widgets: ladder profiler, ISA viewer, correctness checker.
 
-Each is a class with a Python API (``set``, ``run``, the returned result) and a
-``.widget`` to display; tests and headless notebooks drive the API, users click.
+Each is a class with a Python API (``set``, ``run``, the returned result) that displays
+as its widget; tests and headless notebooks drive the API, users click.
 
     >>> from workbench.widgets import LadderProfiler             # doctest: +SKIP
     >>> LadderProfiler(op="gemm").set(rungs=["v2", "ref"]).run().table   # doctest: +SKIP

@@ -35,11 +35,17 @@ class IsaResult:
     charts: dict = field(default_factory=dict)
 
     def parts(self) -> list:
-        side_by_side = "".join(f"<div style='flex:1;min-width:0;overflow-x:auto'>"
-                               f"{r._repr_html_()}</div>" for r in self.reports)
-        compared = [html_table(self.table, caption="ISA comparison")] \
-            if len(self.reports) > 1 else []
-        return [*compared, f"<div style='display:flex;gap:1em'>{side_by_side}</div>"]
+        """Summary first; then the hot loops, side by side, each scrolling in its own box
+        (so a wide sm90 loop never pushes the other off the page); the full listings folded."""
+        if len(self.reports) > 1:
+            summary = html_table(self.table, caption="ISA comparison")
+        else:
+            summary = html_table([dict(metric=k, value=v) for k, v in self.table[0].items()],
+                                 caption="ISA summary")
+        loops = "".join(f"<div style='flex:1;min-width:0'>{r.loop_html()}</div>"
+                        for r in self.reports)
+        return [summary, f"<div style='display:flex;gap:1em'>{loops}</div>",
+                "".join(r.listing_html() for r in self.reports)]
 
 
 class IsaViewer(Panel):
