@@ -16,7 +16,7 @@ import torch
 
 from . import backend as _backend
 
-OPS = ("gemm", "gemm_fp8")  # op packages under kernels/, imported on first use
+OPS = ("gemm", "gemm_fp8", "attention")  # op packages under kernels/, imported on first use
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class Rung:
     """For Triton rungs: ``aot(dtype, backend, arch)`` -> list of :class:`AotKernel` for the ISA inspector."""
     max_bench_flops: float | None = None
     """Benchmarks skip shapes with more work than this (the naive rungs would take minutes)."""
+    backward: bool = False
+    """Its output is differentiable through the rung's own backward kernels; the harness then
+    also judges the gradients of the op's ``grad_inputs`` (:class:`OpSpec`)."""
 
     @property
     def label(self) -> str:
@@ -87,6 +90,10 @@ class OpSpec:
     shape_names: tuple[str, ...]      # e.g. ("M", "N", "K")
     quick_shapes: tuple[str, ...] = ()
     """Names in ``bench_shapes`` for ``workbench bench --suite quick`` (a few minutes per GPU)."""
+    grad_inputs: tuple[str, ...] = ()
+    """Names of the leading inputs that take gradients (attention: q, k, v), in input order.
+    For a rung declared with ``backward=True`` the harness differentiates ``reference`` in
+    float64 with torch's autograd, so ``reference`` must not detach its inputs."""
 
 
 _RUNGS: dict[str, list[Rung]] = {}
@@ -103,7 +110,8 @@ def register_op(spec: OpSpec) -> OpSpec:
 
 def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
          dtypes: Sequence[torch.dtype], interpreter: bool, kind: str,
-         aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None):
+         aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None,
+         backward: bool = False):
     """Decorator: declare the decorated function as a rung of ``op``."""
     unknown = set(backends) - set(_backend.BACKENDS)
     if unknown:
@@ -111,7 +119,7 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
 
     def declare(fn):
         entry = Rung(op, rung, name, fn, frozenset(backends), tuple(dtypes), interpreter,
-                     kind, fn.__module__, aot, max_bench_flops)
+                     kind, fn.__module__, aot, max_bench_flops, backward=backward)
         ladder = _RUNGS.setdefault(op, [])
         if any(r.rung == entry.rung for r in ladder):
             raise ValueError(f"{op} rung {entry.label} is registered twice")
