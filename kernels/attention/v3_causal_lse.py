@@ -21,6 +21,9 @@ Expected bound:
 Limits:
     As v2: any S, S_k >= 1, D <= 128, any strides, fp32/fp16/bf16, int64 offsets. The
     scale is not folded into Q itself: rounding a pre-scaled Q to bf16 would add error.
+    Scaling before the max is subtracted costs accuracy at huge scores: at |scores|
+    ~7e3 in fp32 the error is ~3e-6 against SDPA's ~6e-7 (still no overflow; tested in
+    ``tests/test_attention_ladder.py``).
 """
 from __future__ import annotations
 
