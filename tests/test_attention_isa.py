@@ -56,3 +56,10 @@ def test_v1_spills_where_v2_does_not():
 def test_every_rung_compiles_for_sm90(label):
     reports = isa.inspect_all("attention", label, "sm90")
     assert reports and all(r.asm for r in reports)
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_p_reaches_the_second_mfma_through_lds(target):
+    """Notebook 02: 16-bit LDS stores in the forward loop change P's layout between products."""
+    for label in ("v2", "v3"):
+        assert "ds_write_b16" in _loop_ops(isa.inspect("attention", label, target))
