@@ -63,3 +63,15 @@ def test_p_reaches_the_second_mfma_through_lds(target):
     """Notebook 02: 16-bit LDS stores in the forward loop change P's layout between products."""
     for label in ("v2", "v3"):
         assert "ds_write_b16" in _loop_ops(isa.inspect("attention", label, target))
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_v4_configs_do_not_spill_double_buffer_and_keep_two_waves(target):
+    """v4's docstring: every shipped config (D = 128 and 64) compiles without spills and
+    keeps two waves per SIMD; at D = 128 it holds more LDS than v3 (two stages)."""
+    v3 = isa.inspect("attention", "v3", target)
+    reports = isa.inspect_all("attention", "v4", target)     # D = 128, then D = 64
+    assert len(reports) == 2 and reports[0].lds_bytes > v3.lds_bytes
+    for report in reports:
+        assert report.spills == 0 and report.scratch_bytes == 0, report.summary()
+        assert report.occupancy.value >= 2

@@ -95,6 +95,13 @@ def test_gqa_shrinks_bytes_moved_by_the_kv_share():
     assert gqa / mha == pytest.approx((2 + 2 / 4) / 4)
 
 
+def test_v4_shows_its_config():
+    from kernels.attention import v4_amd_tuned
+    assert v4_amd_tuned.chosen_config(128, "hip") == dict(
+        BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=2, waves_per_eu=2, BLOCK_D=128)
+    assert v4_amd_tuned.chosen_config(40, "hip")["BLOCK_D"] == 64
+
+
 def test_v1_refuses_rows_it_cannot_hold():
     q = torch.randn(1, 1, 2, 16)
     k = torch.randn(1, 1, 4097, 16)

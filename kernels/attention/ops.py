@@ -1,8 +1,9 @@
 """The public attention: ``kernels.flash_attention`` and ``kernels.flash_attention_varlen``.
 
-Which kernels run: v3's forward (it keeps the log-sum-exp the backward needs) and v5's
-backward kernels. Not the registry's highest rung as ``kernels.matmul`` picks: the
-forward must hand its LSE to the backward, which only these two functions agree on.
+Which kernels run: v3's forward kernel (it keeps the log-sum-exp the backward needs)
+launched with v4's tuned config, and v5's backward kernels. Not the registry's highest
+rung as ``kernels.matmul`` picks: the forward must hand its LSE to the backward, which
+only these functions agree on.
 
 How it is wrapped: two PyTorch custom ops, ``kernels::flash_attention_fwd`` (returns O
 and the base-2 LSE) and ``kernels::flash_attention_bwd`` (returns dQ, dK, dV), each with
@@ -22,14 +23,14 @@ from __future__ import annotations
 import torch
 
 from .. import validate
-from . import v3_causal_lse, v5_backward
+from . import v3_causal_lse, v4_amd_tuned, v5_backward
 from .spec import DTYPES, MAX_HEAD_DIM
 
 
 @torch.library.custom_op("kernels::flash_attention_fwd", mutates_args=())
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return v3_causal_lse.forward(q, k, v, causal, scale)
+    return v3_causal_lse.launch(q, k, v, causal, scale, v4_amd_tuned.chosen_config(q.shape[-1]))
 
 
 @_fwd.register_fake

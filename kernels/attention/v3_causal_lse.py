@@ -124,12 +124,6 @@ def launch(q, k, v, causal: bool, scale: float, cfg: dict):
     return o, lse
 
 
-def forward(q, k, v, causal=False, scale=None):
-    """Checked inputs -> (O, LSE in base 2): what v5 and ``kernels.flash_attention`` save."""
-    scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM)
-    return launch(q, k, v, causal, scale, config(_backend.current().name, q.shape[-1]))
-
-
 def aot(dtype: torch.dtype, backend: str, arch: str) -> list:
     return [aot_launch(_flash_fwd_lse_kernel, dtype, config(backend, 128), aot_ints(),
                        constexprs={"CAUSAL": True, "INTERP_BF16": False},
@@ -139,4 +133,5 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list:
 @rung(op="attention", rung=3, name="causal_lse", backends=("hip", "cuda", "interpreter"),
       dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
 def attention_v3(q, k, v, causal=False, scale=None):
-    return forward(q, k, v, causal, scale)[0]
+    scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM)
+    return launch(q, k, v, causal, scale, config(_backend.current().name, q.shape[-1]))[0]
