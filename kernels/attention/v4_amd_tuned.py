@@ -47,8 +47,8 @@ CONFIGS = {
         128: dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
     },
     "interpreter": {
-        64: dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1),
-        128: dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1),
+        64: dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1),
+        128: dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1),
     },
 }
 
