@@ -107,3 +107,16 @@ def test_v1_refuses_rows_it_cannot_hold():
     k = torch.randn(1, 1, 4097, 16)
     with pytest.raises(ValueError, match="k has S_k=4097"):
         kernels.get("attention", "v1")(q, k, k)
+
+
+def test_cli_checks_forward_and_backward(capsys):
+    from workbench.cli import main
+    assert main(["check", "attention", "--rung", "v5", "--dtype", "fp32", "--shape", "1x2x1x5x7x16x1"]) == 0
+    assert "v5 backward" in capsys.readouterr().out
+
+
+def test_shape_widget_can_select_a_non_causal_preset():
+    from workbench.widgets.controls import ShapePicker
+    picker = ShapePicker("attention")
+    picker.set("llama3-8b S=4K")
+    assert picker.value == (4, 32, 8, 4096, 4096, 128, 0)
