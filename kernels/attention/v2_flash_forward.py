@@ -17,8 +17,8 @@ Why faster:
 
 Expected bound:
     Compute for long sequences, but below the matrix-core peak: causal masking is
-    applied to every tile (the fully masked half is still computed), ``exp`` is
-    computed as exp2 of a multiplied argument per element, one pipeline stage.
+    applied to every tile (the fully masked half is still computed), and with one
+    pipeline stage each tile's loads are waited for before its products.
 
 Limits:
     Any S, S_k >= 1, D <= 128 (padded to a power of two, masked), any strides, fp32

@@ -3,16 +3,17 @@
 Idea:
     The kernel is v3's, unchanged; what changes is how it is launched. Per backend and
     head dim (64 or 128) a table picks BLOCK_M (the query rows a program keeps), the
-    waves per program, ``num_stages=2`` (Triton's AMD stream pipeliner double-buffers
-    the K/V tiles through LDS, loading tile i+1 while tile i is multiplied) and
+    waves per program, ``num_stages=2`` (asks Triton's AMD stream pipeliner to
+    double-buffer the K/V tiles in LDS, loading tile i+1 while tile i is multiplied) and
     ``waves_per_eu`` (the register cap the compiler aims for, to keep that many waves
     per SIMD). The choice is visible: :func:`chosen_config`. At D = 128 the key tile is
     32 wide: 128 x 64 with two stages spills on gfx942, 128 x 32 does not.
 
 Why faster:
     128 query rows per program halve the K/V re-reads of v3's 64, and the second LDS
-    stage (at D = 128 the LDS footprint grows past v3's) hides global-load latency behind the
-    MFMAs, with two waves per SIMD kept by ``waves_per_eu``.
+    stage (at D = 128 the LDS footprint grows past v3's) is there to hide global-load
+    latency behind the MFMAs, with two waves per SIMD kept by ``waves_per_eu``. Not
+    measured yet: no GPU timing exists in this repository.
 
 Expected bound:
     Compute: the matrix cores, with exp2 and the rescaling on the vector unit competing

@@ -13,12 +13,14 @@ Idea:
 
 Why faster:
     Than autograd through v0/v1: no S x S_k matrix is stored or read back; each launch
-    streams tiles as the forward does, with five ``tl.dot`` products per tile pair
-    (S and dP twice, one per launch, which is FA2's price for avoiding atomics).
-    Causal programs skip the blocks the mask hides, as v3 does.
+    streams tiles as the forward does. A (query block, key block) pair costs seven
+    ``tl.dot`` products over the two launches (dK/dV: Sᵀ, dPᵀ, dV, dK; dQ: S, dP, dQ):
+    S and dP are computed twice, FA2's price for avoiding atomics. Causal programs
+    skip the blocks the mask hides, as v3 does.
 
 Expected bound:
-    Compute; about 2.5x the forward's matrix work. Untuned tiles, one stage.
+    Compute; about 3.5x the forward's matrix work (seven products against two).
+    Untuned tiles, one stage.
 
 Limits:
     As v3 (any S, S_k >= 1, D <= 128, any strides including the stride-0 output
