@@ -12,8 +12,10 @@ a fake (meta) implementation, joined by ``register_autograd``, so
 backward runs as its own op.
 
 Varlen: packed (total_tokens, H, D) tensors split by ``cu_seqlens`` (flash-attn's
-layout and semantics: sequence i is rows cu_seqlens[i]:cu_seqlens[i+1], attending
-only within itself, causal top-left per sequence as SDPA). Each sequence is a
+layout: sequence i is rows cu_seqlens[i]:cu_seqlens[i+1], attending only within
+itself). Causal is SDPA's top-left mask per sequence, like the dense op; flash-attn
+2.1+ aligns its causal mask bottom-right instead, which differs only for sequences
+whose query and key lengths differ. Each sequence is a
 (1, H, S_i, D) stride view of the packed tensor, run through the op above, so
 forward and backward are the same kernels; it costs one launch set per sequence
 (a fused varlen grid is not done).
