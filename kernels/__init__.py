@@ -3,8 +3,9 @@
 ``import kernels`` chooses the backend first (:mod:`kernels.backend`): on a machine
 without a GPU that is the Triton interpreter and Numba's CUDA simulator, with no
 environment variable to set. Kernel modules load on first use: the public ops
-(``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``), ``kernels.nn`` and
-the op packages (``kernels.gemm_fp8``, ``kernels.gemm_mxfp4``) are resolved lazily by :func:`__getattr__`.
+(``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
+``kernels.flash_attention``, ``kernels.flash_attention_varlen``), ``kernels.nn`` and the op
+packages (``kernels.gemm_fp8``, ``kernels.gemm_mxfp4``) are resolved lazily by :func:`__getattr__`.
 
     >>> import kernels
     >>> [r.title for r in kernels.variants("gemm")]        # doctest: +SKIP
@@ -21,6 +22,8 @@ _LAZY = {
     "matmul": ("kernels.gemm.ops", "matmul"),
     "matmul_fp8": ("kernels.gemm_fp8.ops", "matmul_fp8"),
     "matmul_mxfp4": ("kernels.gemm_mxfp4.ops", "matmul_mxfp4"),
+    "flash_attention": ("kernels.attention.ops", "flash_attention"),
+    "flash_attention_varlen": ("kernels.attention.ops", "flash_attention_varlen"),
     "nn": ("kernels.nn", None),
 }
 

@@ -16,7 +16,7 @@ import torch
 
 from . import backend as _backend
 
-OPS = ("gemm", "gemm_fp8", "gemm_mxfp4")  # op packages under kernels/, imported on first use
+OPS = ("gemm", "gemm_fp8", "gemm_mxfp4", "attention")  # op packages under kernels/, imported on first use
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class Rung:
     unavailable: str | None = None
     """Why this installation cannot run the rung (an optional package is missing), else None.
     Such a rung stays on the ladder, so tables and notebooks list it, but never runs here."""
+    backward: bool = False
+    """Its output is differentiable through the rung's own backward kernels; the harness then
+    also judges the gradients of the op's ``grad_inputs`` (:class:`OpSpec`)."""
 
     @property
     def label(self) -> str:
@@ -107,6 +110,10 @@ class OpSpec:
     shape_names: tuple[str, ...]      # e.g. ("M", "N", "K")
     quick_shapes: tuple[str, ...] = ()
     """Names in ``bench_shapes`` for ``workbench bench --suite quick`` (a few minutes per GPU)."""
+    grad_inputs: tuple[str, ...] = ()
+    """Names of the leading inputs that take gradients (attention: q, k, v), in input order.
+    For a rung declared with ``backward=True`` the harness differentiates ``reference`` in
+    float64 with torch's autograd, so ``reference`` must not detach its inputs."""
 
 
 _RUNGS: dict[str, list[Rung]] = {}
@@ -124,7 +131,8 @@ def register_op(spec: OpSpec) -> OpSpec:
 def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
          dtypes: Sequence[torch.dtype], interpreter: bool, kind: str,
          aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None,
-         prepare: Callable[..., Callable[[], Any]] | None = None, unavailable: str | None = None):
+         prepare: Callable[..., Callable[[], Any]] | None = None, unavailable: str | None = None,
+         backward: bool = False):
     """Decorator: declare the decorated function as a rung of ``op``."""
     unknown = set(backends) - set(_backend.BACKENDS)
     if unknown:
@@ -132,7 +140,7 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
 
     def declare(fn):
         entry = Rung(op, rung, name, fn, frozenset(backends), tuple(dtypes), interpreter,
-                     kind, fn.__module__, aot, max_bench_flops, prepare, unavailable)
+                     kind, fn.__module__, aot, max_bench_flops, prepare, unavailable, backward)
         ladder = _RUNGS.setdefault(op, [])
         if any(r.rung == entry.rung for r in ladder):
             raise ValueError(f"{op} rung {entry.label} is registered twice")

@@ -78,7 +78,8 @@ def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
 
     ``cfg`` holds the rung's settings: upper-case keys are constexprs, the rest compile
     options (``num_warps``, ``num_stages``, AMD knobs). ``ints`` are the int arguments'
-    values at the launch shown (for GEMMs an 8192^3 row-major problem); pointers are
+    values at the launch shown (for GEMMs an 8192^3 row-major problem; a float, such as
+    attention's softmax scale, is an fp32 argument); pointers are
     ``dtype`` unless ``pointers`` says otherwise (e.g. an fp32 workspace).
     """
     names = list(jit_fn.arg_names)
@@ -89,7 +90,7 @@ def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
         if name in fixed:
             signature[name] = "constexpr"
         elif name in ints:
-            signature[name] = "i32"
+            signature[name] = "fp32" if isinstance(ints[name], float) else "i32"
         elif name.endswith("_ptr"):
             signature[name] = (pointers or {}).get(name, pointer_type(dtype))
         else:

@@ -61,3 +61,31 @@ def matmul_operands(a, b, dtypes: Sequence[torch.dtype],
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (M, K), "
                          f"b is {tuple(b.shape)} (K, N)")
     return a, b
+
+
+def attention_operands(q, k, v, scale, dtypes: Sequence[torch.dtype], max_head_dim: int,
+                       allow_empty: bool = False) -> float:
+    """Check q (B, Hq, S, D), k and v (B, Hkv, S_k, D): the common signature of every
+    attention rung. Returns the softmax scale (1/sqrt(D) when ``scale`` is None)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        tensor(name, t, ndim=4, allow_empty=allow_empty)
+    same_device(q=q, k=k, v=v)
+    same_dtype(q=q, k=k, v=v)
+    tensor("q", q, dtypes=dtypes, allow_empty=allow_empty)
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape (B, Hkv, S_k, D), got k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}")
+    (b, hq, _, d), (bk, hkv, _, dk) = q.shape, k.shape
+    if b != bk:
+        raise ValueError(f"batch differs: q has B={b}, k and v have B={bk}")
+    if d != dk:
+        raise ValueError(f"head dim differs: q has D={d}, k and v have D={dk}")
+    if not 1 <= d <= max_head_dim:
+        raise ValueError(f"head dim D={d} is not supported: q, k, v need 1 <= D <= {max_head_dim}")
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"q's {hq} heads are not a multiple of k and v's {hkv} heads (GQA needs Hq % Hkv == 0)")
+    if scale is None:
+        return d ** -0.5
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    return float(scale)

@@ -4,6 +4,13 @@ The rule (DESIGN.md): fresh random inputs, a poisoned output buffer, an error bo
 by a factor of the library baseline's error in the same dtype plus a dtype floor
 (:mod:`workbench.tolerances`), and NaN/inf in the same places as the reference. The
 result is a :class:`CheckReport` that a table, a widget or a test can read.
+
+A rung declared with a backward (``Rung.backward``) is judged on more than its output:
+the harness feeds a seeded random output gradient through the rung, the library
+baseline and the float64 reference (torch autograd on ``OpSpec.reference``) and
+judges the gradient of each of the op's ``grad_inputs`` by the same rule with the
+backward factor. One report per check; ``tensor`` names the tensor its numbers
+describe (the first that fails, else the one closest to its bound).
 """
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ class CheckReport:
     worst_expected: float | None
     layout: str = "row"
     message: str = ""
+    tensor: str = "out"       # which tensor the numbers above describe: "out", or "dq" for q's gradient
     error_map: torch.Tensor | None = field(default=None, repr=False)
 
     def row(self) -> dict:
@@ -92,24 +100,60 @@ def compare(x: torch.Tensor, reference: torch.Tensor, baseline: torch.Tensor, dt
                 error_map=error_map)
 
 
+def _with_grads(fn, inputs: tuple, names: tuple[str, ...], grad_out: torch.Tensor):
+    """``fn``'s output and the gradients of its leading ``len(names)`` inputs for ``grad_out``."""
+    leaves = tuple(t.detach().requires_grad_() if i < len(names) else t
+                   for i, t in enumerate(inputs))
+    out = fn(*leaves)
+    out.backward(grad_out.to(device=out.device, dtype=out.dtype))
+    return out.detach(), {n: leaves[i].grad for i, n in enumerate(names)}
+
+
+def _judged_tensors(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
+    """(name, fields of :func:`compare`) for the output and, with a backward, each gradient."""
+    baseline_rung = kernels.registry.reference_rung(rung.op)
+    if not rung.backward:
+        reference = spec.reference(*inputs)
+        baseline = baseline_rung(*inputs)
+        with poisoned_outputs():
+            out = rung(*inputs)
+        return [("out", compare(out, reference, baseline, out.dtype))]  # in the dtype it produces
+    names = spec.grad_inputs
+    as64 = tuple(t.detach().cpu().double() if isinstance(t, torch.Tensor) else t for t in inputs)
+    with torch.no_grad():
+        shape = spec.reference(*as64).shape
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    grad_out = torch.randn(shape, generator=gen).to(inputs[0].dtype)  # what rung and baseline see
+    reference, ref_grads = _with_grads(spec.reference, as64, names, grad_out.double())
+    baseline, base_grads = _with_grads(baseline_rung, inputs, names, grad_out)
+    with poisoned_outputs():
+        out, grads = _with_grads(rung, inputs, names, grad_out)
+    judged = [("out", compare(out, reference, baseline, out.dtype))]
+    return judged + [(f"d{n}", compare(grads[n], ref_grads[n], base_grads[n], grads[n].dtype,
+                                       "backward")) for n in names]
+
+
 def check_rung(rung: Rung, shape: tuple, dtype: torch.dtype, seed: int | None = None,
                layout: str = "row") -> CheckReport:
-    """Run one rung on fresh inputs (poisoned output) and judge it against the reference."""
+    """Run one rung on fresh inputs (poisoned outputs) and judge it against the reference:
+    its output, and with a backward also the gradients of the op's ``grad_inputs``."""
     spec = kernels.spec(rung.op)
     seed = seed if seed is not None else torch.randint(0, 2**31 - 1, ()).item()
     device = kernels.backend.current().device
     inputs = spec.make_inputs(shape, dtype, device=device, seed=seed, layout=layout)
-    reference = spec.reference(*inputs)
-    baseline = kernels.registry.reference_rung(rung.op)(*inputs)
-    with poisoned_outputs():
-        out = rung(*inputs)
-    fields = compare(out, reference, baseline, out.dtype)  # judged in the dtype it produces
-    verdict = "pass" if fields["passed"] else "FAIL"
+    judged = _judged_tensors(rung, spec, inputs, seed)
+    failing = [(n, f) for n, f in judged if not f["passed"]]
+    tensor, fields = failing[0] if failing else max(
+        judged, key=lambda nf: nf[1]["error"] / nf[1]["allowed"])
+    verdict = "pass" if not failing else f"FAIL ({tensor})"
     message = (f"{verdict}: error {fields['error']:.2e} vs allowed {fields['allowed']:.2e} "
                f"(baseline {fields['baseline_error']:.2e}), {fields['mismatches']} of "
                f"{fields['numel']} elements off, seed {seed}")
+    if len(judged) > 1:
+        message += "; " + ", ".join(f"{n} {f['error']:.1e}/{f['allowed']:.1e}" for n, f in judged)
+    fields = {**fields, "passed": not failing}
     return CheckReport(op=rung.op, rung=rung.title, shape=tuple(shape), dtype=_dtype_name(dtype),
-                       layout=layout, message=message, **fields)
+                       layout=layout, message=message, tensor=tensor, **fields)
 
 
 def check(op: str, rung: int | str | None = None, shapes: Iterable[tuple] | None = None,

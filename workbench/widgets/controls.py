@@ -94,8 +94,11 @@ class ShapePicker:
         self._presets = dict(spec.bench_shapes)
         shapes = [*self._presets.values(), *spec.smoke_shapes]
         top = max(max(s) for s in shapes)
-        self.sliders = [w.IntSlider(min=1, max=top, description=name, continuous_update=False)
-                        for name in spec.shape_names]
+        # A dimension's floor is the least any listed shape uses: 1 for sizes, 0 for a flag
+        # such as attention's causal.
+        self.sliders = [w.IntSlider(min=min(1, *(s[i] for s in shapes)), max=top, description=name,
+                                    continuous_update=False)
+                        for i, name in enumerate(spec.shape_names)]
         for slider in self.sliders:
             slider.observe(self._slider_changed, "value")
         self._syncing = True

@@ -1,0 +1,137 @@
+"""v3 causal_lse: skip the key blocks the causal mask hides, exp2, and keep the log-sum-exp.
+
+Idea:
+    v2's kernel with three changes. (1) Causal block skipping: with SDPA's top-left
+    mask a query block starting at row m0 sees no key past m0 + BLOCK_M - 1, so its
+    loop stops there instead of at S_k; for S = S_k about half the tiles are never
+    loaded nor multiplied (``spec.visible_pairs`` counts the work that remains).
+    (2) exp2: the softmax scale and log2(e) fold into one constant applied to the fp32
+    scores, and the running max and sum live in base 2, so the kernel calls exp2
+    directly instead of exp (which Triton computes as exp2 of x·log2 e). (3) The row log-sum-exp
+    (base 2: m + log2 l) is written to an fp32 (B, Hq, S) buffer, the only state the
+    backward (v5) needs to recompute P without storing it.
+
+Why faster:
+    Causal attention does about half of v2's work at S = S_k, and the softmax needs no
+    separate conversion to base 2. The LSE costs S floats per head, nothing next to O.
+
+Expected bound:
+    Compute; still one pipeline stage and untuned tiles (v4's subject).
+
+Limits:
+    As v2: any S, S_k >= 1, D <= 128, any strides, fp32/fp16/bf16, int64 offsets. The
+    scale is not folded into Q itself: rounding a pre-scaled Q to bf16 would add error.
+    Scaling before the max is subtracted costs accuracy at huge scores: at |scores|
+    ~7e3 in fp32 the error is ~3e-6 against SDPA's ~6e-7 (still no overflow; tested in
+    ``tests/test_attention_ladder.py``).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import backend as _backend
+from .. import validate
+from ..outputs import new_output
+from ..registry import rung
+from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
+from .launch import aot_ints, head_block, strides
+from .spec import DTYPES, MAX_HEAD_DIM
+
+
+@triton.jit
+def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, scale, S, SK, D, GROUP, HQ,
+                          stride_qb, stride_qh, stride_qs, stride_qd,
+                          stride_kb, stride_kh, stride_ks, stride_kd,
+                          stride_vb, stride_vh, stride_vs, stride_vd,
+                          stride_ob, stride_oh, stride_os, stride_od,
+                          CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // HQ).to(tl.int64)
+    h = (bh % HQ).to(tl.int64)
+    hk = h // GROUP                      # GQA: the K/V head this query head reads
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    ds = tl.arange(0, BLOCK_D)
+    ns = tl.arange(0, BLOCK_N)
+    qk_scale = scale * 1.4426950408889634   # softmax scale and log2(e): scores in base 2
+    q_ptrs = (q_ptr + b * stride_qb + h * stride_qh + rows.to(tl.int64)[:, None] * stride_qs
+              + ds.to(tl.int64)[None, :] * stride_qd)
+    q = tl.load(q_ptrs, mask=(rows[:, None] < S) & (ds[None, :] < D), other=0.0)
+    if INTERP_BF16:
+        q = q.to(tl.float32)
+    kt_ptrs = (k_ptr + b * stride_kb + hk * stride_kh + ns.to(tl.int64)[None, :] * stride_ks
+               + ds.to(tl.int64)[:, None] * stride_kd)          # Kᵀ tile: (BLOCK_D, BLOCK_N)
+    v_ptrs = (v_ptr + b * stride_vb + hk * stride_vh + ns.to(tl.int64)[:, None] * stride_vs
+              + ds.to(tl.int64)[None, :] * stride_vd)
+    k_step = tl.cast(stride_ks, tl.int64) * BLOCK_N
+    v_step = tl.cast(stride_vs, tl.int64) * BLOCK_N
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    hi = SK
+    if CAUSAL:
+        hi = tl.minimum(SK, (pid_m + 1) * BLOCK_M)   # later keys are masked for every row here
+    for n0 in range(0, hi, BLOCK_N):
+        cols = n0 + ns
+        kt = tl.load(kt_ptrs, mask=(ds[:, None] < D) & (cols[None, :] < SK), other=0.0)
+        if INTERP_BF16:
+            kt = kt.to(tl.float32)
+        s = tl.dot(q, kt, input_precision="ieee") * qk_scale
+        visible = cols[None, :] < SK
+        if CAUSAL:
+            visible = visible & (cols[None, :] <= rows[:, None])   # SDPA: top-left aligned
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))   # finite: key 0 is visible to every row
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & (ds[None, :] < D), other=0.0)
+        if INTERP_BF16:
+            v = v.to(tl.float32)
+            p = round_to_bf16(p)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+        m_i = m_new
+        kt_ptrs += k_step
+        v_ptrs += v_step
+    acc = acc / l_i[:, None]
+    tl.store(lse_ptr + bh.to(tl.int64) * S + rows, m_i + tl.log2(l_i), mask=rows < S)
+    if INTERP_BF16:
+        acc = round_to_bf16(acc)
+    o_ptrs = (o_ptr + b * stride_ob + h * stride_oh + rows.to(tl.int64)[:, None] * stride_os
+              + ds.to(tl.int64)[None, :] * stride_od)
+    tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=(rows[:, None] < S) & (ds[None, :] < D))
+
+
+def config(backend: str, d: int) -> dict:
+    """Tiles per backend: 64x64 for the matrix cores, 32x32 for the slow interpreter (fewer programs)."""
+    if backend == "interpreter":
+        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_D=head_block(d), num_warps=4, num_stages=1)
+    return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_D=head_block(d), num_warps=4, num_stages=1)
+
+
+def launch(q, k, v, causal: bool, scale: float, cfg: dict):
+    """O and the base-2 row log-sum-exp (fp32, (B, Hq, S)) with the tiles of ``cfg``."""
+    (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]
+    o = new_output(q.shape, q.dtype, q.device)
+    lse = new_output((b, hq, s), torch.float32, q.device)
+    grid = (cdiv(s, cfg["BLOCK_M"]), b * hq)
+    _flash_fwd_lse_kernel[grid](q, k, v, o, lse, scale, s, sk, d, hq // hkv, hq,
+                                *strides(q), *strides(k), *strides(v), *strides(o),
+                                CAUSAL=bool(causal), INTERP_BF16=interp_bf16(q.dtype), **cfg)
+    return o, lse
+
+
+def aot(dtype: torch.dtype, backend: str, arch: str) -> list:
+    return [aot_launch(_flash_fwd_lse_kernel, dtype, config(backend, 128), aot_ints(),
+                       constexprs={"CAUSAL": True, "INTERP_BF16": False},
+                       pointers={"lse_ptr": "*fp32"})]
+
+
+@rung(op="attention", rung=3, name="causal_lse", backends=("hip", "cuda", "interpreter"),
+      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
+def attention_v3(q, k, v, causal=False, scale=None):
+    scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM)
+    return launch(q, k, v, causal, scale, config(_backend.current().name, q.shape[-1]))[0]

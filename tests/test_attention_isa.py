@@ -1,0 +1,77 @@
+"""Attention's machine code, compiled ahead of time: what the docstrings and the notebook
+claim about the top forward (v3) and backward (v5) kernels, on gfx942 and gfx950.
+
+MFMA for every product: the hot loop's MFMAs, times their M·N·K and the waves of a
+program, cover the multiply-adds of all the ``tl.dot`` products of one loop trip
+(forward: QKᵀ and PV; dK/dV: Sᵀ, dPᵀ, dV, dK; dQ: S, dP, dQ), so none of them fell
+back to vector FMAs. Tiles: 64 x 64 blocks, D = 128, 4 waves.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import kernels
+from workbench import isa, isa_parse
+
+TOP = [("v3", "_flash_fwd_lse_kernel"), ("v5", "_bwd_dkdv_kernel"), ("v5", "_bwd_dq_kernel")]
+PRODUCTS = {"_flash_fwd_lse_kernel": 2, "_bwd_dkdv_kernel": 4, "_bwd_dq_kernel": 3}
+MACS_PER_PRODUCT = 64 * 64 * 128      # every product of one trip is 64x64x128 or 64x128x64
+
+
+def _report(label, kernel, target, dtype=torch.bfloat16):
+    reports = {r.kernel_name: r for r in isa.inspect_all("attention", label, target, dtype)}
+    return reports[kernel]
+
+
+def _loop_ops(report) -> list[str]:
+    return [m for m in map(isa_parse.mnemonic, report.hot_loop.splitlines()) if m]
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("label,kernel", TOP, ids=[k for _, k in TOP])
+def test_top_kernels_use_mfma_for_both_products_stage_through_lds_and_do_not_spill(label, kernel, target):
+    report = _report(label, kernel, target)
+    ops = _loop_ops(report)
+    shapes = [re.match(r"v_mfma_f32_(\d+)x(\d+)x(\d+)_bf16", op) for op in ops]
+    macs = sum(int(m[1]) * int(m[2]) * int(m[3]) for m in shapes if m)
+    waves = report.options["num_warps"]
+    assert macs * waves >= PRODUCTS[kernel] * MACS_PER_PRODUCT, report.matrix_instructions
+    assert report.lds_bytes > 0 and any(op.startswith("ds_write") for op in ops)
+    assert any(op.startswith("ds_read") for op in ops)
+    assert report.spills == 0 and report.scratch_bytes == 0
+    assert report.occupancy.value >= 1 and report.occupancy.limited_by
+
+
+def test_v1_spills_where_v2_does_not():
+    """v1's docstring: holding the whole key row spills, even at S_k = 256 (D = 128)."""
+    for target in ("gfx942", "gfx950"):
+        assert isa.inspect("attention", "v1", target).spills > 0
+        assert isa.inspect("attention", "v2", target).spills == 0
+
+
+@pytest.mark.parametrize("label", ["v0", "v1", "v2", "v3", "v5"])
+def test_every_rung_compiles_for_sm90(label):
+    reports = isa.inspect_all("attention", label, "sm90")
+    assert reports and all(r.asm for r in reports)
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_p_reaches_the_second_mfma_through_lds(target):
+    """Notebook 02: 16-bit LDS stores in the forward loop change P's layout between products."""
+    for label in ("v2", "v3"):
+        assert "ds_write_b16" in _loop_ops(isa.inspect("attention", label, target))
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_v4_configs_do_not_spill_double_buffer_and_keep_two_waves(target):
+    """v4's docstring: every shipped config (D = 128 and 64) compiles without spills and
+    keeps two waves per SIMD; at D = 128 it holds more LDS than v3 (two stages)."""
+    v3 = isa.inspect("attention", "v3", target)
+    reports = isa.inspect_all("attention", "v4", target)     # D = 128, then D = 64
+    assert len(reports) == 2 and reports[0].lds_bytes > v3.lds_bytes
+    for report in reports:
+        assert report.spills == 0 and report.scratch_bytes == 0, report.summary()
+        assert report.occupancy.value >= 2

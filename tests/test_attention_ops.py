@@ -1,0 +1,138 @@
+"""``kernels.flash_attention`` and ``kernels.flash_attention_varlen``: results, gradients,
+torch.compile, and the errors that name the argument."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels.attention import spec as attn_spec
+from workbench.check import compare
+
+
+def _inputs(shape, dtype=torch.float32, seed=0):
+    q, k, v, _ = attn_spec.make_inputs(shape, dtype, seed=seed)
+    return [t.requires_grad_() for t in (q, k, v)]
+
+
+def _grads(fn, q, k, v, grad):
+    out = fn(q, k, v)
+    out.backward(grad)
+    grads = [t.grad for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 4, 2, 17, 17, 64, 1), (2, 4, 1, 1, 5, 32, 0)])
+def test_forward_and_gradients_match_the_reference(shape, dtype):
+    q, k, v = _inputs(shape, dtype)
+    causal = bool(shape[-1])
+    grad = torch.randn(q.shape).to(dtype)
+    out, grads = _grads(lambda *a: kernels.flash_attention(*a, causal=causal), q, k, v, grad)
+    base, base_grads = _grads(lambda *a: F.scaled_dot_product_attention(
+        *a, is_causal=causal, enable_gqa=True), q, k, v, grad)
+    ref, ref_grads = _grads(lambda *a: attn_spec.reference(*a, causal), *(
+        t.detach().double().requires_grad_() for t in (q, k, v)), grad.double())
+    assert out.shape == q.shape and out.dtype == dtype
+    assert compare(out, ref, base, dtype)["passed"]
+    for name, g, r, b in zip("qkv", grads, ref_grads, base_grads):
+        assert g.shape == r.shape and compare(g, r, b, dtype, "backward")["passed"], f"d{name}"
+
+
+def test_scale_and_odd_head_dim():
+    q, k, v = (t.detach() for t in _inputs((1, 2, 2, 9, 9, 40, 0)))
+    out = kernels.flash_attention(q, k, v, scale=0.3)
+    assert torch.allclose(out.double(), attn_spec.reference(q, k, v, False, 0.3), atol=1e-5)
+
+
+def test_backward_is_deterministic():
+    q, k, v = _inputs((1, 4, 1, 20, 20, 32, 1))
+    grad = torch.randn(q.shape)
+    first = _grads(lambda *a: kernels.flash_attention(*a, causal=True), q, k, v, grad)[1]
+    second = _grads(lambda *a: kernels.flash_attention(*a, causal=True), q, k, v, grad)[1]
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_compiles_without_graph_break():
+    q, k, v = _inputs((1, 2, 1, 8, 8, 16, 0))
+    fn = torch.compile(lambda q, k, v: kernels.flash_attention(q, k, v, causal=True) * 2,
+                       fullgraph=True, backend="aot_eager")
+    out = fn(q, k, v)
+    out.sum().backward()       # a stride-0 output gradient reaches the backward kernels
+    expected = attn_spec.reference(q.detach(), k.detach(), v.detach(), True) * 2
+    assert torch.allclose(out.detach().double(), expected, atol=1e-5) and q.grad is not None
+
+
+def test_fake_kernel_gives_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q, k = torch.empty(2, 8, 5, 64), torch.empty(2, 2, 7, 64)
+        o, lse = torch.ops.kernels.flash_attention_fwd(q, k, k, True, 0.125)
+    assert o.shape == (2, 8, 5, 64) and lse.shape == (2, 8, 5) and lse.dtype == torch.float32
+
+
+def _bad(**over):
+    args = dict(q=torch.randn(1, 4, 3, 16), k=torch.randn(1, 2, 3, 16), v=torch.randn(1, 2, 3, 16))
+    args.update(over)
+    return args
+
+
+@pytest.mark.parametrize("args,error,match", [
+    (_bad(k=torch.randn(1, 3, 3, 16), v=torch.randn(1, 3, 3, 16)), ValueError, "not a multiple"),
+    (_bad(k=torch.randn(1, 2, 3, 8), v=torch.randn(1, 2, 3, 8)), ValueError, "head dim differs"),
+    (_bad(k=torch.randn(2, 2, 3, 16), v=torch.randn(2, 2, 3, 16)), ValueError, "batch differs"),
+    (_bad(v=torch.randn(1, 2, 3, 16, dtype=torch.float64)), TypeError, "v: float64"),
+    (_bad(q=torch.randn(1, 4, 3, 160), k=torch.randn(1, 2, 3, 160), v=torch.randn(1, 2, 3, 160)),
+     ValueError, "D=160 is not supported"),
+    (_bad(q=torch.randn(4, 3, 16)), ValueError, "q must be 4-D"),
+    (_bad(v=torch.randn(1, 2, 4, 16)), ValueError, "k and v must have one shape"),
+])
+def test_bad_input_names_the_argument(args, error, match):
+    with pytest.raises(error, match=match):
+        kernels.flash_attention(**args)
+
+
+def _packed(lengths_q, lengths_k, hq=4, hkv=2, d=32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(lengths_q), hq, d, generator=gen)
+    k, v = (torch.randn(sum(lengths_k), hkv, d, generator=gen) for _ in range(2))
+    cu = [torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32)
+          for n in (lengths_q, lengths_k)]
+    return q, k, v, *cu
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_is_attention_per_sequence(causal):
+    lq, lk = [5, 1, 12], [7, 3, 12]
+    q, k, v, cu_q, cu_k = _packed(lq, lk)
+    for t in (q, k, v):
+        t.requires_grad_()
+    out = kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal)
+    grad = torch.randn(out.shape)
+    out.backward(grad)
+    for i in range(3):
+        qs, ks = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
+        q64, k64, v64 = (t.detach()[s].double().transpose(0, 1)[None].requires_grad_()
+                         for t, s in ((q, qs), (k, ks), (v, ks)))
+        ref = attn_spec.reference(q64, k64, v64, causal)
+        ref.backward(grad[qs].double().transpose(0, 1)[None])
+        assert torch.allclose(out[qs].detach().double(), ref[0].transpose(0, 1), atol=1e-5)
+        for t, r, s in ((q, q64, qs), (k, k64, ks), (v, v64, ks)):
+            assert torch.allclose(t.grad[s].double(), r.grad[0].transpose(0, 1), atol=1e-5)
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(cu_seqlens_q=torch.tensor([0, 5, 13], dtype=torch.int64)), "cu_seqlens_q has dtype int64"),
+    (dict(cu_seqlens_q=torch.tensor([0, 9, 5, 13], dtype=torch.int32)), "non-decreasing"),
+    (dict(cu_seqlens_k=torch.tensor([0, 5, 12], dtype=torch.int32)), "ends at 12.*13 tokens"),
+    (dict(max_seqlen_q=4), "longer than its max_seqlen"),
+])
+def test_varlen_bad_cu_seqlens(change, match):
+    q, k, v, cu_q, cu_k = _packed([5, 8], [5, 8])
+    args = dict(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=8, max_seqlen_k=8)
+    args.update(change)
+    with pytest.raises((ValueError, TypeError), match=match):
+        kernels.flash_attention_varlen(**args)
