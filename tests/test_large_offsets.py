@@ -3,10 +3,12 @@
 Triton passes int arguments below 2^31 as i32, so ``rows * stride_am`` wraps unless the
 kernel widens it to int64. The operands here are views into one large, mostly untouched
 allocation (a few GiB of virtual memory, a few pages touched): A's rows and B's columns
-sit 2^30 + 16 elements apart, so the third row/column starts past 2^31 while the
-problem itself stays tiny (3 x 3 x 64). A wrapped offset reads the wrong memory (or
-faults), so each op runs in a subprocess and a crash is reported as a failure. The
-scales of the scaled GEMMs (one per row of A, per column of B) are moved the same way.
+(attention: the heads of q, k and v) sit 2^30 + 16 elements apart, so the third one
+starts past 2^31 while the problem itself stays tiny (3 x 3 x 64; 3 heads of 17 x 32).
+A wrapped offset reads the wrong memory (or faults), so each op runs in a subprocess and
+a crash is reported as a failure. The scales of the scaled GEMMs (one per row of A, per
+column of B) are moved the same way. Only forward outputs are judged: attention's backward
+kernels do not run here.
 """
 from __future__ import annotations
 
@@ -18,30 +20,45 @@ import pytest
 
 import kernels
 
-SHAPE = (3, 3, 64)          # M, N, K: three rows of A and three columns of B
-STRIDE = 2**30 + 16         # row 2 of A starts at element 2^31 + 32
+STRIDE = 2**30 + 16         # the third row/column/head starts at element 2^31 + 32
 BUFFER = 2**31 + 2**16      # elements per dtype; operands start SPACING apart in it
 SPACING = 8192
+# Per op, a small problem in which some dimension of every operand is 3 (GEMM: M and N;
+# attention: the heads, B x Hq x Hkv x S x S_k x D x causal). A new op adds its shape here.
+SHAPES = {"attention": (1, 3, 3, 17, 17, 32, 1)}
+GEMM_SHAPE = (3, 3, 64)
+
+
+def shape_for(op: str) -> tuple:
+    if op in SHAPES:
+        return SHAPES[op]
+    assert kernels.spec(op).shape_names == ("M", "N", "K"), f"add a shape for {op} to SHAPES"
+    return GEMM_SHAPE
 
 
 def relocated(tensor, buffer, start):
-    """``tensor`` (2-D, with a dimension of size 3, the M or N of SHAPE) copied into
-    ``buffer`` with that dimension STRIDE elements apart, the other contiguous."""
-    rows, cols = tensor.shape
-    strides = (STRIDE, 1) if rows == 3 else (1, STRIDE)
-    view = buffer[start:].as_strided((rows, cols), strides)
+    """``tensor`` copied into ``buffer`` with its dimension of size 3 STRIDE elements
+    apart and the other dimensions packed below it, in their order."""
+    wide = list(tensor.shape).index(3)
+    rest = [n for i, n in enumerate(tensor.shape) if i != wide]
+    inner = [1] * len(rest)
+    for i in range(len(rest) - 2, -1, -1):
+        inner[i] = inner[i + 1] * rest[i + 1]
+    strides = inner[:wide] + [STRIDE] + inner[wide:]
+    view = buffer[start:].as_strided(tuple(tensor.shape), tuple(strides))
     view.copy_(tensor)
     return view
 
 
 def relocate_operands(inputs: list) -> list:
-    """Every 2-D operand spanning M or N (A, B, per-row/column scales) moved into large
-    buffers (one per dtype, virtual memory only), so its last row/column starts past 2^31."""
+    """Every operand spanning a dimension of size 3 (A, B, per-row/column scales; q, k, v)
+    moved into large buffers (one per dtype, virtual memory only), so its last slice along
+    that dimension starts past 2^31."""
     import torch
 
     buffers, moved = {}, []
     for x in inputs:
-        if isinstance(x, torch.Tensor) and x.dim() == 2 and 3 in x.shape:
+        if isinstance(x, torch.Tensor) and x.dim() >= 2 and 3 in x.shape:
             buffer = buffers.setdefault(x.dtype, torch.empty(BUFFER, dtype=x.dtype))
             x = relocated(x, buffer, SPACING * len(moved))
             assert max(x.stride()) * 2 >= 2**31
@@ -59,7 +76,7 @@ def probe(op: str) -> int:
     failures = 0
     for rung in [r for r in kernels.variants(op) if r.runs_here()]:
         dtype = torch.float16 if torch.float16 in rung.dtypes else rung.dtypes[0]
-        inputs = relocate_operands(list(spec.make_inputs(SHAPE, dtype, seed=3)))
+        inputs = relocate_operands(list(spec.make_inputs(shape_for(op), dtype, seed=3)))
         print(f"{rung.title}: start", flush=True)
         out = rung(*inputs)
         fields = compare(out, spec.reference(*inputs), kernels.registry.reference_rung(op)(*inputs),
