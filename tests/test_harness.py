@@ -34,6 +34,8 @@ def test_a_slightly_wrong_kernel_fails(dtype):
     report = check_rung(fake_rung(off_by_a_little), SHAPE, dtype)
     assert not report.passed
     assert report.mismatches == 1 and report.worst_index == (3, 5)
+    assert "1 elements over the error bound; worst at (3, 5)" in report.message
+    assert "NaN/inf" not in report.message
 
 
 def test_a_transposed_operand_fails():
@@ -50,6 +52,10 @@ def test_unwritten_elements_fail_because_outputs_are_poisoned():
     report = check_rung(fake_rung(skips_last_row), SHAPE, torch.float32)
     assert not report.passed and report.mismatches == SHAPE[1]
     assert report.worst_index[0] == SHAPE[0] - 1 and math.isnan(report.worst_value)
+    # The error of the written elements is within the bound: the message says which rule broke.
+    assert report.error <= report.allowed
+    assert f"{SHAPE[1]} elements NaN/inf where the reference is not" in report.message
+    assert "got nan" in report.message and "over the error bound" not in report.message
 
 
 def test_poison_is_nan_inside_the_block_only():

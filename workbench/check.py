@@ -100,6 +100,25 @@ def compare(x: torch.Tensor, reference: torch.Tensor, baseline: torch.Tensor, dt
                 error_map=error_map)
 
 
+def broken_rules(fields: dict) -> str:
+    """Which part of the rule a failing output broke, in words, with its worst element:
+    the NaN/inf pattern (e.g. an element never written keeps its NaN poison), the error
+    bound, or both. The error alone can look fine when only the pattern is wrong."""
+    wrong_pattern = int(torch.isinf(fields["error_map"]).sum().item())
+    over_bound = fields["mismatches"] - wrong_pattern
+    rules = []
+    if wrong_pattern:
+        rules.append(f"{wrong_pattern} elements NaN/inf where the reference is not, or finite "
+                     f"where it is NaN/inf")
+    if over_bound or fields["error"] > fields["allowed"]:
+        rules.append(f"{over_bound} elements over the error bound")
+    worst = fields["worst_index"]
+    if worst is not None:
+        rules.append(f"worst at {worst}: got {fields['worst_value']:.6g}, "
+                     f"expected {fields['worst_expected']:.6g}")
+    return "; ".join(rules)
+
+
 def _with_grads(fn, inputs: tuple, names: tuple[str, ...], grad_out: torch.Tensor):
     """``fn``'s output and the gradients of its leading ``len(names)`` inputs for ``grad_out``."""
     leaves = tuple(t.detach().requires_grad_() if i < len(names) else t
@@ -145,7 +164,7 @@ def check_rung(rung: Rung, shape: tuple, dtype: torch.dtype, seed: int | None = 
     failing = [(n, f) for n, f in judged if not f["passed"]]
     tensor, fields = failing[0] if failing else max(
         judged, key=lambda nf: nf[1]["error"] / nf[1]["allowed"])
-    verdict = "pass" if not failing else f"FAIL ({tensor})"
+    verdict = "pass" if not failing else f"FAIL ({tensor}): {broken_rules(fields)}"
     message = (f"{verdict}: error {fields['error']:.2e} vs allowed {fields['allowed']:.2e} "
                f"(baseline {fields['baseline_error']:.2e}), {fields['mismatches']} of "
                f"{fields['numel']} elements off, seed {seed}")
