@@ -71,7 +71,7 @@ def test_fake_kernel_gives_shapes():
     with FakeTensorMode():
         q, k = torch.empty(2, 8, 5, 64), torch.empty(2, 2, 7, 64)
         o, lse = torch.ops.kernels.flash_attention_fwd(q, k, k, True, 0.125)
-    assert o.shape == (2, 8, 5, 64) and lse.shape == (2, 8, 5) and lse.dtype == torch.float32
+    assert o.shape == (2, 8, 5, 64) and lse.shape == (2, 8, 2, 5) and lse.dtype == torch.float32
 
 
 def _bad(**over):

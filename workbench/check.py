@@ -128,8 +128,10 @@ def _with_grads(fn, inputs: tuple, names: tuple[str, ...], grad_out: torch.Tenso
     return out.detach(), {n: leaves[i].grad for i, n in enumerate(names)}
 
 
-def _judged_tensors(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
-    """(name, fields of :func:`compare`) for the output and, with a backward, each gradient."""
+def judge(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
+    """(name, fields of :func:`compare`) for the output and, with a backward, each gradient,
+    on the given inputs: :func:`check_rung` makes fresh ones, a test can shape its own
+    (large magnitudes); ``seed`` draws the output gradient."""
     baseline_rung = kernels.registry.reference_rung(rung.op)
     if not rung.backward:
         reference = spec.reference(*inputs)
@@ -160,7 +162,7 @@ def check_rung(rung: Rung, shape: tuple, dtype: torch.dtype, seed: int | None = 
     seed = seed if seed is not None else torch.randint(0, 2**31 - 1, ()).item()
     device = kernels.backend.current().device
     inputs = spec.make_inputs(shape, dtype, device=device, seed=seed, layout=layout)
-    judged = _judged_tensors(rung, spec, inputs, seed)
+    judged = judge(rung, spec, inputs, seed)
     failing = [(n, f) for n, f in judged if not f["passed"]]
     tensor, fields = failing[0] if failing else max(
         judged, key=lambda nf: nf[1]["error"] / nf[1]["allowed"])

@@ -6,7 +6,7 @@ rung as ``kernels.matmul`` picks: the forward must hand its LSE to the backward,
 only these functions agree on.
 
 How it is wrapped: two PyTorch custom ops, ``kernels::flash_attention_fwd`` (returns O
-and the base-2 LSE) and ``kernels::flash_attention_bwd`` (returns dQ, dK, dV), each with
+and the LSE's two parts) and ``kernels::flash_attention_bwd`` (returns dQ, dK, dV), each with
 a fake (meta) implementation, joined by ``register_autograd``, so
 ``torch.compile(fullgraph=True)`` sees two opaque nodes and no graph break, and the
 backward runs as its own op.
@@ -37,7 +37,8 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 
 @_fwd.register_fake
 def _(q, k, v, causal, scale):
-    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+    b, h, s, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((b, h, 2, s), dtype=torch.float32)
 
 
 @torch.library.custom_op("kernels::flash_attention_bwd", mutates_args=())

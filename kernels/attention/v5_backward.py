@@ -1,15 +1,16 @@
 """v5 backward: dQ, dK, dV recomputed from the saved log-sum-exp (FlashAttention-2 style).
 
 Idea:
-    The forward (v3's kernel) keeps only O and the base-2 row log-sum-exp L, so P is
-    recomputed tile by tile as exp2(S·scale·log2 e - L): exact, since L is the row's
-    normalizer. With dP = dO Vᵀ and the softmax gradient dS = P ∘ (dP - Δ), where
-    Δ = rowsum(dO ∘ O) (a preprocess launch; it equals rowsum(P ∘ dP)), the gradients
-    are dV = Pᵀ dO, dK = scale · dSᵀ Q and dQ = scale · dS K. Two main launches so that
-    no two programs write the same element: one program per key block accumulates dK
-    and dV over every query block *and every query head of its GQA group* (the group
-    sum happens in registers), one program per query block accumulates dQ over the
-    key blocks. No atomics, so the result is deterministic, run to run.
+    The forward (v3's kernel) keeps only O and the row log-sum-exp as the raw max m
+    and log2 l, so P is recomputed tile by tile as exp2((S - m)·scale·log2 e - log2 l):
+    exact, since m and l are the row's normalizer, and S - m is taken before scaling,
+    as in the forward, so large scores lose no precision. With dP = dO Vᵀ and the
+    softmax gradient dS = P ∘ (dP - Δ), where Δ = rowsum(dO ∘ O) (a preprocess launch;
+    it equals rowsum(P ∘ dP)), the gradients are dV = Pᵀ dO, dK = scale · dSᵀ Q and
+    dQ = scale · dS K. Two main launches so that no two programs write the same
+    element: one program per key block accumulates dK and dV over every query block
+    *and every query head of its GQA group* (the group sum happens in registers), one
+    program per query block accumulates dQ over the key blocks. No atomics, so the result is deterministic, run to run.
 
 Why faster:
     Than autograd through v0/v1: no S x S_k matrix is stored or read back; each launch
@@ -107,16 +108,18 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
             do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows.to(tl.int64)[:, None] * stride_dos
                          + ds.to(tl.int64)[None, :] * stride_dod,
                          mask=row_ok[:, None] & (ds[None, :] < D), other=0.0)
-            lse = tl.load(lse_ptr + bh * S + rows, mask=row_ok, other=0.0)
             delta = tl.load(delta_ptr + bh * S + rows, mask=row_ok, other=0.0)
             if INTERP_BF16:
                 qt = qt.to(tl.float32)
                 do = do.to(tl.float32)
-            st = tl.dot(k, qt, input_precision="ieee") * qk_scale          # Sᵀ: (N, M)
+            st = tl.dot(k, qt, input_precision="ieee")                     # Sᵀ: (N, M), raw
+            # loaded after Sᵀ: live across that product too, they spilled on gfx942
+            m = tl.load(lse_ptr + bh * 2 * S + rows, mask=row_ok, other=0.0)
+            log2_l = tl.load(lse_ptr + bh * 2 * S + S + rows, mask=row_ok, other=0.0)
             visible = row_ok[None, :] & (cols[:, None] < SK)
             if CAUSAL:
                 visible = visible & (cols[:, None] <= rows[None, :])
-            pt = tl.where(visible, tl.exp2(st - lse[None, :]), 0.0)
+            pt = tl.where(visible, tl.exp2((st - m[None, :]) * qk_scale - log2_l[None, :]), 0.0)
             dpt = tl.dot(v, tl.trans(do), input_precision="ieee")          # dPᵀ
             dst = pt * (dpt - delta[None, :])
             if INTERP_BF16:
@@ -158,7 +161,8 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
                 + ds.to(tl.int64)[None, :] * stride_qd, mask=q_mask, other=0.0)
     do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows.to(tl.int64)[:, None] * stride_dos
                  + ds.to(tl.int64)[None, :] * stride_dod, mask=q_mask, other=0.0)
-    lse = tl.load(lse_ptr + bh.to(tl.int64) * S + rows, mask=rows < S, other=0.0)
+    m = tl.load(lse_ptr + bh.to(tl.int64) * 2 * S + rows, mask=rows < S, other=0.0)
+    log2_l = tl.load(lse_ptr + bh.to(tl.int64) * 2 * S + S + rows, mask=rows < S, other=0.0)
     delta = tl.load(delta_ptr + bh.to(tl.int64) * S + rows, mask=rows < S, other=0.0)
     if INTERP_BF16:
         q = q.to(tl.float32)
@@ -177,11 +181,11 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
         if INTERP_BF16:
             kt = kt.to(tl.float32)
             vt = vt.to(tl.float32)
-        s = tl.dot(q, kt, input_precision="ieee") * qk_scale
+        s = tl.dot(q, kt, input_precision="ieee")
         visible = (rows[:, None] < S) & (cols[None, :] < SK)
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None])
-        p = tl.where(visible, tl.exp2(s - lse[:, None]), 0.0)
+        p = tl.where(visible, tl.exp2((s - m[:, None]) * qk_scale - log2_l[:, None]), 0.0)
         dp = tl.dot(do, vt, input_precision="ieee")
         dscore = p * (dp - delta[:, None])
         if INTERP_BF16:
@@ -202,7 +206,7 @@ def config(backend: str, d: int) -> dict:
 
 
 def backward(q, k, v, o, lse, do, causal: bool, scale: float):
-    """dQ, dK, dV from the forward's inputs, O, base-2 LSE and the output gradient ``do``."""
+    """dQ, dK, dV from the forward's inputs, O, its two-part LSE and the output gradient ``do``."""
     (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]
     cfg = config(_backend.current().name, d)
     bf16 = interp_bf16(q.dtype)
