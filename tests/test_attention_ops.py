@@ -10,6 +10,8 @@ import kernels
 from kernels.attention import spec as attn_spec
 from workbench.check import compare
 
+flash_attention = kernels.flash_attention   # also registers torch.ops.kernels.flash_attention_*
+
 
 def _inputs(shape, dtype=torch.float32, seed=0):
     q, k, v, _ = attn_spec.make_inputs(shape, dtype, seed=seed)
