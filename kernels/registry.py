@@ -114,6 +114,9 @@ class OpSpec:
     """Names of the leading inputs that take gradients (attention: q, k, v), in input order.
     For a rung declared with ``backward=True`` the harness differentiates ``reference`` in
     float64 with torch's autograd, so ``reference`` must not detach its inputs."""
+    backward_flops: Callable[[tuple], float] | None = None
+    """The backward's work per call (gradients of ``grad_inputs`` given the output's), for
+    the TFLOP/s of benchmarked backward passes; None where no rung has a backward."""
 
 
 _RUNGS: dict[str, list[Rung]] = {}

@@ -12,16 +12,23 @@ from workbench.results import ResultsFormatError
 from workbench.table import format_table
 
 
-def _error_row(make_row, message="RuntimeError: launch failed"):
-    return make_row(ms=None, tflops=None, gbps=None, ratio_to_ref=None, status="error", error=message)
+def _error_row(make_row, message="RuntimeError: launch failed", **change):
+    return make_row(ms=None, tflops=None, gbps=None, ratio_to_ref=None, status="error", error=message,
+                    **change)
 
 
 @pytest.mark.parametrize("suffix", [".json", ".csv"])
 def test_round_trip(tmp_path, suffix, make_row):
     rows = [make_row(), make_row(rung="ref", name="ref", ms=0.4, ratio_to_ref=1.0),
             _error_row(make_row, "ValueError: bad\nsecond line, with a comma"),
-            make_row(rung="v3", ratio_to_ref=None)]       # measured, but ref failed in that run
-    assert results.load(results.save(rows, tmp_path / f"r{suffix}")) == rows
+            make_row(rung="v3", ratio_to_ref=None),       # measured, but ref failed in that run
+            make_row(pass_name="backward", ratio_to_ref=1.3),
+            _error_row(make_row, pass_name="forward+backward")]
+    path = results.save(rows, tmp_path / f"r{suffix}")
+    assert results.load(path) == rows
+    assert [r.pass_name for r in results.load(path)][-3:] == ["forward", "backward", "forward+backward"]
+    if suffix == ".json":
+        assert json.loads(path.read_text())["version"] == results.VERSION == 3
 
 
 @pytest.mark.parametrize("change, message", [
@@ -52,6 +59,33 @@ def test_version_1_files_load_as_measured_rows(tmp_path, suffix, make_row):
     else:
         text = ",".join(results.FIELDS_V1) + "\n" + ",".join(str(row[k]) for k in results.FIELDS_V1)
     assert results.load(_write(tmp_path, f"v1{suffix}", text)) == [make_row()]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_version_2_files_load_as_forward_rows(tmp_path, suffix, make_row):
+    rows = [dataclasses.asdict(make_row()), dataclasses.asdict(_error_row(make_row))]
+    rows = [{k: v for k, v in row.items() if k in results.FIELDS_V2} for row in rows]
+    assert "pass_name" not in results.FIELDS_V2 and "status" in results.FIELDS_V2
+    if suffix == ".json":
+        text = json.dumps({"schema": results.SCHEMA, "version": 2, "rows": rows})
+    else:
+        text = ",".join(results.FIELDS_V2) + "\n" + "\n".join(
+            ",".join("" if row[k] is None else str(row[k]) for k in results.FIELDS_V2) for row in rows)
+    loaded = results.load(_write(tmp_path, f"v2{suffix}", text))
+    assert loaded == [make_row(), _error_row(make_row)]
+    assert {r.pass_name for r in loaded} == {"forward"}
+
+
+def test_an_unknown_pass_is_refused(make_row):
+    with pytest.raises(ValueError, match="pass_name must be one of"):
+        make_row(pass_name="sideways")
+
+
+def test_table_shows_the_pass_by_default(make_row):
+    rows = results.table([make_row(), make_row(pass_name="forward+backward")])
+    assert [r["pass"] for r in rows] == ["forward", "forward+backward"]
+    assert list(rows[0])[:6] == ["op", "rung", "name", "shape", "dtype", "pass"]
+    assert "forward+backward" in format_table(rows)
 
 
 def test_save_replaces_the_file_whole_or_not_at_all(tmp_path, make_row, monkeypatch):

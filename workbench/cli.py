@@ -157,7 +157,7 @@ def cmd_tour(args) -> int:
     if shipped:
         print("\nRecorded GPU results (measured earlier on the GPU named in each row, not here):")
         print(format_table(results.table(shipped, ("gpu", "date", "op", "rung", "shape", "dtype",
-                                                   "ms", "tflops", "vs_ref"))))
+                                                   "pass", "ms", "tflops", "vs_ref"))))
     else:
         print("\nNo recorded GPU results ship with this version yet; `workbench bench` on a GPU makes them.")
     if here.is_interpreter:

@@ -27,7 +27,7 @@ from .timing import PerformanceUnavailable, require_gpu
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 BUDGET_S = 300.0   # with the gpu-marked tests, `make gpu` stays under 8 minutes
-COLUMNS = ("op", "rung", "name", "shape", "dtype", "ms", "tflops", "gbps", "vs_ref")
+COLUMNS = ("op", "rung", "name", "shape", "dtype", "pass", "ms", "tflops", "gbps", "vs_ref")
 
 
 def report_path(gpu: str, day: str, folder: Path | None = None) -> Path:
@@ -70,7 +70,7 @@ def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress:
     print(f"\nquick suite, rows written to {path} as they are measured")
     reports, rows = run_suite("quick", out=path, progress=progress, budget=budget)
     print(format_table(summarize(reports)))
-    print("\nLadder (vs_ref = ref's time / the rung's time, same shape, dtype and run):")
+    print("\nLadder (vs_ref = ref's time / the rung's time, same shape, dtype, pass and run):")
     print(format_table(results.table(rows, COLUMNS)))
     failed = [r for r in reports if not r.passed]
     errors = [r for r in rows if not r.ok]

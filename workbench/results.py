@@ -3,9 +3,11 @@
 One row is one (op, rung, shape, dtype) case on one GPU: measured (``status`` "ok"), or
 an error row (``status`` "error") that keeps the case and the error message and has no
 numbers (``None``: JSON null, an empty CSV cell), so one failing case never costs the
-rest of a run and is never drawn as a number. Files carry a schema name and version;
-version 1 files (no status or error: every row measured) still load; anything else is
-refused with a clear error. Nothing is unpickled: JSON and CSV only.
+rest of a run and is never drawn as a number. ``pass_name`` says which pass a row
+times: "forward", or for rungs with a backward also "backward" and "forward+backward".
+Files carry a schema name and version; version 1 files (no status or error: every row
+measured) and version 2 files (no pass: every row a forward) still load; anything else
+is refused with a clear error. Nothing is unpickled: JSON and CSV only.
 
 A :class:`Recorder` saves its rows after each one, atomically, so a crash or Ctrl-C in
 the middle of a benchmark leaves a valid file with every row measured so far. Recorded
@@ -24,8 +26,9 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 SCHEMA = "amd-kernel-workbench/results"
-VERSION = 2
+VERSION = 3
 SUFFIXES = (".json", ".csv")
+PASSES = ("forward", "backward", "forward+backward")
 
 
 class ResultsFormatError(ValueError):
@@ -42,7 +45,7 @@ class ResultRow:
     ms: float | None     # None on an error row: nothing was measured
     tflops: float | None
     gbps: float | None
-    ratio_to_ref: float | None  # ref's ms / this rung's ms, same shape, dtype and run;
+    ratio_to_ref: float | None  # ref's ms / this rung's ms, same shape, dtype, pass and run;
                                 # None where ref itself failed in that run
     gpu: str
     backend: str
@@ -53,8 +56,11 @@ class ResultRow:
     timestamp: str       # ISO 8601, UTC
     status: str = "ok"   # "ok" (measured) or "error"
     error: str = ""      # an error row's message: why this case has no numbers
+    pass_name: str = "forward"   # what was timed: one of PASSES (schema version 3)
 
     def __post_init__(self):
+        if self.pass_name not in PASSES:
+            raise ValueError(f"pass_name must be one of {PASSES}, got {self.pass_name!r}")
         numbers = [getattr(self, f) for f in MEASURED]
         if self.status == "ok":
             if self.error or any(v is None for v in numbers):
@@ -73,6 +79,7 @@ class ResultRow:
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ResultRow))
 FIELDS_V1 = FIELDS[:FIELDS.index("status")]   # version 1: every row was measured
+FIELDS_V2 = FIELDS[:FIELDS.index("pass_name")]   # version 2: every row timed the forward
 MEASURED = ("ms", "tflops", "gbps")
 NUMBERS = (*MEASURED, "ratio_to_ref")
 
@@ -159,7 +166,7 @@ def load(path: str | Path) -> list[ResultRow]:
             raise ResultsFormatError(f"{path}: not valid JSON ({exc})") from exc
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             raise ResultsFormatError(f"{path}: not a workbench results file (schema must be {SCHEMA!r})")
-        fields = {1: FIELDS_V1, VERSION: FIELDS}.get(doc.get("version"))
+        fields = {1: FIELDS_V1, 2: FIELDS_V2, VERSION: FIELDS}.get(doc.get("version"))
         if fields is None:
             raise ResultsFormatError(f"{path}: schema version {doc.get('version')!r}, "
                                      f"this workbench reads versions 1 to {VERSION}")
@@ -169,22 +176,22 @@ def load(path: str | Path) -> list[ResultRow]:
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)
         fields = tuple(reader.fieldnames or ())
-        if fields not in (FIELDS, FIELDS_V1):
+        if fields not in (FIELDS, FIELDS_V2, FIELDS_V1):
             raise ResultsFormatError(f"{path}: CSV header must be {','.join(FIELDS)}")
         return [_row_from_mapping(r, f"{path} line {i + 2}", fields) for i, r in enumerate(reader)]
 
 
 def table(rows: Iterable[ResultRow],
-          columns: Sequence[str] = ("op", "rung", "name", "shape", "dtype", "ms", "tflops", "gbps",
-                                    "vs_ref")) -> list[dict]:
+          columns: Sequence[str] = ("op", "rung", "name", "shape", "dtype", "pass", "ms", "tflops",
+                                    "gbps", "vs_ref")) -> list[dict]:
     """Rows for :func:`workbench.table.format_table` / ``html_table``.
 
-    ``vs_ref`` is the ratio to ref and ``date`` the day of the timestamp; any other column
-    is a field. Where a row is an error row, an ``error`` column is added with its message
+    ``vs_ref`` is the ratio to ref (same pass), ``pass`` the pass timed and ``date`` the
+    day of the timestamp; any other column is a field. Where a row is an error row, an ``error`` column is added with its message
     (its numbers are None: a dash, never a zero).
     """
     rows = list(rows)
-    named = {"vs_ref": "ratio_to_ref", "date": "timestamp"}
+    named = {"vs_ref": "ratio_to_ref", "date": "timestamp", "pass": "pass_name"}
     errors = any(not r.ok for r in rows)
     out = []
     for r in rows:

@@ -41,7 +41,7 @@ class RungView:
                      passed=r.passed, error=r.error, allowed=r.allowed) for r in self.checks]
 
     def _recorded_rows(self) -> list[dict]:
-        return results.table(self.recorded, ("gpu", "date", "shape", "dtype", "ms", "tflops",
+        return results.table(self.recorded, ("gpu", "date", "shape", "dtype", "pass", "ms", "tflops",
                                               "vs_ref"))
 
     def _performance_text(self) -> str:

@@ -2,7 +2,9 @@
 
 ``quick`` is sized to finish in a few minutes on one GPU (a lent device gives a session
 about 8 minutes): each op's ``quick_shapes``, bf16 and fp16 (or the op's own dtypes that
-``ref`` takes here), every rung that runs there, with ``ref`` timed in the same run.
+``ref`` takes here), every rung that runs there, with ``ref`` timed in the same run, in
+every pass a rung has (forward; and backward and forward+backward for a rung with a
+backward, e.g. attention's v5 and SDPA).
 Correctness is checked on the GPU first, at the smoke shapes, rung by rung: a rung that
 fails is not timed, and a rung whose check raises gets an error row for each of its
 cases instead of ending the suite. Rows are saved to ``out`` as they are measured.

@@ -87,6 +87,14 @@ def flops(shape) -> float:
     return 4.0 * b * hq * d * visible_pairs(s, sk, causal)
 
 
+def backward_flops(shape) -> float:
+    """Backward: 2.5x the forward (FlashAttention-2's count): five products of 2·D flops per
+    visible pair, S = QKᵀ (recomputed), dP = dO Vᵀ, dV = Pᵀ dO, dK = dSᵀ Q, dQ = dS K.
+    v5 computes S and dP twice (seven products) to avoid atomics; that is its overhead,
+    not counted, so every rung and SDPA are rated on the same work."""
+    return 2.5 * flops(shape)
+
+
 def bytes_moved(shape, dtype: torch.dtype) -> float:
     """Minimum forward traffic: q, k, v read once, o written once. With GQA, k and v
     are Hq/Hkv times smaller than q, which is where GQA saves bytes."""
@@ -107,4 +115,5 @@ SPEC = register_op(OpSpec(
     shape_names=("B", "Hq", "Hkv", "S", "Sk", "D", "causal"),
     quick_shapes=("llama3-8b S=4K causal", "llama3-8b S=4K"),
     grad_inputs=("q", "k", "v"),
+    backward_flops=backward_flops,
 ))

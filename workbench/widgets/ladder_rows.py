@@ -27,9 +27,10 @@ def gpu_matches(gpu: roofline.GpuSpec, device_name: str) -> bool:
 
 
 def latest_run(rows: list[ResultRow], gpu: roofline.GpuSpec, op: str, shape: str,
-               dtype: str) -> list[ResultRow]:
-    """The rows of the newest run of (op, shape, dtype) on ``gpu``; [] when there is none."""
-    found = [r for r in rows if (r.op, r.shape, r.dtype) == (op, shape, dtype)
+               dtype: str, pass_name: str = "forward") -> list[ResultRow]:
+    """The rows of the newest run of (op, shape, dtype) on ``gpu`` timing ``pass_name`` (the
+    forward: the model and roof are the forward's); [] when there is none."""
+    found = [r for r in rows if (r.op, r.shape, r.dtype, r.pass_name) == (op, shape, dtype, pass_name)
              and gpu_matches(gpu, r.gpu)]
     newest = max((r.timestamp for r in found), default=None)
     return [r for r in found if r.timestamp == newest]

@@ -146,7 +146,7 @@ class LadderProfiler(Panel):
     @staticmethod
     def _measured(op, shape, dtype, chosen, notes):
         numbered = [r.label for r in chosen if r.rung is not None]
-        run = bench(op, [shape], [dtype], numbered or ["ref"], progress=False)
+        run = bench(op, [shape], [dtype], numbered or ["ref"], progress=False, passes=["forward"])
         notes.append(f"Performance numbers: measured here on {run[0].gpu}, "
                      f"{run[0].timestamp[:10]}, ref timed in the same run. Rungs without "
                      "numbers were not timed (no kernel for this dtype here, or too slow at "
