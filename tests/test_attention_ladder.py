@@ -55,6 +55,9 @@ def test_a_wrong_gradient_fails_and_is_named():
     assert not report.passed and report.tensor == "dk" and "FAIL (dk)" in report.message
 
 
+# v5 evaluates exp2 on causally hidden scores too (they exceed the visible max) and
+# discards them with tl.where; the interpreter's NumPy reports that overflow, a GPU does not.
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
 @pytest.mark.parametrize("rung", [pytest.param(r, id=r.label) for r in RUNGS])
 def test_large_scores_do_not_overflow(rung):
     """Scores around ±7e3 in fp32: exp of an unshifted score would be inf, and scaling
