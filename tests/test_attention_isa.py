@@ -13,7 +13,6 @@ import re
 import pytest
 import torch
 
-import kernels
 from workbench import isa, isa_parse
 
 TOP = [("v3", "_flash_fwd_lse_kernel"), ("v5", "_bwd_dkdv_kernel"), ("v5", "_bwd_dq_kernel")]
@@ -75,3 +74,10 @@ def test_v4_configs_do_not_spill_double_buffer_and_keep_two_waves(target):
     for report in reports:
         assert report.spills == 0 and report.scratch_bytes == 0, report.summary()
         assert report.occupancy.value >= 2
+
+
+def test_v4_takes_a_32_wide_key_tile_at_d128_because_64_spills_on_gfx942():
+    """v4's docstring: at D = 128, 128 x 64 with two stages spills on gfx942, 128 x 32 does not."""
+    shipped = isa.inspect_all("attention", "v4", "gfx942")[0]
+    wider = isa.inspect_all("attention", "v4", "gfx942", overrides={"BLOCK_N": 64})[0]
+    assert shipped.spills == 0 and wider.spills > 0

@@ -31,6 +31,7 @@ import torch
 
 from .. import backend as _backend
 from .. import validate
+from ..gemm.configs import with_overrides
 from ..registry import rung
 from ..triton_support import aot_launch
 from . import v3_causal_lse
@@ -60,9 +61,11 @@ def chosen_config(d: int, backend: str | None = None) -> dict:
     return {**table[64 if d <= 64 else 128], "BLOCK_D": head_block(d)}
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list:
-    """Every head-dim entry, so the ISA tests see each config the table ships."""
-    return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype, chosen_config(d, backend),
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list:
+    """Every head-dim entry, so the ISA tests see each config the table ships;
+    ``overrides`` replaces settings of both (e.g. ``{"BLOCK_N": 64}``)."""
+    return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype,
+                       with_overrides(chosen_config(d, backend), overrides),
                        aot_ints(d=d), constexprs={"CAUSAL": True, "INTERP_BF16": False},
                        pointers={"lse_ptr": "*fp32"}) for d in (128, 64)]
 
