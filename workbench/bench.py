@@ -37,15 +37,12 @@ import kernels
 
 from . import environment
 from .results import PASSES, Recorder, ResultRow
+from .table import dtype_label
 from .timing import require_gpu, time_ms
 
 
 def shape_label(shape: tuple) -> str:
     return "x".join(str(s) for s in shape)
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def default_dtypes(spec) -> list[torch.dtype]:
@@ -73,11 +70,11 @@ def planned_dtypes(op: str, dtypes: Iterable[torch.dtype] | None = None) -> list
     if dtypes is None:
         return [d for d in default_dtypes(kernels.spec(op)) if ref.supports(d)]
     dtypes = list(dtypes)
-    refused = [dtype_name(d) for d in dtypes if not ref.supports(d)]
+    refused = [dtype_label(d) for d in dtypes if not ref.supports(d)]
     if refused:
         here = kernels.backend.current()
         raise ValueError(f"{op} ref does not take {', '.join(refused)} on {here.name} "
-                         f"({here.arch}); it takes {', '.join(map(dtype_name, ref.dtypes))}")
+                         f"({here.arch}); it takes {', '.join(map(dtype_label, ref.dtypes))}")
     return dtypes
 
 
@@ -99,13 +96,13 @@ class _RowMaker:
     def measured(self, rung, shape, dtype, t, ref_ms: float | None,
                  pass_name: str = "forward") -> ResultRow:
         return ResultRow(op=self.op, rung=rung.label, name=rung.name, shape=shape_label(shape),
-                         dtype=dtype_name(dtype), ms=t.median_ms, tflops=t.tflops, gbps=t.gbps,
+                         dtype=dtype_label(dtype), ms=t.median_ms, tflops=t.tflops, gbps=t.gbps,
                          ratio_to_ref=None if ref_ms is None else ref_ms / t.median_ms,
                          pass_name=pass_name, **self.common)
 
     def error(self, rung, shape, dtype, message: str, pass_name: str = "forward") -> ResultRow:
         return ResultRow(op=self.op, rung=rung.label, name=rung.name, shape=shape_label(shape),
-                         dtype=dtype_name(dtype), ms=None, tflops=None, gbps=None,
+                         dtype=dtype_label(dtype), ms=None, tflops=None, gbps=None,
                          ratio_to_ref=None, status="error", error=message, pass_name=pass_name,
                          **self.common)
 
@@ -151,7 +148,7 @@ def timed_pass(rung, spec, shape, dtype, inputs, pass_name: str = "forward"):
     if pass_name == "backward":
         return (lambda: torch.autograd.grad(out, leaves, grad_out, retain_graph=True),
                 dict(flops=back_flops, bytes_moved=back_moved))
-    del out   # its graph is freed; every timed call builds and walks its own
+    # Every timed call builds and walks its own graph (no closure keeps ``out``'s).
     return (lambda: torch.autograd.grad(call(), leaves, grad_out),
             dict(flops=flops + back_flops, bytes_moved=moved + back_moved))
 
@@ -192,7 +189,7 @@ def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch
     plan = [(s, d) for s in (shapes or spec.bench_shapes.values()) for d in planned_dtypes(op, dtypes)]
     for shape, dtype in tqdm(plan, desc=f"bench {op}", disable=None if progress else True):
         if budget is not None and budget.spent():
-            budget.skipped.append(f"{op} {shape_label(shape)} {dtype_name(dtype)}")
+            budget.skipped.append(f"{op} {shape_label(shape)} {dtype_label(dtype)}")
             continue
         flops = spec.flops(shape)
         fits = [r for r in chosen if dtype in r.dtypes

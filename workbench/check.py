@@ -24,6 +24,7 @@ import kernels
 from kernels.outputs import poisoned_outputs
 from kernels.registry import Rung
 
+from .table import dtype_label
 from .tolerances import allowed_error
 
 
@@ -52,10 +53,6 @@ class CheckReport:
     def row(self) -> dict:
         """A flat dict for tables (no tensors)."""
         return {k: v for k, v in self.__dict__.items() if k != "error_map"}
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def _nonfinite_mismatch(x: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
@@ -173,7 +170,7 @@ def check_rung(rung: Rung, shape: tuple, dtype: torch.dtype, seed: int | None = 
     if len(judged) > 1:
         message += "; " + ", ".join(f"{n} {f['error']:.1e}/{f['allowed']:.1e}" for n, f in judged)
     fields = {**fields, "passed": not failing}
-    return CheckReport(op=rung.op, rung=rung.title, shape=tuple(shape), dtype=_dtype_name(dtype),
+    return CheckReport(op=rung.op, rung=rung.title, shape=tuple(shape), dtype=dtype_label(dtype),
                        layout=layout, message=message, tensor=tensor, **fields)
 
 

@@ -15,7 +15,7 @@ import kernels
 from . import environment, results
 from .check import all_passed, check, summarize
 from .gpu_report import BUDGET_S, gpu_report
-from .table import format_table
+from .table import dtype_label, format_table
 from .suite import SUITES
 from .timing import PerformanceUnavailable
 
@@ -53,7 +53,7 @@ def _ladder_rows() -> list[dict]:
         for r in kernels.variants(op):
             why_not = r.unavailable or f"no ({here.name})"  # a missing extra, else the backend
             rows.append(dict(op=op, rung=r.label, name=r.name, kind=r.kind,
-                             dtypes=",".join(str(d).replace("torch.", "") for d in r.dtypes),
+                             dtypes=",".join(map(dtype_label, r.dtypes)),
                              backends=",".join(sorted(r.backends)),
                              runs_here="yes" if r.runs_here() else why_not))
     return rows

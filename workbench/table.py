@@ -6,6 +6,11 @@ import html
 from typing import Iterable, Sequence
 
 
+def dtype_label(dtype) -> str:
+    """A torch dtype as tables, reports and result rows spell it: "bfloat16", not "torch.bfloat16"."""
+    return str(dtype).removeprefix("torch.")
+
+
 def _cell(value) -> str:
     if value is None:      # not measured: a dash, so it never reads as a zero
         return "–"

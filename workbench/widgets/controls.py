@@ -10,13 +10,11 @@ import torch
 
 import kernels
 
+from ..table import dtype_label
+
 # Largest dimension a correctness check runs at. The interpreter costs ~0.7 ms per program
 # instance; on a GPU the float64 reference, computed on the CPU, is the slow part.
 CHECK_CAP = {"interpreter": 64, "gpu": 1024}
-
-
-def dtype_label(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def to_dtype(value) -> torch.dtype:
