@@ -7,7 +7,6 @@ rung's speed is reported as a ratio to it, timed in the same run.
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from .. import validate

@@ -79,7 +79,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list:
       dtypes=DTYPES, interpreter=True, kind="triton", aot=aot, max_bench_flops=2e12)
 def attention_v0(q, k, v, causal=False, scale=None):
     scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM)
-    (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]
+    (b, hq, s, _), (hkv, sk) = q.shape, k.shape[1:3]
     if sk > MAX_KEYS:
         raise ValueError(f"k has S_k={sk} keys; v0's row softmax takes at most {MAX_KEYS}")
     cfg = gemm_config(_backend.current().name)
