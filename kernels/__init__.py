@@ -4,7 +4,8 @@
 without a GPU that is the Triton interpreter and Numba's CUDA simulator, with no
 environment variable to set. Kernel modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
-``kernels.flash_attention``, ``kernels.flash_attention_varlen``), ``kernels.nn`` and the op
+``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
+``kernels.grouped_gemm``), ``kernels.nn`` and the op
 packages (``kernels.gemm_fp8``, ``kernels.gemm_mxfp4``) are resolved lazily by :func:`__getattr__`.
 
     >>> import kernels
@@ -15,7 +16,7 @@ packages (``kernels.gemm_fp8``, ``kernels.gemm_mxfp4``) are resolved lazily by :
 import importlib
 
 from . import backend
-from .registry import OPS, get, ops, spec, variants
+from .registry import OPS, PACKAGES, get, ops, spec, variants
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {
@@ -24,6 +25,7 @@ _LAZY = {
     "matmul_mxfp4": ("kernels.gemm_mxfp4.ops", "matmul_mxfp4"),
     "flash_attention": ("kernels.attention.ops", "flash_attention"),
     "flash_attention_varlen": ("kernels.attention.ops", "flash_attention_varlen"),
+    "grouped_gemm": ("kernels.moe.grouped_gemm.ops", "grouped_gemm"),
     "nn": ("kernels.nn", None),
 }
 
@@ -32,11 +34,12 @@ __all__ = ["backend", "get", "ops", "spec", "variants", *_LAZY]
 
 def __getattr__(name: str):
     """Import kernel modules on first touch, after the backend choice above."""
-    if name in OPS:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+    elif name in OPS:
         spec(name)  # registers the op's rungs through the registry
-        return importlib.import_module(f"kernels.{name}")
-    if name not in _LAZY:
+        module, attr = PACKAGES[name], None
+    else:
         raise AttributeError(f"module 'kernels' has no attribute {name!r}")
-    module, attr = _LAZY[name]
     loaded = importlib.import_module(module)
     return loaded if attr is None else getattr(loaded, attr)

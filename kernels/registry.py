@@ -16,7 +16,16 @@ import torch
 
 from . import backend as _backend
 
-OPS = ("gemm", "gemm_fp8", "gemm_mxfp4", "attention")  # op packages under kernels/, imported on first use
+# op -> the package that registers it, imported on first use. Mostly ``kernels.<op>``; the
+# MoE ops live under ``kernels.moe``, since ``kernels.grouped_gemm`` is the public function.
+PACKAGES = {
+    "gemm": "kernels.gemm",
+    "gemm_fp8": "kernels.gemm_fp8",
+    "gemm_mxfp4": "kernels.gemm_mxfp4",
+    "attention": "kernels.attention",
+    "grouped_gemm": "kernels.moe.grouped_gemm",
+}
+OPS = tuple(PACKAGES)
 
 
 @dataclass(frozen=True)
@@ -159,7 +168,7 @@ def _load(op: str) -> None:
     if op not in OPS:
         raise KeyError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
     _backend.mark_kernels_loaded()
-    importlib.import_module(f"kernels.{op}")
+    importlib.import_module(PACKAGES[op])
     _loaded.add(op)
 
 

@@ -89,3 +89,35 @@ def attention_operands(q, k, v, scale, dtypes: Sequence[torch.dtype], max_head_d
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
     return float(scale)
+
+
+def grouped_gemm_operands(x, w, offsets, dtypes: Sequence[torch.dtype], allow_empty: bool = False,
+                          check_values: bool = True) -> None:
+    """Check x (T, K), w (G, K, N) and int32 offsets (G,): the common signature of every
+    grouped GEMM rung. ``check_values`` also reads the offsets (one host sync of G ints)
+    to refuse ends that decrease or do not finish at T; a caller that built them itself
+    (``kernels.moe.permute``) skips that."""
+    tensor("x", x, ndim=2, allow_empty=allow_empty)
+    tensor("w", w, ndim=3, allow_empty=allow_empty)
+    tensor("offsets", offsets, ndim=1, allow_empty=True)
+    if offsets.dtype != torch.int32:
+        raise TypeError(f"offsets must be int32 (cumulative row ends per group), got "
+                        f"{str(offsets.dtype).replace('torch.', '')}")
+    same_device(x=x, w=w, offsets=offsets)
+    same_dtype(x=x, w=w)
+    tensor("x", x, dtypes=dtypes, allow_empty=allow_empty)
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"inner dimensions differ: x is {tuple(x.shape)} (T, K), "
+                         f"w is {tuple(w.shape)} (G, K, N)")
+    if offsets.shape[0] != w.shape[0]:
+        raise ValueError(f"offsets has {offsets.shape[0]} entries but w has {w.shape[0]} groups "
+                         f"(G); offsets[g] is the end row of group g")
+    if not check_values:
+        return
+    ends = offsets.cpu().long()
+    if ends.numel() and (ends[0] < 0 or bool((ends[1:] < ends[:-1]).any())):
+        raise ValueError(f"offsets must be non-decreasing row ends starting at >= 0, got "
+                         f"{ends.tolist()[:16]}")
+    last = int(ends[-1]) if ends.numel() else 0
+    if last != x.shape[0]:
+        raise ValueError(f"offsets[-1] must equal x's row count T={x.shape[0]}, got {last}")

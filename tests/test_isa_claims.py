@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import kernels
+from kernels.registry import PACKAGES
 from workbench import isa, isa_parse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +51,8 @@ def _occurs(name: str, mnemonics) -> bool:
 
 SOURCES_NAMING_INSTRUCTIONS = [
     pytest.param(op, path, id=f"{op}/{path.name}")
-    for op in kernels.ops() for path in sorted((ROOT / "kernels" / op).glob("*.py"))
+    for op in kernels.ops()
+    for path in sorted((ROOT / PACKAGES[op].replace(".", "/")).glob("*.py"))
     if _mentions(path.read_text())]
 
 

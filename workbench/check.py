@@ -137,7 +137,8 @@ def judge(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
             out = rung(*inputs)
         return [("out", compare(out, reference, baseline, out.dtype))]  # in the dtype it produces
     names = spec.grad_inputs
-    as64 = tuple(t.detach().cpu().double() if isinstance(t, torch.Tensor) else t for t in inputs)
+    as64 = tuple(t.detach().cpu().double() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                 else t for t in inputs)
     with torch.no_grad():
         shape = spec.reference(*as64).shape
     gen = torch.Generator(device="cpu").manual_seed(seed + 1)
