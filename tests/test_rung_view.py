@@ -33,6 +33,13 @@ def test_without_results_it_says_none_were_measured_or_recorded(monkeypatch, tmp
     monkeypatch.setattr(results, "_recorded_dir", lambda: tmp_path)
     view = view_rung("gemm", 2, (4, 4, 4))
     assert view.recorded == [] and "No GPU result for this rung yet" in str(view)
+    assert "`workbench bench gemm` on a GPU" in str(view)
+
+
+def test_the_no_results_note_names_the_rungs_own_op(monkeypatch, tmp_path):
+    monkeypatch.setattr(results, "_recorded_dir", lambda: tmp_path)
+    text = str(view_rung("grouped_gemm", 0, (5, 8, 4, 2, 1)))
+    assert "`workbench bench grouped_gemm` on a GPU" in text and "bench gemm`" not in text
 
 
 def test_recorded_results_are_labelled_with_gpu_and_date(monkeypatch, tmp_path, make_row):

@@ -48,7 +48,7 @@ class RungView:
         if self.recorded:
             return "Recorded on a GPU (not measured here):\n" + format_table(self._recorded_rows())
         return ("No GPU result for this rung yet: none measured here (no GPU) and none recorded. "
-                "`workbench bench gemm` on a GPU records them.")
+                f"`workbench bench {self.rung.op}` on a GPU records them.")
 
     def __repr__(self) -> str:
         verdict = "all pass" if self.passed else "FAILED" if self.checks else "not run here"
