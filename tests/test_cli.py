@@ -28,7 +28,7 @@ def test_check_exits_nonzero_on_a_failing_rung(monkeypatch, capsys):
         return torch.matmul(a, b) + 1.0
     bad = Rung(op="gemm", rung=99, name="wrong", fn=wrong, backends=frozenset({"interpreter"}),
                dtypes=(torch.float32,), interpreter=True, kind="library", module=__name__)
-    monkeypatch.setitem(registry._RUNGS, "gemm", [*registry._RUNGS["gemm"], bad])
+    monkeypatch.setitem(registry._RUNGS, "gemm", [*kernels.variants("gemm"), bad])
     assert main(["check", "gemm", "--rung", "99", "--shape", "4x4x4"]) == 1
     assert "FAIL gemm v99 wrong" in capsys.readouterr().out
 
@@ -45,6 +45,16 @@ def test_bad_arguments_are_reported(capsys):
     assert "no rung 'v42'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["check", "gemm", "--shape", "4xfour"])
+    assert main(["check", "gemm", "--shape", "4x4"]) == 2
+    assert "gemm shapes are MxNxK (3 numbers), got 4x4" in capsys.readouterr().err
+    assert main(["check", "--shape", "4x4x4"]) == 2
+    assert "--shape needs an op" in capsys.readouterr().err
+
+
+def test_a_shape_may_hold_zero_codes(capsys):
+    """Attention's causal flag and grouped GEMM's routing are numbers in the shape; 0 is legal."""
+    assert main(["check", "grouped_gemm", "--rung", "0", "--dtype", "fp32", "--shape", "9x8x5x3x0"]) == 0
+    assert "2 passed, 0 failed" in capsys.readouterr().out   # row- and column-major
 
 
 @pytest.mark.slow

@@ -27,9 +27,23 @@ def _parse_shape(text: str) -> tuple[int, ...]:
         shape = tuple(int(x) for x in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"shape must look like 64x48x32, got {text!r}") from None
-    if any(s <= 0 for s in shape):
-        raise argparse.ArgumentTypeError(f"shape dimensions must be positive, got {text!r}")
+    if any(s < 0 for s in shape):
+        raise argparse.ArgumentTypeError(f"shape entries must be >= 0, got {text!r}")
     return shape
+
+
+def _shapes(op: str | None, shape: tuple | None) -> list[tuple] | None:
+    """``--shape`` as the list of shapes to run, after checking it names one per entry of the
+    op's ``shape_names`` (some entries are flags or codes, e.g. attention's causal 0/1)."""
+    if shape is None:
+        return None
+    if op is None:
+        raise ValueError("--shape needs an op: shapes are in the op's own order")
+    names = kernels.spec(op).shape_names
+    if len(shape) != len(names):
+        raise ValueError(f"{op} shapes are {'x'.join(names)} ({len(names)} numbers), "
+                         f"got {'x'.join(map(str, shape))}")
+    return [shape]
 
 
 def _parse_seconds(text: str) -> float:
@@ -82,7 +96,7 @@ def _run_checks(ops, rung, shapes, dtypes) -> list:
 def cmd_check(args) -> int:
     ops = [args.op] if args.op else list(kernels.ops())
     dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else None
-    reports = _run_checks(ops, args.rung, [args.shape] if args.shape else None, dtypes)
+    reports = _run_checks(ops, args.rung, _shapes(args.op, args.shape), dtypes)
     print(format_table(summarize(reports)))
     failed = [r for r in reports if not r.passed]
     for r in failed:
@@ -106,7 +120,7 @@ def _bench_rows(args):
     if not args.op:
         raise ValueError("name an op to benchmark, or --suite quick for every op")
     spec = kernels.spec(args.op)
-    shapes = [args.shape] if args.shape else [spec.bench_shapes[p] for p in args.preset or ()] or None
+    shapes = _shapes(args.op, args.shape) or [spec.bench_shapes[p] for p in args.preset or ()] or None
     dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else None
     return bench(args.op, shapes=shapes, dtypes=dtypes, rungs=args.rung, out=args.out)
 
