@@ -19,6 +19,7 @@ import json
 import torch
 import triton
 
+from kernels import tuning
 from kernels.gemm import configs
 
 from . import isa, isa_occupancy
@@ -55,7 +56,7 @@ def prune_target(target: str, progress=print) -> dict:
     table = {"kept": [], "dropped": []}
     space = configs.candidates(target)
     for i, candidate in enumerate(space):
-        cfg = configs.as_dict(candidate)
+        cfg = tuning.as_dict(candidate)
         entry = {"config": cfg, **{layout: measure(target, cfg, layout) for layout in configs.LAYOUTS}}
         why = [f"{layout}: {w}" for layout in configs.LAYOUTS if (w := verdict(target, entry[layout]))]
         if why:
@@ -78,7 +79,7 @@ def write(tables: dict[str, dict]) -> None:
         "targets": {**old["targets"], **tables},
     }
     configs.TABLE.write_text(json.dumps(document, indent=1) + "\n")
-    configs.shipped.cache_clear()
+    tuning.shipped.cache_clear()
 
 
 def main(argv: list[str] | None = None) -> None:

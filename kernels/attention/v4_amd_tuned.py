@@ -31,7 +31,7 @@ import torch
 
 from .. import backend as _backend
 from .. import validate
-from ..gemm.configs import with_overrides
+from ..tuning import with_overrides
 from ..registry import rung
 from ..triton_support import aot_launch
 from . import v3_causal_lse
