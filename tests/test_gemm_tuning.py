@@ -72,7 +72,7 @@ def test_table_entries_are_what_the_compiler_gives(target, cfg, layout):
     entries = {_key(e["config"]): e for e in _entries(target)}
     cfg = cfg or configs.shipped()[target]["kept"][0]["config"]
     entry = entries[_key(cfg)]
-    assert tune_space.measure(target, cfg, layout) == entry[layout]
+    assert tune_space.measure("gemm", target, {**cfg, "layout": layout}) == entry[layout]
 
 
 def test_the_issues_spilling_config_is_not_in_the_space():
@@ -206,7 +206,7 @@ def test_v5_holds_a_256x256_tile_that_v6_spills():
     cfg = dict(BIG, num_warps=4, waves_per_eu=0)
     v5 = isa.inspect("gemm", "v5", "gfx942", overrides=cfg)
     assert (v5.spills, v5.vgprs + v5.agprs) == (0, 512)
-    assert tune_space.verdict("gfx942", tune_space.measure("gfx942", cfg, "NN"))
+    assert tune_space.verdict("gfx942", tune_space.measure("gemm", "gfx942", {**cfg, "layout": "NN"}))
     for target in ("gfx942", "gfx950"):
         kept = [e["config"] for e in configs.shipped()[target]["kept"]]
         assert not [c for c in kept if (c["BLOCK_M"], c["BLOCK_N"]) == (256, 256)], target
