@@ -157,3 +157,17 @@ def test_on_the_interpreter_nothing_is_timed(monkeypatch):
     kernels.get("attention", 4)(*kernels.spec("attention").make_inputs(shape, torch.float32)[:3])
     only = tuning.as_dict(configs.interpreter_configs()[0])
     assert v4.chosen_config(shape, torch.float32) == dict(only, BLOCK_D=head_block(40))
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_tuner_times_the_pruned_set_and_shows_the_winner(monkeypatch):
+    """Not run here (no GPU): the first call of a bucket times each pruned config once."""
+    here = kernels.backend.current()
+    shape = (1, 32, 8, 2048, 2048, 128, 1)
+    timed, real = [], tuning.time_ms
+    monkeypatch.setattr(tuning, "time_ms", lambda fn: timed.append(real(fn)) or timed[-1])
+    monkeypatch.setattr(v4, "_TUNED", {})
+    q, k, v, _ = kernels.spec("attention").make_inputs(shape, torch.bfloat16, here.device)
+    kernels.flash_attention(q, k, v, causal=True)
+    pruned = v4._pruned(here.name, here.arch, 2048, 2048, 128)
+    assert len(timed) == len(pruned) > 1 and v4.chosen_config(shape, torch.bfloat16) in pruned
