@@ -92,3 +92,32 @@ def fake_timer(monkeypatch):
         monkeypatch.setattr(bench, "time_ms", time_ms)
         return calls
     return install
+
+
+@pytest.fixture
+def fake_tuner_clock(monkeypatch):
+    """Time a tuner's candidates with a fake clock: ``fake_tuner_clock(owner, "launch", ms)``.
+
+    ``owner.launch`` (whose last argument is the config) is wrapped to note each
+    launch's (BLOCK_M, BLOCK_N); ``kernels.tuning.time_ms`` runs the real launch and
+    answers ``ms[that tile]``. Returns the list of tiles timed, in order.
+    """
+    from kernels import tuning
+
+    def install(owner, name, ms):
+        launched, timed = [], []
+        real = getattr(owner, name)
+
+        def launch(*args):
+            launched.append((args[-1]["BLOCK_M"], args[-1]["BLOCK_N"]))
+            return real(*args)
+
+        def time_ms(fn):
+            fn()
+            timed.append(launched[-1])
+            return ms[launched[-1]]
+
+        monkeypatch.setattr(owner, name, launch)
+        monkeypatch.setattr(tuning, "time_ms", time_ms)
+        return timed
+    return install

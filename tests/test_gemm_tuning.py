@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import kernels
+from kernels import tuning
 from kernels.gemm import configs, v6_persistent as v6
 from workbench import isa, isa_parse, tune_space
 from workbench.check import check_rung
@@ -35,7 +36,7 @@ def _entries(target: str) -> list[dict]:
 def test_shipped_table_covers_exactly_the_candidates(target):
     """A changed candidate list without ``python -m workbench.tune_space --write`` fails here."""
     recorded = [_key(entry["config"]) for entry in _entries(target)]
-    wanted = [_key(configs.as_dict(c)) for c in configs.candidates(target)]
+    wanted = [_key(tuning.as_dict(c)) for c in configs.candidates(target)]
     assert sorted(recorded) == sorted(wanted)
 
 
@@ -52,7 +53,7 @@ def test_kept_configs_fit_in_every_layout_and_dropped_ones_do_not(target):
 @pytest.mark.parametrize("backend,arch,target", [("hip", "gfx942", "gfx942"), ("hip", "gfx950", "gfx950"),
                                                  ("cuda", "sm_90", "sm90")])
 def test_space_is_the_kept_part_of_the_table(backend, arch, target):
-    space = [configs.as_dict(c) for c in configs.space(backend, arch)]
+    space = [tuning.as_dict(c) for c in configs.space(backend, arch)]
     assert space == [e["config"] for e in configs.shipped()[target]["kept"]]
 
 
@@ -71,12 +72,12 @@ def test_table_entries_are_what_the_compiler_gives(target, cfg, layout):
     entries = {_key(e["config"]): e for e in _entries(target)}
     cfg = cfg or configs.shipped()[target]["kept"][0]["config"]
     entry = entries[_key(cfg)]
-    assert tune_space.measure(target, cfg, layout) == entry[layout]
+    assert tune_space.measure("gemm", target, {**cfg, "layout": layout}) == entry[layout]
 
 
 def test_the_issues_spilling_config_is_not_in_the_space():
     spilling = dict(BIG, num_warps=8, waves_per_eu=2)
-    assert spilling not in [configs.as_dict(c) for c in configs.space("hip", "gfx942")]
+    assert spilling not in [tuning.as_dict(c) for c in configs.space("hip", "gfx942")]
 
 
 @pytest.mark.parametrize("backend,arch", [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")])
@@ -100,26 +101,12 @@ FAKE_MS = {(32, 32): 3.0, (16, 32): 1.0, (32, 16): 2.0}   # (BLOCK_M, BLOCK_N) -
 
 
 @pytest.fixture
-def fake_clock(monkeypatch):
+def fake_clock(monkeypatch, fake_tuner_clock):
     """Three candidates on the interpreter; timing runs the real launch and reads a fake time."""
     monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
     monkeypatch.setattr(v6, "_TUNED", {})
     monkeypatch.setattr(v6, "_CHOSEN", {})
-    launched, timed = [], []
-    real_launch = v6._launch
-
-    def launch(a, b, c, cfg):
-        launched.append((cfg["BLOCK_M"], cfg["BLOCK_N"]))
-        return real_launch(a, b, c, cfg)
-
-    def time_ms(fn):
-        fn()
-        timed.append(launched[-1])
-        return FAKE_MS[launched[-1]]
-
-    monkeypatch.setattr(v6, "_launch", launch)
-    monkeypatch.setattr(v6, "time_ms", time_ms)
-    return timed
+    return fake_tuner_clock(v6, "_launch", FAKE_MS)
 
 
 def test_v6_tuner_picks_the_fastest_and_caches_per_bucket(fake_clock):
@@ -153,10 +140,10 @@ def test_a_pinned_tile_skips_the_tuner(fake_clock):
 
 def test_on_the_interpreter_nothing_is_timed(monkeypatch):
     monkeypatch.setattr(v6, "_TUNED", {})
-    monkeypatch.setattr(v6, "time_ms", lambda fn: pytest.fail("timed on the interpreter"))
+    monkeypatch.setattr(tuning, "time_ms", lambda fn: pytest.fail("timed on the interpreter"))
     a, b = kernels.spec("gemm").make_inputs((33, 17, 9), torch.float32)
     kernels.get("gemm", 6)(a, b)
-    only = configs.as_dict(configs.interpreter_configs()[0])
+    only = tuning.as_dict(configs.interpreter_configs()[0])
     chosen = v6.chosen_config((33, 17, 9), torch.float32)
     assert {k: chosen[k] for k in only} == only
 
@@ -219,7 +206,7 @@ def test_v5_holds_a_256x256_tile_that_v6_spills():
     cfg = dict(BIG, num_warps=4, waves_per_eu=0)
     v5 = isa.inspect("gemm", "v5", "gfx942", overrides=cfg)
     assert (v5.spills, v5.vgprs + v5.agprs) == (0, 512)
-    assert tune_space.verdict("gfx942", tune_space.measure("gfx942", cfg, "NN"))
+    assert tune_space.verdict("gfx942", tune_space.measure("gemm", "gfx942", {**cfg, "layout": "NN"}))
     for target in ("gfx942", "gfx950"):
         kept = [e["config"] for e in configs.shipped()[target]["kept"]]
         assert not [c for c in kept if (c["BLOCK_M"], c["BLOCK_N"]) == (256, 256)], target

@@ -1,29 +1,35 @@
-"""Prune the GEMM tuning space ahead of time: a config that spills on the target is never timed.
+"""Prune the tuning spaces ahead of time: a config that spills on the target is never timed.
 
-    python -m workbench.tune_space                   # compile and print, all targets (minutes)
-    python -m workbench.tune_space --target gfx950 --write
+    python -m workbench.tune_space                   # compile and print, both ops, all targets
+    python -m workbench.tune_space --op attention --write   # 9 minutes on 2 cores (2026-11-30)
+    python -m workbench.tune_space --op attention --target gfx950 --write
 
-Every candidate of :func:`kernels.gemm.configs.candidates` is compiled with the ISA
-inspector for its target, with v6's kernel (the rung ``kernels.matmul`` runs) at bf16,
-once per operand layout of :data:`kernels.gemm.configs.LAYOUTS`. A config is dropped
-when, in any layout, it spills VGPRs, uses scratch (AMD private segment, NVIDIA stack
-frame), or needs more LDS / shared memory than one workgroup may have. ``--write``
-stores the verdicts, with the resources behind them, in the table ``kernels`` ships
-(``kernels/gemm/tuned_space.json``), replacing only the targets compiled.
+Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
+for its target, at bf16, with the rung its users get: the GEMM with v6 (the rung
+``kernels.matmul`` runs) once per operand layout of :data:`kernels.gemm.configs.LAYOUTS`,
+attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
+(``BLOCK_D``, 64 or 128), causal. A config is dropped when, in any of its compiles,
+it spills VGPRs, uses scratch (AMD private segment, NVIDIA stack frame), or needs more
+LDS / shared memory than one workgroup may have. ``--write`` stores the verdicts,
+with the resources behind them, in the table ``kernels`` ships
+(``kernels/<op>/tuned_space.json``), replacing only the targets compiled.
 """
 from __future__ import annotations
 
 import argparse
 import json
+from types import ModuleType
+from typing import Callable, NamedTuple
 
 import torch
 import triton
 
-from kernels.gemm import configs
+from kernels import tuning
+from kernels.attention import configs as attention_configs
+from kernels.gemm import configs as gemm_configs
 
 from . import isa, isa_occupancy
 
-RUNG = "v6"
 DTYPE = torch.bfloat16
 WORKGROUP_LDS_BYTES = {
     **isa_occupancy.LDS_BYTES_PER_CU,  # a CDNA workgroup may take the whole CU's LDS
@@ -31,9 +37,27 @@ WORKGROUP_LDS_BYTES = {
 }
 
 
-def measure(target: str, cfg: dict, layout: str) -> dict:
-    """The resources of v6's main kernel with settings ``cfg`` for one layout on ``target``."""
-    report = isa.inspect("gemm", RUNG, target, DTYPE, overrides={**cfg, "layout": layout})
+class Op(NamedTuple):
+    """How one op's space is compiled."""
+
+    rung: str
+    configs: ModuleType   # TABLE, candidates(target)
+    compiles: Callable[[dict], dict[str, dict]]   # a config -> {compile name: extra overrides}
+    about: str
+
+
+OPS = {
+    "gemm": Op("v6", gemm_configs,
+               lambda cfg: {layout: {"layout": layout} for layout in gemm_configs.LAYOUTS},
+               f"layouts {', '.join(gemm_configs.LAYOUTS)}"),
+    "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
+                    "causal, at the head dim of each config (BLOCK_D)"),
+}
+
+
+def measure(op: str, target: str, overrides: dict) -> dict:
+    """The resources of the op's main kernel compiled with ``overrides`` on ``target``."""
+    report = isa.inspect(op, OPS[op].rung, target, DTYPE, overrides=overrides)
     return {"vgprs": report.vgprs, "agprs": report.agprs, "spills": report.spills,
             "scratch_bytes": report.scratch_bytes, "lds_bytes": report.lds_bytes,
             "occupancy": report.occupancy.value}
@@ -50,48 +74,54 @@ def verdict(target: str, resources: dict) -> str | None:
     return None
 
 
-def prune_target(target: str, progress=print) -> dict:
-    """Compile every candidate of ``target`` in every layout: {"kept": [...], "dropped": [...]}."""
+def prune_target(op: str, target: str, progress=print) -> dict:
+    """Compile every candidate of ``target`` in each of its compiles: {"kept": [...], "dropped": [...]}."""
     table = {"kept": [], "dropped": []}
-    space = configs.candidates(target)
+    space = OPS[op].configs.candidates(target)
     for i, candidate in enumerate(space):
-        cfg = configs.as_dict(candidate)
-        entry = {"config": cfg, **{layout: measure(target, cfg, layout) for layout in configs.LAYOUTS}}
-        why = [f"{layout}: {w}" for layout in configs.LAYOUTS if (w := verdict(target, entry[layout]))]
+        cfg = tuning.as_dict(candidate)
+        entry = {"config": cfg, **{name: measure(op, target, {**cfg, **extra})
+                                   for name, extra in OPS[op].compiles(cfg).items()}}
+        why = [f"{name}: {w}" for name, resources in entry.items()
+               if name != "config" and (w := verdict(target, resources))]
         if why:
             table["dropped"].append({**entry, "why": "; ".join(why)})
         else:
             table["kept"].append(entry)
-        progress(f"{target} {i + 1}/{len(space)} {cfg} -> {'; '.join(why) or 'kept'}")
+        progress(f"{op} {target} {i + 1}/{len(space)} {cfg} -> {'; '.join(why) or 'kept'}")
     return table
 
 
-def write(tables: dict[str, dict]) -> None:
-    """Replace the given targets in the shipped table, keep the others."""
-    old = json.loads(configs.TABLE.read_text()) if configs.TABLE.exists() else {"targets": {}}
+def write(op: str, tables: dict[str, dict]) -> None:
+    """Replace the given targets in the op's shipped table, keep the others."""
+    path = OPS[op].configs.TABLE
+    old = json.loads(path.read_text()) if path.exists() else {"targets": {}}
     document = {
         "about": "Generated by `python -m workbench.tune_space --write`; do not edit by hand. "
-                 f"GEMM {RUNG} at {str(DTYPE).removeprefix('torch.')}, triton {triton.__version__}, "
-                 f"layouts {', '.join(configs.LAYOUTS)}: configs kept (never spill) and dropped, "
+                 f"{op} {OPS[op].rung} at {str(DTYPE).removeprefix('torch.')}, triton {triton.__version__}, "
+                 f"{OPS[op].about}: configs kept (never spill) and dropped, "
                  "with VGPRs (registers per thread on sm90), AGPRs, spills, scratch, LDS bytes "
-                 "and occupancy (waves/SIMD on AMD, blocks/SM on sm90) per layout.",
+                 "and occupancy (waves/SIMD on AMD, blocks/SM on sm90) per compile.",
         "targets": {**old["targets"], **tables},
     }
-    configs.TABLE.write_text(json.dumps(document, indent=1) + "\n")
-    configs.shipped.cache_clear()
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    tuning.shipped.cache_clear()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--op", action="append", choices=list(OPS),
+                        help="compile this op's space only (repeatable; default: all)")
     parser.add_argument("--target", action="append", choices=list(isa.TARGETS),
                         help="compile for this target only (repeatable; default: all)")
     parser.add_argument("--write", action="store_true", help="store the result in the shipped table")
     args = parser.parse_args(argv)
-    tables = {target: prune_target(target) for target in args.target or isa.TARGETS}
-    for target, table in tables.items():
-        print(f"{target}: {len(table['kept'])} kept, {len(table['dropped'])} dropped")
-    if args.write:
-        write(tables)
+    for op in args.op or OPS:
+        tables = {target: prune_target(op, target) for target in args.target or isa.TARGETS}
+        for target, table in tables.items():
+            print(f"{op} {target}: {len(table['kept'])} kept, {len(table['dropped'])} dropped")
+        if args.write:
+            write(op, tables)
 
 
 if __name__ == "__main__":

@@ -25,14 +25,14 @@ from __future__ import annotations
 import torch
 
 from .. import validate
-from . import v3_causal_lse, v4_amd_tuned, v5_backward
+from . import v4_amd_tuned, v5_backward
 from .spec import DTYPES, MAX_HEAD_DIM
 
 
 @torch.library.custom_op("kernels::flash_attention_fwd", mutates_args=())
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return v3_causal_lse.launch(q, k, v, causal, scale, v4_amd_tuned.chosen_config(q.shape[-1]))
+    return v4_amd_tuned.forward(q, k, v, causal, scale)
 
 
 @_fwd.register_fake

@@ -1,77 +1,131 @@
-"""v4 amd_tuned: v3's kernel with tiles and AMD knobs chosen per target and head dim.
+"""v4 amd_tuned: v3's kernel with its tiles and AMD knobs tuned per target, head dim and shape.
 
 Idea:
-    The kernel is v3's, unchanged; what changes is how it is launched. Per backend and
-    head dim (64 or 128) a table picks BLOCK_M (the query rows a program keeps), the
-    waves per program, ``num_stages=2`` (asks Triton's AMD stream pipeliner to
-    double-buffer the K/V tiles in LDS, loading tile i+1 while tile i is multiplied) and
-    ``waves_per_eu`` (the register cap the compiler aims for, to keep that many waves
-    per SIMD). The choice is visible: :func:`chosen_config`. At D = 128 the key tile is
-    32 wide: 128 x 64 with two stages spills on gfx942, 128 x 32 does not.
+    The kernel is v3's, unchanged; what changes is how it is launched. The launch
+    settings are BLOCK_M (the query rows a program keeps), BLOCK_N (the key tile),
+    the waves per program, ``num_stages`` (2 asks Triton's AMD stream pipeliner to
+    double-buffer the K/V tiles in LDS, loading tile i+1 while tile i is multiplied;
+    2 or 3 cp.async stages on sm90), ``waves_per_eu`` (the register cap the compiler
+    aims for, to keep that many waves per SIMD) and ``matrix_instr_nonkdim`` (16x16
+    or 32x32 MFMAs). :mod:`.configs` writes the candidates down per target and
+    head-dim class (D <= 64, D <= 128); every candidate was compiled ahead of time
+    for gfx942, gfx950 and sm90 at its head dim and the ones that spill were dropped
+    (``kernels/attention/tuned_space.json``, by ``python -m workbench.tune_space``).
+    :func:`tuned` times the survivors that fit the shape (at most 8) on the first
+    call of each (S, S_k power-of-two bucket, BLOCK_D, dtype, causal) and caches the
+    fastest for the process; on the interpreter the space has one config, so
+    nothing is timed. The choice is visible: :func:`chosen_config`, and
+    :func:`prior` for the untimed first choice. ``kernels.flash_attention`` runs
+    this forward (:func:`forward`).
 
 Why faster:
     128 query rows per program halve the K/V re-reads of v3's 64, and the second LDS
-    stage (at D = 128 the LDS footprint grows past v3's) is there to hide global-load
-    latency behind the MFMAs, with two waves per SIMD kept by ``waves_per_eu``. Not
-    measured yet: no GPU timing exists in this repository.
+    stage is there to hide global-load latency behind the MFMAs, with two waves per
+    SIMD kept by ``waves_per_eu``: that is the prior, the first config of each
+    class. Whether a config beats another is measured by the tuner on the GPU it
+    runs on, not assumed; no GPU timing exists in this repository, so none of this
+    is measured here.
 
 Expected bound:
     Compute: the matrix cores, with exp2 and the rescaling on the vector unit competing
     for issue slots.
 
 Limits:
-    As v3. The table is pruned ahead of time, not timed: every listed config compiles
-    for gfx942 and gfx950 without spilling (``tests/test_attention_isa.py`` compiles
-    each), and no config is benchmarked here, since no GPU timing exists in this
-    repository yet. Head dims other than 64 and 128 use the 128 entry.
+    As v3. The table proves only what a compiler can: the kept configs compile
+    without spilling or scratch and fit the LDS (``tests/test_attention_tuning.py``
+    recompiles a sample); at D = 128 a 128 x 64 tile with 8 waves, two stages and
+    ``waves_per_eu=2`` spills on gfx942, so the table drops it and the prior's key
+    tile there is 32 wide. The tuner times with the batch and heads of the first
+    shape of a bucket; another shape in the bucket reuses the winner untimed. Head
+    dims below a class's BLOCK_D run its configs with BLOCK_D fitted to them
+    (fewer registers, not compiled separately). ``overrides`` pins any setting on
+    top of :func:`prior` and skips the tuner.
 """
 from __future__ import annotations
 
 import torch
+import triton
 
 from .. import backend as _backend
 from .. import validate
-from ..gemm.configs import with_overrides
 from ..registry import rung
 from ..triton_support import aot_launch
-from . import v3_causal_lse
+from ..tuning import as_dict, fastest, with_overrides
+from . import configs, v3_causal_lse
 from .launch import aot_ints, head_block
 from .spec import DTYPES, MAX_HEAD_DIM
 
-# backend -> head dim -> launch settings (upper case: constexprs; the rest compile options)
-CONFIGS = {
-    "hip": {
-        64: dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, waves_per_eu=2),
-        128: dict(BLOCK_M=128, BLOCK_N=32, num_warps=8, num_stages=2, waves_per_eu=2),
-    },
-    "cuda": {
-        64: dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
-        128: dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=2),
-    },
-    "interpreter": {
-        64: dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1),
-        128: dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=1),
-    },
-}
+_TUNED: dict[tuple, dict] = {}    # (S, S_k buckets, BLOCK_D, dtype, causal) -> the fastest config
+_CHOSEN: dict[tuple, dict] = {}   # the same key -> the settings of the last launch
 
 
-def chosen_config(d: int, backend: str | None = None) -> dict:
-    """The launch settings v4 uses for head dim ``d`` on ``backend`` (default: this one)."""
-    table = CONFIGS[backend or _backend.current().name]
-    return {**table[64 if d <= 64 else 128], "BLOCK_D": head_block(d)}
+def _bucket(s: int, sk: int, d: int, dtype: torch.dtype, causal) -> tuple:
+    return triton.next_power_of_2(s), triton.next_power_of_2(sk), head_block(d), dtype, bool(causal)
+
+
+def _pruned(backend: str, arch: str, s: int, sk: int, d: int) -> list[dict]:
+    """The configs worth timing for the shape, with BLOCK_D fitted to ``d``."""
+    return [{**as_dict(c), "BLOCK_D": head_block(d)}
+            for c in configs.prune(configs.space(backend, arch, d), s, sk)]
+
+
+def prior(backend: str, arch: str, d: int, s: int = 4096, sk: int = 4096) -> dict:
+    """The untimed choice: the pruned space's first config for the shape (by default a
+    4096-token sequence, the launch the ISA inspector compiles)."""
+    return _pruned(backend, arch, s, sk, d)[0]
+
+
+def tuned(q, k, v, causal: bool, scale: float) -> dict:
+    """The config for this launch: the fastest pruned candidate of its (S, S_k power-of-two
+    buckets, BLOCK_D, dtype, causal).
+
+    The first call of a key times every candidate :func:`.configs.prune` keeps with
+    v3's launch on these tensors and caches the winner for the process; a single
+    candidate (always, on the interpreter) is taken without timing.
+    """
+    (s, d), sk = q.shape[2:], k.shape[2]
+    key = _bucket(s, sk, d, q.dtype, causal)
+    if key not in _TUNED:
+        here = _backend.current()
+        _TUNED[key] = fastest(_pruned(here.name, here.arch, s, sk, d),
+                              lambda cfg: v3_causal_lse.launch(q, k, v, causal, scale, cfg))
+    return _TUNED[key]
+
+
+def forward(q, k, v, causal: bool, scale: float, overrides: dict | None = None):
+    """O and the LSE parts (v3's launch) with the tuned config; ``overrides`` pins settings
+    on top of the prior and skips the tuner. :func:`chosen_config` then tells what ran."""
+    (s, d), sk = q.shape[2:], k.shape[2]
+    if overrides:
+        here = _backend.current()
+        cfg = with_overrides(prior(here.name, here.arch, d, s, sk), overrides)
+    else:
+        cfg = tuned(q, k, v, causal, scale)
+    _CHOSEN[_bucket(s, sk, d, q.dtype, causal)] = cfg
+    return v3_causal_lse.launch(q, k, v, causal, scale, cfg)
+
+
+def chosen_config(shape, dtype: torch.dtype) -> dict | None:
+    """The settings v4 last launched for ``shape`` ((B, Hq, Hkv, S, S_k, D, causal), the
+    spec's tuple) in its bucket and ``dtype`` in this process, or None."""
+    s, sk, d, causal = shape[3:]
+    return _CHOSEN.get(_bucket(s, sk, d, dtype, causal))
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list:
-    """Every head-dim entry, so the ISA tests see each config the table ships;
-    ``overrides`` replaces settings of both (e.g. ``{"BLOCK_N": 64}``)."""
+    """The prior of each head-dim class (D = 128, then 64) for a causal Llama-3-8B launch;
+    ``overrides`` replaces settings of both, and a ``BLOCK_D`` among them compiles that
+    head dim only (how ``workbench.tune_space`` compiles each candidate)."""
+    dims = [overrides["BLOCK_D"]] if "BLOCK_D" in (overrides or {}) else sorted(configs.HEAD_DIMS, reverse=True)
     return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype,
-                       with_overrides(chosen_config(d, backend), overrides),
+                       with_overrides(prior(backend, arch, d), overrides),
                        aot_ints(d=d), constexprs={"CAUSAL": True, "INTERP_BF16": False},
-                       pointers={"lse_ptr": "*fp32"}) for d in (128, 64)]
+                       pointers={"lse_ptr": "*fp32"}) for d in dims]
 
 
 @rung(op="attention", rung=4, name="amd_tuned", backends=("hip", "cuda", "interpreter"),
       dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
-def attention_v4(q, k, v, causal=False, scale=None):
+def attention_v4(q, k, v, causal=False, scale=None, *, overrides: dict | None = None):
+    """``overrides`` pins settings (``BLOCK_N``, ``num_warps``, ...) and skips the tuner."""
     scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM)
-    return v3_causal_lse.launch(q, k, v, causal, scale, chosen_config(q.shape[-1]))[0]
+    return forward(q, k, v, causal, scale, overrides)[0]

@@ -14,7 +14,7 @@ Two steps, one ahead of time and one per shape:
   workgroup gets) in either layout is dropped, so it is never timed on a GPU. One
   table for both layouts, not one each: a config that spills in one layout would
   be a trap in the other's bucket. The table ships as ``tuned_space.json`` beside
-  this file, written by ``python -m workbench.tune_space --write``; a test checks
+  this file, written by ``python -m workbench.tune_space --op gemm --write``; a test checks
   that it covers exactly :func:`candidates` and recompiles a sample of it.
 
 :func:`prune` then keeps, for one (m, n, k), the few configs worth timing.
@@ -22,11 +22,11 @@ The interpreter has one small config, so nothing is ever timed on a CPU.
 """
 from __future__ import annotations
 
-import functools
-import json
 from pathlib import Path
 
 import triton
+
+from .. import tuning
 
 DECODE_M = 64      # M at or below this is a decode/skinny shape
 SKINNY_BLOCK_M = 32  # tiles at or below this many rows are skinny-M configs
@@ -97,11 +97,8 @@ def interpreter_configs() -> list[triton.Config]:
 
 
 def target(backend: str, arch: str) -> str:
-    """The table a device reads: its own arch on AMD (gfx942's for AMD archs not in the
-    table, unchecked there); sm90's for every NVIDIA GPU (the only one compiled for)."""
-    if backend == "cuda":
-        return "sm90"
-    return arch if arch in shipped() else "gfx942"
+    """The table a device reads (see :func:`kernels.tuning.target`)."""
+    return tuning.target(TABLE, backend, arch)
 
 
 def candidates(target_name: str) -> list[triton.Config]:
@@ -109,10 +106,9 @@ def candidates(target_name: str) -> list[triton.Config]:
     return cuda_candidates() if target_name == "sm90" else hip_candidates(target_name)
 
 
-@functools.lru_cache(maxsize=None)
 def shipped() -> dict:
     """The ahead-of-time table: per target, the configs kept and dropped, with their resources."""
-    return json.loads(TABLE.read_text())["targets"]
+    return tuning.shipped(TABLE)
 
 
 def space(backend: str, arch: str = "gfx942") -> list[triton.Config]:
@@ -122,8 +118,7 @@ def space(backend: str, arch: str = "gfx942") -> list[triton.Config]:
     if backend not in ("hip", "cuda"):
         raise ValueError(f"no GEMM config space for backend {backend!r}")
     name = target(backend, arch)
-    kept = [entry["config"] for entry in shipped()[name]["kept"]]
-    return [c for c in candidates(name) if as_dict(c) in kept]
+    return tuning.kept(TABLE, name, candidates(name))
 
 
 def _area(c: triton.Config) -> int:
@@ -140,34 +135,17 @@ def prune(configs: list[triton.Config], m: int, n: int, k: int) -> list[triton.C
     configs. If nothing fits (say N=1), the smallest tile stays. Order is kept, so
     ``prune(...)[0]`` is the prior for that shape.
     """
-    fit = [c for c in configs
-           if c.kwargs["BLOCK_M"] <= max(16, triton.next_power_of_2(m))
-           and c.kwargs["BLOCK_N"] <= max(16, triton.next_power_of_2(n))]
+    fit = [c for c in configs if tuning.fits(c, m, n)]
     skinny = [c for c in fit if c.kwargs["BLOCK_M"] <= SKINNY_BLOCK_M]
     fit = (skinny or fit) if m <= DECODE_M else [c for c in fit if c not in skinny]
     if not fit:
         return [min(configs, key=_area)]
-    sizes = list(dict.fromkeys((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in fit))
+    sizes = list(dict.fromkeys(map(tuning.tile, fit)))
     enough = [(bm, bn) for bm, bn in sizes if -(-m // bm) * -(-n // bn) >= MIN_TILES]
     sizes = (enough or sorted(sizes, key=lambda s: s[0] * s[1]))[:TILE_SIZES]
-    return [c for size in sizes
-            for c in [c for c in fit if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) == size][:PER_TILE]]
+    return tuning.per_tile(fit, sizes, PER_TILE)
 
 
 def early_config_prune(configs, named_args, **kwargs):
     """``triton.autotune(prune_configs_by=...)`` hook: the shape comes from the launch."""
     return prune(configs, named_args["M"], named_args["N"], named_args["K"])
-
-
-def as_dict(c: triton.Config) -> dict:
-    """A config as one flat dict (tile constexprs, num_warps, num_stages, AMD knobs)."""
-    return {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages}
-
-
-def with_overrides(cfg: dict, overrides: dict | None) -> dict:
-    """``cfg`` with some settings replaced; an unknown name is an error, not a no-op."""
-    unknown = set(overrides or ()) - set(cfg)
-    if unknown:
-        raise ValueError(f"config overrides {sorted(unknown)} are not settings of this rung; "
-                         f"known: {sorted(cfg)}")
-    return {**cfg, **(overrides or {})}

@@ -35,7 +35,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
-from .configs import with_overrides
+from ..tuning import with_overrides
 from .spec import aot_launch_settings
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 

@@ -46,6 +46,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
+from ..tuning import with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from . import configs
 from .spec import aot_launch_settings
@@ -130,7 +131,7 @@ def config(backend: str, arch: str = "gfx942", xcds: int | None = None) -> dict:
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
     """An 8192^3 launch; ``overrides`` replaces settings, ``layout`` "NT" makes B K-contiguous."""
     ints, settings = aot_launch_settings(overrides)
-    cfg = configs.with_overrides(config(backend, arch), settings)
+    cfg = with_overrides(config(backend, arch), settings)
     return [aot_launch(_gemm_grouped_kernel, dtype, cfg, ints, constexprs={"INTERP_BF16": False})]
 
 
@@ -142,7 +143,7 @@ def gemm_v3(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     here = _backend.current()
-    cfg = configs.with_overrides(config(here.name, here.arch, num_xcds(here)), overrides)
+    cfg = with_overrides(config(here.name, here.arch, num_xcds(here)), overrides)
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
     _gemm_grouped_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                c.stride(0), c.stride(1), INTERP_BF16=interp_bf16(a.dtype), **cfg)

@@ -61,6 +61,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
+from ..tuning import as_dict, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from .spec import aot_launch_settings
 from . import configs
@@ -143,7 +144,7 @@ def chosen_config(shape, dtype: torch.dtype) -> dict | None:
 
 def _with_overrides(overrides: dict | None) -> dict:
     here = _backend.current()
-    known = {*configs.as_dict(configs.space(here.name, here.arch)[0]), "NUM_XCDS"}
+    known = {*as_dict(configs.space(here.name, here.arch)[0]), "NUM_XCDS"}
     unknown = set(overrides or ()) - known
     if unknown:
         raise ValueError(f"config overrides {sorted(unknown)} are not settings of this rung; "
@@ -161,7 +162,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     ints, settings = aot_launch_settings(overrides)
     even_k = settings.pop("EVEN_K", None)
     prior = configs.prune(configs.space(backend, arch), ints["M"], ints["N"], ints["K"])[0]
-    cfg = configs.with_overrides({**configs.as_dict(prior), "NUM_XCDS": full_chip_xcds(backend, arch)},
+    cfg = with_overrides({**as_dict(prior), "NUM_XCDS": full_chip_xcds(backend, arch)},
                                  settings)
     buckets = {f"{d}_BUCKET": triton.next_power_of_2(ints[d]) for d in "MNK"}
     return [aot_launch(_gemm_autotuned_kernel, dtype, cfg, {**ints, **buckets},
@@ -183,7 +184,7 @@ def gemm_v5(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     kernel = _gemm_autotuned_kernel
     if pinned:  # skip the tuner: the pruned space's first config, overridden
         best = configs.prune(configs.space(here.name, here.arch), m, n, k)[0]
-        pinned, kernel = {**configs.as_dict(best), **pinned}, _gemm_autotuned_kernel.fn
+        pinned, kernel = {**as_dict(best), **pinned}, _gemm_autotuned_kernel.fn
 
     def grid(meta):
         return (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)
@@ -192,6 +193,6 @@ def gemm_v5(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
                  c.stride(0), c.stride(1), *(triton.next_power_of_2(d) for d in (m, n, k)),
                  NUM_XCDS=xcds, INTERP_BF16=interp_bf16(a.dtype),
                  **pinned)
-    chosen = pinned or configs.as_dict(_gemm_autotuned_kernel.best_config)
+    chosen = pinned or as_dict(_gemm_autotuned_kernel.best_config)
     _CHOSEN[_key((m, n, k), a.dtype)] = {**chosen, "NUM_XCDS": xcds}
     return c

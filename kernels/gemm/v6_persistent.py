@@ -75,6 +75,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
+from ..tuning import as_dict, fastest, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from .spec import aot_launch_settings, layout
 from . import configs
@@ -210,7 +211,7 @@ PERSISTENT = ("NUM_XCDS", "NUM_PROGS", "FIXUP")  # settings that are not part of
 def config(backend: _backend.Backend, m: int, n: int, k: int, xcds: int | None = None) -> dict:
     """The prior: the pruned space's first config for the shape (untimed), plus the persistent settings."""
     best = configs.prune(configs.space(backend.name, backend.arch), m, n, k)[0]
-    return {**configs.as_dict(best), "NUM_XCDS": xcds or num_xcds(backend),
+    return {**as_dict(best), "NUM_XCDS": xcds or num_xcds(backend),
             "NUM_PROGS": programs(backend), "FIXUP": True}
 
 
@@ -223,7 +224,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     ints, settings = aot_launch_settings(overrides)
     even_k = settings.pop("EVEN_K", None)
     units = 304 if backend == "hip" else 132
-    cfg = configs.with_overrides(
+    cfg = with_overrides(
         config(_backend.Backend(backend, arch, "aot", units), ints["M"], ints["N"], ints["K"],
                xcds=full_chip_xcds(backend, arch)), settings)
     cfg.pop("FIXUP")
@@ -261,11 +262,6 @@ def _launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict) -> Sch
     return plan
 
 
-def time_ms(fn) -> float:
-    """How the tuner times one candidate launch on a GPU (tests replace it with a fake clock)."""
-    return triton.testing.do_bench(fn)
-
-
 _TUNED: dict[tuple, dict] = {}    # (M, N, K buckets, dtype, layout) -> the fastest tile config
 _CHOSEN: dict[tuple, dict] = {}   # (M, N, K buckets, dtype) -> the settings of the last launch
 
@@ -285,13 +281,9 @@ def tuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, persistent: dict) -
     key = (*_bucket((m, n, k), a.dtype), layout(a, b))
     if key not in _TUNED:
         here = _backend.current()
-        candidates = [configs.as_dict(cfg) for cfg in
+        candidates = [as_dict(cfg) for cfg in
                       configs.prune(configs.space(here.name, here.arch), m, n, k)]
-        if len(candidates) > 1:
-            times = [time_ms(lambda cfg=cfg: _launch(a, b, c, {**cfg, **persistent}))
-                     for cfg in candidates]
-            candidates = [candidates[times.index(min(times))]]
-        _TUNED[key] = candidates[0]
+        _TUNED[key] = fastest(candidates, lambda cfg: _launch(a, b, c, {**cfg, **persistent}))
     return _TUNED[key]
 
 
@@ -310,7 +302,7 @@ def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     here = _backend.current()
-    cfg = configs.with_overrides(config(here, m, n, k), overrides)
+    cfg = with_overrides(config(here, m, n, k), overrides)
     persistent = {name: cfg[name] for name in PERSISTENT}
     if not set(overrides or ()) - set(PERSISTENT):  # nothing pinned: the tuner's choice
         cfg = {**tuned(a, b, c, persistent), **persistent}

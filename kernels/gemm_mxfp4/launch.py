@@ -7,7 +7,7 @@ from .. import backend as _backend
 from ..outputs import new_output
 from ..registry import AotKernel
 from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type
-from ..gemm.configs import with_overrides
+from ..tuning import with_overrides
 from . import operands
 
 

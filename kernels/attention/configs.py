@@ -1,0 +1,102 @@
+"""Launch configurations of the attention forward (v3's kernel) that v4 tunes over.
+
+Two steps, one ahead of time and one per shape, as for the GEMM (:mod:`kernels.gemm.configs`):
+
+* :func:`candidates` is the space written down per target and head-dim class
+  (``BLOCK_D`` 64: any D <= 64; 128: any larger D): four (BLOCK_M, BLOCK_N) tiles
+  per class, 4 or 8 warps, and on AMD one or two LDS stages (2 asks Triton's
+  stream pipeliner to load K/V tile i+1 while tile i is multiplied),
+  ``waves_per_eu`` 2, 1 or 0 (no register cap) and 32x32 or 16x16 MFMAs
+  (``matrix_instr_nonkdim``); on sm90 two or three stages.
+* :func:`space` is what survives compiling every candidate ahead of time with v4
+  (the causal forward at its head dim, bf16): a config that spills registers, uses
+  scratch or needs more LDS than a workgroup gets is dropped, so it is never timed
+  on a GPU. The table ships as ``tuned_space.json`` beside this file, written by
+  ``python -m workbench.tune_space --op attention --write``; a test checks that it
+  covers exactly :func:`candidates` and recompiles a sample of it.
+
+:func:`prune` then keeps, for one (S, S_k), the few configs worth timing. The
+interpreter has one small config per class, so nothing is ever timed on a CPU.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import triton
+
+from .. import tuning
+
+HEAD_DIMS = (64, 128)  # the head-dim classes: the BLOCK_D a config is compiled and kept for
+TILE_SIZES = 4         # tile sizes timed per shape, at most
+PER_TILE = 2           # configs timed per tile size, at most
+TABLE = Path(__file__).with_name("tuned_space.json")
+
+# head-dim class -> (BLOCK_M, BLOCK_N) tiles and the warps tried first, the prior first.
+# At D = 128 a program holds a 128-wide Q tile and O accumulator, so the key tile is narrow.
+TILES = {64: ((128, 64), (128, 32), (64, 64), (256, 64)),
+         128: ((128, 32), (128, 64), (64, 64), (64, 32))}
+WARPS = {64: (4, 8), 128: (8, 4)}
+
+
+def head_class(d: int) -> int:
+    """The head-dim class whose configs a head dim ``d`` runs."""
+    return HEAD_DIMS[0] if d <= HEAD_DIMS[0] else HEAD_DIMS[1]
+
+
+def _cfg(bm, bn, d, warps, stages, **knobs) -> triton.Config:
+    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=d, **knobs),
+                         num_warps=warps, num_stages=stages)
+
+
+def hip_candidates() -> list[triton.Config]:
+    """MI300X/MI355X: per tile, the warps, stages, register caps and MFMA shapes."""
+    return [_cfg(bm, bn, d, warps, stages, waves_per_eu=waves, matrix_instr_nonkdim=nonkdim)
+            for d in HEAD_DIMS for bm, bn in TILES[d] for warps in WARPS[d]
+            for stages in (2, 1) for waves in (2, 1, 0) for nonkdim in (32, 16)]
+
+
+def cuda_candidates() -> list[triton.Config]:
+    """Hopper: cp.async pipelines of two or three stages."""
+    return [_cfg(bm, bn, d, warps, stages) for d in HEAD_DIMS for bm, bn in TILES[d]
+            for warps in WARPS[d] for stages in (2, 3)]
+
+
+def interpreter_configs() -> list[triton.Config]:
+    """One small config per class: v4 then launches it without timing anything."""
+    return [_cfg(32, 32, d, 4, 1) for d in HEAD_DIMS]
+
+
+def candidates(target_name: str) -> list[triton.Config]:
+    """The space written down for an ahead-of-time target ("gfx942", "gfx950", "sm90")."""
+    return cuda_candidates() if target_name == "sm90" else hip_candidates()
+
+
+def shipped() -> dict:
+    """The ahead-of-time table: per target, the configs kept and dropped, with their resources."""
+    return tuning.shipped(TABLE)
+
+
+def space(backend: str, arch: str, d: int) -> list[triton.Config]:
+    """The configs of head dim ``d``'s class that the device's target keeps, in candidate order."""
+    if backend == "interpreter":
+        pool = interpreter_configs()
+    elif backend in ("hip", "cuda"):
+        name = tuning.target(TABLE, backend, arch)
+        pool = tuning.kept(TABLE, name, candidates(name))
+    else:
+        raise ValueError(f"no attention config space for backend {backend!r}")
+    return [c for c in pool if c.kwargs["BLOCK_D"] == head_class(d)]
+
+
+def prune(configs: list[triton.Config], s: int, sk: int) -> list[triton.Config]:
+    """The configs worth timing for S queries and S_k keys: at most TILE_SIZES x PER_TILE.
+
+    BLOCK_M may be at most the next power of two of S and BLOCK_N of S_k (at least
+    16); of the tiles that fit, the first TILE_SIZES stay with their first PER_TILE
+    configs. If none fits, the smallest tile stays. Order is kept, so
+    ``prune(...)[0]`` is the prior for that shape.
+    """
+    fit = [c for c in configs if tuning.fits(c, s, sk)]
+    if not fit:
+        return [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+    return tuning.per_tile(fit, list(dict.fromkeys(map(tuning.tile, fit)))[:TILE_SIZES], PER_TILE)
