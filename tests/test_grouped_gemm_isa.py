@@ -3,8 +3,8 @@ launch (the same kernel on wᵀ) and the dW kernel, on gfx942 and gfx950.
 
 Each kernel's hot loop must run the whole tile product on MFMA (the loop's MFMAs, times
 their M·N·K and the waves of a program, cover one 128 x 128 x 64 step), stage its
-operands through LDS, spill nothing, and keep the two waves per SIMD its
-``waves_per_eu`` asks for. The launch is DeepSeek-V3's down projection
+operands through LDS, compare nothing against the reduction length (the peeled tail),
+spill nothing, and keep the two waves per SIMD its ``waves_per_eu`` asks for. The launch is DeepSeek-V3's down projection
 (:data:`kernels.moe.grouped_gemm.launch.AOT_SHAPE`).
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ def test_v2_kernels_use_mfma_stage_through_lds_and_do_not_spill(kernel, target):
     assert macs * report.options["num_warps"] >= MACS_PER_STEP, report.matrix_instructions
     assert report.lds_bytes > 0 and any(op.startswith("ds_read") for op in ops)
     assert any(op.startswith(("ds_write", "global_load_lds")) for op in ops), sorted(set(ops))
+    assert not any(op.startswith("v_cmp") for op in ops)    # the peeled tail: no compare per step
     assert report.spills == 0 and report.scratch_bytes == 0, report.summary()
     assert report.occupancy.value >= 2 and report.occupancy.limited_by
 

@@ -3,10 +3,11 @@ reduction of variable length.
 
 The forward reduces over K (one expert's weight), the dW kernel over the rows of one
 group, whose count is only known on the device. Both are the same loop, so it is
-written once: full BLOCK_R steps with only the loop-invariant masks of the tile's
-rows and columns (no reduction mask in the loop, so Triton's pipeliner can
-double-buffer it through LDS, as in GEMM v4), then the ragged last step, peeled, with
-the reduction mask. fp32 accumulation; fp32 operands use the IEEE dot (no TF32).
+written once, as GEMM v4 writes its K loop: full BLOCK_R steps with only the
+loop-invariant masks of the tile's rows and columns, so the hot loop compares nothing
+against the length (the ISA tests check it), then the ragged last step, peeled, with
+the reduction mask; two pipeline stages overlap the next step's loads with this one's
+MFMAs. fp32 accumulation; fp32 operands use the IEEE dot (no TF32).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Idea:
     group whose tile range holds its program id. Programs past the last real tile
     (at most G per column of tiles) return at once. The product itself is GEMM v4's
     loop (:mod:`.tiles`): MFMA through ``tl.dot`` with fp32 accumulation, operands
-    double-buffered through LDS, the ragged K step peeled.
+    staged through LDS in two pipeline stages, the ragged K step peeled.
 
     The backward runs on the same machinery: dx is this kernel again with wᵀ (a
     stride view) over the same offsets, and dw is the dW kernel of :mod:`.dw`, one
