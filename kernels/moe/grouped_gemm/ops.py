@@ -1,6 +1,12 @@
 """The public grouped GEMM: ``kernels.grouped_gemm(x, w, offsets)``, differentiable and
 visible to ``torch.compile``.
 
+Which kernels run: the forward and the backward's dx on the highest-numbered Triton rung
+of ``grouped_gemm`` that runs here (:func:`kernels.gemm.ops.best_rung`, read at call
+time), and dw on the dW kernel (:mod:`.dw`). Both find each group's rows from the
+offsets on the device, so a call with ``check_offsets=False`` has no host sync (a test
+holds the chosen rung to that).
+
 How it is wrapped: two PyTorch custom ops with fake (meta) implementations,
 ``kernels::grouped_gemm`` (the forward, also the dx of the backward: dx = dy · wᵀ per
 group, wᵀ a stride view) and ``kernels::grouped_gemm_dw`` (dw[g] = x_gᵀ · dy_g, a GEMM
@@ -17,15 +23,17 @@ from __future__ import annotations
 import torch
 
 from ... import validate
-from .spec import DTYPES, group_bounds
-from .v0_loop import loop
+from ...gemm.ops import best_rung
+from . import dw
+from .grads import gradients
+from .spec import DTYPES
 
 
 @torch.library.custom_op("kernels::grouped_gemm", mutates_args=())
 def _grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0 or w.numel() == 0:
         return x.new_zeros((x.shape[0], w.shape[2]))
-    return loop(x, w, offsets)
+    return best_rung("grouped_gemm", x.dtype)(x, w, offsets, check_offsets=False)
 
 
 @_grouped_gemm.register_fake
@@ -36,11 +44,9 @@ def _(x, w, offsets):
 @torch.library.custom_op("kernels::grouped_gemm_dw", mutates_args=())
 def _grouped_gemm_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
                      groups: int) -> torch.Tensor:
-    dw = x.new_zeros((groups, x.shape[1], dy.shape[1]))
-    for g, (start, end) in enumerate(group_bounds(offsets)):
-        if end > start:
-            dw[g] = x[start:end].t() @ dy[start:end]
-    return dw
+    if x.numel() == 0 or dy.numel() == 0:
+        return x.new_zeros((groups, x.shape[1], dy.shape[1]))
+    return dw.grouped_dw(x, dy, offsets, groups)
 
 
 @_grouped_gemm_dw.register_fake
@@ -53,10 +59,7 @@ def _save(ctx, inputs, output):
 
 
 def _backward(ctx, dy):
-    x, w, offsets = ctx.saved_tensors
-    dx = _grouped_gemm(dy, w.transpose(1, 2), offsets) if ctx.needs_input_grad[0] else None
-    dw = _grouped_gemm_dw(x, dy, offsets, w.shape[0]) if ctx.needs_input_grad[1] else None
-    return dx, dw, None
+    return gradients(_grouped_gemm, _grouped_gemm_dw, *ctx.saved_tensors, dy, ctx.needs_input_grad)
 
 
 _grouped_gemm.register_autograd(_backward, setup_context=_save)

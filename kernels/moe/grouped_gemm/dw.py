@@ -1,0 +1,69 @@
+"""The weight gradient as a kernel: dw[g] (K, N) = x[rows of g]ᵀ · dy[rows of g].
+
+The "transposed" grouped GEMM: the output tile is fixed in size (K x N per group) and
+it is the *reduction* that varies, over however many rows the router gave the group.
+One program per (K tile, N tile, group): it reads its group's row range from the
+offsets on the device (two int32 loads, no host sync) and reduces over it with the
+shared tile loop (:mod:`.tiles`), so an empty group's programs store zeros, which is
+the gradient, and every element of dw is written by exactly one program.
+
+xᵀ is read in place through strides (x stays (T, K) in memory): its tile arrives with
+K contiguous, the layout MFMA does not want for the reduction over rows, so the
+compiler transposes it on its way through LDS; the ISA tests check the loop runs on
+MFMA and LDS without spills on gfx942 and gfx950.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ... import backend as _backend
+from ...outputs import new_output
+from ...registry import AotKernel
+from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
+from .launch import config, dw_ints
+from .tiles import reduce_tiles
+
+
+@triton.jit
+def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offsets_ptr, K, N,
+                       stride_xt, stride_xk, stride_dyt, stride_dyn,
+                       stride_dwg, stride_dwk, stride_dwn,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       INTERP_BF16: tl.constexpr):
+    group = tl.program_id(2)
+    start = tl.load(offsets_ptr + group - 1, mask=group > 0, other=0)
+    end = tl.load(offsets_ptr + group)
+    ks = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)   # rows of dw[g]: K
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = start + tl.arange(0, BLOCK_K)                       # the reduction: the group's rows
+    # int64 offsets: an operand of 2^31+ elements would wrap in i32.
+    xt_ptrs = x_ptr + ks.to(tl.int64)[:, None] * stride_xk + rows.to(tl.int64)[None, :] * stride_xt
+    dy_ptrs = dy_ptr + rows.to(tl.int64)[:, None] * stride_dyt + cols.to(tl.int64)[None, :] * stride_dyn
+    acc = reduce_tiles(xt_ptrs, dy_ptrs, tl.cast(stride_xt, tl.int64) * BLOCK_K,
+                       tl.cast(stride_dyt, tl.int64) * BLOCK_K, ks[:, None] < K, cols[None, :] < N,
+                       end - start, BLOCK_M, BLOCK_N, BLOCK_K, INTERP_BF16)
+    if INTERP_BF16:
+        acc = round_to_bf16(acc)
+    dw_ptrs = (dw_ptr + group.to(tl.int64) * stride_dwg + ks.to(tl.int64)[:, None] * stride_dwk
+               + cols.to(tl.int64)[None, :] * stride_dwn)
+    tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=(ks[:, None] < K) & (cols[None, :] < N))
+
+
+def grouped_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, groups: int) -> torch.Tensor:
+    """dw (groups, K, N) for x (T, K), dy (T, N) and offsets already validated; one launch."""
+    (_, k), n = x.shape, dy.shape[1]
+    dw = new_output((groups, k, n), x.dtype, x.device)
+    here = _backend.current()
+    cfg = config(here.name, here.arch)
+    grid = (cdiv(k, cfg["BLOCK_M"]), cdiv(n, cfg["BLOCK_N"]), groups)
+    _grouped_dw_kernel[grid](x, dy, dw, offsets, k, n, *x.stride(), *dy.stride(), *dw.stride(),
+                             INTERP_BF16=interp_bf16(x.dtype), **cfg)
+    return dw
+
+
+def aot(dtype: torch.dtype, backend: str, arch: str) -> AotKernel:
+    """The dW launch of :data:`.launch.AOT_SHAPE`, for the ISA inspector."""
+    return aot_launch(_grouped_dw_kernel, dtype, config(backend, arch), dw_ints(),
+                      constexprs={"INTERP_BF16": False}, pointers={"offsets_ptr": "*i32"})

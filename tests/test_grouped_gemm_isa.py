@@ -1,0 +1,47 @@
+"""Grouped GEMM's machine code, compiled ahead of time: v2's forward, the backward's dX
+launch (the same kernel on wᵀ) and the dW kernel, on gfx942 and gfx950.
+
+Each kernel's hot loop must run the whole tile product on MFMA (the loop's MFMAs, times
+their M·N·K and the waves of a program, cover one 128 x 128 x 64 step), stage its
+operands through LDS, compare nothing against the reduction length (the peeled tail),
+spill nothing, and keep the two waves per SIMD its ``waves_per_eu`` asks for. The launch is DeepSeek-V3's down projection
+(:data:`kernels.moe.grouped_gemm.launch.AOT_SHAPE`).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from workbench import isa, isa_parse
+
+KERNELS = ["forward", "dx", "dw"]            # v2's aot() order
+NAMES = {"forward": "_grouped_gemm_kernel", "dx": "_grouped_gemm_kernel", "dw": "_grouped_dw_kernel"}
+MACS_PER_STEP = 128 * 128 * 64
+
+
+def _loop_ops(report) -> list[str]:
+    return [m for m in map(isa_parse.mnemonic, report.hot_loop.splitlines()) if m]
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_v2_kernels_use_mfma_stage_through_lds_and_do_not_spill(kernel, target):
+    report = isa.inspect_all("grouped_gemm", "v2", target)[KERNELS.index(kernel)]
+    assert report.kernel_name == NAMES[kernel]
+    ops = _loop_ops(report)
+    shapes = [re.match(r"v_mfma_f32_(\d+)x(\d+)x(\d+)_bf16", op) for op in ops]
+    macs = sum(int(m[1]) * int(m[2]) * int(m[3]) for m in shapes if m)
+    assert macs * report.options["num_warps"] >= MACS_PER_STEP, report.matrix_instructions
+    assert report.lds_bytes > 0 and any(op.startswith("ds_read") for op in ops)
+    assert any(op.startswith(("ds_write", "global_load_lds")) for op in ops), sorted(set(ops))
+    assert not any(op.startswith("v_cmp") for op in ops)    # the peeled tail: no compare per step
+    assert report.spills == 0 and report.scratch_bytes == 0, report.summary()
+    assert report.occupancy.value >= 2 and report.occupancy.limited_by
+
+
+def test_v1_launches_gemm_v4s_kernel():
+    """v1's docstring: each expert's launch is GEMM v4's kernel, MFMA and no spills."""
+    report = isa.inspect("grouped_gemm", "v1", "gfx942")
+    assert report.kernel_name == "_gemm_pipelined_kernel"
+    assert report.matrix_instructions and report.spills == 0
