@@ -6,6 +6,8 @@ data. Stated tolerance: losses within ``LOSS_TOL`` at every step, gradients with
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -71,3 +73,12 @@ def test_workbench_moe_trains_like_torch_moe():
     """Runs where ``kernels.MoE`` exists: it takes the plain-PyTorch MoE's parameters
     (router.weight, gate, up, down, shared) as they are, so both start from one state."""
     assert_parity(train_side_by_side("workbench", steps=3))
+
+
+@pytest.mark.slow
+def test_compiled_workbench_kernels_train_like_eager_torch():
+    """``compile=True``: the kernels' custom ops stay opaque nodes in the compiled graph."""
+    dense = dataclasses.replace(SMOKE, experts=0)
+    ref = [r["loss"] for r in train.run(dense, "torch", steps=2, progress=False)]
+    ours = [r["loss"] for r in train.run(dense, DENSE_OPS, steps=2, compile=True, progress=False)]
+    torch.testing.assert_close(ours, ref, **LOSS_TOL)

@@ -17,14 +17,23 @@ from . import ops
 from .layers import SwiGLU
 
 
+def grouped_matmul(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """Rows of x times their expert's w: the ``grouped_gemm`` op's PyTorch baselines.
+
+    Eager: its ``ref``, ``torch._grouped_mm`` where torch takes the operands, else a loop
+    of matmuls. Under ``torch.compile``: the loop (``v0``), because dynamo cannot trace
+    ``ref``'s try-and-fall-back (its fake tensors refuse fp32 operands eager CPU takes).
+    """
+    rung = "v0" if torch.compiler.is_compiling() else "ref"
+    return kernels.get("grouped_gemm", rung)(x, w, offsets)
+
+
 class TorchMoE(torch.nn.Module):
     """Top-k routed SwiGLU experts plus always-on shared experts, in plain PyTorch.
 
     Routing: a bias-free linear router, softmax over all experts, the top ``top_k``
     probabilities renormalized to sum to one per token. Experts run as grouped GEMMs
-    over the tokens sorted by expert, through the library baseline of the
-    ``grouped_gemm`` op (``torch._grouped_mm``, or a loop of matmuls where torch refuses
-    the operands). Parameters: ``router.weight`` (E, dim), ``gate`` and ``up``
+    over the tokens sorted by expert (:func:`grouped_matmul`). Parameters: ``router.weight`` (E, dim), ``gate`` and ``up``
     (E, dim, hidden), ``down`` (E, hidden, dim); the ``shared_experts`` shared experts
     are one dense SwiGLU of width ``shared_experts * hidden`` (``shared``).
 
@@ -56,7 +65,7 @@ class TorchMoE(torch.nn.Module):
         counts = torch.bincount(experts.flatten(), minlength=self.num_experts)
         offsets = counts.cumsum(0).to(torch.int32)
         rows = tokens[order // self.top_k]
-        grouped = kernels.get("grouped_gemm", "ref")
+        grouped = grouped_matmul
         gate, up, down = ops.autocast_operands(self.gate, self.up, self.down)
         rows, = ops.autocast_operands(rows)
         hidden = F.silu(grouped(rows, gate, offsets)) * grouped(rows, up, offsets)
