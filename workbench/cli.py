@@ -153,6 +153,9 @@ def cmd_train(args) -> int:
     except NotImplementedError as exc:
         print(f"workbench train: {exc}", file=sys.stderr)
         return 2
+    finally:   # a torchrun process leaves its group before it exits (NCCL warns otherwise)
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     if int(os.environ.get("RANK", "0")) != 0:   # under torchrun, rank 0 speaks for all
         return 0
     print(format_table(rows, TRAIN_COLUMNS))
