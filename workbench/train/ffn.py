@@ -33,9 +33,9 @@ class TorchMoE(torch.nn.Module):
 
     Routing: a bias-free linear router, softmax over all experts, the top ``top_k``
     probabilities renormalized to sum to one per token. Experts run as grouped GEMMs
-    over the tokens sorted by expert (:func:`grouped_matmul`). Parameters: ``router.weight`` (E, dim), ``gate`` and ``up``
-    (E, dim, hidden), ``down`` (E, hidden, dim); the ``shared_experts`` shared experts
-    are one dense SwiGLU of width ``shared_experts * hidden`` (``shared``).
+    over the tokens sorted by expert (:func:`grouped_matmul`). Parameters:
+    ``router.weight`` (E, dim), ``gate`` and ``up`` (E, dim, hidden), ``down``
+    (E, hidden, dim); the ``shared_experts`` shared experts are one dense SwiGLU of width ``shared_experts * hidden`` (``shared``).
 
     After each call, ``aux_loss`` is the Switch Transformer load-balancing loss
     E · Σ_e f_e · P_e (f_e: fraction of routed slots that went to expert e, P_e: mean
@@ -65,11 +65,10 @@ class TorchMoE(torch.nn.Module):
         counts = torch.bincount(experts.flatten(), minlength=self.num_experts)
         offsets = counts.cumsum(0).to(torch.int32)
         rows = tokens[order // self.top_k]
-        grouped = grouped_matmul
         gate, up, down = ops.autocast_operands(self.gate, self.up, self.down)
         rows, = ops.autocast_operands(rows)
-        hidden = F.silu(grouped(rows, gate, offsets)) * grouped(rows, up, offsets)
-        out_rows = grouped(hidden, down, offsets) * weights.flatten()[order, None].to(rows.dtype)
+        hidden = F.silu(grouped_matmul(rows, gate, offsets)) * grouped_matmul(rows, up, offsets)
+        out_rows = grouped_matmul(hidden, down, offsets) * weights.flatten()[order, None].to(rows.dtype)
         out = out_rows.new_zeros(tokens.shape).index_add(0, order // self.top_k, out_rows)
         if self.shared is not None:
             out = out + self.shared(tokens)
