@@ -1,4 +1,4 @@
-"""The ``workbench`` command: info, check, bench, tour, gpu-report.
+"""The ``workbench`` command: info, check, bench, tour, gpu-report, train.
 
 Everything it lists comes from the rung registry (``kernels.variants``); it holds no
 list of rungs or ops of its own.
@@ -6,6 +6,7 @@ list of rungs or ops of its own.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
@@ -141,6 +142,47 @@ def cmd_gpu_report(args) -> int:
     return gpu_report(budget_s=args.budget_s)
 
 
+def _parse_kernels(text: str) -> str | dict[str, str]:
+    """``torch``, ``workbench``, or per op: ``attention=workbench,moe=torch``."""
+    if "=" not in text:
+        return text
+    try:
+        return dict(item.split("=", 1) for item in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"kernels must be torch, workbench or op=impl,..., "
+                                         f"got {text!r}") from None
+
+
+TRAIN_COLUMNS = ("step", "loss", "grad_norm", "step_ms", "tokens_per_s", "tflops", "mfu", "peak_mem_gib")
+
+
+def cmd_train(args) -> int:
+    from . import train
+
+    try:
+        rows = train.run(preset=args.preset, kernels=args.kernels, steps=args.steps, seed=args.seed,
+                         compile=args.compile, profile=args.profile, out=args.out,
+                         checkpoint=args.checkpoint, resume=args.resume, gpu=args.gpu,
+                         parallel=args.parallel)
+    except NotImplementedError as exc:
+        print(f"workbench train: {exc}", file=sys.stderr)
+        return 2
+    finally:   # a torchrun process leaves its group before it exits (NCCL warns otherwise)
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    if int(os.environ.get("RANK", "0")) != 0:   # under torchrun, rank 0 speaks for all
+        return 0
+    print(format_table(rows, TRAIN_COLUMNS))
+    if args.profile:
+        print("\nbusiest ops of the last step (ms):")
+        print(format_table([dict(op=k, ms=v) for k, v in rows[-1]["op_ms"].items()]))
+    if rows[-1]["backend"] == "interpreter":
+        print("\nbackend interpreter (no GPU): step times are not performance; no TFLOP/s or MFU.")
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
 def _isa_rows(target: str) -> list[dict]:
     from . import isa
 
@@ -203,13 +245,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gpu-report", help="on a GPU: ceilings + quick suite into workbench/recorded/")
     p.add_argument("--budget-s", type=_parse_seconds, default=BUDGET_S,
                    help="no new case starts after this many seconds (default %(default)s)")
+    p = sub.add_parser("train", help="training steps of a small GPT(-MoE) on PyTorch or workbench kernels")
+    p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, gpu-moe-small, gpu-dense-1b")
+    p.add_argument("--kernels", type=_parse_kernels, default="torch",
+                   help="torch, workbench, or per op: gemm=workbench,attention=torch,moe=torch")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--profile", action="store_true", help="per-op times from torch.profiler")
+    p.add_argument("--gpu", help="roofline GPU name for MFU (default: this GPU)")
+    p.add_argument("--checkpoint", help="save the state to this file at the end")
+    p.add_argument("--resume", help="continue from this checkpoint")
+    p.add_argument("--parallel", choices=("fsdp", "ddp"), help="data parallel under torchrun")
+    p.add_argument("--out", help="write the rows to this .json file, step by step")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "tour": cmd_tour,
-               "gpu-report": cmd_gpu_report}[args.command]
+               "gpu-report": cmd_gpu_report, "train": cmd_train}[args.command]
     try:
         return handler(args)
     except (KeyError, ValueError, TypeError) as exc:

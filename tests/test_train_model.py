@@ -1,0 +1,149 @@
+"""workbench.train's model pieces against small hand computations."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from workbench.train import PRESETS, ffn, flops, layers, ops
+from workbench.train.data import batch
+from workbench.train.model import GPT
+
+SMOKE = PRESETS["cpu-smoke"]
+
+
+def test_rmsnorm_matches_the_formula():
+    norm = layers.RMSNorm(3, eps=1e-6)
+    norm.weight.data = torch.tensor([1.0, 2.0, 0.5])
+    x = torch.tensor([[3.0, -4.0, 12.0]])   # mean square 169/3
+    expected = x / math.sqrt(169 / 3 + 1e-6) * norm.weight
+    torch.testing.assert_close(norm(x), expected)
+
+
+def test_rope_rotates_each_pair_by_position_times_frequency():
+    cos, sin = layers.rope_tables(seq=3, head_dim=4, theta=100.0)
+    x = torch.tensor([1.0, 0.0, 0.0, 1.0]).expand(1, 1, 3, 4)
+    out = layers.apply_rope(x, cos, sin)
+    for p in range(3):
+        a0, a1 = p * 1.0, p * 100.0 ** -0.5   # frequencies theta^(-0/4), theta^(-2/4)
+        expected = torch.tensor([math.cos(a0), math.sin(a0), -math.sin(a1), math.cos(a1)])
+        torch.testing.assert_close(out[0, 0, p], expected)
+
+
+def test_rope_keeps_norms_and_makes_scores_depend_on_offset_only():
+    cos, sin = layers.rope_tables(seq=8, head_dim=8, theta=10000.0)
+    q, k = torch.randn(8), torch.randn(8)
+    rq = layers.apply_rope(q.expand(1, 1, 8, 8), cos, sin)[0, 0]
+    rk = layers.apply_rope(k.expand(1, 1, 8, 8), cos, sin)[0, 0]
+    torch.testing.assert_close(rq.norm(dim=-1), q.norm().expand(8))
+    torch.testing.assert_close(rq[5] @ rk[3], rq[4] @ rk[2])
+
+
+def test_model_shapes_and_the_loss_at_init_is_near_log_vocab():
+    torch.manual_seed(0)
+    model = GPT(SMOKE)
+    tokens, targets = batch(SMOKE, seed=0, step=0)
+    assert tokens.shape == targets.shape == (SMOKE.batch, SMOKE.seq)
+    assert model(tokens).shape == (SMOKE.batch, SMOKE.seq, SMOKE.vocab)
+    assert [b.moe for b in model.blocks] == [False, True]
+    assert abs(model(tokens, targets).item() - math.log(SMOKE.vocab)) < 0.5
+
+
+def test_data_follow_the_successor_table_and_split_the_global_batch():
+    cfg = dataclasses.replace(SMOKE, seq=64)
+    tokens, targets = batch(cfg, seed=3, step=5)
+    assert torch.equal(tokens[:, 1:], targets[:, :-1])
+    whole = batch(dataclasses.replace(cfg, batch=4), seed=3, step=5)[0]
+    halves = [batch(cfg, seed=3, step=5, rank=r, world=2)[0] for r in (0, 1)]
+    assert torch.equal(torch.cat(halves), whole)
+    assert not torch.equal(batch(cfg, seed=3, step=6)[0], tokens)
+
+
+def test_kernel_switch_resolves_strings_and_partial_mappings():
+    assert ops.resolve("workbench") == dict.fromkeys(ops.OPS, "workbench")
+    assert ops.resolve({"attention": "workbench"}) == {"gemm": "torch", "attention": "workbench",
+                                                       "moe": "torch"}
+    assert ops.label(ops.resolve({"moe": "torch"})) == "torch"
+    with pytest.raises(ValueError, match="unknown op"):
+        ops.resolve({"softmax": "torch"})
+    with pytest.raises(ValueError, match="must be one of"):
+        ops.resolve({"gemm": "cublas"})
+
+
+def test_gemm_switch_builds_kernels_linear_with_the_same_parameters():
+    torch.manual_seed(0)
+    plain = GPT(SMOKE, "torch")
+    torch.manual_seed(0)
+    switched = GPT(SMOKE, {"gemm": "workbench"})
+    assert type(switched.head).__name__ == "WorkbenchLinear"
+    for (name, a), (_, b) in zip(plain.state_dict().items(), switched.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_torch_moe_matches_a_per_token_loop():
+    torch.manual_seed(0)
+    moe = ffn.TorchMoE(dim=8, hidden=12, num_experts=4, top_k=2, shared_experts=1)
+    x = torch.randn(2, 5, 8)
+    out = moe(x)
+    expected = []
+    for token in x.reshape(-1, 8):
+        probs = F.softmax(moe.router.weight @ token, dim=-1)
+        top = probs.topk(2)
+        y = moe.shared(token)
+        for w, e in zip(top.values / top.values.sum(), top.indices):
+            y = y + w * (F.silu(token @ moe.gate[e]) * (token @ moe.up[e])) @ moe.down[e]
+        expected.append(y)
+    torch.testing.assert_close(out, torch.stack(expected).reshape(2, 5, 8))
+    assert moe.expert_counts.sum() == 10 * 2
+    assert moe.aux_loss.item() >= 0.5 and moe.aux_loss.requires_grad
+
+
+def test_moe_aux_loss_is_one_for_perfectly_even_routing():
+    moe = ffn.TorchMoE(dim=4, hidden=4, num_experts=4, top_k=1)
+    moe.router.weight.data = torch.eye(4) * 50   # token i goes to expert i, probability ~1
+    moe(torch.eye(4))
+    assert moe.expert_counts.tolist() == [1, 1, 1, 1]
+    assert moe.aux_loss.item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_moe_parameters_have_the_promised_names_and_shapes():
+    moe = ffn.moe_ffn(SMOKE, "torch")
+    e, d, h = SMOKE.experts, SMOKE.dim, SMOKE.expert_hidden
+    shapes = {k: tuple(v.shape) for k, v in moe.named_parameters()}
+    assert shapes["router.weight"] == (e, d)
+    assert shapes["gate"] == shapes["up"] == (e, d, h) and shapes["down"] == (e, h, d)
+
+
+def test_workbench_moe_names_the_missing_op_when_kernels_has_none(monkeypatch):
+    monkeypatch.setattr(ffn, "kernels", types.SimpleNamespace())   # a kernels without MoE
+    with pytest.raises(NotImplementedError, match="kernels.MoE"):
+        ffn.moe_ffn(SMOKE, "workbench")
+
+
+def test_active_parameters_equal_the_dense_models_matmul_weights():
+    cfg = dataclasses.replace(SMOKE, experts=0)
+    model = GPT(cfg)
+    weights = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and n != "embed.weight")
+    assert flops.active_params(cfg) == weights
+
+
+def test_active_parameters_of_moe_count_only_routed_and_shared_experts():
+    moe_layer = SMOKE.dim * SMOKE.experts + (2 + 1) * 3 * SMOKE.dim * SMOKE.expert_hidden
+    dense_layer = 3 * SMOKE.dim * SMOKE.ffn_hidden
+    attention = 2 * 32 * 32 + 2 * 32 * 16
+    assert flops.active_params(SMOKE) == 2 * attention + dense_layer + moe_layer + 32 * 64
+
+
+@pytest.mark.parametrize("name, low, high", [("gpu-moe-small", 0.5e9, 1.0e9),
+                                              ("gpu-dense-1b", 0.9e9, 1.3e9)])
+def test_gpu_presets_have_their_stated_size(name, low, high):
+    cfg = PRESETS[name]
+    with torch.device("meta"):
+        total = sum(p.numel() for p in GPT(cfg).parameters())
+    assert low <= total <= high
+    if cfg.experts:
+        assert 32 <= cfg.experts <= 64 and 4 <= cfg.top_k <= 8 and cfg.seq == 2048

@@ -1,0 +1,21 @@
+"""An end-to-end training step on the workbench kernels: a small GPT with MoE.
+
+A decoder-only transformer (RMSNorm, RoPE, GQA attention, SwiGLU FFNs, dense or MoE
+with shared experts) trained with AdamW on synthetic tokens, where every hot op
+(GEMM, attention, MoE) runs on PyTorch or on the workbench kernels by one switch::
+
+    from workbench import train
+    rows = train.run(preset="cpu-smoke", kernels="torch", steps=2, seed=0)
+    rows = train.run(preset="cpu-smoke", kernels={"gemm": "workbench", "attention": "workbench"})
+
+Each row: loss, grad norm, step ms, tokens/s, model TFLOP/s and MFU (on a GPU),
+peak memory, optionally a per-op profile. ``workbench train`` is the same from the
+command line; ``torchrun --nproc-per-node N -m workbench.cli train ...`` runs it data
+parallel (FSDP2).
+"""
+from .loop import run
+from .model import GPT
+from .ops import OPS, resolve
+from .presets import PRESETS, Config, preset
+
+__all__ = ["GPT", "OPS", "PRESETS", "Config", "preset", "resolve", "run"]

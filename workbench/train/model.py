@@ -1,0 +1,58 @@
+"""The decoder-only transformer: embeddings, pre-norm blocks, final norm, LM head."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import ops
+from .ffn import moe_ffn
+from .layers import Attention, RMSNorm, SwiGLU, rope_tables
+
+
+class Block(torch.nn.Module):
+    """``x + attn(norm(x))``, then ``+ ffn(norm(x))``; the FFN is dense or MoE."""
+
+    def __init__(self, cfg, impls: dict[str, str], layer: int):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg, impls)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.moe = cfg.is_moe(layer)
+        self.ffn = (moe_ffn(cfg, impls["moe"]) if self.moe
+                    else SwiGLU(cfg.dim, cfg.ffn_hidden, impls["gemm"]))
+
+    def forward(self, x, cos, sin):
+        x = x + self.attn(self.attn_norm(x), cos, sin)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class GPT(torch.nn.Module):
+    """Tokens (B, S) -> logits (B, S, vocab), or with targets the loss."""
+
+    def __init__(self, cfg, kernels="torch"):
+        super().__init__()
+        self.cfg, self.impls = cfg, ops.resolve(kernels)
+        self.embed = torch.nn.Embedding(cfg.vocab, cfg.dim)
+        self.blocks = torch.nn.ModuleList(Block(cfg, self.impls, i) for i in range(cfg.layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.head = ops.linear(self.impls["gemm"], cfg.dim, cfg.vocab)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, S, vocab); given ``targets``, the training loss instead.
+
+        The loss is the mean next-token cross-entropy plus ``aux_loss_coef`` times each
+        MoE layer's balancing loss. It is computed here, in ``forward``, so DDP and
+        ``torch.compile`` see the whole step's graph through one call.
+        """
+        cos, sin = rope_tables(tokens.shape[1], self.cfg.head_dim, self.cfg.rope_theta, tokens.device)
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        logits = self.head(self.norm(x))
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        for block in self.blocks:
+            if block.moe:
+                loss = loss + self.cfg.aux_loss_coef * block.ffn.aux_loss
+        return loss

@@ -1,0 +1,73 @@
+"""The one switch between PyTorch and the workbench kernels for every hot op.
+
+``kernels`` is ``"torch"``, ``"workbench"``, or a mapping per op such as
+``{"attention": "workbench", "moe": "torch"}`` (ops left out run on PyTorch). The ops:
+
+- ``gemm``: every dense projection (attention q/k/v/o, dense FFN, LM head):
+  ``torch.nn.Linear`` or ``kernels.nn.Linear``;
+- ``attention``: SDPA or ``kernels.flash_attention`` (causal, GQA);
+- ``moe``: the plain-PyTorch MoE of :mod:`.ffn` or ``kernels.MoE``.
+
+The workbench kernels are custom ops that autocast does not reach, so under autocast
+their operands are cast here, to the dtype PyTorch's own ops would run in.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import kernels as _kernels
+
+OPS = ("gemm", "attention", "moe")
+IMPLS = ("torch", "workbench")
+
+
+def resolve(choice) -> dict[str, str]:
+    """``"torch"`` / ``"workbench"`` / a partial mapping -> an implementation for every op."""
+    if isinstance(choice, str):
+        choice = dict.fromkeys(OPS, choice)
+    unknown = set(choice) - set(OPS)
+    if unknown:
+        raise ValueError(f"unknown op(s) {sorted(unknown)} in kernels=; the ops are {OPS}")
+    impls = {op: choice.get(op, "torch") for op in OPS}
+    for op, impl in impls.items():
+        if impl not in IMPLS:
+            raise ValueError(f"kernels[{op!r}] must be one of {IMPLS}, got {impl!r}")
+    return impls
+
+
+def label(impls: dict[str, str]) -> str:
+    """One word when every op agrees, else ``gemm=workbench,attention=torch,...``."""
+    values = set(impls.values())
+    return values.pop() if len(values) == 1 else ",".join(f"{k}={v}" for k, v in impls.items())
+
+
+def autocast_operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Cast to the autocast dtype where autocast is on, as it would cast ``torch.matmul``."""
+    device = tensors[0].device.type
+    if not torch.is_autocast_enabled(device):
+        return tensors
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) for t in tensors)
+
+
+class WorkbenchLinear(_kernels.nn.Linear):
+    """``kernels.nn.Linear`` with its operands cast as autocast casts ``torch.nn.Linear``'s."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, weight = autocast_operands(x, self.weight)
+        y = _kernels.matmul(x, weight.t())
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+
+def linear(impl: str, in_features: int, out_features: int) -> torch.nn.Linear:
+    """A bias-free projection; both classes have torch's parameters and initialization."""
+    cls = WorkbenchLinear if impl == "workbench" else torch.nn.Linear
+    return cls(in_features, out_features, bias=False)
+
+
+def attention(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention, q (B, Hq, S, D), k and v (B, Hkv, S, D) -> (B, Hq, S, D)."""
+    if impl == "workbench":
+        return _kernels.flash_attention(*autocast_operands(q, k, v), causal=True)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
