@@ -83,3 +83,30 @@ def test_v4_takes_a_32_wide_key_tile_at_d128_because_64_spills_on_gfx942():
     assert (shipped.options["num_warps"], shipped.options["num_stages"]) == (8, 2)
     wider = isa.inspect_all("attention", "v4", "gfx942", overrides={"BLOCK_N": 64})[0]
     assert shipped.spills == 0 and wider.spills > 0
+
+
+# gfx942, bf16: (instructions, VGPRs, MFMAs) of each dense kernel, recorded at commit
+# 7471117, before the kernels took VARLEN. The dense launch passes VARLEN=False and None
+# offsets (constexprs), so its code must not change by a single instruction.
+BEFORE_VARLEN = {"_flash_fwd_lse_kernel": (1873, 256, 48), "_bwd_dkdv_kernel": (2815, 256, 96),
+                 "_bwd_dq_kernel": (1756, 255, 80)}
+
+
+def _instructions(report) -> int:
+    return sum(1 for line in report.asm.splitlines() if isa_parse.mnemonic(line))
+
+
+@pytest.mark.parametrize("label,kernel", TOP, ids=[k for _, k in TOP])
+def test_dense_kernels_compile_as_before_varlen(label, kernel):
+    report = _report(label, kernel, "gfx942")
+    counts = (_instructions(report), report.vgprs, sum(report.matrix_instructions.values()))
+    assert counts == BEFORE_VARLEN[kernel], report.summary()
+
+
+@pytest.mark.parametrize("label", ["v3", "v5"])
+def test_varlen_kernels_keep_the_mfmas_and_do_not_spill(label):
+    """v3's Limits: the packed kernels multiply as the dense ones do, without spilling."""
+    dense = isa.inspect_all("attention", label, "gfx942")
+    for report, packed in zip(dense, isa.inspect_all("attention", label, "gfx942", overrides={"VARLEN": True})):
+        assert packed.matrix_instructions == report.matrix_instructions
+        assert packed.spills == 0 and packed.scratch_bytes == 0, packed.summary()

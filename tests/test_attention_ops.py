@@ -1,5 +1,5 @@
-"""``kernels.flash_attention`` and ``kernels.flash_attention_varlen``: results, gradients,
-torch.compile, and the errors that name the argument."""
+"""``kernels.flash_attention``: results, gradients, torch.compile, and the errors that name
+the argument (the packed op: ``tests/test_attention_varlen.py``)."""
 from __future__ import annotations
 
 import pytest
@@ -95,46 +95,3 @@ def _bad(**over):
 def test_bad_input_names_the_argument(args, error, match):
     with pytest.raises(error, match=match):
         kernels.flash_attention(**args)
-
-
-def _packed(lengths_q, lengths_k, hq=4, hkv=2, d=32, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(sum(lengths_q), hq, d, generator=gen)
-    k, v = (torch.randn(sum(lengths_k), hkv, d, generator=gen) for _ in range(2))
-    cu = [torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32)
-          for n in (lengths_q, lengths_k)]
-    return q, k, v, *cu
-
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_varlen_is_attention_per_sequence(causal):
-    lq, lk = [5, 1, 12], [7, 3, 12]
-    q, k, v, cu_q, cu_k = _packed(lq, lk)
-    for t in (q, k, v):
-        t.requires_grad_()
-    out = kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal)
-    grad = torch.randn(out.shape)
-    out.backward(grad)
-    for i in range(3):
-        qs, ks = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
-        q64, k64, v64 = (t.detach()[s].double().transpose(0, 1)[None].requires_grad_()
-                         for t, s in ((q, qs), (k, ks), (v, ks)))
-        ref = attn_spec.reference(q64, k64, v64, causal)
-        ref.backward(grad[qs].double().transpose(0, 1)[None])
-        assert torch.allclose(out[qs].detach().double(), ref[0].transpose(0, 1), atol=1e-5)
-        for t, r, s in ((q, q64, qs), (k, k64, ks), (v, v64, ks)):
-            assert torch.allclose(t.grad[s].double(), r.grad[0].transpose(0, 1), atol=1e-5)
-
-
-@pytest.mark.parametrize("change,match", [
-    (dict(cu_seqlens_q=torch.tensor([0, 5, 13], dtype=torch.int64)), "cu_seqlens_q has dtype int64"),
-    (dict(cu_seqlens_q=torch.tensor([0, 9, 5, 13], dtype=torch.int32)), "non-decreasing"),
-    (dict(cu_seqlens_k=torch.tensor([0, 5, 12], dtype=torch.int32)), "ends at 12.*13 tokens"),
-    (dict(max_seqlen_q=4), "longer than its max_seqlen"),
-])
-def test_varlen_bad_cu_seqlens(change, match):
-    q, k, v, cu_q, cu_k = _packed([5, 8], [5, 8])
-    args = dict(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=8, max_seqlen_k=8)
-    args.update(change)
-    with pytest.raises((ValueError, TypeError), match=match):
-        kernels.flash_attention_varlen(**args)

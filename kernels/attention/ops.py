@@ -15,17 +15,18 @@ Varlen: packed (total_tokens, H, D) tensors split by ``cu_seqlens`` (flash-attn'
 layout: sequence i is rows cu_seqlens[i]:cu_seqlens[i+1], attending only within
 itself). Causal is SDPA's top-left mask per sequence, like the dense op; flash-attn
 2.1+ aligns its causal mask bottom-right instead, which differs only for sequences
-whose query and key lengths differ. Each sequence is a
-(1, H, S_i, D) stride view of the packed tensor, run through the op above, so
-forward and backward are the same kernels; it costs one launch set per sequence
-(a fused varlen grid is not done).
+whose query and key lengths differ. The same kernels run with ``VARLEN=True`` over
+the whole packed batch (:mod:`.varlen`): one forward launch and three backward
+launches whatever the number of sequences, wrapped as ``kernels::flash_attention_varlen_fwd``
+and ``_bwd`` like the dense op. The forward takes v4's prior for the longest lengths,
+untimed: the tuner times dense launches only.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import validate
-from . import v4_amd_tuned, v5_backward
+from .. import backend, validate
+from . import v3_causal_lse, v4_amd_tuned, v5_backward, varlen
 from .spec import DTYPES, MAX_HEAD_DIM
 
 
@@ -84,19 +85,48 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return _fwd(q, k, v, causal, scale)[0]
 
 
-def _check_cu_seqlens(name: str, cu: torch.Tensor, total: int, max_seqlen: int) -> list[int]:
-    validate.tensor(name, cu, ndim=1, dtypes=(torch.int32,))
-    bounds = cu.tolist()
-    if len(bounds) < 2 or bounds[0] != 0:
-        raise ValueError(f"{name} must start at 0 and hold batch + 1 offsets, got {bounds}")
-    if any(b > a for a, b in zip(bounds[1:], bounds[:-1])):
-        raise ValueError(f"{name} must be non-decreasing, got {bounds}")
-    if bounds[-1] != total:
-        raise ValueError(f"{name} ends at {bounds[-1]}, but the packed tensor has {total} tokens")
-    longest = max(b - a for a, b in zip(bounds[:-1], bounds[1:]))
-    if longest > max_seqlen:
-        raise ValueError(f"{name} has a sequence of {longest} tokens, longer than its max_seqlen {max_seqlen}")
-    return bounds
+@torch.library.custom_op("kernels::flash_attention_varlen_fwd", mutates_args=())
+def _varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
+                cu_k: torch.Tensor, max_q: int, max_k: int, causal: bool,
+                scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    varlen.check_offsets(cu_q, cu_k, q.shape[0], k.shape[0], max_q, max_k)
+    here = backend.current()
+    cfg = v4_amd_tuned.prior(here.name, here.arch, q.shape[-1], max_q, max_k)
+    return v3_causal_lse.launch(q, k, v, causal, scale, cfg, varlen.Packing(cu_q, cu_k, max_q, max_k))
+
+
+@_varlen_fwd.register_fake
+def _(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
+    t, h, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((1, h, 2, t), dtype=torch.float32)
+
+
+@torch.library.custom_op("kernels::flash_attention_varlen_bwd", mutates_args=())
+def _varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                o: torch.Tensor, lse: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor,
+                max_q: int, max_k: int, causal: bool, scale: float
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return v5_backward.backward(q, k, v, o, lse, do, causal, scale,
+                                varlen.Packing(cu_q, cu_k, max_q, max_k))
+
+
+@_varlen_bwd.register_fake
+def _(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _varlen_save(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1], cu_q, cu_k)
+    ctx.args = max_q, max_k, causal, scale
+
+
+def _varlen_backward(ctx, do, _dlse):
+    dq, dk, dv = _varlen_bwd(do, *ctx.saved_tensors, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+_varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_save)
 
 
 def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -107,24 +137,18 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     Sequence i is q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] against the same slice of k and v
     by ``cu_seqlens_k`` (int32, starting at 0, non-decreasing, ending at the token
-    count). Returns (total_q, Hq, D) in q's dtype; differentiable. An empty sequence
-    gives no rows.
+    count; no sequence longer than its ``max_seqlen``). Returns (total_q, Hq, D) in q's
+    dtype; differentiable. A sequence without queries gives no rows (its keys get zero
+    gradients); one with queries but no keys is an error. The offsets are read on the
+    host once, for those errors; the launches depend only on the max lengths and the
+    sequence count.
     """
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         validate.tensor(name, t, ndim=3)
-    bq = _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q)
-    bk = _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k)
-    if len(bq) != len(bk):
-        raise ValueError(f"cu_seqlens_q has {len(bq) - 1} sequences, cu_seqlens_k {len(bk) - 1}")
-    if k.shape[0] != v.shape[0]:
-        raise ValueError(f"k has {k.shape[0]} tokens, v {v.shape[0]}")
-    outs = []
-    for (q0, q1), (k0, k1) in zip(zip(bq[:-1], bq[1:]), zip(bk[:-1], bk[1:])):
-        if q1 == q0:
-            continue
-        if k1 == k0:
-            raise ValueError(f"a sequence has {q1 - q0} queries but no keys (cu_seqlens_k {bk})")
-        views = (t[a:z].transpose(0, 1).unsqueeze(0) for t, a, z in
-                 ((q, q0, q1), (k, k0, k1), (v, k0, k1)))
-        outs.append(flash_attention(*views, causal=causal, scale=scale)[0].transpose(0, 1))
-    return torch.cat(outs, dim=0)   # q has tokens (checked), so some sequence has rows
+    scale = validate.attention_operands(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)),
+                                        scale, DTYPES, MAX_HEAD_DIM)
+    varlen.check_metadata(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return _varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       causal, scale)[0]

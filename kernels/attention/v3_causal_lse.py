@@ -25,6 +25,11 @@ Expected bound:
 Limits:
     As v2: any S, S_k >= 1, D <= 128, any strides, fp32/fp16/bf16, int64 offsets. The
     scale is not folded into Q itself: rounding a pre-scaled Q to bf16 would add error.
+    Packed sequences (``kernels.flash_attention_varlen``) run this kernel with
+    ``VARLEN=True``, one launch for the batch (:mod:`.varlen`); the dense launch passes
+    None for the offsets, so it compiles to the same code as before varlen existed
+    (``tests/test_attention_isa.py``). The packed kernel reads its lengths from memory,
+    without the divisibility hints the dense S has: more instructions, the same MFMAs.
 """
 from __future__ import annotations
 
@@ -38,22 +43,36 @@ from ..outputs import new_output
 from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 from .launch import aot_ints, head_block, strides
+from .varlen import Packing, aot_args, cu_args, sequence
 from .spec import DTYPES, MAX_HEAD_DIM
 
 
 @triton.jit
-def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, scale, S, SK, D, GROUP, HQ,
+def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr,
+                          scale, S, SK, D, GROUP, HQ,
                           stride_qb, stride_qh, stride_qs, stride_qd,
                           stride_kb, stride_kh, stride_ks, stride_kd,
                           stride_vb, stride_vh, stride_vs, stride_vd,
                           stride_ob, stride_oh, stride_os, stride_od,
-                          CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
+                          CAUSAL: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // HQ).to(tl.int64)
     h = (bh % HQ).to(tl.int64)
     hk = h // GROUP                      # GQA: the K/V head this query head reads
+    T = S                                # rows of the LSE buffer
+    if VARLEN:   # b is a packed sequence; S and SK come in as the token counts (see varlen.py)
+        q0, S = sequence(cu_q_ptr, b)
+        k0, SK = sequence(cu_k_ptr, b)
+        if pid_m * BLOCK_M >= S:
+            return
+        q_ptr += q0.to(tl.int64) * stride_qs
+        o_ptr += q0.to(tl.int64) * stride_os
+        k_ptr += k0.to(tl.int64) * stride_ks
+        v_ptr += k0.to(tl.int64) * stride_vs
+        lse_ptr += q0
+        bh = h                           # the LSE is (1, Hq, 2, T)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ds = tl.arange(0, BLOCK_D)
     ns = tl.arange(0, BLOCK_N)
@@ -98,9 +117,9 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, scale, S, SK, D, 
         kt_ptrs += k_step
         v_ptrs += v_step
     acc = acc / l_i[:, None]
-    lse_row = lse_ptr + bh.to(tl.int64) * 2 * S + rows   # two parts: summing them would round
+    lse_row = lse_ptr + bh.to(tl.int64) * 2 * T + rows   # two parts: summing them would round
     tl.store(lse_row, m_i, mask=rows < S)
-    tl.store(lse_row + S, tl.log2(l_i), mask=rows < S)
+    tl.store(lse_row + T, tl.log2(l_i), mask=rows < S)
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     o_ptrs = (o_ptr + b * stride_ob + h * stride_oh + rows.to(tl.int64)[:, None] * stride_os
@@ -115,23 +134,30 @@ def config(backend: str, d: int) -> dict:
     return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_D=head_block(d), num_warps=4, num_stages=1)
 
 
-def launch(q, k, v, causal: bool, scale: float, cfg: dict):
+def launch(q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | None = None):
     """O and the row log-sum-exp in two parts, fp32 (B, Hq, 2, S): [:, :, 0] the raw
-    score max m, [:, :, 1] log2 of the sum l, so LSE = m·scale + ln l (``cfg``'s tiles)."""
-    (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]
+    score max m, [:, :, 1] log2 of the sum l, so LSE = m·scale + ln l (``cfg``'s tiles).
+
+    With ``packing``, q, k, v and O are packed (T, H, D) and the LSE is (1, Hq, 2, T):
+    one launch for every sequence."""
     o = new_output(q.shape, q.dtype, q.device)
-    lse = new_output((b, hq, 2, s), torch.float32, q.device)
-    grid = (cdiv(s, cfg["BLOCK_M"]), b * hq)
-    _flash_fwd_lse_kernel[grid](q, k, v, o, lse, scale, s, sk, d, hq // hkv, hq,
-                                *strides(q), *strides(k), *strides(v), *strides(o),
-                                CAUSAL=bool(causal), INTERP_BF16=interp_bf16(q.dtype), **cfg)
+    views = packing.views(q, k, v, o) if packing else (q, k, v, o)
+    (b, hq, s, d), (hkv, sk) = views[0].shape, views[1].shape[1:3]
+    lse = new_output((1 if packing else b, hq, 2, s), torch.float32, q.device)
+    grid = (cdiv(packing.max_q if packing else s, cfg["BLOCK_M"]), b * hq)
+    _flash_fwd_lse_kernel[grid](*views[:4], lse, *cu_args(packing), scale, s, sk, d, hq // hkv, hq,
+                                *(x for t in views for x in strides(t)),
+                                CAUSAL=bool(causal), VARLEN=packing is not None,
+                                INTERP_BF16=interp_bf16(q.dtype), **cfg)
     return o, lse
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list:
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list:
+    """A causal Llama-3-8B launch; ``overrides={"VARLEN": True}`` compiles the packed one."""
+    flags, pointers = aot_args(overrides)
     return [aot_launch(_flash_fwd_lse_kernel, dtype, config(backend, 128), aot_ints(),
-                       constexprs={"CAUSAL": True, "INTERP_BF16": False},
-                       pointers={"lse_ptr": "*fp32"})]
+                       constexprs={"CAUSAL": True, "INTERP_BF16": False, **flags},
+                       pointers={"lse_ptr": "*fp32", **pointers})]
 
 
 @rung(op="attention", rung=3, name="causal_lse", backends=("hip", "cuda", "interpreter"),

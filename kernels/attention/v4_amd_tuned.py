@@ -53,6 +53,7 @@ from ..triton_support import aot_launch
 from ..tuning import as_dict, fastest, with_overrides
 from . import configs, v3_causal_lse
 from .launch import aot_ints, head_block
+from .varlen import aot_args
 from .spec import DTYPES, MAX_HEAD_DIM
 
 _TUNED: dict[tuple, dict] = {}    # (S, S_k buckets, BLOCK_D, dtype, causal) -> the fastest config
@@ -119,7 +120,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     dims = [overrides["BLOCK_D"]] if "BLOCK_D" in (overrides or {}) else sorted(configs.HEAD_DIMS, reverse=True)
     return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype,
                        with_overrides(prior(backend, arch, d), overrides),
-                       aot_ints(d=d), constexprs={"CAUSAL": True, "INTERP_BF16": False},
+                       aot_ints(d=d), constexprs={"CAUSAL": True, "INTERP_BF16": False, **aot_args(None)[0]},
                        pointers={"lse_ptr": "*fp32"}) for d in dims]
 
 

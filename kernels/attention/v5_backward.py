@@ -26,7 +26,9 @@ Expected bound:
 Limits:
     As v3 (any S, S_k >= 1, D <= 128, any strides including the stride-0 output
     gradient of ``out.sum().backward()``, fp32/fp16/bf16 with fp32 accumulation,
-    int64 offsets). dQ/dK/dV are in the inputs' dtypes.
+    int64 offsets). dQ/dK/dV are in the inputs' dtypes. Packed sequences run the three
+    kernels with ``VARLEN=True`` as v3's forward does: one launch each for the batch,
+    the dense code unchanged; a sequence without queries gets dK = dV = 0 for its keys.
 """
 from __future__ import annotations
 
@@ -41,18 +43,28 @@ from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 from . import v3_causal_lse
 from .launch import aot_ints, head_block, strides
+from .varlen import Packing, aot_args, cu_args, sequence
 from .spec import DTYPES, MAX_HEAD_DIM
 
 
 @triton.jit
-def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, S, D, HQ,
+def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, cu_q_ptr, S, D, HQ,
                       stride_ob, stride_oh, stride_os, stride_od,
                       stride_dob, stride_doh, stride_dos, stride_dod,
-                      BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+                      VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // HQ).to(tl.int64)
     h = (bh % HQ).to(tl.int64)
+    T = S                                # rows of the Δ buffer
+    if VARLEN:   # as in v3's kernel: b is a packed sequence, S the token count
+        q0, S = sequence(cu_q_ptr, b)
+        if pid_m * BLOCK_M >= S:
+            return
+        o_ptr += q0.to(tl.int64) * stride_os
+        do_ptr += q0.to(tl.int64) * stride_dos
+        delta_ptr += q0
+        bh = h                           # Δ is (1, Hq, T)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ds = tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < S) & (ds[None, :] < D)
@@ -61,24 +73,40 @@ def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, S, D, HQ,
     do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows.to(tl.int64)[:, None] * stride_dos
                  + ds.to(tl.int64)[None, :] * stride_dod, mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    tl.store(delta_ptr + bh.to(tl.int64) * S + rows, delta, mask=rows < S)
+    tl.store(delta_ptr + bh.to(tl.int64) * T + rows, delta, mask=rows < S)
 
 
 @triton.jit
 def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
-                     scale, S, SK, D, GROUP, HQ, HKV,
+                     cu_q_ptr, cu_k_ptr, scale, S, SK, D, GROUP, HQ, HKV,
                      stride_qb, stride_qh, stride_qs, stride_qd,
                      stride_kb, stride_kh, stride_ks, stride_kd,
                      stride_vb, stride_vh, stride_vs, stride_vd,
                      stride_dob, stride_doh, stride_dos, stride_dod,
                      stride_dkb, stride_dkh, stride_dks, stride_dkd,
                      stride_dvb, stride_dvh, stride_dvs, stride_dvd,
-                     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
+                     CAUSAL: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = (bhk // HKV).to(tl.int64)
     hk = (bhk % HKV).to(tl.int64)
+    T = S                                # rows of the LSE and Δ buffers
+    b_stats = b                          # their batch index
+    if VARLEN:   # as in v3's kernel: b is a packed sequence, S and SK the token counts
+        q0, S = sequence(cu_q_ptr, b)
+        k0, SK = sequence(cu_k_ptr, b)
+        if pid_n * BLOCK_N >= SK:        # keys of a sequence without queries still get dK = dV = 0
+            return
+        q_ptr += q0.to(tl.int64) * stride_qs
+        do_ptr += q0.to(tl.int64) * stride_dos
+        k_ptr += k0.to(tl.int64) * stride_ks
+        v_ptr += k0.to(tl.int64) * stride_vs
+        dk_ptr += k0.to(tl.int64) * stride_dks
+        dv_ptr += k0.to(tl.int64) * stride_dvs
+        lse_ptr += q0
+        delta_ptr += q0
+        b_stats = 0                      # LSE (1, Hq, 2, T), Δ (1, Hq, T)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ds = tl.arange(0, BLOCK_D)
     ms = tl.arange(0, BLOCK_M)
@@ -98,7 +126,7 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
         lo = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M   # earlier rows see none of these keys
     for g in range(0, GROUP):            # GQA: the query heads that read this K/V head
         h = hk * GROUP + g
-        bh = b * HQ + h
+        bh = b_stats * HQ + h
         for m0 in range(lo, S, BLOCK_M):
             rows = m0 + ms
             row_ok = rows < S
@@ -108,14 +136,14 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
             do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows.to(tl.int64)[:, None] * stride_dos
                          + ds.to(tl.int64)[None, :] * stride_dod,
                          mask=row_ok[:, None] & (ds[None, :] < D), other=0.0)
-            delta = tl.load(delta_ptr + bh * S + rows, mask=row_ok, other=0.0)
+            delta = tl.load(delta_ptr + bh * T + rows, mask=row_ok, other=0.0)
             if INTERP_BF16:
                 qt = qt.to(tl.float32)
                 do = do.to(tl.float32)
             st = tl.dot(k, qt, input_precision="ieee")                     # Sᵀ: (N, M), raw
             # loaded after Sᵀ: live across that product too, they spilled on gfx942
-            m = tl.load(lse_ptr + bh * 2 * S + rows, mask=row_ok, other=0.0)
-            log2_l = tl.load(lse_ptr + bh * 2 * S + S + rows, mask=row_ok, other=0.0)
+            m = tl.load(lse_ptr + bh * 2 * T + rows, mask=row_ok, other=0.0)
+            log2_l = tl.load(lse_ptr + bh * 2 * T + T + rows, mask=row_ok, other=0.0)
             visible = row_ok[None, :] & (cols[:, None] < SK)
             if CAUSAL:
                 visible = visible & (cols[:, None] <= rows[None, :])
@@ -139,19 +167,33 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
 
 @triton.jit
 def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-                   scale, S, SK, D, GROUP, HQ,
+                   cu_q_ptr, cu_k_ptr, scale, S, SK, D, GROUP, HQ,
                    stride_qb, stride_qh, stride_qs, stride_qd,
                    stride_kb, stride_kh, stride_ks, stride_kd,
                    stride_vb, stride_vh, stride_vs, stride_vd,
                    stride_dob, stride_doh, stride_dos, stride_dod,
                    stride_dqb, stride_dqh, stride_dqs, stride_dqd,
-                   CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
+                   CAUSAL: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // HQ).to(tl.int64)
     h = (bh % HQ).to(tl.int64)
     hk = h // GROUP
+    T = S                                # rows of the LSE and Δ buffers
+    if VARLEN:   # as in v3's kernel: b is a packed sequence, S and SK the token counts
+        q0, S = sequence(cu_q_ptr, b)
+        k0, SK = sequence(cu_k_ptr, b)
+        if pid_m * BLOCK_M >= S:
+            return
+        q_ptr += q0.to(tl.int64) * stride_qs
+        do_ptr += q0.to(tl.int64) * stride_dos
+        dq_ptr += q0.to(tl.int64) * stride_dqs
+        k_ptr += k0.to(tl.int64) * stride_ks
+        v_ptr += k0.to(tl.int64) * stride_vs
+        lse_ptr += q0
+        delta_ptr += q0
+        bh = h                           # LSE (1, Hq, 2, T), Δ (1, Hq, T)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ds = tl.arange(0, BLOCK_D)
     ns = tl.arange(0, BLOCK_N)
@@ -161,9 +203,9 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
                 + ds.to(tl.int64)[None, :] * stride_qd, mask=q_mask, other=0.0)
     do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows.to(tl.int64)[:, None] * stride_dos
                  + ds.to(tl.int64)[None, :] * stride_dod, mask=q_mask, other=0.0)
-    m = tl.load(lse_ptr + bh.to(tl.int64) * 2 * S + rows, mask=rows < S, other=0.0)
-    log2_l = tl.load(lse_ptr + bh.to(tl.int64) * 2 * S + S + rows, mask=rows < S, other=0.0)
-    delta = tl.load(delta_ptr + bh.to(tl.int64) * S + rows, mask=rows < S, other=0.0)
+    m = tl.load(lse_ptr + bh.to(tl.int64) * 2 * T + rows, mask=rows < S, other=0.0)
+    log2_l = tl.load(lse_ptr + bh.to(tl.int64) * 2 * T + T + rows, mask=rows < S, other=0.0)
+    delta = tl.load(delta_ptr + bh.to(tl.int64) * T + rows, mask=rows < S, other=0.0)
     if INTERP_BF16:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
@@ -205,27 +247,31 @@ def config(backend: str, d: int) -> dict:
     return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_D=head_block(d), num_warps=4, num_stages=1)
 
 
-def backward(q, k, v, o, lse, do, causal: bool, scale: float):
-    """dQ, dK, dV from the forward's inputs, O, its two-part LSE and the output gradient ``do``."""
+def backward(q, k, v, o, lse, do, causal: bool, scale: float, packing: Packing | None = None):
+    """dQ, dK, dV from the forward's inputs, O, its two-part LSE and the output gradient ``do``.
+
+    With ``packing``, every tensor is packed (T, H, D) as v3's launch takes them, the LSE
+    (1, Hq, 2, T): three launches for every sequence, as for a dense batch."""
+    grads = tuple(new_output(t.shape, t.dtype, t.device) for t in (q, k, v))
+    tensors = (q, k, v, o, do, *grads)
+    q, k, v, o, do, dq, dk, dv = packing.views(*tensors) if packing else tensors
     (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]
+    rows_q, rows_k = (packing.max_q, packing.max_k) if packing else (s, sk)
     cfg = config(_backend.current().name, d)
-    bf16 = interp_bf16(q.dtype)
-    delta = new_output((b, hq, s), torch.float32, q.device)
-    _bwd_delta_kernel[(cdiv(s, cfg["BLOCK_M"]), b * hq)](
-        o, do, delta, s, d, hq, *strides(o), *strides(do), BLOCK_M=cfg["BLOCK_M"],
-        BLOCK_D=cfg["BLOCK_D"])
-    dq = new_output(q.shape, q.dtype, q.device)
-    dk = new_output(k.shape, k.dtype, k.device)
-    dv = new_output(v.shape, v.dtype, v.device)
-    _bwd_dkdv_kernel[(cdiv(sk, cfg["BLOCK_N"]), b * hkv)](
-        q, k, v, do, lse, delta, dk, dv, scale, s, sk, d, hq // hkv, hq, hkv,
+    flags = dict(CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype))
+    cu_q, cu_k = cu_args(packing)
+    delta = new_output((1 if packing else b, hq, s), torch.float32, q.device)
+    _bwd_delta_kernel[(cdiv(rows_q, cfg["BLOCK_M"]), b * hq)](
+        o, do, delta, cu_q, s, d, hq, *strides(o), *strides(do), VARLEN=flags["VARLEN"],
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_D=cfg["BLOCK_D"])
+    _bwd_dkdv_kernel[(cdiv(rows_k, cfg["BLOCK_N"]), b * hkv)](
+        q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, scale, s, sk, d, hq // hkv, hq, hkv,
         *strides(q), *strides(k), *strides(v), *strides(do), *strides(dk), *strides(dv),
-        CAUSAL=bool(causal), INTERP_BF16=bf16, **cfg)
-    _bwd_dq_kernel[(cdiv(s, cfg["BLOCK_M"]), b * hq)](
-        q, k, v, do, lse, delta, dq, scale, s, sk, d, hq // hkv, hq,
-        *strides(q), *strides(k), *strides(v), *strides(do), *strides(dq),
-        CAUSAL=bool(causal), INTERP_BF16=bf16, **cfg)
-    return dq, dk, dv
+        **flags, **cfg)
+    _bwd_dq_kernel[(cdiv(rows_q, cfg["BLOCK_M"]), b * hq)](
+        q, k, v, do, lse, delta, dq, cu_q, cu_k, scale, s, sk, d, hq // hkv, hq,
+        *strides(q), *strides(k), *strides(v), *strides(do), *strides(dq), **flags, **cfg)
+    return grads
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -245,16 +291,18 @@ class _FlashAttention(torch.autograd.Function):
         return (*backward(q, k, v, o, lse, do, ctx.causal, ctx.scale), None, None)
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list:
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list:
+    """dK/dV and dQ of a causal Llama-3-8B launch; ``overrides={"VARLEN": True}`` compiles the packed ones."""
     cfg = config(backend, 128)
     ints = aot_ints()
     ints.update({f"stride_{t}{a}": ints[f"stride_{src}{a}"]
                  for t, src in (("do", "q"), ("dq", "q"), ("dk", "k"), ("dv", "v")) for a in "bhsd"})
     ints["HKV"] = 8
-    f32 = {"lse_ptr": "*fp32", "delta_ptr": "*fp32"}
-    flags = {"CAUSAL": True, "INTERP_BF16": False}
-    return [aot_launch(_bwd_dkdv_kernel, dtype, cfg, ints, constexprs=flags, pointers=f32),
-            aot_launch(_bwd_dq_kernel, dtype, cfg, ints, constexprs=flags, pointers=f32)]
+    varlen_flags, cu_pointers = aot_args(overrides)
+    pointers = {"lse_ptr": "*fp32", "delta_ptr": "*fp32", **cu_pointers}
+    flags = {"CAUSAL": True, "INTERP_BF16": False, **varlen_flags}
+    return [aot_launch(_bwd_dkdv_kernel, dtype, cfg, ints, constexprs=flags, pointers=pointers),
+            aot_launch(_bwd_dq_kernel, dtype, cfg, ints, constexprs=flags, pointers=pointers)]
 
 
 @rung(op="attention", rung=5, name="backward", backends=("hip", "cuda", "interpreter"),

@@ -1,0 +1,146 @@
+"""``kernels.flash_attention_varlen``: a packed batch in one launch set, judged per sequence
+by the harness's rule against the float64 reference, with SDPA per sequence as the
+baseline; launch counts, determinism, torch.compile, the fake kernels and the errors."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels.attention import spec as attn_spec
+from kernels.attention import v3_causal_lse, v5_backward
+from kernels.outputs import poisoned_outputs
+from workbench.check import compare
+
+KERNELS = [(v3_causal_lse, "_flash_fwd_lse_kernel"), (v5_backward, "_bwd_delta_kernel"),
+           (v5_backward, "_bwd_dkdv_kernel"), (v5_backward, "_bwd_dq_kernel")]
+
+
+def _packed(lengths_q, lengths_k, hq=4, hkv=2, d=32, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(lengths_q), hq, d, generator=gen).to(dtype)
+    k, v = (torch.randn(sum(lengths_k), hkv, d, generator=gen).to(dtype) for _ in range(2))
+    cu = [torch.tensor([0, *itertools.accumulate(n)], dtype=torch.int32) for n in (lengths_q, lengths_k)]
+    return q, k, v, *cu
+
+
+def _per_sequence(attention, q, k, v, cu_q, cu_k):
+    """``attention`` on each sequence's (1, H, S_i, D) view, packed back: what varlen must be."""
+    bq, bk = cu_q.tolist(), cu_k.tolist()
+    outs = []
+    for q0, q1, k0, k1 in zip(bq[:-1], bq[1:], bk[:-1], bk[1:]):
+        if q1 > q0:
+            views = (t[a:z].transpose(0, 1)[None] for t, a, z in ((q, q0, q1), (k, k0, k1), (v, k0, k1)))
+            outs.append(attention(*views)[0].transpose(0, 1))
+    return torch.cat(outs)
+
+
+def _with_grads(fn, q, k, v, grad):
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = fn(*leaves)
+    out.backward(grad)
+    return out.detach(), [t.grad for t in leaves]
+
+
+CASES = {   # lengths_q, lengths_k, Hq, Hkv, D
+    "S_k!=S,empty,gqa4:2,d32": ([1, 17, 0, 5], [3, 17, 4, 9], 4, 2, 32),
+    "two-blocks,mqa4:1,d64": ([40, 0, 1], [33, 2, 1], 4, 1, 64),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_forward_and_gradients_match_the_reference_per_sequence(case, causal, dtype):
+    lq, lk, hq, hkv, d = case
+    q, k, v, cu_q, cu_k = _packed(lq, lk, hq, hkv, d, dtype)
+    grad = torch.randn(q.shape).to(dtype)
+    with poisoned_outputs():     # a row or gradient no program writes stays NaN and fails
+        out, grads = _with_grads(lambda *a: kernels.flash_attention_varlen(
+            *a, cu_q, cu_k, max(lq), max(lk), causal=causal), q, k, v, grad)
+    base, base_grads = _with_grads(lambda *a: _per_sequence(lambda *s: F.scaled_dot_product_attention(
+        *s, is_causal=causal, enable_gqa=True), *a, cu_q, cu_k), q, k, v, grad)
+    ref, ref_grads = _with_grads(lambda *a: _per_sequence(
+        lambda *s: attn_spec.reference(*s, causal), *a, cu_q, cu_k),
+        *(t.double() for t in (q, k, v)), grad.double())
+    assert out.shape == q.shape and out.dtype == dtype
+    assert compare(out, ref, base, dtype)["passed"]
+    for name, g, r, b in zip("qkv", grads, ref_grads, base_grads):
+        assert g.dtype == dtype and compare(g, r, b, dtype, "backward")["passed"], f"d{name}"
+
+
+class _Counted:
+    """A kernel that counts its launches (``kernel[grid](...)``)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize("lengths", [[9, 4], [1, 3, 0, 2, 5, 1, 1, 4, 2, 1, 3, 6]], ids=["2 seqs", "12 seqs"])
+def test_one_launch_per_kernel_whatever_the_sequence_count(monkeypatch, lengths):
+    counted = {}
+    for module, name in KERNELS:
+        counted[name] = _Counted(getattr(module, name))
+        monkeypatch.setattr(module, name, counted[name])
+    q, k, v, cu_q, cu_k = _packed(lengths, lengths)
+    q.requires_grad_()
+    out = kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, max(lengths), max(lengths), causal=True)
+    assert [c.launches for c in counted.values()] == [1, 0, 0, 0]
+    out.sum().backward()
+    assert [c.launches for c in counted.values()] == [1, 1, 1, 1]
+
+
+def test_backward_is_deterministic():
+    q, k, v, cu_q, cu_k = _packed([7, 20, 3], [7, 25, 1], hkv=1)
+    grad = torch.randn(q.shape)
+    runs = [_with_grads(lambda *a: kernels.flash_attention_varlen(*a, cu_q, cu_k, 20, 25, causal=True),
+                        q, k, v, grad)[1] for _ in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_compiles_without_graph_break():
+    q, k, v, cu_q, cu_k = _packed([5, 0, 9], [4, 3, 9])
+    q.requires_grad_()
+    fn = torch.compile(lambda q, k, v, cu_q, cu_k: kernels.flash_attention_varlen(
+        q, k, v, cu_q, cu_k, 9, 9, causal=True) * 2, fullgraph=True, backend="aot_eager")
+    out = fn(q, k, v, cu_q, cu_k)
+    out.sum().backward()       # a stride-0 output gradient reaches the backward kernels
+    expected = _per_sequence(lambda *s: attn_spec.reference(*s, True), q.detach(), k, v, cu_q, cu_k) * 2
+    assert torch.allclose(out.detach().double(), expected, atol=1e-5) and q.grad is not None
+
+
+def test_fake_kernels_give_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q, k, cu = torch.empty(10, 4, 32), torch.empty(7, 2, 32), torch.empty(3, dtype=torch.int32)
+        o, lse = torch.ops.kernels.flash_attention_varlen_fwd(q, k, k, cu, cu, 6, 5, True, 0.125)
+        grads = torch.ops.kernels.flash_attention_varlen_bwd(o, q, k, k, o, lse, cu, cu, 6, 5, True, 0.125)
+    assert o.shape == (10, 4, 32) and lse.shape == (1, 4, 2, 10) and lse.dtype == torch.float32
+    assert [g.shape for g in grads] == [q.shape, k.shape, k.shape]
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(cu_seqlens_q=torch.tensor([0, 5, 13], dtype=torch.int64)), "cu_seqlens_q has dtype int64"),
+    (dict(cu_seqlens_q=torch.tensor([1, 5, 13], dtype=torch.int32)), "must start at 0"),
+    (dict(cu_seqlens_q=torch.tensor([0, 9, 5, 13], dtype=torch.int32)), "non-decreasing"),
+    (dict(cu_seqlens_k=torch.tensor([0, 5, 12], dtype=torch.int32)), "ends at 12.*13 tokens"),
+    (dict(cu_seqlens_q=torch.tensor([0, 2, 5, 13], dtype=torch.int32)), "3 sequences, cu_seqlens_k 2"),
+    (dict(cu_seqlens_k=torch.tensor([0, 13, 13], dtype=torch.int32), max_seqlen_k=13), "8 queries but no keys"),
+    (dict(max_seqlen_q=4), "longer than its max_seqlen"),
+    (dict(max_seqlen_k=8.0), "max_seqlen_k must be an int"),
+    (dict(v=torch.randn(12, 2, 32)), "k and v must have one shape"),
+    (dict(causal=1), "causal must be a bool"),
+])
+def test_bad_input_names_the_argument(change, match):
+    q, k, v, cu_q, cu_k = _packed([5, 8], [5, 8])
+    args = dict(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=8, max_seqlen_k=8)
+    args.update(change)
+    with pytest.raises((ValueError, TypeError), match=match):
+        kernels.flash_attention_varlen(**args)
