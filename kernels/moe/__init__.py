@@ -5,14 +5,17 @@
   top-k routing with deterministic ties, the load-balancing loss, tokens per expert.
 - :func:`permute`, :func:`unpermute` (:mod:`.permutation`): token-slots into expert order for
   the grouped GEMM and back, deterministic, with autograd.
+- :class:`MoE` (:mod:`.layer`, also ``kernels.MoE``) and its plain-PyTorch twin
+  :class:`MoEReference` (:mod:`.reference`); the ``moe`` op's ladder is :mod:`.layer_ladder`.
 
-Names load on first use, so importing the grouped GEMM does not import the rest.
+Names load on first use, so importing the grouped GEMM does not import the layer.
 """
 import importlib
 
 _LAZY = {
     "route": ".routing", "aux_loss": ".routing", "expert_counts": ".routing",
     "permute": ".permutation", "unpermute": ".permutation",
+    "MoE": ".layer", "MoEReference": ".reference",
 }
 
 __all__ = list(_LAZY)
