@@ -24,7 +24,7 @@ def _run(module, x):
     out = module(x)
     out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.dtype))
     return {"out": out.detach(), "dx": x.grad,
-            **{f"d{n}": p.grad for n, p in module.named_parameters()}}
+            **{f"d{n.removeprefix('_orig_mod.')}": p.grad for n, p in module.named_parameters()}}
 
 
 def _twin(layer, cls, dtype):
@@ -143,3 +143,14 @@ def test_make_inputs_avoids_near_ties_and_routes_as_named():
     assert (logits[:, 1] - logits[:, 2]).min() >= MIN_GAP
     x, router, *_ = spec.make_inputs((50, 16, 8, 5, 1, 2), torch.float16, seed=6)
     assert route(x.float() @ router.float().t(), 1)[1].unique().numel() == 1
+
+
+def test_layer_compiles_without_graph_breaks():
+    """The whole layer: routing, permute, the grouped GEMM custom ops, unpermute."""
+    torch._dynamo.reset()
+    layer = _layer(shared_experts=1)
+    x = torch.randn(9, 24, generator=torch.Generator().manual_seed(7))
+    compiled = _run(torch.compile(layer, fullgraph=True, backend="aot_eager"), x)
+    eager = _run(layer, x)
+    for name in eager:
+        torch.testing.assert_close(compiled[name], eager[name])
