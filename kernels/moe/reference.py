@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .routing import _router_dtype, _top_k
+from .routing import checked_top_k, router_dtype
 
 
 def swiglu(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor
@@ -34,9 +34,9 @@ def moe_reference(x: torch.Tensor, router: torch.Tensor, gate: torch.Tensor, up:
     zero-initialized accumulator that each expert's rows are added into), cast to x's
     dtype at the end.
     """
-    acc = _router_dtype(x.dtype)
+    acc = router_dtype(x.dtype)
     probs = (x.to(acc) @ router.to(acc).t()).softmax(dim=-1)
-    weights, ids = probs.topk(_top_k("top_k", top_k, router.shape[0]), dim=-1)
+    weights, ids = probs.topk(checked_top_k(top_k, router.shape[0]), dim=-1)
     if normalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
     out = torch.zeros(x.shape[0], down.shape[2], dtype=acc, device=x.device)
@@ -75,7 +75,7 @@ class MoEReference(torch.nn.Module):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
         self.dim, self.hidden, self.num_experts = dim, hidden, num_experts
-        self.top_k = _top_k("top_k", top_k, num_experts)
+        self.top_k = checked_top_k(top_k, num_experts)
         self.shared_experts, self.normalize = shared_experts, normalize
         self.router = torch.nn.Linear(dim, num_experts, bias=False, device=device, dtype=dtype)
         self.gate = _uniform((num_experts, dim, hidden), dim, device, dtype)

@@ -19,16 +19,17 @@ from .. import validate
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-def _top_k(name: str, top_k, num_experts: int) -> int:
+def checked_top_k(top_k, num_experts: int) -> int:
+    """``top_k``, refused unless an int in [1, num_experts] (every router and layer checks it)."""
     if isinstance(top_k, bool) or not isinstance(top_k, int):
-        raise TypeError(f"{name} must be an int, got {type(top_k).__name__}")
+        raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
     if not 1 <= top_k <= num_experts:
-        raise ValueError(f"{name}={top_k} must be between 1 and the number of experts "
+        raise ValueError(f"top_k={top_k} must be between 1 and the number of experts "
                          f"({num_experts})")
     return top_k
 
 
-def _router_dtype(dtype: torch.dtype) -> torch.dtype:
+def router_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32, or float64 for float64 logits (so gradcheck can run on the router)."""
     return torch.promote_types(dtype, torch.float32)
 
@@ -45,8 +46,8 @@ def route(logits: torch.Tensor, top_k: int, normalize: bool = True
     logits through the weights; the ids are integers.
     """
     validate.tensor("logits", logits, ndim=2, dtypes=_FLOATS, allow_empty=True)
-    top_k = _top_k("top_k", top_k, logits.shape[1])
-    probs = logits.to(_router_dtype(logits.dtype)).softmax(dim=-1)
+    top_k = checked_top_k(top_k, logits.shape[1])
+    probs = logits.to(router_dtype(logits.dtype)).softmax(dim=-1)
     ranked, order = torch.sort(probs, dim=-1, descending=True, stable=True)
     weights, ids = ranked[:, :top_k], order[:, :top_k].to(torch.int32)
     if normalize:
@@ -84,7 +85,7 @@ def aux_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     num_experts = logits.shape[1]
     if ids.shape[0] != logits.shape[0]:
         raise ValueError(f"ids has {ids.shape[0]} tokens but logits has {logits.shape[0]}")
-    probs = logits.to(_router_dtype(logits.dtype)).softmax(dim=-1)
+    probs = logits.to(router_dtype(logits.dtype)).softmax(dim=-1)
     fraction = expert_counts(ids, num_experts).to(probs.dtype) / max(ids.numel(), 1)
     mean_prob = probs.sum(dim=0) / max(logits.shape[0], 1)   # 0, not NaN, for no tokens
     return num_experts * (fraction * mean_prob).sum()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import validate
-from ..routing import _top_k
+from ..routing import checked_top_k
 
 def moe_operands(x, router, gate, up, down, top_k, dtypes) -> None:
     """x (T, dim), router (E, dim), gate and up (E, dim, hidden), down (E, hidden, dim),
@@ -22,4 +22,4 @@ def moe_operands(x, router, gate, up, down, top_k, dtypes) -> None:
             raise ValueError(f"{name} has shape {tuple(t.shape)}; with router (E, dim) = "
                              f"{tuple(router.shape)} and hidden {hidden} it must be "
                              f"{expected[name]}")
-    _top_k("top_k", top_k, e)
+    checked_top_k(top_k, e)

@@ -28,7 +28,6 @@ Limits:
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from ...outputs import new_output
