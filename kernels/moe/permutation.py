@@ -22,9 +22,11 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def _inverse(permutation: torch.Tensor) -> torch.Tensor:
-    """``inverse[permutation[i]] = i``: a scatter of unique indices, so deterministic."""
-    positions = torch.arange(permutation.shape[0], device=permutation.device)
-    return torch.empty_like(permutation).scatter_(0, permutation, positions)
+    """``inverse[permutation[i]] = i``: an ``index_put`` without accumulation of unique
+    indices, so deterministic (and allowed by ``torch.use_deterministic_algorithms``)."""
+    inverse = torch.empty_like(permutation)
+    inverse[permutation] = torch.arange(permutation.shape[0], device=permutation.device)
+    return inverse
 
 
 def _accumulator(*dtypes: torch.dtype) -> torch.dtype:

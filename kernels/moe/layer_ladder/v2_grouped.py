@@ -11,11 +11,13 @@ Idea:
     from :func:`kernels.moe.route`, so they are in range by construction.
 
 Why faster:
-    A fixed number of launches whatever E is: the router GEMM, a sort, a gather, three
-    grouped GEMMs, an elementwise SwiGLU, a gather-and-sum; no host sync, so it can be
-    captured in a CUDA/HIP graph and the CPU runs ahead. Each grouped GEMM sees all
-    T·k rows at once and can fill the GPU even when single experts get few rows
-    (how well depends on the grouped GEMM ladder, :mod:`kernels.moe.grouped_gemm`).
+    Outside the grouped GEMMs, a fixed number of launches whatever E is: the router
+    GEMM, a sort, a gather, an elementwise SwiGLU, a gather-and-sum, and no host sync
+    of its own. Each grouped GEMM sees all T·k rows at once and can fill the GPU even
+    when single experts get few rows; once it is one kernel (the grouped GEMM ladder,
+    :mod:`kernels.moe.grouped_gemm`) the whole layer is free of host syncs and can be
+    captured in a CUDA/HIP graph. Where ``kernels.grouped_gemm`` runs a per-expert loop
+    (its ladder's v0), that loop reads the offsets on the host and launches per expert.
     The backward is as deterministic as the forward: permute and unpermute move data
     by permutations and sum over a fixed axis, no atomics.
 
