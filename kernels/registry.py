@@ -24,6 +24,7 @@ PACKAGES = {
     "gemm_mxfp4": "kernels.gemm_mxfp4",
     "attention": "kernels.attention",
     "grouped_gemm": "kernels.moe.grouped_gemm",
+    "moe": "kernels.moe.layer_ladder",
 }
 OPS = tuple(PACKAGES)
 

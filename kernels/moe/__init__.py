@@ -1,2 +1,27 @@
 """Mixture of experts: the grouped GEMM ladder (:mod:`.grouped_gemm`, the public
-``kernels.grouped_gemm``) and the pieces of an MoE layer built on it."""
+``kernels.grouped_gemm``), the pieces of an MoE layer built on it, and the layer.
+
+- :func:`route`, :func:`aux_loss`, :func:`expert_counts` (:mod:`.routing`): softmax
+  top-k routing with deterministic ties, the load-balancing loss, tokens per expert.
+- :func:`permute`, :func:`unpermute` (:mod:`.permutation`): token-slots into expert order for
+  the grouped GEMM and back, deterministic, with autograd.
+- :class:`MoE` (:mod:`.layer`, also ``kernels.MoE``) and its plain-PyTorch twin
+  :class:`MoEReference` (:mod:`.reference`); the ``moe`` op's ladder is :mod:`.layer_ladder`.
+
+Names load on first use, so importing the grouped GEMM does not import the layer.
+"""
+import importlib
+
+_LAZY = {
+    "route": ".routing", "aux_loss": ".routing", "expert_counts": ".routing",
+    "permute": ".permutation", "unpermute": ".permutation",
+    "MoE": ".layer", "MoEReference": ".reference",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'kernels.moe' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)

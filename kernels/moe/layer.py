@@ -1,0 +1,50 @@
+"""``kernels.MoE``: the mixture-of-experts layer on the package's kernels.
+
+A subclass of :class:`~kernels.moe.reference.MoEReference`, so parameters, their
+initialization and ``state_dict`` keys are the reference's own and a checkpoint loads
+either way; only ``forward`` differs. It is the ``moe`` op's best rung (v2: route,
+permute, grouped GEMMs, unpermute) plus the shared experts, run as one SwiGLU MLP over
+their concatenated hidden units.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .layer_ladder.checks import moe_operands
+from .layer_ladder.spec import DTYPES
+from .layer_ladder.v2_grouped import routed_experts
+from .reference import MoEReference, swiglu
+from .routing import aux_loss, expert_counts, route
+
+
+class MoE(MoEReference):
+    """Takes ``(..., dim)``, returns ``(..., dim)``; differentiable in x and every parameter.
+
+    After each call, ``aux_loss`` holds the load-balancing loss of that call's routing
+    (:func:`kernels.moe.aux_loss`, differentiable in the router's weight: add
+    ``coefficient * layer.aux_loss`` to the training loss) and ``expert_counts`` the
+    token-slots each expert got (int64 ``(E,)``). Both are None before the first call.
+
+    fp32, fp16 and bf16; the router runs in float32 whatever the dtype. Forward and
+    backward are bitwise reproducible run to run for a fixed grouped GEMM.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.aux_loss: torch.Tensor | None = None
+        self.expert_counts: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() < 1 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
+        flat = x.reshape(-1, self.dim)
+        moe_operands(flat, self.router.weight, self.gate, self.up, self.down, self.top_k, DTYPES)
+        logits = F.linear(flat.float(), self.router.weight.float())
+        weights, ids = route(logits, self.top_k, self.normalize)
+        self.aux_loss = aux_loss(logits, ids)
+        self.expert_counts = expert_counts(ids, self.num_experts)
+        out = routed_experts(flat, weights, ids, self.gate, self.up, self.down)
+        if self.shared_experts:
+            out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
+        return out.reshape(x.shape)

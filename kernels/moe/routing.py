@@ -1,0 +1,91 @@
+"""Routing: which experts each token goes to, with what weight, and how evenly.
+
+:func:`route` is softmax-then-top-k, the router of Switch, GShard, Mixtral and
+Qwen3-MoE. It computes in float32 (float64 for float64 logits), whatever the logits'
+dtype: a top-k on bf16 probabilities would pick different experts than the same
+router in fp32 whenever two probabilities round to one bf16 value, which happens
+every few hundred tokens. Ties are broken deterministically (lowest expert id first),
+so a routing never depends on the sort algorithm or the device.
+
+:func:`aux_loss` is the load-balancing loss of Switch Transformers and GShard, and
+:func:`expert_counts` the tokens per expert that it (and a dashboard) reads.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import validate
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def checked_top_k(top_k, num_experts: int) -> int:
+    """``top_k``, refused unless an int in [1, num_experts] (every router and layer checks it)."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
+    if not 1 <= top_k <= num_experts:
+        raise ValueError(f"top_k={top_k} must be between 1 and the number of experts "
+                         f"({num_experts})")
+    return top_k
+
+
+def router_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32, or float64 for float64 logits (so gradcheck can run on the router)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def route(logits: torch.Tensor, top_k: int, normalize: bool = True
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Router logits ``(T, E)`` -> (weights ``(T, top_k)`` float32, expert ids ``(T, top_k)``
+    int32), each token's experts in order of decreasing probability.
+
+    The weights are the softmax probabilities of the chosen experts, divided by their sum
+    when ``normalize`` (Mixtral, Qwen3-MoE's ``norm_topk_prob``), else the raw probabilities
+    (Switch). Ties: among equal probabilities the lowest expert id is chosen (and comes
+    first), because the selection is a stable descending sort. Differentiable in the
+    logits through the weights; the ids are integers.
+    """
+    validate.tensor("logits", logits, ndim=2, dtypes=_FLOATS, allow_empty=True)
+    top_k = checked_top_k(top_k, logits.shape[1])
+    probs = logits.to(router_dtype(logits.dtype)).softmax(dim=-1)
+    ranked, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    weights, ids = ranked[:, :top_k], order[:, :top_k].to(torch.int32)
+    if normalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, ids
+
+
+def expert_counts(ids: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """Token-slots per expert, int64 ``(num_experts,)``, from ids ``(T, top_k)``.
+
+    Integer sums, so the counts are exact and the same on every run (a scatter-add of
+    integers has no rounding order to depend on). Ids are trusted here: :func:`route`
+    made them; :func:`kernels.moe.permute` checks ids from elsewhere.
+    """
+    validate.tensor("ids", ids, ndim=2, dtypes=(torch.int32, torch.int64), allow_empty=True)
+    flat = ids.reshape(-1).long()
+    return torch.zeros(num_experts, dtype=torch.int64, device=ids.device).scatter_add_(
+        0, flat, torch.ones_like(flat))
+
+
+def aux_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The auxiliary load-balancing loss ``E · Σ_e f_e · P_e`` (a float32 scalar).
+
+    ``f_e`` is the fraction of the ``T · top_k`` token-slots routed to expert e, ``P_e``
+    the mean over tokens of the router's softmax probability for e. This is the loss of
+    Fedus, Zoph and Shazeer, "Switch Transformers" (arXiv:2101.03961, eq. 4), which
+    simplifies the one of Lepikhin et al., "GShard" (arXiv:2006.16668), extended to
+    top-k by counting slots. It is 1 for a perfectly even routing and reaches E when
+    every slot goes to one expert that also takes all the probability. Only ``P`` carries
+    a gradient (the counts are discrete): the loss pushes probability away from
+    overloaded experts. Multiply by a small coefficient (Switch: 1e-2) before adding it
+    to the training loss.
+    """
+    validate.tensor("logits", logits, ndim=2, dtypes=_FLOATS, allow_empty=True)
+    num_experts = logits.shape[1]
+    if ids.shape[0] != logits.shape[0]:
+        raise ValueError(f"ids has {ids.shape[0]} tokens but logits has {logits.shape[0]}")
+    probs = logits.to(router_dtype(logits.dtype)).softmax(dim=-1)
+    fraction = expert_counts(ids, num_experts).to(probs.dtype) / max(ids.numel(), 1)
+    mean_prob = probs.sum(dim=0) / max(logits.shape[0], 1)   # 0, not NaN, for no tokens
+    return num_experts * (fraction * mean_prob).sum()
