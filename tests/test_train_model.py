@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels.moe.reference import swiglu
 from workbench.train import PRESETS, ffn, flops, layers, ops
 from workbench.train.data import batch
 from workbench.train.model import GPT
@@ -93,7 +93,7 @@ def test_torch_moe_matches_a_per_token_loop():
     for token in x.reshape(-1, 8):
         probs = F.softmax(moe.router.weight @ token, dim=-1)
         top = probs.topk(2)
-        y = moe.shared(token)
+        y = swiglu(token, moe.shared_gate, moe.shared_up, moe.shared_down)
         for w, e in zip(top.values / top.values.sum(), top.indices):
             y = y + w * (F.silu(token @ moe.gate[e]) * (token @ moe.up[e])) @ moe.down[e]
         expected.append(y)
@@ -118,10 +118,12 @@ def test_moe_parameters_have_the_promised_names_and_shapes():
     assert shapes["gate"] == shapes["up"] == (e, d, h) and shapes["down"] == (e, h, d)
 
 
-def test_workbench_moe_names_the_missing_op_when_kernels_has_none(monkeypatch):
-    monkeypatch.setattr(ffn, "kernels", types.SimpleNamespace())   # a kernels without MoE
-    with pytest.raises(NotImplementedError, match="kernels.MoE"):
-        ffn.moe_ffn(SMOKE, "workbench")
+def test_both_moe_implementations_hold_the_same_parameters():
+    torch_side, workbench_side = ffn.moe_ffn(SMOKE, "torch"), ffn.moe_ffn(SMOKE, "workbench")
+    assert type(workbench_side).__name__ == "MoE"
+    workbench_side.load_state_dict(torch_side.state_dict())   # strict: same names and shapes
+    x = torch.randn(3, SMOKE.dim)
+    torch.testing.assert_close(workbench_side(x), torch_side(x), rtol=1e-5, atol=1e-5)
 
 
 def test_active_parameters_equal_the_dense_models_matmul_weights():

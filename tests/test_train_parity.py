@@ -68,10 +68,9 @@ def test_fifty_steps_of_run_agree_with_torch():
     assert ref[-1] < ref[0] - 0.5   # it learns the successor table
 
 
-@pytest.mark.skipif(not hasattr(kernels, "MoE"), reason="this kernels package has no kernels.MoE")
 def test_workbench_moe_trains_like_torch_moe():
-    """Runs where ``kernels.MoE`` exists: it takes the plain-PyTorch MoE's parameters
-    (router.weight, gate, up, down, shared) as they are, so both start from one state."""
+    """``kernels.MoE`` takes the plain-PyTorch MoE's parameters as they are (both are
+    ``MoEReference``'s), so both start from one state."""
     assert_parity(train_side_by_side("workbench", steps=3))
 
 

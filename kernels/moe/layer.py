@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import autocast
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.v2_grouped import routed_experts
@@ -26,8 +27,10 @@ class MoE(MoEReference):
     ``coefficient * layer.aux_loss`` to the training loss) and ``expert_counts`` the
     token-slots each expert got (int64 ``(E,)``). Both are None before the first call.
 
-    fp32, fp16 and bf16; the router runs in float32 whatever the dtype. Forward and
-    backward are bitwise reproducible run to run for a fixed grouped GEMM.
+    fp32, fp16 and bf16; the router runs in float32 whatever the dtype. Under
+    ``torch.autocast`` the experts run in the autocast dtype, as ``nn.Linear`` would
+    (the grouped GEMM is a custom op, which autocast does not cast by itself). Forward
+    and backward are bitwise reproducible run to run for a fixed grouped GEMM.
     """
 
     def __init__(self, *args, **kwargs):
@@ -38,13 +41,14 @@ class MoE(MoEReference):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 1 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
-        flat = x.reshape(-1, self.dim)
-        moe_operands(flat, self.router.weight, self.gate, self.up, self.down, self.top_k, DTYPES)
+        flat, router, gate, up, down = autocast.operands(x.reshape(-1, self.dim), self.router.weight,
+                                                 self.gate, self.up, self.down)
+        moe_operands(flat, router, gate, up, down, self.top_k, DTYPES)
         logits = F.linear(flat.float(), self.router.weight.float())
         weights, ids = route(logits, self.top_k, self.normalize)
         self.aux_loss = aux_loss(logits, ids)
         self.expert_counts = expert_counts(ids, self.num_experts)
-        out = routed_experts(flat, weights, ids, self.gate, self.up, self.down)
+        out = routed_experts(flat, weights, ids, gate, up, down)
         if self.shared_experts:
             out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
         return out.reshape(x.shape)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels as _kernels
+from kernels import autocast as _autocast
 
 OPS = ("gemm", "attention", "moe")
 IMPLS = ("torch", "workbench")
@@ -42,20 +43,11 @@ def label(impls: dict[str, str]) -> str:
     return values.pop() if len(values) == 1 else ",".join(f"{k}={v}" for k, v in impls.items())
 
 
-def autocast_operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Cast to the autocast dtype where autocast is on, as it would cast ``torch.matmul``."""
-    device = tensors[0].device.type
-    if not torch.is_autocast_enabled(device):
-        return tensors
-    dtype = torch.get_autocast_dtype(device)
-    return tuple(t.to(dtype) for t in tensors)
-
-
 class WorkbenchLinear(_kernels.nn.Linear):
     """``kernels.nn.Linear`` with its operands cast as autocast casts ``torch.nn.Linear``'s."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x, weight = autocast_operands(x, self.weight)
+        x, weight = _autocast.operands(x, self.weight)
         y = _kernels.matmul(x, weight.t())
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
@@ -69,5 +61,5 @@ def linear(impl: str, in_features: int, out_features: int) -> torch.nn.Linear:
 def attention(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention, q (B, Hq, S, D), k and v (B, Hkv, S, D) -> (B, Hq, S, D)."""
     if impl == "workbench":
-        return _kernels.flash_attention(*autocast_operands(q, k, v), causal=True)
+        return _kernels.flash_attention(*_autocast.operands(q, k, v), causal=True)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
