@@ -20,27 +20,31 @@ TARGETS = ("gfx942", "gfx950", "sm90")
 DEVICES = [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")]
 
 
-def _key(cfg: dict) -> tuple:
+def _table(target: str) -> dict:
+    return tuning.shipped(configs.TABLE)[target]
+
+
+def _frozen(cfg: dict) -> tuple:
     return tuple(sorted(cfg.items()))
 
 
-def _entries(target: str) -> list[dict]:
-    table = configs.shipped()[target]
-    return table["kept"] + table["dropped"]
+def _by_config(target: str) -> dict[tuple, dict]:
+    """Every entry of the target's table, kept or dropped, by its config."""
+    return {_frozen(e["config"]): e for e in _table(target)["kept"] + _table(target)["dropped"]}
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_shipped_table_covers_exactly_the_candidates(target):
     """A changed candidate list without ``python -m workbench.tune_space --op grouped_gemm
     --write`` fails here."""
-    recorded = [_key(entry["config"]) for entry in _entries(target)]
-    assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in configs.candidates(target))
+    wanted = [_frozen(tuning.as_dict(c)) for c in configs.candidates(target)]
+    assert sorted(_by_config(target)) == sorted(wanted) and len(set(wanted)) == len(wanted)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_kept_configs_fit_in_all_three_kernels_and_dropped_ones_do_not(target):
-    table = configs.shipped()[target]
-    for entry in _entries(target):
+    table = _table(target)
+    for entry in _by_config(target).values():
         assert set(entry) - {"config", "why"} == set(configs.KERNELS), entry
     for entry in table["kept"]:
         assert all(tune_space.verdict(target, entry[k]) is None for k in configs.KERNELS), entry
@@ -49,10 +53,20 @@ def test_kept_configs_fit_in_all_three_kernels_and_dropped_ones_do_not(target):
     assert table["kept"], f"nothing survives on {target}"
 
 
+@pytest.mark.parametrize("target", ("gfx942", "gfx950"))
+def test_the_256_square_tile_is_dropped_for_spilling(target):
+    """configs.py's note: the tile is in the space to be pruned, and the table prunes it."""
+    dropped = [e for e in _table(target)["dropped"]
+               if (e["config"]["BLOCK_M"], e["config"]["BLOCK_N"]) == (256, 256)]
+    assert dropped and all("forward: spills" in e["why"] for e in dropped)
+    with pytest.raises(ValueError, match="no tuned config space"):
+        configs.space("rocm")
+
+
 @pytest.mark.parametrize("backend,arch", DEVICES)
 def test_space_is_the_kept_part_of_the_table(backend, arch):
     space = [tuning.as_dict(c) for c in configs.space(backend, arch)]
-    assert space == [e["config"] for e in configs.shipped()[tuning.target(configs.TABLE, backend, arch)]["kept"]]
+    assert space == [e["config"] for e in _table(tuning.target(configs.TABLE, backend, arch))["kept"]]
 
 
 SAMPLE = [   # (target, the kernel compiled); the prior of the ISA's launch, a compile each
@@ -64,8 +78,8 @@ SAMPLE = [   # (target, the kernel compiled); the prior of the ISA's launch, a c
 
 @pytest.mark.parametrize("target,kernel", SAMPLE)
 def test_table_entries_are_what_the_compiler_gives(target, kernel):
-    cfg = configs.shipped()[target]["kept"][0]["config"]
-    entry = {_key(e["config"]): e for e in _entries(target)}[_key(cfg)]
+    cfg = _table(target)["kept"][0]["config"]
+    entry = _by_config(target)[_frozen(cfg)]
     assert tune_space.measure("grouped_gemm", target, {**cfg, "kernel": kernel}) == entry[kernel]
 
 

@@ -69,19 +69,9 @@ def candidates(target_name: str) -> list[triton.Config]:
     return cuda_candidates() if target_name == "sm90" else hip_candidates(target_name)
 
 
-def shipped() -> dict:
-    """The ahead-of-time table: per target, the configs kept and dropped, with their resources."""
-    return tuning.shipped(TABLE)
-
-
 def space(backend: str, arch: str = "gfx942") -> list[triton.Config]:
-    """The candidates of the device's target that the shipped table keeps, in candidate order."""
-    if backend == "interpreter":
-        return interpreter_configs()
-    if backend not in ("hip", "cuda"):
-        raise ValueError(f"no grouped GEMM config space for backend {backend!r}")
-    name = tuning.target(TABLE, backend, arch)
-    return tuning.kept(TABLE, name, candidates(name))
+    """The candidates the device's target keeps in the shipped table (:func:`kernels.tuning.space`)."""
+    return tuning.space(TABLE, backend, arch, candidates, interpreter_configs())
 
 
 def prune(configs: list[triton.Config], rows: int, cols: int) -> list[triton.Config]:
