@@ -51,6 +51,18 @@ def kept(table: Path, name: str, candidates: list[triton.Config]) -> list[triton
     return [c for c in candidates if as_dict(c) in verdicts]
 
 
+def space(table: Path, backend: str, arch: str, candidates: Callable[[str], list[triton.Config]],
+          interpreter: list[triton.Config]) -> list[triton.Config]:
+    """What a tuned rung may time here: ``interpreter`` on the interpreter, else the
+    ``candidates`` of the device's target that ``table`` keeps, in candidate order."""
+    if backend == "interpreter":
+        return interpreter
+    if backend not in ("hip", "cuda"):
+        raise ValueError(f"no tuned config space for backend {backend!r}")
+    name = target(table, backend, arch)
+    return kept(table, name, candidates(name))
+
+
 def tile(c: triton.Config) -> tuple[int, int]:
     return c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
 

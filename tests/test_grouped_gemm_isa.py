@@ -1,5 +1,6 @@
-"""Grouped GEMM's machine code, compiled ahead of time: v2's forward, the backward's dX
-launch (the same kernel on wᵀ) and the dW kernel, on gfx942 and gfx950.
+"""Grouped GEMM's machine code, compiled ahead of time: v2's and v4's forward, the
+backward's dX launch (the same kernel on wᵀ) and the dW kernel, on gfx942 and gfx950
+(v4 with its tuned prior: the table's first kept config for the launch).
 
 Each kernel's hot loop must run the whole tile product on MFMA (the loop's MFMAs, times
 their M·N·K and the waves of a program, cover one 128 x 128 x 64 step), stage its
@@ -15,8 +16,8 @@ import pytest
 
 from workbench import isa, isa_parse
 
-KERNELS = ["forward", "dx", "dw"]            # v2's aot() order
-NAMES = {"forward": "_grouped_gemm_kernel", "dx": "_grouped_gemm_kernel", "dw": "_grouped_dw_kernel"}
+KERNELS = ["forward", "dx", "dw"]            # v2's and v4's aot() order
+FORWARD = {"v2": "_grouped_gemm_kernel", "v4": "_grouped_gemm_persistent_kernel"}
 MACS_PER_STEP = 128 * 128 * 64
 
 
@@ -26,9 +27,10 @@ def _loop_ops(report) -> list[str]:
 
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_v2_kernels_use_mfma_stage_through_lds_and_do_not_spill(kernel, target):
-    report = isa.inspect_all("grouped_gemm", "v2", target)[KERNELS.index(kernel)]
-    assert report.kernel_name == NAMES[kernel]
+@pytest.mark.parametrize("rung", ["v2", "v4"])
+def test_kernels_use_mfma_stage_through_lds_and_do_not_spill(rung, kernel, target):
+    report = isa.inspect_all("grouped_gemm", rung, target)[KERNELS.index(kernel)]
+    assert report.kernel_name == (FORWARD[rung] if kernel != "dw" else "_grouped_dw_kernel")
     ops = _loop_ops(report)
     shapes = [re.match(r"v_mfma_f32_(\d+)x(\d+)x(\d+)_bf16", op) for op in ops]
     macs = sum(int(m[1]) * int(m[2]) * int(m[3]) for m in shapes if m)
@@ -45,3 +47,11 @@ def test_v1_launches_gemm_v4s_kernel():
     report = isa.inspect("grouped_gemm", "v1", "gfx942")
     assert report.kernel_name == "_gemm_pipelined_kernel"
     assert report.matrix_instructions and report.spills == 0
+
+
+def test_v4_compiles_one_kernel_on_request_and_refuses_an_unknown_one():
+    """How ``workbench.tune_space`` compiles each candidate three times."""
+    report = isa.inspect_all("grouped_gemm", "v4", "gfx942", overrides={"kernel": "dw"})
+    assert [r.kernel_name for r in report] == ["_grouped_dw_kernel"]
+    with pytest.raises(RuntimeError, match="kernel must be one of"):
+        isa.inspect_all("grouped_gemm", "v4", "gfx942", overrides={"kernel": "dgrad"})

@@ -125,9 +125,10 @@ def _forward_backward(fn, x, w, offsets):
     return x.grad, w.grad
 
 
-def test_v2_forward_and_backward_never_sync_with_the_host(no_host_sync):
+@pytest.mark.parametrize("label", ["v2", "v4"])
+def test_one_launch_rungs_never_sync_with_the_host(no_host_sync, label):
     x, w, offsets = operands([5, 0, 40, 3])
-    dx, dw = _forward_backward(kernels.get("grouped_gemm", "v2"), x, w, offsets)
+    dx, dw = _forward_backward(kernels.get("grouped_gemm", label), x, w, offsets)
     assert dx.shape == x.shape and dw.shape == w.shape
 
 

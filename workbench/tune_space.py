@@ -1,18 +1,20 @@
 """Prune the tuning spaces ahead of time: a config that spills on the target is never timed.
 
-    python -m workbench.tune_space                   # compile and print, both ops, all targets
+    python -m workbench.tune_space                   # compile and print, every op, all targets
     python -m workbench.tune_space --op attention --write   # 9 minutes on 2 cores (2026-11-30)
     python -m workbench.tune_space --op attention --target gfx950 --write
+    python -m workbench.tune_space --op grouped_gemm --write
 
 Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
 for its target, at bf16, with the rung its users get: the GEMM with v6 (the rung
 ``kernels.matmul`` runs) once per operand layout of :data:`kernels.gemm.configs.LAYOUTS`,
 attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
-(``BLOCK_D``, 64 or 128), causal. A config is dropped when, in any of its compiles,
+(``BLOCK_D``, 64 or 128), causal, the grouped GEMM with v4 (``kernels.grouped_gemm``)
+three times: its forward, its backward's dX launch and its dW kernel. A config is dropped when, in any of its compiles,
 it spills VGPRs, uses scratch (AMD private segment, NVIDIA stack frame), or needs more
 LDS / shared memory than one workgroup may have. ``--write`` stores the verdicts,
 with the resources behind them, in the table ``kernels`` ships
-(``kernels/<op>/tuned_space.json``), replacing only the targets compiled.
+(``<op's package>/tuned_space.json``), replacing only the targets compiled.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import triton
 from kernels import tuning
 from kernels.attention import configs as attention_configs
 from kernels.gemm import configs as gemm_configs
+from kernels.moe.grouped_gemm import configs as grouped_gemm_configs
 
 from . import isa, isa_occupancy
 
@@ -52,6 +55,9 @@ OPS = {
                f"layouts {', '.join(gemm_configs.LAYOUTS)}"),
     "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
                     "causal, at the head dim of each config (BLOCK_D)"),
+    "grouped_gemm": Op("v4", grouped_gemm_configs,
+                       lambda cfg: {kernel: {"kernel": kernel} for kernel in grouped_gemm_configs.KERNELS},
+                       "DeepSeek-V3's down projection, its forward, dX and dW kernels"),
 }
 
 

@@ -51,19 +51,24 @@ def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offsets_ptr, K, N,
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=(ks[:, None] < K) & (cols[None, :] < N))
 
 
-def grouped_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, groups: int) -> torch.Tensor:
-    """dw (groups, K, N) for x (T, K), dy (T, N) and offsets already validated; one launch."""
-    (_, k), n = x.shape, dy.shape[1]
-    dw = new_output((groups, k, n), x.dtype, x.device)
-    here = _backend.current()
-    cfg = config(here.name, here.arch)
+def launch(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, dw: torch.Tensor, cfg: dict) -> None:
+    """dw (G, K, N) = the kernel's result, with tile settings ``cfg`` (v4 tunes them)."""
+    (groups, k, n) = dw.shape
     grid = (cdiv(k, cfg["BLOCK_M"]), cdiv(n, cfg["BLOCK_N"]), groups)
     _grouped_dw_kernel[grid](x, dy, dw, offsets, k, n, *x.stride(), *dy.stride(), *dw.stride(),
                              INTERP_BF16=interp_bf16(x.dtype), **cfg)
+
+
+def grouped_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, groups: int) -> torch.Tensor:
+    """dw (groups, K, N) for x (T, K), dy (T, N) and offsets already validated; one launch."""
+    dw = new_output((groups, x.shape[1], dy.shape[1]), x.dtype, x.device)
+    here = _backend.current()
+    launch(x, dy, offsets, dw, config(here.name, here.arch))
     return dw
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> AotKernel:
-    """The dW launch of :data:`.launch.AOT_SHAPE`, for the ISA inspector."""
-    return aot_launch(_grouped_dw_kernel, dtype, config(backend, arch), dw_ints(),
+def aot(dtype: torch.dtype, backend: str, arch: str, cfg: dict | None = None) -> AotKernel:
+    """The dW launch of :data:`.launch.AOT_SHAPE` with ``cfg`` (by default :func:`.launch.config`),
+    for the ISA inspector."""
+    return aot_launch(_grouped_dw_kernel, dtype, cfg or config(backend, arch), dw_ints(),
                       constexprs={"INTERP_BF16": False}, pointers={"offsets_ptr": "*i32"})

@@ -3,9 +3,10 @@ visible to ``torch.compile``.
 
 Which kernels run: the forward and the backward's dx on the highest-numbered Triton rung
 of ``grouped_gemm`` that runs here (:func:`kernels.gemm.ops.best_rung`, read at call
-time), and dw on the dW kernel (:mod:`.dw`). Both find each group's rows from the
-offsets on the device, so a call with ``check_offsets=False`` has no host sync (a test
-holds the chosen rung to that).
+time), and dw on the dW kernel (:mod:`.dw`) with v4's tuned tiles
+(:func:`.v4_persistent.grouped_dw`). Both find each group's rows from the offsets on
+the device, so a call with ``check_offsets=False`` has no host sync (a test holds the
+chosen rung to that; on a GPU the first call of a tuning key also times candidates).
 
 How it is wrapped: two PyTorch custom ops with fake (meta) implementations,
 ``kernels::grouped_gemm`` (the forward, also the dx of the backward: dx = dy · wᵀ per
@@ -24,7 +25,7 @@ import torch
 
 from ... import validate
 from ...gemm.ops import best_rung
-from . import dw
+from . import v4_persistent
 from .grads import gradients
 from .spec import DTYPES
 
@@ -46,7 +47,7 @@ def _grouped_gemm_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
                      groups: int) -> torch.Tensor:
     if x.numel() == 0 or dy.numel() == 0:
         return x.new_zeros((groups, x.shape[1], dy.shape[1]))
-    return dw.grouped_dw(x, dy, offsets, groups)
+    return v4_persistent.grouped_dw(x, dy, offsets, groups)
 
 
 @_grouped_gemm_dw.register_fake

@@ -51,25 +51,9 @@ from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 from . import dw
 from .grads import differentiable
 from .launch import config, forward_ints
+from .schedule import group_tiles, locate
 from .spec import DTYPES
 from .tiles import reduce_tiles
-
-
-@triton.jit
-def _row_tile(tile, offsets_ptr, G, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
-    """(group, first row, end row of the group) of row tile ``tile``; group >= G past
-    the last tile. Group g owns tiles cum[g-1]:cum[g], cum the running sum of its
-    cdiv(rows, BLOCK_M) (zero for an empty group)."""
-    gs = tl.arange(0, BLOCK_G)
-    ends = tl.load(offsets_ptr + gs, mask=gs < G, other=0)
-    starts = tl.load(offsets_ptr + gs - 1, mask=(gs > 0) & (gs < G), other=0)
-    tiles = tl.where(gs < G, tl.cdiv(ends - starts, BLOCK_M), 0)
-    cum = tl.cumsum(tiles, 0)
-    group = tl.sum((cum <= tile).to(tl.int32), 0)
-    mine = gs == group
-    first_tile = tl.sum(tl.where(mine, cum - tiles, 0), 0)
-    start = tl.sum(tl.where(mine, starts, 0), 0) + (tile - first_tile) * BLOCK_M
-    return group, start, tl.sum(tl.where(mine, ends, 0), 0)
 
 
 @triton.jit
@@ -78,7 +62,8 @@ def _grouped_gemm_kernel(x_ptr, w_ptr, out_ptr, offsets_ptr, N, K, G,
                          stride_ot, stride_on,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
-    group, start, end = _row_tile(tl.program_id(0), offsets_ptr, G, BLOCK_M, BLOCK_G)
+    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, BLOCK_M, BLOCK_G)
+    group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
     if group >= G:  # a surplus program of the upper-bound grid
         return
     rows = start + tl.arange(0, BLOCK_M)
