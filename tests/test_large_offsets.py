@@ -26,7 +26,8 @@ SPACING = 8192
 # Per op, a small problem in which some dimension of every operand is 3 (GEMM: M and N;
 # attention: the heads, B x Hq x Hkv x S x S_k x D x causal; grouped GEMM: the rows of x
 # and the groups of w, T x K x N x G x routing). A new op adds its shape here.
-SHAPES = {"attention": (1, 3, 3, 17, 17, 32, 1), "grouped_gemm": (3, 64, 8, 3, 0)}
+SHAPES = {"attention": (1, 3, 3, 17, 17, 32, 1), "grouped_gemm": (3, 64, 8, 3, 0),
+          "grouped_gemm_fp8": (3, 64, 8, 3, 0)}
 GEMM_SHAPE = (3, 3, 64)
 
 
