@@ -167,15 +167,15 @@ def test_custom_op_fake_kernel_and_compile_without_graph_breaks():
     assert torch.equal(compiled(*args), loss(*args))
 
 
-@pytest.mark.parametrize("rung", [r for r in RUNGS if r.aot], ids=lambda r: r.title)
-@pytest.mark.parametrize("dtype,backend,arch", [(E4M3FNUZ, "hip", "gfx942"), (E4M3FN, "hip", "gfx950"),
-                                                (E4M3FN, "cuda", "sm_90")])
-def test_aot_describes_every_kernel_argument(rung, dtype, backend, arch):
-    (launch,) = rung.aot(dtype, backend, arch)
-    assert list(launch.signature) == list(launch.jit_fn.arg_names)
-    assert {n for n, t in launch.signature.items() if t == "constexpr"} == set(launch.constexprs)
-    assert launch.signature["x_ptr"] == launch.signature["w_ptr"] == "*" + {
-        E4M3FNUZ: "fp8e4b8", E4M3FN: "fp8e4nv"}[dtype]
-    assert launch.signature["out_ptr"] == "*bf16" and launch.signature["offsets_ptr"] == "*i32"
+@pytest.mark.parametrize("backend,arch", [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")])
+def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
+    dtype = fp8_dtype(arch)      # fnuz on gfx942, OCP on gfx950 and sm_90
+    (launch,) = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch)
+    signature = launch.signature
+    assert list(signature) == list(launch.jit_fn.arg_names)
+    assert set(launch.constexprs) == {name for name, kind in signature.items() if kind == "constexpr"}
+    fp8 = {E4M3FNUZ: "*fp8e4b8", E4M3FN: "*fp8e4nv"}[dtype]
+    assert (signature["x_ptr"], signature["w_ptr"], signature["out_ptr"]) == (fp8, fp8, "*bf16")
+    assert signature["offsets_ptr"] == "*i32" and signature["sw_ptr"] == "*fp32"
     assert launch.options["num_stages"] >= 2 and launch.constexprs["BLOCK_K"] == 128
     assert launch.constexprs["stride_xk"] == launch.constexprs["stride_wk"] == 1   # K-contiguous

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ...gemm_fp8.formats import FP8_DTYPES, quantize_fp8
-from ...gemm_fp8.spec import OUT_DTYPE
+from ...gemm_fp8 import spec as gemm_fp8_spec
 from ...registry import OpSpec, register_op
 from ..grouped_gemm import spec as grouped_spec
 
@@ -56,22 +56,16 @@ def reference(x, sx, w, sw, offsets) -> torch.Tensor:
 
 
 def bytes_moved(shape, dtype: torch.dtype) -> float:
-    """Minimum traffic: x and every expert's w read once (1 byte an element), y written
-    once in bfloat16. The scales (T + G·N floats) are left out, as in ``gemm_fp8``."""
+    """Minimum traffic: the FP8 GEMM's for (T, N, K) (x and one weight read once, y
+    written once in bfloat16, scales left out) plus the other G - 1 experts' weights."""
     t, k, n, g, _ = shape
     fp8_bytes = torch.empty((), dtype=dtype).element_size()
-    return float((t * k + g * k * n) * fp8_bytes + t * n * OUT_DTYPE.itemsize)
+    return gemm_fp8_spec.bytes_moved((t, n, k), dtype) + float((g - 1) * k * n * fp8_bytes)
 
 
 SPEC = register_op(OpSpec(
-    name="grouped_gemm_fp8",
-    make_inputs=make_inputs,
-    reference=reference,
-    flops=grouped_spec.flops,
-    bytes_moved=bytes_moved,
-    smoke_shapes=grouped_spec.SMOKE_SHAPES,
-    bench_shapes=grouped_spec.BENCH_SHAPES,
-    dtypes=FP8_DTYPES,
-    shape_names=grouped_spec.SPEC.shape_names,
-    quick_shapes=grouped_spec.SPEC.quick_shapes,
+    name="grouped_gemm_fp8", make_inputs=make_inputs, reference=reference,
+    flops=grouped_spec.flops, bytes_moved=bytes_moved, dtypes=FP8_DTYPES,
+    smoke_shapes=grouped_spec.SMOKE_SHAPES, bench_shapes=grouped_spec.BENCH_SHAPES,
+    shape_names=grouped_spec.SPEC.shape_names, quick_shapes=grouped_spec.SPEC.quick_shapes,
 ))

@@ -55,27 +55,27 @@ def _grouped_gemm_fp8_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, out_ptr, offsets_ptr,
                              stride_ot, stride_on, stride_sx, stride_swg, stride_swn,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
-    group, start, end = _row_tile(tl.program_id(0), offsets_ptr, G, BLOCK_M, BLOCK_G)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)   # the grid's column tile
+    group, start, end = _row_tile(tl.program_id(0), offsets_ptr, G, BLOCK_M, BLOCK_G)  # v2's schedule
     if group >= G:  # a surplus program of the upper-bound grid
         return
     rows = start + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
-    # int64 offsets: an operand of 2^31+ elements would wrap in i32.
-    x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xt + ks.to(tl.int64)[None, :] * stride_xk
-    w_ptrs = (w_ptr + group.to(tl.int64) * stride_wg + ks.to(tl.int64)[:, None] * stride_wk
-              + cols.to(tl.int64)[None, :] * stride_wn)
+    # int64 offsets, each widened once for its five uses: an operand of 2^31+ elements
+    # would wrap in i32.
+    r64, c64, k64 = rows.to(tl.int64), cols.to(tl.int64), tl.arange(0, BLOCK_K).to(tl.int64)
+    g64 = group.to(tl.int64)
+    x_ptrs = x_ptr + r64[:, None] * stride_xt + k64[None, :] * stride_xk
+    w_ptrs = w_ptr + g64 * stride_wg + k64[:, None] * stride_wk + c64[None, :] * stride_wn
     # FP8 operands: the interpreter's dot is exact on them, so no bf16 workaround there
     acc = reduce_tiles(x_ptrs, w_ptrs, tl.cast(stride_xk, tl.int64) * BLOCK_K,
                        tl.cast(stride_wk, tl.int64) * BLOCK_K, rows[:, None] < end,
                        cols[None, :] < N, K, BLOCK_M, BLOCK_N, BLOCK_K, False)
-    scale_x = tl.load(sx_ptr + rows.to(tl.int64) * stride_sx, mask=rows < end, other=0.0)
-    scale_w = tl.load(sw_ptr + group.to(tl.int64) * stride_swg + cols.to(tl.int64) * stride_swn,
-                      mask=cols < N, other=0.0)
+    scale_x = tl.load(sx_ptr + r64 * stride_sx, mask=rows < end, other=0.0)
+    scale_w = tl.load(sw_ptr + g64 * stride_swg + c64 * stride_swn, mask=cols < N, other=0.0)
     acc = acc * scale_x[:, None] * scale_w[None, :]
     if INTERP_BF16:
         acc = round_to_bf16(acc)
-    out_ptrs = out_ptr + rows.to(tl.int64)[:, None] * stride_ot + cols.to(tl.int64)[None, :] * stride_on
+    out_ptrs = out_ptr + r64[:, None] * stride_ot + c64[None, :] * stride_on
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(rows[:, None] < end) & (cols[None, :] < N))
 
 
