@@ -9,7 +9,9 @@ and layouts (e.g. w not K-contiguous). Where it refuses, the baseline is what FP
 code did before it: one ``torch._scaled_mm`` per non-empty expert (hipBLASLt/cuBLASLt
 on a GPU, a float32-accumulating CPU kernel here), through :mod:`kernels.gemm_fp8.ref`,
 which brings each slice into the library's operand form. The choice is remembered per
-:func:`case`, and :func:`baseline_name` tells which one ran.
+:func:`case`, and :func:`baseline_name` tells which one ran. The loop's per-expert
+operand copies into library form are part of its timed call: that is what a user of
+the loop pays, and it reads the offsets on the host as grouped GEMM's v0 does.
 """
 from __future__ import annotations
 
