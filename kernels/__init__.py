@@ -5,9 +5,9 @@ without a GPU that is the Triton interpreter and Numba's CUDA simulator, with no
 environment variable to set. Kernel modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
-``kernels.grouped_gemm``), ``kernels.nn``, ``kernels.moe`` (routing, permute and the
-layer, ``kernels.MoE``) and the op packages (``kernels.gemm_fp8``, ``kernels.gemm_mxfp4``)
-are resolved lazily by :func:`__getattr__`.
+``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``), ``kernels.nn``, ``kernels.moe``
+(routing, permute and the layer, ``kernels.MoE``) and the op packages (``kernels.gemm_fp8``,
+``kernels.gemm_mxfp4``) are resolved lazily by :func:`__getattr__`.
 
     >>> import kernels
     >>> [r.title for r in kernels.variants("gemm")]        # doctest: +SKIP
@@ -27,6 +27,7 @@ _LAZY = {
     "flash_attention": ("kernels.attention.ops", "flash_attention"),
     "flash_attention_varlen": ("kernels.attention.ops", "flash_attention_varlen"),
     "grouped_gemm": ("kernels.moe.grouped_gemm.ops", "grouped_gemm"),
+    "grouped_gemm_fp8": ("kernels.moe.grouped_gemm_fp8.ops", "grouped_gemm_fp8"),
     "nn": ("kernels.nn", None),
     "moe": ("kernels.moe", None),
     "MoE": ("kernels.moe.layer", "MoE"),

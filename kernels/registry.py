@@ -24,6 +24,7 @@ PACKAGES = {
     "gemm_mxfp4": "kernels.gemm_mxfp4",
     "attention": "kernels.attention",
     "grouped_gemm": "kernels.moe.grouped_gemm",
+    "grouped_gemm_fp8": "kernels.moe.grouped_gemm_fp8",
     "moe": "kernels.moe.layer_ladder",
 }
 OPS = tuple(PACKAGES)

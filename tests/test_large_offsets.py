@@ -25,10 +25,10 @@ BUFFER = 2**31 + 2**16      # elements per dtype; operands start SPACING apart i
 SPACING = 8192
 # Per op, a small problem in which some dimension of every operand is 3 (GEMM: M and N;
 # attention: the heads, B x Hq x Hkv x S x S_k x D x causal; grouped GEMM: the rows of x
-# and the groups of w, T x K x N x G x routing; MoE layer: the tokens and the experts,
-# T x dim x hidden x E x top_k x routing). A new op adds its shape here.
+# and the groups of w, T x K x N x G x routing, also for FP8; MoE layer: the tokens and the
+# experts, T x dim x hidden x E x top_k x routing). A new op adds its shape here.
 SHAPES = {"attention": (1, 3, 3, 17, 17, 32, 1), "grouped_gemm": (3, 64, 8, 3, 0),
-          "moe": (3, 64, 8, 3, 2, 0)}
+          "grouped_gemm_fp8": (3, 64, 8, 3, 0), "moe": (3, 64, 8, 3, 2, 0)}
 GEMM_SHAPE = (3, 3, 64)
 
 

@@ -1,0 +1,36 @@
+"""What an FP8 grouped GEMM accepts, checked once for every rung and the public op.
+
+x (T, K) and w (G, K, N) in one e4m3 format, offsets as for ``grouped_gemm``, and float32
+scales of fixed granularity: sx (T,), one per token, and sw (G, N), one per expert and
+output channel (``torch._scaled_grouped_mm``'s row-wise 2D x 3D case). A kernel reads
+them through strides, so views are taken as they are.
+"""
+from __future__ import annotations
+
+import torch
+
+from ... import validate
+from ...gemm_fp8.formats import FP8_DTYPES
+from ...gemm_fp8.operands import OUT_DTYPES
+
+
+def _scale(name: str, scale, shape: tuple[int, ...], what: str, allow_empty: bool) -> None:
+    validate.tensor(name, scale, dtypes=(torch.float32,), allow_empty=allow_empty)
+    if tuple(scale.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(scale.shape)}; expected {shape}, {what}")
+
+
+def check(x, sx, w, sw, offsets, out_dtype, allow_empty: bool = False,
+          check_values: bool = True) -> None:
+    """Validate the operands; ``allow_empty`` and ``check_values`` as in
+    :func:`kernels.validate.grouped_gemm_operands` (the public op takes empty operands)."""
+    validate.tensor("x", x, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # name the
+    validate.tensor("w", w, ndim=3, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # non-FP8 one
+    validate.grouped_gemm_operands(x, w, offsets, FP8_DTYPES, allow_empty, check_values)
+    (t, _), (g, _, n) = x.shape, w.shape
+    _scale("sx", sx, (t,), "one per row (token) of x", allow_empty)
+    _scale("sw", sw, (g, n), "one per expert and output column of w", allow_empty)
+    validate.same_device(x=x, sx=sx, w=w, sw=sw)
+    if out_dtype not in OUT_DTYPES:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in OUT_DTYPES)
+        raise TypeError(f"out_dtype must be one of {allowed}, got {out_dtype}")

@@ -1,0 +1,49 @@
+"""The public FP8 grouped GEMM: ``kernels.grouped_gemm_fp8(x, sx, w, sw, offsets)``.
+
+Semantics of ``torch._scaled_grouped_mm`` (row-wise scales, 2D x 3D with offsets): per
+group g, ``(x[rows of g] * sx[rows of g, None]) @ (w[g] * sw[g])`` with fp32 accumulation
+(see :mod:`.operands`). It runs the highest-numbered Triton rung of ``grouped_gemm_fp8``
+that runs here and takes the format (:func:`kernels.gemm.ops.best_rung`, read at call
+time), wrapped as the custom op ``kernels::grouped_gemm_fp8`` with a fake
+implementation, so ``torch.compile(fullgraph=True)`` keeps it in the graph.
+
+No autograd, as ``kernels.matmul_fp8`` and ``torch._scaled_grouped_mm``: an FP8 recipe
+quantizes the output gradient itself and calls FP8 GEMMs for dx and dw.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...gemm.ops import best_rung
+from . import operands
+
+
+@torch.library.custom_op("kernels::grouped_gemm_fp8", mutates_args=())
+def _grouped_gemm_fp8(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
+                      offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    if x.numel() == 0 or w.numel() == 0:   # T, N, K or G is 0: empty, or zeros for K = 0
+        return torch.zeros((x.shape[0], w.shape[2]), dtype=out_dtype, device=x.device)
+    return best_rung("grouped_gemm_fp8", x.dtype)(x, sx, w, sw, offsets, out_dtype,
+                                                  check_offsets=False)
+
+
+@_grouped_gemm_fp8.register_fake
+def _(x, sx, w, sw, offsets, out_dtype):
+    return x.new_empty((x.shape[0], w.shape[2]), dtype=out_dtype)
+
+
+def grouped_gemm_fp8(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
+                     offsets: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *,
+                     check_offsets: bool = True) -> torch.Tensor:
+    """``x (T, K)`` FP8 with rows grouped by expert, float32 ``sx (T,)`` per token,
+    ``w (G, K, N)`` FP8, float32 ``sw (G, N)`` per expert channel, int32 ``offsets (G,)``
+    of cumulative row ends -> ``(T, N)`` in ``out_dtype`` (bfloat16 by default).
+
+    x and w share the e4m3 format of :func:`kernels.gemm_fp8.fp8_dtype` (fnuz on gfx942,
+    OCP elsewhere); quantize with :func:`kernels.gemm_fp8.quantize_fp8` ("row" for x,
+    "col" for each w[g]). Empty operands are legal as in ``kernels.grouped_gemm``: T = 0
+    or N = 0 give an empty result, K = 0 zeros. ``check_offsets`` as in
+    ``kernels.grouped_gemm``: False skips the host read that validates the offsets.
+    """
+    operands.check(x, sx, w, sw, offsets, out_dtype, allow_empty=True, check_values=check_offsets)
+    return _grouped_gemm_fp8(x, sx, w, sw, offsets, out_dtype)
