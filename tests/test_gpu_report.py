@@ -12,6 +12,8 @@ import pytest
 import kernels
 from kernels import registry
 from workbench import gpu_report, results
+from workbench.train import quick as train_quick
+from workbench.train import store as train_store
 from workbench.check import CheckReport
 from workbench.cli import main
 
@@ -35,7 +37,17 @@ def pretended_h200(fake_gpu, fake_timer, monkeypatch, tmp_path):
     monkeypatch.setattr("workbench.suite.check", lambda op, rung, progress: [CheckReport(
         op, kernels.get(op, rung).title, (5, 7, 3), "float8_e4m3fn", True, 0.0, 0.0, 1.0, 0, 105,
         None, None, None)])
+    monkeypatch.setattr(train_quick, "run", _fake_train_run)
     return tmp_path
+
+
+def _fake_train_run(preset, kernels, steps, seed, progress):
+    """Steps of 100 ms (torch) or 80 ms (workbench), the first three slow (warm-up)."""
+    ms = 100.0 if kernels == "torch" else 80.0
+    return [{**dict.fromkeys(train_store.FIELDS), **dict(
+        step=i + 1, loss=5.0 - 0.1 * i, step_ms=ms * (10 if i < 3 else 1),
+        tokens_per_s=1000.0 / (ms * (10 if i < 3 else 1)), mfu=0.01 * 100 / ms,
+        preset=preset, kernels=kernels)} for i in range(steps)]
 
 
 def _today() -> str:
@@ -55,12 +67,31 @@ def test_gpu_report_records_the_quick_suite_and_prints_ratios(pretended_h200, ca
     assert "3 rows measured, 0 error rows, 0 of 3 checks failed" in out and f"wrote {path}" in out
 
 
+def test_gpu_report_ends_with_the_training_step_of_both_kernel_sets(pretended_h200, capsys):
+    assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 0
+    out = capsys.readouterr().out.split("training step:")[1]
+    rows = train_store.load(pretended_h200 / f"nvidia-h200-{_today()}-train.json")
+    assert [r["kernels"] for r in rows] == ["torch"] * 8 + ["workbench"] * 8
+    summary = train_quick.compare(pretended_h200 / "again.json")
+    assert [s["step_ms"] for s in summary] == [100.0, 80.0]      # warm-up steps left out
+    assert summary[1]["speedup"] == 1.25 and summary[1]["mfu"] == pytest.approx(0.0125)
+    assert "gpu-moe-small" in out and "1.25" in out
+
+
+def test_a_failed_training_step_is_reported_and_fails_the_report(pretended_h200, monkeypatch, capsys):
+    def oom(**kwargs):
+        raise RuntimeError("CUDA out of memory")
+    monkeypatch.setattr(train_quick, "run", oom)
+    assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 1
+    assert "training step failed: RuntimeError: CUDA out of memory" in capsys.readouterr().out
+
+
 def test_gpu_report_shows_error_rows_and_exits_1(pretended_h200, fake_timer, capsys):
     fake_timer(ms=[1.0], fail={2: RuntimeError("no kernel image for sm_90")})
     assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 1
     out = capsys.readouterr().out
     assert "RuntimeError: no kernel image for sm_90" in out and "1 error rows" in out
-    assert [r.status for r in results.load(next(pretended_h200.glob("*.json")))] == [
+    assert [r.status for r in results.load(pretended_h200 / f"nvidia-h200-{_today()}.json")] == [
         "ok", "error", "ok"]
 
 
@@ -68,6 +99,7 @@ def test_gpu_report_says_what_a_spent_budget_left_out(pretended_h200, capsys):
     assert gpu_report.gpu_report(budget_s=1e-9, folder=pretended_h200, progress=False) == 1
     out = capsys.readouterr().out
     assert "time budget of 0 s spent; not run: gemm_fp8: checks and every case" in out
+    assert "training step (gpu-moe-small, torch vs workbench)" in out
     assert "nothing written" in out and not list(pretended_h200.iterdir())
 
 

@@ -58,8 +58,11 @@ class Budget:
     started: float = field(default_factory=time.monotonic)
     skipped: list[str] = field(default_factory=list)
 
+    def remaining(self) -> float:
+        return self.seconds - (time.monotonic() - self.started)
+
     def spent(self) -> bool:
-        return time.monotonic() - self.started >= self.seconds
+        return self.remaining() <= 0
 
 
 def planned_dtypes(op: str, dtypes: Iterable[torch.dtype] | None = None) -> list[torch.dtype]:

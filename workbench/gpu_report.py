@@ -4,7 +4,9 @@ It measures the ceilings (a device copy and a large matmul), runs the quick suit
 every rung, then time it with ``ref`` in the same run) and writes the rows, as they are
 measured, to ``workbench/recorded/<gpu>-<date>.json``: the folder whose files ship with
 the package, so the file can be committed as it is. Then it prints the ladder table,
-every row with its ratio to ``ref`` and error rows with their message.
+every row with its ratio to ``ref`` and error rows with their message. Last, if the
+budget allows, a short training run of each kernel set (:mod:`workbench.train.quick`)
+goes to ``<gpu>-<date>-train.json`` beside it.
 
 A lent GPU session is short, so a time budget bounds the run: once it is spent no new
 case starts, and the report names the cases it left out. Without a GPU it refuses
@@ -24,9 +26,11 @@ from .check import summarize
 from .suite import run_suite
 from .table import format_table
 from .timing import PerformanceUnavailable, require_gpu
+from .train import quick as train_quick
 
 RECORDED = Path(__file__).resolve().parent / "recorded"
 BUDGET_S = 300.0   # with the gpu-marked tests, `make gpu` stays under 8 minutes
+TRAIN_RESERVE_S = 90.0   # what the training step needs: JIT compiles, tuning, 2 x 8 steps
 COLUMNS = ("op", "rung", "name", "shape", "dtype", "pass", "ms", "tflops", "gbps", "vs_ref")
 
 
@@ -76,7 +80,26 @@ def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress:
     errors = [r for r in rows if not r.ok]
     print(f"\n{len(rows) - len(errors)} rows measured, {len(errors)} error rows, "
           f"{len(failed)} of {len(reports)} checks failed")
+    trained = _train_step(budget, path.with_name(path.stem + "-train.json"))
     if budget.skipped:
         print(f"time budget of {budget_s:.0f} s spent; not run: " + "; ".join(budget.skipped))
     print(f"wrote {path}" if rows else "no rows: nothing written")
-    return 0 if not (failed or errors or budget.skipped) and reports else 1
+    return 0 if not (failed or errors or budget.skipped) and reports and trained else 1
+
+
+def _train_step(budget: Budget, path: Path) -> bool:
+    """The short training comparison, unless less than :data:`TRAIN_RESERVE_S` of the budget
+    is left (it cannot stop midway); False if it did not run or failed."""
+    if budget.remaining() < TRAIN_RESERVE_S:
+        budget.skipped.append(f"training step ({train_quick.PRESET}, {' vs '.join(train_quick.KERNEL_SETS)})")
+        return False
+    print(f"\ntraining step: {train_quick.PRESET}, {train_quick.STEPS} eager steps per kernel set, "
+          f"median after {train_quick.WARMUP} warm-up steps")
+    try:
+        summary = train_quick.compare(path)
+    except Exception as exc:   # a failed run is reported, and the exit status says so
+        print(f"training step failed: {type(exc).__name__}: {exc}")
+        return False
+    print(format_table(summary))
+    print(f"wrote {path}")
+    return True

@@ -1,0 +1,46 @@
+"""The training step's part of the GPU report: a short run of each kernel set, side by side.
+
+The issue's goal compares step times of the workbench kernels with eager PyTorch on
+``gpu-moe-small``; a lent GPU session is minutes long, so this runs a few steps of each
+(eager, same seed and data) and reports the median step time of the steps after the
+first :data:`WARMUP` (which carry Triton's JIT compiles and the tuners' timing).
+``torch.compile`` runs are left to ``workbench train --compile``: compiling alone would
+take most of a session.
+"""
+from __future__ import annotations
+
+import statistics
+
+from . import store
+from .loop import run
+
+PRESET = "gpu-moe-small"
+KERNEL_SETS = ("torch", "workbench")
+STEPS = 8
+WARMUP = 3
+
+
+def median_step_ms(rows: list[dict]) -> float:
+    """The median step time after the warm-up steps (all steps when there are no more)."""
+    timed = rows[WARMUP:] or rows
+    return statistics.median(r["step_ms"] for r in timed)
+
+
+def compare(out, steps: int = STEPS, preset: str = PRESET) -> list[dict]:
+    """Train ``steps`` steps with each kernel set, saving every row to ``out`` (a .json of
+    training rows) after each set; returns one summary dict per set (median step ms,
+    tokens/s, MFU, last loss, and the speedup over the first set)."""
+    rows, summary = [], []
+    for kernels in KERNEL_SETS:
+        mine = run(preset=preset, kernels=kernels, steps=steps, seed=0, progress=False)
+        rows += mine
+        store.save(rows, out)
+        ms = median_step_ms(mine)
+        last = mine[-1]
+        summary.append(dict(kernels=kernels, step_ms=ms,
+                            tokens_per_s=last["tokens_per_s"] * last["step_ms"] / ms,
+                            mfu=None if last["mfu"] is None else last["mfu"] * last["step_ms"] / ms,
+                            loss=last["loss"]))
+    for s in summary:
+        s["speedup"] = summary[0]["step_ms"] / s["step_ms"]
+    return summary
