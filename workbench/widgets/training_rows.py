@@ -88,7 +88,7 @@ def ops_that_ran(runs: dict[str, list[dict]]) -> list[dict]:
     """The profiled ops of each run by name only, busiest first: which kernels the switch chose.
 
     For interpreter runs, whose times are not shown: the names alone show ``kernels::matmul``
-    where PyTorch's set has ``aten::mm``.
+    and ``kernels::flash_attention_bwd`` where PyTorch's set has SDPA.
     """
     times = {label: op_times(rows) for label, rows in runs.items()}
     ranked = {label: sorted(ops, key=ops.get, reverse=True) for label, ops in times.items()}
