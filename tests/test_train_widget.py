@@ -11,9 +11,11 @@ pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e
 pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 
 import kernels
+from workbench import train
 from workbench.train import store
 from workbench.widgets import TrainingComparison
 from workbench.widgets import training_rows as tr
+from workbench.widgets.render import bundle
 
 ON_CPU = kernels.backend.current().is_interpreter
 cpu_only = pytest.mark.skipif(not ON_CPU, reason="checks what the CPU interpreter shows")
@@ -103,7 +105,7 @@ def test_gpu_rows_give_medians_after_the_first_step_and_a_side_by_side_breakdown
     assert tr.loss_parity(a, b) == 0.0
 
 
-def test_recorded_gpu_runs_are_shown_with_gpu_and_date(no_recorded):
+def test_recorded_gpu_runs_are_shown_with_gpu_and_date(no_recorded, monkeypatch):
     rows = _gpu_rows("torch", [40.0, 10.0]) + _gpu_rows("workbench", [40.0, 9.0])
     cpu = dict(rows[0], backend="interpreter", kernels="cpu run")   # never shown as recorded
     store.save(rows + [cpu], no_recorded / "mi300x.json")
@@ -114,3 +116,26 @@ def test_recorded_gpu_runs_are_shown_with_gpu_and_date(no_recorded):
     assert all(r["file"] == "mi300x.json" for r in table)
     names = list(tr.recorded_runs(tr.recorded_rows()))
     assert names[0] == "AMD Instinct MI300X · gpu-moe-small · torch · 2026-11-20"
+
+    def out_of_memory(*_, **__):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(train, "run", out_of_memory)   # neither set runs: the recorded runs still show
+    result = TrainingComparison().run()
+    assert result.rows == {} and len(result.errors) == 2 and result.parity is None
+    assert result.recorded == table and list(result.charts) == ["recorded_breakdown"]
+    assert any(note.startswith("Recorded GPU runs, not measured here: " + names[0]) for note in result.notes)
+
+
+def test_gpu_rows_are_shown_as_measured_with_the_breakdown_side_by_side(no_recorded, monkeypatch):
+    fake = {"torch": [50.0, 10.0, 12.0], "gemm=workbench,attention=torch,moe=torch": [90.0, 8.0, 8.0]}
+    monkeypatch.setattr(train, "run", lambda preset, impls, **_: _gpu_rows(
+        train.ops.label(impls), fake[train.ops.label(impls)]))
+    result = TrainingComparison().set(a="torch", b={"gemm": "workbench"}, steps=3).run()
+    assert result.source == "measured" and [r["step_ms"] for r in result.table] == [11.0, 8.0]
+    assert result.ops[0] == {"op": "kernels::matmul", "A: torch": 5.5,
+                             "B: gemm=workbench,attention=torch,moe=torch": 4.0}
+    spec = result.charts["breakdown"].to_dict()
+    assert spec["mark"]["type"] == "bar" and spec["encoding"]["column"]["field"] == "run"
+    assert bundle(result.charts["breakdown"])["image/svg+xml"].lstrip().startswith("<svg")
+    assert any("Measured here on AMD Instinct MI300X, 2026-11-20" in note for note in result.notes)

@@ -81,7 +81,7 @@ def _impl_pickers() -> dict[str, w.Dropdown]:
 
 
 class TrainingComparison(Panel):
-    """``TrainingComparison().set(preset="cpu-smoke", a="torch", b="workbench", steps=5).run()``"""
+    """``TrainingComparison().set(preset="cpu-smoke", a="torch", b={"gemm": "workbench"}, steps=5).run()``"""
 
     def __init__(self, preset: str | None = None, a="torch", b=None, steps: int | None = None,
                  seed: int = 0, profile: bool = True):
