@@ -52,13 +52,17 @@ def _median(rows: list[dict], key: str):
     return statistics.median(values) if values else None
 
 
+def _peak(rows: list[dict]):
+    """The highest GPU memory high-water mark of the steps (None off a GPU)."""
+    return max((r["peak_mem_gib"] for r in rows if r["peak_mem_gib"] is not None), default=None)
+
+
 def summary(label: str, rows: list[dict]) -> dict:
     """One table row for a kernel set: its losses, and its medians where the rows are from a GPU."""
     gpu = is_gpu(rows)
     times = {k: _median(rows, k) if gpu else None for k in TIMES}
-    peak = max((r["peak_mem_gib"] for r in rows if r["peak_mem_gib"] is not None), default=None)
     return dict(set=label, kernels=rows[0]["kernels"], steps=len(rows), first_loss=rows[0]["loss"],
-                last_loss=rows[-1]["loss"], **times, peak_mem_gib=peak,
+                last_loss=rows[-1]["loss"], **times, peak_mem_gib=_peak(rows),
                 source="measured" if gpu else f"{rows[0]['backend']} (losses only)",
                 gpu=rows[0]["gpu"], date=rows[-1]["timestamp"][:10])
 
@@ -121,8 +125,7 @@ def recorded_summary(recorded: dict[str, list[dict]]) -> list[dict]:
                   preset=rows[0]["preset"], kernels=rows[0]["kernels"],
                   world_size=rows[0]["world_size"], steps=len(rows), last_loss=rows[-1]["loss"],
                   **{k: _median(rows, k) for k in TIMES},
-                  peak_mem_gib=max((r["peak_mem_gib"] for r in rows if r["peak_mem_gib"] is not None),
-                                   default=None),
+                  peak_mem_gib=_peak(rows),
                   file=files[id(rows[0])])
              for rows in recorded_runs(recorded).values()]
     return sorted(table, key=lambda r: r["date"], reverse=True)
