@@ -70,7 +70,7 @@ def test_gpu_report_records_the_quick_suite_and_prints_ratios(pretended_h200, ca
 def test_gpu_report_ends_with_the_training_step_of_both_kernel_sets(pretended_h200, capsys):
     assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 0
     out = capsys.readouterr().out.split("training step:")[1]
-    rows = train_store.load(pretended_h200 / f"nvidia-h200-{_today()}-train.json")
+    rows = train_store.load(pretended_h200 / "train" / f"nvidia-h200-{_today()}.json")
     assert [r["kernels"] for r in rows] == ["torch"] * 8 + ["workbench"] * 8
     summary = train_quick.compare(pretended_h200 / "again.json")
     assert [s["step_ms"] for s in summary] == [100.0, 80.0]      # warm-up steps left out

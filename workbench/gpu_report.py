@@ -6,7 +6,7 @@ measured, to ``workbench/recorded/<gpu>-<date>.json``: the folder whose files sh
 the package, so the file can be committed as it is. Then it prints the ladder table,
 every row with its ratio to ``ref`` and error rows with their message. Last, if the
 budget allows, a short training run of each kernel set (:mod:`workbench.train.quick`)
-goes to ``<gpu>-<date>-train.json`` beside it.
+goes to ``recorded/train/<gpu>-<date>.json``, where notebook 04 shows it.
 
 A lent GPU session is short, so a time budget bounds the run: once it is spent no new
 case starts, and the report names the cases it left out. Without a GPU it refuses
@@ -80,7 +80,7 @@ def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress:
     errors = [r for r in rows if not r.ok]
     print(f"\n{len(rows) - len(errors)} rows measured, {len(errors)} error rows, "
           f"{len(failed)} of {len(reports)} checks failed")
-    trained = _train_step(budget, path.with_name(path.stem + "-train.json"))
+    trained = _train_step(budget, path.parent / "train" / path.name)
     if budget.skipped:
         print(f"time budget of {budget_s:.0f} s spent; not run: " + "; ".join(budget.skipped))
     print(f"wrote {path}" if rows else "no rows: nothing written")
@@ -96,6 +96,7 @@ def _train_step(budget: Budget, path: Path) -> bool:
     print(f"\ntraining step: {train_quick.PRESET}, {train_quick.STEPS} eager steps per kernel set, "
           f"median after {train_quick.WARMUP} warm-up steps")
     try:
+        path.parent.mkdir(exist_ok=True)
         summary = train_quick.compare(path)
     except Exception as exc:   # a failed run is reported, and the exit status says so
         print(f"training step failed: {type(exc).__name__}: {exc}")

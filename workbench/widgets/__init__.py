@@ -1,4 +1,4 @@
-"""Notebook widgets: ladder profiler, ISA viewer, correctness checker.
+"""Notebook widgets: ladder profiler, ISA viewer, correctness checker, training comparison.
 
 Each is a class with a Python API (``set``, ``run``, the returned result) that displays
 as its widget; tests and headless notebooks drive the API, users click.
@@ -9,6 +9,7 @@ as its widget; tests and headless notebooks drive the API, users click.
 from .checker import CheckResult, CorrectnessChecker
 from .isa_viewer import IsaResult, IsaViewer
 from .profiler import LadderProfiler, LadderResult
+from .training import TrainingComparison, TrainingResult
 
 __all__ = ["CheckResult", "CorrectnessChecker", "IsaResult", "IsaViewer", "LadderProfiler",
-           "LadderResult"]
+           "LadderResult", "TrainingComparison", "TrainingResult"]
