@@ -67,12 +67,6 @@ def test_step_flops_are_six_active_params_plus_causal_attention_per_token():
     assert flops.step_flops(cfg, world=2) == 2 * flops.step_flops(cfg)
 
 
-def test_run_refuses_the_workbench_moe_it_does_not_have(monkeypatch):
-    monkeypatch.setattr(train.ffn, "kernels", object())
-    with pytest.raises(NotImplementedError, match="kernels.MoE"):
-        train.run("cpu-smoke", "workbench", steps=1, progress=False)
-
-
 def test_cli_train_prints_rows_and_writes_them(tmp_path, capsys):
     out = tmp_path / "rows.json"
     assert cli.main(["train", "--preset", "cpu-smoke", "--steps", "2",
