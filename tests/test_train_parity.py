@@ -63,7 +63,7 @@ def test_one_op_switched_trains_like_torch(choice):
 @pytest.mark.slow
 def test_fifty_steps_of_run_agree_with_torch():
     ref = [r["loss"] for r in train.run(SMOKE, "torch", steps=50, progress=False)]
-    ours = [r["loss"] for r in train.run(SMOKE, DENSE_OPS, steps=50, progress=False)]
+    ours = [r["loss"] for r in train.run(SMOKE, "workbench", steps=50, progress=False)]
     torch.testing.assert_close(ours, ref, **LOSS_TOL)
     assert ref[-1] < ref[0] - 0.5   # it learns the successor table
 
