@@ -71,25 +71,40 @@ from .v2_grouped import routed_experts
 
 
 @triton.jit
+def _program_tile(offsets_ptr, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+    """This program's (group, sorted rows, the group's end row, columns, first K step) on the
+    grouped GEMM's device schedule; group >= G for a surplus program. Both kernels start here."""
+    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, BLOCK_M, BLOCK_G)
+    group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
+    rows = start + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return group, rows, end, cols, tl.arange(0, BLOCK_K)
+
+
+@triton.jit
+def _weight_tile(w_ptr, group, ks, cols, stride_wg, stride_wk, stride_wn):
+    """Pointers to the first (BLOCK_K, BLOCK_N) tile of expert ``group``'s weight, in int64
+    (an operand of 2^31+ elements would wrap in i32)."""
+    return (w_ptr + group.to(tl.int64) * stride_wg + ks.to(tl.int64)[:, None] * stride_wk
+            + cols.to(tl.int64)[None, :] * stride_wn)
+
+
+@triton.jit
 def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, slot_ptr, offsets_ptr, N, K, G, TOP_K,
                     stride_xt, stride_xk, stride_wg, stride_wk, stride_wn, stride_ht, stride_hn,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
-    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, BLOCK_M, BLOCK_G)
-    group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
+    group, rows, end, cols, ks = _program_tile(offsets_ptr, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G)
     if group >= G:  # a surplus program of the upper-bound grid
         return
-    rows = start + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
     a_rows, b_cols = rows[:, None] < end, cols[None, :] < N
     # The gather: row i of the tile is token slot[i] // k of x itself, not a sorted copy.
     tokens = tl.load(slot_ptr + rows, mask=rows < end, other=0) // TOP_K
     # int64 offsets: an operand of 2^31+ elements would wrap in i32.
     x_ptrs = x_ptr + tokens.to(tl.int64)[:, None] * stride_xt + ks.to(tl.int64)[None, :] * stride_xk
-    w_offs = (group.to(tl.int64) * stride_wg + ks.to(tl.int64)[:, None] * stride_wk
-              + cols.to(tl.int64)[None, :] * stride_wn)
-    g_ptrs, u_ptrs = gate_ptr + w_offs, up_ptr + w_offs
+    g_ptrs = _weight_tile(gate_ptr, group, ks, cols, stride_wg, stride_wk, stride_wn)
+    u_ptrs = _weight_tile(up_ptr, group, ks, cols, stride_wg, stride_wk, stride_wn)
     x_step, w_step = tl.cast(stride_xk, tl.int64) * BLOCK_K, tl.cast(stride_wk, tl.int64) * BLOCK_K
     g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -119,16 +134,11 @@ def _down_scatter_kernel(h_ptr, down_ptr, out_ptr, slot_ptr, weight_ptr, offsets
                          stride_os, stride_on,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
-    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, BLOCK_M, BLOCK_G)
-    group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
+    group, rows, end, cols, ks = _program_tile(offsets_ptr, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G)
     if group >= G:  # a surplus program of the upper-bound grid
         return
-    rows = start + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
     h_ptrs = h_ptr + rows.to(tl.int64)[:, None] * stride_ht + ks.to(tl.int64)[None, :] * stride_hk
-    w_ptrs = (down_ptr + group.to(tl.int64) * stride_wg + ks.to(tl.int64)[:, None] * stride_wk
-              + cols.to(tl.int64)[None, :] * stride_wn)
+    w_ptrs = _weight_tile(down_ptr, group, ks, cols, stride_wg, stride_wk, stride_wn)
     acc = reduce_tiles(h_ptrs, w_ptrs, tl.cast(stride_hk, tl.int64) * BLOCK_K,
                        tl.cast(stride_wk, tl.int64) * BLOCK_K, rows[:, None] < end,
                        cols[None, :] < N, K, BLOCK_M, BLOCK_N, BLOCK_K, INTERP_BF16)
