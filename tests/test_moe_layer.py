@@ -126,13 +126,13 @@ def test_layer_refuses_bad_arguments():
 
 def test_kernels_exposes_the_layer_and_the_op():
     assert kernels.MoE is MoE and kernels.moe.MoEReference is MoEReference
-    assert [r.title for r in kernels.variants("moe")] == ["v0 loop", "v2 grouped", "ref"]
+    assert [r.title for r in kernels.variants("moe")] == ["v0 loop", "v2 grouped", "v3 fused", "ref"]
 
 
 @pytest.mark.parametrize("shape", [(1, 24, 16, 4, 2, 0), (33, 24, 17, 5, 2, 2)])
 def test_harness_passes_every_rung_in_bfloat16(shape):
     reports = check("moe", shapes=[shape], dtypes=[torch.bfloat16])
-    assert len(reports) == 3 and all(r.passed for r in reports), [r.message for r in reports]
+    assert len(reports) == 4 and all(r.passed for r in reports), [r.message for r in reports]
 
 
 def test_make_inputs_avoids_near_ties_and_routes_as_named():

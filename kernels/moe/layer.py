@@ -2,9 +2,12 @@
 
 A subclass of :class:`~kernels.moe.reference.MoEReference`, so parameters, their
 initialization and ``state_dict`` keys are the reference's own and a checkpoint loads
-either way; only ``forward`` differs. It is the ``moe`` op's best rung (v2: route,
-permute, grouped GEMMs, unpermute) plus the shared experts, run as one SwiGLU MLP over
-their concatenated hidden units.
+either way; only ``forward`` differs. It is the ``moe`` op's best rung (v3: route, then
+two fused kernels, gather + gate/up + SwiGLU and down + weighted scatter, with v2's
+backward) plus the shared experts, run as one SwiGLU MLP over their concatenated hidden
+units. Under ``torch.compile`` the experts run v2's path (permute, grouped GEMM custom
+ops, unpermute): v3's kernels are not wrapped as a custom op yet, and v2's compile
+without graph breaks.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from .. import autocast
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.v2_grouped import routed_experts
+from .layer_ladder.v3_fused import fused_experts
 from .reference import MoEReference, swiglu
 from .routing import aux_loss, expert_counts, route
 
@@ -48,7 +52,8 @@ class MoE(MoEReference):
         weights, ids = route(logits, self.top_k, self.normalize)
         self.aux_loss = aux_loss(logits, ids)
         self.expert_counts = expert_counts(ids, self.num_experts)
-        out = routed_experts(flat, weights, ids, gate, up, down)
+        experts = routed_experts if torch.compiler.is_compiling() else fused_experts
+        out = experts(flat, weights, ids, gate, up, down)
         if self.shared_experts:
             out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
         return out.reshape(x.shape)

@@ -62,6 +62,8 @@ BENCH_SHAPES = {
     "qwen3-moe (128 experts)": (4096, 2048, 768, 128, 8, 0),
     "qwen3-moe skewed": (4096, 2048, 768, 128, 8, 1),
 }
+AOT_SHAPE = BENCH_SHAPES["dsv3 (32 local experts)"]
+"""The launch the ISA inspector shows for the fused rung's kernels."""
 
 
 def expert_bias(e: int, routing: int, gen: torch.Generator) -> torch.Tensor:
@@ -154,6 +156,26 @@ def bytes_moved(shape, dtype: torch.dtype) -> float:
     t, dim, hidden, e, _, _ = shape
     size = torch.empty((), dtype=dtype).element_size()
     return float((2 * t * dim + e * dim + 3 * e * dim * hidden) * size)
+
+
+def modelled_bytes(shape, dtype: torch.dtype) -> dict[str, float]:
+    """HBM bytes per call by rung (model, not measured): "floor" (:func:`bytes_moved`),
+    "v2" and "v3". Each kernel reads its inputs and writes its outputs once; caches are
+    ignored, so a token's row gathered once per slot counts k times. With R = T·k rows
+    and S bytes per element, beside the floor's weights and router: v2's activations
+    S·(2·T·dim + 5·R·dim + 6·R·hidden) (permute, gate, up, SwiGLU, down, unpermute),
+    v3's S·(T·dim + 3·R·dim + 2·R·hidden), or S·(2·T·dim + 2·R·hidden) at top_k == 1
+    (kernel 1 gathers x and writes h, kernel 2 reads h and writes the slots, the k-sum
+    reads them and writes out; see :mod:`.v3_fused`)."""
+    t, dim, hidden, e, top_k, _ = shape
+    size = torch.empty((), dtype=dtype).element_size()
+    rows = t * top_k
+    params = (e * dim + 3 * e * dim * hidden) * size
+    v3 = (2 * t * dim + 2 * rows * hidden if top_k == 1
+          else t * dim + 3 * rows * dim + 2 * rows * hidden)
+    return {"floor": bytes_moved(shape, dtype),
+            "v2": float(params + (2 * t * dim + 5 * rows * dim + 6 * rows * hidden) * size),
+            "v3": float(params + v3 * size)}
 
 
 SPEC = register_op(OpSpec(
