@@ -6,7 +6,9 @@
 or ``"library"``, the reference). They exist to show, measure and model what a collective
 library does inside: the ring is bandwidth-optimal, pipelining hides the combine, and the
 alpha-beta model (:mod:`kernels.comm.cost_model`) says when latency wins instead.
-:func:`kernels.comm.launch.run_local` runs a function on p local gloo processes.
+:func:`kernels.comm.launch.run_local` runs a function on p local gloo processes and
+:mod:`kernels.comm.measure` times the rungs there (gloo/CPU numbers) and fits the model;
+:mod:`workbench.comm_model` turns it into 8-GPU predictions, labelled "model".
 """
 
 from .collectives import (ALL_TO_ALL_ALGORITHMS, RING_ALGORITHMS, all_gather_into_tensor,
