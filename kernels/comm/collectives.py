@@ -60,8 +60,9 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, *, algorithm="ring",
     p = dist.get_world_size(group)
     flat = tensor.view(-1)
     segments = bounds(flat.numel(), p)
-    ring_pass(flat, segments, group, combine=combine, chunks=pieces, tag_base=0)
-    ring_pass(flat, segments, group, chunks=pieces, tag_base=1 << 20)
+    ring_pass(flat, segments, group, combine=combine, chunks=pieces)
+    # the first pass used tags 0 .. (p-1)·pieces - 1; the second starts after them
+    ring_pass(flat, segments, group, chunks=pieces, tag_base=(p - 1) * pieces)
     if check.is_avg(op):
         flat.div_(p)
 
