@@ -82,8 +82,10 @@ def test_prediction_table_covers_every_algorithm():
 
 @pytest.mark.timeout(90)
 def test_gloo_measurement_rows_are_labelled_cpu():
-    rows = measure("all_reduce", "ring", 2, [4096, 1 << 16], repeats=2, timeout=60)
-    assert [r["bytes"] for r in rows] == [4096, 1 << 16]
+    pairs = [("all_reduce", "ring"), ("all_to_all", "direct"), ("all_gather", "library")]
+    rows = measure(pairs, 2, [4096, 1 << 16], repeats=2, timeout=60)
+    assert [(r["collective"], r["algorithm"], r["bytes"]) for r in rows] == [
+        (c, a, n) for c, a in pairs for n in (4096, 1 << 16)]
     assert all(r["backend"] == BACKEND == "gloo/CPU" and r["seconds"] > 0 for r in rows)
     fitted = fit_rows(rows)
     assert np.isfinite(fitted.alpha) and np.isfinite(fitted.beta)

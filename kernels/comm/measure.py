@@ -39,30 +39,39 @@ def _call(collective, algorithm, p, numel):
     return lambda: collectives.all_to_all_single(out, x[:p * (numel // p)], **kw)
 
 
-def _time_sizes(rank, world, collective, algorithm, sizes, repeats):
-    times_per_size = []
-    for nbytes in sizes:
-        run = _call(collective, algorithm, world, nbytes // 4)
-        run()
-        times = []
-        for _ in range(repeats):
-            dist.barrier()
-            start = time.perf_counter()
+def _time_all(rank, world, pairs, sizes, repeats):
+    """times[pair][size][repeat] on this rank, for every (collective, algorithm) pair."""
+    times = []
+    for collective, algorithm in pairs:
+        per_size = []
+        for nbytes in sizes:
+            run = _call(collective, algorithm, world, nbytes // 4)
             run()
-            times.append(time.perf_counter() - start)
-        times_per_size.append(times)
-    return times_per_size
+            calls = []
+            for _ in range(repeats):
+                dist.barrier()
+                start = time.perf_counter()
+                run()
+                calls.append(time.perf_counter() - start)
+            per_size.append(calls)
+        times.append(per_size)
+    return times
 
 
-def measure(collective, algorithm, world, sizes, repeats=5, timeout=120.0):
-    """Rows ``{collective, algorithm, world, bytes, seconds, backend}``, one per size."""
-    per_rank = run_local(_time_sizes, world, collective, algorithm, list(sizes), repeats,
-                         timeout=timeout)
+def measure(pairs, world, sizes, repeats=5, timeout=120.0):
+    """Rows ``{collective, algorithm, world, bytes, seconds, backend}`` per pair and size.
+
+    ``pairs`` lists (collective, algorithm); all of them run in one launch of ``world``
+    ranks, since starting the ranks costs more than timing a few sizes.
+    """
+    pairs, sizes = [tuple(p) for p in pairs], list(sizes)
+    per_rank = run_local(_time_all, world, pairs, sizes, repeats, timeout=timeout)
     rows = []
-    for i, nbytes in enumerate(sizes):
-        slowest = [max(rank[i][r] for rank in per_rank) for r in range(repeats)]
-        rows.append(dict(collective=collective, algorithm=algorithm, world=world,
-                         bytes=nbytes, seconds=statistics.median(slowest), backend=BACKEND))
+    for j, (collective, algorithm) in enumerate(pairs):
+        for i, nbytes in enumerate(sizes):
+            slowest = [max(rank[j][i][r] for rank in per_rank) for r in range(repeats)]
+            rows.append(dict(collective=collective, algorithm=algorithm, world=world,
+                             bytes=nbytes, seconds=statistics.median(slowest), backend=BACKEND))
     return rows
 
 
