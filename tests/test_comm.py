@@ -184,11 +184,44 @@ def _cross_rank_error_cases(rank, p, failures):
         failures.append("the group is unusable after a detected mismatch")
 
 
+def _order_product_and_subgroup_cases(rank, p, failures):
+    """Bitwise repeatable rings, PRODUCT, and a subgroup of ranks 0 and p-1 (global peers)."""
+    x = _data((4 * p + 3,), torch.float32, rank, 400)
+    runs = [x.clone() for _ in range(2)]
+    for run in runs:
+        comm.all_reduce(run, algorithm="ring_chunked", chunks=2)
+    if not torch.equal(runs[0], runs[1]):
+        failures.append("ring all_reduce is not bitwise repeatable")
+    _case(failures, "all_reduce PRODUCT", lambda: _close(
+        _ring(x, dist.ReduceOp.PRODUCT), _library_reduce(x, dist.ReduceOp.PRODUCT, p), torch.float32, p))
+    members = [0, p - 1]
+    group = dist.new_group(members)  # every rank must take part in creating it
+    if rank in members:
+        def run():
+            got, want = x.clone(), x.clone()
+            comm.all_reduce(got, group=group)
+            comm.all_reduce(want, group=group, algorithm="library")
+            _close(got, want, torch.float32, 2)
+            out = torch.empty(2 * x.numel())
+            comm.all_gather_into_tensor(out, x, group=group)
+            ref = torch.empty_like(out)
+            comm.all_gather_into_tensor(ref, x, group=group, algorithm="library")
+            assert torch.equal(out, ref)
+        _case(failures, "subgroup of ranks 0 and p-1", run)
+
+
+def _ring(x, op):
+    got = x.clone()
+    comm.all_reduce(got, op=op)
+    return got
+
+
 def every_case(rank, world):
     """Runs in each spawned rank; returns the failures this rank saw."""
     failures = []
     for cases in (_all_reduce_cases, _reduce_scatter_cases, _all_gather_cases,
-                  _all_to_all_cases, _local_error_cases, _cross_rank_error_cases):
+                  _all_to_all_cases, _local_error_cases, _cross_rank_error_cases,
+                  _order_product_and_subgroup_cases):
         cases(rank, world, failures)
     return failures
 
