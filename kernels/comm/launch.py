@@ -34,6 +34,9 @@ def _child(fn, rank, world, port, group_timeout, args, results):
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=group_timeout))
+        # every rank finishes connecting before any runs fn: a rank that returned at once
+        # and closed its group could otherwise cut a peer's connection set-up short
+        dist.barrier()
         try:
             results.put((rank, True, fn(rank, world, *args)))
         finally:
