@@ -2,9 +2,10 @@
 
 Tests and the cost-model measurements need a few ranks on one machine. Everything here
 is chosen so that a broken collective fails instead of hanging a CI job: the processes
-talk over 127.0.0.1 only (``GLOO_SOCKET_IFNAME=lo``), the port is a free one the OS
-picked, the process group has a timeout, and the parent kills every child once
-``timeout`` seconds have passed and raises ``TimeoutError``.
+talk over 127.0.0.1 only (``GLOO_SOCKET_IFNAME=lo``), the rendezvous store is opened by
+the parent on a port the OS assigns and held for the whole run (so no other job can take
+the port between choosing and binding it), the process group has a timeout, and the
+parent kills every child once ``timeout`` seconds have passed and raises ``TimeoutError``.
 
 Children come from a fork server that has imported torch once (start method
 "forkserver"): importing torch in every fresh child cost seconds per rank, and a plain
@@ -14,26 +15,21 @@ fork of a parent that already ran torch ops can inherit a stuck thread pool.
 import multiprocessing
 import os
 import queue
-import socket
 import time
 import traceback
 from datetime import timedelta
 
+import torch.distributed as dist
 
-def free_port() -> int:
-    """A port on 127.0.0.1 that was free a moment ago (the OS picks it: bind to port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_HOST = "127.0.0.1"
 
 
 def _child(fn, rank, world, port, group_timeout, args, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
-    import torch.distributed as dist
-
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=group_timeout))
+        timeout = timedelta(seconds=group_timeout)
+        store = dist.TCPStore(_HOST, port, is_master=False, timeout=timeout)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
         # every rank finishes connecting before any runs fn: a rank that returned at once
         # and closed its group could otherwise cut a peer's connection set-up short
         dist.barrier()
@@ -54,7 +50,9 @@ def run_local(fn, world, *args, timeout=60.0, group_timeout=20.0):
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["torch.distributed", "kernels.comm"])
     results = ctx.Queue()
-    port = free_port()
+    store = dist.TCPStore(_HOST, 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=group_timeout))
+    port = store.port
     procs = [ctx.Process(target=_child, args=(fn, r, world, port, group_timeout, args, results),
                          daemon=True) for r in range(world)]
     for proc in procs:
