@@ -6,6 +6,8 @@ import pytest
 from workbench import cli
 from workbench.comm_bench import bench_rows
 
+pytestmark = pytest.mark.timeout(60)
+
 
 @pytest.mark.timeout(120)
 def test_cli_comm_labels_cpu_and_model(capsys):

@@ -9,6 +9,8 @@ import torch.distributed as dist
 
 from kernels.comm.launch import run_local
 
+pytestmark = pytest.mark.timeout(60)
+
 
 def _identity(rank, world):
     return rank, world, os.environ["GLOO_SOCKET_IFNAME"], dist.get_backend()

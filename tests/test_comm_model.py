@@ -9,6 +9,7 @@ from kernels.comm.cost_model import ALGORITHMS, Cost, cost, fit
 from kernels.comm.measure import BACKEND, fit_rows, measure
 from workbench.comm_model import predict, prediction_table, send_gbps
 
+pytestmark = pytest.mark.timeout(60)
 ALPHA, BETA = 7e-6, 1 / 40e9
 
 

@@ -34,6 +34,11 @@ def combine_fn(op):
     raise ValueError(f"reduce op {op} is not supported by the ring (SUM, AVG, PRODUCT, MAX, MIN)")
 
 
+def op_code(op) -> int:
+    """A small int naming ``op`` the same way on every rank (for the agreement check)."""
+    return next((i for i, known in enumerate(_COMBINE) if op == known), -1)
+
+
 def is_avg(op) -> bool:
     return op == dist.ReduceOp.AVG
 

@@ -28,12 +28,6 @@ DEFAULT_CHUNKS = 4
 # torch 2.13 renamed the tensor forms (*_single); the old names warn but still work.
 _LIBRARY_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _LIBRARY_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_OPS = (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.PRODUCT, dist.ReduceOp.MAX,
-        dist.ReduceOp.MIN)
-
-
-def _op_code(op):
-    return next((i for i, known in enumerate(_OPS) if op == known), -1)
 
 
 def _chunks(algorithm, chunks):
@@ -53,7 +47,7 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, *, algorithm="ring",
     combine = check.combine_fn(op)
     check.reduce_dtype(tensor, op)
     if validate:
-        check.agree("all_reduce", [tensor.numel(), _op_code(op)], tensor.dtype, group)
+        check.agree("all_reduce", [tensor.numel(), check.op_code(op)], tensor.dtype, group)
     if algorithm == "library":
         dist.all_reduce(tensor, op=op, group=group)
         return
@@ -81,7 +75,7 @@ def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, *,
         raise ValueError(f"input has {input.numel()} elements; reduce_scatter_tensor needs "
                          f"world size x output = {p} x {m}")
     if validate:
-        check.agree("reduce_scatter_tensor", [m, _op_code(op)], input.dtype, group)
+        check.agree("reduce_scatter_tensor", [m, check.op_code(op)], input.dtype, group)
     if algorithm == "library":
         _LIBRARY_REDUCE_SCATTER(output, input, op=op, group=group)
         return
