@@ -21,9 +21,11 @@ from .spec import LEVELS, GpuSpec, Provenance
 
 _TOP = {"name", "aliases", "vendor", "arch", "target", "notes", "sources", "wave_size",
         "compute_units", "xcds", "clock_ghz", "peak_tflops", "peak_tflops_vector",
-        "capacity", "bandwidth_tbps"}
+        "capacity", "bandwidth_tbps", "interconnect"}
 _CAPACITY = ("hbm_gb", "l2_mib", "llc_mib", "lds_kib_per_cu", "l1_kib_per_cu",
              "regfile_kib_per_cu")
+# GPU-to-GPU fabric (Infinity Fabric / NVLink), per GPU, bidirectional GB/s as datasheets quote it.
+_INTERCONNECT = ("links", "link_gbps", "total_gbps")
 _ENTRY = {"value", "source", "note", "derived", "uncertain", "format"}
 _INTEGER_FIELDS = {"wave_size", "compute_units", "xcds"}
 
@@ -149,6 +151,7 @@ def parse_spec(data, where: str, known_sources: dict) -> GpuSpec:
     vector = r.table("peak_tflops_vector", DTYPES, nullable=False)
     capacity = r.table("capacity", _CAPACITY, nullable=True)
     levels = r.table("bandwidth_tbps", LEVELS, nullable=False, required=True)
+    interconnect = r.table("interconnect", _INTERCONNECT, nullable=False)
     if "hbm" not in levels:
         r.fail("bandwidth_tbps.hbm", "missing")
     formats = {d: e["format"] for d, e in r.data["peak_tflops"].items() if "format" in e}
@@ -159,7 +162,7 @@ def parse_spec(data, where: str, known_sources: dict) -> GpuSpec:
         aliases=aliases, xcds=xcds, notes=r.texts("notes"), path=where,
         peak_tflops=MappingProxyType({d: peaks.get(d) for d in DTYPES}),
         peak_tflops_vector=MappingProxyType(vector), formats=MappingProxyType(formats),
-        memory_levels=MappingProxyType(levels),
+        memory_levels=MappingProxyType(levels), interconnect=MappingProxyType(interconnect),
         provenance=MappingProxyType(r.provenance),
         sources=MappingProxyType({t: r.sources[t] for t in sorted(r.used_tags, key=_tag_order)}),
         **scalars, **capacity)

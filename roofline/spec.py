@@ -6,7 +6,8 @@ keeps its provenance (source tags, notes, whether it is derived or uncertain), b
 roofline is only as credible as the datasheet it is drawn from.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Mapping, Optional
 
 from .dtypes import dtype_name
@@ -33,7 +34,10 @@ class GpuSpec:
     exist) for every dtype in ``roofline.DTYPES``; ``None`` means the hardware lacks that
     type. int8 is in TOPS. ``memory_levels`` maps a level of ``LEVELS`` to TB/s.
     ``provenance`` maps a field path such as ``"peak_tflops.bf16"`` to its ``Provenance``;
-    ``sources`` maps each tag used to its citation.
+    ``sources`` maps each tag used to its citation. ``interconnect`` describes the GPU-to-GPU
+    fabric (Infinity Fabric, NVLink) per GPU: ``links``, ``link_gbps`` (one link) and
+    ``total_gbps`` (all links), bandwidths bidirectional in GB/s as datasheets quote them;
+    empty when unknown.
     """
 
     name: str
@@ -59,6 +63,7 @@ class GpuSpec:
     regfile_kib_per_cu: Optional[float] = None
     notes: tuple = ()
     path: Optional[str] = None
+    interconnect: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def hbm_tbps(self) -> float:

@@ -138,6 +138,14 @@ def cmd_bench(args) -> int:
     return 0 if all(r.ok for r in rows) else 1
 
 
+def cmd_comm(args) -> int:
+    from .comm_bench import RUNGS, report
+
+    print(report(world=args.world, collectives=args.collective or tuple(RUNGS),
+                 repeats=args.repeats))
+    return 0
+
+
 def cmd_gpu_report(args) -> int:
     return gpu_report(budget_s=args.budget_s)
 
@@ -241,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", type=_parse_shape)
     p.add_argument("--preset", action="append", help="a named benchmark shape of the op")
     p.add_argument("--out", help="write the rows to this .json or .csv file")
+    p = sub.add_parser("comm", help="collective rungs vs the library on local gloo ranks (CPU), "
+                                    "alpha-beta fit, 8-GPU model")
+    p.add_argument("--world", type=int, default=3, choices=range(2, 9), metavar="2..8")
+    p.add_argument("--collective", action="append",
+                   choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all"))
+    p.add_argument("--repeats", type=int, default=3)
     sub.add_parser("tour", help="the main job: check every rung, print the ladders and recorded results")
     p = sub.add_parser("gpu-report", help="on a GPU: ceilings + quick suite into workbench/recorded/")
     p.add_argument("--budget-s", type=_parse_seconds, default=BUDGET_S,
@@ -264,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "tour": cmd_tour,
-               "gpu-report": cmd_gpu_report, "train": cmd_train}[args.command]
+               "gpu-report": cmd_gpu_report, "train": cmd_train, "comm": cmd_comm}[args.command]
     try:
         return handler(args)
     except (KeyError, ValueError, TypeError) as exc:

@@ -1,0 +1,78 @@
+"""Run a function on p local processes joined by a gloo process group, with a deadline.
+
+Tests and the cost-model measurements need a few ranks on one machine. Everything here
+is chosen so that a broken collective fails instead of hanging a CI job: the processes
+talk over 127.0.0.1 only (``GLOO_SOCKET_IFNAME=lo``), the rendezvous store is opened by
+the parent on a port the OS assigns and held for the whole run (so no other job can take
+the port between choosing and binding it), the process group has a timeout, and the
+parent kills every child once ``timeout`` seconds have passed and raises ``TimeoutError``.
+
+Children come from a fork server that has imported torch once (start method
+"forkserver"): importing torch in every fresh child cost seconds per rank, and a plain
+fork of a parent that already ran torch ops can inherit a stuck thread pool.
+"""
+
+import multiprocessing
+import os
+import queue
+import time
+import traceback
+from datetime import timedelta
+
+import torch.distributed as dist
+
+_HOST = "127.0.0.1"
+
+
+def _child(fn, rank, world, port, group_timeout, args, results):
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    try:
+        timeout = timedelta(seconds=group_timeout)
+        store = dist.TCPStore(_HOST, port, is_master=False, timeout=timeout)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+        # every rank finishes connecting before any runs fn: a rank that returned at once
+        # and closed its group could otherwise cut a peer's connection set-up short
+        dist.barrier()
+        try:
+            results.put((rank, True, fn(rank, world, *args)))
+        finally:
+            dist.destroy_process_group()
+    except BaseException:
+        results.put((rank, False, traceback.format_exc()))
+
+
+def run_local(fn, world, *args, timeout=60.0, group_timeout=20.0):
+    """``[fn(rank, world, *args) for rank in range(world)]``, each rank in its own process.
+
+    ``fn`` must be importable by name (the children import it) and return something
+    picklable. A rank that raises makes this raise ``RuntimeError`` with its traceback.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch.distributed", "kernels.comm"])
+    results = ctx.Queue()
+    store = dist.TCPStore(_HOST, 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=group_timeout))
+    port = store.port
+    procs = [ctx.Process(target=_child, args=(fn, r, world, port, group_timeout, args, results),
+                         daemon=True) for r in range(world)]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + timeout
+    got = {}
+    try:
+        while len(got) < world:
+            try:
+                rank, ok, value = results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"{world} ranks did not finish within {timeout} s "
+                                   f"(finished: {sorted(got)})") from None
+            if not ok:
+                raise RuntimeError(f"rank {rank} of {world} failed:\n{value}")
+            got[rank] = value
+    finally:
+        for proc in procs:
+            proc.join(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    return [got[r] for r in range(world)]
