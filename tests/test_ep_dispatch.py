@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kernels.comm.ep_layout import dispatch_layout
+from kernels.comm.launch import run_local
 
 
 def _brute_layout(ids, num_experts, world):
@@ -67,3 +68,118 @@ def test_layout_bytes():
 def test_layout_bad_input(args, error, match):
     with pytest.raises(error, match=match):
         dispatch_layout(*args)
+
+
+# -- dispatch and combine on p processes ------------------------------------------------
+
+def _rank_data(seed, rank, tokens, dim, num_experts, top_k, dtype, skew=None):
+    """Rank ``rank``'s x, ids, weights; any rank can rebuild any other's.
+
+    ``skew``: a list of allowed experts (routing confined to them, so some ranks get nothing).
+    """
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    x = torch.randn(tokens, dim, generator=g).to(dtype)
+    allowed = torch.arange(num_experts) if skew is None else torch.tensor(skew)
+    ids = torch.stack([allowed[torch.randperm(len(allowed), generator=g)[:top_k]]
+                       for _ in range(tokens)]) if tokens else torch.empty(0, top_k, dtype=torch.int64)
+    weights = torch.rand(tokens, top_k, generator=g).to(torch.float32) + 0.1
+    return x, ids, weights
+
+
+def _expected_recv(everyone, rank, per):
+    """The rows rank ``rank`` must receive: by local expert, then source rank, token, k."""
+    rows, meta = [], []
+    for e in range(rank * per, (rank + 1) * per):
+        for src, (x, ids, weights) in enumerate(everyone):
+            for t, k in itertools.product(range(ids.shape[0]), range(ids.shape[1])):
+                if int(ids[t, k]) == e:
+                    rows.append(x[t])
+                    meta.append((src, t, k, float(weights[t, k])))
+    dim = everyone[0][0].shape[1]
+    return (torch.stack(rows) if rows else everyone[0][0].new_empty(0, dim)), meta
+
+
+def _expert(rows, handle, rank, per):
+    """A stand-in expert: row times (global expert + 1), one more column holding the expert id
+    (so y's dim differs from x's); elementwise, so the reference can repeat it bitwise."""
+    expert = torch.repeat_interleave(torch.arange(per), handle.recv_counts) + rank * per
+    return _expert_rows(rows, expert)
+
+
+def _expert_rows(rows, expert):
+    scale = (expert + 1).to(rows.dtype)[:, None]
+    return torch.cat([rows * scale, expert.to(rows.dtype)[:, None]], dim=1)
+
+
+def _reference_combine(x, ids, weights, dtype):
+    """v3_fused.fused_forward's sum: weighted rows rounded to the dtype, summed over k in fp32."""
+    tokens, top_k = ids.shape
+    rows = _expert_rows(x.repeat_interleave(top_k, dim=0), ids.reshape(-1))
+    dim = rows.shape[1]
+    per_slot = (rows.float() * weights.reshape(-1, 1).float()).to(dtype).view(tokens, top_k, dim)
+    return per_slot.view(tokens, dim) if top_k == 1 else per_slot.float().sum(dim=1).to(dtype)
+
+
+def _case(failures, name, fn):
+    try:
+        fn()
+    except Exception as err:  # collected, reported by the parent with the case name
+        failures.append(f"{name}: {type(err).__name__}: {err}")
+
+
+CASES = [  # (name, tokens per rank (None: 5 + rank), dim, experts per rank, top_k, dtype, skew)
+    ("uniform fp32", None, 6, 2, 3, torch.float32, None),
+    ("uniform bf16 top-1", None, 5, 3, 1, torch.bfloat16, None),
+    ("all to rank 0", None, 4, 2, 2, torch.float32, [0, 1]),
+    ("T=0 on rank 1", [4, 0, 3, 2], 4, 2, 2, torch.float32, None),
+    ("no tokens anywhere", [0, 0, 0, 0], 3, 1, 1, torch.float32, None),
+]
+
+
+def _dispatch_cases(rank, world):
+    from kernels.comm.ep_dispatch import EPDispatcher
+    failures = []
+    for seed, (name, tokens, dim, per, top_k, dtype, skew) in enumerate(CASES):
+        num_experts = per * world
+        counts = [5 + r for r in range(world)] if tokens is None else tokens[:world]
+        everyone = [_rank_data(seed, r, counts[r], dim, num_experts, top_k, dtype, skew)
+                    for r in range(world)]
+        x, ids, weights = everyone[rank]
+        want_rows, want_meta = _expected_recv(everyone, rank, per)
+        results = {}
+        for dedup in (False, True):
+            # every collective runs before any assertion, so a failed check on one rank
+            # cannot leave the ranks in different collectives
+            ep = EPDispatcher(num_experts, dedup=dedup)
+            recv_x, recv_counts, h = ep.dispatch(x, ids.to(torch.int32), weights)
+            y = _expert(recv_x, h, rank, per)
+            out, reduced = ep.combine(y, h), ep.combine(y, h, reduce_on_sender=True)
+            results[dedup] = (recv_x, out)
+
+            def check(dedup=dedup, recv_x=recv_x, recv_counts=recv_counts, h=h, out=out,
+                      reduced=reduced, layout=ep.layout(ids)):
+                assert torch.equal(recv_x, want_rows), "recv_x differs from the gathered rows"
+                got_meta = list(zip(h.recv_src.tolist(), h.recv_token.tolist(), h.recv_topk.tolist(),
+                                    h.recv_weights.tolist()))
+                assert got_meta == want_meta, "source rank/token/k/weight of the rows differ"
+                want_counts = [sum(int((o[1] == e).sum()) for o in everyone)
+                               for e in range(rank * per, (rank + 1) * per)]
+                assert recv_counts.tolist() == want_counts
+                assert sum(h.send_splits) == (layout.rows_dedup if dedup else layout.rows_naive)
+                assert torch.equal(out, _reference_combine(x, ids, weights, dtype)), \
+                    "ordered combine is not bitwise the single-process sum"
+                tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+                torch.testing.assert_close(reduced, out, **tol)
+            _case(failures, f"{name} dedup={dedup}", check)
+
+        def same():
+            assert all(map(torch.equal, results[False], results[True])), "naive and dedup differ"
+        _case(failures, f"{name} naive == dedup", same)
+    return failures
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_dispatch_combine(world):
+    failures = run_local(_dispatch_cases, world, timeout=75)
+    assert failures == [[]] * world
