@@ -183,3 +183,58 @@ def _dispatch_cases(rank, world):
 def test_dispatch_combine(world):
     failures = run_local(_dispatch_cases, world, timeout=75)
     assert failures == [[]] * world
+
+
+# -- autograd ---------------------------------------------------------------------------
+
+def _experts_matmul(recv_x, handle, rank, per, mats):
+    """A grouped GEMM on recv_x as dispatch hands it over: rows of local expert e times mats[e]."""
+    chunks = recv_x.split(handle.recv_counts.tolist())
+    return torch.cat([c @ mats[rank * per + i] for i, c in enumerate(chunks)])
+
+
+def _autograd_cases(rank, world):
+    from kernels.comm.ep_dispatch import EPDispatcher
+    failures, per, top_k, dim = [], 2, 2, 3
+    num_experts = per * world
+    mats = torch.randn(num_experts, dim, dim + 1, generator=torch.Generator().manual_seed(5),
+                       dtype=torch.float64)
+    x, ids, weights = _rank_data(11, rank, 3 + rank, dim, num_experts, top_k, torch.float64)
+    weights = weights.double()
+    grad_out = torch.randn(x.shape[0], dim + 1, generator=torch.Generator().manual_seed(rank),
+                           dtype=torch.float64)
+    xr, wr = x.clone().requires_grad_(), weights.clone().requires_grad_()
+    want = torch.einsum("tk,tkd->td", wr, torch.einsum("td,tkdn->tkn", xr, mats[ids]))
+    want_x, want_w = torch.autograd.grad(want, (xr, wr), grad_out)
+    for dedup, reduce in itertools.product((False, True), (False, True)):
+        ep = EPDispatcher(num_experts, dedup=dedup)
+        xg, wg = x.clone().requires_grad_(), weights.clone().requires_grad_()
+        recv_x, _, h = ep.dispatch(xg, ids, wg)
+        out = ep.combine(_experts_matmul(recv_x, h, rank, per, mats), h, reduce_on_sender=reduce)
+        got_x, got_w = torch.autograd.grad(out, (xg, wg), grad_out)
+
+        def check(out=out, got_x=got_x, got_w=got_w):
+            torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(got_x, want_x, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(got_w, want_w, rtol=1e-12, atol=1e-12)
+        _case(failures, f"grad dedup={dedup} reduce_on_sender={reduce}", check)
+    # gradcheck perturbs each input element in turn: equal shapes on every rank keep the
+    # ranks' collectives in step
+    x, ids, weights = _rank_data(12, rank, 2, 2, num_experts, top_k, torch.float64)
+    for dedup, reduce in ((True, False), (False, True)):
+        ep = EPDispatcher(num_experts, dedup=dedup)
+
+        def layer(x, w, ep=ep, reduce=reduce):
+            recv_x, _, h = ep.dispatch(x, ids, w)
+            y = _experts_matmul(recv_x, h, rank, per, mats[:, :2, :])
+            return ep.combine(y, h, reduce_on_sender=reduce)
+        ok = torch.autograd.gradcheck(layer, (x.requires_grad_(), weights.double().requires_grad_()),
+                                      raise_exception=False)
+        if not ok:
+            failures.append(f"gradcheck dedup={dedup} reduce_on_sender={reduce}")
+    return failures
+
+
+@pytest.mark.timeout(90)
+def test_autograd_float64():
+    assert run_local(_autograd_cases, 2, timeout=75) == [[], []]
