@@ -238,3 +238,43 @@ def _autograd_cases(rank, world):
 @pytest.mark.timeout(90)
 def test_autograd_float64():
     assert run_local(_autograd_cases, 2, timeout=75) == [[], []]
+
+
+# -- fp8 dispatch -----------------------------------------------------------------------
+
+def _fp8_bound(exact, dtype):
+    """The module's bound: 2^-4·|x| + 2^-10·s per element, s = the token row's amax / 448,
+    plus the half-ulp of the final cast to x's dtype."""
+    scale = exact.float().abs().amax(dim=1, keepdim=True) / 448
+    half_ulp = {torch.float32: 2 ** -24, torch.bfloat16: 2 ** -8}[dtype]
+    return exact.float().abs() * (2 ** -4 + half_ulp * 1.07) + scale * 2 ** -10
+
+
+def _fp8_cases(rank, world):
+    from kernels.comm.ep_dispatch import EPDispatcher
+    failures, per, top_k, dim = [], 2, 3, 16
+    num_experts = per * world
+    for dtype in (torch.float32, torch.bfloat16):
+        x, ids, weights = _rank_data(21, rank, 6, dim, num_experts, top_k, torch.float32)
+        # magnitudes over five decades, so small entries fall in fp8's subnormal range
+        spread = 10 ** torch.linspace(-4, 1, dim)[torch.randperm(dim, generator=torch.Generator().manual_seed(rank))]
+        x = (x * spread).to(dtype)
+        exact, _, _ = EPDispatcher(num_experts, dedup=False).dispatch(x, ids, weights)
+        got = {dedup: EPDispatcher(num_experts, dedup=dedup, fp8=True).dispatch(x, ids, weights)[0]
+               for dedup in (False, True)}
+
+        def check(dtype=dtype, exact=exact, got=got, ids=ids):
+            assert got[False].dtype == dtype
+            assert torch.equal(got[False], got[True]), "fp8 naive and dedup rows differ"
+            err = (got[True].float() - exact.float()).abs()
+            assert (err <= _fp8_bound(exact, dtype)).all(), f"fp8 error {err.max()} above the bound"
+            assert err.max() > 0, "fp8 dispatch returned the exact rows: nothing was quantized"
+            layout = EPDispatcher(num_experts).layout(ids)
+            assert layout.bytes(dim, dtype, fp8=True)["dedup"] < layout.bytes(dim, dtype)["dedup"]
+        _case(failures, f"fp8 {dtype}", check)
+    return failures
+
+
+@pytest.mark.timeout(60)
+def test_fp8_dispatch_within_bound():
+    assert run_local(_fp8_cases, 2, timeout=45) == [[], []]
