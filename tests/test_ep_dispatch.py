@@ -278,3 +278,85 @@ def _fp8_cases(rank, world):
 @pytest.mark.timeout(60)
 def test_fp8_dispatch_within_bound():
     assert run_local(_fp8_cases, 2, timeout=45) == [[], []]
+
+
+# -- bad input: an error on every rank, never a hang --------------------------------------
+
+REFUSED = r"rank\(s\) \[{}\] refused"
+BAD = {  # name -> (rank 0's error, rank 1's error), regexes
+    "x rows != ids rows on rank 1": (REFUSED.format(1), "x has 2 tokens"),
+    "id out of range on rank 0": (r"\[0, 4\)", REFUSED.format(0)),
+    "float ids on rank 1": (REFUSED.format(1), "int32 or int64"),
+    "1-D x on rank 0": ("x must be 2-D", REFUSED.format(0)),
+    "weights shape on rank 1": (REFUSED.format(1), "topk_weights has shape"),
+    "dim differs": ("disagree.*'dim': \\[4, 3\\]",) * 2,
+    "dtype differs": ("disagree.*x dtype",) * 2,
+    "top_k differs": ("disagree.*top_k",) * 2,
+    "num_experts differs": ("disagree.*num_experts",) * 2,
+    "dedup differs": ("disagree.*dedup",) * 2,
+    "experts do not divide": ("divide by world_size",) * 2,
+    "y rows on rank 1": (REFUSED.format(1), r"y has \d+ rows but dispatch delivered \d+"),
+    "y dim differs": ("disagree.*'dim'",) * 2,
+    "integer y on rank 0": ("y must be float", REFUSED.format(0)),
+    "not a handle on rank 0": ("handle must be the EPHandle", REFUSED.format(0)),
+    "handles of two dispatches": ("disagree.*dispatch serial",) * 2,
+}
+
+
+def _bad_cases(rank, world):
+    from kernels.comm.ep_dispatch import EPDispatcher
+    ep = EPDispatcher(4)
+    x, ids, weights = _rank_data(31, rank, 3, 4, 4, 2, torch.float32)
+    one = rank == 1
+
+    def dispatched():
+        return ep.dispatch(x, ids, weights)
+
+    def combine_with(make_y=lambda r: r, handle=None):
+        recv_x, _, h = dispatched()
+        return ep.combine(make_y(recv_x), h if handle is None else handle)
+
+    def two_handles():
+        first, second = dispatched()[2], dispatched()
+        return ep.combine(second[0], first if one else second[2])
+
+    calls = {
+        "x rows != ids rows on rank 1": lambda: ep.dispatch(x[:2] if one else x, ids, weights),
+        "id out of range on rank 0": lambda: ep.dispatch(x, ids if one else ids + 4, weights),
+        "float ids on rank 1": lambda: ep.dispatch(x, ids.float() if one else ids, weights),
+        "1-D x on rank 0": lambda: ep.dispatch(x if one else x[0], ids, weights),
+        "weights shape on rank 1": lambda: ep.dispatch(x, ids, weights[:, :1] if one else weights),
+        "dim differs": lambda: ep.dispatch(x[:, :3] if one else x, ids, weights),
+        "dtype differs": lambda: ep.dispatch(x.double() if one else x, ids, weights),
+        "top_k differs": lambda: ep.dispatch(x, ids[:, :1] if one else ids,
+                                             weights[:, :1] if one else weights),
+        "num_experts differs": lambda: EPDispatcher(8 if one else 4).dispatch(x, ids, weights),
+        "dedup differs": lambda: EPDispatcher(4, dedup=one).dispatch(x, ids, weights),
+        "experts do not divide": lambda: EPDispatcher(3),
+        "y rows on rank 1": lambda: combine_with(lambda r: r[1:] if one else r),
+        "y dim differs": lambda: combine_with(lambda r: r[:, :3] if one else r),
+        "integer y on rank 0": lambda: combine_with(lambda r: r if one else r.long()),
+        "not a handle on rank 0": lambda: combine_with(handle=None if one else "handle"),
+        "handles of two dispatches": two_handles,
+    }
+    errors = {}
+    for name, call in calls.items():
+        try:
+            call()
+            errors[name] = None
+        except (TypeError, ValueError) as err:
+            errors[name] = str(err)
+    recv_x, _, h = dispatched()   # the ranks are still in step
+    errors["in step"] = torch.allclose(ep.combine(recv_x, h), weights.sum(dim=1, keepdim=True) * x)
+    return errors
+
+
+@pytest.mark.timeout(60)
+def test_bad_input_raises_on_every_rank():
+    import re
+    errors = run_local(_bad_cases, 2, timeout=45)
+    for name, patterns in BAD.items():
+        for rank, pattern in enumerate(patterns):
+            got = errors[rank][name]
+            assert got is not None and re.search(pattern, got), f"{name}, rank {rank}: {got!r}"
+    assert errors[0]["in step"] and errors[1]["in step"]
