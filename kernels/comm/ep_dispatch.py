@@ -5,7 +5,9 @@ token's hidden row to the ranks of its top-k experts and hands every rank its ro
 grouped by local expert, ready for a grouped GEMM; ``combine`` brings the expert outputs
 back and sums them per token with the routing weights. DeepEP (deepseek-ai/DeepEP) does
 this with NVLink/RDMA kernels; here the wire is ``torch.distributed.all_to_all_single``
-with uneven splits, so the same code runs on gloo (CPU tests) and NCCL/RCCL.
+with uneven splits, tested on gloo (CPU). The header travels as a CPU tensor
+(:func:`._checks.exchange`), so on GPUs the group needs a CPU backend too
+(``backend="cpu:gloo,cuda:nccl"``); not run on a GPU yet.
 
 What travels, per call: one small all-gather of a header (sizes, dtypes, mode, split
 sizes), so that ranks that disagree raise the same ``ValueError`` instead of hanging; one
