@@ -23,8 +23,9 @@ source token index, k). Both modes produce the same rows in the same order.
 ``s = amax(|row|)/448`` and ships it as bytes (gloo has no fp8 dtype). Error bound per
 element, before the final cast to x's dtype: ``|x' - x| <= 2^-4·|x| + 2^-10·s`` (3 mantissa
 bits round to within 2^-4 relative for normal values; below 2^-6·s the subnormal spacing
-2^-9·s gives the absolute term); the cast to x's dtype adds its own half-ulp. Gradients pass
-through the quantization unchanged (straight-through).
+2^-9·s gives the absolute term); the cast to x's dtype adds its own half-ulp. Rows must be
+finite (an inf makes its row's scale inf). Gradients pass through the quantization
+unchanged (straight-through).
 
 Autograd: dispatch's backward sends the gradient rows back and sums them per source token
 (a combine without weights); combine's backward dispatches ``grad_out`` and returns
@@ -168,6 +169,9 @@ def _dequantizer(dim, dtype):
 
 
 class _Dispatch(torch.autograd.Function):
+    """Forward: the payload to the experts' ranks. Backward: the rows' gradients home,
+    summed per token without weights (``_sum_to_sources``), in full precision also for fp8."""
+
     @staticmethod
     def forward(ctx, x, h, fp8):
         ctx.h, ctx.tokens = h, x.shape[0]
