@@ -79,6 +79,8 @@ def test_widget_hides_the_answer_until_pressed():
     assert not cards.answer_shown and cards.choices.value is None
     with pytest.raises(ValueError, match="choose an option"):
         cards.check()
+    with pytest.raises(IndexError, match="index must be"):
+        cards.show(5)
     bundle = cards._repr_mimebundle_()
     assert bundle["text/html"] == cards.deck.static_html() and "widget" in bundle["text/plain"]
 

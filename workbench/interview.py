@@ -197,8 +197,9 @@ def _ridge_card() -> Card:
         gpu = roofline.spec("MI300X")
         return (f"{gpu.peak('bf16'):g} TFLOP/s bf16 over {gpu.hbm_tbps:g} TB/s of HBM: the "
                 f"ridge is at {gpu.ridge('bf16'):.0f} FLOP per byte (model, datasheet numbers). "
-                "A kernel with less arithmetic intensity is memory-bound on MI300X; fp8 "
-                f"doubles the peak but not the bandwidth, so its ridge is {gpu.ridge('fp8'):.0f}.")
+                "A kernel with less arithmetic intensity is memory-bound on MI300X. fp8's "
+                f"peak is {gpu.peak('fp8') / gpu.peak('bf16'):.0f}x bf16's over the same "
+                f"bandwidth, so its ridge is at {gpu.ridge('fp8'):.0f}.")
 
     def claims():
         values = {row["GPU"]: row["bf16"] for row in ridges()}
@@ -290,6 +291,7 @@ def fp8_rows() -> list[dict]:
         rows.append({"format": name, "max": info.max, "smallest normal": info.tiny,
                      "byte 0x40": _byte_value(dtype, 0x40), "byte 0x80": _byte_value(dtype, 0x80),
                      "-0.0 cast, byte": hex(torch.tensor([-0.0]).to(dtype).view(torch.uint8).item()),
+                     "1000 cast": torch.tensor([1000.0]).to(dtype).float().item(),
                      "native on": ", ".join(a for a in ("gfx942", "gfx950", "sm_90") if fp8_dtype(a) == dtype)})
     return rows
 
@@ -297,15 +299,17 @@ def fp8_rows() -> list[dict]:
 def _fp8_card() -> Card:
     def answer():
         fnuz, ocp = fp8_rows()
-        return (f"MI300X (gfx942) takes {fnuz['format']}: max {fnuz['max']:g}, no negative zero, "
-                f"no infinity, and the byte 0x80 is its only NaN (it decodes to {fnuz['byte 0x80']}). "
-                f"MI355X (gfx950) and Hopper take OCP e4m3fn: max {ocp['max']:g}, 0x80 is -0. "
-                f"The exponent bias differs by one, so the same byte 0x40 is {fnuz['byte 0x40']:g} "
-                f"in fnuz and {ocp['byte 0x40']:g} in OCP: bits cannot be shared between the two "
-                "without re-quantizing, and scales computed for 448 overflow 240."
+        return (f"{fnuz['native on']} (MI300X) takes {fnuz['format']}: max {fnuz['max']:g}; -0.0 "
+                f"casts to the byte {fnuz['-0.0 cast, byte']} (no negative zero) and the byte 0x80 "
+                f"decodes to {fnuz['byte 0x80']}. {ocp['native on']} (MI355X, Hopper) take "
+                f"{ocp['format']}: max {ocp['max']:g}, 0x80 is {ocp['byte 0x80']:g}. The same byte "
+                f"0x40 is {fnuz['byte 0x40']:g} in fnuz and {ocp['byte 0x40']:g} in OCP (the "
+                "exponent biases differ): bytes cannot move between the two without "
+                f"re-quantizing, and a scale computed for {ocp['max']:g} overflows {fnuz['max']:g}."
                 "\n\n"
-                "`kernels.gemm_fp8.quantize_fp8` clamps before the cast because a cast beyond "
-                "the fnuz max gives NaN rather than saturating.")
+                f"A cast of 1000 gives {fnuz['1000 cast']:g} in fnuz and {ocp['1000 cast']:g} in "
+                "OCP on this machine, so `kernels.gemm_fp8.quantize_fp8` clamps to the format's "
+                "max before casting: both formats then saturate alike.")
 
     def evidence():
         specs = [{"GPU": roofline.spec(n).name, "fp8 formats (spec)": roofline.spec(n).formats.get("fp8")}
@@ -399,8 +403,8 @@ def _tuning_card(op: str, public: str) -> Card:
                 f"before any timing, most because the config {top} ({row[top]}; a config "
                 "may fail for several reasons), found by "
                 "compiling every candidate ahead of time with the ISA inspector "
-                "(`python -m workbench.tune_space`). A config that spills moves registers "
-                "through scratch memory on every iteration: it is never worth timing."
+                "(`python -m workbench.tune_space`). A config that spills keeps registers in "
+                "scratch memory: it is never worth timing."
                 "\n\n"
                 "The other targets drop other configs (table): each has its own registers, "
                 "LDS (shared memory) and instruction shapes, so each has its own table.")
