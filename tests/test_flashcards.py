@@ -13,7 +13,8 @@ import torch
 import roofline
 from workbench import comm_model, isa
 from workbench.flashcards import Card, Deck
-from workbench.interview import deck, lanes, matrix_instructions, tuning_rows
+from workbench.interview import deck
+from workbench.interview_evidence import lanes, matrix_instructions, tuning_rows
 from workbench.widgets import FlashCards
 
 pytestmark = pytest.mark.timeout(300)
