@@ -27,9 +27,9 @@ def _wave_card() -> Card:
         return (f"A wavefront on MI300X has {amd['lanes per wave']} lanes; a CUDA warp has "
                 f"{nv['lanes per wave']}. The compile shows it: gfx942's kernel metadata says "
                 f"`.wavefront_size: {amd['lanes per wave']}` and its branches save the lane "
-                f"mask with {amd['lane-mask instructions']} (64-bit: one bit per lane). "
-                f"sm90's softmax shuffles lanes with `{nv['first of them']}`: a butterfly inside "
-                "a 32-lane warp."
+                f"mask with {amd['lane-mask instructions']} (one bit per lane). sm90's softmax "
+                f"shuffles lanes with `{nv['first of them']}`: a butterfly inside a "
+                f"{nv['lanes per wave']}-lane warp."
                 "\n\n"
                 f"The same reduction exchanges lanes with {amd['cross-lane instructions']} on "
                 f"gfx942 and {nv['cross-lane instructions']} on sm90. Porting: every constant "
@@ -76,7 +76,8 @@ def _lds_card() -> Card:
 
     def claims():
         kib = roofline.spec("MI300X").lds_kib_per_cu
-        return {f"{n:g} KiB": n == kib for n in (32, 64, 160, 228)}
+        known = sorted({roofline.spec(name).lds_kib_per_cu for name in roofline.gpus()} - {None})
+        return {f"{n:g} KiB": n == kib for n in known}
 
     return Card("CUDA to HIP: LDS size and banks",
                 "How much LDS does one MI300X CU have, and how many banks?",
@@ -100,8 +101,9 @@ def _matrix_card() -> Card:
                 f"`{rows['sm90']['matrix instructions']}`."
                 "\n\n"
                 "So a CUDA `wmma`/`mma` tile layout does not carry over: MFMA operand "
-                "layouts are per 64-lane wave, and the instruction shape (16x16 or 32x32) is a "
-                "tuning knob (`matrix_instr_nonkdim` in Triton).")
+                f"layouts are per {rows['gfx942']['lanes per wave']}-lane wave, and the "
+                "instruction shape (16x16 or 32x32) is a tuning knob (`matrix_instr_nonkdim` "
+                "in Triton).")
 
     def evidence():
         return [html_table(matrix_instructions(), caption="GEMM v4 (bf16) compiled for each target")]
