@@ -5,7 +5,9 @@ own code where there is one: the ISA report, the spec, ``torch.finfo``, the cost
 """
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -135,3 +137,15 @@ def test_distributed_and_tuning_answers(interview):
         assert gfx942["dropped"] > 0 and gfx942["was slow when timed"] == 0
         assert _correct(interview, f"Tuning story: {op}") == max(
             (k for k in gfx942 if k not in ("target", "kept", "dropped")), key=gfx942.get)
+
+
+def test_committed_notebook_keeps_every_answer_folded():
+    """Notebook 90 as saved: each card's answer sits in a closed <details>, none is open."""
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "90_interview_prep.ipynb"
+    pages = ["".join(output["data"]["text/html"]) for cell in json.loads(path.read_text())["cells"]
+             for output in cell.get("outputs", []) if "text/html" in output.get("data", {})]
+    folded = [page for page in pages if "<summary>Show answer</summary>" in page]
+    assert len(folded) >= 9
+    for page in folded:
+        assert page.count("<details>") == page.count("<summary>Show answer</summary>")
+        assert "<details open" not in page
