@@ -57,7 +57,15 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def grade_kernel(exercise: KernelExercise, module: ModuleType, captured: list[Rung]) -> Verdict:
     if exercise.grade is not None:
-        return exercise.grade(module)
+        return exercise.grade(module, captured)
+    return harness_verdict(exercise, captured)
+
+
+def harness_verdict(exercise: KernelExercise, captured: list[Rung]) -> Verdict:
+    """The learner's rung (captured from their file) against the harness, then the speed target.
+
+    An exercise with its own ``grade`` can call this first and then check its idea, for a
+    rung whose TODO version would still be correct (a program order, a pipeline depth)."""
     entries = [r for r in captured if r.op == exercise.op and r.label == exercise.rung]
     if not entries:
         return Verdict(False, f"the file declares no {exercise.op} {exercise.rung} rung: keep its "

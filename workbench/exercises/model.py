@@ -54,15 +54,17 @@ class KernelExercise:
     rung: str | None = None
     shapes: tuple[tuple, ...] = ()
     dtypes: tuple = ()
-    grade: Callable[[ModuleType], Verdict] | None = field(default=None, compare=False)
+    grade: Callable[[ModuleType, list], Verdict] | None = field(default=None, compare=False)
     speed_target: float = 1.0
     """On a GPU the learner's rung must reach this fraction of the previous rung's speed
     or more (1.0: at least as fast, within 5 % noise)."""
     kind = "kernel"
 
     def __post_init__(self):
-        if (self.op is None) == (self.grade is None):
-            raise ValueError(f"{self.key}: give either op and rung (harness) or grade, not both")
+        if self.op is None and self.grade is None:
+            raise ValueError(f"{self.key}: give op and rung (the harness grades it), or grade")
+        if (self.op is None) != (self.rung is None):
+            raise ValueError(f"{self.key}: op and rung go together")
         if len(self.hints) != 3:
             raise ValueError(f"{self.key}: a hint ladder has three hints")
         if not self.wrong:

@@ -5,7 +5,7 @@ import importlib
 
 from ..model import Exercise
 
-LADDERS = ("gemm",)
+LADDERS = ("gemm", "gemm_fp8", "gemm_mxfp4", "attention", "moe", "comm")
 
 
 def all_exercises() -> dict[str, Exercise]:

@@ -1,0 +1,4 @@
+"""Attention ladder exercises."""
+from __future__ import annotations
+
+EXERCISES = ()
