@@ -200,6 +200,7 @@ def shared_races():
     from numba.np import numpy_support
 
     shared_array, barrier = kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads
+    allocating = threading.Lock()
 
     def tracked_array(self, shape, dtype, alignment=None):
         if shape == 0 or alignment is not None:  # dynamic shared memory, or the simulator's error
@@ -208,12 +209,13 @@ def shared_races():
         # lookup would see this wrapper's line as the caller and alias every array).
         caller = sys._getframe(1)
         key = ("tracked", caller.f_code.co_filename, caller.f_lineno)
-        if key not in self._allocations:
-            if isinstance(dtype, types.Type):
-                dtype = numpy_support.as_dtype(dtype)
-            label = _array_name(caller.f_code.co_filename, caller.f_lineno)
-            self._allocations[key] = _TrackedShared(np.empty(shape, dtype), label)
-        return self._allocations[key]
+        with allocating:  # every thread of the block asks at once: exactly one creates it
+            if key not in self._allocations:
+                if isinstance(dtype, types.Type):
+                    dtype = numpy_support.as_dtype(dtype)
+                label = _array_name(caller.f_code.co_filename, caller.f_lineno)
+                self._allocations[key] = _TrackedShared(np.empty(shape, dtype), label)
+            return self._allocations[key]
 
     def counted_barrier(self):
         self._workbench_barriers = getattr(self, "_workbench_barriers", 0) + 1
