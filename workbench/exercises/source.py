@@ -45,6 +45,13 @@ def module_source(module: str) -> str:
         return f.read()
 
 
+def without_markers(source: str) -> str:
+    """The module's text with the marker lines dropped: what a reader of the rung sees, so a
+    diff between neighbouring rungs shows their ideas, not where their exercises are cut."""
+    return "".join(line for line in source.splitlines(keepends=True)
+                   if not (_BEGIN.match(line) or _END.match(line)))
+
+
 def blocks(source: str) -> dict[str, Block]:
     """The marked blocks of a module, by name; malformed markers are an error, not a guess."""
     lines = source.splitlines()
