@@ -176,12 +176,12 @@ EXERCISES = (
              "tiles seen so far; when a tile raises the max, scale what acc and l_i hold by "
              "alpha = exp(m_old - m_new) before adding the tile's p. The end of the kernel divides acc "
              "by l_i.",
-        todo={"rescale": "# TODO: the running max m_new, the correction alpha, this tile's p and the\n"
-                         "# running sum l_i. As shipped: each tile normalized as if it held every key.\n"
-                         "m_new = tl.max(s, 1)\n"
+        todo={"rescale": "# TODO: m_new is the running row max; when it grows, what l_i and acc hold\n"
+                         "# was summed against the old one. As shipped: nothing is rescaled.\n"
+                         "m_new = tl.maximum(m_i, tl.max(s, 1))\n"
                          "alpha = tl.full((BLOCK_M,), 1.0, dtype=tl.float32)\n"
                          "p = tl.exp(s - m_new[:, None])\n"
-                         "l_i = tl.sum(p, 1)",
+                         "l_i = l_i + tl.sum(p, 1)",
               "accumulate": "acc = tl.dot(p.to(v.dtype), v, acc, input_precision=\"ieee\")  # TODO: rescale\n"
                             "m_i = m_new"},
         hints=(
