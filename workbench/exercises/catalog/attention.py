@@ -103,6 +103,12 @@ def _grade_v3(module, captured) -> Verdict:
                    verdict.reports, verdict.speed)
 
 
+def _rung(label: str, module: str, **fields) -> KernelExercise:
+    """A rung's exercise, graded by the harness on the two tiny fp32 shapes above."""
+    return KernelExercise(key=f"attention/{label}", module=module, op="attention", rung=label,
+                          shapes=(CAUSAL_GQA, FULL_MHA), dtypes=(torch.float32,), **fields)
+
+
 def _exercise(key: str) -> KernelExercise:
     return next(e for e in EXERCISES if e.key == key)
 
@@ -114,8 +120,8 @@ def _wide_key_tile_spills() -> int:
 
 
 EXERCISES = (
-    KernelExercise(
-        key="attention/v0", module=V0, op="attention", rung="v0",
+    _rung(
+        "v0", V0,
         title="The row softmax: scale, causal mask, no overflow",
         task="v0 computes attention as the textbook does: S = Q Kᵀ into HBM, a softmax per row, then "
              "P V. Write the row softmax of one program: lanes cols past S_k and, with CAUSAL, the "
@@ -138,10 +144,9 @@ EXERCISES = (
             "masked lanes loaded as 0, not -inf": _mistake(V0, "softmax", 'other=float("-inf")', "other=0.0"),
             "scale forgotten": _mistake(V0, "softmax", ") * scale", ")"),
         },
-        shapes=(CAUSAL_GQA, FULL_MHA), dtypes=(torch.float32,),
     ),
-    KernelExercise(
-        key="attention/v1", module=V1, op="attention", rung="v1",
+    _rung(
+        "v1", V1,
         title="Fuse QKᵀ, softmax and PV in one program",
         task="v1 fuses v0's three launches: one program holds BLOCK_M query rows (q), the head's whole "
              "Kᵀ (kt, BLOCK_D x BLOCK_SK) and V in registers. Compute the score block with one tl.dot, "
@@ -166,10 +171,9 @@ EXERCISES = (
             "causal triangle the wrong way (k >= q)": _mistake(V1, "fused", "cols[None, :] <= rows[:, None]",
                                                                "cols[None, :] >= rows[:, None]"),
         },
-        shapes=(CAUSAL_GQA, FULL_MHA), dtypes=(torch.float32,),
     ),
-    KernelExercise(
-        key="attention/v2", module=V2, op="attention", rung="v2",
+    _rung(
+        "v2", V2,
         title="The online softmax: a running max and sum, and the rescale",
         task="v2 streams K and V past a resident Q block BLOCK_N keys at a time, so no row is ever "
              "whole. Keep per row the running max m_i and the running sum l_i of exponentials of the "
@@ -198,10 +202,9 @@ EXERCISES = (
             "correction inverted, exp(m_new - m_old)": _mistake(V2, "rescale", "tl.exp(m_i - m_new)",
                                                                 "tl.exp(m_new - m_i)"),
         },
-        shapes=(CAUSAL_GQA, FULL_MHA), dtypes=(torch.float32,),
     ),
-    KernelExercise(
-        key="attention/v3", module=V3, op="attention", rung="v3",
+    _rung(
+        "v3", V3,
         title="Skip the key tiles the causal mask hides, and keep the log-sum-exp",
         task="Two of v3's changes to v2 (exp2 is already done). (1) With CAUSAL a query block of rows "
              "pid_m·BLOCK_M .. (pid_m+1)·BLOCK_M - 1 sees no key past its last row: set the loop bound "
@@ -224,7 +227,7 @@ EXERCISES = (
             "max stored in base-2 units": _mistake(V3, "lse", "tl.store(lse_row, m_i,",
                                                    "tl.store(lse_row, m_i * qk_scale,"),
         },
-        shapes=(CAUSAL_GQA, FULL_MHA), dtypes=(torch.float32,), grade=_grade_v3,
+        grade=_grade_v3,
     ),
     AnswerExercise(
         key="attention/v4", title="Why v4's key tile is narrow at D = 128 on gfx942",
@@ -247,8 +250,8 @@ EXERCISES = (
                 "`python -m workbench.tune_space` drops it from kernels/attention/tuned_space.json and "
                 "v4 never times it.",
     ),
-    KernelExercise(
-        key="attention/v5", module=V5, op="attention", rung="v5",
+    _rung(
+        "v5", V5,
         title="The backward: Δ, then dK/dV and dQ from the recomputed P",
         task="The forward saved O and the log-sum-exp (raw max m, log2 l). Write the three parts of "
              "FlashAttention-2's backward: Δ = rowsum(dO ∘ O) per query row; in the dK/dV kernel, "
@@ -279,6 +282,5 @@ EXERCISES = (
             "causal mask off by one in dQ (k < q)": _mistake(V5, "dq", "cols[None, :] <= rows[:, None]",
                                                              "cols[None, :] < rows[:, None]"),
         },
-        shapes=(CAUSAL_GQA, FULL_MHA), dtypes=(torch.float32,),
     ),
 )
