@@ -32,14 +32,24 @@ def _root_cause(error: BaseException) -> BaseException:
     return error
 
 
+def _previous(entry: Rung) -> Rung | None:
+    """The rung to beat: the nearest lower one that runs here and computes what this one does
+    (a backward rung is not timed against a forward-only one); None for a ladder's first."""
+    lower = [r for r in kernels.variants(entry.op, include_ref=False)
+             if r.rung < entry.rung and r.backward == entry.backward and r.runs_here()]
+    return lower[-1] if lower else None
+
+
 def _speed(exercise: KernelExercise, entry: Rung) -> tuple[bool, str]:
     here = kernels.backend.current()
     if not here.is_gpu:
         return True, "speed: not checked (no GPU here; the CPU interpreter's times say nothing about a GPU)"
     from ..timing import time_ms
 
+    previous = _previous(entry)
+    if previous is None:
+        return True, f"speed: not checked (no lower rung {'with a backward ' if entry.backward else ''}to beat)"
     spec = kernels.spec(exercise.op)
-    previous = kernels.get(exercise.op, entry.rung - 1)
     name = spec.quick_shapes[0] if spec.quick_shapes else next(iter(spec.bench_shapes))
     dtype = next(d for d in entry.dtypes if previous.supports(d))
     inputs = spec.make_inputs(spec.bench_shapes[name], dtype, device=here.device, seed=0)
