@@ -25,9 +25,6 @@ V0, V1, V2, V3, V5 = (f"kernels.attention.{m}" for m in (
 # interpreter's 32 x 32 tiles, GQA and MHA, causal and not; fp32 only (no idea here is a dtype).
 CAUSAL_GQA = (1, 2, 1, 33, 40, 16, 1)
 FULL_MHA = (1, 2, 2, 17, 70, 16, 0)
-# S_k well past S: with the causal mask, the keys beyond the last query block are hidden from
-# every row, so v3's grade poisons them to see whether the kernel still loads them.
-CAUSAL_LONG_KEYS = (1, 2, 1, 33, 70, 16, 1)
 
 
 def _mistake(module: str, block: str, old: str, new: str) -> dict[str, str]:
@@ -48,35 +45,41 @@ def _reference_lse(q, k, causal: bool, scale: float) -> torch.Tensor:
     return torch.logsumexp(scores, dim=-1)
 
 
+def _long_keys(module) -> tuple:
+    """A causal shape for v3's own checks: two query blocks of the learner's BLOCK_M, and
+    S_k well past S, so keys from 2·BLOCK_M on are hidden from every row."""
+    block_m = module.config(kernels.backend.current().name, 16)["BLOCK_M"]
+    return (1, 2, 1, block_m + 1, 2 * block_m + 6, 16, 1)
+
+
 def _skips_hidden_keys(module, entry) -> Verdict | None:
     """None if the causal loop never loads the keys past its query block; else why it fails.
 
     Keys that no row of any query block can see are set to NaN: a kernel that still loads
     and multiplies them gets 0 · NaN = NaN in its output, though the mask zeroes their weight."""
-    here = kernels.backend.current()
-    b, hq, hkv, s, sk, d, _ = CAUSAL_LONG_KEYS
-    block_m = module.config(here.name, d)["BLOCK_M"]
-    reach = -(-s // block_m) * block_m      # the last key the last query block's loop needs, + 1
-    q, k, v, causal = kernels.spec("attention").make_inputs(CAUSAL_LONG_KEYS, torch.float32, here.device)
+    shape = _long_keys(module)
+    block_m, sk = shape[3] - 1, shape[4]
+    reach = 2 * block_m                     # the second (last) query block's loop stops before this key
+    q, k, v, causal = kernels.spec("attention").make_inputs(shape, torch.float32, kernels.backend.current().device)
     k[:, :, reach:] = float("nan")
     v[:, :, reach:] = float("nan")
     out = entry(q, k, v, causal)
     if torch.isfinite(out).all():
         return None
-    return Verdict(False, f"correct, but at shape {CAUSAL_LONG_KEYS} (causal, {block_m}-row query blocks) "
-                          f"keys {reach}..{sk - 1}, which the mask hides from every query row, were set "
-                          f"to NaN and the NaN reached the output: the key loop still loads and multiplies "
-                          f"tiles that lie wholly past its query block's last row")
+    return Verdict(False, f"correct, but at shape {shape} (causal, {block_m}-row query blocks) "
+                          f"keys {reach}..{sk - 1}, past the last row of every query block, were set to NaN "
+                          f"and the NaN reached the output: the key loop still loads and multiplies tiles "
+                          f"that lie wholly past its query block's last row")
 
 
 def _lse_matches(module) -> Verdict | None:
     """None if ``launch`` writes the two-part log-sum-exp the backward reads; else why not."""
     here = kernels.backend.current()
-    d = CAUSAL_LONG_KEYS[5]
-    q, k, v, causal = kernels.spec("attention").make_inputs(CAUSAL_LONG_KEYS, torch.float32, here.device, seed=1)
-    scale = 1.0 / math.sqrt(d)
+    shape = _long_keys(module)
+    q, k, v, causal = kernels.spec("attention").make_inputs(shape, torch.float32, here.device, seed=1)
+    scale = 1.0 / math.sqrt(shape[5])
     with poisoned_outputs():       # a row the kernel never writes stays NaN
-        _, lse = module.launch(q, k, v, causal, scale, module.config(here.name, d))
+        _, lse = module.launch(q, k, v, causal, scale, module.config(here.name, shape[5]))
     got = lse[:, :, 0].cpu().double() * scale + lse[:, :, 1].cpu().double() * math.log(2.0)
     expected = _reference_lse(q, k, causal, scale)
     bad = ~torch.isclose(got, expected, rtol=1e-5, atol=1e-5)
