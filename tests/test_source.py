@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import kernels
+from workbench.exercises.source import module_source
 from workbench.source import previous_rung, rung_diff, rung_source, show_diff
 
 
@@ -29,3 +30,11 @@ def test_diff_to_the_previous_rung_shows_what_changed():
 def test_diff_renders_as_coloured_html():
     rendered = show_diff("gemm", 1)._repr_html_()
     assert "#e6ffec" in rendered and "&lt;" not in rendered.split("<pre")[0]
+
+
+def test_exercise_markers_stay_out_of_the_source_and_diffs():
+    """A rung's exercise blocks are marked with comments; a reader sees neither them nor their diff."""
+    for label in ("v2", "v3"):
+        rung = kernels.get("attention", label)
+        assert "# exercise" not in rung_source(rung) and "# exercise" not in rung_diff(rung)
+    assert "# exercise begin: rescale" in module_source(kernels.get("attention", "v2").module)

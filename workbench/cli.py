@@ -6,8 +6,10 @@ list of rungs or ops of its own.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -227,9 +229,41 @@ def cmd_tour(args) -> int:
     if here.is_interpreter:
         print("\nNo timings shown: this machine has no GPU, and interpreter times are not performance.")
     ok = all_passed(reports)
+    print("\nNext, the learning path: `workbench exercise load gemm/v1` writes your first exercise "
+          "(a rung with its idea cut out); `workbench exercise check gemm/v1` grades it.")
     print(f"\n{'all checks passed' if ok else 'SOME CHECKS FAILED'} "
           f"({sum(r.passed for r in reports)}/{len(reports)})")
     return 0 if ok else 1
+
+
+def _parse_answer(text: str):
+    """A number, a tuple or a string, as typed: ``6``, ``0.5``, ``(2, 3)``, ``v_mfma_f32_32x32x8_f16``."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def cmd_exercise(args) -> int:
+    from . import exercises
+
+    if args.action == "list":
+        print(format_table(exercises.list_exercises()))
+        return 0
+    if not args.key:
+        raise ValueError(f"`workbench exercise {args.action}` needs an exercise key, e.g. gemm/v1")
+    if args.action == "load":
+        loaded = exercises.load(args.key, args.path, overwrite=args.overwrite)
+        print(f"Edit {loaded}, then run: workbench exercise check {args.key}"
+              if isinstance(loaded, Path) else
+              f"{loaded}\nAnswer with: workbench exercise check {args.key} --answer ...")
+        return 0
+    if args.action == "hint":
+        print(exercises.hints(args.key).reveal())
+        return 0
+    verdict = exercises.check(args.key, args.path, None if args.answer is None else _parse_answer(args.answer))
+    print(verdict)
+    return 0 if verdict.passed else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all"))
     p.add_argument("--repeats", type=int, default=3)
     sub.add_parser("tour", help="the main job: check every rung, print the ladders and recorded results")
+    p = sub.add_parser("exercise", help="the learning path: list, load, check an exercise, or show a hint")
+    p.add_argument("action", choices=("list", "load", "check", "hint"))
+    p.add_argument("key", nargs="?", help="e.g. gemm/v1 (see `workbench exercise list`)")
+    p.add_argument("--path", help="the learner's file (default exercises/<key>.py)")
+    p.add_argument("--answer", help="for a question: the answer, e.g. 6 or v_mfma_f32_32x32x8_f16")
+    p.add_argument("--overwrite", action="store_true", help="load: start the file over")
     p = sub.add_parser("gpu-report", help="on a GPU: ceilings + quick suite into workbench/recorded/")
     p.add_argument("--budget-s", type=_parse_seconds, default=BUDGET_S,
                    help="no new case starts after this many seconds (default %(default)s)")
@@ -278,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "tour": cmd_tour,
-               "gpu-report": cmd_gpu_report, "train": cmd_train, "comm": cmd_comm}[args.command]
+               "gpu-report": cmd_gpu_report, "train": cmd_train, "comm": cmd_comm,
+               "exercise": cmd_exercise}[args.command]
     try:
         return handler(args)
     except (KeyError, ValueError, TypeError) as exc:

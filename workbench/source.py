@@ -15,10 +15,13 @@ import inspect
 import kernels
 from kernels.registry import Rung
 
+from .exercises.source import without_markers
+
 
 def rung_source(rung: Rung, docstring: bool = True) -> str:
-    """The source of the module that defines the rung, optionally without its docstring."""
-    text = inspect.getsource(importlib.import_module(rung.module))
+    """The source of the module that defines the rung, optionally without its docstring;
+    never with the exercise markers (:mod:`workbench.exercises.source`)."""
+    text = without_markers(inspect.getsource(importlib.import_module(rung.module)))
     if docstring:
         return text
     body = ast.parse(text).body

@@ -48,12 +48,14 @@ def _row_softmax_kernel(s_ptr, p_ptr, scale, S, SK, CAUSAL: tl.constexpr, BLOCK:
                         INTERP_BF16: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)       # over B·Hq·S rows of S_k scores
     cols = tl.arange(0, BLOCK)
+    # exercise begin: softmax
     visible = cols < SK
     if CAUSAL:
         visible = visible & (cols <= row % S)   # SDPA: top-left aligned
     x = tl.load(s_ptr + row * SK + cols, mask=visible, other=float("-inf")) * scale
     e = tl.exp(x - tl.max(x, 0))
     p = e / tl.sum(e, 0)
+    # exercise end
     if INTERP_BF16:
         p = round_to_bf16(p)
     tl.store(p_ptr + row * SK + cols, p.to(p_ptr.dtype.element_ty), mask=cols < SK)

@@ -68,6 +68,7 @@ def _fused_rows_kernel(q_ptr, k_ptr, v_ptr, o_ptr, scale, S, SK, D, GROUP, HQ,
         q = q.to(tl.float32)
         kt = kt.to(tl.float32)
         v = v.to(tl.float32)
+    # exercise begin: fused
     s = tl.dot(q, kt, input_precision="ieee") * scale      # the whole score block
     visible = cols[None, :] < SK
     if CAUSAL:
@@ -75,6 +76,7 @@ def _fused_rows_kernel(q_ptr, k_ptr, v_ptr, o_ptr, scale, S, SK, D, GROUP, HQ,
     s = tl.where(visible, s, float("-inf"))
     e = tl.exp(s - tl.max(s, 1)[:, None])
     p = e / tl.sum(e, 1)[:, None]
+    # exercise end
     if INTERP_BF16:
         p = round_to_bf16(p)
     acc = tl.dot(p.to(v.dtype), v, input_precision="ieee")

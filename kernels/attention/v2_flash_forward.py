@@ -80,16 +80,20 @@ def _flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, scale, S, SK, D, GROUP, HQ,
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None])   # SDPA: top-left aligned
         s = tl.where(visible, s, float("-inf"))
+        # exercise begin: rescale
         m_new = tl.maximum(m_i, tl.max(s, 1))   # finite: key 0 is visible to every row
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
+        # exercise end
         v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & (ds[None, :] < D), other=0.0)
         if INTERP_BF16:
             v = v.to(tl.float32)
             p = round_to_bf16(p)
+        # exercise begin: accumulate
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
         m_i = m_new
+        # exercise end
         kt_ptrs += k_step
         v_ptrs += v_step
     acc = acc / l_i[:, None]

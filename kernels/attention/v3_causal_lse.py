@@ -91,9 +91,11 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    # exercise begin: skip
     hi = SK
     if CAUSAL:
         hi = tl.minimum(SK, (pid_m + 1) * BLOCK_M)   # later keys are masked for every row here
+    # exercise end
     for n0 in range(0, hi, BLOCK_N):
         cols = n0 + ns
         kt = tl.load(kt_ptrs, mask=(ds[:, None] < D) & (cols[None, :] < SK), other=0.0)
@@ -117,9 +119,11 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
         kt_ptrs += k_step
         v_ptrs += v_step
     acc = acc / l_i[:, None]
+    # exercise begin: lse
     lse_row = lse_ptr + bh.to(tl.int64) * 2 * T + rows   # two parts: summing them would round
     tl.store(lse_row, m_i, mask=rows < S)
     tl.store(lse_row + T, tl.log2(l_i), mask=rows < S)
+    # exercise end
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     o_ptrs = (o_ptr + b * stride_ob + h * stride_oh + rows.to(tl.int64)[:, None] * stride_os

@@ -72,7 +72,9 @@ def _bwd_delta_kernel(o_ptr, do_ptr, delta_ptr, cu_q_ptr, S, D, HQ,
                 + ds.to(tl.int64)[None, :] * stride_od, mask=mask, other=0.0)
     do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows.to(tl.int64)[:, None] * stride_dos
                  + ds.to(tl.int64)[None, :] * stride_dod, mask=mask, other=0.0)
+    # exercise begin: delta
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    # exercise end
     tl.store(delta_ptr + bh.to(tl.int64) * T + rows, delta, mask=rows < S)
 
 
@@ -144,6 +146,7 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
             # loaded after Sᵀ: live across that product too, they spilled on gfx942
             m = tl.load(lse_ptr + bh * 2 * T + rows, mask=row_ok, other=0.0)
             log2_l = tl.load(lse_ptr + bh * 2 * T + T + rows, mask=row_ok, other=0.0)
+            # exercise begin: dkdv
             visible = row_ok[None, :] & (cols[:, None] < SK)
             if CAUSAL:
                 visible = visible & (cols[:, None] <= rows[None, :])
@@ -155,6 +158,7 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
                 dst = round_to_bf16(dst)
             dv = tl.dot(pt.to(do.dtype), do, dv, input_precision="ieee")
             dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk, input_precision="ieee")
+            # exercise end
     dk = dk * scale
     if INTERP_BF16:
         dk = round_to_bf16(dk)
@@ -224,6 +228,7 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
             kt = kt.to(tl.float32)
             vt = vt.to(tl.float32)
         s = tl.dot(q, kt, input_precision="ieee")
+        # exercise begin: dq
         visible = (rows[:, None] < S) & (cols[None, :] < SK)
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None])
@@ -233,6 +238,7 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
         if INTERP_BF16:
             dscore = round_to_bf16(dscore)
         dq = tl.dot(dscore.to(kt.dtype), tl.trans(kt), dq, input_precision="ieee")
+        # exercise end
     dq = dq * scale
     if INTERP_BF16:
         dq = round_to_bf16(dq)

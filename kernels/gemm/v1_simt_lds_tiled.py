@@ -43,6 +43,7 @@ def _gemm_lds_tiled_kernel(a, b, c):
     m, k_total = a.shape
     n = b.shape[1]
     acc = float32(0.0)
+    # exercise begin: tiles
     for k0 in range(0, k_total, TILE):
         a_tile[ty, tx] = float32(a[row, k0 + tx]) if row < m and k0 + tx < k_total else float32(0.0)
         b_tile[ty, tx] = float32(b[k0 + ty, col]) if k0 + ty < k_total and col < n else float32(0.0)
@@ -50,6 +51,7 @@ def _gemm_lds_tiled_kernel(a, b, c):
         for kk in range(TILE):
             acc += a_tile[ty, kk] * b_tile[kk, tx]
         simt.syncthreads()
+    # exercise end
     if row < m and col < n:
         c[row, col] = acc
 

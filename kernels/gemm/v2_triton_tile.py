@@ -60,8 +60,10 @@ def _gemm_tile_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
+        # exercise begin: masks
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k0 < K), other=0.0)
         b = tl.load(b_ptrs, mask=(ks[:, None] + k0 < K) & (cols[None, :] < N), other=0.0)
+        # exercise end
         if INTERP_BF16:
             a = a.to(tl.float32)
             b = b.to(tl.float32)

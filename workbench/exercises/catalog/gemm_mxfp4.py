@@ -1,0 +1,4 @@
+"""MXFP4 GEMM exercises."""
+from __future__ import annotations
+
+EXERCISES = ()

@@ -1,0 +1,237 @@
+"""Make the CPU say what a GPU would not: which program or thread broke memory, and where.
+
+On a GPU an out-of-bounds load reads a neighbour's data or faults without a location, and
+a missing barrier gives wrong answers now and then. A learner needs the culprit named, so
+while an exercise is checked on the CPU:
+
+* :func:`triton_bounds` makes every load and store of the Triton interpreter check its
+  active addresses against the tensors passed to the launch, and fail with the program id,
+  the element of the block, the tensor and how far past its end (or before its start);
+* :func:`shared_races` makes each ``shared.array`` of Numba's CUDA simulator remember, per
+  element, which threads wrote and read it since the last ``syncthreads()``, and fail when
+  two threads touch one element between barriers and one of them writes, naming both
+  threads, the block and the element.
+
+Both patch the two simulators for the duration of a ``with`` block only.
+"""
+from __future__ import annotations
+
+import inspect
+import linecache
+import sys
+import threading
+from contextlib import contextmanager, nullcontext
+
+import numpy as np
+
+
+class OutOfBounds(Exception):
+    """A Triton program touched memory outside every tensor of its launch."""
+
+
+class SharedMemoryRace(Exception):
+    """Two threads of a block touched one shared-memory element with no barrier between."""
+
+
+# ---- Triton interpreter ---------------------------------------------------------------
+
+def _launch_tensors(fn, args_hst, kwargs_hst) -> list[tuple[int, int, str, int]]:
+    """(start address, end address, argument name, element size) of each tensor argument."""
+    names = list(inspect.signature(fn).parameters)
+    named = list(zip(names, args_hst)) + list(kwargs_hst.items())
+    spans = []
+    for name, arg in named:
+        if hasattr(arg, "untyped_storage"):
+            storage = arg.untyped_storage()
+            spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes(), name,
+                          arg.element_size()))
+    return sorted(spans)
+
+
+def _check_addresses(spans, ptrs: np.ndarray, mask: np.ndarray, size: int, grid_idx, verb: str):
+    addresses = np.broadcast_to(ptrs, np.broadcast_shapes(ptrs.shape, mask.shape)).astype(np.uint64)
+    active = np.broadcast_to(mask, addresses.shape).astype(bool)
+    starts = np.array([s[0] for s in spans], dtype=np.uint64)
+    ends = np.array([s[1] for s in spans], dtype=np.uint64)
+    owner = np.searchsorted(starts, addresses, side="right") - 1
+    inside = (owner >= 0) & (addresses + np.uint64(size) <= ends[np.clip(owner, 0, None)])
+    bad = active & ~inside
+    if not bad.any():
+        return
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    address = int(addresses[where])
+    start, end, name, elem = min(spans, key=lambda s: min(abs(address - s[0]), abs(address - s[1])))
+    if address < start:
+        place = f"{(start - address) // elem} elements before the start of `{name}`"
+    else:
+        count = (end - start) // elem
+        place = f"element {(address - start) // elem} of `{name}`, which has {count} (the last is {count - 1})"
+    raise OutOfBounds(f"program {tuple(grid_idx)} {verb} out of bounds: lane {list(where)} of the "
+                      f"block {verb} {place}; mask that lane off")
+
+
+@contextmanager
+def triton_bounds():
+    """Check every interpreted load and store against the launch's tensors."""
+    from triton.runtime import interpreter as interp
+
+    builder = interp.interpreter_builder
+    spans: list = []
+    init_args, load, store = interp.GridExecutor._init_args_hst, builder.create_masked_load, \
+        builder.create_masked_store
+
+    def init_args_checked(self, args_dev, kwargs):
+        args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
+        spans[:] = _launch_tensors(self.fn, args_hst, kwargs_hst)
+        return args_hst, kwargs_hst
+
+    def element_size(ptrs) -> int:
+        return max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+
+    def checked_load(ptrs, mask, other, cache_policy, is_volatile):
+        if spans:
+            _check_addresses(spans, ptrs.data, mask.data, element_size(ptrs), builder.grid_idx, "loads")
+        return load(ptrs, mask, other, cache_policy, is_volatile)
+
+    def checked_store(ptrs, value, mask, cache_policy):
+        if spans:
+            _check_addresses(spans, ptrs.data, mask.data, element_size(ptrs), builder.grid_idx, "stores")
+        return store(ptrs, value, mask, cache_policy)
+
+    interp.GridExecutor._init_args_hst = init_args_checked
+    builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
+    try:
+        yield
+    finally:
+        interp.GridExecutor._init_args_hst = init_args
+        del builder.create_masked_load, builder.create_masked_store  # back to the class's methods
+
+
+# ---- Numba's CUDA simulator ------------------------------------------------------------
+
+class _TrackedShared:
+    """A shared array that records, per element, the accesses since the last barrier.
+
+    A thread's barrier count (``generation``) rises as it enters ``syncthreads()``; two
+    accesses of one generation are unordered, so a write and any other access to the same
+    element in one generation by different threads is a race, whatever order the
+    simulator happened to run them in."""
+
+    def __init__(self, array: np.ndarray, label: str):
+        self._array, self._label = array, label
+        self._lock = threading.Lock()
+        self._block = None
+        self._writes: dict[int, tuple[int, tuple]] = {}
+        self._reads: dict[int, tuple[int, set]] = {}
+
+    shape = property(lambda self: self._array.shape)
+    dtype = property(lambda self: self._array.dtype)
+    size = property(lambda self: self._array.size)
+    ndim = property(lambda self: self._array.ndim)
+
+    def __len__(self):
+        return len(self._array)
+
+    def _flat(self, key):
+        index = key if isinstance(key, tuple) else (key,)
+        if len(index) != self._array.ndim or not all(isinstance(i, (int, np.integer)) for i in index):
+            return None  # a slice: the access is checked by numpy, not tracked
+        shape = self._array.shape
+        for axis, (i, n) in enumerate(zip(index, shape)):
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} of shared array "
+                                 f"{self._label} with size {n}")
+        return int(np.ravel_multi_index(tuple(int(i) % n for i, n in zip(index, shape)), shape))
+
+    def _access(self, key, writing: bool):
+        flat = self._flat(key)
+        if flat is None:
+            return
+        thread = threading.current_thread()
+        me, block = tuple(thread.threadIdx), tuple(thread.blockIdx)
+        generation = getattr(thread, "_workbench_barriers", 0)
+        element = [int(i) for i in np.unravel_index(flat, self._array.shape)]
+        with self._lock:
+            if block != self._block:  # blocks run one after another: start afresh
+                self._block, self._writes, self._reads = block, {}, {}
+            written = self._writes.get(flat)
+            if written and written[0] == generation and written[1] != me:
+                raise SharedMemoryRace(
+                    f"race on shared array {self._label} element {element} in block {block}: thread {me} "
+                    f"{'writes' if writing else 'reads'} it and thread {written[1]} wrote it with no "
+                    f"syncthreads() between them")
+            if writing:
+                read = self._reads.get(flat)
+                others = read[1] - {me} if read and read[0] == generation else set()
+                if others:
+                    raise SharedMemoryRace(
+                        f"race on shared array {self._label} element {element} in block {block}: thread {me} "
+                        f"writes it while thread {min(others)} reads it, with no syncthreads() between")
+                self._writes[flat] = (generation, me)
+            else:
+                read = self._reads.get(flat)
+                if not read or read[0] != generation:
+                    read = (generation, set())
+                    self._reads[flat] = read
+                read[1].add(me)
+
+    def __getitem__(self, key):
+        self._access(key, writing=False)
+        return self._array[key]
+
+    def __setitem__(self, key, value):
+        self._access(key, writing=True)
+        self._array[key] = value
+
+
+def _array_name(filename: str, line: int) -> str:
+    """``a_tile`` for the line ``a_tile = simt.shared.array(...)``, else where it was made."""
+    text = linecache.getline(filename, line)
+    target = text.split("=", 1)[0].strip() if "=" in text else ""
+    where = f"line {line} of {filename.rsplit('/', 1)[-1]}"
+    return f"`{target}` ({where})" if target.isidentifier() else f"({where})"
+
+
+@contextmanager
+def shared_races():
+    """Track every ``shared.array`` of simulated kernels launched inside."""
+    from numba.cuda.simulator import kernel, kernelapi
+    from numba.core import types
+    from numba.np import numpy_support
+
+    shared_array, barrier = kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads
+    allocating = threading.Lock()
+
+    def tracked_array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory, or the simulator's error
+            return shared_array(self, shape, dtype, alignment)
+        # One allocation per source line and block, as the simulator keys them (its own
+        # lookup would see this wrapper's line as the caller and alias every array).
+        caller = sys._getframe(1)
+        key = ("tracked", caller.f_code.co_filename, caller.f_lineno)
+        with allocating:  # every thread of the block asks at once: exactly one creates it
+            if key not in self._allocations:
+                if isinstance(dtype, types.Type):
+                    dtype = numpy_support.as_dtype(dtype)
+                label = _array_name(caller.f_code.co_filename, caller.f_lineno)
+                self._allocations[key] = _TrackedShared(np.empty(shape, dtype), label)
+            return self._allocations[key]
+
+    def counted_barrier(self):
+        self._workbench_barriers = getattr(self, "_workbench_barriers", 0) + 1
+        return barrier(self)
+
+    kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads = tracked_array, counted_barrier
+    try:
+        yield
+    finally:
+        kernelapi.FakeCUDAShared.array, kernel.BlockThread.syncthreads = shared_array, barrier
+
+
+def cpu_guards(kind: str):
+    """The guard for a rung of this kind on the CPU (none for library rungs or on a GPU)."""
+    import kernels
+
+    if kernels.backend.current().is_gpu:
+        return nullcontext()
+    return {"triton": triton_bounds, "simt": shared_races}.get(kind, nullcontext)()
