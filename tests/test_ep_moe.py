@@ -18,6 +18,7 @@ from kernels.comm.launch import run_local
 from kernels.comm.overlap import PHASES, overlap_efficiency
 from kernels.moe import ExpertParallelMoE
 from kernels.moe.layer_ladder import v3_fused
+from workbench.ep_overlap import measure
 
 pytestmark = pytest.mark.timeout(300)   # a loaded 2-core machine runs these 3x slower
 
@@ -131,29 +132,22 @@ def _bf16_case(rank, failures):
             failures.append(f"bf16 {key}: {err}")
 
 
-def _events_case(rank, world):
-    """The timeline of a 3-chunk forward, and whether a fresh EP layer seeded like the full
-    layer holds the full layer's weights for its experts (as the docstring says)."""
-    full = _full_layer(2 * world, 0)
-    ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=3)
-    ep.record_events = True
-    x = torch.randn(10 + rank, DIM, generator=torch.Generator().manual_seed(rank))
-    with torch.no_grad():
-        ep(x)
-    torch.manual_seed(0)
-    fresh = kernels.MoE(DIM, HIDDEN, 2 * world, TOP_K, ep_group=dist.group.WORLD)
-    same = all(torch.equal(v, ep.state_dict()[k]) for k, v in fresh.state_dict().items())
-    return ep.events, same and isinstance(fresh, ExpertParallelMoE)
-
-
-def _bad_world_case(rank, world):
+def _construction_case(rank, world):
+    """The errors of bad arguments, and whether a fresh EP layer seeded like a full layer
+    holds that layer's weights for its experts (as ExpertParallelMoE's docstring says)."""
     messages = []
     for kwargs in (dict(num_experts=6), dict(num_experts=8, ep_chunks=0)):
         try:
             kernels.MoE(DIM, HIDDEN, top_k=1, ep_group=dist.group.WORLD, **kwargs)
         except ValueError as err:
             messages.append(str(err))
-    return messages
+    full = _full_layer(2 * world, 1)
+    torch.manual_seed(0)
+    fresh = kernels.MoE(DIM, HIDDEN, 2 * world, TOP_K, 1, ep_group=dist.group.WORLD)
+    share = kernels.MoE.from_full(full, dist.group.WORLD).state_dict()
+    same = isinstance(fresh, ExpertParallelMoE) and all(
+        torch.equal(v, share[k]) for k, v in fresh.state_dict().items())
+    return messages, same
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -163,20 +157,23 @@ def test_ep_layer_is_bitwise_the_single_process_layer(world):
 
 
 def test_events_are_well_formed_and_efficiency_is_a_fraction():
-    per_rank = run_local(_events_case, 2, timeout=120, group_timeout=100)
-    assert [same for _, same in per_rank] == [True, True]
-    per_rank = [rank_events for rank_events, _ in per_rank]
-    events = [e for rank_events in per_rank for e in rank_events]
-    for rank, rank_events in enumerate(per_rank):
-        assert sorted((e["chunk"], e["phase"]) for e in rank_events) == sorted(
-            (c, p) for c in range(3) for p in PHASES)
-        assert all(e["rank"] == rank and 0 <= e["start_s"] <= e["end_s"] for e in rank_events)
-        at = {(e["chunk"], e["phase"]): e for e in rank_events}
-        for c in range(3):   # a chunk computes after its dispatch and is combined after
-            assert at[c, "dispatch"]["end_s"] <= at[c, "compute"]["start_s"]
-            assert at[c, "compute"]["end_s"] <= at[c, "combine"]["start_s"]
-        assert 0 < overlap_efficiency(events, rank) <= 1
-    assert 0 < overlap_efficiency(events) <= 1
+    rows = measure(world=2, chunk_counts=(1, 3), tokens=10, dim=DIM, hidden=HIDDEN, experts=4,
+                   top_k=TOP_K, timeout=120)
+    assert [row["chunks"] for row in rows] == [1, 3] and all(row["same_bits"] for row in rows)
+    for row in rows:
+        chunks = row["chunks"]
+        for rank in range(2):
+            events = [e for e in row["events"] if e["rank"] == rank]
+            assert sorted((e["chunk"], e["phase"]) for e in events) == sorted(
+                (c, p) for c in range(chunks) for p in PHASES)
+            assert all(0 <= e["start_s"] <= e["end_s"] for e in events)
+            at = {(e["chunk"], e["phase"]): e for e in events}
+            for c in range(chunks):   # a chunk computes after its dispatch, is combined after
+                assert at[c, "dispatch"]["end_s"] <= at[c, "compute"]["start_s"]
+                assert at[c, "compute"]["end_s"] <= at[c, "combine"]["start_s"]
+            assert 0 < row["efficiency_per_rank"][rank] <= 1
+            assert row["seconds_per_rank"][rank] > 0
+        assert 0 < row["efficiency"] <= 1
 
 
 def test_overlap_efficiency_on_known_timelines():
@@ -197,11 +194,12 @@ def test_overlap_efficiency_on_known_timelines():
         overlap_efficiency(serial, rank=3)
 
 
-def test_bad_world_size_and_chunks_are_refused_by_name():
-    for messages in run_local(_bad_world_case, 4, timeout=120, group_timeout=100):
+def test_bad_world_size_and_chunks_are_refused_by_name_and_fresh_layers_are_slices():
+    for messages, same in run_local(_construction_case, 4, timeout=120, group_timeout=100):
         assert len(messages) == 2
         assert "num_experts=6" in messages[0] and "world size 4" in messages[0]
         assert "ep_chunks" in messages[1]
+        assert same
 
 
 def test_ep_group_must_be_a_process_group():
