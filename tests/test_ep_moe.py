@@ -12,11 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 import kernels
 from kernels.comm.launch import run_local
 from kernels.comm.overlap import PHASES, overlap_efficiency
-from kernels.moe import ExpertParallelMoE
+from kernels.moe import ExpertParallelMoE, aux_loss, route
 from kernels.moe.layer_ladder import v3_fused
 from workbench.ep_overlap import measure
 
@@ -59,6 +60,8 @@ def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1):
     checks = {"out": (out, out_all[rows]), "dx": (dx, dx_all[rows]),
               "expert_counts": (ep.expert_counts, full.expert_counts)}
     checks |= {f"d{n}": (g[n], g_all[n][experts]) for n in ("gate", "up", "down")}
+    logits = F.linear(torch.cat(xs), full.router.weight)[rows]   # aux_loss: this rank's tokens
+    checks["aux_loss"] = (ep.aux_loss.detach(), aux_loss(logits, route(logits, TOP_K)[1]))
     for key, (got, want) in checks.items():
         if not torch.equal(got, want):
             failures.append(f"{name}: {key} differs from the single-process layer "

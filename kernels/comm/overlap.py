@@ -12,7 +12,9 @@ local ranks' timelines line up to within the barrier's exit skew.
 
 A communication event starts when its asynchronous work is issued and ends when the work
 completes, as seen by a callback on its future (not when the layer gets round to waiting
-for it, which would count the layer's own compute as communication).
+for it, which would count the layer's own compute as communication). An all-to-all
+completes only once every peer has sent its block, so a rank's communication time also
+holds its wait for slower peers: load imbalance shows up as communication.
 """
 from __future__ import annotations
 
