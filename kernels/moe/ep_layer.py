@@ -55,6 +55,7 @@ kernels' launch and per-program overhead again, so chunking makes a CPU forward 
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -162,11 +163,8 @@ def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run) -> torch.Tens
         received, work = pending
         work.wait()
         rows = ep_exchange.finish(received, plans[c])
-        if run.timeline is None:
+        with contextlib.nullcontext() if run.timeline is None else run.timeline.compute(c):
             y = _experts_forward(rows, plans[c].offsets, gate, up, down)
-        else:
-            with run.timeline.compute(c):
-                y = _experts_forward(rows, plans[c].offsets, gate, up, down)
         out, work = ep_exchange.start(y, plans[c], run.group, back=True)
         combines.append((out, _comm(run, c, "combine", work)))
         pending = following
