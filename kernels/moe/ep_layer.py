@@ -39,7 +39,9 @@ those experts, bitwise. The router's and shared experts' gradients cover this ra
 tokens only: they are replicated parameters, and like any data-parallel gradient they
 must be summed over the ranks (:meth:`ExpertParallelMoE.replicated_parameters`); that
 sum adds per-rank partial sums, a different association than the single-process sum
-over all tokens, so it matches to rounding, not bitwise.
+over all tokens, so it matches to rounding, not bitwise. The backward's all-to-alls are
+collectives: every rank of the group must run backward through each forward, as with
+any distributed layer. Eager mode only (not wrapped for ``torch.compile``).
 
 Overlap: with ``ep_chunks = C`` the tokens are split into C chunks; the dispatch of chunk
 i+1 is issued (``async_op=True``) before the experts compute chunk i, and each chunk's
