@@ -208,6 +208,8 @@ def test_bad_world_size_and_chunks_are_refused_by_name_and_fresh_layers_are_slic
 def test_ep_group_must_be_a_process_group():
     with pytest.raises(TypeError, match="ep_group must be a torch.distributed ProcessGroup"):
         kernels.MoE(DIM, HIDDEN, 4, TOP_K, ep_group="world")
+    with pytest.raises(ValueError, match="ep_chunks needs ep_group"):
+        kernels.MoE(DIM, HIDDEN, 4, TOP_K, ep_chunks=2)
 
 
 def test_v3_rows_do_not_depend_on_their_tile_mates():

@@ -35,6 +35,10 @@ class MoE(MoEReference):
     ``torch.autocast`` the experts run in the autocast dtype, as ``nn.Linear`` would
     (the grouped GEMM is a custom op, which autocast does not cast by itself). Forward
     and backward are bitwise reproducible run to run for a fixed grouped GEMM.
+
+    ``MoE(..., ep_group=group)`` splits the experts over the group's ranks
+    (:class:`kernels.moe.ep_layer.ExpertParallelMoE`); ``MoE.from_full(layer, group)`` is
+    a rank's share of a full layer.
     """
 
     def __new__(cls, *args, ep_group=None, **kwargs):
@@ -46,6 +50,9 @@ class MoE(MoEReference):
         return super().__new__(cls)
 
     def __init__(self, *args, ep_group=None, **kwargs):
+        # ep_group is None here: a group made __new__ build ExpertParallelMoE instead
+        if "ep_chunks" in kwargs:
+            raise ValueError("ep_chunks needs ep_group (the process group to split the experts over)")
         super().__init__(*args, **kwargs)
         self.aux_loss: torch.Tensor | None = None
         self.expert_counts: torch.Tensor | None = None
