@@ -1,0 +1,237 @@
+"""kernels.MoE(ep_group=...) against the single-process layer on 2 and 4 local gloo processes.
+
+Every rank builds the same full layer (same seed), feeds its own tokens to its
+expert-parallel share, and also runs the full layer on the concatenation of all ranks'
+tokens: outputs, input gradients and the local experts' weight gradients must be equal
+bit for bit (fp32); the replicated parameters' gradients, summed over ranks, to
+rounding (see :mod:`kernels.moe.ep_layer`). One spawn per world size runs every case;
+a rank returns its failures and the parent asserts there are none.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import kernels
+from kernels.comm.launch import run_local
+from kernels.comm.overlap import PHASES, overlap_efficiency
+from kernels.moe import ExpertParallelMoE, aux_loss, route
+from kernels.moe.layer_ladder import v3_fused
+from workbench.ep_overlap import measure
+
+pytestmark = pytest.mark.timeout(300)   # a loaded 2-core machine runs these 3x slower
+
+DIM, HIDDEN, TOP_K = 24, 20, 2
+
+
+def _full_layer(num_experts, shared, seed=0):
+    torch.manual_seed(seed)
+    return kernels.MoE(DIM, HIDDEN, num_experts, TOP_K, shared)
+
+
+def _tokens(counts, seed, constant_feature=False):
+    """Each rank's tokens and output gradients; every rank draws all of them alike."""
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(n, DIM, generator=g) for n in counts]
+    if constant_feature:
+        for x in xs:
+            x[:, -1] = 1.0
+    return xs, [torch.randn(n, DIM, generator=g) for n in counts]
+
+
+def _grads(layer, x, grad_out):
+    x = x.detach().clone().requires_grad_()
+    layer.zero_grad()
+    out = layer(x)
+    out.backward(grad_out)
+    return out.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters()}
+
+
+def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1):
+    """EP share of ``full`` on this rank's tokens against ``reference``, ``full`` on all tokens."""
+    group = dist.group.WORLD
+    out_all, dx_all, g_all = reference
+    ep = kernels.MoE.from_full(full, group, ep_chunks=chunks)
+    out, dx, g = _grads(ep, xs[rank], grads_out[rank])
+    rows = slice(sum(x.shape[0] for x in xs[:rank]), sum(x.shape[0] for x in xs[:rank + 1]))
+    experts = slice(ep.local_experts.start, ep.local_experts.stop)
+    checks = {"out": (out, out_all[rows]), "dx": (dx, dx_all[rows]),
+              "expert_counts": (ep.expert_counts, full.expert_counts)}
+    checks |= {f"d{n}": (g[n], g_all[n][experts]) for n in ("gate", "up", "down")}
+    logits = F.linear(torch.cat(xs), full.router.weight)[rows]   # aux_loss: this rank's tokens
+    checks["aux_loss"] = (ep.aux_loss.detach(), aux_loss(logits, route(logits, TOP_K)[1]))
+    for key, (got, want) in checks.items():
+        if not torch.equal(got, want):
+            failures.append(f"{name}: {key} differs from the single-process layer "
+                            f"(max |diff| {(got.double() - want.double()).abs().max():.3g})")
+    replicated = ep.replicated_parameters()
+    for p in replicated:
+        dist.all_reduce(p.grad, group=group)
+    for n, p in ep.named_parameters():
+        if any(p is q for q in replicated):
+            try:
+                torch.testing.assert_close(p.grad, g_all[n], rtol=1e-5, atol=1e-6)
+            except AssertionError as err:
+                failures.append(f"{name}: summed d{n}: {err}")
+    return ep, out
+
+
+def _cases(rank, full, xs, gs, failures, name, chunks):
+    """Unchunked and chunked against one single-process run; the two outputs alike."""
+    reference = _grads(full, torch.cat(xs), torch.cat(gs))
+    ep, out = _compare(rank, full, reference, xs, gs, failures, name)
+    _, chunked = _compare(rank, full, reference, xs, gs, failures, f"{name} chunks {chunks}", chunks)
+    if not torch.equal(chunked, out):
+        failures.append(f"{name}: {chunks} chunks give other bits than 1")
+    return ep
+
+
+def _bitwise_cases(rank, world):
+    """Uneven token counts (a rank with 1 token, a rank with none), with and without shared
+    experts, 1 and 3 chunks (more chunks than a rank has tokens: empty chunks), and a
+    router that never picks rank 1's experts."""
+    failures = []
+    experts = 2 * world
+    cases = {2: [((6, 11), 0), ((9, 1), 1)], 4: [((5, 0, 9, 4), 1)]}[world]
+    for case, (tokens, shared) in enumerate(cases):
+        full = _full_layer(experts, shared, seed=case)
+        xs, gs = _tokens(tokens, seed=10 + case)
+        _cases(rank, full, xs, gs, failures, f"tokens {tokens} shared {shared}", chunks=3)
+    # rank 1 owns experts 2 and 3, and the router never picks them
+    full = _full_layer(experts, 1, seed=7)
+    with torch.no_grad():
+        full.router.weight[2:4] = 0.0
+        full.router.weight[:2, -1] = 10.0
+        full.router.weight[4:, -1] = 10.0
+    xs, gs = _tokens([8] * world, seed=20, constant_feature=True)
+    ep = _cases(rank, full, xs, gs, failures, "rank 1 receives nothing", chunks=2)
+    if ep.expert_counts[2:4].any() or not ep.expert_counts.sum() == 8 * world * TOP_K:
+        failures.append(f"experts 2, 3 got token-slots: {ep.expert_counts.tolist()}")
+    if world == 2:
+        _bf16_case(rank, failures)
+    return failures
+
+
+def _bf16_case(rank, failures):
+    """bf16: the routing weight is applied after the down kernel's rounding instead of
+    before it (two roundings, not one), so close to the single-process layer, not bitwise."""
+    full = _full_layer(4, 1, seed=3).to(torch.bfloat16)
+    xs, gs = _tokens((7, 5), seed=30)
+    xs, gs = [x.bfloat16() for x in xs], [g.bfloat16() for g in gs]
+    out_all, dx_all, g_all = _grads(full, torch.cat(xs), torch.cat(gs))
+    ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=2)
+    out, dx, g = _grads(ep, xs[rank], gs[rank])
+    rows = slice(0, 7) if rank == 0 else slice(7, 12)
+    experts = slice(ep.local_experts.start, ep.local_experts.stop)
+    pairs = {"out": (out, out_all[rows]), "dx": (dx, dx_all[rows])}
+    pairs |= {f"d{n}": (g[n], g_all[n][experts]) for n in ("gate", "up", "down")}
+    for key, (got, want) in pairs.items():
+        try:
+            assert got.dtype == torch.bfloat16
+            torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+        except AssertionError as err:
+            failures.append(f"bf16 {key}: {err}")
+
+
+def _construction_case(rank, world):
+    """The errors of bad arguments, and whether a fresh EP layer seeded like a full layer
+    holds that layer's weights for its experts (as ExpertParallelMoE's docstring says)."""
+    messages = []
+    for kwargs in (dict(num_experts=6), dict(num_experts=8, ep_chunks=0)):
+        try:
+            kernels.MoE(DIM, HIDDEN, top_k=1, ep_group=dist.group.WORLD, **kwargs)
+        except ValueError as err:
+            messages.append(str(err))
+    full = _full_layer(2 * world, 1)
+    torch.manual_seed(0)
+    fresh = kernels.MoE(DIM, HIDDEN, 2 * world, TOP_K, 1, ep_group=dist.group.WORLD)
+    share = kernels.MoE.from_full(full, dist.group.WORLD).state_dict()
+    same = isinstance(fresh, ExpertParallelMoE) and all(
+        torch.equal(v, share[k]) for k, v in fresh.state_dict().items())
+    return messages, same
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ep_layer_is_bitwise_the_single_process_layer(world):
+    failures = run_local(_bitwise_cases, world, timeout=280, group_timeout=200)
+    assert failures == [[]] * world
+
+
+def test_events_are_well_formed_and_efficiency_is_a_fraction():
+    rows = measure(world=2, chunk_counts=(1, 3), tokens=10, dim=DIM, hidden=HIDDEN, experts=4,
+                   top_k=TOP_K, timeout=120)
+    assert [row["chunks"] for row in rows] == [1, 3] and all(row["same_bits"] for row in rows)
+    for row in rows:
+        chunks = row["chunks"]
+        for rank in range(2):
+            events = [e for e in row["events"] if e["rank"] == rank]
+            assert sorted((e["chunk"], e["phase"]) for e in events) == sorted(
+                (c, p) for c in range(chunks) for p in PHASES)
+            assert all(0 <= e["start_s"] <= e["end_s"] for e in events)
+            at = {(e["chunk"], e["phase"]): e for e in events}
+            for c in range(chunks):   # a chunk computes after its dispatch, is combined after
+                assert at[c, "dispatch"]["end_s"] <= at[c, "compute"]["start_s"]
+                assert at[c, "compute"]["end_s"] <= at[c, "combine"]["start_s"]
+            assert 0 < row["efficiency_per_rank"][rank] <= 1
+            assert row["seconds_per_rank"][rank] > 0
+        assert 0 < row["efficiency"] <= 1
+
+
+def test_overlap_efficiency_on_known_timelines():
+    def ev(phase, start, end, rank=0, chunk=0):
+        return {"rank": rank, "chunk": chunk, "phase": phase, "start_s": start, "end_s": end}
+    serial = [ev("dispatch", 0, 1), ev("compute", 1, 2), ev("combine", 2, 3)]
+    assert overlap_efficiency(serial) == pytest.approx(2 / 3)
+    hidden = [ev("dispatch", 0, 1), ev("compute", 0, 3), ev("combine", 2, 3)]
+    assert overlap_efficiency(hidden) == 1.0
+    both = serial + [ev("compute", 0, 4, rank=1), ev("dispatch", 1, 2, rank=1)]
+    assert overlap_efficiency(both) == pytest.approx((2 + 4) / (3 + 4))
+    assert overlap_efficiency(both, rank=1) == 1.0
+    with pytest.raises(ValueError, match="empty"):
+        overlap_efficiency([])
+    with pytest.raises(ValueError, match="phase"):
+        overlap_efficiency([ev("wait", 0, 1)])
+    with pytest.raises(ValueError, match="no events of rank 3"):
+        overlap_efficiency(serial, rank=3)
+
+
+def test_bad_world_size_and_chunks_are_refused_by_name_and_fresh_layers_are_slices():
+    for messages, same in run_local(_construction_case, 4, timeout=120, group_timeout=100):
+        assert len(messages) == 2
+        assert "num_experts=6" in messages[0] and "world size 4" in messages[0]
+        assert "ep_chunks" in messages[1]
+        assert same
+
+
+def test_ep_group_must_be_a_process_group():
+    with pytest.raises(TypeError, match="ep_group must be a torch.distributed ProcessGroup"):
+        kernels.MoE(DIM, HIDDEN, 4, TOP_K, ep_group="world")
+    with pytest.raises(ValueError, match="ep_chunks needs ep_group"):
+        kernels.MoE(DIM, HIDDEN, 4, TOP_K, ep_chunks=2)
+
+
+def test_v3_rows_do_not_depend_on_their_tile_mates():
+    """What chunking rests on: a row's output from v3's kernels is the same whichever
+    rows share its tiles and wherever in the tile it sits (interpreter: numpy per tile)."""
+    g = torch.Generator().manual_seed(3)
+    rows = torch.randn(70, DIM, generator=g)
+    gate, up = torch.randn(2, DIM, HIDDEN, generator=g), torch.randn(2, DIM, HIDDEN, generator=g)
+    down = torch.randn(2, HIDDEN, DIM, generator=g)
+    cfg1, cfg2 = v3_fused.config("interpreter")
+
+    def run(x, split):
+        identity = torch.arange(x.shape[0])
+        offsets = torch.tensor([split, x.shape[0]], dtype=torch.int32)
+        h = v3_fused.gate_up(x, gate, up, identity, offsets, 1, cfg1)
+        return v3_fused.down_scatter(h, down, identity, torch.ones(x.shape[0]), offsets, cfg2)
+
+    whole = run(rows, 40)
+    # drop 5 rows from the front of each expert: every row moves within its tile and
+    # gets new neighbours (tiles are 32 rows in the interpreter)
+    kept = torch.cat([torch.arange(5, 40), torch.arange(45, 70)])
+    assert torch.equal(run(rows[kept], 35), whole[kept])
+    # the reverse order inside each expert
+    flipped = torch.cat([torch.arange(39, -1, -1), torch.arange(69, 39, -1)])
+    assert torch.equal(run(rows[flipped], 40), whole[flipped])

@@ -1,0 +1,57 @@
+"""Measure the expert-parallel MoE layer's chunked pipeline on local gloo ranks.
+
+A notebook cannot hand run_local a function it defines (the ranks import their function
+by name), so the run lives here: each rank builds the same seeded layer, takes its
+expert-parallel share, runs one warm-up forward and one recorded forward per chunk
+count, and returns its events (:mod:`kernels.comm.overlap`) and wall time. The numbers
+are measurements of *this* machine's CPUs (gloo over loopback, kernels in the Triton
+interpreter wherever there is no GPU): they show how the pipeline behaves, never what a
+GPU would do.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+import kernels
+from kernels.comm.launch import run_local
+from kernels.comm.overlap import overlap_efficiency
+
+
+def _rank(rank, world, chunk_counts, tokens, dim, hidden, experts, top_k, seed):
+    torch.manual_seed(seed)
+    full = kernels.MoE(dim, hidden, experts, top_k)
+    x = torch.randn(tokens, dim, generator=torch.Generator().manual_seed(seed + 1 + rank))
+    runs = {}
+    with torch.no_grad():
+        for chunks in chunk_counts:
+            ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=chunks)
+            ep(x)                                   # warm-up: the interpreter's first call
+            ep.record_events = True
+            start = time.perf_counter()
+            out = ep(x)
+            runs[chunks] = dict(seconds=time.perf_counter() - start, events=ep.events, out=out)
+    return runs
+
+
+def measure(world: int = 2, chunk_counts=(1, 4), tokens: int = 128, dim: int = 64,
+            hidden: int = 64, experts: int = 4, top_k: int = 2, seed: int = 0,
+            timeout: float = 300.0) -> list[dict]:
+    """One row per chunk count: ``chunks``, ``events`` (every rank's), ``efficiency``
+    (overall) and ``efficiency_per_rank``, ``seconds_per_rank`` (the recorded forward's
+    wall time) and ``same_bits`` (the output equals the first chunk count's on every rank).
+    ``tokens`` is per rank."""
+    per_rank = run_local(_rank, world, tuple(chunk_counts), tokens, dim, hidden, experts,
+                         top_k, seed, timeout=timeout, group_timeout=timeout)
+    first = chunk_counts[0]
+    rows = []
+    for chunks in chunk_counts:
+        events = [e for runs in per_rank for e in runs[chunks]["events"]]
+        rows.append(dict(
+            chunks=chunks, events=events, efficiency=overlap_efficiency(events),
+            efficiency_per_rank=[overlap_efficiency(events, r) for r in range(world)],
+            seconds_per_rank=[runs[chunks]["seconds"] for runs in per_rank],
+            same_bits=all(torch.equal(runs[chunks]["out"], runs[first]["out"]) for runs in per_rank)))
+    return rows
