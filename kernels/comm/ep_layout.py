@@ -1,0 +1,108 @@
+"""Where an expert-parallel dispatch sends rows, and how many bytes that costs.
+
+Expert parallelism splits the E experts of an MoE layer contiguously over W ranks: rank
+r owns experts ``[r·E/W, (r+1)·E/W)``. A token routed to k experts must reach every rank
+that owns one of them. A naive dispatch sends one row per (token, expert) pair; a token
+whose experts share a rank then crosses the wire several times with identical content.
+A deduplicating dispatch (DeepEP's) sends one row per (token, destination rank) and
+lets the receiver copy it to each local expert. :func:`dispatch_layout` counts both from
+the routing alone, with no process group, so notebooks and cost models can price a
+routing (DeepSeek-V3: 256 experts, top-8, 8 ranks) before any rank exists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import _checks as check
+
+FP8_SCALE_BYTES = 4  # one float32 scale per row travels with an fp8 payload
+
+
+@dataclass(frozen=True, eq=False)
+class EPLayout:
+    """The counts of one rank's routing ``topk_ids`` (T, K) over W ranks.
+
+    All counts include the rows whose destination is the sending rank itself: on a GPU
+    those stay local (a copy, not a network transfer), so a caller pricing the network
+    alone subtracts ``rows_per_rank[own rank]`` (naive) or ``tokens_per_rank[own rank]``
+    (dedup).
+    """
+
+    num_experts: int
+    world_size: int
+    tokens_per_rank: torch.Tensor   # (W,) int64: tokens with >= 1 expert on rank r
+    tokens_per_expert: torch.Tensor  # (E,) int64: (token, k) slots routed to expert e
+    rows_per_rank: torch.Tensor     # (W,) int64: (token, k) slots whose expert is on rank r
+    is_token_in_rank: torch.Tensor  # (T, W) bool
+    rows_naive: int                 # (token, expert) pairs, own rank included: T·K
+    rows_dedup: int                 # (token, rank) pairs, own rank included
+
+    @property
+    def experts_per_rank(self) -> int:
+        return self.num_experts // self.world_size
+
+    def bytes(self, dim: int, dtype: torch.dtype, fp8: bool = False) -> dict[str, int]:
+        """Payload bytes of the dispatch: ``dict(naive=, dedup=, saved=naive - dedup)``.
+
+        A row is ``dim`` elements of ``dtype``, or with ``fp8`` one byte per element plus
+        a float32 scale. Routing metadata (ids, weights) is not counted: it is K numbers
+        per row against ``dim`` (thousands), and both dispatches need it.
+        """
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
+            raise ValueError(f"dim must be a non-negative int, got {dim!r}")
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
+        row = dim + FP8_SCALE_BYTES if fp8 else dim * dtype.itemsize
+        naive, dedup = self.rows_naive * row, self.rows_dedup * row
+        return dict(naive=naive, dedup=dedup, saved=naive - dedup)
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def expert_split(num_experts, world_size) -> int:
+    """Experts per rank; refuses a split that would leave ranks with unequal shares."""
+    _positive_int("num_experts", num_experts)
+    _positive_int("world_size", world_size)
+    if num_experts % world_size:
+        raise ValueError(f"num_experts ({num_experts}) must divide by world_size ({world_size}): "
+                         "experts are split contiguously and evenly over the ranks")
+    return num_experts // world_size
+
+
+def checked_ids(topk_ids, num_experts) -> torch.Tensor:
+    """``topk_ids`` (T, K) of int32/int64 in [0, num_experts); -1 (DeepEP's "no expert") is refused."""
+    check.tensor("topk_ids", topk_ids, contiguous=False)
+    if topk_ids.dim() != 2:
+        raise ValueError(f"topk_ids must be 2-D (tokens, top_k), got shape {tuple(topk_ids.shape)}")
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
+    if topk_ids.numel():
+        low, high = int(topk_ids.min()), int(topk_ids.max())
+        if low < 0 or high >= num_experts:
+            raise ValueError(f"topk_ids must lie in [0, {num_experts}); found values from "
+                             f"{low} to {high} (masked slots such as -1 are not supported)")
+    return topk_ids
+
+
+def dispatch_layout(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> EPLayout:
+    """Count the rows a dispatch of ``topk_ids`` (T, K) sends to each of ``world_size`` ranks."""
+    per_rank = expert_split(num_experts, world_size)
+    ids = checked_ids(topk_ids, num_experts).long()
+    tokens, top_k = ids.shape
+    flat = ids.reshape(-1)
+    tokens_per_expert = torch.bincount(flat, minlength=num_experts)
+    ranks = ids // per_rank
+    in_rank = torch.zeros(tokens, world_size, dtype=torch.bool, device=ids.device)
+    in_rank.scatter_(1, ranks, True)
+    tokens_per_rank = in_rank.sum(dim=0)
+    return EPLayout(num_experts=num_experts, world_size=world_size,
+                    tokens_per_rank=tokens_per_rank, tokens_per_expert=tokens_per_expert,
+                    rows_per_rank=tokens_per_expert.view(world_size, per_rank).sum(dim=1),
+                    is_token_in_rank=in_rank, rows_naive=tokens * top_k,
+                    rows_dedup=int(tokens_per_rank.sum()))
