@@ -261,24 +261,25 @@ def model_vs_measured(rows: list[dict], fitted) -> list[dict]:
     return out
 
 
-def model_chart(compared: list[dict], title: str) -> alt.LayerChart:
-    """Log-log time against bytes: measured points, the model's line through them."""
+def model_chart(compared: list[dict], title: str) -> alt.FacetChart:
+    """Log-log time against bytes per collective: measured points, the model's line."""
     long = [dict(r, source=source, ms=r[f"{source}_ms"]) for r in compared
             for source in ("measured", "model")]
-    base = alt.Chart(alt.Data(values=long), title=title).encode(
+    base = alt.Chart().encode(
         x=alt.X("bytes:Q", scale=alt.Scale(type="log"), title="bytes per call"),
         y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="ms"),
         color=alt.Color("algorithm:N"), tooltip=["algorithm:N", "source:N", "bytes:Q", "ms:Q"])
     line = base.transform_filter(alt.datum.source == "model").mark_line(strokeDash=[4, 3])
     dots = base.transform_filter(alt.datum.source == "measured").mark_point(filled=True, size=60)
-    return (line + dots).properties(width=420, height=260)
+    return alt.layer(line, dots, data=alt.Data(values=long)).properties(
+        width=300, height=240).facet(column=alt.Column("collective:N", title=None), title=title)
 
 
 def volume_chart(rows: list[dict], title: str) -> alt.Chart:
     """Bytes one EP dispatch moves: bars per payload, naive against deduplicated."""
     return alt.Chart(alt.Data(values=rows), title=title).mark_bar().encode(
         x=alt.X("layout:N", title=None, sort=["naive", "dedup"]),
-        y=alt.Y("MB:Q", title="MB sent per dispatch (all ranks)"),
+        y=alt.Y("MB:Q", title="MB one rank sends"),
         color=alt.Color("layout:N", legend=None), column=alt.Column("payload:N", title=None),
         tooltip=["payload:N", "layout:N", "MB:Q"]).properties(width=140, height=200)
 
