@@ -37,10 +37,29 @@ class MoE(MoEReference):
     and backward are bitwise reproducible run to run for a fixed grouped GEMM.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __new__(cls, *args, ep_group=None, **kwargs):
+        """With ``ep_group`` (a process group), the expert-parallel layer
+        (:class:`kernels.moe.ep_layer.ExpertParallelMoE`, which also takes ``ep_chunks``)."""
+        if ep_group is not None and cls is MoE:
+            from .ep_layer import ExpertParallelMoE
+            cls = ExpertParallelMoE
+        return super().__new__(cls)
+
+    def __init__(self, *args, ep_group=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.aux_loss: torch.Tensor | None = None
         self.expert_counts: torch.Tensor | None = None
+
+    @classmethod
+    def from_full(cls, layer: MoEReference, ep_group, *, ep_chunks: int = 1) -> "MoE":
+        """This rank's expert-parallel share of ``layer`` (a full ``kernels.MoE`` or
+        ``MoEReference``): its router and shared experts, and its experts of ``ep_group``."""
+        weight = layer.router.weight
+        ep = MoE(layer.dim, layer.hidden, layer.num_experts, layer.top_k, layer.shared_experts,
+                 ep_group=ep_group, ep_chunks=ep_chunks, normalize=layer.normalize,
+                 device=weight.device, dtype=weight.dtype)
+        ep.load_state_dict(layer.state_dict())
+        return ep
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 1 or x.shape[-1] != self.dim:

@@ -1,0 +1,288 @@
+"""``kernels.MoE(..., ep_group=group)``: the MoE layer with its experts split over ranks.
+
+Rank r of the W ranks of ``ep_group`` holds the weights of experts ``[r·E/W, (r+1)·E/W)``
+only; the router and the shared experts are replicated. Each rank feeds its own tokens:
+it routes them (the same float32 router), sends every token-slot to the rank of its
+expert (:mod:`.ep_exchange`, one all-to-all), runs v3's two fused kernels on the rows it
+received for its experts, sends the rows back (a second all-to-all) and sums each
+token's k rows, weighted, exactly as v3 does after its down kernel.
+
+Bitwise equal to the single-process layer (fp32), and why:
+    - The experts: an owner's rows for expert e are the single-process layer's rows for
+      e, in the same order (:mod:`.ep_exchange`), and every kernel (v3's forward, the
+      grouped GEMMs and dW of the backward) tiles an expert's rows from that expert's
+      first row, so each tile holds the same rows as in the single-process layer. v3
+      multiplies the routing weight into each row in its down kernel; here the down
+      kernel runs with weight 1 (``acc·1`` is exact) and the weight is applied after the
+      all-to-all back (``w·y`` in fp32: the same single rounding). In fp16/bf16 that is
+      two roundings instead of one: close, not bitwise.
+    - Token-wise dense work on CPU (the router GEMM, the shared experts, the SwiGLU of
+      the recomputing backward): CPU ATen evaluates ``exp`` with SIMD in the body of a
+      tensor and with scalar libm in its tail, and MKL takes another path for one or two
+      rows than for many, so a row's bits depend on its position and on the row count
+      (measured here: 157 of 4096 SiLU values and every single-row GEMM differ). On CPU
+      tensors this layer therefore evaluates those ops on a buffer of the
+      single-process layer's shape with its own rows at their single-process positions
+      (:func:`_placed`), so each element takes the same code path. That costs W times
+      the dense work of those parts and is done on CPU only, where it was measured; on
+      GPUs an elementwise op runs the same code for every element.
+    - Chunked forward (``ep_chunks > 1``): a row's result does not depend on the other
+      rows in its tile (tests/test_ep_moe.py checks this for v3's kernels), so chunks
+      give the unchunked bits.
+
+Backward: as v3's, it recomputes: one unchunked all-to-all carries each slot's row of x
+and its output gradient to the owner, which runs v2's differentiable path (grouped GEMMs,
+SwiGLU) and sends back the input gradient and the recomputed output (for the routing
+weights' gradient). Local expert weight gradients are the single-process layer's for
+those experts, bitwise. The router's and shared experts' gradients cover this rank's
+tokens only: they are replicated parameters, and like any data-parallel gradient they
+must be summed over the ranks (:meth:`ExpertParallelMoE.replicated_parameters`); that
+sum adds per-rank partial sums, a different association than the single-process sum
+over all tokens, so it matches to rounding, not bitwise.
+
+Overlap: with ``ep_chunks = C`` the tokens are split into C chunks; the dispatch of chunk
+i+1 is issued (``async_op=True``) before the experts compute chunk i, and each chunk's
+combine is issued as soon as it is computed. With ``record_events = True`` every
+forward leaves a timeline in ``events`` (:mod:`kernels.comm.overlap`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from .. import autocast
+from .. import backend as _backend
+from ..comm.overlap import Timeline
+from . import ep_exchange
+from .grouped_gemm.ops import grouped_gemm
+from .layer import MoE
+from .layer_ladder import v3_fused
+from .layer_ladder.checks import moe_operands
+from .layer_ladder.spec import DTYPES
+from .reference import MoEReference, swiglu
+from .routing import aux_loss, expert_counts, route
+
+_EXPERT_WEIGHTS = ("gate", "up", "down")
+
+
+def _placed(fn, start: int, total: int, *tensors: torch.Tensor) -> torch.Tensor:
+    """``fn(*tensors)`` for row-wise ``fn``, evaluated (on CPU) on ``(total, ·)`` buffers with
+    the tensors' rows at ``[start, start + n)`` and zeros elsewhere: see the module's
+    docstring for why. Differentiable."""
+    n = tensors[0].shape[0]
+    if tensors[0].device.type != "cpu":
+        return fn(*tensors)
+    full = [torch.cat([t.new_zeros((start, t.shape[1])), t,
+                       t.new_zeros((total - start - n, t.shape[1]))]) for t in tensors]
+    return fn(*full)[start:start + n]
+
+
+@dataclass
+class _Run:
+    """What one forward's autograd node needs besides tensors."""
+    group: object
+    num_experts: int
+    chunks: int
+    timeline: Timeline | None
+    row_start: int     # the single-process sorted row of this rank's first expert's first row
+    rows_total: int    # the single-process layer's T·k
+
+
+def _experts_forward(rows, offsets, gate, up, down) -> torch.Tensor:
+    """v3's two kernels on expert-major rows, weight 1: the unweighted expert outputs."""
+    if rows.shape[0] == 0:
+        return rows.new_zeros((0, down.shape[2]))
+    here = _backend.current()
+    cfg1, cfg2 = v3_fused.config(here.name, here.arch)
+    identity = torch.arange(rows.shape[0], device=rows.device)
+    h = v3_fused.gate_up(rows, gate, up, identity, offsets, 1, cfg1)
+    ones = torch.ones(rows.shape[0], dtype=torch.float32, device=rows.device)
+    return v3_fused.down_scatter(h, down, identity, ones, offsets, cfg2)
+
+
+def _experts_backward(rows, grad_y, offsets, gate, up, down, run: _Run):
+    """v2's path (as :func:`.layer_ladder.v2_grouped.routed_experts` between its permute and
+    unpermute) recomputed and differentiated: ((d rows, d gate, d up, d down), y)."""
+    leaves = [t.detach().requires_grad_() for t in (rows, gate, up, down)]
+    r, g, u, d = leaves
+    with torch.enable_grad():
+        h = _placed(lambda a, b: F.silu(a) * b, run.row_start, run.rows_total,
+                    grouped_gemm(r, g, offsets, check_offsets=False),
+                    grouped_gemm(r, u, offsets, check_offsets=False))
+        y = grouped_gemm(h, d, offsets, check_offsets=False)
+        grads = torch.autograd.grad(y, leaves, grad_y)
+    return grads, y.detach()
+
+
+def _weighted_sum(y_by_slot: torch.Tensor, weights: torch.Tensor, dtype) -> torch.Tensor:
+    """v3's ending: each slot's row times its weight, rounded to ``dtype``, summed over k in fp32."""
+    (t, k), dim = weights.shape, y_by_slot.shape[1]
+    acc = torch.promote_types(dtype, torch.float32)
+    per_slot = (y_by_slot.view(t, k, dim).to(acc) * weights.to(acc).unsqueeze(-1)).to(dtype)
+    if k == 1:
+        return per_slot.view(t, dim)
+    return per_slot.to(acc).sum(dim=1).to(dtype)
+
+
+def _bounds(t: int, chunks: int) -> list[tuple[int, int]]:
+    """``torch.tensor_split``'s chunks of t rows as (start, end); some may be empty."""
+    edges = [c * (t // chunks) + min(c, t % chunks) for c in range(chunks + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _comm(run: _Run, chunk: int, phase: str, work):
+    return work if run.timeline is None else run.timeline.comm(chunk, phase, work)
+
+
+def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run) -> torch.Tensor:
+    """Dispatch chunk c+1 while chunk c computes; combine each chunk as soon as it is done."""
+    k = ids.shape[1]
+    bounds = _bounds(ids.shape[0], run.chunks)
+    plans = ep_exchange.plans([ids[a:b] for a, b in bounds], run.num_experts, run.group)
+
+    def dispatch(c):
+        rows = x[bounds[c][0]:bounds[c][1]][plans[c].slots // k]
+        out, work = ep_exchange.start(rows, plans[c], run.group)
+        return out, _comm(run, c, "dispatch", work)
+
+    pending, combines = dispatch(0), []
+    for c in range(run.chunks):
+        following = dispatch(c + 1) if c + 1 < run.chunks else None
+        received, work = pending
+        work.wait()
+        rows = ep_exchange.finish(received, plans[c])
+        if run.timeline is None:
+            y = _experts_forward(rows, plans[c].offsets, gate, up, down)
+        else:
+            with run.timeline.compute(c):
+                y = _experts_forward(rows, plans[c].offsets, gate, up, down)
+        out, work = ep_exchange.start(y, plans[c], run.group, back=True)
+        combines.append((out, _comm(run, c, "combine", work)))
+        pending = following
+    outputs = []
+    for (out, work), (a, b), plan in zip(combines, bounds, plans):
+        work.wait()
+        outputs.append(_weighted_sum(ep_exchange.finish(out, plan, back=True), weights[a:b], x.dtype))
+    return torch.cat(outputs)
+
+
+class _Experts(torch.autograd.Function):
+    """Forward: :func:`_pipelined_forward`. Backward: v2's, recomputed at the owners."""
+
+    @staticmethod
+    def forward(ctx, x, weights, ids, gate, up, down, run):
+        ctx.save_for_backward(x, weights, ids, gate, up, down)
+        ctx.run = run
+        return _pipelined_forward(x, weights, ids, gate, up, down, run)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, weights, ids, gate, up, down = ctx.saved_tensors
+        run, ((t, k), dim) = ctx.run, (ids.shape, x.shape[1])
+        (plan,) = ep_exchange.plans([ids], run.num_experts, run.group)
+        # unpermute's backward: each slot's output gradient, weighted, in x's dtype
+        acc = torch.promote_types(x.dtype, torch.float32)
+        grad = grad_out.to(acc).unsqueeze(1)
+        grad_y = (grad * weights.to(acc).unsqueeze(-1)).to(x.dtype).flatten(0, 1)
+        sent = torch.cat([x[plan.slots // k], grad_y[plan.slots]], dim=1)
+        rows, grad_rows = ep_exchange.exchange(sent, plan, run.group).split(dim, dim=1)
+        (d_rows, dgate, dup, ddown), y = _experts_backward(
+            rows.contiguous(), grad_rows.contiguous(), plan.offsets, gate, up, down, run)
+        back = ep_exchange.exchange(torch.cat([d_rows, y], dim=1), plan, run.group, back=True)
+        d_slot, y_slot = (part.contiguous().view(t, k, dim) for part in back.split(dim, dim=1))
+        dx = d_slot.to(acc).sum(dim=1).to(x.dtype)                          # permute's backward
+        dweights = (y_slot.to(acc) * grad).sum(dim=-1).to(weights.dtype)    # unpermute's
+        return dx, dweights, None, dgate, dup, ddown, None
+
+
+class ExpertParallelMoE(MoE):
+    """:class:`kernels.MoE` over ``ep_group``: build it as ``kernels.MoE(..., ep_group=g)``
+    (fresh weights: every rank draws all E experts' weights, as the single-process layer
+    would, then keeps its own, so ranks seeded alike hold slices of one full layer) or
+    from a full layer with ``kernels.MoE.from_full(layer, ep_group)``. ``load_state_dict`` takes a full layer's
+    state dict (it keeps this rank's experts) or an expert-parallel one.
+
+    ``ep_chunks``: chunks of the forward's token pipeline (1: no overlap). Set
+    ``record_events = True`` (on every rank alike: it adds a barrier) and each forward
+    leaves its timeline in ``events``. ``expert_counts`` are the token-slots each of
+    the E experts got over all ranks (an integer all-reduce, so exactly the
+    single-process layer's on the concatenated batch); ``aux_loss`` is this rank's
+    tokens' loss, which is the loss each data-parallel rank adds to its own training
+    loss, its router gradient summed with the others' like every replicated gradient.
+    """
+
+    def __init__(self, dim: int, hidden: int, num_experts: int, top_k: int,
+                 shared_experts: int = 0, *, ep_group, ep_chunks: int = 1,
+                 normalize: bool = True, device=None, dtype=None):
+        if not isinstance(ep_group, dist.ProcessGroup):
+            raise TypeError(f"ep_group must be a torch.distributed ProcessGroup, got "
+                            f"{type(ep_group).__name__}")
+        if isinstance(ep_chunks, bool) or not isinstance(ep_chunks, int) or ep_chunks < 1:
+            raise ValueError(f"ep_chunks must be an int >= 1, got {ep_chunks!r}")
+        world = dist.get_world_size(ep_group)
+        if isinstance(num_experts, int) and num_experts % world:
+            raise ValueError(f"num_experts={num_experts} must be divisible by the ep_group's "
+                             f"world size {world}: each rank owns num_experts / world experts")
+        super().__init__(dim, hidden, num_experts, top_k, shared_experts, normalize=normalize,
+                         device=device, dtype=dtype)
+        self.ep_group, self.ep_chunks, self.ep_rank = ep_group, ep_chunks, dist.get_rank(ep_group)
+        per_rank = num_experts // world
+        self.local_experts = range(self.ep_rank * per_rank, (self.ep_rank + 1) * per_rank)
+        for name in _EXPERT_WEIGHTS:
+            full = getattr(self, name)
+            setattr(self, name, torch.nn.Parameter(full.detach()[self._slice].clone()))
+        self.record_events = False
+        self.events: list[dict] | None = None
+
+    @property
+    def _slice(self) -> slice:
+        return slice(self.local_experts.start, self.local_experts.stop)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for name in _EXPERT_WEIGHTS:
+            value = state_dict.get(prefix + name)
+            if value is not None and value.shape[0] == self.num_experts != len(self.local_experts):
+                state_dict[prefix + name] = value[self._slice]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def replicated_parameters(self) -> list[torch.nn.Parameter]:
+        """The router's and shared experts' weights: every rank holds them whole, and their
+        gradients (of this rank's tokens) must be summed over the ranks."""
+        return [p for name, p in self.named_parameters() if name not in _EXPERT_WEIGHTS]
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, local_experts={self.local_experts.start}.."
+                f"{self.local_experts.stop - 1}, ep_chunks={self.ep_chunks}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() < 1 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
+        flat, router, gate, up, down = autocast.operands(x.reshape(-1, self.dim), self.router.weight,
+                                                         self.gate, self.up, self.down)
+        # the local experts' weights against their rows of the router (top_k is checked at init)
+        moe_operands(flat, router[self._slice], gate, up, down, 1, DTYPES)
+        group, world = self.ep_group, dist.get_world_size(self.ep_group)
+        tokens = torch.zeros(world, dtype=torch.int64)
+        tokens[self.ep_rank] = flat.shape[0]
+        dist.all_reduce(tokens, group=group)
+        start, total = int(tokens[:self.ep_rank].sum()), int(tokens.sum())
+        logits = _placed(lambda rows: F.linear(rows.float(), self.router.weight.float()),
+                         start, total, flat)
+        weights, ids = route(logits, self.top_k, self.normalize)
+        self.aux_loss = aux_loss(logits, ids)
+        counts = expert_counts(ids, self.num_experts)
+        dist.all_reduce(counts, group=group)
+        self.expert_counts = counts
+        run = _Run(group, self.num_experts, self.ep_chunks,
+                   Timeline(group) if self.record_events else None,
+                   int(counts[:self.local_experts.start].sum()), total * self.top_k)
+        out = _Experts.apply(flat, weights, ids, gate, up, down, run)
+        if run.timeline is not None:
+            self.events = run.timeline.events
+        if self.shared_experts:
+            out = out + _placed(lambda rows: swiglu(rows, self.shared_gate, self.shared_up,
+                                                    self.shared_down), start, total, flat)
+        return out.reshape(x.shape)

@@ -1,0 +1,189 @@
+"""kernels.MoE(ep_group=...) against the single-process layer on 2 and 4 local gloo processes.
+
+Every rank builds the same full layer (same seed), feeds its own tokens to its
+expert-parallel share, and also runs the full layer on the concatenation of all ranks'
+tokens: outputs, input gradients and the local experts' weight gradients must be equal
+bit for bit (fp32); the replicated parameters' gradients, summed over ranks, to
+rounding (see :mod:`kernels.moe.ep_layer`). One spawn per world size runs every case;
+a rank returns its failures and the parent asserts there are none.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import kernels
+from kernels.comm.launch import run_local
+from kernels.comm.overlap import PHASES, overlap_efficiency
+from kernels.moe.layer_ladder import v3_fused
+
+pytestmark = pytest.mark.timeout(150)
+
+DIM, HIDDEN, TOP_K = 24, 20, 2
+
+
+def _full_layer(num_experts, shared, seed=0):
+    torch.manual_seed(seed)
+    return kernels.MoE(DIM, HIDDEN, num_experts, TOP_K, shared)
+
+
+def _tokens(counts, seed, constant_feature=False):
+    """Each rank's tokens and output gradients; every rank draws all of them alike."""
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(n, DIM, generator=g) for n in counts]
+    if constant_feature:
+        for x in xs:
+            x[:, -1] = 1.0
+    return xs, [torch.randn(n, DIM, generator=g) for n in counts]
+
+
+def _grads(layer, x, grad_out):
+    x = x.detach().clone().requires_grad_()
+    layer.zero_grad()
+    out = layer(x)
+    out.backward(grad_out)
+    return out.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters()}
+
+
+def _compare(rank, world, full, xs, grads_out, failures, name, chunks=1):
+    """EP share of ``full`` on this rank's tokens against ``full`` on all tokens."""
+    group = dist.group.WORLD
+    ep = kernels.MoE.from_full(full, group, ep_chunks=chunks)
+    out_all, dx_all, g_all = _grads(full, torch.cat(xs), torch.cat(grads_out))
+    out, dx, g = _grads(ep, xs[rank], grads_out[rank])
+    rows = slice(sum(x.shape[0] for x in xs[:rank]), sum(x.shape[0] for x in xs[:rank + 1]))
+    experts = slice(ep.local_experts.start, ep.local_experts.stop)
+    checks = {"out": (out, out_all[rows]), "dx": (dx, dx_all[rows]),
+              "expert_counts": (ep.expert_counts, full.expert_counts)}
+    checks |= {f"d{n}": (g[n], g_all[n][experts]) for n in ("gate", "up", "down")}
+    for key, (got, want) in checks.items():
+        if not torch.equal(got, want):
+            failures.append(f"{name}: {key} differs from the single-process layer "
+                            f"(max |diff| {(got.double() - want.double()).abs().max():.3g})")
+    for p in ep.replicated_parameters():
+        dist.all_reduce(p.grad, group=group)
+    for n, p in ep.named_parameters():
+        if p in set(ep.replicated_parameters()):
+            try:
+                torch.testing.assert_close(p.grad, g_all[n], rtol=1e-5, atol=1e-6)
+            except AssertionError as err:
+                failures.append(f"{name}: summed d{n}: {err}")
+    return ep, out
+
+
+def _bitwise_cases(rank, world):
+    failures = []
+    experts = 2 * world
+    counts = {2: [(6, 11), (9, 1)], 4: [(7, 3, 12, 1), (5, 0, 9, 4)]}[world]
+    for case, tokens in enumerate(counts):
+        for shared in (0, 1):
+            full = _full_layer(experts, shared, seed=case)
+            xs, gs = _tokens(tokens, seed=10 + case)
+            name = f"tokens {tokens} shared {shared}"
+            ep, out = _compare(rank, world, full, xs, gs, failures, name)
+            _, chunked = _compare(rank, world, full, xs, gs, failures, f"{name} chunks 3", chunks=3)
+            if not torch.equal(chunked, out):
+                failures.append(f"{name}: 3 chunks give other bits than 1")
+    # rank 1 owns experts 2 and 3, and the router never picks them
+    full = _full_layer(experts, 1, seed=7)
+    with torch.no_grad():
+        full.router.weight[2:4] = 0.0
+        full.router.weight[:2, -1] = 10.0
+        full.router.weight[4:, -1] = 10.0
+    xs, gs = _tokens([8] * world, seed=20, constant_feature=True)
+    ep, _ = _compare(rank, world, full, xs, gs, failures, "rank 1 receives nothing", chunks=2)
+    if ep.expert_counts[2:4].any():
+        failures.append(f"experts 2, 3 got token-slots: {ep.expert_counts.tolist()}")
+    return failures
+
+
+def _events_case(rank, world):
+    full = _full_layer(2 * world, 0)
+    ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=3)
+    ep.record_events = True
+    x = torch.randn(10 + rank, DIM, generator=torch.Generator().manual_seed(rank))
+    with torch.no_grad():
+        ep(x)
+    return ep.events
+
+
+def _bad_world_case(rank, world):
+    messages = []
+    for kwargs in (dict(num_experts=6), dict(num_experts=8, ep_chunks=0)):
+        try:
+            kernels.MoE(DIM, HIDDEN, top_k=1, ep_group=dist.group.WORLD, **kwargs)
+        except ValueError as err:
+            messages.append(str(err))
+    return messages
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ep_layer_is_bitwise_the_single_process_layer(world):
+    failures = run_local(_bitwise_cases, world, timeout=130)
+    assert failures == [[]] * world
+
+
+def test_events_are_well_formed_and_efficiency_is_a_fraction():
+    per_rank = run_local(_events_case, 2, timeout=60)
+    events = [e for rank_events in per_rank for e in rank_events]
+    for rank, rank_events in enumerate(per_rank):
+        assert sorted((e["chunk"], e["phase"]) for e in rank_events) == sorted(
+            (c, p) for c in range(3) for p in PHASES)
+        assert all(e["rank"] == rank and 0 <= e["start_s"] <= e["end_s"] for e in rank_events)
+        at = {(e["chunk"], e["phase"]): e for e in rank_events}
+        for c in range(3):   # a chunk computes after its dispatch and is combined after
+            assert at[c, "dispatch"]["end_s"] <= at[c, "compute"]["start_s"]
+            assert at[c, "compute"]["end_s"] <= at[c, "combine"]["start_s"]
+        assert 0 < overlap_efficiency(events, rank) <= 1
+    assert 0 < overlap_efficiency(events) <= 1
+
+
+def test_overlap_efficiency_on_known_timelines():
+    def ev(phase, start, end, rank=0, chunk=0):
+        return {"rank": rank, "chunk": chunk, "phase": phase, "start_s": start, "end_s": end}
+    serial = [ev("dispatch", 0, 1), ev("compute", 1, 2), ev("combine", 2, 3)]
+    assert overlap_efficiency(serial) == pytest.approx(2 / 3)
+    hidden = [ev("dispatch", 0, 1), ev("compute", 0, 3), ev("combine", 2, 3)]
+    assert overlap_efficiency(hidden) == 1.0
+    both = serial + [ev("compute", 0, 4, rank=1), ev("dispatch", 1, 2, rank=1)]
+    assert overlap_efficiency(both) == pytest.approx((2 + 4) / (3 + 4))
+    assert overlap_efficiency(both, rank=1) == 1.0
+    with pytest.raises(ValueError, match="empty"):
+        overlap_efficiency([])
+    with pytest.raises(ValueError, match="phase"):
+        overlap_efficiency([ev("wait", 0, 1)])
+    with pytest.raises(ValueError, match="no events of rank 3"):
+        overlap_efficiency(serial, rank=3)
+
+
+def test_bad_world_size_and_chunks_are_refused_by_name():
+    for messages in run_local(_bad_world_case, 4, timeout=60):
+        assert len(messages) == 2
+        assert "num_experts=6" in messages[0] and "world size 4" in messages[0]
+        assert "ep_chunks" in messages[1]
+
+
+def test_v3_rows_do_not_depend_on_their_tile_mates():
+    """What chunking rests on: a row's output from v3's kernels is the same whichever
+    rows share its tiles and wherever in the tile it sits (interpreter: numpy per tile)."""
+    g = torch.Generator().manual_seed(3)
+    rows = torch.randn(70, DIM, generator=g)
+    gate, up = torch.randn(2, DIM, HIDDEN, generator=g), torch.randn(2, DIM, HIDDEN, generator=g)
+    down = torch.randn(2, HIDDEN, DIM, generator=g)
+    cfg1, cfg2 = v3_fused.config("interpreter")
+
+    def run(x, split):
+        identity = torch.arange(x.shape[0])
+        offsets = torch.tensor([split, x.shape[0]], dtype=torch.int32)
+        h = v3_fused.gate_up(x, gate, up, identity, offsets, 1, cfg1)
+        return v3_fused.down_scatter(h, down, identity, torch.ones(x.shape[0]), offsets, cfg2)
+
+    whole = run(rows, 40)
+    # drop 5 rows from the front of each expert: every row moves within its tile and
+    # gets new neighbours (tiles are 32 rows in the interpreter)
+    kept = torch.cat([torch.arange(5, 40), torch.arange(45, 70)])
+    assert torch.equal(run(rows[kept], 35), whole[kept])
+    # the reverse order inside each expert
+    flipped = torch.cat([torch.arange(39, -1, -1), torch.arange(69, 39, -1)])
+    assert torch.equal(run(rows[flipped], 40), whole[flipped])
