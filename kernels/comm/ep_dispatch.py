@@ -1,0 +1,395 @@
+"""Expert-parallel dispatch and combine with DeepEP's API shape, on torch.distributed.
+
+An expert-parallel MoE layer keeps E/W experts on each of W ranks. ``dispatch`` moves each
+token's hidden row to the ranks of its top-k experts and hands every rank its rows
+grouped by local expert, ready for a grouped GEMM; ``combine`` brings the expert outputs
+back and sums them per token with the routing weights. DeepEP (deepseek-ai/DeepEP) does
+this with NVLink/RDMA kernels; here the wire is ``torch.distributed.all_to_all_single``
+with uneven splits, tested on gloo (CPU). The header travels as a CPU tensor
+(:func:`._checks.exchange`), so on GPUs the group needs a CPU backend too
+(``backend="cpu:gloo,cuda:nccl"``); not run on a GPU yet.
+
+What travels, per call: one small all-gather of a header (sizes, dtypes, mode, split
+sizes), so that ranks that disagree raise the same ``ValueError`` instead of hanging; one
+all-to-all of routing metadata (token index, expert ids, weights: 2 + 2·C int64 per wire
+row); one all-to-all of the payload. ``dedup=False`` sends one payload row per (token,
+expert) pair, ``dedup=True`` one per (token, destination rank), copied to each local
+expert on receipt (:func:`.ep_layout.dispatch_layout` counts both).
+
+Order of ``recv_x``: grouped by local expert ascending; within an expert by (source rank,
+source token index, k). Both modes produce the same rows in the same order.
+
+``fp8=True`` quantizes each wire row to float8_e4m3fn with one float32 scale
+``s = amax(|row|)/448`` and ships it as bytes (gloo has no fp8 dtype). Error bound per
+element, before the final cast to x's dtype: ``|x' - x| <= 2^-4·|x| + 2^-10·s`` (3 mantissa
+bits round to within 2^-4 relative for normal values; below 2^-6·s the subnormal spacing
+2^-9·s gives the absolute term); the cast to x's dtype adds its own half-ulp. Rows must be
+finite (an inf makes its row's scale inf). Gradients pass through the quantization
+unchanged (straight-through).
+
+Autograd: dispatch's backward sends the gradient rows back and sums them per source token
+(a combine without weights); combine's backward dispatches ``grad_out`` and returns
+gradients for ``y`` and for ``topk_weights``. Both are collectives: every rank must run
+backward through the same dispatches and combines, as with any distributed layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from . import _checks as check
+from .ep_layout import EPLayout, checked_ids, dispatch_layout, expert_split
+
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class EPHandle:
+    """What combine and the backward passes need from one dispatch.
+
+    Sender side (this rank's T tokens, top-k K):
+        ``layout``: the :class:`.EPLayout` of this rank's ``topk_ids``.
+        ``topk_weights``: the caller's (T, K) weights; combine differentiates through them.
+        ``send_splits``: wire rows to each rank. ``send_token`` (S,): the source token of
+        each wire row, in wire order (by destination rank, then token, then k).
+        ``send_cell`` (S,): the wire row's cell in a (T, ``send_cols``) grid, ``t·K + k``
+        (naive, send_cols = K) or ``t·W + rank`` (dedup, send_cols = W): a per-token
+        buffer where answers per wire row are summed in a fixed order.
+        ``slot_order`` (T·K,): the slots ``t·K + k`` in (destination rank, t, k) order,
+        the order in which one row per pair comes back.
+    Receiver side (R rows of ``recv_x``):
+        ``recv_splits``: wire rows from each rank. ``recv_cols``: pairs a wire row can
+        carry (1 naive, K dedup). ``recv_cell`` (R,): ``wire row · recv_cols + column``
+        of each recv_x row. ``recv_perm`` (R,): recv_x row i is pair ``recv_perm[i]`` in
+        (source rank, token, k) order. ``pair_splits``: recv_x rows from each rank.
+        ``recv_counts`` (E/W,): rows per local expert. ``recv_src``, ``recv_token``,
+        ``recv_topk`` (R,): source rank, its token index and k of each row.
+        ``recv_weights`` (R,): the routing weight of each row, in topk_weights' dtype.
+    ``serial``: the dispatcher's call count, checked by combine so that ranks cannot
+    pass handles of different dispatches.
+    """
+
+    group: object
+    rank: int
+    world_size: int
+    serial: int
+    layout: EPLayout
+    topk_weights: torch.Tensor
+    send_splits: list
+    send_token: torch.Tensor
+    send_cell: torch.Tensor
+    send_cols: int
+    slot_order: torch.Tensor
+    recv_splits: list
+    recv_cols: int
+    recv_cell: torch.Tensor
+    recv_perm: torch.Tensor
+    pair_splits: list
+    recv_counts: torch.Tensor
+    recv_src: torch.Tensor
+    recv_token: torch.Tensor
+    recv_topk: torch.Tensor
+    recv_weights: torch.Tensor
+
+    @property
+    def num_recv(self) -> int:
+        return self.recv_cell.shape[0]
+
+
+def _compute_dtype(dtype):
+    """Products and sums run in float32 (float64 for float64), as the single-process layer does."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _all_to_all(rows, send_splits, recv_splits, group):
+    out = rows.new_empty((sum(recv_splits), *rows.shape[1:]))
+    dist.all_to_all_single(out, rows.contiguous(), recv_splits, send_splits, group=group)
+    return out
+
+
+def _to_receivers(h: EPHandle, rows, decode=None):
+    """Per-token rows (T, ...) -> recv_x's rows (R, ...): one wire row per send_token,
+    ``decode`` applied on receipt, then copied to every pair that wire row serves."""
+    got = _all_to_all(rows[h.send_token], h.send_splits, h.recv_splits, h.group)
+    if decode is not None:
+        got = decode(got)
+    return got[h.recv_cell // h.recv_cols]
+
+
+def _sum_to_sources(h: EPHandle, rows, tokens):
+    """recv_x-shaped rows (R, D) -> per-token sums (T, D): summed per wire row on the
+    receiver (k order), one row per wire row back, summed per token on the sender (rank or
+    k order). Fixed orders, no atomics: the result does not depend on the run."""
+    cd = _compute_dtype(rows.dtype)
+    dim = rows.shape[1]
+    wire = rows.new_zeros((sum(h.recv_splits) * h.recv_cols, dim), dtype=cd)
+    wire[h.recv_cell] = rows.to(cd)
+    wire = wire.view(-1, h.recv_cols, dim).sum(dim=1).to(rows.dtype)
+    back = _all_to_all(wire, h.recv_splits, h.send_splits, h.group)
+    grid = rows.new_zeros((tokens * h.send_cols, dim), dtype=cd)
+    grid[h.send_cell] = back.to(cd)
+    return grid.view(tokens, h.send_cols, dim).sum(dim=1).to(rows.dtype)
+
+
+def _pairs_to_sources(h: EPHandle, rows):
+    """recv_x-shaped rows (R, ...) -> one row per slot (T·K, ...) on the sender, unsummed."""
+    ordered = torch.empty_like(rows)
+    ordered[h.recv_perm] = rows
+    back = _all_to_all(ordered, h.pair_splits, h.layout.rows_per_rank.tolist(), h.group)
+    slots = torch.empty_like(back)
+    slots[h.slot_order] = back
+    return slots
+
+
+def _weighted(rows, weights):
+    """Each row times its weight in the compute dtype, rounded once to the rows' dtype
+    (v3_fused's down kernel: ``acc · w`` stored in x's dtype)."""
+    cd = _compute_dtype(rows.dtype)
+    return (rows.to(cd) * weights.to(cd).unsqueeze(-1)).to(rows.dtype)
+
+
+def _quantize(x):
+    """(T, D) -> (T, D + 4) bytes: float8_e4m3fn values, then the row's float32 scale."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=1, keepdim=True)
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    q = (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return torch.cat([q.view(torch.uint8), scale.view(torch.uint8)], dim=1)
+
+
+def _dequantizer(dim, dtype):
+    def decode(packed):
+        q = packed[:, :dim].contiguous().view(torch.float8_e4m3fn).float()
+        scale = packed[:, dim:].contiguous().view(torch.float32)
+        return (q * scale).to(dtype)
+    return decode
+
+
+class _Dispatch(torch.autograd.Function):
+    """Forward: the payload to the experts' ranks. Backward: the rows' gradients home,
+    summed per token without weights (``_sum_to_sources``), in full precision also for fp8."""
+
+    @staticmethod
+    def forward(ctx, x, h, fp8):
+        ctx.h, ctx.tokens = h, x.shape[0]
+        if fp8:
+            return _to_receivers(h, _quantize(x), _dequantizer(x.shape[1], x.dtype))
+        return _to_receivers(h, x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _sum_to_sources(ctx.h, grad.contiguous(), ctx.tokens), None, None
+
+
+class _Combine(torch.autograd.Function):
+    """Order-preserving (``reduce_on_sender=False``): y's rows come back one per slot and
+    are weighted and summed on the token's rank exactly as v3_fused does. Reducing
+    (``True``): the expert's rank weights and sums the rows of each wire row first."""
+
+    @staticmethod
+    def forward(ctx, y, topk_weights, h, reduce_on_sender):
+        tokens, top_k = topk_weights.shape
+        ctx.h, ctx.reduce = h, reduce_on_sender
+        if reduce_on_sender:
+            ctx.save_for_backward(y, topk_weights)
+            return _sum_to_sources(h, _weighted(y, h.recv_weights), tokens)
+        rows = _pairs_to_sources(h, y)
+        ctx.save_for_backward(rows, topk_weights)
+        dim = y.shape[1]
+        per_slot = _weighted(rows, topk_weights.reshape(-1)).view(tokens, top_k, dim)
+        if top_k == 1:
+            return per_slot.view(tokens, dim)
+        return per_slot.to(_compute_dtype(y.dtype)).sum(dim=1).to(y.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        h = ctx.h
+        saved, topk_weights = ctx.saved_tensors
+        cd = _compute_dtype(grad_out.dtype)
+        grad_rows = _to_receivers(h, grad_out.contiguous())
+        grad_y = _weighted(grad_rows, h.recv_weights)
+        if ctx.reduce:   # y lives here: the weight gradient is a dot per row, sent home
+            dots = (grad_rows.to(cd) * saved.to(cd)).sum(dim=1)
+            grad_w = _pairs_to_sources(h, dots).view(topk_weights.shape)
+        else:            # y's rows came home in forward: the dot is local
+            rows = saved.view(*topk_weights.shape, grad_out.shape[1]).to(cd)
+            grad_w = (grad_out.to(cd).unsqueeze(1) * rows).sum(dim=2)
+        return grad_y, grad_w.to(topk_weights.dtype), None, None
+
+
+def _float_2d(name, value):
+    check.tensor(name, value, contiguous=False)
+    if value.dim() != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
+    if value.dtype not in _FLOATS:
+        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {value.dtype}")
+    return value
+
+
+class EPDispatcher:
+    """Dispatch/combine for ``num_experts`` experts split contiguously over ``group``'s ranks.
+
+    ``dedup``: one wire row per (token, rank) instead of per (token, expert); same result,
+    fewer bytes for top-k > 1. ``fp8``: quantized dispatch payload (see the module doc).
+    """
+
+    def __init__(self, num_experts: int, group=None, *, dedup: bool = True, fp8: bool = False):
+        if not dist.is_initialized():
+            raise RuntimeError("EPDispatcher needs an initialized torch.distributed process group")
+        for name, flag in (("dedup", dedup), ("fp8", fp8)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        self.group, self.num_experts, self.dedup, self.fp8 = group, num_experts, dedup, fp8
+        self.world_size, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        self.experts_per_rank = expert_split(num_experts, self.world_size)
+        self._serial = 0
+
+    def layout(self, topk_ids: torch.Tensor) -> EPLayout:
+        return dispatch_layout(topk_ids, self.num_experts, self.world_size)
+
+    def dispatch(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor):
+        """x (T, D), topk_ids (T, K) int32/int64, topk_weights (T, K) float ->
+        (recv_x (R, D) in x's dtype, recv_counts (E/W,) int64, handle)."""
+        self._serial += 1
+        try:
+            layout = self._check_dispatch(x, topk_ids, topk_weights)
+            error = None
+        except (TypeError, ValueError) as err:
+            layout, error = None, err
+        h = self._plan(x, topk_ids, topk_weights, layout, error)
+        return _Dispatch.apply(x, h, self.fp8), h.recv_counts, h
+
+    def combine(self, y: torch.Tensor, handle: EPHandle, *, reduce_on_sender: bool = False):
+        """y (R, D') with recv_x's rows -> out (T, D') on the tokens' ranks:
+        ``out[t] = sum_k w[t,k]·y[row of (t,k)]``.
+
+        ``reduce_on_sender=False`` (default) sends one row per (token, expert) back and sums
+        on the token's rank in k order, as v3_fused.fused_forward does: an fp32 layer built
+        on it can be bitwise equal to the single-process layer. ``True`` sums the rows of
+        each (token, rank) on the expert's rank and sends one partial sum per (token, rank),
+        DeepEP's combine: fewer bytes with a dedup handle, but the sum is grouped by rank
+        and rounded once more, so it is not bitwise equal (nor is it with a naive handle).
+        """
+        error = None
+        try:
+            self._check_combine(y, handle, reduce_on_sender)
+        except (TypeError, ValueError) as err:
+            error = err
+        grad = torch.is_grad_enabled() and (
+            error is None and (y.requires_grad or handle.topk_weights.requires_grad))
+        values = [y.shape[1], check.dtype_code(y.dtype), int(reduce_on_sender), int(grad),
+                  handle.serial] if error is None else [0] * 5
+        self._agree("combine", values, error, ["dim", "dtype", "reduce_on_sender",
+                                                "needs grad", "dispatch serial"])
+        return _Combine.apply(y, handle.topk_weights, handle, reduce_on_sender)
+
+    # -- checks and plan ---------------------------------------------------------------
+
+    def _check_dispatch(self, x, topk_ids, topk_weights) -> EPLayout:
+        _float_2d("x", x)
+        _float_2d("topk_weights", topk_weights)
+        layout = self.layout(topk_ids)
+        if topk_weights.shape != topk_ids.shape:
+            raise ValueError(f"topk_weights has shape {tuple(topk_weights.shape)}, topk_ids "
+                             f"{tuple(topk_ids.shape)}: one weight per (token, k)")
+        if x.shape[0] != topk_ids.shape[0]:
+            raise ValueError(f"x has {x.shape[0]} tokens but topk_ids has {topk_ids.shape[0]}")
+        if x.shape[1] < 1:
+            raise ValueError("x must have at least one column")
+        if len({x.device, topk_ids.device, topk_weights.device}) > 1:
+            raise ValueError(f"x, topk_ids and topk_weights are on different devices "
+                             f"({x.device}, {topk_ids.device}, {topk_weights.device})")
+        return layout
+
+    def _check_combine(self, y, handle, reduce_on_sender):
+        if not isinstance(handle, EPHandle):
+            raise TypeError(f"handle must be the EPHandle that dispatch returned, got "
+                            f"{type(handle).__name__}")
+        if handle.group is not self.group or handle.world_size != self.world_size:
+            raise ValueError("handle comes from a dispatcher on another process group")
+        if not isinstance(reduce_on_sender, bool):
+            raise TypeError(f"reduce_on_sender must be a bool, got {type(reduce_on_sender).__name__}")
+        _float_2d("y", y)
+        if y.shape[0] != handle.num_recv:
+            raise ValueError(f"y has {y.shape[0]} rows but dispatch delivered {handle.num_recv} "
+                             "(y must have recv_x's rows, in recv_x's order)")
+
+    def _agree(self, what, values, error, names):
+        """One all-gather of (ok, values...): a local error is raised on its rank and
+        named on the others, a disagreement raises everywhere; nobody is left waiting."""
+        table = check.exchange([int(error is None), *values], self.group)
+        if error is not None:
+            raise error
+        failed = (table[:, 0] == 0).nonzero().flatten().tolist()
+        if failed:
+            raise ValueError(f"{what}: rank(s) {failed} refused their arguments (see their error)")
+        fields = table[:, 1:1 + len(names)]
+        if (fields != fields[0]).any():
+            rows = {n: fields[:, i].tolist() for i, n in enumerate(names)}
+            raise ValueError(f"{what}: ranks disagree, per rank: {rows}")
+        return table
+
+    def _plan(self, x, topk_ids, topk_weights, layout, error) -> EPHandle:
+        names = ["num_experts", "top_k", "dim", "x dtype", "weights dtype", "dedup", "fp8",
+                 "needs grad"]
+        if error is None:
+            values = [self.num_experts, topk_ids.shape[1], x.shape[1], check.dtype_code(x.dtype),
+                      check.dtype_code(topk_weights.dtype), int(self.dedup), int(self.fp8),
+                      int(torch.is_grad_enabled() and x.requires_grad)]
+            sender = self._sender(topk_ids.long(), layout)
+            values += [self._serial, *sender["send_splits"]]
+        else:
+            values = [0] * (len(names) + 1 + self.world_size)
+        table = self._agree("dispatch", values, error, names + ["dispatch serial"])
+        recv_splits = table[:, 1 + len(names) + 1 + self.rank].tolist()
+        meta = self._metadata(topk_ids.long(), topk_weights, sender)
+        got = _all_to_all(meta, sender["send_splits"], recv_splits, self.group)
+        return EPHandle(group=self.group, rank=self.rank, world_size=self.world_size,
+                        serial=self._serial, layout=layout, topk_weights=topk_weights,
+                        recv_splits=recv_splits, **sender,
+                        **self._receiver(got, recv_splits, topk_ids.shape[1], topk_weights.dtype))
+
+    def _sender(self, ids, layout):
+        tokens, top_k = ids.shape
+        slot_order = torch.sort((ids // self.experts_per_rank).reshape(-1), stable=True).indices
+        if self.dedup:   # (rank, token) pairs, by rank then token
+            ranks, token = layout.is_token_in_rank.T.nonzero(as_tuple=True)
+            return dict(send_splits=layout.tokens_per_rank.tolist(), send_token=token,
+                        send_cell=token * self.world_size + ranks, send_cols=self.world_size,
+                        slot_order=slot_order)
+        return dict(send_splits=layout.rows_per_rank.tolist(), send_token=slot_order // top_k,
+                    send_cell=slot_order, send_cols=top_k, slot_order=slot_order)
+
+    def _metadata(self, ids, topk_weights, sender):
+        """Per wire row (int64): token index, first k, then C expert ids and C weights (as
+        float64 bits), C = K (dedup: the token's whole routing) or 1 (naive: its pair)."""
+        token, slots = sender["send_token"], sender["send_cell"]
+        weights = topk_weights.detach().double().contiguous().reshape(-1, ids.shape[1] if self.dedup else 1)
+        if self.dedup:
+            first_k = torch.zeros_like(token)
+            return torch.cat([token[:, None], first_k[:, None], ids[token],
+                              weights[token].view(torch.int64)], dim=1)
+        flat_ids, flat_w = ids.reshape(-1, 1), weights.view(torch.int64)
+        return torch.cat([token[:, None], (slots % ids.shape[1])[:, None], flat_ids[slots],
+                          flat_w[slots]], dim=1)
+
+    def _receiver(self, meta, recv_splits, top_k, weight_dtype):
+        cols = top_k if self.dedup else 1
+        src = torch.repeat_interleave(torch.arange(self.world_size, device=meta.device),
+                                      torch.tensor(recv_splits, device=meta.device))
+        local = meta[:, 2:2 + cols] - self.rank * self.experts_per_rank
+        mine = ((local >= 0) & (local < self.experts_per_rank)).reshape(-1)
+        pairs = mine.nonzero().flatten()          # in (source rank, token, k) order
+        expert = local.reshape(-1)[pairs]
+        recv_perm = torch.sort(expert, stable=True).indices
+        cell = pairs[recv_perm]
+        wire = cell // cols
+        weights = meta[:, 2 + cols:].contiguous().view(torch.float64).reshape(-1)
+        return dict(recv_cols=cols, recv_cell=cell, recv_perm=recv_perm,
+                    pair_splits=torch.bincount(src[pairs // cols], minlength=self.world_size).tolist(),
+                    recv_counts=torch.bincount(expert, minlength=self.experts_per_rank),
+                    recv_src=src[wire], recv_token=meta[wire, 0], recv_topk=meta[wire, 1] + cell % cols,
+                    recv_weights=weights[cell].to(weight_dtype))
