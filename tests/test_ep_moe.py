@@ -16,6 +16,7 @@ import torch.distributed as dist
 import kernels
 from kernels.comm.launch import run_local
 from kernels.comm.overlap import PHASES, overlap_efficiency
+from kernels.moe import ExpertParallelMoE
 from kernels.moe.layer_ladder import v3_fused
 
 pytestmark = pytest.mark.timeout(150)
@@ -46,11 +47,11 @@ def _grads(layer, x, grad_out):
     return out.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters()}
 
 
-def _compare(rank, world, full, xs, grads_out, failures, name, chunks=1):
-    """EP share of ``full`` on this rank's tokens against ``full`` on all tokens."""
+def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1):
+    """EP share of ``full`` on this rank's tokens against ``reference``, ``full`` on all tokens."""
     group = dist.group.WORLD
+    out_all, dx_all, g_all = reference
     ep = kernels.MoE.from_full(full, group, ep_chunks=chunks)
-    out_all, dx_all, g_all = _grads(full, torch.cat(xs), torch.cat(grads_out))
     out, dx, g = _grads(ep, xs[rank], grads_out[rank])
     rows = slice(sum(x.shape[0] for x in xs[:rank]), sum(x.shape[0] for x in xs[:rank + 1]))
     experts = slice(ep.local_experts.start, ep.local_experts.stop)
@@ -61,10 +62,11 @@ def _compare(rank, world, full, xs, grads_out, failures, name, chunks=1):
         if not torch.equal(got, want):
             failures.append(f"{name}: {key} differs from the single-process layer "
                             f"(max |diff| {(got.double() - want.double()).abs().max():.3g})")
-    for p in ep.replicated_parameters():
+    replicated = ep.replicated_parameters()
+    for p in replicated:
         dist.all_reduce(p.grad, group=group)
     for n, p in ep.named_parameters():
-        if p in set(ep.replicated_parameters()):
+        if any(p is q for q in replicated):
             try:
                 torch.testing.assert_close(p.grad, g_all[n], rtol=1e-5, atol=1e-6)
             except AssertionError as err:
@@ -72,19 +74,27 @@ def _compare(rank, world, full, xs, grads_out, failures, name, chunks=1):
     return ep, out
 
 
+def _cases(rank, full, xs, gs, failures, name, chunks):
+    """Unchunked and chunked against one single-process run; the two outputs alike."""
+    reference = _grads(full, torch.cat(xs), torch.cat(gs))
+    ep, out = _compare(rank, full, reference, xs, gs, failures, name)
+    _, chunked = _compare(rank, full, reference, xs, gs, failures, f"{name} chunks {chunks}", chunks)
+    if not torch.equal(chunked, out):
+        failures.append(f"{name}: {chunks} chunks give other bits than 1")
+    return ep
+
+
 def _bitwise_cases(rank, world):
+    """Uneven token counts (a rank with 1 token, a rank with none), with and without shared
+    experts, 1 and 3 chunks (more chunks than a rank has tokens: empty chunks), and a
+    router that never picks rank 1's experts."""
     failures = []
     experts = 2 * world
-    counts = {2: [(6, 11), (9, 1)], 4: [(7, 3, 12, 1), (5, 0, 9, 4)]}[world]
-    for case, tokens in enumerate(counts):
-        for shared in (0, 1):
-            full = _full_layer(experts, shared, seed=case)
-            xs, gs = _tokens(tokens, seed=10 + case)
-            name = f"tokens {tokens} shared {shared}"
-            ep, out = _compare(rank, world, full, xs, gs, failures, name)
-            _, chunked = _compare(rank, world, full, xs, gs, failures, f"{name} chunks 3", chunks=3)
-            if not torch.equal(chunked, out):
-                failures.append(f"{name}: 3 chunks give other bits than 1")
+    cases = {2: [((6, 11), 0), ((6, 11), 1), ((9, 1), 1)], 4: [((5, 0, 9, 4), 1)]}[world]
+    for case, (tokens, shared) in enumerate(cases):
+        full = _full_layer(experts, shared, seed=case)
+        xs, gs = _tokens(tokens, seed=10 + case)
+        _cases(rank, full, xs, gs, failures, f"tokens {tokens} shared {shared}", chunks=3)
     # rank 1 owns experts 2 and 3, and the router never picks them
     full = _full_layer(experts, 1, seed=7)
     with torch.no_grad():
@@ -92,20 +102,25 @@ def _bitwise_cases(rank, world):
         full.router.weight[:2, -1] = 10.0
         full.router.weight[4:, -1] = 10.0
     xs, gs = _tokens([8] * world, seed=20, constant_feature=True)
-    ep, _ = _compare(rank, world, full, xs, gs, failures, "rank 1 receives nothing", chunks=2)
-    if ep.expert_counts[2:4].any():
+    ep = _cases(rank, full, xs, gs, failures, "rank 1 receives nothing", chunks=2)
+    if ep.expert_counts[2:4].any() or not ep.expert_counts.sum() == 8 * world * TOP_K:
         failures.append(f"experts 2, 3 got token-slots: {ep.expert_counts.tolist()}")
     return failures
 
 
 def _events_case(rank, world):
+    """The timeline of a 3-chunk forward, and whether a fresh EP layer seeded like the full
+    layer holds the full layer's weights for its experts (as the docstring says)."""
     full = _full_layer(2 * world, 0)
     ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=3)
     ep.record_events = True
     x = torch.randn(10 + rank, DIM, generator=torch.Generator().manual_seed(rank))
     with torch.no_grad():
         ep(x)
-    return ep.events
+    torch.manual_seed(0)
+    fresh = kernels.MoE(DIM, HIDDEN, 2 * world, TOP_K, ep_group=dist.group.WORLD)
+    same = all(torch.equal(v, ep.state_dict()[k]) for k, v in fresh.state_dict().items())
+    return ep.events, same and isinstance(fresh, ExpertParallelMoE)
 
 
 def _bad_world_case(rank, world):
@@ -126,6 +141,8 @@ def test_ep_layer_is_bitwise_the_single_process_layer(world):
 
 def test_events_are_well_formed_and_efficiency_is_a_fraction():
     per_rank = run_local(_events_case, 2, timeout=60)
+    assert [same for _, same in per_rank] == [True, True]
+    per_rank = [rank_events for rank_events, _ in per_rank]
     events = [e for rank_events in per_rank for e in rank_events]
     for rank, rank_events in enumerate(per_rank):
         assert sorted((e["chunk"], e["phase"]) for e in rank_events) == sorted(

@@ -7,6 +7,8 @@
   the grouped GEMM and back, deterministic, with autograd.
 - :class:`MoE` (:mod:`.layer`, also ``kernels.MoE``) and its plain-PyTorch twin
   :class:`MoEReference` (:mod:`.reference`); the ``moe`` op's ladder is :mod:`.layer_ladder`.
+- :class:`ExpertParallelMoE` (:mod:`.ep_layer`): ``kernels.MoE(..., ep_group=group)``, the
+  experts split over ranks.
 
 Names load on first use, so importing the grouped GEMM does not import the layer.
 """
@@ -15,7 +17,7 @@ import importlib
 _LAZY = {
     "route": ".routing", "aux_loss": ".routing", "expert_counts": ".routing",
     "permute": ".permutation", "unpermute": ".permutation",
-    "MoE": ".layer", "MoEReference": ".reference",
+    "MoE": ".layer", "MoEReference": ".reference", "ExpertParallelMoE": ".ep_layer",
 }
 
 __all__ = list(_LAZY)

@@ -11,6 +11,15 @@ which the single-process layer sorts that expert's rows, so an owner's row tiles
 the same rows as the single-process layer's tiles (the identity the bitwise test rests on).
 
 Everything here moves rows by permutations (no sums), so it is exact in every dtype.
+
+Why not :class:`kernels.comm.EPDispatcher`: the layer needs the payload all-to-all
+issued asynchronously (``start`` / ``finish``), to pipeline chunks, and a backward that
+recomputes v2's path at the owner, as v3 does, and ships each slot's input row and
+output gradient in one all-to-all. The dispatcher's calls are synchronous and
+differentiate through the forward's rows (whose SwiGLU is v3's, not v2's, so its weight
+gradient would not be the single-process layer's bits), and its ``dedup`` backward sums
+per destination rank before the k-sum, another association than the single-process
+layer's. The row order is the same as the dispatcher's.
 """
 from __future__ import annotations
 

@@ -18,14 +18,15 @@ Bitwise equal to the single-process layer (fp32), and why:
       two roundings instead of one: close, not bitwise.
     - Token-wise dense work on CPU (the router GEMM, the shared experts, the SwiGLU of
       the recomputing backward): CPU ATen evaluates ``exp`` with SIMD in the body of a
-      tensor and with scalar libm in its tail, and MKL takes another path for one or two
-      rows than for many, so a row's bits depend on its position and on the row count
-      (measured here: 157 of 4096 SiLU values and every single-row GEMM differ). On CPU
-      tensors this layer therefore evaluates those ops on a buffer of the
+      tensor and with scalar libm in its tail, and MKL takes another path for a GEMM of
+      one or two rows than for many, so a row's bits depend on its position and on the
+      row count (measured here, torch 2.13 CPU, AVX512: 157 of 4096 SiLU values differ
+      between the two paths, and the shared experts' output differs without the fix
+      below). On CPU tensors this layer therefore evaluates those ops on a buffer of the
       single-process layer's shape with its own rows at their single-process positions
       (:func:`_placed`), so each element takes the same code path. That costs W times
-      the dense work of those parts and is done on CPU only, where it was measured; on
-      GPUs an elementwise op runs the same code for every element.
+      the dense work of those parts. It is skipped for GPU tensors, where it was not
+      measured (no GPU here): bitwise equality is claimed and tested on CPU only.
     - Chunked forward (``ep_chunks > 1``): a row's result does not depend on the other
       rows in its tile (tests/test_ep_moe.py checks this for v3's kernels), so chunks
       give the unchunked bits.
@@ -43,7 +44,14 @@ over all tokens, so it matches to rounding, not bitwise.
 Overlap: with ``ep_chunks = C`` the tokens are split into C chunks; the dispatch of chunk
 i+1 is issued (``async_op=True``) before the experts compute chunk i, and each chunk's
 combine is issued as soon as it is computed. With ``record_events = True`` every
-forward leaves a timeline in ``events`` (:mod:`kernels.comm.overlap`).
+forward leaves a timeline in ``events`` (:mod:`kernels.comm.overlap`). On gloo the
+asynchronous all-to-alls run on the process group's worker threads while this thread
+computes; with NCCL/RCCL they would run on the communicator's own stream (the GPU's
+side stream), which ``wait()`` orders before the compute that needs them. Not run on a
+GPU yet, and its timeline would then be host times of launches, not device times. On
+CPU under the Triton interpreter compute is nearly all of the time, so there is little
+to hide (the efficiency is near 1 with or without chunks), and every chunk pays the
+kernels' launch and per-program overhead again, so chunking makes a CPU forward slower.
 """
 from __future__ import annotations
 
@@ -265,7 +273,7 @@ class ExpertParallelMoE(MoE):
         # the local experts' weights against their rows of the router (top_k is checked at init)
         moe_operands(flat, router[self._slice], gate, up, down, 1, DTYPES)
         group, world = self.ep_group, dist.get_world_size(self.ep_group)
-        tokens = torch.zeros(world, dtype=torch.int64)
+        tokens = torch.zeros(world, dtype=torch.int64, device=flat.device)
         tokens[self.ep_rank] = flat.shape[0]
         dist.all_reduce(tokens, group=group)
         start, total = int(tokens[:self.ep_rank].sum()), int(tokens.sum())
