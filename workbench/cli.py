@@ -129,6 +129,9 @@ def _bench_rows(args):
 
 
 def cmd_bench(args) -> int:
+    if args.op == "comm":
+        from .bench_comm import main
+        return main(out=args.out)
     try:
         rows = _bench_rows(args)   # saved to --out row by row, as they are measured
     except PerformanceUnavailable as exc:
@@ -275,8 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rung", type=_parse_rung, help="rung number, label (v2) or name")
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--shape", type=_parse_shape, help="e.g. 64x48x32 (the op's shape order)")
-    p = sub.add_parser("bench", help="time rungs vs the library baseline (GPU only)")
-    p.add_argument("op", nargs="?", choices=kernels.ops())
+    p = sub.add_parser("bench", help="time rungs vs the library baseline (GPU only; comm: 2+ GPUs)")
+    p.add_argument("op", nargs="?", choices=(*kernels.ops(), "comm"))
     p.add_argument("--suite", choices=SUITES, help="check and time every rung of every op")
     p.add_argument("--rung", type=_parse_rung, action="append")
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))

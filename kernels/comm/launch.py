@@ -1,4 +1,4 @@
-"""Run a function on p local processes joined by a gloo process group, with a deadline.
+"""Run a function on p local processes joined by a gloo (or NCCL) process group, with a deadline.
 
 Tests and the cost-model measurements need a few ranks on one machine. Everything here
 is chosen so that a broken collective fails instead of hanging a CI job: the processes
@@ -19,17 +19,20 @@ import time
 import traceback
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 
 _HOST = "127.0.0.1"
 
 
-def _child(fn, rank, world, port, group_timeout, args, results):
+def _child(fn, rank, world, port, group_timeout, backend, args, results):
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     try:
         timeout = timedelta(seconds=group_timeout)
         store = dist.TCPStore(_HOST, port, is_master=False, timeout=timeout)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+        if backend == "nccl":   # one GPU per rank; RCCL answers to "nccl" on ROCm
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         # every rank finishes connecting before any runs fn: a rank that returned at once
         # and closed its group could otherwise cut a peer's connection set-up short
         dist.barrier()
@@ -41,20 +44,27 @@ def _child(fn, rank, world, port, group_timeout, args, results):
         results.put((rank, False, traceback.format_exc()))
 
 
-def run_local(fn, world, *args, timeout=60.0, group_timeout=20.0):
+def run_local(fn, world, *args, timeout=60.0, group_timeout=20.0, backend="gloo"):
     """``[fn(rank, world, *args) for rank in range(world)]``, each rank in its own process.
 
     ``fn`` must be importable by name (the children import it) and return something
     picklable. A rank that raises makes this raise ``RuntimeError`` with its traceback.
+    ``backend="nccl"`` (NCCL, or RCCL on ROCm) puts rank r on GPU r, in spawned processes.
     """
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch.distributed", "kernels.comm"])
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    if backend == "nccl":   # importing kernels touches CUDA, which a forked child cannot reuse
+        ctx = multiprocessing.get_context("spawn")
+    else:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch.distributed", "kernels.comm"])
     results = ctx.Queue()
     store = dist.TCPStore(_HOST, 0, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=group_timeout))
     port = store.port
-    procs = [ctx.Process(target=_child, args=(fn, r, world, port, group_timeout, args, results),
-                         daemon=True) for r in range(world)]
+    procs = [ctx.Process(target=_child, daemon=True,
+                         args=(fn, r, world, port, group_timeout, backend, args, results))
+             for r in range(world)]
     for proc in procs:
         proc.start()
     deadline = time.monotonic() + timeout

@@ -3,6 +3,8 @@
 These are CPU numbers: gloo over 127.0.0.1 on this machine's cores, useful for checking
 the model's shape (does time grow as steps·alpha + volume·beta?) and for comparing the
 rungs with the library, never as GPU performance. Every row says ``backend: gloo/CPU``.
+With ``backend="nccl"`` the same rungs run one rank per GPU (``workbench bench comm``)
+and the rows say ``nccl/GPU``.
 Per size: one warm-up call, then ``repeats`` calls each started after a barrier; a row's
 time is the median over calls of the slowest rank.
 """
@@ -39,8 +41,15 @@ def _call(collective, algorithm, p, numel):
     return lambda: collectives.all_to_all_single(out, x[:p * (numel // p)], **kw)
 
 
-def _time_all(rank, world, pairs, sizes, repeats):
-    """times[pair][size][repeat] on this rank, for every (collective, algorithm) pair."""
+def _time_all(rank, world, pairs, sizes, repeats, on_gpu=False):
+    """times[pair][size][repeat] on this rank, for every (collective, algorithm) pair.
+
+    ``on_gpu``: buffers on this rank's GPU, and the device drained before and after each
+    call (NCCL/RCCL calls return before their kernels finish).
+    """
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    if on_gpu:   # this process serves one rank: _call's buffers go to its GPU
+        torch.set_default_device(f"cuda:{rank}")
     times = []
     for collective, algorithm in pairs:
         per_size = []
@@ -50,28 +59,33 @@ def _time_all(rank, world, pairs, sizes, repeats):
             calls = []
             for _ in range(repeats):
                 dist.barrier()
+                sync()
                 start = time.perf_counter()
                 run()
+                sync()
                 calls.append(time.perf_counter() - start)
             per_size.append(calls)
         times.append(per_size)
     return times
 
 
-def measure(pairs, world, sizes, repeats=5, timeout=120.0):
+def measure(pairs, world, sizes, repeats=5, timeout=120.0, backend="gloo"):
     """Rows ``{collective, algorithm, world, bytes, seconds, backend}`` per pair and size.
 
     ``pairs`` lists (collective, algorithm); all of them run in one launch of ``world``
-    ranks, since starting the ranks costs more than timing a few sizes.
+    ranks, since starting the ranks costs more than timing a few sizes. ``backend``:
+    ``"gloo"`` (CPU processes) or ``"nccl"`` (rank r on GPU r; NCCL, or RCCL on ROCm).
     """
     pairs, sizes = [tuple(p) for p in pairs], list(sizes)
-    per_rank = run_local(_time_all, world, pairs, sizes, repeats, timeout=timeout)
+    per_rank = run_local(_time_all, world, pairs, sizes, repeats, backend == "nccl",
+                         timeout=timeout, backend=backend)
+    label = BACKEND if backend == "gloo" else f"{backend}/GPU"
     rows = []
     for j, (collective, algorithm) in enumerate(pairs):
         for i, nbytes in enumerate(sizes):
             slowest = [max(rank[j][i][r] for rank in per_rank) for r in range(repeats)]
             rows.append(dict(collective=collective, algorithm=algorithm, world=world,
-                             bytes=nbytes, seconds=statistics.median(slowest), backend=BACKEND))
+                             bytes=nbytes, seconds=statistics.median(slowest), backend=label))
     return rows
 
 

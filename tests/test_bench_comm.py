@@ -1,0 +1,57 @@
+"""``workbench bench comm``: on fewer than two GPUs it says so and records nothing; with two
+(mocked here: gloo ranks stand in for NCCL) it records result rows in bus bandwidth."""
+from __future__ import annotations
+
+import pytest
+
+from kernels.comm import measure as comm_measure
+from workbench import bench_comm, cli, results
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_fewer_than_two_gpus_records_nothing(gpus, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bench_comm.torch.cuda, "device_count", lambda: gpus)
+    out = tmp_path / "comm.json"
+    assert cli.main(["bench", "comm", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"needs at least 2 GPUs, this machine has {gpus}; nothing measured, nothing recorded" in said
+    assert not out.exists()
+
+
+def test_bus_bandwidth_is_the_ring_volume_over_the_time():
+    n = 256 << 20
+    assert bench_comm.bus_gbps("all_reduce", 8, n, 1.0) == pytest.approx(2 * 7 / 8 * n / 1e9)
+    assert bench_comm.bus_gbps("all_gather", 8, n, 2.0) == pytest.approx(7 / 8 * n / 2e9)
+
+
+def test_two_gpus_record_rows_with_the_library_as_ref(monkeypatch, tmp_path):
+    calls = []
+
+    def on_gloo(*args, **kwargs):   # the NCCL launch, replaced by gloo ranks on this CPU
+        calls.append(kwargs["backend"])
+        return comm_measure.measure(*args, **{**kwargs, "backend": "gloo"})
+
+    monkeypatch.setattr(bench_comm.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(bench_comm, "measure", on_gloo)
+    out = tmp_path / "comm.json"
+    sizes = (1 << 12, 1 << 14)
+    rows = bench_comm.run(out=out, sizes=sizes, collectives=("all_reduce",), repeats=1)
+    assert calls == ["nccl"]
+    assert [(r.rung, r.shape) for r in rows] == [(rung, f"2x{n}") for rung in ("ref", "ring", "ring_chunked")
+                                                 for n in sizes]
+    assert all(r.ok and r.gbps > 0 for r in rows)
+    assert [r.ratio_to_ref for r in rows if r.rung == "ref"] == [1.0, 1.0]
+    assert results.load(out) == rows
+    lines = bench_comm.verdict(rows, nbytes=sizes[-1])
+    assert len(lines) == 2 and all("goal" in line for line in lines)
+    with pytest.raises(ValueError, match="all_to_all"):
+        bench_comm.run(collectives=("all_to_all",))
+
+
+def test_run_local_refuses_an_unknown_backend():
+    from kernels.comm.launch import run_local
+
+    with pytest.raises(ValueError, match="backend"):
+        run_local(print, 2, backend="mpi")

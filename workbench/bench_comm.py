@@ -1,0 +1,95 @@
+"""``workbench bench comm``: the ring rungs against RCCL/NCCL, in bus bandwidth, on one node.
+
+Bus bandwidth (nccl-tests' "busbw") is the bytes one rank's link carries per second: the
+algorithm's volume from the alpha-beta model (2(p-1)/p·n for all-reduce, (p-1)/p·n for
+reduce-scatter and all-gather) over the measured time. It does not depend on the world
+size, and a bandwidth-optimal ring reaches the link's own bandwidth, so the ring rungs and
+the library compare on one scale. The goal: the ring rungs reach at least 0.8x the
+library's bus bandwidth at 256 MB.
+
+It needs two GPUs or more (one NCCL/RCCL rank per GPU, in spawned processes, through
+:func:`kernels.comm.measure.measure`); with fewer it says so and records nothing. Rows are
+:class:`workbench.results.ResultRow` (``gbps`` is the bus bandwidth, ``ratio_to_ref`` the
+library's time over the rung's, ``shape`` is ranks x bytes), so they load, save and ship in
+``workbench/recorded/`` like every other result.
+"""
+from __future__ import annotations
+
+import torch
+
+from kernels.comm.cost_model import cost
+from kernels.comm.measure import measure
+
+from .bench import _RowMaker
+from .comm_bench import RUNGS
+from .results import Recorder, ResultRow, table
+from .table import format_table
+
+MIN_GPUS = 2
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+SIZES = (1 << 20, 1 << 24, 1 << 28)   # 1 MiB .. 256 MiB per call
+GOAL = 0.8
+
+
+def bus_gbps(collective: str, world: int, nbytes: int, seconds: float) -> float:
+    """nccl-tests' bus bandwidth: the ring's per-rank volume (cost model) over the time."""
+    return cost(collective, "ring", world, nbytes).volume / seconds / 1e9
+
+
+def result_rows(measured: list[dict]) -> list[ResultRow]:
+    """Rows of :func:`~kernels.comm.measure.measure` as result rows, the library as ``ref``."""
+    library = {(r["collective"], r["bytes"]): r["seconds"] for r in measured
+               if r["algorithm"] == "library"}
+    rows = []
+    for r in measured:
+        make, ref_s = _RowMaker(r["collective"]), library.get((r["collective"], r["bytes"]))
+        rows.append(ResultRow(
+            op=r["collective"], rung="ref" if r["algorithm"] == "library" else r["algorithm"],
+            name=r["algorithm"], shape=f"{r['world']}x{r['bytes']}", dtype="float32",
+            ms=r["seconds"] * 1e3, tflops=0.0,
+            gbps=bus_gbps(r["collective"], r["world"], r["bytes"], r["seconds"]),
+            ratio_to_ref=None if ref_s is None else ref_s / r["seconds"],
+            **make.common))
+    return rows
+
+
+def verdict(rows: list[ResultRow], nbytes: int = SIZES[-1]) -> list[str]:
+    """One line per ring rung at ``nbytes``: its bus bandwidth over the library's, against the goal."""
+    lines = []
+    for r in rows:
+        if r.rung != "ref" and r.shape.endswith(f"x{nbytes}") and r.ratio_to_ref is not None:
+            met = "meets" if r.ratio_to_ref >= GOAL else "misses"
+            lines.append(f"{r.op} {r.rung} at {nbytes >> 20} MiB: {r.ratio_to_ref:.2f}x the "
+                         f"library's bus bandwidth ({met} the {GOAL}x goal)")
+    return lines
+
+
+def run(out=None, sizes=SIZES, collectives=COLLECTIVES, repeats=20, timeout=900.0):
+    """Time every ring rung and the library on all of this node's GPUs; None if fewer than two."""
+    world = torch.cuda.device_count()
+    if world < MIN_GPUS:
+        return None
+    unknown = [c for c in collectives if c not in COLLECTIVES]
+    if unknown:
+        raise ValueError(f"bench comm times {', '.join(COLLECTIVES)}; got {unknown}")
+    pairs = [(c, a) for c in collectives for a in RUNGS[c]]
+    recorder = Recorder(out)
+    for row in result_rows(measure(pairs, world, sizes, repeats=repeats, timeout=timeout,
+                                   backend="nccl")):
+        recorder.add(row)
+    return recorder.rows
+
+
+def main(out=None) -> int:
+    """The CLI's ``bench comm``: exit 0 with a message and no file on fewer than two GPUs."""
+    rows = run(out=out)
+    if rows is None:
+        print(f"workbench bench comm: needs at least {MIN_GPUS} GPUs, this machine has "
+              f"{torch.cuda.device_count()}; nothing measured, nothing recorded")
+        return 0
+    print(format_table(table(rows, ("op", "rung", "shape", "ms", "gbps", "vs_ref"))))
+    print("\n(shape: ranks x bytes; gbps: bus bandwidth; vs_ref: the library's time / the rung's)")
+    print("\n".join(verdict(rows)))
+    if out:
+        print(f"wrote {out}")
+    return 0
