@@ -37,8 +37,9 @@ def test_two_gpus_record_rows_with_the_library_as_ref(monkeypatch, tmp_path):
     monkeypatch.setattr(bench_comm, "measure", on_gloo)
     out = tmp_path / "comm.json"
     sizes = (1 << 12, 1 << 14)
-    rows = bench_comm.run(out=out, sizes=sizes, collectives=("all_reduce",), repeats=1)
-    assert calls == ["nccl"]
+    rows, lines = bench_comm.run(out=out, sizes=sizes, collectives=("all_reduce",), repeats=1,
+                                 ep_shape=None)
+    assert calls == ["nccl"] and lines == bench_comm.verdict(rows, nbytes=sizes[-1])
     assert [(r.rung, r.shape) for r in rows] == [(rung, f"2x{n}") for rung in ("ref", "ring", "ring_chunked")
                                                  for n in sizes]
     assert all(r.ok and r.gbps > 0 for r in rows)
@@ -55,3 +56,24 @@ def test_run_local_refuses_an_unknown_backend():
 
     with pytest.raises(ValueError, match="backend"):
         run_local(print, 2, backend="mpi")
+
+
+def test_two_gpus_time_the_ep_layer_unchunked_as_ref_and_pipelined(monkeypatch, tmp_path):
+    from workbench import ep_overlap
+
+    calls = []
+
+    def on_gloo(*args, **kwargs):   # the NCCL ranks, replaced by gloo ranks on this CPU
+        calls.append(kwargs["backend"])
+        return ep_overlap.measure(*args, **{**kwargs, "backend": "gloo", "repeats": 1})
+
+    monkeypatch.setattr(bench_comm.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(bench_comm, "measure", lambda *a, **k: [])
+    monkeypatch.setattr(bench_comm, "measure_ep", on_gloo)
+    shape = dict(tokens=12, dim=16, hidden=16, top_k=2, experts=4)
+    rows, lines = bench_comm.run(out=tmp_path / "ep.json", ep_shape=shape, timeout=240)
+    assert calls == ["nccl"]
+    assert [(r.op, r.rung) for r in rows] == [("ep_moe", "ref"), ("ep_moe", f"chunks{bench_comm.EP_CHUNKS[-1]}")]
+    assert rows[0].ratio_to_ref == 1.0 and rows[1].ratio_to_ref > 0 and rows[0].shape == "2x12x16x16x2"
+    assert "communication" in lines[0] and f"{bench_comm.EP_GOAL}x goal" in lines[1]
+    assert results.load(tmp_path / "ep.json") == rows

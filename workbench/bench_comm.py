@@ -7,6 +7,12 @@ size, and a bandwidth-optimal ring reaches the link's own bandwidth, so the ring
 the library compare on one scale. The goal: the ring rungs reach at least 0.8x the
 library's bus bandwidth at 256 MB.
 
+It also times the expert-parallel MoE layer (:mod:`workbench.ep_overlap`, one rank per
+GPU) unchunked (``ref``) and with its dispatch/combine pipelined over chunks, at a size
+where the unchunked layer's communication and compute are of one order (the events of
+the ``ref`` run say how balanced they were, and the verdict prints it): the goal is
+1.3x the unchunked layer.
+
 It needs two GPUs or more (one NCCL/RCCL rank per GPU, in spawned processes, through
 :func:`kernels.comm.measure.measure`); with fewer it says so and records nothing. Rows are
 :class:`workbench.results.ResultRow` (``gbps`` is the bus bandwidth, ``ratio_to_ref`` the
@@ -20,8 +26,11 @@ import torch
 from kernels.comm.cost_model import cost
 from kernels.comm.measure import measure
 
+from kernels.comm.overlap import phase_seconds
+
 from .bench import _RowMaker
 from .comm_bench import RUNGS
+from .ep_overlap import measure as measure_ep
 from .results import Recorder, ResultRow, table
 from .table import format_table
 
@@ -29,6 +38,11 @@ MIN_GPUS = 2
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 SIZES = (1 << 20, 1 << 24, 1 << 28)   # 1 MiB .. 256 MiB per call
 GOAL = 0.8
+EP_GOAL = 1.3
+# Per rank: DeepSeek-V3-like width, top-8 over 8 experts per GPU, a token batch whose
+# all-to-all and expert GEMMs are of one order on one node (check the printed balance).
+EP_SHAPE = dict(tokens=8192, dim=4096, hidden=2048, top_k=8)
+EP_CHUNKS = (1, 4)
 
 
 def bus_gbps(collective: str, world: int, nbytes: int, seconds: float) -> float:
@@ -64,8 +78,41 @@ def verdict(rows: list[ResultRow], nbytes: int = SIZES[-1]) -> list[str]:
     return lines
 
 
-def run(out=None, sizes=SIZES, collectives=COLLECTIVES, repeats=20, timeout=900.0):
-    """Time every ring rung and the library on all of this node's GPUs; None if fewer than two."""
+def ep_rows(measured: list[dict], world: int, shape: dict) -> list[ResultRow]:
+    """The EP layer's rows: one chunk is ``ref``, each pipelined chunk count a rung."""
+    make = _RowMaker("ep_moe")
+    base = next(r for r in measured if r["chunks"] == 1)
+    ref_s = max(base["seconds_per_rank"])
+    rows = []
+    for r in measured:
+        seconds = max(r["seconds_per_rank"])   # the layer is done when its slowest rank is
+        rows.append(ResultRow(
+            op="ep_moe", rung="ref" if r["chunks"] == 1 else f"chunks{r['chunks']}",
+            name=f"{r['chunks']} chunk{'s' if r['chunks'] > 1 else ''}",
+            shape=f"{world}x{shape['tokens']}x{shape['dim']}x{shape['hidden']}x{shape['top_k']}",
+            dtype="float32", ms=seconds * 1e3, tflops=0.0, gbps=0.0,
+            ratio_to_ref=ref_s / seconds, **make.common))
+    return rows
+
+
+def ep_verdict(rows: list[ResultRow], measured: list[dict]) -> list[str]:
+    base = next(r for r in measured if r["chunks"] == 1)
+    comm, compute = phase_seconds(base["events"])
+    lines = [f"ep_moe unchunked: communication {comm * 1e3:.2f} ms vs compute {compute * 1e3:.2f} ms "
+             f"(summed over ranks; balanced near 1:1)"]
+    for r in rows:
+        if r.rung != "ref":
+            met = "meets" if r.ratio_to_ref >= EP_GOAL else "misses"
+            lines.append(f"ep_moe {r.name}: {r.ratio_to_ref:.2f}x the unchunked layer ({met} the "
+                         f"{EP_GOAL}x goal)")
+    return lines
+
+
+def run(out=None, sizes=SIZES, collectives=COLLECTIVES, repeats=20, timeout=900.0,
+        ep_shape: dict | None = EP_SHAPE):
+    """Time every ring rung and the library, then the EP layer unchunked and pipelined (unless
+    ``ep_shape`` is None), on all of this node's GPUs: ``(rows, verdict lines)``, or None
+    with fewer than two GPUs."""
     world = torch.cuda.device_count()
     if world < MIN_GPUS:
         return None
@@ -77,19 +124,29 @@ def run(out=None, sizes=SIZES, collectives=COLLECTIVES, repeats=20, timeout=900.
     for row in result_rows(measure(pairs, world, sizes, repeats=repeats, timeout=timeout,
                                    backend="nccl")):
         recorder.add(row)
-    return recorder.rows
+    lines = verdict(recorder.rows, sizes[-1])
+    if ep_shape is not None:
+        shape = dict(ep_shape, experts=ep_shape.get("experts", 8 * world))
+        measured = measure_ep(world, EP_CHUNKS, backend="nccl", repeats=5, timeout=timeout, **shape)
+        rows = ep_rows(measured, world, shape)
+        for row in rows:
+            recorder.add(row)
+        lines += ep_verdict(rows, measured)
+    return recorder.rows, lines
 
 
 def main(out=None) -> int:
     """The CLI's ``bench comm``: exit 0 with a message and no file on fewer than two GPUs."""
-    rows = run(out=out)
-    if rows is None:
+    measured = run(out=out)
+    if measured is None:
         print(f"workbench bench comm: needs at least {MIN_GPUS} GPUs, this machine has "
               f"{torch.cuda.device_count()}; nothing measured, nothing recorded")
         return 0
+    rows, lines = measured
     print(format_table(table(rows, ("op", "rung", "shape", "ms", "gbps", "vs_ref"))))
-    print("\n(shape: ranks x bytes; gbps: bus bandwidth; vs_ref: the library's time / the rung's)")
-    print("\n".join(verdict(rows)))
+    print("\n(shape: ranks x bytes, ep_moe: ranks x tokens x dim x hidden x top-k per rank; gbps: bus "
+          "bandwidth; vs_ref: the library's (the unchunked layer's) time / the rung's)")
+    print("\n".join(lines))
     if out:
         print(f"wrote {out}")
     return 0

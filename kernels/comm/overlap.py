@@ -94,6 +94,13 @@ def _rank_times(events: list[dict]) -> tuple[float, float, float]:
     return comm, compute, total
 
 
+def phase_seconds(events) -> tuple[float, float]:
+    """(T_comm, T_compute) summed over ranks: how balanced the two kinds of work are."""
+    events = _checked(events)
+    per_rank = [_rank_times([e for e in events if e["rank"] == r]) for r in sorted({e["rank"] for e in events})]
+    return sum(t[0] for t in per_rank), sum(t[1] for t in per_rank)
+
+
 def overlap_efficiency(events, rank: int | None = None) -> float:
     """``max(T_comm, T_compute) / T_total`` of one rank's events, or of all ranks' (``rank=None``).
 
