@@ -80,6 +80,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
+    # exercise begin: order
     if NUM_XCDS > 1:  # same arithmetic as xcd_remap() above
         per = tl.cdiv(tiles_m * tiles_n, NUM_XCDS)
         tall = tiles_m * tiles_n - (per - 1) * NUM_XCDS
@@ -91,6 +92,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
     pid_m = first_m + (pid % group_size) % rows_in_group
     pid_n = (pid % group_size) // rows_in_group
+    # exercise end
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)

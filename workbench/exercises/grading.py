@@ -9,6 +9,7 @@ the verdict says the speed was not checked.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from numbers import Number
 from types import ModuleType
@@ -75,21 +76,20 @@ def harness_verdict(exercise: KernelExercise, captured: list[Rung]) -> Verdict:
     shapes = exercise.shapes or tuple(spec.smoke_shapes[:2])
     dtypes = exercise.dtypes or entry.dtypes[:1]
     reports = []
-    for shape in shapes:
-        for dtype in dtypes:
-            try:
-                with cpu_guards(entry.kind):
-                    report = check_rung(entry, shape, dtype)
-            except NotImplementedError as error:
-                return Verdict(False, f"not done yet: {error}", tuple(reports))
-            except Exception as error:  # the learner's kernel broke: say how, and where
-                cause = _root_cause(error)
-                return Verdict(False, f"at shape {shape}, {dtype_name(dtype)}: "
-                                      f"{type(cause).__name__}: {cause}", tuple(reports))
-            reports.append(report)
-            if not report.passed:
-                return Verdict(False, f"at shape {shape}, {dtype_name(dtype)}: {report.message}",
-                               tuple(reports))
+    for shape, dtype, seed in itertools.product(shapes, dtypes, exercise.seeds or (None,)):
+        try:
+            with cpu_guards(entry.kind):
+                report = check_rung(entry, shape, dtype, seed=seed)
+        except NotImplementedError as error:
+            return Verdict(False, f"not done yet: {error}", tuple(reports))
+        except Exception as error:  # the learner's kernel broke: say how, and where
+            cause = _root_cause(error)
+            return Verdict(False, f"at shape {shape}, {dtype_name(dtype)}: "
+                                  f"{type(cause).__name__}: {cause}", tuple(reports))
+        reports.append(report)
+        if not report.passed:
+            return Verdict(False, f"at shape {shape}, {dtype_name(dtype)}: {report.message}",
+                           tuple(reports))
     fast_enough, speed = _speed(exercise, entry)
     checked = f"{len(reports)} checks ({', '.join(map(str, shapes))}; {', '.join(map(dtype_name, dtypes))}) passed"
     if not fast_enough:
