@@ -38,7 +38,7 @@ def test_traced_names_the_tile_of_each_program():
     a, b = kernels.spec("gemm").make_inputs((40, 50, 8), torch.float32, seed=0)  # 2 x 2 tiles of 32
     with tiles.traced(importlib.import_module(rung.module), "_gemm_grouped_kernel") as order:
         c = rung.fn(a, b)
-    assert order == [(0, 0), (1, 0), (0, 1), (1, 1)]   # GROUP_M 2: down a column, then right
-    torch.testing.assert_close(c, a @ b)               # the launch still completes
-    assert tiles.first_difference(order, [(0, 0), (0, 1), (1, 0), (1, 1)]) == 1
+    assert order == [((0, 0),), ((1, 0),), ((0, 1),), ((1, 1),)]  # GROUP_M 2: down a column, then right
+    torch.testing.assert_close(c, a @ b)                          # the launch still completes
+    assert tiles.first_difference(order, [((0, 0),), ((0, 1),), ((1, 0),), ((1, 1),)]) == 1
     assert tiles.first_difference(order, order) is None

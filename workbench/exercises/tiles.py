@@ -1,10 +1,11 @@
-"""Which output tile each program of a Triton launch writes: a program order made visible.
+"""Which output tiles each program of a Triton launch writes: a program order made visible.
 
-A program order (v3's grouped, XCD-remapped order) leaves the result right whatever it
-is, so the correctness harness cannot judge it. The interpreter runs a grid's programs one
-after another in id order; launching only the first n programs, for n = 1, 2, ..., on a
-poisoned output and watching which elements turn finite names the tile that program n - 1
-writes. That costs n(n+1)/2 programs for a grid of n: tiny shapes only.
+A program order (v3's grouped, XCD-remapped order, v6's persistent programs taking turns)
+leaves the result right whatever it is, so the correctness harness cannot judge it. The
+interpreter runs a grid's programs one after another in id order; launching only the
+first n programs, for n = 1, 2, ..., on a poisoned output and watching which elements
+turn finite names the tiles that program n - 1 writes. That costs n(n+1)/2 programs for
+a grid of n: tiny shapes only.
 """
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ import torch
 
 @contextmanager
 def traced(module: ModuleType, kernel: str, out: str = "c_ptr"):
-    """While inside, launches of ``module.<kernel>`` record, per program id, the
-    (tile row, tile column) of ``out`` it wrote (None: nothing it alone wrote) into the
-    list this yields; the launch itself still completes. Tiles are BLOCK_M x BLOCK_N."""
+    """While inside, launches of ``module.<kernel>`` (a 1-D grid) record, per program id, the
+    sorted (tile row, tile column) pairs of the ``out`` tiles it wrote first (an empty tuple:
+    none) into the list this yields; the launch itself still completes. Tiles are
+    BLOCK_M x BLOCK_N."""
     original = getattr(module, kernel)
     names = list(inspect.signature(original.fn).parameters)
-    order: list[tuple[int, int] | None] = []
+    order: list[tuple[tuple[int, int], ...]] = []
 
     class PrefixLauncher:
         def __getitem__(self, grid):
@@ -35,8 +37,8 @@ def traced(module: ModuleType, kernel: str, out: str = "c_ptr"):
                     original[(n,)](*args, **kwargs)
                     written = torch.isfinite(c)
                     fresh = (written & ~seen).nonzero()
-                    order.append(None if len(fresh) == 0 else
-                                 (int(fresh[:, 0].min()) // block[0], int(fresh[:, 1].min()) // block[1]))
+                    order.append(tuple(sorted({(int(r) // block[0], int(c) // block[1])
+                                               for r, c in fresh.tolist()})))
                     seen = written
             return run
 

@@ -21,42 +21,59 @@ from ..model import AnswerExercise, KernelExercise, Verdict
 
 ORDER_SHAPE = (91, 125, 9)    # 3 x 4 tiles of 32 on the interpreter: the last group is partial
 ORDER_XCDS = (1, 5)           # 5 XCDs do not divide 12 programs: the remap's uneven case
+UNITS_SHAPE = (37, 67, 100)   # 2 x 3 tiles on 4 programs: 4 whole tiles, 2 tail tiles in 2 K ranges
+
+
+def _trace(module, rung, kernel: str, shape, overrides: dict) -> list:
+    a, b = kernels.spec("gemm").make_inputs(shape, torch.float32, seed=0)
+    with tiles.traced(module, kernel) as order:
+        rung.fn(a, b, overrides=overrides)
+    return order
 
 
 @functools.lru_cache(maxsize=None)
-def _v3_order(xcds: int) -> tuple:
-    """The package's v3: the tile each program writes (traced once per process)."""
-    rung = kernels.get("gemm", "v3")
-    a, b = kernels.spec("gemm").make_inputs(ORDER_SHAPE, torch.float32, seed=0)
-    with tiles.traced(importlib.import_module(rung.module), "_gemm_grouped_kernel") as order:
-        rung.fn(a, b, overrides={"NUM_XCDS": xcds})
-    return tuple(order)
+def _package_trace(label: str, kernel: str, shape, overrides: tuple) -> tuple:
+    """The package's rung: the tiles each program writes (traced once per process)."""
+    rung = kernels.get("gemm", label)
+    return tuple(_trace(importlib.import_module(rung.module), rung, kernel, shape, dict(overrides)))
 
 
-def _tile(tile) -> str:
-    return "no tile of its own" if tile is None else f"tile (row {tile[0]}, col {tile[1]})"
+def _tiles(written) -> str:
+    return ("no tile of its own" if not written else
+            ", ".join(f"tile (row {r}, col {c})" for r, c in written))
+
+
+def _same_tiles(exercise, module, captured, kernel: str, shape, settings: tuple[dict, ...],
+                what: str) -> Verdict:
+    """The harness, then: every program writes the tiles the package's rung has it write."""
+    verdict = harness_verdict(exercise, captured)
+    if not verdict.passed:
+        return verdict
+    rung = next(r for r in captured if r.label == exercise.rung)
+    for overrides in settings:
+        mine = _trace(module, rung, kernel, shape, overrides)
+        theirs = _package_trace(exercise.rung, kernel, shape, tuple(sorted(overrides.items())))
+        pid = tiles.first_difference(mine, theirs)
+        if pid is not None:
+            setting = ", ".join(f"{k} {v}" for k, v in overrides.items())
+            return Verdict(False, f"correct ({verdict.message}), but not {exercise.rung}'s {what}: "
+                                  f"for M, N = {shape[0]}, {shape[1]} ({setting}), program {pid} "
+                                  f"writes {_tiles(mine[pid])}; {exercise.rung} has it write "
+                                  f"{_tiles(theirs[pid])}", verdict.reports, verdict.speed)
+    return Verdict(True, f"{verdict.message}; every program writes {exercise.rung}'s tiles",
+                   verdict.reports, verdict.speed)
 
 
 def _grade_order(module, captured) -> Verdict:
-    """The harness, then the learner's program -> tile map against v3's, traced on the CPU."""
-    verdict = harness_verdict(GROUPED_ORDER, captured)
-    if not verdict.passed:
-        return verdict
-    rung = next(r for r in captured if r.label == "v3")
-    a, b = kernels.spec("gemm").make_inputs(ORDER_SHAPE, torch.float32, seed=0)
-    for xcds in ORDER_XCDS:
-        with tiles.traced(module, "_gemm_grouped_kernel") as mine:
-            rung.fn(a, b, overrides={"NUM_XCDS": xcds})
-        theirs = _v3_order(xcds)
-        pid = tiles.first_difference(mine, theirs)
-        if pid is not None:
-            return Verdict(False, f"correct ({verdict.message}), but not v3's program order: for "
-                                  f"M, N = {ORDER_SHAPE[0]}, {ORDER_SHAPE[1]} in 32 x 32 tiles, GROUP_M 2, "
-                                  f"NUM_XCDS {xcds}, program {pid} computes {_tile(mine[pid])}; "
-                                  f"v3's order gives it {_tile(theirs[pid])}",
-                           verdict.reports, verdict.speed)
-    return Verdict(True, f"{verdict.message}; every program computes v3's tile (NUM_XCDS "
-                         f"{' and '.join(map(str, ORDER_XCDS))})", verdict.reports, verdict.speed)
+    """v3: the learner's program -> tile map against v3's, with and without the XCD remap."""
+    return _same_tiles(GROUPED_ORDER, module, captured, "_gemm_grouped_kernel", ORDER_SHAPE,
+                       tuple({"NUM_XCDS": x} for x in ORDER_XCDS), "program order (32 x 32 tiles, GROUP_M 2)")
+
+
+def _grade_units(module, captured) -> Verdict:
+    """v6: each persistent program writes the whole tiles of its own turns, no more."""
+    return _same_tiles(PERSISTENT, module, captured, "_gemm_persistent_kernel", UNITS_SHAPE,
+                       ({"NUM_XCDS": 1},), "share of the work units (4 programs)")
 
 
 def _grade_peel(module, captured) -> Verdict:
@@ -358,6 +375,14 @@ for unit in range(pid, num_units, NUM_PROGS):
     k_lo = tl.where(split_unit, (sk % SPLITS) * SPLIT_K, 0)
     k_hi = tl.where(split_unit, k_lo + SPLIT_K, K)
 """},
+        "every program takes every unit from its own on": {"units": """
+for unit in range(pid, num_units):
+    split_unit = unit >= DP_TILES
+    sk = tl.maximum(unit - DP_TILES, 0)
+    tile = tl.where(split_unit, DP_TILES + sk // SPLITS, unit)
+    k_lo = tl.where(split_unit, (sk % SPLITS) * SPLIT_K, 0)
+    k_hi = tl.where(split_unit, tl.minimum(K, k_lo + SPLIT_K), K)
+"""},
         "tail units taken as whole tiles": {"units": """
 for unit in range(pid, num_units, NUM_PROGS):
     split_unit = unit < 0
@@ -367,8 +392,7 @@ for unit in range(pid, num_units, NUM_PROGS):
     k_hi = K
 """},
     },
-    # 2 x 3 tiles on 4 programs: 4 whole tiles, 2 tail tiles in 2 K ranges each; K ragged
-    shapes=((37, 67, 100),), dtypes=(torch.float32,),
+    shapes=(UNITS_SHAPE,), dtypes=(torch.float32,), grade=_grade_units,
 )
 
 V6_SPLIT = AnswerExercise(
