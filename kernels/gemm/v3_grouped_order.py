@@ -103,6 +103,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
     b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # exercise begin: kloop
     for k0 in range(0, K, BLOCK_K):
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k0 < K), other=0.0)
         b = tl.load(b_ptrs, mask=(ks[:, None] + k0 < K) & (cols[None, :] < N), other=0.0)
@@ -112,6 +113,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
         a_ptrs += a_step
         b_ptrs += b_step
+    # exercise end
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols.to(tl.int64)[None, :] * stride_cn

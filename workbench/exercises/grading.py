@@ -97,6 +97,14 @@ def harness_verdict(exercise: KernelExercise, captured: list[Rung]) -> Verdict:
     return Verdict(True, checked, tuple(reports), speed)
 
 
+def with_idea(harness: Verdict, missing: str | None, seen: str) -> Verdict:
+    """A correct rung judged on its idea too: ``missing`` says what the idea's own check did
+    not find (None: it found it), ``seen`` what it saw when it passed."""
+    if missing:
+        return Verdict(False, f"correct ({harness.message}), but {missing}", harness.reports, harness.speed)
+    return Verdict(harness.passed, f"{harness.message}; {seen}", harness.reports, harness.speed)
+
+
 def _matches(given, expected, tolerance: float) -> bool:
     if isinstance(expected, str):
         return isinstance(given, str) and given.strip().lower() == expected.strip().lower()

@@ -15,9 +15,16 @@ import torch
 
 import kernels
 
-from .. import tiles
-from ..grading import harness_verdict
+from .. import source, tiles
+from ..grading import harness_verdict, with_idea
 from ..model import AnswerExercise, KernelExercise, Verdict
+from ..source import variant
+
+NAIVE_MODULE = "kernels.gemm.v0_simt_naive"
+ORDER_MODULE = "kernels.gemm.v3_grouped_order"
+PIPELINE_MODULE = "kernels.gemm.v4_lds_pipeline"
+AUTOTUNED_MODULE = "kernels.gemm.v5_autotuned"
+PERSISTENT_MODULE = "kernels.gemm.v6_persistent"
 
 ORDER_SHAPE = (91, 125, 9)    # 3 x 4 tiles of 32 on the interpreter: the last group is partial
 ORDER_XCDS = (1, 5)           # 5 XCDs do not divide 12 programs: the remap's uneven case
@@ -56,12 +63,11 @@ def _same_tiles(exercise, module, captured, kernel: str, shape, settings: tuple[
         pid = tiles.first_difference(mine, theirs)
         if pid is not None:
             setting = ", ".join(f"{k} {v}" for k, v in overrides.items())
-            return Verdict(False, f"correct ({verdict.message}), but not {exercise.rung}'s {what}: "
-                                  f"for M, N = {shape[0]}, {shape[1]} ({setting}), program {pid} "
-                                  f"writes {_tiles(mine[pid])}; {exercise.rung} has it write "
-                                  f"{_tiles(theirs[pid])}", verdict.reports, verdict.speed)
-    return Verdict(True, f"{verdict.message}; every program writes {exercise.rung}'s tiles",
-                   verdict.reports, verdict.speed)
+            return with_idea(verdict, f"not {exercise.rung}'s {what}: for M, N = {shape[0]}, "
+                                      f"{shape[1]} ({setting}), program {pid} writes "
+                                      f"{_tiles(mine[pid])}; {exercise.rung} has it write "
+                                      f"{_tiles(theirs[pid])}", "")
+    return with_idea(verdict, None, f"every program writes {exercise.rung}'s tiles")
 
 
 def _grade_order(module, captured) -> Verdict:
@@ -86,12 +92,9 @@ def _grade_peel(module, captured) -> Verdict:
     report = isa.inspect("gemm", "v4", "gfx942", source=module.__file__)
     compares = [line.strip() for line in report.hot_loop.splitlines()
                 if (isa_parse.mnemonic(line) or "").startswith("v_cmp")]
-    if compares:
-        return Verdict(False, f"correct ({verdict.message}), but your gfx942 hot loop still "
-                              f"tests every K step: {compares[0]} ({len(compares)} vector compares "
-                              f"in the loop)", verdict.reports, verdict.speed)
-    return Verdict(True, f"{verdict.message}; your gfx942 hot loop holds no vector compare",
-                   verdict.reports, verdict.speed)
+    return with_idea(verdict, compares and f"your gfx942 hot loop still tests every K step: "
+                                           f"{compares[0]} ({len(compares)} vector compares in the loop)",
+                     "your gfx942 hot loop holds no vector compare")
 
 
 def _v4_waves_per_simd(waves_per_eu: int) -> int:
@@ -112,7 +115,7 @@ def _v6_split(shape, tile) -> list[int]:
 
 
 NAIVE = KernelExercise(
-    key="gemm/v0", module="kernels.gemm.v0_simt_naive", op="gemm", rung="v0",
+    key="gemm/v0", module=NAIVE_MODULE, op="gemm", rung="v0",
     title="One thread, one element of C",
     task="Thread (row, col) of the grid computes C[row, col]: walk K, accumulate "
          "A[row, k] * B[k, col] in an fp32 register, write C once. The grid is rounded up to "
@@ -126,33 +129,16 @@ NAIVE = KernelExercise(
         "if row < c.shape[0] and col < c.shape[1]: the loop, then c[row, col] = acc, inside the if.",
     ),
     wrong={
-        "off-by-one bound check": {"element": """
-if row <= c.shape[0] and col <= c.shape[1]:
-    acc = float32(0.0)
-    for k in range(a.shape[1]):
-        acc += float32(a[row, k]) * float32(b[k, col])
-    c[row, col] = acc
-"""},
-        "B indexed as if transposed": {"element": """
-if row < c.shape[0] and col < c.shape[1]:
-    acc = float32(0.0)
-    for k in range(a.shape[1]):
-        acc += float32(a[row, k]) * float32(b[col, k])
-    c[row, col] = acc
-"""},
-        "K loop over the columns of C": {"element": """
-if row < c.shape[0] and col < c.shape[1]:
-    acc = float32(0.0)
-    for k in range(c.shape[1]):
-        acc += float32(a[row, k]) * float32(b[k, col])
-    c[row, col] = acc
-"""},
+        "off-by-one bound check": variant(
+            NAIVE_MODULE, "element", ("row < c.shape[0] and col < c.shape[1]", "row <= c.shape[0] and col <= c.shape[1]")),
+        "B indexed as if transposed": variant(NAIVE_MODULE, "element", ("b[k, col]", "b[col, k]")),
+        "K loop over the columns of C": variant(NAIVE_MODULE, "element", ("range(a.shape[1])", "range(c.shape[1])")),
     },
     shapes=((19, 21, 37),), dtypes=(torch.float32,),
 )
 
 GROUPED_ORDER = KernelExercise(
-    key="gemm/v3", module="kernels.gemm.v3_grouped_order", op="gemm", rung="v3",
+    key="gemm/v3", module=ORDER_MODULE, op="gemm", rung="v3",
     title="Grouped, XCD-aware program order",
     task="The grid is 1-D; map program id pid to a tile (pid_m, pid_n). First remap pid so that "
          "each of the NUM_XCDS L2 caches receives a contiguous run of ids (the hardware deals ids "
@@ -173,98 +159,45 @@ GROUPED_ORDER = KernelExercise(
         "pid_n = (pid % group_size) // rows_in_group.",
     ),
     wrong={
-        "grouping without the XCD remap": {"order": """
-group_size = GROUP_M * tiles_n
-first_m = (pid // group_size) * GROUP_M
-rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
-pid_m = first_m + (pid % group_size) % rows_in_group
-pid_n = (pid % group_size) // rows_in_group
-"""},
-        "last group assumed full": {"order": """
-if NUM_XCDS > 1:
-    per = tl.cdiv(tiles_m * tiles_n, NUM_XCDS)
-    tall = tiles_m * tiles_n - (per - 1) * NUM_XCDS
-    xcd = pid % NUM_XCDS
-    pid = xcd * per - tl.maximum(xcd - tall, 0) + pid // NUM_XCDS
-group_size = GROUP_M * tiles_n
-first_m = (pid // group_size) * GROUP_M
-pid_m = first_m + (pid % group_size) % GROUP_M
-pid_n = (pid % group_size) // GROUP_M
-"""},
-        "XCD remap for an even split only": {"order": """
-if NUM_XCDS > 1:
-    per = tl.cdiv(tiles_m * tiles_n, NUM_XCDS)
-    pid = (pid % NUM_XCDS) * per + pid // NUM_XCDS
-group_size = GROUP_M * tiles_n
-first_m = (pid // group_size) * GROUP_M
-rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
-pid_m = first_m + (pid % group_size) % rows_in_group
-pid_n = (pid % group_size) // rows_in_group
-"""},
+        "row-major inside each group": variant(
+            ORDER_MODULE, "order", ("(pid % group_size) % rows_in_group", "(pid % group_size) // tiles_n"),
+            ("(pid % group_size) // rows_in_group", "(pid % group_size) % tiles_n")),
+        "last group assumed full": variant(
+            ORDER_MODULE, "order", ("% rows_in_group", "% GROUP_M"), ("// rows_in_group", "// GROUP_M")),
+        "XCD remap for an even split only": variant(
+            ORDER_MODULE, "order", ("xcd * per - tl.maximum(xcd - tall, 0)", "xcd * per")),
     },
     shapes=((37, 45, 41),), dtypes=(torch.float32,), grade=_grade_order,
 )
 
 LDS_PIPELINE = KernelExercise(
-    key="gemm/v4", module="kernels.gemm.v4_lds_pipeline", op="gemm", rung="v4",
+    key="gemm/v4", module=PIPELINE_MODULE, op="gemm", rung="v4",
     title="A K loop the pipeliner can overlap: the ragged step peeled",
     task="The K loop below is v3's: every step masks its loads with the K bound. Rewrite it so "
          "the loop runs only over the full BLOCK_K steps, masking rows and columns only, and the "
          "ragged last step (when K is not a multiple of BLOCK_K) runs once after the loop with "
          "the K mask. The result is the same; the checker compiles your file for gfx942 and "
          "looks for the K compare in the hot loop.",
-    todo={"peel": """
-for k0 in range(0, K, BLOCK_K):  # TODO: loop over the full steps only, then peel the ragged one
-    a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k0 < K), other=0.0)
-    b = tl.load(b_ptrs, mask=(ks[:, None] + k0 < K) & (cols[None, :] < N), other=0.0)
-    if INTERP_BF16:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
-    a_ptrs += a_step
-    b_ptrs += b_step
-"""},
+    todo={"peel": "# TODO: loop over the full BLOCK_K steps only, then peel the ragged one\n"
+                  + source.blocks(source.module_source(ORDER_MODULE))["kloop"].text},
     hints=(
         "k_full = (K // BLOCK_K) * BLOCK_K is where the full steps end; inside range(0, k_full, "
         "BLOCK_K) no k is ever past K, so only the row and column masks remain.",
         "After the loop, `if k_full < K:` one more step: a_ptrs and b_ptrs already point at "
-        "k_full, and the loads need the K mask ks + k_full < K (and the row/column masks).",
-        "Compare v3_grouped_order.py with what you have: the loop body keeps its dot and pointer "
-        "steps; the peeled step is the body once more with mask=(rows[:, None] < M) & "
-        "(ks[None, :] + k_full < K) for A and (ks[:, None] + k_full < K) & (cols[None, :] < N) for B.",
+        "k_full, and its loads need the K mask ks + k_full < K besides the row/column masks.",
+        "The peeled step is the loop body once more without the pointer steps, with "
+        "mask=(rows[:, None] < M) & (ks[None, :] + k_full < K) for A and "
+        "(ks[:, None] + k_full < K) & (cols[None, :] < N) for B.",
     ),
     wrong={
-        "ragged step dropped": {"peel": """
-k_full = (K // BLOCK_K) * BLOCK_K
-for k0 in range(0, k_full, BLOCK_K):
-    a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-    b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
-    if INTERP_BF16:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    acc = tl.dot(a, b, acc, input_precision="ieee")
-    a_ptrs += a_step
-    b_ptrs += b_step
-"""},
-        "peeled step without the K mask": {"peel": """
-k_full = (K // BLOCK_K) * BLOCK_K
-for k0 in range(0, k_full, BLOCK_K):
-    a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-    b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
-    if INTERP_BF16:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    acc = tl.dot(a, b, acc, input_precision="ieee")
-    a_ptrs += a_step
-    b_ptrs += b_step
-if k_full < K:
-    a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-    b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
-    if INTERP_BF16:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
-    acc = tl.dot(a, b, acc, input_precision="ieee")
-"""},
+        "K bound rounded up": variant(
+            PIPELINE_MODULE, "peel", ("k_full = (K // BLOCK_K) * BLOCK_K", "k_full = tl.cdiv(K, BLOCK_K) * BLOCK_K")),
+        "peeled step without the K mask": variant(
+            PIPELINE_MODULE, "peel", ("(rows[:, None] < M) & (ks[None, :] + k_full < K)", "rows[:, None] < M"),
+            ("(ks[:, None] + k_full < K) & (cols[None, :] < N)", "cols[None, :] < N")),
+        "off-by-one K mask in the peeled step": variant(
+            PIPELINE_MODULE, "peel", ("ks[None, :] + k_full < K", "ks[None, :] + k_full <= K"),
+            ("ks[:, None] + k_full < K", "ks[:, None] + k_full <= K")),
     },
     shapes=((37, 45, 41),), dtypes=(torch.float32,), grade=_grade_peel,
 )
@@ -285,12 +218,13 @@ V4_WAVES = AnswerExercise(
         "waves per SIMD, and how many waves per SIMD is that?",
     ),
     wrong=(3, 4, 8),
-    explain="The compiler's own figure (`; Occupancy:`) is per wave; whole workgroups of "
-            "num_warps waves round it down, which is why waves_per_eu between the steps buys nothing.",
+    explain="The compiler's own figure (`; Occupancy:`) counts single waves; whole workgroups of "
+            "num_warps waves round it down, so a cap between two whole-workgroup steps buys "
+            "nothing over the lower one.",
 )
 
 AUTOTUNED = KernelExercise(
-    key="gemm/v5", module="kernels.gemm.v5_autotuned", op="gemm", rung="v5",
+    key="gemm/v5", module=AUTOTUNED_MODULE, op="gemm", rung="v5",
     title="A K loop with no mask: wrapped rows and columns",
     task="The loads of v5's loop carry no mask at all. Compute the row and column offsets of "
          "this tile so that every load stays inside A and B: rows past M and columns past N must "
@@ -306,10 +240,9 @@ AUTOTUNED = KernelExercise(
         "rows = (offs_m % M).to(tl.int64) and cols = (offs_n % N).to(tl.int64).",
     ),
     wrong={
-        "wrapped by the block size": {"wrap": "rows = (offs_m % BLOCK_M).to(tl.int64)\n"
-                                              "cols = (offs_n % BLOCK_N).to(tl.int64)"},
-        "columns not wrapped": {"wrap": "rows = (offs_m % M).to(tl.int64)\n"
-                                        "cols = offs_n.to(tl.int64)"},
+        "wrapped by the block size": variant(
+            AUTOTUNED_MODULE, "wrap", ("offs_m % M", "offs_m % BLOCK_M"), ("offs_n % N", "offs_n % BLOCK_N")),
+        "columns not wrapped": variant(AUTOTUNED_MODULE, "wrap", ("(offs_n % N)", "offs_n")),
     },
     shapes=((37, 45, 41),), dtypes=(torch.float32,),
 )
@@ -333,7 +266,7 @@ V5_PRUNE = AnswerExercise(
 )
 
 PERSISTENT = KernelExercise(
-    key="gemm/v6", module="kernels.gemm.v6_persistent", op="gemm", rung="v6",
+    key="gemm/v6", module=PERSISTENT_MODULE, op="gemm", rung="v6",
     title="Persistent programs: loop over the work units",
     task="NUM_PROGS programs run for the whole GEMM. Write the loop header and decode each work "
          "unit: units 0 .. DP_TILES-1 are whole tiles; each later unit is one of SPLITS K ranges "
@@ -359,38 +292,15 @@ for unit in range(pid, pid + 1):  # TODO: every unit of this program, not just i
         "tl.minimum(K, k_lo + SPLIT_K), K): the last range stops at K.",
     ),
     wrong={
-        "split index and K range swapped": {"units": """
-for unit in range(pid, num_units, NUM_PROGS):
-    split_unit = unit >= DP_TILES
-    sk = tl.maximum(unit - DP_TILES, 0)
-    tile = tl.where(split_unit, DP_TILES + sk % SPLITS, unit)
-    k_lo = tl.where(split_unit, (sk // SPLITS) * SPLIT_K, 0)
-    k_hi = tl.where(split_unit, tl.minimum(K, k_lo + SPLIT_K), K)
-"""},
-        "last K range not cut at K": {"units": """
-for unit in range(pid, num_units, NUM_PROGS):
-    split_unit = unit >= DP_TILES
-    sk = tl.maximum(unit - DP_TILES, 0)
-    tile = tl.where(split_unit, DP_TILES + sk // SPLITS, unit)
-    k_lo = tl.where(split_unit, (sk % SPLITS) * SPLIT_K, 0)
-    k_hi = tl.where(split_unit, k_lo + SPLIT_K, K)
-"""},
-        "every program takes every unit from its own on": {"units": """
-for unit in range(pid, num_units):
-    split_unit = unit >= DP_TILES
-    sk = tl.maximum(unit - DP_TILES, 0)
-    tile = tl.where(split_unit, DP_TILES + sk // SPLITS, unit)
-    k_lo = tl.where(split_unit, (sk % SPLITS) * SPLIT_K, 0)
-    k_hi = tl.where(split_unit, tl.minimum(K, k_lo + SPLIT_K), K)
-"""},
-        "tail units taken as whole tiles": {"units": """
-for unit in range(pid, num_units, NUM_PROGS):
-    split_unit = unit < 0
-    sk = 0
-    tile = unit
-    k_lo = 0
-    k_hi = K
-"""},
+        "split index and K range swapped": variant(
+            PERSISTENT_MODULE, "units", ("DP_TILES + sk // SPLITS", "DP_TILES + sk % SPLITS"),
+            ("(sk % SPLITS) * SPLIT_K", "(sk // SPLITS) * SPLIT_K")),
+        "last K range not cut at K": variant(
+            PERSISTENT_MODULE, "units", ("tl.minimum(K, k_lo + SPLIT_K)", "k_lo + SPLIT_K")),
+        "every program takes every unit from its own on": variant(
+            PERSISTENT_MODULE, "units", ("range(pid, num_units, NUM_PROGS)", "range(pid, num_units)")),
+        "off-by-one: the first tail unit taken as a whole tile": variant(
+            PERSISTENT_MODULE, "units", ("unit >= DP_TILES", "unit > DP_TILES")),
     },
     shapes=(UNITS_SHAPE,), dtypes=(torch.float32,), grade=_grade_units,
 )

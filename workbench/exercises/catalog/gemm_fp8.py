@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from ..grading import harness_verdict
+from ..grading import harness_verdict, with_idea
 from ..model import AnswerExercise, KernelExercise, Verdict
+from ..source import variant
+
+UPCAST_MODULE = "kernels.gemm_fp8.v0_triton_upcast"
 
 SEEDS = (0, 1)   # per-tensor scales, then per-row/per-column scales
 SHAPES = ((37, 29, 53),)
@@ -26,13 +29,10 @@ def _grade_fp8_dot(module, captured) -> Verdict:
         return verdict
     report = isa.inspect("gemm_fp8", "v1", "gfx942", source=module.__file__)
     fp8 = [name for name in report.matrix_instructions if "fp8" in name]
-    if not fp8:
-        found = ", ".join(report.matrix_instructions) or "no matrix instruction"
-        return Verdict(False, f"correct ({verdict.message}), but your kernel does not use the FP8 "
-                              f"matrix cores: on gfx942 it compiles to {found}",
-                       verdict.reports, verdict.speed)
-    return Verdict(True, f"{verdict.message}; on gfx942 your kernel runs {', '.join(fp8)}",
-                   verdict.reports, verdict.speed)
+    found = ", ".join(report.matrix_instructions) or "no matrix instruction"
+    return with_idea(verdict, not fp8 and f"your kernel does not use the FP8 matrix cores: on "
+                                          f"gfx942 it compiles to {found}",
+                     f"on gfx942 your kernel runs {', '.join(fp8)}")
 
 
 def _gfx942_fp8_max() -> float:
@@ -41,7 +41,7 @@ def _gfx942_fp8_max() -> float:
 
 
 UPCAST = KernelExercise(
-    key="gemm_fp8/v0", module="kernels.gemm_fp8.v0_triton_upcast", op="gemm_fp8", rung="v0",
+    key="gemm_fp8/v0", module=UPCAST_MODULE, op="gemm_fp8", rung="v0",
     title="Dequantize in the epilogue: the scales after the K loop",
     task="acc holds the tile of A_fp8 @ B_fp8 in fp32. Apply the dequantization scales: C = "
          "s_a * (A_fp8 @ B_fp8) * s_b, with one scale per row of A (s_a) and one per column of "
@@ -57,20 +57,13 @@ UPCAST = KernelExercise(
         "columns, the column scale along rows.",
     ),
     wrong={
-        "scales divided out instead of multiplied": {"scales": """
-scale_a = tl.load(sa_ptr + rows.to(tl.int64) * stride_sa, mask=rows < M, other=1.0)
-scale_b = tl.load(sb_ptr + cols.to(tl.int64) * stride_sb, mask=cols < N, other=1.0)
-acc = acc / scale_a[:, None] / scale_b[None, :]
-"""},
-        "A's scale read per column": {"scales": """
-scale_a = tl.load(sa_ptr + cols.to(tl.int64) * stride_sa, mask=cols < M, other=0.0)
-scale_b = tl.load(sb_ptr + cols.to(tl.int64) * stride_sb, mask=cols < N, other=0.0)
-acc = acc * scale_a[None, :] * scale_b[None, :]
-"""},
-        "B's scale forgotten": {"scales": """
-scale_a = tl.load(sa_ptr + rows.to(tl.int64) * stride_sa, mask=rows < M, other=0.0)
-acc = acc * scale_a[:, None]
-"""},
+        "scales divided out instead of multiplied": variant(
+            UPCAST_MODULE, "scales", ("acc * scale_a[:, None] * scale_b[None, :]",
+                                      "acc / scale_a[:, None] / scale_b[None, :]")),
+        "A's scale read per column": variant(
+            UPCAST_MODULE, "scales", ("rows.to(tl.int64) * stride_sa, mask=rows < M",
+                                      "cols.to(tl.int64) * stride_sa, mask=cols < N")),
+        "B's scale forgotten": variant(UPCAST_MODULE, "scales", (" * scale_b[None, :]", "")),
     },
     shapes=SHAPES, dtypes=DTYPES, seeds=SEEDS,
 )

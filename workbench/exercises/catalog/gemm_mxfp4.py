@@ -4,10 +4,12 @@ from __future__ import annotations
 from kernels.gemm_mxfp4.formats import FORMAT
 
 from ..model import KernelExercise
+from ..source import variant
+
+MODULE = "kernels.gemm_mxfp4.v0_triton_dot_scaled"
 
 DOT_SCALED = KernelExercise(
-    key="gemm_mxfp4/v0", module="kernels.gemm_mxfp4.v0_triton_dot_scaled", op="gemm_mxfp4",
-    rung="v0",
+    key="gemm_mxfp4/v0", module=MODULE, op="gemm_mxfp4", rung="v0",
     title="Block scales inside the dot: tl.dot_scaled",
     task="a and b hold this K step's packed e2m1 tiles (two elements per byte). Every 32 "
          "elements along K have their own e8m0 scale, so unlike FP8 the scales cannot wait for "
@@ -25,19 +27,12 @@ DOT_SCALED = KernelExercise(
         "sb the same with cols and N, then acc = tl.dot_scaled(a, sa, \"e2m1\", b, sb, \"e2m1\", acc).",
     ),
     wrong={
-        "scales of A and B swapped": {"scaled_dot": """
-sa = tl.load(sa_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < k_scales), other=0)
-sb = tl.load(sb_ptrs, mask=(cols[:, None] < N) & (ks[None, :] < k_scales), other=0)
-acc = tl.dot_scaled(a, sb, "e2m1", b, sa, "e2m1", acc)
-"""},
-        "scale rows not masked": {"scaled_dot": """
-sa = tl.load(sa_ptrs, mask=ks[None, :] < k_scales, other=0)
-sb = tl.load(sb_ptrs, mask=ks[None, :] < k_scales, other=0)
-acc = tl.dot_scaled(a, sa, "e2m1", b, sb, "e2m1", acc)
-"""},
-        "block scales left out": {"scaled_dot": """
-acc = tl.dot_scaled(a, None, "e2m1", b, None, "e2m1", acc)
-"""},
+        "scales of A and B swapped": variant(
+            MODULE, "scaled_dot", ('(a, sa, "e2m1", b, sb, ', '(a, sb, "e2m1", b, sa, ')),
+        "scale rows not masked": variant(
+            MODULE, "scaled_dot", ("(rows[:, None] < M) & (ks", "(ks"), ("(cols[:, None] < N) & (ks", "(ks")),
+        "block scales left out": variant(
+            MODULE, "scaled_dot", ('(a, sa, "e2m1", b, sb, ', '(a, None, "e2m1", b, None, ')),
     },
     shapes=((37, 29, 53), (5, 67, 96)), dtypes=(FORMAT,),
 )
