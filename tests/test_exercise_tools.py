@@ -9,6 +9,7 @@ import torch
 
 import kernels
 from workbench import exercises, isa
+from workbench.source import rung_diff
 from workbench.exercises import source, tiles
 
 
@@ -42,3 +43,10 @@ def test_traced_names_the_tile_of_each_program():
     torch.testing.assert_close(c, a @ b)                          # the launch still completes
     assert tiles.first_difference(order, [((0, 0),), ((0, 1),), ((1, 0),), ((1, 1),)]) == 1
     assert tiles.first_difference(order, order) is None
+
+
+def test_rung_diffs_leave_the_exercise_markers_out():
+    diff = rung_diff(kernels.get("gemm", "v3"))        # v2 and v3 both carry marked blocks
+    assert "# exercise" not in diff
+    assert "+    pid_m = first_m + (pid % group_size) % rows_in_group" in diff
+    assert "for k0 in range(0, K, BLOCK_K)" not in diff   # the K loop is the same in both

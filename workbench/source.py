@@ -38,11 +38,13 @@ def previous_rung(rung: Rung) -> Rung | None:
 def rung_diff(rung: Rung, base: Rung | None = None, context: int = 3) -> str:
     """Unified diff of the code (docstrings left out: pages show them whole) from ``base``
     (default: the rung below) to ``rung``; "" when there is none."""
+    from .exercises.source import without_markers  # exercise markers are comments, not the idea
+
     base = base or previous_rung(rung)
     if base is None:
         return ""
-    old = rung_source(base, docstring=False).splitlines(keepends=True)
-    new = rung_source(rung, docstring=False).splitlines(keepends=True)
+    old = without_markers(rung_source(base, docstring=False)).splitlines(keepends=True)
+    new = without_markers(rung_source(rung, docstring=False)).splitlines(keepends=True)
     return "".join(difflib.unified_diff(old, new, fromfile=f"{base.module}.py",
                                         tofile=f"{rung.module}.py", n=context))
 
