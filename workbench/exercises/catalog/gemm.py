@@ -97,6 +97,17 @@ def _grade_peel(module, captured) -> Verdict:
                      "your gfx942 hot loop holds no vector compare")
 
 
+def _v0_bytes_read(shape, dtype: torch.dtype) -> float:
+    """Every thread reads K elements of A and K of B: 2 M N K loads, one per multiply-add."""
+    return kernels.spec("gemm").flops(shape) * dtype.itemsize
+
+
+def _v2_mfma_per_step() -> int:
+    from ... import isa, isa_parse
+    loop = isa.inspect("gemm", "v2", "gfx942").hot_loop.splitlines()
+    return sum((isa_parse.mnemonic(line) or "").startswith("v_mfma") for line in loop)
+
+
 def _v4_waves_per_simd(waves_per_eu: int) -> int:
     from ... import isa
     return isa.inspect("gemm", "v4", "gfx942", overrides={"waves_per_eu": waves_per_eu}).occupancy.value
@@ -135,6 +146,39 @@ NAIVE = KernelExercise(
         "K loop over the columns of C": variant(NAIVE_MODULE, "element", ("range(a.shape[1])", "range(c.shape[1])")),
     },
     shapes=((19, 21, 37),), dtypes=(torch.float32,),
+)
+
+V0_BYTES = AnswerExercise(
+    key="gemm/v0-bytes", title="What v0 reads from global memory",
+    question="v0 computes a 4096 x 4096 x 4096 fp32 GEMM, one thread per element of C, each "
+             "thread reading its row of A and its column of B. Leaving caches aside, how many "
+             "bytes does it read from global memory in all?",
+    answer=lambda: _v0_bytes_read((4096, 4096, 4096), torch.float32),
+    hints=(
+        "Count per thread first: how many elements of A and of B does one thread load?",
+        "There are M x N threads, each loading K elements of A and K of B, 4 bytes each.",
+        "2 * M * N * K * 4 bytes: the same count as the FLOPs, times 4, so 0.25 FLOP/byte.",
+    ),
+    wrong=(3 * 4096**2 * 4, 4096**3 * 4, 2 * 4096**3),
+    tolerance=0.01,
+    explain="One load per multiply-add: 0.25 FLOP/byte, so the HBM roof alone caps v0 at a "
+            "quarter of the bandwidth in FLOP/s (model), and the strided walk down B gets less.",
+)
+
+V2_MFMA = AnswerExercise(
+    key="gemm/v2-mfma", title="MFMAs per K step in v2's hot loop",
+    question="v2 computes a 128 x 128 tile with 8 wavefronts and BLOCK_K 64. How many MFMA "
+             "instructions does one wavefront issue per K step on gfx942? Count them in "
+             'workbench.isa.inspect("gemm", "v2").highlighted_loop().',
+    answer=_v2_mfma_per_step,
+    hints=(
+        "The hot loop is one K step; the lines marked M are the matrix-core instructions.",
+        "Check it by arithmetic: the tile's multiply-adds per K step, divided by one MFMA's "
+        "(the instruction name says M x N x K), divided by the wavefronts.",
+        "128 * 128 * 64 / (32 * 32 * 8) MFMAs per program, shared by 8 wavefronts.",
+    ),
+    wrong=(128, 8, 64),
+    explain="Each v_mfma_f32_32x32x8 is a 32x32x8 multiply-add for a whole wavefront.",
 )
 
 GROUPED_ORDER = KernelExercise(
@@ -326,6 +370,7 @@ V6_SPLIT = AnswerExercise(
 
 EXERCISES = (
     NAIVE,
+    V0_BYTES,
     KernelExercise(
         key="gemm/v1", module="kernels.gemm.v1_simt_lds_tiled", op="gemm", rung="v1",
         title="Stage tiles of A and B in shared memory (LDS)",
@@ -399,6 +444,7 @@ b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
         },
         shapes=((37, 45, 41),), dtypes=(torch.float32,),
     ),
+    V2_MFMA,
     GROUPED_ORDER,
     LDS_PIPELINE,
     V4_WAVES,
