@@ -31,7 +31,7 @@ def traced(module: ModuleType, kernel: str, out: str = "c_ptr"):
             def run(*args, **kwargs):
                 c = {**dict(zip(names, args)), **kwargs}[out]
                 block = (kwargs["BLOCK_M"], kwargs["BLOCK_N"])
-                seen = torch.zeros(c.shape, dtype=torch.bool)
+                seen = torch.zeros(c.shape, dtype=torch.bool, device=c.device)
                 for n in range(1, grid[0] + 1):
                     c.fill_(float("nan"))
                     original[(n,)](*args, **kwargs)

@@ -29,10 +29,11 @@ PERSISTENT_MODULE = "kernels.gemm.v6_persistent"
 ORDER_SHAPE = (91, 125, 9)    # 3 x 4 tiles of 32 on the interpreter: the last group is partial
 ORDER_XCDS = (1, 5)           # 5 XCDs do not divide 12 programs: the remap's uneven case
 UNITS_SHAPE = (37, 67, 100)   # 2 x 3 tiles on 4 programs: 4 whole tiles, 2 tail tiles in 2 K ranges
+TRACE_TILE = {"BLOCK_M": 32, "BLOCK_N": 32}  # the interpreter's tiles, pinned on a GPU too
 
 
 def _trace(module, rung, kernel: str, shape, overrides: dict) -> list:
-    a, b = kernels.spec("gemm").make_inputs(shape, torch.float32, seed=0)
+    a, b = kernels.spec("gemm").make_inputs(shape, torch.float32, kernels.backend.current().device, seed=0)
     with tiles.traced(module, kernel) as order:
         rung.fn(a, b, overrides=overrides)
     return order
@@ -73,13 +74,15 @@ def _same_tiles(exercise, module, captured, kernel: str, shape, settings: tuple[
 def _grade_order(module, captured) -> Verdict:
     """v3: the learner's program -> tile map against v3's, with and without the XCD remap."""
     return _same_tiles(GROUPED_ORDER, module, captured, "_gemm_grouped_kernel", ORDER_SHAPE,
-                       tuple({"NUM_XCDS": x} for x in ORDER_XCDS), "program order (32 x 32 tiles, GROUP_M 2)")
+                       tuple({**TRACE_TILE, "GROUP_M": 2, "NUM_XCDS": x} for x in ORDER_XCDS),
+                       "program order")
 
 
 def _grade_units(module, captured) -> Verdict:
     """v6: each persistent program writes the whole tiles of its own turns, no more."""
     return _same_tiles(PERSISTENT, module, captured, "_gemm_persistent_kernel", UNITS_SHAPE,
-                       ({"NUM_XCDS": 1},), "share of the work units (4 programs)")
+                       ({**TRACE_TILE, "BLOCK_K": 32, "NUM_XCDS": 1, "NUM_PROGS": 4},),
+                       "share of the work units")
 
 
 def _grade_peel(module, captured) -> Verdict:
