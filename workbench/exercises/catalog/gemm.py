@@ -26,7 +26,7 @@ PIPELINE_MODULE = "kernels.gemm.v4_lds_pipeline"
 AUTOTUNED_MODULE = "kernels.gemm.v5_autotuned"
 PERSISTENT_MODULE = "kernels.gemm.v6_persistent"
 
-ORDER_SHAPE = (91, 125, 9)    # 3 x 4 tiles of 32 on the interpreter: the last group is partial
+ORDER_SHAPE = (91, 125, 9)    # 3 x 4 tiles of TRACE_TILE: with GROUP_M 2 the last group is partial
 ORDER_XCDS = (1, 5)           # 5 XCDs do not divide 12 programs: the remap's uneven case
 UNITS_SHAPE = (37, 67, 100)   # 2 x 3 tiles on 4 programs: 4 whole tiles, 2 tail tiles in 2 K ranges
 TRACE_TILE = {"BLOCK_M": 32, "BLOCK_N": 32}  # the interpreter's tiles, pinned on a GPU too
