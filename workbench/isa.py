@@ -16,6 +16,11 @@ occupancy and the hot loop. Reports are cached per (op, rung, target, dtype, ove
 takes them (the GEMM rungs v2-v6, attention v4; attention v3 and v5 take ``{"VARLEN": True}``,
 their packed-sequence launch): ``isa.inspect("gemm", "v4", overrides={"waves_per_eu": 3})``;
 ``{"layout": "NT"}`` compiles the launch with K-contiguous B (``torch.nn.Linear``'s weight).
+
+``source`` compiles the rung a file declares instead of the package's: a learner's copy
+of a rung (:mod:`workbench.exercises`), edited, with its own kernel, config and ``aot``:
+``isa.inspect("gemm", "v4", source="exercises/gemm_v4.py", overrides={"waves_per_eu": 3})``.
+An edit to the file is seen by the next call (the cache key holds its modification time).
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import functools
 import html
 import inspect as inspect_module
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -167,21 +173,35 @@ def default_dtype(rung: Rung, target: str) -> torch.dtype:
 
 
 def inspect_all(op: str, rung: int | str, target: str = "gfx942",
-                dtype: torch.dtype | None = None, overrides: dict | None = None) -> list[IsaReport]:
-    """One report per kernel the rung launches, in launch order (dtype: :func:`default_dtype`)."""
+                dtype: torch.dtype | None = None, overrides: dict | None = None,
+                source: str | Path | None = None) -> list[IsaReport]:
+    """One report per kernel the rung launches, in launch order (dtype: :func:`default_dtype`);
+    ``source``: a file declaring the rung, compiled instead of the package's (see above)."""
     name = normalize_target(target)
     dtype = dtype or default_dtype(kernels.get(op, rung), name)
     entry = _inspectable(op, rung, dtype)
     if overrides and "overrides" not in inspect_module.signature(entry.aot).parameters:
         raise ValueError(f"{op} {entry.title} takes no overrides for ahead-of-time compiles")
     frozen = tuple(sorted((overrides or {}).items()))
-    return list(_reports(op, entry.label, name, str(dtype).removeprefix("torch."), frozen))
+    return list(_reports(op, entry.label, name, str(dtype).removeprefix("torch."), frozen,
+                         _source_key(source)))
+
+
+def _source_key(source: str | Path | None) -> tuple | None:
+    if source is None:
+        return None
+    path = Path(source).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"source {source} is not a file")
+    stat = path.stat()
+    return str(path), stat.st_mtime_ns, stat.st_size
 
 
 def inspect(op: str, rung: int | str, target: str = "gfx942",
-            dtype: torch.dtype | None = None, overrides: dict | None = None) -> IsaReport:
+            dtype: torch.dtype | None = None, overrides: dict | None = None,
+            source: str | Path | None = None) -> IsaReport:
     """The rung's main kernel: the one with the most matrix instructions (first on a tie)."""
-    reports = inspect_all(op, rung, target, dtype, overrides)
+    reports = inspect_all(op, rung, target, dtype, overrides, source)
     return max(reports, key=lambda r: sum(r.matrix_instructions.values()))
 
 
@@ -192,10 +212,11 @@ def clear_cache() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _reports(op: str, label: str, target: str, dtype_name: str,
-             overrides: tuple = ()) -> tuple[IsaReport, ...]:
-    title = kernels.get(op, label).title
-    compiled = isa_compile.compile_rung(op, label, TARGETS[target], dtype_name, dict(overrides))
+def _reports(op: str, label: str, target: str, dtype_name: str, overrides: tuple = (),
+             source: tuple | None = None) -> tuple[IsaReport, ...]:
+    title = kernels.get(op, label).title + (f" ({Path(source[0]).name})" if source else "")
+    compiled = isa_compile.compile_rung(op, label, TARGETS[target], dtype_name, dict(overrides),
+                                        source[0] if source else None)
     return tuple(_read(op, title, target, dtype_name, kernel) for kernel in compiled)
 
 

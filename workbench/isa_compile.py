@@ -34,14 +34,16 @@ _lock = threading.Lock()
 
 
 def compile_rung(op: str, label: str, target: tuple, dtype_name: str,
-                 overrides: dict | None = None) -> list[dict]:
+                 overrides: dict | None = None, source: str | None = None) -> list[dict]:
     """Compile every kernel a rung launches, in the helper process (started on first use);
-    ``overrides`` goes to the rung's ``aot`` (settings replaced, e.g. ``{"num_warps": 4}``)."""
+    ``overrides`` goes to the rung's ``aot`` (settings replaced, e.g. ``{"num_warps": 4}``).
+    ``source``, a file's path, compiles the rung that file declares (a learner's edited copy)
+    instead of the package's."""
     global _worker
     with _lock:
         if _worker is None or _worker.poll() is not None:
             _worker = _start_worker()
-        pickle.dump((op, label, target, dtype_name, overrides), _worker.stdin)
+        pickle.dump((op, label, target, dtype_name, overrides, source), _worker.stdin)
         _worker.stdin.flush()
         try:
             status, value = pickle.load(_worker.stdout)
@@ -93,16 +95,14 @@ def serve() -> None:
 
 
 def _compile_here(op: str, label: str, target: tuple, dtype_name: str,
-                  overrides: dict | None = None) -> list[dict]:
+                  overrides: dict | None = None, source: str | None = None) -> list[dict]:
     """Runs in the helper: returns plain data (text, bytes, numbers) for each kernel."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    import kernels
-
-    rung = kernels.get(op, label)
+    rung = _rung(op, label, source)
     gpu_target = GPUTarget(*target)
     accepted = _option_fields(gpu_target.backend)
     compiled = []
@@ -126,6 +126,22 @@ def _compile_here(op: str, label: str, target: tuple, dtype_name: str,
             "dropped_options": sorted(set(aot.options) - accepted),
         })
     return compiled
+
+
+def _rung(op: str, label: str, source: str | None):
+    """The package's rung, or the one the file ``source`` declares (imported afresh, so an
+    edit is seen; its rungs are captured, never added to the package's ladder)."""
+    import kernels
+
+    if source is None:
+        return kernels.get(op, label)
+    from .exercises.learner import import_file
+
+    _, captured = import_file(Path(source), op)
+    found = [r for r in captured if r.op == op and r.label == label]
+    if not found:
+        raise ValueError(f"{source} declares no {op} {label} rung")
+    return found[0]
 
 
 def _launch_hints(jit_fn, aot) -> dict:

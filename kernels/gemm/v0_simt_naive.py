@@ -34,11 +34,13 @@ BLOCK = (16, 16)
 @simt.jit
 def _gemm_naive_kernel(a, b, c):
     col, row = simt.grid(2)
+    # exercise begin: element
     if row < c.shape[0] and col < c.shape[1]:
         acc = float32(0.0)
         for k in range(a.shape[1]):
             acc += float32(a[row, k]) * float32(b[k, col])
         c[row, col] = acc
+    # exercise end
 
 
 @rung(op="gemm", rung=0, name="simt_naive", backends=("hip", "cuda", "interpreter"),

@@ -80,6 +80,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
+    # exercise begin: order
     if NUM_XCDS > 1:  # same arithmetic as xcd_remap() above
         per = tl.cdiv(tiles_m * tiles_n, NUM_XCDS)
         tall = tiles_m * tiles_n - (per - 1) * NUM_XCDS
@@ -91,6 +92,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
     pid_m = first_m + (pid % group_size) % rows_in_group
     pid_n = (pid % group_size) // rows_in_group
+    # exercise end
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
@@ -101,6 +103,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
     b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # exercise begin: kloop
     for k0 in range(0, K, BLOCK_K):
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k0 < K), other=0.0)
         b = tl.load(b_ptrs, mask=(ks[:, None] + k0 < K) & (cols[None, :] < N), other=0.0)
@@ -110,6 +113,7 @@ def _gemm_grouped_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
         a_ptrs += a_step
         b_ptrs += b_step
+    # exercise end
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols.to(tl.int64)[None, :] * stride_cn

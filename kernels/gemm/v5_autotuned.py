@@ -99,8 +99,10 @@ def _gemm_autotuned_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # Rows past M (columns past N) wrap onto rows that exist: their products are never
     # stored, so the loads need no row/column mask. 64-bit offsets: no wrap at 2^31 elements.
+    # exercise begin: wrap
     rows = (offs_m % M).to(tl.int64)
     cols = (offs_n % N).to(tl.int64)
+    # exercise end
     ks = tl.arange(0, BLOCK_K).to(tl.int64)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
     b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn

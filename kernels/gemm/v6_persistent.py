@@ -114,12 +114,14 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
     ks = tl.arange(0, BLOCK_K)
     a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
     b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
+    # exercise begin: units
     for unit in range(pid, num_units, NUM_PROGS):
         split_unit = unit >= DP_TILES  # a K range of a tail tile, not a whole tile
         sk = tl.maximum(unit - DP_TILES, 0)
         tile = tl.where(split_unit, DP_TILES + sk // SPLITS, unit)
         k_lo = tl.where(split_unit, (sk % SPLITS) * SPLIT_K, 0)   # SPLIT_K: whole K steps
         k_hi = tl.where(split_unit, tl.minimum(K, k_lo + SPLIT_K), K)
+    # exercise end
         pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

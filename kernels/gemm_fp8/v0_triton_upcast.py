@@ -64,9 +64,11 @@ def _gemm_fp8_upcast_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
         a_ptrs += a_step
         b_ptrs += b_step
 
+    # exercise begin: scales
     scale_a = tl.load(sa_ptr + rows.to(tl.int64) * stride_sa, mask=rows < M, other=0.0)
     scale_b = tl.load(sb_ptr + cols.to(tl.int64) * stride_sb, mask=cols < N, other=0.0)
     acc = acc * scale_a[:, None] * scale_b[None, :]
+    # exercise end
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols.to(tl.int64)[None, :] * stride_cn

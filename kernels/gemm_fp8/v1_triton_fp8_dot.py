@@ -67,7 +67,9 @@ def _gemm_fp8_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     for k0 in range(0, K, BLOCK_K):
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k0 < K), other=0.0)
         b = tl.load(b_ptrs, mask=(ks[:, None] + k0 < K) & (cols[None, :] < N), other=0.0)
+        # exercise begin: dot
         acc = tl.dot(a, b, acc)
+        # exercise end
         a_ptrs += a_step
         b_ptrs += b_step
 

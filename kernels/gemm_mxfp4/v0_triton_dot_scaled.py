@@ -81,9 +81,11 @@ def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
         k_scales = (K - k0) // 32
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (kb[None, :] < k_bytes), other=0)
         b = tl.load(b_ptrs, mask=(kb[:, None] < k_bytes) & (cols[None, :] < N), other=0)
+        # exercise begin: scaled_dot
         sa = tl.load(sa_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < k_scales), other=0)
         sb = tl.load(sb_ptrs, mask=(cols[:, None] < N) & (ks[None, :] < k_scales), other=0)
         acc = tl.dot_scaled(a, sa, "e2m1", b, sb, "e2m1", acc)
+        # exercise end
         a_ptrs += (BLOCK_K // 2) * stride_ak
         b_ptrs += (BLOCK_K // 2) * stride_bk
         sa_ptrs += (BLOCK_K // 32) * stride_sak

@@ -5,7 +5,7 @@
     >>> exercises.load("gemm/v2")             # writes exercises/gemm_v2.py (a rung with a TODO)
     >>> exercises.check("gemm/v2")            # the harness judges your copy
     >>> exercises.hints("gemm/v2").widget()   # three hints, one per click
-    >>> exercises.check("gemm/v3", answer=6)  # questions take an answer instead
+    >>> exercises.check("gemm/v2-mfma", answer=8)  # questions take an answer instead
 
 A kernel exercise is a rung of the package with its one idea cut out (:mod:`.source`):
 the package's rung is the solution and the learner's copy never imports it. Progress is

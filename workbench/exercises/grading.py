@@ -9,6 +9,7 @@ the verdict says the speed was not checked.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from numbers import Number
 from types import ModuleType
@@ -85,26 +86,33 @@ def harness_verdict(exercise: KernelExercise, captured: list[Rung]) -> Verdict:
     shapes = exercise.shapes or tuple(spec.smoke_shapes[:2])
     dtypes = exercise.dtypes or entry.dtypes[:1]
     reports = []
-    for shape in shapes:
-        for dtype in dtypes:
-            try:
-                with cpu_guards(entry.kind):
-                    report = check_rung(entry, shape, dtype)
-            except NotImplementedError as error:
-                return Verdict(False, f"not done yet: {error}", tuple(reports))
-            except Exception as error:  # the learner's kernel broke: say how, and where
-                cause = _root_cause(error)
-                return Verdict(False, f"at shape {shape}, {dtype_name(dtype)}: "
-                                      f"{type(cause).__name__}: {cause}", tuple(reports))
-            reports.append(report)
-            if not report.passed:
-                return Verdict(False, f"at shape {shape}, {dtype_name(dtype)}: {report.message}",
-                               tuple(reports))
+    for shape, dtype, seed in itertools.product(shapes, dtypes, exercise.seeds or (None,)):
+        try:
+            with cpu_guards(entry.kind):
+                report = check_rung(entry, shape, dtype, seed=seed)
+        except NotImplementedError as error:
+            return Verdict(False, f"not done yet: {error}", tuple(reports))
+        except Exception as error:  # the learner's kernel broke: say how, and where
+            cause = _root_cause(error)
+            return Verdict(False, f"at shape {shape}, {dtype_name(dtype)}: "
+                                  f"{type(cause).__name__}: {cause}", tuple(reports))
+        reports.append(report)
+        if not report.passed:
+            return Verdict(False, f"at shape {shape}, {dtype_name(dtype)}: {report.message}",
+                           tuple(reports))
     fast_enough, speed = _speed(exercise, entry)
     checked = f"{len(reports)} checks ({', '.join(map(str, shapes))}; {', '.join(map(dtype_name, dtypes))}) passed"
     if not fast_enough:
         return Verdict(False, f"correct ({checked}), but too slow", tuple(reports), speed)
     return Verdict(True, checked, tuple(reports), speed)
+
+
+def with_idea(harness: Verdict, missing: str | None, seen: str) -> Verdict:
+    """A correct rung judged on its idea too: ``missing`` says what the idea's own check did
+    not find (None: it found it), ``seen`` what it saw when it passed."""
+    if missing:
+        return Verdict(False, f"correct ({harness.message}), but {missing}", harness.reports, harness.speed)
+    return Verdict(harness.passed, f"{harness.message}; {seen}", harness.reports, harness.speed)
 
 
 def _matches(given, expected, tolerance: float) -> bool:

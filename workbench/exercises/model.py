@@ -54,6 +54,9 @@ class KernelExercise:
     rung: str | None = None
     shapes: tuple[tuple, ...] = ()
     dtypes: tuple = ()
+    seeds: tuple[int, ...] = ()
+    """Input seeds to check at (default: one fresh random seed per shape and dtype); for an op
+    whose inputs vary by seed in kind, e.g. FP8's per-tensor (even) and per-channel (odd) scales."""
     grade: Callable[[ModuleType, list], Verdict] | None = field(default=None, compare=False)
     speed_target: float = 1.0
     """On a GPU the learner's rung must reach this fraction of the previous rung's speed

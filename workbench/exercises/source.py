@@ -77,6 +77,20 @@ def blocks(source: str) -> dict[str, Block]:
     return found
 
 
+def variant(module: str, block: str, *edits: tuple[str, str]) -> dict[str, str]:
+    """A wrong answer (or a stub) made from a marked block: the block's text with each
+    ``(old, new)`` edit applied, as ``{block: text}`` for an exercise's ``wrong``/``todo``.
+
+    Made from the rung's own text, a mistake stays one mistake when the rung changes; an
+    ``old`` that is no longer there is an error, never a silent copy of the solution."""
+    text = blocks(module_source(module))[block].text
+    for old, new in edits:
+        if old not in text:
+            raise ValueError(f"{module} block {block!r} has no {old!r} to edit")
+        text = text.replace(old, new)
+    return {block: text}
+
+
 def absolute_imports(source: str, package: str) -> str:
     """``from ..x import y`` as ``from kernels.x import y``, resolved against ``package``."""
     def resolve(match: re.Match) -> str:
