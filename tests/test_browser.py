@@ -216,10 +216,10 @@ class Page:
         assert not self.errors, f"{self.name}: JavaScript errors:\n" + "\n".join(self.errors)
 
     def widget(self, title: str):
-        """The widget view whose heading (an HTML widget) contains ``title``."""
+        """The first widget view whose heading (an HTML widget) contains ``title``."""
         view = self.page.locator(".jp-OutputArea-output .widget-vbox").filter(
-            has=self.page.locator(":scope > .widget-html", has_text=title))
-        sync_api.expect(view).to_have_count(1)
+            has=self.page.locator(":scope > .widget-html", has_text=title)).first
+        sync_api.expect(view).to_be_attached()
         return view
 
     def screenshot(self, step: str, element=None) -> None:
