@@ -274,3 +274,14 @@ def test_cli_load_check_hint_and_list(capsys):
     assert main(["exercise", "list"]) == 0
     assert "gemm/v2" in capsys.readouterr().out
     assert main(["exercise", "check"]) == 2
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_package_rung_meets_the_speed_target_against_the_previous_rung():
+    exercise = exercises.get("gemm/v2")
+    path = learner.default_path(exercise)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source.render(exercise.module))
+    verdict = exercises.check("gemm/v2")
+    assert verdict.passed, verdict
+    assert "x v1 simt_lds_tiled" in verdict.speed and "target >=" in verdict.speed
