@@ -86,7 +86,8 @@ def lab(tmp_path_factory):
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_CONFIG_DIR": str(home / "config"),
            "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"), "IPYTHONDIR": str(home / "ipython"),
+           "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+           "IPYTHONDIR": str(home / "ipython"),
            "WORKBENCH_PROGRESS": str(home / "progress.json")}
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", "--port=0",
                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}"]
@@ -121,7 +122,7 @@ def _wait_ready(server: subprocess.Popen, token: str, runtime: Path, log: Path) 
 
 
 def _stop(server: subprocess.Popen) -> None:
-    """SIGTERM to the server's session (it and its kernels), SIGKILL if it lingers."""
+    """SIGTERM to the server's process group (it shuts its kernels down); SIGKILL if it lingers."""
     for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
         try:
             os.killpg(server.pid, sig)
@@ -199,7 +200,8 @@ class Page:
         if state != "done":
             errors = self.page.locator(".jp-OutputArea-output[data-mime-type="
                                        "'application/vnd.jupyter.stderr']").all_inner_texts()
-            pytest.fail(f"{self.name}: Run All stopped at a failing cell:\n" + "\n".join(errors)[-3000:])
+            pytest.fail(f"{self.name}: Run All stopped at a failing cell:\n"
+                        + "\n".join(errors)[-3000:])
 
     def outputs_are_views(self) -> None:
         """Widgets drew as widget views (DOM controls), never as text; charts drew as SVG."""
@@ -264,7 +266,8 @@ def test_gemm_ladder_notebook_in_a_browser(open_notebook):
     # The learner's complaint: pressing run put the new result above the old one. A press
     # after a GPU change, then the same press again: one result, the new GPU's.
     profiler = page.widget("Ladder profiler")
-    profiler.locator(".widget-dropdown", has_text="GPU spec").locator("select").select_option("MI355X")
+    gpu = profiler.locator(".widget-dropdown", has_text="GPU spec").locator("select")
+    gpu.select_option("MI355X")
     results = profiler.locator(".widget-output caption", has_text="roofline; performance numbers")
     for _ in range(2):
         _press_run(profiler)
@@ -290,8 +293,8 @@ def _show_first_hint(page: Page) -> None:
     button = hints.locator("button.widget-button")
     sync_api.expect(button).to_have_text(f"Show hint 1 of {len(expected)}")
     button.click()
-    sync_api.expect(button).to_have_text(
-        f"Show hint 2 of {len(expected)}" if len(expected) > 1 else f"all {len(expected)} hints shown")
+    sync_api.expect(button).to_have_text(f"Show hint 2 of {len(expected)}" if len(expected) > 1
+                                         else f"all {len(expected)} hints shown")
     shown = hints.locator(".widget-html").nth(1)
     sync_api.expect(shown).to_contain_text(f"Hint 1. {expected[0]}")
     sync_api.expect(shown).not_to_contain_text("Hint 2.")
