@@ -199,7 +199,7 @@ class Page:
         self.screenshot("ran")
         if state != "done":
             errors = self.page.locator(".jp-OutputArea-output[data-mime-type="
-                                       "'application/vnd.jupyter.stderr']").all_inner_texts()
+                                       "'application/vnd.jupyter.stderr']").all_text_contents()
             pytest.fail(f"{self.name}: Run All stopped at a failing cell:\n"
                         + "\n".join(errors)[-3000:])
 
@@ -254,7 +254,7 @@ def _press_run(profiler) -> None:
     sync_api.expect(status).to_have_count(1)
     sync_api.expect(status).to_have_count(0, timeout=WIDGET_RUN_S * 1000)
     failed = profiler.locator(".widget-html", has_text="failed:")
-    assert failed.count() == 0, failed.all_inner_texts()
+    assert failed.count() == 0, failed.all_text_contents()
 
 
 @pytest.mark.timeout(600)
@@ -288,7 +288,8 @@ def _show_first_hint(page: Page) -> None:
     from workbench import exercises
 
     hints = page.widget("Hints for")
-    key = re.search(r"Hints for (\S+):", hints.locator(".widget-html").first.inner_text()).group(1)
+    hints.scroll_into_view_if_needed()
+    key = re.search(r"Hints for (\S+):", hints.locator(".widget-html").first.text_content()).group(1)
     expected = exercises.get(key).hints
     button = hints.locator("button.widget-button")
     sync_api.expect(button).to_have_text(f"Show hint 1 of {len(expected)}")
