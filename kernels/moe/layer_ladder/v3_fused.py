@@ -148,11 +148,13 @@ def _down_scatter_kernel(h_ptr, down_ptr, out_ptr, slot_ptr, weight_ptr, offsets
                        tl.cast(stride_wk, tl.int64) * BLOCK_K, rows[:, None] < end,
                        cols[None, :] < N, K, BLOCK_M, BLOCK_N, BLOCK_K, INTERP_BF16)
     # The scatter: row i goes, weighted, to its slot t·k + j; the slots are a permutation.
-    # exercise begin: scatter
+    # exercise begin: weight
     slots = tl.load(slot_ptr + rows, mask=rows < end, other=0)
     acc = acc * tl.load(weight_ptr + slots, mask=rows < end, other=0.0)[:, None]
+    # exercise end
     if INTERP_BF16:
         acc = round_to_bf16(acc)
+    # exercise begin: scatter
     out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_os + cols.to(tl.int64)[None, :] * stride_on
     # exercise end
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(rows[:, None] < end) & (cols[None, :] < N))

@@ -421,12 +421,9 @@ return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permu
              "of the (T·k, dim) buffer.",
         todo={"gather": "tokens = rows  # TODO: the token (row of x) of each sorted row",
               "swiglu": "h = g * u  # TODO: SwiGLU of the gate and up accumulators",
-              "scatter": '''
-slots = rows  # TODO: each sorted row's slot t*k + j, and its routing weight
-if INTERP_BF16:
-    acc = round_to_bf16(acc)
-out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_os + cols.to(tl.int64)[None, :] * stride_on
-'''},
+              "weight": "slots = rows  # TODO: each sorted row's slot t*k + j; scale acc by its routing weight",
+              "scatter": "out_ptrs = out_ptr + rows.to(tl.int64)[:, None] * stride_os + cols.to(tl.int64)[None, :] "
+                         "* stride_on  # TODO: the slot's row, not the sorted row"},
         hints=(
             "slot_ptr holds, per sorted row, the slot it came from; load it at the tile's rows "
             "(masked by rows < end). A slot t·k + j belongs to token t: integer division by "
@@ -437,31 +434,19 @@ out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_os + cols.to(tl.int64)
             "tokens = tl.load(slot_ptr + rows, mask=rows < end, other=0) // TOP_K; "
             "h = g * tl.sigmoid(g) * u; in kernel 2 slots = tl.load(slot_ptr + rows, ...) and "
             "acc = acc * tl.load(weight_ptr + slots, mask=rows < end, other=0.0)[:, None], "
-            "before the bf16 rounding.",
+            "before the bf16 rounding; out_ptrs takes slots where it had rows.",
         ),
         wrong={
             "token = slot % k": {"gather": "tokens = tl.load(slot_ptr + rows, mask=rows < end, other=0) % TOP_K"},
             "gate and up swapped": {"swiglu": "h = u * tl.sigmoid(u) * g"},
-            "routing weight not applied": {"scatter": '''
-slots = tl.load(slot_ptr + rows, mask=rows < end, other=0)
-if INTERP_BF16:
-    acc = round_to_bf16(acc)
-out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_os + cols.to(tl.int64)[None, :] * stride_on
-'''},
-            "weight indexed by the sorted row": {"scatter": '''
+            "routing weight not applied": {"weight": "slots = tl.load(slot_ptr + rows, mask=rows < end, other=0)"},
+            "weight indexed by the sorted row": {"weight": """
 slots = tl.load(slot_ptr + rows, mask=rows < end, other=0)
 acc = acc * tl.load(weight_ptr + rows, mask=rows < end, other=0.0)[:, None]
-if INTERP_BF16:
-    acc = round_to_bf16(acc)
-out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_os + cols.to(tl.int64)[None, :] * stride_on
-'''},
-            "stored at the sorted row, not the slot": {"scatter": '''
-slots = tl.load(slot_ptr + rows, mask=rows < end, other=0)
-acc = acc * tl.load(weight_ptr + slots, mask=rows < end, other=0.0)[:, None]
-if INTERP_BF16:
-    acc = round_to_bf16(acc)
+"""},
+            "stored at the sorted row, not the slot": {"scatter": """
 out_ptrs = out_ptr + rows.to(tl.int64)[:, None] * stride_os + cols.to(tl.int64)[None, :] * stride_on
-'''},
+"""},
         },
         shapes=((33, 24, 17, 5, 2, 1),), dtypes=(torch.float32,),
         grade=_harness_and_races("moe/v3"),
