@@ -17,8 +17,11 @@ from kernels.registry import Rung
 
 
 def rung_source(rung: Rung, docstring: bool = True) -> str:
-    """The source of the module that defines the rung, optionally without its docstring."""
-    text = inspect.getsource(importlib.import_module(rung.module))
+    """The source of the module that defines the rung, optionally without its docstring;
+    without the exercise markers, which are for :mod:`workbench.exercises` only."""
+    from .exercises.source import without_markers
+
+    text = without_markers(inspect.getsource(importlib.import_module(rung.module)))
     if docstring:
         return text
     body = ast.parse(text).body

@@ -45,6 +45,13 @@ def module_source(module: str) -> str:
         return f.read()
 
 
+def without_markers(source: str) -> str:
+    """The text with its exercise markers dropped: how a reader (a notebook page, a diff
+    between rungs) sees the rung."""
+    return "".join(line for line in source.splitlines(keepends=True)
+                   if not (_BEGIN.match(line) or _END.match(line)))
+
+
 def blocks(source: str) -> dict[str, Block]:
     """The marked blocks of a module, by name; malformed markers are an error, not a guess."""
     lines = source.splitlines()
