@@ -26,9 +26,12 @@ WORLD = 3
 CHUNKS = 3              # ring_chunked's pieces per segment in the checks
 GROUP_TIMEOUT_S = 4.0   # a receive that waits this long has no partner: a deadlock
 DEADLINE_S = 15.0       # the whole run, spawning the ranks included
-
-
-_ERROR = "error on "   # marks a rank's exception among its failures
+_ERROR = "error on "    # marks a rank's exception among its failures
+# Sizes of the ring checks: all_reduce's are not multiples of WORLD (uneven segments), 4 and
+# 5 do not divide by CHUNKS (uneven pieces), and 2 < CHUNKS (a chunked ring skips empty ones)
+ALL_REDUCE_NUMELS = (WORLD + 1, 37)
+REDUCE_SCATTER_PER_RANK = 4
+ALL_GATHER_PER_RANK = (5, 2)
 
 # ---- in each rank's process ------------------------------------------------------------
 
@@ -97,7 +100,7 @@ def _ring_cases(rank: int, p: int, algorithm: str, trace: _Trace):
     """This rank's failures (None where a check passed), as each case finishes."""
     from kernels import comm
 
-    for case, n in enumerate((p + 1, 37)):
+    for case, n in enumerate(ALL_REDUCE_NUMELS):
         x = _data(n, rank, case)
         want, got = x.clone(), x.clone()
         comm.all_reduce(want, algorithm="library")
@@ -105,7 +108,7 @@ def _ring_cases(rank: int, p: int, algorithm: str, trace: _Trace):
         comm.all_reduce(got, algorithm=algorithm, chunks=CHUNKS, validate=False)
         what = f"all_reduce (sum) of {n} elements on {p} ranks"
         yield from [_differs(what, rank, got, want, exact=False), _unwaited(what, rank, trace)]
-    m = 3
+    m = REDUCE_SCATTER_PER_RANK
     x = _data(p * m, rank, 10)
     want, got = torch.empty(m), torch.full((m,), float("nan"))
     comm.reduce_scatter_tensor(want, x, algorithm="library")
@@ -113,7 +116,7 @@ def _ring_cases(rank: int, p: int, algorithm: str, trace: _Trace):
     comm.reduce_scatter_tensor(got, x, algorithm=algorithm, chunks=CHUNKS, validate=False)
     what = f"reduce_scatter (sum) of {m} elements per rank on {p} ranks"
     yield from [_differs(what, rank, got, want, exact=False), _unwaited(what, rank, trace)]
-    for m in (5, 2):
+    for m in ALL_GATHER_PER_RANK:
         x = _data(m, rank, 20 + m)
         want, got = torch.empty(p * m), torch.full((p * m,), float("nan"))
         comm.all_gather_into_tensor(want, x, algorithm="library")
@@ -237,7 +240,8 @@ def _on_ranks(kind: str, algorithms: tuple[str, ...], checked: str):
     return grade
 
 
-RING_CHECKS = "all_reduce (4, 37 elements), reduce_scatter (3 per rank), all_gather (5, 2 per rank)"
+RING_CHECKS = (f"all_reduce {ALL_REDUCE_NUMELS} elements, reduce_scatter {REDUCE_SCATTER_PER_RANK} "
+               f"per rank, all_gather {ALL_GATHER_PER_RANK} per rank")
 
 EXERCISES = (
     KernelExercise(
