@@ -45,3 +45,18 @@ def test_stuck_rank_is_killed():
 def test_failing_rank_raises_with_traceback():
     with pytest.raises(RuntimeError, match="(?s)rank 0 of 2 failed.*KeyError"):
         run_local(_rank0_raises, 2, timeout=45)
+
+
+def _rank1_aborts(rank, world):
+    if rank == 1:
+        os.abort()   # as gloo does on a size mismatch: no exception, no result
+    time.sleep(600)
+    return rank
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_whose_process_dies_is_reported_before_the_deadline():
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 1 of 2 died without a result"):
+        run_local(_rank1_aborts, 2, timeout=45)
+    assert time.monotonic() - start < 30

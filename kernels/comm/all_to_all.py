@@ -30,16 +30,27 @@ def exchange(output, input, out_sizes, in_sizes, group, pairwise):
     send, recv = _blocks(input, in_sizes), _blocks(output, out_sizes)
     recv[rank].copy_(send[rank])
     peer = (lambda r: r) if group is None else (lambda r: dist.get_global_rank(group, r))
-    pending = []
-    for step in range(1, p):
+
+    def post(step):
+        """Round ``step``'s receive and send (none for an empty block), not yet waited for."""
+        works = []
+        # exercise begin: peers
         to, frm = (rank + step) % p, (rank - step) % p
         if recv[frm].numel():
-            pending.append(dist.irecv(recv[frm], peer(frm), group=group))
+            works.append(dist.irecv(recv[frm], peer(frm), group=group))
         if send[to].numel():
-            pending.append(dist.isend(send[to], peer(to), group=group))
+            works.append(dist.isend(send[to], peer(to), group=group))
+        # exercise end
+        return works
+
+    pending = []
+    # exercise begin: schedule
+    for step in range(1, p):
+        pending += post(step)
         if pairwise:
             for work in pending:
                 work.wait()
             pending = []
     for work in pending:
         work.wait()
+    # exercise end

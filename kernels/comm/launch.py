@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 _HOST = "127.0.0.1"
+_POLL_S = 0.5   # how often the parent looks for a rank whose process died
 
 
 def _child(fn, rank, world, port, group_timeout, backend, args, results):
@@ -71,9 +72,16 @@ def run_local(fn, world, *args, timeout=60.0, group_timeout=20.0, backend="gloo"
     got = {}
     try:
         while len(got) < world:
-            try:
-                rank, ok, value = results.get(timeout=max(0.1, deadline - time.monotonic()))
+            try:  # short waits, so a rank whose process died is noticed before the deadline
+                rank, ok, value = results.get(timeout=min(_POLL_S, max(0.1, deadline - time.monotonic())))
             except queue.Empty:
+                dead = [r for r, proc in enumerate(procs) if proc.exitcode is not None and r not in got]
+                if dead and results.empty():   # a result it sent before exiting would be queued
+                    raise RuntimeError(f"rank {dead[0]} of {world} died without a result (exit code "
+                                       f"{procs[dead[0]].exitcode}; gloo aborts a process, e.g. when "
+                                       f"a receive's size differs from its send's)") from None
+                if time.monotonic() < deadline:
+                    continue
                 raise TimeoutError(f"{world} ranks did not finish within {timeout} s "
                                    f"(finished: {sorted(got)})") from None
             if not ok:

@@ -34,7 +34,9 @@ def bounds(numel, parts):
 def _pieces(segment, chunks):
     """Non-empty sub-ranges of ``segment`` for pipelining (an empty segment has none)."""
     start, stop = segment
+    # exercise begin: pieces
     return [(start + a, start + b) for a, b in bounds(stop - start, chunks) if b > a]
+    # exercise end
 
 
 def _peer(group, rank):
@@ -51,8 +53,15 @@ def ring_pass(buf, segments, group, combine=None, chunks=1, tag_base=0):
     p, rank = dist.get_world_size(group), dist.get_rank(group)
     if p == 1:
         return
+    # exercise begin: ring
     left, right = _peer(group, (rank - 1) % p), _peer(group, (rank + 1) % p)
     shift = 0 if combine is None else 1
+
+    def segment(step):
+        """The segment this rank sends at ``step``: the one it received at step - 1."""
+        return segments[(rank - step - shift) % p]
+    # exercise end
+
     scratch = None if combine is None else buf.new_empty(max(b - a for a, b in segments))
     sends = []
 
@@ -60,10 +69,10 @@ def ring_pass(buf, segments, group, combine=None, chunks=1, tag_base=0):
         tag = tag_base + step * chunks + k
         sends.append(dist.isend(buf[piece[0]:piece[1]], right, group=group, tag=tag))
 
-    for k, piece in enumerate(_pieces(segments[(rank - shift) % p], chunks)):
+    for k, piece in enumerate(_pieces(segment(0), chunks)):
         send(piece, 0, k)
     for step in range(p - 1):
-        incoming = segments[(rank - step - shift - 1) % p]
+        incoming = segment(step + 1)
         posted = []
         for k, (a, b) in enumerate(_pieces(incoming, chunks)):
             target = buf[a:b] if combine is None else scratch[a - incoming[0]:b - incoming[0]]
@@ -71,9 +80,11 @@ def ring_pass(buf, segments, group, combine=None, chunks=1, tag_base=0):
             posted.append(((a, b), k, target, work))
         for piece, k, target, work in posted:
             work.wait()
+            # exercise begin: combine
             if combine is not None:
                 local = buf[piece[0]:piece[1]]
                 combine(target, local, out=local)
+            # exercise end
             if step + 1 < p - 1:
                 send(piece, step + 1, k)
     for work in sends:

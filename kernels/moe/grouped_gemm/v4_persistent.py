@@ -108,10 +108,12 @@ def _grouped_gemm_persistent_kernel(x_ptr, w_ptr, out_ptr, offsets_ptr, N, K, G,
     ks = tl.arange(0, BLOCK_K)
     x_step = tl.cast(stride_xk, tl.int64) * BLOCK_K
     w_step = tl.cast(stride_wk, tl.int64) * BLOCK_K
+    # exercise begin: walk
     for unit in range(pid, tl.sum(tiles, 0) * tiles_n, NUM_PROGS):
         group, start, end = locate(unit // tiles_n, starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
         rows = start + tl.arange(0, BLOCK_M)
         cols = (unit % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # exercise end
         # int64 offsets: an operand of 2^31+ elements would wrap in i32.
         x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xt + ks.to(tl.int64)[None, :] * stride_xk
         w_ptrs = (w_ptr + group.to(tl.int64) * stride_wg + ks.to(tl.int64)[:, None] * stride_wk

@@ -72,9 +72,11 @@ def _grouped_gemm_fp8_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, out_ptr, offsets_ptr,
     acc = reduce_tiles(x_ptrs, w_ptrs, tl.cast(stride_xk, tl.int64) * BLOCK_K,
                        tl.cast(stride_wk, tl.int64) * BLOCK_K, rows[:, None] < end,
                        cols[None, :] < N, K, BLOCK_M, BLOCK_N, BLOCK_K, False)
+    # exercise begin: scales
     scale_x = tl.load(sx_ptr + r64 * stride_sx, mask=rows < end, other=0.0)
     scale_w = tl.load(sw_ptr + g64 * stride_swg + c64 * stride_swn, mask=cols < N, other=0.0)
     acc = acc * scale_x[:, None] * scale_w[None, :]
+    # exercise end
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     out_ptrs = out_ptr + r64[:, None] * stride_ot + c64[None, :] * stride_on

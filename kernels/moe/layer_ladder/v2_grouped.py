@@ -47,10 +47,12 @@ from .spec import DTYPES
 def routed_experts(x, weights, ids, gate, up, down):
     """The experts' part of the layer for a given routing: x (T, dim), weights and ids
     (T, k) -> (T, dim), through permute, grouped GEMMs and unpermute."""
+    # exercise begin: grouped
     x_sorted, offsets, permutation = permute(x, ids, gate.shape[0], check_ids=False)
     hidden = (F.silu(grouped_gemm(x_sorted, gate, offsets, check_offsets=False))
               * grouped_gemm(x_sorted, up, offsets, check_offsets=False))
     return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights)
+    # exercise end
 
 
 @rung(op="moe", rung=2, name="grouped", backends=("hip", "cuda", "interpreter"),

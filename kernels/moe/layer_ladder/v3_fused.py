@@ -101,7 +101,9 @@ def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, slot_ptr, offsets_ptr, N, K,
         return
     a_rows, b_cols = rows[:, None] < end, cols[None, :] < N
     # The gather: row i of the tile is token slot[i] // k of x itself, not a sorted copy.
+    # exercise begin: gather
     tokens = tl.load(slot_ptr + rows, mask=rows < end, other=0) // TOP_K
+    # exercise end
     # int64 offsets: an operand of 2^31+ elements would wrap in i32.
     x_ptrs = x_ptr + tokens.to(tl.int64)[:, None] * stride_xt + ks.to(tl.int64)[None, :] * stride_xk
     g_ptrs = _weight_tile(gate_ptr, group, ks, cols, stride_wg, stride_wk, stride_wn)
@@ -122,7 +124,9 @@ def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, slot_ptr, offsets_ptr, N, K,
         b_mask = (ks[:, None] + full < K) & b_cols
         g = tl.dot(a, operand(g_ptrs, b_mask, INTERP_BF16), g, input_precision="ieee")
         u = tl.dot(a, operand(u_ptrs, b_mask, INTERP_BF16), u, input_precision="ieee")
+    # exercise begin: swiglu
     h = g * tl.sigmoid(g) * u   # SwiGLU in fp32, rounded once on the store
+    # exercise end
     if INTERP_BF16:
         h = round_to_bf16(h)
     h_ptrs = h_ptr + rows.to(tl.int64)[:, None] * stride_ht + cols.to(tl.int64)[None, :] * stride_hn
@@ -144,11 +148,15 @@ def _down_scatter_kernel(h_ptr, down_ptr, out_ptr, slot_ptr, weight_ptr, offsets
                        tl.cast(stride_wk, tl.int64) * BLOCK_K, rows[:, None] < end,
                        cols[None, :] < N, K, BLOCK_M, BLOCK_N, BLOCK_K, INTERP_BF16)
     # The scatter: row i goes, weighted, to its slot t·k + j; the slots are a permutation.
+    # exercise begin: weight
     slots = tl.load(slot_ptr + rows, mask=rows < end, other=0)
     acc = acc * tl.load(weight_ptr + slots, mask=rows < end, other=0.0)[:, None]
+    # exercise end
     if INTERP_BF16:
         acc = round_to_bf16(acc)
+    # exercise begin: scatter
     out_ptrs = out_ptr + slots.to(tl.int64)[:, None] * stride_os + cols.to(tl.int64)[None, :] * stride_on
+    # exercise end
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(rows[:, None] < end) & (cols[None, :] < N))
 
 

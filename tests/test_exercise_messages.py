@@ -1,0 +1,65 @@
+"""The MoE and collective exercises fail with messages that teach: a deadlock says so
+(instead of hanging), a race names the two programs, a skipped chunking names the pieces.
+(tests/test_exercise_catalog.py proves that they fail; this pins how.)"""
+from __future__ import annotations
+
+import pytest
+
+from workbench import exercises
+from workbench.exercises import source
+
+
+@pytest.fixture(autouse=True)
+def _private_progress(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_PROGRESS", str(tmp_path / "progress.json"))
+
+
+def _message(key: str, wrong: str, tmp_path) -> str:
+    exercise = exercises.get(key)
+    path = tmp_path / f"{key.replace('/', '_')}_attempt.py"
+    path.write_text(source.render(exercise.module, exercise.wrong[wrong]))
+    verdict = exercises.check(key, path=path)
+    assert not verdict.passed
+    return verdict.message
+
+
+@pytest.mark.timeout(60)
+def test_a_wrong_ring_neighbour_is_a_deadlock_not_a_hang(tmp_path):
+    message = _message("comm/ring", "sends to the left, receives from the left", tmp_path)
+    assert message.startswith("deadlock: ") and "matching receive" in message
+
+
+@pytest.mark.timeout(60)
+def test_an_unchunked_ring_names_the_pieces_it_sent(tmp_path):
+    message = _message("comm/ring_chunked", "chunks read as the piece length", tmp_path)
+    assert "sent pieces of [2, 2, 3, 3] elements" in message and "([2, 2, 1])" in message
+
+
+@pytest.mark.timeout(120)
+def test_a_persistent_loop_that_steps_by_one_names_two_programs(tmp_path):
+    message = _message("grouped_gemm/v4", "every program steps by 1", tmp_path)
+    assert "programs (0, 0, 0) and (1, 0, 0) both store element" in message
+
+
+def test_rung_pages_show_no_exercise_markers():
+    import kernels
+    from workbench.source import rung_diff, rung_source
+
+    v4 = kernels.get("grouped_gemm", "v4")
+    assert "# exercise begin: walk" in source.module_source(v4.module)
+    assert "# exercise" not in rung_source(v4) and "# exercise" not in rung_diff(v4)
+
+
+def test_on_a_gpu_a_first_rung_has_no_speed_target_and_gaps_are_skipped(monkeypatch):
+    """The rung below is the next lower numbered one (grouped_gemm has no v3, moe no v1)."""
+    from types import SimpleNamespace
+
+    import kernels
+    from workbench.exercises import grading
+    from workbench.source import previous_rung
+
+    monkeypatch.setattr(kernels.backend, "current", lambda: SimpleNamespace(is_gpu=True))
+    fast_enough, line = grading._speed(exercises.get("moe/v0"), kernels.get("moe", "v0"))
+    assert fast_enough and "first rung" in line
+    assert previous_rung(kernels.get("grouped_gemm", "v4")).label == "v2"
+    assert previous_rung(kernels.get("moe", "v2")).label == "v0"
