@@ -48,18 +48,3 @@ def test_rung_pages_show_no_exercise_markers():
     v4 = kernels.get("grouped_gemm", "v4")
     assert "# exercise begin: walk" in source.module_source(v4.module)
     assert "# exercise" not in rung_source(v4) and "# exercise" not in rung_diff(v4)
-
-
-def test_on_a_gpu_a_first_rung_has_no_speed_target_and_gaps_are_skipped(monkeypatch):
-    """The rung below is the next lower numbered one (grouped_gemm has no v3, moe no v1)."""
-    from types import SimpleNamespace
-
-    import kernels
-    from workbench.exercises import grading
-    from workbench.source import previous_rung
-
-    monkeypatch.setattr(kernels.backend, "current", lambda: SimpleNamespace(is_gpu=True))
-    fast_enough, line = grading._speed(exercises.get("moe/v0"), kernels.get("moe", "v0"))
-    assert fast_enough and "first rung" in line
-    assert previous_rung(kernels.get("grouped_gemm", "v4")).label == "v2"
-    assert previous_rung(kernels.get("moe", "v2")).label == "v0"
