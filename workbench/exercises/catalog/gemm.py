@@ -21,6 +21,7 @@ from ..model import AnswerExercise, KernelExercise, Verdict
 from ..source import variant
 
 NAIVE_MODULE = "kernels.gemm.v0_simt_naive"
+TILED_MODULE = "kernels.gemm.v1_simt_lds_tiled"
 ORDER_MODULE = "kernels.gemm.v3_grouped_order"
 PIPELINE_MODULE = "kernels.gemm.v4_lds_pipeline"
 AUTOTUNED_MODULE = "kernels.gemm.v5_autotuned"
@@ -375,7 +376,7 @@ EXERCISES = (
     NAIVE,
     V0_BYTES,
     KernelExercise(
-        key="gemm/v1", module="kernels.gemm.v1_simt_lds_tiled", op="gemm", rung="v1",
+        key="gemm/v1", module=TILED_MODULE, op="gemm", rung="v1",
         title="Stage tiles of A and B in shared memory (LDS)",
         task="Each block of TILE x TILE threads computes one tile of C. Write the K loop: every "
              "thread loads one element of A's tile and one of B's into a_tile / b_tile (zero "
@@ -392,31 +393,13 @@ EXERCISES = (
             "thread from overwriting a tile that a slow thread is still reading.",
         ),
         wrong={
-            "no barrier after the loads": {"tiles": '''
-for k0 in range(0, k_total, TILE):
-    a_tile[ty, tx] = float32(a[row, k0 + tx]) if row < m and k0 + tx < k_total else float32(0.0)
-    b_tile[ty, tx] = float32(b[k0 + ty, col]) if k0 + ty < k_total and col < n else float32(0.0)
-    for kk in range(TILE):
-        acc += a_tile[ty, kk] * b_tile[kk, tx]
-    simt.syncthreads()
-'''},
-            "no barrier before the next loads": {"tiles": '''
-for k0 in range(0, k_total, TILE):
-    a_tile[ty, tx] = float32(a[row, k0 + tx]) if row < m and k0 + tx < k_total else float32(0.0)
-    b_tile[ty, tx] = float32(b[k0 + ty, col]) if k0 + ty < k_total and col < n else float32(0.0)
-    simt.syncthreads()
-    for kk in range(TILE):
-        acc += a_tile[ty, kk] * b_tile[kk, tx]
-'''},
-            "off-by-one bound on K": {"tiles": '''
-for k0 in range(0, k_total, TILE):
-    a_tile[ty, tx] = float32(a[row, k0 + tx]) if row < m and k0 + tx <= k_total else float32(0.0)
-    b_tile[ty, tx] = float32(b[k0 + ty, col]) if k0 + ty <= k_total and col < n else float32(0.0)
-    simt.syncthreads()
-    for kk in range(TILE):
-        acc += a_tile[ty, kk] * b_tile[kk, tx]
-    simt.syncthreads()
-'''},
+            "no barrier after the loads": variant(
+                TILED_MODULE, "tiles", ("    simt.syncthreads()\n    for kk", "    for kk")),
+            "no barrier before the next loads": variant(
+                TILED_MODULE, "tiles", ("b_tile[kk, tx]\n    simt.syncthreads()", "b_tile[kk, tx]")),
+            "off-by-one bound on K": variant(
+                TILED_MODULE, "tiles", ("k0 + tx < k_total", "k0 + tx <= k_total"),
+                ("k0 + ty < k_total", "k0 + ty <= k_total")),
         },
         shapes=((19, 21, 37),), dtypes=(torch.float32,),
     ),
