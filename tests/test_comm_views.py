@@ -10,6 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
+pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
+
 from kernels.comm import collectives, ring
 from kernels.comm.cost_model import Fit
 from workbench import comm_views as views

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
+pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
+
 import roofline
 from workbench import comm_model, isa
 from workbench.flashcards import Card, Deck
