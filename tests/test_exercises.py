@@ -230,6 +230,12 @@ def test_triton_bounds_names_program_lane_tensor_and_index():
     assert "program (2, 0, 0) loads out of bounds: lane [2]" in str(cause)
     assert "element 10 of `src`, which has 10" in str(cause)
     copy_one_too_many[(3,)](src, dst, 9, BLOCK=4)      # outside the guard: the patch is gone
+    from workbench.exercises.races import triton_store_races
+    with guards.triton_bounds():
+        with triton_store_races():
+            pass
+        with pytest.raises(Exception, match="out of bounds"):   # the inner guard left the outer in place
+            copy_one_too_many[(3,)](src, dst, 10, BLOCK=4)
 
 
 @simt.jit

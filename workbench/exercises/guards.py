@@ -71,40 +71,64 @@ def _check_addresses(spans, ptrs: np.ndarray, mask: np.ndarray, size: int, grid_
 
 
 @contextmanager
-def triton_bounds():
-    """Check every interpreted load and store against the launch's tensors."""
+def interpreter_hooks(on_launch=None, on_load=None, on_store=None):
+    """Call ``on_launch(fn, args, kwargs)`` as each interpreted launch starts and
+    ``on_load``/``on_store(program, ptrs, mask)`` before each load and store (``ptrs`` and
+    ``mask`` are numpy arrays, ``program`` the grid index). The one place that patches the
+    interpreter: guards built on it nest, each restoring what it found."""
     from triton.runtime import interpreter as interp
 
     builder = interp.interpreter_builder
-    spans: list = []
-    init_args, load, store = interp.GridExecutor._init_args_hst, builder.create_masked_load, \
-        builder.create_masked_store
+    init_args = interp.GridExecutor._init_args_hst
+    found = {name: vars(builder).get(name) for name in ("create_masked_load", "create_masked_store")}
+    load, store = builder.create_masked_load, builder.create_masked_store
 
-    def init_args_checked(self, args_dev, kwargs):
+    def init_args_hooked(self, args_dev, kwargs):
         args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
-        spans[:] = _launch_tensors(self.fn, args_hst, kwargs_hst)
+        if on_launch:
+            on_launch(self.fn, args_hst, kwargs_hst)
         return args_hst, kwargs_hst
 
-    def element_size(ptrs) -> int:
-        return max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
-
-    def checked_load(ptrs, mask, other, cache_policy, is_volatile):
-        if spans:
-            _check_addresses(spans, ptrs.data, mask.data, element_size(ptrs), builder.grid_idx, "loads")
+    def hooked_load(ptrs, mask, other, cache_policy, is_volatile):
+        if on_load:
+            on_load(tuple(builder.grid_idx), ptrs, mask)
         return load(ptrs, mask, other, cache_policy, is_volatile)
 
-    def checked_store(ptrs, value, mask, cache_policy):
-        if spans:
-            _check_addresses(spans, ptrs.data, mask.data, element_size(ptrs), builder.grid_idx, "stores")
+    def hooked_store(ptrs, value, mask, cache_policy):
+        if on_store:
+            on_store(tuple(builder.grid_idx), ptrs, mask)
         return store(ptrs, value, mask, cache_policy)
 
-    interp.GridExecutor._init_args_hst = init_args_checked
-    builder.create_masked_load, builder.create_masked_store = checked_load, checked_store
+    interp.GridExecutor._init_args_hst = init_args_hooked
+    builder.create_masked_load, builder.create_masked_store = hooked_load, hooked_store
     try:
         yield
     finally:
         interp.GridExecutor._init_args_hst = init_args
-        del builder.create_masked_load, builder.create_masked_store  # back to the class's methods
+        for name, value in found.items():
+            if value is None:
+                delattr(builder, name)      # back to the class's method
+            else:
+                setattr(builder, name, value)
+
+
+@contextmanager
+def triton_bounds():
+    """Check every interpreted load and store against the launch's tensors."""
+    spans: list = []
+
+    def launch(fn, args_hst, kwargs_hst):
+        spans[:] = _launch_tensors(fn, args_hst, kwargs_hst)
+
+    def check(verb):
+        def access(program, ptrs, mask):
+            if spans:
+                size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+                _check_addresses(spans, ptrs.data, mask.data, size, program, verb)
+        return access
+
+    with interpreter_hooks(launch, check("loads"), check("stores")):
+        yield
 
 
 # ---- Numba's CUDA simulator ------------------------------------------------------------

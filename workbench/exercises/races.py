@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .guards import _launch_tensors
+from .guards import _launch_tensors, interpreter_hooks
 
 
 class ProgramRace(Exception):
@@ -32,21 +32,14 @@ def _element(spans, address: int) -> str:
 @contextmanager
 def triton_store_races():
     """Fail when two programs of one interpreted launch store one address."""
-    from triton.runtime import interpreter as interp
-
-    builder = interp.interpreter_builder
-    init_args, store = interp.GridExecutor._init_args_hst, builder.create_masked_store
     owner: dict[int, tuple] = {}      # address -> the program that stored it in this launch
     spans: list = []
 
-    def init_args_recorded(self, args_dev, kwargs):
-        args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
+    def launch(fn, args_hst, kwargs_hst):
         owner.clear()                 # a new launch: its programs race only among themselves
-        spans[:] = _launch_tensors(self.fn, args_hst, kwargs_hst)
-        return args_hst, kwargs_hst
+        spans[:] = _launch_tensors(fn, args_hst, kwargs_hst)
 
-    def recorded_store(ptrs, value, mask, cache_policy):
-        program = tuple(builder.grid_idx)
+    def store(program, ptrs, mask):
         addresses = np.broadcast_to(ptrs.data, np.broadcast_shapes(ptrs.data.shape, mask.data.shape))
         active = np.broadcast_to(mask.data, addresses.shape).astype(bool)
         for address in addresses[active].astype(np.uint64).tolist():
@@ -55,12 +48,6 @@ def triton_store_races():
                 raise ProgramRace(f"programs {first} and {program} both store {_element(spans, address)}: "
                                   f"on a GPU they run at once and either may win; each element "
                                   f"must belong to one program")
-        return store(ptrs, value, mask, cache_policy)
 
-    interp.GridExecutor._init_args_hst = init_args_recorded
-    builder.create_masked_store = recorded_store
-    try:
+    with interpreter_hooks(on_launch=launch, on_store=store):
         yield
-    finally:
-        interp.GridExecutor._init_args_hst = init_args
-        del builder.create_masked_store  # back to the class's method
