@@ -8,9 +8,10 @@ import pytest
 
 from workbench import exercises
 from workbench.exercises import learner, source
+from workbench.exercises.catalog import all_exercises
 from workbench.exercises.model import AnswerExercise, KernelExercise
 
-CATALOG = exercises.list_exercises.__globals__["_catalog"]()
+CATALOG = all_exercises()
 KERNEL = [e for e in CATALOG.values() if isinstance(e, KernelExercise)]
 ANSWER = [e for e in CATALOG.values() if isinstance(e, AnswerExercise)]
 WRONG_KERNELS = [(e, name) for e in KERNEL for name in e.wrong]

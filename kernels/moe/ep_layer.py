@@ -20,11 +20,10 @@ Bitwise equal to the single-process layer (fp32), and why:
       the recomputing backward): CPU ATen evaluates ``exp`` with SIMD in the body of a
       tensor and with scalar libm in its tail, and MKL takes another path for a GEMM of
       one or two rows than for many, so a row's bits depend on its position and on the
-      row count (measured here, torch 2.13 CPU, AVX512: 157 of 4096 SiLU values differ
-      between the two paths, and the shared experts' output differs without the fix
-      below). On CPU tensors this layer therefore evaluates those ops on a buffer of the
-      single-process layer's shape with its own rows at their single-process positions
-      (:func:`_placed`), so each element takes the same code path. That costs W times
+      row count (seen here with torch 2.13's CPU build: some SiLU values of one row differ
+      between the two paths, and the bitwise test fails without the fix below). On CPU
+      tensors this layer therefore evaluates those ops on a buffer of the single-process
+      layer's shape with its own rows at their single-process positions (:func:`_placed`), so each element takes the same code path. That costs W times
       the dense work of those parts. It is skipped for GPU tensors, where it was not
       measured (no GPU here): bitwise equality is claimed and tested on CPU only.
     - Chunked forward (``ep_chunks > 1``): a row's result does not depend on the other
