@@ -23,9 +23,10 @@ Bitwise equal to the single-process layer (fp32), and why:
       row count (seen here with torch 2.13's CPU build: some SiLU values of one row differ
       between the two paths, and the bitwise test fails without the fix below). On CPU
       tensors this layer therefore evaluates those ops on a buffer of the single-process
-      layer's shape with its own rows at their single-process positions (:func:`_placed`), so each element takes the same code path. That costs W times
-      the dense work of those parts. It is skipped for GPU tensors, where it was not
-      measured (no GPU here): bitwise equality is claimed and tested on CPU only.
+      layer's shape with its own rows at their single-process positions (:func:`_placed`),
+      so each element takes the same code path. That costs W times the dense work of
+      those parts. It is skipped for GPU tensors, where it was not measured (no GPU
+      here): bitwise equality is claimed and tested on CPU only.
     - Chunked forward (``ep_chunks > 1``): a row's result does not depend on the other
       rows in its tile (tests/test_ep_moe.py checks this for v3's kernels), so chunks
       give the unchunked bits.
