@@ -86,7 +86,7 @@ def error_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()
 
 
-class _RowMaker:
+class RowMaker:
     """What every row of one run says about where and when it was measured."""
 
     def __init__(self, op: str):
@@ -183,7 +183,7 @@ def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch
     chosen = [r for r in chosen if r.rung is not None and here.name in r.backends]
     ref = kernels.registry.reference_rung(op)
     not_timed = not_timed or {}
-    make = _RowMaker(op)
+    make = RowMaker(op)
     passes = list(PASSES if passes is None else passes)
     unknown = [p for p in passes if p not in PASSES]
     if unknown:

@@ -28,7 +28,7 @@ from kernels.comm.measure import measure
 
 from kernels.comm.overlap import phase_seconds
 
-from .bench import _RowMaker
+from .bench import RowMaker
 from .comm_bench import RUNGS
 from .ep_overlap import measure as measure_ep
 from .results import Recorder, ResultRow, table
@@ -56,7 +56,7 @@ def result_rows(measured: list[dict]) -> list[ResultRow]:
                if r["algorithm"] == "library"}
     rows = []
     for r in measured:
-        make, ref_s = _RowMaker(r["collective"]), library.get((r["collective"], r["bytes"]))
+        make, ref_s = RowMaker(r["collective"]), library.get((r["collective"], r["bytes"]))
         rows.append(ResultRow(
             op=r["collective"], rung="ref" if r["algorithm"] == "library" else r["algorithm"],
             name=r["algorithm"], shape=f"{r['world']}x{r['bytes']}", dtype="float32",
@@ -80,7 +80,7 @@ def verdict(rows: list[ResultRow], nbytes: int = SIZES[-1]) -> list[str]:
 
 def ep_rows(measured: list[dict], world: int, shape: dict) -> list[ResultRow]:
     """The EP layer's rows: one chunk is ``ref``, each pipelined chunk count a rung."""
-    make = _RowMaker("ep_moe")
+    make = RowMaker("ep_moe")
     base = next(r for r in measured if r["chunks"] == 1)
     ref_s = max(base["seconds_per_rank"])
     rows = []
