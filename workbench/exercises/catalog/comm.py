@@ -22,6 +22,9 @@ import torch
 import torch.distributed as dist
 
 from ..model import KernelExercise, Verdict
+from ..source import variant
+
+ALL_TO_ALL = "kernels.comm.all_to_all"
 
 WORLD = 3
 CHUNKS = 3              # ring_chunked's pieces per segment in the checks
@@ -319,7 +322,7 @@ return [(start + a, start + b) for a, b in bounds(stop - start, chunks)]
         grade=_on_ranks("ring", ("ring_chunked",), RING_CHECKS + f", chunks={CHUNKS}"),
     ),
     KernelExercise(
-        key="comm/pairwise", module="kernels.comm.all_to_all",
+        key="comm/pairwise", module=ALL_TO_ALL,
         title="Pairwise all-to-all: whom to send to and receive from in each round",
         task="All-to-all moves block j of every rank's input to rank j. Pairwise exchange runs "
              "p-1 rounds; write round `step`'s calls in post(): the rank this one sends its block "
@@ -361,7 +364,7 @@ if send[to].numel():
         grade=_on_ranks("all_to_all", ("pairwise",), "all_to_all_single (uneven and even splits, pairwise)"),
     ),
     KernelExercise(
-        key="comm/direct", module="kernels.comm.all_to_all",
+        key="comm/direct", module=ALL_TO_ALL,
         title="Direct all-to-all: post everything, then wait",
         task="post(step) posts round step's receive and send and returns their work handles. "
              "Write the schedule of both algorithms: pairwise waits for each round before "
@@ -379,27 +382,15 @@ if send[to].numel():
             "pending = []. After the loop, wait for whatever is still pending.",
         ),
         wrong={
-            "waits inside every round": {"schedule": '''
-for step in range(1, p):
-    pending += post(step)
-    for work in pending:
-        work.wait()
-    pending = []
-'''},
-            "never waits inside a round": {"schedule": '''
-for step in range(1, p):
-    pending += post(step)
-for work in pending:
-    work.wait()
-'''},
-            "no wait after the last round": {"schedule": '''
-for step in range(1, p):
-    pending += post(step)
-    if pairwise:
-        for work in pending:
-            work.wait()
-        pending = []
-'''},
+            "waits inside every round": variant(
+                ALL_TO_ALL, "schedule", ("    if pairwise:\n        for work in pending:\n"
+                                         "            work.wait()\n        pending = []",
+                                         "    for work in pending:\n        work.wait()\n    pending = []")),
+            "never waits inside a round": variant(
+                ALL_TO_ALL, "schedule", ("    if pairwise:\n        for work in pending:\n"
+                                         "            work.wait()\n        pending = []\n", "")),
+            "no wait after the last round": variant(
+                ALL_TO_ALL, "schedule", ("\nfor work in pending:\n    work.wait()", "")),
         },
         grade=_on_ranks("all_to_all", ("pairwise", "direct"),
                         "all_to_all_single (uneven and even splits, pairwise and direct)"),
