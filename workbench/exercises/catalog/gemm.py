@@ -22,6 +22,7 @@ from ..source import variant
 
 NAIVE_MODULE = "kernels.gemm.v0_simt_naive"
 TILED_MODULE = "kernels.gemm.v1_simt_lds_tiled"
+TILE_MODULE = "kernels.gemm.v2_triton_tile"
 ORDER_MODULE = "kernels.gemm.v3_grouped_order"
 PIPELINE_MODULE = "kernels.gemm.v4_lds_pipeline"
 AUTOTUNED_MODULE = "kernels.gemm.v5_autotuned"
@@ -404,7 +405,7 @@ EXERCISES = (
         shapes=((19, 21, 37),), dtypes=(torch.float32,),
     ),
     KernelExercise(
-        key="gemm/v2", module="kernels.gemm.v2_triton_tile", op="gemm", rung="v2",
+        key="gemm/v2", module=TILE_MODULE, op="gemm", rung="v2",
         title="Masked tile loads for any M, N, K",
         task="One Triton program computes a BLOCK_M x BLOCK_N tile of C with tl.dot. Load this "
              "K step's tiles of A and B so that shapes that are not multiples of the blocks work: "
@@ -419,14 +420,10 @@ EXERCISES = (
             "For B the lane (i, j) is inside when k0 + ks[i] < K and cols[j] < N.",
         ),
         wrong={
-            "off-by-one row mask": {"masks": '''
-a = tl.load(a_ptrs, mask=(rows[:, None] <= M) & (ks[None, :] + k0 < K), other=0.0)
-b = tl.load(b_ptrs, mask=(ks[:, None] + k0 < K) & (cols[None, :] < N), other=0.0)
-'''},
-            "K tail not masked": {"masks": '''
-a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
-'''},
+            "off-by-one row mask": variant(TILE_MODULE, "masks", ("rows[:, None] < M", "rows[:, None] <= M")),
+            "K tail not masked": variant(
+                TILE_MODULE, "masks", ("(rows[:, None] < M) & (ks[None, :] + k0 < K)", "rows[:, None] < M"),
+                ("(ks[:, None] + k0 < K) & (cols[None, :] < N)", "cols[None, :] < N")),
         },
         shapes=((37, 45, 41),), dtypes=(torch.float32,),
     ),
