@@ -9,7 +9,7 @@ rank's input holds 2**rank, so a message's value names the ranks summed into it.
 The other views turn rows into charts: measured times beside the alpha-beta model
 (:func:`model_vs_measured`), EP dispatch bytes (:func:`volume_chart`) and a per-rank
 timeline of dispatch / compute / combine events (:func:`timeline_chart`) recorded by the
-expert-parallel MoE layer on local ranks (:func:`ep_layer_run`).
+expert-parallel MoE layer on local ranks (:func:`workbench.ep_overlap.measure`).
 """
 from __future__ import annotations
 
@@ -17,17 +17,14 @@ import contextlib
 import threading
 from dataclasses import dataclass
 
-import time
-
 import altair as alt
 import torch
 import torch.distributed as dist
 
-import kernels
 from kernels.comm import collectives, ring
 from kernels.comm.cost_model import cost
 from kernels.comm.measure import MODEL_ALGORITHM
-from kernels.comm.overlap import PHASES
+from kernels.comm.overlap import PHASES, checked_events
 
 RING_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 _WAIT_S = 10.0
@@ -288,23 +285,9 @@ def volume_chart(rows: list[dict], title: str) -> alt.Chart:
         tooltip=["payload:N", "layout:N", "MB:Q"]).properties(width=140, height=200)
 
 
-def check_events(events: list[dict]) -> None:
-    """Refuse events that a timeline cannot draw, naming what is wrong."""
-    for i, e in enumerate(events):
-        missing = {"rank", "chunk", "phase", "start_s", "end_s"} - set(e)
-        if missing:
-            raise ValueError(f"event {i} lacks {sorted(missing)}")
-        if e["phase"] not in PHASES:
-            raise ValueError(f"event {i}: phase must be one of {PHASES}, got {e['phase']!r}")
-        if not e["end_s"] >= e["start_s"]:
-            raise ValueError(f"event {i}: end_s {e['end_s']} is before start_s {e['start_s']}")
-
-
 def timeline_chart(events: list[dict], title: str) -> alt.Chart:
     """One lane per rank and phase, a bar per (chunk, phase) event, ms from the first start."""
-    check_events(events)
-    if not events:
-        raise ValueError("no events to draw")
+    events = checked_events(events)
     t0 = min(e["start_s"] for e in events)
     rows = [dict(rank=f"rank {e['rank']}", lane=e["phase"], chunk=e["chunk"],
                  start_ms=(e["start_s"] - t0) * 1e3, end_ms=(e["end_s"] - t0) * 1e3)
@@ -317,29 +300,3 @@ def timeline_chart(events: list[dict], title: str) -> alt.Chart:
         opacity=alt.Opacity("chunk:O", legend=None),
         tooltip=["rank:N", "lane:N", "chunk:O", "start_ms:Q", "end_ms:Q"],
     ).properties(width=520, height=70)
-
-
-def ep_layer_run(rank: int, world: int, shape: dict, chunks: tuple[int, ...], seed: int = 0) -> dict:
-    """On each rank of a :func:`kernels.comm.launch.run_local` launch: the expert-parallel
-    layer's forward once per ``ep_chunks`` in ``chunks``, from one full layer.
-
-    Returns, per chunk count: the recorded ``events``, the forward's wall ``seconds`` (after
-    one untimed warm-up forward) and its ``out`` as a list (a tensor would not outlive the
-    rank's process). ``shape``: tokens (per rank), dim, hidden, experts, top_k.
-    """
-    torch.manual_seed(seed)
-    full = kernels.MoE(shape["dim"], shape["hidden"], shape["experts"], shape["top_k"])
-    tokens = torch.Generator().manual_seed(seed + 1 + rank)
-    x = torch.randn(shape["tokens"], shape["dim"], generator=tokens)
-    runs = {}
-    for c in chunks:
-        layer = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=c)
-        layer.record_events = True
-        with torch.no_grad():
-            layer(x)
-            dist.barrier()
-            start = time.perf_counter()
-            out = layer(x)
-            seconds = time.perf_counter() - start
-        runs[c] = dict(events=layer.events, seconds=seconds, out=out.tolist())
-    return runs

@@ -72,17 +72,20 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _checked(events) -> list[dict]:
+def checked_events(events) -> list[dict]:
+    """The events as a list, or a ValueError naming what a timeline or an efficiency
+    cannot use (none at all, a missing key, an unknown phase, an end before its start)."""
     events = list(events)
     if not events:
-        raise ValueError("events is empty: record a forward with record_events=True first")
-    for e in events:
-        if not isinstance(e, dict) or set(KEYS) - set(e):
-            raise ValueError(f"each event must be a dict with keys {KEYS}, got {e!r}")
+        raise ValueError("no events: events is empty; record a forward with record_events=True first")
+    for i, e in enumerate(events):
+        missing = set(KEYS) - set(e) if isinstance(e, dict) else set(KEYS)
+        if missing:
+            raise ValueError(f"event {i} lacks {sorted(missing)}: each event is a dict with keys {KEYS}")
         if e["phase"] not in PHASES:
-            raise ValueError(f"event phase must be one of {PHASES}, got {e['phase']!r}")
+            raise ValueError(f"event {i}: phase must be one of {PHASES}, got {e['phase']!r}")
         if not e["end_s"] >= e["start_s"]:
-            raise ValueError(f"event ends before it starts: {e!r}")
+            raise ValueError(f"event {i}: end_s {e['end_s']} is before start_s {e['start_s']}")
     return events
 
 
@@ -96,7 +99,7 @@ def _rank_times(events: list[dict]) -> tuple[float, float, float]:
 
 def phase_seconds(events) -> tuple[float, float]:
     """(T_comm, T_compute) summed over ranks: how balanced the two kinds of work are."""
-    events = _checked(events)
+    events = checked_events(events)
     per_rank = [_rank_times([e for e in events if e["rank"] == r]) for r in sorted({e["rank"] for e in events})]
     return sum(t[0] for t in per_rank), sum(t[1] for t in per_rank)
 
@@ -111,7 +114,7 @@ def overlap_efficiency(events, rank: int | None = None) -> float:
     ``Σ_r max(T_comm, T_compute) / Σ_r T_total``: each rank's efficiency weighted by its
     wall time. A span of zero (every event instantaneous) counts as fully overlapped.
     """
-    events = _checked(events)
+    events = checked_events(events)
     ranks = sorted({e["rank"] for e in events}) if rank is None else [rank]
     if rank is not None and not any(e["rank"] == rank for e in events):
         raise ValueError(f"no events of rank {rank}")
