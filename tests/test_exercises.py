@@ -91,7 +91,7 @@ def test_a_file_without_the_rung_decorator_is_told_so():
     path.write_text(path.read_text().replace("@rung(", "_unused = dict(", 1).replace(
         'interpreter=True, kind="triton", aot=aot)', 'interpreter=True, kind="triton", aot=aot)\n_unused = 0\n', 1))
     verdict = exercises.check("gemm/v2")
-    assert not verdict.passed
+    assert not verdict.passed and "declares no gemm v2 rung" in verdict.message
 
 
 def test_the_learners_rung_never_joins_the_ladder():
