@@ -39,12 +39,3 @@ def test_an_unchunked_ring_names_the_pieces_it_sent(tmp_path):
 def test_a_persistent_loop_that_steps_by_one_names_two_programs(tmp_path):
     message = _message("grouped_gemm/v4", "every program steps by 1", tmp_path)
     assert "programs (0, 0, 0) and (1, 0, 0) both store element" in message
-
-
-def test_rung_pages_show_no_exercise_markers():
-    import kernels
-    from workbench.source import rung_diff, rung_source
-
-    v4 = kernels.get("grouped_gemm", "v4")
-    assert "# exercise begin: walk" in source.module_source(v4.module)
-    assert "# exercise" not in rung_source(v4) and "# exercise" not in rung_diff(v4)
