@@ -10,7 +10,8 @@ library's bus bandwidth at 256 MB.
 It also times the expert-parallel MoE layer (:mod:`workbench.ep_overlap`, one rank per
 GPU) unchunked (``ref``) and with its dispatch/combine pipelined over chunks, at a size
 where the unchunked layer's communication and compute are of one order (the events of
-the ``ref`` run say how balanced they were, and the verdict prints it): the goal is
+the ``ref`` run say how balanced they were, and the verdict prints it; the size was
+chosen without a GPU): the goal is
 1.3x the unchunked layer.
 
 It needs two GPUs or more (one NCCL/RCCL rank per GPU, in spawned processes, through
@@ -39,8 +40,8 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 SIZES = (1 << 20, 1 << 24, 1 << 28)   # 1 MiB .. 256 MiB per call
 GOAL = 0.8
 EP_GOAL = 1.3
-# Per rank: DeepSeek-V3-like width, top-8 over 8 experts per GPU, a token batch whose
-# all-to-all and expert GEMMs are of one order on one node (check the printed balance).
+# Per rank: top-8 over 8 experts per GPU, sized so that the all-to-all and the expert
+# GEMMs may be of one order on one node; not measured yet: the printed balance says.
 EP_SHAPE = dict(tokens=8192, dim=4096, hidden=2048, top_k=8)
 EP_CHUNKS = (1, 4)
 
