@@ -2,9 +2,10 @@
 
 Every rank builds the same full layer (same seed), feeds its own tokens to its
 expert-parallel share, and also runs the full layer on the concatenation of all ranks'
-tokens: outputs, input gradients and the local experts' weight gradients must be equal
-bit for bit (fp32); the replicated parameters' gradients, summed over ranks, to
-rounding (see :mod:`kernels.moe.ep_layer`). One spawn per world size runs every case;
+tokens: outputs, input gradients and the local experts' weight gradients must agree to
+a few fp32 ulps (``reassociation_bound``: on the CPU a row's bits depend on the BLAS
+kernel and on its neighbours, see :mod:`kernels.moe.ep_layer`), the expert counts
+exactly; the replicated parameters' gradients, summed over ranks, to rounding. One spawn per world size runs every case;
 a rank returns its failures and the parent asserts there are none.
 """
 from __future__ import annotations
@@ -19,11 +20,25 @@ from kernels.comm.launch import run_local
 from kernels.comm.overlap import PHASES, overlap_efficiency
 from kernels.moe import ExpertParallelMoE, aux_loss, route
 from kernels.moe.layer_ladder import v3_fused
+from workbench.check import relative_error
 from workbench.ep_overlap import measure
+from workbench.tolerances import reassociation_bound
 
 pytestmark = pytest.mark.timeout(300)   # a loaded 2-core machine runs these 3x slower
 
 DIM, HIDDEN, TOP_K = 24, 20, 2
+
+
+def _differs(got, want) -> str | None:
+    """Why ``got`` is not ``want`` to the reassociation bound of its dtype (exactly, for
+    integers), or None."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"{got.dtype} {tuple(got.shape)} against {want.dtype} {tuple(want.shape)}"
+    if not got.is_floating_point():
+        return None if torch.equal(got, want) else f"{got.tolist()} against {want.tolist()}"
+    error = relative_error(got, want.double())[0]
+    bound = reassociation_bound(got.dtype)
+    return None if error <= bound else f"relative error {error:.3g} > {bound:.3g}"
 
 
 def _full_layer(num_experts, shared, seed=0):
@@ -63,9 +78,8 @@ def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1):
     logits = F.linear(torch.cat(xs), full.router.weight)[rows]   # aux_loss: this rank's tokens
     checks["aux_loss"] = (ep.aux_loss.detach(), aux_loss(logits, route(logits, TOP_K)[1]))
     for key, (got, want) in checks.items():
-        if not torch.equal(got, want):
-            failures.append(f"{name}: {key} differs from the single-process layer "
-                            f"(max |diff| {(got.double() - want.double()).abs().max():.3g})")
+        if why := _differs(got, want):
+            failures.append(f"{name}: {key} differs from the single-process layer: {why}")
     replicated = ep.replicated_parameters()
     for p in replicated:
         dist.all_reduce(p.grad, group=group)
@@ -83,12 +97,12 @@ def _cases(rank, full, xs, gs, failures, name, chunks):
     reference = _grads(full, torch.cat(xs), torch.cat(gs))
     ep, out = _compare(rank, full, reference, xs, gs, failures, name)
     _, chunked = _compare(rank, full, reference, xs, gs, failures, f"{name} chunks {chunks}", chunks)
-    if not torch.equal(chunked, out):
-        failures.append(f"{name}: {chunks} chunks give other bits than 1")
+    if why := _differs(chunked, out):
+        failures.append(f"{name}: {chunks} chunks differ from 1: {why}")
     return ep
 
 
-def _bitwise_cases(rank, world):
+def _cases_on(rank, world):
     """Uneven token counts (a rank with 1 token, a rank with none), with and without shared
     experts, 1 and 3 chunks (more chunks than a rank has tokens: empty chunks), and a
     router that never picks rank 1's experts."""
@@ -116,7 +130,8 @@ def _bitwise_cases(rank, world):
 
 def _bf16_case(rank, failures):
     """bf16: the routing weight is applied after the down kernel's rounding instead of
-    before it (two roundings, not one), so close to the single-process layer, not bitwise."""
+    before it (two roundings, not one), so close to the single-process layer at bf16's
+    resolution."""
     full = _full_layer(4, 1, seed=3).to(torch.bfloat16)
     xs, gs = _tokens((7, 5), seed=30)
     xs, gs = [x.bfloat16() for x in xs], [g.bfloat16() for g in gs]
@@ -154,15 +169,16 @@ def _construction_case(rank, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_ep_layer_is_bitwise_the_single_process_layer(world):
-    failures = run_local(_bitwise_cases, world, timeout=280, group_timeout=200)
+def test_ep_layer_matches_the_single_process_layer(world):
+    failures = run_local(_cases_on, world, timeout=280, group_timeout=200)
     assert failures == [[]] * world
 
 
 def test_events_are_well_formed_and_efficiency_is_a_fraction():
     rows = measure(world=2, chunk_counts=(1, 3), tokens=10, dim=DIM, hidden=HIDDEN, experts=4,
                    top_k=TOP_K, timeout=120)
-    assert [row["chunks"] for row in rows] == [1, 3] and all(row["same_bits"] for row in rows)
+    assert [row["chunks"] for row in rows] == [1, 3]
+    assert all(row["output_difference"] <= reassociation_bound(torch.float32) for row in rows)
     for row in rows:
         chunks = row["chunks"]
         for rank in range(2):
@@ -213,8 +229,10 @@ def test_ep_group_must_be_a_process_group():
 
 
 def test_v3_rows_do_not_depend_on_their_tile_mates():
-    """What chunking rests on: a row's output from v3's kernels is the same whichever
-    rows share its tiles and wherever in the tile it sits (interpreter: numpy per tile)."""
+    """What chunking rests on: a row's output from v3's kernels is the same, to the
+    reassociation bound, whichever rows share its tiles and wherever in the tile it sits.
+    Not bitwise on the CPU: the interpreter's tile dots go through NumPy's BLAS, whose
+    summation order depends on the CPU's kernel (OpenBLAS Haswell changed bits here)."""
     g = torch.Generator().manual_seed(3)
     rows = torch.randn(70, DIM, generator=g)
     gate, up = torch.randn(2, DIM, HIDDEN, generator=g), torch.randn(2, DIM, HIDDEN, generator=g)
@@ -231,7 +249,7 @@ def test_v3_rows_do_not_depend_on_their_tile_mates():
     # drop 5 rows from the front of each expert: every row moves within its tile and
     # gets new neighbours (tiles are 32 rows in the interpreter)
     kept = torch.cat([torch.arange(5, 40), torch.arange(45, 70)])
-    assert torch.equal(run(rows[kept], 35), whole[kept])
+    assert _differs(run(rows[kept], 35), whole[kept]) is None
     # the reverse order inside each expert
     flipped = torch.cat([torch.arange(39, -1, -1), torch.arange(69, 39, -1)])
-    assert torch.equal(run(rows[flipped], 40), whole[flipped])
+    assert _differs(run(rows[flipped], 40), whole[flipped]) is None

@@ -10,7 +10,7 @@ import kernels
 from kernels.outputs import new_output, poisoned_outputs
 from kernels.registry import Rung
 from workbench import check_rung, compare
-from workbench.tolerances import FACTOR, FLOOR, allowed_error
+from workbench.tolerances import FACTOR, FLOOR, allowed_error, reassociation_bound
 
 SHAPE = (37, 29, 53)
 
@@ -107,6 +107,7 @@ def test_tolerance_table_is_pinned():
     assert allowed_error(torch.float16, 1e-3, "backward") == pytest.approx(4e-3)
     with pytest.raises(KeyError, match="no tolerance floor"):
         allowed_error(torch.int8, 0.0)
+    assert reassociation_bound(torch.float32) == pytest.approx(64 * 2.0 ** -23)
 
 
 def test_each_check_draws_fresh_inputs():

@@ -29,3 +29,16 @@ def allowed_error(dtype: torch.dtype, baseline_error: float, direction: str = "f
     if dtype not in FLOOR:
         raise KeyError(f"no tolerance floor for {dtype}; add one to workbench/tolerances.py")
     return FACTOR[direction] * baseline_error + FLOOR[dtype]
+
+# Two evaluations of one computation whose sums associate differently (another BLAS
+# kernel, other rows sharing a tile, a per-rank partial sum) differ by a few units in
+# the last place of the result's largest magnitude per summand's rounding; 64 ulps
+# leaves room for sums over a few dozen terms and still fails a real bug by orders of
+# magnitude (a dropped or doubled row moves the result by its own size).
+REASSOCIATION_ULPS = 64
+
+
+def reassociation_bound(dtype: torch.dtype) -> float:
+    """The relative error (:func:`workbench.check.relative_error`) allowed between two
+    orders of one computation's sums in ``dtype``: 64 ulps, 7.6e-6 in fp32."""
+    return REASSOCIATION_ULPS * torch.finfo(dtype).eps

@@ -8,7 +8,7 @@ them expert-major, source-minor: for each local expert, source 0's rows, then so
 1's, each in (token, slot) order. Since the single-process layer's token t of rank s is
 token ``Σ_{s'<s} T_s' + t`` of the concatenated batch, that is exactly the order in
 which the single-process layer sorts that expert's rows, so an owner's row tiles hold
-the same rows as the single-process layer's tiles (the identity the bitwise test rests on).
+the same rows as the single-process layer's tiles.
 
 Everything here moves rows by permutations (no sums), so it is exact in every dtype.
 

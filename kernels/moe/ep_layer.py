@@ -7,7 +7,7 @@ expert (:mod:`.ep_exchange`, one all-to-all), runs v3's two fused kernels on the
 received for its experts, sends the rows back (a second all-to-all) and sums each
 token's k rows, weighted, exactly as v3 does after its down kernel.
 
-Bitwise equal to the single-process layer (fp32), and why:
+Equal to the single-process layer up to the order of fp32 sums, and why not bitwise:
     - The experts: an owner's rows for expert e are the single-process layer's rows for
       e, in the same order (:mod:`.ep_exchange`), and every kernel (v3's forward, the
       grouped GEMMs and dW of the backward) tiles an expert's rows from that expert's
@@ -15,31 +15,28 @@ Bitwise equal to the single-process layer (fp32), and why:
       multiplies the routing weight into each row in its down kernel; here the down
       kernel runs with weight 1 (``acc·1`` is exact) and the weight is applied after the
       all-to-all back (``w·y`` in fp32: the same single rounding). In fp16/bf16 that is
-      two roundings instead of one: close, not bitwise.
-    - Token-wise dense work on CPU (the router GEMM, the shared experts, the SwiGLU of
-      the recomputing backward): CPU ATen evaluates ``exp`` with SIMD in the body of a
-      tensor and with scalar libm in its tail, and MKL takes another path for a GEMM of
-      one or two rows than for many, so a row's bits depend on its position and on the
-      row count (seen here with torch 2.13's CPU build: some SiLU values of one row differ
-      between the two paths, and the bitwise test fails without the fix below). On CPU
-      tensors this layer therefore evaluates those ops on a buffer of the single-process
-      layer's shape with its own rows at their single-process positions (:func:`_placed`),
-      so each element takes the same code path. That costs W times the dense work of
-      those parts. It is skipped for GPU tensors, where it was not measured (no GPU
-      here): bitwise equality is claimed and tested on CPU only.
-    - Chunked forward (``ep_chunks > 1``): a row's result does not depend on the other
-      rows in its tile (tests/test_ep_moe.py checks this for v3's kernels), so chunks
-      give the unchunked bits.
+      two roundings instead of one.
+    - What is not the same sequence of operations: the token-wise dense work (the router
+      GEMM, the shared experts, the SwiGLU of the recomputing backward) runs on this
+      rank's T rows instead of all ranks' rows, and a chunk's tiles hold other rows than
+      the unchunked tiles. On a GPU a row's result does not depend on its neighbours (an
+      MFMA reduces each output over K in a fixed order). On the CPU it can: the
+      interpreter's tile dots and torch's CPU GEMMs go through BLAS kernels chosen by the
+      CPU and the row count (OpenBLAS's Haswell and SkylakeX sgemm round differently,
+      MKL takes another path for one or two rows), and CPU ATen evaluates ``exp`` with
+      SIMD in a tensor's body and scalar libm in its tail. So the tests hold this layer
+      (and chunked against unchunked) to a few fp32 ulps of each tensor's largest value,
+      not to its bits.
 
 Backward: as v3's, it recomputes: one unchunked all-to-all carries each slot's row of x
 and its output gradient to the owner, which runs v2's differentiable path (grouped GEMMs,
 SwiGLU) and sends back the input gradient and the recomputed output (for the routing
 weights' gradient). Local expert weight gradients are the single-process layer's for
-those experts, bitwise. The router's and shared experts' gradients cover this rank's
+those experts, to rounding as above. The router's and shared experts' gradients cover this rank's
 tokens only: they are replicated parameters, and like any data-parallel gradient they
 must be summed over the ranks (:meth:`ExpertParallelMoE.replicated_parameters`); that
 sum adds per-rank partial sums, a different association than the single-process sum
-over all tokens, so it matches to rounding, not bitwise. The backward's all-to-alls are
+over all tokens. The backward's all-to-alls are
 collectives: every rank of the group must run backward through each forward, as with
 any distributed layer. Eager mode only (not wrapped for ``torch.compile``).
 
@@ -79,18 +76,6 @@ from .routing import aux_loss, expert_counts, route
 _EXPERT_WEIGHTS = ("gate", "up", "down")
 
 
-def _placed(fn, start: int, total: int, *tensors: torch.Tensor) -> torch.Tensor:
-    """``fn(*tensors)`` for row-wise ``fn``, evaluated (on CPU) on ``(total, ·)`` buffers with
-    the tensors' rows at ``[start, start + n)`` and zeros elsewhere: see the module's
-    docstring for why. Differentiable."""
-    n = tensors[0].shape[0]
-    if tensors[0].device.type != "cpu":
-        return fn(*tensors)
-    full = [torch.cat([t.new_zeros((start, t.shape[1])), t,
-                       t.new_zeros((total - start - n, t.shape[1]))]) for t in tensors]
-    return fn(*full)[start:start + n]
-
-
 @dataclass
 class _Run:
     """What one forward's autograd node needs besides tensors."""
@@ -98,8 +83,6 @@ class _Run:
     num_experts: int
     chunks: int
     timeline: Timeline | None
-    row_start: int     # the single-process sorted row of this rank's first expert's first row
-    rows_total: int    # the single-process layer's T·k
 
 
 def _experts_forward(rows, offsets, gate, up, down) -> torch.Tensor:
@@ -114,15 +97,14 @@ def _experts_forward(rows, offsets, gate, up, down) -> torch.Tensor:
     return v3_fused.down_scatter(h, down, identity, ones, offsets, cfg2)
 
 
-def _experts_backward(rows, grad_y, offsets, gate, up, down, run: _Run):
+def _experts_backward(rows, grad_y, offsets, gate, up, down):
     """v2's path (as :func:`.layer_ladder.v2_grouped.routed_experts` between its permute and
     unpermute) recomputed and differentiated: ((d rows, d gate, d up, d down), y)."""
     leaves = [t.detach().requires_grad_() for t in (rows, gate, up, down)]
     r, g, u, d = leaves
     with torch.enable_grad():
-        h = _placed(lambda a, b: F.silu(a) * b, run.row_start, run.rows_total,
-                    grouped_gemm(r, g, offsets, check_offsets=False),
-                    grouped_gemm(r, u, offsets, check_offsets=False))
+        h = F.silu(grouped_gemm(r, g, offsets, check_offsets=False)) \
+            * grouped_gemm(r, u, offsets, check_offsets=False)
         y = grouped_gemm(h, d, offsets, check_offsets=False)
         grads = torch.autograd.grad(y, leaves, grad_y)
     return grads, y.detach()
@@ -198,7 +180,7 @@ class _Experts(torch.autograd.Function):
         sent = torch.cat([x[plan.slots // k], grad_y[plan.slots]], dim=1)
         rows, grad_rows = ep_exchange.exchange(sent, plan, run.group).split(dim, dim=1)
         (d_rows, dgate, dup, ddown), y = _experts_backward(
-            rows.contiguous(), grad_rows.contiguous(), plan.offsets, gate, up, down, run)
+            rows.contiguous(), grad_rows.contiguous(), plan.offsets, gate, up, down)
         back = ep_exchange.exchange(torch.cat([d_rows, y], dim=1), plan, run.group, back=True)
         d_slot, y_slot = (part.contiguous().view(t, k, dim) for part in back.split(dim, dim=1))
         dx = d_slot.to(acc).sum(dim=1).to(x.dtype)                          # permute's backward
@@ -272,25 +254,18 @@ class ExpertParallelMoE(MoE):
                                                          self.gate, self.up, self.down)
         # the local experts' weights against their rows of the router (top_k is checked at init)
         moe_operands(flat, router[self._slice], gate, up, down, 1, DTYPES)
-        group, world = self.ep_group, dist.get_world_size(self.ep_group)
-        tokens = torch.zeros(world, dtype=torch.int64, device=flat.device)
-        tokens[self.ep_rank] = flat.shape[0]
-        dist.all_reduce(tokens, group=group)
-        start, total = int(tokens[:self.ep_rank].sum()), int(tokens.sum())
-        logits = _placed(lambda rows: F.linear(rows.float(), self.router.weight.float()),
-                         start, total, flat)
+        group = self.ep_group
+        logits = F.linear(flat.float(), self.router.weight.float())
         weights, ids = route(logits, self.top_k, self.normalize)
         self.aux_loss = aux_loss(logits, ids)
         counts = expert_counts(ids, self.num_experts)
         dist.all_reduce(counts, group=group)
         self.expert_counts = counts
         run = _Run(group, self.num_experts, self.ep_chunks,
-                   Timeline(group) if self.record_events else None,
-                   int(counts[:self.local_experts.start].sum()), total * self.top_k)
+                   Timeline(group) if self.record_events else None)
         out = _Experts.apply(flat, weights, ids, gate, up, down, run)
         if run.timeline is not None:
             self.events = run.timeline.events
         if self.shared_experts:
-            out = out + _placed(lambda rows: swiglu(rows, self.shared_gate, self.shared_up,
-                                                    self.shared_down), start, total, flat)
+            out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
         return out.reshape(x.shape)
