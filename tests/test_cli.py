@@ -58,6 +58,7 @@ def test_a_shape_may_hold_zero_codes(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)   # 2 min alone; past 15 min on a loaded 2-core AVX2 machine
 def test_tour_checks_every_rung_and_passes(capsys):
     assert main(["tour"]) == 0
     out = capsys.readouterr().out
