@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import time
 import warnings
 
 import pytest
@@ -110,3 +111,26 @@ def test_a_refused_write_still_returns_the_counted_entry(monkeypatch):
     with pytest.warns(progress.ProgressWarning, match="not saved"):
         entry = progress.record_attempt("gemm/v1", True, "ok")
     assert entry["attempts"] == 1 and entry["passed"] and not progress.progress_path().exists()
+
+
+def test_a_lock_held_too_long_still_shows_the_grade(monkeypatch):
+    file = progress.progress_path()
+    monkeypatch.setattr(progress, "LOCK_TIMEOUT_S", 0.2)
+    fork = multiprocessing.get_context("fork")
+    ready = fork.Event()
+    holder = fork.Process(target=_hold_lock, args=(file, ready))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        with pytest.warns(progress.ProgressWarning, match=f"progress not saved to {file}.*lock"):
+            entry = progress.record_attempt("gemm/v1", True, "ok")
+        assert entry["attempts"] == 1 and not file.exists()
+    finally:
+        holder.terminate()
+        holder.join(60)
+
+
+def _hold_lock(file, ready) -> None:
+    with progress._lock(file):
+        ready.set()
+        time.sleep(120)
