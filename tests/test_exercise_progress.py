@@ -1,7 +1,6 @@
 """The progress file under stress: parallel writers, a corrupt file, a foreign one, a read-only one."""
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import time
