@@ -20,6 +20,8 @@ import torch
 
 import roofline
 
+from .atomic import write_atomic
+
 CACHE_ENV = "WORKBENCH_CACHE_DIR"
 COPY_BYTES = 1 << 30        # 1 GiB: far larger than any L2 or Infinity Cache (256 MiB)
 MATMUL_N = 8192
@@ -63,10 +65,7 @@ def save_ceilings(ceilings: dict) -> Path:
     data = roofline.check_ceilings(ceilings)
     path = cache_path(data["gpu"])
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _require_gpu() -> None:

@@ -171,12 +171,16 @@ TRAIN_COLUMNS = ("step", "loss", "grad_norm", "step_ms", "tokens_per_s", "tflops
 
 def cmd_train(args) -> int:
     from . import train
+    from .train.files import FileArgumentError
 
     try:
         rows = train.run(preset=args.preset, kernels=args.kernels, steps=args.steps, seed=args.seed,
                          compile=args.compile, profile=args.profile, out=args.out,
                          checkpoint=args.checkpoint, resume=args.resume, gpu=args.gpu,
                          parallel=args.parallel)
+    except FileArgumentError as exc:   # named as the flag that was typed
+        print(f"workbench train: --{exc.argument} {exc.path}: {exc.reason}", file=sys.stderr)
+        return 2
     except NotImplementedError as exc:
         print(f"workbench train: {exc}", file=sys.stderr)
         return 2
@@ -312,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true", help="per-op times from torch.profiler")
     p.add_argument("--gpu", help="roofline GPU name for MFU (default: this GPU)")
     p.add_argument("--checkpoint", help="save the state to this file at the end")
-    p.add_argument("--resume", help="continue from this checkpoint")
+    p.add_argument("--resume", help="continue from this checkpoint (--out: append the rows)")
     p.add_argument("--parallel", choices=("fsdp", "ddp"), help="data parallel under torchrun")
     p.add_argument("--out", help="write the rows to this .json file, step by step")
     return parser

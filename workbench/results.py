@@ -7,28 +7,36 @@ rest of a run and is never drawn as a number. ``pass_name`` says which pass a ro
 times: "forward", or for rungs with a backward also "backward" and "forward+backward".
 Files carry a schema name and version; version 1 files (no status or error: every row
 measured) and version 2 files (no pass: every row a forward) still load; anything else
-is refused with a clear error. Nothing is unpickled: JSON and CSV only.
+is refused with a clear error that names the file. Nothing is unpickled: JSON and CSV
+only. A number is finite and not negative (``ms`` positive), a JSON number rather than a
+string or a boolean: a NaN, "inf" or ``true`` in a file would otherwise be drawn on a chart.
 
 A :class:`Recorder` saves its rows after each one, atomically, so a crash or Ctrl-C in
 the middle of a benchmark leaves a valid file with every row measured so far. Recorded
 rows measured on real GPUs ship in ``workbench/recorded/`` so CPU-only users still see
-real numbers, always with the GPU and date they came from.
+real numbers, always with the GPU and date they came from; a shipped file that does not
+load is skipped with a warning, so it never hides the others.
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
-import os
+import math
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from .atomic import write_atomic
+
 SCHEMA = "amd-kernel-workbench/results"
 VERSION = 3
 SUFFIXES = (".json", ".csv")
 PASSES = ("forward", "backward", "forward+backward")
+MAX_BYTES = 64 * 2**20   # a quick suite's rows take well under 1 MiB; more is not a results file
 
 
 class ResultsFormatError(ValueError):
@@ -59,6 +67,14 @@ class ResultRow:
     pass_name: str = "forward"   # what was timed: one of PASSES (schema version 3)
 
     def __post_init__(self):
+        for name in FIELDS:
+            value = getattr(self, name)
+            if name in NUMBERS:
+                object.__setattr__(self, name, _number(name, value))
+            elif not isinstance(value, str):
+                raise ValueError(f"field {name!r} must be a str, got {value!r}")
+        if self.ms == 0:
+            raise ValueError("field 'ms' must be positive: nothing runs in 0 ms")
         if self.pass_name not in PASSES:
             raise ValueError(f"pass_name must be one of {PASSES}, got {self.pass_name!r}")
         numbers = [getattr(self, f) for f in MEASURED]
@@ -84,28 +100,39 @@ MEASURED = ("ms", "tflops", "gbps")
 NUMBERS = (*MEASURED, "ratio_to_ref")
 
 
-def _number(value) -> float | None:
-    return None if value is None or value == "" else float(value)
+def _number(name: str, value) -> float | None:
+    """None, or ``value`` as a finite float >= 0; a bool or a string is not a number."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value) if abs(value) < 1e308 else math.inf   # float(10**400) overflows
+        if math.isfinite(number) and number >= 0:
+            return number
+    raise ValueError(f"field {name!r} must be a finite number >= 0 or None, got {value!r}")
 
 
-def _row_from_mapping(raw: dict, where: str, fields: Sequence[str] = FIELDS) -> ResultRow:
+def _cell(name: str, text: str | None):
+    """A CSV cell as the field's value: numbers parsed, an empty number cell None."""
+    if name not in NUMBERS or text is None:
+        return text
+    if text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"field {name!r} is not a number (or empty): {text!r}") from None
+
+
+def _row_from_mapping(raw: dict, where: str, fields: Sequence[str] = FIELDS,
+                      csv_cells: bool = False) -> ResultRow:
     if not isinstance(raw, dict):
         raise ResultsFormatError(f"{where}: a row must be an object, got {type(raw).__name__}")
     missing = [f for f in fields if f not in raw]
     extra = [k for k in raw if k not in fields]
     if missing or extra:
         raise ResultsFormatError(f"{where}: missing fields {missing}, unknown fields {extra}")
-    values = {}
-    for name in fields:
-        kind = _number if name in NUMBERS else str
-        try:
-            values[name] = kind(raw[name])
-        except (TypeError, ValueError) as exc:
-            what = "number (or empty)" if name in NUMBERS else "str"
-            raise ResultsFormatError(f"{where}: field {name!r} is not a {what}: "
-                                     f"{raw[name]!r}") from exc
     try:
-        return ResultRow(**values)
+        return ResultRow(**{f: _cell(f, raw[f]) if csv_cells else raw[f] for f in fields})
     except ValueError as exc:
         raise ResultsFormatError(f"{where}: {exc}") from exc
 
@@ -119,22 +146,20 @@ def _suffix(path: Path) -> str:
 def save(rows: Iterable[ResultRow], path: str | Path) -> Path:
     """Write rows as .json (with schema header) or .csv (header = field names).
 
-    Atomic: the rows go to a temporary file beside ``path``, which then replaces it, so
-    ``path`` always holds a whole file (the old one or the new one), never half of one.
+    Atomic (:func:`workbench.atomic.write_atomic`): ``path`` always holds a whole file,
+    the old one or the new one, never half of one, even with two writers at once.
     """
     path, rows = Path(path), list(rows)
-    suffix = _suffix(path)
-    tmp = path.with_name(path.name + ".tmp")
-    if suffix == ".json":
+    if _suffix(path) == ".json":
         doc = {"schema": SCHEMA, "version": VERSION, "rows": [dataclasses.asdict(r) for r in rows]}
-        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        text = json.dumps(doc, indent=1) + "\n"
     else:
-        with tmp.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(dataclasses.asdict(r) for r in rows)
-    os.replace(tmp, path)
-    return path
+        buffer = io.StringIO(newline="")
+        writer = csv.DictWriter(buffer, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(dataclasses.asdict(r) for r in rows)
+        text = buffer.getvalue()
+    return write_atomic(path, text)
 
 
 class Recorder:
@@ -142,7 +167,8 @@ class Recorder:
 
     A benchmark hands every row to :meth:`add` the moment it has it, so an exception or
     Ctrl-C later in the run leaves a valid results file with every row measured before.
-    Nothing is written before the first row.
+    Nothing is written before the first row. Two recorders on one path never break the
+    file: it holds, whole, the rows of the one that saved last.
     """
 
     def __init__(self, path: str | Path | None = None):
@@ -157,13 +183,28 @@ class Recorder:
             save(self.rows, self.path)
 
 
+def _text(path: Path) -> str:
+    if path.is_dir():
+        raise ResultsFormatError(f"{path}: a folder, not a results file")
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise ResultsFormatError(f"{path}: {size} bytes, more than a results file holds "
+                                 f"(at most {MAX_BYTES})")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsFormatError(f"{path}: not a text file ({exc})") from exc
+
+
 def load(path: str | Path) -> list[ResultRow]:
     path = Path(path)
-    if _suffix(path) == ".json":
+    suffix = _suffix(path)
+    text = _text(path)
+    if suffix == ".json":
         try:
-            doc = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ResultsFormatError(f"{path}: not valid JSON ({exc})") from exc
+            doc = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ResultsFormatError(f"{path}: not valid JSON ({type(exc).__name__}: {exc})") from exc
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             raise ResultsFormatError(f"{path}: not a workbench results file (schema must be {SCHEMA!r})")
         fields = {1: FIELDS_V1, 2: FIELDS_V2, VERSION: FIELDS}.get(doc.get("version"))
@@ -173,12 +214,15 @@ def load(path: str | Path) -> list[ResultRow]:
         if not isinstance(doc.get("rows"), list):
             raise ResultsFormatError(f"{path}: 'rows' must be a list")
         return [_row_from_mapping(r, f"{path} row {i}", fields) for i, r in enumerate(doc["rows"])]
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         fields = tuple(reader.fieldnames or ())
         if fields not in (FIELDS, FIELDS_V2, FIELDS_V1):
             raise ResultsFormatError(f"{path}: CSV header must be {','.join(FIELDS)}")
-        return [_row_from_mapping(r, f"{path} line {i + 2}", fields) for i, r in enumerate(reader)]
+        return [_row_from_mapping(r, f"{path} line {i + 2}", fields, csv_cells=True)
+                for i, r in enumerate(reader)]
+    except csv.Error as exc:
+        raise ResultsFormatError(f"{path}: not valid CSV ({exc})") from exc
 
 
 def table(rows: Iterable[ResultRow],
@@ -208,23 +252,31 @@ def _recorded_dir():
     return resources.files("workbench") / "recorded"
 
 
-def recorded() -> list[dict]:
-    """The GPU result files that ship with the package: gpu, date, rows, file name."""
-    listing, folder = [], _recorded_dir()
+def _shipped() -> list[tuple[str, list[ResultRow]]]:
+    """(file name, rows) of each shipped file that loads; a warning names each one that does not."""
+    shipped, folder = [], _recorded_dir()
     if not folder.is_dir():   # an installed wheel has the folder only once files ship in it
-        return listing
+        return shipped
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".json"):
-            rows = load(Path(str(entry)))
-            listing.append(dict(gpu=rows[0].gpu if rows else "?", rows=len(rows), file=entry.name,
-                                date=max((r.timestamp for r in rows), default="")[:10]))
-    return listing
+            try:
+                shipped.append((entry.name, load(Path(str(entry)))))
+            except (ResultsFormatError, OSError) as exc:
+                warnings.warn(f"skipped a shipped results file that does not load: {exc}", stacklevel=3)
+    return shipped
+
+
+def _gpu(rows: list[ResultRow]) -> str:
+    return rows[0].gpu if rows else "?"
+
+
+def recorded() -> list[dict]:
+    """The GPU result files that ship with the package: gpu, date, rows, file name."""
+    return [dict(gpu=_gpu(rows), rows=len(rows), file=name,
+                 date=max((r.timestamp for r in rows), default="")[:10]) for name, rows in _shipped()]
 
 
 def load_recorded(gpu: str | None = None) -> list[ResultRow]:
     """Rows of every shipped file, or of those whose GPU name contains ``gpu``."""
-    rows = []
-    for item in recorded():
-        if gpu is None or gpu.lower() in item["gpu"].lower():
-            rows += load(Path(str(_recorded_dir() / item["file"])))
-    return rows
+    return [row for _, rows in _shipped() if gpu is None or gpu.lower() in _gpu(rows).lower()
+            for row in rows]

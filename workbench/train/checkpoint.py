@@ -1,23 +1,27 @@
 """Save and resume a training run: model, optimizer, step count and RNG states.
 
 The data need no state (a batch is a function of seed and step, :mod:`.data`), so
-these four make a resumed run repeat an uninterrupted one's losses. Written to a
-temporary file that then replaces the target, so a crash never leaves half a
-checkpoint; loaded with ``weights_only=True`` (tensors and plain containers, no
-pickled code). One process's full state: a data-parallel (sharded) run does not
-checkpoint here.
+these four make a resumed run repeat an uninterrupted one's losses. Written whole or
+not at all (:func:`workbench.atomic.write_atomic`); loaded with ``weights_only=True``
+(tensors and plain containers, no pickled code). A file that is missing, truncated,
+empty or not such a checkpoint is refused by :func:`read` before anything is trained,
+naming ``resume`` and the file. One process's full state: a data-parallel (sharded)
+run does not checkpoint here.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
+from ..atomic import write_atomic
+from .files import FileArgumentError
+
+KEYS = ("model", "optimizer", "step", "rng_cpu", "rng_cuda")
+
 
 def save(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> Path:
     """Write the state after ``step`` optimizer steps to ``path``."""
-    path = Path(path)
     state = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -25,17 +29,44 @@ def save(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: i
         "rng_cpu": torch.get_rng_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, lambda fh: torch.save(state, fh))
 
 
-def load(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Restore a checkpoint into ``model`` and ``optimizer``; returns the steps it had done."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+def _is_state(state) -> bool:
+    return (isinstance(state, dict) and sorted(state) == sorted(KEYS)
+            and isinstance(state["model"], dict) and isinstance(state["optimizer"], dict)
+            and type(state["step"]) is int and state["step"] >= 0
+            and isinstance(state["rng_cpu"], torch.Tensor) and state["rng_cpu"].dtype == torch.uint8
+            and isinstance(state["rng_cuda"], list))
+
+
+def read(path) -> dict:
+    """The checkpoint in ``path``, checked to be one; nothing is restored yet."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileArgumentError("resume", path, "no such file" if not path.exists() else "not a file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign file raises RuntimeError,
+        # EOFError, UnpicklingError, KeyError, ... depending on where torch.load gives up
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else "no data"
+        raise FileArgumentError("resume", path, f"not a readable checkpoint: truncated, empty or "
+                                                f"foreign ({type(exc).__name__}: {why})") from exc
+    if not _is_state(state):
+        raise FileArgumentError("resume", path, f"not a workbench training checkpoint (a dict of "
+                                                f"{', '.join(KEYS)})")
+    return state
+
+
+def restore(state: dict, path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Put a :func:`read` state into ``model`` and ``optimizer``; returns the steps it had done."""
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        why = str(exc).strip().splitlines()[0]
+        raise FileArgumentError("resume", path, f"a checkpoint of another model or optimizer "
+                                                f"({type(exc).__name__}: {why})") from exc
     torch.set_rng_state(state["rng_cpu"])
     if state["rng_cuda"]:
         torch.cuda.set_rng_state_all(state["rng_cuda"])

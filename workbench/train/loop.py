@@ -20,6 +20,7 @@ import roofline
 from .. import environment
 from . import checkpoint as ckpt
 from . import data, distributed, flops, ops, store
+from .files import FileArgumentError, writable
 from .model import GPT
 from .presets import preset as _preset
 
@@ -75,8 +76,10 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
 
     ``kernels``: "torch", "workbench" or a mapping per op (:func:`.ops.resolve`);
     ``compile`` applies ``torch.compile`` to the model either way. ``out``: a .json file
-    the rows are saved to after every step (:mod:`.store`). ``checkpoint``: a file to save
-    the state to at the end; ``resume``: one to continue from (its step count goes on).
+    the rows are saved to after every step (:mod:`.store`); on resume they are appended to
+    the rows it holds. ``checkpoint``: a file to save the state to at the end; ``resume``:
+    one to continue from (its step count goes on). These files are checked before the
+    first step, so a bad one costs no training (:class:`.files.FileArgumentError`).
     ``gpu``: a ``roofline`` GPU name for MFU (default: this GPU, when roofline knows it).
     Under ``torchrun`` each process runs this; ``parallel`` is "fsdp" or "ddp".
     """
@@ -88,12 +91,20 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     rank, world, device = distributed.setup(here.is_gpu)
     if world > 1 and (checkpoint or resume):
         raise ValueError("checkpoints hold one process's state; run data-parallel jobs without them")
+    state = ckpt.read(resume) if resume else None
+    for argument, path in (("checkpoint", checkpoint), ("out", out)):
+        if path is not None:
+            writable(argument, path)
+    try:
+        earlier = store.rows_before(out, state["step"]) if state and out is not None else []
+    except ValueError as exc:
+        raise FileArgumentError("out", out, f"cannot append the resumed steps ({exc})") from exc
     dtype = torch.bfloat16 if here.is_gpu else torch.float32
     spec = _gpu_spec(gpu, here)
     torch.manual_seed(seed)
     model = distributed.wrap(GPT(cfg, impls).to(device), world, parallel)
     optimizer = _optimizer(model, cfg)
-    start = ckpt.load(resume, model, optimizer) if resume else 0
+    start = ckpt.restore(state, resume, model, optimizer) if state else 0
     step_fn = torch.compile(model) if compile else model
     fixed = dict(preset=cfg.name, kernels=ops.label(impls), compile=compile,
                  dtype=str(dtype).replace("torch.", ""), world_size=world, seed=seed,
@@ -123,7 +134,7 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
             op_ms=_op_times(prof, device.type == "cuda") if profile else None,
             timestamp=environment.now(), **fixed))
         if out is not None and rank == 0:
-            store.save(rows, out)
+            store.save(earlier + rows, out)
     if checkpoint is not None:
         ckpt.save(checkpoint, model, optimizer, start + steps)
     return rows

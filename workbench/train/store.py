@@ -2,14 +2,16 @@
 
 A training row (loss, grad norm, step time, MFU, ...) is not a kernel benchmark row
 (op, rung, shape, ...), so it gets its own schema name rather than bending that one.
-Saved like :func:`workbench.results.save`: to a temporary file that replaces the
-target, after every step, so an interrupted run keeps every step done.
+Saved like :func:`workbench.results.save`, whole or not at all, after every step, so
+an interrupted run keeps every step done; a resumed run appends to the rows of the run
+it continues (:func:`rows_before`).
 """
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from ..atomic import write_atomic
 
 SCHEMA = "amd-kernel-workbench/train"
 VERSION = 1
@@ -27,17 +29,28 @@ def save(rows: list[dict], path) -> Path:
     path = Path(path)
     if path.suffix != ".json":
         raise ValueError(f"{path}: training rows are saved as .json")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"schema": SCHEMA, "version": VERSION, "rows": rows}, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, json.dumps({"schema": SCHEMA, "version": VERSION, "rows": rows},
+                                         indent=1) + "\n")
 
 
 def load(path) -> list[dict]:
-    doc = json.loads(Path(path).read_text())
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("version") != VERSION:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({type(exc).__name__}: {exc})") from exc
+    if (not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("version") != VERSION
+            or not isinstance(doc.get("rows"), list)):
         raise ValueError(f"{path}: not a training-rows file ({SCHEMA} version {VERSION})")
     for i, row in enumerate(doc["rows"]):
-        if set(row) != set(FIELDS):
-            raise ValueError(f"{path} row {i}: fields {sorted(row)}, expected {sorted(FIELDS)}")
+        if not isinstance(row, dict) or set(row) != set(FIELDS):
+            raise ValueError(f"{path} row {i}: fields {sorted(row) if isinstance(row, dict) else row!r}, "
+                             f"expected {sorted(FIELDS)}")
     return doc["rows"]
+
+
+def rows_before(path, step: int) -> list[dict]:
+    """The rows in ``path`` of steps up to ``step`` ([] without a file): what a run resumed
+    from step ``step`` appends to. Rows of later steps (a run that went on past that
+    checkpoint) are dropped, so each step is in the file once."""
+    path = Path(path)
+    return [r for r in load(path) if r["step"] <= step] if path.exists() else []
