@@ -109,6 +109,14 @@ def test_gpu_rows_give_medians_after_the_first_step_and_a_side_by_side_breakdown
     assert tr.loss_parity(a, b) == 0.0
 
 
+def test_a_corrupt_recorded_training_file_is_skipped_with_a_warning(no_recorded):
+    store.save(_gpu_rows("torch", [40.0, 10.0]), no_recorded / "mi300x.json")
+    (no_recorded / "broken.json").write_text('{"schema": ')
+    with pytest.warns(UserWarning, match="broken.json"):
+        shipped = tr.recorded_rows()
+    assert list(shipped) == ["mi300x.json"] and len(shipped["mi300x.json"]) == 2
+
+
 def test_recorded_gpu_runs_are_shown_with_gpu_and_date(no_recorded, monkeypatch):
     rows = _gpu_rows("torch", [40.0, 10.0]) + _gpu_rows("workbench", [40.0, 9.0])
     cpu = dict(rows[0], backend="interpreter", kernels="cpu run")   # never shown as recorded

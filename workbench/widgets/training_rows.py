@@ -11,6 +11,7 @@ on a GPU) are shown with the GPU and date they came from.
 from __future__ import annotations
 
 import statistics
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -29,12 +30,19 @@ def _recorded_dir():
 
 
 def recorded_rows() -> dict[str, list[dict]]:
-    """Shipped training rows from GPUs, by file name ({} when none are recorded)."""
-    folder = _recorded_dir()
+    """Shipped training rows from GPUs, by file name ({} when none are recorded); a file
+    that does not load is skipped with a warning naming it, so it hides no other file."""
+    folder, shipped = _recorded_dir(), {}
     if not folder.is_dir():
-        return {}
-    return {entry.name: store.load(Path(str(entry)))
-            for entry in sorted(folder.iterdir(), key=lambda e: e.name) if entry.name.endswith(".json")}
+        return shipped
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            try:
+                shipped[entry.name] = store.load(Path(str(entry)))
+            except (ValueError, OSError) as exc:
+                warnings.warn(f"skipped a shipped training-rows file that does not load: {exc}",
+                              stacklevel=2)
+    return shipped
 
 
 def is_gpu(rows: list[dict]) -> bool:
