@@ -1,10 +1,15 @@
 """run_local fails instead of hanging: a stuck rank is killed at the deadline, a raising
-rank's traceback reaches the parent, and gloo uses the loopback interface only."""
+rank's traceback reaches the parent, and gloo uses the loopback interface only. Its
+results come back by value, even when every rank exits the moment it returns on a
+loaded machine."""
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from kernels.comm.launch import run_local
@@ -60,3 +65,36 @@ def test_a_rank_whose_process_dies_is_reported_before_the_deadline():
     with pytest.raises(RuntimeError, match="rank 1 of 2 died without a result"):
         run_local(_rank1_aborts, 2, timeout=45)
     assert time.monotonic() - start < 30
+
+
+def _tensors(rank, world, count):
+    return [torch.full((3,), float(rank * count + i)) for i in range(count)]
+
+
+@pytest.mark.timeout(120)
+def test_tensors_come_back_after_their_ranks_exit_on_a_loaded_machine():
+    """Once, each returned tensor travelled as a file descriptor that the parent fetched
+    from its rank's process while unpickling: a rank that had already exited left the
+    parent with ConnectionResetError or FileNotFoundError (the rank's socket gone). A busy
+    process widens that window; many tensors per call open it on nearly every call."""
+    calls, count, budget = 8, 32, 60.0
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        deadline = time.monotonic() + budget
+        for _ in range(calls):
+            got = run_local(_tensors, 2, count, timeout=max(1.0, deadline - time.monotonic()))
+            assert [[t.tolist() for t in tensors] for tensors in got] == [
+                [[float(rank * count + i)] * 3 for i in range(count)] for rank in range(2)]
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def _rank1_returns_a_lambda(rank, world):
+    return (lambda: rank) if rank == 1 else rank
+
+
+@pytest.mark.timeout(120)
+def test_a_result_that_cannot_be_pickled_is_its_ranks_failure():
+    with pytest.raises(RuntimeError, match="(?s)rank 1 of 2 failed.*pickle"):
+        run_local(_rank1_returns_a_lambda, 2, timeout=60)
