@@ -196,6 +196,7 @@ def test_overlap_efficiency_on_known_timelines():
               ev("compute", 0.005, 0.05)]
     assert overlap_efficiency(filled) == 1.0
     assert phase_seconds(filled)[0] == filled[1]["end_s"] - filled[0]["start_s"]
+    assert phase_seconds([ev("compute", 1, 3)]) == (0.0, 2.0)   # no communication at all
     with pytest.raises(ValueError, match="empty"):
         overlap_efficiency([])
     with pytest.raises(ValueError, match="phase"):

@@ -4,12 +4,12 @@ A ring built from point-to-point sends trusts every rank to agree on the message
 If they do not, one rank waits for bytes that never come and the job hangs until the
 process-group timeout, far from the mistake. Local checks (shapes, dtypes, contiguity,
 split sizes) cost nothing and always run. The cross-rank check (``validate=True``, the
-default) gathers a few integers per rank with the library's all-gather
-before the real work (sizes, dtype, op, and the algorithm and chunk count, since ranks
-that run different algorithms wait for messages that never come), so a mismatch raises
-the same ``ValueError`` on every rank instead of hanging. Its cost is one tiny library collective, i.e. a latency term (about
-``(p-1)·alpha`` on a ring), which matters only for small messages: benchmarks pass
-``validate=False``.
+default) gathers a few integers per rank with the library's all-gather before the real
+work (sizes, dtype, op, and the algorithm and chunk count, since ranks that run
+different algorithms also wait for messages that never come), so a mismatch raises the
+same ``ValueError`` on every rank instead of hanging. Its cost is one tiny library
+collective, i.e. a latency term (about ``(p-1)·alpha`` on a ring), which matters only
+for small messages: benchmarks pass ``validate=False``.
 """
 
 import zlib
