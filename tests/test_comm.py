@@ -264,7 +264,7 @@ def _mismatched_algorithm_cases(rank, p):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("world", [2, 3])
 def test_ranks_with_different_algorithms_all_raise_at_once(world):
-    """Once, they waited out the gloo timeout (or gloo aborted on a chunk-size mismatch)."""
+    """Once, they waited out the gloo timeout and then raised gloo's RuntimeError."""
     per_rank = run_local(_mismatched_algorithm_cases, world, timeout=60, group_timeout=20)
     others = ", ".join(f"'library' on rank {r}" for r in range(1, world))
     for messages, ok in per_rank:
