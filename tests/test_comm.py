@@ -240,7 +240,8 @@ def _mismatched_algorithm_cases(rank, p):
     first = rank == 0
     x, messages = torch.randn(2 * p), []
     calls = {
-        "ring vs library": lambda: comm.all_reduce(x.clone(), algorithm="ring" if first else "library"),
+        "ring vs library": lambda: comm.all_reduce(
+            x.clone(), algorithm="ring" if first else "library"),
         "ring_chunked 2 vs 3 chunks": lambda: comm.all_reduce(
             x.clone(), algorithm="ring_chunked", chunks=2 if first else 3),
         "reduce_scatter ring vs ring_chunked": lambda: comm.reduce_scatter_tensor(
@@ -272,5 +273,6 @@ def test_ranks_with_different_algorithms_all_raise_at_once(world):
         assert messages[0] == f"all_reduce: ranks disagree on algorithm: 'ring' on rank 0, {others}"
         assert "disagree on chunks: 2 on rank 0, 3 on rank 1" in messages[1]
         assert "reduce_scatter_tensor: ranks disagree on algorithm: 'ring' on rank 0" in messages[2]
-        assert "all_gather_into_tensor: ranks disagree on algorithm: 'library' on rank 0" in messages[3]
+        assert ("all_gather_into_tensor: ranks disagree on algorithm: 'library' on rank 0"
+                in messages[3])
         assert "all_to_all_single: ranks disagree on algorithm: 'direct' on rank 0" in messages[4]

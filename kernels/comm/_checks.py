@@ -107,8 +107,8 @@ def agree(what, group, extra=(), **fields):
     differ = [i for i in range(len(names)) if (table[:, i] != table[0, i]).any()]
     if differ:
         said = "; ".join(f"{names[i]}: " + ", ".join(
-            f"{_named(fields[names[i]], code)} on rank {r}" for r, code in enumerate(table[:, i].tolist()))
-            for i in differ)
+            f"{_named(fields[names[i]], code)} on rank {r}"
+            for r, code in enumerate(table[:, i].tolist())) for i in differ)
         raise ValueError(f"{what}: ranks disagree on {said}")
     return table[:, len(names):]
 

@@ -144,8 +144,8 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
 def _agree_splits(ins, outs, input, algorithm, group):
     """What rank i sends to rank j must be what j expects from i, with the same row shape."""
     p = len(ins)
-    table = check.agree("all_to_all_single", group, [*ins, *outs], dtype=(input.dtype, check.DTYPES),
-                        row_numel=math.prod(input.shape[1:]),
+    table = check.agree("all_to_all_single", group, [*ins, *outs],
+                        dtype=(input.dtype, check.DTYPES), row_numel=math.prod(input.shape[1:]),
                         algorithm=(algorithm, ALL_TO_ALL_ALGORITHMS))
     sent, expected = table[:, :p], table[:, p:]
     if (sent != expected.T).any():
