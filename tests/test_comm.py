@@ -232,3 +232,47 @@ def test_rungs_match_library(world):
     per_rank = run_local(every_case, world, timeout=120)
     failures = [f"rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]
     assert not failures, "\n".join(failures[:40])
+
+
+def _mismatched_algorithm_cases(rank, p):
+    """Rank 0 picks another algorithm (or chunk count) than the rest: each call must raise
+    a ValueError naming what differs on every rank, and the group must stay usable."""
+    first = rank == 0
+    x, messages = torch.randn(2 * p), []
+    calls = {
+        "ring vs library": lambda: comm.all_reduce(
+            x.clone(), algorithm="ring" if first else "library"),
+        "ring_chunked 2 vs 3 chunks": lambda: comm.all_reduce(
+            x.clone(), algorithm="ring_chunked", chunks=2 if first else 3),
+        "reduce_scatter ring vs ring_chunked": lambda: comm.reduce_scatter_tensor(
+            torch.empty(2), x, algorithm="ring" if first else "ring_chunked"),
+        "all_gather library vs ring": lambda: comm.all_gather_into_tensor(
+            torch.empty(2 * p * p), x, algorithm="library" if first else "ring"),
+        "all_to_all direct vs library": lambda: comm.all_to_all_single(
+            torch.empty(2 * p), x, algorithm="direct" if first else "library"),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+            messages.append(f"{name}: did not raise")
+        except ValueError as err:
+            messages.append(str(err))
+    ok = torch.ones(3)
+    comm.all_reduce(ok, algorithm="library")
+    return messages, ok.tolist()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_with_different_algorithms_all_raise_at_once(world):
+    """Once, they waited out the gloo timeout and then raised gloo's RuntimeError."""
+    per_rank = run_local(_mismatched_algorithm_cases, world, timeout=60, group_timeout=20)
+    others = ", ".join(f"'library' on rank {r}" for r in range(1, world))
+    for messages, ok in per_rank:
+        assert ok == [float(world)] * 3
+        assert messages[0] == f"all_reduce: ranks disagree on algorithm: 'ring' on rank 0, {others}"
+        assert "disagree on chunks: 2 on rank 0, 3 on rank 1" in messages[1]
+        assert "reduce_scatter_tensor: ranks disagree on algorithm: 'ring' on rank 0" in messages[2]
+        assert ("all_gather_into_tensor: ranks disagree on algorithm: 'library' on rank 0"
+                in messages[3])
+        assert "all_to_all_single: ranks disagree on algorithm: 'direct' on rank 0" in messages[4]

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 import kernels
 from kernels.comm.launch import run_local
-from kernels.comm.overlap import PHASES, overlap_efficiency
+from kernels.comm.overlap import PHASES, overlap_efficiency, phase_seconds
 from kernels.moe import ExpertParallelMoE, aux_loss, route
 from kernels.moe.layer_ladder import v3_fused
 from workbench.check import relative_error
@@ -205,6 +205,14 @@ def test_overlap_efficiency_on_known_timelines():
     both = serial + [ev("compute", 0, 4, rank=1), ev("dispatch", 1, 2, rank=1)]
     assert overlap_efficiency(both) == pytest.approx((2 + 4) / (3 + 4))
     assert overlap_efficiency(both, rank=1) == 1.0
+    # some all-to-all in flight all the time (a lagging peer can do that): summed piece by
+    # piece, the union of these two came out one ulp longer than the span
+    filled = [ev("dispatch", 0.0020263565044021468, 0.011288795332926708),
+              ev("dispatch", 0.00914376365866459, 0.08998426672313603, chunk=1),
+              ev("compute", 0.005, 0.05)]
+    assert overlap_efficiency(filled) == 1.0
+    assert phase_seconds(filled)[0] == filled[1]["end_s"] - filled[0]["start_s"]
+    assert phase_seconds([ev("compute", 1, 3)]) == (0.0, 2.0)   # no communication at all
     with pytest.raises(ValueError, match="empty"):
         overlap_efficiency([])
     with pytest.raises(ValueError, match="phase"):

@@ -4,11 +4,12 @@ A ring built from point-to-point sends trusts every rank to agree on the message
 If they do not, one rank waits for bytes that never come and the job hangs until the
 process-group timeout, far from the mistake. Local checks (shapes, dtypes, contiguity,
 split sizes) cost nothing and always run. The cross-rank check (``validate=True``, the
-default) gathers a few integers per rank with the library's all-gather
-before the real work, so a mismatch raises the same ``ValueError`` on every rank instead
-of hanging. Its cost is one tiny library collective, i.e. a latency term (about
-``(p-1)·alpha`` on a ring), which matters only for small messages: benchmarks pass
-``validate=False``.
+default) gathers a few integers per rank with the library's all-gather before the real
+work (sizes, dtype, op, and the algorithm and chunk count, since ranks that run
+different algorithms also wait for messages that never come), so a mismatch raises the
+same ``ValueError`` on every rank instead of hanging. Its cost is one tiny library
+collective, i.e. a latency term (about ``(p-1)·alpha`` on a ring), which matters only
+for small messages: benchmarks pass ``validate=False``.
 """
 
 import zlib
@@ -34,9 +35,9 @@ def combine_fn(op):
     raise ValueError(f"reduce op {op} is not supported by the ring (SUM, AVG, PRODUCT, MAX, MIN)")
 
 
-def op_code(op) -> int:
-    """A small int naming ``op`` the same way on every rank (for the agreement check)."""
-    return next((i for i, known in enumerate(_COMBINE) if op == known), -1)
+# What the agreement check can name: every rank holds these tuples alike.
+OPS = tuple(_COMBINE)
+DTYPES = tuple(sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)}, key=str))
 
 
 def is_avg(op) -> bool:
@@ -92,16 +93,38 @@ def dtype_code(dtype) -> int:
     return zlib.crc32(str(dtype).encode())
 
 
-def agree(what, values, dtype, group):
-    """Raise on every rank unless all ranks passed the same ``values`` and ``dtype``.
+def agree(what, group, extra=(), **fields):
+    """Raise the same ``ValueError`` on every rank unless all ranks passed equal ``fields``.
 
-    ``values`` is a list of ints (sizes, op code); one small library all-gather carries
-    them, so this works even when the real payloads disagree in size or type.
+    A field is an int (a size, a count) or ``(value, choices)``: an algorithm name, op
+    or dtype from a tuple every rank holds, sent as its index and named in the message.
+    One small library all-gather carries them, and the ints of ``extra`` beside them
+    (returned as a (world, len(extra)) tensor, for checks that relate ranks, such as
+    split sizes), so this works even when the real payloads disagree in size or type.
     """
-    gathered = exchange([dtype_code(dtype), *values], group)
-    rows = [tuple(r) for r in gathered.tolist()]
-    if len(set(rows)) > 1:
-        raise ValueError(f"{what}: ranks disagree on (dtype code, sizes...): {rows}")
+    names = list(fields)
+    table = exchange([*(_code(fields[n]) for n in names), *extra], group)
+    differ = [i for i in range(len(names)) if (table[:, i] != table[0, i]).any()]
+    if differ:
+        said = "; ".join(f"{names[i]}: " + ", ".join(
+            f"{_named(fields[names[i]], code)} on rank {r}"
+            for r, code in enumerate(table[:, i].tolist())) for i in differ)
+        raise ValueError(f"{what}: ranks disagree on {said}")
+    return table[:, len(names):]
+
+
+def _code(field) -> int:
+    if not isinstance(field, tuple):
+        return int(field)
+    value, choices = field
+    return next(i for i, known in enumerate(choices) if value == known)
+
+
+def _named(field, code: int) -> str:
+    if not isinstance(field, tuple):
+        return str(code)
+    value = field[1][code]
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def exchange(values, group):

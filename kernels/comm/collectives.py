@@ -8,8 +8,9 @@ place; output shapes and split sizes as there), plus:
   built here from isend/irecv (see :mod:`kernels.comm.ring`); all-to-all has
   ``"pairwise"`` and ``"direct"`` (see :mod:`kernels.comm.all_to_all`).
 - ``chunks``: pieces per ring segment for ``"ring_chunked"`` (pipelining).
-- ``validate``: the cross-rank size/dtype agreement check of :mod:`kernels.comm._checks`
-  (on by default: one tiny extra collective, so a mismatch raises instead of hanging).
+- ``validate``: the cross-rank agreement check of :mod:`kernels.comm._checks` on sizes,
+  dtype, op, ``algorithm`` and chunk count (on by default: one tiny extra collective, so
+  a mismatch raises on every rank instead of hanging).
 
 Only the synchronous form exists (no ``async_op``): the rungs are for study and timing.
 """
@@ -35,6 +36,12 @@ def _chunks(algorithm, chunks):
     return check.chunks(chunks) if algorithm == "ring_chunked" else 1
 
 
+def _agree(what, group, dtype, algorithm, pieces, **sizes):
+    """The ring collectives' cross-rank check: what ``validate=True`` compares."""
+    check.agree(what, group, dtype=(dtype, check.DTYPES), algorithm=(algorithm, RING_ALGORITHMS),
+                chunks=pieces, **sizes)
+
+
 def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, *, algorithm="ring",
                chunks=DEFAULT_CHUNKS, validate=True):
     """Reduce ``tensor`` over all ranks, in place; any numel, including 0 and < p.
@@ -47,7 +54,8 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, *, algorithm="ring",
     combine = check.combine_fn(op)
     check.reduce_dtype(tensor, op)
     if validate:
-        check.agree("all_reduce", [tensor.numel(), check.op_code(op)], tensor.dtype, group)
+        _agree("all_reduce", group, tensor.dtype, algorithm, pieces, numel=tensor.numel(),
+               op=(op, check.OPS))
     if algorithm == "library":
         dist.all_reduce(tensor, op=op, group=group)
         return
@@ -75,7 +83,8 @@ def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, *,
         raise ValueError(f"input has {input.numel()} elements; reduce_scatter_tensor needs "
                          f"world size x output = {p} x {m}")
     if validate:
-        check.agree("reduce_scatter_tensor", [m, check.op_code(op)], input.dtype, group)
+        _agree("reduce_scatter_tensor", group, input.dtype, algorithm, pieces, output_numel=m,
+               op=(op, check.OPS))
     if algorithm == "library":
         _LIBRARY_REDUCE_SCATTER(output, input, op=op, group=group)
         return
@@ -100,7 +109,7 @@ def all_gather_into_tensor(output, input, group=None, *, algorithm="ring",
         raise ValueError(f"output has {output.numel()} elements; all_gather_into_tensor needs "
                          f"world size x input = {p} x {m}")
     if validate:
-        check.agree("all_gather_into_tensor", [m], input.dtype, group)
+        _agree("all_gather_into_tensor", group, input.dtype, algorithm, pieces, input_numel=m)
     if algorithm == "library":
         _LIBRARY_ALL_GATHER(output, input, group=group)
         return
@@ -125,22 +134,21 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     ins = check.splits("input_split_sizes", input_split_sizes, input.shape[0], p)
     outs = check.splits("output_split_sizes", output_split_sizes, output.shape[0], p)
     if validate:
-        _agree_splits(ins, outs, input, group)
+        _agree_splits(ins, outs, input, algorithm, group)
     if algorithm == "library":
         dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group)
         return
     exchange(output, input, outs, ins, group, pairwise=algorithm == "pairwise")
 
 
-def _agree_splits(ins, outs, input, group):
+def _agree_splits(ins, outs, input, algorithm, group):
     """What rank i sends to rank j must be what j expects from i, with the same row shape."""
-    row = math.prod(input.shape[1:])
-    table = check.exchange([check.dtype_code(input.dtype), row, *ins, *outs], group)
-    p = table.shape[0]
-    meta = table[:, :2]
-    sent, expected = table[:, 2:2 + p], table[:, 2 + p:]
-    if (meta != meta[0]).any() or (sent != expected.T).any():
-        raise ValueError("all_to_all_single: ranks disagree on dtype, row size or split sizes "
-                         f"(rows: dtype code, row numel, input splits, output splits): "
-                         f"{table.tolist()}")
-
+    p = len(ins)
+    table = check.agree("all_to_all_single", group, [*ins, *outs],
+                        dtype=(input.dtype, check.DTYPES), row_numel=math.prod(input.shape[1:]),
+                        algorithm=(algorithm, ALL_TO_ALL_ALGORITHMS))
+    sent, expected = table[:, :p], table[:, p:]
+    if (sent != expected.T).any():
+        raise ValueError("all_to_all_single: ranks disagree on split sizes (rank i's input split j "
+                         "must be rank j's output split i): input splits per rank "
+                         f"{sent.tolist()}, output splits per rank {expected.tolist()}")

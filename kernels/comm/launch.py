@@ -10,10 +10,19 @@ parent kills every child once ``timeout`` seconds have passed and raises ``Timeo
 Children come from a fork server that has imported torch once (start method
 "forkserver"): importing torch in every fresh child cost seconds per rank, and a plain
 fork of a parent that already ran torch ops can inherit a stuck thread pool.
+
+Results come back by value: each rank pickles its result itself, with the standard
+pickler, and sends bytes. Through a multiprocessing queue, torch would send each tensor
+as a file descriptor that the parent fetches from the rank's process while unpickling;
+a rank that had already exited by then (all ranks exit the moment they return) left
+the parent with ``ConnectionResetError``, ``EOFError`` or, once the rank's exit had
+unlinked the socket file it serves descriptors on, ``FileNotFoundError``: on a loaded
+machine, often.
 """
 
 import multiprocessing
 import os
+import pickle
 import queue
 import time
 import traceback
@@ -38,9 +47,10 @@ def _child(fn, rank, world, port, group_timeout, backend, args, results):
         # and closed its group could otherwise cut a peer's connection set-up short
         dist.barrier()
         try:
-            results.put((rank, True, fn(rank, world, *args)))
+            value = pickle.dumps(fn(rank, world, *args), protocol=pickle.HIGHEST_PROTOCOL)
         finally:
             dist.destroy_process_group()
+        results.put((rank, True, value))
     except BaseException:
         results.put((rank, False, traceback.format_exc()))
 
@@ -49,7 +59,8 @@ def run_local(fn, world, *args, timeout=60.0, group_timeout=20.0, backend="gloo"
     """``[fn(rank, world, *args) for rank in range(world)]``, each rank in its own process.
 
     ``fn`` must be importable by name (the children import it) and return something
-    picklable. A rank that raises makes this raise ``RuntimeError`` with its traceback.
+    picklable; tensors come back as copies. A rank that raises, or returns something
+    that cannot be pickled, makes this raise ``RuntimeError`` with its traceback.
     ``backend="nccl"`` (NCCL, or RCCL on ROCm) puts rank r on GPU r, in spawned processes.
     """
     if backend not in ("gloo", "nccl"):
@@ -86,7 +97,7 @@ def run_local(fn, world, *args, timeout=60.0, group_timeout=20.0, backend="gloo"
                                    f"(finished: {sorted(got)})") from None
             if not ok:
                 raise RuntimeError(f"rank {rank} of {world} failed:\n{value}")
-            got[rank] = value
+            got[rank] = pickle.loads(value)
     finally:
         for proc in procs:
             proc.join(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
