@@ -385,27 +385,30 @@ return (slots.float() * weights.unsqueeze(-1)).sum(dim=1).to(x.dtype)
             "grouped_gemm(a, w, offsets, check_offsets=False) multiplies each expert's rows by "
             "its weight in one call; SwiGLU is F.silu(gate projection) * (up projection).",
             "return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), "
-            "permutation, weights): unpermute applies the routing weights itself.",
+            "permutation, weights, check_permutation=False): unpermute applies the routing "
+            "weights itself, and permute's permutation needs no host check.",
         ),
         wrong={
             "gate and up swapped": {"grouped": '''
 x_sorted, offsets, permutation = permute(x, ids, gate.shape[0], check_ids=False)
 hidden = (F.silu(grouped_gemm(x_sorted, up, offsets, check_offsets=False))
           * grouped_gemm(x_sorted, gate, offsets, check_offsets=False))
-return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights)
+return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights,
+                 check_permutation=False)
 '''},
             "SiLU of the product": {"grouped": '''
 x_sorted, offsets, permutation = permute(x, ids, gate.shape[0], check_ids=False)
 hidden = F.silu(grouped_gemm(x_sorted, gate, offsets, check_offsets=False)
                 * grouped_gemm(x_sorted, up, offsets, check_offsets=False))
-return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights)
+return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights,
+                 check_permutation=False)
 '''},
             "routing weights not applied": {"grouped": '''
 x_sorted, offsets, permutation = permute(x, ids, gate.shape[0], check_ids=False)
 hidden = (F.silu(grouped_gemm(x_sorted, gate, offsets, check_offsets=False))
           * grouped_gemm(x_sorted, up, offsets, check_offsets=False))
 return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation,
-                 weights.new_ones(weights.shape))
+                 weights.new_ones(weights.shape), check_permutation=False)
 '''},
         },
         shapes=((21, 24, 16, 4, 2, 0),), dtypes=(torch.float32,),
