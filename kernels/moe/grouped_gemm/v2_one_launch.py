@@ -117,5 +117,5 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
 def grouped_gemm_v2(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                     check_offsets: bool = True) -> torch.Tensor:
     """``check_offsets=False`` skips the host read that validates the offsets' values."""
-    validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
     return _differentiable(x, w, offsets)

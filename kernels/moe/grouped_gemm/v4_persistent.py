@@ -261,7 +261,7 @@ def grouped_gemm_v4(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     """``check_offsets=False`` skips the host read that validates the offsets' values;
     ``overrides`` pins settings of the forward, dx and dw launches (a tile setting such as
     ``BLOCK_M`` skips the tuner; ``NUM_XCDS`` / ``NUM_PROGS`` only change the forward's)."""
-    validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
     if overrides:
         return differentiable(functools.partial(grouped_mm, overrides=overrides),
                               functools.partial(grouped_dw, overrides=overrides))(x, w, offsets)

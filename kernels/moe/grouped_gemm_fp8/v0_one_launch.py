@@ -122,5 +122,5 @@ def grouped_gemm_fp8_v0(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: 
                         offsets: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *,
                         check_offsets: bool = True) -> torch.Tensor:
     """``check_offsets=False`` skips the host read that validates the offsets' values."""
-    operands.check(x, sx, w, sw, offsets, out_dtype, check_values=check_offsets)
+    offsets = operands.check(x, sx, w, sw, offsets, out_dtype, check_values=check_offsets)
     return grouped_mm_fp8(x, sx, w, sw, offsets, out_dtype)
