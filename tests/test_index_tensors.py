@@ -71,9 +71,9 @@ def _layouts(values, dtype=torch.int32):
 
 
 def _loop(x, w, ends):
-    """The grouped GEMM of rows ``ends`` (trusted) as a loop of matmuls, rows past the last
-    end zero."""
-    return _loop_graph(x, w, ends).detach()
+    """The grouped GEMM of non-decreasing row ``ends`` as a loop of matmuls, rows past the
+    last end zero."""
+    return _grouped_loop(x, w, list(zip([0, *ends[:-1]], ends)))
 
 
 def test_issue_reproduction_strided_offsets_give_the_per_group_loop():
@@ -159,37 +159,61 @@ def test_varlen_cu_seqlens_with_a_storage_offset():
 
 # ---- unchecked offsets: garbage in, in-bounds garbage out ----------------------------------
 
-def _effective(offsets, t):
-    """What the kernels make of any offsets: clamped to [0, T], then their running maximum."""
-    return offsets.long().clamp(0, t).cummax(0).values.tolist()
+def _groups(values, t):
+    """(first, end) row of each group as the kernels read any offsets: each clamped to
+    [0, T], group g from the previous clamped end to its own, empty if that decreases."""
+    ends = [min(max(v, 0), t) for v in values]
+    return [(s, max(e, s)) for s, e in zip([0, *ends[:-1]], ends)]
+
+
+def _grouped_loop(x, w, groups):
+    """out[rows of g] = x[rows of g] @ w[g] for disjoint groups; rows in no group zero."""
+    out = x.new_zeros((x.shape[0], w.shape[2]))
+    for g, (s, e) in enumerate(groups):
+        out = out.index_add(0, torch.arange(s, e), x[s:e] @ w[g])
+    return out
+
+
+def _unchecked(rung, x, w, values, grad):
+    """out, dx, dw of ``rung`` with ``values`` as offsets, unchecked."""
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    out = rung(xg, wg, torch.tensor(values, dtype=torch.int32), check_offsets=False)
+    out.backward(grad)
+    return out, xg.grad, wg.grad
 
 
 @pytest.mark.parametrize("rung", UNCHECKED)
-@pytest.mark.parametrize("values", [[3, 5, 1 << 30], [3, 5, 20], [6, 2, 10], [-4, 5, 9],
-                                    [-(1 << 31), 1 << 30, -1], [10, 10, 10]],
-                         ids=["huge end", "end past T", "decreasing", "negative", "extremes", "all in 0"])
-def test_unchecked_offsets_stay_inside_the_operands(rung, values):
+@pytest.mark.parametrize("values", [[3, 5, 1 << 30], [3, 5, 20], [-4, 5, 9],
+                                    [-(1 << 31), 1 << 30, -1], [10, 10, 10], [4, 4, 7]],
+                         ids=["huge end", "end past T", "negative", "extremes", "all in 0", "short"])
+def test_unchecked_offsets_are_read_clamped_to_the_rows(rung, values):
+    """Offsets that never decrease once clamped: the grouped GEMM of the clamped ends."""
     t = 10
     x, w, _ = spec.make_inputs((t, 8, 12, 3, 0), seed=2)
-    offsets = torch.tensor(values, dtype=torch.int32)
-    ends = _effective(offsets, t)
-    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
-    out = rung(xg, wg, offsets, check_offsets=False)
-    covered = ends[-1]
-    torch.testing.assert_close(out[:covered], _loop(x, w, ends)[:covered])
-    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
-    grad[covered:] = 0     # rows outside every group are unwritten: their values are not defined
-    out.backward(grad)
+    groups = _groups(values, t)
+    covered = groups[-1][1]
+    grad = torch.randn(t, 12, generator=torch.Generator().manual_seed(3))
+    grad[covered:] = 0     # rows in no group are unwritten: their values are not defined
+    out, dx, dw = _unchecked(rung, x, w, values, grad)
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
-    _loop_graph(xr, wr, ends).backward(grad)
-    torch.testing.assert_close(xg.grad[:covered], xr.grad[:covered])
-    torch.testing.assert_close(wg.grad, wr.grad)
+    want = _grouped_loop(xr, wr, groups)
+    want.backward(grad)
+    torch.testing.assert_close(out[:covered], want[:covered].detach())
+    torch.testing.assert_close(dx[:covered], xr.grad[:covered])
+    torch.testing.assert_close(dw, wr.grad)
 
 
-def _loop_graph(x, w, ends):
-    parts = [x[s:e] @ w[g] for g, (s, e) in enumerate(zip([0, *ends[:-1]], ends))]
-    rest = x.new_zeros((x.shape[0] - ends[-1], w.shape[2]))
-    return torch.cat([*parts, rest])
+@pytest.mark.parametrize("rung", UNCHECKED)
+def test_unchecked_decreasing_offsets_stay_inside_the_operands(rung):
+    """Groups 0 (rows 0:6) and 2 (rows 2:10) overlap: out and dx are not defined there, but
+    every access stays inside the operands (the guard) and each group's dw is its own."""
+    t = 10
+    x, w, _ = spec.make_inputs((t, 8, 12, 3, 0), seed=4)
+    grad = torch.randn(t, 12, generator=torch.Generator().manual_seed(5))
+    out, dx, dw = _unchecked(rung, x, w, [6, 2, 10], grad)
+    assert out.shape == (t, 12) and dx.shape == x.shape
+    for g, (s, e) in enumerate(_groups([6, 2, 10], t)):
+        torch.testing.assert_close(dw[g], x[s:e].t() @ grad[s:e])
 
 
 def test_issue_reproduction_unchecked_last_offset_past_t_does_not_crash():
@@ -204,14 +228,14 @@ def test_rows_past_the_last_clamped_end_are_left_unwritten():
     with poisoned_outputs():
         out = kernels.grouped_gemm(x, w, torch.tensor([3, 7, 2], dtype=torch.int32),
                                    check_offsets=False)
-    torch.testing.assert_close(out[:7], _loop(x, w, [3, 7, 7])[:7])
+    torch.testing.assert_close(out[:7], _grouped_loop(x, w, _groups([3, 7, 2], 10))[:7])
     assert out[7:].isnan().all()
 
 
 def test_unchecked_fp8_offsets_stay_inside_the_operands():
     x, sx, w, sw, _ = kernels.spec("grouped_gemm_fp8").make_inputs((10, 16, 12, 3, 0), fp8_dtype())
-    want = kernels.grouped_gemm_fp8(x, sx, w, sw, torch.tensor([5, 5, 10], dtype=torch.int32))
-    got = kernels.grouped_gemm_fp8(x, sx, w, sw, torch.tensor([5, -3, 1 << 30], dtype=torch.int32),
+    want = kernels.grouped_gemm_fp8(x, sx, w, sw, torch.tensor([0, 5, 10], dtype=torch.int32))
+    got = kernels.grouped_gemm_fp8(x, sx, w, sw, torch.tensor([-3, 5, 1 << 30], dtype=torch.int32),
                                    check_offsets=False)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 

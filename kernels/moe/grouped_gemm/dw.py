@@ -3,11 +3,12 @@
 The "transposed" grouped GEMM: the output tile is fixed in size (K x N per group) and
 it is the *reduction* that varies, over however many rows the router gave the group.
 One program per (K tile, N tile, group): it reads its group's row range from the
-offsets on the device (the G ends as one vector, no host sync) and reduces over it with
-the shared tile loop (:mod:`.tiles`), so an empty group's programs store zeros, which
-is the gradient, and every element of dw is written by exactly one program. The range
-is the forward's (:func:`.schedule.group_rows`: offsets clamped to [0, T] and
-non-decreasing), so offsets nobody checked cannot move the reduction outside x and dy.
+offsets on the device (two int32 loads, no host sync) and reduces over it with the
+shared tile loop (:mod:`.tiles`), so an empty group's programs store zeros, which is
+the gradient, and every element of dw is written by exactly one program. The range is
+read as the forward reads it (:mod:`.schedule`: clamped to [0, T], empty when it
+decreases), so offsets nobody checked cannot move the reduction outside x and dy.
+Scalar loads keep the reduction's length uniform: the loop stays scalar control flow.
 
 xᵀ is read in place through strides (x stays (T, K) in memory): its tile arrives with
 K contiguous, the layout MFMA does not want for the reduction over rows, so the
@@ -25,18 +26,19 @@ from ...outputs import new_output
 from ...registry import AotKernel
 from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 from .launch import config, dw_ints
-from .schedule import group_rows
+from .schedule import clamped
 from .tiles import reduce_tiles
 
 
 @triton.jit
-def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offsets_ptr, T, K, N, G,
+def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offsets_ptr, T, K, N,
                        stride_xt, stride_xk, stride_dyt, stride_dyn,
                        stride_dwg, stride_dwk, stride_dwn,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
+                       INTERP_BF16: tl.constexpr):
     group = tl.program_id(2)
-    start, end = group_rows(offsets_ptr, group, G, T, BLOCK_G)
+    start = clamped(offsets_ptr + group - 1, group > 0, T)
+    end = tl.maximum(clamped(offsets_ptr + group, True, T), start)
     ks = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)   # rows of dw[g]: K
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = start + tl.arange(0, BLOCK_K)                       # the reduction: the group's rows
@@ -57,9 +59,8 @@ def launch(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, dw: torch.T
     """dw (G, K, N) = the kernel's result, with tile settings ``cfg`` (v4 tunes them)."""
     (groups, k, n) = dw.shape
     grid = (cdiv(k, cfg["BLOCK_M"]), cdiv(n, cfg["BLOCK_N"]), groups)
-    _grouped_dw_kernel[grid](x, dy, dw, offsets, x.shape[0], k, n, groups, *x.stride(), *dy.stride(),
-                             *dw.stride(), BLOCK_G=triton.next_power_of_2(groups),
-                             INTERP_BF16=interp_bf16(x.dtype), **cfg)
+    _grouped_dw_kernel[grid](x, dy, dw, offsets, x.shape[0], k, n, *x.stride(), *dy.stride(),
+                             *dw.stride(), INTERP_BF16=interp_bf16(x.dtype), **cfg)
 
 
 def grouped_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, groups: int) -> torch.Tensor:
@@ -74,5 +75,4 @@ def aot(dtype: torch.dtype, backend: str, arch: str, cfg: dict | None = None) ->
     """The dW launch of :data:`.launch.AOT_SHAPE` with ``cfg`` (by default :func:`.launch.config`),
     for the ISA inspector."""
     return aot_launch(_grouped_dw_kernel, dtype, cfg or config(backend, arch), dw_ints(),
-                      constexprs={"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(dw_ints()["G"])},
-                      pointers={"offsets_ptr": "*i32"})
+                      constexprs={"INTERP_BF16": False}, pointers={"offsets_ptr": "*i32"})

@@ -23,8 +23,8 @@ def forward_ints(shape=AOT_SHAPE, transposed_w: bool = False) -> dict[str, int]:
 
 def dw_ints(shape=AOT_SHAPE) -> dict[str, int]:
     """Int arguments of a contiguous dW launch: x (T, K), dy (T, N), dw (G, K, N)."""
-    t, k, n, g, _ = shape
-    return dict(T=t, K=k, N=n, G=g, stride_xt=k, stride_xk=1, stride_dyt=n, stride_dyn=1,
+    t, k, n, _, _ = shape
+    return dict(T=t, K=k, N=n, stride_xt=k, stride_xk=1, stride_dyt=n, stride_dyn=1,
                 stride_dwg=k * n, stride_dwk=n, stride_dwn=1)
 
 

@@ -78,9 +78,11 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     passes False, which also keeps the call free of host syncs under ``torch.compile``.
 
     Unchecked offsets never move a kernel outside x, w or the result: the kernels clamp
-    each end to [0, T] and raise it to the largest end before it (:mod:`.schedule`), and
-    compute the grouped GEMM of those ends. Rows past the last of them belong to no
-    group and are left unwritten, in the result and in dx.
+    each end to [0, T] and give group g the rows from the previous clamped end to its
+    own, none if that decreases (:mod:`.schedule`). Offsets that never decrease once
+    clamped give exactly the grouped GEMM of the clamped ends, rows past the last end
+    left unwritten (in the result and in dx); offsets that decrease make groups
+    overlap, and the rows they share are not defined.
     """
     offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES, allow_empty=True,
                                              check_values=check_offsets)

@@ -7,13 +7,12 @@ reads the G ends once (a BLOCK_G-wide vector); :func:`locate` maps a row tile to
 group and rows. v2 does both per program; v4's persistent programs read the offsets
 once and locate every tile they walk.
 
-The ends are read through :func:`row_ends`, never raw: a call with ``check_offsets=False``
-hands the kernels offsets nobody looked at, and a row end past T or below the previous
-one would otherwise move a tile outside x and out (a crash, or another allocation
-overwritten). Clamped to [0, T] and raised to the largest end before them, the ends
-of any offsets describe disjoint row ranges inside [0, T], so the schedule keeps the
-bound its grid is sized by (at most cdiv(T, BLOCK_M) + G row tiles) and no two
-programs store one row.
+The offsets are read through :func:`clamped`, never raw, and a group whose end lies
+below its start has no rows: a call with ``check_offsets=False`` hands the kernels
+offsets nobody looked at, and a row end past T, below 0 or below the previous one
+would otherwise put a tile outside x and out (a crash, or another allocation
+overwritten). Group g then owns rows clamp(offsets[g-1]) up to clamp(offsets[g]), the
+reading ``torch._grouped_mm`` gives its ``offs``, clamped to [0, T].
 """
 from __future__ import annotations
 
@@ -22,16 +21,9 @@ import triton.language as tl
 
 
 @triton.jit
-def _larger(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def row_ends(ptrs, mask, T):
-    """The offsets at ``ptrs`` (0 where masked) clamped to [0, T], then their running maximum
-    along the vector: for checked offsets the offsets themselves."""
-    ends = tl.minimum(tl.maximum(tl.load(ptrs, mask=mask, other=0), 0), T)
-    return tl.associative_scan(ends, 0, _larger)
+def clamped(ptrs, mask, T):
+    """The offsets at ``ptrs`` (0 where masked), clamped to the rows [0, T]."""
+    return tl.minimum(tl.maximum(tl.load(ptrs, mask=mask, other=0), 0), T)
 
 
 @triton.jit
@@ -39,9 +31,9 @@ def group_tiles(offsets_ptr, G, T, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr)
     """Per group (BLOCK_G lanes, zero past G): first row, end row, row tiles, their running sum."""
     # exercise begin: tiles
     gs = tl.arange(0, BLOCK_G)
-    ends = row_ends(offsets_ptr + gs, gs < G, T)
-    starts = row_ends(offsets_ptr + gs - 1, (gs > 0) & (gs < G), T)
-    tiles = tl.where(gs < G, tl.cdiv(ends - starts, BLOCK_M), 0)
+    ends = clamped(offsets_ptr + gs, gs < G, T)
+    starts = clamped(offsets_ptr + gs - 1, (gs > 0) & (gs < G), T)
+    tiles = tl.where(gs < G, tl.cdiv(tl.maximum(ends - starts, 0), BLOCK_M), 0)
     return starts, ends, tiles, tl.cumsum(tiles, 0)
     # exercise end
 
@@ -56,12 +48,3 @@ def locate(tile, starts, ends, tiles, cum, BLOCK_M: tl.constexpr, BLOCK_G: tl.co
     start = tl.sum(tl.where(mine, starts, 0), 0) + (tile - first_tile) * BLOCK_M
     return group, start, tl.sum(tl.where(mine, ends, 0), 0)
     # exercise end
-
-
-@triton.jit
-def group_rows(offsets_ptr, group, G, T, BLOCK_G: tl.constexpr):
-    """(first row, end row) of one group, on :func:`row_ends`' terms (the dW kernel's range)."""
-    gs = tl.arange(0, BLOCK_G)
-    ends = row_ends(offsets_ptr + gs, gs < G, T)
-    start = tl.sum(tl.where(gs == group - 1, ends, 0), 0)
-    return start, tl.sum(tl.where(gs == group, ends, 0), 0)
