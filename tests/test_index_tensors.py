@@ -110,14 +110,15 @@ def test_public_grouped_gemm_takes_stride_0_offsets():
         torch.testing.assert_close(out, _loop(x, w, [6, 6, 6]))
 
 
-def test_public_grouped_gemm_fp8_reads_offsets_and_token_scales_in_any_layout():
+def test_public_grouped_gemm_fp8_reads_offsets_and_scales_in_any_layout():
     x, sx, w, sw, _ = kernels.spec("grouped_gemm_fp8").make_inputs((13, 16, 12, 3, 0), fp8_dtype())
     dense = torch.tensor([5, 5, 13], dtype=torch.int32)
     want = kernels.grouped_gemm_fp8(x, sx, w, sw, dense)
     strided_sx = torch.stack([sx, torch.full_like(sx, 99.0)], 1)[:, 0]
+    strided_sw = _column_major(sw)
     for offsets in _layouts([5, 5, 13]).values():
         for check in (True, False):
-            got = kernels.grouped_gemm_fp8(x, strided_sx, w, sw, offsets, check_offsets=check)
+            got = kernels.grouped_gemm_fp8(x, strided_sx, w, strided_sw, offsets, check_offsets=check)
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
