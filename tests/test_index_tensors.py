@@ -225,12 +225,14 @@ def test_issue_reproduction_unchecked_last_offset_past_t_does_not_crash():
 
 
 def test_rows_past_the_last_clamped_end_are_left_unwritten():
-    x, w = torch.randn(10, 8), torch.randn(3, 8, 8)
+    """In the result and in dx: new outputs start as NaN here, and rows 7: stay NaN."""
+    x, w = torch.randn(10, 8, requires_grad=True), torch.randn(3, 8, 8)
     with poisoned_outputs():
         out = kernels.grouped_gemm(x, w, torch.tensor([3, 7, 2], dtype=torch.int32),
                                    check_offsets=False)
+        out.backward(torch.ones_like(out))
     torch.testing.assert_close(out[:7], _grouped_loop(x, w, _groups([3, 7, 2], 10))[:7])
-    assert out[7:].isnan().all()
+    assert out[7:].isnan().all() and x.grad[7:].isnan().all() and not x.grad[:7].isnan().any()
 
 
 def test_unchecked_fp8_offsets_stay_inside_the_operands():

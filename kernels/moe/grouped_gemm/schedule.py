@@ -11,8 +11,8 @@ The offsets are read through :func:`clamped`, never raw, and a group whose end l
 below its start has no rows: a call with ``check_offsets=False`` hands the kernels
 offsets nobody looked at, and a row end past T, below 0 or below the previous one
 would otherwise put a tile outside x and out (a crash, or another allocation
-overwritten). Group g then owns rows clamp(offsets[g-1]) up to clamp(offsets[g]), the
-reading ``torch._grouped_mm`` gives its ``offs``, clamped to [0, T].
+overwritten). Group g then owns rows clamp(offsets[g-1]) up to clamp(offsets[g]), none
+if that decreases: for valid offsets exactly ``torch._grouped_mm``'s ``offs``.
 """
 from __future__ import annotations
 
