@@ -34,6 +34,22 @@ def tensor(name: str, value, *, ndim: int | None = None,
     return value
 
 
+def index(name: str, value, *, ndim: int, dtypes: Sequence[torch.dtype]) -> torch.Tensor:
+    """Check an integer tensor a kernel reads as numbers to address memory with (group
+    offsets, cu_seqlens) and return it packed (``.contiguous()``: a copy only for a strided
+    or expanded view).
+
+    The kernels read such a tensor as a flat array, element i at its first element + i.
+    The host checks its values through its strides, so a sliced or strided view would
+    pass the check and then be read as other numbers (the padding between its
+    elements), which the kernel would use as row indices. The packed copy is what the
+    host checked; an offset into the storage needs no copy (the kernel gets the
+    address of the first element). Empty is allowed: zero groups is a legal problem.
+    """
+    tensor(name, value, ndim=ndim, dtypes=dtypes, allow_empty=True)
+    return value.contiguous()
+
+
 def same_dtype(**named: torch.Tensor) -> torch.dtype:
     dtypes = {n: t.dtype for n, t in named.items()}
     if len(set(dtypes.values())) > 1:
@@ -92,17 +108,18 @@ def attention_operands(q, k, v, scale, dtypes: Sequence[torch.dtype], max_head_d
 
 
 def grouped_gemm_operands(x, w, offsets, dtypes: Sequence[torch.dtype], allow_empty: bool = False,
-                          check_values: bool = True) -> None:
+                          check_values: bool = True) -> torch.Tensor:
     """Check x (T, K), w (G, K, N) and int32 offsets (G,): the common signature of every
-    grouped GEMM rung. ``check_values`` also reads the offsets (one host sync of G ints)
-    to refuse ends that decrease or do not finish at T; a caller that built them itself
+    grouped GEMM rung; returns the offsets packed (:func:`index`), the tensor to launch
+    with. ``check_values`` also reads the offsets (one host sync of G ints) to refuse
+    ends that decrease or do not finish at T; a caller that built them itself
     (``kernels.moe.permute``) skips that."""
     tensor("x", x, ndim=2, allow_empty=allow_empty)
     tensor("w", w, ndim=3, allow_empty=allow_empty)
-    tensor("offsets", offsets, ndim=1, allow_empty=True)
-    if offsets.dtype != torch.int32:
+    if isinstance(offsets, torch.Tensor) and offsets.dtype != torch.int32:
         raise TypeError(f"offsets must be int32 (cumulative row ends per group), got "
                         f"{str(offsets.dtype).replace('torch.', '')}")
+    offsets = index("offsets", offsets, ndim=1, dtypes=(torch.int32,))
     same_device(x=x, w=w, offsets=offsets)
     same_dtype(x=x, w=w)
     tensor("x", x, dtypes=dtypes, allow_empty=allow_empty)
@@ -113,7 +130,7 @@ def grouped_gemm_operands(x, w, offsets, dtypes: Sequence[torch.dtype], allow_em
         raise ValueError(f"offsets has {offsets.shape[0]} entries but w has {w.shape[0]} groups "
                          f"(G); offsets[g] is the end row of group g")
     if not check_values:
-        return
+        return offsets
     ends = offsets.cpu().long()
     if ends.numel() and (ends[0] < 0 or bool((ends[1:] < ends[:-1]).any())):
         raise ValueError(f"offsets must be non-decreasing row ends starting at >= 0, got "
@@ -121,3 +138,4 @@ def grouped_gemm_operands(x, w, offsets, dtypes: Sequence[torch.dtype], allow_em
     last = int(ends[-1]) if ends.numel() else 0
     if last != x.shape[0]:
         raise ValueError(f"offsets[-1] must equal x's row count T={x.shape[0]}, got {last}")
+    return offsets

@@ -19,8 +19,8 @@ from workbench import moe_views
 
 
 @triton.jit
-def _locate_kernel(offsets_ptr, out_ptr, G, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
-    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, BLOCK_M, BLOCK_G)
+def _locate_kernel(offsets_ptr, out_ptr, G, T, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
+    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, T, BLOCK_M, BLOCK_G)
     group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
     tl.store(out_ptr + 3 * tl.program_id(0), group)
     tl.store(out_ptr + 3 * tl.program_id(0) + 1, start)
@@ -33,7 +33,7 @@ def test_schedule_is_the_device_mapping(sizes, block_m):
     offsets = spec.offsets_from_sizes(torch.tensor(sizes))
     plan = moe_views.schedule(offsets, block_m)
     located = torch.full((len(plan), 3), -1, dtype=torch.int32)
-    _locate_kernel[(len(plan),)](offsets, located, len(sizes), BLOCK_M=block_m,
+    _locate_kernel[(len(plan),)](offsets, located, len(sizes), sum(sizes), BLOCK_M=block_m,
                                  BLOCK_G=triton.next_power_of_2(len(sizes)))
     assert [(p["group"], p["rows"]) for p in plan] == [(g, f"{s}:{e}") for g, s, e in located.tolist()]
     assert [p["tile"] for p in plan] == list(range(len(plan)))

@@ -35,12 +35,20 @@ def sequence(cu_ptr, b):
 
 @dataclass(frozen=True)
 class Packing:
-    """The device offsets of a packed batch and the longest lengths, which size the grids."""
+    """The device offsets of a packed batch and the longest lengths, which size the grids.
+
+    The offsets are kept packed (:func:`kernels.validate.index`): :func:`sequence` reads
+    them as a flat array, and the host checked their values through their strides."""
 
     cu_q: torch.Tensor
     cu_k: torch.Tensor
     max_q: int
     max_k: int
+
+    def __post_init__(self):
+        for field, name in (("cu_q", "cu_seqlens_q"), ("cu_k", "cu_seqlens_k")):
+            packed = validate.index(name, getattr(self, field), ndim=1, dtypes=(torch.int32,))
+            object.__setattr__(self, field, packed)   # frozen: set once, here
 
     @property
     def batch(self) -> int:

@@ -23,8 +23,10 @@ _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 def _inverse(permutation: torch.Tensor) -> torch.Tensor:
     """``inverse[permutation[i]] = i``: an ``index_put`` without accumulation of unique
-    indices, so deterministic (and allowed by ``torch.use_deterministic_algorithms``)."""
-    inverse = torch.empty_like(permutation)
+    indices, so deterministic (and allowed by ``torch.use_deterministic_algorithms``).
+    Zeros, not empty: an unchecked index tensor that repeats an index leaves entries
+    unset, and those must still point at a row (row 0), not at whatever memory held."""
+    inverse = torch.zeros_like(permutation)
     inverse[permutation] = torch.arange(permutation.shape[0], device=permutation.device)
     return inverse
 
@@ -91,6 +93,23 @@ def _check_ids(ids: torch.Tensor, num_experts: int) -> None:
                          f"{low} to {high}")
 
 
+def _check_permutation(permutation: torch.Tensor) -> None:
+    """Refuse anything but each of 0..n-1 exactly once: one host read of the comparison
+    (the offending value is looked up only on the way to the error)."""
+    n = permutation.shape[0]
+    ordered = torch.sort(permutation).values
+    if torch.equal(ordered, torch.arange(n, dtype=ordered.dtype, device=ordered.device)):
+        return
+    values = ordered.tolist()
+    outside = [v for v in values if not 0 <= v < n]
+    if outside:
+        raise ValueError(f"permutation must hold each of 0..{n - 1} once; {outside[0]} is "
+                         f"outside that range")
+    repeated = next(a for a, b in zip(values, values[1:]) if a == b)
+    raise ValueError(f"permutation must hold each of 0..{n - 1} once; {repeated} appears "
+                     f"more than once, so another slot's row would never be read")
+
+
 def permute(x: torch.Tensor, ids: torch.Tensor, num_experts: int, *, check_ids: bool = True
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x ``(T, K)`` and expert ids ``(T, k)`` -> (x_sorted ``(T·k, K)``, offsets int32
@@ -123,12 +142,19 @@ def permute(x: torch.Tensor, ids: torch.Tensor, num_experts: int, *, check_ids: 
     return _Permute.apply(x, permutation, ids.shape[1]), offsets, permutation
 
 
-def unpermute(y_sorted: torch.Tensor, permutation: torch.Tensor, weights: torch.Tensor
-              ) -> torch.Tensor:
+def unpermute(y_sorted: torch.Tensor, permutation: torch.Tensor, weights: torch.Tensor, *,
+              check_permutation: bool = True) -> torch.Tensor:
     """The experts' outputs ``(T·k, N)`` in :func:`permute`'s order, its ``permutation`` and
     the routing weights ``(T, k)`` -> ``(T, N)``: per token, ``Σ_j weights[t, j] · y`` of its
     k slots, summed in float32 (float64 for float64 operands) in slot order, cast to
     y_sorted's dtype. Differentiable in y_sorted and weights.
+
+    ``check_permutation`` reads on the host (one sync) whether ``permutation`` holds each
+    of 0..T·k-1 once, and refuses a repeated or out-of-range index by its value. Code
+    that passes :func:`permute`'s own permutation passes False, which also keeps the call
+    free of host syncs under ``torch.compile``; a repeated index then gives rows of
+    y_sorted in the wrong slots (a slot no index names reads row 0), never memory outside
+    y_sorted.
     """
     validate.tensor("y_sorted", y_sorted, ndim=2, dtypes=_FLOATS, allow_empty=True)
     validate.tensor("permutation", permutation, ndim=1, dtypes=(torch.int64,), allow_empty=True)
@@ -139,4 +165,6 @@ def unpermute(y_sorted: torch.Tensor, permutation: torch.Tensor, weights: torch.
         raise ValueError(f"y_sorted has {y_sorted.shape[0]} rows and permutation "
                          f"{permutation.shape[0]} entries, but weights {tuple(weights.shape)} "
                          f"has T·k = {slots} slots; all three must agree")
+    if check_permutation:
+        _check_permutation(permutation)
     return _Unpermute.apply(y_sorted, weights, permutation)

@@ -5,7 +5,10 @@ it is the *reduction* that varies, over however many rows the router gave the gr
 One program per (K tile, N tile, group): it reads its group's row range from the
 offsets on the device (two int32 loads, no host sync) and reduces over it with the
 shared tile loop (:mod:`.tiles`), so an empty group's programs store zeros, which is
-the gradient, and every element of dw is written by exactly one program.
+the gradient, and every element of dw is written by exactly one program. The range is
+read as the forward reads it (:mod:`.schedule`: clamped to [0, T], empty when it
+decreases), so offsets nobody checked cannot move the reduction outside x and dy.
+Scalar loads keep the reduction's length uniform: the loop stays scalar control flow.
 
 xᵀ is read in place through strides (x stays (T, K) in memory): its tile arrives with
 K contiguous, the layout MFMA does not want for the reduction over rows, so the
@@ -23,18 +26,19 @@ from ...outputs import new_output
 from ...registry import AotKernel
 from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 from .launch import config, dw_ints
+from .schedule import clamped
 from .tiles import reduce_tiles
 
 
 @triton.jit
-def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offsets_ptr, K, N,
+def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offsets_ptr, T, K, N,
                        stride_xt, stride_xk, stride_dyt, stride_dyn,
                        stride_dwg, stride_dwk, stride_dwn,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        INTERP_BF16: tl.constexpr):
     group = tl.program_id(2)
-    start = tl.load(offsets_ptr + group - 1, mask=group > 0, other=0)
-    end = tl.load(offsets_ptr + group)
+    start = clamped(offsets_ptr + group - 1, group > 0, T)
+    end = tl.maximum(clamped(offsets_ptr + group, True, T), start)
     ks = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)   # rows of dw[g]: K
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rows = start + tl.arange(0, BLOCK_K)                       # the reduction: the group's rows
@@ -55,8 +59,8 @@ def launch(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, dw: torch.T
     """dw (G, K, N) = the kernel's result, with tile settings ``cfg`` (v4 tunes them)."""
     (groups, k, n) = dw.shape
     grid = (cdiv(k, cfg["BLOCK_M"]), cdiv(n, cfg["BLOCK_N"]), groups)
-    _grouped_dw_kernel[grid](x, dy, dw, offsets, k, n, *x.stride(), *dy.stride(), *dw.stride(),
-                             INTERP_BF16=interp_bf16(x.dtype), **cfg)
+    _grouped_dw_kernel[grid](x, dy, dw, offsets, x.shape[0], k, n, *x.stride(), *dy.stride(),
+                             *dw.stride(), INTERP_BF16=interp_bf16(x.dtype), **cfg)
 
 
 def grouped_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, groups: int) -> torch.Tensor:

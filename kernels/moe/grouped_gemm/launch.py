@@ -15,16 +15,16 @@ def forward_ints(shape=AOT_SHAPE, transposed_w: bool = False) -> dict[str, int]:
     reduction runs over N and the weight is contiguous along it."""
     t, k, n, g, _ = shape
     if transposed_w:
-        return dict(N=k, K=n, G=g, stride_xt=n, stride_xk=1, stride_wg=k * n, stride_wk=1,
+        return dict(T=t, N=k, K=n, G=g, stride_xt=n, stride_xk=1, stride_wg=k * n, stride_wk=1,
                     stride_wn=n, stride_ot=k, stride_on=1)
-    return dict(N=n, K=k, G=g, stride_xt=k, stride_xk=1, stride_wg=k * n, stride_wk=n,
+    return dict(T=t, N=n, K=k, G=g, stride_xt=k, stride_xk=1, stride_wg=k * n, stride_wk=n,
                 stride_wn=1, stride_ot=n, stride_on=1)
 
 
 def dw_ints(shape=AOT_SHAPE) -> dict[str, int]:
     """Int arguments of a contiguous dW launch: x (T, K), dy (T, N), dw (G, K, N)."""
-    _, k, n, _, _ = shape
-    return dict(K=k, N=n, stride_xt=k, stride_xk=1, stride_dyt=n, stride_dyn=1,
+    t, k, n, _, _ = shape
+    return dict(T=t, K=k, N=n, stride_xt=k, stride_xk=1, stride_dyt=n, stride_dyn=1,
                 stride_dwg=k * n, stride_dwk=n, stride_dwn=1)
 
 

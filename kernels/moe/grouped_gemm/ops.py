@@ -73,10 +73,17 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     in x and w.
 
     fp32, fp16 and bf16 with fp32 accumulation; x and w share one dtype and device; any
-    strides. ``check_offsets`` reads the offsets on the host (one sync) to refuse ends
-    that decrease or do not finish at T; code that built them itself passes False,
-    which also keeps the call free of host syncs under ``torch.compile``.
+    strides, the offsets' too. ``check_offsets`` reads the offsets on the host (one sync)
+    to refuse ends that decrease or do not finish at T; code that built them itself
+    passes False, which also keeps the call free of host syncs under ``torch.compile``.
+
+    Unchecked offsets never move a kernel outside x, w or the result: the kernels clamp
+    each end to [0, T] and give group g the rows from the previous clamped end to its
+    own, none if that decreases (:mod:`.schedule`). Offsets that never decrease once
+    clamped give exactly the grouped GEMM of the clamped ends, rows past the last end
+    left unwritten (in the result and in dx); offsets that decrease make groups
+    overlap, and the rows they share are not defined.
     """
-    validate.grouped_gemm_operands(x, w, offsets, DTYPES, allow_empty=True,
-                                   check_values=check_offsets)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES, allow_empty=True,
+                                             check_values=check_offsets)
     return _grouped_gemm(x, w, offsets)

@@ -33,7 +33,7 @@ def baseline_name(x: torch.Tensor, w: torch.Tensor) -> str:
 @rung(op="grouped_gemm", rung=None, name="ref", backends=("hip", "cuda", "interpreter"),
       dtypes=DTYPES, interpreter=True, kind="library", backward=True)
 def grouped_gemm_ref(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    validate.grouped_gemm_operands(x, w, offsets, DTYPES)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES)
     key = case(x, w)
     if key not in _REFUSED and hasattr(torch, "_grouped_mm"):
         try:

@@ -6,6 +6,13 @@ of each group's cdiv(rows, BLOCK_M), zero for an empty group. :func:`group_tiles
 reads the G ends once (a BLOCK_G-wide vector); :func:`locate` maps a row tile to its
 group and rows. v2 does both per program; v4's persistent programs read the offsets
 once and locate every tile they walk.
+
+The offsets are read through :func:`clamped`, never raw, and a group whose end lies
+below its start has no rows: a call with ``check_offsets=False`` hands the kernels
+offsets nobody looked at, and a row end past T, below 0 or below the previous one
+would otherwise put a tile outside x and out (a crash, or another allocation
+overwritten). Group g then owns rows clamp(offsets[g-1]) up to clamp(offsets[g]), none
+if that decreases: for valid offsets exactly ``torch._grouped_mm``'s ``offs``.
 """
 from __future__ import annotations
 
@@ -14,13 +21,19 @@ import triton.language as tl
 
 
 @triton.jit
-def group_tiles(offsets_ptr, G, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
+def clamped(ptrs, mask, T):
+    """The offsets at ``ptrs`` (0 where masked), clamped to the rows [0, T]."""
+    return tl.minimum(tl.maximum(tl.load(ptrs, mask=mask, other=0), 0), T)
+
+
+@triton.jit
+def group_tiles(offsets_ptr, G, T, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
     """Per group (BLOCK_G lanes, zero past G): first row, end row, row tiles, their running sum."""
     # exercise begin: tiles
     gs = tl.arange(0, BLOCK_G)
-    ends = tl.load(offsets_ptr + gs, mask=gs < G, other=0)
-    starts = tl.load(offsets_ptr + gs - 1, mask=(gs > 0) & (gs < G), other=0)
-    tiles = tl.where(gs < G, tl.cdiv(ends - starts, BLOCK_M), 0)
+    ends = clamped(offsets_ptr + gs, gs < G, T)
+    starts = clamped(offsets_ptr + gs - 1, (gs > 0) & (gs < G), T)
+    tiles = tl.where(gs < G, tl.cdiv(tl.maximum(ends - starts, 0), BLOCK_M), 0)
     return starts, ends, tiles, tl.cumsum(tiles, 0)
     # exercise end
 

@@ -46,5 +46,5 @@ def loop(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tenso
 @rung(op="grouped_gemm", rung=0, name="loop", backends=("hip", "cuda", "interpreter"),
       dtypes=DTYPES, interpreter=True, kind="library", backward=True)
 def grouped_gemm_v0(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    validate.grouped_gemm_operands(x, w, offsets, DTYPES)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES)
     return loop(x, w, offsets)

@@ -99,5 +99,5 @@ def grouped_gemm_v1(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                     check_offsets: bool = True) -> torch.Tensor:
     """``check_offsets=False`` skips validating the offsets' values (the launches still
     read them on the host)."""
-    validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
     return _differentiable(x, w, offsets)

@@ -57,12 +57,12 @@ from .tiles import reduce_tiles
 
 
 @triton.jit
-def _grouped_gemm_kernel(x_ptr, w_ptr, out_ptr, offsets_ptr, N, K, G,
+def _grouped_gemm_kernel(x_ptr, w_ptr, out_ptr, offsets_ptr, T, N, K, G,
                          stride_xt, stride_xk, stride_wg, stride_wk, stride_wn,
                          stride_ot, stride_on,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
-    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, BLOCK_M, BLOCK_G)
+    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, T, BLOCK_M, BLOCK_G)
     group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
     if group >= G:  # a surplus program of the upper-bound grid
         return
@@ -94,7 +94,7 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch
     here = _backend.current()
     cfg = config(here.name, here.arch)
     _grouped_gemm_kernel[grid(t, n, groups, cfg)](
-        x, w, out, offsets, n, k, groups, *x.stride(), *w.stride(), *out.stride(),
+        x, w, out, offsets, t, n, k, groups, *x.stride(), *w.stride(), *out.stride(),
         BLOCK_G=triton.next_power_of_2(groups), INTERP_BF16=interp_bf16(x.dtype), **cfg)
     return out
 
@@ -117,5 +117,5 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
 def grouped_gemm_v2(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                     check_offsets: bool = True) -> torch.Tensor:
     """``check_offsets=False`` skips the host read that validates the offsets' values."""
-    validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
     return _differentiable(x, w, offsets)

@@ -91,7 +91,7 @@ from .tiles import reduce_tiles
 
 
 @triton.jit
-def _grouped_gemm_persistent_kernel(x_ptr, w_ptr, out_ptr, offsets_ptr, N, K, G,
+def _grouped_gemm_persistent_kernel(x_ptr, w_ptr, out_ptr, offsets_ptr, T, N, K, G,
                                     stride_xt, stride_xk, stride_wg, stride_wk, stride_wn,
                                     stride_ot, stride_on,
                                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -103,7 +103,7 @@ def _grouped_gemm_persistent_kernel(x_ptr, w_ptr, out_ptr, offsets_ptr, N, K, G,
         tall = NUM_PROGS - (per - 1) * NUM_XCDS
         xcd = pid % NUM_XCDS
         pid = xcd * per - tl.maximum(xcd - tall, 0) + pid // NUM_XCDS
-    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, BLOCK_M, BLOCK_G)   # once per program
+    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, T, BLOCK_M, BLOCK_G)   # once per program
     tiles_n = tl.cdiv(N, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
     x_step = tl.cast(stride_xk, tl.int64) * BLOCK_K
@@ -138,9 +138,9 @@ def _launch(kernel: str, a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor
     if kernel == "dw":
         dw.launch(a, b, offsets, out, cfg)
         return
-    (_, k), (groups, _, n) = a.shape, b.shape
+    (t, k), (groups, _, n) = a.shape, b.shape
     _grouped_gemm_persistent_kernel[(cfg["NUM_PROGS"],)](
-        a, b, out, offsets, n, k, groups, *a.stride(), *b.stride(), *out.stride(),
+        a, b, out, offsets, t, n, k, groups, *a.stride(), *b.stride(), *out.stride(),
         BLOCK_G=triton.next_power_of_2(groups), INTERP_BF16=interp_bf16(a.dtype), **cfg)
 
 
@@ -261,7 +261,7 @@ def grouped_gemm_v4(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     """``check_offsets=False`` skips the host read that validates the offsets' values;
     ``overrides`` pins settings of the forward, dx and dw launches (a tile setting such as
     ``BLOCK_M`` skips the tuner; ``NUM_XCDS`` / ``NUM_PROGS`` only change the forward's)."""
-    validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES, check_values=check_offsets)
     if overrides:
         return differentiable(functools.partial(grouped_mm, overrides=overrides),
                               functools.partial(grouped_dw, overrides=overrides))(x, w, offsets)

@@ -21,12 +21,13 @@ def _scale(name: str, scale, shape: tuple[int, ...], what: str, allow_empty: boo
 
 
 def check(x, sx, w, sw, offsets, out_dtype, allow_empty: bool = False,
-          check_values: bool = True) -> None:
-    """Validate the operands; ``allow_empty`` and ``check_values`` as in
-    :func:`kernels.validate.grouped_gemm_operands` (the public op takes empty operands)."""
+          check_values: bool = True) -> torch.Tensor:
+    """Validate the operands and return the offsets to launch with (packed); ``allow_empty``
+    and ``check_values`` as in :func:`kernels.validate.grouped_gemm_operands` (the public op
+    takes empty operands)."""
     validate.tensor("x", x, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # name the
     validate.tensor("w", w, ndim=3, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # non-FP8 one
-    validate.grouped_gemm_operands(x, w, offsets, FP8_DTYPES, allow_empty, check_values)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, FP8_DTYPES, allow_empty, check_values)
     (t, _), (g, _, n) = x.shape, w.shape
     _scale("sx", sx, (t,), "one per row (token) of x", allow_empty)
     _scale("sw", sw, (g, n), "one per expert and output column of w", allow_empty)
@@ -34,3 +35,4 @@ def check(x, sx, w, sw, offsets, out_dtype, allow_empty: bool = False,
     if out_dtype not in OUT_DTYPES:
         allowed = ", ".join(str(d).replace("torch.", "") for d in OUT_DTYPES)
         raise TypeError(f"out_dtype must be one of {allowed}, got {out_dtype}")
+    return offsets

@@ -45,5 +45,6 @@ def grouped_gemm_fp8(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: tor
     or N = 0 give an empty result, K = 0 zeros. ``check_offsets`` as in
     ``kernels.grouped_gemm``: False skips the host read that validates the offsets.
     """
-    operands.check(x, sx, w, sw, offsets, out_dtype, allow_empty=True, check_values=check_offsets)
+    offsets = operands.check(x, sx, w, sw, offsets, out_dtype, allow_empty=True,
+                             check_values=check_offsets)
     return _grouped_gemm_fp8(x, sx, w, sw, offsets, out_dtype)

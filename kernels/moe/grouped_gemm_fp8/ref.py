@@ -54,7 +54,7 @@ def scaled_mm_loop(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
       dtypes=native_dtypes(), interpreter=True, kind="library")
 def grouped_gemm_fp8_ref(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
                          offsets: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    operands.check(x, sx, w, sw, offsets, out_dtype)
+    offsets = operands.check(x, sx, w, sw, offsets, out_dtype)
     if baseline_name(x, w, out_dtype) == "torch._scaled_grouped_mm":
         try:
             return torch._scaled_grouped_mm(x, w, sx, sw, offs=offsets, out_dtype=out_dtype)

@@ -51,13 +51,13 @@ from . import operands
 
 
 @triton.jit
-def _grouped_gemm_fp8_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, out_ptr, offsets_ptr, N, K, G,
+def _grouped_gemm_fp8_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, out_ptr, offsets_ptr, T, N, K, G,
                              stride_xt, stride_xk, stride_wg, stride_wk, stride_wn,
                              stride_ot, stride_on, stride_sx, stride_swg, stride_swn,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)   # the grid's column tile
-    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, BLOCK_M, BLOCK_G)   # v2's schedule
+    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, T, BLOCK_M, BLOCK_G)   # v2's schedule
     group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
     if group >= G:  # a surplus program of the upper-bound grid
         return
@@ -98,7 +98,7 @@ def grouped_mm_fp8(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
     here = _backend.current()
     cfg = config(here.name, here.arch)
     _grouped_gemm_fp8_kernel[grid(t, n, groups, cfg)](
-        x, sx, w, sw, out, offsets, n, k, groups, *x.stride(), *w.stride(), *out.stride(),
+        x, sx, w, sw, out, offsets, t, n, k, groups, *x.stride(), *w.stride(), *out.stride(),
         sx.stride(0), *sw.stride(), BLOCK_G=triton.next_power_of_2(groups),
         INTERP_BF16=interp_bf16(out_dtype), **cfg)
     return out
@@ -122,5 +122,5 @@ def grouped_gemm_fp8_v0(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: 
                         offsets: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, *,
                         check_offsets: bool = True) -> torch.Tensor:
     """``check_offsets=False`` skips the host read that validates the offsets' values."""
-    operands.check(x, sx, w, sw, offsets, out_dtype, check_values=check_offsets)
+    offsets = operands.check(x, sx, w, sw, offsets, out_dtype, check_values=check_offsets)
     return grouped_mm_fp8(x, sx, w, sw, offsets, out_dtype)

@@ -51,7 +51,8 @@ def routed_experts(x, weights, ids, gate, up, down):
     x_sorted, offsets, permutation = permute(x, ids, gate.shape[0], check_ids=False)
     hidden = (F.silu(grouped_gemm(x_sorted, gate, offsets, check_offsets=False))
               * grouped_gemm(x_sorted, up, offsets, check_offsets=False))
-    return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights)
+    return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights,
+                     check_permutation=False)
     # exercise end
 
 

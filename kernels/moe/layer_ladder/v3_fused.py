@@ -72,11 +72,12 @@ from .v2_grouped import routed_experts
 
 
 @triton.jit
-def _program_tile(offsets_ptr, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _program_tile(offsets_ptr, R, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
     """This program's (group, sorted rows, the group's end row, columns, first K step) on the
-    grouped GEMM's device schedule; group >= G for a surplus program. Both kernels start here."""
-    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, BLOCK_M, BLOCK_G)
+    grouped GEMM's device schedule, rows bounded by R (= T·k, the sorted rows); group >= G for
+    a surplus program. Both kernels start here."""
+    starts, ends, tiles, cum = group_tiles(offsets_ptr, G, R, BLOCK_M, BLOCK_G)
     group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
     rows = start + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -92,11 +93,11 @@ def _weight_tile(w_ptr, group, ks, cols, stride_wg, stride_wk, stride_wn):
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, slot_ptr, offsets_ptr, N, K, G, TOP_K,
+def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, slot_ptr, offsets_ptr, R, N, K, G, TOP_K,
                     stride_xt, stride_xk, stride_wg, stride_wk, stride_wn, stride_ht, stride_hn,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
-    group, rows, end, cols, ks = _program_tile(offsets_ptr, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G)
+    group, rows, end, cols, ks = _program_tile(offsets_ptr, R, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G)
     if group >= G:  # a surplus program of the upper-bound grid
         return
     a_rows, b_cols = rows[:, None] < end, cols[None, :] < N
@@ -134,12 +135,12 @@ def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, slot_ptr, offsets_ptr, N, K,
 
 
 @triton.jit
-def _down_scatter_kernel(h_ptr, down_ptr, out_ptr, slot_ptr, weight_ptr, offsets_ptr, N, K, G,
+def _down_scatter_kernel(h_ptr, down_ptr, out_ptr, slot_ptr, weight_ptr, offsets_ptr, R, N, K, G,
                          stride_ht, stride_hk, stride_wg, stride_wk, stride_wn,
                          stride_os, stride_on,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
-    group, rows, end, cols, ks = _program_tile(offsets_ptr, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G)
+    group, rows, end, cols, ks = _program_tile(offsets_ptr, R, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G)
     if group >= G:  # a surplus program of the upper-bound grid
         return
     h_ptrs = h_ptr + rows.to(tl.int64)[:, None] * stride_ht + ks.to(tl.int64)[None, :] * stride_hk
@@ -182,7 +183,7 @@ def gate_up(x, gate, up, slots, offsets, top_k, cfg) -> torch.Tensor:
     (groups, dim, hidden), rows = gate.shape, slots.shape[0]
     h = new_output((rows, hidden), x.dtype, x.device)
     grid = (cdiv(rows, cfg["BLOCK_M"]) + groups, cdiv(hidden, cfg["BLOCK_N"]))
-    _gate_up_kernel[grid](x, gate, up, h, slots, offsets, hidden, dim, groups, top_k,
+    _gate_up_kernel[grid](x, gate, up, h, slots, offsets, rows, hidden, dim, groups, top_k,
                           *x.stride(), *gate.stride(), *h.stride(),
                           BLOCK_G=triton.next_power_of_2(groups), INTERP_BF16=interp_bf16(x.dtype), **cfg)
     return h
@@ -194,7 +195,7 @@ def down_scatter(h, down, slots, weights, offsets, cfg) -> torch.Tensor:
     out = new_output((rows, dim), h.dtype, h.device)
     grid = (cdiv(rows, cfg["BLOCK_M"]) + groups, cdiv(dim, cfg["BLOCK_N"]))
     _down_scatter_kernel[grid](h, down, out, slots, weights.reshape(-1).float().contiguous(),
-                               offsets, dim, hidden, groups, *h.stride(), *down.stride(), *out.stride(),
+                               offsets, rows, dim, hidden, groups, *h.stride(), *down.stride(), *out.stride(),
                                BLOCK_G=triton.next_power_of_2(groups), INTERP_BF16=interp_bf16(h.dtype),
                                **cfg)
     return out
@@ -247,10 +248,10 @@ def _ints(shape, kernel: int) -> dict[str, int]:
     """Int arguments of kernel 1 or 2 at ``shape`` with contiguous operands."""
     t, dim, hidden, e, top_k, _ = shape
     if kernel == 1:
-        return dict(N=hidden, K=dim, G=e, TOP_K=top_k, stride_xt=dim, stride_xk=1,
+        return dict(R=t * top_k, N=hidden, K=dim, G=e, TOP_K=top_k, stride_xt=dim, stride_xk=1,
                     stride_wg=dim * hidden, stride_wk=hidden, stride_wn=1, stride_ht=hidden,
                     stride_hn=1)
-    return dict(N=dim, K=hidden, G=e, stride_ht=hidden, stride_hk=1, stride_wg=hidden * dim,
+    return dict(R=t * top_k, N=dim, K=hidden, G=e, stride_ht=hidden, stride_hk=1, stride_wg=hidden * dim,
                 stride_wk=dim, stride_wn=1, stride_os=dim, stride_on=1)
 
 

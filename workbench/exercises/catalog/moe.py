@@ -168,14 +168,16 @@ for g, (start, end) in enumerate(group_bounds(offsets)):
         title="The device-side tile schedule: which program owns which expert's tile",
         task="v2 launches one grid sized without reading the offsets (cdiv(T, BLOCK_M) + G row "
              "tiles), and each program finds its own tile on the device. Write that schedule. "
-             "group_tiles loads the G row ends and returns per group its first row, end row, "
-             "number of BLOCK_M row tiles (zero past G) and their running sum. locate maps a "
+             "group_tiles loads the G row ends through clamped (each clamped to the rows "
+             "[0, T], so unchecked offsets stay inside x and out) and returns per group its "
+             "first row, end row, number of BLOCK_M row tiles (zero past G, and for a group "
+             "whose end lies below its start) and their running sum. locate maps a "
              "row-tile id to (group, first row of the tile, the group's end row), with a group "
              ">= G for an id past the last tile. Empty experts own no tile. Your schedule is "
              "checked inside v2's kernel.",
         todo={"tiles": '''
 gs = tl.arange(0, BLOCK_G)
-ends = tl.load(offsets_ptr + gs, mask=gs < G, other=0)
+ends = clamped(offsets_ptr + gs, gs < G, T)
 starts = ends  # TODO: each group's first row (the previous group's end; 0 for group 0)
 tiles = tl.zeros_like(gs)  # TODO: each group's row tiles, zero past G
 return starts, ends, tiles, tl.cumsum(tiles, 0)
@@ -189,9 +191,10 @@ return group, tile * BLOCK_M, tile * BLOCK_M
             "Group g owns cdiv(rows of g, BLOCK_M) row tiles; with cum = tl.cumsum(tiles, 0) it "
             "owns the tile ids cum[g] - tiles[g] up to cum[g]. An empty group has 0 tiles, so no "
             "id maps to it.",
-            "The starts are the ends shifted by one: load offsets_ptr + gs - 1 with a mask that "
-            "keeps lane 0 (no previous end) and lanes past G from reading. In locate the group "
-            "is the number of groups whose tiles all come before the id: "
+            "The starts are the ends shifted by one: clamped(offsets_ptr + gs - 1, mask, T) with "
+            "a mask that keeps lane 0 (no previous end) and lanes past G from reading; count the "
+            "rows as tl.maximum(ends - starts, 0), so a decreasing pair gives no tile. In locate "
+            "the group is the number of groups whose tiles all come before the id: "
             "tl.sum((cum <= tile).to(tl.int32), 0).",
             "Triton vectors cannot be indexed by a scalar: pick the group's entries with "
             "mine = tl.arange(0, BLOCK_G) == group and tl.sum(tl.where(mine, v, 0), 0). The "
@@ -208,16 +211,16 @@ return group, start, tl.sum(tl.where(mine, ends, 0), 0)
 '''},
             "a group's partial last tile dropped (floor, not cdiv)": {"tiles": '''
 gs = tl.arange(0, BLOCK_G)
-ends = tl.load(offsets_ptr + gs, mask=gs < G, other=0)
-starts = tl.load(offsets_ptr + gs - 1, mask=(gs > 0) & (gs < G), other=0)
-tiles = tl.where(gs < G, (ends - starts) // BLOCK_M, 0)
+ends = clamped(offsets_ptr + gs, gs < G, T)
+starts = clamped(offsets_ptr + gs - 1, (gs > 0) & (gs < G), T)
+tiles = tl.where(gs < G, tl.maximum(ends - starts, 0) // BLOCK_M, 0)
 return starts, ends, tiles, tl.cumsum(tiles, 0)
 '''},
             "group 0's start read before offsets": {"tiles": '''
 gs = tl.arange(0, BLOCK_G)
-ends = tl.load(offsets_ptr + gs, mask=gs < G, other=0)
-starts = tl.load(offsets_ptr + gs - 1, mask=gs < G, other=0)
-tiles = tl.where(gs < G, tl.cdiv(ends - starts, BLOCK_M), 0)
+ends = clamped(offsets_ptr + gs, gs < G, T)
+starts = clamped(offsets_ptr + gs - 1, gs < G, T)
+tiles = tl.where(gs < G, tl.cdiv(tl.maximum(ends - starts, 0), BLOCK_M), 0)
 return starts, ends, tiles, tl.cumsum(tiles, 0)
 '''},
             "a tile's end is start + BLOCK_M, not the expert's end": {"locate": '''
@@ -385,27 +388,30 @@ return (slots.float() * weights.unsqueeze(-1)).sum(dim=1).to(x.dtype)
             "grouped_gemm(a, w, offsets, check_offsets=False) multiplies each expert's rows by "
             "its weight in one call; SwiGLU is F.silu(gate projection) * (up projection).",
             "return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), "
-            "permutation, weights): unpermute applies the routing weights itself.",
+            "permutation, weights, check_permutation=False): unpermute applies the routing "
+            "weights itself, and permute's permutation needs no host check.",
         ),
         wrong={
             "gate and up swapped": {"grouped": '''
 x_sorted, offsets, permutation = permute(x, ids, gate.shape[0], check_ids=False)
 hidden = (F.silu(grouped_gemm(x_sorted, up, offsets, check_offsets=False))
           * grouped_gemm(x_sorted, gate, offsets, check_offsets=False))
-return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights)
+return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights,
+                 check_permutation=False)
 '''},
             "SiLU of the product": {"grouped": '''
 x_sorted, offsets, permutation = permute(x, ids, gate.shape[0], check_ids=False)
 hidden = F.silu(grouped_gemm(x_sorted, gate, offsets, check_offsets=False)
                 * grouped_gemm(x_sorted, up, offsets, check_offsets=False))
-return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights)
+return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation, weights,
+                 check_permutation=False)
 '''},
             "routing weights not applied": {"grouped": '''
 x_sorted, offsets, permutation = permute(x, ids, gate.shape[0], check_ids=False)
 hidden = (F.silu(grouped_gemm(x_sorted, gate, offsets, check_offsets=False))
           * grouped_gemm(x_sorted, up, offsets, check_offsets=False))
 return unpermute(grouped_gemm(hidden, down, offsets, check_offsets=False), permutation,
-                 weights.new_ones(weights.shape))
+                 weights.new_ones(weights.shape), check_permutation=False)
 '''},
         },
         shapes=((21, 24, 16, 4, 2, 0),), dtypes=(torch.float32,),
