@@ -1,7 +1,8 @@
 """The correctness harness: every rung, every dtype, against a float64 reference.
 
 The rule (DESIGN.md): fresh random inputs, a poisoned output buffer, an error bounded
-by a factor of the library baseline's error in the same dtype plus a dtype floor
+by a factor of the library baseline's error in the same dtype (the larger of two memory
+orders of the same inputs, :func:`judge`) plus a dtype floor
 (:mod:`workbench.tolerances`), and NaN/inf in the same places as the reference. The
 result is a :class:`CheckReport` that a table, a widget or a test can read.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import torch
 
@@ -73,13 +74,17 @@ def relative_error(x: torch.Tensor, reference: torch.Tensor) -> tuple[float, tor
     return err.max().item() / scale if err.numel() else 0.0, err / scale
 
 
-def compare(x: torch.Tensor, reference: torch.Tensor, baseline: torch.Tensor, dtype: torch.dtype,
+def compare(x: torch.Tensor, reference: torch.Tensor,
+            baseline: torch.Tensor | Sequence[torch.Tensor], dtype: torch.dtype,
             direction: str = "forward") -> dict:
-    """Apply the rule to one output: the fields of a :class:`CheckReport` that are numbers."""
+    """Apply the rule to one output: the fields of a :class:`CheckReport` that are numbers.
+    ``baseline`` is the library's result, or several (the same values in other memory
+    orders, :func:`judge`): the baseline error is the largest of theirs."""
     if tuple(x.shape) != tuple(reference.shape):
         raise ValueError(f"output shape {tuple(x.shape)} != reference shape {tuple(reference.shape)}")
     expected_pattern = reference.to(dtype).double()  # overflow in the dtype is expected
-    base_error, _ = relative_error(baseline, reference)
+    baselines = [baseline] if isinstance(baseline, torch.Tensor) else baseline
+    base_error = max(relative_error(b, reference)[0] for b in baselines)
     error, error_map = relative_error(x, reference)
     allowed = allowed_error(dtype, base_error, direction)
     wrong_pattern = _nonfinite_mismatch(x.detach().cpu().double(), expected_pattern)
@@ -125,17 +130,37 @@ def _with_grads(fn, inputs: tuple, names: tuple[str, ...], grad_out: torch.Tenso
     return out.detach(), {n: leaves[i].grad for i, n in enumerate(names)}
 
 
+def other_memory_order(t):
+    """``t`` with the same values in the other memory order of its last two dimensions:
+    column-major if its rows are contiguous, else row-major (other arguments as they
+    are). Torch takes another kernel for it, and so sums in another order."""
+    if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2):
+        return t
+    t = t.detach()
+    if t.stride(-1) == 1:
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    return t.contiguous()
+
+
 def judge(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
     """(name, fields of :func:`compare`) for the output and, with a backward, each gradient,
     on the given inputs: :func:`check_rung` makes fresh ones, a test can shape its own
-    (large magnitudes); ``seed`` draws the output gradient."""
+    (large magnitudes); ``seed`` draws the output gradient.
+
+    The library baseline runs twice, on the inputs and on :func:`other_memory_order` copies, and
+    the larger error of the two sets the bound: the library's error in a dtype is a spread
+    over summation orders, and one order alone can be luckily exact where the result is
+    ill-conditioned (a one-token MoE's router gradient cancels two expert outputs: seed 5
+    of the tour's smoke shape gave the library 2.8e-6 in one order and 1.1e-5 in the
+    other, and v2 2.3e-5, a random failure of the tour)."""
     baseline_rung = kernels.registry.reference_rung(rung.op)
+    reordered = tuple(other_memory_order(t) for t in inputs)
     if not rung.backward:
         reference = spec.reference(*inputs)
-        baseline = baseline_rung(*inputs)
+        baselines = (baseline_rung(*inputs), baseline_rung(*reordered))
         with poisoned_outputs():
             out = rung(*inputs)
-        return [("out", compare(out, reference, baseline, out.dtype))]  # in the dtype it produces
+        return [("out", compare(out, reference, baselines, out.dtype))]  # in the dtype it produces
     names = spec.grad_inputs
     as64 = tuple(t.detach().cpu().double() if isinstance(t, torch.Tensor) and t.is_floating_point()
                  else t for t in inputs)
@@ -144,12 +169,12 @@ def judge(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
     gen = torch.Generator(device="cpu").manual_seed(seed + 1)
     grad_out = torch.randn(shape, generator=gen).to(inputs[0].dtype)  # what rung and baseline see
     reference, ref_grads = _with_grads(spec.reference, as64, names, grad_out.double())
-    baseline, base_grads = _with_grads(baseline_rung, inputs, names, grad_out)
+    baselines = [_with_grads(baseline_rung, ins, names, grad_out) for ins in (inputs, reordered)]
     with poisoned_outputs():
         out, grads = _with_grads(rung, inputs, names, grad_out)
-    judged = [("out", compare(out, reference, baseline, out.dtype))]
-    return judged + [(f"d{n}", compare(grads[n], ref_grads[n], base_grads[n], grads[n].dtype,
-                                       "backward")) for n in names]
+    judged = [("out", compare(out, reference, [b for b, _ in baselines], out.dtype))]
+    return judged + [(f"d{n}", compare(grads[n], ref_grads[n], [g[n] for _, g in baselines],
+                                       grads[n].dtype, "backward")) for n in names]
 
 
 def check_rung(rung: Rung, shape: tuple, dtype: torch.dtype, seed: int | None = None,
