@@ -86,10 +86,12 @@ def test_v4_takes_a_32_wide_key_tile_at_d128_because_64_spills_on_gfx942():
 
 
 # gfx942, bf16: (instructions, VGPRs, MFMAs) of each dense kernel, recorded at commit
-# 7471117, before the kernels took VARLEN. The dense launch passes VARLEN=False and None
-# offsets (constexprs), so its code must not change by a single instruction.
-BEFORE_VARLEN = {"_flash_fwd_lse_kernel": (1873, 256, 48), "_bwd_dkdv_kernel": (2815, 256, 96),
-                 "_bwd_dq_kernel": (1756, 255, 80)}
+# 7471117, before the kernels took VARLEN, and again when they took the scale's sign
+# (sign·Q or sign·K once per program, +226 to +260 instructions outside the hot loops; dK/dV's
+# loop +4 for S transposed rather than multiplied as K Qᵀ). The dense launch passes
+# VARLEN=False and None offsets (constexprs), so its code must not change by a single instruction.
+BEFORE_VARLEN = {"_flash_fwd_lse_kernel": (2102, 256, 48), "_bwd_dkdv_kernel": (3075, 256, 96),
+                 "_bwd_dq_kernel": (1982, 256, 80)}
 
 
 def _instructions(report) -> int:

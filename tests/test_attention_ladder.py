@@ -7,6 +7,9 @@ Shapes stay tiny: each interpreted program instance costs ~1 ms.
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,7 +17,7 @@ import torch.nn.functional as F
 
 import kernels
 from kernels.attention import spec as attn_spec
-from workbench.check import check_rung, judge
+from workbench.check import broken_rules, check_rung, judge
 
 RUNGS = [r for r in kernels.variants("attention") if r.runs_here()]
 
@@ -55,6 +58,11 @@ def test_a_wrong_gradient_fails_and_is_named():
     assert not report.passed and report.tensor == "dk" and "FAIL (dk)" in report.message
 
 
+def _assert_passed(judged):
+    for name, fields in judged:
+        assert fields["passed"], f"{name}: {fields['error']:.2e} vs {fields['allowed']:.2e}; {broken_rules(fields)}"
+
+
 # v5 evaluates exp2 on causally hidden scores too (they exceed the visible max) and
 # discards them with tl.where; the interpreter's NumPy reports that overflow, a GPU does not.
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
@@ -65,8 +73,64 @@ def test_large_scores_do_not_overflow(rung):
     SDPA's 6e-7. Every rung, and v5's dQ, dK, dV, meet the harness rule here."""
     q, k, v, _ = attn_spec.make_inputs((1, 2, 2, 33, 33, 64, 0), seed=3)
     q = q * 8e3 / q.abs().max()
-    for name, fields in judge(rung, kernels.spec("attention"), (q, k, v, True), seed=3):
-        assert fields["passed"], f"{name}: {fields['error']:.2e} > {fields['allowed']:.2e}"
+    _assert_passed(judge(rung, kernels.spec("attention"), (q, k, v, True), seed=3))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("largest", [5e2, 4e3, 1e4])
+def test_v5_gradients_meet_the_rule_up_to_scores_of_1e4(largest, causal):
+    """v5's backward recomputes P from the forward's LSE: a score it rounds otherwise than
+    the forward did puts P of a row's max off 1/l, which dV shows first.
+    (``test_v5_gradients_at_large_scores_with_openblas_haswell`` runs this where the
+    scores' roundings differ between K Qᵀ and Q Kᵀ.)"""
+    q, k, v, _ = attn_spec.make_inputs((1, 2, 2, 33, 33, 64, int(causal)), seed=3)
+    q = q * largest / (q @ k.transpose(-1, -2) * 64 ** -0.5).abs().max()
+    _assert_passed(judge(kernels.get("attention", "v5"), kernels.spec("attention"), (q, k, v, causal), seed=3))
+
+
+def _openblas_haswell_runs_here() -> bool:
+    """OpenBLAS picks its kernel per CPU at load (``OPENBLAS_CORETYPE`` overrides it): Haswell's
+    needs AVX2 and an OpenBLAS built with DYNAMIC_ARCH, as NumPy's wheels are."""
+    import numpy
+    config = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    return ("openblas" in config.get("name", "") and "DYNAMIC_ARCH" in config.get("openblas configuration", "")
+            and " avx2" in flags)
+
+
+@pytest.mark.skipif(not _openblas_haswell_runs_here(), reason="needs NumPy's OpenBLAS with its Haswell kernel")
+def test_v5_gradients_at_large_scores_with_openblas_haswell():
+    """The interpreter's tl.dot is NumPy's matmul; OpenBLAS's Haswell kernel rounds K Qᵀ and
+    Q Kᵀ differently (SkylakeX's does not), so only there does a backward that multiplies K Qᵀ
+    while the forward multiplied Q Kᵀ fail the test above. The kernel is chosen when NumPy
+    loads, hence a fresh process."""
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    test = f"{__file__}::test_v5_gradients_meet_the_rule_up_to_scores_of_1e4"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", test],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:]
+
+
+def _scale_params():
+    """Every rung at each scale, causal or not; SDPA's own CPU kernel returns NaN for a causal
+    mask at a scale <= 0 (its math backend does not), so ``ref`` is expected to fail there."""
+    for r in RUNGS:
+        for scale, name in ((0.0, "0"), (-0.5, "-0.5"), (1e-3, "1e-3"), (None, "default")):
+            for causal in (False, True):
+                sdpa_nan = r.label == "ref" and causal and scale is not None and scale <= 0
+                marks = [pytest.mark.xfail(strict=True, reason="SDPA's CPU kernel: NaN")] if sdpa_nan else []
+                yield pytest.param(r, scale, causal, id=f"{r.label}-{name}-{'causal' if causal else 'full'}",
+                                   marks=marks)
+
+
+@pytest.mark.parametrize("rung,scale,causal", _scale_params())
+def test_any_scale_is_sdpa_math(rung, scale, causal):
+    """Scale 0 makes O the mean of the visible V; a negative scale makes the smallest score
+    the row's largest. The max of the online softmax (v2-v5) must be the scaled scores'
+    max, and a masked -inf must not meet a zero scale (v0). Gradients too, for v5."""
+    q, k, v, _ = attn_spec.make_inputs((1, 2, 1, 9, 11, 16, int(causal)), seed=1)
+    _assert_passed(judge(rung, kernels.spec("attention"), (q, k, v, causal, scale), seed=1))
 
 
 @pytest.mark.parametrize("s,sk", [(5, 9), (9, 5), (1, 7), (7, 1)])
