@@ -66,6 +66,29 @@ def test_scale_and_odd_head_dim():
     assert torch.allclose(out.double(), attn_spec.reference(q, k, v, False, 0.3), atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("q_shape,kv_shape", [
+    ((0, 4, 3, 16), (0, 2, 5, 16)),     # B = 0
+    ((1, 0, 3, 16), (1, 0, 5, 16)),     # Hq = Hkv = 0
+    ((1, 0, 3, 16), (1, 2, 5, 16)),     # Hq = 0
+    ((2, 4, 0, 16), (2, 2, 5, 16)),     # S = 0
+    ((2, 4, 3, 16), (2, 2, 0, 16)),     # S_k = 0: rows without keys, O = 0
+], ids=["B=0", "H=0", "Hq=0", "S=0", "Sk=0"])
+def test_empty_inputs_give_what_sdpa_gives(q_shape, kv_shape, causal):
+    q, k, v = (torch.randn(shape, requires_grad=True) for shape in (q_shape, kv_shape, kv_shape))
+    grad = torch.randn(q_shape)
+    out, grads = _grads(lambda *a: kernels.flash_attention(*a, causal=causal), q, k, v, grad)
+    base, base_grads = _grads(lambda *a: F.scaled_dot_product_attention(
+        *a, is_causal=causal, enable_gqa=True), q, k, v, grad)
+    assert out.shape == base.shape and torch.equal(out, base)
+    assert all(g.shape == b.shape and torch.equal(g, b) for g, b in zip(grads, base_grads))
+
+
+def test_heads_without_kv_heads_are_refused():
+    with pytest.raises(ValueError, match="4 heads are not a multiple of k and v's 0 heads"):
+        kernels.flash_attention(torch.randn(1, 4, 3, 16), torch.randn(1, 0, 3, 16), torch.randn(1, 0, 3, 16))
+
+
 def test_backward_is_deterministic():
     q, k, v = _inputs((1, 4, 1, 20, 20, 32, 1))
     grad = torch.randn(q.shape)

@@ -86,6 +86,17 @@ def test_any_scale_is_sdpa_math_per_sequence(scale, causal):
     _check_per_sequence(CASES["S_k!=S,empty,gqa4:2,d32"], causal, torch.float32, scale)
 
 
+@pytest.mark.parametrize("max_seqlen", [0, 3])
+@pytest.mark.parametrize("lengths_k", [[0, 0], [3, 2]], ids=["no keys", "keys"])
+def test_no_query_tokens_give_an_empty_result(lengths_k, max_seqlen):
+    """flash-attn's answer, as SDPA's for S = 0: no rows, and zero gradients for any keys."""
+    q, k, v, cu_q, cu_k = _packed([0, 0], lengths_k)
+    out, grads = _with_grads(lambda *a: kernels.flash_attention_varlen(
+        *a, cu_q, cu_k, max_seqlen, max(max_seqlen, *lengths_k), causal=True), q, k, v, torch.randn(q.shape))
+    assert out.shape == (0, 4, 32)
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape] and not any(g.any() for g in grads)
+
+
 class _Counted:
     """A kernel that counts its launches (``kernel[grid](...)``)."""
 
