@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import backend, validate
+from .. import autocast, backend, validate
 from . import v3_causal_lse, v4_amd_tuned, v5_backward, varlen
 from .spec import DTYPES, MAX_HEAD_DIM
 
@@ -89,6 +89,7 @@ def _backward(ctx, do, _dlse):
 
 
 _fwd.register_autograd(_backward, setup_context=_save)
+autocast.lower_precision("flash_attention_fwd")
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -98,8 +99,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     Hq must be a multiple of Hkv (GQA/MQA). ``scale`` defaults to 1/sqrt(D); ``causal``
     is SDPA's ``is_causal`` (top-left aligned, also for S != S_k). fp32, fp16, bf16 with
     fp32 softmax statistics; any D <= 128, any strides. The result is (B, Hq, S, D) in q's
-    dtype. As in SDPA, B, Hq (with Hkv), S or S_k may be 0: O is then empty, or 0 for
-    rows without keys, and the gradients 0. Errors name the argument at fault.
+    dtype (under ``torch.autocast``, q, k and v are cast to its dtype, as for SDPA). As in
+    SDPA, B, Hq (with Hkv), S or S_k may be 0: O is then empty, or 0 for rows without
+    keys, and the gradients 0. Errors name the argument at fault.
     """
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -153,6 +155,7 @@ def _varlen_backward(ctx, do, _dlse):
 
 
 _varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_save)
+autocast.lower_precision("flash_attention_varlen_fwd")
 
 
 def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
