@@ -60,7 +60,8 @@ def test_a_wrong_gradient_fails_and_is_named():
 
 def _assert_passed(judged):
     for name, fields in judged:
-        assert fields["passed"], f"{name}: {fields['error']:.2e} vs {fields['allowed']:.2e}; {broken_rules(fields)}"
+        assert fields["passed"], (f"{name}: {fields['error']:.2e} vs {fields['allowed']:.2e}; "
+                                  f"{broken_rules(fields)}")
 
 
 # v5 evaluates exp2 on causally hidden scores too (they exceed the visible max) and
@@ -124,11 +125,12 @@ def _scale_params():
                                    marks=marks)
 
 
-@pytest.mark.parametrize("rung,scale,causal", _scale_params())
+@pytest.mark.parametrize("rung,scale,causal", list(_scale_params()))
 def test_any_scale_is_sdpa_math(rung, scale, causal):
     """Scale 0 makes O the mean of the visible V; a negative scale makes the smallest score
-    the row's largest. The max of the online softmax (v2-v5) must be the scaled scores'
-    max, and a masked -inf must not meet a zero scale (v0). Gradients too, for v5."""
+    the row's largest. The softmax's max must follow the scaled scores' order (v3-v5 took
+    it on the raw scores), and a masked -inf must not meet a zero scale (v0). Gradients
+    too, for v5."""
     q, k, v, _ = attn_spec.make_inputs((1, 2, 1, 9, 11, 16, int(causal)), seed=1)
     _assert_passed(judge(rung, kernels.spec("attention"), (q, k, v, causal, scale), seed=1))
 

@@ -27,8 +27,8 @@ Expected bound:
     Compute; still one pipeline stage and untuned tiles (v4's subject).
 
 Limits:
-    As v2: any S, S_k >= 1, D <= 128, any strides, fp32/fp16/bf16, int64 offsets. The
-    scale is not folded into Q itself: rounding a pre-scaled Q to bf16 would add error.
+    As v2: any S, S_k >= 1, D <= 128, any strides, fp32/fp16/bf16, int64 offsets. Only
+    the scale's sign is folded into Q (exact): rounding a pre-scaled Q to bf16 would add error.
     Packed sequences (``kernels.flash_attention_varlen``) run this kernel with
     ``VARLEN=True``, one launch for the batch (:mod:`.varlen`); the dense launch passes
     None for the offsets, so it compiles to the same code as before varlen existed

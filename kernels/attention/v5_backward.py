@@ -4,18 +4,19 @@ Idea:
     The forward (v3's kernel) keeps only O and the row log-sum-exp as m, the max of
     sign(scale)·S, and log2 l, so P is recomputed tile by tile as
     exp2((sign·S - m)·|scale|·log2 e - log2 l): S - m is taken before scaling, as in
-    the forward, so large scores lose no precision, if each score is recomputed as the
-    forward rounded it. One that rounds differently by δ makes its P off by a factor
-    2^(δ·|scale|·log2 e), where SDPA's P of a row's max is exactly 1/l; at large
-    scores dV then misses the harness rule. So both launches multiply Q Kᵀ as the forward does (dK/dV
-    transposes that product rather than computing K Qᵀ). On the interpreter v3, v4
-    and v5 use the same 32 x 32 tiles and the recomputed scores are the forward's bit
-    for bit (``tests/test_attention_ladder.py`` checks dV with OpenBLAS's Haswell
-    kernel, whose K Qᵀ and Q Kᵀ round differently). On a GPU, v4 tunes the forward's
-    tiles and MFMA shape apart from the backward's: whether a score rounds alike
-    there is not measured. With dP = dO Vᵀ and the
-    softmax gradient dS = P ∘ (dP - Δ), where Δ = rowsum(dO ∘ O) (a preprocess launch;
-    it equals rowsum(P ∘ dP)), the gradients are dV = Pᵀ dO, dK = scale · dSᵀ Q and
+    the forward, so large scores lose no precision, if each score is recomputed as
+    the forward rounded it. One that rounds differently by δ makes its P off by a
+    factor 2^(δ·|scale|·log2 e), where SDPA's P of a row's max is exactly 1/l; at
+    large scores dV then misses the harness rule. So both launches multiply Q Kᵀ as
+    the forward does, and the dK/dV launch, too, holds P and dS as (query rows, keys),
+    transposing them only as operands of dV and dK, rather than computing Sᵀ = K Qᵀ.
+    On the interpreter v3, v4 and v5 use the same 32 x 32 tiles and the recomputed
+    scores are the forward's bit for bit (``tests/test_attention_ladder.py`` checks dV
+    with OpenBLAS's Haswell kernel, whose K Qᵀ and Q Kᵀ round differently). On a GPU,
+    v4 tunes the forward's tiles and MFMA shape apart from the backward's: whether a
+    score rounds alike there is not measured. With dP = dO Vᵀ and the softmax
+    gradient dS = P ∘ (dP - Δ), where Δ = rowsum(dO ∘ O) (a preprocess launch; it
+    equals rowsum(P ∘ dP)), the gradients are dV = Pᵀ dO, dK = scale · dSᵀ Q and
     dQ = scale · dS K. Two main launches so that no two programs write the same
     element: one program per key block accumulates dK and dV over every query block
     *and every query head of its GQA group* (the group sum happens in registers), one
@@ -24,7 +25,7 @@ Idea:
 Why faster:
     Than autograd through v0/v1: no S x S_k matrix is stored or read back; each launch
     streams tiles as the forward does. A (query block, key block) pair costs seven
-    ``tl.dot`` products over the two launches (dK/dV: Sᵀ, dPᵀ, dV, dK; dQ: S, dP, dQ):
+    ``tl.dot`` products over the two launches (dK/dV: S, dP, dV, dK; dQ: S, dP, dQ):
     S and dP are computed twice, FA2's price for avoiding atomics. Causal programs
     skip the blocks the mask hides, as v3 does.
 
@@ -127,12 +128,13 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
     kt = tl.load(k_ptr + b * stride_kb + hk * stride_kh + cols.to(tl.int64)[None, :] * stride_ks
                  + ds.to(tl.int64)[:, None] * stride_kd,
                  mask=(ds[:, None] < D) & (cols[None, :] < SK), other=0.0)   # Kᵀ: (D, N)
-    v = tl.load(v_ptr + b * stride_vb + hk * stride_vh + cols.to(tl.int64)[:, None] * stride_vs
-                + ds.to(tl.int64)[None, :] * stride_vd, mask=kv_mask, other=0.0)
+    vt = tl.load(v_ptr + b * stride_vb + hk * stride_vh + cols.to(tl.int64)[None, :] * stride_vs
+                 + ds.to(tl.int64)[:, None] * stride_vd,
+                 mask=(ds[:, None] < D) & (cols[None, :] < SK), other=0.0)   # Vᵀ: (D, N)
     if INTERP_BF16:
         kt = kt.to(tl.float32)
-        v = v.to(tl.float32)
-    kt = (kt * sign).to(kt.dtype)        # sign·S = Q (sign·K)ᵀ: exact, as v3's sign·Q
+        vt = vt.to(tl.float32)
+    kt = (kt * sign).to(kt.dtype)        # sign·S = Q (sign·Kᵀ): exact, as v3's sign·Q
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     lo = 0
@@ -154,24 +156,24 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
             if INTERP_BF16:
                 q = q.to(tl.float32)
                 do = do.to(tl.float32)
-            # Sᵀ: (N, M), multiplied as the forward's Q Kᵀ so that each score rounds as it did
+            # S: (M, N), multiplied as the forward's Q Kᵀ so that each score rounds as it did
             # there (see Idea: K Qᵀ can round differently)
-            st = tl.trans(tl.dot(q, kt, input_precision="ieee"))
-            # loaded after Sᵀ: live across that product too, they spilled on gfx942
+            s = tl.dot(q, kt, input_precision="ieee")
+            # loaded after S: live across that product too, they spilled on gfx942
             m = tl.load(lse_ptr + bh * 2 * T + rows, mask=row_ok, other=0.0)
             log2_l = tl.load(lse_ptr + bh * 2 * T + T + rows, mask=row_ok, other=0.0)
             # exercise begin: dkdv
-            visible = row_ok[None, :] & (cols[:, None] < SK)
+            visible = row_ok[:, None] & (cols[None, :] < SK)
             if CAUSAL:
-                visible = visible & (cols[:, None] <= rows[None, :])
-            pt = tl.where(visible, tl.exp2((st - m[None, :]) * qk_scale - log2_l[None, :]), 0.0)
-            dpt = tl.dot(v, tl.trans(do), input_precision="ieee")          # dPᵀ
-            dst = pt * (dpt - delta[None, :])
+                visible = visible & (cols[None, :] <= rows[:, None])
+            p = tl.where(visible, tl.exp2((s - m[:, None]) * qk_scale - log2_l[:, None]), 0.0)
+            dp = tl.dot(do, vt, input_precision="ieee")
+            dscore = p * (dp - delta[:, None])
             if INTERP_BF16:
-                pt = round_to_bf16(pt)
-                dst = round_to_bf16(dst)
-            dv = tl.dot(pt.to(do.dtype), do, dv, input_precision="ieee")
-            dk = tl.dot(dst.to(q.dtype), q, dk, input_precision="ieee")
+                p = round_to_bf16(p)
+                dscore = round_to_bf16(dscore)
+            dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision="ieee")        # Pᵀ dO
+            dk = tl.dot(tl.trans(dscore.to(q.dtype)), q, dk, input_precision="ieee")    # dSᵀ Q
             # exercise end
     dk = dk * scale
     if INTERP_BF16:

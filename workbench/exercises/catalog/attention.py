@@ -261,11 +261,11 @@ EXERCISES = (
         title="The backward: Δ, then dK/dV and dQ from the recomputed P",
         task="The forward saved O and the log-sum-exp (the max m of sign·S, log2 l). Write the three parts of "
              "FlashAttention-2's backward: Δ = rowsum(dO ∘ O) per query row; in the dK/dV kernel, "
-             "recompute this tile's Pᵀ from the scores st = sign·Sᵀ (masked as the forward), dPᵀ = V dOᵀ, "
-             "dSᵀ = Pᵀ ∘ (dPᵀ - Δ), then dv += Pᵀ dO and dk += dSᵀ Q; in the dQ kernel the same "
-             "P and dS untransposed, and dq += dS K. The scale is applied to dk and dq after the loops.",
+             "recompute this tile's P from the scores s = sign·S (masked as the forward), dP = dO Vᵀ, "
+             "dS = P ∘ (dP - Δ), then dv += Pᵀ dO and dk += dSᵀ Q; in the dQ kernel the same "
+             "P and dS, and dq += dS K. The scale is applied to dk and dq after the loops.",
         todo={"delta": "delta = tl.zeros((BLOCK_M,), dtype=tl.float32)   # TODO: Δ = rowsum(dO ∘ O), fp32",
-              "dkdv": "# TODO: Pᵀ (masked) from st, m, log2_l; dPᵀ; dSᵀ; accumulate dv and dk.\n"
+              "dkdv": "# TODO: P (masked) from s, m, log2_l; dP; dS; accumulate dv and dk.\n"
                       "# As shipped: dK and dV stay 0.\n"
                       "pass",
               "dq": "# TODO: P (masked) from s, m, log2_l; dP; dS; accumulate dq.\n"
@@ -274,15 +274,16 @@ EXERCISES = (
         hints=(
             "P = exp2((sign·S - m)·|scale|·log2 e - log2 l) is exact (qk_scale is |scale|·log2 e), so nothing of "
             "the forward but O and the LSE is needed; hidden (and padded) pairs get P = 0 via tl.where.",
-            "dS = P ∘ (dP - Δ): Δ_i = Σ_j P_ij dP_ij, which equals Σ_d dO_id O_id, the cheap way. In the "
-            "dK/dV kernel everything is transposed (keys on rows): pt, dpt = tl.dot(v, tl.trans(do)).",
-            "pt = tl.where(visible, tl.exp2((st - m[None, :]) * qk_scale - log2_l[None, :]), 0.0); "
-            "dst = pt * (dpt - delta[None, :]); dv = tl.dot(pt, do, dv); dk = tl.dot(dst, q, dk); "
-            "in dQ: dq = tl.dot(dscore, tl.trans(kt), dq).",
+            "dS = P ∘ (dP - Δ): Δ_i = Σ_j P_ij dP_ij, which equals Σ_d dO_id O_id, the cheap way. Both "
+            "kernels hold P and dS as (query rows, keys); dK/dV transposes them only in its products: "
+            "dp = tl.dot(do, vt), dv = tl.dot(tl.trans(p), do, dv).",
+            "p = tl.where(visible, tl.exp2((s - m[:, None]) * qk_scale - log2_l[:, None]), 0.0); "
+            "dscore = p * (dp - delta[:, None]); dv = tl.dot(tl.trans(p), do, dv); "
+            "dk = tl.dot(tl.trans(dscore), q, dk); in dQ: dq = tl.dot(dscore, tl.trans(kt), dq).",
         ),
         wrong={
             "Δ without O": _mistake(V5, "delta", "o.to(tl.float32) * do.to(tl.float32)", "do.to(tl.float32)"),
-            "dS without subtracting Δ": _mistake(V5, "dkdv", "pt * (dpt - delta[None, :])", "pt * dpt"),
+            "dS without subtracting Δ": _mistake(V5, "dkdv", "p * (dp - delta[:, None])", "p * dp"),
             "P recomputed with exp, not exp2": _mistake(V5, "dq", "tl.exp2((s - m[:, None]) * qk_scale",
                                                         "tl.exp((s - m[:, None]) * scale"),
             "causal mask off by one in dQ (k < q)": _mistake(V5, "dq", "cols[None, :] <= rows[:, None]",
