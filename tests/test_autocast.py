@@ -79,3 +79,11 @@ def test_outside_autocast_nothing_is_cast():
     a, b = torch.randn(3, 16, dtype=torch.float16), torch.randn(16, 8, dtype=torch.float16)
     assert kernels.matmul(a, b).dtype == torch.float16
     assert kernels.matmul(a.float(), b.float()).dtype == torch.float32
+
+
+def test_the_cast_leaves_float64_and_integers_as_they_are():
+    """As torch's own autocast casts: only float32, float16 and bfloat16 tensors move."""
+    x, x64, ids = torch.randn(2), torch.randn(2, dtype=torch.float64), torch.arange(2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = kernels.autocast.operands(x, x64, ids)
+    assert [t.dtype for t in cast] == [torch.bfloat16, torch.float64, torch.int64]
