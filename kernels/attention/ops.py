@@ -96,7 +96,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     scale: float | None = None) -> torch.Tensor:
     """softmax(q kᵀ · scale) v for q (B, Hq, S, D), k and v (B, Hkv, S_k, D); differentiable.
 
-    Hq must be a multiple of Hkv (GQA/MQA). ``scale`` defaults to 1/sqrt(D); ``causal``
+    Hq must be a multiple of Hkv (GQA/MQA). ``scale`` defaults to 1/sqrt(D) and may be any
+    float, as in SDPA's math (0 averages the visible V, a negative one flips the order); ``causal``
     is SDPA's ``is_causal`` (top-left aligned, also for S != S_k). fp32, fp16, bf16 with
     fp32 softmax statistics; any D <= 128, any strides. The result is (B, Hq, S, D) in q's
     dtype (under ``torch.autocast``, q, k and v are cast to its dtype, as for SDPA). As in
