@@ -1,13 +1,31 @@
-"""Operands as ``torch.autocast`` would cast them for a matmul.
+"""Autocast for the package's custom ops: they run in the autocast dtype, as
+``torch.matmul`` and SDPA do.
 
-The package's ops are custom ops, and autocast casts only the ops it knows; a layer
-built on them (``kernels.MoE``, the training step's linear and attention) casts its
-operands itself, so under ``torch.autocast(dtype=torch.bfloat16)`` it runs in bf16 as
-``nn.Linear`` would.
+Autocast casts only the ops it knows. ``torch.library.register_autocast`` teaches it a
+custom op, but with one dtype fixed when the op is registered, where torch's own
+lower-precision ops take the dtype of the region they run in (bf16 or fp16 per
+``torch.autocast(device, dtype=...)``). :func:`lower_precision` registers the latter:
+in an autocast region, each floating-point tensor argument on the region's device
+(float64 excepted, as torch does) is cast to the region's dtype, and the op runs with
+autocast off. The casts are autograd ops, so gradients reach the original tensors in
+their own dtypes.
+
+:func:`operands` is the same cast for code that launches kernels outside a custom op
+(``kernels.MoE``'s fused experts).
 """
 from __future__ import annotations
 
 import torch
+
+_LIBRARY = torch.library.Library("kernels", "FRAGMENT")   # lives as long as the registrations
+_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}      # ROCm runs under "cuda" too
+
+
+def _cast(value, device: str, dtype: torch.dtype):
+    if (isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device
+            and value.dtype != torch.float64):
+        return value.to(dtype)
+    return value
 
 
 def operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -15,5 +33,16 @@ def operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     device = tensors[0].device.type
     if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
         return tensors
-    dtype = torch.get_autocast_dtype(device)
-    return tuple(t.to(dtype) for t in tensors)
+    return tuple(_cast(t, device, torch.get_autocast_dtype(device)) for t in tensors)
+
+
+def lower_precision(name: str) -> None:
+    """Register autocast for the custom op ``kernels::<name>``: its floating-point tensor
+    arguments are cast to the autocast dtype of the region, on every device with autocast."""
+    op = getattr(torch.ops.kernels, name).default
+    for device, key in _KEYS.items():
+        def kernel(*args, device=device):
+            dtype = torch.get_autocast_dtype(device)
+            with torch.autocast(device, enabled=False):
+                return op(*(_cast(a, device, dtype) for a in args))
+        _LIBRARY.impl(name, kernel, key)

@@ -2,7 +2,9 @@
 
 A subclass, so parameters, initialization, ``state_dict`` keys and ``repr`` are
 torch's own and a checkpoint loads either way; only ``forward`` differs. The bias is
-added by a separate PyTorch op (not fused into the GEMM epilogue).
+added by a separate PyTorch op (not fused into the GEMM epilogue), in the product's
+dtype: under ``torch.autocast`` the GEMM runs in the autocast dtype
+(:mod:`kernels.autocast`) and the result is in it, as ``nn.Linear``'s is.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ class Linear(torch.nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = matmul(x, self.weight.t())
-        return y if self.bias is None else y + self.bias
+        return y if self.bias is None else y + self.bias.to(y.dtype)
 
     @classmethod
     def from_torch(cls, linear: torch.nn.Linear) -> "Linear":

@@ -98,7 +98,7 @@ def attention_operands(q, k, v, scale, dtypes: Sequence[torch.dtype], max_head_d
         raise ValueError(f"head dim differs: q has D={d}, k and v have D={dk}")
     if not 1 <= d <= max_head_dim:
         raise ValueError(f"head dim D={d} is not supported: q, k, v need 1 <= D <= {max_head_dim}")
-    if hkv == 0 or hq % hkv:
+    if (hq % hkv) if hkv else hq:      # Hq = Hkv = 0 is empty, as in SDPA
         raise ValueError(f"q's {hq} heads are not a multiple of k and v's {hkv} heads (GQA needs Hq % Hkv == 0)")
     if scale is None:
         return d ** -0.5

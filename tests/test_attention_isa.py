@@ -3,7 +3,7 @@ claim about the top forward (v3) and backward (v5) kernels, on gfx942 and gfx950
 
 MFMA for every product: the hot loop's MFMAs, times their M·N·K and the waves of a
 program, cover the multiply-adds of all the ``tl.dot`` products of one loop trip
-(forward: QKᵀ and PV; dK/dV: Sᵀ, dPᵀ, dV, dK; dQ: S, dP, dQ), so none of them fell
+(forward: QKᵀ and PV; dK/dV: S, dP, dV, dK; dQ: S, dP, dQ), so none of them fell
 back to vector FMAs. Tiles: 64 x 64 blocks, D = 128, 4 waves.
 """
 from __future__ import annotations
@@ -86,10 +86,12 @@ def test_v4_takes_a_32_wide_key_tile_at_d128_because_64_spills_on_gfx942():
 
 
 # gfx942, bf16: (instructions, VGPRs, MFMAs) of each dense kernel, recorded at commit
-# 7471117, before the kernels took VARLEN. The dense launch passes VARLEN=False and None
-# offsets (constexprs), so its code must not change by a single instruction.
-BEFORE_VARLEN = {"_flash_fwd_lse_kernel": (1873, 256, 48), "_bwd_dkdv_kernel": (2815, 256, 96),
-                 "_bwd_dq_kernel": (1756, 255, 80)}
+# 7471117, before the kernels took VARLEN, and again when they took the scale's sign
+# (sign·Q or sign·Kᵀ once per program, outside the hot loops) and dK/dV its S as Q Kᵀ
+# (from 2815 instructions, 1084 in the hot loop, to 2564 and 1007). The dense launch passes
+# VARLEN=False and None offsets (constexprs), so its code must not change by a single instruction.
+BEFORE_VARLEN = {"_flash_fwd_lse_kernel": (2102, 256, 48), "_bwd_dkdv_kernel": (2564, 256, 96),
+                 "_bwd_dq_kernel": (1982, 256, 80)}
 
 
 def _instructions(report) -> int:

@@ -2,9 +2,11 @@
 the argument (the packed op: ``tests/test_attention_varlen.py``)."""
 from __future__ import annotations
 
+import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
 from kernels.attention import spec as attn_spec
@@ -27,16 +29,16 @@ def _grads(fn, q, k, v, grad):
     return out.detach(), grads
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(1, 4, 2, 17, 17, 64, 1), (2, 4, 1, 1, 5, 32, 0)])
-def test_forward_and_gradients_match_the_reference(shape, dtype):
+def _check_against_the_reference(shape, dtype, scale=None):
     q, k, v = _inputs(shape, dtype)
     causal = bool(shape[-1])
     grad = torch.randn(q.shape).to(dtype)
-    out, grads = _grads(lambda *a: kernels.flash_attention(*a, causal=causal), q, k, v, grad)
-    base, base_grads = _grads(lambda *a: F.scaled_dot_product_attention(
-        *a, is_causal=causal, enable_gqa=True), q, k, v, grad)
-    ref, ref_grads = _grads(lambda *a: attn_spec.reference(*a, causal), *(
+    out, grads = _grads(lambda *a: kernels.flash_attention(*a, causal=causal, scale=scale), q, k, v, grad)
+    # SDPA's CPU kernel returns NaN for a causal mask at scale <= 0; its math backend does not
+    with sdpa_kernel(SDPBackend.MATH) if scale is not None else contextlib.nullcontext():
+        base, base_grads = _grads(lambda *a: F.scaled_dot_product_attention(
+            *a, is_causal=causal, scale=scale, enable_gqa=True), q, k, v, grad)
+    ref, ref_grads = _grads(lambda *a: attn_spec.reference(*a, causal, scale), *(
         t.detach().double().requires_grad_() for t in (q, k, v)), grad.double())
     assert out.shape == q.shape and out.dtype == dtype
     assert compare(out, ref, base, dtype)["passed"]
@@ -44,10 +46,47 @@ def test_forward_and_gradients_match_the_reference(shape, dtype):
         assert g.shape == r.shape and compare(g, r, b, dtype, "backward")["passed"], f"d{name}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 4, 2, 17, 17, 64, 1), (2, 4, 1, 1, 5, 32, 0)])
+def test_forward_and_gradients_match_the_reference(shape, dtype):
+    _check_against_the_reference(shape, dtype)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("scale", [0.0, -0.5, 1e-3, None])
+def test_any_scale_is_sdpa_math(scale, causal):
+    """Scale 0: O is the mean of the visible V and dQ = dK = 0; a negative scale flips the
+    softmax's order. Forward and gradients, as SDPA's math backend computes them."""
+    _check_against_the_reference((1, 4, 2, 9, 11, 16, causal), torch.float32, scale)
+
+
 def test_scale_and_odd_head_dim():
     q, k, v = (t.detach() for t in _inputs((1, 2, 2, 9, 9, 40, 0)))
     out = kernels.flash_attention(q, k, v, scale=0.3)
     assert torch.allclose(out.double(), attn_spec.reference(q, k, v, False, 0.3), atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("q_shape,kv_shape", [
+    ((0, 4, 3, 16), (0, 2, 5, 16)),     # B = 0
+    ((1, 0, 3, 16), (1, 0, 5, 16)),     # Hq = Hkv = 0
+    ((1, 0, 3, 16), (1, 2, 5, 16)),     # Hq = 0
+    ((2, 4, 0, 16), (2, 2, 5, 16)),     # S = 0
+    ((2, 4, 3, 16), (2, 2, 0, 16)),     # S_k = 0: rows without keys, O = 0
+], ids=["B=0", "H=0", "Hq=0", "S=0", "Sk=0"])
+def test_empty_inputs_give_what_sdpa_gives(q_shape, kv_shape, causal):
+    q, k, v = (torch.randn(shape, requires_grad=True) for shape in (q_shape, kv_shape, kv_shape))
+    grad = torch.randn(q_shape)
+    out, grads = _grads(lambda *a: kernels.flash_attention(*a, causal=causal), q, k, v, grad)
+    base, base_grads = _grads(lambda *a: F.scaled_dot_product_attention(
+        *a, is_causal=causal, enable_gqa=True), q, k, v, grad)
+    assert out.shape == base.shape and torch.equal(out, base)
+    assert all(g.shape == b.shape and torch.equal(g, b) for g, b in zip(grads, base_grads))
+
+
+def test_heads_without_kv_heads_are_refused():
+    with pytest.raises(ValueError, match="4 heads are not a multiple of k and v's 0 heads"):
+        kernels.flash_attention(torch.randn(1, 4, 3, 16), torch.randn(1, 0, 3, 16), torch.randn(1, 0, 3, 16))
 
 
 def test_backward_is_deterministic():

@@ -3,11 +3,13 @@ by the harness's rule against the float64 reference, with SDPA per sequence as t
 baseline; launch counts, determinism, torch.compile, the fake kernels and the errors."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
 from kernels.attention import spec as attn_spec
@@ -51,25 +53,48 @@ CASES = {   # lengths_q, lengths_k, Hq, Hkv, D
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_forward_and_gradients_match_the_reference_per_sequence(case, causal, dtype):
+def _check_per_sequence(case, causal, dtype, scale=None):
     lq, lk, hq, hkv, d = case
     q, k, v, cu_q, cu_k = _packed(lq, lk, hq, hkv, d, dtype)
     grad = torch.randn(q.shape).to(dtype)
     with poisoned_outputs():     # a row or gradient no program writes stays NaN and fails
         out, grads = _with_grads(lambda *a: kernels.flash_attention_varlen(
-            *a, cu_q, cu_k, max(lq), max(lk), causal=causal), q, k, v, grad)
-    base, base_grads = _with_grads(lambda *a: _per_sequence(lambda *s: F.scaled_dot_product_attention(
-        *s, is_causal=causal, enable_gqa=True), *a, cu_q, cu_k), q, k, v, grad)
+            *a, cu_q, cu_k, max(lq), max(lk), causal=causal, scale=scale), q, k, v, grad)
+    # SDPA's CPU kernel returns NaN for a causal mask at scale <= 0; its math backend does not
+    with sdpa_kernel(SDPBackend.MATH) if scale is not None else contextlib.nullcontext():
+        base, base_grads = _with_grads(lambda *a: _per_sequence(lambda *s: F.scaled_dot_product_attention(
+            *s, is_causal=causal, scale=scale, enable_gqa=True), *a, cu_q, cu_k), q, k, v, grad)
     ref, ref_grads = _with_grads(lambda *a: _per_sequence(
-        lambda *s: attn_spec.reference(*s, causal), *a, cu_q, cu_k),
+        lambda *s: attn_spec.reference(*s, causal, scale), *a, cu_q, cu_k),
         *(t.double() for t in (q, k, v)), grad.double())
     assert out.shape == q.shape and out.dtype == dtype
     assert compare(out, ref, base, dtype)["passed"]
     for name, g, r, b in zip("qkv", grads, ref_grads, base_grads):
         assert g.dtype == dtype and compare(g, r, b, dtype, "backward")["passed"], f"d{name}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_forward_and_gradients_match_the_reference_per_sequence(case, causal, dtype):
+    _check_per_sequence(case, causal, dtype)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [0.0, -0.5, 1e-3, None])
+def test_any_scale_is_sdpa_math_per_sequence(scale, causal):
+    _check_per_sequence(CASES["S_k!=S,empty,gqa4:2,d32"], causal, torch.float32, scale)
+
+
+@pytest.mark.parametrize("max_seqlen", [0, 3])
+@pytest.mark.parametrize("lengths_k", [[0, 0], [3, 2]], ids=["no keys", "keys"])
+def test_no_query_tokens_give_an_empty_result(lengths_k, max_seqlen):
+    """flash-attn's answer, as SDPA's for S = 0: no rows, and zero gradients for any keys."""
+    q, k, v, cu_q, cu_k = _packed([0, 0], lengths_k)
+    out, grads = _with_grads(lambda *a: kernels.flash_attention_varlen(
+        *a, cu_q, cu_k, max_seqlen, max(max_seqlen, *lengths_k), causal=True), q, k, v, torch.randn(q.shape))
+    assert out.shape == (0, 4, 32)
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape] and not any(g.any() for g in grads)
 
 
 class _Counted:

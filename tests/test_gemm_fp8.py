@@ -68,6 +68,16 @@ def test_quantize_amax_maps_each_slice_onto_the_format_range(dtype, granularity,
     assert torch.all((q.float() * scale - x).abs() <= 2**-4 * x.abs() + 2**-10 * scale)
 
 
+@pytest.mark.parametrize("granularity,shape,scale_shape", [
+    ("tensor", (0,), ()), ("tensor", (0, 3), ()), ("row", (0, 3), (0, 1)), ("row", (4, 0), (4, 1)),
+    ("col", (0, 3), (1, 3)), ("col", (4, 0), (1, 0))])
+def test_quantize_takes_empty_tensors_and_slices(granularity, shape, scale_shape):
+    """An empty slice gets scale 1, as an all-zero one does: amax of nothing is taken as 0."""
+    q, scale = quantize_fp8(torch.empty(shape), torch.float8_e4m3fn, granularity)
+    assert q.shape == shape and q.dtype == torch.float8_e4m3fn
+    assert scale.shape == scale_shape and torch.equal(scale, torch.ones(scale_shape))
+
+
 def test_fnuz_quantization_has_no_negative_zero_or_nan_bit_pattern():
     x = torch.tensor([-0.0, -1e-30, 1e-30, -5.0, 7.0, -1e9])
     q, _ = quantize_fp8(x, E4M3FNUZ, scale=torch.tensor(0.1))

@@ -163,6 +163,16 @@ def test_bad_inputs_are_refused_by_name(change, error, match):
             fn(**args)
 
 
+@pytest.mark.parametrize("m,n,k", [(0, 5, 64), (6, 0, 64), (6, 5, 0)])
+def test_empty_operands_follow_matmul(m, n, k):
+    """As kernels.matmul and matmul_fp8: an empty result for M or N = 0, zeros for K = 0."""
+    a_packed, a_scales = quantize_mxfp4(torch.randn(m, k), axis=1)
+    b_packed, b_scales = quantize_mxfp4(torch.randn(n, k), axis=1)
+    out = matmul_mxfp4(a_packed, a_scales, b_packed, b_scales)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, torch.zeros(m, n, dtype=torch.bfloat16))
+    assert out.shape == torch.matmul(torch.randn(m, k), torch.randn(k, n)).shape
+
+
 def test_custom_op_and_compile():
     args = tuple(_operands().values())
     torch.library.opcheck(torch.ops.kernels.matmul_mxfp4.default, (*args, torch.bfloat16))

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The tests whose verdict once depended on the BLAS kernel (issue 17's AVX2 failures).
 ROUNDING_ORDER_TESTS = [
     "tests/test_attention_ladder.py::test_large_scores_do_not_overflow",
+    "tests/test_attention_ladder.py::test_v5_gradients_meet_the_rule_up_to_scores_of_1e4",
     "tests/test_ep_moe.py::test_v3_rows_do_not_depend_on_their_tile_mates",
 ]
 

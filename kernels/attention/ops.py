@@ -25,14 +25,33 @@ from __future__ import annotations
 
 import torch
 
-from .. import backend, validate
+from .. import autocast, backend, validate
 from . import v3_causal_lse, v4_amd_tuned, v5_backward, varlen
 from .spec import DTYPES, MAX_HEAD_DIM
+
+
+def _no_work(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether no query row meets a key: B, Hq or S is 0 (no rows), or S_k is 0."""
+    return q.numel() == 0 or k.numel() == 0
+
+
+def _keyless(q: torch.Tensor, lse_shape: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """SDPA's result when :func:`_no_work`: O = 0 (empty, or rows that saw no key), and the
+    log-sum-exp over no keys, -inf. No kernel is launched."""
+    return q.new_zeros(q.shape), q.new_full(lse_shape, float("-inf"), dtype=torch.float32)
+
+
+def _zero_grads(q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward when :func:`_no_work`: O did not depend on any input."""
+    return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
 
 
 @torch.library.custom_op("kernels::flash_attention_fwd", mutates_args=())
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
          scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    if _no_work(q, k):
+        b, h, s, _ = q.shape
+        return _keyless(q, (b, h, 2, s))
     return v4_amd_tuned.forward(q, k, v, causal, scale)
 
 
@@ -46,6 +65,8 @@ def _(q, k, v, causal, scale):
 def _bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
          lse: torch.Tensor, causal: bool, scale: float
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if _no_work(q, k):
+        return _zero_grads(q, k, v)
     return v5_backward.backward(q, k, v, o, lse, do, causal, scale)
 
 
@@ -68,20 +89,24 @@ def _backward(ctx, do, _dlse):
 
 
 _fwd.register_autograd(_backward, setup_context=_save)
+autocast.lower_precision("flash_attention_fwd")
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     scale: float | None = None) -> torch.Tensor:
     """softmax(q kᵀ · scale) v for q (B, Hq, S, D), k and v (B, Hkv, S_k, D); differentiable.
 
-    Hq must be a multiple of Hkv (GQA/MQA). ``scale`` defaults to 1/sqrt(D); ``causal``
+    Hq must be a multiple of Hkv (GQA/MQA). ``scale`` defaults to 1/sqrt(D) and may be any
+    float, as in SDPA's math (0 averages the visible V, a negative one flips the order); ``causal``
     is SDPA's ``is_causal`` (top-left aligned, also for S != S_k). fp32, fp16, bf16 with
-    fp32 softmax statistics; any D <= 128, any lengths >= 1, any strides. The result is
-    (B, Hq, S, D) in q's dtype. Errors name the argument at fault.
+    fp32 softmax statistics; any D <= 128, any strides. The result is (B, Hq, S, D) in q's
+    dtype (under ``torch.autocast``, q, k and v are cast to its dtype, as for SDPA). As in
+    SDPA, B, Hq (with Hkv), S or S_k may be 0: O is then empty, or 0 for rows without
+    keys, and the gradients 0. Errors name the argument at fault.
     """
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM)
+    scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
     return _fwd(q, k, v, causal, scale)[0]
 
 
@@ -90,6 +115,8 @@ def _varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.T
                 cu_k: torch.Tensor, max_q: int, max_k: int, causal: bool,
                 scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     varlen.check_offsets(cu_q, cu_k, q.shape[0], k.shape[0], max_q, max_k)
+    if _no_work(q, k):
+        return _keyless(q, (1, q.shape[1], 2, q.shape[0]))
     here = backend.current()
     cfg = v4_amd_tuned.prior(here.name, here.arch, q.shape[-1], max_q, max_k)
     return v3_causal_lse.launch(q, k, v, causal, scale, cfg, varlen.Packing(cu_q, cu_k, max_q, max_k))
@@ -106,6 +133,8 @@ def _varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                 o: torch.Tensor, lse: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor,
                 max_q: int, max_k: int, causal: bool, scale: float
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if _no_work(q, k):
+        return _zero_grads(q, k, v)
     return v5_backward.backward(q, k, v, o, lse, do, causal, scale,
                                 varlen.Packing(cu_q, cu_k, max_q, max_k))
 
@@ -127,6 +156,7 @@ def _varlen_backward(ctx, do, _dlse):
 
 
 _varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_save)
+autocast.lower_precision("flash_attention_varlen_fwd")
 
 
 def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -139,16 +169,17 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     by ``cu_seqlens_k`` (int32, starting at 0, non-decreasing, ending at the token
     count; no sequence longer than its ``max_seqlen``). Returns (total_q, Hq, D) in q's
     dtype; differentiable. A sequence without queries gives no rows (its keys get zero
-    gradients); one with queries but no keys is an error. The offsets are read on the
+    gradients), and a batch without query tokens an empty result; a sequence with queries
+    but no keys is an error. The offsets are read on the
     host once, for those errors; the launches depend only on the max lengths and the
     sequence count.
     """
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        validate.tensor(name, t, ndim=3)
+        validate.tensor(name, t, ndim=3, allow_empty=True)
     scale = validate.attention_operands(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)),
-                                        scale, DTYPES, MAX_HEAD_DIM)
+                                        scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
     varlen.check_metadata(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return _varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                        causal, scale)[0]

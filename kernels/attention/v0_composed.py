@@ -52,7 +52,8 @@ def _row_softmax_kernel(s_ptr, p_ptr, scale, S, SK, CAUSAL: tl.constexpr, BLOCK:
     visible = cols < SK
     if CAUSAL:
         visible = visible & (cols <= row % S)   # SDPA: top-left aligned
-    x = tl.load(s_ptr + row * SK + cols, mask=visible, other=float("-inf")) * scale
+    x = tl.load(s_ptr + row * SK + cols, mask=visible, other=0.0) * scale
+    x = tl.where(visible, x, float("-inf"))   # masked after scaling: -inf · scale is NaN at 0, +inf below
     e = tl.exp(x - tl.max(x, 0))
     p = e / tl.sum(e, 0)
     # exercise end

@@ -5,15 +5,19 @@ Idea:
     mask a query block starting at row m0 sees no key past m0 + BLOCK_M - 1, so its
     loop stops there instead of at S_k; for S = S_k about half the tiles are never
     loaded nor multiplied (``spec.visible_pairs`` counts the work that remains).
-    (2) exp2: the softmax scale and log2(e) fold into one constant that multiplies
-    the fp32 scores *after* the running max is subtracted (the max stays in raw score
-    units), so the kernel calls exp2 directly instead of exp (which Triton computes as
-    exp2 of x·log2 e). Scaling first would round every score at its own magnitude:
-    at |scores| ~7e3 that cost 3e-6 relative error against SDPA's 6e-7; subtracting
-    first keeps v3 within the harness rule there (``tests/test_attention_ladder.py``).
-    (3) The row log-sum-exp is written in two fp32 parts, the raw max m and log2 l,
-    to a (B, Hq, 2, S) buffer, the only state the backward (v5) needs to recompute P
-    without storing it. One sum m·scale·log2 e + log2 l would round at m's magnitude.
+    (2) exp2: |scale| and log2(e) fold into one constant that multiplies the fp32
+    scores *after* the running max is subtracted, so the kernel calls exp2 directly
+    instead of exp (which Triton computes as exp2 of x·log2 e). The max is taken on
+    sign(scale)·S (Q's sign flipped on load, exact), whose order is the scaled scores'
+    for any scale: a negative scale makes the smallest raw score the largest, and at
+    scale 0 every score is 0 and O the mean of the visible V, as in SDPA. Scaling
+    first would round every score at its own magnitude: at |scores| ~7e3 that cost
+    3e-6 relative error against SDPA's 6e-7; subtracting first keeps v3 within the
+    harness rule there (``tests/test_attention_ladder.py``).
+    (3) The row log-sum-exp is written in two fp32 parts, the max m of sign·S and
+    log2 l, to a (B, Hq, 2, S) buffer, the only state the backward (v5) needs to
+    recompute P without storing it. One sum m·|scale|·log2 e + log2 l would round at
+    m's magnitude.
 
 Why faster:
     Causal attention does about half of v2's work at S = S_k, and the softmax needs no
@@ -23,8 +27,8 @@ Expected bound:
     Compute; still one pipeline stage and untuned tiles (v4's subject).
 
 Limits:
-    As v2: any S, S_k >= 1, D <= 128, any strides, fp32/fp16/bf16, int64 offsets. The
-    scale is not folded into Q itself: rounding a pre-scaled Q to bf16 would add error.
+    As v2: any S, S_k >= 1, D <= 128, any strides, fp32/fp16/bf16, int64 offsets. Only
+    the scale's sign is folded into Q (exact): rounding a pre-scaled Q to bf16 would add error.
     Packed sequences (``kernels.flash_attention_varlen``) run this kernel with
     ``VARLEN=True``, one launch for the batch (:mod:`.varlen`); the dense launch passes
     None for the offsets, so it compiles to the same code as before varlen existed
@@ -76,12 +80,16 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ds = tl.arange(0, BLOCK_D)
     ns = tl.arange(0, BLOCK_N)
-    qk_scale = scale * 1.4426950408889634   # softmax scale and log2(e): exponents in base 2
+    sign = tl.where(scale > 0, 1.0, tl.where(scale < 0, -1.0, 0.0))
+    # |softmax scale| and log2(e): exponents in base 2. At scale 0 every visible sign·S is 0,
+    # so any positive factor gives exp2(0) = 1 there; 0 would turn masked -inf into NaN.
+    qk_scale = tl.where(scale == 0, 1.0, tl.abs(scale)) * 1.4426950408889634
     q_ptrs = (q_ptr + b * stride_qb + h * stride_qh + rows.to(tl.int64)[:, None] * stride_qs
               + ds.to(tl.int64)[None, :] * stride_qd)
     q = tl.load(q_ptrs, mask=(rows[:, None] < S) & (ds[None, :] < D), other=0.0)
     if INTERP_BF16:
         q = q.to(tl.float32)
+    q = (q * sign).to(q.dtype)   # exact: the scores' order, and so the max, is the scaled one's
     kt_ptrs = (k_ptr + b * stride_kb + hk * stride_kh + ns.to(tl.int64)[None, :] * stride_ks
                + ds.to(tl.int64)[:, None] * stride_kd)          # Kᵀ tile: (BLOCK_D, BLOCK_N)
     v_ptrs = (v_ptr + b * stride_vb + hk * stride_vh + ns.to(tl.int64)[:, None] * stride_vs
@@ -101,7 +109,7 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
         kt = tl.load(kt_ptrs, mask=(ds[:, None] < D) & (cols[None, :] < SK), other=0.0)
         if INTERP_BF16:
             kt = kt.to(tl.float32)
-        s = tl.dot(q, kt, input_precision="ieee")   # raw scores: scaled after the max is subtracted
+        s = tl.dot(q, kt, input_precision="ieee")   # sign·S: times |scale| after the max is subtracted
         visible = cols[None, :] < SK
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None])   # SDPA: top-left aligned
@@ -139,8 +147,8 @@ def config(backend: str, d: int) -> dict:
 
 
 def launch(q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | None = None):
-    """O and the row log-sum-exp in two parts, fp32 (B, Hq, 2, S): [:, :, 0] the raw
-    score max m, [:, :, 1] log2 of the sum l, so LSE = m·scale + ln l (``cfg``'s tiles).
+    """O and the row log-sum-exp in two parts, fp32 (B, Hq, 2, S): [:, :, 0] the max m
+    of sign(scale)·S, [:, :, 1] log2 of the sum l, so LSE = m·|scale| + ln l (``cfg``'s tiles).
 
     With ``packing``, q, k, v and O are packed (T, H, D) and the LSE is (1, Hq, 2, T):
     one launch for every sequence."""

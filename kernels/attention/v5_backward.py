@@ -1,12 +1,22 @@
 """v5 backward: dQ, dK, dV recomputed from the saved log-sum-exp (FlashAttention-2 style).
 
 Idea:
-    The forward (v3's kernel) keeps only O and the row log-sum-exp as the raw max m
-    and log2 l, so P is recomputed tile by tile as exp2((S - m)·scale·log2 e - log2 l):
-    exact, since m and l are the row's normalizer, and S - m is taken before scaling,
-    as in the forward, so large scores lose no precision. With dP = dO Vᵀ and the
-    softmax gradient dS = P ∘ (dP - Δ), where Δ = rowsum(dO ∘ O) (a preprocess launch;
-    it equals rowsum(P ∘ dP)), the gradients are dV = Pᵀ dO, dK = scale · dSᵀ Q and
+    The forward (v3's kernel) keeps only O and the row log-sum-exp as m, the max of
+    sign(scale)·S, and log2 l, so P is recomputed tile by tile as
+    exp2((sign·S - m)·|scale|·log2 e - log2 l): S - m is taken before scaling, as in
+    the forward, so large scores lose no precision, if each score is recomputed as
+    the forward rounded it. One that rounds differently by δ makes its P off by a
+    factor 2^(δ·|scale|·log2 e), where SDPA's P of a row's max is exactly 1/l; at
+    large scores dV then misses the harness rule. So both launches multiply Q Kᵀ as
+    the forward does, and the dK/dV launch, too, holds P and dS as (query rows, keys),
+    transposing them only as operands of dV and dK, rather than computing Sᵀ = K Qᵀ.
+    On the interpreter v3, v4 and v5 use the same 32 x 32 tiles and the recomputed
+    scores are the forward's bit for bit (``tests/test_attention_ladder.py`` checks dV
+    with OpenBLAS's Haswell kernel, whose K Qᵀ and Q Kᵀ round differently). On a GPU,
+    v4 tunes the forward's tiles and MFMA shape apart from the backward's: whether a
+    score rounds alike there is not measured. With dP = dO Vᵀ and the softmax
+    gradient dS = P ∘ (dP - Δ), where Δ = rowsum(dO ∘ O) (a preprocess launch; it
+    equals rowsum(P ∘ dP)), the gradients are dV = Pᵀ dO, dK = scale · dSᵀ Q and
     dQ = scale · dS K. Two main launches so that no two programs write the same
     element: one program per key block accumulates dK and dV over every query block
     *and every query head of its GQA group* (the group sum happens in registers), one
@@ -15,7 +25,7 @@ Idea:
 Why faster:
     Than autograd through v0/v1: no S x S_k matrix is stored or read back; each launch
     streams tiles as the forward does. A (query block, key block) pair costs seven
-    ``tl.dot`` products over the two launches (dK/dV: Sᵀ, dPᵀ, dV, dK; dQ: S, dP, dQ):
+    ``tl.dot`` products over the two launches (dK/dV: S, dP, dV, dK; dQ: S, dP, dQ):
     S and dP are computed twice, FA2's price for avoiding atomics. Causal programs
     skip the blocks the mask hides, as v3 does.
 
@@ -112,15 +122,19 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ds = tl.arange(0, BLOCK_D)
     ms = tl.arange(0, BLOCK_M)
-    qk_scale = scale * 1.4426950408889634
+    sign = tl.where(scale > 0, 1.0, tl.where(scale < 0, -1.0, 0.0))    # as in v3's forward
+    qk_scale = tl.where(scale == 0, 1.0, tl.abs(scale)) * 1.4426950408889634
     kv_mask = (cols[:, None] < SK) & (ds[None, :] < D)
-    k = tl.load(k_ptr + b * stride_kb + hk * stride_kh + cols.to(tl.int64)[:, None] * stride_ks
-                + ds.to(tl.int64)[None, :] * stride_kd, mask=kv_mask, other=0.0)
-    v = tl.load(v_ptr + b * stride_vb + hk * stride_vh + cols.to(tl.int64)[:, None] * stride_vs
-                + ds.to(tl.int64)[None, :] * stride_vd, mask=kv_mask, other=0.0)
+    kt = tl.load(k_ptr + b * stride_kb + hk * stride_kh + cols.to(tl.int64)[None, :] * stride_ks
+                 + ds.to(tl.int64)[:, None] * stride_kd,
+                 mask=(ds[:, None] < D) & (cols[None, :] < SK), other=0.0)   # Kᵀ: (D, N)
+    vt = tl.load(v_ptr + b * stride_vb + hk * stride_vh + cols.to(tl.int64)[None, :] * stride_vs
+                 + ds.to(tl.int64)[:, None] * stride_vd,
+                 mask=(ds[:, None] < D) & (cols[None, :] < SK), other=0.0)   # Vᵀ: (D, N)
     if INTERP_BF16:
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+        kt = kt.to(tl.float32)
+        vt = vt.to(tl.float32)
+    kt = (kt * sign).to(kt.dtype)        # sign·S = Q (sign·Kᵀ): exact, as v3's sign·Q
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     lo = 0
@@ -132,32 +146,34 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
         for m0 in range(lo, S, BLOCK_M):
             rows = m0 + ms
             row_ok = rows < S
-            qt = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows.to(tl.int64)[None, :] * stride_qs
-                         + ds.to(tl.int64)[:, None] * stride_qd,
-                         mask=row_ok[None, :] & (ds[:, None] < D), other=0.0)   # Qᵀ: (D, M)
+            q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows.to(tl.int64)[:, None] * stride_qs
+                        + ds.to(tl.int64)[None, :] * stride_qd,
+                        mask=row_ok[:, None] & (ds[None, :] < D), other=0.0)
             do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows.to(tl.int64)[:, None] * stride_dos
                          + ds.to(tl.int64)[None, :] * stride_dod,
                          mask=row_ok[:, None] & (ds[None, :] < D), other=0.0)
             delta = tl.load(delta_ptr + bh * T + rows, mask=row_ok, other=0.0)
             if INTERP_BF16:
-                qt = qt.to(tl.float32)
+                q = q.to(tl.float32)
                 do = do.to(tl.float32)
-            st = tl.dot(k, qt, input_precision="ieee")                     # Sᵀ: (N, M), raw
-            # loaded after Sᵀ: live across that product too, they spilled on gfx942
+            # S: (M, N), multiplied as the forward's Q Kᵀ so that each score rounds as it did
+            # there (see Idea: K Qᵀ can round differently)
+            s = tl.dot(q, kt, input_precision="ieee")
+            # loaded after S: live across that product too, they spilled on gfx942
             m = tl.load(lse_ptr + bh * 2 * T + rows, mask=row_ok, other=0.0)
             log2_l = tl.load(lse_ptr + bh * 2 * T + T + rows, mask=row_ok, other=0.0)
             # exercise begin: dkdv
-            visible = row_ok[None, :] & (cols[:, None] < SK)
+            visible = row_ok[:, None] & (cols[None, :] < SK)
             if CAUSAL:
-                visible = visible & (cols[:, None] <= rows[None, :])
-            pt = tl.where(visible, tl.exp2((st - m[None, :]) * qk_scale - log2_l[None, :]), 0.0)
-            dpt = tl.dot(v, tl.trans(do), input_precision="ieee")          # dPᵀ
-            dst = pt * (dpt - delta[None, :])
+                visible = visible & (cols[None, :] <= rows[:, None])
+            p = tl.where(visible, tl.exp2((s - m[:, None]) * qk_scale - log2_l[:, None]), 0.0)
+            dp = tl.dot(do, vt, input_precision="ieee")
+            dscore = p * (dp - delta[:, None])
             if INTERP_BF16:
-                pt = round_to_bf16(pt)
-                dst = round_to_bf16(dst)
-            dv = tl.dot(pt.to(do.dtype), do, dv, input_precision="ieee")
-            dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk, input_precision="ieee")
+                p = round_to_bf16(p)
+                dscore = round_to_bf16(dscore)
+            dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision="ieee")        # Pᵀ dO
+            dk = tl.dot(tl.trans(dscore.to(q.dtype)), q, dk, input_precision="ieee")    # dSᵀ Q
             # exercise end
     dk = dk * scale
     if INTERP_BF16:
@@ -201,7 +217,8 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ds = tl.arange(0, BLOCK_D)
     ns = tl.arange(0, BLOCK_N)
-    qk_scale = scale * 1.4426950408889634
+    sign = tl.where(scale > 0, 1.0, tl.where(scale < 0, -1.0, 0.0))    # as in v3's forward
+    qk_scale = tl.where(scale == 0, 1.0, tl.abs(scale)) * 1.4426950408889634
     q_mask = (rows[:, None] < S) & (ds[None, :] < D)
     q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows.to(tl.int64)[:, None] * stride_qs
                 + ds.to(tl.int64)[None, :] * stride_qd, mask=q_mask, other=0.0)
@@ -213,6 +230,7 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     if INTERP_BF16:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
+    q = (q * sign).to(q.dtype)
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     hi = SK
     if CAUSAL:

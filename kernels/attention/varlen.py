@@ -106,5 +106,5 @@ def check_metadata(cu_q: torch.Tensor, cu_k: torch.Tensor, max_q, max_k) -> None
     for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
         validate.tensor(name, cu, ndim=1, dtypes=(torch.int32,))
     for name, n in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
-        if isinstance(n, bool) or not isinstance(n, (int, torch.SymInt)) or n < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {n!r}")
+        if isinstance(n, bool) or not isinstance(n, (int, torch.SymInt)) or n < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {n!r}")

@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from .. import autocast
 from .. import backend as _backend
 from .. import validate
 from ..registry import Rung, variants
@@ -64,14 +65,16 @@ def _backward(ctx, grad_c):
 
 
 _matmul_2d.register_autograd(_backward, setup_context=_save_operands)
+autocast.lower_precision("matmul")
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a (..., K) @ b (K, N) -> (..., N)`` with the best GEMM kernel here; differentiable.
 
     fp32 (IEEE, no TF32), fp16 and bf16, with fp32 accumulation; ``a`` and ``b`` share
-    one dtype and device. Any strides. Empty operands give torch's result (empty, or
-    zeros for K = 0). Errors name the argument at fault.
+    one dtype and device. Under ``torch.autocast`` both are cast to its dtype, as for
+    ``torch.matmul``. Any strides. Empty operands give torch's result (empty, or zeros
+    for K = 0). Errors name the argument at fault.
     """
     validate.tensor("a", a, allow_empty=True)
     validate.tensor("b", b, ndim=2, allow_empty=True)

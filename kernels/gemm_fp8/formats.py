@@ -45,7 +45,8 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype | None = None,
 
     ``granularity`` picks one scale for the whole tensor (a 0-d tensor), one per row
     (``(M, 1)``, for the A operand) or one per column (``(1, N)``, for B). Returns
-    ``(x_fp8, scale)`` with ``scale`` in float32. All-zero slices get scale 1.
+    ``(x_fp8, scale)`` with ``scale`` in float32. All-zero slices get scale 1, and so do
+    empty ones (an empty ``x``, rows of no columns, columns of no rows).
     A given ``scale`` (delayed scaling: from an amax history rather than from ``x``)
     is used as it is; values it takes beyond the format's range saturate at +-max.
     """
@@ -65,7 +66,11 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype | None = None,
 
 def _amax_scale(xf: torch.Tensor, granularity: str, fmax: float) -> torch.Tensor:
     if granularity == "tensor":
-        amax = xf.abs().amax()
+        amax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
     else:
-        amax = xf.abs().amax(dim=1 if granularity == "row" else 0, keepdim=True)
+        dim = 1 if granularity == "row" else 0
+        if xf.shape[dim]:
+            amax = xf.abs().amax(dim=dim, keepdim=True)
+        else:   # amax has no identity to reduce an empty slice to; 0 means scale 1
+            amax = xf.new_zeros(xf.shape[:dim] + (1,) + xf.shape[dim + 1:])
     return torch.where(amax > 0, amax / fmax, torch.ones_like(amax))

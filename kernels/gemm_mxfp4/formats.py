@@ -66,7 +66,7 @@ def _to_blocks(x: torch.Tensor, axis: int) -> torch.Tensor:
     """x with ``axis`` last, zero-padded to a multiple of BLOCK, as (..., blocks, BLOCK)."""
     moved = x.movedim(axis, -1)
     padded = torch.nn.functional.pad(moved, (0, -moved.shape[-1] % BLOCK))
-    return padded.reshape(*padded.shape[:-1], -1, BLOCK)
+    return padded.reshape(*padded.shape[:-1], padded.shape[-1] // BLOCK, BLOCK)   # -1: ambiguous if empty
 
 
 def quantize_mxfp4(x: torch.Tensor, axis: int = -1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,11 +25,13 @@ def _scales(name: str, scales: torch.Tensor, rows: int, k: int, packed_name: str
                          f"per {BLOCK} elements)")
 
 
-def check(a_packed, a_scales, b_packed, b_scales, out_dtype) -> int:
-    """Validate the operands; return K, the number of e2m1 elements per row."""
+def check(a_packed, a_scales, b_packed, b_scales, out_dtype, allow_empty: bool = False) -> int:
+    """Validate the operands; return K, the number of e2m1 elements per row.
+
+    ``allow_empty``: the public op takes M, N or K = 0; a kernel launch does not."""
     named = dict(a_packed=a_packed, a_scales=a_scales, b_packed=b_packed, b_scales=b_scales)
     for name, value in named.items():
-        validate.tensor(name, value, ndim=2, dtypes=(torch.uint8,))
+        validate.tensor(name, value, ndim=2, dtypes=(torch.uint8,), allow_empty=allow_empty)
     validate.same_device(**named)
     if a_packed.shape[1] != b_packed.shape[1]:
         raise ValueError(f"inner dimensions differ: a_packed is {tuple(a_packed.shape)} (M, K/2), "

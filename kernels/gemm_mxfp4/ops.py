@@ -21,6 +21,8 @@ from .formats import FORMAT
 @torch.library.custom_op("kernels::matmul_mxfp4", mutates_args=())
 def _matmul_mxfp4(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch.Tensor,
                   b_scales: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    if a_packed.numel() == 0 or b_packed.numel() == 0:   # M, N or K is 0: as matmul_fp8
+        return torch.zeros((a_packed.shape[0], b_packed.shape[0]), dtype=out_dtype, device=a_packed.device)
     return best_rung("gemm_mxfp4", FORMAT)(a_packed, a_scales, b_packed, b_scales, out_dtype=out_dtype)
 
 
@@ -38,6 +40,9 @@ def matmul_mxfp4(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch
 
         a_packed, a_scales = quantize_mxfp4(a, axis=1)        # a: (M, K)
         b_packed, b_scales = quantize_mxfp4(b.t(), axis=1)    # b: (K, N)
+
+    Empty operands give what :func:`kernels.matmul` and :func:`kernels.matmul_fp8` give:
+    an empty result for M = 0 or N = 0, zeros for K = 0.
     """
-    operands.check(a_packed, a_scales, b_packed, b_scales, out_dtype)
+    operands.check(a_packed, a_scales, b_packed, b_scales, out_dtype, allow_empty=True)
     return _matmul_mxfp4(a_packed, a_scales, b_packed, b_scales, out_dtype)

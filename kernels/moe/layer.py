@@ -32,9 +32,11 @@ class MoE(MoEReference):
     token-slots each expert got (int64 ``(E,)``). Both are None before the first call.
 
     fp32, fp16 and bf16; the router runs in float32 whatever the dtype. Under
-    ``torch.autocast`` the experts run in the autocast dtype, as ``nn.Linear`` would
-    (the grouped GEMM is a custom op, which autocast does not cast by itself). Forward
-    and backward are bitwise reproducible run to run for a fixed grouped GEMM.
+    ``torch.autocast`` the experts run in the autocast dtype, as the reference's matmuls
+    do (the fused kernels are no custom op, so the layer casts their operands itself,
+    :func:`kernels.autocast.operands`), and the result is in x's dtype, as the
+    reference's (its weighted sum is x's dtype; the shared experts' matmuls autocast).
+    Forward and backward are bitwise reproducible run to run for a fixed grouped GEMM.
 
     ``MoE(..., ep_group=group)`` splits the experts over the group's ranks
     (:class:`kernels.moe.ep_layer.ExpertParallelMoE`); ``MoE.from_full(layer, group)`` is
@@ -71,15 +73,16 @@ class MoE(MoEReference):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 1 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
-        flat, router, gate, up, down = autocast.operands(x.reshape(-1, self.dim), self.router.weight,
-                                                 self.gate, self.up, self.down)
-        moe_operands(flat, router, gate, up, down, self.top_k, DTYPES)
-        logits = F.linear(flat.float(), self.router.weight.float())
+        flat = x.reshape(-1, self.dim)
+        rows, router, gate, up, down = autocast.operands(flat, self.router.weight, self.gate, self.up,
+                                                         self.down)
+        moe_operands(rows, router, gate, up, down, self.top_k, DTYPES)
+        logits = F.linear(rows.float(), self.router.weight.float())
         weights, ids = route(logits, self.top_k, self.normalize)
         self.aux_loss = aux_loss(logits, ids)
         self.expert_counts = expert_counts(ids, self.num_experts)
         experts = routed_experts if torch.compiler.is_compiling() else fused_experts
-        out = experts(flat, weights, ids, gate, up, down)
+        out = experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
         return out.reshape(x.shape)

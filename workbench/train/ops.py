@@ -8,8 +8,8 @@
 - ``attention``: SDPA or ``kernels.flash_attention`` (causal, GQA);
 - ``moe``: the plain-PyTorch MoE of :mod:`.ffn` or ``kernels.MoE``.
 
-The workbench kernels are custom ops that autocast does not reach, so under autocast
-their operands are cast here, to the dtype PyTorch's own ops would run in.
+Under autocast the workbench ops run in the dtype PyTorch's own would: their custom ops
+register it (:mod:`kernels.autocast`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 import kernels as _kernels
-from kernels import autocast as _autocast
 
 OPS = ("gemm", "attention", "moe")
 IMPLS = ("torch", "workbench")
@@ -43,23 +42,14 @@ def label(impls: dict[str, str]) -> str:
     return values.pop() if len(values) == 1 else ",".join(f"{k}={v}" for k, v in impls.items())
 
 
-class WorkbenchLinear(_kernels.nn.Linear):
-    """``kernels.nn.Linear`` with its operands cast as autocast casts ``torch.nn.Linear``'s."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x, weight = _autocast.operands(x, self.weight)
-        y = _kernels.matmul(x, weight.t())
-        return y if self.bias is None else y + self.bias.to(y.dtype)
-
-
 def linear(impl: str, in_features: int, out_features: int) -> torch.nn.Linear:
     """A bias-free projection; both classes have torch's parameters and initialization."""
-    cls = WorkbenchLinear if impl == "workbench" else torch.nn.Linear
+    cls = _kernels.nn.Linear if impl == "workbench" else torch.nn.Linear
     return cls(in_features, out_features, bias=False)
 
 
 def attention(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention, q (B, Hq, S, D), k and v (B, Hkv, S, D) -> (B, Hq, S, D)."""
     if impl == "workbench":
-        return _kernels.flash_attention(*_autocast.operands(q, k, v), causal=True)
+        return _kernels.flash_attention(q, k, v, causal=True)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)

@@ -135,17 +135,18 @@ EXERCISES = (
                          "# As shipped: the raw scores.\n"
                          "p = tl.load(s_ptr + row * SK + cols, mask=cols < SK, other=0.0)"},
         hints=(
-            "Load with mask=visible and other=float('-inf'): a masked lane's exp is then exactly 0. "
+            "Scale the loaded scores, then set the masked lanes to -inf with tl.where: their exp is then "
+            "exactly 0 (loading -inf and scaling after would give NaN at scale 0). "
             "softmax(x) = softmax(x - max x), and the max keeps every exponent <= 0.",
             "row runs over B·Hq·S rows, so this row's query index is row % S; with CAUSAL a lane is "
             "visible when cols <= row % S (and always needs cols < SK).",
-            "x = tl.load(..., mask=visible, other=float('-inf')) * scale; e = tl.exp(x - tl.max(x, 0)); "
-            "p = e / tl.sum(e, 0).",
+            "x = tl.where(visible, tl.load(..., mask=visible, other=0.0) * scale, float('-inf')); "
+            "e = tl.exp(x - tl.max(x, 0)); p = e / tl.sum(e, 0).",
         ),
         wrong={
             "causal mask off by one (k < q)": _mistake(V0, "softmax", "cols <= row % S", "cols < row % S"),
             "causal mask on the flat row index": _mistake(V0, "softmax", "cols <= row % S", "cols <= row"),
-            "masked lanes loaded as 0, not -inf": _mistake(V0, "softmax", 'other=float("-inf")', "other=0.0"),
+            "masked lanes 0, not -inf": _mistake(V0, "softmax", 'x, float("-inf")', "x, 0.0"),
             "scale forgotten": _mistake(V0, "softmax", ") * scale", ")"),
         },
     ),
@@ -213,15 +214,16 @@ EXERCISES = (
         task="Two of v3's changes to v2 (exp2 is already done). (1) With CAUSAL a query block of rows "
              "pid_m·BLOCK_M .. (pid_m+1)·BLOCK_M - 1 sees no key past its last row: set the loop bound "
              "hi so those tiles are never loaded. (2) After the loop, store the row's log-sum-exp for the "
-             "backward in two fp32 parts: the raw running max m_i at lse_ptr + bh·2·T + rows, and "
+             "backward in two fp32 parts: the running max m_i (of sign·S) at lse_ptr + bh·2·T + rows, and "
              "log2(l_i) T elements further (rows < S only).",
         todo={"skip": "hi = SK   # TODO: with CAUSAL, stop after the last key a row of this block can see",
               "lse": "# TODO: the log-sum-exp, in two parts: m_i, then log2(l_i), T elements apart."},
         hints=(
             "The harness cannot see either change: O is right without them. The grade also runs a causal "
-            "case whose hidden keys are NaN, and compares m·scale + ln l with the float64 log-sum-exp.",
+            "case whose hidden keys are NaN, and compares m·|scale| + ln l with the float64 log-sum-exp.",
             "The last row of block pid_m is (pid_m + 1)·BLOCK_M - 1, so hi = (pid_m + 1)·BLOCK_M (at most "
-            "SK); the diagonal tile must stay. The backward rebuilds P = exp2((S - m)·scale·log2 e - log2 l).",
+            "SK); the diagonal tile must stay. The backward rebuilds P = exp2((sign·S - m)·|scale|·log2 e "
+            "- log2 l).",
             "if CAUSAL: hi = tl.minimum(SK, (pid_m + 1) * BLOCK_M). lse_row = lse_ptr + bh.to(tl.int64) * 2 * T "
             "+ rows; tl.store(lse_row, m_i, mask=rows < S); tl.store(lse_row + T, tl.log2(l_i), mask=rows < S).",
         ),
@@ -257,30 +259,31 @@ EXERCISES = (
     _rung(
         "v5", V5,
         title="The backward: Δ, then dK/dV and dQ from the recomputed P",
-        task="The forward saved O and the log-sum-exp (raw max m, log2 l). Write the three parts of "
+        task="The forward saved O and the log-sum-exp (the max m of sign·S, log2 l). Write the three parts of "
              "FlashAttention-2's backward: Δ = rowsum(dO ∘ O) per query row; in the dK/dV kernel, "
-             "recompute this tile's Pᵀ from the raw scores st (masked as the forward), dPᵀ = V dOᵀ, "
-             "dSᵀ = Pᵀ ∘ (dPᵀ - Δ), then dv += Pᵀ dO and dk += dSᵀ Q; in the dQ kernel the same "
-             "P and dS untransposed, and dq += dS K. The scale is applied to dk and dq after the loops.",
+             "recompute this tile's P from the scores s = sign·S (masked as the forward), dP = dO Vᵀ, "
+             "dS = P ∘ (dP - Δ), then dv += Pᵀ dO and dk += dSᵀ Q; in the dQ kernel the same "
+             "P and dS, and dq += dS K. The scale is applied to dk and dq after the loops.",
         todo={"delta": "delta = tl.zeros((BLOCK_M,), dtype=tl.float32)   # TODO: Δ = rowsum(dO ∘ O), fp32",
-              "dkdv": "# TODO: Pᵀ (masked) from st, m, log2_l; dPᵀ; dSᵀ; accumulate dv and dk.\n"
+              "dkdv": "# TODO: P (masked) from s, m, log2_l; dP; dS; accumulate dv and dk.\n"
                       "# As shipped: dK and dV stay 0.\n"
                       "pass",
               "dq": "# TODO: P (masked) from s, m, log2_l; dP; dS; accumulate dq.\n"
                     "# As shipped: dQ stays 0.\n"
                     "pass"},
         hints=(
-            "P = exp2((S - m)·scale·log2 e - log2 l) is exact (qk_scale is scale·log2 e), so nothing of "
+            "P = exp2((sign·S - m)·|scale|·log2 e - log2 l) is exact (qk_scale is |scale|·log2 e), so nothing of "
             "the forward but O and the LSE is needed; hidden (and padded) pairs get P = 0 via tl.where.",
-            "dS = P ∘ (dP - Δ): Δ_i = Σ_j P_ij dP_ij, which equals Σ_d dO_id O_id, the cheap way. In the "
-            "dK/dV kernel everything is transposed (keys on rows): pt, dpt = tl.dot(v, tl.trans(do)).",
-            "pt = tl.where(visible, tl.exp2((st - m[None, :]) * qk_scale - log2_l[None, :]), 0.0); "
-            "dst = pt * (dpt - delta[None, :]); dv = tl.dot(pt, do, dv); dk = tl.dot(dst, tl.trans(qt), dk); "
-            "in dQ: dq = tl.dot(dscore, tl.trans(kt), dq).",
+            "dS = P ∘ (dP - Δ): Δ_i = Σ_j P_ij dP_ij, which equals Σ_d dO_id O_id, the cheap way. Both "
+            "kernels hold P and dS as (query rows, keys); dK/dV transposes them only in its products: "
+            "dp = tl.dot(do, vt), dv = tl.dot(tl.trans(p), do, dv).",
+            "p = tl.where(visible, tl.exp2((s - m[:, None]) * qk_scale - log2_l[:, None]), 0.0); "
+            "dscore = p * (dp - delta[:, None]); dv = tl.dot(tl.trans(p), do, dv); "
+            "dk = tl.dot(tl.trans(dscore), q, dk); in dQ: dq = tl.dot(dscore, tl.trans(kt), dq).",
         ),
         wrong={
             "Δ without O": _mistake(V5, "delta", "o.to(tl.float32) * do.to(tl.float32)", "do.to(tl.float32)"),
-            "dS without subtracting Δ": _mistake(V5, "dkdv", "pt * (dpt - delta[None, :])", "pt * dpt"),
+            "dS without subtracting Δ": _mistake(V5, "dkdv", "p * (dp - delta[:, None])", "p * dp"),
             "P recomputed with exp, not exp2": _mistake(V5, "dq", "tl.exp2((s - m[:, None]) * qk_scale",
                                                         "tl.exp((s - m[:, None]) * scale"),
             "causal mask off by one in dQ (k < q)": _mistake(V5, "dq", "cols[None, :] <= rows[:, None]",

@@ -1,0 +1,89 @@
+"""Under ``torch.autocast`` the package's ops return the dtypes torch's own return, and
+their gradients reach the inputs in the inputs' dtypes (``kernels/autocast.py``)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels.moe.reference import MoEReference
+
+REGIONS = [torch.bfloat16, torch.float16]
+
+
+def _dtypes(fn, *inputs, dtype):
+    """The output dtype and the input gradients' dtypes of ``fn`` in an autocast region."""
+    leaves = [t.detach().requires_grad_() for t in inputs]
+    with torch.autocast("cpu", dtype=dtype):
+        out = fn(*leaves)
+    out.float().sum().backward()
+    return out.dtype, [t.grad.dtype for t in leaves]
+
+
+@pytest.mark.parametrize("dtype", REGIONS, ids=str)
+def test_matmul_is_torch_matmul(dtype):
+    a, b = torch.randn(2, 3, 16), torch.randn(16, 8)
+    assert _dtypes(kernels.matmul, a, b, dtype=dtype) == _dtypes(torch.matmul, a, b, dtype=dtype)
+    assert _dtypes(kernels.matmul, a, b, dtype=dtype)[0] == dtype
+
+
+@pytest.mark.parametrize("dtype", REGIONS, ids=str)
+def test_linear_is_nn_linear(dtype):
+    torch.manual_seed(0)
+    ours, theirs = kernels.nn.Linear(16, 8), torch.nn.Linear(16, 8)
+    x = torch.randn(5, 16, requires_grad=True)
+    results = []
+    for layer in (ours, theirs):
+        with torch.autocast("cpu", dtype=dtype):
+            out = layer(x)
+        out.float().sum().backward()
+        results.append((out.dtype, x.grad.dtype, layer.weight.grad.dtype, layer.bias.grad.dtype))
+    assert results[0] == results[1] and results[0][0] == dtype
+
+
+@pytest.mark.parametrize("dtype", REGIONS, ids=str)
+def test_flash_attention_is_sdpa(dtype):
+    q, k, v = torch.randn(1, 4, 9, 16), torch.randn(1, 2, 9, 16), torch.randn(1, 2, 9, 16)
+    ours = _dtypes(lambda *a: kernels.flash_attention(*a, causal=True), q, k, v, dtype=dtype)
+    theirs = _dtypes(lambda *a: F.scaled_dot_product_attention(*a, is_causal=True, enable_gqa=True),
+                     q, k, v, dtype=dtype)
+    assert ours == theirs and ours[0] == dtype
+
+
+def test_flash_attention_varlen_runs_in_the_autocast_dtype():
+    q, k, v = torch.randn(9, 4, 16), torch.randn(7, 2, 16), torch.randn(7, 2, 16)
+    cu_q, cu_k = torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 3, 7], dtype=torch.int32)
+    out, grads = _dtypes(lambda *a: kernels.flash_attention_varlen(*a, cu_q, cu_k, 5, 4), q, k, v,
+                         dtype=torch.bfloat16)
+    assert out == torch.bfloat16 and grads == [torch.float32] * 3
+
+
+def test_moe_is_its_reference():
+    torch.manual_seed(0)
+    reference = MoEReference(dim=16, hidden=32, num_experts=4, top_k=2, shared_experts=1)
+    ours = kernels.MoE(16, 32, 4, 2, shared_experts=1)
+    ours.load_state_dict(reference.state_dict())
+    x = torch.randn(2, 5, 16)
+    results = []
+    for layer in (ours, reference):
+        leaf = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = layer(leaf)
+        out.float().sum().backward()
+        results.append((out.dtype, leaf.grad.dtype, *(p.grad.dtype for p in layer.parameters())))
+    assert results[0] == results[1]
+
+
+def test_outside_autocast_nothing_is_cast():
+    a, b = torch.randn(3, 16, dtype=torch.float16), torch.randn(16, 8, dtype=torch.float16)
+    assert kernels.matmul(a, b).dtype == torch.float16
+    assert kernels.matmul(a.float(), b.float()).dtype == torch.float32
+
+
+def test_the_cast_leaves_float64_and_integers_as_they_are():
+    """As torch's own autocast casts: only float32, float16 and bfloat16 tensors move."""
+    x, x64, ids = torch.randn(2), torch.randn(2, dtype=torch.float64), torch.arange(2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = kernels.autocast.operands(x, x64, ids)
+    assert [t.dtype for t in cast] == [torch.bfloat16, torch.float64, torch.int64]
