@@ -1,0 +1,80 @@
+"""Which Triton releases this package works with, and the check ``import kernels`` makes.
+
+A user does not choose their Triton freely: on ROCm it is the ``pytorch-triton-rocm`` that
+their torch brings, on NVIDIA the ``triton`` of their torch wheel. So the range is stated,
+proven, and checked at import, where a wrong version gives one clear message instead of a
+compile error deep inside some kernel later.
+
+* GPU backends (``hip``, ``cuda``): :data:`GPU_RANGE` holds the minors under which every
+  Triton rung compiles for gfx942, gfx950 and sm90 (``make compat`` compiles them under
+  each release from PyPI; README "Supported Triton versions" has its matrix). An older
+  Triton raises :class:`UnsupportedTritonError`: below the range rungs fail to compile,
+  and a failure at the first call of a kernel is what this check exists to prevent. A newer
+  one only warns: it has not been tried yet, and nothing says it breaks.
+* The CPU interpreter needs :data:`INTERPRETER_MIN`: an older interpreter fails on every
+  loop with a runtime bound under NumPy >= 2.4 (it converts 1-element arrays to scalars,
+  which NumPy 2.4 removed). That only warns, because on a CPU machine the other use of
+  Triton, compiling rungs ahead of time for a GPU (the ISA inspector, ``make compat``
+  itself), works across the whole :data:`GPU_RANGE`.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+
+GPU_RANGE = ((3, 4), (3, 9))
+"""(oldest, newest) Triton minor whose compile of every rung is proven for gfx942, gfx950, sm90."""
+INTERPRETER_MIN = (3, 9)
+"""The oldest Triton whose interpreter runs the kernels under NumPy >= 2.4."""
+
+
+class UnsupportedTritonError(ImportError):
+    """The installed Triton is older than the oldest release every rung compiles with."""
+
+
+class UntestedTritonWarning(UserWarning):
+    """The installed Triton is outside the range the kernels were checked under here."""
+
+
+def minor(version: str) -> tuple[int, int]:
+    """(major, minor) of a Triton version string, local builds included ("3.4.0+rocm6.4")."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if not found:
+        raise ValueError(f"cannot read a Triton version from {version!r}")
+    return int(found[1]), int(found[2])
+
+
+def _name(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def gpu_range_text() -> str:
+    """The GPU range as the README states it, e.g. "3.4 to 3.9"."""
+    return f"{_name(GPU_RANGE[0])} to {_name(GPU_RANGE[1])}"
+
+
+def check(backend: str, version: str) -> None:
+    """Raise or warn, as the module docstring says, for Triton ``version`` on ``backend``."""
+    installed = minor(version)
+    if backend == "interpreter":
+        if installed < INTERPRETER_MIN:
+            warnings.warn(
+                f"Triton {version} is installed, but the CPU interpreter needs Triton >= "
+                f"{_name(INTERPRETER_MIN)}: older interpreters fail on every kernel loop with a "
+                "runtime bound under NumPy >= 2.4. Install the `cpu` extra "
+                f"(pip install 'triton>={_name(INTERPRETER_MIN)}'). Compiling rungs ahead of "
+                f"time for GPUs (the ISA inspector) works with Triton {gpu_range_text()}.",
+                UntestedTritonWarning, stacklevel=3)
+        return
+    if installed < GPU_RANGE[0]:
+        raise UnsupportedTritonError(
+            f"Triton {version} is installed, but the kernels need Triton {gpu_range_text()} on "
+            f"a GPU (older releases fail to compile some rungs). Install a torch whose Triton is "
+            f"{_name(GPU_RANGE[0])} or newer: on ROCm a newer ROCm torch (it brings "
+            "pytorch-triton-rocm), on NVIDIA a newer torch, or "
+            f"pip install 'triton>={_name(GPU_RANGE[0])}'.")
+    if installed > GPU_RANGE[1]:
+        warnings.warn(
+            f"Triton {version} is newer than the newest release the kernels were checked with "
+            f"({gpu_range_text()}); `make compat` compiles every rung under it to check.",
+            UntestedTritonWarning, stacklevel=3)
