@@ -19,10 +19,7 @@ import importlib
 from . import backend, triton_version
 from .registry import OPS, PACKAGES, get, ops, spec, variants
 
-# After the backend choice (it sets TRITON_INTERPRET), before any kernel is defined.
-import triton as _triton  # noqa: E402
-
-triton_version.check(backend.current().name, _triton.__version__)
+triton_version.check(backend.current().name, triton_version.installed_version())
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {

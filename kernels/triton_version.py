@@ -19,8 +19,11 @@ compile error deep inside some kernel later.
 """
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import re
 import warnings
+from pathlib import Path
 
 GPU_RANGE = ((3, 4), (3, 9))
 """(oldest, newest) Triton minor whose compile of every rung is proven for gfx942, gfx950, sm90."""
@@ -32,8 +35,8 @@ class UnsupportedTritonError(ImportError):
     """The installed Triton is older than the oldest release every rung compiles with."""
 
 
-class UntestedTritonWarning(UserWarning):
-    """The installed Triton is outside the range the kernels were checked under here."""
+class TritonVersionWarning(UserWarning):
+    """The installed Triton is newer than any checked on GPUs, or too old for the interpreter."""
 
 
 def minor(version: str) -> tuple[int, int]:
@@ -53,8 +56,33 @@ def gpu_range_text() -> str:
     return f"{_name(GPU_RANGE[0])} to {_name(GPU_RANGE[1])}"
 
 
-def check(backend: str, version: str) -> None:
-    """Raise or warn, as the module docstring says, for Triton ``version`` on ``backend``."""
+def installed_version() -> str | None:
+    """The version of the ``triton`` that ``import triton`` would load, without importing it
+    (``import kernels`` stays cheap: Triton loads with the first kernel); None if there is none.
+
+    Read from the dist-info beside the package that lists ``triton/__init__.py``, whatever
+    the distribution's name (ROCm's is ``pytorch-triton-rocm``). A source checkout has none,
+    and two distributions in one folder (pip's ``triton`` unpacked over ROCm's) cannot say
+    whose files won: then only the module can tell, and it is imported.
+    """
+    spec = importlib.util.find_spec("triton")
+    if spec is None or spec.origin is None:
+        return None
+    owners = [info for info in Path(spec.origin).parent.parent.glob("*.dist-info")
+              if "triton" in info.name.lower() and (info / "RECORD").is_file()
+              and "\ntriton/__init__.py," in "\n" + (info / "RECORD").read_text()]
+    if len(owners) == 1:
+        return importlib.metadata.PathDistribution(owners[0]).version
+    import triton
+
+    return triton.__version__
+
+
+def check(backend: str, version: str | None) -> None:
+    """Raise or warn, as the module docstring says, for Triton ``version`` on ``backend``
+    (None: no Triton is installed, which the first kernel's ``import triton`` reports)."""
+    if version is None:
+        return
     installed = minor(version)
     if backend == "interpreter":
         if installed < INTERPRETER_MIN:
@@ -64,7 +92,7 @@ def check(backend: str, version: str) -> None:
                 "runtime bound under NumPy >= 2.4. Install the `cpu` extra "
                 f"(pip install 'triton>={_name(INTERPRETER_MIN)}'). Compiling rungs ahead of "
                 f"time for GPUs (the ISA inspector) works with Triton {gpu_range_text()}.",
-                UntestedTritonWarning, stacklevel=3)
+                TritonVersionWarning, stacklevel=3)
         return
     if installed < GPU_RANGE[0]:
         raise UnsupportedTritonError(
@@ -77,4 +105,4 @@ def check(backend: str, version: str) -> None:
         warnings.warn(
             f"Triton {version} is newer than the newest release the kernels were checked with "
             f"({gpu_range_text()}); `make compat` compiles every rung under it to check.",
-            UntestedTritonWarning, stacklevel=3)
+            TritonVersionWarning, stacklevel=3)

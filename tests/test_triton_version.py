@@ -5,63 +5,88 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
 from kernels import triton_version
-from kernels.triton_version import UnsupportedTritonError, UntestedTritonWarning
+from kernels.triton_version import UnsupportedTritonError, TritonVersionWarning
 
 FLOOR, NEWEST = (f"{v[0]}.{v[1]}" for v in triton_version.GPU_RANGE)
 BELOW = f"{triton_version.GPU_RANGE[0][0]}.{triton_version.GPU_RANGE[0][1] - 1}.1"
 ABOVE = f"{triton_version.GPU_RANGE[1][0]}.{triton_version.GPU_RANGE[1][1] + 1}.0"
 
-# Pretends to be a ROCm machine with an MI300X, then imports kernels under a given Triton.
+ROOT = Path(__file__).resolve().parent.parent
+
+# Pretends to be a ROCm machine with an MI300X, then imports kernels.
 _FAKE_GPU = """
-import sys, types, torch, triton
-triton.__version__ = sys.argv[1]
+import types, torch
 torch.version.hip = "6.4"
 torch.cuda.is_available = lambda: True
 torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(
     gcnArchName="gfx942:sramecc+:xnack-", name="AMD Instinct MI300X", multi_processor_count=304)
-import kernels
-print(kernels.backend.current().name)
 """
 
 
-def _import_kernels(version: str, fake_gpu: bool) -> subprocess.CompletedProcess:
-    code = _FAKE_GPU if fake_gpu else "import sys, triton; triton.__version__ = sys.argv[1]; import kernels"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("KERNELS_BACKEND", "TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
-    return subprocess.run([sys.executable, "-c", code, version], env=env,
+def _fake_triton(folder: Path, version: str, *distributions: str) -> Path:
+    """A ``triton`` package that must not be imported, owned by the given distributions."""
+    (folder / "triton").mkdir(parents=True)
+    (folder / "triton" / "__init__.py").write_text(
+        f"__version__ = {version!r}\nimport os\n"
+        "if os.environ.get('TRITON_MUST_NOT_LOAD'): raise ImportError('import kernels loaded triton')\n")
+    for name in distributions or ("triton",):
+        info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "RECORD").write_text(f"{info.name}/METADATA,,\ntriton/__init__.py,,\n")
+    return folder
+
+
+def _python(code: str, triton_folder: Path, **env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("KERNELS_BACKEND", "TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
+    clean["PYTHONPATH"] = os.pathsep.join([str(triton_folder), str(ROOT)])
+    return subprocess.run([sys.executable, "-c", code], env={**clean, **env},
                           capture_output=True, text=True, timeout=120)
 
 
-def test_an_older_triton_on_a_gpu_fails_at_import_naming_version_range_and_fix():
-    result = _import_kernels(BELOW, fake_gpu=True)
+def test_an_older_triton_on_a_gpu_fails_at_import_naming_version_range_and_fix(tmp_path):
+    folder = _fake_triton(tmp_path, BELOW + "+rocm6.4", "pytorch-triton-rocm")
+    result = _python(_FAKE_GPU + "import kernels", folder, TRITON_MUST_NOT_LOAD="1")
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("kernels.triton_version.UnsupportedTritonError: Triton " + BELOW)
+    assert last.startswith(f"kernels.triton_version.UnsupportedTritonError: Triton {BELOW}+rocm6.4 ")
     assert f"Triton {FLOOR} to {NEWEST}" in last and "pytorch-triton-rocm" in last
 
 
-def test_a_supported_triton_on_a_gpu_imports_quietly():
-    result = _import_kernels(f"{FLOOR}.0+rocm6.4", fake_gpu=True)
+def test_a_supported_triton_on_a_gpu_imports_quietly_and_is_not_loaded_yet(tmp_path):
+    folder = _fake_triton(tmp_path, f"{FLOOR}.0")
+    result = _python(_FAKE_GPU + "import sys, kernels; print(kernels.backend.current().name, "
+                     "'triton' in sys.modules)", folder, TRITON_MUST_NOT_LOAD="1")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["hip"] and "Warning" not in result.stderr
+    assert result.stdout.split() == ["hip", "False"] and "Warning" not in result.stderr
 
 
-def test_the_interpreter_warns_below_its_floor_and_says_why():
-    result = _import_kernels("3.6.0", fake_gpu=False)
+def test_the_interpreter_warns_below_its_floor_and_says_why(tmp_path):
+    result = _python("import kernels", _fake_triton(tmp_path, "3.6.0"))
     assert result.returncode == 0, result.stderr
-    assert "UntestedTritonWarning: Triton 3.6.0 is installed" in result.stderr
+    assert "TritonVersionWarning: Triton 3.6.0 is installed" in result.stderr
     assert "needs Triton >= 3.9" in result.stderr and "NumPy >= 2.4" in result.stderr
+
+
+def test_two_distributions_owning_triton_leave_the_module_to_say(tmp_path):
+    folder = _fake_triton(tmp_path, "3.2.0", "triton", "pytorch-triton-rocm")
+    (folder / "triton" / "__init__.py").write_text("__version__ = '3.7.0'\n")  # whose files won
+    result = _python("from kernels import triton_version; print(triton_version.installed_version())",
+                     folder)
+    assert result.stdout.split()[-1:] == ["3.7.0"], result.stderr
 
 
 @pytest.mark.parametrize("backend", ["hip", "cuda"])
 def test_gpu_floor_raises_and_newer_than_tested_warns(backend):
     with pytest.raises(UnsupportedTritonError, match=f"Triton {BELOW} is installed"):
         triton_version.check(backend, BELOW)
-    with pytest.warns(UntestedTritonWarning, match=f"Triton {ABOVE} is newer.*make compat"):
+    with pytest.warns(TritonVersionWarning, match=f"Triton {ABOVE} is newer.*make compat"):
         triton_version.check(backend, ABOVE)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
