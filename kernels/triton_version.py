@@ -5,17 +5,22 @@ their torch brings, on NVIDIA the ``triton`` of their torch wheel. So the range 
 proven, and checked at import, where a wrong version gives one clear message instead of a
 compile error deep inside some kernel later.
 
-* GPU backends (``hip``, ``cuda``): :data:`GPU_RANGE` holds the minors under which every
-  Triton rung compiles for gfx942, gfx950 and sm90 (``make compat`` compiles them under
-  each release from PyPI; README "Supported Triton versions" has its matrix). An older
-  Triton raises :class:`UnsupportedTritonError`: below the range rungs fail to compile,
-  and a failure at the first call of a kernel is what this check exists to prevent. A newer
-  one only warns: it has not been tried yet, and nothing says it breaks.
-* The CPU interpreter needs :data:`INTERPRETER_MIN`: an older interpreter fails on every
-  loop with a runtime bound under NumPy >= 2.4 (it converts 1-element arrays to scalars,
-  which NumPy 2.4 removed). That only warns, because on a CPU machine the other use of
-  Triton, compiling rungs ahead of time for a GPU (the ISA inspector, ``make compat``
-  itself), works across the whole :data:`GPU_RANGE`.
+On GPU backends (``hip``, ``cuda``), by what ``make compat`` showed (it compiles every
+Triton rung for gfx942, gfx950 and sm90 under each release from PyPI; README "Supported
+Triton versions" has its matrix):
+
+* :data:`GPU_RANGE`: every rung compiles on every target. Quiet.
+* :data:`PARTIAL`: older minors under which only the listed (rung, target) pairs fail.
+  Import warns, naming them: every other rung is usable, and refusing the whole package
+  would refuse a GPU image whose torch brings such a Triton (torch 2.11 brings 3.6).
+* Anything older raises :class:`UnsupportedTritonError`: nothing shows it compiles.
+* Newer than the range warns: not tried yet, and nothing says it breaks.
+
+The CPU interpreter needs :data:`INTERPRETER_MIN`: an older interpreter fails on every loop
+with a runtime bound under NumPy >= 2.4 (it converts 1-element arrays to scalars, which
+NumPy 2.4 removed). That only warns, because on a CPU machine the other use of Triton,
+compiling rungs ahead of time for a GPU (the ISA inspector, ``make compat`` itself), works
+under the releases above.
 """
 from __future__ import annotations
 
@@ -25,18 +30,24 @@ import re
 import warnings
 from pathlib import Path
 
-GPU_RANGE = ((3, 4), (3, 9))
-"""(oldest, newest) Triton minor whose compile of every rung is proven for gfx942, gfx950, sm90."""
+GPU_RANGE = ((3, 7), (3, 9))
+"""(oldest, newest) Triton minor under which every rung compiles for gfx942, gfx950, sm90."""
+PARTIAL = {
+    (3, 5): ("gemm_mxfp4 v0 @ gfx942",),
+    (3, 6): ("gemm_mxfp4 v0 @ gfx942",),
+}
+"""Minors below :data:`GPU_RANGE` -> the (rung @ target) compiles that fail under them."""
 INTERPRETER_MIN = (3, 9)
 """The oldest Triton whose interpreter runs the kernels under NumPy >= 2.4."""
 
 
 class UnsupportedTritonError(ImportError):
-    """The installed Triton is older than the oldest release every rung compiles with."""
+    """The installed Triton is older than any release the rungs were shown to compile under."""
 
 
 class TritonVersionWarning(UserWarning):
-    """The installed Triton is newer than any checked on GPUs, or too old for the interpreter."""
+    """Some rungs fail to compile under the installed Triton, or it is newer than any checked,
+    or too old for the interpreter."""
 
 
 def minor(version: str) -> tuple[int, int]:
@@ -52,8 +63,13 @@ def _name(version: tuple[int, int]) -> str:
 
 
 def gpu_range_text() -> str:
-    """The GPU range as the README states it, e.g. "3.4 to 3.9"."""
+    """The GPU range as the README states it, e.g. "3.7 to 3.9"."""
     return f"{_name(GPU_RANGE[0])} to {_name(GPU_RANGE[1])}"
+
+
+def oldest() -> tuple[int, int]:
+    """The oldest minor under which rungs were shown to compile (some left out, if PARTIAL)."""
+    return min([*PARTIAL, GPU_RANGE[0]])
 
 
 def installed_version() -> str | None:
@@ -91,17 +107,23 @@ def check(backend: str, version: str | None) -> None:
                 f"{_name(INTERPRETER_MIN)}: older interpreters fail on every kernel loop with a "
                 "runtime bound under NumPy >= 2.4. Install the `cpu` extra "
                 f"(pip install 'triton>={_name(INTERPRETER_MIN)}'). Compiling rungs ahead of "
-                f"time for GPUs (the ISA inspector) works with Triton {gpu_range_text()}.",
+                f"time for GPUs (the ISA inspector) works with Triton {_name(oldest())} and newer.",
                 TritonVersionWarning, stacklevel=3)
         return
-    if installed < GPU_RANGE[0]:
+    upgrade = (f"Install a torch whose Triton is {_name(GPU_RANGE[0])} or newer: on ROCm a newer "
+               "ROCm torch (it brings pytorch-triton-rocm), on NVIDIA a newer torch, or "
+               f"pip install 'triton>={_name(GPU_RANGE[0])}'.")
+    if installed in PARTIAL:
+        warnings.warn(
+            f"Triton {version} is older than {gpu_range_text()}, the releases every rung compiles "
+            f"under; with it these do not compile: {', '.join(PARTIAL[installed])} (every other "
+            f"rung does). {upgrade}", TritonVersionWarning, stacklevel=3)
+    elif installed < GPU_RANGE[0]:
         raise UnsupportedTritonError(
-            f"Triton {version} is installed, but the kernels need Triton {gpu_range_text()} on "
-            f"a GPU (older releases fail to compile some rungs). Install a torch whose Triton is "
-            f"{_name(GPU_RANGE[0])} or newer: on ROCm a newer ROCm torch (it brings "
-            "pytorch-triton-rocm), on NVIDIA a newer torch, or "
-            f"pip install 'triton>={_name(GPU_RANGE[0])}'.")
-    if installed > GPU_RANGE[1]:
+            f"Triton {version} is installed, but the kernels need Triton {gpu_range_text()} on a "
+            f"GPU ({_name(oldest())} with some rungs left out); no older release was shown to "
+            f"compile them (make compat). {upgrade}")
+    elif installed > GPU_RANGE[1]:
         warnings.warn(
             f"Triton {version} is newer than the newest release the kernels were checked with "
             f"({gpu_range_text()}); `make compat` compiles every rung under it to check.",

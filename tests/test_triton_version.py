@@ -13,7 +13,7 @@ from kernels import triton_version
 from kernels.triton_version import UnsupportedTritonError, TritonVersionWarning
 
 FLOOR, NEWEST = (f"{v[0]}.{v[1]}" for v in triton_version.GPU_RANGE)
-BELOW = f"{triton_version.GPU_RANGE[0][0]}.{triton_version.GPU_RANGE[0][1] - 1}.1"
+BELOW = f"{triton_version.oldest()[0]}.{triton_version.oldest()[1] - 1}.1"
 ABOVE = f"{triton_version.GPU_RANGE[1][0]}.{triton_version.GPU_RANGE[1][1] + 1}.0"
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +92,15 @@ def test_gpu_floor_raises_and_newer_than_tested_warns(backend):
         warnings.simplefilter("error")
         triton_version.check(backend, f"{NEWEST}.0")
         triton_version.check(backend, f"{FLOOR}.0")
+
+
+@pytest.mark.parametrize("release", sorted(triton_version.PARTIAL))
+def test_a_release_that_misses_some_rungs_warns_naming_them(release):
+    missing = triton_version.PARTIAL[release]
+    with pytest.warns(TritonVersionWarning) as caught:
+        triton_version.check("hip", f"{release[0]}.{release[1]}.0")
+    message = str(caught[0].message)
+    assert all(case in message for case in missing) and f"{FLOOR} to {NEWEST}" in message
 
 
 def test_interpreter_at_its_floor_is_quiet_whatever_the_gpu_range():

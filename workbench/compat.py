@@ -9,7 +9,7 @@ subprocess per release compiles every registered rung's kernels ahead of time wi
 ISA inspector's own compile (:func:`workbench.isa_compile.compile_rung`), so no GPU is
 needed. Each (rung, target) gets "ok" or the first line of its error.
 
-    python -m workbench.compat                      # every minor from below the floor up
+    python -m workbench.compat                      # every minor from below the oldest up
     python -m workbench.compat --versions 3.3.1 3.4.0 --out compat.json
 """
 from __future__ import annotations
@@ -142,13 +142,12 @@ def newest_patches(versions: list[str]) -> list[str]:
 
 
 def default_versions(python: Path) -> list[str]:
-    """Every minor from one below the supported floor (which shows the floor is the oldest
-    that compiles everything) up to the newest, so a new release is tried too."""
-    from kernels.triton_version import GPU_RANGE, minor
+    """Every minor from one below the oldest that compiles (which shows it is the oldest) up
+    to the newest, so a new release is tried too."""
+    from kernels.triton_version import minor, oldest
 
-    floor = GPU_RANGE[0]
-    return [v for v in newest_patches(available_versions(python))
-            if minor(v) >= (floor[0], floor[1] - 1)]
+    start = (oldest()[0], oldest()[1] - 1)
+    return [v for v in newest_patches(available_versions(python)) if minor(v) >= start]
 
 
 def all_compile(release: dict) -> bool:
@@ -211,7 +210,7 @@ def run(versions: list[str] | None, work: Path, torch_spec: str, timeout_s: floa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workbench.compat", description=__doc__.split("\n")[0])
     parser.add_argument("--versions", nargs="+", help="Triton releases (default: every minor from "
-                        "one below the supported floor up, newest patch of each, from the package index)")
+                        "one below the oldest that compiles up, newest patch of each, from the package index)")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "workbench-compat",
                         help="where the base venv and the releases go (reused by the next run)")
     parser.add_argument("--torch", default="torch", help="pip spec of the torch for the base venv")
