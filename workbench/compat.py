@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -155,31 +156,25 @@ def all_compile(release: dict) -> bool:
 
 
 def matrix(record: dict) -> str:
-    """Rungs as rows, releases as columns: "ok", or the targets that fail; then the errors."""
+    """Rungs as rows, releases as columns: "ok", the targets that fail or "fails all"; then
+    each release's errors, with how many cases each stopped."""
     versions = list(record["releases"])
-    rows: dict[str, list[str]] = {}
+    by_rung: dict[str, list[dict]] = {}
     for case in record["cases"]:
-        rows.setdefault(f"{case['op']} {case['rung']}", [])
-    header = ["rung", *versions]
+        by_rung.setdefault(f"{case['op']} {case['rung']}", []).append(case)
     body = []
-    for rung in rows:
+    for rung, rung_cases in by_rung.items():
         cells = [rung]
         for version in versions:
             results = record["releases"][version]["results"]
-            failing = [c["target"] for c in record["cases"]
-                       if f"{c['op']} {c['rung']}" == rung and results[case_name(c)] is not None]
-            cells.append("ok" if not failing else "fails " + ",".join(failing))
+            failing = [c["target"] for c in rung_cases if results[case_name(c)] is not None]
+            cells.append("ok" if not failing else "fails all" if len(failing) == len(rung_cases)
+                         else "fails " + ",".join(failing))
         body.append(cells)
-    table = _markdown([header, *body])
-    errors = []
-    for version in versions:
-        seen: dict[str, int] = {}
-        for error in record["releases"][version]["results"].values():
-            if error is not None:
-                seen[error] = seen.get(error, 0) + 1
-        errors += [f"- {version}: {error} ({count} of {len(record['cases'])})"
-                   for error, count in seen.items()]
-    return table + ("\n\nErrors:\n" + "\n".join(errors) if errors else "")
+    errors = [f"- {version}: {error} ({count} of {len(record['cases'])})" for version in versions
+              for error, count in Counter(e for e in record["releases"][version]["results"].values()
+                                          if e is not None).items()]
+    return _markdown([["rung", *versions], *body]) + ("\n\nErrors:\n" + "\n".join(errors) if errors else "")
 
 
 def _markdown(rows: list[list[str]]) -> str:
