@@ -21,7 +21,7 @@ import importlib
 from . import backend, triton_version
 from .registry import OPS, PACKAGES, get, ops, spec, variants
 
-triton_version.check(backend.current().name, triton_version.installed_version())
+triton_version.check(backend.current().name, triton_version.installed_version(), backend.current().arch)
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {

@@ -12,7 +12,8 @@ Triton versions" has its matrix):
 * :data:`GPU_RANGE`: every rung compiles on every target. Quiet.
 * :data:`PARTIAL`: older minors under which only the listed (rung, target) pairs fail.
   Import warns, naming them: every other rung is usable, and refusing the whole package
-  would refuse a GPU image whose torch brings such a Triton (torch 2.11 brings 3.6).
+  would refuse a GPU image whose torch brings such a Triton (torch 2.11 brings 3.6). On one
+  of the :data:`TARGETS` it names only that target's pairs, and is quiet if there are none.
 * Anything older raises :class:`UnsupportedTritonError`: nothing shows it compiles.
 * Newer than the range warns: not tried yet, and nothing says it breaks.
 
@@ -39,6 +40,8 @@ PARTIAL = {
     (3, 7): ("gemm_mxfp4 v0 @ gfx942",),
 }
 """Minors below :data:`GPU_RANGE` -> the (rung @ target) compiles that fail under them."""
+TARGETS = ("gfx942", "gfx950", "sm90")
+"""The targets ``make compat`` compiles for (``workbench.isa.TARGETS``)."""
 INTERPRETER_MIN = (3, 9)
 """The oldest Triton whose interpreter runs the kernels under NumPy >= 2.4."""
 
@@ -96,9 +99,10 @@ def installed_version() -> str | None:
     return triton.__version__
 
 
-def check(backend: str, version: str | None) -> None:
-    """Raise or warn, as the module docstring says, for Triton ``version`` on ``backend``
-    (None: no Triton is installed, which the first kernel's ``import triton`` reports)."""
+def check(backend: str, version: str | None, arch: str = "") -> None:
+    """Raise or warn, as the module docstring says, for Triton ``version`` on ``backend`` and
+    its ``arch`` ("gfx942", "sm_90"; None version: no Triton is installed, which the first
+    kernel's ``import triton`` reports)."""
     if version is None:
         return
     installed = minor(version)
@@ -116,10 +120,14 @@ def check(backend: str, version: str | None) -> None:
                "ROCm torch (it brings pytorch-triton-rocm), on NVIDIA a newer torch, or "
                f"pip install 'triton>={_name(GPU_RANGE[0])}'.")
     if installed in PARTIAL:
-        warnings.warn(
-            f"Triton {version} is older than {gpu_range_text()}, the releases every rung compiles "
-            f"under; with it these do not compile: {', '.join(PARTIAL[installed])} (every other "
-            f"rung does). {upgrade}", TritonVersionWarning, stacklevel=3)
+        target = arch.replace("sm_", "sm")
+        missing = [case for case in PARTIAL[installed]
+                   if target not in TARGETS or case.endswith(f" @ {target}")]
+        if missing:
+            warnings.warn(
+                f"Triton {version} is older than {gpu_range_text()}, the releases every rung "
+                f"compiles under; with it these do not compile: {', '.join(missing)} (every "
+                f"other rung does). {upgrade}", TritonVersionWarning, stacklevel=3)
     elif installed < GPU_RANGE[0]:
         raise UnsupportedTritonError(
             f"Triton {version} is installed, but the kernels need Triton {gpu_range_text()} on a "

@@ -18,13 +18,13 @@ ABOVE = f"{triton_version.GPU_RANGE[1][0]}.{triton_version.GPU_RANGE[1][1] + 1}.
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Pretends to be a ROCm machine with an MI300X, then imports kernels.
+# Pretends to be a ROCm machine with an MI300X (or, with gfx950, an MI355X), then imports kernels.
 _FAKE_GPU = """
 import types, torch
 torch.version.hip = "6.4"
 torch.cuda.is_available = lambda: True
 torch.cuda.get_device_properties = lambda i: types.SimpleNamespace(
-    gcnArchName="gfx942:sramecc+:xnack-", name="AMD Instinct MI300X", multi_processor_count=304)
+    gcnArchName="gfx942:sramecc+:xnack-", name="AMD Instinct", multi_processor_count=304)
 """
 
 
@@ -67,6 +67,16 @@ def test_a_supported_triton_on_a_gpu_imports_quietly_and_is_not_loaded_yet(tmp_p
     assert result.stdout.split() == ["hip", "False"] and "Warning" not in result.stderr
 
 
+@pytest.mark.parametrize("arch, warns", [("gfx942", True), ("gfx950", False)])
+def test_a_partial_release_warns_at_import_only_where_a_rung_misses_this_gpu(tmp_path, arch, warns):
+    release = f"{max(triton_version.PARTIAL)[0]}.{max(triton_version.PARTIAL)[1]}.0"
+    assert ("gemm_mxfp4 v0 @ gfx942",) == triton_version.PARTIAL[max(triton_version.PARTIAL)]
+    result = _python(_FAKE_GPU.replace("gfx942", arch) + "import kernels", _fake_triton(tmp_path, release))
+    assert result.returncode == 0, result.stderr
+    assert ("TritonVersionWarning" in result.stderr) == warns, result.stderr
+    assert ("gemm_mxfp4 v0 @ gfx942" in result.stderr) == warns
+
+
 def test_the_interpreter_warns_below_its_floor_and_says_why(tmp_path):
     result = _python("import kernels", _fake_triton(tmp_path, "3.6.0"))
     assert result.returncode == 0, result.stderr
@@ -98,9 +108,28 @@ def test_gpu_floor_raises_and_newer_than_tested_warns(backend):
 def test_a_release_that_misses_some_rungs_warns_naming_them(release):
     missing = triton_version.PARTIAL[release]
     with pytest.warns(TritonVersionWarning) as caught:
-        triton_version.check("hip", f"{release[0]}.{release[1]}.0")
+        triton_version.check("hip", f"{release[0]}.{release[1]}.0", "gfx90a")  # not compiled for
     message = str(caught[0].message)
     assert all(case in message for case in missing) and f"{FLOOR} to {NEWEST}" in message
+
+
+@pytest.mark.parametrize("release", sorted(triton_version.PARTIAL))
+@pytest.mark.parametrize("target", triton_version.TARGETS)
+def test_on_a_compat_target_only_its_own_missing_rungs_are_named(release, target):
+    own = [c for c in triton_version.PARTIAL[release] if c.endswith(f" @ {target}")]
+    arch = target.replace("sm", "sm_")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        triton_version.check("cuda" if arch.startswith("sm_") else "hip", f"{release[0]}.{release[1]}.0", arch)
+    assert [all(c in str(w.message) for c in own) for w in caught] == ([True] if own else [])
+    assert not any(" @ " + other in str(w.message) for w in caught
+                   for other in triton_version.TARGETS if other != target)
+
+
+def test_the_targets_are_those_compat_compiles_for():
+    from workbench import isa
+
+    assert triton_version.TARGETS == tuple(isa.TARGETS)
 
 
 def test_interpreter_at_its_floor_is_quiet_whatever_the_gpu_range():
