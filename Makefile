@@ -15,7 +15,8 @@
 # and one that needs no GPU, only time and network (minutes per release, ~200 MB each):
 #   make compat compile every Triton rung for gfx942, gfx950 and sm90 under each Triton
 #               minor from PyPI (throwaway venvs under $TMPDIR); prints the matrix and
-#               records it in workbench/triton_compat.json (README "Supported Triton versions")
+#               records it in workbench/triton_compat.json (README "Supported Triton versions");
+#               Triton 3.4 without ROCm: TRITON_HIP_LLD_PATH=/usr/lib/llvm-19/bin/ld.lld make compat
 PYTHON ?= python3
 VENV ?= .venv
 VENV_FLAGS ?=

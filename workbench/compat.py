@@ -3,11 +3,16 @@
 Users run the Triton their torch brings, so the supported range
 (:data:`kernels.triton_version.GPU_RANGE`) has to be shown release by release, not
 assumed from the one installed here. Each release is installed from PyPI into its own
-folder next to one throwaway base venv (CPU torch and this package's dependencies, no
-Triton: a ``--system-site-packages`` venv would see the Triton installed here), and one
-subprocess per release compiles every registered rung's kernels ahead of time with the
-ISA inspector's own compile (:func:`workbench.isa_compile.compile_rung`), so no GPU is
-needed. Each (rung, target) gets "ok" or the first line of its error.
+folder next to one base venv (CPU torch and this package's dependencies, no Triton: a
+``--system-site-packages`` venv would see the Triton installed here), all in a scratch
+folder that the next run reuses, and one subprocess per release compiles every registered
+rung's kernels ahead of time with the ISA inspector's own compile
+(:func:`workbench.isa_compile.compile_rung`), so no GPU is needed. Each (rung, target)
+gets "ok" or the first line of its error.
+
+Triton 3.4 and older link AMD code with ROCm's ``ld.lld``; without ROCm, set
+``TRITON_HIP_LLD_PATH`` to an LLVM ``ld.lld`` (Debian's ``lld-19`` works), which the
+release subprocesses inherit.
 
     python -m workbench.compat                      # every minor from below the oldest up
     python -m workbench.compat --versions 3.3.1 3.4.0 --out compat.json
