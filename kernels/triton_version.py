@@ -14,7 +14,8 @@ Triton versions" has its matrix):
   Import warns, naming them: every other rung is usable, and refusing the whole package
   would refuse a GPU image whose torch brings such a Triton (torch 2.11 brings 3.6). On one
   of the :data:`TARGETS` it names only that target's pairs, and is quiet if there are none.
-* Anything older raises :class:`UnsupportedTritonError`: nothing shows it compiles.
+* Anything older raises :class:`UnsupportedTritonError`: ``make compat`` could not show that
+  it compiles the rungs (under 3.3 most kernel modules need a GPU driver just to import).
 * Newer than the range warns: not tried yet, and nothing says it breaks.
 
 The CPU interpreter needs :data:`INTERPRETER_MIN`: an older interpreter fails on every loop
