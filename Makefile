@@ -12,6 +12,11 @@
 # network): SYSTEM_PYTHON=1 runs `make gpu` on that python3 as it is, from this checkout,
 # installing nothing:
 #   make gpu SYSTEM_PYTHON=1
+# and one that needs no GPU, only time and network (minutes per release, ~200 MB each):
+#   make compat compile every Triton rung for gfx942, gfx950 and sm90 under each Triton
+#               minor from PyPI (throwaway venvs under $TMPDIR); prints the matrix and
+#               records it in workbench/triton_compat.json (README "Supported Triton versions");
+#               Triton 3.4 without ROCm: TRITON_HIP_LLD_PATH=/usr/lib/llvm-19/bin/ld.lld make compat
 PYTHON ?= python3
 VENV ?= .venv
 VENV_FLAGS ?=
@@ -31,7 +36,7 @@ endif
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: setup tour test gpu clean
+.PHONY: setup tour test gpu compat clean
 
 setup: $(STAMP)
 
@@ -55,6 +60,9 @@ gpu: $(GPU_SETUP)
 	    --deselect tests/test_timing.py::test_quick_suite_writes_one_results_file || status=$$?; \
 	$(GPU_PYTHON) -m workbench.cli gpu-report --budget-s $(GPU_BUDGET_S) || status=$$?; \
 	exit $$status
+
+compat: setup
+	nice -n 10 $(VENV)/bin/python -m workbench.compat --torch "$(or $(TORCH),torch)"
 
 clean:
 	rm -rf $(VENV)

@@ -2,7 +2,9 @@
 
 ``import kernels`` chooses the backend first (:mod:`kernels.backend`): on a machine
 without a GPU that is the Triton interpreter and Numba's CUDA simulator, with no
-environment variable to set. Kernel modules load on first use: the public ops
+environment variable to set. Then it checks the installed Triton against the releases the
+rungs compile under (:mod:`kernels.triton_version`), without importing Triton yet. Kernel
+modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
 ``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``), ``kernels.nn``, ``kernels.moe``
@@ -16,8 +18,10 @@ environment variable to set. Kernel modules load on first use: the public ops
 """
 import importlib
 
-from . import backend
+from . import backend, triton_version
 from .registry import OPS, PACKAGES, get, ops, spec, variants
+
+triton_version.check(backend.current().name, triton_version.installed_version(), backend.current().arch)
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {

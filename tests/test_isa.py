@@ -148,6 +148,20 @@ def test_interpreted_helpers_are_rebuilt_as_jit_functions():
     assert language.program_id is tl.program_id  # builtins stay the originals
 
 
+def _copy_tile(x_ptr, n):
+    tl.store(x_ptr + tl.arange(0, 16), tl.load(x_ptr + tl.arange(0, 16)))
+
+
+def test_rebuild_finds_jit_arguments_where_triton_3_4_keeps_them():
+    """Triton 3.4's interpreter functions have no ``kwargs``, only their rewriter does."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    interpreted = InterpretedFunction(_copy_tile, do_not_specialize=["n"])
+    del interpreted.kwargs
+    rebuilt = isa_compile._Rebuilder().jit(interpreted)
+    assert rebuilt.do_not_specialize == ["n"]
+
+
 @pytest.mark.parametrize("which, message", [("v0", "SIMT"), ("ref", "library")])
 def test_non_triton_rungs_are_refused(which, message):
     with pytest.raises(ValueError, match=message):

@@ -196,7 +196,9 @@ class _Rebuilder:
         copy.__qualname__ = python_fn.__qualname__
         copy.__kwdefaults__ = python_fn.__kwdefaults__
         copy.__doc__ = python_fn.__doc__
-        rebuilt = JITFunction(copy, **fn.kwargs)
+        # The jit arguments (do_not_specialize, ...): Triton 3.5+ also keeps them as fn.kwargs,
+        # 3.4 only on the rewriter.
+        rebuilt = JITFunction(copy, **fn.rewriter.kwargs)
         self._done[id(fn)] = (fn, rebuilt)
         return rebuilt
 
