@@ -125,7 +125,19 @@ def _cases_on(rank, world):
         failures.append(f"experts 2, 3 got token-slots: {ep.expert_counts.tolist()}")
     if world == 2:
         _bf16_case(rank, failures)
+        _autocast_case(rank, failures)
     return failures
+
+
+def _autocast_case(rank, failures):
+    """Under autocast the EP layer returns what the single-process layer returns: x's dtype."""
+    full = _full_layer(4, 1, seed=4)
+    xs, _ = _tokens((3, 4), seed=40)
+    ep = kernels.MoE.from_full(full, dist.group.WORLD)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = full(torch.cat(xs)), ep(xs[rank])
+    if got.dtype != want.dtype:
+        failures.append(f"autocast: the EP layer returns {got.dtype}, the layer {want.dtype}")
 
 
 def _bf16_case(rank, failures):

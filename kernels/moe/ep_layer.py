@@ -250,12 +250,13 @@ class ExpertParallelMoE(MoE):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 1 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
-        flat, router, gate, up, down = autocast.operands(x.reshape(-1, self.dim), self.router.weight,
-                                                         self.gate, self.up, self.down)
+        flat = x.reshape(-1, self.dim)
+        rows, router, gate, up, down = autocast.operands(flat, self.router.weight, self.gate, self.up,
+                                                         self.down)
         # the local experts' weights against their rows of the router (top_k is checked at init)
-        moe_operands(flat, router[self._slice], gate, up, down, 1, DTYPES)
+        moe_operands(rows, router[self._slice], gate, up, down, 1, DTYPES)
         group = self.ep_group
-        logits = F.linear(flat.float(), self.router.weight.float())
+        logits = F.linear(rows.float(), self.router.weight.float())
         weights, ids = route(logits, self.top_k, self.normalize)
         self.aux_loss = aux_loss(logits, ids)
         counts = expert_counts(ids, self.num_experts)
@@ -263,7 +264,7 @@ class ExpertParallelMoE(MoE):
         self.expert_counts = counts
         run = _Run(group, self.num_experts, self.ep_chunks,
                    Timeline(group) if self.record_events else None)
-        out = _Experts.apply(flat, weights, ids, gate, up, down, run)
+        out = _Experts.apply(rows, weights, ids, gate, up, down, run).to(x.dtype)
         if run.timeline is not None:
             self.events = run.timeline.events
         if self.shared_experts:
