@@ -85,6 +85,8 @@ def with_grads(fn, tensors_, grad):
     leaves keep their layout, so the backward meets the strides the forward met."""
     leaves = [t.detach().requires_grad_() for t in tensors_]
     out = fn(*leaves)
+    if not out.requires_grad:   # an empty output that depends on no input: zero gradients
+        return out.detach(), [torch.zeros_like(t) for t in leaves]
     grads = torch.autograd.grad(out, leaves, grad.to(out.dtype), allow_unused=True)
     return out.detach(), [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
 
