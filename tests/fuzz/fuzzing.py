@@ -22,19 +22,23 @@ from workbench.check import broken_rules, compare
 # for a matrix), "sliced" takes every other element of the last dim, "offset" starts the
 # tensor three elements into its storage, "expanded" broadcasts one dim with stride 0.
 LAYOUTS = ("contiguous", "transposed", "sliced", "offset", "expanded")
-INDEX_LAYOUTS = ("contiguous", "sliced", "offset")   # integer tensors: values are not broadcast
+INDEX_LAYOUTS = ("contiguous", "sliced", "offset")   # integer tensors keep their values
 
 
 def sizes(low: int = 0, high: int = 9):
-    """A dimension: 0 and 1 are drawn as often as the rest (the cases kernels forget)."""
+    """A dimension: half the draws are ``low`` or ``low + 1`` (0 and 1: the cases kernels
+    forget), the rest anywhere up to ``high``."""
     return st.one_of(st.sampled_from([low, min(low + 1, high)]), st.integers(low, high))
 
 
-def laid_out(values: torch.Tensor, layout: str) -> torch.Tensor:
-    """``values`` (at least 1-D) stored in ``layout``, the same elements; "expanded" needs
-    a stride-0 dim already, so :func:`tensors` makes it by broadcasting before it fills."""
-    if layout in ("contiguous", "expanded"):
-        return values.contiguous() if layout == "contiguous" else values
+def laid_out(values: torch.Tensor, layout: str, dim: int = 0) -> torch.Tensor:
+    """``values`` (at least 1-D) stored in ``layout``. Every layout keeps the elements but
+    "expanded", which repeats the first slice along ``dim`` with stride 0 (a broadcast view
+    cannot hold distinct values); a test computes its reference from what it got."""
+    if layout == "contiguous":
+        return values.contiguous()
+    if layout == "expanded":
+        return values.narrow(dim, 0, min(1, values.shape[dim])).expand(values.shape)
     if layout == "transposed":
         order = list(reversed(range(values.dim())))
         return values.permute(order).contiguous().permute(order)
@@ -50,24 +54,20 @@ def laid_out(values: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 @st.composite
-def tensors(draw, shape, dtype=torch.float32, layouts=LAYOUTS, magnitude: float = 1.0):
-    """A fresh random tensor of ``shape`` and ``dtype`` in a drawn layout (values from a
-    drawn seed, so a failure's example reproduces it)."""
-    layout = draw(st.sampled_from(layouts))
+def tensors(draw, shape, dtype=torch.float32, layouts=LAYOUTS):
+    """A fresh random tensor of ``shape`` and ``dtype`` in a drawn layout (and broadcast dim),
+    its values from a drawn seed, so a failure's example reproduces it."""
+    layout, dim = draw(st.sampled_from(layouts)), draw(st.integers(0, len(shape) - 1))
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2 ** 16)))
-    if layout == "expanded" and len(shape):
-        dim = draw(st.integers(0, len(shape) - 1))
-        narrow = [1 if d == dim else n for d, n in enumerate(shape)]
-        return (torch.randn(narrow, generator=gen) * magnitude).to(dtype).expand(shape)
-    return laid_out((torch.randn(shape, generator=gen) * magnitude).to(dtype), layout)
+    return laid_out(torch.randn(shape, generator=gen).to(dtype), layout, dim)
 
 
 @st.composite
-def operands(draw, shapes, dtypes, layouts=LAYOUTS, magnitude: float = 1.0):
+def operands(draw, shapes, dtypes, layouts=LAYOUTS):
     """Tensors of one drawn dtype, one per shape that the strategy ``shapes`` draws (dims
     shared between operands, e.g. K, are drawn once by it), each in its own layout."""
     dtype = draw(st.sampled_from(dtypes))
-    return tuple(draw(tensors(s, dtype, layouts, magnitude)) for s in draw(shapes))
+    return tuple(draw(tensors(s, dtype, layouts)) for s in draw(shapes))
 
 
 def index_tensor(values, dtype, layout: str) -> torch.Tensor:

@@ -27,10 +27,10 @@ def _shapes():
         lambda d: ((d[0], d[1] * d[2], d[3], d[5]), *[(d[0], d[1], d[4], d[5])] * 2))
 
 
-def _qkv(*shapes, magnitude=1.0, dtype=torch.float32):
-    """Explicit examples: seeded q, k, v of these shapes, all of them times ``magnitude``."""
+def _qkv(*shapes):
+    """Explicit examples: seeded fp32 q, k, v of these shapes."""
     gen = torch.Generator().manual_seed(0)
-    return tuple((torch.randn(s, generator=gen) * magnitude).to(dtype) for s in shapes)
+    return tuple(torch.randn(s, generator=gen) for s in shapes)
 
 
 def _large_scores(largest):
@@ -99,7 +99,15 @@ def _zero_tokens():
     return empty, empty.clone(), empty.clone(), cu, cu.clone(), 0, 0
 
 
+def _two_sequences():
+    """Two short sequences, contiguous offsets: the explicit examples' packed batch."""
+    q, k, v = _qkv((7, 2, 8), (9, 1, 8), (9, 1, 8))
+    return q, k, v, torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([0, 5, 9], dtype=torch.int32), 4, 5
+
+
 @given(case=packed(), causal=st.booleans(), scale=SCALES)
+@example(case=_two_sequences(), causal=False, scale=0.0).via("bug 3: varlen, scale 0 is the mean of v")
+@example(case=_two_sequences(), causal=True, scale=-0.5).via("bug 3: varlen, a negative scale")
 @example(case=_zero_tokens(), causal=False, scale=None).via("bug 5: varlen with zero tokens")
 def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
     q, k, v, cu_q, cu_k, max_q, max_k = case

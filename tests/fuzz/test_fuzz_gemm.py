@@ -17,7 +17,7 @@ from kernels.gemm_fp8.operands import OUT_DTYPES
 from kernels.gemm_mxfp4 import quantize_mxfp4
 
 FP8_SPEC, MXFP4_SPEC = kernels.spec("gemm_fp8"), kernels.spec("gemm_mxfp4")
-STORED = st.sampled_from(LAYOUTS[:4])   # quantized operands are stored, never broadcast
+LAYOUT = st.sampled_from(LAYOUTS)
 
 
 def _mkn(batch=st.just(()), k_low=0):
@@ -74,18 +74,21 @@ def test_linear_matches_torch_linear(xwb, bias, autocast):
 
 @given(ab=operands(_mkn(), (torch.float32,)), fp8=st.sampled_from(FP8_DTYPES),
        per_channel=st.booleans(), out_dtype=st.sampled_from(OUT_DTYPES),
-       layouts=st.tuples(STORED, STORED))
+       layouts=st.tuples(*[LAYOUT] * 4))
 @example(ab=(torch.randn(0, 5), torch.randn(5, 3)), fp8=torch.float8_e4m3fn, per_channel=False,
-         out_dtype=torch.bfloat16, layouts=("contiguous", "contiguous")
+         out_dtype=torch.bfloat16, layouts=("contiguous",) * 4
          ).via("bug 8: quantize_fp8 of an empty tensor")
 def test_matmul_fp8_has_scaled_mm_semantics(ab, fp8, per_channel, out_dtype, layouts):
     """Operands quantized by ``quantize_fp8`` (per tensor, or per row of A and column of B),
-    stored in drawn layouts; judged against the float64 product of the dequantized
-    operands, with ``torch._scaled_mm`` (the ``ref`` rung) as the baseline."""
+    stored with their per-channel scales in drawn layouts; judged against the float64
+    product of the dequantized operands, with ``torch._scaled_mm`` (the ``ref`` rung) as
+    the baseline."""
     a, b = ab
     a8, scale_a = quantize_fp8(a, fp8, "row" if per_channel else "tensor")
     b8, scale_b = quantize_fp8(b, fp8, "col" if per_channel else "tensor")
-    a8, b8 = laid_out(a8, layouts[0]), laid_out(b8, layouts[1])
+    a8, b8 = laid_out(a8, layouts[0]), laid_out(b8, layouts[1], dim=1)
+    if per_channel:
+        scale_a, scale_b = laid_out(scale_a, layouts[2]), laid_out(scale_b, layouts[3], dim=1)
     got = kernels.matmul_fp8(a8, b8, scale_a, scale_b, out_dtype)
     ref = FP8_SPEC.reference(a8, b8, scale_a, scale_b)
     if got.numel() == 0 or a.shape[1] == 0:   # as torch._scaled_mm: empty, or zeros for K = 0
@@ -96,7 +99,7 @@ def test_matmul_fp8_has_scaled_mm_semantics(ab, fp8, per_channel, out_dtype, lay
 
 
 @given(ab=operands(_mkn(k_low=1).map(lambda s: (s[0], s[1][::-1])), (torch.float32,)),
-       out_dtype=st.sampled_from(OUT_DTYPES), layouts=st.tuples(*[STORED] * 4))
+       out_dtype=st.sampled_from(OUT_DTYPES), layouts=st.tuples(*[LAYOUT] * 4))
 @example(ab=(torch.randn(0, 32), torch.randn(3, 32)), out_dtype=torch.bfloat16,
          layouts=("contiguous",) * 4).via("bug 8: matmul_mxfp4 refuses M = 0")
 def test_matmul_mxfp4_matches_dequantized_matmul(ab, out_dtype, layouts):

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import example, given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import kernels
 from fuzzing import (INDEX_LAYOUTS, LAYOUTS, assert_rule, index_tensor, laid_out, random_like,
                      sizes, tensors)
 from kernels.moe import MoEReference, permute, route, unpermute
+from kernels.moe.layer_ladder.spec import bad_tokens
 from test_moe_layer import _run, _twin
 
 DTYPES = kernels.spec("moe").dtypes
@@ -27,7 +28,10 @@ def layers(draw):
     torch.manual_seed(draw(st.integers(0, 2 ** 16)))
     layer = kernels.MoE(dim, hidden, experts, top_k, shared).to(dtype)
     batch = draw(st.sampled_from([(0,), (1,), (7,), (2, 3)]))
-    return layer, draw(tensors((*batch, dim), dtype))
+    x = draw(tensors((*batch, dim), dtype))
+    # a near-tie between a token's k-th and (k+1)-th expert is a coin toss for any rounding
+    assume(not bad_tokens(x.reshape(-1, dim), layer.router.weight, top_k, None).any())
+    return layer, x
 
 
 @given(case=layers())
@@ -66,7 +70,7 @@ def _distinct_logits(tokens, experts, seed):
 def test_route_is_softmax_top_k(tokens, experts, data):
     top_k = data.draw(st.integers(1, experts), label="top_k")
     logits = laid_out(_distinct_logits(tokens, experts, data.draw(st.integers(0, 99))),
-                      data.draw(st.sampled_from(LAYOUTS[:4]), label="layout"))
+                      data.draw(st.sampled_from(LAYOUTS), label="layout"))
     weights, ids = route(logits, top_k)
     (top, expected), (exact, _) = (logits.to(d).softmax(-1).topk(top_k, dim=-1)
                                    for d in (torch.float32, torch.float64))
