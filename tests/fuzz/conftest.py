@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 
 _SHARED = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])   # the interpreter is slow
-settings.register_profile("ci", derandomize=True, max_examples=8, print_blob=True, **_SHARED)
+settings.register_profile("ci", derandomize=True, max_examples=16, print_blob=True, **_SHARED)
 settings.register_profile("long", max_examples=200, **_SHARED)
 
 

@@ -2,9 +2,9 @@
 the harness's rule as an assertion, and a child process for inputs that crash.
 
 Sizes stay tiny because each interpreted Triton program costs about a millisecond; the
-layouts are the ones the README promises for the ops (row- and column-major, sliced,
-stride-0 broadcast, an offset into a larger storage), so a kernel that reads through the
-wrong stride or from the start of the storage fails here rather than in a user's model.
+layouts are those a PyTorch op takes (row- and column-major, sliced, stride-0 broadcast,
+an offset into a larger storage), so a kernel that reads through the wrong stride or from
+the start of the storage fails here rather than in a user's model.
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def index_tensor(values, dtype, layout: str) -> torch.Tensor:
     return laid_out(torch.as_tensor(values, dtype=dtype), layout)
 
 
-def random_like(shape, dtype, seed: int) -> torch.Tensor:
+def output_grad(shape, dtype, seed: int) -> torch.Tensor:
     """An output gradient: random, seeded, in the dtype the op and its baseline see."""
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
@@ -93,21 +93,18 @@ def with_grads(fn, tensors_, grad):
 
 def assert_rule(name: str, got, reference, baseline, dtype, direction: str = "forward") -> None:
     """The harness's rule (``workbench.check.compare``): shape, dtype, error bound, NaN/inf."""
-    assert tuple(got.shape) == tuple(baseline.shape), f"{name}: shape {tuple(got.shape)}, torch gives {tuple(baseline.shape)}"
+    assert tuple(got.shape) == tuple(baseline.shape), (f"{name}: shape {tuple(got.shape)}, "
+                                                       f"torch gives {tuple(baseline.shape)}")
     assert got.dtype == baseline.dtype, f"{name}: dtype {got.dtype}, torch gives {baseline.dtype}"
     fields = compare(got, reference, baseline, dtype, direction)
     assert fields["passed"], f"{name} ({direction}, {dtype}): {broken_rules(fields)}"
 
 
-def run_isolated(code: str, timeout: float = 240.0) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter-backend Python: an input that makes a kernel
-    write out of bounds kills that child (abort, SIGBUS), and the test reports it."""
+def assert_runs_in_child(code: str, timeout: float = 240.0) -> None:
+    """Run ``code`` in a fresh interpreter-backend Python and require exit 0: an input that
+    makes a kernel touch memory out of bounds kills that child (abort, SIGBUS), not the run."""
     env = {**os.environ, "KERNELS_BACKEND": "interpreter"}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=timeout,
-                          capture_output=True, text=True)
-
-
-def assert_child_passed(result: subprocess.CompletedProcess) -> None:
-    """A child from :func:`run_isolated` exited 0; else its exit (a signal is negative) and output."""
-    assert result.returncode == 0, (f"child exited with {result.returncode}\n"
-                                    f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, timeout=timeout,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, (f"child exited with {result.returncode} (a signal if negative)"
+                                    f"\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")

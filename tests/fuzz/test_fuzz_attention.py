@@ -13,8 +13,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import kernels
-from fuzzing import (INDEX_LAYOUTS, assert_child_passed, assert_rule, index_tensor, operands,
-                     random_like, run_isolated, sizes, with_grads)
+from fuzzing import (INDEX_LAYOUTS, assert_rule, assert_runs_in_child, index_tensor, operands,
+                     output_grad, sizes, with_grads)
 from kernels.attention import spec as attn_spec
 from test_attention_varlen import _per_sequence
 
@@ -58,7 +58,7 @@ def _sdpa(causal, scale):
 @example(qkv=_qkv((1, 2, 3, 8), (1, 1, 0, 8), (1, 1, 0, 8)), causal=False, scale=None).via("bug 5: S_k = 0")
 def test_flash_attention_matches_sdpa(qkv, causal, scale):
     q = qkv[0]
-    grad = random_like(q.shape, q.dtype, seed=q.numel())
+    grad = output_grad(q.shape, q.dtype, seed=q.numel())
     out, grads = with_grads(lambda *t: kernels.flash_attention(*t, causal=causal, scale=scale), qkv, grad)
     base, base_grads = with_grads(_sdpa(causal, scale), qkv, grad)
     ref, ref_grads = with_grads(lambda *t: attn_spec.reference(*t, causal, scale),
@@ -111,7 +111,7 @@ def _two_sequences():
 @example(case=_zero_tokens(), causal=False, scale=None).via("bug 5: varlen with zero tokens")
 def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
     q, k, v, cu_q, cu_k, max_q, max_k = case
-    grad = random_like(q.shape, q.dtype, seed=q.numel())
+    grad = output_grad(q.shape, q.dtype, seed=q.numel())
     out, grads = with_grads(lambda *t: kernels.flash_attention_varlen(
         *t, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale), (q, k, v), grad)
     if q.shape[0] == 0:   # nothing to attend: no rows, zero gradients for the keys
@@ -130,7 +130,7 @@ def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
 def test_varlen_reads_strided_offsets_in_bounds():
     """Bug 1, in a child process (it aborted the interpreter): offsets that are every other
     element of their storage give what their contiguous copies give."""
-    assert_child_passed(run_isolated("""
+    assert_runs_in_child("""
         import torch, kernels
         cu_q = torch.tensor([0, 99, 5, 99, 14, 99, 17, 99], dtype=torch.int32)[::2]
         cu_k = torch.tensor([0, 99, 4, 99, 12, 99, 15, 99], dtype=torch.int32)[::2]
@@ -139,4 +139,4 @@ def test_varlen_reads_strided_offsets_in_bounds():
         got = kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, 9, 8)
         want = kernels.flash_attention_varlen(q, k, v, cu_q.contiguous(), cu_k.contiguous(), 9, 8)
         assert torch.equal(got, want), (got - want).abs().max()
-    """))
+    """)

@@ -7,7 +7,6 @@ these tests draw a quarter of the profile's examples, several collectives per ex
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

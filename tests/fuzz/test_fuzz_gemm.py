@@ -10,7 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 import kernels
-from fuzzing import LAYOUTS, assert_rule, laid_out, operands, random_like, sizes, with_grads
+from fuzzing import LAYOUTS, assert_rule, laid_out, operands, output_grad, sizes, with_grads
 from kernels.gemm import spec as gemm_spec
 from kernels.gemm_fp8 import FP8_DTYPES, quantize_fp8
 from kernels.gemm_fp8.operands import OUT_DTYPES
@@ -29,7 +29,7 @@ def _mkn(batch=st.just(()), k_low=0):
 @given(ab=operands(_mkn(st.sampled_from([(), (0,), (2,)])), gemm_spec.DTYPES))
 def test_matmul_matches_torch_matmul(ab):
     a, b = ab
-    grad = random_like((*a.shape[:-1], b.shape[1]), a.dtype, seed=a.numel())
+    grad = output_grad((*a.shape[:-1], b.shape[1]), a.dtype, seed=a.numel())
     out, grads = with_grads(kernels.matmul, ab, grad)
     base, base_grads = with_grads(torch.matmul, ab, grad)
     ref, ref_grads = with_grads(torch.matmul, [t.double() for t in ab], grad.double())
@@ -64,7 +64,7 @@ def test_linear_matches_torch_linear(xwb, bias, autocast):
     leaves = [t.requires_grad_() for t in exact[1:]]
     ref = F.linear(exact[0], *leaves)
     assert_rule("out", got.detach(), ref.detach(), base.detach(), judged)
-    grad = random_like(base.shape, base.dtype, seed=x.numel())
+    grad = output_grad(base.shape, base.dtype, seed=x.numel())
     got_grads = torch.autograd.grad(got, list(ours.parameters()), grad)
     base_grads = torch.autograd.grad(base, list(theirs.parameters()), grad)
     ref_grads = torch.autograd.grad(ref, leaves, grad.double())
