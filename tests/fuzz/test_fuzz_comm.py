@@ -3,7 +3,7 @@ torch.distributed (``algorithm="library"``): sizes with 0 and 1 and not multiple
 world size, uneven all-to-all splits, fp32 and bf16. Sums are judged by the harness's rule
 against the float64 sum of every rank's data (each rank can draw all of it from the
 seeds); gathers and all-to-all must be exact. Each example starts processes (seconds), so
-these tests draw a quarter of the profile's examples, several collectives per example."""
+the property test draws a quarter of the profile's examples, several collectives in each."""
 from __future__ import annotations
 
 import torch
