@@ -1,6 +1,7 @@
 # Two commands on a fresh Linux machine:
 #   make tour   set up .venv and run the main job (check every rung, print the ladders)
 #   make test   set up .venv and run the test suite (tests + notebooks)
+#   make fuzz   the property-based fuzz tests alone, with many random examples (long profile)
 # and one on a GPU machine:
 #   make gpu    the gpu-marked tests, then `workbench gpu-report` (ceilings, quick suite,
 #               rows into workbench/recorded/<gpu>-<date>.json), in under 8 minutes
@@ -36,7 +37,7 @@ endif
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: setup tour test gpu compat clean
+.PHONY: setup tour test fuzz gpu compat clean
 
 setup: $(STAMP)
 
@@ -52,6 +53,10 @@ tour: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --timeout 900 tests --nbmake notebooks
+
+# `make test` runs tests/fuzz too, in its bounded, derandomized `ci` profile.
+fuzz: setup
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) tests/fuzz --hypothesis-profile=long
 
 # The quick suite runs once, inside gpu-report (which records its rows), so its gpu test
 # is left out here; both steps run, and the first failure sets the exit status.

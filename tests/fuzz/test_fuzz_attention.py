@@ -1,0 +1,142 @@
+"""Fuzz attention: ``kernels.flash_attention`` against SDPA and ``kernels.flash_attention_varlen``
+against SDPA run sequence by sequence, forward and backward, by the harness's rule against
+the float64 reference, over tiny shapes with 0 and 1 (batch, heads, lengths), GQA, causal,
+scales (default, 0, negative, tiny), every layout and each dtype the op claims; the
+varlen offsets also come sliced or offset in their storage."""
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+import kernels
+from fuzzing import (INDEX_LAYOUTS, assert_rule, assert_runs_in_child, index_tensor, operands,
+                     output_grad, sizes, with_grads)
+from kernels.attention import spec as attn_spec
+from test_attention_varlen import _per_sequence
+
+SCALES = st.one_of(st.none(), st.sampled_from([0.0, -0.5, 1e-3]), st.floats(-2.0, 2.0))
+
+
+def _shapes():
+    """q (B, Hkv·group, S, D), k and v (B, Hkv, S_k, D); group 0 is Hq = 0."""
+    return st.tuples(sizes(0, 2), sizes(1, 2), sizes(0, 3), sizes(), sizes(), sizes(1, 24)).map(
+        lambda d: ((d[0], d[1] * d[2], d[3], d[5]), *[(d[0], d[1], d[4], d[5])] * 2))
+
+
+def _qkv(*shapes):
+    """Explicit examples: seeded fp32 q, k, v of these shapes."""
+    gen = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(s, generator=gen) for s in shapes)
+
+
+def _large_scores(largest):
+    """Bug 4's inputs: the harness's fp32 attention inputs with q scaled so that its largest
+    element is ``largest`` (scores of that order)."""
+    q, k, v, _ = attn_spec.make_inputs((1, 2, 1, 9, 9, 16, 0), seed=3)
+    return q * largest / q.abs().max(), k, v
+
+
+def _sdpa(causal, scale):
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+                                                          enable_gqa=True)
+
+
+@given(qkv=operands(_shapes(), attn_spec.DTYPES), causal=st.booleans(), scale=SCALES)
+@example(qkv=_qkv((1, 2, 5, 8), (1, 1, 6, 8), (1, 1, 6, 8)), causal=False, scale=0.0
+         ).via("bug 3: scale 0 is the mean of v")
+@example(qkv=_qkv((1, 2, 5, 8), (1, 1, 6, 8), (1, 1, 6, 8)), causal=True, scale=-0.5
+         ).via("bug 3: a negative scale is a valid softmax")
+@example(qkv=_large_scores(1e2), causal=False, scale=None).via("bug 4: fp32 at scores near 1e2")
+@example(qkv=_large_scores(1e3), causal=True, scale=None).via("bug 4: fp32 at scores near 1e3")
+@example(qkv=_qkv((0, 2, 3, 8), (0, 1, 3, 8), (0, 1, 3, 8)), causal=False, scale=None).via("bug 5: B = 0")
+@example(qkv=_qkv((1, 0, 3, 8), (1, 1, 3, 8), (1, 1, 3, 8)), causal=False, scale=None).via("bug 5: Hq = 0")
+@example(qkv=_qkv((1, 2, 0, 8), (1, 1, 3, 8), (1, 1, 3, 8)), causal=True, scale=None).via("bug 5: S = 0")
+@example(qkv=_qkv((1, 2, 3, 8), (1, 1, 0, 8), (1, 1, 0, 8)), causal=False, scale=None).via("bug 5: S_k = 0")
+def test_flash_attention_matches_sdpa(qkv, causal, scale):
+    q = qkv[0]
+    grad = output_grad(q.shape, q.dtype, seed=q.numel())
+    out, grads = with_grads(lambda *t: kernels.flash_attention(*t, causal=causal, scale=scale), qkv, grad)
+    base, base_grads = with_grads(_sdpa(causal, scale), qkv, grad)
+    ref, ref_grads = with_grads(lambda *t: attn_spec.reference(*t, causal, scale),
+                                [t.double() for t in qkv], grad.double())
+    assert_rule("out", out, ref, base, q.dtype)
+    for name, g, r, bg in zip(("dq", "dk", "dv"), grads, ref_grads, base_grads):
+        assert_rule(name, g, r, bg, q.dtype, "backward")
+
+
+def test_flash_attention_under_autocast_returns_what_sdpa_returns():
+    """Bug 6: fp32 operands under ``autocast(bfloat16)``: SDPA computes and returns bf16."""
+    q, k, v = _qkv((1, 2, 5, 16), (1, 2, 7, 16), (1, 2, 7, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        base, got = _sdpa(False, None)(q, k, v), kernels.flash_attention(q, k, v)
+    ref = attn_spec.reference(*(t.bfloat16() for t in (q, k, v)))
+    assert_rule("out", got, ref, base, torch.bfloat16)
+
+
+@st.composite
+def packed(draw):
+    """(q, k, v, cu_q, cu_k, max_q, max_k): 0-3 sequences of 0-9 queries, keys >= 1 where a
+    sequence has queries (none is an error), the offsets int32 in a drawn layout."""
+    lengths_q = draw(st.lists(sizes(), max_size=3))
+    lengths_k = [draw(sizes(1 if n else 0)) for n in lengths_q]
+    hkv, group, d = draw(sizes(1, 2)), draw(sizes(1, 3)), draw(sizes(1, 24))
+    q, k, v = draw(operands(st.just([(sum(lengths_q), hkv * group, d), *[(sum(lengths_k), hkv, d)] * 2]),
+                            attn_spec.DTYPES))
+    cu = [index_tensor([0, *itertools.accumulate(n)], torch.int32, draw(st.sampled_from(INDEX_LAYOUTS)))
+          for n in (lengths_q, lengths_k)]
+    extra = draw(sizes(0, 2))
+    return q, k, v, *cu, max(lengths_q, default=0) + extra, max(lengths_k, default=0) + extra
+
+
+def _zero_tokens():
+    """Bug 5's varlen case: no tokens at all (one empty sequence)."""
+    empty = torch.zeros(0, 2, 8)
+    cu = torch.zeros(2, dtype=torch.int32)
+    return empty, empty.clone(), empty.clone(), cu, cu.clone(), 0, 0
+
+
+def _two_sequences():
+    """Two short sequences, contiguous offsets: the explicit examples' packed batch."""
+    q, k, v = _qkv((7, 2, 8), (9, 1, 8), (9, 1, 8))
+    return q, k, v, torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([0, 5, 9], dtype=torch.int32), 4, 5
+
+
+@given(case=packed(), causal=st.booleans(), scale=SCALES)
+@example(case=_two_sequences(), causal=False, scale=0.0).via("bug 3: varlen, scale 0 is the mean of v")
+@example(case=_two_sequences(), causal=True, scale=-0.5).via("bug 3: varlen, a negative scale")
+@example(case=_zero_tokens(), causal=False, scale=None).via("bug 5: varlen with zero tokens")
+def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
+    q, k, v, cu_q, cu_k, max_q, max_k = case
+    grad = output_grad(q.shape, q.dtype, seed=q.numel())
+    out, grads = with_grads(lambda *t: kernels.flash_attention_varlen(
+        *t, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale), (q, k, v), grad)
+    if q.shape[0] == 0:   # nothing to attend: no rows, zero gradients for the keys
+        assert out.shape == q.shape and out.dtype == q.dtype
+        assert all(g.shape == t.shape and not g.any() for g, t in zip(grads, (q, k, v)))
+        return
+    base, base_grads = with_grads(lambda *t: _per_sequence(_sdpa(causal, scale), *t, cu_q, cu_k), (q, k, v), grad)
+    ref, ref_grads = with_grads(lambda *t: _per_sequence(
+        lambda *s: attn_spec.reference(*s, causal, scale), *t, cu_q, cu_k), [t.double() for t in (q, k, v)],
+        grad.double())
+    assert_rule("out", out, ref, base, q.dtype)
+    for name, g, r, bg in zip(("dq", "dk", "dv"), grads, ref_grads, base_grads):
+        assert_rule(name, g, r, bg, q.dtype, "backward")
+
+
+def test_varlen_reads_strided_offsets_in_bounds():
+    """Bug 1, in a child process (it aborted the interpreter): offsets that are every other
+    element of their storage give what their contiguous copies give."""
+    assert_runs_in_child("""
+        import torch, kernels
+        cu_q = torch.tensor([0, 99, 5, 99, 14, 99, 17, 99], dtype=torch.int32)[::2]
+        cu_k = torch.tensor([0, 99, 4, 99, 12, 99, 15, 99], dtype=torch.int32)[::2]
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(n, 2, 16, generator=gen) for n in (17, 15, 15))
+        got = kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, 9, 8)
+        want = kernels.flash_attention_varlen(q, k, v, cu_q.contiguous(), cu_k.contiguous(), 9, 8)
+        assert torch.equal(got, want), (got - want).abs().max()
+    """)
