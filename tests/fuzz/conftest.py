@@ -11,7 +11,9 @@ from hypothesis import HealthCheck, settings
 
 _SHARED = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])   # the interpreter is slow
 settings.register_profile("ci", derandomize=True, max_examples=16, print_blob=True, **_SHARED)
-settings.register_profile("long", max_examples=200, **_SHARED)
+# derandomize=False stated: under CI=true Hypothesis makes derandomizing the default that
+# profiles inherit, and `make fuzz` is meant to draw fresh examples there too.
+settings.register_profile("long", max_examples=200, derandomize=False, **_SHARED)
 
 
 def pytest_configure(config):
