@@ -101,14 +101,14 @@ def test_v4_takes_a_32_wide_key_tile_at_d128_because_64_spills_on_gfx942():
 
 
 # gfx942, bf16: (instructions, VGPRs, MFMAs) of each dense kernel, recorded at commit
-# 7471117, before the kernels took VARLEN, and again when they took the scale's sign
-# (sign·Q or sign·Kᵀ once per program, outside the hot loops) and dK/dV its S as Q Kᵀ
-# (from 2815 instructions, 1084 in the hot loop, to 2564 and 1007). The dense launch passes
-# VARLEN=False and None offsets (constexprs), so its code must not change by a single instruction.
-# Recorded again when the compile took the JIT's tt.pointer_range (buffer loads, issue 18), from
-# (2102, 256, 48), (2564, 256, 96) and (1982, 256, 80): the binary the GPU runs.
-BEFORE_VARLEN = {"_flash_fwd_lse_kernel": (2065, 248, 48), "_bwd_dkdv_kernel": (2368, 255, 96),
-                 "_bwd_dq_kernel": (1758, 256, 80)}
+# 7471117, before the kernels took VARLEN, and again when dK/dV took its S as Q Kᵀ (from
+# 2815 instructions to 2392). The dense launch passes VARLEN=False and None offsets, and
+# a positive scale SCALE_SIGN=1 (constexprs), so its code must not change by a single
+# instruction (a runtime sign flip of Q had cost the forward 229 and dQ 226 instructions).
+# Recorded again when the compile took the JIT's tt.pointer_range (buffer loads, issue 18),
+# from (1873, 256, 48), (2392, 256, 96) and (1756, 255, 80): the binary the GPU runs.
+BEFORE_VARLEN = {"_flash_fwd_lse_kernel": (1827, 248, 48), "_bwd_dkdv_kernel": (2120, 255, 96),
+                 "_bwd_dq_kernel": (1510, 256, 80)}
 
 
 def _instructions(report) -> int:

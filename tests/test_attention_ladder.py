@@ -61,6 +61,22 @@ def _assert_passed(judged):
                                   f"{broken_rules(fields)}")
 
 
+def large_score_inputs(shape, largest: float, seed: int = 3):
+    """fp32 q, k, v of ``shape`` whose scaled scores reach about ±``largest``, each row's
+    sharing one large offset (q's first channel against a constant 64 in k's) plus a spread
+    of some units from the other channels, so the softmax is far from one-hot. q and k are
+    coarse (multiples of 1/4, small integers in the first channel), so every product and
+    partial sum of q·kᵀ is exact in fp32 in any order: no BLAS kernel's rounding enters."""
+    q, k, v, _ = attn_spec.make_inputs(shape, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randint(-32, 33, q.shape, generator=gen) / 4.0
+    k = torch.randint(-4, 5, k.shape, generator=gen) / 4.0
+    reach = max(1, round(largest * q.shape[-1] ** 0.5 / 64))
+    q[..., 0] = torch.randint(-reach, reach + 1, q.shape[:-1], generator=gen).float()
+    k[..., 0] = 64.0
+    return q, k, v
+
+
 # v5 evaluates exp2 on causally hidden scores too (they exceed the visible max) and
 # discards them with tl.where; the interpreter's NumPy reports that overflow, a GPU does not.
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
@@ -79,12 +95,7 @@ def test_large_scores_do_not_overflow(rung):
     three times worse than its SkylakeX one), and at this magnitude that alone moved
     near-tied weights past the rule on an AVX2-only CPU. What is left to differ is what
     this test is about: how each rung shifts, scales and exponentiates. v stays fine."""
-    q, k, v, _ = attn_spec.make_inputs((1, 2, 2, 33, 33, 64, 0), seed=3)
-    gen = torch.Generator().manual_seed(3)
-    q = torch.randint(-32, 33, q.shape, generator=gen) / 4.0
-    k = torch.randint(-4, 5, k.shape, generator=gen) / 4.0
-    q[..., 0] = torch.randint(-1000, 1001, q.shape[:-1], generator=gen).float()
-    k[..., 0] = 64.0
+    q, k, v = large_score_inputs((1, 2, 2, 33, 33, 64, 0), 8e3)
     scores = q.double() @ k.double().transpose(-1, -2) / 8
     assert scores.abs().max() > 7e3 and (scores.amax(-1) - scores.amin(-1)).median() < 30
     _assert_passed(judge(rung, kernels.spec("attention"), (q, k, v, True), seed=3))

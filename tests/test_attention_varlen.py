@@ -97,6 +97,16 @@ def test_no_query_tokens_give_an_empty_result(lengths_k, max_seqlen):
     assert [g.shape for g in grads] == [q.shape, k.shape, v.shape] and not any(g.any() for g in grads)
 
 
+def test_a_batch_of_no_sequences_gives_an_empty_result():
+    """cu_seqlens [0]: batch 0, as SDPA's B = 0 (the fuzz suite drew it)."""
+    q = torch.randn(0, 2, 8)
+    cu = torch.zeros(1, dtype=torch.int32)
+    out = kernels.flash_attention_varlen(q, q.clone(), q.clone(), cu, cu.clone(), 0, 0)
+    assert out.shape == (0, 2, 8)
+    with pytest.raises(ValueError, match="cu_seqlens_q is empty"):   # not even the 0
+        kernels.flash_attention_varlen(q, q.clone(), q.clone(), cu[:0], cu[:0], 0, 0)
+
+
 class _Counted:
     """A kernel that counts its launches (``kernel[grid](...)``)."""
 

@@ -10,6 +10,12 @@ def head_block(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
 
+def scale_sign(scale: float) -> int:
+    """sign(scale), the forward and backward kernels' SCALE_SIGN constexpr, so that the usual
+    positive scale compiles to code with no sign flip (0 and negative scales get their own)."""
+    return (scale > 0) - (scale < 0)
+
+
 def strides(t) -> tuple[int, int, int, int]:
     """(batch, head, sequence, dim) strides of a 4-D tensor, in elements."""
     return tuple(t.stride())

@@ -8,7 +8,8 @@ Idea:
     (2) exp2: |scale| and log2(e) fold into one constant that multiplies the fp32
     scores *after* the running max is subtracted, so the kernel calls exp2 directly
     instead of exp (which Triton computes as exp2 of x·log2 e). The max is taken on
-    sign(scale)·S (Q's sign flipped on load, exact), whose order is the scaled scores'
+    sign(scale)·S (Q's sign flipped on load, exact; ``SCALE_SIGN``, a constexpr, so a
+    positive scale compiles to no flip), whose order is the scaled scores'
     for any scale: a negative scale makes the smallest raw score the largest, and at
     scale 0 every score is 0 and O the mean of the visible V, as in SDPA. Scaling
     first would round every score at its own magnitude: at |scores| ~7e3 that cost
@@ -46,7 +47,7 @@ from .. import validate
 from ..outputs import new_output
 from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
-from .launch import aot_ints, head_block, strides
+from .launch import aot_ints, head_block, scale_sign, strides
 from .varlen import Packing, aot_args, cu_args, sequence
 from .spec import DTYPES, MAX_HEAD_DIM
 
@@ -59,7 +60,8 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
                           stride_vb, stride_vh, stride_vs, stride_vd,
                           stride_ob, stride_oh, stride_os, stride_od,
                           CAUSAL: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
+                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr,
+                          SCALE_SIGN: tl.constexpr = 1):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // HQ).to(tl.int64)
@@ -80,16 +82,20 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ds = tl.arange(0, BLOCK_D)
     ns = tl.arange(0, BLOCK_N)
-    sign = tl.where(scale > 0, 1.0, tl.where(scale < 0, -1.0, 0.0))
     # |softmax scale| and log2(e): exponents in base 2. At scale 0 every visible sign·S is 0,
     # so any positive factor gives exp2(0) = 1 there; 0 would turn masked -inf into NaN.
-    qk_scale = tl.where(scale == 0, 1.0, tl.abs(scale)) * 1.4426950408889634
+    # SCALE_SIGN is sign(scale), a constexpr: the usual positive scale compiles to no flip.
+    if SCALE_SIGN == 0:
+        qk_scale = 1.4426950408889634
+    else:
+        qk_scale = scale * SCALE_SIGN * 1.4426950408889634
     q_ptrs = (q_ptr + b * stride_qb + h * stride_qh + rows.to(tl.int64)[:, None] * stride_qs
               + ds.to(tl.int64)[None, :] * stride_qd)
     q = tl.load(q_ptrs, mask=(rows[:, None] < S) & (ds[None, :] < D), other=0.0)
     if INTERP_BF16:
         q = q.to(tl.float32)
-    q = (q * sign).to(q.dtype)   # exact: the scores' order, and so the max, is the scaled one's
+    if SCALE_SIGN != 1:
+        q = (q * SCALE_SIGN).to(q.dtype)   # exact: the scores' order, and so the max, is the scaled one's
     kt_ptrs = (k_ptr + b * stride_kb + hk * stride_kh + ns.to(tl.int64)[None, :] * stride_ks
                + ds.to(tl.int64)[:, None] * stride_kd)          # Kᵀ tile: (BLOCK_D, BLOCK_N)
     v_ptrs = (v_ptr + b * stride_vb + hk * stride_vh + ns.to(tl.int64)[:, None] * stride_vs
@@ -160,7 +166,7 @@ def launch(q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | No
     _flash_fwd_lse_kernel[grid](*views[:4], lse, *cu_args(packing), scale, s, sk, d, hq // hkv, hq,
                                 *(x for t in views for x in strides(t)),
                                 CAUSAL=bool(causal), VARLEN=packing is not None,
-                                INTERP_BF16=interp_bf16(q.dtype), **cfg)
+                                INTERP_BF16=interp_bf16(q.dtype), SCALE_SIGN=scale_sign(scale), **cfg)
     return o, lse
 
 
@@ -168,7 +174,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     """A causal Llama-3-8B launch; ``overrides={"VARLEN": True}`` compiles the packed one."""
     flags, pointers = aot_args(overrides)
     return [aot_launch(_flash_fwd_lse_kernel, dtype, config(backend, 128), aot_ints(),
-                       constexprs={"CAUSAL": True, "INTERP_BF16": False, **flags},
+                       constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **flags},
                        pointers={"lse_ptr": "*fp32", **pointers})]
 
 

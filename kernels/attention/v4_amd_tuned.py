@@ -120,7 +120,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     dims = [overrides["BLOCK_D"]] if "BLOCK_D" in (overrides or {}) else sorted(configs.HEAD_DIMS, reverse=True)
     return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype,
                        with_overrides(prior(backend, arch, d), overrides),
-                       aot_ints(d=d), constexprs={"CAUSAL": True, "INTERP_BF16": False, **aot_args(None)[0]},
+                       aot_ints(d=d), constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **aot_args(None)[0]},
                        pointers={"lse_ptr": "*fp32"}) for d in dims]
 
 

@@ -52,7 +52,7 @@ from ..outputs import new_output
 from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
 from . import v3_causal_lse
-from .launch import aot_ints, head_block, strides
+from .launch import aot_ints, head_block, scale_sign, strides
 from .varlen import Packing, aot_args, cu_args, sequence
 from .spec import DTYPES, MAX_HEAD_DIM
 
@@ -98,7 +98,8 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
                      stride_dkb, stride_dkh, stride_dks, stride_dkd,
                      stride_dvb, stride_dvh, stride_dvs, stride_dvd,
                      CAUSAL: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
+                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr,
+                     SCALE_SIGN: tl.constexpr = 1):
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = (bhk // HKV).to(tl.int64)
@@ -122,8 +123,10 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ds = tl.arange(0, BLOCK_D)
     ms = tl.arange(0, BLOCK_M)
-    sign = tl.where(scale > 0, 1.0, tl.where(scale < 0, -1.0, 0.0))    # as in v3's forward
-    qk_scale = tl.where(scale == 0, 1.0, tl.abs(scale)) * 1.4426950408889634
+    if SCALE_SIGN == 0:                  # as in v3's forward
+        qk_scale = 1.4426950408889634
+    else:
+        qk_scale = scale * SCALE_SIGN * 1.4426950408889634
     kv_mask = (cols[:, None] < SK) & (ds[None, :] < D)
     kt = tl.load(k_ptr + b * stride_kb + hk * stride_kh + cols.to(tl.int64)[None, :] * stride_ks
                  + ds.to(tl.int64)[:, None] * stride_kd,
@@ -134,7 +137,8 @@ def _bwd_dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv
     if INTERP_BF16:
         kt = kt.to(tl.float32)
         vt = vt.to(tl.float32)
-    kt = (kt * sign).to(kt.dtype)        # sign·S = Q (sign·Kᵀ): exact, as v3's sign·Q
+    if SCALE_SIGN != 1:
+        kt = (kt * SCALE_SIGN).to(kt.dtype)   # sign·S = Q (sign·Kᵀ): exact, as v3's sign·Q
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     lo = 0
@@ -194,7 +198,8 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
                    stride_dob, stride_doh, stride_dos, stride_dod,
                    stride_dqb, stride_dqh, stride_dqs, stride_dqd,
                    CAUSAL: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
+                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr,
+                     SCALE_SIGN: tl.constexpr = 1):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // HQ).to(tl.int64)
@@ -217,8 +222,10 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     ds = tl.arange(0, BLOCK_D)
     ns = tl.arange(0, BLOCK_N)
-    sign = tl.where(scale > 0, 1.0, tl.where(scale < 0, -1.0, 0.0))    # as in v3's forward
-    qk_scale = tl.where(scale == 0, 1.0, tl.abs(scale)) * 1.4426950408889634
+    if SCALE_SIGN == 0:                  # as in v3's forward
+        qk_scale = 1.4426950408889634
+    else:
+        qk_scale = scale * SCALE_SIGN * 1.4426950408889634
     q_mask = (rows[:, None] < S) & (ds[None, :] < D)
     q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows.to(tl.int64)[:, None] * stride_qs
                 + ds.to(tl.int64)[None, :] * stride_qd, mask=q_mask, other=0.0)
@@ -230,7 +237,8 @@ def _bwd_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
     if INTERP_BF16:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
-    q = (q * sign).to(q.dtype)
+    if SCALE_SIGN != 1:
+        q = (q * SCALE_SIGN).to(q.dtype)
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     hi = SK
     if CAUSAL:
@@ -282,7 +290,8 @@ def backward(q, k, v, o, lse, do, causal: bool, scale: float, packing: Packing |
     (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]
     rows_q, rows_k = (packing.max_q, packing.max_k) if packing else (s, sk)
     cfg = config(_backend.current().name, d)
-    flags = dict(CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype))
+    flags = dict(CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype),
+                 SCALE_SIGN=scale_sign(scale))
     cu_q, cu_k = cu_args(packing)
     delta = new_output((1 if packing else b, hq, s), torch.float32, q.device)
     _bwd_delta_kernel[(cdiv(rows_q, cfg["BLOCK_M"]), b * hq)](
@@ -324,7 +333,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     ints["HKV"] = 8
     varlen_flags, cu_pointers = aot_args(overrides)
     pointers = {"lse_ptr": "*fp32", "delta_ptr": "*fp32", **cu_pointers}
-    flags = {"CAUSAL": True, "INTERP_BF16": False, **varlen_flags}
+    flags = {"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **varlen_flags}
     return [aot_launch(_bwd_dkdv_kernel, dtype, cfg, ints, constexprs=flags, pointers=pointers),
             aot_launch(_bwd_dq_kernel, dtype, cfg, ints, constexprs=flags, pointers=pointers)]
 

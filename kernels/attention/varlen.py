@@ -76,13 +76,13 @@ def cu_args(packing: Packing | None) -> tuple:
 
 def _bounds(name: str, cu: torch.Tensor, total: int, max_seqlen: int) -> list[int]:
     bounds = cu.tolist()
-    if len(bounds) < 2 or bounds[0] != 0:
+    if not bounds or bounds[0] != 0:   # [0] alone is a batch of no sequences
         raise ValueError(f"{name} must start at 0 and hold batch + 1 offsets, got {bounds}")
     if any(b > a for a, b in zip(bounds[1:], bounds[:-1])):
         raise ValueError(f"{name} must be non-decreasing, got {bounds}")
     if bounds[-1] != total:
         raise ValueError(f"{name} ends at {bounds[-1]}, but the packed tensor has {total} tokens")
-    longest = max(b - a for a, b in zip(bounds[:-1], bounds[1:]))
+    longest = max((b - a for a, b in zip(bounds[:-1], bounds[1:])), default=0)
     if longest > max_seqlen:
         raise ValueError(f"{name} has a sequence of {longest} tokens, longer than its max_seqlen {max_seqlen}")
     return bounds

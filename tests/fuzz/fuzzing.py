@@ -16,7 +16,7 @@ import textwrap
 import torch
 from hypothesis import strategies as st
 
-from workbench.check import broken_rules, compare
+from workbench.check import broken_rules, compare, other_memory_order
 
 # Where a layout lives: "transposed" reverses the storage order of every dim (column-major
 # for a matrix), "sliced" takes every other element of the last dim, "offset" starts the
@@ -91,11 +91,21 @@ def with_grads(fn, tensors_, grad):
     return out.detach(), [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
 
 
+def baseline_with_grads(fn, tensors_, grad):
+    """torch's op as the harness runs the library baseline (:func:`workbench.check.judge`): on
+    the tensors and on copies in the other memory order. Returns the two outputs and, per
+    tensor, its two gradients, for :func:`assert_rule`."""
+    runs = [with_grads(fn, ts, grad) for ts in (tensors_, [other_memory_order(t) for t in tensors_])]
+    return tuple(out for out, _ in runs), list(zip(*(grads for _, grads in runs)))
+
+
 def assert_rule(name: str, got, reference, baseline, dtype, direction: str = "forward") -> None:
-    """The harness's rule (``workbench.check.compare``): shape, dtype, error bound, NaN/inf."""
-    assert tuple(got.shape) == tuple(baseline.shape), (f"{name}: shape {tuple(got.shape)}, "
-                                                       f"torch gives {tuple(baseline.shape)}")
-    assert got.dtype == baseline.dtype, f"{name}: dtype {got.dtype}, torch gives {baseline.dtype}"
+    """The harness's rule (``workbench.check.compare``): shape, dtype, error bound, NaN/inf.
+    ``baseline`` is torch's result, or several (:func:`baseline_with_grads`)."""
+    first = baseline if isinstance(baseline, torch.Tensor) else baseline[0]
+    assert tuple(got.shape) == tuple(first.shape), (f"{name}: shape {tuple(got.shape)}, "
+                                                    f"torch gives {tuple(first.shape)}")
+    assert got.dtype == first.dtype, f"{name}: dtype {got.dtype}, torch gives {first.dtype}"
     fields = compare(got, reference, baseline, dtype, direction)
     assert fields["passed"], f"{name} ({direction}, {dtype}): {broken_rules(fields)}"
 
