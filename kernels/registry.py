@@ -104,7 +104,9 @@ class AotKernel:
     signature: dict[str, str]   # argument name -> Triton type ("*bf16", "i32", "constexpr")
     constexprs: dict[str, Any]
     options: dict[str, Any]     # num_warps, num_stages, and AMD knobs
-    divisible_by_16: tuple[str, ...] = ()   # int arguments the JIT would mark divisible by 16
+    scalars: dict[str, Any] = field(default_factory=dict)
+    """The int and float arguments' values at the launch shown: Triton's own specialization
+    of them (divisibility) is what the ahead-of-time compile gets (:mod:`workbench.isa_compile`)."""
 
 
 @dataclass(frozen=True)

@@ -71,10 +71,13 @@ def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
                constexprs: dict | None = None, pointers: dict[str, str] | None = None) -> AotKernel:
     """Describe one launch the way Triton's JIT specializes it, for an ahead-of-time compile.
 
-    At launch the JIT turns every int argument equal to 1 into a constant and marks the
-    ones divisible by 16 (and 16-byte aligned pointers), which is what lets it vectorise
-    loads and software-pipeline the K loop. An ahead-of-time compile must be told the
-    same, or the ISA shows scalar loads and an unpipelined loop that no GPU runs.
+    At launch the JIT turns every int argument equal to 1 into a constant (here: a
+    constexpr of the signature) and marks the ones divisible by 16, 16-byte aligned
+    pointers and, on AMD, pointers into less than 2 GB, which is what lets it vectorise
+    loads, use buffer loads and software-pipeline the K loop. An ahead-of-time compile
+    must be told the same, or the ISA shows loads and a loop that no GPU runs: the int
+    and float values are kept (``scalars``) so that the compile asks Triton itself for
+    those attributes (:mod:`workbench.isa_compile`).
 
     ``cfg`` holds the rung's settings: upper-case keys are constexprs, the rest compile
     options (``num_warps``, ``num_stages``, AMD knobs). ``ints`` are the int arguments'
@@ -99,4 +102,4 @@ def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
         jit_fn, signature,
         constexprs={k: fixed[k] for k in names if signature[k] == "constexpr"},
         options={k: v for k, v in cfg.items() if not k.isupper()},
-        divisible_by_16=tuple(k for k in names if signature[k] == "i32" and ints[k] % 16 == 0))
+        scalars={k: ints[k] for k in names if signature[k] in ("i32", "fp32")})

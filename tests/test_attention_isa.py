@@ -16,6 +16,16 @@ import torch
 from workbench import isa, isa_parse
 
 TOP = [("v3", "_flash_fwd_lse_kernel"), ("v5", "_bwd_dkdv_kernel"), ("v5", "_bwd_dq_kernel")]
+
+
+def _sgpr_spills(count: str):
+    """A "does not spill" claim that SGPR spills make false (issue 18: the compile now gets the
+    JIT's tt.pointer_range, and SGPR spills count). Strict: the day they go, the mark must go."""
+    return pytest.mark.xfail(strict=True, reason=f"spills SGPRs ({count}); reported, not fixed yet")
+
+
+SGPR_SPILLS = {("_flash_fwd_lse_kernel", "gfx942"): "30", ("_flash_fwd_lse_kernel", "gfx950"): "18",
+               ("_bwd_dkdv_kernel", "gfx942"): "15"}
 PRODUCTS = {"_flash_fwd_lse_kernel": 2, "_bwd_dkdv_kernel": 4, "_bwd_dq_kernel": 3}
 MACS_PER_PRODUCT = 64 * 64 * 128      # every product of one trip is 64x64x128 or 64x128x64
 
@@ -29,8 +39,10 @@ def _loop_ops(report) -> list[str]:
     return [m for m in map(isa_parse.mnemonic, report.hot_loop.splitlines()) if m]
 
 
-@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
-@pytest.mark.parametrize("label,kernel", TOP, ids=[k for _, k in TOP])
+@pytest.mark.parametrize("label,kernel,target", [
+    pytest.param(label, kernel, target, id=f"{kernel}-{target}",
+                 marks=[_sgpr_spills(SGPR_SPILLS[kernel, target])] if (kernel, target) in SGPR_SPILLS else [])
+    for label, kernel in TOP for target in ("gfx942", "gfx950")])
 def test_top_kernels_use_mfma_for_both_products_stage_through_lds_and_do_not_spill(label, kernel, target):
     report = _report(label, kernel, target)
     ops = _loop_ops(report)
@@ -40,15 +52,17 @@ def test_top_kernels_use_mfma_for_both_products_stage_through_lds_and_do_not_spi
     assert macs * waves >= PRODUCTS[kernel] * MACS_PER_PRODUCT, report.matrix_instructions
     assert report.lds_bytes > 0 and any(op.startswith("ds_write") for op in ops)
     assert any(op.startswith("ds_read") for op in ops)
-    assert report.spills == 0 and report.scratch_bytes == 0
+    assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
     assert report.occupancy.value >= 1 and report.occupancy.limited_by
 
 
+@_sgpr_spills("v2: 13 on gfx942, 19 on gfx950")
 def test_v1_spills_where_v2_does_not():
     """v1's docstring: holding the whole key row spills, even at S_k = 256 (D = 128)."""
     for target in ("gfx942", "gfx950"):
         assert isa.inspect("attention", "v1", target).spills > 0
-        assert isa.inspect("attention", "v2", target).spills == 0
+        v2 = isa.inspect("attention", "v2", target)
+        assert (v2.spills, v2.sgpr_spills, v2.scratch_bytes) == (0, 0, 0), v2.summary()
 
 
 @pytest.mark.parametrize("label", ["v0", "v1", "v2", "v3", "v5"])
@@ -73,7 +87,7 @@ def test_v4_priors_do_not_spill_double_buffer_and_keep_two_waves(target):
     reports = isa.inspect_all("attention", "v4", target)     # D = 128, then D = 64
     assert len(reports) == 2 and reports[0].lds_bytes > v3.lds_bytes
     for report in reports:
-        assert report.spills == 0 and report.scratch_bytes == 0, report.summary()
+        assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
         assert report.occupancy.value >= 2
 
 
@@ -82,7 +96,8 @@ def test_v4_takes_a_32_wide_key_tile_at_d128_because_64_spills_on_gfx942():
     shipped = isa.inspect_all("attention", "v4", "gfx942")[0]
     assert (shipped.options["num_warps"], shipped.options["num_stages"]) == (8, 2)
     wider = isa.inspect_all("attention", "v4", "gfx942", overrides={"BLOCK_N": 64})[0]
-    assert shipped.spills == 0 and wider.spills > 0
+    assert (shipped.spills, shipped.sgpr_spills) == (0, 0), shipped.summary()
+    assert wider.spills + wider.sgpr_spills > 0, wider.summary()   # since issue 18: SGPRs, not VGPRs
 
 
 # gfx942, bf16: (instructions, VGPRs, MFMAs) of each dense kernel, recorded at commit
@@ -90,8 +105,10 @@ def test_v4_takes_a_32_wide_key_tile_at_d128_because_64_spills_on_gfx942():
 # 2815 instructions to 2392). The dense launch passes VARLEN=False and None offsets, and
 # a positive scale SCALE_SIGN=1 (constexprs), so its code must not change by a single
 # instruction (a runtime sign flip of Q had cost the forward 229 and dQ 226 instructions).
-BEFORE_VARLEN = {"_flash_fwd_lse_kernel": (1873, 256, 48), "_bwd_dkdv_kernel": (2392, 256, 96),
-                 "_bwd_dq_kernel": (1756, 255, 80)}
+# Recorded again when the compile took the JIT's tt.pointer_range (buffer loads, issue 18),
+# from (1873, 256, 48), (2392, 256, 96) and (1756, 255, 80): the binary the GPU runs.
+BEFORE_VARLEN = {"_flash_fwd_lse_kernel": (1827, 248, 48), "_bwd_dkdv_kernel": (2120, 255, 96),
+                 "_bwd_dq_kernel": (1510, 256, 80)}
 
 
 def _instructions(report) -> int:
@@ -105,10 +122,11 @@ def test_dense_kernels_compile_as_before_varlen(label, kernel):
     assert counts == BEFORE_VARLEN[kernel], report.summary()
 
 
-@pytest.mark.parametrize("label", ["v3", "v5"])
+@pytest.mark.parametrize("label", [pytest.param("v3", marks=_sgpr_spills("22")),
+                                   pytest.param("v5", marks=_sgpr_spills("22 in dK/dV, 27 in dQ"))])
 def test_varlen_kernels_keep_the_mfmas_and_do_not_spill(label):
     """v3's Limits: the packed kernels multiply as the dense ones do, without spilling."""
     dense = isa.inspect_all("attention", label, "gfx942")
     for report, packed in zip(dense, isa.inspect_all("attention", label, "gfx942", overrides={"VARLEN": True})):
         assert packed.matrix_instructions == report.matrix_instructions
-        assert packed.spills == 0 and packed.scratch_bytes == 0, packed.summary()
+        assert (packed.spills, packed.sgpr_spills, packed.scratch_bytes) == (0, 0, 0), packed.summary()

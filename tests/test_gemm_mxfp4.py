@@ -210,7 +210,7 @@ def test_gfx950_uses_the_scaled_fp4_mfma_without_spills():
     report = isa.inspect("gemm_mxfp4", "v0", "gfx950")
     assert report.dtype == "float4_e2m1fn_x2"
     assert set(report.matrix_instructions) == {"v_mfma_scale_f32_32x32x64_f8f6f4"}, report.summary()
-    assert (report.spills, report.scratch_bytes) == (0, 0), report.summary()
+    assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
 
 
 def test_gfx942_emulates_on_bf16_mfma():
@@ -218,7 +218,7 @@ def test_gfx942_emulates_on_bf16_mfma():
     assert report.matrix_instructions and all(
         name.startswith("v_mfma_f32_") and name.endswith("_bf16") for name in report.matrix_instructions)
     assert "mfma_scale" not in report.asm
-    assert (report.spills, report.scratch_bytes) == (0, 0), report.summary()
+    assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
 
 
 def test_sm90_emulates_on_bf16_wgmma():

@@ -58,7 +58,7 @@ def test_int64_offsets_stay_out_of_the_hot_loop(rung, target):
 @pytest.mark.parametrize("target", ("gfx942", "gfx950"))
 def test_top_rung_does_not_spill(target):
     report = isa.inspect("gemm", TOP_RUNG.rung, target)
-    assert (report.spills, report.scratch_bytes) == (0, 0), report.summary()
+    assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
 
 
 @pytest.mark.parametrize("arch_vgprs, agprs, waves", [
@@ -124,6 +124,16 @@ def test_instruction_classes(line, op, kind):
     if op:
         dialect = "ptx" if "." in op else "amdgcn"
         assert isa_parse.category(op, dialect) == kind
+
+
+@pytest.mark.parametrize("line, into_lds", [
+    ("\tbuffer_load_dwordx4 v59, s[8:11], 0 offen lds", True),          # gfx950, tt.pointer_range
+    ("\tglobal_load_lds_dwordx4 v[2:3], off", True),                    # gfx950, a 64-bit pointer
+    ("\tbuffer_load_dwordx4 v[0:3], v4, s[0:3], 0 offen ; lds", False),  # into registers
+    ("\tds_write_b128 v1, v[2:5]", False),
+])
+def test_loads_straight_into_lds_are_told_apart(line, into_lds):
+    assert isa_parse.loads_into_lds(line) is into_lds
 
 
 def test_registers_and_lds_are_read():

@@ -103,5 +103,5 @@ def test_kernels_use_mfma_for_every_product_stage_through_lds_and_do_not_spill(t
         assert _loop_mfma_macs(report) * cfg["num_warps"] >= macs, report.matrix_instructions
         assert report.lds_bytes > 0 and report.lds_reads > 0 and report.lds_writes + sum(
             n for name, n in report.global_loads.items() if "lds" in name) > 0
-        assert report.spills == 0 and report.scratch_bytes == 0, report.summary()
+        assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
         assert report.occupancy.value >= 2 and report.occupancy.limited_by

@@ -211,7 +211,7 @@ def _isa_rows(target: str) -> list[dict]:
                 rows.append(dict(op=op, rung=r.title, dtype=report.dtype,
                                  matrix=", ".join(report.matrix_instructions) or "-",
                                  lds_bytes=report.lds_bytes, vgprs=report.vgprs,
-                                 spills=report.spills,
+                                 vgpr_spills=report.spills, sgpr_spills=report.sgpr_spills,
                                  waves_per_simd=f"{report.occupancy.value} ({report.occupancy.limited_by})"))
     return rows
 

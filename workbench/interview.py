@@ -26,8 +26,9 @@ def _wave_card() -> Card:
         amd, nv = lanes("gfx942"), lanes("sm90")
         return (f"A wavefront on MI300X has {amd['lanes per wave']} lanes; a CUDA warp has "
                 f"{nv['lanes per wave']}. The compile shows it: gfx942's kernel metadata says "
-                f"`.wavefront_size: {amd['lanes per wave']}` and its branches save the lane "
-                f"mask with {amd['lane-mask instructions']} (one bit per lane). sm90's softmax "
+                f"`.wavefront_size: {amd['lanes per wave']}` and its compares write each lane "
+                f"mask to a 64-bit SGPR pair ({amd['lane-mask instructions']}; one bit per lane). "
+                "sm90's softmax "
                 f"shuffles lanes with `{nv['first of them']}`: a butterfly inside a "
                 f"{nv['lanes per wave']}-lane warp."
                 "\n\n"
@@ -166,8 +167,8 @@ def _v4_card() -> Card:
 
     def evidence():
         v3, v4 = v3_v4()
-        keep = ("matrix instructions", "LDS bytes", "num_stages", "VGPRs", "spills", "occupancy",
-                "LDS reads", "LDS writes", "global loads")
+        keep = ("matrix instructions", "LDS bytes", "num_stages", "VGPRs", "VGPR spills", "SGPR spills",
+                "occupancy", "LDS reads", "LDS writes", "global loads")
         return [html_table([row for row in isa.compare(v3, v4) if row["metric"] in keep],
                            caption="gfx942 ISA, v3 against v4"),
                 html_table([roof_row()], caption="roofline (model)")]

@@ -49,12 +49,14 @@ def lanes(target: str) -> dict:
         threads = int(re.search(r"\.reqntid\s+(\d+)", report.asm).group(1))
         wave = threads // report.options["num_warps"]
         where = f".reqntid {threads} / num_warps {report.options['num_warps']}"
-    masks = Counter(re.findall(r"s_and_saveexec_b\d+", report.asm))
+    # A lane mask is 64 bits on a 64-lane wave: a compare writes it to an SGPR pair, a branch
+    # saves exec (its buffer loads check bounds themselves, so v4 has no such branch).
+    masks = Counter(re.findall(r"\b(v_cmp\w*_e64(?=\s+s\[\d+:\d+\])|s_and_saveexec_b64)", report.asm))
     example = next(line for line in report.asm.splitlines() if re.search(CROSS_LANE, line))
     return {"target": target, "lanes per wave": wave, "from": where,
             "cross-lane instructions": _cross_lane(report.asm),
             "first of them": " ".join(example.split()),
-            "lane-mask instructions": ", ".join(f"{k} x{v}" for k, v in masks.items()) or "-"}
+            "lane-mask instructions": ", ".join(f"{k} x{v}" for k, v in masks.most_common(3)) or "-"}
 
 
 @functools.cache
@@ -137,7 +139,8 @@ def all_reduce_rows(gpu: str = "MI300X") -> list[dict]:
 
 # The phrases of workbench.tune_space.verdict; nothing there times a config, so the
 # last reason counts zero, computed like the others.
-REASONS = {"spills VGPRs": r"spills \d+ VGPRs", "uses scratch memory": r"bytes of scratch",
+REASONS = {"spills VGPRs": r"spills \d+ VGPRs", "spills SGPRs": r"spills \d+ SGPRs",
+           "uses scratch memory": r"bytes of scratch",
            "needs more LDS than a workgroup may have": r"bytes of LDS >", "was slow when timed": r"timed|slow"}
 
 

@@ -9,7 +9,7 @@
 Each rung's ``aot(dtype, backend)`` says which kernels it launches, with which
 constexprs and options; Triton compiles them ahead of time for the chosen target
 (in a helper process, see :mod:`workbench.isa_compile`), and this module reads the
-machine code: matrix instructions, LDS and global traffic, registers, spills,
+machine code: matrix instructions, LDS and global traffic, registers, VGPR and SGPR spills,
 occupancy and the hot loop. Reports are cached per (op, rung, target, dtype, overrides).
 
 ``overrides`` compiles a rung with some settings replaced, for the rungs whose ``aot``
@@ -70,7 +70,7 @@ class IsaReport:
     registers_source: str
     spills: int | None              # VGPR spill count (None on NVIDIA: the cubin has bytes only)
     scratch_bytes: int | None       # AMD private segment / NVIDIA stack frame per thread
-    sgpr_spills: int | None         # into VGPR lanes, not memory traffic
+    sgpr_spills: int | None         # into VGPR lanes (v_writelane/v_readlane), not memory; None on NVIDIA
     occupancy: Occupancy
     hot_loop: str = field(repr=False)
 
@@ -88,8 +88,9 @@ class IsaReport:
             "LDS bytes": self.lds_bytes, "LDS reads": self.lds_reads, "LDS writes": self.lds_writes,
             "global loads": _counts(self.global_loads),
             "VGPRs" if self.dialect == "amdgcn" else "registers": self.vgprs,
-            "AGPRs": self.agprs, "SGPRs": self.sgprs, "spills": self.spills,
-            "scratch bytes": self.scratch_bytes, "SGPR spills": self.sgpr_spills,
+            "AGPRs": self.agprs, "SGPRs": self.sgprs,
+            "VGPR spills": self.spills, "SGPR spills": self.sgpr_spills,
+            "scratch bytes": self.scratch_bytes,
             "occupancy": str(self.occupancy),
             "hot loop lines": len(self.hot_loop.splitlines()),
         }

@@ -111,7 +111,8 @@ def _compile_here(op: str, label: str, target: tuple, dtype_name: str,
     for aot in rung.aot(getattr(torch, dtype_name), gpu_target.backend, arch, **extra):
         options = {k: v for k, v in aot.options.items() if k in accepted}
         jit_fn = _Rebuilder().jit(aot.jit_fn)
-        source = ASTSource(jit_fn, aot.signature, aot.constexprs, _launch_hints(jit_fn, aot))
+        attrs = launch_attrs(jit_fn, aot, gpu_target)
+        source = ASTSource(jit_fn, aot.signature, aot.constexprs, attrs)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
             kernel = triton.compile(source, target=gpu_target, options=options)
@@ -123,6 +124,7 @@ def _compile_here(op: str, label: str, target: tuple, dtype_name: str,
             "shared": kernel.metadata.shared,
             "num_warps": kernel.metadata.num_warps,
             "options": options,
+            "attrs": attrs,
             "dropped_options": sorted(set(aot.options) - accepted),
         })
     return compiled
@@ -144,17 +146,43 @@ def _rung(op: str, label: str, source: str | None):
     return found[0]
 
 
-def _launch_hints(jit_fn, aot) -> dict:
-    """Divisibility hints as the JIT gives them: aligned pointers, ints divisible by 16.
+def launch_attrs(jit_fn, aot, target) -> dict:
+    """The per-argument attributes Triton's JIT gives a typical launch of ``aot`` on ``target``.
 
-    At launch Triton specializes each pointer whose address is a multiple of 16 (torch
-    allocations always are) and each int argument divisible by 16 (the rung's ``aot``
-    names those of the launch it shows); without the same hints an ahead-of-time compile
-    would show narrower loads and a less pipelined loop than the kernel really runs with.
+    The JIT specializes each argument at launch: a pointer 16-byte aligned (torch
+    allocations always are) or an int divisible by 16 gets ``tt.divisibility``, and on
+    AMD a tensor under 2 GB gets ``tt.pointer_range = 32``, which turns its global
+    loads into ``buffer_load`` and changes the register count. Without the same
+    attributes an ahead-of-time compile describes another binary. So the rule is
+    Triton's own, asked here: its launch binder runs on stand-in arguments
+    (:func:`stand_in_args`) for the target's backend, and the specialization becomes
+    attributes as ``JITFunction.run`` makes them.
     """
-    hinted = [name for name, kind in aot.signature.items() if kind.startswith("*")]
-    hinted += list(aot.divisible_by_16)
-    return {(jit_fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in hinted}
+    from triton._utils import find_paths_if, get_iterable_path
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(target)
+    binder = create_function_from_signature(jit_fn.signature, jit_fn.params, backend)
+    _, specialization, _ = binder(*stand_in_args(jit_fn, aot))
+    values = ["" if kind == "constexpr" else value for kind, value in specialization]
+    return {path: backend.parse_attr(get_iterable_path(values, path))
+            for path in find_paths_if(values, lambda _, value: isinstance(value, str))}
+
+
+def stand_in_args(jit_fn, aot) -> list:
+    """A typical call of ``aot``'s launch, in argument order: Triton's own stand-in tensor
+    (``MockTensor``: aligned, under 2 GB) for each pointer, the launch's values for the rest.
+    ``MockTensor`` takes the signature's type name as its dtype: Triton reads a dtype by name."""
+    from triton.runtime.jit import MockTensor
+
+    def value(name: str):
+        kind = aot.signature[name]
+        if kind == "constexpr":
+            return aot.constexprs[name]
+        return MockTensor(kind[1:]) if kind.startswith("*") else aot.scalars[name]
+
+    return [value(name) for name in jit_fn.arg_names]
 
 
 def _option_fields(backend: str) -> set[str]:
@@ -196,6 +224,7 @@ class _Rebuilder:
         copy.__qualname__ = python_fn.__qualname__
         copy.__kwdefaults__ = python_fn.__kwdefaults__
         copy.__doc__ = python_fn.__doc__
+        copy.__annotations__ = python_fn.__annotations__  # tl.constexpr parameters stay constexpr
         # The jit arguments (do_not_specialize, ...): Triton 3.5+ also keeps them as fn.kwargs,
         # 3.4 only on the rewriter.
         rebuilt = JITFunction(copy, **fn.rewriter.kwargs)

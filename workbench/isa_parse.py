@@ -103,6 +103,15 @@ def hot_loop(lines: list[str], dialect: str) -> list[str]:
     return [] if chosen is None else lines[chosen[0]:chosen[1] + 1]
 
 
+def loads_into_lds(line: str) -> bool:
+    """A global load that writes LDS instead of registers: gfx950's ``buffer_load_dwordx4 ...
+    lds`` (``global_load_lds_dwordx4`` where the pointer has no 32-bit range). Its mnemonic
+    is a plain load's; the ``lds`` modifier at the end says where the data goes."""
+    code = line.split(";", 1)[0].split()
+    return bool(code) and code[0].startswith(("buffer_load", "global_load_lds")) and (
+        code[-1] == "lds" or code[0].startswith("global_load_lds"))
+
+
 def branch_target(line: str, dialect: str) -> str | None:
     """The label a branch instruction jumps to (None for any other line)."""
     m = _BRANCH[dialect].match(line)

@@ -6,7 +6,7 @@ Idea:
     ``num_stages=2`` Triton's pipeliner (the "stream pipeliner" on AMD) issues the
     global loads of step k+1 before the MFMAs of step k, keeping a second LDS buffer
     (gfx942: loads land in registers, then ``ds_write`` into the LDS buffer the MFMAs
-    are not reading; gfx950: ``global_load_lds_dwordx4`` copies straight into LDS).
+    are not reading; gfx950: ``buffer_load_dwordx4 ... lds`` copies straight into LDS).
 
     The kernel change that goes with it: the loop now runs over the full BLOCK_K
     steps with only the loop-invariant row/column masks, and the ragged last K step,
@@ -37,10 +37,10 @@ Idea:
 
     What to look for in the gfx942 ISA: ``v_mfma_f32_16x16x16_bf16``,
     ``ds_write_b128`` (staging into LDS), ``ds_read_b128`` (operands out of LDS),
-    ``global_load_dwordx4`` (16 bytes per lane) and LDS bytes in the metadata twice
+    ``buffer_load_dwordx4`` (16 bytes per lane) and LDS bytes in the metadata twice
     v3's. The wide loads need leading strides that are multiples of 16 elements,
     which the JIT specializes on at run time (the ISA inspector compiles with the
-    same hints).
+    same hints; tensors under 2 GB also make the loads buffer loads).
 
     The layout of B matters on gfx942. MFMA wants both operands K-contiguous in
     LDS; B in row-major layout (N contiguous, ``x @ w`` with ``w`` (K, N)) is

@@ -36,7 +36,7 @@ Limits:
     Any M, N and strides through masked loads; K-contiguous operands are the fast
     layout. The scales are read in plain row-major order, not the pre-shuffled layout
     that hipBLASLt/cuBLASLt's MX kernels take; on gfx950 (Triton 3.9) the ISA shows
-    them fetched a byte at a time (``global_load_ubyte``). No XCD-aware program
+    them fetched a byte at a time (``buffer_load_ubyte``). No XCD-aware program
     remapping yet.
 """
 from __future__ import annotations

@@ -118,9 +118,10 @@ def _exercise(key: str) -> KernelExercise:
 
 
 def _wide_key_tile_spills() -> int:
-    """VGPR spills of v4's D = 128 prior on gfx942 with the key tile widened to 64."""
+    """SGPR spills of v4's D = 128 prior on gfx942 with the key tile widened to 64."""
     from ...isa import inspect
-    return inspect("attention", "v4", "gfx942", torch.bfloat16, overrides={"BLOCK_D": 128, "BLOCK_N": 64}).spills
+    return inspect("attention", "v4", "gfx942", torch.bfloat16,
+                   overrides={"BLOCK_D": 128, "BLOCK_N": 64}).sgpr_spills
 
 
 EXERCISES = (
@@ -240,21 +241,21 @@ EXERCISES = (
         question="v4 runs v3's kernel with a config from a table compiled ahead of time per target; "
                  "configs that spill registers are dropped. Take v4's D = 128 launch for gfx942 in bf16 "
                  "(its prior: kernels.attention.v4_amd_tuned.prior('hip', 'gfx942', 128)) and widen only "
-                 "the key tile, to BLOCK_N = 64. How many VGPRs does the compiler spill?",
+                 "the key tile, to BLOCK_N = 64. How many SGPRs does the compiler spill?",
         answer=_wide_key_tile_spills,
         hints=(
             "workbench.isa.inspect compiles a rung for a target without its GPU, and v4's compile takes "
             "overrides on top of the prior.",
             "Pass overrides={'BLOCK_D': 128, 'BLOCK_N': 64} (BLOCK_D picks the head-dim class) and read "
-            "the report's spills; compare with the prior's report.",
+            "the report's sgpr_spills (its spills are VGPR spills); compare with the prior's report.",
             "isa.inspect('attention', 'v4', 'gfx942', torch.bfloat16, "
-            "overrides={'BLOCK_D': 128, 'BLOCK_N': 64}).spills",
+            "overrides={'BLOCK_D': 128, 'BLOCK_N': 64}).sgpr_spills",
         ),
         wrong=(0, 256),
-        explain="waves_per_eu=2 asks for two waves per SIMD, which caps the VGPRs a wave may use; the "
-                "64-wide key tile does not fit under that cap (compare the two reports' VGPRs), so "
-                "`python -m workbench.tune_space` drops it from kernels/attention/tuned_space.json and "
-                "v4 never times it.",
+        explain="The 64-wide key tile needs more scalar registers than a wave may have (compare the two "
+                "reports' SGPRs), so the compiler spills SGPRs into VGPR lanes; `python -m "
+                "workbench.tune_space` drops a config that spills either kind from "
+                "kernels/attention/tuned_space.json, and v4 never times it.",
     ),
     _rung(
         "v5", V5,
