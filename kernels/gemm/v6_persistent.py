@@ -61,7 +61,9 @@ Limits:
     changes the program count and ``FIXUP=False`` skips the combine pass (a
     deliberately broken variant for tests). The second epilogue (a split's fp32
     partial tile) costs registers: no 256x256 tile survives the ahead-of-time prune
-    on gfx942 or gfx950, while v5 holds 256x256x64 at 4 warps without spilling.
+    on gfx942 or gfx950. (v5 held 256x256x64 at 4 warps without VGPR spills, but
+    compiled as the JIT compiles it, with buffer loads, it spills 392 SGPRs there:
+    ``tests/test_gemm_tuning.py`` reports it.)
 """
 from __future__ import annotations
 
