@@ -84,8 +84,9 @@ def large_score_inputs(shape, largest: float, seed: int = 3):
 def test_large_scores_do_not_overflow(rung):
     """Scores around ±8e3 in fp32 whose rows spread over about ten units: exp of an
     unshifted score would be inf, and scaling the scores before the max is subtracted
-    (v3-v5 once did) misses the rule by 100x here (1.6e-4 against 1.5e-6, checked by
-    hand). Every rung, and v5's dQ, dK, dV, meet the harness rule.
+    (v3-v5 once did) misses the rule (a mutation of v3 that did so, tried by hand on an AMD
+    EPYC Zen 4, missed it 100x; no test keeps that mutation). Every rung, and v5's dQ, dK,
+    dV, meet the harness rule.
 
     Each row's scores share one large offset (q's first channel against a constant in
     k's) plus a small spread from the other channels, so the softmax is far from one-hot.

@@ -70,7 +70,7 @@ from .layer import MoE
 from .layer_ladder import v3_fused
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
-from .reference import MoEReference, swiglu
+from .reference import swiglu
 from .routing import aux_loss, expert_counts, route
 
 _EXPERT_WEIGHTS = ("gate", "up", "down")
