@@ -72,8 +72,10 @@ def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1):
     out, dx, g = _grads(ep, xs[rank], grads_out[rank])
     rows = slice(sum(x.shape[0] for x in xs[:rank]), sum(x.shape[0] for x in xs[:rank + 1]))
     experts = slice(ep.local_experts.start, ep.local_experts.stop)
+    counts = ep.expert_counts.clone()             # this rank's: summed, the whole batch's
+    dist.all_reduce(counts, group=group)
     checks = {"out": (out, out_all[rows]), "dx": (dx, dx_all[rows]),
-              "expert_counts": (ep.expert_counts, full.expert_counts)}
+              "expert_counts": (counts, full.expert_counts)}
     checks |= {f"d{n}": (g[n], g_all[n][experts]) for n in ("gate", "up", "down")}
     logits = F.linear(torch.cat(xs), full.router.weight)[rows]   # aux_loss: this rank's tokens
     checks["aux_loss"] = (ep.aux_loss.detach(), aux_loss(logits, route(logits, TOP_K)[1]))
@@ -121,7 +123,7 @@ def _cases_on(rank, world):
         full.router.weight[4:, -1] = 10.0
     xs, gs = _tokens([8] * world, seed=20, constant_feature=True)
     ep = _cases(rank, full, xs, gs, failures, "rank 1 receives nothing", chunks=2)
-    if ep.expert_counts[2:4].any() or not ep.expert_counts.sum() == 8 * world * TOP_K:
+    if ep.expert_counts[2:4].any() or not ep.expert_counts.sum() == 8 * TOP_K:
         failures.append(f"experts 2, 3 got token-slots: {ep.expert_counts.tolist()}")
     if world == 2:
         _bf16_case(rank, failures)
