@@ -156,11 +156,10 @@ class Timeline:
         """The events, in seconds since the start; with device events the first read
         synchronizes once."""
         if self._events is None:
-            starts = self._clock.seconds([m[2] for m in self._marks])
-            ends = self._clock.seconds([m[3] for m in self._marks])
+            times = self._clock.seconds([mark for m in self._marks for mark in m[2:]])
             self._events = [{"rank": self.rank, "chunk": chunk, "phase": phase, "start_s": s,
                              "end_s": e, "clock": self.clock}
-                            for (chunk, phase, _, _), s, e in zip(self._marks, starts, ends)]
+                            for (chunk, phase, _, _), s, e in zip(self._marks, times[::2], times[1::2])]
         return self._events
 
 
