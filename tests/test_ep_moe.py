@@ -279,7 +279,8 @@ def _construction_case(rank, world):
     """The errors of bad arguments, and whether a fresh EP layer seeded like a full layer
     holds that layer's weights for its experts (as ExpertParallelMoE's docstring says)."""
     messages = []
-    for kwargs in (dict(num_experts=6), dict(num_experts=8, ep_chunks=0)):
+    for kwargs in (dict(num_experts=6), dict(num_experts=8, ep_chunks=0),
+                   dict(num_experts=8, ep_capacity=0)):
         try:
             kernels.MoE(DIM, HIDDEN, top_k=1, ep_group=dist.group.WORLD, **kwargs)
         except ValueError as err:
@@ -453,9 +454,9 @@ def test_overlap_efficiency_on_known_timelines():
 
 def test_bad_world_size_and_chunks_are_refused_by_name_and_fresh_layers_are_slices():
     for messages, same in run_local(_construction_case, 4, timeout=300, group_timeout=200):
-        assert len(messages) == 2
+        assert len(messages) == 3
         assert "num_experts=6" in messages[0] and "world size 4" in messages[0]
-        assert "ep_chunks" in messages[1]
+        assert "ep_chunks" in messages[1] and "ep_capacity" in messages[2]
         assert same
 
 

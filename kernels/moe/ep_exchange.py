@@ -156,12 +156,13 @@ def start(rows: torch.Tensor, plan: Plan, group, back: bool = False, per_row: in
     ``per_row = k``; a gradient per slot: 1); ``back``, the owner's expert-major rows
     (padding included)."""
     if back:
-        source_major = torch.empty_like(rows)
-        source_major[plan.order] = rows
-        sent, out_rows, in_splits, out_splits = source_major, plan.send_index.shape[0], plan.recv, plan.send
+        sent = torch.empty_like(rows)
+        sent[plan.order] = rows                            # source-major, as received
+        out_rows, in_splits, out_splits = plan.send_index.shape[0], plan.recv, plan.send
     else:
-        padded = torch.cat([rows, rows.new_zeros((1, rows.shape[1]))])
-        sent, out_rows, in_splits, out_splits = padded[plan.send_index // per_row], plan.rows, plan.send, plan.recv
+        padded = torch.cat([rows, rows.new_zeros((1, rows.shape[1]))])   # the padding's row
+        sent = padded[plan.send_index // per_row]
+        out_rows, in_splits, out_splits = plan.rows, plan.send, plan.recv
     out = rows.new_empty((out_rows, rows.shape[1]))
     work = dist.all_to_all_single(out, sent, out_splits, in_splits, group=group, async_op=True)
     return out, work

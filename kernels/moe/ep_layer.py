@@ -43,13 +43,14 @@ SwiGLU) from the rows it kept, on all chunks' rows at once in the single-process
 layer's row order, and one per chunk brings each slot's input gradient back: T·k rows
 of ``dim`` each way, as in the forward. The routing weights' gradient is a dot of the
 output gradient with the saved outputs, on the sender. Local expert weight gradients
-are the single-process layer's for those experts, to rounding as above. The router's and shared experts' gradients cover this rank's
-tokens only: they are replicated parameters, and like any data-parallel gradient they
-must be summed over the ranks (:meth:`ExpertParallelMoE.replicated_parameters`); that
-sum adds per-rank partial sums, a different association than the single-process sum
-over all tokens. The backward's all-to-alls are
-collectives: every rank of the group must run backward through each forward, as with
-any distributed layer. Eager mode only (not wrapped for ``torch.compile``).
+are the single-process layer's for those experts, to rounding as above. The router's
+and shared experts' gradients cover this rank's tokens only: they are replicated
+parameters, and like any data-parallel gradient they must be summed over the ranks
+(:meth:`ExpertParallelMoE.replicated_parameters`); that sum adds per-rank partial sums,
+a different association than the single-process sum over all tokens. The backward's
+all-to-alls are collectives: every rank of the group must run backward through each
+forward, as with any distributed layer. Eager mode only (not wrapped for
+``torch.compile``).
 
 Overlap: with ``ep_chunks = C`` the tokens are split into C chunks; the dispatch of chunk
 i+1 is issued (``async_op=True``) before the experts compute chunk i, and each chunk's
