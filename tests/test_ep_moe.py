@@ -29,7 +29,7 @@ from workbench.check import relative_error
 from workbench.ep_overlap import measure
 from workbench.tolerances import reassociation_bound
 
-from host_sync import READS, no_host_sync
+from host_sync import READS, counted_host_reads, no_host_sync
 
 pytestmark = pytest.mark.timeout(600)   # a loaded 2-core machine runs these 4x slower
 
@@ -190,7 +190,7 @@ def _capacity_cases(rank, failures):
 
 def _traffic_case(rank, world):
     """Elements of float rows this rank's all-to-alls sent in one forward and one backward
-    (2 chunks), and the other collectives the forward called."""
+    (2 chunks), the other collectives the forward called, and the host reads of each."""
     full = _full_layer(4, 0, seed=5)
     xs, gs = _tokens((7, 4), seed=50)
     ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=2)
@@ -209,23 +209,26 @@ def _traffic_case(rank, world):
     x = xs[rank].clone().requires_grad_()
     dist.all_to_all_single, dist.all_reduce = counting, reduce
     try:
-        out = ep(x)
+        with counted_host_reads() as forward_reads:
+            out = ep(x)
         forward, sent[:] = sum(sent), []
-        out.backward(gs[rank])
+        with counted_host_reads() as backward_reads:
+            out.backward(gs[rank])
     finally:
         dist.all_to_all_single, dist.all_reduce = all_to_all, all_reduce
-    return forward, sum(sent), others
+    return forward, sum(sent), others, forward_reads, backward_reads
 
 
 def test_forward_and_backward_each_move_two_times_t_k_dim_and_nothing_else():
     """Summed over the ranks, each direction carries every token-slot's row once: T·k·dim
     out and T·k·dim back, in the backward too (the output gradient out, the input gradient
-    back: the forward's rows are not sent again); and the forward calls no all_reduce."""
+    back: the forward's rows are not sent again); the forward calls no all_reduce, and
+    reads the host once (the split sizes, dropless), the backward not at all."""
     per_rank = run_local(_traffic_case, 2, timeout=300, group_timeout=200)
     rows = (7 + 4) * TOP_K * DIM
     assert sum(r[0] for r in per_rank) == 2 * rows
     assert sum(r[1] for r in per_rank) == 2 * rows
-    assert [r[2] for r in per_rank] == [[], []]
+    assert [r[2:] for r in per_rank] == [([], ["tolist"], [])] * 2
 
 
 def test_host_sync_trap_catches_every_read_and_restores():
