@@ -10,6 +10,8 @@ a rank returns its failures and the parent asserts there are none.
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -17,12 +19,17 @@ import torch.nn.functional as F
 
 import kernels
 from kernels.comm.launch import run_local
-from kernels.comm.overlap import PHASES, overlap_efficiency, phase_seconds
+from kernels.comm import overlap
+from kernels.comm.overlap import PHASES, Timeline, overlap_efficiency, phase_seconds
 from kernels.moe import ExpertParallelMoE, aux_loss, route
 from kernels.moe.layer_ladder import v3_fused
+from kernels.moe.layer_ladder.v2_grouped import routed_experts
+from kernels.moe.reference import swiglu
 from workbench.check import relative_error
 from workbench.ep_overlap import measure
 from workbench.tolerances import reassociation_bound
+
+from host_sync import READS, counted_host_reads, no_host_sync
 
 pytestmark = pytest.mark.timeout(600)   # a loaded 2-core machine runs these 4x slower
 
@@ -64,16 +71,24 @@ def _grads(layer, x, grad_out):
     return out.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters()}
 
 
-def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1):
-    """EP share of ``full`` on this rank's tokens against ``reference``, ``full`` on all tokens."""
+def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1, capacity=None):
+    """EP share of ``full`` on this rank's tokens against ``reference``, ``full`` on all tokens.
+    With a ``capacity`` (large enough to drop nothing), forward and backward run under the
+    host-sync trap."""
     group = dist.group.WORLD
     out_all, dx_all, g_all = reference
     ep = kernels.MoE.from_full(full, group, ep_chunks=chunks)
-    out, dx, g = _grads(ep, xs[rank], grads_out[rank])
+    ep.ep_capacity = capacity
+    with contextlib.nullcontext() if capacity is None else no_host_sync():
+        out, dx, g = _grads(ep, xs[rank], grads_out[rank])
+    if ep.ep_dropped != 0:
+        failures.append(f"{name}: {int(ep.ep_dropped)} slots dropped")
     rows = slice(sum(x.shape[0] for x in xs[:rank]), sum(x.shape[0] for x in xs[:rank + 1]))
     experts = slice(ep.local_experts.start, ep.local_experts.stop)
+    counts = ep.expert_counts.clone()             # this rank's: summed, the whole batch's
+    dist.all_reduce(counts, group=group)
     checks = {"out": (out, out_all[rows]), "dx": (dx, dx_all[rows]),
-              "expert_counts": (ep.expert_counts, full.expert_counts)}
+              "expert_counts": (counts, full.expert_counts)}
     checks |= {f"d{n}": (g[n], g_all[n][experts]) for n in ("gate", "up", "down")}
     logits = F.linear(torch.cat(xs), full.router.weight)[rows]   # aux_loss: this rank's tokens
     checks["aux_loss"] = (ep.aux_loss.detach(), aux_loss(logits, route(logits, TOP_K)[1]))
@@ -121,12 +136,113 @@ def _cases_on(rank, world):
         full.router.weight[4:, -1] = 10.0
     xs, gs = _tokens([8] * world, seed=20, constant_feature=True)
     ep = _cases(rank, full, xs, gs, failures, "rank 1 receives nothing", chunks=2)
-    if ep.expert_counts[2:4].any() or not ep.expert_counts.sum() == 8 * world * TOP_K:
+    if ep.expert_counts[2:4].any() or not ep.expert_counts.sum() == 8 * TOP_K:
         failures.append(f"experts 2, 3 got token-slots: {ep.expert_counts.tolist()}")
     if world == 2:
+        _capacity_cases(rank, failures)
         _bf16_case(rank, failures)
         _autocast_case(rank, failures)
     return failures
+
+
+def _kept(ids, num_experts, world, capacity):
+    """The slots a sender keeps under ``capacity``: per destination rank, its first
+    ``capacity`` slots in (expert, token, slot) order; (T, k) bool."""
+    flat = ids.reshape(-1).tolist()
+    kept, used = torch.zeros(len(flat), dtype=torch.bool), [0] * world
+    for slot in sorted(range(len(flat)), key=lambda s: (flat[s], s)):
+        owner = flat[slot] // (num_experts // world)
+        if used[owner] < capacity:
+            kept[slot], used[owner] = True, used[owner] + 1
+    return kept.view(ids.shape)
+
+
+def _capacity_cases(rank, failures):
+    """The fixed-capacity exchange, with no host read in forward and backward: with room
+    for every slot it is the dropless layer (chunked too); with too little room the output
+    and input gradient are the single-process layer's on this rank's tokens with the dropped
+    slots' routing weights zeroed, and ``ep_dropped`` counts those slots."""
+    full = _full_layer(4, 1, seed=6)
+    xs, gs = _tokens((9, 1), seed=60)           # 3 chunks of rank 1's 1 token: 2 are empty
+    reference = _grads(full, torch.cat(xs), torch.cat(gs))
+    for chunks in (1, 3):
+        _compare(rank, full, reference, xs, gs, failures, f"capacity, chunks {chunks}", chunks,
+                 capacity=9 * TOP_K)
+    capacity, (xs, gs) = 3, _tokens((9, 5), seed=61)
+    ep = kernels.MoE.from_full(full, dist.group.WORLD)
+    ep.ep_capacity = capacity
+    with no_host_sync():
+        out, dx, _ = _grads(ep, xs[rank], gs[rank])
+    x = xs[rank].clone().requires_grad_()
+    logits = F.linear(x, full.router.weight)
+    weights, ids = route(logits, TOP_K)
+    kept = _kept(ids, 4, 2, capacity)
+    want = routed_experts(x, weights * kept, ids, full.gate, full.up, full.down) \
+        + swiglu(x, full.shared_gate, full.shared_up, full.shared_down)
+    want.backward(gs[rank])
+    if kept.all() or int(ep.ep_dropped) != int((~kept).sum()):
+        failures.append(f"capacity {capacity}: {int(ep.ep_dropped)} dropped, "
+                        f"{int((~kept).sum())} expected")
+    for key, got, expected in (("out", out, want.detach()), ("dx", dx, x.grad)):
+        if why := _differs(got, expected):
+            failures.append(f"capacity {capacity}: {key} differs from the dropped slots' layer: {why}")
+
+
+def _traffic_case(rank, world):
+    """Elements of float rows this rank's all-to-alls sent in one forward and one backward
+    (2 chunks), the other collectives the forward called, and the host reads of each."""
+    full = _full_layer(4, 0, seed=5)
+    xs, gs = _tokens((7, 4), seed=50)
+    ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=2)
+    sent, others = [], []
+    all_to_all, all_reduce = dist.all_to_all_single, dist.all_reduce
+
+    def counting(output, input, *args, **kwargs):
+        if input.is_floating_point():
+            sent.append(input.numel())
+        return all_to_all(output, input, *args, **kwargs)
+
+    def reduce(*args, **kwargs):
+        others.append("all_reduce")
+        return all_reduce(*args, **kwargs)
+
+    x = xs[rank].clone().requires_grad_()
+    dist.all_to_all_single, dist.all_reduce = counting, reduce
+    try:
+        with counted_host_reads() as forward_reads:
+            out = ep(x)
+        forward, sent[:] = sum(sent), []
+        with counted_host_reads() as backward_reads:
+            out.backward(gs[rank])
+    finally:
+        dist.all_to_all_single, dist.all_reduce = all_to_all, all_reduce
+    return forward, sum(sent), others, forward_reads, backward_reads
+
+
+def test_forward_and_backward_each_move_two_times_t_k_dim_and_nothing_else():
+    """Summed over the ranks, each direction carries every token-slot's row once: T·k·dim
+    out and T·k·dim back, in the backward too (the output gradient out, the input gradient
+    back: the forward's rows are not sent again); the forward calls no all_reduce, and
+    reads the host once (the split sizes, dropless), the backward not at all."""
+    per_rank = run_local(_traffic_case, 2, timeout=300, group_timeout=200)
+    rows = (7 + 4) * TOP_K * DIM
+    assert sum(r[0] for r in per_rank) == 2 * rows
+    assert sum(r[1] for r in per_rank) == 2 * rows
+    assert [r[2:] for r in per_rank] == [([], ["tolist"], [])] * 2
+
+
+def test_host_sync_trap_catches_every_read_and_restores():
+    t = torch.ones(1)
+    reads = {"item": lambda: t.item(), "tolist": lambda: t.tolist(), "cpu": lambda: t.cpu(),
+             "numpy": lambda: t.numpy(),
+             "__int__": lambda: int(t), "__index__": lambda: [0, 1][t.long()],
+             "__bool__": lambda: bool(t), "__float__": lambda: float(t)}
+    assert sorted(reads) == sorted(READS)
+    with no_host_sync():
+        for name, read in reads.items():
+            with pytest.raises(AssertionError, match=f"host sync: Tensor.{name}"):
+                read()
+    assert t.item() == 1.0 and bool(t) and "item" not in vars(torch.Tensor)
 
 
 def _autocast_case(rank, failures):
@@ -166,7 +282,8 @@ def _construction_case(rank, world):
     """The errors of bad arguments, and whether a fresh EP layer seeded like a full layer
     holds that layer's weights for its experts (as ExpertParallelMoE's docstring says)."""
     messages = []
-    for kwargs in (dict(num_experts=6), dict(num_experts=8, ep_chunks=0)):
+    for kwargs in (dict(num_experts=6), dict(num_experts=8, ep_chunks=0),
+                   dict(num_experts=8, ep_capacity=0)):
         try:
             kernels.MoE(DIM, HIDDEN, top_k=1, ep_group=dist.group.WORLD, **kwargs)
         except ValueError as err:
@@ -190,6 +307,8 @@ def test_events_are_well_formed_and_efficiency_is_a_fraction():
     rows = measure(world=2, chunk_counts=(1, 3), tokens=10, dim=DIM, hidden=HIDDEN, experts=4,
                    top_k=TOP_K, timeout=300)
     assert [row["chunks"] for row in rows] == [1, 3]
+    assert all(row["clock"] == "host" and {e["clock"] for e in row["events"]} == {"host"}
+               for row in rows)
     assert all(row["output_difference"] <= reassociation_bound(torch.float32) for row in rows)
     for row in rows:
         chunks = row["chunks"]
@@ -205,6 +324,109 @@ def test_events_are_well_formed_and_efficiency_is_a_fraction():
             assert 0 < row["efficiency_per_rank"][rank] <= 1
             assert row["seconds_per_rank"][rank] > 0
         assert 0 < row["efficiency"] <= 1
+
+
+class _StubCuda:
+    """``torch.cuda``'s event and stream calls over a device clock ``now`` that the test
+    sets: an event records ``now`` and its stream; a stream remembers what it waited for."""
+
+    def __init__(self):
+        self.now, self.synchronized = 0.0, 0
+        self._current = _StubStream("compute")
+
+    def Event(self, enable_timing=False):
+        assert enable_timing
+        return _StubEvent(self)
+
+    def Stream(self):
+        return _StubStream("comm")
+
+    def current_stream(self):
+        return self._current
+
+    @contextlib.contextmanager
+    def stream(self, stream):
+        previous, self._current = self._current, stream
+        yield
+        self._current = previous
+
+    def synchronize(self):
+        self.synchronized += 1
+
+
+class _StubEvent:
+    def __init__(self, cuda):
+        self.cuda = cuda
+
+    def record(self):
+        self.at, self.stream = self.cuda.now, self.cuda.current_stream().name
+
+    def elapsed_time(self, end):
+        assert self.cuda.synchronized, "elapsed_time before a synchronize"
+        return (end.at - self.at) * 1e3
+
+
+class _StubStream:
+    def __init__(self, name):
+        self.name, self.waited = name, []
+
+    def wait_stream(self, other):
+        self.waited.append(other.name)
+
+    def wait_event(self, event):
+        self.waited.append(event)
+
+
+class _StubTensor:
+    def __init__(self):
+        self.streams = []
+
+    def record_stream(self, stream):
+        self.streams.append(stream.name)
+
+
+def test_device_timeline_times_comm_on_its_stream_and_compute_on_the_current_one(monkeypatch):
+    """The device clock's arithmetic with stub events (a GPU would be needed to show that
+    the end event really waits for the transfer): a collective is issued from the
+    communication stream between two events there, the compute stream waits for the end
+    event, and the times are elapsed_time from the start event, read after one synchronize."""
+    monkeypatch.setattr(overlap.dist, "barrier", lambda group=None: None)
+    monkeypatch.setattr(overlap.dist, "get_rank", lambda group=None: 1)
+    cuda = _StubCuda()
+    cuda.now = 5.0
+    timeline = Timeline(cuda=cuda)
+    assert timeline.clock == "device"
+    rows, out, issued_on = _StubTensor(), _StubTensor(), []
+
+    class Work:
+        def wait(self):           # the communication stream reaches its end event 2 s later
+            cuda.now += 2.0
+
+    def issue():
+        issued_on.append(cuda.current_stream().name)
+        return out, Work()
+
+    cuda.now = 5.5
+    got, handle = timeline.comm(0, "dispatch", issue, (rows,))
+    assert got is out and issued_on == ["comm"] and cuda.current_stream().name == "compute"
+    assert rows.streams == ["comm"] and out.streams == ["compute"]
+    cuda.now = 6.0                # the compute stream runs chunk 0 from 6 to 9 meanwhile
+    with timeline.compute(0):
+        cuda.now = 9.0
+    handle.wait()
+    end = cuda.current_stream().waited[-1]
+    assert end.stream == "comm" and end.at == 7.5
+    with timeline.compute(1):
+        cuda.now = 10.0
+    assert cuda.synchronized == 0
+    events = timeline.events
+    assert cuda.synchronized == 1 and timeline.events is events and cuda.synchronized == 1
+    assert [(e["chunk"], e["phase"]) for e in events] == [(0, "dispatch"), (0, "compute"),
+                                                          (1, "compute")]
+    assert [t for e in events for t in (e["start_s"], e["end_s"])] == pytest.approx(
+        [0.5, 2.5, 1.0, 4.0, 4.0, 5.0])
+    assert {e["clock"] for e in events} == {"device"} and {e["rank"] for e in events} == {1}
+    assert overlap_efficiency(events) == pytest.approx(4.0 / 4.5)  # compute 1..5 hides 0.5..2.5 partly
 
 
 def test_overlap_efficiency_on_known_timelines():
@@ -235,9 +457,9 @@ def test_overlap_efficiency_on_known_timelines():
 
 def test_bad_world_size_and_chunks_are_refused_by_name_and_fresh_layers_are_slices():
     for messages, same in run_local(_construction_case, 4, timeout=300, group_timeout=200):
-        assert len(messages) == 2
+        assert len(messages) == 3
         assert "num_experts=6" in messages[0] and "world size 4" in messages[0]
-        assert "ep_chunks" in messages[1]
+        assert "ep_chunks" in messages[1] and "ep_capacity" in messages[2]
         assert same
 
 

@@ -100,7 +100,7 @@ def ep_verdict(rows: list[ResultRow], measured: list[dict]) -> list[str]:
     base = next(r for r in measured if r["chunks"] == 1)
     comm, compute = phase_seconds(base["events"])
     lines = [f"ep_moe unchunked: communication {comm * 1e3:.2f} ms vs compute {compute * 1e3:.2f} ms "
-             f"(summed over ranks; balanced near 1:1)"]
+             f"(summed over ranks, {base['clock']} clock; balanced near 1:1)"]
     for r in rows:
         if r.rung != "ref":
             met = "meets" if r.ratio_to_ref >= EP_GOAL else "misses"

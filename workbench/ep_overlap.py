@@ -8,7 +8,9 @@ are measurements of *this* machine's CPUs (gloo over loopback, kernels in the Tr
 interpreter wherever there is no GPU): they show how the pipeline behaves, never what a
 GPU would do. With ``backend="nccl"`` (``workbench bench comm``, two GPUs or more) each
 rank runs on its own GPU, the time is the median of ``repeats`` synchronized forwards,
-and the numbers are that GPU node's.
+the timeline comes from device events on the communication and compute streams, and the
+numbers are that GPU node's. Each row says which clock its events came from
+(:class:`kernels.comm.overlap.Timeline`).
 """
 from __future__ import annotations
 
@@ -58,7 +60,8 @@ def _rank(rank, world, chunk_counts, tokens, dim, hidden, experts, top_k, seed, 
 def measure(world: int = 2, chunk_counts=(1, 4), tokens: int = 128, dim: int = 64,
             hidden: int = 64, experts: int = 4, top_k: int = 2, seed: int = 0,
             timeout: float = 300.0, backend: str = "gloo", repeats: int = 1) -> list[dict]:
-    """One row per chunk count: ``chunks``, ``events`` (every rank's), ``efficiency``
+    """One row per chunk count: ``chunks``, ``events`` (every rank's), ``clock`` (``"host"``:
+    host timestamps, on gloo; ``"device"``: device events, on a GPU), ``efficiency``
     (overall) and ``efficiency_per_rank``, ``seconds_per_rank`` (the recorded forward's
     wall time) and ``output_difference`` (the largest relative error, over the ranks, of the
     output against the first chunk count's: chunking only regroups rows into other tiles, so
@@ -73,7 +76,8 @@ def measure(world: int = 2, chunk_counts=(1, 4), tokens: int = 128, dim: int = 6
     for chunks in chunk_counts:
         events = [e for runs in per_rank for e in runs[chunks]["events"]]
         rows.append(dict(
-            chunks=chunks, events=events, efficiency=overlap_efficiency(events),
+            chunks=chunks, events=events, clock=events[0]["clock"],
+            efficiency=overlap_efficiency(events),
             efficiency_per_rank=[overlap_efficiency(events, r) for r in range(world)],
             seconds_per_rank=[runs[chunks]["seconds"] for runs in per_rank],
             output_difference=max(relative_error(runs[chunks]["out"], runs[first]["out"].double())[0]

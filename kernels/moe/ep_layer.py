@@ -28,26 +28,38 @@ Equal to the single-process layer up to the order of fp32 sums, and why not bitw
       (and chunked against unchunked) to a few fp32 ulps of each tensor's largest value,
       not to its bits.
 
-Backward: as v3's, it recomputes: one unchunked all-to-all carries each slot's row of x
-and its output gradient to the owner, which runs v2's differentiable path (grouped GEMMs,
-SwiGLU) and sends back the input gradient and the recomputed output (for the routing
-weights' gradient). Local expert weight gradients are the single-process layer's for
-those experts, to rounding as above. The router's and shared experts' gradients cover this rank's
-tokens only: they are replicated parameters, and like any data-parallel gradient they
-must be summed over the ranks (:meth:`ExpertParallelMoE.replicated_parameters`); that
-sum adds per-rank partial sums, a different association than the single-process sum
-over all tokens. The backward's all-to-alls are
-collectives: every rank of the group must run backward through each forward, as with
-any distributed layer. Eager mode only (not wrapped for ``torch.compile``).
+Host syncs and collectives (:mod:`.ep_exchange`): the forward runs one all-to-all of
+row counts (all chunks at once) and, per chunk, one all-to-all of rows out and one back;
+it sums nothing across ranks (``expert_counts`` are this rank's). Dropless (the default)
+it reads the row counts on the host once, in the plan, because ``all_to_all_single``
+takes host split sizes; with ``ep_capacity`` it reads nothing on the host (a test traps
+``item``/``tolist``/``cpu``/... through forward and backward) and drops the slots past the
+capacity. The backward adds no read of its own.
+
+Backward: the forward's plans, saved with the rows each owner received and each slot's
+unweighted expert output, are reused. One all-to-all per chunk carries each slot's
+output gradient to the owner, which recomputes v2's differentiable path (grouped GEMMs,
+SwiGLU) from the rows it kept, on all chunks' rows at once in the single-process
+layer's row order, and one per chunk brings each slot's input gradient back: T·k rows
+of ``dim`` each way, as in the forward. The routing weights' gradient is a dot of the
+output gradient with the saved outputs, on the sender. Local expert weight gradients
+are the single-process layer's for those experts, to rounding as above. The router's
+and shared experts' gradients cover this rank's tokens only: they are replicated
+parameters, and like any data-parallel gradient they must be summed over the ranks
+(:meth:`ExpertParallelMoE.replicated_parameters`); that sum adds per-rank partial sums,
+a different association than the single-process sum over all tokens. The backward's
+all-to-alls are collectives: every rank of the group must run backward through each
+forward, as with any distributed layer. Eager mode only (not wrapped for
+``torch.compile``).
 
 Overlap: with ``ep_chunks = C`` the tokens are split into C chunks; the dispatch of chunk
 i+1 is issued (``async_op=True``) before the experts compute chunk i, and each chunk's
 combine is issued as soon as it is computed. With ``record_events = True`` every
-forward leaves a timeline in ``events`` (:mod:`kernels.comm.overlap`). On gloo the
-asynchronous all-to-alls run on the process group's worker threads while this thread
-computes; with NCCL/RCCL they would run on the communicator's own stream (the GPU's
-side stream), which ``wait()`` orders before the compute that needs them. Not run on a
-GPU yet, and its timeline would then be host times of launches, not device times. On
+forward leaves a timeline in ``events`` (:mod:`kernels.comm.overlap`): host stamps on
+gloo, where the asynchronous all-to-alls run on the process group's worker threads
+while this thread computes; device events on a GPU, where each all-to-all is issued
+from the timeline's communication stream and the compute stream waits for it there.
+Not run on a GPU yet. On
 CPU under the Triton interpreter compute is nearly all of the time, so there is little
 to hide (the efficiency is near 1 with or without chunks), and every chunk pays the
 kernels' launch and per-program overhead again, so chunking makes a CPU forward slower.
@@ -82,11 +94,14 @@ class _Run:
     group: object
     num_experts: int
     chunks: int
+    capacity: int | None
     timeline: Timeline | None
+    dropped: torch.Tensor | None = None
 
 
 def _experts_forward(rows, offsets, gate, up, down) -> torch.Tensor:
-    """v3's two kernels on expert-major rows, weight 1: the unweighted expert outputs."""
+    """v3's two kernels on expert-major rows, weight 1: the unweighted expert outputs (rows
+    past ``offsets[-1]``, capacity padding, are left unwritten)."""
     if rows.shape[0] == 0:
         return rows.new_zeros((0, down.shape[2]))
     here = _backend.current()
@@ -99,15 +114,26 @@ def _experts_forward(rows, offsets, gate, up, down) -> torch.Tensor:
 
 def _experts_backward(rows, grad_y, offsets, gate, up, down):
     """v2's path (as :func:`.layer_ladder.v2_grouped.routed_experts` between its permute and
-    unpermute) recomputed and differentiated: ((d rows, d gate, d up, d down), y)."""
+    unpermute) recomputed from the rows the owner kept and differentiated:
+    (d rows, d gate, d up, d down)."""
     leaves = [t.detach().requires_grad_() for t in (rows, gate, up, down)]
     r, g, u, d = leaves
     with torch.enable_grad():
         h = F.silu(grouped_gemm(r, g, offsets, check_offsets=False)) \
             * grouped_gemm(r, u, offsets, check_offsets=False)
         y = grouped_gemm(h, d, offsets, check_offsets=False)
-        grads = torch.autograd.grad(y, leaves, grad_y)
-    return grads, y.detach()
+        return torch.autograd.grad(y, leaves, grad_y)
+
+
+def _merged(plans) -> tuple[torch.Tensor, torch.Tensor]:
+    """(perm, offsets): the permutation that puts all chunks' expert-major rows, concatenated,
+    in the single-process layer's order (expert, source, chunk, token; padding last), and
+    the offsets of that order. The weight gradients then sum each expert's rows in one
+    grouped GEMM, as the single-process layer's backward does, not chunk by chunk."""
+    chunks = len(plans)
+    key = torch.cat([plan.keys * chunks + c for c, plan in enumerate(plans)])
+    offsets = torch.stack([plan.offsets for plan in plans]).sum(0, dtype=torch.int32)
+    return torch.sort(key, stable=True).indices, offsets
 
 
 def _weighted_sum(y_by_slot: torch.Tensor, weights: torch.Tensor, dtype) -> torch.Tensor:
@@ -126,65 +152,84 @@ def _bounds(t: int, chunks: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def _comm(run: _Run, chunk: int, phase: str, work):
-    return work if run.timeline is None else run.timeline.comm(chunk, phase, work)
+def _issue(run: _Run, chunk: int, phase: str, rows, plan, back=False, per_row=1):
+    """:func:`.ep_exchange.start`, timed by the run's timeline when it has one."""
+    def issue():
+        return ep_exchange.start(rows, plan, run.group, back=back, per_row=per_row)
+    return issue() if run.timeline is None else run.timeline.comm(chunk, phase, issue, (rows,))
 
 
-def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run) -> torch.Tensor:
-    """Dispatch chunk c+1 while chunk c computes; combine each chunk as soon as it is done."""
+def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run):
+    """Dispatch chunk c+1 while chunk c computes; combine each chunk as soon as it is done.
+    Returns (out, plans, each chunk's expert-major rows, every slot's unweighted output)."""
     k = ids.shape[1]
     bounds = _bounds(ids.shape[0], run.chunks)
-    plans = ep_exchange.plans([ids[a:b] for a, b in bounds], run.num_experts, run.group)
+    plans = ep_exchange.plans([ids[a:b] for a, b in bounds], run.num_experts, run.group,
+                              run.capacity)
+    run.dropped = torch.stack([plan.dropped for plan in plans]).sum()
 
     def dispatch(c):
-        rows = x[bounds[c][0]:bounds[c][1]][plans[c].slots // k]
-        out, work = ep_exchange.start(rows, plans[c], run.group)
-        return out, _comm(run, c, "dispatch", work)
+        return _issue(run, c, "dispatch", x[bounds[c][0]:bounds[c][1]], plans[c], per_row=k)
 
-    pending, combines = dispatch(0), []
+    pending, combines, kept = dispatch(0), [], []
     for c in range(run.chunks):
         following = dispatch(c + 1) if c + 1 < run.chunks else None
         received, work = pending
         work.wait()
-        rows = ep_exchange.finish(received, plans[c])
+        kept.append(ep_exchange.finish(received, plans[c]))
         with contextlib.nullcontext() if run.timeline is None else run.timeline.compute(c):
-            y = _experts_forward(rows, plans[c].offsets, gate, up, down)
-        out, work = ep_exchange.start(y, plans[c], run.group, back=True)
-        combines.append((out, _comm(run, c, "combine", work)))
+            y = _experts_forward(kept[-1], plans[c].offsets, gate, up, down)
+        combines.append(_issue(run, c, "combine", y, plans[c], back=True))
         pending = following
-    outputs = []
-    for (out, work), (a, b), plan in zip(combines, bounds, plans):
+    y_by_slot = []
+    for (out, work), plan in zip(combines, plans):
         work.wait()
-        outputs.append(_weighted_sum(ep_exchange.finish(out, plan, back=True), weights[a:b], x.dtype))
-    return torch.cat(outputs)
+        y_by_slot.append(ep_exchange.finish(out, plan, back=True))
+    y_by_slot = torch.cat(y_by_slot)
+    return _weighted_sum(y_by_slot, weights, x.dtype), plans, kept, y_by_slot
+
+
+def _exchange_all(tensors, plans, group, back=False):
+    """Each chunk's rows through its plan: all all-to-alls issued, then all finished."""
+    issued = [ep_exchange.start(t, plan, group, back=back) for t, plan in zip(tensors, plans)]
+    done = []
+    for (out, work), plan in zip(issued, plans):
+        work.wait()
+        done.append(ep_exchange.finish(out, plan, back=back))
+    return done
 
 
 class _Experts(torch.autograd.Function):
-    """Forward: :func:`_pipelined_forward`. Backward: v2's, recomputed at the owners."""
+    """Forward: :func:`_pipelined_forward`. Backward: the forward's plans, one exchange of
+    the output gradient out and one of the input gradient back, v2's path recomputed at
+    the owners from the rows they kept."""
 
     @staticmethod
     def forward(ctx, x, weights, ids, gate, up, down, run):
-        ctx.save_for_backward(x, weights, ids, gate, up, down)
-        ctx.run = run
-        return _pipelined_forward(x, weights, ids, gate, up, down, run)
+        out, plans, kept, y_by_slot = _pipelined_forward(x, weights, ids, gate, up, down, run)
+        ctx.save_for_backward(weights, gate, up, down, y_by_slot, *kept)
+        ctx.run, ctx.plans = run, plans
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, weights, ids, gate, up, down = ctx.saved_tensors
-        run, ((t, k), dim) = ctx.run, (ids.shape, x.shape[1])
-        (plan,) = ep_exchange.plans([ids], run.num_experts, run.group)
-        # unpermute's backward: each slot's output gradient, weighted, in x's dtype
-        acc = torch.promote_types(x.dtype, torch.float32)
+        weights, gate, up, down, y_by_slot, *kept = ctx.saved_tensors
+        run, plans, ((t, k), dim) = ctx.run, ctx.plans, (weights.shape, grad_out.shape[1])
+        # unpermute's backward: each slot's output gradient, weighted, in the rows' dtype
+        acc = torch.promote_types(y_by_slot.dtype, torch.float32)
         grad = grad_out.to(acc).unsqueeze(1)
-        grad_y = (grad * weights.to(acc).unsqueeze(-1)).to(x.dtype).flatten(0, 1)
-        sent = torch.cat([x[plan.slots // k], grad_y[plan.slots]], dim=1)
-        rows, grad_rows = ep_exchange.exchange(sent, plan, run.group).split(dim, dim=1)
-        (d_rows, dgate, dup, ddown), y = _experts_backward(
-            rows.contiguous(), grad_rows.contiguous(), plan.offsets, gate, up, down)
-        back = ep_exchange.exchange(torch.cat([d_rows, y], dim=1), plan, run.group, back=True)
-        d_slot, y_slot = (part.contiguous().view(t, k, dim) for part in back.split(dim, dim=1))
-        dx = d_slot.to(acc).sum(dim=1).to(x.dtype)                          # permute's backward
-        dweights = (y_slot.to(acc) * grad).sum(dim=-1).to(weights.dtype)    # unpermute's
+        grad_y = (grad * weights.to(acc).unsqueeze(-1)).to(y_by_slot.dtype).flatten(0, 1)
+        grad_rows = _exchange_all([grad_y[a * k:b * k] for a, b in _bounds(t, run.chunks)],
+                                  plans, run.group)
+        perm, offsets = _merged(plans)
+        d_merged, dgate, dup, ddown = _experts_backward(
+            torch.cat(kept)[perm], torch.cat(grad_rows)[perm], offsets, gate, up, down)
+        d_rows = torch.empty_like(d_merged)
+        d_rows[perm] = d_merged
+        d_slot = torch.cat(_exchange_all(d_rows.split([plan.rows for plan in plans]), plans,
+                                         run.group, back=True))
+        dx = d_slot.view(t, k, dim).to(acc).sum(dim=1).to(y_by_slot.dtype)          # permute's backward
+        dweights = (y_by_slot.view(t, k, dim).to(acc) * grad).sum(dim=-1).to(weights.dtype)
         return dx, dweights, None, dgate, dup, ddown, None
 
 
@@ -195,18 +240,29 @@ class ExpertParallelMoE(MoE):
     from a full layer with ``kernels.MoE.from_full(layer, ep_group)``. ``load_state_dict`` takes a full layer's
     state dict (it keeps this rank's experts) or an expert-parallel one.
 
-    ``ep_chunks``: chunks of the forward's token pipeline (1: no overlap). Set
-    ``record_events = True`` (on every rank alike: it adds a barrier) and each forward
-    leaves its timeline in ``events``. ``expert_counts`` are the token-slots each of
-    the E experts got over all ranks (an integer all-reduce, so exactly the
-    single-process layer's on the concatenated batch); ``aux_loss`` is this rank's
-    tokens' loss, which is the loss each data-parallel rank adds to its own training
-    loss, its router gradient summed with the others' like every replicated gradient.
+    ``ep_chunks``: chunks of the forward's token pipeline (1: no overlap).
+    ``ep_capacity``: None (default) for the dropless exchange, which reads the row counts
+    on the host once per forward, or n > 0 for the fixed-capacity exchange with no host
+    sync, which drops a rank's slots past n per destination rank and chunk
+    (:mod:`.ep_exchange`); ``ep_dropped`` then holds the last forward's dropped slots of
+    this rank as a device int64 (0 for dropless). Set it as an argument or an attribute
+    (``from_full`` takes ``ep_chunks`` only).
+
+    Set ``record_events = True`` (on every rank alike: it adds a barrier) and each
+    forward leaves its timeline in ``events`` (:class:`kernels.comm.overlap.Timeline`:
+    device events on a GPU, host stamps elsewhere). ``expert_counts`` are the token-slots
+    this rank's tokens sent to each of the E experts: summed over the ranks they are the
+    single-process layer's counts on the concatenated batch (the forward sums nothing
+    across ranks itself: that would be one more collective per layer). Likewise
+    ``aux_loss`` is this rank's tokens' loss, which is the loss each data-parallel rank
+    adds to its own training loss, its router gradient summed with the others' like
+    every replicated gradient.
     """
 
     def __init__(self, dim: int, hidden: int, num_experts: int, top_k: int,
                  shared_experts: int = 0, *, ep_group, ep_chunks: int = 1,
-                 normalize: bool = True, device=None, dtype=None):
+                 ep_capacity: int | None = None, normalize: bool = True, device=None,
+                 dtype=None):
         if not isinstance(ep_group, dist.ProcessGroup):
             raise TypeError(f"ep_group must be a torch.distributed ProcessGroup, got "
                             f"{type(ep_group).__name__}")
@@ -219,6 +275,7 @@ class ExpertParallelMoE(MoE):
         super().__init__(dim, hidden, num_experts, top_k, shared_experts, normalize=normalize,
                          device=device, dtype=dtype)
         self.ep_group, self.ep_chunks, self.ep_rank = ep_group, ep_chunks, dist.get_rank(ep_group)
+        self.ep_capacity = ep_capacity
         per_rank = num_experts // world
         self.local_experts = range(self.ep_rank * per_rank, (self.ep_rank + 1) * per_rank)
         for name in _EXPERT_WEIGHTS:
@@ -226,6 +283,17 @@ class ExpertParallelMoE(MoE):
             setattr(self, name, torch.nn.Parameter(full.detach()[self._slice].clone()))
         self.record_events = False
         self.events: list[dict] | None = None
+        self.ep_dropped: torch.Tensor | None = None
+
+    @property
+    def ep_capacity(self) -> int | None:
+        return self._ep_capacity
+
+    @ep_capacity.setter
+    def ep_capacity(self, value) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"ep_capacity must be None (dropless) or an int >= 1, got {value!r}")
+        self._ep_capacity = value
 
     @property
     def _slice(self) -> slice:
@@ -245,7 +313,8 @@ class ExpertParallelMoE(MoE):
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, local_experts={self.local_experts.start}.."
-                f"{self.local_experts.stop - 1}, ep_chunks={self.ep_chunks}")
+                f"{self.local_experts.stop - 1}, ep_chunks={self.ep_chunks}, "
+                f"ep_capacity={self.ep_capacity}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 1 or x.shape[-1] != self.dim:
@@ -255,16 +324,14 @@ class ExpertParallelMoE(MoE):
                                                          self.down)
         # the local experts' weights against their rows of the router (top_k is checked at init)
         moe_operands(rows, router[self._slice], gate, up, down, 1, DTYPES)
-        group = self.ep_group
         logits = F.linear(rows.float(), self.router.weight.float())
         weights, ids = route(logits, self.top_k, self.normalize)
         self.aux_loss = aux_loss(logits, ids)
-        counts = expert_counts(ids, self.num_experts)
-        dist.all_reduce(counts, group=group)
-        self.expert_counts = counts
-        run = _Run(group, self.num_experts, self.ep_chunks,
-                   Timeline(group) if self.record_events else None)
+        self.expert_counts = expert_counts(ids, self.num_experts)
+        run = _Run(self.ep_group, self.num_experts, self.ep_chunks, self.ep_capacity,
+                   Timeline(self.ep_group, device=rows.device) if self.record_events else None)
         out = _Experts.apply(rows, weights, ids, gate, up, down, run).to(x.dtype)
+        self.ep_dropped = run.dropped
         if run.timeline is not None:
             self.events = run.timeline.events
         if self.shared_experts:
