@@ -70,3 +70,8 @@ def test_tuner_times_the_pruned_space_once_per_key_and_runs_the_fastest(monkeypa
         "gate_up": tuning.as_dict(FAKE_SPACE[1]), "down": tuning.as_dict(FAKE_SPACE[1])}
     assert check_rung(kernels.get("moe", "v3"), (44, 24, 36, 2, 1, 1), torch.float32).passed
     assert len(timed) == 6   # same buckets: nothing timed again
+
+
+def test_on_the_interpreter_there_is_one_config_so_nothing_is_timed():
+    assert [tuning.as_dict(c) for c in configs.space("interpreter")] == \
+        [tuning.as_dict(c) for c in grouped.interpreter_configs()]
