@@ -1,10 +1,15 @@
 """The fused MoE rung (``moe`` v3): the harness at every smoke shape and dtype, forward and
 backward; agreement with v2; that no permuted copy of x reaches the gate/up kernel;
-determinism; the modelled traffic; its two kernels' machine code on gfx942 and gfx950."""
+determinism; the modelled traffic; the kernels' program order; its two kernels' machine
+code on gfx942 and gfx950."""
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import kernels
 from kernels.moe.layer_ladder import spec as moe_spec
@@ -75,6 +80,42 @@ def test_modelled_bytes_save_the_permuted_copies():
     assert one["v2"] - one["v3"] == 2 * (t * dim + 4 * t * dim + 4 * t * hidden)
 
 
+@triton.jit
+def _schedule_kernel(offsets_ptr, out_ptr, R, N, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr):
+    """Each program's (group, first row, first column) on v3's schedule."""
+    group, rows, _, cols, _ = v3_fused._program_tile(offsets_ptr, R, N, G, BLOCK_M, BLOCK_N, 16, BLOCK_G,
+                                                      GROUP_M)
+    pid = tl.program_id(0)
+    tl.store(out_ptr + pid * 3, group)
+    tl.store(out_ptr + pid * 3 + 1, tl.min(rows, 0))
+    tl.store(out_ptr + pid * 3 + 2, tl.min(cols, 0))
+
+
+def test_programs_walk_super_rows_so_a_row_tile_stays_hot_across_its_column_panels():
+    """Every (row tile, column panel) of every expert once; a row tile's programs all fall in a
+    window of GROUP_M x (column panels) consecutive ids, its super-row's (over the whole grid
+    in a row-tile-fastest order they would lie a grid column apart), and each column panel's
+    row tiles run back to back."""
+    counts, n, block = [70, 0, 9, 121], 100, 32     # an empty expert; ragged tiles
+    offsets = torch.tensor(counts).cumsum(0).to(torch.int32)
+    rows, groups = int(offsets[-1]), len(counts)
+    tiles_m, tiles_n = -(-rows // block) + groups, -(-n // block)
+    out = torch.full((tiles_m * tiles_n, 3), -1, dtype=torch.int32)
+    _schedule_kernel[(tiles_m * tiles_n,)](offsets, out, rows, n, groups, BLOCK_M=block, BLOCK_N=block,
+                                           BLOCK_G=4, GROUP_M=v3_fused.GROUP_M)
+    work = [(pid, *map(int, row)) for pid, row in enumerate(out) if row[0] < groups]
+    starts = [0, *offsets.tolist()[:-1]]
+    want = {(g, r, c) for g in range(groups) for r in range(starts[g], int(offsets[g]), block)
+            for c in range(0, n, block)}
+    assert sorted((g, r, c) for _, g, r, c in work) == sorted(want)
+    for row in {r for _, _, r, _ in work}:
+        ids = [pid for pid, _, r, _ in work if r == row]
+        assert max(ids) - min(ids) < v3_fused.GROUP_M * tiles_n
+    panel = [(c, pid) for pid, _, _, c in work]
+    assert panel == sorted(panel)   # within the first super-row (all of this grid's work): panel by panel
+
+
 def _loop_mfma_macs(report) -> int:
     """MACs of the MFMAs in the hot loop, with the loop's out-of-line blocks: backward
     branches whose spans overlap the hot loop's (gfx950's masked direct-to-LDS loads
@@ -94,14 +135,24 @@ def _loop_mfma_macs(report) -> int:
                for m, n, kk in [s.split("_")[3].split("x")])
 
 
+NARROW_LDS = re.compile(r"ds_(read|write)_(u16|i16|b16)(_d16(_hi)?)?$")   # not gfx950's ds_read_*_tr_b16
+
+
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])
 def test_kernels_use_mfma_for_every_product_stage_through_lds_and_do_not_spill(target):
+    """As the launch runs them untimed at the AOT shape: the first config of v3's pruned space."""
     first, second = isa.inspect_all("moe", "v3", target)
     assert (first.kernel_name, second.kernel_name) == ("_gate_up_kernel", "_down_scatter_kernel")
     for report, cfg, products in zip((first, second), v3_fused.config("hip", target), (2, 1)):
+        assert report.options["num_warps"] == cfg["num_warps"]
         macs = products * cfg["BLOCK_M"] * cfg["BLOCK_N"] * cfg["BLOCK_K"]   # gate and up: 2
         assert _loop_mfma_macs(report) * cfg["num_warps"] >= macs, report.matrix_instructions
         assert report.lds_bytes > 0 and report.lds_reads > 0 and report.lds_writes + sum(
             n for name, n in report.global_loads.items() if "lds" in name) > 0
+        loop = [m for m in map(isa_parse.mnemonic, report.hot_loop.splitlines()) if m]
+        every = [m for m in map(isa_parse.mnemonic, isa_parse.code_lines(report.asm, "amdgcn")) if m]
+        assert not [op for op in every if NARROW_LDS.match(op)], report.kernel_name   # anywhere, not only the loop
+        if target == "gfx942":   # v3's docstring: 128-bit operand reads
+            assert {op for op in loop if op.startswith("ds_read")} == {"ds_read_b128"}, report.kernel_name
         assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
         assert report.occupancy.value >= 2 and report.occupancy.limited_by

@@ -145,12 +145,23 @@ def test_make_inputs_avoids_near_ties_and_routes_as_named():
     assert route(x.float() @ router.float().t(), 1)[1].unique().numel() == 1
 
 
-def test_layer_compiles_without_graph_breaks():
-    """The whole layer: routing, permute, the grouped GEMM custom ops, unpermute."""
+def test_layer_compiles_without_graph_breaks_and_runs_the_fused_op():
+    """The whole layer under inductor (CPU): routing, v3's custom op (``kernels::moe_fused``,
+    whose backward is ``kernels::moe_fused_backward``), the shared experts; as eager."""
+    from torch._inductor.compile_fx import compile_fx
+
+    graphs = []
+
+    def inductor(gm, example_inputs):
+        graphs.append(gm)
+        return compile_fx(gm, example_inputs)
+
     torch._dynamo.reset()
     layer = _layer(shared_experts=1)
     x = torch.randn(9, 24, generator=torch.Generator().manual_seed(7))
-    compiled = _run(torch.compile(layer, fullgraph=True, backend="aot_eager"), x)
+    compiled = _run(torch.compile(layer, fullgraph=True, backend=inductor), x)
     eager = _run(layer, x)
     for name in eager:
         torch.testing.assert_close(compiled[name], eager[name])
+    called = [node.target for gm in graphs for node in gm.graph.nodes if node.op == "call_function"]
+    assert torch.ops.kernels.moe_fused.default in called

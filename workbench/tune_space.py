@@ -4,13 +4,16 @@
     python -m workbench.tune_space --op attention --write   # 9 minutes on 2 cores (2026-11-30)
     python -m workbench.tune_space --op attention --target gfx950 --write
     python -m workbench.tune_space --op grouped_gemm --write
+    python -m workbench.tune_space --op moe --write      # after grouped_gemm: its kept configs
 
 Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
 for its target, at bf16, with the rung its users get: the GEMM with v6 (the rung
 ``kernels.matmul`` runs) once per operand layout of :data:`kernels.gemm.configs.LAYOUTS`,
 attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
 (``BLOCK_D``, 64 or 128), causal, the grouped GEMM with v4 (``kernels.grouped_gemm``)
-three times: its forward, its backward's dX launch and its dW kernel. A config is dropped when,
+three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
+v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the configs the
+grouped GEMM's table keeps. A config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
 stack frame), or needs more LDS / shared memory than one workgroup may have. ``--write`` stores the verdicts,
 with the resources behind them, in the table ``kernels`` ships
@@ -30,6 +33,7 @@ from kernels import tuning
 from kernels.attention import configs as attention_configs
 from kernels.gemm import configs as gemm_configs
 from kernels.moe.grouped_gemm import configs as grouped_gemm_configs
+from kernels.moe.layer_ladder import configs as moe_configs
 
 from . import isa, isa_occupancy
 
@@ -58,6 +62,9 @@ OPS = {
     "grouped_gemm": Op("v4", grouped_gemm_configs,
                        lambda cfg: {kernel: {"kernel": kernel} for kernel in grouped_gemm_configs.KERNELS},
                        "DeepSeek-V3's down projection, its forward, dX and dW kernels"),
+    "moe": Op("v3", moe_configs, lambda cfg: {kernel: {"kernel": kernel} for kernel in moe_configs.KERNELS},
+              "DeepSeek-V3's 32 local experts, its gate/up and down kernels, over the configs the "
+              "grouped GEMM's table keeps"),
 }
 
 

@@ -3,11 +3,11 @@
 A subclass of :class:`~kernels.moe.reference.MoEReference`, so parameters, their
 initialization and ``state_dict`` keys are the reference's own and a checkpoint loads
 either way; only ``forward`` differs. It is the ``moe`` op's best rung (v3: route, then
-two fused kernels, gather + gate/up + SwiGLU and down + weighted scatter, with v2's
-backward) plus the shared experts, run as one SwiGLU MLP over their concatenated hidden
-units. Under ``torch.compile`` the experts run v2's path (permute, grouped GEMM custom
-ops, unpermute): v3's kernels are not wrapped as a custom op yet, and v2's compile
-without graph breaks.
+two fused kernels, gather + gate/up + SwiGLU and down + weighted scatter, and a backward
+of six grouped GEMMs on saved activations) plus the shared experts, run as one SwiGLU MLP
+over their concatenated hidden units. The experts are one custom op with its backward
+(``kernels::moe_fused``), eagerly and under ``torch.compile``, where it stays one opaque
+node and the layer compiles without graph breaks.
 """
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ import torch.nn.functional as F
 from .. import autocast
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
-from .layer_ladder.v2_grouped import routed_experts
-from .layer_ladder.v3_fused import fused_experts
+from .layer_ladder.fused_op import fused_experts
 from .reference import MoEReference, swiglu
 from .routing import aux_loss, expert_counts, route
 
@@ -33,8 +32,8 @@ class MoE(MoEReference):
 
     fp32, fp16 and bf16; the router runs in float32 whatever the dtype. Under
     ``torch.autocast`` the experts run in the autocast dtype, as the reference's matmuls
-    do (the fused kernels are no custom op, so the layer casts their operands itself,
-    :func:`kernels.autocast.operands`), and the result is in x's dtype, as the
+    do (autocast casts no operand of a custom op without an autocast rule, so the layer
+    casts them itself, :func:`kernels.autocast.operands`), and the result is in x's dtype, as the
     reference's (its weighted sum is x's dtype; the shared experts' matmuls autocast).
     Forward and backward are bitwise reproducible run to run for a fixed grouped GEMM.
 
@@ -81,8 +80,7 @@ class MoE(MoEReference):
         weights, ids = route(logits, self.top_k, self.normalize)
         self.aux_loss = aux_loss(logits, ids)
         self.expert_counts = expert_counts(ids, self.num_experts)
-        experts = routed_experts if torch.compiler.is_compiling() else fused_experts
-        out = experts(rows, weights, ids, gate, up, down).to(x.dtype)
+        out = fused_experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
         return out.reshape(x.shape)

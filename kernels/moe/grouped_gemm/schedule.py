@@ -48,3 +48,17 @@ def locate(tile, starts, ends, tiles, cum, BLOCK_M: tl.constexpr, BLOCK_G: tl.co
     start = tl.sum(tl.where(mine, starts, 0), 0) + (tile - first_tile) * BLOCK_M
     return group, start, tl.sum(tl.where(mine, ends, 0), 0)
     # exercise end
+
+
+@triton.jit
+def super_rows(pid, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of program ``pid`` over tiles_m x tiles_n tiles in super-row
+    order: GROUP_M row tiles form a super-row, whose programs walk its column panels one
+    after another with the GROUP_M row tiles of a panel consecutive (the last super-row
+    may be shorter). Programs that run together then share a few row tiles, so a row
+    tile's A rows stay in cache across its column panels instead of being read again
+    once per panel, as a row-tile-fastest order over the whole grid would."""
+    per_super_row = GROUP_M * tiles_n
+    first = (pid // per_super_row) * GROUP_M
+    height = tl.minimum(tiles_m - first, GROUP_M)
+    return first + (pid % per_super_row) % height, (pid % per_super_row) // height

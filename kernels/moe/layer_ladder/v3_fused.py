@@ -1,4 +1,5 @@
-"""v3 fused: gather + gate/up GEMM + SwiGLU in one kernel, down GEMM + weighted scatter in another.
+"""v3 fused: gather + gate/up GEMM + SwiGLU in one kernel, down GEMM + weighted scatter in
+another, and a backward of two grouped GEMMs per expert GEMM on saved activations.
 
 Idea:
     v2 moves the activations through HBM five times around its GEMMs: permute writes
@@ -15,14 +16,36 @@ Idea:
     K loop (:mod:`kernels.moe.grouped_gemm.tiles`); its epilogue multiplies each row by
     its slot's routing weight and stores it at the slot's place of a (T, k, dim) buffer
     in x's dtype: a permutation, so no two programs write one element and no atomics.
-    The k slots of each token are then summed in float32 in slot order (top_k == 1:
-    the buffer is the output). x's dtype for the buffer, not float32: v2 also rounds
-    each slot's output once before its float32 sum, so the error is v2's, at half the
-    bytes of an fp32 buffer for 16-bit dtypes.
+    The k slots of each token are then summed in float32 in slot order by a small kernel
+    that rounds once on the store (:mod:`.slot_sum`; top_k == 1: the buffer is the
+    output), so no float32 copy of the buffer is made.
 
-    The backward is v2's: an autograd Function whose backward recomputes the routed
-    experts through :func:`.v2_grouped.routed_experts` (permute, grouped GEMMs with
-    their own backward kernels, unpermute) and differentiates that.
+    Program order: both kernels' programs walk super-rows
+    (:func:`~kernels.moe.grouped_gemm.schedule.super_rows`): GROUP_M = 8 row tiles, all
+    their column panels, panel by panel, then the next 8. A row tile's gathered x rows
+    (h rows in kernel 2) are then used by programs that run close together, not once per
+    column panel a whole grid column apart, and each panel of w[e] serves 8 row tiles in
+    a row.
+
+    Config: the grouped GEMM's pruned space, pruned again for these two kernels
+    (:mod:`.configs`, ``tuned_space.json``), timed per problem on a GPU; at DeepSeek-V3's
+    shape the untimed choice is the grouped GEMM's 128 x 128 x 64 tile with 8 warps
+    (v2's 128 x 64 tile with 8 warps read kernel 1's operands from LDS two bytes at a time,
+    ``ds_read_u16``); its loops read them with ``ds_read_b128`` on gfx942, and the ISA
+    test holds both kernels to no 16-bit LDS op, no spills and 2 waves per SIMD on gfx942
+    and gfx950.
+
+    Backward (:mod:`.v3_backward`): the forward keeps g and u (kernel 1 stores them
+    beside h when a gradient is needed) and h, the slots and the offsets; the backward
+    runs, per expert GEMM, its dX and its dW grouped GEMM (6 launches, no forward GEMM),
+    SwiGLU's derivative and the routing weights' gradient elementwise in fp32, and sums
+    x's gradient with the k-sum kernel. Memory for FLOPs: the saved tensors are
+    3·T·k·hidden elements in x's dtype plus 8·T·k + 4·E bytes of indices (DeepSeek-V3's
+    local experts in bf16: 0.40 GB per layer), where recomputing them would run the
+    three forward GEMMs again: a training step's expert GEMM FLOPs are 3 units (forward,
+    dX, dW) instead of 4. Forward and
+    backward are the custom ops ``kernels::moe_fused`` and ``kernels::moe_fused_backward``,
+    so ``torch.compile(fullgraph=True)`` runs them as they are.
 
 Why faster:
     Traffic (model, :func:`.spec.modelled_bytes`): with R = T·k rows and S bytes per
@@ -35,7 +58,8 @@ Why faster:
     (T 4096, dim 7168, hidden 2048, k 8) in bf16 that is 1.5 GB of v2's 6.1 GB per
     call, weights included (model).
     Two launches for the experts instead of v2's six (gather, three GEMMs, SwiGLU,
-    unpermute), and gate and up share every A tile they load.
+    unpermute), and gate and up share every A tile they load. The backward's expert
+    GEMM FLOPs are two units per forward GEMM, not three (no recompute).
 
 Expected bound:
     As v2's grouped GEMMs: compute at many rows per expert, the experts' weights
@@ -43,13 +67,16 @@ Expected bound:
     is the model's v3 bytes above.
 
 Limits:
-    The backward is not fused yet: it recomputes v2's forward (gather, three grouped
-    GEMMs) and runs v2's backward, so a training step pays v2's traffic plus v3's
-    forward. Gathered A rows are scattered reads (one row per token, not one block),
-    which the hardware coalesces only within a row; a token's row is read once per
-    slot (k times). One fixed tile per backend, not tuned (v4 of the grouped GEMM
-    ladder tunes); the two accumulators double the registers of the epilogue, so
-    kernel 1 runs a 128 x 64 tile on GPUs. No persistent scheduling.
+    In training, kernel 1 writes g and u as well as h (2·R·hidden·S more bytes than the
+    model above). The backward's operands are not gathered in the load: it copies the
+    output gradient's rows and x's rows into sorted order (R·dim each) and runs SwiGLU's
+    derivative with torch, in fp32 temporaries of (R, hidden). Gathered A rows are
+    scattered reads (one row per token, not one block), which the hardware coalesces
+    only within a row; a token's row is read once per slot (k times). The two
+    accumulators double kernel 1's registers: 256 x 128, 128 x 256 and, capped at 2
+    waves, 128 x 128 at 4 warps spill there on gfx942 and gfx950 and are pruned, though
+    the grouped GEMM keeps them. No persistent scheduling and no XCD remap: the upper-bound grid has up to
+    G surplus row tiles, whose programs exit.
 """
 from __future__ import annotations
 
@@ -61,26 +88,33 @@ import triton.language as tl
 from ... import backend as _backend
 from ...outputs import new_output
 from ...registry import AotKernel, rung
+from ...tuning import with_overrides
 from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
-from ..grouped_gemm.launch import config as gemm_config
-from ..grouped_gemm.schedule import group_tiles, locate
+from ..grouped_gemm.schedule import group_tiles, locate, super_rows
 from ..grouped_gemm.tiles import operand, reduce_tiles
 from ..routing import route
+from . import configs
 from .checks import moe_operands
+from .slot_sum import slot_sum
 from .spec import AOT_SHAPE, DTYPES
-from .v2_grouped import routed_experts
+from .v3_backward import fused_backward
+
+GROUP_M = 8   # row tiles per super-row of both kernels' program order
 
 
 @triton.jit
-def _program_tile(offsets_ptr, R, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr):
+def _program_tile(offsets_ptr, R, N, G, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr):
     """This program's (group, sorted rows, the group's end row, columns, first K step) on the
-    grouped GEMM's device schedule, rows bounded by R (= T·k, the sorted rows); group >= G for
-    a surplus program. Both kernels start here."""
+    grouped GEMM's device schedule, rows bounded by R (= T·k, the sorted rows), in super-row
+    order over the upper-bound grid's (cdiv(R, BLOCK_M) + G) x cdiv(N, BLOCK_N) tiles; group
+    >= G for a surplus program. Both kernels start here."""
     starts, ends, tiles, cum = group_tiles(offsets_ptr, G, R, BLOCK_M, BLOCK_G)
-    group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
+    row_tile, col_tile = super_rows(tl.program_id(0), tl.cdiv(R, BLOCK_M) + G, tl.cdiv(N, BLOCK_N),
+                                    GROUP_M)
+    group, start, end = locate(row_tile, starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
     rows = start + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = col_tile * BLOCK_N + tl.arange(0, BLOCK_N)
     return group, rows, end, cols, tl.arange(0, BLOCK_K)
 
 
@@ -93,11 +127,22 @@ def _weight_tile(w_ptr, group, ks, cols, stride_wg, stride_wk, stride_wn):
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, slot_ptr, offsets_ptr, R, N, K, G, TOP_K,
-                    stride_xt, stride_xk, stride_wg, stride_wk, stride_wn, stride_ht, stride_hn,
+def _store_rows(ptr, rows, cols, stride_t, stride_n, values, mask, INTERP_BF16: tl.constexpr):
+    """A (rows, cols) tile of fp32 ``values`` rounded once to the buffer's dtype."""
+    if INTERP_BF16:
+        values = round_to_bf16(values)
+    ptrs = ptr + rows.to(tl.int64)[:, None] * stride_t + cols.to(tl.int64)[None, :] * stride_n
+    tl.store(ptrs, values.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, g_ptr, u_ptr, slot_ptr, offsets_ptr, R, N, K, G,
+                    TOP_K, stride_xt, stride_xk, stride_wg, stride_wk, stride_wn, stride_ht, stride_hn,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
-    group, rows, end, cols, ks = _program_tile(offsets_ptr, R, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G)
+                    BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr, SAVE: tl.constexpr,
+                    INTERP_BF16: tl.constexpr):
+    group, rows, end, cols, ks = _program_tile(offsets_ptr, R, N, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G,
+                                               GROUP_M)
     if group >= G:  # a surplus program of the upper-bound grid
         return
     a_rows, b_cols = rows[:, None] < end, cols[None, :] < N
@@ -128,10 +173,10 @@ def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, slot_ptr, offsets_ptr, R, N,
     # exercise begin: swiglu
     h = g * tl.sigmoid(g) * u   # SwiGLU in fp32, rounded once on the store
     # exercise end
-    if INTERP_BF16:
-        h = round_to_bf16(h)
-    h_ptrs = h_ptr + rows.to(tl.int64)[:, None] * stride_ht + cols.to(tl.int64)[None, :] * stride_hn
-    tl.store(h_ptrs, h.to(h_ptr.dtype.element_ty), mask=a_rows & b_cols)
+    _store_rows(h_ptr, rows, cols, stride_ht, stride_hn, h, a_rows & b_cols, INTERP_BF16)
+    if SAVE:   # the pre-activations, for a backward without a forward GEMM (g and u strided as h)
+        _store_rows(g_ptr, rows, cols, stride_ht, stride_hn, g, a_rows & b_cols, INTERP_BF16)
+        _store_rows(u_ptr, rows, cols, stride_ht, stride_hn, u, a_rows & b_cols, INTERP_BF16)
 
 
 @triton.jit
@@ -139,8 +184,9 @@ def _down_scatter_kernel(h_ptr, down_ptr, out_ptr, slot_ptr, weight_ptr, offsets
                          stride_ht, stride_hk, stride_wg, stride_wk, stride_wn,
                          stride_os, stride_on,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
-    group, rows, end, cols, ks = _program_tile(offsets_ptr, R, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G)
+                         BLOCK_G: tl.constexpr, GROUP_M: tl.constexpr, INTERP_BF16: tl.constexpr):
+    group, rows, end, cols, ks = _program_tile(offsets_ptr, R, N, G, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_G,
+                                               GROUP_M)
     if group >= G:  # a surplus program of the upper-bound grid
         return
     h_ptrs = h_ptr + rows.to(tl.int64)[:, None] * stride_ht + ks.to(tl.int64)[None, :] * stride_hk
@@ -170,84 +216,113 @@ def sort_slots(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch
 
 
 def config(backend: str, arch: str = "gfx942") -> tuple[dict, dict]:
-    """(kernel 1, kernel 2) settings: the grouped GEMM's tile, halved in N for kernel 1 on
-    GPUs, where its two accumulators and two B tiles would double registers and LDS."""
-    down = gemm_config(backend, arch)
-    if backend == "interpreter":
-        return down, down
-    return {**down, "BLOCK_N": down["BLOCK_N"] // 2}, down
+    """(kernel 1, kernel 2) settings a launch at :data:`.spec.AOT_SHAPE` takes untimed here:
+    the first of :func:`.configs.pruned` for each (what the ISA inspector compiles)."""
+    t, dim, hidden, e, top_k, _ = AOT_SHAPE
+    return (configs.pruned(backend, arch, t * top_k, hidden, e)[0],
+            configs.pruned(backend, arch, t * top_k, dim, e)[0])
 
 
-def gate_up(x, gate, up, slots, offsets, top_k, cfg) -> torch.Tensor:
-    """Kernel 1: h (T·k, hidden) in sorted order, from x itself (gathered in the load)."""
+def _launch(kernel: str, rows: int, n: int, groups: int, dtype: torch.dtype, cfg: dict | None, run) -> None:
+    """``run(cfg)``, or, without ``cfg``, ``run`` with the config :mod:`.configs` picks for this
+    problem on this device."""
+    if cfg is None:
+        here = _backend.current()
+        cfg = configs.choose(kernel, here.name, here.arch, rows, n, groups, dtype, run)
+    run(cfg)
+
+
+def _grid(rows: int, n: int, groups: int, cfg: dict) -> tuple[int]:
+    """The upper-bound grid, one dimension: the schedule orders its programs (super-rows)."""
+    return ((cdiv(rows, cfg["BLOCK_M"]) + groups) * cdiv(n, cfg["BLOCK_N"]),)
+
+
+def gate_up_saving(x, gate, up, slots, offsets, top_k, save: bool, cfg: dict | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Kernel 1: (h, g, u), h (T·k, hidden) in sorted order from x itself (gathered in the load),
+    with ``save`` the pre-activations g and u too (else two empty (0, hidden) tensors);
+    ``cfg`` pins the settings (else tuned)."""
     (groups, dim, hidden), rows = gate.shape, slots.shape[0]
     h = new_output((rows, hidden), x.dtype, x.device)
-    grid = (cdiv(rows, cfg["BLOCK_M"]) + groups, cdiv(hidden, cfg["BLOCK_N"]))
-    _gate_up_kernel[grid](x, gate, up, h, slots, offsets, rows, hidden, dim, groups, top_k,
-                          *x.stride(), *gate.stride(), *h.stride(),
-                          BLOCK_G=triton.next_power_of_2(groups), INTERP_BF16=interp_bf16(x.dtype), **cfg)
-    return h
+    g, u = (new_output((rows if save else 0, hidden), x.dtype, x.device) for _ in range(2))
+
+    def run(cfg):
+        _gate_up_kernel[_grid(rows, hidden, groups, cfg)](
+            x, gate, up, h, g if save else h, u if save else h, slots, offsets, rows, hidden, dim, groups,
+            top_k, *x.stride(), *gate.stride(), *h.stride(), BLOCK_G=triton.next_power_of_2(groups),
+            GROUP_M=GROUP_M, SAVE=save, INTERP_BF16=interp_bf16(x.dtype), **cfg)
+
+    _launch("gate_up", rows, hidden, groups, x.dtype, cfg, run)
+    return h, g, u
 
 
-def down_scatter(h, down, slots, weights, offsets, cfg) -> torch.Tensor:
-    """Kernel 2: the weighted rows of h·down[e] at their slots, (T·k, dim) in h's dtype."""
+def gate_up(x, gate, up, slots, offsets, top_k, cfg: dict | None = None) -> torch.Tensor:
+    """Kernel 1's h alone (:func:`gate_up_saving` without saving)."""
+    return gate_up_saving(x, gate, up, slots, offsets, top_k, False, cfg)[0]
+
+
+def down_scatter(h, down, slots, weights, offsets, cfg: dict | None = None) -> torch.Tensor:
+    """Kernel 2: the weighted rows of h·down[e] at their slots, (T·k, dim) in h's dtype;
+    ``cfg`` pins the settings (else tuned)."""
     (groups, hidden, dim), rows = down.shape, slots.shape[0]
     out = new_output((rows, dim), h.dtype, h.device)
-    grid = (cdiv(rows, cfg["BLOCK_M"]) + groups, cdiv(dim, cfg["BLOCK_N"]))
-    _down_scatter_kernel[grid](h, down, out, slots, weights.reshape(-1).float().contiguous(),
-                               offsets, rows, dim, hidden, groups, *h.stride(), *down.stride(), *out.stride(),
-                               BLOCK_G=triton.next_power_of_2(groups), INTERP_BF16=interp_bf16(h.dtype),
-                               **cfg)
+    weights = weights.reshape(-1).float().contiguous()
+
+    def run(cfg):
+        _down_scatter_kernel[_grid(rows, dim, groups, cfg)](
+            h, down, out, slots, weights, offsets, rows, dim, hidden, groups, *h.stride(), *down.stride(),
+            *out.stride(), BLOCK_G=triton.next_power_of_2(groups), GROUP_M=GROUP_M,
+            INTERP_BF16=interp_bf16(h.dtype), **cfg)
+
+    _launch("down", rows, dim, groups, h.dtype, cfg, run)
     return out
 
 
-def fused_forward(x, weights, ids, gate, up, down) -> torch.Tensor:
-    """The routed experts (T, dim) for a routing, in two kernels and a k-sum; no autograd."""
-    (t, top_k), dim = ids.shape, down.shape[2]
+def fused_forward(x, weights, ids, gate, up, down, save: bool) -> tuple[torch.Tensor, ...]:
+    """(out (T, dim), g, u, h, slots, offsets): the routed experts for a routing, in two kernels
+    and a k-sum, and what the backward needs (g and u empty unless ``save``); no autograd."""
+    (t, top_k), (groups, _, hidden) = ids.shape, gate.shape
+    offsets, slots = sort_slots(ids, groups)
     if t == 0:
-        return x.new_zeros((0, dim))
-    offsets, slots = sort_slots(ids, gate.shape[0])
-    here = _backend.current()
-    cfg1, cfg2 = config(here.name, here.arch)
-    h = gate_up(x, gate, up, slots, offsets, top_k, cfg1)
-    per_slot = down_scatter(h, down, slots, weights, offsets, cfg2).view(t, top_k, dim)
-    if top_k == 1:
-        return per_slot.view(t, dim)
-    return per_slot.float().sum(dim=1).to(x.dtype)
+        empty = x.new_zeros((0, hidden))
+        return x.new_zeros((0, down.shape[2])), empty, empty.clone(), empty.clone(), slots, offsets
+    h, g, u = gate_up_saving(x, gate, up, slots, offsets, top_k, save)
+    per_slot = down_scatter(h, down, slots, weights, offsets)
+    return (per_slot if top_k == 1 else slot_sum(per_slot, top_k)), g, u, h, slots, offsets
+
+
+NEEDS = (0, 1, 3, 4, 5)   # the inputs with a gradient: x, weights, gate, up, down
 
 
 class _FusedExperts(torch.autograd.Function):
-    """Forward: :func:`fused_forward`. Backward: v2's, recomputed (see Limits)."""
+    """Forward: :func:`fused_forward`, saving what the backward needs when a gradient is;
+    backward: :func:`.v3_backward.fused_backward`, no forward GEMM."""
 
     @staticmethod
     def forward(ctx, x, weights, ids, gate, up, down):
-        ctx.save_for_backward(x, weights, ids, gate, up, down)
-        return fused_forward(x, weights, ids, gate, up, down)
+        out, *saved = fused_forward(x, weights, ids, gate, up, down, any(ctx.needs_input_grad))
+        ctx.save_for_backward(x, weights, gate, up, down, *saved)
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, weights, ids, gate, up, down = ctx.saved_tensors
-        inputs = [t.detach().requires_grad_(need) for t, need in
-                  zip((x, weights, gate, up, down), (ctx.needs_input_grad[i] for i in (0, 1, 3, 4, 5)))]
-        wanted = [t for t in inputs if t.requires_grad]
-        with torch.enable_grad():
-            out = routed_experts(inputs[0], inputs[1], ids, *inputs[2:])
-            grads = iter(torch.autograd.grad(out, wanted, grad_out) if wanted else ())
-        dx, dweights, dgate, dup, ddown = (next(grads) if t.requires_grad else None for t in inputs)
+        dx, dweights, dgate, dup, ddown = fused_backward(
+            grad_out, *ctx.saved_tensors, [ctx.needs_input_grad[i] for i in NEEDS])
         return dx, dweights, None, dgate, dup, ddown
 
 
 def fused_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
     """The experts' part of the layer for a given routing (as :func:`.v2_grouped.routed_experts`):
     x (T, dim), weights (T, k) float32 and ids (T, k) -> (T, dim); differentiable in x,
-    weights and the expert weights."""
+    weights and the expert weights. :class:`kernels.MoE` runs the same as a custom op
+    (:mod:`.fused_op`)."""
     return _FusedExperts.apply(x, weights, ids, gate, up, down)
 
 
-def _ints(shape, kernel: int) -> dict[str, int]:
-    """Int arguments of kernel 1 or 2 at ``shape`` with contiguous operands."""
+def _ints(shape, kernel: str) -> dict[str, int]:
+    """Int arguments of kernel "gate_up" or "down" at ``shape`` with contiguous operands."""
     t, dim, hidden, e, top_k, _ = shape
-    if kernel == 1:
+    if kernel == "gate_up":
         return dict(R=t * top_k, N=hidden, K=dim, G=e, TOP_K=top_k, stride_xt=dim, stride_xk=1,
                     stride_wg=dim * hidden, stride_wk=hidden, stride_wn=1, stride_ht=hidden,
                     stride_hn=1)
@@ -255,14 +330,23 @@ def _ints(shape, kernel: int) -> dict[str, int]:
                 stride_wk=dim, stride_wn=1, stride_os=dim, stride_on=1)
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
-    """Kernel 1 (gather + gate/up + SwiGLU) and kernel 2 (down + weighted scatter) at
-    :data:`.spec.AOT_SHAPE`, DeepSeek-V3's 32 local experts."""
-    fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(AOT_SHAPE[3])}
-    cfg1, cfg2 = config(backend, arch)
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
+    """Kernel 1 (gather + gate/up + SwiGLU, saving g and u as in training) and kernel 2 (down +
+    weighted scatter) at :data:`.spec.AOT_SHAPE`, DeepSeek-V3's 32 local experts, each with
+    the config its launch takes untimed there (:func:`config`).
+
+    ``overrides`` replaces settings of both; ``{"kernel": "gate_up"}`` (or "down") among them
+    compiles that one alone (how ``workbench.tune_space`` compiles each candidate twice)."""
+    settings = dict(overrides or {})
+    only = settings.pop("kernel", None)
+    if only is not None and only not in configs.KERNELS:
+        raise ValueError(f"kernel must be one of {list(configs.KERNELS)}, got {only!r}")
+    fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(AOT_SHAPE[3]), "GROUP_M": GROUP_M,
+             "SAVE": True}
     indices = {"offsets_ptr": "*i32", "slot_ptr": "*i64", "weight_ptr": "*fp32"}
-    return [aot_launch(_gate_up_kernel, dtype, cfg1, _ints(AOT_SHAPE, 1), fixed, indices),
-            aot_launch(_down_scatter_kernel, dtype, cfg2, _ints(AOT_SHAPE, 2), fixed, indices)]
+    launches = zip(configs.KERNELS, (_gate_up_kernel, _down_scatter_kernel), config(backend, arch))
+    return [aot_launch(fn, dtype, with_overrides(cfg, settings), _ints(AOT_SHAPE, name), fixed, indices)
+            for name, fn, cfg in launches if only in (None, name)]
 
 
 @rung(op="moe", rung=3, name="fused", backends=("hip", "cuda", "interpreter"),

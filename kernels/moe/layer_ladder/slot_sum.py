@@ -1,0 +1,62 @@
+"""The k-sum of the fused MoE rung: each token's k slot rows summed in float32, stored once
+in the rows' dtype.
+
+The forward's down kernel leaves one weighted row per token-slot, (T·k, dim) in x's dtype,
+and the token's output is their sum; the backward's two dX GEMMs leave one row per
+slot each, in sorted order, and x's gradient is the sum of a token's 2·k rows. Upcasting
+the whole buffer with torch (``buf.float().sum(1)``) would write and read a float32 copy
+of (T·k, dim): twice the bytes of the buffer for 16-bit dtypes. This kernel loads each
+row in its own dtype, adds in an fp32 register tile and rounds once on the store, so
+the result is the float32 sum's, and nothing of (T·k, dim) is written in float32.
+
+One program per (BLOCK_T tokens, BLOCK_D columns); the slots are added in slot order,
+j = 0..k-1 (for a pair, a's row then b's per slot): the same bits on every run.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ...outputs import new_output
+from ...triton_support import cdiv, interp_bf16, round_to_bf16
+
+BLOCK_T, BLOCK_D = 16, 64
+
+
+@triton.jit
+def _slot_sum_kernel(a_ptr, b_ptr, rows_ptr, out_ptr, T, D, TOP_K, stride_a, stride_b, stride_o,
+                     PAIR: tl.constexpr, GATHER: tl.constexpr, BLOCK_T: tl.constexpr,
+                     BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr):
+    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = (tokens[:, None] < T) & (cols[None, :] < D)
+    acc = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float32)
+    for j in range(TOP_K):
+        rows = tokens.to(tl.int64) * TOP_K + j       # slot t·k + j; int64: T·k·D may pass 2^31
+        if GATHER:   # the slot's row in a buffer of another order
+            rows = tl.load(rows_ptr + rows, mask=tokens < T, other=0)
+        acc += tl.load(a_ptr + rows[:, None] * stride_a + cols[None, :], mask=mask).to(tl.float32)
+        if PAIR:
+            acc += tl.load(b_ptr + rows[:, None] * stride_b + cols[None, :], mask=mask).to(tl.float32)
+    if INTERP_BF16:
+        acc = round_to_bf16(acc)
+    tl.store(out_ptr + tokens.to(tl.int64)[:, None] * stride_o + cols[None, :],
+             acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def slot_sum(a: torch.Tensor, top_k: int, b: torch.Tensor | None = None,
+             rows: torch.Tensor | None = None) -> torch.Tensor:
+    """(T, D) in a's dtype: out[t] = Σ_j a[r(t·k + j)] (+ b[r(t·k + j)]) in float32, for a and b
+    (T·k, D) with unit column stride, r the identity or the int64 ``rows`` (T·k,)."""
+    slots, d = a.shape
+    t = slots // top_k
+    out = new_output((t, d), a.dtype, a.device)
+    if out.numel() == 0:
+        return out
+    grid = (cdiv(t, BLOCK_T), cdiv(d, BLOCK_D))
+    _slot_sum_kernel[grid](a, a if b is None else b, a if rows is None else rows, out, t, d, top_k,
+                           a.stride(0), (a if b is None else b).stride(0), out.stride(0),
+                           PAIR=b is not None, GATHER=rows is not None, BLOCK_T=BLOCK_T,
+                           BLOCK_D=BLOCK_D, INTERP_BF16=interp_bf16(a.dtype))
+    return out

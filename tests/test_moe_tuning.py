@@ -1,0 +1,77 @@
+"""The fused MoE rung's tuning: its table prunes the grouped GEMM's kept configs again for
+v3's two kernels (``kernels/moe/layer_ladder/tuned_space.json``), and its tuner times the
+per-problem prune once per key (on the CPU with a fake clock)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels import tuning
+from kernels.moe.grouped_gemm import configs as grouped
+from kernels.moe.layer_ladder import configs
+from workbench import tune_space
+from workbench.check import check_rung
+
+TARGETS = ("gfx942", "gfx950", "sm90")
+
+
+def _entries(target: str) -> list[dict]:
+    table = tuning.shipped(configs.TABLE)[target]
+    return table["kept"] + table["dropped"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_table_covers_exactly_what_the_grouped_gemm_keeps(target):
+    """A changed grouped GEMM table without ``python -m workbench.tune_space --op moe --write``
+    fails here."""
+    wanted = [tuning.as_dict(c) for c in tuning.kept(grouped.TABLE, target, grouped.candidates(target))]
+    assert sorted(map(str, (e["config"] for e in _entries(target)))) == sorted(map(str, wanted))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_kept_configs_fit_both_kernels_and_dropped_ones_do_not(target):
+    table = tuning.shipped(configs.TABLE)[target]
+    assert table["kept"], f"nothing survives on {target}"
+    for entry in table["kept"]:
+        assert all(tune_space.verdict(target, entry[k]) is None for k in configs.KERNELS), entry
+    for entry in table["dropped"]:
+        assert any(tune_space.verdict(target, entry[k]) for k in configs.KERNELS), entry
+
+
+@pytest.mark.parametrize("target", ("gfx942", "gfx950"))
+def test_gate_up_spills_in_tiles_the_grouped_gemm_keeps(target):
+    """v3's Limits: 256 x 128, 128 x 256 and, capped at 2 waves, 128 x 128 at 4 warps."""
+    dropped = {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["waves_per_eu"])
+               for e in tuning.shipped(configs.TABLE)[target]["dropped"] for c in [e["config"]]}
+    assert dropped == {(256, 128, 8, 2), (256, 128, 8, 0), (128, 256, 8, 2), (128, 256, 8, 0), (128, 128, 4, 2)}
+    assert all(e["why"].startswith("gate_up: spills") for e in tuning.shipped(configs.TABLE)[target]["dropped"])
+
+
+def test_table_entry_is_what_the_compiler_gives():
+    cfg = tuning.shipped(configs.TABLE)["gfx942"]["kept"][0]
+    assert tune_space.measure("moe", "gfx942", {**cfg["config"], "kernel": "gate_up"}) == cfg["gate_up"]
+
+
+FAKE_SPACE = [grouped._cfg(32, 32, 32, 4, 1), grouped._cfg(16, 32, 16, 4, 1), grouped._cfg(32, 16, 32, 4, 1)]
+SHAPE = (40, 24, 36, 2, 1, 0)   # 20 rows per expert: every fake tile fits both kernels
+
+
+def test_tuner_times_the_pruned_space_once_per_key_and_runs_the_fastest(monkeypatch):
+    ms = iter([3.0, 1.0, 2.0] * 2)   # per kernel: the second candidate wins
+    timed = []
+    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
+    monkeypatch.setattr(configs, "_TUNED", {})
+    monkeypatch.setattr(tuning, "time_ms", lambda fn: fn() or timed.append(1) or next(ms))
+    report = check_rung(kernels.get("moe", "v3"), SHAPE, torch.float32)
+    assert report.passed, report.message
+    assert len(timed) == 6
+    assert {k[0]: v for k, v in configs._TUNED.items()} == {
+        "gate_up": tuning.as_dict(FAKE_SPACE[1]), "down": tuning.as_dict(FAKE_SPACE[1])}
+    assert check_rung(kernels.get("moe", "v3"), (44, 24, 36, 2, 1, 1), torch.float32).passed
+    assert len(timed) == 6   # same buckets: nothing timed again
+
+
+def test_on_the_interpreter_there_is_one_config_so_nothing_is_timed():
+    assert [tuning.as_dict(c) for c in configs.space("interpreter")] == \
+        [tuning.as_dict(c) for c in grouped.interpreter_configs()]
