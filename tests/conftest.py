@@ -6,6 +6,7 @@ backend (the rest of the suite is written for the interpreter and its CPU tensor
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -14,6 +15,18 @@ if os.environ.get("WORKBENCH_TEST_GPU") != "1":
     os.environ.setdefault("KERNELS_BACKEND", "interpreter")
 
 import kernels  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_tuning_cache(tmp_path_factory, monkeypatch):
+    """Every test tunes from nothing, into a cache folder of its own (never the user's):
+    choices timed by one test must not be another's cache hits."""
+    monkeypatch.setenv("KERNELS_TUNING_DIR", str(tmp_path_factory.mktemp("tuning")))
+    if "kernels.tuning" in sys.modules:   # else nothing was chosen yet, and triton stays unloaded
+        sys.modules["kernels.tuning"].forget()
+    yield
+    if "kernels.tuning" in sys.modules:
+        sys.modules["kernels.tuning"].forget()
 
 
 @pytest.fixture
