@@ -93,7 +93,7 @@ class Store:
         """The file's choices; {} (with a warning unless there is no file) when unusable."""
         try:
             doc = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return {}
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             return self._ignored(f"not readable JSON ({type(exc).__name__}: {exc})")
