@@ -135,6 +135,9 @@ def recording() -> Iterator[dict]:
         yield seen
     finally:
         seen.update({(op, tuning_cache.key_text(key)): v for (op, key), v in _record.items()})
+        if before is not None:   # an enclosing recording sees these keys too
+            for k, v in _record.items():
+                before.setdefault(k, v)
         _record = before
 
 

@@ -122,6 +122,17 @@ def test_a_kept_choice_that_is_no_longer_a_candidate_is_timed_again(clock):
     assert _choose(space=[SPACE[0], SPACE[2]]) == SPACE[2] and clock[3:] == [3.0, 2.0]
 
 
+def test_the_file_lives_in_the_user_cache_unless_the_variable_moves_it(monkeypatch, tmp_path):
+    ident = tuning_cache.identity()
+    monkeypatch.delenv(tuning_cache.ENV_DIR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert tuning_cache.path(ident).parent == tmp_path / "amd-kernel-workbench" / "tuning"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert tuning_cache.path(ident).parent == Path.home() / ".cache" / "amd-kernel-workbench" / "tuning"
+    monkeypatch.setenv(tuning_cache.ENV_DIR, str(tmp_path / "x"))
+    assert tuning_cache.path(ident).parent == tmp_path / "x"
+
+
 def test_keys_must_be_plain(clock):
     with pytest.raises(TypeError, match="tuning key .* device"):
         _choose(key=(1, torch.device("cpu")))
@@ -149,6 +160,14 @@ def test_graph_capture_never_times_and_takes_the_kept_choice(clock, monkeypatch)
         assert _choose() == SPACE[1]                          # kept on disk
         assert _choose(key=(1, 2)) == SPACE[0]                # new: the prior, untimed
     assert seen[(OP, "[1, 2]")][0] == "untuned" and seen[(OP, tuning_cache.key_text(KEY))][0] == "cached"
+
+
+def test_an_enclosing_recording_sees_the_keys_of_an_inner_one(no_clock):
+    with tuning.recording() as outer:
+        with tuning.recording() as inner:
+            _choose(space=SPACE[:1])
+        _choose(key=(2,), space=SPACE[:1])
+    assert list(inner) == [(OP, tuning_cache.key_text(KEY))] and len(outer) == 2
 
 
 def test_one_candidate_is_never_timed_nor_written(no_clock):
