@@ -191,19 +191,34 @@ def test_tune_runs_forward_and_backward_and_reports_every_key():
 
 
 def _rank_tunes(rank, world, folder):
-    """Each rank's clock makes a different candidate fastest; after the pass, every rank
-    chooses rank 0's untimed."""
+    """Each rank's clock makes a different candidate fastest, and rank 1 meets a key of its
+    own; after the pass, every rank chooses rank 0's untimed, rank 1 its own for its key."""
     os.environ[tuning_cache.ENV_DIR] = f"{folder}/rank{rank}"   # no file shared between ranks
     tuning.forget()
     tuning.time_ms = lambda fn: fn()
     fastest = SPACE[rank]
-    kernels.tune(lambda: tuning.choice(OP, KEY, lambda: SPACE, lambda cfg: 0.0 if cfg == fastest else 5.0))
+
+    def model():
+        for key in [KEY, ("rank 1 only",)][:rank + 1]:
+            tuning.choice(OP, key, lambda: SPACE, lambda cfg: 0.0 if cfg == fastest else 5.0)
+    kernels.tune(model)
     tuning.time_ms = lambda fn: 1 / 0
     with tuning.mode("frozen"):
-        return _choose(), json.loads(tuning_cache.store().path.read_text())["choices"][OP]
+        own = _choose(key=("rank 1 only",)) if rank else None
+        return _choose(), own, json.loads(tuning_cache.store().path.read_text())["choices"][OP]
 
 
 def test_data_parallel_ranks_take_rank_0s_choices(tmp_path):
-    (choice0, disk0), (choice1, disk1) = run_local(_rank_tunes, 2, str(tmp_path), timeout=120)
-    assert choice0 == choice1 == SPACE[0]
-    assert disk0 == disk1 == {tuning_cache.key_text(KEY): SPACE[0]}
+    (choice0, _, disk0), (choice1, own1, disk1) = run_local(_rank_tunes, 2, str(tmp_path), timeout=120)
+    assert choice0 == choice1 == SPACE[0] and own1 == SPACE[1]
+    shared = tuning_cache.key_text(KEY)
+    assert disk0 == {shared: SPACE[0]} and disk1 == {shared: SPACE[0], '["rank 1 only"]': SPACE[1]}
+
+
+def test_two_processes_saving_at_once_both_keep_theirs():
+    ident = tuning_cache.identity()
+    first, second = tuning_cache.Store(ident), tuning_cache.Store(ident)
+    assert first.get(OP, "a") is None and second.get(OP, "b") is None   # both read the empty file
+    first.put({OP: {"a": SPACE[0]}})
+    second.put({OP: {"b": SPACE[1]}})
+    assert tuning_cache.Store(ident).choices() == {OP: {"a": SPACE[0], "b": SPACE[1]}}
