@@ -7,7 +7,8 @@ rungs compile under (:mod:`kernels.triton_version`), without importing Triton ye
 modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
-``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``), ``kernels.nn``, ``kernels.moe``
+``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``), the tuning pass ``kernels.tune``,
+``kernels.nn``, ``kernels.moe``
 (routing, permute and the layer, ``kernels.MoE``) and the op packages (``kernels.gemm_fp8``,
 ``kernels.gemm_mxfp4``) are resolved lazily by :func:`__getattr__`.
 
@@ -35,6 +36,7 @@ _LAZY = {
     "nn": ("kernels.nn", None),
     "moe": ("kernels.moe", None),
     "MoE": ("kernels.moe.layer", "MoE"),
+    "tune": ("kernels.tuning_pass", "tune"),
 }
 
 __all__ = ["backend", "get", "ops", "spec", "variants", *_LAZY]

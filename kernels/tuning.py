@@ -1,20 +1,37 @@
 """What every tuned rung shares: its config as a dict, pinned settings, the shipped
-ahead-of-time table, and the timing of the candidates on the first call of a key.
+ahead-of-time table, and the one place a key's config is chosen (:func:`choice`).
 
 Each tuned op writes down its candidates per ahead-of-time target and ships the
 verdicts of compiling them (``<op>/tuned_space.json``, written by
 ``python -m workbench.tune_space``): a config that spills on its target is never
-timed. The rung then times what the table keeps and its own per-shape prune
-leaves, once per key and process (:func:`fastest`).
+timed. The rung then asks :func:`choice` for the config of its key among what the
+table keeps and its own per-shape prune leaves.
+
+Timing belongs in a tuning pass, never in a training step: a step that stops to time
+a new key's candidates takes seconds instead of milliseconds and syncs the device. So
+a key is timed (:func:`fastest`) only in mode "time" (the default, and what
+``kernels.tune`` sets for its pass); once timed, its choice is kept for the process and
+on disk (:mod:`.tuning_cache`). In mode "frozen" (the training benchmark's steps) and
+during CUDA-graph capture a key nobody timed takes its first candidate untimed and is
+noted "untuned" (:func:`recording`), so the benchmark can say its steps ran a prior.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+import torch
 import triton
+
+from . import tuning_cache
+
+MODES = ("time", "frozen")
+_mode = "time"
+_memo: dict[tuple, tuple] = {}  # (op, key) -> ("only" or "cached", config): no JSON on a launch's way
+_record: dict | None = None     # while recording: (op, key) -> (how, config)
 
 
 def as_dict(c: triton.Config) -> dict:
@@ -90,3 +107,88 @@ def fastest(candidates: list[dict], run: Callable[[dict], object]) -> dict:
         return candidates[0]
     times = [time_ms(lambda cfg=cfg: run(cfg)) for cfg in candidates]
     return candidates[times.index(min(times))]
+
+
+@contextlib.contextmanager
+def mode(name: str) -> Iterator[None]:
+    """Within the block, a key without a choice is timed ("time") or is not ("frozen")."""
+    global _mode
+    if name not in MODES:
+        raise ValueError(f"tuning mode must be one of {MODES}, got {name!r}")
+    before, _mode = _mode, name
+    try:
+        yield
+    finally:
+        _mode = before
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[dict]:
+    """A dict that fills, within the block, with ``(op, key text) -> (how, config)`` for each
+    key chosen: "timed", "cached" (an earlier choice), "only" (a single candidate) or
+    "untuned" (first candidate, untimed: frozen mode or graph capture). Keys are texts
+    as :func:`kernels.tuning_cache.key_text` writes them."""
+    global _record
+    before, _record = _record, {}
+    seen: dict = {}
+    try:
+        yield seen
+    finally:
+        seen.update({(op, tuning_cache.key_text(key)): v for (op, key), v in _record.items()})
+        if before is not None:   # an enclosing recording sees these keys too
+            for k, v in _record.items():
+                before.setdefault(k, v)
+        _record = before
+
+
+def _capturing() -> bool:
+    try:
+        return torch.cuda.is_current_stream_capturing()
+    except RuntimeError:   # a CPU build of torch has no CUDA graphs
+        return False
+
+
+def _noted(op: str, key: tuple, how: str, cfg: dict) -> dict:
+    if _record is not None:
+        _record.setdefault((op, key), (how, cfg))
+    return cfg
+
+
+def choice(op: str, key: tuple, candidates: Callable[[], list[dict]],
+           run: Callable[[dict], object]) -> dict:
+    """The config ``op`` launches for ``key`` (a tuple of str, int, float, bool, None or
+    ``torch.dtype``) among ``candidates()``: the one chosen before (this process, or the
+    cache file) if it is still a candidate, else, in mode "time" and outside graph capture,
+    the :func:`fastest` by ``run``, kept for the process and saved; else the first
+    candidate, untimed and unkept. ``candidates`` is only called on a key's first lookup:
+    a launch of a known key costs one dict lookup."""
+    hit = _memo.get((op, key))
+    if hit is not None:
+        return _noted(op, key, *hit)
+    candidates = candidates()
+    if len(candidates) == 1:
+        how, cfg = "only", candidates[0]
+    else:
+        text = tuning_cache.key_text(key)
+        stored = tuning_cache.store().get(op, text)
+        if stored in candidates:
+            how, cfg = "cached", candidates[candidates.index(stored)]
+        elif _mode == "frozen" or _capturing():
+            return _noted(op, key, "untuned", candidates[0])
+        else:
+            how, cfg = "timed", fastest(candidates, run)
+            tuning_cache.store().put({op: {text: cfg}})
+    _memo[(op, key)] = ("only" if how == "only" else "cached", cfg)
+    return _noted(op, key, how, cfg)
+
+
+def adopt(choices: dict[str, dict[str, dict]]) -> None:
+    """Take ``choices`` (``{op: {key text: config}}``, e.g. rank 0's) over this process's."""
+    tuning_cache.store().put(choices)
+    _memo.clear()
+
+
+def forget() -> None:
+    """Forget every choice of this process; the next lookup reads the cache file again (tests)."""
+    _memo.clear()
+    tuning_cache.forget()

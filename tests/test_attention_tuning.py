@@ -115,7 +115,6 @@ SHAPE = (1, 2, 1, 20, 24, 32, 1)
 def fake_clock(monkeypatch, fake_tuner_clock):
     """Three candidates on the interpreter; timing runs the real launch and reads a fake time."""
     monkeypatch.setattr(configs, "space", lambda backend, arch, d: FAKE_SPACE)
-    monkeypatch.setattr(v4, "_TUNED", {})
     monkeypatch.setattr(v4, "_CHOSEN", {})
     return fake_tuner_clock(v4.v3_causal_lse, "launch", FAKE_MS)
 
@@ -151,7 +150,6 @@ def test_a_pinned_setting_skips_the_tuner(fake_clock):
 
 
 def test_on_the_interpreter_nothing_is_timed(monkeypatch):
-    monkeypatch.setattr(v4, "_TUNED", {})
     monkeypatch.setattr(tuning, "time_ms", lambda fn: pytest.fail("timed on the interpreter"))
     shape = (1, 2, 2, 9, 33, 40, 0)
     kernels.get("attention", 4)(*kernels.spec("attention").make_inputs(shape, torch.float32)[:3])
@@ -166,7 +164,6 @@ def test_on_a_gpu_the_tuner_times_the_pruned_set_and_shows_the_winner(monkeypatc
     shape = (1, 32, 8, 2048, 2048, 128, 1)
     timed, real = [], tuning.time_ms
     monkeypatch.setattr(tuning, "time_ms", lambda fn: timed.append(real(fn)) or timed[-1])
-    monkeypatch.setattr(v4, "_TUNED", {})
     q, k, v, _ = kernels.spec("attention").make_inputs(shape, torch.bfloat16, here.device)
     kernels.flash_attention(q, k, v, causal=True)
     pruned = v4._pruned(here.name, here.arch, 2048, 2048, 128)

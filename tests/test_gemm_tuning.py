@@ -112,7 +112,6 @@ FAKE_MS = {(32, 32): 3.0, (16, 32): 1.0, (32, 16): 2.0}   # (BLOCK_M, BLOCK_N) -
 def fake_clock(monkeypatch, fake_tuner_clock):
     """Three candidates on the interpreter; timing runs the real launch and reads a fake time."""
     monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
-    monkeypatch.setattr(v6, "_TUNED", {})
     monkeypatch.setattr(v6, "_CHOSEN", {})
     return fake_tuner_clock(v6, "_launch", FAKE_MS)
 
@@ -147,7 +146,6 @@ def test_a_pinned_tile_skips_the_tuner(fake_clock):
 
 
 def test_on_the_interpreter_nothing_is_timed(monkeypatch):
-    monkeypatch.setattr(v6, "_TUNED", {})
     monkeypatch.setattr(tuning, "time_ms", lambda fn: pytest.fail("timed on the interpreter"))
     a, b = kernels.spec("gemm").make_inputs((33, 17, 9), torch.float32)
     kernels.get("gemm", 6)(a, b)

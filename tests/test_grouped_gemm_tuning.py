@@ -106,7 +106,6 @@ SHAPE = (40, 24, 36, 2, 0)       # 20 rows per group: every fake tile fits forwa
 def fake_clock(monkeypatch, fake_tuner_clock):
     """Three candidates on the interpreter; timing runs the real launch and reads a fake time."""
     monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
-    monkeypatch.setattr(v4, "_TUNED", {})
     monkeypatch.setattr(v4, "_CHOSEN", {})
     return fake_tuner_clock(v4, "_launch", FAKE_MS)
 
@@ -165,7 +164,6 @@ def test_persistent_settings_keep_the_tuner_and_any_program_count_is_right(fake_
 
 
 def test_on_the_interpreter_nothing_is_timed(monkeypatch):
-    monkeypatch.setattr(v4, "_TUNED", {})
     monkeypatch.setattr(tuning, "time_ms", lambda fn: pytest.fail("timed on the interpreter"))
     shape = (33, 17, 9, 3, 1)
     x, w, offsets = spec.make_inputs(shape, torch.float32)
@@ -185,7 +183,6 @@ def test_on_a_gpu_the_tuner_times_the_pruned_set_and_shows_the_winner(monkeypatc
     shape = spec.BENCH_SHAPES["dsv3 down (32 experts)"]
     timed, real = [], tuning.time_ms
     monkeypatch.setattr(tuning, "time_ms", lambda fn: timed.append(real(fn)) or timed[-1])
-    monkeypatch.setattr(v4, "_TUNED", {})
     kernels.grouped_gemm(*spec.make_inputs(shape, torch.bfloat16, here.device))
     pruned = [tuning.as_dict(c) for c in configs.prune(configs.space(here.name, here.arch),
                                                       *v4._tile_extent("forward", *shape[:4]))]

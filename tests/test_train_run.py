@@ -72,7 +72,7 @@ def test_cli_train_prints_rows_and_writes_them(tmp_path, capsys):
     assert cli.main(["train", "--preset", "cpu-smoke", "--steps", "2",
                      "--kernels", "attention=workbench", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "grad_norm" in text and "not performance" in text
+    assert "grad_norm" in text and "not performance" in text and "tuning pass before the steps" in text
     rows = store.load(out)
     assert len(rows) == 2 and rows[0]["kernels"] == "gemm=torch,attention=workbench,moe=torch"
 

@@ -1,4 +1,4 @@
-"""The ``workbench`` command: info, check, bench, tour, gpu-report, train.
+"""The ``workbench`` command: info, check, bench, tour, gpu-report, train, tune.
 
 Everything it lists comes from the rung registry (``kernels.variants``); it holds no
 list of rungs or ops of its own.
@@ -166,7 +166,43 @@ def _parse_kernels(text: str) -> str | dict[str, str]:
                                          f"got {text!r}") from None
 
 
-TRAIN_COLUMNS = ("step", "loss", "grad_norm", "step_ms", "tokens_per_s", "tflops", "mfu", "peak_mem_gib")
+TRAIN_COLUMNS = ("step", "loss", "grad_norm", "step_ms", "tokens_per_s", "tflops", "mfu", "peak_mem_gib",
+                 "untuned")
+
+
+def _leaving_the_group(work):
+    """``work()``; then a torchrun process leaves its group before it exits (NCCL warns otherwise)."""
+    try:
+        return work()
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def _rank0() -> bool:
+    """Under torchrun, rank 0 speaks for all."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def cmd_tune(args) -> int:
+    from kernels import tuning_cache
+
+    from . import train
+
+    try:
+        report = _leaving_the_group(lambda: train.tune(args.preset, args.kernels, args.seed,
+                                                       compile=args.compile, parallel=args.parallel))
+    except NotImplementedError as exc:
+        print(f"workbench tune: {exc}", file=sys.stderr)
+        return 2
+    if not _rank0():
+        return 0
+    print(format_table([{**row, "config": ",".join(f"{k}={v}" for k, v in row["config"].items())}
+                        for row in report.rows()]))
+    print(f"\n{len(report.keys)} keys in {report.seconds:.1f} s: {report.count('timed')} timed, "
+          f"{report.count('cached')} from the cache, {report.count('only')} with a single candidate "
+          f"(no timing), {report.count('untuned')} untuned; cache {tuning_cache.store().path}")
+    return 0
 
 
 def cmd_train(args) -> int:
@@ -174,22 +210,21 @@ def cmd_train(args) -> int:
     from .train.files import FileArgumentError
 
     try:
-        rows = train.run(preset=args.preset, kernels=args.kernels, steps=args.steps, seed=args.seed,
-                         compile=args.compile, profile=args.profile, out=args.out,
-                         checkpoint=args.checkpoint, resume=args.resume, gpu=args.gpu,
-                         parallel=args.parallel)
+        rows = _leaving_the_group(lambda: train.run(
+            preset=args.preset, kernels=args.kernels, steps=args.steps, seed=args.seed,
+            compile=args.compile, profile=args.profile, out=args.out, checkpoint=args.checkpoint,
+            resume=args.resume, gpu=args.gpu, parallel=args.parallel))
     except FileArgumentError as exc:   # named as the flag that was typed
         print(f"workbench train: --{exc.argument} {exc.path}: {exc.reason}", file=sys.stderr)
         return 2
     except NotImplementedError as exc:
         print(f"workbench train: {exc}", file=sys.stderr)
         return 2
-    finally:   # a torchrun process leaves its group before it exits (NCCL warns otherwise)
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-    if int(os.environ.get("RANK", "0")) != 0:   # under torchrun, rank 0 speaks for all
+    if not _rank0():
         return 0
     print(format_table(rows, TRAIN_COLUMNS))
+    print(f"\ntuning pass before the steps: {rows[0]['tuning_s']:.1f} s; "
+          f"untuned keys in the steps: {sum(r['untuned'] for r in rows)}")
     if args.profile:
         print("\nbusiest ops of the last step (ms):")
         print(format_table([dict(op=k, ms=v) for k, v in rows[-1]["op_ms"].items()]))
@@ -319,13 +354,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", help="continue from this checkpoint (--out: append the rows)")
     p.add_argument("--parallel", choices=("fsdp", "ddp"), help="data parallel under torchrun")
     p.add_argument("--out", help="write the rows to this .json file, step by step")
+    p = sub.add_parser("tune", help="the training preset's tuning pass alone: fill the tuning cache")
+    p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, gpu-moe-small, gpu-dense-1b")
+    p.add_argument("--kernels", type=_parse_kernels, default="workbench",
+                   help="workbench (default), torch, or per op: gemm=workbench,attention=torch")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", action="store_true", help="torch.compile the model, as train --compile")
+    p.add_argument("--parallel", choices=("fsdp", "ddp"), help="data parallel under torchrun")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "tour": cmd_tour,
-               "gpu-report": cmd_gpu_report, "train": cmd_train, "comm": cmd_comm,
+               "gpu-report": cmd_gpu_report, "train": cmd_train, "tune": cmd_tune, "comm": cmd_comm,
                "exercise": cmd_exercise}[args.command]
     try:
         return handler(args)

@@ -12,8 +12,8 @@ Idea:
     for gfx942, gfx950 and sm90 at its head dim and the ones that spill were dropped
     (``kernels/attention/tuned_space.json``, by ``python -m workbench.tune_space``).
     :func:`tuned` times the survivors that fit the shape (at most 8) on the first
-    call of each (S, S_k power-of-two bucket, BLOCK_D, dtype, causal) and caches the
-    fastest for the process; on the interpreter the space has one config, so
+    call of each (S, S_k power-of-two bucket, BLOCK_D, dtype, causal) and keeps the
+    fastest (:func:`kernels.tuning.choice`); on the interpreter the space has one config, so
     nothing is timed. The choice is visible: :func:`chosen_config`, and
     :func:`prior` for the untimed first choice. ``kernels.flash_attention`` runs
     this forward (:func:`forward`).
@@ -50,13 +50,12 @@ from .. import backend as _backend
 from .. import validate
 from ..registry import rung
 from ..triton_support import aot_launch
-from ..tuning import as_dict, fastest, with_overrides
+from ..tuning import as_dict, choice, with_overrides
 from . import configs, v3_causal_lse
 from .launch import aot_ints, head_block
 from .varlen import aot_args
 from .spec import DTYPES, MAX_HEAD_DIM
 
-_TUNED: dict[tuple, dict] = {}    # (S, S_k buckets, BLOCK_D, dtype, causal) -> the fastest config
 _CHOSEN: dict[tuple, dict] = {}   # the same key -> the settings of the last launch
 
 
@@ -81,16 +80,15 @@ def tuned(q, k, v, causal: bool, scale: float) -> dict:
     buckets, BLOCK_D, dtype, causal).
 
     The first call of a key times every candidate :func:`.configs.prune` keeps with
-    v3's launch on these tensors and caches the winner for the process; a single
+    v3's launch on these tensors and keeps the winner (:func:`kernels.tuning.choice`:
+    for the process and on disk; never timed in frozen mode); a single
     candidate (always, on the interpreter) is taken without timing.
     """
     (s, d), sk = q.shape[2:], k.shape[2]
     key = _bucket(s, sk, d, q.dtype, causal)
-    if key not in _TUNED:
-        here = _backend.current()
-        _TUNED[key] = fastest(_pruned(here.name, here.arch, s, sk, d),
-                              lambda cfg: v3_causal_lse.launch(q, k, v, causal, scale, cfg))
-    return _TUNED[key]
+    here = _backend.current()
+    return choice("attention/v4", key, lambda: _pruned(here.name, here.arch, s, sk, d),
+                  lambda cfg: v3_causal_lse.launch(q, k, v, causal, scale, cfg))
 
 
 def forward(q, k, v, causal: bool, scale: float, overrides: dict | None = None):

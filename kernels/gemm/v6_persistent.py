@@ -38,7 +38,8 @@ Idea:
     :func:`tuned` times, on the first call of each (M, N, K power-of-two bucket,
     dtype, operand layout), every config that v5's space keeps for the shape (the
     ahead-of-time pruned table, then :func:`.configs.prune`: at most 16) with v6's
-    own launch, and caches the fastest for the process. On the interpreter the space
+    own launch, and keeps the fastest (:func:`kernels.tuning.choice`: for the process and
+    in the on-disk tuning cache; never timed in frozen mode). On the interpreter the space
     has one config, so nothing is timed. :func:`chosen_config` tells what ran.
 
 Why faster:
@@ -77,7 +78,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
-from ..tuning import as_dict, fastest, with_overrides
+from ..tuning import as_dict, choice, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from .spec import aot_launch_settings, layout
 from . import configs
@@ -266,7 +267,6 @@ def _launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict) -> Sch
     return plan
 
 
-_TUNED: dict[tuple, dict] = {}    # (M, N, K buckets, dtype, layout) -> the fastest tile config
 _CHOSEN: dict[tuple, dict] = {}   # (M, N, K buckets, dtype) -> the settings of the last launch
 
 
@@ -278,17 +278,16 @@ def tuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, persistent: dict) -
     """The tile config for this launch: the fastest pruned candidate of its (bucket, dtype, layout).
 
     The first call of a key times every candidate ``prune`` keeps with v6's own launch
-    (into ``c``, which the real launch then overwrites) and caches the winner for the
-    process; a single candidate (always, on the interpreter) is taken without timing.
+    (into ``c``, which the real launch then overwrites) and keeps the winner
+    (:func:`kernels.tuning.choice`); a single candidate (always, on the interpreter) is
+    taken without timing.
     """
     (m, k), n = a.shape, b.shape[1]
     key = (*_bucket((m, n, k), a.dtype), layout(a, b))
-    if key not in _TUNED:
-        here = _backend.current()
-        candidates = [as_dict(cfg) for cfg in
-                      configs.prune(configs.space(here.name, here.arch), m, n, k)]
-        _TUNED[key] = fastest(candidates, lambda cfg: _launch(a, b, c, {**cfg, **persistent}))
-    return _TUNED[key]
+    here = _backend.current()
+    return choice("gemm/v6", key,
+                  lambda: [as_dict(cfg) for cfg in configs.prune(configs.space(here.name, here.arch), m, n, k)],
+                  lambda cfg: _launch(a, b, c, {**cfg, **persistent}))
 
 
 def chosen_config(shape, dtype: torch.dtype) -> dict | None:

@@ -9,7 +9,8 @@ with shared experts) trained with AdamW on synthetic tokens, where every hot op
     rows = train.run(preset="cpu-smoke", kernels={"gemm": "workbench", "attention": "workbench"})
 
 Each row: loss, grad norm, step ms, tokens/s, model TFLOP/s and MFU (on a GPU),
-peak memory, optionally a per-op profile. ``workbench train`` is the same from the
+peak memory, optionally a per-op profile, and the seconds of the tuning pass that runs
+before the first step (``train.tune`` runs it alone; ``workbench tune``). ``workbench train`` is the same from the
 command line; ``torchrun --nproc-per-node N -m workbench.cli train ...`` runs it data
 parallel (FSDP2).
 """
@@ -17,5 +18,6 @@ from .loop import run
 from .model import GPT
 from .ops import OPS, resolve
 from .presets import PRESETS, Config, preset
+from .tuning_pass import tune
 
-__all__ = ["GPT", "OPS", "PRESETS", "Config", "preset", "resolve", "run"]
+__all__ = ["GPT", "OPS", "PRESETS", "Config", "preset", "resolve", "run", "tune"]

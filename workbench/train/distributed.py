@@ -50,7 +50,7 @@ def wrap(model: torch.nn.Module, world: int, how: str | None = None) -> torch.nn
 
 
 def mean(value: torch.Tensor, world: int) -> torch.Tensor:
-    """The mean of a scalar over all processes (gloo has no AVG, so SUM / world)."""
+    """The mean of a tensor over all processes, elementwise (gloo has no AVG, so SUM / world)."""
     if world == 1:
         return value
     total = value.detach().clone()

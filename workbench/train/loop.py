@@ -1,11 +1,23 @@
-"""``run``: train the model for some steps and return one row per step.
+"""``run``: tune, then train the model for some steps and return one row per step.
 
 Each row holds the loss (mean over all processes) and the gradient norm (before
-clipping), the step's wall time between two device synchronizations and the tokens
-per second of the global batch, model TFLOP/s and MFU per GPU (:mod:`.flops`), the
-GPU's memory high-water mark, and with ``profile=True`` the profiler's busiest ops.
+clipping), the step's time and the tokens per second of the global batch, model
+TFLOP/s and MFU per GPU (:mod:`.flops`), the GPU's memory high-water mark, with
+``profile=True`` the profiler's busiest ops, the tuning pass's seconds (``tuning_s``,
+the same in every row of a run) and the keys the step ran untuned (``untuned``).
 On the interpreter backend (no GPU) rows still come back, labelled with that backend,
 but TFLOP/s and MFU are None: CPU times of interpreted kernels are not performance.
+
+Before the first step, ``kernels.tune`` runs one forward and backward of the first
+batch with timing allowed, so the tuned kernels choose their configs there (and data-
+parallel ranks take rank 0's); the steps then run in frozen mode and time nothing.
+
+The steps do not wait for the device: a step's loss and grad norm stay device
+tensors, and its time is two CUDA events around it on a GPU (the host clock on the
+CPU, where an op has finished when its call returns). They are read every
+:data:`READ_EVERY` steps and after the last: one device sync and, data parallel, one
+all-reduce of the losses for all those steps. So the host runs ahead of the device and
+a step's time is the device's, from the start event to the end event.
 """
 from __future__ import annotations
 
@@ -16,15 +28,17 @@ import torch
 
 import kernels as _kernels
 import roofline
+from kernels import tuning
 
 from .. import environment
 from . import checkpoint as ckpt
 from . import data, distributed, flops, ops, store
 from .files import FileArgumentError, writable
-from .model import GPT
 from .presets import preset as _preset
+from .tuning_pass import build, dtype_here, forward_backward, tuning_pass
 
 TOP_OPS = 10
+READ_EVERY = 10   # steps between reads of the numbers (a device sync each; ``out`` is saved then)
 
 
 def _optimizer(model: torch.nn.Module, cfg) -> torch.optim.AdamW:
@@ -59,14 +73,51 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class _Span:
+    """A step's time, taken without waiting for the device and read after a sync: CUDA
+    events on a GPU, the host clock on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.begin, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            self.begin.record()
+        else:
+            self.begin = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.cuda:
+            self.end.record()
+        else:
+            self.end = time.perf_counter()
+
+    def seconds(self) -> float:
+        return self.begin.elapsed_time(self.end) / 1e3 if self.cuda else self.end - self.begin
+
+
 def _step(step_fn, model, optimizer, cfg, tokens, targets, device, dtype):
     optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-        loss = step_fn(tokens, targets)
-    loss.backward()
+    loss = forward_backward(step_fn, tokens, targets, device, dtype)
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     optimizer.step()
-    return loss.detach(), norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+    return loss, norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+
+def _read(pending: list[dict], world: int, device: torch.device, cfg, spec, dtype, gpu: bool) -> list[dict]:
+    """The rows of the ``pending`` steps: one device sync, one all-reduce of their losses."""
+    _sync(device)
+    losses = distributed.mean(torch.stack([p.pop("loss") for p in pending]), world).tolist()
+    norms = torch.stack([p.pop("grad_norm") for p in pending]).tolist()
+    rows = []
+    for p, loss, norm in zip(pending, losses, norms):
+        seconds = p.pop("span").seconds()
+        rows.append(dict(
+            step=p.pop("step"), loss=loss, grad_norm=norm,
+            step_ms=seconds * 1e3, tokens_per_s=cfg.batch * cfg.seq * world / seconds,
+            tflops=flops.step_flops(cfg) / seconds / 1e12 if gpu else None,
+            mfu=flops.mfu(flops.step_flops(cfg), seconds, spec, dtype) if gpu and spec else None,
+            **p))
+    return rows
 
 
 def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
@@ -76,11 +127,13 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
 
     ``kernels``: "torch", "workbench" or a mapping per op (:func:`.ops.resolve`);
     ``compile`` applies ``torch.compile`` to the model either way. ``out``: a .json file
-    the rows are saved to after every step (:mod:`.store`); on resume they are appended to
+    the rows are saved to as they are read (:data:`READ_EVERY`, :mod:`.store`); on resume they are appended to
     the rows it holds. ``checkpoint``: a file to save the state to at the end; ``resume``:
     one to continue from (its step count goes on). These files are checked before the
     first step, so a bad one costs no training (:class:`.files.FileArgumentError`).
     ``gpu``: a ``roofline`` GPU name for MFU (default: this GPU, when roofline knows it).
+    The tuning pass runs ``step_fn`` (compiled, with ``compile``), so ``tuning_s`` holds its
+    JIT and ``torch.compile`` compiles too.
     Under ``torchrun`` each process runs this; ``parallel`` is "fsdp" or "ddp".
     """
     from tqdm.auto import tqdm  # disable=None: a bar on a terminal, none in logs
@@ -99,17 +152,16 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
         earlier = store.rows_before(out, state["step"]) if state and out is not None else []
     except ValueError as exc:
         raise FileArgumentError("out", out, f"cannot append the resumed steps ({exc})") from exc
-    dtype = torch.bfloat16 if here.is_gpu else torch.float32
-    spec = _gpu_spec(gpu, here)
-    torch.manual_seed(seed)
-    model = distributed.wrap(GPT(cfg, impls).to(device), world, parallel)
+    dtype, spec = dtype_here(here), _gpu_spec(gpu, here)
+    model = build(cfg, impls, seed, device, world, parallel)
     optimizer = _optimizer(model, cfg)
     start = ckpt.restore(state, resume, model, optimizer) if state else 0
     step_fn = torch.compile(model) if compile else model
     fixed = dict(preset=cfg.name, kernels=ops.label(impls), compile=compile,
                  dtype=str(dtype).replace("torch.", ""), world_size=world, seed=seed,
                  backend=here.name, gpu=here.device_name, commit=environment.commit())
-    rows = []
+    fixed["tuning_s"] = tuning_pass(step_fn, cfg, seed, start, rank, world, device, dtype).seconds
+    rows, pending = [], []
     for step in tqdm(range(start, start + steps), desc=f"train {cfg.name}",
                      disable=None if progress and rank == 0 else True):
         tokens, targets = data.batch(cfg, seed, step, rank, world, device)
@@ -118,23 +170,22 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
         activities = [torch.profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) if profile else contextlib.nullcontext() as prof:
-            _sync(device)
-            began = time.perf_counter()
+        with torch.profiler.profile(activities=activities) if profile else contextlib.nullcontext() as prof, \
+                tuning.mode("frozen"), tuning.recording() as chosen:
+            span = _Span(device)
             loss, norm = _step(step_fn, model, optimizer, cfg, tokens, targets, device, dtype)
-            _sync(device)
-            seconds = time.perf_counter() - began
-        model_tflops = flops.step_flops(cfg) / seconds / 1e12 if here.is_gpu else None
-        rows.append(dict(
-            step=step + 1, loss=distributed.mean(loss, world).item(), grad_norm=norm.item(),
-            step_ms=seconds * 1e3, tokens_per_s=cfg.batch * cfg.seq * world / seconds,
-            tflops=model_tflops,
-            mfu=flops.mfu(flops.step_flops(cfg), seconds, spec, dtype) if here.is_gpu and spec else None,
+            span.stop()
+        pending.append(dict(
+            step=step + 1, loss=loss, grad_norm=norm, span=span,
             peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
             op_ms=_op_times(prof, device.type == "cuda") if profile else None,
+            untuned=sum(how == "untuned" for how, _ in chosen.values()),
             timestamp=environment.now(), **fixed))
-        if out is not None and rank == 0:
-            store.save(earlier + rows, out)
+        if len(pending) == READ_EVERY or step == start + steps - 1:
+            rows += _read(pending, world, device, cfg, spec, dtype, here.is_gpu)
+            pending = []
+            if out is not None and rank == 0:
+                store.save(earlier + rows, out)
     if checkpoint is not None:
         ckpt.save(checkpoint, model, optimizer, start + steps)
     return rows

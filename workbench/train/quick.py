@@ -3,7 +3,9 @@
 The issue's goal compares step times of the workbench kernels with eager PyTorch on
 ``gpu-moe-small``; a lent GPU session is minutes long, so this runs a few steps of each
 (eager, same seed and data) and reports the median step time of the steps after the
-first :data:`WARMUP` (which carry Triton's JIT compiles and the tuners' timing).
+first :data:`WARMUP`. Each run's tuning pass, before its first step, already ran the
+model's kernels once (Triton's JIT compiles, the tuners' timing); the first steps still
+warm the optimizer's kernels and the allocator.
 ``torch.compile`` runs are left to ``workbench train --compile``: compiling alone would
 take most of a session.
 """

@@ -2,9 +2,10 @@
 
 A training row (loss, grad norm, step time, MFU, ...) is not a kernel benchmark row
 (op, rung, shape, ...), so it gets its own schema name rather than bending that one.
-Saved like :func:`workbench.results.save`, whole or not at all, after every step, so
-an interrupted run keeps every step done; a resumed run appends to the rows of the run
-it continues (:func:`rows_before`).
+Saved like :func:`workbench.results.save`, whole or not at all, each time the loop reads
+its steps' numbers (every ``loop.READ_EVERY`` steps and after the last), so an interrupted
+run keeps the steps read before it; a resumed run appends to the rows of the run it
+continues (:func:`rows_before`). Version 2 added ``tuning_s`` and ``untuned``.
 """
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from pathlib import Path
 from ..atomic import write_atomic
 
 SCHEMA = "amd-kernel-workbench/train"
-VERSION = 1
+VERSION = 2
 FIELDS = (
     "step", "loss", "grad_norm",
-    "step_ms", "tokens_per_s",     # synchronized wall time; performance only on a GPU backend
+    "step_ms", "tokens_per_s",     # device time between events around the step (host clock on the
+                                   # CPU); performance only on a GPU backend
     "tflops", "mfu",               # model FLOP/s per GPU and its fraction of peak; None off a GPU
     "peak_mem_gib", "op_ms",       # GPU memory high-water mark; profiler's top ops (profile=True)
+    "tuning_s", "untuned",         # the tuning pass's seconds (per run); keys this step ran untuned
     "preset", "kernels", "compile", "dtype", "world_size", "seed",
     "backend", "gpu", "commit", "timestamp",
 )

@@ -28,7 +28,8 @@ Idea:
     (``tuned_space.json``, by ``python -m workbench.tune_space --op grouped_gemm``).
     :func:`choose` times the survivors that fit the problem (at most 8) on the first
     call of each (kernel, T, K, N, G power-of-two buckets, dtype, operand layout)
-    with :func:`kernels.tuning.fastest` and caches the fastest for the process; on
+    with :func:`kernels.tuning.fastest` and keeps the fastest (:func:`kernels.tuning.choice`:
+    for the process and on disk; never timed in frozen mode); on
     the interpreter the space has one config, so nothing is timed. What ran is
     visible: :func:`chosen_config`. ``overrides`` pins settings and skips the tuner.
 
@@ -80,7 +81,7 @@ from ...gemm.v6_persistent import programs
 from ...outputs import new_output
 from ...registry import AotKernel, rung
 from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
-from ...tuning import as_dict, fastest, with_overrides
+from ...tuning import as_dict, choice, with_overrides
 from ...xcd import CUS_PER_XCD, full_chip_xcds, num_xcds
 from . import configs, dw
 from .grads import differentiable
@@ -163,7 +164,6 @@ def prior(kernel: str, backend: str, arch: str, t: int, k: int, n: int, g: int) 
     return as_dict(configs.prune(configs.space(backend, arch), *_tile_extent(kernel, t, k, n, g))[0])
 
 
-_TUNED: dict[tuple, dict] = {}    # (kernel, T, K, N, G buckets, dtype, layout) -> the fastest tile config
 _CHOSEN: dict[tuple, dict] = {}   # (kernel, T, K, N, G buckets, dtype) -> the settings of the last launch
 
 
@@ -180,13 +180,12 @@ def choose(kernel: str, a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor,
     cfg = with_overrides({**prior(kernel, here.name, here.arch, *problem), **persistent}, pinned)
     if not set(pinned) - set(PERSISTENT):   # no tile setting pinned: the tuner's choice
         key = (*_bucket(kernel, *problem, a.dtype), _layout(a, b))
-        if key not in _TUNED:
-            fixed = {name: cfg[name] for name in persistent}
-            _TUNED[key] = fastest(
-                [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch),
-                                                   *_tile_extent(kernel, *problem))],
-                lambda tile: _launch(kernel, a, b, offsets, out, {**tile, **fixed}))
-        cfg = {**_TUNED[key], **{name: cfg[name] for name in persistent}}
+        fixed = {name: cfg[name] for name in persistent}
+        tile = choice("grouped_gemm/v4", key,
+                      lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch),
+                                                                 *_tile_extent(kernel, *problem))],
+                      lambda tile: _launch(kernel, a, b, offsets, out, {**tile, **fixed}))
+        cfg = {**tile, **fixed}
     _CHOSEN[_bucket(kernel, *problem, a.dtype)] = {**cfg, "layout": _layout(a, b)}
     return cfg
 

@@ -1,0 +1,52 @@
+"""The training benchmark's tuning pass: ``kernels.tune`` on the first batch, as the steps run it.
+
+The tuned kernels choose a config per shape bucket and dtype, so the pass must meet the
+keys the steps will: the same model (compiled when the steps are), the same batch shape
+and the same autocast. :func:`tuning_pass` is what ``run`` does before its first step;
+:func:`tune` is that alone for a preset (``workbench tune``), to fill the tuning cache
+ahead of a job.
+"""
+from __future__ import annotations
+
+import torch
+
+import kernels as _kernels
+
+from . import data, distributed, ops
+from .model import GPT
+from .presets import preset as _preset
+
+
+def dtype_here(backend) -> torch.dtype:
+    """The steps' autocast dtype: bf16 on a GPU, none (fp32) on the CPU."""
+    return torch.bfloat16 if backend.is_gpu else torch.float32
+
+
+def build(cfg, impls: dict[str, str], seed: int, device, world: int, parallel: str | None) -> torch.nn.Module:
+    """The model as a run starts it: seeded, on ``device``, wrapped for data parallel."""
+    torch.manual_seed(seed)
+    return distributed.wrap(GPT(cfg, impls).to(device), world, parallel)
+
+
+def forward_backward(step_fn, tokens, targets, device, dtype) -> torch.Tensor:
+    """The loss (detached) of one forward under the steps' autocast, after its backward."""
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+        loss = step_fn(tokens, targets)
+    loss.backward()
+    return loss.detach()
+
+
+def tuning_pass(step_fn, cfg, seed: int, step: int, rank: int, world: int, device, dtype):
+    """``kernels.tune`` on a forward and backward of ``step``'s batch: a :class:`kernels.tuning_pass.TuningReport`."""
+    tokens, targets = data.batch(cfg, seed, step, rank, world, device)
+    return _kernels.tune(lambda: forward_backward(step_fn, tokens, targets, device, dtype))
+
+
+def tune(preset="cpu-smoke", kernels="workbench", seed: int = 0, *, compile: bool = False,
+         parallel: str | None = None):
+    """The tuning pass of a ``run`` of ``preset`` with ``kernels``, alone (no optimizer step)."""
+    cfg, impls, here = _preset(preset), ops.resolve(kernels), _kernels.backend.current()
+    rank, world, device = distributed.setup(here.is_gpu)
+    model = build(cfg, impls, seed, device, world, parallel)
+    return tuning_pass(torch.compile(model) if compile else model, cfg, seed, 0, rank, world, device,
+                       dtype_here(here))
