@@ -5,17 +5,19 @@ backend (the rest of the suite is written for the interpreter and its CPU tensor
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 import pytest
-import torch
 
 # Before anything imports kernels: tests run the interpreter unless a GPU run is asked for.
 if os.environ.get("WORKBENCH_TEST_GPU") != "1":
     os.environ.setdefault("KERNELS_BACKEND", "interpreter")
 
 import kernels  # noqa: E402
+
+import host_sync  # noqa: E402  (tests/ is on sys.path: pytest puts a conftest's folder there)
 
 
 @pytest.fixture(autouse=True)
@@ -30,32 +32,12 @@ def fresh_tuning_cache(tmp_path_factory, monkeypatch):
         sys.modules["kernels.tuning"].forget()
 
 
-HOST_SYNCS = ("item", "tolist", "cpu", "numpy", "__int__", "__index__", "__float__", "__bool__")
-
-
 @pytest.fixture
-def trap_host_syncs(monkeypatch):
-    """``trap_host_syncs(allowed=(fn, ...))``: from then on, every Tensor method that copies
-    data to the host raises, unless called directly by a function in ``allowed`` (noted in
-    the list it returns) or by ``torch.optim``, whose optimizers read their step counts:
-    tensors that stay on the host on a GPU too, so no device sync."""
-    def install(allowed=()):
-        codes, reads = {fn.__code__ for fn in allowed}, []
-
-        def trap(name, real):
-            def read(self, *args, **kwargs):
-                caller = sys._getframe(1)
-                if caller.f_code in codes:
-                    reads.append(name)
-                elif not caller.f_globals.get("__name__", "").startswith("torch.optim."):
-                    raise AssertionError(f"host sync: Tensor.{name} in {caller.f_code.co_name} "
-                                         f"({caller.f_code.co_filename}:{caller.f_lineno})")
-                return real(self, *args, **kwargs)
-            return read
-        for name in HOST_SYNCS:
-            monkeypatch.setattr(torch.Tensor, name, trap(name, getattr(torch.Tensor, name)))
-        return reads
-    return install
+def trap_host_syncs():
+    """``trap_host_syncs(allowed=(fn, ...))``: from then on until the test ends,
+    :func:`host_sync.no_host_sync` with those functions allowed; returns its list of reads."""
+    with contextlib.ExitStack() as stack:
+        yield lambda allowed=(): stack.enter_context(host_sync.no_host_sync(allowed))
 
 
 @pytest.fixture
