@@ -51,18 +51,21 @@ def index(name: str, value, *, ndim: int, dtypes: Sequence[torch.dtype]) -> torc
 
 
 def same_dtype(**named: torch.Tensor) -> torch.dtype:
-    dtypes = {n: t.dtype for n, t in named.items()}
-    if len(set(dtypes.values())) > 1:
-        desc = ", ".join(f"{n}: {str(d).replace('torch.', '')}" for n, d in dtypes.items())
-        raise TypeError(f"dtypes differ ({desc}); cast them to one dtype first")
-    return next(iter(dtypes.values()))
+    # A plain loop, no comprehension: this runs on every call of every public op.
+    first, *rest = named.values()
+    for t in rest:
+        if t.dtype != first.dtype:
+            desc = ", ".join(f"{n}: {str(t.dtype).replace('torch.', '')}" for n, t in named.items())
+            raise TypeError(f"dtypes differ ({desc}); cast them to one dtype first")
+    return first.dtype
 
 
 def same_device(**named: torch.Tensor) -> None:
-    devices = {n: t.device for n, t in named.items()}
-    if len(set(devices.values())) > 1:
-        desc = ", ".join(f"{n}: {d}" for n, d in devices.items())
-        raise ValueError(f"tensors are on different devices ({desc})")
+    first, *rest = named.values()
+    for t in rest:
+        if t.device != first.device:
+            desc = ", ".join(f"{n}: {t.device}" for n, t in named.items())
+            raise ValueError(f"tensors are on different devices ({desc})")
 
 
 def matmul_operands(a, b, dtypes: Sequence[torch.dtype],
