@@ -44,12 +44,11 @@ Limits:
 from __future__ import annotations
 
 import torch
-import triton
 
 from .. import backend as _backend
 from .. import validate
 from ..registry import rung
-from ..triton_support import aot_launch
+from ..triton_support import aot_launch, next_power_of_2
 from ..tuning import as_dict, fastest, with_overrides
 from . import configs, v3_causal_lse
 from .launch import aot_ints, head_block
@@ -61,7 +60,7 @@ _CHOSEN: dict[tuple, dict] = {}   # the same key -> the settings of the last lau
 
 
 def _bucket(s: int, sk: int, d: int, dtype: torch.dtype, causal) -> tuple:
-    return triton.next_power_of_2(s), triton.next_power_of_2(sk), head_block(d), dtype, bool(causal)
+    return next_power_of_2(s), next_power_of_2(sk), head_block(d), dtype, bool(causal)
 
 
 def _pruned(backend: str, arch: str, s: int, sk: int, d: int) -> list[dict]:
