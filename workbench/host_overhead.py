@@ -14,22 +14,26 @@ tensors of the same rank, dtypes and layout kind but the smallest sizes the op t
 (mostly 1), so its kernel does next to no work: what is left is torch's dispatch, its
 checks and its output allocation, plus a one-element kernel. That makes torch's number an
 upper bound on its dispatch, i.e. the ratio errs in our favour by the cost of a tiny kernel.
-There is no varlen attention op in torch for CPU: varlen is compared with SDPA over the packed
-batch as one sequence. The MoE layer is compared with :class:`kernels.moe.reference.MoEReference`
-(torch ops, an expert loop) at one token.
+There is no varlen attention op in torch for CPU: varlen is compared with the same small SDPA
+call as the dense op. The MoE layer is compared with :class:`kernels.moe.reference.MoEReference`
+(torch ops, an expert loop) at one token. Beside them the report gives the floor that any op
+wrapped as ours are pays: a ``torch.library.custom_op`` with a fake and an autograd formula
+that only allocates its output (:func:`custom_op_floor_us`).
 
 The breakdown splits our time into validation, rung/config lookup, argument packing (the
 rung bodies up to the launch), output allocation, custom-op/autograd dispatch and the stubbed
 launch, by the shares of a cProfile run (each function's own time, a built-in's charged to
 its caller's section) applied to the measured median. cProfile slows Python calls more than
-C calls, so the shares are a guide, not a measurement.
+C calls, so the shares are a guide, not a measurement. :func:`python_calls` counts the Python
+calls our code makes per op call: the number a test bounds, since it does not depend on the CPU.
 
 torch runs on one thread while measuring: on a GPU its CPU-side ops (the MoE routing) would
-be launches, and on a loaded machine a second intra-op thread only adds waits (on two busy
-cores a 32x64x128 matmul took 16 ms with two threads, 40 µs with one).
+be launches, and on a loaded machine a second intra-op thread only adds waits (the MoE
+layer's shared-expert SwiGLU, three matmuls of 32x64x128, took 48 ms with two threads and
+40 µs with one on a two-core AMD EPYC shared with other work, 2026-12-02).
 
 Never a GPU number: the label names the CPU, and the machine's load changes the numbers
-(medians of several repetitions). ``workbench bench overhead`` prints it.
+(medians of several repetitions of thread CPU time). ``workbench bench overhead`` prints it.
 """
 from __future__ import annotations
 
@@ -208,15 +212,18 @@ def cases() -> list[Case]:
 
 
 def per_call_us(call: Callable[[], object], calls: int, repeats: int) -> float:
-    """Median over ``repeats`` of the mean µs per call over ``calls`` back-to-back calls."""
+    """Median over ``repeats`` of the mean µs per call over ``calls`` back-to-back calls, in
+    the CPU time of this thread (``time.thread_time_ns``), not wall-clock: on a loaded
+    machine a long loop is descheduled more often than a short one, and wall-clock would
+    charge our slower op for the time it waited for a core."""
     for _ in range(3):   # warm-up: first-call caches, lazy imports
         call()
     samples = []
     for _ in range(repeats):
-        start = time.perf_counter_ns()
+        start = time.thread_time_ns()
         for _ in range(calls):
             call()
-        samples.append((time.perf_counter_ns() - start) / calls / 1e3)
+        samples.append((time.thread_time_ns() - start) / calls / 1e3)
     return statistics.median(samples)
 
 
@@ -322,6 +329,22 @@ def measure(case: Case, calls: int = 200, repeats: int = 7) -> Row:
                {name: share * ours_us for name, share in shares.items()})
 
 
+@torch.library.custom_op("workbench::host_overhead_floor", mutates_args=())
+def _floor(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+_floor.register_fake(lambda a, b: a.new_empty((a.shape[0], b.shape[1])))
+_floor.register_autograd(lambda ctx, grad: (None, None), setup_context=lambda ctx, inputs, output: None)
+
+
+def custom_op_floor_us(calls: int, repeats: int) -> float:
+    """µs per call of a custom op registered as ours are (fake and autograd) that only allocates
+    its output: the part of every op's time that is torch.library's Python dispatch."""
+    a, b = _randn(64, 128), _randn(128, 96)
+    return per_call_us(lambda: _floor(a, b), calls, repeats)
+
+
 def cpu_name() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what :mod:`platform` says."""
     try:
@@ -345,11 +368,12 @@ def run(ops: list[str] | None = None, calls: int = 200, repeats: int = 7) -> dic
     torch.set_num_threads(1)
     try:
         rows = [asdict(measure(case, calls, repeats)) for case in chosen]
+        floor = custom_op_floor_us(calls, repeats)
     finally:
         torch.set_num_threads(threads)
     return {"label": LABEL, "cpu": cpu_name(), "backend": env["backend"], "torch": env["torch"],
             "triton": env["triton"], "commit": env["commit"], "date": environment.now(),
-            "calls": calls, "repeats": repeats,
+            "calls": calls, "repeats": repeats, "custom_op_floor_us": floor,
             "rows": rows}
 
 
@@ -360,8 +384,10 @@ def table(report: dict) -> str:
              **{s: r["sections_us"][s] for s in SECTIONS}} for r in report["rows"]]
     head = (f"{report['label']} ({report['cpu']}, backend {report['backend']}, torch {report['torch']}, "
             f"median of {report['repeats']} x {report['calls']} calls; sections from cProfile shares)")
+    floor = (f"a custom op that only allocates its output (torch.library's dispatch alone): "
+             f"{report['custom_op_floor_us']:.3g} us per call")
     compared = "\n".join(f"  {r['op']}: {r['shape']}  vs  {r['torch_op']}" for r in report["rows"])
-    return f"{head}\n{format_table(rows)}\nshapes:\n{compared}"
+    return f"{head}\n{format_table(rows)}\n{floor}\nshapes:\n{compared}"
 
 
 def save(report: dict, path: str | Path) -> None:
