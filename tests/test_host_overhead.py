@@ -11,8 +11,11 @@ import torch
 import triton
 
 import kernels
-from kernels import registry, validate
+from kernels import registry, tuning, validate
+from kernels.attention import configs as attention_configs
+from kernels.attention import v4_amd_tuned
 from kernels.backend import Backend
+from kernels.gemm import configs as gemm_configs
 from kernels.gemm.ops import best_rung
 from kernels.outputs import poisoned_outputs
 from kernels.triton_support import next_power_of_2
@@ -99,3 +102,28 @@ def test_the_device_check_follows_a_changed_backend(monkeypatch):
     monkeypatch.setattr(kernels.backend, "current", lambda: Backend("cuda", "sm_90", "H200", 132))
     with pytest.raises(ValueError, match="x is on cpu, but the cuda backend needs tensors on 'cuda'"):
         validate.tensor("x", x)
+
+
+def test_a_gpus_config_space_is_read_once(monkeypatch):
+    """On a GPU the rungs ask for the shipped space on every call; it is built once."""
+    tuning.kept_space.cache_clear()
+    read = []
+    real = tuning.kept
+    monkeypatch.setattr(tuning, "kept", lambda table, name, candidates: read.append(name) or
+                        real(table, name, candidates))
+    first = gemm_configs.space("hip", "gfx942")
+    assert gemm_configs.space("hip", "gfx942") == first and read == ["gfx942"]
+    first.clear()   # a caller's list is its own
+    assert gemm_configs.space("hip", "gfx942")
+
+
+def test_attentions_prior_is_pruned_once_per_shape(monkeypatch):
+    """flash_attention_varlen asks for v4's prior on every call."""
+    monkeypatch.setattr(v4_amd_tuned, "_PRUNED", {})
+    pruned = []
+    real = attention_configs.prune
+    monkeypatch.setattr(attention_configs, "prune", lambda *a: pruned.append(a[1:]) or real(*a))
+    first = v4_amd_tuned.prior("hip", "gfx942", 64, 777, 555)
+    first["BLOCK_M"] = -1   # a caller's dict is its own
+    assert v4_amd_tuned.prior("hip", "gfx942", 64, 777, 555)["BLOCK_M"] > 0
+    assert pruned == [(777, 555)]

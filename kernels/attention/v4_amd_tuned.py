@@ -68,7 +68,8 @@ _PRUNED: dict[tuple, list[dict]] = {}   # (configs.space, backend, arch, S, S_k,
 
 def _pruned(backend: str, arch: str, s: int, sk: int, d: int) -> list[dict]:
     """The configs worth timing for the shape, with BLOCK_D fitted to ``d``; worked out once
-    per shape (a prune takes ~0.4 ms on gfx942, and varlen asks for its prior on every call)."""
+    per shape: varlen asks for its prior on every call, and a prune of gfx942's space took
+    0.4 ms (a busy two-core AMD EPYC, 2026-12-02)."""
     key = (configs.space, backend, arch, s, sk, d)
     if key not in _PRUNED:
         _PRUNED[key] = [{**as_dict(c), "BLOCK_D": head_block(d)}
