@@ -55,9 +55,9 @@ def kept(table: Path, name: str, candidates: list[triton.Config]) -> list[triton
 def kept_space(table: Path, name: str, candidates: Callable[[str], list[triton.Config]]
                ) -> tuple[triton.Config, ...]:
     """``kept(table, name, candidates(name))``, worked out once per process: it builds every
-    candidate and compares it with every verdict (2 ms for attention's gfx942 space on a
-    busy two-core AMD EPYC, 2026-12-02), and the
-    rungs ask for their space on every call. Keyed by the ``candidates`` function itself."""
+    candidate and compares it with every verdict (2 ms for attention's gfx942 space on a busy
+    two-core AMD EPYC, 2026-12-02), and the rungs ask for their space on every call. Keyed
+    by the ``candidates`` function itself, so a replaced one is asked again."""
     return tuple(kept(table, name, candidates(name)))
 
 
