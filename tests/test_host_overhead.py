@@ -65,9 +65,9 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # Python calls made by or into ``kernels`` per call at the benchmark's shapes, on the
 # interpreter (host_overhead.python_calls). Before the host-overhead work of issue 18 they were
 # matmul 152, nn.Linear 156, flash_attention 65, varlen 131, grouped_gemm 142, matmul_fp8 101,
-# MoE 86; after it 65, 71, 57, 116, 67, 62, 74. A change that needs more calls per op call
+# MoE 86; after it 65, 71, 57, 93, 67, 62, 74. A change that needs more calls per op call
 # raises its bound here, visibly, and says why.
-MAX_PYTHON_CALLS = {"matmul": 80, "nn.Linear": 85, "flash_attention": 62, "flash_attention_varlen": 125,
+MAX_PYTHON_CALLS = {"matmul": 80, "nn.Linear": 85, "flash_attention": 62, "flash_attention_varlen": 105,
                     "grouped_gemm": 80, "matmul_fp8": 75, "MoE": 80}
 
 
