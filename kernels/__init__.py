@@ -52,4 +52,6 @@ def __getattr__(name: str):
     else:
         raise AttributeError(f"module 'kernels' has no attribute {name!r}")
     loaded = importlib.import_module(module)
-    return loaded if attr is None else getattr(loaded, attr)
+    value = loaded if attr is None else getattr(loaded, attr)
+    globals()[name] = value   # later touches are a plain attribute read, not this call
+    return value

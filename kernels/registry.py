@@ -214,6 +214,12 @@ def variants(op: str, include_ref: bool = True) -> list[Rung]:
     return ladder
 
 
+def declared(op: str) -> list[Rung] | None:
+    """The list ``op``'s rungs are declared into (None before its package is imported), as
+    it is: a cache of an answer read from the ladder keeps it to notice a new or longer list."""
+    return _RUNGS.get(op)
+
+
 def get(op: str, which: int | str) -> Rung:
     """A rung by number (2), label ("v2", "ref") or short name ("triton_tile")."""
     for r in variants(op):

@@ -67,6 +67,12 @@ def cdiv(x: int, y: int) -> int:
     return (x + y - 1) // y
 
 
+def next_power_of_2(n: int) -> int:
+    """``triton.next_power_of_2`` for a host int (0 for 0), without its constexpr wrapper:
+    Triton's version costs five Python calls, and tuning keys take it per dim per call."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
                constexprs: dict | None = None, pointers: dict[str, str] | None = None) -> AotKernel:
     """Describe one launch the way Triton's JIT specializes it, for an ahead-of-time compile.

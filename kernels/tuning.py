@@ -68,6 +68,16 @@ def kept(table: Path, name: str, candidates: list[triton.Config]) -> list[triton
     return [c for c in candidates if as_dict(c) in verdicts]
 
 
+@functools.lru_cache(maxsize=None)
+def kept_space(table: Path, name: str, candidates: Callable[[str], list[triton.Config]]
+               ) -> tuple[triton.Config, ...]:
+    """``kept(table, name, candidates(name))``, worked out once per process: it builds every
+    candidate and compares it with every verdict (2 ms for attention's gfx942 space on a busy
+    two-core AMD EPYC, 2026-12-02), and the rungs ask for their space on every call. Keyed
+    by the ``candidates`` function itself, so a replaced one is asked again."""
+    return tuple(kept(table, name, candidates(name)))
+
+
 def space(table: Path, backend: str, arch: str, candidates: Callable[[str], list[triton.Config]],
           interpreter: list[triton.Config]) -> list[triton.Config]:
     """What a tuned rung may time here: ``interpreter`` on the interpreter, else the
@@ -76,8 +86,7 @@ def space(table: Path, backend: str, arch: str, candidates: Callable[[str], list
         return interpreter
     if backend not in ("hip", "cuda"):
         raise ValueError(f"no tuned config space for backend {backend!r}")
-    name = target(table, backend, arch)
-    return kept(table, name, candidates(name))
+    return list(kept_space(table, target(table, backend, arch), candidates))
 
 
 def tile(c: triton.Config) -> tuple[int, int]:

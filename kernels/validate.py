@@ -28,10 +28,21 @@ def tensor(name: str, value, *, ndim: int | None = None,
     if value.numel() == 0 and not allow_empty:
         raise ValueError(f"{name} is empty (shape {tuple(value.shape)}); nothing to compute")
     here = _backend.current()
-    if value.device.type != here.device:
+    if value.device.type != (_seen[1] if here is _seen[0] else _remember(here)):
         raise ValueError(f"{name} is on {value.device}, but the {here.name} backend "
                          f"needs tensors on {here.device!r}")
     return value
+
+
+_seen: tuple = (None, None)   # (the backend last checked against, its device type)
+
+
+def _remember(here: _backend.Backend) -> str:
+    """``here.device``, kept for :func:`tensor` while ``here`` stays the backend: the
+    property is a Python call, and :func:`tensor` runs for every tensor of every op call."""
+    global _seen
+    _seen = (here, here.device)
+    return here.device
 
 
 def index(name: str, value, *, ndim: int, dtypes: Sequence[torch.dtype]) -> torch.Tensor:
@@ -51,18 +62,21 @@ def index(name: str, value, *, ndim: int, dtypes: Sequence[torch.dtype]) -> torc
 
 
 def same_dtype(**named: torch.Tensor) -> torch.dtype:
-    dtypes = {n: t.dtype for n, t in named.items()}
-    if len(set(dtypes.values())) > 1:
-        desc = ", ".join(f"{n}: {str(d).replace('torch.', '')}" for n, d in dtypes.items())
-        raise TypeError(f"dtypes differ ({desc}); cast them to one dtype first")
-    return next(iter(dtypes.values()))
+    # A plain loop, no comprehension: this runs on every call of every public op.
+    first, *rest = named.values()
+    for t in rest:
+        if t.dtype != first.dtype:
+            desc = ", ".join(f"{n}: {str(t.dtype).replace('torch.', '')}" for n, t in named.items())
+            raise TypeError(f"dtypes differ ({desc}); cast them to one dtype first")
+    return first.dtype
 
 
 def same_device(**named: torch.Tensor) -> None:
-    devices = {n: t.device for n, t in named.items()}
-    if len(set(devices.values())) > 1:
-        desc = ", ".join(f"{n}: {d}" for n, d in devices.items())
-        raise ValueError(f"tensors are on different devices ({desc})")
+    first, *rest = named.values()
+    for t in rest:
+        if t.device != first.device:
+            desc = ", ".join(f"{n}: {t.device}" for n, t in named.items())
+            raise ValueError(f"tensors are on different devices ({desc})")
 
 
 def matmul_operands(a, b, dtypes: Sequence[torch.dtype],

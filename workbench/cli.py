@@ -132,6 +132,14 @@ def cmd_bench(args) -> int:
     if args.op == "comm":
         from .bench_comm import main
         return main(out=args.out)
+    if args.op == "overhead":
+        from . import host_overhead
+        report = host_overhead.run()
+        print(host_overhead.table(report))
+        if args.out:
+            host_overhead.save(report, args.out)
+            print(f"wrote {args.out}")
+        return 0
     try:
         rows = _bench_rows(args)   # saved to --out row by row, as they are measured
     except PerformanceUnavailable as exc:
@@ -317,8 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rung", type=_parse_rung, help="rung number, label (v2) or name")
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--shape", type=_parse_shape, help="e.g. 64x48x32 (the op's shape order)")
-    p = sub.add_parser("bench", help="time rungs vs the library baseline (GPU only; comm: 2+ GPUs)")
-    p.add_argument("op", nargs="?", choices=(*kernels.ops(), "comm"))
+    p = sub.add_parser("bench", help="time rungs vs the library baseline (GPU only; comm: 2+ GPUs; "
+                                     "overhead: the public ops' host time per call, launches stubbed)")
+    p.add_argument("op", nargs="?", choices=(*kernels.ops(), "comm", "overhead"))
     p.add_argument("--suite", choices=SUITES, help="check and time every rung of every op")
     p.add_argument("--rung", type=_parse_rung, action="append")
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))

@@ -81,8 +81,7 @@ def space(backend: str, arch: str, d: int) -> list[triton.Config]:
     if backend == "interpreter":
         pool = interpreter_configs()
     elif backend in ("hip", "cuda"):
-        name = tuning.target(TABLE, backend, arch)
-        pool = tuning.kept(TABLE, name, candidates(name))
+        pool = tuning.kept_space(TABLE, tuning.target(TABLE, backend, arch), candidates)
     else:
         raise ValueError(f"no attention config space for backend {backend!r}")
     return [c for c in pool if c.kwargs["BLOCK_D"] == head_class(d)]

@@ -1,13 +1,13 @@
 """What every Triton attention rung computes the same way before a launch."""
 from __future__ import annotations
 
-import triton
+from ..triton_support import next_power_of_2
 
 
 def head_block(d: int) -> int:
     """The padded head dim a kernel works on: a power of two >= 16 (``tl.dot``'s minimum);
     the padding lanes are masked on load and never stored."""
-    return max(16, triton.next_power_of_2(d))
+    return max(16, next_power_of_2(d))
 
 
 def scale_sign(scale: float) -> int:

@@ -44,12 +44,11 @@ Limits:
 from __future__ import annotations
 
 import torch
-import triton
 
 from .. import backend as _backend
 from .. import validate
 from ..registry import rung
-from ..triton_support import aot_launch
+from ..triton_support import aot_launch, next_power_of_2
 from ..tuning import as_dict, choice, with_overrides
 from . import configs, v3_causal_lse
 from .launch import aot_ints, head_block
@@ -60,13 +59,21 @@ _CHOSEN: dict[tuple, dict] = {}   # the same key -> the settings of the last lau
 
 
 def _bucket(s: int, sk: int, d: int, dtype: torch.dtype, causal) -> tuple:
-    return triton.next_power_of_2(s), triton.next_power_of_2(sk), head_block(d), dtype, bool(causal)
+    return next_power_of_2(s), next_power_of_2(sk), head_block(d), dtype, bool(causal)
+
+
+_PRUNED: dict[tuple, list[dict]] = {}   # (configs.space, backend, arch, S, S_k, D) -> _pruned's answer
 
 
 def _pruned(backend: str, arch: str, s: int, sk: int, d: int) -> list[dict]:
-    """The configs worth timing for the shape, with BLOCK_D fitted to ``d``."""
-    return [{**as_dict(c), "BLOCK_D": head_block(d)}
-            for c in configs.prune(configs.space(backend, arch, d), s, sk)]
+    """The configs worth timing for the shape, with BLOCK_D fitted to ``d``; worked out once
+    per shape: varlen asks for its prior on every call, and a prune of gfx942's space took
+    0.4 ms (a busy two-core AMD EPYC, 2026-12-02)."""
+    key = (configs.space, backend, arch, s, sk, d)
+    if key not in _PRUNED:
+        _PRUNED[key] = [{**as_dict(c), "BLOCK_D": head_block(d)}
+                        for c in configs.prune(configs.space(backend, arch, d), s, sk)]
+    return [dict(c) for c in _PRUNED[key]]
 
 
 def prior(backend: str, arch: str, d: int, s: int = 4096, sk: int = 4096) -> dict:

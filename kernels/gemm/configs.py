@@ -117,8 +117,7 @@ def space(backend: str, arch: str = "gfx942") -> list[triton.Config]:
         return interpreter_configs()
     if backend not in ("hip", "cuda"):
         raise ValueError(f"no GEMM config space for backend {backend!r}")
-    name = target(backend, arch)
-    return tuning.kept(TABLE, name, candidates(name))
+    return list(tuning.kept_space(TABLE, target(backend, arch), candidates))
 
 
 def _area(c: triton.Config) -> int:

@@ -82,7 +82,7 @@ from ..tuning import as_dict, choice, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from .spec import aot_launch_settings, layout
 from . import configs
-from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
+from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INTERPRETER_PROGRAMS = 4
@@ -213,11 +213,15 @@ def schedule(m: int, n: int, k: int, block_m: int, block_n: int, block_k: int,
 PERSISTENT = ("NUM_XCDS", "NUM_PROGS", "FIXUP")  # settings that are not part of the tile config
 
 
+def persistent_settings(backend: _backend.Backend, xcds: int | None = None) -> dict:
+    """The settings of a launch that are not part of the tile config (:data:`PERSISTENT`)."""
+    return {"NUM_XCDS": xcds or num_xcds(backend), "NUM_PROGS": programs(backend), "FIXUP": True}
+
+
 def config(backend: _backend.Backend, m: int, n: int, k: int, xcds: int | None = None) -> dict:
     """The prior: the pruned space's first config for the shape (untimed), plus the persistent settings."""
     best = configs.prune(configs.space(backend.name, backend.arch), m, n, k)[0]
-    return {**as_dict(best), "NUM_XCDS": xcds or num_xcds(backend),
-            "NUM_PROGS": programs(backend), "FIXUP": True}
+    return {**as_dict(best), **persistent_settings(backend, xcds)}
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
@@ -271,19 +275,21 @@ _CHOSEN: dict[tuple, dict] = {}   # (M, N, K buckets, dtype) -> the settings of 
 
 
 def _bucket(shape, dtype: torch.dtype) -> tuple:
-    return (*(triton.next_power_of_2(d) for d in shape), dtype)
+    m, n, k = shape
+    return next_power_of_2(m), next_power_of_2(n), next_power_of_2(k), dtype
 
 
-def tuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, persistent: dict) -> dict:
+def tuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, persistent: dict,
+          operands: str | None = None) -> dict:
     """The tile config for this launch: the fastest pruned candidate of its (bucket, dtype, layout).
 
     The first call of a key times every candidate ``prune`` keeps with v6's own launch
     (into ``c``, which the real launch then overwrites) and keeps the winner
     (:func:`kernels.tuning.choice`); a single candidate (always, on the interpreter) is
-    taken without timing.
+    taken without timing. ``operands`` is ``layout(a, b)`` when the caller has it already.
     """
     (m, k), n = a.shape, b.shape[1]
-    key = (*_bucket((m, n, k), a.dtype), layout(a, b))
+    key = (*_bucket((m, n, k), a.dtype), operands or layout(a, b))
     here = _backend.current()
     return choice("gemm/v6", key,
                   lambda: [as_dict(cfg) for cfg in configs.prune(configs.space(here.name, here.arch), m, n, k)],
@@ -305,12 +311,14 @@ def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     here = _backend.current()
-    cfg = with_overrides(config(here, m, n, k), overrides)
-    persistent = {name: cfg[name] for name in PERSISTENT}
-    if not set(overrides or ()) - set(PERSISTENT):  # nothing pinned: the tuner's choice
-        cfg = {**tuned(a, b, c, persistent), **persistent}
+    operands = layout(a, b)
+    if set(overrides or ()) - set(PERSISTENT):   # a tile setting pinned: on the prior, untimed
+        cfg = with_overrides(config(here, m, n, k), overrides)
+    else:   # the tuner's choice; the prior (a prune of the space) is not needed
+        fixed = with_overrides(persistent_settings(here), overrides)
+        cfg = {**tuned(a, b, c, fixed, operands), **fixed}
     plan = _launch(a, b, c, cfg)
     _CHOSEN[_bucket((m, n, k), a.dtype)] = {
-        **cfg, "layout": layout(a, b), "EVEN_K": k % cfg["BLOCK_K"] == 0,
+        **cfg, "layout": operands, "EVEN_K": k % cfg["BLOCK_K"] == 0,
         "DP_TILES": plan.dp_tiles, "SPLITS": plan.splits, "SPLIT_K": plan.split_k}
     return c

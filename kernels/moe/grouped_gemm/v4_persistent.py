@@ -80,7 +80,7 @@ from ... import validate
 from ...gemm.v6_persistent import programs
 from ...outputs import new_output
 from ...registry import AotKernel, rung
-from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
+from ...triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16
 from ...tuning import as_dict, choice, with_overrides
 from ...xcd import CUS_PER_XCD, full_chip_xcds, num_xcds
 from . import configs, dw
@@ -142,11 +142,11 @@ def _launch(kernel: str, a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor
     (t, k), (groups, _, n) = a.shape, b.shape
     _grouped_gemm_persistent_kernel[(cfg["NUM_PROGS"],)](
         a, b, out, offsets, t, n, k, groups, *a.stride(), *b.stride(), *out.stride(),
-        BLOCK_G=triton.next_power_of_2(groups), INTERP_BF16=interp_bf16(a.dtype), **cfg)
+        BLOCK_G=next_power_of_2(groups), INTERP_BF16=interp_bf16(a.dtype), **cfg)
 
 
 def _bucket(kernel: str, t: int, k: int, n: int, g: int, dtype: torch.dtype) -> tuple:
-    return (kernel, *(triton.next_power_of_2(d) for d in (t, k, n, g)), dtype)
+    return kernel, next_power_of_2(t), next_power_of_2(k), next_power_of_2(n), next_power_of_2(g), dtype
 
 
 def _layout(a: torch.Tensor, b: torch.Tensor) -> str:
@@ -177,16 +177,18 @@ def choose(kernel: str, a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor,
     here = _backend.current()
     persistent = {} if kernel == "dw" else {"NUM_XCDS": num_xcds(here), "NUM_PROGS": programs(here)}
     pinned = {name: v for name, v in (overrides or {}).items() if name in persistent or name not in PERSISTENT}
-    cfg = with_overrides({**prior(kernel, here.name, here.arch, *problem), **persistent}, pinned)
-    if not set(pinned) - set(PERSISTENT):   # no tile setting pinned: the tuner's choice
-        key = (*_bucket(kernel, *problem, a.dtype), _layout(a, b))
-        fixed = {name: cfg[name] for name in persistent}
+    operands = _layout(a, b)
+    if set(pinned) - set(PERSISTENT):   # a tile setting pinned: on the prior, untimed
+        cfg = with_overrides({**prior(kernel, here.name, here.arch, *problem), **persistent}, pinned)
+    else:   # the tuner's choice; the prior (a prune of the space) is not needed
+        fixed = with_overrides(persistent, pinned)
+        key = (*_bucket(kernel, *problem, a.dtype), operands)
         tile = choice("grouped_gemm/v4", key,
                       lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch),
                                                                  *_tile_extent(kernel, *problem))],
                       lambda tile: _launch(kernel, a, b, offsets, out, {**tile, **fixed}))
         cfg = {**tile, **fixed}
-    _CHOSEN[_bucket(kernel, *problem, a.dtype)] = {**cfg, "layout": _layout(a, b)}
+    _CHOSEN[_bucket(kernel, *problem, a.dtype)] = {**cfg, "layout": operands}
     return cfg
 
 
