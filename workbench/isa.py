@@ -78,6 +78,14 @@ class IsaReport:
     def dialect(self) -> str:
         return "amdgcn" if TARGETS[self.target][0] == "hip" else "ptx"
 
+    @property
+    def narrow_lds_ops(self) -> int | None:
+        """8- and 16-bit LDS reads and writes in the whole kernel (:func:`isa_parse.narrow_lds`);
+        None on NVIDIA."""
+        if self.dialect != "amdgcn":
+            return None
+        return sum(1 for op in map(isa_parse.mnemonic, self.asm.splitlines()) if op and isa_parse.narrow_lds(op))
+
     def summary(self) -> dict:
         """Flat row for tables: one value per column."""
         return {
