@@ -7,7 +7,8 @@ The same two steps as the forward's space (:mod:`.configs`), one table per kerne
   (``KERNEL``: ``"dkdv"`` or ``"dq"``, a setting of the table, not of the kernel). The
   tiles are the split AMD's and Triton's tutorial backward kernels use: dK/dV keeps a
   wide key block (BLOCK_N) and streams narrow query blocks (BLOCK_M), dQ the other way
-  round, so each program's accumulator (dK and dV, or dQ) is the large side; on AMD 4 or
+  round, so each program's accumulator (dK and dV, or dQ) is the large side (on Hopper
+  dK/dV's key block is narrower, :data:`HOPPER_TILES`); on AMD 4 or
   8 warps, one or two stages, ``waves_per_eu`` 1 or 2, and 16x16 MFMAs only
   (``matrix_instr_nonkdim=16``); on sm90 two or three stages.
 * :func:`space` is what survives compiling every candidate ahead of time with v5 (its
@@ -34,6 +35,9 @@ TABLE = Path(__file__).with_name("tuned_space_backward.json")
 
 # kernel -> (BLOCK_M, BLOCK_N) tiles, the prior first: (query rows, keys) per step.
 TILES = {"dkdv": ((32, 128), (32, 64)), "dq": ((128, 32), (64, 32))}
+# Hopper holds dK and dV in at most 255 registers per thread: at D = 128 every dK/dV
+# candidate of TILES used scratch on sm90 (the table's first run), so its key blocks are narrower.
+HOPPER_TILES = {"dkdv": ((32, 64), (32, 32)), "dq": TILES["dq"]}
 
 
 def _cfg(kernel, bm, bn, d, warps, stages, **knobs) -> triton.Config:
@@ -51,7 +55,7 @@ def hip_candidates() -> list[triton.Config]:
 def cuda_candidates() -> list[triton.Config]:
     """Hopper: cp.async pipelines of two or three stages."""
     return [_cfg(kernel, bm, bn, d, warps, stages) for kernel in KERNELS for d in HEAD_DIMS
-            for bm, bn in TILES[kernel] for warps in (4, 8) for stages in (2, 3)]
+            for bm, bn in HOPPER_TILES[kernel] for warps in (4, 8) for stages in (2, 3)]
 
 
 def interpreter_configs() -> list[triton.Config]:

@@ -16,7 +16,7 @@ Idea:
     program per query block accumulates dQ over the key blocks. No atomics, so the
     result is deterministic, run to run.
 
-    Products per (query block, key block) pair: seven ``tl.dot``\ s, four in the dK/dV
+    Products per (query block, key block) pair: seven ``tl.dot`` products, four in the dK/dV
     launch (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, dV += Pᵀ dO, dK += dSᵀ Q) and three in the dQ
     launch (S = Q Kᵀ, dP = dO Vᵀ, dQ += dS K): S and dP are computed twice. This is the
     deterministic split of Triton's fused-attention tutorial. FlashAttention-2's
@@ -64,9 +64,11 @@ Limits:
     the dense code unchanged; a sequence without queries gets dK = dV = 0 for its keys.
     The tuner times with the first shape of a bucket (as v4's); ``overrides`` pins
     settings of both kernels on top of the prior and skips it. No 8- or 16-bit LDS
-    op is proved at D = 128 only (the priors, dense and packed, on gfx942 and gfx950:
-    ``tests/test_attention_isa.py``); at D = 64 the table records such ops in many
-    configs (``narrow_lds_ops``) and does not drop them: the tuner's clock decides.
+    op and no spill is proved at D = 128 only, for the priors (``tests/test_attention_isa.py``):
+    dense on gfx942 and gfx950, packed on gfx942; the table compiles the dense kernels
+    only, and gfx950's packed dK/dV prior (32 x 128, 8 warps, 2 stages) spills. At
+    D = 64 the table records 8/16-bit LDS ops in many configs (``narrow_lds_ops``) and
+    does not drop them: the tuner's clock decides.
 """
 from __future__ import annotations
 
