@@ -3,7 +3,7 @@
     python -m workbench.tune_space                   # compile and print, every op, all targets
     python -m workbench.tune_space --op attention --write   # 9 minutes on 2 cores (2026-11-30)
     python -m workbench.tune_space --op attention --target gfx950 --write
-    python -m workbench.tune_space --op attention_backward --write
+    python -m workbench.tune_space --op attention_backward --write   # 17 minutes on 2 busy cores (2026-12-02)
     python -m workbench.tune_space --op grouped_gemm --write
 
 Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector

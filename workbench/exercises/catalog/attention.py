@@ -276,7 +276,7 @@ EXERCISES = (
                     "pass"},
         hints=(
             "P = exp2((sign·S - m)·|scale|·log2 e - log2 l) is exact (qk_scale is |scale|·log2 e), so nothing of "
-            "the forward but O and the LSE is needed; hidden (and padded) pairs get P = 0 via tl.where.",
+            "the forward but O and the LSE is needed; hidden pairs (and in dQ padded keys) get P = 0 via tl.where.",
             "dS = P ∘ (dP - Δ): Δ_i = Σ_j P_ij dP_ij, which equals Σ_d dO_id O_id, the cheap way. The dK/dV "
             "kernel's tiles are transposed (keys, query rows), so Pᵀ and dSᵀ are the left operands of its "
             "products as they are: dpt = tl.dot(v, tl.trans(do)), dv = tl.dot(pt, do, dv).",
