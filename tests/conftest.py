@@ -145,3 +145,13 @@ def fake_tuner_clock(monkeypatch):
         monkeypatch.setattr(tuning, "time_ms", time_ms)
         return timed
     return install
+
+
+@pytest.fixture
+def real_tuner_clock(monkeypatch):
+    """On a GPU: the tuners time with the real clock, and each time taken is noted in the list returned."""
+    from kernels import tuning
+
+    timed, real = [], tuning.time_ms
+    monkeypatch.setattr(tuning, "time_ms", lambda fn: timed.append(real(fn)) or timed[-1])
+    return timed

@@ -116,6 +116,20 @@ def test_v5_gradients_meet_the_rule_up_to_scores_of_1e4(largest, causal):
     _assert_passed(judge(kernels.get("attention", "v5"), kernels.spec("attention"), (q, k, v, causal), seed=3))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
+@pytest.mark.parametrize("causal", [False, True])
+def test_v5_dkdv_as_compiled_for_gpus_meets_the_rule_on_exact_scores(monkeypatch, causal):
+    """v5's docstring: the interpreter multiplies dK/dV's scores as the forward's Q Kᵀ, GPUs
+    as Sᵀ = K Qᵀ. That second orientation runs here too, on scores exact in fp32 in any
+    order (where orientation cannot change a score), so its code is checked on a CPU."""
+    from kernels.attention import v5_backward
+
+    assert v5_backward.scores_as_forward("interpreter") and not v5_backward.scores_as_forward("hip")
+    monkeypatch.setattr(v5_backward, "scores_as_forward", lambda backend: False)
+    q, k, v = large_score_inputs((1, 4, 2, 37, 41, 64, int(causal)), 4e3)
+    _assert_passed(judge(kernels.get("attention", "v5"), kernels.spec("attention"), (q, k, v, causal), seed=3))
+
+
 def _scale_params():
     """Every rung at each scale, causal or not; SDPA's own CPU kernel returns NaN for a causal
     mask at a scale <= 0 (its math backend does not), so ``ref`` is expected to fail there."""

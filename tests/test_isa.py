@@ -207,3 +207,13 @@ def test_default_dtype_is_bf16_or_the_targets_native_fp8():
     assert isa.default_dtype(fp8, "gfx942") == torch.float8_e4m3fnuz
     assert isa.default_dtype(fp8, "gfx950") == torch.float8_e4m3fn
     assert isa.default_dtype(fp8, "sm_90") == torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("op,narrow", [
+    ("ds_read_u16", True), ("ds_read_u16_d16_hi", True), ("ds_write_b16", True),
+    ("ds_write_b16_d16_hi", True), ("ds_read_u8", True), ("ds_read_i8", True), ("ds_write_b8", True),
+    ("ds_read_b32", False), ("ds_read_b64", False), ("ds_read2_b64", False), ("ds_write_b128", False),
+    ("ds_read_b64_tr_b16", False), ("buffer_load_ushort", False)])
+def test_narrow_lds_names_8_and_16_bit_lds_ops_only(op, narrow):
+    """What the backward's table records as narrow_lds_ops: one 8- or 16-bit element per lane."""
+    assert isa_parse.narrow_lds(op) is narrow

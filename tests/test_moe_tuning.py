@@ -61,13 +61,12 @@ def test_tuner_times_the_pruned_space_once_per_key_and_runs_the_fastest(monkeypa
     ms = iter([3.0, 1.0, 2.0] * 2)   # per kernel: the second candidate wins
     timed = []
     monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
-    monkeypatch.setattr(configs, "_TUNED", {})
     monkeypatch.setattr(tuning, "time_ms", lambda fn: fn() or timed.append(1) or next(ms))
-    report = check_rung(kernels.get("moe", "v3"), SHAPE, torch.float32)
+    with tuning.recording() as chosen:
+        report = check_rung(kernels.get("moe", "v3"), SHAPE, torch.float32)
     assert report.passed, report.message
     assert len(timed) == 6
-    assert {k[0]: v for k, v in configs._TUNED.items()} == {
-        "gate_up": tuning.as_dict(FAKE_SPACE[1]), "down": tuning.as_dict(FAKE_SPACE[1])}
+    assert [how for (op, _), how in chosen.items() if op == "moe/v3"] == [("timed", tuning.as_dict(FAKE_SPACE[1]))] * 2
     assert check_rung(kernels.get("moe", "v3"), (44, 24, 36, 2, 1, 1), torch.float32).passed
     assert len(timed) == 6   # same buckets: nothing timed again
 

@@ -13,8 +13,9 @@ machine code: matrix instructions, LDS and global traffic, registers, VGPR and S
 occupancy and the hot loop. Reports are cached per (op, rung, target, dtype, overrides).
 
 ``overrides`` compiles a rung with some settings replaced, for the rungs whose ``aot``
-takes them (the GEMM rungs v2-v6, attention v4; attention v3 and v5 take ``{"VARLEN": True}``,
-their packed-sequence launch): ``isa.inspect("gemm", "v4", overrides={"waves_per_eu": 3})``;
+takes them (the GEMM rungs v2-v6, attention v4 and v5; attention v3 and v5 take ``{"VARLEN": True}``,
+their packed-sequence launch, v5 also ``{"CAUSAL": False}`` and ``{"KERNEL": "dq"}``):
+``isa.inspect("gemm", "v4", overrides={"waves_per_eu": 3})``;
 ``{"layout": "NT"}`` compiles the launch with K-contiguous B (``torch.nn.Linear``'s weight).
 
 ``source`` compiles the rung a file declares instead of the package's: a learner's copy
@@ -77,6 +78,14 @@ class IsaReport:
     @property
     def dialect(self) -> str:
         return "amdgcn" if TARGETS[self.target][0] == "hip" else "ptx"
+
+    @property
+    def narrow_lds_ops(self) -> int | None:
+        """8- and 16-bit LDS reads and writes in the whole kernel (:func:`isa_parse.narrow_lds`);
+        None on NVIDIA."""
+        if self.dialect != "amdgcn":
+            return None
+        return sum(1 for op in map(isa_parse.mnemonic, self.asm.splitlines()) if op and isa_parse.narrow_lds(op))
 
     def summary(self) -> dict:
         """Flat row for tables: one value per column."""

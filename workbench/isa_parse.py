@@ -44,6 +44,16 @@ def mnemonic(line: str) -> str | None:
     return None if match is None or code.endswith(":") else match.group(0)
 
 
+_NARROW_LDS = re.compile(r"ds_(?:read|write|load|store)_[bui](?:8|16)(?:_d16(?:_hi)?)?$")
+
+
+def narrow_lds(op: str) -> bool:
+    """An AMDGCN LDS read or write of one 8- or 16-bit element (``ds_read_u16``,
+    ``ds_write_b16_d16_hi``, ...): the sign of a layout change that the tile and warp
+    split force through LDS an element at a time."""
+    return bool(_NARROW_LDS.match(op))
+
+
 def category(op: str, dialect: str) -> str | None:
     """The first matching category; a global->shared async copy reports "global_load"."""
     for name in ("matrix", "global_load", "lds_read", "lds_write", "global_store"):

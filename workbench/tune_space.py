@@ -3,6 +3,7 @@
     python -m workbench.tune_space                   # compile and print, every op, all targets
     python -m workbench.tune_space --op attention --write   # 9 minutes on 2 cores (2026-11-30)
     python -m workbench.tune_space --op attention --target gfx950 --write
+    python -m workbench.tune_space --op attention_backward --write   # 17 minutes on 2 busy cores (2026-12-02)
     python -m workbench.tune_space --op grouped_gemm --write
     python -m workbench.tune_space --op moe --write      # after grouped_gemm: its kept configs
 
@@ -10,12 +11,14 @@ Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspe
 for its target, at bf16, with the rung its users get: the GEMM with v6 (the rung
 ``kernels.matmul`` runs) once per operand layout of :data:`kernels.gemm.configs.LAYOUTS`,
 attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
-(``BLOCK_D``, 64 or 128), causal, the grouped GEMM with v4 (``kernels.grouped_gemm``)
+(``BLOCK_D``, 64 or 128), causal, attention's backward with v5 (each config names its kernel,
+dK/dV or dQ, compiled at its head dim, causal), the grouped GEMM with v4 (``kernels.grouped_gemm``)
 three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
 v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the configs the
 grouped GEMM's table keeps. A config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
-stack frame), or needs more LDS / shared memory than one workgroup may have. ``--write`` stores the verdicts,
+stack frame), or needs more LDS / shared memory than one workgroup may have; attention's
+backward also records its 8- and 16-bit LDS ops (:func:`workbench.isa_parse.narrow_lds`). ``--write`` stores the verdicts,
 with the resources behind them, in the table ``kernels`` ships
 (``<op's package>/tuned_space.json``), replacing only the targets compiled.
 """
@@ -31,6 +34,7 @@ import triton
 
 from kernels import tuning
 from kernels.attention import configs as attention_configs
+from kernels.attention import configs_backward as attention_backward_configs
 from kernels.gemm import configs as gemm_configs
 from kernels.moe.grouped_gemm import configs as grouped_gemm_configs
 from kernels.moe.layer_ladder import configs as moe_configs
@@ -51,6 +55,8 @@ class Op(NamedTuple):
     configs: ModuleType   # TABLE, candidates(target)
     compiles: Callable[[dict], dict[str, dict]]   # a config -> {compile name: extra overrides}
     about: str
+    registry_op: str | None = None   # the op of the rung compiled, when the table is not the op's own
+    narrow_lds: bool = False   # record 8/16-bit LDS ops (AMD) too: a smell the tuner's clock judges
 
 
 OPS = {
@@ -59,6 +65,11 @@ OPS = {
                f"layouts {', '.join(gemm_configs.LAYOUTS)}"),
     "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
                     "causal, at the head dim of each config (BLOCK_D)"),
+    "attention_backward": Op("v5", attention_backward_configs,
+                             lambda cfg: {f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}": {}},
+                             "causal, each config its kernel (KERNEL) at its head dim (BLOCK_D), "
+                             "with its 8/16-bit LDS ops (narrow_lds_ops, recorded, not dropped)",
+                             registry_op="attention", narrow_lds=True),
     "grouped_gemm": Op("v4", grouped_gemm_configs,
                        lambda cfg: {kernel: {"kernel": kernel} for kernel in grouped_gemm_configs.KERNELS},
                        "DeepSeek-V3's down projection, its forward, dX and dW kernels"),
@@ -70,10 +81,12 @@ OPS = {
 
 def measure(op: str, target: str, overrides: dict) -> dict:
     """The resources of the op's main kernel compiled with ``overrides`` on ``target``."""
-    report = isa.inspect(op, OPS[op].rung, target, DTYPE, overrides=overrides)
+    report = isa.inspect(OPS[op].registry_op or op, OPS[op].rung, target, DTYPE, overrides=overrides)
     # SGPRs are AMD's scalar registers: sm90 has none, so its entries have no such count.
-    sgprs = {"sgpr_spills": report.sgpr_spills} if report.dialect == "amdgcn" else {}
-    return {"vgprs": report.vgprs, "agprs": report.agprs, "spills": report.spills, **sgprs,
+    amd = {"sgpr_spills": report.sgpr_spills} if report.dialect == "amdgcn" else {}
+    if OPS[op].narrow_lds and report.dialect == "amdgcn":
+        amd["narrow_lds_ops"] = report.narrow_lds_ops
+    return {"vgprs": report.vgprs, "agprs": report.agprs, "spills": report.spills, **amd,
             "scratch_bytes": report.scratch_bytes, "lds_bytes": report.lds_bytes,
             "occupancy": report.occupancy.value}
 

@@ -10,8 +10,8 @@ in tiles the grouped GEMM's one accumulator fits, see :mod:`.v3_fused`'s Limits)
 ``tuned_space.json`` beside this file, written by
 ``python -m workbench.tune_space --op moe --write``. Per problem, :func:`choose` prunes
 that space with the grouped GEMM's :func:`~kernels.moe.grouped_gemm.configs.prune` and
-times the survivors with :func:`kernels.tuning.fastest` on the first call of a key,
-as the grouped GEMM's v4 does; the interpreter has one config and times nothing.
+times the survivors on the first call of a key and keeps the fastest
+(:func:`kernels.tuning.choice`, for the process and on disk), as the grouped GEMM's v4 does; the interpreter has one config and times nothing.
 """
 from __future__ import annotations
 
@@ -25,9 +25,6 @@ from ..grouped_gemm import configs as grouped
 
 TABLE = Path(__file__).with_name("tuned_space.json")
 KERNELS = ("gate_up", "down")   # v3's aot() order
-
-_TUNED: dict[tuple, dict] = {}   # (kernel, rows, N, G buckets, dtype) -> the fastest config
-
 
 def candidates(target_name: str) -> list[triton.Config]:
     """What the grouped GEMM's shipped table keeps for ``target_name``."""
@@ -48,8 +45,6 @@ def pruned(backend: str, arch: str, rows: int, n: int, groups: int) -> list[dict
 def choose(kernel: str, backend: str, arch: str, rows: int, n: int, groups: int,
            dtype: torch.dtype, run) -> dict:
     """The config for this launch: the fastest pruned candidate (``run(cfg)`` launches one),
-    timed once per (kernel, power-of-two buckets of rows, N, G, dtype)."""
+    timed once per (kernel, power-of-two buckets of rows, N, G, dtype) and kept."""
     key = (kernel, *(triton.next_power_of_2(v) for v in (rows, n, groups)), dtype)
-    if key not in _TUNED:
-        _TUNED[key] = tuning.fastest(pruned(backend, arch, rows, n, groups), run)
-    return _TUNED[key]
+    return tuning.choice("moe/v3", key, lambda: pruned(backend, arch, rows, n, groups), run)

@@ -262,9 +262,11 @@ EXERCISES = (
         title="The backward: Δ, then dK/dV and dQ from the recomputed P",
         task="The forward saved O and the log-sum-exp (the max m of sign·S, log2 l). Write the three parts of "
              "FlashAttention-2's backward: Δ = rowsum(dO ∘ O) per query row; in the dK/dV kernel, "
-             "recompute this tile's P from the scores s = sign·S (masked as the forward), dP = dO Vᵀ, "
-             "dS = P ∘ (dP - Δ), then dv += Pᵀ dO and dk += dSᵀ Q; in the dQ kernel the same "
-             "P and dS, and dq += dS K. The scale is applied to dk and dq after the loops.",
+             "which holds its tiles with the keys as rows, recompute this tile's Pᵀ from the scores "
+             "st = sign·Sᵀ (masked as the forward on the diagonal blocks, CAUSAL_MASK), dPᵀ = V dOᵀ, "
+             "dSᵀ = Pᵀ ∘ (dPᵀ - Δ), then dv += Pᵀ dO and dk += dSᵀ Q; in the dQ kernel P and dS "
+             "(query rows first; masked in the blocks with MASK), and dq += dS K. The scale is applied to "
+             "dk and dq after the loops.",
         todo={"delta": "delta = tl.zeros((BLOCK_M,), dtype=tl.float32)   # TODO: Δ = rowsum(dO ∘ O), fp32",
               "dkdv": "# TODO: P (masked) from s, m, log2_l; dP; dS; accumulate dv and dk.\n"
                       "# As shipped: dK and dV stay 0.\n"
@@ -274,17 +276,19 @@ EXERCISES = (
                     "pass"},
         hints=(
             "P = exp2((sign·S - m)·|scale|·log2 e - log2 l) is exact (qk_scale is |scale|·log2 e), so nothing of "
-            "the forward but O and the LSE is needed; hidden (and padded) pairs get P = 0 via tl.where.",
-            "dS = P ∘ (dP - Δ): Δ_i = Σ_j P_ij dP_ij, which equals Σ_d dO_id O_id, the cheap way. Both "
-            "kernels hold P and dS as (query rows, keys); dK/dV transposes them only in its products: "
-            "dp = tl.dot(do, vt), dv = tl.dot(tl.trans(p), do, dv).",
-            "p = tl.where(visible, tl.exp2((s - m[:, None]) * qk_scale - log2_l[:, None]), 0.0); "
-            "dscore = p * (dp - delta[:, None]); dv = tl.dot(tl.trans(p), do, dv); "
-            "dk = tl.dot(tl.trans(dscore), q, dk); in dQ: dq = tl.dot(dscore, tl.trans(kt), dq).",
+            "the forward but O and the LSE is needed; hidden pairs (and in dQ padded keys) get P = 0 via tl.where.",
+            "dS = P ∘ (dP - Δ): Δ_i = Σ_j P_ij dP_ij, which equals Σ_d dO_id O_id, the cheap way. The dK/dV "
+            "kernel's tiles are transposed (keys, query rows), so Pᵀ and dSᵀ are the left operands of its "
+            "products as they are: dpt = tl.dot(v, tl.trans(do)), dv = tl.dot(pt, do, dv).",
+            "pt = tl.exp2((st - m[None, :]) * qk_scale - log2_l[None, :]), then on a diagonal block "
+            "pt = tl.where(cols[:, None] <= rows[None, :], pt, 0.0); dst = pt * (dpt - delta[None, :]); "
+            "dk = tl.dot(dst, tl.trans(qt), dk); in dQ: p = tl.exp2((s - m[:, None]) * qk_scale - "
+            "log2_l[:, None]), masked with tl.where where MASK, dscore = p * (dp - delta[:, None]), "
+            "dq = tl.dot(dscore, tl.trans(kt), dq).",
         ),
         wrong={
             "Δ without O": _mistake(V5, "delta", "o.to(tl.float32) * do.to(tl.float32)", "do.to(tl.float32)"),
-            "dS without subtracting Δ": _mistake(V5, "dkdv", "p * (dp - delta[:, None])", "p * dp"),
+            "dS without subtracting Δ": _mistake(V5, "dkdv", "pt * (dpt - delta[None, :])", "pt * dpt"),
             "P recomputed with exp, not exp2": _mistake(V5, "dq", "tl.exp2((s - m[:, None]) * qk_scale",
                                                         "tl.exp((s - m[:, None]) * scale"),
             "causal mask off by one in dQ (k < q)": _mistake(V5, "dq", "cols[None, :] <= rows[:, None]",

@@ -1,0 +1,179 @@
+"""Attention backward tuning: the ahead-of-time pruned space of v5's two kernels (dK/dV and
+dQ, tuned apart), the per-shape prune and v5's tuner.
+
+The shipped table (``kernels/attention/tuned_space_backward.json``) is checked for
+coverage and for its verdicts from the numbers it stores; a few entries are recompiled
+to show the numbers are true. The tuner is tested on the CPU with a fake clock.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels import tuning
+from kernels.attention import configs, configs_backward as space_bwd, v5_backward as v5
+from kernels.attention.launch import head_block
+from test_attention_tuning import DEVICES, TARGETS, _compiles, _key   # the forward table's, shared
+from workbench import tune_space
+from workbench.check import check_rung
+
+
+def _entries(target: str) -> list[dict]:
+    table = space_bwd.shipped()[target]
+    return table["kept"] + table["dropped"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_shipped_table_covers_exactly_the_candidates(target):
+    """A changed candidate list without ``python -m workbench.tune_space --op attention_backward
+    --write`` fails here."""
+    recorded = [_key(entry["config"]) for entry in _entries(target)]
+    assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in space_bwd.candidates(target))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_each_config_is_compiled_as_its_kernel_at_its_head_dim_and_kept_only_if_it_fits(target):
+    table = space_bwd.shipped()[target]
+    for entry in _entries(target):
+        cfg = entry["config"]
+        assert list(_compiles(entry)) == [f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}"], entry
+        if target != "sm90":   # AMD entries count the 8/16-bit LDS ops
+            assert all("narrow_lds_ops" in r for r in _compiles(entry).values()), entry
+    for entry in table["kept"]:
+        assert all(tune_space.verdict(target, r) is None for r in _compiles(entry).values()), entry
+    for entry in table["dropped"]:
+        assert any(tune_space.verdict(target, r) for r in _compiles(entry).values()), entry
+    for kernel in space_bwd.KERNELS:
+        for d in configs.HEAD_DIMS:
+            assert [e for e in table["kept"] if (e["config"]["KERNEL"], e["config"]["BLOCK_D"]) == (kernel, d)], \
+                f"nothing kept for {kernel} at D={d} on {target}"
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_the_priors_at_d128_move_no_narrow_elements_through_lds(target):
+    """The table records 8/16-bit LDS ops without dropping for them; the configs the D = 128
+    launch runs untimed (each kernel's prior) have none."""
+    recorded = {_key(e["config"]): e for e in space_bwd.shipped()[target]["kept"]}
+    for kernel, cfg in v5.prior("hip", target, 128).items():
+        assert recorded[_key(cfg)][f"{kernel}_D128"]["narrow_lds_ops"] == 0, cfg
+    assert tune_space.verdict(target, {"spills": 0, "sgpr_spills": 0, "scratch_bytes": 0,
+                                       "lds_bytes": 0, "narrow_lds_ops": 4}) is None
+
+
+@pytest.mark.parametrize("backend,arch", DEVICES)
+@pytest.mark.parametrize("kernel", space_bwd.KERNELS)
+@pytest.mark.parametrize("d", [16, 64, 96, 128])
+def test_space_is_the_kept_part_of_the_table_for_the_kernel_and_head_dim_class(backend, arch, kernel, d):
+    space = [tuning.as_dict(c) for c in space_bwd.space(backend, arch, d, kernel)]
+    kept = space_bwd.shipped()[tuning.target(space_bwd.TABLE, backend, arch)]["kept"]
+    assert space == [e["config"] for e in kept
+                     if (e["config"]["KERNEL"], e["config"]["BLOCK_D"]) == (kernel, 64 if d <= 64 else 128)]
+
+
+SAMPLE = [   # (target, kernel, head dim) whose prior is recompiled; each compiles in seconds
+    ("gfx942", "dkdv", 128),
+    ("gfx950", "dq", 64),
+    ("sm90", "dq", 128),
+]
+
+
+@pytest.mark.parametrize("target,kernel,d", SAMPLE)
+def test_table_entries_are_what_the_compiler_gives(target, kernel, d):
+    backend, arch = DEVICES[TARGETS.index(target)]
+    cfg = tuning.as_dict(space_bwd.space(backend, arch, d, kernel)[0])
+    entry = {_key(e["config"]): e for e in _entries(target)}[_key(cfg)]
+    assert {f"{kernel}_D{d}": tune_space.measure("attention_backward", target, cfg)} == _compiles(entry)
+
+
+def test_a_dropped_entry_is_what_the_compiler_gives():
+    entry = space_bwd.shipped()["gfx942"]["dropped"][0]
+    cfg = entry["config"]
+    assert {f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}": tune_space.measure("attention_backward", "gfx942", cfg)} \
+        == _compiles(entry)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_the_two_kernels_get_their_own_tiles_on_amd(arch):
+    """dK/dV's prior keeps a wide key block over narrow query steps, dQ's the other way round,
+    both with 16x16 MFMAs."""
+    for d in configs.HEAD_DIMS:
+        prior = v5.prior("hip", arch, d)
+        assert prior["dkdv"]["BLOCK_N"] > prior["dkdv"]["BLOCK_M"], prior
+        assert prior["dq"]["BLOCK_M"] > prior["dq"]["BLOCK_N"], prior
+        assert prior["dkdv"]["matrix_instr_nonkdim"] == prior["dq"]["matrix_instr_nonkdim"] == 16
+
+
+@pytest.mark.parametrize("backend,arch", DEVICES)
+def test_timed_set_per_shape_is_small_and_never_empty(backend, arch):
+    spec = kernels.spec("attention")
+    for b, hq, hkv, s, sk, d, causal in [*spec.bench_shapes.values(), *spec.smoke_shapes]:
+        for kernel in space_bwd.KERNELS:
+            timed = v5._pruned(backend, arch, s, sk, d, kernel)
+            assert 1 <= len(timed) <= configs.TILE_SIZES * configs.PER_TILE, (s, sk, d, len(timed))
+            assert all(c["KERNEL"] == kernel and c["BLOCK_D"] == head_block(d) for c in timed)
+
+
+# -- v5's tuner, with a fake clock ---------------------------------------------------
+
+FAKE_MS = {(32, 32): 3.0, (16, 32): 1.0, (32, 16): 2.0}   # (BLOCK_M, BLOCK_N) -> "milliseconds"
+SHAPE = (1, 2, 1, 20, 24, 32, 1)
+
+
+def _fake_space(backend, arch, d, kernel):
+    return [space_bwd._cfg(kernel, bm, bn, 64, 4, 1) for bm, bn in FAKE_MS]
+
+
+@pytest.fixture
+def fake_clock(monkeypatch, fake_tuner_clock):
+    """Three candidates per kernel on the interpreter; timing runs the real launch and reads a fake time."""
+    monkeypatch.setattr(space_bwd, "space", _fake_space)
+    monkeypatch.setattr(v5, "_CHOSEN", {})
+    return fake_tuner_clock(v5, "launch", FAKE_MS)
+
+
+def test_v5_tuner_picks_the_fastest_per_kernel_and_caches_per_bucket(fake_clock):
+    rung = kernels.get("attention", "v5")
+    # the first shape times each candidate of each kernel once; the second is in its bucket
+    # (untimed); the third, not causal, is another bucket (timed)
+    for shape, timed in ((SHAPE, 6), ((2, 4, 2, 30, 17, 32, 1), 6), (SHAPE[:-1] + (0,), 12)):
+        report = check_rung(rung, shape, torch.float32)
+        assert report.passed and len(fake_clock) == timed, (shape, report.message, fake_clock)
+    assert sorted(fake_clock) == sorted([*FAKE_MS] * 4)
+    chosen = v5.chosen_config(SHAPE, torch.float32)
+    assert {kernel: (cfg["KERNEL"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_D"]) for kernel, cfg in chosen.items()} \
+        == {"dkdv": ("dkdv", 16, 32, 32), "dq": ("dq", 16, 32, 32)}
+
+
+def test_a_pinned_setting_skips_the_tuner(fake_clock):
+    q, k, v, _ = kernels.spec("attention").make_inputs(SHAPE, torch.float32)
+    o, lse = kernels.attention.v3_causal_lse.launch(q, k, v, True, 0.5, dict(
+        BLOCK_M=32, BLOCK_N=32, BLOCK_D=32, num_warps=4, num_stages=1))
+    grads = v5.backward(q, k, v, o, lse, torch.randn_like(o), True, 0.5, overrides={"BLOCK_N": 16})
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    assert not fake_clock
+    assert {kernel: cfg["BLOCK_N"] for kernel, cfg in v5.chosen_config(SHAPE, torch.float32).items()} \
+        == {"dkdv": 16, "dq": 16}
+    with pytest.raises(ValueError, match="NOT_A_SETTING"):
+        v5.backward(q, k, v, o, lse, torch.randn_like(o), True, 0.5, overrides={"NOT_A_SETTING": 1})
+
+
+def test_on_the_interpreter_nothing_is_timed(monkeypatch):
+    monkeypatch.setattr(tuning, "time_ms", lambda fn: pytest.fail("timed on the interpreter"))
+    shape = (1, 2, 2, 9, 33, 40, 0)
+    assert check_rung(kernels.get("attention", "v5"), shape, torch.float32).passed
+    only = {c.kwargs["KERNEL"]: dict(tuning.as_dict(c), BLOCK_D=head_block(40))
+            for c in space_bwd.interpreter_configs() if c.kwargs["BLOCK_D"] == 64}
+    assert v5.chosen_config(shape, torch.float32) == only
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_tuner_times_the_pruned_sets_and_shows_the_winners(monkeypatch, real_tuner_clock):
+    """Not run here (no GPU): the first call of a bucket times each pruned config of each kernel once."""
+    here = kernels.backend.current()
+    shape = (1, 32, 8, 2048, 2048, 128, 1)
+    q, k, v, _ = kernels.spec("attention").make_inputs(shape, torch.bfloat16, here.device)
+    kernels.get("attention", "v5")(q.requires_grad_(), k, v, True).sum().backward()
+    pruned = {kernel: v5._pruned(here.name, here.arch, 2048, 2048, 128, kernel) for kernel in space_bwd.KERNELS}
+    assert len(real_tuner_clock) == sum(map(len, pruned.values())) > 2
+    assert all(cfg in pruned[kernel] for kernel, cfg in v5.chosen_config(shape, torch.bfloat16).items())
