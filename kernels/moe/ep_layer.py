@@ -19,18 +19,17 @@ Equal to the single-process layer up to the order of fp32 sums, and why not bitw
       owner gets ``w·dy`` rounded to the dtype, where v3 weights h for ddown and dh
       after the dX GEMM, and returns each slot's input gradient rounded to the dtype,
       whose k rows the sender sums in fp32, where v3 sums all 2·k dX products before
-      one rounding: one rounding each in fp32, within the bound below.
+      one rounding: in fp32 a rounding more or less each, within the bound below.
     - What is not the same sequence of operations: the token-wise dense work (the router
       GEMM, the shared experts) runs on this rank's T rows instead of all ranks' rows,
       and a chunk's tiles hold other rows than the unchunked tiles. On a GPU a row's
       result does not depend on its neighbours (an MFMA reduces each output over K in a
-      fixed order). On the CPU it can: the
-      interpreter's tile dots and torch's CPU GEMMs go through BLAS kernels chosen by the
-      CPU and the row count (OpenBLAS's Haswell and SkylakeX sgemm round differently,
-      MKL takes another path for one or two rows), and CPU ATen evaluates ``exp`` with
-      SIMD in a tensor's body and scalar libm in its tail. So the tests hold this layer
-      (and chunked against unchunked) to a few fp32 ulps of each tensor's largest value,
-      not to its bits.
+      fixed order). On the CPU it can: the interpreter's tile dots and torch's CPU GEMMs
+      go through BLAS kernels chosen by the CPU and the row count (OpenBLAS's Haswell and
+      SkylakeX sgemm round differently, MKL takes another path for one or two rows), and
+      CPU ATen evaluates ``exp`` with SIMD in a tensor's body and scalar libm in its
+      tail. So the tests hold this layer (and chunked against unchunked) to a few fp32
+      ulps of each tensor's largest value, not to its bits.
 
 Host syncs and collectives (:mod:`.ep_exchange`): the forward runs one all-to-all of
 row counts (all chunks at once) and, per chunk, one all-to-all of rows out and one back;
@@ -55,12 +54,12 @@ forward. Capacity padding rows are in no grouped GEMM; the elementwise work runs
 them and their gradients land on no slot. Memory: the forward keeps T·k·dim elements
 in the rows' dtype and T·k float32 routing weights on the sender, and R·(dim +
 3·hidden) elements in the rows' dtype at an owner that received R rows (padding
-included); the backward's merge copies the owner's part once. The routing weights'
-gradient is a dot of the output gradient with the saved outputs, on the sender. Local
-expert weight gradients are the single-process layer's for those experts, to rounding
-as above. The router's
-and shared experts' gradients cover this rank's tokens only: they are replicated
-parameters, and like any data-parallel gradient they must be summed over the ranks
+included); the backward merges the owner's part into a permuted copy. The routing
+weights' gradient is a dot of the output gradient with the saved outputs, on the
+sender. Local expert weight gradients are the single-process layer's for those
+experts, to rounding as above. The router's and shared experts' gradients cover this
+rank's tokens only: they are replicated parameters, and like any data-parallel
+gradient they must be summed over the ranks
 (:meth:`ExpertParallelMoE.replicated_parameters`); that sum adds per-rank partial sums,
 a different association than the single-process sum over all tokens. The backward's
 all-to-alls are collectives: every rank of the group must run backward through each
