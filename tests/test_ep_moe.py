@@ -22,6 +22,7 @@ from kernels.comm.launch import run_local
 from kernels.comm import overlap
 from kernels.comm.overlap import PHASES, Timeline, overlap_efficiency, phase_seconds
 from kernels.moe import ExpertParallelMoE, aux_loss, route
+from kernels.moe.grouped_gemm import v4_persistent
 from kernels.moe.layer_ladder import v3_fused
 from kernels.moe.layer_ladder.v2_grouped import routed_experts
 from kernels.moe.reference import swiglu
@@ -229,6 +230,69 @@ def test_forward_and_backward_each_move_two_times_t_k_dim_and_nothing_else():
     assert sum(r[0] for r in per_rank) == 2 * rows
     assert sum(r[1] for r in per_rank) == 2 * rows
     assert [r[2:] for r in per_rank] == [([], ["tolist"], [])] * 2
+
+
+def _counted_backward(ep, x, grad_out):
+    """Forward and backward of ``ep``: (the grouped GEMM launches of the backward by kind, "dx"
+    for a "forward" launch on a transposed local expert weight, the v3 forward kernels it
+    ran, the elements the experts' autograd node saved, parameters aside)."""
+    out = ep(x)
+    node, params = out.grad_fn, {p.data_ptr() for p in ep.parameters()}
+    while type(node).__name__ != "_ExpertsBackward":
+        node = node.next_functions[0][0]
+    saved = sum(t.numel() for t in node.saved_tensors if t.data_ptr() not in params)
+    launches, forward_kernels = [], []
+    grouped, fused = v4_persistent._launch, v3_fused._launch
+    weights = [w.data_ptr() for w in (ep.gate, ep.up, ep.down)]
+
+    def counted(kernel, a, b, *args):
+        dx = kernel == "forward" and b.stride(2) != 1 and b.data_ptr() in weights
+        launches.append("dx" if dx else kernel)
+        return grouped(kernel, a, b, *args)
+
+    def forward_kernel(kernel, *args):
+        forward_kernels.append(kernel)
+        return fused(kernel, *args)
+
+    v4_persistent._launch, v3_fused._launch = counted, forward_kernel
+    try:
+        out.backward(grad_out)
+    finally:
+        v4_persistent._launch, v3_fused._launch = grouped, fused
+    return sorted(launches), forward_kernels, saved
+
+
+def _backward_case(rank, world):
+    """One backward of 3 chunks counted (:func:`_counted_backward`), with the saved elements
+    the module docstring states, T·k·(dim + 1) on the sender and R·(dim + 3·hidden) at the
+    owner, R its received rows; then one with the gate frozen: its launches, and whether the
+    other gradients are the same bits."""
+    full = _full_layer(4, 0, seed=5)
+    xs, gs = _tokens((7, 4), seed=50)
+    ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=3)
+    x = xs[rank].clone().requires_grad_()
+    launches, forward_kernels, saved = _counted_backward(ep, x, gs[rank])
+    counts = ep.expert_counts.clone()
+    dist.all_reduce(counts)
+    received = int(counts[ep.local_experts.start:ep.local_experts.stop].sum())
+    expected = x.shape[0] * TOP_K * (DIM + 1) + received * (DIM + 3 * HIDDEN)
+    grads = [t.grad.clone() for t in (x, ep.up, ep.down)]
+    x.grad, ep.gate.grad, ep.up.grad, ep.down.grad = None, None, None, None
+    ep.gate.requires_grad_(False)
+    frozen, _, _ = _counted_backward(ep, x, gs[rank])
+    same = all(torch.equal(t.grad, g) for t, g in zip((x, ep.up, ep.down), grads))
+    return launches, forward_kernels, saved, expected, frozen, same and ep.gate.grad is None
+
+
+def test_backward_runs_dx_and_dw_per_expert_gemm_on_saved_activations():
+    """Each owner's backward: one dX and one dW grouped GEMM launch per expert GEMM over all
+    chunks' rows (6, not 6 per chunk), no forward GEMM and no v3 forward kernel (the
+    forward saved g, u and h instead); no dW for a frozen expert weight."""
+    for launches, forward_kernels, saved, expected, frozen, same in run_local(
+            _backward_case, 2, timeout=300, group_timeout=200):
+        assert launches == ["dw"] * 3 + ["dx"] * 3 and forward_kernels == []
+        assert saved == expected
+        assert frozen == ["dw"] * 2 + ["dx"] * 3 and same
 
 
 def test_host_sync_trap_catches_every_read_and_restores():

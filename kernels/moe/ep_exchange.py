@@ -34,10 +34,11 @@ Everything here moves rows by permutations (no sums), so it is exact in every dt
 Why not :class:`kernels.comm.EPDispatcher`: the layer needs the payload all-to-all
 issued asynchronously (``start`` / ``finish``), to pipeline chunks, and a plan without
 host reads. The dispatcher's calls are synchronous, agree on a header through a host
-all-gather, and differentiate through the forward's rows (whose SwiGLU is v3's, not
-v2's, so its weight gradient would not be the single-process layer's bits); its
-``dedup`` backward sums per destination rank before the k-sum, another association
-than the single-process layer's. The row order is the same as the dispatcher's.
+all-gather, and differentiate through the experts' forward by autograd, call by call,
+so with chunks an expert's weight gradient would be a sum of per-chunk grouped GEMMs,
+not the single-process layer's one over all its rows; its ``dedup`` backward sums per
+destination rank before the k-sum, another association than the single-process
+layer's. The row order is the same as the dispatcher's.
 """
 from __future__ import annotations
 

@@ -15,18 +15,21 @@ Equal to the single-process layer up to the order of fp32 sums, and why not bitw
       multiplies the routing weight into each row in its down kernel; here the down
       kernel runs with weight 1 (``acc·1`` is exact) and the weight is applied after the
       all-to-all back (``w·y`` in fp32: the same single rounding). In fp16/bf16 that is
-      two roundings instead of one.
+      two roundings instead of one. The backward likewise weights on the sender: the
+      owner gets ``w·dy`` rounded to the dtype, where v3 weights h for ddown and dh
+      after the dX GEMM, and returns each slot's input gradient rounded to the dtype,
+      whose k rows the sender sums in fp32, where v3 sums all 2·k dX products before
+      one rounding: in fp32 a rounding more or less each, within the bound below.
     - What is not the same sequence of operations: the token-wise dense work (the router
-      GEMM, the shared experts, the SwiGLU of the recomputing backward) runs on this
-      rank's T rows instead of all ranks' rows, and a chunk's tiles hold other rows than
-      the unchunked tiles. On a GPU a row's result does not depend on its neighbours (an
-      MFMA reduces each output over K in a fixed order). On the CPU it can: the
-      interpreter's tile dots and torch's CPU GEMMs go through BLAS kernels chosen by the
-      CPU and the row count (OpenBLAS's Haswell and SkylakeX sgemm round differently,
-      MKL takes another path for one or two rows), and CPU ATen evaluates ``exp`` with
-      SIMD in a tensor's body and scalar libm in its tail. So the tests hold this layer
-      (and chunked against unchunked) to a few fp32 ulps of each tensor's largest value,
-      not to its bits.
+      GEMM, the shared experts) runs on this rank's T rows instead of all ranks' rows,
+      and a chunk's tiles hold other rows than the unchunked tiles. On a GPU a row's
+      result does not depend on its neighbours (an MFMA reduces each output over K in a
+      fixed order). On the CPU it can: the interpreter's tile dots and torch's CPU GEMMs
+      go through BLAS kernels chosen by the CPU and the row count (OpenBLAS's Haswell and
+      SkylakeX sgemm round differently, MKL takes another path for one or two rows), and
+      CPU ATen evaluates ``exp`` with SIMD in a tensor's body and scalar libm in its
+      tail. So the tests hold this layer (and chunked against unchunked) to a few fp32
+      ulps of each tensor's largest value, not to its bits.
 
 Host syncs and collectives (:mod:`.ep_exchange`): the forward runs one all-to-all of
 row counts (all chunks at once) and, per chunk, one all-to-all of rows out and one back;
@@ -36,16 +39,27 @@ takes host split sizes; with ``ep_capacity`` it reads nothing on the host (a tes
 ``item``/``tolist``/``cpu``/... through forward and backward) and drops the slots past the
 capacity. The backward adds no read of its own.
 
-Backward: the forward's plans, saved with the rows each owner received and each slot's
-unweighted expert output, are reused. One all-to-all per chunk carries each slot's
-output gradient to the owner, which recomputes v2's differentiable path (grouped GEMMs,
-SwiGLU) from the rows it kept, on all chunks' rows at once in the single-process
-layer's row order, and one per chunk brings each slot's input gradient back: T·k rows
-of ``dim`` each way, as in the forward. The routing weights' gradient is a dot of the
-output gradient with the saved outputs, on the sender. Local expert weight gradients
-are the single-process layer's for those experts, to rounding as above. The router's
-and shared experts' gradients cover this rank's tokens only: they are replicated
-parameters, and like any data-parallel gradient they must be summed over the ranks
+Backward: the forward's plans are reused, and when a gradient is needed the forward
+keeps each slot's unweighted expert output on the sender and, at each owner, the rows
+it received with their g, u and h from v3's gate/up kernel
+(:func:`.layer_ladder.v3_fused.gate_up_saving`). One all-to-all per chunk carries each
+slot's output gradient, weighted, to the owner, which runs v3's backward on what it
+kept (:func:`.layer_ladder.v3_backward.sorted_backward`, weight 1): one dX and one dW
+grouped GEMM per expert GEMM, six launches per backward whatever the chunks and no
+forward GEMM, on all chunks' rows at once in the single-process layer's row order (the
+saved g, u and h permuted with the rows), so each expert's weight gradient is one
+grouped GEMM over its rows, as in the single-process layer. One all-to-all per chunk
+brings each slot's input gradient back: T·k rows of ``dim`` each way, as in the
+forward. Capacity padding rows are in no grouped GEMM; the elementwise work runs over
+them and their gradients land on no slot. Memory: the forward keeps T·k·dim elements
+in the rows' dtype and T·k float32 routing weights on the sender, and R·(dim +
+3·hidden) elements in the rows' dtype at an owner that received R rows (padding
+included); the backward merges the owner's part into a permuted copy. The routing
+weights' gradient is a dot of the output gradient with the saved outputs, on the
+sender. Local expert weight gradients are the single-process layer's for those
+experts, to rounding as above. The router's and shared experts' gradients cover this
+rank's tokens only: they are replicated parameters, and like any data-parallel
+gradient they must be summed over the ranks
 (:meth:`ExpertParallelMoE.replicated_parameters`); that sum adds per-rank partial sums,
 a different association than the single-process sum over all tokens. The backward's
 all-to-alls are collectives: every rank of the group must run backward through each
@@ -77,11 +91,12 @@ from .. import autocast
 from .. import backend as _backend
 from ..comm.overlap import Timeline
 from . import ep_exchange
-from .grouped_gemm.ops import grouped_gemm
 from .layer import MoE
 from .layer_ladder import v3_fused
 from .layer_ladder.checks import moe_operands
+from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.spec import DTYPES
+from .layer_ladder.v3_backward import sorted_backward
 from .reference import swiglu
 from .routing import aux_loss, expert_counts, route
 
@@ -99,30 +114,31 @@ class _Run:
     dropped: torch.Tensor | None = None
 
 
-def _experts_forward(rows, offsets, gate, up, down) -> torch.Tensor:
-    """v3's two kernels on expert-major rows, weight 1: the unweighted expert outputs (rows
-    past ``offsets[-1]``, capacity padding, are left unwritten)."""
+def _experts_forward(rows, offsets, gate, up, down, save: bool):
+    """v3's two kernels on expert-major rows, weight 1: (the unweighted expert outputs, g, u,
+    h), g and u empty unless ``save`` (rows past ``offsets[-1]``, capacity padding, are left
+    unwritten in all four)."""
     if rows.shape[0] == 0:
-        return rows.new_zeros((0, down.shape[2]))
+        empty = rows.new_zeros((0, gate.shape[2]))
+        return rows.new_zeros((0, down.shape[2])), empty, empty, empty
     here = _backend.current()
     cfg1, cfg2 = v3_fused.config(here.name, here.arch)
     identity = torch.arange(rows.shape[0], device=rows.device)
-    h = v3_fused.gate_up(rows, gate, up, identity, offsets, 1, cfg1)
+    h, g, u = v3_fused.gate_up_saving(rows, gate, up, identity, offsets, 1, save, cfg1)
     ones = torch.ones(rows.shape[0], dtype=torch.float32, device=rows.device)
-    return v3_fused.down_scatter(h, down, identity, ones, offsets, cfg2)
+    return v3_fused.down_scatter(h, down, identity, ones, offsets, cfg2), g, u, h
 
 
-def _experts_backward(rows, grad_y, offsets, gate, up, down):
-    """v2's path (as :func:`.layer_ladder.v2_grouped.routed_experts` between its permute and
-    unpermute) recomputed from the rows the owner kept and differentiated:
-    (d rows, d gate, d up, d down)."""
-    leaves = [t.detach().requires_grad_() for t in (rows, gate, up, down)]
-    r, g, u, d = leaves
-    with torch.enable_grad():
-        h = F.silu(grouped_gemm(r, g, offsets, check_offsets=False)) \
-            * grouped_gemm(r, u, offsets, check_offsets=False)
-        y = grouped_gemm(h, d, offsets, check_offsets=False)
-        return torch.autograd.grad(y, leaves, grad_y)
+def _experts_backward(rows, grad_y, g, u, h, offsets, gate, up, down, needs):
+    """v3's backward (:func:`.layer_ladder.v3_backward.sorted_backward`) on the owner's rows
+    and their saved g, u and h, with weight 1 (the sender weighted ``grad_y``): one dX and
+    one dW grouped GEMM per expert GEMM, no forward GEMM. Returns (d rows, d gate, d up,
+    d down), None for a weight whose ``needs`` (gate, up, down) is False; d rows always
+    (other ranks' inputs need them), each row's two dX products summed in fp32 and rounded
+    once; the sender sums a token's k rows."""
+    d_rows, _, dgate, dup, ddown = sorted_backward(grad_y, rows, gate, up, down, g, u, h, offsets,
+                                                   None, (True, False, *needs))
+    return slot_sum(d_rows[0], 1, d_rows[1]), dgate, dup, ddown
 
 
 def _merged(plans) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,9 +175,10 @@ def _issue(run: _Run, chunk: int, phase: str, rows, plan, back=False, per_row=1)
     return issue() if run.timeline is None else run.timeline.comm(chunk, phase, issue, (rows,))
 
 
-def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run):
+def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run, save: bool):
     """Dispatch chunk c+1 while chunk c computes; combine each chunk as soon as it is done.
-    Returns (out, plans, each chunk's expert-major rows, every slot's unweighted output)."""
+    Returns (out, plans, each chunk's (expert-major rows, g, u, h) with g and u empty unless
+    ``save``, every slot's unweighted output)."""
     k = ids.shape[1]
     bounds = _bounds(ids.shape[0], run.chunks)
     plans = ep_exchange.plans([ids[a:b] for a, b in bounds], run.num_experts, run.group,
@@ -176,9 +193,10 @@ def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run):
         following = dispatch(c + 1) if c + 1 < run.chunks else None
         received, work = pending
         work.wait()
-        kept.append(ep_exchange.finish(received, plans[c]))
+        rows = ep_exchange.finish(received, plans[c])
         with contextlib.nullcontext() if run.timeline is None else run.timeline.compute(c):
-            y = _experts_forward(kept[-1], plans[c].offsets, gate, up, down)
+            y, *activations = _experts_forward(rows, plans[c].offsets, gate, up, down, save)
+        kept.append((rows, *activations))
         combines.append(_issue(run, c, "combine", y, plans[c], back=True))
         pending = following
     y_by_slot = []
@@ -200,14 +218,17 @@ def _exchange_all(tensors, plans, group, back=False):
 
 
 class _Experts(torch.autograd.Function):
-    """Forward: :func:`_pipelined_forward`. Backward: the forward's plans, one exchange of
-    the output gradient out and one of the input gradient back, v2's path recomputed at
-    the owners from the rows they kept."""
+    """Forward: :func:`_pipelined_forward`, keeping each chunk's rows, g, u and h at the owner
+    when a gradient is needed. Backward: the forward's plans, one exchange of the output
+    gradient out and one of the input gradient back, and at the owners v3's dX and dW
+    launches on the kept rows and activations (:func:`_experts_backward`), all chunks'
+    rows merged in the single-process layer's order."""
 
     @staticmethod
     def forward(ctx, x, weights, ids, gate, up, down, run):
-        out, plans, kept, y_by_slot = _pipelined_forward(x, weights, ids, gate, up, down, run)
-        ctx.save_for_backward(weights, gate, up, down, y_by_slot, *kept)
+        out, plans, kept, y_by_slot = _pipelined_forward(x, weights, ids, gate, up, down, run,
+                                                         any(ctx.needs_input_grad))
+        ctx.save_for_backward(weights, gate, up, down, y_by_slot, *(t for c in kept for t in c))
         ctx.run, ctx.plans = run, plans
         return out
 
@@ -222,8 +243,10 @@ class _Experts(torch.autograd.Function):
         grad_rows = _exchange_all([grad_y[a * k:b * k] for a, b in _bounds(t, run.chunks)],
                                   plans, run.group)
         perm, offsets = _merged(plans)
+        rows, g, u, h = (torch.cat(kept[i::4])[perm] for i in range(4))   # per chunk: rows, g, u, h
         d_merged, dgate, dup, ddown = _experts_backward(
-            torch.cat(kept)[perm], torch.cat(grad_rows)[perm], offsets, gate, up, down)
+            rows, torch.cat(grad_rows)[perm], g, u, h, offsets, gate, up, down,
+            ctx.needs_input_grad[3:6])
         d_rows = torch.empty_like(d_merged)
         d_rows[perm] = d_merged
         d_slot = torch.cat(_exchange_all(d_rows.split([plan.rows for plan in plans]), plans,

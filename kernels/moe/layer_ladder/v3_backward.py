@@ -16,6 +16,9 @@ slots and the offsets; the backward then needs no forward GEMM. Per sorted row i
 
 Six grouped GEMM launches for three expert GEMMs (:func:`kernels.grouped_gemm`'s custom
 ops, so the grouped GEMM's kernels and tuner), fewer when some gradient is not needed.
+They and SwiGLU's derivative run on rows already in sorted order (:func:`sorted_backward`),
+so the expert-parallel layer (:mod:`kernels.moe.ep_layer`) runs them on the rows an owner
+received, with the routing weight applied on the sender instead.
 """
 from __future__ import annotations
 
@@ -25,34 +28,57 @@ from ..permutation import _inverse
 from .slot_sum import slot_sum
 
 
-def fused_backward(grad_out, x, weights, gate, up, down, g, u, h, slots, offsets, needs):
-    """(dx, dweights, dgate, dup, ddown), None where ``needs`` (for those five) says False."""
-    top_k, groups = weights.shape[1], gate.shape[0]
+def sorted_backward(dy, rows, gate, up, down, g, u, h, offsets, w, needs):
+    """The three expert GEMMs' gradients over expert-major rows, from the saved g, u and h:
+    ``(d_rows, dw_rows, dgate, dup, ddown)``, None where ``needs`` (for those five) says False.
+
+    ``dy`` (R, dim): each row's output gradient before its routing weight ``w`` (R, 1) fp32,
+    or None for weight 1 (the expert-parallel layer weights the gradient on the sender);
+    ``rows`` (R, dim): the rows the gate and up GEMMs read (None if neither dgate nor dup is
+    needed). ``d_rows``: the pair (dg·gateᵀ, du·upᵀ), both (R, dim), whose sum per row,
+    or per token, is the input's gradient (summed by the caller, in its order);
+    ``dw_rows`` (R,) fp32: each row's routing weight gradient h·(dy·downᵀ). Separate from
+    :func:`fused_backward` so the expert-parallel layer's owners run the same launches on
+    the rows they received."""
+    groups, dtype = gate.shape[0], h.dtype
     mm, dw = torch.ops.kernels.grouped_gemm, torch.ops.kernels.grouped_gemm_dw
+    d_rows = dw_rows = dgate = dup = ddown = None
+    if needs[4]:
+        ddown = dw(h if w is None else (h.float() * w).to(dtype), dy, offsets, groups)
+    if not any(needs[:4]):
+        return d_rows, dw_rows, dgate, dup, ddown
+    dh = mm(dy, down.transpose(1, 2), offsets).float()
+    if needs[1]:
+        dw_rows = (h.float() * dh).sum(dim=1)
+    if not any(needs[i] for i in (0, 2, 3)):
+        return d_rows, dw_rows, dgate, dup, ddown
+    if w is not None:
+        dh = dh * w
+    gf, sig = g.float(), torch.sigmoid(g.float())
+    dg = (dh * u.float() * sig * (1 + gf * (1 - sig))).to(dtype)
+    du = (dh * gf * sig).to(dtype)
+    dgate = dw(rows, dg, offsets, groups) if needs[2] else None
+    dup = dw(rows, du, offsets, groups) if needs[3] else None
+    if needs[0]:
+        d_rows = mm(dg, gate.transpose(1, 2), offsets), mm(du, up.transpose(1, 2), offsets)
+    return d_rows, dw_rows, dgate, dup, ddown
+
+
+def fused_backward(grad_out, x, weights, gate, up, down, g, u, h, slots, offsets, needs):
+    """(dx, dweights, dgate, dup, ddown), None where ``needs`` (for those five) says False:
+    :func:`sorted_backward` on the output gradient's and x's rows gathered in sorted order."""
+    top_k = weights.shape[1]
     tokens = torch.div(slots, top_k, rounding_mode="floor")
     w = weights.reshape(-1).index_select(0, slots).float().unsqueeze(1)     # (T·k, 1), sorted order
     dy = grad_out.index_select(0, tokens)                                   # sorted order
-    dx = dweights = dgate = dup = ddown = None
-    if needs[4]:
-        ddown = dw((h.float() * w).to(h.dtype), dy, offsets, groups)
-    if not any(needs[i] for i in (0, 1, 2, 3)):
-        return dx, dweights, dgate, dup, ddown
-    dh = mm(dy, down.transpose(1, 2), offsets).float()
+    rows = x.index_select(0, tokens) if needs[2] or needs[3] else None
+    d_rows, dw_rows, dgate, dup, ddown = sorted_backward(dy, rows, gate, up, down, g, u, h, offsets,
+                                                         w, needs)
+    dx = dweights = None
     if needs[1]:
         dweights = torch.empty(slots.shape[0], dtype=torch.float32, device=x.device)
-        dweights[slots] = (h.float() * dh).sum(dim=1)
+        dweights[slots] = dw_rows
         dweights = dweights.view(weights.shape).to(weights.dtype)
-    if not any(needs[i] for i in (0, 2, 3)):
-        return dx, dweights, dgate, dup, ddown
-    dh = dh * w
-    gf, sig = g.float(), torch.sigmoid(g.float())
-    dg = (dh * u.float() * sig * (1 + gf * (1 - sig))).to(x.dtype)
-    du = (dh * gf * sig).to(x.dtype)
-    if needs[2] or needs[3]:
-        x_rows = x.index_select(0, tokens)
-        dgate = dw(x_rows, dg, offsets, groups) if needs[2] else None
-        dup = dw(x_rows, du, offsets, groups) if needs[3] else None
     if needs[0]:
-        dx = slot_sum(mm(dg, gate.transpose(1, 2), offsets), top_k,
-                      mm(du, up.transpose(1, 2), offsets), rows=_inverse(slots))
+        dx = slot_sum(d_rows[0], top_k, d_rows[1], rows=_inverse(slots))
     return dx, dweights, dgate, dup, ddown
