@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import kernels
 from kernels.moe.grouped_gemm import v4_persistent
 from kernels.moe.layer_ladder import spec as moe_spec
+from kernels.moe.layer_ladder import fused_op  # noqa: F401  registers torch.ops.kernels.moe_fused
 from kernels.moe.layer_ladder import v3_fused
 from kernels.moe.layer_ladder.slot_sum import slot_sum
 
