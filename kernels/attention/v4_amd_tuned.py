@@ -52,7 +52,7 @@ from ..registry import rung
 from ..triton_support import aot_launch
 from ..tuning import as_dict, fastest, with_overrides
 from . import configs, v3_causal_lse
-from .launch import aot_ints, head_block
+from .launch import aot_even, aot_ints, head_block, p_bits
 from .varlen import aot_args
 from .spec import DTYPES, MAX_HEAD_DIM
 
@@ -118,10 +118,12 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     ``overrides`` replaces settings of both, and a ``BLOCK_D`` among them compiles that
     head dim only (how ``workbench.tune_space`` compiles each candidate)."""
     dims = [overrides["BLOCK_D"]] if "BLOCK_D" in (overrides or {}) else sorted(configs.HEAD_DIMS, reverse=True)
-    return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype,
-                       with_overrides(prior(backend, arch, d), overrides),
-                       aot_ints(d=d), constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **aot_args(None)[0]},
-                       pointers={"lse_ptr": "*fp32"}) for d in dims]
+    flags = aot_args(None)[0]
+    return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype, cfg, ints,
+                       constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **flags,
+                                   "P_BITS": p_bits(dtype, backend, arch), **aot_even(ints, cfg, flags)},
+                       pointers={"lse_ptr": "*fp32"})
+            for d in dims for cfg, ints in [(with_overrides(prior(backend, arch, d), overrides), aot_ints(d=d))]]
 
 
 @rung(op="attention", rung=4, name="amd_tuned", backends=("hip", "cuda", "interpreter"),
