@@ -8,9 +8,8 @@ Two steps, one ahead of time and one per shape, as for the GEMM (:mod:`kernels.g
   stream pipeliner to load K/V tile i+1 while tile i is multiplied),
   ``waves_per_eu`` 2, 1 or 0 (no register cap) and 16x16 or 32x32 MFMAs
   (``matrix_instr_nonkdim``); on sm90 two or three stages. 16x16 comes first: a
-  wave of a 128-row tile split over 8 waves owns 16 rows, which a 32x32 MFMA
-  covers only by issuing more, smaller products (24 ``32x32x8`` against 32
-  ``16x16x16`` for one D = 128 trip on gfx942, ``tests/test_attention_tuning.py``).
+  wave of a 128-row tile split over 8 waves owns 16 rows, which 32x32 MFMAs cover
+  only through 16-bit LDS traffic and more registers (``tests/test_attention_isa.py``).
 * :func:`space` is what survives compiling every candidate ahead of time with v4
   (the causal forward at its head dim, bf16): a config that spills registers, uses
   scratch or needs more LDS than a workgroup gets is dropped, so it is never timed
@@ -34,9 +33,10 @@ TIMED = 8              # configs timed per shape, at most
 TABLE = Path(__file__).with_name("tuned_space.json")
 
 # head-dim class -> (BLOCK_M, BLOCK_N) tiles and the warps tried first, the prior first.
-# At D = 128 a program holds a 128-wide Q tile and O accumulator, so the key tile is narrow.
+# At D = 128 a program holds a 128-wide Q tile and O accumulator: a 64-wide key tile fits
+# beside them at 2 waves/SIMD on gfx942 with 8 waves of 16x16 MFMAs, not with 32x32 ones.
 TILES = {64: ((128, 64), (128, 32), (64, 64)),
-         128: ((128, 32), (128, 64), (64, 64))}
+         128: ((128, 64), (128, 32), (64, 64))}
 WARPS = {64: (4, 8), 128: (8, 4)}
 
 
