@@ -1,7 +1,7 @@
 """v3 causal_lse: skip the key blocks the causal mask hides, exp2, and keep the log-sum-exp.
 
 Idea:
-    v2's kernel with three changes. (1) Causal block skipping: with SDPA's top-left
+    v2's kernel with four changes. (1) Causal block skipping: with SDPA's top-left
     mask a query block starting at row m0 sees no key past m0 + BLOCK_M - 1, so its
     loop stops there instead of at S_k; for S = S_k about half the tiles are never
     loaded nor multiplied (``spec.visible_pairs`` counts the work that remains).
@@ -19,10 +19,20 @@ Idea:
     log2 l, to a (B, Hq, 2, S) buffer, the only state the backward (v5) needs to
     recompute P without storing it. One sum m·|scale|·log2 e + log2 l would round at
     m's magnitude.
+    (4) Masks only where a tile needs them: the key tiles every row of the block sees
+    (causally keys 0..m0, else all whole tiles of S_k) run in a loop with no causal
+    or bounds mask; the diagonal tiles and a ragged last one run in a second loop
+    with one compare per score (each row's last visible key). ``EVEN`` (S and S_k
+    fill whole tiles, known at launch; never for packed sequences) and ``EVEN_D``
+    (D is the head block) drop the bounds masks of the loads too.
 
 Why faster:
     Causal attention does about half of v2's work at S = S_k, and the softmax needs no
     separate conversion to base 2. The LSE costs 2S floats per head, nothing next to O.
+    The main loop carries no compares, selects or masked loads, which also frees the
+    scalar registers the masks' lane bits take: with them and gfx942's bf16 conversion
+    of P (a NaN check per value, without a conversion instruction; ``P_BITS`` rounds in
+    integer ops instead) the forward spilled SGPRs (``tests/test_attention_isa.py``).
 
 Expected bound:
     Compute; still one pipeline stage and untuned tiles (v4's subject).
