@@ -81,7 +81,8 @@ def _bf16_by_bits(p):
     """P (>= 0 or NaN) rounded to bf16, nearest even, in integer operations. gfx942 has no
     fp32 -> bf16 instruction; the compiler's own sequence selects NaN with a compare per
     value, each holding a pair of SGPRs, which made the forward spill them. Clamping the
-    bits at the quiet NaN keeps every NaN one (and no other value reaches it)."""
+    bits at the quiet NaN keeps every quiet NaN one, and exp2 returns no other kind
+    (``tests/test_attention_p_bits.py``)."""
     bits = tl.minimum(p.to(tl.uint32, bitcast=True), 0x7FC00000)
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
