@@ -112,7 +112,7 @@ def test_timed_set_spans_the_space(backend, arch, d):
     not near-copies of the prior."""
     space = configs.space(backend, arch, d)
     timed = configs.prune(space, 4096, 4096)
-    assert timed[0] is space[0] and len(timed) == configs.TIMED
+    assert timed[0] is space[0] and len(timed) == min(configs.TIMED, len(space))
     assert len({tuple(sorted(tuning.as_dict(c).items())) for c in timed}) == len(timed)
     for setting in ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim"):
         offered = {tuning.as_dict(c).get(setting) for c in space}
