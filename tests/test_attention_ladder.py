@@ -162,7 +162,7 @@ def test_gqa_shrinks_bytes_moved_by_the_kv_share():
 def test_v4_shows_its_config():
     from kernels.attention import v4_amd_tuned
     assert v4_amd_tuned.prior("hip", "gfx942", 128) == dict(
-        BLOCK_M=128, BLOCK_N=32, BLOCK_D=128, waves_per_eu=2, matrix_instr_nonkdim=32,
+        BLOCK_M=128, BLOCK_N=64, BLOCK_D=128, waves_per_eu=2, matrix_instr_nonkdim=16,
         num_warps=8, num_stages=2)
     assert v4_amd_tuned.prior("hip", "gfx942", 40)["BLOCK_D"] == 64
     shape = (1, 2, 1, 9, 9, 40, 1)
