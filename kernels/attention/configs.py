@@ -3,7 +3,7 @@
 Two steps, one ahead of time and one per shape, as for the GEMM (:mod:`kernels.gemm.configs`):
 
 * :func:`candidates` is the space written down per target and head-dim class
-  (``BLOCK_D`` 64: any D <= 64; 128: any larger D): two (BLOCK_M, BLOCK_N) tiles
+  (``BLOCK_D`` 64: any D <= 64; 128: any larger D): three (BLOCK_M, BLOCK_N) tiles
   per class, 8 or 4 warps, and on AMD one or two LDS stages (2 asks Triton's
   stream pipeliner to load K/V tile i+1 while tile i is multiplied),
   ``waves_per_eu`` 2, 1 or 0 (no register cap) and 16x16 or 32x32 MFMAs
@@ -35,8 +35,8 @@ TABLE = Path(__file__).with_name("tuned_space.json")
 # head-dim class -> (BLOCK_M, BLOCK_N) tiles and the warps tried first, the prior first.
 # At D = 128 a program holds a 128-wide Q tile and O accumulator: a 64-wide key tile fits
 # beside them at 2 waves/SIMD on gfx942 with 8 waves of 16x16 MFMAs, not with 32x32 ones.
-TILES = {64: ((128, 64), (64, 64)),
-         128: ((128, 64), (64, 64))}
+TILES = {64: ((128, 64), (128, 32), (64, 64)),
+         128: ((128, 64), (128, 32), (64, 64))}
 WARPS = {64: (4, 8), 128: (8, 4)}
 
 
