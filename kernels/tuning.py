@@ -104,6 +104,26 @@ def per_tile(configs: list[triton.Config], sizes: list[tuple[int, int]], most: i
     return [c for size in sizes for c in [c for c in configs if tile(c) == size][:most]]
 
 
+def _settings(c: triton.Config) -> set[tuple[str, object]]:
+    return {("tile", tile(c)), *((k, v) for k, v in as_dict(c).items() if k not in ("BLOCK_M", "BLOCK_N"))}
+
+
+def distinct(configs: list[triton.Config], most: int) -> list[triton.Config]:
+    """Up to ``most`` configs, the first one first, each next one the config that brings the
+    most settings (a tile, a warp count, a stage count, a knob's value) not yet chosen, then
+    the one farthest from every chosen config in settings changed; ties go to the earlier.
+
+    Near-copies of one point (the same tile and warps, a knob apart) tell a tuner little;
+    points that differ in every setting cover the space with few timings."""
+    chosen, rest = configs[:1], configs[1:]
+    while rest and len(chosen) < most:
+        seen = set().union(*map(_settings, chosen))
+        score = [(len(_settings(c) - seen), min(len(_settings(c) - _settings(o)) for o in chosen))
+                 for c in rest]
+        chosen.append(rest.pop(score.index(max(score))))
+    return chosen
+
+
 def time_ms(fn: Callable[[], object]) -> float:
     """How a tuner times one candidate launch on a GPU (tests replace it with a fake clock)."""
     return triton.testing.do_bench(fn)

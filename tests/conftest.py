@@ -122,7 +122,7 @@ def fake_timer(monkeypatch):
 def fake_tuner_clock(monkeypatch):
     """Time a tuner's candidates with a fake clock: ``fake_tuner_clock(owner, "launch", ms)``.
 
-    ``owner.launch`` (whose last argument is the config) is wrapped to note each
+    ``owner.launch`` (whose last positional argument is the config) is wrapped to note each
     launch's (BLOCK_M, BLOCK_N); ``kernels.tuning.time_ms`` runs the real launch and
     answers ``ms[that tile]``. Returns the list of tiles timed, in order.
     """
@@ -132,9 +132,9 @@ def fake_tuner_clock(monkeypatch):
         launched, timed = [], []
         real = getattr(owner, name)
 
-        def launch(*args):
+        def launch(*args, **kwargs):
             launched.append((args[-1]["BLOCK_M"], args[-1]["BLOCK_N"]))
-            return real(*args)
+            return real(*args, **kwargs)
 
         def time_ms(fn):
             fn()

@@ -176,7 +176,7 @@ def test_gqa_shrinks_bytes_moved_by_the_kv_share():
 def test_v4_shows_its_config():
     from kernels.attention import v4_amd_tuned
     assert v4_amd_tuned.prior("hip", "gfx942", 128) == dict(
-        BLOCK_M=128, BLOCK_N=32, BLOCK_D=128, waves_per_eu=2, matrix_instr_nonkdim=32,
+        BLOCK_M=128, BLOCK_N=64, BLOCK_D=128, waves_per_eu=2, matrix_instr_nonkdim=16,
         num_warps=8, num_stages=2)
     assert v4_amd_tuned.prior("hip", "gfx942", 40)["BLOCK_D"] == 64
     shape = (1, 2, 1, 9, 9, 40, 1)
@@ -202,3 +202,31 @@ def test_shape_widget_can_select_a_non_causal_preset():
     picker = ShapePicker("attention")
     picker.set("llama3-8b S=4K")
     assert picker.value == (4, 32, 8, 4096, 4096, 128, 0)
+
+
+WHOLE_TILES = {   # (B, Hq, Hkv, S, S_k, D, causal) in the interpreter's 32 x 32 tiles
+    "square,causal": (1, 2, 2, 64, 64, 32, 1),
+    "S<S_k,causal,gqa": (1, 4, 2, 32, 96, 32, 1),
+    "S>S_k,causal,gqa": (1, 4, 1, 96, 32, 32, 1),
+    "S!=S_k,full,d16": (2, 2, 1, 64, 32, 16, 0),
+    "padded D": (1, 2, 2, 32, 64, 40, 1),
+}
+
+
+@pytest.mark.parametrize("scale", [None, 0.0, -0.5], ids=["default", "0", "-0.5"])
+@pytest.mark.parametrize("shape", WHOLE_TILES.values(), ids=WHOLE_TILES.keys())
+@pytest.mark.parametrize("label", ["v3", "v4"])
+def test_whole_tiles_run_the_unmasked_loads(monkeypatch, label, shape, scale):
+    """v3's docstring: when S and S_k fill whole tiles the launch sets EVEN (and EVEN_D when D
+    is the head block), so no load of the key loop is masked; top-left causal alignment for
+    S < S_k and S > S_k, GQA and any scale's sign stay SDPA's math."""
+    from kernels.attention import launch, v3_causal_lse
+    seen = []
+    def spy(*args, **kwargs):
+        seen.append(launch.even(*args, **kwargs))
+        return seen[-1]
+    monkeypatch.setattr(v3_causal_lse, "even", spy)
+    q, k, v, causal = attn_spec.make_inputs(shape, torch.float32, seed=2)
+    _assert_passed(judge(kernels.get("attention", int(label[1])), kernels.spec("attention"),
+                         (q, k, v, causal, scale), seed=2))
+    assert seen and all(flags == dict(EVEN=True, EVEN_D=shape[5] in (16, 32)) for flags in seen)

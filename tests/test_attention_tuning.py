@@ -62,7 +62,7 @@ WIDE_KEYS_D128 = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_D=128, waves_per_eu=2, matr
                       num_warps=8, num_stages=2)
 SAMPLE = [   # (target, config or the head dim whose prior is taken); each compiles in seconds
     ("gfx942", 128),
-    ("gfx942", WIDE_KEYS_D128),    # v4's docstring: a 64-wide key tile spills at D = 128
+    ("gfx942", WIDE_KEYS_D128),    # v4's docstring: the prior's tile with 32x32 MFMAs spills
     ("gfx950", 64),
     ("sm90", 128),
 ]
@@ -78,7 +78,7 @@ def test_table_entries_are_what_the_compiler_gives(target, cfg):
     assert {f"D{cfg['BLOCK_D']}": tune_space.measure("attention", target, cfg)} == _compiles(entry)
 
 
-def test_the_wide_key_tile_at_d128_is_dropped_for_spilling():
+def test_the_d128_prior_with_32x32_mfmas_is_dropped_for_spilling():
     dropped = {_key(e["config"]): e["why"] for e in configs.shipped()["gfx942"]["dropped"]}
     assert "spills" in dropped[_key(WIDE_KEYS_D128)]
 
@@ -96,12 +96,38 @@ def test_timed_set_per_shape_is_small_and_never_empty(backend, arch):
     spec = kernels.spec("attention")
     for b, hq, hkv, s, sk, d, causal in [*spec.bench_shapes.values(), *spec.smoke_shapes]:
         timed = configs.prune(configs.space(backend, arch, d), s, sk)
-        assert 1 <= len(timed) <= configs.TILE_SIZES * configs.PER_TILE, (s, sk, d, len(timed))
+        assert 1 <= len(timed) <= configs.TIMED, (s, sk, d, len(timed))
         assert all(c.kwargs["BLOCK_D"] == configs.head_class(d) for c in timed)
     for d in configs.HEAD_DIMS:
         long = configs.prune(configs.space(backend, arch, d), 4096, 4096)
         assert len({tuning.tile(c) for c in long}) > 1     # tile sizes compete
         assert all(c.kwargs["BLOCK_M"] <= 64 for c in configs.prune(configs.space(backend, arch, d), 40, 4096))
+
+
+@pytest.mark.parametrize("backend,arch", DEVICES)
+@pytest.mark.parametrize("d", configs.HEAD_DIMS)
+def test_timed_set_spans_the_space(backend, arch, d):
+    """Issue 18: the configs timed for a long sequence differ from each other, and among them
+    are each warp count, stage count, ``waves_per_eu`` and MFMA shape the kept space offers,
+    not near-copies of the prior."""
+    space = configs.space(backend, arch, d)
+    timed = configs.prune(space, 4096, 4096)
+    assert timed[0] is space[0] and len(timed) == min(configs.TIMED, len(space))
+    assert len({tuple(sorted(tuning.as_dict(c).items())) for c in timed}) == len(timed)
+    for setting in ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim"):
+        offered = {tuning.as_dict(c).get(setting) for c in space}
+        assert {tuning.as_dict(c).get(setting) for c in timed} == offered, setting
+    if backend == "hip":
+        assert {c.num_warps for c in timed} == {4, 8} and {c.num_stages for c in timed} == {1, 2}
+        assert {c.kwargs["waves_per_eu"] for c in timed} == {0, 1, 2}
+
+
+def test_distinct_takes_new_settings_first():
+    """The prune's rule on a hand-made space: the first config, then what differs most."""
+    cfg = configs._cfg
+    space = [cfg(64, 64, 64, 4, 1), cfg(64, 64, 64, 4, 2), cfg(64, 32, 64, 8, 2), cfg(64, 64, 64, 8, 1)]
+    assert tuning.distinct(space, 2) == [space[0], space[2]]
+    assert tuning.distinct(space, 9) == [space[0], space[2], space[1], space[3]]
 
 
 # -- v4's tuner, with a fake clock ---------------------------------------------------
@@ -139,6 +165,21 @@ def test_kernels_flash_attention_runs_the_tuned_config(fake_clock):
                                rtol=1e-2, atol=1e-2, check_dtype=False)
     chosen = v4.chosen_config(SHAPE, torch.float16)
     assert (chosen["BLOCK_M"], chosen["BLOCK_N"]) == (16, 32) and len(fake_clock) == 3
+
+
+def test_kernels_flash_attention_varlen_runs_the_tuned_config_of_its_bucket(fake_clock):
+    """Issue 18: the packed forward is timed as it runs (VARLEN), per bucket of its longest
+    lengths, apart from the dense bucket of the same lengths, not handed the untimed prior."""
+    lengths = [20, 3, 11]
+    q, k, v = (torch.randn(sum(lengths), h, 32) for h in (2, 1, 1))
+    cu = torch.tensor([0, 20, 23, 34], dtype=torch.int32)
+    out = kernels.flash_attention_varlen(q, k, v, cu, cu, 20, 20, causal=True)
+    assert out.shape == q.shape and sorted(fake_clock) == sorted(FAKE_MS)
+    packed = (1, 2, 1, 20, 20, 32, 1)
+    assert v4.chosen_config(packed, torch.float32, packed=True)["BLOCK_M"] == 16
+    assert v4.chosen_config(packed, torch.float32) is None      # the dense bucket is its own
+    kernels.flash_attention_varlen(q, k, v, cu, cu, 20, 20, causal=True)
+    assert len(fake_clock) == 3                                   # cached
 
 
 def test_a_pinned_setting_skips_the_tuner(fake_clock):

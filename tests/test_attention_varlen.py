@@ -175,7 +175,46 @@ def test_fake_kernels_give_shapes():
 ])
 def test_bad_input_names_the_argument(change, match):
     q, k, v, cu_q, cu_k = _packed([5, 8], [5, 8])
-    args = dict(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=8, max_seqlen_k=8)
+    args = dict(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=8, max_seqlen_k=8,
+                check_offsets=True)
     args.update(change)
     with pytest.raises((ValueError, TypeError), match=match):
         kernels.flash_attention_varlen(**args)
+
+
+SYNCS = ("item", "tolist", "cpu", "numpy", "__int__", "__index__", "__float__", "__bool__")
+
+
+@pytest.fixture
+def no_host_sync(monkeypatch):
+    """Any read of a tensor's values on the host raises (as in the grouped GEMM's tests)."""
+    def sync(*_, **__):
+        raise AssertionError("host sync")
+    for name in SYNCS:
+        monkeypatch.setattr(torch.Tensor, name, sync)
+
+
+def test_forward_and_backward_make_no_host_sync(no_host_sync):
+    """flash-attn's contract: the offsets stay on the device, the caller gives the max lengths."""
+    q, k, v, cu_q, cu_k = _packed([7, 0, 20], [9, 3, 20])
+    q.requires_grad_()
+    kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, 20, 20, causal=True).sum().backward()
+    assert q.grad.shape == q.shape
+
+
+def test_checking_the_offsets_reads_them_on_the_host(no_host_sync):
+    """The control: the same trap catches the opt-in check."""
+    q, k, v, cu_q, cu_k = _packed([7, 20], [9, 20])
+    with pytest.raises(AssertionError, match="host sync"):
+        kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, 20, 20, check_offsets=True)
+
+
+def test_unchecked_offsets_past_the_tokens_are_clamped_into_them():
+    """Offsets nobody checked claim 40 more keys than k holds: the forward attends to the
+    keys there are, and reads none of the NaN that lies past k and v in their storage."""
+    q, k, v, cu_q, _ = _packed([6], [6])
+    k_store, v_store = (torch.cat([t, torch.full((40, *t.shape[1:]), float("nan"))]) for t in (k, v))
+    cu_k = torch.tensor([0, 46], dtype=torch.int32)
+    out = kernels.flash_attention_varlen(q, k_store[:6], v_store[:6], cu_q, cu_k, 6, 46)
+    expected = _per_sequence(lambda *s: attn_spec.reference(*s, False), q, k, v, cu_q, cu_q)
+    assert torch.allclose(out.double(), expected, atol=1e-5)

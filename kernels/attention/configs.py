@@ -3,11 +3,13 @@
 Two steps, one ahead of time and one per shape, as for the GEMM (:mod:`kernels.gemm.configs`):
 
 * :func:`candidates` is the space written down per target and head-dim class
-  (``BLOCK_D`` 64: any D <= 64; 128: any larger D): four (BLOCK_M, BLOCK_N) tiles
-  per class, 4 or 8 warps, and on AMD one or two LDS stages (2 asks Triton's
+  (``BLOCK_D`` 64: any D <= 64; 128: any larger D): three (BLOCK_M, BLOCK_N) tiles
+  per class, 8 or 4 warps, and on AMD one or two LDS stages (2 asks Triton's
   stream pipeliner to load K/V tile i+1 while tile i is multiplied),
-  ``waves_per_eu`` 2, 1 or 0 (no register cap) and 32x32 or 16x16 MFMAs
-  (``matrix_instr_nonkdim``); on sm90 two or three stages.
+  ``waves_per_eu`` 2, 1 or 0 (no register cap) and 16x16 or 32x32 MFMAs
+  (``matrix_instr_nonkdim``); on sm90 two or three stages. 16x16 comes first: a
+  wave of a 128-row tile split over 8 waves owns 16 rows, which 32x32 MFMAs cover
+  only through 16-bit LDS traffic and more registers (``tests/test_attention_isa.py``).
 * :func:`space` is what survives compiling every candidate ahead of time with v4
   (the causal forward at its head dim, bf16): a config that spills registers, uses
   scratch or needs more LDS than a workgroup gets is dropped, so it is never timed
@@ -27,14 +29,14 @@ import triton
 from .. import tuning
 
 HEAD_DIMS = (64, 128)  # the head-dim classes: the BLOCK_D a config is compiled and kept for
-TILE_SIZES = 4         # tile sizes timed per shape, at most
-PER_TILE = 2           # configs timed per tile size, at most
+TIMED = 8              # configs timed per shape, at most
 TABLE = Path(__file__).with_name("tuned_space.json")
 
 # head-dim class -> (BLOCK_M, BLOCK_N) tiles and the warps tried first, the prior first.
-# At D = 128 a program holds a 128-wide Q tile and O accumulator, so the key tile is narrow.
-TILES = {64: ((128, 64), (128, 32), (64, 64), (256, 64)),
-         128: ((128, 32), (128, 64), (64, 64), (64, 32))}
+# At D = 128 a program holds a 128-wide Q tile and O accumulator: a 64-wide key tile fits
+# beside them at 2 waves/SIMD on gfx942 with 8 waves of 16x16 MFMAs, not with 32x32 ones.
+TILES = {64: ((128, 64), (128, 32), (64, 64)),
+         128: ((128, 64), (128, 32), (64, 64))}
 WARPS = {64: (4, 8), 128: (8, 4)}
 
 
@@ -52,7 +54,7 @@ def hip_candidates() -> list[triton.Config]:
     """MI300X/MI355X: per tile, the warps, stages, register caps and MFMA shapes."""
     return [_cfg(bm, bn, d, warps, stages, waves_per_eu=waves, matrix_instr_nonkdim=nonkdim)
             for d in HEAD_DIMS for bm, bn in TILES[d] for warps in WARPS[d]
-            for stages in (2, 1) for waves in (2, 1, 0) for nonkdim in (32, 16)]
+            for stages in (2, 1) for waves in (2, 1, 0) for nonkdim in (16, 32)]
 
 
 def cuda_candidates() -> list[triton.Config]:
@@ -88,14 +90,16 @@ def space(backend: str, arch: str, d: int) -> list[triton.Config]:
 
 
 def prune(configs: list[triton.Config], s: int, sk: int) -> list[triton.Config]:
-    """The configs worth timing for S queries and S_k keys: at most TILE_SIZES x PER_TILE.
+    """The configs worth timing for S queries and S_k keys: at most TIMED, as unlike each
+    other as the space allows (:func:`kernels.tuning.distinct`), so the timing compares
+    4 and 8 warps, 1 and 2 stages, each ``waves_per_eu`` and MFMA shape and each tile
+    rather than near-copies of the prior.
 
     BLOCK_M may be at most the next power of two of S and BLOCK_N of S_k (at least
-    16); of the tiles that fit, the first TILE_SIZES stay with their first PER_TILE
-    configs. If none fits, the smallest tile stays. Order is kept, so
-    ``prune(...)[0]`` is the prior for that shape.
+    16). If none fits, the smallest tile stays. ``prune(...)[0]`` is the first config
+    that fits: the prior for that shape.
     """
     fit = [c for c in configs if tuning.fits(c, s, sk)]
     if not fit:
         return [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
-    return tuning.per_tile(fit, list(dict.fromkeys(map(tuning.tile, fit)))[:TILE_SIZES], PER_TILE)
+    return tuning.distinct(fit, TIMED)

@@ -1,6 +1,8 @@
 """What every Triton attention rung computes the same way before a launch."""
 from __future__ import annotations
 
+import torch
+
 from ..triton_support import next_power_of_2
 
 
@@ -16,6 +18,23 @@ def scale_sign(scale: float) -> int:
     return (scale > 0) - (scale < 0)
 
 
+def even(s: int, sk: int, d: int, cfg: dict, packed: bool = False) -> dict:
+    """The forward kernel's EVEN and EVEN_D constexprs: whether S and S_k fill whole query and
+    key tiles, and D the head block, so the key loop needs no bounds masks. A packed batch's
+    lengths are read on the device, so nothing about them is proven: EVEN is False there."""
+    return dict(EVEN=not packed and s % cfg["BLOCK_M"] == 0 and sk % cfg["BLOCK_N"] == 0,
+                EVEN_D=d == cfg["BLOCK_D"])
+
+
+NO_BF16_CONVERSION = ("gfx940", "gfx941", "gfx942")   # CDNA3: no v_cvt_pk_bf16_f32 (gfx950 has it)
+
+
+def p_bits(dtype: torch.dtype, backend: str, arch: str) -> bool:
+    """The forward kernel's P_BITS constexpr: round P to bf16 in integer operations, on the
+    AMD targets without a conversion instruction (see ``_bf16_by_bits`` in v3)."""
+    return dtype == torch.bfloat16 and backend == "hip" and arch in NO_BF16_CONVERSION
+
+
 def strides(t) -> tuple[int, int, int, int]:
     """(batch, head, sequence, dim) strides of a 4-D tensor, in elements."""
     return tuple(t.stride())
@@ -28,3 +47,9 @@ def aot_ints(b=4, hq=32, hkv=8, s=4096, sk=4096, d=128) -> dict:
         ints.update({f"stride_{name}b": h * n * d, f"stride_{name}h": n * d,
                      f"stride_{name}s": d, f"stride_{name}d": 1})
     return ints
+
+
+def aot_even(ints: dict, cfg: dict, flags: dict) -> dict:
+    """:func:`even` for an ahead-of-time launch of ``ints`` (:func:`aot_ints`), packed when
+    ``flags`` (``varlen.aot_args``) say VARLEN: the constexprs the JIT would pick."""
+    return even(ints["S"], ints["SK"], ints["D"], cfg, packed=flags["VARLEN"])

@@ -18,15 +18,15 @@ itself). Causal is SDPA's top-left mask per sequence, like the dense op; flash-a
 whose query and key lengths differ. The same kernels run with ``VARLEN=True`` over
 the whole packed batch (:mod:`.varlen`): one forward launch and three backward
 launches whatever the number of sequences, wrapped as ``kernels::flash_attention_varlen_fwd``
-and ``_bwd`` like the dense op. The forward takes v4's prior for the longest lengths,
-untimed: the tuner times dense launches only.
+and ``_bwd`` like the dense op. The forward runs v4's tuned config of the longest
+lengths' bucket, timed on the packed launch itself (:func:`.v4_amd_tuned.tuned`).
 """
 from __future__ import annotations
 
 import torch
 
-from .. import autocast, backend, validate
-from . import v3_causal_lse, v4_amd_tuned, v5_backward, varlen
+from .. import autocast, validate
+from . import v4_amd_tuned, v5_backward, varlen
 from .spec import DTYPES, MAX_HEAD_DIM
 
 
@@ -114,12 +114,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 def _varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
                 cu_k: torch.Tensor, max_q: int, max_k: int, causal: bool,
                 scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    varlen.check_offsets(cu_q, cu_k, q.shape[0], k.shape[0], max_q, max_k)
     if _no_work(q, k):
         return _keyless(q, (1, q.shape[1], 2, q.shape[0]))
-    here = backend.current()
-    cfg = v4_amd_tuned.prior(here.name, here.arch, q.shape[-1], max_q, max_k)
-    return v3_causal_lse.launch(q, k, v, causal, scale, cfg, varlen.Packing(cu_q, cu_k, max_q, max_k))
+    return v4_amd_tuned.forward(q, k, v, causal, scale, packing=varlen.Packing(cu_q, cu_k, max_q, max_k))
 
 
 @_varlen_fwd.register_fake
@@ -162,17 +159,23 @@ autocast.lower_precision("flash_attention_varlen_fwd")
 def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                            max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
-                           scale: float | None = None) -> torch.Tensor:
+                           scale: float | None = None, *, check_offsets: bool = False) -> torch.Tensor:
     """Attention over packed sequences: q (total_q, Hq, D), k and v (total_k, Hkv, D).
 
     Sequence i is q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] against the same slice of k and v
     by ``cu_seqlens_k`` (int32, starting at 0, non-decreasing, ending at the token
     count; no sequence longer than its ``max_seqlen``). Returns (total_q, Hq, D) in q's
     dtype; differentiable. A sequence without queries gives no rows (its keys get zero
-    gradients), and a batch without query tokens an empty result; a sequence with queries
-    but no keys is an error. The offsets are read on the
-    host once, for those errors; the launches depend only on the max lengths and the
-    sequence count.
+    gradients), and a batch without query tokens an empty result.
+
+    As in flash-attn, the offsets stay on the device and the call makes no host sync: the
+    launches depend only on the max lengths, which the caller gives, and the sequence
+    count. ``check_offsets=True`` reads them on the host once (one sync) and raises for
+    offsets out of order or off the token counts, a sequence longer than its max_seqlen,
+    or one with queries but no keys. Unchecked, wrong offsets give wrong rows, and the
+    forward stays inside the tensors: it clamps each sequence into the packed tokens (its
+    rows past max_seqlen_q are not written). The backward's kernels (v5) read the offsets
+    as given, so check offsets that are not trusted.
     """
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -181,5 +184,7 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     scale = validate.attention_operands(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)),
                                         scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
     varlen.check_metadata(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    if check_offsets:
+        varlen.check_offsets(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
     return _varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                        causal, scale)[0]

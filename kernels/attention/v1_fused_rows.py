@@ -11,8 +11,8 @@ Why faster:
     No S or P round trip through HBM and one launch instead of 2·B·Hq + 1. But the
     score block is still materialized, all S_k columns of it at once, so the tile
     grows with the sequence: K and V are re-read for every row block (O(S·S_k·D/BLOCK_M)
-    traffic), and the registers spill: at D = 128 already for S_k = 256 on gfx942 and
-    gfx950 (``tests/test_attention_isa.py``).
+    traffic), and the registers spill: at D = 128 already for S_k = 256 on gfx942
+    (gfx950 still holds that row, in 188 VGPRs; ``tests/test_attention_isa.py``).
 
 Expected bound:
     Memory: K/V re-reads, and scratch traffic from the spills: the motivation for

@@ -76,10 +76,10 @@ def _flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, scale, S, SK, D, GROUP, HQ,
         if INTERP_BF16:
             kt = kt.to(tl.float32)
         s = tl.dot(q, kt, input_precision="ieee") * scale
-        visible = cols[None, :] < SK
+        last = tl.full((BLOCK_M,), SK - 1, tl.int32)   # each row's last visible key
         if CAUSAL:
-            visible = visible & (cols[None, :] <= rows[:, None])   # SDPA: top-left aligned
-        s = tl.where(visible, s, float("-inf"))
+            last = tl.minimum(last, rows)   # SDPA: top-left aligned
+        s = tl.where(cols[None, :] <= last[:, None], s, float("-inf"))
         # exercise begin: rescale
         m_new = tl.maximum(m_i, tl.max(s, 1))   # finite: key 0 is visible to every row
         alpha = tl.exp(m_i - m_new)

@@ -1,7 +1,7 @@
 """v3 causal_lse: skip the key blocks the causal mask hides, exp2, and keep the log-sum-exp.
 
 Idea:
-    v2's kernel with three changes. (1) Causal block skipping: with SDPA's top-left
+    v2's kernel with four changes. (1) Causal block skipping: with SDPA's top-left
     mask a query block starting at row m0 sees no key past m0 + BLOCK_M - 1, so its
     loop stops there instead of at S_k; for S = S_k about half the tiles are never
     loaded nor multiplied (``spec.visible_pairs`` counts the work that remains).
@@ -19,10 +19,20 @@ Idea:
     log2 l, to a (B, Hq, 2, S) buffer, the only state the backward (v5) needs to
     recompute P without storing it. One sum m·|scale|·log2 e + log2 l would round at
     m's magnitude.
+    (4) Masks only where a tile needs them: the key tiles every row of the block sees
+    (causally keys 0..m0, else all whole tiles of S_k) run in a loop with no causal
+    or bounds mask; the diagonal tiles and a ragged last one run in a second loop
+    with one compare per score (each row's last visible key). ``EVEN`` (S and S_k
+    fill whole tiles, known at launch; never for packed sequences) and ``EVEN_D``
+    (D is the head block) drop the bounds masks of the loads too.
 
 Why faster:
     Causal attention does about half of v2's work at S = S_k, and the softmax needs no
     separate conversion to base 2. The LSE costs 2S floats per head, nothing next to O.
+    The main loop carries no compares, selects or masked loads, which also frees the
+    scalar registers the masks' lane bits take: with them and gfx942's bf16 conversion
+    of P (a NaN check per value, without a conversion instruction; ``P_BITS`` rounds in
+    integer ops instead) the forward spilled SGPRs (``tests/test_attention_isa.py``).
 
 Expected bound:
     Compute; still one pipeline stage and untuned tiles (v4's subject).
@@ -47,9 +57,64 @@ from .. import validate
 from ..outputs import new_output
 from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
-from .launch import aot_ints, head_block, scale_sign, strides
-from .varlen import Packing, aot_args, cu_args, sequence
+from .launch import aot_even, aot_ints, even, head_block, p_bits, scale_sign, strides
+from .varlen import Packing, aot_args, clamped_sequence, cu_args
 from .spec import DTYPES, MAX_HEAD_DIM
+
+
+@triton.jit
+def _load(ptrs, head_ok, len_ok, HEAD_BOUND: tl.constexpr, LEN_BOUND: tl.constexpr):
+    """A tile, masked only by the bounds the shape needs (constexprs): an unmasked load
+    carries no compare, select or exec-mask change into the loop."""
+    if HEAD_BOUND and LEN_BOUND:
+        return tl.load(ptrs, mask=head_ok & len_ok, other=0.0)
+    elif HEAD_BOUND:
+        return tl.load(ptrs, mask=head_ok, other=0.0)
+    elif LEN_BOUND:
+        return tl.load(ptrs, mask=len_ok, other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def _bf16_by_bits(p):
+    """P (>= 0 or NaN) rounded to bf16, nearest even, in integer operations. gfx942 has no
+    fp32 -> bf16 instruction; the compiler's own sequence selects NaN with a compare per
+    value, each holding a pair of SGPRs, which made the forward spill them. Clamping the
+    bits at the quiet NaN keeps every quiet NaN one, and exp2 returns no other kind
+    (``tests/test_attention_p_bits.py``)."""
+    bits = tl.minimum(p.to(tl.uint32, bitcast=True), 0x7FC00000)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _attend(q, kt_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, cols, ds, SK, D,
+            CAUSAL: tl.constexpr, HEAD_BOUND: tl.constexpr, KEY_BOUND: tl.constexpr,
+            INTERP_BF16: tl.constexpr, P_BITS: tl.constexpr):
+    """One key tile of the online softmax; the causal and key-bound masks only where asked."""
+    kt = _load(kt_ptrs, ds[:, None] < D, cols[None, :] < SK, HEAD_BOUND, KEY_BOUND)
+    if INTERP_BF16:
+        kt = kt.to(tl.float32)
+    s = tl.dot(q, kt, input_precision="ieee")   # sign·S: times |scale| after the max is subtracted
+    if CAUSAL:   # one compare per score: its row's last visible key (SDPA: top-left aligned)
+        last = rows
+        if KEY_BOUND:
+            last = tl.minimum(last, SK - 1)
+        s = tl.where(cols[None, :] <= last[:, None], s, float("-inf"))
+    elif KEY_BOUND:
+        s = tl.where(cols[None, :] < SK, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))   # finite: key 0 is visible to every row
+    alpha = tl.exp2((m_i - m_new) * qk_scale)
+    p = tl.exp2((s - m_new[:, None]) * qk_scale)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _load(v_ptrs, ds[None, :] < D, cols[:, None] < SK, HEAD_BOUND, KEY_BOUND)
+    if INTERP_BF16:
+        v = v.to(tl.float32)
+        p = round_to_bf16(p)
+    if P_BITS:
+        p = _bf16_by_bits(p)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -61,7 +126,8 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
                           stride_ob, stride_oh, stride_os, stride_od,
                           CAUSAL: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr,
-                          SCALE_SIGN: tl.constexpr = 1):
+                          SCALE_SIGN: tl.constexpr = 1, EVEN: tl.constexpr = False,
+                          EVEN_D: tl.constexpr = False, P_BITS: tl.constexpr = False):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // HQ).to(tl.int64)
@@ -69,8 +135,8 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
     hk = h // GROUP                      # GQA: the K/V head this query head reads
     T = S                                # rows of the LSE buffer
     if VARLEN:   # b is a packed sequence; S and SK come in as the token counts (see varlen.py)
-        q0, S = sequence(cu_q_ptr, b)
-        k0, SK = sequence(cu_k_ptr, b)
+        q0, S = clamped_sequence(cu_q_ptr, b, S)
+        k0, SK = clamped_sequence(cu_k_ptr, b, SK)
         if pid_m * BLOCK_M >= S:
             return
         q_ptr += q0.to(tl.int64) * stride_qs
@@ -110,26 +176,21 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
     if CAUSAL:
         hi = tl.minimum(SK, (pid_m + 1) * BLOCK_M)   # later keys are masked for every row here
     # exercise end
-    for n0 in range(0, hi, BLOCK_N):
-        cols = n0 + ns
-        kt = tl.load(kt_ptrs, mask=(ds[:, None] < D) & (cols[None, :] < SK), other=0.0)
-        if INTERP_BF16:
-            kt = kt.to(tl.float32)
-        s = tl.dot(q, kt, input_precision="ieee")   # sign·S: times |scale| after the max is subtracted
-        visible = cols[None, :] < SK
-        if CAUSAL:
-            visible = visible & (cols[None, :] <= rows[:, None])   # SDPA: top-left aligned
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))   # finite: key 0 is visible to every row
-        alpha = tl.exp2((m_i - m_new) * qk_scale)
-        p = tl.exp2((s - m_new[:, None]) * qk_scale)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_ptrs, mask=(cols[:, None] < SK) & (ds[None, :] < D), other=0.0)
-        if INTERP_BF16:
-            v = v.to(tl.float32)
-            p = round_to_bf16(p)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-        m_i = m_new
+    # Whole key tiles that every row of the block sees run without masks: all of S_k's
+    # (none past the last whole one unless EVEN), or causally keys 0..pid_m·BLOCK_M.
+    full = SK
+    if CAUSAL:
+        full = tl.minimum(SK, pid_m * BLOCK_M + 1)
+    if not EVEN or CAUSAL:
+        full = tl.minimum(full // BLOCK_N * BLOCK_N, hi)
+    for n0 in range(0, full, BLOCK_N):
+        m_i, l_i, acc = _attend(q, kt_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, n0 + ns, ds, SK, D,
+                                False, not EVEN_D, False, INTERP_BF16, P_BITS)
+        kt_ptrs += k_step
+        v_ptrs += v_step
+    for n0 in range(full, hi, BLOCK_N):   # the diagonal tiles and the ragged last one
+        m_i, l_i, acc = _attend(q, kt_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, n0 + ns, ds, SK, D,
+                                CAUSAL, not EVEN_D, not EVEN, INTERP_BF16, P_BITS)
         kt_ptrs += k_step
         v_ptrs += v_step
     acc = acc / l_i[:, None]
@@ -163,18 +224,23 @@ def launch(q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | No
     (b, hq, s, d), (hkv, sk) = views[0].shape, views[1].shape[1:3]
     lse = new_output((1 if packing else b, hq, 2, s), torch.float32, q.device)
     grid = (cdiv(packing.max_q if packing else s, cfg["BLOCK_M"]), b * hq)
+    here = _backend.current()
     _flash_fwd_lse_kernel[grid](*views[:4], lse, *cu_args(packing), scale, s, sk, d, hq // hkv, hq,
                                 *(x for t in views for x in strides(t)),
                                 CAUSAL=bool(causal), VARLEN=packing is not None,
-                                INTERP_BF16=interp_bf16(q.dtype), SCALE_SIGN=scale_sign(scale), **cfg)
+                                INTERP_BF16=interp_bf16(q.dtype), SCALE_SIGN=scale_sign(scale),
+                                P_BITS=p_bits(q.dtype, here.name, here.arch),
+                                **even(s, sk, d, cfg, packing is not None), **cfg)
     return o, lse
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list:
     """A causal Llama-3-8B launch; ``overrides={"VARLEN": True}`` compiles the packed one."""
     flags, pointers = aot_args(overrides)
-    return [aot_launch(_flash_fwd_lse_kernel, dtype, config(backend, 128), aot_ints(),
-                       constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **flags},
+    cfg, ints = config(backend, 128), aot_ints()
+    return [aot_launch(_flash_fwd_lse_kernel, dtype, cfg, ints,
+                       constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **flags,
+                                   "P_BITS": p_bits(dtype, backend, arch), **aot_even(ints, cfg, flags)},
                        pointers={"lse_ptr": "*fp32", **pointers})]
 
 

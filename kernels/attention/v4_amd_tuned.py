@@ -11,18 +11,21 @@ Idea:
     head-dim class (D <= 64, D <= 128); every candidate was compiled ahead of time
     for gfx942, gfx950 and sm90 at its head dim and the ones that spill were dropped
     (``kernels/attention/tuned_space.json``, by ``python -m workbench.tune_space``).
-    :func:`tuned` times the survivors that fit the shape (at most 8) on the first
-    call of each (S, S_k power-of-two bucket, BLOCK_D, dtype, causal) and keeps the
-    fastest (:func:`kernels.tuning.choice`); on the interpreter the space has one config, so
-    nothing is timed. The choice is visible: :func:`chosen_config`, and
-    :func:`prior` for the untimed first choice. ``kernels.flash_attention`` runs
-    this forward (:func:`forward`).
+    :func:`tuned` times up to 8 survivors that fit the shape, picked to differ from
+    each other (4 and 8 waves, 1 and 2 stages, each ``waves_per_eu`` and MFMA shape:
+    :func:`.configs.prune`), on the first call of each (S, S_k power-of-two bucket,
+    BLOCK_D, dtype, causal, packed) and keeps the fastest (:func:`kernels.tuning.choice`); on the
+    interpreter the space has one config, so nothing is timed. The choice is
+    visible: :func:`chosen_config`, and :func:`prior` for the untimed first choice.
+    ``kernels.flash_attention`` and ``kernels.flash_attention_varlen`` run this
+    forward (:func:`forward`).
 
 Why faster:
     128 query rows per program halve the K/V re-reads of v3's 64, and the second LDS
     stage is there to hide global-load latency behind the MFMAs, with two waves per
-    SIMD kept by ``waves_per_eu``: that is the prior, the first config of each
-    class. Whether a config beats another is measured by the tuner on the GPU it
+    SIMD kept by ``waves_per_eu`` and 16x16 MFMAs, whose operands reach LDS without
+    16-bit accesses on gfx942 where v3's 32x32 ones need them: that is the prior,
+    the first config of each class. Whether a config beats another is measured by the tuner on the GPU it
     runs on, not assumed; no GPU timing exists in this repository, so none of this
     is measured here.
 
@@ -33,9 +36,9 @@ Expected bound:
 Limits:
     As v3. The table proves only what a compiler can: the kept configs compile
     without spilling or scratch and fit the LDS (``tests/test_attention_tuning.py``
-    recompiles a sample); at D = 128 a 128 x 64 tile with 8 waves, two stages and
-    ``waves_per_eu=2`` spills on gfx942, so the table drops it and the prior's key
-    tile there is 32 wide. The tuner times with the batch and heads of the first
+    recompiles a sample); at D = 128 the prior's 128 x 64 tile with 8 waves, two
+    stages and ``waves_per_eu=2`` spills VGPRs on gfx942 with 32x32 MFMAs, so the
+    table drops that one and keeps the 16x16 one. The tuner times with the batch and heads of the first
     shape of a bucket; another shape in the bucket reuses the winner untimed. Head
     dims below a class's BLOCK_D run its configs with BLOCK_D fitted to them
     (fewer registers, not compiled separately). ``overrides`` pins any setting on
@@ -51,15 +54,15 @@ from ..registry import rung
 from ..triton_support import aot_launch, next_power_of_2
 from ..tuning import as_dict, choice, with_overrides
 from . import configs, v3_causal_lse
-from .launch import aot_ints, head_block
-from .varlen import aot_args
+from .launch import aot_even, aot_ints, head_block, p_bits
+from .varlen import Packing, aot_args
 from .spec import DTYPES, MAX_HEAD_DIM
 
-_CHOSEN: dict[tuple, dict] = {}   # the same key -> the settings of the last launch
+_CHOSEN: dict[tuple, dict] = {}   # (S, S_k buckets, BLOCK_D, dtype, causal, packed) -> the settings of the last launch
 
 
-def _bucket(s: int, sk: int, d: int, dtype: torch.dtype, causal) -> tuple:
-    return next_power_of_2(s), next_power_of_2(sk), head_block(d), dtype, bool(causal)
+def _bucket(s: int, sk: int, d: int, dtype: torch.dtype, causal, packed: bool = False) -> tuple:
+    return next_power_of_2(s), next_power_of_2(sk), head_block(d), dtype, bool(causal), packed
 
 
 _PRUNED: dict[tuple, list[dict]] = {}   # (configs.space, backend, arch, S, S_k, D) -> _pruned's answer
@@ -82,40 +85,54 @@ def prior(backend: str, arch: str, d: int, s: int = 4096, sk: int = 4096) -> dic
     return _pruned(backend, arch, s, sk, d)[0]
 
 
-def tuned(q, k, v, causal: bool, scale: float) -> dict:
+def _lengths(q, k, packing: Packing | None) -> tuple[int, int, int]:
+    """S, S_k and D of a dense launch, or a packed one's longest lengths (which size its grid)."""
+    if packing:
+        return packing.max_q, packing.max_k, q.shape[-1]
+    return q.shape[2], k.shape[2], q.shape[-1]
+
+
+def tuned(q, k, v, causal: bool, scale: float, packing: Packing | None = None) -> dict:
     """The config for this launch: the fastest pruned candidate of its (S, S_k power-of-two
-    buckets, BLOCK_D, dtype, causal).
+    buckets, BLOCK_D, dtype, causal, packed or not); a packed batch's bucket is that of its
+    longest lengths.
 
     The first call of a key times every candidate :func:`.configs.prune` keeps with
     v3's launch on these tensors and keeps the winner (:func:`kernels.tuning.choice`:
     for the process and on disk; never timed in frozen mode); a single
-    candidate (always, on the interpreter) is taken without timing.
+    candidate (always, on the interpreter) is taken without timing. A packed batch is
+    timed as it runs, with ``packing``: its kernel is the ``VARLEN`` one (its lengths
+    read on the device, other registers) and its programs past a sequence's end return
+    at once, which a dense stand-in of the longest lengths would not show.
     """
-    (s, d), sk = q.shape[2:], k.shape[2]
-    key = _bucket(s, sk, d, q.dtype, causal)
+    s, sk, d = _lengths(q, k, packing)
+    key = _bucket(s, sk, d, q.dtype, causal, packing is not None)
     here = _backend.current()
     return choice("attention/v4", key, lambda: _pruned(here.name, here.arch, s, sk, d),
-                  lambda cfg: v3_causal_lse.launch(q, k, v, causal, scale, cfg))
+                  lambda cfg: v3_causal_lse.launch(q, k, v, causal, scale, cfg, packing=packing))
 
 
-def forward(q, k, v, causal: bool, scale: float, overrides: dict | None = None):
+def forward(q, k, v, causal: bool, scale: float, overrides: dict | None = None,
+            packing: Packing | None = None):
     """O and the LSE parts (v3's launch) with the tuned config; ``overrides`` pins settings
-    on top of the prior and skips the tuner. :func:`chosen_config` then tells what ran."""
-    (s, d), sk = q.shape[2:], k.shape[2]
+    on top of the prior and skips the tuner. :func:`chosen_config` then tells what ran.
+    With ``packing``, q, k and v are packed sequences (:mod:`.varlen`)."""
+    s, sk, d = _lengths(q, k, packing)
     if overrides:
         here = _backend.current()
         cfg = with_overrides(prior(here.name, here.arch, d, s, sk), overrides)
     else:
-        cfg = tuned(q, k, v, causal, scale)
-    _CHOSEN[_bucket(s, sk, d, q.dtype, causal)] = cfg
-    return v3_causal_lse.launch(q, k, v, causal, scale, cfg)
+        cfg = tuned(q, k, v, causal, scale, packing)
+    _CHOSEN[_bucket(s, sk, d, q.dtype, causal, packing is not None)] = cfg
+    return v3_causal_lse.launch(q, k, v, causal, scale, cfg, packing=packing)
 
 
-def chosen_config(shape, dtype: torch.dtype) -> dict | None:
+def chosen_config(shape, dtype: torch.dtype, packed: bool = False) -> dict | None:
     """The settings v4 last launched for ``shape`` ((B, Hq, Hkv, S, S_k, D, causal), the
-    spec's tuple) in its bucket and ``dtype`` in this process, or None."""
+    spec's tuple; S and S_k the longest lengths if ``packed``) in its bucket and ``dtype``
+    in this process, or None."""
     s, sk, d, causal = shape[3:]
-    return _CHOSEN.get(_bucket(s, sk, d, dtype, causal))
+    return _CHOSEN.get(_bucket(s, sk, d, dtype, causal, packed))
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list:
@@ -123,10 +140,12 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     ``overrides`` replaces settings of both, and a ``BLOCK_D`` among them compiles that
     head dim only (how ``workbench.tune_space`` compiles each candidate)."""
     dims = [overrides["BLOCK_D"]] if "BLOCK_D" in (overrides or {}) else sorted(configs.HEAD_DIMS, reverse=True)
-    return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype,
-                       with_overrides(prior(backend, arch, d), overrides),
-                       aot_ints(d=d), constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **aot_args(None)[0]},
-                       pointers={"lse_ptr": "*fp32"}) for d in dims]
+    flags = aot_args(None)[0]
+    return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype, cfg, ints,
+                       constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **flags,
+                                   "P_BITS": p_bits(dtype, backend, arch), **aot_even(ints, cfg, flags)},
+                       pointers={"lse_ptr": "*fp32"})
+            for d in dims for cfg, ints in [(with_overrides(prior(backend, arch, d), overrides), aot_ints(d=d))]]
 
 
 @rung(op="attention", rung=4, name="amd_tuned", backends=("hip", "cuda", "interpreter"),

@@ -33,6 +33,16 @@ def sequence(cu_ptr, b):
     return start, tl.load(cu_ptr + b + 1) - start
 
 
+@triton.jit
+def clamped_sequence(cu_ptr, b, total):
+    """:func:`sequence` kept inside the ``total`` packed rows: offsets nobody checked (the
+    default, as in flash-attn) may be wrong, but never make a program read or write
+    outside the tensors; a sequence past the end, or ending before it starts, is empty."""
+    start = tl.minimum(tl.maximum(tl.load(cu_ptr + b), 0), total)
+    end = tl.minimum(tl.maximum(tl.load(cu_ptr + b + 1), start), total)
+    return start, end - start
+
+
 @dataclass(frozen=True)
 class Packing:
     """The device offsets of a packed batch and the longest lengths, which size the grids.

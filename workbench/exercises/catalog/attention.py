@@ -117,11 +117,11 @@ def _exercise(key: str) -> KernelExercise:
     return next(e for e in EXERCISES if e.key == key)
 
 
-def _wide_key_tile_spills() -> int:
-    """SGPR spills of v4's D = 128 prior on gfx942 with the key tile widened to 64."""
+def _wide_mfma_spills() -> int:
+    """VGPR spills of v4's D = 128 prior on gfx942 with 32x32 MFMAs instead of 16x16."""
     from ...isa import inspect
     return inspect("attention", "v4", "gfx942", torch.bfloat16,
-                   overrides={"BLOCK_D": 128, "BLOCK_N": 64}).sgpr_spills
+                   overrides={"BLOCK_D": 128, "matrix_instr_nonkdim": 32}).spills
 
 
 EXERCISES = (
@@ -237,25 +237,27 @@ EXERCISES = (
         grade=_grade_v3,
     ),
     AnswerExercise(
-        key="attention/v4", title="Why v4's key tile is narrow at D = 128 on gfx942",
+        key="attention/v4", title="Why v4's D = 128 prior takes 16x16 MFMAs on gfx942",
         question="v4 runs v3's kernel with a config from a table compiled ahead of time per target; "
                  "configs that spill registers are dropped. Take v4's D = 128 launch for gfx942 in bf16 "
-                 "(its prior: kernels.attention.v4_amd_tuned.prior('hip', 'gfx942', 128)) and widen only "
-                 "the key tile, to BLOCK_N = 64. How many SGPRs does the compiler spill?",
-        answer=_wide_key_tile_spills,
+                 "(its prior: kernels.attention.v4_amd_tuned.prior('hip', 'gfx942', 128): a 128 x 64 tile, "
+                 "8 waves, 16x16 MFMAs) and change only the MFMA shape, to 32x32 "
+                 "(matrix_instr_nonkdim=32). How many VGPRs does the compiler spill?",
+        answer=_wide_mfma_spills,
         hints=(
             "workbench.isa.inspect compiles a rung for a target without its GPU, and v4's compile takes "
             "overrides on top of the prior.",
-            "Pass overrides={'BLOCK_D': 128, 'BLOCK_N': 64} (BLOCK_D picks the head-dim class) and read "
-            "the report's sgpr_spills (its spills are VGPR spills); compare with the prior's report.",
+            "Pass overrides={'BLOCK_D': 128, 'matrix_instr_nonkdim': 32} (BLOCK_D picks the head-dim class) "
+            "and read the report's spills (VGPR spills; sgpr_spills counts the scalar ones); compare with "
+            "the prior's report.",
             "isa.inspect('attention', 'v4', 'gfx942', torch.bfloat16, "
-            "overrides={'BLOCK_D': 128, 'BLOCK_N': 64}).sgpr_spills",
+            "overrides={'BLOCK_D': 128, 'matrix_instr_nonkdim': 32}).spills",
         ),
         wrong=(0, 256),
-        explain="The 64-wide key tile needs more scalar registers than a wave may have (compare the two "
-                "reports' SGPRs), so the compiler spills SGPRs into VGPR lanes; `python -m "
-                "workbench.tune_space` drops a config that spills either kind from "
-                "kernels/attention/tuned_space.json, and v4 never times it.",
+        explain="Each of the 8 waves owns 16 of the tile's 128 rows; 32x32 MFMAs reshape its operands "
+                "through 16-bit LDS accesses and need more registers than 2 waves per SIMD leave, so "
+                "the compiler spills VGPRs to scratch; `python -m workbench.tune_space` drops a config "
+                "that spills from kernels/attention/tuned_space.json, and v4 never times it.",
     ),
     _rung(
         "v5", V5,
