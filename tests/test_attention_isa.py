@@ -172,9 +172,7 @@ def test_varlen_kernels_keep_the_mfmas_and_do_not_spill(label):
 
 @pytest.mark.parametrize("target,overrides", [
     ("gfx942", None), ("gfx942", {"VARLEN": True}), ("gfx950", None),
-    pytest.param("gfx950", {"VARLEN": True}, marks=pytest.mark.xfail(strict=True, reason=(
-        "the table compiles the dense kernels only: gfx950's dK/dV prior (32 x 128, 8 warps, 2 "
-        "stages) spills 22 VGPRs and 20 SGPRs in the packed kernel; reported, not fixed yet")))],
+    ("gfx950", {"VARLEN": True})],
     ids=["gfx942-dense", "gfx942-varlen", "gfx950-dense", "gfx950-varlen"])
 def test_backward_kernels_take_16x16_mfmas_move_no_narrow_elements_through_lds_and_do_not_spill(
         target, overrides):

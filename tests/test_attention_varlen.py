@@ -210,11 +210,18 @@ def test_checking_the_offsets_reads_them_on_the_host(no_host_sync):
 
 
 def test_unchecked_offsets_past_the_tokens_are_clamped_into_them():
-    """Offsets nobody checked claim 40 more keys than k holds: the forward attends to the
-    keys there are, and reads none of the NaN that lies past k and v in their storage."""
+    """Offsets nobody checked claim 40 more keys than k holds: forward and backward attend
+    to the keys there are, and read none of the NaN that lies past k and v in their storage."""
     q, k, v, cu_q, _ = _packed([6], [6])
     k_store, v_store = (torch.cat([t, torch.full((40, *t.shape[1:]), float("nan"))]) for t in (k, v))
     cu_k = torch.tensor([0, 46], dtype=torch.int32)
-    out = kernels.flash_attention_varlen(q, k_store[:6], v_store[:6], cu_q, cu_k, 6, 46)
-    expected = _per_sequence(lambda *s: attn_spec.reference(*s, False), q, k, v, cu_q, cu_q)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k_store[:6], v_store[:6])]
+    out = kernels.flash_attention_varlen(*leaves, cu_q, cu_k, 6, 46)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    expected = _per_sequence(lambda *s: attn_spec.reference(*s, False), *ref_leaves, cu_q, cu_q)
+    expected.backward(grad.double())
     assert torch.allclose(out.double(), expected, atol=1e-5)
+    for leaf, ref in zip(leaves, ref_leaves):
+        assert torch.allclose(leaf.grad.double(), ref.grad, atol=1e-5), (leaf.grad, ref.grad)

@@ -66,8 +66,10 @@ OPS = {
     "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
                     "causal, at the head dim of each config (BLOCK_D)"),
     "attention_backward": Op("v5", attention_backward_configs,
-                             lambda cfg: {f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}": {}},
-                             "causal, each config its kernel (KERNEL) at its head dim (BLOCK_D), "
+                             lambda cfg: {f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}": {},
+                                          f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}_packed": {"VARLEN": True}},
+                             "causal, each config its kernel (KERNEL) at its head dim (BLOCK_D), dense "
+                             "and packed (VARLEN: flash_attention_varlen's backward runs the same config), "
                              "with its 8/16-bit LDS ops (narrow_lds_ops, recorded, not dropped)",
                              registry_op="attention", narrow_lds=True),
     "grouped_gemm": Op("v4", grouped_gemm_configs,
@@ -91,6 +93,11 @@ def measure(op: str, target: str, overrides: dict) -> dict:
             "occupancy": report.occupancy.value}
 
 
+def compiled(op: str, target: str, cfg: dict) -> dict[str, dict]:
+    """The resources of each of the op's compiles of ``cfg`` on ``target``, by compile name."""
+    return {name: measure(op, target, {**cfg, **extra}) for name, extra in OPS[op].compiles(cfg).items()}
+
+
 def verdict(target: str, resources: dict) -> str | None:
     """Why the compiled kernel must not be timed on ``target``, or None when it may."""
     if resources["spills"]:
@@ -110,8 +117,7 @@ def prune_target(op: str, target: str, progress=print) -> dict:
     space = OPS[op].configs.candidates(target)
     for i, candidate in enumerate(space):
         cfg = tuning.as_dict(candidate)
-        entry = {"config": cfg, **{name: measure(op, target, {**cfg, **extra})
-                                   for name, extra in OPS[op].compiles(cfg).items()}}
+        entry = {"config": cfg, **compiled(op, target, cfg)}
         why = [f"{name}: {w}" for name, resources in entry.items()
                if name != "config" and (w := verdict(target, resources))]
         if why:

@@ -173,9 +173,8 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     count. ``check_offsets=True`` reads them on the host once (one sync) and raises for
     offsets out of order or off the token counts, a sequence longer than its max_seqlen,
     or one with queries but no keys. Unchecked, wrong offsets give wrong rows, and the
-    forward stays inside the tensors: it clamps each sequence into the packed tokens (its
-    rows past max_seqlen_q are not written). The backward's kernels (v5) read the offsets
-    as given, so check offsets that are not trusted.
+    kernels stay inside the tensors: forward and backward clamp each sequence into the
+    packed tokens (its rows past max_seqlen_q are not written).
     """
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")

@@ -62,11 +62,14 @@ Limits:
     int64 offsets). dQ/dK/dV are in the inputs' dtypes. Packed sequences run the three
     kernels with ``VARLEN=True`` as v3's forward does: one launch each for the batch,
     the dense code unchanged; a sequence without queries gets dK = dV = 0 for its keys.
+    Offsets nobody checked are first kept inside the packed rows on the device
+    (:meth:`.varlen.Packing.clamped`), so wrong ones give wrong rows, never an access
+    outside the tensors.
     The tuner times with the first shape of a bucket (as v4's); ``overrides`` pins
     settings of both kernels on top of the prior and skips it. No 8- or 16-bit LDS
     op and no spill is proved at D = 128 only, for the priors (``tests/test_attention_isa.py``):
-    dense on gfx942 and gfx950, packed on gfx942; the table compiles the dense kernels
-    only, and gfx950's packed dK/dV prior (32 x 128, 8 warps, 2 stages) spills. At
+    dense and packed on gfx942 and gfx950 (the table compiles every config both ways and
+    drops one that spills in either). At
     D = 64 the table records 8/16-bit LDS ops in many configs (``narrow_lds_ops``) and
     does not drop them: the tuner's clock decides.
 """
@@ -398,6 +401,8 @@ def backward(q, k, v, o, lse, do, causal: bool, scale: float, packing: Packing |
     each run their tuned config (:func:`chosen_config` tells which); ``overrides`` pins
     settings of both on top of :func:`prior` and skips the tuner."""
     grads = tuple(new_output(t.shape, t.dtype, t.device) for t in (q, k, v))
+    if packing:
+        packing = packing.clamped(q.shape[0], k.shape[0])
     tensors = (q, k, v, o, do, *grads)
     q, k, v, o, do, dq, dk, dv = packing.views(*tensors) if packing else tensors
     (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]

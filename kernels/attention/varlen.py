@@ -4,7 +4,7 @@ A packed batch is q (T, Hq, D), k and v (T_k, Hkv, D) with int32 ``cu_seqlens``:
 b is rows cu[b]:cu[b+1]. The kernels take it with ``VARLEN=True`` and one launch for
 the whole batch: the grid's second axis is (sequence, head) as the dense batch's is,
 the first covers the longest sequence, and each program reads its sequence's first
-row and length from ``cu_seqlens`` on the device (:func:`sequence`), moves its pointers
+row and length from ``cu_seqlens`` on the device (:func:`clamped_sequence`), moves its pointers
 there and returns if its block starts past the sequence's end. No per-sequence value
 reaches the host, so a launch costs the same whatever the lengths.
 
@@ -28,7 +28,8 @@ from .. import validate
 
 @triton.jit
 def sequence(cu_ptr, b):
-    """First packed row and length of sequence ``b``: rows cu[b]:cu[b+1]."""
+    """First packed row and length of sequence ``b``: rows cu[b]:cu[b+1], for offsets kept
+    inside the packed rows (:meth:`Packing.clamped`)."""
     start = tl.load(cu_ptr + b)
     return start, tl.load(cu_ptr + b + 1) - start
 
@@ -63,6 +64,17 @@ class Packing:
     @property
     def batch(self) -> int:
         return self.cu_q.shape[0] - 1
+
+    def clamped(self, total_q: int, total_k: int) -> Packing:
+        """The batch with its offsets kept inside the packed rows, computed on the device (no
+        host read): clamped into [0, total] and made non-decreasing, so :func:`sequence` on
+        them never leaves the tensors whatever offsets nobody checked held (their rows are
+        then wrong, not out of bounds). Valid offsets come back unchanged. The backward's
+        kernels take these; the forward's clamp as they read (:func:`clamped_sequence`),
+        which costs the registers of v5's fullest kernels."""
+        def inside(cu: torch.Tensor, total: int) -> torch.Tensor:
+            return torch.cummax(cu.clamp(0, total), 0).values.to(torch.int32)
+        return Packing(inside(self.cu_q, total_q), inside(self.cu_k, total_k), self.max_q, self.max_k)
 
     def views(self, *packed: torch.Tensor) -> list[torch.Tensor]:
         """(T, H, D) tensors as the kernels' (B, H, T, D), batch stride 0."""
