@@ -4,7 +4,7 @@ backward's dX launch (the same kernel on wᵀ) and the dW kernel, on gfx942 and 
 
 Each kernel's hot loop must run the whole tile product on MFMA (the loop's MFMAs, times
 their M·N·K and the waves of a program, cover one 128 x 128 x 64 step), stage its
-operands through LDS, compare nothing against the reduction length (the peeled tail),
+operands through LDS with no 8- or 16-bit access, compare nothing against the reduction length (the peeled tail),
 spill nothing, and keep the two waves per SIMD its ``waves_per_eu`` asks for. The launch is DeepSeek-V3's down projection
 (:data:`kernels.moe.grouped_gemm.launch.AOT_SHAPE`).
 """
@@ -41,6 +41,7 @@ def test_kernels_use_mfma_stage_through_lds_and_do_not_spill(rung, kernel, targe
     assert staged, sorted(set(ops))
     assert not any(op.startswith("v_cmp") for op in ops)    # the peeled tail: no compare per step
     assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
+    assert report.narrow_lds_ops == 0, report.hot_loop   # operands move through LDS 16 bytes at a time
     assert report.occupancy.value >= 2 and report.occupancy.limited_by
 
 
