@@ -85,11 +85,14 @@ def fake_gpu(monkeypatch):
 
     def pretend(name="cuda", arch="sm_90", device_name="NVIDIA H200"):
         backend = GpuOnCpu(name, arch, device_name, 132)
+        # Every op imported first, on the real backend: one first imported under the pretended
+        # one would keep that GPU's declarations after the test.
+        ladders = {op: kernels.variants(op) for op in kernels.ops()}
         monkeypatch.setattr(kernels.backend, "current", lambda: backend)
-        for op in kernels.ops():
+        for op, ladder in ladders.items():
             monkeypatch.setitem(registry._RUNGS, op, [
                 dataclasses.replace(r, dtypes=native_dtypes()) if set(r.dtypes) <= set(FP8_DTYPES)
-                else r for r in kernels.variants(op)])
+                else r for r in ladder])
         return backend
     return pretend
 

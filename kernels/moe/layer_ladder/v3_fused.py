@@ -30,8 +30,8 @@ Idea:
     Config: the grouped GEMM's pruned space, pruned again for these two kernels
     (:mod:`.configs`, ``tuned_space.json``), timed per problem on a GPU; at DeepSeek-V3's
     shape the untimed choice is the grouped GEMM's 128 x 128 x 64 tile with 8 warps
-    (v2's 128 x 64 tile with 8 warps read kernel 1's operands from LDS two bytes at a time,
-    ``ds_read_u16``); its loops read them with ``ds_read_b128`` on gfx942, and the ISA
+    (the fixed 128 x 64 tile with 8 warps this rung ran before read kernel 1's operands
+    from LDS two bytes at a time); its loops read them with ``ds_read_b128`` on gfx942, and the ISA
     test holds both kernels to no 16-bit LDS op, no spills and 2 waves per SIMD on gfx942
     and gfx950.
 
