@@ -33,6 +33,14 @@ def fresh_tuning_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def no_host_sync():
+    """For the whole test, any read of a tensor's values on the host raises
+    (:func:`host_sync.no_host_sync`)."""
+    with host_sync.no_host_sync():
+        yield
+
+
+@pytest.fixture
 def trap_host_syncs():
     """``trap_host_syncs(allowed=(fn, ...))``: from then on until the test ends,
     :func:`host_sync.no_host_sync` with those functions allowed; returns its list of reads."""

@@ -182,18 +182,6 @@ def test_bad_input_names_the_argument(change, match):
         kernels.flash_attention_varlen(**args)
 
 
-SYNCS = ("item", "tolist", "cpu", "numpy", "__int__", "__index__", "__float__", "__bool__")
-
-
-@pytest.fixture
-def no_host_sync(monkeypatch):
-    """Any read of a tensor's values on the host raises (as in the grouped GEMM's tests)."""
-    def sync(*_, **__):
-        raise AssertionError("host sync")
-    for name in SYNCS:
-        monkeypatch.setattr(torch.Tensor, name, sync)
-
-
 def test_forward_and_backward_make_no_host_sync(no_host_sync):
     """flash-attn's contract: the offsets stay on the device, the caller gives the max lengths."""
     q, k, v, cu_q, cu_k = _packed([7, 0, 20], [9, 3, 20])
