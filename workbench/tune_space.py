@@ -1,9 +1,9 @@
 """Prune the tuning spaces ahead of time: a config that spills on the target is never timed.
 
     python -m workbench.tune_space                   # compile and print, every op, all targets
-    python -m workbench.tune_space --op attention --write   # dense and packed: ~10 min per target on 2 cores (2026-12-02)
+    python -m workbench.tune_space --op attention --write   # 9 minutes on 2 cores (2026-11-30)
     python -m workbench.tune_space --op attention --target gfx950 --write
-    python -m workbench.tune_space --op attention_backward --write   # dense alone took 17 min on 2 busy cores (2026-12-02)
+    python -m workbench.tune_space --op attention_backward --write   # 17 minutes on 2 busy cores (2026-12-02)
     python -m workbench.tune_space --op grouped_gemm --write
     python -m workbench.tune_space --op moe --write      # after grouped_gemm: its kept configs
 
@@ -11,7 +11,7 @@ Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspe
 for its target, at bf16, with the rung its users get: the GEMM with v6 (the rung
 ``kernels.matmul`` runs) once per operand layout of :data:`kernels.gemm.configs.LAYOUTS`,
 attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
-(``BLOCK_D``, 64 or 128), causal, dense and packed (``VARLEN``), attention's backward with v5 (each config names its kernel,
+(``BLOCK_D``, 64 or 128), causal, attention's backward with v5 (each config names its kernel,
 dK/dV or dQ, compiled at its head dim, causal), the grouped GEMM with v4 (``kernels.grouped_gemm``)
 three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
 v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the configs the

@@ -21,12 +21,11 @@ Idea:
     forward (:func:`forward`).
 
 Why faster:
-    128 query rows per program halve the K/V re-reads of v3's 64, with two waves per
+    128 query rows per program halve the K/V re-reads of v3's 64, and the second LDS
+    stage is there to hide global-load latency behind the MFMAs, with two waves per
     SIMD kept by ``waves_per_eu`` and 16x16 MFMAs, whose operands reach LDS without
-    16-bit accesses on gfx942 where v3's 32x32 ones need them; a second stage (gfx950's
-    D = 128 prior; gfx942's spills packed) asks the stream pipeliner to prefetch the
-    next K/V tile behind the MFMAs: that is the prior, the first config of each class.
-    Whether a config beats another is measured by the tuner on the GPU it
+    16-bit accesses on gfx942 where v3's 32x32 ones need them: that is the prior,
+    the first config of each class. Whether a config beats another is measured by the tuner on the GPU it
     runs on, not assumed; no GPU timing exists in this repository, so none of this
     is measured here.
 
@@ -37,12 +36,13 @@ Expected bound:
 Limits:
     As v3. The table proves only what a compiler can: the kept configs compile
     without spilling or scratch and fit the LDS (``tests/test_attention_tuning.py``
-    recompiles a sample), dense and packed (``VARLEN``, as
-    ``kernels.flash_attention_varlen`` runs them): a config that spills either way is
-    dropped. At D = 128 on gfx942 the prior's 128 x 64 tile with 8 waves and
-    ``waves_per_eu=2`` spills VGPRs with 32x32 MFMAs, so the table keeps the 16x16
-    one, and with two stages it spills 1 VGPR packed, so the prior there has one. The
-    tuner times with the batch and heads of the first shape of a bucket; another shape in the bucket reuses the winner untimed. Head
+    recompiles a sample); at D = 128 the prior's 128 x 64 tile with 8 waves, two
+    stages and ``waves_per_eu=2`` spills VGPRs on gfx942 with 32x32 MFMAs, so the
+    table drops that one and keeps the 16x16 one. The table compiles the dense launch
+    only: ``kernels.flash_attention_varlen`` runs the same configs packed (``VARLEN``),
+    where the D = 128 prior spills 1 VGPR (8 bytes of scratch) on gfx942 (a strict
+    xfail in ``tests/test_attention_isa.py``; not fixed yet). The tuner times with the batch and heads of the first
+    shape of a bucket; another shape in the bucket reuses the winner untimed. Head
     dims below a class's BLOCK_D run its configs with BLOCK_D fitted to them
     (fewer registers, not compiled separately). ``overrides`` pins any setting on
     top of :func:`prior` and skips the tuner.
