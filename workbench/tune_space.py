@@ -63,10 +63,8 @@ OPS = {
     "gemm": Op("v6", gemm_configs,
                lambda cfg: {layout: {"layout": layout} for layout in gemm_configs.LAYOUTS},
                f"layouts {', '.join(gemm_configs.LAYOUTS)}"),
-    "attention": Op("v4", attention_configs,
-                    lambda cfg: {f"D{cfg['BLOCK_D']}": {}, f"D{cfg['BLOCK_D']}_packed": {"VARLEN": True}},
-                    "causal, at the head dim of each config (BLOCK_D), dense and packed (VARLEN: "
-                    "flash_attention_varlen runs the same configs)"),
+    "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
+                    "causal, at the head dim of each config (BLOCK_D)"),
     "attention_backward": Op("v5", attention_backward_configs,
                              lambda cfg: {f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}": {},
                                           f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}_packed": {"VARLEN": True}},
