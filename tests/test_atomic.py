@@ -1,4 +1,4 @@
-"""workbench.atomic.write_atomic: whole files or none, no leftovers, modes as for any new file."""
+"""kernels.atomic.write_atomic: whole files or none, no leftovers, modes as for any new file."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from workbench.atomic import write_atomic
+from kernels.atomic import write_atomic
 
 
 def test_text_bytes_and_writer_functions_replace_the_file(tmp_path):

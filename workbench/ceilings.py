@@ -20,7 +20,7 @@ import torch
 
 import roofline
 
-from .atomic import write_atomic
+from kernels.atomic import write_atomic
 
 CACHE_ENV = "WORKBENCH_CACHE_DIR"
 COPY_BYTES = 1 << 30        # 1 GiB: far larger than any L2 or Infinity Cache (256 MiB)

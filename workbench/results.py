@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .atomic import write_atomic
+from kernels.atomic import write_atomic
 
 SCHEMA = "amd-kernel-workbench/results"
 VERSION = 3
@@ -146,7 +146,7 @@ def _suffix(path: Path) -> str:
 def save(rows: Iterable[ResultRow], path: str | Path) -> Path:
     """Write rows as .json (with schema header) or .csv (header = field names).
 
-    Atomic (:func:`workbench.atomic.write_atomic`): ``path`` always holds a whole file,
+    Atomic (:func:`kernels.atomic.write_atomic`): ``path`` always holds a whole file,
     the old one or the new one, never half of one, even with two writers at once.
     """
     path, rows = Path(path), list(rows)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..atomic import write_atomic
+from kernels.atomic import write_atomic
 
 LOCK_TIMEOUT_S = 60
 ENTRY = {"passed": bool, "attempts": int, "hints": int, "last_message": str, "updated": str}

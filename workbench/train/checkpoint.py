@@ -2,7 +2,7 @@
 
 The data need no state (a batch is a function of seed and step, :mod:`.data`), so
 these four make a resumed run repeat an uninterrupted one's losses. Written whole or
-not at all (:func:`workbench.atomic.write_atomic`); loaded with ``weights_only=True``
+not at all (:func:`kernels.atomic.write_atomic`); loaded with ``weights_only=True``
 (tensors and plain containers, no pickled code). A file that is missing, truncated,
 empty or not such a checkpoint is refused by :func:`read` before anything is trained,
 naming ``resume`` and the file. One process's full state: a data-parallel (sharded)
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..atomic import write_atomic
+from kernels.atomic import write_atomic
 from .files import FileArgumentError
 
 KEYS = ("model", "optimizer", "step", "rng_cpu", "rng_cuda")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..atomic import write_atomic
+from kernels.atomic import write_atomic
 
 SCHEMA = "amd-kernel-workbench/train"
 VERSION = 2
