@@ -124,7 +124,7 @@ def test_v4_priors_do_not_spill_double_buffer_and_keep_two_waves(target):
 
 @pytest.mark.parametrize("target", [
     pytest.param("gfx942", marks=pytest.mark.xfail(strict=True, reason=(
-        "the D = 128 prior's packed (VARLEN) launch spills 1 VGPR (8 bytes of scratch) on gfx942: "
+        "the D = 128 prior's packed (VARLEN) launch spills VGPRs to scratch on gfx942: "
         "the forward's table compiles dense launches only; reported, not fixed yet"))),
     "gfx950"])
 def test_v4_priors_compile_packed_without_spills(target):

@@ -40,8 +40,8 @@ Limits:
     stages and ``waves_per_eu=2`` spills VGPRs on gfx942 with 32x32 MFMAs, so the
     table drops that one and keeps the 16x16 one. The table compiles the dense launch
     only: ``kernels.flash_attention_varlen`` runs the same configs packed (``VARLEN``),
-    where the D = 128 prior spills 1 VGPR (8 bytes of scratch) on gfx942 (a strict
-    xfail in ``tests/test_attention_isa.py``; not fixed yet). The tuner times with the batch and heads of the first
+    where the D = 128 prior spills VGPRs to scratch on gfx942 (a strict xfail in
+    ``tests/test_attention_isa.py``; not fixed yet). The tuner times with the batch and heads of the first
     shape of a bucket; another shape in the bucket reuses the winner untimed. Head
     dims below a class's BLOCK_D run its configs with BLOCK_D fitted to them
     (fewer registers, not compiled separately). ``overrides`` pins any setting on
