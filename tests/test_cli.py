@@ -33,6 +33,24 @@ def test_check_exits_nonzero_on_a_failing_rung(monkeypatch, capsys):
     assert "FAIL gemm v99 wrong" in capsys.readouterr().out
 
 
+def test_tour_names_what_reproduces_a_failing_check(monkeypatch, capsys):
+    """A tour that fails says which shape, layout, seed and tensor did, so it can be rerun."""
+    import workbench.cli as cli
+    from workbench.check import check_rung
+
+    def wrong(a, b):
+        return torch.matmul(a, b) + 1.0
+    bad = Rung(op="gemm", rung=99, name="wrong", fn=wrong, backends=frozenset({"interpreter"}),
+               dtypes=(torch.float32,), interpreter=True, kind="library", module=__name__)
+    monkeypatch.setattr(cli, "_run_checks", lambda *a: [
+        check_rung(bad, (4, 5, 3), torch.float32, seed=7, layout="col")])
+    monkeypatch.setattr(cli, "_isa_rows", lambda target: [])
+    assert main(["tour"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL gemm v99 wrong float32 shape=(4, 5, 3) layout=col" in out and "seed 7" in out
+    assert "SOME CHECKS FAILED (0/1)" in out
+
+
 def test_bench_on_the_interpreter_says_why_and_exits_2(capsys):
     if kernels.backend.current().is_gpu:
         pytest.skip("a GPU is present")

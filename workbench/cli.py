@@ -96,15 +96,21 @@ def _run_checks(ops, rung, shapes, dtypes) -> list:
     return reports
 
 
+def _print_failures(reports) -> list:
+    """Each failing check with what reproduces it (shape, dtype, layout, seed, the tensor)."""
+    failed = [r for r in reports if not r.passed]
+    for r in failed:
+        print(f"FAIL {r.op} {r.rung} {r.dtype} shape={r.shape} layout={r.layout}: {r.message}; "
+              f"worst at {r.worst_index}: got {r.worst_value}, expected {r.worst_expected}")
+    return failed
+
+
 def cmd_check(args) -> int:
     ops = [args.op] if args.op else list(kernels.ops())
     dtypes = [DTYPES[d] for d in args.dtype] if args.dtype else None
     reports = _run_checks(ops, args.rung, _shapes(args.op, args.shape), dtypes)
     print(format_table(summarize(reports)))
-    failed = [r for r in reports if not r.passed]
-    for r in failed:
-        print(f"FAIL {r.op} {r.rung} {r.dtype} shape={r.shape} layout={r.layout}: {r.message}; "
-              f"worst at {r.worst_index}: got {r.worst_value}, expected {r.worst_expected}")
+    failed = _print_failures(reports)
     if not reports:
         print("no rung ran: nothing matched the filters on this backend")
         return 1
@@ -267,6 +273,7 @@ def cmd_tour(args) -> int:
     print("\nCorrectness of every rung that runs here (smoke shapes, row- and column-major):")
     reports = _run_checks(kernels.ops(), None, None, None)
     print(format_table(summarize(reports)))
+    _print_failures(reports)
     print("\nMachine code on MI300X (gfx942), compiled ahead of time here, no GPU needed:")
     print(format_table(_isa_rows("gfx942")))
     shipped = results.load_recorded()
