@@ -134,7 +134,7 @@ def test_hints_come_one_at_a_time_and_are_remembered():
     assert first == exercises.get("gemm/v1").hints[0]
     assert exercises.hints("gemm/v1").revealed == [first]        # reopened: still shown
     ladder.reveal(), ladder.reveal()
-    assert ladder.reveal() == exercises.get("gemm/v1").hints[2]   # no fourth hint
+    assert ladder.reveal() is None and ladder.shown == 3         # no fourth hint, no repeat
     assert progress.load()["gemm/v1"]["hints"] == 3
 
 
@@ -195,6 +195,17 @@ def test_an_exercise_needs_three_hints_and_a_wrong_answer():
     with pytest.raises(ValueError, match="wrong answer"):
         KernelExercise(key="k", module="m", title="t", task="t", todo={}, hints=("a", "b", "c"),
                        wrong={}, op="gemm", rung="v2")
+
+
+def test_a_pass_counts_its_checks_in_the_singular_and_plural():
+    exercise = exercises.get("gemm/v0")     # one shape, one dtype
+    assert len(exercise.shapes) * len(exercise.dtypes) == 1
+    exercises.load("gemm/v0").write_text(source.render(exercise.module))
+    verdict = exercises.check("gemm/v0")
+    assert verdict.passed and verdict.message.startswith("1 check ((19, 21, 37); float32) passed")
+    two = exercises.get("gemm_fp8/v0")      # one shape at two seeds
+    exercises.load(two.key).write_text(source.render(two.module))
+    assert exercises.check(two.key).message.startswith("2 checks (")
 
 
 def test_unknown_exercise_lists_the_known_ones():
@@ -268,8 +279,12 @@ def test_cli_load_check_hint_and_list(capsys):
     assert "exercise check gemm/v2" in capsys.readouterr().out
     assert main(["exercise", "check", "gemm/v2"]) == 1
     assert "FAIL" in capsys.readouterr().out
+    hints = exercises.get("gemm/v2").hints
+    for i, hint in enumerate(hints, 1):
+        assert main(["exercise", "hint", "gemm/v2"]) == 0
+        assert capsys.readouterr().out == f"hint {i} of 3: {hint}\n"
     assert main(["exercise", "hint", "gemm/v2"]) == 0
-    assert exercises.get("gemm/v2").hints[0] in capsys.readouterr().out
+    assert capsys.readouterr().out == "no more hints for gemm/v2: all 3 have been shown\n"
     assert main(["exercise", "list"]) == 0
     assert "gemm/v2" in capsys.readouterr().out
     assert main(["exercise", "check"]) == 2
