@@ -272,6 +272,45 @@ def test_shared_races_accept_a_barrier_between():
     assert torch.equal(out, x.flip(0))
 
 
+@simt.jit
+def _shift(x, out, by):
+    i = simt.threadIdx.x
+    out[i] = x[i + by]
+
+
+@simt.jit
+def _shift_in_shared(x, out):
+    tile = simt.shared.array(shape=(8,), dtype=float32)
+    i = simt.threadIdx.x
+    tile[i] = x[i]
+    simt.syncthreads()
+    out[i] = tile[i + 1]
+
+
+@pytest.mark.parametrize("by, index, why", [(1, 8, "is past the last, 7"), (-1, -1, "is negative")])
+def test_simt_bounds_name_the_array_the_index_and_the_line(by, index, why):
+    x, out = torch.randn(8), torch.empty(8)
+    with guards.simt_bounds(), pytest.raises(guards.OutOfBounds) as caught:
+        _shift[1, 8](as_simt_array(x), as_simt_array(out), by)
+    assert (f"reads `x` at [{index}] out of bounds: its shape is (8,), and index {index} on axis 0 "
+            f"{why}; at line") in str(caught.value)
+    assert str(caught.value).endswith("of test_exercises.py: `out[i] = x[i + by]`")
+    _shift[1, 7](as_simt_array(x), as_simt_array(out), 1)     # in bounds: no complaint
+    with guards.cpu_guards("simt"), pytest.raises(guards.OutOfBounds, match=r"shared array `tile` \(line \d+ "
+                                                                           r"of test_exercises.py\) at \[8\]"
+                                                                           r".*`out\[i\] = tile\[i \+ 1\]`"):
+        _shift_in_shared[1, 8](as_simt_array(x), as_simt_array(out))
+
+
+def test_an_out_of_bounds_exercise_names_the_array_and_its_line(tmp_path):
+    exercise = exercises.get("gemm/v0")
+    path = tmp_path / "gemm_v0.py"
+    path.write_text(source.render(exercise.module, exercise.wrong["off-by-one bound check"]))
+    message = exercises.check("gemm/v0", path=path).message
+    assert "OutOfBounds" in message and "reads `a` at [19, " in message and "its shape is (19, 37)" in message
+    assert "of gemm_v0.py: `acc += float32(a[row, k]) * float32(b[k, col])`" in message
+
+
 # ---- the CLI -------------------------------------------------------------------------
 
 def test_cli_load_check_hint_and_list(capsys):
