@@ -3,6 +3,7 @@ CPU guards that name the culprit, answers, hints, progress, widgets and the CLI.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -116,6 +117,46 @@ def test_check_records_progress_and_keeps_a_pass():
     assert state["attempts"] == 3 and state["passed"] is True
     row = next(r for r in exercises.list_exercises() if r["key"] == "gemm/v2")
     assert row["passed"] and row["attempts"] == 3
+
+
+def test_the_notebook_and_the_terminal_share_one_copy_whatever_their_directory(monkeypatch, tmp_path):
+    monkeypatch.delenv("WORKBENCH_EXERCISES_DIR")
+    checkout = Path(learner.__file__).resolve().parents[2]
+    seen = set()
+    for cwd in (checkout, checkout / "notebooks", tmp_path):   # the CLI, a notebook, anywhere
+        monkeypatch.chdir(cwd)
+        seen.add(learner.default_path(exercises.get("gemm/v1")))
+    assert seen == {checkout / "exercises" / "gemm_v1.py"}
+    monkeypatch.setattr(learner, "_is_checkout", lambda root: False)   # an installed package
+    assert learner.workdir() == progress.progress_path().parent / "exercises"
+    monkeypatch.setenv("WORKBENCH_EXERCISES_DIR", str(tmp_path / "mine"))
+    assert learner.workdir() == tmp_path / "mine"
+
+
+def test_a_checkout_is_known_by_its_project_name(tmp_path):
+    assert learner._is_checkout(Path(learner.__file__).resolve().parents[2])
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "something-else"\n')
+    assert not learner._is_checkout(tmp_path) and not learner._is_checkout(tmp_path / "nowhere")
+
+
+def test_checking_the_same_file_or_answer_again_is_not_another_attempt():
+    path = exercises.load("gemm/v2")
+    for _ in range(3):                                 # Run All, three times
+        assert not exercises.check("gemm/v2").passed
+    assert progress.load()["gemm/v2"]["attempts"] == 1
+    path.write_text(source.render("kernels.gemm.v2_triton_tile"))
+    assert exercises.check("gemm/v2").passed and exercises.check("gemm/v2").passed
+    assert progress.load()["gemm/v2"]["attempts"] == 2
+    for answer in (3, 3, 4):
+        exercises.check("gemm/v0-bytes", answer=answer)
+    assert progress.load()["gemm/v0-bytes"]["attempts"] == 2
+
+
+def test_progress_from_before_the_digest_still_reads_and_counts_its_next_check():
+    entry = {"passed": False, "attempts": 2, "hints": 1, "last_message": "", "updated": ""}
+    progress.progress_path().write_text(json.dumps({"gemm/v0-bytes": entry}))
+    exercises.check("gemm/v0-bytes", answer=3)
+    assert progress.load()["gemm/v0-bytes"]["attempts"] == 3
 
 
 def test_progress_file_is_json_in_the_config_folder_unless_moved(monkeypatch, tmp_path):
