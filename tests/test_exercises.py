@@ -319,15 +319,6 @@ def _shift(x, out, by):
     out[i] = x[i + by]
 
 
-@simt.jit
-def _shift_in_shared(x, out):
-    tile = simt.shared.array(shape=(8,), dtype=float32)
-    i = simt.threadIdx.x
-    tile[i] = x[i]
-    simt.syncthreads()
-    out[i] = tile[i + 1]
-
-
 @pytest.mark.parametrize("by, index, why", [(1, 8, "is past the last, 7"), (-1, -1, "is negative")])
 def test_simt_bounds_name_the_array_the_index_and_the_line(by, index, why):
     x, out = torch.randn(8), torch.empty(8)
@@ -337,10 +328,11 @@ def test_simt_bounds_name_the_array_the_index_and_the_line(by, index, why):
             f"{why}; at line") in str(caught.value)
     assert str(caught.value).endswith("of test_exercises.py: `out[i] = x[i + by]`")
     _shift[1, 7](as_simt_array(x), as_simt_array(out), 1)     # in bounds: no complaint
-    with guards.cpu_guards("simt"), pytest.raises(guards.OutOfBounds, match=r"shared array `tile` \(line \d+ "
-                                                                           r"of test_exercises.py\) at \[8\]"
-                                                                           r".*`out\[i\] = tile\[i \+ 1\]`"):
-        _shift_in_shared[1, 8](as_simt_array(x), as_simt_array(out))
+    x, out = torch.randn(9), torch.empty(9)          # a ninth thread for an 8-element tile
+    with guards.cpu_guards("simt"), pytest.raises(guards.OutOfBounds, match=r"writes shared array `tile` "
+                                                                           r"\(line \d+ of test_exercises.py\) at "
+                                                                           r"\[8\].*`tile\[i\] = x\[i\]`"):
+        _reverse[1, 9](as_simt_array(x), as_simt_array(out))
 
 
 def test_an_out_of_bounds_exercise_names_the_array_and_its_line(tmp_path):
