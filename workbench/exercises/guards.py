@@ -170,7 +170,7 @@ class _TrackedShared:
         return int(np.ravel_multi_index(index, self._array.shape))
 
     def _access(self, key, writing: bool):
-        _check_index(f"shared array {self._label}", self._array.shape, key, writing)
+        _check_index(lambda: f"shared array {self._label}", self._array.shape, key, writing)
         flat = self._flat(key)
         if flat is None:
             return
@@ -227,9 +227,10 @@ def _kernel_frame():
     return frame
 
 
-def _check_index(what: str, shape: tuple, key, writing: bool):
-    """Fail on an index outside ``shape``, naming ``what`` (an array), the index and the
-    kernel line; a negative index counts: numpy would wrap it, a GPU reads before the start."""
+def _check_index(what, shape: tuple, key, writing: bool):
+    """Fail on an index outside ``shape``, naming the array (``what()``: looked up only for
+    a failure, as it walks frames), the index and the kernel line; a negative index counts:
+    numpy would wrap it, a GPU reads before the start."""
     index = _element_index(key, len(shape))
     if index is None:
         return
@@ -240,7 +241,7 @@ def _check_index(what: str, shape: tuple, key, writing: bool):
     frame = _kernel_frame()
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
     why = "is negative" if i < 0 else f"is past the last, {n - 1}"
-    raise OutOfBounds(f"{'writes' if writing else 'reads'} {what} at {list(index)} out of bounds: "
+    raise OutOfBounds(f"{'writes' if writing else 'reads'} {what()} at {list(index)} out of bounds: "
                       f"its shape is {tuple(shape)}, and index {i} on axis {axis} {why}; at line "
                       f"{frame.f_lineno} of {Path(frame.f_code.co_filename).name}: `{line}`")
 
@@ -259,11 +260,11 @@ def simt_bounds():
     get, put = Global.__getitem__, Global.__setitem__
 
     def checked_get(self, key):
-        _check_index(_argument_name(self), self._item.shape, key, writing=False)
+        _check_index(lambda: _argument_name(self), self._item.shape, key, writing=False)
         return get(self, key)
 
     def checked_put(self, key, value):
-        _check_index(_argument_name(self), self._item.shape, key, writing=True)
+        _check_index(lambda: _argument_name(self), self._item.shape, key, writing=True)
         return put(self, key, value)
 
     Global.__getitem__, Global.__setitem__ = checked_get, checked_put
