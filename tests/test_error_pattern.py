@@ -10,7 +10,7 @@ from kernels.outputs import new_output
 from kernels.registry import Rung
 from workbench import exercises
 from workbench.check import check_rung
-from workbench.error_pattern import finding
+from workbench.error_pattern import finding, likely_cause
 from workbench.exercises import learner, source
 from workbench.widgets.heatmap import error_heatmap
 
@@ -128,7 +128,8 @@ def test_a_triton_kernel_with_an_off_by_one_k_mask(tmp_path):
 @pytest.mark.parametrize("mistake, seed, cause", [
     ("B's scale forgotten", 0, "every element is"),               # even seeds: per-tensor scales
     ("B's scale forgotten", 1, "each column is off by its own factor"),   # odd: per-channel
-    ("scales divided out instead of multiplied", 1, "each element is off by a row factor times a column factor"),
+    ("scales divided out instead of multiplied", 1,
+     "each element is off by a row factor times a column factor"),
 ])
 def test_fp8_scale_mistakes_in_the_kernel(mistake, seed, cause, tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_PROGRESS", str(tmp_path / "progress.json"))
@@ -146,3 +147,16 @@ def test_the_heat_map_shows_the_finding_the_command_line_prints():
     report = check_rung(_broken(without_b_scale), SHAPE, torch.float32)
     subtitle = error_heatmap(report).to_dict()["title"]["subtitle"]
     assert report.finding.split("; ") == subtitle[-2:]
+
+
+def test_a_rank_one_error_without_gemm_inputs_is_still_named_and_one_bad_element_is_not():
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(37, 53, generator=gen, dtype=torch.float64)
+    b = torch.randn(53, 29, generator=gen, dtype=torch.float64)
+    ref = a @ b
+    assert likely_cause(a[:, :-1] @ b[:-1], ref).startswith("the error is one outer product (rank 1)")
+    assert "a[:, 52] * b[52, :]: the last of K = 53 slices of the reduction is weighted 0.5 instead of 1" in \
+        likely_cause(ref - 0.5 * torch.outer(a[:, -1], b[-1]), ref, (a, b))
+    one_off = ref.clone()
+    one_off[3, 4] += 10.0
+    assert likely_cause(one_off, ref, (a, b)) == ""
