@@ -3,6 +3,7 @@ CPU guards that name the culprit, answers, hints, progress, widgets and the CLI.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,6 +119,46 @@ def test_check_records_progress_and_keeps_a_pass():
     assert row["passed"] and row["attempts"] == 3
 
 
+def test_the_notebook_and_the_terminal_share_one_copy_whatever_their_directory(monkeypatch, tmp_path):
+    monkeypatch.delenv("WORKBENCH_EXERCISES_DIR")
+    checkout = Path(learner.__file__).resolve().parents[2]
+    seen = set()
+    for cwd in (checkout, checkout / "notebooks", tmp_path):   # the CLI, a notebook, anywhere
+        monkeypatch.chdir(cwd)
+        seen.add(learner.default_path(exercises.get("gemm/v1")))
+    assert seen == {checkout / "exercises" / "gemm_v1.py"}
+    monkeypatch.setattr(learner, "_is_checkout", lambda root: False)   # an installed package
+    assert learner.workdir() == progress.progress_path().parent / "exercises"
+    monkeypatch.setenv("WORKBENCH_EXERCISES_DIR", str(tmp_path / "mine"))
+    assert learner.workdir() == tmp_path / "mine"
+
+
+def test_a_checkout_is_known_by_its_project_name(tmp_path):
+    assert learner._is_checkout(Path(learner.__file__).resolve().parents[2])
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "something-else"\n')
+    assert not learner._is_checkout(tmp_path) and not learner._is_checkout(tmp_path / "nowhere")
+
+
+def test_checking_the_same_file_or_answer_again_is_not_another_attempt():
+    path = exercises.load("gemm/v2")
+    for _ in range(3):                                 # Run All, three times
+        assert not exercises.check("gemm/v2").passed
+    assert progress.load()["gemm/v2"]["attempts"] == 1
+    path.write_text(source.render("kernels.gemm.v2_triton_tile"))
+    assert exercises.check("gemm/v2").passed and exercises.check("gemm/v2").passed
+    assert progress.load()["gemm/v2"]["attempts"] == 2
+    for answer in (3, 3, 4):
+        exercises.check("gemm/v0-bytes", answer=answer)
+    assert progress.load()["gemm/v0-bytes"]["attempts"] == 2
+
+
+def test_progress_from_before_the_digest_still_reads_and_counts_its_next_check():
+    entry = {"passed": False, "attempts": 2, "hints": 1, "last_message": "", "updated": ""}
+    progress.progress_path().write_text(json.dumps({"gemm/v0-bytes": entry}))
+    exercises.check("gemm/v0-bytes", answer=3)
+    assert progress.load()["gemm/v0-bytes"]["attempts"] == 3
+
+
 def test_progress_file_is_json_in_the_config_folder_unless_moved(monkeypatch, tmp_path):
     monkeypatch.delenv("WORKBENCH_PROGRESS")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
@@ -134,7 +175,7 @@ def test_hints_come_one_at_a_time_and_are_remembered():
     assert first == exercises.get("gemm/v1").hints[0]
     assert exercises.hints("gemm/v1").revealed == [first]        # reopened: still shown
     ladder.reveal(), ladder.reveal()
-    assert ladder.reveal() == exercises.get("gemm/v1").hints[2]   # no fourth hint
+    assert ladder.reveal() is None and ladder.shown == 3         # no fourth hint, no repeat
     assert progress.load()["gemm/v1"]["hints"] == 3
 
 
@@ -195,6 +236,17 @@ def test_an_exercise_needs_three_hints_and_a_wrong_answer():
     with pytest.raises(ValueError, match="wrong answer"):
         KernelExercise(key="k", module="m", title="t", task="t", todo={}, hints=("a", "b", "c"),
                        wrong={}, op="gemm", rung="v2")
+
+
+def test_a_pass_counts_its_checks_in_the_singular_and_plural():
+    exercise = exercises.get("gemm/v0")     # one shape, one dtype
+    assert len(exercise.shapes) * len(exercise.dtypes) == 1
+    exercises.load("gemm/v0").write_text(source.render(exercise.module))
+    verdict = exercises.check("gemm/v0")
+    assert verdict.passed and verdict.message.startswith("1 check ((19, 21, 37); float32) passed")
+    two = exercises.get("gemm_fp8/v0")      # one shape at two seeds
+    exercises.load(two.key).write_text(source.render(two.module))
+    assert exercises.check(two.key).message.startswith("2 checks (")
 
 
 def test_unknown_exercise_lists_the_known_ones():
@@ -261,6 +313,37 @@ def test_shared_races_accept_a_barrier_between():
     assert torch.equal(out, x.flip(0))
 
 
+@simt.jit
+def _shift(x, out, by):
+    i = simt.threadIdx.x
+    out[i] = x[i + by]
+
+
+@pytest.mark.parametrize("by, index, why", [(1, 8, "is past the last, 7"), (-1, -1, "is negative")])
+def test_simt_bounds_name_the_array_the_index_and_the_line(by, index, why):
+    x, out = torch.randn(8), torch.empty(8)
+    with guards.simt_bounds(), pytest.raises(guards.OutOfBounds) as caught:
+        _shift[1, 8](as_simt_array(x), as_simt_array(out), by)
+    assert (f"reads `x` at [{index}] out of bounds: its shape is (8,), and index {index} on axis 0 "
+            f"{why}; at line") in str(caught.value)
+    assert str(caught.value).endswith("of test_exercises.py: `out[i] = x[i + by]`")
+    _shift[1, 7](as_simt_array(x), as_simt_array(out), 1)     # in bounds: no complaint
+    x, out = torch.randn(9), torch.empty(9)          # a ninth thread for an 8-element tile
+    with guards.cpu_guards("simt"), pytest.raises(guards.OutOfBounds, match=r"writes shared array `tile` "
+                                                                           r"\(line \d+ of test_exercises.py\) at "
+                                                                           r"\[8\].*`tile\[i\] = x\[i\]`"):
+        _reverse[1, 9](as_simt_array(x), as_simt_array(out))
+
+
+def test_an_out_of_bounds_exercise_names_the_array_and_its_line(tmp_path):
+    exercise = exercises.get("gemm/v0")
+    path = tmp_path / "gemm_v0.py"
+    path.write_text(source.render(exercise.module, exercise.wrong["off-by-one bound check"]))
+    message = exercises.check("gemm/v0", path=path).message
+    assert "OutOfBounds" in message and "reads `a` at [19, " in message and "its shape is (19, 37)" in message
+    assert "of gemm_v0.py: `acc += float32(a[row, k]) * float32(b[k, col])`" in message
+
+
 # ---- the CLI -------------------------------------------------------------------------
 
 def test_cli_load_check_hint_and_list(capsys):
@@ -268,8 +351,12 @@ def test_cli_load_check_hint_and_list(capsys):
     assert "exercise check gemm/v2" in capsys.readouterr().out
     assert main(["exercise", "check", "gemm/v2"]) == 1
     assert "FAIL" in capsys.readouterr().out
+    hints = exercises.get("gemm/v2").hints
+    for i, hint in enumerate(hints, 1):
+        assert main(["exercise", "hint", "gemm/v2"]) == 0
+        assert capsys.readouterr().out == f"hint {i} of 3: {hint}\n"
     assert main(["exercise", "hint", "gemm/v2"]) == 0
-    assert exercises.get("gemm/v2").hints[0] in capsys.readouterr().out
+    assert capsys.readouterr().out == "no more hints for gemm/v2: all 3 have been shown\n"
     assert main(["exercise", "list"]) == 0
     assert "gemm/v2" in capsys.readouterr().out
     assert main(["exercise", "check"]) == 2

@@ -25,6 +25,7 @@ import kernels
 from kernels.outputs import poisoned_outputs
 from kernels.registry import Rung
 
+from .error_pattern import finding
 from .table import dtype_label
 from .tolerances import allowed_error
 
@@ -49,6 +50,7 @@ class CheckReport:
     layout: str = "row"
     message: str = ""
     tensor: str = "out"       # which tensor the numbers above describe: "out", or "dq" for q's gradient
+    finding: str = ""         # a failure's error pattern in words: where, and the likely cause
     error_map: torch.Tensor | None = field(default=None, repr=False)
 
     def row(self) -> dict:
@@ -76,10 +78,12 @@ def relative_error(x: torch.Tensor, reference: torch.Tensor) -> tuple[float, tor
 
 def compare(x: torch.Tensor, reference: torch.Tensor,
             baseline: torch.Tensor | Sequence[torch.Tensor], dtype: torch.dtype,
-            direction: str = "forward") -> dict:
-    """Apply the rule to one output: the fields of a :class:`CheckReport` that are numbers.
-    ``baseline`` is the library's result, or several (the same values in other memory
-    orders, :func:`judge`): the baseline error is the largest of theirs."""
+            direction: str = "forward", inputs: tuple = ()) -> dict:
+    """Apply the rule to one output: the fields of a :class:`CheckReport` that are numbers,
+    and for a failure its :func:`~workbench.error_pattern.finding` (``inputs``, the op's
+    inputs, let it name a GEMM's missing K slice). ``baseline`` is the library's result, or
+    several (the same values in other memory orders, :func:`judge`): the baseline error is
+    the largest of theirs."""
     if tuple(x.shape) != tuple(reference.shape):
         raise ValueError(f"output shape {tuple(x.shape)} != reference shape {tuple(reference.shape)}")
     expected_pattern = reference.to(dtype).double()  # overflow in the dtype is expected
@@ -95,11 +99,12 @@ def compare(x: torch.Tensor, reference: torch.Tensor,
     if mismatches:
         flat = int(torch.argmax(bad.double() * (1.0 + error_map.nan_to_num(0.0))).item())
         worst = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), x.shape))
-    return dict(passed=mismatches == 0 and error <= allowed, error=error, baseline_error=base_error,
+    passed = mismatches == 0 and error <= allowed
+    return dict(passed=passed, error=error, baseline_error=base_error,
                 allowed=allowed, mismatches=mismatches, numel=x.numel(), worst_index=worst,
                 worst_value=None if worst is None else float(x[worst].item()),
                 worst_expected=None if worst is None else float(reference[worst].item()),
-                error_map=error_map)
+                finding="" if passed else finding(x, reference, bad, inputs), error_map=error_map)
 
 
 def broken_rules(fields: dict) -> str:
@@ -159,7 +164,7 @@ def judge(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
         baselines = (baseline_rung(*inputs), baseline_rung(*reordered))
         with poisoned_outputs():
             out = rung(*inputs)
-        return [("out", compare(out, reference, baselines, out.dtype))]  # in the dtype it produces
+        return [("out", compare(out, reference, baselines, out.dtype, inputs=inputs))]  # in its dtype
     names = spec.grad_inputs
     as64 = tuple(t.detach().cpu().double() if isinstance(t, torch.Tensor) and t.is_floating_point()
                  else t for t in inputs)
@@ -171,7 +176,7 @@ def judge(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
     baselines = [_with_grads(baseline_rung, ins, names, grad_out) for ins in (inputs, reordered)]
     with poisoned_outputs():
         out, grads = _with_grads(rung, inputs, names, grad_out)
-    judged = [("out", compare(out, reference, [b for b, _ in baselines], out.dtype))]
+    judged = [("out", compare(out, reference, [b for b, _ in baselines], out.dtype, inputs=inputs))]
     return judged + [(f"d{n}", compare(grads[n], ref_grads[n], [g[n] for _, g in baselines],
                                        grads[n].dtype, "backward")) for n in names]
 
@@ -194,6 +199,8 @@ def check_rung(rung: Rung, shape: tuple, dtype: torch.dtype, seed: int | None = 
                f"{fields['numel']} elements off, seed {seed}")
     if len(judged) > 1:
         message += "; " + ", ".join(f"{n} {f['error']:.1e}/{f['allowed']:.1e}" for n, f in judged)
+    if fields["finding"]:   # what the heat map shows, and the bug its pattern points at
+        message += f"; {fields['finding']}"
     fields = {**fields, "passed": not failing}
     return CheckReport(op=rung.op, rung=rung.title, shape=tuple(shape), dtype=dtype_label(dtype),
                        layout=layout, message=message, tensor=tensor, **fields)

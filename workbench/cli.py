@@ -316,7 +316,7 @@ def cmd_exercise(args) -> int:
               f"{loaded}\nAnswer with: workbench exercise check {args.key} --answer ...")
         return 0
     if args.action == "hint":
-        print(exercises.hints(args.key).reveal())
+        print(exercises.hints(args.key).next_line())
         return 0
     verdict = exercises.check(args.key, args.path, None if args.answer is None else _parse_answer(args.answer))
     print(verdict)

@@ -74,6 +74,7 @@ class IsaReport:
     sgpr_spills: int | None         # into VGPR lanes (v_writelane/v_readlane), not memory; None on NVIDIA
     occupancy: Occupancy
     hot_loop: str = field(repr=False)
+    llvm_attributes: dict[str, str] = field(default_factory=dict)   # "amdgpu-*" attributes of the IR
 
     @property
     def dialect(self) -> str:
@@ -254,7 +255,8 @@ def _read(op: str, title: str, target: str, dtype_name: str, kernel: dict) -> Is
         global_loads=dict(counts["global_load"]), vgprs=registers[0], agprs=registers[1],
         sgprs=registers[2], registers_source=registers[3], spills=spills[0],
         scratch_bytes=spills[1], sgpr_spills=spills[2], occupancy=occupancy,
-        hot_loop="\n".join(isa_parse.hot_loop(lines, dialect)))
+        hot_loop="\n".join(isa_parse.hot_loop(lines, dialect)),
+        llvm_attributes=kernel.get("llvm_attributes", {}))
 
 
 def compare(a: IsaReport, b: IsaReport) -> list[dict]:

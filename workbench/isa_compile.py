@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -126,8 +127,16 @@ def _compile_here(op: str, label: str, target: tuple, dtype_name: str,
             "options": options,
             "attrs": attrs,
             "dropped_options": sorted(set(aot.options) - accepted),
+            "llvm_attributes": amdgpu_attributes(kernel.asm.get("llir", "")),
         })
     return compiled
+
+
+def amdgpu_attributes(llir: str) -> dict[str, str]:
+    """The ``"amdgpu-*"`` function attributes of the LLVM IR: the AMD knobs as LLVM receives
+    them (``waves_per_eu=2`` arrives as ``"amdgpu-waves-per-eu"="2,2"``), which the
+    assembly no longer shows."""
+    return dict(re.findall(r'"(amdgpu-[\w-]+)"="([^"]*)"', llir))
 
 
 def _rung(op: str, label: str, source: str | None):

@@ -13,6 +13,7 @@ kept in a JSON file in the user's config folder (:mod:`.progress`).
 """
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -67,19 +68,24 @@ def load(key: str, path: str | Path | None = None, overwrite: bool = False, into
 
 
 def check(key: str, path: str | Path | None = None, answer=None, progress_file=None) -> Verdict:
-    """Grade the learner's copy (or answer), record the attempt, and return the verdict."""
+    """Grade the learner's copy (or answer), record the attempt, and return the verdict.
+
+    Grading the same file or answer again shows the verdict without counting a new attempt."""
     exercise = get(key)
     if isinstance(exercise, AnswerExercise):
         verdict = grade_answer(exercise, answer)
+        graded = repr(answer).encode()
     else:
+        file = Path(path) if path else learner.default_path(exercise)
+        graded = file.read_bytes() if file.is_file() else b""
         try:
-            module, captured = learner.import_file(Path(path) if path else learner.default_path(exercise),
-                                                   exercise.op)
+            module, captured = learner.import_file(file, exercise.op)
         except learner.LearnerError as error:
             verdict = Verdict(False, str(error))
         else:
             verdict = grade_kernel(exercise, module, captured)
-    progress.record_attempt(key, verdict.passed, verdict.message, progress_file)
+    progress.record_attempt(key, verdict.passed, verdict.message, progress_file,
+                            graded=hashlib.sha256(graded).hexdigest())
     return verdict
 
 

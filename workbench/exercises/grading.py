@@ -101,7 +101,8 @@ def harness_verdict(exercise: KernelExercise, captured: list[Rung]) -> Verdict:
             return Verdict(False, f"at shape {shape}, {dtype_name(dtype)}: {report.message}",
                            tuple(reports))
     fast_enough, speed = _speed(exercise, entry)
-    checked = f"{len(reports)} checks ({', '.join(map(str, shapes))}; {', '.join(map(dtype_name, dtypes))}) passed"
+    checked = (f"{len(reports)} check{'' if len(reports) == 1 else 's'} ({', '.join(map(str, shapes))}; "
+               f"{', '.join(map(dtype_name, dtypes))}) passed")
     if not fast_enough:
         return Verdict(False, f"correct ({checked}), but too slow", tuple(reports), speed)
     return Verdict(True, checked, tuple(reports), speed)

@@ -10,9 +10,14 @@ while an exercise is checked on the CPU:
 * :func:`shared_races` makes each ``shared.array`` of Numba's CUDA simulator remember, per
   element, which threads wrote and read it since the last ``syncthreads()``, and fail when
   two threads touch one element between barriers and one of them writes, naming both
-  threads, the block and the element.
+  threads, the block and the element;
+* :func:`simt_bounds` makes every element access of a simulated kernel's arrays (global
+  and shared) check its index, and fail naming the array, the index, the shape and the
+  kernel's source line. Numpy alone says "index 19 is out of bounds for axis 0 with size
+  19" with no array or line, and wraps a negative index silently where a GPU reads before
+  the array's start.
 
-Both patch the two simulators for the duration of a ``with`` block only.
+All patch the two simulators for the duration of a ``with`` block only.
 """
 from __future__ import annotations
 
@@ -20,13 +25,15 @@ import inspect
 import linecache
 import sys
 import threading
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
+from pathlib import Path
 
 import numpy as np
 
 
-class OutOfBounds(Exception):
-    """A Triton program touched memory outside every tensor of its launch."""
+class OutOfBounds(IndexError):
+    """A Triton program touched memory outside every tensor of its launch, or a simulated
+    thread indexed an array outside its shape."""
 
 
 class SharedMemoryRace(Exception):
@@ -157,17 +164,13 @@ class _TrackedShared:
         return len(self._array)
 
     def _flat(self, key):
-        index = key if isinstance(key, tuple) else (key,)
-        if len(index) != self._array.ndim or not all(isinstance(i, (int, np.integer)) for i in index):
+        index = _element_index(key, self._array.ndim)
+        if index is None:
             return None  # a slice: the access is checked by numpy, not tracked
-        shape = self._array.shape
-        for axis, (i, n) in enumerate(zip(index, shape)):
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {axis} of shared array "
-                                 f"{self._label} with size {n}")
-        return int(np.ravel_multi_index(tuple(int(i) % n for i, n in zip(index, shape)), shape))
+        return int(np.ravel_multi_index(index, self._array.shape))
 
     def _access(self, key, writing: bool):
+        _check_index(lambda: f"shared array {self._label}", self._array.shape, key, writing)
         flat = self._flat(key)
         if flat is None:
             return
@@ -206,6 +209,69 @@ class _TrackedShared:
     def __setitem__(self, key, value):
         self._access(key, writing=True)
         self._array[key] = value
+
+
+def _element_index(key, ndim: int) -> tuple[int, ...] | None:
+    """``key`` as one int per axis, or None for a slice or a partial index."""
+    index = key if isinstance(key, tuple) else (key,)
+    if len(index) != ndim or not all(isinstance(i, (int, np.integer)) for i in index):
+        return None
+    return tuple(int(i) for i in index)
+
+
+def _kernel_frame():
+    """The frame of the kernel line that made the access: the first outside this module."""
+    frame = sys._getframe(1)
+    while frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame
+
+
+def _check_index(what, shape: tuple, key, writing: bool):
+    """Fail on an index outside ``shape``, naming the array (``what()``: looked up only for
+    a failure, as it walks frames), the index and the kernel line; a negative index counts:
+    numpy would wrap it, a GPU reads before the start."""
+    index = _element_index(key, len(shape))
+    if index is None:
+        return
+    bad = next(((axis, i, n) for axis, (i, n) in enumerate(zip(index, shape)) if not 0 <= i < n), None)
+    if bad is None:
+        return
+    axis, i, n = bad
+    frame = _kernel_frame()
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    why = "is negative" if i < 0 else f"is past the last, {n - 1}"
+    raise OutOfBounds(f"{'writes' if writing else 'reads'} {what()} at {list(index)} out of bounds: "
+                      f"its shape is {tuple(shape)}, and index {i} on axis {axis} {why}; at line "
+                      f"{frame.f_lineno} of {Path(frame.f_code.co_filename).name}: `{line}`")
+
+
+def _argument_name(array) -> str:
+    """The kernel's name for ``array`` (``a`` for ``a[row, k]``), found in the kernel's frame."""
+    names = [name for name, value in _kernel_frame().f_locals.items() if value is array]
+    return f"`{names[0]}`" if names else "an argument"
+
+
+@contextmanager
+def simt_bounds():
+    """Check every element index a simulated kernel uses on its global and shared arrays."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeWithinKernelCUDAArray as Global
+
+    get, put = Global.__getitem__, Global.__setitem__
+
+    def checked_get(self, key):
+        _check_index(lambda: _argument_name(self), self._item.shape, key, writing=False)
+        return get(self, key)
+
+    def checked_put(self, key, value):
+        _check_index(lambda: _argument_name(self), self._item.shape, key, writing=True)
+        return put(self, key, value)
+
+    Global.__getitem__, Global.__setitem__ = checked_get, checked_put
+    try:
+        yield
+    finally:
+        Global.__getitem__, Global.__setitem__ = get, put
 
 
 def _array_name(filename: str, line: int) -> str:
@@ -258,4 +324,9 @@ def cpu_guards(kind: str):
 
     if kernels.backend.current().is_gpu:
         return nullcontext()
-    return {"triton": triton_bounds, "simt": shared_races}.get(kind, nullcontext)()
+    if kind == "simt":
+        stack = ExitStack()
+        stack.enter_context(simt_bounds())
+        stack.enter_context(shared_races())
+        return stack
+    return {"triton": triton_bounds}.get(kind, nullcontext)()

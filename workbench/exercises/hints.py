@@ -23,12 +23,22 @@ class HintLadder:
     def remaining(self) -> int:
         return len(self.exercise.hints) - self.shown
 
-    def reveal(self) -> str:
-        """The next hint (the last one again once all are shown)."""
-        if self.remaining:
-            self.shown += 1
-            progress.record_hints(self.exercise.key, self.shown, self._progress_file)
+    def reveal(self) -> str | None:
+        """The next hint, or None once all are shown: repeating the last would read as a new one."""
+        if not self.remaining:
+            return None
+        self.shown += 1
+        progress.record_hints(self.exercise.key, self.shown, self._progress_file)
         return self.exercise.hints[self.shown - 1]
+
+    def next_line(self) -> str:
+        """What ``workbench exercise hint`` prints: the next hint with its place on the ladder,
+        or that there are no more (a terminal has no button to grey out)."""
+        total = len(self.exercise.hints)
+        hint = self.reveal()
+        if hint is None:
+            return f"no more hints for {self.exercise.key}: all {total} have been shown"
+        return f"hint {self.shown} of {total}: {hint}"
 
     def widget(self):
         """A button that shows the next hint under the ones already shown."""

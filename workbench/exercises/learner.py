@@ -1,8 +1,9 @@
 """The learner's copy of a kernel exercise: where it lives, and importing it as a rung.
 
-The copy is a plain file (``exercises/gemm_v2.py`` under the working directory, or
-``$WORKBENCH_EXERCISES_DIR``): JupyterLab opens it beside the notebook, an editor opens it
-anywhere, and Triton needs kernels to live in a file it can read the source of. It is
+The copy is a plain file (``gemm_v2.py`` in :func:`workdir`): JupyterLab opens it, an
+editor opens it anywhere, and Triton needs kernels to live in a file it can read the source
+of. There is one copy per exercise, whatever the working directory: a notebook (run in
+``notebooks/``) and a terminal (run anywhere) grade the same file. It is
 imported under a fresh module name each time, so an edit is always seen, and any rung it
 declares is captured (:func:`kernels.registry.capturing_rungs`) instead of joining the
 package's ladder.
@@ -14,6 +15,7 @@ import itertools
 import linecache
 import os
 import sys
+import re
 import textwrap
 import traceback
 from pathlib import Path
@@ -22,8 +24,10 @@ from types import ModuleType
 import kernels
 from kernels.registry import Rung, capturing_rungs
 
-from . import source
+from . import progress, source
 from .model import KernelExercise
+
+PROJECT = "amd-kernel-workbench"   # pyproject.toml's name: how a checkout is recognised
 
 _fresh = itertools.count()
 
@@ -33,7 +37,24 @@ class LearnerError(Exception):
 
 
 def workdir() -> Path:
-    return Path(os.environ.get("WORKBENCH_EXERCISES_DIR") or Path.cwd() / "exercises")
+    """``$WORKBENCH_EXERCISES_DIR``; else ``exercises/`` at the top of the checkout this
+    package is imported from (JupyterLab's file browser shows it beside ``notebooks/``, git
+    ignores it); else, for an installed package, ``exercises/`` beside the progress file."""
+    if os.environ.get("WORKBENCH_EXERCISES_DIR"):
+        return Path(os.environ["WORKBENCH_EXERCISES_DIR"])
+    root = Path(__file__).resolve().parents[2]
+    if _is_checkout(root):
+        return root / "exercises"
+    return progress.progress_path().parent / "exercises"
+
+
+def _is_checkout(root: Path) -> bool:
+    """Whether ``root`` holds this project's pyproject.toml (Python 3.10 has no tomllib)."""
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return re.search(rf'^name\s*=\s*"{PROJECT}"', text, re.MULTILINE) is not None
 
 
 def default_path(exercise: KernelExercise) -> Path:

@@ -12,6 +12,11 @@ started: refusing it would stop every command for good. A file that is JSON but 
 progress (a wrong path, say) is an error that names it, and is left alone. Where the file
 cannot be written (read-only), an attempt still gets its grade and a warning says it was
 not saved.
+
+An attempt is a new thing graded: checking the same file (or answer) again, as every Run
+All of a notebook does, grades it and shows the verdict but does not count another
+attempt. The entry keeps a digest of what it last graded for that (``graded``; files from
+before it have none, and their next check counts).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from kernels.atomic import write_atomic
 
 LOCK_TIMEOUT_S = 60
 ENTRY = {"passed": bool, "attempts": int, "hints": int, "last_message": str, "updated": str}
+OPTIONAL = {"graded": str}
 
 
 class ProgressFileError(ValueError):
@@ -53,10 +59,11 @@ def _checked(state, file: Path) -> dict[str, dict]:
         raise ProgressFileError(f"{file} holds {kind}, not exercise progress (an object of "
                                 f"exercise key -> entry); point WORKBENCH_PROGRESS elsewhere or "
                                 f"move the file away")
+    kinds = {**ENTRY, **OPTIONAL}
     for key, entry in state.items():
-        if not (isinstance(entry, dict) and entry.keys() == ENTRY.keys() and all(
-                isinstance(entry[k], kind) and (kind is bool or not isinstance(entry[k], bool))
-                for k, kind in ENTRY.items())):
+        if not (isinstance(entry, dict) and ENTRY.keys() <= entry.keys() <= kinds.keys() and all(
+                isinstance(value, kinds[k]) and (kinds[k] is bool or not isinstance(value, bool))
+                for k, value in entry.items())):
             raise ProgressFileError(f"{file}: the entry for {key!r} is not exercise progress "
                                     f"({', '.join(f'{k}: {t.__name__}' for k, t in ENTRY.items())}): "
                                     f"{entry!r}")
@@ -125,9 +132,14 @@ def _update(key: str, change, path) -> dict:
         return _changed(_read(file) or {}, key, change)
 
 
-def record_attempt(key: str, passed: bool, message: str, path=None) -> dict:
+def record_attempt(key: str, passed: bool, message: str, path=None, graded: str | None = None) -> dict:
+    """Record a grade; ``graded`` is a digest of what was graded: the same digest as last
+    time is the same attempt again, not a new one."""
     def change(entry):
-        entry["attempts"] += 1
+        if graded is None or entry.get("graded") != graded:
+            entry["attempts"] += 1
+        if graded is not None:
+            entry["graded"] = graded
         entry["passed"] = entry["passed"] or passed   # a pass is kept once earned
         entry["last_message"] = message
     return _update(key, change, path)

@@ -13,13 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ..check import CheckReport
-
-
-def _as_matrix(error_map: torch.Tensor) -> torch.Tensor:
-    """2-D view: leading dimensions fold into rows, the last one stays columns."""
-    if error_map.dim() == 0:
-        return error_map.reshape(1, 1)
-    return error_map.reshape(-1, error_map.shape[-1])
+from ..error_pattern import as_matrix
 
 
 def _edges(size: int, bins: int) -> list[int]:
@@ -35,7 +29,7 @@ WRONG_PATTERN_X_ALLOWED = 1000.0
 def pooled_error(report: CheckReport, cells: int = 32) -> list[dict]:
     """One row per cell: first row/column index of the cell, its max error, error/allowed."""
     allowed = report.allowed or float("inf")
-    matrix = _as_matrix(report.error_map.double().nan_to_num(
+    matrix = as_matrix(report.error_map.double().nan_to_num(
         0.0, posinf=WRONG_PATTERN_X_ALLOWED * allowed))
     rows, cols = min(cells, matrix.shape[0]), min(cells, matrix.shape[1])
     pooled = F.adaptive_max_pool2d(matrix[None, None], (rows, cols))[0, 0]
@@ -53,8 +47,10 @@ def error_heatmap(report: CheckReport, cells: int = 32, size: int = 360) -> alt.
     step = max(4, size // max(len({v["row"] for v in values}), len({v["col"] for v in values})))
     subtitle = [f"|x - ref| / max|ref| per element, coloured as a multiple of the allowed "
                 f"{report.allowed:.2e}; output {tuple(report.error_map.shape)}"]
-    if max(_as_matrix(report.error_map).shape) > cells:
+    if max(as_matrix(report.error_map).shape) > cells:
         subtitle.append(f"max-pooled onto {cells}x{cells} cells (axis labels: first index)")
+    if report.finding:   # the finding the command line prints, one clause a line
+        subtitle.extend(report.finding.split("; "))
     return alt.Chart(alt.Data(values=values), name="error_map").mark_rect(aria=False).encode(
         x=alt.X("col:O", title="column", axis=alt.Axis(labelOverlap=True)),
         y=alt.Y("row:O", title="row", axis=alt.Axis(labelOverlap=True)),
