@@ -136,6 +136,30 @@ def test_waves_per_eu_is_a_ceiling_that_costs_v4_half_its_waves():
     assert (free.occupancy.value, capped.occupancy.value) == (4, 2)
 
 
+_LDS_LOADS = {1: "ubyte", 2: "ushort", 4: "dword", 12: "dwordx3", 16: "dwordx4"}
+
+
+def _assembles(arch: str, instruction: str) -> bool:
+    """Whether the AMD assembler Triton ships accepts ``instruction`` for ``arch``."""
+    from triton.backends.amd.compiler import assemble_amdgcn
+
+    source = (f'.amdgcn_target "amdgcn-amd-amdhsa--{arch}"\n.text\n.globl k\n.p2align 8\n'
+              f".type k,@function\nk:\n  s_mov_b32 m0, 0\n  {instruction}\n  s_endpgm\n")
+    try:
+        return bool(assemble_amdgcn(source, arch, ""))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.parametrize("arch, widths", [("gfx942", {1, 2, 4}), ("gfx950", {1, 2, 4, 12, 16})])
+def test_global_to_lds_loads_per_lane_width(arch, widths):
+    """Notebook 01: gfx942 loads from global memory straight into LDS at 1, 2 and 4 bytes
+    per lane; gfx950 adds 12 and 16 (both the buffer and the global forms)."""
+    accepted = {size for size, name in _LDS_LOADS.items()
+                if _assembles(arch, f"buffer_load_{name} v0, s[0:3], 0 offen lds")
+                and _assembles(arch, f"global_load_lds_{name} v[0:1], off")}
+    assert accepted == widths
+
 def test_gfx942_loads_into_lds_4_bytes_per_lane_where_gfx950_loads_16(monkeypatch):
     """Notebook 01: both targets can load from global memory straight into LDS. Triton 3.9
     does it by default on gfx950 only (16 bytes per lane); asked to on gfx942
