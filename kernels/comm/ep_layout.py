@@ -6,9 +6,10 @@ that owns one of them. A naive dispatch sends one row per (token, expert) pair; 
 whose experts share a rank then crosses the wire several times with identical content.
 A deduplicating dispatch sends one row per (token, destination rank) and lets the
 receiver copy it to each local expert: DeepEP's normal kernels do that; its low-latency
-kernels send one slot per (token, expert), as the naive count does. :func:`dispatch_layout` counts both from
-the routing alone, with no process group, so notebooks and cost models can price a
-routing (DeepSeek-V3: 256 experts, top-8, 8 ranks) before any rank exists.
+kernels send one slot per (token, expert), as the naive count does.
+:func:`dispatch_layout` counts both from the routing alone, with no process group, so
+notebooks and cost models can price a routing (DeepSeek-V3: 256 experts, top-8, 8
+ranks) before any rank exists.
 """
 from __future__ import annotations
 
