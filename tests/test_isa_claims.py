@@ -4,8 +4,9 @@ Two kinds of check. A scan: every instruction name written in a kernel docstring
 comment (``kernels/``) or in a notebook's prose must occur in the machine code of
 that op's rungs (``v_mfma_f32_32x32x8_bf16``, ``ds_read_b128``, ``wgmma``...),
 compiled for gfx942, gfx950 and sm90; a renamed or invented instruction fails. And
-one test per claim about *how* the code changes from rung to rung (v4's docstring:
-double LDS, no K compare in the loop, the MFMA shape per ``matrix_instr_nonkdim``...).
+one test per claim about *how* the code changes from rung to rung (v4's docstring: one
+LDS tile per operand, no K compare in the loop, the MFMA shape per
+``matrix_instr_nonkdim``...).
 """
 from __future__ import annotations
 
@@ -209,7 +210,7 @@ def test_kpack_2_reads_operands_128_bits_at_a_time_on_gfx942():
     assert "ds_read2st64_b64" in kpack1 and "ds_read_b128" not in kpack1
 
 
-def test_the_masked_loop_of_v3_is_double_buffered_too():
+def test_the_masked_loop_of_v3_is_pipelined_too():
     """Peeling the K tail is not what lets the pipeliner run: v3's masked loop at
     num_stages=2 doubles its LDS just the same."""
     one = isa.inspect("gemm", "v3", "gfx942")
