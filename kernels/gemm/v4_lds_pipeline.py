@@ -10,9 +10,9 @@ Idea:
     barrier until every wave has read them, then writes the registers over the
     same LDS tiles (``ds_write``): one tile per operand, 32 KiB for 128x64 A and
     64x128 B (v2's one-stage loop uses 16 KiB, A and B taking turns in one
-    allocation; a second LDS tile per operand appears at ``num_stages=3``, 64 KiB). gfx950: straight into LDS
-    (``buffer_load_dwordx4 ... lds``), so there the prefetch needs a second LDS tile
-    per operand at two stages already (67,520 B).
+    allocation; a second LDS tile per operand appears at ``num_stages=3``, 64 KiB).
+    gfx950: straight into LDS (``buffer_load_dwordx4 ... lds``), so there the
+    prefetch needs a second LDS tile per operand at two stages already (67,520 B).
 
     The kernel change that goes with it: the loop now runs over the full BLOCK_K
     steps with only the loop-invariant row/column masks, and the ragged last K step,
@@ -40,16 +40,16 @@ Idea:
       512 / N per lane (256 for N = 2), but v4 needs about 120 VGPRs, so the cap never
       binds; the ceiling does: without the option the kernel runs 4 waves per SIMD,
       with ``waves_per_eu=2`` it runs 2. Look at ``.vgpr_count`` and ``; Occupancy:``
-      in the ISA. Whether fewer waves, each with the whole of its share of the
-      register file and LDS bandwidth, is faster here is for a GPU to measure; this
-      rung sets 2 and the tuner of v5 tries others.
+      in the ISA. Whether two waves beat four here is for a GPU to measure; this
+      rung sets 2, and v5's tuner also times 0 (no attribute).
 
     What to look for in the gfx942 ISA: ``v_mfma_f32_16x16x16_bf16``,
     ``ds_write_b128`` (staging into LDS), ``ds_read_b128`` (operands out of LDS),
     ``buffer_load_dwordx4`` (16 bytes per lane) and LDS bytes in the metadata twice
-    v3's (one tile per operand against v3's shared one). The wide loads need leading strides that are multiples of 16 elements,
-    which the JIT specializes on at run time (the ISA inspector compiles with the
-    same hints; tensors under 2 GB also make the loads buffer loads).
+    v3's (one tile per operand against v3's shared one). The wide loads need leading
+    strides that are multiples of 16 elements, which the JIT specializes on at run
+    time (the ISA inspector compiles with the same hints; tensors under 2 GB also
+    make the loads buffer loads).
 
     The layout of B matters on gfx942. MFMA wants both operands K-contiguous in
     LDS; B in row-major layout (N contiguous, ``x @ w`` with ``w`` (K, N)) is
