@@ -122,6 +122,21 @@ def test_v4_priors_do_not_spill_double_buffer_and_keep_two_waves(target):
         assert any(op.startswith("v_mfma") for op in ops) and not _lds16(ops) and not _int_compares(ops)
 
 
+def test_v4_second_stage_prefetches_into_registers_not_a_second_lds_buffer():
+    """v4's docstring and notebook 02, gfx942: the priors' ``num_stages=2`` leaves the LDS
+    as it is at one stage (the K/V prefetch waits in VGPRs, which grow); v4's LDS at
+    D = 128 is twice v3's at either stage. ``waves_per_eu=2`` changes nothing there: the
+    VGPRs already allow two waves per SIMD and no more."""
+    v3 = isa.inspect("attention", "v3", "gfx942")
+    for d in (128, 64):
+        one, two, free = (isa.inspect_all("attention", "v4", "gfx942", overrides={"BLOCK_D": d, **more})[0]
+                          for more in ({"num_stages": 1}, {}, {"waves_per_eu": 0}))
+        assert (one.options["num_stages"], two.options["num_stages"], two.options["waves_per_eu"]) == (1, 2, 2)
+        assert one.lds_bytes == two.lds_bytes and one.vgprs < two.vgprs, (one.summary(), two.summary())
+        assert (free.vgprs, free.occupancy.value) == (two.vgprs, two.occupancy.value) == (free.vgprs, 2)
+        if d == 128:
+            assert two.lds_bytes == 2 * v3.lds_bytes
+
 @pytest.mark.parametrize("target", [
     pytest.param("gfx942", marks=pytest.mark.xfail(strict=True, reason=(
         "the D = 128 prior's packed (VARLEN) launch spills VGPRs to scratch on gfx942: "

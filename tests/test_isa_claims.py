@@ -4,8 +4,9 @@ Two kinds of check. A scan: every instruction name written in a kernel docstring
 comment (``kernels/``) or in a notebook's prose must occur in the machine code of
 that op's rungs (``v_mfma_f32_32x32x8_bf16``, ``ds_read_b128``, ``wgmma``...),
 compiled for gfx942, gfx950 and sm90; a renamed or invented instruction fails. And
-one test per claim about *how* the code changes from rung to rung (v4's docstring:
-double LDS, no K compare in the loop, the MFMA shape per ``matrix_instr_nonkdim``...).
+one test per claim about *how* the code changes from rung to rung (v4's docstring: one
+LDS tile per operand, no K compare in the loop, the MFMA shape per
+``matrix_instr_nonkdim``...).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 import kernels
+from kernels.gemm import v2_triton_tile, v4_lds_pipeline
 from kernels.registry import PACKAGES
 from workbench import isa, isa_parse
 
@@ -91,6 +93,93 @@ def test_v4_doubles_the_lds_of_v3_and_drops_the_k_compare():
     assert not any(op.startswith("v_cmp") for op in _loop_ops(v4))
 
 
+
+def _tile_bytes(rung: str) -> tuple[int, int]:
+    """Bytes of one bf16 A tile and one B tile of ``rung``'s gfx942 config."""
+    cfg = v2_triton_tile.config("hip") if rung == "v2" else v4_lds_pipeline.config("hip", "gfx942")
+    return cfg["BLOCK_M"] * cfg["BLOCK_K"] * 2, cfg["BLOCK_K"] * cfg["BLOCK_N"] * 2
+
+
+def test_lds_holds_one_tile_per_operand_until_three_stages():
+    """Notebook 01 and v4's docstring, gfx942: at num_stages=1 (v2) A and B take turns in
+    one allocation the size of one tile; at 2 (v4) each operand has one LDS tile, the
+    prefetch waits in registers; a second LDS tile per operand appears at 3."""
+    a_tile, b_tile = _tile_bytes("v4")
+    assert _tile_bytes("v2") == (a_tile, b_tile) == (16384, 16384)
+    assert isa.inspect("gemm", "v2", "gfx942").lds_bytes == max(a_tile, b_tile)
+    lds = {stages: isa.inspect("gemm", "v4", "gfx942", overrides={"num_stages": stages}).lds_bytes
+           for stages in (1, 2, 3)}
+    assert lds == {1: max(a_tile, b_tile), 2: a_tile + b_tile, 3: 2 * (a_tile + b_tile)}
+    # gfx950 loads straight into LDS: there the prefetch takes a second tile at two stages
+    assert 2 * (a_tile + b_tile) < isa.inspect("gemm", "v4", "gfx950").lds_bytes == 67520
+
+
+def test_v4_prefetches_into_registers_and_overwrites_its_one_lds_tile():
+    """gfx942, num_stages=2: the loop issues the global loads of the next K step first,
+    reads this step's operands out of LDS, waits at a barrier until every wave has read
+    them, and only then writes the prefetched registers into the same LDS tile. The
+    one-stage loops of v2, v3 and v4 store to LDS first."""
+    def loop(rung, **overrides):
+        return _loop_ops(isa.inspect("gemm", rung, "gfx942", overrides=overrides))
+
+    assert isa_parse.prefetches_into_registers(loop("v4"))
+    assert not any(map(isa_parse.prefetches_into_registers, (loop("v2"), loop("v3"), loop("v4", num_stages=1))))
+    ops = loop("v4")
+    assert ops.index("buffer_load_dwordx4") < ops.index("ds_read_b128")
+
+
+def test_waves_per_eu_is_a_ceiling_that_costs_v4_half_its_waves():
+    """waves_per_eu=2 does not cap v4's registers (the same VGPRs without it, few enough
+    for 4 waves per SIMD): it lowers occupancy from 4 to 2 (``amdgpu-waves-per-eu="2,2"``)."""
+    capped = isa.inspect("gemm", "v4", "gfx942")
+    free = isa.inspect("gemm", "v4", "gfx942", overrides={"waves_per_eu": 0})
+    assert capped.options["waves_per_eu"] == 2 and capped.vgprs == free.vgprs <= 128
+    assert (free.occupancy.value, capped.occupancy.value) == (4, 2)
+
+
+_LDS_LOADS = {1: "ubyte", 2: "ushort", 4: "dword", 12: "dwordx3", 16: "dwordx4"}
+
+
+def _assembles(arch: str, instruction: str) -> bool:
+    """Whether the AMD assembler Triton ships accepts ``instruction`` for ``arch``."""
+    from triton.backends.amd.compiler import assemble_amdgcn
+
+    source = (f'.amdgcn_target "amdgcn-amd-amdhsa--{arch}"\n.text\n.globl k\n.p2align 8\n'
+              f".type k,@function\nk:\n  s_mov_b32 m0, 0\n  {instruction}\n  s_endpgm\n")
+    try:
+        return bool(assemble_amdgcn(source, arch, ""))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.parametrize("arch, widths", [("gfx942", {1, 2, 4}), ("gfx950", {1, 2, 4, 12, 16})])
+def test_global_to_lds_loads_per_lane_width(arch, widths):
+    """Notebook 01: gfx942 loads from global memory straight into LDS at 1, 2 and 4 bytes
+    per lane; gfx950 adds 12 and 16 (both the buffer and the global forms)."""
+    accepted = {size for size, name in _LDS_LOADS.items()
+                if _assembles(arch, f"buffer_load_{name} v0, s[0:3], 0 offen lds")
+                and _assembles(arch, f"global_load_lds_{name} v[0:1], off")}
+    assert accepted == widths
+
+def test_gfx942_loads_into_lds_4_bytes_per_lane_where_gfx950_loads_16(monkeypatch):
+    """Notebook 01: both targets can load from global memory straight into LDS. Triton 3.9
+    does it by default on gfx950 only (16 bytes per lane); asked to on gfx942
+    (TRITON_HIP_USE_ASYNC_COPY=1) it emits the 4-byte form, the widest gfx942 has."""
+    from workbench import isa_compile
+
+    gfx950 = isa.inspect("gemm", "v4", "gfx950").asm.splitlines()
+    assert {line.split()[0] for line in gfx950 if isa_parse.loads_into_lds(line)} == {"buffer_load_dwordx4"}
+    assert not any(map(isa_parse.loads_into_lds, isa.inspect("gemm", "v4", "gfx942").asm.splitlines()))
+    monkeypatch.setenv("TRITON_HIP_USE_ASYNC_COPY", "1")
+    isa_compile.stop()   # the helper process reads the environment when it starts
+    try:
+        (kernel,) = isa_compile.compile_rung("gemm", "v4", isa.TARGETS["gfx942"], "bfloat16")
+    finally:
+        monkeypatch.delenv("TRITON_HIP_USE_ASYNC_COPY")
+        isa_compile.stop()
+    direct = {line.split()[0] for line in kernel["asm"].splitlines() if isa_parse.loads_into_lds(line)}
+    assert direct == {"buffer_load_dword"}
+
 def _loads_into_lds(report) -> int:
     return sum(map(isa_parse.loads_into_lds, report.hot_loop.splitlines()))
 
@@ -121,7 +210,7 @@ def test_kpack_2_reads_operands_128_bits_at_a_time_on_gfx942():
     assert "ds_read2st64_b64" in kpack1 and "ds_read_b128" not in kpack1
 
 
-def test_the_masked_loop_of_v3_is_double_buffered_too():
+def test_the_masked_loop_of_v3_is_pipelined_too():
     """Peeling the K tail is not what lets the pipeliner run: v3's masked loop at
     num_stages=2 doubles its LDS just the same."""
     one = isa.inspect("gemm", "v3", "gfx942")
@@ -149,7 +238,7 @@ def test_row_major_b_is_read_with_the_transposing_lds_read_on_gfx950():
 
 
 @pytest.mark.parametrize("target", ("gfx942", "gfx950"))
-def test_waves_per_eu_2_keeps_registers_under_256(target):
+def test_v4_fits_two_waves_of_registers_without_spilling(target):
     report = isa.inspect("gemm", "v4", target)
     assert report.vgprs + (report.agprs or 0) <= 256 and (report.spills, report.sgpr_spills) == (0, 0)
 

@@ -78,6 +78,22 @@ def test_aux_loss_is_one_when_perfectly_balanced_and_e_when_collapsed():
     assert aux_loss(collapsed, torch.full((4, 1), 2, dtype=torch.int32)).item() == pytest.approx(4.0)
 
 
+@pytest.mark.parametrize("top_k", [2, 3])
+def test_aux_loss_peaks_at_e_over_k_for_top_k(top_k):
+    """A token's k slots go to k distinct experts, so no expert gets more than 1/k of the
+    slots: the worst routing (every token's slots on the same k experts, all the
+    probability on one of them) gives E/k, and no routing by :func:`route` exceeds it."""
+    experts = 6
+    ids = torch.arange(top_k, dtype=torch.int32).expand(5, top_k)
+    collapsed = torch.zeros(5, experts)
+    collapsed[:, 0] = 100.0
+    assert aux_loss(collapsed, ids).item() == pytest.approx(experts / top_k)
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(50):
+        logits = torch.randn(7, experts, generator=generator) * 10
+        assert aux_loss(logits, route(logits, top_k)[1]).item() <= experts / top_k + 1e-6
+
+
 @pytest.mark.parametrize("top_k, match", [(5, "top_k=5 must be between 1"), (0, "top_k=0"),
                                           (1.0, "top_k must be an int")])
 def test_route_refuses_top_k_out_of_range(top_k, match):

@@ -14,9 +14,17 @@ def test_first_rung_shows_its_source_and_the_simt_isa_note():
     assert view.passed and {r.dtype for r in view.checks} == {"float32", "float16"}
 
 
+def test_the_page_shows_the_docstring_once_and_each_heading_on_its_own_line():
+    """The first rung's code is its source without the docstring above it; with no ISA
+    table, the ISA note must not run into the Performance heading."""
+    page = view_rung("gemm", 0, (9, 7, 5))._repr_html_()
+    assert page.count("Idea:") == 1 and page.count("Why faster:") == 1
+    assert "<p><b>Performance</b></p>" in page and "</i><b>" not in page
+
+
 def test_simt_rung_page_says_why_it_has_no_isa_instead_of_an_empty_table():
     page = view_rung("gemm", 0, (9, 7, 5))._repr_html_()
-    isa_part = page[page.index("<b>ISA</b>"):page.index("<b>Performance</b>")]
+    isa_part = page[page.index("<b>ISA</b>"):page.index("<p><b>Performance</b>")]
     assert "no ISA for v0" in isa_part and "the inspector compiles Triton only" in isa_part
     assert "(no rows)" not in isa_part and "<table" not in isa_part
 

@@ -15,14 +15,16 @@ import torch
 
 from workbench import cli, train
 from workbench.train import flops, store
+from workbench.train.profiler_log import without_profiler_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = train.PRESETS["cpu-smoke"]
 
 
-def test_rows_have_every_field_and_label_the_interpreter(tmp_path):
+def test_rows_have_every_field_and_label_the_interpreter(tmp_path, capfd):
     out = tmp_path / "train.json"
     rows = train.run("cpu-smoke", "torch", steps=2, profile=True, out=out, progress=False)
+    assert "profiler_start" not in capfd.readouterr().err   # the profiler's own log lines are dropped
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         assert set(row) == set(store.FIELDS)
@@ -31,6 +33,13 @@ def test_rows_have_every_field_and_label_the_interpreter(tmp_path):
         assert row["step_ms"] > 0 and row["grad_norm"] > 0 and row["op_ms"]
         assert row["tokens_per_s"] == pytest.approx(SMOKE.batch * SMOKE.seq / row["step_ms"] * 1e3)
     assert store.load(out) == rows
+
+
+def test_only_the_profilers_start_and_stop_lines_are_dropped_from_stderr(capfd):
+    with without_profiler_lines():
+        os.write(2, b"USDT:2026-12-02 03:54:23 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+                    b"a warning\nUSDT:2026-12-02 03:54:26 1:1 SyncActivityProfilerHandler.cpp:59] profiler_stop\n")
+    assert capfd.readouterr().err == "a warning\n"
 
 
 def test_results_file_refuses_other_schemas(tmp_path):

@@ -17,7 +17,8 @@ from . import isa, results
 from .flashcards import Card, Deck
 from .interview_evidence import (BANK_BYTES, BUCKET_BYTES, GPUS, REASONS, all_reduce_rows,
                                  dropped_configs, fp8_rows, gemm_roof_row, instruction_shape, lanes,
-                                 lds_rows, matrix_instructions, mfma_size, ridges, tuning_rows, v3_v4)
+                                 lds_rows, matrix_instructions, mfma_size, operand_tiles_bytes,
+                                 register_prefetch, ridges, tuning_rows, v3_v4)
 from .table import html_table
 
 
@@ -153,14 +154,20 @@ def _v4_card() -> Card:
                 f"{roof['bound (model)']}-bound (model), so what counts is how busy the matrix "
                 "cores stay, not how many bytes move."
                 "\n\n"
-                f"ISA: v3 has one LDS buffer ({v3.lds_bytes} bytes, num_stages "
-                f"{v3.options['num_stages']}): each K step loads, waits, then runs its MFMAs. "
-                f"v4 holds two ({v4.lds_bytes} bytes, num_stages {v4.options['num_stages']}): "
-                "the loads of step k+1 are in flight while the MFMAs of step k run. It does not "
-                f"win on occupancy ({v4.occupancy.value} waves per SIMD against "
-                f"{v3.occupancy.value}) nor on a bigger instruction "
+                f"ISA (gfx942, compiled here): v3 (num_stages {v3.options['num_stages']}) loads a "
+                "K step, writes it to LDS, waits, then runs its MFMAs; A and B take turns in one "
+                f"{v3.lds_bytes}-byte LDS allocation. v4 (num_stages {v4.options['num_stages']}) "
+                "issues the global loads of step k+1 before the MFMAs of step k; they wait in "
+                f"registers ({v4.vgprs} VGPRs against {v3.vgprs}) and are written, after a barrier, "
+                f"over the one LDS tile per operand ({v4.lds_bytes} bytes): no second LDS buffer, "
+                "which only num_stages 3 adds. Its loop also has no K compare (the ragged step is "
+                f"peeled). It has fewer waves per SIMD ({v4.occupancy.value} against "
+                f"{v3.occupancy.value}: waves_per_eu=2 is a ceiling) and smaller MFMAs "
                 f"({', '.join(v4.matrix_instructions)} against {', '.join(v3.matrix_instructions)})."
                 "\n\n"
+                "Whether v4 is faster at all is for a GPU to settle: the ISA shows the load "
+                "latency overlapped within a wave, v3 hides it with twice the waves instead, "
+                "and neither the roofline model nor the compiler says which wins. "
                 f"Measured: {len(recorded)} recorded GPU result files ship with this copy"
                 + (", see workbench/recorded/." if recorded else
                    ", so this card shows the mechanism and no measured speed-up."))
@@ -177,11 +184,14 @@ def _v4_card() -> Card:
         v3, v4 = v3_v4()
         return {"v4 keeps more waves per SIMD to hide latency": v4.occupancy.value > v3.occupancy.value,
                 "v4 uses a larger MFMA instruction": mfma_size(v4) > mfma_size(v3),
-                "v4 double-buffers LDS so loads overlap the MFMAs":
-                    v4.lds_bytes == 2 * v3.lds_bytes and v4.options["num_stages"] > v3.options["num_stages"]}
+                "v4 double-buffers LDS: it loads step k+1 into a second LDS tile":
+                    v4.lds_bytes >= 2 * operand_tiles_bytes(),
+                "v4 prefetches step k+1 into registers; only a GPU can say if that beats v3":
+                    register_prefetch(v4) and not register_prefetch(v3)}
 
-    return Card("GEMM: why v4 beats v3 on MI300X",
-                "GEMM v4 is v3 plus one idea. In ISA and roofline terms, why does it run faster on MI300X?",
+    return Card("GEMM: what v4 changes over v3 on MI300X",
+                "GEMM v4 is v3 plus one idea. What do its gfx942 ISA and the roofline model show, "
+                "and what can only a GPU settle?",
                 answer, evidence, claims)
 
 

@@ -17,9 +17,10 @@ import kernels
 import roofline
 from kernels import tuning
 from kernels.comm.cost_model import ALGORITHMS
+from kernels.gemm import v4_lds_pipeline
 from kernels.gemm_fp8 import fp8_dtype
 
-from . import comm_model, isa, isa_compile
+from . import comm_model, isa, isa_compile, isa_parse
 
 GPUS = ("MI300X", "MI355X", "H200")
 # RDNA3 (a Radeon target, not in isa.TARGETS): compiled once to show WMMA and wave32 next to CDNA.
@@ -97,6 +98,17 @@ def ridges() -> list[dict]:
 
 def v3_v4() -> tuple:
     return isa.inspect("gemm", "v3", "gfx942"), isa.inspect("gemm", "v4", "gfx942")
+
+
+def operand_tiles_bytes() -> int:
+    """LDS bytes of one bf16 A tile and one B tile of v4's gfx942 config."""
+    cfg = v4_lds_pipeline.config("hip", "gfx942")
+    return (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2
+
+
+def register_prefetch(report) -> bool:
+    """Its hot loop holds the next K step in registers (:func:`isa_parse.prefetches_into_registers`)."""
+    return isa_parse.prefetches_into_registers([m for m in map(isa_parse.mnemonic, report.hot_loop.splitlines()) if m])
 
 
 def instruction_shape(instruction: str) -> tuple[int, int, int]:

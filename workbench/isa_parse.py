@@ -122,6 +122,20 @@ def loads_into_lds(line: str) -> bool:
         code[-1] == "lds" or code[0].startswith("global_load_lds"))
 
 
+def prefetches_into_registers(loop: list[str]) -> bool:
+    """An AMDGCN hot loop (mnemonics) that holds a later step's operands in registers:
+    its global loads come before its LDS reads, and its LDS writes only after the last
+    read and a barrier, so the loads wait in VGPRs while this step's operands are read
+    out of LDS (Triton's gfx942 pipeliner from ``num_stages=2``). A one-stage loop
+    stores to LDS before it reads."""
+    kinds = [category(op, "amdgcn") for op in loop]
+    where = {kind: [i for i, k in enumerate(kinds) if k == kind] for kind in ("global_load", "lds_read", "lds_write")}
+    if not all(where.values()):
+        return False
+    last_read, first_write = where["lds_read"][-1], where["lds_write"][0]
+    return (where["global_load"][0] < where["lds_read"][0] and last_read < first_write
+            and "s_barrier" in loop[last_read:first_write])
+
 def branch_target(line: str, dialect: str) -> str | None:
     """The label a branch instruction jumps to (None for any other line)."""
     m = _BRANCH[dialect].match(line)

@@ -1,7 +1,8 @@
 """One rung of a ladder, everything a reader needs in one place: the notebooks' page.
 
 :func:`view_rung` gathers the rung's idea (its docstring), the diff to the rung below
-(or the full source for the first rung), correctness in every dtype it claims at a
+(or, for the first rung, its source without the docstring the page already shows once),
+correctness in every dtype it claims at a
 small shape, the AMD ISA summary, and where its performance numbers come from
 (measured here, recorded on a named GPU, or none yet). The result renders as HTML in
 a notebook and as text in a terminal, and tests read its fields.
@@ -26,7 +27,7 @@ from .table import format_table, html_table
 class RungView:
     rung: Rung
     doc: str
-    code: Code                       # diff to the rung below, or the full source of the first
+    code: Code                       # diff to the rung below, or the first rung's source (no docstring)
     checks: list[CheckReport]
     isa_summary: dict | None         # None for rungs that are not Triton kernels
     isa_note: str
@@ -64,14 +65,16 @@ class RungView:
 
     def _repr_html_(self) -> str:
         isa_rows = [dict(metric=k, value=v) for k, v in (self.isa_summary or {}).items()]
+        # Each heading is a paragraph of its own: inline after the ISA note (no table for a
+        # SIMT rung) it would run into the next heading on one line.
         return "".join([
             f"<h3>{html.escape(self.rung.op)} {html.escape(self.rung.title)}</h3>",
             f"<pre>{html.escape(self.doc)}</pre>",
-            "<b>Code</b>", self.code._repr_html_(),
-            "<b>Correctness</b>", html_table(self._check_rows()),
-            f"<b>ISA</b> <i>{html.escape(self.isa_note)}</i>",
+            "<p><b>Code</b></p>", self.code._repr_html_(),
+            "<p><b>Correctness</b></p>", html_table(self._check_rows()),
+            f"<p><b>ISA</b> <i>{html.escape(self.isa_note)}</i></p>",
             html_table(isa_rows) if isa_rows else "",
-            f"<b>Performance</b><pre>{html.escape(self._performance_text())}</pre>",
+            f"<p><b>Performance</b></p><pre>{html.escape(self._performance_text())}</pre>",
         ])
 
 
@@ -89,7 +92,7 @@ def view_rung(op: str, which: int | str, shape: tuple, target: str = "gfx942",
     """Gather one rung's page; ``gpu`` filters the recorded results (e.g. "MI300X")."""
     rung = kernels.get(op, which)
     diff = rung_diff(rung)
-    code = Code(diff, diff=True) if diff else Code(rung_source(rung))
+    code = Code(diff, diff=True) if diff else Code(rung_source(rung, docstring=False))
     checks = [check_rung(rung, shape, d, layout=lay) for d in rung.dtypes if rung.supports(d)
               for lay in ("row", "col")] if rung.runs_here() else []
     summary, note = _isa(rung, target, isa_dtype)

@@ -65,7 +65,9 @@ class Code:
             style = f' style="background:{colour}"' if colour else ""
             return f"<span{style}>{html.escape(text)}</span>"
         body = "\n".join(line(t) for t in self.text.splitlines())
-        return f'<pre style="font-size:12px;line-height:1.3">{body}</pre>'
+        # A box of bounded height that scrolls: a long kernel or diff would otherwise
+        # stretch a ladder notebook over dozens of screens.
+        return f'<pre style="font-size:12px;line-height:1.3;max-height:36em;overflow:auto">{body}</pre>'
 
 
 def show_source(op: str, which: int | str) -> Code:

@@ -4,10 +4,10 @@ Two steps, one ahead of time and one per shape, as for the GEMM (:mod:`kernels.g
 
 * :func:`candidates` is the space written down per target and head-dim class
   (``BLOCK_D`` 64: any D <= 64; 128: any larger D): three (BLOCK_M, BLOCK_N) tiles
-  per class, 8 or 4 warps, and on AMD one or two LDS stages (2 asks Triton's
+  per class, 8 or 4 warps, and on AMD one or two stages (2 asks Triton's
   stream pipeliner to load K/V tile i+1 while tile i is multiplied),
-  ``waves_per_eu`` 2, 1 or 0 (no register cap) and 16x16 or 32x32 MFMAs
-  (``matrix_instr_nonkdim``); on sm90 two or three stages. 16x16 comes first: a
+  ``waves_per_eu`` 2, 1 or 0 (0: no ``amdgpu-waves-per-eu`` attribute) and 16x16 or
+  32x32 MFMAs (``matrix_instr_nonkdim``); on sm90 two or three stages. 16x16 comes first: a
   wave of a 128-row tile split over 8 waves owns 16 rows, which 32x32 MFMAs cover
   only through 16-bit LDS traffic and more registers (``tests/test_attention_isa.py``).
 * :func:`space` is what survives compiling every candidate ahead of time with v4
@@ -51,7 +51,7 @@ def _cfg(bm, bn, d, warps, stages, **knobs) -> triton.Config:
 
 
 def hip_candidates() -> list[triton.Config]:
-    """MI300X/MI355X: per tile, the warps, stages, register caps and MFMA shapes."""
+    """MI300X/MI355X: per tile, the warps, stages, ``waves_per_eu`` and MFMA shapes."""
     return [_cfg(bm, bn, d, warps, stages, waves_per_eu=waves, matrix_instr_nonkdim=nonkdim)
             for d in HEAD_DIMS for bm, bn in TILES[d] for warps in WARPS[d]
             for stages in (2, 1) for waves in (2, 1, 0) for nonkdim in (16, 32)]

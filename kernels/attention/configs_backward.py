@@ -46,7 +46,7 @@ def _cfg(kernel, bm, bn, d, warps, stages, **knobs) -> triton.Config:
 
 
 def hip_candidates() -> list[triton.Config]:
-    """MI300X/MI355X: per kernel and tile, the warps, stages and register caps; 16x16 MFMAs."""
+    """MI300X/MI355X: per kernel and tile, the warps, stages and ``waves_per_eu``; 16x16 MFMAs."""
     return [_cfg(kernel, bm, bn, d, warps, stages, waves_per_eu=waves, matrix_instr_nonkdim=16)
             for kernel in KERNELS for d in HEAD_DIMS for bm, bn in TILES[kernel]
             for warps in (4, 8) for stages in (1, 2) for waves in (2, 1)]

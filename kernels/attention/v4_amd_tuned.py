@@ -4,9 +4,10 @@ Idea:
     The kernel is v3's, unchanged; what changes is how it is launched. The launch
     settings are BLOCK_M (the query rows a program keeps), BLOCK_N (the key tile),
     the waves per program, ``num_stages`` (2 asks Triton's AMD stream pipeliner to
-    double-buffer the K/V tiles in LDS, loading tile i+1 while tile i is multiplied;
-    2 or 3 cp.async stages on sm90), ``waves_per_eu`` (the register cap the compiler
-    aims for, to keep that many waves per SIMD) and ``matrix_instr_nonkdim`` (16x16
+    load K/V tile i+1 while tile i is multiplied; on gfx942 the prefetch waits in
+    registers, and the priors' LDS is the same at one stage and two; 2 or 3
+    cp.async stages on sm90), ``waves_per_eu`` (Triton's ``amdgpu-waves-per-eu="N,N"``:
+    a floor and a ceiling on the waves per SIMD) and ``matrix_instr_nonkdim`` (16x16
     or 32x32 MFMAs). :mod:`.configs` writes the candidates down per target and
     head-dim class (D <= 64, D <= 128); every candidate was compiled ahead of time
     for gfx942, gfx950 and sm90 at its head dim and the ones that spill were dropped
@@ -21,9 +22,11 @@ Idea:
     forward (:func:`forward`).
 
 Why faster:
-    128 query rows per program halve the K/V re-reads of v3's 64, and the second LDS
-    stage is there to hide global-load latency behind the MFMAs, with two waves per
-    SIMD kept by ``waves_per_eu`` and 16x16 MFMAs, whose operands reach LDS without
+    128 query rows per program halve the K/V re-reads of v3's 64, and the second
+    stage is there to hide global-load latency behind the MFMAs (on gfx942 its
+    prefetch costs VGPRs, not LDS), with two waves per SIMD (on
+    gfx942 the priors' VGPRs allow two and no more, so their ``waves_per_eu=2``
+    changes nothing there) and 16x16 MFMAs, whose operands reach LDS without
     16-bit accesses on gfx942 where v3's 32x32 ones need them: that is the prior,
     the first config of each class. Whether a config beats another is measured by the tuner on the GPU it
     runs on, not assumed; no GPU timing exists in this repository, so none of this

@@ -20,7 +20,8 @@ Order of ``recv_x``: grouped by local expert ascending; within an expert by (sou
 source token index, k). Both modes produce the same rows in the same order.
 
 ``fp8=True`` quantizes each wire row to float8_e4m3fn with one float32 scale
-``s = amax(|row|)/448`` and ships it as bytes (gloo has no fp8 dtype). Error bound per
+``s = amax(|row|)/448`` and ships it as bytes (gloo has no fp8 dtype); DeepEP's fp8
+dispatch scales each 128 channels instead, which this does not offer. Error bound per
 element, before the final cast to x's dtype: ``|x' - x| <= 2^-4·|x| + 2^-10·s`` (3 mantissa
 bits round to within 2^-4 relative for normal values; below 2^-6·s the subnormal spacing
 2^-9·s gives the absolute term); the cast to x's dtype adds its own half-ulp. Rows must be

@@ -4,10 +4,12 @@ Expert parallelism splits the E experts of an MoE layer contiguously over W rank
 r owns experts ``[r·E/W, (r+1)·E/W)``. A token routed to k experts must reach every rank
 that owns one of them. A naive dispatch sends one row per (token, expert) pair; a token
 whose experts share a rank then crosses the wire several times with identical content.
-A deduplicating dispatch (DeepEP's) sends one row per (token, destination rank) and
-lets the receiver copy it to each local expert. :func:`dispatch_layout` counts both from
-the routing alone, with no process group, so notebooks and cost models can price a
-routing (DeepSeek-V3: 256 experts, top-8, 8 ranks) before any rank exists.
+A deduplicating dispatch sends one row per (token, destination rank) and lets the
+receiver copy it to each local expert: DeepEP's normal kernels do that; its low-latency
+kernels send one slot per (token, expert), as the naive count does.
+:func:`dispatch_layout` counts both from the routing alone, with no process group, so
+notebooks and cost models can price a routing (DeepSeek-V3: 256 experts, top-8, 8
+ranks) before any rank exists.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ import torch
 
 from . import _checks as check
 
-FP8_SCALE_BYTES = 4  # one float32 scale per row travels with an fp8 payload
+# One float32 scale per row travels with kernels.comm's fp8 payload (DeepEP's fp8: one per 128 channels).
+FP8_SCALE_BYTES = 4
 
 
 @dataclass(frozen=True, eq=False)

@@ -4,14 +4,20 @@ Idea:
     In v3 every K step loads its A and B tiles from HBM, writes them to LDS, waits,
     and only then runs its MFMAs: the matrix cores idle during each load. With
     ``num_stages=2`` Triton's pipeliner (the "stream pipeliner" on AMD) issues the
-    global loads of step k+1 before the MFMAs of step k, keeping a second LDS buffer
-    (gfx942: loads land in registers, then ``ds_write`` into the LDS buffer the MFMAs
-    are not reading; gfx950: ``buffer_load_dwordx4 ... lds`` copies straight into LDS).
+    global loads of step k+1 before the MFMAs of step k. Where the prefetch waits
+    depends on the target, and the compiled code shows it. gfx942: in registers. The
+    loop loads step k+1 into VGPRs, reads step k's operands out of LDS, waits at a
+    barrier until every wave has read them, then writes the registers over the
+    same LDS tiles (``ds_write``): one tile per operand, 32 KiB for 128x64 A and
+    64x128 B (v2's one-stage loop uses 16 KiB, A and B taking turns in one
+    allocation; a second LDS tile per operand appears at ``num_stages=3``, 64 KiB).
+    gfx950: straight into LDS (``buffer_load_dwordx4 ... lds``), so there the
+    prefetch needs a second LDS tile per operand at two stages already (67,520 B).
 
     The kernel change that goes with it: the loop now runs over the full BLOCK_K
     steps with only the loop-invariant row/column masks, and the ragged last K step,
     if any, is peeled after the loop with the K mask. The pipeliner would
-    double-buffer v3's masked loop as well (v3 compiled with ``num_stages=2`` doubles
+    pipeline v3's masked loop as well (v3 compiled with ``num_stages=2`` doubles
     its LDS too); what peeling buys is a loop without the K test: v3's gfx942 hot
     loop compares every step against K (``v_cmp_gt_i32``), v4's has no vector
     compare at all.
@@ -29,18 +35,21 @@ Idea:
       (fewer, wider LDS instructions). In Triton 3.9 ``HIPOptions.__post_init__``
       overwrites kpack to 1 on gfx950, with a deprecation warning; this rung sends
       kpack=2 on gfx942 only.
-    * ``waves_per_eu``: an occupancy target turned into the LLVM attribute
-      ``amdgpu-waves-per-eu``; the register allocator then keeps VGPRs under
-      512 / waves (2 waves: 256 VGPRs, arch+acc, per lane). Look at
-      ``.vgpr_count``, ``.vgpr_spill_count`` and ``; Occupancy:`` in the ISA:
-      spills (scratch traffic) cost more than the occupancy they buy.
+    * ``waves_per_eu``: Triton emits the LLVM attribute ``amdgpu-waves-per-eu="N,N"``,
+      a floor *and* a ceiling on the waves per SIMD. The floor would cap registers at
+      512 / N per lane (256 for N = 2), but v4 needs about 120 VGPRs, so the cap never
+      binds; the ceiling does: without the option the kernel runs 4 waves per SIMD,
+      with ``waves_per_eu=2`` it runs 2. Look at ``.vgpr_count`` and ``; Occupancy:``
+      in the ISA. Whether two waves beat four here is for a GPU to measure; this
+      rung sets 2, and v5's tuner also times 0 (no attribute).
 
     What to look for in the gfx942 ISA: ``v_mfma_f32_16x16x16_bf16``,
     ``ds_write_b128`` (staging into LDS), ``ds_read_b128`` (operands out of LDS),
     ``buffer_load_dwordx4`` (16 bytes per lane) and LDS bytes in the metadata twice
-    v3's. The wide loads need leading strides that are multiples of 16 elements,
-    which the JIT specializes on at run time (the ISA inspector compiles with the
-    same hints; tensors under 2 GB also make the loads buffer loads).
+    v3's (one tile per operand against v3's shared one). The wide loads need leading
+    strides that are multiples of 16 elements, which the JIT specializes on at run
+    time (the ISA inspector compiles with the same hints; tensors under 2 GB also
+    make the loads buffer loads).
 
     The layout of B matters on gfx942. MFMA wants both operands K-contiguous in
     LDS; B in row-major layout (N contiguous, ``x @ w`` with ``w`` (K, N)) is
@@ -63,8 +72,9 @@ Expected bound:
 
 Limits:
     Any M, N, K and strides, as v3; a K that is not a multiple of BLOCK_K costs one
-    extra masked step. Two LDS buffers of (BLOCK_M + BLOCK_N) x BLOCK_K elements must
-    fit in 64 KiB on gfx942 (160 KiB on gfx950). One fixed tile for every shape.
+    extra masked step. The LDS tiles, (BLOCK_M + BLOCK_N) x BLOCK_K elements per
+    stage beyond the first on gfx942 (per stage on gfx950), must fit in 64 KiB on
+    gfx942 (160 KiB on gfx950). One fixed tile for every shape.
 """
 from __future__ import annotations
 

@@ -75,8 +75,10 @@ def aux_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     the mean over tokens of the router's softmax probability for e. This is the loss of
     Fedus, Zoph and Shazeer, "Switch Transformers" (arXiv:2101.03961, eq. 4), which
     simplifies the one of Lepikhin et al., "GShard" (arXiv:2006.16668), extended to
-    top-k by counting slots. It is 1 for a perfectly even routing and reaches E when
-    every slot goes to one expert that also takes all the probability. Only ``P`` carries
+    top-k by counting slots. It is 1 for a perfectly even routing. A token's k slots go
+    to k distinct experts, so no ``f_e`` exceeds 1/k and the loss peaks at E/k (E for
+    top-1): every token's slots on the same k experts, one of which takes all the
+    probability. Only ``P`` carries
     a gradient (the counts are discrete): the loss pushes probability away from
     overloaded experts. Multiply by a small coefficient (Switch: 1e-2) before adding it
     to the training loss.

@@ -89,11 +89,17 @@ def test_every_number_has_a_resolvable_source(name):
 
 @pytest.mark.parametrize("name, field", [
     ("B200", "peak_tflops.fp64"), ("B200", "bandwidth_tbps.hbm"), ("B200", "capacity.l2_mib"),
-    ("H200 SXM", "clock_ghz"), ("MI355X", "capacity.llc_mib"), ("MI355X", "bandwidth_tbps.lds"),
-    ("MI300X", "bandwidth_tbps.l2"),
+    ("H200 SXM", "clock_ghz"), ("MI355X", "bandwidth_tbps.lds"), ("MI300X", "bandwidth_tbps.l2"),
 ])
 def test_uncertain_values_stay_flagged(name, field):
     assert roofline.spec(name).uncertain[field]
+
+
+def test_mi355x_llc_is_rocm_tables_256_mib_not_flagged():
+    """ROCm's GPU specifications table (S1) lists MI355X's L3 (Infinity Cache) at 256 MiB."""
+    s = roofline.spec("MI355X")
+    assert s.llc_mib == 256 and "capacity.llc_mib" not in s.uncertain
+    assert "S1" in s.provenance["capacity.llc_mib"].source and "gpu-specs" in s.sources["S1"]
 
 
 def test_formula_numbers_are_marked_derived():

@@ -35,6 +35,7 @@ from . import checkpoint as ckpt
 from . import data, distributed, flops, ops, store
 from .files import FileArgumentError, writable
 from .presets import preset as _preset
+from .profiler_log import profiled
 from .tuning_pass import build, dtype_here, forward_backward, tuning_pass
 
 TOP_OPS = 10
@@ -170,7 +171,7 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
         activities = [torch.profiler.ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) if profile else contextlib.nullcontext() as prof, \
+        with profiled(activities) if profile else contextlib.nullcontext() as prof, \
                 tuning.mode("frozen"), tuning.recording() as chosen:
             span = _Span(device)
             loss, norm = _step(step_fn, model, optimizer, cfg, tokens, targets, device, dtype)

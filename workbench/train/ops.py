@@ -42,6 +42,12 @@ def label(impls: dict[str, str]) -> str:
     return values.pop() if len(values) == 1 else ",".join(f"{k}={v}" for k, v in impls.items())
 
 
+def wrappable(label: str) -> str:
+    """A :func:`label` with a space after each comma: a table cell or a chart legend can
+    break it there instead of running one long word past its column."""
+    return label.replace(",", ", ")
+
+
 def linear(impl: str, in_features: int, out_features: int) -> torch.nn.Linear:
     """A bias-free projection; both classes have torch's parameters and initialization."""
     cls = _kernels.nn.Linear if impl == "workbench" else torch.nn.Linear

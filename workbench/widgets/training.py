@@ -109,9 +109,9 @@ class TrainingComparison(Panel):
         return self
 
     def kernel_sets(self) -> dict[str, dict[str, str]]:
-        """The chosen sets by label ("A: torch", "B: gemm=workbench,attention=torch,moe=torch")."""
+        """The chosen sets by label ("A: torch", "B: gemm=workbench, attention=torch, moe=torch")."""
         chosen = {name: {op: p.value for op, p in pickers.items()} for name, pickers in self.sets.items()}
-        return {f"{name}: {ops.label(impls)}": impls for name, impls in chosen.items()}
+        return {f"{name}: {ops.wrappable(ops.label(impls))}": impls for name, impls in chosen.items()}
 
     def compute(self) -> TrainingResult:
         preset, runs, errors = self.preset.value, {}, {}

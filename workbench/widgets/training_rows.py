@@ -15,7 +15,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
-from ..train import store
+from ..train import ops, store
 
 SUMMARY = ["set", "kernels", "steps", "first_loss", "last_loss", "step_ms", "tokens_per_s",
            "tflops", "mfu", "peak_mem_gib", "source", "gpu", "date"]
@@ -69,7 +69,7 @@ def summary(label: str, rows: list[dict]) -> dict:
     """One table row for a kernel set: its losses, and its medians where the rows are from a GPU."""
     gpu = is_gpu(rows)
     times = {k: _median(rows, k) if gpu else None for k in TIMES}
-    return dict(set=label, kernels=rows[0]["kernels"], steps=len(rows), first_loss=rows[0]["loss"],
+    return dict(set=label, kernels=ops.wrappable(rows[0]["kernels"]), steps=len(rows), first_loss=rows[0]["loss"],
                 last_loss=rows[-1]["loss"], **times, peak_mem_gib=_peak(rows),
                 source="measured" if gpu else f"{rows[0]['backend']} (losses only)",
                 gpu=rows[0]["gpu"], date=rows[-1]["timestamp"][:10])

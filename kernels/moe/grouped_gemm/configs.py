@@ -5,7 +5,7 @@ Two steps, one ahead of time and one per shape, as for the GEMM (:mod:`kernels.g
 
 * :func:`candidates` is the space written down per target: 128x128, 256x128, 128x256,
   256x256, 64x128, 128x64 and 64x64 tiles, 64 deep (the MFMA/wgmma-friendly depth of GEMM
-  v4), 4 or 8 warps, and on AMD ``waves_per_eu`` 2 or 0 (no register cap) with
+  v4), 4 or 8 warps, and on AMD ``waves_per_eu`` 2 or 0 (no ``amdgpu-waves-per-eu`` attribute) with
   16x16 MFMAs and GEMM v4's ``kpack``; on sm90 three or four cp.async stages. Few
   candidates on purpose: each is compiled three times per target (below).
 * :func:`space` is what survives compiling every candidate ahead of time with v4
@@ -47,7 +47,7 @@ def _cfg(bm, bn, bk, warps, stages, **knobs) -> triton.Config:
 
 
 def hip_candidates(arch: str) -> list[triton.Config]:
-    """MI300X/MI355X: two LDS stages (Triton's AMD pipeliner), with and without a register cap."""
+    """MI300X/MI355X: two stages (Triton's AMD pipeliner), with ``waves_per_eu`` 2 and without."""
     knobs = amd_options(arch)
     return [_cfg(bm, bn, 64, warps, 2, **{**knobs, "waves_per_eu": waves})
             for (bm, bn), all_warps in TILES for warps in all_warps for waves in (2, 0)]

@@ -2,7 +2,7 @@
 
 Idea:
     Replace v0's vendor GEMM with the project's Triton GEMM (GEMM v4's kernel: MFMA
-    tiles, a double-buffered K loop through LDS, the AMD knobs) and keep v0's
+    tiles, a pipelined K loop through LDS, the AMD knobs) and keep v0's
     structure: read the offsets on the host, then launch the kernel once per
     non-empty expert on that expert's slice of x, its w[g] and its slice of the
     output (views, no copies). Many MoE kernels pad each expert's rows to a multiple

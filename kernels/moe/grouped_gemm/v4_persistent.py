@@ -19,7 +19,7 @@ Idea:
     its group is done. The program ids get GEMM v3's XCD remap (over the persistent
     ids, as GEMM v6), so each XCD's programs take consecutive units: one x row tile
     and neighbouring column panels of w[g] share that XCD's L2. The tile product is
-    the shared loop of :mod:`.tiles` (MFMA, two LDS stages, peeled ragged step), with
+    the shared loop of :mod:`.tiles` (MFMA, two pipeline stages, peeled ragged step), with
     64-bit offsets; fp32, fp16 and bf16.
 
     Tuned: BLOCK_M/N/K, warps, stages and the AMD knobs come from :mod:`.configs`,
