@@ -10,7 +10,8 @@ import dataclasses
 import pytest
 
 import roofline
-from workbench.model import Prediction, combine, loop, machine, predict, tiles
+from kernels.gemm import v6_persistent
+from workbench.model import Prediction, combine, gemm, loop, machine, predict, tiles
 
 # One full-rate MFMA per dtype: with the datasheet's CUs and clock, 4 matrix cores per CU
 # at these cycle counts must give the datasheet's peak, or the table is wrong.
@@ -201,3 +202,38 @@ def test_prediction_is_labelled_model_everywhere():
 def test_bad_requests_name_what_is_covered(args, error, named):
     with pytest.raises(error, match=named):
         predict(*args)
+
+
+def test_traffic_of_partials_and_their_fixup():
+    split = tiles.Wave(((0, (0, 0)), (0, (0, 0))), k=64, out_bytes=128 * 128 * 4)
+    fixup = tiles.Wave(((0, (0, 0)),), k=0, read_bytes=2 * 128 * 128 * 4)
+    shape, block = (128, 128, 128), (128, 128)
+    assert tiles.traffic(split, shape, block, 2, 1)["hbm"] == (128 + 128) * 64 * 2 + 2 * 128 * 128 * 4
+    assert tiles.traffic(fixup, shape, block, 2, 1)["hbm"] == 128 * 128 * 2 + 2 * 128 * 128 * 4
+
+
+def test_v2_walks_tile_rows_first_and_deals_programs_to_xcds():
+    plan = gemm.plan("v2", (512, 512, 64), "gfx942", 304)
+    (wave,) = plan.waves((512, 512, 64), slots=304, xcds=8)
+    assert [tile for _, tile in wave.placed[:5]] == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1)]
+    assert [xcd for xcd, _ in wave.placed[:9]] == [0, 1, 2, 3, 4, 5, 6, 7, 0]
+
+
+def test_v3_gives_each_xcd_a_contiguous_run_of_tiles():
+    plan = gemm.plan("v3", (2048, 2048, 64), "gfx942", 304)   # 16 x 16 tiles of 128
+    (wave, _) = plan.waves((2048, 2048, 64), slots=128, xcds=8)
+    on_xcd0 = [tile for xcd, tile in wave.placed if xcd == 0]
+    assert on_xcd0 == [tiles.grouped(i, 16, 16, plan.cfg["GROUP_M"]) for i in range(16)]
+
+
+def test_v6_splits_the_tail_and_adds_its_fixup():
+    plan = gemm.plan("v6", (1000, 1000, 1000), "gfx942", 304)
+    cfg = plan.cfg
+    got = plan.waves((1000, 1000, 1000), slots=304, xcds=8)
+    sched = v6_persistent.schedule(1000, 1000, 1000, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], 304)
+    assert sched.splits > 1 and sched.dp_tiles == 0
+    split, fixup = got
+    assert len(split.placed) == sched.sk_tiles * sched.splits and split.k == sched.split_k
+    assert split.out_bytes == cfg["BLOCK_M"] * cfg["BLOCK_N"] * 4
+    assert len(fixup.placed) == sched.sk_tiles and fixup.k == 0
+    assert fixup.read_bytes == sched.splits * split.out_bytes

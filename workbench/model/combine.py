@@ -24,7 +24,7 @@ Limits, known and left: one clock (the spec's peak engine clock; a GPU under a f
 MFMA load may clock lower), no launch overhead, no L2/MALL capacity limit (a wave's
 shared operands always hit), all lanes active, LDS accesses of 8 bytes and more taken
 as free of bank conflicts, the K tail charged as a whole iteration, v6's fixup kernel
-left out.
+charged its traffic and one program's start and end (with the main kernel's occupancy).
 """
 from __future__ import annotations
 

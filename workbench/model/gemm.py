@@ -5,7 +5,9 @@ The configs come from the rungs themselves (their ``config`` functions, v5's and
 pruned prior for the shape, v6's split schedule), so a change to a rung's choice
 changes the prediction. The tile orders mirror the kernels: v2's 2-D grid walks
 tile rows fastest; v3 to v5 remap program ids so each XCD gets a contiguous run,
-then walk ``GROUP_M`` rows per group; v6's persistent programs take units in turn.
+then walk ``GROUP_M`` rows per group; v6's persistent programs take units in turn, the
+split units write fp32 partial tiles, and its fixup kernel is a last wave without a K
+loop that reads them.
 """
 from __future__ import annotations
 
@@ -68,9 +70,14 @@ def _persistent_waves(cfg: dict, programs: int, shape, tiles_m: int, tiles_n: in
 
     out = [Wave(placed(ids, lambda u: u), k) for ids in waves(plan.dp_tiles, programs)]
     if plan.sk_tiles:
+        partial = cfg["BLOCK_M"] * cfg["BLOCK_N"] * 4   # an fp32 tile to the workspace
         units = range(plan.dp_tiles, plan.dp_tiles + plan.sk_tiles * plan.splits)
         out.append(Wave(placed(units, lambda u: plan.dp_tiles + (u - plan.dp_tiles) // plan.splits),
-                        plan.split_k))
+                        plan.split_k, out_bytes=partial))
+        # the fixup kernel: one program per tail tile, no K loop, reads its partials
+        fixup = range(plan.sk_tiles)
+        out.append(Wave(tuple((round_robin(t, xcds), grouped(plan.dp_tiles + t, tiles_m, tiles_n, cfg["GROUP_M"]))
+                              for t in fixup), 0, read_bytes=plan.splits * partial))
     return out
 
 

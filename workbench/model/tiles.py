@@ -14,7 +14,8 @@ share nothing):
   blocks its tiles read;
 * ``hbm``: the distinct A row blocks and B column blocks of the whole wave.
 
-The C tile each program writes is added to every level.
+The C tile each program writes (v6's split units: an fp32 partial tile; its fixup
+kernel: the partials it reads, too) is added to every level.
 """
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ class Wave:
 
     placed: tuple[tuple[int, tuple[int, int]], ...]
     k: int
+    out_bytes: float | None = None   # what each program writes; None: its C tile in the dtype
+    read_bytes: float = 0.0          # what each program reads besides A and B (v6's fixup: partials)
 
 
 def waves(programs: int, slots: int) -> list[range]:
@@ -63,7 +66,8 @@ def traffic(wave: Wave, shape: tuple[int, int, int], block: tuple[int, int], ele
         return min(bn, n - j * bn)
 
     tiles = [tile for _, tile in wave.placed]
-    out_bytes = sum(rows(i) * cols(j) for i, j in tiles) * elem_bytes
+    out_bytes = (sum(rows(i) * cols(j) for i, j in tiles) * elem_bytes if wave.out_bytes is None
+                 else len(tiles) * wave.out_bytes) + len(tiles) * wave.read_bytes
     requested = sum(rows(i) + cols(j) for i, j in tiles) * k * elem_bytes
 
     def distinct(part) -> float:
