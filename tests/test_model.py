@@ -237,3 +237,12 @@ def test_v6_splits_the_tail_and_adds_its_fixup():
     assert split.out_bytes == cfg["BLOCK_M"] * cfg["BLOCK_N"] * 4
     assert len(fixup.placed) == sched.sk_tiles and fixup.k == 0
     assert fixup.read_bytes == sched.splits * split.out_bytes
+
+
+def test_workbench_predict_is_the_model():
+    import workbench
+    from workbench import model
+
+    assert workbench.predict is model.predict
+    with pytest.raises(AttributeError, match="no_such_name"):
+        workbench.no_such_name  # noqa: B018

@@ -17,8 +17,9 @@ program waits ``L`` and then computes its share (``round >= L + round_issue / R`
 
 A program takes ``L`` to start (its first loads), ``trips`` rounds, and ``L`` plus the
 store of its C tile at the CU's L1 rate to finish. A wave of programs (:mod:`.tiles`)
-takes the longer of that and each memory level's bytes over its bandwidth; the launch
-is the sum of its waves.
+takes the longer of that and each memory level's bytes over its bandwidth (a level the
+GPU's spec gives no bandwidth for is left out: MI355X's Infinity Cache); the launch is
+the sum of its waves.
 
 Limits, known and left: one clock (the spec's peak engine clock; a GPU under a full
 MFMA load may clock lower), no launch overhead, no L2/MALL capacity limit (a wave's
