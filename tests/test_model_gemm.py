@@ -65,6 +65,14 @@ def test_fp16_runs_at_its_own_measured_clock():
     assert p.dtype == "fp16" and p.tflops > 0
 
 
+def test_fp32_without_a_measured_clock_says_it_uses_the_spec_clock():
+    p = _predict("v4", SHAPE, "MI300X", "fp32")
+    clock, source = p.inputs["engine clock under MFMA load (MHz)"]
+    assert clock == 2100 and "spec clock_ghz" in source
+    assert any(name.endswith("_f32") for name in p.inputs["hot loop per wave and iteration"][0]["MFMAs"])
+    assert 0 < p.tflops <= roofline.spec("MI300X").peak("fp32")
+
+
 V3_V4 = ("the model puts v4 below v3: v4's waves_per_eu=2 leaves 2 waves per SIMD, and the "
          "overlap rule hides only half of the LDS time behind the MFMAs (v3: 4 waves, three "
          "quarters); v4's docstring claims the pipeline wins. Unmeasured which is right.")
