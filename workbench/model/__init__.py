@@ -21,9 +21,11 @@ from __future__ import annotations
 import roofline
 import torch
 
+import kernels
 from kernels.gemm import spec as gemm_spec
 
 from .. import isa
+from ..isa_occupancy import SIMDS_PER_CU
 from . import combine, gemm, loop, machine, tiles
 from .prediction import Prediction
 
@@ -50,8 +52,6 @@ def predict(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "MI300X") 
     name = roofline.dtype_name(dtype)
     if name not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: the GEMM model covers {', '.join(DTYPES)}")
-    import kernels
-
     label = kernels.get(op, rung).label
     if label not in gemm.RUNGS:
         raise NotImplementedError(f"the model covers GEMM rungs {', '.join(gemm.RUNGS)}, not {label}")
@@ -61,7 +61,7 @@ def predict(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "MI300X") 
     mix = loop.mix(report.hot_loop, chip_spec.target, chip_spec.wave_size)
     steps = gemm.steps_per_iteration(plan.cfg, mix.mfma_flops)
     num_warps, stages = report.options["num_warps"], report.options.get("num_stages", 1)
-    resident = max(report.occupancy.value * isa.isa_occupancy.SIMDS_PER_CU // num_warps, 1)
+    resident = max(report.occupancy.value * SIMDS_PER_CU // num_warps, 1)
     if plan.persistent is not None:
         resident = min(resident, -(-plan.persistent // chip_spec.compute_units))
     chip, clock_input = _chip(chip_spec, name)
