@@ -323,6 +323,22 @@ def cmd_exercise(args) -> int:
     return 0 if verdict.passed else 1
 
 
+def cmd_predict(args) -> int:
+    """Modelled times (no GPU needed): every rung the model covers, or the ``--rung`` ones."""
+    from . import model
+
+    shape = args.shape or kernels.spec(args.op).bench_shapes.get("square 4096")
+    rungs = args.rung or model.gemm.RUNGS
+    try:
+        rows = [model.predict(args.op, r, shape, args.dtype, args.gpu).row() for r in rungs]
+    except NotImplementedError as exc:
+        print(f"workbench predict: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(rows))
+    print("model: predicted from the compiled code, not measured (workbench.model)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -354,6 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", help="the learner's file (default exercises/<key>.py)")
     p.add_argument("--answer", help="for a question: the answer, e.g. 6 or v_mfma_f32_32x32x8_f16")
     p.add_argument("--overwrite", action="store_true", help="load: start the file over")
+    p = sub.add_parser("predict", help="modelled time, TFLOP/s and bound per rung (no GPU needed)")
+    p.add_argument("op", choices=kernels.ops())
+    p.add_argument("--rung", type=_parse_rung, action="append")
+    p.add_argument("--shape", type=_parse_shape, help="e.g. 4096x4096x4096 (default: square 4096)")
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--gpu", default="MI300X", help="a roofline GPU name (default MI300X)")
     p = sub.add_parser("gpu-report", help="on a GPU: ceilings + quick suite into workbench/recorded/")
     p.add_argument("--budget-s", type=_parse_seconds, default=BUDGET_S,
                    help="no new case starts after this many seconds (default %(default)s)")
@@ -384,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "tour": cmd_tour,
                "gpu-report": cmd_gpu_report, "train": cmd_train, "tune": cmd_tune, "comm": cmd_comm,
-               "exercise": cmd_exercise}[args.command]
+               "exercise": cmd_exercise, "predict": cmd_predict}[args.command]
     try:
         return handler(args)
     except (KeyError, ValueError, TypeError) as exc:

@@ -1,0 +1,248 @@
+"""The performance model's parts, on synthetic input: no compile, no GPU.
+
+The compiled ladder is predicted in ``test_model_gemm.py``; published measurements
+are compared in ``test_model_validation.py``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import roofline
+from kernels.gemm import v6_persistent
+from workbench.model import Prediction, combine, gemm, loop, machine, predict, tiles
+
+# One full-rate MFMA per dtype: with the datasheet's CUs and clock, 4 matrix cores per CU
+# at these cycle counts must give the datasheet's peak, or the table is wrong.
+FULL_RATE = {
+    ("MI300X", "bf16"): "v_mfma_f32_16x16x16_bf16", ("MI300X", "fp16"): "v_mfma_f32_32x32x8_f16",
+    ("MI300X", "fp32"): "v_mfma_f32_32x32x2_f32", ("MI300X", "fp8"): "v_mfma_f32_16x16x32_fp8_fp8",
+    ("MI325X", "bf16"): "v_mfma_f32_32x32x8_bf16",
+    ("MI355X", "bf16"): "v_mfma_f32_16x16x32_bf16", ("MI355X", "fp16"): "v_mfma_f32_32x32x16_f16",
+    ("MI355X", "fp32"): "v_mfma_f32_16x16x4_f32",
+}
+
+
+@pytest.mark.parametrize(("gpu", "dtype"), list(FULL_RATE), ids=lambda v: str(v))
+def test_mfma_cycles_give_the_spec_peak(gpu, dtype):
+    spec = roofline.spec(gpu)
+    op = FULL_RATE[gpu, dtype]
+    per_cycle = machine.mfma_flops(op) / machine.mfma_cycles(op, spec.target)
+    peak = per_cycle * 4 * spec.compute_units * spec.clock_ghz * 1e9 / 1e12
+    assert peak == pytest.approx(spec.peak(dtype), rel=1e-3)
+
+
+def test_cdna3_shapes_run_at_half_rate_on_gfx950():
+    new, old = "v_mfma_f32_16x16x32_bf16", "v_mfma_f32_16x16x16_bf16"
+    rate = {op: machine.mfma_flops(op) / machine.mfma_cycles(op, "gfx950") for op in (new, old)}
+    assert rate[new] == 2 * rate[old]
+
+
+def test_unknown_mfma_and_target_are_named():
+    with pytest.raises(KeyError, match="v_mfma_f32_4x4x4_16b_f16"):
+        machine.mfma_cycles("v_mfma_f32_4x4x4_16b_f16", "gfx942")
+    with pytest.raises(ValueError, match="gfx90a"):
+        machine.mfma_cycles("v_mfma_f32_16x16x16_bf16", "gfx90a")
+
+
+def test_every_constant_has_a_known_source():
+    known = set(machine.sources())
+    for name in ("valu_cycles", "salu_cycles", "lds_bytes_per_clk", "lds_bank_bytes", "memory_latency_cycles"):
+        assert machine.constant(name).source in known, name
+    assert machine.load_clock_mhz("MI300X", "bf16")[1] in known
+    assert machine.load_clock_mhz("MI355X", "bf16") is None   # no measurement: the spec clock is used
+
+
+@pytest.mark.parametrize(("op", "access"), [
+    ("ds_read_b128", (1, 16)), ("ds_read2st64_b64", (2, 8)), ("ds_write2_b32", (2, 4)),
+    ("ds_read_u16", (1, 2)), ("ds_write_b16_d16_hi", (1, 2)), ("ds_read_b64_tr_b16", (1, 8)),
+])
+def test_lds_access_widths(op, access):
+    assert loop.lds_access(op) == access
+
+
+@pytest.mark.parametrize(("op", "width"), [
+    ("buffer_load_dwordx4", 16), ("global_load_dwordx2", 8), ("buffer_store_dword", 4),
+    ("global_store_short", 2), ("global_load_ubyte", 1), ("global_load_short_d16_hi", 2),
+    ("global_load_lds_dwordx4", 16),
+])
+def test_global_widths(op, width):
+    assert loop.global_width(op) == width
+
+
+def test_unknown_widths_are_errors():
+    with pytest.raises(ValueError, match="ds_swizzle_b32"):
+        loop.lds_access("ds_swizzle_b32")
+    with pytest.raises(ValueError, match="buffer_load_format_x"):
+        loop.global_width("buffer_load_format_x")
+
+
+LOOP = """\
+.LBB0_1:                                ; =>This Inner Loop Header: Depth=1
+\tv_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+\tv_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+\tds_read_b128 v[8:11], v1
+\tds_read_u16 v12, v1
+\tds_write2st64_b64 v1, v[2:3], v[4:5] offset1:1
+\tbuffer_load_dwordx4 v[8:11], v2, s[0:3], 0 offen
+\tbuffer_load_dwordx4 v2, s[0:3], 0 offen lds
+\tglobal_store_short v[0:1], v3, off
+\tv_add_u32_e32 v1, 64, v1
+\ts_add_i32 s1, s1, 64
+\ts_waitcnt lgkmcnt(0)
+\ts_barrier
+\ts_cbranch_scc1 .LBB0_1
+"""
+
+
+def test_loop_mix_weighs_each_unit():
+    mix = loop.mix(LOOP, "gfx942")
+    assert mix.mfma == {"v_mfma_f32_16x16x16_bf16": 2}
+    assert (mix.mfma_cycles, mix.mfma_flops) == (32, 2 * 2 * 16 * 16 * 16)
+    assert (mix.valu, mix.salu) == (1, 1)                   # waits, barriers and branches are free
+    # lanes x bytes: b128, u16, two b64 per lane, then the load that lands in LDS
+    assert mix.lds_bytes == 64 * (16 + 2 + 16 + 16)
+    assert mix.lds_slot_bytes == 64 * (16 + 4 + 16 + 16)    # the u16 read takes a whole bank slot
+    assert mix.global_bytes == 64 * (16 + 16 + 2)
+
+
+def test_a_kernel_without_a_loop_cannot_be_modelled():
+    with pytest.raises(ValueError, match="no hot loop"):
+        loop.mix("", "gfx942")
+
+
+def test_grouped_order_by_hand():
+    # 3 x 2 tiles, groups of 2 rows walked column by column, the last group one row high
+    order = [tiles.grouped(i, 3, 2, 2) for i in range(6)]
+    assert order == [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (2, 1)]
+
+
+@pytest.mark.parametrize(("tiles_m", "tiles_n", "group_m"), [(7, 5, 3), (1, 9, 8), (16, 16, 8)])
+def test_grouped_order_covers_each_tile_once(tiles_m, tiles_n, group_m):
+    order = {tiles.grouped(i, tiles_m, tiles_n, group_m) for i in range(tiles_m * tiles_n)}
+    assert order == {(i, j) for i in range(tiles_m) for j in range(tiles_n)}
+
+
+def test_traffic_shares_operands_within_a_wave_and_an_xcd():
+    # 2 x 2 tiles of 128 on 2 XCDs, each XCD holding a diagonal: it reads both row and both
+    # column blocks, the chip as a whole too; every tile requests its own.
+    wave = tiles.Wave(((0, (0, 0)), (1, (0, 1)), (1, (1, 0)), (0, (1, 1))), k=64)
+    got = tiles.traffic(wave, (256, 256, 64), (128, 128), 2, xcds=2)
+    out = 256 * 256 * 2
+    assert got["hbm"] == (256 + 256) * 64 * 2 + out
+    assert got["llc"] == 2 * (256 + 256) * 64 * 2 + out
+    assert got["l2"] == 4 * 256 * 64 * 2 + out
+
+
+def test_traffic_clips_ragged_tiles():
+    wave = tiles.Wave(((0, (1, 0)),), k=10)
+    got = tiles.traffic(wave, (200, 100, 10), (128, 128), 1, xcds=1)
+    assert got["hbm"] == (72 + 100) * 10 + 72 * 100
+
+
+def test_waves_quantize():
+    assert [len(w) for w in tiles.waves(10, 4)] == [4, 4, 2]
+
+
+def test_round_time_rules():
+    costs = {"matrix cores": 100.0, "LDS": 60.0}
+    assert combine.round_time(costs, 1, 1, 2, 0) == (160.0, "matrix cores", 0.0)   # one wave: serial
+    assert combine.round_time(costs, 4, 1, 2, 0)[:2] == (115.0, "matrix cores")    # 3/4 of LDS hidden
+    assert combine.round_time(costs, 4, 1, 2, 800)[:2] == (800.0, "memory latency")
+    assert combine.round_time(costs, 4, 1, 3, 800)[:2] == (400.0, "memory latency")  # two ahead
+    assert combine.round_time(costs, 4, 2, 1, 800)[:2] == (800 + 115 / 2, "memory latency")
+
+
+CHIP = combine.Chip(clock_hz=1e9, compute_units=2, xcds=1, l1_bytes_per_clk=64, lds_bytes_per_clk=128,
+                    valu_cycles=4, salu_cycles=4, latency_cycles=0, bandwidth={"hbm": 1e12})
+MIX = loop.LoopMix(mfma={"v_mfma_f32_16x16x16_bf16": 4}, mfma_cycles=64, mfma_flops=32768, valu=0,
+                   salu=0, lds_bytes=0, lds_slot_bytes=0, lds_ops={}, global_bytes=0, lines=4)
+
+
+def _launch(programs: int, bandwidth: float = 1e12):
+    chip = dataclasses.replace(CHIP, bandwidth={"hbm": bandwidth})
+    waves = [tiles.Wave(tuple((0, (i, 0)) for i in ids), k=64) for ids in tiles.waves(programs, 2)]
+    return combine.launch(MIX, 4, 2, 1, waves, lambda k: 10, 0, lambda w: {"hbm": 1e3 * len(w.placed)}, chip)
+
+
+def test_a_partial_last_wave_costs_a_whole_one():
+    full, _, _ = _launch(4)
+    partial, _, _ = _launch(3)
+    assert partial == full == 2 * 10 * 64 / 1e9
+
+
+def test_memory_binds_when_its_bandwidth_is_low():
+    seconds, bound, breakdown = _launch(2, bandwidth=1e6)
+    assert bound == "HBM" and seconds == pytest.approx(2e3 / 1e6)
+    assert breakdown["matrix cores"] == pytest.approx(10 * 64 / 1e9)
+
+
+def _prediction() -> Prediction:
+    return Prediction("gemm", "v4", (1, 2, 3), "bf16", "MI300X", 1e-3, 2.0, "LDS",
+                      {"LDS": 1e-3}, {"clock": (1.2, "MAF2")})
+
+
+def test_prediction_is_labelled_model_everywhere():
+    p = _prediction()
+    assert "[model]" in repr(p)
+    assert p.row()["label"] == "model"
+    assert {row["label"] for row in p.table()} == {"model"}
+
+
+@pytest.mark.parametrize(("args", "error", "named"), [
+    (("attention", "v2", (1, 1, 1)), NotImplementedError, "gemm"),
+    (("gemm", "v4", (1, 1, 1), "bf16", "H100 SXM"), NotImplementedError, "gfx942"),
+    (("gemm", "v4", (0, 1, 1)), ValueError, "shape"),
+    (("gemm", "v4", (4, 4)), ValueError, "shape"),
+    (("gemm", "v4", (4, 4, 4), "fp8"), ValueError, "dtype"),
+    (("gemm", "v0", (4, 4, 4)), NotImplementedError, "v2, v3"),
+    (("gemm", "ref", (4, 4, 4)), NotImplementedError, "v2, v3"),
+])
+def test_bad_requests_name_what_is_covered(args, error, named):
+    with pytest.raises(error, match=named):
+        predict(*args)
+
+
+def test_traffic_of_partials_and_their_fixup():
+    split = tiles.Wave(((0, (0, 0)), (0, (0, 0))), k=64, out_bytes=128 * 128 * 4)
+    fixup = tiles.Wave(((0, (0, 0)),), k=0, read_bytes=2 * 128 * 128 * 4)
+    shape, block = (128, 128, 128), (128, 128)
+    assert tiles.traffic(split, shape, block, 2, 1)["hbm"] == (128 + 128) * 64 * 2 + 2 * 128 * 128 * 4
+    assert tiles.traffic(fixup, shape, block, 2, 1)["hbm"] == 128 * 128 * 2 + 2 * 128 * 128 * 4
+
+
+def test_v2_walks_tile_rows_first_and_deals_programs_to_xcds():
+    plan = gemm.plan("v2", (512, 512, 64), "gfx942", 304)
+    (wave,) = plan.waves((512, 512, 64), slots=304, xcds=8)
+    assert [tile for _, tile in wave.placed[:5]] == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1)]
+    assert [xcd for xcd, _ in wave.placed[:9]] == [0, 1, 2, 3, 4, 5, 6, 7, 0]
+
+
+def test_v3_gives_each_xcd_a_contiguous_run_of_tiles():
+    plan = gemm.plan("v3", (2048, 2048, 64), "gfx942", 304)   # 16 x 16 tiles of 128
+    (wave, _) = plan.waves((2048, 2048, 64), slots=128, xcds=8)
+    on_xcd0 = [tile for xcd, tile in wave.placed if xcd == 0]
+    assert on_xcd0 == [tiles.grouped(i, 16, 16, plan.cfg["GROUP_M"]) for i in range(16)]
+
+
+def test_v6_splits_the_tail_and_adds_its_fixup():
+    plan = gemm.plan("v6", (1000, 1000, 1000), "gfx942", 304)
+    cfg = plan.cfg
+    got = plan.waves((1000, 1000, 1000), slots=304, xcds=8)
+    sched = v6_persistent.schedule(1000, 1000, 1000, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], 304)
+    assert sched.splits > 1 and sched.dp_tiles == 0
+    split, fixup = got
+    assert len(split.placed) == sched.sk_tiles * sched.splits and split.k == sched.split_k
+    assert split.out_bytes == cfg["BLOCK_M"] * cfg["BLOCK_N"] * 4
+    assert len(fixup.placed) == sched.sk_tiles and fixup.k == 0
+    assert fixup.read_bytes == sched.splits * split.out_bytes
+
+
+def test_workbench_predict_is_the_model():
+    import workbench
+    from workbench import model
+
+    assert workbench.predict is model.predict
+    with pytest.raises(AttributeError, match="no_such_name"):
+        workbench.no_such_name  # noqa: B018

@@ -1,0 +1,120 @@
+"""What a GEMM rung launches at one shape: the config it picks, the compile that shows its
+loop, and which tile each program computes, wave after wave.
+
+The configs come from the rungs themselves (their ``config`` functions, v5's and v6's
+pruned prior for the shape, v6's split schedule), so a change to a rung's choice
+changes the prediction. The tile orders mirror the kernels: v2's 2-D grid walks
+tile rows fastest (the dispatcher is taken to deal workgroups x-fastest: assumption); v3 to v5 remap program ids so each XCD gets a contiguous run,
+then walk ``GROUP_M`` rows per group; v6's persistent programs take units in turn, the
+split units write fp32 partial tiles, and its fixup kernel is a last wave without a K
+loop that reads them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+
+from kernels import backend as _backend
+from kernels.gemm import configs, v2_triton_tile, v3_grouped_order, v4_lds_pipeline, v6_persistent
+from kernels.tuning import as_dict
+from kernels.xcd import full_chip_xcds
+
+from .tiles import Wave, grouped, round_robin, waves
+
+RUNGS = ("v2", "v3", "v4", "v5", "v6")
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """One rung at one shape: settings to compile with, and its programs in waves."""
+
+    rung: str
+    cfg: dict                 # BLOCK_M/N/K, GROUP_M, num_warps, num_stages, AMD knobs
+    overrides: dict           # what the ISA inspector's compile gets (the rung's aot settings)
+    persistent: int | None    # programs of a persistent launch (v6), else None
+
+    def waves(self, shape: tuple[int, int, int], slots: int, xcds: int) -> list[Wave]:
+        """The programs that run together, for ``slots`` resident programs on the chip."""
+        m, n, k = shape
+        bm, bn = self.cfg["BLOCK_M"], self.cfg["BLOCK_N"]
+        tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+        total = tiles_m * tiles_n
+        if self.persistent is not None:
+            return _persistent_waves(self.cfg, self.persistent, shape, tiles_m, tiles_n, xcds)
+        if self.rung == "v2":
+            def tile(i: int) -> tuple[int, int]:
+                return i % tiles_m, i // tiles_m
+        else:
+            remap_xcds = self.cfg["NUM_XCDS"]
+
+            def tile(i: int) -> tuple[int, int]:
+                pid = v3_grouped_order.xcd_remap(i, total, remap_xcds) if remap_xcds > 1 else i
+                return grouped(pid, tiles_m, tiles_n, self.cfg["GROUP_M"])
+        return [Wave(tuple((round_robin(i, xcds), tile(i)) for i in ids), k)
+                for ids in waves(total, slots)]
+
+
+def _persistent_waves(cfg: dict, programs: int, shape, tiles_m: int, tiles_n: int, xcds: int) -> list[Wave]:
+    """v6: program p takes units p, p + P, ...; the data-parallel units are whole tiles in
+    grouped order, the split units K ranges of the tail's tiles."""
+    m, n, k = shape
+    plan = v6_persistent.schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], programs)
+    remap_xcds = cfg["NUM_XCDS"]
+    hardware = {(v3_grouped_order.xcd_remap(h, programs, remap_xcds) if remap_xcds > 1 else h): h
+                for h in range(programs)}   # remapped program id -> hardware id
+
+    def placed(units: range, tile_of) -> tuple:
+        return tuple((round_robin(hardware[u % programs], xcds),
+                      grouped(tile_of(u), tiles_m, tiles_n, cfg["GROUP_M"])) for u in units)
+
+    out = [Wave(placed(ids, lambda u: u), k) for ids in waves(plan.dp_tiles, programs)]
+    if plan.sk_tiles:
+        partial = cfg["BLOCK_M"] * cfg["BLOCK_N"] * 4   # an fp32 tile to the workspace
+        units = range(plan.dp_tiles, plan.dp_tiles + plan.sk_tiles * plan.splits)
+        out.append(Wave(placed(units, lambda u: plan.dp_tiles + (u - plan.dp_tiles) // plan.splits),
+                        plan.split_k, out_bytes=partial))
+        # the fixup kernel: one program per tail tile, no K loop, reads its partials
+        fixup = range(plan.sk_tiles)
+        out.append(Wave(tuple((round_robin(t, xcds), grouped(plan.dp_tiles + t, tiles_m, tiles_n, cfg["GROUP_M"]))
+                              for t in fixup), 0, read_bytes=plan.splits * partial))
+    return out
+
+
+def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) -> GemmPlan:
+    """The config ``rung`` runs at ``shape`` on an ``arch`` GPU with ``compute_units`` CUs."""
+    m, n, k = shape
+    if rung == "v2":
+        return GemmPlan(rung, v2_triton_tile.config("hip"), {}, None)
+    if rung == "v3":
+        return GemmPlan(rung, v3_grouped_order.config("hip", arch), {}, None)
+    if rung == "v4":
+        return GemmPlan(rung, v4_lds_pipeline.config("hip", arch), {}, None)
+    if rung == "v5":
+        prior = as_dict(configs.prune(configs.space("hip", arch), m, n, k)[0])
+        even_k = k % prior["BLOCK_K"] == 0
+        return GemmPlan(rung, {**prior, "NUM_XCDS": full_chip_xcds("hip", arch)},
+                        {**prior, "EVEN_K": even_k}, None)
+    if rung == "v6":
+        device = _backend.Backend("hip", arch, "model", compute_units)
+        cfg = v6_persistent.config(device, m, n, k, xcds=full_chip_xcds("hip", arch))
+        cfg.pop("FIXUP")
+        tile = {key: value for key, value in cfg.items() if key not in v6_persistent.PERSISTENT}
+        return GemmPlan(rung, cfg, {**tile, "NUM_PROGS": cfg["NUM_PROGS"],
+                                    "EVEN_K": k % cfg["BLOCK_K"] == 0}, cfg["NUM_PROGS"])
+    raise NotImplementedError(f"the model covers GEMM rungs {', '.join(RUNGS)}, not {rung!r}")
+
+
+def steps_per_iteration(cfg: dict, flops_per_wave_iteration: int) -> int:
+    """K steps one loop iteration covers (the compiler may unroll the K loop)."""
+    per_step = 2 * cfg["BLOCK_M"] * cfg["BLOCK_N"] * cfg["BLOCK_K"]
+    steps, rest = divmod(flops_per_wave_iteration * cfg["num_warps"], per_step)
+    if rest or steps < 1:
+        raise ValueError(f"the hot loop's {flops_per_wave_iteration} FLOP per wave is not a whole number "
+                         f"of {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} K steps")
+    return steps
+
+
+def trips(k: int, cfg: dict, steps: int) -> int:
+    """Loop iterations a program runs over ``k`` (a ragged last step counted whole)."""
+    return triton.cdiv(k, cfg["BLOCK_K"] * steps)

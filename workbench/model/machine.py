@@ -1,0 +1,68 @@
+"""The model's hardware numbers beyond the GPU spec, read once from ``machine.yaml``.
+
+They live in a data file with a source per entry, so that every constant the model
+uses can be printed beside its origin (``Prediction.inputs``) and checked by a test
+against the datasheet it must agree with (MFMA cycles against the spec's peak).
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import NamedTuple
+
+import yaml
+
+_FILE = Path(__file__).with_name("machine.yaml")
+_MFMA = re.compile(r"v_mfma_(?:scale_)?f32_(\d+)x(\d+)x(\d+)")
+
+
+class Constant(NamedTuple):
+    value: float
+    source: str     # a tag of machine.yaml's sources, or "assumption"
+    note: str
+
+
+@lru_cache(maxsize=None)
+def _data() -> dict:
+    return yaml.safe_load(_FILE.read_text("utf-8"))
+
+
+def sources() -> dict[str, str]:
+    """Source tag -> citation."""
+    return {tag: " ".join(text.split()) for tag, text in _data()["sources"].items()}
+
+
+def constant(name: str) -> Constant:
+    entry = _data()["constants"][name]
+    return Constant(entry["value"], entry["source"], " ".join(entry.get("note", "").split()))
+
+
+def mfma_cycles(mnemonic: str, arch: str) -> int:
+    """Cycles the matrix core of one SIMD is busy with one ``mnemonic`` on ``arch``."""
+    table = _data()["mfma_cycles"]
+    if arch not in table:
+        raise ValueError(f"no MFMA cycle table for target {arch!r}; known: {', '.join(table)}")
+    if mnemonic not in table[arch]:
+        raise KeyError(f"{mnemonic} on {arch} is not in {_FILE.name}'s MFMA table; add it with its source")
+    return table[arch][mnemonic]
+
+
+def mfma_flops(mnemonic: str) -> int:
+    """Floating-point operations of one MFMA instruction: 2 x M x N x K (batch 1)."""
+    m = _MFMA.match(mnemonic)
+    if m is None:
+        raise ValueError(f"{mnemonic!r} is not an MFMA instruction name")
+    rows, cols, depth = map(int, m.groups())
+    return 2 * rows * cols * depth
+
+
+def mfma_table(arch: str) -> dict[str, int]:
+    return dict(_data()["mfma_cycles"][arch])
+
+
+def load_clock_mhz(gpu: str, dtype: str) -> tuple[float, str] | None:
+    """(MHz, source) of ``gpu``'s engine clock under a dense ``dtype`` MFMA load, if measured."""
+    table = _data()["mfma_load_clock_mhz"]
+    value = table.get(gpu, {}).get(dtype)
+    return None if value is None else (value, table["source"])
