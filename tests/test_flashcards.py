@@ -169,6 +169,11 @@ def test_deck_covers_the_issue_families_each_card_computes_one_right_option(inte
         assert card.reveal().answer
 
 
+def test_readme_counts_the_cards_and_families(interview):
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    assert f"({len(interview)} flash cards in {len(interview.families())} families" in readme
+
+
 def test_options_are_shuffled_so_the_right_position_varies(interview):
     positions = [card.options.index(card.correct_option) for card in interview]
     assert max(positions.count(p) for p in set(positions)) <= len(positions) // 2

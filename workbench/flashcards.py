@@ -35,6 +35,13 @@ def text_html(text: str) -> str:
     return "".join(f"<p>{inline_html(b)}</p>" for b in text.split("\n\n") if b.strip())
 
 
+def one_of(right, candidates, label: str = "{}") -> dict[str, bool]:
+    """Claims for a question whose answer is one computed value: each candidate, formatted
+    with ``label``, holds where it equals ``right`` (none holds if the computation moved
+    off every candidate, and the card then says so)."""
+    return {label.format(candidate): candidate == right for candidate in candidates}
+
+
 @dataclass(frozen=True)
 class Revealed:
     """A card's answer with the evidence behind it, as computed just now."""

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 
 from .. import isa
-from ..flashcards import Card
+from ..flashcards import Card, one_of
 from ..table import html_table
 from .evidence import gemm_v4_config, instruction_shape
 
@@ -72,7 +72,7 @@ def _registers_card() -> Card:
 
     def claims():
         w = widths()
-        return {f"{a} and {b}": (a, b) == (w[32], w[16]) for a, b in ((16, 4), (32, 8), (8, 4), (16, 16))}
+        return one_of((w[32], w[16]), ((16, 4), (32, 8), (8, 4), (16, 16)), "{0[0]} and {0[1]}")
 
     return Card("MFMA: accumulator registers per lane",
                 "How many fp32 C registers does each lane hold for one `v_mfma_f32_32x32x8_bf16`, "
@@ -102,7 +102,7 @@ def _element_card() -> Card:
                 "So a row of C is spread over 16 lanes (one register each): a row max or row sum "
                 "of a softmax on this fragment is a reduction across lanes, while the four rows a "
                 "lane holds need none. Source: AMD's matrix instruction calculator "
-                "(`--detail-instruction --instruction v_mfma_f32_16x16x16_bf16`), and the "
+                "(amd_matrix_instruction_calculator, `--detail-instruction`), and the "
                 "check that this layout covers the 16x16 block exactly once (table).")
 
     def evidence():
@@ -136,14 +136,14 @@ def mfma_per_step() -> dict:
 def _per_step_card() -> Card:
     def answer():
         row = mfma_per_step()
+        mnk = "·".join(map(str, instruction_shape(row["instruction"])))
         return (f"{row['MFMAs per wave per K step (arithmetic)']}: the {row['tile']} tile is "
-                f"{row['waves']} waves' work, and each `{row['instruction']}` covers 16·16·16 of it, "
-                f"so 128·128·64 / ({row['waves']}·16·16·16). The compiled hot loop holds exactly "
+                f"{row['waves']} waves' work, and each `{row['instruction']}` covers {mnk} of it, "
+                f"so {row['tile'].replace('x', '·')} / ({row['waves']}·{mnk}). The compiled hot loop holds exactly "
                 f"{row['MFMAs in the compiled hot loop']} of them: one K step per trip, no unrolling.")
 
     def claims():
-        n = mfma_per_step()["MFMAs in the compiled hot loop"]
-        return {str(v): v == n for v in (8, 16, 32, 64, 128)}
+        return one_of(mfma_per_step()["MFMAs in the compiled hot loop"], (8, 16, 32, 64, 128))
 
     return Card("MFMA: instructions per K step",
                 "GEMM v4 on gfx942: a 128x128x64 bf16 tile, 8 waves, `v_mfma_f32_16x16x16_bf16`. "

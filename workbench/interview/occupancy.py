@@ -6,7 +6,7 @@ Every answer runs :mod:`workbench.isa_occupancy`, the rules LLVM's AMDGPU backen
 from __future__ import annotations
 
 from .. import isa, isa_occupancy as occ
-from ..flashcards import Card
+from ..flashcards import Card, one_of
 from ..table import html_table
 from .evidence import v4_lds_by_stages
 
@@ -22,12 +22,11 @@ def _vgpr_card() -> Card:
                 f"= {total} (AGPRs start at a 4-aligned offset), rounded up to the granule of "
                 f"{occ.CDNA_VGPR_GRANULE}, and {occ.CDNA_VGPRS_PER_LANE} // {total} = "
                 f"{occ.CDNA_VGPRS_PER_LANE // total} waves fit, at most {occ.CDNA_MAX_WAVES_PER_SIMD}. "
-                f"Counting only the {ARCH_VGPRS} arch VGPRs, as if AGPRs had their own file (MI100, "
-                f"gfx908), would say {occ.waves_per_simd_from_vgprs(ARCH_VGPRS)}.")
+                f"Counting the {ARCH_VGPRS} arch VGPRs alone would say "
+                f"{occ.waves_per_simd_from_vgprs(ARCH_VGPRS)}: the AGPRs count too.")
 
     def claims():
-        waves = occ.waves_per_simd_from_vgprs(ARCH_VGPRS, AGPRS)
-        return {f"{n} waves per SIMD": n == waves for n in (1, 2, 3, 4)}
+        return one_of(occ.waves_per_simd_from_vgprs(ARCH_VGPRS, AGPRS), (1, 2, 3, 4), "{} waves per SIMD")
 
     return Card("Occupancy: VGPRs and AGPRs",
                 f"A gfx942 kernel uses {ARCH_VGPRS} arch VGPRs and {AGPRS} AGPRs per lane, little LDS. "
@@ -49,8 +48,8 @@ def _lds_card() -> Card:
                 "its second workgroup: the trade a `num_stages` sweep makes on MI300X.")
 
     def claims():
-        waves = occ.waves_per_simd_from_lds(stage3()["LDS bytes"], 8, "gfx942")
-        return {f"{n} waves per SIMD": n == waves for n in (1, 2, 4, 8)}
+        return one_of(occ.waves_per_simd_from_lds(stage3()["LDS bytes"], 8, "gfx942"), (1, 2, 4, 8),
+                      "{} waves per SIMD")
 
     return Card("Occupancy: LDS per workgroup",
                 "GEMM v4 at num_stages 3 needs 64 KiB of LDS per workgroup of 8 waves on gfx942. "
@@ -68,7 +67,7 @@ def _workgroup_card() -> Card:
                 f"registers give {occ.whole_workgroups(3, 4)}: smaller workgroups waste less.")
 
     def claims():
-        return {f"{n} waves per SIMD": n == occ.whole_workgroups(3, 8) for n in (1, 2, 3, 4)}
+        return one_of(occ.whole_workgroups(3, 8), (1, 2, 3, 4), "{} waves per SIMD")
 
     return Card("Occupancy: whole workgroups",
                 "Registers allow 3 waves per SIMD; the kernel launches workgroups of 8 waves "

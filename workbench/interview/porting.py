@@ -9,7 +9,7 @@ from __future__ import annotations
 import roofline
 from kernels.gemm.v3_grouped_order import xcd_remap
 
-from ..flashcards import Card
+from ..flashcards import Card, one_of
 from ..table import html_table
 from .evidence import BANK_BYTES, instruction_shape, lanes, lds_rows, matrix_instructions, v4_lds_by_stages
 
@@ -37,8 +37,7 @@ def _wave_card() -> Card:
                            caption="attention v4 (softmax row reductions), compiled ahead of time")]
 
     def claims():
-        wave = lanes("gfx942")["lanes per wave"]
-        return {f"{n} lanes": n == wave for n in (16, 32, 64)}
+        return one_of(lanes("gfx942")["lanes per wave"], (16, 32, 64), "{} lanes")
 
     return Card("CUDA to HIP: warp and wavefront",
                 "A CUDA kernel full of `__shfl_xor_sync` and `__ballot_sync` moves to MI300X. "
@@ -134,7 +133,7 @@ def _xcd_card() -> Card:
                 f"own {gpu.l2_mib / gpu.xcds:g} MiB L2, and the command processor deals consecutive "
                 "workgroup ids to the XCDs round robin. Eight neighbouring tiles of a grouped order, "
                 f"which share rows of A, land on {plain} XCDs: the shared rows are fetched into "
-                f"{plain} L2s. On an H100 the ids go to one GPU-wide L2 and the question never comes up."
+                f"{plain} L2s. On NVIDIA GPUs every SM reaches the one L2, so a CUDA kernel never needed to care."
                 "\n\n"
                 "GEMM v3 remaps the id (`xcd_remap`: XCD x gets a contiguous run of tiles), and "
                 f"the same eight tiles then run on {remapped} XCD: the sharing stays inside one L2. "

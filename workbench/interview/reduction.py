@@ -12,7 +12,7 @@ from collections import Counter
 import torch
 
 from .. import isa
-from ..flashcards import Card
+from ..flashcards import Card, one_of
 from ..table import html_table
 from .evidence import CROSS_LANE, lanes
 
@@ -48,8 +48,8 @@ def _steps_card() -> Card:
                 "and sums half the wave.")
 
     def claims():
-        amd, nv = (butterfly_steps(w) for w in widths())
-        return {f"{a} and {b}": (a, b) == (amd, nv) for a, b in ((6, 5), (5, 5), (6, 6), (64, 32))}
+        return one_of(tuple(butterfly_steps(w) for w in widths()), ((6, 5), (5, 5), (6, 6), (64, 32)),
+                      "{0[0]} and {0[1]}")
 
     return Card("Reduction: butterfly steps on a wavefront",
                 "An all-lane sum by XOR butterfly: how many exchange steps on an MI300X wavefront, "
@@ -68,6 +68,10 @@ def cross_lane_rows() -> list[dict]:
             {*found, "ds_bpermute_b32", "v_permlane16_swap_b32_e32", "v_permlane32_swap_b32_e32"})},
             DPP: len(re.findall(r"\b(?:quad_perm|row_\w+)\s*:", asm))})
     return rows
+
+
+def _cross_lane_evidence() -> list[str]:
+    return [html_table(cross_lane_rows(), caption="attention v4, cross-lane instructions")]
 
 
 def _instructions(target: str) -> set[str]:
@@ -99,8 +103,7 @@ def _gfx942_card() -> Card:
     return Card("Reduction: what Triton emits on gfx942",
                 "Attention v4's softmax takes a row max and a row sum across the lanes of its MFMA "
                 "fragments. Which instruction moves the values between lanes in the gfx942 compile?",
-                answer, lambda: [html_table(cross_lane_rows(), caption="attention v4, cross-lane instructions")],
-                claims, FAMILY)
+                answer, _cross_lane_evidence, claims, FAMILY)
 
 
 def _gfx950_card() -> Card:
@@ -108,8 +111,8 @@ def _gfx950_card() -> Card:
         new = ", ".join(sorted(_instructions("gfx950") - _instructions("gfx942")))
         return (f"`{new}` replace `ds_bpermute_b32` on gfx950 (CDNA4): VALU instructions that swap "
                 "16-lane rows or 32-lane halves of the wave between two registers (AMD Instinct "
-                "MI355X / CDNA4 ISA reference), so the row reduction no longer goes through the LDS unit and leaves it to "
-                "the tiles. Same Triton source, different machine code: check the target's ISA "
+                "MI355X / CDNA4 ISA reference), so the row reduction no longer goes through the "
+                "LDS unit and leaves it to the tiles. Same Triton source, different machine code: check the target's ISA "
                 "before carrying a reduction trick from one generation to the next.")
 
     def claims():
@@ -122,8 +125,7 @@ def _gfx950_card() -> Card:
     return Card("Reduction: what changes on gfx950",
                 "The same attention v4 compiled for gfx950 (MI355X): what moves values between "
                 "lanes in its softmax reductions?",
-                answer, lambda: [html_table(cross_lane_rows(), caption="attention v4, cross-lane instructions")],
-                claims, FAMILY)
+                answer, _cross_lane_evidence, claims, FAMILY)
 
 
 def cards() -> list[Card]:

@@ -9,7 +9,7 @@ groups wide accesses is for rocprof-compute's LDS bank-conflict counter on a GPU
 """
 from __future__ import annotations
 
-from ..flashcards import Card
+from ..flashcards import Card, one_of
 from ..table import html_table
 from .evidence import BANK_BYTES
 
@@ -47,8 +47,7 @@ def _column_card() -> Card:
                 "GEMM v4 pays when B is row-major.")
 
     def claims():
-        degree = column_read(256)
-        return {f"{n}-way": n == degree for n in (1, 2, 16, 32)}
+        return one_of(column_read(256), (1, 2, 16, 32), "{}-way")
 
     return Card("Swizzle: a column of a row-major tile",
                 "A 64x64 fp32 tile is stored row-major in LDS; lane i reads row i, column 0 "
@@ -74,8 +73,7 @@ def _padding_card() -> Card:
                 "on every row; that is why kernels swizzle instead.")
 
     def claims():
-        degree = column_read(260)
-        return {f"{n}-way": n == degree for n in (1, 2, 4, 32)}
+        return one_of(column_read(260), (1, 2, 4, 32), "{}-way")
 
     return Card("Swizzle: padding a row by one word",
                 "Same tile and access, but each row padded by one 4-byte word (260-byte rows). How "
@@ -108,7 +106,8 @@ def _swizzle_card() -> Card:
                 "eight rows, eight different bank quads. The writes use the same XOR, so each "
                 "16-byte vector stays whole and aligned (no padding, `ds_write_b128` still "
                 f"legal). row % 4 leaves {d['XOR the 16-byte chunk with row % 4']}-way; (row // 8) "
-                f"% 8 is constant over the 8 rows of a pass and leaves {d['XOR the 16-byte chunk with (row // 8) % 8']}-way. "
+                "% 8 is constant over the 8 rows of a pass and leaves "
+                f"{d['XOR the 16-byte chunk with (row // 8) % 8']}-way. "
                 "Triton's AMD backend picks such XOR swizzles for its LDS layouts "
                 "(`#ttg.swizzled_shared<{vec, perPhase, maxPhase}>`).")
 

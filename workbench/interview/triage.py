@@ -38,8 +38,8 @@ def _decode_card() -> Card:
                 f"its roof is {row['attainable TFLOP/s (model)']} TFLOP/s, {row['share of bf16 peak']} of "
                 "the bf16 peak (model). A low MFMA utilization in rocprof-compute's speed-of-light "
                 "panel is then expected, not the problem: compare the achieved HBM bandwidth with "
-                f"the {roofline.spec('MI300X').hbm_tbps:g} TB/s roof, then look at the memory chart (vector L1 / L2 hit rates, "
-                "whether loads are 16 bytes wide).")
+                f"the {roofline.spec('MI300X').hbm_tbps:g} TB/s roof, then look at the memory chart "
+                "(vector L1 / L2 hit rates, whether loads are 16 bytes wide).")
 
     def claims():
         bound = decode_row()["bound (model)"]

@@ -5,10 +5,14 @@ is only a measurement on a GPU, and the cards say how many recorded results ship
 """
 from __future__ import annotations
 
+import torch
+
 from .. import results
-from ..flashcards import Card
+from ..flashcards import Card, one_of
+from ..isa_occupancy import LDS_BYTES_PER_CU
 from ..table import html_table
-from .evidence import REASONS, dropped_configs, gemm_roof_row, mfma_size, tuning_rows, v3_v4, v4_lds_by_stages
+from .evidence import (REASONS, dropped_configs, gemm_roof_row, gemm_v4_config, mfma_size, tuning_rows, v3_v4,
+                       v4_lds_by_stages)
 
 FAMILY = "Tuning stories"
 
@@ -54,18 +58,22 @@ def _stages_card() -> Card:
     def answer():
         rows = {row["num_stages"]: row for row in v4_lds_by_stages()}
         one, two, three = (rows[s]["LDS bytes"] for s in (1, 2, 3))
-        return (f"{one} / {two} / {three} bytes. One A tile (128x64 bf16, 16 KiB) plus one B tile "
-                f"(16 KiB) is 32 KiB: at num_stages 2 v4 holds {rows[2]['A+B tile pairs']:g} such pair. "
+        cfg = gemm_v4_config()
+        a_tile, b_tile = (cfg[f"BLOCK_{x}"] * cfg["BLOCK_K"] * torch.bfloat16.itemsize // 1024 for x in "MN")
+        return (f"{one} / {two} / {three} bytes. One A tile ({cfg['BLOCK_M']}x{cfg['BLOCK_K']} bf16, {a_tile} KiB) "
+                f"plus one B tile ({b_tile} KiB) is {a_tile + b_tile} KiB: at num_stages 2 v4 holds "
+                f"{rows[2]['A+B tile pairs']:g} such pair. "
                 "The AMD stream pipeliner's two stages prefetch the next K step's tiles into "
                 "registers (global loads issued before this step's MFMAs, written to LDS after "
                 f"them); a second LDS buffer appears only at 3 ({rows[3]['A+B tile pairs']:g} pairs), "
-                f"and then one workgroup fills the CU's 64 KiB: {rows[3]['occupancy']}. At 1 the "
+                f"and then one workgroup fills the CU's {LDS_BYTES_PER_CU['gfx942'] // 1024} KiB: "
+                f"{rows[3]['occupancy']}. At 1 the "
                 f"compile takes {rows[1]['A+B tile pairs']:g} of a pair; the ISA shows the number, not "
                 "the allocator's reason. \"Two stages = double-buffered LDS\" is the CUDA "
                 "(cp.async) picture; on gfx942 the registers are the second buffer.")
 
     def claims():
-        return {f"{a} / {b} / {c} KiB": (a, b, c) == kib() for a, b, c in ((16, 32, 64), (32, 64, 96), (32, 32, 64))}
+        return one_of(kib(), ((16, 32, 64), (32, 64, 96), (32, 32, 64)), "{0[0]} / {0[1]} / {0[2]} KiB")
 
     return Card("Tuning story: the LDS of a deeper pipeline",
                 "GEMM v4 on gfx942 (128x128x64 bf16 tiles, 8 waves): how much LDS does a workgroup "
