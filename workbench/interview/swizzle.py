@@ -42,9 +42,8 @@ def _column_card() -> Card:
     def answer():
         return (f"{column_read(256)}-way: each row of 64 fp32 is 256 bytes, a multiple of the "
                 f"{BANKS} banks x {BANK_BYTES} B = 128 bytes, so column 0 of every row sits in bank 0 "
-                f"and the {BANKS} lanes served together queue on one bank (model). This is the "
-                "access of a transposed operand read (a column of a row-major tile), the one "
-                "GEMM v4 pays when B is row-major.")
+                f"and the {BANKS} lanes served together queue on one bank (model). It is the "
+                "access of every transpose through LDS: a tile written by rows, read by columns.")
 
     def claims():
         return one_of(column_read(256), (1, 2, 16, 32), "{}-way")

@@ -71,11 +71,12 @@ def _valu_card() -> Card:
         return (f"The vector ALU. The hot loop of attention v5's dK/dV kernel on gfx942 issues "
                 f"{row['other VALU']} VALU instructions against {row['MFMA']} MFMAs (compiled, "
                 "counted): recomputing P = exp2(...) from the saved log-sum-exp, dS = P ∘ (dP - Δ), "
-                "masks and conversions to bf16 are element-wise work on every score. An MFMA "
-                "occupies the matrix core for several cycles, but the VALU work runs on the same "
-                "SIMD's issue slots; when rocprof-compute shows VALU busy and MFMA idle in this "
-                "loop, the fix is less element-wise work per score (fewer conversions, exp2 "
-                "with pre-scaled inputs), not a bigger tile.")
+                "and conversions to bf16 are element-wise work on every score, "
+                f"{row['other VALU'] / row['MFMA']:.1f} VALU instructions per MFMA. The matrix core "
+                "runs an MFMA while the SIMD issues other work, so the loop lasts as long as the "
+                "longer stream; when rocprof-compute shows VALU busy and MFMA idle here, the fix "
+                "is less element-wise work per score (fewer conversions, exp2 on pre-scaled "
+                "inputs), not a bigger tile.")
 
     def claims():
         row = pipeline_rows()[0]
