@@ -41,11 +41,13 @@ STAMP := $(VENV)/.installed-$(subst $(comma),_,$(EXTRAS))
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml binder/overrides.json
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(if $(TORCH),$(VENV)/bin/python -m pip install -q "$(TORCH)")
 	$(VENV)/bin/python -m pip install -q -e ".[$(EXTRAS)]"
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	cp binder/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $@
 
 tour: setup

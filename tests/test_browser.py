@@ -71,8 +71,12 @@ def lab(tmp_path_factory):
     home = tmp_path_factory.mktemp("lab")
     served = home / "notebooks"
     served.mkdir()
-    for name in ("01_gemm_ladder.ipynb", "10_roofline.ipynb"):
+    for name in ("01_gemm_ladder.ipynb", "10_roofline.ipynb", "90_interview_prep.ipynb"):
         shutil.copy(NOTEBOOKS / name, served / name)
+    # The JupyterLab settings the project ships (binder/overrides.json), as Binder and the
+    # Makefile's venv install them: JupyterLab's own app settings.
+    (home / "app-settings").mkdir()
+    shutil.copy(ROOT / "binder" / "overrides.json", home / "app-settings" / "overrides.json")
     # JupyterLab asks whether to fetch Jupyter news (a toast over the screenshots, and a
     # "yes" would go to the network), and asks for a kernel when the kernel list comes late
     # (a busy machine): answered here as a user's settings would answer them.
@@ -90,7 +94,8 @@ def lab(tmp_path_factory):
            "IPYTHONDIR": str(home / "ipython"),
            "WORKBENCH_PROGRESS": str(home / "progress.json")}
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", "--port=0",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}"]
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
+               f"--LabApp.app_settings_dir={home / 'app-settings'}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--ServerApp.allow_root=True")
     log = (home / "server.log").open("w")
@@ -311,4 +316,58 @@ def test_roofline_notebook_in_a_browser(open_notebook):
         view = page.widget(title)
         assert view.locator("button.widget-button").count() > 0, title
     page.screenshot("charts", page.page.locator(".jp-Cell", has=page.page.locator(CHARTS)).first)
+    page.no_errors()
+
+
+def _saved_widget_state(lab, notebook: str) -> bool:
+    """Whether the served copy of ``notebook`` holds the state of every widget it displays."""
+    url, token = lab
+    with urllib.request.urlopen(f"{url}/api/contents/{notebook}?token={token}", timeout=30) as reply:
+        saved = json.loads(reply.read())["content"]
+    state = saved["metadata"].get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    views = [output["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+             for cell in saved["cells"] for output in cell.get("outputs", [])
+             if "application/vnd.jupyter.widget-view+json" in output.get("data", {})]
+    return bool(views) and all(view in state.get("state", {}) for view in views)
+
+
+def _shut_down_kernels(lab) -> None:
+    url, token = lab
+    with urllib.request.urlopen(f"{url}/api/sessions?token={token}", timeout=30) as reply:
+        sessions = json.loads(reply.read())
+    for session in sessions:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{url}/api/sessions/{session['id']}?token={token}", method="DELETE"), timeout=30)
+
+
+@pytest.mark.timeout(600)
+def test_interview_notebook_reopened_after_a_run_draws_its_widget(open_notebook, lab):
+    """The learner's complaint: run notebook 90, save, close, reopen: "Error displaying
+    widget: model not found". JupyterLab keeps widget state in the file only with the
+    jupyterlab-manager setting saveState, which binder/overrides.json turns on. Also: the
+    options are radio buttons on one line each, none drawn over another."""
+    name = "90_interview_prep.ipynb"
+    page = open_notebook(name)
+    page.run_all()
+    labels = page.page.locator(".widget-radio-box label")
+    boxes = [labels.nth(i).bounding_box() for i in range(labels.count())]
+    assert len(boxes) >= 3
+    assert all(after["y"] >= before["y"] + before["height"] for before, after in zip(boxes, boxes[1:]))
+    assert len({box["height"] for box in boxes}) == 1          # no option wraps onto a second line
+    page.command("File", "docmanager:save")
+    deadline = time.monotonic() + 60
+    while not _saved_widget_state(lab, name) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _saved_widget_state(lab, name), "the saved notebook lacks its widgets' state"
+    _shut_down_kernels(lab)
+
+    page.page.reload()                                         # the tab reopens the file
+    sync_api.expect(page.page.locator(".jp-Notebook .jp-Cell")).to_have_count(
+        len(page.cells), timeout=SERVER_START_S * 1000)
+    cell = page.page.locator(".jp-CodeCell", has_text="cards = FlashCards(deck)")
+    cell.scroll_into_view_if_needed()
+    output = cell.locator(".jp-Cell-outputArea")
+    sync_api.expect(output).not_to_contain_text("Error displaying widget", timeout=30_000)
+    sync_api.expect(output.locator(".widget-radio-box")).to_be_attached(timeout=60_000)
+    page.screenshot("reopened", cell)
     page.no_errors()

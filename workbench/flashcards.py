@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import html
+import random
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -32,6 +33,13 @@ def inline_html(text: str) -> str:
 def text_html(text: str) -> str:
     """Answer prose as HTML: blank lines split paragraphs."""
     return "".join(f"<p>{inline_html(b)}</p>" for b in text.split("\n\n") if b.strip())
+
+
+def one_of(right, candidates, label: str = "{}") -> dict[str, bool]:
+    """Claims for a question whose answer is one computed value: each candidate, formatted
+    with ``label``, holds where it equals ``right`` (none holds if the computation moved
+    off every candidate, and the card then says so)."""
+    return {label.format(candidate): candidate == right for candidate in candidates}
 
 
 @dataclass(frozen=True)
@@ -63,13 +71,18 @@ class Verdict:
 @dataclass(eq=False)
 class Card:
     """One question. ``claims`` maps each option to whether the evidence bears it out;
-    exactly one must hold, else the card is wrong and says so rather than guessing."""
+    exactly one must hold, else the card is wrong and says so rather than guessing.
+
+    The options are shown in an order shuffled with the topic as seed: the claims are
+    written with the right one wherever it reads best (often first), and a learner must
+    not learn that position instead of the answer. The order is the same on every run."""
 
     topic: str
     question: str
     answer: Callable[[], str] = field(repr=False)
     evidence: Callable[[], list[str]] = field(repr=False)
     claims: Callable[[], dict[str, bool]] | None = field(default=None, repr=False)
+    family: str = "other"
 
     @functools.cached_property
     def _claims(self) -> dict[str, bool]:
@@ -80,11 +93,13 @@ class Card:
         if len(true) != 1:
             raise RuntimeError(f"card {self.topic!r}: exactly one option must hold, "
                                f"the evidence bears out {true or 'none'}")
-        return claims
+        order = list(claims)
+        random.Random(self.topic).shuffle(order)
+        return {option: claims[option] for option in order}
 
     @property
     def options(self) -> list[str]:
-        """The multiple-choice options (empty for an open question)."""
+        """The multiple-choice options, shuffled (empty for an open question)."""
         return list(self._claims)
 
     @property
@@ -108,11 +123,13 @@ class Card:
         """The answer and its evidence (computed once per card, then kept)."""
         return self._revealed
 
-    def question_html(self, number: int | None = None) -> str:
+    def question_html(self, number: int | None = None, options: bool = True) -> str:
+        """The question; ``options=False`` leaves the options out, for a widget whose
+        radio buttons list them (listed twice, they read as two questions)."""
         label = f"{number}. " if number is not None else ""
-        options = "".join(f"<li>{html.escape(o)}</li>" for o in self.options)
+        listed = "".join(f"<li>{html.escape(o)}</li>" for o in self.options) if options else ""
         return (f"<p><b>{label}{html.escape(self.topic)}.</b> {inline_html(self.question)}</p>"
-                + (f"<ol type='a'>{options}</ol>" if options else ""))
+                + (f"<ol type='a'>{listed}</ol>" if listed else ""))
 
     def folded_html(self, number: int | None = None) -> str:
         """The question in the open, the answer in a closed ``<details>``."""
@@ -138,6 +155,36 @@ class Deck:
         if not isinstance(index, int) or not 0 <= index < len(self.cards):
             raise IndexError(f"index must be an int in 0..{len(self.cards) - 1}, got {index!r}")
         return self.cards[index]
+
+    def families(self) -> dict[str, tuple[Card, ...]]:
+        """The cards by family, families in the order of their first card."""
+        grouped: dict[str, list[Card]] = {}
+        for card in self.cards:
+            grouped.setdefault(card.family, []).append(card)
+        return {name: tuple(cards) for name, cards in grouped.items()}
+
+    def family(self, name: str) -> "Deck":
+        """One family's cards as a deck of their own (a notebook section shows one)."""
+        families = self.families()
+        if name not in families:
+            raise KeyError(f"family must be one of {list(families)}, got {name!r}")
+        return Deck(f"{self.title}: {name}", families[name])
+
+    def mock(self, n: int, seed: int = 0) -> "Deck":
+        """A mock interview: ``n`` cards drawn at random (``seed``), one family after
+        another, so the interview spans as many families as ``n`` allows before it
+        repeats one, as an interviewer moves from topic to topic."""
+        if not isinstance(n, int) or not 1 <= n <= len(self.cards):
+            raise ValueError(f"n must be an int in 1..{len(self.cards)}, got {n!r}")
+        rng = random.Random(seed)
+        pools = [rng.sample(cards, len(cards)) for cards in self.families().values()]
+        rng.shuffle(pools)
+        drawn: list[Card] = []
+        while len(drawn) < n:
+            for pool in pools:
+                if pool and len(drawn) < n:
+                    drawn.append(pool.pop())
+        return Deck(f"Mock interview ({n} cards, seed {seed})", tuple(drawn))
 
     def static_html(self) -> str:
         """Every card, answers folded: what a viewer that cannot run widgets shows."""

@@ -17,10 +17,10 @@ import kernels
 import roofline
 from kernels import tuning
 from kernels.comm.cost_model import ALGORITHMS
-from kernels.gemm import v4_lds_pipeline
+from kernels.gemm.v4_lds_pipeline import config as v4_config
 from kernels.gemm_fp8 import fp8_dtype
 
-from . import comm_model, isa, isa_compile, isa_parse
+from .. import comm_model, isa, isa_compile
 
 GPUS = ("MI300X", "MI355X", "H200")
 # RDNA3 (a Radeon target, not in isa.TARGETS): compiled once to show WMMA and wave32 next to CDNA.
@@ -100,17 +100,6 @@ def v3_v4() -> tuple:
     return isa.inspect("gemm", "v3", "gfx942"), isa.inspect("gemm", "v4", "gfx942")
 
 
-def operand_tiles_bytes() -> int:
-    """LDS bytes of one bf16 A tile and one B tile of v4's gfx942 config."""
-    cfg = v4_lds_pipeline.config("hip", "gfx942")
-    return (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2
-
-
-def register_prefetch(report) -> bool:
-    """Its hot loop holds the next K step in registers (:func:`isa_parse.prefetches_into_registers`)."""
-    return isa_parse.prefetches_into_registers([m for m in map(isa_parse.mnemonic, report.hot_loop.splitlines()) if m])
-
-
 def instruction_shape(instruction: str) -> tuple[int, int, int]:
     """M, N, K of a matrix instruction named ..._MxNxK_..."""
     return tuple(int(x) for x in re.search(r"_(\d+)x(\d+)x(\d+)", instruction).groups())
@@ -185,3 +174,23 @@ def dropped_configs(op: str, target: str = "gfx942") -> list[dict]:
 def _table(op: str) -> dict:
     return tuning.shipped(Path(kernels.__file__).parent / op / "tuned_space.json")
 
+
+
+def gemm_v4_config() -> dict:
+    """GEMM v4's gfx942 tile and pipeline settings (what ``isa.inspect`` compiles)."""
+    return v4_config("hip", "gfx942")
+
+
+@functools.cache
+def v4_lds_by_stages() -> list[dict]:
+    """GEMM v4 (bf16) compiled for gfx942 at num_stages 1, 2 and 3: LDS against the bytes of
+    one A tile plus one B tile, registers and occupancy."""
+    cfg = gemm_v4_config()
+    pair = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * torch.bfloat16.itemsize
+    rows = []
+    for stages in (1, 2, 3):
+        report = isa.inspect("gemm", "v4", "gfx942",
+                             overrides=None if stages == cfg["num_stages"] else {"num_stages": stages})
+        rows.append({"num_stages": stages, "LDS bytes": report.lds_bytes, "A+B tile pairs": report.lds_bytes / pair,
+                     "VGPRs": report.vgprs, "occupancy": str(report.occupancy)})
+    return rows
