@@ -27,7 +27,7 @@ from kernels.registry import Rung
 
 from .error_pattern import finding
 from .table import dtype_label
-from .tolerances import allowed_error
+from .tolerances import FLOOR, allowed_error
 
 
 @dataclass
@@ -78,17 +78,19 @@ def relative_error(x: torch.Tensor, reference: torch.Tensor) -> tuple[float, tor
 
 def compare(x: torch.Tensor, reference: torch.Tensor,
             baseline: torch.Tensor | Sequence[torch.Tensor], dtype: torch.dtype,
-            direction: str = "forward", inputs: tuple = ()) -> dict:
+            direction: str = "forward", inputs: tuple = (),
+            other_errors: Sequence[float] = ()) -> dict:
     """Apply the rule to one output: the fields of a :class:`CheckReport` that are numbers,
     and for a failure its :func:`~workbench.error_pattern.finding` (``inputs``, the op's
     inputs, let it name a GEMM's missing K slice). ``baseline`` is the library's result, or
     several (the same values in other memory orders, :func:`judge`): the baseline error is
-    the largest of theirs."""
+    the largest of theirs and of ``other_errors``, the library's errors on other inputs
+    measured against their own references (:func:`judge`'s rounding neighbours)."""
     if tuple(x.shape) != tuple(reference.shape):
         raise ValueError(f"output shape {tuple(x.shape)} != reference shape {tuple(reference.shape)}")
     expected_pattern = reference.to(dtype).double()  # overflow in the dtype is expected
     baselines = [baseline] if isinstance(baseline, torch.Tensor) else baseline
-    base_error = max(relative_error(b, reference)[0] for b in baselines)
+    base_error = max([relative_error(b, reference)[0] for b in baselines] + list(other_errors))
     error, error_map = relative_error(x, reference)
     allowed = allowed_error(dtype, base_error, direction)
     wrong_pattern = _nonfinite_mismatch(x.detach().cpu().double(), expected_pattern)
@@ -147,38 +149,79 @@ def other_memory_order(t):
     return t.contiguous()
 
 
+# Library errors sampled on rounding neighbours of the inputs (:func:`judge`): two more
+# samples cost two more baseline and float64 runs, cheap beside an interpreted rung.
+NEIGHBOURS = 2
+
+
+def rounding_neighbour(inputs: tuple, gen: torch.Generator) -> tuple:
+    """``inputs`` with every element x of each floating tensor moved at random by up to
+    ``eps``·|x| of its dtype, rounded back to the dtype (so by at most 1.5 eps·|x|), in the same layout:
+    a problem as near the original as the dtype can tell, whose library error is another
+    sample of that error. Other arguments, and dtypes without a tolerance (e8m0 scales),
+    stay as they are."""
+    def near(t):
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype in FLOOR):
+            return t
+        jitter = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1
+        moved = (t.detach().cpu().double() * (1 + torch.finfo(t.dtype).eps * jitter)).to(t.dtype)
+        return torch.empty_like(t).copy_(moved)   # the layout kept where it is dense
+    return tuple(near(t) for t in inputs)
+
+
 def judge(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
     """(name, fields of :func:`compare`) for the output and, with a backward, each gradient,
     on the given inputs: :func:`check_rung` makes fresh ones, a test can shape its own
     (large magnitudes); ``seed`` draws the output gradient.
 
-    The library baseline runs twice, on the inputs and on :func:`other_memory_order` copies, and
-    the larger error of the two sets the bound: the library's error in a dtype is a spread
-    over summation orders, and one order alone can be luckily exact where the result is
+    The bound follows the library's error in the dtype, taken as the largest of several
+    samples of it, because one sample can be luckily small where the result is
     ill-conditioned (a one-token MoE's router gradient cancels two expert outputs; that
-    made the tour fail at random: ``tests/test_harness.py`` keeps the seed that showed it)."""
+    made the tour fail at random: ``tests/test_harness.py`` keeps the seeds that showed it):
+    the library baseline on the inputs, on :func:`other_memory_order` copies (another
+    summation order), and on :data:`NEIGHBOURS` :func:`rounding_neighbour` inputs, each
+    against the float64 reference of its own inputs (other roundings of nearly the same
+    problem). A wrong kernel is still off by far more than any of them."""
     baseline_rung = kernels.registry.reference_rung(rung.op)
-    reordered = tuple(other_memory_order(t) for t in inputs)
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
     if not rung.backward:
         reference = spec.reference(*inputs)
-        baselines = (baseline_rung(*inputs), baseline_rung(*reordered))
+        baselines = (baseline_rung(*inputs), baseline_rung(*(other_memory_order(t) for t in inputs)))
+        spread = []
+        for _ in range(NEIGHBOURS):
+            near = rounding_neighbour(inputs, gen)
+            spread.append(relative_error(baseline_rung(*near), spec.reference(*near))[0])
         with poisoned_outputs():
             out = rung(*inputs)
-        return [("out", compare(out, reference, baselines, out.dtype, inputs=inputs))]  # in its dtype
+        return [("out", compare(out, reference, baselines, out.dtype, inputs=inputs,
+                                other_errors=spread))]  # in its dtype
     names = spec.grad_inputs
-    as64 = tuple(t.detach().cpu().double() if isinstance(t, torch.Tensor) and t.is_floating_point()
-                 else t for t in inputs)
     with torch.no_grad():
-        shape = spec.reference(*as64).shape
-    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+        shape = spec.reference(*_as64(inputs)).shape
     grad_out = torch.randn(shape, generator=gen).to(inputs[0].dtype)  # what rung and baseline see
-    reference, ref_grads = _with_grads(spec.reference, as64, names, grad_out.double())
-    baselines = [_with_grads(baseline_rung, ins, names, grad_out) for ins in (inputs, reordered)]
+    reference, ref_grads = _with_grads(spec.reference, _as64(inputs), names, grad_out.double())
+    baselines = [_with_grads(baseline_rung, ins, names, grad_out)
+                 for ins in (inputs, tuple(other_memory_order(t) for t in inputs))]
+    spread = {n: [] for n in ("out", *names)}
+    for _ in range(NEIGHBOURS):
+        near = rounding_neighbour(inputs, gen)
+        near_ref, near_ref_grads = _with_grads(spec.reference, _as64(near), names, grad_out.double())
+        near_out, near_grads = _with_grads(baseline_rung, near, names, grad_out)
+        spread["out"].append(relative_error(near_out, near_ref)[0])
+        for n in names:
+            spread[n].append(relative_error(near_grads[n], near_ref_grads[n])[0])
     with poisoned_outputs():
         out, grads = _with_grads(rung, inputs, names, grad_out)
-    judged = [("out", compare(out, reference, [b for b, _ in baselines], out.dtype, inputs=inputs))]
+    judged = [("out", compare(out, reference, [b for b, _ in baselines], out.dtype, inputs=inputs,
+                              other_errors=spread["out"]))]
     return judged + [(f"d{n}", compare(grads[n], ref_grads[n], [g[n] for _, g in baselines],
-                                       grads[n].dtype, "backward")) for n in names]
+                                       grads[n].dtype, "backward", other_errors=spread[n]))
+                     for n in names]
+
+
+def _as64(inputs: tuple) -> tuple:
+    return tuple(t.detach().cpu().double() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                 else t for t in inputs)
 
 
 def check_rung(rung: Rung, shape: tuple, dtype: torch.dtype, seed: int | None = None,

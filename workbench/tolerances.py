@@ -4,7 +4,9 @@
 A rung passes when ``error <= FACTOR[direction] * baseline_error + FLOOR[dtype]``,
 where both errors are max |x - reference| / max |reference| against the float64
 reference, and ``baseline_error`` is the library baseline's error in the same dtype
-on the same inputs (the larger of two memory orders: :func:`workbench.check.judge`). The factor lets a kernel sum in another order than the library;
+on the same inputs (the largest of several samples: two memory orders and two rounding
+neighbours of the inputs, :func:`workbench.check.judge`). The factor lets a kernel sum in
+another order than the library;
 the floor (about one unit in the last place of the dtype at the output's largest
 magnitude) covers shapes where the baseline happens to be exact.
 """
