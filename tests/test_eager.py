@@ -108,3 +108,14 @@ def test_a_graph_compiles_the_custom_op(monkeypatch):
     compiled = torch.compile(kernels.matmul, fullgraph=True, backend="aot_eager")
     with torch.no_grad():
         torch.testing.assert_close(compiled(a, b), a @ b)
+
+
+def test_a_layer_whose_weight_needs_a_gradient_goes_through_the_custom_op_outside_no_grad(monkeypatch):
+    layer = kernels.nn.Linear(3, 5)
+    called = []
+    real = gemm_ops._matmul_2d
+    monkeypatch.setattr(gemm_ops, "_matmul_2d", lambda *args: called.append(1) or real(*args))
+    assert layer(torch.randn(2, 3)).grad_fn is not None and called == [1]
+    with torch.no_grad():
+        layer(torch.randn(2, 3))
+    assert called == [1]

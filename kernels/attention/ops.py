@@ -188,8 +188,9 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         validate.tensor(name, t, ndim=3, allow_empty=True)
-    scale = validate.attention_operands(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)),
-                                        scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
+    scale = validate.attention_operands(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                                        v.transpose(0, 1).unsqueeze(0), scale, DTYPES, MAX_HEAD_DIM,
+                                        allow_empty=True)
     varlen.check_metadata(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     if check_offsets:
         varlen.check_offsets(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)

@@ -103,6 +103,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (..., K), "
                          f"b is {tuple(b.shape)} (K, N)")
     a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])   # not -1: ambiguous when K = 0
-    validate.matmul_operands(a2, b, DTYPES, allow_empty=True)
+    # what validate.matmul_operands adds to the checks above, in its order
+    validate.same_device(a=a2, b=b)
+    validate.same_dtype(a=a2, b=b)
+    validate.tensor("a", a2, dtypes=DTYPES, allow_empty=True)
     c = _matmul_impl(a2, b) if eager.direct(a2, b, autocast=True) else _matmul_2d(a2, b)
     return c.reshape(*a.shape[:-1], b.shape[1])

@@ -74,5 +74,6 @@ def fused_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
     needed (:func:`kernels.eager.direct`)."""
     if eager.direct(x, weights, ids, gate, up, down):
         return v3_fused.fused_forward(x, weights, ids, gate, up, down, False)[0]
-    save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, weights, gate, up, down))
+    save = torch.is_grad_enabled() and (x.requires_grad or weights.requires_grad or gate.requires_grad
+                                        or up.requires_grad or down.requires_grad)
     return _moe_fused(x, weights, ids, gate, up, down, save)[0]
