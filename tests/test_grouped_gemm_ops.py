@@ -4,7 +4,6 @@ with torch._grouped_mm (``ref``) in the same dtype as the baseline."""
 from __future__ import annotations
 
 import inspect
-import sys
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ import kernels
 from kernels.gemm.ops import best_rung
 from kernels.moe.grouped_gemm import spec
 from workbench.check import compare
+from workbench.host_overhead import calls_where
 
 from host_sync import no_host_sync
 
@@ -126,19 +126,8 @@ def test_mismatched_operands_are_refused_by_name():
 
 def _applies(call) -> int:
     """How many times ``call()`` enters ``torch.autograd.Function.apply``."""
-    applies = []
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code is torch.autograd.Function.apply.__func__.__code__:
-            applies.append(1)
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(previous)
-    return len(applies)
+    apply = torch.autograd.Function.apply.__func__.__code__
+    return calls_where(call, lambda frame: frame.f_code is apply)
 
 
 @pytest.mark.parametrize("rung", [r for r in kernels.variants("grouped_gemm", include_ref=False)
