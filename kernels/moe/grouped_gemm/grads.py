@@ -22,8 +22,8 @@ def gradients(grouped_mm: Callable, grouped_dw: Callable, x, w, offsets, dy, nee
 def differentiable(grouped_mm: Callable, grouped_dw: Callable) -> Callable:
     """``f(x, w, offsets)``: ``grouped_mm`` forward, backward through :func:`gradients`. A call
     that needs no gradient (grad mode off, or neither x nor w requires one) runs ``grouped_mm``
-    without ``autograd.Function.apply``, whose Python costs more than the rest of the host path
-    (``workbench bench overhead``); it would have saved nothing and recorded no graph."""
+    without ``autograd.Function.apply``: its Python dispatch would be host time for nothing, as
+    it would save nothing and record no graph."""
 
     class GroupedGemm(torch.autograd.Function):
         @staticmethod
