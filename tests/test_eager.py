@@ -119,3 +119,15 @@ def test_a_layer_whose_weight_needs_a_gradient_goes_through_the_custom_op_outsid
     with torch.no_grad():
         layer(torch.randn(2, 3))
     assert called == [1]
+
+
+def test_export_sees_the_custom_op(monkeypatch):
+    monkeypatch.setattr(gemm_ops, "_matmul_impl", _refuse)   # only the custom op's own copy runs
+
+    class Model(torch.nn.Module):
+        def forward(self, a, b):
+            return kernels.matmul(a, b)
+
+    with torch.no_grad():
+        exported = torch.export.export(Model(), (torch.randn(4, 3), torch.randn(3, 5)))
+    assert "torch.ops.kernels.matmul.default" in exported.graph_module.code
