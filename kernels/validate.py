@@ -87,10 +87,15 @@ def matmul_operands(a, b, dtypes: Sequence[torch.dtype],
     same_device(a=a, b=b)
     same_dtype(a=a, b=b)
     tensor("a", a, dtypes=dtypes, allow_empty=allow_empty)
+    inner_dims(a, b)
+    return a, b
+
+
+def inner_dims(a: torch.Tensor, b: torch.Tensor) -> None:
+    """a (M, K) and b (K, N) share K."""
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (M, K), "
                          f"b is {tuple(b.shape)} (K, N)")
-    return a, b
 
 
 def attention_operands(q, k, v, scale, dtypes: Sequence[torch.dtype], max_head_dim: int,

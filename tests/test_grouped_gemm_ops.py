@@ -12,6 +12,7 @@ import kernels
 from kernels.gemm.ops import best_rung
 from kernels.moe.grouped_gemm import spec
 from workbench.check import compare
+from workbench.host_overhead import calls_where
 
 from host_sync import no_host_sync
 
@@ -121,3 +122,24 @@ def test_mismatched_operands_are_refused_by_name():
         grouped_gemm(torch.randn(9, 4), torch.randn(2, 4, 3, dtype=torch.float16), offsets)
     with pytest.raises(ValueError, match="w is on meta"):
         grouped_gemm(torch.randn(9, 4), torch.empty(2, 4, 3, device="meta"), offsets)
+
+
+def _applies(call) -> int:
+    """How many times ``call()`` enters ``torch.autograd.Function.apply``."""
+    apply = torch.autograd.Function.apply.__func__.__code__
+    return calls_where(call, lambda frame: frame.f_code is apply)
+
+
+@pytest.mark.parametrize("rung", [r for r in kernels.variants("grouped_gemm", include_ref=False)
+                                  if r.kind == "triton" and r.backward], ids=lambda r: r.title)
+def test_a_rung_call_without_gradients_skips_autograd_function(rung):
+    """Its apply costs more host time than the rest of the call, for a graph nobody asked for."""
+    x, w, offsets = operands([3, 0, 5])
+    expected = rung(x, w, offsets)
+    assert expected.grad_fn is not None   # x and w require gradients: recorded
+    assert _applies(lambda: rung(x, w, offsets)) == 1
+    with torch.no_grad():
+        assert _applies(lambda: rung(x, w, offsets)) == 0
+        torch.testing.assert_close(rung(x, w, offsets), expected, rtol=0, atol=0)
+    assert _applies(lambda: rung(x.detach(), w.detach(), offsets)) == 0
+    torch.testing.assert_close(rung(x.detach(), w.detach(), offsets), expected, rtol=0, atol=0)

@@ -9,7 +9,8 @@ How it is wrapped: two PyTorch custom ops, ``kernels::flash_attention_fwd`` (ret
 and the LSE's two parts) and ``kernels::flash_attention_bwd`` (returns dQ, dK, dV), each with
 a fake (meta) implementation, joined by ``register_autograd``, so
 ``torch.compile(fullgraph=True)`` sees two opaque nodes and no graph break, and the
-backward runs as its own op.
+backward runs as its own op. An eager call that nothing traces and that needs no gradient
+runs the forward's implementation itself (:func:`kernels.eager.direct`).
 
 Varlen: packed (total_tokens, H, D) tensors split by ``cu_seqlens`` (flash-attn's
 layout: sequence i is rows cu_seqlens[i]:cu_seqlens[i+1], attending only within
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import autocast, validate
+from .. import autocast, eager, validate
 from . import v4_amd_tuned, v5_backward, varlen
 from .spec import DTYPES, MAX_HEAD_DIM
 
@@ -46,13 +47,15 @@ def _zero_grads(q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
 
 
-@torch.library.custom_op("kernels::flash_attention_fwd", mutates_args=())
-def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-         scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+              scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     if _no_work(q, k):
         b, h, s, _ = q.shape
         return _keyless(q, (b, h, 2, s))
     return v4_amd_tuned.forward(q, k, v, causal, scale)
+
+
+_fwd = torch.library.custom_op("kernels::flash_attention_fwd", _fwd_impl, mutates_args=())
 
 
 @_fwd.register_fake
@@ -107,16 +110,21 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
+    if eager.direct(q, k, v, autocast=True):
+        return _fwd_impl(q, k, v, causal, scale)[0]
     return _fwd(q, k, v, causal, scale)[0]
 
 
-@torch.library.custom_op("kernels::flash_attention_varlen_fwd", mutates_args=())
-def _varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
-                cu_k: torch.Tensor, max_q: int, max_k: int, causal: bool,
-                scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _varlen_fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
+                     cu_k: torch.Tensor, max_q: int, max_k: int, causal: bool,
+                     scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     if _no_work(q, k):
         return _keyless(q, (1, q.shape[1], 2, q.shape[0]))
     return v4_amd_tuned.forward(q, k, v, causal, scale, packing=varlen.Packing(cu_q, cu_k, max_q, max_k))
+
+
+_varlen_fwd = torch.library.custom_op("kernels::flash_attention_varlen_fwd", _varlen_fwd_impl,
+                                      mutates_args=())
 
 
 @_varlen_fwd.register_fake
@@ -180,10 +188,12 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     for name, t in (("q", q), ("k", k), ("v", v)):
         validate.tensor(name, t, ndim=3, allow_empty=True)
-    scale = validate.attention_operands(*(t.transpose(0, 1).unsqueeze(0) for t in (q, k, v)),
-                                        scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
+    scale = validate.attention_operands(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                                        v.transpose(0, 1).unsqueeze(0), scale, DTYPES, MAX_HEAD_DIM,
+                                        allow_empty=True)
     varlen.check_metadata(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     if check_offsets:
         varlen.check_offsets(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
-    return _varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                       causal, scale)[0]
+    plain = eager.direct(q, k, v, cu_seqlens_q, cu_seqlens_k, autocast=True)
+    fwd = _varlen_fwd_impl if plain else _varlen_fwd
+    return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)[0]

@@ -226,7 +226,8 @@ def launch(q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | No
     grid = (cdiv(packing.max_q if packing else s, cfg["BLOCK_M"]), b * hq)
     here = _backend.current()
     _flash_fwd_lse_kernel[grid](*views[:4], lse, *cu_args(packing), scale, s, sk, d, hq // hkv, hq,
-                                *(x for t in views for x in strides(t)),
+                                *strides(views[0]), *strides(views[1]), *strides(views[2]),
+                                *strides(views[3]),
                                 CAUSAL=bool(causal), VARLEN=packing is not None,
                                 INTERP_BF16=interp_bf16(q.dtype), SCALE_SIGN=scale_sign(scale),
                                 P_BITS=p_bits(q.dtype, here.name, here.arch),

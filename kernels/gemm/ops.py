@@ -11,7 +11,9 @@ How it is wrapped: a PyTorch custom op ``kernels::matmul`` (2-D only) with a fak
 treats it as one opaque node instead of breaking the graph at the Triton launch, and
 so the backward GEMMs run through the same kernels: ``grad_a = grad_c @ b.T`` and
 ``grad_b = a.T @ grad_c``, where the transposes are stride views that every rung
-takes as they are. :func:`matmul` flattens leading batch dims of ``a`` around it.
+takes as they are. :func:`matmul` flattens leading batch dims of ``a`` around it, and
+calls the op's implementation itself when nothing traces and no gradient is needed
+(:func:`kernels.eager.direct`).
 
 Empty operands are legal, as in ``torch.matmul``: M = 0 or N = 0 (or an empty batch)
 gives an empty result, K = 0 gives zeros, and the gradients have the operands'
@@ -26,7 +28,7 @@ import torch
 
 from .. import autocast
 from .. import backend as _backend
-from .. import validate
+from .. import eager, validate
 from ..registry import Rung, declared, variants
 from .spec import DTYPES
 
@@ -56,11 +58,13 @@ def best_rung(op: str, dtype: torch.dtype) -> Rung:
     return usable[-1]
 
 
-@torch.library.custom_op("kernels::matmul", mutates_args=())
-def _matmul_2d(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _matmul_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: what torch.matmul returns
         return a.new_zeros((a.shape[0], b.shape[1]))
     return best_rung("gemm", a.dtype)(a, b)
+
+
+_matmul_2d = torch.library.custom_op("kernels::matmul", _matmul_impl, mutates_args=())
 
 
 @_matmul_2d.register_fake
@@ -99,5 +103,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (..., K), "
                          f"b is {tuple(b.shape)} (K, N)")
     a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])   # not -1: ambiguous when K = 0
-    validate.matmul_operands(a2, b, DTYPES, allow_empty=True)
-    return _matmul_2d(a2, b).reshape(*a.shape[:-1], b.shape[1])
+    # what validate.matmul_operands adds to the checks above, in its order
+    validate.same_device(a=a2, b=b)
+    validate.same_dtype(a=a2, b=b)
+    validate.tensor("a", a2, dtypes=DTYPES, allow_empty=True)
+    c = _matmul_impl(a2, b) if eager.direct(a2, b, autocast=True) else _matmul_2d(a2, b)
+    return c.reshape(*a.shape[:-1], b.shape[1])

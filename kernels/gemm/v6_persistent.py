@@ -257,18 +257,32 @@ def _launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict) -> Sch
     cfg = dict(cfg)
     fixup = cfg.pop("FIXUP")
     plan = schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
-    partials = torch.empty((max(1, plan.sk_tiles * plan.splits), cfg["BLOCK_M"] * cfg["BLOCK_N"]),
-                           dtype=torch.float32, device=a.device)
+    partials = (torch.empty((plan.sk_tiles * plan.splits, cfg["BLOCK_M"] * cfg["BLOCK_N"]),
+                            dtype=torch.float32, device=a.device)
+                if plan.sk_tiles else _no_partials(a.device))
+    bf16 = interp_bf16(a.dtype)
     _gemm_persistent_kernel[(cfg["NUM_PROGS"],)](
         a, b, c, partials, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         c.stride(0), c.stride(1), plan.dp_tiles, plan.splits, plan.split_k,
-        EVEN_K=k % cfg["BLOCK_K"] == 0, INTERP_BF16=interp_bf16(a.dtype), **cfg)
+        EVEN_K=k % cfg["BLOCK_K"] == 0, INTERP_BF16=bf16, **cfg)
     if plan.sk_tiles and fixup:
         _streamk_fixup_kernel[(plan.sk_tiles,)](
             c, partials, m, n, c.stride(0), c.stride(1), plan.dp_tiles, plan.splits,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], GROUP_M=cfg["GROUP_M"],
-            INTERP_BF16=interp_bf16(a.dtype), num_warps=cfg["num_warps"])
+            INTERP_BF16=bf16, num_warps=cfg["num_warps"])
     return plan
+
+
+_NO_PARTIALS: dict[torch.device, torch.Tensor] = {}
+
+
+def _no_partials(device: torch.device) -> torch.Tensor:
+    """The workspace of a launch without a split tail: one fp32 element per device, made once
+    (an allocation per call is host time for nothing). No program writes or reads it: every
+    unit of such a launch is a whole tile, stored to C."""
+    if device not in _NO_PARTIALS:
+        _NO_PARTIALS[device] = torch.empty(1, dtype=torch.float32, device=device)
+    return _NO_PARTIALS[device]
 
 
 _CHOSEN: dict[tuple, dict] = {}   # (M, N, K buckets, dtype) -> the settings of the last launch
@@ -280,16 +294,17 @@ def _bucket(shape, dtype: torch.dtype) -> tuple:
 
 
 def tuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, persistent: dict,
-          operands: str | None = None) -> dict:
+          operands: str | None = None, bucket: tuple | None = None) -> dict:
     """The tile config for this launch: the fastest pruned candidate of its (bucket, dtype, layout).
 
     The first call of a key times every candidate ``prune`` keeps with v6's own launch
     (into ``c``, which the real launch then overwrites) and keeps the winner
     (:func:`kernels.tuning.choice`); a single candidate (always, on the interpreter) is
-    taken without timing. ``operands`` is ``layout(a, b)`` when the caller has it already.
+    taken without timing. ``operands`` is ``layout(a, b)`` and ``bucket`` the shape's
+    ``_bucket`` when the caller has them already.
     """
     (m, k), n = a.shape, b.shape[1]
-    key = (*_bucket((m, n, k), a.dtype), operands or layout(a, b))
+    key = (*(bucket or _bucket((m, n, k), a.dtype)), operands or layout(a, b))
     here = _backend.current()
     return choice("gemm/v6", key,
                   lambda: [as_dict(cfg) for cfg in configs.prune(configs.space(here.name, here.arch), m, n, k)],
@@ -311,14 +326,14 @@ def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) 
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     here = _backend.current()
-    operands = layout(a, b)
+    operands, bucket = layout(a, b), _bucket((m, n, k), a.dtype)
     if set(overrides or ()) - set(PERSISTENT):   # a tile setting pinned: on the prior, untimed
         cfg = with_overrides(config(here, m, n, k), overrides)
     else:   # the tuner's choice; the prior (a prune of the space) is not needed
         fixed = with_overrides(persistent_settings(here), overrides)
-        cfg = {**tuned(a, b, c, fixed, operands), **fixed}
+        cfg = {**tuned(a, b, c, fixed, operands, bucket), **fixed}
     plan = _launch(a, b, c, cfg)
-    _CHOSEN[_bucket((m, n, k), a.dtype)] = {
+    _CHOSEN[bucket] = {
         **cfg, "layout": operands, "EVEN_K": k % cfg["BLOCK_K"] == 0,
         "DP_TILES": plan.dp_tiles, "SPLITS": plan.splits, "SPLIT_K": plan.split_k}
     return c

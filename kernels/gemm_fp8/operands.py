@@ -32,9 +32,12 @@ def check(a, b, scale_a, scale_b, out_dtype, allow_empty: bool = False) -> tuple
 
     ``allow_empty``: the public op takes M, N or K = 0 as ``torch._scaled_mm`` does;
     a kernel launch does not."""
-    validate.tensor("a", a, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # before
-    validate.tensor("b", b, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # matmul_operands:
-    validate.matmul_operands(a, b, FP8_DTYPES, allow_empty)   # name the non-FP8 one
+    # each alone first, so that a dtype error names the non-FP8 one; then what they share
+    validate.tensor("a", a, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)
+    validate.tensor("b", b, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)
+    validate.same_device(a=a, b=b)
+    validate.same_dtype(a=a, b=b)
+    validate.inner_dims(a, b)
     validate.tensor("scale_a", scale_a, dtypes=(torch.float32,), allow_empty=allow_empty)
     validate.tensor("scale_b", scale_b, dtypes=(torch.float32,), allow_empty=allow_empty)
     validate.same_device(a=a, b=b, scale_a=scale_a, scale_b=scale_b)

@@ -4,7 +4,8 @@ Semantics of ``torch._scaled_mm``: ``(a * scale_a) @ (b * scale_b)`` with fp32
 accumulation (see :mod:`.operands`). It runs the highest-numbered Triton rung of
 ``gemm_fp8`` that runs here and takes the FP8 format (:func:`kernels.gemm.ops.best_rung`),
 wrapped as the custom op ``kernels::matmul_fp8`` with a fake implementation, so
-``torch.compile(fullgraph=True)`` keeps it in the graph.
+``torch.compile(fullgraph=True)`` keeps it in the graph; an eager call that nothing traces
+runs the implementation itself (:func:`kernels.eager.direct`).
 
 No autograd: like ``torch._scaled_mm`` it defines no derivative for FP8 operands. An
 FP8 training recipe quantizes the output gradient itself and calls this op for the
@@ -14,16 +15,19 @@ from __future__ import annotations
 
 import torch
 
+from .. import eager
 from ..gemm.ops import best_rung
 from . import operands
 
 
-@torch.library.custom_op("kernels::matmul_fp8", mutates_args=())
-def _matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                out_dtype: torch.dtype) -> torch.Tensor:
+def _matmul_fp8_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                     out_dtype: torch.dtype) -> torch.Tensor:
     if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: what torch._scaled_mm returns
         return torch.zeros((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
     return best_rung("gemm_fp8", a.dtype)(a, b, scale_a, scale_b, out_dtype=out_dtype)
+
+
+_matmul_fp8 = torch.library.custom_op("kernels::matmul_fp8", _matmul_fp8_impl, mutates_args=())
 
 
 @_matmul_fp8.register_fake
@@ -42,4 +46,5 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
     for K = 0.
     """
     operands.check(a, b, scale_a, scale_b, out_dtype, allow_empty=True)
-    return _matmul_fp8(a, b, scale_a, scale_b, out_dtype)
+    plain = eager.direct(a, b, scale_a, scale_b)
+    return (_matmul_fp8_impl if plain else _matmul_fp8)(a, b, scale_a, scale_b, out_dtype)

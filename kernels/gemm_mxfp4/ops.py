@@ -4,7 +4,8 @@
 :func:`kernels.gemm_mxfp4.quantize_mxfp4` (layout: :mod:`.operands`). It runs the
 highest-numbered Triton rung of ``gemm_mxfp4`` that runs here
 (:func:`kernels.gemm.ops.best_rung`), wrapped as the custom op ``kernels::matmul_mxfp4``
-with a fake implementation, so ``torch.compile(fullgraph=True)`` keeps it in the graph.
+with a fake implementation, so ``torch.compile(fullgraph=True)`` keeps it in the graph; an
+eager call that nothing traces runs the implementation itself (:func:`kernels.eager.direct`).
 
 No autograd: as for FP8, a training recipe quantizes the gradients itself and calls
 this op for the backward GEMMs.
@@ -13,17 +14,20 @@ from __future__ import annotations
 
 import torch
 
+from .. import eager
 from ..gemm.ops import best_rung
 from . import operands
 from .formats import FORMAT
 
 
-@torch.library.custom_op("kernels::matmul_mxfp4", mutates_args=())
-def _matmul_mxfp4(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch.Tensor,
-                  b_scales: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+def _matmul_mxfp4_impl(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch.Tensor,
+                       b_scales: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     if a_packed.numel() == 0 or b_packed.numel() == 0:   # M, N or K is 0: as matmul_fp8
         return torch.zeros((a_packed.shape[0], b_packed.shape[0]), dtype=out_dtype, device=a_packed.device)
     return best_rung("gemm_mxfp4", FORMAT)(a_packed, a_scales, b_packed, b_scales, out_dtype=out_dtype)
+
+
+_matmul_mxfp4 = torch.library.custom_op("kernels::matmul_mxfp4", _matmul_mxfp4_impl, mutates_args=())
 
 
 @_matmul_mxfp4.register_fake
@@ -45,4 +49,5 @@ def matmul_mxfp4(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch
     an empty result for M = 0 or N = 0, zeros for K = 0.
     """
     operands.check(a_packed, a_scales, b_packed, b_scales, out_dtype, allow_empty=True)
-    return _matmul_mxfp4(a_packed, a_scales, b_packed, b_scales, out_dtype)
+    plain = eager.direct(a_packed, a_scales, b_packed, b_scales)
+    return (_matmul_mxfp4_impl if plain else _matmul_mxfp4)(a_packed, a_scales, b_packed, b_scales, out_dtype)

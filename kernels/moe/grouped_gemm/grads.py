@@ -20,7 +20,10 @@ def gradients(grouped_mm: Callable, grouped_dw: Callable, x, w, offsets, dy, nee
 
 
 def differentiable(grouped_mm: Callable, grouped_dw: Callable) -> Callable:
-    """``f(x, w, offsets)``: ``grouped_mm`` forward, backward through :func:`gradients`."""
+    """``f(x, w, offsets)``: ``grouped_mm`` forward, backward through :func:`gradients`. A call
+    that needs no gradient (grad mode off, or neither x nor w requires one) runs ``grouped_mm``
+    without ``autograd.Function.apply``: its Python dispatch would be host time for nothing, as
+    it would save nothing and record no graph."""
 
     class GroupedGemm(torch.autograd.Function):
         @staticmethod
@@ -32,4 +35,9 @@ def differentiable(grouped_mm: Callable, grouped_dw: Callable) -> Callable:
         def backward(ctx, dy):
             return gradients(grouped_mm, grouped_dw, *ctx.saved_tensors, dy, ctx.needs_input_grad)
 
-    return GroupedGemm.apply
+    def call(x, w, offsets):
+        if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+            return GroupedGemm.apply(x, w, offsets)
+        return grouped_mm(x, w, offsets)
+
+    return call

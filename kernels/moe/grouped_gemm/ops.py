@@ -13,7 +13,9 @@ How it is wrapped: two PyTorch custom ops with fake (meta) implementations,
 group, wᵀ a stride view) and ``kernels::grouped_gemm_dw`` (dw[g] = x_gᵀ · dy_g, a GEMM
 whose reduction runs over the group's variable row count, zero for an empty group),
 joined by ``register_autograd``. So ``torch.compile(fullgraph=True)`` sees opaque nodes
-and no graph break, and the backward runs through our kernels.
+and no graph break, and the backward runs through our kernels. An eager call that nothing
+traces and that needs no gradient runs the forward's implementation itself
+(:func:`kernels.eager.direct`).
 
 Empty operands are legal, as in ``torch._grouped_mm``: T = 0 or N = 0 give an empty
 result, K = 0 gives zeros, and the gradients have the operands' shapes; an empty group
@@ -23,18 +25,20 @@ from __future__ import annotations
 
 import torch
 
-from ... import validate
+from ... import eager, validate
 from ...gemm.ops import best_rung
 from . import v4_persistent
 from .grads import gradients
 from .spec import DTYPES
 
 
-@torch.library.custom_op("kernels::grouped_gemm", mutates_args=())
-def _grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+def _grouped_gemm_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0 or w.numel() == 0:
         return x.new_zeros((x.shape[0], w.shape[2]))
     return best_rung("grouped_gemm", x.dtype)(x, w, offsets, check_offsets=False)
+
+
+_grouped_gemm = torch.library.custom_op("kernels::grouped_gemm", _grouped_gemm_impl, mutates_args=())
 
 
 @_grouped_gemm.register_fake
@@ -86,4 +90,6 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     """
     offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES, allow_empty=True,
                                              check_values=check_offsets)
+    if eager.direct(x, w, offsets):
+        return _grouped_gemm_impl(x, w, offsets)
     return _grouped_gemm(x, w, offsets)

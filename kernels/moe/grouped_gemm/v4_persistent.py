@@ -151,7 +151,7 @@ def _bucket(kernel: str, t: int, k: int, n: int, g: int, dtype: torch.dtype) -> 
 
 def _layout(a: torch.Tensor, b: torch.Tensor) -> str:
     """"N" per operand whose last dim is contiguous (x's K, w's N / dy's N), "T" otherwise."""
-    return "".join("N" if t.stride(-1) == 1 else "T" for t in (a, b))
+    return ("N" if a.stride(-1) == 1 else "T") + ("N" if b.stride(-1) == 1 else "T")
 
 
 def _tile_extent(kernel: str, t: int, k: int, n: int, g: int) -> tuple[int, int]:
@@ -177,18 +177,18 @@ def choose(kernel: str, a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor,
     here = _backend.current()
     persistent = {} if kernel == "dw" else {"NUM_XCDS": num_xcds(here), "NUM_PROGS": programs(here)}
     pinned = {name: v for name, v in (overrides or {}).items() if name in persistent or name not in PERSISTENT}
-    operands = _layout(a, b)
+    operands, bucket = _layout(a, b), _bucket(kernel, *problem, a.dtype)
     if set(pinned) - set(PERSISTENT):   # a tile setting pinned: on the prior, untimed
         cfg = with_overrides({**prior(kernel, here.name, here.arch, *problem), **persistent}, pinned)
     else:   # the tuner's choice; the prior (a prune of the space) is not needed
         fixed = with_overrides(persistent, pinned)
-        key = (*_bucket(kernel, *problem, a.dtype), operands)
+        key = (*bucket, operands)
         tile = choice("grouped_gemm/v4", key,
                       lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch),
                                                                  *_tile_extent(kernel, *problem))],
                       lambda tile: _launch(kernel, a, b, offsets, out, {**tile, **fixed}))
         cfg = {**tile, **fixed}
-    _CHOSEN[_bucket(kernel, *problem, a.dtype)] = {**cfg, "layout": operands}
+    _CHOSEN[bucket] = {**cfg, "layout": operands}
     return cfg
 
 

@@ -5,7 +5,8 @@ group g, ``(x[rows of g] * sx[rows of g, None]) @ (w[g] * sw[g])`` with fp32 acc
 (see :mod:`.operands`). It runs the highest-numbered Triton rung of ``grouped_gemm_fp8``
 that runs here and takes the format (:func:`kernels.gemm.ops.best_rung`, read at call
 time), wrapped as the custom op ``kernels::grouped_gemm_fp8`` with a fake
-implementation, so ``torch.compile(fullgraph=True)`` keeps it in the graph.
+implementation, so ``torch.compile(fullgraph=True)`` keeps it in the graph; an eager call
+that nothing traces runs the implementation itself (:func:`kernels.eager.direct`).
 
 No autograd, as ``kernels.matmul_fp8`` and ``torch._scaled_grouped_mm``: an FP8 recipe
 quantizes the output gradient itself and calls FP8 GEMMs for dx and dw.
@@ -14,17 +15,21 @@ from __future__ import annotations
 
 import torch
 
+from ... import eager
 from ...gemm.ops import best_rung
 from . import operands
 
 
-@torch.library.custom_op("kernels::grouped_gemm_fp8", mutates_args=())
-def _grouped_gemm_fp8(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
-                      offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+def _grouped_gemm_fp8_impl(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
+                           offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     if x.numel() == 0 or w.numel() == 0:   # T, N, K or G is 0: empty, or zeros for K = 0
         return torch.zeros((x.shape[0], w.shape[2]), dtype=out_dtype, device=x.device)
     return best_rung("grouped_gemm_fp8", x.dtype)(x, sx, w, sw, offsets, out_dtype,
                                                   check_offsets=False)
+
+
+_grouped_gemm_fp8 = torch.library.custom_op("kernels::grouped_gemm_fp8", _grouped_gemm_fp8_impl,
+                                            mutates_args=())
 
 
 @_grouped_gemm_fp8.register_fake
@@ -47,4 +52,5 @@ def grouped_gemm_fp8(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: tor
     """
     offsets = operands.check(x, sx, w, sw, offsets, out_dtype, allow_empty=True,
                              check_values=check_offsets)
-    return _grouped_gemm_fp8(x, sx, w, sw, offsets, out_dtype)
+    plain = eager.direct(x, sx, w, sw, offsets)
+    return (_grouped_gemm_fp8_impl if plain else _grouped_gemm_fp8)(x, sx, w, sw, offsets, out_dtype)

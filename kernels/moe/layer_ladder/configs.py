@@ -21,6 +21,7 @@ import torch
 import triton
 
 from ... import tuning
+from ...triton_support import next_power_of_2
 from ..grouped_gemm import configs as grouped
 
 TABLE = Path(__file__).with_name("tuned_space.json")
@@ -46,5 +47,5 @@ def choose(kernel: str, backend: str, arch: str, rows: int, n: int, groups: int,
            dtype: torch.dtype, run) -> dict:
     """The config for this launch: the fastest pruned candidate (``run(cfg)`` launches one),
     timed once per (kernel, power-of-two buckets of rows, N, G, dtype) and kept."""
-    key = (kernel, *(triton.next_power_of_2(v) for v in (rows, n, groups)), dtype)
+    key = (kernel, next_power_of_2(rows), next_power_of_2(n), next_power_of_2(groups), dtype)
     return tuning.choice("moe/v3", key, lambda: pruned(backend, arch, rows, n, groups), run)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ... import eager
 from . import v3_fused
 from .v3_backward import fused_backward
 
@@ -69,6 +70,10 @@ _moe_fused.register_autograd(_backward, setup_context=_save)
 
 def fused_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
     """:func:`.v3_fused.fused_experts` as the custom op ``kernels::moe_fused``, which saves g and
-    u only when a gradient is needed."""
-    save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, weights, gate, up, down))
+    u only when a gradient is needed; the forward itself when nothing traces and no gradient is
+    needed (:func:`kernels.eager.direct`)."""
+    if eager.direct(x, weights, ids, gate, up, down):
+        return v3_fused.fused_forward(x, weights, ids, gate, up, down, False)[0]
+    save = torch.is_grad_enabled() and (x.requires_grad or weights.requires_grad or gate.requires_grad
+                                        or up.requires_grad or down.requires_grad)
     return _moe_fused(x, weights, ids, gate, up, down, save)[0]

@@ -244,7 +244,8 @@ def gate_up_saving(x, gate, up, slots, offsets, top_k, save: bool, cfg: dict | N
     ``cfg`` pins the settings (else tuned)."""
     (groups, dim, hidden), rows = gate.shape, slots.shape[0]
     h = new_output((rows, hidden), x.dtype, x.device)
-    g, u = (new_output((rows if save else 0, hidden), x.dtype, x.device) for _ in range(2))
+    kept = (rows if save else 0, hidden)
+    g, u = new_output(kept, x.dtype, x.device), new_output(kept, x.dtype, x.device)
 
     def run(cfg):
         _gate_up_kernel[_grid(rows, hidden, groups, cfg)](
