@@ -235,6 +235,14 @@ def test_checker_passes_a_good_rung_and_maps_a_bad_one():
     assert (unpooled["row"], unpooled["col"]) == (3, 5)
 
 
+def test_checker_table_scrolls_sideways_instead_of_being_cut():
+    checker = CorrectnessChecker(op="gemm").set(rung=TRITON[0], shape=(9, 7, 5), dtype="float32")
+    checker.run()
+    table = checker.output.outputs[0]["data"]["text/html"]
+    assert table.startswith("<div style='overflow-x:auto;max-width:100%'><table>")
+    assert table.endswith("</table></div>") and "<th>worst_expected</th>" in table
+
+
 def test_heat_map_pools_large_outputs_keeping_the_worst_element():
     error_map = torch.zeros(300, 200, dtype=torch.float64)
     error_map[250, 17] = 1.0
@@ -285,6 +293,12 @@ def test_isa_viewer_shows_summary_and_hot_loops_and_folds_the_full_listing(targe
         assert f"({len(body)} lines)" in listings and html.escape(body[0]) in listings
     assert len(viewer.output.outputs) == 3
     assert "Full listing" in viewer._repr_mimebundle_()["text/html"]
+
+
+def test_isa_viewer_label_is_as_wide_as_its_text():
+    viewer = IsaViewer(op="gemm")
+    assert viewer.compare_rung.description == "compare with"
+    assert viewer.compare_rung.style.description_width == "initial"   # not the 80 px default
 
 
 def _skips_last_row(a, b):

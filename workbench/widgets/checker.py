@@ -18,7 +18,7 @@ from .controls import (ShapePicker, check_shape, choose_rung, dtype_label, dtype
 from .heatmap import error_heatmap
 from .panel import Panel
 from ..table import html_table
-from .render import notes_html
+from .render import notes_html, scroll_x
 
 COLUMNS = ["rung", "shape", "dtype", "layout", "passed", "error", "allowed", "baseline_error",
            "mismatches", "numel", "worst_index", "worst_value", "worst_expected"]
@@ -32,7 +32,7 @@ class CheckResult:
     notes: list[str] = field(default_factory=list)
 
     def parts(self) -> list:
-        return [html_table(self.table, COLUMNS, caption=self.report.message),
+        return [scroll_x(html_table(self.table, COLUMNS, caption=self.report.message)),
                 notes_html(self.notes), *self.charts.values()]
 
 

@@ -55,7 +55,9 @@ class IsaViewer(Panel):
                  compare_rung=None):
         self.op = op_picker(op)
         self.rung = w.Dropdown(description="rung")
-        self.compare_rung = w.Dropdown(description="compare with")
+        # The default label box (80 px) cuts "compare with" to "compare …": size it to its text.
+        self.compare_rung = w.Dropdown(description="compare with",
+                                       style={"description_width": "initial"})
         self.target = w.Dropdown(options=list(isa.TARGETS), value=target, description="target")
         self.dtype = w.Dropdown(description="dtype")
         self.op.observe(lambda change: self._load(change["new"]), "value")

@@ -27,6 +27,12 @@ def notes_html(notes: list[str]) -> str:
     return "".join(f"<p><i>{html.escape(n)}</i></p>" for n in notes)
 
 
+def scroll_x(part: str) -> str:
+    """``part`` in a box that scrolls sideways: an Output area cuts what is wider than the
+    widget at its right edge, where a table's last columns would be lost without a scrollbar."""
+    return f"<div style='overflow-x:auto;max-width:100%'>{part}</div>"
+
+
 def _title(spec: dict) -> str:
     title = spec.get("title") or next((layer.get("title") for layer in spec.get("layer", [])
                                        if layer.get("title")), "")

@@ -252,24 +252,31 @@ LDS_PIPELINE = KernelExercise(
 )
 
 V4_WAVES = AnswerExercise(
-    key="gemm/v4-waves", title="waves_per_eu and the occupancy it buys",
-    question="v4 compiles for gfx942 with waves_per_eu=2. Compile it with waves_per_eu=3 instead: "
-             'workbench.isa.inspect("gemm", "v4", overrides={"waves_per_eu": 3}) (or your own copy: '
-             'add source="exercises/gemm_v4.py"). How many waves per SIMD can then be resident '
-             "on a CU? Answer with a whole number.",
+    key="gemm/v4-waves", title="waves_per_eu: a floor and a ceiling on waves per SIMD",
+    question="v4 compiles for gfx942 with waves_per_eu=2, which Triton hands to LLVM as "
+             'amdgpu-waves-per-eu="2,2": at least and at most 2 waves per SIMD. v4 needs 120 VGPRs '
+             "with or without it, room for 4 waves, so here the option only lowers occupancy, "
+             "from 4 to 2, with the same VGPRs (compare with overrides={\"waves_per_eu\": 0}). "
+             'Compile it with waves_per_eu=3 instead: workbench.isa.inspect("gemm", "v4", '
+             'overrides={"waves_per_eu": 3}) (or your own copy: add source="exercises/gemm_v4.py"). '
+             "How many waves per SIMD can then be resident on a CU? Answer with a whole number.",
     answer=lambda: _v4_waves_per_simd(3),
     hints=(
         "report.occupancy says it, with the resource that limits it; report.occupancy.limits "
-        "has every limit.",
-        "A workgroup's num_warps waves are resident together, spread over the CU's 4 SIMDs: "
-        "the cap of waves per SIMD counts whole workgroups.",
-        "v4 runs 8 waves per workgroup on hip: how many whole workgroups fit under a cap of 3 "
-        "waves per SIMD, and how many waves per SIMD is that?",
+        "has every limit, and report.occupancy.compiler is the compiler's own `; Occupancy:`.",
+        "The registers do not bind: report.occupancy.limits[\"VGPRs\"] leaves room for 4 waves "
+        "at 0, 2 and 3 alike. A workgroup's num_warps waves are resident together, spread over "
+        "the CU's 4 SIMDs: the ceiling counts whole workgroups.",
+        "v4 runs 8 waves per workgroup on hip, 2 per SIMD: how many whole workgroups fit under a "
+        "ceiling of 3 waves per SIMD, and how many waves per SIMD is that?",
     ),
     wrong=(3, 4, 8),
-    explain="The compiler's own figure (`; Occupancy:`) counts single waves; whole workgroups of "
-            "num_warps waves round it down, so a cap between two whole-workgroup steps buys "
-            "nothing over the lower one.",
+    explain="The compiler's `; Occupancy: 3` counts single waves; whole workgroups of 8 waves "
+            "round it down to 2, the same as waves_per_eu=2. The option raises occupancy only "
+            "when a kernel's VGPRs would allow fewer waves than asked: the floor then makes the "
+            "compiler fit the kernel in 512 / N VGPRs per lane, spilling what does not fit. v4 "
+            "never gains: at waves_per_eu=5 it is pressed into 96 VGPRs and spills, and its 32 KiB "
+            "of LDS still holds it at 4 waves per SIMD.",
 )
 
 AUTOTUNED = KernelExercise(
