@@ -60,3 +60,10 @@ def test_a_floor_above_what_the_registers_allow_forces_spills_and_buys_v4_nothin
 def test_v4_never_gains_occupancy_from_the_option(waves_per_eu):
     assert "v4 never gains" in EXERCISE.explain
     assert _v4(waves_per_eu).occupancy.value <= _v4(0).occupancy.value
+
+
+def test_a_request_below_what_one_workgroup_implies_caps_nothing_as_in_the_compiler():
+    """v4's 8 waves per workgroup spread over 4 SIMDs imply 2 per SIMD; LLVM drops a
+    request of 1 (``getWavesPerEU``), so v4 keeps the occupancy it has without the option."""
+    asked, free = _v4(1), _v4(0)
+    assert asked.occupancy.value == free.occupancy.value == asked.occupancy.compiler

@@ -16,7 +16,10 @@ CDNA3/CDNA4 (gfx942, gfx950) rules, as LLVM's AMDGPU backend applies them
 
 The compiler's ``; Occupancy:`` comment applies these register limits and the
 ``waves_per_eu`` option (Triton passes it as a cap: checked on gfx942, v4 with 166
-VGPRs says 3 without it and 2 with waves_per_eu=2). Two things it leaves out we add:
+VGPRs says 3 without it and 2 with waves_per_eu=2), unless the request is below the
+waves per SIMD one workgroup implies (``getWavesPerEU``: a request under
+ceil(num_warps / 4) falls back to the default, so waves_per_eu=1 with 8 warps caps
+nothing). Two things it leaves out we add:
 
 * LDS: Triton allocates it dynamically, so LLVM sees 0 bytes. A CU has 4 SIMDs and
   64 KiB LDS (gfx942) or 160 KiB (gfx950; reference/gpu-specs.yaml). The LDS
@@ -113,8 +116,8 @@ def cdna(arch: str, arch_vgprs: int, agprs: int, sgprs: int, lds_bytes: int, num
               "LDS": waves_per_simd_from_lds(lds_bytes, num_warps, arch),
               "SGPRs": waves_per_simd_from_sgprs(sgprs),
               "max": CDNA_MAX_WAVES_PER_SIMD}
-    if waves_per_eu:
-        limits["waves_per_eu option"] = waves_per_eu
+    if waves_per_eu >= -(-num_warps // SIMDS_PER_CU):
+        limits["waves_per_eu option"] = waves_per_eu   # below that LLVM drops the request
     found = _smallest(limits, "waves/SIMD", compiler)
     resident = whole_workgroups(found.value, num_warps)
     if resident < found.value:
