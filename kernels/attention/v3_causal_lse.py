@@ -1,7 +1,7 @@
 """v3 causal_lse: skip the key blocks the causal mask hides, exp2, and keep the log-sum-exp.
 
 Idea:
-    v2's kernel with four changes. (1) Causal block skipping: with SDPA's top-left
+    v2's kernel with five changes. (1) Causal block skipping: with SDPA's top-left
     mask a query block starting at row m0 sees no key past m0 + BLOCK_M - 1, so its
     loop stops there instead of at S_k; for S = S_k about half the tiles are never
     loaded nor multiplied (``spec.visible_pairs`` counts the work that remains).
@@ -25,6 +25,9 @@ Idea:
     with one compare per score (each row's last visible key). ``EVEN`` (S and S_k
     fill whole tiles, known at launch; never for packed sequences) and ``EVEN_D``
     (D is the head block) drop the bounds masks of the loads too.
+    (5) K is read as rows, as V is, and transposed on chip for Q Kᵀ, where v2 reads a
+    Kᵀ tile: the same bytes, and v4's packed D = 128 prior no longer spills on gfx942
+    (the comment at ``k_ptrs``).
 
 Why faster:
     Causal attention does about half of v2's work at S = S_k, and the softmax needs no
