@@ -87,8 +87,10 @@ def test_p_reaches_the_second_mfma_through_lds(target):
 
 
 def _int_compares(ops: list[str]) -> list[str]:
-    """Vector integer compares: the causal and bounds masks (the softmax's compares are on floats)."""
-    return [op for op in ops if re.fullmatch(r"v_cmp_\w+_[iu](32|64)(_e32|_e64)?", op)]
+    """Vector integer order compares: the causal and bounds masks (key <= row, key < S_k; the
+    softmax's compares are on floats). Equality is no mask: gfx950's packed forward picks a
+    load address by lane parity in its hot loop (``v_cmp_eq_u32 1, lane & 1``)."""
+    return [op for op in ops if re.fullmatch(r"v_cmp_(lt|le|gt|ge)_[iu](32|64)(_e32|_e64)?", op)]
 
 
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])

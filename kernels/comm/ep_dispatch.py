@@ -388,14 +388,14 @@ class EPDispatcher:
                                                   counts["rows_per_rank"]]))
         if ids.numel():
             check_id_range(low, high, self.num_experts)
-        ranks_per_token, send_pairs = sizes[:world], sizes[world:]
+        tokens_to_rank, send_pairs = sizes[:world], sizes[world:]
         layout = EPLayout(num_experts=self.num_experts, world_size=world, **counts,
-                          rows_naive=tokens * top_k, rows_dedup=sum(ranks_per_token))
+                          rows_naive=tokens * top_k, rows_dedup=sum(tokens_to_rank))
         slot_order = torch.sort((ids // self.experts_per_rank).reshape(-1), stable=True).indices
         if self.dedup:   # (rank, token) pairs, by rank then token
             cell = _true_positions(layout.is_token_in_rank.T.reshape(-1), layout.rows_dedup)
             ranks, token = cell // max(tokens, 1), cell % max(tokens, 1)
-            return dict(layout=layout, send_splits=ranks_per_token, send_pairs=send_pairs,
+            return dict(layout=layout, send_splits=tokens_to_rank, send_pairs=send_pairs,
                         send_token=token, send_cell=token * world + ranks, send_cols=world,
                         slot_order=slot_order)
         return dict(layout=layout, send_splits=send_pairs, send_pairs=send_pairs,
