@@ -68,7 +68,7 @@ from .spec import DTYPES, MAX_HEAD_DIM
 @triton.jit
 def _load(ptrs, head_ok, len_ok, HEAD_BOUND: tl.constexpr, LEN_BOUND: tl.constexpr):
     """A tile, masked only by the bounds the shape needs (constexprs): an unmasked load
-    carries no compare, select or exec-mask change into the loop."""
+    carries no mask's compare, select or exec-mask change into the loop."""
     if HEAD_BOUND and LEN_BOUND:
         return tl.load(ptrs, mask=head_ok & len_ok, other=0.0)
     elif HEAD_BOUND:
