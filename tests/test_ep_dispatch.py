@@ -360,3 +360,34 @@ def test_bad_input_raises_on_every_rank():
             got = errors[rank][name]
             assert got is not None and re.search(pattern, got), f"{name}, rank {rank}: {got!r}"
     assert errors[0]["in step"] and errors[1]["in step"]
+
+
+# -- host reads ---------------------------------------------------------------------------
+
+def _host_read_cases(rank, world):
+    """Each call's host reads under the trap: a dispatch may read only in ``_read`` (its one
+    device read) and ``_agree`` (the header, a CPU tensor), a combine only in ``_agree``,
+    the backward nowhere; any other read raises on its rank."""
+    from host_sync import no_host_sync
+
+    from kernels.comm.ep_dispatch import EPDispatcher
+    per, top_k, dim = 2, 2, 3
+    x, ids, weights = _rank_data(41, rank, 4 + rank, dim, per * world, top_k, torch.float32)
+    reads = {}
+    for dedup, reduce in itertools.product((False, True), (False, True)):
+        ep = EPDispatcher(per * world, dedup=dedup)
+        xg, wg = x.clone().requires_grad_(), weights.clone().requires_grad_()
+        with no_host_sync(allowed=(EPDispatcher._read, EPDispatcher._agree)) as dispatch_reads:
+            recv_x, _, h = ep.dispatch(xg, ids, wg)
+        with no_host_sync(allowed=(EPDispatcher._agree,)) as combine_reads:
+            out = ep.combine(recv_x * 2, h, reduce_on_sender=reduce)
+        with no_host_sync():
+            out.sum().backward()
+        reads[dedup, reduce] = (dispatch_reads, combine_reads)
+    return reads
+
+
+@pytest.mark.timeout(150)
+def test_dispatch_reads_the_device_once_and_combine_and_backward_never():
+    for reads in run_local(_host_read_cases, 2, timeout=120):
+        assert reads == {key: (["tolist", "tolist"], ["tolist"]) for key in reads} and len(reads) == 4

@@ -34,7 +34,7 @@ TABLE = Path(__file__).with_name("tuned_space.json")
 
 # head-dim class -> (BLOCK_M, BLOCK_N) tiles and the warps tried first, the prior first.
 # At D = 128 a program holds a 128-wide Q tile and O accumulator: a 64-wide key tile fits
-# beside them at 2 waves/SIMD on gfx942 with 8 waves of 16x16 MFMAs, not with 32x32 ones.
+# beside them at 2 waves/SIMD on gfx942 with 8 waves of 16x16 MFMAs.
 TILES = {64: ((128, 64), (128, 32), (64, 64)),
          128: ((128, 64), (128, 32), (64, 64))}
 WARPS = {64: (4, 8), 128: (8, 4)}

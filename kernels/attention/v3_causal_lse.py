@@ -1,7 +1,7 @@
 """v3 causal_lse: skip the key blocks the causal mask hides, exp2, and keep the log-sum-exp.
 
 Idea:
-    v2's kernel with four changes. (1) Causal block skipping: with SDPA's top-left
+    v2's kernel with five changes. (1) Causal block skipping: with SDPA's top-left
     mask a query block starting at row m0 sees no key past m0 + BLOCK_M - 1, so its
     loop stops there instead of at S_k; for S = S_k about half the tiles are never
     loaded nor multiplied (``spec.visible_pairs`` counts the work that remains).
@@ -25,6 +25,9 @@ Idea:
     with one compare per score (each row's last visible key). ``EVEN`` (S and S_k
     fill whole tiles, known at launch; never for packed sequences) and ``EVEN_D``
     (D is the head block) drop the bounds masks of the loads too.
+    (5) K is read as rows, as V is, and transposed on chip for Q Kᵀ, where v2 reads a
+    Kᵀ tile: the same bytes, and v4's packed D = 128 prior no longer spills on gfx942
+    (the comment at ``k_ptrs``).
 
 Why faster:
     Causal attention does about half of v2's work at S = S_k, and the softmax needs no
@@ -65,7 +68,7 @@ from .spec import DTYPES, MAX_HEAD_DIM
 @triton.jit
 def _load(ptrs, head_ok, len_ok, HEAD_BOUND: tl.constexpr, LEN_BOUND: tl.constexpr):
     """A tile, masked only by the bounds the shape needs (constexprs): an unmasked load
-    carries no compare, select or exec-mask change into the loop."""
+    carries no mask's compare, select or exec-mask change into the loop."""
     if HEAD_BOUND and LEN_BOUND:
         return tl.load(ptrs, mask=head_ok & len_ok, other=0.0)
     elif HEAD_BOUND:
@@ -88,14 +91,14 @@ def _bf16_by_bits(p):
 
 
 @triton.jit
-def _attend(q, kt_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, cols, ds, SK, D,
+def _attend(q, k_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, cols, ds, SK, D,
             CAUSAL: tl.constexpr, HEAD_BOUND: tl.constexpr, KEY_BOUND: tl.constexpr,
             INTERP_BF16: tl.constexpr, P_BITS: tl.constexpr):
     """One key tile of the online softmax; the causal and key-bound masks only where asked."""
-    kt = _load(kt_ptrs, ds[:, None] < D, cols[None, :] < SK, HEAD_BOUND, KEY_BOUND)
+    k = _load(k_ptrs, ds[None, :] < D, cols[:, None] < SK, HEAD_BOUND, KEY_BOUND)
     if INTERP_BF16:
-        kt = kt.to(tl.float32)
-    s = tl.dot(q, kt, input_precision="ieee")   # sign·S: times |scale| after the max is subtracted
+        k = k.to(tl.float32)
+    s = tl.dot(q, tl.trans(k), input_precision="ieee")   # sign·S: times |scale| after the max is subtracted
     if CAUSAL:   # one compare per score: its row's last visible key (SDPA: top-left aligned)
         last = rows
         if KEY_BOUND:
@@ -162,8 +165,11 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
         q = q.to(tl.float32)
     if SCALE_SIGN != 1:
         q = (q * SCALE_SIGN).to(q.dtype)   # exact: the scores' order, and so the max, is the scaled one's
-    kt_ptrs = (k_ptr + b * stride_kb + hk * stride_kh + ns.to(tl.int64)[None, :] * stride_ks
-               + ds.to(tl.int64)[:, None] * stride_kd)          # Kᵀ tile: (BLOCK_D, BLOCK_N)
+    # K is read as V is, a tile of rows, and transposed on chip for Q Kᵀ (the product takes it
+    # from LDS either way). Read as a Kᵀ tile, v4's D = 128 prior needed one VGPR more than two
+    # waves per SIMD leave on gfx942 in its packed launch, and spilled it (tests/test_attention_isa.py).
+    k_ptrs = (k_ptr + b * stride_kb + hk * stride_kh + ns.to(tl.int64)[:, None] * stride_ks
+              + ds.to(tl.int64)[None, :] * stride_kd)
     v_ptrs = (v_ptr + b * stride_vb + hk * stride_vh + ns.to(tl.int64)[:, None] * stride_vs
               + ds.to(tl.int64)[None, :] * stride_vd)
     k_step = tl.cast(stride_ks, tl.int64) * BLOCK_N
@@ -184,14 +190,14 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
     if not EVEN or CAUSAL:
         full = tl.minimum(full // BLOCK_N * BLOCK_N, hi)
     for n0 in range(0, full, BLOCK_N):
-        m_i, l_i, acc = _attend(q, kt_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, n0 + ns, ds, SK, D,
+        m_i, l_i, acc = _attend(q, k_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, n0 + ns, ds, SK, D,
                                 False, not EVEN_D, False, INTERP_BF16, P_BITS)
-        kt_ptrs += k_step
+        k_ptrs += k_step
         v_ptrs += v_step
     for n0 in range(full, hi, BLOCK_N):   # the diagonal tiles and the ragged last one
-        m_i, l_i, acc = _attend(q, kt_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, n0 + ns, ds, SK, D,
+        m_i, l_i, acc = _attend(q, k_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, n0 + ns, ds, SK, D,
                                 CAUSAL, not EVEN_D, not EVEN, INTERP_BF16, P_BITS)
-        kt_ptrs += k_step
+        k_ptrs += k_step
         v_ptrs += v_step
     acc = acc / l_i[:, None]
     # exercise begin: lse

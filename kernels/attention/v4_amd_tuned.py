@@ -40,11 +40,12 @@ Limits:
     As v3. The table proves only what a compiler can: the kept configs compile
     without spilling or scratch and fit the LDS (``tests/test_attention_tuning.py``
     recompiles a sample); at D = 128 the prior's 128 x 64 tile with 8 waves, two
-    stages and ``waves_per_eu=2`` spills VGPRs on gfx942 with 32x32 MFMAs, so the
-    table drops that one and keeps the 16x16 one. The table compiles the dense launch
-    only: ``kernels.flash_attention_varlen`` runs the same configs packed (``VARLEN``),
-    where the D = 128 prior spills VGPRs to scratch on gfx942 (a strict xfail in
-    ``tests/test_attention_isa.py``; not fixed yet). The tuner times with the batch and heads of the first
+    stages and ``waves_per_eu=2`` compiles on gfx942 with 32x32 MFMAs too, but its hot
+    loop then moves operands through LDS two bytes at a time, which is why 16x16 comes
+    first. The table compiles the dense launch of whole tiles only:
+    ``kernels.flash_attention_varlen`` runs the same configs packed (``VARLEN``), where
+    the priors are compiled and tested too (``tests/test_attention_isa.py``), the other
+    configs not. The tuner times with the batch and heads of the first
     shape of a bucket; another shape in the bucket reuses the winner untimed. Head
     dims below a class's BLOCK_D run its configs with BLOCK_D fitted to them
     (fewer registers, not compiled separately). ``overrides`` pins any setting on

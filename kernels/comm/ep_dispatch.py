@@ -16,6 +16,16 @@ row); one all-to-all of the payload. ``dedup=False`` sends one payload row per (
 expert) pair, ``dedup=True`` one per (token, destination rank), copied to each local
 expert on receipt (:func:`.ep_layout.dispatch_layout` counts both).
 
+Host reads: ``all_to_all_single`` takes its split sizes as host ints, so a dispatch waits
+for its device once, in one read of the ids' min and max (their range check) and of its
+rows to each rank (:meth:`EPDispatcher._read`), as DeepEP's normal mode reads its counts
+in its notify step. What a rank receives from each rank comes with the header, a CPU
+tensor whose read waits for the collective, not for a device; the receiver's index
+arithmetic runs without ``nonzero`` or ``bincount``, which size their outputs from the
+values. ``combine`` and both backward passes read nothing from the device (a test traps
+every read). A fixed-capacity dispatch with no read at all, as the MoE layer's
+``ep_capacity`` (:mod:`kernels.moe.ep_exchange`), is not offered here.
+
 Order of ``recv_x``: grouped by local expert ascending; within an expert by (source rank,
 source token index, k). Both modes produce the same rows in the same order.
 
@@ -41,7 +51,7 @@ import torch
 import torch.distributed as dist
 
 from . import _checks as check
-from .ep_layout import EPLayout, checked_ids, dispatch_layout, expert_split
+from .ep_layout import EPLayout, check_id_range, checked_ids, device_counts, dispatch_layout, expert_split
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -60,7 +70,8 @@ class EPHandle:
         (naive, send_cols = K) or ``t·W + rank`` (dedup, send_cols = W): a per-token
         buffer where answers per wire row are summed in a fixed order.
         ``slot_order`` (T·K,): the slots ``t·K + k`` in (destination rank, t, k) order,
-        the order in which one row per pair comes back.
+        the order in which one row per pair comes back. ``send_pairs``: (token, k) pairs
+        to each rank (``layout.rows_per_rank`` as host ints).
     Receiver side (R rows of ``recv_x``):
         ``recv_splits``: wire rows from each rank. ``recv_cols``: pairs a wire row can
         carry (1 naive, K dedup). ``recv_cell`` (R,): ``wire row · recv_cols + column``
@@ -84,6 +95,7 @@ class EPHandle:
     send_cell: torch.Tensor
     send_cols: int
     slot_order: torch.Tensor
+    send_pairs: list
     recv_splits: list
     recv_cols: int
     recv_cell: torch.Tensor
@@ -139,7 +151,7 @@ def _pairs_to_sources(h: EPHandle, rows):
     """recv_x-shaped rows (R, ...) -> one row per slot (T·K, ...) on the sender, unsummed."""
     ordered = torch.empty_like(rows)
     ordered[h.recv_perm] = rows
-    back = _all_to_all(ordered, h.pair_splits, h.layout.rows_per_rank.tolist(), h.group)
+    back = _all_to_all(ordered, h.pair_splits, h.send_pairs, h.group)
     slots = torch.empty_like(back)
     slots[h.slot_order] = back
     return slots
@@ -256,11 +268,11 @@ class EPDispatcher:
         (recv_x (R, D) in x's dtype, recv_counts (E/W,) int64, handle)."""
         self._serial += 1
         try:
-            layout = self._check_dispatch(x, topk_ids, topk_weights)
+            sender = self._sender(x, topk_ids, topk_weights)
             error = None
         except (TypeError, ValueError) as err:
-            layout, error = None, err
-        h = self._plan(x, topk_ids, topk_weights, layout, error)
+            sender, error = None, err
+        h = self._plan(x, topk_ids, topk_weights, sender, error)
         return _Dispatch.apply(x, h, self.fp8), h.recv_counts, h
 
     def combine(self, y: torch.Tensor, handle: EPHandle, *, reduce_on_sender: bool = False):
@@ -289,10 +301,11 @@ class EPDispatcher:
 
     # -- checks and plan ---------------------------------------------------------------
 
-    def _check_dispatch(self, x, topk_ids, topk_weights) -> EPLayout:
+    def _check_dispatch(self, x, topk_ids, topk_weights) -> None:
+        """What needs no value of a tensor (the ids' range comes with :meth:`_read`)."""
         _float_2d("x", x)
         _float_2d("topk_weights", topk_weights)
-        layout = self.layout(topk_ids)
+        checked_ids(topk_ids, self.num_experts, values=False)
         if topk_weights.shape != topk_ids.shape:
             raise ValueError(f"topk_weights has shape {tuple(topk_weights.shape)}, topk_ids "
                              f"{tuple(topk_ids.shape)}: one weight per (token, k)")
@@ -303,7 +316,6 @@ class EPDispatcher:
         if len({x.device, topk_ids.device, topk_weights.device}) > 1:
             raise ValueError(f"x, topk_ids and topk_weights are on different devices "
                              f"({x.device}, {topk_ids.device}, {topk_weights.device})")
-        return layout
 
     def _check_combine(self, y, handle, reduce_on_sender):
         if not isinstance(handle, EPHandle):
@@ -318,51 +330,78 @@ class EPDispatcher:
             raise ValueError(f"y has {y.shape[0]} rows but dispatch delivered {handle.num_recv} "
                              "(y must have recv_x's rows, in recv_x's order)")
 
-    def _agree(self, what, values, error, names):
+    def _agree(self, what, values, error, names) -> list[list[int]]:
         """One all-gather of (ok, values...): a local error is raised on its rank and
-        named on the others, a disagreement raises everywhere; nobody is left waiting."""
-        table = check.exchange([int(error is None), *values], self.group)
+        named on the others, a disagreement raises everywhere; nobody is left waiting.
+        Returns every rank's row. The table is a CPU tensor (:func:`._checks.exchange`):
+        its one read here waits for the collective, never for a device."""
+        table = check.exchange([int(error is None), *values], self.group).tolist()
         if error is not None:
             raise error
-        failed = (table[:, 0] == 0).nonzero().flatten().tolist()
+        failed = [rank for rank, row in enumerate(table) if row[0] == 0]
         if failed:
             raise ValueError(f"{what}: rank(s) {failed} refused their arguments (see their error)")
-        fields = table[:, 1:1 + len(names)]
-        if (fields != fields[0]).any():
-            rows = {n: fields[:, i].tolist() for i, n in enumerate(names)}
+        fields = [row[1:1 + len(names)] for row in table]
+        if any(row != fields[0] for row in fields):
+            rows = {n: [row[i] for row in fields] for i, n in enumerate(names)}
             raise ValueError(f"{what}: ranks disagree, per rank: {rows}")
         return table
 
-    def _plan(self, x, topk_ids, topk_weights, layout, error) -> EPHandle:
+    def _plan(self, x, topk_ids, topk_weights, sender, error) -> EPHandle:
         names = ["num_experts", "top_k", "dim", "x dtype", "weights dtype", "dedup", "fp8",
                  "needs grad"]
+        world = self.world_size
         if error is None:
             values = [self.num_experts, topk_ids.shape[1], x.shape[1], check.dtype_code(x.dtype),
                       check.dtype_code(topk_weights.dtype), int(self.dedup), int(self.fp8),
-                      int(torch.is_grad_enabled() and x.requires_grad)]
-            sender = self._sender(topk_ids.long(), layout)
-            values += [self._serial, *sender["send_splits"]]
+                      int(torch.is_grad_enabled() and x.requires_grad), self._serial,
+                      *sender["send_splits"], *sender["send_pairs"]]
         else:
-            values = [0] * (len(names) + 1 + self.world_size)
+            values = [0] * (len(names) + 1 + 2 * world)
         table = self._agree("dispatch", values, error, names + ["dispatch serial"])
-        recv_splits = table[:, 1 + len(names) + 1 + self.rank].tolist()
+        first = 1 + len(names) + 1   # each row: ok, names, serial, send splits (W), send pairs (W)
+        recv_splits = [row[first + self.rank] for row in table]
+        pair_splits = [row[first + world + self.rank] for row in table]
         meta = self._metadata(topk_ids.long(), topk_weights, sender)
         got = _all_to_all(meta, sender["send_splits"], recv_splits, self.group)
-        return EPHandle(group=self.group, rank=self.rank, world_size=self.world_size,
-                        serial=self._serial, layout=layout, topk_weights=topk_weights,
+        return EPHandle(group=self.group, rank=self.rank, world_size=world,
+                        serial=self._serial, topk_weights=topk_weights,
                         recv_splits=recv_splits, **sender,
-                        **self._receiver(got, recv_splits, topk_ids.shape[1], topk_weights.dtype))
+                        **self._receiver(got, recv_splits, pair_splits, topk_ids.shape[1],
+                                         topk_weights.dtype))
 
-    def _sender(self, ids, layout):
+    @staticmethod
+    def _read(counts: torch.Tensor) -> list[int]:
+        """A dispatch's one host read: ``all_to_all_single`` takes its split sizes as host
+        ints (as DeepEP's normal mode reads its counts in its notify step), and the ids'
+        range check rides along, so a dispatch waits for its device once."""
+        return counts.tolist()
+
+    def _sender(self, x, topk_ids, topk_weights):
+        """The checks, the layout and the sender's side of the plan, with one host read."""
+        self._check_dispatch(x, topk_ids, topk_weights)
+        ids, world = topk_ids.long(), self.world_size
         tokens, top_k = ids.shape
+        # counted clamped: an id out of range must reach the check below, not fail the count
+        counts = device_counts(ids.clamp(0, self.num_experts - 1), self.num_experts, world)
+        bounds = torch.stack([ids.min(), ids.max()]) if ids.numel() else ids.new_zeros(2)
+        low, high, *sizes = self._read(torch.cat([bounds, counts["tokens_per_rank"],
+                                                  counts["rows_per_rank"]]))
+        if ids.numel():
+            check_id_range(low, high, self.num_experts)
+        tokens_to_rank, send_pairs = sizes[:world], sizes[world:]
+        layout = EPLayout(num_experts=self.num_experts, world_size=world, **counts,
+                          rows_naive=tokens * top_k, rows_dedup=sum(tokens_to_rank))
         slot_order = torch.sort((ids // self.experts_per_rank).reshape(-1), stable=True).indices
         if self.dedup:   # (rank, token) pairs, by rank then token
-            ranks, token = layout.is_token_in_rank.T.nonzero(as_tuple=True)
-            return dict(send_splits=layout.tokens_per_rank.tolist(), send_token=token,
-                        send_cell=token * self.world_size + ranks, send_cols=self.world_size,
+            cell = _true_positions(layout.is_token_in_rank.T.reshape(-1), layout.rows_dedup)
+            ranks, token = cell // max(tokens, 1), cell % max(tokens, 1)
+            return dict(layout=layout, send_splits=tokens_to_rank, send_pairs=send_pairs,
+                        send_token=token, send_cell=token * world + ranks, send_cols=world,
                         slot_order=slot_order)
-        return dict(send_splits=layout.rows_per_rank.tolist(), send_token=slot_order // top_k,
-                    send_cell=slot_order, send_cols=top_k, slot_order=slot_order)
+        return dict(layout=layout, send_splits=send_pairs, send_pairs=send_pairs,
+                    send_token=slot_order // top_k, send_cell=slot_order, send_cols=top_k,
+                    slot_order=slot_order)
 
     def _metadata(self, ids, topk_weights, sender):
         """Per wire row (int64): token index, first k, then C expert ids and C weights (as
@@ -377,20 +416,30 @@ class EPDispatcher:
         return torch.cat([token[:, None], (slots % ids.shape[1])[:, None], flat_ids[slots],
                           flat_w[slots]], dim=1)
 
-    def _receiver(self, meta, recv_splits, top_k, weight_dtype):
+    def _receiver(self, meta, recv_splits, pair_splits, top_k, weight_dtype):
+        """The receiver's side of the plan, from the wire rows' metadata and the host sizes
+        the header brought: no host read."""
         cols = top_k if self.dedup else 1
         src = torch.repeat_interleave(torch.arange(self.world_size, device=meta.device),
-                                      torch.tensor(recv_splits, device=meta.device))
+                                      torch.tensor(recv_splits, device=meta.device),
+                                      output_size=sum(recv_splits))
         local = meta[:, 2:2 + cols] - self.rank * self.experts_per_rank
         mine = ((local >= 0) & (local < self.experts_per_rank)).reshape(-1)
-        pairs = mine.nonzero().flatten()          # in (source rank, token, k) order
+        pairs = _true_positions(mine, sum(pair_splits))   # in (source rank, token, k) order
         expert = local.reshape(-1)[pairs]
         recv_perm = torch.sort(expert, stable=True).indices
         cell = pairs[recv_perm]
         wire = cell // cols
         weights = meta[:, 2 + cols:].contiguous().view(torch.float64).reshape(-1)
-        return dict(recv_cols=cols, recv_cell=cell, recv_perm=recv_perm,
-                    pair_splits=torch.bincount(src[pairs // cols], minlength=self.world_size).tolist(),
-                    recv_counts=torch.bincount(expert, minlength=self.experts_per_rank),
+        recv_counts = torch.zeros(self.experts_per_rank, dtype=torch.int64, device=meta.device)
+        return dict(recv_cols=cols, recv_cell=cell, recv_perm=recv_perm, pair_splits=pair_splits,
+                    recv_counts=recv_counts.scatter_add_(0, expert, torch.ones_like(expert)),
                     recv_src=src[wire], recv_token=meta[wire, 0], recv_topk=meta[wire, 1] + cell % cols,
                     recv_weights=weights[cell].to(weight_dtype))
+
+
+def _true_positions(mask: torch.Tensor, count: int) -> torch.Tensor:
+    """The positions of the ``count`` True entries of the 1-D ``mask``, in order, where
+    ``count`` is known on the host: a stable sort puts them first, so no device sync
+    (``nonzero`` waits for the device to size its output)."""
+    return torch.sort((~mask).to(torch.uint8), stable=True).indices[:count]

@@ -78,34 +78,44 @@ def expert_split(num_experts, world_size) -> int:
     return num_experts // world_size
 
 
-def checked_ids(topk_ids, num_experts) -> torch.Tensor:
-    """``topk_ids`` (T, K) of int32/int64 in [0, num_experts); -1 (DeepEP's "no expert") is refused."""
+def checked_ids(topk_ids, num_experts, values: bool = True) -> torch.Tensor:
+    """``topk_ids`` (T, K) of int32/int64 in [0, num_experts); -1 (DeepEP's "no expert") is refused.
+    The range needs the values on the host (one read of the min and max); ``values=False``
+    leaves it to the caller (:func:`check_id_range`), which may fold it into a read of its own."""
     check.tensor("topk_ids", topk_ids, contiguous=False)
     if topk_ids.dim() != 2:
         raise ValueError(f"topk_ids must be 2-D (tokens, top_k), got shape {tuple(topk_ids.shape)}")
     if topk_ids.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
-    if topk_ids.numel():
-        low, high = int(topk_ids.min()), int(topk_ids.max())
-        if low < 0 or high >= num_experts:
-            raise ValueError(f"topk_ids must lie in [0, {num_experts}); found values from "
-                             f"{low} to {high} (masked slots such as -1 are not supported)")
+    if values and topk_ids.numel():
+        check_id_range(*torch.stack([topk_ids.min(), topk_ids.max()]).tolist(), num_experts)
     return topk_ids
+
+
+def check_id_range(low: int, high: int, num_experts: int) -> None:
+    """Refuse ids from ``low`` to ``high`` unless they lie in [0, num_experts)."""
+    if low < 0 or high >= num_experts:
+        raise ValueError(f"topk_ids must lie in [0, {num_experts}); found values from "
+                         f"{low} to {high} (masked slots such as -1 are not supported)")
+
+
+def device_counts(ids: torch.Tensor, num_experts: int, world_size: int) -> dict[str, torch.Tensor]:
+    """:class:`EPLayout`'s tensors for int64 ``ids`` (T, K) in range, computed on their device
+    with no host read (a scatter, where ``bincount`` sizes its output from the values)."""
+    flat = ids.reshape(-1)
+    tokens_per_expert = torch.zeros(num_experts, dtype=torch.int64, device=ids.device)
+    tokens_per_expert.scatter_add_(0, flat, torch.ones_like(flat))
+    in_rank = torch.zeros(ids.shape[0], world_size, dtype=torch.bool, device=ids.device)
+    in_rank.scatter_(1, ids // (num_experts // world_size), True)
+    return dict(tokens_per_rank=in_rank.sum(dim=0), tokens_per_expert=tokens_per_expert,
+                rows_per_rank=tokens_per_expert.view(world_size, -1).sum(dim=1),
+                is_token_in_rank=in_rank)
 
 
 def dispatch_layout(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> EPLayout:
     """Count the rows a dispatch of ``topk_ids`` (T, K) sends to each of ``world_size`` ranks."""
-    per_rank = expert_split(num_experts, world_size)
+    expert_split(num_experts, world_size)
     ids = checked_ids(topk_ids, num_experts).long()
-    tokens, top_k = ids.shape
-    flat = ids.reshape(-1)
-    tokens_per_expert = torch.bincount(flat, minlength=num_experts)
-    ranks = ids // per_rank
-    in_rank = torch.zeros(tokens, world_size, dtype=torch.bool, device=ids.device)
-    in_rank.scatter_(1, ranks, True)
-    tokens_per_rank = in_rank.sum(dim=0)
-    return EPLayout(num_experts=num_experts, world_size=world_size,
-                    tokens_per_rank=tokens_per_rank, tokens_per_expert=tokens_per_expert,
-                    rows_per_rank=tokens_per_expert.view(world_size, per_rank).sum(dim=1),
-                    is_token_in_rank=in_rank, rows_naive=tokens * top_k,
-                    rows_dedup=int(tokens_per_rank.sum()))
+    counts = device_counts(ids, num_experts, world_size)
+    return EPLayout(num_experts=num_experts, world_size=world_size, **counts,
+                    rows_naive=ids.numel(), rows_dedup=int(counts["tokens_per_rank"].sum()))

@@ -117,11 +117,11 @@ def _exercise(key: str) -> KernelExercise:
     return next(e for e in EXERCISES if e.key == key)
 
 
-def _wide_mfma_spills() -> int:
-    """VGPR spills of v4's D = 128 prior on gfx942 with 32x32 MFMAs instead of 16x16."""
+def _wide_mfma_narrow_lds() -> int:
+    """8- and 16-bit LDS accesses of v4's D = 128 prior on gfx942 with 32x32 MFMAs instead of 16x16."""
     from ...isa import inspect
     return inspect("attention", "v4", "gfx942", torch.bfloat16,
-                   overrides={"BLOCK_D": 128, "matrix_instr_nonkdim": 32}).spills
+                   overrides={"BLOCK_D": 128, "matrix_instr_nonkdim": 32}).narrow_lds_ops
 
 
 EXERCISES = (
@@ -242,22 +242,25 @@ EXERCISES = (
                  "configs that spill registers are dropped. Take v4's D = 128 launch for gfx942 in bf16 "
                  "(its prior: kernels.attention.v4_amd_tuned.prior('hip', 'gfx942', 128): a 128 x 64 tile, "
                  "8 waves, 16x16 MFMAs) and change only the MFMA shape, to 32x32 "
-                 "(matrix_instr_nonkdim=32). How many VGPRs does the compiler spill?",
-        answer=_wide_mfma_spills,
+                 "(matrix_instr_nonkdim=32). It compiles without spilling, at two waves per SIMD as the "
+                 "prior; how many 8- or 16-bit LDS reads and writes does the kernel then hold "
+                 "(the prior holds none)?",
+        answer=_wide_mfma_narrow_lds,
         hints=(
             "workbench.isa.inspect compiles a rung for a target without its GPU, and v4's compile takes "
             "overrides on top of the prior.",
             "Pass overrides={'BLOCK_D': 128, 'matrix_instr_nonkdim': 32} (BLOCK_D picks the head-dim class) "
-            "and read the report's spills (VGPR spills; sgpr_spills counts the scalar ones); compare with "
-            "the prior's report.",
+            "and read the report's narrow_lds_ops (the whole kernel's; the hot loop holds part of them); "
+            "compare with the prior's report.",
             "isa.inspect('attention', 'v4', 'gfx942', torch.bfloat16, "
-            "overrides={'BLOCK_D': 128, 'matrix_instr_nonkdim': 32}).spills",
+            "overrides={'BLOCK_D': 128, 'matrix_instr_nonkdim': 32}).narrow_lds_ops",
         ),
-        wrong=(0, 256),
-        explain="Each of the 8 waves owns 16 of the tile's 128 rows; 32x32 MFMAs reshape its operands "
-                "through 16-bit LDS accesses and need more registers than 2 waves per SIMD leave, so "
-                "the compiler spills VGPRs to scratch; `python -m workbench.tune_space` drops a config "
-                "that spills from kernels/attention/tuned_space.json, and v4 never times it.",
+        wrong=(0,),
+        explain="Each of the 8 waves owns 16 of the tile's 128 rows; with 32x32 MFMAs the operands reach "
+                "their layout through LDS two bytes at a time (ds_write_b16, ds_read_u16: many more LDS "
+                "instructions for the same bytes), with 16x16 ones they need none. The table keeps both "
+                "(neither spills); what the narrow traffic costs only a GPU's clock can tell, and v4's "
+                "tuner times both MFMA shapes there.",
     ),
     _rung(
         "v5", V5,
