@@ -35,6 +35,13 @@ def p_bits(dtype: torch.dtype, backend: str, arch: str) -> bool:
     return dtype == torch.bfloat16 and backend == "hip" and arch in NO_BF16_CONVERSION
 
 
+def k_rows(backend: str, arch: str) -> bool:
+    """The forward kernel's K_ROWS constexpr: read K as rows and transpose it on chip, except on
+    CDNA4, where the transpose compiles to lane permutes in the hot loop (``ds_bpermute_b32``
+    and selects by lane parity) and the Kᵀ tile load needs none (tests/test_attention_isa.py)."""
+    return not (backend == "hip" and arch.startswith("gfx95"))
+
+
 def strides(t) -> tuple[int, int, int, int]:
     """(batch, head, sequence, dim) strides of a 4-D tensor, in elements."""
     return tuple(t.stride())

@@ -27,7 +27,8 @@ Idea:
     (D is the head block) drop the bounds masks of the loads too.
     (5) K is read as rows, as V is, and transposed on chip for Q Kᵀ, where v2 reads a
     Kᵀ tile: the same bytes, and v4's packed D = 128 prior no longer spills on gfx942
-    (the comment at ``k_ptrs``).
+    (the comment at ``k_ptrs``). Not on gfx950 (``K_ROWS``), whose compile of the
+    transpose adds lane permutes to the hot loop.
 
 Why faster:
     Causal attention does about half of v2's work at S = S_k, and the softmax needs no
@@ -60,7 +61,7 @@ from .. import validate
 from ..outputs import new_output
 from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
-from .launch import aot_even, aot_ints, even, head_block, p_bits, scale_sign, strides
+from .launch import aot_even, aot_ints, even, head_block, k_rows, p_bits, scale_sign, strides
 from .varlen import Packing, aot_args, clamped_sequence, cu_args
 from .spec import DTYPES, MAX_HEAD_DIM
 
@@ -93,12 +94,15 @@ def _bf16_by_bits(p):
 @triton.jit
 def _attend(q, k_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, cols, ds, SK, D,
             CAUSAL: tl.constexpr, HEAD_BOUND: tl.constexpr, KEY_BOUND: tl.constexpr,
-            INTERP_BF16: tl.constexpr, P_BITS: tl.constexpr):
+            INTERP_BF16: tl.constexpr, P_BITS: tl.constexpr, K_ROWS: tl.constexpr):
     """One key tile of the online softmax; the causal and key-bound masks only where asked."""
-    k = _load(k_ptrs, ds[None, :] < D, cols[:, None] < SK, HEAD_BOUND, KEY_BOUND)
+    if K_ROWS:
+        kt = tl.trans(_load(k_ptrs, ds[None, :] < D, cols[:, None] < SK, HEAD_BOUND, KEY_BOUND))
+    else:
+        kt = _load(k_ptrs, ds[:, None] < D, cols[None, :] < SK, HEAD_BOUND, KEY_BOUND)
     if INTERP_BF16:
-        k = k.to(tl.float32)
-    s = tl.dot(q, tl.trans(k), input_precision="ieee")   # sign·S: times |scale| after the max is subtracted
+        kt = kt.to(tl.float32)
+    s = tl.dot(q, kt, input_precision="ieee")   # sign·S: times |scale| after the max is subtracted
     if CAUSAL:   # one compare per score: its row's last visible key (SDPA: top-left aligned)
         last = rows
         if KEY_BOUND:
@@ -130,7 +134,8 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
                           CAUSAL: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr,
                           SCALE_SIGN: tl.constexpr = 1, EVEN: tl.constexpr = False,
-                          EVEN_D: tl.constexpr = False, P_BITS: tl.constexpr = False):
+                          EVEN_D: tl.constexpr = False, P_BITS: tl.constexpr = False,
+                          K_ROWS: tl.constexpr = True):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // HQ).to(tl.int64)
@@ -168,8 +173,13 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
     # K is read as V is, a tile of rows, and transposed on chip for Q Kᵀ (the product takes it
     # from LDS either way). Read as a Kᵀ tile, v4's D = 128 prior needed one VGPR more than two
     # waves per SIMD leave on gfx942 in its packed launch, and spilled it (tests/test_attention_isa.py).
-    k_ptrs = (k_ptr + b * stride_kb + hk * stride_kh + ns.to(tl.int64)[:, None] * stride_ks
-              + ds.to(tl.int64)[None, :] * stride_kd)
+    # gfx950 (K_ROWS False) reads the Kᵀ tile: there the transpose costs lane permutes.
+    if K_ROWS:
+        k_ptrs = (k_ptr + b * stride_kb + hk * stride_kh + ns.to(tl.int64)[:, None] * stride_ks
+                  + ds.to(tl.int64)[None, :] * stride_kd)
+    else:
+        k_ptrs = (k_ptr + b * stride_kb + hk * stride_kh + ns.to(tl.int64)[None, :] * stride_ks
+                  + ds.to(tl.int64)[:, None] * stride_kd)
     v_ptrs = (v_ptr + b * stride_vb + hk * stride_vh + ns.to(tl.int64)[:, None] * stride_vs
               + ds.to(tl.int64)[None, :] * stride_vd)
     k_step = tl.cast(stride_ks, tl.int64) * BLOCK_N
@@ -191,12 +201,12 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
         full = tl.minimum(full // BLOCK_N * BLOCK_N, hi)
     for n0 in range(0, full, BLOCK_N):
         m_i, l_i, acc = _attend(q, k_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, n0 + ns, ds, SK, D,
-                                False, not EVEN_D, False, INTERP_BF16, P_BITS)
+                                False, not EVEN_D, False, INTERP_BF16, P_BITS, K_ROWS)
         k_ptrs += k_step
         v_ptrs += v_step
     for n0 in range(full, hi, BLOCK_N):   # the diagonal tiles and the ragged last one
         m_i, l_i, acc = _attend(q, k_ptrs, v_ptrs, m_i, l_i, acc, qk_scale, rows, n0 + ns, ds, SK, D,
-                                CAUSAL, not EVEN_D, not EVEN, INTERP_BF16, P_BITS)
+                                CAUSAL, not EVEN_D, not EVEN, INTERP_BF16, P_BITS, K_ROWS)
         k_ptrs += k_step
         v_ptrs += v_step
     acc = acc / l_i[:, None]
@@ -237,6 +247,7 @@ def launch(q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | No
                                 CAUSAL=bool(causal), VARLEN=packing is not None,
                                 INTERP_BF16=interp_bf16(q.dtype), SCALE_SIGN=scale_sign(scale),
                                 P_BITS=p_bits(q.dtype, here.name, here.arch),
+                                K_ROWS=k_rows(here.name, here.arch),
                                 **even(s, sk, d, cfg, packing is not None), **cfg)
     return o, lse
 
@@ -247,7 +258,8 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     cfg, ints = config(backend, 128), aot_ints()
     return [aot_launch(_flash_fwd_lse_kernel, dtype, cfg, ints,
                        constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **flags,
-                                   "P_BITS": p_bits(dtype, backend, arch), **aot_even(ints, cfg, flags)},
+                                   "P_BITS": p_bits(dtype, backend, arch), "K_ROWS": k_rows(backend, arch),
+                                   **aot_even(ints, cfg, flags)},
                        pointers={"lse_ptr": "*fp32", **pointers})]
 
 

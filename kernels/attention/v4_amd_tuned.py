@@ -61,7 +61,7 @@ from ..registry import rung
 from ..triton_support import aot_launch, next_power_of_2
 from ..tuning import as_dict, choice, with_overrides
 from . import configs, v3_causal_lse
-from .launch import aot_even, aot_ints, head_block, p_bits
+from .launch import aot_even, aot_ints, head_block, k_rows, p_bits
 from .varlen import Packing, aot_args
 from .spec import DTYPES, MAX_HEAD_DIM
 
@@ -152,7 +152,8 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     flags, pointers = aot_args(overrides)
     return [aot_launch(v3_causal_lse._flash_fwd_lse_kernel, dtype, cfg, ints,
                        constexprs={"CAUSAL": True, "INTERP_BF16": False, "SCALE_SIGN": 1, **flags,
-                                   "P_BITS": p_bits(dtype, backend, arch), **aot_even(ints, cfg, flags)},
+                                   "P_BITS": p_bits(dtype, backend, arch), "K_ROWS": k_rows(backend, arch),
+                                   **aot_even(ints, cfg, flags)},
                        pointers={"lse_ptr": "*fp32", **pointers})
             for d in dims for cfg, ints in [(with_overrides(prior(backend, arch, d), settings), aot_ints(d=d))]]
 
