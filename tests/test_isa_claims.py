@@ -270,3 +270,9 @@ def test_mxfp4_tiles_as_its_config_says():
     largest = isa.inspect("gemm_mxfp4", "v0", "gfx950", overrides={"BLOCK_M": 256, "BLOCK_N": 256})
     assert (wider.spills, wider.sgpr_spills) == (0, 0) and wider.lds_bytes <= 160 * 1024 and largest.spills > 0
     assert isa.inspect("gemm_mxfp4", "v0", "gfx942", overrides={"BLOCK_K": 256}).spills > 0
+
+
+@pytest.mark.parametrize("arch, accepted", [("gfx942", False), ("gfx950", True)])
+def test_the_lds_transpose_read_is_gfx950_only(arch, accepted):
+    """Notebook 01: ds_read_b64_tr_b16, which v4's gfx950 loop reads B with, does not exist on gfx942."""
+    assert _assembles(arch, "ds_read_b64_tr_b16 v[0:1], v2") is accepted

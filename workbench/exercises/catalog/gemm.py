@@ -3,8 +3,8 @@
 v3's program order and v4's K loop leave the result right without the idea, so their
 grades check the idea itself after the harness: v3's traces which tile each program of the
 learner's kernel writes, v4's compiles the learner's file for gfx942 and reads its hot
-loop. The knobs and tables around the kernels (v4's waves_per_eu, v5's pruned space, v6's
-split of the last wave) are questions whose answers the workbench computes.
+loop. The knobs and tables around the kernels (v4's waves_per_eu and LDS banks, v5's pruned
+space, v6's split of the last wave) are questions whose answers the workbench computes.
 """
 from __future__ import annotations
 
@@ -116,6 +116,13 @@ def _v2_mfma_per_step() -> int:
 def _v4_waves_per_simd(waves_per_eu: int) -> int:
     from ... import isa
     return isa.inspect("gemm", "v4", "gfx942", overrides={"waves_per_eu": waves_per_eu}).occupancy.value
+
+
+def _banks_passes(xor_rows: int) -> int:
+    from ... import lds_banks
+    lanes = range(lds_banks.WAVE)
+    return lds_banks.passes(lds_banks.tile_addresses([i % 16 for i in lanes], [i // 16 for i in lanes],
+                                                     row_bytes=128, xor_rows=xor_rows))
 
 
 def _v5_configs_timed(shape) -> int:
@@ -279,6 +286,28 @@ V4_WAVES = AnswerExercise(
             "of LDS still holds it at 4 waves per SIMD.",
 )
 
+V4_BANKS = AnswerExercise(
+    key="gemm/v4-banks", title="LDS bank conflicts: one ds_read_b128, unswizzled",
+    question="A bf16 tile of 64 columns sits row-major in LDS, 128 bytes per row, no padding, no "
+             "swizzle. With one ds_read_b128, lane i of a wave reads the 16-byte chunk i // 16 of "
+             "row i % 16. On gfx942 (32 banks of 4 bytes; a b128 access is served in 8 phases of 8 "
+             "consecutive lanes) how many bank passes does the instruction take, counting per phase "
+             "the busiest bank's distinct dwords? A conflict-free b128 read takes 8.",
+    answer=lambda: _banks_passes(xor_rows=1),
+    hints=(
+        "Lanes 0-7 form the first phase: rows 0-7, chunk 0. Which banks does each lane's 16 bytes "
+        "fall in? bank = (byte address // 4) % 32.",
+        "Row r starts at byte 128 r: a multiple of 32 banks x 4 bytes, so every row's chunk 0 "
+        "lands on banks 0-3. How many distinct dwords does bank 0 serve in that phase?",
+        "8 lanes on the same 4 banks: 8 passes per phase, and every phase looks alike. "
+        "workbench.lds_banks.passes(addresses) counts it.",
+    ),
+    wrong=(8, 16, 1),
+    explain="8-way conflicts: 64 passes instead of 8. Store chunk c of row r at c ^ (r % 8) and "
+            "the same read takes 8 (workbench.lds_banks.tile_addresses(..., xor_rows=8)); "
+            "padding each row by 16 bytes does too, at the cost of 1/8 more LDS.",
+)
+
 AUTOTUNED = KernelExercise(
     key="gemm/v5", module=AUTOTUNED_MODULE, op="gemm", rung="v5",
     title="A K loop with no mask: wrapped rows and columns",
@@ -438,6 +467,7 @@ EXERCISES = (
     GROUPED_ORDER,
     LDS_PIPELINE,
     V4_WAVES,
+    V4_BANKS,
     AUTOTUNED,
     V5_PRUNE,
     PERSISTENT,
