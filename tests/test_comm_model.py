@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import roofline
-from kernels.comm.cost_model import ALGORITHMS, Cost, cost, fit
+from kernels.comm.cost_model import ALGORITHMS, Cost, bytes_for_efficiency, cost, crossover_bytes, fit
 from kernels.comm.measure import BACKEND, fit_rows, measure
 from workbench.comm_model import predict, prediction_table, send_gbps
 
@@ -27,6 +27,7 @@ def test_other_formulas(p):
     assert cost("all_gather", "ring", p, n) == Cost(p - 1, (p - 1) / p * n)
     assert cost("all_reduce", "tree", p, n) == Cost(2 * np.log2(p), 2 * n)
     assert cost("all_reduce", "direct", p, n) == Cost(1, (p - 1) * n)
+    assert cost("all_reduce", "two_shot", p, n) == Cost(2, 2 * (p - 1) / p * n)
     assert cost("all_to_all", "pairwise", p, n) == Cost(p - 1, (p - 1) / p * n)
     assert cost("all_to_all", "direct", p, n) == Cost(1, (p - 1) / p * n)
 
@@ -36,6 +37,43 @@ def test_tree_wins_small_ring_wins_large():
         return cost("all_reduce", alg, 8, n).seconds(ALPHA, BETA)
     assert t("tree", 1024) < t("ring", 1024)
     assert t("ring", 1 << 30) < t("tree", 1 << 30)
+
+
+@pytest.mark.parametrize("p", [3, 4, 8])
+def test_one_shot_wins_small_two_shot_large(p):
+    """One-shot sends (p-1)n in 1 step, two-shot 2(p-1)/p·n in 2: they meet at p/((p-1)(p-2))·α/β."""
+    n = crossover_bytes("all_reduce", "direct", "two_shot", p, ALPHA, BETA)
+    assert n == pytest.approx(p / ((p - 1) * (p - 2)) * ALPHA / BETA)
+
+    def t(alg, nbytes):
+        return cost("all_reduce", alg, p, nbytes).seconds(ALPHA, BETA)
+    assert t("direct", n) == pytest.approx(t("two_shot", n))
+    assert t("direct", n / 2) < t("two_shot", n / 2) and t("two_shot", 2 * n) < t("direct", 2 * n)
+
+
+def test_crossover_of_ring_and_tree_and_of_lines_that_never_meet():
+    assert crossover_bytes("all_reduce", "ring", "tree", 8, ALPHA, BETA) == pytest.approx(32 * ALPHA / BETA)
+    assert crossover_bytes("all_reduce", "tree", "ring", 8, ALPHA, BETA) == pytest.approx(32 * ALPHA / BETA)
+    # same volume, fewer steps: two-shot is never slower than the ring, so no crossover
+    assert crossover_bytes("all_reduce", "ring", "two_shot", 8, ALPHA, BETA) is None
+    # with alpha 0 the lines meet at n = 0 only
+    assert crossover_bytes("all_reduce", "direct", "two_shot", 8, 0.0, BETA) is None
+    with pytest.raises(ValueError, match="beta > 0"):
+        crossover_bytes("all_reduce", "ring", "tree", 8, ALPHA, 0.0)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "direct"])
+def test_bucket_for_an_efficiency_spends_that_share_on_bytes(algorithm):
+    n = bytes_for_efficiency("all_gather", algorithm, 8, ALPHA, BETA, 0.9)
+    c = cost("all_gather", algorithm, 8, n)
+    assert c.volume * BETA / c.seconds(ALPHA, BETA) == pytest.approx(0.9)
+    # the ring's 7 steps need 7x the bucket of the direct all-gather's one step
+    if algorithm == "ring":
+        assert n == pytest.approx(7 * bytes_for_efficiency("all_gather", "direct", 8, ALPHA, BETA, 0.9))
+    with pytest.raises(ValueError, match="efficiency"):
+        bytes_for_efficiency("all_gather", algorithm, 8, ALPHA, BETA, 1.0)
+    with pytest.raises(ValueError, match="moves no bytes"):
+        bytes_for_efficiency("all_gather", algorithm, 1, ALPHA, BETA, 0.9)
 
 
 def test_single_rank_is_free_and_unknowns_raise():

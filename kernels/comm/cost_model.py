@@ -20,6 +20,10 @@ input of ``all_to_all``. Assumptions, per algorithm:
 - direct: one step; every rank sends to all p-1 peers at once over a full mesh (Infinity
   Fabric between 8 MI300X, NVSwitch); all_reduce "direct" is the one-shot form in which
   every rank receives all p-1 full buffers and reduces locally.
+- two_shot (all_reduce only): a direct reduce-scatter (each rank sends the peers' n/p
+  pieces, reduces its own) then a direct all-gather: 2 steps and the ring's optimal
+  2(p-1)/p·n, so on a full mesh it is never slower than the ring in this model, and it
+  beats one-shot above ``crossover_bytes`` (one-shot's volume grows with p-1).
 - pairwise (all_to_all): p-1 steps, one peer each.
 """
 
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 ALGORITHMS = {
-    "all_reduce": ("ring", "tree", "direct"),
+    "all_reduce": ("ring", "tree", "direct", "two_shot"),
     "reduce_scatter": ("ring", "direct"),
     "all_gather": ("ring", "direct"),
     "all_to_all": ("pairwise", "direct"),
@@ -64,9 +68,46 @@ def cost(collective, algorithm, p, nbytes) -> Cost:
             return Cost(2 * (p - 1), 2 * share)
         if algorithm == "tree":
             return Cost(2 * math.ceil(math.log2(p)), 2 * nbytes)
+        if algorithm == "two_shot":
+            return Cost(2, 2 * share)
         return Cost(1, (p - 1) * nbytes)
     steps = 1 if algorithm == "direct" else p - 1
     return Cost(steps, share)
+
+
+def crossover_bytes(collective, first, second, p, alpha, beta):
+    """The message size at which ``first`` and ``second`` cost the same, or None if they never do.
+
+    Steps are fixed and volume is linear in n, so the times are two lines in n: they meet
+    once, at (steps difference)·alpha / (volume-per-byte difference)·beta, or never (parallel
+    lines, or a meeting point at n <= 0). Below the crossover the algorithm with fewer steps
+    wins, above it the one with less volume.
+    """
+    if alpha < 0 or beta <= 0:
+        raise ValueError(f"need alpha >= 0 and beta > 0, got alpha={alpha}, beta={beta}")
+    a, b = cost(collective, first, p, 1), cost(collective, second, p, 1)
+    steps, volume = (a.steps - b.steps) * alpha, (b.volume - a.volume) * beta
+    if volume == 0 or steps / volume <= 0:
+        return None
+    return steps / volume
+
+
+def bytes_for_efficiency(collective, algorithm, p, alpha, beta, efficiency):
+    """The smallest message whose bandwidth term is ``efficiency`` of its time.
+
+    A bucket of n bytes spends steps·alpha on latency whatever n is; the share of its time
+    spent moving bytes, volume(n)·beta / (steps·alpha + volume(n)·beta), reaches
+    ``efficiency`` at n = efficiency / (1 - efficiency) · steps·alpha / (volume per byte·beta).
+    This is how large an FSDP/DDP bucket must be before fusing more tensors stops paying.
+    """
+    if not 0 < efficiency < 1:
+        raise ValueError(f"efficiency must be in (0, 1), got {efficiency}")
+    if alpha < 0 or beta <= 0:
+        raise ValueError(f"need alpha >= 0 and beta > 0, got alpha={alpha}, beta={beta}")
+    per_byte = cost(collective, algorithm, p, 1)
+    if per_byte.volume == 0:
+        raise ValueError(f"{collective} on p={p} moves no bytes")
+    return efficiency / (1 - efficiency) * per_byte.steps * alpha / (per_byte.volume * beta)
 
 
 @dataclass(frozen=True)
