@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernels.comm.cost_model import ALGORITHMS
+
 pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 
@@ -131,9 +133,10 @@ def test_roofline_fp8_and_v4_answers(interview):
 
 
 def test_distributed_and_tuning_answers(interview):
-    times = {alg: comm_model.predict("MI300X", "all_reduce", alg, 1 << 30)["seconds"]
-             for alg in ("ring", "tree", "direct")}
-    assert _correct(interview, "Distributed") == min(times, key=times.get)
+    times = {alg: comm_model.predict("MI300X", "all_reduce", alg, 1 << 30, alpha=10e-6)["seconds"]
+             for alg in ALGORITHMS["all_reduce"]}
+    assert _correct(interview, "Distributed") == min(times, key=times.get) == "two_shot"
+    assert sorted(times.values())[1] - min(times.values()) == pytest.approx(12 * 10e-6)   # ring: 14 steps
     comm = next(card for card in interview if card.topic.startswith("Distributed")).reveal()
     assert comm.answer.count("model") >= 3 and "model" in comm.evidence[0]
     for op in ("gemm",):

@@ -16,7 +16,7 @@ from kernels.comm.ep_layout import dispatch_layout
 from .. import comm_model
 from ..flashcards import Card
 from ..table import html_table
-from .evidence import BUCKET_BYTES, all_reduce_rows
+from .evidence import ALPHA_S, BUCKET_BYTES, all_reduce_rows
 
 FAMILY = "Designing an EP all-to-all"
 
@@ -30,9 +30,12 @@ def _comm_card() -> Card:
         params = BUCKET_BYTES / 2   # bf16 gradients
         tokens = best["ms"] * 1e-3 * peak / (4 * params)   # backward: 4 FLOP per parameter per token
         ladders = ", ".join(kernels.ops())
-        return (f"Alpha-beta model, bandwidth-bound (latency not modelled): a 1 GiB all-reduce "
-                f"on 8 MI300X is fastest as a {best['algorithm']} ({best['ms']:.2f} ms, model) "
-                f"when it uses all {best['links used']} Infinity Fabric links. A single ring "
+        return (f"Alpha-beta model, with an assumed {ALPHA_S * 1e6:g} us per step: a 1 GiB "
+                f"all-reduce on 8 MI300X is fastest as a {best['algorithm']} ({best['ms']:.2f} ms, "
+                f"model) when it uses all {best['links used']} Infinity Fabric links. On this full "
+                "mesh a ring and a two-shot (reduce-scatter, then all-gather, each one direct step) "
+                "move the same bytes per rank; the two-shot needs 2 steps to the ring's 14, so "
+                "latency alone separates them. A single ring "
                 f"reaches one link per direction: {one_link['ms']:.1f} ms (model). A trace "
                 "with a long all-reduce and idle links points at the channel count, not the "
                 "fabric."
@@ -46,7 +49,8 @@ def _comm_card() -> Card:
 
     def evidence():
         return [html_table(all_reduce_rows() + all_reduce_rows("H200"),
-                           caption="all_reduce of 1 GiB on 8 GPUs (model: alpha-beta, datasheet fabrics)")]
+                           caption=f"all_reduce of 1 GiB on 8 GPUs (model: alpha-beta, datasheet "
+                                   f"fabrics, {ALPHA_S * 1e6:g} us per step assumed)")]
 
     def claims():
         rows = all_reduce_rows()[:-1]
@@ -97,9 +101,6 @@ def _dedup_card() -> Card:
                 "(token, expert) sends how many rows per token?",
                 answer, lambda: [html_table(routing_rows(), caption="seeded uniform routing (model)")],
                 claims, FAMILY)
-
-
-ALPHA_S = 10e-6   # a per-message latency for the comparison; no spec gives one
 
 
 def all_to_all_rows() -> list[dict]:
