@@ -34,7 +34,8 @@ def test_makespan_is_list_scheduling_in_launch_order():
     (lambda: causal_order.key_blocks(0, 8, 4, 4), "s"),
     (lambda: causal_order.key_blocks(8, 8, 4, 0), "block_n"),
     (lambda: causal_order.makespan([1], 0), "slots"),
-    (lambda: causal_order.within_head(3, "random"), "order"),
+    (lambda: causal_order.within_head(3, "lpt"), "order"),
+    (lambda: causal_order.launch_work([1], 2, "random"), "order"),
 ])
 def test_bad_arguments_are_named(call, name):
     with pytest.raises(ValueError, match=name):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import heapq
 
-ORDERS = ("v4", "longest_first", "zigzag", "lpt")
+HEAD_ORDERS = ("v4", "longest_first", "zigzag")   # orders within a head, heads one after another
+ORDERS = (*HEAD_ORDERS, "lpt")
 
 
 def key_blocks(s: int, s_k: int, block_m: int, block_n: int) -> list[int]:
@@ -39,7 +40,7 @@ def within_head(n: int, order: str) -> list[int]:
     if order == "zigzag":
         pairs = [(n - 1 - i, i) for i in range(n // 2)]
         return [b for pair in pairs for b in pair] + ([n // 2] if n % 2 else [])
-    raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    raise ValueError(f"order must be one of {HEAD_ORDERS}, got {order!r}")
 
 
 def launch_work(work: list[int], heads: int, order: str) -> list[int]:
@@ -47,6 +48,8 @@ def launch_work(work: list[int], heads: int, order: str) -> list[int]:
     heads. "lpt" makes the query block the slow axis, longest first: every head's longest
     block, then every head's second longest, ...; the others launch head after head, each
     head's blocks in :func:`within_head`'s order."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     if order == "lpt":
         return [work[i] for i in within_head(len(work), "longest_first") for _ in range(heads)]
     one_head = [work[i] for i in within_head(len(work), order)]
