@@ -9,13 +9,15 @@ order: v3's 64 x 64 blocks, v5's priors per kernel.
 """
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
 import torch
 
-from kernels.attention import v3_causal_lse, v5_backward
+from kernels.attention import v3_causal_lse, v4_amd_tuned, v5_backward
 from workbench import isa, isa_parse
+from workbench.model import loop
 
 TOP = [("v3", "_flash_fwd_lse_kernel"), ("v5", "_bwd_dkdv_kernel"), ("v5", "_bwd_dq_kernel")]
 
@@ -159,6 +161,44 @@ def test_v4_takes_16x16_mfmas_at_d128_because_32x32_go_through_16bit_lds_on_gfx9
     for report in (shipped, wider):
         assert (report.spills, report.sgpr_spills) == (0, 0) and report.occupancy.value >= 2, report.summary()
     assert shipped.narrow_lds_ops == 0 and _lds16(_loop_ops(wider)), wider.summary()
+
+
+def _lines_of(fn) -> range:
+    src, first = inspect.getsourcelines(fn.fn)
+    return range(first, first + len(src))
+
+
+def test_v4_keeps_p_in_registers_and_its_32x32_variant_sends_p_through_lds():
+    """Notebook 02's "P in registers": in the prior's hot loop (gfx942, D = 128) every LDS
+    store is a K or V tile's (``_load``'s lines) and P's bf16 rounding touches no LDS; with
+    32x32 MFMAs its 16-bit stores and loads are at that rounding, two per P value a lane holds."""
+    by_line = {}
+    for name, overrides in (("16x16", None), ("32x32", {"matrix_instr_nonkdim": 32})):
+        report = isa.inspect("attention", "v4", "gfx942", overrides=overrides)
+        by_line[name] = isa_parse.by_source_line(report.hot_loop.splitlines(), "v3_causal_lse.py")
+    load, rounding = _lines_of(v3_causal_lse._load), _lines_of(v3_causal_lse._bf16_by_bits)
+    assert {line for op, line in by_line["16x16"] if op.startswith("ds_write")} <= set(load)
+    assert not [op for op, line in by_line["16x16"] if line in rounding and op.startswith("ds_")]
+    cfg = v4_amd_tuned.prior("hip", "gfx942", 128)
+    per_lane = cfg["BLOCK_M"] * cfg["BLOCK_N"] // (cfg["num_warps"] * 64)
+    narrow = [op for op, line in by_line["32x32"] if line in rounding and op in ("ds_write_b16_d16_hi", "ds_read_u16")]
+    assert sorted(set(narrow)) == ["ds_read_u16", "ds_write_b16_d16_hi"] and len(narrow) == 2 * 2 * per_lane
+
+
+def test_v4_exponentials_per_key_block_do_not_grow_with_the_head_dim():
+    """Notebook 02's "exp against the matrix cores" (gfx942): per wave and key block, one
+    v_exp_f32 per P value a lane holds plus one per row it holds (the rescale), at D = 128 and 64; per
+    program the same count at both, while the MFMA cycles halve at D = 64."""
+    per_program = {}
+    for d in (128, 64):
+        report = isa.inspect("attention", "v4", "gfx942", overrides={"BLOCK_D": d})
+        cfg = v4_amd_tuned.prior("hip", "gfx942", d)
+        exps = sum(1 for op in _loop_ops(report) if op.startswith("v_exp_f32"))
+        p_per_lane = cfg["BLOCK_M"] * cfg["BLOCK_N"] // (cfg["num_warps"] * 64)
+        rows_per_lane = cfg["BLOCK_M"] // cfg["num_warps"] // 16   # a 16x16 MFMA spreads a wave's rows over 16 lanes
+        assert exps == p_per_lane + rows_per_lane, (d, exps, p_per_lane, rows_per_lane)
+        per_program[d] = (exps * cfg["num_warps"], loop.mix(report.hot_loop, "gfx942").mfma_cycles * cfg["num_warps"])
+    assert per_program[128][0] == per_program[64][0] and per_program[128][1] == 2 * per_program[64][1], per_program
 
 
 # gfx942, bf16: (instructions, VGPRs, MFMAs) of each dense kernel, recorded at commit

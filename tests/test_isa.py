@@ -126,6 +126,23 @@ def test_instruction_classes(line, op, kind):
         assert isa_parse.category(op, dialect) == kind
 
 
+def test_instructions_take_the_innermost_line_of_the_file_asked_for():
+    """The line table as Triton's AMD backend writes it: a Triton library frame (standard.py)
+    charges the kernel line that called it; a .loc naming no frame of the file clears the line."""
+    lines = ["\tv_mov_b32 v0, 0",
+             "\t.loc\t1 111 9    ; k.py:111:9 @[ k.py:193:25 ]",
+             "\tv_exp_f32_e32 v1, v2",
+             "\t.loc\t2 314 12   ; standard.py:314:12 @[ k.py:112:25 @[ k.py:193:25 ] ]",
+             "\tv_add_f32_e32 v1, v1, v2",
+             ".Ltmp3:",
+             "\tds_bpermute_b32 v3, v4, v1",
+             "\t.loc\t2 287 12   ; standard.py:287:12",
+             "\ts_nop 0"]
+    assert isa_parse.by_source_line(lines, "k.py") == [
+        ("v_mov_b32", None), ("v_exp_f32_e32", 111), ("v_add_f32_e32", 112), ("ds_bpermute_b32", 112),
+        ("s_nop", None)]
+
+
 @pytest.mark.parametrize("line, into_lds", [
     ("\tbuffer_load_dwordx4 v59, s[8:11], 0 offen lds", True),          # gfx950, tt.pointer_range
     ("\tglobal_load_lds_dwordx4 v[2:3], off", True),                    # gfx950, a 64-bit pointer

@@ -136,6 +136,24 @@ def prefetches_into_registers(loop: list[str]) -> bool:
     return (where["global_load"][0] < where["lds_read"][0] and last_read < first_write
             and "s_barrier" in loop[last_read:first_write])
 
+_FRAME = re.compile(r"([\w.-]+):(\d+):\d+")
+
+
+def by_source_line(lines: list[str], file: str) -> list[tuple[str, int | None]]:
+    """Each AMDGCN instruction with the line of ``file`` it came from, per the line table:
+    the comment of the last ``.loc`` before it lists the inlined frames innermost first, and
+    the innermost one in ``file`` counts (a ``tl.sum`` of Triton's standard.py charges the
+    caller's line). None where the last ``.loc`` names no frame in ``file``."""
+    line, out = None, []
+    for text in lines:
+        if text.lstrip().startswith(".loc"):
+            frames = [int(n) for name, n in _FRAME.findall(text.partition(";")[2]) if name == file]
+            line = frames[0] if frames else None
+        elif op := mnemonic(text):
+            out.append((op, line))
+    return out
+
+
 def branch_target(line: str, dialect: str) -> str | None:
     """The label a branch instruction jumps to (None for any other line)."""
     m = _BRANCH[dialect].match(line)
