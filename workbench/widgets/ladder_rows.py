@@ -38,25 +38,33 @@ def latest_run(rows: list[ResultRow], gpu: roofline.GpuSpec, op: str, shape: str
 
 def performance(run: list[ResultRow], labels: list[str], gpu: roofline.GpuSpec, intensity: float,
                 source: str) -> dict[str, dict]:
+    """Per rung label: the cells of :func:`ladder_cells` from the run's rows; error rows give none."""
+    return ladder_cells({r.rung: dict(ms=r.ms, tflops=r.tflops, gbps=r.gbps, dtype=r.dtype, gpu=r.gpu,
+                                      date=r.timestamp[:10]) for r in run if r.ok},
+                        labels, gpu, intensity, source)
+
+
+def ladder_cells(numbers: dict[str, dict], labels: list[str], gpu: roofline.GpuSpec, intensity: float,
+                 source: str) -> dict[str, dict]:
     """Per rung label: ms, TFLOP/s, GB/s, % of roof, speedup vs previous rung and vs ref.
 
-    ``labels`` is the ladder order; the previous rung is the nearest earlier numbered
-    rung of ``labels`` that has a measured row. ``ref`` is compared with nobody but itself.
-    Error rows give no cells.
+    ``numbers`` maps a label to its ms, tflops, gbps, dtype, gpu and date, all from one
+    source (one run, or the model), since ratios across sources mean nothing. ``labels``
+    is the ladder order; the previous rung is the nearest earlier numbered rung of
+    ``labels`` that has numbers. ``ref`` is compared with nobody but itself.
     """
-    by_label = {r.rung: r for r in run if r.ok}
-    ref = by_label.get("ref")
+    ref = numbers.get("ref")
     cells, previous = {}, None
     for label in labels:
-        row = by_label.get(label)
+        row = numbers.get(label)
         if row is None:
             continue
         cells[label] = dict(
-            ms=row.ms, tflops=row.tflops, gbps=row.gbps,
-            pct_of_roof=roofline.percent_of_roof(gpu, intensity, row.dtype, row.tflops),
-            vs_prev=previous.ms / row.ms if previous and label != "ref" else None,
-            vs_ref=ref.ms / row.ms if ref else None,
-            source=source, gpu=row.gpu, date=row.timestamp[:10])
+            ms=row["ms"], tflops=row["tflops"], gbps=row["gbps"],
+            pct_of_roof=roofline.percent_of_roof(gpu, intensity, row["dtype"], row["tflops"]),
+            vs_prev=previous["ms"] / row["ms"] if previous and label != "ref" else None,
+            vs_ref=ref["ms"] / row["ms"] if ref else None,
+            source=source, gpu=row["gpu"], date=row["date"])
         if label != "ref":
             previous = row
     return cells
