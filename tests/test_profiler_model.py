@@ -10,11 +10,12 @@ import pytest
 
 pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 
+import torch
+
 import kernels
 import roofline
 from workbench import model, results
-from workbench.widgets import LadderProfiler
-from workbench.widgets import model_rows, profiler
+from workbench.widgets import LadderProfiler, model_rows, profiler
 
 SHAPE = (37, 29, 53)
 SIMT = [r.label for r in kernels.variants("gemm") if r.kind == "simt"]
@@ -50,6 +51,7 @@ def test_without_gpu_or_recorded_rows_the_table_shows_the_models_numbers(no_reco
         row = rows[label]
         assert row["ms"] == row["model_ms"] == pytest.approx(p.time_s * 1e3)
         assert row["tflops"] == pytest.approx(p.tflops) and row["bound"] == p.bound
+        assert row["gbps"] == pytest.approx(kernels.spec("gemm").bytes_moved(SHAPE, torch.bfloat16) / p.time_s / 1e9)
         assert row["pct_of_roof"] == pytest.approx(roofline.percent_of_roof("MI300X", intensity, "bf16", p.tflops))
         assert row["source"] == "model" and row["gpu"] == "MI300X" and row["vs_ref"] is None
     assert rows["v2"]["vs_prev"] is None   # the SIMT rungs below have no prediction

@@ -1,8 +1,9 @@
 """Rows of the ladder profiler, from result rows of one run: no widgets, easy to test.
 
-Every performance number here comes from a :class:`workbench.results.ResultRow`, measured
+Every measured number here comes from a :class:`workbench.results.ResultRow`, measured
 now or recorded on a real GPU earlier; speedups are taken between rows of the *same* run
-(same GPU, same timestamp), because times from different runs are not comparable. Error
+(same GPU, same timestamp), because times from different runs are not comparable, and
+between predictions (:mod:`.model_rows`) only when no run has numbers. Error
 rows (a case that failed on the GPU) have no numbers: they are never drawn or compared,
 only named in the notes. Model numbers (ridge, attainable TFLOP/s) come from the GPU's
 datasheet and say "model".

@@ -1,7 +1,7 @@
 """Ladder rows from the performance model (``workbench.predict``): numbers labelled "model".
 
-A prediction compiles its rung ahead of time for the GPU's target (about 15 s per rung
-cold) and the profiler asks for it at every run, so predictions are kept for the process
+A prediction compiles its rung ahead of time for the GPU's target (seconds per rung when
+no compile is cached) and the profiler asks for it at every run, so predictions are kept for the process
 per (op, rung, shape, dtype, GPU). What the model does not cover it refuses with
 ``NotImplementedError`` (op, rung, GPU) or ``ValueError`` (dtype); those rungs keep no
 numbers, and one note, not one per rung, says why.
