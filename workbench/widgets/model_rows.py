@@ -1,8 +1,8 @@
 """Ladder rows from the performance model (``workbench.predict``): numbers labelled "model".
 
 A prediction compiles its rung ahead of time for the GPU's target (seconds per rung when
-no compile is cached) and the profiler asks for it at every run, so predictions are kept for the process
-per (op, rung, shape, dtype, GPU). What the model does not cover it refuses with
+no compile is cached) and the profiler asks for it at every run, so predictions are kept
+for the process per (op, rung, shape, dtype, GPU). What the model does not cover it refuses with
 ``NotImplementedError`` (op, rung, GPU) or ``ValueError`` (dtype); those rungs keep no
 numbers, and one note, not one per rung, says why.
 """
@@ -23,7 +23,7 @@ def predicted(op: str, rung: str, shape: tuple, dtype: str, gpu: str) -> model.P
 
 
 def predictions(op: str, labels: list[str], shape: tuple, dtype: str, gpu: str,
-                step=lambda: None) -> tuple[dict, dict[str, str]]:
+                step) -> tuple[dict, dict[str, str]]:
     """(label -> Prediction, label -> why the model has none); ``step()`` after each rung."""
     found, missing = {}, {}
     for label in labels:
