@@ -1,8 +1,9 @@
 """Rows of the ladder profiler, from result rows of one run: no widgets, easy to test.
 
-Every performance number here comes from a :class:`workbench.results.ResultRow`, measured
+Every measured number here comes from a :class:`workbench.results.ResultRow`, measured
 now or recorded on a real GPU earlier; speedups are taken between rows of the *same* run
-(same GPU, same timestamp), because times from different runs are not comparable. Error
+(same GPU, same timestamp), because times from different runs are not comparable, and
+between predictions (:mod:`.model_rows`) only when no run has numbers. Error
 rows (a case that failed on the GPU) have no numbers: they are never drawn or compared,
 only named in the notes. Model numbers (ridge, attainable TFLOP/s) come from the GPU's
 datasheet and say "model".
@@ -38,25 +39,33 @@ def latest_run(rows: list[ResultRow], gpu: roofline.GpuSpec, op: str, shape: str
 
 def performance(run: list[ResultRow], labels: list[str], gpu: roofline.GpuSpec, intensity: float,
                 source: str) -> dict[str, dict]:
+    """Per rung label: the cells of :func:`ladder_cells` from the run's rows; error rows give none."""
+    return ladder_cells({r.rung: dict(ms=r.ms, tflops=r.tflops, gbps=r.gbps, dtype=r.dtype, gpu=r.gpu,
+                                      date=r.timestamp[:10]) for r in run if r.ok},
+                        labels, gpu, intensity, source)
+
+
+def ladder_cells(numbers: dict[str, dict], labels: list[str], gpu: roofline.GpuSpec, intensity: float,
+                 source: str) -> dict[str, dict]:
     """Per rung label: ms, TFLOP/s, GB/s, % of roof, speedup vs previous rung and vs ref.
 
-    ``labels`` is the ladder order; the previous rung is the nearest earlier numbered
-    rung of ``labels`` that has a measured row. ``ref`` is compared with nobody but itself.
-    Error rows give no cells.
+    ``numbers`` maps a label to its ms, tflops, gbps, dtype, gpu and date, all from one
+    source (one run, or the model), since ratios across sources mean nothing. ``labels``
+    is the ladder order; the previous rung is the nearest earlier numbered rung of
+    ``labels`` that has numbers. ``ref`` is compared with nobody but itself.
     """
-    by_label = {r.rung: r for r in run if r.ok}
-    ref = by_label.get("ref")
+    ref = numbers.get("ref")
     cells, previous = {}, None
     for label in labels:
-        row = by_label.get(label)
+        row = numbers.get(label)
         if row is None:
             continue
         cells[label] = dict(
-            ms=row.ms, tflops=row.tflops, gbps=row.gbps,
-            pct_of_roof=roofline.percent_of_roof(gpu, intensity, row.dtype, row.tflops),
-            vs_prev=previous.ms / row.ms if previous and label != "ref" else None,
-            vs_ref=ref.ms / row.ms if ref else None,
-            source=source, gpu=row.gpu, date=row.timestamp[:10])
+            ms=row["ms"], tflops=row["tflops"], gbps=row["gbps"],
+            pct_of_roof=roofline.percent_of_roof(gpu, intensity, row["dtype"], row["tflops"]),
+            vs_prev=previous["ms"] / row["ms"] if previous and label != "ref" else None,
+            vs_ref=ref["ms"] / row["ms"] if ref else None,
+            source=source, gpu=row["gpu"], date=row["date"])
         if label != "ref":
             previous = row
     return cells

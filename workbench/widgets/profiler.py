@@ -2,8 +2,10 @@
 
 On a GPU it measures (``workbench.bench``, ``ref`` in the same run) and checks. Without
 one it checks in the interpreter at a small shape and shows only numbers that came from
-a GPU: recorded rows (with GPU and date) or, failing those, the roofline model, labelled
-"model". Interpreter times are never shown: they say nothing about a GPU.
+a GPU: recorded rows (with GPU and date) or, failing those, the performance model's
+predictions (``workbench.predict``), labelled "model". Interpreter times are never shown:
+they say nothing about a GPU. Beside measured or recorded numbers, ``model_ms`` and
+``bound`` give the model's time and binding resource, so a reader sees where they part.
 """
 from __future__ import annotations
 
@@ -20,14 +22,15 @@ from ..check import CheckReport, check_rung
 from .controls import (ShapePicker, check_shape, dtype_label, dtype_options, dtype_picker,
                        op_picker, resolve_rung, rung_options, to_dtype)
 from ..ceilings import measure_ceilings
-from .ladder_rows import (elsewhere, error_notes, gpu_matches, ladder_chart_rows, latest_run,
-                          model_point, model_summary, performance)
+from .ladder_rows import (elsewhere, error_notes, gpu_matches, ladder_cells, ladder_chart_rows,
+                          latest_run, model_point, model_summary, performance)
+from .model_rows import model_columns, model_notes, model_numbers, model_points, predictions
 from .panel import Panel
 from ..table import html_table
 from .render import notes_html
 
-COLUMNS = ["rung", "name", "check", "checked_at", "ms", "tflops", "gbps", "pct_of_roof",
-           "vs_prev", "vs_ref", "source", "gpu", "date"]
+COLUMNS = ["rung", "name", "check", "checked_at", "ms", "model_ms", "tflops", "gbps", "pct_of_roof",
+           "vs_prev", "vs_ref", "bound", "source", "gpu", "date"]
 MODEL_COLUMNS = ["gpu", "dtype", "intensity", "ridge", "attainable_tflops", "bound", "source"]
 
 
@@ -108,23 +111,33 @@ class LadderProfiler(Panel):
             model = None
             notes.append(str(error))
         on_gpu = kernels.backend.current().is_gpu
-        self.progress.value, self.progress.max = 0, len(chosen) + on_gpu
+        self.progress.value, self.progress.max = 0, 2 * len(chosen) + on_gpu
         checks, cells = self._check(chosen, shape, dtype, notes)
         if on_gpu:
             run, source = self._measured(op, shape, dtype, chosen, notes), "measured"
             self.progress.value += 1
         else:
             run, source = self._recorded(op, label, dtype_label(dtype), gpu, notes)
-        perf = performance(run, labels, gpu, model["intensity"], source) if run and model else {}
-        notes += error_notes(run)
+        found, missing = predictions(op, labels, shape, roofline.dtype_name(dtype), gpu.name, self._step)
+        perf = (performance(run, labels, gpu, model["intensity"], source) if run else
+                ladder_cells(model_numbers(found, spec.bytes_moved(shape, dtype)), labels, gpu,
+                             model["intensity"], source)) if model else {}
+        notes += error_notes(run) + model_notes(found, missing)
+        if run and found and not gpu_matches(gpu, run[0].gpu):
+            notes.append(f"model_ms is the model's time on {gpu.name}; the measured rows come from "
+                         f"{run[0].gpu}.")
         if run and not any(r.rung == "ref" and r.ok for r in run):
             notes.append("That run has no measured ref row: no speedups vs ref and no ladder chart.")
-        table = [dict(rung=r.label, name=r.name, **cells[r.label],
-                      **perf.get(r.label, dict.fromkeys(COLUMNS[4:]))) for r in chosen]
+        beside = model_columns(found)
+        table = [{"rung": r.label, "name": r.name, **cells[r.label], **dict.fromkeys(COLUMNS[4:]),
+                  **perf.get(r.label, {}), **beside.get(r.label, {})} for r in chosen]
         ceilings = self._ceilings(gpu, on_gpu, notes)
-        charts = self._charts(gpu, run, labels, model, op, shape, dtype, source, ceilings)
+        charts = self._charts(gpu, run, labels, model, op, shape, dtype, source, ceilings, found)
         return LadderResult(op, shape, dtype_label(dtype), gpu.name, source, table, model, charts,
                             notes, checks)
+
+    def _step(self) -> None:
+        self.progress.value += 1
 
     def _check(self, chosen, shape, dtype, notes):
         small, note = check_shape(shape)
@@ -165,7 +178,7 @@ class LadderProfiler(Panel):
                          "not measured here.")
             return run, "recorded"
         notes.append(f"No recorded GPU results for {op} {label} {dtype} on {gpu.name}; showing "
-                     "the roofline model only (numbers labelled model).")
+                     "the performance model's predictions where it has them (labelled model).")
         other = elsewhere(shipped, op)
         if other:
             notes.append("Recorded results exist for: " + "; ".join(other))
@@ -187,13 +200,18 @@ class LadderProfiler(Panel):
         return ceilings
 
     @staticmethod
-    def _charts(gpu, run, labels, model, op, shape, dtype, source, ceilings=None) -> dict:
+    def _charts(gpu, run, labels, model, op, shape, dtype, source, ceilings=None, found=None) -> dict:
+        """Points: the run's rows; without any, the predicted rungs (``found``) at their
+        predicted height; without those, the attainable TFLOP/s on the roof."""
         if model is None:
             return {}
         spec, label = kernels.spec(op), shape_label(shape)
-        points = [roofline.point(gpu, r.rung, spec.flops(shape), spec.bytes_moved(shape, dtype),
-                                 r.ms, dtype, source, op=op, shape=label, date=r.timestamp[:10])
-                  for r in run if r.rung in labels and r.ok] or [model_point(model, op, label)]
+        flops, bytes_moved = spec.flops(shape), spec.bytes_moved(shape, dtype)
+        points = ([roofline.point(gpu, r.rung, flops, bytes_moved, r.ms, dtype, source, op=op,
+                                  shape=label, date=r.timestamp[:10])
+                   for r in run if r.rung in labels and r.ok]
+                  or model_points(found or {}, labels, flops, bytes_moved, op, label)
+                  or [model_point(model, op, label)])
         charts = {"roofline": roofline.chart(gpu, points, dtypes=[dtype], ceilings=ceilings)}
         if any(r.rung == "ref" and r.ok for r in run):   # bars are drawn relative to ref
             charts["ladder"] = roofline.ladder_chart(ladder_chart_rows(run, labels, source))
