@@ -22,6 +22,28 @@ LANES_PER_PHASE = BANKS * BANK_BYTES // WIDTH  # 8
 CONFLICT_FREE = WAVE // LANES_PER_PHASE        # 8 passes
 
 
+def group_passes(addresses: Sequence[int], width: int = WIDTH) -> list[int]:
+    """Per group of lanes served together (as many as move 128 bytes: 8 at 16 bytes, 32 at 4),
+    the passes it takes: the most distinct dwords any bank must deliver (a dword several lanes
+    read is a broadcast, one pass). ``addresses[lane]`` is a byte address; ``width`` the bytes
+    each lane reads (4, 8 or 16)."""
+    if width not in (4, 8, 16):
+        raise ValueError(f"width must be 4, 8 or 16 bytes, got {width!r}")
+    group, counts = BANKS * BANK_BYTES // width, []
+    for start in range(0, len(addresses), group):
+        dwords = defaultdict(set)
+        for address in addresses[start:start + group]:
+            for word in range(address // BANK_BYTES, (address + width) // BANK_BYTES):
+                dwords[word % BANKS].add(word)
+        counts.append(max(len(words) for words in dwords.values()))
+    return counts
+
+
+def conflict_degree(addresses: Sequence[int], width: int) -> int:
+    """Passes the worst group of lanes needs: 1 when the access is conflict-free."""
+    return max(group_passes(addresses, width), default=1)
+
+
 def passes(addresses: Sequence[int]) -> int:
     """Bank passes of one wave's b128 access; ``addresses[lane]`` is the lane's byte address."""
     if len(addresses) != WAVE:
@@ -30,14 +52,7 @@ def passes(addresses: Sequence[int]) -> int:
     bad = [a for a in addresses if a < 0 or a % WIDTH]
     if bad:
         raise ValueError(f"addresses must be non-negative and {WIDTH}-byte aligned, got {bad[0]}")
-    total = 0
-    for start in range(0, WAVE, LANES_PER_PHASE):
-        dwords = defaultdict(set)
-        for address in addresses[start:start + LANES_PER_PHASE]:
-            for word in range(address // BANK_BYTES, (address + WIDTH) // BANK_BYTES):
-                dwords[word % BANKS].add(word)
-        total += max(len(words) for words in dwords.values())
-    return total
+    return sum(group_passes(addresses, WIDTH))
 
 
 def tile_addresses(rows: Sequence[int], chunks: Sequence[int], row_bytes: int,

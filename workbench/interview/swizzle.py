@@ -1,36 +1,18 @@
 """Interview family: designing an LDS layout without bank conflicts (padding, XOR swizzle).
 
-Bank arithmetic is a model, stated once: 32 banks of 4 bytes, 128 bytes per clock per CU
-(the MI300X spec's LDS roof, :func:`.evidence.lds_rows`); the lanes of one access are
-served in groups that move 128 bytes (32 lanes of 4 bytes, 8 lanes of 16 bytes), and a
-group takes as many passes as the most distinct 4-byte words any bank must deliver (one
-word read by several lanes is a broadcast, not a conflict). How the hardware really
-groups wide accesses is for rocprof-compute's LDS bank-conflict counter on a GPU.
+Bank arithmetic is the workbench's one bank model (:mod:`workbench.lds_banks`: 32 banks of
+4 bytes, lanes served in groups that move 128 bytes, a group's passes the most distinct
+dwords one bank must deliver). How the hardware really groups wide accesses is for
+rocprof-compute's LDS bank-conflict counter on a GPU.
 """
 from __future__ import annotations
 
 from ..flashcards import Card, one_of
+from ..lds_banks import BANK_BYTES, BANKS, conflict_degree
 from ..table import html_table
-from .evidence import BANK_BYTES
 
 FAMILY = "Designing an LDS swizzle"
-BANKS = 32
 LANES = 64
-
-
-def conflict_degree(addresses: list[int], width: int) -> int:
-    """Passes the worst group of lanes needs: ``addresses`` are byte addresses, one per lane,
-    each reading ``width`` bytes (4, 8 or 16)."""
-    if width not in (4, 8, 16):
-        raise ValueError(f"width must be 4, 8 or 16 bytes, got {width!r}")
-    group, worst = BANKS * BANK_BYTES // width, 1
-    for start in range(0, len(addresses), group):
-        words: dict[int, set[int]] = {}
-        for address in addresses[start:start + group]:
-            for word in range(address // BANK_BYTES, (address + width) // BANK_BYTES):
-                words.setdefault(word % BANKS, set()).add(word)
-        worst = max(worst, max(len(w) for w in words.values()))
-    return worst
 
 
 def column_read(row_bytes: int) -> int:
