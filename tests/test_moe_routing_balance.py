@@ -157,6 +157,7 @@ def test_greedy_placement_lowers_the_busiest_rank():
     greedy = greedy_placement(counts, 4)
     assert greedy.bincount().tolist() == [2, 2, 2, 2]
     assert contiguous.max() == 70 and rank_loads(counts, greedy, 4).max() == 41
+    assert rank_loads(counts, greedy, 4).max() >= counts.max()   # the hottest expert is a floor
 
 
 @pytest.mark.parametrize("call, match", [

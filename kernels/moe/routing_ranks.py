@@ -5,8 +5,8 @@ combine all-to-all finishes when the busiest rank does. So the step pays max ove
 not the mean: max/mean is the EP imbalance (1 is perfect, W is every slot on one rank). A
 placement groups experts on ranks; :func:`kernels.MoE` with ``ep_group`` uses the
 contiguous one (rank r holds experts [r·E/W, (r+1)·E/W)). Grouping hot experts with cold
-ones lowers the max, which is what DeepSeek's EPLB does from recorded loads, adding
-replicas of hot experts (not done here).
+ones lowers the max, but never below the hottest expert's count: DeepSeek's EPLB
+(github.com/deepseek-ai/EPLB) also replicates hot experts (not done here).
 """
 from __future__ import annotations
 
