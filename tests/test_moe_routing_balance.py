@@ -86,7 +86,8 @@ def test_expert_capacity_is_the_exact_ceiling():
 
 
 @pytest.mark.parametrize("args, name", [((4, 1, 0, 1.0), "num_experts"), ((-1, 1, 2, 1.0), "tokens"),
-                                        ((4, 1.5, 2, 1.0), "top_k"), ((4, 1, 2, 0.0), "capacity_factor"),
+                                        ((4, 1.5, 2, 1.0), "top_k"), ((4, 0, 2, 1.0), "top_k"),
+                                        ((4, 1, 2, 0.0), "capacity_factor"),
                                         ((4, 1, 2, float("nan")), "capacity_factor")])
 def test_expert_capacity_refuses_bad_arguments(args, name):
     with pytest.raises(ValueError, match=name):

@@ -115,9 +115,9 @@ def aux_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 def z_loss(logits: torch.Tensor) -> torch.Tensor:
     """The router z-loss ``mean over tokens of logsumexp(logits)²`` (a float32 scalar).
 
-    Zoph et al., "ST-MoE" (arXiv:2202.08906, eq. 5): it penalizes large router logits, which
-    the softmax's exponent turns into large roundoff (the paper trains with coefficient
-    1e-3). It does not change which expert wins: shifting a token's logits by a constant
+    Zoph et al., "ST-MoE" (arXiv:2202.08906): it penalizes large router logits, whose
+    roundoff (in bfloat16 above all) the softmax's exponent amplifies; the paper weights it
+    1e-3. It does not change which expert wins: shifting a token's logits by a constant
     leaves its softmax, and so the routing, as it was and moves its logsumexp, so the loss
     pulls the logits toward logsumexp 0. Zero tokens give 0, not NaN.
     """

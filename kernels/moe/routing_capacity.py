@@ -30,9 +30,9 @@ def expert_capacity(tokens: int, top_k: int, num_experts: int, capacity_factor: 
     ``capacity_factor`` is read as the decimal it prints as, so 1.1 means 11/10: 1.1 times
     100 slots is 110, where float arithmetic gives 110.00000000000001 and a ceiling of 111.
     """
-    for name, value in (("tokens", tokens), ("top_k", top_k), ("num_experts", num_experts)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (name == "num_experts"):
-            raise ValueError(f"{name} must be an int >= {int(name == 'num_experts')}, got {value!r}")
+    for name, value, least in (("tokens", tokens, 0), ("top_k", top_k, 1), ("num_experts", num_experts, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
     if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) \
             or not capacity_factor > 0 or math.isinf(capacity_factor):
         raise ValueError(f"capacity_factor must be a finite number > 0, got {capacity_factor!r}")
