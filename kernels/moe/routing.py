@@ -7,8 +7,11 @@ router in fp32 whenever two probabilities round to one bf16 value, which happens
 every few hundred tokens. Ties are broken deterministically (lowest expert id first),
 so a routing never depends on the sort algorithm or the device.
 
-:func:`aux_loss` is the load-balancing loss of Switch Transformers and GShard, and
-:func:`expert_counts` the tokens per expert that it (and a dashboard) reads.
+:func:`aux_loss` is the load-balancing loss of Switch Transformers and GShard,
+:func:`z_loss` ST-MoE's penalty on large router logits, and :func:`expert_counts` the
+tokens per expert that they (and a dashboard) read. A ``bias`` passed to :func:`route`
+steers which experts are chosen without changing their weights: the auxiliary-loss-free
+balancing of DeepSeek-V3 (:mod:`.routing_bias` updates it).
 """
 from __future__ import annotations
 
@@ -34,8 +37,8 @@ def router_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def route(logits: torch.Tensor, top_k: int, normalize: bool = True
-          ) -> tuple[torch.Tensor, torch.Tensor]:
+def route(logits: torch.Tensor, top_k: int, normalize: bool = True,
+          bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Router logits ``(T, E)`` -> (weights ``(T, top_k)`` float32, expert ids ``(T, top_k)``
     int32), each token's experts in order of decreasing probability.
 
@@ -44,15 +47,31 @@ def route(logits: torch.Tensor, top_k: int, normalize: bool = True
     (Switch). Ties: among equal probabilities the lowest expert id is chosen (and comes
     first), because the selection is a stable descending sort. Differentiable in the
     logits through the weights; the ids are integers.
+
+    ``bias`` ``(E,)``: added to the probabilities for the selection only (the ids, and their
+    order, follow probability + bias); the weights stay the chosen experts' unbiased
+    probabilities, so the bias moves load without entering the output or the gradient.
+    That is DeepSeek-V3's auxiliary-loss-free balancing (arXiv:2412.19437, eq. 16), whose
+    router adds the bias to sigmoid affinities; here it is added to the softmax
+    probabilities this router selects by.
     """
     validate.tensor("logits", logits, ndim=2, dtypes=_FLOATS, allow_empty=True)
     top_k = checked_top_k(top_k, logits.shape[1])
     probs = logits.to(router_dtype(logits.dtype)).softmax(dim=-1)
-    ranked, order = torch.sort(probs, dim=-1, descending=True, stable=True)
-    weights, ids = ranked[:, :top_k], order[:, :top_k].to(torch.int32)
+    scores = probs if bias is None else probs + _checked_bias(bias, logits).to(probs.dtype)
+    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :top_k]
+    weights, ids = probs.gather(1, order), order.to(torch.int32)
     if normalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
     return weights, ids
+
+
+def _checked_bias(bias, logits: torch.Tensor) -> torch.Tensor:
+    validate.tensor("bias", bias, ndim=1, dtypes=_FLOATS, allow_empty=True)
+    if bias.shape[0] != logits.shape[1]:
+        raise ValueError(f"bias has {bias.shape[0]} experts but logits has {logits.shape[1]}")
+    validate.same_device(logits=logits, bias=bias)
+    return bias
 
 
 def expert_counts(ids: torch.Tensor, num_experts: int) -> torch.Tensor:
@@ -91,3 +110,17 @@ def aux_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     fraction = expert_counts(ids, num_experts).to(probs.dtype) / max(ids.numel(), 1)
     mean_prob = probs.sum(dim=0) / max(logits.shape[0], 1)   # 0, not NaN, for no tokens
     return num_experts * (fraction * mean_prob).sum()
+
+
+def z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """The router z-loss ``mean over tokens of logsumexp(logits)²`` (a float32 scalar).
+
+    Zoph et al., "ST-MoE" (arXiv:2202.08906): it penalizes large router logits, whose
+    roundoff (in bfloat16 above all) the softmax's exponent amplifies; the paper weights it
+    1e-3. It does not change which expert wins: shifting a token's logits by a constant
+    leaves its softmax, and so the routing, as it was and moves its logsumexp, so the loss
+    pulls the logits toward logsumexp 0. Zero tokens give 0, not NaN.
+    """
+    validate.tensor("logits", logits, ndim=2, dtypes=_FLOATS, allow_empty=True)
+    lse = logits.to(router_dtype(logits.dtype)).logsumexp(dim=-1)
+    return lse.square().sum() / max(logits.shape[0], 1)
