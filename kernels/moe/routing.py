@@ -51,7 +51,7 @@ def route(logits: torch.Tensor, top_k: int, normalize: bool = True,
     ``bias`` ``(E,)``: added to the probabilities for the selection only (the ids, and their
     order, follow probability + bias); the weights stay the chosen experts' unbiased
     probabilities, so the bias moves load without entering the output or the gradient.
-    That is DeepSeek-V3's auxiliary-loss-free balancing (arXiv:2412.19437, eq. 16), whose
+    That is DeepSeek-V3's auxiliary-loss-free balancing (arXiv:2412.19437, §2.1.2), whose
     router adds the bias to sigmoid affinities; here it is added to the softmax
     probabilities this router selects by.
     """
