@@ -27,7 +27,7 @@ Idea:
     (D is the head block) drop the bounds masks of the loads too.
     (5) K is read as rows, as V is, and transposed on chip for Q Kᵀ, where v2 reads a
     Kᵀ tile: the same bytes, and v4's packed D = 128 prior no longer spills on gfx942
-    (the comment at ``k_ptrs``). Not on gfx950 (``K_ROWS``), whose compile of the
+    (the comment at ``k_ptrs``). On CDNA3 only (``K_ROWS``): gfx950's compile of the
     transpose adds lane permutes to the hot loop.
 
 Why faster:
@@ -135,7 +135,7 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
                           BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, INTERP_BF16: tl.constexpr,
                           SCALE_SIGN: tl.constexpr = 1, EVEN: tl.constexpr = False,
                           EVEN_D: tl.constexpr = False, P_BITS: tl.constexpr = False,
-                          K_ROWS: tl.constexpr = True):
+                          K_ROWS: tl.constexpr = False):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // HQ).to(tl.int64)
@@ -173,7 +173,7 @@ def _flash_fwd_lse_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, cu_q_ptr, cu_k_pt
     # K is read as V is, a tile of rows, and transposed on chip for Q Kᵀ (the product takes it
     # from LDS either way). Read as a Kᵀ tile, v4's D = 128 prior needed one VGPR more than two
     # waves per SIMD leave on gfx942 in its packed launch, and spilled it (tests/test_attention_isa.py).
-    # gfx950 (K_ROWS False) reads the Kᵀ tile: there the transpose costs lane permutes.
+    # Other targets (K_ROWS False) read the Kᵀ tile: on gfx950 the transpose costs lane permutes.
     if K_ROWS:
         k_ptrs = (k_ptr + b * stride_kb + hk * stride_kh + ns.to(tl.int64)[:, None] * stride_ks
                   + ds.to(tl.int64)[None, :] * stride_kd)
