@@ -79,9 +79,12 @@ def lab(tmp_path_factory):
     shutil.copy(ROOT / "binder" / "overrides.json", home / "app-settings" / "overrides.json")
     # JupyterLab asks whether to fetch Jupyter news (a toast over the screenshots, and a
     # "yes" would go to the network), and asks for a kernel when the kernel list comes late
-    # (a busy machine): answered here as a user's settings would answer them.
+    # (a busy machine): answered here as a user's settings would answer them. Every cell is
+    # laid out (windowing off): a reopened notebook otherwise draws a cell's outputs only
+    # once it is scrolled to, late on a busy machine (a CI run timed out waiting for one).
     for plugin, values in (("apputils-extension/notification", {"fetchNews": "false"}),
-                           ("notebook-extension/tracker", {"autoStartDefaultKernel": True})):
+                           ("notebook-extension/tracker", {"autoStartDefaultKernel": True,
+                                                           "windowingMode": "none"})):
         file = home / "settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
         file.parent.mkdir(parents=True, exist_ok=True)
         file.write_text(json.dumps(values))
