@@ -274,3 +274,12 @@ def test_causal_backward_masks_only_the_diagonal_blocks(target):
         assert _masking(_loop_ops(masked)) == _masking(_loop_ops(unmasked)), masked.kernel_name
         loop_mfmas = sum(op.startswith("v_mfma") for op in _loop_ops(masked))
         assert sum(masked.matrix_instructions.values()) >= 2 * loop_mfmas, masked.kernel_name
+
+
+def test_k_is_read_as_rows_on_cdna3_only_and_gfx950_s_hot_loop_has_no_lane_permutes():
+    """``launch.k_rows``: K is read as rows on CDNA3 (where that keeps the packed prior from
+    spilling: the test above), and as a Kᵀ tile elsewhere; gfx950's hot loop then holds no
+    ``ds_bpermute_b32`` (reading rows there was measured to add two, commit 5346b38)."""
+    from kernels.attention.launch import k_rows
+    assert k_rows("hip", "gfx942") and not k_rows("hip", "gfx950") and not k_rows("interpreter", "cpu")
+    assert not any(op.startswith("ds_bpermute") for op in _loop_ops(isa.inspect("attention", "v4", "gfx950")))

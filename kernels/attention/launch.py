@@ -37,9 +37,10 @@ def p_bits(dtype: torch.dtype, backend: str, arch: str) -> bool:
 
 def k_rows(backend: str, arch: str) -> bool:
     """The forward kernel's K_ROWS constexpr: read K as rows and transpose it on chip, on CDNA3
-    only, where it saves the VGPRs that made v4's packed prior spill. On CDNA4 the transpose
-    compiles to lane permutes in the hot loop (``ds_bpermute_b32`` and selects by lane parity;
-    tests/test_attention_isa.py); elsewhere nothing asks for it, and the interpreter must keep
+    only, where it saves the VGPRs that made v4's packed prior spill. On CDNA4 the Kᵀ tile
+    keeps lane permutes (``ds_bpermute_b32``) out of the hot loop, where the rows read was
+    measured to add two (tests/test_attention_isa.py checks the first); elsewhere nothing
+    asks for it, and the interpreter must keep
     the Kᵀ product's rounding, which the backward's recomputed scores match (v5's large-score
     test, whose NumPy dots round by operand orientation)."""
     return backend == "hip" and arch.startswith("gfx94")
