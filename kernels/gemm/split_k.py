@@ -57,6 +57,7 @@ from ..triton_support import aot_launch, cdiv, interp_bf16
 from ..tuning import with_overrides
 from . import v6_persistent
 from .spec import aot_launch_settings
+from .tile_dot import tile_dot
 from .v6_persistent import _streamk_fixup_kernel, _tile_coords
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -71,33 +72,8 @@ def _split_k_kernel(a_ptr, b_ptr, p_ptr, M, N, K, stride_am, stride_ak, stride_b
     k_lo = s * SLICE_K
     k_hi = tl.minimum(K, k_lo + SLICE_K)
     pid_m, pid_n = _tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    ks = tl.arange(0, BLOCK_K)
-    rows = ((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M).to(tl.int64)   # v5: wrapped, no mask
-    cols = ((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N).to(tl.int64)
-    k_offs = (ks + k_lo).to(tl.int64)
-    a_ptrs = a_ptr + rows[:, None] * stride_am + k_offs[None, :] * stride_ak
-    b_ptrs = b_ptr + k_offs[:, None] * stride_bk + cols[None, :] * stride_bn
-    a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
-    b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    k_full = k_lo + ((k_hi - k_lo) // BLOCK_K) * BLOCK_K
-    for k0 in range(k_lo, k_full, BLOCK_K):
-        a = tl.load(a_ptrs)
-        b = tl.load(b_ptrs)
-        if INTERP_BF16:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
-        a_ptrs += a_step
-        b_ptrs += b_step
-    if not EVEN_K:  # the ragged last K step: only the last slice has one
-        if k_full < k_hi:
-            a = tl.load(a_ptrs, mask=ks[None, :] + k_full < k_hi, other=0.0)
-            b = tl.load(b_ptrs, mask=ks[:, None] + k_full < k_hi, other=0.0)
-            if INTERP_BF16:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
+    acc = tile_dot(a_ptr, b_ptr, pid_m, pid_n, M, N, k_lo, k_hi, stride_am, stride_ak, stride_bk, stride_bn,
+                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERP_BF16)   # v6's K loop, shared
     # the fix-up's layout: tile t's slices are partial tiles t * S .. t * S + S - 1
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     slot = tile.to(tl.int64) * tl.num_programs(1) + s

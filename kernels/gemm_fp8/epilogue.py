@@ -34,6 +34,7 @@ import triton.language as tl
 from .. import backend as _backend
 from .. import validate
 from ..gemm import configs
+from ..gemm.tile_dot import tile_dot
 from ..gemm.v6_persistent import _tile_coords
 from ..outputs import new_output
 from ..triton_support import cdiv, interp_bf16, round_to_bf16, round_to_fp8
@@ -51,33 +52,10 @@ def _gemm_amax_kernel(a_ptr, b_ptr, c_ptr, amax_ptr, scale_ptr, M, N, K,
                       FP8_MAX: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr, INTERP_BF16: tl.constexpr,
                       INTERP_FP8: tl.constexpr):
     pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = tile_dot(a_ptr, b_ptr, pid_m, pid_n, M, N, 0, K, stride_am, stride_ak, stride_bk, stride_bn,
+                   BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, INTERP_BF16)   # v6's K loop, shared
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
-    rows = (offs_m % M).to(tl.int64)   # v5: wrapped, so the loads need no row/column mask
-    cols = (offs_n % N).to(tl.int64)
-    a_ptrs = a_ptr + rows[:, None] * stride_am + ks.to(tl.int64)[None, :] * stride_ak
-    b_ptrs = b_ptr + ks.to(tl.int64)[:, None] * stride_bk + cols[None, :] * stride_bn
-    a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
-    b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    k_full = (K // BLOCK_K) * BLOCK_K
-    for k0 in range(0, k_full, BLOCK_K):
-        a = tl.load(a_ptrs)
-        b = tl.load(b_ptrs)
-        if INTERP_BF16:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
-        a_ptrs += a_step
-        b_ptrs += b_step
-    if not EVEN_K:
-        a = tl.load(a_ptrs, mask=ks[None, :] + k_full < K, other=0.0)
-        b = tl.load(b_ptrs, mask=ks[:, None] + k_full < K, other=0.0)
-        if INTERP_BF16:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision="ieee")  # fp32: no TF32
     inside = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     # the epilogue: the tile's amax while C is in registers, then one atomic per program
     if TO_FP8:
