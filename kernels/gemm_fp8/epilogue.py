@@ -115,13 +115,16 @@ def matmul_to_fp8(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor | float,
     approximates ``a @ b``) and ``amax`` = max |a @ b| of the fp32 accumulator, 0-d float32.
 
     ``fp8_dtype`` defaults to the format this machine's matrix cores take
-    (:func:`.formats.fp8_dtype`: e4m3fnuz on gfx942, OCP e4m3fn elsewhere). ``scale`` is
+    (:func:`.formats.fp8_dtype`: e4m3fnuz on gfx942, OCP e4m3fn elsewhere); a GPU takes only
+    that one, the interpreter both (:func:`.formats.native_dtypes`). ``scale`` is
     a positive float32 number: a Python float or a one-element float32 tensor on ``a``'s device.
     """
     validate.matmul_operands(a, b, DTYPES, allow_empty=True)
     dtype = fp8_dtype or formats.fp8_dtype()
     if dtype not in formats.FP8_DTYPES:
         raise TypeError(f"fp8_dtype must be one of {formats.FP8_DTYPES}, got {dtype}")
+    if dtype not in formats.native_dtypes():
+        raise TypeError(f"{dtype} is not this GPU's FP8 format; it takes {formats.native_dtypes()}")
     if not isinstance(scale, torch.Tensor):
         scale = torch.tensor(float(scale), dtype=torch.float32, device=a.device)
     if scale.dtype != torch.float32 or scale.numel() != 1:
