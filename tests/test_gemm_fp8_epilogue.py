@@ -123,3 +123,28 @@ def test_traffic_arithmetic():
     delayed, current = epilogue.traffic(8192, 8192, torch.bfloat16)
     assert (delayed["unfused bytes"], delayed["fused bytes"]) == (5 * mn + 4, mn + 4)
     assert delayed["saved bytes"] == 4 * mn and current["saved bytes"] == 2 * mn
+
+
+def test_a_gpu_takes_only_its_own_format(fake_gpu):
+    fake_gpu("hip", "gfx942")
+    a, b = make((4, 6, 5), torch.bfloat16)
+    with pytest.raises(TypeError, match="not this GPU's FP8 format"):
+        epilogue.matmul_to_fp8(a, b, 1.0, torch.float8_e4m3fn)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_on_this_gpu_amax_exact_and_fp8_within_one_step(dtype):
+    """The same two rules on the GPU's own converter and atomics, at a shape of many tiles."""
+    from kernels.gemm_fp8 import fp8_dtype
+
+    fp8 = fp8_dtype()
+    a, b = (t.to(kernels.backend.current().device) for t in make((1000, 777, 3001), dtype, seed=9))
+    c, amax = epilogue.matmul_amax(a, b)
+    assert torch.equal(amax, c.abs().amax().float())
+    exact = a.double().cpu() @ b.double().cpu()
+    scale = torch.tensor(exact.abs().max().item() / torch.finfo(fp8).max, device=a.device)
+    c8, amax8 = epilogue.matmul_to_fp8(a, b, scale, fp8)
+    expected = (exact / scale.double().cpu()).clamp(-torch.finfo(fp8).max, torch.finfo(fp8).max).to(fp8)
+    assert fp8_steps(c8.cpu(), expected).max() <= 1
+    assert amax8.item() == pytest.approx(exact.abs().max().item(), rel=1e-5 if dtype == torch.float32 else 2e-2)

@@ -127,3 +127,11 @@ def test_model_split_k_matches_stream_k_below_the_cu_count_and_loses_above():
     assert ms("split_k", skinny) == pytest.approx(ms("v6", skinny), rel=0.05)
     assert ms("split_k", skinny) < ms("v5", skinny) / 4
     assert ms("split_k", over) > 1.5 * ms("v6", over)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_on_this_gpu_skinny_and_ragged_shapes(dtype):
+    """On the GPU's own CU count: a skinny long-K shape (split) and a ragged one."""
+    for shape in ((256, 512, 8192), (1000, 777, 3001)):
+        assert_passes(SPLIT_K, shape, dtype)
