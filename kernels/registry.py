@@ -57,13 +57,22 @@ class Rung:
     backward: bool = False
     """Its output is differentiable through the rung's own backward kernels; the harness then
     also judges the gradients of the op's ``grad_inputs`` (:class:`OpSpec`)."""
+    beside: bool = False
+    """A teaching variant shown beside rung ``rung``, off the ladder: an alternative to
+    that rung's idea rather than a step up from it (GEMM split-K beside v6's stream-K).
+    :func:`get` finds it by name, so the harness and the ISA inspector take it like a
+    rung; :func:`variants` (tables, the tour, benchmarks) leaves it out."""
 
     @property
     def label(self) -> str:
+        if self.beside:
+            return self.name
         return "ref" if self.rung is None else f"v{self.rung}"
 
     @property
     def title(self) -> str:
+        if self.beside:
+            return f"{self.name} (beside v{self.rung})"
         return "ref" if self.rung is None else f"v{self.rung} {self.name}"
 
     @property
@@ -134,6 +143,7 @@ class OpSpec:
 
 
 _RUNGS: dict[str, list[Rung]] = {}
+_BESIDE: dict[str, list[Rung]] = {}   # op -> its teaching variants, off the ladder
 _SPECS: dict[str, OpSpec] = {}
 _loaded: set[str] = set()
 _captures: dict[str, list[Rung]] = {}   # module name -> the rungs it declared, kept out of the ladder
@@ -165,17 +175,23 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
          dtypes: Sequence[torch.dtype], interpreter: bool, kind: str,
          aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None,
          prepare: Callable[..., Callable[[], Any]] | None = None, unavailable: str | None = None,
-         backward: bool = False):
-    """Decorator: declare the decorated function as a rung of ``op``."""
+         backward: bool = False, beside: bool = False):
+    """Decorator: declare the decorated function as a rung of ``op`` (``beside``: a teaching
+    variant next to rung ``rung``, off the ladder; see :attr:`Rung.beside`)."""
     unknown = set(backends) - set(_backend.BACKENDS)
     if unknown:
         raise ValueError(f"unknown backends {sorted(unknown)}")
 
     def declare(fn):
         entry = Rung(op, rung, name, fn, frozenset(backends), tuple(dtypes), interpreter,
-                     kind, fn.__module__, aot, max_bench_flops, prepare, unavailable, backward)
+                     kind, fn.__module__, aot, max_bench_flops, prepare, unavailable, backward, beside)
         if fn.__module__ in _captures:
             _captures[fn.__module__].append(entry)
+            return fn
+        if beside:
+            if any(r.name == name for r in _BESIDE.get(op, ())):
+                raise ValueError(f"{op} variant {name!r} is registered twice")
+            _BESIDE.setdefault(op, []).append(entry)
             return fn
         ladder = _RUNGS.setdefault(op, [])
         if any(r.rung == entry.rung for r in ladder):
@@ -220,12 +236,22 @@ def declared(op: str) -> list[Rung] | None:
     return _RUNGS.get(op)
 
 
+def beside(op: str) -> list[Rung]:
+    """``op``'s teaching variants beside the ladder (:attr:`Rung.beside`), in declaration order."""
+    _load(op)
+    return list(_BESIDE.get(op, ()))
+
+
 def get(op: str, which: int | str) -> Rung:
-    """A rung by number (2), label ("v2", "ref") or short name ("triton_tile")."""
+    """A rung by number (2), label ("v2", "ref") or short name ("triton_tile"); a variant
+    beside the ladder by its name ("split_k")."""
     for r in variants(op):
         if which in (r.rung, r.label, r.name, r.title):
             return r
-    known = ", ".join(r.title for r in variants(op))
+    for r in beside(op):
+        if which in (r.label, r.title):
+            return r
+    known = ", ".join(r.title for r in variants(op) + beside(op))
     raise KeyError(f"{op} has no rung {which!r}; rungs: {known}")
 
 

@@ -17,7 +17,12 @@ interpreter gets bfloat16 wrong twice:
    (Subnormal results below 1.2e-38 stay wrong: the interpreter's converter
    mishandles them whatever the input; no GEMM check produces them.)
 
-With both, the CPU check covers the bf16 loads, masks, accumulation and output
+The interpreter's fp32 -> FP8 (e4m3) conversion has a bug of its own: a value that rounds
+up to the next power of two loses the carry into the exponent (127.98 -> 64, not 128),
+so a kernel that stores FP8 rounds by hand first (:func:`round_to_fp8`), after which the
+conversion has nothing left to round.
+
+With these, the CPU check covers the bf16 loads, masks, accumulation and output
 rounding of the real kernel, while on a GPU (and in the ISA inspector) the constexpr
 is False and the native bf16 dot and conversion are used. ``tests/test_interpreter_bf16.py``
 pins both upstream bugs, so the day they are fixed a test says the workaround can go.
@@ -56,6 +61,24 @@ def round_to_bf16(x):
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
     finite = tl.abs(x) < float("inf")
     return tl.where(finite, rounded, x)
+
+
+@triton.jit
+def round_to_fp8(x, MIN_NORMAL: tl.constexpr):
+    """fp32 -> nearest-even e4m3 value (still fp32), for the interpreter's FP8 conversion.
+
+    ``MIN_NORMAL`` is the format's smallest normal, 2^-6 (e4m3fn) or 2^-7 (e4m3fnuz); the
+    caller saturates to the format's max first. Normals keep 3 of fp32's 23 mantissa bits
+    (an integer add, so a round-up carries into the exponent); below ``MIN_NORMAL`` the
+    grid is evenly spaced by ``MIN_NORMAL / 8``, rounded with fp32's own ties-to-even add.
+    ``tests/test_interpreter_bf16.py`` pins the upstream bug and checks this against torch's cast."""
+    bits = x.to(tl.uint32, bitcast=True)
+    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000).to(tl.float32, bitcast=True)
+    step: tl.constexpr = MIN_NORMAL * 0.125
+    magic: tl.constexpr = 12582912.0   # 1.5 * 2^23: adding it rounds |y| < 2^22 to an integer
+    subnormal = ((tl.abs(x) / step + magic) - magic) * step
+    subnormal = tl.where(x < 0, -subnormal, subnormal)   # -0 stays -0 where the format has one
+    return tl.where(tl.abs(x) < MIN_NORMAL, subnormal, normal)
 
 
 def pointer_type(dtype: torch.dtype) -> str:

@@ -1,7 +1,8 @@
-"""Pins the two interpreter bf16 bugs the rungs work around (kernels/triton_support.py).
+"""Pins the interpreter bugs the kernels work around (kernels/triton_support.py): two in
+bf16, one in the fp32 -> FP8 cast.
 
-If an upgrade of Triton fixes them, the first two tests fail: then the INTERP_BF16
-workaround can be removed from the rungs.
+If an upgrade of Triton fixes them, the "still wrong upstream" tests fail: then the
+INTERP_BF16 / INTERP_FP8 workaround can be removed from the kernels.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_support import interp_bf16, round_to_bf16
+from kernels.triton_support import interp_bf16, round_to_bf16, round_to_fp8
 
 
 @triton.jit
@@ -69,3 +70,40 @@ def test_bf16_rung_is_bit_identical_to_torch_on_cpu(layout):
     import kernels
     a, b = kernels.spec("gemm").make_inputs((37, 29, 53), torch.bfloat16, seed=3, layout=layout)
     assert torch.equal(kernels.get("gemm", 2)(a, b), torch.matmul(a, b))
+
+
+@triton.jit
+def _fp8_kernel(x_ptr, y_ptr, FIX: tl.constexpr, MIN_NORMAL: tl.constexpr, N: tl.constexpr):
+    r = tl.arange(0, N)
+    x = tl.load(x_ptr + r)
+    if FIX:
+        x = round_to_fp8(x, MIN_NORMAL)
+    tl.store(y_ptr + r, x.to(y_ptr.dtype.element_ty))
+
+
+def _to_fp8(x: torch.Tensor, dtype: torch.dtype, fix: bool) -> torch.Tensor:
+    y = torch.empty(x.shape, dtype=dtype)
+    _fp8_kernel[(1,)](x, y, FIX=fix, MIN_NORMAL=torch.finfo(dtype).smallest_normal, N=x.numel())
+    return y
+
+
+FP8 = [torch.float8_e4m3fn, torch.float8_e4m3fnuz]
+
+
+@pytest.mark.parametrize("dtype", FP8, ids=str)
+def test_interpreter_fp8_cast_still_drops_the_carry_upstream(dtype):
+    x = torch.tensor([7.99, 31.9, 127.9, -63.97] + [1.0] * 12)   # each rounds up to a power of two
+    assert (_to_fp8(x, dtype, fix=False).float() != x.to(dtype).float()).any()
+
+
+@pytest.mark.parametrize("dtype", FP8, ids=str)
+def test_hand_rounding_to_fp8_matches_torch(dtype):
+    """Every binade, both signs, ties, subnormals and zeros, within the format's range."""
+    info = torch.finfo(dtype)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.linspace(-info.max, info.max, 4096),
+                   (torch.arange(2048) - 1024.0) * info.smallest_normal / 16,   # subnormal ties
+                   torch.randn(1024, generator=gen) * 4, torch.randn(1024, generator=gen) / 64,
+                   torch.tensor([0.0, -0.0] * 512)]).float()[:8192]
+    ours, torchs = _to_fp8(x, dtype, fix=True), x.to(dtype)
+    assert torch.equal(ours.view(torch.uint8), torchs.view(torch.uint8))

@@ -13,8 +13,8 @@ waves over the CUs and XCDs with the traffic of each wave (:mod:`.tiles`); the r
 :mod:`.combine` turns these into a time. Every number that goes in is listed in
 ``Prediction.inputs`` with its source; every number that comes out is a model number.
 
-Covered: the GEMM rungs with an ahead-of-time compile (v2-v6), on AMD GPUs of targets
-gfx942 (MI300X, MI325X) and gfx950 (MI355X), in bf16, fp16 and fp32.
+Covered: the GEMM rungs with an ahead-of-time compile (v2-v6, and split-K beside v6), on
+AMD GPUs of targets gfx942 (MI300X, MI325X) and gfx950 (MI355X), in bf16, fp16 and fp32.
 """
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ changes the prediction. The tile orders mirror the kernels: v2's 2-D grid walks
 tile rows fastest (the dispatcher is taken to deal workgroups x-fastest: assumption); v3 to v5 remap program ids so each XCD gets a contiguous run,
 then walk ``GROUP_M`` rows per group; v6's persistent programs take units in turn, the
 split units write fp32 partial tiles, and its fixup kernel is a last wave without a K
-loop that reads them.
+loop that reads them. split-K (beside v6) launches ``tiles x S`` programs, slice by
+slice, each writing an fp32 partial tile over ``K / S``, then the same fixup over every tile.
 """
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ from dataclasses import dataclass
 import triton
 
 from kernels import backend as _backend
-from kernels.gemm import configs, v2_triton_tile, v3_grouped_order, v4_lds_pipeline, v6_persistent
+from kernels.gemm import configs, split_k, v2_triton_tile, v3_grouped_order, v4_lds_pipeline, v6_persistent
 from kernels.tuning import as_dict
 from kernels.xcd import full_chip_xcds
 
 from .tiles import Wave, grouped, round_robin, waves
 
-RUNGS = ("v2", "v3", "v4", "v5", "v6")
+RUNGS = ("v2", "v3", "v4", "v5", "v6", "split_k")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class GemmPlan:
         total = tiles_m * tiles_n
         if self.persistent is not None:
             return _persistent_waves(self.cfg, self.persistent, shape, tiles_m, tiles_n, xcds)
+        if self.rung == "split_k":
+            return _split_k_waves(self.cfg, shape, tiles_m, tiles_n, slots, xcds)
         if self.rung == "v2":
             def tile(i: int) -> tuple[int, int]:
                 return i % tiles_m, i // tiles_m
@@ -81,6 +84,22 @@ def _persistent_waves(cfg: dict, programs: int, shape, tiles_m: int, tiles_n: in
     return out
 
 
+def _split_k_waves(cfg: dict, shape, tiles_m: int, tiles_n: int, slots: int, xcds: int) -> list[Wave]:
+    """split-K: the grid (tiles, S) dispatched tile-fastest (hardware id = tile + tiles x s),
+    every program over one slice's K (the shorter last slice charged in full) writing an
+    fp32 partial tile; then the fixup, one program per tile reading its S partials."""
+    k, tiles = shape[2], tiles_m * tiles_n
+    s, block_k = cfg["SLICES"], cfg["BLOCK_K"]
+    slice_k = -(-(-(-k // block_k)) // s) * block_k
+    partial = cfg["BLOCK_M"] * cfg["BLOCK_N"] * 4
+
+    def placed(ids) -> tuple:
+        return tuple((round_robin(i, xcds), grouped(i % tiles, tiles_m, tiles_n, cfg["GROUP_M"])) for i in ids)
+
+    return ([Wave(placed(ids), slice_k, out_bytes=partial) for ids in waves(tiles * s, slots)]
+            + [Wave(placed(ids), 0, read_bytes=s * partial) for ids in waves(tiles, slots)])
+
+
 def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) -> GemmPlan:
     """The config ``rung`` runs at ``shape`` on an ``arch`` GPU with ``compute_units`` CUs."""
     m, n, k = shape
@@ -102,6 +121,9 @@ def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) 
         tile = {key: value for key, value in cfg.items() if key not in v6_persistent.PERSISTENT}
         return GemmPlan(rung, cfg, {**tile, "NUM_PROGS": cfg["NUM_PROGS"],
                                     "EVEN_K": k % cfg["BLOCK_K"] == 0}, cfg["NUM_PROGS"])
+    if rung == "split_k":
+        cfg = split_k.config(_backend.Backend("hip", arch, "model", compute_units), m, n, k)
+        return GemmPlan(rung, cfg, {**cfg, "EVEN_K": k % cfg["BLOCK_K"] == 0}, None)
     raise NotImplementedError(f"the model covers GEMM rungs {', '.join(RUNGS)}, not {rung!r}")
 
 
