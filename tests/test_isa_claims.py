@@ -285,9 +285,9 @@ _AGPR_OPERAND = re.compile(r"\ba\[?\d")
 
 def test_agpr_alloc_0_is_a_floor_the_allocator_passes_when_256_vgprs_do_not_fit():
     """Notebook 00: Triton marks every kernel ``"amdgpu-agpr-alloc"="0"`` (it needs no AGPRs),
-    and a kernel that fits in the 256 architectural VGPRs gets none (GEMM v4). Attention v5's
-    dK/dV kernel does not fit: all 256 VGPRs, AGPRs above ``accum_offset`` 256, MFMAs with
-    AGPR operands, copies between the two files, and one wave per SIMD."""
+    a floor, not a ban. GEMM v4, well inside the 256 architectural VGPRs, gets none. Attention
+    v5's dK/dV kernel needs more: all 256 VGPRs, AGPRs above ``accum_offset`` 256, MFMAs with
+    AGPR operands, copies between the two halves, and one wave per SIMD."""
     v4 = isa.inspect("gemm", "v4", "gfx942")
     assert v4.llvm_attributes["amdgpu-agpr-alloc"] == "0" and v4.agprs == 0 and v4.vgprs < 256
     (dkdv,) = [r for r in isa.inspect_all("attention", "v5", "gfx942") if r.kernel_name == "_bwd_dkdv_kernel"]
