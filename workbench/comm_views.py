@@ -249,8 +249,9 @@ def segment_chart(trace: RingTrace, width: int = 90) -> alt.Chart:
 
 
 def fit_is_physical(fitted) -> bool:
-    """Whether a fit can describe a link: alpha >= 0 and beta > 0. Unweighted noise on a
-    busy CPU can make least squares return time *falling* with bytes (beta < 0)."""
+    """Whether a fit can describe a link: alpha >= 0 and beta > 0. On a busy CPU, timing
+    noise larger than the bandwidth term can make the least-squares fit return time
+    *falling* as bytes grow (beta < 0)."""
     return fitted.alpha >= 0 and fitted.beta > 0
 
 
