@@ -109,6 +109,21 @@ def test_model_vs_measured_puts_the_fit_beside_each_rung_row():
     assert "svg" in static_renderer(views.model_chart(compared, "t").to_dict())["image/svg+xml"]
 
 
+def test_a_fit_with_time_falling_as_bytes_grow_is_named_and_not_drawn():
+    rows = [dict(collective="all_reduce", algorithm="ring", world=3, bytes=n, seconds=s, backend="gloo/CPU")
+            for n, s in ((4096, 3e-3), (1 << 22, 2e-3))]
+    noise = Fit(alpha=2.3e-3, beta=-5.6e-11, rel_rms=0.5)
+    assert not views.fit_is_physical(noise) and views.fit_is_physical(Fit(1e-5, 1e-9, 0.1))
+    line = views.fit_summary(noise, "gloo/CPU")
+    assert "not physical" in line and "GB/s" not in line
+    assert views.fit_summary(Fit(1e-5, 1e-9, 0.1), "gloo/CPU").endswith("1/beta = 1 GB/s, relative rms error 0.1")
+    compared = views.model_vs_measured(rows, noise)
+    assert [r["model_ms"] for r in compared] == [None, None]
+    chart = views.model_chart(compared, "t").to_dict()
+    assert {r["source"] for r in chart["data"]["values"]} == {"measured"}
+    assert "svg" in static_renderer(chart)["image/svg+xml"]
+
+
 def _events(world=2, chunks=3):
     out = []
     for rank in range(world):

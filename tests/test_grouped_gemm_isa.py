@@ -58,3 +58,17 @@ def test_v4_compiles_one_kernel_on_request_and_refuses_an_unknown_one():
     assert [r.kernel_name for r in report] == ["_grouped_dw_kernel"]
     with pytest.raises(RuntimeError, match="kernel must be one of"):
         isa.inspect_all("grouped_gemm", "v4", "gfx942", overrides={"kernel": "dgrad"})
+
+
+@pytest.mark.parametrize("rung", ["v2", "v4"])
+def test_one_lds_tile_per_operand_on_gfx942_a_second_on_gfx950(rung):
+    """Notebook 03: at num_stages=2 the gfx942 forward keeps one LDS tile of A and one of B
+    (the prefetched K step waits in registers; the loop is unrolled twice, so
+    ``prefetches_into_registers``' one-step pattern does not apply); gfx950 loads straight
+    into LDS, so its prefetch needs a second tile of each, as GEMM v4's does."""
+    reports = {t: isa.inspect("grouped_gemm", rung, t) for t in ("gfx942", "gfx950")}
+    tiles = (128 * 64 + 64 * 128) * 2    # one bf16 tile of A and one of B, 128 x 128 x 64 (MACS_PER_STEP)
+    assert reports["gfx942"].options["num_stages"] == 2 and reports["gfx942"].lds_bytes == tiles == 32768
+    assert 2 * tiles < reports["gfx950"].lds_bytes == isa.inspect("gemm", "v4", "gfx950").lds_bytes
+    assert any(map(isa_parse.loads_into_lds, reports["gfx950"].hot_loop.splitlines()))
+    assert not any(map(isa_parse.loads_into_lds, reports["gfx942"].asm.splitlines()))

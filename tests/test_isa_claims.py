@@ -276,3 +276,25 @@ def test_mxfp4_tiles_as_its_config_says():
 def test_the_lds_transpose_read_is_gfx950_only(arch, accepted):
     """Notebook 01: ds_read_b64_tr_b16, which v4's gfx950 loop reads B with, does not exist on gfx942."""
     assert _assembles(arch, "ds_read_b64_tr_b16 v[0:1], v2") is accepted
+
+
+# -- notebook 00's register paragraph ---------------------------------------------------
+
+_AGPR_OPERAND = re.compile(r"\ba\[?\d")
+
+
+def test_agpr_alloc_0_is_a_floor_the_allocator_passes_when_256_vgprs_do_not_fit():
+    """Notebook 00: Triton marks every kernel ``"amdgpu-agpr-alloc"="0"`` (it needs no AGPRs),
+    a floor, not a ban. GEMM v4, well inside the 256 architectural VGPRs, gets none. Attention
+    v5's dK/dV kernel needs more: all 256 VGPRs, AGPRs above ``accum_offset`` 256, MFMAs with
+    AGPR operands, copies between the two halves, and one wave per SIMD."""
+    v4 = isa.inspect("gemm", "v4", "gfx942")
+    assert v4.llvm_attributes["amdgpu-agpr-alloc"] == "0" and v4.agprs == 0 and v4.vgprs < 256
+    (dkdv,) = [r for r in isa.inspect_all("attention", "v5", "gfx942") if r.kernel_name == "_bwd_dkdv_kernel"]
+    assert dkdv.llvm_attributes["amdgpu-agpr-alloc"] == "0"
+    assert dkdv.vgprs == 256 and dkdv.agprs > 100 and dkdv.occupancy.value == 1, dkdv.summary()
+    assert "\t\t.amdhsa_accum_offset 256" in dkdv.asm.splitlines()
+    mfma_on_agprs = [line for line in dkdv.asm.splitlines()
+                     if (isa_parse.mnemonic(line) or "").startswith("v_mfma") and _AGPR_OPERAND.search(line)]
+    copies = [line for line in dkdv.asm.splitlines() if (isa_parse.mnemonic(line) or "").startswith("v_accvgpr")]
+    assert mfma_on_agprs and copies

@@ -248,8 +248,28 @@ def segment_chart(trace: RingTrace, width: int = 90) -> alt.Chart:
     ).properties(width=width, height=width)
 
 
+def fit_is_physical(fitted) -> bool:
+    """Whether a fit can describe a link: alpha >= 0 and beta > 0. On a busy CPU, timing
+    noise larger than the bandwidth term can make the least-squares fit return time
+    *falling* as bytes grow (beta < 0)."""
+    return fitted.alpha >= 0 and fitted.beta > 0
+
+
+def fit_summary(fitted, label: str) -> str:
+    """One line for a fit: alpha, 1/beta and the relative rms error, or, for a fit that is
+    not physical, that it describes noise, so no negative "bandwidth" is printed."""
+    error = f"relative rms error {fitted.rel_rms:.2g}"
+    if fit_is_physical(fitted):
+        return f"fit ({label}): alpha = {fitted.alpha * 1e6:.3g} us, 1/beta = {fitted.bandwidth_gbps:.3g} GB/s, {error}"
+    return (f"fit ({label}): alpha = {fitted.alpha * 1e6:.3g} us, beta = {fitted.beta:.2g} s/byte, {error}: "
+            "not physical (a link's time cannot fall as bytes grow); these timings are noise to two numbers, "
+            "so no model line is drawn")
+
+
 def model_vs_measured(rows: list[dict], fitted) -> list[dict]:
-    """Measured rows of the rungs the model knows, each with the fitted model's time."""
+    """Measured rows of the rungs the model knows, each with the fitted model's time (None
+    when the fit is not physical: :func:`model_chart` then draws the points alone)."""
+    physical = fit_is_physical(fitted)
     out = []
     for r in rows:
         if r["algorithm"] not in MODEL_ALGORITHM:
@@ -257,7 +277,7 @@ def model_vs_measured(rows: list[dict], fitted) -> list[dict]:
         c = cost(r["collective"], MODEL_ALGORITHM[r["algorithm"]], r["world"], r["bytes"])
         out.append(dict(collective=r["collective"], algorithm=r["algorithm"], bytes=r["bytes"],
                         measured_ms=r["seconds"] * 1e3,
-                        model_ms=c.seconds(fitted.alpha, fitted.beta) * 1e3,
+                        model_ms=c.seconds(fitted.alpha, fitted.beta) * 1e3 if physical else None,
                         backend=r["backend"]))
     return out
 
@@ -265,7 +285,7 @@ def model_vs_measured(rows: list[dict], fitted) -> list[dict]:
 def model_chart(compared: list[dict], title: str) -> alt.FacetChart:
     """Log-log time against bytes per collective: measured points, the model's line."""
     long = [dict(r, source=source, ms=r[f"{source}_ms"]) for r in compared
-            for source in ("measured", "model")]
+            for source in ("measured", "model") if r[f"{source}_ms"] is not None]
     base = alt.Chart().encode(
         x=alt.X("bytes:Q", scale=alt.Scale(type="log"), title="bytes per call"),
         y=alt.Y("ms:Q", scale=alt.Scale(type="log"), title="ms"),
