@@ -35,7 +35,7 @@ def _scale(history: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tens
     return torch.where(ref > 0, ref / fmax, torch.ones_like(ref))
 
 
-def _saturates_above(fmax: float) -> float:
+def saturates_above(fmax: float) -> float:
     """fp8_max plus half its ulp (3 mantissa bits): 464 for e4m3fn, 248 for e4m3fnuz."""
     return fmax + 2.0 ** (math.floor(math.log2(fmax)) - 4)
 
@@ -61,7 +61,7 @@ class Delayed(ScaledGemmRecipe):
             amax = _amax(t.detach())
             scale = _scale(history, amax, fmax)
             if layer.training:
-                layer.fp8_saturated[i] += (amax > scale * _saturates_above(fmax)).to(torch.int64)
+                layer.fp8_saturated[i] += (amax > scale * saturates_above(fmax)).to(torch.int64)
                 history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
             scales.append(scale)
         return tuple(scales)
