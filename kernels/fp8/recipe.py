@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from .. import gemm_fp8
+
 RECIPES: dict[str, "Recipe"] = {}   # filled by kernels.fp8.recipes, in ladder order
 
 
@@ -32,7 +34,8 @@ class Recipe:
 
     ``grad_dtype_note`` says which FP8 format the gradients take and why (the
     workbench's ``matmul_fp8`` takes one e4m3 format for both operands: no e5m2).
-    ``needs``: the kernels it calls that are not in this installation, else None.
+    ``kernels``: the functions of :mod:`kernels.gemm_fp8` it calls beyond ``matmul_fp8``;
+    ``needs`` names those not in this installation (None when all are).
     """
 
     name = ""
@@ -40,9 +43,12 @@ class Recipe:
     grad_dtype_note = ("gradients in e4m3, as the forward operands: kernels.matmul_fp8 takes "
                        "one e4m3 format (fnuz or OCP) for both operands, no e5m2")
 
+    kernels: tuple[str, ...] = ()
+
     @property
     def needs(self) -> str | None:
-        return None
+        missing = [k for k in self.kernels if not hasattr(gemm_fp8, k)]
+        return f"kernels.gemm_fp8.{' and '.join(missing)} (not in this installation)" if missing else None
 
     def state(self, device) -> dict[str, torch.Tensor]:
         """Buffers a layer keeps for this recipe (in its ``state_dict``); none by default."""

@@ -34,9 +34,9 @@ class FP8Result:
     notes: list[str] = field(default_factory=list)
 
     def parts(self) -> list:
-        columns = [c for c in tr.SUMMARY if self.source == "measured" or c not in tr.GPU_ONLY]
         return [html_table(self.parity, caption=f"{self.preset}: loss of each FP8 recipe against high precision"),
-                html_table(self.table, columns, caption="runs"), notes_html(self.notes), *self.charts.values()]
+                html_table(self.table, tr.summary_columns(self.source), caption="runs"),
+                notes_html(self.notes), *self.charts.values()]
 
 
 class FP8TrainingComparison(Panel):

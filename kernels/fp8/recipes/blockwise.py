@@ -20,18 +20,12 @@ from __future__ import annotations
 from ... import gemm_fp8
 from ..recipe import Recipe, register
 
-KERNELS = ("quantize", "blockwise_matmul")
-
 
 class Blockwise(Recipe):
     name = "blockwise"
     summary = "1x128 tiles of x and dy, 128x128 blocks of w; scales applied per K block in the GEMM"
+    kernels = ("quantize", "blockwise_matmul")
     grad_dtype_note = "e4m3 everywhere, gradients included (DeepSeek-V3)"
-
-    @property
-    def needs(self):
-        missing = [k for k in KERNELS if not hasattr(gemm_fp8, k)]
-        return f"kernels.gemm_fp8.{' and '.join(missing)} (not in this installation)" if missing else None
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
         x8, sx = gemm_fp8.quantize(x, "block1x128", fp8)

@@ -15,18 +15,12 @@ from __future__ import annotations
 from ... import gemm_fp8
 from ..recipe import Recipe, register
 
-KERNELS = ("quantize", "mx_matmul")
-
 
 class MXFP8(Recipe):
     name = "mxfp8"
     summary = "e4m3 with an e8m0 scale per 32 elements along each GEMM's reduction dim"
+    kernels = ("quantize", "mx_matmul")
     grad_dtype_note = "e4m3 for gradients too (the MX GEMM takes one element format here)"
-
-    @property
-    def needs(self):
-        missing = [k for k in KERNELS if not hasattr(gemm_fp8, k)]
-        return f"kernels.gemm_fp8.{' and '.join(missing)} (not in this installation)" if missing else None
 
     @staticmethod
     def _gemm(a, b_t, fp8, out_dtype):
