@@ -47,6 +47,11 @@ def test_cli_train_fp8_labels_its_rows(tmp_path, capsys):
     assert [r["fp8"] for r in rows] == ["tensorwise"] * 2 and all(r["mfu"] is None for r in rows)
 
 
+def test_cli_tune_runs_the_fp8_models_pass(capsys):
+    assert cli.main(["tune", "--kernels", "torch", "--fp8", "rowwise"]) == 0
+    assert "keys in" in capsys.readouterr().out
+
+
 def test_cli_train_refuses_unknown_recipes(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--fp8", "int4"])
