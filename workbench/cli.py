@@ -180,6 +180,7 @@ def _parse_kernels(text: str) -> str | dict[str, str]:
                                          f"got {text!r}") from None
 
 
+FP8_RECIPES = kernels.fp8.names()
 TRAIN_COLUMNS = ("step", "loss", "grad_norm", "step_ms", "tokens_per_s", "tflops", "mfu", "peak_mem_gib",
                  "untuned")
 
@@ -205,7 +206,8 @@ def cmd_tune(args) -> int:
 
     try:
         report = _leaving_the_group(lambda: train.tune(args.preset, args.kernels, args.seed,
-                                                       compile=args.compile, parallel=args.parallel))
+                                                       compile=args.compile, parallel=args.parallel,
+                                                       fp8=args.fp8))
     except NotImplementedError as exc:
         print(f"workbench tune: {exc}", file=sys.stderr)
         return 2
@@ -227,7 +229,7 @@ def cmd_train(args) -> int:
         rows = _leaving_the_group(lambda: train.run(
             preset=args.preset, kernels=args.kernels, steps=args.steps, seed=args.seed,
             compile=args.compile, profile=args.profile, out=args.out, checkpoint=args.checkpoint,
-            resume=args.resume, gpu=args.gpu, parallel=args.parallel))
+            resume=args.resume, gpu=args.gpu, parallel=args.parallel, fp8=args.fp8))
     except FileArgumentError as exc:   # named as the flag that was typed
         print(f"workbench train: --{exc.argument} {exc.path}: {exc.reason}", file=sys.stderr)
         return 2
@@ -239,6 +241,9 @@ def cmd_train(args) -> int:
     print(format_table(rows, TRAIN_COLUMNS))
     print(f"\ntuning pass before the steps: {rows[0]['tuning_s']:.1f} s; "
           f"untuned keys in the steps: {sum(r['untuned'] for r in rows)}")
+    if args.fp8:
+        print(f"FP8 recipe {args.fp8}: {kernels.fp8.get(args.fp8).summary}; layers kept in high "
+              f"precision: {', '.join(kernels.fp8.KEEP_HIGH_PRECISION)}")
     if args.profile:
         print("\nbusiest ops of the last step (ms):")
         print(format_table([dict(op=k, ms=v) for k, v in rows[-1]["op_ms"].items()]))
@@ -391,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", help="save the state to this file at the end")
     p.add_argument("--resume", help="continue from this checkpoint (--out: append the rows)")
     p.add_argument("--parallel", choices=("fsdp", "ddp"), help="data parallel under torchrun")
+    p.add_argument("--fp8", choices=FP8_RECIPES, help="run the Linear layers' GEMMs in FP8 by this recipe")
     p.add_argument("--out", help="write the rows to this .json file, step by step")
     p = sub.add_parser("tune", help="the training preset's tuning pass alone: fill the tuning cache")
     p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, gpu-moe-small, gpu-dense-1b")
@@ -398,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="workbench (default), torch, or per op: gemm=workbench,attention=torch")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", action="store_true", help="torch.compile the model, as train --compile")
+    p.add_argument("--fp8", choices=FP8_RECIPES, help="FP8 recipe, as train --fp8")
     p.add_argument("--parallel", choices=("fsdp", "ddp"), help="data parallel under torchrun")
     return parser
 

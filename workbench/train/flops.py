@@ -8,10 +8,17 @@ N_active counts the matmul weights a token uses: projections, the dense FFNs, th
 router, its top-k routed and the shared experts, the LM head; not the embedding
 lookup, the norms, or the experts it was not routed to (PaLM's MFU, Chowdhery et al.
 2022, appendix B, with the causal half).
+
+With FP8 layers (``workbench train --fp8``) part of those FLOPs run on the FP8 matrix
+cores: each FP8 Linear's three GEMMs, 6 · in · out per token (:func:`fp8_step_flops`).
+MFU then takes each FLOP at the peak of the unit that runs it (:func:`mfu`).
 """
 from __future__ import annotations
 
+import torch
+
 import roofline
+from kernels.fp8 import Float8Linear
 
 
 def active_params(cfg) -> int:
@@ -33,14 +40,25 @@ def step_flops(cfg, world: int = 1) -> int:
     return flops_per_token(cfg) * cfg.batch * cfg.seq * world
 
 
-def mfu(flops: float, seconds: float, gpu, dtype) -> float | None:
-    """Achieved model FLOP/s over the GPU's dense peak for ``dtype`` (a fraction).
+def fp8_step_flops(model: torch.nn.Module, cfg, world: int = 1) -> int:
+    """The part of :func:`step_flops` that the FP8 layers run: forward, dgrad and wgrad,
+    2 · in · out FLOPs per token each."""
+    weights = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, Float8Linear))
+    return 6 * weights * cfg.batch * cfg.seq * world
 
-    ``gpu`` is a ``roofline`` spec or name. None for FP8: its peak assumes every matmul
-    in FP8, which this model's mixed precision does not do, so the ratio would mislead.
-    ``flops`` and ``seconds`` are per GPU (each data-parallel process has its own).
+
+def mfu(flops: float, seconds: float, gpu, dtype, fp8_flops: float = 0.0) -> float | None:
+    """The time the step's model FLOPs need at the GPU's dense peaks, over ``seconds``.
+
+    ``fp8_flops`` of ``flops`` run at the FP8 peak, the rest at ``dtype``'s: MFU is
+    ``(fp8_flops / peak_fp8 + (flops - fp8_flops) / peak_dtype) / seconds``, which is
+    the usual FLOP/s over peak when all FLOPs share one dtype. None when ``dtype`` itself
+    is FP8: the FLOPs outside FP8 layers (attention, the kept layers) are not FP8.
+    ``gpu`` is a ``roofline`` spec or name; ``flops`` and ``seconds`` are per GPU.
     """
     name = roofline.dtype_name(dtype)
     if name == "fp8":
         return None
-    return flops / seconds / 1e12 / roofline.spec(gpu).peak(name)
+    spec = roofline.spec(gpu)
+    ideal_s = fp8_flops / (spec.peak("fp8") * 1e12) + (flops - fp8_flops) / (spec.peak(name) * 1e12)
+    return ideal_s / seconds

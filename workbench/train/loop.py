@@ -104,8 +104,10 @@ def _step(step_fn, model, optimizer, cfg, tokens, targets, device, dtype):
     return loss, norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
-def _read(pending: list[dict], world: int, device: torch.device, cfg, spec, dtype, gpu: bool) -> list[dict]:
-    """The rows of the ``pending`` steps: one device sync, one all-reduce of their losses."""
+def _read(pending: list[dict], world: int, device: torch.device, cfg, spec, dtype, gpu: bool,
+          fp8_flops: int = 0) -> list[dict]:
+    """The rows of the ``pending`` steps: one device sync, one all-reduce of their losses.
+    ``fp8_flops``: the part of a step's model FLOPs in FP8 layers (MFU takes them at the FP8 peak)."""
     _sync(device)
     losses = distributed.mean(torch.stack([p.pop("loss") for p in pending]), world).tolist()
     norms = torch.stack([p.pop("grad_norm") for p in pending]).tolist()
@@ -116,14 +118,14 @@ def _read(pending: list[dict], world: int, device: torch.device, cfg, spec, dtyp
             step=p.pop("step"), loss=loss, grad_norm=norm,
             step_ms=seconds * 1e3, tokens_per_s=cfg.batch * cfg.seq * world / seconds,
             tflops=flops.step_flops(cfg) / seconds / 1e12 if gpu else None,
-            mfu=flops.mfu(flops.step_flops(cfg), seconds, spec, dtype) if gpu and spec else None,
+            mfu=flops.mfu(flops.step_flops(cfg), seconds, spec, dtype, fp8_flops) if gpu and spec else None,
             **p))
     return rows
 
 
 def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
         compile: bool = False, profile: bool = False, out=None, checkpoint=None, resume=None,
-        gpu=None, parallel: str | None = None, progress: bool = True) -> list[dict]:
+        gpu=None, parallel: str | None = None, fp8: str | None = None, progress: bool = True) -> list[dict]:
     """Train ``steps`` steps of ``preset`` with ``kernels``; one row (dict) per step.
 
     ``kernels``: "torch", "workbench" or a mapping per op (:func:`.ops.resolve`);
@@ -136,6 +138,10 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     The tuning pass runs ``step_fn`` (compiled, with ``compile``), so ``tuning_s`` holds its
     JIT and ``torch.compile`` compiles too.
     Under ``torchrun`` each process runs this; ``parallel`` is "fsdp" or "ddp".
+    ``fp8``: an FP8 recipe (:func:`kernels.fp8.names`); the model's Linear layers but the
+    first, the last and the MoE routers run their three GEMMs in FP8
+    (:func:`kernels.fp8.convert`), and MFU counts those GEMMs at the FP8 peak. A delayed
+    scale that saturated is a warning when the numbers are read (:func:`kernels.fp8.warn_saturation`).
     """
     from tqdm.auto import tqdm  # disable=None: a bar on a terminal, none in logs
 
@@ -154,11 +160,12 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     except ValueError as exc:
         raise FileArgumentError("out", out, f"cannot append the resumed steps ({exc})") from exc
     dtype, spec = dtype_here(here), _gpu_spec(gpu, here)
-    model = build(cfg, impls, seed, device, world, parallel)
+    model = build(cfg, impls, seed, device, world, parallel, fp8)
+    fp8_flops = flops.fp8_step_flops(model, cfg)
     optimizer = _optimizer(model, cfg)
     start = ckpt.restore(state, resume, model, optimizer) if state else 0
     step_fn = torch.compile(model) if compile else model
-    fixed = dict(preset=cfg.name, kernels=ops.label(impls), compile=compile,
+    fixed = dict(preset=cfg.name, kernels=ops.label(impls), fp8=fp8, compile=compile,
                  dtype=str(dtype).replace("torch.", ""), world_size=world, seed=seed,
                  backend=here.name, gpu=here.device_name, commit=environment.commit())
     fixed["tuning_s"] = tuning_pass(step_fn, cfg, seed, start, rank, world, device, dtype).seconds
@@ -183,8 +190,10 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
             untuned=sum(how == "untuned" for how, _ in chosen.values()),
             timestamp=environment.now(), **fixed))
         if len(pending) == READ_EVERY or step == start + steps - 1:
-            rows += _read(pending, world, device, cfg, spec, dtype, here.is_gpu)
+            rows += _read(pending, world, device, cfg, spec, dtype, here.is_gpu, fp8_flops)
             pending = []
+            if fp8 is not None:
+                _kernels.fp8.warn_saturation(model)
             if out is not None and rank == 0:
                 store.save(earlier + rows, out)
     if checkpoint is not None:

@@ -5,7 +5,8 @@ A training row (loss, grad norm, step time, MFU, ...) is not a kernel benchmark 
 Saved like :func:`workbench.results.save`, whole or not at all, each time the loop reads
 its steps' numbers (every ``loop.READ_EVERY`` steps and after the last), so an interrupted
 run keeps the steps read before it; a resumed run appends to the rows of the run it
-continues (:func:`rows_before`). Version 2 added ``tuning_s`` and ``untuned``.
+continues (:func:`rows_before`). Version 2 added ``tuning_s`` and ``untuned``,
+version 3 ``fp8`` (the run's FP8 recipe, or None).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from kernels.atomic import write_atomic
 
 SCHEMA = "amd-kernel-workbench/train"
-VERSION = 2
+VERSION = 3
 FIELDS = (
     "step", "loss", "grad_norm",
     "step_ms", "tokens_per_s",     # device time between events around the step (host clock on the
@@ -23,7 +24,7 @@ FIELDS = (
     "tflops", "mfu",               # model FLOP/s per GPU and its fraction of peak; None off a GPU
     "peak_mem_gib", "op_ms",       # GPU memory high-water mark; profiler's top ops (profile=True)
     "tuning_s", "untuned",         # the tuning pass's seconds (per run); keys this step ran untuned
-    "preset", "kernels", "compile", "dtype", "world_size", "seed",
+    "preset", "kernels", "fp8", "compile", "dtype", "world_size", "seed",
     "backend", "gpu", "commit", "timestamp",
 )
 

@@ -22,10 +22,16 @@ def dtype_here(backend) -> torch.dtype:
     return torch.bfloat16 if backend.is_gpu else torch.float32
 
 
-def build(cfg, impls: dict[str, str], seed: int, device, world: int, parallel: str | None) -> torch.nn.Module:
-    """The model as a run starts it: seeded, on ``device``, wrapped for data parallel."""
+def build(cfg, impls: dict[str, str], seed: int, device, world: int, parallel: str | None,
+          fp8: str | None = None) -> torch.nn.Module:
+    """The model as a run starts it: seeded, on ``device``, its Linear layers converted to
+    the FP8 recipe ``fp8`` (:func:`kernels.fp8.convert`, default high-precision layers kept),
+    then wrapped for data parallel."""
     torch.manual_seed(seed)
-    return distributed.wrap(GPT(cfg, impls).to(device), world, parallel)
+    model = GPT(cfg, impls).to(device)
+    if fp8 is not None:
+        _kernels.fp8.convert(model, fp8)
+    return distributed.wrap(model, world, parallel)
 
 
 def forward_backward(step_fn, tokens, targets, device, dtype) -> torch.Tensor:
@@ -43,10 +49,10 @@ def tuning_pass(step_fn, cfg, seed: int, step: int, rank: int, world: int, devic
 
 
 def tune(preset="cpu-smoke", kernels="workbench", seed: int = 0, *, compile: bool = False,
-         parallel: str | None = None):
+         parallel: str | None = None, fp8: str | None = None):
     """The tuning pass of a ``run`` of ``preset`` with ``kernels``, alone (no optimizer step)."""
     cfg, impls, here = _preset(preset), ops.resolve(kernels), _kernels.backend.current()
     rank, world, device = distributed.setup(here.is_gpu)
-    model = build(cfg, impls, seed, device, world, parallel)
+    model = build(cfg, impls, seed, device, world, parallel, fp8)
     return tuning_pass(torch.compile(model) if compile else model, cfg, seed, 0, rank, world, device,
                        dtype_here(here))

@@ -45,8 +45,7 @@ class TrainingResult:
     notes: list[str] = field(default_factory=list)
 
     def parts(self) -> list:
-        columns = [c for c in tr.SUMMARY if self.source == "measured" or c not in tr.GPU_ONLY]
-        parts = [html_table(self.table, columns, caption=f"{self.preset}: kernel sets A and B")]
+        parts = [html_table(self.table, tr.summary_columns(self.source), caption=f"{self.preset}: kernel sets A and B")]
         if self.parity is not None:
             parts.append(f"<p><b>loss parity</b>: max |Δloss| over {self.steps} steps = "
                          f"{self.parity:.3g}</p>")

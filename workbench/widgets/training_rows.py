@@ -60,6 +60,11 @@ def _median(rows: list[dict], key: str):
     return statistics.median(values) if values else None
 
 
+def summary_columns(source: str) -> list[str]:
+    """The :data:`SUMMARY` columns a result from ``source`` fills: times only when "measured"."""
+    return [c for c in SUMMARY if source == "measured" or c not in GPU_ONLY]
+
+
 def _peak(rows: list[dict]):
     """The highest GPU memory high-water mark of the steps (None off a GPU)."""
     return max((r["peak_mem_gib"] for r in rows if r["peak_mem_gib"] is not None), default=None)

@@ -1,0 +1,20 @@
+"""FP8 training: recipes, the FP8 linear layer and ``convert(model, recipe)``.
+
+    import kernels.fp8
+    kernels.fp8.convert(model, "rowwise")      # every Linear but first/last/router -> FP8
+    kernels.fp8.names()                         # tensorwise, delayed, rowwise, blockwise, mxfp8
+
+A recipe (:mod:`.recipe`) says how each of a linear layer's three GEMMs (forward, dgrad,
+wgrad) quantizes its operands; :class:`Float8Linear` runs them through the custom op
+``kernels::fp8_linear`` (:mod:`.linear`), so autograd, ``torch.compile`` and FSDP2 see
+one op. Delayed scaling's saturation is counted on the device and reported by
+:func:`warn_saturation`.
+"""
+from . import recipes  # noqa: F401  (registers every recipe)
+from .convert import KEEP_HIGH_PRECISION, convert, converted
+from .linear import Float8Linear, fp8_linear
+from .recipe import get, names
+from .saturation import saturation, warn_saturation
+
+__all__ = ["KEEP_HIGH_PRECISION", "Float8Linear", "convert", "converted", "fp8_linear", "get", "names",
+           "saturation", "warn_saturation"]

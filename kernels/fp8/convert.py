@@ -1,0 +1,69 @@
+"""``convert(model, recipe)``: swap a model's Linear layers for FP8 ones, in place.
+
+Which layers stay in high precision is a stated choice, :data:`KEEP_HIGH_PRECISION` by
+default: the first and the last Linear of the model (the first sees raw embeddings, the
+last, the LM head, produces logits whose small differences the softmax amplifies) and
+the MoE router (a small GEMM whose top-k choice flips on small errors). These are the
+layers FP8 recipes usually leave alone (DeepSeek-V3 keeps the embedding, output head,
+MoE gating, normalization and attention operators in BF16/FP32; torchao's examples
+skip the output head). Pass your own:
+
+* a collection of names or ``fnmatch`` patterns over ``model.named_modules()``, where
+  ``"first"`` and ``"last"`` stand for the first and last Linear in module order;
+* a callable ``(name, module) -> bool``;
+* ``()`` to convert every Linear.
+
+Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) are swapped;
+every other module is left as it is. Parameters are shared, not copied, so this can
+run before or after the optimizer is made, and before ``fully_shard``.
+"""
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import Callable, Iterable
+
+import torch
+
+from . import recipe as _recipes
+from .linear import Float8Linear
+
+KEEP_HIGH_PRECISION = ("first", "last", "*router")
+
+
+def _keeper(keep, linears: list[str]) -> Callable[[str, torch.nn.Module], bool]:
+    if callable(keep):
+        return keep
+    if isinstance(keep, str) or not isinstance(keep, Iterable):
+        raise TypeError(f"keep_high_precision must be names/patterns or a callable, got {keep!r}")
+    aliases = {"first": linears[:1], "last": linears[-1:]}
+    patterns = [name for word in keep for name in aliases.get(word, [word])]
+    return lambda name, module: any(fnmatchcase(name, p) for p in patterns)
+
+
+def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
+            keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """Swap every Linear of ``model`` not kept in high precision for a :class:`Float8Linear`.
+
+    Returns ``model`` (changed in place; a bare Linear is returned swapped). ``fp8_dtype``:
+    the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere).
+    """
+    rec = _recipes.get(recipe)
+    if rec.needs:
+        raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
+    if isinstance(model, torch.nn.Linear):
+        return Float8Linear.from_linear(model, rec.name, fp8_dtype)
+    linears = [name for name, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
+    keep = _keeper(keep_high_precision, linears)
+    for name in linears:
+        module = model.get_submodule(name)
+        if keep(name, module):
+            continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, Float8Linear.from_linear(module, rec.name, fp8_dtype))
+    return model
+
+
+def converted(model: torch.nn.Module) -> dict[str, str]:
+    """Each FP8 layer's name and recipe."""
+    return {name: m.recipe for name, m in model.named_modules() if isinstance(m, Float8Linear)}

@@ -1,0 +1,70 @@
+"""delayed: per-tensor scales of x and w from the amax of earlier steps (an amax history).
+
+The scale of this step is known before the tensor is read: ``max(history) / fp8_max``
+over the last :data:`HISTORY` steps' amaxes (Transformer Engine's ``DelayedScaling``,
+``amax_compute_algo="max"``). A fused kernel can then cast while it computes the amax
+for later steps, in one pass instead of two. The price: a tensor whose amax grows past
+the history's saturates at +-fp8_max. A step in which the largest value lands beyond
+``fp8_max`` plus half a unit in the last place there (what round-to-nearest would have
+rounded down to the max anyway) is counted per layer
+(``fp8_saturated``: x, w) and reported by :func:`kernels.fp8.warn_saturation`, never a NaN
+(:func:`kernels.gemm_fp8.quantize_fp8` clamps before the cast).
+
+The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
+them. A layer updates them in training mode only; the first step (an empty history)
+takes the current amax. The output gradient dy uses current scaling: its amax is known
+only inside the backward, and a history of it would need state written from there
+(torchao's delayed recipe offers the same mix).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..recipe import register
+from ..scaled_gemm import ScaledGemmRecipe
+
+HISTORY = 16
+
+
+def _scale(history: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
+    """max(history) / fmax, the current amax while the history is empty, 1 for all-zero."""
+    seen = history.amax()
+    ref = torch.where(seen > 0, seen, amax)
+    return torch.where(ref > 0, ref / fmax, torch.ones_like(ref))
+
+
+def saturates_above(fmax: float) -> float:
+    """fp8_max plus half its ulp (3 mantissa bits): 464 for e4m3fn, 248 for e4m3fnuz."""
+    return fmax + 2.0 ** (math.floor(math.log2(fmax)) - 4)
+
+
+def _amax(t: torch.Tensor) -> torch.Tensor:
+    return t.abs().amax().float() if t.numel() else t.new_zeros((), dtype=torch.float32)
+
+
+class Delayed(ScaledGemmRecipe):
+    name = "delayed"
+    summary = f"per-tensor scales of x and w from the max amax of the last {HISTORY} steps"
+
+    def state(self, device):
+        return {"fp8_amax_history_x": torch.zeros(HISTORY, device=device),
+                "fp8_amax_history_w": torch.zeros(HISTORY, device=device),
+                "fp8_saturated": torch.zeros(2, dtype=torch.int64, device=device)}
+
+    @torch.no_grad()
+    def scales(self, layer, x, w):
+        fmax = torch.finfo(layer.fp8_dtype).max
+        scales = []
+        for i, (t, history) in enumerate(((x, layer.fp8_amax_history_x), (w, layer.fp8_amax_history_w))):
+            amax = _amax(t.detach())
+            scale = _scale(history, amax, fmax)
+            if layer.training:
+                layer.fp8_saturated[i] += (amax > scale * saturates_above(fmax)).to(torch.int64)
+                history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
+            scales.append(scale)
+        return tuple(scales)
+
+
+register(Delayed())

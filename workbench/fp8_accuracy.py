@@ -1,0 +1,92 @@
+"""FP8 accuracy per recipe and per GEMM, on tensors shaped like a training step's.
+
+What a recipe costs in accuracy depends on the tensors it meets, so the operands here
+have the features real ones have (Dettmers et al. 2022, "LLM.int8()", for outlier
+feature channels in activations; heavy-tailed, small gradients):
+
+* activations x: normal, with a few feature channels 50x larger;
+* weights w: normal, std 0.02, with a few large entries;
+* output gradients dy: Student-t (3 degrees of freedom), of size 1e-5: a heavy tail
+  far below 1, as the loss's gradient is after a long backward.
+
+For each recipe and GEMM (forward, dgrad, wgrad), :func:`gemm_error_rows` gives the
+relative error (Frobenius norm) of the recipe's FP8 GEMM against the float64 GEMM of
+the unquantized operands, and for each operand the elements that overflow (saturate at
+the format's max) and underflow (a nonzero value that becomes zero). Current scaling
+cannot overflow; delayed scaling is shown with scales from an earlier step whose
+tensors were :data:`GROWTH` times smaller, so its overflow is visible. Recipes whose
+kernels are not installed get a row saying so.
+"""
+from __future__ import annotations
+
+import torch
+
+import kernels
+from kernels.fp8.recipes.delayed import saturates_above
+from kernels.fp8.scaled_gemm import ScaledGemmRecipe
+from kernels.gemm_fp8 import fp8_dtype, quantize_fp8
+
+GROWTH = 1.5
+GEMMS = {"forward": ("x", "w.T"), "dgrad": ("dy", "w"), "wgrad": ("dy.T", "x")}
+
+
+def operands(shape=(64, 48, 80), seed: int = 0) -> dict[str, torch.Tensor]:
+    """x (M, K), w (N, K), dy (M, N) with the features listed in the module docstring."""
+    m, n, k = shape
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=gen)
+    x[:, torch.randperm(k, generator=gen)[:3]] *= 50.0
+    w = torch.randn(n, k, generator=gen) * 0.02
+    w.view(-1)[torch.randperm(n * k, generator=gen)[:4]] *= 10.0
+    dy = torch.distributions.StudentT(3.0).sample((m, n)) * 1e-5
+    return {"x": x, "w": w, "dy": dy}
+
+
+def _counts(t: torch.Tensor, granularity: str, fp8: torch.dtype, scale=None) -> tuple[int, int]:
+    """(overflow, underflow) elements of ``t`` quantized at ``granularity`` (or with ``scale``):
+    overflow beyond what round-to-nearest takes to the max anyway (half an ulp above it)."""
+    q, s = quantize_fp8(t, fp8, granularity, scale=scale)
+    over = int(((t.float() / s).abs() > saturates_above(torch.finfo(fp8).max)).sum())
+    under = int(((q.float() == 0) & (t != 0)).sum())
+    return over, under
+
+
+def _gemm_operands(gemm: str, t: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    return {"forward": (t["x"], t["w"].t()), "dgrad": (t["dy"], t["w"]), "wgrad": (t["dy"].t(), t["x"])}[gemm]
+
+
+def _run(recipe, gemm: str, t: dict, fp8, scales: dict) -> torch.Tensor:
+    if gemm == "forward":
+        return recipe.forward(t["x"], t["w"], fp8, torch.float32, scales.get("x"), scales.get("w"))
+    if gemm == "dgrad":
+        return recipe.dgrad(t["dy"], t["w"], fp8, torch.float32, scales.get("w"))
+    return recipe.wgrad(t["dy"], t["x"], fp8, torch.float32, scales.get("x"))
+
+
+def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.dtype | None = None) -> list[dict]:
+    """One row per (recipe, GEMM): relative error, and overflow/underflow of operands A and B."""
+    fp8 = fp8 or fp8_dtype()
+    t = operands(shape, seed)
+    fmax = torch.finfo(fp8).max
+    rows = []
+    for name in recipes or kernels.fp8.names():
+        recipe = kernels.fp8.get(name)
+        delayed = name == "delayed"
+        scales = {k: (t[k].abs().amax() / GROWTH / fmax) for k in ("x", "w")} if delayed else {}
+        for gemm, (a_name, b_name) in GEMMS.items():
+            row = dict(recipe=name, gemm=gemm, A=a_name, B=b_name)
+            if recipe.needs:
+                rows.append({**row, "note": f"needs {recipe.needs}"})
+                continue
+            a, b = _gemm_operands(gemm, t)
+            ref = a.double() @ b.double()
+            got = _run(recipe, gemm, t, fp8, scales)
+            row["rel_error"] = ((got.double() - ref).norm() / ref.norm()).item()
+            if isinstance(recipe, ScaledGemmRecipe):
+                a_scale = scales.get("x") if a_name == "x" else None
+                b_scale = scales.get(b_name.removesuffix(".T"))
+                row["A_overflow"], row["A_underflow"] = _counts(a, recipe.a_granularity, fp8, a_scale)
+                row["B_overflow"], row["B_underflow"] = _counts(b, recipe.b_granularity, fp8, b_scale)
+            row["finite"] = bool(torch.isfinite(got).all())
+            rows.append(row)
+    return rows
