@@ -11,7 +11,8 @@ import pytest
 
 import roofline
 from kernels.gemm import v6_persistent
-from workbench.model import NotCovered, Prediction, attention, combine, gemm, loop, machine, predict, tiles
+from workbench.model import (NotCovered, Prediction, attention, combine, gemm, grouped_gemm, loop, machine,
+                             predict, tiles)
 
 # One full-rate MFMA per dtype: with the datasheet's CUs and clock, 4 matrix cores per CU
 # at these cycle counts must give the datasheet's peak, or the table is wrong.
@@ -20,7 +21,7 @@ FULL_RATE = {
     ("MI300X", "fp32"): "v_mfma_f32_32x32x2_f32", ("MI300X", "fp8"): "v_mfma_f32_16x16x32_fp8_fp8",
     ("MI325X", "bf16"): "v_mfma_f32_32x32x8_bf16",
     ("MI355X", "bf16"): "v_mfma_f32_16x16x32_bf16", ("MI355X", "fp16"): "v_mfma_f32_32x32x16_f16",
-    ("MI355X", "fp32"): "v_mfma_f32_16x16x4_f32",
+    ("MI355X", "fp32"): "v_mfma_f32_16x16x4_f32", ("MI355X", "fp8"): "v_mfma_f32_16x16x128_f8f6f4",
 }
 
 
@@ -193,6 +194,11 @@ def test_prediction_is_labelled_model_everywhere():
 
 @pytest.mark.parametrize(("args", "error", "named"), [
     (("moe", "v1", (1, 1, 1)), NotCovered, "gemm, attention"),
+    (("grouped_gemm", "v0", (8, 8, 8, 2, 0)), NotCovered, "v1, v2, v4"),
+    (("grouped_gemm", "v2", (8, 8, 8, 2, 9)), ValueError, "routing"),
+    (("grouped_gemm", "v2", (8, 8, 0, 2, 0)), ValueError, "shape"),
+    (("gemm_fp8", "v1", (8, 8, 8), "bf16"), NotCovered, "fp8"),
+    (("gemm_fp8", "v0", (8, 8, 8), "fp8"), NotCovered, "v1"),
     (("gemm", "v4", (1, 1, 1), "bf16", "H100 SXM"), NotCovered, "gfx942"),
     (("gemm", "v4", (0, 1, 1)), ValueError, "shape"),
     (("gemm", "v4", (4, 4)), ValueError, "shape"),
@@ -288,3 +294,27 @@ def test_matrix_loops_are_every_innermost_loop_with_mfmas():
     text = LOOP + LOOP.replace(".LBB0_1", ".LBB0_2") + ".LBB0_3:\n\tv_add_u32_e32 v1, 1, v1\n\ts_cbranch_scc1 .LBB0_3\n"
     loops = isa_parse.matrix_loops(text.splitlines(), "amdgcn")
     assert [lines[0].split(":")[0] for lines in loops] == [".LBB0_1", ".LBB0_2"]
+
+
+def test_grouped_row_tiles_split_each_group():
+    assert grouped_gemm.row_tiles([300, 0, 128], 128) == [(0, 128), (0, 128), (0, 44), (2, 128)]
+    assert grouped_gemm.group_rows((100, 8, 8, 4, 0)) == [25, 25, 25, 25]
+
+
+@pytest.mark.parametrize("rung", ["v2", "v4"])
+def test_grouped_waves_cover_every_tile_once(rung):
+    shape = (300, 64, 300, 3, 0)
+    cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_PROGS": 4, "NUM_XCDS": 2}
+    sizes = grouped_gemm.group_rows(shape)
+    table = grouped_gemm.row_tiles(sizes, 64)
+    got = [tile for w in grouped_gemm.waves(rung, cfg, shape, table, sizes, 4, 2, "gfx942", 4) for _, tile in w.placed]
+    assert sorted(got) == [(i, j) for i in range(len(table)) for j in range(3)]
+    assert all(w.k == 64 for w in grouped_gemm.waves(rung, cfg, shape, table, sizes, 4, 2, "gfx942", 4))
+
+
+def test_grouped_traffic_reads_each_experts_weights():
+    # two row tiles of expert 0 and one of expert 1, one column block: w blocks (0, 0) and (1, 0)
+    wave = tiles.Wave(((0, (0, 0)), (0, (1, 0)), (0, (2, 0))), k=8)
+    table = [(0, 4), (0, 4), (1, 4)]
+    got = tiles.block_traffic(wave, lambda i: table[i][1], lambda j: 16, lambda i, j: (table[i][0], j), 1, 1)
+    assert got["hbm"] == (3 * 4 + 2 * 16) * 8 + 3 * 4 * 16

@@ -28,14 +28,16 @@ import roofline
 
 import kernels
 
-from . import attention, gemm, predict_attention, predict_gemm
+from . import attention, gemm, gemm_fp8, grouped_gemm, predict_attention, predict_gemm
 from .prediction import NotCovered, Prediction
 
 __all__ = ["COVERED", "NotCovered", "Prediction", "predict", "rungs"]
 
 TARGETS = ("gfx942", "gfx950")
 COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
-           "attention": (predict_attention.predict, attention.RUNGS)}
+           "attention": (predict_attention.predict, attention.RUNGS),
+           "grouped_gemm": (grouped_gemm.predict, grouped_gemm.RUNGS),
+           "gemm_fp8": (gemm_fp8.predict, gemm_fp8.RUNGS)}
 
 
 def rungs(op: str) -> tuple[str, ...]:
