@@ -31,7 +31,7 @@ def _open(shape: tuple) -> tuple:
 
 
 @pytest.mark.parametrize("gpu", GPUS)
-@pytest.mark.parametrize("rung", attention.RUNGS)
+@pytest.mark.parametrize("rung", ("v2", "v3", "v4"))
 def test_every_rung_is_predicted_with_its_inputs(rung, gpu):
     p = _predict(rung, SHAPE, gpu)
     assert 0 < p.tflops <= roofline.spec(gpu).peak("bf16")
@@ -47,8 +47,15 @@ def test_the_ladder_gets_faster_causal_and_not(gpu):
     """The docstrings: v3 skips the masked half and drops the masks from the main loop; v4's
     tiles and pipeline beat v3's."""
     for shape in (SHAPE, _open(SHAPE)):
-        times = [_predict(r, shape, gpu).time_s for r in attention.RUNGS]
+        times = [_predict(r, shape, gpu).time_s for r in ("v2", "v3", "v4")]
         assert times == sorted(times, reverse=True), (shape, times)
+
+
+def test_v5s_forward_is_v3s_launch():
+    """v5's autograd forward launches v3's kernel with v3's config; its backward is not modelled."""
+    v3, v5 = _predict("v3"), _predict("v5")
+    assert (v5.rung, v5.time_s, v5.inputs["compiled kernel"]) == ("v5", v3.time_s, v3.inputs["compiled kernel"])
+    assert "backward is not modelled" in v5.inputs["config"][1]
 
 
 def test_v2_computes_the_masked_half_and_v3_skips_it():

@@ -16,11 +16,13 @@ out is a model number.
 
 Covered (:data:`COVERED`), on AMD GPUs of targets gfx942 (MI300X, MI325X) and gfx950
 (MI355X): the GEMM rungs with an ahead-of-time compile (v2-v6) in bf16, fp16 and fp32;
-the attention forward rungs v2-v4 in bf16 and fp16, causal or not. Anything else raises
+the attention forward rungs v2-v4 in bf16 and fp16, causal or not, and v5's forward pass (v3's
+launch; the backward kernels are not modelled); grouped GEMM v1, v2 and v4 in bf16, fp16 and
+fp32 (:mod:`.grouped_gemm`); FP8 GEMM v1 (:mod:`.gemm_fp8`). Anything else raises
 :class:`NotCovered`, whose message says what is covered. sm90 (H100/H200) is not covered:
 Triton compiles for it here, but no per-instruction cost of ``wgmma`` issue, its
 asynchronous overlap with the softmax and TMA was found with a source this model could
-cite, and the issue asked to leave it uncovered rather than guess.
+cite, so it is left uncovered rather than guessed.
 """
 from __future__ import annotations
 

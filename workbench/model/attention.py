@@ -10,7 +10,8 @@ blocks finish early and the work is uneven across the launch (:func:`trips`).
 
 Configs come from the rungs: v2's and v3's ``config`` (one per backend), v4's prior for the
 shape (:func:`kernels.attention.v4_amd_tuned.prior`: the untimed first choice; on a GPU its
-tuner may time another). v2 and v3 compile ahead of time at head dim 128 only (their
+tuner may time another). v5's forward pass is v3's launch with v3's config, so v5 is
+predicted as that forward (its backward kernels are not modelled). v2 and v3 compile ahead of time at head dim 128 only (their
 ``aot``), so the model covers them at head dims that pad to 128 (65..128).
 """
 from __future__ import annotations
@@ -22,14 +23,15 @@ from kernels.attention.spec import MAX_HEAD_DIM
 
 from .prediction import NotCovered
 
-RUNGS = ("v2", "v3", "v4")
+RUNGS = ("v2", "v3", "v4", "v5")
 LOOPS = {"v2": 1, "v3": 2, "v4": 2}          # key loops in the compiled kernel: (unmasked, masked)
+FORWARD_OF = {"v5": "v3"}                    # v5's forward pass is v3's launch (v5_backward._FlashAttention)
 AOT_HEAD_BLOCK = 128                          # v2's and v3's aot compile head dim
 
 
 @dataclass(frozen=True)
 class AttentionPlan:
-    rung: str
+    rung: str          # the rung whose forward kernel runs (v5: v3)
     cfg: dict          # BLOCK_M/N/D, num_warps, num_stages, AMD knobs
     overrides: dict    # what the ISA inspector's compile gets (v4's settings)
 
@@ -48,6 +50,7 @@ def check_shape(shape) -> tuple:
 def plan(rung: str, shape: tuple, arch: str) -> AttentionPlan:
     """The config ``rung`` runs at ``shape`` on an ``arch`` GPU."""
     _, _, _, s, sk, d, _ = shape
+    rung = FORWARD_OF.get(rung, rung)
     if rung == "v4":
         cfg = v4_amd_tuned.prior("hip", arch, d, s, sk)
         return AttentionPlan(rung, cfg, dict(cfg))

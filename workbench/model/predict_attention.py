@@ -46,12 +46,13 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
         raise NotCovered(f"dtype {dtype!r}: the attention model covers {', '.join(DTYPES)}")
     b, hq, hkv, s, sk, d, causal = shape
     plan = attention.plan(label, shape, chip_spec.target)
-    report = isa.inspect("attention", label, target=chip_spec.target, dtype=DTYPES[dtype],
+    kernel = plan.rung                  # v5's forward: v3's kernel
+    report = isa.inspect("attention", kernel, target=chip_spec.target, dtype=DTYPES[dtype],
                          overrides=plan.overrides or None)
     loops = isa_parse.matrix_loops(isa_parse.code_lines(report.asm, "amdgcn"), "amdgcn")
-    if len(loops) != attention.LOOPS[label]:
-        raise ValueError(f"attention {label}'s compile has {len(loops)} key loops with MFMAs, "
-                         f"the model expects {attention.LOOPS[label]}")
+    if len(loops) != attention.LOOPS[kernel]:
+        raise ValueError(f"attention {kernel}'s compile has {len(loops)} key loops with MFMAs, "
+                         f"the model expects {attention.LOOPS[kernel]}")
     mixes = [loop.mix("\n".join(lines), chip_spec.target, chip_spec.wave_size) for lines in loops]
     cfg = plan.cfg
     num_warps, stages = report.options["num_warps"], report.options.get("num_stages", 1)
@@ -64,7 +65,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     ends = 2 * chip.latency_cycles + resident * bm * d * elem / chip.l1_bytes_per_clk
     blocks = -(-s // bm)
-    per_block = [attention.trips(label, cfg, i, s, sk, causal) for i in range(blocks)]
+    per_block = [attention.trips(kernel, cfg, i, s, sk, causal) for i in range(blocks)]
     cycles = [ends + sum(n * r[0] for n, r in zip(t, rounds)) for t in per_block]
     slots = chip.compute_units * resident
     makespan = _makespan([cycles[i] for _ in range(b * hq) for i in range(blocks)], slots)
@@ -79,7 +80,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
     breakdown["prologue + epilogue"] = programs * blocks * ends / slots / chip.clock_hz
     breakdown["idle slots (uneven programs, last wave)"] = (makespan - busy) / chip.clock_hz
     memory = {combine.LEVEL_NAMES[level]: nbytes / chip.bandwidth[level]
-              for level, nbytes in _traffic(label, shape, cfg, per_block, elem, chip.xcds).items()
+              for level, nbytes in _traffic(kernel, shape, cfg, per_block, elem, chip.xcds).items()
               if level in chip.bandwidth}
     breakdown.update(memory)
     seconds = makespan / chip.clock_hz
@@ -93,7 +94,9 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
         **chip_model.spec_inputs(chip_spec),
         "engine clock under MFMA load (MHz)": clock_input,
         **chip_model.loop_inputs(mixes, chip_spec.target),
-        "config": (cfg, f"attention {label}'s choice for this shape" + (" (v4's untimed prior)" if label == "v4" else "")),
+        "config": (cfg, f"attention {kernel}'s choice for this shape" + (" (v4's untimed prior)" if kernel == "v4" else "")
+                   + (f" ({label}'s forward pass is {kernel}'s launch; its backward is not modelled)"
+                      if kernel != label else "")),
         "compiled kernel": (f"{report.kernel_name} @ {report.target}, causal, S = 4096",
                             "ahead-of-time compile (workbench.isa): the rung's aot launch"),
         **{f"{LOOP_NAMES[k]} per wave and iteration": (chip_model.mix_summary(mix), "the compiled loop")
