@@ -282,10 +282,10 @@ def test_attention_trips_of_a_ragged_key_length():
 
 
 def test_uneven_programs_leave_slots_idle():
-    from workbench.model import predict_attention
+    from workbench.model import uneven
 
-    assert predict_attention._makespan([4.0, 1.0, 1.0, 1.0, 1.0], 2) == 4.0
-    assert predict_attention._makespan([1.0, 1.0, 1.0, 1.0, 4.0], 2) == 6.0   # the long one starts last
+    assert uneven.makespan([4.0, 1.0, 1.0, 1.0, 1.0], 2) == 4.0
+    assert uneven.makespan([1.0, 1.0, 1.0, 1.0, 4.0], 2) == 6.0   # the long one starts last
 
 
 def test_matrix_loops_are_every_innermost_loop_with_mfmas():
@@ -318,3 +318,28 @@ def test_grouped_traffic_reads_each_experts_weights():
     table = [(0, 4), (0, 4), (1, 4)]
     got = tiles.block_traffic(wave, lambda i: table[i][1], lambda j: 16, lambda i, j: (table[i][0], j), 1, 1)
     assert got["hbm"] == (3 * 4 + 2 * 16) * 8 + 3 * 4 * 16
+
+
+def test_backward_trips_follow_the_kernels_bounds():
+    from workbench.model import attention_backward as bwd
+
+    kv = {"BLOCK_M": 32, "BLOCK_N": 128}
+    # S = 256: key block 0 (keys 0..127) sees query blocks 0..3 masked, 4..7 unmasked; x2 heads
+    assert bwd.dkdv_trips(kv, 0, 256, 2, 1) == (8, 8)
+    assert bwd.dkdv_trips(kv, 1, 256, 2, 1) == (8, 0)
+    assert bwd.dkdv_trips(kv, 1, 256, 2, 0) == (0, 16)
+    q = {"BLOCK_M": 128, "BLOCK_N": 32}
+    assert bwd.dq_trips(q, 0, 256, 1) == (0, 4)     # keys 0..127: all on the diagonal
+    assert bwd.dq_trips(q, 1, 256, 1) == (4, 4)
+    assert bwd.dq_trips(q, 1, 256, 0) == (8, 0)
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (("gemm", "v4", (8, 8, 8)), "attention"),
+    (("attention", "v4", (1, 4, 1, 8, 8, 128, 1)), "v5"),
+])
+def test_backward_requests_name_what_is_covered(args, named):
+    from workbench.model import predict_backward
+
+    with pytest.raises(NotCovered, match=named):
+        predict_backward(*args)

@@ -13,7 +13,7 @@ import pytest
 import roofline
 from kernels.attention import spec
 from workbench import cli
-from workbench.model import attention, predict
+from workbench.model import attention, predict, predict_backward
 
 pytestmark = pytest.mark.slow
 
@@ -93,3 +93,15 @@ def test_cli_predicts_attention(capsys):
     assert cli.main(["predict", "attention", "--rung", "v4", "--shape", "4x32x8x4096x4096x128x1"]) == 0
     out = capsys.readouterr().out
     assert "attention" in out and f"{_predict('v4').row()['TFLOP/s']:.3g}" in out.split()
+
+
+def test_v5s_backward_is_both_launches_and_the_delta():
+    """v5's docstring: seven products per pair against the forward's two; the model charges
+    the dK/dV and dQ launches (their own compiled loops and occupancy) and Δ's bytes."""
+    p = predict_backward("attention", "v5", SHAPE, "bf16", "MI300X")
+    assert p.time_s * p.tflops * 1e12 == pytest.approx(spec.backward_flops(SHAPE))
+    launches = p.inputs["dkdv launch (ms)"][0] + p.inputs["dq launch (ms)"][0]
+    assert p.time_s * 1e3 == pytest.approx(launches + p.breakdown["Δ preprocess: HBM"] * 1e3, rel=1e-3)
+    assert p.time_s > 3.5 * _predict("v3").time_s
+    assert predict_backward("attention", "v5", _open(SHAPE), "bf16", "MI300X").time_s > p.time_s
+    assert p.label == "model" and all(source for _, source in p.inputs.values())

@@ -17,8 +17,9 @@ out is a model number.
 Covered (:data:`COVERED`), on AMD GPUs of targets gfx942 (MI300X, MI325X) and gfx950
 (MI355X): the GEMM rungs with an ahead-of-time compile (v2-v6) in bf16, fp16 and fp32;
 the attention forward rungs v2-v4 in bf16 and fp16, causal or not, and v5's forward pass (v3's
-launch; the backward kernels are not modelled); grouped GEMM v1, v2 and v4 in bf16, fp16 and
-fp32 (:mod:`.grouped_gemm`); FP8 GEMM v1 (:mod:`.gemm_fp8`). Anything else raises
+launch); grouped GEMM v1, v2 and v4 in bf16, fp16 and
+fp32 (:mod:`.grouped_gemm`); FP8 GEMM v1 (:mod:`.gemm_fp8`); and, through
+:func:`predict_backward`, attention v5's backward pass (:mod:`.attention_backward`). Anything else raises
 :class:`NotCovered`, whose message says what is covered. sm90 (H100/H200) is not covered:
 Triton compiles for it here, but no per-instruction cost of ``wgmma`` issue, its
 asynchronous overlap with the softmax and TMA was found with a source this model could
@@ -30,16 +31,17 @@ import roofline
 
 import kernels
 
-from . import attention, gemm, gemm_fp8, grouped_gemm, predict_attention, predict_gemm
+from . import attention, attention_backward, gemm, gemm_fp8, grouped_gemm, predict_attention, predict_gemm
 from .prediction import NotCovered, Prediction
 
-__all__ = ["COVERED", "NotCovered", "Prediction", "predict", "rungs"]
+__all__ = ["BACKWARD", "COVERED", "NotCovered", "Prediction", "predict", "predict_backward", "rungs"]
 
 TARGETS = ("gfx942", "gfx950")
 COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
            "attention": (predict_attention.predict, attention.RUNGS),
            "grouped_gemm": (grouped_gemm.predict, grouped_gemm.RUNGS),
            "gemm_fp8": (gemm_fp8.predict, gemm_fp8.RUNGS)}
+BACKWARD = {"attention": (attention_backward.predict, attention_backward.RUNGS)}
 
 
 def rungs(op: str) -> tuple[str, ...]:
@@ -50,8 +52,21 @@ def rungs(op: str) -> tuple[str, ...]:
 
 
 def predict(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
-    """Modelled time of ``op``'s ``rung`` at ``shape`` (the op's shape order) on ``gpu``."""
-    covered = rungs(op)
+    """Modelled time of ``op``'s ``rung`` at ``shape`` (the op's shape order) on ``gpu``: its
+    forward pass, the pass every rung has."""
+    return _predict(COVERED, op, rung, shape, dtype, gpu)
+
+
+def predict_backward(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
+    """Modelled time of the backward pass of ``op``'s ``rung`` (:data:`BACKWARD`: attention
+    v5), TFLOP/s on the spec's ``backward_flops``."""
+    return _predict(BACKWARD, op, rung, shape, dtype, gpu)
+
+
+def _predict(table: dict, op: str, rung, shape, dtype, gpu: str) -> Prediction:
+    if op not in table:
+        raise NotCovered(f"the model covers ops {', '.join(table)}, not {op!r}")
+    covered = table[op][1]
     chip_spec = roofline.spec(gpu)
     if chip_spec.target not in TARGETS:
         raise NotCovered(f"the model covers AMD targets {', '.join(TARGETS)}; "
@@ -59,4 +74,4 @@ def predict(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "MI300X") 
     label = kernels.get(op, rung).label
     if label not in covered:
         raise NotCovered(f"the model covers {op} rungs {', '.join(covered)}, not {label}")
-    return COVERED[op][0](label, shape, roofline.dtype_name(dtype), chip_spec)
+    return table[op][0](label, shape, roofline.dtype_name(dtype), chip_spec)
