@@ -52,10 +52,10 @@ def test_the_ladder_gets_faster_causal_and_not(gpu):
 
 
 def test_v5s_forward_is_v3s_launch():
-    """v5's autograd forward launches v3's kernel with v3's config; its backward is not modelled."""
+    """v5's autograd forward launches v3's kernel with v3's config; its backward is predict_backward's."""
     v3, v5 = _predict("v3"), _predict("v5")
     assert (v5.rung, v5.time_s, v5.inputs["compiled kernel"]) == ("v5", v3.time_s, v3.inputs["compiled kernel"])
-    assert "backward is not modelled" in v5.inputs["config"][1]
+    assert "backward: predict_backward" in v5.inputs["config"][1]
 
 
 def test_v2_computes_the_masked_half_and_v3_skips_it():

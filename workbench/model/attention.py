@@ -11,8 +11,9 @@ blocks finish early and the work is uneven across the launch (:func:`trips`).
 Configs come from the rungs: v2's and v3's ``config`` (one per backend), v4's prior for the
 shape (:func:`kernels.attention.v4_amd_tuned.prior`: the untimed first choice; on a GPU its
 tuner may time another). v5's forward pass is v3's launch with v3's config, so v5 is
-predicted as that forward (its backward kernels are not modelled). v2 and v3 compile ahead of time at head dim 128 only (their
-``aot``), so the model covers them at head dims that pad to 128 (65..128).
+predicted as that forward (its backward: :mod:`.attention_backward`). v2 and v3 compile
+ahead of time at head dim 128 only (their ``aot``), so the model covers them at head dims
+that pad to 128 (65..128).
 """
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
         "engine clock under MFMA load (MHz)": clock_input,
         **chip_model.loop_inputs(mixes, chip_spec.target),
         "config": (cfg, f"attention {kernel}'s choice for this shape" + (" (v4's untimed prior)" if kernel == "v4" else "")
-                   + (f" ({label}'s forward pass is {kernel}'s launch; its backward is not modelled)"
+                   + (f" ({label}'s forward pass is {kernel}'s launch; its backward: predict_backward)"
                       if kernel != label else "")),
         "compiled kernel": (f"{report.kernel_name} @ {report.target}, causal, S = 4096",
                             "ahead-of-time compile (workbench.isa): the rung's aot launch"),
