@@ -10,7 +10,6 @@ clock under an FP8 MFMA load is MAF2's where measured (MI300X), else the spec's.
 """
 from __future__ import annotations
 
-
 from kernels.gemm_fp8 import launch as fp8_launch
 from kernels.gemm_fp8 import spec
 from kernels.gemm_fp8.formats import fp8_dtype
