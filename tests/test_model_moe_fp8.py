@@ -11,7 +11,7 @@ import torch
 
 import kernels
 import roofline
-from workbench import isa
+from workbench import cli, isa
 from workbench.model import gemm, grouped_gemm, loop, predict
 
 pytestmark = pytest.mark.slow
@@ -74,3 +74,10 @@ def test_v1_compiles_gemm_v4s_kernel_per_expert():
     cfg = grouped_gemm.config("v1", DOWN, "gfx942")[0]
     assert cfg == gemm.plan("v4", (1024, 7168, 2048), "gfx942", 304).cfg
     assert loop.mix(report.hot_loop, "gfx942").mfma   # the K loop is the hot loop
+
+
+def test_cli_predicts_fp8_and_says_which_dtype_it_takes(capsys):
+    assert cli.main(["predict", "gemm_fp8", "--dtype", "fp8", "--shape", "8192x8192x8192"]) == 0
+    assert f"{_predict('gemm_fp8', 'v1', SQUARE, 'MI300X', 'fp8').row()['TFLOP/s']:.3g}" in capsys.readouterr().out.split()
+    assert cli.main(["predict", "gemm_fp8"]) == 2
+    assert "covers fp8" in capsys.readouterr().err

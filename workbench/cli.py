@@ -375,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("op", choices=kernels.ops())
     p.add_argument("--rung", type=_parse_rung, action="append")
     p.add_argument("--shape", type=_parse_shape, help="e.g. 4096x4096x4096 (default: the op's first quick shape)")
-    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--dtype", default="bf16", choices=sorted({*DTYPES, "fp8"}), help="fp8: gemm_fp8 only")
     p.add_argument("--gpu", default="MI300X", help="a roofline GPU name (default MI300X)")
     p = sub.add_parser("gpu-report", help="on a GPU: ceilings + quick suite into workbench/recorded/")
     p.add_argument("--budget-s", type=_parse_seconds, default=BUDGET_S,
