@@ -11,7 +11,8 @@ import pytest
 
 import roofline
 from kernels.gemm import v6_persistent
-from workbench.model import Prediction, combine, gemm, loop, machine, predict, tiles
+from workbench.model import (NotCovered, Prediction, attention, combine, gemm, grouped_gemm, loop, machine,
+                             predict, tiles)
 
 # One full-rate MFMA per dtype: with the datasheet's CUs and clock, 4 matrix cores per CU
 # at these cycle counts must give the datasheet's peak, or the table is wrong.
@@ -20,7 +21,7 @@ FULL_RATE = {
     ("MI300X", "fp32"): "v_mfma_f32_32x32x2_f32", ("MI300X", "fp8"): "v_mfma_f32_16x16x32_fp8_fp8",
     ("MI325X", "bf16"): "v_mfma_f32_32x32x8_bf16",
     ("MI355X", "bf16"): "v_mfma_f32_16x16x32_bf16", ("MI355X", "fp16"): "v_mfma_f32_32x32x16_f16",
-    ("MI355X", "fp32"): "v_mfma_f32_16x16x4_f32",
+    ("MI355X", "fp32"): "v_mfma_f32_16x16x4_f32", ("MI355X", "fp8"): "v_mfma_f32_16x16x128_f8f6f4",
 }
 
 
@@ -48,7 +49,7 @@ def test_unknown_mfma_and_target_are_named():
 
 def test_every_constant_has_a_known_source():
     known = set(machine.sources())
-    for name in ("valu_cycles", "salu_cycles", "lds_bytes_per_clk", "lds_bank_bytes", "memory_latency_cycles"):
+    for name in ("valu_cycles", "transcendental_cycles", "salu_cycles", "lds_bytes_per_clk", "lds_bank_bytes", "memory_latency_cycles"):
         assert machine.constant(name).source in known, name
     assert machine.load_clock_mhz("MI300X", "bf16")[1] in known
     assert machine.load_clock_mhz("MI355X", "bf16") is None   # no measurement: the spec clock is used
@@ -89,6 +90,7 @@ LOOP = """\
 \tbuffer_load_dwordx4 v2, s[0:3], 0 offen lds
 \tglobal_store_short v[0:1], v3, off
 \tv_add_u32_e32 v1, 64, v1
+\tv_exp_f32_e32 v5, v5
 \ts_add_i32 s1, s1, 64
 \ts_waitcnt lgkmcnt(0)
 \ts_barrier
@@ -100,7 +102,7 @@ def test_loop_mix_weighs_each_unit():
     mix = loop.mix(LOOP, "gfx942")
     assert mix.mfma == {"v_mfma_f32_16x16x16_bf16": 2}
     assert (mix.mfma_cycles, mix.mfma_flops) == (32, 2 * 2 * 16 * 16 * 16)
-    assert (mix.valu, mix.salu) == (1, 1)                   # waits, barriers and branches are free
+    assert (mix.valu, mix.transcendental, mix.salu) == (2, 1, 1)   # waits, barriers, branches are free
     # lanes x bytes: b128, u16, two b64 per lane, then the load that lands in LDS
     assert mix.lds_bytes == 64 * (16 + 2 + 16 + 16)
     assert mix.lds_slot_bytes == 64 * (16 + 4 + 16 + 16)    # the u16 read takes a whole bank slot
@@ -155,9 +157,9 @@ def test_round_time_rules():
 
 
 CHIP = combine.Chip(clock_hz=1e9, compute_units=2, xcds=1, l1_bytes_per_clk=64, lds_bytes_per_clk=128,
-                    valu_cycles=4, salu_cycles=4, latency_cycles=0, bandwidth={"hbm": 1e12})
+                    valu_cycles=4, transcendental_cycles=16, salu_cycles=4, latency_cycles=0, bandwidth={"hbm": 1e12})
 MIX = loop.LoopMix(mfma={"v_mfma_f32_16x16x16_bf16": 4}, mfma_cycles=64, mfma_flops=32768, valu=0,
-                   salu=0, lds_bytes=0, lds_slot_bytes=0, lds_ops={}, global_bytes=0, lines=4)
+                   transcendental=0, salu=0, lds_bytes=0, lds_slot_bytes=0, lds_ops={}, global_bytes=0, lines=4)
 
 
 def _launch(programs: int, bandwidth: float = 1e12):
@@ -191,17 +193,32 @@ def test_prediction_is_labelled_model_everywhere():
 
 
 @pytest.mark.parametrize(("args", "error", "named"), [
-    (("attention", "v2", (1, 1, 1)), NotImplementedError, "gemm"),
-    (("gemm", "v4", (1, 1, 1), "bf16", "H100 SXM"), NotImplementedError, "gfx942"),
+    (("moe", "v1", (1, 1, 1)), NotCovered, "gemm, attention"),
+    (("grouped_gemm", "v0", (8, 8, 8, 2, 0)), NotCovered, "v1, v2, v4"),
+    (("grouped_gemm", "v2", (8, 8, 8, 2, 9)), ValueError, "routing"),
+    (("grouped_gemm", "v2", (8, 8, 0, 2, 0)), ValueError, "shape"),
+    (("gemm_fp8", "v1", (8, 8, 8), "bf16"), NotCovered, "fp8"),
+    (("gemm_fp8", "v0", (8, 8, 8), "fp8"), NotCovered, "v1"),
+    (("gemm", "v4", (1, 1, 1), "bf16", "H100 SXM"), NotCovered, "gfx942"),
     (("gemm", "v4", (0, 1, 1)), ValueError, "shape"),
     (("gemm", "v4", (4, 4)), ValueError, "shape"),
-    (("gemm", "v4", (4, 4, 4), "fp8"), ValueError, "dtype"),
-    (("gemm", "v0", (4, 4, 4)), NotImplementedError, "v2, v3"),
-    (("gemm", "ref", (4, 4, 4)), NotImplementedError, "v2, v3"),
+    (("gemm", "v4", (4, 4, 4), "fp8"), NotCovered, "dtype"),
+    (("gemm", "v0", (4, 4, 4)), NotCovered, "v2, v3"),
+    (("gemm", "ref", (4, 4, 4)), NotCovered, "v2, v3"),
+    (("attention", "v1", (1, 4, 1, 8, 8, 64, 1)), NotCovered, "v2, v3, v4"),
+    (("attention", "v0", (1, 4, 1, 8, 8, 64, 1)), NotCovered, "v2, v3, v4, v5"),
+    (("attention", "v4", (1, 4, 3, 8, 8, 64, 1)), ValueError, "multiple of Hkv"),
+    (("attention", "v4", (1, 4, 1, 8, 8, 64)), ValueError, "shape"),
+    (("attention", "v4", (1, 4, 1, 8, 8, 256, 0)), ValueError, "D <= 128"),
+    (("attention", "v4", (1, 4, 1, 8, 8, 64, 0), "fp32"), NotCovered, "bf16, fp16"),
+    (("attention", "v2", (1, 4, 1, 8, 8, 64, 0)), NotCovered, "head dim 128"),
 ])
 def test_bad_requests_name_what_is_covered(args, error, named):
+    """Bad input is a ValueError; what the model does not cover is a NotCovered, which is
+    a NotImplementedError for callers written before it existed."""
     with pytest.raises(error, match=named):
         predict(*args)
+    assert issubclass(NotCovered, NotImplementedError)
 
 
 def test_traffic_of_partials_and_their_fixup():
@@ -246,3 +263,83 @@ def test_workbench_predict_is_the_model():
     assert workbench.predict is model.predict
     with pytest.raises(AttributeError, match="no_such_name"):
         workbench.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize(("causal", "expected"), [
+    # S = S_k = 512, 128 x 64 tiles: causal block i runs 2i unmasked tiles and 2 diagonal ones
+    (1, [(0, 2), (2, 2), (4, 2), (6, 2)]),
+    (0, [(8, 0)] * 4),
+])
+def test_attention_trips_follow_the_kernels_bounds(causal, expected):
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 64}
+    assert [attention.trips("v4", cfg, i, 512, 512, causal) for i in range(4)] == expected
+    assert {attention.trips("v2", cfg, i, 512, 512, causal) for i in range(4)} == {(8,)}   # v2 skips nothing
+
+
+def test_attention_trips_of_a_ragged_key_length():
+    cfg = {"BLOCK_M": 64, "BLOCK_N": 64}
+    assert attention.trips("v3", cfg, 0, 100, 100, 0) == (1, 1)    # one whole tile, then the ragged one masked
+
+
+def test_uneven_programs_leave_slots_idle():
+    from workbench.model import uneven
+
+    assert uneven.makespan([4.0, 1.0, 1.0, 1.0, 1.0], 2) == 4.0
+    assert uneven.makespan([1.0, 1.0, 1.0, 1.0, 4.0], 2) == 6.0   # the long one starts last
+
+
+def test_matrix_loops_are_every_innermost_loop_with_mfmas():
+    from workbench import isa_parse
+
+    text = LOOP + LOOP.replace(".LBB0_1", ".LBB0_2") + ".LBB0_3:\n\tv_add_u32_e32 v1, 1, v1\n\ts_cbranch_scc1 .LBB0_3\n"
+    loops = isa_parse.matrix_loops(text.splitlines(), "amdgcn")
+    assert [lines[0].split(":")[0] for lines in loops] == [".LBB0_1", ".LBB0_2"]
+
+
+def test_grouped_row_tiles_split_each_group():
+    assert grouped_gemm.row_tiles([300, 0, 128], 128) == [(0, 128), (0, 128), (0, 44), (2, 128)]
+    assert grouped_gemm.group_rows((100, 8, 8, 4, 0)) == [25, 25, 25, 25]
+
+
+@pytest.mark.parametrize("rung", ["v2", "v4"])
+def test_grouped_waves_cover_every_tile_once(rung):
+    shape = (300, 64, 300, 3, 0)
+    cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "NUM_PROGS": 4, "NUM_XCDS": 2}
+    sizes = grouped_gemm.group_rows(shape)
+    table = grouped_gemm.row_tiles(sizes, 64)
+    got = [tile for w in grouped_gemm.waves(rung, cfg, shape, table, sizes, 4, 2, "gfx942", 4) for _, tile in w.placed]
+    assert sorted(got) == [(i, j) for i in range(len(table)) for j in range(3)]
+    assert all(w.k == 64 for w in grouped_gemm.waves(rung, cfg, shape, table, sizes, 4, 2, "gfx942", 4))
+
+
+def test_grouped_traffic_reads_each_experts_weights():
+    # two row tiles of expert 0 and one of expert 1, one column block: w blocks (0, 0) and (1, 0)
+    wave = tiles.Wave(((0, (0, 0)), (0, (1, 0)), (0, (2, 0))), k=8)
+    table = [(0, 4), (0, 4), (1, 4)]
+    got = tiles.block_traffic(wave, lambda i: table[i][1], lambda j: 16, lambda i, j: (table[i][0], j), 1, 1)
+    assert got["hbm"] == (3 * 4 + 2 * 16) * 8 + 3 * 4 * 16
+
+
+def test_backward_trips_follow_the_kernels_bounds():
+    from workbench.model import attention_backward as bwd
+
+    kv = {"BLOCK_M": 32, "BLOCK_N": 128}
+    # S = 256: key block 0 (keys 0..127) sees query blocks 0..3 masked, 4..7 unmasked; x2 heads
+    assert bwd.dkdv_trips(kv, 0, 256, 2, 1) == (8, 8)
+    assert bwd.dkdv_trips(kv, 1, 256, 2, 1) == (8, 0)
+    assert bwd.dkdv_trips(kv, 1, 256, 2, 0) == (0, 16)
+    q = {"BLOCK_M": 128, "BLOCK_N": 32}
+    assert bwd.dq_trips(q, 0, 256, 1) == (0, 4)     # keys 0..127: all on the diagonal
+    assert bwd.dq_trips(q, 1, 256, 1) == (4, 4)
+    assert bwd.dq_trips(q, 1, 256, 0) == (8, 0)
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (("gemm", "v4", (8, 8, 8)), "attention"),
+    (("attention", "v4", (1, 4, 1, 8, 8, 128, 1)), "v5"),
+])
+def test_backward_requests_name_what_is_covered(args, named):
+    from workbench.model import predict_backward
+
+    with pytest.raises(NotCovered, match=named):
+        predict_backward(*args)

@@ -332,11 +332,12 @@ def cmd_predict(args) -> int:
     """Modelled times (no GPU needed): every rung the model covers, or the ``--rung`` ones."""
     from . import model
 
-    shape = args.shape or kernels.spec(args.op).bench_shapes.get("square 4096")
-    rungs = args.rung or model.gemm.RUNGS
+    op_spec = kernels.spec(args.op)
+    shape = args.shape or (op_spec.bench_shapes[op_spec.quick_shapes[0]] if op_spec.quick_shapes else None)
     try:
+        rungs = args.rung or model.rungs(args.op)
         rows = [model.predict(args.op, r, shape, args.dtype, args.gpu).row() for r in rungs]
-    except NotImplementedError as exc:
+    except model.NotCovered as exc:
         print(f"workbench predict: {exc}", file=sys.stderr)
         return 2
     print(format_table(rows))
@@ -378,8 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="modelled time, TFLOP/s and bound per rung (no GPU needed)")
     p.add_argument("op", choices=kernels.ops())
     p.add_argument("--rung", type=_parse_rung, action="append")
-    p.add_argument("--shape", type=_parse_shape, help="e.g. 4096x4096x4096 (default: square 4096)")
-    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--shape", type=_parse_shape, help="e.g. 4096x4096x4096 (default: the op's first quick shape)")
+    p.add_argument("--dtype", default="bf16", choices=sorted({*DTYPES, "fp8"}), help="fp8: gemm_fp8 only")
     p.add_argument("--gpu", default="MI300X", help="a roofline GPU name (default MI300X)")
     p = sub.add_parser("gpu-report", help="on a GPU: ceilings + quick suite into workbench/recorded/")
     p.add_argument("--budget-s", type=_parse_seconds, default=BUDGET_S,

@@ -100,17 +100,34 @@ def hot_loop(lines: list[str], dialect: str) -> list[str]:
     runs from that label to the last branch back to it, so a rotated loop (LLVM puts the
     body before the header) is included whole. The smallest such span is innermost.
     """
+    loops = _loop_spans(lines, dialect)
+    chosen = ([s for s in loops if _has_matrix(lines[s[0]:s[1] + 1], dialect)] or loops or [None])[0]
+    return [] if chosen is None else lines[chosen[0]:chosen[1] + 1]
+
+
+def matrix_loops(lines: list[str], dialect: str) -> list[list[str]]:
+    """Every innermost loop holding matrix instructions (as :func:`hot_loop` finds loops),
+    in text order: a kernel with two key loops (attention v3's unmasked and masked tiles)
+    has two hot loops, and a model must weigh both."""
+    loops = _loop_spans(lines, dialect)
+    inner = [s for s in loops if _has_matrix(lines[s[0]:s[1] + 1], dialect)
+             and not any(o != s and s[0] <= o[0] and o[1] <= s[1] for o in loops)]
+    return [lines[a:b + 1] for a, b in sorted(inner)]
+
+
+def _loop_spans(lines: list[str], dialect: str) -> list[tuple[int, int]]:
+    """(first, last) line of every loop, smallest first."""
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := _LABEL.match(line))}
     spans: dict[str, tuple[int, int]] = {}
     for i, line in enumerate(lines):
         target = branch_target(line, dialect)
         if labels.get(target, i) < i:
             spans[target] = (labels[target], i)
-    loops = sorted(spans.values(), key=lambda span: span[1] - span[0])
-    with_matrix = [s for s in loops if any(
-        _is(op, "matrix", dialect) for op in map(mnemonic, lines[s[0]:s[1] + 1]) if op)]
-    chosen = (with_matrix or loops or [None])[0]
-    return [] if chosen is None else lines[chosen[0]:chosen[1] + 1]
+    return sorted(spans.values(), key=lambda span: span[1] - span[0])
+
+
+def _has_matrix(lines: list[str], dialect: str) -> bool:
+    return any(_is(op, "matrix", dialect) for op in map(mnemonic, lines) if op)
 
 
 def loads_into_lds(line: str) -> bool:

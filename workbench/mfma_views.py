@@ -105,7 +105,7 @@ def ceiling_rows() -> list[dict]:
     that MFMA load (model: peak x clock ratio); another run's clock is not assumed."""
     rows = []
     for point in validation.points():
-        if point["kind"] != "library":
+        if point["kind"] != "library" or point.get("op", "gemm") != "gemm":
             continue
         gpu = roofline.spec(point["gpu"])
         peak = gpu.peak(point["dtype"])

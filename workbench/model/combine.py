@@ -3,7 +3,8 @@
 A *round* is one hot-loop iteration of every program resident on a CU (``R`` programs of
 ``num_warps`` waves, so ``W = R x num_warps / 4`` waves per SIMD). Its resources, in cycles:
 
-* per SIMD: matrix cores ``W x`` MFMA cycles, VALU ``W x`` instructions x 4, SALU ``W x``
+* per SIMD: matrix cores ``W x`` MFMA cycles, VALU ``W x`` instructions x 4 (a
+  transcendental x 16), SALU ``W x``
   instructions x 4 (``machine.yaml``);
 * per CU: LDS ``R x num_warps x`` bank-slot bytes / 128 B per clock, L1 requests ``R x
   num_warps x`` global bytes / the spec's L1 rate per CU.
@@ -48,6 +49,7 @@ class Chip:
     l1_bytes_per_clk: float        # per CU
     lds_bytes_per_clk: float       # per CU
     valu_cycles: float
+    transcendental_cycles: float
     salu_cycles: float
     latency_cycles: float
     bandwidth: dict[str, float]    # memory level -> bytes/s
@@ -58,7 +60,8 @@ def round_costs(mix: LoopMix, num_warps: int, resident: int, chip: Chip) -> dict
     per_simd = resident * num_warps / SIMDS_PER_CU
     waves = resident * num_warps
     return {"matrix cores": per_simd * mix.mfma_cycles,
-            "VALU": per_simd * mix.valu * chip.valu_cycles,
+            "VALU": per_simd * ((mix.valu - mix.transcendental) * chip.valu_cycles
+                                + mix.transcendental * chip.transcendental_cycles),
             "SALU": per_simd * mix.salu * chip.salu_cycles,
             "LDS": waves * mix.lds_slot_bytes / chip.lds_bytes_per_clk,
             "L1 requests": waves * mix.global_bytes / chip.l1_bytes_per_clk}

@@ -4,7 +4,8 @@ The loop is the one :func:`workbench.isa_parse.hot_loop` finds (the innermost lo
 with matrix instructions), compiled as the JIT compiles the rung. Each instruction is
 charged to the unit that executes it: MFMAs to the SIMD's matrix core (cycles from
 ``machine.yaml``), other ``v_`` instructions to the VALU, ``s_`` arithmetic to the scalar
-unit, ``ds_`` reads and writes to the CU's LDS (bytes per lane from the mnemonic's
+unit (transcendentals, ``v_exp``/``v_log``/``v_rcp``/``v_rsq``/``v_sqrt``/``v_sin``/``v_cos``,
+at their own, slower rate: the softmax's exp against the MFMAs), ``ds_`` reads and writes to the CU's LDS (bytes per lane from the mnemonic's
 width, with an access narrower than a bank charged a whole bank slot), global loads and
 stores to the memory system (bytes per lane from the mnemonic; a gfx950 load straight
 into LDS also to the LDS). Every lane is taken
@@ -23,6 +24,7 @@ _LDS = re.compile(r"ds_(?:read|write|load|store)(2st64|2)?_[bui](\d+)")
 _GLOBAL_WIDTH = {"ubyte": 1, "sbyte": 1, "byte": 1, "ushort": 2, "sshort": 2, "short": 2, "dword": 4}
 _GLOBAL = re.compile(r"(?:buffer|global|flat)_(?:load|store)(?:_lds)?_(dwordx(\d)|[a-z]+?)(?:_d16.*)?$")
 # Scalar instructions that wait or steer rather than compute: they take no ALU time.
+_TRANSCENDENTAL = re.compile(r"v_(?:exp|log|rcp|rsq|sqrt|sin|cos)_(?:f32|f16|legacy_f32)")
 _NOT_SALU = ("s_waitcnt", "s_barrier", "s_cbranch", "s_branch", "s_nop", "s_setprio", "s_sleep")
 
 
@@ -34,6 +36,7 @@ class LoopMix:
     mfma_cycles: int         # matrix-core cycles on the wave's SIMD
     mfma_flops: int
     valu: int                # VALU instructions (MFMAs excluded)
+    transcendental: int      # of them, transcendentals (quarter rate)
     salu: int                # scalar ALU instructions
     lds_bytes: int           # bytes the LDS instructions move (lanes x width)
     lds_slot_bytes: int      # bytes the LDS is busy for: narrow accesses charged a whole bank
@@ -68,7 +71,7 @@ def mix(loop_text: str, arch: str, lanes: int = 64) -> LoopMix:
     if not lines:
         raise ValueError("the kernel has no hot loop to model")
     mfma, lds_ops = Counter(), Counter()
-    valu = salu = lds_bytes = slot_bytes = global_bytes = 0
+    valu = transcendental = salu = lds_bytes = slot_bytes = global_bytes = 0
     bank = machine.constant("lds_bank_bytes").value
     for op, line in lines:
         kind = isa_parse.category(op, "amdgcn")
@@ -86,11 +89,12 @@ def mix(loop_text: str, arch: str, lanes: int = 64) -> LoopMix:
                 slot_bytes += lanes * max(global_width(op), bank)
         elif op.startswith("v_"):
             valu += 1
+            transcendental += bool(_TRANSCENDENTAL.match(op))
         elif op.startswith("s_") and not op.startswith(_NOT_SALU):
             salu += 1
     return LoopMix(
         mfma=dict(mfma),
         mfma_cycles=sum(n * machine.mfma_cycles(op, arch) for op, n in mfma.items()),
         mfma_flops=sum(n * machine.mfma_flops(op) for op, n in mfma.items()),
-        valu=valu, salu=salu, lds_bytes=lds_bytes, lds_slot_bytes=int(slot_bytes),
+        valu=valu, transcendental=transcendental, salu=salu, lds_bytes=lds_bytes, lds_slot_bytes=int(slot_bytes),
         lds_ops=dict(lds_ops), global_bytes=global_bytes, lines=len(lines))

@@ -44,3 +44,8 @@ class Prediction:
         rows += [{"label": self.label, "item": name, "value": value, "source": source}
                  for name, (value, source) in self.inputs.items()]
         return rows
+
+
+class NotCovered(NotImplementedError):
+    """The model has no prediction for this request (op, rung, GPU, dtype or shape): the one
+    error a caller treats as "no model". The message says what is covered."""

@@ -54,24 +54,26 @@ def waves(programs: int, slots: int) -> list[range]:
 
 def traffic(wave: Wave, shape: tuple[int, int, int], block: tuple[int, int], elem_bytes: float,
             xcds: int) -> dict[str, float]:
-    """Bytes each memory level moves for one wave (the rule in the module docstring)."""
+    """Bytes each memory level moves for one wave of a GEMM (the rule in the module docstring)."""
     m, n, _ = shape
-    k = wave.k
     bm, bn = block
+    return block_traffic(wave, lambda i: min(bm, m - i * bm), lambda j: min(bn, n - j * bn),
+                         lambda i, j: j, elem_bytes, xcds)
 
-    def rows(i: int) -> int:
-        return min(bm, m - i * bm)
 
-    def cols(j: int) -> int:
-        return min(bn, n - j * bn)
-
+def block_traffic(wave: Wave, rows, cols, b_block, elem_bytes: float, xcds: int) -> dict[str, float]:
+    """:func:`traffic` for tiles whose B block is not their column alone: ``rows(i)`` and
+    ``cols(j)`` are the extents of tile ``(i, j)``, ``b_block(i, j)`` names the B block it
+    reads (a GEMM's column ``j``; a grouped GEMM's (expert of row tile ``i``, ``j``))."""
+    k = wave.k
     tiles = [tile for _, tile in wave.placed]
     out_bytes = (sum(rows(i) * cols(j) for i, j in tiles) * elem_bytes if wave.out_bytes is None
                  else len(tiles) * wave.out_bytes) + len(tiles) * wave.read_bytes
     requested = sum(rows(i) + cols(j) for i, j in tiles) * k * elem_bytes
 
     def distinct(part) -> float:
-        return (sum(rows(i) for i in {t[0] for t in part}) + sum(cols(j) for j in {t[1] for t in part})) * k * elem_bytes
+        b_blocks = {b_block(i, j): cols(j) for i, j in part}
+        return (sum(rows(i) for i in {t[0] for t in part}) + sum(b_blocks.values())) * k * elem_bytes
 
     per_xcd = [[t for x_of, t in wave.placed if x_of == x] for x in range(xcds)]
     return {"l2": requested + out_bytes,

@@ -2,7 +2,9 @@
 
 A ``library`` point is a vendor library's measured TFLOP/s, the ceiling the ladder
 approaches; it is set against the model's fastest rung at the same GPU, shape and
-dtype, so its error says how far the model puts the best rung from that ceiling.
+dtype, so its error says how far the model puts the best rung from that ceiling. A
+``kernel`` point is a Triton kernel built like one rung (``rung``), set against that rung.
+A point's ``op`` is "gemm" unless it says otherwise; its shape is in the op's order.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from . import gemm, predict
+from . import predict, rungs
 
 _FILE = Path(__file__).with_name("published.yaml")
 
@@ -32,10 +34,11 @@ def sources() -> dict[str, str]:
 
 def row(point: dict) -> dict:
     """One line of the error table: measured beside the model's fastest rung."""
-    shape = tuple(point["shape"])
-    best = min((predict("gemm", r, shape, point["dtype"], point["gpu"]) for r in gemm.RUNGS),
+    shape, op = tuple(point["shape"]), point.get("op", "gemm")
+    candidates = [point["rung"]] if point["kind"] == "kernel" else rungs(op)
+    best = min((predict(op, r, shape, point["dtype"], point["gpu"]) for r in candidates),
                key=lambda p: p.time_s)
-    return {"label": "model", "kind": point["kind"], "what": point["what"], "gpu": point["gpu"],
+    return {"label": "model", "op": op, "kind": point["kind"], "what": point["what"], "gpu": point["gpu"],
             "shape": "x".join(map(str, shape)), "dtype": point["dtype"],
             "measured TFLOP/s": point["tflops"], "model TFLOP/s": round(best.tflops, 1),
             "model rung": best.rung, "error %": round(100 * (best.tflops / point["tflops"] - 1), 1),

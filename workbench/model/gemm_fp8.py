@@ -1,0 +1,49 @@
+"""The FP8 GEMM (``gemm_fp8`` v1): GEMM's model with one-byte operands, FP8 MFMAs and a
+bf16 output.
+
+v1 hands the e4m3 tiles of A and B (K-contiguous, the layout its ``aot`` compiles) to
+``tl.dot``: ``v_mfma_f32_16x16x32_fp8_fp8`` on gfx942, ``v_mfma_f32_16x16x128_f8f6f4`` on
+gfx950 (cycles in ``machine.yaml``, [S4]); its 1-D grid walks tiles in grouped order
+(``GROUP_M`` row tiles per group, no XCD remap), dealt to the XCDs round robin. The
+per-row and per-column scales are read once per tile in the epilogue (not charged). The
+clock under an FP8 MFMA load is MAF2's where measured (MI300X), else the spec's.
+"""
+from __future__ import annotations
+
+from kernels.gemm_fp8 import launch as fp8_launch
+from kernels.gemm_fp8 import spec
+from kernels.gemm_fp8.formats import fp8_dtype
+
+from .. import isa
+from . import predict_gemm, tiles
+from .prediction import NotCovered, Prediction
+from .tiles import Wave, grouped, round_robin
+
+RUNGS = ("v1",)
+OUT_BYTES = spec.OUT_DTYPE.itemsize      # v1's output dtype (its aot and its default)
+
+
+def waves(cfg: dict, shape: tuple, slots: int, xcds: int) -> list[Wave]:
+    m, n, k = shape
+    tiles_m, tiles_n = -(-m // cfg["BLOCK_M"]), -(-n // cfg["BLOCK_N"])
+    out = cfg["BLOCK_M"] * cfg["BLOCK_N"] * OUT_BYTES
+    return [Wave(tuple((round_robin(i, xcds), grouped(i, tiles_m, tiles_n, cfg["GROUP_M"])) for i in ids),
+                 k, out_bytes=out)
+            for ids in tiles.waves(tiles_m * tiles_n, slots)]
+
+
+def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
+    """FP8 GEMM rung ``label`` at ``shape`` (M, N, K), e4m3 operands, bf16 output."""
+    shape = predict_gemm.check_shape(shape, ("M", "N", "K"))
+    if dtype != "fp8":
+        raise NotCovered(f"dtype {dtype!r}: the FP8 GEMM model covers fp8 (e4m3 operands, bf16 output)")
+    if label not in RUNGS:
+        raise NotCovered(f"the model covers gemm_fp8 rungs {', '.join(RUNGS)}, not {label}")
+    cfg = fp8_launch.config("hip")
+    report = isa.inspect("gemm_fp8", label, target=chip_spec.target, dtype=fp8_dtype(chip_spec.target))
+    block = (cfg["BLOCK_M"], cfg["BLOCK_N"])
+    return predict_gemm.tile_launch(
+        "gemm_fp8", label, shape, dtype, chip_spec, report, cfg, None, OUT_BYTES,
+        lambda slots, xcds: waves(cfg, shape, slots, xcds),
+        lambda wave, xcds: tiles.traffic(wave, shape, block, 1, xcds),
+        spec.SPEC.flops(shape), f"gemm_fp8 {label}'s config (one per backend)")

@@ -1,0 +1,114 @@
+"""The grouped GEMM ladder (one GEMM per expert): the GEMM model per expert group, with
+the tiles of every group laid out as each rung launches them.
+
+The rows per group come from the shape's routing (:func:`kernels.moe.grouped_gemm.spec.group_sizes`
+with a seed-0 generator: balanced is exact, the other routings one draw of theirs). Each
+group's rows split into row tiles of ``BLOCK_M`` (a group's last tile partial); a tile
+reads its rows of x and one column block of its own expert's w, so tiles of one expert
+share w blocks and tiles of one row block share x.
+
+* v1 launches GEMM v4's kernel once per non-empty expert: each launch's tiles in GEMM
+  v4's order make their own waves (wave quantization paid per expert); the host read of
+  the offsets and the launch gaps between experts are not modelled.
+* v2 launches once: row tiles of every group (in group order) fastest, then column tiles;
+  the surplus programs of its upper-bound grid return at once and are not charged.
+* v4 launches one persistent program per CU walking units (row tile, column tile) in turn
+  with GEMM v3's XCD remap; its tile is the untimed prior for the shape.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+from kernels.gemm import v4_lds_pipeline
+from kernels.moe.grouped_gemm import launch as grouped_launch
+from kernels.moe.grouped_gemm import spec, v4_persistent
+from kernels.gemm.v3_grouped_order import xcd_remap
+from kernels.xcd import CUS_PER_XCD, full_chip_xcds
+
+from .. import isa
+from . import gemm, predict_gemm, tiles
+from .prediction import NotCovered, Prediction
+from .tiles import Wave, round_robin
+
+RUNGS = ("v1", "v2", "v4")
+SHAPE_NAMES = ("T", "K", "N", "G", "routing")
+
+
+def group_rows(shape: tuple) -> list[int]:
+    """Rows per group for the shape's routing (one seed-0 draw; balanced is exact)."""
+    t, _, _, g, routing = shape
+    return spec.group_sizes(t, g, routing, torch.Generator().manual_seed(0)).tolist()
+
+
+def row_tiles(sizes: list[int], bm: int) -> list[tuple[int, int]]:
+    """(group, rows) of every row tile, in group order."""
+    return [(g, min(bm, size - start)) for g, size in enumerate(sizes) for start in range(0, size, bm)]
+
+
+def config(rung: str, shape: tuple, arch: str) -> tuple[dict, dict]:
+    """(the rung's settings at ``shape``, what the ISA inspector's compile gets)."""
+    if rung == "v1":
+        return v4_lds_pipeline.config("hip", arch), {}
+    if rung == "v2":
+        return grouped_launch.config("hip", arch), {}
+    t, k, n, g, _ = shape
+    cfg = {**v4_persistent.prior("forward", "hip", arch, t, k, n, g),
+           "NUM_XCDS": full_chip_xcds("hip", arch), "NUM_PROGS": CUS_PER_XCD[arch] * full_chip_xcds("hip", arch)}
+    return cfg, {**cfg, "kernel": "forward"}
+
+
+def waves(rung: str, cfg: dict, shape: tuple, table: list[tuple[int, int]], sizes: list[int],
+          slots: int, xcds: int, arch: str, compute_units: int) -> list[Wave]:
+    """The tiles each rung runs together, as (XCD, (row tile index in ``table``, column tile))."""
+    _, k, n, _, _ = shape
+    tiles_n = triton.cdiv(n, cfg["BLOCK_N"])
+    if rung == "v1":
+        out, first = [], 0
+        for size in sizes:
+            if size:
+                plan = gemm.plan("v4", (size, n, k), arch, compute_units)   # GEMM v4's config: ``cfg``
+                out += [Wave(tuple((x, (first + i, j)) for x, (i, j) in w.placed), k)
+                        for w in plan.waves((size, n, k), slots, xcds)]
+                first += triton.cdiv(size, cfg["BLOCK_M"])
+        return out
+    if rung == "v2":
+        rows_grid = triton.cdiv(sum(sizes), cfg["BLOCK_M"]) + len(sizes)
+        order = [(r + c * rows_grid, (r, c)) for c in range(tiles_n) for r in range(len(table))]
+        return [Wave(tuple((round_robin(order[u][0], xcds), order[u][1]) for u in ids), k)
+                for ids in tiles.waves(len(order), slots)]
+    programs = cfg["NUM_PROGS"]
+    hardware = {xcd_remap(h, programs, cfg["NUM_XCDS"]): h for h in range(programs)}
+    return [Wave(tuple((round_robin(hardware[u % programs], xcds), divmod(u, tiles_n)) for u in ids), k)
+            for ids in tiles.waves(len(table) * tiles_n, programs)]
+
+
+def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
+    """Grouped GEMM rung ``label`` at ``shape`` (T, K, N, G, routing)."""
+    if not isinstance(shape, (tuple, list)) or len(shape) != 5 or shape[4] not in range(len(spec.ROUTINGS)):
+        raise ValueError(f"shape must be (T, K, N, G, routing) with routing in 0..{len(spec.ROUTINGS) - 1}, "
+                         f"got {shape!r}")
+    shape = predict_gemm.check_shape(tuple(shape[:4]), SHAPE_NAMES[:4]) + (shape[4],)
+    torch_dtype = predict_gemm.check_dtype(dtype, "grouped GEMM")
+    if label not in RUNGS:
+        raise NotCovered(f"the model covers grouped_gemm rungs {', '.join(RUNGS)}, not {label}")
+    cfg, overrides = config(label, shape, chip_spec.target)
+    report = isa.inspect_all("grouped_gemm", label, target=chip_spec.target, dtype=torch_dtype,
+                             overrides=overrides or None)[0]   # the forward launch
+    sizes = group_rows(shape)
+    table = row_tiles(sizes, cfg["BLOCK_M"])
+    n, bn, elem = shape[2], cfg["BLOCK_N"], torch_dtype.itemsize
+
+    def traffic(wave: Wave, xcds: int) -> dict[str, float]:
+        return tiles.block_traffic(wave, lambda i: table[i][1], lambda j: min(bn, n - j * bn),
+                                   lambda i, j: (table[i][0], j), elem, xcds)
+
+    return predict_gemm.tile_launch(
+        "grouped_gemm", label, shape, dtype, chip_spec, report, cfg,
+        cfg["NUM_PROGS"] if label == "v4" else None, elem,
+        lambda slots, xcds: waves(label, cfg, shape, table, sizes, slots, xcds, chip_spec.target,
+                                          chip_spec.compute_units),
+        traffic, spec.flops(shape), f"grouped_gemm {label}'s choice for this shape"
+        + (" (v4's untimed prior)" if label == "v4" else ""),
+        **{"rows per group": (sizes, f"routing {spec.ROUTINGS[shape[4]]!r}, one seed-0 draw (model input)"),
+           "row tiles": (len(table), "model: each group's rows in BLOCK_M tiles")})
