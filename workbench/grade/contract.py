@@ -141,11 +141,8 @@ def file_rung(entry, name: str, problem: Problem, dtypes, backward: bool, module
 
 
 def with_grad_inputs(problem: Problem, names: tuple[str, ...]) -> Problem:
-    """The problem with gradients judged for ``names``. An op that declares no
-    ``grad_inputs`` (GEMM) has a reference that need not keep a graph, so its gradients
-    are referred to the baseline run in float64 (for GEMM: ``torch.matmul`` in float64)."""
+    """The problem with gradients judged for ``names`` (an op without ``grad_inputs`` of its
+    own: GEMM, or a problem of the user's); its float64 reference must keep autograd's graph."""
     if problem.spec.grad_inputs:
         return problem
-    baseline = problem.baseline
-    return dataclasses.replace(problem, spec=dataclasses.replace(
-        problem.spec, grad_inputs=names, reference=lambda *inputs: baseline(*inputs).cpu().double()))
+    return dataclasses.replace(problem, spec=dataclasses.replace(problem.spec, grad_inputs=names))

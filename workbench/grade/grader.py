@@ -22,7 +22,7 @@ def run(file: Path, op, *, entry, reference, dtypes, shapes, layouts, targets, g
                "reference": str(Path(reference).resolve()) if reference else None,
                "dtypes": list(dtypes) if dtypes else None,
                "shapes": [tuple(s) for s in shapes] if shapes else None,
-               "layouts": list(layouts), "seed": seed}
+               "layouts": list(layouts), "seed": seed, "record": machine_code or model}
     if not Path(file).is_file():
         raise FileNotFoundError(f"{file} is not a file")
     outcome = run_worker({**request, "stage": "run"}, import_s=import_s, run_s=run_s)
@@ -32,11 +32,10 @@ def run(file: Path, op, *, entry, reference, dtypes, shapes, layouts, targets, g
         cases.append({"step": outcome.failed_step, "passed": False, "message": outcome.failure})
     name = contract.get("entry") or entry or ENTRY.get(op, CUSTOM_ENTRY)
     launches = outcome.first("launches")
-    machine = {"note": "not compiled: machine code is shown for the workbench's ops"} if reference else (
-        _machine_code(request, launches, targets, run_s, name, op) if machine_code and launches
-        else {"note": "skipped" if not machine_code else "no launches recorded (the file did not get that far)"})
+    machine = (_machine_code(request, launches, targets, run_s, name, op) if machine_code and launches
+               else {"note": "skipped" if not machine_code else "no launches recorded (the file did not get that far)"})
     isa_reports = machine.pop("_reports", {})
-    speed = {"model": _model(op, launches, gpus) if model and launches else
+    speed = {"model": _model(op, launches, gpus) if model and launches and not reference else
              {"note": "skipped" if not model else "no model for a user-defined op" if reference else "not reached"},
              "measured": outcome.first("timing") or {"note": NO_GPU}}
     passed = bool(contract.get("passed")) and bool(cases) and all(c["passed"] for c in cases)
@@ -75,8 +74,8 @@ def _machine_code(request, launches, targets, run_s, name, op) -> dict:
         if launches["records"] else ({}, None)
     if failure:
         found["compile_failure"] = failure
-    yours = mc.reports(op, compiled, dtype_name, name)
-    top_title, tops = mc.top_reports(op, dtype, targets)
+    yours = mc.reports(op or "custom", compiled, dtype_name, name)
+    top_title, tops = mc.top_reports(op, dtype, targets) if op else (None, {})
     found["top_rung"] = top_title
     for target in targets:
         mine = yours.get(target, [])
