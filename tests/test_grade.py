@@ -16,10 +16,10 @@ import torch
 import kernels
 from workbench.cli import main
 from workbench.exercises.model import KernelExercise
-from workbench.grade import EXAMPLES, ENTRY, SCHEMA_VERSION, grade, launches, worker
+from workbench.grade import ENTRY, SCHEMA_VERSION, grade, launches, worker
+from workbench.grade.examples import RIGHT as CORRECT, off_by_one_k_mask
 from workbench.grade.correctness import poisoned_allocations
 
-CORRECT, WRONG = EXAMPLES / "gemm_tile.py", EXAMPLES / "gemm_k_mask_off_by_one.py"
 GEMM_SHAPES = [(37, 29, 53), (5, 67, 3)]
 FAST = dict(machine_code=False, model=False)
 
@@ -70,13 +70,13 @@ def test_a_launch_is_recorded_as_triton_splits_its_arguments():
     assert record["scalars"]["K"] == 70 and record["options"] == {"num_warps": 4}
 
 
-def test_the_example_passes_and_its_off_by_one_k_mask_fails_naming_the_missing_slice():
+def test_the_example_passes_and_its_off_by_one_k_mask_fails_naming_the_missing_slice(tmp_path):
     shapes = {"shapes": GEMM_SHAPES, "dtypes": ["fp32", "bf16"]}
     good = run_in_process(CORRECT, "gemm", **shapes)
     assert good["contract"][0]["passed"] and len(good["case"]) == 8
     assert all(c["passed"] for c in good["case"]), [c["message"] for c in good["case"]]
     assert good["autograd"] == [{"backward": False, "inputs": []}]     # a bare Triton call: no graph
-    bad = run_in_process(WRONG, "gemm", shapes=GEMM_SHAPES[:1], dtypes=["fp32"], layouts=["row"])
+    bad = run_in_process(off_by_one_k_mask(tmp_path), "gemm", shapes=GEMM_SHAPES[:1], dtypes=["fp32"], layouts=["row"])
     (case,) = bad["case"]
     assert not case["passed"] and case["report"].worst_index is not None
     assert "the last of K = 53 slices of the reduction is missing" in case["message"]
@@ -186,7 +186,7 @@ def test_an_endless_loop_or_a_hanging_import_is_killed_at_its_step_limit(tmp_pat
 @pytest.mark.slow
 def test_cli_exit_status_json_and_a_self_contained_page(tmp_path, capsys):
     out_json, out_html = tmp_path / "g.json", tmp_path / "g.html"
-    assert main(["grade", str(WRONG), "--op", "gemm", "--dtypes", "fp32", "--shape", "37x29x53",
+    assert main(["grade", str(off_by_one_k_mask(tmp_path)), "--op", "gemm", "--dtypes", "fp32", "--shape", "37x29x53",
                  "--json", str(out_json), "--html", str(out_html), "--no-machine-code", "--no-model"]) == 1
     assert capsys.readouterr().out.startswith("FAIL at shape (37, 29, 53), float32, row-major")
     data = json.loads(out_json.read_text())

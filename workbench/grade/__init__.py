@@ -22,9 +22,8 @@ from .report import SCHEMA_VERSION, GradeReport
 from .speed import GPUS
 from .machine_code import TARGETS
 
-__all__ = ["ENTRY", "EXAMPLES", "GPUS", "GradeReport", "SCHEMA_VERSION", "TARGETS", "grade"]
+__all__ = ["ENTRY", "GPUS", "GradeReport", "SCHEMA_VERSION", "TARGETS", "grade"]
 
-EXAMPLES = Path(__file__).parent / "examples"
 IMPORT_S = 120.0
 RUN_S = 300.0
 
