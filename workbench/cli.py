@@ -343,9 +343,13 @@ def cmd_grade(args) -> int:
     """A file's kernel judged like a rung; exit status 0 only when it is correct."""
     from .grade import grade
 
-    report = grade(args.file, args.op, entry=args.entry, reference=args.reference, dtypes=args.dtypes,
-                   shapes=args.shape, machine_code=not args.no_machine_code, model=not args.no_model,
-                   import_s=args.timeout_s, run_s=args.timeout_s)
+    try:
+        report = grade(args.file, args.op, entry=args.entry, reference=args.reference, dtypes=args.dtypes,
+                       shapes=args.shape, machine_code=not args.no_machine_code, model=not args.no_model,
+                       import_s=args.timeout_s, run_s=args.timeout_s)
+    except FileNotFoundError as error:
+        print(f"workbench grade: {error}", file=sys.stderr)
+        return 2
     print(report)
     for path, write in ((args.json, report.write_json), (args.html, report.write_html)):
         if path:

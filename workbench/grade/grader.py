@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from ..environment import describe
+from ..table import dtype_label
 from . import machine_code as mc
 from .contract import CUSTOM_ENTRY, ENTRY
 from .report import GradeReport
@@ -64,7 +65,7 @@ def _verdict(report: GradeReport) -> str:
 
 def _machine_code(request, launches, targets, run_s, name, op) -> dict:
     dtype = getattr(torch, launches["dtype"].removeprefix("torch."))
-    dtype_name = launches["dtype"].removeprefix("torch.")
+    dtype_name = dtype_label(dtype)
     found = {"dtype": dtype_name, "shape": list(launches["shape"]), "targets": {}}
     if launches["error"]:
         found["record_error"] = launches["error"]
@@ -91,7 +92,7 @@ def _machine_code(request, launches, targets, run_s, name, op) -> dict:
 def _model(op, launches, gpus) -> dict:
     dtype = getattr(torch, launches["dtype"].removeprefix("torch."))
     rows, notes = predictions(op, tuple(launches["shape"]), dtype, gpus)
-    return {"label": "model", "shape": list(launches["shape"]), "dtype": launches["dtype"],
+    return {"label": "model", "shape": list(launches["shape"]), "dtype": dtype_label(dtype),
             "rows": rows, "notes": notes,
             "yours": "not modelled: the model predicts a rung from the config it picks at a shape; "
                      "a file declares none"}

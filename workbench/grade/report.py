@@ -26,7 +26,7 @@ def case_row(case: dict) -> dict:
     return row
 
 
-@dataclass
+@dataclass(repr=False)
 class GradeReport:
     """Everything one grade found; ``passed`` is the verdict (the command's exit status 0)."""
 
@@ -69,6 +69,9 @@ class GradeReport:
         path = Path(path)
         write_atomic(path, page(self))
         return path
+
+    def __repr__(self) -> str:
+        return f"GradeReport({self.file}: {self.verdict.splitlines()[0][:120]})"
 
     def __str__(self) -> str:
         from .text import summary
