@@ -14,6 +14,7 @@ supports autograd. Two things a file's callable needs that a rung has built in:
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 from contextlib import ExitStack, contextmanager
 
@@ -114,8 +115,6 @@ def gradient_names(problem: Problem, entry, inputs: tuple) -> tuple[str, ...]:
     leading parameters that get floating-point tensors of a dtype autograd takes."""
     if problem.spec.grad_inputs:
         return problem.spec.grad_inputs
-    import inspect
-
     params = list(inspect.signature(entry).parameters)
     names = []
     for name, value in zip(params, inputs):

@@ -31,7 +31,7 @@ def _heatmap_svg(check_report) -> str:
 def _correctness(report: GradeReport) -> str:
     columns = ["shape", "dtype", "layout", "passed", "tensor", "error", "allowed", "baseline_error",
                "mismatches", "worst_index", "message"]
-    rows = [{**case_row(c), "shape": case_row(c).get("shape", c.get("step"))} for c in report.cases]
+    rows = [{"shape": c.get("step"), **case_row(c)} for c in report.cases]   # a killed step has no shape
     parts = ["<h2>Correctness</h2>", html_table(rows, columns)]
     if report.autograd:
         parts.append(f"<p>autograd: {html.escape(str(report.autograd))}</p>")

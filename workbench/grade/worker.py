@@ -11,6 +11,7 @@ process where no interpreted kernel has run, as :mod:`workbench.isa_compile` nee
 """
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import signal
@@ -78,7 +79,6 @@ def run(request, send) -> None:
     except ContractError as error:
         send("result", "contract", {"passed": False, "message": str(error)})
         return
-    import inspect
     send("result", "contract", {"passed": True, "entry": name, "module": module.__name__,
                                 "signature": f"{name}{inspect.signature(entry)}",
                                 "expected": problem.signature, "dtypes": [dtype_label(d) for d in dtypes],
@@ -97,9 +97,9 @@ def run(request, send) -> None:
     for dtype, shape, layout in correctness.plan(shapes, dtypes, request["layouts"]):
         send("step", correctness.case_name(shape, dtype, layout), "run")
         send("result", "case", correctness.run_case(rung, graded, shape, dtype, layout, request["seed"]))
+    dtype = speed.machine_code_dtype(dtypes)
+    shape = speed.model_shape(problem.spec) if problem.registered else shapes[0]
     if request.get("record", True):
-        dtype = speed.machine_code_dtype(dtypes)
-        shape = speed.model_shape(problem.spec) if problem.registered else shapes[0]
         send("step", f"launch record at {'x'.join(map(str, shape))}", "run")
         try:
             with launches.recorded(stub=True) as records:
@@ -109,9 +109,9 @@ def run(request, send) -> None:
             error = f"{type(caught).__name__}: {caught}"
         send("result", "launches", {"records": records, "shape": shape, "dtype": str(dtype),
                                     "error": error, "module": module.__name__})
-        if kernels.backend.current().is_gpu:
-            send("step", "timing", "run")
-            send("result", "timing", speed.measure(entry, problem, shape, dtype))
+    if kernels.backend.current().is_gpu:
+        send("step", "timing", "run")
+        send("result", "timing", speed.measure(entry, problem, shape, dtype))
 
 
 def compile_kernels(request, send) -> None:
@@ -132,8 +132,9 @@ def compile_kernels(request, send) -> None:
             try:
                 compiled.append(compile_aot(aot, target))
             except Exception as error:   # one kernel that does not compile is a finding, not a stop
-                compiled.append({"error": f"{aot.jit_fn.__name__ if hasattr(aot.jit_fn, '__name__') else aot.jit_fn}: "
-                                          f"{type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}"})
+                last = (str(error).strip().splitlines() or [""])[-1]
+                compiled.append({"error": f"{getattr(aot.jit_fn, '__name__', aot.jit_fn)}: "
+                                          f"{type(error).__name__}: {last}"})
         send("result", "compiled", {"target": target_name, "kernels": compiled})
 
 
