@@ -169,10 +169,12 @@ def rounding_neighbour(inputs: tuple, gen: torch.Generator) -> tuple:
     return tuple(near(t) for t in inputs)
 
 
-def judge(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
+def judge(rung: Rung, spec, inputs: tuple, seed: int,
+          baseline: Rung | None = None) -> list[tuple[str, dict]]:
     """(name, fields of :func:`compare`) for the output and, with a backward, each gradient,
     on the given inputs: :func:`check_rung` makes fresh ones, a test can shape its own
-    (large magnitudes); ``seed`` draws the output gradient.
+    (large magnitudes); ``seed`` draws the output gradient. ``baseline`` stands in for the
+    op's ``ref`` rung where the op is not registered (a user-defined op, :mod:`workbench.grade`).
 
     The bound follows the library's error in the dtype, taken as the largest of several
     samples of it, because one sample can be luckily small where the result is
@@ -182,7 +184,7 @@ def judge(rung: Rung, spec, inputs: tuple, seed: int) -> list[tuple[str, dict]]:
     summation order), and on :data:`NEIGHBOURS` :func:`rounding_neighbour` inputs, each
     against the float64 reference of its own inputs (other roundings of nearly the same
     problem). A wrong kernel is still off by far more than any of them."""
-    baseline_rung = kernels.registry.reference_rung(rung.op)
+    baseline_rung = baseline or kernels.registry.reference_rung(rung.op)
     gen = torch.Generator(device="cpu").manual_seed(seed + 1)
     if not rung.backward:
         reference = spec.reference(*inputs)
@@ -225,14 +227,15 @@ def _as64(inputs: tuple) -> tuple:
 
 
 def check_rung(rung: Rung, shape: tuple, dtype: torch.dtype, seed: int | None = None,
-               layout: str = "row") -> CheckReport:
+               layout: str = "row", spec=None, baseline: Rung | None = None) -> CheckReport:
     """Run one rung on fresh inputs (poisoned outputs) and judge it against the reference:
-    its output, and with a backward also the gradients of the op's ``grad_inputs``."""
-    spec = kernels.spec(rung.op)
+    its output, and with a backward also the gradients of the op's ``grad_inputs``.
+    ``spec`` and ``baseline`` replace the registered op's (a problem of the user's own)."""
+    spec = spec or kernels.spec(rung.op)
     seed = seed if seed is not None else torch.randint(0, 2**31 - 1, ()).item()
     device = kernels.backend.current().device
     inputs = spec.make_inputs(shape, dtype, device=device, seed=seed, layout=layout)
-    judged = judge(rung, spec, inputs, seed)
+    judged = judge(rung, spec, inputs, seed, baseline)
     failing = [(n, f) for n, f in judged if not f["passed"]]
     tensor, fields = failing[0] if failing else max(
         judged, key=lambda nf: nf[1]["error"] / nf[1]["allowed"])

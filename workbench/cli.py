@@ -1,4 +1,4 @@
-"""The ``workbench`` command: info, check, bench, tour, gpu-report, train, tune.
+"""The ``workbench`` command: info, check, bench, tour, grade, gpu-report, train, tune.
 
 Everything it lists comes from the rung registry (``kernels.variants``); it holds no
 list of rungs or ops of its own.
@@ -345,6 +345,24 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def cmd_grade(args) -> int:
+    """A file's kernel judged like a rung; exit status 0 only when it is correct."""
+    from .grade import grade
+
+    try:
+        report = grade(args.file, args.op, entry=args.entry, reference=args.reference, dtypes=args.dtypes,
+                       shapes=args.shape, machine_code=not args.no_machine_code, model=not args.no_model,
+                       import_s=args.timeout_s, run_s=args.timeout_s)
+    except FileNotFoundError as error:
+        print(f"workbench grade: {error}", file=sys.stderr)
+        return 2
+    print(report)
+    for path, write in ((args.json, report.write_json), (args.html, report.write_html)):
+        if path:
+            print(f"wrote {write(path)}")
+    return 0 if report.passed else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -382,6 +400,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", type=_parse_shape, help="e.g. 4096x4096x4096 (default: the op's first quick shape)")
     p.add_argument("--dtype", default="bf16", choices=sorted({*DTYPES, "fp8"}), help="fp8: gemm_fp8 only")
     p.add_argument("--gpu", default="MI300X", help="a roofline GPU name (default MI300X)")
+    p = sub.add_parser("grade", help="any kernel file judged like a rung: correctness, machine code, "
+                                     "speed (model; measured on a GPU); exit 0 only when correct")
+    p.add_argument("file", help="a .py file defining the op's callable, e.g. matmul(a, b) for gemm")
+    p.add_argument("--op", choices=kernels.ops(), help="the workbench op it implements")
+    p.add_argument("--reference", help="a .py file with make_inputs(shape, dtype) and reference(*inputs): "
+                                       "an op of your own")
+    p.add_argument("--entry", help="the callable's name (default: the op's public name, "
+                                   "or `kernel` with --reference)")
+    p.add_argument("--dtypes", nargs="+", help="the dtypes it claims, e.g. fp32 bf16 (default: all the op's)")
+    p.add_argument("--shape", type=_parse_shape, action="append", help="check at this shape (repeatable; "
+                                                                       "default: the op's smoke shapes)")
+    p.add_argument("--json", help="write the whole report (schema-versioned) to this file")
+    p.add_argument("--html", help="write a self-contained page to this file")
+    p.add_argument("--timeout-s", type=_parse_seconds, default=300.0,
+                   help="limit for the file's import and for each check (default %(default)s)")
+    p.add_argument("--no-machine-code", action="store_true", help="skip the ahead-of-time compiles")
+    p.add_argument("--no-model", action="store_true", help="skip the performance model")
     p = sub.add_parser("gpu-report", help="on a GPU: ceilings + quick suite into workbench/recorded/")
     p.add_argument("--budget-s", type=_parse_seconds, default=BUDGET_S,
                    help="no new case starts after this many seconds (default %(default)s)")
@@ -414,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"info": cmd_info, "check": cmd_check, "bench": cmd_bench, "tour": cmd_tour,
                "gpu-report": cmd_gpu_report, "train": cmd_train, "tune": cmd_tune, "comm": cmd_comm,
-               "exercise": cmd_exercise, "predict": cmd_predict}[args.command]
+               "exercise": cmd_exercise, "predict": cmd_predict, "grade": cmd_grade}[args.command]
     try:
         return handler(args)
     except (KeyError, ValueError, TypeError) as exc:

@@ -228,10 +228,11 @@ def _reports(op: str, label: str, target: str, dtype_name: str, overrides: tuple
     title = kernels.get(op, label).title + (f" ({Path(source[0]).name})" if source else "")
     compiled = isa_compile.compile_rung(op, label, TARGETS[target], dtype_name, dict(overrides),
                                         source[0] if source else None)
-    return tuple(_read(op, title, target, dtype_name, kernel) for kernel in compiled)
+    return tuple(read_kernel(op, title, target, dtype_name, kernel) for kernel in compiled)
 
 
-def _read(op: str, title: str, target: str, dtype_name: str, kernel: dict) -> IsaReport:
+def read_kernel(op: str, title: str, target: str, dtype_name: str, kernel: dict) -> IsaReport:
+    """A report on one compiled kernel (:func:`workbench.isa_compile.compile_aot`'s data)."""
     dialect = "amdgcn" if TARGETS[target][0] == "hip" else "ptx"
     lines = isa_parse.code_lines(kernel["asm"], dialect)
     counts = isa_parse.histograms(lines, dialect)

@@ -1,0 +1,98 @@
+"""The order of a grade: the file's process (contract, correctness, launch record, GPU
+timing), then its kernels' compile, then the model; the verdict from what came back."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..environment import describe
+from ..table import dtype_label
+from . import machine_code as mc
+from .contract import CUSTOM_ENTRY, ENTRY
+from .report import GradeReport
+from .session import run_worker
+from .speed import predictions
+
+NO_GPU = "no GPU here: nothing measured (the CPU interpreter's times say nothing about a GPU)"
+
+
+def run(file: Path, op, *, entry, reference, dtypes, shapes, layouts, targets, gpus,
+        machine_code, model, import_s, run_s, seed) -> GradeReport:
+    request = {"file": str(Path(file).resolve()), "op": op, "entry": entry,
+               "reference": str(Path(reference).resolve()) if reference else None,
+               "dtypes": list(dtypes) if dtypes else None,
+               "shapes": [tuple(s) for s in shapes] if shapes else None,
+               "layouts": list(layouts), "seed": seed, "record": machine_code or model}
+    if not Path(file).is_file():
+        raise FileNotFoundError(f"{file} is not a file")
+    outcome = run_worker({**request, "stage": "run"}, import_s=import_s, run_s=run_s)
+    contract = outcome.first("contract") or {"passed": False, "message": outcome.failure or "not reached"}
+    cases = outcome.all("case")
+    if outcome.failure:
+        cases.append({"step": outcome.failed_step, "passed": False, "message": outcome.failure})
+    name = contract.get("entry") or entry or ENTRY.get(op, CUSTOM_ENTRY)
+    launches = outcome.first("launches")
+    machine = (_machine_code(request, launches, targets, run_s, name, op) if machine_code and launches
+               else {"note": "skipped" if not machine_code else "no launches recorded (the file did not get that far)"})
+    isa_reports = machine.pop("_reports", {})
+    speed = {"model": _model(op, launches, gpus) if model and launches and not reference else
+             {"note": "skipped" if not model else "no model for a user-defined op" if reference else "not reached"},
+             "measured": outcome.first("timing") or {"note": NO_GPU}}
+    passed = bool(contract.get("passed")) and bool(cases) and all(c["passed"] for c in cases)
+    report = GradeReport(file=str(file), op=op or (Path(reference).stem if reference else ""), entry=name,
+                         passed=passed, verdict="", contract=contract,
+                         autograd=outcome.first("autograd") or {}, cases=cases, machine_code=machine,
+                         speed=speed, environment=describe(), reference=str(reference) if reference else None,
+                         failure=outcome.failure,
+                         check_reports=[c["report"] for c in cases if not c["passed"] and c.get("report")],
+                         isa_reports=isa_reports)
+    report.verdict = _verdict(report)
+    return report
+
+
+def _verdict(report: GradeReport) -> str:
+    if not report.contract.get("passed"):
+        return f"FAIL: {report.contract.get('message')}"
+    failing = report.first_failure
+    if failing is None:
+        return (f"PASS: {len(report.cases)} checks passed "
+                f"({', '.join(report.contract.get('dtypes', []))}; row- and column-major"
+                f"{'; gradients of ' + ', '.join(report.autograd['inputs']) if report.autograd.get('backward') else ''})")
+    where = failing.get("step") or (f"shape {failing['shape']}, {failing['dtype']}, {failing['layout']}-major")
+    return f"FAIL at {where}: {failing['message']}"
+
+
+def _machine_code(request, launches, targets, run_s, name, op) -> dict:
+    dtype = getattr(torch, launches["dtype"].removeprefix("torch."))
+    dtype_name = dtype_label(dtype)
+    found = {"dtype": dtype_name, "shape": list(launches["shape"]), "targets": {}}
+    if launches["error"]:
+        found["record_error"] = launches["error"]
+    if not launches["records"]:
+        found["note"] = "the callable launched no Triton kernel (torch or SIMT code has no AOT compile here)"
+    compiled, failure = mc.compile_file(request, launches["records"], launches["module"], targets, run_s) \
+        if launches["records"] else ({}, None)
+    if failure:
+        found["compile_failure"] = failure
+    yours = mc.reports(op or "custom", compiled, dtype_name, name)
+    top_title, tops = mc.top_reports(op, dtype, targets) if op else (None, {})
+    found["top_rung"] = top_title
+    for target in targets:
+        mine = yours.get(target, [])
+        top = tops.get(target, [])
+        found["targets"][target] = {
+            "yours": [k if isinstance(k, str) else mc.row(k) for k in mine],
+            "top": top if isinstance(top, str) else [mc.row(k) for k in top]}
+    found["_reports"] = {t: {"yours": [k for k in yours.get(t, []) if not isinstance(k, str)],
+                             "top": [] if isinstance(tops.get(t), str) else tops.get(t, [])} for t in targets}
+    return found
+
+
+def _model(op, launches, gpus) -> dict:
+    dtype = getattr(torch, launches["dtype"].removeprefix("torch."))
+    rows, notes = predictions(op, tuple(launches["shape"]), dtype, gpus)
+    return {"label": "model", "shape": list(launches["shape"]), "dtype": dtype_label(dtype),
+            "rows": rows, "notes": notes,
+            "yours": "not modelled: the model predicts a rung from the config it picks at a shape; "
+                     "a file declares none"}
