@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import torch
 
+from ..microscaling import BLOCK, E8M0_BIAS, E8M0_NAN, shared_exponent
+
 # The torch dtype that names the format in the registry, results and the roofline (its
 # "fp4" roof). Tensors stay uint8: torch has almost no kernels for float4_e2m1fn_x2,
 # and tl.dot_scaled takes the packed bytes and scales as uint8.
 FORMAT = torch.float4_e2m1fn_x2
-BLOCK = 32                      # elements per e8m0 scale
 EMAX = 2                        # exponent of e2m1's largest binade: 6 = 1.5 * 2^2
-E8M0_BIAS = 127
-E8M0_NAN = 0xFF
 E2M1_MAX = 6.0
 # e2m1 magnitudes by their 3-bit code (exponent, mantissa); bit 3 is the sign.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -86,9 +85,7 @@ def quantize_mxfp4(x: torch.Tensor, axis: int = -1) -> tuple[torch.Tensor, torch
     blocks = _to_blocks(x.float(), axis)
     amax = blocks.abs().amax(dim=-1, keepdim=True)
     finite = torch.isfinite(blocks).all(dim=-1, keepdim=True)
-    # floor(log2(amax)) exactly: frexp's exponent is floor(log2) + 1 for every amax > 0.
-    exponent = (torch.frexp(amax).exponent - 1 - EMAX).clamp(-E8M0_BIAS, E8M0_BIAS)
-    exponent = torch.where(amax > 0, exponent, -E8M0_BIAS)
+    exponent = shared_exponent(amax, EMAX)
     q = round_to_e2m1(torch.ldexp(blocks, -exponent.float()).nan_to_num(0.0))
     magnitudes = torch.tensor(E2M1_VALUES, device=x.device)
     codes = torch.searchsorted(magnitudes, q.abs().contiguous()) | (torch.signbit(q).long() << 3)
