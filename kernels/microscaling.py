@@ -22,3 +22,10 @@ def shared_exponent(amax: torch.Tensor, emax: int) -> torch.Tensor:
     # floor(log2(amax)) exactly: frexp's exponent is floor(log2) + 1 for every amax > 0.
     exponent = (torch.frexp(amax).exponent - 1 - emax).clamp(-E8M0_BIAS, E8M0_BIAS)
     return torch.where(amax > 0, exponent, -E8M0_BIAS)
+
+
+def e8m0_values(scales: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """What e8m0 bytes stand for, 2^(byte - 127) (byte 0xFF: NaN), in float32 or float64
+    (exact either way: byte 0 is float32's subnormal 2^-127)."""
+    factor = torch.exp2(scales.to(dtype) - E8M0_BIAS)
+    return torch.where(scales == E8M0_NAN, float("nan"), factor)

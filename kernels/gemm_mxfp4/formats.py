@@ -30,12 +30,23 @@ from __future__ import annotations
 
 import torch
 
-from ..microscaling import BLOCK, E8M0_BIAS, E8M0_NAN, shared_exponent
+from ..microscaling import BLOCK, E8M0_BIAS, E8M0_NAN, e8m0_values, shared_exponent
 
 # The torch dtype that names the format in the registry, results and the roofline (its
 # "fp4" roof). Tensors stay uint8: torch has almost no kernels for float4_e2m1fn_x2,
 # and tl.dot_scaled takes the packed bytes and scales as uint8.
 FORMAT = torch.float4_e2m1fn_x2
+# MXFP8 with e4m3 elements (OCP), the rung's second format: elements stored as
+# float8_e4m3fn, one per byte, with the same e8m0 scales per 32.
+MXFP8 = torch.float8_e4m3fn
+DTYPES = (FORMAT, MXFP8)
+# dtype naming the format -> (tl.dot_scaled's element format, elements per stored byte)
+ELEMENTS = {FORMAT: ("e2m1", 2), MXFP8: ("e4m3", 1)}
+
+
+def format_of(elements: torch.Tensor) -> torch.dtype:
+    """The format stored elements are in: packed e2m1 come as uint8 bytes."""
+    return FORMAT if elements.dtype == torch.uint8 else elements.dtype
 EMAX = 2                        # exponent of e2m1's largest binade: 6 = 1.5 * 2^2
 E2M1_MAX = 6.0
 # e2m1 magnitudes by their 3-bit code (exponent, mantissa); bit 3 is the sign.
@@ -112,6 +123,5 @@ def dequantize_mxfp4(packed: torch.Tensor, scales: torch.Tensor, axis: int = -1,
     work = torch.float64 if dtype == torch.float64 else torch.float32   # exact powers of two
     codes = torch.stack([moved & 0xF, moved >> 4], dim=-1).flatten(-2).long()
     values = e2m1_table(work).to(packed.device)[codes].unflatten(-1, (-1, BLOCK))
-    factor = torch.exp2(scale.to(work) - E8M0_BIAS)
-    factor = torch.where(scale == E8M0_NAN, float("nan"), factor).unsqueeze(-1)
+    factor = e8m0_values(scale, work).unsqueeze(-1)
     return (values * factor).flatten(-2).movedim(-1, axis).to(dtype)
