@@ -99,37 +99,43 @@ def _compile_here(op: str, label: str, target: tuple, dtype_name: str,
                   overrides: dict | None = None, source: str | None = None) -> list[dict]:
     """Runs in the helper: returns plain data (text, bytes, numbers) for each kernel."""
     import torch
-    import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     rung = _rung(op, label, source)
     gpu_target = GPUTarget(*target)
-    accepted = _option_fields(gpu_target.backend)
-    compiled = []
     arch = gpu_target.arch if gpu_target.backend == "hip" else f"sm_{gpu_target.arch}"
     extra = {"overrides": overrides} if overrides else {}  # rungs without settings take none
-    for aot in rung.aot(getattr(torch, dtype_name), gpu_target.backend, arch, **extra):
-        options = {k: v for k, v in aot.options.items() if k in accepted}
-        jit_fn = _Rebuilder().jit(aot.jit_fn)
-        attrs = launch_attrs(jit_fn, aot, gpu_target)
-        source = ASTSource(jit_fn, aot.signature, aot.constexprs, attrs)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
-            kernel = triton.compile(source, target=gpu_target, options=options)
-        text_key, binary_key = ("amdgcn", "hsaco") if gpu_target.backend == "hip" else ("ptx", "cubin")
-        compiled.append({
-            "name": kernel.metadata.name,
-            "asm": kernel.asm[text_key],
-            "binary": kernel.asm[binary_key],
-            "shared": kernel.metadata.shared,
-            "num_warps": kernel.metadata.num_warps,
-            "options": options,
-            "attrs": attrs,
-            "dropped_options": sorted(set(aot.options) - accepted),
-            "llvm_attributes": amdgpu_attributes(kernel.asm.get("llir", "")),
-        })
-    return compiled
+    return [compile_aot(aot, gpu_target)
+            for aot in rung.aot(getattr(torch, dtype_name), gpu_target.backend, arch, **extra)]
+
+
+def compile_aot(aot, gpu_target) -> dict:
+    """One :class:`kernels.registry.AotKernel` compiled for ``gpu_target`` (a ``GPUTarget``), as
+    plain data. Call it in a process where no interpreted kernel has run (the helper, or a
+    fresh subprocess): for a kernel that is not a rung (the FP8 quantize kernel's test)."""
+    import triton
+    from triton.compiler import ASTSource
+
+    accepted = _option_fields(gpu_target.backend)
+    options = {k: v for k, v in aot.options.items() if k in accepted}
+    jit_fn = _Rebuilder().jit(aot.jit_fn)
+    attrs = launch_attrs(jit_fn, aot, gpu_target)
+    source = ASTSource(jit_fn, aot.signature, aot.constexprs, attrs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
+        kernel = triton.compile(source, target=gpu_target, options=options)
+    text_key, binary_key = ("amdgcn", "hsaco") if gpu_target.backend == "hip" else ("ptx", "cubin")
+    return {
+        "name": kernel.metadata.name,
+        "asm": kernel.asm[text_key],
+        "binary": kernel.asm[binary_key],
+        "shared": kernel.metadata.shared,
+        "num_warps": kernel.metadata.num_warps,
+        "options": options,
+        "attrs": attrs,
+        "dropped_options": sorted(set(aot.options) - accepted),
+        "llvm_attributes": amdgpu_attributes(kernel.asm.get("llir", "")),
+    }
 
 
 def amdgpu_attributes(llir: str) -> dict[str, str]:

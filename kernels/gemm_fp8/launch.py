@@ -62,26 +62,23 @@ def aot_blockwise(kernel, dtype: torch.dtype, backend: str, overrides: dict | No
 def launch_blockwise(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
     """:func:`launch` for v2, whose scales may change along K (:func:`operands.check_blockwise`)."""
     scales = operands.check_blockwise(a, b, scale_a, scale_b, out_dtype)
-    (m, k), n = a.shape, b.shape[1]
-    c = new_output((m, n), out_dtype, a.device)
-    cfg = config(_backend.current().name)
-    grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
-    kernel[grid](a, b, c, scale_a, scale_b, m, n, k,
-                 a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                 scales.stride_sam, scales.stride_sak, scales.stride_sbk, scales.stride_sbn,
-                 SCALE_K=operands.SCALE_K, GROUP_N=scales.group_n, SCALES_ALONG_K=scales.along_k,
-                 INTERP_BF16=interp_bf16(out_dtype), **cfg)
-    return c
+    return _run(kernel, a, b, scale_a, scale_b, out_dtype,
+                (scales.stride_sam, scales.stride_sak, scales.stride_sbk, scales.stride_sbn),
+                dict(SCALE_K=operands.SCALE_K, GROUP_N=scales.group_n, SCALES_ALONG_K=scales.along_k))
 
 
 def launch(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
     """Check the operands, allocate C (poisonable) and run ``kernel`` over a 1-D grid."""
-    stride_sa, stride_sb = operands.check(a, b, scale_a, scale_b, out_dtype)
+    return _run(kernel, a, b, scale_a, scale_b, out_dtype,
+                operands.check(a, b, scale_a, scale_b, out_dtype), {})
+
+
+def _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides: tuple, constexprs: dict) -> torch.Tensor:
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), out_dtype, a.device)
     cfg = config(_backend.current().name)
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
     kernel[grid](a, b, c, scale_a, scale_b, m, n, k,
                  a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                 stride_sa, stride_sb, INTERP_BF16=interp_bf16(out_dtype), **cfg)
+                 *scale_strides, INTERP_BF16=interp_bf16(out_dtype), **constexprs, **cfg)
     return c

@@ -37,7 +37,8 @@ import triton
 import triton.language as tl
 
 from ..outputs import new_output
-from ..triton_support import cdiv
+from ..registry import AotKernel
+from ..triton_support import aot_launch, cdiv, pointer_type
 from .quantize_ref import TILE, group_shape, mx_emax, scale_shape
 
 NUM_WARPS = 8   # 512 threads per 128 x 128 tile: 32 fp32 values each
@@ -237,3 +238,21 @@ def bytes_moved(shape: tuple[int, int], x_dtype: torch.dtype, granularity: str,
     scale_bytes = 1 if granularity == "mx32" else 4
     scales = sum(math.prod(scale_shape(granularity, *s)) for s in ((m, k), (k, m))[:copies])
     return float(m * k * (reads * x_dtype.itemsize + copies) + scales * scale_bytes)
+
+
+def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
+        x_dtype: torch.dtype = torch.bfloat16) -> AotKernel:
+    """The cast pass as a GPU runs it on a contiguous 8192 x 8192 x, for an ahead-of-time
+    compile (:func:`workbench.isa_compile.compile_aot`; not a rung, so not in the inspector)."""
+    size = 8192
+    mode = 0 if granularity in ("tensor", "row") else 2 if granularity == "block128x128" else 1
+    m_groups = scale_shape(granularity, size, size)
+    ints = dict(M=size, K=size, stride_xm=size, stride_xk=1, stride_qm=size, stride_qk=1,
+                stride_sm=m_groups[1] if mode else 1, stride_sk=1, stride_qtk=size, stride_qtm=1,
+                stride_stk=m_groups[1] if mode == 1 else 1, stride_stm=1)
+    scale = pointer_type(torch.uint8) if granularity == "mx32" else "*fp32"
+    constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
+                      MX=granularity == "mx32", TRANSPOSE=transpose, **_format_constants(fp8_dtype))
+    return aot_launch(_quantize_kernel, fp8_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS), ints,
+                      constexprs=constexprs,
+                      pointers={"x_ptr": pointer_type(x_dtype), "s_ptr": scale, "st_ptr": scale})
