@@ -32,6 +32,7 @@ def compiled(granularity: str, fp8: str, arch: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("granularity, fp8, arch", [("block1x128", "float8_e4m3fnuz", "gfx942"),
                                                     ("mx32", "float8_e4m3fn", "gfx950")])
 def test_one_wide_read_of_x_two_wide_writes_and_an_lds_transpose(granularity, fp8, arch):
