@@ -28,8 +28,8 @@ costs a few integer and two fp32 adds per element in a memory-bound kernel.
 What gfx942 and gfx950 make of it (Triton 3.9, ``tests/test_fp8_quantize_isa.py``): per
 thread and tile, x read as four 16-byte buffer loads, q and q_t stored as two 16-byte stores
 each, no spills; the transposed copy crosses lanes through 16 KiB of LDS, written two bytes
-and read one byte at a time (``ds_write_b16``/``ds_read_u8``), the narrow-LDS pattern of an
-8-bit layout conversion. Whether that LDS traffic or HBM bounds the kernel is for a GPU to say.
+and read one byte at a time (16-bit LDS writes, 8-bit LDS reads), the narrow-LDS pattern of
+an 8-bit layout conversion. Whether that LDS traffic or HBM bounds the kernel is for a GPU to say.
 
 Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
 would cost a host sync per call); :func:`quantize_reference` states the finite semantics.

@@ -67,7 +67,7 @@ def mx_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: 
 
     It runs the ``gemm_mxfp4`` rung's ``tl.dot_scaled`` kernel on the e4m3 elements (B as
     the strided view B^T (N, K), the layout that op takes): on gfx950 the scaled MFMA
-    ``v_mfma_scale_f32_*_f8f6f4`` reads the scales itself; on gfx942 and Hopper Triton
+    ``v_mfma_scale_f32_32x32x64_f8f6f4`` reads the scales itself; on gfx942 and Hopper Triton
     emulates (``tests/test_mxfp8.py``). Same custom op as :func:`kernels.matmul_mxfp4`.
     """
     validate.tensor("a", a, ndim=2, dtypes=(MXFP8,), allow_empty=True)
