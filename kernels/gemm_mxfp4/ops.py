@@ -58,12 +58,14 @@ def mx_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: 
               out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """C = A·B in MXFP8: e4m3 elements (``float8_e4m3fn``) with e8m0 scales per 32 along K.
 
-    ``a`` (M, K) with ``a_scale`` (M, ceil(K/32)), ``b`` (K, N) with ``b_scale``
-    (ceil(K/32), N), the scales uint8 (e8m0), as :func:`kernels.gemm_fp8.quantize` makes them::
+    ``a`` (M, K) with ``a_scale`` (M, ceil(K/32)); ``b`` (K, N) with ``b_scale``
+    (N, ceil(K/32)): one row of scales per column of B, the layout :func:`kernels.matmul_mxfp4`
+    takes for B^T and what :func:`kernels.gemm_fp8.quantize` returns for the (N, K) tensor
+    B^T is (e.g. nn.Linear's weight); the scales are uint8 (e8m0)::
 
         a8, sa = quantize(x, "mx32", torch.float8_e4m3fn)        # x: (M, K)
-        w8, sw = quantize(w, "mx32", torch.float8_e4m3fn)        # w: (N, K), nn.Linear's
-        y = mx_matmul(a8, sa, w8.t(), sw.t())                    # x @ w.T
+        w8, sw = quantize(w, "mx32", torch.float8_e4m3fn)        # w: (N, K), sw: (N, K/32)
+        y = mx_matmul(a8, sa, w8.t(), sw)                        # x @ w.T
 
     It runs the ``gemm_mxfp4`` rung's ``tl.dot_scaled`` kernel on the e4m3 elements (B as
     the strided view B^T (N, K), the layout that op takes): on gfx950 the scaled MFMA
@@ -72,4 +74,4 @@ def mx_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: 
     """
     validate.tensor("a", a, ndim=2, dtypes=(MXFP8,), allow_empty=True)
     validate.tensor("b", b, ndim=2, dtypes=(MXFP8,), allow_empty=True)
-    return matmul_mxfp4(a, a_scale, b.t(), b_scale.t(), out_dtype)
+    return matmul_mxfp4(a, a_scale, b.t(), b_scale, out_dtype)
