@@ -29,6 +29,8 @@ pins both upstream bugs, so the day they are fixed a test says the workaround ca
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -64,21 +66,29 @@ def round_to_bf16(x):
 
 
 @triton.jit
-def round_to_fp8(x, MIN_NORMAL: tl.constexpr):
-    """fp32 -> nearest-even e4m3 value (still fp32), for the interpreter's FP8 conversion.
+def round_to_fp8(y, MANT: tl.constexpr, EMIN: tl.constexpr):
+    """fp32 ``y`` (|y| <= the format's max; the caller saturates) rounded to nearest even on
+    an FP8 grid of ``MANT`` mantissa bits whose smallest normal is 2^``EMIN``, still fp32
+    (:func:`fp8_grid` gives both for a torch dtype).
 
-    ``MIN_NORMAL`` is the format's smallest normal, 2^-6 (e4m3fn) or 2^-7 (e4m3fnuz); the
-    caller saturates to the format's max first. Normals keep 3 of fp32's 23 mantissa bits
-    (an integer add, so a round-up carries into the exponent); below ``MIN_NORMAL`` the
-    grid is evenly spaced by ``MIN_NORMAL / 8``, rounded with fp32's own ties-to-even add.
+    The grid spacing at y is 2^(e - MANT), e = y's binade (at least EMIN, below which the
+    format's subnormals keep that spacing). Adding C = 1.5 * 2^(e - MANT + 23) makes the
+    fp32 add round at exactly that spacing (the sum lies in [2^(u+23), 2^(u+24)) for
+    |y| < 2^(u+22)), to nearest even since C's own last bits are even; subtracting C is exact.
+    The sign is put back afterwards, so -0 and small negatives keep it as a cast would.
     ``tests/test_interpreter_bf16.py`` pins the upstream bug and checks this against torch's cast."""
-    bits = x.to(tl.uint32, bitcast=True)
-    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000).to(tl.float32, bitcast=True)
-    step: tl.constexpr = MIN_NORMAL * 0.125
-    magic: tl.constexpr = 12582912.0   # 1.5 * 2^23: adding it rounds |y| < 2^22 to an integer
-    subnormal = ((tl.abs(x) / step + magic) - magic) * step
-    subnormal = tl.where(x < 0, -subnormal, subnormal)   # -0 stays -0 where the format has one
-    return tl.where(tl.abs(x) < MIN_NORMAL, subnormal, normal)
+    bits = y.to(tl.int32, bitcast=True)
+    binade = tl.maximum(((bits >> 23) & 0xFF) - 127, EMIN)
+    magic = (((binade - MANT + 23 + 127) << 23) | (1 << 22)).to(tl.float32, bitcast=True)
+    rounded = (tl.abs(y) + magic) - magic
+    return tl.where(bits < 0, -rounded, rounded)
+
+
+def fp8_grid(dtype: torch.dtype) -> dict[str, int]:
+    """:func:`round_to_fp8`'s constexprs for an FP8 dtype: mantissa bits and the smallest
+    normal's exponent (e4m3fn 3, -6; e4m3fnuz 3, -7; e5m2 2, -14)."""
+    info = torch.finfo(dtype)
+    return dict(MANT=-int(math.log2(info.eps)), EMIN=int(math.log2(info.smallest_normal)))
 
 
 def pointer_type(dtype: torch.dtype) -> str:

@@ -24,7 +24,7 @@ def test_fp8_plan_holds_only_the_format_this_gpu_takes(fake_gpu, fake_timer, bac
     fake_timer()
     rows = bench("gemm_fp8", shapes=SHAPES[:1], progress=False)
     assert {r.dtype for r in rows} == {str(native).replace("torch.", "")}
-    assert [r.rung for r in rows] == ["ref", "v0", "v1"] and all(r.ok for r in rows)
+    assert [r.rung for r in rows] == ["ref", "v0", "v1", "v2"] and all(r.ok for r in rows)
 
 
 def test_asking_for_a_dtype_ref_does_not_take_here_is_refused(fake_gpu):
@@ -114,7 +114,7 @@ def test_every_rung_is_timed_through_bind(fake_gpu, monkeypatch):
     monkeypatch.setattr(bench_module, "time_ms",
                         lambda fn, **work: timed.append(fn) or Timing(1.0, 1.0, 1.0, 10, **work))
     bench("gemm_fp8", shapes=SHAPES[:1], progress=False)
-    assert len(timed) == 3 and all(t is b for t, b in zip(timed, bound))
+    assert len(timed) == 4 and all(t is b for t, b in zip(timed, bound))
 
 
 TINY_ATTENTION = (1, 2, 1, 16, 16, 16, 1)   # (B, Hq, Hkv, S, S_k, D, causal)
@@ -261,10 +261,10 @@ def test_suite_a_check_that_raises_gives_error_rows_and_one_that_fails_no_timing
                             0.0, 0.0, 1.0, 0, 105, None, None, None)]
     monkeypatch.setattr(suite, "check", check)
     reports, rows = suite.run_suite("quick", out=tmp_path / "quick.json", progress=False)
-    assert [(r.rung, r.status) for r in rows] == [("ref", "ok"), ("v0", "error")]   # v1 failed
+    assert [(r.rung, r.status) for r in rows] == [("ref", "ok"), ("v0", "error"), ("v2", "ok")]   # v1 failed
     assert rows[1].error == ("correctness check raised RuntimeError: illegal memory access; "
                              "not timed")
-    assert [r.passed for r in reports] == [False, True] and results.load(tmp_path / "quick.json") == rows
+    assert [r.passed for r in reports] == [False, True, True] and results.load(tmp_path / "quick.json") == rows
 
 
 @pytest.mark.gpu
@@ -274,7 +274,7 @@ def test_fp8_bench_completes_on_this_gpu_in_its_own_format(tmp_path):
     out = tmp_path / "fp8.json"
     rows = bench("gemm_fp8", shapes=[(256, 512, 384), (16, 512, 384)], progress=False, out=out)
     assert all(r.ok for r in rows), [r.error for r in rows if not r.ok]
-    assert [r.rung for r in rows] == ["ref", "v0", "v1"] * 2
+    assert [r.rung for r in rows] == ["ref", "v0", "v1", "v2"] * 2
     assert {r.dtype for r in rows} == {str(fp8_dtype()).replace("torch.", "")}
     assert results.load(out) == rows
 

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_support import interp_bf16, round_to_bf16, round_to_fp8
+from kernels.triton_support import fp8_grid, interp_bf16, round_to_bf16, round_to_fp8
 
 
 @triton.jit
@@ -73,17 +73,17 @@ def test_bf16_rung_is_bit_identical_to_torch_on_cpu(layout):
 
 
 @triton.jit
-def _fp8_kernel(x_ptr, y_ptr, FIX: tl.constexpr, MIN_NORMAL: tl.constexpr, N: tl.constexpr):
+def _fp8_kernel(x_ptr, y_ptr, FIX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, N: tl.constexpr):
     r = tl.arange(0, N)
     x = tl.load(x_ptr + r)
     if FIX:
-        x = round_to_fp8(x, MIN_NORMAL)
+        x = round_to_fp8(x, MANT, EMIN)
     tl.store(y_ptr + r, x.to(y_ptr.dtype.element_ty))
 
 
 def _to_fp8(x: torch.Tensor, dtype: torch.dtype, fix: bool) -> torch.Tensor:
     y = torch.empty(x.shape, dtype=dtype)
-    _fp8_kernel[(1,)](x, y, FIX=fix, MIN_NORMAL=torch.finfo(dtype).smallest_normal, N=x.numel())
+    _fp8_kernel[(1,)](x, y, FIX=fix, **fp8_grid(dtype), N=x.numel())
     return y
 
 
@@ -96,7 +96,7 @@ def test_interpreter_fp8_cast_still_drops_the_carry_upstream(dtype):
     assert (_to_fp8(x, dtype, fix=False).float() != x.to(dtype).float()).any()
 
 
-@pytest.mark.parametrize("dtype", FP8, ids=str)
+@pytest.mark.parametrize("dtype", FP8 + [torch.float8_e5m2], ids=str)
 def test_hand_rounding_to_fp8_matches_torch(dtype):
     """Every binade, both signs, ties, subnormals and zeros, within the format's range."""
     info = torch.finfo(dtype)

@@ -171,16 +171,17 @@ def _inspectable(op: str, which: int | str, dtype: torch.dtype) -> Rung:
 
 
 def default_dtype(rung: Rung, target: str) -> torch.dtype:
-    """bf16 where the rung takes it; else the FP8 format the target's matrix cores take
-    (e4m3fnuz on gfx942, OCP e4m3fn on gfx950 and sm90) when the rung takes that; else
-    the rung's own format (MXFP4 for ``gemm_mxfp4``)."""
+    """bf16 where the rung takes it; else, for an FP8 rung, the FP8 format the target's
+    matrix cores take (e4m3fnuz on gfx942, OCP e4m3fn on gfx950 and sm90) when the rung
+    takes that; else the rung's own (first) format: MXFP4 for ``gemm_mxfp4``, whose
+    second, MXFP8, is inspected when asked for."""
     if torch.bfloat16 in rung.dtypes:
         return torch.bfloat16
-    from kernels.gemm_fp8 import fp8_dtype
+    from kernels.gemm_fp8 import FP8_DTYPES, fp8_dtype
 
     backend, arch, _ = TARGETS[normalize_target(target)]
     native = fp8_dtype(arch if backend == "hip" else f"sm_{arch}")
-    return native if native in rung.dtypes else rung.dtypes[0]
+    return native if rung.dtypes[0] in FP8_DTYPES and native in rung.dtypes else rung.dtypes[0]
 
 
 def inspect_all(op: str, rung: int | str, target: str = "gfx942",

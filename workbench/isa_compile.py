@@ -110,7 +110,8 @@ def _compile_here(op: str, label: str, target: tuple, dtype_name: str,
 def compile_aot(aot, target: tuple) -> dict:
     """One :class:`~kernels.registry.AotKernel` compiled for ``target`` (GPUTarget's
     arguments), as plain data. Call it only in a process where no interpreted kernel has
-    run (see the module docstring): the helper, or a fresh process of its own."""
+    run (see the module docstring): the helper, or a fresh process of its own (a graded
+    file's kernels, the FP8 quantize kernel, which is not a rung)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource

@@ -37,7 +37,7 @@ from ..gemm import configs
 from ..gemm.tile_dot import tile_dot
 from ..gemm.v6_persistent import _tile_coords
 from ..outputs import new_output
-from ..triton_support import cdiv, interp_bf16, round_to_bf16, round_to_fp8
+from ..triton_support import cdiv, fp8_grid, interp_bf16, round_to_bf16, round_to_fp8
 from ..tuning import as_dict
 from . import formats
 
@@ -49,7 +49,7 @@ def _gemm_amax_kernel(a_ptr, b_ptr, c_ptr, amax_ptr, scale_ptr, M, N, K,
                       stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, TO_FP8: tl.constexpr,
-                      FP8_MAX: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr, INTERP_BF16: tl.constexpr,
+                      FP8_MAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, INTERP_BF16: tl.constexpr,
                       INTERP_FP8: tl.constexpr):
     pid_m, pid_n = _tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tile_dot(a_ptr, b_ptr, pid_m, pid_n, M, N, 0, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -63,7 +63,7 @@ def _gemm_amax_kernel(a_ptr, b_ptr, c_ptr, amax_ptr, scale_ptr, M, N, K,
         scale = tl.load(scale_ptr)
         y = tl.clamp(acc / scale, -FP8_MAX, FP8_MAX)
         if INTERP_FP8:   # the interpreter's FP8 cast drops round-up carries (triton_support)
-            y = round_to_fp8(y, FP8_MIN_NORMAL)
+            y = round_to_fp8(y, MANT, EMIN)
         out = y.to(c_ptr.dtype.element_ty)
     else:
         if INTERP_BF16:
@@ -97,7 +97,7 @@ def _launch(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         EVEN_K=k % cfg["BLOCK_K"] == 0, TO_FP8=to_fp8,
         FP8_MAX=torch.finfo(out_dtype).max if to_fp8 else 0.0,
-        FP8_MIN_NORMAL=torch.finfo(out_dtype).smallest_normal if to_fp8 else 0.0,
+        **(fp8_grid(out_dtype) if to_fp8 else dict(MANT=0, EMIN=0)),
         INTERP_BF16=interp_bf16(a.dtype), INTERP_FP8=to_fp8 and _backend.current().is_interpreter, **cfg)
     return c, amax
 

@@ -44,14 +44,41 @@ def aot(kernel, dtype: torch.dtype, backend: str, overrides: dict | None = None,
                        pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
 
 
+def aot_blockwise(kernel, dtype: torch.dtype, backend: str, overrides: dict | None = None,
+                  out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
+    """v2's launch for the ISA inspector: :func:`aot`'s 8192^3 GEMM with DeepSeek-V3's
+    forward scales, A per 1 x 128 ((M, K/128), K-block-contiguous) and B per 128 x 128
+    ((K/128, N/128)), so the compile shows the per-K-block scaling in the loop."""
+    size, blocks = 8192, 8192 // operands.SCALE_K
+    ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
+                stride_cm=size, stride_cn=1, stride_sam=blocks, stride_sak=1, stride_sbk=blocks,
+                stride_sbn=1)
+    return [aot_launch(kernel, dtype, with_overrides(config(backend), overrides), ints,
+                       constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
+                                   "GROUP_N": operands.SCALE_K, "SCALES_ALONG_K": True},
+                       pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
+
+
+def launch_blockwise(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
+    """:func:`launch` for v2, whose scales may change along K (:func:`operands.check_blockwise`)."""
+    scales = operands.check_blockwise(a, b, scale_a, scale_b, out_dtype)
+    return _run(kernel, a, b, scale_a, scale_b, out_dtype,
+                (scales.stride_sam, scales.stride_sak, scales.stride_sbk, scales.stride_sbn),
+                dict(SCALE_K=operands.SCALE_K, GROUP_N=scales.group_n, SCALES_ALONG_K=scales.along_k))
+
+
 def launch(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
     """Check the operands, allocate C (poisonable) and run ``kernel`` over a 1-D grid."""
-    stride_sa, stride_sb = operands.check(a, b, scale_a, scale_b, out_dtype)
+    return _run(kernel, a, b, scale_a, scale_b, out_dtype,
+                operands.check(a, b, scale_a, scale_b, out_dtype), {})
+
+
+def _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides: tuple, constexprs: dict) -> torch.Tensor:
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), out_dtype, a.device)
     cfg = config(_backend.current().name)
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
     kernel[grid](a, b, c, scale_a, scale_b, m, n, k,
                  a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                 stride_sa, stride_sb, INTERP_BF16=interp_bf16(out_dtype), **cfg)
+                 *scale_strides, INTERP_BF16=interp_bf16(out_dtype), **constexprs, **cfg)
     return c

@@ -1,8 +1,9 @@
-"""The public scaled FP8 GEMM: ``kernels.matmul_fp8(a, b, scale_a, scale_b, out_dtype)``.
+"""The public scaled FP8 GEMMs: ``kernels.matmul_fp8`` and ``kernels.gemm_fp8.blockwise_matmul``.
 
-Semantics of ``torch._scaled_mm``: ``(a * scale_a) @ (b * scale_b)`` with fp32
-accumulation (see :mod:`.operands`). It runs the highest-numbered Triton rung of
-``gemm_fp8`` that runs here and takes the FP8 format (:func:`kernels.gemm.ops.best_rung`),
+``matmul_fp8`` has the semantics of ``torch._scaled_mm``: ``(a * scale_a) @ (b * scale_b)``
+with fp32 accumulation (see :mod:`.operands`). It runs the highest-numbered Triton rung of
+``gemm_fp8`` that runs here and takes the FP8 format (:func:`kernels.gemm.ops.best_rung`;
+v2, which compiles scales constant along K into v1's epilogue),
 wrapped as the custom op ``kernels::matmul_fp8`` with a fake implementation, so
 ``torch.compile(fullgraph=True)`` keeps it in the graph; an eager call that nothing traces
 runs the implementation itself (:func:`kernels.eager.direct`).
@@ -18,6 +19,7 @@ import torch
 from .. import eager
 from ..gemm.ops import best_rung
 from . import operands
+from .v2_triton_blockwise import gemm_fp8_v2
 
 
 def _matmul_fp8_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -48,3 +50,43 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
     operands.check(a, b, scale_a, scale_b, out_dtype, allow_empty=True)
     plain = eager.direct(a, b, scale_a, scale_b)
     return (_matmul_fp8_impl if plain else _matmul_fp8)(a, b, scale_a, scale_b, out_dtype)
+
+
+def _blockwise_matmul_impl(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                           out_dtype: torch.dtype) -> torch.Tensor:
+    if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: as matmul_fp8
+        return torch.zeros((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
+    return gemm_fp8_v2(a, b, a_scale, b_scale, out_dtype=out_dtype)
+
+
+_blockwise_matmul = torch.library.custom_op("kernels::blockwise_matmul_fp8", _blockwise_matmul_impl,
+                                            mutates_args=())
+
+
+@_blockwise_matmul.register_fake
+def _(a, a_scale, b, b_scale, out_dtype):
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
+
+
+def blockwise_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                     out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """C = A·B for FP8 ``a`` (M, K) and ``b`` (K, N) with scales per block of 128 along K.
+
+    ``a_scale`` (M, ceil(K/128)): one per row and 1 x 128 tile of A. ``b_scale``
+    (ceil(K/128), ceil(N/128)) for 128 x 128 blocks of B (a weight), or (ceil(K/128), N)
+    for 128 x 1 (per column and K block: wgrad's token-major operand). Made by
+    :func:`kernels.gemm_fp8.quantize`::
+
+        a8, sa = quantize(x, "block1x128", fp8)                 # x: (M, K)
+        w8, sw = quantize(w, "block128x128", fp8)               # w: (N, K), nn.Linear's
+        y = blockwise_matmul(a8, sa, w8.t(), sw.t())            # x @ w.T
+
+    The scales are applied per K block on the fp32 accumulator inside the loop
+    (DeepSeek-V3 style; rung v2, :mod:`.v2_triton_blockwise`); scales per tensor or per
+    row/column are taken too. Empty operands give what :func:`kernels.matmul_fp8` gives.
+    Custom op ``kernels::blockwise_matmul_fp8`` (``torch.compile`` keeps it in the graph); no
+    autograd, as for :func:`kernels.matmul_fp8`.
+    """
+    operands.check_blockwise(a, b, a_scale, b_scale, out_dtype, allow_empty=True)
+    plain = eager.direct(a, b, a_scale, b_scale)
+    return (_blockwise_matmul_impl if plain else _blockwise_matmul)(a, a_scale, b, b_scale, out_dtype)

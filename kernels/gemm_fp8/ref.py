@@ -16,6 +16,13 @@ Idea: what a user gets without writing a kernel. It is the same call on every ba
   scaling to oneDNN, that path refuses e4m3fnuz ("itensor_view_from_dense expects
   ... fp8"), and the row-wise path takes both formats. A 1 x 1 output gets a zero
   second row of A, because (1, 1) scales read as per-tensor again.
+
+Scales per K block (v2's 1 x 128 / 128 x 128 / 128 x 1, :func:`.operands.check_blockwise`)
+are not a form ``torch._scaled_mm`` takes on the CPU (it refuses them) and no library FP8
+GEMM is called for them here: ``ref`` then dequantizes both operands to float32 (in
+:func:`prepare`, before any clock) and times ``torch.matmul`` in float32, cast to the
+output dtype. That is the dequantize-and-GEMM baseline a user without a blockwise kernel
+has, not a vendor FP8 GEMM.
 """
 from __future__ import annotations
 
@@ -82,8 +89,12 @@ def prepare(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: to
 
     The registry's ``prepare`` hook: a benchmark times only the returned call.
     """
-    operands.check(a, b, scale_a, scale_b, out_dtype)
+    scales = operands.check_blockwise(a, b, scale_a, scale_b, out_dtype)
     m, n = a.shape[0], b.shape[1]
+    if scales.along_k or scales.group_n > 1:
+        sa, sb = operands.scales_per_element(a, b, scale_a, scale_b)
+        a32, b32 = a.float() * sa, b.float() * sb
+        return lambda: torch.matmul(a32, b32).to(out_dtype)
     if _backend.current().is_gpu:
         args = _gpu_operands(a, b, scale_a, scale_b, out_dtype)
     else:

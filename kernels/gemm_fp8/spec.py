@@ -14,6 +14,8 @@ import torch
 from ..registry import OpSpec, register_op
 from ..gemm import spec as gemm_spec
 from .formats import FP8_DTYPES, quantize_fp8
+from .operands import scales_per_element
+from .quantize_ref import quantize_one
 
 OUT_DTYPE = torch.bfloat16   # the default output, and the one bytes_moved counts
 
@@ -25,6 +27,9 @@ BENCH_SHAPES = {
 }
 
 
+GRANULARITIES = ("tensor", "channel", "block128x128", "block128x1")
+
+
 def make_inputs(shape, dtype=torch.float8_e4m3fn, device="cpu", seed=0, layout="row",
                 granularity=None):
     """Fresh random (a_fp8, b_fp8, scale_a, scale_b), quantized from float32 by amax.
@@ -33,20 +38,32 @@ def make_inputs(shape, dtype=torch.float8_e4m3fn, device="cpu", seed=0, layout="
     per-column one for B; by default odd seeds take "channel" and even seeds "tensor", so
     the harness's random seeds cover both and a report's seed reproduces its case. Rows
     of A and columns of B get magnitudes spread over ~e^±2, so per-channel scales differ.
+    The block granularities (rung v2 only; ask for them by name) scale A per 1 x 128 and
+    B per 128 x 128 ("block128x128", DeepSeek-V3's forward and dgrad) or per 128 x 1
+    ("block128x1", its wgrad's token-major operand); there every 128 elements of K also
+    get a magnitude of their own, so the K blocks' scales differ too.
     ``layout`` "col" gives column-major (transposed-stride) A and B.
     """
     if dtype not in FP8_DTYPES:
         raise TypeError(f"gemm_fp8 inputs are one of {FP8_DTYPES}, got {dtype}")
     granularity = granularity or ("channel" if seed % 2 else "tensor")
-    if granularity not in ("tensor", "channel"):
-        raise ValueError(f"granularity must be 'tensor' or 'channel', got {granularity!r}")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
     m, n, k = shape
     gen = torch.Generator(device="cpu").manual_seed(seed)
     a = torch.randn(m, k, generator=gen) * torch.randn(m, 1, generator=gen).exp()
     b = torch.randn(k, n, generator=gen) * torch.randn(1, n, generator=gen).exp()
-    per_channel = granularity == "channel"
-    a8, scale_a = quantize_fp8(a, dtype, "row" if per_channel else "tensor")
-    b8, scale_b = quantize_fp8(b, dtype, "col" if per_channel else "tensor")
+    if granularity.startswith("block"):
+        k_blocks = torch.randn(-(-k // 128), generator=gen).exp().repeat_interleave(128)[:k]
+        a8, scale_a = quantize_one(a * k_blocks, "block1x128", dtype)
+        # B's blocks are quantized on B^T, whose rows run along K: 128 x 128 stays, 128 x 1 is 1 x 128
+        b_t_granularity = {"block128x128": "block128x128", "block128x1": "block1x128"}[granularity]
+        b8, scale_b = quantize_one((b * k_blocks[:, None]).t(), b_t_granularity, dtype)
+        b8, scale_b = b8.t(), scale_b.t()
+    else:
+        per_channel = granularity == "channel"
+        a8, scale_a = quantize_fp8(a, dtype, "row" if per_channel else "tensor")
+        b8, scale_b = quantize_fp8(b, dtype, "col" if per_channel else "tensor")
     if layout == "col":
         a8, b8 = a8.t().contiguous().t(), b8.t().contiguous().t()
     elif layout != "row":
@@ -55,10 +72,11 @@ def make_inputs(shape, dtype=torch.float8_e4m3fn, device="cpu", seed=0, layout="
 
 
 def reference(a, b, scale_a, scale_b) -> torch.Tensor:
-    """float64 on the CPU, of the dequantized operands."""
+    """float64 on the CPU, of the dequantized operands (any scale layout v2 takes)."""
+    sa, sb = scales_per_element(a, b, scale_a, scale_b)
     def dequant(x, s):
         return x.detach().cpu().double() * s.detach().cpu().double()
-    return dequant(a, scale_a) @ dequant(b, scale_b)
+    return dequant(a, sa) @ dequant(b, sb)
 
 
 def bytes_moved(shape, dtype: torch.dtype) -> float:

@@ -30,14 +30,24 @@ from __future__ import annotations
 
 import torch
 
+from ..microscaling import BLOCK, E8M0_BIAS, E8M0_NAN, e8m0_values, shared_exponent
+
 # The torch dtype that names the format in the registry, results and the roofline (its
 # "fp4" roof). Tensors stay uint8: torch has almost no kernels for float4_e2m1fn_x2,
 # and tl.dot_scaled takes the packed bytes and scales as uint8.
 FORMAT = torch.float4_e2m1fn_x2
-BLOCK = 32                      # elements per e8m0 scale
+# MXFP8 with e4m3 elements (OCP), the rung's second format: elements stored as
+# float8_e4m3fn, one per byte, with the same e8m0 scales per 32.
+MXFP8 = torch.float8_e4m3fn
+DTYPES = (FORMAT, MXFP8)
+# dtype naming the format -> (tl.dot_scaled's element format, elements per stored byte)
+ELEMENTS = {FORMAT: ("e2m1", 2), MXFP8: ("e4m3", 1)}
+
+
+def format_of(elements: torch.Tensor) -> torch.dtype:
+    """The format stored elements are in: packed e2m1 come as uint8 bytes."""
+    return FORMAT if elements.dtype == torch.uint8 else elements.dtype
 EMAX = 2                        # exponent of e2m1's largest binade: 6 = 1.5 * 2^2
-E8M0_BIAS = 127
-E8M0_NAN = 0xFF
 E2M1_MAX = 6.0
 # e2m1 magnitudes by their 3-bit code (exponent, mantissa); bit 3 is the sign.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -86,9 +96,7 @@ def quantize_mxfp4(x: torch.Tensor, axis: int = -1) -> tuple[torch.Tensor, torch
     blocks = _to_blocks(x.float(), axis)
     amax = blocks.abs().amax(dim=-1, keepdim=True)
     finite = torch.isfinite(blocks).all(dim=-1, keepdim=True)
-    # floor(log2(amax)) exactly: frexp's exponent is floor(log2) + 1 for every amax > 0.
-    exponent = (torch.frexp(amax).exponent - 1 - EMAX).clamp(-E8M0_BIAS, E8M0_BIAS)
-    exponent = torch.where(amax > 0, exponent, -E8M0_BIAS)
+    exponent = shared_exponent(amax, EMAX)
     q = round_to_e2m1(torch.ldexp(blocks, -exponent.float()).nan_to_num(0.0))
     magnitudes = torch.tensor(E2M1_VALUES, device=x.device)
     codes = torch.searchsorted(magnitudes, q.abs().contiguous()) | (torch.signbit(q).long() << 3)
@@ -115,6 +123,5 @@ def dequantize_mxfp4(packed: torch.Tensor, scales: torch.Tensor, axis: int = -1,
     work = torch.float64 if dtype == torch.float64 else torch.float32   # exact powers of two
     codes = torch.stack([moved & 0xF, moved >> 4], dim=-1).flatten(-2).long()
     values = e2m1_table(work).to(packed.device)[codes].unflatten(-1, (-1, BLOCK))
-    factor = torch.exp2(scale.to(work) - E8M0_BIAS)
-    factor = torch.where(scale == E8M0_NAN, float("nan"), factor).unsqueeze(-1)
+    factor = e8m0_values(scale, work).unsqueeze(-1)
     return (values * factor).flatten(-2).movedim(-1, axis).to(dtype)

@@ -9,10 +9,11 @@ from ..registry import AotKernel
 from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type
 from ..tuning import with_overrides
 from . import operands
+from .formats import ELEMENTS, FORMAT, format_of
 
 
 def config(backend: str, arch: str) -> dict:
-    """Tiles per target; BLOCK_K counts e2m1 elements (half as many bytes are loaded).
+    """Tiles per target; BLOCK_K counts elements (e2m1: half as many bytes are loaded).
 
     gfx950: 128x128x256, two stages: ``v_mfma_scale_f32_32x32x64_f8f6f4``, no spills,
     69 KiB of the 160 KiB LDS (AOT-checked; 256x128x256 fits too, 256x256x256 spills).
@@ -28,15 +29,18 @@ def config(backend: str, arch: str) -> dict:
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=256, GROUP_M=8, num_warps=8, num_stages=3)
 
 
-def aot(kernel, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
-    """The launch the ISA inspector compiles: an 8192^3 GEMM, every operand K-contiguous;
-    ``overrides`` replaces settings of :func:`config` (e.g. ``{"BLOCK_M": 256}``)."""
+def aot(kernel, backend: str, arch: str, overrides: dict | None = None,
+        dtype: torch.dtype = FORMAT) -> list[AotKernel]:
+    """The launch the ISA inspector compiles: an 8192^3 GEMM, every operand K-contiguous, in
+    the MX format ``dtype`` names; ``overrides`` replaces settings of :func:`config` (e.g.
+    ``{"BLOCK_M": 256}``)."""
     size = 8192
-    ints = dict(M=size, N=size, K=size, stride_am=size // 2, stride_ak=1, stride_bn=size // 2,
+    elements, pack = ELEMENTS[dtype]
+    ints = dict(M=size, N=size, K=size, stride_am=size // pack, stride_ak=1, stride_bn=size // pack,
                 stride_bk=1, stride_cm=size, stride_cn=1, stride_sam=size // 32, stride_sak=1,
                 stride_sbn=size // 32, stride_sbk=1)
     return [aot_launch(kernel, torch.uint8, with_overrides(config(backend, arch), overrides), ints,
-                       constexprs={"INTERP_BF16": False},
+                       constexprs={"INTERP_BF16": False, "ELEMENTS": elements, "PACK": pack},
                        pointers={"c_ptr": pointer_type(torch.bfloat16)})]
 
 
@@ -48,7 +52,9 @@ def launch(kernel, a_packed, a_scales, b_packed, b_scales, out_dtype) -> torch.T
     here = _backend.current()
     cfg = config(here.name, here.arch)
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
-    kernel[grid](a_packed, b_packed, c, a_scales, b_scales, m, n, k,
+    elements, pack = ELEMENTS[format_of(a_packed)]
+    # e4m3 elements go in as their bytes, as e2m1 ones do: tl.dot_scaled takes either
+    kernel[grid](a_packed.view(torch.uint8), b_packed.view(torch.uint8), c, a_scales, b_scales, m, n, k,
                  *a_packed.stride(), *b_packed.stride(), *c.stride(), *a_scales.stride(),
-                 *b_scales.stride(), INTERP_BF16=interp_bf16(out_dtype), **cfg)
+                 *b_scales.stride(), ELEMENTS=elements, PACK=pack, INTERP_BF16=interp_bf16(out_dtype), **cfg)
     return c

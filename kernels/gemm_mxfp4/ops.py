@@ -1,4 +1,4 @@
-"""The public MXFP4 GEMM: ``kernels.matmul_mxfp4(a_packed, a_scales, b_packed, b_scales)``.
+"""The public MX GEMMs: ``kernels.matmul_mxfp4`` and ``kernels.gemm_fp8.mx_matmul`` (MXFP8).
 
 ``dequant(A) @ dequant(B^T).T`` with fp32 accumulation, for operands made by
 :func:`kernels.gemm_mxfp4.quantize_mxfp4` (layout: :mod:`.operands`). It runs the
@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import torch
 
-from .. import eager
+from .. import eager, validate
 from ..gemm.ops import best_rung
 from . import operands
-from .formats import FORMAT
+from .formats import MXFP8, format_of
 
 
 def _matmul_mxfp4_impl(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch.Tensor,
                        b_scales: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     if a_packed.numel() == 0 or b_packed.numel() == 0:   # M, N or K is 0: as matmul_fp8
         return torch.zeros((a_packed.shape[0], b_packed.shape[0]), dtype=out_dtype, device=a_packed.device)
-    return best_rung("gemm_mxfp4", FORMAT)(a_packed, a_scales, b_packed, b_scales, out_dtype=out_dtype)
+    rung = best_rung("gemm_mxfp4", format_of(a_packed))
+    return rung(a_packed, a_scales, b_packed, b_scales, out_dtype=out_dtype)
 
 
 _matmul_mxfp4 = torch.library.custom_op("kernels::matmul_mxfp4", _matmul_mxfp4_impl, mutates_args=())
@@ -51,3 +52,26 @@ def matmul_mxfp4(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch
     operands.check(a_packed, a_scales, b_packed, b_scales, out_dtype, allow_empty=True)
     plain = eager.direct(a_packed, a_scales, b_packed, b_scales)
     return (_matmul_mxfp4_impl if plain else _matmul_mxfp4)(a_packed, a_scales, b_packed, b_scales, out_dtype)
+
+
+def mx_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+              out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """C = A·B in MXFP8: e4m3 elements (``float8_e4m3fn``) with e8m0 scales per 32 along K.
+
+    ``a`` (M, K) with ``a_scale`` (M, ceil(K/32)); ``b`` (K, N) with ``b_scale``
+    (N, ceil(K/32)): one row of scales per column of B, the layout :func:`kernels.matmul_mxfp4`
+    takes for B^T and what :func:`kernels.gemm_fp8.quantize` returns for the (N, K) tensor
+    B^T is (e.g. nn.Linear's weight); the scales are uint8 (e8m0)::
+
+        a8, sa = quantize(x, "mx32", torch.float8_e4m3fn)        # x: (M, K)
+        w8, sw = quantize(w, "mx32", torch.float8_e4m3fn)        # w: (N, K), sw: (N, K/32)
+        y = mx_matmul(a8, sa, w8.t(), sw)                        # x @ w.T
+
+    It runs the ``gemm_mxfp4`` rung's ``tl.dot_scaled`` kernel on the e4m3 elements (B as
+    the strided view B^T (N, K), the layout that op takes): on gfx950 the scaled MFMA
+    ``v_mfma_scale_f32_32x32x64_f8f6f4`` reads the scales itself; on gfx942 and Hopper Triton
+    emulates (``tests/test_mxfp8.py``). Same custom op as :func:`kernels.matmul_mxfp4`.
+    """
+    validate.tensor("a", a, ndim=2, dtypes=(MXFP8,), allow_empty=True)
+    validate.tensor("b", b, ndim=2, dtypes=(MXFP8,), allow_empty=True)
+    return matmul_mxfp4(a, a_scale, b.t(), b_scale, out_dtype)

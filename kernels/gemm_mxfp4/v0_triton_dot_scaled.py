@@ -1,4 +1,4 @@
-"""v0 triton_dot_scaled: MXFP4 tiles and their e8m0 scales go straight into ``tl.dot_scaled``.
+"""v0 triton_dot_scaled: MX tiles (MXFP4, MXFP8) and their e8m0 scales go straight into ``tl.dot_scaled``.
 
 Idea:
     Load a BLOCK_M x BLOCK_K/2 tile of packed A bytes, the BLOCK_K/2 x BLOCK_N tile of
@@ -6,11 +6,14 @@ Idea:
     and the BLOCK_K/32 e8m0 scales of each row and column, and hand all four to
     ``tl.dot_scaled(a, sa, "e2m1", b, sb, "e2m1", acc)``, accumulating in fp32. Unlike
     the FP8 GEMM, the scales change every 32 elements along K, so they cannot wait for
-    the epilogue: they are applied inside the dot. What Triton makes of it depends on
-    the matrix cores (measured with the ISA inspector, ``tests/test_gemm_mxfp4.py``):
+    the epilogue: they are applied inside the dot. The same kernel takes MXFP8 (e4m3
+    elements, one byte each: ``ELEMENTS="e4m3"``, ``PACK=1``; the ``float8_e4m3fn`` dtype
+    of this rung, :func:`kernels.gemm_fp8.mx_matmul`). What Triton makes of it depends on
+    the matrix cores (measured with the ISA inspector, ``tests/test_gemm_mxfp4.py``,
+    ``tests/test_mxfp8.py``):
 
     * gfx950 (MI355X, CDNA4): ``v_mfma_scale_f32_32x32x64_f8f6f4``, an MFMA that reads
-      the e2m1 operands and one scale byte per 32 of them itself.
+      the e2m1 (or e4m3) operands and one scale byte per 32 of them itself.
     * gfx942 (MI300X, CDNA3): no FP4 matrix core. Triton emulates: it unpacks e2m1
       to bf16, multiplies by the scales and runs ``v_mfma_f32_32x32x8_bf16``.
     * sm90 (Hopper): emulated the same way, on bf16 ``wgmma``.
@@ -31,8 +34,9 @@ Expected bound:
     shapes (small M). On gfx942, compute at the bf16 peak at best, plus the unpacking.
 
 Limits:
-    K a multiple of 32 (one scale per 32; ``quantize_mxfp4`` pads). A and B both
-    e2m1 with e8m0 scales (no MXFP8/MXFP6 operands, no NVFP4 e4m3 scales per 16).
+    MXFP4: K a multiple of 32 (one scale per 32; ``quantize_mxfp4`` pads); MXFP8: any K
+    (the last scale block may be partial). A and B in the same element format with
+    e8m0 scales (no mixed formats, no MXFP6, no NVFP4 e4m3 scales per 16).
     Any M, N and strides through masked loads; K-contiguous operands are the fast
     layout. The scales are read in plain row-major order, not the pre-shuffled layout
     that hipBLASLt/cuBLASLt's MX kernels take; on gfx950 (Triton 3.9) the ISA shows
@@ -48,7 +52,7 @@ import triton.language as tl
 from ..registry import rung
 from ..triton_support import round_to_bf16
 from . import launch
-from .formats import FORMAT
+from .formats import DTYPES
 
 
 @triton.jit
@@ -56,7 +60,8 @@ def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
                        stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
                        stride_sam, stride_sak, stride_sbn, stride_sbk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       GROUP_M: tl.constexpr, INTERP_BF16: tl.constexpr):
+                       GROUP_M: tl.constexpr, ELEMENTS: tl.constexpr, PACK: tl.constexpr,
+                       INTERP_BF16: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -69,7 +74,7 @@ def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows64, cols64 = rows.to(tl.int64), cols.to(tl.int64)
-    kb = tl.arange(0, BLOCK_K // 2)     # packed bytes: two e2m1 elements each
+    kb = tl.arange(0, BLOCK_K // PACK)  # bytes: PACK elements each (2 e2m1, 1 e4m3)
     ks = tl.arange(0, BLOCK_K // 32)    # e8m0 scales: one per 32 elements
     a_ptrs = a_ptr + rows64[:, None] * stride_am + kb[None, :] * stride_ak
     b_ptrs = b_ptr + kb[:, None] * stride_bk + cols64[None, :] * stride_bn
@@ -77,17 +82,17 @@ def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     sb_ptrs = sb_ptr + cols64[:, None] * stride_sbn + ks[None, :] * stride_sbk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        k_bytes = (K - k0) // 2
-        k_scales = (K - k0) // 32
+        k_bytes = (K - k0) // PACK
+        k_scales = tl.cdiv(K - k0, 32)  # an MXFP8 K may end inside a scale block
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (kb[None, :] < k_bytes), other=0)
         b = tl.load(b_ptrs, mask=(kb[:, None] < k_bytes) & (cols[None, :] < N), other=0)
         # exercise begin: scaled_dot
         sa = tl.load(sa_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < k_scales), other=0)
         sb = tl.load(sb_ptrs, mask=(cols[:, None] < N) & (ks[None, :] < k_scales), other=0)
-        acc = tl.dot_scaled(a, sa, "e2m1", b, sb, "e2m1", acc)
+        acc = tl.dot_scaled(a, sa, ELEMENTS, b, sb, ELEMENTS, acc)
         # exercise end
-        a_ptrs += (BLOCK_K // 2) * stride_ak
-        b_ptrs += (BLOCK_K // 2) * stride_bk
+        a_ptrs += (BLOCK_K // PACK) * stride_ak
+        b_ptrs += (BLOCK_K // PACK) * stride_bk
         sa_ptrs += (BLOCK_K // 32) * stride_sak
         sb_ptrs += (BLOCK_K // 32) * stride_sbk
 
@@ -98,11 +103,11 @@ def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None):
-    return launch.aot(_gemm_mxfp4_kernel, backend, arch, overrides)
+    return launch.aot(_gemm_mxfp4_kernel, backend, arch, overrides, dtype)
 
 
 @rung(op="gemm_mxfp4", rung=0, name="triton_dot_scaled", backends=("hip", "cuda", "interpreter"),
-      dtypes=(FORMAT,), interpreter=True, kind="triton", aot=aot)
+      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
 def gemm_mxfp4_v0(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch.Tensor,
                   b_scales: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return launch.launch(_gemm_mxfp4_kernel, a_packed, a_scales, b_packed, b_scales, out_dtype)

@@ -1,9 +1,11 @@
-"""FP8 GEMM exercises: the scales in the epilogue (v0), the FP8 matrix core (v1), the format.
+"""FP8 GEMM exercises: the scales in the epilogue (v0), the FP8 matrix core (v1), scales per K
+block on the accumulator (v2), the format.
 
 The inputs come with per-tensor scales for even seeds and per-row/per-column ones for odd
 seeds (:func:`kernels.gemm_fp8.spec.make_inputs`), so the kernel exercises check both.
 v1 is right with v0's fp16 upcast too; its grade compiles the learner's file for gfx942
-and looks for the FP8 MFMA.
+and looks for the FP8 MFMA. v2's scales per K block only matter on block-scaled inputs,
+which the seeds do not give: its grade judges those too (1 x 128 and 128 x 128 / 128 x 1).
 """
 from __future__ import annotations
 
@@ -33,6 +35,34 @@ def _grade_fp8_dot(module, captured) -> Verdict:
     return with_idea(verdict, not fp8 and f"your kernel does not use the FP8 matrix cores: on "
                                           f"gfx942 it compiles to {found}",
                      f"on gfx942 your kernel runs {', '.join(fp8)}")
+
+
+BLOCKWISE_MODULE = "kernels.gemm_fp8.v2_triton_blockwise"
+BLOCK_SHAPES = ((37, 29, 259),)   # three K blocks, the last one partial
+
+
+def _grade_blockwise(module, captured) -> Verdict:
+    """The harness on the seeds' per-tensor and per-channel scales, then on block scales."""
+    import kernels
+
+    from ...check import judge
+
+    verdict = harness_verdict(BLOCKWISE, captured)
+    if not verdict.passed:
+        return verdict
+    entry = next(r for r in captured if r.op == "gemm_fp8" and r.label == "v2")
+    spec = kernels.spec("gemm_fp8")
+    for granularity in ("block128x128", "block128x1"):
+        for shape in BLOCK_SHAPES:
+            inputs = spec.make_inputs(shape, DTYPES[0], device=kernels.backend.current().device,
+                                      seed=2, granularity=granularity)
+            ((_, fields),) = judge(entry, spec, inputs, seed=2)
+            if not fields["passed"]:
+                return Verdict(False, f"per-tensor and per-channel scales pass, but {granularity} "
+                                      f"scales at {shape} do not: error {fields['error']:.2e} > allowed "
+                                      f"{fields['allowed']:.2e}, {fields['mismatches']} elements off",
+                               verdict.reports)
+    return with_idea(verdict, None, "and with 1 x 128 / 128 x 128 and 128 x 1 block scales")
 
 
 def _gfx942_fp8_max() -> float:
@@ -90,6 +120,35 @@ FP8_DOT = KernelExercise(
     shapes=SHAPES, dtypes=DTYPES, seeds=SEEDS, grade=_grade_fp8_dot,
 )
 
+BLOCKWISE = KernelExercise(
+    key="gemm_fp8/v2", module=BLOCKWISE_MODULE, op="gemm_fp8", rung="v2",
+    title="Scales per K block: on the accumulator, inside the loop",
+    task="With DeepSeek-V3's fine-grained scaling every 128 elements of K have their own scales "
+         "(A per row and 1 x 128 tile, B per column or 128 x 128 block), so v1's epilogue cannot "
+         "apply them. In the SCALES_ALONG_K branch, load this K step's scales of A (one per row, "
+         "from sa_ptrs) and of B (one per column, from sb_ptrs), and add the scaled FP8 product "
+         "of the two tiles to the fp32 accumulator.",
+    todo={"block_scales": "acc = tl.dot(a, b, acc)  # TODO: this K block's scales"},
+    hints=(
+        "The scales are constant inside a block of SCALE_K elements of K, so the product of a "
+        "block can be scaled as a whole: dot(a, b) in fp32, then times sa[row] * sb[col].",
+        "This step's block is k0 // SCALE_K; its scales are at sa_ptrs + block * stride_sak and "
+        "sb_ptrs + block * stride_sbk, masked to the rows (columns) that exist.",
+        "acc += tl.dot(a, b) * (scale_a[:, None] * scale_b[None, :]): a fresh partial product per "
+        "block, scaled, then accumulated in fp32.",
+    ),
+    wrong={
+        "the first K block's scales for every block": variant(
+            BLOCKWISE_MODULE, "block_scales", ("block * stride_sak", "0 * stride_sak"),
+            ("block * stride_sbk", "0 * stride_sbk")),
+        "the scales multiply the running sum": variant(
+            BLOCKWISE_MODULE, "block_scales",
+            ("acc += tl.dot(a, b) * (scale_a[:, None] * scale_b[None, :])",
+             "acc = tl.dot(a, b, acc) * (scale_a[:, None] * scale_b[None, :])")),
+    },
+    shapes=BLOCK_SHAPES, dtypes=DTYPES, seeds=SEEDS, grade=_grade_blockwise,
+)
+
 FNUZ_MAX = AnswerExercise(
     key="gemm_fp8/format", title="The FP8 format of MI300X's matrix cores",
     question="On MI300X (gfx942) v1 takes A and B in the e4m3 format its matrix cores read "
@@ -106,4 +165,4 @@ FNUZ_MAX = AnswerExercise(
             "max into NaN rather than saturating.",
 )
 
-EXERCISES = (UPCAST, FP8_DOT, FNUZ_MAX)
+EXERCISES = (UPCAST, FP8_DOT, BLOCKWISE, FNUZ_MAX)

@@ -19,20 +19,21 @@ DOT_SCALED = KernelExercise(
     todo={"scaled_dot": "# TODO: load this step's e8m0 scales and accumulate the scaled product\n"
                         "acc += 0.0"},
     hints=(
-        "tl.dot_scaled(a, a_scales, \"e2m1\", b, b_scales, \"e2m1\", acc) takes the packed tiles "
-        "and one scale byte per 32 elements, and applies the scales inside the dot.",
-        "k_scales = (K - k0) // 32 scales are left in this row; a lane is real when its row (or "
+        "tl.dot_scaled(a, a_scales, ELEMENTS, b, b_scales, ELEMENTS, acc) takes the packed tiles "
+        "(ELEMENTS is the element format, \"e2m1\" here) and one scale byte per 32 elements, and "
+        "applies the scales inside the dot.",
+        "k_scales = cdiv(K - k0, 32) scales are left in this row; a lane is real when its row (or "
         "column) exists and ks < k_scales. Masked-off scales load 0.",
         "sa = tl.load(sa_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < k_scales), other=0), "
-        "sb the same with cols and N, then acc = tl.dot_scaled(a, sa, \"e2m1\", b, sb, \"e2m1\", acc).",
+        "sb the same with cols and N, then acc = tl.dot_scaled(a, sa, ELEMENTS, b, sb, ELEMENTS, acc).",
     ),
     wrong={
         "scales of A and B swapped": variant(
-            MODULE, "scaled_dot", ('(a, sa, "e2m1", b, sb, ', '(a, sb, "e2m1", b, sa, ')),
+            MODULE, "scaled_dot", ("(a, sa, ELEMENTS, b, sb, ", "(a, sb, ELEMENTS, b, sa, ")),
         "scale rows not masked": variant(
             MODULE, "scaled_dot", ("(rows[:, None] < M) & (ks", "(ks"), ("(cols[:, None] < N) & (ks", "(ks")),
         "block scales left out": variant(
-            MODULE, "scaled_dot", ('(a, sa, "e2m1", b, sb, ', '(a, None, "e2m1", b, None, ')),
+            MODULE, "scaled_dot", ("(a, sa, ELEMENTS, b, sb, ", "(a, None, ELEMENTS, b, None, ")),
     },
     shapes=((37, 29, 53), (5, 67, 96)), dtypes=(FORMAT,),
 )

@@ -1,0 +1,247 @@
+"""The fused FP8 quantize kernels: read x once, write q (and the transposed copy q_t) and scales.
+
+The public op is :func:`kernels.gemm_fp8.quantize` (:mod:`.quantize`); this module launches.
+
+Why a kernel: quantization is memory-bound (2 bytes read, 1 or 2 written per element of a
+bf16 x) and runs on every activation, gradient and weight of an FP8 training step, so its
+traffic decides whether the FP8 GEMM's win survives (:func:`bytes_moved`). The wgrad GEMM
+needs x quantized along the *other* axis (its reduction runs over the tokens), so the
+transposed copy is produced from the same tile in the same pass instead of a second
+read of x.
+
+One program owns a 128 x 128 tile of x (``TILE``): the block granularities' groups
+(1x128, 128x128, MX's 1x32) and their transposed twins (128x1, 32x1) all lie inside a
+tile, so their amax is a reduction over registers, and x is read once. ``tensor`` and
+``row`` need an amax over the whole tensor or row, which no tile sees: they take two
+passes, an amax pass (:func:`_amax_kernel`, one partial max per tile and per row/column
+of a tile, reduced on the device) and the cast pass, so x is read twice. An atomic max
+would not save the second read: no element can be cast before its group's amax is known.
+
+Rounding: the kernel rounds ``x / scale`` to the FP8 grid itself, in fp32 arithmetic
+(:func:`kernels.triton_support.round_to_fp8`), and then converts a value the format holds exactly. The
+hardware's conversion would round to nearest even too (on a GPU the convert is exact
+here); Triton's interpreter does not (its fp32 -> fp8 conversion drops the carry of a
+mantissa that rounds up into the next binade, and rounds ties away from zero), and the
+CPU check is bit-exact against :mod:`.quantize_ref` only because of this. The rounding
+costs a few integer and two fp32 adds per element in a memory-bound kernel.
+
+What gfx942 and gfx950 make of it (Triton 3.9, ``tests/test_fp8_quantize_isa.py``): per
+thread and tile, x read as four 16-byte buffer loads, q and q_t stored as two 16-byte stores
+each, no spills; the transposed copy crosses lanes through 16 KiB of LDS, written two bytes
+and read one byte at a time (16-bit LDS writes, 8-bit LDS reads), the narrow-LDS pattern of
+an 8-bit layout conversion. Whether that LDS traffic or HBM bounds the kernel is for a GPU to say.
+
+Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
+would cost a host sync per call); :func:`quantize_reference` states the finite semantics.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ..outputs import new_output
+from ..registry import AotKernel
+from ..triton_support import aot_launch, cdiv, fp8_grid, pointer_type, round_to_fp8
+from .quantize_ref import TILE, group_shape, mx_emax, scale_shape
+
+NUM_WARPS = 8   # 512 threads per 128 x 128 tile: 32 fp32 values each
+
+
+@triton.jit
+def _mx_exponent(amax, EMAX: tl.constexpr):
+    """floor(log2 amax) - EMAX clamped to [-127, 127] (amax 0 or subnormal: -127), from amax's
+    exponent bits, as :func:`kernels.microscaling.shared_exponent`."""
+    binade = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    return tl.minimum(tl.maximum(binade - EMAX, -127), 127)
+
+
+@triton.jit
+def _pow2(exponent):
+    """2^exponent (integer in [-126, 127]) built from its bits: exact."""
+    return ((exponent + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _quantized(y, FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr):
+    return round_to_fp8(tl.minimum(tl.maximum(y, -FMAX), FMAX), MANT, EMIN)
+
+
+@triton.jit
+def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
+                     FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
+                     MX: tl.constexpr, EMAX: tl.constexpr):
+    """Groups of 1 x G along the tile's second axis: (quantized tile, scale per group)."""
+    amax = tl.max(tl.reshape(ax, (BM, BK // G, G)), axis=2)
+    if MX:
+        exponent = _mx_exponent(amax, EMAX)
+        y = tl.reshape(x, (BM, BK // G, G)) * _pow2(-exponent)[:, :, None]
+        scale = (exponent + 127).to(tl.uint8)
+    else:
+        scale = tl.where(amax > 0, amax / FMAX, 1.0)
+        y = tl.reshape(x, (BM, BK // G, G)) / scale[:, :, None]
+    return tl.reshape(_quantized(y, FMAX, MANT, EMIN), (BM, BK)), scale
+
+
+@triton.jit
+def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, M, K,
+                     stride_xm, stride_xk, stride_qm, stride_qk, stride_sm, stride_sk,
+                     stride_qtk, stride_qtm, stride_stk, stride_stm,
+                     FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
+                     MODE: tl.constexpr, G: tl.constexpr, MX: tl.constexpr, TRANSPOSE: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    """MODE 0: scales given (tensor, row: q's per row, q_t's per column of x);
+    1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile; 2: one G x G group."""
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_m * BLOCK + tl.arange(0, BLOCK)
+    cols = pid_k * BLOCK + tl.arange(0, BLOCK)
+    rows64, cols64 = rows.to(tl.int64), cols.to(tl.int64)
+    inside = (rows[:, None] < M) & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols64[None, :] * stride_xk,
+                mask=inside, other=0.0).to(tl.float32)
+    ax = tl.abs(x)
+    if MODE == 0:
+        scale = tl.load(s_ptr + rows64 * stride_sm, mask=rows < M, other=1.0)
+        q = _quantized(x / scale[:, None], FMAX, MANT, EMIN)
+    elif MODE == 1:
+        q, scale = _grouped_along_k(x, ax, BLOCK, BLOCK, G, FMAX, MANT, EMIN, MX, EMAX)
+        groups = pid_k * (BLOCK // G) + tl.arange(0, BLOCK // G)
+        tl.store(s_ptr + rows64[:, None] * stride_sm + groups[None, :] * stride_sk, scale,
+                 mask=(rows[:, None] < M) & (groups[None, :] < tl.cdiv(K, G)))
+    else:
+        amax = tl.max(tl.max(ax, axis=1), axis=0)
+        scale = tl.where(amax > 0, amax / FMAX, 1.0)
+        q = _quantized(x / scale, FMAX, MANT, EMIN)
+        tl.store(s_ptr + pid_m * stride_sm + pid_k * stride_sk, scale)
+    tl.store(q_ptr + rows64[:, None] * stride_qm + cols64[None, :] * stride_qk,
+             q.to(q_ptr.dtype.element_ty), mask=inside)
+    if TRANSPOSE:
+        if MODE == 0:
+            scale_t = tl.load(st_ptr + cols64 * stride_stk, mask=cols < K, other=1.0)
+            q_t = tl.trans(_quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
+        elif MODE == 1:   # G x 1 groups of x are 1 x G groups of x.T
+            q_t, scale_t = _grouped_along_k(tl.trans(x), tl.trans(ax), BLOCK, BLOCK, G,
+                                            FMAX, MANT, EMIN, MX, EMAX)
+            groups = pid_m * (BLOCK // G) + tl.arange(0, BLOCK // G)
+            tl.store(st_ptr + cols64[:, None] * stride_stk + groups[None, :] * stride_stm, scale_t,
+                     mask=(cols[:, None] < K) & (groups[None, :] < tl.cdiv(M, G)))
+        else:             # the same group: q.T
+            q_t = tl.trans(q)
+        tl.store(qt_ptr + cols64[:, None] * stride_qtk + rows64[None, :] * stride_qtm,
+                 q_t.to(qt_ptr.dtype.element_ty), mask=(cols[:, None] < K) & (rows[None, :] < M))
+
+
+@triton.jit
+def _amax_kernel(x_ptr, rows_ptr, cols_ptr, M, K, stride_xm, stride_xk,
+                 stride_rm, stride_rk, stride_cm, stride_ck,
+                 COLS: tl.constexpr, BLOCK: tl.constexpr):
+    """The first pass of ``tensor`` and ``row``: per tile, the max |x| of each of its rows
+    (and, with COLS, of each of its columns), reduced over tiles by the host's caller."""
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_m * BLOCK + tl.arange(0, BLOCK)
+    cols = pid_k * BLOCK + tl.arange(0, BLOCK)
+    inside = (rows[:, None] < M) & (cols[None, :] < K)
+    ax = tl.abs(tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm
+                        + cols.to(tl.int64)[None, :] * stride_xk, mask=inside, other=0.0).to(tl.float32))
+    tl.store(rows_ptr + rows * stride_rm + pid_k * stride_rk, tl.max(ax, axis=1), mask=rows < M)
+    if COLS:
+        tl.store(cols_ptr + pid_m * stride_cm + cols * stride_ck, tl.max(ax, axis=0), mask=cols < K)
+
+
+def _format_constants(dtype: torch.dtype) -> dict:
+    info = torch.finfo(dtype)
+    return dict(FMAX=float(info.max), **fp8_grid(dtype), EMAX=mx_emax(dtype))
+
+
+def _given_scales(x: torch.Tensor, granularity: str, fmax: float, transpose: bool):
+    """The amax pass of ``tensor`` and ``row``: (scale of q's rows, scale of q_t's rows),
+    each a float32 vector to read per row/column (stride 0 for ``tensor``)."""
+    m, k = x.shape
+    tiles = (cdiv(m, TILE), cdiv(k, TILE))
+    row_max = torch.empty((m, tiles[1]), dtype=torch.float32, device=x.device)
+    cols = granularity == "row" and transpose
+    col_max = torch.empty((tiles[0], k) if cols else (1, 1), dtype=torch.float32, device=x.device)
+    _amax_kernel[tiles](x, row_max, col_max, m, k, *x.stride(), *row_max.stride(), *col_max.stride(),
+                        COLS=cols, BLOCK=TILE, num_warps=NUM_WARPS)
+
+    def scale_of(amax):
+        return torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+    if granularity == "tensor":
+        scale = scale_of(row_max.amax())
+        return scale, scale
+    return scale_of(row_max.amax(dim=1, keepdim=True)), (
+        scale_of(col_max.amax(dim=0)).unsqueeze(1) if cols else None)
+
+
+def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
+           transpose: bool = False) -> tuple[torch.Tensor, ...]:
+    """Run the kernels of :func:`kernels.gemm_fp8.quantize` on a checked ``x`` (M, K)."""
+    m, k = x.shape
+    consts = _format_constants(fp8_dtype)
+    mx = granularity == "mx32"
+    scale_dtype = torch.uint8 if mx else torch.float32
+    q = new_output((m, k), fp8_dtype, x.device)
+    q_t = new_output((k, m), fp8_dtype, x.device) if transpose else q
+    if x.numel() == 0:
+        scale = torch.ones(scale_shape(granularity, m, k), dtype=scale_dtype, device=x.device)
+        scale_t = torch.ones(scale_shape(granularity, k, m), dtype=scale_dtype, device=x.device)
+        if mx:   # amax 0: byte 0, as the MX rule gives an all-zero block
+            scale, scale_t = scale.zero_(), scale_t.zero_()
+        return (q, scale, q_t, scale_t) if transpose else (q, scale)
+    if granularity in ("tensor", "row"):
+        mode, group = 0, TILE
+        scale, scale_t = _given_scales(x, granularity, consts["FMAX"], transpose)
+        s_strides = (0 if granularity == "tensor" else scale.stride(0), 0)
+        st_strides = (0 if scale_t is None or granularity == "tensor" else scale_t.stride(0), 0)
+    else:
+        mode = 2 if granularity == "block128x128" else 1
+        group = group_shape(granularity, m, k)[1]
+        scale = new_output(scale_shape(granularity, m, k), scale_dtype, x.device)
+        scale_t = new_output(scale_shape(granularity, k, m), scale_dtype, x.device) if mode == 1 else None
+        s_strides = scale.stride()
+        st_strides = scale_t.stride() if scale_t is not None else (0, 0)
+    tiles = (cdiv(m, TILE), cdiv(k, TILE))
+    _quantize_kernel[tiles](x, q, scale, q_t, scale if scale_t is None else scale_t, m, k,
+                            *x.stride(), *q.stride(), *s_strides, *q_t.stride(), *st_strides,
+                            MODE=mode, G=group, MX=mx, TRANSPOSE=transpose, BLOCK=TILE,
+                            num_warps=NUM_WARPS, **consts)
+    if not transpose:
+        return q, scale
+    if mode == 2:
+        scale_t = scale.t().contiguous()
+    return q, scale, q_t, scale_t
+
+
+def bytes_moved(shape: tuple[int, int], x_dtype: torch.dtype, granularity: str,
+                transpose: bool = False) -> float:
+    """Minimum traffic of :func:`quantize`, the roofline's denominator: x read once (twice
+    for ``tensor`` and ``row``, whose amax pass reads it again), q written once (and q_t), the
+    scales written. For bf16 x and a block granularity: 3 bytes per element, 4 with q_t."""
+    m, k = shape
+    reads = 2 if granularity in ("tensor", "row") else 1
+    copies = 2 if transpose else 1
+    scale_bytes = 1 if granularity == "mx32" else 4
+    scales = sum(math.prod(scale_shape(granularity, *s)) for s in ((m, k), (k, m))[:copies])
+    return float(m * k * (reads * x_dtype.itemsize + copies) + scales * scale_bytes)
+
+
+def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
+        x_dtype: torch.dtype = torch.bfloat16) -> AotKernel:
+    """The cast pass as a GPU runs it on a contiguous 8192 x 8192 x, for an ahead-of-time
+    compile (:func:`workbench.isa_compile.compile_aot`; not a rung, so not in the inspector)."""
+    size = 8192
+    mode = 0 if granularity in ("tensor", "row") else 2 if granularity == "block128x128" else 1
+    m_groups = scale_shape(granularity, size, size)
+    ints = dict(M=size, K=size, stride_xm=size, stride_xk=1, stride_qm=size, stride_qk=1,
+                stride_sm=m_groups[1] if mode else 1, stride_sk=1, stride_qtk=size, stride_qtm=1,
+                stride_stk=m_groups[1] if mode == 1 else 1, stride_stm=1)
+    scale = pointer_type(torch.uint8) if granularity == "mx32" else "*fp32"
+    constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
+                      MX=granularity == "mx32", TRANSPOSE=transpose, **_format_constants(fp8_dtype))
+    return aot_launch(_quantize_kernel, fp8_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS), ints,
+                      constexprs=constexprs,
+                      pointers={"x_ptr": pointer_type(x_dtype), "s_ptr": scale, "st_ptr": scale})

@@ -1,0 +1,121 @@
+"""v2 triton_blockwise: scales that change along K (DeepSeek-V3's 1x128 / 128x128 blocks) go on the accumulator inside the loop.
+
+Idea:
+    FP8 training recipes with fine-grained scaling (DeepSeek-V3 §3.3: 1 x 128 tiles for
+    activations and gradients, 128 x 128 blocks for weights) give every 128 elements of
+    K their own scales, so ``(A s_a) @ (B s_b)`` no longer factors into
+    ``s_a * (A @ B) * s_b`` and v1's epilogue cannot apply them. Each K step of 128
+    (one scale block) runs the FP8 matrix core on the raw tiles into a fresh fp32
+    partial product, which is then scaled and added to the accumulator:
+    ``acc += dot(a, b) * sa[:, None] * sb[None, :]`` with ``sa`` the step's scale per row
+    of A and ``sb`` its scale per column of B (per column, or per 128 columns, of a
+    128 x 128 block). Accumulation stays in fp32 across blocks. Scales constant along K
+    (per tensor, per row/column) take v1's path, selected at compile time
+    (``SCALES_ALONG_K``), so this rung serves every recipe and is the public op's.
+
+Why faster:
+    Than dequantizing block-scaled operands to bf16 and running a bf16 GEMM: half the
+    operand bytes and the FP8 matrix-core rate, with the scaling in registers. DeepSeek-V3
+    applied the scales on the accumulator because its H800 tensor cores keep about 14
+    bits of an FP8 product's sum; AMD's FP8 MFMAs accumulate in full fp32, so here the
+    reason is only that the scales change along K.
+
+Expected bound:
+    Compute (FP8 matrix-core peak) for large shapes, less what the scaling costs: per K
+    step each accumulator element takes a multiply-add by the product of its row's and
+    column's scales, on the VALU, beside the MFMAs. The AOT compile of this rung's config
+    (256 x 128 x 128 tile, 8 waves; ``tests/test_gemm_fp8_blockwise.py`` pins the counts)
+    has per wave and K step of 128, in the hot loop:
+
+    * gfx942: 64 ``v_mfma_f32_16x16x32_fp8_fp8`` against 56 scaling VALU instructions
+      (16 ``v_mul_f32`` for the scale products, 16 ``v_fma_f32`` and 24 packed
+      ``v_pk_fma_f32`` for the 64 accumulator elements of a lane), under one per MFMA;
+      the separate fp32 partial product costs registers: 252 VGPRs, 2 waves per SIMD.
+    * gfx950: 16 ``v_mfma_f32_16x16x128_f8f6f4`` against 72 (16 ``v_mul_f32``, 48
+      ``v_fma_f32``, 8 ``v_pk_fma_f32``): 4.5 per MFMA, since one CDNA4 MFMA does four
+      gfx942 ones' K.
+
+    Whether the VALU hides under the MFMAs is a question for the model and a GPU; no
+    number here is measured.
+
+Limits:
+    A and B in one e4m3 format; scale blocks of 128 along K (``SCALE_K``), BLOCK_K
+    dividing it. A's scales per 1 x 128, B's per 128 x 128 or 128 x 1 (or constant along K).
+    Any M, N, K and strides through masked loads; a K that is not a multiple of 128 has
+    a last, partial scale block. No XCD-aware program remapping yet.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..registry import rung
+from ..triton_support import round_to_bf16
+from . import launch
+from .formats import native_dtypes
+
+
+@triton.jit
+def _gemm_fp8_blockwise_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
+                               stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                               stride_sam, stride_sak, stride_sbk, stride_sbn,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                               GROUP_M: tl.constexpr, SCALE_K: tl.constexpr, GROUP_N: tl.constexpr,
+                               SCALES_ALONG_K: tl.constexpr, INTERP_BF16: tl.constexpr):
+    tl.static_assert(SCALE_K % BLOCK_K == 0, "a K step must not straddle two scale blocks")
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = min(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    # Offsets in int64: int arguments below 2^31 arrive as i32, and rows * stride_am
+    # wraps for an operand of 2^31+ elements. Computed once here, not in the loop.
+    a_ptrs = a_ptr + rows.to(tl.int64)[:, None] * stride_am + ks.to(tl.int64)[None, :] * stride_ak
+    b_ptrs = b_ptr + ks.to(tl.int64)[:, None] * stride_bk + cols.to(tl.int64)[None, :] * stride_bn
+    a_step = tl.cast(stride_ak, tl.int64) * BLOCK_K
+    b_step = tl.cast(stride_bk, tl.int64) * BLOCK_K
+    sa_ptrs = sa_ptr + rows.to(tl.int64) * stride_sam
+    sb_ptrs = sb_ptr + (cols // GROUP_N).to(tl.int64) * stride_sbn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] + k0 < K), other=0.0)
+        b = tl.load(b_ptrs, mask=(ks[:, None] + k0 < K) & (cols[None, :] < N), other=0.0)
+        if SCALES_ALONG_K:
+            # exercise begin: block_scales
+            block = k0 // SCALE_K
+            scale_a = tl.load(sa_ptrs + block * stride_sak, mask=rows < M, other=0.0)
+            scale_b = tl.load(sb_ptrs + block * stride_sbk, mask=cols < N, other=0.0)
+            acc += tl.dot(a, b) * (scale_a[:, None] * scale_b[None, :])
+            # exercise end
+        else:
+            acc = tl.dot(a, b, acc)
+        a_ptrs += a_step
+        b_ptrs += b_step
+
+    if not SCALES_ALONG_K:
+        scale_a = tl.load(sa_ptrs, mask=rows < M, other=0.0)
+        scale_b = tl.load(sb_ptrs, mask=cols < N, other=0.0)
+        acc = acc * scale_a[:, None] * scale_b[None, :]
+    if INTERP_BF16:
+        acc = round_to_bf16(acc)
+    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols.to(tl.int64)[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None):
+    return launch.aot_blockwise(_gemm_fp8_blockwise_kernel, dtype, backend, overrides)
+
+
+@rung(op="gemm_fp8", rung=2, name="triton_blockwise", backends=("hip", "cuda", "interpreter"),
+      dtypes=native_dtypes(), interpreter=True, kind="triton", aot=aot)
+def gemm_fp8_v2(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return launch.launch_blockwise(_gemm_fp8_blockwise_kernel, a, b, scale_a, scale_b, out_dtype)

@@ -1,0 +1,153 @@
+"""The fused FP8 quantize kernel: bit-exact against its torch reference, every granularity and format.
+
+The kernel runs under the interpreter here with the launch a GPU gets (128 x 128 tiles), on
+shapes that are not multiples of the groups (ragged last tiles), into poisoned outputs, so
+an element or scale the kernel does not write fails the comparison.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels.gemm_fp8 import quantize
+from kernels.gemm_fp8.quantize_kernel import bytes_moved
+from kernels.gemm_fp8.quantize_ref import (GRANULARITIES, MX_DTYPES, QUANT_DTYPES, quantize_reference,
+                                           scale_shape)
+from kernels.gemm_mxfp4.formats import quantize_mxfp4
+from kernels.microscaling import shared_exponent
+from kernels.outputs import poisoned_outputs
+
+E4M3FN, E4M3FNUZ, E5M2 = torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2
+CASES = [(g, d) for g in GRANULARITIES for d in (MX_DTYPES if g == "mx32" else QUANT_DTYPES)]
+
+
+def activations(shape, seed=0, dtype=torch.float32):
+    """Columns over nine decades, an all-zero row and a -0 column: groups with very different
+    amaxes, a zero group, and signed zeros."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen) * torch.logspace(-6, 3, shape[1])
+    x[min(3, shape[0] - 1)] = 0.0
+    x[:, min(7, shape[1] - 1)] = -0.0
+    return x.to(dtype)
+
+
+def assert_same(got, want):
+    """Bitwise equality (an fp8 payload compared as bytes: NaN poison never equals)."""
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, w.dtype, g.shape, w.shape)
+        if g.dtype.itemsize == 1 and g.dtype.is_floating_point:
+            g, w = g.view(torch.uint8), w.view(torch.uint8)
+        bad = g != w
+        assert not bad.any(), f"output {i}: {int(bad.sum())} of {bad.numel()} differ, first at {bad.nonzero()[0].tolist()}"
+
+
+@pytest.mark.parametrize("granularity,fp8", CASES, ids=lambda v: str(v).removeprefix("torch.float8_"))
+def test_quantize_is_bit_exact_with_its_transposed_copy(granularity, fp8):
+    x = activations((130, 259))
+    with poisoned_outputs():
+        got = quantize(x, granularity, fp8, transpose=True)
+    want = quantize_reference(x, granularity, fp8, transpose=True)
+    assert_same(got, want)
+    assert got[1].shape == scale_shape(granularity, 130, 259)
+    assert got[3].shape == scale_shape(granularity, 259, 130)
+
+
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("granularity", ["row", "block1x128"])
+def test_16_bit_inputs_without_transpose(x_dtype, granularity):
+    x = activations((67, 200), seed=1, dtype=x_dtype)
+    with poisoned_outputs():
+        got = quantize(x, granularity, E4M3FNUZ)
+    assert_same(got, quantize_reference(x, granularity, E4M3FNUZ))
+
+
+@pytest.mark.parametrize("fp8", QUANT_DTYPES, ids=str)
+def test_rounding_matches_torch_on_ties_carries_and_subnormals(fp8):
+    """Every representable value, every midpoint between neighbours (ties go to even) and
+    its two fp32 neighbours, and the tops of binades (a round-up carries into the exponent):
+    with the format's max in the tensor the scale is exactly 1, so q is the cast of x."""
+    grid = torch.arange(256, dtype=torch.uint8).view(fp8).float()
+    grid = grid[torch.isfinite(grid)].unique()
+    mids = (grid[1:] + grid[:-1]) / 2
+    near = torch.cat([mids, mids.nextafter(torch.tensor(float("inf"))),
+                      mids.nextafter(torch.tensor(-float("inf")))])
+    x = torch.cat([grid, near, torch.tensor([-0.0, 1e-30, -1e-30])]).reshape(1, -1)
+    (q, scale) = quantize(x, "tensor", fp8)
+    assert scale.item() == 1.0
+    assert torch.equal(q.view(torch.uint8), x.to(fp8).view(torch.uint8))
+
+
+def test_fp32_scales_map_each_group_amax_onto_the_format_max():
+    x = activations((130, 259), seed=2)
+    q, scale = quantize(x, "block1x128", E4M3FN)
+    fmax = torch.finfo(E4M3FN).max
+    q_groups = torch.nn.functional.pad(q.float().abs(), (0, 3 * 128 - 259)).reshape(130, 3, 128).amax(-1)
+    assert torch.equal(q_groups[scale != 1], torch.full_like(q_groups[scale != 1], fmax))
+    assert torch.equal(scale[3], torch.ones(3))            # the zero row: amax 0 -> scale 1
+    back = q.float() * scale.repeat_interleave(128, 1)[:, :259]
+    assert torch.all((back - x).abs() <= 2**-4 * x.abs() + 2**-9 * scale.repeat_interleave(128, 1)[:, :259])
+
+
+def test_mx32_shares_the_mxfp4_scale_rule():
+    """Per 32 along K, the byte is floor(log2 amax) - emax + 127, as the MXFP4 quantizer's
+    (emax 8 for e4m3: the block's amax lands in [256, 512), above 448 it saturates)."""
+    x = activations((5, 96), seed=3)
+    q, scale = quantize(x, "mx32", E4M3FN)
+    amax = x.abs().reshape(5, 3, 32).amax(-1)
+    assert torch.equal(scale.long(), shared_exponent(amax, 8) + 127)
+    _, fp4_scales = quantize_mxfp4(x)
+    live = amax > 0            # an all-zero block gets byte 0 in both
+    assert torch.equal(scale.long()[live] + 6, fp4_scales.long()[live])   # e2m1's emax is 2, e4m3's 8
+    assert torch.equal(scale[~live], fp4_scales[~live]) and (~live).sum() == 3
+    scaled_top = amax[live] / torch.exp2(scale[live].float() - 127)
+    assert torch.all((scaled_top >= 256) & (scaled_top < 512))
+    assert q.float().abs().max() <= 448
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (4, 0), (1, 1), (1, 300), (300, 1)], ids=str)
+@pytest.mark.parametrize("granularity", ["tensor", "row", "block128x128", "mx32"])
+def test_edge_shapes(shape, granularity):
+    x = torch.randn(shape)
+    got = quantize(x, granularity, E4M3FN, transpose=True)
+    assert_same(got, quantize_reference(x, granularity, E4M3FN, transpose=True))
+
+
+def test_strided_and_broadcast_inputs():
+    x = activations((40, 300), seed=4)
+    for view in (x.t().contiguous().t(), x[:, ::2], torch.randn(300).expand(40, 300)):
+        assert_same(quantize(view, "block1x128", E4M3FN, transpose=True),
+                    quantize_reference(view, "block1x128", E4M3FN, transpose=True))
+
+
+@pytest.mark.parametrize("args,error,match", [
+    ((torch.ones(2, 2, 2), "row", E4M3FN), ValueError, "x must be 2-D"),
+    ((torch.ones(2, 2, dtype=torch.int32), "row", E4M3FN), TypeError, "x has dtype int32"),
+    ((torch.ones(2, 2), "block", E4M3FN), ValueError, "granularity must be one of"),
+    ((torch.ones(2, 2), "row", torch.bfloat16), TypeError, "fp8_dtype for granularity 'row'"),
+    ((torch.ones(2, 2), "mx32", E4M3FNUZ), TypeError, "OCP formats"),
+    ((torch.ones(2, 2, device="meta"), "row", E4M3FN), ValueError, "x is on meta"),
+], ids=["3d", "int", "granularity", "not-fp8", "mx-fnuz", "device"])
+def test_bad_inputs_are_refused_by_name(args, error, match):
+    with pytest.raises(error, match=match):
+        quantize(*args)
+
+
+def test_custom_op_and_compile():
+    x = activations((20, 150), seed=5)
+    torch.library.opcheck(torch.ops.kernels.quantize_fp8.default, (x, "block1x128", E4M3FN, True),
+                          test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+    compiled = torch.compile(lambda t: [o.float().sum() for o in quantize(t, "mx32", E4M3FN, transpose=True)],
+                             fullgraph=True, backend="aot_eager")
+    expected = [o.float().sum() for o in quantize(x, "mx32", E4M3FN, transpose=True)]
+    assert all(torch.equal(a, b) for a, b in zip(compiled(x), expected))
+
+
+def test_bytes_moved_is_read_once_write_once():
+    m, k = 4096, 8192
+    assert bytes_moved((m, k), torch.bfloat16, "block1x128") == m * k * 3 + m * (k // 128) * 4
+    assert bytes_moved((m, k), torch.bfloat16, "block1x128", transpose=True) == (
+        m * k * 4 + (m * (k // 128) + k * (m // 128)) * 4)
+    assert bytes_moved((m, k), torch.bfloat16, "row") == m * k * 5 + m * 4   # the amax pass reads x again
+    assert bytes_moved((m, k), torch.bfloat16, "mx32") == m * k * 3 + m * (k // 32)

@@ -1,0 +1,49 @@
+"""The fused quantize kernel as gfx942 and gfx950 compile it (ahead of time; not a rung, so the
+ISA inspector's helper does not take it: a fresh subprocess compiles it, since a process that
+ran interpreted kernels cannot). Backs what kernels/gemm_fp8/quantize_kernel.py says of its
+loads, stores and the LDS round trip of the transposed copy."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPILE = """
+import json, torch
+from kernels.gemm_fp8 import quantize_kernel
+from workbench import isa_compile, isa_parse
+kernel = isa_compile.compile_aot(quantize_kernel.aot({granularity!r}, torch.{fp8}), ("hip", {arch!r}, 64))
+lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+print(json.dumps(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
+                      ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}})))
+"""
+
+
+def compiled(granularity: str, fp8: str, arch: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(granularity=granularity, fp8=fp8, arch=arch)],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("granularity, fp8, arch", [("block1x128", "float8_e4m3fnuz", "gfx942"),
+                                                    ("mx32", "float8_e4m3fn", "gfx950")])
+def test_one_wide_read_of_x_two_wide_writes_and_an_lds_transpose(granularity, fp8, arch):
+    """Per thread and 128 x 128 bf16 tile (512 threads): x read as 4 x 16 bytes, q and q_t
+    written as 2 x 16 bytes each; the transposed copy crosses lanes through 16 KiB of LDS,
+    written two bytes and read one byte at a time (ds_write_b16 / ds_read_u8: Triton 3.9's
+    layout conversion for an 8-bit tile, a narrow-LDS pattern). No spills."""
+    result = compiled(granularity, fp8, arch)
+    res, ops = result["resources"], result["ops"]
+    assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+    assert ops["global_load"] == {"buffer_load_dwordx4": 4}
+    assert ops["global_store"]["buffer_store_dwordx4"] == 4
+    assert result["lds"] == 16384
+    assert ops["lds_write"]["ds_write_b16"] >= 16 and ops["lds_read"]["ds_read_u8"] >= 32
+    assert not ops.get("matrix")
