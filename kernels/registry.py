@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import backend as _backend
+from . import plans
 
 # op -> the package that registers it, imported on first use. Mostly ``kernels.<op>``; the
 # MoE ops live under ``kernels.moe``, since ``kernels.grouped_gemm`` is the public function.
@@ -57,6 +58,9 @@ class Rung:
     backward: bool = False
     """Its output is differentiable through the rung's own backward kernels; the harness then
     also judges the gradients of the op's ``grad_inputs`` (:class:`OpSpec`)."""
+    plan: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
+    """``plan(*inputs)`` -> a call that takes inputs of the same metadata and runs the rung
+    with its checks and decisions already made (:mod:`kernels.plans`); a public op keeps it."""
 
     @property
     def label(self) -> str:
@@ -165,7 +169,7 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
          dtypes: Sequence[torch.dtype], interpreter: bool, kind: str,
          aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None,
          prepare: Callable[..., Callable[[], Any]] | None = None, unavailable: str | None = None,
-         backward: bool = False):
+         backward: bool = False, plan: Callable[..., Callable[..., Any]] | None = None):
     """Decorator: declare the decorated function as a rung of ``op``."""
     unknown = set(backends) - set(_backend.BACKENDS)
     if unknown:
@@ -173,7 +177,7 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
 
     def declare(fn):
         entry = Rung(op, rung, name, fn, frozenset(backends), tuple(dtypes), interpreter,
-                     kind, fn.__module__, aot, max_bench_flops, prepare, unavailable, backward)
+                     kind, fn.__module__, aot, max_bench_flops, prepare, unavailable, backward, plan)
         if fn.__module__ in _captures:
             _captures[fn.__module__].append(entry)
             return fn
@@ -181,6 +185,7 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
         if any(r.rung == entry.rung for r in ladder):
             raise ValueError(f"{op} rung {entry.label} is registered twice")
         ladder.append(entry)
+        plans.invalidate()   # the new rung may be the one a public op now picks
         return fn
 
     return declare
