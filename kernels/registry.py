@@ -59,8 +59,9 @@ class Rung:
     """Its output is differentiable through the rung's own backward kernels; the harness then
     also judges the gradients of the op's ``grad_inputs`` (:class:`OpSpec`)."""
     plan: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
-    """``plan(*inputs)`` -> a call that takes inputs of the same metadata and runs the rung
-    with its checks and decisions already made (:mod:`kernels.plans`); a public op keeps it."""
+    """``plan(*inputs)`` -> a call that takes inputs of the same metadata and computes the rung's
+    result with its checks and decisions already made, without autograd: what a public op's
+    eager call that needs no gradient runs, and keeps (:mod:`kernels.plans`)."""
 
     @property
     def label(self) -> str:

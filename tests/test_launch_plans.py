@@ -73,6 +73,18 @@ def test_matmul_misses_when_a_decision_input_changes(builds, change):
     assert builds["matmul"] == before["matmul"] + 1
 
 
+@pytest.mark.parametrize("change", ["type", "shape", "strides", "dtype", "device", "requires_grad", "extra"])
+def test_the_key_holds_every_piece_of_metadata(change):
+    t = torch.zeros(4, 6)
+    other = {"type": lambda: torch.nn.Parameter(t, requires_grad=False), "shape": lambda: torch.zeros(4, 5),
+             "strides": lambda: torch.zeros(6, 4).t(), "dtype": lambda: t.half(),
+             "device": lambda: torch.zeros(4, 6, device="meta"),
+             "requires_grad": lambda: t.clone().requires_grad_(), "extra": lambda: t}[change]()
+    extra = (True, bool) if change == "extra" else (1, int)
+    assert plans.meta(t, extra=(1, int)) != plans.meta(other, extra=extra)
+    assert plans.meta(t, extra=(1, int)) == plans.meta(torch.ones(4, 6), extra=(1, int))   # values are not in it
+
+
 def test_a_new_backend_misses(builds, fake_gpu, monkeypatch):
     a, b = torch.randn(33, 20), torch.randn(20, 17)
     kernels.matmul(a, b)

@@ -40,7 +40,9 @@ Idea:
     ahead-of-time pruned table, then :func:`.configs.prune`: at most 16) with v6's
     own launch, and keeps the fastest (:func:`kernels.tuning.choice`: for the process and
     in the on-disk tuning cache; never timed in frozen mode). On the interpreter the space
-    has one config, so nothing is timed. :func:`chosen_config` tells what ran.
+    has one config, so nothing is timed. :func:`chosen_config` tells what ran. A call's
+    checks, config, split and scalar arguments are kept per operand metadata
+    (:class:`LaunchPlan`, :mod:`kernels.plans`): a repeated shape allocates and launches.
 
 Why faster:
     Every CU has work until the end: the tail's K work is spread over all programs
