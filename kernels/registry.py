@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import backend as _backend
+from . import plans
 
 # op -> the package that registers it, imported on first use. Mostly ``kernels.<op>``; the
 # MoE ops live under ``kernels.moe``, since ``kernels.grouped_gemm`` is the public function.
@@ -62,6 +63,10 @@ class Rung:
     that rung's idea rather than a step up from it (GEMM split-K beside v6's stream-K).
     :func:`get` finds it by name, so the harness and the ISA inspector take it like a
     rung; :func:`variants` (tables, the tour, benchmarks) leaves it out."""
+    plan: Callable[..., Callable[..., Any]] | None = field(default=None, compare=False)
+    """``plan(*inputs)`` -> a call that takes inputs of the same metadata and computes the rung's
+    result with its checks and decisions already made, without autograd: what a public op's
+    eager call that needs no gradient runs, and keeps (:mod:`kernels.plans`)."""
 
     @property
     def label(self) -> str:
@@ -175,7 +180,8 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
          dtypes: Sequence[torch.dtype], interpreter: bool, kind: str,
          aot: Callable[..., Any] | None = None, max_bench_flops: float | None = None,
          prepare: Callable[..., Callable[[], Any]] | None = None, unavailable: str | None = None,
-         backward: bool = False, beside: bool = False):
+         backward: bool = False, beside: bool = False,
+         plan: Callable[..., Callable[..., Any]] | None = None):
     """Decorator: declare the decorated function as a rung of ``op`` (``beside``: a teaching
     variant next to rung ``rung``, off the ladder; see :attr:`Rung.beside`)."""
     unknown = set(backends) - set(_backend.BACKENDS)
@@ -184,7 +190,8 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
 
     def declare(fn):
         entry = Rung(op, rung, name, fn, frozenset(backends), tuple(dtypes), interpreter,
-                     kind, fn.__module__, aot, max_bench_flops, prepare, unavailable, backward, beside)
+                     kind, fn.__module__, aot, max_bench_flops, prepare, unavailable, backward, beside,
+                     plan)
         if fn.__module__ in _captures:
             _captures[fn.__module__].append(entry)
             return fn
@@ -197,6 +204,7 @@ def rung(*, op: str, rung: int | None, name: str, backends: Sequence[str],
         if any(r.rung == entry.rung for r in ladder):
             raise ValueError(f"{op} rung {entry.label} is registered twice")
         ladder.append(entry)
+        plans.invalidate()   # the new rung may be the one a public op now picks
         return fn
 
     return declare

@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 import torch
 import triton
 
-from . import tuning_cache
+from . import plans, tuning_cache
 
 MODES = ("time", "frozen")
 _mode = "time"
@@ -161,7 +161,8 @@ def recording() -> Iterator[dict]:
     before, _record = _record, {}
     seen: dict = {}
     try:
-        yield seen
+        with plans.paused():   # every call decides again, so its keys are recorded
+            yield seen
     finally:
         seen.update({(op, tuning_cache.key_text(key)): v for (op, key), v in _record.items()})
         if before is not None:   # an enclosing recording sees these keys too
@@ -203,6 +204,7 @@ def choice(op: str, key: tuple, candidates: Callable[[], list[dict]],
         if stored in candidates:
             how, cfg = "cached", candidates[candidates.index(stored)]
         elif _mode == "frozen" or _capturing():
+            plans.unsettled()   # not kept: a launch plan built on it is used once
             return _noted(op, key, "untuned", candidates[0])
         else:
             how, cfg = "timed", fastest(candidates, run)
@@ -215,9 +217,11 @@ def adopt(choices: dict[str, dict[str, dict]]) -> None:
     """Take ``choices`` (``{op: {key text: config}}``, e.g. rank 0's) over this process's."""
     tuning_cache.store().put(choices)
     _memo.clear()
+    plans.invalidate()
 
 
 def forget() -> None:
     """Forget every choice of this process; the next lookup reads the cache file again (tests)."""
     _memo.clear()
     tuning_cache.forget()
+    plans.invalidate()

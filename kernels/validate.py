@@ -148,13 +148,18 @@ def grouped_gemm_operands(x, w, offsets, dtypes: Sequence[torch.dtype], allow_em
     if offsets.shape[0] != w.shape[0]:
         raise ValueError(f"offsets has {offsets.shape[0]} entries but w has {w.shape[0]} groups "
                          f"(G); offsets[g] is the end row of group g")
-    if not check_values:
-        return offsets
-    ends = offsets.cpu().long()
-    if ends.numel() and (ends[0] < 0 or bool((ends[1:] < ends[:-1]).any())):
-        raise ValueError(f"offsets must be non-decreasing row ends starting at >= 0, got "
-                         f"{ends.tolist()[:16]}")
-    last = int(ends[-1]) if ends.numel() else 0
-    if last != x.shape[0]:
-        raise ValueError(f"offsets[-1] must equal x's row count T={x.shape[0]}, got {last}")
+    if check_values:
+        group_ends(offsets, x.shape[0])
     return offsets
+
+
+def group_ends(offsets: torch.Tensor, rows: int) -> None:
+    """Read int32 offsets (G,) on the host (one sync) and refuse ends that decrease, start
+    below 0 or do not finish at ``rows``. One ``tolist`` and a Python pass: a check that runs
+    on every call that asks for it, and G (the experts) is small."""
+    ends = offsets.tolist()
+    if ends and (ends[0] < 0 or ends != sorted(ends)):   # sorted: non-decreasing, checked in C
+        raise ValueError(f"offsets must be non-decreasing row ends starting at >= 0, got {ends[:16]}")
+    last = ends[-1] if ends else 0
+    if last != rows:
+        raise ValueError(f"offsets[-1] must equal x's row count T={rows}, got {last}")

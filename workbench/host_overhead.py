@@ -29,10 +29,11 @@ argument binding, cache lookup and the driver's launch) is stubbed out and not m
 The goal (issue 18) is our time within twice torch's (:data:`GOAL`); the report says per op
 whether it is met.
 
-The breakdown splits our time into validation, rung/config lookup, argument packing (the
-rung bodies up to the launch), output allocation, custom-op/autograd dispatch and the stubbed
-launch, by the shares of a cProfile run (each function's own time, a built-in's charged to
-its caller's section) applied to the measured median. cProfile slows Python calls more than
+The breakdown splits our time into validation, rung/config lookup (with the launch plan's key
+and lookup, :mod:`kernels.plans`), argument packing (the rung bodies up to the launch), output
+allocation, custom-op/autograd dispatch (with :func:`kernels.eager.direct`, which decides it)
+and the stubbed launch, by the shares of a cProfile run (each function's own time, a built-in's
+charged to its caller's section) applied to the measured median. cProfile slows Python calls more than
 C calls, so the shares are a guide, not a measurement. :func:`python_calls` counts the Python
 calls our code makes per op call: the number a test bounds, since it does not depend on the CPU.
 
@@ -279,6 +280,7 @@ _FILES = (
     ("kernels/moe/layer_ladder/checks.py", "validation"),
     ("kernels/registry.py", "lookup"), ("kernels/tuning.py", "lookup"), ("/configs.py", "lookup"),
     ("kernels/backend.py", "lookup"), ("kernels/xcd.py", "lookup"),
+    ("kernels/plans.py", "lookup"), ("kernels/eager.py", "dispatch"),
     ("kernels/outputs.py", "allocation"),
     ("workbench/host_overhead.py", "launch"), ("triton/", "launch"),
     ("kernels/", "packing"),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import autocast, eager, validate
+from .. import autocast, eager, plans, validate
 from . import v4_amd_tuned, v5_backward, varlen
 from .spec import DTYPES, MAX_HEAD_DIM
 
@@ -107,12 +107,31 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     SDPA, B, Hq (with Hkv), S or S_k may be 0: O is then empty, or 0 for rows without
     keys, and the gradients 0. Errors name the argument at fault.
     """
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
+    plan = _PLANS(plans.meta(q, k, v, extra=(causal, type(causal), scale, type(scale))), _Checked,
+                  q, k, v, causal, scale)
     if eager.direct(q, k, v, autocast=True):
-        return _fwd_impl(q, k, v, causal, scale)[0]
-    return _fwd(q, k, v, causal, scale)[0]
+        return plan.call(q, k, v)[0]
+    return _fwd(q, k, v, causal, plan.scale)[0]
+
+
+_PLANS = plans.PlanCache()
+
+
+class _Checked(plans.Checked):
+    """:func:`flash_attention`'s checks for inputs of one metadata, ``causal`` and ``scale``
+    (their types are in the key: ``True == 1``); ``scale`` the softmax scale they give."""
+
+    def __init__(self, q, k, v, causal, scale):
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        self.causal = causal
+        self.scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
+
+    def bind(self, q, k, v):
+        causal, scale = self.causal, self.scale
+        if _no_work(q, k):
+            return lambda q, k, v: _fwd_impl(q, k, v, causal, scale)
+        return v4_amd_tuned.plan(q, k, v, causal, scale)
 
 
 def _varlen_fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
@@ -184,16 +203,39 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kernels stay inside the tensors: forward and backward clamp each sequence into the
     packed tokens (its rows past max_seqlen_q are not written).
     """
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        validate.tensor(name, t, ndim=3, allow_empty=True)
-    scale = validate.attention_operands(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-                                        v.transpose(0, 1).unsqueeze(0), scale, DTYPES, MAX_HEAD_DIM,
-                                        allow_empty=True)
-    varlen.check_metadata(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    if check_offsets:
+    plan = _PLANS_VARLEN(plans.meta(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                    extra=(max_seqlen_q, type(max_seqlen_q), max_seqlen_k, type(max_seqlen_k),
+                                           causal, type(causal), scale, type(scale))),
+                         _CheckedVarlen, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
+    if check_offsets:   # the values: read on every call that asks
         varlen.check_offsets(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
-    plain = eager.direct(q, k, v, cu_seqlens_q, cu_seqlens_k, autocast=True)
-    fwd = _varlen_fwd_impl if plain else _varlen_fwd
-    return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)[0]
+    if eager.direct(q, k, v, cu_seqlens_q, cu_seqlens_k, autocast=True):
+        return plan.call(q, k, v, cu_seqlens_q, cu_seqlens_k)[0]
+    return _varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, plan.scale)[0]
+
+
+_PLANS_VARLEN = plans.PlanCache()
+
+
+class _CheckedVarlen(plans.Checked):
+    """:func:`flash_attention_varlen`'s checks that read no offsets, for inputs of one
+    metadata, max lengths, ``causal`` and ``scale``."""
+
+    def __init__(self, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            validate.tensor(name, t, ndim=3, allow_empty=True)
+        self.scale = validate.attention_operands(
+            q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
+            scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
+        varlen.check_metadata(cu_q, cu_k, max_q, max_k)
+        self.args = max_q, max_k, causal
+
+    def bind(self, q, k, v, cu_q, cu_k):
+        (max_q, max_k, causal), scale = self.args, self.scale
+        if _no_work(q, k):
+            return lambda q, k, v, cu_q, cu_k: _varlen_fwd_impl(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
+        tuned = v4_amd_tuned.plan(q, k, v, causal, scale, varlen.Packing(cu_q, cu_k, max_q, max_k))
+        # the offsets packed as Packing packs them (a copy only for a strided view)
+        return lambda q, k, v, cu_q, cu_k: tuned(q, k, v, cu_q.contiguous(), cu_k.contiguous())

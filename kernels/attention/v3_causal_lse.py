@@ -61,7 +61,7 @@ from .. import validate
 from ..outputs import new_output
 from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
-from .launch import aot_even, aot_ints, even, head_block, k_rows, p_bits, scale_sign, strides
+from .launch import aot_even, aot_ints, even, head_block, k_rows, p_bits, scale_sign
 from .varlen import Packing, aot_args, clamped_sequence, cu_args
 from .spec import DTYPES, MAX_HEAD_DIM
 
@@ -235,21 +235,59 @@ def launch(q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | No
 
     With ``packing``, q, k, v and O are packed (T, H, D) and the LSE is (1, Hq, 2, T):
     one launch for every sequence."""
-    o = new_output(q.shape, q.dtype, q.device)
-    views = packing.views(q, k, v, o) if packing else (q, k, v, o)
-    (b, hq, s, d), (hkv, sk) = views[0].shape, views[1].shape[1:3]
-    lse = new_output((1 if packing else b, hq, 2, s), torch.float32, q.device)
-    grid = (cdiv(packing.max_q if packing else s, cfg["BLOCK_M"]), b * hq)
-    here = _backend.current()
-    _flash_fwd_lse_kernel[grid](*views[:4], lse, *cu_args(packing), scale, s, sk, d, hq // hkv, hq,
-                                *strides(views[0]), *strides(views[1]), *strides(views[2]),
-                                *strides(views[3]),
-                                CAUSAL=bool(causal), VARLEN=packing is not None,
-                                INTERP_BF16=interp_bf16(q.dtype), SCALE_SIGN=scale_sign(scale),
-                                P_BITS=p_bits(q.dtype, here.name, here.arch),
-                                K_ROWS=k_rows(here.name, here.arch),
-                                **even(s, sk, d, cfg, packing is not None), **cfg)
-    return o, lse
+    return LaunchPlan(q, k, v, causal, scale, cfg, packing)(q, k, v, *cu_args(packing))
+
+
+def _view_strides(stride: tuple, packing: Packing | None) -> tuple:
+    """(batch, head, sequence, dim) strides of the kernels' view of a tensor of strides
+    ``stride``: a dense (B, H, S, D) tensor's own, or a packed (T, H, D) tensor's as
+    ``packing.views`` lays it out (batch stride 0)."""
+    if packing is None:
+        return tuple(stride)
+    token, head, dim = stride
+    return 0, head, token, dim
+
+
+def _contiguous(shape) -> tuple:
+    """The strides of a contiguous tensor of ``shape`` (what :func:`new_output` makes)."""
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
+
+
+class LaunchPlan:
+    """:func:`launch` for tensors of one metadata and one ``causal``, ``scale``, ``cfg`` (and
+    packed lengths): every argument but the tensors decided. A packed launch passes the
+    (T, H, D) tensors themselves with the strides of their (B, H, T, D) views: the kernel
+    reads only their addresses and the strides it is given."""
+
+    def __init__(self, q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | None = None):
+        here = _backend.current()
+        if packing:
+            (s, hq, d), (sk, hkv) = q.shape, k.shape[:2]
+            b, rows = packing.batch, packing.max_q
+        else:
+            (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]
+            rows = s
+        self.o_shape, self.dtype = tuple(q.shape), q.dtype
+        self.lse_shape = (1 if packing else b, hq, 2, s)
+        self.grid = (cdiv(rows, cfg["BLOCK_M"]), b * hq)
+        self.scalars = (scale, s, sk, d, hq // hkv, hq,
+                        *(stride for t in (q, k, v) for stride in _view_strides(t.stride(), packing)),
+                        *_view_strides(_contiguous(q.shape), packing))
+        self.constexprs = dict(CAUSAL=bool(causal), VARLEN=packing is not None,
+                               INTERP_BF16=interp_bf16(q.dtype), SCALE_SIGN=scale_sign(scale),
+                               P_BITS=p_bits(q.dtype, here.name, here.arch), K_ROWS=k_rows(here.name, here.arch),
+                               **even(s, sk, d, cfg, packing is not None), **cfg)
+
+    def __call__(self, q, k, v, cu_q=None, cu_k=None):
+        """O and the LSE parts; ``cu_q`` and ``cu_k`` the packed offsets (None for dense)."""
+        o = new_output(self.o_shape, self.dtype, q.device)
+        lse = new_output(self.lse_shape, torch.float32, q.device)
+        _flash_fwd_lse_kernel[self.grid](q, k, v, o, lse, cu_q, cu_k, *self.scalars, **self.constexprs)
+        return o, lse
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list:

@@ -53,16 +53,18 @@ Limits:
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .. import backend as _backend
-from .. import validate
+from .. import plans, validate
 from ..registry import rung
 from ..triton_support import aot_launch, next_power_of_2
 from ..tuning import as_dict, choice, with_overrides
 from . import configs, v3_causal_lse
 from .launch import aot_even, aot_ints, head_block, k_rows, p_bits
-from .varlen import Packing, aot_args
+from .varlen import Packing, aot_args, cu_args
 from .spec import DTYPES, MAX_HEAD_DIM
 
 _CHOSEN: dict[tuple, dict] = {}   # (S, S_k buckets, BLOCK_D, dtype, causal, packed) -> the settings of the last launch
@@ -124,14 +126,45 @@ def forward(q, k, v, causal: bool, scale: float, overrides: dict | None = None,
     """O and the LSE parts (v3's launch) with the tuned config; ``overrides`` pins settings
     on top of the prior and skips the tuner. :func:`chosen_config` then tells what ran.
     With ``packing``, q, k and v are packed sequences (:mod:`.varlen`)."""
+    found = _plan(q, k, v, causal, scale, packing, overrides) if overrides else plan(q, k, v, causal, scale, packing)
+    return found(q, k, v, *cu_args(packing))
+
+
+_PLANS = plans.PlanCache()
+
+
+def plan(q, k, v, causal: bool, scale: float, packing: Packing | None = None) -> "_Tuned":
+    """The kept launch plan of these tensors' metadata, ``causal``, ``scale`` and the packed
+    lengths: called with q, k, v (and the packed offsets) it returns O and the LSE parts."""
+    if packing is None:
+        key = plans.meta(q, k, v, extra=(causal, scale))
+    else:
+        key = plans.meta(q, k, v, packing.cu_q, packing.cu_k, extra=(causal, scale, packing.max_q, packing.max_k))
+    return _PLANS(key, _plan, q, k, v, causal, scale, packing)
+
+
+class _Tuned(NamedTuple):
+    """v3's launch plan with the config it was built on, noted as the bucket's last launch when it runs."""
+
+    launch: v3_causal_lse.LaunchPlan
+    bucket: tuple
+    cfg: dict
+
+    def __call__(self, q, k, v, cu_q=None, cu_k=None):
+        _CHOSEN[self.bucket] = self.cfg
+        return self.launch(q, k, v, cu_q, cu_k)
+
+
+def _plan(q, k, v, causal: bool, scale: float, packing: Packing | None = None,
+          overrides: dict | None = None) -> _Tuned:
     s, sk, d = _lengths(q, k, packing)
     if overrides:
         here = _backend.current()
         cfg = with_overrides(prior(here.name, here.arch, d, s, sk), overrides)
     else:
         cfg = tuned(q, k, v, causal, scale, packing)
-    _CHOSEN[_bucket(s, sk, d, q.dtype, causal, packing is not None)] = cfg
-    return v3_causal_lse.launch(q, k, v, causal, scale, cfg, packing=packing)
+    return _Tuned(v3_causal_lse.LaunchPlan(q, k, v, causal, scale, cfg, packing),
+                  _bucket(s, sk, d, q.dtype, causal, packing is not None), cfg)
 
 
 def chosen_config(shape, dtype: torch.dtype, packed: bool = False) -> dict | None:

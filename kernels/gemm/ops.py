@@ -28,7 +28,7 @@ import torch
 
 from .. import autocast
 from .. import backend as _backend
-from .. import eager, validate
+from .. import eager, plans, validate
 from ..registry import Rung, declared, variants
 from .spec import DTYPES
 
@@ -95,17 +95,40 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     ``torch.matmul``. Any strides. Empty operands give torch's result (empty, or zeros
     for K = 0). Errors name the argument at fault.
     """
-    validate.tensor("a", a, allow_empty=True)
-    validate.tensor("b", b, ndim=2, allow_empty=True)
-    if a.dim() == 0:
-        raise ValueError("a must have at least 1 dimension (..., K), got a 0-d tensor")
-    if a.shape[-1] != b.shape[0]:
-        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (..., K), "
-                         f"b is {tuple(b.shape)} (K, N)")
-    a2 = a.reshape(math.prod(a.shape[:-1]), a.shape[-1])   # not -1: ambiguous when K = 0
-    # what validate.matmul_operands adds to the checks above, in its order
-    validate.same_device(a=a2, b=b)
-    validate.same_dtype(a=a2, b=b)
-    validate.tensor("a", a2, dtypes=DTYPES, allow_empty=True)
-    c = _matmul_impl(a2, b) if eager.direct(a2, b, autocast=True) else _matmul_2d(a2, b)
-    return c.reshape(*a.shape[:-1], b.shape[1])
+    plan = _PLANS(plans.meta(a, b), _Plan, a, b)
+    a2 = a if plan.flat is None else a.reshape(plan.flat)
+    c = plan.call(a2, b) if eager.direct(a2, b, autocast=True) else _matmul_2d(a2, b)
+    return c if plan.flat is None else c.reshape(plan.out)
+
+
+_PLANS = plans.PlanCache()
+
+
+class _Plan(plans.Checked):
+    """:func:`matmul`'s checks for operands of one metadata: ``flat``, the 2-D shape of ``a``
+    (None if it is 2-D), and ``out``, the result's shape."""
+
+    def __init__(self, a: torch.Tensor, b: torch.Tensor):
+        validate.tensor("a", a, allow_empty=True)
+        validate.tensor("b", b, ndim=2, allow_empty=True)
+        if a.dim() == 0:
+            raise ValueError("a must have at least 1 dimension (..., K), got a 0-d tensor")
+        if a.shape[-1] != b.shape[0]:
+            raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} (..., K), "
+                             f"b is {tuple(b.shape)} (K, N)")
+        flat = (math.prod(a.shape[:-1]), a.shape[-1])   # not -1: ambiguous when K = 0
+        a2 = a.reshape(flat)
+        # what validate.matmul_operands adds to the checks above, in its order
+        validate.same_device(a=a2, b=b)
+        validate.same_dtype(a=a2, b=b)
+        validate.tensor("a", a2, dtypes=DTYPES, allow_empty=True)
+        self.flat = None if a.dim() == 2 else flat
+        self.out = (*a.shape[:-1], b.shape[1])
+
+    def bind(self, a2: torch.Tensor, b: torch.Tensor):
+        """The best rung's plan (a rung without one is called as it is), or torch's result
+        for empty operands."""
+        if a2.numel() == 0 or b.numel() == 0:
+            return _matmul_impl
+        rung = best_rung("gemm", a2.dtype)
+        return rung.plan(a2, b) if rung.plan else rung

@@ -40,7 +40,9 @@ Idea:
     ahead-of-time pruned table, then :func:`.configs.prune`: at most 16) with v6's
     own launch, and keeps the fastest (:func:`kernels.tuning.choice`: for the process and
     in the on-disk tuning cache; never timed in frozen mode). On the interpreter the space
-    has one config, so nothing is timed. :func:`chosen_config` tells what ran.
+    has one config, so nothing is timed. :func:`chosen_config` tells what ran. A call's
+    checks, config, split and scalar arguments are kept per operand metadata
+    (:class:`LaunchPlan`, :mod:`kernels.plans`): a repeated shape allocates and launches.
 
 Why faster:
     Every CU has work until the end: the tail's K work is spread over all programs
@@ -75,7 +77,7 @@ import triton
 import triton.language as tl
 
 from .. import backend as _backend
-from .. import validate
+from .. import plans, validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
 from ..tuning import as_dict, choice, with_overrides
@@ -251,26 +253,55 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
                        pointers={"p_ptr": "*fp32"})]
 
 
+class LaunchPlan:
+    """v6's launches for operands of one metadata, settings ``cfg``: every argument but the
+    tensors decided, so a call allocates C (and a split tail's workspace) and launches."""
+
+    def __init__(self, a: torch.Tensor, b: torch.Tensor, cfg: dict, bucket: tuple | None = None,
+                 operands: str | None = None):
+        (m, k), n = a.shape, b.shape[1]
+        cfg = dict(cfg)
+        fixup = cfg.pop("FIXUP")
+        plan = schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
+        bf16 = interp_bf16(a.dtype)
+        self.schedule, self.shape, self.dtype = plan, (m, n), a.dtype
+        self.workspace = (plan.sk_tiles * plan.splits, cfg["BLOCK_M"] * cfg["BLOCK_N"]) if plan.sk_tiles else None
+        self.no_partials = _no_partials(a.device)
+        self.grid = (cfg["NUM_PROGS"],)
+        # C is new_output's: contiguous, strides (N, 1)
+        self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1,
+                        plan.dp_tiles, plan.splits, plan.split_k)
+        self.constexprs = {"EVEN_K": k % cfg["BLOCK_K"] == 0, "INTERP_BF16": bf16, **cfg}
+        self.fixup = None
+        if plan.sk_tiles and fixup:
+            self.fixup = ((plan.sk_tiles,), (m, n, n, 1, plan.dp_tiles, plan.splits),
+                          {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "GROUP_M": cfg["GROUP_M"],
+                           "INTERP_BF16": bf16, "num_warps": cfg["num_warps"]})
+        self.bucket = bucket
+        self.chosen = {**cfg, "FIXUP": fixup, "layout": operands, "EVEN_K": self.constexprs["EVEN_K"],
+                       "DP_TILES": plan.dp_tiles, "SPLITS": plan.splits, "SPLIT_K": plan.split_k}
+
+    def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+        """Both kernels into ``c`` (contiguous, as :func:`new_output` makes it)."""
+        partials = (torch.empty(self.workspace, dtype=torch.float32, device=a.device)
+                    if self.workspace else self.no_partials)
+        _gemm_persistent_kernel[self.grid](a, b, c, partials, *self.scalars, **self.constexprs)
+        if self.fixup is not None:
+            grid, scalars, constexprs = self.fixup
+            _streamk_fixup_kernel[grid](c, partials, *scalars, **constexprs)
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        c = new_output(self.shape, self.dtype, a.device)
+        self.launch(a, b, c)
+        _CHOSEN[self.bucket] = self.chosen
+        return c
+
+
 def _launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, cfg: dict) -> Schedule:
     """Both kernels of one v6 GEMM with settings ``cfg``; returns the split it used."""
-    (m, k), n = a.shape, b.shape[1]
-    cfg = dict(cfg)
-    fixup = cfg.pop("FIXUP")
-    plan = schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
-    partials = (torch.empty((plan.sk_tiles * plan.splits, cfg["BLOCK_M"] * cfg["BLOCK_N"]),
-                            dtype=torch.float32, device=a.device)
-                if plan.sk_tiles else _no_partials(a.device))
-    bf16 = interp_bf16(a.dtype)
-    _gemm_persistent_kernel[(cfg["NUM_PROGS"],)](
-        a, b, c, partials, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        c.stride(0), c.stride(1), plan.dp_tiles, plan.splits, plan.split_k,
-        EVEN_K=k % cfg["BLOCK_K"] == 0, INTERP_BF16=bf16, **cfg)
-    if plan.sk_tiles and fixup:
-        _streamk_fixup_kernel[(plan.sk_tiles,)](
-            c, partials, m, n, c.stride(0), c.stride(1), plan.dp_tiles, plan.splits,
-            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], GROUP_M=cfg["GROUP_M"],
-            INTERP_BF16=bf16, num_warps=cfg["num_warps"])
-    return plan
+    plan = LaunchPlan(a, b, cfg)
+    plan.launch(a, b, c)
+    return plan.schedule
 
 
 _NO_PARTIALS: dict[torch.device, torch.Tensor] = {}
@@ -317,23 +348,34 @@ def chosen_config(shape, dtype: torch.dtype) -> dict | None:
     return _CHOSEN.get(_bucket(shape, dtype))
 
 
-@rung(op="gemm", rung=6, name="persistent", backends=("hip", "cuda", "interpreter"),
-      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot)
-def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) -> torch.Tensor:
-    """``overrides`` replaces settings, e.g. ``{"NUM_XCDS": 8}`` runs the remap on a CPU; a
-    tile setting (``BLOCK_M``, ``num_warps``, ...) starts from the prior and skips the tuner."""
+_PLANS = plans.PlanCache()
+
+
+def _plan(a: torch.Tensor, b: torch.Tensor, overrides: dict | None = None) -> LaunchPlan:
+    """Every check and decision of a v6 call on ``a`` and ``b``'s metadata (tuning a new key)."""
     validate.matmul_operands(a, b, DTYPES)
     (m, k), n = a.shape, b.shape[1]
-    c = new_output((m, n), a.dtype, a.device)
     here = _backend.current()
     operands, bucket = layout(a, b), _bucket((m, n, k), a.dtype)
     if set(overrides or ()) - set(PERSISTENT):   # a tile setting pinned: on the prior, untimed
         cfg = with_overrides(config(here, m, n, k), overrides)
     else:   # the tuner's choice; the prior (a prune of the space) is not needed
         fixed = with_overrides(persistent_settings(here), overrides)
+        c = new_output((m, n), a.dtype, a.device)   # what the tuner times into
         cfg = {**tuned(a, b, c, fixed, operands, bucket), **fixed}
-    plan = _launch(a, b, c, cfg)
-    _CHOSEN[bucket] = {
-        **cfg, "layout": operands, "EVEN_K": k % cfg["BLOCK_K"] == 0,
-        "DP_TILES": plan.dp_tiles, "SPLITS": plan.splits, "SPLIT_K": plan.split_k}
-    return c
+    return LaunchPlan(a, b, cfg, bucket, operands)
+
+
+def plan(a: torch.Tensor, b: torch.Tensor) -> LaunchPlan:
+    """The kept launch plan of ``a`` and ``b``'s metadata (a public op keeps it in its own)."""
+    return _PLANS(plans.meta(a, b), _plan, a, b)
+
+
+@rung(op="gemm", rung=6, name="persistent", backends=("hip", "cuda", "interpreter"),
+      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot, plan=plan)
+def gemm_v6(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = None) -> torch.Tensor:
+    """``overrides`` replaces settings, e.g. ``{"NUM_XCDS": 8}`` runs the remap on a CPU; a
+    tile setting (``BLOCK_M``, ``num_warps``, ...) starts from the prior and skips the tuner."""
+    if overrides:
+        return _plan(a, b, overrides)(a, b)
+    return plan(a, b)(a, b)

@@ -23,9 +23,11 @@ is a group like any other (its dw is zero).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from ... import eager, validate
+from ... import eager, plans, validate
 from ...gemm.ops import best_rung
 from . import v4_persistent
 from .grads import gradients
@@ -88,8 +90,27 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     left unwritten (in the result and in dx); offsets that decrease make groups
     overlap, and the rows they share are not defined.
     """
-    offsets = validate.grouped_gemm_operands(x, w, offsets, DTYPES, allow_empty=True,
-                                             check_values=check_offsets)
+    plan = _PLANS(plans.meta(x, w, offsets), _Checked, x, w, offsets)
+    offsets = offsets.contiguous()   # as validate.index packs it: a copy only for a strided view
+    if check_offsets:   # the values: read on every call that asks
+        validate.group_ends(offsets, x.shape[0])
     if eager.direct(x, w, offsets):
-        return _grouped_gemm_impl(x, w, offsets)
+        return plan.call(x, w, offsets)
     return _grouped_gemm(x, w, offsets)
+
+
+_PLANS = plans.PlanCache()
+
+
+class _Checked(plans.Checked):
+    """:func:`grouped_gemm`'s checks of the operands' metadata (the offsets' values are read
+    per call, where the caller asks)."""
+
+    def __init__(self, x, w, offsets):
+        validate.grouped_gemm_operands(x, w, offsets, DTYPES, allow_empty=True, check_values=False)
+
+    def bind(self, x, w, offsets):
+        if x.numel() == 0 or w.numel() == 0:
+            return _grouped_gemm_impl
+        rung = best_rung("grouped_gemm", x.dtype)
+        return rung.plan(x, w, offsets) if rung.plan else functools.partial(rung, check_offsets=False)

@@ -76,7 +76,7 @@ import triton
 import triton.language as tl
 
 from ... import backend as _backend
-from ... import validate
+from ... import plans, validate
 from ...gemm.v6_persistent import programs
 from ...outputs import new_output
 from ...registry import AotKernel, rung
@@ -139,10 +139,7 @@ def _launch(kernel: str, a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor
     if kernel == "dw":
         dw.launch(a, b, offsets, out, cfg)
         return
-    (t, k), (groups, _, n) = a.shape, b.shape
-    _grouped_gemm_persistent_kernel[(cfg["NUM_PROGS"],)](
-        a, b, out, offsets, t, n, k, groups, *a.stride(), *b.stride(), *out.stride(),
-        BLOCK_G=next_power_of_2(groups), INTERP_BF16=interp_bf16(a.dtype), **cfg)
+    LaunchPlan(a, b, cfg).launch(a, b, offsets, out)
 
 
 def _bucket(kernel: str, t: int, k: int, n: int, g: int, dtype: torch.dtype) -> tuple:
@@ -195,11 +192,51 @@ def choose(kernel: str, a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor,
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
                overrides: dict | None = None) -> torch.Tensor:
     """out (T, N) for operands already validated: one persistent launch, no host sync."""
+    if overrides:
+        return _plan(x, w, offsets, overrides)(x, w, offsets)
+    return plan(x, w, offsets)(x, w, offsets)
+
+
+class LaunchPlan:
+    """The forward kernel's launch for operands of one metadata, settings ``cfg``: every
+    argument but the tensors decided; a call allocates the result and launches."""
+
+    def __init__(self, x: torch.Tensor, w: torch.Tensor, cfg: dict, chosen: tuple = (None, None)):
+        (t, k), (groups, _, n) = x.shape, w.shape
+        self.shape, self.dtype = (t, n), x.dtype
+        self.grid = (cfg["NUM_PROGS"],)
+        # the result is new_output's: contiguous, strides (N, 1)
+        self.scalars = (t, n, k, groups, *x.stride(), *w.stride(), n, 1)
+        self.constexprs = {"BLOCK_G": next_power_of_2(groups), "INTERP_BF16": interp_bf16(x.dtype), **cfg}
+        self.bucket, self.chosen = chosen
+
+    def launch(self, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, out: torch.Tensor) -> None:
+        """The launch into ``out`` (contiguous, as :func:`new_output` makes it)."""
+        _grouped_gemm_persistent_kernel[self.grid](x, w, out, offsets, *self.scalars, **self.constexprs)
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        out = new_output(self.shape, self.dtype, x.device)
+        self.launch(x, w, offsets, out)
+        _CHOSEN[self.bucket] = self.chosen
+        return out
+
+
+_PLANS = plans.PlanCache()
+
+
+def _plan(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, overrides: dict | None = None) -> LaunchPlan:
+    """The forward's decisions for operands already validated (tuning a new key)."""
     (t, k), (groups, _, n) = x.shape, w.shape
-    out = new_output((t, n), x.dtype, x.device)
+    out = new_output((t, n), x.dtype, x.device)   # what the tuner times into
     cfg = choose("forward", x, w, offsets, out, (t, k, n, groups), overrides)
-    _launch("forward", x, w, offsets, out, cfg)
-    return out
+    bucket = _bucket("forward", t, k, n, groups, x.dtype)
+    return LaunchPlan(x, w, cfg, (bucket, _CHOSEN[bucket]))
+
+
+def plan(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> LaunchPlan:
+    """The kept forward launch plan of validated operands' metadata: what an eager call that
+    needs no gradient runs (a public op keeps it in its own plan)."""
+    return _PLANS(plans.meta(x, w, offsets), _plan, x, w, offsets)
 
 
 def grouped_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, groups: int,
@@ -256,7 +293,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
 
 
 @rung(op="grouped_gemm", rung=4, name="persistent", backends=("hip", "cuda", "interpreter"),
-      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot, backward=True)
+      dtypes=DTYPES, interpreter=True, kind="triton", aot=aot, backward=True, plan=plan)
 def grouped_gemm_v4(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                     check_offsets: bool = True, overrides: dict | None = None) -> torch.Tensor:
     """``check_offsets=False`` skips the host read that validates the offsets' values;

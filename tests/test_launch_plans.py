@@ -1,0 +1,188 @@
+"""Launch plans (kernels.plans): a repeated call reuses its op's checks and decisions; a call
+that differs in anything a decision reads builds a new plan; the caches are bounded, forget
+their plans when tuning choices or the ladders change, and step aside for a tuning pass."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels import plans, tuning
+from kernels.attention import ops as attention_ops
+from kernels.attention import v4_amd_tuned
+from kernels.gemm import ops as gemm_ops
+from kernels.gemm import v6_persistent as gemm_v6
+from kernels.moe.grouped_gemm import ops as grouped_ops
+from kernels.moe.grouped_gemm import v4_persistent as grouped_v4
+from kernels.outputs import poisoned_outputs
+from workbench import host_overhead
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """Counts the plans built per site from here on: {"matmul": n, "v6": n, ...}."""
+    counts: dict[str, int] = {}
+
+    def counting(name, owner, attr):
+        real = getattr(owner, attr)
+
+        def build(*args, **kwargs):
+            counts[name] = counts.get(name, 0) + 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(owner, attr, build)
+
+    plans.invalidate()
+    counting("matmul", gemm_ops, "_Plan")
+    counting("v6", gemm_v6, "_plan")
+    counting("attention", attention_ops, "_Checked")
+    counting("varlen", attention_ops, "_CheckedVarlen")
+    counting("v4", v4_amd_tuned, "_plan")
+    counting("grouped", grouped_ops, "_Checked")
+    counting("grouped_v4", grouped_v4, "_plan")
+    yield counts
+    plans.invalidate()
+
+
+def _matmul_ref(a, b):
+    return (a.double() @ b.double()).to(a.dtype)
+
+
+def test_a_repeated_call_builds_once_and_computes_each_time(builds):
+    a, b = torch.randn(33, 20), torch.randn(20, 17)
+    for _ in range(3):
+        a, b = torch.randn_like(a), torch.randn_like(b)   # fresh values, same metadata
+        with poisoned_outputs():
+            torch.testing.assert_close(kernels.matmul(a, b), _matmul_ref(a, b))
+    assert builds == {"matmul": 1, "v6": 1}
+
+
+@pytest.mark.parametrize("change", ["shape", "strides", "dtype", "requires_grad", "rank"])
+def test_matmul_misses_when_a_decision_input_changes(builds, change):
+    a, b = torch.randn(33, 20), torch.randn(20, 17)
+    kernels.matmul(a, b)
+    before = dict(builds)
+    other = {"shape": lambda: (torch.randn(31, 20), b),
+             "strides": lambda: (torch.randn(20, 33).t(), b),   # same shape, column-major
+             "dtype": lambda: (a.half(), b.half()),
+             "requires_grad": lambda: (a.clone().requires_grad_(), b),
+             "rank": lambda: (a.reshape(3, 11, 20), b)}[change]
+    a2, b2 = other()
+    with poisoned_outputs():
+        c = kernels.matmul(a2, b2)
+    torch.testing.assert_close(c, _matmul_ref(a2, b2), **({"atol": 1e-2, "rtol": 1e-2} if change == "dtype" else {}))
+    assert builds["matmul"] == before["matmul"] + 1
+
+
+@pytest.mark.parametrize("change", ["type", "shape", "strides", "dtype", "device", "requires_grad", "extra"])
+def test_the_key_holds_every_piece_of_metadata(change):
+    t = torch.zeros(4, 6)
+    other = {"type": lambda: torch.nn.Parameter(t, requires_grad=False), "shape": lambda: torch.zeros(4, 5),
+             "strides": lambda: torch.zeros(6, 4).t(), "dtype": lambda: t.half(),
+             "device": lambda: torch.zeros(4, 6, device="meta"),
+             "requires_grad": lambda: t.clone().requires_grad_(), "extra": lambda: t}[change]()
+    extra = (True, bool) if change == "extra" else (1, int)
+    assert plans.meta(t, extra=(1, int)) != plans.meta(other, extra=extra)
+    assert plans.meta(t, extra=(1, int)) == plans.meta(torch.ones(4, 6), extra=(1, int))   # values are not in it
+
+
+def test_a_new_backend_misses(builds, fake_gpu, monkeypatch):
+    a, b = torch.randn(33, 20), torch.randn(20, 17)
+    kernels.matmul(a, b)
+    cpu_key = plans.meta(a, b)
+    fake_gpu("hip", "gfx942", "AMD Instinct MI300X")
+    monkeypatch.setattr(tuning, "time_ms", lambda fn: 1.0)
+    assert plans.meta(a, b) != cpu_key
+    with host_overhead.stubbed_launches() as seen:
+        kernels.matmul(a, b)
+    assert seen.count >= 1 and builds == {"matmul": 2, "v6": 2}
+
+
+@pytest.mark.parametrize("change", ["causal", "scale", "strides", "kv heads"])
+def test_attention_misses_when_a_decision_input_changes(builds, change):
+    q, k, v = torch.randn(1, 4, 19, 16), torch.randn(1, 2, 23, 16), torch.randn(1, 2, 23, 16)
+    kernels.flash_attention(q, k, v, causal=True)
+    before = dict(builds)
+    args = {"causal": lambda: (q, k, v, False, None),
+            "scale": lambda: (q, k, v, True, 0.5),
+            "strides": lambda: (torch.randn(1, 19, 4, 16).transpose(1, 2), k, v, True, None),
+            "kv heads": lambda: (q, torch.randn(1, 4, 23, 16), torch.randn(1, 4, 23, 16), True, None)}[change]()
+    q2, k2, v2, causal, scale = args
+    with poisoned_outputs():
+        o = kernels.flash_attention(q2, k2, v2, causal=causal, scale=scale)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q2.double(), k2.double(), v2.double(), is_causal=causal, scale=scale, enable_gqa=True)
+    torch.testing.assert_close(o, expected.float())
+    assert builds["attention"] == before["attention"] + 1 and builds["v4"] == before["v4"] + 1
+
+
+def test_an_argument_equal_to_a_good_one_but_of_another_type_is_refused(builds):
+    """``1 == True`` and ``hash(1) == hash(True)``: a key without the types would let a plan
+    built for ``causal=True`` answer ``causal=1``."""
+    q = k = v = torch.randn(1, 2, 8, 16)
+    kernels.flash_attention(q, k, v, causal=True, scale=1.0)
+    with pytest.raises(TypeError, match="causal must be a bool, got int"):
+        kernels.flash_attention(q, k, v, causal=1, scale=1.0)
+    with pytest.raises(TypeError, match="scale must be a float or None, got bool"):
+        kernels.flash_attention(q, k, v, causal=True, scale=True)
+
+
+def test_varlen_misses_when_its_max_lengths_change(builds):
+    q, k, v = torch.randn(40, 4, 16), torch.randn(40, 2, 16), torch.randn(40, 2, 16)
+    cu = torch.tensor([0, 15, 40], dtype=torch.int32)
+    first = kernels.flash_attention_varlen(q, k, v, cu, cu, 25, 25, causal=True)
+    assert kernels.flash_attention_varlen(q, k, v, cu, cu, 25, 25, causal=True).equal(first)
+    assert builds["varlen"] == 1
+    torch.testing.assert_close(kernels.flash_attention_varlen(q, k, v, cu, cu, 40, 40, causal=True), first)
+    assert builds["varlen"] == 2 and builds["v4"] == 2   # a longer max: another grid
+
+
+def test_grouped_gemm_reads_the_offsets_values_on_every_checked_call(builds):
+    x, w = torch.randn(37, 24), torch.randn(3, 24, 20)
+    kernels.grouped_gemm(x, w, torch.tensor([10, 10, 37], dtype=torch.int32))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        kernels.grouped_gemm(x, w, torch.tensor([10, 5, 37], dtype=torch.int32))
+    with pytest.raises(ValueError, match="must equal x's row count T=37, got 36"):
+        kernels.grouped_gemm(x, w, torch.tensor([10, 10, 36], dtype=torch.int32))
+    assert builds["grouped"] == 1   # same metadata: the checks of the values are not in the plan
+
+
+def test_a_non_tensor_gets_the_usual_error_and_no_plan(builds):
+    with pytest.raises(TypeError, match="a must be a torch.Tensor, got list"):
+        kernels.matmul([[1.0]], torch.randn(1, 1))
+    assert plans.meta([[1.0]], torch.randn(1, 1)) is None
+
+
+def test_a_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(plans, "SIZE", 3)
+    cache = plans.PlanCache()
+    for n in range(10):
+        assert cache(("key", n), lambda n: f"plan {n}", n) == f"plan {n}"
+        assert len(cache) <= 3
+
+
+def test_an_unsettled_decision_is_used_once(builds):
+    cache = plans.PlanCache()
+
+    def build():
+        plans.unsettled()   # as tuning.choice does for an untimed, unkept choice
+        return object()
+    assert cache("k", build) is not cache("k", build)
+    assert len(cache) == 0
+
+
+def test_plans_are_forgotten_with_the_tuning_choices(builds):
+    a, b = torch.randn(33, 20), torch.randn(20, 17)
+    kernels.matmul(a, b)
+    tuning.forget()
+    kernels.matmul(a, b)
+    assert builds == {"matmul": 2, "v6": 2}
+
+
+def test_a_tuning_pass_sees_the_key_of_a_planned_call(builds):
+    a, b = torch.randn(33, 20), torch.randn(20, 17)
+    kernels.matmul(a, b)
+    with tuning.recording() as seen:
+        kernels.matmul(a, b)
+    assert [op for op, _ in seen] == ["gemm/v6"]
+    kernels.matmul(a, b)
+    assert builds["v6"] == 2   # the recorded call decided again; the one after it kept that plan
