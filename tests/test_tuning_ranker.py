@@ -2,7 +2,7 @@
 cannot be timed takes its best instead of the prior (``kernels.tuning.set_ranker``).
 
 The fake op's candidates carry their own "milliseconds", which the tuner's fake clock
-returns (as in ``test_tuning_cache.py``). These are synthetic timings: no GPU has timed
+returns (conftest's ``clock``). These are synthetic timings: no GPU has timed
 these candidates. The last test ranks GEMM v6's real gfx942 candidates with the real
 performance model (``workbench.tuning_model``); its "measured" clock is the model's own
 prediction with a seeded error on top, so it shows the mechanism (the shortlist keeps
@@ -25,19 +25,6 @@ OP, KEY = "test/op", (64, 128, torch.bfloat16)
 SPACE = [{"BLOCK_M": 32, "ms": 3.0}, {"BLOCK_M": 16, "ms": 1.0}, {"BLOCK_M": 64, "ms": 2.0},
          {"BLOCK_M": 128, "ms": 4.0}]
 PROBLEM = tuning.Problem("gemm", "v6", (64, 128, 32), torch.bfloat16)
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    """The tuner's clock runs the launch, whose answer is the candidate's "ms"; returns the
-    candidates' ms timed, in order."""
-    timed = []
-
-    def time_ms(fn):
-        timed.append(fn())
-        return timed[-1]
-    monkeypatch.setattr(tuning, "time_ms", time_ms)
-    return timed
 
 
 @pytest.fixture
