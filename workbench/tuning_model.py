@@ -12,8 +12,9 @@ ranker (:func:`kernels.tuning.set_ranker`) for a block, and the training benchma
 runs inside one (:func:`ranked_by_model`).
 
 Why a spread and not the model's best alone: the model's error against published
-measurements is tens of percent (notebook 10's table), so candidates it predicts close
-together it cannot order; timing them settles it. Every other candidate is one the
+measurements is tens of percent (``workbench/model/published.yaml``, printed by
+``tests/test_model_validation.py``), so candidates it predicts close together it cannot
+order; timing them settles it. Every other candidate is one the
 model predicts clearly slower, and is not timed: if the model is wrong about one of
 those, the tuner misses it. Only a GPU can show how often that happens; no GPU timing
 of these candidates exists in this repository.
