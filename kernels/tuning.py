@@ -14,12 +14,21 @@ a key is timed (:func:`fastest`) only in mode "time" (the default, and what
 on disk (:mod:`.tuning_cache`). In mode "frozen" (the training benchmark's steps) and
 during CUDA-graph capture a key nobody timed takes its first candidate untimed and is
 noted "untuned" (:func:`recording`), so the benchmark can say its steps ran a prior.
+
+A ranker (:func:`set_ranker`) may order a key's candidates by predicted time: the
+workbench installs its performance model as one (``workbench.tuning_model``; kernels
+never imports workbench). Then only the ranker's shortlist is timed, and a key that
+cannot be timed (frozen mode, graph capture) takes the ranker's best, noted
+"predicted", instead of the first candidate. Without a ranker, or where it cannot tell
+(an op, a GPU or a config the model does not cover), every candidate is timed and an
+untimed key takes the first: the prior.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -32,6 +41,48 @@ MODES = ("time", "frozen")
 _mode = "time"
 _memo: dict[tuple, tuple] = {}  # (op, key) -> ("only" or "cached", config): no JSON on a launch's way
 _record: dict | None = None     # while recording: (op, key) -> (how, config)
+_predicted: dict[tuple, dict] = {}   # (op, key) -> the ranker's untimed pick, for untimed launches
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A tuned launch in its op's terms, which is what a ranker predicts: the registry's op
+    and rung label, the shape in the op's shape order, the dtype."""
+
+    op: str
+    rung: str
+    shape: tuple
+    dtype: torch.dtype
+
+
+Ranker = Callable[[Problem, list[dict]], "list[int] | None"]
+"""``ranker(problem, candidates)`` -> the indices of the candidates worth timing, best first
+(the first is the pick when nothing may be timed), or None when it cannot tell."""
+_ranker: Ranker | None = None
+
+
+def set_ranker(ranker: Ranker | None) -> Ranker | None:
+    """Rank candidates with ``ranker`` from now on (None: the prior); returns the one before.
+    Choices already made (this process, the cache file) stand."""
+    global _ranker
+    before, _ranker = _ranker, ranker
+    _predicted.clear()
+    return before
+
+
+def shortlist(problem: Callable[[], Problem] | None, candidates: list[dict]) -> tuple[list[dict], bool]:
+    """(the candidates to time, best first; whether a ranker chose them). Without a ranker,
+    a ``problem()`` or an answer from it: every candidate, in candidate order."""
+    if _ranker is None or problem is None or len(candidates) < 2:
+        return candidates, False
+    problem = problem()
+    order = _ranker(problem, candidates)
+    if order is None:
+        return candidates, False
+    if not order or len(set(order)) != len(order) or not all(0 <= i < len(candidates) for i in order):
+        raise ValueError(f"a ranker must give distinct candidate indices below {len(candidates)}, "
+                         f"best first; it gave {order!r} for {problem}")
+    return [candidates[i] for i in order], True
 
 
 def as_dict(c: triton.Config) -> dict:
@@ -154,8 +205,9 @@ def mode(name: str) -> Iterator[None]:
 @contextlib.contextmanager
 def recording() -> Iterator[dict]:
     """A dict that fills, within the block, with ``(op, key text) -> (how, config)`` for each
-    key chosen: "timed", "cached" (an earlier choice), "only" (a single candidate) or
-    "untuned" (first candidate, untimed: frozen mode or graph capture). Keys are texts
+    key chosen: "timed", "cached" (an earlier choice), "only" (a single candidate),
+    "predicted" (the ranker's best, untimed) or "untuned" (first candidate, untimed: frozen
+    mode or graph capture). Keys are texts
     as :func:`kernels.tuning_cache.key_text` writes them."""
     global _record
     before, _record = _record, {}
@@ -185,16 +237,23 @@ def _noted(op: str, key: tuple, how: str, cfg: dict) -> dict:
 
 
 def choice(op: str, key: tuple, candidates: Callable[[], list[dict]],
-           run: Callable[[dict], object]) -> dict:
+           run: Callable[[dict], object], problem: Callable[[], Problem] | None = None) -> dict:
     """The config ``op`` launches for ``key`` (a tuple of str, int, float, bool, None or
     ``torch.dtype``) among ``candidates()``: the one chosen before (this process, or the
     cache file) if it is still a candidate, else, in mode "time" and outside graph capture,
-    the :func:`fastest` by ``run``, kept for the process and saved; else the first
-    candidate, untimed and unkept. ``candidates`` is only called on a key's first lookup:
-    a launch of a known key costs one dict lookup."""
+    the :func:`fastest` by ``run`` of the :func:`shortlist` (every candidate unless a
+    ranker is installed and knows ``problem()``), kept for the process and saved; else the
+    shortlist's first, untimed and not saved ("predicted" where a ranker chose it, kept for
+    the process, as is a shortlist of one in mode "time"; "untuned", the first candidate,
+    otherwise). ``candidates`` and ``problem``
+    are only called on a key's first lookup: a launch of a known key costs one dict lookup."""
     hit = _memo.get((op, key))
     if hit is not None:
         return _noted(op, key, *hit)
+    untimed = _mode == "frozen" or _capturing()
+    if untimed and (op, key) in _predicted:
+        plans.unsettled()   # a later timed lookup may choose otherwise: a plan on it is used once
+        return _noted(op, key, "predicted", _predicted[op, key])
     candidates = candidates()
     if len(candidates) == 1:
         how, cfg = "only", candidates[0]
@@ -203,13 +262,19 @@ def choice(op: str, key: tuple, candidates: Callable[[], list[dict]],
         stored = tuning_cache.store().get(op, text)
         if stored in candidates:
             how, cfg = "cached", candidates[candidates.index(stored)]
-        elif _mode == "frozen" or _capturing():
-            plans.unsettled()   # not kept: a launch plan built on it is used once
-            return _noted(op, key, "untuned", candidates[0])
         else:
-            how, cfg = "timed", fastest(candidates, run)
-            tuning_cache.store().put({op: {text: cfg}})
-    _memo[(op, key)] = ("only" if how == "only" else "cached", cfg)
+            ranked, by_ranker = shortlist(problem, candidates)
+            if untimed:
+                plans.unsettled()   # not kept: a launch plan built on it is used once
+                if by_ranker:
+                    _predicted[op, key] = ranked[0]
+                return _noted(op, key, "predicted" if by_ranker else "untuned", ranked[0])
+            if by_ranker and len(ranked) == 1:   # nothing to time against: kept, not saved
+                how, cfg = "predicted", ranked[0]
+            else:
+                how, cfg = "timed", fastest(ranked, run)
+                tuning_cache.store().put({op: {text: cfg}})
+    _memo[(op, key)] = (how if how in ("only", "predicted") else "cached", cfg)
     return _noted(op, key, how, cfg)
 
 
@@ -218,10 +283,12 @@ def adopt(choices: dict[str, dict[str, dict]]) -> None:
     tuning_cache.store().put(choices)
     _memo.clear()
     plans.invalidate()
+    _predicted.clear()
 
 
 def forget() -> None:
     """Forget every choice of this process; the next lookup reads the cache file again (tests)."""
     _memo.clear()
+    _predicted.clear()
     tuning_cache.forget()
     plans.invalidate()

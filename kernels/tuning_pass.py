@@ -1,7 +1,8 @@
 """``kernels.tune``: the tuning pass, so that no training step ever stops to time a kernel.
 
 The tuned rungs choose a config per key (shape bucket, dtype, layout) and time the
-candidates of a key the first time they meet it (:func:`kernels.tuning.choice`). In a
+candidates of a key the first time they meet it (:func:`kernels.tuning.choice`; with a
+ranker installed, :func:`kernels.tuning.set_ranker`, only its shortlist). In a
 training loop that first time would be a step, and a GPU that is data parallel would
 then wait on its slowest rank's timing. So a job runs the pass first: one forward and
 backward of the model on an example batch, with timing allowed, which meets every key
@@ -28,8 +29,10 @@ from . import backend, tuning, tuning_cache
 
 @dataclass(frozen=True)
 class TuningReport:
-    """What the pass met: ``keys`` maps (op, key text) to (how, config), how being "timed",
-    "cached", "only" (one candidate: the interpreter's case) or "untuned" (graph capture);
+    """What the pass met: ``keys`` maps (op, key text) to (how, config), how being "timed"
+    (the candidates, or a ranker's shortlist of them), "cached", "only" (one candidate: the
+    interpreter's case), "predicted" (a ranker's pick, untimed: graph capture, or a shortlist
+    of one) or "untuned" (graph capture without a ranker);
     ``seconds`` is the pass's wall time (the device synchronized), rank 0's broadcast included."""
 
     seconds: float

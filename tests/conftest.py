@@ -159,6 +159,21 @@ def fake_tuner_clock(monkeypatch):
 
 
 @pytest.fixture
+def clock(monkeypatch):
+    """A fake op's tuner clock: ``kernels.tuning.time_ms`` runs the launch, whose answer is
+    the candidate's "milliseconds"; returns those timed, in order."""
+    from kernels import tuning
+
+    timed = []
+
+    def time_ms(fn):
+        timed.append(fn())
+        return timed[-1]
+    monkeypatch.setattr(tuning, "time_ms", time_ms)
+    return timed
+
+
+@pytest.fixture
 def real_tuner_clock(monkeypatch):
     """On a GPU: the tuners time with the real clock, and each time taken is noted in the list returned."""
     from kernels import tuning

@@ -12,6 +12,7 @@ from kernels import tuning, tuning_cache
 from kernels.gemm import configs as gemm_configs
 from workbench import cli, train
 from workbench.train import loop
+from workbench.train import tuning_pass as tuning_pass_module
 
 SPACE = [gemm_configs._cfg(32, 32, 32, 4, 2, group_m=2), gemm_configs._cfg(16, 32, 16, 4, 2, group_m=2),
          gemm_configs._cfg(32, 16, 32, 4, 2, group_m=2)]
@@ -78,3 +79,21 @@ def test_cli_tune_times_a_presets_keys_and_says_where_they_went(timed, capsys):
     out = capsys.readouterr().out
     assert "gemm/v6" in out and " timed " in out and tuning_cache.store().path.name in out
     assert tuning_cache.store().path.exists() and timed
+
+
+def test_the_run_ranks_with_the_model_and_then_restores_the_prior(monkeypatch, timed):
+    """The run's tuning pass and steps rank with the performance model (here, on the
+    interpreter, it declines: the pass still times every fake candidate); after the run
+    the tuners are back to the prior."""
+    from workbench import tuning_model
+
+    during = []
+    _after_the_pass(monkeypatch, lambda report: during.append((type(tuning._ranker), report.count("timed"))))
+    train.run("cpu-smoke", {"gemm": "workbench"}, steps=1, progress=False)
+    (ranker, timed_keys), = during
+    assert ranker is tuning_model.ModelRanker and len(timed) == 3 * timed_keys > 0
+    assert tuning._ranker is None
+    seen = []
+    monkeypatch.setattr(tuning_pass_module, "tuning_pass", lambda *args: seen.append(type(tuning._ranker)))
+    train.tune("cpu-smoke", {"gemm": "workbench"})
+    assert seen == [tuning_model.ModelRanker] and tuning._ranker is None

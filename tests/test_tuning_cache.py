@@ -26,19 +26,6 @@ SPACE = [{"BLOCK_M": 32, "ms": 3.0}, {"BLOCK_M": 16, "ms": 1.0}, {"BLOCK_M": 64,
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    """The tuner's clock runs the launch, whose answer is the candidate's "ms"; returns the
-    candidates timed, in order."""
-    timed = []
-
-    def time_ms(fn):
-        timed.append(fn())
-        return timed[-1]
-    monkeypatch.setattr(tuning, "time_ms", time_ms)
-    return timed
-
-
-@pytest.fixture
 def no_clock(monkeypatch):
     monkeypatch.setattr(tuning, "time_ms", lambda fn: pytest.fail("timed"))
 

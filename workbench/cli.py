@@ -217,7 +217,8 @@ def cmd_tune(args) -> int:
                         for row in report.rows()]))
     print(f"\n{len(report.keys)} keys in {report.seconds:.1f} s: {report.count('timed')} timed, "
           f"{report.count('cached')} from the cache, {report.count('only')} with a single candidate "
-          f"(no timing), {report.count('untuned')} untuned; cache {tuning_cache.store().path}")
+          f"(no timing), {report.count('predicted')} the model's pick untimed, {report.count('untuned')} "
+          f"untuned; cache {tuning_cache.store().path}")
     return 0
 
 

@@ -22,9 +22,13 @@ their packed-sequence launch, v5 also ``{"CAUSAL": False}`` and ``{"KERNEL": "dq
 of a rung (:mod:`workbench.exercises`), edited, with its own kernel, config and ``aot``:
 ``isa.inspect("gemm", "v4", source="exercises/gemm_v4.py", overrides={"waves_per_eu": 3})``.
 An edit to the file is seen by the next call (the cache key holds its modification time).
+Code that compiles a rung for its own purpose (the performance model) compiles the
+learner's copy instead inside ``with isa.compiled_from("gemm", "v4", path):``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import html
 import inspect as inspect_module
@@ -44,6 +48,8 @@ TARGETS = {"gfx942": ("hip", "gfx942", 64), "gfx950": ("hip", "gfx950", 64), "sm
 _ALIASES = {"sm_90": "sm90"}
 _MARKS = {"matrix": "M", "lds_read": "L", "lds_write": "L", "global_load": "G", "global_store": "G"}
 _COLOURS = {"M": "#c0392b", "L": "#1f77b4", "G": "#2ca02c"}
+# (op, rung label) -> a file declaring that rung, compiled in its place (:func:`compiled_from`)
+_SUBSTITUTES: contextvars.ContextVar[dict] = contextvars.ContextVar("isa_substitutes", default={})
 # Assembly in HTML: never wrapped mid-token, scrolled inside a box of bounded height.
 SCROLL = "white-space:pre;overflow:auto;max-height:24em;font-size:11px"
 
@@ -192,11 +198,27 @@ def inspect_all(op: str, rung: int | str, target: str = "gfx942",
     name = normalize_target(target)
     dtype = dtype or default_dtype(kernels.get(op, rung), name)
     entry = _inspectable(op, rung, dtype)
+    source = source or _SUBSTITUTES.get().get((op, entry.label))
     if overrides and "overrides" not in inspect_module.signature(entry.aot).parameters:
         raise ValueError(f"{op} {entry.title} takes no overrides for ahead-of-time compiles")
     frozen = tuple(sorted((overrides or {}).items()))
     return list(_reports(op, entry.label, name, str(dtype).removeprefix("torch."), frozen,
                          _source_key(source)))
+
+
+@contextlib.contextmanager
+def compiled_from(op: str, rung: int | str, source: str | Path):
+    """Within the block, compiles of ``op``'s ``rung`` that name no ``source`` compile the
+    file ``source`` instead: how a caller that compiles rungs itself (the performance
+    model, :mod:`workbench.model.learner`) is pointed at a learner's copy without a
+    ``source`` argument of its own. Other rungs compile as usual."""
+    label = kernels.get(op, rung).label
+    _source_key(source)   # a missing file is named here, not at the first compile
+    token = _SUBSTITUTES.set({**_SUBSTITUTES.get(), (op, label): source})
+    try:
+        yield
+    finally:
+        _SUBSTITUTES.reset(token)
 
 
 def _source_key(source: str | Path | None) -> tuple | None:

@@ -3,9 +3,12 @@
 :func:`view_rung` gathers the rung's idea (its docstring), the diff to the rung below
 (or, for the first rung, its source without the docstring the page already shows once),
 correctness in every dtype it claims at a
-small shape, the AMD ISA summary, and where its performance numbers come from
-(measured here, recorded on a named GPU, or none yet). The result renders as HTML in
-a notebook and as text in a terminal, and tests read its fields.
+small shape, the AMD ISA summary, where its performance numbers come from
+(measured here, recorded on a named GPU, or none yet), and the performance model's
+predicted speed-up over the rung below with the resource that binds each
+(:mod:`.rung_model`: labelled model; "no model" where it does not cover the rung).
+The result renders as HTML in a notebook and as text in a terminal, and tests read
+its fields.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import torch
 import kernels
 from kernels.registry import Rung
 
-from . import isa, results
+from . import isa, results, rung_model
 from .check import CheckReport, check_rung
 from .source import Code, rung_diff, rung_source
 from .table import format_table, html_table
@@ -32,6 +35,7 @@ class RungView:
     isa_summary: dict | None         # None for rungs that are not Triton kernels
     isa_note: str
     recorded: list[results.ResultRow] = field(default_factory=list)
+    model: rung_model.ModelStep | None = None   # predicted beside the rung below
 
     @property
     def passed(self) -> bool:
@@ -47,9 +51,11 @@ class RungView:
 
     def _performance_text(self) -> str:
         if self.recorded:
-            return "Recorded on a GPU (not measured here):\n" + format_table(self._recorded_rows())
-        return ("No GPU result for this rung yet: none measured here (no GPU) and none recorded. "
-                f"`workbench bench {self.rung.op}` on a GPU records them.")
+            found = "Recorded on a GPU (not measured here):\n" + format_table(self._recorded_rows())
+        else:
+            found = ("No GPU result for this rung yet: none measured here (no GPU) and none recorded. "
+                     f"`workbench bench {self.rung.op}` on a GPU records them.")
+        return found + (f"\n\n{self.model.text()}" if self.model else "")
 
     def __repr__(self) -> str:
         verdict = "all pass" if self.passed else "FAILED" if self.checks else "not run here"
@@ -82,19 +88,22 @@ def _isa(rung: Rung, target: str, dtype: torch.dtype) -> tuple[dict | None, str]
     why = isa.why_no_isa(rung)
     if why:
         return None, f"no ISA for {rung.title}: {why}"
-    chosen = dtype if dtype in rung.dtypes else rung.dtypes[0]
-    return isa.inspect(rung.op, rung.label, target, chosen).summary(), \
-        f"{target}, {str(chosen).replace('torch.', '')}, compiled ahead of time (no GPU needed)"
+    return isa.inspect(rung.op, rung.label, target, dtype).summary(), \
+        f"{target}, {str(dtype).replace('torch.', '')}, compiled ahead of time (no GPU needed)"
 
 
 def view_rung(op: str, which: int | str, shape: tuple, target: str = "gfx942",
               isa_dtype: torch.dtype = torch.bfloat16, gpu: str | None = None) -> RungView:
-    """Gather one rung's page; ``gpu`` filters the recorded results (e.g. "MI300X")."""
+    """Gather one rung's page; ``gpu`` filters the recorded results (e.g. "MI300X") and is
+    the GPU the model predicts for (default: the first known GPU of ``target``), in
+    ``isa_dtype`` where the rung takes it."""
     rung = kernels.get(op, which)
     diff = rung_diff(rung)
     code = Code(diff, diff=True) if diff else Code(rung_source(rung, docstring=False))
     checks = [check_rung(rung, shape, d, layout=lay) for d in rung.dtypes if rung.supports(d)
               for lay in ("row", "col")] if rung.runs_here() else []
-    summary, note = _isa(rung, target, isa_dtype)
+    dtype = isa_dtype if isa_dtype in rung.dtypes else rung.dtypes[0]
+    summary, note = _isa(rung, target, dtype)
     recorded = [r for r in results.load_recorded(gpu) if r.op == op and r.rung == rung.label]
-    return RungView(rung, rung.doc, code, checks, summary, note, recorded)
+    predicted = rung_model.step(op, rung.label, dtype, gpu or rung_model.gpu_for(target))
+    return RungView(rung, rung.doc, code, checks, summary, note, recorded, predicted)

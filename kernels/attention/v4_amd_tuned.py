@@ -61,7 +61,7 @@ from .. import backend as _backend
 from .. import plans, validate
 from ..registry import rung
 from ..triton_support import aot_launch, next_power_of_2
-from ..tuning import as_dict, choice, with_overrides
+from ..tuning import Problem, as_dict, choice, with_overrides
 from . import configs, v3_causal_lse
 from .launch import aot_even, aot_ints, head_block, k_rows, p_bits
 from .varlen import Packing, aot_args, cu_args
@@ -112,13 +112,18 @@ def tuned(q, k, v, causal: bool, scale: float, packing: Packing | None = None) -
     candidate (always, on the interpreter) is taken without timing. A packed batch is
     timed as it runs, with ``packing``: its kernel is the ``VARLEN`` one (its lengths
     read on the device, other registers) and its programs past a sequence's end return
-    at once, which a dense stand-in of the longest lengths would not show.
+    at once, which a dense stand-in of the longest lengths would not show. A ranker
+    (:func:`kernels.tuning.set_ranker`) is asked about the dense launch of the batch's
+    longest lengths: the model has no packed launch.
     """
     s, sk, d = _lengths(q, k, packing)
     key = _bucket(s, sk, d, q.dtype, causal, packing is not None)
     here = _backend.current()
+    batch = packing.batch if packing else q.shape[0]
     return choice("attention/v4", key, lambda: _pruned(here.name, here.arch, s, sk, d),
-                  lambda cfg: v3_causal_lse.launch(q, k, v, causal, scale, cfg, packing=packing))
+                  lambda cfg: v3_causal_lse.launch(q, k, v, causal, scale, cfg, packing=packing),
+                  lambda: Problem("attention", "v4", (batch, q.shape[1], k.shape[1], s, sk, d, int(bool(causal))),
+                                  q.dtype))
 
 
 def forward(q, k, v, causal: bool, scale: float, overrides: dict | None = None,

@@ -80,7 +80,7 @@ from .. import backend as _backend
 from .. import plans, validate
 from ..outputs import new_output
 from ..registry import AotKernel, rung
-from ..tuning import as_dict, choice, with_overrides
+from ..tuning import Problem, as_dict, choice, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from .spec import aot_launch_settings, layout
 from . import configs
@@ -330,8 +330,8 @@ def tuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, persistent: dict,
 
     The first call of a key times every candidate ``prune`` keeps with v6's own launch
     (into ``c``, which the real launch then overwrites) and keeps the winner
-    (:func:`kernels.tuning.choice`); a single candidate (always, on the interpreter) is
-    taken without timing. ``operands`` is ``layout(a, b)`` and ``bucket`` the shape's
+    (:func:`kernels.tuning.choice`; with a ranker installed, only its shortlist is timed);
+    a single candidate (always, on the interpreter) is taken without timing. ``operands`` is ``layout(a, b)`` and ``bucket`` the shape's
     ``_bucket`` when the caller has them already.
     """
     (m, k), n = a.shape, b.shape[1]
@@ -339,7 +339,7 @@ def tuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, persistent: dict,
     here = _backend.current()
     return choice("gemm/v6", key,
                   lambda: [as_dict(cfg) for cfg in configs.prune(configs.space(here.name, here.arch), m, n, k)],
-                  lambda cfg: _launch(a, b, c, {**cfg, **persistent}))
+                  lambda cfg: _launch(a, b, c, {**cfg, **persistent}), lambda: Problem("gemm", "v6", (m, n, k), a.dtype))
 
 
 def chosen_config(shape, dtype: torch.dtype) -> dict | None:

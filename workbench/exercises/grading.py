@@ -5,10 +5,14 @@ A kernel exercise passes when the learner's rung passes :func:`workbench.check.c
 exercise names, under the CPU guards (:mod:`.guards`) that name an out-of-bounds program
 or a racing thread. On a GPU it must then be about as fast as the previous rung or
 faster (the idea it adds must pay); on the CPU the interpreter's times mean nothing, and
-the verdict says the speed was not checked.
+the verdict says the speed was not checked. A correct kernel's verdict also shows the
+performance model's time for the learner's file beside the rung below's, on MI300X
+(:func:`predicted_line`): shown, on a CPU or a GPU, and never graded.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import math
 from numbers import Number
@@ -19,11 +23,13 @@ import torch
 import kernels
 from kernels.registry import Rung
 
+from .. import isa, rung_model
 from ..check import check_rung
 from .guards import OutOfBounds, SharedMemoryRace, cpu_guards
 from .model import AnswerExercise, KernelExercise, Verdict
 
 NOISE = 0.95   # timings within 5 % count as equal
+MODEL_TARGET = "gfx942"   # the model's line predicts the learner's rung for this target's first GPU (MI300X)
 
 
 def _root_cause(error: BaseException) -> BaseException:
@@ -51,7 +57,7 @@ def _speed(exercise: KernelExercise, entry: Rung) -> tuple[bool, str]:
     if previous is None:
         return True, f"speed: not checked (no lower rung {'with a backward ' if entry.backward else ''}to beat)"
     spec = kernels.spec(exercise.op)
-    name = spec.quick_shapes[0] if spec.quick_shapes else next(iter(spec.bench_shapes))
+    name = rung_model.representative(exercise.op)[0]
     dtype = next(d for d in entry.dtypes if previous.supports(d))
     inputs = spec.make_inputs(spec.bench_shapes[name], dtype, device=here.device, seed=0)
     mine = time_ms(entry.bind(*inputs)).median_ms
@@ -60,6 +66,19 @@ def _speed(exercise: KernelExercise, entry: Rung) -> tuple[bool, str]:
     line = (f"speed at {name} ({dtype_name(dtype)}): {ratio:.2f}x {previous.title} "
             f"({mine:.3f} ms vs {theirs:.3f} ms); target >= {exercise.speed_target:.2f}x")
     return ratio >= exercise.speed_target * NOISE, line
+
+
+def predicted_line(entry: Rung) -> str:
+    """The model's time for the learner's rung (compiled from their file) beside the rung
+    below's, at the op's representative shape on MI300X; labelled as shown, not graded."""
+    dtype = isa.default_dtype(entry, MODEL_TARGET)
+    try:
+        found = rung_model.step(entry.op, entry.label, dtype, rung_model.gpu_for(MODEL_TARGET),
+                                source=inspect.getsourcefile(entry.fn))
+    except RuntimeError as error:   # the ahead-of-time compile of the file failed
+        return (f"Model (shown, not graded): your {entry.label} does not compile ahead of time for "
+                f"{MODEL_TARGET}: {str(error).splitlines()[0]}")
+    return f"{found.text()} (Shown, not graded.)"
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -103,17 +122,20 @@ def harness_verdict(exercise: KernelExercise, captured: list[Rung]) -> Verdict:
     fast_enough, speed = _speed(exercise, entry)
     checked = (f"{len(reports)} check{'' if len(reports) == 1 else 's'} ({', '.join(map(str, shapes))}; "
                f"{', '.join(map(dtype_name, dtypes))}) passed")
+    model_line = functools.partial(predicted_line, entry)
     if not fast_enough:
-        return Verdict(False, f"correct ({checked}), but too slow", tuple(reports), speed)
-    return Verdict(True, checked, tuple(reports), speed)
+        return Verdict(False, f"correct ({checked}), but too slow", tuple(reports), speed, model_line)
+    return Verdict(True, checked, tuple(reports), speed, model_line)
 
 
 def with_idea(harness: Verdict, missing: str | None, seen: str) -> Verdict:
     """A correct rung judged on its idea too: ``missing`` says what the idea's own check did
     not find (None: it found it), ``seen`` what it saw when it passed."""
     if missing:
-        return Verdict(False, f"correct ({harness.message}), but {missing}", harness.reports, harness.speed)
-    return Verdict(harness.passed, f"{harness.message}; {seen}", harness.reports, harness.speed)
+        return Verdict(False, f"correct ({harness.message}), but {missing}", harness.reports, harness.speed,
+                       harness.predict)
+    return Verdict(harness.passed, f"{harness.message}; {seen}", harness.reports, harness.speed,
+                   harness.predict)
 
 
 def _matches(given, expected, tolerance: float) -> bool:

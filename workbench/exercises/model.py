@@ -8,6 +8,7 @@ workbench's own data, so a change to a spec or a kernel changes the expected ans
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
@@ -15,16 +16,27 @@ from typing import Any, Callable
 
 @dataclass(frozen=True)
 class Verdict:
-    """A check's outcome; ``message`` states the rule that failed (or what passed)."""
+    """A check's outcome; ``message`` states the rule that failed (or what passed).
+
+    ``predict`` gives the performance model's line for a correct kernel (its predicted
+    time beside the rung below's): shown, never graded. It compiles the learner's file
+    ahead of time (seconds), so it is worked out when the verdict is first shown
+    (:attr:`predicted`), not when it is graded."""
 
     passed: bool
     message: str
     reports: tuple = ()          # the harness's CheckReports, the failing one last
     speed: str = ""              # the speed target's outcome, or why it was not checked
+    predict: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+
+    @functools.cached_property
+    def predicted(self) -> str:
+        """The model's line ("" without one); never part of ``passed``."""
+        return self.predict() if self.predict else ""
 
     def __str__(self) -> str:
         head = "PASS" if self.passed else "FAIL"
-        return f"{head}: {self.message}" + (f"\n{self.speed}" if self.speed else "")
+        return "\n".join(part for part in (f"{head}: {self.message}", self.speed, self.predicted) if part)
 
     def _repr_html_(self) -> str:
         """In a notebook: the message, and a wrong tile as the error heat map."""

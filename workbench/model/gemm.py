@@ -21,6 +21,7 @@ from kernels.gemm import configs, split_k, v2_triton_tile, v3_grouped_order, v4_
 from kernels.tuning import as_dict
 from kernels.xcd import full_chip_xcds
 
+from .candidates import pinned
 from .tiles import Wave, grouped, round_robin, waves
 
 RUNGS = ("v2", "v3", "v4", "v5", "v6", "split_k")
@@ -101,8 +102,12 @@ def _split_k_waves(cfg: dict, shape, tiles_m: int, tiles_n: int, slots: int, xcd
 
 
 def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) -> GemmPlan:
-    """The config ``rung`` runs at ``shape`` on an ``arch`` GPU with ``compute_units`` CUs."""
+    """The config ``rung`` runs at ``shape`` on an ``arch`` GPU with ``compute_units`` CUs
+    (for the tuned rungs v5 and v6: a config :func:`.candidates.predict_config` pinned)."""
     m, n, k = shape
+    candidate = pinned()
+    if candidate is not None and rung not in ("v5", "v6"):
+        raise NotImplementedError(f"gemm {rung} is not tuned: it has no candidate configs to predict")
     if rung == "v2":
         return GemmPlan(rung, v2_triton_tile.config("hip"), {}, None)
     if rung == "v3":
@@ -110,13 +115,15 @@ def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) 
     if rung == "v4":
         return GemmPlan(rung, v4_lds_pipeline.config("hip", arch), {}, None)
     if rung == "v5":
-        prior = as_dict(configs.prune(configs.space("hip", arch), m, n, k)[0])
+        prior = candidate or as_dict(configs.prune(configs.space("hip", arch), m, n, k)[0])
         even_k = k % prior["BLOCK_K"] == 0
         return GemmPlan(rung, {**prior, "NUM_XCDS": full_chip_xcds("hip", arch)},
                         {**prior, "EVEN_K": even_k}, None)
     if rung == "v6":
         device = _backend.Backend("hip", arch, "model", compute_units)
-        cfg = v6_persistent.config(device, m, n, k, xcds=full_chip_xcds("hip", arch))
+        xcds = full_chip_xcds("hip", arch)
+        cfg = ({**candidate, **v6_persistent.persistent_settings(device, xcds)} if candidate
+               else v6_persistent.config(device, m, n, k, xcds=xcds))
         cfg.pop("FIXUP")
         tile = {key: value for key, value in cfg.items() if key not in v6_persistent.PERSISTENT}
         return GemmPlan(rung, cfg, {**tile, "NUM_PROGS": cfg["NUM_PROGS"],

@@ -4,13 +4,17 @@ Each row holds the loss (mean over all processes) and the gradient norm (before
 clipping), the step's time and the tokens per second of the global batch, model
 TFLOP/s and MFU per GPU (:mod:`.flops`), the GPU's memory high-water mark, with
 ``profile=True`` the profiler's busiest ops, the tuning pass's seconds (``tuning_s``,
-the same in every row of a run) and the keys the step ran untuned (``untuned``).
+the same in every row of a run) and the keys the step ran untimed (``untuned``: the
+prior's first candidate, or the performance model's pick).
 On the interpreter backend (no GPU) rows still come back, labelled with that backend,
 but TFLOP/s and MFU are None: CPU times of interpreted kernels are not performance.
 
 Before the first step, ``kernels.tune`` runs one forward and backward of the first
 batch with timing allowed, so the tuned kernels choose their configs there (and data-
-parallel ranks take rank 0's); the steps then run in frozen mode and time nothing.
+parallel ranks take rank 0's); the steps then run in frozen mode and time nothing. The
+whole run ranks the tuners' candidates with the performance model
+(:mod:`workbench.tuning_model`): the pass times the model's shortlist, and a key the
+pass did not meet runs the model's best in the step instead of the prior.
 
 The steps do not wait for the device: a step's loss and grad norm stay device
 tensors, and its time is two CUDA events around it on a GPU (the host clock on the
@@ -31,6 +35,7 @@ import roofline
 from kernels import tuning
 
 from .. import environment
+from ..tuning_model import ranked_by_model
 from . import checkpoint as ckpt
 from . import data, distributed, flops, ops, store
 from .files import FileArgumentError, writable
@@ -123,6 +128,7 @@ def _read(pending: list[dict], world: int, device: torch.device, cfg, spec, dtyp
     return rows
 
 
+@ranked_by_model
 def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
         compile: bool = False, profile: bool = False, out=None, checkpoint=None, resume=None,
         gpu=None, parallel: str | None = None, fp8: str | None = None, progress: bool = True) -> list[dict]:
@@ -187,7 +193,7 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
             step=step + 1, loss=loss, grad_norm=norm, span=span,
             peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
             op_ms=_op_times(prof, device.type == "cuda") if profile else None,
-            untuned=sum(how == "untuned" for how, _ in chosen.values()),
+            untuned=sum(how in ("untuned", "predicted") for how, _ in chosen.values()),
             timestamp=environment.now(), **fixed))
         if len(pending) == READ_EVERY or step == start + steps - 1:
             rows += _read(pending, world, device, cfg, spec, dtype, here.is_gpu, fp8_flops)

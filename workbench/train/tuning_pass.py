@@ -4,13 +4,16 @@ The tuned kernels choose a config per shape bucket and dtype, so the pass must m
 keys the steps will: the same model (compiled when the steps are), the same batch shape
 and the same autocast. :func:`tuning_pass` is what ``run`` does before its first step;
 :func:`tune` is that alone for a preset (``workbench tune``), to fill the tuning cache
-ahead of a job.
+ahead of a job. Both rank the tuners' candidates with the performance model
+(:mod:`workbench.tuning_model`) and time its shortlist.
 """
 from __future__ import annotations
 
 import torch
 
 import kernels as _kernels
+
+from ..tuning_model import ranked_by_model
 
 from . import data, distributed, ops
 from .model import GPT
@@ -48,6 +51,7 @@ def tuning_pass(step_fn, cfg, seed: int, step: int, rank: int, world: int, devic
     return _kernels.tune(lambda: forward_backward(step_fn, tokens, targets, device, dtype))
 
 
+@ranked_by_model
 def tune(preset="cpu-smoke", kernels="workbench", seed: int = 0, *, compile: bool = False,
          parallel: str | None = None, fp8: str | None = None):
     """The tuning pass of a ``run`` of ``preset`` with ``kernels``, alone (no optimizer step)."""

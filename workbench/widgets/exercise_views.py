@@ -94,7 +94,7 @@ def verdict_parts(verdict: Verdict) -> list:
     """The verdict as HTML, then the error heat map of the failing check, if it has one."""
     head = "PASS" if verdict.passed else "FAIL"
     parts = [f"<p><b>{head}</b>: {html.escape(verdict.message)}</p>"
-             + (f"<p><i>{html.escape(verdict.speed)}</i></p>" if verdict.speed else "")]
+             + "".join(f"<p><i>{html.escape(line)}</i></p>" for line in (verdict.speed, verdict.predicted) if line)]
     failing = verdict.reports[-1] if verdict.reports and not verdict.passed else None
     if failing is not None and not failing.passed and failing.error_map is not None:
         from .heatmap import error_heatmap

@@ -2,24 +2,18 @@
 
 A prediction compiles its rung ahead of time for the GPU's target (seconds per rung when
 no compile is cached) and the profiler asks for it at every run, so predictions are kept
-for the process per (op, rung, shape, dtype, GPU). What the model does not cover it refuses with
+for the process per (op, rung, shape, dtype, GPU), in the cache the rung pages share
+(:func:`workbench.rung_model.predicted`). What the model does not cover it refuses with
 ``NotImplementedError`` (op, rung, GPU) or ``ValueError`` (dtype); those rungs keep no
 numbers, and one note, not one per rung, says why.
 """
 from __future__ import annotations
 
-import functools
 import re
 
 import roofline
 
-from .. import model
-
-
-@functools.lru_cache(maxsize=None)
-def predicted(op: str, rung: str, shape: tuple, dtype: str, gpu: str) -> model.Prediction:
-    """``workbench.predict``, made once per key in this process."""
-    return model.predict(op, rung, shape, dtype, gpu)
+from ..rung_model import NO_MODEL, predicted
 
 
 def predictions(op: str, labels: list[str], shape: tuple, dtype: str, gpu: str,
@@ -29,7 +23,7 @@ def predictions(op: str, labels: list[str], shape: tuple, dtype: str, gpu: str,
     for label in labels:
         try:
             found[label] = predicted(op, label, shape, dtype, gpu)
-        except (NotImplementedError, ValueError) as error:
+        except NO_MODEL as error:
             missing[label] = str(error)
         step()
     return found, missing

@@ -102,9 +102,9 @@ def _grade_v3(module, captured) -> Verdict:
         failed = Verdict(False, f"correct, but the LSE and skipping checks could not run "
                                 f"(keep config() and launch() as they were): {type(error).__name__}: {error}")
     if failed:
-        return Verdict(False, failed.message, verdict.reports, verdict.speed)
+        return Verdict(False, failed.message, verdict.reports, verdict.speed, verdict.predict)
     return Verdict(True, f"{verdict.message}; hidden key tiles skipped; log-sum-exp saved",
-                   verdict.reports, verdict.speed)
+                   verdict.reports, verdict.speed, verdict.predict)
 
 
 def _rung(label: str, module: str, **fields) -> KernelExercise:
