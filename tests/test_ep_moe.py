@@ -22,7 +22,6 @@ from kernels.comm.launch import run_local
 from kernels.comm import overlap
 from kernels.comm.overlap import PHASES, Timeline, overlap_efficiency, phase_seconds
 from kernels.moe import ExpertParallelMoE, aux_loss, route
-from kernels.moe.grouped_gemm import v4_persistent
 from kernels.moe.layer_ladder import v3_fused
 from kernels.moe.layer_ladder.v2_grouped import routed_experts
 from kernels.moe.reference import swiglu
@@ -30,6 +29,7 @@ from workbench.check import relative_error
 from workbench.ep_overlap import measure
 from workbench.tolerances import reassociation_bound
 
+from grouped_launches import grouped_launches
 from host_sync import READS, counted_host_reads, no_host_sync
 
 pytestmark = pytest.mark.timeout(600)   # a loaded 2-core machine runs these 4x slower
@@ -241,24 +241,22 @@ def _counted_backward(ep, x, grad_out):
     while type(node).__name__ != "_ExpertsBackward":
         node = node.next_functions[0][0]
     saved = sum(t.numel() for t in node.saved_tensors if t.data_ptr() not in params)
-    launches, forward_kernels = [], []
-    grouped, fused = v4_persistent._launch, v3_fused._launch
+    forward_kernels = []
+    fused = v3_fused._launch
     weights = [w.data_ptr() for w in (ep.gate, ep.up, ep.down)]
-
-    def counted(kernel, a, b, *args):
-        dx = kernel == "forward" and b.stride(2) != 1 and b.data_ptr() in weights
-        launches.append("dx" if dx else kernel)
-        return grouped(kernel, a, b, *args)
 
     def forward_kernel(kernel, *args):
         forward_kernels.append(kernel)
         return fused(kernel, *args)
 
-    v4_persistent._launch, v3_fused._launch = counted, forward_kernel
+    v3_fused._launch = forward_kernel
     try:
-        out.backward(grad_out)
+        with grouped_launches() as grouped:
+            out.backward(grad_out)
     finally:
-        v4_persistent._launch, v3_fused._launch = grouped, fused
+        v3_fused._launch = fused
+    launches = ["dx" if kind == "forward" and b.stride(2) != 1 and b.data_ptr() in weights else kind
+                for kind, b in grouped]
     return sorted(launches), forward_kernels, saved
 
 

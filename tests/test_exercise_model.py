@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
+
 from workbench import exercises, rung_model
 from workbench.exercises import grading, learner, source
 from workbench.exercises.model import Verdict

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
+
 from workbench import fp8_accuracy
 from workbench.train import fp8_parity
 from workbench.widgets import FP8TrainingComparison

@@ -27,7 +27,7 @@ def pretended_h200(fake_gpu, fake_timer, monkeypatch, tmp_path):
     """An H200 that checks every rung as passing, times ref 1 ms and each rung 0.5 ms, and
     records into tmp_path; the quick suite runs gemm_fp8 at one small shape."""
     fake_gpu("cuda", "sm_90", "NVIDIA H200")
-    fake_timer(ms=[1.0, 0.5, 0.5])      # ref, v0, v1 of each case
+    fake_timer(ms=[1.0, 0.5, 0.5, 0.5])      # ref, v0, v1, v2 of each case
     spec = kernels.spec("gemm_fp8")
     monkeypatch.setitem(registry._SPECS, "gemm_fp8", dataclasses.replace(
         spec, bench_shapes={"tiny": (16, 32, 48)}, quick_shapes=("tiny",)))
@@ -59,12 +59,12 @@ def test_gpu_report_records_the_quick_suite_and_prints_ratios(pretended_h200, ca
     out = capsys.readouterr().out
     path = pretended_h200 / f"nvidia-h200-{_today()}.json"
     rows = results.load(path)
-    assert [(r.rung, r.ratio_to_ref) for r in rows] == [("ref", 1.0), ("v0", 2.0), ("v1", 2.0)]
+    assert [(r.rung, r.ratio_to_ref) for r in rows] == [("ref", 1.0), ("v0", 2.0), ("v1", 2.0), ("v2", 2.0)]
     assert {r.gpu for r in rows} == {"NVIDIA H200"} and all(r.ok for r in rows)
     assert "HBM copy 4.10 TB/s; matmul bf16 700 TFLOP/s, fp16 710 TFLOP/s" in out
     table = out.split("Ladder (vs_ref")[1]
     assert "vs_ref" in table and "triton_fp8_dot" in table and " 2 " in table
-    assert "3 rows measured, 0 error rows, 0 of 3 checks failed" in out and f"wrote {path}" in out
+    assert "4 rows measured, 0 error rows, 0 of 4 checks failed" in out and f"wrote {path}" in out
 
 
 def test_gpu_report_ends_with_the_training_step_of_both_kernel_sets(pretended_h200, capsys):
@@ -92,7 +92,7 @@ def test_gpu_report_shows_error_rows_and_exits_1(pretended_h200, fake_timer, cap
     out = capsys.readouterr().out
     assert "RuntimeError: no kernel image for sm_90" in out and "1 error rows" in out
     assert [r.status for r in results.load(pretended_h200 / f"nvidia-h200-{_today()}.json")] == [
-        "ok", "error", "ok"]
+        "ok", "error", "ok", "ok"]
 
 
 def test_gpu_report_says_what_a_spent_budget_left_out(pretended_h200, capsys):

@@ -8,11 +8,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
-from kernels.moe.grouped_gemm import v4_persistent
 from kernels.moe.layer_ladder import spec as moe_spec
 from kernels.moe.layer_ladder import fused_op  # noqa: F401  registers torch.ops.kernels.moe_fused
 from kernels.moe.layer_ladder import v3_fused
 from kernels.moe.layer_ladder.slot_sum import slot_sum
+
+from grouped_launches import grouped_launches
 
 V3 = kernels.get("moe", "v3")
 SHAPE = (45, 48, 33, 8, 2, 1)   # skewed: empty experts
@@ -23,20 +24,13 @@ def _leaves(dtype=torch.float32, needs=(True,) * 5, seed=3):
     return [t.detach().clone().requires_grad_(need) for t, need in zip(tensors, needs)], top_k
 
 
-def test_backward_launches_dx_and_dw_per_expert_gemm_and_no_forward(monkeypatch):
+def test_backward_launches_dx_and_dw_per_expert_gemm_and_no_forward():
     """Three expert GEMMs: three dW launches and three dX launches (the forward kernel on a
     transposed weight), where recomputing the forward would add three more."""
     leaves, top_k = _leaves()
     out = V3(*leaves, top_k)
-    launches = []
-    launch = v4_persistent._launch
-
-    def counted(kernel, a, b, *args):
-        launches.append((kernel, b))
-        return launch(kernel, a, b, *args)
-
-    monkeypatch.setattr(v4_persistent, "_launch", counted)
-    out.backward(torch.randn_like(out))
+    with grouped_launches() as launches:
+        out.backward(torch.randn_like(out))
     weights = [w.data_ptr() for w in leaves[2:5]]
     dx = [b for kernel, b in launches if kernel == "forward"]
     assert sorted(kernel for kernel, _ in launches) == ["dw"] * 3 + ["forward"] * 3
