@@ -99,6 +99,16 @@ def test_rows_and_curve_say_model_and_cover_each_gpu_and_recipe():
     assert len(curve) == 2 * len(fp8_cost.QUANTIZED) and all(math.isfinite(r["speedup"]) for r in curve)
 
 
+def test_quantize_rows_count_bytes_per_element_by_hand():
+    rows = {(r["granularity"], r["transposed_copy"]): r for r in fp8_cost.quantize_rows(shape=(1024, 1024))}
+    # bf16 read once (twice for tensor and row: the amax pass), one byte per FP8 copy, fp32 scales
+    assert rows["block1x128", True]["bytes_per_element"] == 2 + 2 + 2 * 4 / 128
+    assert rows["row", False]["bytes_per_element"] == 2 * 2 + 1 + 4 / 1024
+    assert rows["mx32", True]["bytes_per_element"] == 2 + 2 + 2 * 1 / 32
+    assert rows["block128x128", False]["bytes_per_element"] == 2 + 1 + 4 / 128 ** 2
+    assert rows["mx32", True]["MI300X_us"] == pytest.approx(1024 * 1024 * (4 + 1 / 16) / (HBM * 1e6))
+
+
 @pytest.mark.parametrize("call, complaint", [
     (lambda: fp8_cost.step_cost("MI300X", "delayed", (8, 8, 8)), "recipe must be one of"),
     (lambda: fp8_cost.step_cost("MI300X", "rowwise", (8, 0, 8)), "three positive sizes"),

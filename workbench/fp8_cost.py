@@ -32,6 +32,7 @@ import roofline
 from kernels.gemm import spec as gemm_spec
 from kernels.gemm_fp8 import spec as fp8_spec
 from kernels.gemm_fp8.quantize_kernel import bytes_moved as quantize_bytes
+from kernels.gemm_fp8.quantize_ref import GRANULARITIES
 
 HIGH = torch.bfloat16                 # the high-precision training dtype the FP8 step replaces
 FP8 = torch.float8_e4m3fn             # one byte per element; which e4m3 does not change a byte count
@@ -173,6 +174,20 @@ def gemm_point(gpu, shape=(8192, 8192, 8192), recipe: str | None = None) -> roof
     return roofline.Point(rung=name, op="gemm", shape="x".join(map(str, shape)), dtype=dtype,
                           intensity=flops / nbytes, tflops=flops / (ms * 1e9), ms=ms, source="model",
                           gpu=gpu.name)
+
+
+def quantize_rows(gpus=("MI300X", "MI355X"), shape=(8192, 8192)) -> list[dict]:
+    """Per granularity, with and without the transposed copy: bytes per element of a bf16
+    ``shape`` and the kernel's model time (bytes / HBM bandwidth) on each GPU, in µs."""
+    m, k = shape
+    rows = []
+    for granularity in GRANULARITIES:
+        for transpose in (False, True):
+            nbytes = quantize_bytes(shape, HIGH, granularity, transpose)
+            row = dict(granularity=granularity, transposed_copy=transpose, bytes_per_element=nbytes / (m * k))
+            row.update({f"{roofline.spec(g).name}_us": kernel_ms(g, 0.0, nbytes, 1.0) * 1e3 for g in gpus})
+            rows.append(dict(row, source="model"))
+    return rows
 
 
 def cost_rows(gpus=("MI300X", "MI355X"), shape=(8192, 8192, 8192), width: int = 4096) -> list[dict]:
