@@ -76,16 +76,17 @@ class StepCost:
         return self.quantize_ms / self.fp8_ms
 
 
-def _check(gpu, recipe: str):
+def _quantized(recipe: str) -> dict[str, tuple[str, bool]]:
     if recipe not in QUANTIZED:
         raise ValueError(f"recipe must be one of {tuple(QUANTIZED)}, got {recipe!r}")
-    return roofline.spec(gpu)
+    return QUANTIZED[recipe]
 
 
 def fp8_peak(gpu, recipe: str) -> float:
     """The FP8 GEMM's compute roof in TFLOP/s: the FP8 peak, but MXFP8 only where the GPU
     has scaled MFMAs (gfx950); elsewhere Triton emulates it on the bf16 matrix cores."""
-    gpu = _check(gpu, recipe)
+    _quantized(recipe)
+    gpu = roofline.spec(gpu)
     native = recipe != "mxfp8" or gpu.target in NATIVE_MX_TARGETS
     return gpu.peak("fp8" if native else "bf16")
 
@@ -103,20 +104,21 @@ def gemm_shapes(shape) -> dict[str, tuple[int, int, int]]:
 
 
 def operand_shapes(shape) -> dict[str, tuple[int, int]]:
+    """x (T, K), w (N, K) and dy (T, N): the tensors a step quantizes."""
     t, n, k = shape
     return {"x": (t, k), "w": (n, k), "dy": (t, n)}
 
 
 def quantize_traffic(recipe: str, shape) -> float:
     """Bytes the fused quantize kernel moves for x, w and dy of one step (bf16 in)."""
-    _check("MI300X", recipe)
     return sum(quantize_bytes(operand_shapes(shape)[name], HIGH, granularity, transpose)
-               for name, (granularity, transpose) in QUANTIZED[recipe].items())
+               for name, (granularity, transpose) in _quantized(recipe).items())
 
 
 def step_cost(gpu, recipe: str, shape) -> StepCost:
     """The model's bf16 and FP8 times for one Linear's forward + backward at ``shape`` (T, N, K)."""
-    spec = _check(gpu, recipe)
+    _quantized(recipe)
+    spec = roofline.spec(gpu)
     shape = tuple(int(s) for s in shape)
     if len(shape) != 3 or min(shape) < 1:
         raise ValueError(f"shape must be three positive sizes (T, N, K), got {shape}")
@@ -128,9 +130,11 @@ def step_cost(gpu, recipe: str, shape) -> StepCost:
 
 
 def break_even(gpu, recipe: str, shape_of=lambda n: (n, n, n), limit: int = 1 << 17) -> int | None:
-    """The smallest size n from which on the FP8 step is faster than bf16 (model), for the
-    Linear ``shape_of(n)`` (default a square n x n x n). None if FP8 never wins up to
-    ``limit``: then quantization eats the whole gain (e.g. MXFP8 where it is emulated)."""
+    """The size n where the FP8 step starts to beat bf16 (model), for the Linear
+    ``shape_of(n)`` (default a square n x n x n): found by halving from ``limit`` while FP8
+    still wins, then bisecting, so it assumes one crossing (the gain grows with n wherever
+    FP8 can win; tests check both sides of the answer). None if FP8 does not win at
+    ``limit``: quantization eats the whole gain (e.g. MXFP8 where it is emulated)."""
     def wins(n):
         return step_cost(gpu, recipe, shape_of(n)).speedup > 1
     if not wins(limit):
