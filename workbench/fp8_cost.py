@@ -153,7 +153,7 @@ def quantize_point(gpu, granularity: str, shape=(8192, 8192), transpose: bool = 
     """The fused quantize kernel on ``gpu``'s roofline at its model time (bytes / HBM).
 
     A roofline point needs a FLOP count; this one counts 2 per element written (the amax
-    compare and the scale multiply), about 1 FLOP/byte: any count this small sits on the
+    compare and the scale multiply), 0.4 to 1 FLOP/byte: any count this small sits on the
     HBM roof, and its time, bytes / bandwidth, is the only number the model uses."""
     gpu = roofline.spec(gpu)
     m, k = shape
