@@ -1,5 +1,5 @@
 """workbench.fp8_accuracy: per recipe and GEMM, the error against float64 and the
-overflow/underflow counts; workbench.train.fp8_parity and the FP8 training widget."""
+overflow/underflow counts; workbench.train.fp8_parity and the FP8 side of TrainingComparison."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e
 
 from workbench import fp8_accuracy
 from workbench.train import fp8_parity
-from workbench.widgets import FP8TrainingComparison
+from workbench.widgets import TrainingComparison
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +42,32 @@ def test_missing_kernels_are_a_row_not_a_number(rows):
 
 
 def test_parity_table_and_widget_compare_each_recipe_with_high_precision():
-    result = FP8TrainingComparison().set(preset="cpu-smoke", recipes=("tensorwise", "mxfp8"), steps=1).run()
-    table = {r["run"]: r for r in result.parity}
-    assert table[fp8_parity.HIGH]["rel_diff"] == 0
+    widget = TrainingComparison().set(preset="cpu-smoke", compare="fp8", recipes=("tensorwise",), steps=1,
+                                      profile=False)
+    assert all(p.disabled for p in widget.sets["B"].values()) and not widget.recipes.disabled
+    result = widget.run()
+    table = {r["run"]: r for r in result.fp8}
+    assert list(result.rows)[0] == fp8_parity.HIGH and table[fp8_parity.HIGH]["rel_diff"] == 0
     assert table["fp8 tensorwise"]["goal"] == "reported" and table["fp8 tensorwise"]["meets_goal"] is None
     assert abs(table["fp8 tensorwise"]["rel_diff"]) < 0.01
-    assert any("mxfp8" in note for note in result.notes) or "fp8 mxfp8" in table
-    assert "not performance" in " ".join(result.notes) and "loss" in result.charts
+    assert result.parity is None and "not performance" in " ".join(result.notes) and "loss" in result.charts
+    assert {v["set"] for v in result.charts["loss"].to_dict()["data"]["values"]} == set(result.rows)
+    shown = "".join(p for p in result.parts() if isinstance(p, str))
+    assert "loss of each FP8 recipe against high precision" in shown
+
+
+def test_the_fp8_side_refuses_an_unknown_mode_or_recipe():
+    widget = TrainingComparison()
+    assert widget.recipes.disabled and not any(p.disabled for p in widget.sets["B"].values())
+    with pytest.raises(ValueError, match="compare must be one of"):
+        widget.set(compare="bf16")
+    with pytest.raises(Exception, match="fp9"):
+        widget.set(recipes=("fp9",))
+
+
+def test_a_recipe_without_its_kernels_is_reported_not_run(monkeypatch):
+    import kernels
+    recipe = kernels.fp8.get("rowwise")
+    monkeypatch.setattr(type(recipe), "needs", "kernels.gemm_fp8.imaginary", raising=False)
+    plan, skipped = TrainingComparison().set(compare="fp8", recipes=("rowwise",)).plan()
+    assert list(plan) == [fp8_parity.HIGH] and skipped == {"fp8 rowwise": "needs kernels.gemm_fp8.imaginary"}

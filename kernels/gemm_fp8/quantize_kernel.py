@@ -54,8 +54,10 @@ NUM_WARPS = 8   # 512 threads per 128 x 128 tile: 32 fp32 values each
 def _mx_exponent(amax, EMAX: tl.constexpr):
     """floor(log2 amax) - EMAX clamped to [-127, 127] (amax 0 or subnormal: -127), from amax's
     exponent bits, as :func:`kernels.microscaling.shared_exponent`."""
+    # exercise begin: e8m0
     binade = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     return tl.minimum(tl.maximum(binade - EMAX, -127), 127)
+    # exercise end
 
 
 @triton.jit
@@ -80,8 +82,10 @@ def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
         y = tl.reshape(x, (BM, BK // G, G)) * _pow2(-exponent)[:, :, None]
         scale = (exponent + 127).to(tl.uint8)
     else:
+        # exercise begin: group_scale
         scale = tl.where(amax > 0, amax / FMAX, 1.0)
         y = tl.reshape(x, (BM, BK // G, G)) / scale[:, :, None]
+        # exercise end
     return tl.reshape(_quantized(y, FMAX, MANT, EMIN), (BM, BK)), scale
 
 

@@ -2,32 +2,35 @@
 
 The issue's goal on the CPU preset: the loss after the run within 1 % (relative) of the
 high-precision run for rowwise, blockwise and mxfp8; tensorwise and delayed are reported
-as they come. :func:`compare` trains the high-precision model and each recipe from one
-seed; :func:`parity_table` says how far each ended from it. A recipe whose kernels are
-not installed (:attr:`kernels.fp8.recipe.Recipe.needs`) is reported, not run.
+as they come. :class:`workbench.widgets.TrainingComparison` (``compare="fp8"``) trains the
+high-precision model and each recipe from one seed, labelled by :func:`label`; recipes
+whose kernels are not installed (:attr:`kernels.fp8.recipe.Recipe.needs`) are reported by
+:func:`runnable`, not run; :func:`parity_table` says how far each run ended from high precision.
 """
 from __future__ import annotations
 
 import kernels
-
-from .loop import run
 
 GOAL = 0.01
 GOAL_RECIPES = ("rowwise", "blockwise", "mxfp8")
 HIGH = "high precision"
 
 
-def compare(preset="cpu-smoke", recipes=("tensorwise", "delayed", "rowwise"), steps: int = 10,
-            seed: int = 0, kernels_choice="torch", **kw) -> tuple[dict[str, list[dict]], dict[str, str]]:
-    """Rows of the high-precision run and of each recipe (by label), and why any did not run."""
-    runs, skipped = {HIGH: run(preset, kernels_choice, steps, seed, progress=False, **kw)}, {}
+def label(recipe: str | None) -> str:
+    """A run's label: :data:`HIGH` without a recipe, else ``"fp8 <recipe>"``."""
+    return HIGH if recipe is None else f"fp8 {kernels.fp8.get(recipe).name}"
+
+
+def runnable(recipes) -> tuple[list[str], dict[str, str]]:
+    """The recipes that can run here, and why each other one cannot (by its label)."""
+    ok, skipped = [], {}
     for recipe in recipes:
         needs = kernels.fp8.get(recipe).needs
         if needs:
-            skipped[recipe] = f"needs {needs}"
-            continue
-        runs[f"fp8 {recipe}"] = run(preset, kernels_choice, steps, seed, fp8=recipe, progress=False, **kw)
-    return runs, skipped
+            skipped[label(recipe)] = f"needs {needs}"
+        else:
+            ok.append(recipe)
+    return ok, skipped
 
 
 def parity_table(runs: dict[str, list[dict]]) -> list[dict]:
