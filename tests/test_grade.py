@@ -237,8 +237,12 @@ def test_cli_exit_status_json_and_a_self_contained_page(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_correct_example_passes_with_its_machine_code_beside_the_top_rung(tmp_path):
     report = grade(CORRECT, "gemm", dtypes=["bf16"], shapes=[(37, 29, 53)], layouts=("row",),
-                   targets=("gfx942",), model=False)
+                   targets=("gfx942",), gpus=("MI300X",))
     assert report.passed, report.verdict
+    model = report.speed["model"]
+    (yours,) = [r for r in model["rows"] if r["rung"] == "yours"]      # its own compiled kernel, modelled
+    assert yours["label"] == "model" and yours["gpu"] == "MI300X" and yours["ms"] > 0 and "yours" not in model
+    assert {r["rung"] for r in model["rows"]} >= {"yours", "v2", "v6"}
     gfx942 = report.machine_code["targets"]["gfx942"]
     (mine,) = gfx942["yours"]
     assert mine["kernel"] == "gemm_tile_kernel" and "v_mfma_f32_32x32x8_bf16" in mine["matrix instructions"]
@@ -304,6 +308,19 @@ def test_a_file_kernel_the_model_does_not_cover_is_said_in_one_line():
     untiled = {**recorded, "records": [{**records[0], "constexprs": {}}]}
     assert "has no BLOCK_M, BLOCK_N, BLOCK_K constexpr" in \
         file_model.predictions("gemm", str(CORRECT), untiled, {}, ("MI300X",))[1]
+
+
+@pytest.mark.slow
+def test_an_exercise_answer_right_in_numbers_but_not_in_its_idea_fails_grade_with_the_exercise_reason(tmp_path):
+    exercise = exercises.get("gemm/v3")
+    path = tmp_path / "gemm_v3.py"
+    path.write_text(source.render(exercise.module, exercise.wrong["row-major inside each group"]))
+    report = grade(path, exercise="gemm/v3", machine_code=False, gpus=("MI300X",))
+    assert all(c["passed"] for c in report.cases) and not report.passed
+    assert report.verdict.startswith("FAIL at exercise gemm/v3's rules: correct (") and "not v3's program order" in report.verdict
+    (yours,) = [r for r in report.speed["model"]["rows"] if r["rung"] == "yours"]   # v3 compiled from the file
+    assert yours["label"] == "model" and yours["ms"] > 0
+    assert main(["grade", str(path), "--exercise", "gemm/v3", "--op", "attention"]) == 2
 
 
 @pytest.mark.gpu

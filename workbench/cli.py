@@ -355,8 +355,8 @@ def cmd_grade(args) -> int:
                        dtypes=args.dtypes,
                        shapes=args.shape, machine_code=not args.no_machine_code, model=not args.no_model,
                        import_s=args.timeout_s, run_s=args.timeout_s)
-    except (FileNotFoundError, KeyError, ValueError) as error:
-        print(f"workbench grade: {error}", file=sys.stderr)
+    except (FileNotFoundError, KeyError, ValueError) as error:   # KeyError: an unknown exercise
+        print(f"workbench grade: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
         return 2
     print(report)
     for path, write in ((args.json, report.write_json), (args.html, report.write_html)):

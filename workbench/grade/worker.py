@@ -5,9 +5,10 @@ messages on its stdout (the file's prints go to stderr): ``("step", name, kind)`
 each step, so the parent can time it out, and ``("result", name, payload)`` after. A
 crash (a segfault, ``os.abort``) or a hang ends the process, never the grader.
 
-Two stages, each in a fresh process: ``run`` (import, contract, correctness, the launch
-record, on a GPU the timing) and ``compile`` (the recorded kernels for each target: a
-process where no interpreted kernel has run, as :mod:`workbench.isa_compile` needs).
+Two stages, each in a fresh process: ``run`` (import, contract, correctness, with
+``--exercise`` the exercise's own rules, the launch record, on a GPU the timing) and
+``compile`` (the recorded kernels for each target: a process where no interpreted kernel
+has run, as :mod:`workbench.isa_compile` needs).
 """
 from __future__ import annotations
 
