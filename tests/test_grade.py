@@ -320,6 +320,9 @@ def test_an_exercise_answer_right_in_numbers_but_not_in_its_idea_fails_grade_wit
     assert report.verdict.startswith("FAIL at exercise gemm/v3's rules: correct (") and "not v3's program order" in report.verdict
     (yours,) = [r for r in report.speed["model"]["rows"] if r["rung"] == "yours"]   # v3 compiled from the file
     assert yours["label"] == "model" and yours["ms"] > 0
+    assert report.to_dict()["exercise"] == report.exercise and report.exercise["key"] == "gemm/v3"
+    assert "exercise gemm/v3's rules: FAIL: correct (" in str(report)
+    assert "<h2>Exercise gemm/v3's rules</h2><p class='fail'>FAIL: correct (" in report._repr_html_()
     assert main(["grade", str(path), "--exercise", "gemm/v3", "--op", "attention"]) == 2
 
 
