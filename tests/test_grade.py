@@ -15,9 +15,11 @@ import torch
 
 import kernels
 from workbench.cli import main
+from workbench import exercises
+from workbench.exercises import source
 from workbench.exercises.model import KernelExercise
-from workbench.grade import ENTRY, SCHEMA_VERSION, grade, launches, worker
-from workbench.grade.examples import RIGHT as CORRECT, off_by_one_k_mask
+from workbench.grade import ENTRY, SCHEMA_VERSION, exercise_rules, grade, launches, worker
+from workbench.grade.examples import RIGHT as CORRECT, WRONG
 from workbench.grade.correctness import poisoned_allocations
 
 GEMM_SHAPES = [(37, 29, 53), (5, 67, 3)]
@@ -70,13 +72,33 @@ def test_a_launch_is_recorded_as_triton_splits_its_arguments():
     assert record["scalars"]["K"] == 70 and record["options"] == {"num_warps": 4}
 
 
-def test_the_example_passes_and_its_off_by_one_k_mask_fails_naming_the_missing_slice(tmp_path):
+def _code(path) -> list[str]:
+    """A file's lines of code: no docstrings, comments or blank lines."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docstrings = {n.body[0].lineno for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    skipped = {line for n in ast.walk(tree) if isinstance(n, ast.Expr) and n.lineno in docstrings
+               for line in range(n.lineno, n.end_lineno + 1)}
+    return [line for i, line in enumerate(path.read_text().splitlines(), 1)
+            if i not in skipped and line.strip() and not line.strip().startswith("#")]
+
+
+def test_the_shipped_wrong_example_differs_from_the_right_one_in_one_line_of_code():
+    import difflib
+
+    changed = [line for line in difflib.ndiff(_code(CORRECT), _code(WRONG)) if line[:1] in "+-"]
+    assert changed == ["-         k_left = K - k0", "+         k_left = K - k0 - 1"], changed
+
+
+def test_the_example_passes_and_the_wrong_one_fails_naming_the_missing_slice(tmp_path):
     shapes = {"shapes": GEMM_SHAPES, "dtypes": ["fp32", "bf16"]}
     good = run_in_process(CORRECT, "gemm", **shapes)
     assert good["contract"][0]["passed"] and len(good["case"]) == 8
     assert all(c["passed"] for c in good["case"]), [c["message"] for c in good["case"]]
     assert good["autograd"] == [{"backward": False, "inputs": []}]     # a bare Triton call: no graph
-    bad = run_in_process(off_by_one_k_mask(tmp_path), "gemm", shapes=GEMM_SHAPES[:1], dtypes=["fp32"], layouts=["row"])
+    bad = run_in_process(WRONG, "gemm", shapes=GEMM_SHAPES[:1], dtypes=["fp32"], layouts=["row"])
     (case,) = bad["case"]
     assert not case["passed"] and case["report"].worst_index is not None
     assert "the last of K = 53 slices of the reduction is missing" in case["message"]
@@ -120,31 +142,44 @@ def _reason(message: str) -> str:
     return found.group(1) or found.group(2)
 
 
-WRONG_ANSWERS = [(key, name) for key, e in __import__("workbench.exercises", fromlist=["_catalog"])._catalog().items()
-                 if isinstance(e, KernelExercise) and e.grade is None and e.op
-                 for name in list(e.wrong)[:1]]
+def _wrong_answers():
+    """Every known wrong answer of every kernel exercise in the catalog, but the collectives'
+    (run on gloo ranks, 10-40 s each: one of them is graded below; their checker is the
+    function tests/test_exercise_catalog.py runs on every one)."""
+    for e in exercises._catalog().values():
+        if isinstance(e, KernelExercise) and not e.key.startswith("comm/"):
+            for name in e.wrong:
+                yield e.key, name
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("key, wrong", WRONG_ANSWERS)
-def test_each_exercise_wrong_answer_fails_grade_for_the_reason_the_exercise_gives(key, wrong, tmp_path):
-    """Exercises graded by the harness alone; the others (program order, hot loop) judge an
-    idea whose wrong answers stay numerically right, which grade reports as machine code."""
-    from workbench import exercises
-    from workbench.exercises import source
-
+@pytest.mark.parametrize("key, wrong", _wrong_answers())
+def test_each_exercise_wrong_answer_fails_grade_for_the_exercise_reason(key, wrong, tmp_path):
+    """With ``exercise=`` the grade runs the exercise's own rules: a wrong answer fails, and
+    where the grade's own harness cases fail too they blame what the exercise blames. An
+    exercise graded by the harness alone must fail there; one graded on an idea (an order,
+    a hot loop, a race, the saved log-sum-exp) may pass the harness and fail its rules."""
     exercise = exercises.get(key)
     path = tmp_path / f"{key.replace('/', '_')}.py"
     path.write_text(source.render(exercise.module, exercise.wrong[wrong]))
-    expected = exercises.check(key, path=path, progress_file=tmp_path / "progress.json")
-    assert not expected.passed
-    entry = kernels.get(exercise.op, exercise.rung).fn.__name__
-    seeds = exercise.seeds or (0,)
-    got = run_in_process(path, exercise.op, entry=entry, shapes=list(exercise.shapes), layouts=["row"],
-                         dtypes=[str(d).removeprefix("torch.") for d in exercise.dtypes] or None, seed=seeds[0])
-    failing = [c for c in got["case"] if not c["passed"]]
-    assert failing, [c["message"] for c in got["case"]]
-    assert _reason(failing[0]["message"]) == _reason(expected.message)
+    got = run_in_process(path, layouts=["row"], exercise=key, **exercise_rules.defaults(key))
+    (judged,) = got["exercise"]
+    assert not judged["passed"] and judged["key"] == key, judged["message"]
+    failing = [c for c in got.get("case", []) if not c["passed"]]
+    if failing:
+        assert _reason(failing[0]["message"]) == _reason(judged["message"])
+    else:
+        assert exercise.grade is not None, f"the harness passed {wrong!r}: {[c['message'] for c in got['case']]}"
+
+
+@pytest.mark.slow
+def test_a_collective_exercise_has_no_op_and_is_graded_by_its_rules_alone(tmp_path):
+    exercise = exercises.get("comm/ring")
+    path = tmp_path / "ring.py"
+    path.write_text(source.render(exercise.module, exercise.wrong["off-by-one segment in the reduce-scatter pass"]))
+    got = run_in_process(path, exercise="comm/ring", **exercise_rules.defaults("comm/ring"))
+    assert got["contract"][0]["passed"] and "case" not in got
+    (judged,) = got["exercise"]
+    assert not judged["passed"] and "all_reduce (sum) of 4 elements on 3 ranks" in judged["message"]
 
 
 @pytest.mark.slow
@@ -188,7 +223,7 @@ def test_an_endless_loop_or_a_hanging_import_is_killed_at_its_step_limit(tmp_pat
 @pytest.mark.slow
 def test_cli_exit_status_json_and_a_self_contained_page(tmp_path, capsys):
     out_json, out_html = tmp_path / "g.json", tmp_path / "g.html"
-    assert main(["grade", str(off_by_one_k_mask(tmp_path)), "--op", "gemm", "--dtypes", "fp32", "--shape", "37x29x53",
+    assert main(["grade", str(WRONG), "--op", "gemm", "--dtypes", "fp32", "--shape", "37x29x53",
                  "--json", str(out_json), "--html", str(out_html), "--no-machine-code", "--no-model"]) == 1
     assert capsys.readouterr().out.startswith("FAIL at shape (37, 29, 53), float32, row-major")
     data = json.loads(out_json.read_text())
@@ -202,8 +237,12 @@ def test_cli_exit_status_json_and_a_self_contained_page(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_correct_example_passes_with_its_machine_code_beside_the_top_rung(tmp_path):
     report = grade(CORRECT, "gemm", dtypes=["bf16"], shapes=[(37, 29, 53)], layouts=("row",),
-                   targets=("gfx942",), model=False)
+                   targets=("gfx942",), gpus=("MI300X",))
     assert report.passed, report.verdict
+    model = report.speed["model"]
+    (yours,) = [r for r in model["rows"] if r["rung"] == "yours"]      # its own compiled kernel, modelled
+    assert yours["label"] == "model" and yours["gpu"] == "MI300X" and yours["ms"] > 0 and "yours" not in model
+    assert {r["rung"] for r in model["rows"]} >= {"yours", "v2", "v6"}
     gfx942 = report.machine_code["targets"]["gfx942"]
     (mine,) = gfx942["yours"]
     assert mine["kernel"] == "gemm_tile_kernel" and "v_mfma_f32_32x32x8_bf16" in mine["matrix instructions"]
@@ -213,21 +252,78 @@ def test_the_correct_example_passes_with_its_machine_code_beside_the_top_rung(tm
 
 
 def test_on_a_gpu_yours_ref_and_the_top_rung_are_timed_in_one_run(monkeypatch):
-    """The rows and ratios :func:`speed.measure` makes of three timings (stand-ins here: the
-    timer itself needs a GPU, and ``test_grade_on_a_gpu_measures`` runs it there)."""
+    """The worker's GPU step as a GPU runs it (``time`` is what ``is_gpu`` decides there), with
+    the timer itself a stand-in: its medians become the rows and the ratios to yours."""
     from types import SimpleNamespace
 
     from workbench import timing
     from workbench.grade import speed
-    from workbench.grade.contract import registered_problem
 
+    timed = []
     medians = iter([2.0, 1.0, 4.0])
-    monkeypatch.setattr(timing, "time_ms", lambda call: SimpleNamespace(median_ms=next(medians)))
-    result = speed.measure(lambda a, b: a @ b, registered_problem("gemm"), (8, 8, 8), torch.float32)
+    monkeypatch.setattr(timing, "time_ms", lambda call: timed.append(call) or SimpleNamespace(median_ms=next(medians)))
+    got = run_in_process(CORRECT, "gemm", shapes=[(5, 67, 3)], dtypes=["fp32"], layouts=["row"], time=True)
+    (result,) = got["timing"]
     top = speed.top_rung("gemm", torch.float32)
+    assert len(timed) == 3 and all(callable(call) for call in timed)
     assert [r["kernel"] for r in result["rows"]] == ["yours", "ref", top.title]
     assert [r["speedup (its ms / yours)"] for r in result["rows"]] == [1.0, 0.5, 2.0]
-    assert result["label"] == "measured"
+    assert result["label"] == "measured" and result["shape"] == list(speed.model_shape(kernels.spec("gemm")))
+
+
+def test_the_rungs_the_model_does_not_cover_are_one_line(monkeypatch):
+    from types import SimpleNamespace
+
+    import workbench.model
+    from workbench.grade import speed
+    from workbench.model import NotCovered
+
+    def predict(op, label, shape, dtype, gpu):
+        if label in ("v0", "v1", "ref"):
+            raise NotCovered(f"the model covers gemm rungs v2, v3, not {label}")
+        return SimpleNamespace(row=lambda: {"rung": label, "gpu": gpu})
+
+    monkeypatch.setattr(workbench.model, "predict", predict)
+    rows, notes = speed.predictions("gemm", (64, 64, 64), torch.bfloat16, ("MI300X", "MI355X"))
+    assert len(rows) == 2 * (len(kernels.variants("gemm")) - 3)
+    assert notes == ["not covered: v0, v1, ref on MI300X, MI355X (the model covers gemm rungs v2, v3)"]
+
+
+def test_a_file_kernel_the_model_does_not_cover_is_said_in_one_line():
+    from workbench.exercises.learner import import_file
+    from workbench.grade import file_model
+
+    module, _ = import_file(CORRECT, "gemm")
+    with launches.recorded(stub=True) as records:
+        module.matmul(torch.empty(256, 128), torch.empty(128, 192))
+    assert records[0]["grid"] == (4, 3, 1)
+    recorded = {"records": records, "shape": [256, 192, 128], "dtype": "torch.bfloat16"}
+    rows, why = file_model.predictions("gemm", str(CORRECT), recorded, {}, ("MI300X", "H100"))
+    assert rows == [] and why == ("yours on MI300X: not modelled: gemm_tile_kernel was not compiled for gfx942 "
+                                  "(the model reads the compiled loop); yours on H100: not modelled: the model "
+                                  "covers AMD targets gfx942, gfx950; H100 SXM is sm_90")
+    one_d = {**recorded, "records": [{**records[0], "grid": (12, 1, 1)}]}
+    assert "grid (12, 1, 1) is not (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)) = (4, 3)" in \
+        file_model.predictions("gemm", str(CORRECT), one_d, {}, ("MI300X",))[1]
+    untiled = {**recorded, "records": [{**records[0], "constexprs": {}}]}
+    assert "has no BLOCK_M, BLOCK_N, BLOCK_K constexpr" in \
+        file_model.predictions("gemm", str(CORRECT), untiled, {}, ("MI300X",))[1]
+
+
+@pytest.mark.slow
+def test_an_exercise_answer_right_in_numbers_but_not_in_its_idea_fails_grade_with_the_exercise_reason(tmp_path):
+    exercise = exercises.get("gemm/v3")
+    path = tmp_path / "gemm_v3.py"
+    path.write_text(source.render(exercise.module, exercise.wrong["row-major inside each group"]))
+    report = grade(path, exercise="gemm/v3", machine_code=False, gpus=("MI300X",))
+    assert all(c["passed"] for c in report.cases) and not report.passed
+    assert report.verdict.startswith("FAIL at exercise gemm/v3's rules: correct (") and "not v3's program order" in report.verdict
+    (yours,) = [r for r in report.speed["model"]["rows"] if r["rung"] == "yours"]   # v3 compiled from the file
+    assert yours["label"] == "model" and yours["ms"] > 0
+    assert report.to_dict()["exercise"] == report.exercise and report.exercise["key"] == "gemm/v3"
+    assert "exercise gemm/v3's rules: FAIL: correct (" in str(report)
+    assert "<h2>Exercise gemm/v3's rules</h2><p class='fail'>FAIL: correct (" in report._repr_html_()
+    assert main(["grade", str(path), "--exercise", "gemm/v3", "--op", "attention"]) == 2
 
 
 @pytest.mark.gpu

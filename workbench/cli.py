@@ -351,11 +351,12 @@ def cmd_grade(args) -> int:
     from .grade import grade
 
     try:
-        report = grade(args.file, args.op, entry=args.entry, reference=args.reference, dtypes=args.dtypes,
+        report = grade(args.file, args.op, entry=args.entry, reference=args.reference, exercise=args.exercise,
+                       dtypes=args.dtypes,
                        shapes=args.shape, machine_code=not args.no_machine_code, model=not args.no_model,
                        import_s=args.timeout_s, run_s=args.timeout_s)
-    except FileNotFoundError as error:
-        print(f"workbench grade: {error}", file=sys.stderr)
+    except (FileNotFoundError, KeyError, ValueError) as error:   # KeyError: an unknown exercise
+        print(f"workbench grade: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
         return 2
     print(report)
     for path, write in ((args.json, report.write_json), (args.html, report.write_html)):
@@ -409,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "an op of your own")
     p.add_argument("--entry", help="the callable's name (default: the op's public name, "
                                    "or `kernel` with --reference)")
+    p.add_argument("--exercise", help="an exercise's key, e.g. gemm/v3: its own rules (program order, hot "
+                                      "loop, ...) become a graded section; sets its op, callable and shapes")
     p.add_argument("--dtypes", nargs="+", help="the dtypes it claims, e.g. fp32 bf16 (default: all the op's)")
     p.add_argument("--shape", type=_parse_shape, action="append", help="check at this shape (repeatable; "
                                                                        "default: the op's smoke shapes)")

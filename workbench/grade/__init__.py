@@ -29,18 +29,31 @@ RUN_S = 300.0
 
 
 def grade(file, op: str | None = None, *, entry: str | None = None, reference=None,
-          dtypes=None, shapes=None, layouts=("row", "col"), targets=TARGETS, gpus=GPUS,
+          exercise: str | None = None, dtypes=None, shapes=None, layouts=("row", "col"), targets=TARGETS, gpus=GPUS,
           machine_code: bool = True, model: bool = True, import_s: float = IMPORT_S,
           run_s: float = RUN_S, seed: int | None = None) -> GradeReport:
     """Grade ``file``'s callable for ``op`` (or for the problem in the ``reference`` file).
 
     ``dtypes`` (names: "fp32", "bfloat16", ...) and ``shapes`` narrow what is checked
     (default: every dtype of the op, its smoke shapes); ``machine_code``/``model`` off skip
-    the compiles; ``import_s``/``run_s`` limit the file's import and each step."""
+    the compiles; ``import_s``/``run_s`` limit the file's import and each step.
+    ``exercise`` ("gemm/v3") adds that exercise's own rules as a graded section
+    (:mod:`.exercise_rules`) and sets its op, callable, shapes, dtypes and seed where
+    these are not given."""
+    from .exercise_rules import defaults
     from .grader import run
 
-    if (op is None) == (reference is None):
-        raise ValueError("grade needs an op (one of the workbench's) or a reference file, not both")
-    return run(Path(file), op, entry=entry, reference=reference, dtypes=dtypes, shapes=shapes,
+    if exercise is not None:
+        found = defaults(exercise)
+        if op is not None and op != found["op"]:
+            raise ValueError(f"exercise {exercise} is graded as {found['op'] or 'no op'}, not {op}")
+        op, entry, dtypes, shapes = (op or found["op"], entry or found.get("entry"),
+                                     dtypes or found.get("dtypes"), shapes or found.get("shapes"))
+        seed = seed if seed is not None else found.get("seed")
+    elif (op is None) == (reference is None):
+        raise ValueError("grade needs an op (one of the workbench's), a reference file or an exercise")
+    if exercise is not None and reference is not None:
+        raise ValueError("an exercise is graded on its own op, not on a reference file")
+    return run(Path(file), op, entry=entry, reference=reference, exercise=exercise, dtypes=dtypes, shapes=shapes,
                layouts=tuple(layouts), targets=tuple(targets), gpus=tuple(gpus),
                machine_code=machine_code, model=model, import_s=import_s, run_s=run_s, seed=seed)

@@ -8,6 +8,7 @@ import torch
 
 from ..environment import describe
 from ..table import dtype_label
+from . import file_model
 from . import machine_code as mc
 from .contract import CUSTOM_ENTRY, ENTRY
 from .report import GradeReport
@@ -17,13 +18,14 @@ from .speed import predictions
 NO_GPU = "no GPU here: nothing measured (the CPU interpreter's times say nothing about a GPU)"
 
 
-def run(file: Path, op, *, entry, reference, dtypes, shapes, layouts, targets, gpus,
+def run(file: Path, op, *, entry, reference, exercise, dtypes, shapes, layouts, targets, gpus,
         machine_code, model, import_s, run_s, seed) -> GradeReport:
     request = {"file": str(Path(file).resolve()), "op": op, "entry": entry,
                "reference": str(Path(reference).resolve()) if reference else None,
                "dtypes": list(dtypes) if dtypes else None,
                "shapes": [tuple(s) for s in shapes] if shapes else None,
-               "layouts": list(layouts), "seed": seed, "record": machine_code or model}
+               "layouts": list(layouts), "seed": seed, "record": (machine_code or model) and op is not None,
+               "exercise": exercise}
     if not Path(file).is_file():
         raise FileNotFoundError(f"{file} is not a file")
     outcome = run_worker({**request, "stage": "run"}, import_s=import_s, run_s=run_s)
@@ -36,14 +38,19 @@ def run(file: Path, op, *, entry, reference, dtypes, shapes, layouts, targets, g
     machine = (_machine_code(request, launches, targets, run_s, name, op) if machine_code and launches
                else {"note": "skipped" if not machine_code else "no launches recorded (the file did not get that far)"})
     isa_reports = machine.pop("_reports", {})
-    speed = {"model": _model(op, launches, gpus) if model and launches and not reference else
+    compiled = {t: part["yours"] for t, part in isa_reports.items()}
+    speed = {"model": _model(op, launches, gpus, request["file"], compiled, exercise)
+             if model and launches and not reference else
              {"note": "skipped" if not model else "no model for a user-defined op" if reference else "not reached"},
              "measured": outcome.first("timing") or {"note": NO_GPU}}
-    passed = bool(contract.get("passed")) and bool(cases) and all(c["passed"] for c in cases)
-    report = GradeReport(file=str(file), op=op or (Path(reference).stem if reference else ""), entry=name,
+    judged = outcome.first("exercise")
+    passed = (bool(contract.get("passed")) and bool(cases or judged) and all(c["passed"] for c in cases)
+              and (exercise is None or bool(judged and judged["passed"])))
+    report = GradeReport(file=str(file), op=op or (Path(reference).stem if reference else f"exercise {exercise}"), entry=name,
                          passed=passed, verdict="", contract=contract,
                          autograd=outcome.first("autograd") or {}, cases=cases, machine_code=machine,
                          speed=speed, environment=describe(), reference=str(reference) if reference else None,
+                         exercise=judged,
                          failure=outcome.failure,
                          check_reports=[c["report"] for c in cases if not c["passed"] and c.get("report")],
                          isa_reports=isa_reports)
@@ -54,11 +61,18 @@ def run(file: Path, op, *, entry, reference, dtypes, shapes, layouts, targets, g
 def _verdict(report: GradeReport) -> str:
     if not report.contract.get("passed"):
         return f"FAIL: {report.contract.get('message')}"
-    failing = report.first_failure
+    failing, judged = report.first_failure, report.exercise
+    if failing is None and judged and not judged["passed"]:
+        return f"FAIL at exercise {judged['key']}'s rules: {judged['message']}"
+    if failing is None and not report.cases:
+        return f"PASS: exercise {judged['key']}'s rules: {judged['message']}"
     if failing is None:
+        layouts = list(dict.fromkeys(c["layout"] for c in report.cases if "layout" in c))
         return (f"PASS: {len(report.cases)} checks passed "
-                f"({', '.join(report.contract.get('dtypes', []))}; row- and column-major"
-                f"{'; gradients of ' + ', '.join(report.autograd['inputs']) if report.autograd.get('backward') else ''})")
+                f"({', '.join(report.contract.get('dtypes', []))}; "
+                f"{' and '.join(layouts).replace('row and col', 'row- and column')}-major"
+                f"{'; gradients of ' + ', '.join(report.autograd['inputs']) if report.autograd.get('backward') else ''})"
+                + (f"; exercise {judged['key']}'s rules passed" if judged else ""))
     where = failing.get("step") or (f"shape {failing['shape']}, {failing['dtype']}, {failing['layout']}-major")
     return f"FAIL at {where}: {failing['message']}"
 
@@ -89,10 +103,10 @@ def _machine_code(request, launches, targets, run_s, name, op) -> dict:
     return found
 
 
-def _model(op, launches, gpus) -> dict:
+def _model(op, launches, gpus, file, compiled, exercise) -> dict:
+    """The ladder's rungs and, first, the file's own kernels (:mod:`.file_model`)."""
     dtype = getattr(torch, launches["dtype"].removeprefix("torch."))
     rows, notes = predictions(op, tuple(launches["shape"]), dtype, gpus)
+    yours, why = file_model.predictions(op, file, launches, compiled, gpus, exercise)
     return {"label": "model", "shape": list(launches["shape"]), "dtype": dtype_label(dtype),
-            "rows": rows, "notes": notes,
-            "yours": "not modelled: the model predicts a rung from the config it picks at a shape; "
-                     "a file declares none"}
+            "rows": yours + rows, "notes": notes, **({"yours": why} if why else {})}

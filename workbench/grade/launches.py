@@ -4,7 +4,7 @@ A package rung declares its launches (``Rung.aot``); a graded file declares noth
 its launches are recorded: while the callable runs, each ``run`` of a Triton kernel
 (interpreted or JIT-compiled) is noted with its arguments split as Triton splits them
 (pointers and scalars typed by Triton's own rule, ``tl.constexpr`` parameters by value,
-launch options such as ``num_warps`` and the AMD knobs apart). With ``stub`` the launch
+launch options such as ``num_warps`` and the AMD knobs apart, the grid as ints). With ``stub`` the launch
 is skipped, so a GPU-sized shape is recorded in the time of its host code alone.
 The record shows the config the host code picks on this backend: a file that picks tiles
 by backend (as the package's rungs do for the interpreter) is compiled with those. The
@@ -24,7 +24,18 @@ from contextlib import contextmanager
 INTERPRETER_ONLY = "INTERP_BF16"
 
 
-def _describe(kernel, args: tuple, kwargs: dict) -> dict:
+def _grid(grid, values: dict) -> tuple[int, ...] | None:
+    """The launch's grid as ints (a callable grid is called as Triton calls it: with the
+    arguments by name); None when it cannot be read."""
+    try:
+        found = grid(values) if callable(grid) else grid
+        found = tuple(int(g) for g in (found if isinstance(found, (tuple, list)) else (found,)))
+    except Exception:   # a grid the host code computes in a way we cannot replay: not recorded
+        return None
+    return found + (1,) * (3 - len(found))
+
+
+def _describe(kernel, args: tuple, kwargs: dict, grid=None) -> dict:
     from triton.runtime.jit import _normalize_ty, mangle_type
 
     fn = kernel.fn
@@ -44,7 +55,7 @@ def _describe(kernel, args: tuple, kwargs: dict) -> dict:
         elif not kind.startswith("*"):
             scalars[name] = value
     return {"module": fn.__module__, "qualname": fn.__qualname__, "signature": signature,
-            "constexprs": constexprs, "scalars": scalars,
+            "constexprs": constexprs, "scalars": scalars, "grid": _grid(grid, values),
             "options": {k: v for k, v in kwargs.items() if k not in params}}
 
 
@@ -61,7 +72,7 @@ def recorded(stub: bool = False):
     def recording(original):
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
-                record = _describe(self, args, kwargs)
+                record = _describe(self, args, kwargs, grid)
                 launches[(record["module"], record["qualname"])] = record
             if stub and not warmup:
                 return None

@@ -43,6 +43,15 @@ def _correctness(report: GradeReport) -> str:
     return "".join(parts)
 
 
+def _exercise(report: GradeReport) -> str:
+    judged = report.exercise
+    if not judged:
+        return ""
+    verdict = "pass" if judged["passed"] else "fail"
+    return (f"<h2>Exercise {html.escape(judged['key'])}'s rules</h2>"
+            f"<p class='{verdict}'>{verdict.upper()}: {html.escape(judged['message'])}</p>")
+
+
 def _machine_code(report: GradeReport) -> str:
     machine = report.machine_code
     parts = ["<h2>Machine code</h2>"]
@@ -81,7 +90,7 @@ def body(report: GradeReport) -> str:
     head = (f"<h1 class='{verdict_class}'>{html.escape(report.verdict)}</h1>"
             f"<p>{html.escape(report.file)}: <code>{html.escape(report.entry)}</code> graded as "
             f"{html.escape(report.op)}; contract: {html.escape(str(report.contract.get('signature') or report.contract.get('message')))}</p>")
-    return head + _correctness(report) + _machine_code(report) + _speed(report)
+    return head + _correctness(report) + _exercise(report) + _machine_code(report) + _speed(report)
 
 
 def page(report: GradeReport) -> str:

@@ -43,6 +43,7 @@ class GradeReport:
     environment: dict
     reference: str | None = None
     failure: str | None = None          # the file's process crashed or hung: what and when
+    exercise: dict | None = None        # --exercise: {"key", "passed", "message"} of its own rules
     check_reports: list = field(default_factory=list, repr=False)   # failing CheckReports (heat maps)
     isa_reports: dict = field(default_factory=dict, repr=False)     # {target: {"yours": [...], "top": [...]}}
 
@@ -54,6 +55,7 @@ class GradeReport:
         return {"schema_version": SCHEMA_VERSION, "file": self.file, "op": self.op, "entry": self.entry,
                 "reference": self.reference, "passed": self.passed, "verdict": self.verdict,
                 "contract": self.contract, "autograd": self.autograd, "failure": self.failure,
+                "exercise": self.exercise,
                 "correctness": {"cases": [case_row(c) for c in self.cases],
                                 "first_failure": case_row(self.first_failure) if self.first_failure else None},
                 "machine_code": self.machine_code, "speed": self.speed, "environment": self.environment}

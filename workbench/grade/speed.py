@@ -2,11 +2,13 @@
 file's callable timed with ``ref`` and the ladder's top rung in the same run.
 
 The model is asked about every rung of the ladder on each GPU; what it does not cover it
-says by raising ``NotImplementedError``, and that sentence is reported as it is (no list
-of covered ops here: the model grows). A file's own kernels are not modelled: the model
-predicts a rung from the config it picks at a shape, which a file does not declare.
+says by raising ``NotImplementedError``, and that sentence is reported once for all the
+rungs it names (no list of covered ops here: the model grows). The file's own kernels
+are modelled by :mod:`.file_model`.
 """
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -35,20 +37,27 @@ def top_rung(op: str, dtype: torch.dtype, *, compiles: bool = False):
 
 
 def predictions(op: str, shape: tuple, dtype: torch.dtype, gpus=GPUS) -> tuple[list[dict], list[str]]:
-    """(rows of the model's predictions, notes on what it did not predict)."""
+    """(rows of the model's predictions, notes on what it did not predict): the rungs it
+    does not cover in one line per reason, not one per rung and GPU."""
     from ..model import predict
 
-    rows, notes = [], []
+    rows, uncovered, notes = [], {}, []
     for gpu in gpus:
         for rung in kernels.variants(op):
             try:
                 rows.append(predict(op, rung.label, shape, dtype, gpu).row())
             except NotImplementedError as error:
-                notes.append(f"{rung.label} on {gpu}: {error}")
+                # the model names the rung it was asked about last ("..., not v0"): one reason for all
+                reason = re.sub(rf",? not {re.escape(rung.label)}$", "", str(error))
+                uncovered.setdefault(reason, {}).setdefault(rung.label, []).append(gpu)
             except (ValueError, RuntimeError) as error:
                 notes.append(f"{rung.label} on {gpu}: the model failed: {error}")
     if not rows:
-        notes = [f"no model for this op yet ({notes[0] if notes else op})"]
+        return [], [f"no model for this op yet ({next(iter(uncovered), op)})", *notes]
+    for reason, where in uncovered.items():
+        on = {tuple(g) for g in where.values()}
+        labels = ", ".join(f"{label}{'' if len(on) == 1 else ' on ' + ', '.join(g)}" for label, g in where.items())
+        notes.insert(0, f"not covered: {labels}{' on ' + ', '.join(on.pop()) if len(on) == 1 else ''} ({reason})")
     return rows, notes
 
 

@@ -29,6 +29,9 @@ def summary(report: GradeReport) -> str:
     lines = [report.verdict, f"file {report.file}, op {report.op}, entry {report.entry}"]
     if report.cases:
         lines += ["", "correctness:", *map(_case_line, report.cases)]
+    if report.exercise:
+        judged = report.exercise
+        lines += ["", f"exercise {judged['key']}'s rules: {'PASS' if judged['passed'] else 'FAIL'}: {judged['message']}"]
     machine = report.machine_code
     if machine.get("targets"):
         rows = [r for t, part in machine["targets"].items() for r in _kernel_rows(t, part, machine.get("top_rung"))]
@@ -42,7 +45,7 @@ def summary(report: GradeReport) -> str:
     if model.get("rows"):
         lines += ["", f"speed, model (not measured) at {model['shape']} {model['dtype']}:",
                   format_table(model["rows"])]
-    for note in model.get("notes", []) + ([model["note"]] if model.get("note") else []):
+    for note in model.get("notes", []) + [model[k] for k in ("note", "yours") if model.get(k)]:
         lines.append(f"model: {note}")
     measured = report.speed["measured"]
     if measured.get("rows"):

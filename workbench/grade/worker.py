@@ -5,9 +5,10 @@ messages on its stdout (the file's prints go to stderr): ``("step", name, kind)`
 each step, so the parent can time it out, and ``("result", name, payload)`` after. A
 crash (a segfault, ``os.abort``) or a hang ends the process, never the grader.
 
-Two stages, each in a fresh process: ``run`` (import, contract, correctness, the launch
-record, on a GPU the timing) and ``compile`` (the recorded kernels for each target: a
-process where no interpreted kernel has run, as :mod:`workbench.isa_compile` needs).
+Two stages, each in a fresh process: ``run`` (import, contract, correctness, with
+``--exercise`` the exercise's own rules, the launch record, on a GPU the timing) and
+``compile`` (the recorded kernels for each target: a process where no interpreted kernel
+has run, as :mod:`workbench.isa_compile` needs).
 """
 from __future__ import annotations
 
@@ -61,6 +62,11 @@ def run(request, send) -> None:
     from . import correctness, launches, speed
     from .contract import ContractError, check_callable, file_rung, load_entry, with_grad_inputs
 
+    if request.get("exercise") and not request["op"]:   # a helper's exercise: its rules alone
+        send("result", "contract", {"passed": True, "entry": None,
+                                    "message": f"no op callable: graded by exercise {request['exercise']}'s rules"})
+        _judge_exercise(request, send)
+        return
     try:
         if not request["reference"]:    # the op's package loads before the file's clock starts
             problem = _problem(request)
@@ -97,6 +103,8 @@ def run(request, send) -> None:
     for dtype, shape, layout in correctness.plan(shapes, dtypes, request["layouts"]):
         send("step", correctness.case_name(shape, dtype, layout), "run")
         send("result", "case", correctness.run_case(rung, graded, shape, dtype, layout, request["seed"]))
+    if request.get("exercise"):
+        _judge_exercise(request, send)
     dtype = speed.machine_code_dtype(dtypes)
     shape = speed.model_shape(problem.spec) if problem.registered else shapes[0]
     if request.get("record", True):
@@ -109,9 +117,23 @@ def run(request, send) -> None:
             error = f"{type(caught).__name__}: {caught}"
         send("result", "launches", {"records": records, "shape": shape, "dtype": str(dtype),
                                     "error": error, "module": module.__name__})
-    if kernels.backend.current().is_gpu:
+    if request.get("time", kernels.backend.current().is_gpu):   # a test asks with a fake timer
         send("step", "timing", "run")
         send("result", "timing", speed.measure(entry, problem, shape, dtype))
+
+
+def _judge_exercise(request, send) -> None:
+    from ..exercises.grading import _root_cause
+    from .exercise_rules import judge
+
+    key = request["exercise"]
+    send("step", f"exercise {key}", "run")
+    try:
+        found = judge(key, request["file"])
+    except Exception as error:   # the exercise's checker met code it could not run
+        cause = _root_cause(error)
+        found = {"key": key, "passed": False, "message": f"{type(cause).__name__}: {cause}"}
+    send("result", "exercise", found)
 
 
 def compile_kernels(request, send) -> None:
