@@ -18,6 +18,9 @@ from kernels.fp8.linear import Float8Linear
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.grouped_gemm_fp8 import dw as dw_module
 from kernels.moe.grouped_gemm_fp8 import v0_one_launch
+from workbench import train
+from workbench.train import flops
+from workbench.train.model import GPT
 
 FP8 = torch.float8_e4m3fn
 DIM, HIDDEN, EXPERTS, TOP_K = 16, 32, 4, 2   # one interpreter tile wide
@@ -60,6 +63,18 @@ def test_convert_swaps_the_experts_shares_parameters_and_keeps_the_router():
     assert logits.dtype == torch.float32 and not torch.equal(logits, F.linear(x, everything.moe.router.weight))
     bare = kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K)
     assert type(kernels.fp8.convert(bare)) is Float8MoE
+
+
+def test_fp8_flops_count_the_routed_experts_of_the_training_model():
+    """``workbench train --fp8 --kernels workbench``: the MoE layer of the CPU preset becomes a
+    Float8MoE, and MFU takes its routed experts' three GEMMs (gate, up, down) at the FP8 peak."""
+    cfg = train.PRESETS["cpu-smoke"]
+    model = kernels.fp8.convert(GPT(cfg, "workbench"), "rowwise")
+    moe = model.blocks[1].ffn
+    assert type(moe) is Float8MoE and type(moe.router) is torch.nn.Linear
+    linears = sum(m.weight.numel() for m in model.modules() if isinstance(m, Float8Linear))
+    experts = cfg.top_k * 3 * cfg.dim * cfg.expert_hidden
+    assert flops.fp8_step_flops(model, cfg) == 6 * (linears + experts) * cfg.batch * cfg.seq
 
 
 def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts():
