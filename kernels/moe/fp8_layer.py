@@ -39,9 +39,11 @@ class Float8MoE(MoE):
                             "(the expert-parallel layer has no FP8 path)")
         check_recipe(recipe)
         new = cls.__new__(cls)
-        new.__dict__.update(layer.__dict__)
-        new._parameters, new._buffers, new._modules = (dict(layer._parameters), dict(layer._buffers),
-                                                       dict(layer._modules))
+        torch.nn.Module.__init__(new)   # hooks of its own; the sizes, mode and registered state shared
+        new.__dict__.update({key: value for key, value in vars(layer).items() if not key.startswith("_")})
+        for own, theirs in ((new._parameters, layer._parameters), (new._buffers, layer._buffers),
+                            (new._modules, layer._modules)):
+            own.update(theirs)
         new.recipe, new.fp8_dtype = recipe, fp8_dtype or native_fp8()
         return new
 
