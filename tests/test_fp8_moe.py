@@ -53,6 +53,7 @@ def test_convert_swaps_the_experts_shares_parameters_and_keeps_the_router():
     assert type(model.inp) is torch.nn.Linear and type(model.out) is torch.nn.Linear
     assert all(p is params[name] for name, p in model.named_parameters())
     assert list(model.state_dict()) == list(_block().state_dict())
+    assert kernels.fp8.converted(model) == {"moe": "rowwise"}
 
     kept = kernels.fp8.convert(_block(), keep_high_precision=("*moe", "*router"))
     assert type(kept.moe) is kernels.MoE and type(kept.moe.router) is torch.nn.Linear

@@ -101,5 +101,6 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype) -> torch.
 
 
 def converted(model: torch.nn.Module) -> dict[str, str]:
-    """Each FP8 layer's name and recipe."""
-    return {name: m.recipe for name, m in model.named_modules() if isinstance(m, Float8Linear)}
+    """Each FP8 layer's name and recipe (Linear layers and MoE layers whose experts are FP8)."""
+    from ..moe.fp8_layer import Float8MoE
+    return {name: m.recipe for name, m in model.named_modules() if isinstance(m, (Float8Linear, Float8MoE))}

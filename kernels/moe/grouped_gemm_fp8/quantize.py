@@ -16,8 +16,8 @@ so w and the output gradient are each quantized twice per step and x twice, as t
 dense row-wise recipe does (:mod:`kernels.fp8.scaled_gemm`). The wgrad scales are
 amaxes over each group's tokens only: an expert's gradient is not scaled by another
 expert's outliers. ``tensorwise`` takes one scale per tensor (all experts' weights
-share one) and hands the kernels the same scale broadcast (stride 0): one quantization
-of each tensor serves every GEMM.
+share one), handed to the kernels broadcast (stride 0); each GEMM still gets its own
+copy of the operand in the layout it reads (the same scale, a fresh pass).
 
 Each operand is written in the layout its GEMM reads fastest: the reduction dimension
 contiguous, as FP8 matrix cores take both operands (w (G, N, K)-contiguous for the
