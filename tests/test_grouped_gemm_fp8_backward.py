@@ -143,6 +143,12 @@ def test_bad_inputs_are_refused_by_name(change, error, match):
         grouped_gemm_fp8_train(**args)
 
 
+def test_dw_op_of_no_groups_is_empty():
+    dw = grouped_gemm_fp8_dw(torch.zeros(4, 16, dtype=E4M3FN), torch.ones(0, 4),
+                             torch.zeros(3, 16, dtype=E4M3FN), torch.ones(0, 3), torch.zeros(0, dtype=torch.int32))
+    assert dw.shape == (0, 4, 3)
+
+
 def test_dw_op_refuses_mismatched_operands():
     xt, dyt = torch.zeros(4, 16, dtype=E4M3FN), torch.zeros(3, 8, dtype=E4M3FN)
     offsets = torch.tensor([8], dtype=torch.int32)

@@ -56,7 +56,7 @@ def check_dw(xt, sx, dyt, sdy, offsets, out_dtype) -> None:
 @torch.library.custom_op("kernels::grouped_gemm_fp8_dw", mutates_args=())
 def _grouped_gemm_fp8_dw(xt: torch.Tensor, sx: torch.Tensor, dyt: torch.Tensor, sdy: torch.Tensor,
                          offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    if xt.numel() == 0 or dyt.numel() == 0:
+    if xt.numel() == 0 or dyt.numel() == 0 or offsets.numel() == 0:
         return torch.zeros((offsets.shape[0], xt.shape[0], dyt.shape[0]), dtype=out_dtype,
                            device=xt.device)
     return dw_kernel.grouped_dw_fp8(xt, sx, dyt, sdy, offsets.contiguous(), out_dtype)
