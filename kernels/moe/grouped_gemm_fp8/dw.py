@@ -8,7 +8,8 @@ Idea:
     tokens contiguous (xt (K, R), dyt (N, R), R >= T), written so by the same pass that
     quantizes them: the reduction dimension is the contiguous one for both, the
     layout FP8 matrix cores take without a transpose, so no tile is transposed on its
-    way through LDS (that costs 8- and 16-bit LDS accesses for one-byte elements).
+    way through LDS (a transposed one-byte tile moves through LDS in 8- and 16-bit
+    accesses, as the transposed copy of :mod:`kernels.gemm_fp8.quantize_kernel` does).
     One program per (K tile, N tile, group), as grouped GEMM's bf16 dW kernel
     (:mod:`kernels.moe.grouped_gemm.dw`); an empty group's programs store zeros.
 
