@@ -170,7 +170,7 @@ def test_custom_op_fake_kernel_and_compile_without_graph_breaks():
 @pytest.mark.parametrize("backend,arch", [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")])
 def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
     dtype = fp8_dtype(arch)      # fnuz on gfx942, OCP on gfx950 and sm_90
-    (launch,) = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch)
+    launch, dx, dw = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch)
     signature = launch.signature
     assert list(signature) == list(launch.jit_fn.arg_names)
     assert set(launch.constexprs) == {name for name, kind in signature.items() if kind == "constexpr"}
@@ -179,3 +179,6 @@ def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
     assert signature["offsets_ptr"] == "*i32" and signature["sw_ptr"] == "*fp32"
     assert launch.options["num_stages"] >= 2 and launch.constexprs["BLOCK_K"] == 128
     assert launch.constexprs["stride_xk"] == launch.constexprs["stride_wk"] == 1   # K-contiguous
+    assert dx.jit_fn is launch.jit_fn and dx.constexprs["stride_wk"] == 1    # wᵀ: N-contiguous
+    assert (dw.signature["xt_ptr"], dw.signature["dyt_ptr"], dw.signature["dw_ptr"]) == (fp8, fp8, "*fp32")
+    assert dw.constexprs["stride_xr"] == dw.constexprs["stride_dyr"] == 1        # token-contiguous

@@ -13,12 +13,19 @@ skip the output head). Pass your own:
 * a callable ``(name, module) -> bool``;
 * ``()`` to convert every Linear.
 
-Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) are swapped;
-every other module is left as it is. Parameters are shared, not copied, so this can
-run before or after the optimizer is made, and before ``fully_shard``.
+Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) and ``kernels.MoE``
+layers are swapped; every other module is left as it is. A ``kernels.MoE`` not kept
+(its name matched by a pattern) becomes a :class:`kernels.moe.fp8_layer.Float8MoE`: its
+experts' grouped GEMMs and both their gradients run in FP8 (recipes ``rowwise`` and
+``tensorwise``; another recipe leaves the experts in high precision, with a warning),
+while its router is a Linear like any other, kept by ``"*router"`` unless you say
+otherwise; the expert-parallel layer has no FP8 path and is left as it is, with a
+warning. Parameters are shared, not copied, so this can run before or after the
+optimizer is made, and before ``fully_shard``.
 """
 from __future__ import annotations
 
+import warnings
 from fnmatch import fnmatchcase
 from typing import Callable, Iterable
 
@@ -42,9 +49,10 @@ def _keeper(keep, linears: list[str]) -> Callable[[str, torch.nn.Module], bool]:
 
 def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
             keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None) -> torch.nn.Module:
-    """Swap every Linear of ``model`` not kept in high precision for a :class:`Float8Linear`.
+    """Swap every Linear of ``model`` not kept in high precision for a :class:`Float8Linear`,
+    and every ``kernels.MoE`` for a :class:`kernels.moe.fp8_layer.Float8MoE`.
 
-    Returns ``model`` (changed in place; a bare Linear is returned swapped). ``fp8_dtype``:
+    Returns ``model`` (changed in place; a bare Linear or ``kernels.MoE`` is returned swapped). ``fp8_dtype``:
     the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere).
     """
     rec = _recipes.get(recipe)
@@ -55,15 +63,44 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
     keep = _keeper(keep_high_precision, linears)
+    model = _convert_moe(model, rec.name, keep, fp8_dtype)
     for name in linears:
         module = model.get_submodule(name)
         if keep(name, module):
             continue
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, Float8Linear.from_linear(module, rec.name, fp8_dtype))
+        _swap(model, name, Float8Linear.from_linear(module, rec.name, fp8_dtype))
+    return model
+
+
+def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent), child, module)
+
+
+def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype) -> torch.nn.Module:
+    """Swap each ``kernels.MoE`` not kept for a Float8MoE (before the Linears: the router, a
+    submodule both layers share, is then swapped in the Float8MoE); returns the model, the
+    Float8MoE itself where the model is a ``kernels.MoE``."""
+    from ..moe.fp8_layer import Float8MoE
+    from ..moe.grouped_gemm_fp8.quantize import RECIPES
+    from ..moe.layer import MoE
+    layers = [(name, m) for name, m in model.named_modules()
+              if isinstance(m, MoE) and not isinstance(m, Float8MoE) and not keep(name, m)]
+    for name, layer in layers:
+        if type(layer) is not MoE or recipe not in RECIPES:
+            why = (f"FP8 recipe {recipe!r} has no grouped GEMM (it has: {', '.join(RECIPES)})"
+                   if type(layer) is MoE else f"{type(layer).__name__} has no FP8 path")
+            warnings.warn(f"MoE layer {name or '(the model)'!r}: {why}; its experts stay in high "
+                          "precision", RuntimeWarning, stacklevel=3)
+            continue
+        fp8_layer = Float8MoE.from_moe(layer, recipe, fp8_dtype)
+        if not name:
+            return fp8_layer
+        _swap(model, name, fp8_layer)
     return model
 
 
 def converted(model: torch.nn.Module) -> dict[str, str]:
-    """Each FP8 layer's name and recipe."""
-    return {name: m.recipe for name, m in model.named_modules() if isinstance(m, Float8Linear)}
+    """Each FP8 layer's name and recipe (Linear layers and MoE layers whose experts are FP8)."""
+    from ..moe.fp8_layer import Float8MoE
+    return {name: m.recipe for name, m in model.named_modules() if isinstance(m, (Float8Linear, Float8MoE))}

@@ -76,11 +76,23 @@ class MoE(MoEReference):
         rows, router, gate, up, down = autocast.operands(flat, self.router.weight, self.gate, self.up,
                                                          self.down)
         moe_operands(rows, router, gate, up, down, self.top_k, DTYPES)
-        logits = F.linear(rows.float(), self.router.weight.float())
+        logits = self.router_logits(rows)
         weights, ids = route(logits, self.top_k, self.normalize)
         self.aux_loss = aux_loss(logits, ids)
         self.expert_counts = expert_counts(ids, self.num_experts)
-        out = fused_experts(rows, weights, ids, gate, up, down).to(x.dtype)
+        out = self.experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
         return out.reshape(x.shape)
+
+    def router_logits(self, rows: torch.Tensor) -> torch.Tensor:
+        """float32 logits (T, E): the router's weight in float32, or the router module itself
+        on float32 rows when it is no plain Linear (an FP8 router of :func:`kernels.fp8.convert`)."""
+        if type(self.router) is torch.nn.Linear:
+            return F.linear(rows.float(), self.router.weight.float())
+        return self.router(rows.float()).float()
+
+    def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
+        """The routed experts' weighted sum (T, dim) for a routing (weights, ids (T, k)): the
+        fused rung (``kernels::moe_fused``); :class:`kernels.moe.fp8_layer.Float8MoE` runs them in FP8."""
+        return fused_experts(rows, weights, ids, gate, up, down)

@@ -28,8 +28,10 @@ Expected bound:
 
 Limits:
     x and w share one e4m3 format (the target's: fnuz on gfx942, OCP elsewhere);
-    scales row-wise only (per token, per expert channel; no per-tensor or 1x128 block
-    scales). Forward only, as ``gemm_fp8``: no autograd. v2's schedule limits (G in one
+    scales row-wise only (per token, per expert channel; a per-tensor scale is the same
+    broadcast with stride 0; no 1x128 block scales). The rung itself has no autograd, as
+    ``gemm_fp8``; training runs it for the forward and dX and :mod:`.dw` for dW
+    (:mod:`.training`). v2's schedule limits (G in one
     BLOCK_G vector, surplus programs, no L2 swizzle) and one fixed tile for every shape.
 """
 from __future__ import annotations
@@ -47,7 +49,7 @@ from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.tiles import reduce_tiles
 from ..grouped_gemm.schedule import group_tiles, locate
 from ..grouped_gemm.v2_one_launch import grid
-from . import operands
+from . import dw, operands
 
 
 @triton.jit
@@ -105,15 +107,23 @@ def grouped_mm_fp8(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
-    """The forward of grouped GEMM's :data:`AOT shape <kernels.moe.grouped_gemm.launch.AOT_SHAPE>`
+    """The launches of a training step on grouped GEMM's :data:`AOT shape
+    <kernels.moe.grouped_gemm.launch.AOT_SHAPE>`, as grouped GEMM v2 lists its own: the forward
     with K-contiguous experts (w stored (G, N, K), the layout FP8 matrix cores and
-    hipBLASLt want, as ``gemm_fp8``'s AOT launch) and a bf16 output."""
-    ints = {**grouped_launch.forward_ints(), "stride_sx": 1, "stride_swn": 1}
-    ints.update(stride_wk=1, stride_wn=ints["K"], stride_swg=ints["N"])
-    fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(ints["G"])}
+    hipBLASLt want, as ``gemm_fp8``'s AOT launch and :mod:`.quantize` write it) and a bf16
+    output; the
+    backward's dX, this kernel on wᵀ (a (G, N, K) view of a (G, K, N) copy: contiguous
+    along the reduction N); the backward's dW (:mod:`.dw`)."""
+    fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(grouped_launch.forward_ints()["G"])}
     pointers = {"offsets_ptr": "*i32", "sx_ptr": "*fp32", "sw_ptr": "*fp32",
                 "out_ptr": pointer_type(torch.bfloat16)}
-    return [aot_launch(_grouped_gemm_fp8_kernel, dtype, config(backend, arch), ints, fixed, pointers)]
+    launches = []
+    for transposed_w in (False, True):
+        ints = {**grouped_launch.forward_ints(transposed_w=transposed_w), "stride_sx": 1, "stride_swn": 1}
+        ints.update(stride_wk=1, stride_wn=ints["K"], stride_swg=ints["N"])
+        launches.append(aot_launch(_grouped_gemm_fp8_kernel, dtype, config(backend, arch), ints, fixed,
+                                   pointers))
+    return [*launches, dw.aot(dtype, backend, arch)]
 
 
 @rung(op="grouped_gemm_fp8", rung=0, name="fp8_one_launch", backends=("hip", "cuda", "interpreter"),

@@ -1,0 +1,60 @@
+"""``Float8MoE``: :class:`kernels.MoE` whose experts' three GEMMs and their gradients run in FP8.
+
+What :func:`kernels.fp8.convert` makes of a ``kernels.MoE``: the same parameters (shared,
+not copied: an optimizer made before the swap still updates them), the same routing,
+and the experts as v2 of the ``moe`` ladder runs them (:mod:`.layer_ladder.v2_grouped`:
+permute by expert, gate and up, SwiGLU, down, unpermute) with each of the three grouped
+GEMMs on :func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`: forward, dX and dW
+as FP8 grouped GEMMs with fp32 accumulation, operands quantized by ``recipe`` along each
+GEMM's reduction dimension (:mod:`.grouped_gemm_fp8.quantize`). Not v3's fused kernels:
+they take bf16/fp32 operands and have no FP8 path.
+
+What stays in high precision: the router (its logits in float32 unless ``convert`` was
+told to make it FP8 too), the routing weights and the weighted sum over a token's
+experts (float32, in :func:`kernels.moe.unpermute`), SwiGLU, and the shared experts
+(parameters that no Linear holds, run as the ``MoE`` layer runs them).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..gemm_fp8.formats import fp8_dtype as native_fp8
+from .grouped_gemm_fp8.quantize import check_recipe
+from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
+from .layer import MoE
+from .permutation import permute, unpermute
+
+
+class Float8MoE(MoE):
+    """A ``kernels.MoE`` with FP8 experts under ``recipe`` ("rowwise" or "tensorwise");
+    built by :meth:`from_moe` (or :func:`kernels.fp8.convert`)."""
+
+    @classmethod
+    def from_moe(cls, layer: MoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None
+                 ) -> "Float8MoE":
+        """A Float8MoE holding ``layer``'s own Parameters and submodules (its router)."""
+        if type(layer) is not MoE:
+            raise TypeError(f"Float8MoE.from_moe takes a kernels.MoE, got {type(layer).__name__} "
+                            "(the expert-parallel layer has no FP8 path)")
+        check_recipe(recipe)
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)   # hooks of its own; the sizes, mode and registered state shared
+        new.__dict__.update({key: value for key, value in vars(layer).items() if not key.startswith("_")})
+        for own, theirs in ((new._parameters, layer._parameters), (new._buffers, layer._buffers),
+                            (new._modules, layer._modules)):
+            own.update(theirs)
+        new.recipe, new.fp8_dtype = recipe, fp8_dtype or native_fp8()
+        return new
+
+    def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
+        x_sorted, offsets, permutation = permute(rows, ids, gate.shape[0], check_ids=False)
+
+        def mm(a, w):
+            return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, check_offsets=False)
+
+        hidden = F.silu(mm(x_sorted, gate)) * mm(x_sorted, up)
+        return unpermute(mm(hidden, down), permutation, weights, check_permutation=False)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, recipe={self.recipe}, fp8={str(self.fp8_dtype).replace('torch.', '')}"
