@@ -195,7 +195,11 @@ def test_prediction_is_labelled_model_everywhere():
 
 
 @pytest.mark.parametrize(("args", "error", "named"), [
-    (("moe", "v1", (1, 1, 1)), NotCovered, "gemm, attention"),
+    (("layernorm", "v1", (1, 1, 1)), NotCovered, "gemm, attention"),
+    (("moe", "v2", (8, 8, 8, 4, 2, 0)), NotCovered, "v3"),
+    (("moe", "v3", (8, 8, 8, 4, 8, 0)), ValueError, "top_k"),
+    (("moe", "v3", (8, 8, 8, 4, 2, 5)), ValueError, "routing"),
+    (("grouped_gemm_fp8", "v0", (8, 8, 8, 2, 0), "bf16"), NotCovered, "fp8"),
     (("grouped_gemm", "v0", (8, 8, 8, 2, 0)), NotCovered, "v1, v2, v4"),
     (("grouped_gemm", "v2", (8, 8, 8, 2, 9)), ValueError, "routing"),
     (("grouped_gemm", "v2", (8, 8, 0, 2, 0)), ValueError, "shape"),
