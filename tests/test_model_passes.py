@@ -111,3 +111,23 @@ def test_uncovered_backward_rungs_say_so(op, rung):
     shape = DOWN if op == "grouped_gemm" else QWEN
     with pytest.raises(NotCovered, match="covers"):
         predict_backward(op, rung, shape)
+
+
+def test_a_tuned_launch_is_predicted_at_each_candidate():
+    """What the tuners' ranker asks (``workbench.tuning_model``): one launch of a rung that
+    tunes several, at a pinned candidate; unpinned, the launch takes its prior."""
+    from kernels.attention import v5_backward
+    from workbench.model import predict_launch
+    from workbench.model.candidates import predict_config
+
+    shape = kernels.spec("attention").bench_shapes["llama3-8b S=4K causal"]
+    cands = v5_backward._pruned("hip", "gfx942", *shape[3:6], "dkdv")
+    found = [predict_config("attention", "v5", shape, "bf16", "MI300X", c, "dkdv") for c in cands]
+    assert [p.inputs["config"][0] for p in found] == cands and len({p.time_s for p in found}) > 1
+    assert predict_launch("attention", "v5", "dkdv", shape).time_s == found[0].time_s   # the prior: first
+    whole = _p(True, "attention", "v5", shape)
+    assert found[0].time_s < whole.time_s   # one launch of the pass
+    with pytest.raises(NotCovered, match="dkdv"):
+        predict_launch("attention", "v5", "forward", shape)
+    grouped = predict_launch("grouped_gemm", "v4", "forward", DOWN)
+    assert grouped.time_s == _p(False, "grouped_gemm", "v4", DOWN).time_s

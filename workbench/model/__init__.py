@@ -38,7 +38,8 @@ from . import (attention, attention_backward, gemm, gemm_fp8, grouped_gemm, grou
                moe, predict_attention, predict_gemm)
 from .prediction import NotCovered, Prediction
 
-__all__ = ["BACKWARD", "COVERED", "NotCovered", "Prediction", "predict", "predict_backward", "rungs"]
+__all__ = ["BACKWARD", "COVERED", "LAUNCHES", "NotCovered", "Prediction", "predict", "predict_backward",
+           "predict_launch", "rungs"]
 
 TARGETS = ("gfx942", "gfx950")
 COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
@@ -50,6 +51,10 @@ COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
 BACKWARD = {"attention": (attention_backward.predict, attention_backward.RUNGS),
             "grouped_gemm": (grouped_gemm_backward.predict, grouped_gemm_backward.RUNGS),
             "moe": (moe.predict_backward, moe.RUNGS)}
+
+LAUNCHES = {("grouped_gemm", "v4"): grouped_gemm_backward.launch,   # "forward", "dx", "dw"
+            ("moe", "v3"): moe.launch,                              # "gate_up", "down"
+            ("attention", "v5"): attention_backward.launch}         # "dkdv", "dq" (the backward)
 
 
 def rungs(op: str) -> tuple[str, ...]:
@@ -69,6 +74,14 @@ def predict_backward(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "
     """Modelled time of the backward pass of ``op``'s ``rung`` (:data:`BACKWARD`: attention
     v5, grouped GEMM v2 and v4, MoE v3), TFLOP/s on the spec's ``backward_flops``."""
     return _predict(BACKWARD, op, rung, shape, dtype, gpu)
+
+
+def predict_launch(op: str, rung: int | str, kernel: str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
+    """Modelled time of one launch ``kernel`` of a rung that tunes several (:data:`LAUNCHES`),
+    as its tuner names it (:class:`kernels.tuning.Problem`'s ``kernel``)."""
+    table = {op_: (lambda label, shape_, dtype_, chip_spec, fn=fn: fn(label, kernel, shape_, dtype_, chip_spec),
+                   (label,)) for (op_, label), fn in LAUNCHES.items() if op_ == op}
+    return _predict(table, op, rung, shape, dtype, gpu)
 
 
 def _predict(table: dict, op: str, rung, shape, dtype, gpu: str) -> Prediction:

@@ -28,6 +28,7 @@ from kernels.xcd import CUS_PER_XCD, full_chip_xcds
 
 from .. import isa
 from . import gemm, predict_gemm, tiles
+from .candidates import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
 
@@ -52,16 +53,20 @@ KERNELS = {"forward": 0, "dx": 1, "dw": 2}   # a rung's aot launches, in order (
 def config(rung: str, shape: tuple, arch: str, kernel: str = "forward") -> tuple[dict, dict]:
     """(the rung's settings for ``kernel`` at the launch's ``shape``, what the ISA inspector's
     compile gets). ``kernel``: "forward", "dx" (the forward kernel on wᵀ: ``shape`` is then the
-    dX launch's, K and N swapped) or "dw" (v2, v4 only)."""
+    dX launch's, K and N swapped) or "dw" (v2, v4 only). v4's tile: a tuner's candidate where
+    one is pinned (:func:`.candidates.predict_config`), else its untimed prior."""
+    tile = pinned()
+    if tile is not None and rung != "v4":
+        raise NotImplementedError(f"grouped_gemm {rung} is not tuned: it has no candidate configs to predict")
     if rung == "v1":
         return v4_lds_pipeline.config("hip", arch), {}
     if rung == "v2":
         return grouped_launch.config("hip", arch), {}
     t, k, n, g = shape[:4]
     if kernel == "dw":
-        cfg = v4_persistent.prior("dw", "hip", arch, t, k, n, g)
+        cfg = dict(tile or v4_persistent.prior("dw", "hip", arch, t, k, n, g))
         return cfg, {**cfg, "kernel": "dw"}
-    cfg = {**v4_persistent.prior("forward", "hip", arch, t, k, n, g),
+    cfg = {**(tile or v4_persistent.prior("forward", "hip", arch, t, k, n, g)),
            "NUM_XCDS": full_chip_xcds("hip", arch), "NUM_PROGS": CUS_PER_XCD[arch] * full_chip_xcds("hip", arch)}
     return cfg, {**cfg, "kernel": kernel}
 

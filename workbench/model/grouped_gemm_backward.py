@@ -21,7 +21,7 @@ import torch
 from kernels.moe.grouped_gemm import spec
 
 from . import chip as chip_model
-from . import gemm, grouped_gemm, passes, predict_gemm, uneven
+from . import gemm, grouped_gemm, loop, passes, predict_gemm, uneven
 from .prediction import NotCovered, Prediction
 
 RUNGS = ("v2", "v4")
@@ -33,7 +33,9 @@ def dw_launch(label: str, shape: tuple, sizes: list[int], torch_dtype: torch.dty
     groups of ``sizes`` rows."""
     t, k, n, g = shape[:4]
     cfg, report = grouped_gemm.compiled(label, "dw", shape, torch_dtype, chip_spec.target)
-    (mix,) = uneven.loops(report, 1, chip_spec.target, chip_spec.wave_size)
+    # the hot loop as the ISA inspector finds it: a compile that splits the reduction into
+    # several MFMA loops (large tiles on gfx942) is weighed by that one for every iteration
+    mix = loop.mix(report.hot_loop, chip_spec.target, chip_spec.wave_size)
     steps = gemm.steps_per_iteration(cfg, mix.mfma_flops)
     chip, clock_input = chip_model.chip(chip_spec, dtype)
     elem = torch_dtype.itemsize
@@ -67,6 +69,23 @@ def dx_launch(label: str, shape: tuple, sizes: list[int], torch_dtype: torch.dty
         "grouped_gemm", label, swapped, sizes, cfg, report, dtype, chip_spec, torch_dtype.itemsize,
         torch_dtype.itemsize, 2.0 * t * k * n, f"grouped_gemm {label}'s dX settings"
         + (" (v4's untimed prior)" if label == "v4" else ""))
+
+
+def launch(label: str, kernel: str, shape, dtype: str, chip_spec) -> Prediction:
+    """One tuned launch of v4 as its tuner names it (:func:`kernels.moe.grouped_gemm.v4_persistent.choose`):
+    "forward" and "dw" at the forward problem ``shape``, "dx" at the dX launch's own (T, K, N, G,
+    routing): the reduction over the forward's N."""
+    shape = grouped_gemm.check(shape)
+    torch_dtype = predict_gemm.check_dtype(dtype, "grouped GEMM")
+    sizes = grouped_gemm.group_rows(shape)
+    if kernel == "forward":
+        return grouped_gemm.predict(label, shape, dtype, chip_spec)
+    if kernel == "dx":
+        t, k, n, g, routing = shape
+        return dx_launch(label, (t, n, k, g, routing), sizes, torch_dtype, dtype, chip_spec)
+    if kernel == "dw":
+        return dw_launch(label, shape, sizes, torch_dtype, dtype, chip_spec)
+    raise NotCovered(f"grouped_gemm {label} launches forward, dx and dw, not {kernel!r}")
 
 
 def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:

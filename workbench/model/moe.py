@@ -39,6 +39,7 @@ from kernels.moe.routing import route
 from .. import isa
 from . import chip as chip_model
 from . import grouped_gemm, grouped_gemm_backward, passes, predict_gemm, tiles
+from .candidates import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
 
@@ -89,7 +90,7 @@ def kernel_launch(kernel: str, shape: tuple, sizes: list[int], torch_dtype, dtyp
     t, dim, hidden, e, top_k, _ = shape
     rows = t * top_k
     n, k = (hidden, dim) if kernel == "gate_up" else (dim, hidden)
-    cfg = configs.pruned("hip", chip_spec.target, rows, n, e)[0]
+    cfg = dict(pinned() or configs.pruned("hip", chip_spec.target, rows, n, e)[0])   # a tuner's candidate, or the prior
     report = isa.inspect_all("moe", "v3", target=chip_spec.target, dtype=torch_dtype,
                              overrides={**cfg, "kernel": kernel})[0]
     elem, bm, bn = torch_dtype.itemsize, cfg["BLOCK_M"], cfg["BLOCK_N"]
@@ -154,6 +155,14 @@ def _predict(label: str, shape, dtype: str, chip_spec, backward: bool) -> Predic
                                   "(N(0, 1) plus the spec's expert bias), routed (model input)")}
     flops = spec.backward_flops(shape) if backward else spec.flops(shape)
     return passes.total("moe", label, shape, dtype, chip_spec.name, launches, streams, flops, inputs)
+
+
+def launch(label: str, kernel: str, shape, dtype: str, chip_spec) -> Prediction:
+    """One tuned launch of v3's forward, "gate_up" or "down", as its tuner names it."""
+    shape = check(shape)
+    if label not in RUNGS or kernel not in configs.KERNELS:
+        raise NotCovered(f"the model covers moe v3's launches {', '.join(configs.KERNELS)}, not {label} {kernel!r}")
+    return kernel_launch(kernel, shape, expert_rows(shape), predict_gemm.check_dtype(dtype, "MoE"), dtype, chip_spec)
 
 
 def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
