@@ -131,3 +131,15 @@ def test_a_tuned_launch_is_predicted_at_each_candidate():
         predict_launch("attention", "v5", "forward", shape)
     grouped = predict_launch("grouped_gemm", "v4", "forward", DOWN)
     assert grouped.time_s == _p(False, "grouped_gemm", "v4", DOWN).time_s
+
+
+def test_attention_v4_is_predicted_at_each_candidate():
+    """attention v4's tuner passes its launch as a Problem; the model takes its candidates."""
+    from kernels.attention import v4_amd_tuned
+    from workbench.model.candidates import predict_config
+
+    shape = kernels.spec("attention").bench_shapes["llama3-8b S=4K causal"]
+    cands = v4_amd_tuned._pruned("hip", "gfx942", shape[3], shape[4], shape[5])[:3]
+    found = [predict_config("attention", "v4", shape, "bf16", "MI300X", c) for c in cands]
+    assert [p.inputs["config"][0] for p in found] == cands
+    assert found[0].time_s == _p(False, "attention", "v4", shape).time_s   # the prior comes first
