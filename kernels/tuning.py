@@ -47,12 +47,15 @@ _predicted: dict[tuple, dict] = {}   # (op, key) -> the ranker's untimed pick, f
 @dataclass(frozen=True)
 class Problem:
     """A tuned launch in its op's terms, which is what a ranker predicts: the registry's op
-    and rung label, the shape in the op's shape order, the dtype."""
+    and rung label, the shape in the op's shape order, the dtype; ``kernel``: which launch of
+    a rung that tunes several (grouped GEMM v4's "forward", "dx", "dw"; MoE v3's "gate_up",
+    "down"; attention v5's backward "dkdv", "dq"), None for a rung's one tuned launch."""
 
     op: str
     rung: str
     shape: tuple
     dtype: torch.dtype
+    kernel: str | None = None
 
 
 Ranker = Callable[[Problem, list[dict]], "list[int] | None"]

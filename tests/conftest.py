@@ -181,3 +181,24 @@ def real_tuner_clock(monkeypatch):
     timed, real = [], tuning.time_ms
     monkeypatch.setattr(tuning, "time_ms", lambda fn: timed.append(real(fn)) or timed[-1])
     return timed
+
+
+@pytest.fixture
+def shortlisting_ranker():
+    """Install a ranker that shortlists the candidates of the tiles given, in that order:
+    ``asked = shortlisting_ranker([(16, 32), (32, 16)])`` (tiles as (BLOCK_M, BLOCK_N));
+    ``asked`` collects every problem it was handed. The ranker before is restored after."""
+    from kernels import tuning
+
+    asked, before = [], []
+
+    def install(tiles):
+        def rank(problem, candidates):
+            asked.append(problem)
+            found = [(c["BLOCK_M"], c["BLOCK_N"]) for c in candidates]
+            return [found.index(tile) for tile in tiles if tile in found]
+        before.append(tuning.set_ranker(rank))
+        return asked
+    yield install
+    if before:
+        tuning.set_ranker(before[0])

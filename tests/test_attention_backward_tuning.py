@@ -177,3 +177,17 @@ def test_on_a_gpu_the_tuner_times_the_pruned_sets_and_shows_the_winners(monkeypa
     pruned = {kernel: v5._pruned(here.name, here.arch, 2048, 2048, 128, kernel) for kernel in space_bwd.KERNELS}
     assert len(real_tuner_clock) == sum(map(len, pruned.values())) > 2
     assert all(cfg in pruned[kernel] for kernel, cfg in v5.chosen_config(shape, torch.bfloat16).items())
+
+
+def test_v5_asks_the_ranker_about_each_backward_kernel_and_times_its_shortlist(fake_clock, shortlisting_ranker):
+    """dK/dV's and dQ's tuners hand a ranker the pass's shape and the kernel's name; only the
+    shortlist is timed, its fastest kept."""
+    asked = shortlisting_ranker([(32, 16), (16, 32)])
+    assert check_rung(kernels.get("attention", "v5"), SHAPE, torch.float32).passed
+    v5_asked = [p for p in asked if p.rung == "v5"]
+    assert [(p.op, p.kernel, p.shape, p.dtype) for p in v5_asked] == [
+        ("attention", "dkdv", SHAPE, torch.float32), ("attention", "dq", SHAPE, torch.float32)]
+    assert len(fake_clock) == 4 and set(fake_clock) == {(16, 32), (32, 16)}
+    chosen = v5.chosen_config(SHAPE, torch.float32)
+    assert {kernel: (cfg["BLOCK_M"], cfg["BLOCK_N"]) for kernel, cfg in chosen.items()} == {
+        "dkdv": (16, 32), "dq": (16, 32)}

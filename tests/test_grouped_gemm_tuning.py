@@ -188,3 +188,20 @@ def test_on_a_gpu_the_tuner_times_the_pruned_set_and_shows_the_winner(monkeypatc
                                                       *v4._tile_extent("forward", *shape[:4]))]
     chosen = v4.chosen_config(shape, torch.bfloat16)
     assert len(timed) == len(pruned) > 1 and {k: chosen[k] for k in pruned[0]} in pruned
+
+
+def test_v4_asks_the_ranker_about_each_launch_and_times_its_shortlist(fake_clock, shortlisting_ranker):
+    """The tuner hands a ranker (the performance model in training) each launch as a
+    :class:`kernels.tuning.Problem`: the forward and dW at the forward's (T, K, N, G), the dX
+    launch at its own (K and N swapped), balanced routing (the tuner sees T and G only)."""
+    asked = shortlisting_ranker([(16, 32), (32, 16)])
+    x, w, offsets = spec.make_inputs(SHAPE, torch.float32)
+    v4.grouped_gemm_v4(x.requires_grad_(), w.requires_grad_(), offsets).sum().backward()
+    t, k, n, g, _ = SHAPE
+    assert {(p.op, p.rung, p.kernel, p.shape, p.dtype) for p in asked} == {
+        ("grouped_gemm", "v4", "forward", (t, k, n, g, 0), torch.float32),
+        ("grouped_gemm", "v4", "dx", (t, n, k, g, 0), torch.float32),
+        ("grouped_gemm", "v4", "dw", (t, k, n, g, 0), torch.float32)}
+    assert len(fake_clock) == 6 and set(fake_clock) == {(16, 32), (32, 16)}   # 2 of 3 per launch
+    for kernel in ("forward", "dx", "dw"):
+        assert _tile(v4.chosen_config(SHAPE, torch.float32, kernel)) == (16, 32, 16), kernel

@@ -49,8 +49,10 @@ def test_unknown_mfma_and_target_are_named():
 
 def test_every_constant_has_a_known_source():
     known = set(machine.sources())
-    for name in ("valu_cycles", "transcendental_cycles", "salu_cycles", "lds_bytes_per_clk", "lds_bank_bytes", "memory_latency_cycles"):
+    for name in ("valu_cycles", "transcendental_cycles", "salu_cycles", "lds_bank_bytes", "memory_latency_cycles"):
         assert machine.constant(name).source in known, name
+    assert {arch: machine.lds_bytes_per_clk(arch)[:2] for arch in ("gfx942", "gfx950")} == {
+        "gfx942": (128, "S7b"), "gfx950": (256, "CDNA4-WP")}   # CDNA 4 doubles the LDS read rate
     assert machine.load_clock_mhz("MI300X", "bf16")[1] in known
     assert machine.load_clock_mhz("MI355X", "bf16") is None   # no measurement: the spec clock is used
 
@@ -193,7 +195,11 @@ def test_prediction_is_labelled_model_everywhere():
 
 
 @pytest.mark.parametrize(("args", "error", "named"), [
-    (("moe", "v1", (1, 1, 1)), NotCovered, "gemm, attention"),
+    (("layernorm", "v1", (1, 1, 1)), NotCovered, "gemm, attention"),
+    (("moe", "v2", (8, 8, 8, 4, 2, 0)), NotCovered, "v3"),
+    (("moe", "v3", (8, 8, 8, 4, 8, 0)), ValueError, "top_k"),
+    (("moe", "v3", (8, 8, 8, 4, 2, 5)), ValueError, "routing"),
+    (("grouped_gemm_fp8", "v0", (8, 8, 8, 2, 0), "bf16"), NotCovered, "fp8"),
     (("grouped_gemm", "v0", (8, 8, 8, 2, 0)), NotCovered, "v1, v2, v4"),
     (("grouped_gemm", "v2", (8, 8, 8, 2, 9)), ValueError, "routing"),
     (("grouped_gemm", "v2", (8, 8, 0, 2, 0)), ValueError, "shape"),

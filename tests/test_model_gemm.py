@@ -101,5 +101,5 @@ def test_cli_predict_prints_labelled_rows(capsys):
 
 
 def test_cli_predict_names_what_is_covered(capsys):
-    assert cli.main(["predict", "moe"]) == 2
+    assert cli.main(["predict", "gemm_mxfp4"]) == 2
     assert "gemm, attention" in capsys.readouterr().err

@@ -74,3 +74,19 @@ def test_tuner_times_the_pruned_space_once_per_key_and_runs_the_fastest(monkeypa
 def test_on_the_interpreter_there_is_one_config_so_nothing_is_timed():
     assert [tuning.as_dict(c) for c in configs.space("interpreter")] == \
         [tuning.as_dict(c) for c in grouped.interpreter_configs()]
+
+
+def test_tuner_asks_the_ranker_about_each_kernel_and_times_its_shortlist(monkeypatch, shortlisting_ranker):
+    """Each kernel's tuner hands a ranker the layer's (T, dim, hidden, E, top_k) with balanced
+    routing and the kernel's name; only the shortlist is timed, its fastest kept."""
+    ms = iter([2.0, 1.0] * 2)   # the shortlist's order per kernel: (32, 16), then (16, 32), which wins
+    timed = []
+    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
+    monkeypatch.setattr(tuning, "time_ms", lambda fn: fn() or timed.append(1) or next(ms))
+    asked = shortlisting_ranker([(32, 16), (16, 32)])
+    with tuning.recording() as chosen, torch.no_grad():
+        kernels.get("moe", "v3")(*kernels.spec("moe").make_inputs(SHAPE, torch.float32))
+    assert [(p.op, p.rung, p.kernel, p.shape, p.dtype) for p in asked] == [
+        ("moe", "v3", kernel, (*SHAPE[:5], 0), torch.float32) for kernel in ("gate_up", "down")]
+    assert len(timed) == 4   # 2 of 3 per kernel
+    assert [how for (op, _), how in chosen.items() if op == "moe/v3"] == [("timed", tuning.as_dict(FAKE_SPACE[1]))] * 2

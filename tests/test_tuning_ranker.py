@@ -172,3 +172,17 @@ def test_on_gemm_v6s_gfx942_candidates_the_timed_set_shrinks_and_keeps_the_faste
     assert 1 < len(clock) < len(cands)                    # timed fewer, and more than one
     assert ms[tuple(sorted(chosen.items()))] == min(measured)   # the fastest of all was among them
     assert list(seen.values()) == [("timed", chosen)]
+
+
+def test_the_model_ranker_predicts_the_launch_a_problem_names(monkeypatch):
+    """A rung that tunes several launches names one in ``Problem.kernel``; the ranker asks
+    the model about that launch (:func:`workbench.model.predict_launch`), not the pass."""
+    asked = []
+
+    def predict_config(op, rung, shape, dtype, gpu, config, kernel=None):
+        asked.append((op, rung, shape, kernel))
+        return type("P", (), {"time_s": config["BLOCK_M"] * 1e-6})()
+    monkeypatch.setattr(tuning_model, "predict_config", predict_config)
+    problem = tuning.Problem("grouped_gemm", "v4", (4096, 7, 9, 3, 0), torch.bfloat16, "dw")
+    assert tuning_model.ModelRanker(gpu="MI300X")(problem, [{"BLOCK_M": 64}, {"BLOCK_M": 16}]) == [1]
+    assert asked == [("grouped_gemm", "v4", (4096, 7, 9, 3, 0), "dw")] * 2

@@ -45,9 +45,11 @@ MOST = 4        # ...at most this many (the tuning pass's time on a GPU)
 
 
 @functools.lru_cache(maxsize=None)
-def predicted_seconds(op: str, rung: str, shape: tuple, dtype: str, gpu: str, config: tuple) -> float:
-    """The model's time of one candidate (``config`` as sorted items), once per process."""
-    return predict_config(op, rung, shape, dtype, gpu, dict(config)).time_s
+def predicted_seconds(op: str, rung: str, shape: tuple, dtype: str, gpu: str, config: tuple,
+                      kernel: str | None = None) -> float:
+    """The model's time of one candidate (``config`` as sorted items; ``kernel``: the launch
+    of a rung that tunes several), once per process."""
+    return predict_config(op, rung, shape, dtype, gpu, dict(config), kernel).time_s
 
 
 def gpu_here() -> str | None:
@@ -82,7 +84,7 @@ class ModelRanker:
         dtype = roofline.dtype_name(problem.dtype)
         try:
             return [predicted_seconds(problem.op, problem.rung, tuple(problem.shape), dtype, gpu,
-                                      tuple(sorted(c.items()))) for c in candidates]
+                                      tuple(sorted(c.items())), problem.kernel) for c in candidates]
         except (*NO_MODEL, RuntimeError):   # RuntimeError: a candidate's compile failed here
             return None
 

@@ -84,7 +84,7 @@ from .. import validate
 from ..outputs import new_output
 from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
-from ..tuning import as_dict, choice, with_overrides
+from ..tuning import Problem, as_dict, choice, with_overrides
 from . import configs, configs_backward, v3_causal_lse
 from .launch import aot_ints, head_block, scale_sign, strides
 from .varlen import Packing, aot_args, cu_args, sequence
@@ -383,13 +383,14 @@ def launch(kernel: str, run, cfg: dict):
     return run(fn, cfg[block], {k: v for k, v in cfg.items() if k != "KERNEL"})
 
 
-def _tuned(kernel: str, key: tuple, s: int, sk: int, d: int, run) -> dict:
+def _tuned(kernel: str, key: tuple, s: int, sk: int, d: int, run, problem=None) -> dict:
     """The fastest pruned config of ``kernel`` for ``key``, timed on its first call and kept
     (:func:`kernels.tuning.choice`: for the process and on disk; never timed in frozen mode
-    or graph capture); a single candidate, always on the interpreter, untimed."""
+    or graph capture); a single candidate, always on the interpreter, untimed. ``problem``:
+    the launch as a ranker sees it (:class:`kernels.tuning.Problem`)."""
     here = _backend.current()
     return choice(f"attention/v5/{kernel}", key, lambda: _pruned(here.name, here.arch, s, sk, d, kernel),
-                  lambda cfg: launch(kernel, run, cfg))
+                  lambda cfg: launch(kernel, run, cfg), problem)
 
 
 def backward(q, k, v, o, lse, do, causal: bool, scale: float, packing: Packing | None = None,
@@ -429,7 +430,11 @@ def backward(q, k, v, o, lse, do, causal: bool, scale: float, packing: Packing |
         chosen = {kernel: with_overrides(cfg, overrides)
                   for kernel, cfg in prior(here.name, here.arch, d, rows_q, rows_k).items()}
     else:
-        chosen = {kernel: _tuned(kernel, key, rows_q, rows_k, d, runs[kernel]) for kernel in runs}
+        batch = packing.batch if packing else b   # a packed batch: the dense launch of its longest lengths
+        chosen = {kernel: _tuned(kernel, key, rows_q, rows_k, d, runs[kernel],
+                                 lambda kernel=kernel: Problem("attention", "v5", (batch, hq, hkv, rows_q, rows_k, d,
+                                                                                   int(bool(causal))), q.dtype, kernel))
+                  for kernel in runs}
     _CHOSEN[key] = chosen
     for kernel, run in runs.items():
         launch(kernel, run, chosen[kernel])

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from kernels.attention import v2_flash_forward, v3_causal_lse, v4_amd_tuned
 from kernels.attention.spec import MAX_HEAD_DIM
 
+from .candidates import pinned
 from .prediction import NotCovered
 
 RUNGS = ("v2", "v3", "v4", "v5")
@@ -52,8 +53,8 @@ def plan(rung: str, shape: tuple, arch: str) -> AttentionPlan:
     """The config ``rung`` runs at ``shape`` on an ``arch`` GPU."""
     _, _, _, s, sk, d, _ = shape
     rung = FORWARD_OF.get(rung, rung)
-    if rung == "v4":
-        cfg = v4_amd_tuned.prior("hip", arch, d, s, sk)
+    if rung == "v4":   # a tuner's candidate where one is pinned (.candidates), else the prior
+        cfg = dict(pinned() or v4_amd_tuned.prior("hip", arch, d, s, sk))
         return AttentionPlan(rung, cfg, dict(cfg))
     if rung not in RUNGS:
         raise NotCovered(f"the model covers attention rungs {', '.join(RUNGS)}, not {rung!r}")

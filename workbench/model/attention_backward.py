@@ -26,6 +26,7 @@ from .. import isa
 from . import attention, uneven
 from . import chip as chip_model
 from .predict_attention import DTYPES, DISPATCH
+from .candidates import pinned
 from .predict_gemm import LATENCY, OVERLAP
 from .prediction import NotCovered, Prediction
 
@@ -55,8 +56,9 @@ def dq_trips(cfg: dict, block: int, sk: int, causal: int) -> tuple[int, int]:
     return -(-mid // bn), -(-max(hi - mid, 0) // bn)
 
 
-def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
-    """The backward pass of attention rung ``label`` (v5) at ``shape``."""
+def _launches(label: str, shape, dtype: str, chip_spec, tuned: str | None = None) -> dict:
+    """Everything the pass and its launches are predicted from; ``tuned``: the launch whose
+    config a tuner's pinned candidate replaces (:func:`.candidates.predict_config`)."""
     shape = attention.check_shape(shape)
     if label not in RUNGS:
         raise NotCovered(f"the model covers the attention backward of {', '.join(RUNGS)}, not {label}")
@@ -64,6 +66,10 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
         raise NotCovered(f"dtype {dtype!r}: the attention model covers {', '.join(DTYPES)}")
     b, hq, hkv, s, sk, d, causal = shape
     cfgs = v5_backward.prior("hip", chip_spec.target, d, s, sk)
+    if pinned() is not None:
+        if tuned not in cfgs:
+            raise NotImplementedError(f"attention {label}'s backward tunes {', '.join(cfgs)}: name the launch")
+        cfgs[tuned] = dict(pinned())
     if any(cfg["BLOCK_D"] != attention.AOT_HEAD_BLOCK for cfg in cfgs.values()):
         raise NotCovered(f"the attention backward model covers head dims that pad to {attention.AOT_HEAD_BLOCK}")
     chip, clock_input = chip_model.chip(chip_spec, dtype)
@@ -88,33 +94,60 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
         "dq": {"l2": b * hq * sum(sum(t) for t in dq) * q["BLOCK_N"] * 2 * tile + q_rows * (3 * tile + stats),
                "hbm": q_rows * (3 * tile + stats) + 2 * kv_rows * tile},
     }
-    seconds, bound, breakdown, time_by = 0.0, "", {}, {}
-    for k, launch in launches.items():
-        t, binds, parts = uneven.with_memory(launch, traffic[k], chip)
-        time_by[binds] = time_by.get(binds, 0.0) + t
-        seconds += t
-        for name, value in parts.items():
-            breakdown[f"{k}: {name}"] = value
-    delta = q_rows * (2 * tile + 4) / chip.bandwidth["hbm"]
-    breakdown["Δ preprocess: HBM"] = delta
-    seconds += delta
-    bound = max(time_by, key=time_by.get)
-    inputs = {
+    return {"shape": shape, "cfgs": cfgs, "reports": reports, "mixes": mixes, "chip": chip,
+            "clock": clock_input, "launches": launches,
+            "timed": {k: uneven.with_memory(launch, traffic[k], chip) for k, launch in launches.items()},
+            "delta": q_rows * (2 * tile + 4) / chip.bandwidth["hbm"]}
+
+
+def _inputs(label: str, chip_spec, found: dict, kernels: tuple[str, ...]) -> dict:
+    return {
         **chip_model.spec_inputs(chip_spec),
-        "engine clock under MFMA load (MHz)": clock_input,
-        **chip_model.loop_inputs([m for ms in mixes.values() for m in ms], chip_spec.target),
-        "pass": ("backward: Δ preprocess, then the dK/dV launch, then the dQ launch", "v5_backward.backward"),
-        **{f"config {k}": (cfg, f"attention {label}'s prior for this shape (untimed)") for k, cfg in cfgs.items()},
-        **{f"compiled kernel {k}": (f"{r.kernel_name} @ {r.target}, causal, S = 4096", "ahead-of-time compile")
-           for k, r in reports.items()},
+        "engine clock under MFMA load (MHz)": found["clock"],
+        **chip_model.loop_inputs([m for k in kernels for m in found["mixes"][k]], chip_spec.target),
+        **{f"compiled kernel {k}": (f"{found['reports'][k].kernel_name} @ {found['reports'][k].target}, causal, "
+                                    "S = 4096", "ahead-of-time compile") for k in kernels},
         **{f"{k} {LOOP_ORDER[k][i]} per wave and iteration": (chip_model.mix_summary(mix), "the compiled loop")
-           for k, ms in mixes.items() for i, mix in enumerate(ms)},
-        **{f"occupancy {k}": (str(r.occupancy), "workbench.isa_occupancy") for k, r in reports.items()},
-        **{f"{k} launch (ms)": (round(launches[k].seconds * 1e3, 4), "model") for k in launches},
+           for k in kernels for i, mix in enumerate(found["mixes"][k])},
+        **{f"occupancy {k}": (str(found["reports"][k].occupancy), "workbench.isa_occupancy") for k in kernels},
         "dispatch": (DISPATCH.replace("query block", "block"), "assumption"),
         "overlap rule": (OVERLAP, "assumption"),
         "latency rule": (LATENCY, "assumption"),
     }
-    flops = attention_spec.backward_flops(shape)
-    return Prediction("attention", label, shape, dtype, chip_spec.name, seconds, flops / seconds / 1e12,
-                      bound, breakdown, inputs)
+
+
+def launch(label: str, kernel: str, shape, dtype: str, chip_spec) -> Prediction:
+    """One tuned launch of the backward, "dkdv" or "dq", as v5's tuner names it; TFLOP/s on
+    the FLOPs of its products (dK/dV: four per visible pair, dQ: three)."""
+    found = _launches(label, shape, dtype, chip_spec, kernel)
+    if kernel not in found["timed"]:
+        raise NotCovered(f"attention {label}'s backward launches {', '.join(found['timed'])}, not {kernel!r}")
+    seconds, bound, parts = found["timed"][kernel]
+    products = {"dkdv": 4, "dq": 3}[kernel]
+    flops = products / 5 * attention_spec.backward_flops(found["shape"])
+    inputs = {"config": (found["cfgs"][kernel], f"attention {label}'s {kernel} settings"),
+              **_inputs(label, chip_spec, found, (kernel,))}
+    return Prediction("attention", label, found["shape"], dtype, chip_spec.name, seconds, flops / seconds / 1e12,
+                      bound, parts, inputs)
+
+
+def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
+    """The backward pass of attention rung ``label`` (v5) at ``shape``."""
+    found = _launches(label, shape, dtype, chip_spec)
+    seconds, breakdown, time_by = 0.0, {}, {}
+    for k, (t, binds, parts) in found["timed"].items():
+        time_by[binds] = time_by.get(binds, 0.0) + t
+        seconds += t
+        for name, value in parts.items():
+            breakdown[f"{k}: {name}"] = value
+    breakdown["Δ preprocess: HBM"] = found["delta"]
+    seconds += found["delta"]
+    inputs = {
+        "pass": ("backward: Δ preprocess, then the dK/dV launch, then the dQ launch", "v5_backward.backward"),
+        **{f"config {k}": (cfg, f"attention {label}'s prior for this shape (untimed)") for k, cfg in found["cfgs"].items()},
+        **_inputs(label, chip_spec, found, tuple(found["cfgs"])),
+        **{f"{k} launch (ms)": (round(run.seconds * 1e3, 4), "model") for k, run in found["launches"].items()},
+    }
+    flops = attention_spec.backward_flops(found["shape"])
+    return Prediction("attention", label, found["shape"], dtype, chip_spec.name, seconds, flops / seconds / 1e12,
+                      max(time_by, key=time_by.get), breakdown, inputs)

@@ -3,9 +3,11 @@
 :func:`workbench.model.predict` predicts a rung with the config it would choose
 itself; a tuner asks about each config its pruned space keeps. :func:`predict_config`
 pins ``config`` for the call, and the rung's plan (:func:`.gemm.plan`) takes the
-pinned config in place of its own choice. Only the tuned rungs (GEMM v5, v6) take one:
-the others have a single config, and pinning one there is refused, not ignored (a
-prediction whose config is not the pinned one is refused too).
+pinned config in place of its own choice. Only the tuned rungs take one (GEMM v5, v6,
+attention v4; and, one launch at a time, :data:`workbench.model.LAUNCHES`: grouped GEMM v4's
+forward, dX and dW, MoE v3's two kernels, attention v5's two backward kernels): the others
+have a single config, and pinning one there is refused, not ignored (a prediction whose
+config is not the pinned one is refused too).
 """
 from __future__ import annotations
 
@@ -22,14 +24,17 @@ def pinned() -> dict | None:
     return _PINNED.get()
 
 
-def predict_config(op: str, rung: int | str, shape, dtype, gpu: str, config: dict) -> Prediction:
+def predict_config(op: str, rung: int | str, shape, dtype, gpu: str, config: dict,
+                   kernel: str | None = None) -> Prediction:
     """``predict(op, rung, shape, dtype, gpu)`` with the tile config ``config`` (a tuner's
-    candidate: tile sizes, warps, stages, AMD knobs) instead of the rung's own choice."""
-    from . import predict
+    candidate: tile sizes, warps, stages, AMD knobs) instead of the rung's own choice;
+    ``kernel``: the one launch of a rung that tunes several (``predict_launch``)."""
+    from . import predict, predict_launch
 
     token = _PINNED.set(dict(config))
     try:
-        found = predict(op, rung, shape, dtype, gpu)
+        found = (predict(op, rung, shape, dtype, gpu) if kernel is None
+                 else predict_launch(op, rung, kernel, shape, dtype, gpu))
     finally:
         _PINNED.reset(token)
     used = found.inputs.get("config", ({}, ""))[0]

@@ -24,7 +24,7 @@ def chip(chip_spec, dtype: str) -> tuple[combine.Chip, tuple]:
     return combine.Chip(
         clock_hz=clock, compute_units=chip_spec.compute_units, xcds=chip_spec.xcds or 1,
         l1_bytes_per_clk=chip_spec.bandwidth("l1") * 1e12 / chip_spec.compute_units / peak_clock,
-        lds_bytes_per_clk=machine.constant("lds_bytes_per_clk").value,
+        lds_bytes_per_clk=machine.lds_bytes_per_clk(chip_spec.target).value,
         valu_cycles=machine.constant("valu_cycles").value,
         transcendental_cycles=machine.constant("transcendental_cycles").value,
         salu_cycles=machine.constant("salu_cycles").value,
@@ -51,10 +51,11 @@ def loop_inputs(mixes, target: str) -> dict[str, tuple]:
     """The per-instruction numbers a hot loop was weighed with, with their sources."""
     ops = sorted({op for mix in mixes for op in mix.mfma})
     out = {f"MFMA cycles {op}": (machine.mfma_cycles(op, target), "S4") for op in ops}
-    for name in ("valu_cycles", "transcendental_cycles", "salu_cycles", "lds_bytes_per_clk",
-                 "lds_bank_bytes", "memory_latency_cycles"):
+    for name in ("valu_cycles", "transcendental_cycles", "salu_cycles", "lds_bank_bytes", "memory_latency_cycles"):
         c = machine.constant(name)
         out[name] = (c.value, c.source)
+    lds = machine.lds_bytes_per_clk(target)
+    out["lds_bytes_per_clk"] = (lds.value, lds.source)
     return out
 
 

@@ -28,6 +28,7 @@ from kernels.xcd import CUS_PER_XCD, full_chip_xcds
 
 from .. import isa
 from . import gemm, predict_gemm, tiles
+from .candidates import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
 
@@ -46,22 +47,42 @@ def row_tiles(sizes: list[int], bm: int) -> list[tuple[int, int]]:
     return [(g, min(bm, size - start)) for g, size in enumerate(sizes) for start in range(0, size, bm)]
 
 
-def config(rung: str, shape: tuple, arch: str) -> tuple[dict, dict]:
-    """(the rung's settings at ``shape``, what the ISA inspector's compile gets)."""
+KERNELS = {"forward": 0, "dx": 1, "dw": 2}   # a rung's aot launches, in order (v2, v4)
+
+
+def config(rung: str, shape: tuple, arch: str, kernel: str = "forward") -> tuple[dict, dict]:
+    """(the rung's settings for ``kernel`` at the launch's ``shape``, what the ISA inspector's
+    compile gets). ``kernel``: "forward", "dx" (the forward kernel on wᵀ: ``shape`` is then the
+    dX launch's, K and N swapped) or "dw" (v2, v4 only). v4's tile: a tuner's candidate where
+    one is pinned (:func:`.candidates.predict_config`), else its untimed prior."""
+    tile = pinned()
+    if tile is not None and rung != "v4":
+        raise NotImplementedError(f"grouped_gemm {rung} is not tuned: it has no candidate configs to predict")
     if rung == "v1":
         return v4_lds_pipeline.config("hip", arch), {}
     if rung == "v2":
         return grouped_launch.config("hip", arch), {}
-    t, k, n, g, _ = shape
-    cfg = {**v4_persistent.prior("forward", "hip", arch, t, k, n, g),
+    t, k, n, g = shape[:4]
+    if kernel == "dw":
+        cfg = dict(tile or v4_persistent.prior("dw", "hip", arch, t, k, n, g))
+        return cfg, {**cfg, "kernel": "dw"}
+    cfg = {**(tile or v4_persistent.prior("forward", "hip", arch, t, k, n, g)),
            "NUM_XCDS": full_chip_xcds("hip", arch), "NUM_PROGS": CUS_PER_XCD[arch] * full_chip_xcds("hip", arch)}
-    return cfg, {**cfg, "kernel": "forward"}
+    return cfg, {**cfg, "kernel": kernel}
+
+
+def compiled(rung: str, kernel: str, shape: tuple, torch_dtype: torch.dtype, arch: str):
+    """(settings, the ISA report) of ``rung``'s ``kernel`` launch at ``shape``, compiled ahead of time."""
+    cfg, overrides = config(rung, shape, arch, kernel)
+    reports = isa.inspect_all("grouped_gemm", rung, target=arch, dtype=torch_dtype, overrides=overrides or None)
+    return cfg, reports[0 if overrides else KERNELS[kernel]]
 
 
 def waves(rung: str, cfg: dict, shape: tuple, table: list[tuple[int, int]], sizes: list[int],
-          slots: int, xcds: int, arch: str, compute_units: int) -> list[Wave]:
-    """The tiles each rung runs together, as (XCD, (row tile index in ``table``, column tile))."""
-    _, k, n, _, _ = shape
+          slots: int, xcds: int, arch: str, compute_units: int, out_bytes: float | None = None) -> list[Wave]:
+    """The tiles each rung runs together, as (XCD, (row tile index in ``table``, column tile));
+    ``out_bytes``: what each program stores, if not its tile in the operands' dtype."""
+    k, n = shape[1:3]
     tiles_n = triton.cdiv(n, cfg["BLOCK_N"])
     if rung == "v1":
         out, first = [], 0
@@ -75,7 +96,7 @@ def waves(rung: str, cfg: dict, shape: tuple, table: list[tuple[int, int]], size
     if rung == "v2":
         rows_grid = triton.cdiv(sum(sizes), cfg["BLOCK_M"]) + len(sizes)
         order = [(r + c * rows_grid, (r, c)) for c in range(tiles_n) for r in range(len(table))]
-        return [Wave(tuple((round_robin(order[u][0], xcds), order[u][1]) for u in ids), k)
+        return [Wave(tuple((round_robin(order[u][0], xcds), order[u][1]) for u in ids), k, out_bytes)
                 for ids in tiles.waves(len(order), slots)]
     programs = cfg["NUM_PROGS"]
     hardware = {xcd_remap(h, programs, cfg["NUM_XCDS"]): h for h in range(programs)}
@@ -83,32 +104,47 @@ def waves(rung: str, cfg: dict, shape: tuple, table: list[tuple[int, int]], size
             for ids in tiles.waves(len(table) * tiles_n, programs)]
 
 
-def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
-    """Grouped GEMM rung ``label`` at ``shape`` (T, K, N, G, routing)."""
+def check(shape) -> tuple:
+    """(T, K, N, G, routing), checked."""
     if not isinstance(shape, (tuple, list)) or len(shape) != 5 or shape[4] not in range(len(spec.ROUTINGS)):
         raise ValueError(f"shape must be (T, K, N, G, routing) with routing in 0..{len(spec.ROUTINGS) - 1}, "
                          f"got {shape!r}")
-    shape = predict_gemm.check_shape(tuple(shape[:4]), SHAPE_NAMES[:4]) + (shape[4],)
-    torch_dtype = predict_gemm.check_dtype(dtype, "grouped GEMM")
-    if label not in RUNGS:
-        raise NotCovered(f"the model covers grouped_gemm rungs {', '.join(RUNGS)}, not {label}")
-    cfg, overrides = config(label, shape, chip_spec.target)
-    report = isa.inspect_all("grouped_gemm", label, target=chip_spec.target, dtype=torch_dtype,
-                             overrides=overrides or None)[0]   # the forward launch
-    sizes = group_rows(shape)
+    return predict_gemm.check_shape(tuple(shape[:4]), SHAPE_NAMES[:4]) + (shape[4],)
+
+
+def tile_prediction(op: str, label: str, shape: tuple, sizes: list[int], cfg: dict, report, dtype: str,
+                    chip_spec, elem: int, out_elem: int, flops: float, config_source: str,
+                    schedule: str | None = None, **extra_inputs) -> Prediction:
+    """A grouped launch of rung ``label`` over groups of ``sizes`` rows at ``shape`` (T, K, N,
+    G, ...), operands of ``elem`` bytes, outputs of ``out_elem``, its tiles laid out as grouped
+    GEMM's ``schedule`` (v1, v2 or v4; default ``label``) launches them."""
+    schedule = schedule or label
     table = row_tiles(sizes, cfg["BLOCK_M"])
-    n, bn, elem = shape[2], cfg["BLOCK_N"], torch_dtype.itemsize
+    n, bn = shape[2], cfg["BLOCK_N"]
+    out = None if out_elem == elem else cfg["BLOCK_M"] * bn * out_elem
 
     def traffic(wave: Wave, xcds: int) -> dict[str, float]:
         return tiles.block_traffic(wave, lambda i: table[i][1], lambda j: min(bn, n - j * bn),
                                    lambda i, j: (table[i][0], j), elem, xcds)
 
     return predict_gemm.tile_launch(
-        "grouped_gemm", label, shape, dtype, chip_spec, report, cfg,
-        cfg["NUM_PROGS"] if label == "v4" else None, elem,
-        lambda slots, xcds: waves(label, cfg, shape, table, sizes, slots, xcds, chip_spec.target,
-                                          chip_spec.compute_units),
-        traffic, spec.flops(shape), f"grouped_gemm {label}'s choice for this shape"
+        op, label, shape, dtype, chip_spec, report, cfg, cfg.get("NUM_PROGS") if schedule == "v4" else None,
+        out_elem, lambda slots, xcds: waves(schedule, cfg, shape, table, sizes, slots, xcds, chip_spec.target,
+                                            chip_spec.compute_units, out),
+        traffic, flops, config_source, **extra_inputs,
+        **{"row tiles": (len(table), "model: each group's rows in BLOCK_M tiles")})
+
+
+def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
+    """Grouped GEMM rung ``label`` at ``shape`` (T, K, N, G, routing)."""
+    shape = check(shape)
+    torch_dtype = predict_gemm.check_dtype(dtype, "grouped GEMM")
+    if label not in RUNGS:
+        raise NotCovered(f"the model covers grouped_gemm rungs {', '.join(RUNGS)}, not {label}")
+    cfg, report = compiled(label, "forward", shape, torch_dtype, chip_spec.target)
+    sizes = group_rows(shape)
+    return tile_prediction(
+        "grouped_gemm", label, shape, sizes, cfg, report, dtype, chip_spec, torch_dtype.itemsize,
+        torch_dtype.itemsize, spec.flops(shape), f"grouped_gemm {label}'s choice for this shape"
         + (" (v4's untimed prior)" if label == "v4" else ""),
-        **{"rows per group": (sizes, f"routing {spec.ROUTINGS[shape[4]]!r}, one seed-0 draw (model input)"),
-           "row tiles": (len(table), "model: each group's rows in BLOCK_M tiles")})
+        **{"rows per group": (sizes, f"routing {spec.ROUTINGS[shape[4]]!r}, one seed-0 draw (model input)")})

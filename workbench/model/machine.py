@@ -48,6 +48,15 @@ def mfma_cycles(mnemonic: str, arch: str) -> int:
     return table[arch][mnemonic]
 
 
+def lds_bytes_per_clk(arch: str) -> Constant:
+    """Bytes per clock one CU's LDS serves on ``arch``, with its source."""
+    table = _data()["lds_bytes_per_clk"]
+    if arch not in table:
+        raise ValueError(f"no LDS rate for target {arch!r}; known: {', '.join(table)}")
+    entry = table[arch]
+    return Constant(entry["value"], entry["source"], entry.get("note", ""))
+
+
 def mfma_flops(mnemonic: str) -> int:
     """Floating-point operations of one MFMA instruction: 2 x M x N x K (batch 1)."""
     m = _MFMA.match(mnemonic)

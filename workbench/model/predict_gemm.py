@@ -50,13 +50,14 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
 
 def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report, cfg: dict,
                 persistent: int | None, out_elem_bytes: int, waves_of, traffic_of, flops: float,
-                config_source: str, **extra_inputs) -> Prediction:
+                config_source: str, products: int = 1, **extra_inputs) -> Prediction:
     """A launch of output tiles, each a K loop (``report``'s hot loop) with ``cfg``'s tile:
     ``waves_of(slots, xcds)`` lays them out, ``traffic_of(wave, xcds)`` gives each wave's
     bytes per memory level; ``persistent``: a persistent launch's program count;
-    ``out_elem_bytes``: an output element's bytes (the tile each program stores)."""
+    ``out_elem_bytes``: an output element's bytes (the tile each program stores);
+    ``products``: tile products per K step (MoE's gate/up kernel: two, sharing A)."""
     mix = loop.mix(report.hot_loop, chip_spec.target, chip_spec.wave_size)
-    steps = gemm.steps_per_iteration(cfg, mix.mfma_flops)
+    steps = gemm.steps_per_iteration(cfg, mix.mfma_flops // products)
     num_warps, stages = report.options["num_warps"], report.options.get("num_stages", 1)
     resident = max(report.occupancy.value * SIMDS_PER_CU // num_warps, 1)
     if persistent is not None:

@@ -4,7 +4,8 @@ A ``library`` point is a vendor library's measured TFLOP/s, the ceiling the ladd
 approaches; it is set against the model's fastest rung at the same GPU, shape and
 dtype, so its error says how far the model puts the best rung from that ceiling. A
 ``kernel`` point is a Triton kernel built like one rung (``rung``), set against that rung.
-A point's ``op`` is "gemm" unless it says otherwise; its shape is in the op's order.
+A point's ``op`` is "gemm" unless it says otherwise; its shape is in the op's order; its
+``pass`` is "forward" unless it says "backward" (:func:`workbench.model.predict_backward`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from . import predict, rungs
+from . import BACKWARD, predict, predict_backward, rungs
 
 _FILE = Path(__file__).with_name("published.yaml")
 
@@ -35,10 +36,12 @@ def sources() -> dict[str, str]:
 def row(point: dict) -> dict:
     """One line of the error table: measured beside the model's fastest rung."""
     shape, op = tuple(point["shape"]), point.get("op", "gemm")
-    candidates = [point["rung"]] if point["kind"] == "kernel" else rungs(op)
-    best = min((predict(op, r, shape, point["dtype"], point["gpu"]) for r in candidates),
-               key=lambda p: p.time_s)
-    return {"label": "model", "op": op, "kind": point["kind"], "what": point["what"], "gpu": point["gpu"],
+    backward = point.get("pass", "forward") == "backward"
+    how = predict_backward if backward else predict
+    candidates = [point["rung"]] if point["kind"] == "kernel" else (BACKWARD[op][1] if backward else rungs(op))
+    best = min((how(op, r, shape, point["dtype"], point["gpu"]) for r in candidates), key=lambda p: p.time_s)
+    return {"label": "model", "op": op, "pass": "backward" if backward else "forward", "kind": point["kind"],
+            "what": point["what"], "gpu": point["gpu"],
             "shape": "x".join(map(str, shape)), "dtype": point["dtype"],
             "measured TFLOP/s": point["tflops"], "model TFLOP/s": round(best.tflops, 1),
             "model rung": best.rung, "error %": round(100 * (best.tflops / point["tflops"] - 1), 1),

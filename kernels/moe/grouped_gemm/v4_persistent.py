@@ -81,7 +81,7 @@ from ...gemm.v6_persistent import programs
 from ...outputs import new_output
 from ...registry import AotKernel, rung
 from ...triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16
-from ...tuning import as_dict, choice, with_overrides
+from ...tuning import Problem, as_dict, choice, with_overrides
 from ...xcd import CUS_PER_XCD, full_chip_xcds, num_xcds
 from . import configs, dw
 from .grads import differentiable
@@ -156,6 +156,14 @@ def _tile_extent(kernel: str, t: int, k: int, n: int, g: int) -> tuple[int, int]
     return (k, n) if kernel == "dw" else (cdiv(t, max(g, 1)), n)
 
 
+def _problem(kernel: str, operands: str, problem: tuple[int, int, int, int], dtype: torch.dtype) -> Problem:
+    """What a ranker is asked: the launch's (T, K, N, G) with balanced routing, the rows per
+    group the tuner's prune assumes (it sees T and G, not the offsets); the forward kernel on
+    a transposed weight ("NT") is the backward's dX launch."""
+    launch = "dx" if kernel == "forward" and operands[1] == "T" else kernel
+    return Problem("grouped_gemm", "v4", (*problem, 0), dtype, launch)
+
+
 def prior(kernel: str, backend: str, arch: str, t: int, k: int, n: int, g: int) -> dict:
     """The untimed choice: the pruned space's first config for the problem."""
     return as_dict(configs.prune(configs.space(backend, arch), *_tile_extent(kernel, t, k, n, g))[0])
@@ -183,7 +191,8 @@ def choose(kernel: str, a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor,
         tile = choice("grouped_gemm/v4", key,
                       lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch),
                                                                  *_tile_extent(kernel, *problem))],
-                      lambda tile: _launch(kernel, a, b, offsets, out, {**tile, **fixed}))
+                      lambda tile: _launch(kernel, a, b, offsets, out, {**tile, **fixed}),
+                      lambda: _problem(kernel, operands, problem, a.dtype))
         cfg = {**tile, **fixed}
     _CHOSEN[bucket] = {**cfg, "layout": operands}
     return cfg

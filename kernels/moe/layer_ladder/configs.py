@@ -44,8 +44,11 @@ def pruned(backend: str, arch: str, rows: int, n: int, groups: int) -> list[dict
 
 
 def choose(kernel: str, backend: str, arch: str, rows: int, n: int, groups: int,
-           dtype: torch.dtype, run) -> dict:
+           dtype: torch.dtype, run, layer: tuple | None = None) -> dict:
     """The config for this launch: the fastest pruned candidate (``run(cfg)`` launches one),
-    timed once per (kernel, power-of-two buckets of rows, N, G, dtype) and kept."""
+    timed once per (kernel, power-of-two buckets of rows, N, G, dtype) and kept. ``layer``:
+    the layer's (T, dim, hidden, E, top_k), what a ranker is asked about (balanced routing:
+    the prune, too, takes the average rows per expert)."""
     key = (kernel, next_power_of_2(rows), next_power_of_2(n), next_power_of_2(groups), dtype)
-    return tuning.choice("moe/v3", key, lambda: pruned(backend, arch, rows, n, groups), run)
+    problem = None if layer is None else (lambda: tuning.Problem("moe", "v3", (*layer, 0), dtype, kernel))
+    return tuning.choice("moe/v3", key, lambda: pruned(backend, arch, rows, n, groups), run, problem)

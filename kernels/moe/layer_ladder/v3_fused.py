@@ -223,12 +223,13 @@ def config(backend: str, arch: str = "gfx942") -> tuple[dict, dict]:
             configs.pruned(backend, arch, t * top_k, dim, e)[0])
 
 
-def _launch(kernel: str, rows: int, n: int, groups: int, dtype: torch.dtype, cfg: dict | None, run) -> None:
+def _launch(kernel: str, rows: int, n: int, groups: int, dtype: torch.dtype, cfg: dict | None, run,
+            layer: tuple) -> None:
     """``run(cfg)``, or, without ``cfg``, ``run`` with the config :mod:`.configs` picks for this
-    problem on this device."""
+    problem on this device; ``layer``: the layer's (T, dim, hidden, E, top_k), for a ranker."""
     if cfg is None:
         here = _backend.current()
-        cfg = configs.choose(kernel, here.name, here.arch, rows, n, groups, dtype, run)
+        cfg = configs.choose(kernel, here.name, here.arch, rows, n, groups, dtype, run, layer)
     run(cfg)
 
 
@@ -253,7 +254,7 @@ def gate_up_saving(x, gate, up, slots, offsets, top_k, save: bool, cfg: dict | N
             top_k, *x.stride(), *gate.stride(), *h.stride(), BLOCK_G=triton.next_power_of_2(groups),
             GROUP_M=GROUP_M, SAVE=save, INTERP_BF16=interp_bf16(x.dtype), **cfg)
 
-    _launch("gate_up", rows, hidden, groups, x.dtype, cfg, run)
+    _launch("gate_up", rows, hidden, groups, x.dtype, cfg, run, (x.shape[0], dim, hidden, groups, top_k))
     return h, g, u
 
 
@@ -267,6 +268,7 @@ def down_scatter(h, down, slots, weights, offsets, cfg: dict | None = None) -> t
     ``cfg`` pins the settings (else tuned)."""
     (groups, hidden, dim), rows = down.shape, slots.shape[0]
     out = new_output((rows, dim), h.dtype, h.device)
+    tokens, top_k = weights.shape[0], weights.shape[1] if weights.dim() > 1 else 1   # (T, k); (R,): k = 1
     weights = weights.reshape(-1).float().contiguous()
 
     def run(cfg):
@@ -275,7 +277,7 @@ def down_scatter(h, down, slots, weights, offsets, cfg: dict | None = None) -> t
             *out.stride(), BLOCK_G=triton.next_power_of_2(groups), GROUP_M=GROUP_M,
             INTERP_BF16=interp_bf16(h.dtype), **cfg)
 
-    _launch("down", rows, dim, groups, h.dtype, cfg, run)
+    _launch("down", rows, dim, groups, h.dtype, cfg, run, (tokens, dim, hidden, groups, top_k))
     return out
 
 
