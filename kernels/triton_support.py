@@ -45,6 +45,7 @@ TRITON_DTYPE_NAMES = {
     torch.float8_e4m3fn: "fp8e4nv",
     torch.float8_e4m3fnuz: "fp8e4b8",
     torch.float8_e5m2: "fp8e5",
+    torch.float8_e5m2fnuz: "fp8e5b16",
     torch.uint8: "u8",            # packed MXFP4 codes and e8m0 scales
 }
 

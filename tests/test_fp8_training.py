@@ -40,18 +40,22 @@ def scaled_error(got: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor, cols:
 
 def gemm_cases(m=37, n=29, k=45):
     """For each GEMM: its operands with magnitudes spread along the dims the recipe must
-    scale separately, the float64 result, and the result's row and column magnitudes."""
+    scale separately (the other operands of the step plain normal), the float64 result, and
+    the result's row and column magnitudes. ``run(recipe, fp8, grad_format)`` runs the
+    recipe's forward and backward and returns that GEMM's result."""
     a, b, c = spread(m, 1), spread(n, 2), spread(k, 3)
     x_fwd, w_fwd = randn(m, k, seed=4) * a[:, None], randn(n, k, seed=5) * b[:, None]
     dy_dg, w_dg = randn(m, n, seed=6) * a[:, None], randn(n, k, seed=7) * c[None, :]
     dy_wg, x_wg = randn(m, n, seed=8) * b[None, :], randn(m, k, seed=9) * c[None, :]
+    x, w, dy = randn(m, k, seed=10), randn(n, k, seed=11), randn(m, n, seed=12)
+
+    def gemm(name, x, w, dy):
+        return lambda r, f, grad=None: r.gemms(x.float(), w.float(), dy.float(), f, grad_format=grad)[name]
+
     return {
-        "forward": (lambda r, f: r.forward(x_fwd.float(), w_fwd.float(), f, torch.float32),
-                    x_fwd @ w_fwd.t(), a, b, k),
-        "dgrad": (lambda r, f: r.dgrad(dy_dg.float(), w_dg.float(), f, torch.float32),
-                  dy_dg @ w_dg, a, c, n),
-        "wgrad": (lambda r, f: r.wgrad(dy_wg.float(), x_wg.float(), f, torch.float32),
-                  dy_wg.t() @ x_wg, b, c, m),
+        "forward": (gemm("forward", x_fwd, w_fwd, dy), x_fwd @ w_fwd.t(), a, b, k),
+        "dgrad": (gemm("dgrad", x, w_dg, dy_dg), dy_dg @ w_dg, a, c, n),
+        "wgrad": (gemm("wgrad", x_wg, w, dy_wg), dy_wg.t() @ x_wg, b, c, m),
     }
 
 
@@ -59,11 +63,11 @@ def gemm_cases(m=37, n=29, k=45):
 def test_rowwise_scales_each_gemm_along_its_reduction_dim(fp8):
     """Rows and columns 2^24 apart: rowwise keeps every output element within e4m3's
     rounding (2^-4 of a scale set by a row's largest of ~K normal draws, about 3), because each GEMM's operands are scaled per row/column in the right
-    orientation; one scale per tensor flushes the small ones to zero."""
+    orientation; one e4m3 scale per tensor flushes the small ones to zero."""
     rowwise, tensorwise = kernels.fp8.get("rowwise"), kernels.fp8.get("tensorwise")
     for gemm, (run, ref, rows, cols, depth) in gemm_cases().items():
         assert scaled_error(run(rowwise, fp8), ref, rows, cols, depth) < 0.25, gemm
-        assert scaled_error(run(tensorwise, fp8), ref, rows, cols, depth) > 0.5, gemm
+        assert scaled_error(run(tensorwise, fp8, "e4m3"), ref, rows, cols, depth) > 0.5, gemm
 
 
 @pytest.mark.parametrize("recipe", EVERY_RECIPE)
@@ -203,8 +207,9 @@ def test_torch_compile_traces_the_fp8_layer_without_graph_breaks(recipe):
 
 def test_custom_op_passes_opcheck():
     x, w = torch.randn(5, 8, requires_grad=True), torch.randn(3, 8, requires_grad=True)
-    torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
-                          (x, w, "rowwise", torch.float8_e4m3fn, torch.float32, None, None))
+    for recipe, grad in (("rowwise", torch.float8_e4m3fn), ("tensorwise", torch.float8_e5m2)):
+        torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
+                              (x, w, recipe, torch.float8_e4m3fn, grad, torch.float32, None, None))
 
 
 @NEEDS_MERGE

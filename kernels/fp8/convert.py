@@ -41,17 +41,22 @@ def _keeper(keep, linears: list[str]) -> Callable[[str, torch.nn.Module], bool]:
 
 
 def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
-            keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None) -> torch.nn.Module:
+            keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None,
+            grad_format: str | None = None) -> torch.nn.Module:
     """Swap every Linear of ``model`` not kept in high precision for a :class:`Float8Linear`.
 
     Returns ``model`` (changed in place; a bare Linear is returned swapped). ``fp8_dtype``:
-    the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere).
+    the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere); ``grad_format``:
+    the output gradient's, ``"hybrid"`` (e5m2 of the same family) or ``"e4m3"``, default the
+    recipe's (:attr:`kernels.fp8.recipe.Recipe.grad_format`: hybrid for tensorwise and
+    delayed, e4m3 for the others).
     """
     rec = _recipes.get(recipe)
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
+    rec.grad_dtype(fp8_dtype or torch.float8_e4m3fn, grad_format)   # a format it does not take: here
     if isinstance(model, torch.nn.Linear):
-        return Float8Linear.from_linear(model, rec.name, fp8_dtype)
+        return Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format)
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
     keep = _keeper(keep_high_precision, linears)
@@ -60,7 +65,7 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
         if keep(name, module):
             continue
         parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, Float8Linear.from_linear(module, rec.name, fp8_dtype))
+        setattr(model.get_submodule(parent), child, Float8Linear.from_linear(module, rec.name, fp8_dtype, grad_format))
     return model
 
 

@@ -23,7 +23,7 @@ import math
 import torch
 
 from ..recipe import register
-from ..scaled_gemm import ScaledGemmRecipe
+from ..scaled_gemm import PerTensorRecipe
 
 HISTORY = 16
 
@@ -44,7 +44,7 @@ def _amax(t: torch.Tensor) -> torch.Tensor:
     return t.abs().amax().float() if t.numel() else t.new_zeros((), dtype=torch.float32)
 
 
-class Delayed(ScaledGemmRecipe):
+class Delayed(PerTensorRecipe):
     name = "delayed"
     summary = f"per-tensor scales of x and w from the max amax of the last {HISTORY} steps"
 
