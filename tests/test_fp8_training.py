@@ -12,6 +12,8 @@ from kernels import gemm_fp8
 from kernels.fp8 import Float8Linear, convert, converted, fp8_linear
 from kernels.fp8.recipes.delayed import HISTORY
 
+from fp8_quantizations import quantizations
+
 MATMUL_RECIPES = ("tensorwise", "delayed", "rowwise")
 NEEDS_MERGE = pytest.mark.skipif(hasattr(gemm_fp8, "blockwise_matmul"),
                                  reason="the blockwise kernels are installed")
@@ -181,7 +183,7 @@ def test_a_saturating_delayed_scale_warns_and_gives_no_nan(fp8):
         kernels.fp8.warn_saturation(layer)     # reset: nothing to report
 
 
-@pytest.mark.parametrize("recipe", ("rowwise", "delayed"))
+@pytest.mark.parametrize("recipe", ("tensorwise", "rowwise", "delayed", "blockwise"))
 def test_torch_compile_traces_the_fp8_layer_without_graph_breaks(recipe):
     net = convert(Net(), recipe)
     x = torch.randn(2, 3, 16)
@@ -218,3 +220,70 @@ def test_recipes_whose_kernels_are_missing_say_which(recipe):
     assert "not in this installation" in kernels.fp8.get(recipe).needs
     with pytest.raises(NotImplementedError, match=f"{recipe}.*kernels.gemm_fp8"):
         convert(torch.nn.Linear(8, 5), recipe)
+
+
+GRAD_DEFAULTS = {"tensorwise": "hybrid", "delayed": "hybrid", "rowwise": "e4m3", "blockwise": "e4m3",
+                 "mxfp8": "e4m3"}
+
+
+def test_each_recipe_states_its_gradient_format_and_takes_an_override():
+    """hybrid (e5m2 dy) for the per-tensor recipes, as Transformer Engine's; e4m3 for the
+    fine-grained ones, as DeepSeek-V3; the e5m2 of the forward format's own family."""
+    assert {name: kernels.fp8.get(name).grad_format for name in kernels.fp8.names()} == GRAD_DEFAULTS
+    e5m2 = {torch.float8_e4m3fn: torch.float8_e5m2, torch.float8_e4m3fnuz: torch.float8_e5m2fnuz}
+    for fp8, grad in e5m2.items():
+        assert Float8Linear(8, 4, recipe="tensorwise", fp8_dtype=fp8).grad_fp8_dtype == grad
+        assert Float8Linear(8, 4, recipe="rowwise", fp8_dtype=fp8).grad_fp8_dtype == fp8
+        assert Float8Linear(8, 4, recipe="delayed", fp8_dtype=fp8, grad_format="e4m3").grad_fp8_dtype == fp8
+    layer = convert(torch.nn.Linear(8, 4), "blockwise", grad_format="hybrid")
+    assert layer.grad_fp8_dtype == torch.float8_e5m2 and "grad=e5m2" in repr(layer)
+    with pytest.raises(ValueError, match="mxfp8.*takes grad_format e4m3.*one element format"):
+        convert(torch.nn.Linear(8, 4), "mxfp8", grad_format="hybrid")
+    with pytest.raises(ValueError, match="got 'e5m2'"):
+        fp8_linear(torch.randn(3, 8), torch.randn(4, 8), "rowwise", grad_format="e5m2")
+
+
+@pytest.mark.parametrize("recipe", EVERY_RECIPE)
+def test_the_backward_quantizes_only_dy_in_the_grad_format(recipe):
+    """x and w are quantized once, in the forward (with the transposed copies the backward
+    reads); the backward's one quantization is dy's, in the recipe's gradient format."""
+    m, n, k = 6, 5, 7
+    layer = Float8Linear(k, n, recipe=recipe, fp8_dtype=torch.float8_e4m3fn)
+    x = torch.randn(m, k, requires_grad=True)
+    with quantizations() as forward:
+        y = layer(x)
+    assert sorted(shape for _, shape, _ in forward) == sorted([(m, k), (n, k)])
+    with quantizations() as backward:
+        y.backward(torch.randn(m, n))
+    assert [(shape, dtype) for _, shape, dtype in backward] == [((m, n), layer.grad_fp8_dtype)]
+    assert x.grad is not None and layer.weight.grad is not None
+
+
+def test_hybrid_gradients_keep_the_range_one_e4m3_tensor_scale_loses():
+    """tensorwise with dy's rows (for dgrad) or columns (for wgrad) 2^24 apart, x and w plain:
+    under one e4m3 scale dy's small rows/columns flush to zero; e5m2's range (2^-16 to
+    57344) keeps them, at its coarser rounding (half an ulp: 2^-3 relative)."""
+    m, n, k = 37, 29, 45
+    tensorwise, ones = kernels.fp8.get("tensorwise"), torch.ones(k, dtype=torch.float64)
+    x, w = randn(m, k, seed=1), randn(n, k, seed=2)
+    cases = {"dgrad": (randn(m, n, seed=3) * spread(m, 4)[:, None], spread(m, 4), n),
+             "wgrad": (randn(m, n, seed=5) * spread(n, 6)[None, :], spread(n, 6), m)}
+    for gemm, (dy, rows, depth) in cases.items():
+        ref = dy @ w if gemm == "dgrad" else dy.t() @ x
+        errors = {fmt: scaled_error(tensorwise.gemms(x.float(), w.float(), dy.float(), torch.float8_e4m3fn,
+                                                     grad_format=fmt)[gemm], ref, rows, ones, depth)
+                  for fmt in ("e4m3", "hybrid")}
+        assert errors["hybrid"] < 0.5 < errors["e4m3"], (gemm, errors)
+
+
+@pytest.mark.parametrize("recipe", EVERY_RECIPE)
+def test_saved_bytes_are_the_fp8_operands_the_docstrings_state(recipe):
+    """Between forward and backward a layer keeps x and w in FP8 (one byte each) and their
+    scales, where a high-precision recipe keeps x (2 bytes in bf16; w is a Parameter)."""
+    m, n, k = 4096, 1024, 512
+    scales = {"tensorwise": 4 + 4, "delayed": 4 + 4, "rowwise": 4 * k + 4 * k,
+              "blockwise": 4 * k * (m // 128) + 4 * (n // 128) * (k // 128),
+              "mxfp8": k * (m // 32) + k * (n // 32)}[recipe]
+    got = kernels.fp8.recipe.saved_bytes(recipe, m, n, k)
+    assert got == {"fp8 saved": m * k + n * k + scales, "high-precision x": 2 * m * k,
+                   "difference": n * k + scales - m * k}

@@ -32,8 +32,11 @@ def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype,
           scale_w: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                                  torch.Tensor]:
     y, saved = _recipes.get(recipe).forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
-    # a custom op's outputs may not alias its inputs: a given (delayed) scale is kept as a copy
-    return y, *(t.clone() if t is scale_x or t is scale_w else t for t in saved)
+    # FP8 payloads travel as their bytes (uint8 views: integer outputs take no gradient, and
+    # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU); a custom
+    # op's outputs may not alias its inputs, so a given (delayed) scale is kept as a copy
+    return y, *(t.view(torch.uint8) if t.dtype == fp8_dtype else t.clone() if t is scale_x or t is scale_w
+                else t for t in saved)
 
 
 _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args=())
@@ -46,14 +49,15 @@ def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w):
 
 
 def _setup(ctx, inputs, output):
-    x, w, recipe, _, grad_dtype, *_ = inputs
-    ctx.recipe, ctx.grad_dtype, ctx.dtypes = recipe, grad_dtype, (x.dtype, w.dtype)
+    x, w, recipe, fp8_dtype, grad_dtype, *_ = inputs
+    ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.dtypes = recipe, fp8_dtype, grad_dtype, (x.dtype, w.dtype)
     ctx.mark_non_differentiable(*output[1:])
     ctx.save_for_backward(*output[1:])
 
 
 def _backward(ctx, dy, *_):
-    saved = _recipes.Saved(*ctx.saved_tensors)
+    x8, sx, w8, sw = ctx.saved_tensors
+    saved = _recipes.Saved(x8.view(ctx.fp8_dtype), sx, w8.view(ctx.fp8_dtype), sw)
     dx, dw = _recipes.get(ctx.recipe).backward(dy, saved, ctx.grad_dtype, *ctx.dtypes,
                                                ctx.needs_input_grad[0], ctx.needs_input_grad[1])
     return dx, dw, None, None, None, None, None, None
