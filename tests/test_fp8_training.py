@@ -287,3 +287,7 @@ def test_saved_bytes_are_the_fp8_operands_the_docstrings_state(recipe):
     got = kernels.fp8.recipe.saved_bytes(recipe, m, n, k)
     assert got == {"fp8 saved": m * k + n * k + scales, "high-precision x": 2 * m * k,
                    "difference": n * k + scales - m * k}
+    rec, x, w = kernels.fp8.get(recipe), torch.randn(130, 33), torch.randn(20, 33)   # the layout is the forward's
+    _, saved = rec.forward(x, w, torch.float8_e4m3fn, torch.float32)
+    like = rec.saved_like(x, w, torch.float8_e4m3fn)
+    assert [(t.shape, t.dtype) for t in saved] == [(t.shape, t.dtype) for t in like]

@@ -65,6 +65,7 @@ class RowwiseRecipe(ScaledGemmRecipe):
 
     a_granularity = "row"
     b_granularity = "col"
+    saved_layout = ((True, "row"), (True, "row"))   # x.T along M, w.T along N
     grad_format = "e4m3"
     grad_dtype_note = ("a scale per row of dy already fits each row's range, so e4m3's extra "
                         "mantissa bit is worth more than e5m2's range (torchao's rowwise recipe)")
