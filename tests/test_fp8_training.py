@@ -291,3 +291,36 @@ def test_saved_bytes_are_the_fp8_operands_the_docstrings_state(recipe):
     _, saved = rec.forward(x, w, torch.float8_e4m3fn, torch.float32)
     like = rec.saved_like(x, w, torch.float8_e4m3fn)
     assert [(t.shape, t.dtype) for t in saved] == [(t.shape, t.dtype) for t in like]
+
+
+def _delayed_on_two_ranks(rank, world):
+    """Two training steps of three delayed layers, rank 1's inputs ten times rank 0's: the
+    scales each rank used per step, its first input's amax, and its all-reduce count."""
+    import torch.distributed as dist
+
+    torch.manual_seed(0)   # the same weights on both ranks
+    model = convert(torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3))), "delayed",
+                    keep_high_precision=())
+    rec, calls, used = kernels.fp8.get("delayed"), [], []
+    scales, all_reduce = rec.scales, dist.all_reduce
+    rec.scales = lambda layer, x, w: used.append(scales(layer, x, w)) or used[-1]
+    dist.all_reduce = lambda *a, **k: calls.append(a[0].numel()) or all_reduce(*a, **k)
+    gen = torch.Generator().manual_seed(100 + rank)
+    amaxes = []
+    for _ in range(2):
+        x = torch.randn(5, 8, generator=gen) * 10.0 ** rank
+        amaxes.append(x.abs().amax().item())
+        model(x).square().sum().backward()
+    return [[float(s) for pair in used[i:i + 3] for s in pair] for i in (0, 3)], amaxes, calls
+
+
+@pytest.mark.slow   # two spawned processes importing torch: ~15 s on this loaded 2-core machine
+def test_delayed_scales_agree_across_two_gloo_ranks_with_one_all_reduce_per_step():
+    from kernels.comm.launch import run_local
+
+    (scales0, amax0, calls0), (scales1, amax1, calls1) = run_local(_delayed_on_two_ranks, 2, timeout=120)
+    assert scales0[0] != scales1[0]            # step 1: empty histories, each rank its own amax
+    assert scales0[1] == scales1[1]            # step 2: the reduced histories, the same scales
+    fmax = torch.finfo(torch.float8_e4m3fn).max
+    assert scales0[1][0] == pytest.approx(max(amax0[0], amax1[0]) / fmax)   # layer 0's x: rank 1's amax
+    assert calls0 == calls1 == [3 * 2 * HISTORY] * 2                      # one collective per step

@@ -11,10 +11,11 @@ one op. Delayed scaling's saturation is counted on the device and reported by
 :func:`warn_saturation`.
 """
 from . import recipes  # noqa: F401  (registers every recipe)
+from .amax_sync import sync_amax
 from .convert import KEEP_HIGH_PRECISION, convert, converted
 from .linear import Float8Linear, fp8_linear
 from .recipe import get, names
 from .saturation import saturation, warn_saturation
 
 __all__ = ["KEEP_HIGH_PRECISION", "Float8Linear", "convert", "converted", "fp8_linear", "get", "names",
-           "saturation", "warn_saturation"]
+           "saturation", "sync_amax", "warn_saturation"]

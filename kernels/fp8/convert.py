@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from . import recipe as _recipes
+from . import amax_sync, recipe as _recipes
 from .linear import Float8Linear
 
 KEEP_HIGH_PRECISION = ("first", "last", "*router")
@@ -42,21 +42,24 @@ def _keeper(keep, linears: list[str]) -> Callable[[str, torch.nn.Module], bool]:
 
 def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
             keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None,
-            grad_format: str | None = None) -> torch.nn.Module:
+            grad_format: str | None = None, amax_group=None) -> torch.nn.Module:
     """Swap every Linear of ``model`` not kept in high precision for a :class:`Float8Linear`.
 
     Returns ``model`` (changed in place; a bare Linear is returned swapped). ``fp8_dtype``:
     the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere); ``grad_format``:
     the output gradient's, ``"hybrid"`` (e5m2 of the same family) or ``"e4m3"``, default the
     recipe's (:attr:`kernels.fp8.recipe.Recipe.grad_format`: hybrid for tensorwise and
-    delayed, e4m3 for the others).
+    delayed, e4m3 for the others). A recipe whose state ranks must share (delayed's amax
+    histories) gets a forward pre-hook on the returned model that all-reduces it over
+    ``amax_group`` (default: every rank; pass the data-parallel group) in one collective
+    per training step, while ``torch.distributed`` is initialized (:mod:`.amax_sync`).
     """
     rec = _recipes.get(recipe)
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
     rec.grad_dtype(fp8_dtype or torch.float8_e4m3fn, grad_format)   # a format it does not take: here
     if isinstance(model, torch.nn.Linear):
-        return Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format)
+        return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format), rec, amax_group)
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
     keep = _keeper(keep_high_precision, linears)
@@ -66,6 +69,12 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
             continue
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent), child, Float8Linear.from_linear(module, rec.name, fp8_dtype, grad_format))
+    return _synced(model, rec, amax_group)
+
+
+def _synced(model: torch.nn.Module, rec, group) -> torch.nn.Module:
+    if type(rec).reduced_buffers is not _recipes.Recipe.reduced_buffers:   # state ranks must share
+        amax_sync.install(model, group)
     return model
 
 

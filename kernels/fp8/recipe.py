@@ -100,6 +100,11 @@ class Recipe:
         """Buffers a layer keeps for this recipe (in its ``state_dict``); none by default."""
         return {}
 
+    def reduced_buffers(self, layer) -> list[torch.Tensor]:
+        """Buffers of ``layer`` that data-parallel ranks must agree on, all-reduced with MAX
+        (:mod:`kernels.fp8.amax_sync`); none by default."""
+        return []
+
     def scales(self, layer, x: torch.Tensor, w: torch.Tensor):
         """Scales for x and w decided outside the GEMM (delayed scaling), else (None, None)."""
         return None, None
