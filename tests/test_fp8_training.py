@@ -239,6 +239,8 @@ def test_each_recipe_states_its_gradient_format_and_takes_an_override():
     assert layer.grad_fp8_dtype == torch.float8_e5m2 and "grad=e5m2" in repr(layer)
     with pytest.raises(ValueError, match="mxfp8.*takes grad_format e4m3.*one element format"):
         convert(torch.nn.Linear(8, 4), "mxfp8", grad_format="hybrid")
+    with pytest.raises(ValueError, match="blockwise.*does not take torch.float8_e5m2fnuz"):
+        convert(torch.nn.Linear(8, 4), "blockwise", fp8_dtype=torch.float8_e4m3fnuz, grad_format="hybrid")
     with pytest.raises(ValueError, match="got 'e5m2'"):
         fp8_linear(torch.randn(3, 8), torch.randn(4, 8), "rowwise", grad_format="e5m2")
 

@@ -24,6 +24,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from ..gemm_fp8.formats import fp8_dtype as native_fp8
 from . import amax_sync, recipe as _recipes
 from .linear import Float8Linear
 
@@ -57,7 +58,8 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     rec = _recipes.get(recipe)
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
-    rec.grad_dtype(fp8_dtype or torch.float8_e4m3fn, grad_format)   # a format it does not take: here
+    fp8_dtype = fp8_dtype or native_fp8()
+    rec.grad_dtype(fp8_dtype, grad_format)   # a format the recipe does not take: refused here
     if isinstance(model, torch.nn.Linear):
         return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format), rec, amax_group)
     linears = [name for name, m in model.named_modules()
