@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 from .. import gemm_fp8
 from ..gemm_fp8.formats import E5M2_OF
-from ..gemm_fp8.quantize_ref import QUANT_DTYPES, scale_shape
+from ..gemm_fp8.quantize_ref import scale_shape
 
 GRAD_FORMATS = ("hybrid", "e4m3")
 RECIPES: dict[str, "Recipe"] = {}   # filled by kernels.fp8.recipes, in ladder order
@@ -89,12 +89,7 @@ class Recipe:
             why = f" ({self.grad_dtype_note})" if grad_format in GRAD_FORMATS else ""
             raise ValueError(f"FP8 recipe {self.name!r} takes grad_format {' or '.join(self.grad_formats)}, "
                              f"got {grad_format!r}{why}")
-        dtype = E5M2_OF[fp8] if grad_format == "hybrid" else fp8
-        if "quantize" in self.kernels and dtype not in QUANT_DTYPES:
-            raise ValueError(f"FP8 recipe {self.name!r} quantizes dy with kernels.gemm_fp8.quantize, which does "
-                             f"not take {dtype} (kernels/gemm_fp8/quantize_ref.py says why); use grad_format "
-                             "'e4m3' or a per-tensor recipe")
-        return dtype
+        return E5M2_OF[fp8] if grad_format == "hybrid" else fp8
 
     @property
     def needs(self) -> str | None:

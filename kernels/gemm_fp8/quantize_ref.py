@@ -24,9 +24,7 @@ import torch
 
 from ..microscaling import BLOCK as MX_BLOCK, E8M0_BIAS, shared_exponent
 
-# not e5m2fnuz: the Triton 3.9 interpreter's fp32 -> e5m2fnuz store is wrong (-14336, a value the
-# format holds, is stored as -8192), so the kernel could not be checked here; quantize_fp8 takes it
-QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2)
+QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
 MX_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)   # the OCP formats MXFP8 names
 GRANULARITIES = ("tensor", "row", "block1x128", "block128x128", "mx32")
 TILE = 128   # the block granularities' group edge
