@@ -30,6 +30,7 @@ pins both upstream bugs, so the day they are fixed a test says the workaround ca
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import triton
@@ -45,6 +46,7 @@ TRITON_DTYPE_NAMES = {
     torch.float8_e4m3fn: "fp8e4nv",
     torch.float8_e4m3fnuz: "fp8e4b8",
     torch.float8_e5m2: "fp8e5",
+    torch.float8_e5m2fnuz: "fp8e5b16",
     torch.uint8: "u8",            # packed MXFP4 codes and e8m0 scales
 }
 
@@ -86,9 +88,11 @@ def round_to_fp8(y, MANT: tl.constexpr, EMIN: tl.constexpr):
 
 def fp8_grid(dtype: torch.dtype) -> dict[str, int]:
     """:func:`round_to_fp8`'s constexprs for an FP8 dtype: mantissa bits and the smallest
-    normal's exponent (e4m3fn 3, -6; e4m3fnuz 3, -7; e5m2 2, -14)."""
-    info = torch.finfo(dtype)
-    return dict(MANT=-int(math.log2(info.eps)), EMIN=int(math.log2(info.smallest_normal)))
+    normal's exponent (e4m3fn 3, -6; e4m3fnuz 3, -7; e5m2 2, -14; e5m2fnuz 2, -15). The
+    mantissa bits are read from the format's name: torch 2.13's ``finfo(float8_e5m2fnuz).eps``
+    is 0.125, a 3-bit epsilon for a 2-bit mantissa (``tests/test_interpreter_bf16.py``)."""
+    mant = int(re.fullmatch(r"float8_e\dm(\d)\w*", str(dtype).removeprefix("torch.")).group(1))
+    return dict(MANT=mant, EMIN=int(math.log2(torch.finfo(dtype).smallest_normal)))
 
 
 def pointer_type(dtype: torch.dtype) -> str:

@@ -12,6 +12,8 @@ from kernels import gemm_fp8
 from kernels.fp8 import Float8Linear, convert, converted, fp8_linear
 from kernels.fp8.recipes.delayed import HISTORY
 
+from fp8_quantizations import quantizations
+
 MATMUL_RECIPES = ("tensorwise", "delayed", "rowwise")
 NEEDS_MERGE = pytest.mark.skipif(hasattr(gemm_fp8, "blockwise_matmul"),
                                  reason="the blockwise kernels are installed")
@@ -40,18 +42,22 @@ def scaled_error(got: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor, cols:
 
 def gemm_cases(m=37, n=29, k=45):
     """For each GEMM: its operands with magnitudes spread along the dims the recipe must
-    scale separately, the float64 result, and the result's row and column magnitudes."""
+    scale separately (the other operands of the step plain normal), the float64 result, and
+    the result's row and column magnitudes. ``run(recipe, fp8, grad_format)`` runs the
+    recipe's forward and backward and returns that GEMM's result."""
     a, b, c = spread(m, 1), spread(n, 2), spread(k, 3)
     x_fwd, w_fwd = randn(m, k, seed=4) * a[:, None], randn(n, k, seed=5) * b[:, None]
     dy_dg, w_dg = randn(m, n, seed=6) * a[:, None], randn(n, k, seed=7) * c[None, :]
     dy_wg, x_wg = randn(m, n, seed=8) * b[None, :], randn(m, k, seed=9) * c[None, :]
+    x, w, dy = randn(m, k, seed=10), randn(n, k, seed=11), randn(m, n, seed=12)
+
+    def gemm(name, x, w, dy):
+        return lambda r, f, grad=None: r.gemms(x.float(), w.float(), dy.float(), f, grad_format=grad)[name]
+
     return {
-        "forward": (lambda r, f: r.forward(x_fwd.float(), w_fwd.float(), f, torch.float32),
-                    x_fwd @ w_fwd.t(), a, b, k),
-        "dgrad": (lambda r, f: r.dgrad(dy_dg.float(), w_dg.float(), f, torch.float32),
-                  dy_dg @ w_dg, a, c, n),
-        "wgrad": (lambda r, f: r.wgrad(dy_wg.float(), x_wg.float(), f, torch.float32),
-                  dy_wg.t() @ x_wg, b, c, m),
+        "forward": (gemm("forward", x_fwd, w_fwd, dy), x_fwd @ w_fwd.t(), a, b, k),
+        "dgrad": (gemm("dgrad", x, w_dg, dy_dg), dy_dg @ w_dg, a, c, n),
+        "wgrad": (gemm("wgrad", x_wg, w, dy_wg), dy_wg.t() @ x_wg, b, c, m),
     }
 
 
@@ -59,11 +65,11 @@ def gemm_cases(m=37, n=29, k=45):
 def test_rowwise_scales_each_gemm_along_its_reduction_dim(fp8):
     """Rows and columns 2^24 apart: rowwise keeps every output element within e4m3's
     rounding (2^-4 of a scale set by a row's largest of ~K normal draws, about 3), because each GEMM's operands are scaled per row/column in the right
-    orientation; one scale per tensor flushes the small ones to zero."""
+    orientation; one e4m3 scale per tensor flushes the small ones to zero."""
     rowwise, tensorwise = kernels.fp8.get("rowwise"), kernels.fp8.get("tensorwise")
     for gemm, (run, ref, rows, cols, depth) in gemm_cases().items():
         assert scaled_error(run(rowwise, fp8), ref, rows, cols, depth) < 0.25, gemm
-        assert scaled_error(run(tensorwise, fp8), ref, rows, cols, depth) > 0.5, gemm
+        assert scaled_error(run(tensorwise, fp8, "e4m3"), ref, rows, cols, depth) > 0.5, gemm
 
 
 @pytest.mark.parametrize("recipe", EVERY_RECIPE)
@@ -177,7 +183,7 @@ def test_a_saturating_delayed_scale_warns_and_gives_no_nan(fp8):
         kernels.fp8.warn_saturation(layer)     # reset: nothing to report
 
 
-@pytest.mark.parametrize("recipe", ("rowwise", "delayed"))
+@pytest.mark.parametrize("recipe", ("rowwise", "delayed", "blockwise"))
 def test_torch_compile_traces_the_fp8_layer_without_graph_breaks(recipe):
     net = convert(Net(), recipe)
     x = torch.randn(2, 3, 16)
@@ -203,8 +209,9 @@ def test_torch_compile_traces_the_fp8_layer_without_graph_breaks(recipe):
 
 def test_custom_op_passes_opcheck():
     x, w = torch.randn(5, 8, requires_grad=True), torch.randn(3, 8, requires_grad=True)
-    torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
-                          (x, w, "rowwise", torch.float8_e4m3fn, torch.float32, None, None))
+    for recipe, grad in (("rowwise", torch.float8_e4m3fn), ("tensorwise", torch.float8_e5m2)):
+        torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
+                              (x, w, recipe, torch.float8_e4m3fn, grad, torch.float32, None, None))
 
 
 @NEEDS_MERGE
@@ -213,3 +220,125 @@ def test_recipes_whose_kernels_are_missing_say_which(recipe):
     assert "not in this installation" in kernels.fp8.get(recipe).needs
     with pytest.raises(NotImplementedError, match=f"{recipe}.*kernels.gemm_fp8"):
         convert(torch.nn.Linear(8, 5), recipe)
+
+
+GRAD_DEFAULTS = {"tensorwise": "hybrid", "delayed": "hybrid", "rowwise": "e4m3", "blockwise": "e4m3",
+                 "mxfp8": "e4m3"}
+
+
+def test_each_recipe_states_its_gradient_format_and_takes_an_override():
+    """hybrid (e5m2 dy) for the per-tensor recipes, as Transformer Engine's; e4m3 for the
+    fine-grained ones, as DeepSeek-V3; the e5m2 of the forward format's own family."""
+    assert {name: kernels.fp8.get(name).grad_format for name in kernels.fp8.names()} == GRAD_DEFAULTS
+    e5m2 = {torch.float8_e4m3fn: torch.float8_e5m2, torch.float8_e4m3fnuz: torch.float8_e5m2fnuz}
+    for fp8, grad in e5m2.items():
+        assert Float8Linear(8, 4, recipe="tensorwise", fp8_dtype=fp8).grad_fp8_dtype == grad
+        assert Float8Linear(8, 4, recipe="rowwise", fp8_dtype=fp8).grad_fp8_dtype == fp8
+        assert Float8Linear(8, 4, recipe="delayed", fp8_dtype=fp8, grad_format="e4m3").grad_fp8_dtype == fp8
+    layer = convert(torch.nn.Linear(8, 4), "blockwise", grad_format="hybrid")
+    assert layer.grad_fp8_dtype == torch.float8_e5m2 and "grad=e5m2" in repr(layer)
+    with pytest.raises(ValueError, match="mxfp8.*takes grad_format e4m3.*one element format"):
+        convert(torch.nn.Linear(8, 4), "mxfp8", grad_format="hybrid")
+    fnuz = convert(torch.nn.Linear(8, 4), "blockwise", fp8_dtype=torch.float8_e4m3fnuz, grad_format="hybrid")
+    assert fnuz.grad_fp8_dtype == torch.float8_e5m2fnuz
+    with pytest.raises(ValueError, match="got 'e5m2'"):
+        fp8_linear(torch.randn(3, 8), torch.randn(4, 8), "rowwise", grad_format="e5m2")
+
+
+@pytest.mark.parametrize("recipe", EVERY_RECIPE)
+def test_the_backward_quantizes_only_dy_in_the_grad_format(recipe):
+    """x and w are quantized once, in the forward (with the transposed copies the backward
+    reads); the backward's one quantization is dy's, in the recipe's gradient format."""
+    m, n, k = 6, 5, 7
+    layer = Float8Linear(k, n, recipe=recipe, fp8_dtype=torch.float8_e4m3fn)
+    x = torch.randn(m, k, requires_grad=True)
+    with quantizations() as forward:
+        y = layer(x)
+    assert sorted(shape for _, shape, _ in forward) == sorted([(m, k), (n, k)])
+    with quantizations() as backward:
+        y.backward(torch.randn(m, n))
+    assert [(shape, dtype) for _, shape, dtype in backward] == [((m, n), layer.grad_fp8_dtype)]
+    assert x.grad is not None and layer.weight.grad is not None
+
+
+@pytest.mark.parametrize("recipe, fp8, grad_format", [
+    ("tensorwise", torch.float8_e4m3fnuz, None), ("delayed", torch.float8_e4m3fnuz, None),
+    ("rowwise", torch.float8_e4m3fn, "hybrid"), ("blockwise", torch.float8_e4m3fnuz, "hybrid")], ids=str)
+def test_e5m2_gradients_of_both_families_follow_float64(recipe, fp8, grad_format):
+    """dx and dw with dy in e5m2 (fnuz beside e4m3fnuz, as on gfx942; OCP beside e4m3fn):
+    e5m2 rounds to 2^-3 relative, so a GEMM's error is under ~10 % of its norm."""
+    layer = Float8Linear(40, 24, recipe=recipe, fp8_dtype=fp8, grad_format=grad_format)
+    assert layer.grad_fp8_dtype == {torch.float8_e4m3fn: torch.float8_e5m2,
+                                    torch.float8_e4m3fnuz: torch.float8_e5m2fnuz}[fp8]
+    x, dy = randn(21, 40, seed=20).float().requires_grad_(), randn(21, 24, seed=21)
+    layer(x).backward(dy.float())
+    w = layer.weight.detach().double()
+    for got, want in ((x.grad, dy @ w), (layer.weight.grad, dy.t() @ x.detach().double())):
+        assert ((got.double() - want).norm() / want.norm()).item() < 0.1
+
+
+def test_hybrid_gradients_keep_the_range_one_e4m3_tensor_scale_loses():
+    """tensorwise with dy's rows (for dgrad) or columns (for wgrad) 2^24 apart, x and w plain:
+    under one e4m3 scale dy's small rows/columns flush to zero; e5m2's range (2^-16 to
+    57344) keeps them, at its coarser rounding (half an ulp: 2^-3 relative)."""
+    m, n, k = 37, 29, 45
+    tensorwise, ones = kernels.fp8.get("tensorwise"), torch.ones(k, dtype=torch.float64)
+    x, w = randn(m, k, seed=1), randn(n, k, seed=2)
+    cases = {"dgrad": (randn(m, n, seed=3) * spread(m, 4)[:, None], spread(m, 4), n),
+             "wgrad": (randn(m, n, seed=5) * spread(n, 6)[None, :], spread(n, 6), m)}
+    for gemm, (dy, rows, depth) in cases.items():
+        ref = dy @ w if gemm == "dgrad" else dy.t() @ x
+        errors = {fmt: scaled_error(tensorwise.gemms(x.float(), w.float(), dy.float(), torch.float8_e4m3fn,
+                                                     grad_format=fmt)[gemm], ref, rows, ones, depth)
+                  for fmt in ("e4m3", "hybrid")}
+        assert errors["hybrid"] < 0.5 < errors["e4m3"], (gemm, errors)
+
+
+@pytest.mark.parametrize("recipe", EVERY_RECIPE)
+def test_saved_bytes_are_the_fp8_operands_the_docstrings_state(recipe):
+    """Between forward and backward a layer keeps x and w in FP8 (one byte each) and their
+    scales, where a high-precision recipe keeps x (2 bytes in bf16; w is a Parameter)."""
+    m, n, k = 4096, 1024, 512
+    scales = {"tensorwise": 4 + 4, "delayed": 4 + 4, "rowwise": 4 * k + 4 * k,
+              "blockwise": 4 * k * (m // 128) + 4 * (n // 128) * (k // 128),
+              "mxfp8": k * (m // 32) + k * (n // 32)}[recipe]
+    got = kernels.fp8.recipe.saved_bytes(recipe, m, n, k)
+    assert got == {"fp8 saved": m * k + n * k + scales, "high-precision x": 2 * m * k,
+                   "difference": n * k + scales - m * k}
+    rec, x, w = kernels.fp8.get(recipe), torch.randn(130, 33), torch.randn(20, 33)   # the layout is the forward's
+    _, saved = rec.forward(x, w, torch.float8_e4m3fn, torch.float32)
+    like = rec.saved_like(x, w, torch.float8_e4m3fn)
+    assert [(t.shape, t.dtype) for t in saved] == [(t.shape, t.dtype) for t in like]
+
+
+def _delayed_on_two_ranks(rank, world):
+    """Two training steps of three delayed layers, rank 1's inputs ten times rank 0's: the
+    scales each rank used per step, its first input's amax, and its all-reduce count."""
+    import torch.distributed as dist
+
+    torch.manual_seed(0)   # the same weights on both ranks
+    model = convert(torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3))), "delayed",
+                    keep_high_precision=())
+    rec, calls, used = kernels.fp8.get("delayed"), [], []
+    scales, all_reduce = rec.scales, dist.all_reduce
+    rec.scales = lambda layer, x, w: used.append(scales(layer, x, w)) or used[-1]
+    dist.all_reduce = lambda *a, **k: calls.append(a[0].numel()) or all_reduce(*a, **k)
+    gen = torch.Generator().manual_seed(100 + rank)
+    amaxes = []
+    for _ in range(2):
+        x = torch.randn(5, 8, generator=gen) * 10.0 ** rank
+        amaxes.append(x.abs().amax().item())
+        model(x).square().sum().backward()
+    return [[float(s) for pair in used[i:i + 3] for s in pair] for i in (0, 3)], amaxes, calls
+
+
+@pytest.mark.slow   # two spawned processes importing torch: ~15 s on this loaded 2-core machine
+def test_delayed_scales_agree_across_two_gloo_ranks_with_one_all_reduce_per_step():
+    from kernels.comm.launch import run_local
+
+    (scales0, amax0, calls0), (scales1, amax1, calls1) = run_local(_delayed_on_two_ranks, 2, timeout=120)
+    assert scales0[0] != scales1[0]            # step 1: empty histories, each rank its own amax
+    assert scales0[1] == scales1[1]            # step 2: the reduced histories, the same scales
+    fmax = torch.finfo(torch.float8_e4m3fn).max
+    assert scales0[1][0] == pytest.approx(max(amax0[0], amax1[0]) / fmax)   # layer 0's x: rank 1's amax
+    assert calls0 == calls1 == [3 * 2 * HISTORY] * 2                      # one collective per step

@@ -6,6 +6,8 @@ torch._scaled_mm (it has a CPU kernel in torch >= 2.13).
 """
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
@@ -139,7 +141,8 @@ def _operands(dtype=E4M3FN):
 
 @pytest.mark.parametrize("change,error,match", [
     (dict(a=torch.randn(6, 4, dtype=torch.bfloat16)), TypeError, "a has dtype bfloat16"),
-    (dict(b=torch.randn(4, 5).to(E4M3FNUZ)), TypeError, "dtypes differ"),
+    (dict(b=torch.randn(4, 5).to(E4M3FNUZ)), TypeError, "different families"),
+    (dict(b=torch.randn(4, 5).to(torch.float8_e5m2fnuz)), TypeError, "different families"),
     (dict(b=torch.randn(3, 5).to(E4M3FN)), ValueError, "inner dimensions"),
     (dict(scale_a=torch.ones(6, 1, dtype=torch.float16)), TypeError, "scale_a has dtype float16"),
     (dict(scale_a=torch.ones(1, 6)), ValueError, "scale_a has shape"),
@@ -148,7 +151,7 @@ def _operands(dtype=E4M3FN):
     (dict(scale_b=torch.ones(1, 5, device="meta")), ValueError, "scale_b is on meta"),
     (dict(scale_b=2.0), TypeError, "scale_b must be a torch.Tensor"),
     (dict(out_dtype=torch.int8), TypeError, "out_dtype"),
-], ids=["a-bf16", "mixed-formats", "inner", "scale-fp16", "scale_a-row-shape", "scale_a-1d",
+], ids=["a-bf16", "mixed-families", "ocp-with-fnuz-e5m2", "inner", "scale-fp16", "scale_a-row-shape", "scale_a-1d",
         "scale_b-col-shape", "device", "python-scale", "out-int8"])
 def test_bad_inputs_are_refused_by_name(change, error, match):
     args = {**_operands(), **change}
@@ -197,3 +200,36 @@ def test_aot_describes_every_kernel_argument(rung, dtype, backend, arch):
     assert launch.options["num_stages"] >= 2 and launch.constexprs["BLOCK_K"] >= 64
     assert all(launch.scalars[k] % 16 == 0 for k in ("M", "N", "K", "stride_am"))   # wide loads
     assert launch.constexprs["stride_ak"] == launch.constexprs["stride_bk"] == 1
+
+
+FAMILIES = [(E4M3FN, torch.float8_e5m2), (E4M3FNUZ, torch.float8_e5m2fnuz)]
+
+
+@pytest.mark.parametrize("e4m3,e5m2", FAMILIES, ids=["ocp", "fnuz"])
+@pytest.mark.parametrize("e5m2_operand", ["a", "b"])
+def test_e4m3_times_e5m2_matches_the_float64_product_of_the_dequantized_operands(e4m3, e5m2, e5m2_operand):
+    """FP8 backward GEMMs take the gradient in e5m2 beside an e4m3 operand: every rung, the
+    public op and blockwise_matmul (per-row/column and per-128 scales), fresh inputs, odd
+    shapes, poisoned outputs, against float64 of the operands as stored (so only fp32
+    accumulation separates them)."""
+    seed = random.SystemRandom().randrange(2 ** 31)
+    gen = torch.Generator().manual_seed(seed)
+    for m, n, k in ((37, 29, 53), (1, 33, 131)):
+        fmt_a, fmt_b = (e5m2, e4m3) if e5m2_operand == "a" else (e4m3, e5m2)
+        a, sa = quantize_fp8(torch.randn(m, k, generator=gen) * 1e-3, fmt_a, "row")
+        b, sb = quantize_fp8(torch.randn(k, n, generator=gen) * 30, fmt_b, "col")
+        sa_k = torch.rand(m, -(-k // 128), generator=gen) * 1e-4      # per row and 128 of K
+        sb_k = torch.rand(-(-k // 128), -(-n // 128), generator=gen) * 1e-2
+        a_k = a.double() * sa_k.double().repeat_interleave(128, 1)[:, :k]
+        b_k = b.double() * sb_k.double().repeat_interleave(128, 0)[:k].repeat_interleave(128, 1)[:, :n]
+        with poisoned_outputs():
+            runs = [(r.title, r(a, b, sa, sb, out_dtype=torch.float32), a.double() * sa, b.double() * sb)
+                    for r in RUNGS]
+            runs.append(("matmul_fp8", matmul_fp8(a, b, sa, sb, out_dtype=torch.float32),
+                         a.double() * sa, b.double() * sb))
+            runs.append(("blockwise_matmul", kernels.gemm_fp8.blockwise_matmul(a, sa_k, b, sb_k, torch.float32),
+                         a_k, b_k))
+        for name, got, a64, b64 in runs:
+            err = (got.double() - a64 @ b64).abs().max().item()
+            bound = 1e-5 * (a64.abs() @ b64.abs()).max().item()   # fp32 accumulation over k terms
+            assert err <= bound, (name, (m, n, k), seed, err, bound)

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +23,7 @@ from kernels.gemm_fp8 import blockwise_matmul, quantize
 from workbench import isa, isa_parse
 from workbench.check import compare, judge
 
+ROOT = Path(__file__).resolve().parent.parent
 E4M3FN, E4M3FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 SPEC = kernels.spec("gemm_fp8")
 V2 = kernels.get("gemm_fp8", "v2")
@@ -139,3 +145,39 @@ def test_v2_hot_loop_is_fp8_mfma_plus_the_scaling_its_docstring_counts(target, m
     assert fp32_math == scaling
     if target == "gfx942":
         assert report.vgprs == 252 and report.occupancy.value == 2
+
+
+MIXED_COMPILE = """
+import dataclasses, json, torch
+from kernels.gemm_fp8 import launch, v2_triton_blockwise
+from kernels.triton_support import pointer_type
+from workbench import isa_compile, isa_parse
+aot = launch.aot_blockwise(v2_triton_blockwise._gemm_fp8_blockwise_kernel, torch.{a}, "hip")[0]
+aot = dataclasses.replace(aot, signature={{**aot.signature, "b_ptr": pointer_type(torch.{b})}})
+kernel = isa_compile.compile_aot(aot, ("hip", {arch!r}, 64))
+lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+print(json.dumps(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]),
+                      mfma=sorted({{line.split(None, 1)[0] + ("/blgp:1" if "blgp:1" in line else "")
+                                   for line in lines if "v_mfma" in line}}))))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("a, b, arch, mfma", [
+    ("float8_e5m2fnuz", "float8_e4m3fnuz", "gfx942", "v_mfma_f32_16x16x32_fp8_bf8"),
+    ("float8_e4m3fnuz", "float8_e5m2fnuz", "gfx942", "v_mfma_f32_16x16x32_bf8_fp8"),
+    ("float8_e5m2", "float8_e4m3fn", "gfx950", "v_mfma_f32_16x16x128_f8f6f4/blgp:1"),
+])
+def test_e5m2_times_e4m3_compiles_to_one_mixed_format_mfma(a, b, arch, mfma):
+    """Triton 3.9's tl.dot takes e5m2 x e4m3 tiles (the dgrad/wgrad of the hybrid format) and
+    emits one mixed-format MFMA, no conversion: on gfx942 the bf8/fp8 variant, whose name
+    gives src0's format first (Triton feeds B's tile as src0: A = e5m2 reads ``fp8_bf8``); on
+    gfx950 the f8f6f4 MFMA with ``blgp:1`` (its src1, A here, in bf8). v2's config, a fresh
+    process (one that ran interpreted kernels cannot compile)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", MIXED_COMPILE.format(a=a, b=b, arch=arch)],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["mfma"] == [mfma]
+    res = result["resources"]
+    assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res

@@ -96,7 +96,7 @@ def test_interpreter_fp8_cast_still_drops_the_carry_upstream(dtype):
     assert (_to_fp8(x, dtype, fix=False).float() != x.to(dtype).float()).any()
 
 
-@pytest.mark.parametrize("dtype", FP8 + [torch.float8_e5m2], ids=str)
+@pytest.mark.parametrize("dtype", FP8 + [torch.float8_e5m2, torch.float8_e5m2fnuz], ids=str)
 def test_hand_rounding_to_fp8_matches_torch(dtype):
     """Every binade, both signs, ties, subnormals and zeros, within the format's range."""
     info = torch.finfo(dtype)
@@ -107,3 +107,11 @@ def test_hand_rounding_to_fp8_matches_torch(dtype):
                    torch.tensor([0.0, -0.0] * 512)]).float()[:8192]
     ours, torchs = _to_fp8(x, dtype, fix=True), x.to(dtype)
     assert torch.equal(ours.view(torch.uint8), torchs.view(torch.uint8))
+
+
+
+def test_the_fp8_grid_reads_mantissa_bits_from_the_format_not_torch_finfo():
+    """torch reports e5m2fnuz's epsilon as 2^-3 (a 3-bit mantissa's); the format has 2 bits."""
+    assert torch.finfo(torch.float8_e5m2fnuz).eps == 0.125   # what fp8_grid's docstring cites; fixed: drop both
+    assert fp8_grid(torch.float8_e5m2fnuz) == dict(MANT=2, EMIN=-15)
+    assert fp8_grid(torch.float8_e5m2) == dict(MANT=2, EMIN=-14)

@@ -12,7 +12,8 @@ feature channels in activations; heavy-tailed, small gradients):
 For each recipe and GEMM (forward, dgrad, wgrad), :func:`gemm_error_rows` gives the
 relative error (Frobenius norm) of the recipe's FP8 GEMM against the float64 GEMM of
 the unquantized operands, and for each operand the elements that overflow (saturate at
-the format's max) and underflow (a nonzero value that becomes zero). Current scaling
+the format's max) and underflow (a nonzero value that becomes zero); dy in the recipe's
+gradient format (e5m2 for tensorwise and delayed, whose default is "hybrid"). Current scaling
 cannot overflow; delayed scaling is shown with scales from an earlier step whose
 tensors were :data:`GROWTH` times smaller, so its overflow is visible. Recipes whose
 kernels are not installed get a row saying so.
@@ -55,14 +56,6 @@ def _gemm_operands(gemm: str, t: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return {"forward": (t["x"], t["w"].t()), "dgrad": (t["dy"], t["w"]), "wgrad": (t["dy"].t(), t["x"])}[gemm]
 
 
-def _run(recipe, gemm: str, t: dict, fp8, scales: dict) -> torch.Tensor:
-    if gemm == "forward":
-        return recipe.forward(t["x"], t["w"], fp8, torch.float32, scales.get("x"), scales.get("w"))
-    if gemm == "dgrad":
-        return recipe.dgrad(t["dy"], t["w"], fp8, torch.float32, scales.get("w"))
-    return recipe.wgrad(t["dy"], t["x"], fp8, torch.float32, scales.get("x"))
-
-
 def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.dtype | None = None) -> list[dict]:
     """One row per (recipe, GEMM): relative error, and overflow/underflow of operands A and B."""
     fp8 = fp8 or fp8_dtype()
@@ -73,6 +66,8 @@ def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.
         recipe = kernels.fp8.get(name)
         delayed = name == "delayed"
         scales = {k: (t[k].abs().amax() / GROWTH / fmax) for k in ("x", "w")} if delayed else {}
+        results = {} if recipe.needs else recipe.gemms(t["x"], t["w"], t["dy"], fp8, torch.float32,
+                                                        scales.get("x"), scales.get("w"))
         for gemm, (a_name, b_name) in GEMMS.items():
             row = dict(recipe=name, gemm=gemm, A=a_name, B=b_name)
             if recipe.needs:
@@ -80,12 +75,13 @@ def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.
                 continue
             a, b = _gemm_operands(gemm, t)
             ref = a.double() @ b.double()
-            got = _run(recipe, gemm, t, fp8, scales)
+            got = results[gemm]
             row["rel_error"] = ((got.double() - ref).norm() / ref.norm()).item()
             if isinstance(recipe, ScaledGemmRecipe):
                 a_scale = scales.get("x") if a_name == "x" else None
                 b_scale = scales.get(b_name.removesuffix(".T"))
-                row["A_overflow"], row["A_underflow"] = _counts(a, recipe.a_granularity, fp8, a_scale)
+                a_fp8 = fp8 if a_name == "x" else recipe.grad_dtype(fp8)   # dy in the recipe's grad format
+                row["A_overflow"], row["A_underflow"] = _counts(a, recipe.a_granularity, a_fp8, a_scale)
                 row["B_overflow"], row["B_underflow"] = _counts(b, recipe.b_granularity, fp8, b_scale)
             row["finite"] = bool(torch.isfinite(got).all())
             rows.append(row)

@@ -31,7 +31,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from . import recipe as _recipes
+from ..gemm_fp8.formats import fp8_dtype as native_fp8
+from . import amax_sync, recipe as _recipes
 from .linear import Float8Linear
 
 KEEP_HIGH_PRECISION = ("first", "last", "*router")
@@ -48,18 +49,29 @@ def _keeper(keep, linears: list[str]) -> Callable[[str, torch.nn.Module], bool]:
 
 
 def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
-            keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None) -> torch.nn.Module:
+            keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None,
+            grad_format: str | None = None, amax_group=None) -> torch.nn.Module:
     """Swap every Linear of ``model`` not kept in high precision for a :class:`Float8Linear`,
     and every ``kernels.MoE`` for a :class:`kernels.moe.fp8_layer.Float8MoE`.
 
-    Returns ``model`` (changed in place; a bare Linear or ``kernels.MoE`` is returned swapped). ``fp8_dtype``:
-    the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere).
+    Returns ``model`` (changed in place; a bare Linear or ``kernels.MoE`` is returned swapped).
+    ``fp8_dtype``: the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere);
+    ``grad_format``: the Linears' output gradient's, ``"hybrid"`` (e5m2 of the same family) or
+    ``"e4m3"``, default the recipe's (:attr:`kernels.fp8.recipe.Recipe.grad_format`: hybrid for
+    tensorwise and delayed, e4m3 for the others); the FP8 MoE experts' gradients are e4m3 in
+    every recipe (the FP8 grouped GEMM takes one format). A recipe whose state ranks must
+    share (delayed's amax histories) gets a forward pre-hook on the returned model that
+    all-reduces it over ``amax_group`` (default: every rank; pass the data-parallel group) in
+    one collective per training step, while ``torch.distributed`` is initialized
+    (:mod:`.amax_sync`).
     """
     rec = _recipes.get(recipe)
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
+    fp8_dtype = fp8_dtype or native_fp8()
+    rec.grad_dtype(fp8_dtype, grad_format)   # a format the recipe does not take: refused here
     if isinstance(model, torch.nn.Linear):
-        return Float8Linear.from_linear(model, rec.name, fp8_dtype)
+        return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format), rec, amax_group)
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
     keep = _keeper(keep_high_precision, linears)
@@ -68,8 +80,8 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
         module = model.get_submodule(name)
         if keep(name, module):
             continue
-        _swap(model, name, Float8Linear.from_linear(module, rec.name, fp8_dtype))
-    return model
+        _swap(model, name, Float8Linear.from_linear(module, rec.name, fp8_dtype, grad_format))
+    return _synced(model, rec, amax_group)
 
 
 def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
@@ -97,6 +109,12 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype) -> torch.
         if not name:
             return fp8_layer
         _swap(model, name, fp8_layer)
+    return model
+
+
+def _synced(model: torch.nn.Module, rec, group) -> torch.nn.Module:
+    if type(rec).reduced_buffers is not _recipes.Recipe.reduced_buffers:   # state ranks must share
+        amax_sync.install(model, group)
     return model
 
 

@@ -1,13 +1,15 @@
 """The FP8 linear layer: forward, dgrad and wgrad through a recipe's scaled GEMMs.
 
-``kernels::fp8_linear(x, w, recipe, fp8_dtype, out_dtype, scale_x, scale_w)`` is a
-``torch.library`` custom op with a fake implementation and an autograd formula, as the
-other public ops are (:mod:`kernels.gemm.ops`): ``torch.compile(fullgraph=True)`` keeps
+``kernels::fp8_linear(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w)``
+is a ``torch.library`` custom op with a fake implementation and an autograd formula, as
+the other public ops are (:mod:`kernels.gemm.ops`): ``torch.compile(fullgraph=True)`` keeps
 it as one node, and its backward runs the recipe's dgrad and wgrad GEMMs, which call
-``kernels::matmul_fp8`` (another custom op) under tracing. The operands stay in high
-precision between forward and backward, and the backward quantizes them again in the
-orientation its GEMMs need (for rowwise a different one than the forward's; the fused
-quantize-with-transpose of the blockwise kernels is what would save that pass).
+``kernels::matmul_fp8`` (another custom op) under tracing. The op returns ``y`` and the
+FP8 operands the recipe's backward reads (:class:`~kernels.fp8.recipe.Saved`: x and w
+quantized in the forward, transposed copies from the same pass where the backward needs
+another orientation), so the backward quantizes only dy; those extra outputs are not
+differentiable and :func:`fp8_linear` returns ``y`` alone. ``grad_dtype`` is dy's FP8
+format (e5m2 under a recipe's ``"hybrid"`` grad_format).
 
 ``dx`` comes back in x's dtype and ``dw`` in w's (fp32 master weights get an fp32
 gradient, accumulated in fp32 by the GEMM).
@@ -25,31 +27,41 @@ from . import recipe as _recipes
 IN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype, out_dtype: torch.dtype,
-          scale_x: torch.Tensor | None, scale_w: torch.Tensor | None) -> torch.Tensor:
-    return _recipes.get(recipe).forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
+def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype, grad_dtype: torch.dtype,
+          out_dtype: torch.dtype, scale_x: torch.Tensor | None,
+          scale_w: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                 torch.Tensor]:
+    y, saved = _recipes.get(recipe).forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
+    # FP8 payloads travel as their bytes (uint8 views: integer outputs take no gradient, and
+    # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU); a custom
+    # op's outputs may not alias its inputs, so a given (delayed) scale is kept as a copy
+    return y, *(t.view(torch.uint8) if t.dtype == fp8_dtype else t.clone() if t is scale_x or t is scale_w
+                else t for t in saved)
 
 
 _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args=())
 
 
 @_fp8_linear.register_fake
-def _(x, w, recipe, fp8_dtype, out_dtype, scale_x, scale_w):
-    return x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype)
+def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w):
+    saved = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
+    return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype),
+            *(t.view(torch.uint8) if t.dtype == fp8_dtype else t for t in saved))
 
 
 def _setup(ctx, inputs, output):
-    x, w, recipe, fp8_dtype, _, scale_x, scale_w = inputs
-    ctx.recipe, ctx.fp8_dtype = recipe, fp8_dtype
-    ctx.save_for_backward(x, w, scale_x, scale_w)
+    x, w, recipe, fp8_dtype, grad_dtype, *_ = inputs
+    ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.dtypes = recipe, fp8_dtype, grad_dtype, (x.dtype, w.dtype)
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.save_for_backward(*output[1:])
 
 
-def _backward(ctx, dy):
-    x, w, scale_x, scale_w = ctx.saved_tensors
-    recipe = _recipes.get(ctx.recipe)
-    dx = recipe.dgrad(dy, w, ctx.fp8_dtype, x.dtype, scale_w) if ctx.needs_input_grad[0] else None
-    dw = recipe.wgrad(dy, x, ctx.fp8_dtype, w.dtype, scale_x) if ctx.needs_input_grad[1] else None
-    return dx, dw, None, None, None, None, None
+def _backward(ctx, dy, *_):
+    x8, sx, w8, sw = ctx.saved_tensors
+    saved = _recipes.Saved(x8.view(ctx.fp8_dtype), sx, w8.view(ctx.fp8_dtype), sw)
+    dx, dw = _recipes.get(ctx.recipe).backward(dy, saved, ctx.grad_dtype, *ctx.dtypes,
+                                               ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+    return dx, dw, None, None, None, None, None, None
 
 
 _fp8_linear.register_autograd(_backward, setup_context=_setup)
@@ -57,12 +69,13 @@ _fp8_linear.register_autograd(_backward, setup_context=_setup)
 
 def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
                out_dtype: torch.dtype | None = None, scale_x: torch.Tensor | None = None,
-               scale_w: torch.Tensor | None = None) -> torch.Tensor:
+               scale_w: torch.Tensor | None = None, grad_format: str | None = None) -> torch.Tensor:
     """``x (M, K) @ w (N, K).T`` with the GEMM and, under autograd, dgrad and wgrad in FP8.
 
     ``fp8_dtype``: the e4m3 format (default: this GPU's, :func:`kernels.gemm_fp8.fp8_dtype`);
     ``out_dtype``: default x's; ``scale_x``/``scale_w``: per-tensor scales decided by the
-    caller (delayed scaling), else each GEMM computes its own.
+    caller (delayed scaling), else each GEMM computes its own; ``grad_format``: dy's
+    format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's.
     """
     fp8_dtype = fp8_dtype or native_fp8()
     if fp8_dtype not in FP8_DTYPES:
@@ -72,12 +85,13 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
     validate.same_device(x=x, w=w)
     if x.shape[1] != w.shape[1]:
         raise ValueError(f"x is {tuple(x.shape)} (M, K) and w {tuple(w.shape)} (N, K): K differs")
-    needs = _recipes.get(recipe).needs
-    if needs:
-        raise NotImplementedError(f"FP8 recipe {recipe!r} needs {needs}")
+    rec = _recipes.get(recipe)
+    if rec.needs:
+        raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
+    grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)
     out_dtype = out_dtype or x.dtype
     op = _impl if eager.direct(x, w) else _fp8_linear
-    return op(x, w, recipe, fp8_dtype, out_dtype, scale_x, scale_w)
+    return op(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w)[0]
 
 
 class Float8Linear(torch.nn.Linear):
@@ -85,39 +99,44 @@ class Float8Linear(torch.nn.Linear):
 
     Built by :func:`kernels.fp8.convert` from an existing layer, sharing its parameters
     (an optimizer made before the swap still updates them). A recipe with state (delayed
-    scaling) adds its buffers. Under ``torch.autocast`` the input is cast to the autocast
+    scaling) adds its buffers. ``grad_format``: the output gradient's FP8 format,
+    ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's (:attr:`Recipe.grad_format`). Under ``torch.autocast`` the input is cast to the autocast
     dtype and the output is in it; the weight is quantized from its own (master) dtype.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, recipe: str = "rowwise",
-                 fp8_dtype: torch.dtype | None = None, device=None, dtype=None):
+                 fp8_dtype: torch.dtype | None = None, grad_format: str | None = None, device=None, dtype=None):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self._setup(recipe, fp8_dtype)
+        self._setup(recipe, fp8_dtype, grad_format)
 
-    def _setup(self, recipe: str, fp8_dtype: torch.dtype | None) -> None:
+    def _setup(self, recipe: str, fp8_dtype: torch.dtype | None, grad_format: str | None) -> None:
         self.recipe = _recipes.get(recipe).name
         self.fp8_dtype = fp8_dtype or native_fp8()
+        self.grad_format = grad_format or _recipes.get(recipe).grad_format
+        self.grad_fp8_dtype = _recipes.get(recipe).grad_dtype(self.fp8_dtype, self.grad_format)
         for name, buffer in _recipes.get(recipe).state(self.weight.device).items():
             self.register_buffer(name, buffer)
 
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, recipe: str = "rowwise",
-                    fp8_dtype: torch.dtype | None = None) -> "Float8Linear":
+    def from_linear(cls, linear: torch.nn.Linear, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
+                    grad_format: str | None = None) -> "Float8Linear":
         """A Float8Linear holding ``linear``'s own weight and bias Parameters."""
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = linear.in_features, linear.out_features
         new.weight, new.bias = linear.weight, linear.bias
-        new._setup(recipe, fp8_dtype)
+        new._setup(recipe, fp8_dtype, grad_format)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, = autocast.operands(x)
         flat = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])   # not -1: K may be 0
         scale_x, scale_w = _recipes.get(self.recipe).scales(self, flat, self.weight)
-        y = fp8_linear(flat, self.weight, self.recipe, self.fp8_dtype, x.dtype, scale_x, scale_w)
+        y = fp8_linear(flat, self.weight, self.recipe, self.fp8_dtype, x.dtype, scale_x, scale_w, self.grad_format)
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, recipe={self.recipe}, fp8={str(self.fp8_dtype).replace('torch.', '')}"
+        name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731
+        return (f"{super().extra_repr()}, recipe={self.recipe}, fp8={name(self.fp8_dtype)}, "
+                f"grad={name(self.grad_fp8_dtype)}")

@@ -15,35 +15,81 @@ scales needs a re-quantization of the same tensor for each orientation (rowwise:
 scaled along K for the forward and along M for wgrad) or a GEMM that applies the scales
 per K block inside its loop (blockwise, MXFP8).
 
-Every recipe takes high-precision operands and returns the GEMM's result in
-``out_dtype``; :mod:`kernels.fp8.linear` calls ``forward``/``dgrad``/``wgrad`` from the
-custom op and its backward. Recipes register themselves here by name
-(:func:`register`), one file each in :mod:`kernels.fp8.recipes`.
+The forward quantizes x and w once and keeps, for the backward, the FP8 copies the dgrad
+and wgrad GEMMs read (:class:`Saved`: for a recipe whose backward needs x or w scaled
+along another dimension, the transposed copy :func:`kernels.gemm_fp8.quantize` writes in
+the forward's pass), so the backward quantizes only dy. :func:`saved_bytes` gives what
+this keeps between forward and backward per layer, against saving high-precision x (the
+weight is a Parameter, alive anyway): about ``M K + N K`` bytes against ``2 M K`` in bf16,
+a saving when the tokens M outnumber the output features N (e.g. M = 16384, N = K = 4096:
+80 MiB against 128 MiB), a cost when they do not (M = N = K: the same bytes plus scales).
+
+Gradients: ``grad_format`` is ``"hybrid"`` (dy in e5m2, the forward's operands in e4m3)
+or ``"e4m3"`` (everything in e4m3); each recipe states its default and why, and
+``convert(..., grad_format=)`` overrides it. Transformer Engine's current and delayed
+per-tensor recipes default to HYBRID (``Float8CurrentScaling`` and ``DelayedScaling``,
+``fp8_format=Format.HYBRID``) and its block and MXFP8 recipes to E4M3
+(``Float8BlockScaling``, ``MXFP8BlockScaling``; Transformer Engine 2.x "Common API");
+DeepSeek-V3 uses e4m3 on all tensors, since its fine-grained scales already give each
+small group its own range (technical report, arXiv 2412.19437, section 3.3.2).
+
+:mod:`kernels.fp8.linear` calls ``forward`` from the custom op and ``backward`` from its
+autograd formula. Recipes register themselves here by name (:func:`register`), one file
+each in :mod:`kernels.fp8.recipes`.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import gemm_fp8
+from typing import NamedTuple
 
+from .. import gemm_fp8
+from ..gemm_fp8.formats import E5M2_OF
+from ..gemm_fp8.quantize_ref import scale_shape
+
+GRAD_FORMATS = ("hybrid", "e4m3")
 RECIPES: dict[str, "Recipe"] = {}   # filled by kernels.fp8.recipes, in ladder order
 
 
-class Recipe:
-    """Base class: a name, what it does in one line, and its three GEMMs.
+class Saved(NamedTuple):
+    """What the forward keeps for the backward: x and w in FP8 with their scales, each in the
+    orientation (and scaled along the dimension) the backward's GEMMs read."""
 
-    ``grad_dtype_note`` says which FP8 format the gradients take and why (the
-    workbench's ``matmul_fp8`` takes one e4m3 format for both operands: no e5m2).
+    x: torch.Tensor
+    x_scale: torch.Tensor
+    w: torch.Tensor
+    w_scale: torch.Tensor
+
+
+class Recipe:
+    """Base class: a name, what it does in one line, its forward and its backward.
+
+    ``grad_format``: the default FP8 format of the output gradient dy, ``"hybrid"`` (e5m2)
+    or ``"e4m3"``; ``grad_formats``: those it takes; ``grad_dtype_note``: why the default.
+    ``saved_layout``: how :class:`Saved` holds x and w, ``(transposed, granularity)`` each
+    (granularity as :func:`kernels.gemm_fp8.quantize` names it, of the stored orientation).
     ``kernels``: the functions of :mod:`kernels.gemm_fp8` it calls beyond ``matmul_fp8``;
     ``needs`` names those not in this installation (None when all are).
     """
 
     name = ""
+    saved_layout: tuple[tuple[bool, str], tuple[bool, str]] = ((False, "tensor"), (False, "tensor"))
     summary = ""
-    grad_dtype_note = ("gradients in e4m3, as the forward operands: kernels.matmul_fp8 takes "
-                       "one e4m3 format (fnuz or OCP) for both operands, no e5m2")
+    grad_format = "e4m3"
+    grad_formats: tuple[str, ...] = GRAD_FORMATS
+    grad_dtype_note = ""
 
     kernels: tuple[str, ...] = ()
+
+    def grad_dtype(self, fp8: torch.dtype, grad_format: str | None = None) -> torch.dtype:
+        """dy's FP8 format beside forward operands in ``fp8`` (e4m3fn or e4m3fnuz): the e5m2
+        format of the same family for ``"hybrid"``, ``fp8`` itself for ``"e4m3"``."""
+        grad_format = grad_format or self.grad_format
+        if grad_format not in self.grad_formats:
+            why = f" ({self.grad_dtype_note})" if grad_format in GRAD_FORMATS else ""
+            raise ValueError(f"FP8 recipe {self.name!r} takes grad_format {' or '.join(self.grad_formats)}, "
+                             f"got {grad_format!r}{why}")
+        return E5M2_OF[fp8] if grad_format == "hybrid" else fp8
 
     @property
     def needs(self) -> str | None:
@@ -54,18 +100,54 @@ class Recipe:
         """Buffers a layer keeps for this recipe (in its ``state_dict``); none by default."""
         return {}
 
+    def reduced_buffers(self, layer) -> list[torch.Tensor]:
+        """Buffers of ``layer`` that data-parallel ranks must agree on, all-reduced with MAX
+        (:mod:`kernels.fp8.amax_sync`); none by default."""
+        return []
+
     def scales(self, layer, x: torch.Tensor, w: torch.Tensor):
         """Scales for x and w decided outside the GEMM (delayed scaling), else (None, None)."""
         return None, None
 
-    def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None) -> torch.Tensor:
+    def saved_like(self, x: torch.Tensor, w: torch.Tensor, fp8: torch.dtype) -> Saved:
+        """Empty tensors shaped as the forward's :class:`Saved` (for fake implementations)."""
+        out = []
+        for t, (transposed, granularity) in zip((x, w), self.saved_layout):
+            shape = tuple(t.shape[::-1]) if transposed else tuple(t.shape)
+            scale = torch.uint8 if granularity == "mx32" else torch.float32
+            out += [t.new_empty(shape, dtype=fp8), t.new_empty(scale_shape(granularity, *shape), dtype=scale)]
+        return Saved(*out)
+
+    def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None) -> tuple[torch.Tensor, Saved]:
+        """``y = x @ w.T`` in ``out_dtype`` and what the backward needs (x, w quantized once)."""
         raise NotImplementedError
 
-    def dgrad(self, dy, w, fp8, out_dtype, scale_w=None) -> torch.Tensor:
+    def backward(self, dy, saved: Saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True,
+                 need_dw=True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(dx, dw)`` = ``(dy @ w, dy.T @ x)`` from dy (quantized here to ``grad_fp8``, once)
+        and the forward's :class:`Saved`; None for a gradient not needed."""
         raise NotImplementedError
 
-    def wgrad(self, dy, x, fp8, out_dtype, scale_x=None) -> torch.Tensor:
-        raise NotImplementedError
+    def gemms(self, x, w, dy, fp8, out_dtype=torch.float32, scale_x=None, scale_w=None,
+              grad_format: str | None = None) -> dict[str, torch.Tensor]:
+        """The three GEMMs' results by name (``forward``, ``dgrad``, ``wgrad``): one forward and
+        one backward, as a training step runs them (for accuracy reports and tests)."""
+        y, saved = self.forward(x, w, fp8, out_dtype, scale_x, scale_w)
+        dx, dw = self.backward(dy, saved, self.grad_dtype(fp8, grad_format), out_dtype, out_dtype)
+        return {"forward": y, "dgrad": dx, "wgrad": dw}
+
+
+def saved_bytes(recipe: str, m: int, n: int, k: int, x_dtype: torch.dtype = torch.bfloat16) -> dict[str, int]:
+    """Bytes a layer keeps from forward to backward under ``recipe`` (x: (m, k), w: (n, k)),
+    against keeping x in ``x_dtype`` and re-quantizing in the backward (w is a Parameter
+    either way, so it costs nothing there): ``{"fp8 saved", "high-precision x",
+    "difference"}``; a negative difference is memory saved. FP8 payloads are one byte,
+    scales four (fp32) or one (e8m0)."""
+    with torch.device("meta"):
+        saved = get(recipe).saved_like(torch.empty(m, k), torch.empty(n, k), torch.float8_e4m3fn)
+    kept = sum(t.numel() * t.element_size() for t in saved)
+    high = m * k * torch.empty((), dtype=x_dtype).element_size()
+    return {"fp8 saved": kept, "high-precision x": high, "difference": kept - high}
 
 
 def register(recipe: Recipe) -> Recipe:

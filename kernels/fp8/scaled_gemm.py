@@ -2,52 +2,84 @@
 
 ``matmul_fp8`` applies its scales to the fp32 accumulator once, in the epilogue, so a
 scale must be constant along the reduction dimension: one per tensor, one per row of A
-(``(M, 1)``) or one per column of B (``(1, N)``). :class:`ScaledGemmRecipe` places the
-operands of each of a linear layer's three GEMMs in that form; a recipe picks the
-granularity of A and of B ("tensor" or "row"/"col"), and the orientation follows from
-the GEMM: the rows of A and the columns of B are the ones whose scale is pulled out of
-the dot product. For rowwise that means a fresh quantization per GEMM:
+(``(M, 1)``) or one per column of B (``(1, N)``). The rows of A and the columns of B are
+the ones whose scale is pulled out of the dot product, so for rowwise each GEMM needs
+its operands scaled along its own reduction dimension:
 
-==========  =================  ===============================================
+==========  ==================  ===============================================
 GEMM        A (scaled per row)  B (scaled per column)
-==========  =================  ===============================================
+==========  ==================  ===============================================
 forward     x, along K          w.T: each output feature, along K
 dgrad       dy, along N         w: each input feature, along N (the reduction)
 wgrad       dy.T, along M       x: each input feature, along M (the tokens)
-==========  =================  ===============================================
+==========  ==================  ===============================================
+
+:class:`PerTensorRecipe` (tensorwise, delayed): one scale serves both orientations, so
+the forward's x8 and w8 are what the backward reads, as transposed views; the per-tensor
+quantization is :func:`kernels.gemm_fp8.quantize_fp8` (it takes a scale given from an
+amax history). Saved: x8 (M K bytes) and w8 (N K bytes) with two 4-byte scales.
+:class:`RowwiseRecipe`: x and w are quantized once each by the fused
+``kernels.gemm_fp8.quantize(..., "row", transpose=True)``, whose transposed copies, x.T
+scaled along M and w.T scaled along N, are the operands dgrad and wgrad need; dy once the
+same way in the backward. Saved: x.T in FP8 (M K bytes) and w.T (N K) with a 4-byte
+scale per row (K of each).
 """
 from __future__ import annotations
 
-import torch
-
-from ..gemm_fp8.formats import quantize_fp8
+from .. import gemm_fp8
+from ..gemm_fp8 import formats
 from ..gemm_fp8.ops import matmul_fp8
-from .recipe import Recipe
-
-
-def scaled_gemm(a, a_granularity: str, b, b_granularity: str, fp8: torch.dtype, out_dtype: torch.dtype,
-                scale_a=None, scale_b=None) -> torch.Tensor:
-    """``a @ b`` with both operands quantized to ``fp8`` at the given granularities (or with the
-    given scales), through ``kernels.matmul_fp8``."""
-    a8, sa = quantize_fp8(a, fp8, a_granularity, scale=scale_a)
-    b8, sb = quantize_fp8(b, fp8, b_granularity, scale=scale_b)
-    return matmul_fp8(a8, b8, sa, sb, out_dtype=out_dtype)
+from .recipe import Recipe, Saved
 
 
 class ScaledGemmRecipe(Recipe):
-    """A recipe of ``matmul_fp8`` GEMMs: ``a_granularity`` for A, ``b_granularity`` for B."""
+    """A recipe of ``matmul_fp8`` GEMMs; ``a_granularity``/``b_granularity``: how A and B of
+    each GEMM are scaled ("tensor", or "row" for A and "col" for B), as
+    :func:`kernels.gemm_fp8.quantize_fp8` names it (the accuracy report counts overflow so)."""
 
     a_granularity = "tensor"
     b_granularity = "tensor"
 
+
+class PerTensorRecipe(ScaledGemmRecipe):
+    """One scale per tensor: x, w and dy quantized once each; the backward reads views."""
+
+    grad_format = "hybrid"
+    grad_dtype_note = ("per-tensor scaling leaves a gradient's small values to its format's range: "
+                        "e5m2 (hybrid), Transformer Engine's default for its per-tensor recipes")
+
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
-        return scaled_gemm(x, self.a_granularity, w.t(), self.b_granularity, fp8, out_dtype,
-                           scale_x, scale_w)
+        x8, sx = formats.quantize_fp8(x, fp8, "tensor", scale=scale_x)
+        w8, sw = formats.quantize_fp8(w, fp8, "tensor", scale=scale_w)
+        return matmul_fp8(x8, w8.t(), sx, sw, out_dtype=out_dtype), Saved(x8, sx, w8, sw)
 
-    def dgrad(self, dy, w, fp8, out_dtype, scale_w=None):
-        return scaled_gemm(dy, self.a_granularity, w, self.b_granularity, fp8, out_dtype,
-                           scale_b=scale_w)
+    def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
+        dy8, sdy = formats.quantize_fp8(dy, grad_fp8, "tensor")
+        dx = matmul_fp8(dy8, saved.w, sdy, saved.w_scale, out_dtype=dx_dtype) if need_dx else None
+        dw = matmul_fp8(dy8.t(), saved.x, sdy, saved.x_scale, out_dtype=dw_dtype) if need_dw else None
+        return dx, dw
 
-    def wgrad(self, dy, x, fp8, out_dtype, scale_x=None):
-        return scaled_gemm(dy.t(), self.a_granularity, x, self.b_granularity, fp8, out_dtype,
-                           scale_b=scale_x)
+
+class RowwiseRecipe(ScaledGemmRecipe):
+    """A scale per row of A and per column of B along each GEMM's reduction dimension."""
+
+    a_granularity = "row"
+    b_granularity = "col"
+    saved_layout = ((True, "row"), (True, "row"))   # x.T along M, w.T along N
+    grad_format = "e4m3"
+    grad_dtype_note = ("a scale per row of dy already fits each row's range, so e4m3's extra "
+                        "mantissa bit is worth more than e5m2's range (torchao's rowwise recipe)")
+
+    def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
+        x8, sx, xt8, sxt = gemm_fp8.quantize(x, "row", fp8, transpose=True)   # xt8: x.T along M
+        w8, sw, wt8, swt = gemm_fp8.quantize(w, "row", fp8, transpose=True)   # wt8: w.T along N
+        y = matmul_fp8(x8, w8.t(), sx, sw.t(), out_dtype=out_dtype)
+        return y, Saved(xt8, sxt, wt8, swt)
+
+    def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
+        dy8, sdy, *dyt = gemm_fp8.quantize(dy, "row", grad_fp8, transpose=need_dw)
+        dx = (matmul_fp8(dy8, saved.w.t(), sdy, saved.w_scale.t(), out_dtype=dx_dtype)
+              if need_dx else None)
+        dw = (matmul_fp8(dyt[0], saved.x.t(), dyt[1], saved.x_scale.t(), out_dtype=dw_dtype)
+              if need_dw else None)
+        return dx, dw

@@ -8,6 +8,14 @@ matrix cores take only one of them natively:
 * ``float8_e4m3fn`` (OCP) on CDNA4 (gfx950, MI355X), NVIDIA Hopper/Blackwell and the
   CPU: max 448, NaN but no inf.
 
+Gradients may take the 5-exponent-bit format of the same family (range over precision:
+Transformer Engine's "hybrid" format, e4m3 forward and e5m2 backward): ``float8_e5m2``
+(OCP, max 57344) beside e4m3fn, ``float8_e5m2fnuz`` (max 57344, fnuz rules) beside
+e4m3fnuz. A scaled GEMM takes one operand of each format of one family
+(:func:`same_family`): the FP8 MFMAs of gfx942 (``v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8}``)
+and gfx950 (``v_mfma_*_f8f6f4`` with its ``cbsz``/``blgp`` format fields) mix them in
+one instruction.
+
 torch's cast of a value beyond the format's max does not saturate for fnuz (it
 gives NaN; the CPU e4m3fn cast happens to saturate, even inf), so :func:`quantize_fp8`
 clamps first and both formats behave the same on every device. The scale it returns is the *dequant*
@@ -21,6 +29,8 @@ import torch
 from .. import backend as _backend
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+E5M2_OF = {torch.float8_e4m3fn: torch.float8_e5m2, torch.float8_e4m3fnuz: torch.float8_e5m2fnuz}
+OPERAND_DTYPES = (*FP8_DTYPES, *E5M2_OF.values())   # what a scaled GEMM's A and B may be
 FNUZ_ARCHS = ("gfx940", "gfx941", "gfx942")   # CDNA3: the fnuz variants only
 GRANULARITIES = ("tensor", "row", "col")
 
@@ -29,6 +39,16 @@ def fp8_dtype(arch: str | None = None) -> torch.dtype:
     """The e4m3 format the matrix cores of ``arch`` (default: this machine) take natively."""
     arch = arch or _backend.current().arch
     return torch.float8_e4m3fnuz if arch.split(":")[0] in FNUZ_ARCHS else torch.float8_e4m3fn
+
+
+def e4m3_of(dtype: torch.dtype) -> torch.dtype:
+    """The e4m3 format of ``dtype``'s family (itself for an e4m3 format)."""
+    return next((e4m3 for e4m3, e5m2 in E5M2_OF.items() if dtype in (e4m3, e5m2)), dtype)
+
+
+def same_family(a: torch.dtype, b: torch.dtype) -> bool:
+    """Whether a GEMM may multiply FP8 formats ``a`` and ``b``: both OCP or both fnuz."""
+    return e4m3_of(a) == e4m3_of(b) and a in OPERAND_DTYPES and b in OPERAND_DTYPES
 
 
 def native_dtypes() -> tuple[torch.dtype, ...]:
@@ -51,8 +71,8 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype | None = None,
     is used as it is; values it takes beyond the format's range saturate at +-max.
     """
     dtype = dtype or fp8_dtype()
-    if dtype not in FP8_DTYPES:
-        raise TypeError(f"dtype must be one of {FP8_DTYPES}, got {dtype}")
+    if dtype not in OPERAND_DTYPES:
+        raise TypeError(f"dtype must be one of {OPERAND_DTYPES}, got {dtype}")
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
     if granularity != "tensor" and x.dim() != 2:

@@ -1,7 +1,9 @@
 """What a scaled FP8 GEMM accepts, checked once for every rung and the public op.
 
 The semantics are those of ``torch._scaled_mm``: ``c = (a * scale_a) @ (b * scale_b)``
-with ``a`` (M, K) and ``b`` (K, N) in one FP8 format, and float32 scales that are
+with ``a`` (M, K) and ``b`` (K, N) in FP8 formats of one family (both e4m3, or one e4m3
+and one e5m2 as FP8 backward GEMMs take a gradient: OCP e4m3fn/e5m2 or fnuz
+e4m3fnuz/e5m2fnuz, :func:`.formats.same_family`), and float32 scales that are
 either one number (per tensor) or one per row of ``a`` (M, 1) / per column of ``b``
 (1, N). A kernel reads a scale through a stride: 0 for a per-tensor scale, so one
 epilogue serves both granularities.
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import validate
-from .formats import FP8_DTYPES
+from .formats import OPERAND_DTYPES, same_family
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 SCALE_K = 128   # elements along K that one block scale covers (DeepSeek-V3's tile)
@@ -37,10 +39,12 @@ def _scale_stride(name: str, scale: torch.Tensor, length: int, per_shape: tuple[
 
 def _check_common(a, b, scale_a, scale_b, out_dtype, allow_empty: bool) -> None:
     # each alone first, so that a dtype error names the non-FP8 one; then what they share
-    validate.tensor("a", a, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)
-    validate.tensor("b", b, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)
+    validate.tensor("a", a, ndim=2, dtypes=OPERAND_DTYPES, allow_empty=allow_empty)
+    validate.tensor("b", b, ndim=2, dtypes=OPERAND_DTYPES, allow_empty=allow_empty)
     validate.same_device(a=a, b=b)
-    validate.same_dtype(a=a, b=b)
+    if not same_family(a.dtype, b.dtype):
+        raise TypeError(f"a is {a.dtype} and b {b.dtype}: FP8 formats of different families (OCP "
+                        "e4m3fn/e5m2 or fnuz e4m3fnuz/e5m2fnuz) do not mix in one GEMM")
     validate.inner_dims(a, b)
     validate.tensor("scale_a", scale_a, dtypes=(torch.float32,), allow_empty=allow_empty)
     validate.tensor("scale_b", scale_b, dtypes=(torch.float32,), allow_empty=allow_empty)

@@ -18,7 +18,7 @@ import torch
 
 from .. import eager
 from ..gemm.ops import best_rung
-from . import operands
+from . import formats, operands
 from .v2_triton_blockwise import gemm_fp8_v2
 
 
@@ -26,7 +26,8 @@ def _matmul_fp8_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sc
                      out_dtype: torch.dtype) -> torch.Tensor:
     if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: what torch._scaled_mm returns
         return torch.zeros((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
-    return best_rung("gemm_fp8", a.dtype)(a, b, scale_a, scale_b, out_dtype=out_dtype)
+    # the rungs are registered under the e4m3 formats; an e5m2 operand of the family rides along
+    return best_rung("gemm_fp8", formats.e4m3_of(a.dtype))(a, b, scale_a, scale_b, out_dtype=out_dtype)
 
 
 _matmul_fp8 = torch.library.custom_op("kernels::matmul_fp8", _matmul_fp8_impl, mutates_args=())

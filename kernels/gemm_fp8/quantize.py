@@ -71,7 +71,7 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     ============== ================================ =====================================
 
     ``x`` is float32, float16 or bfloat16 and finite, any strides; ``fp8_dtype`` one of
-    e4m3fn, e4m3fnuz, e5m2 (``mx32``: the OCP e4m3fn or e5m2). fp32 scales are dequant
+    e4m3fn, e4m3fnuz, e5m2, e5m2fnuz (``mx32``: the OCP e4m3fn or e5m2). fp32 scales are dequant
     scales (``x ~= q.float() * scale``): ``amax / fp8_max`` of the group, 1 where the amax
     is 0 (and for an empty x); ``q = saturate(x / scale)`` rounded to nearest even.
     ``mx32`` follows the OCP MX rule (:mod:`.quantize_ref`; an all-zero group gets byte 0).

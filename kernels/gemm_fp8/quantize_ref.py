@@ -24,7 +24,7 @@ import torch
 
 from ..microscaling import BLOCK as MX_BLOCK, E8M0_BIAS, shared_exponent
 
-QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2)
+QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
 MX_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)   # the OCP formats MXFP8 names
 GRANULARITIES = ("tensor", "row", "block1x128", "block128x128", "mx32")
 TILE = 128   # the block granularities' group edge
@@ -37,9 +37,12 @@ def group_shape(granularity: str, m: int, k: int) -> tuple[int, int]:
 
 
 def scale_shape(granularity: str, m: int, k: int) -> tuple[int, ...]:
-    """The scale tensor's shape: () for ``tensor``, else one entry per group."""
+    """The scale tensor's shape: () for ``tensor``, else one entry per group (``row``: (m, 1)
+    even for k = 0, a row of no elements having scale 1, as ``quantize_fp8`` gives it)."""
     if granularity == "tensor":
         return ()
+    if granularity == "row":
+        return (m, 1)
     gm, gk = group_shape(granularity, m, k)
     return (-(-m // gm), -(-k // gk))
 

@@ -1,7 +1,8 @@
 """The scaled FP8 GEMM problem, stated once: C (M, N) = (A * s_a) @ (B * s_b).
 
-A and B are FP8 (one e4m3 format), the scales float32, C bfloat16 by default. Rungs,
-benchmarks and the harness read inputs, work and traffic from here.
+A and B are FP8 (one e4m3 format here; the rungs also take one e5m2 operand of the same
+family, a gradient, checked in ``tests/test_gemm_fp8.py``), the scales float32, C bfloat16
+by default. Rungs, benchmarks and the harness read inputs, work and traffic from here.
 
 The harness judges C against the float64 product of the *dequantized* FP8 operands:
 quantization error is the recipe's business, not the kernel's, so a kernel is only

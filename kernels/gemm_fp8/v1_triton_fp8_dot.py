@@ -22,8 +22,10 @@ Expected bound:
     shapes (small M), where the bytes of B dominate.
 
 Limits:
-    A and B must share one e4m3 format (mixed e4m3 x e5m2, as in FP8 backward passes,
-    is not taken); scales per tensor or per row/column only (no block-wise 1x128
+    A and B in FP8 formats of one family: e4m3 x e4m3, or e4m3 x e5m2 as FP8 backward
+    GEMMs take a gradient (``tl.dot`` emits one mixed-format MFMA, e.g.
+    ``v_mfma_f32_16x16x32_fp8_bf8`` on gfx942, pinned for v2 in
+    ``tests/test_gemm_fp8_blockwise.py``); scales per tensor or per row/column only (no block-wise 1x128
     scales). Any M, N, K and strides through masked loads; K-contiguous operands are
     the fast layout. No XCD-aware program remapping on MI300 yet.
 """

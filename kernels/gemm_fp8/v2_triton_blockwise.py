@@ -39,7 +39,10 @@ Expected bound:
     number here is measured.
 
 Limits:
-    A and B in one e4m3 format; scale blocks of 128 along K (``SCALE_K``), BLOCK_K
+    A and B in FP8 formats of one family, e4m3 or one e5m2 operand (a gradient): an
+    e5m2 A compiles to ``v_mfma_f32_16x16x32_fp8_bf8`` on gfx942 and to the f8f6f4 MFMA
+    with ``blgp:1`` on gfx950, the same count, no conversion (AOT, pinned by
+    ``test_e5m2_times_e4m3_compiles_to_one_mixed_format_mfma``); scale blocks of 128 along K (``SCALE_K``), BLOCK_K
     dividing it. A's scales per 1 x 128, B's per 128 x 128 or 128 x 1 (or constant along K).
     Any M, N, K and strides through masked loads; a K that is not a multiple of 128 has
     a last, partial scale block. No XCD-aware program remapping yet.

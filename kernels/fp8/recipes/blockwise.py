@@ -9,16 +9,21 @@ scales on the fp32 accumulator. Per GEMM (DeepSeek-V3 technical report, section 
   transposed (a square block is its own transpose's block);
 * wgrad ``dy.T @ x``: both along M, the tokens: dy.T in 1x128 tiles and x in 128x1
   columns per 128-token block, the transposed copies ``quantize(..., transpose=True)``
-  writes in the same pass.
+  writes in the same pass as the forward's (x) and dgrad's (dy) operands.
 
-e4m3 for every tensor, gradients included (DeepSeek-V3's choice). The kernels are
-``kernels.gemm_fp8.quantize`` and ``blockwise_matmul``; :attr:`needs` names them while
-they are not installed.
+The forward keeps x.T's 1x128 tiles (M K bytes, scales 4 K ceil(M/128)) and w's 128x128
+blocks (N K bytes, scales 4 ceil(N/128) ceil(K/128)) for the backward, which quantizes
+only dy (one pass, both orientations).
+
+Gradients in e4m3 by default (``grad_format``), as DeepSeek-V3 (e4m3 on all tensors:
+a 1x128 tile's own scale covers its range) and Transformer Engine's ``Float8BlockScaling``;
+``"hybrid"`` takes e5m2 dy. The kernels are ``kernels.gemm_fp8.quantize`` and
+``blockwise_matmul``; :attr:`needs` names them while they are not installed.
 """
 from __future__ import annotations
 
 from ... import gemm_fp8
-from ..recipe import Recipe, register
+from ..recipe import Recipe, Saved, register
 
 
 class Blockwise(Recipe):
@@ -26,21 +31,21 @@ class Blockwise(Recipe):
     summary = "1x128 tiles of x and dy, 128x128 blocks of w; scales applied per K block in the GEMM"
     kernels = ("quantize", "blockwise_matmul")
     grad_dtype_note = "e4m3 everywhere, gradients included (DeepSeek-V3)"
+    saved_layout = ((True, "block1x128"), (False, "block128x128"))   # x.T along M, w's blocks
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
-        x8, sx = gemm_fp8.quantize(x, "block1x128", fp8)
+        x8, sx, xt8, sxt = gemm_fp8.quantize(x, "block1x128", fp8, transpose=True)   # xt8: x.T along M
         w8, sw = gemm_fp8.quantize(w, "block128x128", fp8)          # sw: (N/128, K/128)
-        return gemm_fp8.blockwise_matmul(x8, sx, w8.t(), sw.t(), out_dtype)
+        y = gemm_fp8.blockwise_matmul(x8, sx, w8.t(), sw.t(), out_dtype)
+        return y, Saved(xt8, sxt, w8, sw)
 
-    def dgrad(self, dy, w, fp8, out_dtype, scale_w=None):
-        dy8, sdy = gemm_fp8.quantize(dy, "block1x128", fp8)          # along N
-        w8, sw = gemm_fp8.quantize(w, "block128x128", fp8)          # (N/128, K/128): B = w (N, K)
-        return gemm_fp8.blockwise_matmul(dy8, sdy, w8, sw, out_dtype)
-
-    def wgrad(self, dy, x, fp8, out_dtype, scale_x=None):
-        *_, dyt8, sdyt = gemm_fp8.quantize(dy, "block1x128", fp8, transpose=True)   # (N, M), along M
-        *_, xt8, sxt = gemm_fp8.quantize(x, "block1x128", fp8, transpose=True)      # (K, M), along M
-        return gemm_fp8.blockwise_matmul(dyt8, sdyt, xt8.t(), sxt.t(), out_dtype)   # B scales (M/128, K)
+    def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
+        dy8, sdy, *dyt = gemm_fp8.quantize(dy, "block1x128", grad_fp8, transpose=need_dw)   # along N, M
+        # dgrad: B = w (N, K) in the forward's 128x128 blocks; wgrad: B = x (M, K) per 128x1 along M
+        dx = gemm_fp8.blockwise_matmul(dy8, sdy, saved.w, saved.w_scale, dx_dtype) if need_dx else None
+        dw = (gemm_fp8.blockwise_matmul(dyt[0], dyt[1], saved.x.t(), saved.x_scale.t(), dw_dtype)
+              if need_dw else None)
+        return dx, dw
 
 
 register(Blockwise())

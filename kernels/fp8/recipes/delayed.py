@@ -11,7 +11,9 @@ rounded down to the max anyway) is counted per layer
 (:func:`kernels.gemm_fp8.quantize_fp8` clamps before the cast).
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
-them. A layer updates them in training mode only; the first step (an empty history)
+them. Under ``torch.distributed`` the ranks share them: one MAX all-reduce of every
+layer's histories per training step (:mod:`kernels.fp8.amax_sync`, installed by
+``convert``). A layer updates them in training mode only; the first step (an empty history)
 takes the current amax. The output gradient dy uses current scaling: its amax is known
 only inside the backward, and a history of it would need state written from there
 (torchao's delayed recipe offers the same mix).
@@ -23,7 +25,7 @@ import math
 import torch
 
 from ..recipe import register
-from ..scaled_gemm import ScaledGemmRecipe
+from ..scaled_gemm import PerTensorRecipe
 
 HISTORY = 16
 
@@ -44,7 +46,7 @@ def _amax(t: torch.Tensor) -> torch.Tensor:
     return t.abs().amax().float() if t.numel() else t.new_zeros((), dtype=torch.float32)
 
 
-class Delayed(ScaledGemmRecipe):
+class Delayed(PerTensorRecipe):
     name = "delayed"
     summary = f"per-tensor scales of x and w from the max amax of the last {HISTORY} steps"
 
@@ -52,6 +54,9 @@ class Delayed(ScaledGemmRecipe):
         return {"fp8_amax_history_x": torch.zeros(HISTORY, device=device),
                 "fp8_amax_history_w": torch.zeros(HISTORY, device=device),
                 "fp8_saturated": torch.zeros(2, dtype=torch.int64, device=device)}
+
+    def reduced_buffers(self, layer):
+        return [layer.fp8_amax_history_x, layer.fp8_amax_history_w]
 
     @torch.no_grad()
     def scales(self, layer, x, w):

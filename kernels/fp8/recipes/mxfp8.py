@@ -4,7 +4,10 @@ Native on gfx950 (``tl.dot_scaled`` -> ``v_mfma_scale_f32_*_f8f6f4``) and Blackw
 emulated elsewhere. Every GEMM quantizes both operands in groups of 32 along its own
 reduction dimension, so each tensor needs one copy per orientation (x along K for the
 forward and along M for wgrad; dy along N for dgrad and along M for wgrad; w along K
-and along N): what ``quantize(..., transpose=True)`` writes in one pass. The kernels
+and along N): what ``quantize(..., transpose=True)`` writes in one pass. The forward
+keeps x.T and w.T grouped along M and N (M K + N K bytes, one e8m0 byte per 32 of each)
+for the backward, which quantizes only dy (one pass, both orientations). Gradients in
+e4m3 (``grad_format``; see ``grad_dtype_note``). The kernels
 are ``kernels.gemm_fp8.quantize(..., "mx32")`` and ``mx_matmul``; :attr:`needs` names
 them while they are not installed. ``mx_matmul``'s B operand is passed as ``(K, N)``
 with its scales as :func:`quantize` returns them for B's rows-as-groups layout
@@ -13,30 +16,29 @@ with its scales as :func:`quantize` returns them for B's rows-as-groups layout
 from __future__ import annotations
 
 from ... import gemm_fp8
-from ..recipe import Recipe, register
+from ..recipe import Recipe, Saved, register
 
 
 class MXFP8(Recipe):
     name = "mxfp8"
     summary = "e4m3 with an e8m0 scale per 32 elements along each GEMM's reduction dim"
     kernels = ("quantize", "mx_matmul")
-    grad_dtype_note = "e4m3 for gradients too (the MX GEMM takes one element format here)"
-
-    @staticmethod
-    def _gemm(a, b_t, fp8, out_dtype):
-        """``a (M, R) @ b_t (N, R).T``, both grouped by 32 along R."""
-        a8, sa = gemm_fp8.quantize(a, "mx32", fp8)
-        b8, sb = gemm_fp8.quantize(b_t, "mx32", fp8)
-        return gemm_fp8.mx_matmul(a8, sa, b8.t(), sb, out_dtype)
+    grad_formats = ("e4m3",)
+    saved_layout = ((True, "mx32"), (True, "mx32"))   # x.T along M, w.T along N
+    grad_dtype_note = ("e4m3 for gradients too: a group of 32 has its own scale (Transformer Engine's "
+                        "MXFP8BlockScaling default), and mx_matmul takes one element format for A and B")
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
-        return self._gemm(x, w, fp8, out_dtype)
+        x8, sx, xt8, sxt = gemm_fp8.quantize(x, "mx32", fp8, transpose=True)   # xt8: x.T along M
+        w8, sw, wt8, swt = gemm_fp8.quantize(w, "mx32", fp8, transpose=True)   # wt8: w.T along N
+        return gemm_fp8.mx_matmul(x8, sx, w8.t(), sw, out_dtype), Saved(xt8, sxt, wt8, swt)
 
-    def dgrad(self, dy, w, fp8, out_dtype, scale_w=None):
-        return self._gemm(dy, w.t(), fp8, out_dtype)
-
-    def wgrad(self, dy, x, fp8, out_dtype, scale_x=None):
-        return self._gemm(dy.t(), x.t(), fp8, out_dtype)
+    def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
+        dy8, sdy, *dyt = gemm_fp8.quantize(dy, "mx32", grad_fp8, transpose=need_dw)   # along N, M
+        # mx_matmul(a (M, R), its scales, b_t (N, R).T, its scales): both grouped by 32 along R
+        dx = gemm_fp8.mx_matmul(dy8, sdy, saved.w.t(), saved.w_scale, dx_dtype) if need_dx else None
+        dw = gemm_fp8.mx_matmul(dyt[0], dyt[1], saved.x.t(), saved.x_scale, dw_dtype) if need_dw else None
+        return dx, dw
 
 
 register(MXFP8())
