@@ -143,13 +143,14 @@ def _reason(message: str) -> str:
 
 
 def _wrong_answers():
-    """Every known wrong answer of every kernel exercise in the catalog, but the collectives'
-    (run on gloo ranks, 10-40 s each: one of them is graded below; their checker is the
-    function tests/test_exercise_catalog.py runs on every one)."""
+    """The first known wrong answer of every kernel exercise in the catalog, but the
+    collectives' (run on gloo ranks, 10-40 s each: one of them is graded below). With
+    ``exercise=`` the grade's verdict is the exercise's own checker's, and
+    tests/test_exercise_catalog.py runs that checker on every other known wrong answer, so
+    this test shows the wiring for each exercise without grading each answer twice."""
     for e in exercises._catalog().values():
-        if isinstance(e, KernelExercise) and not e.key.startswith("comm/"):
-            for name in e.wrong:
-                yield e.key, name
+        if isinstance(e, KernelExercise) and not e.key.startswith("comm/") and e.wrong:
+            yield e.key, next(iter(e.wrong))
 
 
 @pytest.mark.parametrize("key, wrong", _wrong_answers())

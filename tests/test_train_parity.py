@@ -61,9 +61,11 @@ def test_one_op_switched_trains_like_torch(choice):
 
 
 @pytest.mark.slow
-def test_fifty_steps_of_run_agree_with_torch():
-    ref = [r["loss"] for r in train.run(SMOKE, "torch", steps=50, progress=False)]
-    ours = [r["loss"] for r in train.run(SMOKE, "workbench", steps=50, progress=False)]
+def test_twenty_steps_of_run_agree_with_torch():
+    """Long enough for rounding differences to compound and for the model to learn (the
+    loss falls by more than 0.5), short enough for CI: 20 steps of both sides."""
+    ref = [r["loss"] for r in train.run(SMOKE, "torch", steps=20, progress=False)]
+    ours = [r["loss"] for r in train.run(SMOKE, "workbench", steps=20, progress=False)]
     torch.testing.assert_close(ours, ref, **LOSS_TOL)
     assert ref[-1] < ref[0] - 0.5   # it learns the successor table
 
