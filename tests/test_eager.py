@@ -42,6 +42,17 @@ def test_an_untraced_call_without_gradients_skips_the_custom_op(case, monkeypatc
     assert seen.count >= 1
 
 
+@pytest.mark.parametrize("case", [c for c in host_overhead.cases() if c.op in ("nn.Linear", "MoE")],
+                         ids=lambda c: c.op)
+def test_an_untraced_call_with_gradients_skips_the_custom_op(case, monkeypatch):
+    """Their weights need gradients: the op's own autograd.Function runs instead."""
+    monkeypatch.setattr(*CUSTOM_OPS[case.op], _refuse)
+    call = case.ours()
+    with host_overhead.stubbed_launches() as seen:
+        assert call().grad_fn is not None
+    assert seen.count >= 1
+
+
 def test_the_direct_call_computes_what_the_custom_op_does():
     a, b = torch.randn(20, 12), torch.randn(12, 9)
     with torch.no_grad():
