@@ -198,3 +198,16 @@ def test_attention_with_gradients_skips_both_custom_ops_and_computes_what_they_d
     o = op(q, k, v)
     assert type(o.grad_fn).__name__.startswith("_Attention")
     assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(o, (q, k, v), grad_o), with_ops))
+
+
+def test_grouped_gemm_with_gradients_skips_its_custom_ops_and_computes_what_they_do(monkeypatch):
+    x, w = torch.randn(21, 8, requires_grad=True), torch.randn(3, 8, 5, requires_grad=True)
+    offsets = torch.tensor([6, 6, 21], dtype=torch.int32)
+    grad_y = torch.randn(21, 5)
+    with _Seen():   # a dispatch mode watches: the custom ops run, forward and backward
+        with_ops = torch.autograd.grad(kernels.grouped_gemm(x, w, offsets), (x, w), grad_y)
+    monkeypatch.setattr(grouped_ops, "_grouped_gemm", _refuse)
+    monkeypatch.setattr(grouped_ops, "_grouped_gemm_dw", _refuse)
+    y = kernels.grouped_gemm(x, w, offsets)
+    assert type(y.grad_fn).__name__ == "_GroupedGemmBackward"
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(y, (x, w), grad_y), with_ops))
