@@ -127,7 +127,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     plan = _PLANS(plans.meta(a, b), _Plan, a, b)
     how = eager.path(a, b, autocast=True)
     if how == eager.PLAIN:
-        return plan.compute(a, b)
+        return plan.compute(a, b) if plan.flat else plan.call(a, b)
     if how == eager.AUTOGRAD:
         return _Matmul.apply(a, b, plan)
     a2 = a if plan.flat is None else a.reshape(plan.flat)
