@@ -13,7 +13,7 @@ plain Python function). :func:`path` says how the op may run instead:
 - :data:`AUTOGRAD`: nothing watches but autograd, and a gradient is needed: the op's own
   ``torch.autograd.Function`` with a ``forward(ctx, ...)`` runs the same implementation and the
   same backward formula as the custom op's ``register_autograd``. That kind of Function costs
-  4.5 µs per call where the custom op costs 14, because it supports no functorch transform
+  4.7 µs per call where the custom op costs 14, because it supports no functorch transform
   (a Function with ``setup_context``, which does, costs as much as the custom op: both floors
   are in the benchmark); a transform, like every other watcher, takes the custom op.
 - :data:`CUSTOM_OP`: anything else.

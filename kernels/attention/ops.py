@@ -9,8 +9,9 @@ How it is wrapped: two PyTorch custom ops, ``kernels::flash_attention_fwd`` (ret
 and the LSE's two parts) and ``kernels::flash_attention_bwd`` (returns dQ, dK, dV), each with
 a fake (meta) implementation, joined by ``register_autograd``, so
 ``torch.compile(fullgraph=True)`` sees two opaque nodes and no graph break, and the
-backward runs as its own op. An eager call that nothing traces and that needs no gradient
-runs the forward's implementation itself (:func:`kernels.eager.direct`).
+backward runs as its own op. An eager call that nothing traces (:func:`kernels.eager.path`)
+runs the forward's launch plan itself, through an ``autograd.Function`` with the same formula
+when it needs a gradient; its backward then calls v5's plan without the backward custom op.
 
 Varlen: packed (total_tokens, H, D) tensors split by ``cu_seqlens`` (flash-attn's
 layout: sequence i is rows cu_seqlens[i]:cu_seqlens[i+1], attending only within
