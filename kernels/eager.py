@@ -1,17 +1,24 @@
 """When a public op may run its implementation itself instead of calling its custom op.
 
 Every public op is a ``torch.library`` custom op, so that ``torch.compile``, ``torch.export``,
-FakeTensor, dispatch modes (``make_fx``, ``FlopCounterMode``), autocast and autograd see one
-opaque node with a fake and an autograd formula. In a plain eager call under ``torch.no_grad``
-(or on inputs that need no gradient) none of them is watching, and the custom op only adds its
-Python dispatch (``workbench bench overhead`` measures it: the "custom op, no grad" floor, 11 to
-15 µs per call on a busy two-core AMD EPYC, 2026-12-02, against under 2 µs for a plain Python
-function). :func:`direct` says when the op may skip it: the implementation then runs as the
-custom op's own CPU/CUDA kernel would, with the same inputs.
+FakeTensor, dispatch modes (``make_fx``, ``FlopCounterMode``), autocast, functorch transforms
+and autograd see one opaque node with a fake and an autograd formula. In a plain eager call none
+of them but autograd is watching, and the custom op only adds its Python dispatch
+(``workbench bench overhead`` measures it: the "custom op" floors, 8 µs per call without a
+gradient and 14 µs with one on a two-core AMD EPYC (Zen 5), 2026-12-02, against 1.4 µs for a
+plain Python function). :func:`path` says how the op may run instead:
 
-A call that needs a gradient still goes through the custom op: its autograd formula is the
-one the backward runs, and a hand-made ``autograd.Function`` costs about as much as the
-custom op's dispatch (both are floors the benchmark measures), so there is little to win there.
+- :data:`PLAIN`: nothing watches and no gradient is needed: the implementation runs as the
+  custom op's own CPU/CUDA kernel would, with the same inputs.
+- :data:`AUTOGRAD`: nothing watches but autograd, and a gradient is needed: the op's own
+  ``torch.autograd.Function`` with a ``forward(ctx, ...)`` runs the same implementation and the
+  same backward formula as the custom op's ``register_autograd``. That kind of Function costs
+  4.7 µs per call where the custom op costs 14, because it supports no functorch transform
+  (a Function with ``setup_context``, which does, costs as much as the custom op: both floors
+  are in the benchmark); a transform, like every other watcher, takes the custom op.
+- :data:`CUSTOM_OP`: anything else.
+
+:func:`direct` is the question of an op without such a Function: is the path :data:`PLAIN`.
 """
 from __future__ import annotations
 
@@ -20,21 +27,36 @@ from torch.autograd import forward_ad
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)   # no subclass with its own dispatch (FakeTensor, DTensor)
 
+CUSTOM_OP, PLAIN, AUTOGRAD = 0, 1, 2
 
-def direct(*tensors: torch.Tensor, autocast: bool = False) -> bool:
-    """Whether nothing but eager PyTorch sees this call, so the op may call its implementation:
-    not traced by ``torch.compile`` or ``torch.jit.trace``; no torch-function mode (e.g.
-    ``with torch.device(...)``) or dispatch mode (FakeTensorMode, ``make_fx``, export) active;
-    no functorch transform (``vmap``, ``grad``) and no forward-mode AD level open; every tensor
-    a plain ``torch.Tensor`` or ``Parameter``; no tensor that needs a gradient; and, for an op
-    with an autocast rule (``autocast=True``), autocast off on the first tensor's device."""
+
+def path(*tensors: torch.Tensor, autocast: bool = False) -> int:
+    """How an eager call of a public op on ``tensors`` runs: :data:`CUSTOM_OP` when it is traced
+    by ``torch.compile`` or ``torch.jit.trace``, a torch-function mode (e.g. ``with
+    torch.device(...)``) or dispatch mode (FakeTensorMode, ``make_fx``, export) is active, a
+    functorch transform (``vmap``, ``grad``) or a forward-mode AD level is open, a tensor is not a
+    plain ``torch.Tensor`` or ``Parameter``, or, for an op with an autocast rule
+    (``autocast=True``), autocast is on for the first tensor's device; else :data:`AUTOGRAD` if
+    grad mode is on and a tensor needs a gradient, else :data:`PLAIN`."""
     if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
             or torch._C._len_torch_dispatch_stack() or forward_ad._current_level >= 0
             or torch._C._functorch.peek_interpreter_stack() is not None
             or torch._C._get_tracing_state() is not None):
-        return False
-    grad = torch.is_grad_enabled()
+        return CUSTOM_OP
+    # any autocast at all first: one C call, where the device's type alone is a quarter microsecond
+    if autocast and torch._C._is_any_autocast_enabled() and torch.is_autocast_enabled(tensors[0].device.type):
+        return CUSTOM_OP
+    grad = PLAIN
     for t in tensors:
-        if type(t) not in _PLAIN or grad and t.requires_grad:
-            return False
-    return not (autocast and torch.is_autocast_enabled(tensors[0].device.type))
+        if type(t) not in _PLAIN:
+            return CUSTOM_OP
+        if t.requires_grad:
+            grad = AUTOGRAD
+    return grad if torch.is_grad_enabled() else PLAIN
+
+
+def direct(*tensors: torch.Tensor, autocast: bool = False) -> bool:
+    """Whether nothing but eager PyTorch sees this call and no gradient is needed, so an op
+    without an ``autograd.Function`` of its own may call its implementation (:func:`path` is
+    :data:`PLAIN`)."""
+    return path(*tensors, autocast=autocast) == PLAIN

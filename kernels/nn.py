@@ -17,8 +17,11 @@ class Linear(torch.nn.Linear):
     """``y = x @ weight.T + bias`` with ``weight`` stored (out_features, in_features)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = self.bias   # a module attribute is a Python __getattr__ call: read once
         y = matmul(x, self.weight.t())
-        return y if self.bias is None else y + self.bias.to(y.dtype)
+        if bias is None:
+            return y
+        return y + (bias if bias.dtype == y.dtype else bias.to(y.dtype))
 
     @classmethod
     def from_torch(cls, linear: torch.nn.Linear) -> "Linear":

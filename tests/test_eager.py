@@ -1,5 +1,6 @@
-"""kernels.eager.direct: a plain eager call that needs no gradient skips the custom op; anything
-that traces, transforms, casts or differentiates still sees it."""
+"""kernels.eager.path: a plain eager call skips the custom op, running the implementation itself
+when it needs no gradient and the op's own autograd.Function when it does; anything that traces,
+transforms or casts still sees the custom op."""
 from __future__ import annotations
 
 import contextlib
@@ -41,6 +42,17 @@ def test_an_untraced_call_without_gradients_skips_the_custom_op(case, monkeypatc
     assert seen.count >= 1
 
 
+@pytest.mark.parametrize("case", [c for c in host_overhead.cases() if c.op in ("nn.Linear", "MoE")],
+                         ids=lambda c: c.op)
+def test_an_untraced_call_with_gradients_skips_the_custom_op(case, monkeypatch):
+    """Their weights need gradients: the op's own autograd.Function runs instead."""
+    monkeypatch.setattr(*CUSTOM_OPS[case.op], _refuse)
+    call = case.ours()
+    with host_overhead.stubbed_launches() as seen:
+        assert call().grad_fn is not None
+    assert seen.count >= 1
+
+
 def test_the_direct_call_computes_what_the_custom_op_does():
     a, b = torch.randn(20, 12), torch.randn(12, 9)
     with torch.no_grad():
@@ -60,7 +72,6 @@ class _Seen(TorchDispatchMode):
 
 
 WATCHERS = {
-    "grad": lambda a, b: (a.requires_grad_(), contextlib.nullcontext())[1],
     "autocast": lambda a, b: torch.autocast("cpu", dtype=torch.bfloat16),
     "dispatch mode": lambda a, b: _Seen(),
     "function mode": lambda a, b: torch.device("cpu"),
@@ -78,10 +89,17 @@ def test_a_watched_call_goes_through_the_custom_op(watcher, monkeypatch):
         assert not eager.direct(a, b, autocast=True)
         c = kernels.matmul(a, b)
     assert called == [1]
-    if watcher == "grad":
-        assert c.grad_fn is not None
     if watcher == "autocast":
         assert c.dtype == torch.bfloat16
+
+
+def test_a_transform_is_left_to_the_custom_op():
+    """The ops' own autograd.Functions (forward(ctx, ...)) support no functorch transform."""
+    a = torch.randn(4, 3, requires_grad=True)
+    seen = []
+    torch.func.grad(lambda a: seen.append(eager.path(a)) or a.sum())(a.detach())
+    torch.vmap(lambda row: seen.append(eager.path(row)) or row)(a)
+    assert seen == [eager.CUSTOM_OP, eager.CUSTOM_OP] and eager.path(a) == eager.AUTOGRAD
 
 
 def test_autocast_matters_only_to_an_op_with_an_autocast_rule():
@@ -110,15 +128,29 @@ def test_a_graph_compiles_the_custom_op(monkeypatch):
         torch.testing.assert_close(compiled(a, b), a @ b)
 
 
-def test_a_layer_whose_weight_needs_a_gradient_goes_through_the_custom_op_outside_no_grad(monkeypatch):
+def test_a_call_that_needs_a_gradient_runs_the_ops_autograd_function(monkeypatch):
+    """Not the custom op (its dispatch is the "custom op, grad" floor), and the same numbers:
+    the Function has the custom op's formula and launch plans."""
     layer = kernels.nn.Linear(3, 5)
-    called = []
-    real = gemm_ops._matmul_2d
-    monkeypatch.setattr(gemm_ops, "_matmul_2d", lambda *args: called.append(1) or real(*args))
-    assert layer(torch.randn(2, 3)).grad_fn is not None and called == [1]
+    x = torch.randn(2, 4, 3, requires_grad=True)
+    assert eager.path(x, layer.weight) == eager.AUTOGRAD
     with torch.no_grad():
-        layer(torch.randn(2, 3))
-    assert called == [1]
+        assert eager.path(x, layer.weight) == eager.PLAIN
+    real = gemm_ops._matmul_2d
+    monkeypatch.setattr(gemm_ops, "_matmul_2d", _refuse)
+    y = layer(x)
+    assert type(y.grad_fn).__name__ == "AddBackward0" and not y._is_view()
+    y.relu_()   # in place on the output: allowed, the Function's output is not a view
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    monkeypatch.setattr(gemm_ops, "_matmul_2d", real)
+    x2, w2 = x.detach().requires_grad_(), layer.weight.detach().requires_grad_()
+    y2 = (real(x2.reshape(8, 3), w2.t()).reshape(2, 4, 5) + layer.bias.detach()).relu()
+    y2.backward(grad_y)
+    assert torch.equal(y, y2)
+    assert torch.equal(x.grad, x2.grad) and torch.equal(layer.weight.grad, w2.grad)
+    expected = (x.detach().double() @ layer.weight.detach().double().t() + layer.bias.detach().double()).relu()
+    torch.testing.assert_close(y.detach(), expected.float())
 
 
 def test_export_sees_the_custom_op(monkeypatch):
@@ -131,3 +163,51 @@ def test_export_sees_the_custom_op(monkeypatch):
     with torch.no_grad():
         exported = torch.export.export(Model(), (torch.randn(4, 3), torch.randn(3, 5)))
     assert "torch.ops.kernels.matmul.default" in exported.graph_module.code
+
+
+def test_the_autograd_functions_backward_is_differentiable():
+    """Double backward, as through the custom op: d/db of sum(grad_a) = sum(ones @ b.T) is M."""
+    a, b = torch.randn(2, 3, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    grad_a, = torch.autograd.grad(kernels.matmul(a, b).sum(), a, create_graph=True)
+    assert grad_a.shape == a.shape and grad_a.grad_fn is not None
+    grad_a.sum().backward()
+    torch.testing.assert_close(b.grad, torch.full((4, 5), 6.0))
+    assert a.grad is None
+
+
+def _dense(q, k, v):
+    return kernels.flash_attention(q, k, v, causal=True)
+
+
+def _varlen(q, k, v):
+    cu = torch.tensor([0, 5, 13], dtype=torch.int32)
+    return kernels.flash_attention_varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1),
+                                          cu, cu, 8, 8, causal=True)
+
+
+@pytest.mark.parametrize("op, forward, backward", [(_dense, "_fwd", "_bwd"), (_varlen, "_varlen_fwd", "_varlen_bwd")],
+                         ids=["dense", "varlen"])
+def test_attention_with_gradients_skips_both_custom_ops_and_computes_what_they_do(op, forward, backward,
+                                                                                  monkeypatch):
+    q, k, v = (torch.randn(1, h, 13, 16, requires_grad=True) for h in (4, 2, 2))
+    grad_o = torch.randn_like(op(q, k, v))
+    with _Seen():   # a dispatch mode watches: the custom ops run, forward and backward
+        with_ops = torch.autograd.grad(op(q, k, v), (q, k, v), grad_o)
+    monkeypatch.setattr(attention_ops, forward, _refuse)
+    monkeypatch.setattr(attention_ops, backward, _refuse)
+    o = op(q, k, v)
+    assert type(o.grad_fn).__name__.startswith("_Attention")
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(o, (q, k, v), grad_o), with_ops))
+
+
+def test_grouped_gemm_with_gradients_skips_its_custom_ops_and_computes_what_they_do(monkeypatch):
+    x, w = torch.randn(21, 8, requires_grad=True), torch.randn(3, 8, 5, requires_grad=True)
+    offsets = torch.tensor([6, 6, 21], dtype=torch.int32)
+    grad_y = torch.randn(21, 5)
+    with _Seen():   # a dispatch mode watches: the custom ops run, forward and backward
+        with_ops = torch.autograd.grad(kernels.grouped_gemm(x, w, offsets), (x, w), grad_y)
+    monkeypatch.setattr(grouped_ops, "_grouped_gemm", _refuse)
+    monkeypatch.setattr(grouped_ops, "_grouped_gemm_dw", _refuse)
+    y = kernels.grouped_gemm(x, w, offsets)
+    assert type(y.grad_fn).__name__ == "_GroupedGemmBackward"
+    assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(y, (x, w), grad_y), with_ops))

@@ -50,7 +50,7 @@ def test_every_public_op_is_measured_against_torch():
         assert r["launches_per_call"] >= 1 and r["python_calls"] > 0   # the launches were stubbed
         assert sum(r["sections_us"].values()) == pytest.approx(r["ours_us"])
     assert set(report["floors_us"]) == {"python function", "custom op, no grad", "custom op, grad",
-                                        "autograd.Function, grad"}
+                                        "autograd.Function, grad", "autograd.Function with setup_context, grad"}
     assert all(us > 0 for us in report["floors_us"].values())
     text = host_overhead.table(report)
     assert text.startswith("CPU host overhead, launch stubbed (") and report["cpu"] in text
@@ -82,9 +82,13 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # public op and the rung checked twice; buckets computed once; no generator per launch) left
 # 60, 67, 49, 74, 60, 51, 102. Launch plans (kernels.plans: a repeated call reuses its checks
 # and decisions; item 7 of issue 18) left matmul 14, nn.Linear 31, flash_attention 13, varlen 14,
-# grouped_gemm 13 (matmul_fp8 and MoE, which met the goal, have none: 51, 102).
-MAX_PYTHON_CALLS = {"matmul": 16, "nn.Linear": 33, "flash_attention": 15, "flash_attention_varlen": 16,
-                    "grouped_gemm": 15, "matmul_fp8": 56, "MoE": 108}
+# grouped_gemm 13 (matmul_fp8 and MoE, which met the goal, have none: 51, 102). Issue 18's third
+# pass (a launch plan for matmul_fp8; an eager call that needs a gradient runs the op's own
+# forward(ctx) autograd.Function instead of the custom op, kernels.eager.path; the MoE layer's
+# checks kept per metadata and its expert counts made once) left nn.Linear 21, matmul_fp8 13,
+# MoE 86, the others as they were.
+MAX_PYTHON_CALLS = {"matmul": 15, "nn.Linear": 22, "flash_attention": 14, "flash_attention_varlen": 15,
+                    "grouped_gemm": 14, "matmul_fp8": 14, "MoE": 88}
 
 
 @pytest.mark.parametrize("case", host_overhead.cases(), ids=lambda c: c.op)
@@ -150,7 +154,7 @@ def test_attentions_prior_is_pruned_once_per_shape(monkeypatch):
 # space (matmul 541 calls and ~1.1 ms per call on a busy two-core AMD EPYC, varlen 1215 and
 # ~1.7 ms, grouped_gemm 234); after it 65, 93, 67; after issue 18's second pass 60, 74, 60;
 # with launch plans 14, 14, 13.
-MAX_GPU_PATH_CALLS = {"matmul": 16, "flash_attention_varlen": 16, "grouped_gemm": 15}
+MAX_GPU_PATH_CALLS = {"matmul": 15, "flash_attention_varlen": 15, "grouped_gemm": 14}
 
 
 @pytest.mark.parametrize("case", [c for c in host_overhead.cases() if c.op in MAX_GPU_PATH_CALLS],

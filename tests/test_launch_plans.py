@@ -9,9 +9,11 @@ import torch
 import kernels
 from kernels import plans, tuning
 from kernels.attention import ops as attention_ops
-from kernels.attention import v4_amd_tuned
+from kernels.attention import v4_amd_tuned, v5_backward
 from kernels.gemm import ops as gemm_ops
 from kernels.gemm import v6_persistent as gemm_v6
+from kernels.gemm_fp8 import ops as fp8_ops
+from kernels.gemm_fp8 import spec as fp8_spec
 from kernels.moe.grouped_gemm import ops as grouped_ops
 from kernels.moe.grouped_gemm import v4_persistent as grouped_v4
 from kernels.outputs import poisoned_outputs
@@ -39,6 +41,8 @@ def builds(monkeypatch):
     counting("v4", v4_amd_tuned, "_plan")
     counting("grouped", grouped_ops, "_Checked")
     counting("grouped_v4", grouped_v4, "_plan")
+    counting("matmul_fp8", fp8_ops, "_Checked")
+    counting("v5 backward", v5_backward, "LaunchPlan")
     yield counts
     plans.invalidate()
 
@@ -124,6 +128,38 @@ def test_an_argument_equal_to_a_good_one_but_of_another_type_is_refused(builds):
         kernels.flash_attention(q, k, v, causal=1, scale=1.0)
     with pytest.raises(TypeError, match="scale must be a float or None, got bool"):
         kernels.flash_attention(q, k, v, causal=True, scale=True)
+
+
+@pytest.mark.parametrize("change", ["none", "out_dtype", "scale granularity", "strides"])
+def test_matmul_fp8_misses_when_a_decision_input_changes(builds, change):
+    """A repeat with fresh values reuses the plan; a change of what the launch reads misses."""
+    first = fp8_spec.make_inputs((19, 23, 40), seed=1)           # per-row / per-column scales
+    kernels.matmul_fp8(*first)
+    other = {"none": lambda: (fp8_spec.make_inputs((19, 23, 40), seed=3), torch.bfloat16),
+             "out_dtype": lambda: (first, torch.float32),
+             "scale granularity": lambda: (fp8_spec.make_inputs((19, 23, 40), seed=2), torch.bfloat16),
+             "strides": lambda: (fp8_spec.make_inputs((19, 23, 40), seed=1, layout="col"), torch.bfloat16),
+             }[change]
+    inputs, out_dtype = other()
+    with poisoned_outputs():
+        c = kernels.matmul_fp8(*inputs, out_dtype=out_dtype)
+    assert c.dtype == out_dtype
+    torch.testing.assert_close(c.double(), fp8_spec.reference(*inputs), atol=0.05, rtol=0.02)
+    assert builds["matmul_fp8"] == (1 if change == "none" else 2)
+
+
+def test_attention_backward_keeps_a_plan_and_misses_when_causal_changes(builds):
+    q, k, v = (torch.randn(1, h, 11, 16, requires_grad=True) for h in (4, 2, 2))
+    for causal in (True, True, False):
+        q, k, v = (torch.randn_like(t).requires_grad_() for t in (q, k, v))   # fresh values
+        grad_o = torch.randn(1, 4, 11, 16)
+        with poisoned_outputs():
+            grads = torch.autograd.grad(kernels.flash_attention(q, k, v, causal=causal), (q, k, v), grad_o)
+        q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+        o64 = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=causal, enable_gqa=True)
+        for got, want in zip(grads, torch.autograd.grad(o64, (q64, k64, v64), grad_o.double())):
+            torch.testing.assert_close(got, want.float())
+    assert builds["v5 backward"] == 2
 
 
 def test_varlen_misses_when_its_max_lengths_change(builds):

@@ -66,6 +66,7 @@ def test_aux_loss_is_switch_formula():
     fraction = torch.bincount(ids.flatten().long(), minlength=4).float() / ids.numel()
     expected = 4 * (fraction * logits.softmax(-1).mean(0)).sum()
     torch.testing.assert_close(loss, expected)
+    assert torch.equal(aux_loss(logits, ids, expert_counts(ids, 4)), loss)   # the layer passes its counts
     loss.backward()
     assert logits.grad is not None and logits.grad.abs().sum() > 0
 

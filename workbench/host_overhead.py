@@ -19,11 +19,13 @@ call as the dense op. The MoE layer is compared with :class:`kernels.moe.referen
 (torch ops, an expert loop) at one token. Beside them the report gives the floors under
 every op: an op that only allocates its output, called as a plain Python function, as a
 ``torch.library.custom_op`` with a fake and an autograd formula (on inputs that need no
-gradient, and on one that does) and as an ``autograd.Function`` (:func:`floors_us`). A public
-op called eagerly on inputs that need no gradient skips its custom op (:mod:`kernels.eager`),
-so its floor is the plain function's; ``nn.Linear`` and ``MoE`` own weights that need
-gradients, so as the case calls them they pay the custom op's "grad" floor, and the report
-also times every op under ``torch.no_grad``. Triton's own launcher (``JITFunction.run``: its
+gradient, and on one that does) and as an ``autograd.Function`` of either kind,
+``forward(ctx, ...)`` and ``forward`` with ``setup_context`` (:func:`floors_us`). A public op
+called eagerly skips its custom op (:func:`kernels.eager.path`): on inputs that need no
+gradient its floor is the plain function's; ``nn.Linear`` and ``MoE`` own weights that need
+gradients, so as the case calls them they run their own ``forward(ctx, ...)`` Function and pay
+its floor (the custom op's, three times higher, is paid only where something traces or
+transforms), and the report also times every op under ``torch.no_grad``. Triton's own launcher (``JITFunction.run``: its
 argument binding, cache lookup and the driver's launch) is stubbed out and not measured here.
 
 The goal (issue 18) is our time within twice torch's (:data:`GOAL`); the report says per op
@@ -31,7 +33,7 @@ whether it is met.
 
 The breakdown splits our time into validation, rung/config lookup (with the launch plan's key
 and lookup, :mod:`kernels.plans`), argument packing (the rung bodies up to the launch), output
-allocation, custom-op/autograd dispatch (with :func:`kernels.eager.direct`, which decides it)
+allocation, custom-op/autograd dispatch (with :func:`kernels.eager.path`, which decides it)
 and the stubbed launch, by the shares of a cProfile run (each function's own time, a built-in's
 charged to its caller's section) applied to the measured median. cProfile slows Python calls more than
 C calls, so the shares are a guide, not a measurement. :func:`python_calls` counts the Python
@@ -340,8 +342,8 @@ class Row:
 
 def measure(case: Case, calls: int = 200, repeats: int = 7) -> Row:
     """One case: our median µs per call (launches stubbed) as the case calls it and under
-    ``torch.no_grad`` (where the op skips its custom op, :func:`kernels.eager.direct`, if the
-    case's tensors need a gradient), torch's, and our breakdown."""
+    ``torch.no_grad`` (where an op whose case's tensors need a gradient runs no autograd.Function,
+    :func:`kernels.eager.path`), torch's, and our breakdown."""
     ours, theirs = case.ours(), case.torch()
     with stubbed_launches() as seen:
         ours()
@@ -369,7 +371,19 @@ _floor.register_autograd(lambda ctx, grad: (None, None), setup_context=lambda ct
 
 
 class _AllocateFunction(torch.autograd.Function):
-    """What a hand-made autograd wrapper around the same allocation costs."""
+    """What the public ops' own autograd wrapper (``forward(ctx, ...)``) costs around the same allocation."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return _allocate(a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, None
+
+
+class _AllocateFunctionSetupContext(torch.autograd.Function):
+    """The same with ``setup_context``, the kind functorch transforms take (and custom ops use)."""
 
     @staticmethod
     def forward(a, b):
@@ -388,15 +402,19 @@ def floors_us(calls: int, repeats: int) -> dict[str, float]:
     """µs per call of ops that only allocate their output, each wrapped one way: the structural
     floor under each public op's own work. "custom op" is a ``torch.library.custom_op`` registered
     as ours are (fake and autograd), called on inputs that need no gradient ("no grad") and on
-    one that does ("grad": what ``nn.Linear`` and ``MoE`` pay, their weights need gradients);
-    "autograd.Function, grad" is the alternative to the latter; "python function" is the
-    allocation called as a plain function, what a direct eager call (:mod:`kernels.eager`) pays."""
+    one that does ("grad"): what a traced or transformed call pays; "autograd.Function, grad" is
+    what an eager call that needs a gradient pays instead (``nn.Linear`` and ``MoE``: their weights
+    need gradients), "autograd.Function with setup_context, grad" the kind a transform would need;
+    "python function" is the allocation called as a plain function, what a direct eager call
+    without gradients (:mod:`kernels.eager`) pays."""
     a, b = _randn(64, 128), _randn(128, 96)
     a_grad = a.clone().requires_grad_()
     return {"python function": per_call_us(lambda: _allocate(a, b), calls, repeats),
             "custom op, no grad": per_call_us(lambda: _floor(a, b), calls, repeats),
             "custom op, grad": per_call_us(lambda: _floor(a_grad, b), calls, repeats),
-            "autograd.Function, grad": per_call_us(lambda: _AllocateFunction.apply(a_grad, b), calls, repeats)}
+            "autograd.Function, grad": per_call_us(lambda: _AllocateFunction.apply(a_grad, b), calls, repeats),
+            "autograd.Function with setup_context, grad":
+                per_call_us(lambda: _AllocateFunctionSetupContext.apply(a_grad, b), calls, repeats)}
 
 
 def cpu_name() -> str:

@@ -9,8 +9,9 @@ How it is wrapped: two PyTorch custom ops, ``kernels::flash_attention_fwd`` (ret
 and the LSE's two parts) and ``kernels::flash_attention_bwd`` (returns dQ, dK, dV), each with
 a fake (meta) implementation, joined by ``register_autograd``, so
 ``torch.compile(fullgraph=True)`` sees two opaque nodes and no graph break, and the
-backward runs as its own op. An eager call that nothing traces and that needs no gradient
-runs the forward's implementation itself (:func:`kernels.eager.direct`).
+backward runs as its own op. An eager call that nothing traces (:func:`kernels.eager.path`)
+runs the forward's launch plan itself, through an ``autograd.Function`` with the same formula
+when it needs a gradient; its backward then calls v5's plan without the backward custom op.
 
 Varlen: packed (total_tokens, H, D) tensors split by ``cu_seqlens`` (flash-attn's
 layout: sequence i is rows cu_seqlens[i]:cu_seqlens[i+1], attending only within
@@ -64,13 +65,15 @@ def _(q, k, v, causal, scale):
     return q.new_empty(q.shape), q.new_empty((b, h, 2, s), dtype=torch.float32)
 
 
-@torch.library.custom_op("kernels::flash_attention_bwd", mutates_args=())
-def _bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-         lse: torch.Tensor, causal: bool, scale: float
-         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _bwd_impl(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              lse: torch.Tensor, causal: bool, scale: float
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if _no_work(q, k):
         return _zero_grads(q, k, v)
     return v5_backward.backward(q, k, v, o, lse, do, causal, scale)
+
+
+_bwd = torch.library.custom_op("kernels::flash_attention_bwd", _bwd_impl, mutates_args=())
 
 
 @_bwd.register_fake
@@ -86,13 +89,31 @@ def _save(ctx, inputs, output):
 
 
 def _backward(ctx, do, _dlse):
+    """The backward custom op, or its implementation where nothing watches (:func:`kernels.eager.direct`)."""
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = _bwd(do, q, k, v, o, lse, ctx.causal, ctx.scale)
+    bwd = _bwd_impl if eager.direct(do, q, k, v, o, lse) else _bwd
+    dq, dk, dv = bwd(do, q, k, v, o, lse, ctx.causal, ctx.scale)
     return dq, dk, dv, None, None
 
 
 _fwd.register_autograd(_backward, setup_context=_save)
 autocast.lower_precision("flash_attention_fwd")
+
+
+class _Attention(torch.autograd.Function):
+    """The custom op's autograd formula, for an eager call that needs a gradient and that nothing
+    else watches (:data:`kernels.eager.AUTOGRAD`): ``forward`` runs the launch plan."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan):
+        o, lse = plan.call(q, k, v)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.scale = plan.causal, plan.scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        return (*_backward(ctx, do, None)[:3], None)
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -109,8 +130,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """
     plan = _PLANS(plans.meta(q, k, v, extra=(causal, type(causal), scale, type(scale))), _Checked,
                   q, k, v, causal, scale)
-    if eager.direct(q, k, v, autocast=True):
+    how = eager.path(q, k, v, autocast=True)
+    if how == eager.PLAIN:
         return plan.call(q, k, v)[0]
+    if how == eager.AUTOGRAD:
+        return _Attention.apply(q, k, v, plan)
     return _fwd(q, k, v, causal, plan.scale)[0]
 
 
@@ -152,15 +176,18 @@ def _(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
     return q.new_empty(q.shape), q.new_empty((1, h, 2, t), dtype=torch.float32)
 
 
-@torch.library.custom_op("kernels::flash_attention_varlen_bwd", mutates_args=())
-def _varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                o: torch.Tensor, lse: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor,
-                max_q: int, max_k: int, causal: bool, scale: float
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _varlen_bwd_impl(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     o: torch.Tensor, lse: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor,
+                     max_q: int, max_k: int, causal: bool, scale: float
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if _no_work(q, k):
         return _zero_grads(q, k, v)
     return v5_backward.backward(q, k, v, o, lse, do, causal, scale,
                                 varlen.Packing(cu_q, cu_k, max_q, max_k))
+
+
+_varlen_bwd = torch.library.custom_op("kernels::flash_attention_varlen_bwd", _varlen_bwd_impl,
+                                      mutates_args=())
 
 
 @_varlen_bwd.register_fake
@@ -175,12 +202,30 @@ def _varlen_save(ctx, inputs, output):
 
 
 def _varlen_backward(ctx, do, _dlse):
-    dq, dk, dv = _varlen_bwd(do, *ctx.saved_tensors, *ctx.args)
+    """The backward custom op, or its implementation where nothing watches (:func:`kernels.eager.direct`)."""
+    saved = ctx.saved_tensors
+    bwd = _varlen_bwd_impl if eager.direct(do, *saved) else _varlen_bwd
+    dq, dk, dv = bwd(do, *saved, *ctx.args)
     return dq, dk, dv, None, None, None, None, None, None
 
 
 _varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_save)
 autocast.lower_precision("flash_attention_varlen_fwd")
+
+
+class _AttentionVarlen(torch.autograd.Function):
+    """:class:`_Attention` for :func:`flash_attention_varlen`."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, plan):
+        o, lse = plan.call(q, k, v, cu_q, cu_k)
+        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+        ctx.args = (*plan.args, plan.scale)   # max_q, max_k, causal, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        return (*_varlen_backward(ctx, do, None)[:3], None, None, None)
 
 
 def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -209,8 +254,11 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          _CheckedVarlen, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
     if check_offsets:   # the values: read on every call that asks
         varlen.check_offsets(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
-    if eager.direct(q, k, v, cu_seqlens_q, cu_seqlens_k, autocast=True):
+    how = eager.path(q, k, v, cu_seqlens_q, cu_seqlens_k, autocast=True)
+    if how == eager.PLAIN:
         return plan.call(q, k, v, cu_seqlens_q, cu_seqlens_k)[0]
+    if how == eager.AUTOGRAD:
+        return _AttentionVarlen.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, plan)
     return _varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, plan.scale)[0]
 
 

@@ -80,7 +80,7 @@ import triton
 import triton.language as tl
 
 from .. import backend as _backend
-from .. import validate
+from .. import plans, validate
 from ..outputs import new_output
 from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
@@ -400,45 +400,97 @@ def backward(q, k, v, o, lse, do, causal: bool, scale: float, packing: Packing |
     With ``packing``, every tensor is packed (T, H, D) as v3's launch takes them, the LSE
     (1, Hq, 2, T): three launches for every sequence, as for a dense batch. dK/dV and dQ
     each run their tuned config (:func:`chosen_config` tells which); ``overrides`` pins
-    settings of both on top of :func:`prior` and skips the tuner."""
-    grads = tuple(new_output(t.shape, t.dtype, t.device) for t in (q, k, v))
-    if packing:
-        packing = packing.clamped(q.shape[0], k.shape[0])
-    tensors = (q, k, v, o, do, *grads)
-    q, k, v, o, do, dq, dk, dv = packing.views(*tensors) if packing else tensors
-    (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]
-    rows_q, rows_k = (packing.max_q, packing.max_k) if packing else (s, sk)
-    flags = dict(CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype),
-                 SCALE_SIGN=scale_sign(scale))
-    here = _backend.current()
-    cu_q, cu_k = cu_args(packing)
-    delta = new_output((1 if packing else b, hq, s), torch.float32, q.device)
-    _bwd_delta_kernel[(cdiv(rows_q, DELTA_ROWS), b * hq)](
-        o, do, delta, cu_q, s, d, hq, *strides(o), *strides(do), VARLEN=flags["VARLEN"],
-        BLOCK_M=DELTA_ROWS, BLOCK_D=head_block(d))
-    runs = {
-        "dkdv": lambda fn, block, cfg: fn[(cdiv(rows_k, block), b * hkv)](
-            q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, scale, s, sk, d, hq // hkv, hq, hkv,
-            *strides(q), *strides(k), *strides(v), *strides(do), *strides(dk), *strides(dv),
-            S_AS_FORWARD=scores_as_forward(here.name), **flags, **cfg),
-        "dq": lambda fn, block, cfg: fn[(cdiv(rows_q, block), b * hq)](
-            q, k, v, do, lse, delta, dq, cu_q, cu_k, scale, s, sk, d, hq // hkv, hq,
-            *strides(q), *strides(k), *strides(v), *strides(do), *strides(dq), **flags, **cfg),
-    }
-    key = _bucket(rows_q, rows_k, d, q.dtype, causal)
+    settings of both on top of :func:`prior` and skips the tuner. Without overrides the
+    launch plan of the inputs' metadata is kept (:mod:`kernels.plans`): a repeated backward
+    allocates and launches."""
     if overrides:
-        chosen = {kernel: with_overrides(cfg, overrides)
-                  for kernel, cfg in prior(here.name, here.arch, d, rows_q, rows_k).items()}
-    else:
-        batch = packing.batch if packing else b   # a packed batch: the dense launch of its longest lengths
-        chosen = {kernel: _tuned(kernel, key, rows_q, rows_k, d, runs[kernel],
-                                 lambda kernel=kernel: Problem("attention", "v5", (batch, hq, hkv, rows_q, rows_k, d,
-                                                                                   int(bool(causal))), q.dtype, kernel))
-                  for kernel in runs}
-    _CHOSEN[key] = chosen
-    for kernel, run in runs.items():
-        launch(kernel, run, chosen[kernel])
-    return grads
+        return LaunchPlan(q, k, v, o, lse, do, causal, scale, packing, overrides)(q, k, v, o, lse, do, packing)
+    cu = () if packing is None else (packing.cu_q, packing.cu_k)
+    key = plans.meta(q, k, v, o, lse, do, *cu, extra=(
+        causal, type(causal), scale, type(scale), *(() if packing is None else (packing.max_q, packing.max_k))))
+    plan = _PLANS(key, LaunchPlan, q, k, v, o, lse, do, causal, scale, packing)
+    return plan(q, k, v, o, lse, do, packing)
+
+
+_PLANS = plans.PlanCache()
+
+
+class LaunchPlan:
+    """The backward's three launches for inputs of one metadata (and max lengths): grids,
+    scalars, flags and each kernel's tuned config decided, so a call allocates the gradients
+    and Δ, clamps a packed batch's offsets on the device and launches."""
+
+    def __init__(self, q, k, v, o, lse, do, causal: bool, scale: float, packing: Packing | None = None,
+                 overrides: dict | None = None):
+        self.shapes = tuple((t.shape, t.dtype) for t in (q, k, v))
+        grads = tuple(new_output(shape, dtype, q.device) for shape, dtype in self.shapes)   # timed into
+        if packing:
+            packing = packing.clamped(q.shape[0], k.shape[0])
+        tensors = (q, k, v, o, do, *grads)
+        q, k, v, o, do, dq, dk, dv = packing.views(*tensors) if packing else tensors
+        (b, hq, s, d), (hkv, sk) = q.shape, k.shape[1:3]
+        rows_q, rows_k = (packing.max_q, packing.max_k) if packing else (s, sk)
+        flags = dict(CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype),
+                     SCALE_SIGN=scale_sign(scale))
+        here = _backend.current()
+        self.delta = ((1 if packing else b, hq, s), (cdiv(rows_q, DELTA_ROWS), b * hq),
+                      (s, d, hq, *strides(o), *strides(do)),
+                      dict(VARLEN=flags["VARLEN"], BLOCK_M=DELTA_ROWS, BLOCK_D=head_block(d)))
+        self.scalars = {
+            "dkdv": (scale, s, sk, d, hq // hkv, hq, hkv, *strides(q), *strides(k), *strides(v), *strides(do),
+                     *strides(dk), *strides(dv)),
+            "dq": (scale, s, sk, d, hq // hkv, hq, *strides(q), *strides(k), *strides(v), *strides(do),
+                   *strides(dq))}
+        self.flags = {"dkdv": {"S_AS_FORWARD": scores_as_forward(here.name), **flags}, "dq": flags}
+        self.programs = {"dkdv": (rows_k, b * hkv), "dq": (rows_q, b * hq)}
+        self.key = _bucket(rows_q, rows_k, d, q.dtype, causal)
+        if overrides:
+            self.chosen = {kernel: with_overrides(cfg, overrides)
+                           for kernel, cfg in prior(here.name, here.arch, d, rows_q, rows_k).items()}
+        else:
+            delta = []   # Δ for the tuner's timed launches, computed on its first
+            outs = {"dkdv": (dk, dv), "dq": (dq,)}
+
+            def runs(kernel):
+                def run(fn, block, cfg):
+                    if not delta:
+                        delta.append(self._delta(q, o, do, packing))
+                    self._launch(kernel, fn, block, cfg, (q, k, v, do, lse, delta[0], *outs[kernel]), packing)
+                return run
+            batch = packing.batch if packing else b   # a packed batch: the dense launch of its longest lengths
+            self.chosen = {kernel: _tuned(kernel, self.key, rows_q, rows_k, d, runs(kernel),
+                                          lambda kernel=kernel: Problem("attention", "v5", (
+                                              batch, hq, hkv, rows_q, rows_k, d, int(bool(causal))), q.dtype, kernel))
+                           for kernel in ("dkdv", "dq")}
+        # (block rows of the grid, settings) per kernel, as launch() passes them
+        self.settings = {kernel: (cfg["BLOCK_N" if kernel == "dkdv" else "BLOCK_M"],
+                                  {k: v for k, v in cfg.items() if k != "KERNEL"})
+                         for kernel, cfg in self.chosen.items()}
+
+    def _delta(self, q, o, do, packing):
+        """Δ = rowsum(dO ∘ O), launched into a new buffer."""
+        shape, grid, scalars, constexprs = self.delta
+        delta = new_output(shape, torch.float32, q.device)
+        _bwd_delta_kernel[grid](o, do, delta, cu_args(packing)[0], *scalars, **constexprs)
+        return delta
+
+    def _launch(self, kernel: str, fn, block: int, cfg: dict, tensors: tuple, packing) -> None:
+        rows, programs = self.programs[kernel]
+        fn[(cdiv(rows, block), programs)](*tensors, *cu_args(packing), *self.scalars[kernel],
+                                          **self.flags[kernel], **cfg)
+
+    def __call__(self, q, k, v, o, lse, do, packing: Packing | None = None):
+        grads = tuple(new_output(shape, dtype, q.device) for shape, dtype in self.shapes)
+        if packing:
+            packing = packing.clamped(q.shape[0], k.shape[0])
+            q, k, v, o, do, dq, dk, dv = packing.views(q, k, v, o, do, *grads)
+        else:
+            dq, dk, dv = grads
+        delta = self._delta(q, o, do, packing)
+        self._launch("dkdv", _bwd_dkdv_kernel, *self.settings["dkdv"], (q, k, v, do, lse, delta, dk, dv), packing)
+        self._launch("dq", _bwd_dq_kernel, *self.settings["dq"], (q, k, v, do, lse, delta, dq), packing)
+        _CHOSEN[self.key] = self.chosen
+        return grads
 
 
 def chosen_config(shape, dtype: torch.dtype) -> dict | None:

@@ -12,8 +12,8 @@ treats it as one opaque node instead of breaking the graph at the Triton launch,
 so the backward GEMMs run through the same kernels: ``grad_a = grad_c @ b.T`` and
 ``grad_b = a.T @ grad_c``, where the transposes are stride views that every rung
 takes as they are. :func:`matmul` flattens leading batch dims of ``a`` around it, and
-calls the op's implementation itself when nothing traces and no gradient is needed
-(:func:`kernels.eager.direct`).
+calls the op's implementation itself when nothing traces (:func:`kernels.eager.path`): directly
+when no gradient is needed, else through an ``autograd.Function`` with the same formula.
 
 Empty operands are legal, as in ``torch.matmul``: M = 0 or N = 0 (or an empty batch)
 gives an empty result, K = 0 gives zeros, and the gradients have the operands'
@@ -59,9 +59,12 @@ def best_rung(op: str, dtype: torch.dtype) -> Rung:
 
 
 def _matmul_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: what torch.matmul returns
-        return a.new_zeros((a.shape[0], b.shape[1]))
-    return best_rung("gemm", a.dtype)(a, b)
+    return _PLANS(plans.meta(a, b), _Plan, a, b).call(a, b)
+
+
+def _zeros(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """M, N or K is 0: what torch.matmul returns."""
+    return a.new_zeros((a.shape[0], b.shape[1]))
 
 
 _matmul_2d = torch.library.custom_op("kernels::matmul", _matmul_impl, mutates_args=())
@@ -76,15 +79,41 @@ def _save_operands(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
-def _backward(ctx, grad_c):
-    a, b = ctx.saved_tensors
-    grad_a = _matmul_2d(grad_c, b.t()) if ctx.needs_input_grad[0] else None
-    grad_b = _matmul_2d(a.t(), grad_c) if ctx.needs_input_grad[1] else None
+def _grads(a: torch.Tensor, b: torch.Tensor, grad_c: torch.Tensor, needs) -> tuple:
+    """``grad_a = grad_c @ b.T``, ``grad_b = a.T @ grad_c`` for 2-D ``a``, each only if needed;
+    through :func:`matmul`, so an eager backward reuses launch plans and a traced one the custom op."""
+    grad_a = matmul(grad_c, b.t()) if needs[0] else None
+    grad_b = matmul(a.t(), grad_c) if needs[1] else None
     return grad_a, grad_b
+
+
+def _backward(ctx, grad_c):
+    return _grads(*ctx.saved_tensors, grad_c, ctx.needs_input_grad)
 
 
 _matmul_2d.register_autograd(_backward, setup_context=_save_operands)
 autocast.lower_precision("matmul")
+
+
+class _Matmul(torch.autograd.Function):
+    """The custom op's autograd formula, for an eager call that needs a gradient and that nothing
+    else watches (:data:`kernels.eager.AUTOGRAD`): ``forward`` runs the launch plan on ``a`` of
+    any rank, so no reshape is recorded on the way in or out."""
+
+    @staticmethod
+    def forward(ctx, a, b, plan):
+        ctx.save_for_backward(a, b)
+        ctx.flat = plan.flat
+        return plan.compute(a, b)
+
+    @staticmethod
+    def backward(ctx, grad_c):
+        a, b = ctx.saved_tensors
+        flat = ctx.flat
+        if flat is None:
+            return (*_grads(a, b, grad_c, ctx.needs_input_grad), None)
+        grad_a, grad_b = _grads(a.reshape(flat), b, grad_c.reshape(flat[0], b.shape[1]), ctx.needs_input_grad)
+        return (None if grad_a is None else grad_a.reshape(a.shape)), grad_b, None
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -96,8 +125,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     for K = 0). Errors name the argument at fault.
     """
     plan = _PLANS(plans.meta(a, b), _Plan, a, b)
+    how = eager.path(a, b, autocast=True)
+    if how == eager.PLAIN:
+        return plan.compute(a, b) if plan.flat else plan.call(a, b)
+    if how == eager.AUTOGRAD:
+        return _Matmul.apply(a, b, plan)
     a2 = a if plan.flat is None else a.reshape(plan.flat)
-    c = plan.call(a2, b) if eager.direct(a2, b, autocast=True) else _matmul_2d(a2, b)
+    c = _matmul_2d(a2, b)
     return c if plan.flat is None else c.reshape(plan.out)
 
 
@@ -125,10 +159,18 @@ class _Plan(plans.Checked):
         self.flat = None if a.dim() == 2 else flat
         self.out = (*a.shape[:-1], b.shape[1])
 
+    def compute(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a @ b`` by the kept launch, in the result's shape. For ``a`` of another rank than 2
+        C is reshaped in place (``resize_``, C is contiguous), not viewed: an autograd Function's
+        output that is a view could not be modified in place (``y.relu_()``)."""
+        if self.flat is None:
+            return self.call(a, b)
+        return self.call(a.reshape(self.flat), b).contiguous().resize_(self.out)
+
     def bind(self, a2: torch.Tensor, b: torch.Tensor):
         """The best rung's plan (a rung without one is called as it is), or torch's result
         for empty operands."""
         if a2.numel() == 0 or b.numel() == 0:
-            return _matmul_impl
+            return _zeros
         rung = best_rung("gemm", a2.dtype)
         return rung.plan(a2, b) if rung.plan else rung

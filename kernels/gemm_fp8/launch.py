@@ -59,26 +59,40 @@ def aot_blockwise(kernel, dtype: torch.dtype, backend: str, overrides: dict | No
                        pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
 
 
-def launch_blockwise(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
-    """:func:`launch` for v2, whose scales may change along K (:func:`operands.check_blockwise`)."""
+def plan_blockwise(kernel, a, b, scale_a, scale_b, out_dtype) -> "Plan":
+    """:func:`launch`'s plan for v2, whose scales may change along K (:func:`operands.check_blockwise`)."""
     scales = operands.check_blockwise(a, b, scale_a, scale_b, out_dtype)
-    return _run(kernel, a, b, scale_a, scale_b, out_dtype,
+    return Plan(kernel, a, b, out_dtype,
                 (scales.stride_sam, scales.stride_sak, scales.stride_sbk, scales.stride_sbn),
                 dict(SCALE_K=operands.SCALE_K, GROUP_N=scales.group_n, SCALES_ALONG_K=scales.along_k))
 
 
+def launch_blockwise(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
+    """:func:`launch` for v2 (:func:`plan_blockwise`)."""
+    return plan_blockwise(kernel, a, b, scale_a, scale_b, out_dtype)(a, b, scale_a, scale_b)
+
+
 def launch(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
     """Check the operands, allocate C (poisonable) and run ``kernel`` over a 1-D grid."""
-    return _run(kernel, a, b, scale_a, scale_b, out_dtype,
-                operands.check(a, b, scale_a, scale_b, out_dtype), {})
+    plan = Plan(kernel, a, b, out_dtype, operands.check(a, b, scale_a, scale_b, out_dtype), {})
+    return plan(a, b, scale_a, scale_b)
 
 
-def _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides: tuple, constexprs: dict) -> torch.Tensor:
-    (m, k), n = a.shape, b.shape[1]
-    c = new_output((m, n), out_dtype, a.device)
-    cfg = config(_backend.current().name)
-    grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
-    kernel[grid](a, b, c, scale_a, scale_b, m, n, k,
-                 a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                 *scale_strides, INTERP_BF16=interp_bf16(out_dtype), **constexprs, **cfg)
-    return c
+class Plan:
+    """One launch of ``kernel`` on checked operands of one metadata, everything but the tensors
+    decided (grid, scalars, settings): a call allocates C and launches. A public op keeps it
+    (:mod:`kernels.plans`), so a repeated call skips the checks and the packing."""
+
+    def __init__(self, kernel, a, b, out_dtype, scale_strides: tuple, constexprs: dict):
+        (m, k), n = a.shape, b.shape[1]
+        cfg = config(_backend.current().name)
+        self.kernel, self.shape, self.out_dtype = kernel, (m, n), out_dtype
+        self.grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
+        # C is new_output's: contiguous, strides (N, 1)
+        self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1, *scale_strides)
+        self.constexprs = {"INTERP_BF16": interp_bf16(out_dtype), **constexprs, **cfg}
+
+    def __call__(self, a, b, scale_a, scale_b) -> torch.Tensor:
+        c = new_output(self.shape, self.out_dtype, a.device)
+        self.kernel[self.grid](a, b, c, scale_a, scale_b, *self.scalars, **self.constexprs)
+        return c

@@ -6,7 +6,9 @@ with fp32 accumulation (see :mod:`.operands`). It runs the highest-numbered Trit
 v2, which compiles scales constant along K into v1's epilogue),
 wrapped as the custom op ``kernels::matmul_fp8`` with a fake implementation, so
 ``torch.compile(fullgraph=True)`` keeps it in the graph; an eager call that nothing traces
-runs the implementation itself (:func:`kernels.eager.direct`).
+runs the implementation itself (:func:`kernels.eager.direct`). Both run the launch plan kept
+for the operands' metadata and ``out_dtype`` (:mod:`kernels.plans`): a repeated call skips the
+checks, the rung lookup and the argument packing.
 
 No autograd: like ``torch._scaled_mm`` it defines no derivative for FP8 operands. An
 FP8 training recipe quantizes the output gradient itself and calls this op for the
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import eager
+from .. import eager, plans
 from ..gemm.ops import best_rung
 from . import formats, operands
 from .v2_triton_blockwise import gemm_fp8_v2
@@ -24,10 +26,7 @@ from .v2_triton_blockwise import gemm_fp8_v2
 
 def _matmul_fp8_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                      out_dtype: torch.dtype) -> torch.Tensor:
-    if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: what torch._scaled_mm returns
-        return torch.zeros((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
-    # the rungs are registered under the e4m3 formats; an e5m2 operand of the family rides along
-    return best_rung("gemm_fp8", formats.e4m3_of(a.dtype))(a, b, scale_a, scale_b, out_dtype=out_dtype)
+    return _plan(a, b, scale_a, scale_b, out_dtype).call(a, b, scale_a, scale_b)
 
 
 _matmul_fp8 = torch.library.custom_op("kernels::matmul_fp8", _matmul_fp8_impl, mutates_args=())
@@ -48,9 +47,39 @@ def matmul_fp8(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
     Empty operands give what ``torch._scaled_mm`` gives: an empty result, or zeros
     for K = 0.
     """
-    operands.check(a, b, scale_a, scale_b, out_dtype, allow_empty=True)
-    plain = eager.direct(a, b, scale_a, scale_b)
-    return (_matmul_fp8_impl if plain else _matmul_fp8)(a, b, scale_a, scale_b, out_dtype)
+    plan = _plan(a, b, scale_a, scale_b, out_dtype)
+    if eager.direct(a, b, scale_a, scale_b):
+        return plan.call(a, b, scale_a, scale_b)
+    return _matmul_fp8(a, b, scale_a, scale_b, out_dtype)
+
+
+_PLANS = plans.PlanCache()
+
+
+def _plan(a, b, scale_a, scale_b, out_dtype) -> "_Checked":
+    return _PLANS(plans.meta(a, b, scale_a, scale_b, extra=(out_dtype,)), _Checked,
+                  a, b, scale_a, scale_b, out_dtype)
+
+
+class _Checked(plans.Checked):
+    """:func:`matmul_fp8`'s checks for operands of one metadata and ``out_dtype`` (a dtype
+    equals only itself, so the key needs no type beside it)."""
+
+    def __init__(self, a, b, scale_a, scale_b, out_dtype):
+        operands.check(a, b, scale_a, scale_b, out_dtype, allow_empty=True)
+        self.out_dtype = out_dtype
+
+    def bind(self, a, b, scale_a, scale_b):
+        """The best rung's plan (a rung without one is called as it is), or torch's result for
+        empty operands."""
+        out_dtype = self.out_dtype
+        if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: what torch._scaled_mm returns
+            return lambda a, b, *scales: torch.zeros((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
+        # the rungs are registered under the e4m3 formats; an e5m2 operand of the family rides along
+        rung = best_rung("gemm_fp8", formats.e4m3_of(a.dtype))
+        if rung.plan:
+            return rung.plan(a, b, scale_a, scale_b, out_dtype)
+        return lambda a, b, scale_a, scale_b: rung(a, b, scale_a, scale_b, out_dtype=out_dtype)
 
 
 def _blockwise_matmul_impl(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,

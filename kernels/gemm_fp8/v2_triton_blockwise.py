@@ -117,8 +117,15 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     return launch.aot_blockwise(_gemm_fp8_blockwise_kernel, dtype, backend, overrides)
 
 
+def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+         out_dtype: torch.dtype = torch.bfloat16) -> launch.Plan:
+    """The checked launch for operands of this metadata, called as ``plan(a, b, scale_a, scale_b)``
+    (a public op keeps it: :mod:`kernels.plans`)."""
+    return launch.plan_blockwise(_gemm_fp8_blockwise_kernel, a, b, scale_a, scale_b, out_dtype)
+
+
 @rung(op="gemm_fp8", rung=2, name="triton_blockwise", backends=("hip", "cuda", "interpreter"),
-      dtypes=native_dtypes(), interpreter=True, kind="triton", aot=aot)
+      dtypes=native_dtypes(), interpreter=True, kind="triton", aot=aot, plan=plan)
 def gemm_fp8_v2(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                 out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     return launch.launch_blockwise(_gemm_fp8_blockwise_kernel, a, b, scale_a, scale_b, out_dtype)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import autocast
+from .. import autocast, plans
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.fused_op import fused_experts
@@ -75,11 +75,13 @@ class MoE(MoEReference):
         flat = x.reshape(-1, self.dim)
         rows, router, gate, up, down = autocast.operands(flat, self.router.weight, self.gate, self.up,
                                                          self.down)
-        moe_operands(rows, router, gate, up, down, self.top_k, DTYPES)
+        top_k = self.top_k
+        _CHECKED(plans.meta(rows, router, gate, up, down, extra=(top_k, type(top_k))), _check,
+                 rows, router, gate, up, down, top_k)
         logits = self.router_logits(rows)
-        weights, ids = route(logits, self.top_k, self.normalize)
-        self.aux_loss = aux_loss(logits, ids)
-        self.expert_counts = expert_counts(ids, self.num_experts)
+        weights, ids = route(logits, top_k, self.normalize)
+        counts = expert_counts(ids, self.num_experts)
+        self.aux_loss, self.expert_counts = aux_loss(logits, ids, counts), counts
         out = self.experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
@@ -96,3 +98,11 @@ class MoE(MoEReference):
         """The routed experts' weighted sum (T, dim) for a routing (weights, ids (T, k)): the
         fused rung (``kernels::moe_fused``); :class:`kernels.moe.fp8_layer.Float8MoE` runs them in FP8."""
         return fused_experts(rows, weights, ids, gate, up, down)
+
+
+_CHECKED = plans.PlanCache()   # operands' metadata and top_k -> True: moe_operands passed on them
+
+
+def _check(rows, router, gate, up, down, top_k) -> bool:
+    moe_operands(rows, router, gate, up, down, top_k, DTYPES)
+    return True

@@ -87,7 +87,7 @@ def expert_counts(ids: torch.Tensor, num_experts: int) -> torch.Tensor:
         0, flat, torch.ones_like(flat))
 
 
-def aux_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+def aux_loss(logits: torch.Tensor, ids: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
     """The auxiliary load-balancing loss ``E · Σ_e f_e · P_e`` (a float32 scalar).
 
     ``f_e`` is the fraction of the ``T · top_k`` token-slots routed to expert e, ``P_e``
@@ -100,14 +100,15 @@ def aux_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     probability. Only ``P`` carries
     a gradient (the counts are discrete): the loss pushes probability away from
     overloaded experts. Multiply by a small coefficient (Switch: 1e-2) before adding it
-    to the training loss.
+    to the training loss. ``counts``: :func:`expert_counts` of ``ids``, if the caller has them.
     """
     validate.tensor("logits", logits, ndim=2, dtypes=_FLOATS, allow_empty=True)
     num_experts = logits.shape[1]
     if ids.shape[0] != logits.shape[0]:
         raise ValueError(f"ids has {ids.shape[0]} tokens but logits has {logits.shape[0]}")
     probs = logits.to(router_dtype(logits.dtype)).softmax(dim=-1)
-    fraction = expert_counts(ids, num_experts).to(probs.dtype) / max(ids.numel(), 1)
+    counts = expert_counts(ids, num_experts) if counts is None else counts
+    fraction = counts.to(probs.dtype) / max(ids.numel(), 1)
     mean_prob = probs.sum(dim=0) / max(logits.shape[0], 1)   # 0, not NaN, for no tokens
     return num_experts * (fraction * mean_prob).sum()
 

@@ -14,8 +14,9 @@ group, wᵀ a stride view) and ``kernels::grouped_gemm_dw`` (dw[g] = x_gᵀ · d
 whose reduction runs over the group's variable row count, zero for an empty group),
 joined by ``register_autograd``. So ``torch.compile(fullgraph=True)`` sees opaque nodes
 and no graph break, and the backward runs through our kernels. An eager call that nothing
-traces and that needs no gradient runs the forward's implementation itself
-(:func:`kernels.eager.direct`).
+traces (:func:`kernels.eager.path`) runs the forward's launch plan itself, through an
+``autograd.Function`` with the same formula when it needs a gradient; its backward then
+runs dx as such a call and dw without the custom op.
 
 Empty operands are legal, as in ``torch._grouped_mm``: T = 0 or N = 0 give an empty
 result, K = 0 gives zeros, and the gradients have the operands' shapes; an empty group
@@ -48,12 +49,14 @@ def _(x, w, offsets):
     return x.new_empty((x.shape[0], w.shape[2]))
 
 
-@torch.library.custom_op("kernels::grouped_gemm_dw", mutates_args=())
-def _grouped_gemm_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
-                     groups: int) -> torch.Tensor:
+def _grouped_gemm_dw_impl(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
+                          groups: int) -> torch.Tensor:
     if x.numel() == 0 or dy.numel() == 0:
         return x.new_zeros((groups, x.shape[1], dy.shape[1]))
     return v4_persistent.grouped_dw(x, dy, offsets, groups)
+
+
+_grouped_gemm_dw = torch.library.custom_op("kernels::grouped_gemm_dw", _grouped_gemm_dw_impl, mutates_args=())
 
 
 @_grouped_gemm_dw.register_fake
@@ -65,11 +68,35 @@ def _save(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
+def _dx(dy, w_t, offsets):
+    """dX through :func:`grouped_gemm`: its launch plan eagerly, the custom op when traced."""
+    return grouped_gemm(dy, w_t, offsets, check_offsets=False)
+
+
+def _dw(x, dy, offsets, groups):
+    """dW: the custom op, or its implementation where nothing watches (:func:`kernels.eager.direct`)."""
+    return (_grouped_gemm_dw_impl if eager.direct(x, dy, offsets) else _grouped_gemm_dw)(x, dy, offsets, groups)
+
+
 def _backward(ctx, dy):
-    return gradients(_grouped_gemm, _grouped_gemm_dw, *ctx.saved_tensors, dy, ctx.needs_input_grad)
+    return gradients(_dx, _dw, *ctx.saved_tensors, dy, ctx.needs_input_grad)
 
 
 _grouped_gemm.register_autograd(_backward, setup_context=_save)
+
+
+class _GroupedGemm(torch.autograd.Function):
+    """The custom op's autograd formula, for an eager call that needs a gradient and that nothing
+    else watches (:data:`kernels.eager.AUTOGRAD`): ``forward`` runs the launch plan."""
+
+    @staticmethod
+    def forward(ctx, x, w, offsets, plan):
+        ctx.save_for_backward(x, w, offsets)
+        return plan.call(x, w, offsets)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return (*_backward(ctx, dy), None)
 
 
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
@@ -94,8 +121,11 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     offsets = offsets.contiguous()   # as validate.index packs it: a copy only for a strided view
     if check_offsets:   # the values: read on every call that asks
         validate.group_ends(offsets, x.shape[0])
-    if eager.direct(x, w, offsets):
+    how = eager.path(x, w, offsets)
+    if how == eager.PLAIN:
         return plan.call(x, w, offsets)
+    if how == eager.AUTOGRAD:
+        return _GroupedGemm.apply(x, w, offsets, plan)
     return _grouped_gemm(x, w, offsets)
 
 

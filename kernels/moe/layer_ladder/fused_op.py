@@ -70,10 +70,14 @@ _moe_fused.register_autograd(_backward, setup_context=_save)
 
 def fused_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
     """:func:`.v3_fused.fused_experts` as the custom op ``kernels::moe_fused``, which saves g and
-    u only when a gradient is needed; the forward itself when nothing traces and no gradient is
-    needed (:func:`kernels.eager.direct`)."""
-    if eager.direct(x, weights, ids, gate, up, down):
+    u only when a gradient is needed; when nothing traces (:func:`kernels.eager.path`), the forward
+    itself if no gradient is needed, else the rung's ``autograd.Function`` (same kernels forward
+    and backward, a third of the custom op's dispatch cost)."""
+    how = eager.path(x, weights, ids, gate, up, down)
+    if how == eager.PLAIN:
         return v3_fused.fused_forward(x, weights, ids, gate, up, down, False)[0]
+    if how == eager.AUTOGRAD:
+        return v3_fused.fused_experts(x, weights, ids, gate, up, down)
     save = torch.is_grad_enabled() and (x.requires_grad or weights.requires_grad or gate.requires_grad
                                         or up.requires_grad or down.requires_grad)
     return _moe_fused(x, weights, ids, gate, up, down, save)[0]
