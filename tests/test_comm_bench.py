@@ -4,7 +4,7 @@
 import pytest
 
 from workbench import cli
-from workbench.comm_bench import bench_rows
+from workbench.comm.bench import bench_rows
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ from kernels.outputs import new_output
 from kernels.registry import Rung
 from workbench import exercises
 from workbench.check import check_rung
-from workbench.error_pattern import finding, likely_cause
+from workbench.harness.error_pattern import finding, likely_cause
 from workbench.exercises import learner, source
 
 SHAPE = (37, 29, 53)   # M, N, K: C is 37 x 29, nothing square or a multiple of a block

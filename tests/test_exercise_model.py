@@ -11,9 +11,10 @@ import pytest
 
 pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 
-from workbench import exercises, rung_model
+from workbench import exercises
+from workbench.model import rung as rung_model
 from workbench.exercises import grading, learner, source
-from workbench.exercises.model import Verdict
+from workbench.learn.exercises.model import Verdict
 from workbench.model.learner import predict_file
 from workbench.widgets.exercise_views import verdict_html
 

@@ -9,7 +9,7 @@ import torch
 
 import kernels
 from workbench import exercises, isa
-from workbench.source import rung_diff
+from workbench.views.source import rung_diff
 from workbench.exercises import source, tiles
 
 

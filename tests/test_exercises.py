@@ -12,7 +12,7 @@ from kernels.simt import as_simt_array, float32, simt
 from workbench import exercises
 from workbench.cli import main
 from workbench.exercises import guards, learner, progress, source
-from workbench.exercises.model import AnswerExercise, KernelExercise, Verdict
+from workbench.learn.exercises.model import AnswerExercise, KernelExercise, Verdict
 
 
 @pytest.fixture(autouse=True)
@@ -218,7 +218,7 @@ def _answer_exercise():
 
 
 def test_answers_compare_numbers_within_tolerance_strings_and_sequences():
-    from workbench.exercises.grading import grade_answer
+    from workbench.learn.exercises.grading import grade_answer
     exercise = _answer_exercise()
     assert grade_answer(exercise, 6.2).passed and not grade_answer(exercise, 6.4).passed
     assert not grade_answer(exercise, None).passed and not grade_answer(exercise, "6").passed
@@ -275,7 +275,7 @@ def test_triton_bounds_names_program_lane_tensor_and_index():
     assert "program (2, 0, 0) loads out of bounds: lane [2]" in str(cause)
     assert "element 10 of `src`, which has 10" in str(cause)
     copy_one_too_many[(3,)](src, dst, 9, BLOCK=4)      # outside the guard: the patch is gone
-    from workbench.exercises.races import triton_store_races
+    from workbench.learn.exercises.races import triton_store_races
     with guards.triton_bounds():
         with triton_store_races():
             pass

@@ -15,7 +15,8 @@ import torch
 
 import kernels
 from kernels.gemm_fp8 import blockwise_matmul, quantize
-from workbench import isa, isa_parse
+from workbench import isa
+from workbench.isa import parse as isa_parse
 from workbench.check import compare, judge
 
 E4M3FN, E4M3FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz

@@ -15,7 +15,7 @@ import torch
 
 import kernels
 from workbench.cli import main
-from workbench.exercises.model import KernelExercise
+from workbench.learn.exercises.model import KernelExercise
 from workbench.grade import ENTRY, SCHEMA_VERSION, grade, launches, worker
 from workbench.grade.examples import RIGHT as CORRECT, off_by_one_k_mask
 from workbench.grade.correctness import poisoned_allocations
@@ -56,7 +56,7 @@ def test_allocations_are_poisoned_inside_the_block_only():
 
 
 def test_a_launch_is_recorded_as_triton_splits_its_arguments():
-    from workbench.exercises.learner import import_file
+    from workbench.learn.exercises.learner import import_file
 
     module, _ = import_file(CORRECT, "gemm")
     a, b = torch.randn(100, 70, dtype=torch.bfloat16), torch.randn(70, 90, dtype=torch.bfloat16)
@@ -217,7 +217,7 @@ def test_on_a_gpu_yours_ref_and_the_top_rung_are_timed_in_one_run(monkeypatch):
     timer itself needs a GPU, and ``test_grade_on_a_gpu_measures`` runs it there)."""
     from types import SimpleNamespace
 
-    from workbench import timing
+    from workbench.harness import timing
     from workbench.grade import speed
     from workbench.grade.contract import registered_problem
 

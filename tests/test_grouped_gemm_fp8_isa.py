@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from workbench import isa, isa_parse
+from workbench import isa
+from workbench.isa import parse as isa_parse
 
 MACS_PER_STEP = 128 * 128 * 128
 FP8_MFMA = {"gfx942": "fp8_fp8", "gfx950": "f8f6f4"}

@@ -3,8 +3,8 @@ indexed scales): any layout reads as its values, and no value moves a kernel out
 operands, even with the host checks turned off.
 
 Every test here runs under the interpreter's bounds guard
-(:func:`workbench.exercises.guards.triton_bounds`): a Triton load or store outside the
-tensors of its launch raises :class:`~workbench.exercises.guards.OutOfBounds` before it
+(:func:`workbench.learn.exercises.guards.triton_bounds`): a Triton load or store outside the
+tensors of its launch raises :class:`~workbench.learn.exercises.guards.OutOfBounds` before it
 touches memory, so a regression fails its test instead of corrupting the process.
 Shapes stay tiny: each interpreted program costs ~1 ms.
 """

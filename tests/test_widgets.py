@@ -15,13 +15,14 @@ import torch
 import kernels
 import roofline
 from kernels.registry import Rung
-from workbench import isa_parse, results
+from workbench.isa import parse as isa_parse
+from workbench import results
 from workbench.check import CheckReport
 from workbench.results import ResultRow
 from workbench.widgets import CorrectnessChecker, IsaViewer, LadderProfiler
 from workbench.widgets.controls import CHECK_CAP
 from workbench.widgets.heatmap import pooled_error
-from workbench.table import html_table
+from workbench.harness.table import html_table
 
 SMALL = (37, 29, 53)
 PERF = ("ms", "tflops", "gbps", "pct_of_roof", "vs_prev", "vs_ref")

@@ -6,7 +6,7 @@ import html
 import tempfile
 from pathlib import Path
 
-from ..table import html_table
+from ..harness.table import html_table
 from .report import GradeReport, case_row
 from .text import SUMMARY_KEYS
 

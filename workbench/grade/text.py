@@ -1,7 +1,7 @@
 """The grade for a terminal: the verdict first, then each part in a few lines."""
 from __future__ import annotations
 
-from ..table import format_table
+from ..harness.table import format_table
 from .report import GradeReport
 
 SUMMARY_KEYS = ("kernel", "matrix instructions", "LDS bytes", "VGPRs", "registers", "AGPRs",

@@ -7,7 +7,7 @@ crash (a segfault, ``os.abort``) or a hang ends the process, never the grader.
 
 Two stages, each in a fresh process: ``run`` (import, contract, correctness, the launch
 record, on a GPU the timing) and ``compile`` (the recorded kernels for each target: a
-process where no interpreted kernel has run, as :mod:`workbench.isa_compile` needs).
+process where no interpreted kernel has run, as :mod:`workbench.isa.compile` needs).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _sender(stream):
 def _dtypes(names, problem):
     from kernels.triton_support import TRITON_DTYPE_NAMES
 
-    from ..table import dtype_label
+    from ..harness.table import dtype_label
     from .contract import ContractError
 
     known = {}
@@ -57,7 +57,7 @@ def run(request, send) -> None:
     collect them in its own process: the same code, without the isolation)."""
     import kernels
 
-    from ..table import dtype_label
+    from ..harness.table import dtype_label
     from . import correctness, launches, speed
     from .contract import ContractError, check_callable, file_rung, load_entry, with_grad_inputs
 
@@ -115,8 +115,8 @@ def run(request, send) -> None:
 
 
 def compile_kernels(request, send) -> None:
-    from ..exercises.learner import import_file
-    from ..isa_compile import compile_aot
+    from ..learn.exercises.learner import import_file
+    from ..isa.compile import compile_aot
     from . import launches
 
     send("step", "import", "import")

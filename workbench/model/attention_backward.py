@@ -109,7 +109,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
            for k, r in reports.items()},
         **{f"{k} {LOOP_ORDER[k][i]} per wave and iteration": (chip_model.mix_summary(mix), "the compiled loop")
            for k, ms in mixes.items() for i, mix in enumerate(ms)},
-        **{f"occupancy {k}": (str(r.occupancy), "workbench.isa_occupancy") for k, r in reports.items()},
+        **{f"occupancy {k}": (str(r.occupancy), "workbench.isa.occupancy") for k, r in reports.items()},
         **{f"{k} launch (ms)": (round(launches[k].seconds * 1e3, 4), "model") for k in launches},
         "dispatch": (DISPATCH.replace("query block", "block"), "assumption"),
         "overlap rule": (OVERLAP, "assumption"),

@@ -12,9 +12,9 @@ import html
 
 import ipywidgets as w
 
-from ..exercises import list_exercises
-from ..exercises.hints import HintLadder
-from ..exercises.model import Verdict
+from ..learn.exercises import list_exercises
+from ..learn.exercises.hints import HintLadder
+from ..learn.exercises.model import Verdict
 from .render import part_html
 
 

@@ -17,8 +17,8 @@ import html
 
 import ipywidgets as w
 
-from ..deck_progress import Progress
-from ..flashcards import Deck, Revealed, Verdict
+from ..learn.deck_progress import Progress
+from ..learn.flashcards import Deck, Revealed, Verdict
 from .render import show
 
 FULL_WIDTH = "100%"

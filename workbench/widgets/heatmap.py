@@ -12,8 +12,8 @@ import altair as alt
 import torch
 import torch.nn.functional as F
 
-from ..check import CheckReport
-from ..error_pattern import as_matrix
+from ..harness.check import CheckReport
+from ..harness.error_pattern import as_matrix
 
 
 def _edges(size: int, bins: int) -> list[int]:

@@ -19,7 +19,7 @@ import ipywidgets as w
 import kernels
 
 from .. import train
-from ..table import html_table
+from ..harness.table import html_table
 from ..train import ops
 from . import training_rows as tr
 from .panel import Panel

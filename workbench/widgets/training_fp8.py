@@ -15,7 +15,7 @@ import ipywidgets as w
 import kernels
 
 from .. import train
-from ..table import html_table
+from ..harness.table import html_table
 from ..train import fp8_parity
 from . import training_rows as tr
 from .panel import Panel
