@@ -16,7 +16,7 @@ pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. 
 from kernels.comm import collectives, ring
 from kernels.comm.cost_model import Fit
 from workbench.views import comm as views
-from workbench.widgets.render import static_renderer
+from workbench.views.render import static_renderer
 
 pytestmark = pytest.mark.timeout(60)
 

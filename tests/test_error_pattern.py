@@ -144,7 +144,7 @@ def test_fp8_scale_mistakes_in_the_kernel(mistake, seed, cause, tmp_path, monkey
 
 def test_the_heat_map_shows_the_finding_the_command_line_prints():
     pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
-    from workbench.widgets.heatmap import error_heatmap
+    from workbench.views.heatmap import error_heatmap
 
     report = check_rung(_broken(without_b_scale), SHAPE, torch.float32)
     subtitle = error_heatmap(report).to_dict()["title"]["subtitle"]

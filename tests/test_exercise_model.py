@@ -16,7 +16,7 @@ from workbench.model import rung as rung_model
 from workbench.exercises import grading, learner, source
 from workbench.learn.exercises.model import Verdict
 from workbench.model.learner import predict_file
-from workbench.widgets.exercise_views import verdict_html
+from workbench.learn.exercises.widgets import verdict_html
 
 SQUARE = (4096, 4096, 4096)
 

@@ -121,7 +121,7 @@ def test_check_records_progress_and_keeps_a_pass():
 
 def test_the_notebook_and_the_terminal_share_one_copy_whatever_their_directory(monkeypatch, tmp_path):
     monkeypatch.delenv("WORKBENCH_EXERCISES_DIR")
-    checkout = Path(learner.__file__).resolve().parents[2]
+    checkout = Path(learner.__file__).resolve().parents[3]
     seen = set()
     for cwd in (checkout, checkout / "notebooks", tmp_path):   # the CLI, a notebook, anywhere
         monkeypatch.chdir(cwd)
@@ -134,7 +134,7 @@ def test_the_notebook_and_the_terminal_share_one_copy_whatever_their_directory(m
 
 
 def test_a_checkout_is_known_by_its_project_name(tmp_path):
-    assert learner._is_checkout(Path(learner.__file__).resolve().parents[2])
+    assert learner._is_checkout(Path(learner.__file__).resolve().parents[3])
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "something-else"\n')
     assert not learner._is_checkout(tmp_path) and not learner._is_checkout(tmp_path / "nowhere")
 

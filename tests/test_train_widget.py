@@ -15,7 +15,7 @@ from workbench import train
 from workbench.train import model, store
 from workbench.widgets import TrainingComparison
 from workbench.widgets import training_rows as tr
-from workbench.widgets.render import bundle
+from workbench.views.render import bundle
 
 ON_CPU = kernels.backend.current().is_interpreter
 cpu_only = pytest.mark.skipif(not ON_CPU, reason="checks what the CPU interpreter shows")

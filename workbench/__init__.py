@@ -14,14 +14,15 @@ this table and fails on an import that runs up it, or on any import circle.
     isa        ahead-of-time compile, parse, occupancy, waits, LDS banks, tuning-space pruning, inspect()
     model      the performance model read from the compiled code (labelled "model")
     comm       collective benches (gloo ranks and GPUs), the 8-GPU model, EP overlap
-    views      what notebooks show: rung pages, source and diffs, MoE, comm and MFMA views
-    learn      exercises, interview deck, flash cards
+    views      what notebooks show: rung pages, source and diffs, charts, MoE, comm and MFMA views
     train      the training-step benchmark
+    learn      exercises, interview deck, flash cards
     widgets    ipywidgets; imported by notebooks and the tools only
     tools      cli, gpu_report, grade (commands a user runs; nothing imports them but each other)
 
 ``views`` sits below ``learn``: an exercise shows its verdict and source with views' pages,
-and no view needs an exercise.
+and no view needs an exercise. ``train`` sits below ``learn`` too: the training step never
+reaches into the exercises (``learn`` may show a training run; ``train`` knows nothing of it).
 
 Public faces that keep their old names: ``workbench.check`` (the function; ``from
 workbench.check import X`` is :mod:`workbench.harness.check`), ``workbench.results``

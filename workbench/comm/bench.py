@@ -177,7 +177,7 @@ def run(out=None, sizes=GPU_SIZES, collectives=COLLECTIVES, repeats=20, timeout=
         return None
     unknown = [c for c in collectives if c not in COLLECTIVES]
     if unknown:
-        raise ValueError(f"bench comm times {', '.join(COLLECTIVES)}; got {unknown}")
+        raise ValueError(f"comm --backend nccl times {', '.join(COLLECTIVES)}; got {unknown}")
     pairs = [(c, a) for c in collectives for a in RUNGS[c]]
     recorder = Recorder(out)
     for row in result_rows(measure(pairs, world, sizes, repeats=repeats, timeout=timeout,

@@ -6,7 +6,7 @@ expert-parallel share, runs one warm-up forward and one recorded forward per chu
 count, and returns its events (:mod:`kernels.comm.overlap`) and wall time. The numbers
 are measurements of *this* machine's CPUs (gloo over loopback, kernels in the Triton
 interpreter wherever there is no GPU): they show how the pipeline behaves, never what a
-GPU would do. With ``backend="nccl"`` (``workbench bench comm``, two GPUs or more) each
+GPU would do. With ``backend="nccl"`` (``workbench comm``, two GPUs or more) each
 rank runs on its own GPU, the time is the median of ``repeats`` synchronized forwards,
 the timeline comes from device events on the communication and compute streams, and the
 numbers are that GPU node's. Each row says which clock its events came from

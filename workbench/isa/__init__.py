@@ -6,7 +6,7 @@ AMDGCN/PTX/cubins, ``occupancy`` turns resources into waves per SIMD, ``waits`` 
 loop's ``s_waitcnt``s, ``lds_banks`` models LDS bank conflicts, ``tune_space`` prunes tuning
 spaces with the compiler, ``compat`` checks which Triton releases compile every rung.
 
-May import: kernels, roofline, workbench.harness. Never learn, views, widgets, train.
+May import: kernels, roofline, workbench.harness. Never model, comm, views, train, learn, widgets.
 """
 from .inspector import (SCROLL, TARGETS, IsaReport, clear_cache, compare, compiled_from, default_dtype, inspect,
                         inspect_all, normalize_target, read_kernel, why_no_isa)

@@ -153,7 +153,7 @@ def _rung(op: str, label: str, source: str | None):
 
     if source is None:
         return kernels.get(op, label)
-    from ..learn.exercises.learner import import_file
+    from ..harness.kernel_file import import_file
 
     _, captured = import_file(Path(source), op)
     found = [r for r in captured if r.op == op and r.label == label]

@@ -9,29 +9,17 @@ prediction whose config is not the pinned one is refused too).
 """
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 
+from .covered import predict
+from .pinned import pinning
 from .prediction import Prediction
-
-_PINNED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("model_pinned_config", default=None)
-
-
-def pinned() -> dict | None:
-    """The config :func:`predict_config` pinned for the prediction under way, else None."""
-    return _PINNED.get()
-
 
 def predict_config(op: str, rung: int | str, shape, dtype, gpu: str, config: dict) -> Prediction:
     """``predict(op, rung, shape, dtype, gpu)`` with the tile config ``config`` (a tuner's
     candidate: tile sizes, warps, stages, AMD knobs) instead of the rung's own choice."""
-    from . import predict
-
-    token = _PINNED.set(dict(config))
-    try:
+    with pinning(config):
         found = predict(op, rung, shape, dtype, gpu)
-    finally:
-        _PINNED.reset(token)
     used = found.inputs.get("config", ({}, ""))[0]
     if any(used.get(name) != value for name, value in config.items()):
         raise NotImplementedError(f"the model's {op} {found.rung} predicts its own config, not a pinned one")

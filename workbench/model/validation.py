@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from . import predict, rungs
+from .covered import predict, rungs
 
 _FILE = Path(__file__).with_name("published.yaml")
 

@@ -11,11 +11,22 @@ import difflib
 import html
 import importlib
 import inspect
+import re
 
 import kernels
 from kernels.registry import Rung
 
-from ..learn.exercises.source import without_markers
+# A rung module marks the lines that carry its one idea for its exercise
+# (:mod:`workbench.learn.exercises.source` cuts them out); a reader of the rung never sees them.
+MARKER_BEGIN = re.compile(r"^(?P<indent>\s*)# exercise begin: (?P<name>[\w-]+)\s*$")
+MARKER_END = re.compile(r"^\s*# exercise end\s*$")
+
+
+def without_markers(source: str) -> str:
+    """The module's text with the marker lines dropped: what a reader of the rung sees, so a
+    diff between neighbouring rungs shows their ideas, not where their exercises are cut."""
+    return "".join(line for line in source.splitlines(keepends=True)
+                   if not (MARKER_BEGIN.match(line) or MARKER_END.match(line)))
 
 
 def rung_source(rung: Rung, docstring: bool = True) -> str:

@@ -15,10 +15,10 @@ import kernels
 from ..harness.check import CheckReport, check_rung
 from .controls import (ShapePicker, check_shape, choose_rung, dtype_label, dtype_options,
                        dtype_picker, op_picker, rung_options, to_dtype)
-from .heatmap import error_heatmap
+from ..views.heatmap import error_heatmap
 from .panel import Panel
 from ..harness.table import html_table
-from .render import notes_html, scroll_x
+from ..views.render import notes_html, scroll_x
 
 COLUMNS = ["rung", "shape", "dtype", "layout", "passed", "error", "allowed", "baseline_error",
            "mismatches", "numel", "worst_index", "worst_value", "worst_expected"]

@@ -19,7 +19,7 @@ import ipywidgets as w
 
 from ..learn.deck_progress import Progress
 from ..learn.flashcards import Deck, Revealed, Verdict
-from .render import show
+from ..views.render import show
 
 FULL_WIDTH = "100%"
 

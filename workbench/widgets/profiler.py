@@ -27,7 +27,7 @@ from .ladder_rows import (elsewhere, error_notes, gpu_matches, ladder_cells, lad
 from .model_rows import model_columns, model_notes, model_numbers, model_points, predictions
 from .panel import Panel
 from ..harness.table import html_table
-from .render import notes_html
+from ..views.render import notes_html
 
 COLUMNS = ["rung", "name", "check", "checked_at", "ms", "model_ms", "tflops", "gbps", "pct_of_roof",
            "vs_prev", "vs_ref", "bound", "source", "gpu", "date"]

@@ -23,7 +23,7 @@ from ..harness.table import html_table
 from ..train import ops
 from . import training_rows as tr
 from .panel import Panel
-from .render import notes_html
+from ..views.render import notes_html
 
 SETS = ("A", "B")
 BREAKDOWN = "per-op time (ms): median over steps 2..N of each op's self time"

@@ -19,7 +19,7 @@ from ..harness.table import html_table
 from ..train import fp8_parity
 from . import training_rows as tr
 from .panel import Panel
-from .render import notes_html
+from ..views.render import notes_html
 from .training import loss_chart
 
 

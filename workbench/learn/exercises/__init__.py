@@ -94,5 +94,5 @@ def hints(key: str, progress_file=None) -> HintLadder:
 
 
 def progress_widget(progress_file=None):
-    from ...widgets.exercise_views import ProgressWidget
-    return ProgressWidget(progress_file)
+    from .widgets import ProgressWidget
+    return ProgressWidget(lambda: list_exercises(progress_file))

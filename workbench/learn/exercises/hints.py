@@ -42,5 +42,5 @@ class HintLadder:
 
     def widget(self):
         """A button that shows the next hint under the ones already shown."""
-        from ...widgets.exercise_views import HintWidget
+        from .widgets import HintWidget
         return HintWidget(self)

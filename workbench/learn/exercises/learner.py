@@ -3,37 +3,23 @@
 The copy is a plain file (``gemm_v2.py`` in :func:`workdir`): JupyterLab opens it, an
 editor opens it anywhere, and Triton needs kernels to live in a file it can read the source
 of. There is one copy per exercise, whatever the working directory: a notebook (run in
-``notebooks/``) and a terminal (run anywhere) grade the same file. It is
-imported under a fresh module name each time, so an edit is always seen, and any rung it
-declares is captured (:func:`kernels.registry.capturing_rungs`) instead of joining the
-package's ladder.
+``notebooks/``) and a terminal (run anywhere) grade the same file. It is imported afresh
+each time, its rungs captured (:func:`workbench.harness.kernel_file.import_file`, here by
+its exercise names ``import_file`` and ``LearnerError``).
 """
 from __future__ import annotations
 
-import importlib.util
-import itertools
-import linecache
 import os
-import sys
 import re
 import textwrap
-import traceback
 from pathlib import Path
-from types import ModuleType
 
-import kernels
-from kernels.registry import Rung, capturing_rungs
 
+from ...harness.kernel_file import KernelFileError as LearnerError, import_file  # noqa: F401 (the exercises' names)
 from . import progress, source
 from .model import KernelExercise
 
 PROJECT = "amd-kernel-workbench"   # pyproject.toml's name: how a checkout is recognised
-
-_fresh = itertools.count()
-
-
-class LearnerError(Exception):
-    """The learner's file could not be imported; the message points at its line."""
 
 
 def workdir() -> Path:
@@ -81,24 +67,3 @@ def write(exercise: KernelExercise, path: Path | None = None, overwrite: bool = 
     return path
 
 
-def import_file(path: Path, op: str | None) -> tuple[ModuleType, list[Rung]]:
-    """Import the learner's file; return it and the rungs it declared."""
-    path = Path(path)
-    if not path.exists():
-        raise LearnerError(f"{path} does not exist: load the exercise first")
-    if op is not None:
-        kernels.spec(op)  # the package first, so only the learner's own rungs are captured
-    name = f"workbench_learner_{path.stem}_{next(_fresh)}"
-    linecache.checkcache(str(path))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module   # Triton and dataclasses look their module up by name
-    try:
-        with capturing_rungs(name) as captured:
-            spec.loader.exec_module(module)
-    except Exception as error:
-        del sys.modules[name]
-        frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == str(path)]
-        where = f" (line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
-        raise LearnerError(f"{path.name} does not import: {type(error).__name__}: {error}{where}") from error
-    return module, captured

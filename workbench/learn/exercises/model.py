@@ -40,7 +40,7 @@ class Verdict:
 
     def _repr_html_(self) -> str:
         """In a notebook: the message, and a wrong tile as the error heat map."""
-        from ...widgets.exercise_views import verdict_html
+        from .widgets import verdict_html
         return verdict_html(self)
 
 

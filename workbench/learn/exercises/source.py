@@ -20,8 +20,8 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-_BEGIN = re.compile(r"^(?P<indent>\s*)# exercise begin: (?P<name>[\w-]+)\s*$")
-_END = re.compile(r"^\s*# exercise end\s*$")
+from ...views.source import MARKER_BEGIN, MARKER_END
+
 _RELATIVE = re.compile(r"^(?P<indent>\s*)from (?P<dots>\.+)(?P<rest>[\w.]*) import ")
 
 
@@ -45,20 +45,13 @@ def module_source(module: str) -> str:
         return f.read()
 
 
-def without_markers(source: str) -> str:
-    """The module's text with the marker lines dropped: what a reader of the rung sees, so a
-    diff between neighbouring rungs shows their ideas, not where their exercises are cut."""
-    return "".join(line for line in source.splitlines(keepends=True)
-                   if not (_BEGIN.match(line) or _END.match(line)))
-
-
 def blocks(source: str) -> dict[str, Block]:
     """The marked blocks of a module, by name; malformed markers are an error, not a guess."""
     lines = source.splitlines()
     found: dict[str, Block] = {}
     open_at = None
     for i, line in enumerate(lines):
-        begin, end = _BEGIN.match(line), _END.match(line)
+        begin, end = MARKER_BEGIN.match(line), MARKER_END.match(line)
         if begin:
             if open_at is not None:
                 raise ValueError(f"line {i + 1}: exercise block opened inside another")

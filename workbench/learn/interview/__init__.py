@@ -9,7 +9,7 @@ torch's dtypes, collective times from the alpha-beta model (labelled model), tun
 stories from the shipped ``tuned_space.json`` tables. A performance number is a model
 number: ``workbench/recorded/`` holds measured rows when there are some.
 
-    >>> from workbench import interview                             # doctest: +SKIP
+    >>> from workbench.learn import interview                             # doctest: +SKIP
     >>> deck = interview.deck()                                     # doctest: +SKIP
     >>> deck.families().keys(), deck.mock(5, seed=1)                # doctest: +SKIP
 """

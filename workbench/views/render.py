@@ -19,7 +19,6 @@ import base64
 import html
 
 import altair as alt
-import ipywidgets as w
 from altair.utils.mimebundle import spec_to_mimebundle
 
 
@@ -73,7 +72,7 @@ def part_html(part) -> str:
             f'src="data:image/svg+xml;base64,{data}">')
 
 
-def show(output: w.Output, parts: list) -> None:
-    """Replace what ``output`` holds with ``parts``: one result at a time."""
+def show(output, parts: list) -> None:
+    """Replace what ``output`` (an ``ipywidgets.Output``) holds with ``parts``: one result at a time."""
     output.outputs = tuple({"output_type": "display_data", "data": bundle(part), "metadata": {}}
                            for part in parts)

@@ -1,6 +1,12 @@
 """The exercise widgets: a hint ladder that opens one hint per click, the progress table,
 and a verdict that shows a wrong tile as the error heat map.
 
+They live beside the exercises they show, not in ``workbench.widgets``: ``hints(key).widget()``,
+``progress_widget()`` and a verdict's notebook display reach them from here, and nothing
+of learn may import the widgets package. They take what they show as plain data (a hint
+ladder, a verdict, a function that lists the exercises), so this module imports no other
+module of the exercises and is loaded only when a widget is asked for.
+
 Like every widget here each has a Python API that tests drive (``HintWidget.click()``
 is the button), and displays with a static stand-in for viewers that cannot draw
 widgets; the stand-in keeps hints folded (``<details>``), so reading a committed
@@ -9,13 +15,15 @@ notebook does not give them away.
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING, Callable
 
 import ipywidgets as w
 
-from ..learn.exercises import list_exercises
-from ..learn.exercises.hints import HintLadder
-from ..learn.exercises.model import Verdict
-from .render import part_html
+from ...views.render import part_html
+
+if TYPE_CHECKING:   # they call on this module; importing them back would be a circle
+    from .hints import HintLadder
+    from .model import Verdict
 
 
 def _button_text(ladder: HintLadder) -> str:
@@ -59,8 +67,8 @@ class HintWidget:
                 "text/plain": f"hints for {self.ladder.exercise.key} (a widget: run the notebook to use it)"}
 
 
-def progress_table_html(progress_file=None) -> str:
-    rows = list_exercises(progress_file)
+def progress_table_html(rows: list[dict]) -> str:
+    """The rows of :func:`workbench.exercises.list_exercises` as an HTML table."""
     body = "".join(
         f"<tr><td>{html.escape(r['key'])}</td><td>{html.escape(r['title'])}</td><td>{r['kind']}</td>"
         f"<td>{'passed' if r['passed'] else ('tried' if r['attempts'] else '')}</td>"
@@ -74,15 +82,15 @@ def progress_table_html(progress_file=None) -> str:
 class ProgressWidget:
     """The learner's progress; ``refresh()`` (the button) re-reads it after a check."""
 
-    def __init__(self, progress_file=None):
-        self.progress_file = progress_file
-        self.table = w.HTML(progress_table_html(progress_file))
+    def __init__(self, list_rows: Callable[[], list[dict]]):
+        self.list_rows = list_rows      # read again on every refresh
+        self.table = w.HTML(progress_table_html(list_rows()))
         self.button = w.Button(description="refresh")
         self.button.on_click(lambda _button: self.refresh())
         self.widget = w.VBox([self.table, self.button])
 
     def refresh(self) -> str:
-        self.table.value = progress_table_html(self.progress_file)
+        self.table.value = progress_table_html(self.list_rows())
         return self.table.value
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
@@ -97,7 +105,7 @@ def verdict_parts(verdict: Verdict) -> list:
              + "".join(f"<p><i>{html.escape(line)}</i></p>" for line in (verdict.speed, verdict.predicted) if line)]
     failing = verdict.reports[-1] if verdict.reports and not verdict.passed else None
     if failing is not None and not failing.passed and failing.error_map is not None:
-        from .heatmap import error_heatmap
+        from ...views.heatmap import error_heatmap
         parts.append(error_heatmap(failing))
     return parts
 
