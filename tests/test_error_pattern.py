@@ -11,7 +11,7 @@ from kernels.registry import Rung
 from workbench import exercises
 from workbench.check import check_rung
 from workbench.harness.error_pattern import finding, likely_cause
-from workbench.exercises import learner, source
+from workbench.learn.exercises import learner, source
 
 SHAPE = (37, 29, 53)   # M, N, K: C is 37 x 29, nothing square or a multiple of a block
 

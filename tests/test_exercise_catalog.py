@@ -7,7 +7,7 @@ import re
 import pytest
 
 from workbench import exercises
-from workbench.exercises import learner, source
+from workbench.learn.exercises import learner, source
 from workbench.learn.exercises.catalog import all_exercises
 from workbench.learn.exercises.model import AnswerExercise, KernelExercise
 

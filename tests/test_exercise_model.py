@@ -13,7 +13,7 @@ pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e
 
 from workbench import exercises
 from workbench.model import rung as rung_model
-from workbench.exercises import grading, learner, source
+from workbench.learn.exercises import grading, learner, source
 from workbench.learn.exercises.model import Verdict
 from workbench.model.learner import predict_file
 from workbench.learn.exercises.widgets import verdict_html

@@ -10,7 +10,7 @@ import torch
 import kernels
 from workbench import exercises, isa
 from workbench.views.source import rung_diff
-from workbench.exercises import source, tiles
+from workbench.learn.exercises import source, tiles
 
 
 @pytest.mark.timeout(600)

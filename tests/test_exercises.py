@@ -11,7 +11,7 @@ import torch
 from kernels.simt import as_simt_array, float32, simt
 from workbench import exercises
 from workbench.cli import main
-from workbench.exercises import guards, learner, progress, source
+from workbench.learn.exercises import guards, learner, progress, source
 from workbench.learn.exercises.model import AnswerExercise, KernelExercise, Verdict
 
 

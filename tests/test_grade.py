@@ -131,7 +131,7 @@ def test_each_exercise_wrong_answer_fails_grade_for_the_reason_the_exercise_give
     """Exercises graded by the harness alone; the others (program order, hot loop) judge an
     idea whose wrong answers stay numerically right, which grade reports as machine code."""
     from workbench import exercises
-    from workbench.exercises import source
+    from workbench.learn.exercises import source
 
     exercise = exercises.get(key)
     path = tmp_path / f"{key.replace('/', '_')}.py"

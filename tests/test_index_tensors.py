@@ -22,7 +22,7 @@ from kernels.moe import aux_loss, expert_counts, permute, route, unpermute
 from kernels.moe.grouped_gemm import spec
 from kernels.moe.layer_ladder.v3_fused import fused_experts
 from kernels.outputs import poisoned_outputs
-from workbench.exercises import guards
+from workbench.learn.exercises import guards
 
 GROUPED = [pytest.param(r, id=r.label) for r in kernels.variants("grouped_gemm") if r.runs_here()]
 UNCHECKED = [pytest.param(r, id=r.label) for r in kernels.variants("grouped_gemm")

@@ -12,17 +12,21 @@ node and the layer compiles without graph breaks.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
 from .. import autocast
-from .ep_layer import ExpertParallelMoE
 from .layer_base import MoELayer
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.fused_op import fused_experts
 from .reference import MoEReference, swiglu
 from .routing import aux_loss, expert_counts, route
+
+if TYPE_CHECKING:
+    from .ep_layer import ExpertParallelMoE
 
 
 class MoE(MoELayer):
@@ -51,6 +55,8 @@ class MoE(MoELayer):
         (:class:`kernels.moe.ep_layer.ExpertParallelMoE`, which also takes ``ep_chunks``):
         it is not a ``MoE``, so Python does not run ``MoE.__init__`` on it."""
         if ep_group is not None and cls is MoE:
+            from .ep_layer import ExpertParallelMoE   # on first use: it brings torch.distributed's layer
+
             return ExpertParallelMoE(*args, ep_group=ep_group, **kwargs)
         return super().__new__(cls)
 
