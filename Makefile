@@ -69,7 +69,7 @@ gpu: $(GPU_SETUP)
 	exit $$status
 
 compat: setup
-	nice -n 10 $(VENV)/bin/python -m workbench.compat --torch "$(or $(TORCH),torch)"
+	nice -n 10 $(VENV)/bin/python -m workbench.isa.compat --torch "$(or $(TORCH),torch)"
 
 clean:
 	rm -rf $(VENV)

@@ -120,7 +120,7 @@ class AotKernel:
     options: dict[str, Any]     # num_warps, num_stages, and AMD knobs
     scalars: dict[str, Any] = field(default_factory=dict)
     """The int and float arguments' values at the launch shown: Triton's own specialization
-    of them (divisibility) is what the ahead-of-time compile gets (:mod:`workbench.isa_compile`)."""
+    of them (divisibility) is what the ahead-of-time compile gets (:mod:`workbench.isa.compile`)."""
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
     loads, use buffer loads and software-pipeline the K loop. An ahead-of-time compile
     must be told the same, or the ISA shows loads and a loop that no GPU runs: the int
     and float values are kept (``scalars``) so that the compile asks Triton itself for
-    those attributes (:mod:`workbench.isa_compile`).
+    those attributes (:mod:`workbench.isa.compile`).
 
     ``cfg`` holds the rung's settings: upper-case keys are constexprs, the rest compile
     options (``num_warps``, ``num_stages``, AMD knobs). ``ints`` are the int arguments'

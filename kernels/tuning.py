@@ -3,7 +3,7 @@ ahead-of-time table, and the one place a key's config is chosen (:func:`choice`)
 
 Each tuned op writes down its candidates per ahead-of-time target and ships the
 verdicts of compiling them (``<op>/tuned_space.json``, written by
-``python -m workbench.tune_space``): a config that spills on its target is never
+``python -m workbench.isa.tune_space``): a config that spills on its target is never
 timed. The rung then asks :func:`choice` for the config of its key among what the
 table keeps and its own per-shape prune leaves.
 
@@ -16,7 +16,7 @@ during CUDA-graph capture a key nobody timed takes its first candidate untimed a
 noted "untuned" (:func:`recording`), so the benchmark can say its steps ran a prior.
 
 A ranker (:func:`set_ranker`) may order a key's candidates by predicted time: the
-workbench installs its performance model as one (``workbench.tuning_model``; kernels
+workbench installs its performance model as one (``workbench.model.tuning``; kernels
 never imports workbench). Then only the ranker's shortlist is timed, and a key that
 cannot be timed (frozen mode, graph capture) takes the ranker's best, noted
 "predicted", instead of the first candidate. Without a ranker, or where it cannot tell

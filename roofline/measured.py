@@ -1,7 +1,7 @@
 """The format of measured ceilings, shared by the chart and the code that measures them.
 
 Measured ceilings come from a copy kernel and a large matmul on the GPU at hand (see
-``workbench.ceilings``); roofline only draws them. They are checked here so that a stale or
+``workbench.harness.ceilings``); roofline only draws them. They are checked here so that a stale or
 hand-edited cache file fails with a message naming it instead of drawing a wrong line.
 Format: ``{"gpu": str, "date": str, "hbm_tbps": float, "peak_tflops": {dtype: float}}``,
 other keys (torch version, method) are kept as they are.

@@ -112,8 +112,8 @@ def fake_timer(monkeypatch):
     The n-th call (from 1) takes ``ms[(n - 1) % len(ms)]`` milliseconds, or raises
     ``fail[n]``; the timed function is not run. Returns a list of the calls' numbers.
     """
-    from workbench import bench
-    from workbench.timing import Timing
+    from workbench.harness import bench
+    from workbench.harness.timing import Timing
 
     def install(ms=(1.0,), fail=None):
         calls = []

@@ -15,7 +15,8 @@ from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
 
 import kernels
-from workbench import isa, isa_compile
+from workbench import isa
+from workbench.isa import compile as isa_compile
 
 CASES = [("gemm", "v2"), ("attention", "v4")]
 

@@ -15,7 +15,7 @@ from kernels import tuning
 from kernels.attention import configs, configs_backward as space_bwd, v5_backward as v5
 from kernels.attention.launch import head_block
 from test_attention_tuning import DEVICES, TARGETS, _compiles, _key   # the forward table's, shared
-from workbench import tune_space
+from workbench.isa import tune_space
 from workbench.check import check_rung
 
 
@@ -26,7 +26,7 @@ def _entries(target: str) -> list[dict]:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_shipped_table_covers_exactly_the_candidates(target):
-    """A changed candidate list without ``python -m workbench.tune_space --op attention_backward
+    """A changed candidate list without ``python -m workbench.isa.tune_space --op attention_backward
     --write`` fails here."""
     recorded = [_key(entry["config"]) for entry in _entries(target)]
     assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in space_bwd.candidates(target))

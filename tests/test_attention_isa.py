@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from kernels.attention import v3_causal_lse, v4_amd_tuned, v5_backward
-from workbench import isa, isa_parse
+from workbench import isa
+from workbench.isa import parse as isa_parse
 from workbench.model import loop
 
 TOP = [("v3", "_flash_fwd_lse_kernel"), ("v5", "_bwd_dkdv_kernel"), ("v5", "_bwd_dq_kernel")]

@@ -14,7 +14,8 @@ import kernels
 from kernels import tuning
 from kernels.attention import configs, v4_amd_tuned as v4
 from kernels.attention.launch import head_block
-from workbench import isa, tune_space
+from workbench import isa
+from workbench.isa import tune_space
 from workbench.check import check_rung
 
 TARGETS = ("gfx942", "gfx950", "sm90")
@@ -31,7 +32,7 @@ def _compiles(entry: dict) -> dict:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_shipped_table_covers_exactly_the_candidates(target):
-    """A changed candidate list without ``python -m workbench.tune_space --op attention --write`` fails here."""
+    """A changed candidate list without ``python -m workbench.isa.tune_space --op attention --write`` fails here."""
     table = configs.shipped()[target]
     recorded = [_key(entry["config"]) for entry in table["kept"] + table["dropped"]]
     assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in configs.candidates(target))

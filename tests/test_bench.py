@@ -9,7 +9,7 @@ import torch
 import kernels
 from kernels import registry
 from workbench import results
-from workbench.bench import Budget, bench, planned_dtypes
+from workbench.harness.bench import Budget, bench, planned_dtypes
 
 SHAPES = [(16, 32, 48), (32, 16, 48), (48, 32, 16), (16, 16, 16)]
 
@@ -100,8 +100,8 @@ def test_a_spent_budget_starts_no_new_case_and_lists_the_rest(fake_gpu, fake_tim
 
 def test_every_rung_is_timed_through_bind(fake_gpu, monkeypatch):
     """The timed callable is the one ``Rung.bind`` returned: preparation stays outside."""
-    from workbench import bench as bench_module
-    from workbench.timing import Timing
+    from workbench.harness import bench as bench_module
+    from workbench.harness.timing import Timing
 
     fake_gpu()
     bound, timed = [], []
@@ -198,7 +198,7 @@ def test_passes_can_be_chosen_and_unknown_ones_are_refused(fake_gpu, fake_timer)
 def test_timed_backward_calls_return_the_gradients_call_after_call(fake_gpu, label):
     """The timed ``backward`` walks the graph built before the clock (retain_graph), so
     every call gives the same gradients as one autograd pass; ``forward+backward`` too."""
-    from workbench.bench import _output_grad, timed_pass
+    from workbench.harness.bench import _output_grad, timed_pass
 
     fake_gpu()
     spec, rung = kernels.spec("attention"), kernels.get("attention", label)
@@ -217,7 +217,7 @@ def test_timed_backward_calls_return_the_gradients_call_after_call(fake_gpu, lab
 
 
 def test_suite_times_attentions_backward_passes(fake_gpu, fake_timer, monkeypatch):
-    from workbench import suite
+    from workbench.harness import suite
     from workbench.check import CheckReport
 
     fake_gpu()
@@ -247,7 +247,7 @@ def tiny_quick_suite(monkeypatch):
 
 def test_suite_a_check_that_raises_gives_error_rows_and_one_that_fails_no_timing(
         fake_gpu, fake_timer, tiny_quick_suite, monkeypatch, tmp_path):
-    from workbench import suite
+    from workbench.harness import suite
     from workbench.check import CheckReport
 
     fake_gpu()

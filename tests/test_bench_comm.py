@@ -1,11 +1,12 @@
-"""``workbench bench comm``: on fewer than two GPUs it says so and records nothing; with two
+"""``workbench comm --backend nccl``: on fewer than two GPUs it says so and records nothing; with two
 (mocked here: gloo ranks stand in for NCCL) it records result rows in bus bandwidth."""
 from __future__ import annotations
 
 import pytest
 
 from kernels.comm import measure as comm_measure
-from workbench import bench_comm, cli, results
+from workbench.comm import bench as bench_comm
+from workbench import cli, results
 
 # above the runs' own deadlines (which end a hang) by the fork server's start on a loaded machine
 pytestmark = pytest.mark.timeout(180)
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.timeout(180)
 def test_fewer_than_two_gpus_records_nothing(gpus, monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(bench_comm.torch.cuda, "device_count", lambda: gpus)
     out = tmp_path / "comm.json"
-    assert cli.main(["bench", "comm", "--out", str(out)]) == 0
+    assert cli.main(["comm", "--backend", "nccl", "--out", str(out)]) == 0
     said = capsys.readouterr().out
     assert f"needs at least 2 GPUs, this machine has {gpus}; nothing measured, nothing recorded" in said
     assert not out.exists()
@@ -60,7 +61,7 @@ def test_run_local_refuses_an_unknown_backend():
 
 
 def test_two_gpus_time_the_ep_layer_unchunked_as_ref_and_pipelined(monkeypatch, tmp_path):
-    from workbench import ep_overlap
+    from workbench.comm import ep_overlap
 
     calls = []
 

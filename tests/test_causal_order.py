@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench import causal_order
+from workbench.views import causal_order
 
 
 def test_key_blocks_stop_at_each_blocks_diagonal_and_at_s_k():

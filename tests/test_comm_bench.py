@@ -4,7 +4,7 @@
 import pytest
 
 from workbench import cli
-from workbench.comm_bench import bench_rows
+from workbench.comm.bench import bench_rows
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,3 +25,20 @@ def test_cli_comm_labels_cpu_and_model(capsys):
 def test_unknown_collective_is_refused_before_launching():
     with pytest.raises(ValueError, match="broadcast"):
         bench_rows(collectives=("broadcast",))
+
+
+@pytest.mark.parametrize("gpus, backend", [(0, "gloo"), (1, "gloo"), (2, "nccl")])
+def test_one_command_picks_its_backend_by_the_gpus_here(gpus, backend, monkeypatch):
+    from workbench.comm import bench
+
+    ran = []
+    monkeypatch.setattr(bench.torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(bench, "report", lambda **kw: ran.append("gloo") or "gloo report")
+    monkeypatch.setattr(bench, "run", lambda **kw: ran.append("nccl") or ([], []))
+    assert cli.main(["comm"]) == 0
+    assert ran == [backend]
+
+
+def test_gloo_timings_are_not_recorded(capsys):
+    assert cli.main(["comm", "--backend", "gloo", "--out", "comm.json"]) == 2
+    assert "not GPU performance and are not recorded" in capsys.readouterr().err

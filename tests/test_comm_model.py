@@ -7,7 +7,7 @@ import pytest
 import roofline
 from kernels.comm.cost_model import ALGORITHMS, Cost, bytes_for_efficiency, cost, crossover_bytes, fit
 from kernels.comm.measure import BACKEND, fit_rows, measure
-from workbench.comm_model import predict, prediction_table, send_gbps
+from workbench.comm.model import predict, prediction_table, send_gbps
 
 pytestmark = pytest.mark.timeout(60)
 ALPHA, BETA = 7e-6, 1 / 40e9

@@ -1,4 +1,4 @@
-"""The notebook's views of the collectives (``workbench.comm_views``) tell the truth.
+"""The notebook's views of the collectives (``workbench.views.comm``) tell the truth.
 
 The ring tables come from running the ring code itself on threads; these tests hold the
 traced messages to the ring's known shape (p-1 steps per pass, right neighbour, every
@@ -15,8 +15,8 @@ pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. 
 
 from kernels.comm import collectives, ring
 from kernels.comm.cost_model import Fit
-from workbench import comm_views as views
-from workbench.widgets.render import static_renderer
+from workbench.views import comm as views
+from workbench.views.render import static_renderer
 
 pytestmark = pytest.mark.timeout(60)
 

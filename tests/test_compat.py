@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from kernels.triton_version import GPU_RANGE, PARTIAL, minor, oldest
-from workbench import compat
+from workbench.isa import compat
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ meaning and source; the commands are well formed; bad arguments are named."""
 import pytest
 
 import kernels
-from workbench import counters
+from workbench.harness import counters
 
 
 def test_every_story_is_about_a_registered_rung():

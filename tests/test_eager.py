@@ -18,7 +18,7 @@ from kernels.gemm import ops as gemm_ops
 from kernels.gemm_fp8 import ops as fp8_ops
 from kernels.moe.grouped_gemm import ops as grouped_ops
 from kernels.moe.layer_ladder import fused_op
-from workbench import host_overhead
+from workbench.harness import host_overhead
 
 # the custom op each benchmark case's public op calls when it does not run directly
 CUSTOM_OPS = {"matmul": (gemm_ops, "_matmul_2d"), "nn.Linear": (gemm_ops, "_matmul_2d"),

@@ -26,8 +26,8 @@ from kernels.moe.layer_ladder import v3_fused
 from kernels.moe.layer_ladder.v2_grouped import routed_experts
 from kernels.moe.reference import swiglu
 from workbench.check import relative_error
-from workbench.ep_overlap import measure
-from workbench.tolerances import reassociation_bound
+from workbench.comm.ep_overlap import measure
+from workbench.harness.tolerances import reassociation_bound
 
 from grouped_launches import grouped_launches
 from host_sync import READS, counted_host_reads, no_host_sync

@@ -10,8 +10,8 @@ from kernels.outputs import new_output
 from kernels.registry import Rung
 from workbench import exercises
 from workbench.check import check_rung
-from workbench.error_pattern import finding, likely_cause
-from workbench.exercises import learner, source
+from workbench.harness.error_pattern import finding, likely_cause
+from workbench.learn.exercises import learner, source
 
 SHAPE = (37, 29, 53)   # M, N, K: C is 37 x 29, nothing square or a multiple of a block
 
@@ -144,7 +144,7 @@ def test_fp8_scale_mistakes_in_the_kernel(mistake, seed, cause, tmp_path, monkey
 
 def test_the_heat_map_shows_the_finding_the_command_line_prints():
     pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
-    from workbench.widgets.heatmap import error_heatmap
+    from workbench.views.heatmap import error_heatmap
 
     report = check_rung(_broken(without_b_scale), SHAPE, torch.float32)
     subtitle = error_heatmap(report).to_dict()["title"]["subtitle"]

@@ -9,7 +9,7 @@ pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e
 
 import kernels
 from workbench import results
-from workbench.rung_view import RungView
+from workbench.views.rung import RungView
 from workbench.widgets import LadderProfiler
 from workbench.widgets.ladder_rows import error_notes, ladder_chart_rows
 

@@ -7,9 +7,9 @@ import re
 import pytest
 
 from workbench import exercises
-from workbench.exercises import learner, source
-from workbench.exercises.catalog import all_exercises
-from workbench.exercises.model import AnswerExercise, KernelExercise
+from workbench.learn.exercises import learner, source
+from workbench.learn.exercises.catalog import all_exercises
+from workbench.learn.exercises.model import AnswerExercise, KernelExercise
 
 CATALOG = all_exercises()
 KERNEL = [e for e in CATALOG.values() if isinstance(e, KernelExercise)]

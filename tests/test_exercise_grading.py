@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import kernels
-from workbench.exercises.grading import _previous
+from workbench.learn.exercises.grading import _previous
 
 
 def test_a_rung_is_timed_against_the_nearest_lower_rung_that_computes_the_same():

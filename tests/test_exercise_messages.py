@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from workbench import exercises
-from workbench.exercises import source
+from workbench.learn.exercises import source
 
 
 @pytest.fixture(autouse=True)

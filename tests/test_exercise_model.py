@@ -11,11 +11,12 @@ import pytest
 
 pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 
-from workbench import exercises, rung_model
-from workbench.exercises import grading, learner, source
-from workbench.exercises.model import Verdict
+from workbench import exercises
+from workbench.model import rung as rung_model
+from workbench.learn.exercises import grading, learner, source
+from workbench.learn.exercises.model import Verdict
 from workbench.model.learner import predict_file
-from workbench.widgets.exercise_views import verdict_html
+from workbench.learn.exercises.widgets import verdict_html
 
 SQUARE = (4096, 4096, 4096)
 

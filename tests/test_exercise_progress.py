@@ -10,7 +10,7 @@ import pytest
 
 from workbench import exercises
 from workbench.cli import main
-from workbench.exercises import progress
+from workbench.learn.exercises import progress
 
 WORKERS, ATTEMPTS = 4, 40
 

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from workbench.exercises.races import ProgramRace, triton_store_races
+from workbench.learn.exercises.races import ProgramRace, triton_store_races
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,8 +9,8 @@ import torch
 
 import kernels
 from workbench import exercises, isa
-from workbench.source import rung_diff
-from workbench.exercises import source, tiles
+from workbench.views.source import rung_diff
+from workbench.learn.exercises import source, tiles
 
 
 @pytest.mark.timeout(600)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from workbench import exercises, isa
-from workbench.isa_occupancy import CDNA_VGPRS_PER_LANE, SIMDS_PER_CU
+from workbench.isa.occupancy import CDNA_VGPRS_PER_LANE, SIMDS_PER_CU
 
 EXERCISE = exercises.get("gemm/v4-waves")
 WORDS = " ".join([EXERCISE.title, EXERCISE.question, *EXERCISE.hints, EXERCISE.explain])

@@ -11,8 +11,8 @@ import torch
 from kernels.simt import as_simt_array, float32, simt
 from workbench import exercises
 from workbench.cli import main
-from workbench.exercises import guards, learner, progress, source
-from workbench.exercises.model import AnswerExercise, KernelExercise, Verdict
+from workbench.learn.exercises import guards, learner, progress, source
+from workbench.learn.exercises.model import AnswerExercise, KernelExercise, Verdict
 
 
 @pytest.fixture(autouse=True)
@@ -121,7 +121,7 @@ def test_check_records_progress_and_keeps_a_pass():
 
 def test_the_notebook_and_the_terminal_share_one_copy_whatever_their_directory(monkeypatch, tmp_path):
     monkeypatch.delenv("WORKBENCH_EXERCISES_DIR")
-    checkout = Path(learner.__file__).resolve().parents[2]
+    checkout = Path(learner.__file__).resolve().parents[3]
     seen = set()
     for cwd in (checkout, checkout / "notebooks", tmp_path):   # the CLI, a notebook, anywhere
         monkeypatch.chdir(cwd)
@@ -134,7 +134,7 @@ def test_the_notebook_and_the_terminal_share_one_copy_whatever_their_directory(m
 
 
 def test_a_checkout_is_known_by_its_project_name(tmp_path):
-    assert learner._is_checkout(Path(learner.__file__).resolve().parents[2])
+    assert learner._is_checkout(Path(learner.__file__).resolve().parents[3])
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "something-else"\n')
     assert not learner._is_checkout(tmp_path) and not learner._is_checkout(tmp_path / "nowhere")
 
@@ -218,7 +218,7 @@ def _answer_exercise():
 
 
 def test_answers_compare_numbers_within_tolerance_strings_and_sequences():
-    from workbench.exercises.grading import grade_answer
+    from workbench.learn.exercises.grading import grade_answer
     exercise = _answer_exercise()
     assert grade_answer(exercise, 6.2).passed and not grade_answer(exercise, 6.4).passed
     assert not grade_answer(exercise, None).passed and not grade_answer(exercise, "6").passed
@@ -275,7 +275,7 @@ def test_triton_bounds_names_program_lane_tensor_and_index():
     assert "program (2, 0, 0) loads out of bounds: lane [2]" in str(cause)
     assert "element 10 of `src`, which has 10" in str(cause)
     copy_one_too_many[(3,)](src, dst, 9, BLOCK=4)      # outside the guard: the patch is gone
-    from workbench.exercises.races import triton_store_races
+    from workbench.learn.exercises.races import triton_store_races
     with guards.triton_bounds():
         with triton_store_races():
             pass

@@ -18,10 +18,11 @@ pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e
 pytest.importorskip("altair", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 
 import roofline
-from workbench import comm_model, isa
-from workbench.flashcards import Card, Deck
-from workbench.interview import deck
-from workbench.interview.evidence import lanes, matrix_instructions, tuning_rows
+from workbench.comm import model as comm_model
+from workbench import isa
+from workbench.learn.flashcards import Card, Deck
+from workbench.learn.interview import deck
+from workbench.learn.interview.evidence import lanes, matrix_instructions, tuning_rows
 from workbench.widgets import FlashCards
 
 pytestmark = pytest.mark.timeout(300)

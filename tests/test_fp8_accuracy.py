@@ -1,4 +1,4 @@
-"""workbench.fp8_accuracy: per recipe and GEMM, the error against float64 and the
+"""workbench.harness.fp8_accuracy: per recipe and GEMM, the error against float64 and the
 overflow/underflow counts; workbench.train.fp8_parity and the FP8 side of TrainingComparison."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 
-from workbench import fp8_accuracy
+from workbench.harness import fp8_accuracy
 from workbench.train import fp8_parity
 from workbench.widgets import TrainingComparison
 

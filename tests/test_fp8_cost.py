@@ -1,4 +1,4 @@
-"""The FP8 step's cost model (workbench.fp8_cost): its arithmetic, redone here by hand from
+"""The FP8 step's cost model (workbench.model.fp8_cost): its arithmetic, redone here by hand from
 the datasheet numbers and the byte counts stated in the quantize kernel's docstring."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from workbench import fp8_cost
+from workbench.model import fp8_cost
 
 # MI300X datasheet numbers (roofline/specs/mi300x.yaml), pinned: TFLOP/s and TB/s
 BF16, FP8, HBM = 1307.4, 2614.9, 5.3

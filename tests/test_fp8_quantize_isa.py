@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPILE = """
 import json, torch
 from kernels.gemm_fp8 import quantize_kernel
-from workbench import isa_compile, isa_parse
+from workbench.isa import compile as isa_compile, parse as isa_parse
 kernel = isa_compile.compile_aot(quantize_kernel.aot({granularity!r}, torch.{fp8}), ("hip", {arch!r}, 64))
 lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
 print(json.dumps(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],

@@ -20,7 +20,8 @@ import torch
 
 import kernels
 from kernels.gemm_fp8 import blockwise_matmul, quantize
-from workbench import isa, isa_parse
+from workbench import isa
+from workbench.isa import parse as isa_parse
 from workbench.check import compare, judge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,7 +152,7 @@ MIXED_COMPILE = """
 import dataclasses, json, torch
 from kernels.gemm_fp8 import launch, v2_triton_blockwise
 from kernels.triton_support import pointer_type
-from workbench import isa_compile, isa_parse
+from workbench.isa import compile as isa_compile, parse as isa_parse
 aot = launch.aot_blockwise(v2_triton_blockwise._gemm_fp8_blockwise_kernel, torch.{a}, "hip")[0]
 aot = dataclasses.replace(aot, signature={{**aot.signature, "b_ptr": pointer_type(torch.{b})}})
 kernel = isa_compile.compile_aot(aot, ("hip", {arch!r}, 64))

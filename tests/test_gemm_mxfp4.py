@@ -15,7 +15,8 @@ import roofline
 from kernels.gemm_mxfp4 import FORMAT, dequantize_mxfp4, quantize_mxfp4
 from kernels.gemm_mxfp4.formats import E2M1_VALUES, round_to_e2m1
 from kernels.outputs import poisoned_outputs
-from workbench import isa, isa_compile
+from workbench import isa
+from workbench.isa import compile as isa_compile
 from workbench.check import check_rung, compare
 
 SPEC = kernels.spec("gemm_mxfp4")

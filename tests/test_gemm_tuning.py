@@ -16,7 +16,8 @@ import torch
 import kernels
 from kernels import tuning
 from kernels.gemm import configs, v6_persistent as v6
-from workbench import isa, isa_parse, tune_space
+from workbench import isa
+from workbench.isa import parse as isa_parse, tune_space
 from workbench.check import check_rung
 
 TARGETS = ("gfx942", "gfx950", "sm90")
@@ -34,7 +35,7 @@ def _entries(target: str) -> list[dict]:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_shipped_table_covers_exactly_the_candidates(target):
-    """A changed candidate list without ``python -m workbench.tune_space --write`` fails here."""
+    """A changed candidate list without ``python -m workbench.isa.tune_space --write`` fails here."""
     recorded = [_key(entry["config"]) for entry in _entries(target)]
     wanted = [_key(tuning.as_dict(c)) for c in configs.candidates(target)]
     assert sorted(recorded) == sorted(wanted)

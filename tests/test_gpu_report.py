@@ -34,7 +34,7 @@ def pretended_h200(fake_gpu, fake_timer, monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "ops", lambda: ("gemm_fp8",))
     monkeypatch.setattr(gpu_report, "measure_ceilings", lambda force: dict(CEILINGS))
     monkeypatch.setattr(gpu_report, "RECORDED", tmp_path)
-    monkeypatch.setattr("workbench.suite.check", lambda op, rung, progress: [CheckReport(
+    monkeypatch.setattr("workbench.harness.suite.check", lambda op, rung, progress: [CheckReport(
         op, kernels.get(op, rung).title, (5, 7, 3), "float8_e4m3fn", True, 0.0, 0.0, 1.0, 0, 105,
         None, None, None)])
     monkeypatch.setattr(train_quick, "run", _fake_train_run)

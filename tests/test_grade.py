@@ -16,8 +16,8 @@ import torch
 import kernels
 from workbench.cli import main
 from workbench import exercises
-from workbench.exercises import source
-from workbench.exercises.model import KernelExercise
+from workbench.learn.exercises import source
+from workbench.learn.exercises.model import KernelExercise
 from workbench.grade import ENTRY, SCHEMA_VERSION, exercise_rules, grade, launches, worker
 from workbench.grade.examples import RIGHT as CORRECT, WRONG
 from workbench.grade.correctness import poisoned_allocations
@@ -58,7 +58,7 @@ def test_allocations_are_poisoned_inside_the_block_only():
 
 
 def test_a_launch_is_recorded_as_triton_splits_its_arguments():
-    from workbench.exercises.learner import import_file
+    from workbench.learn.exercises.learner import import_file
 
     module, _ = import_file(CORRECT, "gemm")
     a, b = torch.randn(100, 70, dtype=torch.bfloat16), torch.randn(70, 90, dtype=torch.bfloat16)
@@ -257,7 +257,7 @@ def test_on_a_gpu_yours_ref_and_the_top_rung_are_timed_in_one_run(monkeypatch):
     the timer itself a stand-in: its medians become the rows and the ratios to yours."""
     from types import SimpleNamespace
 
-    from workbench import timing
+    from workbench.harness import timing
     from workbench.grade import speed
 
     timed = []
@@ -291,7 +291,7 @@ def test_the_rungs_the_model_does_not_cover_are_one_line(monkeypatch):
 
 
 def test_a_file_kernel_the_model_does_not_cover_is_said_in_one_line():
-    from workbench.exercises.learner import import_file
+    from workbench.learn.exercises.learner import import_file
     from workbench.grade import file_model
 
     module, _ = import_file(CORRECT, "gemm")

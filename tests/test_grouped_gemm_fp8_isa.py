@@ -15,7 +15,8 @@ import re
 
 import pytest
 
-from workbench import isa, isa_parse
+from workbench import isa
+from workbench.isa import parse as isa_parse
 
 KERNELS = {"forward": "_grouped_gemm_fp8_kernel", "dx": "_grouped_gemm_fp8_kernel",
            "dw": "_grouped_dw_fp8_kernel"}

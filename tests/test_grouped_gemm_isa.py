@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from workbench import isa, isa_parse
+from workbench import isa
+from workbench.isa import parse as isa_parse
 
 KERNELS = ["forward", "dx", "dw"]            # v2's and v4's aot() order
 FORWARD = {"v2": "_grouped_gemm_kernel", "v4": "_grouped_gemm_persistent_kernel"}
@@ -53,7 +54,7 @@ def test_v1_launches_gemm_v4s_kernel():
 
 
 def test_v4_compiles_one_kernel_on_request_and_refuses_an_unknown_one():
-    """How ``workbench.tune_space`` compiles each candidate three times."""
+    """How ``workbench.isa.tune_space`` compiles each candidate three times."""
     report = isa.inspect_all("grouped_gemm", "v4", "gfx942", overrides={"kernel": "dw"})
     assert [r.kernel_name for r in report] == ["_grouped_dw_kernel"]
     with pytest.raises(RuntimeError, match="kernel must be one of"):

@@ -12,7 +12,7 @@ import kernels
 from kernels.gemm.ops import best_rung
 from kernels.moe.grouped_gemm import spec
 from workbench.check import compare
-from workbench.host_overhead import calls_where
+from workbench.harness.host_overhead import calls_where
 
 from host_sync import no_host_sync
 

@@ -13,7 +13,7 @@ import torch
 import kernels
 from kernels import tuning
 from kernels.moe.grouped_gemm import configs, spec, v4_persistent as v4
-from workbench import tune_space
+from workbench.isa import tune_space
 from workbench.check import check_rung
 
 TARGETS = ("gfx942", "gfx950", "sm90")
@@ -35,7 +35,7 @@ def _by_config(target: str) -> dict[tuple, dict]:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_shipped_table_covers_exactly_the_candidates(target):
-    """A changed candidate list without ``python -m workbench.tune_space --op grouped_gemm
+    """A changed candidate list without ``python -m workbench.isa.tune_space --op grouped_gemm
     --write`` fails here."""
     wanted = [_frozen(tuning.as_dict(c)) for c in configs.candidates(target)]
     assert sorted(_by_config(target)) == sorted(wanted) and len(set(wanted)) == len(wanted)

@@ -10,7 +10,7 @@ import kernels
 from kernels.outputs import new_output, poisoned_outputs
 from kernels.registry import Rung
 from workbench import check_rung, compare
-from workbench.tolerances import FACTOR, FLOOR, allowed_error, reassociation_bound
+from workbench.harness.tolerances import FACTOR, FLOOR, allowed_error, reassociation_bound
 
 SHAPE = (37, 29, 53)
 

@@ -22,7 +22,7 @@ from kernels.gemm.ops import best_rung
 from kernels.moe.grouped_gemm import v4_persistent as grouped_v4
 from kernels.outputs import poisoned_outputs
 from kernels.triton_support import next_power_of_2
-from workbench import host_overhead
+from workbench.harness import host_overhead
 from workbench.cli import main
 
 PUBLIC_OPS = {"matmul", "nn.Linear", "flash_attention", "flash_attention_varlen", "grouped_gemm",

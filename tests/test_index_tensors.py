@@ -3,8 +3,8 @@ indexed scales): any layout reads as its values, and no value moves a kernel out
 operands, even with the host checks turned off.
 
 Every test here runs under the interpreter's bounds guard
-(:func:`workbench.exercises.guards.triton_bounds`): a Triton load or store outside the
-tensors of its launch raises :class:`~workbench.exercises.guards.OutOfBounds` before it
+(:func:`workbench.learn.exercises.guards.triton_bounds`): a Triton load or store outside the
+tensors of its launch raises :class:`~workbench.learn.exercises.guards.OutOfBounds` before it
 touches memory, so a regression fails its test instead of corrupting the process.
 Shapes stay tiny: each interpreted program costs ~1 ms.
 """
@@ -22,7 +22,7 @@ from kernels.moe import aux_loss, expert_counts, permute, route, unpermute
 from kernels.moe.grouped_gemm import spec
 from kernels.moe.layer_ladder.v3_fused import fused_experts
 from kernels.outputs import poisoned_outputs
-from workbench.exercises import guards
+from workbench.learn.exercises import guards
 
 GROUPED = [pytest.param(r, id=r.label) for r in kernels.variants("grouped_gemm") if r.runs_here()]
 UNCHECKED = [pytest.param(r, id=r.label) for r in kernels.variants("grouped_gemm")

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import roofline
-from workbench import isa, isa_occupancy as occ
-from workbench.interview import attention_backward, distributed, fp8, gpus, mfma, occupancy, reduction, swizzle
+from workbench import isa
+from workbench.isa import occupancy as occ
+from workbench.learn.interview import attention_backward, distributed, fp8, gpus, mfma, occupancy, reduction, swizzle
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,7 +12,8 @@ import torch
 import triton.language as tl
 
 import kernels
-from workbench import isa, isa_compile, isa_occupancy, isa_parse
+from workbench import isa
+from workbench.isa import compile as isa_compile, occupancy as isa_occupancy, parse as isa_parse
 
 AOT_RUNGS = [r for r in kernels.variants("gemm") if r.aot is not None]
 TOP_RUNG = max(AOT_RUNGS, key=lambda r: r.rung)

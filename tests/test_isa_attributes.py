@@ -3,7 +3,7 @@ which the assembly no longer shows (notebook 00 reads waves_per_eu and num_warps
 from __future__ import annotations
 
 from workbench import isa
-from workbench.isa_compile import amdgpu_attributes
+from workbench.isa.compile import amdgpu_attributes
 
 
 def test_attributes_are_read_from_the_ir():

@@ -22,7 +22,8 @@ import torch
 import kernels
 from kernels.gemm import v2_triton_tile, v4_lds_pipeline
 from kernels.registry import PACKAGES
-from workbench import isa, isa_parse
+from workbench import isa
+from workbench.isa import parse as isa_parse
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTRUCTION = re.compile(r"\b(v_mfma\w*|v_cmp\w*|ds_(?:read|write)\w*|global_load\w*|buffer_load\w*"
@@ -165,7 +166,7 @@ def test_gfx942_loads_into_lds_4_bytes_per_lane_where_gfx950_loads_16(monkeypatc
     """Notebook 01: both targets can load from global memory straight into LDS. Triton 3.9
     does it by default on gfx950 only (16 bytes per lane); asked to on gfx942
     (TRITON_HIP_USE_ASYNC_COPY=1) it emits the 4-byte form, the widest gfx942 has."""
-    from workbench import isa_compile
+    from workbench.isa import compile as isa_compile
 
     gfx950 = isa.inspect("gemm", "v4", "gfx950").asm.splitlines()
     assert {line.split()[0] for line in gfx950 if isa_parse.loads_into_lds(line)} == {"buffer_load_dwordx4"}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from workbench import isa, isa_waits
-from workbench.isa_parse import mnemonic
+from workbench import isa
+from workbench.isa import waits as isa_waits
+from workbench.isa.parse import mnemonic
 
 LOOP = """
 .LBB0_1:

@@ -17,7 +17,7 @@ from kernels.gemm_fp8 import spec as fp8_spec
 from kernels.moe.grouped_gemm import ops as grouped_ops
 from kernels.moe.grouped_gemm import v4_persistent as grouped_v4
 from kernels.outputs import poisoned_outputs
-from workbench import host_overhead
+from workbench.harness import host_overhead
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workbench import exercises, lds_banks
+from workbench import exercises
+from workbench.isa import lds_banks
 
 LANES = range(64)
 

@@ -1,11 +1,12 @@
-"""Notebook 10's matrix-core sections (``workbench.mfma_views``), checked against the data
+"""Notebook 10's matrix-core sections (``workbench.views.mfma``), checked against the data
 they read and against gfx942 compiles of GEMM v3 and v4 (cached by the ISA inspector)."""
 from __future__ import annotations
 
 import pytest
 
-from workbench import isa, mfma_views
-from workbench.interview import mfma as mfma_layout
+from workbench import isa
+from workbench.views import mfma as mfma_views
+from workbench.learn.interview import mfma as mfma_layout
 from workbench.model import machine
 
 

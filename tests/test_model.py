@@ -295,7 +295,7 @@ def test_uneven_programs_leave_slots_idle():
 
 
 def test_matrix_loops_are_every_innermost_loop_with_mfmas():
-    from workbench import isa_parse
+    from workbench.isa import parse as isa_parse
 
     text = LOOP + LOOP.replace(".LBB0_1", ".LBB0_2") + ".LBB0_3:\n\tv_add_u32_e32 v1, 1, v1\n\ts_cbranch_scc1 .LBB0_3\n"
     loops = isa_parse.matrix_loops(text.splitlines(), "amdgcn")

@@ -114,7 +114,7 @@ def test_uncovered_backward_rungs_say_so(op, rung):
 
 
 def test_a_tuned_launch_is_predicted_at_each_candidate():
-    """What the tuners' ranker asks (``workbench.tuning_model``): one launch of a rung that
+    """What the tuners' ranker asks (``workbench.model.tuning``): one launch of a rung that
     tunes several, at a pinned candidate; unpinned, the launch takes its prior."""
     from kernels.attention import v5_backward
     from workbench.model import predict_launch

@@ -10,7 +10,7 @@ import functools
 import pytest
 
 from workbench.model import validation
-from workbench.table import format_table
+from workbench.harness.table import format_table
 
 pytestmark = pytest.mark.slow
 

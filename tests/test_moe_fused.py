@@ -14,7 +14,8 @@ import triton.language as tl
 import kernels
 from kernels.moe.layer_ladder import spec as moe_spec
 from kernels.moe.layer_ladder import v3_fused
-from workbench import isa, isa_parse
+from workbench import isa
+from workbench.isa import parse as isa_parse
 from workbench.check import check_rung
 
 V3 = kernels.get("moe", "v3")

@@ -8,7 +8,7 @@ import torch
 import kernels
 from kernels.moe import MoE, MoEReference, aux_loss, route
 from workbench.check import check
-from workbench.tolerances import allowed_error
+from workbench.harness.tolerances import allowed_error
 
 
 def _layer(dtype=torch.float32, seed=0, **sizes):

@@ -1,4 +1,4 @@
-"""The host-side views the MoE notebook prints (``workbench.moe_views``) agree with the kernels.
+"""The host-side views the MoE notebook prints (``workbench.views.moe``) agree with the kernels.
 
 The schedule is checked against the device's own :func:`~kernels.moe.grouped_gemm.schedule.locate`
 (run per program under the interpreter), so the table the notebook prints is the mapping the
@@ -15,7 +15,7 @@ import triton.language as tl
 import kernels
 from kernels.moe.grouped_gemm import spec
 from kernels.moe.grouped_gemm.schedule import group_tiles, locate
-from workbench import moe_views
+from workbench.views import moe as moe_views
 
 
 @triton.jit

@@ -10,7 +10,7 @@ import kernels
 from kernels import tuning
 from kernels.moe.grouped_gemm import configs as grouped
 from kernels.moe.layer_ladder import configs
-from workbench import tune_space
+from workbench.isa import tune_space
 from workbench.check import check_rung
 
 TARGETS = ("gfx942", "gfx950", "sm90")
@@ -23,7 +23,7 @@ def _entries(target: str) -> list[dict]:
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_table_covers_exactly_what_the_grouped_gemm_keeps(target):
-    """A changed grouped GEMM table without ``python -m workbench.tune_space --op moe --write``
+    """A changed grouped GEMM table without ``python -m workbench.isa.tune_space --op moe --write``
     fails here."""
     wanted = [tuning.as_dict(c) for c in tuning.kept(grouped.TABLE, target, grouped.candidates(target))]
     assert sorted(map(str, (e["config"] for e in _entries(target)))) == sorted(map(str, wanted))

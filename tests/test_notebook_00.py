@@ -13,7 +13,7 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
 from workbench import exercises
-from workbench.exercises import source
+from workbench.learn.exercises import source
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "00_start_here.ipynb"

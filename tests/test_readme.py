@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernels import triton_version
-from workbench import compat
+from workbench.isa import compat
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)

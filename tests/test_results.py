@@ -9,7 +9,7 @@ import pytest
 
 from workbench import results
 from workbench.results import ResultsFormatError
-from workbench.table import format_table
+from workbench.harness.table import format_table
 
 
 def _error_row(make_row, message="RuntimeError: launch failed", **change):

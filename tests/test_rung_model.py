@@ -14,8 +14,9 @@ import pytest
 import torch
 
 import kernels
-from workbench import model, rung_model
-from workbench.rung_view import view_rung
+from workbench import model
+from workbench.model import rung as rung_model
+from workbench.views.rung import view_rung
 
 PAGE_SHAPE = (9, 7, 5)
 

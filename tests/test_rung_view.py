@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kernels
 from workbench import results
-from workbench.rung_view import view_rung
+from workbench.views.rung import view_rung
 
 
 def test_first_rung_shows_its_source_and_the_simt_isa_note():

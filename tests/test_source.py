@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import kernels
-from workbench.exercises.source import module_source
-from workbench.source import previous_rung, rung_diff, rung_source, show_diff
+from workbench.learn.exercises.source import module_source
+from workbench.views.source import previous_rung, rung_diff, rung_source, show_diff
 
 
 def test_source_is_the_module_that_registers_the_rung():

@@ -6,7 +6,7 @@ import torch
 
 import kernels
 from workbench import PerformanceUnavailable, time_ms
-from workbench.bench import bench
+from workbench.harness.bench import bench
 
 
 def test_interpreter_refuses_to_time():
@@ -29,7 +29,7 @@ def test_gpu_timing_and_bench_rows():
 
 
 def test_quick_suite_refuses_on_the_interpreter_and_checks_its_name():
-    from workbench.suite import run_suite
+    from workbench.harness.suite import run_suite
     with pytest.raises(ValueError, match="unknown suite 'full'"):
         run_suite("full")
     if kernels.backend.current().is_interpreter:
@@ -46,7 +46,7 @@ def test_every_op_names_quick_shapes_it_has():
 @pytest.mark.gpu
 def test_quick_suite_writes_one_results_file(tmp_path):
     from workbench import results
-    from workbench.suite import run_suite
+    from workbench.harness.suite import run_suite
     reports, rows = run_suite("quick", out=tmp_path / "quick.json", progress=False)
     assert all(r.passed for r in reports)
     assert results.load(tmp_path / "quick.json") == rows
@@ -54,7 +54,7 @@ def test_quick_suite_writes_one_results_file(tmp_path):
 
 
 def test_timing_reads_throughput_off_the_work_given():
-    from workbench.timing import Timing
+    from workbench.harness.timing import Timing
     t = Timing(median_ms=2.0, min_ms=1.9, max_ms=2.5, reps=10, flops=4e12, bytes_moved=8e9)
     assert t.tflops == pytest.approx(2000.0) and t.gbps == pytest.approx(4000.0)
     assert Timing(2.0, 1.9, 2.5, 10).tflops is None

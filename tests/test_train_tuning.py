@@ -85,7 +85,7 @@ def test_the_run_ranks_with_the_model_and_then_restores_the_prior(monkeypatch, t
     """The run's tuning pass and steps rank with the performance model (here, on the
     interpreter, it declines: the pass still times every fake candidate); after the run
     the tuners are back to the prior."""
-    from workbench import tuning_model
+    from workbench.model import tuning as tuning_model
 
     during = []
     _after_the_pass(monkeypatch, lambda report: during.append((type(tuning._ranker), report.count("timed"))))

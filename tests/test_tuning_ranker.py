@@ -4,7 +4,7 @@ cannot be timed takes its best instead of the prior (``kernels.tuning.set_ranker
 The fake op's candidates carry their own "milliseconds", which the tuner's fake clock
 returns (conftest's ``clock``). These are synthetic timings: no GPU has timed
 these candidates. The last test ranks GEMM v6's real gfx942 candidates with the real
-performance model (``workbench.tuning_model``); its "measured" clock is the model's own
+performance model (``workbench.model.tuning``); its "measured" clock is the model's own
 prediction with a seeded error on top, so it shows the mechanism (the shortlist keeps
 the fastest while the model's error stays within the spread it times), not that the
 model orders a real GPU's candidates right: that needs GPU timings, which do not exist here.
@@ -19,7 +19,7 @@ import torch
 import kernels
 from kernels import tuning
 from kernels.gemm import configs as gemm_configs
-from workbench import tuning_model
+from workbench.model import tuning as tuning_model
 
 OP, KEY = "test/op", (64, 128, torch.bfloat16)
 SPACE = [{"BLOCK_M": 32, "ms": 3.0}, {"BLOCK_M": 16, "ms": 1.0}, {"BLOCK_M": 64, "ms": 2.0},

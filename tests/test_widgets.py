@@ -15,13 +15,14 @@ import torch
 import kernels
 import roofline
 from kernels.registry import Rung
-from workbench import isa_parse, results
+from workbench.isa import parse as isa_parse
+from workbench import results
 from workbench.check import CheckReport
 from workbench.results import ResultRow
 from workbench.widgets import CorrectnessChecker, IsaViewer, LadderProfiler
 from workbench.widgets.controls import CHECK_CAP
-from workbench.widgets.heatmap import pooled_error
-from workbench.table import html_table
+from workbench.views.heatmap import pooled_error
+from workbench.harness.table import html_table
 
 SMALL = (37, 29, 53)
 PERF = ("ms", "tflops", "gbps", "pct_of_roof", "vs_prev", "vs_ref")
@@ -186,7 +187,7 @@ def test_a_panel_displays_as_its_widget_with_a_static_copy_of_its_result(no_reco
 
 
 def test_charts_carry_a_text_form_that_names_them():
-    from workbench.widgets.render import bundle
+    from workbench.views.render import bundle
     chart = roofline.chart("MI300X", dtypes=["bf16"])
     drawn = bundle(chart)
     assert drawn["image/svg+xml"].lstrip().startswith("<svg")
@@ -310,7 +311,7 @@ def _skips_last_row(a, b):
 
 
 def test_heat_map_shows_unwritten_elements_as_far_over_the_bound():
-    from workbench.widgets.heatmap import WRONG_PATTERN_X_ALLOWED
+    from workbench.views.heatmap import WRONG_PATTERN_X_ALLOWED
     lazy = Rung(op="gemm", rung=91, name="lazy", fn=_skips_last_row, backends=frozenset({"interpreter"}),
                 dtypes=(torch.float32,), interpreter=True, kind="triton", module=__name__)
     result = CorrectnessChecker(op="gemm").set(rung=lazy, shape=(9, 7, 5), dtype="float32").run()

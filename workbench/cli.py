@@ -15,12 +15,12 @@ import torch
 
 import kernels
 
-from . import environment, results
-from .check import all_passed, check, summarize
+from .harness import environment, results
+from .harness.check import all_passed, check, summarize
 from .gpu_report import BUDGET_S, gpu_report
-from .table import dtype_label, format_table
-from .suite import SUITES
-from .timing import PerformanceUnavailable
+from .harness.table import dtype_label, format_table
+from .harness.suite import SUITES
+from .harness.timing import PerformanceUnavailable
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -119,8 +119,8 @@ def cmd_check(args) -> int:
 
 
 def _bench_rows(args):
-    from .bench import bench
-    from .suite import run_suite
+    from .harness.bench import bench
+    from .harness.suite import run_suite
 
     if args.suite:
         reports, rows = run_suite(args.suite, out=args.out)
@@ -135,11 +135,8 @@ def _bench_rows(args):
 
 
 def cmd_bench(args) -> int:
-    if args.op == "comm":
-        from .bench_comm import main
-        return main(out=args.out)
     if args.op == "overhead":
-        from . import host_overhead
+        from .harness import host_overhead
         report = host_overhead.run()
         print(host_overhead.table(report))
         if args.out:
@@ -158,11 +155,10 @@ def cmd_bench(args) -> int:
 
 
 def cmd_comm(args) -> int:
-    from .comm_bench import RUNGS, report
+    from .comm.bench import main
 
-    print(report(world=args.world, collectives=args.collective or tuple(RUNGS),
-                 repeats=args.repeats))
-    return 0
+    return main(backend=args.backend, out=args.out, world=args.world, collectives=args.collective,
+                repeats=args.repeats)
 
 
 def cmd_gpu_report(args) -> int:
@@ -308,7 +304,7 @@ def _parse_answer(text: str):
 
 
 def cmd_exercise(args) -> int:
-    from . import exercises
+    from .learn import exercises
 
     if args.action == "list":
         print(format_table(exercises.list_exercises()))
@@ -374,21 +370,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rung", type=_parse_rung, help="rung number, label (v2) or name")
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--shape", type=_parse_shape, help="e.g. 64x48x32 (the op's shape order)")
-    p = sub.add_parser("bench", help="time rungs vs the library baseline (GPU only; comm: 2+ GPUs; "
+    p = sub.add_parser("bench", help="time rungs vs the library baseline (GPU only; "
                                      "overhead: the public ops' host time per call, launches stubbed)")
-    p.add_argument("op", nargs="?", choices=(*kernels.ops(), "comm", "overhead"))
+    p.add_argument("op", nargs="?", choices=(*kernels.ops(), "overhead"))
     p.add_argument("--suite", choices=SUITES, help="check and time every rung of every op")
     p.add_argument("--rung", type=_parse_rung, action="append")
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--shape", type=_parse_shape)
     p.add_argument("--preset", action="append", help="a named benchmark shape of the op")
     p.add_argument("--out", help="write the rows to this .json or .csv file")
-    p = sub.add_parser("comm", help="collective rungs vs the library on local gloo ranks (CPU), "
-                                    "alpha-beta fit, 8-GPU model")
-    p.add_argument("--world", type=int, default=3, choices=range(2, 9), metavar="2..8")
+    p = sub.add_parser("comm", help="collective rungs vs the library: gloo ranks on the CPU (alpha-beta fit, "
+                                    "8-GPU model) or RCCL/NCCL on 2+ GPUs (bus bandwidth, EP layer)")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
+                   help="auto: nccl on 2+ GPUs, else gloo")
+    p.add_argument("--world", type=int, default=3, choices=range(2, 9), metavar="2..8",
+                   help="gloo ranks (nccl: one rank per GPU)")
+    p.add_argument("--out", help="nccl: write the rows to this .json or .csv file")
     p.add_argument("--collective", action="append",
                    choices=("all_reduce", "reduce_scatter", "all_gather", "all_to_all"))
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, help="timed calls per size (default: gloo 3, nccl 20)")
     sub.add_parser("tour", help="the main job: check every rung, print the ladders and recorded results")
     p = sub.add_parser("exercise", help="the learning path: list, load, check an exercise, or show a hint")
     p.add_argument("action", choices=("list", "load", "check", "hint"))

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import kernels
 
-from . import environment, results
-from .bench import Budget
-from .ceilings import cache_path, measure_ceilings
-from .check import summarize
-from .suite import run_suite
-from .table import format_table
-from .timing import PerformanceUnavailable, require_gpu
+from .harness import environment, results
+from .harness.bench import Budget
+from .harness.ceilings import cache_path, measure_ceilings
+from .harness.check import summarize
+from .harness.suite import run_suite
+from .harness.table import format_table
+from .harness.timing import PerformanceUnavailable, require_gpu
 from .train import quick as train_quick
 
 RECORDED = Path(__file__).resolve().parent / "recorded"

@@ -14,7 +14,7 @@ Two steps, one ahead of time and one per shape, as for the GEMM (:mod:`kernels.g
   (the causal forward at its head dim, bf16): a config that spills registers, uses
   scratch or needs more LDS than a workgroup gets is dropped, so it is never timed
   on a GPU. The table ships as ``tuned_space.json`` beside this file, written by
-  ``python -m workbench.tune_space --op attention --write``; a test checks that it
+  ``python -m workbench.isa.tune_space --op attention --write``; a test checks that it
   covers exactly :func:`candidates` and recompiles a sample of it.
 
 :func:`prune` then keeps, for one (S, S_k), the few configs worth timing. The

@@ -16,7 +16,7 @@ The same two steps as the forward's space (:mod:`.configs`), one table per kerne
   VGPRs or SGPRs, uses scratch or needs more LDS than a workgroup gets is dropped, so it
   is never timed on a GPU. Its 8- and 16-bit LDS ops are recorded, not judged: the
   tuner's clock does. The table ships as ``tuned_space_backward.json`` beside this
-  file, written by ``python -m workbench.tune_space --op attention_backward --write``.
+  file, written by ``python -m workbench.isa.tune_space --op attention_backward --write``.
 
 :func:`.configs.prune` then keeps, per shape, the few configs worth timing. The
 interpreter has one small config per kernel and class, so nothing is timed on a CPU.

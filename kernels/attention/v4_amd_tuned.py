@@ -11,7 +11,7 @@ Idea:
     or 32x32 MFMAs). :mod:`.configs` writes the candidates down per target and
     head-dim class (D <= 64, D <= 128); every candidate was compiled ahead of time
     for gfx942, gfx950 and sm90 at its head dim and the ones that spill were dropped
-    (``kernels/attention/tuned_space.json``, by ``python -m workbench.tune_space``).
+    (``kernels/attention/tuned_space.json``, by ``python -m workbench.isa.tune_space``).
     :func:`tuned` times up to 8 survivors that fit the shape, picked to differ from
     each other (4 and 8 waves, 1 and 2 stages, each ``waves_per_eu`` and MFMA shape:
     :func:`.configs.prune`), on the first call of each (S, S_k power-of-two bucket,
@@ -183,7 +183,7 @@ def chosen_config(shape, dtype: torch.dtype, packed: bool = False) -> dict | Non
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list:
     """The prior of each head-dim class (D = 128, then 64) for a causal Llama-3-8B launch;
     ``overrides`` replaces settings of both, and a ``BLOCK_D`` among them compiles that
-    head dim only (how ``workbench.tune_space`` compiles each candidate); ``VARLEN: True``
+    head dim only (how ``workbench.isa.tune_space`` compiles each candidate); ``VARLEN: True``
     among them compiles the packed launch ``kernels.flash_attention_varlen`` runs."""
     settings = {name: value for name, value in (overrides or {}).items() if name != "VARLEN"}
     dims = [settings["BLOCK_D"]] if "BLOCK_D" in settings else sorted(configs.HEAD_DIMS, reverse=True)

@@ -524,7 +524,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     ``overrides`` replaces settings of both; among them ``VARLEN=True`` compiles the
     packed kernels, ``CAUSAL=False`` the non-causal ones, ``KERNEL`` ("dkdv" or "dq") that
     kernel only and ``BLOCK_D`` that head dim. A complete config (every key of
-    :data:`SETTINGS`; how ``workbench.tune_space`` compiles a candidate) needs no table."""
+    :data:`SETTINGS`; how ``workbench.isa.tune_space`` compiles a candidate) needs no table."""
     settings = dict(overrides or {})
     flags = {"CAUSAL": settings.pop("CAUSAL", True), "INTERP_BF16": False, "SCALE_SIGN": 1, "S_AS_FORWARD": False}
     varlen_flags, cu_pointers = aot_args({"VARLEN": settings.pop("VARLEN")} if "VARLEN" in settings else None)

@@ -8,7 +8,7 @@ library does inside: the ring is bandwidth-optimal, pipelining hides the combine
 alpha-beta model (:mod:`kernels.comm.cost_model`) says when latency wins instead.
 :func:`kernels.comm.launch.run_local` runs a function on p local gloo processes and
 :mod:`kernels.comm.measure` times the rungs there (gloo/CPU numbers) and fits the model;
-:mod:`workbench.comm_model` turns it into 8-GPU predictions, labelled "model".
+:mod:`workbench.comm.model` turns it into 8-GPU predictions, labelled "model".
 :class:`EPDispatcher` is expert-parallel dispatch/combine with DeepEP's API shape, and
 :func:`dispatch_layout` counts its naive and deduplicated rows from a routing alone.
 """

@@ -14,7 +14,7 @@ Two steps, one ahead of time and one per shape:
   workgroup gets) in either layout is dropped, so it is never timed on a GPU. One
   table for both layouts, not one each: a config that spills in one layout would
   be a trap in the other's bucket. The table ships as ``tuned_space.json`` beside
-  this file, written by ``python -m workbench.tune_space --op gemm --write``; a test checks
+  this file, written by ``python -m workbench.isa.tune_space --op gemm --write``; a test checks
   that it covers exactly :func:`candidates` and recompiles a sample of it.
 
 :func:`prune` then keeps, for one (m, n, k), the few configs worth timing.

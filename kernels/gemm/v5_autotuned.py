@@ -6,7 +6,7 @@ Idea:
     square one. v5 wraps v4's kernel in ``triton.autotune`` over a per-backend space
     (:mod:`.configs`). That space was pruned ahead of time: every candidate was
     compiled for gfx942, gfx950 and sm90 and the ones that spill registers were
-    dropped, so no GPU ever spends time on them (``python -m workbench.tune_space``).
+    dropped, so no GPU ever spends time on them (``python -m workbench.isa.tune_space``).
     ``prune_configs_by`` then drops, per shape, configs that do not fit it and keeps
     at most 16, and the survivors are each timed once per key; the fastest is cached.
     The key is the power-of-two bucket of M, N and K (kernel arguments ``M_BUCKET``...

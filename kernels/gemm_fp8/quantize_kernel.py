@@ -236,7 +236,7 @@ def bytes_moved(shape: tuple[int, int], x_dtype: torch.dtype, granularity: str,
 def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
         x_dtype: torch.dtype = torch.bfloat16) -> AotKernel:
     """The cast pass as a GPU runs it on a contiguous 8192 x 8192 x, for an ahead-of-time
-    compile (:func:`workbench.isa_compile.compile_aot`; not a rung, so not in the inspector)."""
+    compile (:func:`workbench.isa.compile.compile_aot`; not a rung, so not in the inspector)."""
     size = 8192
     mode = 0 if granularity in ("tensor", "row") else 2 if granularity == "block128x128" else 1
     m_groups = scale_shape(granularity, size, size)

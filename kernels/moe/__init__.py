@@ -8,7 +8,8 @@
 - :class:`MoE` (:mod:`.layer`, also ``kernels.MoE``) and its plain-PyTorch twin
   :class:`MoEReference` (:mod:`.reference`); the ``moe`` op's ladder is :mod:`.layer_ladder`.
 - :class:`ExpertParallelMoE` (:mod:`.ep_layer`): ``kernels.MoE(..., ep_group=group)``, the
-  experts split over ranks.
+  experts split over ranks; it and :class:`MoE` share the base :class:`MoELayer`
+  (:mod:`.layer_base`) and neither imports the other's module back.
 
 Names load on first use, so importing the grouped GEMM does not import the layer.
 """
@@ -17,7 +18,7 @@ import importlib
 _LAZY = {
     "route": ".routing", "aux_loss": ".routing", "expert_counts": ".routing",
     "permute": ".permutation", "unpermute": ".permutation",
-    "MoE": ".layer", "MoEReference": ".reference", "ExpertParallelMoE": ".ep_layer",
+    "MoE": ".layer", "MoELayer": ".layer_base", "MoEReference": ".reference", "ExpertParallelMoE": ".ep_layer",
 }
 
 __all__ = list(_LAZY)

@@ -91,7 +91,7 @@ from .. import autocast
 from .. import backend as _backend
 from ..comm.overlap import Timeline
 from . import ep_exchange
-from .layer import MoE
+from .layer_base import MoELayer
 from .layer_ladder import v3_fused
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.slot_sum import slot_sum
@@ -256,7 +256,7 @@ class _Experts(torch.autograd.Function):
         return dx, dweights, None, dgate, dup, ddown, None
 
 
-class ExpertParallelMoE(MoE):
+class ExpertParallelMoE(MoELayer):
     """:class:`kernels.MoE` over ``ep_group``: build it as ``kernels.MoE(..., ep_group=g)``
     (fresh weights: every rank draws all E experts' weights, as the single-process layer
     would, then keeps its own, so ranks seeded alike hold slices of one full layer) or

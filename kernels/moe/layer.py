@@ -1,8 +1,9 @@
 """``kernels.MoE``: the mixture-of-experts layer on the package's kernels.
 
-A subclass of :class:`~kernels.moe.reference.MoEReference`, so parameters, their
-initialization and ``state_dict`` keys are the reference's own and a checkpoint loads
-either way; only ``forward`` differs. It is the ``moe`` op's best rung (v3: route, then
+A subclass of :class:`~kernels.moe.reference.MoEReference` (through
+:class:`~kernels.moe.layer_base.MoELayer`, the base it shares with the expert-parallel
+layer), so parameters, their initialization and ``state_dict`` keys are the reference's own
+and a checkpoint loads either way; only ``forward`` differs. It is the ``moe`` op's best rung (v3: route, then
 two fused kernels, gather + gate/up + SwiGLU and down + weighted scatter, and a backward
 of six grouped GEMMs on saved activations) plus the shared experts, run as one SwiGLU MLP
 over their concatenated hidden units. The experts are one custom op with its backward
@@ -11,18 +12,24 @@ node and the layer compiles without graph breaks.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
 from .. import autocast, plans
+from .layer_base import MoELayer
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.fused_op import fused_experts
 from .reference import MoEReference, swiglu
 from .routing import aux_loss, expert_counts, route
 
+if TYPE_CHECKING:
+    from .ep_layer import ExpertParallelMoE
 
-class MoE(MoEReference):
+
+class MoE(MoELayer):
     """Takes ``(..., dim)``, returns ``(..., dim)``; differentiable in x and every parameter.
 
     After each call, ``aux_loss`` holds the load-balancing loss of that call's routing
@@ -37,17 +44,20 @@ class MoE(MoEReference):
     reference's (its weighted sum is x's dtype; the shared experts' matmuls autocast).
     Forward and backward are bitwise reproducible run to run for a fixed grouped GEMM.
 
-    ``MoE(..., ep_group=group)`` splits the experts over the group's ranks
-    (:class:`kernels.moe.ep_layer.ExpertParallelMoE`); ``MoE.from_full(layer, group)`` is
-    a rank's share of a full layer.
+    ``MoE(..., ep_group=group)`` splits the experts over the group's ranks: it returns an
+    :class:`kernels.moe.ep_layer.ExpertParallelMoE`, a sibling of this class on their shared
+    base :class:`~kernels.moe.layer_base.MoELayer` (``isinstance(layer, MoELayer)`` holds for
+    both); ``MoE.from_full(layer, group)`` is a rank's share of a full layer.
     """
 
     def __new__(cls, *args, ep_group=None, **kwargs):
-        """With ``ep_group`` (a process group), the expert-parallel layer
-        (:class:`kernels.moe.ep_layer.ExpertParallelMoE`, which also takes ``ep_chunks``)."""
+        """With ``ep_group`` (a process group), the expert-parallel layer, built whole here
+        (:class:`kernels.moe.ep_layer.ExpertParallelMoE`, which also takes ``ep_chunks``):
+        it is not a ``MoE``, so Python does not run ``MoE.__init__`` on it."""
         if ep_group is not None and cls is MoE:
-            from .ep_layer import ExpertParallelMoE
-            cls = ExpertParallelMoE
+            from .ep_layer import ExpertParallelMoE   # on first use: it brings torch.distributed's layer
+
+            return ExpertParallelMoE(*args, ep_group=ep_group, **kwargs)
         return super().__new__(cls)
 
     def __init__(self, *args, ep_group=None, **kwargs):
@@ -55,11 +65,9 @@ class MoE(MoEReference):
         if "ep_chunks" in kwargs:
             raise ValueError("ep_chunks needs ep_group (the process group to split the experts over)")
         super().__init__(*args, **kwargs)
-        self.aux_loss: torch.Tensor | None = None
-        self.expert_counts: torch.Tensor | None = None
 
     @classmethod
-    def from_full(cls, layer: MoEReference, ep_group, *, ep_chunks: int = 1) -> "MoE":
+    def from_full(cls, layer: MoEReference, ep_group, *, ep_chunks: int = 1) -> ExpertParallelMoE:
         """This rank's expert-parallel share of ``layer`` (a full ``kernels.MoE`` or
         ``MoEReference``): its router and shared experts, and its experts of ``ep_group``."""
         weight = layer.router.weight

@@ -1,6 +1,6 @@
 """Measured ceilings: never faked without a GPU; cached per GPU name; corrupt caches named.
 
-workbench/__init__.py exists, so the module is imported as ``workbench.ceilings``.
+workbench/__init__.py exists, so the module is imported as ``workbench.harness.ceilings``.
 """
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import roofline
-import workbench.ceilings as ceilings
+import workbench.harness.ceilings as ceilings
 
 GPU = "AMD Instinct MI300X"
 MEASURED = {"gpu": GPU, "date": "2026-11-30T10:00:00+00:00", "torch": "2.9.0",

@@ -12,6 +12,10 @@ is (:mod:`.speed`: the model beside the ladder; measured on a GPU only). The fil
 imported and run only in processes of its own (:mod:`.session`, :mod:`.worker`), with a
 time limit per step: a crash, a hang or an out-of-bounds access is a failing grade with
 its message. The contract (which callable, which problem) is :mod:`.contract`.
+
+A tool, like ``cli``: a command a user runs, on top of every layer (the harness judges,
+isa compiles, the model predicts, the file is read by :mod:`workbench.harness.kernel_file`).
+Nothing imports it but the CLI.
 """
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ import torch
 import kernels
 from kernels.registry import OpSpec, Rung
 
-from ..check import other_memory_order
-from ..exercises.learner import LearnerError, import_file
+from ..harness.check import other_memory_order
+from ..learn.exercises.learner import LearnerError, import_file
 
 # The public callable each op's file defines (``kernels.<name>`` is the package's own;
 # the MoE layer's is a module, so its file defines a function of the layer's inputs).

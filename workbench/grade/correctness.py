@@ -7,7 +7,7 @@ supports autograd. Two things a file's callable needs that a rung has built in:
 * poison: a rung allocates its output through :func:`kernels.outputs.new_output`; a
   file calls ``torch.empty`` (or ``empty_like``, ``new_empty``), so while it runs those
   hand out NaN-filled (integer: max-filled) memory, and an element never written fails;
-* the CPU guards of the exercises (:mod:`workbench.exercises.guards`), for Triton and
+* the CPU guards of the exercises (:mod:`workbench.learn.exercises.guards`), for Triton and
   SIMT code alike, so an out-of-bounds access names its program, lane and tensor
   instead of reading a neighbour's memory.
 """
@@ -22,9 +22,9 @@ import torch
 
 from kernels.outputs import poison_value
 
-from ..check import check_rung
-from ..exercises.grading import _root_cause, dtype_name
-from ..exercises.guards import cpu_guards
+from ..harness.check import check_rung
+from ..learn.exercises.grading import _root_cause, dtype_name
+from ..learn.exercises.guards import cpu_guards
 from .contract import FileRung, Problem
 
 LAYOUTS = ("row", "col")

@@ -4,7 +4,7 @@ Some exercises judge an idea the harness cannot see, because the idea's wrong an
 numerically right: GEMM v3's program order, v4's peeled hot loop, v6's work units, FP8
 v1's FP8 matrix instructions, attention v3's skipped tiles and saved log-sum-exp, the
 grouped and MoE rungs' races. With ``--exercise`` the grade runs the exercise's own
-checker (:func:`workbench.exercises.grading.grade_kernel`: its harness at its shapes and
+checker (:func:`workbench.learn.exercises.grading.grade_kernel`: its harness at its shapes and
 seeds, then its idea) on the file, in the file's process, and the file passes only if
 that passes too, failing with the exercise's own reason. The exercise also sets what the
 grade checks by default: its op, its rung's callable, its shapes, dtypes and first seed.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 def exercise(key: str):
     """The kernel exercise ``key`` (a clear error for an unknown key or a question)."""
-    from ..exercises import get
-    from ..exercises.model import KernelExercise
+    from ..learn.exercises import get
+    from ..learn.exercises.model import KernelExercise
 
     found = get(key)
     if not isinstance(found, KernelExercise):
@@ -43,8 +43,8 @@ def defaults(key: str) -> dict:
 def judge(key: str, file: str | Path) -> dict:
     """The exercise's checker on ``file``: {"key", "passed", "message"} (its speed line too,
     where it has one: on a GPU an exercise also has a speed target)."""
-    from ..exercises import learner
-    from ..exercises.grading import grade_kernel
+    from ..learn.exercises import learner
+    from ..learn.exercises.grading import grade_kernel
 
     found = exercise(key)
     try:

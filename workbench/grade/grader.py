@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from ..environment import describe
-from ..table import dtype_label
+from ..harness.environment import describe
+from ..harness.table import dtype_label
 from . import file_model
 from . import machine_code as mc
 from .contract import CUSTOM_ENTRY, ENTRY

@@ -13,7 +13,7 @@ workaround) is compiled False, as a GPU launch has it.
 
 The record is plain data; :func:`aot_kernels` turns it back into
 :class:`~kernels.registry.AotKernel` objects in a process where the file is imported
-afresh, for :func:`workbench.isa_compile.compile_aot`.
+afresh, for :func:`workbench.isa.compile.compile_aot`.
 """
 from __future__ import annotations
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import html
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..table import html_table
-from .report import GradeReport, case_row
+from ..harness.table import html_table
+from .cases import case_row
 from .text import SUMMARY_KEYS
+
+if TYPE_CHECKING:   # the report calls this module; importing it back would be a circle
+    from .report import GradeReport
 
 STYLE = ("body{font-family:sans-serif;max-width:70em;margin:1em auto}table{border-collapse:collapse;"
          "margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px;text-align:left}"
@@ -20,7 +24,7 @@ def _heatmap_svg(check_report) -> str:
     try:
         from roofline import save_chart
 
-        from ..widgets.heatmap import error_heatmap
+        from ..views.heatmap import error_heatmap
     except ImportError as error:
         return f"<p>(no heat map: {html.escape(str(error))}; install the notebook extra)</p>"
     with tempfile.TemporaryDirectory() as folder:

@@ -8,24 +8,9 @@ from pathlib import Path
 
 from kernels.atomic import write_atomic
 
+from .cases import case_row
+
 SCHEMA_VERSION = 1
-# A case's numbers, as the harness's CheckReport has them (the error map stays out of JSON).
-CASE_FIELDS = ("error", "baseline_error", "allowed", "mismatches", "numel", "worst_index",
-               "worst_value", "worst_expected", "tensor", "finding", "seed")
-
-
-def case_row(case: dict) -> dict:
-    """A case as plain data: where it ran, the verdict, and the harness's numbers."""
-    row = {k: case[k] for k in ("shape", "dtype", "layout", "passed", "message") if k in case}
-    report = case.get("report")
-    if report is not None:
-        row.update({k: getattr(report, k, None) for k in CASE_FIELDS if hasattr(report, k)})
-    for key in ("step",):
-        if key in case:
-            row[key] = case[key]
-    return row
-
-
 @dataclass(repr=False)
 class GradeReport:
     """Everything one grade found; ``passed`` is the verdict (the command's exit status 0)."""

@@ -63,8 +63,8 @@ def predictions(op: str, shape: tuple, dtype: torch.dtype, gpus=GPUS) -> tuple[l
 
 def measure(entry, problem, shape: tuple, dtype: torch.dtype) -> dict:
     """On a GPU: the callable, ``ref`` and the top rung timed in one run at ``shape``."""
-    from ..environment import describe
-    from ..timing import time_ms
+    from ..harness.environment import describe
+    from ..harness.timing import time_ms
 
     spec = problem.spec
     inputs = spec.make_inputs(shape, dtype, device=kernels.backend.current().device, seed=0)

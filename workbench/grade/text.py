@@ -1,8 +1,12 @@
 """The grade for a terminal: the verdict first, then each part in a few lines."""
 from __future__ import annotations
 
-from ..table import format_table
-from .report import GradeReport
+from typing import TYPE_CHECKING
+
+from ..harness.table import format_table
+
+if TYPE_CHECKING:   # the report calls this module; importing it back would be a circle
+    from .report import GradeReport
 
 SUMMARY_KEYS = ("kernel", "matrix instructions", "LDS bytes", "VGPRs", "registers", "AGPRs",
                 "VGPR spills", "SGPR spills", "16-bit LDS ops", "waves per SIMD")

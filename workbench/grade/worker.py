@@ -8,7 +8,7 @@ crash (a segfault, ``os.abort``) or a hang ends the process, never the grader.
 Two stages, each in a fresh process: ``run`` (import, contract, correctness, with
 ``--exercise`` the exercise's own rules, the launch record, on a GPU the timing) and
 ``compile`` (the recorded kernels for each target: a process where no interpreted kernel
-has run, as :mod:`workbench.isa_compile` needs).
+has run, as :mod:`workbench.isa.compile` needs).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _sender(stream):
 def _dtypes(names, problem):
     from kernels.triton_support import TRITON_DTYPE_NAMES
 
-    from ..table import dtype_label
+    from ..harness.table import dtype_label
     from .contract import ContractError
 
     known = {}
@@ -58,7 +58,7 @@ def run(request, send) -> None:
     collect them in its own process: the same code, without the isolation)."""
     import kernels
 
-    from ..table import dtype_label
+    from ..harness.table import dtype_label
     from . import correctness, launches, speed
     from .contract import ContractError, check_callable, file_rung, load_entry, with_grad_inputs
 
@@ -123,7 +123,7 @@ def run(request, send) -> None:
 
 
 def _judge_exercise(request, send) -> None:
-    from ..exercises.grading import _root_cause
+    from ..learn.exercises.grading import _root_cause
     from .exercise_rules import judge
 
     key = request["exercise"]
@@ -137,8 +137,8 @@ def _judge_exercise(request, send) -> None:
 
 
 def compile_kernels(request, send) -> None:
-    from ..exercises.learner import import_file
-    from ..isa_compile import compile_aot
+    from ..learn.exercises.learner import import_file
+    from ..isa.compile import compile_aot
     from . import launches
 
     send("step", "import", "import")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from kernels.attention import v2_flash_forward, v3_causal_lse, v4_amd_tuned
 from kernels.attention.spec import MAX_HEAD_DIM
 
-from .candidates import pinned
+from .pinned import pinned
 from .prediction import NotCovered
 
 RUNGS = ("v2", "v3", "v4", "v5")

@@ -26,7 +26,7 @@ from .. import isa
 from . import attention, uneven
 from . import chip as chip_model
 from .predict_attention import DTYPES, DISPATCH
-from .candidates import pinned
+from .pinned import pinned
 from .predict_gemm import LATENCY, OVERLAP
 from .prediction import NotCovered, Prediction
 
@@ -109,7 +109,7 @@ def _inputs(label: str, chip_spec, found: dict, kernels: tuple[str, ...]) -> dic
                                     "S = 4096", "ahead-of-time compile") for k in kernels},
         **{f"{k} {LOOP_ORDER[k][i]} per wave and iteration": (chip_model.mix_summary(mix), "the compiled loop")
            for k in kernels for i, mix in enumerate(found["mixes"][k])},
-        **{f"occupancy {k}": (str(found["reports"][k].occupancy), "workbench.isa_occupancy") for k in kernels},
+        **{f"occupancy {k}": (str(found["reports"][k].occupancy), "workbench.isa.occupancy") for k in kernels},
         "dispatch": (DISPATCH.replace("query block", "block"), "assumption"),
         "overlap rule": (OVERLAP, "assumption"),
         "latency rule": (LATENCY, "assumption"),

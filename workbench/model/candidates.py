@@ -11,17 +11,11 @@ config is not the pinned one is refused too).
 """
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 
+from .covered import predict, predict_launch
+from .pinned import pinning
 from .prediction import Prediction
-
-_PINNED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("model_pinned_config", default=None)
-
-
-def pinned() -> dict | None:
-    """The config :func:`predict_config` pinned for the prediction under way, else None."""
-    return _PINNED.get()
 
 
 def predict_config(op: str, rung: int | str, shape, dtype, gpu: str, config: dict,
@@ -29,14 +23,9 @@ def predict_config(op: str, rung: int | str, shape, dtype, gpu: str, config: dic
     """``predict(op, rung, shape, dtype, gpu)`` with the tile config ``config`` (a tuner's
     candidate: tile sizes, warps, stages, AMD knobs) instead of the rung's own choice;
     ``kernel``: the one launch of a rung that tunes several (``predict_launch``)."""
-    from . import predict, predict_launch
-
-    token = _PINNED.set(dict(config))
-    try:
+    with pinning(config):
         found = (predict(op, rung, shape, dtype, gpu) if kernel is None
                  else predict_launch(op, rung, kernel, shape, dtype, gpu))
-    finally:
-        _PINNED.reset(token)
     used = found.inputs.get("config", ({}, ""))[0]
     if any(used.get(name) != value for name, value in config.items()):
         raise NotImplementedError(f"the model's {op} {found.rung} predicts its own config, not a pinned one")

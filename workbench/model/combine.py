@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..isa_occupancy import SIMDS_PER_CU
+from ..isa.occupancy import SIMDS_PER_CU
 from .loop import LoopMix
 from .tiles import Wave
 

@@ -21,7 +21,7 @@ from kernels.gemm import configs, split_k, v2_triton_tile, v3_grouped_order, v4_
 from kernels.tuning import as_dict
 from kernels.xcd import full_chip_xcds
 
-from .candidates import pinned
+from .pinned import pinned
 from .tiles import Wave, grouped, round_robin, waves
 
 RUNGS = ("v2", "v3", "v4", "v5", "v6", "split_k")

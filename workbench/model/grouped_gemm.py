@@ -28,7 +28,7 @@ from kernels.xcd import CUS_PER_XCD, full_chip_xcds
 
 from .. import isa
 from . import gemm, predict_gemm, tiles
-from .candidates import pinned
+from .pinned import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
 

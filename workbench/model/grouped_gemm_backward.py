@@ -52,7 +52,7 @@ def dw_launch(label: str, shape: tuple, sizes: list[int], torch_dtype: torch.dty
               "compiled kernel": (f"{report.kernel_name} @ {report.target}", "ahead-of-time compile (workbench.isa)"),
               "hot loop per wave and iteration": (chip_model.mix_summary(mix), "the compiled hot loop"),
               "K steps per iteration": (steps, "the compiled hot loop"),
-              "occupancy": (str(report.occupancy), "workbench.isa_occupancy"),
+              "occupancy": (str(report.occupancy), "workbench.isa.occupancy"),
               "dispatch": ("K tile fastest, then N tile, then group; each program to the first free slot",
                            "assumption")}
     return Prediction("grouped_gemm", label, tuple(shape), dtype, chip_spec.name, seconds,

@@ -13,14 +13,13 @@ import dataclasses
 from pathlib import Path
 
 from .. import isa
+from .covered import predict
 from .prediction import Prediction
 
 
 def predict_file(op: str, rung: int | str, source: str | Path, shape, dtype="bf16",
                  gpu: str = "MI300X") -> Prediction:
     """``predict(op, rung, shape, dtype, gpu)`` with the rung compiled from ``source``."""
-    from . import predict
-
     with isa.compiled_from(op, rung, source):
         found = predict(op, rung, shape, dtype, gpu)
     return dataclasses.replace(found, inputs={**found.inputs,

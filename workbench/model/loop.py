@@ -1,6 +1,6 @@
 """What one wave issues in one iteration of a kernel's hot loop, read from the AMDGCN text.
 
-The loop is the one :func:`workbench.isa_parse.hot_loop` finds (the innermost loop
+The loop is the one :func:`workbench.isa.parse.hot_loop` finds (the innermost loop
 with matrix instructions), compiled as the JIT compiles the rung. Each instruction is
 charged to the unit that executes it: MFMAs to the SIMD's matrix core (cycles from
 ``machine.yaml``), other ``v_`` instructions to the VALU, ``s_`` arithmetic to the scalar
@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from .. import isa_parse
+from ..isa import parse as isa_parse
 from . import machine
 
 _LDS = re.compile(r"ds_(?:read|write|load|store)(2st64|2)?_[bui](\d+)")

@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 
-from .. import isa_parse
+from ..isa import parse as isa_parse
 
 CANDIDATES = ("llvm-mca-19", "llvm-mca-20", "llvm-mca-21")
 _ROW = re.compile(r"^\s*\[(\d+)\]\s+-\s+(HW\w+)")

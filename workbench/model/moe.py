@@ -39,7 +39,7 @@ from kernels.moe.routing import route
 from .. import isa
 from . import chip as chip_model
 from . import grouped_gemm, grouped_gemm_backward, passes, predict_gemm, tiles
-from .candidates import pinned
+from .pinned import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
 

@@ -69,7 +69,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
         "MFMA work per iteration / the tile's QKᵀ + PV": (
             round(mixes[0].mfma_flops * report.options["num_warps"] / (4 * bm * bn * cfg["BLOCK_D"]), 3),
             "the compiled loop: above 1, waves repeat MFMAs (a tile split the MFMA shape does not fit)"),
-        "occupancy": (str(report.occupancy), "workbench.isa_occupancy"),
+        "occupancy": (str(report.occupancy), "workbench.isa.occupancy"),
         "programs resident per CU": (launch.resident, "occupancy x 4 SIMDs / num_warps"),
         "programs": (programs * len(per_block), "grid: query blocks x B x Hq"),
         "key tiles computed / visible (query, key) pairs": (

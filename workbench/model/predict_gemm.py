@@ -8,7 +8,7 @@ import torch
 from kernels.gemm import spec as gemm_spec
 
 from .. import isa
-from ..isa_occupancy import SIMDS_PER_CU
+from ..isa.occupancy import SIMDS_PER_CU
 from . import chip as chip_model
 from . import combine, gemm, loop, tiles
 from .prediction import NotCovered, Prediction
@@ -75,7 +75,7 @@ def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report
         "compiled kernel": (f"{report.kernel_name} @ {report.target}", "ahead-of-time compile (workbench.isa)"),
         "hot loop per wave and iteration": (chip_model.mix_summary(mix), "the compiled hot loop"),
         "K steps per iteration": (steps, "the compiled hot loop"),
-        "occupancy": (str(report.occupancy), "workbench.isa_occupancy"),
+        "occupancy": (str(report.occupancy), "workbench.isa.occupancy"),
         "programs resident per CU": (resident, "occupancy x 4 SIMDs / num_warps"),
         "waves of programs": (len(waves), "model: programs / (CUs x resident), per launch"),
         **extra_inputs,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from .. import isa_parse
-from ..isa_occupancy import SIMDS_PER_CU
+from ..isa import parse as isa_parse
+from ..isa.occupancy import SIMDS_PER_CU
 from . import combine, loop
 
 IDLE = "idle slots (uneven programs, last wave)"

@@ -13,6 +13,9 @@ peak memory, optionally a per-op profile, and the seconds of the tuning pass tha
 before the first step (``train.tune`` runs it alone; ``workbench tune``). ``workbench train`` is the same from the
 command line; ``torchrun --nproc-per-node N -m workbench.cli train ...`` runs it data
 parallel (FSDP2).
+
+May import: kernels, roofline, workbench.harness, .isa, .model (the tuning pass ranks with
+the model). Never learn or widgets: the training comparison widgets import this package.
 """
 from .loop import run
 from .model import GPT

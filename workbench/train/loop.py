@@ -13,7 +13,7 @@ Before the first step, ``kernels.tune`` runs one forward and backward of the fir
 batch with timing allowed, so the tuned kernels choose their configs there (and data-
 parallel ranks take rank 0's); the steps then run in frozen mode and time nothing. The
 whole run ranks the tuners' candidates with the performance model
-(:mod:`workbench.tuning_model`): the pass times the model's shortlist, and a key the
+(:mod:`workbench.model.tuning`): the pass times the model's shortlist, and a key the
 pass did not meet runs the model's best in the step instead of the prior.
 
 The steps do not wait for the device: a step's loss and grad norm stay device
@@ -34,8 +34,8 @@ import kernels as _kernels
 import roofline
 from kernels import tuning
 
-from .. import environment
-from ..tuning_model import ranked_by_model
+from ..harness import environment
+from ..model.tuning import ranked_by_model
 from . import checkpoint as ckpt
 from . import data, distributed, flops, ops, store
 from .files import FileArgumentError, writable

@@ -5,7 +5,7 @@ keys the steps will: the same model (compiled when the steps are), the same batc
 and the same autocast. :func:`tuning_pass` is what ``run`` does before its first step;
 :func:`tune` is that alone for a preset (``workbench tune``), to fill the tuning cache
 ahead of a job. Both rank the tuners' candidates with the performance model
-(:mod:`workbench.tuning_model`) and time its shortlist.
+(:mod:`workbench.model.tuning`) and time its shortlist.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 import kernels as _kernels
 
-from ..tuning_model import ranked_by_model
+from ..model.tuning import ranked_by_model
 
 from . import data, distributed, ops
 from .model import GPT

@@ -1,6 +1,11 @@
 """Notebook widgets: ladder profiler, ISA viewer, correctness checker, training comparison
 (kernel sets A vs B, or high precision vs FP8 recipes), flash cards.
 
+ipywidgets only. May import every workbench package below it (harness .. learn); nothing in
+workbench imports it but the tools (cli, gpu_report, grade). The exercise widgets live
+beside the exercises (:mod:`workbench.learn.exercises.widgets`); what a widget draws as
+static HTML or a chart comes from :mod:`workbench.views.render`.
+
 Each is a class with a Python API (``set``, ``run``, the returned result) that displays
 as its widget; tests and headless notebooks drive the API, users click.
 

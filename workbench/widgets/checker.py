@@ -12,13 +12,13 @@ import ipywidgets as w
 
 import kernels
 
-from ..check import CheckReport, check_rung
+from ..harness.check import CheckReport, check_rung
 from .controls import (ShapePicker, check_shape, choose_rung, dtype_label, dtype_options,
                        dtype_picker, op_picker, rung_options, to_dtype)
-from .heatmap import error_heatmap
+from ..views.heatmap import error_heatmap
 from .panel import Panel
-from ..table import html_table
-from .render import notes_html, scroll_x
+from ..harness.table import html_table
+from ..views.render import notes_html, scroll_x
 
 COLUMNS = ["rung", "shape", "dtype", "layout", "passed", "error", "allowed", "baseline_error",
            "mismatches", "numel", "worst_index", "worst_value", "worst_expected"]

@@ -10,7 +10,7 @@ import torch
 
 import kernels
 
-from ..table import dtype_label
+from ..harness.table import dtype_label
 
 # Largest dimension a correctness check runs at. The interpreter costs ~0.7 ms per program
 # instance; on a GPU the float64 reference, computed on the CPU, is the slow part.

@@ -17,9 +17,9 @@ import html
 
 import ipywidgets as w
 
-from ..deck_progress import Progress
-from ..flashcards import Deck, Revealed, Verdict
-from .render import show
+from ..learn.deck_progress import Progress
+from ..learn.flashcards import Deck, Revealed, Verdict
+from ..views.render import show
 
 FULL_WIDTH = "100%"
 

@@ -16,7 +16,7 @@ import kernels
 from .. import isa
 from .controls import choose_rung, dtype_label, dtype_options, op_picker, rung_options, to_dtype
 from .panel import Panel
-from ..table import html_table
+from ..harness.table import html_table
 
 NONE = "(none)"
 

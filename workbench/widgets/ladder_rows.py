@@ -14,7 +14,7 @@ import re
 
 import roofline
 
-from ..results import ResultRow
+from ..harness.results import ResultRow
 
 
 def _squash(name: str) -> str:

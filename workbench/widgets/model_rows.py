@@ -3,7 +3,7 @@
 A prediction compiles its rung ahead of time for the GPU's target (seconds per rung when
 no compile is cached) and the profiler asks for it at every run, so predictions are kept
 for the process per (op, rung, shape, dtype, GPU), in the cache the rung pages share
-(:func:`workbench.rung_model.predicted`). What the model does not cover it refuses with
+(:func:`workbench.model.rung.predicted`). What the model does not cover it refuses with
 ``NotImplementedError`` (op, rung, GPU) or ``ValueError`` (dtype); those rungs keep no
 numbers, and one note, not one per rung, says why.
 """
@@ -13,7 +13,7 @@ import re
 
 import roofline
 
-from ..rung_model import NO_MODEL, predicted
+from ..model.rung import NO_MODEL, predicted
 
 
 def predictions(op: str, labels: list[str], shape: tuple, dtype: str, gpu: str,

@@ -15,7 +15,7 @@ import html
 
 import ipywidgets as w
 
-from .render import part_html, show
+from ..views.render import part_html, show
 
 
 class Panel:

@@ -1,6 +1,6 @@
 """Ladder profiler: the chosen rungs of one op at one shape, checked and placed on a roofline.
 
-On a GPU it measures (``workbench.bench``, ``ref`` in the same run) and checks. Without
+On a GPU it measures (``workbench.harness.bench``, ``ref`` in the same run) and checks. Without
 one it checks in the interpreter at a small shape and shows only numbers that came from
 a GPU: recorded rows (with GPU and date) or, failing those, the performance model's
 predictions (``workbench.predict``), labelled "model". Interpreter times are never shown:
@@ -16,18 +16,18 @@ import ipywidgets as w
 import kernels
 import roofline
 
-from .. import results
-from ..bench import bench, shape_label
-from ..check import CheckReport, check_rung
+from ..harness import results
+from ..harness.bench import bench, shape_label
+from ..harness.check import CheckReport, check_rung
 from .controls import (ShapePicker, check_shape, dtype_label, dtype_options, dtype_picker,
                        op_picker, resolve_rung, rung_options, to_dtype)
-from ..ceilings import measure_ceilings
+from ..harness.ceilings import measure_ceilings
 from .ladder_rows import (elsewhere, error_notes, gpu_matches, ladder_cells, ladder_chart_rows,
                           latest_run, model_point, model_summary, performance)
 from .model_rows import model_columns, model_notes, model_numbers, model_points, predictions
 from .panel import Panel
-from ..table import html_table
-from .render import notes_html
+from ..harness.table import html_table
+from ..views.render import notes_html
 
 COLUMNS = ["rung", "name", "check", "checked_at", "ms", "model_ms", "tflops", "gbps", "pct_of_roof",
            "vs_prev", "vs_ref", "bound", "source", "gpu", "date"]
@@ -188,7 +188,7 @@ class LadderProfiler(Panel):
     def _ceilings(gpu, on_gpu: bool, notes: list[str]) -> dict | None:
         """Measured roofs to draw beside the datasheet ones: only when this machine is that GPU.
 
-        Measured once per GPU and cached (``workbench.ceilings``), the way rocprof-compute
+        Measured once per GPU and cached (``workbench.harness.ceilings``), the way rocprof-compute
         and Nsight Compute put empirical ceilings next to the peak ones.
         """
         here = kernels.backend.current()

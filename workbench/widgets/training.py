@@ -25,11 +25,11 @@ import ipywidgets as w
 import kernels
 
 from .. import train
-from ..table import html_table
+from ..harness.table import html_table
 from ..train import fp8_parity, ops
 from . import training_rows as tr
 from .panel import Panel
-from .render import notes_html
+from ..views.render import notes_html
 
 SETS = ("A", "B")
 COMPARE = {"kernel sets A vs B": "sets", "high precision vs FP8 recipes (set A's kernels)": "fp8"}

@@ -15,7 +15,7 @@ Two steps, one ahead of time and one per shape, as for the GEMM (:mod:`kernels.g
   dropped, so it is never timed on a GPU. One table for the three kernels, not one
   each: the backward runs whatever the forward's space holds. It ships as
   ``tuned_space.json`` beside this file, written by
-  ``python -m workbench.tune_space --op grouped_gemm --write``; a test checks that
+  ``python -m workbench.isa.tune_space --op grouped_gemm --write``; a test checks that
   it covers exactly :func:`candidates` and recompiles a sample of it.
 
 :func:`prune` then keeps, for one problem, the few configs worth timing. The

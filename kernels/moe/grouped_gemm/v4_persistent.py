@@ -25,7 +25,7 @@ Idea:
     Tuned: BLOCK_M/N/K, warps, stages and the AMD knobs come from :mod:`.configs`,
     whose candidates were compiled ahead of time for gfx942, gfx950 and sm90 (the
     forward, the dX launch and the dW kernel each) and dropped if any spills
-    (``tuned_space.json``, by ``python -m workbench.tune_space --op grouped_gemm``).
+    (``tuned_space.json``, by ``python -m workbench.isa.tune_space --op grouped_gemm``).
     :func:`choose` times the survivors that fit the problem (at most 8) on the first
     call of each (kernel, T, K, N, G power-of-two buckets, dtype, operand layout)
     with :func:`kernels.tuning.fastest` and keeps the fastest (:func:`kernels.tuning.choice`:
@@ -278,7 +278,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
 
     ``overrides`` replaces settings of all three (``NUM_XCDS``/``NUM_PROGS`` the forward's
     only); ``{"kernel": "dw"}`` among them compiles that one alone (how
-    ``workbench.tune_space`` compiles each candidate three times).
+    ``workbench.isa.tune_space`` compiles each candidate three times).
     """
     settings = dict(overrides or {})
     only = settings.pop("kernel", None)

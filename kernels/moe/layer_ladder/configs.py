@@ -8,7 +8,7 @@ its own kernels) and compile those once more, ahead of time, as v3's gate/up and
 kernels: a config that spills in either is dropped (kernel 1's two accumulators spill
 in tiles the grouped GEMM's one accumulator fits, see :mod:`.v3_fused`'s Limits). The verdicts ship as
 ``tuned_space.json`` beside this file, written by
-``python -m workbench.tune_space --op moe --write``. Per problem, :func:`choose` prunes
+``python -m workbench.isa.tune_space --op moe --write``. Per problem, :func:`choose` prunes
 that space with the grouped GEMM's :func:`~kernels.moe.grouped_gemm.configs.prune` and
 times the survivors on the first call of a key and keeps the fastest
 (:func:`kernels.tuning.choice`, for the process and on disk), as the grouped GEMM's v4 does; the interpreter has one config and times nothing.

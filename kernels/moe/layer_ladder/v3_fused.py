@@ -339,7 +339,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     the config its launch takes untimed there (:func:`config`).
 
     ``overrides`` replaces settings of both; ``{"kernel": "gate_up"}`` (or "down") among them
-    compiles that one alone (how ``workbench.tune_space`` compiles each candidate twice)."""
+    compiles that one alone (how ``workbench.isa.tune_space`` compiles each candidate twice)."""
     settings = dict(overrides or {})
     only = settings.pop("kernel", None)
     if only is not None and only not in configs.KERNELS:

@@ -1,0 +1,165 @@
+"""Prune the tuning spaces ahead of time: a config that spills on the target is never timed.
+
+    python -m workbench.isa.tune_space                   # compile and print, every op, all targets
+    python -m workbench.isa.tune_space --op attention --write   # 9 minutes on 2 cores (2026-11-30)
+    python -m workbench.isa.tune_space --op attention --target gfx950 --write
+    python -m workbench.isa.tune_space --op attention_backward --write   # 17 minutes on 2 busy cores (2026-12-02)
+    python -m workbench.isa.tune_space --op grouped_gemm --write
+    python -m workbench.isa.tune_space --op moe --write      # after grouped_gemm: its kept configs
+
+Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
+for its target, at bf16, with the rung its users get: the GEMM with v6 (the rung
+``kernels.matmul`` runs) once per operand layout of :data:`kernels.gemm.configs.LAYOUTS`,
+attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
+(``BLOCK_D``, 64 or 128), causal, attention's backward with v5 (each config names its kernel,
+dK/dV or dQ, compiled at its head dim, causal), the grouped GEMM with v4 (``kernels.grouped_gemm``)
+three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
+v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the configs the
+grouped GEMM's table keeps. A config is dropped when,
+in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
+stack frame), or needs more LDS / shared memory than one workgroup may have; attention's
+backward also records its 8- and 16-bit LDS ops (:func:`workbench.isa.parse.narrow_lds`). ``--write`` stores the verdicts,
+with the resources behind them, in the table ``kernels`` ships
+(``<op's package>/tuned_space.json``), replacing only the targets compiled.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from types import ModuleType
+from typing import Callable, NamedTuple
+
+import torch
+import triton
+
+from kernels import tuning
+from kernels.attention import configs as attention_configs
+from kernels.attention import configs_backward as attention_backward_configs
+from kernels.gemm import configs as gemm_configs
+from kernels.moe.grouped_gemm import configs as grouped_gemm_configs
+from kernels.moe.layer_ladder import configs as moe_configs
+
+from .. import isa
+from . import occupancy as isa_occupancy
+
+DTYPE = torch.bfloat16
+WORKGROUP_LDS_BYTES = {
+    **isa_occupancy.LDS_BYTES_PER_CU,  # a CDNA workgroup may take the whole CU's LDS
+    "sm90": isa_occupancy.HOPPER_SHARED_BYTES_PER_SM - isa_occupancy.HOPPER_SHARED_RESERVED_PER_BLOCK,
+}
+
+
+class Op(NamedTuple):
+    """How one op's space is compiled."""
+
+    rung: str
+    configs: ModuleType   # TABLE, candidates(target)
+    compiles: Callable[[dict], dict[str, dict]]   # a config -> {compile name: extra overrides}
+    about: str
+    registry_op: str | None = None   # the op of the rung compiled, when the table is not the op's own
+    narrow_lds: bool = False   # record 8/16-bit LDS ops (AMD) too: a smell the tuner's clock judges
+
+
+OPS = {
+    "gemm": Op("v6", gemm_configs,
+               lambda cfg: {layout: {"layout": layout} for layout in gemm_configs.LAYOUTS},
+               f"layouts {', '.join(gemm_configs.LAYOUTS)}"),
+    "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
+                    "causal, at the head dim of each config (BLOCK_D)"),
+    "attention_backward": Op("v5", attention_backward_configs,
+                             lambda cfg: {f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}": {},
+                                          f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}_packed": {"VARLEN": True}},
+                             "causal, each config its kernel (KERNEL) at its head dim (BLOCK_D), dense "
+                             "and packed (VARLEN: flash_attention_varlen's backward runs the same config), "
+                             "with its 8/16-bit LDS ops (narrow_lds_ops, recorded, not dropped)",
+                             registry_op="attention", narrow_lds=True),
+    "grouped_gemm": Op("v4", grouped_gemm_configs,
+                       lambda cfg: {kernel: {"kernel": kernel} for kernel in grouped_gemm_configs.KERNELS},
+                       "DeepSeek-V3's down projection, its forward, dX and dW kernels"),
+    "moe": Op("v3", moe_configs, lambda cfg: {kernel: {"kernel": kernel} for kernel in moe_configs.KERNELS},
+              "DeepSeek-V3's 32 local experts, its gate/up and down kernels, over the configs the "
+              "grouped GEMM's table keeps"),
+}
+
+
+def measure(op: str, target: str, overrides: dict) -> dict:
+    """The resources of the op's main kernel compiled with ``overrides`` on ``target``."""
+    report = isa.inspect(OPS[op].registry_op or op, OPS[op].rung, target, DTYPE, overrides=overrides)
+    # SGPRs are AMD's scalar registers: sm90 has none, so its entries have no such count.
+    amd = {"sgpr_spills": report.sgpr_spills} if report.dialect == "amdgcn" else {}
+    if OPS[op].narrow_lds and report.dialect == "amdgcn":
+        amd["narrow_lds_ops"] = report.narrow_lds_ops
+    return {"vgprs": report.vgprs, "agprs": report.agprs, "spills": report.spills, **amd,
+            "scratch_bytes": report.scratch_bytes, "lds_bytes": report.lds_bytes,
+            "occupancy": report.occupancy.value}
+
+
+def compiled(op: str, target: str, cfg: dict) -> dict[str, dict]:
+    """The resources of each of the op's compiles of ``cfg`` on ``target``, by compile name."""
+    return {name: measure(op, target, {**cfg, **extra}) for name, extra in OPS[op].compiles(cfg).items()}
+
+
+def verdict(target: str, resources: dict) -> str | None:
+    """Why the compiled kernel must not be timed on ``target``, or None when it may."""
+    if resources["spills"]:
+        return f"spills {resources['spills']} VGPRs"
+    if resources.get("sgpr_spills"):   # into VGPR lanes: no scratch, but v_writelane/readlane traffic
+        return f"spills {resources['sgpr_spills']} SGPRs"
+    if resources["scratch_bytes"]:
+        return f"{resources['scratch_bytes']} bytes of scratch per thread"
+    if resources["lds_bytes"] > WORKGROUP_LDS_BYTES[target]:
+        return f"{resources['lds_bytes']} bytes of LDS > {WORKGROUP_LDS_BYTES[target]}"
+    return None
+
+
+def prune_target(op: str, target: str, progress=print) -> dict:
+    """Compile every candidate of ``target`` in each of its compiles: {"kept": [...], "dropped": [...]}."""
+    table = {"kept": [], "dropped": []}
+    space = OPS[op].configs.candidates(target)
+    for i, candidate in enumerate(space):
+        cfg = tuning.as_dict(candidate)
+        entry = {"config": cfg, **compiled(op, target, cfg)}
+        why = [f"{name}: {w}" for name, resources in entry.items()
+               if name != "config" and (w := verdict(target, resources))]
+        if why:
+            table["dropped"].append({**entry, "why": "; ".join(why)})
+        else:
+            table["kept"].append(entry)
+        progress(f"{op} {target} {i + 1}/{len(space)} {cfg} -> {'; '.join(why) or 'kept'}")
+    return table
+
+
+def write(op: str, tables: dict[str, dict]) -> None:
+    """Replace the given targets in the op's shipped table, keep the others."""
+    path = OPS[op].configs.TABLE
+    old = json.loads(path.read_text()) if path.exists() else {"targets": {}}
+    document = {
+        "about": "Generated by `python -m workbench.isa.tune_space --write`; do not edit by hand. "
+                 f"{op} {OPS[op].rung} at {str(DTYPE).removeprefix('torch.')}, triton {triton.__version__}, "
+                 f"{OPS[op].about}: configs kept (never spill) and dropped, "
+                 "with VGPRs (registers per thread on sm90), AGPRs, VGPR and (AMD) SGPR spills, scratch, "
+                 "LDS bytes and occupancy (waves/SIMD on AMD, blocks/SM on sm90) per compile.",
+        "targets": {**old["targets"], **tables},
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    tuning.shipped.cache_clear()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--op", action="append", choices=list(OPS),
+                        help="compile this op's space only (repeatable; default: all)")
+    parser.add_argument("--target", action="append", choices=list(isa.TARGETS),
+                        help="compile for this target only (repeatable; default: all)")
+    parser.add_argument("--write", action="store_true", help="store the result in the shipped table")
+    args = parser.parse_args(argv)
+    for op in args.op or OPS:
+        tables = {target: prune_target(op, target) for target in args.target or isa.TARGETS}
+        for target, table in tables.items():
+            print(f"{op} {target}: {len(table['kept'])} kept, {len(table['dropped'])} dropped")
+        if args.write:
+            write(op, tables)
+
+
+if __name__ == "__main__":
+    main()

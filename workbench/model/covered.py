@@ -1,0 +1,72 @@
+"""What the model covers (:data:`COVERED`, :data:`BACKWARD`) and its one entry point,
+:func:`predict`: the op's module for the rung's pass, on an AMD target it knows.
+
+Its own module, not the package's ``__init__``, so that the modules which predict through
+it (:mod:`.candidates`, :mod:`.learner`, :mod:`.validation`) import it without importing
+the package that imports them.
+"""
+from __future__ import annotations
+
+import roofline
+
+import kernels
+
+from . import (attention, attention_backward, gemm, gemm_fp8, grouped_gemm, grouped_gemm_backward, grouped_gemm_fp8,
+               moe, predict_attention, predict_gemm)
+from .prediction import NotCovered, Prediction
+
+TARGETS = ("gfx942", "gfx950")
+COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
+           "attention": (predict_attention.predict, attention.RUNGS),
+           "grouped_gemm": (grouped_gemm.predict, grouped_gemm.RUNGS),
+           "gemm_fp8": (gemm_fp8.predict, gemm_fp8.RUNGS),
+           "grouped_gemm_fp8": (grouped_gemm_fp8.predict, grouped_gemm_fp8.RUNGS),
+           "moe": (moe.predict, moe.RUNGS)}
+BACKWARD = {"attention": (attention_backward.predict, attention_backward.RUNGS),
+            "grouped_gemm": (grouped_gemm_backward.predict, grouped_gemm_backward.RUNGS),
+            "moe": (moe.predict_backward, moe.RUNGS)}
+
+LAUNCHES = {("grouped_gemm", "v4"): grouped_gemm_backward.launch,   # "forward", "dx", "dw"
+            ("moe", "v3"): moe.launch,                              # "gate_up", "down"
+            ("attention", "v5"): attention_backward.launch}         # "dkdv", "dq" (the backward)
+
+
+def rungs(op: str) -> tuple[str, ...]:
+    """The rungs of ``op`` the model covers (none: :class:`NotCovered`)."""
+    if op not in COVERED:
+        raise NotCovered(f"the model covers ops {', '.join(COVERED)}, not {op!r}")
+    return COVERED[op][1]
+
+
+def predict(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
+    """Modelled time of ``op``'s ``rung`` at ``shape`` (the op's shape order) on ``gpu``: its
+    forward pass, the pass every rung has."""
+    return _predict(COVERED, op, rung, shape, dtype, gpu)
+
+
+def predict_backward(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
+    """Modelled time of the backward pass of ``op``'s ``rung`` (:data:`BACKWARD`: attention
+    v5, grouped GEMM v2 and v4, MoE v3), TFLOP/s on the spec's ``backward_flops``."""
+    return _predict(BACKWARD, op, rung, shape, dtype, gpu)
+
+
+def predict_launch(op: str, rung: int | str, kernel: str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
+    """Modelled time of one launch ``kernel`` of a rung that tunes several (:data:`LAUNCHES`),
+    as its tuner names it (:class:`kernels.tuning.Problem`'s ``kernel``)."""
+    table = {op_: (lambda label, shape_, dtype_, chip_spec, fn=fn: fn(label, kernel, shape_, dtype_, chip_spec),
+                   (label,)) for (op_, label), fn in LAUNCHES.items() if op_ == op}
+    return _predict(table, op, rung, shape, dtype, gpu)
+
+
+def _predict(table: dict, op: str, rung, shape, dtype, gpu: str) -> Prediction:
+    if op not in table:
+        raise NotCovered(f"the model covers ops {', '.join(table)}, not {op!r}")
+    covered = table[op][1]
+    chip_spec = roofline.spec(gpu)
+    if chip_spec.target not in TARGETS:
+        raise NotCovered(f"the model covers AMD targets {', '.join(TARGETS)}; "
+                         f"{chip_spec.name} is {chip_spec.target}")
+    label = kernels.get(op, rung).label
+    if label not in covered:
+        raise NotCovered(f"the model covers {op} rungs {', '.join(covered)}, not {label}")
+    return table[op][0](label, shape, roofline.dtype_name(dtype), chip_spec)
