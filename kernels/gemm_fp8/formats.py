@@ -12,8 +12,8 @@ Gradients may take the 5-exponent-bit format of the same family (range over prec
 Transformer Engine's "hybrid" format, e4m3 forward and e5m2 backward): ``float8_e5m2``
 (OCP, max 57344) beside e4m3fn, ``float8_e5m2fnuz`` (max 57344, fnuz rules) beside
 e4m3fnuz. A scaled GEMM takes one operand of each format of one family
-(:func:`same_family`): the FP8 MFMAs of gfx942 (``v_mfma_f32_16x16x32_{fp8,bf8}_{fp8,bf8}``)
-and gfx950 (``v_mfma_*_f8f6f4`` with its ``cbsz``/``blgp`` format fields) mix them in
+(:func:`same_family`): the FP8 MFMAs of gfx942 (``v_mfma_f32_16x16x32_fp8_fp8`` and its bf8 twins, one per operand format)
+and gfx950 (``v_mfma_f32_16x16x128_f8f6f4`` with its ``cbsz``/``blgp`` format fields) mix them in
 one instruction.
 
 torch's cast of a value beyond the format's max does not saturate for fnuz (it
