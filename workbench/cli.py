@@ -1,4 +1,5 @@
-"""The ``workbench`` command: info, check, bench, tour, grade, gpu-report, train, tune.
+"""The ``workbench`` command: info, check, bench, comm, tour, exercise, predict, grade, gpu-report,
+train, tune.
 
 Everything it lists comes from the rung registry (``kernels.variants``); it holds no
 list of rungs or ops of its own.
