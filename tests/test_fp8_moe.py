@@ -1,7 +1,7 @@
 """``kernels.fp8.convert`` on a model with a ``kernels.MoE``: the experts become a Float8MoE
 sharing the parameters, the router stays high precision unless the patterns say otherwise,
-the layer's forward and backward run six FP8 grouped launches (two per expert GEMM in the
-backward), it compiles without graph breaks, and a few training steps stay within a stated
+the layer's forward and backward run nine FP8 grouped launches (three forward, two per
+expert GEMM in the backward), it compiles without graph breaks, and a few training steps stay within a stated
 bound of the high-precision run.
 """
 from __future__ import annotations
@@ -57,7 +57,8 @@ def test_convert_swaps_the_experts_shares_parameters_and_keeps_the_router():
 
     kept = kernels.fp8.convert(_block(), keep_high_precision=("*moe", "*router"))
     assert type(kept.moe) is kernels.MoE and type(kept.moe.router) is torch.nn.Linear
-    everything = kernels.fp8.convert(_block(), "tensorwise", keep_high_precision=(), fp8_dtype=FP8)
+    with pytest.warns(RuntimeWarning, match="experts' gradients are e4m3, not 'hybrid'"):   # tensorwise's default
+        everything = kernels.fp8.convert(_block(), "tensorwise", keep_high_precision=(), fp8_dtype=FP8)
     assert type(everything.moe) is Float8MoE and type(everything.moe.router) is Float8Linear
     x = torch.randn(9, DIM)
     logits = everything.moe.router_logits(x)   # through the FP8 router, in float32
@@ -86,7 +87,7 @@ def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts():
         Float8MoE.from_moe(torch.nn.Linear(2, 2))
 
 
-def test_forward_and_backward_are_six_fp8_grouped_launches_close_to_high_precision(monkeypatch):
+def test_forward_and_backward_are_nine_fp8_grouped_launches_close_to_high_precision(monkeypatch):
     """One launch per expert GEMM forward (gate, up, down), two per expert GEMM backward."""
     layer = kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K)
     fp8_layer = Float8MoE.from_moe(copy.deepcopy(layer), "rowwise", FP8)
@@ -128,7 +129,7 @@ def test_training_under_convert_stays_within_one_percent_of_high_precision():
     """Six Adam steps of the same model from one seed on the same batch; the FP8 run's loss
     (MoE experts in FP8 by the rowwise recipe, the rest kept by the default patterns) stays
     within 1% (relative) of the float32 run's at every step, the goal issue 22 sets for
-    rowwise (measured here: at most 0.62%, at step 5; tensorwise 0.66%)."""
+    rowwise."""
     high = _block(seed=1)
     fp8 = kernels.fp8.convert(copy.deepcopy(high), "rowwise", fp8_dtype=FP8)
     gen = torch.Generator().manual_seed(2)
@@ -146,3 +147,15 @@ def test_training_under_convert_stays_within_one_percent_of_high_precision():
         runs.append(torch.tensor(losses))
     assert runs[0][-1] < runs[0][0]                   # it trains
     assert ((runs[1] - runs[0]).abs() / runs[0]).max() <= BOUND, runs
+
+
+def test_a_moe_layer_without_an_fp8_path_warns_and_is_left_as_it_is():
+    """Any MoE layer but a plain ``kernels.MoE`` (a subclass, the expert-parallel layer, which
+    shares only ``kernels.moe.layer_base.MoELayer`` with it) keeps its experts, with a warning."""
+    class Custom(kernels.MoE):
+        pass
+
+    model = torch.nn.Sequential(Custom(DIM, HIDDEN, EXPERTS, TOP_K))
+    with pytest.warns(RuntimeWarning, match="Custom has no FP8 path"):
+        kernels.fp8.convert(model, "rowwise", keep_high_precision=(), fp8_dtype=FP8)
+    assert type(model[0]) is Custom

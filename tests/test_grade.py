@@ -146,8 +146,8 @@ def _wrong_answers():
     """The first known wrong answer of every kernel exercise in the catalog, but the
     collectives' (run on gloo ranks, 10-40 s each: one of them is graded below). With
     ``exercise=`` the grade's verdict is the exercise's own checker's, and
-    tests/test_exercise_catalog.py runs that checker on every other known wrong answer, so
-    this test shows the wiring for each exercise without grading each answer twice."""
+    tests/test_exercise_catalog.py runs that checker on every known wrong answer, so this
+    test shows the wiring for each exercise on one answer, not on all of them again."""
     for e in exercises._catalog().values():
         if isinstance(e, KernelExercise) and not e.key.startswith("comm/") and e.wrong:
             yield e.key, next(iter(e.wrong))

@@ -40,8 +40,8 @@ def test_error_table_meets_the_goals():
 # its config (the masked diagonal and the causal tail cost the measured kernels more than
 # the model charges: HipKittens' Triton runs causal at 0.61x its non-causal TFLOP/s at
 # S = 4096, the model at 0.92x).
-OVER_THE_CEILING = {("attention", "MI355X", "16x16x16x4096x4096x128x1"),
-                    ("attention", "MI355X", "16x16x16x8192x8192x128x1")}
+OVER_THE_CEILING = {("attention", "forward", "MI355X", "16x16x16x4096x4096x128x1"),
+                    ("attention", "forward", "MI355X", "16x16x16x8192x8192x128x1")}
 
 
 def test_no_rung_is_predicted_past_the_best_measurement():
@@ -51,8 +51,8 @@ def test_no_rung_is_predicted_past_the_best_measurement():
     here). The configs it is known to overshoot are listed, so the list cannot go stale."""
     best: dict[tuple, float] = {}
     for r in _rows():
-        key = (r["op"], r["gpu"], r["shape"], r["dtype"])
+        key = (r["op"], r["pass"], r["gpu"], r["shape"], r["dtype"])   # a backward has its own ceiling
         best[key] = max(best.get(key, 0.0), r["measured TFLOP/s"])
-    over = {(r["op"], r["gpu"], r["shape"]) for r in _rows()
-            if r["model TFLOP/s"] > 1.1 * best[r["op"], r["gpu"], r["shape"], r["dtype"]]}
+    over = {(r["op"], r["pass"], r["gpu"], r["shape"]) for r in _rows()
+            if r["model TFLOP/s"] > 1.1 * best[r["op"], r["pass"], r["gpu"], r["shape"], r["dtype"]]}
     assert over == OVER_THE_CEILING, format_table(list(_rows()))

@@ -3,7 +3,7 @@
 These are CPU numbers: gloo over 127.0.0.1 on this machine's cores, useful for checking
 the model's shape (does time grow as steps·alpha + volume·beta?) and for comparing the
 rungs with the library, never as GPU performance. Every row says ``backend: gloo/CPU``.
-With ``backend="nccl"`` the same rungs run one rank per GPU (``workbench bench comm``)
+With ``backend="nccl"`` the same rungs run one rank per GPU (``workbench comm --backend nccl``)
 and the rows say ``nccl/GPU``.
 Per size: one warm-up call, then ``repeats`` calls each started after a barrier; a row's
 time is the median over calls of the slowest rank.

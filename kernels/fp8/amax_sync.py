@@ -7,7 +7,9 @@ group: all layers' histories (x and w, :data:`~kernels.fp8.recipes.delayed.HISTO
 entries each) go into one flat fp32 tensor and one ``all_reduce(MAX)``, not one collective
 per tensor (Transformer Engine reduces its amaxes in one collective per step the same
 way). MAX is idempotent, so reducing the whole history (not only the newest entry)
-repairs a step that was skipped and costs ``2 * HISTORY * 4`` bytes per layer.
+repairs a step that was skipped and costs ``2 * HISTORY * 4`` bytes per layer. The hook
+:func:`install` sets runs before every training-mode forward: with gradient accumulation,
+once per micro-batch, not once per optimizer step.
 
 :func:`kernels.fp8.convert` runs it from a forward pre-hook on the converted model, in
 training mode and only while ``torch.distributed`` is initialized: at the start of step t

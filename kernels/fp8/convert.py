@@ -62,7 +62,7 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     every recipe (the FP8 grouped GEMM takes one format). A recipe whose state ranks must
     share (delayed's amax histories) gets a forward pre-hook on the returned model that
     all-reduces it over ``amax_group`` (default: every rank; pass the data-parallel group) in
-    one collective per training step, while ``torch.distributed`` is initialized
+    one collective per training-mode forward, while ``torch.distributed`` is initialized
     (:mod:`.amax_sync`).
     """
     rec = _recipes.get(recipe)
@@ -75,7 +75,7 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
     keep = _keeper(keep_high_precision, linears)
-    model = _convert_moe(model, rec.name, keep, fp8_dtype)
+    model = _convert_moe(model, rec.name, keep, fp8_dtype, grad_format or rec.grad_format)
     for name in linears:
         module = model.get_submodule(name)
         if keep(name, module):
@@ -89,15 +89,16 @@ def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
     setattr(model.get_submodule(parent), child, module)
 
 
-def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype) -> torch.nn.Module:
+def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_format: str) -> torch.nn.Module:
     """Swap each ``kernels.MoE`` not kept for a Float8MoE (before the Linears: the router, a
     submodule both layers share, is then swapped in the Float8MoE); returns the model, the
     Float8MoE itself where the model is a ``kernels.MoE``."""
     from ..moe.fp8_layer import Float8MoE
     from ..moe.grouped_gemm_fp8.quantize import RECIPES
     from ..moe.layer import MoE
-    layers = [(name, m) for name, m in model.named_modules()
-              if isinstance(m, MoE) and not isinstance(m, Float8MoE) and not keep(name, m)]
+    from ..moe.layer_base import MoELayer
+    layers = [(name, m) for name, m in model.named_modules()   # MoE, its subclasses, the EP layer
+              if isinstance(m, MoELayer) and not isinstance(m, Float8MoE) and not keep(name, m)]
     for name, layer in layers:
         if type(layer) is not MoE or recipe not in RECIPES:
             why = (f"FP8 recipe {recipe!r} has no grouped GEMM (it has: {', '.join(RECIPES)})"
@@ -105,6 +106,10 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype) -> torch.
             warnings.warn(f"MoE layer {name or '(the model)'!r}: {why}; its experts stay in high "
                           "precision", RuntimeWarning, stacklevel=3)
             continue
+        if grad_format != "e4m3":
+            warnings.warn(f"MoE layer {name or '(the model)'!r}: its experts' gradients are e4m3, not "
+                          f"{grad_format!r} (the FP8 grouped GEMM takes one operand format)",
+                          RuntimeWarning, stacklevel=3)
         fp8_layer = Float8MoE.from_moe(layer, recipe, fp8_dtype)
         if not name:
             return fp8_layer

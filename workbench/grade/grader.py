@@ -65,7 +65,7 @@ def _verdict(report: GradeReport) -> str:
     if failing is None and judged and not judged["passed"]:
         return f"FAIL at exercise {judged['key']}'s rules: {judged['message']}"
     if failing is None and not report.cases:
-        return f"PASS: exercise {judged['key']}'s rules: {judged['message']}"
+        return f"PASS: exercise {judged['key']}'s rules: {judged['message']}" if judged else "FAIL: nothing was checked"
     if failing is None:
         layouts = list(dict.fromkeys(c["layout"] for c in report.cases if "layout" in c))
         return (f"PASS: {len(report.cases)} checks passed "

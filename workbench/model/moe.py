@@ -128,12 +128,11 @@ def backward_launches(shape, sizes, torch_dtype, dtype, chip_spec, chip) -> tupl
     down = (rows, hidden, dim, e)          # the forward problems of the three expert GEMMs
     gate_up = (rows, dim, hidden, e)
     args = (list(sizes), torch_dtype, dtype, chip_spec)
+    gate_up_dw = grouped_gemm_backward.dw_launch("v4", gate_up, *args)   # gate and up: one problem,
+    gate_up_dx = grouped_gemm_backward.dx_launch("v4", gate_up, *args)   # predicted once, launched twice
     launches = {"down dW": grouped_gemm_backward.dw_launch("v4", down, *args),
                 "down dX": grouped_gemm_backward.dx_launch("v4", down, *args),
-                "gate dW": grouped_gemm_backward.dw_launch("v4", gate_up, *args),
-                "up dW": grouped_gemm_backward.dw_launch("v4", gate_up, *args),
-                "gate dX": grouped_gemm_backward.dx_launch("v4", gate_up, *args),
-                "up dX": grouped_gemm_backward.dx_launch("v4", gate_up, *args)}
+                "gate dW": gate_up_dw, "up dW": gate_up_dw, "gate dX": gate_up_dx, "up dX": gate_up_dx}
     streams = {"gathers of dy and x (torch)": passes.hbm_seconds(4 * rows * dim * elem, chip)}
     streams.update({f"{name} (torch)": passes.hbm_seconds(rows * hidden * (n_elem * elem + fp32), chip)
                     for name, (n_elem, fp32) in ELEMENTWISE_BYTES.items()})

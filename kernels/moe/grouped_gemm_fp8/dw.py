@@ -5,8 +5,8 @@ Idea:
     scales must be constant along the tokens: one per (group, input feature) for x
     and one per (group, output feature) for dy, computed over the group's rows only
     (:mod:`.quantize`). Both operands arrive *transposed*, feature-major with the
-    tokens contiguous (xt (K, R), dyt (N, R), R >= T), written so by the same pass that
-    quantizes them: the reduction dimension is the contiguous one for both, the
+    tokens contiguous (xt (K, R), dyt (N, R), R >= T), copied so after the cast
+    (:func:`.quantize.wgrad_operand`): the reduction dimension is the contiguous one for both, the
     layout FP8 matrix cores take without a transpose, so no tile is transposed on its
     way through LDS (a transposed one-byte tile moves through LDS in 8- and 16-bit
     accesses, as the transposed copy of :mod:`kernels.gemm_fp8.quantize_kernel` does).

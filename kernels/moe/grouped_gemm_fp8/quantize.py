@@ -12,8 +12,9 @@ dgrad     N (dx = dy @ w[g]ᵀ)     dy: per token                   w[g]ᵀ: per
 wgrad     the group's tokens      xᵀ: per (g, input feature)      dyᵀ: per (g, output feature)
 ========  ======================  ==============================  ===========================
 
-so w and the output gradient are each quantized twice per step and x twice, as the
-dense row-wise recipe does (:mod:`kernels.fp8.scaled_gemm`). The wgrad scales are
+so w and the output gradient are each quantized twice per step and x twice (the dense
+row-wise recipe quantizes x and w once each, with the fused kernel's transposed copy:
+:mod:`kernels.fp8.recipes.rowwise`). The wgrad scales are
 amaxes over each group's tokens only: an expert's gradient is not scaled by another
 expert's outliers. ``tensorwise`` takes one scale per tensor (all experts' weights
 share one), handed to the kernels broadcast (stride 0); each GEMM still gets its own

@@ -13,8 +13,9 @@ launches, each on operands quantized along its own reduction dimension
   whose reduction runs over each group's tokens (zero for an empty group).
 
 So one backward is two grouped launches. x and w are saved in high precision and
-quantized again by the backward in the orientation its GEMMs need, as the dense FP8
-linear does (:mod:`kernels.fp8.linear`). The op is the custom op
+quantized again by the backward in the orientation its GEMMs need (unlike the dense FP8
+linear, :mod:`kernels.fp8.linear`, which keeps the forward's FP8 operands and quantizes
+only dy). The op is the custom op
 ``kernels::grouped_gemm_fp8_train`` with a fake implementation and an autograd formula
 whose backward calls the two custom ops above, so ``torch.compile(fullgraph=True)``
 keeps the forward as one node and traces the backward without a graph break. dx comes

@@ -308,6 +308,7 @@ class _FusedExperts(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable   # the backward launches kernels: no graph of its own
     def backward(ctx, grad_out):
         dx, dweights, dgate, dup, ddown = fused_backward(
             grad_out, *ctx.saved_tensors, [ctx.needs_input_grad[i] for i in NEEDS])

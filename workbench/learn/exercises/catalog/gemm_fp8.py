@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..grading import harness_verdict, with_idea
+from ..grading import _root_cause, harness_verdict, with_idea
 from ..guards import cpu_guards
 from ..model import AnswerExercise, KernelExercise, Verdict
 from ..source import variant
@@ -188,12 +188,17 @@ def quantize_input(seed: int, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype)
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bits as integers of its width: equal exactly where the two encodings are
+    (-0.0 is not 0.0, a NaN equals the same NaN)."""
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
 def _describe(name: str, mine: torch.Tensor, want: torch.Tensor, amax: torch.Tensor | None) -> str:
     """Where ``mine`` first differs from ``want``: index, both values, and an all-zero group."""
     if mine.shape != want.shape or mine.dtype != want.dtype:
         return f"{name} is {tuple(mine.shape)} {mine.dtype}, expected {tuple(want.shape)} {want.dtype}"
-    differ = mine.view(torch.uint8) != want.view(torch.uint8) if mine.element_size() == 1 else \
-        ~((mine == want) | (mine.isnan() & want.isnan()))
+    differ = _bits(mine) != _bits(want)
     index = tuple(int(i) for i in differ.nonzero()[0])
     def shown(t):
         value = t[index]
@@ -219,15 +224,14 @@ def _grade_quantize(module, granularity: str, cases) -> Verdict:
             with cpu_guards("triton"):
                 mine = [t.cpu() for t in module.launch(x.to(device), granularity, fp8, True)]
         except Exception as error:   # the learner's kernel broke: say how
-            while error.__cause__ is not None:
-                error = error.__cause__
-            return Verdict(False, f"{label}: {type(error).__name__}: {error}")
+            cause = _root_cause(error)
+            return Verdict(False, f"{label}: {type(cause).__name__}: {cause}")
         want = quantize_reference(x, granularity, fp8, transpose=True)
         amaxes = (group_amax(x.float(), granularity), group_amax(x.float().t(), granularity))
         outputs = {"scale": (1, amaxes[0]), "scale_t": (3, amaxes[1]), "q": (0, None), "q_t": (2, None)}
         wrong = [_describe(name, mine[i], want[i], amax) for name, (i, amax) in outputs.items()
-                 if not torch.equal(mine[i].view(torch.uint8) if mine[i].element_size() == 1 else mine[i],
-                                    want[i].view(torch.uint8) if want[i].element_size() == 1 else want[i])]
+                 if mine[i].shape != want[i].shape or mine[i].dtype != want[i].dtype
+                 or not torch.equal(_bits(mine[i]), _bits(want[i]))]
         if wrong:
             right = [name for name in outputs if not any(line.startswith(name + " ") for line in wrong)]
             return Verdict(False, f"{label}: {wrong[0]}" + (f" ({', '.join(right)} right)" if right else ""))
