@@ -77,20 +77,29 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype | None = None,
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
     if granularity != "tensor" and x.dim() != 2:
         raise ValueError(f"granularity {granularity!r} needs a 2-D x, got shape {tuple(x.shape)}")
-    fmax = torch.finfo(dtype).max
     xf = x.float()
     if scale is None:
-        scale = _amax_scale(xf, granularity, fmax)
-    return (xf / scale).clamp(-fmax, fmax).to(dtype), scale.float()
+        dims = tuple(range(xf.dim())) if granularity == "tensor" else ((1,) if granularity == "row" else (0,))
+        scale = scale_of(amax_over(xf, dims), dtype)
+        if granularity == "tensor":
+            scale = scale.reshape(())
+    return cast(xf, scale, dtype), scale.float()
 
 
-def _amax_scale(xf: torch.Tensor, granularity: str, fmax: float) -> torch.Tensor:
-    if granularity == "tensor":
-        amax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
-    else:
-        dim = 1 if granularity == "row" else 0
-        if xf.shape[dim]:
-            amax = xf.abs().amax(dim=dim, keepdim=True)
-        else:   # amax has no identity to reduce an empty slice to; 0 means scale 1
-            amax = xf.new_zeros(xf.shape[:dim] + (1,) + xf.shape[dim + 1:])
-    return torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+def amax_over(xf: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """max |xf| over ``dims``, kept as size-1 dims; 0 for an empty slice (amax has no identity
+    to reduce one to, and 0 means scale 1)."""
+    if any(xf.shape[d] == 0 for d in dims):
+        return xf.new_zeros([1 if d in dims else s for d, s in enumerate(xf.shape)], dtype=torch.float32)
+    return xf.abs().amax(dim=dims, keepdim=True).float()
+
+
+def scale_of(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The dequantization scale amax / (the format's max), 1 where the amax is 0."""
+    return torch.where(amax > 0, amax / torch.finfo(dtype).max, torch.ones_like(amax))
+
+
+def cast(xf: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """xf / scale, saturated to the format's range, in ``dtype``."""
+    fmax = torch.finfo(dtype).max
+    return (xf.float() / scale).clamp(-fmax, fmax).to(dtype)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from ...gemm_fp8.formats import amax_over, cast, scale_of
 from ...triton_support import cdiv
 from .dw import ALIGN
 
@@ -45,29 +46,12 @@ def check_recipe(recipe: str) -> None:
                          f"got {recipe!r}")
 
 
-def _cast(t: torch.Tensor, scale: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
-    fmax = torch.finfo(fp8).max
-    return (t.float() / scale).clamp(-fmax, fmax).to(fp8)
-
-
-def _scale(amax: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
-    """amax / fp8_max, and 1 where the amax is 0 (all-zero or empty slices)."""
-    return torch.where(amax > 0, amax / torch.finfo(fp8).max, torch.ones_like(amax))
-
-
-def _amax(t: torch.Tensor, dims, rowwise: bool) -> torch.Tensor:
-    """max |t| over ``dims`` (keepdim) for rowwise, over all of t (same rank) for tensorwise."""
-    dims = dims if rowwise else tuple(range(t.dim()))
-    if any(t.shape[d] == 0 for d in dims):   # amax has no identity to reduce an empty slice to
-        return t.new_zeros([1 if d in dims else s for d, s in enumerate(t.shape)], dtype=torch.float32)
-    return t.detach().abs().amax(dim=dims, keepdim=True).float()
-
-
 def _scaled(t: torch.Tensor, dims, recipe: str, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(t in fp8, its scale broadcast to t's shape with size 1 along ``dims``)."""
-    scale = _scale(_amax(t, dims, recipe == "rowwise"), fp8)
+    """(t in fp8, its scale broadcast to t's shape with size 1 along ``dims``): amax over
+    ``dims`` for rowwise, over all of t for tensorwise."""
+    scale = scale_of(amax_over(t.detach(), dims if recipe == "rowwise" else tuple(range(t.dim()))), fp8)
     shape = [1 if d in dims else s for d, s in enumerate(t.shape)]
-    return _cast(t, scale, fp8), scale.expand(shape)
+    return cast(t, scale, fp8), scale.expand(shape)
 
 
 def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,11 +90,12 @@ def wgrad_operand(t: torch.Tensor, ids: torch.Tensor, groups: int, recipe: str, 
     if recipe == "rowwise":
         amax = torch.zeros((groups, cols), dtype=torch.float32, device=device).scatter_reduce_(
             0, ids[:, None].expand(rows, cols), t.detach().abs().float(), "amax")
-        scale = _scale(amax, fp8)
-        q = _cast(t, scale.index_select(0, ids), fp8)
+        scale = scale_of(amax, fp8)
+        q = cast(t, scale.index_select(0, ids), fp8)
     else:
         q, scale = _scaled(t, (0, 1), recipe, fp8)
         scale = scale.expand(groups, cols)
-    padded = torch.zeros((cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8, device=device)
+    padded = torch.empty((cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8, device=device)
     padded[:, :rows] = q.t()
+    padded[:, rows:] = 0
     return padded, scale
