@@ -349,3 +349,15 @@ def test_backward_requests_name_what_is_covered(args, named):
 
     with pytest.raises(NotCovered, match=named):
         predict_backward(*args)
+
+
+@pytest.mark.parametrize("gpu", ["MI300X", "MI325X", "MI355X"])
+def test_the_models_lds_rate_is_the_roofline_specs(gpu):
+    """The model charges LDS at machine.yaml's bytes per clock per CU; the roofline draws the
+    spec's LDS roof: one number, written twice, so they must agree (to the spec's rounding)."""
+    from workbench.model import machine
+
+    chip_spec = roofline.spec(gpu)
+    per_clock = machine.lds_bytes_per_clk(chip_spec.target).value
+    tbps = per_clock * chip_spec.compute_units * chip_spec.clock_ghz * 1e9 / 1e12
+    assert chip_spec.bandwidth("lds") == pytest.approx(tbps, rel=5e-3), (gpu, per_clock)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import torch
 
 from ..microscaling import BLOCK as MX_BLOCK, E8M0_BIAS, shared_exponent
+from .formats import OPERAND_DTYPES
 
-QUANT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
+QUANT_DTYPES = OPERAND_DTYPES   # every FP8 format a scaled GEMM takes
 MX_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)   # the OCP formats MXFP8 names
 GRANULARITIES = ("tensor", "row", "block1x128", "block128x128", "mx32")
 TILE = 128   # the block granularities' group edge
