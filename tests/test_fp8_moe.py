@@ -119,8 +119,9 @@ def test_forward_and_backward_are_nine_fp8_grouped_launches_close_to_high_precis
         assert (fp8 - hp).norm() <= 0.1 * hp.norm()
 
 
-def test_the_fp8_layer_compiles_without_graph_breaks():
-    layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "rowwise", FP8)
+@pytest.mark.parametrize("recipe", ["rowwise", "delayed"])   # delayed: its histories are updated in the graph
+def test_the_fp8_layer_compiles_without_graph_breaks(recipe):
+    layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), recipe, FP8, torch.float8_e5m2)
     x = torch.randn(11, DIM)
 
     def loss(x):
