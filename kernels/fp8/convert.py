@@ -9,7 +9,8 @@ MoE gating, normalization and attention operators in BF16/FP32; torchao's exampl
 skip the output head). Pass your own:
 
 * a collection of names or ``fnmatch`` patterns over ``model.named_modules()``, where
-  ``"first"`` and ``"last"`` stand for the first and last Linear in module order;
+  ``"first"`` and ``"last"`` stand for the first and last Linear in module order outside
+  MoE layers (a router is never the model's "last" Linear: ``"*router"`` names it);
 * a callable ``(name, module) -> bool``;
 * ``()`` to convert every Linear.
 
@@ -70,19 +71,26 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
     fp8_dtype = fp8_dtype or native_fp8()
-    rec.grad_dtype(fp8_dtype, grad_format)   # a format the recipe does not take: refused here
+    grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)   # a format the recipe does not take: refused here
     if isinstance(model, torch.nn.Linear):
         return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format), rec, amax_group)
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
-    keep = _keeper(keep_high_precision, linears)
-    model = _convert_moe(model, rec.name, keep, fp8_dtype, rec.grad_dtype(fp8_dtype, grad_format))
+    keep = _keeper(keep_high_precision, _outside_moe(model, linears))
+    model = _convert_moe(model, rec.name, keep, fp8_dtype, grad_dtype)
     for name in linears:
         module = model.get_submodule(name)
         if keep(name, module):
             continue
         _swap(model, name, Float8Linear.from_linear(module, rec.name, fp8_dtype, grad_format))
     return _synced(model, rec, amax_group)
+
+
+def _outside_moe(model: torch.nn.Module, names: list[str]) -> list[str]:
+    """The names not inside an MoE layer (its router, a gate of its own)."""
+    from ..moe.layer_base import MoELayer
+    moe = [name + "." for name, m in model.named_modules() if isinstance(m, MoELayer)]
+    return [n for n in names if not any(n.startswith(prefix) for prefix in moe)]
 
 
 def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
