@@ -16,6 +16,7 @@ import torch
 import kernels
 from kernels.gemm.ops import best_rung
 from kernels.gemm_fp8 import FP8_DTYPES, fp8_dtype, quantize_fp8
+from kernels.gemm_fp8.formats import E5M2_OF
 from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm_fp8 import ref as ref_module
 from workbench.check import check_rung
@@ -191,3 +192,7 @@ def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
     assert dx.jit_fn is launch.jit_fn and dx.constexprs["stride_wk"] == 1    # wᵀ: N-contiguous
     assert (dw.signature["xt_ptr"], dw.signature["dyt_ptr"], dw.signature["dw_ptr"]) == (fp8, fp8, "*fp32")
     assert dw.constexprs["stride_xr"] == dw.constexprs["stride_dyr"] == 1        # token-contiguous
+    e5m2 = {E4M3FNUZ: "*fp8e5b16", E4M3FN: "*fp8e5"}[dtype]                      # hybrid: dy in e5m2
+    _, dx, dw = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch, grad_dtype=E5M2_OF[dtype])
+    assert (dx.signature["x_ptr"], dx.signature["w_ptr"]) == (e5m2, fp8)
+    assert (dw.signature["xt_ptr"], dw.signature["dyt_ptr"]) == (fp8, e5m2)
