@@ -214,14 +214,19 @@ def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
 def _fsdp2_on_two_ranks(rank, world):
     """Two steps of the converted block (delayed: hybrid gradients, amax histories synced by
     convert's hook) with its MoE layer and the whole model under ``fully_shard``, every
-    rank on the same batch: the losses and the full parameters after the steps."""
+    rank on the same batch: the losses and the full parameters after the steps, and an
+    expert history after a sync from rank-dependent values."""
     from torch.distributed.fsdp import fully_shard
 
     model = kernels.fp8.convert(_block(seed=1), "delayed", fp8_dtype=FP8)
     fully_shard(model.moe)
     fully_shard(model)
     losses = _losses(model, FSDP_STEPS)
-    return losses, {name: p.full_tensor() for name, p in model.named_parameters()}
+    with torch.no_grad():
+        model.moe.fp8_amax_history_down.fill_(rank + 1.0)    # ranks that disagree ...
+    kernels.fp8.sync_amax(model)                            # ... agree on the max after the sync
+    synced = model.moe.fp8_amax_history_down.unique().tolist()
+    return losses, {name: p.full_tensor() for name, p in model.named_parameters()}, synced
 
 
 FSDP_STEPS = 2
@@ -231,13 +236,15 @@ FSDP_STEPS = 2
 def test_fsdp2_on_two_gloo_ranks_trains_the_fp8_experts_as_one_process_does():
     """FSDP2 shards the experts' (G, K, N) weights over the ranks, gathers them for the FP8
     grouped GEMMs and reduce-scatters their gradients; with the same batch on both ranks
-    the losses and weights match the unsharded run to float32 rounding."""
+    the losses and weights match the unsharded run to float32 rounding. The experts' amax
+    histories are all-reduced with the rest (:func:`kernels.fp8.sync_amax`)."""
     from kernels.comm.launch import run_local
 
     single = kernels.fp8.convert(_block(seed=1), "delayed", fp8_dtype=FP8)
     expected = _losses(single, FSDP_STEPS)
     results = run_local(_fsdp2_on_two_ranks, 2, timeout=240)
-    for losses, params in results:
+    for losses, params, synced in results:
+        assert synced == [2.0]                             # the amax sync covers the experts' histories
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=1e-5, atol=1e-7)
         for name, p in single.named_parameters():
             torch.testing.assert_close(params[name], p.detach(), rtol=1e-5, atol=1e-6)

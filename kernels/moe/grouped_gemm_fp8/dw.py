@@ -34,8 +34,7 @@ Expected bound:
 Limits:
     xᵀ in e4m3 and dyᵀ in e4m3 or its family's e5m2 (the hybrid format; the mixed-format
     FP8 MFMA, no conversion). Row-wise (per group and feature) or broadcast (per tensor)
-    scales only, no 1x128
-    blocks. One program per output tile and group however few rows the group has
+    scales only, no 1x128 blocks. One program per output tile and group however few rows the group has
     (an empty group's programs only store zeros); no split of a long reduction over
     programs (split-K) for the few-groups, many-tokens case. One fixed tile.
 """
