@@ -75,7 +75,7 @@ print(json.dumps(reports))
     ("gfx942", "float8_e4m3fnuz", "float8_e5m2fnuz", "v_mfma_f32_16x16x32_fp8_bf8", "v_mfma_f32_16x16x32_bf8_fp8"),
     ("gfx950", "float8_e4m3fn", "float8_e5m2", "v_mfma_f32_16x16x128_f8f6f4 blgp:1",
      "v_mfma_f32_16x16x128_f8f6f4 cbsz:1"),
-])
+], ids=["gfx942", "gfx950"])
 def test_hybrid_dx_and_dw_multiply_e4m3_by_e5m2_on_one_mixed_mfma(arch, fp8, grad, dx_mfma, dw_mfma):
     """dX's A is dy (e5m2) and B wᵀ (e4m3); dW's A is xᵀ (e4m3) and B dyᵀ (e5m2). Triton feeds
     B's tile as the MFMA's src0 and A's as src1, so on gfx942 dX runs ``fp8_bf8`` (src0's
