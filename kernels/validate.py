@@ -127,12 +127,14 @@ def attention_operands(q, k, v, scale, dtypes: Sequence[torch.dtype], max_head_d
 
 
 def grouped_gemm_operands(x, w, offsets, dtypes: Sequence[torch.dtype], allow_empty: bool = False,
-                          check_values: bool = True) -> torch.Tensor:
+                          check_values: bool = True, same_dtypes: bool = True) -> torch.Tensor:
     """Check x (T, K), w (G, K, N) and int32 offsets (G,): the common signature of every
     grouped GEMM rung; returns the offsets packed (:func:`index`), the tensor to launch
     with. ``check_values`` also reads the offsets (one host sync of G ints) to refuse
     ends that decrease or do not finish at T; a caller that built them itself
-    (``kernels.moe.permute``) skips that."""
+    (``kernels.moe.permute``) skips that. ``same_dtypes=False``: x and w may differ (FP8
+    formats of one family, an e5m2 gradient beside e4m3), each checked against ``dtypes``
+    and the pair by the caller."""
     tensor("x", x, ndim=2, allow_empty=allow_empty)
     tensor("w", w, ndim=3, allow_empty=allow_empty)
     if isinstance(offsets, torch.Tensor) and offsets.dtype != torch.int32:
@@ -140,8 +142,11 @@ def grouped_gemm_operands(x, w, offsets, dtypes: Sequence[torch.dtype], allow_em
                         f"{str(offsets.dtype).replace('torch.', '')}")
     offsets = index("offsets", offsets, ndim=1, dtypes=(torch.int32,))
     same_device(x=x, w=w, offsets=offsets)
-    same_dtype(x=x, w=w)
+    if same_dtypes:
+        same_dtype(x=x, w=w)
     tensor("x", x, dtypes=dtypes, allow_empty=allow_empty)
+    if not same_dtypes:
+        tensor("w", w, dtypes=dtypes, allow_empty=allow_empty)
     if x.shape[1] != w.shape[1]:
         raise ValueError(f"inner dimensions differ: x is {tuple(x.shape)} (T, K), "
                          f"w is {tuple(w.shape)} (G, K, N)")

@@ -1,12 +1,15 @@
 """``kernels.fp8.convert`` on a model with a ``kernels.MoE``: the experts become a Float8MoE
 sharing the parameters, the router stays high precision unless the patterns say otherwise,
-the layer's forward and backward run nine FP8 grouped launches (three forward, two per
-expert GEMM in the backward), it compiles without graph breaks, and a few training steps stay within a stated
-bound of the high-precision run.
+the experts' gradients take the recipe's format (e5m2 under hybrid), the layer's forward and
+backward run nine FP8 grouped launches (three forward, two per expert GEMM in the backward),
+it compiles without graph breaks, delayed scaling keeps an amax history per expert operand,
+a few training steps stay within a stated bound of the high-precision run per recipe, and
+FSDP2 on two gloo ranks trains it as one process does.
 """
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -15,9 +18,11 @@ import torch.nn.functional as F
 import kernels
 import kernels.fp8
 from kernels.fp8.linear import Float8Linear
-from kernels.moe.fp8_layer import Float8MoE
+from kernels.fp8.recipes.delayed import HISTORY
+from kernels.moe import fp8_layer
+from kernels.moe.fp8_layer import FP8_TENSORS, Float8MoE
 from kernels.moe.grouped_gemm_fp8 import dw as dw_module
-from kernels.moe.grouped_gemm_fp8 import v0_one_launch
+from kernels.moe.grouped_gemm_fp8 import quantize, v0_one_launch
 from workbench import train
 from workbench.train import flops
 from workbench.train.model import GPT
@@ -49,6 +54,7 @@ def test_convert_swaps_the_experts_shares_parameters_and_keeps_the_router():
     params = dict(model.named_parameters())
     kernels.fp8.convert(model, "rowwise", fp8_dtype=FP8)
     assert type(model.moe) is Float8MoE and (model.moe.recipe, model.moe.fp8_dtype) == ("rowwise", FP8)
+    assert model.moe.grad_fp8_dtype == FP8                        # rowwise's gradients: e4m3
     assert type(model.moe.router) is torch.nn.Linear            # "*router" and first/last kept
     assert type(model.inp) is torch.nn.Linear and type(model.out) is torch.nn.Linear
     assert all(p is params[name] for name, p in model.named_parameters())
@@ -57,9 +63,13 @@ def test_convert_swaps_the_experts_shares_parameters_and_keeps_the_router():
 
     kept = kernels.fp8.convert(_block(), keep_high_precision=("*moe", "*router"))
     assert type(kept.moe) is kernels.MoE and type(kept.moe.router) is torch.nn.Linear
-    with pytest.warns(RuntimeWarning, match="experts' gradients are e4m3, not 'hybrid'"):   # tensorwise's default
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # the experts take tensorwise's hybrid gradients: no warning
         everything = kernels.fp8.convert(_block(), "tensorwise", keep_high_precision=(), fp8_dtype=FP8)
     assert type(everything.moe) is Float8MoE and type(everything.moe.router) is Float8Linear
+    assert everything.moe.grad_fp8_dtype == torch.float8_e5m2 and "grad=e5m2" in repr(everything.moe)
+    fnuz = kernels.fp8.convert(_block(), "delayed", fp8_dtype=torch.float8_e4m3fnuz, grad_format="e4m3")
+    assert (fnuz.moe.fp8_dtype, fnuz.moe.grad_fp8_dtype) == (torch.float8_e4m3fnuz,) * 2
     x = torch.randn(9, DIM)
     logits = everything.moe.router_logits(x)   # through the FP8 router, in float32
     assert logits.dtype == torch.float32 and not torch.equal(logits, F.linear(x, everything.moe.router.weight))
@@ -79,9 +89,10 @@ def test_fp8_flops_count_the_routed_experts_of_the_training_model():
     assert flops.fp8_step_flops(model, cfg) == 6 * (linears + experts) * cfg.batch * cfg.seq
 
 
-def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts():
-    with pytest.warns(RuntimeWarning, match="'delayed' has no grouped GEMM"):
-        model = kernels.fp8.convert(_block(), "delayed", keep_high_precision=("*router",))
+def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts(monkeypatch):
+    monkeypatch.setattr(quantize, "RECIPES", ("rowwise",))   # as if tensorwise had no grouped GEMM
+    with pytest.warns(RuntimeWarning, match="'tensorwise' has no grouped GEMM"):
+        model = kernels.fp8.convert(_block(), "tensorwise", keep_high_precision=("*router",))
     assert type(model.moe) is kernels.MoE and type(model.inp) is not torch.nn.Linear
     with pytest.raises(TypeError, match="takes a kernels.MoE"):
         Float8MoE.from_moe(torch.nn.Linear(2, 2))
@@ -108,8 +119,9 @@ def test_forward_and_backward_are_nine_fp8_grouped_launches_close_to_high_precis
         assert (fp8 - hp).norm() <= 0.1 * hp.norm()
 
 
-def test_the_fp8_layer_compiles_without_graph_breaks():
-    layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "rowwise", FP8)
+@pytest.mark.parametrize("recipe", ["rowwise", "delayed"])   # delayed: its histories are updated in the graph
+def test_the_fp8_layer_compiles_without_graph_breaks(recipe):
+    layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), recipe, FP8, torch.float8_e5m2)
     x = torch.randn(11, DIM)
 
     def loss(x):
@@ -121,32 +133,121 @@ def test_the_fp8_layer_compiles_without_graph_breaks():
     # compiling this whole layer's backward takes ~18 s here)
 
 
-STEPS, BOUND = 6, 0.01
+STEPS = 6
+BOUNDS = {"tensorwise": 0.02, "delayed": 0.02, "rowwise": 0.01}
+"""Largest relative loss difference to the float32 run over the steps. Issue 22 sets 1% for
+rowwise and reports tensorwise and delayed as they come; measured here (torch 2.x, CPU
+interpreter): tensorwise 0.88%, delayed 0.70%, rowwise 0.62% (0.50% at the last step)."""
 
 
-@pytest.mark.slow   # twelve training steps in the interpreter: about 20 s on 2 busy cores
-def test_training_under_convert_stays_within_one_percent_of_high_precision():
-    """Six Adam steps of the same model from one seed on the same batch; the FP8 run's loss
-    (MoE experts in FP8 by the rowwise recipe, the rest kept by the default patterns) stays
-    within 1% (relative) of the float32 run's at every step, the goal issue 22 sets for
-    rowwise."""
-    high = _block(seed=1)
-    fp8 = kernels.fp8.convert(copy.deepcopy(high), "rowwise", fp8_dtype=FP8)
+def _losses(model, steps=STEPS) -> list[float]:
+    """Adam steps of ``model`` on one fixed batch (the same on every rank)."""
     gen = torch.Generator().manual_seed(2)
     x, target = torch.randn(16, 12, generator=gen), torch.randn(16, 6, generator=gen)
-    runs = []
-    for model in (high, fp8):
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        losses = []
-        for _ in range(STEPS):
-            opt.zero_grad()
-            loss = F.mse_loss(model(x), target)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        runs.append(torch.tensor(losses))
-    assert runs[0][-1] < runs[0][0]                   # it trains
-    assert ((runs[1] - runs[0]).abs() / runs[0]).max() <= BOUND, runs
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.fixture(scope="module")
+def high_precision_losses():
+    losses = torch.tensor(_losses(_block(seed=1)))
+    assert losses[-1] < losses[0]                   # it trains
+    return losses
+
+
+@pytest.mark.slow   # six interpreted training steps per recipe: 10-20 s each on 2 busy cores
+@pytest.mark.parametrize("recipe", BOUNDS)
+def test_training_under_convert_stays_within_the_bound_of_high_precision(recipe, high_precision_losses):
+    """Six Adam steps of the same model from one seed on the same batch; the FP8 run's loss
+    (MoE experts in FP8 by ``recipe`` with its gradient format: e5m2 for tensorwise and
+    delayed, the rest kept by the default patterns) stays within the bound (relative) of the
+    float32 run's at every step."""
+    fp8 = kernels.fp8.convert(_block(seed=1), recipe, fp8_dtype=FP8)
+    assert kernels.fp8.converted(fp8) == {"moe": recipe}
+    diff = ((torch.tensor(_losses(fp8)) - high_precision_losses).abs() / high_precision_losses).max()
+    assert 0 < diff <= BOUNDS[recipe], (recipe, diff)
+
+
+def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
+    """Five histories (routed rows, SwiGLU's output, gate, up, down) as buffers that the
+    amax sync reduces; the scales each GEMM gets come from them (the current amax while
+    they are empty), one entry per training step (x once, though gate and up both read it),
+    none in eval mode; a weight that outgrows its history saturates (and the activation it
+    makes), is counted and warned about by name."""
+    layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "delayed", FP8, torch.float8_e5m2)
+    histories = [getattr(layer, f"fp8_amax_history_{name}") for name in FP8_TENSORS]
+    assert set(layer.state_dict()) >= {f"fp8_amax_history_{name}" for name in FP8_TENSORS} | {"fp8_saturated"}
+    reduced = kernels.fp8.get("delayed").reduced_buffers(layer)
+    assert len(reduced) == 5 and all(a is b for a, b in zip(reduced, histories))
+    calls, train = [], fp8_layer.grouped_gemm_fp8_train
+    monkeypatch.setattr(fp8_layer, "grouped_gemm_fp8_train", lambda *a, **k: calls.append(a[5:8]) or train(*a, **k))
+    fmax, x = torch.finfo(FP8).max, torch.randn(9, DIM)
+    layer(x)
+    hist = dict(zip(FP8_TENSORS, histories))
+    assert hist["x"][0] == x.abs().amax() and hist["gate"][0] == layer.gate.abs().amax()
+    assert all(h[0] > 0 and not h[1:].any() for h in histories)       # one entry each
+    (g_gate, sx_gate, sw_gate), (_, sx_up, sw_up), (_, s_hidden, sw_down) = calls
+    assert g_gate == torch.float8_e5m2
+    assert sx_gate is sx_up and sx_gate == hist["x"][0] / fmax and sw_up == hist["up"][0] / fmax
+    assert s_hidden == hist["hidden"][0] / fmax and sw_down == hist["down"][0] / fmax
+    with torch.no_grad():
+        layer.gate.mul_(4)                                              # outgrows its history
+    calls.clear()
+    layer(x)
+    assert calls[0][2] == hist["gate"][1] / fmax                        # last step's amax
+    assert layer.fp8_saturated.tolist() == [0, 1, 1, 0, 0]                  # gate, and SwiGLU's output with it
+    with pytest.warns(RuntimeWarning, match=r"hidden in 1 step\(s\), gate in 1 step"):
+        kernels.fp8.warn_saturation(layer)
+    before = [h.clone() for h in histories]
+    layer.eval()
+    layer(x)
+    assert all(torch.equal(a, b) for a, b in zip(before, histories))
+
+
+def _fsdp2_on_two_ranks(rank, world):
+    """Two steps of the converted block (delayed: hybrid gradients, amax histories synced by
+    convert's hook) with its MoE layer and the whole model under ``fully_shard``, every
+    rank on the same batch: the losses and the full parameters after the steps, and an
+    expert history after a sync from rank-dependent values."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = kernels.fp8.convert(_block(seed=1), "delayed", fp8_dtype=FP8)
+    fully_shard(model.moe)
+    fully_shard(model)
+    losses = _losses(model, FSDP_STEPS)
+    with torch.no_grad():
+        model.moe.fp8_amax_history_down.fill_(rank + 1.0)    # ranks that disagree ...
+    kernels.fp8.sync_amax(model)                            # ... agree on the max after the sync
+    synced = model.moe.fp8_amax_history_down.unique().tolist()
+    return losses, {name: p.full_tensor() for name, p in model.named_parameters()}, synced
+
+
+FSDP_STEPS = 2
+
+
+@pytest.mark.slow   # two spawned processes importing torch, two interpreted steps each: ~30 s on 2 busy cores
+def test_fsdp2_on_two_gloo_ranks_trains_the_fp8_experts_as_one_process_does():
+    """FSDP2 shards the experts' (G, K, N) weights over the ranks, gathers them for the FP8
+    grouped GEMMs and reduce-scatters their gradients; with the same batch on both ranks
+    the losses and weights match the unsharded run to float32 rounding. The experts' amax
+    histories are all-reduced with the rest (:func:`kernels.fp8.sync_amax`)."""
+    from kernels.comm.launch import run_local
+
+    single = kernels.fp8.convert(_block(seed=1), "delayed", fp8_dtype=FP8)
+    expected = _losses(single, FSDP_STEPS)
+    results = run_local(_fsdp2_on_two_ranks, 2, timeout=240)
+    for losses, params, synced in results:
+        assert synced == [2.0]                             # the amax sync covers the experts' histories
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(expected), rtol=1e-5, atol=1e-7)
+        for name, p in single.named_parameters():
+            torch.testing.assert_close(params[name], p.detach(), rtol=1e-5, atol=1e-6)
 
 
 def test_a_moe_layer_without_an_fp8_path_warns_and_is_left_as_it_is():

@@ -16,6 +16,7 @@ import torch
 import kernels
 from kernels.gemm.ops import best_rung
 from kernels.gemm_fp8 import FP8_DTYPES, fp8_dtype, quantize_fp8
+from kernels.gemm_fp8.formats import E5M2_OF
 from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm_fp8 import ref as ref_module
 from workbench.check import check_rung
@@ -44,12 +45,20 @@ def test_every_rung_passes_the_harness_at_smoke_shapes(rung, dtype):
             assert report.passed, report.message
 
 
-@pytest.mark.parametrize("dtype", FP8_DTYPES, ids=str)
-def test_scaling_semantics_match_the_dequantized_product(dtype):
+FORMAT_PAIRS = {"e4m3fn": (E4M3FN, E4M3FN), "e4m3fnuz": (E4M3FNUZ, E4M3FNUZ),
+                "e5m2-x-e4m3fn": (torch.float8_e5m2, E4M3FN),                  # dX of the hybrid format
+                "e5m2fnuz-x-e4m3fnuz": (torch.float8_e5m2fnuz, E4M3FNUZ),
+                "e4m3fn-x-e5m2": (E4M3FN, torch.float8_e5m2)}
+
+
+@pytest.mark.parametrize("x_dtype,w_dtype", FORMAT_PAIRS.values(), ids=FORMAT_PAIRS.keys())
+def test_scaling_semantics_match_the_dequantized_product(x_dtype, w_dtype):
+    """Both e4m3 formats, and an e5m2 operand beside the e4m3 of its family (the MFMAs mix
+    them; :mod:`kernels.moe.grouped_gemm_fp8.training` runs dX so)."""
     gen = torch.Generator().manual_seed(1)
     sizes, k, n = [7, 0, 12, 3], 40, 11
-    x, sx = quantize_fp8(torch.randn(sum(sizes), k, generator=gen), dtype, "row")
-    parts = [quantize_fp8(torch.randn(k, n, generator=gen) * (g + 1), dtype, "col") for g in range(4)]
+    x, sx = quantize_fp8(torch.randn(sum(sizes), k, generator=gen), x_dtype, "row")
+    parts = [quantize_fp8(torch.randn(k, n, generator=gen) * (g + 1), w_dtype, "col") for g in range(4)]
     w, sw = torch.stack([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     sx, offsets = sx.reshape(-1), grouped_spec.offsets_from_sizes(torch.tensor(sizes))
     expected = grouped_spec.reference(x.float() * sx[:, None], w.float() * sw[:, None, :], offsets)
@@ -109,7 +118,8 @@ def _args(**change):
 
 @pytest.mark.parametrize("change,error,match", [
     (dict(x=torch.randn(9, 24, dtype=torch.bfloat16)), TypeError, "x has dtype bfloat16"),
-    (dict(w=torch.randn(2, 24, 40).to(E4M3FNUZ)), TypeError, "dtypes differ"),
+    (dict(w=torch.randn(2, 24, 40).to(E4M3FNUZ)), TypeError, "different families"),
+    (dict(x=torch.randn(9, 24).to(torch.float8_e5m2fnuz)), TypeError, "x is torch.float8_e5m2fnuz and w .* families"),
     (dict(w=torch.randn(2, 8, 40).to(E4M3FN)), ValueError, "inner dimensions"),
     (dict(sx=torch.ones(9, 1)), ValueError, r"sx has shape \(9, 1\); expected \(9,\)"),
     (dict(sx=torch.ones(9, dtype=torch.float16)), TypeError, "sx has dtype float16"),
@@ -120,7 +130,7 @@ def _args(**change):
     (dict(offsets=torch.tensor([5, 2], dtype=torch.int32)), ValueError, "non-decreasing"),
     (dict(offsets=torch.tensor([2, 8], dtype=torch.int32)), ValueError, r"offsets\[-1\] must equal"),
     (dict(out_dtype=torch.int8), TypeError, "out_dtype"),
-], ids=["x-bf16", "mixed-formats", "inner", "sx-2d", "sx-fp16", "sw-1d", "device", "python-scale",
+], ids=["x-bf16", "mixed-families", "e5m2-of-another-family", "inner", "sx-2d", "sx-fp16", "sw-1d", "device", "python-scale",
         "offsets-int64", "decreasing", "last", "out-int8"])
 def test_bad_inputs_are_refused_by_name(change, error, match):
     args = _args(**change)
@@ -182,3 +192,7 @@ def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
     assert dx.jit_fn is launch.jit_fn and dx.constexprs["stride_wk"] == 1    # wᵀ: N-contiguous
     assert (dw.signature["xt_ptr"], dw.signature["dyt_ptr"], dw.signature["dw_ptr"]) == (fp8, fp8, "*fp32")
     assert dw.constexprs["stride_xr"] == dw.constexprs["stride_dyr"] == 1        # token-contiguous
+    e5m2 = {E4M3FNUZ: "*fp8e5b16", E4M3FN: "*fp8e5"}[dtype]                      # hybrid: dy in e5m2
+    _, dx, dw = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch, grad_dtype=E5M2_OF[dtype])
+    assert (dx.signature["x_ptr"], dx.signature["w_ptr"]) == (e5m2, fp8)
+    assert (dw.signature["xt_ptr"], dw.signature["dyt_ptr"]) == (fp8, e5m2)

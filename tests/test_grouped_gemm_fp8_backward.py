@@ -1,6 +1,6 @@
 """FP8 grouped GEMM training: ``grouped_gemm_fp8_train``'s forward, dX and dW against the
-float64 product of the operands each GEMM was given (dequantized), in both e4m3 formats
-and both recipes, at odd shapes with empty and one-row groups; the dW kernel on
+float64 product of the operands each GEMM was given (dequantized), in both e4m3 formats,
+every recipe and both gradient formats (e4m3, and e5m2 beside it: hybrid), at odd shapes with empty and one-row groups; the dW kernel on
 unaligned groups longer than a few tiles with NaN bytes in the padding; empty operands;
 bad inputs; launch count (one backward = two grouped launches); no host sync; the custom
 ops under opcheck and torch.compile without graph breaks.
@@ -17,6 +17,7 @@ import torch
 
 from host_sync import no_host_sync
 from kernels.gemm_fp8 import FP8_DTYPES
+from kernels.gemm_fp8.formats import E5M2_OF
 from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm_fp8 import dw as dw_module
 from kernels.moe.grouped_gemm_fp8 import grouped_gemm_fp8_dw, grouped_gemm_fp8_train, quantize, v0_one_launch
@@ -42,16 +43,19 @@ def _deq(q, scale):
     return q.double() * scale.double()
 
 
-def _expected(x, w, dy, offsets, recipe, fp8):
+def _expected(x, w, dy, offsets, recipe, fp8, grad=None, scales=(None, None)):
     """float64 forward, dx and dw of the operands each GEMM gets from :mod:`.quantize`."""
-    x8, sx = quantize.tokens(x, recipe, fp8)
-    w8, sw = quantize.forward_weight(w, recipe, fp8)
+    grad, (scale_x, scale_w) = grad or fp8, scales
+    x8, sx = quantize.tokens(x, recipe, fp8, scale_x)
+    w8, sw = quantize.forward_weight(w, recipe, fp8, scale_w)
     y = grouped_spec.reference(_deq(x8, sx[:, None]), _deq(w8, sw[:, None, :]), offsets)
-    dy8, sdy = quantize.tokens(dy, recipe, fp8)
-    wt8, swt = quantize.dgrad_weight(w, recipe, fp8)
+    dy8, sdy = quantize.tokens(dy, recipe, grad)
+    wt8, swt = quantize.dgrad_weight(w, recipe, fp8, scale_w)
+    assert dy8.dtype == grad and wt8.dtype == fp8
     dx = grouped_spec.reference(_deq(dy8, sdy[:, None]), _deq(wt8, swt[:, None, :]), offsets)
     ids = quantize.group_of_rows(offsets, x.shape[0])
-    (xt8, sxt), (dyt8, sdyt) = (quantize.wgrad_operand(t, ids, w.shape[0], recipe, fp8) for t in (x, dy))
+    xt8, sxt = quantize.wgrad_operand(x, ids, w.shape[0], recipe, fp8, scale_x)
+    dyt8, sdyt = quantize.wgrad_operand(dy, ids, w.shape[0], recipe, grad)
     xd = _deq(xt8[:, :x.shape[0]], sxt[ids].t())       # (K, T)
     dyd = _deq(dyt8[:, :x.shape[0]], sdyt[ids].t())    # (N, T)
     dw = torch.stack([xd[:, s:e] @ dyd[:, s:e].t() for s, e in grouped_spec.group_bounds(offsets)])
@@ -63,26 +67,39 @@ def _close(actual, expected, rtol):
                                atol=rtol * max(expected.abs().max().item(), 1e-30))
 
 
-def _run(x, w, dy, offsets, recipe, fp8):
+def _run(x, w, dy, offsets, recipe, fp8, grad=None, scales=(None, None)):
     x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
     with poisoned_outputs():
-        y = grouped_gemm_fp8_train(x, w, offsets, recipe, fp8)
+        y = grouped_gemm_fp8_train(x, w, offsets, recipe, fp8, grad, *scales)
         y.backward(dy)
     return y, x.grad, w.grad
 
 
-@pytest.mark.parametrize("recipe", quantize.RECIPES)
+def _history_scales(x, w, fp8):
+    """Per-tensor scales as an amax history gives them: not this step's (x's twice its amax's,
+    w's 1.5 times), so a GEMM that ignored them would quantize differently."""
+    fmax = torch.finfo(fp8).max
+    return 2 * x.abs().amax() / fmax, 1.5 * w.abs().amax() / fmax
+
+
+CASES = {"tensorwise-hybrid": ("tensorwise", True), "delayed-hybrid": ("delayed", True),
+         "tensorwise-e4m3": ("tensorwise", False), "rowwise-e4m3": ("rowwise", False)}
+
+
+@pytest.mark.parametrize("recipe,hybrid", CASES.values(), ids=CASES.keys())
 @pytest.mark.parametrize("fp8", FP8_DTYPES, ids=str)
-def test_forward_and_both_gradients_match_the_dequantized_product(recipe, fp8):
+def test_forward_and_both_gradients_match_the_dequantized_product(recipe, hybrid, fp8):
     x, w, dy, offsets = _problem()
-    y, dx, dw = _run(x, w, dy, offsets, recipe, fp8)
-    expected = _expected(x, w, dy, offsets, recipe, fp8)
+    grad = E5M2_OF[fp8] if hybrid else fp8
+    scales = _history_scales(x, w, fp8) if recipe == "delayed" else (None, None)
+    y, dx, dw = _run(x, w, dy, offsets, recipe, fp8, grad, scales)
+    expected = _expected(x, w, dy, offsets, recipe, fp8, grad, scales)
     for got, want in zip((y, dx, dw), expected):
         assert got.dtype == torch.float32 and got.shape == want.shape
         _close(got, want, 1e-5)                  # fp32 accumulation and output
     assert torch.equal(dw[1], torch.zeros(K, N))  # the empty group's expert
     # against the high-precision GEMM: only quantization error (e4m3: 2^-4 relative per
-    # element), so a recipe that scales along the wrong dimension would show here
+    # element, e5m2: 2^-3), so a recipe that scales along the wrong dimension would show here
     x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
     grouped_spec.reference(x64, w64, offsets).backward(dy.double())
     for got, want in ((dx, x64.grad), (dw, w64.grad)):
@@ -130,15 +147,23 @@ def test_empty_operands_give_zeros_of_the_operands_shapes(sizes, k, n):
 
 
 @pytest.mark.parametrize("change,error,match", [
-    (dict(recipe="blockwise"), ValueError, "trains with the recipes tensorwise, rowwise"),
+    (dict(recipe="unknown"), ValueError, "trains with the recipes tensorwise, delayed, rowwise"),
     (dict(fp8_dtype=torch.float8_e5m2), TypeError, "fp8_dtype must be one of"),
+    (dict(grad_dtype=torch.float8_e5m2fnuz), TypeError, "grad_dtype must be .*family"),
+    (dict(grad_dtype=torch.bfloat16), TypeError, "grad_dtype must be"),
     (dict(w=torch.randn(5, K, N, dtype=torch.bfloat16)), TypeError, "dtypes differ"),
     (dict(x=torch.randn(35, K).to(E4M3FN), w=torch.randn(5, K, N).to(E4M3FN)), TypeError, "x has dtype"),
     (dict(offsets=torch.tensor([5, 5, 6, 32, 35])), TypeError, "offsets must be int32"),
-], ids=["recipe", "fp8-format", "mixed-dtypes", "fp8-input", "offsets-int64"])
+    (dict(recipe="delayed", scale_w=torch.tensor(1.0)), ValueError, "'delayed' takes .* pass scale_x"),
+    (dict(recipe="rowwise", scale_x=torch.tensor(1.0)), ValueError, "scale_x is a per-tensor scale"),
+    (dict(recipe="tensorwise", scale_w=torch.ones(2)), ValueError, "scale_w must hold one number"),
+    (dict(recipe="tensorwise", scale_x=torch.tensor(1.0, dtype=torch.float64)), TypeError,
+     "scale_x has dtype float64"),
+], ids=["recipe", "fp8-format", "grad-family", "grad-not-fp8", "mixed-dtypes", "fp8-input", "offsets-int64",
+        "delayed-without-scales", "rowwise-with-scale", "scale-shape", "scale-dtype"])
 def test_bad_inputs_are_refused_by_name(change, error, match):
     x, w, _, offsets = _problem()
-    args = {**dict(x=x, w=w, offsets=offsets), **change}
+    args = {**dict(x=x, w=w, offsets=offsets, fp8_dtype=E4M3FN), **change}
     with pytest.raises(error, match=match):
         grouped_gemm_fp8_train(**args)
 
@@ -152,6 +177,8 @@ def test_dw_op_of_no_groups_is_empty():
 def test_dw_op_refuses_mismatched_operands():
     xt, dyt = torch.zeros(4, 16, dtype=E4M3FN), torch.zeros(3, 8, dtype=E4M3FN)
     offsets = torch.tensor([8], dtype=torch.int32)
+    with pytest.raises(TypeError, match="xt is torch.float8_e4m3fn and dyt torch.float8_e5m2fnuz: .* families"):
+        grouped_gemm_fp8_dw(xt, torch.ones(1, 4), dyt.to(torch.float8_e5m2fnuz), torch.ones(1, 3), offsets)
     with pytest.raises(ValueError, match="token counts differ"):
         grouped_gemm_fp8_dw(xt, torch.ones(1, 4), dyt, torch.ones(1, 3), offsets)
     with pytest.raises(ValueError, match=r"sx has shape \(4,\); expected \(1, 4\)"):
@@ -184,7 +211,8 @@ def test_custom_ops_and_compile_without_graph_breaks():
                           (xt, sxt, dyt, sdyt, offsets, torch.float32),
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
     torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
-                          (x.requires_grad_(), w.requires_grad_(), offsets, "rowwise", E4M3FN),
+                          (x.requires_grad_(), w.requires_grad_(), offsets, "tensorwise", E4M3FN,
+                           torch.float8_e5m2, torch.tensor(0.01), None),
                           test_utils=("test_autograd_registration", "test_faketensor"))
 
     def step(x, w):

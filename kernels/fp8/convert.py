@@ -17,8 +17,9 @@ skip the output head). Pass your own:
 Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) and ``kernels.MoE``
 layers are swapped; every other module is left as it is. A ``kernels.MoE`` not kept
 (its name matched by a pattern) becomes a :class:`kernels.moe.fp8_layer.Float8MoE`: its
-experts' grouped GEMMs and both their gradients run in FP8 (recipes ``rowwise`` and
-``tensorwise``; another recipe leaves the experts in high precision, with a warning),
+experts' grouped GEMMs and both their gradients run in FP8 (the recipes of
+:data:`kernels.moe.grouped_gemm_fp8.quantize.RECIPES`, with the recipe's gradient format;
+another recipe leaves the experts in high precision, with a warning),
 while its router is a Linear like any other, kept by ``"*router"`` unless you say
 otherwise; the expert-parallel layer has no FP8 path and is left as it is, with a
 warning. Parameters are shared, not copied, so this can run before or after the
@@ -57,26 +58,26 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
 
     Returns ``model`` (changed in place; a bare Linear or ``kernels.MoE`` is returned swapped).
     ``fp8_dtype``: the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere);
-    ``grad_format``: the Linears' output gradient's, ``"hybrid"`` (e5m2 of the same family) or
-    ``"e4m3"``, default the recipe's (:attr:`kernels.fp8.recipe.Recipe.grad_format`: hybrid for
-    tensorwise and delayed, e4m3 for the others); the FP8 MoE experts' gradients are e4m3 in
-    every recipe (the FP8 grouped GEMM takes one format). A recipe whose state ranks must
-    share (delayed's amax histories) gets a forward pre-hook on the returned model that
-    all-reduces it over ``amax_group`` (default: every rank; pass the data-parallel group) in
-    one collective per training-mode forward, while ``torch.distributed`` is initialized
+    ``grad_format``: the output gradient's format in the Linears and the FP8 MoE experts,
+    ``"hybrid"`` (e5m2 of the same family) or ``"e4m3"``, default the recipe's
+    (:attr:`kernels.fp8.recipe.Recipe.grad_format`: hybrid for tensorwise and delayed, e4m3
+    for the others). A recipe whose state ranks must share (delayed's amax histories, the
+    MoE experts' included) gets a forward pre-hook on the returned model that all-reduces it
+    over ``amax_group`` (default: every rank; pass the data-parallel group) in one
+    collective per training-mode forward, while ``torch.distributed`` is initialized
     (:mod:`.amax_sync`).
     """
     rec = _recipes.get(recipe)
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
     fp8_dtype = fp8_dtype or native_fp8()
-    rec.grad_dtype(fp8_dtype, grad_format)   # a format the recipe does not take: refused here
+    grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)   # a format the recipe does not take: refused here
     if isinstance(model, torch.nn.Linear):
         return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format), rec, amax_group)
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
     keep = _keeper(keep_high_precision, _outside_moe(model, linears))
-    model = _convert_moe(model, rec.name, keep, fp8_dtype, grad_format or rec.grad_format)
+    model = _convert_moe(model, rec.name, keep, fp8_dtype, grad_dtype)
     for name in linears:
         module = model.get_submodule(name)
         if keep(name, module):
@@ -97,7 +98,7 @@ def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
     setattr(model.get_submodule(parent), child, module)
 
 
-def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_format: str) -> torch.nn.Module:
+def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtype) -> torch.nn.Module:
     """Swap each ``kernels.MoE`` not kept for a Float8MoE (before the Linears: the router, a
     submodule both layers share, is then swapped in the Float8MoE); returns the model, the
     Float8MoE itself where the model is a ``kernels.MoE``."""
@@ -114,11 +115,7 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_form
             warnings.warn(f"MoE layer {name or '(the model)'!r}: {why}; its experts stay in high "
                           "precision", RuntimeWarning, stacklevel=3)
             continue
-        if grad_format != "e4m3":
-            warnings.warn(f"MoE layer {name or '(the model)'!r}: its experts' gradients are e4m3, not "
-                          f"{grad_format!r} (the FP8 grouped GEMM takes one operand format)",
-                          RuntimeWarning, stacklevel=3)
-        fp8_layer = Float8MoE.from_moe(layer, recipe, fp8_dtype)
+        fp8_layer = Float8MoE.from_moe(layer, recipe, fp8_dtype, grad_dtype)
         if not name:
             return fp8_layer
         _swap(model, name, fp8_layer)

@@ -13,11 +13,13 @@ import warnings
 import torch
 
 TENSORS = ("x", "w")
+"""A Linear's tensors with delayed scales; a layer with others names them in ``fp8_tensors``."""
 
 
 def saturation(model: torch.nn.Module) -> dict[str, dict[str, int]]:
-    """Steps in which each FP8 layer's x or w saturated, since the last reset."""
-    return {name: dict(zip(TENSORS, m.fp8_saturated.tolist()))
+    """Steps in which each FP8 layer's tensors (x or w; a Float8MoE's five) saturated, since
+    the last reset."""
+    return {name: dict(zip(getattr(m, "fp8_tensors", TENSORS), m.fp8_saturated.tolist()))
             for name, m in model.named_modules() if hasattr(m, "fp8_saturated")}
 
 

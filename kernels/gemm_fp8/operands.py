@@ -37,14 +37,21 @@ def _scale_stride(name: str, scale: torch.Tensor, length: int, per_shape: tuple[
                      f"(per tensor) or {per_shape} (one per {kind}, {length} of them)")
 
 
+def check_family(**named: torch.Tensor) -> None:
+    """Refuse two FP8 operands of one GEMM whose formats are of different families (the
+    names are the caller's, for the message): OCP e4m3fn/e5m2 or fnuz e4m3fnuz/e5m2fnuz."""
+    (na, a), (nb, b) = named.items()
+    if not same_family(a.dtype, b.dtype):
+        raise TypeError(f"{na} is {a.dtype} and {nb} {b.dtype}: FP8 formats of different families (OCP "
+                        "e4m3fn/e5m2 or fnuz e4m3fnuz/e5m2fnuz) do not mix in one GEMM")
+
+
 def _check_common(a, b, scale_a, scale_b, out_dtype, allow_empty: bool) -> None:
     # each alone first, so that a dtype error names the non-FP8 one; then what they share
     validate.tensor("a", a, ndim=2, dtypes=OPERAND_DTYPES, allow_empty=allow_empty)
     validate.tensor("b", b, ndim=2, dtypes=OPERAND_DTYPES, allow_empty=allow_empty)
     validate.same_device(a=a, b=b)
-    if not same_family(a.dtype, b.dtype):
-        raise TypeError(f"a is {a.dtype} and b {b.dtype}: FP8 formats of different families (OCP "
-                        "e4m3fn/e5m2 or fnuz e4m3fnuz/e5m2fnuz) do not mix in one GEMM")
+    check_family(a=a, b=b)
     validate.inner_dims(a, b)
     validate.tensor("scale_a", scale_a, dtypes=(torch.float32,), allow_empty=allow_empty)
     validate.tensor("scale_b", scale_b, dtypes=(torch.float32,), allow_empty=allow_empty)

@@ -11,9 +11,12 @@ rounded down to the max anyway) is counted per layer
 (:func:`kernels.gemm_fp8.quantize_fp8` clamps before the cast).
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
-them. Under ``torch.distributed`` the ranks share them: one MAX all-reduce of every
-layer's histories per training step (:mod:`kernels.fp8.amax_sync`, installed by
-``convert``). A layer updates them in training mode only; the first step (an empty history)
+them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
+tensor, in the order of the layer's ``fp8_tensors`` (x, w for a Linear;
+:class:`kernels.moe.fp8_layer.Float8MoE` keeps one per operand of its three grouped
+GEMMs through :func:`history_state` and :func:`history_scale`, the same rule). Under
+``torch.distributed`` the ranks share them: one MAX all-reduce of every layer's histories
+per training step (:mod:`kernels.fp8.amax_sync`, installed by ``convert``). A layer updates them in training mode only; the first step (an empty history)
 takes the current amax. The output gradient dy uses current scaling: its amax is known
 only inside the backward, and a history of it would need state written from there
 (torchao's delayed recipe offers the same mix).
@@ -25,9 +28,11 @@ import math
 import torch
 
 from ..recipe import register
+from ..saturation import TENSORS
 from ..scaled_gemm import PerTensorRecipe
 
 HISTORY = 16
+PREFIX = "fp8_amax_history_"
 
 
 def _scale(history: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
@@ -46,30 +51,41 @@ def _amax(t: torch.Tensor) -> torch.Tensor:
     return t.abs().amax().float() if t.numel() else t.new_zeros((), dtype=torch.float32)
 
 
+def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
+    """The buffers of a layer whose ``tensors`` take delayed scales: an empty amax history
+    each and one saturation count each (``fp8_saturated``, in ``tensors``' order)."""
+    return {**{PREFIX + name: torch.zeros(HISTORY, device=device) for name in tensors},
+            "fp8_saturated": torch.zeros(len(tensors), dtype=torch.int64, device=device)}
+
+
+@torch.no_grad()
+def history_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
+    """The delayed scale of ``t``, the tensor ``name`` of ``layer.fp8_tensors``, in
+    ``layer.fp8_dtype``; in training mode its amax enters the history and a saturating
+    scale is counted."""
+    fmax = torch.finfo(layer.fp8_dtype).max
+    history = getattr(layer, PREFIX + name)
+    amax = _amax(t.detach())
+    scale = _scale(history, amax, fmax)
+    if layer.training:
+        i = getattr(layer, "fp8_tensors", TENSORS).index(name)
+        layer.fp8_saturated[i] += (amax > scale * saturates_above(fmax)).to(torch.int64)
+        history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
+    return scale
+
+
 class Delayed(PerTensorRecipe):
     name = "delayed"
     summary = f"per-tensor scales of x and w from the max amax of the last {HISTORY} steps"
 
     def state(self, device):
-        return {"fp8_amax_history_x": torch.zeros(HISTORY, device=device),
-                "fp8_amax_history_w": torch.zeros(HISTORY, device=device),
-                "fp8_saturated": torch.zeros(2, dtype=torch.int64, device=device)}
+        return history_state(TENSORS, device)
 
     def reduced_buffers(self, layer):
-        return [layer.fp8_amax_history_x, layer.fp8_amax_history_w]
+        return [b for name, b in layer.named_buffers(recurse=False) if name.startswith(PREFIX)]
 
-    @torch.no_grad()
     def scales(self, layer, x, w):
-        fmax = torch.finfo(layer.fp8_dtype).max
-        scales = []
-        for i, (t, history) in enumerate(((x, layer.fp8_amax_history_x), (w, layer.fp8_amax_history_w))):
-            amax = _amax(t.detach())
-            scale = _scale(history, amax, fmax)
-            if layer.training:
-                layer.fp8_saturated[i] += (amax > scale * saturates_above(fmax)).to(torch.int64)
-                history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
-            scales.append(scale)
-        return tuple(scales)
+        return history_scale(layer, "x", x), history_scale(layer, "w", w)
 
 
 register(Delayed())

@@ -1,7 +1,8 @@
 """FP8 grouped GEMM ladder: per group g, y[rows of g] = (x_g * sx_g) @ (w[g] * sw[g]).
 
 The MoE expert GEMM of FP8 training and inference: x and w in the e4m3 format the
-GPU's matrix cores take, one float32 scale per token (row of x) and one per output
+GPU's matrix cores take (or one of them in the e5m2 of that family: an output gradient
+of the hybrid format), one float32 scale per token (row of x) and one per output
 channel of each expert (column of w[g]). Importing this package registers the problem
 (:mod:`.spec`) and every rung, in ladder order; :func:`kernels.grouped_gemm_fp8` is the
 public op (:mod:`.ops`). Training runs the experts' GEMMs and both gradients in FP8

@@ -32,8 +32,9 @@ Expected bound:
     dw store (G·K·N elements in w's dtype) and the launch (model).
 
 Limits:
-    Row-wise (per group and feature) or broadcast (per tensor) scales only, no 1x128
-    blocks. One program per output tile and group however few rows the group has
+    xᵀ in e4m3 and dyᵀ in e4m3 or its family's e5m2 (the hybrid format; the mixed-format
+    FP8 MFMA, no conversion). Row-wise (per group and feature) or broadcast (per tensor)
+    scales only, no 1x128 blocks. One program per output tile and group however few rows the group has
     (an empty group's programs only store zeros); no split of a long reduction over
     programs (split-K) for the few-groups, many-tokens case. One fixed tile.
 """
@@ -139,9 +140,10 @@ def aot_ints(shape=grouped_launch.AOT_SHAPE) -> dict[str, int]:
                 stride_dwg=k * n, stride_dwk=n, stride_dwn=1)
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> AotKernel:
-    """The dW launch of grouped GEMM's AOT shape with an fp32 dw (master weights' gradient)."""
+def aot(dtype: torch.dtype, backend: str, arch: str, grad_dtype: torch.dtype | None = None) -> AotKernel:
+    """The dW launch of grouped GEMM's AOT shape with an fp32 dw (master weights' gradient);
+    dyᵀ in ``grad_dtype`` (default ``dtype``; the hybrid format's e5m2)."""
     pointers = {"offsets_ptr": "*i32", "sx_ptr": "*fp32", "sdy_ptr": "*fp32",
-                "dw_ptr": pointer_type(torch.float32)}
+                "dw_ptr": pointer_type(torch.float32), "dyt_ptr": pointer_type(grad_dtype or dtype)}
     return aot_launch(_grouped_dw_fp8_kernel, dtype, config(backend, arch), aot_ints(),
                       {"INTERP_BF16": False, "ALIGN": ALIGN}, pointers)

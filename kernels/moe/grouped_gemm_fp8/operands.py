@@ -1,6 +1,7 @@
 """What an FP8 grouped GEMM accepts, checked once for every rung and the public op.
 
-x (T, K) and w (G, K, N) in one e4m3 format, offsets as for ``grouped_gemm``, and float32
+x (T, K) and w (G, K, N) in FP8 formats of one family (both e4m3, or one e5m2: the output
+gradient of the hybrid format, as dX takes it), offsets as for ``grouped_gemm``, and float32
 scales of fixed granularity: sx (T,), one per token, and sw (G, N), one per expert and
 output channel (``torch._scaled_grouped_mm``'s row-wise 2D x 3D case). A kernel reads
 them through strides, so views are taken as they are.
@@ -10,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from ... import validate
-from ...gemm_fp8.formats import FP8_DTYPES
-from ...gemm_fp8.operands import OUT_DTYPES
+from ...gemm_fp8.formats import OPERAND_DTYPES
+from ...gemm_fp8.operands import OUT_DTYPES, check_family
 
 
 def _scale(name: str, scale, shape: tuple[int, ...], what: str, allow_empty: bool) -> None:
@@ -25,9 +26,11 @@ def check(x, sx, w, sw, offsets, out_dtype, allow_empty: bool = False,
     """Validate the operands and return the offsets to launch with (packed); ``allow_empty``
     and ``check_values`` as in :func:`kernels.validate.grouped_gemm_operands` (the public op
     takes empty operands)."""
-    validate.tensor("x", x, ndim=2, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # name the
-    validate.tensor("w", w, ndim=3, dtypes=FP8_DTYPES, allow_empty=allow_empty)  # non-FP8 one
-    offsets = validate.grouped_gemm_operands(x, w, offsets, FP8_DTYPES, allow_empty, check_values)
+    validate.tensor("x", x, ndim=2, dtypes=OPERAND_DTYPES, allow_empty=allow_empty)  # name the
+    validate.tensor("w", w, ndim=3, dtypes=OPERAND_DTYPES, allow_empty=allow_empty)  # non-FP8 one
+    check_family(x=x, w=w)
+    offsets = validate.grouped_gemm_operands(x, w, offsets, OPERAND_DTYPES, allow_empty, check_values,
+                                             same_dtypes=False)
     (t, _), (g, _, n) = x.shape, w.shape
     _scale("sx", sx, (t,), "one per row (token) of x", allow_empty)
     _scale("sw", sw, (g, n), "one per expert and output column of w", allow_empty)

@@ -17,6 +17,7 @@ import torch
 
 from ... import eager
 from ...gemm.ops import best_rung
+from ...gemm_fp8.formats import e4m3_of
 from . import operands
 
 
@@ -24,8 +25,8 @@ def _grouped_gemm_fp8_impl(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, s
                            offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     if x.numel() == 0 or w.numel() == 0:   # T, N, K or G is 0: empty, or zeros for K = 0
         return torch.zeros((x.shape[0], w.shape[2]), dtype=out_dtype, device=x.device)
-    return best_rung("grouped_gemm_fp8", x.dtype)(x, sx, w, sw, offsets, out_dtype,
-                                                  check_offsets=False)
+    return best_rung("grouped_gemm_fp8", e4m3_of(x.dtype))(x, sx, w, sw, offsets, out_dtype,
+                                                           check_offsets=False)
 
 
 _grouped_gemm_fp8 = torch.library.custom_op("kernels::grouped_gemm_fp8", _grouped_gemm_fp8_impl,
@@ -45,7 +46,8 @@ def grouped_gemm_fp8(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: tor
     of cumulative row ends -> ``(T, N)`` in ``out_dtype`` (bfloat16 by default).
 
     x and w share the e4m3 format of :func:`kernels.gemm_fp8.fp8_dtype` (fnuz on gfx942,
-    OCP elsewhere); quantize with :func:`kernels.gemm_fp8.quantize_fp8` ("row" for x,
+    OCP elsewhere), or one of them is the e5m2 format of that family (an FP8 gradient,
+    :data:`kernels.gemm_fp8.formats.E5M2_OF`); formats of two families are refused. Quantize with :func:`kernels.gemm_fp8.quantize_fp8` ("row" for x,
     "col" for each w[g]). Empty operands are legal as in ``kernels.grouped_gemm``: T = 0
     or N = 0 give an empty result, K = 0 zeros. ``check_offsets`` as in
     ``kernels.grouped_gemm``: False skips the host read that validates the offsets.

@@ -18,7 +18,15 @@ row-wise recipe quantizes x and w once each, with the fused kernel's transposed 
 amaxes over each group's tokens only: an expert's gradient is not scaled by another
 expert's outliers. ``tensorwise`` takes one scale per tensor (all experts' weights
 share one), handed to the kernels broadcast (stride 0); each GEMM still gets its own
-copy of the operand in the layout it reads (the same scale, a fresh pass).
+copy of the operand in the layout it reads (the same scale, a fresh pass). ``delayed``
+is tensorwise with the scales of x and w given (``scale``: from an amax history,
+:mod:`kernels.fp8.recipes.delayed`, which :class:`kernels.moe.fp8_layer.Float8MoE`
+keeps); the output gradient, whose amax is known only in the backward, is scaled by its
+own (current scaling), as the dense delayed recipe does.
+
+Every function takes the FP8 format to write: e4m3 for x and w, and for the output
+gradient dy e4m3 too or, in the hybrid format, the e5m2 of the same family
+(:data:`kernels.gemm_fp8.formats.E5M2_OF`; the kernels multiply e4m3 by e5m2).
 
 Each operand is written in the layout its GEMM reads fastest: the reduction dimension
 contiguous, as FP8 matrix cores take both operands (w (G, N, K)-contiguous for the
@@ -36,8 +44,10 @@ from ...gemm_fp8.formats import amax_over, cast, scale_of
 from ...triton_support import cdiv
 from .dw import ALIGN
 
-RECIPES = ("tensorwise", "rowwise")
-"""The recipes the FP8 grouped GEMM trains with (blockwise, delayed and mxfp8: not yet)."""
+RECIPES = ("tensorwise", "delayed", "rowwise")
+"""The recipes the FP8 grouped GEMM trains with."""
+PER_TENSOR = ("tensorwise", "delayed")
+"""Recipes of one scale per tensor, which may be given (``scale``) rather than computed."""
 
 
 def check_recipe(recipe: str) -> None:
@@ -46,30 +56,38 @@ def check_recipe(recipe: str) -> None:
                          f"got {recipe!r}")
 
 
-def _scaled(t: torch.Tensor, dims, recipe: str, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _scaled(t: torch.Tensor, dims, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """(t in fp8, its scale broadcast to t's shape with size 1 along ``dims``): amax over
-    ``dims`` for rowwise, over all of t for tensorwise."""
-    scale = scale_of(amax_over(t.detach(), dims if recipe == "rowwise" else tuple(range(t.dim()))), fp8)
+    ``dims`` for rowwise, over all of t for a per-tensor recipe unless ``scale`` (one
+    number) is given."""
+    if scale is None:
+        scale = scale_of(amax_over(t.detach(), dims if recipe == "rowwise" else tuple(range(t.dim()))), fp8)
+    else:
+        scale = scale.float().reshape([1] * t.dim())
     shape = [1 if d in dims else s for d, s in enumerate(t.shape)]
     return cast(t, scale, fp8), scale.expand(shape)
 
 
-def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward's x or dgrad's dy (T, C): (fp8 (T, C), scale (T,)), scaled along C."""
-    q, scale = _scaled(x, (1,), recipe, fp8)
+    q, scale = _scaled(x, (1,), recipe, fp8, scale)
     return q, scale.reshape(x.shape[0])
 
 
-def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K."""
-    q, scale = _scaled(w, (1,), recipe, fp8)
+    q, scale = _scaled(w, (1,), recipe, fp8, scale)
     return q.transpose(1, 2).contiguous().transpose(1, 2), scale[:, 0, :]
 
 
-def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """w (G, K, N) for dx = dy @ w[g]ᵀ: (w[g]ᵀ as fp8 (G, N, K), a view of a contiguous
     (G, K, N), so N-contiguous; scale (G, K)), along N."""
-    q, scale = _scaled(w, (2,), recipe, fp8)
+    q, scale = _scaled(w, (2,), recipe, fp8, scale)
     return q.contiguous().transpose(1, 2), scale[:, :, 0]
 
 
@@ -81,8 +99,8 @@ def group_of_rows(offsets: torch.Tensor, rows: int) -> torch.Tensor:
     return ids.clamp_(max=max(offsets.shape[0] - 1, 0))
 
 
-def wgrad_operand(t: torch.Tensor, ids: torch.Tensor, groups: int, recipe: str, fp8: torch.dtype
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def wgrad_operand(t: torch.Tensor, ids: torch.Tensor, groups: int, recipe: str, fp8: torch.dtype,
+                  scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x or dy (T, C) for dw[g] = x_gᵀ · dy_g: (fp8 (C, R) token-contiguous, R = T padded to
     a multiple of 16 with zeros, scale (G, C)); rowwise scales each feature by its amax
     over the group's tokens."""
@@ -93,7 +111,7 @@ def wgrad_operand(t: torch.Tensor, ids: torch.Tensor, groups: int, recipe: str, 
         scale = scale_of(amax, fp8)
         q = cast(t, scale.index_select(0, ids), fp8)
     else:
-        q, scale = _scaled(t, (0, 1), recipe, fp8)
+        q, scale = _scaled(t, (0, 1), recipe, fp8, scale)
         scale = scale.expand(groups, cols)
     padded = torch.empty((cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8, device=device)
     padded[:, :rows] = q.t()

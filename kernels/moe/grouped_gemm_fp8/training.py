@@ -1,4 +1,4 @@
-"""The FP8 grouped GEMM as a training op: ``grouped_gemm_fp8_train(x, w, offsets, recipe)``.
+"""The FP8 grouped GEMM as a training op: ``grouped_gemm_fp8_train(x, w, offsets, recipe, ...)``.
 
 High-precision x (T, K) and expert weights w (G, K, N) in, ``x_g @ w[g]`` per group out
 (in x's dtype), with the forward and both gradients computed by FP8 grouped GEMMs under
@@ -15,7 +15,13 @@ launches, each on operands quantized along its own reduction dimension
 So one backward is two grouped launches. x and w are saved in high precision and
 quantized again by the backward in the orientation its GEMMs need (unlike the dense FP8
 linear, :mod:`kernels.fp8.linear`, which keeps the forward's FP8 operands and quantizes
-only dy). The op is the custom op
+only dy). The output gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the
+e5m2 of their family (the hybrid format, the per-tensor recipes' default in
+:mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by e5m2 on the mixed-format FP8
+MFMAs. Per-tensor recipes take x's and w's scales from the caller (``scale_x``,
+``scale_w``: delayed scaling's, from an amax history that
+:class:`kernels.moe.fp8_layer.Float8MoE` keeps); the backward quantizes x and w again
+with the same scales. The op is the custom op
 ``kernels::grouped_gemm_fp8_train`` with a fake implementation and an autograd formula
 whose backward calls the two custom ops above, so ``torch.compile(fullgraph=True)``
 keeps the forward as one node and traces the backward without a graph break. dx comes
@@ -26,19 +32,19 @@ from __future__ import annotations
 import torch
 
 from ... import eager, validate
-from ...gemm_fp8.formats import FP8_DTYPES, fp8_dtype as native_fp8
-from ...gemm_fp8.operands import OUT_DTYPES
+from ...gemm_fp8.formats import E5M2_OF, FP8_DTYPES, OPERAND_DTYPES, fp8_dtype as native_fp8
+from ...gemm_fp8.operands import OUT_DTYPES, check_family
 from . import dw as dw_kernel
 from . import quantize
 from .ops import _grouped_gemm_fp8_impl
 
 
 def check_dw(xt, sx, dyt, sdy, offsets, out_dtype) -> None:
-    """xt (K, R) and dyt (N, R) in one FP8 format, float32 sx (G, K) and sdy (G, N), int32
-    offsets (G,) of token ends <= R."""
-    validate.tensor("xt", xt, ndim=2, dtypes=FP8_DTYPES, allow_empty=True)
-    validate.tensor("dyt", dyt, ndim=2, dtypes=FP8_DTYPES, allow_empty=True)
-    validate.same_dtype(xt=xt, dyt=dyt)
+    """xt (K, R) and dyt (N, R) in FP8 formats of one family, float32 sx (G, K) and sdy (G, N),
+    int32 offsets (G,) of token ends <= R."""
+    validate.tensor("xt", xt, ndim=2, dtypes=OPERAND_DTYPES, allow_empty=True)
+    validate.tensor("dyt", dyt, ndim=2, dtypes=OPERAND_DTYPES, allow_empty=True)
+    check_family(xt=xt, dyt=dyt)
     offsets = validate.index("offsets", offsets, ndim=1, dtypes=(torch.int32,))
     (k, r), (n, r_dy), g = xt.shape, dyt.shape, offsets.shape[0]
     if r != r_dy:
@@ -82,9 +88,10 @@ def grouped_gemm_fp8_dw(xt: torch.Tensor, sx: torch.Tensor, dyt: torch.Tensor, s
 
 
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
-                fp8_dtype: torch.dtype) -> torch.Tensor:
-    x8, sx = quantize.tokens(x, recipe, fp8_dtype)
-    w8, sw = quantize.forward_weight(w, recipe, fp8_dtype)
+                fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
+                scale_w: torch.Tensor | None) -> torch.Tensor:
+    x8, sx = quantize.tokens(x, recipe, fp8_dtype, scale_x)
+    w8, sw = quantize.forward_weight(w, recipe, fp8_dtype, scale_w)
     return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, x.dtype)
 
 
@@ -92,36 +99,39 @@ _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl,
 
 
 @_train.register_fake
-def _(x, w, offsets, recipe, fp8_dtype):
+def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w):
     return x.new_empty((x.shape[0], w.shape[2]))
 
 
 def _setup(ctx, inputs, output):
-    x, w, offsets, recipe, fp8_dtype = inputs
-    ctx.recipe, ctx.fp8_dtype = recipe, fp8_dtype
-    ctx.save_for_backward(x, w, offsets)
+    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w = inputs
+    ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype = recipe, fp8_dtype, grad_dtype
+    ctx.save_for_backward(x, w, offsets, scale_x, scale_w)
 
 
-def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, needs) -> tuple:
-    """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy, each None where ``needs`` says
-    False: one FP8 grouped launch each."""
+def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtype, needs,
+              scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None) -> tuple:
+    """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy (quantized to ``grad``, x and w to
+    ``fp8``, with the given per-tensor scales if any), each None where ``needs`` says False:
+    one FP8 grouped launch each."""
     dx = dw = None
     if needs[0]:
-        dy8, sdy = quantize.tokens(dy, recipe, fp8)
-        wt8, swt = quantize.dgrad_weight(w, recipe, fp8)
+        dy8, sdy = quantize.tokens(dy, recipe, grad)
+        wt8, swt = quantize.dgrad_weight(w, recipe, fp8, scale_w)
         dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, x.dtype)
     if needs[1]:
         ids = quantize.group_of_rows(offsets, x.shape[0])
-        xt8, sxt = quantize.wgrad_operand(x, ids, w.shape[0], recipe, fp8)
-        dyt8, sdyt = quantize.wgrad_operand(dy, ids, w.shape[0], recipe, fp8)
+        xt8, sxt = quantize.wgrad_operand(x, ids, w.shape[0], recipe, fp8, scale_x)
+        dyt8, sdyt = quantize.wgrad_operand(dy, ids, w.shape[0], recipe, grad)
         dw = torch.ops.kernels.grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype)
     return dx, dw
 
 
 def _backward(ctx, dy):
-    x, w, offsets = ctx.saved_tensors
-    dx, dw = gradients(x, w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.needs_input_grad)
-    return dx, dw, None, None, None
+    x, w, offsets, scale_x, scale_w = ctx.saved_tensors
+    dx, dw = gradients(x, w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.needs_input_grad,
+                       scale_x, scale_w)
+    return dx, dw, None, None, None, None, None, None
 
 
 _train.register_autograd(_backward, setup_context=_setup)
@@ -129,22 +139,49 @@ _train.register_autograd(_backward, setup_context=_setup)
 IN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def _check_scale(name: str, scale: torch.Tensor | None, recipe: str, x: torch.Tensor) -> None:
+    if scale is None:
+        if recipe == "delayed":
+            raise ValueError(f"recipe 'delayed' takes x's and w's scales from an amax history: pass "
+                             f"{name} (kernels.moe.fp8_layer.Float8MoE keeps the histories)")
+        return
+    if recipe not in quantize.PER_TENSOR:
+        raise ValueError(f"{name} is a per-tensor scale, for the recipes {', '.join(quantize.PER_TENSOR)}; "
+                         f"recipe {recipe!r} computes its own")
+    validate.tensor(name, scale, dtypes=(torch.float32,))
+    if scale.numel() != 1:
+        raise ValueError(f"{name} must hold one number (a per-tensor scale), got shape {tuple(scale.shape)}")
+    validate.same_device(x=x, **{name: scale})
+
+
 def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str = "rowwise",
-                           fp8_dtype: torch.dtype | None = None, *, check_offsets: bool = True) -> torch.Tensor:
+                           fp8_dtype: torch.dtype | None = None, grad_dtype: torch.dtype | None = None,
+                           scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
+                           check_offsets: bool = True) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
     -> ``(T, N)`` in x's dtype, differentiable in x and w, every GEMM in FP8 by ``recipe``
-    (``"rowwise"`` or ``"tensorwise"``, :mod:`.quantize`).
+    (one of :data:`.quantize.RECIPES`).
 
-    x and w share one of float32, bfloat16, float16; ``fp8_dtype`` is the e4m3 format (default
-    this GPU's, :func:`kernels.gemm_fp8.fp8_dtype`). ``check_offsets`` as in
-    :func:`kernels.grouped_gemm`. Empty operands and empty groups are legal (zeros, and zero
-    gradients for an empty group's expert).
+    x and w share one of float32, bfloat16, float16; ``fp8_dtype`` is the e4m3 format of x
+    and w (default this GPU's, :func:`kernels.gemm_fp8.fp8_dtype`), ``grad_dtype`` the output
+    gradient's: ``fp8_dtype`` (the default) or the e5m2 of its family (hybrid); a format of
+    another family is refused. ``scale_x``, ``scale_w``: float32 per-tensor scales (one
+    number each, dequantization scales as :func:`kernels.gemm_fp8.quantize_fp8` returns)
+    for a per-tensor recipe; ``"delayed"`` requires them, ``"tensorwise"`` computes its own
+    when they are None. ``check_offsets`` as in :func:`kernels.grouped_gemm`. Empty operands
+    and empty groups are legal (zeros, and zero gradients for an empty group's expert).
     """
     fp8_dtype = fp8_dtype or native_fp8()
     if fp8_dtype not in FP8_DTYPES:
         raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
+    grad_dtype = grad_dtype or fp8_dtype
+    if grad_dtype not in (fp8_dtype, E5M2_OF[fp8_dtype]):
+        raise TypeError(f"grad_dtype must be {fp8_dtype} or {E5M2_OF[fp8_dtype]} (the formats of "
+                        f"fp8_dtype's family), got {grad_dtype}")
     quantize.check_recipe(recipe)
     offsets = validate.grouped_gemm_operands(x, w, offsets, IN_DTYPES, allow_empty=True,
                                              check_values=check_offsets)
+    _check_scale("scale_x", scale_x, recipe, x)
+    _check_scale("scale_w", scale_w, recipe, x)
     op = _train_impl if eager.direct(x, w, offsets) else _train
-    return op(x, w, offsets, recipe, fp8_dtype)
+    return op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w)

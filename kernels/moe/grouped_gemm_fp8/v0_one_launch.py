@@ -27,8 +27,10 @@ Expected bound:
     weights read once: bytes_moved / HBM bandwidth) at few (model).
 
 Limits:
-    x and w share one e4m3 format (the target's: fnuz on gfx942, OCP elsewhere);
-    scales row-wise only (per token, per expert channel; a per-tensor scale is the same
+    x and w share one e4m3 format (the target's: fnuz on gfx942, OCP elsewhere), or
+    one of them is that family's e5m2 (dX of the hybrid format: ``tl.dot`` takes the
+    two formats as they are, on gfx942's ``v_mfma_f32_16x16x32_fp8_bf8`` and gfx950's
+    f8f6f4 MFMA with the e5m2 operand flagged in ``blgp``); scales row-wise only (per token, per expert channel; a per-tensor scale is the same
     broadcast with stride 0; no 1x128 block scales). The rung itself has no autograd, as
     ``gemm_fp8``; training runs it for the forward and dX and :mod:`.dw` for dW
     (:mod:`.training`). v2's schedule limits (G in one
@@ -106,24 +108,25 @@ def grouped_mm_fp8(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
     return out
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
+def aot(dtype: torch.dtype, backend: str, arch: str, grad_dtype: torch.dtype | None = None) -> list[AotKernel]:
     """The launches of a training step on grouped GEMM's :data:`AOT shape
     <kernels.moe.grouped_gemm.launch.AOT_SHAPE>`, as grouped GEMM v2 lists its own: the forward
     with K-contiguous experts (w stored (G, N, K), the layout FP8 matrix cores and
     hipBLASLt want, as ``gemm_fp8``'s AOT launch and :mod:`.quantize` write it) and a bf16
     output; the
     backward's dX, this kernel on wᵀ (a (G, N, K) view of a (G, K, N) copy: contiguous
-    along the reduction N); the backward's dW (:mod:`.dw`)."""
+    along the reduction N); the backward's dW (:mod:`.dw`). ``grad_dtype``: the output
+    gradient's FP8 format in dX and dW (default ``dtype``; the hybrid format's e5m2)."""
     fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(grouped_launch.forward_ints()["G"])}
     pointers = {"offsets_ptr": "*i32", "sx_ptr": "*fp32", "sw_ptr": "*fp32",
                 "out_ptr": pointer_type(torch.bfloat16)}
     launches = []
-    for transposed_w in (False, True):
+    for transposed_w, x_dtype in ((False, dtype), (True, grad_dtype or dtype)):   # forward, dX (x: dy)
         ints = {**grouped_launch.forward_ints(transposed_w=transposed_w), "stride_sx": 1, "stride_swn": 1}
         ints.update(stride_wk=1, stride_wn=ints["K"], stride_swg=ints["N"])
         launches.append(aot_launch(_grouped_gemm_fp8_kernel, dtype, config(backend, arch), ints, fixed,
-                                   pointers))
-    return [*launches, dw.aot(dtype, backend, arch)]
+                                   {**pointers, "x_ptr": pointer_type(x_dtype)}))
+    return [*launches, dw.aot(dtype, backend, arch, grad_dtype)]
 
 
 @rung(op="grouped_gemm_fp8", rung=0, name="fp8_one_launch", backends=("hip", "cuda", "interpreter"),
