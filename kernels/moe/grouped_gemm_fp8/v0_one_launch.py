@@ -42,6 +42,7 @@ import triton.language as tl
 
 from ... import backend as _backend
 from ...gemm_fp8.formats import native_dtypes
+from ...gemm_fp8.operands import SCALE_K
 from ...outputs import new_output
 from ...registry import AotKernel, rung
 from ...triton_support import aot_launch, interp_bf16, pointer_type, round_to_bf16
@@ -55,9 +56,10 @@ from . import dw, operands
 @triton.jit
 def _grouped_gemm_fp8_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, out_ptr, offsets_ptr, T, N, K, G,
                              stride_xt, stride_xk, stride_wg, stride_wk, stride_wn,
-                             stride_ot, stride_on, stride_sx, stride_swg, stride_swn,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                             BLOCK_G: tl.constexpr, INTERP_BF16: tl.constexpr):
+                             stride_ot, stride_on, stride_sx, stride_sxk, stride_swg, stride_swk,
+                             stride_swn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             BLOCK_K: tl.constexpr, BLOCK_G: tl.constexpr,
+                             SCALE_K: tl.constexpr, INTERP_BF16: tl.constexpr):
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)   # the grid's column tile
     starts, ends, tiles, cum = group_tiles(offsets_ptr, G, T, BLOCK_M, BLOCK_G)   # v2's schedule
     group, start, end = locate(tl.program_id(0), starts, ends, tiles, cum, BLOCK_M, BLOCK_G)
@@ -70,15 +72,24 @@ def _grouped_gemm_fp8_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, out_ptr, offsets_ptr,
     g64 = group.to(tl.int64)
     x_ptrs = x_ptr + r64[:, None] * stride_xt + k64[None, :] * stride_xk
     w_ptrs = w_ptr + g64 * stride_wg + k64[:, None] * stride_wk + c64[None, :] * stride_wn
+    # the scales of the tile's rows and columns (of its first K block when they change along K:
+    # per 128 columns of a 128 x 128 weight block, the next block stride_sxk / stride_swk on)
+    sx_ptrs = sx_ptr + r64 * stride_sx
+    if SCALE_K > 0:
+        sw_ptrs = sw_ptr + g64 * stride_swg + (c64 // SCALE_K) * stride_swn
+    else:
+        sw_ptrs = sw_ptr + g64 * stride_swg + c64 * stride_swn
     # FP8 operands: the interpreter's dot is exact on them, so no bf16 workaround there
     acc = reduce_tiles(x_ptrs, w_ptrs, tl.cast(stride_xk, tl.int64) * BLOCK_K,
                        tl.cast(stride_wk, tl.int64) * BLOCK_K, rows[:, None] < end,
-                       cols[None, :] < N, K, BLOCK_M, BLOCK_N, BLOCK_K, False)
-    # exercise begin: scales
-    scale_x = tl.load(sx_ptr + r64 * stride_sx, mask=rows < end, other=0.0)
-    scale_w = tl.load(sw_ptr + g64 * stride_swg + c64 * stride_swn, mask=cols < N, other=0.0)
-    acc = acc * scale_x[:, None] * scale_w[None, :]
-    # exercise end
+                       cols[None, :] < N, K, BLOCK_M, BLOCK_N, BLOCK_K, False,
+                       sx_ptrs[:, None], sw_ptrs[None, :], stride_sxk, stride_swk, SCALE_K)
+    if SCALE_K == 0:
+        # exercise begin: scales
+        scale_x = tl.load(sx_ptrs, mask=rows < end, other=0.0)
+        scale_w = tl.load(sw_ptrs, mask=cols < N, other=0.0)
+        acc = acc * scale_x[:, None] * scale_w[None, :]
+        # exercise end
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     out_ptrs = out_ptr + r64[:, None] * stride_ot + c64[None, :] * stride_on
@@ -99,9 +110,12 @@ def grouped_mm_fp8(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
     out = new_output((t, n), out_dtype, x.device)
     here = _backend.current()
     cfg = config(here.name, here.arch)
+    blocks = sx.dim() == 2   # per 1 x 128 of x and 128 x 128 of w (operands.check)
+    sx_strides = sx.stride() if blocks else (sx.stride(0), 0)
+    sw_strides = sw.stride() if blocks else (sw.stride(0), 0, sw.stride(1))
     _grouped_gemm_fp8_kernel[grid(t, n, groups, cfg)](
         x, sx, w, sw, out, offsets, t, n, k, groups, *x.stride(), *w.stride(), *out.stride(),
-        sx.stride(0), *sw.stride(), BLOCK_G=triton.next_power_of_2(groups),
+        *sx_strides, *sw_strides, BLOCK_G=triton.next_power_of_2(groups), SCALE_K=SCALE_K if blocks else 0,
         INTERP_BF16=interp_bf16(out_dtype), **cfg)
     return out
 
