@@ -111,7 +111,7 @@ def _args(**change):
     (dict(x=torch.randn(9, 24, dtype=torch.bfloat16)), TypeError, "x has dtype bfloat16"),
     (dict(w=torch.randn(2, 24, 40).to(E4M3FNUZ)), TypeError, "dtypes differ"),
     (dict(w=torch.randn(2, 8, 40).to(E4M3FN)), ValueError, "inner dimensions"),
-    (dict(sx=torch.ones(9, 1)), ValueError, r"sx has shape \(9, 1\); expected \(9,\)"),
+    (dict(sx=torch.ones(9, 2)), ValueError, r"sx has shape \(9, 2\); expected \(9, 1\)"),
     (dict(sx=torch.ones(9, dtype=torch.float16)), TypeError, "sx has dtype float16"),
     (dict(sw=torch.ones(40)), ValueError, r"sw has shape \(40,\); expected \(2, 40\)"),
     (dict(sw=torch.ones(2, 40, device="meta")), ValueError, "sw is on meta"),
@@ -170,7 +170,7 @@ def test_custom_op_fake_kernel_and_compile_without_graph_breaks():
 @pytest.mark.parametrize("backend,arch", [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")])
 def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
     dtype = fp8_dtype(arch)      # fnuz on gfx942, OCP on gfx950 and sm_90
-    launch, dx, dw = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch)
+    launch, dx, dw, *blockwise = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch)
     signature = launch.signature
     assert list(signature) == list(launch.jit_fn.arg_names)
     assert set(launch.constexprs) == {name for name, kind in signature.items() if kind == "constexpr"}
@@ -182,3 +182,6 @@ def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
     assert dx.jit_fn is launch.jit_fn and dx.constexprs["stride_wk"] == 1    # wᵀ: N-contiguous
     assert (dw.signature["xt_ptr"], dw.signature["dyt_ptr"], dw.signature["dw_ptr"]) == (fp8, fp8, "*fp32")
     assert dw.constexprs["stride_xr"] == dw.constexprs["stride_dyr"] == 1        # token-contiguous
+    # then the same three launches with DeepSeek-V3's block scales (scales per 128 along the reduction)
+    scale_k = [(k.constexprs.get("SCALE_K"), k.constexprs.get("SCALE_R")) for k in (launch, dx, dw, *blockwise)]
+    assert scale_k == [(0, None), (0, None), (None, 0), (128, None), (128, None), (None, 128)]

@@ -16,7 +16,7 @@ skip the output head). Pass your own:
 Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) and ``kernels.MoE``
 layers are swapped; every other module is left as it is. A ``kernels.MoE`` not kept
 (its name matched by a pattern) becomes a :class:`kernels.moe.fp8_layer.Float8MoE`: its
-experts' grouped GEMMs and both their gradients run in FP8 (recipes ``rowwise`` and
+experts' grouped GEMMs and both their gradients run in FP8 (recipes ``rowwise``, ``blockwise`` and
 ``tensorwise``; another recipe leaves the experts in high precision, with a warning),
 while its router is a Linear like any other, kept by ``"*router"`` unless you say
 otherwise; the expert-parallel layer has no FP8 path and is left as it is, with a

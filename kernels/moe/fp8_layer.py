@@ -27,7 +27,7 @@ from .permutation import permute, unpermute
 
 
 class Float8MoE(MoE):
-    """A ``kernels.MoE`` with FP8 experts under ``recipe`` ("rowwise" or "tensorwise");
+    """A ``kernels.MoE`` with FP8 experts under ``recipe`` (one of :data:`.grouped_gemm_fp8.quantize.RECIPES`);
     built by :meth:`from_moe` (or :func:`kernels.fp8.convert`)."""
 
     @classmethod

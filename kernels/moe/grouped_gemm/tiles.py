@@ -62,20 +62,20 @@ def reduce_tiles(a_ptrs, b_ptrs, a_step, b_step, a_rows, b_cols, length,
     full = (length // BLOCK_R) * BLOCK_R
     for r in range(0, full, BLOCK_R):
         acc = accumulate(acc, operand(a_ptrs, a_rows, INTERP_BF16), operand(b_ptrs, b_cols, INTERP_BF16),
-                         _block(sa_ptrs, sa_step, r, SCALE_R), _block(sb_ptrs, sb_step, r, SCALE_R),
+                         scales_at(sa_ptrs, sa_step, r, SCALE_R), scales_at(sb_ptrs, sb_step, r, SCALE_R),
                          a_rows, b_cols, SCALE_R > 0)
         a_ptrs += a_step
         b_ptrs += b_step
     if full < length:
         a = operand(a_ptrs, a_rows & (rs[None, :] + full < length), INTERP_BF16)
         b = operand(b_ptrs, (rs[:, None] + full < length) & b_cols, INTERP_BF16)
-        acc = accumulate(acc, a, b, _block(sa_ptrs, sa_step, full, SCALE_R),
-                         _block(sb_ptrs, sb_step, full, SCALE_R), a_rows, b_cols, SCALE_R > 0)
+        acc = accumulate(acc, a, b, scales_at(sa_ptrs, sa_step, full, SCALE_R),
+                         scales_at(sb_ptrs, sb_step, full, SCALE_R), a_rows, b_cols, SCALE_R > 0)
     return acc
 
 
 @triton.jit
-def _block(ptrs, step, r, SCALE_R: tl.constexpr):
+def scales_at(ptrs, step, r, SCALE_R: tl.constexpr):
     """The scales of the block holding reduction element ``r`` (``ptrs`` itself when unscaled)."""
     if SCALE_R > 0:
         ptrs += (r // SCALE_R) * step

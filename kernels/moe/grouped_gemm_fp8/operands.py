@@ -38,9 +38,10 @@ def check(x, sx, w, sw, offsets, out_dtype, allow_empty: bool = False,
     (t, k), (g, _, n) = x.shape, w.shape
     if isinstance(sx, torch.Tensor) and sx.dim() == 2:
         kb, nb = cdiv(k, SCALE_K), cdiv(n, SCALE_K)
-        _scale("sx", sx, (t, kb), f"one per row (token) of x and {SCALE_K} elements of K", allow_empty)
-        _scale("sw", sw, (g, kb, nb), f"one per expert and {SCALE_K} x {SCALE_K} block of w",
-               allow_empty)
+        _scale("sx", sx, (t, kb), f"one per row (token) of x and {SCALE_K} elements of K (a 2-D sx "
+               "is a block scale)", allow_empty)
+        _scale("sw", sw, (g, kb, nb), f"one per expert and {SCALE_K} x {SCALE_K} block of w (sx is a "
+               "block scale)", allow_empty)
     else:
         _scale("sx", sx, (t,), "one per row (token) of x", allow_empty)
         _scale("sw", sw, (g, n), "one per expert and output column of w", allow_empty)

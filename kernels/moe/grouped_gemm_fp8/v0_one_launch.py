@@ -45,7 +45,7 @@ from ...gemm_fp8.formats import native_dtypes
 from ...gemm_fp8.operands import SCALE_K
 from ...outputs import new_output
 from ...registry import AotKernel, rung
-from ...triton_support import aot_launch, interp_bf16, pointer_type, round_to_bf16
+from ...triton_support import aot_launch, cdiv, interp_bf16, pointer_type, round_to_bf16
 from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.tiles import reduce_tiles
 from ..grouped_gemm.schedule import group_tiles, locate
@@ -131,13 +131,27 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(grouped_launch.forward_ints()["G"])}
     pointers = {"offsets_ptr": "*i32", "sx_ptr": "*fp32", "sw_ptr": "*fp32",
                 "out_ptr": pointer_type(torch.bfloat16)}
-    launches = []
-    for transposed_w in (False, True):
-        ints = {**grouped_launch.forward_ints(transposed_w=transposed_w), "stride_sx": 1, "stride_swn": 1}
-        ints.update(stride_wk=1, stride_wn=ints["K"], stride_swg=ints["N"])
-        launches.append(aot_launch(_grouped_gemm_fp8_kernel, dtype, config(backend, arch), ints, fixed,
-                                   pointers))
-    return [*launches, dw.aot(dtype, backend, arch)]
+    launches = {}
+    for scale_k in (0, SCALE_K):
+        for transposed_w in (False, True):
+            ints = grouped_launch.forward_ints(transposed_w=transposed_w)
+            ints.update(stride_wk=1, stride_wn=ints["K"], **_aot_scale_strides(ints, scale_k, transposed_w))
+            launches[scale_k, transposed_w] = aot_launch(_grouped_gemm_fp8_kernel, dtype, config(backend, arch),
+                                                         ints, {**fixed, "SCALE_K": scale_k}, pointers)
+    return [launches[0, False], launches[0, True], dw.aot(dtype, backend, arch),
+            launches[SCALE_K, False], launches[SCALE_K, True], dw.aot(dtype, backend, arch, SCALE_K)]
+
+
+def _aot_scale_strides(ints: dict, scale_k: int, transposed_w: bool) -> dict[str, int]:
+    """Row-wise scales, or blockwise ones as :mod:`.quantize` writes them: sx (T, K/128)
+    contiguous; sw (G, K/128, N/128) for the forward, for dX the (G, N/128, K/128) view of
+    the dgrad copy's (G, K/128, N/128) scales."""
+    if not scale_k:
+        return dict(stride_sx=1, stride_sxk=0, stride_swg=ints["N"], stride_swk=0, stride_swn=1)
+    kb, nb = cdiv(ints["K"], scale_k), cdiv(ints["N"], scale_k)
+    if transposed_w:
+        return dict(stride_sx=kb, stride_sxk=1, stride_swg=kb * nb, stride_swk=1, stride_swn=kb)
+    return dict(stride_sx=kb, stride_sxk=1, stride_swg=kb * nb, stride_swk=nb, stride_swn=1)
 
 
 @rung(op="grouped_gemm_fp8", rung=0, name="fp8_one_launch", backends=("hip", "cuda", "interpreter"),
