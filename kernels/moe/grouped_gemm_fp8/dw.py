@@ -49,7 +49,7 @@ from ...registry import AotKernel
 from ...triton_support import aot_launch, cdiv, interp_bf16, pointer_type, round_to_bf16
 from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.schedule import clamped
-from ..grouped_gemm.tiles import accumulate, scales_at
+from ..grouped_gemm.tiles import accumulate
 
 ALIGN = 16
 """Tokens per 16 bytes of an FP8 row: where the reduction of a group starts its loads."""
@@ -65,14 +65,23 @@ def _tokens(ptrs, features, tokens, start, end, R):
 
 
 @triton.jit
+def _next_block(sx_ptrs, sdy_ptrs, stride_sxg, stride_sdyg, SCALE_R: tl.constexpr):
+    """The next tile's scales: the next token block's (blockwise), the group's own otherwise."""
+    if SCALE_R > 0:
+        sx_ptrs += stride_sxg
+        sdy_ptrs += stride_sdyg
+    return sx_ptrs, sdy_ptrs
+
+
+@triton.jit
 def _grouped_dw_fp8_kernel(xt_ptr, sx_ptr, dyt_ptr, sdy_ptr, dw_ptr, offsets_ptr, R, K, N,
                            stride_xk, stride_xr, stride_dyn, stride_dyr, stride_sxg, stride_sxk,
                            stride_sdyg, stride_sdyn, stride_dwg, stride_dwk, stride_dwn,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            ALIGN: tl.constexpr, SCALE_R: tl.constexpr, INTERP_BF16: tl.constexpr):
     # stride_sxg / stride_sdyg step the scales' outer index: the group (SCALE_R = 0) or the
-    # SCALE_R-token block (blockwise, where ALIGN = SCALE_R so no tile straddles two blocks)
-    tl.static_assert(SCALE_R == 0 or (ALIGN == SCALE_R and SCALE_R % BLOCK_K == 0))
+    # SCALE_R-token block (blockwise: a tile is one block, starting at a block's first token)
+    tl.static_assert(SCALE_R == 0 or (ALIGN == SCALE_R and SCALE_R == BLOCK_K))
     group = tl.program_id(2)
     start = clamped(offsets_ptr + group - 1, group > 0, R)
     end = tl.maximum(clamped(offsets_ptr + group, True, R), start)
@@ -101,21 +110,20 @@ def _grouped_dw_fp8_kernel(xt_ptr, sx_ptr, dyt_ptr, sdy_ptr, dw_ptr, offsets_ptr
         acc = accumulate(acc, _tokens(a_ptrs, a_rows, rs[None, :], start, end, R),
                          _tokens(b_ptrs, b_cols, rs[:, None], start, end, R), sx_ptrs, sdy_ptrs,
                          a_rows, b_cols, SCALE_R > 0)
-    for i in range(1, steps - 1):   # whole tiles of the group: nothing masked along the tokens
+    for _ in range(1, steps - 1):   # whole tiles of the group: nothing masked along the tokens
         a_ptrs += a_step
         b_ptrs += b_step
+        sx_ptrs, sdy_ptrs = _next_block(sx_ptrs, sdy_ptrs, stride_sxg, stride_sdyg, SCALE_R)
         acc = accumulate(acc, tl.load(a_ptrs, mask=a_rows, other=0.0), tl.load(b_ptrs, mask=b_cols, other=0.0),
-                         scales_at(sx_ptrs, stride_sxg, i * BLOCK_K, SCALE_R),
-                         scales_at(sdy_ptrs, stride_sdyg, i * BLOCK_K, SCALE_R), a_rows, b_cols, SCALE_R > 0)
+                         sx_ptrs, sdy_ptrs, a_rows, b_cols, SCALE_R > 0)
     if steps > 1:   # the last tile: the tokens from end on are the next group's
         a_ptrs += a_step
         b_ptrs += b_step
+        sx_ptrs, sdy_ptrs = _next_block(sx_ptrs, sdy_ptrs, stride_sxg, stride_sdyg, SCALE_R)
         last = rs + (steps - 1) * BLOCK_K
         acc = accumulate(acc, _tokens(a_ptrs, a_rows, last[None, :], start, end, R),
-                         _tokens(b_ptrs, b_cols, last[:, None], start, end, R),
-                         scales_at(sx_ptrs, stride_sxg, (steps - 1) * BLOCK_K, SCALE_R),
-                         scales_at(sdy_ptrs, stride_sdyg, (steps - 1) * BLOCK_K, SCALE_R), a_rows, b_cols,
-                         SCALE_R > 0)
+                         _tokens(b_ptrs, b_cols, last[:, None], start, end, R), sx_ptrs, sdy_ptrs,
+                         a_rows, b_cols, SCALE_R > 0)
     if SCALE_R == 0:   # scales constant along the tokens: once, on the accumulator
         acc = acc * tl.load(sx_ptrs, mask=a_rows, other=0.0) * tl.load(sdy_ptrs, mask=b_cols, other=0.0)
     if INTERP_BF16:
@@ -124,10 +132,11 @@ def _grouped_dw_fp8_kernel(xt_ptr, sx_ptr, dyt_ptr, sdy_ptr, dw_ptr, offsets_ptr
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=(ks[:, None] < K) & (cols[None, :] < N))
 
 
-def config(backend: str, arch: str = "gfx942") -> dict:
-    """The forward's FP8 tile (:func:`.v0_one_launch.config`): 128 tokens deep on GPUs."""
+def config(backend: str, arch: str = "gfx942", scale_block: int = 0) -> dict:
+    """The forward's FP8 tile (:func:`.v0_one_launch.config`): 128 tokens deep on GPUs, and
+    one token block deep (128) wherever the scales change per ``scale_block`` tokens."""
     cfg = grouped_launch.config(backend, arch)
-    return cfg if backend == "interpreter" else {**cfg, "BLOCK_K": 128}
+    return cfg if backend == "interpreter" and not scale_block else {**cfg, "BLOCK_K": scale_block or 128}
 
 
 def grouped_dw_fp8(xt, sx, dyt, sdy, offsets, out_dtype: torch.dtype, scale_block: int = 0) -> torch.Tensor:
@@ -138,7 +147,7 @@ def grouped_dw_fp8(xt, sx, dyt, sdy, offsets, out_dtype: torch.dtype, scale_bloc
     (k, r), n, groups = xt.shape, dyt.shape[0], offsets.shape[0]
     dw = new_output((groups, k, n), out_dtype, xt.device)
     here = _backend.current()
-    cfg = config(here.name, here.arch)
+    cfg = config(here.name, here.arch, scale_block)
     grid = (cdiv(k, cfg["BLOCK_M"]), cdiv(n, cfg["BLOCK_N"]), groups)
     _grouped_dw_fp8_kernel[grid](xt, sx, dyt, sdy, dw, offsets, r, k, n, *xt.stride(), *dyt.stride(),
                                  *sx.stride(), *sdy.stride(), *dw.stride(), ALIGN=scale_block or ALIGN,
@@ -146,16 +155,14 @@ def grouped_dw_fp8(xt, sx, dyt, sdy, offsets, out_dtype: torch.dtype, scale_bloc
     return dw
 
 
-def aot_ints(shape=grouped_launch.AOT_SHAPE, scale_block: int = 0) -> dict[str, int]:
+def aot_ints(shape=grouped_launch.AOT_SHAPE) -> dict[str, int]:
     """Int arguments of the dW launch of ``shape``: xt (K, T) and dyt (N, T) token-contiguous
     (T a multiple of 16, as :mod:`.quantize` pads it), dw (G, K, N); scales per (group,
     feature), or per (``scale_block`` tokens, feature) as :func:`.quantize.wgrad_operand`
-    writes them (feature-major, viewed [block, feature])."""
+    writes them ([block, feature], feature-contiguous: the same strides)."""
     t, k, n, g, _ = shape
-    blocks = cdiv(t, scale_block) if scale_block else 0
-    scales = (dict(stride_sxg=1, stride_sxk=blocks, stride_sdyg=1, stride_sdyn=blocks) if scale_block else
-              dict(stride_sxg=k, stride_sxk=1, stride_sdyg=n, stride_sdyn=1))
-    return dict(R=t, K=k, N=n, stride_xk=t, stride_xr=1, stride_dyn=t, stride_dyr=1, **scales,
+    return dict(R=t, K=k, N=n, stride_xk=t, stride_xr=1, stride_dyn=t, stride_dyr=1,
+                stride_sxg=k, stride_sxk=1, stride_sdyg=n, stride_sdyn=1,
                 stride_dwg=k * n, stride_dwk=n, stride_dwn=1)
 
 
@@ -164,5 +171,5 @@ def aot(dtype: torch.dtype, backend: str, arch: str, scale_block: int = 0) -> Ao
     its scales per group or per ``scale_block`` tokens."""
     pointers = {"offsets_ptr": "*i32", "sx_ptr": "*fp32", "sdy_ptr": "*fp32",
                 "dw_ptr": pointer_type(torch.float32)}
-    return aot_launch(_grouped_dw_fp8_kernel, dtype, config(backend, arch), aot_ints(scale_block=scale_block),
+    return aot_launch(_grouped_dw_fp8_kernel, dtype, config(backend, arch, scale_block), aot_ints(),
                       {"INTERP_BF16": False, "ALIGN": scale_block or ALIGN, "SCALE_R": scale_block}, pointers)

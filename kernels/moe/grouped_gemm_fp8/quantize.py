@@ -143,7 +143,7 @@ def wgrad_operand(t: torch.Tensor, ids: torch.Tensor, groups: int, recipe: str, 
     if recipe == "blockwise":
         padded = F.pad(t.detach(), (0, 0, 0, cdiv(rows, ALIGN) * ALIGN - rows))
         q, scale = quantize_fused(padded.t(), "block1x128", fp8)    # (C, R), (C, R/128)
-        return q, scale.t()
+        return q, scale.t().contiguous()   # feature-contiguous: a tile's scales load as vectors
     if recipe == "rowwise":
         amax = torch.zeros((groups, cols), dtype=torch.float32, device=device).scatter_reduce_(
             0, ids[:, None].expand(rows, cols), t.detach().abs().float(), "amax")
