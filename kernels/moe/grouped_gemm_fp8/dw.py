@@ -22,6 +22,15 @@ Idea:
     16 bytes at a time (the ISA tests check both), and the scales multiply the fp32
     accumulator once, in the epilogue.
 
+    The blockwise recipe's scales change along the tokens (DeepSeek-V3's 1 x 128 tiles of
+    xᵀ and dyᵀ: one scale per 128 tokens and feature), so each tile's product is scaled
+    before it is added (:func:`kernels.moe.grouped_gemm.tiles.accumulate`). The token
+    blocks count from token 0, not from the group's start (:mod:`.quantize` says why),
+    so with ``SCALE_R`` = 128 the loop starts at the 128-aligned token at or below the
+    group's start instead of the 16-aligned one, and a tile is one 128-token block: it
+    never straddles two scales, and the masking above keeps the neighbour group's tokens
+    of a shared block out of the product.
+
 Why faster:
     Than dequantizing to bf16 and running grouped GEMM's dW kernel: half the operand
     bytes and twice the matrix-core rate (FP8 MFMA), and no in-LDS transpose of x.
@@ -32,8 +41,10 @@ Expected bound:
     dw store (G·K·N elements in w's dtype) and the launch (model).
 
 Limits:
-    Row-wise (per group and feature) or broadcast (per tensor) scales only, no 1x128
-    blocks. One program per output tile and group however few rows the group has
+    Row-wise (per group and feature), broadcast (per tensor) or per 128-token block
+    (counted from token 0) and feature; no other block size, and up to 127 tokens of the
+    neighbour group loaded and masked per group start in that mode (16 otherwise). One
+    program per output tile and group however few rows the group has
     (an empty group's programs only store zeros); no split of a long reduction over
     programs (split-K) for the few-groups, many-tokens case. One fixed tile.
 """

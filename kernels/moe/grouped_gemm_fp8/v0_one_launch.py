@@ -15,6 +15,13 @@ Idea:
     rows and the group's channel scales of its columns multiply the accumulator once,
     before the bf16 store.
 
+    Block scales (DeepSeek-V3's recipe: x per token and 128 of K, w per expert and 128 x 128
+    block, :mod:`.operands`) change along K and do not factor out; ``SCALE_K`` = 128 selects,
+    at compile time, ``gemm_fp8`` v2's answer in the shared K loop: each K step's product
+    goes into a fresh fp32 partial product that the step's block scales multiply before it
+    is added (:func:`kernels.moe.grouped_gemm.tiles.accumulate`). A K step of 128 is one
+    scale block; the ISA tests pin the scaling VALU beside the FP8 MFMAs in the hot loop.
+
 Why faster:
     Than grouped GEMM v2 on bf16 operands: half the bytes of x and of every expert's
     weight from HBM, which bounds MoE layers whose experts get few tokens, and twice
@@ -28,8 +35,9 @@ Expected bound:
 
 Limits:
     x and w share one e4m3 format (the target's: fnuz on gfx942, OCP elsewhere);
-    scales row-wise only (per token, per expert channel; a per-tensor scale is the same
-    broadcast with stride 0; no 1x128 block scales). The rung itself has no autograd, as
+    scales row-wise (per token, per expert channel; a per-tensor scale is the same
+    broadcast with stride 0) or in 1 x 128 / 128 x 128 blocks, no other block size.
+    The rung itself has no autograd, as
     ``gemm_fp8``; training runs it for the forward and dX and :mod:`.dw` for dW
     (:mod:`.training`). v2's schedule limits (G in one
     BLOCK_G vector, surplus programs, no L2 swizzle) and one fixed tile for every shape.
@@ -127,7 +135,8 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
     hipBLASLt want, as ``gemm_fp8``'s AOT launch and :mod:`.quantize` write it) and a bf16
     output; the
     backward's dX, this kernel on wᵀ (a (G, N, K) view of a (G, K, N) copy: contiguous
-    along the reduction N); the backward's dW (:mod:`.dw`)."""
+    along the reduction N); the backward's dW (:mod:`.dw`). Then the same three with the
+    blockwise recipe's scales (``SCALE_K`` = 128, dW's ``SCALE_R`` = 128)."""
     fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(grouped_launch.forward_ints()["G"])}
     pointers = {"offsets_ptr": "*i32", "sx_ptr": "*fp32", "sw_ptr": "*fp32",
                 "out_ptr": pointer_type(torch.bfloat16)}
