@@ -62,6 +62,18 @@ from . import dw, operands
 
 
 @triton.jit
+def _epilogue_scales(acc, sx_ptr, sw_ptr, rows, cols, end, N, r64, g64, c64, stride_sx, stride_swg,
+                     stride_swn):
+    """acc times the row-wise scales: each row's token scale and the expert's column scales."""
+    # exercise begin: scales
+    scale_x = tl.load(sx_ptr + r64 * stride_sx, mask=rows < end, other=0.0)
+    scale_w = tl.load(sw_ptr + g64 * stride_swg + c64 * stride_swn, mask=cols < N, other=0.0)
+    acc = acc * scale_x[:, None] * scale_w[None, :]
+    # exercise end
+    return acc
+
+
+@triton.jit
 def _grouped_gemm_fp8_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, out_ptr, offsets_ptr, T, N, K, G,
                              stride_xt, stride_xk, stride_wg, stride_wk, stride_wn,
                              stride_ot, stride_on, stride_sx, stride_sxk, stride_swg, stride_swk,
@@ -92,12 +104,9 @@ def _grouped_gemm_fp8_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, out_ptr, offsets_ptr,
                        tl.cast(stride_wk, tl.int64) * BLOCK_K, rows[:, None] < end,
                        cols[None, :] < N, K, BLOCK_M, BLOCK_N, BLOCK_K, False,
                        sx_ptrs[:, None], sw_ptrs[None, :], stride_sxk, stride_swk, SCALE_K)
-    if SCALE_K == 0:
-        # exercise begin: scales
-        scale_x = tl.load(sx_ptrs, mask=rows < end, other=0.0)
-        scale_w = tl.load(sw_ptrs, mask=cols < N, other=0.0)
-        acc = acc * scale_x[:, None] * scale_w[None, :]
-        # exercise end
+    if SCALE_K == 0:   # scales constant along K: once, on the accumulator
+        acc = _epilogue_scales(acc, sx_ptr, sw_ptr, rows, cols, end, N, r64, g64, c64, stride_sx,
+                               stride_swg, stride_swn)
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     out_ptrs = out_ptr + r64[:, None] * stride_ot + c64[None, :] * stride_on
