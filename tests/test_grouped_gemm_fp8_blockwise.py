@@ -56,8 +56,9 @@ def _expected(x, w, dy, offsets, fp8):
     return y, dx, _dw(xt8, sxt, dyt8, sdyt, offsets)
 
 
-@pytest.mark.parametrize("fp8,dtype,rtol", [(E4M3FN, torch.float32, 1e-5), (E4M3FNUZ, torch.bfloat16, 1e-2)],
-                         ids=["e4m3fn-fp32", "e4m3fnuz-bf16"])
+@pytest.mark.parametrize("fp8,dtype,rtol", [
+    pytest.param(E4M3FN, torch.float32, 1e-5, marks=pytest.mark.slow),   # about 20 s on 2 busy cores
+    (E4M3FNUZ, torch.bfloat16, 1e-2)], ids=["e4m3fn-fp32", "e4m3fnuz-bf16"])
 def test_forward_and_both_gradients_match_the_dequantized_product(fp8, dtype, rtol):
     x, w, dy, offsets = _problem(SIZES, K, N, dtype=dtype, seed=4)
     y, dx, dw = _run(x, w, dy, offsets, "blockwise", fp8)
