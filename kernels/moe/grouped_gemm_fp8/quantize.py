@@ -36,16 +36,17 @@ along each reduction, and the kernels apply them per 128-block inside their loop
 GEMM      x-side operand, scale                       w-side operand, scale
 ========  ==========================================  ======================================
 forward   x: (T, K/128), per token and 128 of K       w[g]: (G, K/128, N/128) per block
-dgrad     dy: (T, N/128)                              w[g]ᵀ: (G, N/128, K/128), the blocks'
+dgrad     dy: (T, N/128)                              w[g]ᵀ: (G, N/128, K/128), w's transposed
 wgrad     xᵀ: per (128 tokens, input feature)         dyᵀ: per (128 tokens, output feature)
 ========  ==========================================  ======================================
 
 Each expert's weight is padded with zeros to a multiple of 128 rows (K) before it is cut
 into blocks, so no block holds two experts' weights (zeros change no amax). The wgrad's
 token blocks are counted from token 0, not from each group's start: a block may hold the
-tail of one group and the head of the next, and takes its scale over both (a valid scale
-for every element in it, so nothing saturates; an outlier of one expert coarsens at most
-the one block it shares with its neighbour). The alternative, blocks restarting at every
+tail of one group and the head of the next (or all of a small group), and takes its scale
+over all of them (a valid scale for every element in it, so nothing saturates; an outlier of
+one expert coarsens its neighbours' tokens only in the blocks that straddle a group
+boundary, at most G - 1 of the ceil(T/128)). The alternative, blocks restarting at every
 group, would need a per-group quantization pass; counted from 0 they are the layout the
 dense transposed quantization writes, and the dW kernel starts each group's reduction at
 the 128-aligned token at or below it, masking the other group's tokens (:mod:`.dw`).
