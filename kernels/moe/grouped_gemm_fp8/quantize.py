@@ -103,7 +103,7 @@ def _expert_blocks(w: torch.Tensor, fp8: torch.dtype, k_contiguous: bool) -> tup
         return (q.view(n, g, kp).permute(1, 2, 0)[:, :k],
                 scale.view(scale.shape[0], g, kp // SCALE_K).permute(1, 2, 0))
     q, scale = quantize_fused(stacked, "block128x128", fp8)                   # (G Kp, N)
-    return q.view(g, kp, n)[:, :k], scale.view(g, kp // SCALE_K, -1)
+    return q.view(g, kp, n)[:, :k], scale.view(g, kp // SCALE_K, scale.shape[1])
 
 
 def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
