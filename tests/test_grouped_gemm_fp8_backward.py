@@ -121,10 +121,11 @@ def test_dw_kernel_masks_unaligned_groups_and_never_reads_the_padding():
 EMPTY = {"T=0": ([0, 0], 5, 3), "K=0": ([2, 1], 0, 3), "N=0": ([2, 1], 5, 0), "G=0": ([], 5, 3)}
 
 
+@pytest.mark.parametrize("recipe", ("rowwise", "blockwise"))   # blockwise: K = 0 or G = 0 leave no block
 @pytest.mark.parametrize("sizes,k,n", EMPTY.values(), ids=EMPTY.keys())
-def test_empty_operands_give_zeros_of_the_operands_shapes(sizes, k, n):
+def test_empty_operands_give_zeros_of_the_operands_shapes(sizes, k, n, recipe):
     x, w, dy, offsets = _problem(sizes, k, n)
-    y, dx, dw = _run(x, w, dy, offsets, "rowwise", E4M3FN)
+    y, dx, dw = _run(x, w, dy, offsets, recipe, E4M3FN)
     assert torch.equal(y, torch.zeros(sum(sizes), n))
     assert torch.equal(dx, torch.zeros_like(x)) and torch.equal(dw, torch.zeros_like(w))
 

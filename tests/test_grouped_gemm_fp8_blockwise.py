@@ -6,7 +6,8 @@ GEMM's scale semantics, :func:`kernels.gemm_fp8.operands.scales_per_element`) an
 against the high-precision GEMM; the forward kernel and the dW kernel on their own with
 random per-block scales (a scale read from the wrong block shows), groups that share a
 128-token block, empty groups and NaN bytes in the padding; bad block scales; the custom
-ops under opcheck. Every K and N is ragged (not a multiple of 128 or of the tile).
+ops under opcheck (empty operands: ``test_grouped_gemm_fp8_backward.py``). Every K and N
+is ragged (not a multiple of 128 or of the tile).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm_fp8 import dw as dw_module
 from kernels.moe.grouped_gemm_fp8 import grouped_gemm_fp8_dw, grouped_gemm_fp8_train, quantize, ref, v0_one_launch
 from kernels.outputs import poisoned_outputs
-from test_grouped_gemm_fp8_backward import EMPTY, _close, _problem, _run
+from test_grouped_gemm_fp8_backward import _close, _problem, _run
 
 E4M3FN, E4M3FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 SIZES = [3, 0, 130, 2]   # an empty group; group 2 runs from token 3 across the 128-token boundary
@@ -73,15 +74,6 @@ def test_forward_and_both_gradients_match_the_dequantized_product(fp8, dtype, rt
     y64.backward(dy.double())
     for got, want in ((y, y64), (dx, x64.grad), (dw, w64.grad)):
         _close(got, want.detach(), 0.15)
-
-
-@pytest.mark.parametrize("sizes,k,n", EMPTY.values(), ids=EMPTY.keys())
-def test_empty_operands_give_zeros_of_the_operands_shapes(sizes, k, n):
-    """T, K, N or G of 0: no 128-block to cut (K = 0 and G = 0 leave the experts' stack empty)."""
-    x, w, dy, offsets = _problem(sizes, k, n)
-    y, dx, dw = _run(x, w, dy, offsets, "blockwise", E4M3FN)
-    assert torch.equal(y, torch.zeros(sum(sizes), n))
-    assert torch.equal(dx, torch.zeros_like(x)) and torch.equal(dw, torch.zeros_like(w))
 
 
 def _block_scales(gen, *shape):
