@@ -121,7 +121,7 @@ def _args(**change):
     (dict(w=torch.randn(2, 24, 40).to(E4M3FNUZ)), TypeError, "different families"),
     (dict(x=torch.randn(9, 24).to(torch.float8_e5m2fnuz)), TypeError, "x is torch.float8_e5m2fnuz and w .* families"),
     (dict(w=torch.randn(2, 8, 40).to(E4M3FN)), ValueError, "inner dimensions"),
-    (dict(sx=torch.ones(9, 1)), ValueError, r"sx has shape \(9, 1\); expected \(9,\)"),
+    (dict(sx=torch.ones(9, 2)), ValueError, r"sx has shape \(9, 2\); expected \(9, 1\)"),
     (dict(sx=torch.ones(9, dtype=torch.float16)), TypeError, "sx has dtype float16"),
     (dict(sw=torch.ones(40)), ValueError, r"sw has shape \(40,\); expected \(2, 40\)"),
     (dict(sw=torch.ones(2, 40, device="meta")), ValueError, "sw is on meta"),
@@ -180,7 +180,7 @@ def test_custom_op_fake_kernel_and_compile_without_graph_breaks():
 @pytest.mark.parametrize("backend,arch", [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")])
 def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
     dtype = fp8_dtype(arch)      # fnuz on gfx942, OCP on gfx950 and sm_90
-    launch, dx, dw = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch)
+    launch, dx, dw, *blockwise = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch)
     signature = launch.signature
     assert list(signature) == list(launch.jit_fn.arg_names)
     assert set(launch.constexprs) == {name for name, kind in signature.items() if kind == "constexpr"}
@@ -192,7 +192,12 @@ def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
     assert dx.jit_fn is launch.jit_fn and dx.constexprs["stride_wk"] == 1    # wᵀ: N-contiguous
     assert (dw.signature["xt_ptr"], dw.signature["dyt_ptr"], dw.signature["dw_ptr"]) == (fp8, fp8, "*fp32")
     assert dw.constexprs["stride_xr"] == dw.constexprs["stride_dyr"] == 1        # token-contiguous
+    # then the same three launches with DeepSeek-V3's block scales (scales per 128 along the reduction)
+    scale_k = [(k.constexprs.get("SCALE_K"), k.constexprs.get("SCALE_R")) for k in (launch, dx, dw, *blockwise)]
+    assert scale_k == [(0, None), (0, None), (None, 0), (128, None), (128, None), (None, 128)]
     e5m2 = {E4M3FNUZ: "*fp8e5b16", E4M3FN: "*fp8e5"}[dtype]                      # hybrid: dy in e5m2
-    _, dx, dw = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch, grad_dtype=E5M2_OF[dtype])
-    assert (dx.signature["x_ptr"], dx.signature["w_ptr"]) == (e5m2, fp8)
-    assert (dw.signature["xt_ptr"], dw.signature["dyt_ptr"]) == (fp8, e5m2)
+    _, dx, dw, _, block_dx, block_dw = kernels.get("grouped_gemm_fp8", "v0").aot(
+        dtype, backend, arch, grad_dtype=E5M2_OF[dtype])
+    for dx, dw in ((dx, dw), (block_dx, block_dw)):
+        assert (dx.signature["x_ptr"], dx.signature["w_ptr"]) == (e5m2, fp8)
+        assert (dw.signature["xt_ptr"], dw.signature["dyt_ptr"]) == (fp8, e5m2)

@@ -86,7 +86,7 @@ CASES = {"tensorwise-hybrid": ("tensorwise", True), "delayed-hybrid": ("delayed"
          "tensorwise-e4m3": ("tensorwise", False), "rowwise-e4m3": ("rowwise", False)}
 
 
-@pytest.mark.parametrize("recipe,hybrid", CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize("recipe,hybrid", CASES.values(), ids=CASES.keys())  # blockwise: ..._blockwise.py
 @pytest.mark.parametrize("fp8", FP8_DTYPES, ids=str)
 def test_forward_and_both_gradients_match_the_dequantized_product(recipe, hybrid, fp8):
     x, w, dy, offsets = _problem()
@@ -138,16 +138,17 @@ def test_dw_kernel_masks_unaligned_groups_and_never_reads_the_padding():
 EMPTY = {"T=0": ([0, 0], 5, 3), "K=0": ([2, 1], 0, 3), "N=0": ([2, 1], 5, 0), "G=0": ([], 5, 3)}
 
 
+@pytest.mark.parametrize("recipe", ("rowwise", "blockwise"))   # blockwise: K = 0 or G = 0 leave no block
 @pytest.mark.parametrize("sizes,k,n", EMPTY.values(), ids=EMPTY.keys())
-def test_empty_operands_give_zeros_of_the_operands_shapes(sizes, k, n):
+def test_empty_operands_give_zeros_of_the_operands_shapes(sizes, k, n, recipe):
     x, w, dy, offsets = _problem(sizes, k, n)
-    y, dx, dw = _run(x, w, dy, offsets, "rowwise", E4M3FN)
+    y, dx, dw = _run(x, w, dy, offsets, recipe, E4M3FN)
     assert torch.equal(y, torch.zeros(sum(sizes), n))
     assert torch.equal(dx, torch.zeros_like(x)) and torch.equal(dw, torch.zeros_like(w))
 
 
 @pytest.mark.parametrize("change,error,match", [
-    (dict(recipe="unknown"), ValueError, "trains with the recipes tensorwise, delayed, rowwise"),
+    (dict(recipe="nonsense"), ValueError, "trains with the recipes tensorwise, delayed, rowwise, blockwise"),
     (dict(fp8_dtype=torch.float8_e5m2), TypeError, "fp8_dtype must be one of"),
     (dict(grad_dtype=torch.float8_e5m2fnuz), TypeError, "grad_dtype must be .*family"),
     (dict(grad_dtype=torch.bfloat16), TypeError, "grad_dtype must be"),

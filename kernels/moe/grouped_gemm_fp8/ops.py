@@ -43,7 +43,10 @@ def grouped_gemm_fp8(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: tor
                      check_offsets: bool = True) -> torch.Tensor:
     """``x (T, K)`` FP8 with rows grouped by expert, float32 ``sx (T,)`` per token,
     ``w (G, K, N)`` FP8, float32 ``sw (G, N)`` per expert channel, int32 ``offsets (G,)``
-    of cumulative row ends -> ``(T, N)`` in ``out_dtype`` (bfloat16 by default).
+    of cumulative row ends -> ``(T, N)`` in ``out_dtype`` (bfloat16 by default). Or
+    block scales, DeepSeek-V3's: ``sx (T, ceil(K/128))`` per token and 128 of K and
+    ``sw (G, ceil(K/128), ceil(N/128))`` per expert and 128 x 128 block (:mod:`.operands`),
+    applied per K block in the loop.
 
     x and w share the e4m3 format of :func:`kernels.gemm_fp8.fp8_dtype` (fnuz on gfx942,
     OCP elsewhere), or one of them is the e5m2 format of that family (an FP8 gradient,

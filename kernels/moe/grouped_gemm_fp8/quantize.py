@@ -35,16 +35,43 @@ count padded to a multiple of 16 so every feature's row starts 16-byte aligned).
 Quantization here is plain PyTorch (an amax, a divide, a cast and a copy per operand,
 on the device, no host sync): memory-bound passes that a fused kernel would do in one
 (:mod:`kernels.gemm_fp8.quantize` does it for dense operands; not yet for groups).
+
+``blockwise`` (DeepSeek-V3: 1 x 128 tiles of x and dy, 128 x 128 blocks of w, e4m3) runs
+on that fused kernel, :func:`kernels.gemm_fp8.quantize`, in its layouts: scales change
+along each reduction, and the kernels apply them per 128-block inside their loops.
+
+========  ==========================================  ======================================
+GEMM      x-side operand, scale                       w-side operand, scale
+========  ==========================================  ======================================
+forward   x: (T, K/128), per token and 128 of K       w[g]: (G, K/128, N/128) per block
+dgrad     dy: (T, N/128)                              w[g]ᵀ: (G, N/128, K/128), w's transposed
+wgrad     xᵀ: per (128 tokens, input feature)         dyᵀ: per (128 tokens, output feature)
+========  ==========================================  ======================================
+
+Each expert's weight is padded with zeros to a multiple of 128 rows (K) before it is cut
+into blocks, so no block holds two experts' weights (zeros change no amax). The wgrad's
+token blocks are counted from token 0, not from each group's start: a block may hold the
+tail of one group and the head of the next (or all of a small group), and takes its scale
+over all of them (a valid scale for every element in it, so nothing saturates; an outlier of
+one expert coarsens its neighbours' tokens only in the blocks that straddle a group
+boundary, at most G - 1 of the ceil(T/128)). The alternative, blocks restarting at every
+group, would need a per-group quantization pass; counted from 0 they are the layout the
+dense transposed quantization writes, and the dW kernel starts each group's reduction at
+the 128-aligned token at or below it, masking the other group's tokens (:mod:`.dw`).
 """
 from __future__ import annotations
 
 import torch
 
+import torch.nn.functional as F
+
 from ...gemm_fp8.formats import amax_over, cast, scale_of
+from ...gemm_fp8.operands import SCALE_K
+from ...gemm_fp8.quantize import quantize as quantize_fused
 from ...triton_support import cdiv
 from .dw import ALIGN
 
-RECIPES = ("tensorwise", "delayed", "rowwise")
+RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise")
 """The recipes the FP8 grouped GEMM trains with."""
 PER_TENSOR = ("tensorwise", "delayed")
 """Recipes of one scale per tensor, which may be given (``scale``) rather than computed."""
@@ -71,14 +98,36 @@ def _scaled(t: torch.Tensor, dims, recipe: str, fp8: torch.dtype, scale: torch.T
 
 def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The forward's x or dgrad's dy (T, C): (fp8 (T, C), scale (T,)), scaled along C."""
+    """The forward's x or dgrad's dy (T, C): (fp8 (T, C), scale (T,)), scaled along C;
+    blockwise: scale (T, ceil(C/128)), per token and 128 of C."""
+    if recipe == "blockwise":
+        return quantize_fused(x.detach(), "block1x128", fp8)
     q, scale = _scaled(x, (1,), recipe, fp8, scale)
     return q, scale.reshape(x.shape[0])
 
 
+def _expert_blocks(w: torch.Tensor, fp8: torch.dtype, k_contiguous: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each expert's w[g] (K, N) in 128 x 128 blocks: (fp8 (G, K, N), K- or N-contiguous;
+    scale (G, ceil(K/128), ceil(N/128))). The experts are stacked into one (G Kp, N) matrix,
+    each padded with zeros to Kp = a multiple of 128 rows so no block holds two experts,
+    and quantized in one pass (its transpose, for the K-contiguous copy)."""
+    g, k, n = w.shape
+    kp = cdiv(k, SCALE_K) * SCALE_K
+    stacked = F.pad(w.detach(), (0, 0, 0, kp - k)).reshape(g * kp, n)
+    if k_contiguous:
+        q, scale = quantize_fused(stacked.t(), "block128x128", fp8)          # (N, G Kp)
+        return (q.view(n, g, kp).permute(1, 2, 0)[:, :k],
+                scale.view(scale.shape[0], g, kp // SCALE_K).permute(1, 2, 0))
+    q, scale = quantize_fused(stacked, "block128x128", fp8)                   # (G Kp, N)
+    return q.view(g, kp, n)[:, :k], scale.view(g, kp // SCALE_K, scale.shape[1])
+
+
 def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K."""
+    """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K;
+    blockwise: scale (G, ceil(K/128), ceil(N/128))."""
+    if recipe == "blockwise":
+        return _expert_blocks(w, fp8, k_contiguous=True)
     q, scale = _scaled(w, (1,), recipe, fp8, scale)
     return q.transpose(1, 2).contiguous().transpose(1, 2), scale[:, 0, :]
 
@@ -86,7 +135,11 @@ def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.
 def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """w (G, K, N) for dx = dy @ w[g]ᵀ: (w[g]ᵀ as fp8 (G, N, K), a view of a contiguous
-    (G, K, N), so N-contiguous; scale (G, K)), along N."""
+    (G, K, N), so N-contiguous; scale (G, K)), along N; blockwise: the scales of w[g]'s
+    128 x 128 blocks, transposed with it: (G, ceil(N/128), ceil(K/128))."""
+    if recipe == "blockwise":
+        q, scale = _expert_blocks(w, fp8, k_contiguous=False)
+        return q.transpose(1, 2), scale.transpose(1, 2)
     q, scale = _scaled(w, (2,), recipe, fp8, scale)
     return q.contiguous().transpose(1, 2), scale[:, :, 0]
 
@@ -103,8 +156,13 @@ def wgrad_operand(t: torch.Tensor, ids: torch.Tensor, groups: int, recipe: str, 
                   scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x or dy (T, C) for dw[g] = x_gᵀ · dy_g: (fp8 (C, R) token-contiguous, R = T padded to
     a multiple of 16 with zeros, scale (G, C)); rowwise scales each feature by its amax
-    over the group's tokens."""
+    over the group's tokens. blockwise: scale (ceil(R/128), C), per 128 tokens counted
+    from token 0 and feature (the dW kernel's ``scale_block``), groups ignored."""
     (rows, cols), device = t.shape, t.device
+    if recipe == "blockwise":
+        padded = F.pad(t.detach(), (0, 0, 0, cdiv(rows, ALIGN) * ALIGN - rows))
+        q, scale = quantize_fused(padded.t(), "block1x128", fp8)    # (C, R), (C, R/128)
+        return q, scale.t().contiguous()   # feature-contiguous: a tile's scales load as vectors
     if recipe == "rowwise":
         amax = torch.zeros((groups, cols), dtype=torch.float32, device=device).scatter_reduce_(
             0, ids[:, None].expand(rows, cols), t.detach().abs().float(), "amax")

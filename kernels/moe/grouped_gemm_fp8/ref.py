@@ -55,6 +55,9 @@ def scaled_mm_loop(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
 def grouped_gemm_fp8_ref(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
                          offsets: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     offsets = operands.check(x, sx, w, sw, offsets, out_dtype)
+    if sx.dim() == 2:
+        raise NotImplementedError("the library baseline takes row-wise scales only, not 1 x 128 / "
+                                  "128 x 128 blocks (the v0 rung takes both)")
     if baseline_name(x, w, out_dtype) == "torch._scaled_grouped_mm":
         try:
             return torch._scaled_grouped_mm(x, w, sx, sw, offs=offsets, out_dtype=out_dtype)

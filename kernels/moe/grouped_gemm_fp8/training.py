@@ -33,15 +33,17 @@ import torch
 
 from ... import eager, validate
 from ...gemm_fp8.formats import E5M2_OF, FP8_DTYPES, OPERAND_DTYPES, fp8_dtype as native_fp8
-from ...gemm_fp8.operands import OUT_DTYPES, check_family
+from ...gemm_fp8.operands import OUT_DTYPES, SCALE_K, check_family
+from ...triton_support import cdiv
 from . import dw as dw_kernel
 from . import quantize
 from .ops import _grouped_gemm_fp8_impl
 
 
-def check_dw(xt, sx, dyt, sdy, offsets, out_dtype) -> None:
-    """xt (K, R) and dyt (N, R) in FP8 formats of one family, float32 sx (G, K) and sdy (G, N),
-    int32 offsets (G,) of token ends <= R."""
+def check_dw(xt, sx, dyt, sdy, offsets, out_dtype, scale_block: int = 0) -> None:
+    """xt (K, R) and dyt (N, R) in FP8 formats of one family, float32 sx (G, K) and sdy (G, N)
+    (or, for ``scale_block`` = 128, (ceil(R/128), K) and (ceil(R/128), N)), int32 offsets (G,)
+    of token ends <= R."""
     validate.tensor("xt", xt, ndim=2, dtypes=OPERAND_DTYPES, allow_empty=True)
     validate.tensor("dyt", dyt, ndim=2, dtypes=OPERAND_DTYPES, allow_empty=True)
     check_family(xt=xt, dyt=dyt)
@@ -50,10 +52,14 @@ def check_dw(xt, sx, dyt, sdy, offsets, out_dtype) -> None:
     if r != r_dy:
         raise ValueError(f"xt is {tuple(xt.shape)} (K, tokens) and dyt {tuple(dyt.shape)} (N, tokens): "
                          "the token counts differ")
-    for name, scale, shape in (("sx", sx, (g, k)), ("sdy", sdy, (g, n))):
+    if scale_block not in (0, SCALE_K):
+        raise ValueError(f"scale_block must be 0 (scales per group) or {SCALE_K} (per {SCALE_K} tokens), "
+                         f"got {scale_block}")
+    outer, what = (cdiv(r, scale_block), f"{scale_block} tokens") if scale_block else (g, "group")
+    for name, scale, shape in (("sx", sx, (outer, k)), ("sdy", sdy, (outer, n))):
         validate.tensor(name, scale, dtypes=(torch.float32,), allow_empty=True)
         if tuple(scale.shape) != shape:
-            raise ValueError(f"{name} has shape {tuple(scale.shape)}; expected {shape}, one per group "
+            raise ValueError(f"{name} has shape {tuple(scale.shape)}; expected {shape}, one per {what} "
                              "and feature")
     validate.same_device(xt=xt, sx=sx, dyt=dyt, sdy=sdy, offsets=offsets)
     if out_dtype not in OUT_DTYPES:
@@ -62,29 +68,33 @@ def check_dw(xt, sx, dyt, sdy, offsets, out_dtype) -> None:
 
 @torch.library.custom_op("kernels::grouped_gemm_fp8_dw", mutates_args=())
 def _grouped_gemm_fp8_dw(xt: torch.Tensor, sx: torch.Tensor, dyt: torch.Tensor, sdy: torch.Tensor,
-                         offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+                         offsets: torch.Tensor, out_dtype: torch.dtype, scale_block: int = 0) -> torch.Tensor:
     if xt.numel() == 0 or dyt.numel() == 0 or offsets.numel() == 0:
         return torch.zeros((offsets.shape[0], xt.shape[0], dyt.shape[0]), dtype=out_dtype,
                            device=xt.device)
-    return dw_kernel.grouped_dw_fp8(xt, sx, dyt, sdy, offsets.contiguous(), out_dtype)
+    return dw_kernel.grouped_dw_fp8(xt, sx, dyt, sdy, offsets.contiguous(), out_dtype, scale_block)
 
 
 @_grouped_gemm_fp8_dw.register_fake
-def _(xt, sx, dyt, sdy, offsets, out_dtype):
+def _(xt, sx, dyt, sdy, offsets, out_dtype, scale_block=0):
     return xt.new_empty((offsets.shape[0], xt.shape[0], dyt.shape[0]), dtype=out_dtype)
 
 
 def grouped_gemm_fp8_dw(xt: torch.Tensor, sx: torch.Tensor, dyt: torch.Tensor, sdy: torch.Tensor,
-                        offsets: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                        offsets: torch.Tensor, out_dtype: torch.dtype = torch.float32,
+                        scale_block: int = 0) -> torch.Tensor:
     """dw (G, K, N) with dw[g] = (xt[:, tokens of g] * sx[g, :, None]) @ (dyt[:, tokens of g] * sdy[g, :, None])ᵀ,
     fp32 accumulation: the FP8 weight gradient of an expert GEMM (:mod:`.dw`).
 
     Operands as :func:`.quantize.wgrad_operand` writes them: xt (K, R) and dyt (N, R)
     feature-major, R >= offsets[-1] tokens (the columns past it are ignored), scales
-    float32 (G, K) and (G, N). An empty group's dw is zero.
+    float32 (G, K) and (G, N). An empty group's dw is zero. ``scale_block`` = 128: the
+    blockwise recipe's scales instead, sx (ceil(R/128), K) and sdy (ceil(R/128), N), one per
+    128 tokens counted from token 0 (a block may straddle two groups) and feature, applied
+    per block inside the reduction.
     """
-    check_dw(xt, sx, dyt, sdy, offsets, out_dtype)
-    return _grouped_gemm_fp8_dw(xt, sx, dyt, sdy, offsets, out_dtype)
+    check_dw(xt, sx, dyt, sdy, offsets, out_dtype, scale_block)
+    return _grouped_gemm_fp8_dw(xt, sx, dyt, sdy, offsets, out_dtype, scale_block)
 
 
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
@@ -123,7 +133,8 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
         ids = quantize.group_of_rows(offsets, x.shape[0])
         xt8, sxt = quantize.wgrad_operand(x, ids, w.shape[0], recipe, fp8, scale_x)
         dyt8, sdyt = quantize.wgrad_operand(dy, ids, w.shape[0], recipe, grad)
-        dw = torch.ops.kernels.grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype)
+        dw = torch.ops.kernels.grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype,
+                                                   SCALE_K if recipe == "blockwise" else 0)
     return dx, dw
 
 
