@@ -36,8 +36,9 @@ from ...gemm_fp8.formats import amax_over, cast, scale_of
 from ...triton_support import cdiv
 from .dw import ALIGN
 
-RECIPES = ("tensorwise", "rowwise")
-"""The recipes the FP8 grouped GEMM trains with (blockwise, delayed and mxfp8: not yet)."""
+RECIPES = ("tensorwise", "rowwise", "mxfp8")
+"""The recipes the FP8 grouped GEMM trains with (blockwise and delayed: not yet); ``mxfp8``'s
+operands and GEMMs are :mod:`kernels.moe.grouped_gemm_mxfp8`'s (:mod:`.training`)."""
 
 
 def check_recipe(recipe: str) -> None:

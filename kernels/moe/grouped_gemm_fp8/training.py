@@ -81,8 +81,18 @@ def grouped_gemm_fp8_dw(xt: torch.Tensor, sx: torch.Tensor, dyt: torch.Tensor, s
     return _grouped_gemm_fp8_dw(xt, sx, dyt, sdy, offsets, out_dtype)
 
 
+def _mx():
+    """The MXFP8 recipe's forward and gradients (:mod:`kernels.moe.grouped_gemm_mxfp8.training`),
+    imported on first use: that package imports this one's :mod:`.quantize`, so a module-level
+    import would be a cycle."""
+    from ..grouped_gemm_mxfp8 import training
+    return training
+
+
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype) -> torch.Tensor:
+    if recipe == "mxfp8":
+        return _mx().forward(x, w, offsets, fp8_dtype)
     x8, sx = quantize.tokens(x, recipe, fp8_dtype)
     w8, sw = quantize.forward_weight(w, recipe, fp8_dtype)
     return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, x.dtype)
@@ -105,6 +115,8 @@ def _setup(ctx, inputs, output):
 def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, needs) -> tuple:
     """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy, each None where ``needs`` says
     False: one FP8 grouped launch each."""
+    if recipe == "mxfp8":
+        return _mx().gradients(x, w, offsets, dy, fp8, needs)
     dx = dw = None
     if needs[0]:
         dy8, sdy = quantize.tokens(dy, recipe, fp8)
@@ -133,17 +145,21 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                            fp8_dtype: torch.dtype | None = None, *, check_offsets: bool = True) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
     -> ``(T, N)`` in x's dtype, differentiable in x and w, every GEMM in FP8 by ``recipe``
-    (``"rowwise"`` or ``"tensorwise"``, :mod:`.quantize`).
+    (``"rowwise"`` or ``"tensorwise"``, :mod:`.quantize`; ``"mxfp8"``: MXFP8 operands and
+    kernels, :mod:`kernels.moe.grouped_gemm_mxfp8.training`).
 
     x and w share one of float32, bfloat16, float16; ``fp8_dtype`` is the e4m3 format (default
-    this GPU's, :func:`kernels.gemm_fp8.fp8_dtype`). ``check_offsets`` as in
+    this GPU's, :func:`kernels.gemm_fp8.fp8_dtype`; for ``"mxfp8"`` OCP float8_e4m3fn, the only
+    one it takes). ``check_offsets`` as in
     :func:`kernels.grouped_gemm`. Empty operands and empty groups are legal (zeros, and zero
     gradients for an empty group's expert).
     """
-    fp8_dtype = fp8_dtype or native_fp8()
+    fp8_dtype = fp8_dtype or (torch.float8_e4m3fn if recipe == "mxfp8" else native_fp8())
     if fp8_dtype not in FP8_DTYPES:
         raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
     quantize.check_recipe(recipe)
+    if recipe == "mxfp8":
+        _mx().check_format(fp8_dtype)
     offsets = validate.grouped_gemm_operands(x, w, offsets, IN_DTYPES, allow_empty=True,
                                              check_values=check_offsets)
     op = _train_impl if eager.direct(x, w, offsets) else _train
