@@ -16,8 +16,9 @@ skip the output head). Pass your own:
 Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) and ``kernels.MoE``
 layers are swapped; every other module is left as it is. A ``kernels.MoE`` not kept
 (its name matched by a pattern) becomes a :class:`kernels.moe.fp8_layer.Float8MoE`: its
-experts' grouped GEMMs and both their gradients run in FP8 (recipes ``rowwise`` and
-``tensorwise``; another recipe leaves the experts in high precision, with a warning),
+experts' grouped GEMMs and both their gradients run in FP8 (recipes ``rowwise``,
+``tensorwise`` and ``mxfp8``; another recipe leaves the experts in high precision, with a
+warning),
 while its router is a Linear like any other, kept by ``"*router"`` unless you say
 otherwise; the expert-parallel layer has no FP8 path and is left as it is, with a
 warning. Parameters are shared, not copied, so this can run before or after the
@@ -110,7 +111,9 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_form
             warnings.warn(f"MoE layer {name or '(the model)'!r}: its experts' gradients are e4m3, not "
                           f"{grad_format!r} (the FP8 grouped GEMM takes one operand format)",
                           RuntimeWarning, stacklevel=3)
-        fp8_layer = Float8MoE.from_moe(layer, recipe, fp8_dtype)
+        # MXFP8's elements are OCP e4m3fn on every GPU (the recipe's default), whatever the
+        # native format chosen above for the Linears
+        fp8_layer = Float8MoE.from_moe(layer, recipe, None if recipe == "mxfp8" else fp8_dtype)
         if not name:
             return fp8_layer
         _swap(model, name, fp8_layer)

@@ -19,21 +19,22 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..gemm_fp8.formats import fp8_dtype as native_fp8
-from .grouped_gemm_fp8.quantize import check_recipe
+from .grouped_gemm_fp8.quantize import check_recipe, element_format
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
 from .layer import MoE
 from .permutation import permute, unpermute
 
 
 class Float8MoE(MoE):
-    """A ``kernels.MoE`` with FP8 experts under ``recipe`` ("rowwise" or "tensorwise");
-    built by :meth:`from_moe` (or :func:`kernels.fp8.convert`)."""
+    """A ``kernels.MoE`` with FP8 experts under ``recipe`` ("rowwise", "tensorwise" or
+    "mxfp8"); built by :meth:`from_moe` (or :func:`kernels.fp8.convert`)."""
 
     @classmethod
     def from_moe(cls, layer: MoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None
                  ) -> "Float8MoE":
-        """A Float8MoE holding ``layer``'s own Parameters and submodules (its router)."""
+        """A Float8MoE holding ``layer``'s own Parameters and submodules (its router).
+        ``fp8_dtype`` defaults to this GPU's e4m3 format, and to OCP float8_e4m3fn for
+        "mxfp8" (MX has no fnuz form)."""
         if type(layer) is not MoE:
             raise TypeError(f"Float8MoE.from_moe takes a kernels.MoE, got {type(layer).__name__} "
                             "(the expert-parallel layer has no FP8 path)")
@@ -44,7 +45,7 @@ class Float8MoE(MoE):
         for own, theirs in ((new._parameters, layer._parameters), (new._buffers, layer._buffers),
                             (new._modules, layer._modules)):
             own.update(theirs)
-        new.recipe, new.fp8_dtype = recipe, fp8_dtype or native_fp8()
+        new.recipe, new.fp8_dtype = recipe, element_format(recipe, fp8_dtype)
         return new
 
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:

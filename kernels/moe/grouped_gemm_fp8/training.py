@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ... import eager, validate
-from ...gemm_fp8.formats import FP8_DTYPES, fp8_dtype as native_fp8
+from ...gemm_fp8.formats import FP8_DTYPES
 from ...gemm_fp8.operands import OUT_DTYPES
 from . import dw as dw_kernel
 from . import quantize
@@ -154,7 +154,7 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     :func:`kernels.grouped_gemm`. Empty operands and empty groups are legal (zeros, and zero
     gradients for an empty group's expert).
     """
-    fp8_dtype = fp8_dtype or (torch.float8_e4m3fn if recipe == "mxfp8" else native_fp8())
+    fp8_dtype = quantize.element_format(recipe, fp8_dtype)
     if fp8_dtype not in FP8_DTYPES:
         raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
     quantize.check_recipe(recipe)

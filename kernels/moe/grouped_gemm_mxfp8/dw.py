@@ -11,7 +11,10 @@ Idea:
     every group starts on a block boundary and owns its blocks; the padded group ends
     (``ends``, multiples of 32) replace the offsets. One program per (K tile, N tile,
     group), as ``grouped_gemm_fp8``'s dW kernel; its loop runs over the group's padded
-    tokens with ``tl.dot_scaled``, and an empty group's programs store zeros.
+    tokens with ``tl.dot_scaled``, and an empty group's programs store zeros. Whole tiles
+    are loaded unmasked along the tokens, so 16 bytes at a time; the last, partial tile
+    is loaded whole up to R and the next group's tokens are zeroed in registers (as
+    ``grouped_gemm_fp8``'s dW kernel does), so its loads stay as wide.
 
     The padding costs at most 31 zero tokens per group in the copies (the copies exist
     anyway: the forward's operands are quantized along K, not along the tokens), and
@@ -29,10 +32,10 @@ Expected bound:
     elements in w's dtype) and the launch when they hold few (model).
 
 Limits:
-    Every step masks its tokens against the group's padded end (no peeled tail); one
-    program per output tile and group however few tokens it has; no split-K. One fixed
-    tile. The padded token count R is an upper bound (T + 31·G rounded up), since the
-    host does not read the group sizes.
+    Scales as the forward's: a byte at a time, through LDS in 8-bit accesses on gfx950.
+    One program per output tile and group however few tokens it has; no split-K. One
+    fixed tile (:mod:`.tile`). The padded token count R is an upper bound (T + 31·G
+    rounded up), since the host does not read the group sizes.
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ from ...registry import AotKernel
 from ...triton_support import aot_launch, cdiv, interp_bf16, pointer_type, round_to_bf16
 from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.schedule import clamped
+from .tile import config
 
 
 @triton.jit
@@ -56,7 +60,8 @@ def _grouped_dw_mxfp8_kernel(xt_ptr, sxt_ptr, dyt_ptr, sdyt_ptr, dw_ptr, ends_pt
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              INTERP_BF16: tl.constexpr):
     group = tl.program_id(2)
-    start = clamped(ends_ptr + group - 1, group > 0, R)          # a multiple of 32
+    # a multiple of 32 already; rounded down so the compiler knows it, and its loads stay wide
+    start = (clamped(ends_ptr + group - 1, group > 0, R) // 32) * 32
     end = tl.maximum(clamped(ends_ptr + group, True, R), start)
     ks = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)     # rows of dw[g]: input features
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)   # its columns: output features
@@ -71,27 +76,30 @@ def _grouped_dw_mxfp8_kernel(xt_ptr, sxt_ptr, dyt_ptr, sdyt_ptr, dw_ptr, ends_pt
     sa_ptrs = sxt_ptr + k64[:, None] * stride_sxk + b64[None, :] * stride_sxr
     sb_ptrs = sdyt_ptr + c64[:, None] * stride_sdyn + b64[None, :] * stride_sdyr
     k_ok, n_ok = ks[:, None] < K, cols[None, :] < N
+    s_ok = (cols[:, None] < N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for r0 in range(0, end - start, BLOCK_K):
-        left = end - start - r0      # a multiple of 32: whole scale blocks
-        a = tl.load(a_ptrs, mask=k_ok & (rs[None, :] < left), other=0)
-        b = tl.load(b_ptrs, mask=(rs[:, None] < left) & n_ok, other=0)
-        sa = tl.load(sa_ptrs, mask=k_ok & (rb[None, :] * 32 < left), other=0)
-        sb = tl.load(sb_ptrs, mask=(cols[:, None] < N) & (rb[None, :] * 32 < left), other=0)
-        acc = tl.dot_scaled(a, sa, "e4m3", b, sb, "e4m3", acc)
+    for _ in range(0, (end - start) // BLOCK_K):   # whole tiles: nothing masked along the tokens
+        acc = tl.dot_scaled(tl.load(a_ptrs, mask=k_ok, other=0), tl.load(sa_ptrs, mask=k_ok, other=0), "e4m3",
+                            tl.load(b_ptrs, mask=n_ok, other=0), tl.load(sb_ptrs, mask=s_ok, other=0), "e4m3",
+                            acc)
         a_ptrs += tl.cast(stride_xr, tl.int64) * BLOCK_K
         b_ptrs += tl.cast(stride_dyr, tl.int64) * BLOCK_K
         sa_ptrs += tl.cast(stride_sxr, tl.int64) * (BLOCK_K // 32)
         sb_ptrs += tl.cast(stride_sdyr, tl.int64) * (BLOCK_K // 32)
+    left = (end - start) % BLOCK_K   # a multiple of 32: whole scale blocks
+    if left > 0:   # the last tile: loaded whole up to R (so as wide), the next group's tokens zeroed
+        last = start + (end - start - left) + rs
+        a = tl.load(a_ptrs, mask=k_ok & (last[None, :] < R), other=0)
+        b = tl.load(b_ptrs, mask=(last[:, None] < R) & n_ok, other=0)
+        a = tl.where(rs[None, :] < left, a, tl.zeros_like(a))
+        b = tl.where(rs[:, None] < left, b, tl.zeros_like(b))
+        sa = tl.load(sa_ptrs, mask=k_ok & (rb[None, :] * 32 < left), other=0)
+        sb = tl.load(sb_ptrs, mask=s_ok & (rb[None, :] * 32 < left), other=0)
+        acc = tl.dot_scaled(a, sa, "e4m3", b, sb, "e4m3", acc)
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     dw_ptrs = dw_ptr + group.to(tl.int64) * stride_dwg + k64[:, None] * stride_dwk + c64[None, :] * stride_dwn
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=k_ok & n_ok)
-
-
-def config(backend: str, arch: str = "gfx942") -> dict:
-    """The forward's tile (:func:`.v0_one_launch.config`), 128 tokens deep on GPUs."""
-    return {**grouped_launch.config(backend, arch), "BLOCK_K": 64 if backend == "interpreter" else 128}
 
 
 def grouped_dw_mxfp8(xt, sxt, dyt, sdyt, ends, out_dtype: torch.dtype) -> torch.Tensor:

@@ -13,7 +13,10 @@ Idea:
     go in as their bytes. What Triton makes of it (AOT ISA, ``tests/test_grouped_gemm_mxfp8.py``):
 
     * gfx950 (CDNA4): ``v_mfma_scale_f32_16x16x128_f8f6f4``, an MFMA that reads the
-      e4m3 operands and their scale bytes itself.
+      e4m3 operands and their scale bytes itself (a K step of 128 selects it,
+      :mod:`.tile`). The operand tiles load 16 bytes at a time; the scales are fetched
+      a byte at a time (``buffer_load_ubyte``) and pass through LDS in 8-bit accesses
+      (``ds_write_b8``, ``ds_read_u8``).
     * gfx942 (CDNA3): no scaled MFMA; Triton emulates it, scaling the operands in
       registers and running ``v_mfma_f32_16x16x16_bf16``.
 
@@ -31,8 +34,9 @@ Expected bound:
 
 Limits:
     OCP e4m3fn elements only (no e5m2, no mixed formats). The scales are read in plain
-    row-major order, a byte at a time (not the pre-shuffled layout of hipBLASLt's MX
-    kernels), and every K step is masked (no peeled tail). v2's schedule limits (G in one
+    row-major order, a byte at a time, and staged through LDS byte by byte (not the
+    pre-shuffled layout of hipBLASLt's MX kernels), and every K step is masked (no
+    peeled tail). v2's schedule limits (G in one
     BLOCK_G vector, surplus programs, no L2 swizzle) and one fixed tile for every shape.
 """
 from __future__ import annotations
@@ -49,6 +53,7 @@ from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.schedule import group_tiles, locate
 from ..grouped_gemm.v2_one_launch import grid
 from . import dw, operands
+from .tile import config
 from .spec import DTYPES
 
 
@@ -93,13 +98,6 @@ def _grouped_gemm_mxfp8_kernel(x_ptr, sx_ptr, w_ptr, sw_ptr, out_ptr, offsets_pt
         acc = round_to_bf16(acc)
     out_ptrs = out_ptr + r64[:, None] * stride_ot + c64[None, :] * stride_on
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_ok & col_ok)
-
-
-def config(backend: str, arch: str = "gfx942") -> dict:
-    """Grouped GEMM's tile, 128 deep on GPUs (a byte per element, as ``grouped_gemm_fp8``'s:
-    four scale bytes per row per step); 64 deep in the interpreter, so a tile holds two
-    scale blocks and their indexing is exercised."""
-    return {**grouped_launch.config(backend, arch), "BLOCK_K": 64 if backend == "interpreter" else 128}
 
 
 def grouped_mm_mxfp8(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
