@@ -71,7 +71,7 @@ def _run(x, w, dy, offsets, recipe, fp8):
     return y, x.grad, w.grad
 
 
-@pytest.mark.parametrize("recipe", quantize.RECIPES)
+@pytest.mark.parametrize("recipe", [r for r in quantize.RECIPES if r != "mxfp8"])   # mxfp8: test_grouped_gemm_mxfp8.py
 @pytest.mark.parametrize("fp8", FP8_DTYPES, ids=str)
 def test_forward_and_both_gradients_match_the_dequantized_product(recipe, fp8):
     x, w, dy, offsets = _problem()
