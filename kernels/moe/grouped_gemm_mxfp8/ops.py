@@ -4,7 +4,7 @@ Per group g, ``dequant(x[rows of g], sx) @ dequant(w[g], sw[g])`` with fp32 accu
 (operands: :mod:`.operands`). It runs the highest-numbered Triton rung of
 ``grouped_gemm_mxfp8`` that runs here (:func:`kernels.gemm.ops.best_rung`, read at call
 time), wrapped as the custom op ``kernels::grouped_gemm_mxfp8`` with a fake
-implementation, so ``torch.compile(fullgraph=True)`` keeps it in the graph; an eager call
+implementation (:func:`kernels.moe.grouped_gemm_fp8.ops.scaled_grouped_op`), so ``torch.compile(fullgraph=True)`` keeps it in the graph; an eager call
 that nothing traces runs the implementation itself (:func:`kernels.eager.direct`).
 
 No autograd, as ``kernels.grouped_gemm_fp8``: training quantizes the gradients itself
@@ -15,24 +15,11 @@ from __future__ import annotations
 import torch
 
 from ... import eager
-from ...gemm.ops import best_rung
+from ..grouped_gemm_fp8.ops import scaled_grouped_op
 from . import operands
 
 
-def _grouped_gemm_mxfp8_impl(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
-                             offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    if x.numel() == 0 or w.numel() == 0:   # T, N, K or G is 0: empty, or zeros for K = 0
-        return torch.zeros((x.shape[0], w.shape[2]), dtype=out_dtype, device=x.device)
-    return best_rung("grouped_gemm_mxfp8", x.dtype)(x, sx, w, sw, offsets, out_dtype, check_offsets=False)
-
-
-_grouped_gemm_mxfp8 = torch.library.custom_op("kernels::grouped_gemm_mxfp8", _grouped_gemm_mxfp8_impl,
-                                              mutates_args=())
-
-
-@_grouped_gemm_mxfp8.register_fake
-def _(x, sx, w, sw, offsets, out_dtype):
-    return x.new_empty((x.shape[0], w.shape[2]), dtype=out_dtype)
+_grouped_gemm_mxfp8_impl, _grouped_gemm_mxfp8 = scaled_grouped_op("grouped_gemm_mxfp8")
 
 
 def grouped_gemm_mxfp8(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
