@@ -7,8 +7,6 @@ torch.compile; the launches' machine code on gfx950 (scaled MFMA) and gfx942 (em
 """
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
@@ -241,7 +239,6 @@ KERNELS = {"forward": "_grouped_gemm_mxfp8_kernel", "dx": "_grouped_gemm_mxfp8_k
            "dw": "_grouped_dw_mxfp8_kernel"}
 
 
-@functools.cache
 def _reports(target):
     return dict(zip(KERNELS, isa.inspect_all("grouped_gemm_mxfp8", "v0", target)))
 
@@ -274,3 +271,13 @@ def test_gfx942_emulates_on_bf16_mfma_without_spills(kernel):
     assert "mfma_scale" not in report.asm
     assert (report.spills, report.sgpr_spills, report.scratch_bytes, report.narrow_lds_ops) == (0, 0, 0, 0)
     assert report.occupancy.value >= 1
+
+
+@pytest.mark.slow   # two more compiles of the three launches: about 30 s on 2 busy cores
+def test_the_k_step_is_what_selects_the_scaled_mfma_and_what_keeps_gfx942_from_spilling():
+    """:mod:`kernels.moe.grouped_gemm_mxfp8.tile`'s choice: at a K step of 64 gfx950 emulates
+    too; at 128 gfx942 spills SGPRs and reads scale bytes from LDS 16 bits at a time."""
+    shallow = isa.inspect("grouped_gemm_mxfp8", "v0", "gfx950", overrides={"BLOCK_K": 64})
+    assert "mfma_scale" not in shallow.asm and all("bf16" in m for m in shallow.matrix_instructions)
+    deep = isa.inspect("grouped_gemm_mxfp8", "v0", "gfx942", overrides={"BLOCK_K": 128})
+    assert deep.sgpr_spills > 0 and "ds_read_u16" in _loop_ops(deep), deep.summary()

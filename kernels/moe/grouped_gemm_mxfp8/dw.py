@@ -116,15 +116,14 @@ def grouped_dw_mxfp8(xt, sxt, dyt, sdyt, ends, out_dtype: torch.dtype) -> torch.
     return dw
 
 
-def aot(backend: str, arch: str, shape=grouped_launch.AOT_SHAPE) -> AotKernel:
-    """The dW launch of grouped GEMM's AOT shape: xt (K, R) and dyt (N, R) token-contiguous,
-    R = T + 32·G (a bound on the padded tokens), row-major scales, an fp32 dw (G, K, N)
-    (master weights' gradient)."""
+def aot(cfg: dict, shape=grouped_launch.AOT_SHAPE) -> AotKernel:
+    """The dW launch of grouped GEMM's AOT shape with the tile ``cfg`` (:mod:`.tile`): xt (K, R)
+    and dyt (N, R) token-contiguous, R = T + 32·G (a bound on the padded tokens), row-major
+    scales, an fp32 dw (G, K, N) (master weights' gradient)."""
     t, k, n, g, _ = shape
     r = t + 32 * g
     ints = dict(R=r, K=k, N=n, stride_xk=r, stride_xr=1, stride_sxk=r // 32, stride_sxr=1,
                 stride_dyn=r, stride_dyr=1, stride_sdyn=r // 32, stride_sdyr=1,
                 stride_dwg=k * n, stride_dwk=n, stride_dwn=1)
     pointers = {"ends_ptr": "*i32", "dw_ptr": pointer_type(torch.float32)}
-    return aot_launch(_grouped_dw_mxfp8_kernel, torch.uint8, config(backend, arch), ints,
-                      {"INTERP_BF16": False}, pointers)
+    return aot_launch(_grouped_dw_mxfp8_kernel, torch.uint8, cfg, ints, {"INTERP_BF16": False}, pointers)

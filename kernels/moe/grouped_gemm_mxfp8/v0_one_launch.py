@@ -49,6 +49,7 @@ from ... import backend as _backend
 from ...outputs import new_output
 from ...registry import AotKernel, rung
 from ...triton_support import aot_launch, interp_bf16, pointer_type, round_to_bf16
+from ...tuning import with_overrides
 from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.schedule import group_tiles, locate
 from ..grouped_gemm.v2_one_launch import grid
@@ -113,13 +114,15 @@ def grouped_mm_mxfp8(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
     return out
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
+def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
     """The launches of a training step on grouped GEMM's :data:`AOT shape
     <kernels.moe.grouped_gemm.launch.AOT_SHAPE>`: the forward with K-contiguous experts
     (as :func:`.spec.quantize_weight` stores them) and a bf16 output; the backward's dX,
     this kernel on wᵀ (a (G, N, K) view of a (G, K, N) copy, contiguous along the
     reduction N, :mod:`.quantize`); the backward's dW (:mod:`.dw`). Scales row-major, one
-    byte per 32 along each launch's reduction."""
+    byte per 32 along each launch's reduction. ``overrides`` replaces settings of the tile
+    (:mod:`.tile`) in all three."""
+    cfg = with_overrides(config(backend, arch), overrides)
     fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(grouped_launch.forward_ints()["G"])}
     pointers = {"offsets_ptr": "*i32", "out_ptr": pointer_type(torch.bfloat16)}
     launches = []
@@ -128,9 +131,8 @@ def aot(dtype: torch.dtype, backend: str, arch: str) -> list[AotKernel]:
         n, k, blocks = ints["N"], ints["K"], -(-ints["K"] // 32)
         ints.update(stride_wk=1, stride_wn=k, stride_sxt=blocks, stride_sxk=1, stride_swg=n * blocks,
                     stride_swn=blocks, stride_swk=1)
-        launches.append(aot_launch(_grouped_gemm_mxfp8_kernel, torch.uint8, config(backend, arch), ints,
-                                   fixed, pointers))
-    return [*launches, dw.aot(backend, arch)]
+        launches.append(aot_launch(_grouped_gemm_mxfp8_kernel, torch.uint8, cfg, ints, fixed, pointers))
+    return [*launches, dw.aot(cfg)]
 
 
 @rung(op="grouped_gemm_mxfp8", rung=0, name="mx_one_launch", backends=("hip", "cuda", "interpreter"),
