@@ -88,6 +88,8 @@ def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts():
     assert type(model.moe) is kernels.MoE and type(model.inp) is not torch.nn.Linear
     with pytest.raises(TypeError, match="takes a kernels.MoE"):
         Float8MoE.from_moe(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="mxfp8 recipe takes torch.float8_e4m3fn"):
+        Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "mxfp8", torch.float8_e4m3fnuz)
 
 
 def test_forward_and_backward_are_nine_fp8_grouped_launches_close_to_high_precision(monkeypatch):

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .grouped_gemm_fp8.quantize import check_recipe, element_format
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
+from .grouped_gemm_mxfp8.training import check_format as check_mx_format
 from .layer import MoE
 from .permutation import permute, unpermute
 
@@ -46,6 +47,8 @@ class Float8MoE(MoE):
                             (new._modules, layer._modules)):
             own.update(theirs)
         new.recipe, new.fp8_dtype = recipe, element_format(recipe, fp8_dtype)
+        if recipe == "mxfp8":
+            check_mx_format(new.fp8_dtype)
         return new
 
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
