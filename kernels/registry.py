@@ -27,6 +27,7 @@ PACKAGES = {
     "attention": "kernels.attention",
     "grouped_gemm": "kernels.moe.grouped_gemm",
     "grouped_gemm_fp8": "kernels.moe.grouped_gemm_fp8",
+    "grouped_gemm_mxfp8": "kernels.moe.grouped_gemm_mxfp8",
     "moe": "kernels.moe.layer_ladder",
 }
 OPS = tuple(PACKAGES)

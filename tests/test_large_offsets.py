@@ -28,7 +28,8 @@ SPACING = 8192
 # and the groups of w, T x K x N x G x routing, also for FP8; MoE layer: the tokens and the
 # experts, T x dim x hidden x E x top_k x routing). A new op adds its shape here.
 SHAPES = {"attention": (1, 3, 3, 17, 17, 32, 1), "grouped_gemm": (3, 64, 8, 3, 0),
-          "grouped_gemm_fp8": (3, 64, 8, 3, 0), "moe": (3, 64, 8, 3, 2, 0)}
+          "grouped_gemm_fp8": (3, 64, 8, 3, 0), "grouped_gemm_mxfp8": (3, 64, 8, 3, 0),
+          "moe": (3, 64, 8, 3, 2, 0)}
 GEMM_SHAPE = (3, 3, 64)
 
 

@@ -115,7 +115,10 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtyp
             warnings.warn(f"MoE layer {name or '(the model)'!r}: {why}; its experts stay in high "
                           "precision", RuntimeWarning, stacklevel=3)
             continue
-        fp8_layer = Float8MoE.from_moe(layer, recipe, fp8_dtype, grad_dtype)
+        # MXFP8's elements (and gradients: the recipe takes e4m3 only) are OCP e4m3fn on every
+        # GPU (the recipe's default), whatever the native format chosen above for the Linears
+        fp8_layer = (Float8MoE.from_moe(layer, recipe) if recipe == "mxfp8"
+                     else Float8MoE.from_moe(layer, recipe, fp8_dtype, grad_dtype))
         if not name:
             return fp8_layer
         _swap(model, name, fp8_layer)

@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from ..fp8.recipes.delayed import history_scale, history_state
-from ..gemm_fp8.formats import fp8_dtype as native_fp8
-from .grouped_gemm_fp8.quantize import check_recipe
+from .grouped_gemm_fp8.quantize import check_recipe, element_format
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
+from .grouped_gemm_mxfp8.training import check_format as check_mx_format
 from .layer import MoE
 from .permutation import permute, unpermute
 
@@ -48,8 +48,10 @@ class Float8MoE(MoE):
     @classmethod
     def from_moe(cls, layer: MoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
                  grad_dtype: torch.dtype | None = None) -> "Float8MoE":
-        """A Float8MoE holding ``layer``'s own Parameters and submodules (its router);
-        ``grad_dtype``: the output gradients' FP8 format, default ``fp8_dtype`` (e4m3)."""
+        """A Float8MoE holding ``layer``'s own Parameters and submodules (its router).
+        ``fp8_dtype`` defaults to this GPU's e4m3 format, and to OCP float8_e4m3fn for
+        "mxfp8" (MX has no fnuz form); ``grad_dtype``: the output gradients' FP8 format,
+        default ``fp8_dtype`` (e4m3)."""
         if type(layer) is not MoE:
             raise TypeError(f"Float8MoE.from_moe takes a kernels.MoE, got {type(layer).__name__} "
                             "(the expert-parallel layer has no FP8 path)")
@@ -60,8 +62,10 @@ class Float8MoE(MoE):
         for own, theirs in ((new._parameters, layer._parameters), (new._buffers, layer._buffers),
                             (new._modules, layer._modules)):
             own.update(theirs)
-        new.recipe, new.fp8_dtype = recipe, fp8_dtype or native_fp8()
+        new.recipe, new.fp8_dtype = recipe, element_format(recipe, fp8_dtype)
         new.grad_fp8_dtype = grad_dtype or new.fp8_dtype
+        if recipe == "mxfp8":
+            check_mx_format(new.fp8_dtype)
         if recipe == "delayed":
             for name, buffer in history_state(FP8_TENSORS, layer.gate.device).items():
                 new.register_buffer(name, buffer)

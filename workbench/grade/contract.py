@@ -28,7 +28,7 @@ from ..learn.exercises.learner import LearnerError, import_file
 # the MoE layer's is a module, so its file defines a function of the layer's inputs).
 ENTRY = {"gemm": "matmul", "gemm_fp8": "matmul_fp8", "gemm_mxfp4": "matmul_mxfp4",
          "attention": "flash_attention", "grouped_gemm": "grouped_gemm",
-         "grouped_gemm_fp8": "grouped_gemm_fp8", "moe": "moe"}
+         "grouped_gemm_fp8": "grouped_gemm_fp8", "grouped_gemm_mxfp8": "grouped_gemm_mxfp8", "moe": "moe"}
 CUSTOM_ENTRY = "kernel"
 CUSTOM_DTYPES = (torch.float32,)
 

@@ -21,21 +21,26 @@ from ...gemm_fp8.formats import e4m3_of
 from . import operands
 
 
-def _grouped_gemm_fp8_impl(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
-                           offsets: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    if x.numel() == 0 or w.numel() == 0:   # T, N, K or G is 0: empty, or zeros for K = 0
-        return torch.zeros((x.shape[0], w.shape[2]), dtype=out_dtype, device=x.device)
-    return best_rung("grouped_gemm_fp8", e4m3_of(x.dtype))(x, sx, w, sw, offsets, out_dtype,
-                                                           check_offsets=False)
+def scaled_grouped_op(op: str):
+    """(implementation, custom op ``kernels::<op>`` with its fake) of a scaled grouped GEMM
+    taking ``(x, sx, w, sw, offsets, out_dtype)``, validated: the best rung of ``op``
+    (this one's and ``grouped_gemm_mxfp8``'s) for the e4m3 format of x's family (dX of the
+    hybrid format hands it e5m2 output gradients)."""
+    def impl(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor, offsets: torch.Tensor,
+             out_dtype: torch.dtype) -> torch.Tensor:
+        if x.numel() == 0 or w.numel() == 0:   # T, N, K or G is 0: empty, or zeros for K = 0
+            return torch.zeros((x.shape[0], w.shape[2]), dtype=out_dtype, device=x.device)
+        return best_rung(op, e4m3_of(x.dtype))(x, sx, w, sw, offsets, out_dtype, check_offsets=False)
+
+    custom = torch.library.custom_op(f"kernels::{op}", impl, mutates_args=())
+
+    @custom.register_fake
+    def _(x, sx, w, sw, offsets, out_dtype):
+        return x.new_empty((x.shape[0], w.shape[2]), dtype=out_dtype)
+    return impl, custom
 
 
-_grouped_gemm_fp8 = torch.library.custom_op("kernels::grouped_gemm_fp8", _grouped_gemm_fp8_impl,
-                                            mutates_args=())
-
-
-@_grouped_gemm_fp8.register_fake
-def _(x, sx, w, sw, offsets, out_dtype):
-    return x.new_empty((x.shape[0], w.shape[2]), dtype=out_dtype)
+_grouped_gemm_fp8_impl, _grouped_gemm_fp8 = scaled_grouped_op("grouped_gemm_fp8")
 
 
 def grouped_gemm_fp8(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,

@@ -65,16 +65,23 @@ import torch
 
 import torch.nn.functional as F
 
-from ...gemm_fp8.formats import amax_over, cast, scale_of
+from ...gemm_fp8.formats import amax_over, cast, fp8_dtype, scale_of
 from ...gemm_fp8.operands import SCALE_K
 from ...gemm_fp8.quantize import quantize as quantize_fused
 from ...triton_support import cdiv
 from .dw import ALIGN
 
-RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise")
-"""The recipes the FP8 grouped GEMM trains with."""
+RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
+"""The recipes the FP8 grouped GEMM trains with; ``mxfp8``'s operands and GEMMs are
+:mod:`kernels.moe.grouped_gemm_mxfp8`'s (:mod:`.training`)."""
 PER_TENSOR = ("tensorwise", "delayed")
 """Recipes of one scale per tensor, which may be given (``scale``) rather than computed."""
+
+
+def element_format(recipe: str, fp8: torch.dtype | None = None) -> torch.dtype:
+    """``fp8``, else the recipe's default e4m3 format: OCP float8_e4m3fn for mxfp8 (MX has no
+    fnuz form), this GPU's (:func:`kernels.gemm_fp8.fp8_dtype`) for the others."""
+    return fp8 or (torch.float8_e4m3fn if recipe == "mxfp8" else fp8_dtype())
 
 
 def check_recipe(recipe: str) -> None:

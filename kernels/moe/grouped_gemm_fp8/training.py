@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from ... import eager, validate
-from ...gemm_fp8.formats import E5M2_OF, FP8_DTYPES, OPERAND_DTYPES, fp8_dtype as native_fp8
+from ...gemm_fp8.formats import E5M2_OF, FP8_DTYPES, OPERAND_DTYPES
 from ...gemm_fp8.operands import OUT_DTYPES, SCALE_K, check_family
 from ...triton_support import cdiv
 from . import dw as dw_kernel
@@ -97,9 +97,19 @@ def grouped_gemm_fp8_dw(xt: torch.Tensor, sx: torch.Tensor, dyt: torch.Tensor, s
     return _grouped_gemm_fp8_dw(xt, sx, dyt, sdy, offsets, out_dtype, scale_block)
 
 
+def _mx():
+    """The MXFP8 recipe's forward and gradients (:mod:`kernels.moe.grouped_gemm_mxfp8.training`),
+    imported on first use: that package imports this one's :mod:`.quantize`, so a module-level
+    import would be a cycle."""
+    from ..grouped_gemm_mxfp8 import training
+    return training
+
+
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
                 scale_w: torch.Tensor | None) -> torch.Tensor:
+    if recipe == "mxfp8":
+        return _mx().forward(x, w, offsets, fp8_dtype)
     x8, sx = quantize.tokens(x, recipe, fp8_dtype, scale_x)
     w8, sw = quantize.forward_weight(w, recipe, fp8_dtype, scale_w)
     return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, x.dtype)
@@ -124,6 +134,8 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
     """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy (quantized to ``grad``, x and w to
     ``fp8``, with the given per-tensor scales if any), each None where ``needs`` says False:
     one FP8 grouped launch each."""
+    if recipe == "mxfp8":
+        return _mx().gradients(x, w, offsets, dy, fp8, needs)
     dx = dw = None
     if needs[0]:
         dy8, sdy = quantize.tokens(dy, recipe, grad)
@@ -171,18 +183,20 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                            check_offsets: bool = True) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
     -> ``(T, N)`` in x's dtype, differentiable in x and w, every GEMM in FP8 by ``recipe``
-    (one of :data:`.quantize.RECIPES`).
+    (one of :data:`.quantize.RECIPES`; ``"mxfp8"``: MXFP8 operands and kernels,
+    :mod:`kernels.moe.grouped_gemm_mxfp8.training`).
 
     x and w share one of float32, bfloat16, float16; ``fp8_dtype`` is the e4m3 format of x
-    and w (default this GPU's, :func:`kernels.gemm_fp8.fp8_dtype`), ``grad_dtype`` the output
-    gradient's: ``fp8_dtype`` (the default) or the e5m2 of its family (hybrid); a format of
+    and w (default this GPU's, :func:`kernels.gemm_fp8.fp8_dtype`; for ``"mxfp8"`` OCP
+    float8_e4m3fn, the only one it takes), ``grad_dtype`` the output gradient's: ``fp8_dtype``
+    (the default) or the e5m2 of its family (hybrid; not for ``"mxfp8"``); a format of
     another family is refused. ``scale_x``, ``scale_w``: float32 per-tensor scales (one
     number each, dequantization scales as :func:`kernels.gemm_fp8.quantize_fp8` returns)
     for a per-tensor recipe; ``"delayed"`` requires them, ``"tensorwise"`` computes its own
     when they are None. ``check_offsets`` as in :func:`kernels.grouped_gemm`. Empty operands
     and empty groups are legal (zeros, and zero gradients for an empty group's expert).
     """
-    fp8_dtype = fp8_dtype or native_fp8()
+    fp8_dtype = quantize.element_format(recipe, fp8_dtype)
     if fp8_dtype not in FP8_DTYPES:
         raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
     grad_dtype = grad_dtype or fp8_dtype
@@ -190,6 +204,11 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
         raise TypeError(f"grad_dtype must be {fp8_dtype} or {E5M2_OF[fp8_dtype]} (the formats of "
                         f"fp8_dtype's family), got {grad_dtype}")
     quantize.check_recipe(recipe)
+    if recipe == "mxfp8":
+        _mx().check_format(fp8_dtype)
+        if grad_dtype != fp8_dtype:
+            raise TypeError(f"the mxfp8 recipe's output gradients are {fp8_dtype} like its operands, "
+                            f"got grad_dtype {grad_dtype}")
     offsets = validate.grouped_gemm_operands(x, w, offsets, IN_DTYPES, allow_empty=True,
                                              check_values=check_offsets)
     _check_scale("scale_x", scale_x, recipe, x)

@@ -1,4 +1,4 @@
-"""MoE exercises: grouped GEMM, FP8 grouped GEMM, the MoE layer.
+"""MoE exercises: grouped GEMM, FP8 and MXFP8 grouped GEMM, the MoE layer.
 
 Routings matter here: the harness draws a fresh routing per check, so each exercise
 checks shapes where experts are empty (routings "sparse" and "one_group"), since most
@@ -22,6 +22,7 @@ from ..grading import dtype_name, harness_verdict
 from ..model import KernelExercise, Verdict
 from ..races import ProgramRace, triton_store_races
 
+_MX = "kernels.moe.grouped_gemm_mxfp8.v0_one_launch"
 # (T, K, N, G, routing): odd sizes; "sparse" (half the experts empty) and "one_group".
 EMPTY_EXPERTS = ((70, 40, 24, 8, 3), (50, 48, 33, 8, 2))
 
@@ -324,6 +325,35 @@ acc = acc * scale_x[:, None] * scale_w[None, :]
 '''},
         },
         shapes=((37, 24, 40, 4, 0), EMPTY_EXPERTS[0]),
+    ),
+    KernelExercise(
+        key="grouped_gemm_mxfp8/v0", module=_MX,
+        op="grouped_gemm_mxfp8", rung="v0",
+        title="MXFP8 grouped GEMM: the expert's block scales inside the dot",
+        task="x and w hold this K step's e4m3 tiles (one byte each) of the tile's rows and of this "
+             "program's expert. Every 32 elements along K have their own e8m0 scale byte, so the "
+             "scales go into the dot, not the epilogue. Load this step's scales of the rows "
+             "(BLOCK_M x BLOCK_K/32, from sx_ptrs) and of the expert's columns (BLOCK_N x "
+             "BLOCK_K/32, from sw_ptrs), masked like the tiles, and accumulate the scaled product.",
+        todo={"scaled_dot": "# TODO: load this step's e8m0 scales and accumulate the scaled product\n"
+                            "acc += 0.0"},
+        hints=(
+            "tl.dot_scaled(x, sx, \"e4m3\", w, sw, \"e4m3\", acc) takes the tiles and one scale byte "
+            "per 32 elements of each row of x and each column of w, and applies them inside the dot.",
+            "`blocks` scales are left along K (K may end inside one); a lane is real when its row is "
+            "in the expert's rows (row_ok), or its column < N, and kb < blocks. Masked-off scales load 0.",
+            "sx = tl.load(sx_ptrs, mask=row_ok & (kb[None, :] < blocks), other=0); sw likewise with "
+            "cols[:, None] < N; then acc = tl.dot_scaled(x, sx, \"e4m3\", w, sw, \"e4m3\", acc).",
+        ),
+        wrong={
+            "row and column scales swapped": source.variant(
+                _MX, "scaled_dot", ("(x, sx, \"e4m3\", w, sw, ", "(x, sw, \"e4m3\", w, sx, ")),
+            "the last partial scale block left out": source.variant(
+                _MX, "scaled_dot", ("(kb[None, :] < blocks)", "(kb[None, :] < left // 32)")),
+            "block scales left out": source.variant(
+                _MX, "scaled_dot", ("(x, sx, \"e4m3\", w, sw, ", "(x, None, \"e4m3\", w, None, ")),
+        },
+        shapes=((37, 40, 24, 4, 0), EMPTY_EXPERTS[0]),
     ),
     KernelExercise(
         key="moe/v0", module="kernels.moe.layer_ladder.v0_loop", op="moe", rung="v0",
