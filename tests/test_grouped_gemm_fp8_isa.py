@@ -58,7 +58,7 @@ from kernels.moe.grouped_gemm_fp8 import v0_one_launch
 from workbench.isa import compile as isa_compile, inspector
 fp8 = torch.{fp8}
 reports = []
-for aot in v0_one_launch.aot(fp8, "hip", {arch!r}, grad_dtype=torch.{grad})[1:]:   # dX, dW
+for aot in v0_one_launch.aot(fp8, "hip", {arch!r}, grad_dtype=torch.{grad})[1:3]:   # dX, dW (row-wise scales)
     r = inspector.read_kernel("grouped_gemm_fp8", "v0", {arch!r}, {fp8!r},
                               isa_compile.compile_aot(aot, ("hip", {arch!r}, 64)))
     loop = [line.split() for line in r.hot_loop.splitlines() if "v_mfma" in line]
