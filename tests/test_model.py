@@ -176,6 +176,17 @@ def test_a_partial_last_wave_costs_a_whole_one():
     assert partial == full == 2 * 10 * 64 / 1e9
 
 
+def test_a_tile_schedule_delays_every_wave_and_its_surplus_takes_slots():
+    """Per tile before each wave's loads, once before the first, and surplus programs'
+    cycles spread over the chip's slots (2 CUs x 1 resident here)."""
+    waves = [tiles.Wave(tuple((0, (i, 0)) for i in ids), k=64) for ids in tiles.waves(4, 2)]
+    plain = combine.launch(MIX, 4, 2, 1, waves, lambda k: 10, 0, lambda w: {}, CHIP)[0]
+    scheduled, _, breakdown = combine.launch(MIX, 4, 2, 1, waves, lambda k: 10, 0, lambda w: {}, CHIP,
+                                             combine.Schedule(per_tile=100, once=50, surplus=6))
+    extra = (2 * 100 + 50 + 6 * 150 / 2) / 1e9
+    assert scheduled - plain == pytest.approx(extra) and breakdown["tile schedule"] == pytest.approx(extra)
+
+
 def test_memory_binds_when_its_bandwidth_is_low():
     seconds, bound, breakdown = _launch(2, bandwidth=1e6)
     assert bound == "HBM" and seconds == pytest.approx(2e3 / 1e6)
