@@ -30,7 +30,10 @@ Limits, known and left: one clock (the spec's peak engine clock; a GPU under a f
 MFMA load may clock lower), no launch overhead, no L2/MALL capacity limit (a wave's
 shared operands always hit), all lanes active, LDS accesses of 8 bytes and more taken
 as free of bank conflicts, the K tail charged as a whole iteration, v6's fixup kernel
-charged its traffic and one program's start and end (with the main kernel's occupancy).
+charged its traffic and one program's start and end (with the main kernel's occupancy),
+the prefetch distance taken from ``num_stages``, not from where the compiled loop waits
+(on gfx942 the stream pipeliner's register prefetch is waited on in the iteration that
+issues it, ``tests/test_isa_waits.py``: the latency rule is generous to those loops).
 """
 from __future__ import annotations
 
