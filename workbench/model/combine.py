@@ -32,8 +32,8 @@ shared operands always hit), all lanes active, LDS accesses of 8 bytes and more 
 as free of bank conflicts, the K tail charged as a whole iteration, v6's fixup kernel
 charged its traffic and one program's start and end (with the main kernel's occupancy),
 the prefetch distance taken from ``num_stages``, not from where the compiled loop waits
-(on gfx942 the stream pipeliner's register prefetch is waited on in the iteration that
-issues it, ``tests/test_isa_waits.py``: the latency rule is generous to those loops).
+(GEMM v4's gfx942 register prefetch is waited on in the iteration that issues it,
+``tests/test_isa_waits.py``: the latency rule is generous to such loops).
 """
 from __future__ import annotations
 
