@@ -8,9 +8,10 @@ and the scan's instructions, in every program. Its upper-bound grid adds program
 last tile that do the same and exit. v4's persistent programs load and scan once and locate
 each tile they take. The instructions are those the compiled kernel's line table
 (:func:`workbench.isa.parse.by_source_line`) puts on each function's lines of
-``schedule.py``, issued by every wave of the program: vector ones at the VALU rate, scalar
-ones at the SALU rate (``machine.yaml``), ``num_warps / 4`` waves to a SIMD. Not charged:
-the LDS round trips of the scan's reductions, and dispatching a surplus program.
+``schedule.py``, issued by every wave of the program, ``num_warps / 4`` waves to a SIMD:
+scalar ALU ones at the SALU rate, every other one (vector ALU, LDS) at the VALU rate
+(``machine.yaml``), waits and branches free, as in :mod:`.loop`. Not charged: the LDS
+round trips of the scan's reductions, and dispatching a surplus program.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from kernels.moe.grouped_gemm import schedule
 from ..isa.occupancy import SIMDS_PER_CU
 from ..isa.parse import by_source_line, category, code_lines
 from .combine import Chip, Schedule
+from .loop import NOT_SALU
 
 FILE = "schedule.py"
 SCAN = (schedule.clamped, schedule.group_tiles)   # the offsets' loads and the scan over them
@@ -44,7 +46,8 @@ def instructions(report, functions) -> list[str]:
 def cycles(ops: list[str], num_warps: int, chip: Chip) -> float:
     """Issue cycles on one SIMD of a program's ``num_warps`` waves running ``ops``, plus a
     memory latency if they load from global memory."""
-    per_wave = sum(chip.salu_cycles if op.startswith("s_") else chip.valu_cycles for op in ops)
+    per_wave = sum(0 if op.startswith(NOT_SALU) else chip.salu_cycles if op.startswith("s_") else chip.valu_cycles
+                   for op in ops)
     loads = any(category(op, "amdgcn") == "global_load" or op.startswith(("s_load", "s_buffer_load")) for op in ops)
     return per_wave * num_warps / SIMDS_PER_CU + (chip.latency_cycles if loads else 0.0)
 
