@@ -37,8 +37,9 @@ learn, widgets.
 """
 from __future__ import annotations
 
-from .covered import BACKWARD, COVERED, LAUNCHES, TARGETS, predict, predict_backward, predict_launch, rungs
+from .covered import (AMD_TARGETS, BACKWARD, COVERED, LAUNCHES, NVIDIA_OPS, TARGETS, predict, predict_backward,
+                      predict_launch, rungs)
 from .prediction import NotCovered, Prediction
 
-__all__ = ["BACKWARD", "COVERED", "LAUNCHES", "NotCovered", "Prediction", "TARGETS", "predict", "predict_backward",
+__all__ = ["AMD_TARGETS", "BACKWARD", "COVERED", "LAUNCHES", "NVIDIA_OPS", "NotCovered", "Prediction", "TARGETS", "predict", "predict_backward",
            "predict_launch", "rungs"]

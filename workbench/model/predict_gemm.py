@@ -8,9 +8,8 @@ import torch
 from kernels.gemm import spec as gemm_spec
 
 from .. import isa
-from ..isa.occupancy import SIMDS_PER_CU
 from . import chip as chip_model
-from . import combine, gemm, loop, tiles
+from . import combine, gemm, tiles
 from .prediction import NotCovered, Prediction
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -56,10 +55,10 @@ def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report
     bytes per memory level; ``persistent``: a persistent launch's program count;
     ``out_elem_bytes``: an output element's bytes (the tile each program stores);
     ``products``: tile products per K step (MoE's gate/up kernel: two, sharing A)."""
-    mix = loop.mix(report.hot_loop, chip_spec.target, chip_spec.wave_size)
+    mix = chip_model.weigh(report.hot_loop, chip_spec.target, chip_spec.wave_size)
     steps = gemm.steps_per_iteration(cfg, mix.mfma_flops // products)
     num_warps, stages = report.options["num_warps"], report.options.get("num_stages", 1)
-    resident = max(report.occupancy.value * SIMDS_PER_CU // num_warps, 1)
+    resident = chip_model.programs_per_cu(report)
     if persistent is not None:
         resident = min(resident, -(-persistent // chip_spec.compute_units))
     chip, clock_input = chip_model.chip(chip_spec, dtype)
@@ -76,7 +75,7 @@ def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report
         "hot loop per wave and iteration": (chip_model.mix_summary(mix), "the compiled hot loop"),
         "K steps per iteration": (steps, "the compiled hot loop"),
         "occupancy": (str(report.occupancy), "workbench.isa.occupancy"),
-        "programs resident per CU": (resident, "occupancy x 4 SIMDs / num_warps"),
+        "programs resident per CU": (resident, chip_model.RESIDENT_RULE),
         "waves of programs": (len(waves), "model: programs / (CUs x resident), per launch"),
         **extra_inputs,
         "overlap rule": (OVERLAP, "assumption"),
