@@ -11,7 +11,7 @@ import torch
 
 import roofline
 from workbench import isa
-from workbench.model import NVIDIA_OPS, combine, machine, predict, ptx_loop
+from workbench.model import NVIDIA_OPS, NotCovered, combine, machine, predict, ptx_loop
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t}"
 ACC = "{%r1,%r2}"
@@ -146,3 +146,11 @@ def test_h200_is_h100_with_more_bandwidth():
     assert h200.time_s <= h100.time_s
     assert h200.breakdown["HBM"] == pytest.approx(h100.breakdown["HBM"] * 3.35 / 4.8)
     assert NVIDIA_OPS == {"sm_90": ("gemm", "attention")}
+
+
+@pytest.mark.slow
+def test_a_loop_without_wgmma_is_not_covered():
+    """The GEMM rungs' fp32 dot compiles to FMAs on sm_90 (no tf32 wgmma): refused, not
+    weighed as if the tensor cores ran it."""
+    with pytest.raises(NotCovered, match="without matrix instructions"):
+        predict("gemm", "v4", (256, 256, 256), "fp32", "H100")

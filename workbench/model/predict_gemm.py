@@ -56,6 +56,9 @@ def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report
     ``out_elem_bytes``: an output element's bytes (the tile each program stores);
     ``products``: tile products per K step (MoE's gate/up kernel: two, sharing A)."""
     mix = chip_model.weigh(report.hot_loop, chip_spec.target, chip_spec.wave_size)
+    if not mix.mfma:
+        raise NotCovered(f"{op} {label} in {dtype} on {chip_spec.target} compiles to a hot loop without matrix "
+                         f"instructions (the dot runs on the FMA units): the model weighs matrix-core loops only")
     steps = gemm.steps_per_iteration(cfg, mix.mfma_flops // products)
     num_warps, stages = report.options["num_warps"], report.options.get("num_stages", 1)
     resident = chip_model.programs_per_cu(report)
