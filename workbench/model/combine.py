@@ -7,7 +7,7 @@ A *round* is one hot-loop iteration of every program resident on a CU (``R`` pro
   transcendental x 16), SALU ``W x``
   instructions x 4 (``machine.yaml``);
 * per CU: LDS ``R x num_warps x`` bank-slot bytes / the target's LDS bytes per clock
-  (``machine.yaml``: 128 on gfx942, 256 on gfx950), L1 requests ``R x
+  (``machine.yaml``: 128 on gfx942 and sm_90, 256 on gfx950), L1 requests ``R x
   num_warps x`` global bytes / the spec's L1 rate per CU.
 
 Overlap: the busiest resource runs all round; of the others' time a fraction ``1 - 1/W``

@@ -2,8 +2,9 @@
 loop, and which tile each program computes, wave after wave.
 
 The configs come from the rungs themselves (their ``config`` functions, v5's and v6's
-pruned prior for the shape, v6's split schedule), so a change to a rung's choice
-changes the prediction. The tile orders mirror the kernels: v2's 2-D grid walks
+pruned prior for the shape, v6's split schedule), for the target's backend ("hip" on
+gfx*, "cuda" on sm_90: :func:`backend_of`), so a change to a rung's choice changes the
+prediction. The tile orders mirror the kernels: v2's 2-D grid walks
 tile rows fastest (the dispatcher is taken to deal workgroups x-fastest: assumption); v3 to v5 remap program ids so each XCD gets a contiguous run,
 then walk ``GROUP_M`` rows per group; v6's persistent programs take units in turn, the
 split units write fp32 partial tiles, and its fixup kernel is a last wave without a K

@@ -13,7 +13,8 @@ from . import combine, gemm, tiles
 from .prediction import NotCovered, Prediction
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-OVERLAP = "max of the round's resources; 1 - 1/(waves per SIMD) of the rest hidden behind it"
+OVERLAP = ("max of the round's resources; 1 - 1/(waves per SIMD) of the rest hidden behind it "
+           "(sm_90, a loop with a wgmma group in flight: tensor cores, shared memory and L1 wholly hidden)")
 LATENCY = "prefetch d = num_stages - 1: round >= L / d; d = 0: round >= L + own share"
 
 
