@@ -30,6 +30,7 @@ that miss on one key both build it and one plan wins, each a whole plan, never a
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -38,7 +39,7 @@ from . import backend as _backend
 
 SIZE = 512
 
-_caches: list["PlanCache"] = []
+_caches: "weakref.WeakSet[PlanCache]" = weakref.WeakSet()   # a learner's module copy may be dropped
 _unsettled = 0   # how many decisions were made and not kept (see unsettled())
 _paused = 0      # > 0 while plans are neither used nor kept (see paused())
 
@@ -75,7 +76,7 @@ class PlanCache:
 
     def __init__(self) -> None:
         self._plans: dict[Any, Callable] = {}
-        _caches.append(self)
+        _caches.add(self)
 
     def __call__(self, key, build: Callable[..., Callable], *args) -> Callable:
         try:

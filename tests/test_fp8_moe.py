@@ -159,3 +159,14 @@ def test_a_moe_layer_without_an_fp8_path_warns_and_is_left_as_it_is():
     with pytest.warns(RuntimeWarning, match="Custom has no FP8 path"):
         kernels.fp8.convert(model, "rowwise", keep_high_precision=(), fp8_dtype=FP8)
     assert type(model[0]) is Custom
+
+
+def test_a_model_ending_in_an_moe_layer_keeps_its_last_linear_outside_it():
+    """"last" is the last Linear outside the MoE layers: a model ending in an MoE layer keeps
+    its own last Linear in high precision, not just the router."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, DIM), torch.nn.Linear(DIM, DIM), torch.nn.ReLU(),
+                                kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K))
+    kernels.fp8.convert(model, "rowwise", fp8_dtype=FP8)
+    assert kernels.fp8.converted(model) == {"3": "rowwise"}          # experts only: 0 first, 1 last
+    assert type(model[1]) is torch.nn.Linear and type(model[3].router) is torch.nn.Linear

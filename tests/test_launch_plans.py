@@ -222,3 +222,25 @@ def test_a_tuning_pass_sees_the_key_of_a_planned_call(builds):
     assert [op for op, _ in seen] == ["gemm/v6"]
     kernels.matmul(a, b)
     assert builds["v6"] == 2   # the recorded call decided again; the one after it kept that plan
+
+
+def test_a_superseded_learner_copy_releases_its_plan_cache(tmp_path):
+    """Each exercise check imports the learner's file afresh; the copy it supersedes leaves
+    sys.modules and, once dropped, takes its launch-plan cache with it (plans.invalidate
+    would otherwise walk every stale copy, and memory grow per check)."""
+    import gc
+    import sys
+
+    from workbench.harness.kernel_file import import_file
+    from workbench.learn.exercises import source
+
+    path = tmp_path / "attention_v5_attempt.py"
+    path.write_text(source.render("kernels.attention.v5_backward"))
+    before = len(plans._caches)
+    for _ in range(3):
+        module, _rungs = import_file(path, "attention")
+        assert len(plans._caches) >= before + 1
+    del module, _rungs
+    gc.collect()
+    assert len(plans._caches) == before + 1
+    assert sum(name.startswith("workbench_learner_attention_v5_attempt_") for name in sys.modules) == 1

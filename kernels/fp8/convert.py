@@ -9,7 +9,8 @@ MoE gating, normalization and attention operators in BF16/FP32; torchao's exampl
 skip the output head). Pass your own:
 
 * a collection of names or ``fnmatch`` patterns over ``model.named_modules()``, where
-  ``"first"`` and ``"last"`` stand for the first and last Linear in module order;
+  ``"first"`` and ``"last"`` stand for the first and last Linear in module order outside
+  MoE layers (a router is never the model's "last" Linear: ``"*router"`` names it);
 * a callable ``(name, module) -> bool``;
 * ``()`` to convert every Linear.
 
@@ -74,7 +75,7 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
         return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format), rec, amax_group)
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
-    keep = _keeper(keep_high_precision, linears)
+    keep = _keeper(keep_high_precision, _outside_moe(model, linears))
     model = _convert_moe(model, rec.name, keep, fp8_dtype, grad_format or rec.grad_format)
     for name in linears:
         module = model.get_submodule(name)
@@ -82,6 +83,13 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
             continue
         _swap(model, name, Float8Linear.from_linear(module, rec.name, fp8_dtype, grad_format))
     return _synced(model, rec, amax_group)
+
+
+def _outside_moe(model: torch.nn.Module, names: list[str]) -> list[str]:
+    """The names not inside an MoE layer (its router, a gate of its own)."""
+    from ..moe.layer_base import MoELayer
+    moe = [name + "." for name, m in model.named_modules() if isinstance(m, MoELayer)]
+    return [n for n in names if not any(n.startswith(prefix) for prefix in moe)]
 
 
 def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:

@@ -20,6 +20,7 @@ import kernels
 from kernels.registry import Rung, capturing_rungs
 
 _fresh = itertools.count()
+_current: dict[Path, str] = {}   # a file's path -> the module name of its newest import
 
 
 class KernelFileError(Exception):
@@ -35,6 +36,10 @@ def import_file(path: Path, op: str | None) -> tuple[ModuleType, list[Rung]]:
     if op is not None:
         kernels.spec(op)  # the package first, so only the learner's own rungs are captured
     name = f"workbench_learner_{path.stem}_{next(_fresh)}"
+    # An older import of this file is superseded: out of sys.modules it is freed (with its
+    # launch-plan caches) once its caller drops it, so a notebook's hundredth check does not
+    # hold ninety-nine stale copies.
+    sys.modules.pop(_current.pop(path.resolve(), ""), None)
     linecache.checkcache(str(path))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -47,4 +52,5 @@ def import_file(path: Path, op: str | None) -> tuple[ModuleType, list[Rung]]:
         frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == str(path)]
         where = f" (line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
         raise KernelFileError(f"{path.name} does not import: {type(error).__name__}: {error}{where}") from error
+    _current[path.resolve()] = name
     return module, captured
