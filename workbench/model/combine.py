@@ -7,12 +7,16 @@ A *round* is one hot-loop iteration of every program resident on a CU (``R`` pro
   transcendental x 16), SALU ``W x``
   instructions x 4 (``machine.yaml``);
 * per CU: LDS ``R x num_warps x`` bank-slot bytes / the target's LDS bytes per clock
-  (``machine.yaml``: 128 on gfx942, 256 on gfx950), L1 requests ``R x
+  (``machine.yaml``: 128 on gfx942 and sm_90, 256 on gfx950), L1 requests ``R x
   num_warps x`` global bytes / the spec's L1 rate per CU.
 
 Overlap: the busiest resource runs all round; of the others' time a fraction ``1 - 1/W``
 hides behind it (another wave issues while one waits on its own MFMA or LDS result), so
 one wave per SIMD serializes everything and many waves approach the plain maximum.
+On sm90 a loop that leaves a ``wgmma`` group in flight (:mod:`.ptx_loop`) feeds the tensor
+cores, the shared memory and the L1 asynchronously (``wgmma``, ``cp.async``): those three
+(:data:`ASYNCHRONOUS`) then hide wholly behind the busiest resource, the ALU only
+``1 - 1/W`` of it (an assumption: the engines' own contention is not modelled).
 Latency: a global load issued ``d = num_stages - 1`` iterations ahead needs ``d`` rounds
 to cover the memory latency ``L`` (``round >= L / d``); without prefetch (``d = 0``) a
 program waits ``L`` and then computes its share (``round >= L + round_issue / R``).
@@ -44,6 +48,7 @@ from .loop import LoopMix
 from .tiles import Wave
 
 LEVEL_NAMES = {"l2": "L2", "llc": "Infinity Cache", "hbm": "HBM"}
+ASYNCHRONOUS = ("matrix cores", "LDS", "L1 requests")
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,19 @@ def round_costs(mix: LoopMix, num_warps: int, resident: int, chip: Chip) -> dict
             "L1 requests": waves * mix.global_bytes / chip.l1_bytes_per_clk}
 
 
+def overlapped(mix: LoopMix) -> tuple[str, ...]:
+    """The resources that hide wholly behind the busiest one in ``mix``'s loop (see above)."""
+    return ASYNCHRONOUS if mix.matrix_in_flight else ()
+
+
 def round_time(costs: dict[str, float], waves_per_simd: float, resident: int, stages: int,
-               latency: float) -> tuple[float, str, float]:
-    """(cycles, what binds, the latency floor) of one round under the rules above."""
+               latency: float, hide: tuple[str, ...] = ()) -> tuple[float, str, float]:
+    """(cycles, what binds, the latency floor) of one round under the rules above; ``hide``:
+    :func:`overlapped`'s resources."""
     busiest = max(costs, key=costs.get)
     hidden = 1 - 1 / max(waves_per_simd, 1.0)
-    issue = costs[busiest] + (1 - hidden) * (sum(costs.values()) - costs[busiest])
+    exposed = sum(cost for name, cost in costs.items() if name != busiest and name not in hide)
+    issue = costs[busiest] + (1 - hidden) * exposed
     ahead = stages - 1
     floor = latency / ahead if ahead >= 1 else latency + issue / resident
     return (floor, "memory latency", floor) if floor > issue else (issue, busiest, floor)
@@ -112,7 +124,7 @@ def launch(mix: LoopMix, num_warps: int, stages: int, max_resident: int, waves: 
         resident = min(max_resident, -(-len(wave.placed) // chip.compute_units))
         costs = round_costs(mix, num_warps, resident, chip)
         cycles, binds, floor = round_time(costs, resident * num_warps / SIMDS_PER_CU, resident, stages,
-                                   chip.latency_cycles)
+                                          chip.latency_cycles, overlapped(mix))
         trips = trips_of(wave.k)
         ends = 2 * chip.latency_cycles + resident * c_tile_bytes / chip.l1_bytes_per_clk
         start = 0.0 if schedule is None else schedule.per_tile + (schedule.once if index == 0 else 0.0)

@@ -43,6 +43,7 @@ class LoopMix:
     lds_ops: dict[str, int]  # mnemonic -> count
     global_bytes: int        # bytes loaded from and stored to global memory
     lines: int               # instructions in the loop
+    matrix_in_flight: int = 0  # sm90: wgmma groups the loop leaves running at its wait (0 on AMD)
 
 
 def lds_access(op: str) -> tuple[int, int]:
