@@ -299,10 +299,10 @@ def test_a_file_kernel_the_model_does_not_cover_is_said_in_one_line():
         module.matmul(torch.empty(256, 128), torch.empty(128, 192))
     assert records[0]["grid"] == (4, 3, 1)
     recorded = {"records": records, "shape": [256, 192, 128], "dtype": "torch.bfloat16"}
-    rows, why = file_model.predictions("gemm", str(CORRECT), recorded, {}, ("MI300X", "H100"))
+    rows, why = file_model.predictions("gemm", str(CORRECT), recorded, {}, ("MI300X", "B200"))
     assert rows == [] and why == ("yours on MI300X: not modelled: gemm_tile_kernel was not compiled for gfx942 "
-                                  "(the model reads the compiled loop); yours on H100: not modelled: the model "
-                                  "covers AMD targets gfx942, gfx950; H100 SXM is sm_90")
+                                  "(the model reads the compiled loop); yours on B200: not modelled: the model "
+                                  "covers targets gfx942, gfx950, sm_90; B200 is sm_100")
     one_d = {**recorded, "records": [{**records[0], "grid": (12, 1, 1)}]}
     assert "grid (12, 1, 1) is not (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)) = (4, 3)" in \
         file_model.predictions("gemm", str(CORRECT), one_d, {}, ("MI300X",))[1]

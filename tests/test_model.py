@@ -12,7 +12,7 @@ import pytest
 import roofline
 from kernels.gemm import v6_persistent
 from workbench.model import (NotCovered, Prediction, attention, combine, gemm, grouped_gemm, loop, machine,
-                             predict, tiles)
+                             predict, tile_schedule, tiles)
 
 # One full-rate MFMA per dtype: with the datasheet's CUs and clock, 4 matrix cores per CU
 # at these cycle counts must give the datasheet's peak, or the table is wrong.
@@ -176,6 +176,25 @@ def test_a_partial_last_wave_costs_a_whole_one():
     assert partial == full == 2 * 10 * 64 / 1e9
 
 
+def test_a_tile_schedule_delays_every_wave_and_its_surplus_takes_slots():
+    """Per tile before each wave's loads, once before the first, and surplus programs'
+    cycles spread over the chip's slots (2 CUs x 1 resident here)."""
+    waves = [tiles.Wave(tuple((0, (i, 0)) for i in ids), k=64) for ids in tiles.waves(4, 2)]
+    plain = combine.launch(MIX, 4, 2, 1, waves, lambda k: 10, 0, lambda w: {}, CHIP)[0]
+    scheduled, _, breakdown = combine.launch(MIX, 4, 2, 1, waves, lambda k: 10, 0, lambda w: {}, CHIP,
+                                             combine.Schedule(per_tile=100, once=50, surplus=6))
+    extra = (2 * 100 + 50 + 6 * 150 / 2) / 1e9
+    assert scheduled - plain == pytest.approx(extra) and breakdown["tile schedule"] == pytest.approx(extra)
+
+
+def test_a_schedule_issues_its_instructions_per_wave_and_waits_on_its_loads():
+    """8 waves over 4 SIMDs: two per SIMD; waits free; a global load adds one latency."""
+    chip = dataclasses.replace(CHIP, latency_cycles=800)
+    ops = ["v_add_u32_e32", "s_add_i32", "s_waitcnt", "ds_read_b32"]
+    assert tile_schedule.cycles(ops, 8, chip) == 2 * 3 * 4
+    assert tile_schedule.cycles([*ops, "global_load_dword"], 8, chip) == 2 * 4 * 4 + 800
+
+
 def test_memory_binds_when_its_bandwidth_is_low():
     seconds, bound, breakdown = _launch(2, bandwidth=1e6)
     assert bound == "HBM" and seconds == pytest.approx(2e3 / 1e6)
@@ -205,7 +224,8 @@ def test_prediction_is_labelled_model_everywhere():
     (("grouped_gemm", "v2", (8, 8, 0, 2, 0)), ValueError, "shape"),
     (("gemm_fp8", "v1", (8, 8, 8), "bf16"), NotCovered, "fp8"),
     (("gemm_fp8", "v0", (8, 8, 8), "fp8"), NotCovered, "v1"),
-    (("gemm", "v4", (1, 1, 1), "bf16", "H100 SXM"), NotCovered, "gfx942"),
+    (("gemm", "v4", (1, 1, 1), "bf16", "B200"), NotCovered, "gfx942, gfx950, sm_90"),
+    (("grouped_gemm", "v2", (8, 8, 8, 2, 0), "bf16", "H100 SXM"), NotCovered, "forward passes of gemm, attention"),
     (("gemm", "v4", (0, 1, 1)), ValueError, "shape"),
     (("gemm", "v4", (4, 4)), ValueError, "shape"),
     (("gemm", "v4", (4, 4, 4), "fp8"), NotCovered, "dtype"),
@@ -343,6 +363,7 @@ def test_backward_trips_follow_the_kernels_bounds():
 @pytest.mark.parametrize(("args", "named"), [
     (("gemm", "v4", (8, 8, 8)), "attention"),
     (("attention", "v4", (1, 4, 1, 8, 8, 128, 1)), "v5"),
+    (("attention", "v5", (1, 4, 1, 8, 8, 128, 1), "bf16", "H200"), "forward passes of gemm, attention"),
 ])
 def test_backward_requests_name_what_is_covered(args, named):
     from workbench.model import predict_backward

@@ -90,6 +90,7 @@ def test_moe_forward_is_its_launches(gpu):
         mfmas = p.inputs[f"{kernel}: hot loop per wave and iteration"][0]["MFMAs"]
         flops = sum(n * machine.mfma_flops(op) for op, n in mfmas.items()) * cfg["num_warps"]
         assert flops == products * steps * 2 * cfg["BLOCK_M"] * cfg["BLOCK_N"] * cfg["BLOCK_K"]
+        assert p.breakdown[f"{kernel}: tile schedule"] > 0   # grouped GEMM v2's offsets scan, per program
 
 
 @pytest.mark.parametrize("gpu", GPUS)

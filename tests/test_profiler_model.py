@@ -70,9 +70,9 @@ def test_without_gpu_or_recorded_rows_the_table_shows_the_models_numbers(no_reco
 
 
 def test_a_gpu_the_model_does_not_cover_keeps_dashes_and_says_why_once(no_recorded):
-    result = LadderProfiler(op="gemm").set(rungs=["v2"], shape=SHAPE, dtype="bfloat16", gpu="H100").run()
+    result = LadderProfiler(op="gemm").set(rungs=["v2"], shape=SHAPE, dtype="bfloat16", gpu="B200").run()
     assert all(row[k] is None for row in result.table for k in ("ms", "model_ms", "bound"))
-    why = [n for n in result.notes if "sm_90" in n]
+    why = [n for n in result.notes if "sm_100" in n]
     assert len(why) == 1 and "gfx942" in why[0] and "v2" in why[0]
     points = result.charts["roofline"].to_dict()["layer"][3]["data"]["values"]
     assert [p["rung"] for p in points] == ["attainable (model)"]

@@ -61,9 +61,18 @@ Idea:
     with the transposing ``ds_read_b64_tr_b16``.
 
 Why faster:
-    Global-memory latency (hundreds of cycles) overlaps MFMA work instead of adding
-    to it, and wider LDS reads issue fewer instructions per MFMA (reasoning, not a
-    measurement).
+    Meant to be: global-memory latency (hundreds of cycles) overlapping MFMA work
+    instead of adding to it, and wider LDS reads issuing fewer instructions per MFMA.
+    The compiled code keeps less of that than the idea promises, and the model puts
+    v4 *below* v3 at 8192³ on MI300X and MI355X (``tests/test_model_gemm.py``; no GPU
+    has measured either). On gfx942 the loop's ``s_waitcnt vmcnt(0)`` retires the
+    loads issued at the top of the same iteration, after two of its 32 MFMAs (the
+    ``v_perm`` that transposes row-major B wants them; :mod:`workbench.isa.waits`):
+    the prefetch hides almost no latency there. On gfx950 part of the loads (those
+    straight into LDS) are waited on one iteration later, a real overlap. On both,
+    ``waves_per_eu=2`` leaves half of v3's waves per SIMD (2 against 4), the waves
+    that hide latency and LDS time behind each other's MFMAs. v4 is the rung that
+    shows the pipeline and the AMD knobs; whether they pay is v5's tuner's to time.
 
 Expected bound:
     Compute (matrix-core peak) for large shapes; the remaining gap is the epilogue,

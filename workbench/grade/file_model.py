@@ -23,6 +23,7 @@ import dataclasses
 import roofline
 import torch
 
+from ..isa import normalize_target
 from ..model import NotCovered
 
 NOT_A_TILE = ("the model weighs a file's own kernels for gemm only: one Triton kernel, one "
@@ -79,8 +80,8 @@ def _tile_kernel(op, records, compiled, shape, dtype, chip_spec):
         raise NotCovered(f"{NOT_A_TILE}: {record['qualname']}'s grid {record.get('grid')} is not "
                          f"(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)) = {tiles_grid[:2]}")
     if chip_spec.target not in model.TARGETS:
-        raise NotCovered(f"the model covers AMD targets {', '.join(model.TARGETS)}; {chip_spec.name} is {chip_spec.target}")
-    reports = [r for r in compiled.get(chip_spec.target, []) if r.kernel_name == record["qualname"]]
+        raise NotCovered(f"the model covers targets {', '.join(model.TARGETS)}; {chip_spec.name} is {chip_spec.target}")
+    reports = [r for r in compiled.get(normalize_target(chip_spec.target), []) if r.kernel_name == record["qualname"]]
     if not reports:
         raise NotCovered(f"{record['qualname']} was not compiled for {chip_spec.target} (the model reads the compiled loop)")
     report = reports[0]

@@ -23,10 +23,18 @@ fp32 (:mod:`.grouped_gemm`); FP8 GEMM v1 (:mod:`.gemm_fp8`); FP8 grouped GEMM v0
 :func:`predict_backward` (:data:`BACKWARD`): attention v5's backward pass
 (:mod:`.attention_backward`), grouped GEMM v2's and v4's (dX and dW,
 :mod:`.grouped_gemm_backward`) and MoE v3's. Anything else raises
-:class:`NotCovered`, whose message says what is covered. sm90 (H100/H200) is not covered:
-Triton compiles for it here, but no per-instruction cost of ``wgmma`` issue, its
-asynchronous overlap with the softmax and TMA was found with a source this model could
-cite, so it is left uncovered rather than guessed.
+:class:`NotCovered`, whose message says what is covered.
+
+On sm_90 (H100, H200; :data:`NVIDIA_OPS`) the same GEMM and attention forward rungs are
+covered, read from the PTX (:mod:`.ptx_loop`: ``wgmma`` tensor-core cycles from the
+datasheet's dense peak at its 1830 MHz tensor clock, ``cp.async`` and shared-memory bytes at
+128 B/clk/SM, the softmax's ``ex2`` at the MUFU's 16/clk/SM, FlashAttention-3's figure);
+a loop that keeps a ``wgmma`` group in flight overlaps its asynchronous units
+(:mod:`.combine`). Grouped GEMM, MoE, FP8 and every backward pass stay NotCovered there:
+their launches are modelled for the AMD targets only (:data:`AMD_TARGETS`). Known limits on
+sm_90: PTX is counted, not the SASS ``ptxas`` makes; no TMA loop is weighed; the clock is
+the datasheet's, not one measured under load (the model sits above cuBLAS's measured GEMM
+rates, ``published.yaml``).
 
 The entry point is :mod:`.covered` (re-exported here). Beside the model: :mod:`.rung`, a
 rung's prediction against the rung below (the rung pages), and :mod:`.tuning`, the tuners'
@@ -37,8 +45,9 @@ learn, widgets.
 """
 from __future__ import annotations
 
-from .covered import BACKWARD, COVERED, LAUNCHES, TARGETS, predict, predict_backward, predict_launch, rungs
+from .covered import (AMD_TARGETS, BACKWARD, COVERED, LAUNCHES, NVIDIA_OPS, TARGETS, predict, predict_backward,
+                      predict_launch, rungs)
 from .prediction import NotCovered, Prediction
 
-__all__ = ["BACKWARD", "COVERED", "LAUNCHES", "NotCovered", "Prediction", "TARGETS", "predict", "predict_backward",
+__all__ = ["AMD_TARGETS", "BACKWARD", "COVERED", "LAUNCHES", "NVIDIA_OPS", "NotCovered", "Prediction", "TARGETS", "predict", "predict_backward",
            "predict_launch", "rungs"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from kernels.attention import v2_flash_forward, v3_causal_lse, v4_amd_tuned
 from kernels.attention.spec import MAX_HEAD_DIM
 
+from .gemm import backend_of
 from .pinned import pinned
 from .prediction import NotCovered
 
@@ -53,12 +54,13 @@ def plan(rung: str, shape: tuple, arch: str) -> AttentionPlan:
     """The config ``rung`` runs at ``shape`` on an ``arch`` GPU."""
     _, _, _, s, sk, d, _ = shape
     rung = FORWARD_OF.get(rung, rung)
+    backend = backend_of(arch)
     if rung == "v4":   # a tuner's candidate where one is pinned (.candidates), else the prior
-        cfg = dict(pinned() or v4_amd_tuned.prior("hip", arch, d, s, sk))
+        cfg = dict(pinned() or v4_amd_tuned.prior(backend, arch, d, s, sk))
         return AttentionPlan(rung, cfg, dict(cfg))
     if rung not in RUNGS:
         raise NotCovered(f"the model covers attention rungs {', '.join(RUNGS)}, not {rung!r}")
-    cfg = (v2_flash_forward if rung == "v2" else v3_causal_lse).config("hip", d)
+    cfg = (v2_flash_forward if rung == "v2" else v3_causal_lse).config(backend, d)
     if cfg["BLOCK_D"] != AOT_HEAD_BLOCK:
         raise NotCovered(f"attention {rung} compiles ahead of time at head dim {AOT_HEAD_BLOCK} only "
                          f"(its aot); D = {d} runs BLOCK_D = {cfg['BLOCK_D']}: use v4, or D in 65..128")

@@ -1,34 +1,64 @@
 """One GPU as the model sees it: its spec (``roofline``) at the clock it runs under an MFMA load.
 
 Shared by every op's prediction: :func:`chip` gives the numbers the combination rule
-needs, :func:`spec_inputs` lists the spec fields behind them with their sources.
+needs, :func:`spec_inputs` lists the spec fields behind them with their sources,
+:func:`weigh` reads a compiled loop in its target's dialect (AMDGCN: :mod:`.loop`; PTX:
+:mod:`.ptx_loop`) and :func:`programs_per_cu` turns a compile's occupancy into programs.
+On an NVIDIA target an SM stands for a CU and its four sub-partitions for the four SIMDs.
 """
 from __future__ import annotations
 
-from . import combine, machine
+from ..isa.occupancy import SIMDS_PER_CU
+from . import combine, loop, machine, ptx_loop
+
+
+def weigh(loop_text: str, target: str, wave_size: int) -> loop.LoopMix:
+    """A compiled loop's mix per wave (warp) and iteration, on ``target`` (a spec's target)."""
+    return (ptx_loop if machine.nvidia(target) else loop).mix(loop_text, target, wave_size)
+
+
+RESIDENT_RULE = "occupancy x 4 SIMDs / num_warps (AMD); blocks per SM (NVIDIA)"
+
+
+def programs_per_cu(report) -> int:
+    """Programs resident per CU (SM) at the compile's occupancy: waves per SIMD x 4 SIMDs /
+    ``num_warps`` on AMD; blocks per SM as they are on NVIDIA."""
+    if report.occupancy.unit == "blocks/SM":
+        return max(report.occupancy.value, 1)
+    return max(report.occupancy.value * SIMDS_PER_CU // report.options["num_warps"], 1)
+
+
+def _clock(chip_spec, dtype: str) -> tuple[float, tuple]:
+    """(Hz, input) the chip is modelled at: a measured clock under an MFMA load (AMD), the
+    clock the tensor peaks are quoted at (NVIDIA), else the spec's peak clock."""
+    target = chip_spec.target
+    known = (machine.tensor_clock_mhz(chip_spec.name, target) if machine.nvidia(target)
+             else machine.load_clock_mhz(chip_spec.name, dtype))
+    if known is None:
+        return chip_spec.clock_ghz * 1e9, (chip_spec.clock_ghz * 1e3, f"{chip_spec.name} spec clock_ghz: no "
+                                           f"clock under a {dtype} matrix load in machine.yaml")
+    return known[0] * 1e6, known
 
 
 def chip(chip_spec, dtype: str) -> tuple[combine.Chip, tuple]:
     """The chip at its clock under an MFMA load. Per-clock rates (LDS, L1, L2: the spec
     derives them as bytes per clock x clock) follow the clock; HBM and the Infinity
-    Cache, on other clocks, keep the spec's bandwidth."""
+    Cache, on other clocks, keep the spec's bandwidth. A spec without an L1 bandwidth
+    (NVIDIA's) takes machine.yaml's per-target ``l1_bytes_per_clk``."""
     peak_clock = chip_spec.clock_ghz * 1e9
-    measured = machine.load_clock_mhz(chip_spec.name, dtype)
-    if measured is None:
-        clock_input = (chip_spec.clock_ghz * 1e3, f"{chip_spec.name} spec clock_ghz: no measured "
-                       f"clock under a {dtype} MFMA load in machine.yaml")
-        clock = peak_clock
-    else:
-        clock_input, clock = measured, measured[0] * 1e6
+    target = chip_spec.target
+    clock, clock_input = _clock(chip_spec, dtype)
+    l1 = (chip_spec.bandwidth("l1") * 1e12 / chip_spec.compute_units / peak_clock
+          if "l1" in chip_spec.memory_levels else machine.constant("l1_bytes_per_clk", target).value)
     scaled = {"l2": clock / peak_clock}
     return combine.Chip(
         clock_hz=clock, compute_units=chip_spec.compute_units, xcds=chip_spec.xcds or 1,
-        l1_bytes_per_clk=chip_spec.bandwidth("l1") * 1e12 / chip_spec.compute_units / peak_clock,
-        lds_bytes_per_clk=machine.lds_bytes_per_clk(chip_spec.target).value,
-        valu_cycles=machine.constant("valu_cycles").value,
-        transcendental_cycles=machine.constant("transcendental_cycles").value,
-        salu_cycles=machine.constant("salu_cycles").value,
-        latency_cycles=machine.constant("memory_latency_cycles").value,
+        l1_bytes_per_clk=l1,
+        lds_bytes_per_clk=machine.lds_bytes_per_clk(target).value,
+        valu_cycles=machine.constant("valu_cycles", target).value,
+        transcendental_cycles=machine.constant("transcendental_cycles", target).value,
+        salu_cycles=machine.constant("salu_cycles", target).value,
+        latency_cycles=machine.constant("memory_latency_cycles", target).value,
         bandwidth={level: chip_spec.memory_levels[level] * 1e12 * scaled.get(level, 1.0)
                    for level in ("hbm", "llc", "l2") if level in chip_spec.memory_levels}), clock_input
 
@@ -50,9 +80,12 @@ def spec_inputs(chip_spec) -> dict[str, tuple]:
 def loop_inputs(mixes, target: str) -> dict[str, tuple]:
     """The per-instruction numbers a hot loop was weighed with, with their sources."""
     ops = sorted({op for mix in mixes for op in mix.mfma})
-    out = {f"MFMA cycles {op}": (machine.mfma_cycles(op, target), "S4") for op in ops}
-    for name in ("valu_cycles", "transcendental_cycles", "salu_cycles", "lds_bank_bytes", "memory_latency_cycles"):
-        c = machine.constant(name)
+    nvidia = machine.nvidia(target)
+    out = {f"{'tensor-core' if nvidia else 'MFMA'} cycles {op}": (machine.mfma_cycles(op, target),
+                                                                  "H100-PEAK" if nvidia else "S4") for op in ops}
+    names = ["valu_cycles", "transcendental_cycles", "salu_cycles", "lds_bank_bytes", "memory_latency_cycles"]
+    for name in names + (["l1_bytes_per_clk"] if nvidia else []):
+        c = machine.constant(name, target)
         out[name] = (c.value, c.source)
     lds = machine.lds_bytes_per_clk(target)
     out["lds_bytes_per_clk"] = (lds.value, lds.source)

@@ -1,5 +1,12 @@
 """What the model covers (:data:`COVERED`, :data:`BACKWARD`) and its one entry point,
-:func:`predict`: the op's module for the rung's pass, on an AMD target it knows.
+:func:`predict`: the op's module for the rung's pass, on a target it knows.
+
+Targets: every op on the AMD targets (:data:`AMD_TARGETS`); on sm_90 (H100, H200,
+:data:`NVIDIA_OPS`) the forward GEMM and attention ladders only, read from the PTX
+(:mod:`.ptx_loop`). The rest stays :class:`NotCovered` on NVIDIA: grouped GEMM, MoE and
+the backward passes share the GEMM and attention loops but their launches (expert
+schedules, the dQ/dK/dV kernels) have not been compiled and checked for sm_90 here, and
+the FP8 rungs' scaled operands are not in ``machine.yaml``'s sm_90 tensor table with a check.
 
 Its own module, not the package's ``__init__``, so that the modules which predict through
 it (:mod:`.candidates`, :mod:`.learner`, :mod:`.validation`) import it without importing
@@ -15,7 +22,9 @@ from . import (attention, attention_backward, gemm, gemm_fp8, grouped_gemm, grou
                moe, predict_attention, predict_gemm)
 from .prediction import NotCovered, Prediction
 
-TARGETS = ("gfx942", "gfx950")
+AMD_TARGETS = ("gfx942", "gfx950")
+NVIDIA_OPS = {"sm_90": ("gemm", "attention")}     # target -> the forward ops covered there
+TARGETS = AMD_TARGETS + tuple(NVIDIA_OPS)
 COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
            "attention": (predict_attention.predict, attention.RUNGS),
            "grouped_gemm": (grouped_gemm.predict, grouped_gemm.RUNGS),
@@ -64,8 +73,13 @@ def _predict(table: dict, op: str, rung, shape, dtype, gpu: str) -> Prediction:
     covered = table[op][1]
     chip_spec = roofline.spec(gpu)
     if chip_spec.target not in TARGETS:
-        raise NotCovered(f"the model covers AMD targets {', '.join(TARGETS)}; "
+        raise NotCovered(f"the model covers targets {', '.join(TARGETS)}; "
                          f"{chip_spec.name} is {chip_spec.target}")
+    if chip_spec.target in NVIDIA_OPS and (table is not COVERED or op not in NVIDIA_OPS[chip_spec.target]):
+        raise NotCovered(f"on {chip_spec.target} ({chip_spec.name}) the model covers the forward passes of "
+                         f"{', '.join(NVIDIA_OPS[chip_spec.target])} only, not {op}'s "
+                         f"{'forward' if table is COVERED else 'backward or per-launch'} pass: its launches "
+                         f"are modelled on the AMD targets {', '.join(AMD_TARGETS)}")
     label = kernels.get(op, rung).label
     if label not in covered:
         raise NotCovered(f"the model covers {op} rungs {', '.join(covered)}, not {label}")

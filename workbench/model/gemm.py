@@ -2,8 +2,9 @@
 loop, and which tile each program computes, wave after wave.
 
 The configs come from the rungs themselves (their ``config`` functions, v5's and v6's
-pruned prior for the shape, v6's split schedule), so a change to a rung's choice
-changes the prediction. The tile orders mirror the kernels: v2's 2-D grid walks
+pruned prior for the shape, v6's split schedule), for the target's backend ("hip" on
+gfx*, "cuda" on sm_90: :func:`backend_of`), so a change to a rung's choice changes the
+prediction. The tile orders mirror the kernels: v2's 2-D grid walks
 tile rows fastest (the dispatcher is taken to deal workgroups x-fastest: assumption); v3 to v5 remap program ids so each XCD gets a contiguous run,
 then walk ``GROUP_M`` rows per group; v6's persistent programs take units in turn, the
 split units write fp32 partial tiles, and its fixup kernel is a last wave without a K
@@ -101,27 +102,33 @@ def _split_k_waves(cfg: dict, shape, tiles_m: int, tiles_n: int, slots: int, xcd
             + [Wave(placed(ids), 0, read_bytes=s * partial) for ids in waves(tiles, slots)])
 
 
+def backend_of(arch: str) -> str:
+    """The kernels' backend name for a target: "hip" for gfx*, "cuda" for sm_*."""
+    return "hip" if arch.startswith("gfx") else "cuda"
+
+
 def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) -> GemmPlan:
     """The config ``rung`` runs at ``shape`` on an ``arch`` GPU with ``compute_units`` CUs
     (for the tuned rungs v5 and v6: a config :func:`.candidates.predict_config` pinned)."""
     m, n, k = shape
+    backend = backend_of(arch)
     candidate = pinned()
     if candidate is not None and rung not in ("v5", "v6"):
         raise NotImplementedError(f"gemm {rung} is not tuned: it has no candidate configs to predict")
     if rung == "v2":
-        return GemmPlan(rung, v2_triton_tile.config("hip"), {}, None)
+        return GemmPlan(rung, v2_triton_tile.config(backend), {}, None)
     if rung == "v3":
-        return GemmPlan(rung, v3_grouped_order.config("hip", arch), {}, None)
+        return GemmPlan(rung, v3_grouped_order.config(backend, arch), {}, None)
     if rung == "v4":
-        return GemmPlan(rung, v4_lds_pipeline.config("hip", arch), {}, None)
+        return GemmPlan(rung, v4_lds_pipeline.config(backend, arch), {}, None)
     if rung == "v5":
-        prior = candidate or as_dict(configs.prune(configs.space("hip", arch), m, n, k)[0])
+        prior = candidate or as_dict(configs.prune(configs.space(backend, arch), m, n, k)[0])
         even_k = k % prior["BLOCK_K"] == 0
-        return GemmPlan(rung, {**prior, "NUM_XCDS": full_chip_xcds("hip", arch)},
+        return GemmPlan(rung, {**prior, "NUM_XCDS": full_chip_xcds(backend, arch)},
                         {**prior, "EVEN_K": even_k}, None)
     if rung == "v6":
-        device = _backend.Backend("hip", arch, "model", compute_units)
-        xcds = full_chip_xcds("hip", arch)
+        device = _backend.Backend(backend, arch, "model", compute_units)
+        xcds = full_chip_xcds(backend, arch)
         cfg = ({**candidate, **v6_persistent.persistent_settings(device, xcds)} if candidate
                else v6_persistent.config(device, m, n, k, xcds=xcds))
         cfg.pop("FIXUP")
@@ -129,7 +136,7 @@ def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) 
         return GemmPlan(rung, cfg, {**tile, "NUM_PROGS": cfg["NUM_PROGS"],
                                     "EVEN_K": k % cfg["BLOCK_K"] == 0}, cfg["NUM_PROGS"])
     if rung == "split_k":
-        cfg = split_k.config(_backend.Backend("hip", arch, "model", compute_units), m, n, k)
+        cfg = split_k.config(_backend.Backend(backend, arch, "model", compute_units), m, n, k)
         return GemmPlan(rung, cfg, {**cfg, "EVEN_K": k % cfg["BLOCK_K"] == 0}, None)
     raise NotImplementedError(f"the model covers GEMM rungs {', '.join(RUNGS)}, not {rung!r}")
 

@@ -11,9 +11,11 @@ share w blocks and tiles of one row block share x.
   v4's order make their own waves (wave quantization paid per expert); the host read of
   the offsets and the launch gaps between experts are not modelled.
 * v2 launches once: row tiles of every group (in group order) fastest, then column tiles;
-  the surplus programs of its upper-bound grid return at once and are not charged.
+  every program first loads and scans the offsets, and the surplus programs of its
+  upper-bound grid do only that (:mod:`.tile_schedule`, weighed from the compiled code).
 * v4 launches one persistent program per CU walking units (row tile, column tile) in turn
-  with GEMM v3's XCD remap; its tile is the untimed prior for the shape.
+  with GEMM v3's XCD remap, scanning the offsets once and locating each unit's group;
+  its tile is the untimed prior for the shape.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from kernels.gemm.v3_grouped_order import xcd_remap
 from kernels.xcd import CUS_PER_XCD, full_chip_xcds
 
 from .. import isa
-from . import gemm, predict_gemm, tiles
+from . import gemm, predict_gemm, tile_schedule, tiles
 from .pinned import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
@@ -127,11 +129,16 @@ def tile_prediction(op: str, label: str, shape: tuple, sizes: list[int], cfg: di
         return tiles.block_traffic(wave, lambda i: table[i][1], lambda j: min(bn, n - j * bn),
                                    lambda i, j: (table[i][0], j), elem, xcds)
 
+    units = len(table) * triton.cdiv(n, bn)
+    surplus = {"v2": (triton.cdiv(sum(sizes), cfg["BLOCK_M"]) + len(sizes)) * triton.cdiv(n, bn) - units,
+               "v4": max(cfg.get("NUM_PROGS", 0) - units, 0)}.get(schedule, 0)
     return predict_gemm.tile_launch(
         op, label, shape, dtype, chip_spec, report, cfg, cfg.get("NUM_PROGS") if schedule == "v4" else None,
         out_elem, lambda slots, xcds: waves(schedule, cfg, shape, table, sizes, slots, xcds, chip_spec.target,
                                             chip_spec.compute_units, out),
-        traffic, flops, config_source, **extra_inputs,
+        traffic, flops, config_source,
+        schedule_of=lambda chip, num_warps: tile_schedule.cost(schedule, report, num_warps, surplus, chip),
+        **extra_inputs,
         **{"row tiles": (len(table), "model: each group's rows in BLOCK_M tiles")})
 
 

@@ -25,7 +25,7 @@ _GLOBAL_WIDTH = {"ubyte": 1, "sbyte": 1, "byte": 1, "ushort": 2, "sshort": 2, "s
 _GLOBAL = re.compile(r"(?:buffer|global|flat)_(?:load|store)(?:_lds)?_(dwordx(\d)|[a-z]+?)(?:_d16.*)?$")
 # Scalar instructions that wait or steer rather than compute: they take no ALU time.
 _TRANSCENDENTAL = re.compile(r"v_(?:exp|log|rcp|rsq|sqrt|sin|cos)_(?:f32|f16|legacy_f32)")
-_NOT_SALU = ("s_waitcnt", "s_barrier", "s_cbranch", "s_branch", "s_nop", "s_setprio", "s_sleep")
+NOT_SALU = ("s_waitcnt", "s_barrier", "s_cbranch", "s_branch", "s_nop", "s_setprio", "s_sleep")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class LoopMix:
     lds_ops: dict[str, int]  # mnemonic -> count
     global_bytes: int        # bytes loaded from and stored to global memory
     lines: int               # instructions in the loop
+    matrix_in_flight: int = 0  # sm90: wgmma groups the loop leaves running at its wait (0 on AMD)
 
 
 def lds_access(op: str) -> tuple[int, int]:
@@ -90,7 +91,7 @@ def mix(loop_text: str, arch: str, lanes: int = 64) -> LoopMix:
         elif op.startswith("v_"):
             valu += 1
             transcendental += bool(_TRANSCENDENTAL.match(op))
-        elif op.startswith("s_") and not op.startswith(_NOT_SALU):
+        elif op.startswith("s_") and not op.startswith(NOT_SALU):
             salu += 1
     return LoopMix(
         mfma=dict(mfma),

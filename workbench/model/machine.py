@@ -15,6 +15,7 @@ import yaml
 
 _FILE = Path(__file__).with_name("machine.yaml")
 _MFMA = re.compile(r"v_mfma_(?:scale_)?f32_(\d+)x(\d+)x(\d+)")
+_WGMMA = re.compile(r"wgmma\.mma_async(?:\.sp)?\.sync\.aligned\.m(\d+)n(\d+)k(\d+)\.\w+\.(\w+)\.\w+$")
 
 
 class Constant(NamedTuple):
@@ -33,13 +34,23 @@ def sources() -> dict[str, str]:
     return {tag: " ".join(text.split()) for tag, text in _data()["sources"].items()}
 
 
-def constant(name: str) -> Constant:
-    entry = _data()["constants"][name]
+def nvidia(arch: str) -> bool:
+    """Whether ``arch`` is an NVIDIA target this file has numbers for (``sm_90``)."""
+    return arch in _data()["nvidia"]
+
+
+def constant(name: str, arch: str | None = None) -> Constant:
+    """A constant of the model; ``arch``: an NVIDIA target's own value where it has one."""
+    own = _data()["nvidia"][arch]["constants"] if arch is not None and nvidia(arch) else {}
+    entry = own.get(name) or _data()["constants"][name]
     return Constant(entry["value"], entry["source"], " ".join(entry.get("note", "").split()))
 
 
-def mfma_cycles(mnemonic: str, arch: str) -> int:
-    """Cycles the matrix core of one SIMD is busy with one ``mnemonic`` on ``arch``."""
+def mfma_cycles(mnemonic: str, arch: str) -> float:
+    """Cycles the matrix core of one SIMD is busy with one ``mnemonic`` on ``arch``; on an
+    NVIDIA target, cycles the SM's tensor cores take for one warpgroup ``wgmma``."""
+    if nvidia(arch):
+        return mfma_flops(mnemonic) / tensor_rate(mnemonic, arch)
     table = _data()["mfma_cycles"]
     if arch not in table:
         raise ValueError(f"no MFMA cycle table for target {arch!r}; known: {', '.join(table)}")
@@ -58,12 +69,31 @@ def lds_bytes_per_clk(arch: str) -> Constant:
 
 
 def mfma_flops(mnemonic: str) -> int:
-    """Floating-point operations of one MFMA instruction: 2 x M x N x K (batch 1)."""
-    m = _MFMA.match(mnemonic)
+    """Floating-point operations of one MFMA instruction (batch 1), or of one warpgroup
+    ``wgmma.mma_async``: 2 x M x N x K."""
+    m = _MFMA.match(mnemonic) or _WGMMA.match(mnemonic)
     if m is None:
-        raise ValueError(f"{mnemonic!r} is not an MFMA instruction name")
-    rows, cols, depth = map(int, m.groups())
+        raise ValueError(f"{mnemonic!r} is not an MFMA or wgmma instruction name")
+    rows, cols, depth = map(int, m.groups()[:3])
     return 2 * rows * cols * depth
+
+
+def tensor_rate(mnemonic: str, arch: str) -> int:
+    """Dense FLOP per clock of one SM's tensor cores for a ``wgmma`` of ``mnemonic``'s
+    operand type, on NVIDIA target ``arch``."""
+    m = _WGMMA.match(mnemonic)
+    if m is None:
+        raise ValueError(f"{mnemonic!r} is not a wgmma.mma_async instruction name")
+    table = _data()["nvidia"][arch]["tensor_flops_per_clk_per_sm"]
+    if m.group(4) not in table:
+        raise KeyError(f"{mnemonic}: no {arch} tensor rate for operand type {m.group(4)!r} in {_FILE.name}")
+    return table[m.group(4)]
+
+
+def tensor_clock_mhz(gpu: str, arch: str) -> tuple[float, str] | None:
+    """(MHz, source) of the clock an NVIDIA ``gpu``'s tensor peaks are quoted at, if listed."""
+    table = _data()["nvidia"][arch]["tensor_clock_mhz"]
+    return (table[gpu], table["source"]) if gpu in table else None
 
 
 def mfma_table(arch: str) -> dict[str, int]:

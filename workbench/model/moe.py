@@ -14,8 +14,10 @@ Forward:
   spec's fp32 matrix peak; top-k and the sort of R indices are not charged;
 * kernel 1, gather + gate/up + SwiGLU: a grouped launch (R, dim, hidden) whose K loop feeds
   two products from one A tile (``products=2``), its programs in super-row order
-  (GROUP_M row tiles, then their column panels) over the upper-bound grid (surplus
-  programs not charged), storing h, g and u (its ``aot`` compiles ``SAVE``: training);
+  (GROUP_M row tiles, then their column panels) over the upper-bound grid, each program
+  first loading and scanning the offsets and the surplus ones doing only that (grouped
+  GEMM v2's schedule, :mod:`.tile_schedule`), storing h, g and u (its ``aot`` compiles
+  ``SAVE``: training);
 * kernel 2, down + weighted scatter: a grouped launch (R, hidden, dim) in the same order;
 * the k-sum (:mod:`kernels.moe.layer_ladder.slot_sum`): its HBM bytes (R·dim read, T·dim written).
 
@@ -38,7 +40,7 @@ from kernels.moe.routing import route
 
 from .. import isa
 from . import chip as chip_model
-from . import grouped_gemm, grouped_gemm_backward, passes, predict_gemm, tiles
+from . import grouped_gemm, grouped_gemm_backward, passes, predict_gemm, tile_schedule, tiles
 from .pinned import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
@@ -107,7 +109,8 @@ def kernel_launch(kernel: str, shape: tuple, sizes: list[int], torch_dtype, dtyp
         "moe", "v3", (rows, k, n, e), dtype, chip_spec, report, cfg, None, elem,
         lambda slots, xcds: super_row_waves(table, rows_grid, tiles_n, k, slots, xcds, out),
         traffic, products * 2.0 * rows * k * n, f"moe v3 {kernel}'s untimed choice (configs.pruned)",
-        products=products)
+        products=products, schedule_of=lambda chip, num_warps: tile_schedule.cost(
+            "v2", report, num_warps, rows_grid * tiles_n - len(table) * tiles_n, chip))
 
 
 def forward_launches(shape, sizes, torch_dtype, dtype, chip_spec, chip) -> tuple[dict, dict]:

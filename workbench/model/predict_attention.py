@@ -70,7 +70,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
             round(mixes[0].mfma_flops * report.options["num_warps"] / (4 * bm * bn * cfg["BLOCK_D"]), 3),
             "the compiled loop: above 1, waves repeat MFMAs (a tile split the MFMA shape does not fit)"),
         "occupancy": (str(report.occupancy), "workbench.isa.occupancy"),
-        "programs resident per CU": (launch.resident, "occupancy x 4 SIMDs / num_warps"),
+        "programs resident per CU": (launch.resident, chip_model.RESIDENT_RULE),
         "programs": (programs * len(per_block), "grid: query blocks x B x Hq"),
         "key tiles computed / visible (query, key) pairs": (
             round(computed / (b * hq * attention_spec.visible_pairs(s, sk, causal)), 3),

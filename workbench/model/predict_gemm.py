@@ -8,13 +8,13 @@ import torch
 from kernels.gemm import spec as gemm_spec
 
 from .. import isa
-from ..isa.occupancy import SIMDS_PER_CU
 from . import chip as chip_model
-from . import combine, gemm, loop, tiles
+from . import combine, gemm, tiles
 from .prediction import NotCovered, Prediction
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-OVERLAP = "max of the round's resources; 1 - 1/(waves per SIMD) of the rest hidden behind it"
+OVERLAP = ("max of the round's resources; 1 - 1/(waves per SIMD) of the rest hidden behind it "
+           "(sm_90, a loop with a wgmma group in flight: tensor cores, shared memory and L1 wholly hidden)")
 LATENCY = "prefetch d = num_stages - 1: round >= L / d; d = 0: round >= L + own share"
 
 
@@ -50,23 +50,30 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
 
 def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report, cfg: dict,
                 persistent: int | None, out_elem_bytes: int, waves_of, traffic_of, flops: float,
-                config_source: str, products: int = 1, **extra_inputs) -> Prediction:
+                config_source: str, products: int = 1, schedule_of=None, **extra_inputs) -> Prediction:
     """A launch of output tiles, each a K loop (``report``'s hot loop) with ``cfg``'s tile:
     ``waves_of(slots, xcds)`` lays them out, ``traffic_of(wave, xcds)`` gives each wave's
     bytes per memory level; ``persistent``: a persistent launch's program count;
     ``out_elem_bytes``: an output element's bytes (the tile each program stores);
-    ``products``: tile products per K step (MoE's gate/up kernel: two, sharing A)."""
-    mix = loop.mix(report.hot_loop, chip_spec.target, chip_spec.wave_size)
+    ``products``: tile products per K step (MoE's gate/up kernel: two, sharing A);
+    ``schedule_of(chip, num_warps)``: the launch's device-side tile schedule
+    (:class:`.combine.Schedule`), if it has one."""
+    mix = chip_model.weigh(report.hot_loop, chip_spec.target, chip_spec.wave_size)
+    if not mix.mfma:
+        raise NotCovered(f"{op} {label} in {dtype} on {chip_spec.target} compiles to a hot loop without matrix "
+                         f"instructions (the dot runs on the FMA units): the model weighs matrix-core loops only")
     steps = gemm.steps_per_iteration(cfg, mix.mfma_flops // products)
     num_warps, stages = report.options["num_warps"], report.options.get("num_stages", 1)
-    resident = max(report.occupancy.value * SIMDS_PER_CU // num_warps, 1)
+    resident = chip_model.programs_per_cu(report)
     if persistent is not None:
         resident = min(resident, -(-persistent // chip_spec.compute_units))
     chip, clock_input = chip_model.chip(chip_spec, dtype)
     waves = waves_of(chip.compute_units * resident, chip.xcds)
+    schedule = None if schedule_of is None else schedule_of(chip, num_warps)
     seconds, bound, breakdown = combine.launch(
         mix, num_warps, stages, resident, waves, lambda k: gemm.trips(k, cfg, steps),
-        cfg["BLOCK_M"] * cfg["BLOCK_N"] * out_elem_bytes, lambda wave: traffic_of(wave, chip.xcds), chip)
+        cfg["BLOCK_M"] * cfg["BLOCK_N"] * out_elem_bytes, lambda wave: traffic_of(wave, chip.xcds), chip,
+        schedule)
     inputs = {
         **chip_model.spec_inputs(chip_spec),
         "engine clock under MFMA load (MHz)": clock_input,
@@ -76,9 +83,12 @@ def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report
         "hot loop per wave and iteration": (chip_model.mix_summary(mix), "the compiled hot loop"),
         "K steps per iteration": (steps, "the compiled hot loop"),
         "occupancy": (str(report.occupancy), "workbench.isa.occupancy"),
-        "programs resident per CU": (resident, "occupancy x 4 SIMDs / num_warps"),
+        "programs resident per CU": (resident, chip_model.RESIDENT_RULE),
         "waves of programs": (len(waves), "model: programs / (CUs x resident), per launch"),
         **extra_inputs,
+        **({} if schedule is None else {"tile schedule (cycles)": (
+            {"per tile": round(schedule.per_tile), "once": round(schedule.once), "surplus programs": schedule.surplus},
+            "the compiled kernel's schedule.py lines (workbench.model.tile_schedule)")}),
         "overlap rule": (OVERLAP, "assumption"),
         "latency rule": (LATENCY, "assumption"),
     }

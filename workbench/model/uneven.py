@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..isa import parse as isa_parse
 from ..isa.occupancy import SIMDS_PER_CU
+from . import chip as chip_model
 from . import combine, loop
 
 IDLE = "idle slots (uneven programs, last wave)"
@@ -30,10 +31,10 @@ class UnevenLaunch:
 
 def loops(report, count: int, target: str, wave_size: int) -> list[loop.LoopMix]:
     """The ``count`` innermost loops with MFMAs of a compiled kernel, weighed, in text order."""
-    found = isa_parse.matrix_loops(isa_parse.code_lines(report.asm, "amdgcn"), "amdgcn")
+    found = isa_parse.matrix_loops(isa_parse.code_lines(report.asm, report.dialect), report.dialect)
     if len(found) != count:
         raise ValueError(f"{report.kernel_name} has {len(found)} loops with MFMAs, the model expects {count}")
-    return [loop.mix("\n".join(lines), target, wave_size) for lines in found]
+    return [chip_model.weigh("\n".join(lines), target, wave_size) for lines in found]
 
 
 def run(report, mixes: list[loop.LoopMix], per_block: list[tuple[int, ...]], copies: int,
@@ -42,10 +43,10 @@ def run(report, mixes: list[loop.LoopMix], per_block: list[tuple[int, ...]], cop
     ``copies`` programs of every block (heads, batches), block fastest; each program stores
     ``store_bytes`` at its end."""
     num_warps, stages = report.options["num_warps"], report.options.get("num_stages", 1)
-    resident = max(report.occupancy.value * SIMDS_PER_CU // num_warps, 1)
+    resident = chip_model.programs_per_cu(report)
     costs = [combine.round_costs(mix, num_warps, resident, chip) for mix in mixes]
-    rounds = [combine.round_time(c, resident * num_warps / SIMDS_PER_CU, resident, stages, chip.latency_cycles)
-              for c in costs]
+    rounds = [combine.round_time(c, resident * num_warps / SIMDS_PER_CU, resident, stages, chip.latency_cycles,
+                                 combine.overlapped(mix)) for c, mix in zip(costs, mixes)]
     ends = 2 * chip.latency_cycles + resident * store_bytes / chip.l1_bytes_per_clk
     cycles = [ends + sum(n * r[0] for n, r in zip(trips, rounds)) for trips in per_block]
     slots = chip.compute_units * resident

@@ -1,0 +1,156 @@
+"""The model on sm_90 (H100, H200): the PTX hot loop's weights on hand-written PTX (fast),
+then the GEMM and attention forward ladders compiled for sm_90 ahead of time (``slow``:
+seven compiles, cached per process by the ISA inspector).
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import roofline
+from workbench import isa
+from workbench.model import NVIDIA_OPS, NotCovered, combine, machine, predict, ptx_loop
+
+WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t}"
+ACC = "{%r1,%r2}"
+
+
+@pytest.mark.parametrize(("dtype", "operand", "k"), [("bf16", "bf16", 16), ("fp16", "f16", 16),
+                                                     ("tf32", "tf32", 8), ("fp8", "e4m3", 32)])
+def test_wgmma_rates_give_the_spec_peak_at_the_tensor_clock(dtype, operand, k):
+    """machine.yaml's FLOP per clock per SM, over the H100's 132 SMs at its 1830 MHz tensor
+    clock, must give the datasheet's dense peak, or the table is wrong."""
+    spec = roofline.spec("H100")
+    op = WGMMA.format(n=256, k=k, t=operand)
+    per_clock = machine.mfma_flops(op) / machine.mfma_cycles(op, spec.target)
+    clock_mhz, _ = machine.tensor_clock_mhz(spec.name, spec.target)
+    assert per_clock * spec.compute_units * clock_mhz * 1e6 / 1e12 == pytest.approx(spec.peak(dtype), rel=2e-3)
+
+
+def test_sm90_constants_have_known_sources():
+    known = set(machine.sources())
+    for name in ("valu_cycles", "transcendental_cycles", "salu_cycles", "l1_bytes_per_clk", "memory_latency_cycles"):
+        assert machine.constant(name, "sm_90").source in known, name
+    assert machine.constant("valu_cycles", "sm_90").value == 1          # 32 FP32 lanes per sub-partition
+    assert machine.constant("valu_cycles", "gfx942").value == 4         # AMD keeps the shared value
+    assert machine.lds_bytes_per_clk("sm_90")[:2] == (128, "CUDA-SMEM")
+
+
+LOOP = f"""
+$L__BB0_2:
+\tcp.async.cg.shared.global [ %r1 + 0 ], [ %rd1 + 0 ], 0x10, %r2;
+\tcp.async.commit_group;
+\tld.shared.v4.b32 {{%r3, %r4, %r5, %r6}}, [%r7];
+\tst.shared.b16 [%r8], %rs1;
+\tld.global.v2.b32 {{%r9, %r10}}, [%rd2];
+\twgmma.fence.sync.aligned;
+\t{WGMMA.format(n=128, k=16, t="bf16")} {ACC}, %rd3, %rd4, 0, 1, 1, 0, 0;
+\t{WGMMA.format(n=64, k=16, t="bf16")} {ACC}, {{%r11,%r12,%r13,%r14}}, %rd5, %p1, 1, 1, 1;
+\twgmma.commit_group.sync.aligned;
+\twgmma.wait_group.sync.aligned 1;
+\tmov.b32 %r15, %r16;
+\tmul.f32 %r17, %r18, %r19;
+\tex2.approx.ftz.f32 %r20, %r17;
+\tbar.sync 0;
+\t@%p2 bra $L__BB0_2;
+"""
+
+
+def test_ptx_loop_mix_weighs_each_unit():
+    mix = ptx_loop.mix(LOOP, "sm_90")
+    big, small = WGMMA.format(n=128, k=16, t="bf16"), WGMMA.format(n=64, k=16, t="bf16")
+    assert mix.mfma == {big: 1, small: 1}
+    assert mix.mfma_cycles == (2 * 64 * 128 * 16 + 2 * 64 * 64 * 16) / 4096       # 64 + 32 tensor cycles
+    assert mix.mfma_flops == (2 * 64 * 128 * 16 + 2 * 64 * 64 * 16) // 4          # a quarter per warp
+    assert (mix.valu, mix.transcendental, mix.salu) == (2, 1, 0)                    # mul, ex2; no mov, no bar
+    # shared memory per warp: the A-from-shared wgmma reads A and B, the other B only (a
+    # quarter each); cp.async 16 B, ld.shared.v4 16 B, st.shared.b16 2 B (a 4-byte slot) per lane
+    wgmma_bytes = ((64 * 16 + 128 * 16) * 2 + 64 * 16 * 2) // 4
+    assert mix.lds_bytes == wgmma_bytes + 32 * (16 + 16 + 2)
+    assert mix.lds_slot_bytes == wgmma_bytes + 32 * (16 + 16 + 4)
+    assert mix.global_bytes == 32 * (16 + 8)
+    assert mix.matrix_in_flight == 1
+
+
+def test_only_an_in_flight_wgmma_overlaps_the_async_units():
+    costs = {"matrix cores": 100.0, "VALU": 40.0, "SALU": 0.0, "LDS": 80.0, "L1 requests": 20.0}
+    waiting = ptx_loop.mix(LOOP.replace("aligned 1;", "aligned 0;"), "sm_90")
+    assert combine.overlapped(waiting) == ()
+    in_flight = combine.round_time(costs, 2, 1, 3, 0.0, combine.overlapped(ptx_loop.mix(LOOP, "sm_90")))
+    serial = combine.round_time(costs, 2, 1, 3, 0.0, combine.overlapped(waiting))
+    assert in_flight[:2] == (100 + 0.5 * 40, "matrix cores")       # LDS, L1 hidden; VALU half
+    assert serial[:2] == (100 + 0.5 * (40 + 80 + 20), "matrix cores")
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("cp.async.bulk.tensor.2d.shared::cluster.global.tile [%r1], [%rd1, {%r2, %r3}], [%r4];", "TMA"),
+    (f"{WGMMA.format(n=64, k=16, t='s8')} {ACC}, %rd1, %rd2, 0, 1, 1, 0, 0;", "s8"),
+    ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1}, {%r1}, {%r2}, {%f2};", "wgmma"),
+    ("", "no hot loop"),
+])
+def test_what_the_ptx_model_does_not_know_is_an_error(text, error):
+    with pytest.raises((ValueError, KeyError), match=error):
+        ptx_loop.mix(text, "sm_90")
+
+
+# --- the compiled ladders (slow) -----------------------------------------------------------
+
+GEMM = (8192, 8192, 8192)
+ATTENTION = (4, 16, 16, 4096, 4096, 128)
+
+
+@functools.lru_cache(maxsize=None)
+def _predict(op: str, rung: str, shape: tuple, gpu: str = "H100"):
+    return predict(op, rung, shape, "bf16", gpu)
+
+
+@pytest.mark.slow
+def test_the_gemm_top_rung_issues_wgmma_in_its_hot_loop():
+    """v5 (the tuned rung, the top of the ladder but for v6's persistent launch of the same
+    tile) compiled for sm_90: its K loop holds wgmma, and the prediction is built on it."""
+    report = isa.inspect("gemm", "v5", "sm90", torch.bfloat16)
+    mix = ptx_loop.mix(report.hot_loop, "sm_90")
+    assert sum(mix.mfma.values()) > 0 and all(op.startswith("wgmma.mma_async") for op in mix.mfma)
+    p = _predict("gemm", "v5", GEMM)
+    assert p.label == "model" and "[model]" in repr(p) and {r["label"] for r in p.table()} == {"model"}
+    assert p.inputs["engine clock under MFMA load (MHz)"] == (1830, "H100-PEAK")
+    assert any(name.startswith("tensor-core cycles wgmma") for name in p.inputs)
+    assert 0 < p.tflops <= roofline.spec("H100").peak("bf16")
+    assert p.time_s * p.tflops * 1e12 == pytest.approx(2 * 8192 ** 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_the_gemm_ladder_gets_faster_on_sm90(gpu):
+    """v2 -> v3 (the grouped order: the same loop, no slower), v3 -> v4 (cp.async pipeline:
+    its loop leaves a wgmma group in flight), v4 -> v5 (a 128x256 tile)."""
+    times = [_predict("gemm", rung, GEMM, gpu).time_s for rung in ("v2", "v3", "v4", "v5")]
+    assert times[0] >= times[1] > times[2] > times[3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [0, 1])
+def test_the_attention_ladder_gets_faster_on_sm90(causal):
+    preds = [_predict("attention", rung, (*ATTENTION, causal)) for rung in ("v2", "v3", "v4")]
+    assert preds[0].time_s > preds[1].time_s > preds[2].time_s
+    assert all(p.label == "model" and p.gpu == "H100 SXM" for p in preds)
+    assert preds[2].inputs["unmasked key loop per wave and iteration"][0]["of them transcendental"] > 0   # ex2
+
+
+@pytest.mark.slow
+def test_h200_is_h100_with_more_bandwidth():
+    """The same compile and clock: the H200 is never slower, and its HBM term is shorter."""
+    h100, h200 = _predict("gemm", "v2", GEMM), _predict("gemm", "v2", GEMM, "H200")
+    assert h200.time_s <= h100.time_s
+    assert h200.breakdown["HBM"] == pytest.approx(h100.breakdown["HBM"] * 3.35 / 4.8)
+    assert NVIDIA_OPS == {"sm_90": ("gemm", "attention")}
+
+
+@pytest.mark.slow
+def test_a_loop_without_wgmma_is_not_covered():
+    """The GEMM rungs' fp32 dot compiles to FMAs on sm_90 (no tf32 wgmma): refused, not
+    weighed as if the tensor cores ran it."""
+    with pytest.raises(NotCovered, match="without matrix instructions"):
+        predict("gemm", "v4", (256, 256, 256), "fp32", "H100")
