@@ -70,11 +70,14 @@ STORIES = (
           ("TCC_HIT_sum", "TCC_MISS_sum", "FETCH_SIZE"),
           "v3's TCC_MISS_sum and FETCH_SIZE below v2's at the same shape; FETCH_SIZE against "
           "spec.bytes_moved says how many times A and B were re-read from HBM"),
-    Story("gemm", "v4", "the pipeline hides load latency: matrix cores busy, waves wait less",
+    Story("gemm", "v4", "does the pipeline pay? prefetch against half of v3's waves (the model says no)",
           ("SQ_VALU_MFMA_BUSY_CYCLES", "SQ_BUSY_CU_CYCLES", "SQ_WAIT_ANY", "SQ_WAVE_CYCLES",
            "SQ_INSTS_VALU_MFMA_MOPS_BF16"),
-          "against v3: MFMA busy cycles a larger share of CU busy time, SQ_WAIT_ANY / SQ_WAVE_CYCLES "
-          "smaller; at a shape the tiles divide exactly, MOPS x 512 = 2MNK (the counter covers the kernel)"),
+          "against v3: MFMA busy cycles a larger share of CU busy time and SQ_WAIT_ANY / SQ_WAVE_CYCLES "
+          "smaller mean the prefetch pays; the reverse is what the model and v4's docstring expect "
+          "(gfx942 waits for the prefetch in the same iteration, and waves_per_eu=2 leaves 2 waves "
+          "per SIMD against v3's 4); at a shape the tiles divide exactly, MOPS x 512 = 2MNK (the "
+          "counter covers the kernel)"),
     Story("gemm", "v6", "persistent programs: one wave of programs, no partial last wave",
           ("SQ_WAVES", "GRBM_GUI_ACTIVE"),
           "SQ_WAVES = programs x num_warps (the launch, not the tile count); the model predicts "
