@@ -100,9 +100,10 @@ def gemm_rows() -> list[dict]:
 
 
 def ceiling_rows() -> list[dict]:
-    """hipBLASLt's published measurements against the datasheet peak and, where the clock was
-    measured in the same run (same source), against that peak at the engine clock under
-    that MFMA load (model: peak x clock ratio); another run's clock is not assumed."""
+    """The published library GEMM measurements (hipBLASLt, cuBLAS) against the datasheet peak
+    and, where the clock was measured in the same run (same source), against that peak at the
+    engine clock under that MFMA load (model: peak x clock ratio); another run's clock is not
+    assumed."""
     rows = []
     for point in validation.points():
         if point["kind"] != "library" or point.get("op", "gemm") != "gemm":
