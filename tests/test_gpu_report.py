@@ -65,6 +65,10 @@ def test_gpu_report_records_the_quick_suite_and_prints_ratios(pretended_h200, ca
     table = out.split("Ladder (vs_ref")[1]
     assert "vs_ref" in table and "triton_fp8_dot" in table and " 2 " in table
     assert "4 rows measured, 0 error rows, 0 of 4 checks failed" in out and f"wrote {path}" in out
+    model_part = out.split("model against measured")[1]   # the model covers no FP8 GEMM on sm_90: said, per rung
+    assert "no measured row is a case the model covers" in model_part
+    assert [": ".join(line.split(": ")[:2]) for line in model_part.splitlines() if line.startswith("left out")] == [
+        f"left out: gemm_fp8 {rung} forward on NVIDIA H200" for rung in ("v0", "v1", "v2")]
 
 
 def test_gpu_report_ends_with_the_training_step_of_both_kernel_sets(pretended_h200, capsys):

@@ -327,9 +327,15 @@ def cmd_exercise(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    """Modelled times (no GPU needed): every rung the model covers, or the ``--rung`` ones."""
+    """Modelled times (no GPU needed): every rung the model covers, or the ``--rung`` ones;
+    ``--against FILE``: the model beside each measured row of a results file."""
     from . import model
 
+    if args.against:
+        return _predict_against(args.against)
+    if not args.op:
+        print("workbench predict: name an op, or --against a results file", file=sys.stderr)
+        return 2
     op_spec = kernels.spec(args.op)
     shape = args.shape or (op_spec.bench_shapes[op_spec.quick_shapes[0]] if op_spec.quick_shapes else None)
     try:
@@ -340,6 +346,13 @@ def cmd_predict(args) -> int:
         return 2
     print(format_table(rows))
     print("model: predicted from the compiled code, not measured (workbench.model)")
+    return 0
+
+
+def _predict_against(path: str) -> int:
+    from .model import measured
+
+    print(measured.report(*measured.compare(results.load(path))))
     return 0
 
 
@@ -398,9 +411,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--answer", help="for a question: the answer, e.g. 6 or v_mfma_f32_32x32x8_f16")
     p.add_argument("--overwrite", action="store_true", help="load: start the file over")
     p = sub.add_parser("predict", help="modelled time, TFLOP/s and bound per rung (no GPU needed)")
-    p.add_argument("op", choices=kernels.ops())
+    p.add_argument("op", nargs="?", choices=kernels.ops())
     p.add_argument("--rung", type=_parse_rung, action="append")
     p.add_argument("--shape", type=_parse_shape, help="e.g. 4096x4096x4096 (default: the op's first quick shape)")
+    p.add_argument("--against", metavar="FILE", help="a results file (workbench/recorded/*.json): the model "
+                   "beside each measured row it covers, at that row's shape, dtype and GPU")
     p.add_argument("--dtype", default="bf16", choices=sorted({*DTYPES, "fp8"}), help="fp8: gemm_fp8 only")
     p.add_argument("--gpu", default="MI300X", help="a roofline GPU name (default MI300X)")
     p = sub.add_parser("grade", help="any kernel file judged like a rung: correctness, machine code, "

@@ -6,7 +6,10 @@ measured, to ``workbench/recorded/<gpu>-<date>.json``: the folder whose files sh
 the package, so the file can be committed as it is. Then it prints the ladder table,
 every row with its ratio to ``ref`` and error rows with their message. Last, if the
 budget allows, a short training run of each kernel set (:mod:`workbench.train.quick`)
-goes to ``recorded/train/<gpu>-<date>.json``, where notebook 04 shows it.
+goes to ``recorded/train/<gpu>-<date>.json``, where notebook 04 shows it; then, while the
+budget lasts, the performance model beside each measured row it covers
+(:mod:`workbench.model.measured`; ``workbench predict --against FILE`` redoes it later,
+anywhere, from the file).
 
 A lent GPU session is short, so a time budget bounds the run: once it is spent no new
 case starts, and the report names the cases it left out. Without a GPU it refuses
@@ -81,6 +84,7 @@ def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress:
     print(f"\n{len(rows) - len(errors)} rows measured, {len(errors)} error rows, "
           f"{len(failed)} of {len(reports)} checks failed")
     trained = _train_step(budget, path.parent / "train" / path.name)
+    _model_against(rows, budget)
     if budget.skipped:
         print(f"time budget of {budget_s:.0f} s spent; not run: " + "; ".join(budget.skipped))
     print(f"wrote {path}" if rows else "no rows: nothing written")
@@ -104,3 +108,11 @@ def _train_step(budget: Budget, path: Path) -> bool:
     print(format_table(summary))
     print(f"wrote {path}")
     return True
+
+
+def _model_against(rows, budget: Budget) -> None:
+    """Each prediction compiles its rung for this GPU's target on the CPU, so it runs last
+    and stops when the budget is spent (the cases left say so)."""
+    from .model import measured
+
+    print("\n" + measured.report(*measured.compare(rows, stop=lambda: budget.remaining() <= 0)))

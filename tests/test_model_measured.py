@@ -1,0 +1,57 @@
+"""The model against a GPU's own results rows (``workbench.model.measured``, ``workbench
+predict --against``, the end of ``workbench gpu-report``), on rows made up here: no GPU has
+recorded any yet."""
+from __future__ import annotations
+
+import pytest
+
+from workbench import model, results
+from workbench.cli import main
+from workbench.model import measured
+
+SHAPE = "4096x4096x4096"
+
+
+@pytest.fixture(scope="module")
+def predicted_ms():
+    """GEMM v2's and v4's predicted forward on MI300X at SHAPE (compiled once per module)."""
+    return {rung: model.predict("gemm", rung, (4096, 4096, 4096), "bf16", "MI300X").time_s * 1e3
+            for rung in ("v2", "v4")}
+
+
+def test_each_measured_row_the_model_covers_is_set_beside_its_prediction(make_row, predicted_ms):
+    rows = [make_row(rung="ref", ratio_to_ref=1.0), make_row(rung="v2", ms=2 * predicted_ms["v2"]),
+            make_row(rung="v4", ms=predicted_ms["v4"] / 2),
+            make_row(rung="v3", status="error", error="boom", ms=None, tflops=None, gbps=None, ratio_to_ref=None),
+            make_row(rung="v2", pass_name="forward+backward"),
+            make_row(op="gemm_fp8", rung="v1", gpu="NVIDIA H200", dtype="float8_e4m3fn"),
+            make_row(rung="v2", gpu="NVIDIA H100 80GB HBM3")]
+    table, left = measured.compare(rows)
+    assert [(r["rung"], r["model ms"], r["error %"]) for r in table] == [
+        ("v2", round(predicted_ms["v2"], 4), 100.0), ("v4", round(predicted_ms["v4"], 4), -50.0)]   # slower than the model: optimistic, +
+    assert all(r["bound (model)"] and r["gpu"] == "AMD Instinct MI300X" for r in table)
+    assert len(left) == 3
+    assert "gemm v2 forward+backward on AMD Instinct MI300X: the model predicts the forward and backward" in left[0]
+    assert left[1].startswith("gemm_fp8 v1 forward on NVIDIA H200: on sm_90 (H200 SXM) the model covers")
+    assert left[2].startswith("gemm v2 forward on NVIDIA H100 80GB HBM3: unknown GPU")
+
+
+def test_once_stop_says_so_the_cases_left_are_named_not_predicted(make_row, predicted_ms):
+    asked = []
+    table, left = measured.compare([make_row(rung="v2"), make_row(rung="v4"), make_row(rung="v4", shape="64x64x64")],
+                                   stop=lambda: asked.append(1) or len(asked) > 1)
+    assert [r["rung"] for r in table] == ["v2"]
+    assert left == ["gemm v4 forward on AMD Instinct MI300X: not predicted: the time allowed was spent"]
+
+
+def test_predict_against_a_results_file_prints_the_comparison(make_row, predicted_ms, tmp_path, capsys):
+    path = results.save([make_row(rung="v2", ms=predicted_ms["v2"]), make_row(op="gemm_fp8", rung="v1",
+                                                                           gpu="NVIDIA H200")], tmp_path / "r.json")
+    assert main(["predict", "--against", str(path)]) == 0
+    out = capsys.readouterr().out
+    table, left = measured.compare(results.load(path))
+    assert measured.report(table, left) in out and "measured ms" in out
+    assert [(r["rung"], abs(r["error %"]) <= 0.1) for r in table] == [("v2", True)]   # measured as predicted
+    assert "left out: gemm_fp8 v1 forward on NVIDIA H200" in out
+    assert main(["predict"]) == 2
+    assert "an op, or --against" in capsys.readouterr().err
