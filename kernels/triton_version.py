@@ -35,10 +35,10 @@ from pathlib import Path
 GPU_RANGE = ((3, 8), (3, 9))
 """(oldest, newest) Triton minor under which every rung compiles for gfx942, gfx950, sm90."""
 PARTIAL = {
-    (3, 4): ("gemm_mxfp4 v0 @ gfx942",),
-    (3, 5): ("gemm_mxfp4 v0 @ gfx942",),
-    (3, 6): ("gemm_mxfp4 v0 @ gfx942",),
-    (3, 7): ("gemm_mxfp4 v0 @ gfx942",),
+    (3, 4): ("gemm_mxfp4 v0 @ gfx942", "grouped_gemm_mxfp8 v0 @ gfx942"),
+    (3, 5): ("gemm_mxfp4 v0 @ gfx942", "grouped_gemm_mxfp8 v0 @ gfx942"),
+    (3, 6): ("gemm_mxfp4 v0 @ gfx942", "grouped_gemm_mxfp8 v0 @ gfx942"),
+    (3, 7): ("gemm_mxfp4 v0 @ gfx942", "grouped_gemm_mxfp8 v0 @ gfx942"),
 }
 """Minors below :data:`GPU_RANGE` -> the (rung @ target) compiles that fail under them."""
 TARGETS = ("gfx942", "gfx950", "sm90")
