@@ -92,6 +92,7 @@ def lab(tmp_path_factory):
     env = {**os.environ, "KERNELS_BACKEND": "interpreter",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_CONFIG_DIR": str(home / "config"),
+           "JUPYTER_DATA_DIR": str(home / "data"),   # its own notebook-signature store (trust)
            "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
            "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
            "IPYTHONDIR": str(home / "ipython"),
@@ -337,6 +338,15 @@ def _saved_widget_state(lab, notebook: str) -> bool:
     return bool(views) and all(view in state.get("state", {}) for view in views)
 
 
+def _trusted(lab, notebook: str) -> bool:
+    """Whether the server trusts the served copy of ``notebook`` (its signature matches: every
+    code cell comes back marked trusted), without which JupyterLab draws no widget view."""
+    url, token = lab
+    with urllib.request.urlopen(f"{url}/api/contents/{notebook}?token={token}", timeout=30) as reply:
+        cells = json.loads(reply.read())["content"]["cells"]
+    return all(cell["metadata"].get("trusted") for cell in cells if cell["cell_type"] == "code")
+
+
 def _shut_down_kernels(lab) -> None:
     url, token = lab
     with urllib.request.urlopen(f"{url}/api/sessions?token={token}", timeout=30) as reply:
@@ -367,18 +377,28 @@ def test_interview_notebook_reopened_after_a_run_draws_its_widget(open_notebook,
     assert _saved_widget_state(lab, name), "the saved notebook lacks its widgets' state"
     _shut_down_kernels(lab)
 
-    page.page.reload()                                         # the tab reopens the file
+    assert _trusted(lab, name), "the saved notebook is not trusted (signed): a reopened copy draws no widget"
+
     # A fresh kernel starts; the widget manager restores the saved models once it has asked
     # that kernel for its own, so a widget reads "Loading widget..." until the kernel answers
-    # (late on a busy machine: a CI run gave up after 90 s without waiting for it).
-    page.wait_loaded()
-    cell = page.page.locator(".jp-CodeCell", has_text="cards = FlashCards(deck)")
-    cell.scroll_into_view_if_needed()
-    output = cell.locator(".jp-Cell-outputArea")
-    try:
-        sync_api.expect(output.locator(".widget-radio-box")).to_be_attached(timeout=SERVER_START_S * 1000)
-    except AssertionError:
-        pytest.fail(f"the reopened FlashCards cell draws no options; its output reads: {output.inner_text()[:500]!r}")
+    # (late on a busy machine: a CI run gave up after 90 s without waiting for it). Two CI
+    # runs under full load reopened it drawing the cell's static HTML copy instead, the
+    # notebook trusted and its state saved (the widget's renderer not yet registered when the
+    # outputs were drawn, it seems): a second reload is allowed, once.
+    for attempt in range(2):
+        page.page.reload()                                     # the tab reopens the file
+        page.wait_loaded()
+        cell = page.page.locator(".jp-CodeCell", has_text="cards = FlashCards(deck)")
+        cell.scroll_into_view_if_needed()
+        output = cell.locator(".jp-Cell-outputArea")
+        try:
+            sync_api.expect(output.locator(".widget-radio-box")).to_be_attached(timeout=SERVER_START_S * 1000)
+            break
+        except AssertionError:
+            if attempt:
+                pytest.fail(f"the reopened FlashCards cell draws no options twice (trusted: {_trusted(lab, name)}); "
+                            f"its output reads: {output.inner_text()[:500]!r}")
+            print(f"reopened without the widget (trusted: {_trusted(lab, name)}): {output.inner_text()[:200]!r}")
     sync_api.expect(output).not_to_contain_text("Error displaying widget")
     page.screenshot("reopened", cell)
     page.no_errors()
