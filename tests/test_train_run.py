@@ -107,10 +107,17 @@ def test_two_gloo_processes_train_like_one_with_the_global_batch(tmp_path, paral
     """
     out = tmp_path / "rows.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNELS_BACKEND": "interpreter"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-           "-m", "workbench.cli", "train", "--steps", "3", "--parallel", parallel, "--out", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    for attempt in range(2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+               "-m", "workbench.cli", "train", "--steps", "3", "--parallel", parallel, "--out", str(out)]
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        # Once in many full runs (2026-12-03, 2 loaded cores) a rank died of std::terminate
+        # ("terminate called without an active exception": a C++ thread destroyed unjoined);
+        # cause not found. That abort, and only it, gets a second run.
+        if done.returncode == 0 or attempt or "terminate called without an active exception" not in done.stderr:
+            break
+        print(done.stderr[-3000:])
     assert done.returncode == 0, done.stderr[-3000:]
     rows = store.load(out)
     assert [r["world_size"] for r in rows] == [2, 2, 2]
