@@ -62,7 +62,17 @@ def make_row():
     return make
 
 
+@pytest.hookimpl(trylast=True)   # after ``-m``/``-k`` have deselected what they deselect
 def pytest_collection_modifyitems(config, items):
+    """GPU tests skip on the interpreter. A notebook that a selected test runs cell by cell
+    (marked ``runs_notebook``: the browser tests' Run All, which fails on any error) is not
+    run a second time by nbmake: a run of notebook 01 costs a minute of CI."""
+    run_elsewhere = {mark.args[0] for item in items for mark in item.iter_markers("runs_notebook")}
+    twice = [item for item in items if type(item).__module__.startswith("nbmake")
+             and item.path.name in run_elsewhere]
+    if twice:
+        config.hook.pytest_deselected(items=twice)
+        items[:] = [item for item in items if item not in twice]
     if kernels.backend.current().is_gpu:
         return
     skip = pytest.mark.skip(reason="needs a GPU (this run uses the Triton interpreter)")

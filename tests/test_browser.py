@@ -11,7 +11,9 @@ JavaScript errors in the console. Screenshots go to ``$BROWSER_ARTIFACTS`` (defa
 
 Needs Playwright for Python (the ``dev`` extra) and Debian's ``chromium`` (``.ci/run``
 installs it with apt); Playwright's own browser download is not used. Without either the
-tests skip and say which is missing.
+tests skip and say which is missing. Each test that runs a whole notebook is marked
+``runs_notebook``, so nbmake does not run that notebook again (``tests/conftest.py``);
+where these tests skip, nothing is collected from this file and nbmake runs it.
 """
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None:
+    pytest.skip("no chromium on PATH: install Debian's chromium (apt-get install chromium; "
+                ".ci/run does) to run the browser tests", allow_module_level=True)
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SERVER_START_S = 90
@@ -146,9 +151,6 @@ def _stop(server: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def chromium():
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH: install Debian's chromium (apt-get install chromium; "
-                    ".ci/run does) to run the browser tests")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
                                              args=CHROMIUM_ARGS)
@@ -270,6 +272,7 @@ def _press_run(profiler) -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.runs_notebook("01_gemm_ladder.ipynb")
 def test_gemm_ladder_notebook_in_a_browser(open_notebook):
     page = open_notebook("01_gemm_ladder.ipynb")
     page.run_all()
@@ -315,6 +318,7 @@ def _show_first_hint(page: Page) -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.runs_notebook("10_roofline.ipynb")
 def test_roofline_notebook_in_a_browser(open_notebook):
     page = open_notebook("10_roofline.ipynb")
     page.run_all()
@@ -357,6 +361,7 @@ def _shut_down_kernels(lab) -> None:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.runs_notebook("90_interview_prep.ipynb")
 def test_interview_notebook_reopened_after_a_run_draws_its_widget(open_notebook, lab):
     """The learner's complaint: run notebook 90, save, close, reopen: "Error displaying
     widget: model not found". JupyterLab keeps widget state in the file only with the
