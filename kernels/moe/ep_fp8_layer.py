@@ -135,10 +135,13 @@ class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
         return new
 
     def _owner_experts(self) -> _Float8Owner:
+        """A fresh owner for this forward, kept so that :meth:`forward` records its amaxes once
+        all chunks ran (its backward reads the scales it took from the run, not from here)."""
         self._owner = _Float8Owner(self)
         return self._owner
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The expert-parallel layer's forward, then delayed's history entries of the step."""
         out = super().forward(x)
         self._owner.record()
         return out
