@@ -19,8 +19,9 @@ import kernels
 import kernels.fp8
 from kernels.fp8.linear import Float8Linear
 from kernels.fp8.recipes.delayed import HISTORY
-from kernels.moe import fp8_layer
-from kernels.moe.fp8_layer import FP8_TENSORS, Float8MoE
+from kernels.moe import fp8_experts
+from kernels.moe.fp8_experts import FP8_TENSORS
+from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.grouped_gemm_fp8 import dw as dw_module
 from kernels.moe.grouped_gemm_fp8 import quantize, v0_one_launch
 from workbench import train
@@ -196,8 +197,8 @@ def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
     assert set(layer.state_dict()) >= {f"fp8_amax_history_{name}" for name in FP8_TENSORS} | {"fp8_saturated"}
     reduced = kernels.fp8.get("delayed").reduced_buffers(layer)
     assert len(reduced) == 5 and all(a is b for a, b in zip(reduced, histories))
-    calls, train = [], fp8_layer.grouped_gemm_fp8_train
-    monkeypatch.setattr(fp8_layer, "grouped_gemm_fp8_train", lambda *a, **k: calls.append(a[5:8]) or train(*a, **k))
+    calls, train = [], fp8_experts.grouped_gemm_fp8_train
+    monkeypatch.setattr(fp8_experts, "grouped_gemm_fp8_train", lambda *a, **k: calls.append(a[5:8]) or train(*a, **k))
     fmax, x = torch.finfo(FP8).max, torch.randn(9, DIM)
     layer(x)
     hist = dict(zip(FP8_TENSORS, histories))
@@ -261,8 +262,8 @@ def test_fsdp2_on_two_gloo_ranks_trains_the_fp8_experts_as_one_process_does():
 
 
 def test_a_moe_layer_without_an_fp8_path_warns_and_is_left_as_it_is():
-    """Any MoE layer but a plain ``kernels.MoE`` (a subclass, the expert-parallel layer, which
-    shares only ``kernels.moe.layer_base.MoELayer`` with it) keeps its experts, with a warning."""
+    """A subclass of ``kernels.MoE`` (or of the expert-parallel layer) keeps its experts, with a
+    warning: its own forward may not be what the FP8 layer would run."""
     class Custom(kernels.MoE):
         pass
 

@@ -14,16 +14,18 @@ skip the output head). Pass your own:
 * a callable ``(name, module) -> bool``;
 * ``()`` to convert every Linear.
 
-Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) and ``kernels.MoE``
-layers are swapped; every other module is left as it is. A ``kernels.MoE`` not kept
-(its name matched by a pattern) becomes a :class:`kernels.moe.fp8_layer.Float8MoE`: its
-experts' grouped GEMMs and both their gradients run in FP8 (the recipes of
+Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) and the MoE layers
+are swapped; every other module is left as it is. A ``kernels.MoE`` not kept (its name
+matched by a pattern) becomes a :class:`kernels.moe.fp8_layer.Float8MoE`, an
+expert-parallel one (``kernels.MoE(..., ep_group=g)``) a
+:class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`: their experts' grouped GEMMs
+and both their gradients run in FP8 (the recipes of
 :data:`kernels.moe.grouped_gemm_fp8.quantize.RECIPES`, with the recipe's gradient format;
-another recipe leaves the experts in high precision, with a warning),
-while its router is a Linear like any other, kept by ``"*router"`` unless you say
-otherwise; the expert-parallel layer has no FP8 path and is left as it is, with a
-warning. Parameters are shared, not copied, so this can run before or after the
-optimizer is made, and before ``fully_shard``.
+another recipe leaves the experts in high precision, with a warning), the expert-parallel
+layer's all-to-alls still in the activation dtype, while the router is a Linear like any
+other, kept by ``"*router"`` unless you say otherwise. A subclass of either layer has no
+FP8 path and is left as it is, with a warning. Parameters are shared, not copied, so this
+can run before or after the optimizer is made, and before ``fully_shard``.
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
             keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None,
             grad_format: str | None = None, amax_group=None) -> torch.nn.Module:
     """Swap every Linear of ``model`` not kept in high precision for a :class:`Float8Linear`,
-    and every ``kernels.MoE`` for a :class:`kernels.moe.fp8_layer.Float8MoE`.
+    and every ``kernels.MoE`` for a :class:`kernels.moe.fp8_layer.Float8MoE` (the
+    expert-parallel layer for :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`).
 
     Returns ``model`` (changed in place; a bare Linear or ``kernels.MoE`` is returned swapped).
     ``fp8_dtype``: the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere);
@@ -63,7 +66,8 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     (:attr:`kernels.fp8.recipe.Recipe.grad_format`: hybrid for tensorwise and delayed, e4m3
     for the others). A recipe whose state ranks must share (delayed's amax histories, the
     MoE experts' included) gets a forward pre-hook on the returned model that all-reduces it
-    over ``amax_group`` (default: every rank; pass the data-parallel group) in one
+    over ``amax_group`` (default: every rank; pass the data-parallel group, which must span
+    an expert-parallel layer's group: its ranks hold different experts' histories) in one
     collective per training-mode forward, while ``torch.distributed`` is initialized
     (:mod:`.amax_sync`).
     """
@@ -99,26 +103,31 @@ def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
 
 
 def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtype) -> torch.nn.Module:
-    """Swap each ``kernels.MoE`` not kept for a Float8MoE (before the Linears: the router, a
-    submodule both layers share, is then swapped in the Float8MoE); returns the model, the
-    Float8MoE itself where the model is a ``kernels.MoE``."""
+    """Swap each MoE layer not kept for its FP8 form (before the Linears: the router, a
+    submodule both layers share, is then swapped in the FP8 layer); returns the model, the
+    FP8 layer itself where the model is an MoE layer."""
+    from ..moe.ep_fp8_layer import Float8ExpertParallelMoE
+    from ..moe.ep_layer import ExpertParallelMoE
+    from ..moe.fp8_experts import Float8Experts
     from ..moe.fp8_layer import Float8MoE
     from ..moe.grouped_gemm_fp8.quantize import RECIPES
     from ..moe.layer import MoE
     from ..moe.layer_base import MoELayer
-    layers = [(name, m) for name, m in model.named_modules()   # MoE, its subclasses, the EP layer
-              if isinstance(m, MoELayer) and not isinstance(m, Float8MoE) and not keep(name, m)]
+    fp8_form = {MoE: Float8MoE.from_moe, ExpertParallelMoE: Float8ExpertParallelMoE.from_ep}
+    layers = [(name, m) for name, m in model.named_modules()   # MoE, the EP layer, their subclasses
+              if isinstance(m, MoELayer) and not isinstance(m, Float8Experts) and not keep(name, m)]
     for name, layer in layers:
-        if type(layer) is not MoE or recipe not in RECIPES:
+        if type(layer) not in fp8_form or recipe not in RECIPES:
             why = (f"FP8 recipe {recipe!r} has no grouped GEMM (it has: {', '.join(RECIPES)})"
-                   if type(layer) is MoE else f"{type(layer).__name__} has no FP8 path")
+                   if type(layer) in fp8_form else f"{type(layer).__name__} has no FP8 path")
             warnings.warn(f"MoE layer {name or '(the model)'!r}: {why}; its experts stay in high "
                           "precision", RuntimeWarning, stacklevel=3)
             continue
         # MXFP8's elements (and gradients: the recipe takes e4m3 only) are OCP e4m3fn on every
         # GPU (the recipe's default), whatever the native format chosen above for the Linears
-        fp8_layer = (Float8MoE.from_moe(layer, recipe) if recipe == "mxfp8"
-                     else Float8MoE.from_moe(layer, recipe, fp8_dtype, grad_dtype))
+        from_layer = fp8_form[type(layer)]
+        fp8_layer = (from_layer(layer, recipe) if recipe == "mxfp8"
+                     else from_layer(layer, recipe, fp8_dtype, grad_dtype))
         if not name:
             return fp8_layer
         _swap(model, name, fp8_layer)
@@ -132,6 +141,7 @@ def _synced(model: torch.nn.Module, rec, group) -> torch.nn.Module:
 
 
 def converted(model: torch.nn.Module) -> dict[str, str]:
-    """Each FP8 layer's name and recipe (Linear layers and MoE layers whose experts are FP8)."""
-    from ..moe.fp8_layer import Float8MoE
-    return {name: m.recipe for name, m in model.named_modules() if isinstance(m, (Float8Linear, Float8MoE))}
+    """Each FP8 layer's name and recipe (Linear layers and MoE layers whose experts are FP8,
+    expert-parallel ones included)."""
+    from ..moe.fp8_experts import Float8Experts
+    return {name: m.recipe for name, m in model.named_modules() if isinstance(m, (Float8Linear, Float8Experts))}

@@ -5,7 +5,10 @@ only; the router and the shared experts are replicated. Each rank feeds its own 
 it routes them (the same float32 router), sends every token-slot to the rank of its
 expert (:mod:`.ep_exchange`, one all-to-all), runs v3's two fused kernels on the rows it
 received for its experts, sends the rows back (a second all-to-all) and sums each
-token's k rows, weighted, exactly as v3 does after its down kernel.
+token's k rows, weighted, exactly as v3 does after its down kernel. What an owner runs on
+its rows is one object per forward (:class:`V3Experts` here); ``kernels.fp8.convert``
+makes the layer a :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`, whose owners
+run FP8 grouped GEMMs inside the same exchange, plans and backward.
 
 Equal to the single-process layer up to the order of fp32 sums, and why not bitwise:
     - The experts: an owner's rows for expert e are the single-process layer's rows for
@@ -85,7 +88,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from .. import autocast
 from .. import backend as _backend
@@ -101,17 +103,6 @@ from .reference import swiglu
 from .routing import aux_loss, expert_counts, route
 
 _EXPERT_WEIGHTS = ("gate", "up", "down")
-
-
-@dataclass
-class _Run:
-    """What one forward's autograd node needs besides tensors."""
-    group: object
-    num_experts: int
-    chunks: int
-    capacity: int | None
-    timeline: Timeline | None
-    dropped: torch.Tensor | None = None
 
 
 def _experts_forward(rows, offsets, gate, up, down, save: bool):
@@ -139,6 +130,28 @@ def _experts_backward(rows, grad_y, g, u, h, offsets, gate, up, down, needs):
     d_rows, _, dgate, dup, ddown = sorted_backward(grad_y, rows, gate, up, down, g, u, h, offsets,
                                                    None, (True, False, *needs))
     return slot_sum(d_rows[0], 1, d_rows[1]), dgate, dup, ddown
+
+
+class V3Experts:
+    """The owner's expert computation of the high-precision layer: v3's two kernels forward
+    (:func:`_experts_forward`), v3's backward on the g, u and h they saved
+    (:func:`_experts_backward`). The FP8 layer
+    (:class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`) hands the run another object
+    with these two methods, per forward, and the exchange around them stays this module's."""
+    forward = staticmethod(_experts_forward)
+    backward = staticmethod(_experts_backward)
+
+
+@dataclass
+class _Run:
+    """What one forward's autograd node needs besides tensors."""
+    group: object
+    num_experts: int
+    chunks: int
+    capacity: int | None
+    timeline: Timeline | None
+    experts: object              # V3Experts, or a forward's FP8 owner (:mod:`.ep_fp8_layer`)
+    dropped: torch.Tensor | None = None
 
 
 def _merged(plans) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,7 +208,7 @@ def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run, save: bool):
         work.wait()
         rows = ep_exchange.finish(received, plans[c])
         with contextlib.nullcontext() if run.timeline is None else run.timeline.compute(c):
-            y, *activations = _experts_forward(rows, plans[c].offsets, gate, up, down, save)
+            y, *activations = run.experts.forward(rows, plans[c].offsets, gate, up, down, save)
         kept.append((rows, *activations))
         combines.append(_issue(run, c, "combine", y, plans[c], back=True))
         pending = following
@@ -220,9 +233,10 @@ def _exchange_all(tensors, plans, group, back=False):
 class _Experts(torch.autograd.Function):
     """Forward: :func:`_pipelined_forward`, keeping each chunk's rows, g, u and h at the owner
     when a gradient is needed. Backward: the forward's plans, one exchange of the output
-    gradient out and one of the input gradient back, and at the owners v3's dX and dW
-    launches on the kept rows and activations (:func:`_experts_backward`), all chunks'
-    rows merged in the single-process layer's order."""
+    gradient out and one of the input gradient back, and at the owners the dX and dW
+    launches of the run's expert computation on the kept rows and activations
+    (:func:`_experts_backward`, or the FP8 layer's), all chunks' rows merged in the
+    single-process layer's order."""
 
     @staticmethod
     def forward(ctx, x, weights, ids, gate, up, down, run):
@@ -244,7 +258,7 @@ class _Experts(torch.autograd.Function):
                                   plans, run.group)
         perm, offsets = _merged(plans)
         rows, g, u, h = (torch.cat(kept[i::4])[perm] for i in range(4))   # per chunk: rows, g, u, h
-        d_merged, dgate, dup, ddown = _experts_backward(
+        d_merged, dgate, dup, ddown = run.experts.backward(
             rows, torch.cat(grad_rows)[perm], g, u, h, offsets, gate, up, down,
             ctx.needs_input_grad[3:6])
         d_rows = torch.empty_like(d_merged)
@@ -339,6 +353,10 @@ class ExpertParallelMoE(MoELayer):
                 f"{self.local_experts.stop - 1}, ep_chunks={self.ep_chunks}, "
                 f"ep_capacity={self.ep_capacity}")
 
+    def _owner_experts(self):
+        """What this forward's owner runs on its rows (:class:`V3Experts`; the FP8 layer's own)."""
+        return V3Experts
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 1 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
@@ -347,12 +365,13 @@ class ExpertParallelMoE(MoELayer):
                                                          self.down)
         # the local experts' weights against their rows of the router (top_k is checked at init)
         moe_operands(rows, router[self._slice], gate, up, down, 1, DTYPES)
-        logits = F.linear(rows.float(), self.router.weight.float())
+        logits = self.router_logits(rows)
         weights, ids = route(logits, self.top_k, self.normalize)
         self.aux_loss = aux_loss(logits, ids)
         self.expert_counts = expert_counts(ids, self.num_experts)
         run = _Run(self.ep_group, self.num_experts, self.ep_chunks, self.ep_capacity,
-                   Timeline(self.ep_group, device=rows.device) if self.record_events else None)
+                   Timeline(self.ep_group, device=rows.device) if self.record_events else None,
+                   self._owner_experts())
         out = _Experts.apply(rows, weights, ids, gate, up, down, run).to(x.dtype)
         self.ep_dropped = run.dropped
         if run.timeline is not None:

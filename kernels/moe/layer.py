@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 
 from .. import autocast, plans
 from .layer_base import MoELayer
@@ -94,13 +93,6 @@ class MoE(MoELayer):
         if self.shared_experts:
             out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
         return out.reshape(x.shape)
-
-    def router_logits(self, rows: torch.Tensor) -> torch.Tensor:
-        """float32 logits (T, E): the router's weight in float32, or the router module itself
-        on float32 rows when it is no plain Linear (an FP8 router of :func:`kernels.fp8.convert`)."""
-        if type(self.router) is torch.nn.Linear:
-            return F.linear(rows.float(), self.router.weight.float())
-        return self.router(rows.float()).float()
 
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
         """The routed experts' weighted sum (T, dim) for a routing (weights, ids (T, k)): the

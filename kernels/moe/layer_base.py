@@ -7,6 +7,7 @@ layer (:class:`~kernels.moe.ep_layer.ExpertParallelMoE`) stands on this base, no
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .reference import MoEReference
 
@@ -15,9 +16,16 @@ class MoELayer(MoEReference):
     """The reference's parameters, initialization and ``state_dict`` keys (a checkpoint loads
     in any of the three layers), and what each call leaves behind: ``aux_loss``, the
     load-balancing loss of its routing, and ``expert_counts``, the token-slots per expert
-    (both None before the first call)."""
+    (both None before the first call), and how both layers take their router's logits."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.aux_loss: torch.Tensor | None = None
         self.expert_counts: torch.Tensor | None = None
+
+    def router_logits(self, rows: torch.Tensor) -> torch.Tensor:
+        """float32 logits (T, E): the router's weight in float32, or the router module itself
+        on float32 rows when it is no plain Linear (an FP8 router of :func:`kernels.fp8.convert`)."""
+        if type(self.router) is torch.nn.Linear:
+            return F.linear(rows.float(), self.router.weight.float())
+        return self.router(rows.float()).float()

@@ -59,18 +59,31 @@ def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
+def delayed_scale(layer, name: str, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the delayed scale of ``t``, ``t``'s amax), recording nothing: for a layer that sees a
+    tensor in parts (the expert-parallel layer's chunks) and records their largest amax once
+    per step (:func:`record_amax`)."""
+    amax = _amax(t.detach())
+    return _scale(getattr(layer, PREFIX + name), amax, torch.finfo(layer.fp8_dtype).max), amax
+
+
+@torch.no_grad()
+def record_amax(layer, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
+    """In training mode: ``amax`` enters the history of ``name`` and a step whose ``scale``
+    saturates it is counted."""
+    if layer.training:
+        history = getattr(layer, PREFIX + name)
+        i = getattr(layer, "fp8_tensors", TENSORS).index(name)
+        layer.fp8_saturated[i] += (amax > scale * saturates_above(torch.finfo(layer.fp8_dtype).max)).to(torch.int64)
+        history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
+
+
 def history_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
     """The delayed scale of ``t``, the tensor ``name`` of ``layer.fp8_tensors``, in
     ``layer.fp8_dtype``; in training mode its amax enters the history and a saturating
     scale is counted."""
-    fmax = torch.finfo(layer.fp8_dtype).max
-    history = getattr(layer, PREFIX + name)
-    amax = _amax(t.detach())
-    scale = _scale(history, amax, fmax)
-    if layer.training:
-        i = getattr(layer, "fp8_tensors", TENSORS).index(name)
-        layer.fp8_saturated[i] += (amax > scale * saturates_above(fmax)).to(torch.int64)
-        history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
+    scale, amax = delayed_scale(layer, name, t)
+    record_amax(layer, name, amax, scale)
     return scale
 
 

@@ -1,0 +1,147 @@
+"""``Float8ExpertParallelMoE``: the expert-parallel MoE layer whose owners run their experts in FP8.
+
+What :func:`kernels.fp8.convert` makes of a :class:`kernels.moe.ep_layer.ExpertParallelMoE`:
+the same parameters (shared), routing, plans, chunks, capacity and all-to-alls, and at each
+owner, instead of v3's kernels, its local experts' three GEMMs on the FP8 grouped GEMM of
+``recipe`` (:func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`, quantized as
+:class:`kernels.moe.fp8_layer.Float8MoE` quantizes them): gate and up, SwiGLU, down per
+chunk in the forward, keeping the rows, g, u and h as v3 does; in the backward, on all
+chunks' rows merged in the single-process layer's order (:mod:`.ep_layer`), dX and dW of
+each expert GEMM as FP8 grouped launches (:func:`kernels.moe.grouped_gemm_fp8.training.gradients`,
+the output gradients in ``grad_fp8_dtype``): six launches, no forward GEMM, no host read
+of its own, so with ``ep_capacity`` the layer still reads nothing on the host.
+
+The rows travel in the activation dtype: the all-to-alls are the high-precision layer's,
+unchanged (an FP8 dispatch with per-row scales, as :class:`kernels.comm.EPDispatcher`
+offers with ``fp8``, would halve their bytes; a possible later step). Capacity padding
+rows are zeroed after the gate/up GEMMs and in SwiGLU's gradient, so no unwritten GEMM
+output reaches a scale's amax.
+
+Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
+quantize each token and each expert's weight on their own, so an owner quantizes its rows
+as the single-process layer does, and each expert's wgrad scales are over that expert's
+rows in the same order (the merged backward): output and gradients equal up to the order
+of fp32 sums, as for the high-precision EP layer (tests/test_ep_fp8.py). Blockwise's are
+too but for its wgrad scales, per 128 rows counted from the first row of all experts
+(:mod:`kernels.moe.grouped_gemm_fp8.quantize`): an owner's blocks hold other rows. The
+per-tensor recipes see a rank's part. Tensorwise takes the amaxes of a chunk's rows, of
+the local experts' weights and of the owner's output gradients. Delayed keeps this rank's
+histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS`): of its owner's rows and SwiGLU
+outputs and of its local experts' weights, which the amax sync's MAX all-reduce (over the
+data-parallel group, which must span the expert-parallel one) turns into the amaxes over
+all ranks, the single-process layer's. From equal histories the forward is the
+single-process layer's; the output gradients take current per-tensor scales over the
+owner's rows, so the gradients differ from it by FP8 rounding (as accurate, tested). In
+its first step (empty histories) each rank takes its own current amaxes. A forward
+records one history entry per tensor, the largest amax of its chunks; while the history
+is empty each chunk takes its own amax, and the backward the largest.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..fp8.recipes.delayed import delayed_scale, record_amax
+from .ep_layer import ExpertParallelMoE
+from .fp8_experts import Float8Experts
+from .grouped_gemm_fp8.training import gradients
+from .layer_ladder.slot_sum import slot_sum
+
+
+def _zero_padding(t: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``t`` with its rows past the last expert's end (capacity padding) zeroed, on the device."""
+    valid = torch.arange(t.shape[0], device=t.device) < offsets[-1]
+    return torch.where(valid.unsqueeze(1), t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+
+class _Float8Owner:
+    """One forward's expert computation at this owner in FP8 (the two methods of
+    :class:`kernels.moe.ep_layer.V3Experts`), and under delayed scaling the scales it took:
+    the weights' once, the rows' and SwiGLU output's per chunk, merged by :meth:`record`."""
+
+    def __init__(self, layer: "Float8ExpertParallelMoE"):
+        self.layer, self.padded = layer, layer.ep_capacity is not None
+        self.weight_scales: dict | None = None
+        self.amaxes: dict[str, list] = {"x": [], "hidden": []}
+        self.scales: dict = {"x": None, "hidden": None}   # the backward's, for all chunks' rows
+
+    def _chunk_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
+        if self.layer.recipe != "delayed":
+            return None
+        scale, amax = delayed_scale(self.layer, name, t)
+        self.amaxes[name].append(amax)
+        return scale
+
+    def forward(self, rows, offsets, gate, up, down, save: bool):
+        """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
+        empty unless ``save``."""
+        layer = self.layer
+        if self.weight_scales is None:   # one history entry per weight and forward
+            self.weight_scales = {n: layer._scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
+        scale_x = self._chunk_scale("x", rows)
+        g = layer._grouped(rows, scale_x, gate, self.weight_scales["gate"], offsets)
+        u = layer._grouped(rows, scale_x, up, self.weight_scales["up"], offsets)
+        if self.padded:
+            g, u = _zero_padding(g, offsets), _zero_padding(u, offsets)
+        h = F.silu(g) * u
+        y = layer._grouped(h, self._chunk_scale("hidden", h), down, self.weight_scales["down"], offsets)
+        if not save:
+            g = u = rows.new_zeros((0, g.shape[1]))
+        return y, g, u, h
+
+    def record(self) -> None:
+        """After the last chunk (delayed): each of x and hidden enters its history once, with
+        the largest amax of the chunks, and that amax's scale is the backward's."""
+        for name, amaxes in self.amaxes.items():
+            if amaxes:
+                scale, amax = delayed_scale(self.layer, name, torch.stack(amaxes))
+                record_amax(self.layer, name, amax, scale)
+                self.scales[name] = scale
+
+    def backward(self, rows, grad_y, g, u, h, offsets, gate, up, down, needs):
+        """(d rows, d gate, d up, d down) as :func:`kernels.moe.ep_layer._experts_backward`
+        returns them, from FP8 dX and dW launches; SwiGLU's derivative as autograd takes it
+        in ``Float8MoE``."""
+        layer, w = self.layer, self.weight_scales
+
+        def grads(x, weight, dy, name, need_w, scale_x):
+            return gradients(x, weight, offsets, dy, layer.recipe, layer.fp8_dtype, layer.grad_fp8_dtype,
+                             (True, need_w), scale_x, w[name])
+
+        dh, ddown = grads(h, down, grad_y, "down", needs[2], self.scales["hidden"])
+        if self.padded:
+            dh = _zero_padding(dh, offsets)
+        du, dg = dh * F.silu(g), torch.ops.aten.silu_backward(dh * u, g)
+        dx_gate, dgate = grads(rows, gate, dg, "gate", needs[0], self.scales["x"])
+        dx_up, dup = grads(rows, up, du, "up", needs[1], self.scales["x"])
+        return slot_sum(dx_gate, 1, dx_up), dgate, dup, ddown
+
+
+class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
+    """An :class:`~kernels.moe.ep_layer.ExpertParallelMoE` whose owners run their experts in FP8
+    under ``recipe`` (one of :data:`kernels.moe.grouped_gemm_fp8.quantize.RECIPES`); built
+    by :meth:`from_ep` (or :func:`kernels.fp8.convert`)."""
+
+    @classmethod
+    def from_ep(cls, layer: ExpertParallelMoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
+                grad_dtype: torch.dtype | None = None) -> "Float8ExpertParallelMoE":
+        """The FP8 layer holding ``layer``'s own Parameters and submodules, on its group, chunks
+        and capacity; formats as :class:`kernels.moe.fp8_layer.Float8MoE` takes them."""
+        if type(layer) is not ExpertParallelMoE:
+            raise TypeError(f"Float8ExpertParallelMoE.from_ep takes an ExpertParallelMoE, got "
+                            f"{type(layer).__name__}")
+        new = cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
+        new.ep_capacity = layer.ep_capacity   # a property: its value is private
+        return new
+
+    def _owner_experts(self) -> _Float8Owner:
+        """A fresh owner for this forward, kept so that :meth:`forward` records its amaxes once
+        all chunks ran (its backward reads the scales it took from the run, not from here)."""
+        self._owner = _Float8Owner(self)
+        return self._owner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The expert-parallel layer's forward, then delayed's history entries of the step."""
+        out = super().forward(x)
+        self._owner.record()
+        return out

@@ -1,0 +1,68 @@
+"""What the two FP8 MoE layers share: how a high-precision layer becomes FP8, and the GEMM.
+
+:class:`kernels.moe.fp8_layer.Float8MoE` (from a ``kernels.MoE``) and
+:class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE` (from the expert-parallel layer)
+run their experts' grouped GEMMs on :func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`
+under one recipe, and are built the same way: a new module of the FP8 class that holds
+the high-precision layer's own Parameters, buffers and submodules (shared, not copied:
+an optimizer made before the swap still updates them) and, under ``"delayed"``, an amax
+history per operand of :data:`FP8_TENSORS` as buffers (:mod:`kernels.fp8.recipes.delayed`),
+which ``state_dict`` saves, :func:`kernels.fp8.warn_saturation` counts and
+:mod:`kernels.fp8.amax_sync` all-reduces with the Linears'.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..fp8.recipes.delayed import history_scale, history_state
+from .grouped_gemm_fp8.quantize import check_recipe, element_format
+from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
+from .grouped_gemm_mxfp8.training import check_format as check_mx_format
+
+FP8_TENSORS = ("x", "hidden", "gate", "up", "down")
+"""The operands whose scales delayed scaling keeps a history of, in ``fp8_saturated``'s order:
+the routed rows x (which gate and up share), SwiGLU's output hidden, the three expert weights."""
+
+
+class Float8Experts:
+    """Mixin of the FP8 MoE layers (before the high-precision layer's class in the bases):
+    ``recipe``, ``fp8_dtype``, ``grad_fp8_dtype`` and the delayed histories."""
+
+    fp8_tensors = FP8_TENSORS
+
+    @classmethod
+    def _adopt(cls, layer: torch.nn.Module, recipe: str, fp8_dtype: torch.dtype | None,
+               grad_dtype: torch.dtype | None):
+        """A ``cls`` holding ``layer``'s own Parameters, buffers, submodules and public
+        attributes (its sizes, mode, expert-parallel group), with hooks of its own. ``fp8_dtype``
+        defaults to this GPU's e4m3 format, and to OCP float8_e4m3fn for "mxfp8" (MX has no
+        fnuz form); ``grad_dtype``: the output gradients' FP8 format, default ``fp8_dtype``."""
+        check_recipe(recipe)
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)   # hooks of its own; the sizes, mode and registered state shared
+        new.__dict__.update({key: value for key, value in vars(layer).items() if not key.startswith("_")})
+        for own, theirs in ((new._parameters, layer._parameters), (new._buffers, layer._buffers),
+                            (new._modules, layer._modules)):
+            own.update(theirs)
+        new.recipe, new.fp8_dtype = recipe, element_format(recipe, fp8_dtype)
+        new.grad_fp8_dtype = grad_dtype or new.fp8_dtype
+        if recipe == "mxfp8":
+            check_mx_format(new.fp8_dtype)
+        if recipe == "delayed":
+            for name, buffer in history_state(FP8_TENSORS, layer.gate.device).items():
+                new.register_buffer(name, buffer)
+        return new
+
+    def _scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
+        """``t``'s delayed scale (recording its amax), None under another recipe."""
+        return history_scale(self, name, t) if self.recipe == "delayed" else None
+
+    def _grouped(self, a, scale_a, w, scale_w, offsets) -> torch.Tensor:
+        """``a_g @ w[g]`` by the FP8 grouped GEMM of this layer's recipe, offsets unchecked."""
+        return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, self.grad_fp8_dtype,
+                                      scale_a, scale_w, check_offsets=False)
+
+    def extra_repr(self) -> str:
+        name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731
+        return (f"{super().extra_repr()}, recipe={self.recipe}, fp8={name(self.fp8_dtype)}, "
+                f"grad={name(self.grad_fp8_dtype)}")
