@@ -3,7 +3,8 @@ PyTorch passes gave: the row-wise wgrad operand on the grouped kernels
 (:mod:`kernels.moe.grouped_gemm_fp8.quantize_kernel`) against
 :func:`~kernels.moe.grouped_gemm_fp8.quantize_ref.wgrad_rowwise_reference` (empty groups,
 tokens past the last offset, T not a multiple of 16, odd C, every input dtype and FP8
-format, outputs poisoned); the token operands and dgrad's weight on the dense op against
+format, outputs poisoned); the forward's row-wise weight (their batched launch), the
+token operands and dgrad's weight (the dense op) against
 :func:`kernels.gemm_fp8.formats.quantize_fp8` (``scale_of`` and ``cast``, the project's
 definition); no host sync; bad inputs refused by name; the custom op's fake.
 """
@@ -74,11 +75,26 @@ def test_empty_shapes_and_one_group(rows, cols, sizes):
     _assert_reference(_tokens(rows, cols, torch.bfloat16), _offsets(sizes), torch.float8_e4m3fn)
 
 
+@pytest.mark.parametrize("dtype, fp8", FORMATS[:3], ids=IDS[:3])
+def test_forward_weight_is_each_experts_columnwise_quantization(dtype, fp8):
+    """The batched launch: per expert, scales per column along K and the K-contiguous copy,
+    bit for bit formats.quantize_fp8(w[g], "col"), the plain passes it replaced; K = 21,
+    so each column's run is padded to 32 bytes and the view skips the padding."""
+    w = _tokens(3 * 21, 67, dtype).reshape(3, 21, 67)
+    with poisoned_outputs():
+        q, scale = quantize.forward_weight(w, "rowwise", fp8)
+    assert q.shape == (3, 21, 67) and q.stride() == (67 * 32, 1, 32) and scale.shape == (3, 67)
+    for g in range(3):
+        want, want_scale = quantize_fp8(w[g], fp8, "col")
+        assert torch.equal(_bits(q[g]), _bits(want)) and torch.equal(scale[g], want_scale[0])
+
+
 def test_no_host_sync():
     sizes = [3, 0, 20]
     t, offsets = _tokens(sum(sizes), 11, torch.bfloat16), _offsets(sizes)
     with no_host_sync():
         quantize.wgrad_operand(t, offsets, "rowwise", torch.float8_e4m3fnuz)
+        quantize.forward_weight(t.reshape(23, 11, 1), "rowwise", torch.float8_e4m3fnuz)
 
 
 @pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
@@ -112,6 +128,6 @@ def test_bad_inputs_are_refused_by_name(call, error, match):
 
 
 def test_custom_op_fake_matches_the_kernels():
-    t, offsets = _tokens(19, 6, torch.float32), _offsets([4, 0, 15])
+    t, offsets = _tokens(2 * 19, 6, torch.float32).reshape(2, 19, 6), _offsets([4, 0, 15])
     torch.library.opcheck(torch.ops.kernels.grouped_quantize_fp8.default, (t, offsets, torch.float8_e4m3fn),
                           test_utils=("test_faketensor",))

@@ -41,9 +41,9 @@ def test_wide_reads_of_x_wide_fp8_stores_and_no_spills(fp8, arch):
     loads and nothing narrower, and stores only its fp32 scales; the cast launch reads x as
     16-byte loads too (beside its scale rows and the group offsets) and writes its
     token-contiguous FP8 tile as one 16-byte store and no narrower global store; its
-    transpose crosses lanes through 4 KiB of LDS, the FP8 tile, read a byte at a time
-    (ds_read_u8: the narrow-LDS pattern of an 8-bit layout conversion, as the dense
-    kernel's). No VGPR or SGPR spills, no scratch, at least 7 waves per SIMD."""
+    transpose crosses lanes through 4 KiB of LDS, the FP8 tile, written and read a byte at
+    a time (ds_write_b8, ds_read_u8: the narrow-LDS pattern of an 8-bit layout conversion,
+    as the dense kernel's). No VGPR or SGPR spills, no scratch, at least 7 waves per SIMD."""
     amax, cast = compiled(fp8, arch)
     for kernel in (amax, cast):
         res = kernel["resources"]
@@ -55,3 +55,4 @@ def test_wide_reads_of_x_wide_fp8_stores_and_no_spills(fp8, arch):
     assert cast["ops"]["global_load"]["buffer_load_dwordx4"] >= 2
     assert cast["ops"]["global_store"] == {"buffer_store_dwordx4": 1}
     assert cast["lds"] == 64 * 64 and cast["ops"]["lds_read"]["ds_read_u8"] >= 16
+    assert cast["ops"]["lds_write"]["ds_write_b8"] >= 8

@@ -42,14 +42,16 @@ kernels where one fits, on the device with no host sync:
 * the row-wise wgrad operands, scaled per (group, feature) over each group's tokens, are
   no dense granularity: the grouped kernels of :mod:`.quantize_kernel` (an amax launch,
   then one cast and transposed copy; :func:`quantize_groups`), bit for bit the plain
-  passes they replaced (:mod:`.quantize_ref`).
+  passes they replaced (:mod:`.quantize_ref`);
+* the forward's row-wise weight (per expert and output column along K, written
+  K-contiguous: each expert's transposed copy, which no 2-D view of w gives the dense
+  op) is the same kernels' problem with each expert a batch entry of one group of K
+  tokens.
 
 Still plain PyTorch (an amax, a divide, a cast and a copy, each a pass over the operand):
 an operand with a given per-tensor scale (``delayed``'s x and w: the fused ops compute
-their own scales), the per-tensor wgrad operands (their token-padded transposed copy),
-and the forward's weight of the row-wise and per-tensor recipes (scales along K per
-expert and output column, written K-contiguous: each expert's transposed copy, which no
-2-D view of w gives the dense op).
+their own scales), and the per-tensor recipes' wgrad operands and forward weight (their
+padded or per-expert transposed copies, which the dense op's ``tensor`` does not write).
 
 ``blockwise`` (DeepSeek-V3: 1 x 128 tiles of x and dy, 128 x 128 blocks of w, e4m3) runs
 on that fused kernel, :func:`kernels.gemm_fp8.quantize`, in its layouts: scales change
@@ -110,17 +112,39 @@ def check_recipe(recipe: str) -> None:
                          f"got {recipe!r}")
 
 
-def _scaled(t: torch.Tensor, dims, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(t in fp8, its scale broadcast to t's shape with size 1 along ``dims``): amax over
-    ``dims`` for rowwise, over all of t for a per-tensor recipe unless ``scale`` (one
-    number) is given."""
+def _per_tensor(t: torch.Tensor, dims, fp8: torch.dtype, scale: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(t in fp8, its one scale broadcast to t's shape with size 1 along ``dims``): from the
+    amax over all of t unless ``scale`` (one number) is given. The plain PyTorch passes of
+    the per-tensor operands no fused op writes (the module docstring lists them)."""
     if scale is None:
-        scale = scale_of(amax_over(t.detach(), dims if recipe == "rowwise" else tuple(range(t.dim()))), fp8)
+        scale = scale_of(amax_over(t.detach(), tuple(range(t.dim()))), fp8)
     else:
         scale = scale.float().reshape([1] * t.dim())
     shape = [1 if d in dims else s for d, s in enumerate(t.shape)]
     return cast(t, scale, fp8), scale.expand(shape)
+
+
+def _quantize_groups_impl(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> list[torch.Tensor]:
+    return list(quantize_kernel.launch(t, offsets, fp8))   # t (B, T, C): B problems, grouped alike
+
+
+_quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _quantize_groups_impl,
+                                           mutates_args=())
+
+
+@_quantize_groups.register_fake
+def _(t, offsets, fp8):
+    batch, rows, cols = t.shape
+    return [t.new_empty((batch, cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8),
+            t.new_empty((batch, offsets.shape[0], cols), dtype=torch.float32)]
+
+
+def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The grouped kernels on t (B, T, C), through the custom op wherever anything traces."""
+    t = t.detach()
+    impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
+    return tuple(impl(t, offsets, fp8))
 
 
 def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
@@ -132,7 +156,7 @@ def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor |
     if scale is None:
         q, scale = quantize_fused(x.detach(), _DENSE[recipe], fp8)
         return q, scale.expand(x.shape[0], 1).reshape(x.shape[0])   # (T, 1) or () to (T,)
-    q, scale = _scaled(x, (1,), recipe, fp8, scale)
+    q, scale = _per_tensor(x, (1,), fp8, scale)
     return q, scale.reshape(x.shape[0])
 
 
@@ -154,11 +178,16 @@ def _expert_blocks(w: torch.Tensor, fp8: torch.dtype, k_contiguous: bool) -> tup
 
 def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K;
+    """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K
+    (rowwise: each column's K run padded to a multiple of 16, so it starts 16-byte aligned);
     blockwise: scale (G, ceil(K/128), ceil(N/128))."""
     if recipe == "blockwise":
         return _expert_blocks(w, fp8, k_contiguous=True)
-    q, scale = _scaled(w, (1,), recipe, fp8, scale)
+    if recipe == "rowwise":   # each expert one group of K tokens: the grouped kernels' transposed copy
+        k = w.shape[1]
+        q, scale = _grouped(w, torch.full((1,), k, dtype=torch.int32, device=w.device), fp8)
+        return q[:, :, :k].transpose(1, 2), scale[:, 0]     # (G, N, K padded to 16), (G, 1, N)
+    q, scale = _per_tensor(w, (1,), fp8, scale)
     return q.transpose(1, 2).contiguous().transpose(1, 2), scale[:, 0, :]
 
 
@@ -174,7 +203,7 @@ def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Te
     if scale is None:   # w as G·K rows of N: row-wise along N is the dense op's "row"
         q, scale = quantize_fused(w.detach().reshape(g * k, n), _DENSE[recipe], fp8)
         return q.view(g, k, n).transpose(1, 2), scale.expand(g * k, 1).reshape(g, k)
-    q, scale = _scaled(w, (2,), recipe, fp8, scale)
+    q, scale = _per_tensor(w, (2,), fp8, scale)
     return q.contiguous().transpose(1, 2), scale[:, :, 0]
 
 
@@ -184,20 +213,6 @@ def group_of_rows(offsets: torch.Tensor, rows: int) -> torch.Tensor:
     ids = torch.searchsorted(offsets, torch.arange(rows, dtype=offsets.dtype, device=offsets.device),
                              right=True)
     return ids.clamp_(max=max(offsets.shape[0] - 1, 0))
-
-
-def _quantize_groups_impl(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> list[torch.Tensor]:
-    return list(quantize_kernel.launch(t, offsets, fp8))
-
-
-_quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _quantize_groups_impl,
-                                           mutates_args=())
-
-
-@_quantize_groups.register_fake
-def _(t, offsets, fp8):
-    return [t.new_empty((t.shape[1], cdiv(t.shape[0], ALIGN) * ALIGN), dtype=fp8),
-            t.new_empty((offsets.shape[0], t.shape[1]), dtype=torch.float32)]
 
 
 def quantize_groups(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,8 +228,8 @@ def quantize_groups(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) ->
         raise TypeError(f"fp8 must be one of {OPERAND_DTYPES}, got {fp8}")
     if t.shape[0] and not offsets.shape[0]:
         raise ValueError(f"t has {t.shape[0]} tokens but offsets no groups to put them in")
-    impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
-    return tuple(impl(t.detach(), offsets, fp8))
+    q, scale = _grouped(t[None], offsets, fp8)
+    return q[0], scale[0]
 
 
 def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torch.dtype,
@@ -231,7 +246,7 @@ def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torc
         return q, scale.t().contiguous()   # feature-contiguous: a tile's scales load as vectors
     if recipe == "rowwise":
         return quantize_groups(t, offsets, fp8)
-    q, scale = _scaled(t, (0, 1), recipe, fp8, scale)
+    q, scale = _per_tensor(t, (0, 1), fp8, scale)
     padded = torch.empty((cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8, device=t.device)
     padded[:, :rows] = q.t()
     padded[:, rows:] = 0

@@ -1,4 +1,5 @@
-"""The grouped row-wise quantize kernels: the wgrad operand xᵀ or dyᵀ, scaled per (group, feature).
+"""The grouped row-wise quantize kernels: the wgrad operand xᵀ or dyᵀ, scaled per (group, feature)
+(and the forward's expert weights, as a batch of one-group problems).
 
 dw[g] = x_gᵀ · dy_g reduces over each group's tokens, so its row-wise operands take one
 scale per (group, feature), the amax over that group's tokens only, and are stored
@@ -27,6 +28,10 @@ tile through 4 KiB of LDS, written and read a byte at a time (8-bit LDS accesses
 dense kernel's pattern). The division sits inside the group loop so that the conversion
 moves the 1-byte result: with the scales selected into a tile first, Triton converted
 the bf16 x and the fp32 scale tile instead (16 KiB of LDS).
+
+A third grid axis runs a batch of such problems with the same offsets: the forward's
+row-wise weight is one, each expert's w[g] (K, N) a problem of K tokens in one group,
+whose transposed copy is the K-contiguous (N, K) the forward GEMM reads.
 
 Tokens past the last offset (unchecked offsets) count to the last group, as
 :func:`.quantize.group_of_rows` says. The cast rounds as the dense kernels do
@@ -63,11 +68,14 @@ def _group_bounds(offsets_ptr, g, G, T):
 
 
 @triton.jit
-def _group_amax_kernel(t_ptr, offsets_ptr, scale_ptr, T, C, G, stride_tt, stride_tc,
-                       stride_sg, stride_sc, FMAX: tl.constexpr,
+def _group_amax_kernel(t_ptr, offsets_ptr, scale_ptr, T, C, G, stride_tb, stride_tt, stride_tc,
+                       stride_sb, stride_sg, stride_sc, FMAX: tl.constexpr,
                        BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
-    """scale[g, cols] = amax of |t| over group g's tokens / FMAX, 1 where the amax is 0."""
+    """scale[b, g, cols] = amax of |t[b]| over group g's tokens / FMAX, 1 where the amax is 0."""
     g = tl.program_id(0)
+    batch = tl.program_id(2).to(tl.int64)
+    t_ptr += batch * stride_tb
+    scale_ptr += batch * stride_sb
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     start, end = _group_bounds(offsets_ptr, g, G, T)
     acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
@@ -83,11 +91,16 @@ def _group_amax_kernel(t_ptr, offsets_ptr, scale_ptr, T, C, G, stride_tt, stride
 
 @triton.jit
 def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, T, R, C, G,
-                           stride_tt, stride_tc, stride_sg, stride_sc, stride_qc, stride_qt,
+                           stride_tb, stride_tt, stride_tc, stride_sb, stride_sg, stride_sc,
+                           stride_qb, stride_qc, stride_qt,
                            FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
                            BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr):
-    """q[cols, tokens] = t[tokens, cols] / scale[group of the token, cols] in FP8; zeros for
-    the padding tokens [T, R)."""
+    """q[b, cols, tokens] = t[b, tokens, cols] / scale[b, group of the token, cols] in FP8;
+    zeros for the padding tokens [T, R)."""
+    batch = tl.program_id(2).to(tl.int64)
+    t_ptr += batch * stride_tb
+    scale_ptr += batch * stride_sb
+    q_ptr += batch * stride_qb
     first = tl.program_id(0) * BLOCK_T
     tokens = first + tl.arange(0, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -111,20 +124,22 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, T, R, C, G,
 
 
 def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q (C, R) fp8 token-contiguous, scale (G, C) fp32) of a checked t (T, C) and int32
-    offsets (G,): two launches, no host sync."""
-    (rows, cols), groups = t.shape, offsets.shape[0]
+    """(q (B, C, R) fp8 token-contiguous, scale (B, G, C) fp32) of a checked t (B, T, C): B
+    problems whose T tokens the int32 offsets (G,) group alike (the wgrad operand: B = 1;
+    the experts' weights: B = G experts of K tokens each, one group). Two launches, no
+    host sync."""
+    (batch, rows, cols), groups = t.shape, offsets.shape[0]
     padded = cdiv(rows, ALIGN) * ALIGN
-    q = new_output((cols, padded), fp8_dtype, t.device)
-    scale = new_output((groups, cols), torch.float32, t.device)
-    if cols == 0 or groups == 0:
+    q = new_output((batch, cols, padded), fp8_dtype, t.device)
+    scale = new_output((batch, groups, cols), torch.float32, t.device)
+    if batch == 0 or cols == 0 or groups == 0:
         return q, scale
     consts = format_constants(fp8_dtype)
-    _group_amax_kernel[(groups, cdiv(cols, BLOCK_C))](
+    _group_amax_kernel[(groups, cdiv(cols, BLOCK_C), batch)](
         t, offsets, scale, rows, cols, groups, *t.stride(), *scale.stride(), FMAX=consts["FMAX"],
         BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
     if padded:
-        _cast_transpose_kernel[(cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C))](
+        _cast_transpose_kernel[(cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)](
             t, offsets, scale, q, rows, padded, cols, groups, *t.stride(), *scale.stride(), *q.stride(),
             FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_T=BLOCK_T,
             BLOCK_C=BLOCK_C, BLOCK_G=max(next_power_of_2(groups), 2), num_warps=NUM_WARPS)
@@ -136,12 +151,14 @@ def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16) -> tuple[
     (DeepSeek-V3's hidden size and its routed experts), for an ahead-of-time compile
     (:func:`workbench.isa.compile.compile_aot`; not a rung, so not in the inspector)."""
     t, c, g = 8192, 7168, 128
-    common = dict(T=t, C=c, G=g, stride_tt=c, stride_tc=1, stride_sg=c, stride_sc=1)
+    common = dict(T=t, C=c, G=g, stride_tb=t * c, stride_tt=c, stride_tc=1, stride_sb=g * c, stride_sg=c,
+                  stride_sc=1)
     pointers = {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "scale_ptr": "*fp32"}
     cfg = dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
     consts = format_constants(fp8_dtype)
     amax = aot_launch(_group_amax_kernel, fp8_dtype, cfg, common, {"FMAX": consts["FMAX"]}, pointers)
-    cast = aot_launch(_cast_transpose_kernel, fp8_dtype, cfg, dict(common, R=t, stride_qc=t, stride_qt=1),
+    cast = aot_launch(_cast_transpose_kernel, fp8_dtype, cfg,
+                      dict(common, R=t, stride_qb=c * t, stride_qc=t, stride_qt=1),
                       dict(FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_G=g),
                       pointers)
     return amax, cast
