@@ -25,7 +25,10 @@ What gfx942 and gfx950 make of them (Triton 3.9, ``tests/test_grouped_quantize_i
 no spills; per thread and tile, x read as two 16-byte buffer loads in both launches, the
 FP8 tile written as one 16-byte store; the transpose is a layout conversion of the FP8
 tile through 4 KiB of LDS, written and read a byte at a time (8-bit LDS accesses, the
-dense kernel's pattern). The division sits inside the group loop so that the conversion
+dense kernel's pattern). Both divisions (the scale, x / scale) compile to the correctly
+rounded sequence (v_div_scale, v_div_fmas, v_div_fixup), so a GPU rounds them as torch
+does, and the cast ends in the hardware's packed FP8 convert of values already on the
+grid. The division sits inside the group loop so that the conversion
 moves the 1-byte result: with the scales selected into a tile first, Triton converted
 the bf16 x and the fp32 scale tile instead (16 KiB of LDS).
 
