@@ -69,6 +69,13 @@ def test_tokens_past_the_last_offset_count_to_the_last_group():
     assert scale[2, 4] == 1e4 / 448
 
 
+def test_strided_and_broadcast_tokens_read_as_their_values():
+    """A transposed view and a stride-0 one (what autograd hands a sum's gradient as)."""
+    offsets = _offsets([7, 0, 12])
+    _assert_reference(_tokens(9, 19, torch.bfloat16).t(), offsets, torch.float8_e4m3fn)
+    _assert_reference(torch.tensor(-3.5).expand(19, 9), offsets, torch.float8_e4m3fn)
+
+
 @pytest.mark.parametrize("rows, cols, sizes", [(0, 5, [0, 0]), (0, 3, []), (6, 0, [2, 4]), (3, 4, [3])],
                          ids=["T=0", "G=0", "C=0", "one group"])
 def test_empty_shapes_and_one_group(rows, cols, sizes):
