@@ -54,8 +54,8 @@ def _expected(x, w, dy, offsets, recipe, fp8, grad=None, scales=(None, None)):
     assert dy8.dtype == grad and wt8.dtype == fp8
     dx = grouped_spec.reference(_deq(dy8, sdy[:, None]), _deq(wt8, swt[:, None, :]), offsets)
     ids = quantize.group_of_rows(offsets, x.shape[0])
-    xt8, sxt = quantize.wgrad_operand(x, ids, w.shape[0], recipe, fp8, scale_x)
-    dyt8, sdyt = quantize.wgrad_operand(dy, ids, w.shape[0], recipe, grad)
+    xt8, sxt = quantize.wgrad_operand(x, offsets, recipe, fp8, scale_x)
+    dyt8, sdyt = quantize.wgrad_operand(dy, offsets, recipe, grad)
     xd = _deq(xt8[:, :x.shape[0]], sxt[ids].t())       # (K, T)
     dyd = _deq(dyt8[:, :x.shape[0]], sdyt[ids].t())    # (N, T)
     dw = torch.stack([xd[:, s:e] @ dyd[:, s:e].t() for s, e in grouped_spec.group_bounds(offsets)])
@@ -203,9 +203,8 @@ def test_one_backward_is_two_grouped_launches_and_reads_nothing_on_the_host(monk
 def test_custom_ops_and_compile_without_graph_breaks():
     x, w, dy, offsets = _problem([3, 0, 6], k=8, n=5)
     x8, sx = quantize.tokens(x, "rowwise", E4M3FN)
-    ids = quantize.group_of_rows(offsets, x.shape[0])
-    xt, sxt = quantize.wgrad_operand(x, ids, 3, "rowwise", E4M3FN)
-    dyt, sdyt = quantize.wgrad_operand(dy, ids, 3, "rowwise", E4M3FN)
+    xt, sxt = quantize.wgrad_operand(x, offsets, "rowwise", E4M3FN)
+    dyt, sdyt = quantize.wgrad_operand(dy, offsets, "rowwise", E4M3FN)
     # test_schema left out as for kernels::grouped_gemm_fp8: its check needs a float8
     # torch.allclose, which the CPU lacks
     torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_dw.default,

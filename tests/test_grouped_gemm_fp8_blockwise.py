@@ -53,7 +53,7 @@ def _expected(x, w, dy, offsets, fp8):
     """float64 forward, dx and dw of the operands each GEMM gets from :mod:`.quantize`."""
     y = _grouped(*quantize.tokens(x, "blockwise", fp8), *quantize.forward_weight(w, "blockwise", fp8), offsets)
     dx = _grouped(*quantize.tokens(dy, "blockwise", fp8), *quantize.dgrad_weight(w, "blockwise", fp8), offsets)
-    (xt8, sxt), (dyt8, sdyt) = (quantize.wgrad_operand(t, None, w.shape[0], "blockwise", fp8) for t in (x, dy))
+    (xt8, sxt), (dyt8, sdyt) = (quantize.wgrad_operand(t, offsets, "blockwise", fp8) for t in (x, dy))
     return y, dx, _dw(xt8, sxt, dyt8, sdyt, offsets)
 
 
@@ -147,7 +147,7 @@ def test_one_backward_is_two_grouped_launches_and_the_ops_check_out(monkeypatch)
     with no_host_sync():
         grouped_gemm_fp8_train(x, w, offsets, "blockwise", E4M3FN, check_offsets=False).backward(dy)
     assert launches == ["mm", "mm", "dw"]
-    (xt, sxt), (dyt, sdyt) = (quantize.wgrad_operand(t.detach(), None, 3, "blockwise", E4M3FN) for t in (x, dy))
+    (xt, sxt), (dyt, sdyt) = (quantize.wgrad_operand(t.detach(), offsets, "blockwise", E4M3FN) for t in (x, dy))
     torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_dw.default,
                           (xt, sxt, dyt, sdyt, offsets, torch.float32, 128),
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))

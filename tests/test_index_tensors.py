@@ -20,6 +20,8 @@ from kernels.comm.ep_layout import dispatch_layout
 from kernels.gemm_fp8 import fp8_dtype
 from kernels.moe import aux_loss, expert_counts, permute, route, unpermute
 from kernels.moe.grouped_gemm import spec
+from kernels.moe.grouped_gemm_fp8.quantize import wgrad_operand
+from kernels.moe.grouped_gemm_fp8.quantize_ref import wgrad_rowwise_reference
 from kernels.moe.layer_ladder.v3_fused import fused_experts
 from kernels.outputs import poisoned_outputs
 from workbench.learn.exercises import guards
@@ -241,6 +243,22 @@ def test_unchecked_fp8_offsets_stay_inside_the_operands():
     got = kernels.grouped_gemm_fp8(x, sx, w, sw, torch.tensor([-3, 5, 1 << 30], dtype=torch.int32),
                                    check_offsets=False)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("values", [[3, 5, 1 << 30], [-(1 << 31), 1 << 30, -1], [6, 2, 10]],
+                         ids=["huge end", "extremes", "decreasing"])
+def test_unchecked_offsets_keep_the_grouped_quantize_inside_its_operands(values):
+    """The row-wise wgrad operand's kernels read each offset clamped to [0, T]: ends that
+    never decrease once clamped give the reference's result on the clamped ends, in any
+    layout; decreasing ones stay inside the operands (the guard)."""
+    t = torch.randn(10, 7, generator=torch.Generator().manual_seed(6))
+    clamped = torch.tensor(values, dtype=torch.int64).clamp(0, 10).to(torch.int32)
+    for offsets in (torch.tensor(values, dtype=torch.int32), *_layouts(values).values()):
+        q, scale = wgrad_operand(t, offsets, "rowwise", torch.float8_e4m3fn)
+        assert q.shape == (7, 16) and scale.shape == (3, 7) and not scale.isnan().any()
+        if clamped.tolist() == sorted(clamped.tolist()):
+            want_q, want_scale = wgrad_rowwise_reference(t, clamped, torch.float8_e4m3fn)
+            assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(scale, want_scale)
 
 
 # ---- the MoE pieces: ids, permutations, routing weights --------------------------------

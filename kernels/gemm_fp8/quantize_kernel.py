@@ -67,7 +67,9 @@ def _pow2(exponent):
 
 
 @triton.jit
-def _quantized(y, FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr):
+def quantized(y, FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr):
+    """y saturated to +-FMAX and rounded to nearest even on the FP8 grid (still fp32): the
+    cast every quantize kernel ends with (the grouped one too, :mod:`kernels.moe.grouped_gemm_fp8`)."""
     return round_to_fp8(tl.minimum(tl.maximum(y, -FMAX), FMAX), MANT, EMIN)
 
 
@@ -86,7 +88,7 @@ def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
         scale = tl.where(amax > 0, amax / FMAX, 1.0)
         y = tl.reshape(x, (BM, BK // G, G)) / scale[:, :, None]
         # exercise end
-    return tl.reshape(_quantized(y, FMAX, MANT, EMIN), (BM, BK)), scale
+    return tl.reshape(quantized(y, FMAX, MANT, EMIN), (BM, BK)), scale
 
 
 @triton.jit
@@ -109,7 +111,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, M, K,
     ax = tl.abs(x)
     if MODE == 0:
         scale = tl.load(s_ptr + rows64 * stride_sm, mask=rows < M, other=1.0)
-        q = _quantized(x / scale[:, None], FMAX, MANT, EMIN)
+        q = quantized(x / scale[:, None], FMAX, MANT, EMIN)
     elif MODE == 1:
         q, scale = _grouped_along_k(x, ax, BLOCK, BLOCK, G, FMAX, MANT, EMIN, MX, EMAX)
         groups = pid_k * (BLOCK // G) + tl.arange(0, BLOCK // G)
@@ -118,14 +120,14 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, M, K,
     else:
         amax = tl.max(tl.max(ax, axis=1), axis=0)
         scale = tl.where(amax > 0, amax / FMAX, 1.0)
-        q = _quantized(x / scale, FMAX, MANT, EMIN)
+        q = quantized(x / scale, FMAX, MANT, EMIN)
         tl.store(s_ptr + pid_m * stride_sm + pid_k * stride_sk, scale)
     tl.store(q_ptr + rows64[:, None] * stride_qm + cols64[None, :] * stride_qk,
              q.to(q_ptr.dtype.element_ty), mask=inside)
     if TRANSPOSE:
         if MODE == 0:
             scale_t = tl.load(st_ptr + cols64 * stride_stk, mask=cols < K, other=1.0)
-            q_t = tl.trans(_quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
+            q_t = tl.trans(quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
         elif MODE == 1:   # G x 1 groups of x are 1 x G groups of x.T
             q_t, scale_t = _grouped_along_k(tl.trans(x), tl.trans(ax), BLOCK, BLOCK, G,
                                             FMAX, MANT, EMIN, MX, EMAX)
@@ -156,7 +158,8 @@ def _amax_kernel(x_ptr, rows_ptr, cols_ptr, M, K, stride_xm, stride_xk,
         tl.store(cols_ptr + pid_m * stride_cm + cols * stride_ck, tl.max(ax, axis=0), mask=cols < K)
 
 
-def _format_constants(dtype: torch.dtype) -> dict:
+def format_constants(dtype: torch.dtype) -> dict:
+    """:func:`quantized`'s constexprs (and MX's EMAX) for an FP8 dtype."""
     info = torch.finfo(dtype)
     return dict(FMAX=float(info.max), **fp8_grid(dtype), EMAX=mx_emax(dtype))
 
@@ -185,7 +188,7 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
            transpose: bool = False) -> tuple[torch.Tensor, ...]:
     """Run the kernels of :func:`kernels.gemm_fp8.quantize` on a checked ``x`` (M, K)."""
     m, k = x.shape
-    consts = _format_constants(fp8_dtype)
+    consts = format_constants(fp8_dtype)
     mx = granularity == "mx32"
     scale_dtype = torch.uint8 if mx else torch.float32
     q = new_output((m, k), fp8_dtype, x.device)
@@ -245,7 +248,7 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
                 stride_stk=m_groups[1] if mode == 1 else 1, stride_stm=1)
     scale = pointer_type(torch.uint8) if granularity == "mx32" else "*fp32"
     constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
-                      MX=granularity == "mx32", TRANSPOSE=transpose, **_format_constants(fp8_dtype))
+                      MX=granularity == "mx32", TRANSPOSE=transpose, **format_constants(fp8_dtype))
     return aot_launch(_quantize_kernel, fp8_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS), ints,
                       constexprs=constexprs,
                       pointers={"x_ptr": pointer_type(x_dtype), "s_ptr": scale, "st_ptr": scale})

@@ -32,9 +32,26 @@ Each operand is written in the layout its GEMM reads fastest: the reduction dime
 contiguous, as FP8 matrix cores take both operands (w (G, N, K)-contiguous for the
 forward, (G, K, N) for dgrad; xᵀ and dyᵀ feature-major, token-contiguous, their token
 count padded to a multiple of 16 so every feature's row starts 16-byte aligned).
-Quantization here is plain PyTorch (an amax, a divide, a cast and a copy per operand,
-on the device, no host sync): memory-bound passes that a fused kernel would do in one
-(:mod:`kernels.gemm_fp8.quantize` does it for dense operands; not yet for groups).
+Quantization is memory-bound and runs on every operand of every step, so it runs on fused
+kernels where one fits, on the device with no host sync:
+
+* the token operands (the forward's x, dgrad's dy) and dgrad's weight (w as G·K rows of
+  N) are dense quantizations, row-wise along their last dimension or per tensor: the
+  dense op :func:`kernels.gemm_fp8.quantize` (``row``, ``tensor``), whose rounding gives
+  the bits :func:`kernels.gemm_fp8.formats.cast` gives;
+* the row-wise wgrad operands, scaled per (group, feature) over each group's tokens, are
+  no dense granularity: the grouped kernels of :mod:`.quantize_kernel` (an amax launch,
+  then one cast and transposed copy; :func:`quantize_groups`), bit for bit the plain
+  passes they replaced (:mod:`.quantize_ref`);
+* the forward's row-wise weight (per expert and output column along K, written
+  K-contiguous: each expert's transposed copy, which no 2-D view of w gives the dense
+  op) is the same kernels' problem with each expert a batch entry of one group of K
+  tokens.
+
+Still plain PyTorch (an amax, a divide, a cast and a copy, each a pass over the operand):
+an operand with a given per-tensor scale (``delayed``'s x and w: the fused ops compute
+their own scales), and the per-tensor recipes' wgrad operands and forward weight (their
+padded or per-expert transposed copies, which the dense op's ``tensor`` does not write).
 
 ``blockwise`` (DeepSeek-V3: 1 x 128 tiles of x and dy, 128 x 128 blocks of w, e4m3) runs
 on that fused kernel, :func:`kernels.gemm_fp8.quantize`, in its layouts: scales change
@@ -65,10 +82,12 @@ import torch
 
 import torch.nn.functional as F
 
-from ...gemm_fp8.formats import amax_over, cast, fp8_dtype, scale_of
+from ... import eager, validate
+from ...gemm_fp8.formats import OPERAND_DTYPES, amax_over, cast, fp8_dtype, scale_of
 from ...gemm_fp8.operands import SCALE_K
-from ...gemm_fp8.quantize import quantize as quantize_fused
+from ...gemm_fp8.quantize import X_DTYPES, quantize as quantize_fused
 from ...triton_support import cdiv
+from . import quantize_kernel
 from .dw import ALIGN
 
 RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
@@ -76,6 +95,9 @@ RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 :mod:`kernels.moe.grouped_gemm_mxfp8`'s (:mod:`.training`)."""
 PER_TENSOR = ("tensorwise", "delayed")
 """Recipes of one scale per tensor, which may be given (``scale``) rather than computed."""
+_DENSE = {"rowwise": "row", "tensorwise": "tensor", "delayed": "tensor"}
+"""The dense fused op's granularity (:func:`kernels.gemm_fp8.quantize`) that is a recipe's
+scale of a token operand (along C) and of dgrad's weight (w as G·K rows, along N)."""
 
 
 def element_format(recipe: str, fp8: torch.dtype | None = None) -> torch.dtype:
@@ -90,17 +112,39 @@ def check_recipe(recipe: str) -> None:
                          f"got {recipe!r}")
 
 
-def _scaled(t: torch.Tensor, dims, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(t in fp8, its scale broadcast to t's shape with size 1 along ``dims``): amax over
-    ``dims`` for rowwise, over all of t for a per-tensor recipe unless ``scale`` (one
-    number) is given."""
+def _per_tensor(t: torch.Tensor, dims, fp8: torch.dtype, scale: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(t in fp8, its one scale broadcast to t's shape with size 1 along ``dims``): from the
+    amax over all of t unless ``scale`` (one number) is given. The plain PyTorch passes of
+    the per-tensor operands no fused op writes (the module docstring lists them)."""
     if scale is None:
-        scale = scale_of(amax_over(t.detach(), dims if recipe == "rowwise" else tuple(range(t.dim()))), fp8)
+        scale = scale_of(amax_over(t.detach(), tuple(range(t.dim()))), fp8)
     else:
         scale = scale.float().reshape([1] * t.dim())
     shape = [1 if d in dims else s for d, s in enumerate(t.shape)]
     return cast(t, scale, fp8), scale.expand(shape)
+
+
+def _quantize_groups_impl(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> list[torch.Tensor]:
+    return list(quantize_kernel.launch(t, offsets, fp8))   # t (B, T, C): B problems, grouped alike
+
+
+_quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _quantize_groups_impl,
+                                           mutates_args=())
+
+
+@_quantize_groups.register_fake
+def _(t, offsets, fp8):
+    batch, rows, cols = t.shape
+    return [t.new_empty((batch, cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8),
+            t.new_empty((batch, offsets.shape[0], cols), dtype=torch.float32)]
+
+
+def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The grouped kernels on t (B, T, C), through the custom op wherever anything traces."""
+    t = t.detach()
+    impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
+    return tuple(impl(t, offsets, fp8))
 
 
 def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
@@ -109,7 +153,10 @@ def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor |
     blockwise: scale (T, ceil(C/128)), per token and 128 of C."""
     if recipe == "blockwise":
         return quantize_fused(x.detach(), "block1x128", fp8)
-    q, scale = _scaled(x, (1,), recipe, fp8, scale)
+    if scale is None:
+        q, scale = quantize_fused(x.detach(), _DENSE[recipe], fp8)
+        return q, scale.expand(x.shape[0], 1).reshape(x.shape[0])   # (T, 1) or () to (T,)
+    q, scale = _per_tensor(x, (1,), fp8, scale)
     return q, scale.reshape(x.shape[0])
 
 
@@ -131,11 +178,16 @@ def _expert_blocks(w: torch.Tensor, fp8: torch.dtype, k_contiguous: bool) -> tup
 
 def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K;
+    """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K
+    (rowwise: each column's K run padded to a multiple of 16, so it starts 16-byte aligned);
     blockwise: scale (G, ceil(K/128), ceil(N/128))."""
     if recipe == "blockwise":
         return _expert_blocks(w, fp8, k_contiguous=True)
-    q, scale = _scaled(w, (1,), recipe, fp8, scale)
+    if recipe == "rowwise":   # each expert one group of K tokens: the grouped kernels' transposed copy
+        k = w.shape[1]
+        q, scale = _grouped(w, torch.full((1,), k, dtype=torch.int32, device=w.device), fp8)
+        return q[:, :, :k].transpose(1, 2), scale[:, 0]     # (G, N, K padded to 16), (G, 1, N)
+    q, scale = _per_tensor(w, (1,), fp8, scale)
     return q.transpose(1, 2).contiguous().transpose(1, 2), scale[:, 0, :]
 
 
@@ -147,7 +199,11 @@ def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Te
     if recipe == "blockwise":
         q, scale = _expert_blocks(w, fp8, k_contiguous=False)
         return q.transpose(1, 2), scale.transpose(1, 2)
-    q, scale = _scaled(w, (2,), recipe, fp8, scale)
+    g, k, n = w.shape
+    if scale is None:   # w as G·K rows of N: row-wise along N is the dense op's "row"
+        q, scale = quantize_fused(w.detach().reshape(g * k, n), _DENSE[recipe], fp8)
+        return q.view(g, k, n).transpose(1, 2), scale.expand(g * k, 1).reshape(g, k)
+    q, scale = _per_tensor(w, (2,), fp8, scale)
     return q.contiguous().transpose(1, 2), scale[:, :, 0]
 
 
@@ -159,26 +215,39 @@ def group_of_rows(offsets: torch.Tensor, rows: int) -> torch.Tensor:
     return ids.clamp_(max=max(offsets.shape[0] - 1, 0))
 
 
-def wgrad_operand(t: torch.Tensor, ids: torch.Tensor, groups: int, recipe: str, fp8: torch.dtype,
+def quantize_groups(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The row-wise wgrad operand of t (T, C), tokens grouped by int32 ``offsets`` (G,) of
+    group ends: (fp8 (C, R) token-contiguous, R = T padded with zeros to a multiple of 16;
+    scale (G, C), per group and feature), by the kernels of :mod:`.quantize_kernel` (no
+    host sync). A custom op with a fake (``kernels::grouped_quantize_fp8``), so the
+    training op's backward traces under ``torch.compile`` without a graph break."""
+    validate.tensor("t", t, ndim=2, dtypes=X_DTYPES, allow_empty=True)
+    offsets = validate.index("offsets", offsets, ndim=1, dtypes=(torch.int32,))
+    validate.same_device(t=t, offsets=offsets)
+    if fp8 not in OPERAND_DTYPES:
+        raise TypeError(f"fp8 must be one of {OPERAND_DTYPES}, got {fp8}")
+    if t.shape[0] and not offsets.shape[0]:
+        raise ValueError(f"t has {t.shape[0]} tokens but offsets no groups to put them in")
+    q, scale = _grouped(t[None], offsets, fp8)
+    return q[0], scale[0]
+
+
+def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torch.dtype,
                   scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """x or dy (T, C) for dw[g] = x_gᵀ · dy_g: (fp8 (C, R) token-contiguous, R = T padded to
-    a multiple of 16 with zeros, scale (G, C)); rowwise scales each feature by its amax
-    over the group's tokens. blockwise: scale (ceil(R/128), C), per 128 tokens counted
-    from token 0 and feature (the dW kernel's ``scale_block``), groups ignored."""
-    (rows, cols), device = t.shape, t.device
+    """x or dy (T, C) for dw[g] = x_gᵀ · dy_g, tokens grouped by int32 ``offsets`` (G,):
+    (fp8 (C, R) token-contiguous, R = T padded to a multiple of 16 with zeros, scale (G, C));
+    rowwise scales each feature by its amax over the group's tokens (:func:`quantize_groups`).
+    blockwise: scale (ceil(R/128), C), per 128 tokens counted from token 0 and feature (the
+    dW kernel's ``scale_block``), groups ignored."""
+    rows, cols = t.shape
     if recipe == "blockwise":
         padded = F.pad(t.detach(), (0, 0, 0, cdiv(rows, ALIGN) * ALIGN - rows))
         q, scale = quantize_fused(padded.t(), "block1x128", fp8)    # (C, R), (C, R/128)
         return q, scale.t().contiguous()   # feature-contiguous: a tile's scales load as vectors
     if recipe == "rowwise":
-        amax = torch.zeros((groups, cols), dtype=torch.float32, device=device).scatter_reduce_(
-            0, ids[:, None].expand(rows, cols), t.detach().abs().float(), "amax")
-        scale = scale_of(amax, fp8)
-        q = cast(t, scale.index_select(0, ids), fp8)
-    else:
-        q, scale = _scaled(t, (0, 1), recipe, fp8, scale)
-        scale = scale.expand(groups, cols)
-    padded = torch.empty((cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8, device=device)
+        return quantize_groups(t, offsets, fp8)
+    q, scale = _per_tensor(t, (0, 1), fp8, scale)
+    padded = torch.empty((cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8, device=t.device)
     padded[:, :rows] = q.t()
     padded[:, rows:] = 0
-    return padded, scale
+    return padded, scale.expand(offsets.shape[0], cols)

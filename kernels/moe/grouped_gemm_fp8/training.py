@@ -142,9 +142,8 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
         wt8, swt = quantize.dgrad_weight(w, recipe, fp8, scale_w)
         dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, x.dtype)
     if needs[1]:
-        ids = quantize.group_of_rows(offsets, x.shape[0])
-        xt8, sxt = quantize.wgrad_operand(x, ids, w.shape[0], recipe, fp8, scale_x)
-        dyt8, sdyt = quantize.wgrad_operand(dy, ids, w.shape[0], recipe, grad)
+        xt8, sxt = quantize.wgrad_operand(x, offsets, recipe, fp8, scale_x)
+        dyt8, sdyt = quantize.wgrad_operand(dy, offsets, recipe, grad)
         dw = torch.ops.kernels.grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype,
                                                    SCALE_K if recipe == "blockwise" else 0)
     return dx, dw

@@ -1,0 +1,167 @@
+"""The grouped row-wise quantize kernels: the wgrad operand xᵀ or dyᵀ, scaled per (group, feature)
+(and the forward's expert weights, as a batch of one-group problems).
+
+dw[g] = x_gᵀ · dy_g reduces over each group's tokens, so its row-wise operands take one
+scale per (group, feature), the amax over that group's tokens only, and are stored
+feature-major, token-contiguous (C, R), R = T padded with zeros to a multiple of 16
+(:func:`.quantize.wgrad_operand`). No dense granularity of :func:`kernels.gemm_fp8.quantize`
+is that: its groups are rows, columns or fixed blocks, not ranges of tokens read from the
+device. Two launches, because no element can be cast before its group's amax is known
+(the dense ``row`` granularity has the same two passes, :mod:`kernels.gemm_fp8.quantize_kernel`):
+
+1. :func:`_group_amax_kernel`: one program per (group, 64 features) walks the group's
+   tokens and writes the scale ``amax / fp8_max`` (1 for an empty group). Each
+   (group, feature) has one writer, so no atomics; a group's bounds come from the
+   device offsets, so the host reads nothing (the number of groups is the offsets' length).
+2. :func:`_cast_transpose_kernel`: one program per (64 tokens, 64 features) tile of the
+   padded (R, C) range reads x once, divides each token by its group's scales (a loop
+   over the few groups the tile's tokens belong to, usually one: a tile spans a group
+   boundary only where one lies in it), casts, and writes the tile transposed. Tiles
+   start at a multiple of 64 tokens, not at a group's start, so the token-contiguous
+   stores are whole 16-byte runs; the padding tokens [T, R) are written as zeros by the
+   same stores.
+
+What gfx942 and gfx950 make of them (Triton 3.9, ``tests/test_grouped_quantize_isa.py``):
+no spills; per thread and tile, x read as two 16-byte buffer loads in both launches, the
+FP8 tile written as one 16-byte store; the transpose is a layout conversion of the FP8
+tile through 4 KiB of LDS, written and read a byte at a time (8-bit LDS accesses, the
+dense kernel's pattern). Both divisions (the scale, x / scale) compile to the correctly
+rounded sequence (v_div_scale, v_div_fmas, v_div_fixup), so a GPU rounds them as torch
+does, and the cast ends in the hardware's packed FP8 convert of values already on the
+grid. The division sits inside the group loop so that the conversion
+moves the 1-byte result: with the scales selected into a tile first, Triton converted
+the bf16 x and the fp32 scale tile instead (16 KiB of LDS).
+
+A third grid axis runs a batch of such problems with the same offsets: the forward's
+row-wise weight is one, each expert's w[g] (K, N) a problem of K tokens in one group,
+whose transposed copy is the K-contiguous (N, K) the forward GEMM reads.
+
+Tokens past the last offset (unchecked offsets) count to the last group, as
+:func:`.quantize.group_of_rows` says. The cast rounds as the dense kernels do
+(:func:`kernels.gemm_fp8.quantize_kernel.quantized`), so results are bit-identical to
+:func:`.quantize_ref.wgrad_rowwise_reference`, the plain PyTorch passes this replaced.
+
+Limits: program 1's parallelism is groups x C/64 (few groups and many tokens leave
+GPU CUs idle: no split of a group's tokens over programs); inputs must be finite.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ...gemm_fp8.quantize_kernel import format_constants, quantized
+from ...outputs import new_output
+from ...registry import AotKernel
+from ...triton_support import aot_launch, cdiv, next_power_of_2, pointer_type
+from ..grouped_gemm.schedule import clamped
+from .dw import ALIGN
+
+BLOCK_T = 64     # tokens per tile: a multiple of ALIGN, so a tile's stores start 16-byte aligned
+BLOCK_C = 64     # features per tile
+NUM_WARPS = 4    # 256 threads per 64 x 64 tile: 16 values each
+
+
+@triton.jit
+def _group_bounds(offsets_ptr, g, G, T):
+    """Tokens [start, end) of group g; the last group runs to T (tokens past its offset)."""
+    start = clamped(offsets_ptr + g - 1, g > 0, T)
+    end = tl.where(g == G - 1, T, clamped(offsets_ptr + g, g < G - 1, T))
+    return start, tl.maximum(end, start)
+
+
+@triton.jit
+def _group_amax_kernel(t_ptr, offsets_ptr, scale_ptr, T, C, G, stride_tb, stride_tt, stride_tc,
+                       stride_sb, stride_sg, stride_sc, FMAX: tl.constexpr,
+                       BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """scale[b, g, cols] = amax of |t[b]| over group g's tokens / FMAX, 1 where the amax is 0."""
+    g = tl.program_id(0)
+    batch = tl.program_id(2).to(tl.int64)
+    t_ptr += batch * stride_tb
+    scale_ptr += batch * stride_sb
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    start, end = _group_bounds(offsets_ptr, g, G, T)
+    acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+    for first in range(start, end, BLOCK_T):
+        tokens = first + tl.arange(0, BLOCK_T)
+        x = tl.load(t_ptr + tokens.to(tl.int64)[:, None] * stride_tt + cols.to(tl.int64)[None, :] * stride_tc,
+                    mask=(tokens[:, None] < end) & (cols[None, :] < C), other=0.0)
+        acc = tl.maximum(acc, tl.abs(x.to(tl.float32)))
+    amax = tl.max(acc, axis=0)
+    tl.store(scale_ptr + g * stride_sg + cols * stride_sc, tl.where(amax > 0, amax / FMAX, 1.0),
+             mask=cols < C)
+
+
+@triton.jit
+def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, T, R, C, G,
+                           stride_tb, stride_tt, stride_tc, stride_sb, stride_sg, stride_sc,
+                           stride_qb, stride_qc, stride_qt,
+                           FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
+                           BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr):
+    """q[b, cols, tokens] = t[b, tokens, cols] / scale[b, group of the token, cols] in FP8;
+    zeros for the padding tokens [T, R)."""
+    batch = tl.program_id(2).to(tl.int64)
+    t_ptr += batch * stride_tb
+    scale_ptr += batch * stride_sb
+    q_ptr += batch * stride_qb
+    first = tl.program_id(0) * BLOCK_T
+    tokens = first + tl.arange(0, BLOCK_T)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    tokens64, cols64 = tokens.to(tl.int64), cols.to(tl.int64)
+    x = tl.load(t_ptr + tokens64[:, None] * stride_tt + cols64[None, :] * stride_tc,
+                mask=(tokens[:, None] < T) & (cols[None, :] < C), other=0.0).to(tl.float32)
+    # a token's group: how many of the first G - 1 ends lie at or below it (the last group
+    # takes the rest); only the groups of the tile's first and last real token matter
+    gs = tl.arange(0, BLOCK_G)
+    ends = tl.where(gs < G - 1, clamped(offsets_ptr + gs, gs < G - 1, T), T)
+    last = tl.minimum(first + BLOCK_T, T) - 1
+    y = x   # x / its group's scale; the padding tokens' zeros stay zeros
+    for g in range(tl.sum((ends <= first).to(tl.int32)), tl.sum((ends <= last).to(tl.int32)) + 1):
+        start, end = _group_bounds(offsets_ptr, g, G, T)
+        group_scale = tl.load(scale_ptr + g * stride_sg + cols64 * stride_sc, mask=cols < C, other=1.0)
+        mine = (tokens >= start) & (tokens < end)
+        y = tl.where(mine[:, None], x / group_scale[None, :], y)
+    q = quantized(y, FMAX, MANT, EMIN)
+    tl.store(q_ptr + cols64[:, None] * stride_qc + tokens64[None, :] * stride_qt,
+             tl.trans(q.to(q_ptr.dtype.element_ty)), mask=(cols[:, None] < C) & (tokens[None, :] < R))
+
+
+def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q (B, C, R) fp8 token-contiguous, scale (B, G, C) fp32) of a checked t (B, T, C): B
+    problems whose T tokens the int32 offsets (G,) group alike (the wgrad operand: B = 1;
+    the experts' weights: B = G experts of K tokens each, one group). Two launches, no
+    host sync."""
+    (batch, rows, cols), groups = t.shape, offsets.shape[0]
+    padded = cdiv(rows, ALIGN) * ALIGN
+    q = new_output((batch, cols, padded), fp8_dtype, t.device)
+    scale = new_output((batch, groups, cols), torch.float32, t.device)
+    if batch == 0 or cols == 0 or groups == 0:
+        return q, scale
+    consts = format_constants(fp8_dtype)
+    _group_amax_kernel[(groups, cdiv(cols, BLOCK_C), batch)](
+        t, offsets, scale, rows, cols, groups, *t.stride(), *scale.stride(), FMAX=consts["FMAX"],
+        BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
+    if padded:
+        _cast_transpose_kernel[(cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)](
+            t, offsets, scale, q, rows, padded, cols, groups, *t.stride(), *scale.stride(), *q.stride(),
+            FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_T=BLOCK_T,
+            BLOCK_C=BLOCK_C, BLOCK_G=max(next_power_of_2(groups), 2), num_warps=NUM_WARPS)
+    return q, scale
+
+
+def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16) -> tuple[AotKernel, AotKernel]:
+    """Both launches as a GPU runs them on a contiguous bf16 (8192, 7168) x of 128 groups
+    (DeepSeek-V3's hidden size and its routed experts), for an ahead-of-time compile
+    (:func:`workbench.isa.compile.compile_aot`; not a rung, so not in the inspector)."""
+    t, c, g = 8192, 7168, 128
+    common = dict(T=t, C=c, G=g, stride_tb=t * c, stride_tt=c, stride_tc=1, stride_sb=g * c, stride_sg=c,
+                  stride_sc=1)
+    pointers = {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "scale_ptr": "*fp32"}
+    cfg = dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
+    consts = format_constants(fp8_dtype)
+    amax = aot_launch(_group_amax_kernel, fp8_dtype, cfg, common, {"FMAX": consts["FMAX"]}, pointers)
+    cast = aot_launch(_cast_transpose_kernel, fp8_dtype, cfg,
+                      dict(common, R=t, stride_qb=c * t, stride_qc=t, stride_qt=1),
+                      dict(FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_G=g),
+                      pointers)
+    return amax, cast

@@ -1,0 +1,140 @@
+"""The FP8 grouped GEMM's operands on the fused quantize kernels, bit for bit what the plain
+PyTorch passes gave: the row-wise wgrad operand on the grouped kernels
+(:mod:`kernels.moe.grouped_gemm_fp8.quantize_kernel`) against
+:func:`~kernels.moe.grouped_gemm_fp8.quantize_ref.wgrad_rowwise_reference` (empty groups,
+tokens past the last offset, T not a multiple of 16, odd C, every input dtype and FP8
+format, outputs poisoned); the forward's row-wise weight (their batched launch), the
+token operands and dgrad's weight (the dense op) against
+:func:`kernels.gemm_fp8.formats.quantize_fp8` (``scale_of`` and ``cast``, the project's
+definition); no host sync; bad inputs refused by name; the custom op's fake.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from host_sync import no_host_sync
+from kernels.gemm_fp8.formats import quantize_fp8
+from kernels.moe.grouped_gemm import spec as grouped_spec
+from kernels.moe.grouped_gemm_fp8 import quantize
+from kernels.moe.grouped_gemm_fp8.quantize_ref import wgrad_rowwise_reference
+from kernels.outputs import poisoned_outputs
+
+FORMATS = [(torch.float32, torch.float8_e4m3fn), (torch.bfloat16, torch.float8_e4m3fnuz),
+           (torch.float16, torch.float8_e5m2), (torch.bfloat16, torch.float8_e5m2fnuz)]
+IDS = ["fp32-e4m3fn", "bf16-e4m3fnuz", "fp16-e5m2", "bf16-e5m2fnuz"]
+
+
+def _tokens(rows: int, cols: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    """Random tokens with outlier rows and columns (scales differ per group and feature),
+    in range for fp16."""
+    gen = torch.Generator().manual_seed(seed)
+    t = torch.randn(rows, cols, generator=gen) * torch.randn(rows, 1, generator=gen).exp()
+    return (t * torch.randn(1, cols, generator=gen).exp()).to(dtype)
+
+
+def _offsets(sizes) -> torch.Tensor:
+    return grouped_spec.offsets_from_sizes(torch.tensor(sizes, dtype=torch.int64))
+
+
+def _bits(q: torch.Tensor) -> torch.Tensor:
+    return q.view(torch.uint8)
+
+
+def _assert_reference(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> None:
+    with poisoned_outputs():
+        q, scale = quantize.wgrad_operand(t, offsets, "rowwise", fp8)
+    want_q, want_scale = wgrad_rowwise_reference(t, offsets, fp8)
+    assert q.dtype == fp8 and q.shape == want_q.shape and q.stride() == want_q.stride()
+    assert torch.equal(scale, want_scale)
+    assert torch.equal(_bits(q), _bits(want_q))
+
+
+@pytest.mark.parametrize("dtype, fp8", FORMATS, ids=IDS)
+def test_wgrad_operand_is_the_reference_bit_for_bit(dtype, fp8):
+    """Groups of 0 (first and middle), 1 and 70 tokens (a group spanning tile edges,
+    T = 81 not a multiple of 16 or 64), 67 features (odd, two ragged feature tiles)."""
+    sizes = [0, 5, 0, 1, 70, 5]
+    _assert_reference(_tokens(sum(sizes), 67, dtype), _offsets(sizes), fp8)
+
+
+def test_tokens_past_the_last_offset_count_to_the_last_group():
+    """Unchecked offsets that end before T: those tokens join the last group's amax, as
+    :func:`.quantize.group_of_rows` says (an outlier among them sets its scale)."""
+    t = _tokens(40, 9, torch.float32)
+    t[38, 4] = 1e4
+    offsets = torch.tensor([10, 20, 30], dtype=torch.int32)
+    _assert_reference(t, offsets, torch.float8_e4m3fn)
+    _, scale = quantize.wgrad_operand(t, offsets, "rowwise", torch.float8_e4m3fn)
+    assert scale[2, 4] == 1e4 / 448
+
+
+def test_strided_and_broadcast_tokens_read_as_their_values():
+    """A transposed view and a stride-0 one (what autograd hands a sum's gradient as)."""
+    offsets = _offsets([7, 0, 12])
+    _assert_reference(_tokens(9, 19, torch.bfloat16).t(), offsets, torch.float8_e4m3fn)
+    _assert_reference(torch.tensor(-3.5).expand(19, 9), offsets, torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("rows, cols, sizes", [(0, 5, [0, 0]), (0, 3, []), (6, 0, [2, 4]), (3, 4, [3])],
+                         ids=["T=0", "G=0", "C=0", "one group"])
+def test_empty_shapes_and_one_group(rows, cols, sizes):
+    _assert_reference(_tokens(rows, cols, torch.bfloat16), _offsets(sizes), torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("dtype, fp8", FORMATS[:3], ids=IDS[:3])
+def test_forward_weight_is_each_experts_columnwise_quantization(dtype, fp8):
+    """The batched launch: per expert, scales per column along K and the K-contiguous copy,
+    bit for bit formats.quantize_fp8(w[g], "col"), the plain passes it replaced; K = 21,
+    so each column's run is padded to 32 bytes and the view skips the padding."""
+    w = _tokens(3 * 21, 67, dtype).reshape(3, 21, 67)
+    with poisoned_outputs():
+        q, scale = quantize.forward_weight(w, "rowwise", fp8)
+    assert q.shape == (3, 21, 67) and q.stride() == (67 * 32, 1, 32) and scale.shape == (3, 67)
+    for g in range(3):
+        want, want_scale = quantize_fp8(w[g], fp8, "col")
+        assert torch.equal(_bits(q[g]), _bits(want)) and torch.equal(scale[g], want_scale[0])
+
+
+def test_no_host_sync():
+    sizes = [3, 0, 20]
+    t, offsets = _tokens(sum(sizes), 11, torch.bfloat16), _offsets(sizes)
+    with no_host_sync():
+        quantize.wgrad_operand(t, offsets, "rowwise", torch.float8_e4m3fnuz)
+        quantize.forward_weight(t.reshape(23, 11, 1), "rowwise", torch.float8_e4m3fnuz)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
+@pytest.mark.parametrize("dtype, fp8", FORMATS[:3], ids=IDS[:3])
+def test_token_operands_and_dgrad_weight_on_the_dense_op_match_scale_of_and_cast(recipe, dtype, fp8):
+    """tokens() and dgrad_weight() call kernels.gemm_fp8.quantize ("row" or "tensor"); its
+    rounding (the kernel's round to nearest even) gives exactly the bits of formats.cast."""
+    granularity = "row" if recipe == "rowwise" else "tensor"
+    x, w = _tokens(21, 37, dtype), _tokens(3 * 5, 19, dtype, seed=1).reshape(3, 5, 19)
+    with poisoned_outputs():
+        q, scale = quantize.tokens(x, recipe, fp8)
+        wt, swt = quantize.dgrad_weight(w, recipe, fp8)
+    want, want_scale = quantize_fp8(x, fp8, granularity)
+    assert torch.equal(_bits(q), _bits(want)) and torch.equal(scale, want_scale.expand(21, 1).reshape(21))
+    want, want_scale = quantize_fp8(w.reshape(15, 19), fp8, granularity)
+    assert wt.shape == (3, 19, 5) and wt.transpose(1, 2).is_contiguous()
+    assert torch.equal(_bits(wt.transpose(1, 2)).reshape(15, 19), _bits(want))
+    assert torch.equal(swt, want_scale.expand(15, 1).reshape(3, 5))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda t, o: quantize.quantize_groups(t, o.long(), torch.float8_e4m3fn), TypeError, "offsets"),
+    (lambda t, o: quantize.quantize_groups(t.int(), o, torch.float8_e4m3fn), TypeError, "t has dtype int32"),
+    (lambda t, o: quantize.quantize_groups(t, o, torch.bfloat16), TypeError, "fp8 must be one of"),
+    (lambda t, o: quantize.quantize_groups(t[0], o, torch.float8_e4m3fn), ValueError, "t must be 2-D"),
+    (lambda t, o: quantize.quantize_groups(t, o[:0], torch.float8_e4m3fn), ValueError, "no groups"),
+])
+def test_bad_inputs_are_refused_by_name(call, error, match):
+    with pytest.raises(error, match=match):
+        call(_tokens(4, 3, torch.float32), _offsets([1, 3]))
+
+
+def test_custom_op_fake_matches_the_kernels():
+    t, offsets = _tokens(2 * 19, 6, torch.float32).reshape(2, 19, 6), _offsets([4, 0, 15])
+    torch.library.opcheck(torch.ops.kernels.grouped_quantize_fp8.default, (t, offsets, torch.float8_e4m3fn),
+                          test_utils=("test_faketensor",))
