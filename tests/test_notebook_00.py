@@ -1,7 +1,7 @@
 """Notebook 00's exercise cells: Run All works before and after the learner passes, shows
 the verdict (never asserts on it), and a second Run All on an unchanged file is not a
-second attempt. The cells run in a kernel as in JupyterLab, on the learner's file in a
-private exercises folder and progress file."""
+second attempt. The cells run in one kernel as in JupyterLab (each Run All in the same
+kernel), on the learner's file in a private exercises folder and progress file."""
 from __future__ import annotations
 
 import json
@@ -27,12 +27,12 @@ def _exercise_cells() -> list:
     return [new_code_cell(c.source) for c in cells[start + 1:end] if c.cell_type == "code"]
 
 
-def _run_all(tmp_path) -> str:
-    """Run the cells as Run All would; the verdict cell's text, which must not be an error."""
-    notebook = new_notebook(cells=[new_code_cell("import workbench"), *_exercise_cells()])
-    NotebookClient(notebook, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    outputs = [o for c in notebook.cells for o in c.outputs]
+def _run_all(client: NotebookClient) -> str:
+    """Run the cells as Run All would, in the kernel of ``client`` (a learner's Run All again
+    runs in the same kernel); the verdict cell's text, which must not be an error."""
+    for index, cell in enumerate(client.nb.cells):
+        client.execute_cell(cell, index)
+    outputs = [o for c in client.nb.cells for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     verdicts = [o.data["text/html"] for o in outputs if "<b>PASS</b>" in o.get("data", {}).get("text/html", "")
                 or "<b>FAIL</b>" in o.get("data", {}).get("text/html", "")]
@@ -45,10 +45,14 @@ def test_run_all_before_and_after_the_learner_passes(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("WORKBENCH_EXERCISES_DIR", str(tmp_path / "exercises"))
     monkeypatch.setenv("WORKBENCH_PROGRESS", str(tmp_path / "progress.json"))
-    assert "<b>FAIL</b>: not done yet" in _run_all(tmp_path)          # as shipped: the TODO
-    mine = tmp_path / "exercises" / "gemm_v1.py"
-    mine.write_text(source.render(exercises.get("gemm/v1").module))   # the learner fills it in
-    assert "<b>PASS</b>" in _run_all(tmp_path)
-    assert "<b>PASS</b>" in _run_all(tmp_path)                         # Run All again, unchanged
+    notebook = new_notebook(cells=[new_code_cell("import workbench"), *_exercise_cells()])
+    client = NotebookClient(notebook, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    with client.setup_kernel():
+        assert "<b>FAIL</b>: not done yet" in _run_all(client)          # as shipped: the TODO
+        mine = tmp_path / "exercises" / "gemm_v1.py"
+        mine.write_text(source.render(exercises.get("gemm/v1").module))   # the learner fills it in
+        assert "<b>PASS</b>" in _run_all(client)
+        assert "<b>PASS</b>" in _run_all(client)                         # Run All again, unchanged
     entry = json.loads((tmp_path / "progress.json").read_text())["gemm/v1"]
     assert entry["passed"] and entry["attempts"] == 2
