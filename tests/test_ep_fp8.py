@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import types
 import warnings
 
 import pytest
@@ -44,6 +45,7 @@ from kernels.moe.grouped_gemm_fp8 import v0_one_launch
 from kernels.outputs import poisoned_outputs
 from workbench.check import relative_error
 from workbench.harness.tolerances import reassociation_bound
+from workbench.train.flops import fp8_step_flops
 
 from host_sync import counted_host_reads, no_host_sync
 from test_ep_moe import _grads
@@ -126,6 +128,9 @@ def _ep_case(rank, full, xs, gs, recipe, start):
         problems.append(f"convert: {caught}, {type(fp8).__name__}")
     if kernels.fp8.converted(model) != {"0": recipe}:
         problems.append(f"converted: {kernels.fp8.converted(model)}")
+    cfg = types.SimpleNamespace(batch=1, seq=1)   # MFU counts its routed experts at the FP8 peak
+    if fp8_step_flops(model, cfg) != 6 * fp8.top_k * 3 * fp8.dim * fp8.hidden:
+        problems.append(f"FP8 FLOPs per token: {fp8_step_flops(model, cfg)}")
     if start is not None:
         with torch.no_grad():
             for name, history in zip(FP8_TENSORS, start):

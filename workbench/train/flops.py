@@ -11,8 +11,10 @@ lookup, the norms, or the experts it was not routed to (PaLM's MFU, Chowdhery et
 
 With FP8 layers (``workbench train --fp8``) part of those FLOPs run on the FP8 matrix
 cores: each FP8 Linear's three GEMMs, 6 · in · out per token, and an FP8 MoE layer's
-routed experts (:class:`kernels.moe.fp8_layer.Float8MoE`), 6 · 3 · dim · expert_hidden per
-token and routed expert (:func:`fp8_step_flops`).
+routed experts (:class:`kernels.moe.fp8_layer.Float8MoE`, and the expert-parallel
+:class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`, whose ranks together run the same
+GEMMs over the global batch), 6 · 3 · dim · expert_hidden per token and routed expert
+(:func:`fp8_step_flops`).
 MFU then takes each FLOP at the peak of the unit that runs it (:func:`mfu`).
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 
 import roofline
 from kernels.fp8 import Float8Linear
-from kernels.moe.fp8_layer import Float8MoE
+from kernels.moe.fp8_experts import Float8Experts
 
 
 def active_params(cfg) -> int:
@@ -48,7 +50,7 @@ def fp8_step_flops(model: torch.nn.Module, cfg, world: int = 1) -> int:
     2 · in · out FLOPs per token each, for each FP8 Linear and each FP8 MoE layer's gate, up
     and down of the top_k experts a token is routed to (not its router or shared experts)."""
     weights = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, Float8Linear))
-    weights += sum(m.top_k * 3 * m.dim * m.hidden for m in model.modules() if isinstance(m, Float8MoE))
+    weights += sum(m.top_k * 3 * m.dim * m.hidden for m in model.modules() if isinstance(m, Float8Experts))
     return 6 * weights * cfg.batch * cfg.seq * world
 
 
