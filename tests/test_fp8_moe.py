@@ -76,9 +76,23 @@ def test_convert_swaps_the_experts_shares_parameters_and_keeps_the_router():
     assert logits.dtype == torch.float32 and not torch.equal(logits, F.linear(x, everything.moe.router.weight))
     bare = kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K)
     assert type(kernels.fp8.convert(bare)) is Float8MoE
-    # MXFP8 is OCP e4m3fn whatever format the Linears get (fnuz has no MX form)
-    mx = kernels.fp8.convert(_block(), "mxfp8", fp8_dtype=torch.float8_e4m3fnuz)
+    mx = kernels.fp8.convert(_block(), "mxfp8")
     assert (mx.moe.recipe, mx.moe.fp8_dtype) == ("mxfp8", FP8) and kernels.fp8.converted(mx) == {"moe": "mxfp8"}
+
+
+def test_each_recipe_takes_its_own_element_format_on_gfx942(fake_gpu):
+    """On gfx942 the native e4m3 is fnuz, which MX does not define: every layer converted
+    under mxfp8 (Linears and MoE experts) is OCP e4m3fn, under the others fnuz, and an
+    mxfp8 conversion asked for fnuz is refused before anything is swapped."""
+    fake_gpu("hip", "gfx942", "AMD Instinct MI300X")
+    formats = {recipe: {m.fp8_dtype for m in kernels.fp8.convert(_block(), recipe, keep_high_precision=())
+                        .modules() if isinstance(m, (Float8Linear, Float8MoE))}
+               for recipe in ("rowwise", "mxfp8")}
+    assert formats == {"rowwise": {torch.float8_e4m3fnuz}, "mxfp8": {torch.float8_e4m3fn}}
+    block = _block()
+    with pytest.raises(TypeError, match="mxfp8 recipe's elements are float8_e4m3fn"):
+        kernels.fp8.convert(block, "mxfp8", fp8_dtype=torch.float8_e4m3fnuz)
+    assert kernels.fp8.converted(block) == {}
 
 
 def test_fp8_flops_count_the_routed_experts_of_the_training_model():
@@ -101,7 +115,7 @@ def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts(monkeypatch)
     with pytest.raises(TypeError, match="takes a kernels.MoE"):
         Float8MoE.from_moe(torch.nn.Linear(2, 2))
     monkeypatch.undo()
-    with pytest.raises(TypeError, match="mxfp8 recipe takes torch.float8_e4m3fn"):
+    with pytest.raises(TypeError, match="mxfp8 recipe.s elements are float8_e4m3fn"):
         Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "mxfp8", torch.float8_e4m3fnuz)
 
 

@@ -199,7 +199,7 @@ def test_dw_op_refuses_bad_operands(change, error, match):
 
 def test_training_refuses_a_format_mx_does_not_have():
     x, w, _, offsets = _problem([3, 2], k=8, n=4)
-    with pytest.raises(TypeError, match="mxfp8 recipe takes torch.float8_e4m3fn"):
+    with pytest.raises(TypeError, match="mxfp8 recipe's elements are float8_e4m3fn"):
         grouped_gemm_fp8_train(x, w, offsets, "mxfp8", torch.float8_e4m3fnuz)
 
 

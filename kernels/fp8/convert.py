@@ -35,7 +35,6 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..gemm_fp8.formats import fp8_dtype as native_fp8
 from . import amax_sync, recipe as _recipes
 from .linear import Float8Linear
 
@@ -60,7 +59,9 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     expert-parallel layer for :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`).
 
     Returns ``model`` (changed in place; a bare Linear or ``kernels.MoE`` is returned swapped).
-    ``fp8_dtype``: the e4m3 format, default this GPU's (fnuz on gfx942, OCP elsewhere);
+    ``fp8_dtype``: the e4m3 format of every converted layer, default the recipe's
+    (:meth:`kernels.fp8.recipe.Recipe.element_format`: this GPU's, fnuz on gfx942 and OCP
+    elsewhere; OCP e4m3fn everywhere for mxfp8, which has no fnuz form);
     ``grad_format``: the output gradient's format in the Linears and the FP8 MoE experts,
     ``"hybrid"`` (e5m2 of the same family) or ``"e4m3"``, default the recipe's
     (:attr:`kernels.fp8.recipe.Recipe.grad_format`: hybrid for tensorwise and delayed, e4m3
@@ -74,7 +75,7 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     rec = _recipes.get(recipe)
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
-    fp8_dtype = fp8_dtype or native_fp8()
+    fp8_dtype = rec.element_format(fp8_dtype)
     grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)   # a format the recipe does not take: refused here
     if isinstance(model, torch.nn.Linear):
         return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format), rec, amax_group)
@@ -123,11 +124,7 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtyp
             warnings.warn(f"MoE layer {name or '(the model)'!r}: {why}; its experts stay in high "
                           "precision", RuntimeWarning, stacklevel=3)
             continue
-        # MXFP8's elements (and gradients: the recipe takes e4m3 only) are OCP e4m3fn on every
-        # GPU (the recipe's default), whatever the native format chosen above for the Linears
-        from_layer = fp8_form[type(layer)]
-        fp8_layer = (from_layer(layer, recipe) if recipe == "mxfp8"
-                     else from_layer(layer, recipe, fp8_dtype, grad_dtype))
+        fp8_layer = fp8_form[type(layer)](layer, recipe, fp8_dtype, grad_dtype)
         if not name:
             return fp8_layer
         _swap(model, name, fp8_layer)

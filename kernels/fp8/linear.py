@@ -21,7 +21,7 @@ import math
 import torch
 
 from .. import autocast, eager, validate
-from ..gemm_fp8.formats import FP8_DTYPES, fp8_dtype as native_fp8
+from ..gemm_fp8.formats import FP8_DTYPES
 from . import recipe as _recipes
 
 IN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -72,12 +72,14 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
                scale_w: torch.Tensor | None = None, grad_format: str | None = None) -> torch.Tensor:
     """``x (M, K) @ w (N, K).T`` with the GEMM and, under autograd, dgrad and wgrad in FP8.
 
-    ``fp8_dtype``: the e4m3 format (default: this GPU's, :func:`kernels.gemm_fp8.fp8_dtype`);
+    ``fp8_dtype``: the e4m3 format (default: the recipe's, :meth:`kernels.fp8.recipe.Recipe.element_format`:
+    this GPU's, OCP e4m3fn for mxfp8);
     ``out_dtype``: default x's; ``scale_x``/``scale_w``: per-tensor scales decided by the
     caller (delayed scaling), else each GEMM computes its own; ``grad_format``: dy's
     format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's.
     """
-    fp8_dtype = fp8_dtype or native_fp8()
+    rec = _recipes.get(recipe)
+    fp8_dtype = rec.element_format(fp8_dtype)
     if fp8_dtype not in FP8_DTYPES:
         raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
     validate.tensor("x", x, ndim=2, dtypes=IN_DTYPES, allow_empty=True)
@@ -85,7 +87,6 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
     validate.same_device(x=x, w=w)
     if x.shape[1] != w.shape[1]:
         raise ValueError(f"x is {tuple(x.shape)} (M, K) and w {tuple(w.shape)} (N, K): K differs")
-    rec = _recipes.get(recipe)
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
     grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)
@@ -111,7 +112,7 @@ class Float8Linear(torch.nn.Linear):
 
     def _setup(self, recipe: str, fp8_dtype: torch.dtype | None, grad_format: str | None) -> None:
         self.recipe = _recipes.get(recipe).name
-        self.fp8_dtype = fp8_dtype or native_fp8()
+        self.fp8_dtype = _recipes.get(recipe).element_format(fp8_dtype)
         self.grad_format = grad_format or _recipes.get(recipe).grad_format
         self.grad_fp8_dtype = _recipes.get(recipe).grad_dtype(self.fp8_dtype, self.grad_format)
         for name, buffer in _recipes.get(recipe).state(self.weight.device).items():

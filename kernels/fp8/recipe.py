@@ -81,6 +81,11 @@ class Recipe:
 
     kernels: tuple[str, ...] = ()
 
+    def element_format(self, fp8: torch.dtype | None = None) -> torch.dtype:
+        """The e4m3 format of this recipe's operands: ``fp8``, else this GPU's
+        (:func:`kernels.gemm_fp8.fp8_dtype`: fnuz on gfx942, OCP elsewhere)."""
+        return fp8 or gemm_fp8.fp8_dtype()
+
     def grad_dtype(self, fp8: torch.dtype, grad_format: str | None = None) -> torch.dtype:
         """dy's FP8 format beside forward operands in ``fp8`` (e4m3fn or e4m3fnuz): the e5m2
         format of the same family for ``"hybrid"``, ``fp8`` itself for ``"e4m3"``."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import torch
 
+from ..fp8 import recipe as fp8_recipes
 from ..fp8.recipes.delayed import history_scale, history_state
-from .grouped_gemm_fp8.quantize import check_recipe, element_format
+from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
-from .grouped_gemm_mxfp8.training import check_format as check_mx_format
 
 FP8_TENSORS = ("x", "hidden", "gate", "up", "down")
 """The operands whose scales delayed scaling keeps a history of, in ``fp8_saturated``'s order:
@@ -35,8 +35,9 @@ class Float8Experts:
                grad_dtype: torch.dtype | None):
         """A ``cls`` holding ``layer``'s own Parameters, buffers, submodules and public
         attributes (its sizes, mode, expert-parallel group), with hooks of its own. ``fp8_dtype``
-        defaults to this GPU's e4m3 format, and to OCP float8_e4m3fn for "mxfp8" (MX has no
-        fnuz form); ``grad_dtype``: the output gradients' FP8 format, default ``fp8_dtype``."""
+        defaults to the recipe's e4m3 format (:meth:`kernels.fp8.recipe.Recipe.element_format`:
+        this GPU's, OCP float8_e4m3fn for "mxfp8"); ``grad_dtype``: the output gradients' FP8
+        format, default ``fp8_dtype``."""
         check_recipe(recipe)
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)   # hooks of its own; the sizes, mode and registered state shared
@@ -44,10 +45,8 @@ class Float8Experts:
         for own, theirs in ((new._parameters, layer._parameters), (new._buffers, layer._buffers),
                             (new._modules, layer._modules)):
             own.update(theirs)
-        new.recipe, new.fp8_dtype = recipe, element_format(recipe, fp8_dtype)
+        new.recipe, new.fp8_dtype = recipe, fp8_recipes.get(recipe).element_format(fp8_dtype)
         new.grad_fp8_dtype = grad_dtype or new.fp8_dtype
-        if recipe == "mxfp8":
-            check_mx_format(new.fp8_dtype)
         if recipe == "delayed":
             for name, buffer in history_state(FP8_TENSORS, layer.gate.device).items():
                 new.register_buffer(name, buffer)

@@ -15,6 +15,8 @@ with its scales as :func:`quantize` returns them for B's rows-as-groups layout
 """
 from __future__ import annotations
 
+import torch
+
 from ... import gemm_fp8
 from ..recipe import Recipe, Saved, register
 
@@ -27,6 +29,14 @@ class MXFP8(Recipe):
     saved_layout = ((True, "mx32"), (True, "mx32"))   # x.T along M, w.T along N
     grad_dtype_note = ("e4m3 for gradients too: a group of 32 has its own scale (Transformer Engine's "
                         "MXFP8BlockScaling default), and mx_matmul takes one element format for A and B")
+
+    def element_format(self, fp8=None):
+        """OCP float8_e4m3fn on every GPU, gfx942 included: MX defines no fnuz form, and the
+        recipe takes e4m3 only (another format asked for is refused, before any layer is built)."""
+        if fp8 not in (None, torch.float8_e4m3fn):
+            raise TypeError(f"the mxfp8 recipe's elements are float8_e4m3fn (OCP MX has no fnuz form, "
+                            f"and the recipe takes e4m3 only), got {fp8}")
+        return torch.float8_e4m3fn
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
         x8, sx, xt8, sxt = gemm_fp8.quantize(x, "mx32", fp8, transpose=True)   # xt8: x.T along M

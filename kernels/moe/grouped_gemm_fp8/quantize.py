@@ -83,7 +83,7 @@ import torch
 import torch.nn.functional as F
 
 from ... import eager, validate
-from ...gemm_fp8.formats import OPERAND_DTYPES, amax_over, cast, fp8_dtype, scale_of
+from ...gemm_fp8.formats import OPERAND_DTYPES, amax_over, cast, scale_of
 from ...gemm_fp8.operands import SCALE_K
 from ...gemm_fp8.quantize import X_DTYPES, quantize as quantize_fused
 from ...triton_support import cdiv
@@ -98,12 +98,6 @@ PER_TENSOR = ("tensorwise", "delayed")
 _DENSE = {"rowwise": "row", "tensorwise": "tensor", "delayed": "tensor"}
 """The dense fused op's granularity (:func:`kernels.gemm_fp8.quantize`) that is a recipe's
 scale of a token operand (along C) and of dgrad's weight (w as G·K rows, along N)."""
-
-
-def element_format(recipe: str, fp8: torch.dtype | None = None) -> torch.dtype:
-    """``fp8``, else the recipe's default e4m3 format: OCP float8_e4m3fn for mxfp8 (MX has no
-    fnuz form), this GPU's (:func:`kernels.gemm_fp8.fp8_dtype`) for the others."""
-    return fp8 or (torch.float8_e4m3fn if recipe == "mxfp8" else fp8_dtype())
 
 
 def check_recipe(recipe: str) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from ... import eager, validate
+from ...fp8 import recipe as fp8_recipes
 from ...gemm_fp8.formats import E5M2_OF, FP8_DTYPES, OPERAND_DTYPES
 from ...gemm_fp8.operands import OUT_DTYPES, SCALE_K, check_family
 from ...triton_support import cdiv
@@ -195,16 +196,15 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     when they are None. ``check_offsets`` as in :func:`kernels.grouped_gemm`. Empty operands
     and empty groups are legal (zeros, and zero gradients for an empty group's expert).
     """
-    fp8_dtype = quantize.element_format(recipe, fp8_dtype)
+    quantize.check_recipe(recipe)
+    fp8_dtype = fp8_recipes.get(recipe).element_format(fp8_dtype)
     if fp8_dtype not in FP8_DTYPES:
         raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
     grad_dtype = grad_dtype or fp8_dtype
     if grad_dtype not in (fp8_dtype, E5M2_OF[fp8_dtype]):
         raise TypeError(f"grad_dtype must be {fp8_dtype} or {E5M2_OF[fp8_dtype]} (the formats of "
                         f"fp8_dtype's family), got {grad_dtype}")
-    quantize.check_recipe(recipe)
-    if recipe == "mxfp8":
-        _mx().check_format(fp8_dtype)
+    if recipe == "mxfp8":   # its elements were checked by the recipe's element_format
         if grad_dtype != fp8_dtype:
             raise TypeError(f"the mxfp8 recipe's output gradients are {fp8_dtype} like its operands, "
                             f"got grad_dtype {grad_dtype}")

@@ -21,12 +21,6 @@ import torch
 from . import dw as dw_kernel
 from . import operands, quantize
 from .ops import _grouped_gemm_mxfp8_impl
-from .spec import DTYPE
-
-
-def check_format(fp8: torch.dtype) -> None:
-    if fp8 != DTYPE:
-        raise TypeError(f"the mxfp8 recipe takes {DTYPE} elements (OCP MXFP8), got {fp8}")
 
 
 @torch.library.custom_op("kernels::grouped_gemm_mxfp8_dw", mutates_args=())
