@@ -65,8 +65,9 @@ def make_row():
 @pytest.hookimpl(trylast=True)   # after ``-m``/``-k`` have deselected what they deselect
 def pytest_collection_modifyitems(config, items):
     """GPU tests skip on the interpreter. A notebook that a selected test runs cell by cell
-    (marked ``runs_notebook``: the browser tests' Run All, which fails on any error) is not
-    run a second time by nbmake: a run of notebook 01 costs a minute of CI."""
+    (marked ``runs_notebook``: the browser tests' Run All and the Binder build's nbconvert,
+    each failing on any error) is not run a second time by nbmake: a run of notebook 01
+    costs a minute of CI."""
     run_elsewhere = {mark.args[0] for item in items for mark in item.iter_markers("runs_notebook")}
     twice = [item for item in items if type(item).__module__.startswith("nbmake")
              and item.path.name in run_elsewhere]

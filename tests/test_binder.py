@@ -110,8 +110,10 @@ def _tracked_copy(dest: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.runs_notebook("00_start_here.ipynb")
 def test_binder_build_in_a_fresh_venv_runs_notebook_00(tmp_path):
-    """requirements.txt, postBuild from the repository root, then notebook 00 under start.
+    """requirements.txt, postBuild from the repository root, then notebook 00 under start
+    (every cell: nbconvert stops at an error, so nbmake need not run it again).
 
     Where PyTorch's CPU index cannot be reached (an offline CI machine), the same pinned
     wheel must come from pip's local sources (``PIP_FIND_LINKS``, e.g. this machine's
