@@ -375,10 +375,14 @@ def test_interview_notebook_reopened_after_a_run_draws_its_widget(open_notebook,
     assert len(boxes) >= 3
     assert all(after["y"] >= before["y"] + before["height"] for before, after in zip(boxes, boxes[1:]))
     assert len({box["height"] for box in boxes}) == 1          # no option wraps onto a second line
-    page.command("File", "docmanager:save")
-    deadline = time.monotonic() + 60
-    while not _saved_widget_state(lab, name) and time.monotonic() < deadline:
-        time.sleep(1)
+    # Nothing reads the file until the server has answered the save: jupyter_server writes a
+    # notebook in place (its previous copy kept as .~name), and a read that finds it half
+    # written puts that previous copy back (atomic writing's recovery), so a test that polled
+    # during the save reopened the unsigned pre-save notebook, drawn as static HTML.
+    with page.page.expect_response(lambda r: r.request.method == "PUT" and f"/api/contents/{name}" in r.url,
+                                   timeout=60_000) as save:
+        page.command("File", "docmanager:save")
+    assert save.value.ok, f"the save answered {save.value.status}"
     assert _saved_widget_state(lab, name), "the saved notebook lacks its widgets' state"
     _shut_down_kernels(lab)
 
@@ -386,10 +390,9 @@ def test_interview_notebook_reopened_after_a_run_draws_its_widget(open_notebook,
 
     # A fresh kernel starts; the widget manager restores the saved models once it has asked
     # that kernel for its own, so a widget reads "Loading widget..." until the kernel answers
-    # (late on a busy machine: a CI run gave up after 90 s without waiting for it). Two CI
-    # runs under full load reopened it drawing the cell's static HTML copy instead, the
-    # notebook trusted and its state saved (the widget's renderer not yet registered when the
-    # outputs were drawn, it seems): a second reload is allowed, once.
+    # (late on a busy machine: a CI run gave up after 90 s without waiting for it). One more
+    # reload is allowed, from before the save race above was found (two CI runs drew the
+    # cell's static HTML copy then); it prints what the first reload drew.
     for attempt in range(2):
         page.page.reload()                                     # the tab reopens the file
         page.wait_loaded()
