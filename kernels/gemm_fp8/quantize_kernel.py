@@ -74,6 +74,14 @@ def quantized(y, FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr):
 
 
 @triton.jit
+def scale_of_amax(amax, FMAX: tl.constexpr):
+    """The dequantization scale of a group whose largest |value| is ``amax``: amax / FMAX, 1
+    for an all-zero group (:func:`kernels.gemm_fp8.formats.scale_of`'s rule; the grouped
+    kernel's too, :mod:`kernels.moe.grouped_gemm_fp8.quantize_kernel`)."""
+    return tl.where(amax > 0, amax / FMAX, 1.0)
+
+
+@triton.jit
 def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
                      FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
                      MX: tl.constexpr, EMAX: tl.constexpr):
@@ -119,7 +127,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, M, K,
                  mask=(rows[:, None] < M) & (groups[None, :] < tl.cdiv(K, G)))
     else:
         amax = tl.max(tl.max(ax, axis=1), axis=0)
-        scale = tl.where(amax > 0, amax / FMAX, 1.0)
+        scale = scale_of_amax(amax, FMAX)
         q = quantized(x / scale, FMAX, MANT, EMIN)
         tl.store(s_ptr + pid_m * stride_sm + pid_k * stride_sk, scale)
     tl.store(q_ptr + rows64[:, None] * stride_qm + cols64[None, :] * stride_qk,

@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ...gemm_fp8.quantize_kernel import format_constants, quantized
+from ...gemm_fp8.quantize_kernel import format_constants, quantized, scale_of_amax
 from ...outputs import new_output
 from ...registry import AotKernel
 from ...triton_support import aot_launch, cdiv, next_power_of_2, pointer_type
@@ -88,8 +88,7 @@ def _group_amax_kernel(t_ptr, offsets_ptr, scale_ptr, T, C, G, stride_tb, stride
                     mask=(tokens[:, None] < end) & (cols[None, :] < C), other=0.0)
         acc = tl.maximum(acc, tl.abs(x.to(tl.float32)))
     amax = tl.max(acc, axis=0)
-    tl.store(scale_ptr + g * stride_sg + cols * stride_sc, tl.where(amax > 0, amax / FMAX, 1.0),
-             mask=cols < C)
+    tl.store(scale_ptr + g * stride_sg + cols * stride_sc, scale_of_amax(amax, FMAX), mask=cols < C)
 
 
 @triton.jit
