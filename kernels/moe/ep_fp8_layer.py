@@ -31,7 +31,8 @@ outputs and of its local experts' weights, which the amax sync's MAX all-reduce 
 data-parallel group, which must span the expert-parallel one) turns into the amaxes over
 all ranks, the single-process layer's. From equal histories the forward is the
 single-process layer's; the output gradients take current per-tensor scales over the
-owner's rows, so the gradients differ from it by FP8 rounding (as accurate, tested). In
+owner's rows, so the gradients differ from it by FP8 rounding (tested: within twice its error
+against float64). In
 its first step (empty histories) each rank takes its own current amaxes. A forward
 records one history entry per tensor, the largest amax of its chunks; while the history
 is empty each chunk takes its own amax, and the backward the largest.
