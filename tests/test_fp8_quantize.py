@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import kernels
-from kernels.gemm_fp8 import quantize
+from kernels.gemm_fp8 import quantize, quantize_fp8
+from kernels.gemm_fp8 import quantize_kernel
 from kernels.gemm_fp8.quantize_kernel import bytes_moved
 from kernels.gemm_fp8.quantize_ref import (GRANULARITIES, MX_DTYPES, QUANT_DTYPES, quantize_reference,
                                            scale_shape)
@@ -121,6 +122,33 @@ def test_strided_and_broadcast_inputs():
                     quantize_reference(view, "block1x128", E4M3FN, transpose=True))
 
 
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("fp8", QUANT_DTYPES, ids=str)
+def test_a_given_scale_casts_without_the_amax_launch_as_quantize_fp8(x_dtype, fp8, monkeypatch):
+    """Delayed scaling's pass: a scale from history, a quarter of this x's amax / fp8_max,
+    so the outliers saturate; the transposed copy takes the same scale; no amax launch."""
+    x = activations((67, 130), seed=6, dtype=x_dtype)
+    scale = (x.float().abs().amax() / torch.finfo(fp8).max / 4).reshape(1)
+    monkeypatch.setattr(quantize_kernel, "_tile_maxima", None)    # calling it would fail
+    with poisoned_outputs():
+        got = quantize(x, "tensor", fp8, transpose=True, scale=scale)
+    want, want_scale = quantize_fp8(x, fp8, "tensor", scale=scale.reshape(()))
+    assert_same(got, (want, want_scale, want.t().contiguous(), want_scale))
+    assert (want.float().abs() == torch.finfo(fp8).max).sum() > 10
+    assert_same(quantize(x[:0], "tensor", fp8, scale=scale), (want[:0], want_scale))
+
+
+@pytest.mark.parametrize("args,error,match", [
+    ((torch.ones(2, 2), "row", E4M3FN, torch.ones(())), ValueError, "granularity 'tensor'"),
+    ((torch.ones(2, 2), "tensor", E4M3FN, torch.ones(2)), ValueError, "scale must hold one number"),
+    ((torch.ones(2, 2), "tensor", E4M3FN, torch.ones((), dtype=torch.float64)), TypeError, "scale has dtype"),
+], ids=["row", "two-numbers", "float64"])
+def test_bad_given_scales_are_refused_by_name(args, error, match):
+    *rest, scale = args
+    with pytest.raises(error, match=match):
+        quantize(*rest, scale=scale)
+
+
 @pytest.mark.parametrize("args,error,match", [
     ((torch.ones(2, 2, 2), "row", E4M3FN), ValueError, "x must be 2-D"),
     ((torch.ones(2, 2, dtype=torch.int32), "row", E4M3FN), TypeError, "x has dtype int32"),
@@ -138,6 +166,8 @@ def test_custom_op_and_compile():
     x = activations((20, 150), seed=5)
     torch.library.opcheck(torch.ops.kernels.quantize_fp8.default, (x, "block1x128", E4M3FN, True),
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+    torch.library.opcheck(torch.ops.kernels.quantize_fp8.default, (x, "tensor", E4M3FN, True, torch.tensor(0.5)),
+                          test_utils=("test_faketensor",))
     compiled = torch.compile(lambda t: [o.float().sum() for o in quantize(t, "mx32", E4M3FN, transpose=True)],
                              fullgraph=True, backend="aot_eager")
     expected = [o.float().sum() for o in quantize(x, "mx32", E4M3FN, transpose=True)]

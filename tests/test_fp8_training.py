@@ -248,7 +248,8 @@ def test_each_recipe_states_its_gradient_format_and_takes_an_override():
 @pytest.mark.parametrize("recipe", EVERY_RECIPE)
 def test_the_backward_quantizes_only_dy_in_the_grad_format(recipe):
     """x and w are quantized once, in the forward (with the transposed copies the backward
-    reads); the backward's one quantization is dy's, in the recipe's gradient format."""
+    reads); the backward's one quantization is dy's, in the recipe's gradient format; all
+    three on the fused kernels (delayed's given scales too), none a plain torch pass."""
     m, n, k = 6, 5, 7
     layer = Float8Linear(k, n, recipe=recipe, fp8_dtype=torch.float8_e4m3fn)
     x = torch.randn(m, k, requires_grad=True)
@@ -258,6 +259,7 @@ def test_the_backward_quantizes_only_dy_in_the_grad_format(recipe):
     with quantizations() as backward:
         y.backward(torch.randn(m, n))
     assert [(shape, dtype) for _, shape, dtype in backward] == [((m, n), layer.grad_fp8_dtype)]
+    assert {kind for kind, _, _ in forward + backward} == {"fused"}
     assert x.grad is not None and layer.weight.grad is not None
 
 

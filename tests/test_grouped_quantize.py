@@ -16,8 +16,9 @@ import torch
 from host_sync import no_host_sync
 from kernels.gemm_fp8.formats import quantize_fp8
 from kernels.moe.grouped_gemm import spec as grouped_spec
-from kernels.moe.grouped_gemm_fp8 import quantize
-from kernels.moe.grouped_gemm_fp8.quantize_ref import wgrad_rowwise_reference
+from kernels.moe.grouped_gemm_fp8 import quantize, quantize_kernel
+from kernels.moe.grouped_gemm_fp8.quantize_ref import (forward_weight_per_tensor_reference,
+                                                       wgrad_per_tensor_reference, wgrad_rowwise_reference)
 from kernels.outputs import poisoned_outputs
 
 FORMATS = [(torch.float32, torch.float8_e4m3fn), (torch.bfloat16, torch.float8_e4m3fnuz),
@@ -26,11 +27,34 @@ IDS = ["fp32-e4m3fn", "bf16-e4m3fnuz", "fp16-e5m2", "bf16-e5m2fnuz"]
 
 
 def _tokens(rows: int, cols: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
-    """Random tokens with outlier rows and columns (scales differ per group and feature),
-    in range for fp16."""
+    """Random tokens with outlier rows and columns (scales differ per group and feature)
+    and one outlier value, 100 times the mean magnitude, all in range for fp16."""
     gen = torch.Generator().manual_seed(seed)
     t = torch.randn(rows, cols, generator=gen) * torch.randn(rows, 1, generator=gen).exp()
-    return (t * torch.randn(1, cols, generator=gen).exp()).to(dtype)
+    t = t * torch.randn(1, cols, generator=gen).exp()
+    if t.numel():
+        t.view(-1)[t.numel() // 3] = 100 * t.abs().mean()
+    return t.to(dtype)
+
+
+MODES = ["rowwise", "tensorwise", "delayed"]
+
+
+def _history_scale(t: torch.Tensor, fp8: torch.dtype) -> torch.Tensor | None:
+    """A delayed scale from a history below this tensor's amax (a twentieth of it: its
+    outlier and the largest others saturate); a float32 one-element tensor."""
+    amax = t.float().abs().amax() if t.numel() else torch.tensor(1.0)
+    return (amax / torch.finfo(fp8).max / 20).reshape(1)
+
+
+@pytest.fixture
+def per_tensor_launches_only(monkeypatch):
+    """Fails any per-(group, feature) amax launch; with ``given``, the per-tensor amax too."""
+    monkeypatch.setattr(quantize_kernel, "_group_amax_kernel", None)
+
+    def forbid_tensor_amax():
+        monkeypatch.setattr(quantize_kernel, "tensor_scale", None)
+    return forbid_tensor_amax
 
 
 def _offsets(sizes) -> torch.Tensor:
@@ -41,21 +65,41 @@ def _bits(q: torch.Tensor) -> torch.Tensor:
     return q.view(torch.uint8)
 
 
-def _assert_reference(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> None:
+def _assert_reference(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, mode: str = "rowwise") -> None:
+    """wgrad_operand under ``mode`` bit for bit its reference (delayed: a saturating given scale)."""
+    given = _history_scale(t, fp8) if mode == "delayed" else None
     with poisoned_outputs():
-        q, scale = quantize.wgrad_operand(t, offsets, "rowwise", fp8)
-    want_q, want_scale = wgrad_rowwise_reference(t, offsets, fp8)
+        q, scale = quantize.wgrad_operand(t, offsets, mode, fp8, given)
+    if mode == "rowwise":
+        want_q, want_scale = wgrad_rowwise_reference(t, offsets, fp8)
+    else:
+        want_q, want_scale = wgrad_per_tensor_reference(t, offsets, fp8, given)
     assert q.dtype == fp8 and q.shape == want_q.shape and q.stride() == want_q.stride()
     assert torch.equal(scale, want_scale)
     assert torch.equal(_bits(q), _bits(want_q))
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype, fp8", FORMATS, ids=IDS)
-def test_wgrad_operand_is_the_reference_bit_for_bit(dtype, fp8):
+def test_wgrad_operand_is_the_reference_bit_for_bit(dtype, fp8, mode):
     """Groups of 0 (first and middle), 1 and 70 tokens (a group spanning tile edges,
-    T = 81 not a multiple of 16 or 64), 67 features (odd, two ragged feature tiles)."""
+    T = 81 not a multiple of 16 or 64), 67 features (odd, two ragged feature tiles); per
+    scale of each recipe: per (group, feature), per tensor, a given (delayed) one."""
     sizes = [0, 5, 0, 1, 70, 5]
-    _assert_reference(_tokens(sum(sizes), 67, dtype), _offsets(sizes), fp8)
+    _assert_reference(_tokens(sum(sizes), 67, dtype), _offsets(sizes), fp8, mode)
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["tensorwise", "delayed"])
+def test_per_tensor_operands_run_no_grouped_amax_and_a_given_scale_no_amax_at_all(given, per_tensor_launches_only):
+    """tensorwise: one per-tensor amax (the dense op's launch), then the grouped cast;
+    delayed: the cast alone. Outputs as the reference; under delayed more than the outlier saturates."""
+    if given:
+        per_tensor_launches_only()
+    t, offsets, fp8 = _tokens(40, 9, torch.bfloat16), _offsets([30, 0, 10]), torch.float8_e4m3fn
+    _assert_reference(t, offsets, fp8, "delayed" if given else "tensorwise")
+    q, _ = quantize.wgrad_operand(t, offsets, "delayed" if given else "tensorwise", fp8,
+                                  _history_scale(t, fp8) if given else None)
+    assert ((q.float().abs() == 448).sum() > 1) == given   # tensorwise: the outlier alone at the max
 
 
 def test_tokens_past_the_last_offset_count_to_the_last_group():
@@ -76,10 +120,11 @@ def test_strided_and_broadcast_tokens_read_as_their_values():
     _assert_reference(torch.tensor(-3.5).expand(19, 9), offsets, torch.float8_e4m3fn)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("rows, cols, sizes", [(0, 5, [0, 0]), (0, 3, []), (6, 0, [2, 4]), (3, 4, [3])],
                          ids=["T=0", "G=0", "C=0", "one group"])
-def test_empty_shapes_and_one_group(rows, cols, sizes):
-    _assert_reference(_tokens(rows, cols, torch.bfloat16), _offsets(sizes), torch.float8_e4m3fn)
+def test_empty_shapes_and_one_group(rows, cols, sizes, mode):
+    _assert_reference(_tokens(rows, cols, torch.bfloat16), _offsets(sizes), torch.float8_e4m3fn, mode)
 
 
 @pytest.mark.parametrize("dtype, fp8", FORMATS[:3], ids=IDS[:3])
@@ -96,27 +141,46 @@ def test_forward_weight_is_each_experts_columnwise_quantization(dtype, fp8):
         assert torch.equal(_bits(q[g]), _bits(want)) and torch.equal(scale[g], want_scale[0])
 
 
+@pytest.mark.parametrize("given", [False, True], ids=["tensorwise", "delayed"])
+@pytest.mark.parametrize("dtype, fp8", FORMATS, ids=IDS)
+def test_per_tensor_forward_weight_is_the_reference_bit_for_bit(dtype, fp8, given):
+    """The batched launch with one scale: each expert's K-contiguous copy (K = 21, each
+    column's run padded to 32 bytes), bit for bit the plain cast and transposed copy."""
+    w = _tokens(3 * 21, 67, dtype).reshape(3, 21, 67)
+    scale = _history_scale(w, fp8) if given else None
+    with poisoned_outputs():
+        q, got_scale = quantize.forward_weight(w, "delayed" if given else "tensorwise", fp8, scale)
+    want, want_scale = forward_weight_per_tensor_reference(w, fp8, scale)
+    assert q.shape == (3, 21, 67) and q.stride() == (67 * 32, 1, 32)
+    assert torch.equal(_bits(q), _bits(want)) and torch.equal(got_scale, want_scale)
+
+
 def test_no_host_sync():
     sizes = [3, 0, 20]
     t, offsets = _tokens(sum(sizes), 11, torch.bfloat16), _offsets(sizes)
     with no_host_sync():
         quantize.wgrad_operand(t, offsets, "rowwise", torch.float8_e4m3fnuz)
         quantize.forward_weight(t.reshape(23, 11, 1), "rowwise", torch.float8_e4m3fnuz)
+        for scale in (None, torch.tensor(0.5)):
+            quantize.wgrad_operand(t, offsets, "tensorwise", torch.float8_e4m3fnuz, scale)
+            quantize.forward_weight(t.reshape(23, 11, 1), "tensorwise", torch.float8_e4m3fnuz, scale)
 
 
-@pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
-@pytest.mark.parametrize("dtype, fp8", FORMATS[:3], ids=IDS[:3])
+@pytest.mark.parametrize("recipe", MODES)
+@pytest.mark.parametrize("dtype, fp8", FORMATS, ids=IDS)
 def test_token_operands_and_dgrad_weight_on_the_dense_op_match_scale_of_and_cast(recipe, dtype, fp8):
-    """tokens() and dgrad_weight() call kernels.gemm_fp8.quantize ("row" or "tensor"); its
-    rounding (the kernel's round to nearest even) gives exactly the bits of formats.cast."""
+    """tokens() and dgrad_weight() call kernels.gemm_fp8.quantize ("row" or "tensor", with
+    delayed's given scale); its rounding (the kernel's round to nearest even) gives exactly
+    the bits of formats.cast."""
     granularity = "row" if recipe == "rowwise" else "tensor"
     x, w = _tokens(21, 37, dtype), _tokens(3 * 5, 19, dtype, seed=1).reshape(3, 5, 19)
+    sx, sw = (_history_scale(x, fp8), _history_scale(w, fp8)) if recipe == "delayed" else (None, None)
     with poisoned_outputs():
-        q, scale = quantize.tokens(x, recipe, fp8)
-        wt, swt = quantize.dgrad_weight(w, recipe, fp8)
-    want, want_scale = quantize_fp8(x, fp8, granularity)
+        q, scale = quantize.tokens(x, recipe, fp8, sx)
+        wt, swt = quantize.dgrad_weight(w, recipe, fp8, sw)
+    want, want_scale = quantize_fp8(x, fp8, granularity, None if sx is None else sx.reshape(()))
     assert torch.equal(_bits(q), _bits(want)) and torch.equal(scale, want_scale.expand(21, 1).reshape(21))
-    want, want_scale = quantize_fp8(w.reshape(15, 19), fp8, granularity)
+    want, want_scale = quantize_fp8(w.reshape(15, 19), fp8, granularity, None if sw is None else sw.reshape(()))
     assert wt.shape == (3, 19, 5) and wt.transpose(1, 2).is_contiguous()
     assert torch.equal(_bits(wt.transpose(1, 2)).reshape(15, 19), _bits(want))
     assert torch.equal(swt, want_scale.expand(15, 1).reshape(3, 5))
@@ -128,6 +192,9 @@ def test_token_operands_and_dgrad_weight_on_the_dense_op_match_scale_of_and_cast
     (lambda t, o: quantize.quantize_groups(t, o, torch.bfloat16), TypeError, "fp8 must be one of"),
     (lambda t, o: quantize.quantize_groups(t[0], o, torch.float8_e4m3fn), ValueError, "t must be 2-D"),
     (lambda t, o: quantize.quantize_groups(t, o[:0], torch.float8_e4m3fn), ValueError, "no groups"),
+    (lambda t, o: quantize.quantize_groups(t, o, torch.float8_e4m3fn, torch.ones(2)), ValueError, "one number"),
+    (lambda t, o: quantize.quantize_groups(t, o, torch.float8_e4m3fn, torch.ones(1).double()), TypeError,
+     "scale has dtype"),
 ])
 def test_bad_inputs_are_refused_by_name(call, error, match):
     with pytest.raises(error, match=match):
@@ -136,5 +203,6 @@ def test_bad_inputs_are_refused_by_name(call, error, match):
 
 def test_custom_op_fake_matches_the_kernels():
     t, offsets = _tokens(2 * 19, 6, torch.float32).reshape(2, 19, 6), _offsets([4, 0, 15])
-    torch.library.opcheck(torch.ops.kernels.grouped_quantize_fp8.default, (t, offsets, torch.float8_e4m3fn),
-                          test_utils=("test_faketensor",))
+    for extra in ((), (None, True), (torch.tensor(0.5), True)):   # per group; per tensor; given
+        torch.library.opcheck(torch.ops.kernels.grouped_quantize_fp8.default, (t, offsets, torch.float8_e4m3fn, *extra),
+                              test_utils=("test_faketensor",))

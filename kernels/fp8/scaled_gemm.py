@@ -16,8 +16,9 @@ wgrad       dy.T, along M       x: each input feature, along M (the tokens)
 
 :class:`PerTensorRecipe` (tensorwise, delayed): one scale serves both orientations, so
 the forward's x8 and w8 are what the backward reads, as transposed views; the per-tensor
-quantization is :func:`kernels.gemm_fp8.quantize_fp8` (it takes a scale given from an
-amax history). Saved: x8 (M K bytes) and w8 (N K bytes) with two 4-byte scales.
+quantization is the fused ``kernels.gemm_fp8.quantize(..., "tensor")`` (an amax launch,
+then the cast; a scale given from an amax history skips the amax launch), bit for bit
+:func:`kernels.gemm_fp8.quantize_fp8`. Saved: x8 (M K bytes) and w8 (N K bytes) with two 4-byte scales.
 :class:`RowwiseRecipe`: x and w are quantized once each by the fused
 ``kernels.gemm_fp8.quantize(..., "row", transpose=True)``, whose transposed copies, x.T
 scaled along M and w.T scaled along N, are the operands dgrad and wgrad need; dy once the
@@ -27,7 +28,6 @@ scale per row (K of each).
 from __future__ import annotations
 
 from .. import gemm_fp8
-from ..gemm_fp8 import formats
 from ..gemm_fp8.ops import matmul_fp8
 from .recipe import Recipe, Saved
 
@@ -49,12 +49,12 @@ class PerTensorRecipe(ScaledGemmRecipe):
                         "e5m2 (hybrid), Transformer Engine's default for its per-tensor recipes")
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
-        x8, sx = formats.quantize_fp8(x, fp8, "tensor", scale=scale_x)
-        w8, sw = formats.quantize_fp8(w, fp8, "tensor", scale=scale_w)
+        x8, sx = gemm_fp8.quantize(x, "tensor", fp8, scale=scale_x)
+        w8, sw = gemm_fp8.quantize(w, "tensor", fp8, scale=scale_w)
         return matmul_fp8(x8, w8.t(), sx, sw, out_dtype=out_dtype), Saved(x8, sx, w8, sw)
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
-        dy8, sdy = formats.quantize_fp8(dy, grad_fp8, "tensor")
+        dy8, sdy = gemm_fp8.quantize(dy, "tensor", grad_fp8)
         dx = matmul_fp8(dy8, saved.w, sdy, saved.w_scale, out_dtype=dx_dtype) if need_dx else None
         dw = matmul_fp8(dy8.t(), saved.x, sdy, saved.x_scale, out_dtype=dw_dtype) if need_dw else None
         return dx, dw

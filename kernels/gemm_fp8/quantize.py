@@ -20,10 +20,22 @@ from .quantize_ref import GRANULARITIES, MX_DTYPES, QUANT_DTYPES, scale_shape
 X_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _check(x, granularity, fp8_dtype, transpose):
+def check_scale(name: str, scale: torch.Tensor, x: torch.Tensor) -> None:
+    """A given per-tensor scale: float32, one number, on x's device."""
+    validate.tensor(name, scale, dtypes=(torch.float32,))
+    if scale.numel() != 1:
+        raise ValueError(f"{name} must hold one number (a per-tensor scale), got shape {tuple(scale.shape)}")
+    validate.same_device(x=x, **{name: scale})
+
+
+def _check(x, granularity, fp8_dtype, transpose, scale):
     validate.tensor("x", x, ndim=2, dtypes=X_DTYPES, allow_empty=True)
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    if scale is not None:
+        if granularity != "tensor":
+            raise ValueError(f"a given scale is one per tensor: granularity 'tensor', got {granularity!r}")
+        check_scale("scale", scale, x)
     allowed = MX_DTYPES if granularity == "mx32" else QUANT_DTYPES
     if fp8_dtype not in allowed:
         names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
@@ -35,25 +47,28 @@ def _check(x, granularity, fp8_dtype, transpose):
 
 
 def _quantize_impl(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
-                   transpose: bool) -> list[torch.Tensor]:
-    return list(quantize_kernel.launch(x, granularity, fp8_dtype, transpose))
+                   transpose: bool, scale: torch.Tensor | None = None) -> list[torch.Tensor]:
+    return list(quantize_kernel.launch(x, granularity, fp8_dtype, transpose, scale))
 
 
 _quantize = torch.library.custom_op("kernels::quantize_fp8", _quantize_impl, mutates_args=())
 
 
 @_quantize.register_fake
-def _(x, granularity, fp8_dtype, transpose):
+def _(x, granularity, fp8_dtype, transpose, scale=None):
     m, k = x.shape
     scale_dtype = torch.uint8 if granularity == "mx32" else torch.float32
-    out = [x.new_empty((m, k), dtype=fp8_dtype), x.new_empty(scale_shape(granularity, m, k), dtype=scale_dtype)]
+    given = scale is not None   # then the op returns no scales
+    out = [x.new_empty((m, k), dtype=fp8_dtype)]
+    out += [] if given else [x.new_empty(scale_shape(granularity, m, k), dtype=scale_dtype)]
     if transpose:
-        out += [x.new_empty((k, m), dtype=fp8_dtype), x.new_empty(scale_shape(granularity, k, m), dtype=scale_dtype)]
+        out += [x.new_empty((k, m), dtype=fp8_dtype)]
+        out += [] if given else [x.new_empty(scale_shape(granularity, k, m), dtype=scale_dtype)]
     return out
 
 
 def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
-             transpose: bool = False) -> tuple[torch.Tensor, ...]:
+             transpose: bool = False, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Quantize a 2-D ``x`` (M, K) to ``fp8_dtype`` with one scale per group, in one fused pass.
 
     Returns ``(q, scale)``, or with ``transpose=True`` ``(q, scale, q_t, scale_t)`` where
@@ -79,11 +94,21 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     before its group's amax is known); the block granularities and ``mx32`` read it once.
     The result is bit-identical to :func:`.quantize_ref.quantize_reference`.
 
+    ``scale`` (``tensor`` only; float32, one number): a per-tensor scale given by the caller
+    (delayed scaling's, from an amax history), cast with as it is: no amax pass, x read
+    once, values beyond its range saturate at +-max, as
+    :func:`kernels.gemm_fp8.quantize_fp8` with ``scale=`` (bit for bit); it is returned,
+    as it came if 0-d, as scale and scale_t.
+
     Saturation: none under the fp32 scales (each group's amax maps onto the format's max,
     so no count is kept); under ``mx32`` the floor rule lets a group's largest values
     saturate by up to 12.5 % (e4m3: the amax scaled into [256, 512) against a max of 448),
     as the MX spec allows.
     """
-    _check(x, granularity, fp8_dtype, transpose)
+    _check(x, granularity, fp8_dtype, transpose, scale)
     impl = _quantize_impl if eager.direct(x) else _quantize
-    return tuple(impl(x, granularity, fp8_dtype, transpose))
+    if scale is None:
+        return tuple(impl(x, granularity, fp8_dtype, transpose))
+    scale = scale if scale.dim() == 0 else scale.reshape(())
+    q, *q_t = impl(x, granularity, fp8_dtype, transpose, scale)
+    return (q, scale, q_t[0], scale) if transpose else (q, scale)

@@ -172,36 +172,56 @@ def format_constants(dtype: torch.dtype) -> dict:
     return dict(FMAX=float(info.max), **fp8_grid(dtype), EMAX=mx_emax(dtype))
 
 
-def _given_scales(x: torch.Tensor, granularity: str, fmax: float, transpose: bool):
-    """The amax pass of ``tensor`` and ``row``: (scale of q's rows, scale of q_t's rows),
-    each a float32 vector to read per row/column (stride 0 for ``tensor``)."""
+def _scale_of(amax: torch.Tensor, fmax: float) -> torch.Tensor:
+    return torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+
+
+def _tile_maxima(x: torch.Tensor, cols: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The amax launch on a non-empty x (M, K): (max |x| per row and tile column (M, K/128),
+    with ``cols`` per tile row and column (M/128, K), else a dummy)."""
     m, k = x.shape
     tiles = (cdiv(m, TILE), cdiv(k, TILE))
     row_max = torch.empty((m, tiles[1]), dtype=torch.float32, device=x.device)
-    cols = granularity == "row" and transpose
     col_max = torch.empty((tiles[0], k) if cols else (1, 1), dtype=torch.float32, device=x.device)
     _amax_kernel[tiles](x, row_max, col_max, m, k, *x.stride(), *row_max.stride(), *col_max.stride(),
                         COLS=cols, BLOCK=TILE, num_warps=NUM_WARPS)
+    return row_max, col_max
 
-    def scale_of(amax):
-        return torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+
+def tensor_scale(x: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
+    """The per-tensor scale (a 0-d float32 on x's device, no host sync) of a non-empty x
+    (M, K): the amax launch, reduced on the device; what ``tensor`` casts with (and the
+    per-tensor grouped operands, :mod:`kernels.moe.grouped_gemm_fp8.quantize`)."""
+    return _scale_of(_tile_maxima(x, cols=False)[0].amax(), torch.finfo(fp8_dtype).max)
+
+
+def _amax_pass(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transpose: bool):
+    """The amax pass of ``tensor`` and ``row``: (scale of q's rows, scale of q_t's rows),
+    each a float32 vector to read per row/column (stride 0 for ``tensor``)."""
     if granularity == "tensor":
-        scale = scale_of(row_max.amax())
+        scale = tensor_scale(x, fp8_dtype)
         return scale, scale
-    return scale_of(row_max.amax(dim=1, keepdim=True)), (
-        scale_of(col_max.amax(dim=0)).unsqueeze(1) if cols else None)
+    fmax = torch.finfo(fp8_dtype).max
+    row_max, col_max = _tile_maxima(x, cols=transpose)
+    return _scale_of(row_max.amax(dim=1, keepdim=True), fmax), (
+        _scale_of(col_max.amax(dim=0), fmax).unsqueeze(1) if transpose else None)
 
 
 def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
-           transpose: bool = False) -> tuple[torch.Tensor, ...]:
-    """Run the kernels of :func:`kernels.gemm_fp8.quantize` on a checked ``x`` (M, K)."""
+           transpose: bool = False, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """Run the kernels of :func:`kernels.gemm_fp8.quantize` on a checked ``x`` (M, K);
+    ``scale``: a checked float32 one-number scale of ``tensor`` given by the caller, which
+    skips the amax launch (the result then holds no scales: (q,) or (q, q_t))."""
     m, k = x.shape
     consts = format_constants(fp8_dtype)
     mx = granularity == "mx32"
     scale_dtype = torch.uint8 if mx else torch.float32
     q = new_output((m, k), fp8_dtype, x.device)
     q_t = new_output((k, m), fp8_dtype, x.device) if transpose else q
+    given = scale is not None
     if x.numel() == 0:
+        if given:
+            return (q, q_t) if transpose else (q,)
         scale = torch.ones(scale_shape(granularity, m, k), dtype=scale_dtype, device=x.device)
         scale_t = torch.ones(scale_shape(granularity, k, m), dtype=scale_dtype, device=x.device)
         if mx:   # amax 0: byte 0, as the MX rule gives an all-zero block
@@ -209,7 +229,7 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
         return (q, scale, q_t, scale_t) if transpose else (q, scale)
     if granularity in ("tensor", "row"):
         mode, group = 0, TILE
-        scale, scale_t = _given_scales(x, granularity, consts["FMAX"], transpose)
+        scale, scale_t = (scale, scale) if given else _amax_pass(x, granularity, fp8_dtype, transpose)
         s_strides = (0 if granularity == "tensor" else scale.stride(0), 0)
         st_strides = (0 if scale_t is None or granularity == "tensor" else scale_t.stride(0), 0)
     else:
@@ -224,6 +244,8 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
                             *x.stride(), *q.stride(), *s_strides, *q_t.stride(), *st_strides,
                             MODE=mode, G=group, MX=mx, TRANSPOSE=transpose, BLOCK=TILE,
                             num_warps=NUM_WARPS, **consts)
+    if given:
+        return (q, q_t) if transpose else (q,)
     if not transpose:
         return q, scale
     if mode == 2:

@@ -83,9 +83,9 @@ import torch
 import torch.nn.functional as F
 
 from ... import eager, validate
-from ...gemm_fp8.formats import OPERAND_DTYPES, amax_over, cast, scale_of
+from ...gemm_fp8.formats import OPERAND_DTYPES
 from ...gemm_fp8.operands import SCALE_K
-from ...gemm_fp8.quantize import X_DTYPES, quantize as quantize_fused
+from ...gemm_fp8.quantize import X_DTYPES, check_scale, quantize as quantize_fused
 from ...triton_support import cdiv
 from . import quantize_kernel
 from .dw import ALIGN
@@ -106,21 +106,10 @@ def check_recipe(recipe: str) -> None:
                          f"got {recipe!r}")
 
 
-def _per_tensor(t: torch.Tensor, dims, fp8: torch.dtype, scale: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(t in fp8, its one scale broadcast to t's shape with size 1 along ``dims``): from the
-    amax over all of t unless ``scale`` (one number) is given. The plain PyTorch passes of
-    the per-tensor operands no fused op writes (the module docstring lists them)."""
-    if scale is None:
-        scale = scale_of(amax_over(t.detach(), tuple(range(t.dim()))), fp8)
-    else:
-        scale = scale.float().reshape([1] * t.dim())
-    shape = [1 if d in dims else s for d, s in enumerate(t.shape)]
-    return cast(t, scale, fp8), scale.expand(shape)
-
-
-def _quantize_groups_impl(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> list[torch.Tensor]:
-    return list(quantize_kernel.launch(t, offsets, fp8))   # t (B, T, C): B problems, grouped alike
+def _quantize_groups_impl(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype,
+                          scale: torch.Tensor | None = None, per_tensor: bool = False) -> list[torch.Tensor]:
+    # t (B, T, C): B problems, grouped alike
+    return list(quantize_kernel.launch(t, offsets, fp8, scale, per_tensor))
 
 
 _quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _quantize_groups_impl,
@@ -128,17 +117,25 @@ _quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _qua
 
 
 @_quantize_groups.register_fake
-def _(t, offsets, fp8):
+def _(t, offsets, fp8, scale=None, per_tensor=False):
     batch, rows, cols = t.shape
-    return [t.new_empty((batch, cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8),
-            t.new_empty((batch, offsets.shape[0], cols), dtype=torch.float32)]
+    q = t.new_empty((batch, cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8)
+    if scale is not None:   # a given scale is not returned
+        return [q]
+    return [q, t.new_empty(() if per_tensor else (batch, offsets.shape[0], cols), dtype=torch.float32)]
 
 
-def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The grouped kernels on t (B, T, C), through the custom op wherever anything traces."""
+def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, scale: torch.Tensor | None = None,
+             per_tensor: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The grouped kernels on t (B, T, C), through the custom op wherever anything traces:
+    (q (B, C, R), scale (B, G, C); per-tensor: 0-d, the given one if given)."""
     t = t.detach()
     impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
-    return tuple(impl(t, offsets, fp8))
+    if scale is None:
+        return tuple(impl(t, offsets, fp8, None, per_tensor))
+    check_scale("scale", scale, t)
+    scale = scale.reshape(())
+    return impl(t, offsets, fp8, scale, True)[0], scale
 
 
 def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
@@ -147,11 +144,8 @@ def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor |
     blockwise: scale (T, ceil(C/128)), per token and 128 of C."""
     if recipe == "blockwise":
         return quantize_fused(x.detach(), "block1x128", fp8)
-    if scale is None:
-        q, scale = quantize_fused(x.detach(), _DENSE[recipe], fp8)
-        return q, scale.expand(x.shape[0], 1).reshape(x.shape[0])   # (T, 1) or () to (T,)
-    q, scale = _per_tensor(x, (1,), fp8, scale)
-    return q, scale.reshape(x.shape[0])
+    q, scale = quantize_fused(x.detach(), _DENSE[recipe], fp8, scale=scale)
+    return q, scale.expand(x.shape[0], 1).reshape(x.shape[0])   # (T, 1) or () to (T,)
 
 
 def _expert_blocks(w: torch.Tensor, fp8: torch.dtype, k_contiguous: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,12 +171,11 @@ def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.
     blockwise: scale (G, ceil(K/128), ceil(N/128))."""
     if recipe == "blockwise":
         return _expert_blocks(w, fp8, k_contiguous=True)
-    if recipe == "rowwise":   # each expert one group of K tokens: the grouped kernels' transposed copy
-        k = w.shape[1]
-        q, scale = _grouped(w, torch.full((1,), k, dtype=torch.int32, device=w.device), fp8)
-        return q[:, :, :k].transpose(1, 2), scale[:, 0]     # (G, N, K padded to 16), (G, 1, N)
-    q, scale = _per_tensor(w, (1,), fp8, scale)
-    return q.transpose(1, 2).contiguous().transpose(1, 2), scale[:, 0, :]
+    # each expert one group of K tokens: the grouped kernels' transposed copy (G, N, K padded to 16)
+    g, k, n = w.shape
+    one_group = torch.full((1,), k, dtype=torch.int32, device=w.device)
+    q, scale = _grouped(w, one_group, fp8, scale, per_tensor=recipe in PER_TENSOR)
+    return q[:, :, :k].transpose(1, 2), scale.expand(g, 1, n)[:, 0]     # scale (G, 1, N) or ()
 
 
 def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
@@ -193,12 +186,9 @@ def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Te
     if recipe == "blockwise":
         q, scale = _expert_blocks(w, fp8, k_contiguous=False)
         return q.transpose(1, 2), scale.transpose(1, 2)
-    g, k, n = w.shape
-    if scale is None:   # w as G·K rows of N: row-wise along N is the dense op's "row"
-        q, scale = quantize_fused(w.detach().reshape(g * k, n), _DENSE[recipe], fp8)
-        return q.view(g, k, n).transpose(1, 2), scale.expand(g * k, 1).reshape(g, k)
-    q, scale = _per_tensor(w, (2,), fp8, scale)
-    return q.contiguous().transpose(1, 2), scale[:, :, 0]
+    g, k, n = w.shape   # w as G·K rows of N: row-wise along N is the dense op's "row"
+    q, scale = quantize_fused(w.detach().reshape(g * k, n), _DENSE[recipe], fp8, scale=scale)
+    return q.view(g, k, n).transpose(1, 2), scale.expand(g * k, 1).reshape(g, k)
 
 
 def group_of_rows(offsets: torch.Tensor, rows: int) -> torch.Tensor:
@@ -209,12 +199,15 @@ def group_of_rows(offsets: torch.Tensor, rows: int) -> torch.Tensor:
     return ids.clamp_(max=max(offsets.shape[0] - 1, 0))
 
 
-def quantize_groups(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_groups(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, scale: torch.Tensor | None = None,
+                    per_tensor: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The row-wise wgrad operand of t (T, C), tokens grouped by int32 ``offsets`` (G,) of
     group ends: (fp8 (C, R) token-contiguous, R = T padded with zeros to a multiple of 16;
     scale (G, C), per group and feature), by the kernels of :mod:`.quantize_kernel` (no
-    host sync). A custom op with a fake (``kernels::grouped_quantize_fp8``), so the
-    training op's backward traces under ``torch.compile`` without a graph break."""
+    host sync). ``per_tensor``: one scale for all of t (0-d), or ``scale`` if given (float32,
+    one number), with the same cast and transposed copy. A custom op with a fake
+    (``kernels::grouped_quantize_fp8``), so the training op's backward traces under
+    ``torch.compile`` without a graph break."""
     validate.tensor("t", t, ndim=2, dtypes=X_DTYPES, allow_empty=True)
     offsets = validate.index("offsets", offsets, ndim=1, dtypes=(torch.int32,))
     validate.same_device(t=t, offsets=offsets)
@@ -222,8 +215,8 @@ def quantize_groups(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) ->
         raise TypeError(f"fp8 must be one of {OPERAND_DTYPES}, got {fp8}")
     if t.shape[0] and not offsets.shape[0]:
         raise ValueError(f"t has {t.shape[0]} tokens but offsets no groups to put them in")
-    q, scale = _grouped(t[None], offsets, fp8)
-    return q[0], scale[0]
+    q, scale = _grouped(t[None], offsets, fp8, scale, per_tensor)
+    return q[0], scale if scale.dim() == 0 else scale[0]
 
 
 def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torch.dtype,
@@ -238,10 +231,5 @@ def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torc
         padded = F.pad(t.detach(), (0, 0, 0, cdiv(rows, ALIGN) * ALIGN - rows))
         q, scale = quantize_fused(padded.t(), "block1x128", fp8)    # (C, R), (C, R/128)
         return q, scale.t().contiguous()   # feature-contiguous: a tile's scales load as vectors
-    if recipe == "rowwise":
-        return quantize_groups(t, offsets, fp8)
-    q, scale = _per_tensor(t, (0, 1), fp8, scale)
-    padded = torch.empty((cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8, device=t.device)
-    padded[:, :rows] = q.t()
-    padded[:, rows:] = 0
-    return padded, scale.expand(offsets.shape[0], cols)
+    q, scale = quantize_groups(t, offsets, fp8, scale, per_tensor=recipe in PER_TENSOR)
+    return q, scale.expand(offsets.shape[0], cols)

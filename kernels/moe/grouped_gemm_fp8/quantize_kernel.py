@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ...gemm_fp8.quantize_kernel import format_constants, quantized, scale_of_amax
+from ...gemm_fp8.quantize_kernel import format_constants, quantized, scale_of_amax, tensor_scale
 from ...outputs import new_output
 from ...registry import AotKernel
 from ...triton_support import aot_launch, cdiv, next_power_of_2, pointer_type
@@ -125,27 +125,38 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, T, R, C, G,
              tl.trans(q.to(q_ptr.dtype.element_ty)), mask=(cols[:, None] < C) & (tokens[None, :] < R))
 
 
-def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale: torch.Tensor | None = None,
+           per_tensor: bool = False) -> tuple[torch.Tensor, ...]:
     """(q (B, C, R) fp8 token-contiguous, scale (B, G, C) fp32) of a checked t (B, T, C): B
     problems whose T tokens the int32 offsets (G,) group alike (the wgrad operand: B = 1;
     the experts' weights: B = G experts of K tokens each, one group). Two launches, no
-    host sync."""
+    host sync. ``per_tensor``: one scale for all of t instead (0-d), from the dense op's
+    amax launch (:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`); a given ``scale``
+    (float32, one number: delayed scaling's) skips every amax launch and returns (q,) alone.
+    Either one reaches the cast launch with strides 0, as one scale for every group."""
     (batch, rows, cols), groups = t.shape, offsets.shape[0]
     padded = cdiv(rows, ALIGN) * ALIGN
     q = new_output((batch, cols, padded), fp8_dtype, t.device)
-    scale = new_output((batch, groups, cols), torch.float32, t.device)
-    if batch == 0 or cols == 0 or groups == 0:
-        return q, scale
+    given = scale is not None
     consts = format_constants(fp8_dtype)
-    _group_amax_kernel[(groups, cdiv(cols, BLOCK_C), batch)](
-        t, offsets, scale, rows, cols, groups, *t.stride(), *scale.stride(), FMAX=consts["FMAX"],
-        BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
-    if padded:
+    if given or per_tensor:
+        if not given:
+            scale = (tensor_scale(t.reshape(batch * rows, cols), fp8_dtype) if t.numel()
+                     else torch.ones((), dtype=torch.float32, device=t.device))
+        scale_strides = (0, 0, 0)
+    else:
+        scale = new_output((batch, groups, cols), torch.float32, t.device)
+        scale_strides = scale.stride()
+    if batch and cols and groups and not (given or per_tensor):
+        _group_amax_kernel[(groups, cdiv(cols, BLOCK_C), batch)](
+            t, offsets, scale, rows, cols, groups, *t.stride(), *scale_strides, FMAX=consts["FMAX"],
+            BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
+    if batch and cols and groups and padded:
         _cast_transpose_kernel[(cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)](
-            t, offsets, scale, q, rows, padded, cols, groups, *t.stride(), *scale.stride(), *q.stride(),
+            t, offsets, scale, q, rows, padded, cols, groups, *t.stride(), *scale_strides, *q.stride(),
             FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_T=BLOCK_T,
             BLOCK_C=BLOCK_C, BLOCK_G=max(next_power_of_2(groups), 2), num_warps=NUM_WARPS)
-    return q, scale
+    return (q,) if given else (q, scale)
 
 
 def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16) -> tuple[AotKernel, AotKernel]:

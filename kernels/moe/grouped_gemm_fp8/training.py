@@ -35,6 +35,7 @@ from ... import eager, validate
 from ...fp8 import recipe as fp8_recipes
 from ...gemm_fp8.formats import E5M2_OF, FP8_DTYPES, OPERAND_DTYPES
 from ...gemm_fp8.operands import OUT_DTYPES, SCALE_K, check_family
+from ...gemm_fp8.quantize import check_scale
 from ...triton_support import cdiv
 from . import dw as dw_kernel
 from . import quantize
@@ -171,10 +172,7 @@ def _check_scale(name: str, scale: torch.Tensor | None, recipe: str, x: torch.Te
     if recipe not in quantize.PER_TENSOR:
         raise ValueError(f"{name} is a per-tensor scale, for the recipes {', '.join(quantize.PER_TENSOR)}; "
                          f"recipe {recipe!r} computes its own")
-    validate.tensor(name, scale, dtypes=(torch.float32,))
-    if scale.numel() != 1:
-        raise ValueError(f"{name} must hold one number (a per-tensor scale), got shape {tuple(scale.shape)}")
-    validate.same_device(x=x, **{name: scale})
+    check_scale(name, scale, x)
 
 
 def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str = "rowwise",
