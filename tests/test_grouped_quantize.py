@@ -49,8 +49,9 @@ def _history_scale(t: torch.Tensor, fp8: torch.dtype) -> torch.Tensor | None:
 
 @pytest.fixture
 def per_tensor_launches_only(monkeypatch):
-    """Fails any per-(group, feature) amax launch; with ``given``, the per-tensor amax too."""
-    monkeypatch.setattr(quantize_kernel, "_group_amax_kernel", None)
+    """Fails any per-(group, feature) amax launch; once called, the per-tensor amax too."""
+    monkeypatch.setattr(quantize_kernel, "_chunk_amax_kernel", None)
+    monkeypatch.setattr(quantize_kernel, "_group_scale_kernel", None)
 
     def forbid_tensor_amax():
         monkeypatch.setattr(quantize_kernel, "tensor_scale", None)
@@ -100,6 +101,42 @@ def test_per_tensor_operands_run_no_grouped_amax_and_a_given_scale_no_amax_at_al
     q, _ = quantize.wgrad_operand(t, offsets, "delayed" if given else "tensorwise", fp8,
                                   _history_scale(t, fp8) if given else None)
     assert ((q.float().abs() == 448).sum() > 1) == given   # tensorwise: the outlier alone at the max
+
+
+def test_groups_over_several_amax_chunks():
+    """Tokens split over programs of CHUNK (256) tokens: a group over chunks 0 and 1, two
+    within chunk 1 (the second ending on its edge), an empty one between, one starting on a
+    chunk edge and covering chunks 2 to 4 (3 whole), a 1-token group at the end; T = 1113."""
+    chunk = quantize_kernel.CHUNK
+    sizes = [0, chunk + 44, 3, 0, chunk - 47, 2 * chunk + 88, 1]
+    assert sum(sizes[:5]) == 2 * chunk and sum(sizes) == 4 * chunk + 89
+    _assert_reference(_tokens(sum(sizes), 5, torch.bfloat16, seed=3), _offsets(sizes), torch.float8_e4m3fnuz)
+
+
+class _Grids:
+    """Stands for a kernel: records each launch grid, launches nothing."""
+
+    def __init__(self):
+        self.grids = []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return lambda *args, **kwargs: None
+
+
+def test_amax_programs_do_not_depend_on_the_group_count(monkeypatch):
+    """The docstring's shape, T = 8192 bf16 tokens, C = 2048 (grids read, nothing run): 32
+    chunks x 32 feature blocks = 1024 amax programs for 1, 8 or 128 groups (groups x C/64
+    before: 256 for 8); the per-group scale launch has groups x C/64 programs."""
+    kernels = {name: _Grids() for name in ("_chunk_amax_kernel", "_group_scale_kernel", "_cast_transpose_kernel")}
+    for name, recorder in kernels.items():
+        monkeypatch.setattr(quantize_kernel, name, recorder)
+    t = torch.empty((1, 8192, 2048), dtype=torch.bfloat16)
+    for groups in (1, 8, 128):
+        quantize_kernel.launch(t, _offsets([8192 // groups] * groups), torch.float8_e4m3fnuz)
+    assert kernels["_chunk_amax_kernel"].grids == [(32, 32, 1)] * 3
+    assert kernels["_group_scale_kernel"].grids == [(1, 32, 1), (8, 32, 1), (128, 32, 1)]
+    assert kernels["_cast_transpose_kernel"].grids == [(128, 32, 1)] * 3
 
 
 def test_tokens_past_the_last_offset_count_to_the_last_group():

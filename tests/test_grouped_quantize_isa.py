@@ -1,7 +1,9 @@
-"""The grouped row-wise quantize kernels as gfx942 and gfx950 compile them (ahead of time; not
+"""The grouped quantize kernels as gfx942 and gfx950 compile them (ahead of time; not
 rungs, so a fresh subprocess compiles them, as tests/test_fp8_quantize_isa.py does for the
-dense ones). Backs what kernels/moe/grouped_gemm_fp8/quantize_kernel.py says of its loads,
-stores, the LDS transpose of the FP8 tile and its registers."""
+dense ones): the chunked amax launch, the per-group scale launch and the cast (which the
+per-tensor operands run alone, with a stride-0 scale). Backs what
+kernels/moe/grouped_gemm_fp8/quantize_kernel.py says of its loads, stores, the LDS
+transpose of the FP8 tile and its registers."""
 from __future__ import annotations
 
 import functools
@@ -19,7 +21,7 @@ import json, torch
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel
 from workbench.isa import compile as isa_compile, parse as isa_parse
 out = []
-for aot in quantize_kernel.aot(torch.{fp8}):
+for aot in quantize_kernel.aot(torch.{fp8}, per_tensor={per_tensor}):
     kernel = isa_compile.compile_aot(aot, ("hip", {arch!r}, 64))
     lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
     out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
@@ -30,34 +32,47 @@ print(json.dumps(out))
 
 
 @functools.cache   # both tests read one compile per target
-def compiled(fp8: str, arch: str) -> list[dict]:
+def compiled(fp8: str, arch: str, per_tensor: bool) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(fp8=fp8, arch=arch)],
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(fp8=fp8, arch=arch, per_tensor=per_tensor)],
                           capture_output=True, text=True, env=env, timeout=600, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
 
 CONVERT = {"gfx942": "v_cvt_pk_fp8_f32", "gfx950": "v_cvt_scalef32_pk_fp8_f32"}
+TARGETS = [(fp8, arch, per_tensor) for fp8, arch in (("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950"))
+           for per_tensor in (False, True)]
+IDS = [f"{arch}-{'per-tensor' if per_tensor else 'grouped'}" for _, arch, per_tensor in TARGETS]
 
 
-@pytest.mark.slow   # two AOT compiles in a fresh process: about 8 s here
-@pytest.mark.parametrize("fp8, arch", [("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950")])
-def test_wide_reads_of_x_wide_fp8_stores_and_no_spills(fp8, arch):
+@pytest.mark.slow   # three AOT compiles in a fresh process: about 10 s here
+@pytest.mark.parametrize("fp8, arch, per_tensor", TARGETS, ids=IDS)
+def test_wide_reads_of_x_wide_fp8_stores_and_no_spills(fp8, arch, per_tensor):
     """Per thread and 64 x 64 bf16 tile (256 threads), the amax launch reads x as two 16-byte
-    loads and nothing narrower, and stores only its fp32 scales; the cast launch reads x as
+    loads (beside the group offsets) and stores only fp32 scales and its two partial maxima;
+    the scale launch reads partial maxima and stores scales, 4 bytes a thread (64 threads,
+    no LDS); the cast launch reads x as
     16-byte loads too (beside its scale rows and the group offsets) and writes its
     token-contiguous FP8 tile as one 16-byte store and no narrower global store; its
     transpose crosses lanes through 4 KiB of LDS, the FP8 tile, written and read a byte at
     a time (ds_write_b8, ds_read_u8: the narrow-LDS pattern of an 8-bit layout conversion,
-    as the dense kernel's). No VGPR or SGPR spills, no scratch, at least 7 waves per SIMD."""
-    amax, cast = compiled(fp8, arch)
-    for kernel in (amax, cast):
+    as the dense kernel's). No VGPR or SGPR spills, no scratch, at least 7 waves per SIMD.
+    The per-tensor cast (scale strides 0, no amax launch) reads and writes alike."""
+    kernels = compiled(fp8, arch, per_tensor)
+    *amaxes, cast = kernels
+    assert len(kernels) == (1 if per_tensor else 3)
+    for kernel in kernels:
         res = kernel["resources"]
         assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
         assert res["occupancy"] >= 7, res
         assert not kernel["ops"].get("matrix")
-    assert amax["ops"]["global_load"] == {"buffer_load_dwordx4": 2}
-    assert amax["ops"]["global_store"] == {"buffer_store_dword": 1}
+    if not per_tensor:
+        amax, scales = amaxes
+        assert amax["ops"]["global_load"]["buffer_load_dwordx4"] == 2
+        assert set(amax["ops"]["global_load"]) <= {"buffer_load_dwordx4", "buffer_load_dword", "global_load_dword"}
+        assert amax["ops"]["global_store"] == {"buffer_store_dword": 3}
+        assert set(scales["ops"]["global_load"]) == {"buffer_load_dword"} and scales["lds"] == 0
+        assert scales["ops"]["global_store"] == {"buffer_store_dword": 1}
     assert cast["ops"]["global_load"]["buffer_load_dwordx4"] >= 2
     assert cast["ops"]["global_store"] == {"buffer_store_dwordx4": 1}
     assert cast["lds"] == 64 * 64 and cast["ops"]["lds_read"]["ds_read_u8"] >= 16
@@ -65,15 +80,16 @@ def test_wide_reads_of_x_wide_fp8_stores_and_no_spills(fp8, arch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fp8, arch", [("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950")])
-def test_divisions_are_correctly_rounded_and_the_cast_is_the_hardware_convert(fp8, arch):
+@pytest.mark.parametrize("fp8, arch, per_tensor", TARGETS, ids=IDS)
+def test_divisions_are_correctly_rounded_and_the_cast_is_the_hardware_convert(fp8, arch, per_tensor):
     """Bit-exactness on a GPU needs the scale amax / fp8_max and x / scale rounded as torch
-    rounds them: both launches divide with the IEEE sequence (v_div_scale, v_div_fmas,
+    rounds them: all three launches divide with the IEEE sequence (v_div_scale, v_div_fmas,
     v_div_fixup: one fixup per value, 16 per thread in the cast), not a bare reciprocal;
     the cast then converts its already rounded values with the hardware's packed FP8
     convert (two values an instruction)."""
-    amax, cast = compiled(fp8, arch)
-    for kernel in (amax, cast):
+    kernels = compiled(fp8, arch, per_tensor)
+    cast = kernels[-1]
+    for kernel in kernels:
         divisions = [op for op in kernel["valu"] if op.startswith("v_div_")]
         assert {"v_div_scale_f32", "v_div_fmas_f32", "v_div_fixup_f32"} <= set(divisions), kernel["valu"]
     assert cast["valu"].count("v_div_fixup_f32") == 16

@@ -59,6 +59,7 @@ from .dw import ALIGN
 
 BLOCK_T = 64     # tokens per tile: a multiple of ALIGN, so a tile's stores start 16-byte aligned
 BLOCK_C = 64     # features per tile
+CHUNK = 256      # tokens per program of the amax launch: 4 tiles, 32 KiB of a bf16 x per 64 features
 NUM_WARPS = 4    # 256 threads per 64 x 64 tile: 16 values each
 
 
@@ -71,24 +72,84 @@ def _group_bounds(offsets_ptr, g, G, T):
 
 
 @triton.jit
-def _group_amax_kernel(t_ptr, offsets_ptr, scale_ptr, T, C, G, stride_tb, stride_tt, stride_tc,
-                       stride_sb, stride_sg, stride_sc, FMAX: tl.constexpr,
-                       BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
-    """scale[b, g, cols] = amax of |t[b]| over group g's tokens / FMAX, 1 where the amax is 0."""
-    g = tl.program_id(0)
+def _groups_of_range(offsets_ptr, first, last, G, T, BLOCK_G: tl.constexpr):
+    """The groups of tokens ``first`` and ``last`` (first <= last < T): how many of the first
+    G - 1 ends lie at or below each (the last group takes the rest). The groups between
+    them are the ones the range touches (an empty one among them holds none of its tokens)."""
+    gs = tl.arange(0, BLOCK_G)
+    ends = tl.where(gs < G - 1, clamped(offsets_ptr + gs, gs < G - 1, T), T)
+    return tl.sum((ends <= first).to(tl.int32)), tl.sum((ends <= last).to(tl.int32))
+
+
+@triton.jit
+def _within_one_chunk(start, end, CHUNK: tl.constexpr):
+    """Whether the tokens [start, end) are some and lie in one chunk of CHUNK (counted from 0)."""
+    return (end > start) & (start // CHUNK == tl.maximum(end - 1, start) // CHUNK)
+
+
+@triton.jit
+def _cols_if(cols, C, cond):
+    """The columns < C where the scalar ``cond`` holds, else none: a mask built by one
+    compare (the interpreter turns a vector mask & a scalar condition into integers)."""
+    return cols < tl.where(cond, C, 0)
+
+
+@triton.jit
+def _chunk_amax_kernel(t_ptr, offsets_ptr, scale_ptr, partial_ptr, T, C, G,
+                       stride_tb, stride_tt, stride_tc, stride_sb, stride_sg, stride_sc,
+                       stride_pb, stride_pn, stride_ps, stride_pc, FMAX: tl.constexpr, CHUNK: tl.constexpr,
+                       BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Per chunk of CHUNK tokens and BLOCK_C features, the amax of each group's tokens in it:
+    a group lying within the chunk gets its scale here; the part of the chunk's first and
+    last group that runs on into other chunks goes to partial[b, chunk, 0 or 1, cols]."""
+    chunk = tl.program_id(0)
     batch = tl.program_id(2).to(tl.int64)
     t_ptr += batch * stride_tb
     scale_ptr += batch * stride_sb
+    partial_ptr += batch * stride_pb + chunk * stride_pn
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cols64 = cols.to(tl.int64)
+    first = chunk * CHUNK
+    stop = tl.minimum(first + CHUNK, T)
+    g_first, g_last = _groups_of_range(offsets_ptr, first, stop - 1, G, T, BLOCK_G)
+    for g in range(g_first, g_last + 1):
+        start, end = _group_bounds(offsets_ptr, g, G, T)
+        acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+        for row in range(tl.maximum(start, first), tl.minimum(end, stop), BLOCK_T):
+            tokens = row + tl.arange(0, BLOCK_T)
+            x = tl.load(t_ptr + tokens.to(tl.int64)[:, None] * stride_tt + cols64[None, :] * stride_tc,
+                        mask=(tokens[:, None] < tl.minimum(end, stop)) & (cols[None, :] < C), other=0.0)
+            acc = tl.maximum(acc, tl.abs(x.to(tl.float32)))
+        amax = tl.max(acc, axis=0)
+        whole = _within_one_chunk(start, end, CHUNK)
+        tl.store(scale_ptr + g * stride_sg + cols64 * stride_sc, scale_of_amax(amax, FMAX),
+                 mask=_cols_if(cols, C, whole))
+        tl.store(partial_ptr + cols64 * stride_pc, amax, mask=_cols_if(cols, C, (g == g_first) & (whole == 0)))
+        tl.store(partial_ptr + stride_ps + cols64 * stride_pc, amax,
+                 mask=_cols_if(cols, C, (g == g_last) & (whole == 0)))
+
+
+@triton.jit
+def _group_scale_kernel(offsets_ptr, scale_ptr, partial_ptr, T, C, G, stride_sb, stride_sg, stride_sc,
+                        stride_pb, stride_pn, stride_ps, stride_pc, FMAX: tl.constexpr, CHUNK: tl.constexpr,
+                        BLOCK_C: tl.constexpr):
+    """The scale of each group the chunks did not finish: an empty one's (1), and that of a
+    group over several chunks, from its partials (the last of its first chunk, the first of
+    each following one)."""
+    g = tl.program_id(0)
+    batch = tl.program_id(2).to(tl.int64)
+    scale_ptr += batch * stride_sb
+    partial_ptr += batch * stride_pb
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cols64 = cols.to(tl.int64)
     start, end = _group_bounds(offsets_ptr, g, G, T)
-    acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
-    for first in range(start, end, BLOCK_T):
-        tokens = first + tl.arange(0, BLOCK_T)
-        x = tl.load(t_ptr + tokens.to(tl.int64)[:, None] * stride_tt + cols.to(tl.int64)[None, :] * stride_tc,
-                    mask=(tokens[:, None] < end) & (cols[None, :] < C), other=0.0)
-        acc = tl.maximum(acc, tl.abs(x.to(tl.float32)))
-    amax = tl.max(acc, axis=0)
-    tl.store(scale_ptr + g * stride_sg + cols * stride_sc, scale_of_amax(amax, FMAX), mask=cols < C)
+    first, last = start // CHUNK, tl.maximum(end - 1, start) // CHUNK
+    amax = tl.load(partial_ptr + first * stride_pn + stride_ps + cols64 * stride_pc,
+                   mask=_cols_if(cols, C, last > first), other=0.0)
+    for chunk in range(first + 1, last + 1):
+        amax = tl.maximum(amax, tl.load(partial_ptr + chunk * stride_pn + cols64 * stride_pc, mask=cols < C))
+    tl.store(scale_ptr + g * stride_sg + cols64 * stride_sc, scale_of_amax(amax, FMAX),
+             mask=_cols_if(cols, C, _within_one_chunk(start, end, CHUNK) == 0))
 
 
 @triton.jit
@@ -96,9 +157,10 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, T, R, C, G,
                            stride_tb, stride_tt, stride_tc, stride_sb, stride_sg, stride_sc,
                            stride_qb, stride_qc, stride_qt,
                            FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
-                           BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr):
-    """q[b, cols, tokens] = t[b, tokens, cols] / scale[b, group of the token, cols] in FP8;
-    zeros for the padding tokens [T, R)."""
+                           BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
+                           PER_TENSOR: tl.constexpr):
+    """q[b, cols, tokens] = t[b, tokens, cols] / scale[b, group of the token, cols] in FP8
+    (PER_TENSOR: / scale[0], one number); zeros for the padding tokens [T, R)."""
     batch = tl.program_id(2).to(tl.int64)
     t_ptr += batch * stride_tb
     scale_ptr += batch * stride_sb
@@ -109,17 +171,16 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, T, R, C, G,
     tokens64, cols64 = tokens.to(tl.int64), cols.to(tl.int64)
     x = tl.load(t_ptr + tokens64[:, None] * stride_tt + cols64[None, :] * stride_tc,
                 mask=(tokens[:, None] < T) & (cols[None, :] < C), other=0.0).to(tl.float32)
-    # a token's group: how many of the first G - 1 ends lie at or below it (the last group
-    # takes the rest); only the groups of the tile's first and last real token matter
-    gs = tl.arange(0, BLOCK_G)
-    ends = tl.where(gs < G - 1, clamped(offsets_ptr + gs, gs < G - 1, T), T)
-    last = tl.minimum(first + BLOCK_T, T) - 1
-    y = x   # x / its group's scale; the padding tokens' zeros stay zeros
-    for g in range(tl.sum((ends <= first).to(tl.int32)), tl.sum((ends <= last).to(tl.int32)) + 1):
-        start, end = _group_bounds(offsets_ptr, g, G, T)
-        group_scale = tl.load(scale_ptr + g * stride_sg + cols64 * stride_sc, mask=cols < C, other=1.0)
-        mine = (tokens >= start) & (tokens < end)
-        y = tl.where(mine[:, None], x / group_scale[None, :], y)
+    if PER_TENSOR:   # no group to look up; the one scale read as a row (stride 0), see the module docstring
+        y = x / tl.load(scale_ptr + cols64 * stride_sc, mask=cols < C, other=1.0)[None, :]
+    else:            # only the groups of the tile's first and last real token matter
+        g_first, g_last = _groups_of_range(offsets_ptr, first, tl.minimum(first + BLOCK_T, T) - 1, G, T, BLOCK_G)
+        y = x   # x / its group's scale; the padding tokens' zeros stay zeros
+        for g in range(g_first, g_last + 1):
+            start, end = _group_bounds(offsets_ptr, g, G, T)
+            group_scale = tl.load(scale_ptr + g * stride_sg + cols64 * stride_sc, mask=cols < C, other=1.0)
+            mine = (tokens >= start) & (tokens < end)
+            y = tl.where(mine[:, None], x / group_scale[None, :], y)
     q = quantized(y, FMAX, MANT, EMIN)
     tl.store(q_ptr + cols64[:, None] * stride_qc + tokens64[None, :] * stride_qt,
              tl.trans(q.to(q_ptr.dtype.element_ty)), mask=(cols[:, None] < C) & (tokens[None, :] < R))
@@ -147,31 +208,48 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     else:
         scale = new_output((batch, groups, cols), torch.float32, t.device)
         scale_strides = scale.stride()
+    block_g = max(next_power_of_2(groups), 2)
     if batch and cols and groups and not (given or per_tensor):
-        _group_amax_kernel[(groups, cdiv(cols, BLOCK_C), batch)](
-            t, offsets, scale, rows, cols, groups, *t.stride(), *scale_strides, FMAX=consts["FMAX"],
-            BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
+        chunks = cdiv(rows, CHUNK)
+        partial = new_output((batch, chunks, 2, cols), torch.float32, t.device)
+        args = (rows, cols, groups, *scale_strides, *partial.stride())
+        if chunks:
+            _chunk_amax_kernel[(chunks, cdiv(cols, BLOCK_C), batch)](
+                t, offsets, scale, partial, *args[:3], *t.stride(), *args[3:], FMAX=consts["FMAX"], CHUNK=CHUNK,
+                BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g, num_warps=NUM_WARPS)
+        _group_scale_kernel[(groups, cdiv(cols, BLOCK_C), batch)](
+            offsets, scale, partial, *args, FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_C=BLOCK_C, num_warps=1)
     if batch and cols and groups and padded:
         _cast_transpose_kernel[(cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)](
             t, offsets, scale, q, rows, padded, cols, groups, *t.stride(), *scale_strides, *q.stride(),
             FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_T=BLOCK_T,
-            BLOCK_C=BLOCK_C, BLOCK_G=max(next_power_of_2(groups), 2), num_warps=NUM_WARPS)
+            BLOCK_C=BLOCK_C, BLOCK_G=block_g, PER_TENSOR=given or per_tensor, num_warps=NUM_WARPS)
     return (q,) if given else (q, scale)
 
 
-def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16) -> tuple[AotKernel, AotKernel]:
-    """Both launches as a GPU runs them on a contiguous bf16 (8192, 7168) x of 128 groups
-    (DeepSeek-V3's hidden size and its routed experts), for an ahead-of-time compile
-    (:func:`workbench.isa.compile.compile_aot`; not a rung, so not in the inspector)."""
+def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
+        per_tensor: bool = False) -> tuple[AotKernel, ...]:
+    """The three launches (chunk amaxes, group scales, cast) as a GPU runs them on a
+    contiguous bf16 (8192, 7168) x of 128 groups (DeepSeek-V3's hidden size and its routed
+    experts), for an ahead-of-time compile (:func:`workbench.isa.compile.compile_aot`; not a
+    rung, so not in the inspector); ``per_tensor``: the cast alone, its scale read with
+    strides 0 (which the JIT specializes as divisible by 16: another binary)."""
     t, c, g = 8192, 7168, 128
-    common = dict(T=t, C=c, G=g, stride_tb=t * c, stride_tt=c, stride_tc=1, stride_sb=g * c, stride_sg=c,
-                  stride_sc=1)
-    pointers = {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "scale_ptr": "*fp32"}
+    chunks = cdiv(t, CHUNK)
+    common = dict(T=t, C=c, G=g, **(dict(stride_sb=0, stride_sg=0, stride_sc=0) if per_tensor
+                                    else dict(stride_sb=g * c, stride_sg=c, stride_sc=1)))
+    tokens = dict(stride_tb=t * c, stride_tt=c, stride_tc=1)
+    partials = dict(stride_pb=chunks * 2 * c, stride_pn=2 * c, stride_ps=c, stride_pc=1)
+    pointers = {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "scale_ptr": "*fp32", "partial_ptr": "*fp32"}
     cfg = dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
     consts = format_constants(fp8_dtype)
-    amax = aot_launch(_group_amax_kernel, fp8_dtype, cfg, common, {"FMAX": consts["FMAX"]}, pointers)
+    amax = aot_launch(_chunk_amax_kernel, fp8_dtype, cfg, dict(common, **tokens, **partials),
+                      dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_G=g), pointers)
+    scales = aot_launch(_group_scale_kernel, fp8_dtype, dict(BLOCK_C=BLOCK_C, num_warps=1), dict(common, **partials),
+                        dict(FMAX=consts["FMAX"], CHUNK=CHUNK), pointers)
     cast = aot_launch(_cast_transpose_kernel, fp8_dtype, cfg,
-                      dict(common, R=t, stride_qb=c * t, stride_qc=t, stride_qt=1),
-                      dict(FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_G=g),
+                      dict(common, **tokens, R=t, stride_qb=c * t, stride_qc=t, stride_qt=1),
+                      dict(FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_G=g,
+                           PER_TENSOR=per_tensor),
                       pointers)
-    return amax, cast
+    return (cast,) if per_tensor else (amax, scales, cast)
