@@ -2,7 +2,7 @@
 sharing the parameters, the router stays high precision unless the patterns say otherwise,
 the experts' gradients take the recipe's format (e5m2 under hybrid), the layer's forward and
 backward run nine FP8 grouped launches (three forward, two per expert GEMM in the backward),
-it compiles without graph breaks, delayed scaling keeps an amax history per expert operand,
+its per-tensor recipes quantize on the fused kernels only (eighteen launches a step), it compiles without graph breaks, delayed scaling keeps an amax history per expert operand,
 a few training steps stay within a stated bound of the high-precision run per recipe, and
 FSDP2 on two gloo ranks trains it as one process does.
 """
@@ -24,6 +24,7 @@ from kernels.moe.fp8_experts import FP8_TENSORS
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.grouped_gemm_fp8 import dw as dw_module
 from kernels.moe.grouped_gemm_fp8 import quantize, v0_one_launch
+from fp8_quantizations import quantizations
 from workbench import train
 from workbench.train import flops
 from workbench.train.model import GPT
@@ -117,6 +118,21 @@ def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts(monkeypatch)
     monkeypatch.undo()
     with pytest.raises(TypeError, match="mxfp8 recipe.s elements are float8_e4m3fn"):
         Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "mxfp8", torch.float8_e4m3fnuz)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])
+def test_a_per_tensor_training_step_quantizes_on_the_fused_kernels_only(recipe):
+    """Per expert GEMM (gate, up, down), six quantizations: x and dgrad's w and dy on the
+    dense op (x twice: gate and up each quantize it), the forward's weight and both wgrad
+    operands on the grouped kernels; no plain torch pass (delayed's given scales included)."""
+    layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), recipe, FP8)
+    x = torch.randn(2, 7, DIM, requires_grad=True)
+    with quantizations() as seen:
+        layer(x).square().sum().backward()
+    kinds = [kind for kind, _, _ in seen]
+    assert (kinds.count("fused"), kinds.count("grouped"), len(kinds)) == (9, 9, 18)
+    assert [shape for kind, shape, _ in seen if kind == "grouped"][:3] == [(EXPERTS, DIM, HIDDEN)] * 2 + [
+        (EXPERTS, HIDDEN, DIM)]   # the forward's weights: each expert a batch entry
 
 
 def test_forward_and_backward_are_nine_fp8_grouped_launches_close_to_high_precision(monkeypatch):

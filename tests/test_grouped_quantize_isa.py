@@ -57,7 +57,8 @@ def test_wide_reads_of_x_wide_fp8_stores_and_no_spills(fp8, arch, per_tensor):
     transpose crosses lanes through 4 KiB of LDS, the FP8 tile, written and read a byte at
     a time (ds_write_b8, ds_read_u8: the narrow-LDS pattern of an 8-bit layout conversion,
     as the dense kernel's). No VGPR or SGPR spills, no scratch, at least 7 waves per SIMD.
-    The per-tensor cast (scale strides 0, no amax launch) reads and writes alike."""
+    The per-tensor cast (scale strides 0, no amax launch) reads and writes alike, its one
+    scale as 16 four-byte loads a thread (a row of 64 at stride 0)."""
     kernels = compiled(fp8, arch, per_tensor)
     *amaxes, cast = kernels
     assert len(kernels) == (1 if per_tensor else 3)
@@ -74,6 +75,8 @@ def test_wide_reads_of_x_wide_fp8_stores_and_no_spills(fp8, arch, per_tensor):
         assert set(scales["ops"]["global_load"]) == {"buffer_load_dword"} and scales["lds"] == 0
         assert scales["ops"]["global_store"] == {"buffer_store_dword": 1}
     assert cast["ops"]["global_load"]["buffer_load_dwordx4"] >= 2
+    if per_tensor:
+        assert cast["ops"]["global_load"]["buffer_load_dword"] == 16
     assert cast["ops"]["global_store"] == {"buffer_store_dwordx4": 1}
     assert cast["lds"] == 64 * 64 and cast["ops"]["lds_read"]["ds_read_u8"] >= 16
     assert cast["ops"]["lds_write"]["ds_write_b8"] >= 8

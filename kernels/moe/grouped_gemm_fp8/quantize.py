@@ -37,21 +37,27 @@ kernels where one fits, on the device with no host sync:
 
 * the token operands (the forward's x, dgrad's dy) and dgrad's weight (w as G·K rows of
   N) are dense quantizations, row-wise along their last dimension or per tensor: the
-  dense op :func:`kernels.gemm_fp8.quantize` (``row``, ``tensor``), whose rounding gives
-  the bits :func:`kernels.gemm_fp8.formats.cast` gives;
+  dense op :func:`kernels.gemm_fp8.quantize` (``row``, ``tensor``; ``delayed``'s given
+  scale goes in as ``scale=``, which skips its amax launch), whose rounding gives the
+  bits :func:`kernels.gemm_fp8.formats.cast` gives;
 * the row-wise wgrad operands, scaled per (group, feature) over each group's tokens, are
-  no dense granularity: the grouped kernels of :mod:`.quantize_kernel` (an amax launch,
+  no dense granularity: the grouped kernels of :mod:`.quantize_kernel` (amax launches,
   then one cast and transposed copy; :func:`quantize_groups`), bit for bit the plain
   passes they replaced (:mod:`.quantize_ref`);
-* the forward's row-wise weight (per expert and output column along K, written
+* the forward's weight (per expert and output column along K, or per tensor, written
   K-contiguous: each expert's transposed copy, which no 2-D view of w gives the dense
   op) is the same kernels' problem with each expert a batch entry of one group of K
-  tokens.
+  tokens;
+* the per-tensor recipes' wgrad operands and forward weight (the padded token-contiguous
+  copy, each expert's transposed copy) take the grouped cast with one scale: the dense
+  op's per-tensor amax launch first (``tensorwise``), or nothing before it (``delayed``'s
+  given scale).
 
-Still plain PyTorch (an amax, a divide, a cast and a copy, each a pass over the operand):
-an operand with a given per-tensor scale (``delayed``'s x and w: the fused ops compute
-their own scales), and the per-tensor recipes' wgrad operands and forward weight (their
-padded or per-expert transposed copies, which the dense op's ``tensor`` does not write).
+So no operand of the four recipes quantized here is left to plain PyTorch passes: each is
+an amax launch (none for a given scale) and one cast launch that writes its layout, on
+the device, with no host sync (:mod:`.quantize_ref` keeps the passes they replaced).
+``mxfp8``'s operands are :mod:`kernels.moe.grouped_gemm_mxfp8.quantize`'s, still plain
+PyTorch.
 
 ``blockwise`` (DeepSeek-V3: 1 x 128 tiles of x and dy, 128 x 128 blocks of w, e4m3) runs
 on that fused kernel, :func:`kernels.gemm_fp8.quantize`, in its layouts: scales change

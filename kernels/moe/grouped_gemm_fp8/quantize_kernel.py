@@ -1,19 +1,29 @@
-"""The grouped row-wise quantize kernels: the wgrad operand xᵀ or dyᵀ, scaled per (group, feature)
-(and the forward's expert weights, as a batch of one-group problems).
+"""The grouped quantize kernels: the wgrad operand xᵀ or dyᵀ, scaled per (group, feature) or per
+tensor (and the forward's expert weights, as a batch of one-group problems).
 
 dw[g] = x_gᵀ · dy_g reduces over each group's tokens, so its row-wise operands take one
 scale per (group, feature), the amax over that group's tokens only, and are stored
 feature-major, token-contiguous (C, R), R = T padded with zeros to a multiple of 16
 (:func:`.quantize.wgrad_operand`). No dense granularity of :func:`kernels.gemm_fp8.quantize`
 is that: its groups are rows, columns or fixed blocks, not ranges of tokens read from the
-device. Two launches, because no element can be cast before its group's amax is known
-(the dense ``row`` granularity has the same two passes, :mod:`kernels.gemm_fp8.quantize_kernel`):
+device. No element can be cast before its group's amax is known (the dense ``row``
+granularity has the same two passes over x, :mod:`kernels.gemm_fp8.quantize_kernel`), so:
 
-1. :func:`_group_amax_kernel`: one program per (group, 64 features) walks the group's
-   tokens and writes the scale ``amax / fp8_max`` (1 for an empty group). Each
-   (group, feature) has one writer, so no atomics; a group's bounds come from the
-   device offsets, so the host reads nothing (the number of groups is the offsets' length).
-2. :func:`_cast_transpose_kernel`: one program per (64 tokens, 64 features) tile of the
+1. :func:`_chunk_amax_kernel`: one program per (256 tokens, 64 features), the tokens
+   counted from 0 (``CHUNK``), so the program count is ceil(T/256) x C/64 whatever the
+   number of groups. A program walks each group's part of its chunk: a group lying within
+   the chunk gets its scale ``amax / fp8_max`` (1 for an all-zero one) here; the parts of
+   the chunk's first and last group, where these run on into other chunks, go to two
+   partial-maximum rows of the chunk (a (B, chunks, 2, C) fp32 scratch, 1/64 of a bf16
+   x's bytes).
+2. :func:`_group_scale_kernel`: one light program per (group, 64 features) writes the
+   scales the chunks left: an empty group's (1) and, for a group over several chunks,
+   the max of its partials (the last row of its first chunk, the first row of the
+   others), reading no token. Each scale and each partial has one writer, so no atomics
+   (an atomic max would be deterministic, but needs its buffer zeroed first and the
+   scale computed in yet another pass); group bounds come from the device offsets, so the
+   host reads nothing (the number of groups is the offsets' length).
+3. :func:`_cast_transpose_kernel`: one program per (64 tokens, 64 features) tile of the
    padded (R, C) range reads x once, divides each token by its group's scales (a loop
    over the few groups the tile's tokens belong to, usually one: a tile spans a group
    boundary only where one lies in it), casts, and writes the tile transposed. Tiles
@@ -21,28 +31,42 @@ device. Two launches, because no element can be cast before its group's amax is 
    stores are whole 16-byte runs; the padding tokens [T, R) are written as zeros by the
    same stores.
 
+Programs of the amax work, T = 8192 bf16 tokens, C = 2048 (``tests/test_grouped_quantize.py``
+reads the launch grids): 1024 in launch 1 for 1, 8 or 128 groups, then 8 x 32 = 256
+light ones in launch 2 for 8 groups; one launch of groups x C/64 = 256 programs before,
+each walking 1024 tokens: fewer than MI300X's 304 CUs (a count, not a timing: nothing here
+was run on a GPU).
+
+One scale per tensor (the per-tensor recipes; ``PER_TENSOR``): launches 1 and 2 are not
+run; the scale is the dense op's per-tensor amax launch
+(:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`) or given by the caller (delayed
+scaling's, from an amax history: no amax pass at all), and the cast reads it as a row of
+64 with stride 0, with no group lookup. Read as one number, Triton moved the transpose's
+layout conversion onto the bf16 x (8 KiB of LDS in 16-bit accesses) instead of the FP8
+tile; the stride-0 row costs 16 four-byte loads a thread of one address.
+
 What gfx942 and gfx950 make of them (Triton 3.9, ``tests/test_grouped_quantize_isa.py``):
-no spills; per thread and tile, x read as two 16-byte buffer loads in both launches, the
-FP8 tile written as one 16-byte store; the transpose is a layout conversion of the FP8
-tile through 4 KiB of LDS, written and read a byte at a time (8-bit LDS accesses, the
-dense kernel's pattern). Both divisions (the scale, x / scale) compile to the correctly
-rounded sequence (v_div_scale, v_div_fmas, v_div_fixup), so a GPU rounds them as torch
-does, and the cast ends in the hardware's packed FP8 convert of values already on the
-grid. The division sits inside the group loop so that the conversion
-moves the 1-byte result: with the scales selected into a tile first, Triton converted
-the bf16 x and the fp32 scale tile instead (16 KiB of LDS).
+no spills, at least 7 waves per SIMD; per thread and tile, x read as two 16-byte buffer
+loads in launches 1 and 3, the FP8 tile written as one 16-byte store; the transpose is a
+layout conversion of the FP8 tile through 4 KiB of LDS, written and read a byte at a
+time (8-bit LDS accesses, the dense kernel's pattern). The divisions (the scale, x /
+scale) compile to the correctly rounded sequence (v_div_scale, v_div_fmas, v_div_fixup),
+so a GPU rounds them as torch does, and the cast ends in the hardware's packed FP8
+convert of values already on the grid. The division sits inside the group loop so that
+the conversion moves the 1-byte result: with the scales selected into a tile first,
+Triton converted the bf16 x and the fp32 scale tile instead (16 KiB of LDS).
 
 A third grid axis runs a batch of such problems with the same offsets: the forward's
-row-wise weight is one, each expert's w[g] (K, N) a problem of K tokens in one group,
-whose transposed copy is the K-contiguous (N, K) the forward GEMM reads.
+weight is one, each expert's w[g] (K, N) a problem of K tokens in one group, whose
+transposed copy is the K-contiguous (N, K) the forward GEMM reads.
 
 Tokens past the last offset (unchecked offsets) count to the last group, as
 :func:`.quantize.group_of_rows` says. The cast rounds as the dense kernels do
 (:func:`kernels.gemm_fp8.quantize_kernel.quantized`), so results are bit-identical to
-:func:`.quantize_ref.wgrad_rowwise_reference`, the plain PyTorch passes this replaced.
+:mod:`.quantize_ref`, the plain PyTorch passes these replaced.
 
-Limits: program 1's parallelism is groups x C/64 (few groups and many tokens leave
-GPU CUs idle: no split of a group's tokens over programs); inputs must be finite.
+Limits: inputs must be finite; a group over many chunks is reduced by one program per 64
+features walking its chunks' partials (ceil(T/256) loads at most).
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ wgrad     the group's tokens      xᵀ: tokens of g                 dyᵀ: token
 
 The scale rule is the dense path's (:func:`kernels.gemm_fp8.quantize_ref.quantize_one`'s
 ``mx32``: :func:`kernels.microscaling.shared_exponent`), applied here in plain PyTorch on
-the device with no host sync (the row-wise recipes' grouped operands have fused kernels,
+the device with no host sync (the other recipes' grouped operands have fused kernels,
 :mod:`kernels.moe.grouped_gemm_fp8.quantize`; these not yet). For wgrad each group's
 tokens are copied into a token-contiguous buffer at a start rounded up to a multiple of
 32 (zeros between), so no 32-token block straddles two groups (:mod:`.dw` says why).
