@@ -173,8 +173,8 @@ def _expert_blocks(w: torch.Tensor, fp8: torch.dtype, k_contiguous: bool) -> tup
 def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K
-    (rowwise: each column's K run padded to a multiple of 16, so it starts 16-byte aligned);
-    blockwise: scale (G, ceil(K/128), ceil(N/128))."""
+    (per tensor: the one scale, expanded), each column's K run padded to a multiple of 16 so
+    it starts 16-byte aligned; blockwise: scale (G, ceil(K/128), ceil(N/128)), unpadded."""
     if recipe == "blockwise":
         return _expert_blocks(w, fp8, k_contiguous=True)
     # each expert one group of K tokens: the grouped kernels' transposed copy (G, N, K padded to 16)

@@ -214,17 +214,19 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
            per_tensor: bool = False) -> tuple[torch.Tensor, ...]:
     """(q (B, C, R) fp8 token-contiguous, scale (B, G, C) fp32) of a checked t (B, T, C): B
     problems whose T tokens the int32 offsets (G,) group alike (the wgrad operand: B = 1;
-    the experts' weights: B = G experts of K tokens each, one group). Two launches, no
-    host sync. ``per_tensor``: one scale for all of t instead (0-d), from the dense op's
-    amax launch (:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`); a given ``scale``
-    (float32, one number: delayed scaling's) skips every amax launch and returns (q,) alone.
-    Either one reaches the cast launch with strides 0, as one scale for every group."""
+    the experts' weights: B = G experts of K tokens each, one group). Three launches (chunk
+    amaxes, group scales, cast), no host sync. ``per_tensor``: one scale for all of t
+    instead (0-d), from the dense op's amax launch
+    (:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`); a given ``scale`` (float32, one
+    number: delayed scaling's) skips every amax launch and returns (q,) alone. Either one
+    reaches the cast launch with strides 0, as one scale for every group."""
     (batch, rows, cols), groups = t.shape, offsets.shape[0]
     padded = cdiv(rows, ALIGN) * ALIGN
     q = new_output((batch, cols, padded), fp8_dtype, t.device)
     given = scale is not None
+    one_scale = given or per_tensor
     consts = format_constants(fp8_dtype)
-    if given or per_tensor:
+    if one_scale:
         if not given:
             scale = (tensor_scale(t.reshape(batch * rows, cols), fp8_dtype) if t.numel()
                      else torch.ones((), dtype=torch.float32, device=t.device))
@@ -233,7 +235,7 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
         scale = new_output((batch, groups, cols), torch.float32, t.device)
         scale_strides = scale.stride()
     block_g = max(next_power_of_2(groups), 2)
-    if batch and cols and groups and not (given or per_tensor):
+    if batch and cols and groups and not one_scale:
         chunks = cdiv(rows, CHUNK)
         partial = new_output((batch, chunks, 2, cols), torch.float32, t.device)
         args = (rows, cols, groups, *scale_strides, *partial.stride())
@@ -247,7 +249,7 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
         _cast_transpose_kernel[(cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)](
             t, offsets, scale, q, rows, padded, cols, groups, *t.stride(), *scale_strides, *q.stride(),
             FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_T=BLOCK_T,
-            BLOCK_C=BLOCK_C, BLOCK_G=block_g, PER_TENSOR=given or per_tensor, num_warps=NUM_WARPS)
+            BLOCK_C=BLOCK_C, BLOCK_G=block_g, PER_TENSOR=one_scale, num_warps=NUM_WARPS)
     return (q,) if given else (q, scale)
 
 
