@@ -224,3 +224,22 @@ def test_custom_ops_and_compile_without_graph_breaks():
     grads = [torch.autograd.grad(fn(x, w), (x, w)) for fn in (step, compiled)]
     for eager, traced in zip(*grads):
         assert torch.equal(eager, traced)
+
+
+@pytest.mark.parametrize("recipe, scales", [("delayed", (0.01, 0.02)), ("tensorwise", (None, None))])
+def test_per_tensor_recipes_compile_without_graph_breaks(recipe, scales):
+    """Their operands on the fused quantize ops (delayed's given scales, tensorwise's own):
+    the compiled forward and backward give the eager gradients bit for bit."""
+    x, w, dy, offsets = _problem([3, 0, 6], k=8, n=5)
+    sx, sw = (None if s is None else torch.tensor(s) for s in scales)
+
+    def step(x, w):
+        return (grouped_gemm_fp8_train(x, w, offsets, recipe, E4M3FN, None, sx, sw, check_offsets=False) * dy).sum()
+
+    explained = torch._dynamo.explain(step)(x, w)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    x, w = x.requires_grad_(), w.requires_grad_()
+    grads = [torch.autograd.grad(fn(x, w), (x, w)) for fn in (step, compiled)]
+    for eager, traced in zip(*grads):
+        assert torch.equal(eager, traced)
