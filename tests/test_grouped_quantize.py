@@ -1,12 +1,14 @@
 """The FP8 grouped GEMM's operands on the fused quantize kernels, bit for bit what the plain
-PyTorch passes gave: the row-wise wgrad operand on the grouped kernels
+PyTorch passes gave: the wgrad operand on the grouped kernels
 (:mod:`kernels.moe.grouped_gemm_fp8.quantize_kernel`) against
-:func:`~kernels.moe.grouped_gemm_fp8.quantize_ref.wgrad_rowwise_reference` (empty groups,
-tokens past the last offset, T not a multiple of 16, odd C, every input dtype and FP8
-format, outputs poisoned); the forward's row-wise weight (their batched launch), the
-token operands and dgrad's weight (the dense op) against
-:func:`kernels.gemm_fp8.formats.quantize_fp8` (``scale_of`` and ``cast``, the project's
-definition); no host sync; bad inputs refused by name; the custom op's fake.
+:mod:`~kernels.moe.grouped_gemm_fp8.quantize_ref`, per (group, feature), per tensor and with
+a given (delayed) scale that saturates (empty groups, groups over several 256-token amax
+chunks, tokens past the last offset, T not a multiple of 16, odd C, every input dtype and
+FP8 format, outputs poisoned); the amax launch's grid, whatever the group count; the
+forward's weight (their batched launch), the token operands and dgrad's weight (the dense
+op, with a given scale too) against :func:`kernels.gemm_fp8.formats.quantize_fp8`
+(``scale_of`` and ``cast``, the project's definition); which launches each scale skips;
+no host sync; bad inputs refused by name; the custom op's fake.
 """
 from __future__ import annotations
 
