@@ -56,12 +56,21 @@ from .formats import DTYPES
 
 
 @triton.jit
+def _unshuffle(scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A step's (ROWS/32, BLOCK_K) pre-shuffled scale bytes as the (ROWS, BLOCK_K/32) tile
+    ``tl.dot_scaled`` takes: byte 64 d + 4 b + 2 c + a of a chunk is row 16 a + b and
+    scale 4 c + d (:mod:`.preshuffle`). Only registers are renamed."""
+    tiles = scales.reshape(ROWS // 32, BLOCK_K // 256, 4, 16, 2, 2)   # stripe, chunk, d, b, c, a
+    return tiles.permute(0, 5, 3, 1, 4, 2).reshape(ROWS, BLOCK_K // 32)
+
+
+@triton.jit
 def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
                        stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
                        stride_sam, stride_sak, stride_sbn, stride_sbk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        GROUP_M: tl.constexpr, ELEMENTS: tl.constexpr, PACK: tl.constexpr,
-                       INTERP_BF16: tl.constexpr):
+                       INTERP_BF16: tl.constexpr, PRESHUFFLED: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -78,23 +87,39 @@ def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     ks = tl.arange(0, BLOCK_K // 32)    # e8m0 scales: one per 32 elements
     a_ptrs = a_ptr + rows64[:, None] * stride_am + kb[None, :] * stride_ak
     b_ptrs = b_ptr + kb[:, None] * stride_bk + cols64[None, :] * stride_bn
-    sa_ptrs = sa_ptr + rows64[:, None] * stride_sam + ks[None, :] * stride_sak
-    sb_ptrs = sb_ptr + cols64[:, None] * stride_sbn + ks[None, :] * stride_sbk
+    if PRESHUFFLED:   # a step's scales: BLOCK_K bytes of each 32-row stripe (.preshuffle)
+        tl.static_assert(BLOCK_M % 32 == 0 and BLOCK_N % 32 == 0 and BLOCK_K % 256 == 0)
+        stripes_m = pid_m * (BLOCK_M // 32) + tl.arange(0, BLOCK_M // 32)
+        stripes_n = pid_n * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)
+        kw = tl.arange(0, BLOCK_K)
+        sa_ptrs = sa_ptr + stripes_m.to(tl.int64)[:, None] * stride_sam + kw[None, :] * stride_sak
+        sb_ptrs = sb_ptr + stripes_n.to(tl.int64)[:, None] * stride_sbn + kw[None, :] * stride_sbk
+    else:
+        sa_ptrs = sa_ptr + rows64[:, None] * stride_sam + ks[None, :] * stride_sak
+        sb_ptrs = sb_ptr + cols64[:, None] * stride_sbn + ks[None, :] * stride_sbk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k_bytes = (K - k0) // PACK
         k_scales = tl.cdiv(K - k0, 32)  # an MXFP8 K may end inside a scale block
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (kb[None, :] < k_bytes), other=0)
         b = tl.load(b_ptrs, mask=(kb[:, None] < k_bytes) & (cols[None, :] < N), other=0)
-        # exercise begin: scaled_dot
-        sa = tl.load(sa_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < k_scales), other=0)
-        sb = tl.load(sb_ptrs, mask=(cols[:, None] < N) & (ks[None, :] < k_scales), other=0)
-        acc = tl.dot_scaled(a, sa, ELEMENTS, b, sb, ELEMENTS, acc)
-        # exercise end
+        if PRESHUFFLED:
+            chunks = tl.cdiv(K - k0, 256) * 256   # bytes of each stripe's chunks left along K
+            sa = tl.load(sa_ptrs, mask=(stripes_m[:, None] < tl.cdiv(M, 32)) & (kw[None, :] < chunks), other=0)
+            sb = tl.load(sb_ptrs, mask=(stripes_n[:, None] < tl.cdiv(N, 32)) & (kw[None, :] < chunks), other=0)
+            acc = tl.dot_scaled(a, _unshuffle(sa, BLOCK_M, BLOCK_K), ELEMENTS,
+                                b, _unshuffle(sb, BLOCK_N, BLOCK_K), ELEMENTS, acc)
+        else:
+            # exercise begin: scaled_dot
+            sa = tl.load(sa_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < k_scales), other=0)
+            sb = tl.load(sb_ptrs, mask=(cols[:, None] < N) & (ks[None, :] < k_scales), other=0)
+            acc = tl.dot_scaled(a, sa, ELEMENTS, b, sb, ELEMENTS, acc)
+            # exercise end
         a_ptrs += (BLOCK_K // PACK) * stride_ak
         b_ptrs += (BLOCK_K // PACK) * stride_bk
-        sa_ptrs += (BLOCK_K // 32) * stride_sak
-        sb_ptrs += (BLOCK_K // 32) * stride_sbk
+        step = BLOCK_K if PRESHUFFLED else BLOCK_K // 32   # 32 rows' scales per stripe, or one row's
+        sa_ptrs += step * stride_sak
+        sb_ptrs += step * stride_sbk
 
     if INTERP_BF16:
         acc = round_to_bf16(acc)
