@@ -62,7 +62,8 @@ SOURCES_NAMING_INSTRUCTIONS = [
 # Instructions a rung compiles to only with operands other than its own inputs' (the default
 # compile above), each pinned by a test that compiles that case: name -> that test's file.
 PINNED_ELSEWHERE = {"v_mfma_f32_16x16x32_fp8_bf8": "test_gemm_fp8_blockwise.py",   # e5m2 x e4m3 (FP8 gradients)
-                    "v_mfma_f32_16x16x32_bf8_fp8": "test_gemm_fp8_blockwise.py"}
+                    "v_mfma_f32_16x16x32_bf8_fp8": "test_gemm_fp8_blockwise.py",
+                    "v_mfma_scale_f32_32x32x64_f8f6f4": "test_mx_preshuffle.py"}   # row-major MX scales
 
 
 @pytest.mark.parametrize("op, path", SOURCES_NAMING_INSTRUCTIONS)

@@ -12,8 +12,19 @@ Idea:
     the matrix cores (measured with the ISA inspector, ``tests/test_gemm_mxfp4.py``,
     ``tests/test_mxfp8.py``):
 
-    * gfx950 (MI355X, CDNA4): ``v_mfma_scale_f32_32x32x64_f8f6f4``, an MFMA that reads
-      the e2m1 (or e4m3) operands and one scale byte per 32 of them itself.
+    * gfx950 (MI355X, CDNA4): ``v_mfma_scale_f32_16x16x128_f8f6f4``, an MFMA that reads
+      the e2m1 (or e4m3) operands and one scale byte per 32 of them itself. Its scales come
+      pre-shuffled (:mod:`.preshuffle`, AMD aiter's layout; ``PRESHUFFLED``): a K step's
+      scales are BLOCK_K bytes per 32-row stripe, loaded two bytes per lane
+      (``buffer_load_ushort``) and renamed in registers into the (rows, BLOCK_K/32) tile.
+      Triton 3.9 still stages them through LDS (16-bit writes, 32-bit reads:
+      ``ds_read_b32``): its AMD pipeliner loads straight into registers only a tile no two
+      warps share (``bypassLDS``/``isCoalesced`` in triton-lang/triton's
+      ``third_party/amd/lib/TritonAMDGPUTransforms/StreamPipeline.cpp``), and each warp
+      shares its scales with the warps beside it. Row-major scales
+      (the same kernel with ``PRESHUFFLED`` off, as other quantizers write them) cost a
+      load per byte (``buffer_load_ubyte``) and 8-bit LDS reads (``ds_read_u8``), on
+      ``v_mfma_scale_f32_32x32x64_f8f6f4``.
     * gfx942 (MI300X, CDNA3): no FP4 matrix core. Triton emulates: it unpacks e2m1
       to bf16, multiplies by the scales and runs ``v_mfma_f32_32x32x8_bf16``.
     * sm90 (Hopper): emulated the same way, on bf16 ``wgmma``.
@@ -38,10 +49,10 @@ Limits:
     (the last scale block may be partial). A and B in the same element format with
     e8m0 scales (no mixed formats, no MXFP6, no NVFP4 e4m3 scales per 16).
     Any M, N and strides through masked loads; K-contiguous operands are the fast
-    layout. The scales are read in plain row-major order, not the pre-shuffled layout
-    that hipBLASLt/cuBLASLt's MX kernels take; on gfx950 (Triton 3.9) the ISA shows
-    them fetched a byte at a time (``buffer_load_ubyte``). No XCD-aware program
-    remapping yet.
+    layout. Pre-shuffled scales need BLOCK_M and BLOCK_N multiples of 32 and BLOCK_K of
+    256, and are read as they are only on gfx950 and in the interpreter
+    (:func:`.launch.takes_preshuffled`); elsewhere they are unshuffled first. No XCD-aware
+    program remapping yet.
 """
 from __future__ import annotations
 
