@@ -14,7 +14,7 @@ import torch
 
 import kernels
 from kernels.gemm_fp8 import mx_matmul
-from kernels.gemm_mxfp4 import FORMAT
+from kernels.gemm_mxfp4 import FORMAT, quantize_mxfp4
 from kernels.gemm_mxfp4.formats import MXFP8
 from kernels.gemm_mxfp4.launch import takes_preshuffled
 from kernels.gemm_mxfp4.preshuffle import preshuffle, preshuffled_shape, unshuffle
@@ -41,6 +41,15 @@ def test_each_lanes_four_scales_are_one_word_of_its_stripe_and_chunk():
             expected[t, 256 * h + 64 * d + 4 * b + 2 * c + a] = scales[row, block]
     assert torch.equal(shuffled, expected)          # padding included: zero bytes, never 0xFF
     assert torch.equal(unshuffle(shuffled, 45, 11), scales)
+
+
+def test_quantize_mxfp4_writes_preshuffled_scales_for_a_gemm_operand():
+    x = torch.randn(40, 96, generator=torch.Generator().manual_seed(1))
+    packed, scales = quantize_mxfp4(x, axis=1)
+    assert torch.equal(quantize_mxfp4(x, axis=1, preshuffled=True)[1], preshuffle(scales))
+    assert torch.equal(quantize_mxfp4(x, preshuffled=True)[0], packed)
+    with pytest.raises(ValueError, match="2-D x quantized along its last axis"):
+        quantize_mxfp4(x, axis=0, preshuffled=True)
 
 
 def _shuffled(inputs):
@@ -103,3 +112,23 @@ def test_gfx950_reads_preshuffled_scales_without_byte_loads_or_8_bit_lds(dtype):
     def lds_reads(loop):
         return sum(n for op, n in loop.items() if op.startswith("ds_read"))
     assert lds_reads(ops) < lds_reads(before)
+
+
+def test_the_mxfp8_recipe_preshuffles_for_its_three_gemms_with_the_same_bits(monkeypatch):
+    """The interpreter takes pre-shuffled scales, so the recipe shuffles every GEMM's scales;
+    forward, dgrad and wgrad match the same recipe run on row-major scales, bit for bit.
+    M = 45 and N = 37 end inside a stripe; K = 70 inside a block."""
+    from kernels.fp8.recipes import mxfp8
+    gen = torch.Generator().manual_seed(3)
+    x, w, dy = (torch.randn(*shape, generator=gen) for shape in ((45, 70), (37, 70), (45, 37)))
+    shuffles = []
+    monkeypatch.setattr(mxfp8, "preshuffle", lambda s: shuffles.append(s.shape) or preshuffle(s))
+    recipe = mxfp8.MXFP8()
+    with poisoned_outputs():
+        shuffled = recipe.gemms(x, w, dy, MXFP8)
+        assert len(shuffles) == 6                                   # two scale tensors per GEMM
+        monkeypatch.setattr(mxfp8, "takes_preshuffled", lambda *target: False)
+        plain = recipe.gemms(x, w, dy, MXFP8)
+    assert len(shuffles) == 6
+    for name in ("forward", "dgrad", "wgrad"):
+        assert torch.equal(shuffled[name], plain[name]), name
