@@ -30,8 +30,8 @@ def config(backend: str, arch: str, preshuffled: bool = False) -> dict:
     fits too, 256x256x256 spills); with row-major ones Triton's default 32x32 tiles
     (``v_mfma_scale_f32_32x32x64_f8f6f4``). Other AMD GPUs (gfx942) emulate: 128x128x128,
     since K = 256 spills there. cuda: 128x128x256, three stages. interpreter: small tiles,
-    since each program costs ~1 ms; BLOCK_K 64 is two scale blocks, so the scale indexing
-    is exercised, and 256 (one chunk of 8) with pre-shuffled scales.
+    since each program costs ~1 ms, 256 deep: eight scale blocks, one pre-shuffled chunk, so
+    both layouts run the same tiles and give the same bits (``tests/test_mx_preshuffle.py``).
     """
     flag = {"PRESHUFFLED": preshuffled}
     if backend == "interpreter":

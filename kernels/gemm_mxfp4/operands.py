@@ -13,8 +13,9 @@ MXFP8 operands are the same with e4m3 elements stored one per byte as
 (the last block may be partial: ``quantize(x, "mx32", ...)`` makes them).
 
 Either operand's scales may also come pre-shuffled (:mod:`.preshuffle`): then they are
-(ceil(rows/32), 256 ceil(blocks/8)) instead of (rows, blocks), which no row-major shape
-can be, so the shape says which layout a tensor is in (:func:`is_preshuffled`).
+(ceil(rows/32), 256 ceil(blocks/8)) instead of (rows, blocks), never a row-major shape
+for K > 0 (256 ceil(blocks/8) > blocks), so the shape says which layout a tensor is in
+(:func:`is_preshuffled`).
 """
 from __future__ import annotations
 
