@@ -42,10 +42,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..comm import row_bytes
 from ..fp8.recipes.delayed import delayed_scale, record_amax
+from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
 from .fp8_experts import Float8Experts
-from .grouped_gemm_fp8.training import gradients
+from .grouped_gemm_fp8.quantize import ROW_LOCAL
+from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_operand
 from .layer_ladder.slot_sum import slot_sum
 
 
@@ -65,6 +68,17 @@ class _Float8Owner:
         self.weight_scales: dict | None = None
         self.amaxes: dict[str, list] = {"x": [], "hidden": []}
         self.scales: dict = {"x": None, "hidden": None}   # the backward's, for all chunks' rows
+        self.fp8_dispatch = layer.fp8_dispatch
+        self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
+
+    def wire(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's tokens as the dispatch sends them: x, or with FP8 dispatch the recipe's
+        token operand of x (quantized once, T rows) as bytes, each row's scales beside it."""
+        if not self.fp8_dispatch:
+            return x
+        x8, sx = token_operand(x, self.layer.recipe, self.layer.fp8_dtype)
+        self.dtype, self.parts = x.dtype, row_bytes.layout(x8, sx)   # every rank's: same dim, recipe
+        return row_bytes.pack(x8, sx)
 
     def _chunk_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
         if self.layer.recipe != "delayed":
@@ -79,15 +93,20 @@ class _Float8Owner:
         layer = self.layer
         if self.weight_scales is None:   # one history entry per weight and forward
             self.weight_scales = {n: layer._scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
-        scale_x = self._chunk_scale("x", rows)
-        g = layer._grouped(rows, scale_x, gate, self.weight_scales["gate"], offsets)
-        u = layer._grouped(rows, scale_x, up, self.weight_scales["up"], offsets)
+        if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
+            x8, sx = row_bytes.unpack(rows, self.parts)
+            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype)
+                    for w in (gate, up))
+        else:
+            scale_x = self._chunk_scale("x", rows)
+            g = layer._grouped(rows, scale_x, gate, self.weight_scales["gate"], offsets)
+            u = layer._grouped(rows, scale_x, up, self.weight_scales["up"], offsets)
         if self.padded:
             g, u = _zero_padding(g, offsets), _zero_padding(u, offsets)
         h = F.silu(g) * u
         y = layer._grouped(h, self._chunk_scale("hidden", h), down, self.weight_scales["down"], offsets)
         if not save:
-            g = u = rows.new_zeros((0, g.shape[1]))
+            g = u = h.new_zeros((0, g.shape[1]))
         return y, g, u, h
 
     def record(self) -> None:
@@ -102,8 +121,12 @@ class _Float8Owner:
     def backward(self, rows, grad_y, g, u, h, offsets, gate, up, down, needs):
         """(d rows, d gate, d up, d down) as :func:`kernels.moe.ep_layer._experts_backward`
         returns them, from FP8 dX and dW launches; SwiGLU's derivative as autograd takes it
-        in ``Float8MoE``."""
+        in ``Float8MoE``. With FP8 dispatch the rows are the received FP8 bytes: dequantized
+        to x's dtype for the wgrad operand of gate and up, which quantizes them again per
+        (expert, feature)."""
         layer, w = self.layer, self.weight_scales
+        if self.fp8_dispatch:
+            rows = dequantize(*row_bytes.unpack(rows, self.parts), ROW_LOCAL[layer.recipe], self.dtype)
 
         def grads(x, weight, dy, name, need_w, scale_x):
             return gradients(x, weight, offsets, dy, layer.recipe, layer.fp8_dtype, layer.grad_fp8_dtype,
@@ -125,15 +148,37 @@ class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
 
     @classmethod
     def from_ep(cls, layer: ExpertParallelMoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
-                grad_dtype: torch.dtype | None = None) -> "Float8ExpertParallelMoE":
+                grad_dtype: torch.dtype | None = None, fp8_dispatch: bool | None = None
+                ) -> "Float8ExpertParallelMoE":
         """The FP8 layer holding ``layer``'s own Parameters and submodules, on its group, chunks
-        and capacity; formats as :class:`kernels.moe.fp8_layer.Float8MoE` takes them."""
+        and capacity; formats as :class:`kernels.moe.fp8_layer.Float8MoE` takes them.
+        ``fp8_dispatch``: default True for the row-local recipes, False for the others."""
         if type(layer) is not ExpertParallelMoE:
             raise TypeError(f"Float8ExpertParallelMoE.from_ep takes an ExpertParallelMoE, got "
                             f"{type(layer).__name__}")
         new = cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
         new.ep_capacity = layer.ep_capacity   # a property: its value is private
+        new.fp8_dispatch = recipe in ROW_LOCAL if fp8_dispatch is None else fp8_dispatch
         return new
+
+    @property
+    def fp8_dispatch(self) -> bool:
+        """Whether the tokens travel to their owners as FP8 bytes with their scales (the
+        module docstring); settable, True only for a row-local recipe."""
+        return self._fp8_dispatch
+
+    @fp8_dispatch.setter
+    def fp8_dispatch(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"fp8_dispatch must be a bool, got {type(value).__name__}")
+        if value and self.recipe not in ROW_LOCAL:
+            raise ValueError(f"fp8_dispatch needs a recipe that scales each token on its own "
+                             f"({', '.join(ROW_LOCAL)}); {self.recipe!r} takes one scale per tensor, "
+                             "so its rows travel in the activation dtype")
+        self._fp8_dispatch = value
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, fp8_dispatch={self.fp8_dispatch}"
 
     def _owner_experts(self) -> _Float8Owner:
         """A fresh owner for this forward, kept so that :meth:`forward` records its amaxes once
