@@ -82,7 +82,8 @@ the ranks (4e-8)."""
 
 FP8_DISPATCH_GRADIENT_FACTOR = 2
 """FP8 dispatch's requantized weight gradients: their error against the float64 layer at most
-this times Float8MoE's."""
+this times Float8MoE's. Measured here (CPU interpreter): 1.61 at most (rowwise dup on rank 1:
+0.064 against 0.040), blockwise 1.40, mxfp8 1.00."""
 
 
 def _batch():
@@ -161,6 +162,8 @@ def _converted_share(full, recipe):
 def _today(rank, full, xs, recipe):
     """The forward of a row-local recipe with ``fp8_dispatch = False``: (out, its all-to-alls)."""
     _, model, _ = _converted_share(full, recipe)
+    with pytest.raises(TypeError, match="fp8_dispatch must be a bool"):
+        model[0].fp8_dispatch = 0
     model[0].fp8_dispatch = False
     with _all_to_alls() as sent, torch.no_grad():
         out = model(xs[rank])
@@ -176,8 +179,11 @@ def _ep_case(rank, full, xs, gs, recipe, start):
     fp8, problems = model[0], []
     if caught or type(fp8) is not Float8ExpertParallelMoE or fp8.gate is not ep.gate:
         problems.append(f"convert: {caught}, {type(fp8).__name__}")
-    if fp8.fp8_dispatch != (recipe != "delayed"):
+    if fp8.fp8_dispatch != (recipe in ROW_LOCAL):
         problems.append(f"fp8_dispatch {fp8.fp8_dispatch}")
+    if recipe not in ROW_LOCAL:
+        with pytest.raises(ValueError, match="delayed' takes one scale per tensor"):
+            fp8.fp8_dispatch = True
     if kernels.fp8.converted(model) != {"0": recipe}:
         problems.append(f"converted: {kernels.fp8.converted(model)}")
     cfg = types.SimpleNamespace(batch=1, seq=1)   # MFU counts its routed experts at the FP8 peak
@@ -244,6 +250,7 @@ def _factor(recipe: str, key: str) -> int | None:
     return None
 
 
+@pytest.mark.slow   # about 50 s on 2 gloo ranks: nine expert-parallel steps, five references
 def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
     """Rowwise (2 chunks), delayed (capacity), mxfp8 (capacity) and blockwise: output and
     gradients equal to Float8MoE's to the reassociation bound of the high-precision EP layer,
@@ -278,7 +285,6 @@ def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
                 factor = _factor(recipe, key)
                 if factor is not None:
                     ours, theirs = (relative_error(t, truth[key])[0] for t in (got[key], want[key]))
-                    print("FACTOR", recipe, rank, key, ours, theirs, ours / theirs)
                     assert ours <= factor * theirs, (recipe, rank, key, ours, theirs)
                 else:
                     error = relative_error(got[key], want[key].double())[0]
