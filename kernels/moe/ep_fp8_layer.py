@@ -11,17 +11,45 @@ each expert GEMM as FP8 grouped launches (:func:`kernels.moe.grouped_gemm_fp8.tr
 the output gradients in ``grad_fp8_dtype``): six launches, no forward GEMM, no host read
 of its own, so with ``ep_capacity`` the layer still reads nothing on the host.
 
-The rows travel in the activation dtype: the all-to-alls are the high-precision layer's,
-unchanged (an FP8 dispatch with per-row scales, as :class:`kernels.comm.EPDispatcher`
-offers with ``fp8``, would halve their bytes; a possible later step). Capacity padding
-rows are zeroed after the gate/up GEMMs and in SwiGLU's gradient, so no unwritten GEMM
-output reaches a scale's amax.
+FP8 dispatch (``fp8_dispatch``, default True for the row-local recipes rowwise, blockwise
+and mxfp8, :data:`kernels.moe.grouped_gemm_fp8.quantize.ROW_LOCAL`), as DeepSeek-V3 does
+(arXiv 2412.19437, section 3.3: activations quantized to FP8 before the dispatch, the
+combine in BF16): each rank quantizes its T tokens once, before the k-fold gather of their
+slots, with the recipe's own token quantizer (one scale per token, per 128 elements, or an
+e8m0 byte per 32), and the dispatch's all-to-all carries each row's FP8 bytes with its
+scales beside them (:mod:`kernels.comm.row_bytes`: one collective per chunk, as before,
+rather than a second one for the scales). A row of ``dim`` elements is ``dim`` + 4 bytes
+(rowwise), ``dim`` + 4·ceil(dim/128) (blockwise) or ``dim`` + ceil(dim/32) (mxfp8) instead
+of 2·``dim`` in bf16: at DeepSeek-V3's dim 7168, 50.0 %, 51.6 % and 51.6 % of the bf16
+bytes. The owner feeds the received operand straight to the gate and up GEMMs: a token's
+quantization reads that token only, so it gives the bytes the owner would have computed,
+and the forward is the high-precision dispatch's bit for bit (tested). The combine and
+the backward's two exchanges stay in the activation dtype.
+
+The owner keeps the received FP8 rows for the backward instead of the high-precision ones:
+``dim`` + the scales' bytes per row instead of ``dim`` times the dtype's size, so an owner
+that received R rows keeps R·(dim − 4) bytes less in bf16 under rowwise. The cost is in the
+weight gradients of gate and up: their operand x, scaled per (expert, feature) over the
+expert's tokens, is requantized from the FP8 rows dequantized to x's dtype (DeepSeek-V3's
+approach), so it carries the forward's per-token rounding (up to 2^-4 relative, more for
+values in the subnormal range of their scale), the dequantization's rounding to x's dtype
+(2^-9 in bf16) and its own; measured on the test's layer, their error against float64 is
+at most 1.6 times ``Float8MoE``'s (tests/test_ep_fp8.py holds it to 2). The input
+gradient, the down GEMM's weight gradient (of h, computed from the same operand) and the
+router's are unchanged.
+
+Tensorwise and delayed keep the high-precision dispatch: their x scale is one per tensor,
+an amax over the rows an owner receives from every rank (tensorwise) or a history synced
+across the ranks (delayed), which a sender cannot apply to its own rows alone. Capacity
+padding rows travel as zero bytes (a zero row with a zero scale) and are zeroed after the
+gate/up GEMMs and in SwiGLU's gradient, so no unwritten GEMM output reaches a scale's amax.
 
 Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
 quantize each token and each expert's weight on their own, so an owner quantizes its rows
 as the single-process layer does, and each expert's wgrad scales are over that expert's
 rows in the same order (the merged backward): output and gradients equal up to the order
-of fp32 sums, as for the high-precision EP layer (tests/test_ep_fp8.py). Blockwise's are
+of fp32 sums, as for the high-precision EP layer (tests/test_ep_fp8.py), but with FP8
+dispatch for gate's and up's weight gradients (above). Blockwise's are
 too but for its wgrad scales, per 128 rows counted from the first row of all experts
 (:mod:`kernels.moe.grouped_gemm_fp8.quantize`): an owner's blocks hold other rows. The
 per-tensor recipes see a rank's part. Tensorwise takes the amaxes of a chunk's rows, of
