@@ -173,7 +173,8 @@ def _today(rank, full, xs, recipe):
 def _ep_case(rank, full, xs, gs, recipe, start):
     """This rank's converted share of ``full`` on its tokens: (out, dx, gradients by name, the
     router's summed over the ranks, histories after a sync under delayed, problems found,
-    the all-to-alls of forward and backward)."""
+    the all-to-alls of forward and backward). With FP8 dispatch the owner keeps the FP8 rows
+(bytes and scales) for the backward, not high-precision ones."""
     chunks, capacity = CASES[recipe]
     ep, model, caught = _converted_share(full, recipe)
     fp8, problems = model[0], []
@@ -196,8 +197,17 @@ def _ep_case(rank, full, xs, gs, recipe, start):
     # with capacity: no host read, and every kernel output starts as NaN, so a padding row's
     # unwritten GEMM output would reach an amax (and the results) if the layer did not zero it
     reading = no_host_sync() if capacity is not None else counted_host_reads()
-    with reading as reads, _fp8_launches() as launches, poisoned_outputs(), _all_to_alls() as sent:
+    saved = []   # (dtype, shape) of every tensor autograd keeps
+
+    def keep(t):
+        saved.append((t.dtype, tuple(t.shape)))
+        return t
+    with (reading as reads, _fp8_launches() as launches, poisoned_outputs(), _all_to_alls() as sent,
+          torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t)):
         out, dx, g = _grads(model, xs[rank], gs[rank])
+    fp8_rows = [DIM + SCALE_BYTES[recipe]] * chunks if recipe in ROW_LOCAL else []   # the owner keeps, per chunk
+    if [shape[1] for dtype, shape in saved if dtype == torch.uint8] != fp8_rows:
+        problems.append(f"saved {saved}")
     if reads != ([] if capacity is not None else ["tolist"]):     # dropless: the plan's one read
         problems.append(f"host reads {reads}")
     if recipe != "mxfp8" and launches != ["mm"] * 3 * chunks + ["mm", "dw"] * 3:

@@ -8,7 +8,8 @@ received for its experts, sends the rows back (a second all-to-all) and sums eac
 token's k rows, weighted, exactly as v3 does after its down kernel. What an owner runs on
 its rows is one object per forward (:class:`V3Experts` here); ``kernels.fp8.convert``
 makes the layer a :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`, whose owners
-run FP8 grouped GEMMs inside the same exchange, plans and backward.
+run FP8 grouped GEMMs inside the same exchange, plans and backward, and whose senders may
+send FP8 rows instead (the object's ``wire``).
 
 Equal to the single-process layer up to the order of fp32 sums, and why not bitwise:
     - The experts: an owner's rows for expert e are the single-process layer's rows for
