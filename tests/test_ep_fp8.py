@@ -174,7 +174,7 @@ def _ep_case(rank, full, xs, gs, recipe, start):
     """This rank's converted share of ``full`` on its tokens: (out, dx, gradients by name, the
     router's summed over the ranks, histories after a sync under delayed, problems found,
     the all-to-alls of forward and backward). With FP8 dispatch the owner keeps the FP8 rows
-(bytes and scales) for the backward, not high-precision ones."""
+    (bytes and scales) for the backward, not high-precision ones."""
     chunks, capacity = CASES[recipe]
     ep, model, caught = _converted_share(full, recipe)
     fp8, problems = model[0], []
