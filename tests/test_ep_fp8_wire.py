@@ -37,6 +37,7 @@ def test_wire_rows_are_the_token_operand_and_its_scales(recipe, dtype):
     want8, want_scale = token_operand(x, recipe, fp8)
     assert torch.equal(x8.view(torch.uint8), want8.view(torch.uint8)) and torch.equal(sx, want_scale)
     assert owner.dtype == dtype
+    assert owner.wire(x[:0]).shape == (0, wire.shape[1])      # a rank without tokens sends no row
     back = dequantize(x8, sx, ROW_LOCAL[recipe], dtype)   # its accuracy: tests/test_fp8_quantize.py
     assert back.dtype == dtype and back.shape == x.shape
     exact = dequantize(want8, want_scale, ROW_LOCAL[recipe], torch.float64)   # q·s is a float64 value
