@@ -50,8 +50,8 @@ from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
 from kernels.moe.fp8_experts import FP8_TENSORS
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.grouped_gemm_fp8 import dw as dw_module
-from kernels.moe.grouped_gemm_fp8.quantize import ROW_LOCAL
 from kernels.moe.grouped_gemm_fp8 import v0_one_launch
+from kernels.moe.grouped_gemm_fp8.quantize import ROW_LOCAL
 from kernels.outputs import poisoned_outputs
 from workbench.check import relative_error
 from workbench.harness.tolerances import reassociation_bound
@@ -78,8 +78,6 @@ DELAYED_GRADIENT_FACTOR = 2
 Measured here (CPU interpreter): 1.35 at most (dgate on rank 0: 0.110 against 0.081). The
 other comparisons' errors against Float8MoE were 0 but for the router's gradient summed over
 the ranks (4e-8)."""
-
-
 FP8_DISPATCH_GRADIENT_FACTOR = 2
 """FP8 dispatch's requantized weight gradients: their error against the float64 layer at most
 this times Float8MoE's. Measured here (CPU interpreter): 1.61 at most (rowwise dup on rank 1:
