@@ -14,7 +14,7 @@ The row-local recipes (rowwise, blockwise, mxfp8) dispatch FP8 (the default): ea
 runs their forward with ``fp8_dispatch=False`` (today's path, high-precision rows), whose output
 the FP8 dispatch must give bit for bit, and the all-to-alls of both are counted (the dtype,
 rows and bytes each one sends): the dispatch's rows are the same, in bytes plus their
-scales, in as many collectives. With FP8 dispatch the wgrad of gate and up requantizes the
+scales, in as many collectives; so are mxfp8's in bfloat16 (17 bytes a row against 32). With FP8 dispatch the wgrad of gate and up requantizes the
 dequantized rows, so those gradients are held to :data:`FP8_DISPATCH_GRADIENT_FACTOR` times
 Float8MoE's error against float64 (blockwise's weight gradients all three: its wgrad's
 128-token blocks hold an owner's rows), the rest to the reassociation bound.
@@ -157,14 +157,15 @@ def _converted_share(full, recipe):
     return ep, model, caught
 
 
-def _today(rank, full, xs, recipe):
-    """The forward of a row-local recipe with ``fp8_dispatch = False``: (out, its all-to-alls)."""
-    _, model, _ = _converted_share(full, recipe)
+def _forward(rank, full, xs, recipe, fp8_dispatch, dtype=torch.float32):
+    """The forward of a row-local recipe's share of ``full`` in ``dtype``, with or without FP8
+    dispatch: (out, its all-to-alls)."""
+    _, model, _ = _converted_share(copy.deepcopy(full).to(dtype), recipe)
     with pytest.raises(TypeError, match="fp8_dispatch must be a bool"):
-        model[0].fp8_dispatch = 0
-    model[0].fp8_dispatch = False
+        model[0].fp8_dispatch = int(fp8_dispatch)
+    model[0].fp8_dispatch = fp8_dispatch
     with _all_to_alls() as sent, torch.no_grad():
-        out = model(xs[rank])
+        out = model(xs[rank].to(dtype))
     return out, sent
 
 
@@ -224,28 +225,29 @@ def _ep_case(rank, full, xs, gs, recipe, start):
 
 def _fp8_cases(rank, world):
     """({recipe: single-process reference} of this rank's recipes, {recipe: EP result},
-    {row-local recipe: its forward without FP8 dispatch})."""
+    {row-local recipe: its forward without FP8 dispatch}, mxfp8's bfloat16 forward with and
+    without FP8 dispatch)."""
     full, xs, gs = _batch()
     references = {r: _reference(full, xs, gs, r) for r in CASES if REFERENCE_RANK[r] == rank}
     start = references["delayed"][3] if "delayed" in references else torch.empty(len(FP8_TENSORS), HISTORY)
     dist.broadcast(start, REFERENCE_RANK["delayed"])
     results = {r: _ep_case(rank, full, xs, gs, r, start if r == "delayed" else None) for r in CASES}
-    return references, results, {r: _today(rank, full, xs, r) for r in CASES if r in ROW_LOCAL}
+    today = {r: _forward(rank, full, xs, r, False) for r in CASES if r in ROW_LOCAL}
+    return references, results, today, [_forward(rank, full, xs, "mxfp8", on, torch.bfloat16)
+                                        for on in (True, False)]
 
 
-def _check_wire(recipe, chunks, sent, today):
-    """FP8 dispatch's all-to-alls against today's: in the forward the same collectives, each of
-    the ``chunks`` dispatches the same rows as FP8 bytes and scales, the others unchanged; in
-    the backward two per chunk in float32 (output gradients out, input gradients back)."""
-    forward, backward = sent[:len(today)], sent[len(today):]
-    assert len(forward) == len(today) and sum(s[0] == torch.uint8 for s in forward) == chunks, (recipe, sent)
+def _check_wire(recipe, chunks, forward, today, itemsize=4):
+    """FP8 dispatch's forward all-to-alls against today's: the same collectives, each of the
+    ``chunks`` dispatches the same rows as FP8 bytes and scales (today ``itemsize`` bytes an
+    element), the others unchanged."""
+    assert len(forward) == len(today) and sum(s[0] == torch.uint8 for s in forward) == chunks, (recipe, forward)
     for (dtype, rows, nbytes), high in zip(forward, today):
-        if dtype == torch.uint8:     # a dispatch: today float32 rows
-            assert high == (torch.float32, rows, rows * DIM * 4), (recipe, sent, today)
-            assert nbytes == rows * (DIM + SCALE_BYTES[recipe]), (recipe, sent)
+        if dtype == torch.uint8:     # a dispatch: today rows of the activation dtype
+            assert high[1:] == (rows, rows * DIM * itemsize) and high[0].itemsize == itemsize, (recipe, today)
+            assert nbytes == rows * (DIM + SCALE_BYTES[recipe]), (recipe, forward)
         else:
-            assert (dtype, rows, nbytes) == high, (recipe, sent, today)
-    assert [dtype for dtype, _, _ in backward] == [torch.float32] * 2 * chunks, (recipe, backward)
+            assert (dtype, rows, nbytes) == high, (recipe, forward, today)
 
 
 def _factor(recipe: str, key: str) -> int | None:
@@ -267,7 +269,7 @@ def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
     bytes (:func:`_check_wire`); delayed's histories after the step equal on both ranks and
     Float8MoE's."""
     ranks = run_local(_fp8_cases, 2, timeout=280, group_timeout=200)
-    references = {r: ref for refs, _, _ in ranks for r, ref in refs.items()}
+    references = {r: ref for refs, *_ in ranks for r, ref in refs.items()}
     full, xs, gs = _batch()
     exact = MoEReference(DIM, HIDDEN, EXPERTS, TOP_K)
     exact.load_state_dict(full.state_dict())
@@ -275,12 +277,15 @@ def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
     bound = reassociation_bound(torch.float32)
     for recipe in CASES:
         out_all, dx_all, g_all, _, after = references[recipe]
-        for rank, (_, results, today) in enumerate(ranks):
+        for rank, (_, results, today, _) in enumerate(ranks):
             out, dx, grads, synced, problems, sent = results[recipe]
             assert problems == [], (recipe, rank)
+            chunks = CASES[recipe][0]   # the backward's all-to-alls: output gradients out, input gradients back
+            forward, backward = sent[:-2 * chunks], sent[-2 * chunks:]
+            assert [dtype for dtype, _, _ in backward] == [torch.float32] * 2 * chunks, (recipe, sent)
             if recipe in ROW_LOCAL:
                 assert torch.equal(out, today[recipe][0]), (recipe, rank)
-                _check_wire(recipe, CASES[recipe][0], sent, today[recipe][1])
+                _check_wire(recipe, chunks, forward, today[recipe][1])
             rows = slice(sum(TOKENS[:rank]), sum(TOKENS[:rank + 1]))
             experts = slice(rank * EXPERTS // 2, (rank + 1) * EXPERTS // 2)
             got = {"out": out, "dx": dx, **{f"d{n}": grads[n] for n in ("gate", "up", "down", "router.weight")}}
@@ -300,6 +305,9 @@ def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
             if synced is not None:
                 torch.testing.assert_close(synced, after, rtol=1e-6, atol=0)
     assert torch.equal(ranks[0][1]["delayed"][3], ranks[1][1]["delayed"][3])
+    for _, _, _, ((out, sent), (out_today, sent_today)) in ranks:   # bfloat16: about half the bytes
+        assert out.dtype == torch.bfloat16 and torch.equal(out, out_today)
+        _check_wire("mxfp8", CASES["mxfp8"][0], sent, sent_today, itemsize=2)
 
 
 def test_from_ep_takes_only_the_expert_parallel_layer():
