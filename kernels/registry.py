@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import backend as _backend
-from . import plans
+from . import interpreter_patch_once, plans
 
 # op -> the package that registers it, imported on first use. Mostly ``kernels.<op>``; the
 # MoE ops live under ``kernels.moe``, since ``kernels.grouped_gemm`` is the public function.
@@ -217,6 +217,8 @@ def _load(op: str) -> None:
     if op not in OPS:
         raise KeyError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
     _backend.mark_kernels_loaded()
+    if _backend.current().is_interpreter:
+        interpreter_patch_once.install()
     importlib.import_module(PACKAGES[op])
     _loaded.add(op)
 

@@ -15,6 +15,15 @@ import pytest
 if os.environ.get("WORKBENCH_TEST_GPU") != "1":
     os.environ.setdefault("KERNELS_BACKEND", "interpreter")
 
+# pytest-xdist's workers already keep every core busy: each worker's OpenMP pool (torch's
+# intra-op threads, in it and in the processes it starts: gloo ranks, notebook kernels) gets
+# its share of the cores, not all of them. Two workers with two threads each on two cores
+# spin at every parallel region's barrier for the other worker's time slice: a 21-row
+# ``index_add`` took 0.4 ms so (0.02 ms with one thread), several ms under load.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 import kernels  # noqa: E402
 
 import host_sync  # noqa: E402  (tests/ is on sys.path: pytest puts a conftest's folder there)

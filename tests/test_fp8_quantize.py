@@ -13,8 +13,8 @@ import kernels
 from kernels.gemm_fp8 import quantize, quantize_fp8
 from kernels.gemm_fp8 import quantize_kernel
 from kernels.gemm_fp8.quantize_kernel import bytes_moved
-from kernels.gemm_fp8.quantize_ref import (GRANULARITIES, MX_DTYPES, QUANT_DTYPES, quantize_reference,
-                                           scale_shape)
+from kernels.gemm_fp8.quantize_ref import (GRANULARITIES, MX_DTYPES, QUANT_DTYPES, dequantize, quantize_one,
+                                           quantize_reference, scale_shape)
 from kernels.gemm_mxfp4.formats import quantize_mxfp4
 from kernels.microscaling import shared_exponent
 from kernels.outputs import poisoned_outputs
@@ -113,6 +113,26 @@ def test_edge_shapes(shape, granularity):
     x = torch.randn(shape)
     got = quantize(x, granularity, E4M3FN, transpose=True)
     assert_same(got, quantize_reference(x, granularity, E4M3FN, transpose=True))
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_dequantize_gives_the_values_within_the_format_rounding(granularity):
+    """Each element within half an e4m3 ulp of x (2^-4 relative) or, below the normal range,
+    half the subnormal spacing of its group's scale s (2^-10 s), of x saturated at 448 s
+    (mx32's rule may saturate): groups nine decades apart, so an element scaled by another
+    group's scale fails. Flattened row scales are taken."""
+    x = activations((130, 300), seed=5).double()
+    q, scale = quantize_one(x, granularity, E4M3FN)
+    if granularity == "row":
+        scale = scale.reshape(-1)
+    got = dequantize(q, scale, granularity, torch.float64)
+    per_element = dequantize(torch.ones_like(q), scale, granularity, torch.float64)
+    saturated = torch.minimum(x.abs(), 448 * per_element) * x.sign()
+    assert got.dtype == torch.float64 and got.shape == x.shape
+    assert torch.all((got - saturated).abs() <= 2 ** -4 * x.abs() + 2 ** -10 * per_element)
+    assert torch.equal(dequantize(q, scale, granularity, torch.bfloat16), got.float().to(torch.bfloat16))
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        dequantize(q, scale, "col")
 
 
 def test_strided_and_broadcast_inputs():

@@ -210,7 +210,7 @@ def test_isa_inspects_the_op_in_its_own_format_by_default():
 def test_gfx950_uses_the_scaled_fp4_mfma_without_spills():
     report = isa.inspect("gemm_mxfp4", "v0", "gfx950")
     assert report.dtype == "float4_e2m1fn_x2"
-    assert set(report.matrix_instructions) == {"v_mfma_scale_f32_32x32x64_f8f6f4"}, report.summary()
+    assert set(report.matrix_instructions) == {"v_mfma_scale_f32_16x16x128_f8f6f4"}, report.summary()
     assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
 
 

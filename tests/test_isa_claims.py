@@ -62,7 +62,8 @@ SOURCES_NAMING_INSTRUCTIONS = [
 # Instructions a rung compiles to only with operands other than its own inputs' (the default
 # compile above), each pinned by a test that compiles that case: name -> that test's file.
 PINNED_ELSEWHERE = {"v_mfma_f32_16x16x32_fp8_bf8": "test_gemm_fp8_blockwise.py",   # e5m2 x e4m3 (FP8 gradients)
-                    "v_mfma_f32_16x16x32_bf8_fp8": "test_gemm_fp8_blockwise.py"}
+                    "v_mfma_f32_16x16x32_bf8_fp8": "test_gemm_fp8_blockwise.py",
+                    "v_mfma_scale_f32_32x32x64_f8f6f4": "test_mx_preshuffle.py"}   # row-major MX scales
 
 
 @pytest.mark.parametrize("op, path", SOURCES_NAMING_INSTRUCTIONS)
@@ -278,7 +279,7 @@ def test_fp8_tile_fits_lds_without_spills(target, lds_kib):
 def test_mxfp4_tiles_as_its_config_says():
     chosen = isa.inspect("gemm_mxfp4", "v0", "gfx950")
     assert (chosen.spills, chosen.sgpr_spills, chosen.scratch_bytes) == (0, 0, 0), chosen.summary()
-    assert round(chosen.lds_bytes / 1024) == 69
+    assert round(chosen.lds_bytes / 1024) == 70
     wider = isa.inspect("gemm_mxfp4", "v0", "gfx950", overrides={"BLOCK_M": 256})
     largest = isa.inspect("gemm_mxfp4", "v0", "gfx950", overrides={"BLOCK_M": 256, "BLOCK_N": 256})
     assert (wider.spills, wider.sgpr_spills) == (0, 0) and wider.lds_bytes <= 160 * 1024 and largest.spills > 0

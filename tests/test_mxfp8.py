@@ -73,7 +73,7 @@ def test_compiles_into_the_graph():
 def test_gfx950_runs_mxfp8_on_the_scaled_mfma_without_spills():
     report = isa.inspect("gemm_mxfp4", "v0", "gfx950", dtype=MXFP8)
     assert report.dtype == "float8_e4m3fn"
-    assert set(report.matrix_instructions) == {"v_mfma_scale_f32_32x32x64_f8f6f4"}, report.summary()
+    assert set(report.matrix_instructions) == {"v_mfma_scale_f32_16x16x128_f8f6f4"}, report.summary()
     assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
     assert report.lds_bytes <= 160 * 1024
 

@@ -30,8 +30,9 @@ Order of ``recv_x``: grouped by local expert ascending; within an expert by (sou
 source token index, k). Both modes produce the same rows in the same order.
 
 ``fp8=True`` quantizes each wire row to float8_e4m3fn with one float32 scale
-``s = amax(|row|)/448`` and ships it as bytes (gloo has no fp8 dtype); DeepEP's fp8
-dispatch scales each 128 channels instead, which this does not offer. Error bound per
+``s = amax(|row|)/448`` and ships both as the row's bytes (gloo has no fp8 dtype:
+:mod:`.row_bytes`); DeepEP's fp8 dispatch scales each 128 channels instead, which this does
+not offer. Error bound per
 element, before the final cast to x's dtype: ``|x' - x| <= 2^-4·|x| + 2^-10·s`` (3 mantissa
 bits round to within 2^-4 relative for normal values; below 2^-6·s the subnormal spacing
 2^-9·s gives the absolute term); the cast to x's dtype adds its own half-ulp. Rows must be
@@ -50,10 +51,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..gemm_fp8.quantize_ref import dequantize, quantize_one
 from . import _checks as check
+from . import row_bytes
 from .ep_layout import EPLayout, check_id_range, checked_ids, device_counts, dispatch_layout, expert_split
 
-FP8_MAX = 448.0  # largest finite float8_e4m3fn
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -165,19 +167,17 @@ def _weighted(rows, weights):
 
 
 def _quantize(x):
-    """(T, D) -> (T, D + 4) bytes: float8_e4m3fn values, then the row's float32 scale."""
-    xf = x.float()
-    amax = xf.abs().amax(dim=1, keepdim=True)
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    q = (xf / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    return torch.cat([q.view(torch.uint8), scale.view(torch.uint8)], dim=1)
+    """(T, D) -> (T, D + 4) bytes: float8_e4m3fn values, then the row's float32 scale
+    (``amax / 448``, 1 for a zero row: :func:`kernels.gemm_fp8.quantize_ref.quantize_one`'s
+    ``row`` rule)."""
+    return row_bytes.pack(*quantize_one(x, "row", torch.float8_e4m3fn))
 
 
 def _dequantizer(dim, dtype):
+    parts = ((torch.float8_e4m3fn, (dim,)), (torch.float32, (1,)))
+
     def decode(packed):
-        q = packed[:, :dim].contiguous().view(torch.float8_e4m3fn).float()
-        scale = packed[:, dim:].contiguous().view(torch.float32)
-        return (q * scale).to(dtype)
+        return dequantize(*row_bytes.unpack(packed, parts), "row", dtype)
     return decode
 
 

@@ -22,7 +22,9 @@ expert-parallel one (``kernels.MoE(..., ep_group=g)``) a
 and both their gradients run in FP8 (the recipes of
 :data:`kernels.moe.grouped_gemm_fp8.quantize.RECIPES`, with the recipe's gradient format;
 another recipe leaves the experts in high precision, with a warning), the expert-parallel
-layer's all-to-alls still in the activation dtype, while the router is a Linear like any
+layer's dispatch in FP8 for the row-local recipes (rowwise, blockwise, mxfp8: each token
+quantized once by its sender; set the layer's ``fp8_dispatch = False`` for the activation
+dtype) and its other all-to-alls in the activation dtype, while the router is a Linear like any
 other, kept by ``"*router"`` unless you say otherwise. A subclass of either layer has no
 FP8 path and is left as it is, with a warning. Parameters are shared, not copied, so this
 can run before or after the optimizer is made, and before ``fully_shard``.

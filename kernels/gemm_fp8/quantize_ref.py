@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from ..microscaling import BLOCK as MX_BLOCK, E8M0_BIAS, shared_exponent
+from ..microscaling import BLOCK as MX_BLOCK, E8M0_BIAS, e8m0_values, shared_exponent
 from .formats import OPERAND_DTYPES
 
 QUANT_DTYPES = OPERAND_DTYPES   # every FP8 format a scaled GEMM takes
@@ -95,6 +95,20 @@ def quantize_one(x: torch.Tensor, granularity: str, dtype: torch.dtype) -> tuple
         scale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
         y = xf / _expand(scale, granularity, m, k)
     return y.clamp(-fmax, fmax).to(dtype), scale
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str,
+               dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The values ``(q, scale)`` of :func:`quantize_one` stand for, in ``dtype``: each element
+    times its group's scale in float32 (one rounding for the float32 scales, exact for
+    ``mx32``'s powers of two), then rounded to ``dtype``. ``scale`` may come flattened
+    (``row``'s (m,) for (m, 1))."""
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    m, k = q.shape
+    factor = e8m0_values(scale) if granularity == "mx32" else scale.float()
+    factor = factor.reshape(scale_shape(granularity, m, k))
+    return (q.float() * _expand(factor, granularity, m, k)).to(dtype)
 
 
 def quantize_reference(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from ..microscaling import BLOCK, E8M0_BIAS, E8M0_NAN, e8m0_values, shared_exponent
+from .preshuffle import preshuffle
 
 # The torch dtype that names the format in the registry, results and the roofline (its
 # "fp4" roof). Tensors stay uint8: torch has almost no kernels for float4_e2m1fn_x2,
@@ -79,7 +80,8 @@ def _to_blocks(x: torch.Tensor, axis: int) -> torch.Tensor:
     return padded.reshape(*padded.shape[:-1], padded.shape[-1] // BLOCK, BLOCK)   # -1: ambiguous if empty
 
 
-def quantize_mxfp4(x: torch.Tensor, axis: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_mxfp4(x: torch.Tensor, axis: int = -1, *,
+                   preshuffled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x`` to MXFP4 in blocks of 32 along ``axis`` (the GEMM's K).
 
     Returns ``(packed, scales)``, both ``uint8`` with every other axis unchanged:
@@ -87,12 +89,16 @@ def quantize_mxfp4(x: torch.Tensor, axis: int = -1) -> tuple[torch.Tensor, torch
     index in the low nibble), ``scales`` ``K_pad / 32`` (e8m0), where ``K_pad`` is K
     rounded up to a multiple of 32 (the padding is zeros). For a GEMM ``A @ B`` quantize
     A (M, K) along axis 1 and B's transpose (N, K) along axis 1: the kernels want both
-    K-contiguous.
+    K-contiguous. ``preshuffled=True`` (a 2-D ``x``, ``axis`` its last) returns the scales
+    in the layout gfx950's scaled MFMAs read without byte loads (:mod:`.preshuffle`).
     """
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension to quantize along")
+    if preshuffled and (x.dim() != 2 or axis not in (1, -1)):
+        raise ValueError(f"preshuffled scales are for a 2-D x quantized along its last axis (a GEMM "
+                         f"operand, K last); got {x.dim()}-D x and axis={axis}")
     blocks = _to_blocks(x.float(), axis)
     amax = blocks.abs().amax(dim=-1, keepdim=True)
     finite = torch.isfinite(blocks).all(dim=-1, keepdim=True)
@@ -103,7 +109,8 @@ def quantize_mxfp4(x: torch.Tensor, axis: int = -1) -> tuple[torch.Tensor, torch
     codes = codes.to(torch.uint8).flatten(-2)
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
     scales = torch.where(finite, exponent + E8M0_BIAS, E8M0_NAN).to(torch.uint8).squeeze(-1)
-    return packed.movedim(-1, axis).contiguous(), scales.movedim(-1, axis).contiguous()
+    scales = scales.movedim(-1, axis).contiguous()
+    return packed.movedim(-1, axis).contiguous(), preshuffle(scales) if preshuffled else scales
 
 
 def dequantize_mxfp4(packed: torch.Tensor, scales: torch.Tensor, axis: int = -1,

@@ -11,6 +11,11 @@ the packed width and must be a multiple of 32, one scale per 32 elements:
 MXFP8 operands are the same with e4m3 elements stored one per byte as
 ``float8_e4m3fn`` (M, K) and (N, K); K is then any length, with ceil(K/32) scales per row
 (the last block may be partial: ``quantize(x, "mx32", ...)`` makes them).
+
+Either operand's scales may also come pre-shuffled (:mod:`.preshuffle`): then they are
+(ceil(rows/32), 256 ceil(blocks/8)) instead of (rows, blocks), never a row-major shape
+for K > 0 (256 ceil(blocks/8) > blocks), so the shape says which layout a tensor is in
+(:func:`is_preshuffled`).
 """
 from __future__ import annotations
 
@@ -19,14 +24,27 @@ import torch
 from .. import validate
 from ..gemm_fp8.operands import OUT_DTYPES
 from .formats import BLOCK, ELEMENTS, FORMAT, format_of
+from .preshuffle import preshuffled_shape, unshuffle
+
+
+def is_preshuffled(scales: torch.Tensor, rows: int, k: int) -> bool:
+    """Whether checked scales of ``rows`` rows of K = ``k`` elements are pre-shuffled."""
+    return tuple(scales.shape) != (rows, -(-k // BLOCK))
+
+
+def plain(scales: torch.Tensor, rows: int, k: int) -> torch.Tensor:
+    """Checked scales in the row-major (rows, ceil(k/32)) layout, unshuffled if need be."""
+    blocks = -(-k // BLOCK)
+    return unshuffle(scales, rows, blocks) if is_preshuffled(scales, rows, k) else scales
 
 
 def _scales(name: str, scales: torch.Tensor, rows: int, k: int, packed_name: str) -> None:
     expected = (rows, -(-k // BLOCK))
-    if tuple(scales.shape) != expected:
+    shuffled = preshuffled_shape(*expected)
+    if tuple(scales.shape) not in (expected, shuffled):
         raise ValueError(f"{name} has shape {tuple(scales.shape)}; {packed_name} holds {rows} "
                          f"rows of K = {k} elements, so it needs {expected} (one e8m0 scale "
-                         f"per {BLOCK} elements)")
+                         f"per {BLOCK} elements), or {shuffled} pre-shuffled")
 
 
 def check(a_packed, a_scales, b_packed, b_scales, out_dtype, allow_empty: bool = False) -> int:

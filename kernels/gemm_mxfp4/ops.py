@@ -46,6 +46,9 @@ def matmul_mxfp4(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch
         a_packed, a_scales = quantize_mxfp4(a, axis=1)        # a: (M, K)
         b_packed, b_scales = quantize_mxfp4(b.t(), axis=1)    # b: (K, N)
 
+    Either scale tensor may instead be pre-shuffled (:func:`kernels.gemm_mxfp4.preshuffle.preshuffle`,
+    the shape tells): the layout gfx950 reads without byte loads; elsewhere it is unshuffled.
+
     Empty operands give what :func:`kernels.matmul` and :func:`kernels.matmul_fp8` give:
     an empty result for M = 0 or N = 0, zeros for K = 0.
     """
@@ -69,8 +72,9 @@ def mx_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: 
 
     It runs the ``gemm_mxfp4`` rung's ``tl.dot_scaled`` kernel on the e4m3 elements (B as
     the strided view B^T (N, K), the layout that op takes): on gfx950 the scaled MFMA
-    ``v_mfma_scale_f32_32x32x64_f8f6f4`` reads the scales itself; on gfx942 and Hopper Triton
+    ``v_mfma_scale_f32_16x16x128_f8f6f4`` reads the scales itself; on gfx942 and Hopper Triton
     emulates (``tests/test_mxfp8.py``). Same custom op as :func:`kernels.matmul_mxfp4`.
+    Either scale tensor may come pre-shuffled (:mod:`kernels.gemm_mxfp4.preshuffle`).
     """
     validate.tensor("a", a, ndim=2, dtypes=(MXFP8,), allow_empty=True)
     validate.tensor("b", b, ndim=2, dtypes=(MXFP8,), allow_empty=True)

@@ -26,7 +26,7 @@ from .spec import dequantize
       dtypes=DTYPES, interpreter=True, kind="library")
 def gemm_mxfp4_ref(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch.Tensor,
                    b_scales: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    operands.check(a_packed, a_scales, b_packed, b_scales, out_dtype)
-    a = dequantize(a_packed, a_scales, dtype=torch.bfloat16)
-    b_t = dequantize(b_packed, b_scales, dtype=torch.bfloat16)
+    k = operands.check(a_packed, a_scales, b_packed, b_scales, out_dtype)
+    a = dequantize(a_packed, operands.plain(a_scales, a_packed.shape[0], k), dtype=torch.bfloat16)
+    b_t = dequantize(b_packed, operands.plain(b_scales, b_packed.shape[0], k), dtype=torch.bfloat16)
     return torch.matmul(a, b_t.t()).to(out_dtype)

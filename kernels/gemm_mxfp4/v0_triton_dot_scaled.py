@@ -12,8 +12,19 @@ Idea:
     the matrix cores (measured with the ISA inspector, ``tests/test_gemm_mxfp4.py``,
     ``tests/test_mxfp8.py``):
 
-    * gfx950 (MI355X, CDNA4): ``v_mfma_scale_f32_32x32x64_f8f6f4``, an MFMA that reads
-      the e2m1 (or e4m3) operands and one scale byte per 32 of them itself.
+    * gfx950 (MI355X, CDNA4): ``v_mfma_scale_f32_16x16x128_f8f6f4``, an MFMA that reads
+      the e2m1 (or e4m3) operands and one scale byte per 32 of them itself. Its scales come
+      pre-shuffled (:mod:`.preshuffle`, AMD aiter's layout; ``PRESHUFFLED``): a K step's
+      scales are BLOCK_K bytes per 32-row stripe, loaded two bytes per lane
+      (``buffer_load_ushort``) and renamed in registers into the (rows, BLOCK_K/32) tile.
+      Triton 3.9 still stages them through LDS (16-bit writes, 32-bit reads:
+      ``ds_read_b32``): its AMD pipeliner loads straight into registers only a tile no two
+      warps share (``bypassLDS``/``isCoalesced`` in triton-lang/triton's
+      ``third_party/amd/lib/TritonAMDGPUTransforms/StreamPipeline.cpp``), and each warp
+      shares its scales with the warps beside it. Row-major scales
+      (the same kernel with ``PRESHUFFLED`` off, as other quantizers write them) cost a
+      load per byte (``buffer_load_ubyte``) and 8-bit LDS reads (``ds_read_u8``), on
+      ``v_mfma_scale_f32_32x32x64_f8f6f4``.
     * gfx942 (MI300X, CDNA3): no FP4 matrix core. Triton emulates: it unpacks e2m1
       to bf16, multiplies by the scales and runs ``v_mfma_f32_32x32x8_bf16``.
     * sm90 (Hopper): emulated the same way, on bf16 ``wgmma``.
@@ -38,10 +49,10 @@ Limits:
     (the last scale block may be partial). A and B in the same element format with
     e8m0 scales (no mixed formats, no MXFP6, no NVFP4 e4m3 scales per 16).
     Any M, N and strides through masked loads; K-contiguous operands are the fast
-    layout. The scales are read in plain row-major order, not the pre-shuffled layout
-    that hipBLASLt/cuBLASLt's MX kernels take; on gfx950 (Triton 3.9) the ISA shows
-    them fetched a byte at a time (``buffer_load_ubyte``). No XCD-aware program
-    remapping yet.
+    layout. Pre-shuffled scales need BLOCK_M and BLOCK_N multiples of 32 and BLOCK_K of
+    256, and are read as they are only on gfx950 and in the interpreter
+    (:func:`.launch.takes_preshuffled`); elsewhere they are unshuffled first. No XCD-aware
+    program remapping yet.
 """
 from __future__ import annotations
 
@@ -56,12 +67,21 @@ from .formats import DTYPES
 
 
 @triton.jit
+def _unshuffle(scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A step's (ROWS/32, BLOCK_K) pre-shuffled scale bytes as the (ROWS, BLOCK_K/32) tile
+    ``tl.dot_scaled`` takes: byte 64 d + 4 b + 2 c + a of a chunk is row 16 a + b and
+    scale 4 c + d (:mod:`.preshuffle`). Only registers are renamed."""
+    tiles = scales.reshape(ROWS // 32, BLOCK_K // 256, 4, 16, 2, 2)   # stripe, chunk, d, b, c, a
+    return tiles.permute(0, 5, 3, 1, 4, 2).reshape(ROWS, BLOCK_K // 32)
+
+
+@triton.jit
 def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
                        stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
                        stride_sam, stride_sak, stride_sbn, stride_sbk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        GROUP_M: tl.constexpr, ELEMENTS: tl.constexpr, PACK: tl.constexpr,
-                       INTERP_BF16: tl.constexpr):
+                       INTERP_BF16: tl.constexpr, PRESHUFFLED: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -78,23 +98,39 @@ def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     ks = tl.arange(0, BLOCK_K // 32)    # e8m0 scales: one per 32 elements
     a_ptrs = a_ptr + rows64[:, None] * stride_am + kb[None, :] * stride_ak
     b_ptrs = b_ptr + kb[:, None] * stride_bk + cols64[None, :] * stride_bn
-    sa_ptrs = sa_ptr + rows64[:, None] * stride_sam + ks[None, :] * stride_sak
-    sb_ptrs = sb_ptr + cols64[:, None] * stride_sbn + ks[None, :] * stride_sbk
+    if PRESHUFFLED:   # a step's scales: BLOCK_K bytes of each 32-row stripe (.preshuffle)
+        tl.static_assert(BLOCK_M % 32 == 0 and BLOCK_N % 32 == 0 and BLOCK_K % 256 == 0)
+        stripes_m = pid_m * (BLOCK_M // 32) + tl.arange(0, BLOCK_M // 32)
+        stripes_n = pid_n * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)
+        kw = tl.arange(0, BLOCK_K)
+        sa_ptrs = sa_ptr + stripes_m.to(tl.int64)[:, None] * stride_sam + kw[None, :] * stride_sak
+        sb_ptrs = sb_ptr + stripes_n.to(tl.int64)[:, None] * stride_sbn + kw[None, :] * stride_sbk
+    else:
+        sa_ptrs = sa_ptr + rows64[:, None] * stride_sam + ks[None, :] * stride_sak
+        sb_ptrs = sb_ptr + cols64[:, None] * stride_sbn + ks[None, :] * stride_sbk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k_bytes = (K - k0) // PACK
         k_scales = tl.cdiv(K - k0, 32)  # an MXFP8 K may end inside a scale block
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (kb[None, :] < k_bytes), other=0)
         b = tl.load(b_ptrs, mask=(kb[:, None] < k_bytes) & (cols[None, :] < N), other=0)
-        # exercise begin: scaled_dot
-        sa = tl.load(sa_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < k_scales), other=0)
-        sb = tl.load(sb_ptrs, mask=(cols[:, None] < N) & (ks[None, :] < k_scales), other=0)
-        acc = tl.dot_scaled(a, sa, ELEMENTS, b, sb, ELEMENTS, acc)
-        # exercise end
+        if PRESHUFFLED:
+            chunks = tl.cdiv(K - k0, 256) * 256   # bytes of each stripe's chunks left along K
+            sa = tl.load(sa_ptrs, mask=(stripes_m[:, None] < tl.cdiv(M, 32)) & (kw[None, :] < chunks), other=0)
+            sb = tl.load(sb_ptrs, mask=(stripes_n[:, None] < tl.cdiv(N, 32)) & (kw[None, :] < chunks), other=0)
+            acc = tl.dot_scaled(a, _unshuffle(sa, BLOCK_M, BLOCK_K), ELEMENTS,
+                                b, _unshuffle(sb, BLOCK_N, BLOCK_K), ELEMENTS, acc)
+        else:
+            # exercise begin: scaled_dot
+            sa = tl.load(sa_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < k_scales), other=0)
+            sb = tl.load(sb_ptrs, mask=(cols[:, None] < N) & (ks[None, :] < k_scales), other=0)
+            acc = tl.dot_scaled(a, sa, ELEMENTS, b, sb, ELEMENTS, acc)
+            # exercise end
         a_ptrs += (BLOCK_K // PACK) * stride_ak
         b_ptrs += (BLOCK_K // PACK) * stride_bk
-        sa_ptrs += (BLOCK_K // 32) * stride_sak
-        sb_ptrs += (BLOCK_K // 32) * stride_sbk
+        step = BLOCK_K if PRESHUFFLED else BLOCK_K // 32   # 32 rows' scales per stripe, or one row's
+        sa_ptrs += step * stride_sak
+        sb_ptrs += step * stride_sbk
 
     if INTERP_BF16:
         acc = round_to_bf16(acc)

@@ -11,17 +11,45 @@ each expert GEMM as FP8 grouped launches (:func:`kernels.moe.grouped_gemm_fp8.tr
 the output gradients in ``grad_fp8_dtype``): six launches, no forward GEMM, no host read
 of its own, so with ``ep_capacity`` the layer still reads nothing on the host.
 
-The rows travel in the activation dtype: the all-to-alls are the high-precision layer's,
-unchanged (an FP8 dispatch with per-row scales, as :class:`kernels.comm.EPDispatcher`
-offers with ``fp8``, would halve their bytes; a possible later step). Capacity padding
-rows are zeroed after the gate/up GEMMs and in SwiGLU's gradient, so no unwritten GEMM
-output reaches a scale's amax.
+FP8 dispatch (``fp8_dispatch``, default True for the row-local recipes rowwise, blockwise
+and mxfp8, :data:`kernels.moe.grouped_gemm_fp8.quantize.ROW_LOCAL`), as DeepSeek-V3 does
+(arXiv 2412.19437, section 3.3: activations quantized to FP8 before the dispatch, the
+combine in BF16): each rank quantizes its T tokens once, before the k-fold gather of their
+slots, with the recipe's own token quantizer (one scale per token, per 128 elements, or an
+e8m0 byte per 32), and the dispatch's all-to-all carries each row's FP8 bytes with its
+scales beside them (:mod:`kernels.comm.row_bytes`: one collective per chunk, as before,
+rather than a second one for the scales). A row of ``dim`` elements is ``dim`` + 4 bytes
+(rowwise), ``dim`` + 4·ceil(dim/128) (blockwise) or ``dim`` + ceil(dim/32) (mxfp8) instead
+of 2·``dim`` in bf16: at DeepSeek-V3's dim 7168, 50.0 %, 51.6 % and 51.6 % of the bf16
+bytes. The owner feeds the received operand straight to the gate and up GEMMs: a token's
+quantization reads that token only, so it gives the bytes the owner would have computed,
+and the forward is the high-precision dispatch's bit for bit (tested). The combine and
+the backward's two exchanges stay in the activation dtype.
+
+The owner keeps the received FP8 rows for the backward instead of the high-precision ones:
+``dim`` + the scales' bytes per row instead of ``dim`` times the dtype's size, so an owner
+that received R rows keeps R·(dim − 4) bytes less in bf16 under rowwise. The cost is in the
+weight gradients of gate and up: their operand x, scaled per (expert, feature) over the
+expert's tokens, is requantized from the FP8 rows dequantized to x's dtype (DeepSeek-V3's
+approach), so it carries the forward's per-token rounding (up to 2^-4 relative, more for
+values in the subnormal range of their scale), the dequantization's rounding to x's dtype
+(2^-9 in bf16) and its own; measured on the test's layer, their error against float64 is
+at most 1.6 times ``Float8MoE``'s (tests/test_ep_fp8.py holds it to 2). The input
+gradient, the down GEMM's weight gradient (of h, computed from the same operand) and the
+router's are unchanged.
+
+Tensorwise and delayed keep the high-precision dispatch: their x scale is one per tensor,
+an amax over the rows an owner receives from every rank (tensorwise) or a history synced
+across the ranks (delayed), which a sender cannot apply to its own rows alone. Capacity
+padding rows travel as zero bytes (a zero row with a zero scale) and are zeroed after the
+gate/up GEMMs and in SwiGLU's gradient, so no unwritten GEMM output reaches a scale's amax.
 
 Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
 quantize each token and each expert's weight on their own, so an owner quantizes its rows
 as the single-process layer does, and each expert's wgrad scales are over that expert's
 rows in the same order (the merged backward): output and gradients equal up to the order
-of fp32 sums, as for the high-precision EP layer (tests/test_ep_fp8.py). Blockwise's are
+of fp32 sums, as for the high-precision EP layer (tests/test_ep_fp8.py), but with FP8
+dispatch for gate's and up's weight gradients (above). Blockwise's are
 too but for its wgrad scales, per 128 rows counted from the first row of all experts
 (:mod:`kernels.moe.grouped_gemm_fp8.quantize`): an owner's blocks hold other rows. The
 per-tensor recipes see a rank's part. Tensorwise takes the amaxes of a chunk's rows, of
@@ -42,10 +70,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..comm import row_bytes
 from ..fp8.recipes.delayed import delayed_scale, record_amax
+from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
 from .fp8_experts import Float8Experts
-from .grouped_gemm_fp8.training import gradients
+from .grouped_gemm_fp8.quantize import ROW_LOCAL
+from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_operand
 from .layer_ladder.slot_sum import slot_sum
 
 
@@ -65,6 +96,17 @@ class _Float8Owner:
         self.weight_scales: dict | None = None
         self.amaxes: dict[str, list] = {"x": [], "hidden": []}
         self.scales: dict = {"x": None, "hidden": None}   # the backward's, for all chunks' rows
+        self.fp8_dispatch = layer.fp8_dispatch
+        self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
+
+    def wire(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's tokens as the dispatch sends them: x, or with FP8 dispatch the recipe's
+        token operand of x (quantized once, T rows) as bytes, each row's scales beside it."""
+        if not self.fp8_dispatch:
+            return x
+        x8, sx = token_operand(x, self.layer.recipe, self.layer.fp8_dtype)
+        self.dtype, self.parts = x.dtype, row_bytes.layout(x8, sx)   # every rank's: same dim, recipe
+        return row_bytes.pack(x8, sx)
 
     def _chunk_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
         if self.layer.recipe != "delayed":
@@ -79,15 +121,20 @@ class _Float8Owner:
         layer = self.layer
         if self.weight_scales is None:   # one history entry per weight and forward
             self.weight_scales = {n: layer._scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
-        scale_x = self._chunk_scale("x", rows)
-        g = layer._grouped(rows, scale_x, gate, self.weight_scales["gate"], offsets)
-        u = layer._grouped(rows, scale_x, up, self.weight_scales["up"], offsets)
+        if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
+            x8, sx = row_bytes.unpack(rows, self.parts)
+            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype)
+                    for w in (gate, up))
+        else:
+            scale_x = self._chunk_scale("x", rows)
+            g = layer._grouped(rows, scale_x, gate, self.weight_scales["gate"], offsets)
+            u = layer._grouped(rows, scale_x, up, self.weight_scales["up"], offsets)
         if self.padded:
             g, u = _zero_padding(g, offsets), _zero_padding(u, offsets)
         h = F.silu(g) * u
         y = layer._grouped(h, self._chunk_scale("hidden", h), down, self.weight_scales["down"], offsets)
         if not save:
-            g = u = rows.new_zeros((0, g.shape[1]))
+            g = u = h.new_zeros((0, g.shape[1]))
         return y, g, u, h
 
     def record(self) -> None:
@@ -102,8 +149,12 @@ class _Float8Owner:
     def backward(self, rows, grad_y, g, u, h, offsets, gate, up, down, needs):
         """(d rows, d gate, d up, d down) as :func:`kernels.moe.ep_layer._experts_backward`
         returns them, from FP8 dX and dW launches; SwiGLU's derivative as autograd takes it
-        in ``Float8MoE``."""
+        in ``Float8MoE``. With FP8 dispatch the rows are the received FP8 bytes: dequantized
+        to x's dtype for the wgrad operand of gate and up, which quantizes them again per
+        (expert, feature)."""
         layer, w = self.layer, self.weight_scales
+        if self.fp8_dispatch:
+            rows = dequantize(*row_bytes.unpack(rows, self.parts), ROW_LOCAL[layer.recipe], self.dtype)
 
         def grads(x, weight, dy, name, need_w, scale_x):
             return gradients(x, weight, offsets, dy, layer.recipe, layer.fp8_dtype, layer.grad_fp8_dtype,
@@ -125,15 +176,37 @@ class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
 
     @classmethod
     def from_ep(cls, layer: ExpertParallelMoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
-                grad_dtype: torch.dtype | None = None) -> "Float8ExpertParallelMoE":
+                grad_dtype: torch.dtype | None = None, fp8_dispatch: bool | None = None
+                ) -> "Float8ExpertParallelMoE":
         """The FP8 layer holding ``layer``'s own Parameters and submodules, on its group, chunks
-        and capacity; formats as :class:`kernels.moe.fp8_layer.Float8MoE` takes them."""
+        and capacity; formats as :class:`kernels.moe.fp8_layer.Float8MoE` takes them.
+        ``fp8_dispatch``: default True for the row-local recipes, False for the others."""
         if type(layer) is not ExpertParallelMoE:
             raise TypeError(f"Float8ExpertParallelMoE.from_ep takes an ExpertParallelMoE, got "
                             f"{type(layer).__name__}")
         new = cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
         new.ep_capacity = layer.ep_capacity   # a property: its value is private
+        new.fp8_dispatch = recipe in ROW_LOCAL if fp8_dispatch is None else fp8_dispatch
         return new
+
+    @property
+    def fp8_dispatch(self) -> bool:
+        """Whether the tokens travel to their owners as FP8 bytes with their scales (the
+        module docstring); settable, True only for a row-local recipe."""
+        return self._fp8_dispatch
+
+    @fp8_dispatch.setter
+    def fp8_dispatch(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"fp8_dispatch must be a bool, got {type(value).__name__}")
+        if value and self.recipe not in ROW_LOCAL:
+            raise ValueError(f"fp8_dispatch needs a recipe that scales each token on its own "
+                             f"({', '.join(ROW_LOCAL)}); {self.recipe!r} takes one scale per tensor, "
+                             "so its rows travel in the activation dtype")
+        self._fp8_dispatch = value
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, fp8_dispatch={self.fp8_dispatch}"
 
     def _owner_experts(self) -> _Float8Owner:
         """A fresh owner for this forward, kept so that :meth:`forward` records its amaxes once

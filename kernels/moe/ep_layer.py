@@ -8,7 +8,8 @@ received for its experts, sends the rows back (a second all-to-all) and sums eac
 token's k rows, weighted, exactly as v3 does after its down kernel. What an owner runs on
 its rows is one object per forward (:class:`V3Experts` here); ``kernels.fp8.convert``
 makes the layer a :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`, whose owners
-run FP8 grouped GEMMs inside the same exchange, plans and backward.
+run FP8 grouped GEMMs inside the same exchange, plans and backward, and whose senders may
+send FP8 rows instead (the object's ``wire``).
 
 Equal to the single-process layer up to the order of fp32 sums, and why not bitwise:
     - The experts: an owner's rows for expert e are the single-process layer's rows for
@@ -133,13 +134,19 @@ def _experts_backward(rows, grad_y, g, u, h, offsets, gate, up, down, needs):
 
 
 class V3Experts:
-    """The owner's expert computation of the high-precision layer: v3's two kernels forward
-    (:func:`_experts_forward`), v3's backward on the g, u and h they saved
-    (:func:`_experts_backward`). The FP8 layer
+    """The owner's expert computation of the high-precision layer: the tokens travel as they
+    are (:meth:`wire`), v3's two kernels forward (:func:`_experts_forward`), v3's backward on
+    the rows and the g, u and h they saved (:func:`_experts_backward`). The FP8 layer
     (:class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`) hands the run another object
-    with these two methods, per forward, and the exchange around them stays this module's."""
+    with these three methods, per forward (its wire rows: FP8 bytes and scales, which its
+    forward and backward take as the rows), and the exchange around them stays this module's."""
     forward = staticmethod(_experts_forward)
     backward = staticmethod(_experts_backward)
+
+    @staticmethod
+    def wire(x: torch.Tensor) -> torch.Tensor:
+        """This rank's tokens (T, dim) as the dispatch sends them: unchanged."""
+        return x
 
 
 @dataclass
@@ -190,16 +197,17 @@ def _issue(run: _Run, chunk: int, phase: str, rows, plan, back=False, per_row=1)
 
 def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run, save: bool):
     """Dispatch chunk c+1 while chunk c computes; combine each chunk as soon as it is done.
-    Returns (out, plans, each chunk's (expert-major rows, g, u, h) with g and u empty unless
-    ``save``, every slot's unweighted output)."""
+    Returns (out, plans, each chunk's (expert-major rows as they travelled, g, u, h) with g
+    and u empty unless ``save``, every slot's unweighted output)."""
     k = ids.shape[1]
     bounds = _bounds(ids.shape[0], run.chunks)
     plans = ep_exchange.plans([ids[a:b] for a, b in bounds], run.num_experts, run.group,
                               run.capacity)
     run.dropped = torch.stack([plan.dropped for plan in plans]).sum()
+    wire = run.experts.wire(x)      # once for all T tokens, before the k-fold gather of the slots
 
     def dispatch(c):
-        return _issue(run, c, "dispatch", x[bounds[c][0]:bounds[c][1]], plans[c], per_row=k)
+        return _issue(run, c, "dispatch", wire[bounds[c][0]:bounds[c][1]], plans[c], per_row=k)
 
     pending, combines, kept = dispatch(0), [], []
     for c in range(run.chunks):

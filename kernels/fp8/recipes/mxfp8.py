@@ -11,14 +11,28 @@ e4m3 (``grad_format``; see ``grad_dtype_note``). The kernels
 are ``kernels.gemm_fp8.quantize(..., "mx32")`` and ``mx_matmul``; :attr:`needs` names
 them while they are not installed. ``mx_matmul``'s B operand is passed as ``(K, N)``
 with its scales as :func:`quantize` returns them for B's rows-as-groups layout
-(``(N, K/32)``), the convention of ``kernels.matmul_mxfp4``.
+(``(N, K/32)``), the convention of ``kernels.matmul_mxfp4``. Where ``mx_matmul`` reads
+pre-shuffled scales as they are (gfx950, and the interpreter that checks it), every scale
+tensor is pre-shuffled just before its GEMM (:func:`_for_the_gemm`; the forward saves them
+row-major, so the saved bytes stay M K/32 + N K/32): the GEMMs then load no scale byte on its own.
 """
 from __future__ import annotations
 
 import torch
 
+from ... import backend as _backend
 from ... import gemm_fp8
+from ...gemm_mxfp4.launch import takes_preshuffled
+from ...gemm_mxfp4.preshuffle import preshuffle
 from ..recipe import Recipe, Saved, register
+
+
+def _for_the_gemm(scales: torch.Tensor) -> torch.Tensor:
+    """``scales`` (rows, K/32) in the layout ``mx_matmul`` reads as it is on this backend:
+    pre-shuffled where the target takes it (:func:`~kernels.gemm_mxfp4.launch.takes_preshuffled`),
+    row-major elsewhere. Same bytes, same results (``tests/test_mx_preshuffle.py``)."""
+    here = _backend.current()
+    return preshuffle(scales) if takes_preshuffled(here.name, here.arch) else scales
 
 
 class MXFP8(Recipe):
@@ -41,13 +55,16 @@ class MXFP8(Recipe):
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
         x8, sx, xt8, sxt = gemm_fp8.quantize(x, "mx32", fp8, transpose=True)   # xt8: x.T along M
         w8, sw, wt8, swt = gemm_fp8.quantize(w, "mx32", fp8, transpose=True)   # wt8: w.T along N
-        return gemm_fp8.mx_matmul(x8, sx, w8.t(), sw, out_dtype), Saved(xt8, sxt, wt8, swt)
+        y = gemm_fp8.mx_matmul(x8, _for_the_gemm(sx), w8.t(), _for_the_gemm(sw), out_dtype)
+        return y, Saved(xt8, sxt, wt8, swt)
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
         dy8, sdy, *dyt = gemm_fp8.quantize(dy, "mx32", grad_fp8, transpose=need_dw)   # along N, M
         # mx_matmul(a (M, R), its scales, b_t (N, R).T, its scales): both grouped by 32 along R
-        dx = gemm_fp8.mx_matmul(dy8, sdy, saved.w.t(), saved.w_scale, dx_dtype) if need_dx else None
-        dw = gemm_fp8.mx_matmul(dyt[0], dyt[1], saved.x.t(), saved.x_scale, dw_dtype) if need_dw else None
+        dx = (gemm_fp8.mx_matmul(dy8, _for_the_gemm(sdy), saved.w.t(), _for_the_gemm(saved.w_scale), dx_dtype)
+              if need_dx else None)
+        dw = (gemm_fp8.mx_matmul(dyt[0], _for_the_gemm(dyt[1]), saved.x.t(), _for_the_gemm(saved.x_scale),
+                                 dw_dtype) if need_dw else None)
         return dx, dw
 
 

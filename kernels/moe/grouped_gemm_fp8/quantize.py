@@ -101,6 +101,13 @@ RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 :mod:`kernels.moe.grouped_gemm_mxfp8`'s (:mod:`.training`)."""
 PER_TENSOR = ("tensorwise", "delayed")
 """Recipes of one scale per tensor, which may be given (``scale``) rather than computed."""
+ROW_LOCAL = {"rowwise": "row", "blockwise": "block1x128", "mxfp8": "mx32"}
+"""Recipes whose token operand (the forward's x, :func:`tokens`; mxfp8's
+:func:`kernels.moe.grouped_gemm_mxfp8.quantize.tokens`) is scaled from each token's own
+elements only, and the granularity of :func:`kernels.gemm_fp8.quantize_ref.quantize_one` that
+states it: a token quantizes to the same bytes whichever rows surround it, so it may be
+quantized before it is sent (:mod:`kernels.moe.ep_fp8_layer`). The per-tensor recipes' scale
+depends on every row."""
 _DENSE = {"rowwise": "row", "tensorwise": "tensor", "delayed": "tensor"}
 """The dense fused op's granularity (:func:`kernels.gemm_fp8.quantize`) that is a recipe's
 scale of a token operand (along C) and of dgrad's weight (w as G·K rows, along N)."""

@@ -100,21 +100,39 @@ def grouped_gemm_fp8_dw(xt: torch.Tensor, sx: torch.Tensor, dyt: torch.Tensor, s
 
 
 def _mx():
-    """The MXFP8 recipe's forward and gradients (:mod:`kernels.moe.grouped_gemm_mxfp8.training`),
+    """The MXFP8 recipe's quantizer, forward and gradients (:mod:`kernels.moe.grouped_gemm_mxfp8.training`),
     imported on first use: that package imports this one's :mod:`.quantize`, so a module-level
     import would be a cycle."""
     from ..grouped_gemm_mxfp8 import training
     return training
 
 
+def token_operand(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale_x: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward's x (T, K) as ``recipe`` quantizes it: (fp8, scales) (:func:`.quantize.tokens`,
+    mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.quantize.tokens`)."""
+    if recipe == "mxfp8":
+        return _mx().quantize.tokens(x, fp8)
+    return quantize.tokens(x, recipe, fp8, scale_x)
+
+
+def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
+                       recipe: str, fp8: torch.dtype, out_dtype: torch.dtype,
+                       scale_w: torch.Tensor | None = None) -> torch.Tensor:
+    """``x_g @ w[g]`` in ``out_dtype`` from x already quantized by :func:`token_operand`: w
+    quantized for the forward, one grouped launch; unchecked (the expert-parallel layer's
+    owners, :mod:`kernels.moe.ep_fp8_layer`, receive x quantized by its sender)."""
+    if recipe == "mxfp8":
+        return _mx().forward(x8, sx, w, offsets, fp8, out_dtype)
+    w8, sw = quantize.forward_weight(w, recipe, fp8, scale_w)
+    return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, out_dtype)
+
+
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
                 scale_w: torch.Tensor | None) -> torch.Tensor:
-    if recipe == "mxfp8":
-        return _mx().forward(x, w, offsets, fp8_dtype)
-    x8, sx = quantize.tokens(x, recipe, fp8_dtype, scale_x)
-    w8, sw = quantize.forward_weight(w, recipe, fp8_dtype, scale_w)
-    return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, x.dtype)
+    x8, sx = token_operand(x, recipe, fp8_dtype, scale_x)
+    return forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w)
 
 
 _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl, mutates_args=())

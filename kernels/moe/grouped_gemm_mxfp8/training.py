@@ -53,11 +53,11 @@ def grouped_gemm_mxfp8_dw(xt: torch.Tensor, sxt: torch.Tensor, dyt: torch.Tensor
     return _grouped_gemm_mxfp8_dw(xt, sxt, dyt, sdyt, ends, out_dtype)
 
 
-def forward(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
-    """``x_g @ w[g]`` in x's dtype, both operands in MXFP8 along K."""
-    x8, sx = quantize.tokens(x, fp8)
+def forward(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype,
+            out_dtype: torch.dtype) -> torch.Tensor:
+    """``x_g @ w[g]`` in ``out_dtype`` of x quantized by :func:`.quantize.tokens`, w in MXFP8 along K."""
     w8, sw = quantize.forward_weight(w, fp8)
-    return _grouped_gemm_mxfp8_impl(x8, sx, w8, sw, offsets, x.dtype)
+    return _grouped_gemm_mxfp8_impl(x8, sx, w8, sw, offsets, out_dtype)
 
 
 def gradients(x, w, offsets, dy, fp8: torch.dtype, needs) -> tuple:

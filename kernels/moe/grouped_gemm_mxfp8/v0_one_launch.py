@@ -34,9 +34,11 @@ Expected bound:
 
 Limits:
     OCP e4m3fn elements only (no e5m2, no mixed formats). The scales are read in plain
-    row-major order, a byte at a time, and staged through LDS byte by byte (not the
-    pre-shuffled layout of hipBLASLt's MX kernels), and every K step is masked (no
-    peeled tail). v2's schedule limits (G in one
+    row-major order, a byte at a time, and staged through LDS byte by byte, not in the
+    pre-shuffled layout the dense MX GEMM takes on gfx950 (:mod:`kernels.gemm_mxfp4.preshuffle`):
+    that layout packs 32-row stripes, and x's row tiles start at each group's first
+    token, anywhere; its 8-scale chunks span 256 elements of K, two of this K step. Every
+    K step is masked (no peeled tail). v2's schedule limits (G in one
     BLOCK_G vector, surplus programs, no L2 swizzle) and one fixed tile for every shape.
 """
 from __future__ import annotations

@@ -1,0 +1,134 @@
+"""Pre-shuffled e8m0 scales (kernels/gemm_mxfp4/preshuffle.py): the layout byte by byte, and
+the MX GEMM (MXFP4 and MXFP8) giving bit for bit the product of the row-major scales, at
+shapes that end inside a 32-row stripe, an 8-scale chunk and (MXFP8) a 32-element block.
+The gfx950 machine code it buys is pinned where that target's reports are built
+(tests/test_gemm_mxfp4.py, tests/test_mxfp8.py).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+import torch
+
+import kernels
+from kernels.gemm_fp8 import mx_matmul
+from kernels.gemm_mxfp4 import FORMAT, quantize_mxfp4
+from kernels.gemm_mxfp4.formats import MXFP8
+from kernels.gemm_mxfp4.launch import takes_preshuffled
+from kernels.gemm_mxfp4.preshuffle import preshuffle, preshuffled_shape, unshuffle
+from kernels.outputs import poisoned_outputs
+from workbench import isa
+from workbench.isa import parse as isa_parse
+
+SPEC = kernels.spec("gemm_mxfp4")
+V0 = kernels.get("gemm_mxfp4", "v0")
+
+
+def test_each_lanes_four_scales_are_one_word_of_its_stripe_and_chunk():
+    """Row 16a + b, scale 4c + d of stripe t and chunk h is byte 256h + 64d + 4b + 2c + a of
+    row t: the module docstring's formula, checked at every position of an odd shape."""
+    gen = torch.Generator().manual_seed(0)
+    scales = torch.randint(1, 255, (45, 11), generator=gen, dtype=torch.uint8)
+    shuffled = preshuffle(scales)
+    assert shuffled.shape == preshuffled_shape(45, 11) == (2, 512) and shuffled.is_contiguous()
+    expected = torch.zeros_like(shuffled)
+    for row in range(45):
+        for block in range(11):
+            (t, r), (h, s) = divmod(row, 32), divmod(block, 8)
+            (a, b), (c, d) = divmod(r, 16), divmod(s, 4)
+            expected[t, 256 * h + 64 * d + 4 * b + 2 * c + a] = scales[row, block]
+    assert torch.equal(shuffled, expected)          # padding included: zero bytes, never 0xFF
+    assert torch.equal(unshuffle(shuffled, 45, 11), scales)
+
+
+def test_quantize_mxfp4_writes_preshuffled_scales_for_a_gemm_operand():
+    x = torch.randn(40, 96, generator=torch.Generator().manual_seed(1))
+    packed, scales = quantize_mxfp4(x, axis=1)
+    assert torch.equal(quantize_mxfp4(x, axis=1, preshuffled=True)[1], preshuffle(scales))
+    assert torch.equal(quantize_mxfp4(x, preshuffled=True)[0], packed)
+    with pytest.raises(ValueError, match="2-D x quantized along its last axis"):
+        quantize_mxfp4(x, axis=0, preshuffled=True)
+
+
+def _shuffled(inputs):
+    a, sa, b, sb = inputs
+    return a, preshuffle(sa), b, preshuffle(sb)
+
+
+@pytest.mark.parametrize("dtype, shape", [
+    (FORMAT, (37, 45, 288)),     # 2 stripes of A, 2 of B, 9 blocks: a second, partial chunk
+    (MXFP8, (33, 70, 300)),      # K ends inside a block too; B's third stripe holds 6 rows
+], ids=["mxfp4", "mxfp8"])
+def test_preshuffled_scales_give_the_row_major_product_bit_for_bit(dtype, shape):
+    """The interpreter runs the pre-shuffled path (takes_preshuffled) with 256-deep K steps;
+    any layout of either operand gives the same bits as row-major scales do, rung and op."""
+    assert takes_preshuffled("interpreter", "") and not takes_preshuffled("hip", "gfx942")
+    plain = SPEC.make_inputs(shape, dtype, seed=7)
+    with poisoned_outputs():
+        expected = V0(*plain, out_dtype=torch.float32)
+        a, sa, b, sb = _shuffled(plain)
+        for inputs in ((a, sa, b, sb), (a, sa, b, plain[3]), (a, plain[1], b, sb)):
+            assert torch.equal(V0(*inputs, out_dtype=torch.float32), expected)
+        assert torch.equal(kernels.matmul_mxfp4(a, sa, b, sb, torch.float32), expected)
+        if dtype == MXFP8:
+            assert torch.equal(mx_matmul(a, sa, b.t(), sb, torch.float32), expected)
+    reference = SPEC.reference(*plain)                                  # float64
+    assert (expected.double() - reference).abs().max() <= 1e-5 * reference.abs().max()   # fp32 sums only
+    ref = kernels.registry.reference_rung("gemm_mxfp4")
+    assert torch.equal(ref(a, sa, b, sb, torch.float32), ref(*plain, torch.float32))
+
+
+def test_a_scale_shape_of_neither_layout_is_refused_naming_both():
+    a, _, b, sb = SPEC.make_inputs((40, 8, 64), FORMAT)
+    wrong = torch.zeros(2, 128, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"a_scales has shape \(2, 128\).*needs \(40, 2\).*or \(2, 256\) pre-shuffled"):
+        V0(a, wrong, b, sb)
+
+
+def _loop_ops(report) -> Counter:
+    return Counter(m for m in map(isa_parse.mnemonic, report.hot_loop.splitlines()) if m)
+
+
+@pytest.mark.parametrize("dtype", [FORMAT, MXFP8], ids=["mxfp4", "mxfp8"])
+def test_gfx950_reads_preshuffled_scales_without_byte_loads_or_8_bit_lds(dtype):
+    """The launch gfx950 runs (pre-shuffled scales, 16x16x128 scaled MFMAs) against the same
+    GEMM with row-major scales: the per-byte scale loads and 8-bit LDS reads are gone from
+    the hot loop; each operand's scales come in one 2-byte load per lane, pass LDS in 16-bit
+    writes and are read back as 32-bit words. No spills, no fewer waves, fewer LDS reads."""
+    shuffled = isa.inspect("gemm_mxfp4", "v0", "gfx950", dtype=dtype)
+    plain = isa.inspect("gemm_mxfp4", "v0", "gfx950", dtype=dtype, overrides={"PRESHUFFLED": False})
+    ops, before = _loop_ops(shuffled), _loop_ops(plain)
+    assert before["buffer_load_ubyte"] and before["ds_read_u8"], plain.summary()     # row-major's cost
+    assert set(plain.matrix_instructions) == {"v_mfma_scale_f32_32x32x64_f8f6f4"}, plain.summary()
+    assert set(shuffled.matrix_instructions) == {"v_mfma_scale_f32_16x16x128_f8f6f4"}, shuffled.summary()
+    assert not [op for op in ops if op == "buffer_load_ubyte" or re.fullmatch(r"ds_\w+_[bui]8\w*", op)], ops
+    assert ops["buffer_load_ushort"] == 2 and ops["ds_write_b16"] == 2, ops
+    assert "ds_read_b32" in ops and {op for op in ops if op.startswith("ds_read")} <= {
+        "ds_read_b128", "ds_read_b32", "ds_read2st64_b32"}, ops
+    assert (shuffled.spills, shuffled.sgpr_spills, shuffled.scratch_bytes) == (0, 0, 0), shuffled.summary()
+    assert shuffled.occupancy.value >= plain.occupancy.value
+    def lds_reads(loop):
+        return sum(n for op, n in loop.items() if op.startswith("ds_read"))
+    assert lds_reads(ops) < lds_reads(before)
+
+
+def test_the_mxfp8_recipe_preshuffles_for_its_three_gemms_with_the_same_bits(monkeypatch):
+    """The interpreter takes pre-shuffled scales, so the recipe shuffles every GEMM's scales;
+    forward, dgrad and wgrad match the same recipe run on row-major scales, bit for bit.
+    M = 45 and N = 37 end inside a stripe; K = 70 inside a block."""
+    from kernels.fp8.recipes import mxfp8
+    gen = torch.Generator().manual_seed(3)
+    x, w, dy = (torch.randn(*shape, generator=gen) for shape in ((45, 70), (37, 70), (45, 37)))
+    shuffles = []
+    monkeypatch.setattr(mxfp8, "preshuffle", lambda s: shuffles.append(s.shape) or preshuffle(s))
+    recipe = mxfp8.MXFP8()
+    with poisoned_outputs():
+        shuffled = recipe.gemms(x, w, dy, MXFP8)
+        assert len(shuffles) == 6                                   # two scale tensors per GEMM
+        monkeypatch.setattr(mxfp8, "takes_preshuffled", lambda *target: False)
+        plain = recipe.gemms(x, w, dy, MXFP8)
+    assert len(shuffles) == 6
+    for name in ("forward", "dgrad", "wgrad"):
+        assert torch.equal(shuffled[name], plain[name]), name
