@@ -47,3 +47,34 @@ def test_one_wide_read_of_x_two_wide_writes_and_an_lds_transpose(granularity, fp
     assert result["lds"] == 16384
     assert ops["lds_write"]["ds_write_b16"] >= 16 and ops["lds_read"]["ds_read_u8"] >= 32
     assert not ops.get("matrix")
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("granularity", ["tensor", "row", "block1x128", "block128x128", "mx32"])
+def test_the_compiled_launch_takes_the_scale_strides_a_call_passes(granularity, transpose, monkeypatch):
+    """Triton specializes an int argument equal to 1 as a constant and one divisible by 16 (0
+    too) as such: the ahead-of-time launch must give each scale stride the class a call of
+    :func:`kernels.gemm_fp8.quantize` gives it (0 where a scale is broadcast), or the ISA
+    above is another binary's. The call is recorded, not run."""
+    import torch
+    from kernels.gemm_fp8 import quantize_kernel
+
+    kernel = quantize_kernel._quantize_kernel
+    passed = {}
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: passed.update(zip(kernel.arg_names, args))
+    monkeypatch.setattr(quantize_kernel, "_quantize_kernel", Recorder())
+    size = 64 if granularity in ("tensor", "row") else 2048   # 16 scale blocks of 128 a side
+    quantize_kernel.launch(torch.ones(size, size, dtype=torch.bfloat16), granularity, torch.float8_e4m3fn,
+                           transpose=transpose)
+    monkeypatch.undo()
+    compiled_launch = quantize_kernel.aot(granularity, torch.float8_e4m3fn, transpose=transpose)
+    values = {**compiled_launch.scalars, **compiled_launch.constexprs}
+
+    def kind(value):
+        return "one" if value == 1 else "multiple of 16" if value % 16 == 0 else "other"
+    strides = [name for name in kernel.arg_names if name.startswith(("stride_s", "stride_st"))]
+    assert len(strides) == 4
+    assert {n: kind(values[n]) for n in strides} == {n: kind(passed[n]) for n in strides}

@@ -273,9 +273,14 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
     size = 8192
     mode = 0 if granularity in ("tensor", "row") else 2 if granularity == "block128x128" else 1
     m_groups = scale_shape(granularity, size, size)
+    # the scale strides :func:`quantize` passes (0 where it broadcasts), since Triton
+    # specializes a 1 as a constant and a 0 as divisible by 16: another binary
+    per_row = int(granularity == "row")
+    scales = (dict(stride_sm=m_groups[1], stride_sk=1) if mode else dict(stride_sm=per_row, stride_sk=0))
+    scales_t = (dict(stride_stk=m_groups[1], stride_stm=1) if mode == 1 else
+                dict(stride_stk=per_row if transpose else 0, stride_stm=0))
     ints = dict(M=size, K=size, stride_xm=size, stride_xk=1, stride_qm=size, stride_qk=1,
-                stride_sm=m_groups[1] if mode else 1, stride_sk=1, stride_qtk=size, stride_qtm=1,
-                stride_stk=m_groups[1] if mode == 1 else 1, stride_stm=1)
+                stride_qtk=size, stride_qtm=1, **scales, **scales_t)
     scale = pointer_type(torch.uint8) if granularity == "mx32" else "*fp32"
     constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
                       MX=granularity == "mx32", TRANSPOSE=transpose, **format_constants(fp8_dtype))
