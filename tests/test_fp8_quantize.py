@@ -158,6 +158,39 @@ def test_a_given_scale_casts_without_the_amax_launch_as_quantize_fp8(x_dtype, fp
     assert_same(quantize(x[:0], "tensor", fp8, scale=scale), (want[:0], want_scale))
 
 
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_the_cast_with_a_given_scale_returns_the_amax_the_torch_pass_gives(x_dtype):
+    """Delayed scaling's record: ``amax=True`` appends max |x| from the cast's tile maxima,
+    bitwise the torch pass's, on ragged tiles (three by three of 128, the last ones partial),
+    with one outlier (the largest finite value of the dtype, negative) in a middle tile, a
+    strided view, and an empty x (0); the cast's bytes are those without ``amax``."""
+    x = activations((259, 300), seed=7, dtype=x_dtype)
+    x[140, 200] = -torch.finfo(x_dtype).max
+    scale = torch.rand((), generator=torch.Generator().manual_seed(8)) + 0.5
+    for view in (x, x[1::2, ::3], x.t(), x[:0]):
+        with poisoned_outputs():
+            q, _, q_t, _, amax = quantize(view, "tensor", E4M3FN, transpose=True, scale=scale, amax=True)
+        want = view.abs().amax().float() if view.numel() else torch.zeros(())
+        assert amax.dtype == torch.float32 and amax.shape == () and amax.view(torch.int32) == want.view(torch.int32)
+        assert_same((q, q_t), quantize(view, "tensor", E4M3FN, transpose=True, scale=scale)[::2])
+
+
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_amax_launch_reads_x_only_unless_told_not_to(x_dtype):
+    """``amax(x)`` is the torch pass bitwise; ``unless`` > 0 (a non-empty amax history) makes
+    its launch read nothing: an x of NaN then gives 0, which no read of it could."""
+    from kernels.gemm_fp8.quantize import amax
+    x = activations((131, 257), seed=9, dtype=x_dtype)
+    assert amax(x).view(torch.int32) == x.abs().amax().float().view(torch.int32)
+    assert amax(x, unless=torch.zeros(1)).view(torch.int32) == x.abs().amax().float().view(torch.int32)
+    assert amax(torch.full_like(x, float("nan")), unless=torch.tensor(3.0)) == 0
+    assert amax(x[:, :0]) == 0
+    with pytest.raises(ValueError, match="unless must hold one number"):
+        amax(x, unless=torch.ones(2))
+    with pytest.raises(ValueError, match="amax=True comes with a given scale"):
+        quantize(x, "tensor", E4M3FN, amax=True)
+
+
 @pytest.mark.parametrize("args,error,match", [
     ((torch.ones(2, 2), "row", E4M3FN, torch.ones(())), ValueError, "granularity 'tensor'"),
     ((torch.ones(2, 2), "tensor", E4M3FN, torch.ones(2)), ValueError, "scale must hold one number"),

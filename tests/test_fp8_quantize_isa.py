@@ -17,16 +17,18 @@ COMPILE = """
 import json, torch
 from kernels.gemm_fp8 import quantize_kernel
 from workbench.isa import compile as isa_compile, parse as isa_parse
-kernel = isa_compile.compile_aot(quantize_kernel.aot({granularity!r}, torch.{fp8}), ("hip", {arch!r}, 64))
+kernel = isa_compile.compile_aot(quantize_kernel.aot({granularity!r}, torch.{fp8}, **{options!r}),
+                                 ("hip", {arch!r}, 64))
 lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
 print(json.dumps(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
                       ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}})))
 """
 
 
-def compiled(granularity: str, fp8: str, arch: str) -> dict:
+def compiled(granularity: str, fp8: str, arch: str, **options) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(granularity=granularity, fp8=fp8, arch=arch)],
+    code = COMPILE.format(granularity=granularity, fp8=fp8, arch=arch, options=options)
+    done = subprocess.run([sys.executable, "-c", code],
                           capture_output=True, text=True, env=env, timeout=600, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -47,6 +49,27 @@ def test_one_wide_read_of_x_two_wide_writes_and_an_lds_transpose(granularity, fp
     assert result["lds"] == 16384
     assert ops["lds_write"]["ds_write_b16"] >= 16 and ops["lds_read"]["ds_read_u8"] >= 32
     assert not ops.get("matrix")
+
+
+@pytest.mark.slow   # two AOT compiles in fresh processes
+@pytest.mark.parametrize("fp8, arch, waves_lost", [("float8_e4m3fnuz", "gfx942", 0), ("float8_e4m3fn", "gfx950", 1)])
+def test_the_tile_maxima_of_a_given_scales_cast_cost_one_store_and_no_spill(fp8, arch, waves_lost):
+    """Delayed scaling's cast (``tensor``, a given scale, no transpose: the per-tensor
+    recipes' x8 and w8) with the tile's max |x| written for the amax history: one more
+    4-byte store per program, the same loads, no spills; the occupancy of the cast without
+    it (8 waves per SIMD) on gfx942, one wave less on gfx950 (the cross-warp max's
+    registers), as kernels/gemm_fp8/quantize_kernel.py says."""
+    plain, with_amax = (compiled("tensor", fp8, arch, transpose=False, amax=amax) for amax in (False, True))
+    for result in (plain, with_amax):
+        res = result["resources"]
+        assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+    assert plain["resources"]["occupancy"] == 8
+    assert with_amax["resources"]["occupancy"] == 8 - waves_lost, (plain, with_amax)
+    assert with_amax["lds"] == 32 and plain["lds"] == 0
+    assert with_amax["ops"]["global_load"] == plain["ops"]["global_load"]
+    stores = {op: n for op, n in with_amax["ops"]["global_store"].items() if "dwordx" not in op}
+    assert sum(stores.values()) - sum(n for op, n in plain["ops"]["global_store"].items()
+                                      if "dwordx" not in op) == 1, (plain["ops"], with_amax["ops"])
 
 
 @pytest.mark.parametrize("transpose", [True, False])

@@ -263,6 +263,52 @@ def test_the_backward_quantizes_only_dy_in_the_grad_format(recipe):
     assert x.grad is not None and layer.weight.grad is not None
 
 
+class TorchCalls(torch.overrides.TorchFunctionMode):
+    """The torch functions called within the block, by name, with their first argument's shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        first = args[0] if args else None
+        self.calls.append((getattr(func, "__name__", str(func)), tuple(getattr(first, "shape", ()))))
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_delayed_step_reads_x_and_w_once_and_records_the_casts_amax():
+    """Delayed scaling's x and w are cast with their history's scale, and the cast's own
+    amax (its tile maxima) is what the history records: no torch ``abs``/``amax`` pass over x
+    or w in a training step; the amax launch that finds the current amax reads them only in
+    the first step (``unless`` 0: empty history), not in the next (``unless`` > 0). The
+    history holds the torch pass's amax, bitwise, in every input dtype."""
+    from kernels.gemm_fp8 import quantize_kernel
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        layer = Float8Linear(130, 9, recipe="delayed", dtype=dtype)
+        amax_launches, tensor_amax = [], quantize_kernel.tensor_amax
+
+        def counted(t, unless=None):
+            if unless is not None:   # dy's current scaling passes none
+                amax_launches.append(float(unless))
+            return tensor_amax(t, unless)
+        quantize_kernel.tensor_amax = counted
+        try:
+            for step in range(2):
+                x = torch.randn(7, 130, dtype=dtype) * 10.0 ** step
+                with TorchCalls() as seen, quantizations() as casts:
+                    layer(x).float().square().sum().backward()
+                assert layer.fp8_amax_history_x[0].view(torch.int32) == x.abs().amax().float().view(torch.int32)
+                assert layer.fp8_amax_history_w[0].view(torch.int32) == (
+                    layer.weight.detach().abs().amax().float().view(torch.int32))
+                passes = [name for name, shape in seen.calls if name in ("abs", "amax", "max")
+                          and shape in ((7, 130), (9, 130))]
+                assert passes == [], passes
+                assert [kind for kind, _, _ in casts] == ["fused"] * 3
+        finally:
+            quantize_kernel.tensor_amax = tensor_amax
+        assert amax_launches[:2] == [0.0, 0.0] and min(amax_launches[2:]) > 0
+
+
 @pytest.mark.parametrize("recipe, fp8, grad_format", [
     ("tensorwise", torch.float8_e4m3fnuz, None), ("delayed", torch.float8_e4m3fnuz, None),
     ("rowwise", torch.float8_e4m3fn, "hybrid"), ("blockwise", torch.float8_e4m3fnuz, "hybrid")], ids=str)

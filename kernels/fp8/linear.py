@@ -9,7 +9,10 @@ FP8 operands the recipe's backward reads (:class:`~kernels.fp8.recipe.Saved`: x 
 quantized in the forward, transposed copies from the same pass where the backward needs
 another orientation), so the backward quantizes only dy; those extra outputs are not
 differentiable and :func:`fp8_linear` returns ``y`` alone. ``grad_dtype`` is dy's FP8
-format (e5m2 under a recipe's ``"hybrid"`` grad_format).
+format (e5m2 under a recipe's ``"hybrid"`` grad_format). With both scales given (delayed
+scaling) the op's last output is x's and w's amax (2,), found by the casts (else it is
+empty), which
+:class:`Float8Linear` hands to the recipe's history (:meth:`~kernels.fp8.recipe.Recipe.record`).
 
 ``dx`` comes back in x's dtype and ``dw`` in w's (fp32 master weights get an fp32
 gradient, accumulated in fp32 by the GEMM).
@@ -30,13 +33,17 @@ IN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype, grad_dtype: torch.dtype,
           out_dtype: torch.dtype, scale_x: torch.Tensor | None,
           scale_w: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                 torch.Tensor]:
-    y, saved = _recipes.get(recipe).forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
+                                                 torch.Tensor, torch.Tensor]:
+    rec = _recipes.get(recipe)
+    if scale_x is not None and scale_w is not None:   # a per-tensor recipe's given scales
+        y, saved, amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
+    else:
+        (y, saved), amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w), x.new_empty(0)
     # FP8 payloads travel as their bytes (uint8 views: integer outputs take no gradient, and
     # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU); a custom
     # op's outputs may not alias its inputs, so a given (delayed) scale is kept as a copy
     return y, *(t.view(torch.uint8) if t.dtype == fp8_dtype else t.clone() if t is scale_x or t is scale_w
-                else t for t in saved)
+                else t for t in saved), amax
 
 
 _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args=())
@@ -45,15 +52,16 @@ _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args
 @_fp8_linear.register_fake
 def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w):
     saved = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
+    amax = x.new_empty(2 if scale_x is not None and scale_w is not None else 0, dtype=torch.float32)
     return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype),
-            *(t.view(torch.uint8) if t.dtype == fp8_dtype else t for t in saved))
+            *(t.view(torch.uint8) if t.dtype == fp8_dtype else t for t in saved), amax)
 
 
 def _setup(ctx, inputs, output):
     x, w, recipe, fp8_dtype, grad_dtype, *_ = inputs
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.dtypes = recipe, fp8_dtype, grad_dtype, (x.dtype, w.dtype)
     ctx.mark_non_differentiable(*output[1:])
-    ctx.save_for_backward(*output[1:])
+    ctx.save_for_backward(*output[1:5])
 
 
 def _backward(ctx, dy, *_):
@@ -78,6 +86,12 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
     caller (delayed scaling), else each GEMM computes its own; ``grad_format``: dy's
     format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's.
     """
+    return _fp8_linear_outputs(x, w, recipe, fp8_dtype, out_dtype, scale_x, scale_w, grad_format)[0]
+
+
+def _fp8_linear_outputs(x, w, recipe="rowwise", fp8_dtype=None, out_dtype=None, scale_x=None, scale_w=None,
+                        grad_format=None) -> tuple[torch.Tensor, ...]:
+    """:func:`fp8_linear` checked and run: all the op's outputs (y, the saved operands, the amaxes)."""
     rec = _recipes.get(recipe)
     fp8_dtype = rec.element_format(fp8_dtype)
     if fp8_dtype not in FP8_DTYPES:
@@ -92,7 +106,7 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
     grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)
     out_dtype = out_dtype or x.dtype
     op = _impl if eager.direct(x, w) else _fp8_linear
-    return op(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w)[0]
+    return op(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w)
 
 
 class Float8Linear(torch.nn.Linear):
@@ -132,8 +146,12 @@ class Float8Linear(torch.nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, = autocast.operands(x)
         flat = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])   # not -1: K may be 0
-        scale_x, scale_w = _recipes.get(self.recipe).scales(self, flat, self.weight)
-        y = fp8_linear(flat, self.weight, self.recipe, self.fp8_dtype, x.dtype, scale_x, scale_w, self.grad_format)
+        rec = _recipes.get(self.recipe)
+        scale_x, scale_w = rec.scales(self, flat, self.weight)
+        y, *out = _fp8_linear_outputs(flat, self.weight, self.recipe, self.fp8_dtype, x.dtype, scale_x, scale_w,
+                                      self.grad_format)
+        if scale_x is not None:
+            rec.record(self, (scale_x, scale_w), out[-1])
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 

@@ -114,6 +114,11 @@ class Recipe:
         """Scales for x and w decided outside the GEMM (delayed scaling), else (None, None)."""
         return None, None
 
+    def record(self, layer, scales, amax: torch.Tensor) -> None:
+        """After a forward with the scales :meth:`scales` decided: ``amax`` (2,), x's and w's
+        as the casts found them (``forward(..., amax=True)``), enters the layer's state;
+        nothing by default."""
+
     def saved_like(self, x: torch.Tensor, w: torch.Tensor, fp8: torch.dtype) -> Saved:
         """Empty tensors shaped as the forward's :class:`Saved` (for fake implementations)."""
         out = []
@@ -123,8 +128,10 @@ class Recipe:
             out += [t.new_empty(shape, dtype=fp8), t.new_empty(scale_shape(granularity, *shape), dtype=scale)]
         return Saved(*out)
 
-    def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None) -> tuple[torch.Tensor, Saved]:
-        """``y = x @ w.T`` in ``out_dtype`` and what the backward needs (x, w quantized once)."""
+    def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None, amax=False) -> tuple[torch.Tensor, Saved]:
+        """``y = x @ w.T`` in ``out_dtype`` and what the backward needs (x, w quantized once);
+        ``amax`` (per-tensor recipes with given scales only): also x's and w's amaxes, (2,)
+        float32, found by the casts."""
         raise NotImplementedError
 
     def backward(self, dy, saved: Saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True,

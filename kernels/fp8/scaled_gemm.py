@@ -17,7 +17,8 @@ wgrad       dy.T, along M       x: each input feature, along M (the tokens)
 :class:`PerTensorRecipe` (tensorwise, delayed): one scale serves both orientations, so
 the forward's x8 and w8 are what the backward reads, as transposed views; the per-tensor
 quantization is the fused ``kernels.gemm_fp8.quantize(..., "tensor")`` (an amax launch,
-then the cast; a scale given from an amax history skips the amax launch), bit for bit
+then the cast; a scale given from an amax history skips the amax launch, and the cast
+returns the amax the history records), bit for bit
 :func:`kernels.gemm_fp8.quantize_fp8`. Saved: x8 (M K bytes) and w8 (N K bytes) with two 4-byte scales.
 :class:`RowwiseRecipe`: x and w are quantized once each by the fused
 ``kernels.gemm_fp8.quantize(..., "row", transpose=True)``, whose transposed copies, x.T
@@ -26,6 +27,8 @@ same way in the backward. Saved: x.T in FP8 (M K bytes) and w.T (N K) with a 4-b
 scale per row (K of each).
 """
 from __future__ import annotations
+
+import torch
 
 from .. import gemm_fp8
 from ..gemm_fp8.ops import matmul_fp8
@@ -48,10 +51,11 @@ class PerTensorRecipe(ScaledGemmRecipe):
     grad_dtype_note = ("per-tensor scaling leaves a gradient's small values to its format's range: "
                         "e5m2 (hybrid), Transformer Engine's default for its per-tensor recipes")
 
-    def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
-        x8, sx = gemm_fp8.quantize(x, "tensor", fp8, scale=scale_x)
-        w8, sw = gemm_fp8.quantize(w, "tensor", fp8, scale=scale_w)
-        return matmul_fp8(x8, w8.t(), sx, sw, out_dtype=out_dtype), Saved(x8, sx, w8, sw)
+    def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None, amax=False):
+        x8, sx, *ax = gemm_fp8.quantize(x, "tensor", fp8, scale=scale_x, amax=amax)
+        w8, sw, *aw = gemm_fp8.quantize(w, "tensor", fp8, scale=scale_w, amax=amax)
+        y = matmul_fp8(x8, w8.t(), sx, sw, out_dtype=out_dtype)
+        return (y, Saved(x8, sx, w8, sw)) + ((torch.stack(ax + aw),) if amax else ())
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
         dy8, sdy = gemm_fp8.quantize(dy, "tensor", grad_fp8)

@@ -28,7 +28,7 @@ def check_scale(name: str, scale: torch.Tensor, x: torch.Tensor) -> None:
     validate.same_device(x=x, **{name: scale})
 
 
-def _check(x, granularity, fp8_dtype, transpose, scale):
+def _check(x, granularity, fp8_dtype, transpose, scale, amax):
     validate.tensor("x", x, ndim=2, dtypes=X_DTYPES, allow_empty=True)
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
@@ -36,26 +36,30 @@ def _check(x, granularity, fp8_dtype, transpose, scale):
         if granularity != "tensor":
             raise ValueError(f"a given scale is one per tensor: granularity 'tensor', got {granularity!r}")
         check_scale("scale", scale, x)
+    if amax and scale is None:
+        raise ValueError("amax=True comes with a given scale (the cast's by-product); without one "
+                         "the tensor granularity's amax launch computes the scale")
     allowed = MX_DTYPES if granularity == "mx32" else QUANT_DTYPES
     if fp8_dtype not in allowed:
         names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
         why = " (MXFP8 is defined on the OCP formats)" if granularity == "mx32" else ""
         raise TypeError(f"fp8_dtype for granularity {granularity!r} must be one of {names}{why}, "
                         f"got {fp8_dtype}")
-    if not isinstance(transpose, bool):
-        raise TypeError(f"transpose must be a bool, got {type(transpose).__name__}")
+    for name, flag in (("transpose", transpose), ("amax", amax)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
 
 
 def _quantize_impl(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
-                   transpose: bool, scale: torch.Tensor | None = None) -> list[torch.Tensor]:
-    return list(quantize_kernel.launch(x, granularity, fp8_dtype, transpose, scale))
+                   transpose: bool, scale: torch.Tensor | None = None, amax: bool = False) -> list[torch.Tensor]:
+    return list(quantize_kernel.launch(x, granularity, fp8_dtype, transpose, scale, amax))
 
 
 _quantize = torch.library.custom_op("kernels::quantize_fp8", _quantize_impl, mutates_args=())
 
 
 @_quantize.register_fake
-def _(x, granularity, fp8_dtype, transpose, scale=None):
+def _(x, granularity, fp8_dtype, transpose, scale=None, amax=False):
     m, k = x.shape
     scale_dtype = torch.uint8 if granularity == "mx32" else torch.float32
     given = scale is not None   # then the op returns no scales
@@ -64,11 +68,38 @@ def _(x, granularity, fp8_dtype, transpose, scale=None):
     if transpose:
         out += [x.new_empty((k, m), dtype=fp8_dtype)]
         out += [] if given else [x.new_empty(scale_shape(granularity, k, m), dtype=scale_dtype)]
-    return out
+    return out + ([x.new_empty((), dtype=torch.float32)] if amax else [])
+
+
+def _amax_impl(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
+    return quantize_kernel.tensor_amax(x, unless)
+
+
+_amax = torch.library.custom_op("kernels::fp8_amax", _amax_impl, mutates_args=())
+
+
+@_amax.register_fake
+def _(x, unless=None):
+    return x.new_empty((), dtype=torch.float32)
+
+
+def amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
+    """max |x| of a 2-D float32/float16/bfloat16 ``x`` (any strides) as a 0-d float32 on its
+    device, 0 for an empty x, no host sync: the amax launch of ``tensor`` alone, bitwise
+    ``x.abs().amax().float()``. ``unless`` (float32, one number, on x's device): where it is
+    > 0 the launch reads nothing and returns 0 (delayed scaling needs the current amax only
+    while its history is empty, which only the device knows). The custom op
+    ``kernels::fp8_amax``, so ``torch.compile`` does not trace into the kernel."""
+    validate.tensor("x", x, ndim=2, dtypes=X_DTYPES, allow_empty=True)
+    if unless is not None:
+        check_scale("unless", unless, x)
+        unless = unless.reshape(())
+    return (_amax_impl if eager.direct(x) else _amax)(x, unless)
 
 
 def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
-             transpose: bool = False, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+             transpose: bool = False, scale: torch.Tensor | None = None,
+             amax: bool = False) -> tuple[torch.Tensor, ...]:
     """Quantize a 2-D ``x`` (M, K) to ``fp8_dtype`` with one scale per group, in one fused pass.
 
     Returns ``(q, scale)``, or with ``transpose=True`` ``(q, scale, q_t, scale_t)`` where
@@ -98,17 +129,21 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     (delayed scaling's, from an amax history), cast with as it is: no amax pass, x read
     once, values beyond its range saturate at +-max, as
     :func:`kernels.gemm_fp8.quantize_fp8` with ``scale=`` (bit for bit); it is returned,
-    as it came if 0-d, as scale and scale_t.
+    as it came if 0-d, as scale and scale_t. ``amax=True`` (with ``scale`` only) appends
+    x's amax, max |x| as a 0-d float32 on x's device (0 for an empty x), bitwise
+    ``x.abs().amax().float()``: each program of the cast writes its tile's max and one
+    tiny reduction over the tiles follows, with no host sync and no second read of x
+    (what delayed scaling records in its amax history, :mod:`kernels.fp8.recipes.delayed`).
 
     Saturation: none under the fp32 scales (each group's amax maps onto the format's max,
     so no count is kept); under ``mx32`` the floor rule lets a group's largest values
     saturate by up to 12.5 % (e4m3: the amax scaled into [256, 512) against a max of 448),
     as the MX spec allows.
     """
-    _check(x, granularity, fp8_dtype, transpose, scale)
+    _check(x, granularity, fp8_dtype, transpose, scale, amax)
     impl = _quantize_impl if eager.direct(x) else _quantize
     if scale is None:
         return tuple(impl(x, granularity, fp8_dtype, transpose))
     scale = scale if scale.dim() == 0 else scale.reshape(())
-    q, *q_t = impl(x, granularity, fp8_dtype, transpose, scale)
-    return (q, scale, q_t[0], scale) if transpose else (q, scale)
+    q, *rest = impl(x, granularity, fp8_dtype, transpose, scale, amax)
+    return ((q, scale, rest[0], scale) if transpose else (q, scale)) + tuple(rest[transpose:])

@@ -30,6 +30,10 @@ thread and tile, x read as four 16-byte buffer loads, q and q_t stored as two 16
 each, no spills; the transposed copy crosses lanes through 16 KiB of LDS, written two bytes
 and read one byte at a time (16-bit LDS writes, 8-bit LDS reads), the narrow-LDS pattern of
 an 8-bit layout conversion. Whether that LDS traffic or HBM bounds the kernel is for a GPU to say.
+The cast with a given scale and its tile's max (``AMAX``, delayed scaling's) adds one
+4-byte store per program and a cross-warp max through 32 bytes of LDS: no spills, 8 waves
+per SIMD on gfx942 as without it, 7 instead of 8 on gfx950 (49 VGPRs instead of 44; per-row
+or per-column maxima instead moved more through LDS and took more registers).
 
 Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
 would cost a host sync per call); :func:`quantize_reference` states the finite semantics.
@@ -100,14 +104,15 @@ def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
 
 
 @triton.jit
-def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, M, K,
+def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
                      stride_xm, stride_xk, stride_qm, stride_qk, stride_sm, stride_sk,
                      stride_qtk, stride_qtm, stride_stk, stride_stm,
                      FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
                      MODE: tl.constexpr, G: tl.constexpr, MX: tl.constexpr, TRANSPOSE: tl.constexpr,
-                     BLOCK: tl.constexpr):
+                     AMAX: tl.constexpr, BLOCK: tl.constexpr):
     """MODE 0: scales given (tensor, row: q's per row, q_t's per column of x);
-    1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile; 2: one G x G group."""
+    1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile; 2: one G x G group.
+    AMAX: also the tile's max |x| to amax_ptr[pid_m, pid_k] (a row-major grid of tiles)."""
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_m * BLOCK + tl.arange(0, BLOCK)
@@ -117,6 +122,8 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, M, K,
     x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols64[None, :] * stride_xk,
                 mask=inside, other=0.0).to(tl.float32)
     ax = tl.abs(x)
+    if AMAX:
+        tl.store(amax_ptr + pid_m * tl.num_programs(1) + pid_k, tl.max(ax))
     if MODE == 0:
         scale = tl.load(s_ptr + rows64 * stride_sm, mask=rows < M, other=1.0)
         q = quantized(x / scale[:, None], FMAX, MANT, EMIN)
@@ -149,16 +156,20 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, M, K,
 
 
 @triton.jit
-def _amax_kernel(x_ptr, rows_ptr, cols_ptr, M, K, stride_xm, stride_xk,
+def _amax_kernel(x_ptr, rows_ptr, cols_ptr, unless_ptr, M, K, stride_xm, stride_xk,
                  stride_rm, stride_rk, stride_cm, stride_ck,
-                 COLS: tl.constexpr, BLOCK: tl.constexpr):
+                 COLS: tl.constexpr, UNLESS: tl.constexpr, BLOCK: tl.constexpr):
     """The first pass of ``tensor`` and ``row``: per tile, the max |x| of each of its rows
-    (and, with COLS, of each of its columns), reduced over tiles by the host's caller."""
+    (and, with COLS, of each of its columns), reduced over tiles by the host's caller.
+    UNLESS: where the one number at unless_ptr is > 0 no element is read (all maxima 0)."""
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_m * BLOCK + tl.arange(0, BLOCK)
     cols = pid_k * BLOCK + tl.arange(0, BLOCK)
-    inside = (rows[:, None] < M) & (cols[None, :] < K)
+    width = K   # UNLESS: none where *unless_ptr > 0 (one compare: the interpreter
+    if UNLESS:  # cannot & a vector mask with a scalar condition)
+        width = tl.where(tl.load(unless_ptr) > 0, 0, K)
+    inside = (rows[:, None] < M) & (cols[None, :] < width)
     ax = tl.abs(tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm
                         + cols.to(tl.int64)[None, :] * stride_xk, mask=inside, other=0.0).to(tl.float32))
     tl.store(rows_ptr + rows * stride_rm + pid_k * stride_rk, tl.max(ax, axis=1), mask=rows < M)
@@ -176,23 +187,36 @@ def _scale_of(amax: torch.Tensor, fmax: float) -> torch.Tensor:
     return torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
 
 
-def _tile_maxima(x: torch.Tensor, cols: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _tile_maxima(x: torch.Tensor, cols: bool, unless: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The amax launch on a non-empty x (M, K): (max |x| per row and tile column (M, K/128),
-    with ``cols`` per tile row and column (M/128, K), else a dummy)."""
+    with ``cols`` per tile row and column (M/128, K), else a dummy); all 0 where the 0-d
+    float32 ``unless`` is > 0 on the device (x then not read)."""
     m, k = x.shape
     tiles = (cdiv(m, TILE), cdiv(k, TILE))
     row_max = torch.empty((m, tiles[1]), dtype=torch.float32, device=x.device)
     col_max = torch.empty((tiles[0], k) if cols else (1, 1), dtype=torch.float32, device=x.device)
-    _amax_kernel[tiles](x, row_max, col_max, m, k, *x.stride(), *row_max.stride(), *col_max.stride(),
-                        COLS=cols, BLOCK=TILE, num_warps=NUM_WARPS)
+    _amax_kernel[tiles](x, row_max, col_max, row_max if unless is None else unless, m, k, *x.stride(),
+                        *row_max.stride(), *col_max.stride(), COLS=cols, UNLESS=unless is not None,
+                        BLOCK=TILE, num_warps=NUM_WARPS)
     return row_max, col_max
+
+
+def tensor_amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
+    """max |x| of a 2-D x (0-d float32 on x's device, 0 for an empty x; no host sync) by the
+    amax launch, reduced on the device. ``unless`` (0-d float32 on the device): where it is
+    > 0 the launch reads nothing and the result is 0, so a caller that needs the amax only
+    in a case the device knows (delayed scaling's empty history) reads x only then."""
+    if x.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=x.device)
+    return _tile_maxima(x, cols=False, unless=unless)[0].amax()
 
 
 def tensor_scale(x: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
     """The per-tensor scale (a 0-d float32 on x's device, no host sync) of a non-empty x
     (M, K): the amax launch, reduced on the device; what ``tensor`` casts with (and the
     per-tensor grouped operands, :mod:`kernels.moe.grouped_gemm_fp8.quantize`)."""
-    return _scale_of(_tile_maxima(x, cols=False)[0].amax(), torch.finfo(fp8_dtype).max)
+    return _scale_of(tensor_amax(x), torch.finfo(fp8_dtype).max)
 
 
 def _amax_pass(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transpose: bool):
@@ -208,10 +232,13 @@ def _amax_pass(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transp
 
 
 def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
-           transpose: bool = False, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+           transpose: bool = False, scale: torch.Tensor | None = None,
+           amax: bool = False) -> tuple[torch.Tensor, ...]:
     """Run the kernels of :func:`kernels.gemm_fp8.quantize` on a checked ``x`` (M, K);
     ``scale``: a checked float32 one-number scale of ``tensor`` given by the caller, which
-    skips the amax launch (the result then holds no scales: (q,) or (q, q_t))."""
+    skips the amax launch (the result then holds no scales: (q,) or (q, q_t)); with it,
+    ``amax``: the cast also writes each tile's max |x|, reduced on the device to x's amax
+    (0-d float32, 0 for an empty x), appended to the result."""
     m, k = x.shape
     consts = format_constants(fp8_dtype)
     mx = granularity == "mx32"
@@ -219,9 +246,11 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
     q = new_output((m, k), fp8_dtype, x.device)
     q_t = new_output((k, m), fp8_dtype, x.device) if transpose else q
     given = scale is not None
+    tiles = (cdiv(m, TILE), cdiv(k, TILE))
     if x.numel() == 0:
         if given:
-            return (q, q_t) if transpose else (q,)
+            zero = (torch.zeros((), dtype=torch.float32, device=x.device),) if amax else ()
+            return ((q, q_t) if transpose else (q,)) + zero
         scale = torch.ones(scale_shape(granularity, m, k), dtype=scale_dtype, device=x.device)
         scale_t = torch.ones(scale_shape(granularity, k, m), dtype=scale_dtype, device=x.device)
         if mx:   # amax 0: byte 0, as the MX rule gives an all-zero block
@@ -239,13 +268,13 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
         scale_t = new_output(scale_shape(granularity, k, m), scale_dtype, x.device) if mode == 1 else None
         s_strides = scale.stride()
         st_strides = scale_t.stride() if scale_t is not None else (0, 0)
-    tiles = (cdiv(m, TILE), cdiv(k, TILE))
-    _quantize_kernel[tiles](x, q, scale, q_t, scale if scale_t is None else scale_t, m, k,
+    tile_max = new_output(tiles, torch.float32, x.device) if amax else scale
+    _quantize_kernel[tiles](x, q, scale, q_t, scale if scale_t is None else scale_t, tile_max, m, k,
                             *x.stride(), *q.stride(), *s_strides, *q_t.stride(), *st_strides,
-                            MODE=mode, G=group, MX=mx, TRANSPOSE=transpose, BLOCK=TILE,
+                            MODE=mode, G=group, MX=mx, TRANSPOSE=transpose, AMAX=amax, BLOCK=TILE,
                             num_warps=NUM_WARPS, **consts)
     if given:
-        return (q, q_t) if transpose else (q,)
+        return ((q, q_t) if transpose else (q,)) + ((tile_max.amax(),) if amax else ())
     if not transpose:
         return q, scale
     if mode == 2:
@@ -267,9 +296,10 @@ def bytes_moved(shape: tuple[int, int], x_dtype: torch.dtype, granularity: str,
 
 
 def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
-        x_dtype: torch.dtype = torch.bfloat16) -> AotKernel:
+        x_dtype: torch.dtype = torch.bfloat16, amax: bool = False) -> AotKernel:
     """The cast pass as a GPU runs it on a contiguous 8192 x 8192 x, for an ahead-of-time
-    compile (:func:`workbench.isa.compile.compile_aot`; not a rung, so not in the inspector)."""
+    compile (:func:`workbench.isa.compile.compile_aot`; not a rung, so not in the inspector);
+    ``amax``: with the tile maxima a given ``tensor`` scale's cast writes (delayed scaling's)."""
     size = 8192
     mode = 0 if granularity in ("tensor", "row") else 2 if granularity == "block128x128" else 1
     m_groups = scale_shape(granularity, size, size)
@@ -283,7 +313,9 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
                 stride_qtk=size, stride_qtm=1, **scales, **scales_t)
     scale = pointer_type(torch.uint8) if granularity == "mx32" else "*fp32"
     constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
-                      MX=granularity == "mx32", TRANSPOSE=transpose, **format_constants(fp8_dtype))
+                      MX=granularity == "mx32", TRANSPOSE=transpose, AMAX=amax,
+                      **format_constants(fp8_dtype))
     return aot_launch(_quantize_kernel, fp8_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS), ints,
                       constexprs=constexprs,
-                      pointers={"x_ptr": pointer_type(x_dtype), "s_ptr": scale, "st_ptr": scale})
+                      pointers={"x_ptr": pointer_type(x_dtype), "s_ptr": scale, "st_ptr": scale,
+                                "amax_ptr": "*fp32" if amax else scale})

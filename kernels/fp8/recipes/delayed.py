@@ -2,8 +2,15 @@
 
 The scale of this step is known before the tensor is read: ``max(history) / fp8_max``
 over the last :data:`HISTORY` steps' amaxes (Transformer Engine's ``DelayedScaling``,
-``amax_compute_algo="max"``). A fused kernel can then cast while it computes the amax
-for later steps, in one pass instead of two. The price: a tensor whose amax grows past
+``amax_compute_algo="max"``). So the cast need not wait for an amax: the fused cast
+with the given scale (:func:`kernels.gemm_fp8.quantize` with ``scale=`` and
+``amax=True``) writes each tile's max |x| as it casts, and that amax, reduced on the
+device, is what enters the history (:meth:`Delayed.record`): each of x and w is read
+once per step, and no torch pass reads it for its amax. While a history is empty (the
+first step, or :data:`HISTORY` all-zero steps) the current amax is taken instead; it
+comes from the dense op's amax launch (:func:`kernels.gemm_fp8.quantize.amax`),
+which every step launches but which reads the tensor only when the device finds the
+history empty (no host sync decides it). The price: a tensor whose amax grows past
 the history's saturates at +-fp8_max. A step in which the largest value lands beyond
 ``fp8_max`` plus half a unit in the last place there (what round-to-nearest would have
 rounded down to the max anyway) is counted per layer
@@ -27,6 +34,7 @@ import math
 
 import torch
 
+from ...gemm_fp8.quantize import amax as fused_amax
 from ..recipe import register
 from ..saturation import TENSORS
 from ..scaled_gemm import PerTensorRecipe
@@ -35,9 +43,8 @@ HISTORY = 16
 PREFIX = "fp8_amax_history_"
 
 
-def _scale(history: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
-    """max(history) / fmax, the current amax while the history is empty, 1 for all-zero."""
-    seen = history.amax()
+def _scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
+    """``seen`` (max(history)) / fmax, the current amax while the history is empty, 1 for all-zero."""
     ref = torch.where(seen > 0, seen, amax)
     return torch.where(ref > 0, ref / fmax, torch.ones_like(ref))
 
@@ -64,7 +71,17 @@ def delayed_scale(layer, name: str, t: torch.Tensor) -> tuple[torch.Tensor, torc
     tensor in parts (the expert-parallel layer's chunks) and records their largest amax once
     per step (:func:`record_amax`)."""
     amax = _amax(t.detach())
-    return _scale(getattr(layer, PREFIX + name), amax, torch.finfo(layer.fp8_dtype).max), amax
+    return _scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max), amax
+
+
+@torch.no_grad()
+def cast_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
+    """The delayed scale of ``t`` (2-D, or an expert stack (G, K, N) read as G·K rows), for a
+    fused cast that returns ``t``'s amax to :func:`record_amax` after: ``t`` is read here only
+    while the history of ``name`` is empty (:func:`kernels.gemm_fp8.quantize.amax`'s ``unless``)."""
+    seen = getattr(layer, PREFIX + name).amax()
+    rows = t.detach().reshape(math.prod(t.shape[:-1]), t.shape[-1])   # a view of a contiguous t
+    return _scale(seen, fused_amax(rows, unless=seen), torch.finfo(layer.fp8_dtype).max)
 
 
 @torch.no_grad()
@@ -98,7 +115,11 @@ class Delayed(PerTensorRecipe):
         return [b for name, b in layer.named_buffers(recurse=False) if name.startswith(PREFIX)]
 
     def scales(self, layer, x, w):
-        return history_scale(layer, "x", x), history_scale(layer, "w", w)
+        return cast_scale(layer, "x", x), cast_scale(layer, "w", w)
+
+    def record(self, layer, scales, amax):
+        for i, name in enumerate(TENSORS):
+            record_amax(layer, name, amax[i], scales[i])
 
 
 register(Delayed())

@@ -51,7 +51,9 @@ kernels where one fits, on the device with no host sync:
 * the per-tensor recipes' wgrad operands and forward weight (the padded token-contiguous
   copy, each expert's transposed copy) take the grouped cast with one scale: the dense
   op's per-tensor amax launch first (``tensorwise``), or nothing before it (``delayed``'s
-  given scale).
+  given scale; the forward's casts of x, hidden and the weights then also return the
+  operand's amax, from their tiles' maxima, which :class:`kernels.moe.fp8_layer.Float8MoE`
+  records in the amax history: no torch pass reads an operand for it).
 
 So no operand of the four recipes quantized here is left to plain PyTorch passes: each is
 an amax launch (none for a given scale) and one cast launch that writes its layout, on
@@ -120,9 +122,10 @@ def check_recipe(recipe: str) -> None:
 
 
 def _quantize_groups_impl(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype,
-                          scale: torch.Tensor | None = None, per_tensor: bool = False) -> list[torch.Tensor]:
+                          scale: torch.Tensor | None = None, per_tensor: bool = False,
+                          amax: bool = False) -> list[torch.Tensor]:
     # t (B, T, C): B problems, grouped alike
-    return list(quantize_kernel.launch(t, offsets, fp8, scale, per_tensor))
+    return list(quantize_kernel.launch(t, offsets, fp8, scale, per_tensor, amax))
 
 
 _quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _quantize_groups_impl,
@@ -130,35 +133,38 @@ _quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _qua
 
 
 @_quantize_groups.register_fake
-def _(t, offsets, fp8, scale=None, per_tensor=False):
+def _(t, offsets, fp8, scale=None, per_tensor=False, amax=False):
     batch, rows, cols = t.shape
     q = t.new_empty((batch, cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8)
-    if scale is not None:   # a given scale is not returned
-        return [q]
+    if scale is not None:   # a given scale is not returned; with amax, t's amax is
+        return [q, t.new_empty((), dtype=torch.float32)] if amax else [q]
     return [q, t.new_empty(() if per_tensor else (batch, offsets.shape[0], cols), dtype=torch.float32)]
 
 
 def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, scale: torch.Tensor | None = None,
-             per_tensor: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+             per_tensor: bool = False, amax: bool = False) -> tuple[torch.Tensor, ...]:
     """The grouped kernels on t (B, T, C), through the custom op wherever anything traces:
-    (q (B, C, R), scale (B, G, C); per-tensor: 0-d, the given one if given)."""
+    (q (B, C, R), scale (B, G, C); per-tensor: 0-d, the given one if given; with a given
+    scale and ``amax``, t's amax after them, found by the cast)."""
     t = t.detach()
     impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
     if scale is None:
         return tuple(impl(t, offsets, fp8, None, per_tensor))
     check_scale("scale", scale, t)
     scale = scale.reshape(())
-    return impl(t, offsets, fp8, scale, True)[0], scale
+    q, *found = impl(t, offsets, fp8, scale, True, amax)
+    return (q, scale, *found)
 
 
-def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None,
+           amax: bool = False) -> tuple[torch.Tensor, ...]:
     """The forward's x or dgrad's dy (T, C): (fp8 (T, C), scale (T,)), scaled along C;
-    blockwise: scale (T, ceil(C/128)), per token and 128 of C."""
+    blockwise: scale (T, ceil(C/128)), per token and 128 of C. ``amax`` (a given scale):
+    x's amax after them, found by the cast (:func:`kernels.gemm_fp8.quantize`)."""
     if recipe == "blockwise":
         return quantize_fused(x.detach(), "block1x128", fp8)
-    q, scale = quantize_fused(x.detach(), _DENSE[recipe], fp8, scale=scale)
-    return q, scale.expand(x.shape[0], 1).reshape(x.shape[0])   # (T, 1) or () to (T,)
+    q, scale, *found = quantize_fused(x.detach(), _DENSE[recipe], fp8, scale=scale, amax=amax)
+    return q, scale.expand(x.shape[0], 1).reshape(x.shape[0]), *found   # (T, 1) or () to (T,)
 
 
 def _expert_blocks(w: torch.Tensor, fp8: torch.dtype, k_contiguous: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,18 +183,19 @@ def _expert_blocks(w: torch.Tensor, fp8: torch.dtype, k_contiguous: bool) -> tup
     return q.view(g, kp, n)[:, :k], scale.view(g, kp // SCALE_K, scale.shape[1])
 
 
-def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None,
+                   amax: bool = False) -> tuple[torch.Tensor, ...]:
     """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K
     (per tensor: the one scale, expanded), each column's K run padded to a multiple of 16 so
-    it starts 16-byte aligned; blockwise: scale (G, ceil(K/128), ceil(N/128)), unpadded."""
+    it starts 16-byte aligned; blockwise: scale (G, ceil(K/128), ceil(N/128)), unpadded.
+    ``amax`` (a given scale): w's amax after them, found by the cast."""
     if recipe == "blockwise":
         return _expert_blocks(w, fp8, k_contiguous=True)
     # each expert one group of K tokens: the grouped kernels' transposed copy (G, N, K padded to 16)
     g, k, n = w.shape
     one_group = torch.full((1,), k, dtype=torch.int32, device=w.device)
-    q, scale = _grouped(w, one_group, fp8, scale, per_tensor=recipe in PER_TENSOR)
-    return q[:, :, :k].transpose(1, 2), scale.expand(g, 1, n)[:, 0]     # scale (G, 1, N) or ()
+    q, scale, *found = _grouped(w, one_group, fp8, scale, recipe in PER_TENSOR, amax)
+    return q[:, :, :k].transpose(1, 2), scale.expand(g, 1, n)[:, 0], *found     # scale (G, 1, N) or ()
 
 
 def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None

@@ -177,14 +177,15 @@ def _group_scale_kernel(offsets_ptr, scale_ptr, partial_ptr, T, C, G, stride_sb,
 
 
 @triton.jit
-def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, T, R, C, G,
+def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, amax_ptr, T, R, C, G,
                            stride_tb, stride_tt, stride_tc, stride_sb, stride_sg, stride_sc,
                            stride_qb, stride_qc, stride_qt,
                            FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
                            BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
-                           PER_TENSOR: tl.constexpr):
+                           PER_TENSOR: tl.constexpr, AMAX: tl.constexpr):
     """q[b, cols, tokens] = t[b, tokens, cols] / scale[b, group of the token, cols] in FP8
-    (PER_TENSOR: / scale[0], one number); zeros for the padding tokens [T, R)."""
+    (PER_TENSOR: / scale[0], one number); zeros for the padding tokens [T, R). AMAX: also
+    the tile's max |t| to amax_ptr[b, tile row, tile column] (row-major over the grid)."""
     batch = tl.program_id(2).to(tl.int64)
     t_ptr += batch * stride_tb
     scale_ptr += batch * stride_sb
@@ -195,6 +196,9 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, T, R, C, G,
     tokens64, cols64 = tokens.to(tl.int64), cols.to(tl.int64)
     x = tl.load(t_ptr + tokens64[:, None] * stride_tt + cols64[None, :] * stride_tc,
                 mask=(tokens[:, None] < T) & (cols[None, :] < C), other=0.0).to(tl.float32)
+    if AMAX:
+        tile = (batch * tl.num_programs(0) + tl.program_id(0)) * tl.num_programs(1) + tl.program_id(1)
+        tl.store(amax_ptr + tile, tl.max(tl.max(tl.abs(x), axis=1), axis=0))
     if PER_TENSOR:   # no group to look up; the one scale read as a row (stride 0), see the module docstring
         y = x / tl.load(scale_ptr + cols64 * stride_sc, mask=cols < C, other=1.0)[None, :]
     else:            # only the groups of the tile's first and last real token matter
@@ -211,7 +215,7 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, T, R, C, G,
 
 
 def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale: torch.Tensor | None = None,
-           per_tensor: bool = False) -> tuple[torch.Tensor, ...]:
+           per_tensor: bool = False, amax: bool = False) -> tuple[torch.Tensor, ...]:
     """(q (B, C, R) fp8 token-contiguous, scale (B, G, C) fp32) of a checked t (B, T, C): B
     problems whose T tokens the int32 offsets (G,) group alike (the wgrad operand: B = 1;
     the experts' weights: B = G experts of K tokens each, one group). Three launches (chunk
@@ -219,7 +223,9 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     instead (0-d), from the dense op's amax launch
     (:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`); a given ``scale`` (float32, one
     number: delayed scaling's) skips every amax launch and returns (q,) alone. Either one
-    reaches the cast launch with strides 0, as one scale for every group."""
+    reaches the cast launch with strides 0, as one scale for every group. ``amax`` (with a
+    given scale): the cast also writes each tile's max |t|, reduced on the device to t's amax
+    (0-d float32, 0 for an empty t), returned after q: what delayed scaling records."""
     (batch, rows, cols), groups = t.shape, offsets.shape[0]
     padded = cdiv(rows, ALIGN) * ALIGN
     q = new_output((batch, cols, padded), fp8_dtype, t.device)
@@ -245,28 +251,35 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
                 BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g, num_warps=NUM_WARPS)
         _group_scale_kernel[(groups, cdiv(cols, BLOCK_C), batch)](
             offsets, scale, partial, *args, FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_C=BLOCK_C, num_warps=1)
+    grid = (cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)
+    tile_max = (new_output((batch, grid[0], grid[1]), torch.float32, t.device) if amax and batch and cols and groups and padded
+                else torch.zeros((1,), dtype=torch.float32, device=t.device))
     if batch and cols and groups and padded:
-        _cast_transpose_kernel[(cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)](
-            t, offsets, scale, q, rows, padded, cols, groups, *t.stride(), *scale_strides, *q.stride(),
+        _cast_transpose_kernel[grid](
+            t, offsets, scale, q, tile_max, rows, padded, cols, groups, *t.stride(), *scale_strides, *q.stride(),
             FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_T=BLOCK_T,
-            BLOCK_C=BLOCK_C, BLOCK_G=block_g, PER_TENSOR=one_scale, num_warps=NUM_WARPS)
-    return (q,) if given else (q, scale)
+            BLOCK_C=BLOCK_C, BLOCK_G=block_g, PER_TENSOR=one_scale, AMAX=amax, num_warps=NUM_WARPS)
+    if given:
+        return (q, tile_max.amax()) if amax else (q,)
+    return q, scale
 
 
 def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
-        per_tensor: bool = False) -> tuple[AotKernel, ...]:
+        per_tensor: bool = False, amax: bool = False) -> tuple[AotKernel, ...]:
     """The three launches (chunk amaxes, group scales, cast) as a GPU runs them on a
     contiguous bf16 (8192, 7168) x of 128 groups (DeepSeek-V3's hidden size and its routed
     experts), for an ahead-of-time compile (:func:`workbench.isa.compile.compile_aot`; not a
     rung, so not in the inspector); ``per_tensor``: the cast alone, its scale read with
-    strides 0 (which the JIT specializes as divisible by 16: another binary)."""
+    strides 0 (which the JIT specializes as divisible by 16: another binary); ``amax``: with
+    the tile maxima a given scale's cast writes for delayed scaling."""
     t, c, g = 8192, 7168, 128
     chunks = cdiv(t, CHUNK)
     common = dict(T=t, C=c, G=g, **(dict(stride_sb=0, stride_sg=0, stride_sc=0) if per_tensor
                                     else dict(stride_sb=g * c, stride_sg=c, stride_sc=1)))
     tokens = dict(stride_tb=t * c, stride_tt=c, stride_tc=1)
     partials = dict(stride_pb=chunks * 2 * c, stride_pn=2 * c, stride_ps=c, stride_pc=1)
-    pointers = {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "scale_ptr": "*fp32", "partial_ptr": "*fp32"}
+    pointers = {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "scale_ptr": "*fp32", "partial_ptr": "*fp32",
+                "amax_ptr": "*fp32"}
     cfg = dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
     consts = format_constants(fp8_dtype)
     amax = aot_launch(_chunk_amax_kernel, fp8_dtype, cfg, dict(common, **tokens, **partials),
@@ -276,6 +289,6 @@ def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
     cast = aot_launch(_cast_transpose_kernel, fp8_dtype, cfg,
                       dict(common, **tokens, R=t, stride_qb=c * t, stride_qc=t, stride_qt=1),
                       dict(FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_G=g,
-                           PER_TENSOR=per_tensor),
+                           PER_TENSOR=per_tensor, AMAX=amax),
                       pointers)
     return (cast,) if per_tensor else (amax, scales, cast)
