@@ -2,11 +2,14 @@
 (``quantize_kernel.launch``, behind ``kernels.gemm_fp8.quantize``), the grouped one of the
 FP8 MoE experts (``grouped_gemm_fp8.quantize_kernel.launch``) and the plain torch one
 (``formats.quantize_fp8``), with the shape of the tensor each got and the FP8 format it
-wrote."""
+wrote; and the torch functions a block calls (:class:`TorchCalls`), to show that no torch pass
+reads an operand for its amax."""
 from __future__ import annotations
 
 import contextlib
 from typing import Iterator
+
+import torch
 
 from kernels.gemm_fp8 import formats, quantize_kernel
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel as grouped_kernel
@@ -35,3 +38,21 @@ def quantizations() -> Iterator[list[tuple[str, tuple[int, ...], object]]]:
         yield seen
     finally:
         quantize_kernel.launch, grouped_kernel.launch, formats.quantize_fp8 = fused, grouped, plain
+
+
+class TorchCalls(torch.overrides.TorchFunctionMode):
+    """The torch functions called within the block, by name, with their first argument's shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        first = args[0] if args else None
+        self.calls.append((getattr(func, "__name__", str(func)), tuple(getattr(first, "shape", ()))))
+        return func(*args, **(kwargs or {}))
+
+
+def amax_passes(calls: list, shapes) -> list:
+    """The torch ``abs``/``amax``/``max`` calls of :class:`TorchCalls` on a tensor of one of ``shapes``."""
+    return [(name, shape) for name, shape in calls if name in ("abs", "amax", "max") and shape in shapes]

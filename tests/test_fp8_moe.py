@@ -24,7 +24,7 @@ from kernels.moe.fp8_experts import FP8_TENSORS
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.grouped_gemm_fp8 import dw as dw_module
 from kernels.moe.grouped_gemm_fp8 import quantize, v0_one_launch
-from fp8_quantizations import quantizations
+from fp8_quantizations import TorchCalls, amax_passes, quantizations
 from workbench import train
 from workbench.train import flops
 from workbench.train.model import GPT
@@ -250,6 +250,36 @@ def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
     layer.eval()
     layer(x)
     assert all(torch.equal(a, b) for a, b in zip(before, histories))
+
+
+def test_delayed_experts_record_the_amaxes_their_casts_find():
+    """No torch pass reads x, SwiGLU's output or a weight for its amax: each history records
+    the amax the forward's fused casts found, bitwise the torch pass's (every input dtype);
+    the amax launch for an empty history reads them in the first step only."""
+    from kernels.gemm_fp8 import quantize_kernel
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K).to(dtype), "delayed", FP8)
+        unless, tensor_amax = [], quantize_kernel.tensor_amax
+
+        def counted(t, gate=None):
+            if gate is not None:
+                unless.append(float(gate))
+            return tensor_amax(t, gate)
+        quantize_kernel.tensor_amax = counted
+        try:
+            for step in range(2):
+                x = torch.randn(2, 5, DIM, dtype=dtype) * 3.0 ** step
+                with TorchCalls() as seen:
+                    layer(x).float().square().sum().backward()
+                weights = {name: getattr(layer, name).detach() for name in ("gate", "up", "down")}
+                for name, w in weights.items():
+                    got = getattr(layer, f"fp8_amax_history_{name}")[0]
+                    assert got.view(torch.int32) == w.abs().amax().float().view(torch.int32), name
+                shapes = {tuple(w.shape) for w in weights.values()} | {(10 * TOP_K, DIM), (10 * TOP_K, HIDDEN)}
+                assert amax_passes(seen.calls, shapes) == []
+        finally:
+            quantize_kernel.tensor_amax = tensor_amax
+        assert unless[:5] == [0.0] * 5 and min(unless[5:]) > 0, unless
 
 
 def _fsdp2_on_two_ranks(rank, world):

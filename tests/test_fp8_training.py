@@ -12,7 +12,7 @@ from kernels import gemm_fp8
 from kernels.fp8 import Float8Linear, convert, converted, fp8_linear
 from kernels.fp8.recipes.delayed import HISTORY
 
-from fp8_quantizations import quantizations
+from fp8_quantizations import TorchCalls, amax_passes, quantizations
 
 MATMUL_RECIPES = ("tensorwise", "delayed", "rowwise")
 NEEDS_MERGE = pytest.mark.skipif(hasattr(gemm_fp8, "blockwise_matmul"),
@@ -263,19 +263,6 @@ def test_the_backward_quantizes_only_dy_in_the_grad_format(recipe):
     assert x.grad is not None and layer.weight.grad is not None
 
 
-class TorchCalls(torch.overrides.TorchFunctionMode):
-    """The torch functions called within the block, by name, with their first argument's shape."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        first = args[0] if args else None
-        self.calls.append((getattr(func, "__name__", str(func)), tuple(getattr(first, "shape", ()))))
-        return func(*args, **(kwargs or {}))
-
-
 def test_a_delayed_step_reads_x_and_w_once_and_records_the_casts_amax():
     """Delayed scaling's x and w are cast with their history's scale, and the cast's own
     amax (its tile maxima) is what the history records: no torch ``abs``/``amax`` pass over x
@@ -300,9 +287,7 @@ def test_a_delayed_step_reads_x_and_w_once_and_records_the_casts_amax():
                 assert layer.fp8_amax_history_x[0].view(torch.int32) == x.abs().amax().float().view(torch.int32)
                 assert layer.fp8_amax_history_w[0].view(torch.int32) == (
                     layer.weight.detach().abs().amax().float().view(torch.int32))
-                passes = [name for name, shape in seen.calls if name in ("abs", "amax", "max")
-                          and shape in ((7, 130), (9, 130))]
-                assert passes == [], passes
+                assert amax_passes(seen.calls, ((7, 130), (9, 130))) == []
                 assert [kind for kind, _, _ in casts] == ["fused"] * 3
         finally:
             quantize_kernel.tensor_amax = tensor_amax

@@ -56,10 +56,11 @@ class Float8Experts:
         """``t``'s delayed scale (recording its amax), None under another recipe."""
         return history_scale(self, name, t) if self.recipe == "delayed" else None
 
-    def _grouped(self, a, scale_a, w, scale_w, offsets) -> torch.Tensor:
-        """``a_g @ w[g]`` by the FP8 grouped GEMM of this layer's recipe, offsets unchecked."""
+    def _grouped(self, a, scale_a, w, scale_w, offsets, amax: bool = False) -> torch.Tensor:
+        """``a_g @ w[g]`` by the FP8 grouped GEMM of this layer's recipe, offsets unchecked
+        (``amax``: and the amaxes of a and w its casts found, (2,))."""
         return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, self.grad_fp8_dtype,
-                                      scale_a, scale_w, check_offsets=False)
+                                      scale_a, scale_w, check_offsets=False, amax=amax)
 
     def extra_repr(self) -> str:
         name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731

@@ -14,7 +14,10 @@ Under ``"delayed"`` the layer keeps an amax history per operand of its GEMMs
 (:data:`kernels.moe.fp8_experts.FP8_TENSORS`: the routed rows x, which gate and up share,
 SwiGLU's output hidden, and the three expert weights) as buffers, and takes each
 per-tensor scale from it by the dense delayed recipe's rule
-(:func:`kernels.fp8.recipes.delayed.history_scale`); those buffers are in ``state_dict``,
+(:func:`kernels.fp8.recipes.delayed.cast_scale`); what enters each history is the amax the
+forward's fused casts find (x's and gate's from gate's GEMM, up's from up's, hidden's and
+down's from down's: ``grouped_gemm_fp8_train(..., amax=True)``), so no torch pass reads an
+operand for its amax; those buffers are in ``state_dict``,
 counted by :func:`kernels.fp8.warn_saturation` and all-reduced across ranks with the
 Linears' (:mod:`kernels.fp8.amax_sync`). What it shares with the expert-parallel FP8
 layer (construction, the GEMM call, the histories) is :mod:`.fp8_experts`.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..fp8.recipes.delayed import cast_scale, record_amax
 from .fp8_experts import Float8Experts
 from .layer import MoE
 from .permutation import permute, unpermute
@@ -50,13 +54,26 @@ class Float8MoE(Float8Experts, MoE):
                             "(the expert-parallel layer's FP8 form: Float8ExpertParallelMoE.from_ep)")
         return cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
 
+    def _history_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
+        """``t``'s delayed scale (t read only while its history is empty), None under another recipe."""
+        return cast_scale(self, name, t) if self.recipe == "delayed" else None
+
+    def _mm(self, a, scale_a, w, name_w: str, offsets, record_a: str | None = None) -> torch.Tensor:
+        """``a_g @ w[g]``; under delayed scaling w's scale from its history, and the amaxes the
+        forward's casts found recorded: w's, and a's as ``record_a`` if given."""
+        if scale_a is None:
+            return self._grouped(a, None, w, None, offsets)
+        scale_w = self._history_scale(name_w, w)
+        out, amax = self._grouped(a, scale_a, w, scale_w, offsets, amax=True)
+        record_amax(self, name_w, amax[1], scale_w)
+        if record_a is not None:
+            record_amax(self, record_a, amax[0], scale_a)
+        return out
+
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
         x_sorted, offsets, permutation = permute(rows, ids, gate.shape[0], check_ids=False)
-
-        def mm(a, scale_a, w, name_w):
-            return self._grouped(a, scale_a, w, self._scale(name_w, w), offsets)
-
-        scale_x = self._scale("x", x_sorted)    # once: gate and up share x (one history entry a step)
-        hidden = F.silu(mm(x_sorted, scale_x, gate, "gate")) * mm(x_sorted, scale_x, up, "up")
-        out = mm(hidden, self._scale("hidden", hidden), down, "down")
+        scale_x = self._history_scale("x", x_sorted)    # once: gate and up share x (one history entry a step)
+        hidden = (F.silu(self._mm(x_sorted, scale_x, gate, "gate", offsets, record_a="x"))
+                  * self._mm(x_sorted, scale_x, up, "up", offsets))
+        out = self._mm(hidden, self._history_scale("hidden", hidden), down, "down", offsets, record_a="hidden")
         return unpermute(out, permutation, weights, check_permutation=False)

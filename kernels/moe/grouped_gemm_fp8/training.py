@@ -22,7 +22,8 @@ MFMAs. Per-tensor recipes take x's and w's scales from the caller (``scale_x``,
 ``scale_w``: delayed scaling's, from an amax history that
 :class:`kernels.moe.fp8_layer.Float8MoE` keeps); the backward quantizes x and w again
 with the same scales. The op is the custom op
-``kernels::grouped_gemm_fp8_train`` with a fake implementation and an autograd formula
+``kernels::grouped_gemm_fp8_train`` (returning the output and, for ``amax=True``, the
+amaxes of x and w its casts found) with a fake implementation and an autograd formula
 whose backward calls the two custom ops above, so ``torch.compile(fullgraph=True)``
 keeps the forward as one node and traces the backward without a graph break. dx comes
 back in x's dtype, dw in w's. No host sync when the offsets are not checked.
@@ -130,21 +131,27 @@ def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offs
 
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
-                scale_w: torch.Tensor | None) -> torch.Tensor:
-    x8, sx = token_operand(x, recipe, fp8_dtype, scale_x)
-    return forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w)
+                scale_w: torch.Tensor | None, amax: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    if not amax:
+        x8, sx = token_operand(x, recipe, fp8_dtype, scale_x)
+        return forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w), x.new_empty(0)
+    x8, sx, amax_x = quantize.tokens(x, recipe, fp8_dtype, scale_x, amax=True)
+    w8, sw, amax_w = quantize.forward_weight(w, recipe, fp8_dtype, scale_w, amax=True)
+    y = _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, x.dtype)
+    return y, torch.stack([amax_x, amax_w])
 
 
 _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl, mutates_args=())
 
 
 @_train.register_fake
-def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w):
-    return x.new_empty((x.shape[0], w.shape[2]))
+def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax=False):
+    return x.new_empty((x.shape[0], w.shape[2])), x.new_empty(2 if amax else 0, dtype=torch.float32)
 
 
 def _setup(ctx, inputs, output):
-    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w = inputs
+    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _ = inputs
+    ctx.mark_non_differentiable(output[1])
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype = recipe, fp8_dtype, grad_dtype
     ctx.save_for_backward(x, w, offsets, scale_x, scale_w)
 
@@ -169,11 +176,11 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
     return dx, dw
 
 
-def _backward(ctx, dy):
+def _backward(ctx, dy, _):
     x, w, offsets, scale_x, scale_w = ctx.saved_tensors
     dx, dw = gradients(x, w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.needs_input_grad,
                        scale_x, scale_w)
-    return dx, dw, None, None, None, None, None, None
+    return dx, dw, None, None, None, None, None, None, None
 
 
 _train.register_autograd(_backward, setup_context=_setup)
@@ -196,7 +203,7 @@ def _check_scale(name: str, scale: torch.Tensor | None, recipe: str, x: torch.Te
 def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str = "rowwise",
                            fp8_dtype: torch.dtype | None = None, grad_dtype: torch.dtype | None = None,
                            scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
-                           check_offsets: bool = True) -> torch.Tensor:
+                           check_offsets: bool = True, amax: bool = False) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
     -> ``(T, N)`` in x's dtype, differentiable in x and w, every GEMM in FP8 by ``recipe``
     (one of :data:`.quantize.RECIPES`; ``"mxfp8"``: MXFP8 operands and kernels,
@@ -211,6 +218,9 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     for a per-tensor recipe; ``"delayed"`` requires them, ``"tensorwise"`` computes its own
     when they are None. ``check_offsets`` as in :func:`kernels.grouped_gemm`. Empty operands
     and empty groups are legal (zeros, and zero gradients for an empty group's expert).
+    ``amax`` (both scales given): returns ``(out, amax)``, amax (2,) float32 the amaxes of x
+    and w that the forward's casts found (their tiles' maxima: no other pass reads x or w),
+    what delayed scaling records (:class:`kernels.moe.fp8_layer.Float8MoE`).
     """
     quantize.check_recipe(recipe)
     fp8_dtype = fp8_recipes.get(recipe).element_format(fp8_dtype)
@@ -228,5 +238,8 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                                              check_values=check_offsets)
     _check_scale("scale_x", scale_x, recipe, x)
     _check_scale("scale_w", scale_w, recipe, x)
+    if amax and (scale_x is None or scale_w is None):
+        raise ValueError("amax=True returns the amaxes the casts with given scales find: pass scale_x and scale_w")
     op = _train_impl if eager.direct(x, w, offsets) else _train
-    return op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w)
+    out, found = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax)
+    return (out, found) if amax else out
