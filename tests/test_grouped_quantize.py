@@ -105,6 +105,23 @@ def test_per_tensor_operands_run_no_grouped_amax_and_a_given_scale_no_amax_at_al
     assert ((q.float().abs() == 448).sum() > 1) == given   # tensorwise: the outlier alone at the max
 
 
+@pytest.mark.parametrize("dtype, fp8", FORMATS, ids=IDS)
+def test_the_cast_with_a_given_scale_returns_the_amax_the_torch_pass_gives(dtype, fp8):
+    """Delayed scaling's record for the grouped operands (the forward's expert weights, a
+    batch of one-group problems): the cast's tile maxima, reduced on the device, are bitwise
+    t.abs().amax() (ragged 64-token and 64-feature tiles, several batch entries, the
+    outlier in the middle one; no tokens: 0); the bytes are those without ``amax``."""
+    w = _tokens(3 * 70, 67, dtype).reshape(3, 70, 67)
+    scale = _history_scale(w, fp8)
+    for t in (w, w[:, :0]):
+        with poisoned_outputs():
+            q, got_scale, amax = quantize.forward_weight(t, "delayed", fp8, scale, amax=True)
+        want = t.abs().amax().float() if t.numel() else torch.zeros(())
+        assert amax.shape == () and amax.view(torch.int32) == want.view(torch.int32)
+        plain_q, plain_scale = quantize.forward_weight(t, "delayed", fp8, scale)
+        assert torch.equal(_bits(q), _bits(plain_q)) and torch.equal(got_scale, plain_scale)
+
+
 def test_groups_over_several_amax_chunks():
     """Tokens split over programs of CHUNK (256) tokens: a group over chunks 0 and 1, two
     within chunk 1 (the second ending on its edge), an empty one between, one starting on a

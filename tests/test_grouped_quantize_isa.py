@@ -21,7 +21,7 @@ import json, torch
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel
 from workbench.isa import compile as isa_compile, parse as isa_parse
 out = []
-for aot in quantize_kernel.aot(torch.{fp8}, per_tensor={per_tensor}):
+for aot in quantize_kernel.aot(torch.{fp8}, per_tensor={per_tensor}, amax={amax}):
     kernel = isa_compile.compile_aot(aot, ("hip", {arch!r}, 64))
     lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
     out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
@@ -32,9 +32,10 @@ print(json.dumps(out))
 
 
 @functools.cache   # both tests read one compile per target
-def compiled(fp8: str, arch: str, per_tensor: bool) -> list[dict]:
+def compiled(fp8: str, arch: str, per_tensor: bool, amax: bool = False) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(fp8=fp8, arch=arch, per_tensor=per_tensor)],
+    code = COMPILE.format(fp8=fp8, arch=arch, per_tensor=per_tensor, amax=amax)
+    done = subprocess.run([sys.executable, "-c", code],
                           capture_output=True, text=True, env=env, timeout=600, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -97,3 +98,19 @@ def test_divisions_are_correctly_rounded_and_the_cast_is_the_hardware_convert(fp
         assert {"v_div_scale_f32", "v_div_fmas_f32", "v_div_fixup_f32"} <= set(divisions), kernel["valu"]
     assert cast["valu"].count("v_div_fixup_f32") == 16
     assert cast["valu"].count(CONVERT[arch]) == 8
+
+
+@pytest.mark.slow   # one AOT compile per target in a fresh process
+@pytest.mark.parametrize("fp8, arch", [("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950")])
+def test_the_delayed_cast_with_its_tile_maxima_keeps_no_spills_and_seven_waves(fp8, arch):
+    """The per-tensor cast with a given scale that also writes its tile's max |t| (delayed
+    scaling's expert weights): the loads and the FP8 store of the plain cast, one more
+    4-byte store, no spills, at least 7 waves per SIMD."""
+    plain, = compiled(fp8, arch, True)
+    cast, = compiled(fp8, arch, True, amax=True)
+    res = cast["resources"]
+    assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+    assert res["occupancy"] >= 7, res
+    assert cast["ops"]["global_load"] == plain["ops"]["global_load"]
+    stores = dict(cast["ops"]["global_store"])
+    assert stores.pop("buffer_store_dwordx4") == 1 and sum(stores.values()) == 1, cast["ops"]

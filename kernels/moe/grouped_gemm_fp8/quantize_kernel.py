@@ -282,7 +282,7 @@ def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
                 "amax_ptr": "*fp32"}
     cfg = dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
     consts = format_constants(fp8_dtype)
-    amax = aot_launch(_chunk_amax_kernel, fp8_dtype, cfg, dict(common, **tokens, **partials),
+    chunk_amax = aot_launch(_chunk_amax_kernel, fp8_dtype, cfg, dict(common, **tokens, **partials),
                       dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_G=g), pointers)
     scales = aot_launch(_group_scale_kernel, fp8_dtype, dict(BLOCK_C=BLOCK_C, num_warps=1), dict(common, **partials),
                         dict(FMAX=consts["FMAX"], CHUNK=CHUNK), pointers)
@@ -291,4 +291,4 @@ def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
                       dict(FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_G=g,
                            PER_TENSOR=per_tensor, AMAX=amax),
                       pointers)
-    return (cast,) if per_tensor else (amax, scales, cast)
+    return (cast,) if per_tensor else (chunk_amax, scales, cast)
