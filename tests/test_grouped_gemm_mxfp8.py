@@ -109,6 +109,27 @@ def test_empty_operands_give_empty_results_or_zeros():
         assert torch.equal(out, torch.zeros(t, n, dtype=torch.bfloat16))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_token_operands_and_dgrads_weight_are_the_dense_fused_mx32_bit_for_bit(dtype):
+    """x, dy (T, C) and w as G·K rows of N are the dense op's ``mx32`` layout: one fused
+    launch each (no plain pass), bit for bit ``quantize_one`` (C = 37 and 23, not multiples
+    of 32; T = 0), into poisoned outputs."""
+    from fp8_quantizations import quantizations
+    x, w, dy, _ = _problem(dtype=dtype)
+    for t in (x, dy, x[:0]):
+        with poisoned_outputs(), quantizations() as seen:
+            q, scales = quantize.tokens(t, E4M3FN)
+        want_q, want_scales = quantize_one(t, "mx32", E4M3FN)
+        assert [kind for kind, _, _ in seen] == ["fused"]
+        assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(scales, want_scales)
+    with poisoned_outputs():
+        wt8, swt = quantize.dgrad_weight(w, E4M3FN)
+    g, k, n = w.shape
+    want_q, want_scales = quantize_one(w.reshape(g * k, n), "mx32", E4M3FN)
+    assert torch.equal(wt8.transpose(1, 2).reshape(g * k, n).view(torch.uint8), want_q.view(torch.uint8))
+    assert torch.equal(swt, want_scales.reshape(g, k, -1))
+
+
 def _expected(x, w, dy, offsets):
     """float64 forward, dx and dw of the MX operands each GEMM gets from :mod:`.quantize`."""
     x8, sx = quantize.tokens(x, E4M3FN)

@@ -58,8 +58,9 @@ kernels where one fits, on the device with no host sync:
 So no operand of the four recipes quantized here is left to plain PyTorch passes: each is
 an amax launch (none for a given scale) and one cast launch that writes its layout, on
 the device, with no host sync (:mod:`.quantize_ref` keeps the passes they replaced).
-``mxfp8``'s operands are :mod:`kernels.moe.grouped_gemm_mxfp8.quantize`'s, still plain
-PyTorch.
+``mxfp8``'s operands are :mod:`kernels.moe.grouped_gemm_mxfp8.quantize`'s: its token
+operands and dgrad's weight on the dense op's ``mx32``, its forward weight and wgrad
+operands (per-expert and per-group-padded copies) still plain PyTorch.
 
 ``blockwise`` (DeepSeek-V3: 1 x 128 tiles of x and dy, 128 x 128 blocks of w, e4m3) runs
 on that fused kernel, :func:`kernels.gemm_fp8.quantize`, in its layouts: scales change

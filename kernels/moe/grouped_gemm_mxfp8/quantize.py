@@ -10,9 +10,13 @@ wgrad     the group's tokens      xᵀ: tokens of g                 dyᵀ: token
 ========  ======================  ==============================  ===========================
 
 The scale rule is the dense path's (:func:`kernels.gemm_fp8.quantize_ref.quantize_one`'s
-``mx32``: :func:`kernels.microscaling.shared_exponent`), applied here in plain PyTorch on
-the device with no host sync (the other recipes' grouped operands have fused kernels,
-:mod:`kernels.moe.grouped_gemm_fp8.quantize`; these not yet). For wgrad each group's
+``mx32``: :func:`kernels.microscaling.shared_exponent`), on the device with no host sync.
+Where a dense layout fits, the dense fused op :func:`kernels.gemm_fp8.quantize` (``mx32``,
+one read of the operand, bit for bit the plain pass) quantizes: the token operands (x
+(T, K), dy (T, N), blocks of 32 along their rows) and dgrad's weight (w as G·K rows of N).
+Two operands no dense layout gives stay plain PyTorch passes (``quantize_one`` and
+:func:`.spec.quantize_weight`): the forward's weight (each expert's w[g]ᵀ, K-contiguous:
+a copy per expert that no 2-D view of w is) and the wgrad operands, for which each group's
 tokens are copied into a token-contiguous buffer at a start rounded up to a multiple of
 32 (zeros between), so no 32-token block straddles two groups (:mod:`.dw` says why).
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ...gemm_fp8.quantize import quantize as quantize_fused
 from ...gemm_fp8.quantize_ref import quantize_one
 from ...microscaling import BLOCK
 from ...triton_support import cdiv
@@ -28,8 +33,9 @@ from .spec import quantize_weight
 
 
 def tokens(t: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The forward's x (T, K) or dgrad's dy (T, N): (fp8, scales (T, ceil(C/32))), blocks along C."""
-    return quantize_one(t.detach(), "mx32", fp8)
+    """The forward's x (T, K) or dgrad's dy (T, N): (fp8, scales (T, ceil(C/32))), blocks along C
+    (the dense op's ``mx32``)."""
+    return quantize_fused(t.detach(), "mx32", fp8)
 
 
 def forward_weight(w: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,7 +47,7 @@ def dgrad_weight(w: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch
     """w (G, K, N) for dx = dy @ w[g]ᵀ: (w[g]ᵀ as fp8 (G, N, K), a view of a contiguous
     (G, K, N), so N-contiguous; scales (G, K, ceil(N/32))), blocks along N."""
     g, k, n = w.shape
-    q, scales = quantize_one(w.detach().reshape(g * k, n), "mx32", fp8)
+    q, scales = quantize_fused(w.detach().reshape(g * k, n), "mx32", fp8)
     return q.reshape(g, k, n).transpose(1, 2), scales.reshape(g, k, -(-n // BLOCK))
 
 
