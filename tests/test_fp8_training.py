@@ -212,6 +212,10 @@ def test_custom_op_passes_opcheck():
     for recipe, grad in (("rowwise", torch.float8_e4m3fn), ("tensorwise", torch.float8_e5m2)):
         torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
                               (x, w, recipe, torch.float8_e4m3fn, grad, torch.float32, None, None))
+    xb, wb = x.bfloat16(), w.bfloat16()   # delayed: the given scales' op returns the casts' amaxes too
+    torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
+                          (xb, wb, "delayed", torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16,
+                           torch.tensor(0.01), torch.tensor(0.02)))
 
 
 @NEEDS_MERGE

@@ -210,10 +210,14 @@ def test_custom_ops_and_compile_without_graph_breaks():
     torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_dw.default,
                           (xt, sxt, dyt, sdyt, offsets, torch.float32),
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
-    torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
-                          (x.requires_grad_(), w.requires_grad_(), offsets, "tensorwise", E4M3FN,
-                           torch.float8_e5m2, torch.tensor(0.01), None),
-                          test_utils=("test_autograd_registration", "test_faketensor"))
+    x.requires_grad_(), w.requires_grad_()
+    for recipe, scales, amax in (("tensorwise", (torch.tensor(0.01), None), False),
+                                 ("delayed", (torch.tensor(0.01), torch.tensor(0.02)), True)):
+        torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
+                              (x.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_(),
+                               offsets, recipe, E4M3FN,
+                               torch.float8_e5m2, *scales, amax),
+                              test_utils=("test_autograd_registration", "test_faketensor"))
 
     def step(x, w):
         return (grouped_gemm_fp8_train(x, w, offsets, "rowwise", E4M3FN, check_offsets=False) * dy).sum()

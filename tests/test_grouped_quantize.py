@@ -259,6 +259,7 @@ def test_bad_inputs_are_refused_by_name(call, error, match):
 
 def test_custom_op_fake_matches_the_kernels():
     t, offsets = _tokens(2 * 19, 6, torch.float32).reshape(2, 19, 6), _offsets([4, 0, 15])
-    for extra in ((), (None, True), (torch.tensor(0.5), True)):   # per group; per tensor; given
+    for extra in ((), (None, True), (torch.tensor(0.5), True), (torch.tensor(0.5), True, True)):
+        # per group; per tensor; given; given, with the cast's amax
         torch.library.opcheck(torch.ops.kernels.grouped_quantize_fp8.default, (t, offsets, torch.float8_e4m3fn, *extra),
                               test_utils=("test_faketensor",))

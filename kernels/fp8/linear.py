@@ -38,7 +38,8 @@ def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype,
     if scale_x is not None and scale_w is not None:   # a per-tensor recipe's given scales
         y, saved, amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
     else:
-        (y, saved), amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w), x.new_empty(0)
+        y, saved = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
+        amax = x.new_empty(0, dtype=torch.float32)
     # FP8 payloads travel as their bytes (uint8 views: integer outputs take no gradient, and
     # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU); a custom
     # op's outputs may not alias its inputs, so a given (delayed) scale is kept as a copy

@@ -134,7 +134,8 @@ def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe:
                 scale_w: torch.Tensor | None, amax: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     if not amax:
         x8, sx = token_operand(x, recipe, fp8_dtype, scale_x)
-        return forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w), x.new_empty(0)
+        return (forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w),
+                x.new_empty(0, dtype=torch.float32))
     x8, sx, amax_x = quantize.tokens(x, recipe, fp8_dtype, scale_x, amax=True)
     w8, sw, amax_w = quantize.forward_weight(w, recipe, fp8_dtype, scale_w, amax=True)
     y = _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, x.dtype)
