@@ -16,8 +16,9 @@ with or without the transposed copy). What each recipe quantizes is :data:`QUANT
 What the model leaves out, so a GPU will differ: kernels reach their roof (no launch
 overhead, tails or latency), nothing overlaps, the blockwise GEMM's scaling VALU work per K
 step is free, scales cost no traffic in the GEMMs, and the quantize kernel's LDS transpose
-does not bind. Delayed scaling is not priced: its cast pass could read x once (the scale is
-known ahead), but the fused kernel has no such mode. The recipes in :mod:`kernels.fp8` today
+does not bind. Delayed scaling is not priced here yet, though its casts read x and w once
+(the scale is known ahead: ``quantize(..., scale=, amax=True)`` casts and finds the amax its
+history records in one pass; only dy takes the two passes of current scaling). The recipes in :mod:`kernels.fp8` today
 quantize each backward operand again from the saved high-precision tensor instead of using
 the fused transposed copy, so they move more bytes than this model charges: it prices the
 fused design.
