@@ -21,7 +21,9 @@ The histories and counts are buffers of the layer, so ``state_dict`` saves and l
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
 tensor, in the order of the layer's ``fp8_tensors`` (x, w for a Linear;
 :class:`kernels.moe.fp8_layer.Float8MoE` keeps one per operand of its three grouped
-GEMMs through :func:`history_state` and :func:`history_scale`, the same rule). Under
+GEMMs through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same
+rule; the expert-parallel layer still finds its amaxes by a torch pass, :func:`delayed_scale`
+and :func:`history_scale`). Under
 ``torch.distributed`` the ranks share them: one MAX all-reduce of every layer's histories
 per training step (:mod:`kernels.fp8.amax_sync`, installed by ``convert``). A layer updates them in training mode only; the first step (an empty history)
 takes the current amax. The output gradient dy uses current scaling: its amax is known
