@@ -8,9 +8,9 @@ swaps them back. Triton 3.9 also redoes the whole swap at *every call of a*
 ``_patch_lang``, and drops what it returns), though the launch has already swapped the same
 modules: ``inspect.getmembers`` over the language modules and hundreds of ``setattr`` per
 call, for every program of the grid. In the MoE and grouped GEMM rungs, whose kernels call
-helpers (the tile schedule, ``tl.cdiv``, ``tl.cumsum``, ...) in every program, that was 40 %
-of a CPU check's time (measured here: ``check_rung`` of moe v2, 12.8 s -> 8.5 s over its six
-dtype/layout checks).
+helpers (the tile schedule, ``tl.cdiv``, ``tl.cumsum``, ...) in every program, that was 43 %
+of a CPU check's time under cProfile, and measured here without it, one thread, on and off
+alternated in one process: ``check_rung`` of moe v2 in its three dtypes, 3.3-3.6 s -> 2.1-2.3 s.
 
 :func:`install` keeps the launch's swap and skips a helper's when the modules it would
 swap (``tl`` and/or ``tl.core``, found in the helper's globals as Triton finds them) are
