@@ -2,8 +2,9 @@
 per row-local recipe and activation dtype, in one process: one row per token (quantized
 before the k-fold gather of its slots), of the recipe's token operand bytes exactly as the
 grouped GEMM would quantize the rows, and the scales beside them; the bytes per row against
-the activation dtype's; and that the owner's backward dequantizes them to x's dtype (each
-product rounded to float32, then to x's dtype)."""
+the activation dtype's (and at DeepSeek-V3's dim, the shares the layer's docstring and the
+README state); and that the owner's backward dequantizes them to x's dtype (each product
+rounded to float32, then to x's dtype)."""
 from __future__ import annotations
 
 import types
@@ -38,10 +39,17 @@ def test_wire_rows_are_the_token_operand_and_its_scales(recipe, dtype):
     assert torch.equal(x8.view(torch.uint8), want8.view(torch.uint8)) and torch.equal(sx, want_scale)
     assert owner.dtype == dtype
     assert owner.wire(x[:0]).shape == (0, wire.shape[1])      # a rank without tokens sends no row
-    back = dequantize(x8, sx, ROW_LOCAL[recipe], dtype)   # its accuracy: tests/test_fp8_quantize.py
+    back = owner.dequantized(wire)   # dequantize's accuracy: tests/test_fp8_quantize.py
     assert back.dtype == dtype and back.shape == x.shape
     exact = dequantize(want8, want_scale, ROW_LOCAL[recipe], torch.float64)   # q·s is a float64 value
     assert torch.equal(back, exact.float().to(dtype))         # rounded to float32, then to x's dtype
+
+
+@pytest.mark.parametrize("recipe, share", [("rowwise", "50.0"), ("blockwise", "51.6"), ("mxfp8", "51.6")])
+def test_at_deepseek_v3s_dim_a_row_is_about_half_of_bf16s(recipe, share):
+    layer = types.SimpleNamespace(recipe=recipe, fp8_dtype=torch.float8_e4m3fn, ep_capacity=None, fp8_dispatch=True)
+    wire = _Float8Owner(layer).wire(torch.randn(1, 7168, dtype=torch.bfloat16))
+    assert f"{100 * wire.shape[1] / (2 * 7168):.1f}" == share
 
 
 def test_without_fp8_dispatch_the_rows_travel_as_they_are():

@@ -32,8 +32,8 @@ and read one byte at a time (16-bit LDS writes, 8-bit LDS reads), the narrow-LDS
 an 8-bit layout conversion. Whether that LDS traffic or HBM bounds the kernel is for a GPU to say.
 The cast with a given scale and its tile's max (``AMAX``, delayed scaling's) adds one
 4-byte store per program and a cross-warp max through 32 bytes of LDS: no spills, 8 waves
-per SIMD on gfx942 as without it, 7 instead of 8 on gfx950 (49 VGPRs instead of 44; per-row
-or per-column maxima instead moved more through LDS and took more registers).
+per SIMD on gfx942 as without it, 7 instead of 8 on gfx950 (per-row or per-column maxima
+instead moved more through LDS and took more registers).
 
 Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
 would cost a host sync per call); :func:`quantize_reference` states the finite semantics.
@@ -49,6 +49,7 @@ import triton.language as tl
 from ..outputs import new_output
 from ..registry import AotKernel
 from ..triton_support import aot_launch, cdiv, fp8_grid, pointer_type, round_to_fp8
+from .formats import scale_of
 from .quantize_ref import TILE, group_shape, mx_emax, scale_shape
 
 NUM_WARPS = 8   # 512 threads per 128 x 128 tile: 32 fp32 values each
@@ -183,10 +184,6 @@ def format_constants(dtype: torch.dtype) -> dict:
     return dict(FMAX=float(info.max), **fp8_grid(dtype), EMAX=mx_emax(dtype))
 
 
-def _scale_of(amax: torch.Tensor, fmax: float) -> torch.Tensor:
-    return torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
-
-
 def _tile_maxima(x: torch.Tensor, cols: bool, unless: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """The amax launch on a non-empty x (M, K): (max |x| per row and tile column (M, K/128),
@@ -213,10 +210,10 @@ def tensor_amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Te
 
 
 def tensor_scale(x: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
-    """The per-tensor scale (a 0-d float32 on x's device, no host sync) of a non-empty x
-    (M, K): the amax launch, reduced on the device; what ``tensor`` casts with (and the
+    """The per-tensor scale (a 0-d float32 on x's device, no host sync; 1 for an empty x) of
+    x (M, K): the amax launch, reduced on the device; what ``tensor`` casts with (and the
     per-tensor grouped operands, :mod:`kernels.moe.grouped_gemm_fp8.quantize`)."""
-    return _scale_of(tensor_amax(x), torch.finfo(fp8_dtype).max)
+    return scale_of(tensor_amax(x), fp8_dtype)
 
 
 def _amax_pass(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transpose: bool):
@@ -225,10 +222,9 @@ def _amax_pass(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transp
     if granularity == "tensor":
         scale = tensor_scale(x, fp8_dtype)
         return scale, scale
-    fmax = torch.finfo(fp8_dtype).max
     row_max, col_max = _tile_maxima(x, cols=transpose)
-    return _scale_of(row_max.amax(dim=1, keepdim=True), fmax), (
-        _scale_of(col_max.amax(dim=0), fmax).unsqueeze(1) if transpose else None)
+    return scale_of(row_max.amax(dim=1, keepdim=True), fp8_dtype), (
+        scale_of(col_max.amax(dim=0), fp8_dtype).unsqueeze(1) if transpose else None)
 
 
 def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,

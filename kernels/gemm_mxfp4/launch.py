@@ -55,7 +55,7 @@ def aot(kernel, backend: str, arch: str, overrides: dict | None = None,
     preshuffled = (overrides or {}).get("PRESHUFFLED", takes_preshuffled(backend, arch))
     cfg = with_overrides(config(backend, arch, preshuffled), overrides)
     width = preshuffled_shape(size, size // 32)[1]
-    scale_rows = dict(stride_sam=width, stride_sbn=width) if cfg["PRESHUFFLED"] else \
+    scale_rows = dict(stride_sam=width, stride_sbn=width) if preshuffled else \
         dict(stride_sam=size // 32, stride_sbn=size // 32)
     ints = dict(M=size, N=size, K=size, stride_am=size // pack, stride_ak=1, stride_bn=size // pack,
                 stride_bk=1, stride_cm=size, stride_cn=1, stride_sak=1, stride_sbk=1, **scale_rows)

@@ -34,7 +34,7 @@ expert's tokens, is requantized from the FP8 rows dequantized to x's dtype (Deep
 approach), so it carries the forward's per-token rounding (up to 2^-4 relative, more for
 values in the subnormal range of their scale), the dequantization's rounding to x's dtype
 (2^-9 in bf16) and its own; measured on the test's layer, their error against float64 is
-at most 1.6 times ``Float8MoE``'s (tests/test_ep_fp8.py holds it to 2). The input
+within twice ``Float8MoE``'s (tests/test_ep_fp8.py). The input
 gradient, the down GEMM's weight gradient (of h, computed from the same operand) and the
 router's are unchanged.
 
@@ -108,6 +108,11 @@ class _Float8Owner:
         self.dtype, self.parts = x.dtype, row_bytes.layout(x8, sx)   # every rank's: same dim, recipe
         return row_bytes.pack(x8, sx)
 
+    def dequantized(self, rows: torch.Tensor) -> torch.Tensor:
+        """Wire rows (:meth:`wire`) back in x's dtype: each element times its scale, rounded to
+        float32, then to x's dtype (what the backward's wgrad operand quantizes again)."""
+        return dequantize(*row_bytes.unpack(rows, self.parts), ROW_LOCAL[self.layer.recipe], self.dtype)
+
     def _chunk_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
         if self.layer.recipe != "delayed":
             return None
@@ -154,7 +159,7 @@ class _Float8Owner:
         (expert, feature)."""
         layer, w = self.layer, self.weight_scales
         if self.fp8_dispatch:
-            rows = dequantize(*row_bytes.unpack(rows, self.parts), ROW_LOCAL[layer.recipe], self.dtype)
+            rows = self.dequantized(rows)
 
         def grads(x, weight, dy, name, need_w, scale_x):
             return gradients(x, weight, offsets, dy, layer.recipe, layer.fp8_dtype, layer.grad_fp8_dtype,
@@ -176,17 +181,16 @@ class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
 
     @classmethod
     def from_ep(cls, layer: ExpertParallelMoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
-                grad_dtype: torch.dtype | None = None, fp8_dispatch: bool | None = None
-                ) -> "Float8ExpertParallelMoE":
+                grad_dtype: torch.dtype | None = None) -> "Float8ExpertParallelMoE":
         """The FP8 layer holding ``layer``'s own Parameters and submodules, on its group, chunks
-        and capacity; formats as :class:`kernels.moe.fp8_layer.Float8MoE` takes them.
-        ``fp8_dispatch``: default True for the row-local recipes, False for the others."""
+        and capacity; formats as :class:`kernels.moe.fp8_layer.Float8MoE` takes them. FP8
+        dispatch is on for the row-local recipes (the ``fp8_dispatch`` property turns it off)."""
         if type(layer) is not ExpertParallelMoE:
             raise TypeError(f"Float8ExpertParallelMoE.from_ep takes an ExpertParallelMoE, got "
                             f"{type(layer).__name__}")
         new = cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
         new.ep_capacity = layer.ep_capacity   # a property: its value is private
-        new.fp8_dispatch = recipe in ROW_LOCAL if fp8_dispatch is None else fp8_dispatch
+        new.fp8_dispatch = recipe in ROW_LOCAL
         return new
 
     @property

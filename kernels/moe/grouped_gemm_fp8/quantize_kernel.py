@@ -42,8 +42,7 @@ run; the scale is the dense op's per-tensor amax launch
 (:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`) or given by the caller (delayed
 scaling's, from an amax history: no amax pass at all), and the cast reads it as a row of
 64 with stride 0, with no group lookup. Read as one number, Triton moved the transpose's
-layout conversion onto the bf16 x (8 KiB of LDS in 16-bit accesses) instead of the FP8
-tile; the stride-0 row costs 16 four-byte loads a thread of one address.
+layout conversion onto the bf16 x instead of the FP8 tile; the stride-0 row costs 16 four-byte loads a thread of one address.
 
 What gfx942 and gfx950 make of them (Triton 3.9, ``tests/test_grouped_quantize_isa.py``):
 no spills, at least 7 waves per SIMD; per thread and tile, x read as two 16-byte buffer
@@ -234,8 +233,7 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     consts = format_constants(fp8_dtype)
     if one_scale:
         if not given:
-            scale = (tensor_scale(t.reshape(batch * rows, cols), fp8_dtype) if t.numel()
-                     else torch.ones((), dtype=torch.float32, device=t.device))
+            scale = tensor_scale(t.reshape(batch * rows, cols), fp8_dtype)   # 1 for an empty t
         scale_strides = (0, 0, 0)
     else:
         scale = new_output((batch, groups, cols), torch.float32, t.device)
@@ -252,9 +250,13 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
         _group_scale_kernel[(groups, cdiv(cols, BLOCK_C), batch)](
             offsets, scale, partial, *args, FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_C=BLOCK_C, num_warps=1)
     grid = (cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)
-    tile_max = (new_output((batch, grid[0], grid[1]), torch.float32, t.device) if amax and batch and cols and groups and padded
-                else torch.zeros((1,), dtype=torch.float32, device=t.device))
-    if batch and cols and groups and padded:
+    work = batch and cols and groups and padded
+    if amax:   # an empty t's amax is 0
+        tile_max = (new_output((batch, grid[0], grid[1]), torch.float32, t.device) if work
+                    else torch.zeros((1,), dtype=torch.float32, device=t.device))
+    else:      # never read without AMAX: the float32 scale stands in, as the compiled launch's *fp32
+        tile_max = scale
+    if work:
         _cast_transpose_kernel[grid](
             t, offsets, scale, q, tile_max, rows, padded, cols, groups, *t.stride(), *scale_strides, *q.stride(),
             FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_T=BLOCK_T,
