@@ -169,6 +169,16 @@ def _forward(rank, full, xs, recipe, fp8_dispatch, dtype=torch.float32):
     return out, sent
 
 
+def _high_precision_rows(rank, full, xs, gs, recipe="rowwise"):
+    """A row-local recipe with ``fp8_dispatch = False``: (out, dx, gradients by name), which
+    the test holds to Float8MoE's at the reassociation bound, gradients included (no
+    requantized operand on this path)."""
+    _, model, _ = _converted_share(copy.deepcopy(full), recipe)
+    model[0].fp8_dispatch = False
+    out, dx, g = _grads(model, xs[rank], gs[rank])
+    return out, dx, {name[2:]: grad for name, grad in g.items()}
+
+
 def _ep_case(rank, full, xs, gs, recipe, start):
     """This rank's converted share of ``full`` on its tokens: (out, dx, gradients by name, the
     router's summed over the ranks, histories after a sync under delayed, problems found,
@@ -233,8 +243,8 @@ def _fp8_cases(rank, world):
     dist.broadcast(start, REFERENCE_RANK["delayed"])
     results = {r: _ep_case(rank, full, xs, gs, r, start if r == "delayed" else None) for r in CASES}
     today = {r: _forward(rank, full, xs, r, False) for r in CASES if r in ROW_LOCAL}
-    return references, results, today, [_forward(rank, full, xs, "mxfp8", on, torch.bfloat16)
-                                        for on in (True, False)]
+    bf16 = [_forward(rank, full, xs, "mxfp8", on, torch.bfloat16) for on in (True, False)]
+    return references, results, today, bf16, _high_precision_rows(rank, full, xs, gs)
 
 
 def _check_wire(recipe, chunks, forward, today, itemsize=4):
@@ -266,7 +276,7 @@ def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
     gradients equal to Float8MoE's to the reassociation bound of the high-precision EP layer,
     but for the gradients :func:`_factor` holds to a multiple of Float8MoE's error against
     float64; the row-local recipes' FP8 dispatch gives today's forward bit for bit, with its
-    bytes (:func:`_check_wire`); delayed's histories after the step equal on both ranks and
+    bytes (:func:`_check_wire`), and rowwise without it keeps every gradient at the bound; delayed's histories after the step equal on both ranks and
     Float8MoE's."""
     ranks = run_local(_fp8_cases, 2, timeout=280, group_timeout=200)
     references = {r: ref for refs, *_ in ranks for r, ref in refs.items()}
@@ -277,7 +287,7 @@ def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
     bound = reassociation_bound(torch.float32)
     for recipe in CASES:
         out_all, dx_all, g_all, _, after = references[recipe]
-        for rank, (_, results, today, _) in enumerate(ranks):
+        for rank, (_, results, today, _, _) in enumerate(ranks):
             out, dx, grads, synced, problems, sent = results[recipe]
             assert problems == [], (recipe, rank)
             chunks = CASES[recipe][0]   # the backward's all-to-alls: output gradients out, input gradients back
@@ -305,7 +315,14 @@ def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
             if synced is not None:
                 torch.testing.assert_close(synced, after, rtol=1e-6, atol=0)
     assert torch.equal(ranks[0][1]["delayed"][3], ranks[1][1]["delayed"][3])
-    for _, _, _, ((out, sent), (out_today, sent_today)) in ranks:   # bfloat16: about half the bytes
+    out_all, dx_all, g_all, _, _ = references["rowwise"]   # rowwise without FP8 dispatch: all at the bound
+    for rank, (*_, (out, dx, grads)) in enumerate(ranks):
+        rows = slice(sum(TOKENS[:rank]), sum(TOKENS[:rank + 1]))
+        experts = slice(rank * EXPERTS // 2, (rank + 1) * EXPERTS // 2)
+        pairs = [(out, out_all[rows]), (dx, dx_all[rows])] + [(grads[n], g_all[n][experts]) for n in ("gate", "up", "down")]
+        for got, want in pairs:
+            assert got.isfinite().all() and relative_error(got, want.double())[0] <= bound, rank
+    for _, _, _, ((out, sent), (out_today, sent_today)), _ in ranks:   # bfloat16: about half the bytes
         assert out.dtype == torch.bfloat16 and torch.equal(out, out_today)
         _check_wire("mxfp8", CASES["mxfp8"][0], sent, sent_today, itemsize=2)
 
