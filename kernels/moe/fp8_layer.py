@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..fp8.recipes.delayed import cast_scale, record_amax
+from ..fp8.recipes.delayed import record_amax
 from .fp8_experts import Float8Experts
 from .layer import MoE
 from .permutation import permute, unpermute
@@ -54,16 +54,12 @@ class Float8MoE(Float8Experts, MoE):
                             "(the expert-parallel layer's FP8 form: Float8ExpertParallelMoE.from_ep)")
         return cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
 
-    def _history_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
-        """``t``'s delayed scale (t read only while its history is empty), None under another recipe."""
-        return cast_scale(self, name, t) if self.recipe == "delayed" else None
-
     def _mm(self, a, scale_a, w, name_w: str, offsets, record_a: str | None = None) -> torch.Tensor:
         """``a_g @ w[g]``; under delayed scaling w's scale from its history, and the amaxes the
         forward's casts found recorded: w's, and a's as ``record_a`` if given."""
         if scale_a is None:
             return self._grouped(a, None, w, None, offsets)
-        scale_w = self._history_scale(name_w, w)
+        scale_w = self._cast_scale(name_w, w)
         out, amax = self._grouped(a, scale_a, w, scale_w, offsets, amax=True)
         record_amax(self, name_w, amax[1], scale_w)
         if record_a is not None:
@@ -72,8 +68,8 @@ class Float8MoE(Float8Experts, MoE):
 
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
         x_sorted, offsets, permutation = permute(rows, ids, gate.shape[0], check_ids=False)
-        scale_x = self._history_scale("x", x_sorted)    # once: gate and up share x (one history entry a step)
+        scale_x = self._cast_scale("x", x_sorted)    # once: gate and up share x (one history entry a step)
         hidden = (F.silu(self._mm(x_sorted, scale_x, gate, "gate", offsets, record_a="x"))
                   * self._mm(x_sorted, scale_x, up, "up", offsets))
-        out = self._mm(hidden, self._history_scale("hidden", hidden), down, "down", offsets, record_a="hidden")
+        out = self._mm(hidden, self._cast_scale("hidden", hidden), down, "down", offsets, record_a="hidden")
         return unpermute(out, permutation, weights, check_permutation=False)
