@@ -274,6 +274,7 @@ class LaunchPlan:
         self.o_shape, self.dtype = tuple(q.shape), q.dtype
         self.lse_shape = (1 if packing else b, hq, 2, s)
         self.grid = (cdiv(rows, cfg["BLOCK_M"]), b * hq)
+        self.kernel = _flash_fwd_lse_kernel[self.grid]   # Triton's launcher of this grid, made once
         self.scalars = (scale, s, sk, d, hq // hkv, hq,
                         *(stride for t in (q, k, v) for stride in _view_strides(t.stride(), packing)),
                         *_view_strides(_contiguous(q.shape), packing))
@@ -286,7 +287,7 @@ class LaunchPlan:
         """O and the LSE parts; ``cu_q`` and ``cu_k`` the packed offsets (None for dense)."""
         o = new_output(self.o_shape, self.dtype, q.device)
         lse = new_output(self.lse_shape, torch.float32, q.device)
-        _flash_fwd_lse_kernel[self.grid](q, k, v, o, lse, cu_q, cu_k, *self.scalars, **self.constexprs)
+        self.kernel(q, k, v, o, lse, cu_q, cu_k, *self.scalars, **self.constexprs)
         return o, lse
 
 

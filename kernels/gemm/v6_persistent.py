@@ -268,13 +268,14 @@ class LaunchPlan:
         self.workspace = (plan.sk_tiles * plan.splits, cfg["BLOCK_M"] * cfg["BLOCK_N"]) if plan.sk_tiles else None
         self.no_partials = _no_partials(a.device)
         self.grid = (cfg["NUM_PROGS"],)
+        self.kernel = _gemm_persistent_kernel[self.grid]   # Triton's launcher of this grid, made once
         # C is new_output's: contiguous, strides (N, 1)
         self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1,
                         plan.dp_tiles, plan.splits, plan.split_k)
         self.constexprs = {"EVEN_K": k % cfg["BLOCK_K"] == 0, "INTERP_BF16": bf16, **cfg}
         self.fixup = None
         if plan.sk_tiles and fixup:
-            self.fixup = ((plan.sk_tiles,), (m, n, n, 1, plan.dp_tiles, plan.splits),
+            self.fixup = (_streamk_fixup_kernel[(plan.sk_tiles,)], (m, n, n, 1, plan.dp_tiles, plan.splits),
                           {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "GROUP_M": cfg["GROUP_M"],
                            "INTERP_BF16": bf16, "num_warps": cfg["num_warps"]})
         self.bucket = bucket
@@ -283,12 +284,12 @@ class LaunchPlan:
 
     def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
         """Both kernels into ``c`` (contiguous, as :func:`new_output` makes it)."""
-        partials = (torch.empty(self.workspace, dtype=torch.float32, device=a.device)
+        partials = (torch.empty(*self.workspace, dtype=torch.float32, device=a.device)   # sizes as new_output's
                     if self.workspace else self.no_partials)
-        _gemm_persistent_kernel[self.grid](a, b, c, partials, *self.scalars, **self.constexprs)
+        self.kernel(a, b, c, partials, *self.scalars, **self.constexprs)
         if self.fixup is not None:
-            grid, scalars, constexprs = self.fixup
-            _streamk_fixup_kernel[grid](c, partials, *scalars, **constexprs)
+            fixup, scalars, constexprs = self.fixup
+            fixup(c, partials, *scalars, **constexprs)
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         c = new_output(self.shape, self.dtype, a.device)

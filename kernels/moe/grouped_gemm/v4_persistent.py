@@ -214,6 +214,7 @@ class LaunchPlan:
         (t, k), (groups, _, n) = x.shape, w.shape
         self.shape, self.dtype = (t, n), x.dtype
         self.grid = (cfg["NUM_PROGS"],)
+        self.kernel = _grouped_gemm_persistent_kernel[self.grid]   # Triton's launcher of this grid, made once
         # the result is new_output's: contiguous, strides (N, 1)
         self.scalars = (t, n, k, groups, *x.stride(), *w.stride(), n, 1)
         self.constexprs = {"BLOCK_G": next_power_of_2(groups), "INTERP_BF16": interp_bf16(x.dtype), **cfg}
@@ -221,7 +222,7 @@ class LaunchPlan:
 
     def launch(self, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, out: torch.Tensor) -> None:
         """The launch into ``out`` (contiguous, as :func:`new_output` makes it)."""
-        _grouped_gemm_persistent_kernel[self.grid](x, w, out, offsets, *self.scalars, **self.constexprs)
+        self.kernel(x, w, out, offsets, *self.scalars, **self.constexprs)
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         out = new_output(self.shape, self.dtype, x.device)
