@@ -108,8 +108,8 @@ def test_a_batch_of_no_sequences_gives_an_empty_result():
 
 
 class _Counted:
-    """Counts a kernel's launches: its ``run``, which ``kernel[grid](...)`` and a launch plan's
-    launcher of ``kernel[grid]``, made before the count began, both call."""
+    """Counts a kernel's launches: its ``run``, which ``kernel[grid](...)`` calls and a launch
+    plan calls itself (kernels.triton_support.run_kwargs)."""
 
     def __init__(self, kernel, monkeypatch):
         self.run, self.launches = kernel.run, 0
