@@ -212,3 +212,15 @@ def test_unchecked_offsets_past_the_tokens_are_clamped_into_them():
     assert torch.allclose(out.double(), expected, atol=1e-5)
     for leaf, ref in zip(leaves, ref_leaves):
         assert torch.allclose(leaf.grad.double(), ref.grad, atol=1e-5), (leaf.grad, ref.grad)
+
+
+def test_strided_offsets_give_what_contiguous_ones_give():
+    """Offsets that are a strided view are packed (copied) per call, contiguous ones passed as
+    they are: both kinds, each keeping its own plan, give the same rows."""
+    q, k, v, cu_q, cu_k = _packed([5, 3, 6], [4, 7, 2])
+    expected = kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, 6, 7, causal=True)
+    spread = [torch.stack([cu, torch.full_like(cu, -1)], 1)[:, 0] for cu in (cu_q, cu_k)]
+    assert spread[0].stride() == (2,) and torch.equal(spread[0], cu_q)
+    for _ in range(2):   # the second call runs the kept plan
+        with poisoned_outputs():
+            assert torch.equal(kernels.flash_attention_varlen(q, k, v, *spread, 6, 7, causal=True), expected)
