@@ -97,12 +97,12 @@ def _histories(layer) -> torch.Tensor:
     return torch.stack([getattr(layer, PREFIX + name) for name in FP8_TENSORS])
 
 
-def _converted(layer, recipe):
+def _converted(layer, recipe, fp8_dispatch=None):
     """``layer`` in a Sequential converted by ``kernels.fp8.convert``, and the warnings it gave."""
     model = torch.nn.Sequential(layer)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        kernels.fp8.convert(model, recipe, fp8_dtype=FP8)
+        kernels.fp8.convert(model, recipe, fp8_dtype=FP8, fp8_dispatch=fp8_dispatch)
     return model, [str(w.message) for w in caught]
 
 
@@ -148,22 +148,23 @@ def _all_to_alls():
         dist.all_to_all_single = original
 
 
-def _converted_share(full, recipe):
-    """This rank's expert-parallel share of ``full`` with the case's chunks and capacity, converted."""
+def _converted_share(full, recipe, fp8_dispatch=None):
+    """This rank's expert-parallel share of ``full`` with the case's chunks and capacity, converted
+    (``fp8_dispatch`` as ``kernels.fp8.convert`` takes it)."""
     chunks, capacity = CASES[recipe]
     ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=chunks)
     ep.ep_capacity = capacity
-    model, caught = _converted(ep, recipe)
+    model, caught = _converted(ep, recipe, fp8_dispatch)
     return ep, model, caught
 
 
 def _forward(rank, full, xs, recipe, fp8_dispatch, dtype=torch.float32):
     """The forward of a row-local recipe's share of ``full`` in ``dtype``, with or without FP8
-    dispatch: (out, its all-to-alls)."""
-    _, model, _ = _converted_share(copy.deepcopy(full).to(dtype), recipe)
+    dispatch, set by ``convert``'s keyword: (out, its all-to-alls)."""
+    _, model, _ = _converted_share(copy.deepcopy(full).to(dtype), recipe, fp8_dispatch)
+    assert model[0].fp8_dispatch is fp8_dispatch
     with pytest.raises(TypeError, match="fp8_dispatch must be a bool"):
         model[0].fp8_dispatch = int(fp8_dispatch)
-    model[0].fp8_dispatch = fp8_dispatch
     with _all_to_alls() as sent, torch.no_grad():
         out = model(xs[rank].to(dtype))
     return out, sent
@@ -332,3 +333,18 @@ def test_from_ep_takes_only_the_expert_parallel_layer():
         Float8ExpertParallelMoE.from_ep(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K))
     with pytest.raises(TypeError, match="Float8ExpertParallelMoE.from_ep"):
         Float8MoE.from_moe(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])
+def test_convert_refuses_fp8_dispatch_under_a_per_tensor_recipe_before_swapping(recipe):
+    """``convert(..., fp8_dispatch=True)`` under a per-tensor recipe raises the property's error
+    (and a non-bool its TypeError) before any layer is swapped, whether or not the model holds
+    an expert-parallel layer (the two-rank test converts with the keyword and runs both settings)."""
+    model = torch.nn.Sequential(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), torch.nn.Linear(DIM, DIM))
+    with pytest.raises(ValueError, match=f"fp8_dispatch needs a recipe .*{recipe}' takes one scale per tensor"):
+        kernels.fp8.convert(model, recipe, fp8_dtype=FP8, fp8_dispatch=True)
+    with pytest.raises(TypeError, match="fp8_dispatch must be a bool, got int"):
+        kernels.fp8.convert(model, "rowwise", fp8_dtype=FP8, fp8_dispatch=1)
+    assert type(model[0]) is kernels.MoE and kernels.fp8.converted(model) == {}
+    kernels.fp8.convert(model, recipe, fp8_dtype=FP8, fp8_dispatch=False)   # the recipe's own setting
+    assert type(model[0]) is Float8MoE

@@ -12,7 +12,8 @@ the output gradients in ``grad_fp8_dtype``): six launches, no forward GEMM, no h
 of its own, so with ``ep_capacity`` the layer still reads nothing on the host.
 
 FP8 dispatch (``fp8_dispatch``, default True for the row-local recipes rowwise, blockwise
-and mxfp8, :data:`kernels.moe.grouped_gemm_fp8.quantize.ROW_LOCAL`), as DeepSeek-V3 does
+and mxfp8, :data:`kernels.moe.grouped_gemm_fp8.quantize.ROW_LOCAL`; ``kernels.fp8.convert``'s
+keyword of that name sets it), as DeepSeek-V3 does
 (arXiv 2412.19437, section 3.3: activations quantized to FP8 before the dispatch, the
 combine in BF16): each rank quantizes its T tokens once, before the k-fold gather of their
 slots, with the recipe's own token quantizer (one scale per token, per 128 elements, or an
@@ -174,6 +175,18 @@ class _Float8Owner:
         return slot_sum(dx_gate, 1, dx_up), dgate, dup, ddown
 
 
+def check_fp8_dispatch(recipe: str, value: bool) -> None:
+    """``fp8_dispatch`` = ``value`` is legal under ``recipe``: a bool, True only for a row-local
+    recipe (the property's setter and :func:`kernels.fp8.convert`'s keyword, before it swaps
+    anything)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"fp8_dispatch must be a bool, got {type(value).__name__}")
+    if value and recipe not in ROW_LOCAL:
+        raise ValueError(f"fp8_dispatch needs a recipe that scales each token on its own "
+                         f"({', '.join(ROW_LOCAL)}); {recipe!r} takes one scale per tensor, "
+                         "so its rows travel in the activation dtype")
+
+
 class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
     """An :class:`~kernels.moe.ep_layer.ExpertParallelMoE` whose owners run their experts in FP8
     under ``recipe`` (one of :data:`kernels.moe.grouped_gemm_fp8.quantize.RECIPES`); built
@@ -201,12 +214,7 @@ class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
 
     @fp8_dispatch.setter
     def fp8_dispatch(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"fp8_dispatch must be a bool, got {type(value).__name__}")
-        if value and self.recipe not in ROW_LOCAL:
-            raise ValueError(f"fp8_dispatch needs a recipe that scales each token on its own "
-                             f"({', '.join(ROW_LOCAL)}); {self.recipe!r} takes one scale per tensor, "
-                             "so its rows travel in the activation dtype")
+        check_fp8_dispatch(self.recipe, value)
         self._fp8_dispatch = value
 
     def extra_repr(self) -> str:
