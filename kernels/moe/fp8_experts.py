@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..fp8 import recipe as fp8_recipes
-from ..fp8.recipes.delayed import cast_scale, history_scale, history_state
+from ..fp8.recipes.delayed import cast_scale, history_state
 from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
 
@@ -51,10 +51,6 @@ class Float8Experts:
             for name, buffer in history_state(FP8_TENSORS, layer.gate.device).items():
                 new.register_buffer(name, buffer)
         return new
-
-    def _scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
-        """``t``'s delayed scale (recording its amax), None under another recipe."""
-        return history_scale(self, name, t) if self.recipe == "delayed" else None
 
     def _cast_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
         """``t``'s delayed scale for a fused cast that returns the amax to record (``t`` read only

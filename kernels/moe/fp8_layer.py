@@ -20,7 +20,8 @@ down's from down's: ``grouped_gemm_fp8_train(..., amax=True)``), so no torch pas
 operand for its amax; those buffers are in ``state_dict``,
 counted by :func:`kernels.fp8.warn_saturation` and all-reduced across ranks with the
 Linears' (:mod:`kernels.fp8.amax_sync`). What it shares with the expert-parallel FP8
-layer (construction, the GEMM call, the histories) is :mod:`.fp8_experts`.
+layer (construction, the GEMM call, the histories and their cast-time scales) is
+:mod:`.fp8_experts`; that layer records the same amaxes, its chunks' largest once a step.
 
 What stays in high precision: the router (its logits in float32 unless ``convert`` was
 told to make it FP8 too), the routing weights and the weighted sum over a token's
