@@ -118,16 +118,10 @@ class _Float8Owner:
         float32, then to x's dtype (what the backward's wgrad operand quantizes again)."""
         return dequantize(*row_bytes.unpack(rows, self.parts), ROW_LOCAL[self.layer.recipe], self.dtype)
 
-    def _mm(self, a, scale_a, w, name_w: str, offsets, record_a: str | None = None) -> torch.Tensor:
-        """``a_g @ w[g]``; under delayed scaling with w's scale of this forward, keeping the amaxes
-        the casts found for :meth:`record`: w's, and a's as ``record_a`` if given."""
-        if scale_a is None:
-            return self.layer._grouped(a, None, w, None, offsets)
-        out, amax = self.layer._grouped(a, scale_a, w, self.weight_scales[name_w], offsets, amax=True)
-        self.amaxes[name_w].append(amax[1])
-        if record_a is not None:
-            self.amaxes[record_a].append(amax[0])
-        return out
+    def _found(self, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
+        """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the amax its cast found, kept for
+        :meth:`record` (the scale is this forward's, known here already)."""
+        self.amaxes[name].append(amax)
 
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
@@ -141,12 +135,13 @@ class _Float8Owner:
                     for w in (gate, up))
         else:
             scale_x = layer._cast_scale("x", rows)   # gate and up share it, x's amax recorded once
-            g = self._mm(rows, scale_x, gate, "gate", offsets, record_a="x")
-            u = self._mm(rows, scale_x, up, "up", offsets)
+            g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x")
+            u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up")
         if self.padded:
             g, u = _zero_padding(g, offsets), _zero_padding(u, offsets)
         h = F.silu(g) * u
-        y = self._mm(h, layer._cast_scale("hidden", h), down, "down", offsets, record_a="hidden")
+        y = layer._mm(h, layer._cast_scale("hidden", h), down, self.weight_scales["down"], offsets, self._found,
+                      "down", "hidden")
         if not save:
             g = u = h.new_zeros((0, g.shape[1]))
         return y, g, u, h

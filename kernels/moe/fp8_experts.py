@@ -63,6 +63,18 @@ class Float8Experts:
         return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, self.grad_fp8_dtype,
                                       scale_a, scale_w, check_offsets=False, amax=amax)
 
+    def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None) -> torch.Tensor:
+        """``a_g @ w[g]`` by :meth:`_grouped`; with given (delayed) scales, each amax its casts
+        found goes to ``record(name, amax, scale)``: w's as ``name_w``, a's as ``name_a`` if given
+        (gate and up cast the same x: one of them names it)."""
+        if scale_a is None:
+            return self._grouped(a, None, w, None, offsets)
+        out, amax = self._grouped(a, scale_a, w, scale_w, offsets, amax=True)
+        record(name_w, amax[1], scale_w)
+        if name_a is not None:
+            record(name_a, amax[0], scale_a)
+        return out
+
     def extra_repr(self) -> str:
         name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731
         return (f"{super().extra_repr()}, recipe={self.recipe}, fp8={name(self.fp8_dtype)}, "
