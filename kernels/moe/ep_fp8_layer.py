@@ -131,7 +131,7 @@ class _Float8Owner:
             self.weight_scales = {n: layer._cast_scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
         if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
             x8, sx = row_bytes.unpack(rows, self.parts)
-            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype)
+            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype)[0]
                     for w in (gate, up))
         else:
             scale_x = layer._cast_scale("x", rows)   # gate and up share it, x's amax recorded once
