@@ -104,16 +104,18 @@ RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 :mod:`kernels.moe.grouped_gemm_mxfp8`'s (:mod:`.training`)."""
 PER_TENSOR = ("tensorwise", "delayed")
 """Recipes of one scale per tensor, which may be given (``scale``) rather than computed."""
-ROW_LOCAL = {"rowwise": "row", "blockwise": "block1x128", "mxfp8": "mx32"}
-"""Recipes whose token operand (the forward's x, :func:`tokens`; mxfp8's
-:func:`kernels.moe.grouped_gemm_mxfp8.quantize.tokens`) is scaled from each token's own
-elements only, and the granularity of :func:`kernels.gemm_fp8.quantize_ref.quantize_one` that
-states it: a token quantizes to the same bytes whichever rows surround it, so it may be
+TOKEN_GRANULARITY = {"tensorwise": "tensor", "delayed": "tensor", "rowwise": "row", "blockwise": "block1x128",
+                     "mxfp8": "mx32"}
+"""Each recipe's scale of a token operand (the forward's x and dgrad's dy, along C:
+:func:`tokens`; mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.quantize.tokens`) as a
+granularity of the dense fused op :func:`kernels.gemm_fp8.quantize` (and of
+:func:`kernels.gemm_fp8.quantize_ref.quantize_one`); for the per-tensor recipes and rowwise
+also dgrad's weight's (w as G·K rows, along N: :func:`dgrad_weight`)."""
+ROW_LOCAL = {recipe: granularity for recipe, granularity in TOKEN_GRANULARITY.items() if recipe not in PER_TENSOR}
+"""The recipes whose token operand is scaled from each token's own elements only, with its
+granularity: a token quantizes to the same bytes whichever rows surround it, so it may be
 quantized before it is sent (:mod:`kernels.moe.ep_fp8_layer`). The per-tensor recipes' scale
 depends on every row."""
-_DENSE = {"rowwise": "row", "tensorwise": "tensor", "delayed": "tensor"}
-"""The dense fused op's granularity (:func:`kernels.gemm_fp8.quantize`) that is a recipe's
-scale of a token operand (along C) and of dgrad's weight (w as G·K rows, along N)."""
 
 
 def check_recipe(recipe: str) -> None:
@@ -162,9 +164,9 @@ def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor |
     """The forward's x or dgrad's dy (T, C): (fp8 (T, C), scale (T,)), scaled along C;
     blockwise: scale (T, ceil(C/128)), per token and 128 of C. ``amax`` (a given scale):
     x's amax after them, found by the cast (:func:`kernels.gemm_fp8.quantize`)."""
+    q, scale, *found = quantize_fused(x.detach(), TOKEN_GRANULARITY[recipe], fp8, scale=scale, amax=amax)
     if recipe == "blockwise":
-        return quantize_fused(x.detach(), "block1x128", fp8)
-    q, scale, *found = quantize_fused(x.detach(), _DENSE[recipe], fp8, scale=scale, amax=amax)
+        return q, scale
     return q, scale.expand(x.shape[0], 1).reshape(x.shape[0]), *found   # (T, 1) or () to (T,)
 
 
@@ -208,7 +210,7 @@ def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Te
         q, scale = _expert_blocks(w, fp8, k_contiguous=False)
         return q.transpose(1, 2), scale.transpose(1, 2)
     g, k, n = w.shape   # w as G·K rows of N: row-wise along N is the dense op's "row"
-    q, scale = quantize_fused(w.detach().reshape(g * k, n), _DENSE[recipe], fp8, scale=scale)
+    q, scale = quantize_fused(w.detach().reshape(g * k, n), TOKEN_GRANULARITY[recipe], fp8, scale=scale)
     return q.view(g, k, n).transpose(1, 2), scale.expand(g * k, 1).reshape(g, k)
 
 
