@@ -3,7 +3,8 @@ float64 product of the operands each GEMM was given (dequantized), in both e4m3 
 every recipe and both gradient formats (e4m3, and e5m2 beside it: hybrid), at odd shapes with empty and one-row groups; the dW kernel on
 unaligned groups longer than a few tiles with NaN bytes in the padding; empty operands;
 bad inputs; launch count (one backward = two grouped launches); no host sync; ``amax=True``
-changing no output bit; a given scale validated once per call; the custom ops under opcheck and torch.compile without graph breaks.
+changing no output bit; a given scale validated once per call; the custom ops under opcheck
+and torch.compile without graph breaks.
 
 Each GEMM is judged on its own operands, as the harness judges FP8 rungs: quantization
 error belongs to the recipe, a kernel is charged for its accumulation and rounding.
