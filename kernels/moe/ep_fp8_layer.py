@@ -152,7 +152,9 @@ class _Float8Owner:
         and hidden's (the history's, or that amax's while it was empty) is the backward's."""
         for name, amaxes in self.amaxes.items():
             if amaxes:
-                self.scales[name] = record_parts(self.layer, name, amaxes)
+                scale = record_parts(self.layer, name, amaxes)
+                if name in self.scales:   # the weights' are weight_scales, taken before the first chunk
+                    self.scales[name] = scale
 
     def backward(self, rows, grad_y, g, u, h, offsets, gate, up, down, needs):
         """(d rows, d gate, d up, d down) as :func:`kernels.moe.ep_layer._experts_backward`
