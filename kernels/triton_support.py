@@ -64,7 +64,10 @@ def round_to_bf16(x):
     # interpreter's own conversion has nothing left to truncate.
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
     finite = tl.abs(x) < float("inf")
-    return tl.where(finite, rounded, x)
+    # A NaN whose payload lies in the dropped bits alone would truncate to +-inf: set
+    # the quiet bit, which bf16 keeps (torch's cast gives a NaN there too).
+    quiet = tl.where(x != x, (bits | 0x400000).to(tl.float32, bitcast=True), x)
+    return tl.where(finite, rounded, quiet)
 
 
 @triton.jit

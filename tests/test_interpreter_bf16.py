@@ -52,6 +52,8 @@ def test_interpreter_bf16_conversion_still_truncates_upstream():
 def test_hand_rounding_matches_torch_round_to_nearest_even():
     special = torch.tensor([float("inf"), -float("inf"), float("nan"), 3.4e38, -3.4e38, 0.0, -0.0,
                             1.0 + 2**-8, 1.0 + 3 * 2**-8, 1.5e-38, -2.0**-126])
+    low_payload_nans = torch.tensor([0x7F800001, 0x7F80FFFF, -0x007FFFFF], dtype=torch.int32).view(torch.float32)
+    special = torch.cat([special, low_payload_nans])   # NaNs a truncation would turn into +-inf
     x = torch.cat([torch.randn(1024 - len(special)) * 100, special])  # no subnormals: see triton_support
     ours, torchs = _convert(x, fix=True), x.bfloat16()
     assert torch.equal(ours.isnan(), torchs.isnan())

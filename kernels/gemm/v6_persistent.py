@@ -63,10 +63,13 @@ Limits:
     the tuner and starts from the untimed prior, :func:`config`); ``NUM_PROGS``
     changes the program count and ``FIXUP=False`` skips the combine pass (a
     deliberately broken variant for tests). The second epilogue (a split's fp32
-    partial tile) costs registers: no 256x256 tile survives the ahead-of-time prune
-    on gfx942 or gfx950. (v5 held 256x256x64 at 4 warps without VGPR spills, but
-    compiled as the JIT compiles it, with buffer loads, it spills 392 SGPRs there:
-    ``tests/test_gemm_tuning.py`` reports it.)
+    partial tile) costs registers: every 256x256 config spills VGPRs, so no 256x256
+    tile survives the ahead-of-time prune on gfx942 or gfx950. (v5, without that
+    epilogue, holds 256x256x64 at 4 warps in its VGPRs and AGPRs, but at bf16 on gfx942,
+    which has no fp32 -> bf16 instruction, the store's software rounding makes one NaN
+    check per element, ``v_cmp_o_f32``, each a lane mask in an SGPR pair, and the
+    compiler spills those masks into VGPR lanes; fp16, and gfx950's
+    ``v_cvt_pk_bf16_f32``, compile without spills: ``tests/test_gemm_tuning.py``.)
 """
 from __future__ import annotations
 
