@@ -22,7 +22,9 @@ Float8MoE's error against float64 (blockwise's weight gradients all three: its w
 Delayed scaling starts from the single-process layer's histories after one step, sent to
 every rank (in its first step each rank would take its own current amaxes,
 :mod:`kernels.moe.ep_fp8_layer`): its forward is then the single-process layer's, and after
-the step, synced, every rank holds the single-process layer's histories. Its gradients
+the step, synced, every rank holds the single-process layer's histories, bit for bit: the
+amaxes its fused casts found, as Float8MoE's (no torch pass reads an owner's rows, SwiGLU
+output or weights for an amax: :class:`fp8_quantizations.TorchCalls`). Its gradients
 are not: the output gradient's per-tensor scale is over an owner's rows, so they are held
 to the FP8 layer's own accuracy against a float64 reference instead. The capacity cases
 run forward and backward under the host-sync trap (the dropless one reads the host once,
@@ -57,6 +59,7 @@ from workbench.check import relative_error
 from workbench.harness.tolerances import reassociation_bound
 from workbench.train.flops import fp8_step_flops
 
+from fp8_quantizations import TorchCalls, amax_passes
 from host_sync import counted_host_reads, no_host_sync
 from test_ep_moe import _grads
 
@@ -97,12 +100,12 @@ def _histories(layer) -> torch.Tensor:
     return torch.stack([getattr(layer, PREFIX + name) for name in FP8_TENSORS])
 
 
-def _converted(layer, recipe):
+def _converted(layer, recipe, fp8_dispatch=None):
     """``layer`` in a Sequential converted by ``kernels.fp8.convert``, and the warnings it gave."""
     model = torch.nn.Sequential(layer)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        kernels.fp8.convert(model, recipe, fp8_dtype=FP8)
+        kernels.fp8.convert(model, recipe, fp8_dtype=FP8, fp8_dispatch=fp8_dispatch)
     return model, [str(w.message) for w in caught]
 
 
@@ -148,22 +151,23 @@ def _all_to_alls():
         dist.all_to_all_single = original
 
 
-def _converted_share(full, recipe):
-    """This rank's expert-parallel share of ``full`` with the case's chunks and capacity, converted."""
+def _converted_share(full, recipe, fp8_dispatch=None):
+    """This rank's expert-parallel share of ``full`` with the case's chunks and capacity, converted
+    (``fp8_dispatch`` as ``kernels.fp8.convert`` takes it)."""
     chunks, capacity = CASES[recipe]
     ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=chunks)
     ep.ep_capacity = capacity
-    model, caught = _converted(ep, recipe)
+    model, caught = _converted(ep, recipe, fp8_dispatch)
     return ep, model, caught
 
 
 def _forward(rank, full, xs, recipe, fp8_dispatch, dtype=torch.float32):
     """The forward of a row-local recipe's share of ``full`` in ``dtype``, with or without FP8
-    dispatch: (out, its all-to-alls)."""
-    _, model, _ = _converted_share(copy.deepcopy(full).to(dtype), recipe)
+    dispatch, set by ``convert``'s keyword: (out, its all-to-alls)."""
+    _, model, _ = _converted_share(copy.deepcopy(full).to(dtype), recipe, fp8_dispatch)
+    assert model[0].fp8_dispatch is fp8_dispatch
     with pytest.raises(TypeError, match="fp8_dispatch must be a bool"):
         model[0].fp8_dispatch = int(fp8_dispatch)
-    model[0].fp8_dispatch = fp8_dispatch
     with _all_to_alls() as sent, torch.no_grad():
         out = model(xs[rank].to(dtype))
     return out, sent
@@ -211,9 +215,15 @@ def _ep_case(rank, full, xs, gs, recipe, start):
     def keep(t):
         saved.append((t.dtype, tuple(t.shape)))
         return t
+    torch_calls = TorchCalls() if recipe == "delayed" else contextlib.nullcontext()
     with (reading as reads, _fp8_launches() as launches, poisoned_outputs(), _all_to_alls() as sent,
-          torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t)):
+          torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), torch_calls as seen):
         out, dx, g = _grads(model, xs[rank], gs[rank])
+    if recipe == "delayed":   # the amaxes its histories record are the fused casts': no torch pass
+        operands = {shape for _, shape in seen.calls if len(shape) == 2 and shape[1] in (DIM, HIDDEN)}
+        weights = {tuple(getattr(fp8, name).shape) for name in ("gate", "up", "down")}
+        if amax_passes(seen.calls, operands | weights):
+            problems.append(f"torch amax passes {amax_passes(seen.calls, operands | weights)}")
     fp8_rows = [DIM + SCALE_BYTES[recipe]] * chunks if recipe in ROW_LOCAL else []   # the owner keeps, per chunk
     if [shape[1] for dtype, shape in saved if dtype == torch.uint8] != fp8_rows:
         problems.append(f"saved {saved}")
@@ -313,7 +323,7 @@ def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
                     error = relative_error(got[key], want[key].double())[0]
                     assert error <= bound, (recipe, rank, key, error)
             if synced is not None:
-                torch.testing.assert_close(synced, after, rtol=1e-6, atol=0)
+                assert torch.equal(synced, after), (rank, synced, after)
     assert torch.equal(ranks[0][1]["delayed"][3], ranks[1][1]["delayed"][3])
     out_all, dx_all, g_all, _, _ = references["rowwise"]   # rowwise without FP8 dispatch: all at the bound
     for rank, (*_, (out, dx, grads)) in enumerate(ranks):
@@ -332,3 +342,18 @@ def test_from_ep_takes_only_the_expert_parallel_layer():
         Float8ExpertParallelMoE.from_ep(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K))
     with pytest.raises(TypeError, match="Float8ExpertParallelMoE.from_ep"):
         Float8MoE.from_moe(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])
+def test_convert_refuses_fp8_dispatch_under_a_per_tensor_recipe_before_swapping(recipe):
+    """``convert(..., fp8_dispatch=True)`` under a per-tensor recipe raises the property's error
+    (and a non-bool its TypeError) before any layer is swapped, whether or not the model holds
+    an expert-parallel layer (the two-rank test converts with the keyword and runs both settings)."""
+    model = torch.nn.Sequential(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), torch.nn.Linear(DIM, DIM))
+    with pytest.raises(ValueError, match=f"fp8_dispatch needs a recipe .*{recipe}' takes one scale per tensor"):
+        kernels.fp8.convert(model, recipe, fp8_dtype=FP8, fp8_dispatch=True)
+    with pytest.raises(TypeError, match="fp8_dispatch must be a bool, got int"):
+        kernels.fp8.convert(model, "rowwise", fp8_dtype=FP8, fp8_dispatch=1)
+    assert type(model[0]) is kernels.MoE and kernels.fp8.converted(model) == {}
+    kernels.fp8.convert(model, recipe, fp8_dtype=FP8, fp8_dispatch=False)   # the recipe's own setting
+    assert type(model[0]) is Float8MoE

@@ -54,6 +54,21 @@ def test_tensorwise_reads_twice_and_writes_no_transposed_copy():
     assert cost.quantize_ms == pytest.approx(3 * (t * k * (2 * 2 + 1) + 4) / (HBM * 1e12) * 1e3, rel=1e-12)
 
 
+def test_delayed_casts_x_and_w_once_with_their_known_scale_and_dy_twice():
+    """x and w: bf16 read once, FP8 written, the given scale read, one fp32 tile maximum per
+    128 x 128 tile written and read back, the amax written; dy: current scaling's two reads."""
+    t, n, k = 300, 1000, 77
+
+    def cast(rows, cols):
+        return rows * cols * 3 + 4 + 2 * 4 * math.ceil(rows / 128) * math.ceil(cols / 128) + 4
+    cost = fp8_cost.step_cost("MI300X", "delayed", (t, n, k))
+    want = cast(t, k) + cast(n, k) + t * n * (2 * 2 + 1) + 4
+    assert cost.quantize_ms == pytest.approx(want / (HBM * 1e12) * 1e3, rel=1e-12)
+    for gpu in ("MI300X", "MI355X"):   # the cheapest quantization: it breaks even first, blockwise next
+        even = {r: fp8_cost.break_even(gpu, r) for r in ("delayed", "blockwise", "tensorwise")}
+        assert even["delayed"] <= even["blockwise"] < even["tensorwise"]
+
+
 @pytest.mark.parametrize("gpu,recipe", [("MI300X", "blockwise"), ("MI300X", "rowwise"),
                                         ("MI355X", "mxfp8"), ("MI355X", "tensorwise")])
 def test_break_even_is_where_the_sign_of_the_gain_flips(gpu, recipe):
@@ -110,7 +125,7 @@ def test_quantize_rows_count_bytes_per_element_by_hand():
 
 
 @pytest.mark.parametrize("call, complaint", [
-    (lambda: fp8_cost.step_cost("MI300X", "delayed", (8, 8, 8)), "recipe must be one of"),
+    (lambda: fp8_cost.step_cost("MI300X", "nvfp4", (8, 8, 8)), "recipe must be one of"),
     (lambda: fp8_cost.step_cost("MI300X", "rowwise", (8, 0, 8)), "three positive sizes"),
     (lambda: fp8_cost.step_cost("MI300X", "rowwise", (8, 8)), "three positive sizes"),
 ])

@@ -234,3 +234,8 @@ def test_bytes_moved_is_read_once_write_once():
         m * k * 4 + (m * (k // 128) + k * (m // 128)) * 4)
     assert bytes_moved((m, k), torch.bfloat16, "row") == m * k * 5 + m * 4   # the amax pass reads x again
     assert bytes_moved((m, k), torch.bfloat16, "mx32") == m * k * 3 + m * (k // 32)
+    # a given scale (delayed): x read once, the scale read, the cast's tile maxima written and reduced
+    assert bytes_moved((m, k), torch.bfloat16, "tensor", given_scale=True) == (
+        m * k * 3 + 4 + 2 * 4 * (m // 128) * (k // 128) + 4)
+    with pytest.raises(ValueError, match="a given scale is one per tensor"):
+        bytes_moved((m, k), torch.bfloat16, "row", given_scale=True)

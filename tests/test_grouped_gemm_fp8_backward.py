@@ -2,8 +2,9 @@
 float64 product of the operands each GEMM was given (dequantized), in both e4m3 formats,
 every recipe and both gradient formats (e4m3, and e5m2 beside it: hybrid), at odd shapes with empty and one-row groups; the dW kernel on
 unaligned groups longer than a few tiles with NaN bytes in the padding; empty operands;
-bad inputs; launch count (one backward = two grouped launches); no host sync; the custom
-ops under opcheck and torch.compile without graph breaks.
+bad inputs; launch count (one backward = two grouped launches); no host sync; ``amax=True``
+changing no output bit; a given scale validated once per call; the custom ops under opcheck
+and torch.compile without graph breaks.
 
 Each GEMM is judged on its own operands, as the harness judges FP8 rungs: quantization
 error belongs to the recipe, a kernel is charged for its accumulation and rounding.
@@ -80,6 +81,37 @@ def _history_scales(x, w, fp8):
     w's 1.5 times), so a GEMM that ignored them would quantize differently."""
     fmax = torch.finfo(fp8).max
     return 2 * x.abs().amax() / fmax, 1.5 * w.abs().amax() / fmax
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_forward_with_amax_is_the_plain_forward_and_finds_both_amaxes(dtype):
+    """``amax=True`` (delayed's record) changes no output bit, and its (2,) amaxes are bitwise
+    x's and w's ``abs().amax()``, found by the forward's casts."""
+    x, w, _, offsets = _problem(dtype=dtype)
+    scales = _history_scales(x.float(), w.float(), E4M3FN)
+    with poisoned_outputs():
+        plain = grouped_gemm_fp8_train(x, w, offsets, "delayed", E4M3FN, None, *scales)
+        y, found = grouped_gemm_fp8_train(x, w, offsets, "delayed", E4M3FN, None, *scales, amax=True)
+    want = torch.stack([x.abs().amax(), w.abs().amax()]).float()
+    assert torch.equal(y, plain) and torch.equal(found.view(torch.int32), want.view(torch.int32))
+
+
+def test_a_given_scale_is_validated_once_per_call(monkeypatch):
+    """``grouped_gemm_fp8_train``'s entry checks scale_x and scale_w; the operands its forward
+    and backward quantize with them (tokens, forward weight, dgrad weight, wgrad operand)
+    do not check them again."""
+    from kernels import validate
+    x, w, dy, offsets = _problem()
+    scales = _history_scales(x, w, E4M3FN)
+    checked, tensor = [], validate.tensor
+
+    def counted(name, t, *args, **kwargs):
+        if any(t is s for s in scales):   # not the GEMMs' scale operands, views of them
+            checked.append(name)
+        return tensor(name, t, *args, **kwargs)
+    monkeypatch.setattr(validate, "tensor", counted)
+    _run(x, w, dy, offsets, "delayed", E4M3FN, torch.float8_e5m2, scales)
+    assert checked == ["scale_x", "scale_w"]
 
 
 CASES = {"tensorwise-hybrid": ("tensorwise", True), "delayed-hybrid": ("delayed", True),

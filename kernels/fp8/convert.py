@@ -23,8 +23,8 @@ and both their gradients run in FP8 (the recipes of
 :data:`kernels.moe.grouped_gemm_fp8.quantize.RECIPES`, with the recipe's gradient format;
 another recipe leaves the experts in high precision, with a warning), the expert-parallel
 layer's dispatch in FP8 for the row-local recipes (rowwise, blockwise, mxfp8: each token
-quantized once by its sender; set the layer's ``fp8_dispatch = False`` for the activation
-dtype) and its other all-to-alls in the activation dtype, while the router is a Linear like any
+quantized once by its sender; ``convert(..., fp8_dispatch=False)`` or the layer's
+``fp8_dispatch = False`` for the activation dtype) and its other all-to-alls in the activation dtype, while the router is a Linear like any
 other, kept by ``"*router"`` unless you say otherwise. A subclass of either layer has no
 FP8 path and is left as it is, with a warning. Parameters are shared, not copied, so this
 can run before or after the optimizer is made, and before ``fully_shard``.
@@ -55,7 +55,8 @@ def _keeper(keep, linears: list[str]) -> Callable[[str, torch.nn.Module], bool]:
 
 def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
             keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None,
-            grad_format: str | None = None, amax_group=None) -> torch.nn.Module:
+            grad_format: str | None = None, amax_group=None,
+            fp8_dispatch: bool | None = None) -> torch.nn.Module:
     """Swap every Linear of ``model`` not kept in high precision for a :class:`Float8Linear`,
     and every ``kernels.MoE`` for a :class:`kernels.moe.fp8_layer.Float8MoE` (the
     expert-parallel layer for :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`).
@@ -72,19 +73,25 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     over ``amax_group`` (default: every rank; pass the data-parallel group, which must span
     an expert-parallel layer's group: its ranks hold different experts' histories) in one
     collective per training-mode forward, while ``torch.distributed`` is initialized
-    (:mod:`.amax_sync`).
+    (:mod:`.amax_sync`). ``fp8_dispatch``: whether the expert-parallel layers' tokens travel
+    to their owners in FP8 (:attr:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE.fp8_dispatch`),
+    default the recipe's (on for rowwise, blockwise and mxfp8, off for the per-tensor
+    recipes); True under a per-tensor recipe is refused before anything is swapped.
     """
     rec = _recipes.get(recipe)
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
     fp8_dtype = rec.element_format(fp8_dtype)
     grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)   # a format the recipe does not take: refused here
+    if fp8_dispatch is not None:
+        from ..moe.ep_fp8_layer import check_fp8_dispatch
+        check_fp8_dispatch(rec.name, fp8_dispatch)
     if isinstance(model, torch.nn.Linear):
         return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format), rec, amax_group)
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
     keep = _keeper(keep_high_precision, _outside_moe(model, linears))
-    model = _convert_moe(model, rec.name, keep, fp8_dtype, grad_dtype)
+    model = _convert_moe(model, rec.name, keep, fp8_dtype, grad_dtype, fp8_dispatch)
     for name in linears:
         module = model.get_submodule(name)
         if keep(name, module):
@@ -105,10 +112,12 @@ def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
     setattr(model.get_submodule(parent), child, module)
 
 
-def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtype) -> torch.nn.Module:
+def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtype,
+                 fp8_dispatch: bool | None) -> torch.nn.Module:
     """Swap each MoE layer not kept for its FP8 form (before the Linears: the router, a
-    submodule both layers share, is then swapped in the FP8 layer); returns the model, the
-    FP8 layer itself where the model is an MoE layer."""
+    submodule both layers share, is then swapped in the FP8 layer), the expert-parallel ones
+    with ``fp8_dispatch`` unless None; returns the model, the FP8 layer itself where the
+    model is an MoE layer."""
     from ..moe.ep_fp8_layer import Float8ExpertParallelMoE
     from ..moe.ep_layer import ExpertParallelMoE
     from ..moe.fp8_experts import Float8Experts
@@ -127,6 +136,8 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtyp
                           "precision", RuntimeWarning, stacklevel=3)
             continue
         fp8_layer = fp8_form[type(layer)](layer, recipe, fp8_dtype, grad_dtype)
+        if fp8_dispatch is not None and isinstance(fp8_layer, Float8ExpertParallelMoE):
+            fp8_layer.fp8_dispatch = fp8_dispatch
         if not name:
             return fp8_layer
         _swap(model, name, fp8_layer)

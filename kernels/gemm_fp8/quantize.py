@@ -141,6 +141,15 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     as the MX spec allows.
     """
     _check(x, granularity, fp8_dtype, transpose, scale, amax)
+    return quantize_checked(x, granularity, fp8_dtype, transpose=transpose, scale=scale, amax=amax)
+
+
+def quantize_checked(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
+                     transpose: bool = False, scale: torch.Tensor | None = None,
+                     amax: bool = False) -> tuple[torch.Tensor, ...]:
+    """:func:`quantize` on arguments its caller validated at its own public entry (the FP8
+    grouped GEMM's operands, :mod:`kernels.moe.grouped_gemm_fp8.quantize`, whose training op
+    checks x and a given scale once per call): the same op, results and custom op, no checks."""
     impl = _quantize_impl if eager.direct(x) else _quantize
     if scale is None:
         return tuple(impl(x, granularity, fp8_dtype, transpose))

@@ -279,16 +279,23 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
 
 
 def bytes_moved(shape: tuple[int, int], x_dtype: torch.dtype, granularity: str,
-                transpose: bool = False) -> float:
+                transpose: bool = False, given_scale: bool = False) -> float:
     """Minimum traffic of :func:`quantize`, the roofline's denominator: x read once (twice
     for ``tensor`` and ``row``, whose amax pass reads it again), q written once (and q_t), the
-    scales written. For bf16 x and a block granularity: 3 bytes per element, 4 with q_t."""
+    scales written. For bf16 x and a block granularity: 3 bytes per element, 4 with q_t.
+    ``given_scale`` (``tensor`` only: delayed scaling's cast, ``scale=`` and ``amax=True``):
+    no amax pass, so x read once; the scale read instead of written, and the cast's by-product,
+    one fp32 maximum per ``TILE`` x ``TILE`` tile, written and read back by the reduction that
+    writes the amax."""
+    if given_scale and granularity != "tensor":
+        raise ValueError(f"a given scale is one per tensor: granularity 'tensor', got {granularity!r}")
     m, k = shape
-    reads = 2 if granularity in ("tensor", "row") else 1
+    reads = 2 if granularity in ("tensor", "row") and not given_scale else 1
     copies = 2 if transpose else 1
     scale_bytes = 1 if granularity == "mx32" else 4
     scales = sum(math.prod(scale_shape(granularity, *s)) for s in ((m, k), (k, m))[:copies])
-    return float(m * k * (reads * x_dtype.itemsize + copies) + scales * scale_bytes)
+    tile_maxima = 2 * 4 * cdiv(m, TILE) * cdiv(k, TILE) + 4 if given_scale else 0
+    return float(m * k * (reads * x_dtype.itemsize + copies) + scales * scale_bytes + tile_maxima)
 
 
 def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,

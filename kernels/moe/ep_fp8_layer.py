@@ -12,7 +12,8 @@ the output gradients in ``grad_fp8_dtype``): six launches, no forward GEMM, no h
 of its own, so with ``ep_capacity`` the layer still reads nothing on the host.
 
 FP8 dispatch (``fp8_dispatch``, default True for the row-local recipes rowwise, blockwise
-and mxfp8, :data:`kernels.moe.grouped_gemm_fp8.quantize.ROW_LOCAL`), as DeepSeek-V3 does
+and mxfp8, :data:`kernels.moe.grouped_gemm_fp8.quantize.ROW_LOCAL`; ``kernels.fp8.convert``'s
+keyword of that name sets it), as DeepSeek-V3 does
 (arXiv 2412.19437, section 3.3: activations quantized to FP8 before the dispatch, the
 combine in BF16): each rank quantizes its T tokens once, before the k-fold gather of their
 slots, with the recipe's own token quantizer (one scale per token, per 128 elements, or an
@@ -57,8 +58,11 @@ the local experts' weights and of the owner's output gradients. Delayed keeps th
 histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS`): of its owner's rows and SwiGLU
 outputs and of its local experts' weights, which the amax sync's MAX all-reduce (over the
 data-parallel group, which must span the expert-parallel one) turns into the amaxes over
-all ranks, the single-process layer's. From equal histories the forward is the
-single-process layer's; the output gradients take current per-tensor scales over the
+all ranks, the single-process layer's. What enters them is what ``Float8MoE`` records, the amaxes the
+forward's fused casts with the given scales find (``grouped_gemm_fp8_train(..., amax=True)``:
+no torch pass reads the rows, SwiGLU's output or a weight for its amax), so after the sync
+the histories are the single-process layer's bit for bit (tested). From equal histories the
+forward is the single-process layer's; the output gradients take current per-tensor scales over the
 owner's rows, so the gradients differ from it by FP8 rounding (tested: within twice its error
 against float64). In
 its first step (empty histories) each rank takes its own current amaxes. A forward
@@ -71,10 +75,10 @@ import torch
 import torch.nn.functional as F
 
 from ..comm import row_bytes
-from ..fp8.recipes.delayed import delayed_scale, record_amax
+from ..fp8.recipes.delayed import record_parts
 from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
-from .fp8_experts import Float8Experts
+from .fp8_experts import FP8_TENSORS, Float8Experts
 from .grouped_gemm_fp8.quantize import ROW_LOCAL
 from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_operand
 from .layer_ladder.slot_sum import slot_sum
@@ -89,12 +93,13 @@ def _zero_padding(t: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
 class _Float8Owner:
     """One forward's expert computation at this owner in FP8 (the two methods of
     :class:`kernels.moe.ep_layer.V3Experts`), and under delayed scaling the scales it took:
-    the weights' once, the rows' and SwiGLU output's per chunk, merged by :meth:`record`."""
+    the weights' once, the rows' and SwiGLU output's per chunk, and the amaxes the chunks'
+    fused casts found, which :meth:`record` enters in the histories once per forward."""
 
     def __init__(self, layer: "Float8ExpertParallelMoE"):
         self.layer, self.padded = layer, layer.ep_capacity is not None
         self.weight_scales: dict | None = None
-        self.amaxes: dict[str, list] = {"x": [], "hidden": []}
+        self.amaxes: dict[str, list] = {name: [] for name in FP8_TENSORS}   # per chunk
         self.scales: dict = {"x": None, "hidden": None}   # the backward's, for all chunks' rows
         self.fp8_dispatch = layer.fp8_dispatch
         self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
@@ -113,43 +118,43 @@ class _Float8Owner:
         float32, then to x's dtype (what the backward's wgrad operand quantizes again)."""
         return dequantize(*row_bytes.unpack(rows, self.parts), ROW_LOCAL[self.layer.recipe], self.dtype)
 
-    def _chunk_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
-        if self.layer.recipe != "delayed":
-            return None
-        scale, amax = delayed_scale(self.layer, name, t)
+    def _found(self, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
+        """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the amax its cast found, kept for
+        :meth:`record` (the scale is this forward's, known here already)."""
         self.amaxes[name].append(amax)
-        return scale
 
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
         empty unless ``save``."""
         layer = self.layer
-        if self.weight_scales is None:   # one history entry per weight and forward
-            self.weight_scales = {n: layer._scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
+        if self.weight_scales is None:   # one scale per weight and forward
+            self.weight_scales = {n: layer._cast_scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
         if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
             x8, sx = row_bytes.unpack(rows, self.parts)
-            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype)
+            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype)[0]
                     for w in (gate, up))
         else:
-            scale_x = self._chunk_scale("x", rows)
-            g = layer._grouped(rows, scale_x, gate, self.weight_scales["gate"], offsets)
-            u = layer._grouped(rows, scale_x, up, self.weight_scales["up"], offsets)
+            scale_x = layer._cast_scale("x", rows)   # gate and up share it, x's amax recorded once
+            g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x")
+            u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up")
         if self.padded:
             g, u = _zero_padding(g, offsets), _zero_padding(u, offsets)
         h = F.silu(g) * u
-        y = layer._grouped(h, self._chunk_scale("hidden", h), down, self.weight_scales["down"], offsets)
+        y = layer._mm(h, layer._cast_scale("hidden", h), down, self.weight_scales["down"], offsets, self._found,
+                      "down", "hidden")
         if not save:
             g = u = h.new_zeros((0, g.shape[1]))
         return y, g, u, h
 
     def record(self) -> None:
-        """After the last chunk (delayed): each of x and hidden enters its history once, with
-        the largest amax of the chunks, and that amax's scale is the backward's."""
+        """After the last chunk (delayed): each tensor enters its history once, with the largest
+        amax the chunks' casts found (a weight's is the same in every chunk); the scale of x's
+        and hidden's (the history's, or that amax's while it was empty) is the backward's."""
         for name, amaxes in self.amaxes.items():
             if amaxes:
-                scale, amax = delayed_scale(self.layer, name, torch.stack(amaxes))
-                record_amax(self.layer, name, amax, scale)
-                self.scales[name] = scale
+                scale = record_parts(self.layer, name, amaxes)
+                if name in self.scales:   # the weights' are weight_scales, taken before the first chunk
+                    self.scales[name] = scale
 
     def backward(self, rows, grad_y, g, u, h, offsets, gate, up, down, needs):
         """(d rows, d gate, d up, d down) as :func:`kernels.moe.ep_layer._experts_backward`
@@ -172,6 +177,18 @@ class _Float8Owner:
         dx_gate, dgate = grads(rows, gate, dg, "gate", needs[0], self.scales["x"])
         dx_up, dup = grads(rows, up, du, "up", needs[1], self.scales["x"])
         return slot_sum(dx_gate, 1, dx_up), dgate, dup, ddown
+
+
+def check_fp8_dispatch(recipe: str, value: bool) -> None:
+    """``fp8_dispatch`` = ``value`` is legal under ``recipe``: a bool, True only for a row-local
+    recipe (the property's setter and :func:`kernels.fp8.convert`'s keyword, before it swaps
+    anything)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"fp8_dispatch must be a bool, got {type(value).__name__}")
+    if value and recipe not in ROW_LOCAL:
+        raise ValueError(f"fp8_dispatch needs a recipe that scales each token on its own "
+                         f"({', '.join(ROW_LOCAL)}); {recipe!r} takes one scale per tensor, "
+                         "so its rows travel in the activation dtype")
 
 
 class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
@@ -201,12 +218,7 @@ class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
 
     @fp8_dispatch.setter
     def fp8_dispatch(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise TypeError(f"fp8_dispatch must be a bool, got {type(value).__name__}")
-        if value and self.recipe not in ROW_LOCAL:
-            raise ValueError(f"fp8_dispatch needs a recipe that scales each token on its own "
-                             f"({', '.join(ROW_LOCAL)}); {self.recipe!r} takes one scale per tensor, "
-                             "so its rows travel in the activation dtype")
+        check_fp8_dispatch(self.recipe, value)
         self._fp8_dispatch = value
 
     def extra_repr(self) -> str:

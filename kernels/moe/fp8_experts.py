@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..fp8 import recipe as fp8_recipes
-from ..fp8.recipes.delayed import cast_scale, history_scale, history_state
+from ..fp8.recipes.delayed import cast_scale, history_state
 from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
 
@@ -52,10 +52,6 @@ class Float8Experts:
                 new.register_buffer(name, buffer)
         return new
 
-    def _scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
-        """``t``'s delayed scale (recording its amax), None under another recipe."""
-        return history_scale(self, name, t) if self.recipe == "delayed" else None
-
     def _cast_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
         """``t``'s delayed scale for a fused cast that returns the amax to record (``t`` read only
         while its history is empty), None under another recipe."""
@@ -66,6 +62,18 @@ class Float8Experts:
         (``amax``: and the amaxes of a and w its casts found, (2,))."""
         return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, self.grad_fp8_dtype,
                                       scale_a, scale_w, check_offsets=False, amax=amax)
+
+    def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None) -> torch.Tensor:
+        """``a_g @ w[g]`` by :meth:`_grouped`; with given (delayed) scales, each amax its casts
+        found goes to ``record(name, amax, scale)``: w's as ``name_w``, a's as ``name_a`` if given
+        (gate and up cast the same x: one of them names it)."""
+        if scale_a is None:
+            return self._grouped(a, None, w, None, offsets)
+        out, amax = self._grouped(a, scale_a, w, scale_w, offsets, amax=True)
+        record(name_w, amax[1], scale_w)
+        if name_a is not None:
+            record(name_a, amax[0], scale_a)
+        return out
 
     def extra_repr(self) -> str:
         name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731

@@ -20,7 +20,8 @@ down's from down's: ``grouped_gemm_fp8_train(..., amax=True)``), so no torch pas
 operand for its amax; those buffers are in ``state_dict``,
 counted by :func:`kernels.fp8.warn_saturation` and all-reduced across ranks with the
 Linears' (:mod:`kernels.fp8.amax_sync`). What it shares with the expert-parallel FP8
-layer (construction, the GEMM call, the histories) is :mod:`.fp8_experts`.
+layer (construction, the GEMM call, the histories and their cast-time scales) is
+:mod:`.fp8_experts`; that layer records the same amaxes, its chunks' largest once a step.
 
 What stays in high precision: the router (its logits in float32 unless ``convert`` was
 told to make it FP8 too), the routing weights and the weighted sum over a token's
@@ -28,6 +29,8 @@ experts (float32, in :func:`kernels.moe.unpermute`), SwiGLU, and the shared expe
 (parameters that no Linear holds, run as the ``MoE`` layer runs them).
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -54,22 +57,13 @@ class Float8MoE(Float8Experts, MoE):
                             "(the expert-parallel layer's FP8 form: Float8ExpertParallelMoE.from_ep)")
         return cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
 
-    def _mm(self, a, scale_a, w, name_w: str, offsets, record_a: str | None = None) -> torch.Tensor:
-        """``a_g @ w[g]``; under delayed scaling w's scale from its history, and the amaxes the
-        forward's casts found recorded: w's, and a's as ``record_a`` if given."""
-        if scale_a is None:
-            return self._grouped(a, None, w, None, offsets)
-        scale_w = self._cast_scale(name_w, w)
-        out, amax = self._grouped(a, scale_a, w, scale_w, offsets, amax=True)
-        record_amax(self, name_w, amax[1], scale_w)
-        if record_a is not None:
-            record_amax(self, record_a, amax[0], scale_a)
-        return out
-
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
         x_sorted, offsets, permutation = permute(rows, ids, gate.shape[0], check_ids=False)
+        record = functools.partial(record_amax, self)   # each GEMM's amaxes enter the histories at once
         scale_x = self._cast_scale("x", x_sorted)    # once: gate and up share x (one history entry a step)
-        hidden = (F.silu(self._mm(x_sorted, scale_x, gate, "gate", offsets, record_a="x"))
-                  * self._mm(x_sorted, scale_x, up, "up", offsets))
-        out = self._mm(hidden, self._cast_scale("hidden", hidden), down, "down", offsets, record_a="hidden")
+        g = self._mm(x_sorted, scale_x, gate, self._cast_scale("gate", gate), offsets, record, "gate", "x")
+        u = self._mm(x_sorted, scale_x, up, self._cast_scale("up", up), offsets, record, "up")
+        hidden = F.silu(g) * u
+        out = self._mm(hidden, self._cast_scale("hidden", hidden), down, self._cast_scale("down", down), offsets,
+                       record, "down", "hidden")
         return unpermute(out, permutation, weights, check_permutation=False)

@@ -11,14 +11,18 @@ decides a recipe: from what GEMM size on does the FP8 step beat the bf16 one?
 Traffic comes from the package's own counts: :func:`kernels.gemm.spec.bytes_moved` (bf16
 GEMM), :func:`kernels.gemm_fp8.spec.bytes_moved` (FP8 operands, bf16 output) and
 :func:`kernels.gemm_fp8.quantize_kernel.bytes_moved` (the fused quantize, per granularity,
-with or without the transposed copy). What each recipe quantizes is :data:`QUANTIZED`.
+with or without the transposed copy, or with a given scale). What each recipe quantizes is
+:data:`QUANTIZED`, and which operands' scales it knows ahead :data:`GIVEN_SCALE`.
 
 What the model leaves out, so a GPU will differ: kernels reach their roof (no launch
 overhead, tails or latency), nothing overlaps, the blockwise GEMM's scaling VALU work per K
 step is free, scales cost no traffic in the GEMMs, and the quantize kernel's LDS transpose
-does not bind. Delayed scaling is not priced here yet, though its casts read x and w once
-(the scale is known ahead: ``quantize(..., scale=, amax=True)`` casts and finds the amax its
-history records in one pass; only dy takes the two passes of current scaling). The recipes in :mod:`kernels.fp8` today
+does not bind. Delayed scaling's casts of x and w read them once: the scale is known ahead,
+from the amax history, and ``quantize(..., scale=, amax=True)`` casts and finds the amax the
+history records in one pass (its tile maxima, one fp32 per 128 x 128 tile, and their
+reduction are charged; the amax launch that reads a tensor while its history is empty, in
+the first step, is not); dy takes the two passes of current scaling, as tensorwise's
+operands do. The recipes in :mod:`kernels.fp8` today
 quantize each backward operand again from the saved high-precision tensor instead of using
 the fused transposed copy, so they move more bytes than this model charges: it prices the
 fused design.
@@ -44,10 +48,15 @@ FP8 = torch.float8_e4m3fn             # one byte per element; which e4m3 does no
 # weight blocks (q_t is q.T, scales too) a transposed view serves.
 QUANTIZED = {
     "tensorwise": {"x": ("tensor", False), "w": ("tensor", False), "dy": ("tensor", False)},
+    "delayed": {"x": ("tensor", False), "w": ("tensor", False), "dy": ("tensor", False)},
     "rowwise": {"x": ("row", True), "w": ("row", True), "dy": ("row", True)},
     "blockwise": {"x": ("block1x128", True), "w": ("block128x128", False), "dy": ("block1x128", True)},
     "mxfp8": {"x": ("mx32", True), "w": ("mx32", True), "dy": ("mx32", True)},
 }
+GIVEN_SCALE = {"delayed": ("x", "w")}
+"""Per recipe, the operands cast with a scale known before they are read (delayed's, from the
+amax history; dy uses current scaling): no amax pass (:func:`kernels.gemm_fp8.quantize_kernel.bytes_moved`'s
+``given_scale``)."""
 NATIVE_MX_TARGETS = ("gfx950",)   # MXFP8 through tl.dot_scaled: FP8 MFMAs here, bf16 ones elsewhere
 
 
@@ -112,7 +121,8 @@ def operand_shapes(shape) -> dict[str, tuple[int, int]]:
 
 def quantize_traffic(recipe: str, shape) -> float:
     """Bytes the fused quantize kernel moves for x, w and dy of one step (bf16 in)."""
-    return sum(quantize_bytes(operand_shapes(shape)[name], HIGH, granularity, transpose)
+    given = GIVEN_SCALE.get(recipe, ())
+    return sum(quantize_bytes(operand_shapes(shape)[name], HIGH, granularity, transpose, name in given)
                for name, (granularity, transpose) in _quantized(recipe).items())
 
 

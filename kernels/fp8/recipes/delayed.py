@@ -22,8 +22,8 @@ them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count p
 tensor, in the order of the layer's ``fp8_tensors`` (x, w for a Linear;
 :class:`kernels.moe.fp8_layer.Float8MoE` keeps one per operand of its three grouped
 GEMMs through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same
-rule; the expert-parallel layer still finds its amaxes by a torch pass, :func:`delayed_scale`
-and :func:`history_scale`). Under
+rule; the expert-parallel layer, which casts in chunks, records the largest of its chunks'
+amaxes once a step, :func:`record_parts`). Under
 ``torch.distributed`` the ranks share them: one MAX all-reduce of every layer's histories
 per training step (:mod:`kernels.fp8.amax_sync`, installed by ``convert``). A layer updates them in training mode only; the first step (an empty history)
 takes the current amax. The output gradient dy uses current scaling: its amax is known
@@ -56,24 +56,11 @@ def saturates_above(fmax: float) -> float:
     return fmax + 2.0 ** (math.floor(math.log2(fmax)) - 4)
 
 
-def _amax(t: torch.Tensor) -> torch.Tensor:
-    return t.abs().amax().float() if t.numel() else t.new_zeros((), dtype=torch.float32)
-
-
 def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
     """The buffers of a layer whose ``tensors`` take delayed scales: an empty amax history
     each and one saturation count each (``fp8_saturated``, in ``tensors``' order)."""
     return {**{PREFIX + name: torch.zeros(HISTORY, device=device) for name in tensors},
             "fp8_saturated": torch.zeros(len(tensors), dtype=torch.int64, device=device)}
-
-
-@torch.no_grad()
-def delayed_scale(layer, name: str, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the delayed scale of ``t``, ``t``'s amax), recording nothing: for a layer that sees a
-    tensor in parts (the expert-parallel layer's chunks) and records their largest amax once
-    per step (:func:`record_amax`)."""
-    amax = _amax(t.detach())
-    return _scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max), amax
 
 
 @torch.no_grad()
@@ -97,11 +84,14 @@ def record_amax(layer, name: str, amax: torch.Tensor, scale: torch.Tensor) -> No
         history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
 
 
-def history_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
-    """The delayed scale of ``t``, the tensor ``name`` of ``layer.fp8_tensors``, in
-    ``layer.fp8_dtype``; in training mode its amax enters the history and a saturating
-    scale is counted."""
-    scale, amax = delayed_scale(layer, name, t)
+@torch.no_grad()
+def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
+    """For a layer that casts a tensor in parts (the expert-parallel layer's chunks), each with
+    :func:`cast_scale`'s scale of its part: the largest of the ``amaxes`` the parts' casts found
+    enters the history of ``name`` once a step (:func:`record_amax`), and the whole tensor's
+    scale is returned: the history's, or while it was empty that amax's."""
+    amax = torch.stack(amaxes).amax()
+    scale = _scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max)
     record_amax(layer, name, amax, scale)
     return scale
 

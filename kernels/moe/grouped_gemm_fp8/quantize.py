@@ -26,7 +26,13 @@ own (current scaling), as the dense delayed recipe does.
 
 Every function takes the FP8 format to write: e4m3 for x and w, and for the output
 gradient dy e4m3 too or, in the hybrid format, the e5m2 of the same family
-(:data:`kernels.gemm_fp8.formats.E5M2_OF`; the kernels multiply e4m3 by e5m2).
+(:data:`kernels.gemm_fp8.formats.E5M2_OF`; the kernels multiply e4m3 by e5m2). The
+operand builders (:func:`tokens`, :func:`forward_weight`, :func:`dgrad_weight`,
+:func:`wgrad_operand`) take arguments their caller checked: the training op
+(:func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`) validates x, w, the offsets and
+a given scale once, at its entry, and they call the dense op's unchecked form
+(:func:`kernels.gemm_fp8.quantize.quantize_checked`); :func:`quantize_groups` is this module's
+checked entry.
 
 Each operand is written in the layout its GEMM reads fastest: the reduction dimension
 contiguous, as FP8 matrix cores take both operands (w (G, N, K)-contiguous for the
@@ -94,7 +100,7 @@ import torch.nn.functional as F
 from ... import eager, validate
 from ...gemm_fp8.formats import OPERAND_DTYPES
 from ...gemm_fp8.operands import SCALE_K
-from ...gemm_fp8.quantize import X_DTYPES, check_scale, quantize as quantize_fused
+from ...gemm_fp8.quantize import X_DTYPES, check_scale, quantize as quantize_fused, quantize_checked
 from ...triton_support import cdiv
 from . import quantize_kernel
 from .dw import ALIGN
@@ -104,16 +110,18 @@ RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 :mod:`kernels.moe.grouped_gemm_mxfp8`'s (:mod:`.training`)."""
 PER_TENSOR = ("tensorwise", "delayed")
 """Recipes of one scale per tensor, which may be given (``scale``) rather than computed."""
-ROW_LOCAL = {"rowwise": "row", "blockwise": "block1x128", "mxfp8": "mx32"}
-"""Recipes whose token operand (the forward's x, :func:`tokens`; mxfp8's
-:func:`kernels.moe.grouped_gemm_mxfp8.quantize.tokens`) is scaled from each token's own
-elements only, and the granularity of :func:`kernels.gemm_fp8.quantize_ref.quantize_one` that
-states it: a token quantizes to the same bytes whichever rows surround it, so it may be
+TOKEN_GRANULARITY = {"tensorwise": "tensor", "delayed": "tensor", "rowwise": "row", "blockwise": "block1x128",
+                     "mxfp8": "mx32"}
+"""Each recipe's scale of a token operand (the forward's x and dgrad's dy, along C:
+:func:`tokens`; mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.quantize.tokens`) as a
+granularity of the dense fused op :func:`kernels.gemm_fp8.quantize` (and of
+:func:`kernels.gemm_fp8.quantize_ref.quantize_one`); for the per-tensor recipes and rowwise
+also dgrad's weight's (w as G·K rows, along N: :func:`dgrad_weight`)."""
+ROW_LOCAL = {recipe: granularity for recipe, granularity in TOKEN_GRANULARITY.items() if recipe not in PER_TENSOR}
+"""The recipes whose token operand is scaled from each token's own elements only, with its
+granularity: a token quantizes to the same bytes whichever rows surround it, so it may be
 quantized before it is sent (:mod:`kernels.moe.ep_fp8_layer`). The per-tensor recipes' scale
 depends on every row."""
-_DENSE = {"rowwise": "row", "tensorwise": "tensor", "delayed": "tensor"}
-"""The dense fused op's granularity (:func:`kernels.gemm_fp8.quantize`) that is a recipe's
-scale of a token operand (along C) and of dgrad's weight (w as G·K rows, along N)."""
 
 
 def check_recipe(recipe: str) -> None:
@@ -145,13 +153,13 @@ def _(t, offsets, fp8, scale=None, per_tensor=False, amax=False):
 def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, scale: torch.Tensor | None = None,
              per_tensor: bool = False, amax: bool = False) -> tuple[torch.Tensor, ...]:
     """The grouped kernels on t (B, T, C), through the custom op wherever anything traces:
-    (q (B, C, R), scale (B, G, C); per-tensor: 0-d, the given one if given; with a given
-    scale and ``amax``, t's amax after them, found by the cast)."""
+    (q (B, C, R), scale (B, G, C); per-tensor: 0-d, the given one if given, checked by the
+    caller's public entry; with a given scale and ``amax``, t's amax after them, found by the
+    cast)."""
     t = t.detach()
     impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
     if scale is None:
         return tuple(impl(t, offsets, fp8, None, per_tensor))
-    check_scale("scale", scale, t)
     scale = scale.reshape(())
     q, *found = impl(t, offsets, fp8, scale, True, amax)
     return (q, scale, *found)
@@ -162,9 +170,9 @@ def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor |
     """The forward's x or dgrad's dy (T, C): (fp8 (T, C), scale (T,)), scaled along C;
     blockwise: scale (T, ceil(C/128)), per token and 128 of C. ``amax`` (a given scale):
     x's amax after them, found by the cast (:func:`kernels.gemm_fp8.quantize`)."""
+    q, scale, *found = quantize_checked(x.detach(), TOKEN_GRANULARITY[recipe], fp8, scale=scale, amax=amax)
     if recipe == "blockwise":
-        return quantize_fused(x.detach(), "block1x128", fp8)
-    q, scale, *found = quantize_fused(x.detach(), _DENSE[recipe], fp8, scale=scale, amax=amax)
+        return q, scale
     return q, scale.expand(x.shape[0], 1).reshape(x.shape[0]), *found   # (T, 1) or () to (T,)
 
 
@@ -208,7 +216,7 @@ def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Te
         q, scale = _expert_blocks(w, fp8, k_contiguous=False)
         return q.transpose(1, 2), scale.transpose(1, 2)
     g, k, n = w.shape   # w as G·K rows of N: row-wise along N is the dense op's "row"
-    q, scale = quantize_fused(w.detach().reshape(g * k, n), _DENSE[recipe], fp8, scale=scale)
+    q, scale = quantize_checked(w.detach().reshape(g * k, n), TOKEN_GRANULARITY[recipe], fp8, scale=scale)
     return q.view(g, k, n).transpose(1, 2), scale.expand(g * k, 1).reshape(g, k)
 
 
@@ -236,6 +244,13 @@ def quantize_groups(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, sc
         raise TypeError(f"fp8 must be one of {OPERAND_DTYPES}, got {fp8}")
     if t.shape[0] and not offsets.shape[0]:
         raise ValueError(f"t has {t.shape[0]} tokens but offsets no groups to put them in")
+    if scale is not None:
+        check_scale("scale", scale, t)
+    return _groups(t, offsets, fp8, scale, per_tensor)
+
+
+def _groups(t, offsets, fp8, scale, per_tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`quantize_groups` on checked arguments."""
     q, scale = _grouped(t[None], offsets, fp8, scale, per_tensor)
     return q[0], scale if scale.dim() == 0 else scale[0]
 
@@ -252,5 +267,5 @@ def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torc
         padded = F.pad(t.detach(), (0, 0, 0, cdiv(rows, ALIGN) * ALIGN - rows))
         q, scale = quantize_fused(padded.t(), "block1x128", fp8)    # (C, R), (C, R/128)
         return q, scale.t().contiguous()   # feature-contiguous: a tile's scales load as vectors
-    q, scale = quantize_groups(t, offsets, fp8, scale, per_tensor=recipe in PER_TENSOR)
+    q, scale = _groups(t, offsets, fp8, scale, recipe in PER_TENSOR)
     return q, scale.expand(offsets.shape[0], cols)

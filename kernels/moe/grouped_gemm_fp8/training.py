@@ -108,38 +108,35 @@ def _mx():
     return training
 
 
-def token_operand(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale_x: torch.Tensor | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def token_operand(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale_x: torch.Tensor | None = None,
+                  amax: bool = False) -> tuple[torch.Tensor, ...]:
     """The forward's x (T, K) as ``recipe`` quantizes it: (fp8, scales) (:func:`.quantize.tokens`,
-    mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.quantize.tokens`)."""
+    mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.quantize.tokens`); ``amax`` (a given
+    ``scale_x``): and x's amax, found by the cast."""
     if recipe == "mxfp8":
         return _mx().quantize.tokens(x, fp8)
-    return quantize.tokens(x, recipe, fp8, scale_x)
+    return quantize.tokens(x, recipe, fp8, scale_x, amax)
 
 
 def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
                        recipe: str, fp8: torch.dtype, out_dtype: torch.dtype,
-                       scale_w: torch.Tensor | None = None) -> torch.Tensor:
-    """``x_g @ w[g]`` in ``out_dtype`` from x already quantized by :func:`token_operand`: w
-    quantized for the forward, one grouped launch; unchecked (the expert-parallel layer's
-    owners, :mod:`kernels.moe.ep_fp8_layer`, receive x quantized by its sender)."""
+                       scale_w: torch.Tensor | None = None, amax: bool = False) -> tuple[torch.Tensor, ...]:
+    """``(y,)``, y = ``x_g @ w[g]`` in ``out_dtype``, from x already quantized by
+    :func:`token_operand`: w quantized for the forward, one grouped launch; ``amax`` (a given
+    ``scale_w``): ``(y, w's amax)``, found by the cast. Unchecked (the expert-parallel layer's owners,
+    :mod:`kernels.moe.ep_fp8_layer`, receive x quantized by its sender)."""
     if recipe == "mxfp8":
-        return _mx().forward(x8, sx, w, offsets, fp8, out_dtype)
-    w8, sw = quantize.forward_weight(w, recipe, fp8, scale_w)
-    return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, out_dtype)
+        return (_mx().forward(x8, sx, w, offsets, fp8, out_dtype),)
+    w8, sw, *found = quantize.forward_weight(w, recipe, fp8, scale_w, amax)
+    return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, out_dtype), *found
 
 
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
                 scale_w: torch.Tensor | None, amax: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    if not amax:
-        x8, sx = token_operand(x, recipe, fp8_dtype, scale_x)
-        return (forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w),
-                x.new_empty(0, dtype=torch.float32))
-    x8, sx, amax_x = quantize.tokens(x, recipe, fp8_dtype, scale_x, amax=True)
-    w8, sw, amax_w = quantize.forward_weight(w, recipe, fp8_dtype, scale_w, amax=True)
-    y = _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, x.dtype)
-    return y, torch.stack([amax_x, amax_w])
+    x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax)
+    y, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax)
+    return y, torch.stack(found_x + found_w) if amax else x.new_empty(0, dtype=torch.float32)
 
 
 _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl, mutates_args=())
