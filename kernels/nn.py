@@ -2,7 +2,8 @@
 
 A subclass, so parameters, initialization, ``state_dict`` keys and ``repr`` are
 torch's own and a checkpoint loads either way; only ``forward`` differs. The bias is
-added by a separate PyTorch op (not fused into the GEMM epilogue), in the product's
+added by a separate PyTorch op (not fused into the GEMM epilogue; on an eager call in place
+into the GEMM's output, inside one autograd node, :mod:`kernels.gemm.linear`), in the product's
 dtype: under ``torch.autocast`` the GEMM runs in the autocast dtype
 (:mod:`kernels.autocast`) and the result is in it, as ``nn.Linear``'s is.
 """
@@ -10,18 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from .gemm.ops import matmul
+from .gemm.linear import linear
 
 
 class Linear(torch.nn.Linear):
     """``y = x @ weight.T + bias`` with ``weight`` stored (out_features, in_features)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = self.bias   # a module attribute is a Python __getattr__ call: read once
-        y = matmul(x, self.weight.t())
-        if bias is None:
-            return y
-        return y + (bias if bias.dtype == y.dtype else bias.to(y.dtype))
+        return linear(x, self.weight, self.bias)
 
     @classmethod
     def from_torch(cls, linear: torch.nn.Linear) -> "Linear":

@@ -106,16 +106,16 @@ class Checked:
     rung it picks, bound on the first eager call (:meth:`bind`), not when the checks run: a
     traced or fake call passes the same checks and must not run, nor tune, a rung."""
 
-    run: Callable | None = None
-
     def bind(self, *inputs) -> Callable:
         """The call that computes the op eagerly on inputs of this metadata."""
         raise NotImplementedError
 
     def call(self, *inputs):
-        if self.run is None:
-            self.run = self.bind(*inputs)
-        return self.run(*inputs)
+        """The op on ``inputs``. The first call binds it and keeps the bound call as this
+        instance's ``call``, which from then on shadows this method: a later call goes straight
+        to the rung's plan, without a Python frame of its own here."""
+        self.call = self.bind(*inputs)
+        return self.call(*inputs)
 
 
 def invalidate() -> None:

@@ -108,22 +108,21 @@ def test_a_batch_of_no_sequences_gives_an_empty_result():
 
 
 class _Counted:
-    """A kernel that counts its launches (``kernel[grid](...)``)."""
+    """Counts a kernel's launches: its ``run``, which ``kernel[grid](...)`` calls and a launch
+    plan calls itself (kernels.triton_support.run_kwargs)."""
 
-    def __init__(self, kernel):
-        self.kernel, self.launches = kernel, 0
+    def __init__(self, kernel, monkeypatch):
+        self.run, self.launches = kernel.run, 0
+        monkeypatch.setitem(kernel.__dict__, "run", self)   # shadows the class's run; undone, it is gone
 
-    def __getitem__(self, grid):
+    def __call__(self, *args, **kwargs):
         self.launches += 1
-        return self.kernel[grid]
+        return self.run(*args, **kwargs)
 
 
 @pytest.mark.parametrize("lengths", [[9, 4], [1, 3, 0, 2, 5, 1, 1, 4, 2, 1, 3, 6]], ids=["2 seqs", "12 seqs"])
 def test_one_launch_per_kernel_whatever_the_sequence_count(monkeypatch, lengths):
-    counted = {}
-    for module, name in KERNELS:
-        counted[name] = _Counted(getattr(module, name))
-        monkeypatch.setattr(module, name, counted[name])
+    counted = {name: _Counted(getattr(module, name), monkeypatch) for module, name in KERNELS}
     q, k, v, cu_q, cu_k = _packed(lengths, lengths)
     q.requires_grad_()
     out = kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, max(lengths), max(lengths), causal=True)
@@ -213,3 +212,15 @@ def test_unchecked_offsets_past_the_tokens_are_clamped_into_them():
     assert torch.allclose(out.double(), expected, atol=1e-5)
     for leaf, ref in zip(leaves, ref_leaves):
         assert torch.allclose(leaf.grad.double(), ref.grad, atol=1e-5), (leaf.grad, ref.grad)
+
+
+def test_strided_offsets_give_what_contiguous_ones_give():
+    """Offsets that are a strided view are packed (copied) per call, contiguous ones passed as
+    they are: both kinds, each keeping its own plan, give the same rows."""
+    q, k, v, cu_q, cu_k = _packed([5, 3, 6], [4, 7, 2])
+    expected = kernels.flash_attention_varlen(q, k, v, cu_q, cu_k, 6, 7, causal=True)
+    spread = [torch.stack([cu, torch.full_like(cu, -1)], 1)[:, 0] for cu in (cu_q, cu_k)]
+    assert spread[0].stride() == (2,) and torch.equal(spread[0], cu_q)
+    for _ in range(2):   # the second call runs the kept plan
+        with poisoned_outputs():
+            assert torch.equal(kernels.flash_attention_varlen(q, k, v, *spread, 6, 7, causal=True), expected)

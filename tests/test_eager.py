@@ -15,6 +15,7 @@ import kernels
 from kernels import eager
 from kernels.attention import ops as attention_ops
 from kernels.gemm import ops as gemm_ops
+from kernels.gemm.linear import linear
 from kernels.gemm_fp8 import ops as fp8_ops
 from kernels.moe.grouped_gemm import ops as grouped_ops
 from kernels.moe.layer_ladder import fused_op
@@ -139,18 +140,45 @@ def test_a_call_that_needs_a_gradient_runs_the_ops_autograd_function(monkeypatch
     real = gemm_ops._matmul_2d
     monkeypatch.setattr(gemm_ops, "_matmul_2d", _refuse)
     y = layer(x)
-    assert type(y.grad_fn).__name__ == "AddBackward0" and not y._is_view()
+    # one node, the GEMM's with the weight's transpose and the bias add in it (kernels.gemm.linear)
+    assert type(y.grad_fn).__name__ == "_LinearBackward" and not y._is_view()
+    assert {type(f).__name__ for f, _ in y.grad_fn.next_functions} == {"AccumulateGrad"}
     y.relu_()   # in place on the output: allowed, the Function's output is not a view
     grad_y = torch.randn_like(y)
     y.backward(grad_y)
     monkeypatch.setattr(gemm_ops, "_matmul_2d", real)
-    x2, w2 = x.detach().requires_grad_(), layer.weight.detach().requires_grad_()
-    y2 = (real(x2.reshape(8, 3), w2.t()).reshape(2, 4, 5) + layer.bias.detach()).relu()
+    x2, w2, b2 = (t.detach().requires_grad_() for t in (x, layer.weight, layer.bias))
+    y2 = (real(x2.reshape(8, 3), w2.t()).reshape(2, 4, 5) + b2).relu()
     y2.backward(grad_y)
     assert torch.equal(y, y2)
     assert torch.equal(x.grad, x2.grad) and torch.equal(layer.weight.grad, w2.grad)
+    assert torch.equal(layer.bias.grad, b2.grad)
     expected = (x.detach().double() @ layer.weight.detach().double().t() + layer.bias.detach().double()).relu()
     torch.testing.assert_close(y.detach(), expected.float())
+
+
+@pytest.mark.parametrize("bias", ["none", "fp32", "fp64", "row"])
+def test_linear_computes_the_three_node_form(bias):
+    """kernels.gemm.linear, eager with and without gradients, against matmul(x, w.t()) + bias run
+    as three nodes: bitwise the same result and gradients. A bias of another dtype, or one that
+    broadcasts the result ("row", (1, N) with a 1-D x), takes the three-node form itself."""
+    x = torch.randn(7, requires_grad=True) if bias == "row" else torch.randn(2, 3, 7, requires_grad=True)
+    w = torch.randn(5, 7, requires_grad=True)
+    b = {"none": None, "fp32": torch.randn(5), "fp64": torch.randn(5, dtype=torch.float64),
+         "row": torch.randn(1, 5)}[bias]
+    b = None if b is None else b.requires_grad_()
+    y = linear(x, w, b)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+    x2, w2, *b2 = (t.detach().requires_grad_() for t in (x, w) + ((b,) if b is not None else ()))
+    with torch.no_grad():
+        assert torch.equal(linear(x2, w2, *b2), y)
+    y2 = kernels.matmul(x2, w2.t())
+    y2 = y2 + b2[0].to(y2.dtype) if b2 else y2
+    y2.backward(grad_y)
+    assert y.shape == y2.shape and torch.equal(y, y2)
+    assert torch.equal(x.grad, x2.grad) and torch.equal(w.grad, w2.grad)
+    assert b is None or torch.equal(b.grad, b2[0].grad)
 
 
 def test_export_sees_the_custom_op(monkeypatch):

@@ -3,6 +3,8 @@ that differs in anything a decision reads builds a new plan; the caches are boun
 their plans when tuning choices or the ladders change, and step aside for a tuning pass."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ import kernels
 from kernels import plans, tuning
 from kernels.attention import ops as attention_ops
 from kernels.attention import v4_amd_tuned, v5_backward
+from kernels.gemm import linear as gemm_linear
 from kernels.gemm import ops as gemm_ops
 from kernels.gemm import v6_persistent as gemm_v6
 from kernels.gemm_fp8 import ops as fp8_ops
@@ -17,6 +20,7 @@ from kernels.gemm_fp8 import spec as fp8_spec
 from kernels.moe.grouped_gemm import ops as grouped_ops
 from kernels.moe.grouped_gemm import v4_persistent as grouped_v4
 from kernels.outputs import poisoned_outputs
+from kernels.triton_support import run_kwargs
 from workbench.harness import host_overhead
 
 
@@ -35,6 +39,7 @@ def builds(monkeypatch):
 
     plans.invalidate()
     counting("matmul", gemm_ops, "_Plan")
+    counting("linear", gemm_linear, "_checked")
     counting("v6", gemm_v6, "_plan")
     counting("attention", attention_ops, "_Checked")
     counting("varlen", attention_ops, "_CheckedVarlen")
@@ -75,6 +80,37 @@ def test_matmul_misses_when_a_decision_input_changes(builds, change):
         c = kernels.matmul(a2, b2)
     torch.testing.assert_close(c, _matmul_ref(a2, b2), **({"atol": 1e-2, "rtol": 1e-2} if change == "dtype" else {}))
     assert builds["matmul"] == before["matmul"] + 1
+
+
+@pytest.mark.parametrize("change", ["none", "weight strides", "weight requires_grad", "x rank", "no grad"])
+def test_linear_keeps_a_plan_per_weight_and_input_metadata(builds, change):
+    """kernels.nn.Linear's eager call keeps matmul's checks of x and weight.t() by x's and the
+    weight's metadata (kernels.gemm.linear); the weight's transpose follows from the weight's."""
+    layer = kernels.nn.Linear(20, 17)
+    x = torch.randn(33, 20, requires_grad=True)
+    layer(x)
+    if change == "weight strides":   # same values, stored (K, N) and viewed (N, K)
+        layer.weight = torch.nn.Parameter(layer.weight.detach().t().contiguous().t())
+    if change == "weight requires_grad":
+        layer.weight.requires_grad_(False)
+    x = (torch.randn(3, 11, 20) if change == "x rank" else torch.randn_like(x)).requires_grad_()
+    grad = torch.no_grad() if change == "no grad" else contextlib.nullcontext()
+    with grad, poisoned_outputs():
+        y = layer(x)
+    expected = x.double() @ layer.weight.detach().double().t() + layer.bias.detach().double()
+    torch.testing.assert_close(y.detach(), expected.float())
+    assert builds["linear"] == (1 if change in ("none", "no grad") else 2)
+
+
+def test_a_plans_launch_passes_run_what_kernel_grid_passes(monkeypatch):
+    """triton_support.run_kwargs merges what Triton's ``kernel[grid]`` proxy would pass ``run``."""
+    kernel = gemm_v6._streamk_fixup_kernel
+    seen = []
+    monkeypatch.setitem(kernel.__dict__, "run", lambda *args, **kwargs: seen.append((args, kwargs)))
+    constexprs = {"BLOCK_M": 16, "num_warps": 4}
+    kernel[(3, 2)](1, 2.0, "x", **constexprs)
+    kernel.run(1, 2.0, "x", **run_kwargs((3, 2), constexprs))
+    assert seen[0] == seen[1] == ((1, 2.0, "x"), {"grid": (3, 2), "warmup": False, **constexprs})
 
 
 @pytest.mark.parametrize("change", ["type", "shape", "strides", "dtype", "device", "requires_grad", "extra"])

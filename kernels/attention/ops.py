@@ -285,5 +285,7 @@ class _CheckedVarlen(plans.Checked):
         if _no_work(q, k):
             return lambda q, k, v, cu_q, cu_k: _varlen_fwd_impl(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
         tuned = v4_amd_tuned.plan(q, k, v, causal, scale, varlen.Packing(cu_q, cu_k, max_q, max_k))
+        if cu_q.is_contiguous() and cu_k.is_contiguous():   # so are the next calls': strides are in the key
+            return tuned
         # the offsets packed as Packing packs them (a copy only for a strided view)
         return lambda q, k, v, cu_q, cu_k: tuned(q, k, v, cu_q.contiguous(), cu_k.contiguous())

@@ -60,7 +60,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import rung
-from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
+from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_kwargs
 from .launch import aot_even, aot_ints, even, head_block, k_rows, p_bits, scale_sign
 from .varlen import Packing, aot_args, clamped_sequence, cu_args
 from .spec import DTYPES, MAX_HEAD_DIM
@@ -277,16 +277,16 @@ class LaunchPlan:
         self.scalars = (scale, s, sk, d, hq // hkv, hq,
                         *(stride for t in (q, k, v) for stride in _view_strides(t.stride(), packing)),
                         *_view_strides(_contiguous(q.shape), packing))
-        self.constexprs = dict(CAUSAL=bool(causal), VARLEN=packing is not None,
-                               INTERP_BF16=interp_bf16(q.dtype), SCALE_SIGN=scale_sign(scale),
-                               P_BITS=p_bits(q.dtype, here.name, here.arch), K_ROWS=k_rows(here.name, here.arch),
-                               **even(s, sk, d, cfg, packing is not None), **cfg)
+        self.kwargs = run_kwargs(self.grid, dict(
+            CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype),
+            SCALE_SIGN=scale_sign(scale), P_BITS=p_bits(q.dtype, here.name, here.arch),
+            K_ROWS=k_rows(here.name, here.arch), **even(s, sk, d, cfg, packing is not None), **cfg))
 
     def __call__(self, q, k, v, cu_q=None, cu_k=None):
         """O and the LSE parts; ``cu_q`` and ``cu_k`` the packed offsets (None for dense)."""
         o = new_output(self.o_shape, self.dtype, q.device)
         lse = new_output(self.lse_shape, torch.float32, q.device)
-        _flash_fwd_lse_kernel[self.grid](q, k, v, o, lse, cu_q, cu_k, *self.scalars, **self.constexprs)
+        _flash_fwd_lse_kernel.run(q, k, v, o, lse, cu_q, cu_k, *self.scalars, **self.kwargs)
         return o, lse
 
 

@@ -79,9 +79,13 @@ def _save_operands(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
-def _grads(a: torch.Tensor, b: torch.Tensor, grad_c: torch.Tensor, needs) -> tuple:
-    """``grad_a = grad_c @ b.T``, ``grad_b = a.T @ grad_c`` for 2-D ``a``, each only if needed;
-    through :func:`matmul`, so an eager backward reuses launch plans and a traced one the custom op."""
+def _grads(a: torch.Tensor, b: torch.Tensor, grad_c: torch.Tensor, needs, flat: tuple | None = None) -> tuple:
+    """``grad_a = grad_c @ b.T``, ``grad_b = a.T @ grad_c``, each only if needed; through
+    :func:`matmul`, so an eager backward reuses launch plans and a traced one the custom op.
+    ``a`` is 2-D, or of another rank with ``flat`` its 2-D shape (a plan's ``flat``)."""
+    if flat is not None:
+        grad_a, grad_b = _grads(a.reshape(flat), b, grad_c.reshape(flat[0], b.shape[1]), needs)
+        return (None if grad_a is None else grad_a.reshape(a.shape)), grad_b
     grad_a = matmul(grad_c, b.t()) if needs[0] else None
     grad_b = matmul(a.t(), grad_c) if needs[1] else None
     return grad_a, grad_b
@@ -109,11 +113,7 @@ class _Matmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_c):
         a, b = ctx.saved_tensors
-        flat = ctx.flat
-        if flat is None:
-            return (*_grads(a, b, grad_c, ctx.needs_input_grad), None)
-        grad_a, grad_b = _grads(a.reshape(flat), b, grad_c.reshape(flat[0], b.shape[1]), ctx.needs_input_grad)
-        return (None if grad_a is None else grad_a.reshape(a.shape)), grad_b, None
+        return (*_grads(a, b, grad_c, ctx.needs_input_grad, ctx.flat), None)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -87,7 +87,7 @@ from ..tuning import Problem, as_dict, choice, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from .spec import aot_launch_settings, layout
 from . import configs
-from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16
+from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_kwargs
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INTERPRETER_PROGRAMS = 4
@@ -275,23 +275,25 @@ class LaunchPlan:
         self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1,
                         plan.dp_tiles, plan.splits, plan.split_k)
         self.constexprs = {"EVEN_K": k % cfg["BLOCK_K"] == 0, "INTERP_BF16": bf16, **cfg}
+        self.kwargs = run_kwargs(self.grid, self.constexprs)
         self.fixup = None
         if plan.sk_tiles and fixup:
-            self.fixup = ((plan.sk_tiles,), (m, n, n, 1, plan.dp_tiles, plan.splits),
-                          {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "GROUP_M": cfg["GROUP_M"],
-                           "INTERP_BF16": bf16, "num_warps": cfg["num_warps"]})
+            self.fixup = ((m, n, n, 1, plan.dp_tiles, plan.splits),
+                          run_kwargs((plan.sk_tiles,), {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
+                                                        "GROUP_M": cfg["GROUP_M"], "INTERP_BF16": bf16,
+                                                        "num_warps": cfg["num_warps"]}))
         self.bucket = bucket
         self.chosen = {**cfg, "FIXUP": fixup, "layout": operands, "EVEN_K": self.constexprs["EVEN_K"],
                        "DP_TILES": plan.dp_tiles, "SPLITS": plan.splits, "SPLIT_K": plan.split_k}
 
     def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
         """Both kernels into ``c`` (contiguous, as :func:`new_output` makes it)."""
-        partials = (torch.empty(self.workspace, dtype=torch.float32, device=a.device)
+        partials = (torch.empty(*self.workspace, dtype=torch.float32, device=a.device)   # sizes as new_output's
                     if self.workspace else self.no_partials)
-        _gemm_persistent_kernel[self.grid](a, b, c, partials, *self.scalars, **self.constexprs)
+        _gemm_persistent_kernel.run(a, b, c, partials, *self.scalars, **self.kwargs)
         if self.fixup is not None:
-            grid, scalars, constexprs = self.fixup
-            _streamk_fixup_kernel[grid](c, partials, *scalars, **constexprs)
+            scalars, kwargs = self.fixup
+            _streamk_fixup_kernel.run(c, partials, *scalars, **kwargs)
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         c = new_output(self.shape, self.dtype, a.device)

@@ -10,7 +10,7 @@ import torch
 from .. import backend as _backend
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type
+from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type, run_kwargs
 from ..tuning import with_overrides
 from . import operands
 
@@ -90,9 +90,9 @@ class Plan:
         self.grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
         # C is new_output's: contiguous, strides (N, 1)
         self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1, *scale_strides)
-        self.constexprs = {"INTERP_BF16": interp_bf16(out_dtype), **constexprs, **cfg}
+        self.kwargs = run_kwargs(self.grid, {"INTERP_BF16": interp_bf16(out_dtype), **constexprs, **cfg})
 
     def __call__(self, a, b, scale_a, scale_b) -> torch.Tensor:
         c = new_output(self.shape, self.out_dtype, a.device)
-        self.kernel[self.grid](a, b, c, scale_a, scale_b, *self.scalars, **self.constexprs)
+        self.kernel.run(a, b, c, scale_a, scale_b, *self.scalars, **self.kwargs)
         return c
