@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 import pkgutil
 import re
@@ -96,3 +97,24 @@ def test_workbench_check_stays_the_function_after_importing_the_module():
     import workbench.check  # noqa: F401  (binds nothing new: the alias is in sys.modules already)
 
     assert callable(workbench.check) and workbench.check is importlib.import_module("workbench.harness.check").check
+
+
+
+def test_no_package_under_a_second_name_exports_a_name_one_of_its_submodules_takes():
+    """Importing a submodule binds it on its package under its own name. A package that the
+    import system also knows under a second name (``workbench.exercises`` is
+    ``workbench.learn.exercises``) loads a second copy of a submodule imported by that name
+    (``import workbench.exercises.hints``), and the binding then turns a function of the same
+    name into the module: ``exercises.hints`` did, beside ``exercises/hints.py``."""
+    import sys
+
+    for info in pkgutil.walk_packages(workbench.__path__, "workbench."):
+        importlib.import_module(info.name)
+    aliased = {module for name, module in list(sys.modules.items())
+               if name.startswith("workbench.") and getattr(module, "__name__", name) != name
+               and hasattr(module, "__path__")}
+    assert workbench.exercises in aliased
+    clashes = [f"{package.__name__}.{name}" for package in aliased
+               for name in {m.name for m in pkgutil.iter_modules(package.__path__)}
+               if name in getattr(package, "__all__", ()) and not inspect.ismodule(getattr(package, name))]
+    assert not clashes, clashes

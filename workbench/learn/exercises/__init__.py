@@ -20,7 +20,7 @@ from pathlib import Path
 from . import learner, progress
 from .catalog import all_exercises
 from .grading import grade_answer, grade_kernel
-from .hints import HintLadder
+from .hint_ladder import HintLadder
 from .model import AnswerExercise, Exercise, KernelExercise, Verdict
 
 __all__ = ["AnswerExercise", "Exercise", "HintLadder", "KernelExercise", "Verdict", "check",

@@ -22,7 +22,7 @@ import ipywidgets as w
 from ...views.render import part_html
 
 if TYPE_CHECKING:   # they call on this module; importing them back would be a circle
-    from .hints import HintLadder
+    from .hint_ladder import HintLadder
     from .model import Verdict
 
 
