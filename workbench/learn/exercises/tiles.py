@@ -42,6 +42,10 @@ def traced(module: ModuleType, kernel: str, out: str = "c_ptr"):
                     seen = written
             return run
 
+        def run(self, *args, grid, warmup=False, **kwargs):
+            """What a launch plan calls (``kernels.triton_support.run_kwargs``)."""
+            return self[grid](*args, **kwargs)
+
     setattr(module, kernel, PrefixLauncher())
     try:
         yield order
