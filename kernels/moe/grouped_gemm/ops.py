@@ -121,7 +121,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     offsets = offsets.contiguous()   # as validate.index packs it: a copy only for a strided view
     if check_offsets:   # the values: read on every call that asks
         validate.group_ends(offsets, x.shape[0])
-    how = eager.path(x, w, offsets)
+    how = eager.path(x, known=plan.kind)
     if how == eager.PLAIN:
         return plan.call(x, w, offsets)
     if how == eager.AUTOGRAD:
@@ -134,10 +134,11 @@ _PLANS = plans.PlanCache()
 
 class _Checked(plans.Checked):
     """:func:`grouped_gemm`'s checks of the operands' metadata (the offsets' values are read
-    per call, where the caller asks)."""
+    per call, where the caller asks), and their :func:`kernels.eager.kind`."""
 
     def __init__(self, x, w, offsets):
         validate.grouped_gemm_operands(x, w, offsets, DTYPES, allow_empty=True, check_values=False)
+        self.kind = eager.kind(x, w, offsets)
 
     def bind(self, x, w, offsets):
         if x.numel() == 0 or w.numel() == 0:
