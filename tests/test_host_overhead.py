@@ -200,3 +200,32 @@ def test_v6_allocates_a_workspace_only_for_a_split_tail(n):
     tail = gemm_v6.schedule(64, n, 128, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"]).sk_tiles
     assert allocations.count == (2 if tail else 1)   # C, and the workspace of a split tail
     assert (n == 64) == (tail == 0)                  # one shape of each kind on the interpreter
+
+
+# Python calls of attention v5's backward plan per call (q (1, 8, 64, 64), kv (1, 2, 64, 64) causal,
+# and the packed (128, 8, 64) batch of two sequences): 27 and 55 while its three launches went
+# through ``kernel[grid]``, 18 and 46 once they call ``run`` with kept arguments
+# (triton_support.run_kwargs, issue 18 item 7's third pass). Each still reaches ``run``, where a stub sees it.
+MAX_BACKWARD_CALLS = {"dense": 18, "packed": 46}
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["dense", "packed"])
+def test_the_attention_backwards_launches_reach_run_with_bounded_python(packed):
+    if kernels.backend.current().is_gpu:
+        pytest.skip("counted on the interpreter's path")
+    from kernels.attention import v5_backward, varlen
+    if packed:
+        q, k, v = torch.randn(128, 8, 64), torch.randn(128, 2, 64), torch.randn(128, 2, 64)
+        cu = torch.tensor([0, 50, 128], dtype=torch.int32)
+        packing = varlen.Packing(cu, cu, 78, 78)
+    else:
+        q, k, v = torch.randn(1, 8, 64, 64), torch.randn(1, 2, 64, 64), torch.randn(1, 2, 64, 64)
+        packing = None
+    o, lse = v4_amd_tuned.forward(q, k, v, True, 0.125, packing=packing)
+    do = torch.randn_like(o)
+    call = lambda: v5_backward.backward(q, k, v, o, lse, do, True, 0.125, packing)   # noqa: E731
+    with host_overhead.stubbed_launches() as seen:
+        call()
+        before = seen.count
+        assert host_overhead.python_calls(call) <= MAX_BACKWARD_CALLS["packed" if packed else "dense"]
+    assert seen.count - before == 2 * 3   # python_calls' warm-up call and the counted one: Δ, dK/dV, dQ each
