@@ -250,8 +250,10 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kernels stay inside the tensors: forward and backward clamp each sequence into the
     packed tokens (its rows past max_seqlen_q are not written).
     """
-    plan = _PLANS_VARLEN(plans.meta(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                    extra=(max_seqlen_q, type(max_seqlen_q), max_seqlen_k, type(max_seqlen_k),
+    # one set of offsets for queries and keys (self-attention's usual call) is keyed once
+    same = cu_seqlens_k is cu_seqlens_q
+    plan = _PLANS_VARLEN(plans.meta(q, k, v, cu_seqlens_q, *(() if same else (cu_seqlens_k,)),
+                                    extra=(same, max_seqlen_q, type(max_seqlen_q), max_seqlen_k, type(max_seqlen_k),
                                            causal, type(causal), scale, type(scale))),
                          _CheckedVarlen, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
     if check_offsets:   # the values: read on every call that asks
