@@ -156,7 +156,7 @@ def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, scale: to
     (q (B, C, R), scale (B, G, C); per-tensor: 0-d, the given one if given, checked by the
     caller's public entry; with a given scale and ``amax``, t's amax after them, found by the
     cast)."""
-    t = t.detach()
+    t, offsets = t.detach(), offsets.contiguous()   # the kernels read offsets as a flat array
     impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
     if scale is None:
         return tuple(impl(t, offsets, fp8, None, per_tensor))
