@@ -41,27 +41,43 @@ _grad_enabled = torch.is_grad_enabled
 CUSTOM_OP, PLAIN, AUTOGRAD = 0, 1, 2
 
 
-def path(*tensors: torch.Tensor, autocast: bool = False) -> int:
+def kind(*tensors: torch.Tensor) -> int:
+    """What :func:`path` says of ``tensors`` when nothing watches and grad mode is on:
+    :data:`CUSTOM_OP` if one is not a plain ``torch.Tensor`` or ``Parameter``, else
+    :data:`AUTOGRAD` if one needs a gradient, else :data:`PLAIN`. It follows from their types
+    and ``requires_grad``, which a launch plan's key holds (:func:`kernels.plans.meta`): a
+    plan works it out once and passes it to :func:`path` as ``known``. (:func:`path` asks the
+    same of unknown tensors in a loop of its own: a call of this function there is one more
+    Python frame per op call; ``tests/test_eager.py`` checks that both agree.)"""
+    if any(type(t) not in _PLAIN for t in tensors):
+        return CUSTOM_OP
+    return AUTOGRAD if any(t.requires_grad for t in tensors) else PLAIN
+
+
+def path(*tensors: torch.Tensor, autocast: bool = False, known: int | None = None) -> int:
     """How an eager call of a public op on ``tensors`` runs: :data:`CUSTOM_OP` when it is traced
     by ``torch.compile`` or ``torch.jit.trace``, a torch-function mode (e.g. ``with
     torch.device(...)``) or dispatch mode (FakeTensorMode, ``make_fx``, export) is active, a
     functorch transform (``vmap``, ``grad``) or a forward-mode AD level is open, a tensor is not a
     plain ``torch.Tensor`` or ``Parameter``, or, for an op with an autocast rule
     (``autocast=True``), autocast is on for the first tensor's device; else :data:`AUTOGRAD` if
-    grad mode is on and a tensor needs a gradient, else :data:`PLAIN`."""
+    grad mode is on and a tensor needs a gradient, else :data:`PLAIN`. ``known`` is
+    :func:`kind` of the op's tensors where a plan kept it: ``tensors`` then need hold only the
+    first (for autocast's device)."""
     if (_compiling() or _function_mode() or _dispatch_modes() or forward_ad._current_level >= 0
             or _transform() is not None or _tracing() is not None):
         return CUSTOM_OP
     # any autocast at all first: one C call, where the device's type alone is a quarter microsecond
     if autocast and _any_autocast() and torch.is_autocast_enabled(tensors[0].device.type):
         return CUSTOM_OP
-    grad = PLAIN
-    for t in tensors:
-        if type(t) not in _PLAIN:
-            return CUSTOM_OP
-        if t.requires_grad:
-            grad = AUTOGRAD
-    return grad if _grad_enabled() else PLAIN
+    if known is None:
+        known = PLAIN
+        for t in tensors:
+            if type(t) not in _PLAIN:
+                return CUSTOM_OP
+            if t.requires_grad:
+                known = AUTOGRAD
+    return known if known == CUSTOM_OP or _grad_enabled() else PLAIN
 
 
 def direct(*tensors: torch.Tensor, autocast: bool = False) -> bool:

@@ -239,3 +239,23 @@ def test_grouped_gemm_with_gradients_skips_its_custom_ops_and_computes_what_they
     y = kernels.grouped_gemm(x, w, offsets)
     assert type(y.grad_fn).__name__ == "_GroupedGemmBackward"
     assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(y, (x, w), grad_y), with_ops))
+
+
+def test_a_kept_kind_gives_the_path_of_the_tensors_it_was_taken_of():
+    """A launch plan keeps its inputs' kind (their types and requires_grad are in its key) and
+    passes it as ``known``: the answer is the one the tensors themselves give, in every mode."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    plain, grad = torch.randn(2, 3), torch.randn(2, 3, requires_grad=True)
+    weight = torch.nn.Parameter(torch.randn(3, 2))
+    with FakeTensorMode():
+        fake = torch.randn(2, 3)
+    assert isinstance(fake, FakeTensor)
+    groups = [(plain,), (plain, weight), (grad, plain), (plain, fake), (weight.detach(),)]
+    assert [eager.kind(*g) for g in groups] == [eager.PLAIN, eager.AUTOGRAD, eager.AUTOGRAD,
+                                                eager.CUSTOM_OP, eager.PLAIN]
+    for context in (contextlib.nullcontext, torch.no_grad, lambda: torch.autocast("cpu", dtype=torch.bfloat16)):
+        for g in groups:
+            with context():
+                for autocast in (False, True):
+                    assert eager.path(g[0], autocast=autocast, known=eager.kind(*g)) \
+                        == eager.path(*g, autocast=autocast), (context, g, autocast)

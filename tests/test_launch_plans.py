@@ -281,3 +281,20 @@ def test_a_superseded_learner_copy_releases_its_plan_cache(tmp_path):
     gc.collect()
     assert len(plans._caches) == before + 1
     assert sum(getattr(m, "__file__", None) == str(path) for m in list(sys.modules.values())) == 1
+
+
+def test_varlen_keys_one_set_of_offsets_once_and_still_checks_a_second(builds):
+    """Queries and keys packed by the same offsets tensor (self-attention's call) key it once;
+    a second tensor, even of equal values, is keyed and checked on its own."""
+    q, k, v = torch.randn(40, 4, 16), torch.randn(40, 2, 16), torch.randn(40, 2, 16)
+    cu = torch.tensor([0, 15, 40], dtype=torch.int32)
+    with poisoned_outputs():
+        same = kernels.flash_attention_varlen(q, k, v, cu, cu, 25, 25, causal=True)
+        assert kernels.flash_attention_varlen(q, k, v, cu, cu.clone(), 25, 25, causal=True).equal(same)
+    assert builds["varlen"] == 2
+    want = torch.cat([torch.nn.functional.scaled_dot_product_attention(
+        *(t[a:b].transpose(0, 1).double() for t in (q, k, v)), is_causal=True, enable_gqa=True).transpose(0, 1)
+        for a, b in ((0, 15), (15, 40))])
+    torch.testing.assert_close(same, want.float())
+    with pytest.raises(TypeError, match="cu_seqlens_k"):
+        kernels.flash_attention_varlen(q, k, v, cu, cu.long(), 25, 25, causal=True)

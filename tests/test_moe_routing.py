@@ -123,3 +123,18 @@ def test_route_aux_loss_and_counts_compile_without_graph_breaks():
              expert_counts(route(logits, 2)[1], 6))
     for got, want in zip(compiled, eager):
         torch.testing.assert_close(got, want)
+
+
+def test_checked_counts_and_aux_loss_skip_only_the_second_look():
+    """A layer passes ``checked=True`` for route's own ids and the logits route checked: the same
+    numbers, bit for bit; a caller that does not say so still gets every error."""
+    logits = torch.randn(13, 6, requires_grad=True)
+    _, ids = route(logits, 2)
+    counts = expert_counts(ids, 6)
+    assert expert_counts(ids, 6, checked=True).equal(counts)
+    assert aux_loss(logits, ids, counts, checked=True).equal(aux_loss(logits, ids))
+    assert aux_loss(logits, ids, checked=True).equal(aux_loss(logits, ids, counts))
+    with pytest.raises(ValueError, match="ids has 12 tokens but logits has 13"):
+        aux_loss(logits, ids[:12])
+    with pytest.raises(TypeError, match="ids has dtype float32"):
+        expert_counts(ids.float(), 6)

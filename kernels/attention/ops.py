@@ -130,7 +130,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """
     plan = _PLANS(plans.meta(q, k, v, extra=(causal, type(causal), scale, type(scale))), _Checked,
                   q, k, v, causal, scale)
-    how = eager.path(q, k, v, autocast=True)
+    how = eager.path(q, autocast=True, known=plan.kind)
     if how == eager.PLAIN:
         return plan.call(q, k, v)[0]
     if how == eager.AUTOGRAD:
@@ -143,13 +143,15 @@ _PLANS = plans.PlanCache()
 
 class _Checked(plans.Checked):
     """:func:`flash_attention`'s checks for inputs of one metadata, ``causal`` and ``scale``
-    (their types are in the key: ``True == 1``); ``scale`` the softmax scale they give."""
+    (their types are in the key: ``True == 1``); ``scale`` the softmax scale they give, ``kind``
+    the inputs' :func:`kernels.eager.kind`."""
 
     def __init__(self, q, k, v, causal, scale):
         if not isinstance(causal, bool):
             raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
         self.causal = causal
         self.scale = validate.attention_operands(q, k, v, scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
+        self.kind = eager.kind(q, k, v)
 
     def bind(self, q, k, v):
         causal, scale = self.causal, self.scale
@@ -248,13 +250,15 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kernels stay inside the tensors: forward and backward clamp each sequence into the
     packed tokens (its rows past max_seqlen_q are not written).
     """
-    plan = _PLANS_VARLEN(plans.meta(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                    extra=(max_seqlen_q, type(max_seqlen_q), max_seqlen_k, type(max_seqlen_k),
+    # one set of offsets for queries and keys (self-attention's usual call) is keyed once
+    same = cu_seqlens_k is cu_seqlens_q
+    plan = _PLANS_VARLEN(plans.meta(q, k, v, cu_seqlens_q, *(() if same else (cu_seqlens_k,)),
+                                    extra=(same, max_seqlen_q, type(max_seqlen_q), max_seqlen_k, type(max_seqlen_k),
                                            causal, type(causal), scale, type(scale))),
                          _CheckedVarlen, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
     if check_offsets:   # the values: read on every call that asks
         varlen.check_offsets(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
-    how = eager.path(q, k, v, cu_seqlens_q, cu_seqlens_k, autocast=True)
+    how = eager.path(q, autocast=True, known=plan.kind)
     if how == eager.PLAIN:
         return plan.call(q, k, v, cu_seqlens_q, cu_seqlens_k)[0]
     if how == eager.AUTOGRAD:
@@ -267,7 +271,7 @@ _PLANS_VARLEN = plans.PlanCache()
 
 class _CheckedVarlen(plans.Checked):
     """:func:`flash_attention_varlen`'s checks that read no offsets, for inputs of one
-    metadata, max lengths, ``causal`` and ``scale``."""
+    metadata, max lengths, ``causal`` and ``scale``; ``kind`` the inputs' :func:`kernels.eager.kind`."""
 
     def __init__(self, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
         if not isinstance(causal, bool):
@@ -279,6 +283,7 @@ class _CheckedVarlen(plans.Checked):
             scale, DTYPES, MAX_HEAD_DIM, allow_empty=True)
         varlen.check_metadata(cu_q, cu_k, max_q, max_k)
         self.args = max_q, max_k, causal
+        self.kind = eager.kind(q, k, v, cu_q, cu_k)
 
     def bind(self, q, k, v, cu_q, cu_k):
         (max_q, max_k, causal), scale = self.args, self.scale

@@ -261,9 +261,12 @@ class LaunchPlan:
     """:func:`launch` for tensors of one metadata and one ``causal``, ``scale``, ``cfg`` (and
     packed lengths): every argument but the tensors decided. A packed launch passes the
     (T, H, D) tensors themselves with the strides of their (B, H, T, D) views: the kernel
-    reads only their addresses and the strides it is given."""
+    reads only their addresses and the strides it is given. Each call notes ``cfg`` as
+    ``noted[bucket]``: v4 passes its record of the settings each bucket last ran, so that no
+    wrapper of its own adds a Python frame per launch; by default the plan keeps its own."""
 
-    def __init__(self, q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | None = None):
+    def __init__(self, q, k, v, causal: bool, scale: float, cfg: dict, packing: Packing | None = None,
+                 noted: dict | None = None, bucket: tuple | None = None):
         here = _backend.current()
         if packing:
             (s, hq, d), (sk, hkv) = q.shape, k.shape[:2]
@@ -281,9 +284,11 @@ class LaunchPlan:
             CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype),
             SCALE_SIGN=scale_sign(scale), P_BITS=p_bits(q.dtype, here.name, here.arch),
             K_ROWS=k_rows(here.name, here.arch), **even(s, sk, d, cfg, packing is not None), **cfg))
+        self.noted, self.bucket, self.cfg = {} if noted is None else noted, bucket, cfg
 
     def __call__(self, q, k, v, cu_q=None, cu_k=None):
         """O and the LSE parts; ``cu_q`` and ``cu_k`` the packed offsets (None for dense)."""
+        self.noted[self.bucket] = self.cfg
         o = new_output(self.o_shape, self.dtype, q.device)
         lse = new_output(self.lse_shape, torch.float32, q.device)
         _flash_fwd_lse_kernel.run(q, k, v, o, lse, cu_q, cu_k, *self.scalars, **self.kwargs)

@@ -53,8 +53,6 @@ Limits:
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from .. import backend as _backend
@@ -138,7 +136,7 @@ def forward(q, k, v, causal: bool, scale: float, overrides: dict | None = None,
 _PLANS = plans.PlanCache()
 
 
-def plan(q, k, v, causal: bool, scale: float, packing: Packing | None = None) -> "_Tuned":
+def plan(q, k, v, causal: bool, scale: float, packing: Packing | None = None) -> v3_causal_lse.LaunchPlan:
     """The kept launch plan of these tensors' metadata, ``causal``, ``scale`` and the packed
     lengths: called with q, k, v (and the packed offsets) it returns O and the LSE parts."""
     if packing is None:
@@ -148,28 +146,18 @@ def plan(q, k, v, causal: bool, scale: float, packing: Packing | None = None) ->
     return _PLANS(key, _plan, q, k, v, causal, scale, packing)
 
 
-class _Tuned(NamedTuple):
-    """v3's launch plan with the config it was built on, noted as the bucket's last launch when it runs."""
-
-    launch: v3_causal_lse.LaunchPlan
-    bucket: tuple
-    cfg: dict
-
-    def __call__(self, q, k, v, cu_q=None, cu_k=None):
-        _CHOSEN[self.bucket] = self.cfg
-        return self.launch(q, k, v, cu_q, cu_k)
-
-
 def _plan(q, k, v, causal: bool, scale: float, packing: Packing | None = None,
-          overrides: dict | None = None) -> _Tuned:
+          overrides: dict | None = None) -> v3_causal_lse.LaunchPlan:
+    """v3's launch plan with the tuned config (or the prior with ``overrides``), which notes it
+    in :data:`_CHOSEN` as its bucket's last launch each time it runs."""
     s, sk, d = _lengths(q, k, packing)
     if overrides:
         here = _backend.current()
         cfg = with_overrides(prior(here.name, here.arch, d, s, sk), overrides)
     else:
         cfg = tuned(q, k, v, causal, scale, packing)
-    return _Tuned(v3_causal_lse.LaunchPlan(q, k, v, causal, scale, cfg, packing),
-                  _bucket(s, sk, d, q.dtype, causal, packing is not None), cfg)
+    return v3_causal_lse.LaunchPlan(q, k, v, causal, scale, cfg, packing,
+                                    _CHOSEN, _bucket(s, sk, d, q.dtype, causal, packing is not None))
 
 
 def chosen_config(shape, dtype: torch.dtype, packed: bool = False) -> dict | None:

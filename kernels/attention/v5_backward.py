@@ -83,7 +83,7 @@ from .. import backend as _backend
 from .. import plans, validate
 from ..outputs import new_output
 from ..registry import rung
-from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
+from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_kwargs
 from ..tuning import Problem, as_dict, choice, with_overrides
 from . import configs, configs_backward, v3_causal_lse
 from .launch import aot_ints, head_block, scale_sign, strides
@@ -433,9 +433,9 @@ class LaunchPlan:
         flags = dict(CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype),
                      SCALE_SIGN=scale_sign(scale))
         here = _backend.current()
-        self.delta = ((1 if packing else b, hq, s), (cdiv(rows_q, DELTA_ROWS), b * hq),
-                      (s, d, hq, *strides(o), *strides(do)),
-                      dict(VARLEN=flags["VARLEN"], BLOCK_M=DELTA_ROWS, BLOCK_D=head_block(d)))
+        self.delta = ((1 if packing else b, hq, s), (s, d, hq, *strides(o), *strides(do)),
+                      run_kwargs((cdiv(rows_q, DELTA_ROWS), b * hq),
+                                 dict(VARLEN=flags["VARLEN"], BLOCK_M=DELTA_ROWS, BLOCK_D=head_block(d))))
         self.scalars = {
             "dkdv": (scale, s, sk, d, hq // hkv, hq, hkv, *strides(q), *strides(k), *strides(v), *strides(do),
                      *strides(dk), *strides(dv)),
@@ -454,7 +454,7 @@ class LaunchPlan:
             def runs(kernel):
                 def run(fn, block, cfg):
                     if not delta:
-                        delta.append(self._delta(q, o, do, packing))
+                        delta.append(self._delta(q, o, do, cu_args(packing)))
                     self._launch(kernel, fn, block, cfg, (q, k, v, do, lse, delta[0], *outs[kernel]), packing)
                 return run
             batch = packing.batch if packing else b   # a packed batch: the dense launch of its longest lengths
@@ -462,22 +462,25 @@ class LaunchPlan:
                                           lambda kernel=kernel: Problem("attention", "v5", (
                                               batch, hq, hkv, rows_q, rows_k, d, int(bool(causal))), q.dtype, kernel))
                            for kernel in ("dkdv", "dq")}
-        # (block rows of the grid, settings) per kernel, as launch() passes them
-        self.settings = {kernel: (cfg["BLOCK_N" if kernel == "dkdv" else "BLOCK_M"],
-                                  {k: v for k, v in cfg.items() if k != "KERNEL"})
-                         for kernel, cfg in self.chosen.items()}
+        # each kernel's run arguments past the scalars (grid, flags, settings), kept as launch() passes them
+        self.kwargs = {kernel: self._kwargs(kernel, cfg["BLOCK_N" if kernel == "dkdv" else "BLOCK_M"],
+                                            {k: v for k, v in cfg.items() if k != "KERNEL"})
+                       for kernel, cfg in self.chosen.items()}
 
-    def _delta(self, q, o, do, packing):
-        """Δ = rowsum(dO ∘ O), launched into a new buffer."""
-        shape, grid, scalars, constexprs = self.delta
+    def _kwargs(self, kernel: str, block: int, cfg: dict) -> dict:
+        rows, programs = self.programs[kernel]
+        return run_kwargs((cdiv(rows, block), programs), {**self.flags[kernel], **cfg})
+
+    def _delta(self, q, o, do, cu: tuple):
+        """Δ = rowsum(dO ∘ O), launched into a new buffer; ``cu`` the offsets (:func:`.varlen.cu_args`)."""
+        shape, scalars, kwargs = self.delta
         delta = new_output(shape, torch.float32, q.device)
-        _bwd_delta_kernel[grid](o, do, delta, cu_args(packing)[0], *scalars, **constexprs)
+        _bwd_delta_kernel.run(o, do, delta, cu[0], *scalars, **kwargs)
         return delta
 
     def _launch(self, kernel: str, fn, block: int, cfg: dict, tensors: tuple, packing) -> None:
-        rows, programs = self.programs[kernel]
-        fn[(cdiv(rows, block), programs)](*tensors, *cu_args(packing), *self.scalars[kernel],
-                                          **self.flags[kernel], **cfg)
+        """One of the tuner's timed launches (``cfg`` a candidate's settings)."""
+        fn.run(*tensors, *cu_args(packing), *self.scalars[kernel], **self._kwargs(kernel, block, cfg))
 
     def __call__(self, q, k, v, o, lse, do, packing: Packing | None = None):
         grads = tuple(new_output(shape, dtype, q.device) for shape, dtype in self.shapes)
@@ -486,9 +489,10 @@ class LaunchPlan:
             q, k, v, o, do, dq, dk, dv = packing.views(q, k, v, o, do, *grads)
         else:
             dq, dk, dv = grads
-        delta = self._delta(q, o, do, packing)
-        self._launch("dkdv", _bwd_dkdv_kernel, *self.settings["dkdv"], (q, k, v, do, lse, delta, dk, dv), packing)
-        self._launch("dq", _bwd_dq_kernel, *self.settings["dq"], (q, k, v, do, lse, delta, dq), packing)
+        cu = cu_args(packing)
+        delta = self._delta(q, o, do, cu)
+        _bwd_dkdv_kernel.run(q, k, v, do, lse, delta, dk, dv, *cu, *self.scalars["dkdv"], **self.kwargs["dkdv"])
+        _bwd_dq_kernel.run(q, k, v, do, lse, delta, dq, *cu, *self.scalars["dq"], **self.kwargs["dq"])
         _CHOSEN[self.key] = self.chosen
         return grads
 

@@ -125,7 +125,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     for K = 0). Errors name the argument at fault.
     """
     plan = _PLANS(plans.meta(a, b), _Plan, a, b)
-    how = eager.path(a, b, autocast=True)
+    how = eager.path(a, autocast=True, known=plan.kind)
     if how == eager.PLAIN:
         return plan.compute(a, b) if plan.flat else plan.call(a, b)
     if how == eager.AUTOGRAD:
@@ -140,7 +140,7 @@ _PLANS = plans.PlanCache()
 
 class _Plan(plans.Checked):
     """:func:`matmul`'s checks for operands of one metadata: ``flat``, the 2-D shape of ``a``
-    (None if it is 2-D), and ``out``, the result's shape."""
+    (None if it is 2-D), ``out``, the result's shape, and ``kind``, their :func:`kernels.eager.kind`."""
 
     def __init__(self, a: torch.Tensor, b: torch.Tensor):
         validate.tensor("a", a, allow_empty=True)
@@ -158,6 +158,7 @@ class _Plan(plans.Checked):
         validate.tensor("a", a2, dtypes=DTYPES, allow_empty=True)
         self.flat = None if a.dim() == 2 else flat
         self.out = (*a.shape[:-1], b.shape[1])
+        self.kind = eager.kind(a, b)
 
     def compute(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """``a @ b`` by the kept launch, in the result's shape. For ``a`` of another rank than 2

@@ -48,7 +48,7 @@ import triton.language as tl
 
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import aot_launch, cdiv, fp8_grid, pointer_type, round_to_fp8
+from ..triton_support import aot_launch, cdiv, fp8_grid, pointer_type, round_to_fp8, run_kwargs
 from .formats import scale_of
 from .quantize_ref import TILE, group_shape, mx_emax, scale_shape
 
@@ -193,9 +193,9 @@ def _tile_maxima(x: torch.Tensor, cols: bool, unless: torch.Tensor | None = None
     tiles = (cdiv(m, TILE), cdiv(k, TILE))
     row_max = torch.empty((m, tiles[1]), dtype=torch.float32, device=x.device)
     col_max = torch.empty((tiles[0], k) if cols else (1, 1), dtype=torch.float32, device=x.device)
-    _amax_kernel[tiles](x, row_max, col_max, row_max if unless is None else unless, m, k, *x.stride(),
-                        *row_max.stride(), *col_max.stride(), COLS=cols, UNLESS=unless is not None,
-                        BLOCK=TILE, num_warps=NUM_WARPS)
+    _amax_kernel.run(x, row_max, col_max, row_max if unless is None else unless, m, k, *x.stride(),
+                     *row_max.stride(), *col_max.stride(), **run_kwargs(tiles, dict(
+                         COLS=cols, UNLESS=unless is not None, BLOCK=TILE, num_warps=NUM_WARPS)))
     return row_max, col_max
 
 
@@ -265,10 +265,10 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
         s_strides = scale.stride()
         st_strides = scale_t.stride() if scale_t is not None else (0, 0)
     tile_max = new_output(tiles, torch.float32, x.device) if amax else scale
-    _quantize_kernel[tiles](x, q, scale, q_t, scale if scale_t is None else scale_t, tile_max, m, k,
-                            *x.stride(), *q.stride(), *s_strides, *q_t.stride(), *st_strides,
-                            MODE=mode, G=group, MX=mx, TRANSPOSE=transpose, AMAX=amax, BLOCK=TILE,
-                            num_warps=NUM_WARPS, **consts)
+    _quantize_kernel.run(x, q, scale, q_t, scale if scale_t is None else scale_t, tile_max, m, k,
+                         *x.stride(), *q.stride(), *s_strides, *q_t.stride(), *st_strides, **run_kwargs(tiles, dict(
+                             MODE=mode, G=group, MX=mx, TRANSPOSE=transpose, AMAX=amax, BLOCK=TILE,
+                             num_warps=NUM_WARPS, **consts)))
     if given:
         return ((q, q_t) if transpose else (q,)) + ((tile_max.amax(),) if amax else ())
     if not transpose:

@@ -375,8 +375,8 @@ class ExpertParallelMoE(MoELayer):
         moe_operands(rows, router[self._slice], gate, up, down, 1, DTYPES)
         logits = self.router_logits(rows)
         weights, ids = route(logits, self.top_k, self.normalize)
-        self.aux_loss = aux_loss(logits, ids)
-        self.expert_counts = expert_counts(ids, self.num_experts)
+        self.expert_counts = expert_counts(ids, self.num_experts, checked=True)   # route checked logits and made ids
+        self.aux_loss = aux_loss(logits, ids, self.expert_counts, checked=True)
         run = _Run(self.ep_group, self.num_experts, self.ep_chunks, self.ep_capacity,
                    Timeline(self.ep_group, device=rows.device) if self.record_events else None,
                    self._owner_experts())

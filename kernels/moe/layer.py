@@ -87,8 +87,8 @@ class MoE(MoELayer):
                  rows, router, gate, up, down, top_k)
         logits = self.router_logits(rows)
         weights, ids = route(logits, top_k, self.normalize)
-        counts = expert_counts(ids, self.num_experts)
-        self.aux_loss, self.expert_counts = aux_loss(logits, ids, counts), counts
+        counts = expert_counts(ids, self.num_experts, checked=True)   # route checked logits and made ids
+        self.aux_loss, self.expert_counts = aux_loss(logits, ids, counts, checked=True), counts
         out = self.experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)

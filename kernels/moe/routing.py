@@ -74,20 +74,23 @@ def _checked_bias(bias, logits: torch.Tensor) -> torch.Tensor:
     return bias
 
 
-def expert_counts(ids: torch.Tensor, num_experts: int) -> torch.Tensor:
+def expert_counts(ids: torch.Tensor, num_experts: int, *, checked: bool = False) -> torch.Tensor:
     """Token-slots per expert, int64 ``(num_experts,)``, from ids ``(T, top_k)``.
 
     Integer sums, so the counts are exact and the same on every run (a scatter-add of
     integers has no rounding order to depend on). Ids are trusted here: :func:`route`
-    made them; :func:`kernels.moe.permute` checks ids from elsewhere.
+    made them; :func:`kernels.moe.permute` checks ids from elsewhere. ``checked=True``: the
+    ids are :func:`route`'s, whose layout needs no second look (a layer's every call).
     """
-    validate.tensor("ids", ids, ndim=2, dtypes=(torch.int32, torch.int64), allow_empty=True)
+    if not checked:
+        validate.tensor("ids", ids, ndim=2, dtypes=(torch.int32, torch.int64), allow_empty=True)
     flat = ids.reshape(-1).long()
     return torch.zeros(num_experts, dtype=torch.int64, device=ids.device).scatter_add_(
         0, flat, torch.ones_like(flat))
 
 
-def aux_loss(logits: torch.Tensor, ids: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
+def aux_loss(logits: torch.Tensor, ids: torch.Tensor, counts: torch.Tensor | None = None, *,
+             checked: bool = False) -> torch.Tensor:
     """The auxiliary load-balancing loss ``E · Σ_e f_e · P_e`` (a float32 scalar).
 
     ``f_e`` is the fraction of the ``T · top_k`` token-slots routed to expert e, ``P_e``
@@ -101,13 +104,16 @@ def aux_loss(logits: torch.Tensor, ids: torch.Tensor, counts: torch.Tensor | Non
     a gradient (the counts are discrete): the loss pushes probability away from
     overloaded experts. Multiply by a small coefficient (Switch: 1e-2) before adding it
     to the training loss. ``counts``: :func:`expert_counts` of ``ids``, if the caller has them.
+    ``checked=True``: ``ids`` are :func:`route`'s of these ``logits``, which it checked (a layer's
+    every call), so neither is checked again.
     """
-    validate.tensor("logits", logits, ndim=2, dtypes=_FLOATS, allow_empty=True)
+    if not checked:
+        validate.tensor("logits", logits, ndim=2, dtypes=_FLOATS, allow_empty=True)
+        if ids.shape[0] != logits.shape[0]:
+            raise ValueError(f"ids has {ids.shape[0]} tokens but logits has {logits.shape[0]}")
     num_experts = logits.shape[1]
-    if ids.shape[0] != logits.shape[0]:
-        raise ValueError(f"ids has {ids.shape[0]} tokens but logits has {logits.shape[0]}")
     probs = logits.to(router_dtype(logits.dtype)).softmax(dim=-1)
-    counts = expert_counts(ids, num_experts) if counts is None else counts
+    counts = expert_counts(ids, num_experts, checked=checked) if counts is None else counts
     fraction = counts.to(probs.dtype) / max(ids.numel(), 1)
     mean_prob = probs.sum(dim=0) / max(logits.shape[0], 1)   # 0, not NaN, for no tokens
     return num_experts * (fraction * mean_prob).sum()

@@ -24,7 +24,7 @@ import triton.language as tl
 from ... import backend as _backend
 from ...outputs import new_output
 from ...registry import AotKernel
-from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
+from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_kwargs
 from .launch import config, dw_ints
 from .schedule import clamped
 from .tiles import reduce_tiles
@@ -59,8 +59,8 @@ def launch(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, dw: torch.T
     """dw (G, K, N) = the kernel's result, with tile settings ``cfg`` (v4 tunes them)."""
     (groups, k, n) = dw.shape
     grid = (cdiv(k, cfg["BLOCK_M"]), cdiv(n, cfg["BLOCK_N"]), groups)
-    _grouped_dw_kernel[grid](x, dy, dw, offsets, x.shape[0], k, n, *x.stride(), *dy.stride(),
-                             *dw.stride(), INTERP_BF16=interp_bf16(x.dtype), **cfg)
+    _grouped_dw_kernel.run(x, dy, dw, offsets, x.shape[0], k, n, *x.stride(), *dy.stride(), *dw.stride(),
+                           **run_kwargs(grid, dict(INTERP_BF16=interp_bf16(x.dtype), **cfg)))
 
 
 def grouped_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, groups: int) -> torch.Tensor:

@@ -118,10 +118,11 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     overlap, and the rows they share are not defined.
     """
     plan = _PLANS(plans.meta(x, w, offsets), _Checked, x, w, offsets)
-    offsets = offsets.contiguous()   # as validate.index packs it: a copy only for a strided view
+    if not plan.packed:   # as validate.index packs them: a copy only for a strided view
+        offsets = offsets.contiguous()
     if check_offsets:   # the values: read on every call that asks
         validate.group_ends(offsets, x.shape[0])
-    how = eager.path(x, w, offsets)
+    how = eager.path(x, known=plan.kind)
     if how == eager.PLAIN:
         return plan.call(x, w, offsets)
     if how == eager.AUTOGRAD:
@@ -134,10 +135,14 @@ _PLANS = plans.PlanCache()
 
 class _Checked(plans.Checked):
     """:func:`grouped_gemm`'s checks of the operands' metadata (the offsets' values are read
-    per call, where the caller asks)."""
+    per call, where the caller asks), their :func:`kernels.eager.kind`, and whether the offsets are
+    contiguous (``packed``; their strides are in the key): a call then skips ``offsets.contiguous()``,
+    a C call of about a quarter microsecond that returns them as they are (measured on an Intel Xeon)."""
 
     def __init__(self, x, w, offsets):
         validate.grouped_gemm_operands(x, w, offsets, DTYPES, allow_empty=True, check_values=False)
+        self.kind = eager.kind(x, w, offsets)
+        self.packed = offsets.is_contiguous()
 
     def bind(self, x, w, offsets):
         if x.numel() == 0 or w.numel() == 0:

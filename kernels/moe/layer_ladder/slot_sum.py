@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ...outputs import new_output
-from ...triton_support import cdiv, interp_bf16, round_to_bf16
+from ...triton_support import cdiv, interp_bf16, round_to_bf16, run_kwargs
 
 BLOCK_T, BLOCK_D = 16, 64
 
@@ -55,8 +55,8 @@ def slot_sum(a: torch.Tensor, top_k: int, b: torch.Tensor | None = None,
     if out.numel() == 0:
         return out
     grid = (cdiv(t, BLOCK_T), cdiv(d, BLOCK_D))
-    _slot_sum_kernel[grid](a, a if b is None else b, a if rows is None else rows, out, t, d, top_k,
-                           a.stride(0), (a if b is None else b).stride(0), out.stride(0),
-                           PAIR=b is not None, GATHER=rows is not None, BLOCK_T=BLOCK_T,
-                           BLOCK_D=BLOCK_D, INTERP_BF16=interp_bf16(a.dtype))
+    _slot_sum_kernel.run(a, a if b is None else b, a if rows is None else rows, out, t, d, top_k,
+                         a.stride(0), (a if b is None else b).stride(0), out.stride(0),
+                         **run_kwargs(grid, dict(PAIR=b is not None, GATHER=rows is not None, BLOCK_T=BLOCK_T,
+                                                 BLOCK_D=BLOCK_D, INTERP_BF16=interp_bf16(a.dtype))))
     return out

@@ -89,7 +89,7 @@ from ... import backend as _backend
 from ...outputs import new_output
 from ...registry import AotKernel, rung
 from ...tuning import with_overrides
-from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16
+from ...triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_kwargs
 from ..grouped_gemm.schedule import group_tiles, locate, super_rows
 from ..grouped_gemm.tiles import operand, reduce_tiles
 from ..routing import route
@@ -249,10 +249,11 @@ def gate_up_saving(x, gate, up, slots, offsets, top_k, save: bool, cfg: dict | N
     g, u = new_output(kept, x.dtype, x.device), new_output(kept, x.dtype, x.device)
 
     def run(cfg):
-        _gate_up_kernel[_grid(rows, hidden, groups, cfg)](
+        _gate_up_kernel.run(
             x, gate, up, h, g if save else h, u if save else h, slots, offsets, rows, hidden, dim, groups,
-            top_k, *x.stride(), *gate.stride(), *h.stride(), BLOCK_G=triton.next_power_of_2(groups),
-            GROUP_M=GROUP_M, SAVE=save, INTERP_BF16=interp_bf16(x.dtype), **cfg)
+            top_k, *x.stride(), *gate.stride(), *h.stride(), **run_kwargs(_grid(rows, hidden, groups, cfg), dict(
+                BLOCK_G=next_power_of_2(groups), GROUP_M=GROUP_M, SAVE=save, INTERP_BF16=interp_bf16(x.dtype),
+                **cfg)))
 
     _launch("gate_up", rows, hidden, groups, x.dtype, cfg, run, (x.shape[0], dim, hidden, groups, top_k))
     return h, g, u
@@ -272,10 +273,10 @@ def down_scatter(h, down, slots, weights, offsets, cfg: dict | None = None) -> t
     weights = weights.reshape(-1).float().contiguous()
 
     def run(cfg):
-        _down_scatter_kernel[_grid(rows, dim, groups, cfg)](
+        _down_scatter_kernel.run(
             h, down, out, slots, weights, offsets, rows, dim, hidden, groups, *h.stride(), *down.stride(),
-            *out.stride(), BLOCK_G=triton.next_power_of_2(groups), GROUP_M=GROUP_M,
-            INTERP_BF16=interp_bf16(h.dtype), **cfg)
+            *out.stride(), **run_kwargs(_grid(rows, dim, groups, cfg), dict(
+                BLOCK_G=next_power_of_2(groups), GROUP_M=GROUP_M, INTERP_BF16=interp_bf16(h.dtype), **cfg)))
 
     _launch("down", rows, dim, groups, h.dtype, cfg, run, (tokens, dim, hidden, groups, top_k))
     return out
