@@ -54,7 +54,7 @@ tour: setup
 	$(VENV)/bin/workbench tour
 
 test: setup
-	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --timeout 900 --durations=30 tests --nbmake notebooks
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --timeout 900 --durations=30 tests --nbmake notebooks
 
 # `make test` runs tests/fuzz too, in its bounded, derandomized `ci` profile.
 fuzz: setup

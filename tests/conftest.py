@@ -71,26 +71,18 @@ def make_row():
     return make
 
 
-def _is_notebook(item) -> bool:
-    return type(item).__module__.startswith("nbmake")
-
-
 @pytest.hookimpl(trylast=True)   # after ``-m``/``-k`` have deselected what they deselect
 def pytest_collection_modifyitems(config, items):
     """GPU tests skip on the interpreter. A notebook that a selected test runs cell by cell
     (marked ``runs_notebook``: the browser tests' Run All and the Binder build's nbconvert,
     each failing on any error) is not run a second time by nbmake: a run of notebook 01
-    costs a minute of CI.
-
-    The long checks (marked ``slow``, and the notebooks) run first: under ``make test``'s
-    work-stealing workers a minute-long check started last would keep one core busy
-    after the other has run out of work."""
+    costs a minute of CI."""
     run_elsewhere = {mark.args[0] for item in items for mark in item.iter_markers("runs_notebook")}
-    twice = [item for item in items if _is_notebook(item) and item.path.name in run_elsewhere]
+    twice = [item for item in items if type(item).__module__.startswith("nbmake")
+             and item.path.name in run_elsewhere]
     if twice:
         config.hook.pytest_deselected(items=twice)
         items[:] = [item for item in items if item not in twice]
-    items.sort(key=lambda item: not (item.get_closest_marker("slow") or _is_notebook(item)))
     if kernels.backend.current().is_gpu:
         return
     skip = pytest.mark.skip(reason="needs a GPU (this run uses the Triton interpreter)")
