@@ -27,8 +27,8 @@ from torch.autograd import forward_ad
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)   # no subclass with its own dispatch (FakeTensor, DTensor)
 
-# torch's questions, looked up once: each ``torch._C...`` chain is dict lookups on every call,
-# about a fifth of path's host time (measured on an Intel Xeon). The same function objects, so
+# torch's questions, looked up once: each ``torch._C...`` chain is dict lookups on every call
+# (host time ``workbench bench overhead`` counts). The same function objects, so
 # torch.compile, which traces path, still knows each of them.
 _compiling = torch.compiler.is_compiling
 _function_mode = torch._C._is_torch_function_mode_enabled

@@ -28,7 +28,7 @@ def new_output(shape, dtype: torch.dtype, device) -> torch.Tensor:
     if _poisoning and getattr(_state, "poison", False):
         return torch.full(shape, poison_value(dtype), dtype=dtype, device=device)
     # the sizes one by one: torch parses a tuple of sizes slower than the same ints as separate
-    # arguments (about a third of torch.empty's host time, measured on an Intel Xeon); a 0-d shape has none
+    # arguments (``workbench bench overhead`` shows it); a 0-d shape has none
     if shape:
         return torch.empty(*shape, dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)

@@ -117,8 +117,8 @@ def run_kwargs(grid: tuple, constexprs: dict) -> dict:
     """The keyword arguments ``kernel[grid](*args, **constexprs)`` gives ``kernel.run`` (Triton's
     ``KernelInterface.__getitem__``: the grid, ``warmup=False`` and the constexprs), merged once.
     A launch plan keeps them and calls ``kernel.run(*args, **kept)``: the ``kernel[grid]`` proxy
-    repacks every argument twice per launch (its lambda, then ``run``): with attention's 29
-    arguments, about half of a stubbed launch's host time (measured on an Intel Xeon). ``run``
+    repacks every argument twice per launch (its lambda, then ``run``), host time that grows
+    with the argument count (attention's launch has 29). ``run``
     is looked up at each launch, so whatever replaces it (a stub, a counter) sees every one."""
     return {"grid": grid, "warmup": False, **constexprs}
 
