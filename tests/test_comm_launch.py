@@ -51,7 +51,7 @@ def test_ranks_report_in_order():
 def test_stuck_rank_is_killed(warm):
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish"):
-        run_local(_rank1_hangs, 2, timeout=8)
+        run_local(_rank1_hangs, 2, timeout=3)   # rank 1 never returns: any deadline fails it
     assert time.monotonic() - start < 30
 
 

@@ -21,6 +21,7 @@ from workbench.check import check_rung
 RUNGS = [r for r in kernels.variants("gemm") if r.runs_here()]
 TRITON_RUNGS = [r for r in RUNGS if r.kind == "triton"]
 ODD_SHAPES = [(1, 17, 9), (23, 1, 5), (7, 11, 1), (31, 37, 41), (67, 3, 71)]
+SIMT_TAILS = ((1, 1, 1), (37, 29, 53))   # smoke shapes with a tail in every dimension
 
 
 def rung_params(rungs):
@@ -54,8 +55,21 @@ def with_overrides(rung, **overrides):
 @pytest.mark.parametrize("layout", ["row", "col"])
 @pytest.mark.parametrize("rung,dtype", rung_dtype_params(RUNGS))
 def test_smoke_shapes(rung, dtype, layout):
-    for shape in kernels.spec("gemm").smoke_shapes:
+    for shape in smoke_shapes(rung, dtype, layout):
         assert_passes(rung, shape, dtype, layout)
+
+
+def smoke_shapes(rung, dtype, layout) -> tuple:
+    """Every smoke shape, except for a SIMT rung outside its first dtype in row-major: Numba's
+    CUDA simulator runs a Python thread per GPU thread (the set takes ~10 s per combination
+    there), and another dtype or layout changes the rung's loads, not its tiling, so the shapes
+    with a tail in every dimension, one tile and several, stand for the set."""
+    shapes = kernels.spec("gemm").smoke_shapes
+    if rung.kind != "simt" or (dtype, layout) == (rung.dtypes[0], "row"):
+        return shapes
+    assert set(SIMT_TAILS) <= set(shapes), "SIMT_TAILS should name smoke shapes"
+    return SIMT_TAILS
+
 
 
 @pytest.mark.parametrize("rung,dtype", rung_dtype_params(TRITON_RUNGS))
