@@ -37,7 +37,7 @@ from ..gemm import configs
 from ..gemm.tile_dot import tile_dot
 from ..gemm.v6_persistent import _tile_coords
 from ..outputs import new_output
-from ..triton_support import cdiv, fp8_grid, interp_bf16, round_to_bf16, round_to_fp8
+from ..triton_support import cdiv, fp8_grid, interp_bf16, round_to_bf16, round_to_fp8, run_kwargs
 from ..tuning import as_dict
 from . import formats
 
@@ -92,13 +92,13 @@ def _launch(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype,
     cfg = _config(m, n, k)
     to_fp8 = scale is not None
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
-    _gemm_amax_kernel[grid](
+    _gemm_amax_kernel.run(
         a, b, c, amax, scale if to_fp8 else amax, m, n, k,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        EVEN_K=k % cfg["BLOCK_K"] == 0, TO_FP8=to_fp8,
-        FP8_MAX=torch.finfo(out_dtype).max if to_fp8 else 0.0,
-        **(fp8_grid(out_dtype) if to_fp8 else dict(MANT=0, EMIN=0)),
-        INTERP_BF16=interp_bf16(a.dtype), INTERP_FP8=to_fp8 and _backend.current().is_interpreter, **cfg)
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1), **run_kwargs(grid, dict(
+            EVEN_K=k % cfg["BLOCK_K"] == 0, TO_FP8=to_fp8,
+            FP8_MAX=torch.finfo(out_dtype).max if to_fp8 else 0.0,
+            **(fp8_grid(out_dtype) if to_fp8 else dict(MANT=0, EMIN=0)),
+            INTERP_BF16=interp_bf16(a.dtype), INTERP_FP8=to_fp8 and _backend.current().is_interpreter, **cfg)))
     return c, amax
 
 

@@ -6,7 +6,7 @@ import torch
 from .. import backend as _backend
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type
+from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type, run_kwargs
 from ..tuning import with_overrides
 from . import operands
 from .formats import ELEMENTS, FORMAT, format_of
@@ -82,7 +82,7 @@ def launch(kernel, a_packed, a_scales, b_packed, b_scales, out_dtype) -> torch.T
     grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
     elements, pack = ELEMENTS[format_of(a_packed)]
     # e4m3 elements go in as their bytes, as e2m1 ones do: tl.dot_scaled takes either
-    kernel[grid](a_packed.view(torch.uint8), b_packed.view(torch.uint8), c, a_scales, b_scales, m, n, k,
-                 *a_packed.stride(), *b_packed.stride(), *c.stride(), *a_scales.stride(),
-                 *b_scales.stride(), ELEMENTS=elements, PACK=pack, INTERP_BF16=interp_bf16(out_dtype), **cfg)
+    kernel.run(a_packed.view(torch.uint8), b_packed.view(torch.uint8), c, a_scales, b_scales, m, n, k,
+               *a_packed.stride(), *b_packed.stride(), *c.stride(), *a_scales.stride(), *b_scales.stride(),
+               **run_kwargs(grid, dict(ELEMENTS=elements, PACK=pack, INTERP_BF16=interp_bf16(out_dtype), **cfg)))
     return c

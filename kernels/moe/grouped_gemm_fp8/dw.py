@@ -58,7 +58,7 @@ import triton.language as tl
 from ... import backend as _backend
 from ...outputs import new_output
 from ...registry import AotKernel
-from ...triton_support import aot_launch, cdiv, interp_bf16, pointer_type, round_to_bf16
+from ...triton_support import aot_launch, cdiv, interp_bf16, pointer_type, round_to_bf16, run_kwargs
 from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.schedule import clamped
 from ..grouped_gemm.tiles import accumulate
@@ -161,9 +161,10 @@ def grouped_dw_fp8(xt, sx, dyt, sdy, offsets, out_dtype: torch.dtype, scale_bloc
     here = _backend.current()
     cfg = config(here.name, here.arch, scale_block)
     grid = (cdiv(k, cfg["BLOCK_M"]), cdiv(n, cfg["BLOCK_N"]), groups)
-    _grouped_dw_fp8_kernel[grid](xt, sx, dyt, sdy, dw, offsets, r, k, n, *xt.stride(), *dyt.stride(),
-                                 *sx.stride(), *sdy.stride(), *dw.stride(), ALIGN=scale_block or ALIGN,
-                                 SCALE_R=scale_block, INTERP_BF16=interp_bf16(out_dtype), **cfg)
+    _grouped_dw_fp8_kernel.run(xt, sx, dyt, sdy, dw, offsets, r, k, n, *xt.stride(), *dyt.stride(),
+                               *sx.stride(), *sdy.stride(), *dw.stride(), **run_kwargs(grid, dict(
+                                   ALIGN=scale_block or ALIGN, SCALE_R=scale_block,
+                                   INTERP_BF16=interp_bf16(out_dtype), **cfg)))
     return dw
 
 

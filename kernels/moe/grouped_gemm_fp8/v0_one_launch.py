@@ -55,7 +55,7 @@ from ...gemm_fp8.formats import native_dtypes
 from ...gemm_fp8.operands import SCALE_K
 from ...outputs import new_output
 from ...registry import AotKernel, rung
-from ...triton_support import aot_launch, cdiv, interp_bf16, pointer_type, round_to_bf16
+from ...triton_support import aot_launch, cdiv, interp_bf16, pointer_type, round_to_bf16, run_kwargs
 from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.tiles import reduce_tiles
 from ..grouped_gemm.schedule import group_tiles, locate
@@ -132,10 +132,11 @@ def grouped_mm_fp8(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
     blocks = sx.dim() == 2   # per 1 x 128 of x and 128 x 128 of w (operands.check)
     sx_strides = sx.stride() if blocks else (sx.stride(0), 0)
     sw_strides = sw.stride() if blocks else (sw.stride(0), 0, sw.stride(1))
-    _grouped_gemm_fp8_kernel[grid(t, n, groups, cfg)](
+    _grouped_gemm_fp8_kernel.run(
         x, sx, w, sw, out, offsets, t, n, k, groups, *x.stride(), *w.stride(), *out.stride(),
-        *sx_strides, *sw_strides, BLOCK_G=triton.next_power_of_2(groups), SCALE_K=SCALE_K if blocks else 0,
-        INTERP_BF16=interp_bf16(out_dtype), **cfg)
+        *sx_strides, *sw_strides, **run_kwargs(grid(t, n, groups, cfg), dict(
+            BLOCK_G=triton.next_power_of_2(groups), SCALE_K=SCALE_K if blocks else 0,
+            INTERP_BF16=interp_bf16(out_dtype), **cfg)))
     return out
 
 

@@ -48,7 +48,7 @@ import triton.language as tl
 from ... import backend as _backend
 from ...outputs import new_output
 from ...registry import AotKernel
-from ...triton_support import aot_launch, cdiv, interp_bf16, pointer_type, round_to_bf16
+from ...triton_support import aot_launch, cdiv, interp_bf16, pointer_type, round_to_bf16, run_kwargs
 from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.schedule import clamped
 from .tile import config
@@ -112,9 +112,9 @@ def grouped_dw_mxfp8(xt, sxt, dyt, sdyt, ends, out_dtype: torch.dtype) -> torch.
     here = _backend.current()
     cfg = config(here.name, here.arch)
     grid = (cdiv(k, cfg["BLOCK_M"]), cdiv(n, cfg["BLOCK_N"]), groups)
-    _grouped_dw_mxfp8_kernel[grid](xt.view(torch.uint8), sxt, dyt.view(torch.uint8), sdyt, dw, ends, r, k, n,
-                                   *xt.stride(), *sxt.stride(), *dyt.stride(), *sdyt.stride(), *dw.stride(),
-                                   INTERP_BF16=interp_bf16(out_dtype), **cfg)
+    _grouped_dw_mxfp8_kernel.run(xt.view(torch.uint8), sxt, dyt.view(torch.uint8), sdyt, dw, ends, r, k, n,
+                                 *xt.stride(), *sxt.stride(), *dyt.stride(), *sdyt.stride(), *dw.stride(),
+                                 **run_kwargs(grid, dict(INTERP_BF16=interp_bf16(out_dtype), **cfg)))
     return dw
 
 

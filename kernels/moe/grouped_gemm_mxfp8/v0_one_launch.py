@@ -50,7 +50,7 @@ import triton.language as tl
 from ... import backend as _backend
 from ...outputs import new_output
 from ...registry import AotKernel, rung
-from ...triton_support import aot_launch, interp_bf16, pointer_type, round_to_bf16
+from ...triton_support import aot_launch, interp_bf16, pointer_type, round_to_bf16, run_kwargs
 from ...tuning import with_overrides
 from ..grouped_gemm import launch as grouped_launch
 from ..grouped_gemm.schedule import group_tiles, locate
@@ -109,10 +109,10 @@ def grouped_mm_mxfp8(x, sx, w, sw, offsets, out_dtype) -> torch.Tensor:
     out = new_output((t, n), out_dtype, x.device)
     here = _backend.current()
     cfg = config(here.name, here.arch)
-    _grouped_gemm_mxfp8_kernel[grid(t, n, groups, cfg)](
+    _grouped_gemm_mxfp8_kernel.run(
         x.view(torch.uint8), sx, w.view(torch.uint8), sw, out, offsets, t, n, k, groups, *x.stride(),
-        *w.stride(), *out.stride(), *sx.stride(), *sw.stride(), BLOCK_G=triton.next_power_of_2(groups),
-        INTERP_BF16=interp_bf16(out_dtype), **cfg)
+        *w.stride(), *out.stride(), *sx.stride(), *sw.stride(), **run_kwargs(grid(t, n, groups, cfg), dict(
+            BLOCK_G=triton.next_power_of_2(groups), INTERP_BF16=interp_bf16(out_dtype), **cfg)))
     return out
 
 
