@@ -224,3 +224,17 @@ def test_strided_offsets_give_what_contiguous_ones_give():
     for _ in range(2):   # the second call runs the kept plan
         with poisoned_outputs():
             assert torch.equal(kernels.flash_attention_varlen(q, k, v, *spread, 6, 7, causal=True), expected)
+
+
+@pytest.mark.parametrize("total_k", [10, 12])
+def test_one_set_of_offsets_is_clamped_once_for_queries_and_keys(total_k):
+    """Self-attention passes one offsets tensor for both: the backward clamps it once (three
+    small device ops, not six) where both packs have the same tokens, and each on its own
+    where they do not; out-of-range and decreasing offsets land inside the tokens either way."""
+    from kernels.attention import varlen
+    cu = torch.tensor([0, 5, 100, 3, 11], dtype=torch.int32)
+    clamped = varlen.Packing(cu, cu, 8, 8).clamped(10, total_k)
+    assert torch.equal(clamped.cu_q, torch.tensor([0, 5, 10, 10, 10], dtype=torch.int32))
+    assert torch.equal(clamped.cu_k, torch.tensor([0, 5] + [total_k] * 3, dtype=torch.int32))
+    assert (clamped.cu_k is clamped.cu_q) == (total_k == 10)
+    assert clamped.cu_q.dtype == torch.int32 and clamped.cu_q.is_contiguous()

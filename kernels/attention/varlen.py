@@ -17,7 +17,7 @@ view.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 
 import torch
 import triton
@@ -49,14 +49,18 @@ class Packing:
     """The device offsets of a packed batch and the longest lengths, which size the grids.
 
     The offsets are kept packed (:func:`kernels.validate.index`): :func:`sequence` reads
-    them as a flat array, and the host checked their values through their strides."""
+    them as a flat array, and the host checked their values through their strides.
+    ``checked=False``: offsets this module made, int32 and packed already (:meth:`clamped`)."""
 
     cu_q: torch.Tensor
     cu_k: torch.Tensor
     max_q: int
     max_k: int
+    checked: InitVar[bool] = True
 
-    def __post_init__(self):
+    def __post_init__(self, checked: bool):
+        if not checked:
+            return
         for field, name in (("cu_q", "cu_seqlens_q"), ("cu_k", "cu_seqlens_k")):
             packed = validate.index(name, getattr(self, field), ndim=1, dtypes=(torch.int32,))
             object.__setattr__(self, field, packed)   # frozen: set once, here
@@ -71,10 +75,13 @@ class Packing:
         them never leaves the tensors whatever offsets nobody checked held (their rows are
         then wrong, not out of bounds). Valid offsets come back unchanged. The backward's
         kernels take these; the forward's clamp as they read (:func:`clamped_sequence`),
-        which costs the registers of v5's fullest kernels."""
+        which costs the registers of v5's fullest kernels. One set of offsets for queries and
+        keys (self-attention's) is clamped once: three small launches per backward, not six."""
         def inside(cu: torch.Tensor, total: int) -> torch.Tensor:
             return torch.cummax(cu.clamp(0, total), 0).values.to(torch.int32)
-        return Packing(inside(self.cu_q, total_q), inside(self.cu_k, total_k), self.max_q, self.max_k)
+        cu_q = inside(self.cu_q, total_q)
+        cu_k = cu_q if self.cu_k is self.cu_q and total_k == total_q else inside(self.cu_k, total_k)
+        return Packing(cu_q, cu_k, self.max_q, self.max_k, checked=False)
 
     def views(self, *packed: torch.Tensor) -> list[torch.Tensor]:
         """(T, H, D) tensors as the kernels' (B, H, T, D), batch stride 0."""
