@@ -6,6 +6,8 @@ before any launch.
 """
 from __future__ import annotations
 
+import math
+import struct
 from typing import Sequence
 
 import torch
@@ -123,7 +125,23 @@ def attention_operands(q, k, v, scale, dtypes: Sequence[torch.dtype], max_head_d
         return d ** -0.5
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    return float(scale)
+    return fp32_argument("scale", float(scale))
+
+
+_FP32_TINY = torch.finfo(torch.float32).tiny
+
+
+def fp32_argument(name: str, value: float) -> float:
+    """``value`` as a kernel's float argument is on a GPU: Triton's JIT types every Python float
+    ``fp32``, so a launch rounds it to fp32. The interpreter instead folds it into a constant,
+    fp64 where fp32 cannot hold it as a normal number, and a kernel then computes in fp64, a
+    type no GPU launch has (its bf16 rounding refuses fp64). So the value is rounded to fp32
+    here; one below fp32's smallest normal number becomes 0 (its products with the scores
+    underflow on a GPU too), and one past fp32's largest is refused."""
+    rounded = struct.unpack("f", struct.pack("f", value))[0]
+    if math.isinf(rounded) and not math.isinf(value):
+        raise ValueError(f"{name}={value!r} is outside float32's range (the kernels take it as float32)")
+    return math.copysign(0.0, rounded) if abs(rounded) < _FP32_TINY else rounded
 
 
 def grouped_gemm_operands(x, w, offsets, dtypes: Sequence[torch.dtype], allow_empty: bool = False,

@@ -134,3 +134,25 @@ def _bad(**over):
 def test_bad_input_names_the_argument(args, error, match):
     with pytest.raises(error, match=match):
         kernels.flash_attention(**args)
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_a_scale_under_float32s_normals_is_the_zero_scale_and_one_past_its_range_is_refused(varlen):
+    """A GPU launch takes the scale as float32 (Triton types Python floats fp32): 1.5e-204 is 0
+    there, and the interpreter, which would fold it into an fp64 constant, computes with 0 too
+    (the fuzz found it failing in bf16's rounding). Gradients included."""
+    q, k, v = (torch.randn(2, 2, 5, 8, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+
+    def attend(scale):
+        if not varlen:
+            return kernels.flash_attention(q, k, v, scale=scale)
+        cu = torch.tensor([0, 5, 10], dtype=torch.int32)
+        packed = [t.transpose(1, 2).reshape(10, 2, 8) for t in (q, k, v)]
+        return kernels.flash_attention_varlen(*packed, cu, cu, 5, 5, scale=scale)
+
+    tiny, zero = attend(1.5e-204), attend(0.0)
+    assert torch.equal(tiny, zero)
+    grads = [torch.autograd.grad(out.float().sum(), (q, k, v)) for out in (tiny, zero)]
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+    with pytest.raises(ValueError, match=r"scale=1e\+39 is outside float32's range"):
+        attend(1e39)

@@ -56,6 +56,8 @@ def _sdpa(causal, scale):
 @example(qkv=_qkv((1, 0, 3, 8), (1, 1, 3, 8), (1, 1, 3, 8)), causal=False, scale=None).via("bug 5: Hq = 0")
 @example(qkv=_qkv((1, 2, 0, 8), (1, 1, 3, 8), (1, 1, 3, 8)), causal=True, scale=None).via("bug 5: S = 0")
 @example(qkv=_qkv((1, 2, 3, 8), (1, 1, 0, 8), (1, 1, 0, 8)), causal=False, scale=None).via("bug 5: S_k = 0")
+@example(qkv=_qkv((1, 2, 5, 8), (1, 1, 6, 8), (1, 1, 6, 8)), causal=False, scale=1.5e-204
+         ).via("bug 9: a scale under float32's smallest normal number")
 def test_flash_attention_matches_sdpa(qkv, causal, scale):
     q = qkv[0]
     grad = output_grad(q.shape, q.dtype, seed=q.numel())
@@ -109,6 +111,7 @@ def _two_sequences():
 @example(case=_two_sequences(), causal=False, scale=0.0).via("bug 3: varlen, scale 0 is the mean of v")
 @example(case=_two_sequences(), causal=True, scale=-0.5).via("bug 3: varlen, a negative scale")
 @example(case=_zero_tokens(), causal=False, scale=None).via("bug 5: varlen with zero tokens")
+@example(case=_two_sequences(), causal=False, scale=1.5e-204).via("bug 9: varlen, a scale under float32's normals")
 def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
     q, k, v, cu_q, cu_k, max_q, max_k = case
     grad = output_grad(q.shape, q.dtype, seed=q.numel())
