@@ -9,10 +9,15 @@ PNG is left out on purpose: SVG is a tenth of its size.
 """
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 import pytest
+
+import kernels
+from workbench.views.rung import RungView, page_code
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 REPRS = ("VBox(", "HBox(", "Output(", "alt.", "LayerChart(", "Chart(")
@@ -62,3 +67,50 @@ def test_the_scan_catches_widget_and_chart_reprs_and_errors(tmp_path):
     notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "outputs": outputs}]}))
     found = problems(notebook)
     assert len(found) == 4 and "error" in found[-1]
+
+
+# A rung page as RungView._repr_html_ writes it: its heading, docstring and code.
+PAGE = re.compile(r"<h3>(?P<head>[^<]*)</h3><pre>(?P<doc>[^<]*)</pre><p><b>Code</b></p>(?P<code><pre [^>]*>.*?</pre>)",
+                  re.S)
+
+
+def stale_pages(path: Path) -> list[str]:
+    """The rung pages saved in ``path`` whose docstring or code (the diff to the rung below)
+    is not the package's now: a reader of the unexecuted notebook would read old code."""
+    rungs = {f"{html.escape(r.op)} {html.escape(r.title)}": r for op in kernels.ops() for r in kernels.variants(op)}
+    found = []
+    for cell, output in _outputs(path):
+        for page in PAGE.finditer(_text(output.get("data", {}).get("text/html", ""))):
+            rung = rungs.get(page["head"])
+            if rung is None:
+                found.append(f"cell {cell}: a page of {page['head']!r}, which is no rung now")
+                continue
+            if html.unescape(page["doc"]) != rung.doc:
+                found.append(f"cell {cell}: {page['head']}'s docstring is not the rung's now")
+            if page["code"] != page_code(rung)._repr_html_():
+                found.append(f"cell {cell}: {page['head']}'s code is not the rung's now")
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_saved_rung_pages_show_the_code_as_it_is(path):
+    """Re-execute the notebook (README: how to run one in place) after changing a rung's code."""
+    assert not stale_pages(path)
+
+
+def test_the_page_scan_finds_the_pages_and_a_changed_line(tmp_path):
+    rung = kernels.get("gemm", 2)
+    page = RungView(rung, rung.doc, page_code(rung), [], None, "no checks here")._repr_html_()
+    notebook = tmp_path / "pages.ipynb"
+
+    def write(text):
+        notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "outputs": [
+            {"output_type": "display_data", "metadata": {}, "data": {"text/html": text}}]}]}))
+    write(page)
+    assert stale_pages(notebook) == []
+    doc, code = page.split("<p><b>Code</b></p>")
+    assert "tl.dot(" in code
+    write(doc + "<p><b>Code</b></p>" + code.replace("tl.dot(", "tl.dot_old(", 1))
+    assert stale_pages(notebook) == ["cell 0: gemm v2 triton_tile's code is not the rung's now"]
+    write(page.replace("<pre>", "<pre>old ", 1))
+    assert stale_pages(notebook) == ["cell 0: gemm v2 triton_tile's docstring is not the rung's now"]

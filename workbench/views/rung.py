@@ -86,6 +86,13 @@ class RungView:
         ])
 
 
+def page_code(rung: Rung) -> Code:
+    """The page's code: the diff to the rung below, or the first rung's source without the
+    docstring the page shows already."""
+    diff = rung_diff(rung)
+    return Code(diff, diff=True) if diff else Code(rung_source(rung, docstring=False))
+
+
 def _isa(rung: Rung, target: str, dtype: torch.dtype) -> tuple[dict | None, str]:
     why = isa.why_no_isa(rung)
     if why:
@@ -100,8 +107,7 @@ def view_rung(op: str, which: int | str, shape: tuple, target: str = "gfx942",
     the GPU the model predicts for (default: the first known GPU of ``target``), in
     ``isa_dtype`` where the rung takes it."""
     rung = kernels.get(op, which)
-    diff = rung_diff(rung)
-    code = Code(diff, diff=True) if diff else Code(rung_source(rung, docstring=False))
+    code = page_code(rung)
     checks = [check_rung(rung, shape, d, layout=lay) for d in rung.dtypes if rung.supports(d)
               for lay in ("row", "col")] if rung.runs_here() else []
     dtype = isa_dtype if isa_dtype in rung.dtypes else rung.dtypes[0]
