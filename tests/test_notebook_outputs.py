@@ -94,7 +94,7 @@ def stale_pages(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_saved_rung_pages_show_the_code_as_it_is(path):
-    """Re-execute the notebook (README: how to run one in place) after changing a rung's code."""
+    """After changing a rung, re-execute the notebook in place (README, "Learning path")."""
     assert not stale_pages(path)
 
 
