@@ -28,7 +28,8 @@ def _run(module, x):
 
 
 def _twin(layer, cls, dtype):
-    twin = cls(layer.dim, layer.hidden, layer.num_experts, layer.top_k, layer.shared_experts).to(dtype)
+    twin = cls(layer.dim, layer.hidden, layer.num_experts, layer.top_k, layer.shared_experts,
+               normalize=layer.normalize).to(dtype)
     twin.load_state_dict(layer.state_dict())
     return twin
 

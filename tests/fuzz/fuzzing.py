@@ -16,7 +16,8 @@ import textwrap
 import torch
 from hypothesis import strategies as st
 
-from workbench.check import broken_rules, compare, other_memory_order
+from workbench.check import (broken_rules, compare, neighbours, other_memory_order, relative_error,
+                             rounding_neighbour)
 
 # Where a layout lives: "transposed" reverses the storage order of every dim (column-major
 # for a matrix), "sliced" takes every other element of the last dim, "offset" starts the
@@ -93,20 +94,54 @@ def with_grads(fn, tensors_, grad):
 
 def baseline_with_grads(fn, tensors_, grad):
     """torch's op as the harness runs the library baseline (:func:`workbench.check.judge`): on
-    the tensors and on copies in the other memory order. Returns the two outputs and, per
-    tensor, its two gradients, for :func:`assert_rule`."""
-    runs = [with_grads(fn, ts, grad) for ts in (tensors_, [other_memory_order(t) for t in tensors_])]
+    the tensors, on copies in the other memory order and on contiguous copies (the layout a
+    caller usually passes; torch may take another kernel for a drawn layout: SDPA's CPU math
+    path for a strided one, more precise in fp16 than its flash kernel for contiguous ones).
+    Returns the outputs and, per tensor, its gradients, for :func:`assert_rule`."""
+    layouts = (tensors_, [other_memory_order(t) for t in tensors_], [t.contiguous() for t in tensors_])
+    runs = [with_grads(fn, ts, grad) for ts in layouts]
     return tuple(out for out, _ in runs), list(zip(*(grads for _, grads in runs)))
 
 
-def assert_rule(name: str, got, reference, baseline, dtype, direction: str = "forward") -> None:
+def rounding_spread(run, tensors_, numel: int, seed: int = 0) -> dict:
+    """torch's errors on rounding neighbours of ``tensors_`` (:func:`workbench.check.rounding_neighbour`,
+    as many as :func:`workbench.check.judge` samples for an output of ``numel`` elements):
+    ``run(near)`` gives torch's and the float64 reference's named results on the inputs
+    ``near`` (two dicts); returns each name's errors, for :func:`assert_rule`'s ``spread``.
+    One sample of torch's error can be luckily small where a result cancels (a router
+    gradient that is zero in exact arithmetic): the harness samples more, and so does the fuzz."""
+    gen, spread = torch.Generator().manual_seed(seed), {}
+    for _ in range(neighbours(numel)):
+        base, ref = run(rounding_neighbour(tuple(tensors_), gen))
+        for name in base:
+            spread.setdefault(name, []).append(relative_error(base[name], ref[name])[0])
+    return spread
+
+
+def judged_baseline(fn, reference, tensors_, grad):
+    """torch's op as :func:`workbench.check.judge` takes the library baseline: the two memory
+    orders of :func:`baseline_with_grads`, and the errors on rounding neighbours of the tensors
+    against ``reference`` (float64) on each neighbour (:func:`rounding_spread`). Returns
+    (outputs, per tensor its gradients, spread), spread["out"] and spread[i] (tensor i's
+    gradient) the errors for :func:`assert_rule`."""
+    outs, grads = baseline_with_grads(fn, tensors_, grad)
+
+    def run(near):
+        (out, near_grads), (ref, ref_grads) = (with_grads(fn, near, grad), with_grads(
+            reference, [t.double() for t in near], grad.double()))
+        return {"out": out, **dict(enumerate(near_grads))}, {"out": ref, **dict(enumerate(ref_grads))}
+    return outs, grads, rounding_spread(run, tensors_, outs[0].numel())
+
+
+def assert_rule(name: str, got, reference, baseline, dtype, direction: str = "forward", spread=()) -> None:
     """The harness's rule (``workbench.check.compare``): shape, dtype, error bound, NaN/inf.
-    ``baseline`` is torch's result, or several (:func:`baseline_with_grads`)."""
+    ``baseline`` is torch's result, or several (:func:`baseline_with_grads`); ``spread`` its
+    errors on other inputs (:func:`rounding_spread`)."""
     first = baseline if isinstance(baseline, torch.Tensor) else baseline[0]
     assert tuple(got.shape) == tuple(first.shape), (f"{name}: shape {tuple(got.shape)}, "
                                                     f"torch gives {tuple(first.shape)}")
     assert got.dtype == first.dtype, f"{name}: dtype {got.dtype}, torch gives {first.dtype}"
-    fields = compare(got, reference, baseline, dtype, direction)
+    fields = compare(got, reference, baseline, dtype, direction, other_errors=spread)
     assert fields["passed"], f"{name} ({direction}, {dtype}): {broken_rules(fields)}"
 
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kernels
-from fuzzing import (INDEX_LAYOUTS, assert_rule, assert_runs_in_child, baseline_with_grads,
-                     index_tensor, operands, output_grad, sizes, with_grads)
+from fuzzing import (INDEX_LAYOUTS, assert_rule, assert_runs_in_child, index_tensor, judged_baseline,
+                     operands, output_grad, sizes, with_grads)
 from kernels.moe.grouped_gemm import spec
 from kernels.moe.grouped_gemm.v0_loop import loop
 
@@ -32,12 +32,12 @@ def test_grouped_gemm_matches_the_per_group_loop(case):
     x, w, offsets = case
     grad = output_grad((x.shape[0], w.shape[2]), x.dtype, seed=x.numel())
     out, grads = with_grads(lambda *t: kernels.grouped_gemm(*t, offsets), (x, w), grad)
-    base, base_grads = baseline_with_grads(lambda *t: loop(*t, offsets), (x, w), grad)
-    ref, ref_grads = with_grads(lambda *t: spec.reference(*t, offsets), [t.double() for t in (x, w)],
-                                grad.double())
-    assert_rule("out", out, ref, base, x.dtype)
-    for name, g, r, bg in zip(("dx", "dw"), grads, ref_grads, base_grads):
-        assert_rule(name, g, r, bg, x.dtype, "backward")
+    reference = lambda *t: spec.reference(*t, offsets)   # noqa: E731
+    base, base_grads, spread = judged_baseline(lambda *t: loop(*t, offsets), reference, (x, w), grad)
+    ref, ref_grads = with_grads(reference, [t.double() for t in (x, w)], grad.double())
+    assert_rule("out", out, ref, base, x.dtype, spread=spread["out"])
+    for i, (name, g, r, bg) in enumerate(zip(("dx", "dw"), grads, ref_grads, base_grads)):
+        assert_rule(name, g, r, bg, x.dtype, "backward", spread[i])
 
 
 def test_strided_offsets_are_read_in_bounds():

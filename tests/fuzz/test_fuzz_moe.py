@@ -10,7 +10,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import kernels
-from fuzzing import INDEX_LAYOUTS, LAYOUTS, assert_rule, index_tensor, laid_out, sizes, tensors
+from fuzzing import (INDEX_LAYOUTS, LAYOUTS, assert_rule, index_tensor, laid_out, rounding_spread, sizes,
+                     tensors)
 from kernels.moe import MoEReference, permute, route, unpermute
 from kernels.moe.layer_ladder.spec import bad_tokens
 from test_moe_layer import _run, _twin
@@ -20,12 +21,13 @@ DTYPES = kernels.spec("moe").dtypes
 
 @st.composite
 def layers(draw):
-    """(kernels.MoE, x): sizes, routing, shared experts and x's layout drawn; x (..., dim)."""
+    """(kernels.MoE, x): sizes, routing (normalized weights or not), shared experts and x's
+    layout drawn; x (..., dim)."""
     dim, hidden, experts = draw(sizes(1, 12)), draw(sizes(1, 12)), draw(sizes(1, 5))
-    top_k, shared = draw(st.integers(1, experts)), draw(sizes(0, 2))
+    top_k, shared, normalize = draw(st.integers(1, experts)), draw(sizes(0, 2)), draw(st.booleans())
     dtype = draw(st.sampled_from(DTYPES))
     torch.manual_seed(draw(st.integers(0, 2 ** 16)))
-    layer = kernels.MoE(dim, hidden, experts, top_k, shared).to(dtype)
+    layer = kernels.MoE(dim, hidden, experts, top_k, shared, normalize=normalize).to(dtype)
     batch = draw(st.sampled_from([(0,), (1,), (7,), (2, 3)]))
     x = draw(tensors((*batch, dim), dtype))
     # a near-tie between a token's k-th and (k+1)-th expert is a coin toss for any rounding
@@ -41,11 +43,20 @@ def test_moe_matches_its_reference(case):
         assert got.shape == want.shape and got.dtype == want.dtype
         return
     got = _run(layer, x)
-    base = _run(_twin(layer, MoEReference, x.dtype), x)
-    ref = _run(_twin(layer, MoEReference, torch.float64), x.double())
+    twins = _twin(layer, MoEReference, x.dtype), _twin(layer, MoEReference, torch.float64)
+    base = _run(twins[0], x)
+    ref = _run(twins[1], x.double())
+    spread = rounding_spread(lambda near: (_run(twins[0], near[0]), _run(twins[1], near[0].double())),
+                             (x,), got["out"].numel())
     for name in got:
+        if name == "drouter.weight" and layer.top_k == 1 and layer.normalize:
+            # every weight is p / p = 1: the router's gradient is zero in exact arithmetic and
+            # both sides compute rounding noise, which no relative rule can judge (it failed
+            # ~3 % of draws); the unnormalized top-1 router's gradient is judged instead
+            assert got[name].shape == base[name].shape and torch.isfinite(got[name]).all()
+            continue
         assert_rule(name, got[name], ref[name], base[name], x.dtype,
-                    "forward" if name == "out" else "backward")
+                    "forward" if name == "out" else "backward", spread[name])
 
 
 def test_moe_under_autocast_returns_its_reference_dtype():
