@@ -110,7 +110,8 @@ def test_strided_and_broadcast_tokens_read_as_their_values():
 
 def test_rows_past_the_last_offset_are_copied_nowhere():
     """Unchecked offsets ending before T: those rows (an outlier among them) reach neither the
-    copy nor a scale; offsets past T: the last groups take the rows there are."""
+    copy nor a scale; offsets past T: the last groups take the rows there are; no groups at
+    all: nothing is copied."""
     t = _tokens(40, 9, torch.float32)
     t[38, 4] = 1e4
     offsets = torch.tensor([10, 20, 30], dtype=torch.int32)
@@ -119,6 +120,7 @@ def test_rows_past_the_last_offset_are_copied_nowhere():
     assert not q[:, 74:].view(torch.uint8).any() and not scales[:, 3:].any()
     _assert_wgrad(t, torch.tensor([10, 35, 60], dtype=torch.int32))
     _assert_wgrad(t, torch.tensor([50, 60], dtype=torch.int32))
+    _assert_wgrad(t, torch.zeros(0, dtype=torch.int32))   # no groups: every row past them, all zeros
 
 
 @pytest.mark.parametrize("fp8", FORMATS, ids=str)
