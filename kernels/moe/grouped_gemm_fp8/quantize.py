@@ -66,7 +66,9 @@ an amax launch (none for a given scale) and one cast launch that writes its layo
 the device, with no host sync (:mod:`.quantize_ref` keeps the passes they replaced).
 ``mxfp8``'s operands are :mod:`kernels.moe.grouped_gemm_mxfp8.quantize`'s: its token
 operands and dgrad's weight on the dense op's ``mx32``, its forward weight and wgrad
-operands (per-expert and per-group-padded copies) still plain PyTorch.
+operands (per-expert and per-group-padded copies) on one fused launch each of
+:mod:`kernels.moe.grouped_gemm_mxfp8.quantize_kernel` (scales found in the tile, so no amax
+launch), so none of its operands is left to plain PyTorch passes either.
 
 ``blockwise`` (DeepSeek-V3: 1 x 128 tiles of x and dy, 128 x 128 blocks of w, e4m3) runs
 on that fused kernel, :func:`kernels.gemm_fp8.quantize`, in its layouts: scales change

@@ -1,5 +1,6 @@
 """The grouped quantize kernels: the wgrad operand xᵀ or dyᵀ, scaled per (group, feature) or per
-tensor (and the forward's expert weights, as a batch of one-group problems).
+tensor, or in MXFP8 per 32 tokens (and the forward's expert weights, as a batch of one-group
+problems).
 
 dw[g] = x_gᵀ · dy_g reduces over each group's tokens, so its row-wise operands take one
 scale per (group, feature), the amax over that group's tokens only, and are stored
@@ -59,7 +60,32 @@ A third grid axis runs a batch of such problems with the same offsets: the forwa
 weight is one, each expert's w[g] (K, N) a problem of K tokens in one group, whose
 transposed copy is the K-contiguous (N, K) the forward GEMM reads.
 
-Tokens past the last offset (unchecked offsets) count to the last group, as
+MXFP8's transposed operands (``MX``, :func:`mx_launch`; :mod:`kernels.moe.grouped_gemm_mxfp8.quantize`)
+are the cast with a gather in front and the scales found in the tile, so no amax launch:
+padded position p of the copy holds token ``start_g + p - ends[g-1]`` of group g when p lies
+in g's first ``size_g`` padded positions, zero otherwise (the padding up to ``ends[g]``, the
+positions past the last end, to which the tokens past the last offset are not copied). The
+wgrad operand is one such problem, its group ends rounded up to multiples of 32 so no
+32-token block holds two groups' tokens; the forward's weight a batch of them, each expert's
+w[g] (K, N) one group of K tokens, unpadded (R = K, its last block partial). A program finds
+the source token of each of its 64 positions from the few groups its tile touches
+(:func:`_padded_sources`, with :func:`_groups_of_range` over the padded ends), loads those
+rows of t (a gather of whole feature runs, so the loads stay 16 bytes wide), and quantizes
+the tile's two 32-position blocks of each feature with the dense kernel's MX step
+(:func:`kernels.gemm_fp8.quantize_kernel._grouped_along_k` on the transposed tile: the
+exponent from the block amax's bits, x times an exact power of two, rounded on the FP8
+grid), so the bytes are :func:`kernels.gemm_fp8.quantize_ref.quantize_one`'s ``mx32`` on the
+padded copy, the plain passes this replaced (``tests/test_grouped_quantize_mxfp8.py``). Every
+position and scale byte is written by the one launch, the padding's too (an all-zero block
+gets byte 0, as the MX rule gives it), so nothing is zeroed first. On gfx942 and gfx950
+(``tests/test_grouped_quantize_mxfp8_isa.py``, both launches, bf16 t): no spills, 8 waves
+per SIMD; per thread, t read as two 16-byte buffer loads (beside the group offsets and ends),
+the copy written as one 16-byte store and the scales as one byte store (two bytes per
+feature and tile); the transpose's layout conversions take 4 KiB of LDS. The 16-byte stores
+need the copy's rows 16-byte aligned, R a multiple of 16: always for the wgrad operand (a
+multiple of 32), for the forward weight where K is (as in the compiled case).
+
+Outside ``MX``, tokens past the last offset (unchecked offsets) count to the last group, as
 :func:`.quantize.group_of_rows` says. The cast rounds as the dense kernels do
 (:func:`kernels.gemm_fp8.quantize_kernel.quantized`), so results are bit-identical to
 :mod:`.quantize_ref`, the plain PyTorch passes these replaced.
@@ -73,7 +99,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ...gemm_fp8.quantize_kernel import format_constants, quantized, scale_of_amax, tensor_scale
+from ...gemm_fp8.quantize_kernel import _grouped_along_k, format_constants, quantized, scale_of_amax, tensor_scale
+from ...microscaling import BLOCK as MX_BLOCK
 from ...outputs import new_output
 from ...registry import AotKernel
 from ...triton_support import aot_launch, cdiv, next_power_of_2, pointer_type
@@ -115,6 +142,20 @@ def _cols_if(cols, C, cond):
     """The columns < C where the scalar ``cond`` holds, else none: a mask built by one
     compare (the interpreter turns a vector mask & a scalar condition into integers)."""
     return cols < tl.where(cond, C, 0)
+
+
+@triton.jit
+def _padded_sources(offsets_ptr, ends_ptr, first, tokens, T, R, G, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr):
+    """MX's gather: the token of t that each padded position ``tokens`` (from ``first``) copies,
+    -1 where none: group g's tokens [start, end) go to [ends[g-1], ends[g-1] + end - start)."""
+    g_first, g_last = _groups_of_range(ends_ptr, first, tl.minimum(first + BLOCK_T, R) - 1, G, R, BLOCK_G)
+    source = tl.full((BLOCK_T,), -1, tl.int32)
+    for g in range(g_first, tl.minimum(g_last + 1, G)):
+        # bounds as among G + 1 groups: the tokens past offsets[-1] are the extra one, copied nowhere
+        start, end = _group_bounds(offsets_ptr, g, G + 1, T)
+        local = tokens - clamped(ends_ptr + g - 1, g > 0, R)
+        source = tl.where((local >= 0) & (local < end - start), start + local, source)
+    return source
 
 
 @triton.jit
@@ -176,15 +217,18 @@ def _group_scale_kernel(offsets_ptr, scale_ptr, partial_ptr, T, C, G, stride_sb,
 
 
 @triton.jit
-def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, amax_ptr, T, R, C, G,
+def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_ptr, T, R, C, G,
                            stride_tb, stride_tt, stride_tc, stride_sb, stride_sg, stride_sc,
                            stride_qb, stride_qc, stride_qt,
-                           FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
+                           FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
                            BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
-                           PER_TENSOR: tl.constexpr, AMAX: tl.constexpr):
+                           PER_TENSOR: tl.constexpr, AMAX: tl.constexpr, MX: tl.constexpr):
     """q[b, cols, tokens] = t[b, tokens, cols] / scale[b, group of the token, cols] in FP8
     (PER_TENSOR: / scale[0], one number); zeros for the padding tokens [T, R). AMAX: also
-    the tile's max |t| to amax_ptr[b, tile row, tile column] (row-major over the grid)."""
+    the tile's max |t| to amax_ptr[b, tile row, tile column] (row-major over the grid).
+    MX: q[b, cols, p] = the token :func:`_padded_sources` gives padded position p (0 if none)
+    over 2^e of its block of 32 positions, the e8m0 byte e + 127 to scale[b, cols, p / 32]
+    (an output here; stride_sg its stride along the blocks)."""
     batch = tl.program_id(2).to(tl.int64)
     t_ptr += batch * stride_tb
     scale_ptr += batch * stride_sb
@@ -193,24 +237,38 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, scale_ptr, q_ptr, amax_ptr, T, R,
     tokens = first + tl.arange(0, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     tokens64, cols64 = tokens.to(tl.int64), cols.to(tl.int64)
-    x = tl.load(t_ptr + tokens64[:, None] * stride_tt + cols64[None, :] * stride_tc,
-                mask=(tokens[:, None] < T) & (cols[None, :] < C), other=0.0).to(tl.float32)
+    if MX:
+        source = _padded_sources(offsets_ptr, ends_ptr, first, tokens, T, R, G, BLOCK_T, BLOCK_G)
+        x = tl.load(t_ptr + source.to(tl.int64)[:, None] * stride_tt + cols64[None, :] * stride_tc,
+                    mask=(source[:, None] >= 0) & (cols[None, :] < C), other=0.0).to(tl.float32)
+    else:
+        x = tl.load(t_ptr + tokens64[:, None] * stride_tt + cols64[None, :] * stride_tc,
+                    mask=(tokens[:, None] < T) & (cols[None, :] < C), other=0.0).to(tl.float32)
     if AMAX:
         tile = (batch * tl.num_programs(0) + tl.program_id(0)) * tl.num_programs(1) + tl.program_id(1)
         tl.store(amax_ptr + tile, tl.max(tl.max(tl.abs(x), axis=1), axis=0))
-    if PER_TENSOR:   # no group to look up; the one scale read as a row (stride 0), see the module docstring
-        y = x / tl.load(scale_ptr + cols64 * stride_sc, mask=cols < C, other=1.0)[None, :]
-    else:            # only the groups of the tile's first and last real token matter
-        g_first, g_last = _groups_of_range(offsets_ptr, first, tl.minimum(first + BLOCK_T, T) - 1, G, T, BLOCK_G)
-        y = x   # x / its group's scale; the padding tokens' zeros stay zeros
-        for g in range(g_first, g_last + 1):
-            start, end = _group_bounds(offsets_ptr, g, G, T)
-            group_scale = tl.load(scale_ptr + g * stride_sg + cols64 * stride_sc, mask=cols < C, other=1.0)
-            mine = (tokens >= start) & (tokens < end)
-            y = tl.where(mine[:, None], x / group_scale[None, :], y)
-    q = quantized(y, FMAX, MANT, EMIN)
+    if MX:   # blocks of 32 along the tokens are 1 x 32 groups of the transposed tile (the dense kernel's step)
+        q_t, exponent = _grouped_along_k(tl.trans(x), tl.trans(tl.abs(x)), BLOCK_C, BLOCK_T, 32,
+                                         FMAX, MANT, EMIN, True, EMAX)
+        blocks = tl.program_id(0) * (BLOCK_T // 32) + tl.arange(0, BLOCK_T // 32)
+        tl.store(scale_ptr + cols64[:, None] * stride_sc + blocks[None, :] * stride_sg, exponent,
+                 mask=(cols[:, None] < C) & (blocks[None, :] < tl.cdiv(R, 32)))
+        q_t = q_t.to(q_ptr.dtype.element_ty)
+    else:
+        if PER_TENSOR:   # no group to look up; the one scale read as a row (stride 0), see the module docstring
+            y = x / tl.load(scale_ptr + cols64 * stride_sc, mask=cols < C, other=1.0)[None, :]
+        else:            # only the groups of the tile's first and last real token matter
+            g_first, g_last = _groups_of_range(offsets_ptr, first, tl.minimum(first + BLOCK_T, T) - 1, G, T,
+                                               BLOCK_G)
+            y = x   # x / its group's scale; the padding tokens' zeros stay zeros
+            for g in range(g_first, g_last + 1):
+                start, end = _group_bounds(offsets_ptr, g, G, T)
+                group_scale = tl.load(scale_ptr + g * stride_sg + cols64 * stride_sc, mask=cols < C, other=1.0)
+                mine = (tokens >= start) & (tokens < end)
+                y = tl.where(mine[:, None], x / group_scale[None, :], y)
+        q_t = tl.trans(quantized(y, FMAX, MANT, EMIN).to(q_ptr.dtype.element_ty))
     tl.store(q_ptr + cols64[:, None] * stride_qc + tokens64[None, :] * stride_qt,
-             tl.trans(q.to(q_ptr.dtype.element_ty)), mask=(cols[:, None] < C) & (tokens[None, :] < R))
+             q_t, mask=(cols[:, None] < C) & (tokens[None, :] < R))
 
 
 def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale: torch.Tensor | None = None,
@@ -257,13 +315,34 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     else:      # never read without AMAX: the float32 scale stands in, as the compiled launch's *fp32
         tile_max = scale
     if work:
-        _cast_transpose_kernel[grid](
-            t, offsets, scale, q, tile_max, rows, padded, cols, groups, *t.stride(), *scale_strides, *q.stride(),
-            FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_T=BLOCK_T,
-            BLOCK_C=BLOCK_C, BLOCK_G=block_g, PER_TENSOR=one_scale, AMAX=amax, num_warps=NUM_WARPS)
+        _cast_transpose_kernel[grid](   # no padded ends without MX: the offsets stand in
+            t, offsets, offsets, scale, q, tile_max, rows, padded, cols, groups, *t.stride(), *scale_strides,
+            *q.stride(), BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g, PER_TENSOR=one_scale, AMAX=amax,
+            MX=False, num_warps=NUM_WARPS, **consts)
     if given:
         return (q, tile_max.amax()) if amax else (q,)
     return q, scale
+
+
+def mx_launch(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: torch.dtype, rows: int
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """MXFP8's transposed copies (:mod:`kernels.moe.grouped_gemm_mxfp8.quantize`): (q (B, C, rows)
+    fp8 token-contiguous, scales (B, C, ceil(rows/32)) uint8 e8m0) of t (B, T, C), B problems
+    grouped alike by the int32 ``offsets`` (G,), group g's tokens copied to the padded positions
+    from ``ends[g-1]`` (int32 (G,); 0 for g = 0), both contiguous. One launch of the cast in
+    its ``MX`` mode, which finds each 32-position block's scale in its tile: no amax launch,
+    t read once, every position and scale written (the padding's zeros too)."""
+    (batch, tokens, cols), groups = t.shape, offsets.shape[0]
+    q = new_output((batch, cols, rows), fp8, t.device)
+    scales = new_output((batch, cols, cdiv(rows, MX_BLOCK)), torch.uint8, t.device)
+    if batch and cols and rows:
+        grid = (cdiv(rows, BLOCK_T), cdiv(cols, BLOCK_C), batch)
+        _cast_transpose_kernel[grid](   # no AMAX: the scales stand in for its pointer
+            t, offsets, ends, scales, q, scales, tokens, rows, cols, groups, *t.stride(),
+            scales.stride(0), scales.stride(2), scales.stride(1), *q.stride(), BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C,
+            BLOCK_G=max(next_power_of_2(groups), 2), PER_TENSOR=False, AMAX=False, MX=True, num_warps=NUM_WARPS,
+            **format_constants(fp8))
+    return q, scales
 
 
 def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
@@ -280,8 +359,8 @@ def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
                                     else dict(stride_sb=g * c, stride_sg=c, stride_sc=1)))
     tokens = dict(stride_tb=t * c, stride_tt=c, stride_tc=1)
     partials = dict(stride_pb=chunks * 2 * c, stride_pn=2 * c, stride_ps=c, stride_pc=1)
-    pointers = {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "scale_ptr": "*fp32", "partial_ptr": "*fp32",
-                "amax_ptr": "*fp32"}
+    pointers = {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "ends_ptr": "*i32", "scale_ptr": "*fp32",
+                "partial_ptr": "*fp32", "amax_ptr": "*fp32"}
     cfg = dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
     consts = format_constants(fp8_dtype)
     chunk_amax = aot_launch(_chunk_amax_kernel, fp8_dtype, cfg, dict(common, **tokens, **partials),
@@ -290,7 +369,25 @@ def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
                         dict(FMAX=consts["FMAX"], CHUNK=CHUNK), pointers)
     cast = aot_launch(_cast_transpose_kernel, fp8_dtype, cfg,
                       dict(common, **tokens, R=t, stride_qb=c * t, stride_qc=t, stride_qt=1),
-                      dict(FMAX=consts["FMAX"], MANT=consts["MANT"], EMIN=consts["EMIN"], BLOCK_G=g,
-                           PER_TENSOR=per_tensor, AMAX=amax),
-                      pointers)
+                      dict(consts, BLOCK_G=g, PER_TENSOR=per_tensor, AMAX=amax, MX=False), pointers)
     return (cast,) if per_tensor else (chunk_amax, scales, cast)
+
+
+def mx_aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16, weight: bool = False) -> AotKernel:
+    """:func:`mx_launch` as a GPU runs it, for an ahead-of-time compile: the wgrad operand of a
+    contiguous (8192, 7168) x of 128 groups (R = T + 32·G, the padded bound), or (``weight``)
+    the forward's weight, 128 experts' (7168, 2048) w[g], each one group of K tokens (R = K)."""
+    if weight:
+        (b, t, c), g, r = (128, 7168, 2048), 1, 7168
+    else:
+        (b, t, c), g = (1, 8192, 7168), 128
+        r = t + MX_BLOCK * g
+    blocks = r // MX_BLOCK
+    ints = dict(T=t, R=r, C=c, G=g, stride_tb=t * c, stride_tt=c, stride_tc=1, stride_sb=c * blocks, stride_sg=1,
+                stride_sc=blocks, stride_qb=c * r, stride_qc=r, stride_qt=1)
+    scales = pointer_type(torch.uint8)
+    return aot_launch(_cast_transpose_kernel, fp8_dtype, dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS),
+                      ints, dict(format_constants(fp8_dtype), BLOCK_G=max(next_power_of_2(g), 2),
+                                 PER_TENSOR=False, AMAX=False, MX=True),
+                      {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "ends_ptr": "*i32",
+                       "scale_ptr": scales, "amax_ptr": scales})

@@ -10,26 +10,56 @@ wgrad     the group's tokens      xᵀ: tokens of g                 dyᵀ: token
 ========  ======================  ==============================  ===========================
 
 The scale rule is the dense path's (:func:`kernels.gemm_fp8.quantize_ref.quantize_one`'s
-``mx32``: :func:`kernels.microscaling.shared_exponent`), on the device with no host sync.
-Where a dense layout fits, the dense fused op :func:`kernels.gemm_fp8.quantize` (``mx32``,
-one read of the operand, bit for bit the plain pass) quantizes: the token operands (x
-(T, K), dy (T, N), blocks of 32 along their rows) and dgrad's weight (w as G·K rows of N).
-Two operands no dense layout gives stay plain PyTorch passes (``quantize_one`` and
-:func:`.spec.quantize_weight`): the forward's weight (each expert's w[g]ᵀ, K-contiguous:
-a copy per expert that no 2-D view of w is) and the wgrad operands, for which each group's
-tokens are copied into a token-contiguous buffer at a start rounded up to a multiple of
-32 (zeros between), so no 32-token block straddles two groups (:mod:`.dw` says why).
+``mx32``: :func:`kernels.microscaling.shared_exponent`), on the device with no host sync, each
+operand read once, bit for bit the plain passes. Where a dense layout fits, the dense fused op
+:func:`kernels.gemm_fp8.quantize` (``mx32``) quantizes: the token operands (x (T, K), dy (T,
+N), blocks of 32 along their rows) and dgrad's weight (w as G·K rows of N). The two operands
+no dense layout gives are the grouped cast's transposed copies in its ``MX`` mode (one launch
+each, :func:`kernels.moe.grouped_gemm_fp8.quantize_kernel.mx_launch`, the custom op
+``kernels::grouped_quantize_mxfp8``): the forward's weight (each expert's w[g]ᵀ,
+K-contiguous: a copy per expert that no 2-D view of w is; each expert a problem of K tokens
+in one group) and the wgrad operands, for which each group's tokens are copied into a
+token-contiguous buffer at a start rounded up to a multiple of 32 (zeros between), so no
+32-token block straddles two groups (:mod:`.dw` says why). The kernel finds each block's
+scale in its tile and writes the padding's zeros itself: the copy is not zeroed first, and
+t is read once. ``tests/test_grouped_quantize_mxfp8.py`` keeps the plain passes these
+replaced as their reference.
 """
 from __future__ import annotations
 
 import torch
 
+from ... import eager
 from ...gemm_fp8.quantize import quantize as quantize_fused
-from ...gemm_fp8.quantize_ref import quantize_one
 from ...microscaling import BLOCK
 from ...triton_support import cdiv
-from ..grouped_gemm_fp8.quantize import group_of_rows
-from .spec import quantize_weight
+from ..grouped_gemm_fp8 import quantize_kernel
+
+
+def _transposed_impl(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: torch.dtype,
+                     rows: int) -> list[torch.Tensor]:
+    return list(quantize_kernel.mx_launch(t, offsets, ends, fp8, rows))
+
+
+_transposed = torch.library.custom_op("kernels::grouped_quantize_mxfp8", _transposed_impl, mutates_args=())
+
+
+@_transposed.register_fake
+def _(t, offsets, ends, fp8, rows):
+    batch, _, cols = t.shape
+    return [t.new_empty((batch, cols, rows), dtype=fp8),
+            t.new_empty((batch, cols, cdiv(rows, BLOCK)), dtype=torch.uint8)]
+
+
+def _transposed_copy(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: torch.dtype, rows: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The grouped cast's MX launch (:func:`kernels.moe.grouped_gemm_fp8.quantize_kernel.mx_launch`)
+    on t (B, T, C), through the custom op wherever anything traces (the training op's backward
+    under ``torch.compile``): (q (B, C, rows), scales (B, C, ceil(rows/32))). ``fp8``:
+    float8_e4m3fn or float8_e5m2, the OCP formats MX names (the recipe takes e4m3fn)."""
+    t, offsets, ends = t.detach(), offsets.contiguous(), ends.contiguous()   # flat arrays in the kernel
+    impl = _transposed_impl if eager.direct(t, offsets, ends) else _transposed
+    return tuple(impl(t, offsets, ends, fp8, rows))
 
 
 def tokens(t: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,8 +69,13 @@ def tokens(t: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tenso
 
 
 def forward_weight(w: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """w (G, K, N) for the forward: (fp8 (G, K, N) K-contiguous, scales (G, N, ceil(K/32)))."""
-    return quantize_weight(w.detach(), fp8)
+    """w (G, K, N) for the forward: (fp8 (G, K, N) K-contiguous, scales (G, N, ceil(K/32))), as
+    :func:`.spec.quantize_weight`: each expert's w[g] a problem of K tokens in one group,
+    unpadded (its offsets and padded ends both K)."""
+    k = w.shape[1]
+    one_group = torch.full((1,), k, dtype=torch.int32, device=w.device)
+    q, scales = _transposed_copy(w, one_group, one_group, fp8, k)
+    return q.transpose(1, 2), scales
 
 
 def dgrad_weight(w: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,14 +102,8 @@ def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp
     group g's tokens at [ends[g-1], ends[g-1] + its size) and zeros up to ``ends[g]``
     (:func:`padded_ends`). R = T + 31·G rounded up to 32 bounds the padded count without
     reading the sizes on the host. Rows past offsets[-1] (unchecked offsets) belong to no
-    group: they are copied as zeros, after the last group's tokens."""
-    (rows, cols), groups = t.shape, offsets.shape[0]
-    padded = t.new_zeros((cols, cdiv(rows + (BLOCK - 1) * groups, BLOCK) * BLOCK))
-    if rows and groups:
-        sizes = _sizes(offsets)
-        shift = (offsets - sizes) - (ends - cdiv(sizes, BLOCK) * BLOCK)   # start minus padded start
-        ids = group_of_rows(offsets, rows)
-        row = torch.arange(rows, device=t.device)
-        grouped = (row < offsets[-1])[:, None]
-        padded.index_copy_(1, row - shift.long()[ids], torch.where(grouped, t.detach(), 0).t())
-    return quantize_one(padded, "mx32", fp8)
+    group: they are not copied, and the positions after the last group's tokens are zeros.
+    One launch (:func:`_transposed_copy`), every position and scale written by it."""
+    (rows, _), groups = t.shape, offsets.shape[0]
+    q, scales = _transposed_copy(t[None], offsets, ends, fp8, cdiv(rows + (BLOCK - 1) * groups, BLOCK) * BLOCK)
+    return q[0], scales[0]

@@ -1,0 +1,62 @@
+"""The grouped cast in its MX mode (MXFP8's transposed operands) as gfx942 and gfx950 compile
+it (ahead of time; not a rung, so a fresh subprocess compiles it, as
+tests/test_grouped_quantize_isa.py does for the other modes): the wgrad operand's launch and
+the forward weight's. Backs what kernels/moe/grouped_gemm_fp8/quantize_kernel.py says of the
+MX launch's loads, stores and registers."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPILE = """
+import json, re, torch
+from kernels.moe.grouped_gemm_fp8 import quantize_kernel
+from workbench.isa import compile as isa_compile, parse as isa_parse
+kernel = isa_compile.compile_aot(quantize_kernel.mx_aot(torch.float8_e4m3fn, weight={weight}), ("hip", {arch!r}, 64))
+lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+source, memory = None, []   # each global load or store with the source file of its .loc line
+for line in kernel["asm"].splitlines():
+    where = re.search(r"\\.loc\\s.*;\\s*([\\w.]+):", line)
+    source = where.group(1) if where else source
+    if re.match(r"\\s*(global|buffer)_(load|store)", line):
+        memory.append((line.split()[0], source))
+print(json.dumps(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"], memory=memory,
+                      ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}})))
+"""
+
+
+@functools.cache
+def compiled(arch: str, weight: bool) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(arch=arch, weight=weight)],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow   # one AOT compile per case in a fresh process: a few seconds each
+@pytest.mark.parametrize("weight", [False, True], ids=["wgrad", "forward-weight"])
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_wide_reads_of_t_one_wide_fp8_store_and_no_spills(arch, weight):
+    """Per thread and 64 x 64 bf16 tile (256 threads), t read as exactly two 16-byte buffer
+    loads (buffer_load_dwordx4), every other load one of the group offsets and ends (from
+    ``clamped`` in schedule.py); the token-contiguous FP8 copy written as one 16-byte store
+    (buffer_store_dwordx4) and the scale as one byte store, nothing else stored; no VGPR or
+    SGPR spills, no scratch; 8 waves per SIMD; 4 KiB of LDS (the transpose's layout
+    conversions)."""
+    kernel = compiled(arch, weight)
+    loads = [(op, where) for op, where in kernel["memory"] if "_load" in op]
+    assert [op for op, where in loads if where == "quantize_kernel.py"] == ["buffer_load_dwordx4"] * 2, loads
+    assert {where for op, where in loads} == {"quantize_kernel.py", "schedule.py"}, loads
+    res = kernel["resources"]
+    assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+    assert res["occupancy"] >= 8, res
+    assert kernel["ops"]["global_load"]["buffer_load_dwordx4"] == 2, kernel["ops"]
+    assert kernel["ops"]["global_store"] == {"buffer_store_dwordx4": 1, "buffer_store_byte": 1}
+    assert kernel["lds"] == 4096 and not kernel["ops"].get("matrix")
