@@ -103,7 +103,7 @@ from ...gemm_fp8.quantize_kernel import _grouped_along_k, format_constants, quan
 from ...microscaling import BLOCK as MX_BLOCK
 from ...outputs import new_output
 from ...registry import AotKernel
-from ...triton_support import aot_launch, cdiv, next_power_of_2, pointer_type
+from ...triton_support import aot_launch, cdiv, next_power_of_2, pointer_type, run_kwargs
 from ..grouped_gemm.schedule import clamped
 from .dw import ALIGN
 
@@ -302,11 +302,12 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
         partial = new_output((batch, chunks, 2, cols), torch.float32, t.device)
         args = (rows, cols, groups, *scale_strides, *partial.stride())
         if chunks:
-            _chunk_amax_kernel[(chunks, cdiv(cols, BLOCK_C), batch)](
-                t, offsets, scale, partial, *args[:3], *t.stride(), *args[3:], FMAX=consts["FMAX"], CHUNK=CHUNK,
-                BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g, num_warps=NUM_WARPS)
-        _group_scale_kernel[(groups, cdiv(cols, BLOCK_C), batch)](
-            offsets, scale, partial, *args, FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_C=BLOCK_C, num_warps=1)
+            _chunk_amax_kernel.run(
+                t, offsets, scale, partial, *args[:3], *t.stride(), *args[3:], **run_kwargs(
+                    (chunks, cdiv(cols, BLOCK_C), batch), dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_T=BLOCK_T,
+                                                               BLOCK_C=BLOCK_C, BLOCK_G=block_g, num_warps=NUM_WARPS)))
+        _group_scale_kernel.run(offsets, scale, partial, *args, **run_kwargs(
+            (groups, cdiv(cols, BLOCK_C), batch), dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_C=BLOCK_C, num_warps=1)))
     grid = (cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)
     work = batch and cols and groups and padded
     if amax:   # an empty t's amax is 0
@@ -315,10 +316,11 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     else:      # never read without AMAX: the float32 scale stands in, as the compiled launch's *fp32
         tile_max = scale
     if work:
-        _cast_transpose_kernel[grid](   # no padded ends without MX: the offsets stand in
+        _cast_transpose_kernel.run(   # no padded ends without MX: the offsets stand in
             t, offsets, offsets, scale, q, tile_max, rows, padded, cols, groups, *t.stride(), *scale_strides,
-            *q.stride(), BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g, PER_TENSOR=one_scale, AMAX=amax,
-            MX=False, num_warps=NUM_WARPS, **consts)
+            *q.stride(), **run_kwargs(grid, dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g,
+                                                 PER_TENSOR=one_scale, AMAX=amax, MX=False, num_warps=NUM_WARPS,
+                                                 **consts)))
     if given:
         return (q, tile_max.amax()) if amax else (q,)
     return q, scale
@@ -337,11 +339,11 @@ def mx_launch(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: t
     scales = new_output((batch, cols, cdiv(rows, MX_BLOCK)), torch.uint8, t.device)
     if batch and cols and rows:
         grid = (cdiv(rows, BLOCK_T), cdiv(cols, BLOCK_C), batch)
-        _cast_transpose_kernel[grid](   # no AMAX: the scales stand in for its pointer
+        _cast_transpose_kernel.run(   # no AMAX: the scales stand in for its pointer
             t, offsets, ends, scales, q, scales, tokens, rows, cols, groups, *t.stride(),
-            scales.stride(0), scales.stride(2), scales.stride(1), *q.stride(), BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C,
-            BLOCK_G=max(next_power_of_2(groups), 2), PER_TENSOR=False, AMAX=False, MX=True, num_warps=NUM_WARPS,
-            **format_constants(fp8))
+            scales.stride(0), scales.stride(2), scales.stride(1), *q.stride(), **run_kwargs(grid, dict(
+                BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=max(next_power_of_2(groups), 2), PER_TENSOR=False,
+                AMAX=False, MX=True, num_warps=NUM_WARPS, **format_constants(fp8))))
     return q, scales
 
 
