@@ -71,6 +71,14 @@ def round_to_bf16(x):
 
 
 @triton.jit
+def cols_if(cols, C, cond):
+    """The columns < C where the scalar ``cond`` holds, else none: a mask built by one compare.
+    ``mask & cond`` would say the same, but the interpreter turns a vector mask and'ed with a
+    scalar condition into integers, which a load refuses as a mask."""
+    return cols < tl.where(cond, C, 0)
+
+
+@triton.jit
 def round_to_fp8(y, MANT: tl.constexpr, EMIN: tl.constexpr):
     """fp32 ``y`` (|y| <= the format's max; the caller saturates) rounded to nearest even on
     an FP8 grid of ``MANT`` mantissa bits whose smallest normal is 2^``EMIN``, still fp32

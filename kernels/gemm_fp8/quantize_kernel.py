@@ -48,7 +48,7 @@ import triton.language as tl
 
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import aot_launch, cdiv, fp8_grid, pointer_type, round_to_fp8, run_kwargs
+from ..triton_support import aot_launch, cdiv, cols_if, fp8_grid, pointer_type, round_to_fp8, run_kwargs
 from .formats import scale_of
 from .quantize_ref import TILE, group_shape, mx_emax, scale_shape
 
@@ -167,10 +167,10 @@ def _amax_kernel(x_ptr, rows_ptr, cols_ptr, unless_ptr, M, K, stride_xm, stride_
     pid_k = tl.program_id(1)
     rows = pid_m * BLOCK + tl.arange(0, BLOCK)
     cols = pid_k * BLOCK + tl.arange(0, BLOCK)
-    width = K   # UNLESS: none where *unless_ptr > 0 (one compare: the interpreter
-    if UNLESS:  # cannot & a vector mask with a scalar condition)
-        width = tl.where(tl.load(unless_ptr) > 0, 0, K)
-    inside = (rows[:, None] < M) & (cols[None, :] < width)
+    cols_in = cols < K
+    if UNLESS:   # none where *unless_ptr > 0
+        cols_in = cols_if(cols, K, (tl.load(unless_ptr) > 0) == 0)
+    inside = (rows[:, None] < M) & cols_in[None, :]
     ax = tl.abs(tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm
                         + cols.to(tl.int64)[None, :] * stride_xk, mask=inside, other=0.0).to(tl.float32))
     tl.store(rows_ptr + rows * stride_rm + pid_k * stride_rk, tl.max(ax, axis=1), mask=rows < M)

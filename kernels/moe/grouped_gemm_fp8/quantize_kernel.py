@@ -103,7 +103,7 @@ from ...gemm_fp8.quantize_kernel import _grouped_along_k, format_constants, quan
 from ...microscaling import BLOCK as MX_BLOCK
 from ...outputs import new_output
 from ...registry import AotKernel
-from ...triton_support import aot_launch, cdiv, next_power_of_2, pointer_type, run_kwargs
+from ...triton_support import aot_launch, cdiv, cols_if, next_power_of_2, pointer_type, run_kwargs
 from ..grouped_gemm.schedule import clamped
 from .dw import ALIGN
 
@@ -135,13 +135,6 @@ def _groups_of_range(offsets_ptr, first, last, G, T, BLOCK_G: tl.constexpr):
 def _within_one_chunk(start, end, CHUNK: tl.constexpr):
     """Whether the tokens [start, end) are some and lie in one chunk of CHUNK (counted from 0)."""
     return (end > start) & (start // CHUNK == tl.maximum(end - 1, start) // CHUNK)
-
-
-@triton.jit
-def _cols_if(cols, C, cond):
-    """The columns < C where the scalar ``cond`` holds, else none: a mask built by one
-    compare (the interpreter turns a vector mask & a scalar condition into integers)."""
-    return cols < tl.where(cond, C, 0)
 
 
 @triton.jit
@@ -187,10 +180,10 @@ def _chunk_amax_kernel(t_ptr, offsets_ptr, scale_ptr, partial_ptr, T, C, G,
         amax = tl.max(acc, axis=0)
         whole = _within_one_chunk(start, end, CHUNK)
         tl.store(scale_ptr + g * stride_sg + cols64 * stride_sc, scale_of_amax(amax, FMAX),
-                 mask=_cols_if(cols, C, whole))
-        tl.store(partial_ptr + cols64 * stride_pc, amax, mask=_cols_if(cols, C, (g == g_first) & (whole == 0)))
+                 mask=cols_if(cols, C, whole))
+        tl.store(partial_ptr + cols64 * stride_pc, amax, mask=cols_if(cols, C, (g == g_first) & (whole == 0)))
         tl.store(partial_ptr + stride_ps + cols64 * stride_pc, amax,
-                 mask=_cols_if(cols, C, (g == g_last) & (whole == 0)))
+                 mask=cols_if(cols, C, (g == g_last) & (whole == 0)))
 
 
 @triton.jit
@@ -209,11 +202,11 @@ def _group_scale_kernel(offsets_ptr, scale_ptr, partial_ptr, T, C, G, stride_sb,
     start, end = _group_bounds(offsets_ptr, g, G, T)
     first, last = start // CHUNK, tl.maximum(end - 1, start) // CHUNK
     amax = tl.load(partial_ptr + first * stride_pn + stride_ps + cols64 * stride_pc,
-                   mask=_cols_if(cols, C, last > first), other=0.0)
+                   mask=cols_if(cols, C, last > first), other=0.0)
     for chunk in range(first + 1, last + 1):
         amax = tl.maximum(amax, tl.load(partial_ptr + chunk * stride_pn + cols64 * stride_pc, mask=cols < C))
     tl.store(scale_ptr + g * stride_sg + cols64 * stride_sc, scale_of_amax(amax, FMAX),
-             mask=_cols_if(cols, C, _within_one_chunk(start, end, CHUNK) == 0))
+             mask=cols_if(cols, C, _within_one_chunk(start, end, CHUNK) == 0))
 
 
 @triton.jit
