@@ -37,11 +37,13 @@ ALIGN = 16
 
 
 def _library_scales(scale_a, scale_b, m: int, n: int, per_tensor_ok: bool = True):
-    """_scaled_mm takes two singletons or a contiguous (M, 1) and (1, N) pair, never a mix."""
+    """_scaled_mm takes two singletons or a contiguous (M, 1) and (1, N) pair, never a mix. It
+    checks the strides of size-1 dims too, which ``.contiguous()`` leaves as they are (a (1, 1)
+    slice of stride 2 is "contiguous"): a fresh copy gets unit strides."""
     if per_tensor_ok and scale_a.numel() == 1 and scale_b.numel() == 1:
         return scale_a.reshape(()), scale_b.reshape(())
-    return (scale_a.reshape(-1, 1).expand(m, 1).contiguous(),
-            scale_b.reshape(1, -1).expand(1, n).contiguous())
+    return (scale_a.reshape(-1, 1).expand(m, 1).clone(memory_format=torch.contiguous_format),
+            scale_b.reshape(1, -1).expand(1, n).clone(memory_format=torch.contiguous_format))
 
 
 def _padded(x: torch.Tensor, rows: int, cols: int, col_major: bool) -> torch.Tensor:

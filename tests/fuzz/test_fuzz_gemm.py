@@ -79,6 +79,9 @@ def test_linear_matches_torch_linear(xwb, bias, autocast):
 @example(ab=(torch.randn(0, 5), torch.randn(5, 3)), fp8=torch.float8_e4m3fn, per_channel=False,
          out_dtype=torch.bfloat16, layouts=("contiguous",) * 4
          ).via("bug 8: quantize_fp8 of an empty tensor")
+@example(ab=(torch.randn(1, 1), torch.randn(1, 1)), fp8=torch.float8_e4m3fn, per_channel=True,
+         out_dtype=torch.bfloat16, layouts=("contiguous",) * 3 + ("sliced",)
+         ).via("bug 10: the ref rung passed a (1, 1) scale of stride 2 to torch._scaled_mm")
 def test_matmul_fp8_has_scaled_mm_semantics(ab, fp8, per_channel, out_dtype, layouts):
     """Operands quantized by ``quantize_fp8`` (per tensor, or per row of A and column of B),
     stored with their per-channel scales in drawn layouts; judged against the float64
