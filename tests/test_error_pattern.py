@@ -87,6 +87,15 @@ def test_per_column_per_row_and_global_factors():
         _finding(without_a_global_scale)
 
 
+@pytest.mark.parametrize("shape", [SHAPE, (3, 2, 5)])
+def test_an_all_zero_output_is_named_not_a_crash(shape):
+    """Zero is a global factor too; the diagnosis divided by it (the long fuzz profile met it:
+    an attention gradient under a scale that is 0 in float32). The small shape takes the
+    one-factor path, the large one the per-row and per-column fit."""
+    assert "every element is 0: nothing accumulated or stored" in _finding(
+        lambda a, b: torch.zeros(a.shape[0], b.shape[1]), shape)
+
+
 @pytest.mark.parametrize("shape", [SHAPE, (16, 16, 8)])
 def test_a_transposed_store(shape):
     assert "the output is the reference in column-major order (transposed)" in _finding(stored_column_major, shape)

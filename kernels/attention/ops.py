@@ -121,7 +121,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """softmax(q kᵀ · scale) v for q (B, Hq, S, D), k and v (B, Hkv, S_k, D); differentiable.
 
     Hq must be a multiple of Hkv (GQA/MQA). ``scale`` defaults to 1/sqrt(D) and may be any
-    float, as in SDPA's math (0 averages the visible V, a negative one flips the order); ``causal``
+    float, as in SDPA's math (0 averages the visible V, a negative one flips the order), taken
+    as float32 as the kernels compute (one under float32's smallest normal is 0, one past its
+    range is refused: :func:`kernels.validate.fp32_argument`); ``causal``
     is SDPA's ``is_causal`` (top-left aligned, also for S != S_k). fp32, fp16, bf16 with
     fp32 softmax statistics; any D <= 128, any strides. The result is (B, Hq, S, D) in q's
     dtype (under ``torch.autocast``, q, k and v are cast to its dtype, as for SDPA). As in
@@ -240,7 +242,8 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     by ``cu_seqlens_k`` (int32, starting at 0, non-decreasing, ending at the token
     count; no sequence longer than its ``max_seqlen``). Returns (total_q, Hq, D) in q's
     dtype; differentiable. A sequence without queries gives no rows (its keys get zero
-    gradients), and a batch without query tokens an empty result.
+    gradients), and a batch without query tokens an empty result. ``scale`` as in
+    :func:`flash_attention` (float32).
 
     As in flash-attn, the offsets stay on the device and the call makes no host sync: the
     launches depend only on the max lengths, which the caller gives, and the sequence

@@ -118,13 +118,19 @@ def rounding_spread(run, tensors_, numel: int, seed: int = 0) -> dict:
     return spread
 
 
-def judged_baseline(fn, reference, tensors_, grad):
-    """torch's op as :func:`workbench.check.judge` takes the library baseline: the two memory
+def judged_baseline(fn, reference, tensors_, grad, also=()):
+    """torch's op as :func:`workbench.check.judge` takes the library baseline: the memory
     orders of :func:`baseline_with_grads`, and the errors on rounding neighbours of the tensors
-    against ``reference`` (float64) on each neighbour (:func:`rounding_spread`). Returns
-    (outputs, per tensor its gradients, spread), spread["out"] and spread[i] (tensor i's
-    gradient) the errors for :func:`assert_rule`."""
+    against ``reference`` (float64) on each neighbour (:func:`rounding_spread`). ``also``:
+    other ways torch computes the op, each run on the tensors as one more sample (a sample
+    that is NaN where the reference is finite counts as no error, so a torch kernel's NaN
+    alone would leave the bound at the dtype's floor). Returns (outputs, per tensor its
+    gradients, spread), spread["out"] and spread[i] (tensor i's gradient) the errors for
+    :func:`assert_rule`."""
     outs, grads = baseline_with_grads(fn, tensors_, grad)
+    for other in also:
+        out, other_grads = with_grads(other, tensors_, grad)
+        outs, grads = (*outs, out), [(*g, extra) for g, extra in zip(grads, other_grads)]
 
     def run(near):
         (out, near_grads), (ref, ref_grads) = (with_grads(fn, near, grad), with_grads(

@@ -9,6 +9,7 @@ import itertools
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -16,6 +17,7 @@ import kernels
 from fuzzing import (INDEX_LAYOUTS, assert_rule, assert_runs_in_child, index_tensor, judged_baseline, laid_out,
                      operands, output_grad, sizes, with_grads)
 from kernels.attention import spec as attn_spec
+from kernels.validate import fp32_argument
 from test_attention_ladder import large_score_inputs
 from test_attention_varlen import _per_sequence
 
@@ -43,6 +45,13 @@ def _one_query_fp16():
     return kv[:, :, :1].clone(), kv.clone(), laid_out(kv, "transposed")
 
 
+def _two_keys_fp16():
+    """The long profile's draw: fp16, D = 1, q stored 3 elements into its storage. SDPA's CPU
+    kernel gives NaN gradients there (causal, scale -2), which left the bound at fp16's floor."""
+    kv = torch.tensor([[[[1.5410], [-0.2935]]]], dtype=torch.float16)
+    return laid_out(kv, "offset"), kv.clone(), kv.clone()
+
+
 def _large_scores(largest):
     """Bug 4's inputs: fp32 scores of about ``largest``, exact in any summation order (with
     fine inputs the verdict at such scores depends on the CPU's BLAS kernel)."""
@@ -52,6 +61,22 @@ def _large_scores(largest):
 def _sdpa(causal, scale):
     return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
                                                           enable_gqa=True)
+
+
+def _sdpa_math(causal, scale):
+    """SDPA's math backend, one more baseline sample: its default CPU kernel gives NaN for
+    causal rows under a scale <= 0 (tests/test_attention_ladder.py xfails that as a rung)."""
+    def attend(q, k, v):
+        with sdpa_kernel(SDPBackend.MATH):
+            return _sdpa(causal, scale)(q, k, v)
+    return attend
+
+
+def _reference(causal, scale):
+    """The float64 reference at the scale the op takes: float32, 0 under its normal numbers
+    (:func:`kernels.validate.fp32_argument`; the docstrings say so)."""
+    taken = None if scale is None else fp32_argument("scale", scale)
+    return lambda *t: attn_spec.reference(*t, causal, taken)
 
 
 @given(qkv=operands(_shapes(), attn_spec.DTYPES), causal=st.booleans(), scale=SCALES)
@@ -65,6 +90,8 @@ def _sdpa(causal, scale):
 @example(qkv=_qkv((1, 0, 3, 8), (1, 1, 3, 8), (1, 1, 3, 8)), causal=False, scale=None).via("bug 5: Hq = 0")
 @example(qkv=_qkv((1, 2, 0, 8), (1, 1, 3, 8), (1, 1, 3, 8)), causal=True, scale=None).via("bug 5: S = 0")
 @example(qkv=_qkv((1, 2, 3, 8), (1, 1, 0, 8), (1, 1, 0, 8)), causal=False, scale=None).via("bug 5: S_k = 0")
+@example(qkv=_two_keys_fp16(), causal=True, scale=-2.0
+         ).via("the fuzz's rule: SDPA's CPU kernel is NaN for a causal row under a negative scale")
 @example(qkv=_one_query_fp16(), causal=False, scale=None).via("the fuzz's rule: SDPA's contiguous kernel")
 @example(qkv=_qkv((1, 2, 5, 8), (1, 1, 6, 8), (1, 1, 6, 8)), causal=False, scale=1.5e-204
          ).via("bug 9: a scale under float32's smallest normal number")
@@ -72,8 +99,9 @@ def test_flash_attention_matches_sdpa(qkv, causal, scale):
     q = qkv[0]
     grad = output_grad(q.shape, q.dtype, seed=q.numel())
     out, grads = with_grads(lambda *t: kernels.flash_attention(*t, causal=causal, scale=scale), qkv, grad)
-    reference = lambda *t: attn_spec.reference(*t, causal, scale)   # noqa: E731
-    base, base_grads, spread = judged_baseline(_sdpa(causal, scale), reference, qkv, grad)
+    reference = _reference(causal, scale)
+    base, base_grads, spread = judged_baseline(_sdpa(causal, scale), reference, qkv, grad,
+                                               also=(_sdpa_math(causal, scale),))
     ref, ref_grads = with_grads(reference, [t.double() for t in qkv], grad.double())
     assert_rule("out", out, ref, base, q.dtype, spread=spread["out"])
     for i, (name, g, r, bg) in enumerate(zip(("dq", "dk", "dv"), grads, ref_grads, base_grads)):
@@ -117,11 +145,20 @@ def _two_sequences():
     return q, k, v, torch.tensor([0, 3, 7], dtype=torch.int32), torch.tensor([0, 5, 9], dtype=torch.int32), 4, 5
 
 
+def _empty_then_two_tokens():
+    """The long profile's draw: two empty sequences, then one of two fp16 tokens, D = 1."""
+    t = torch.tensor([[[1.5410]], [[-0.2935]]], dtype=torch.float16)
+    cu = torch.tensor([0, 0, 0, 2], dtype=torch.int32)
+    return t, t.clone(), t.clone(), cu, cu.clone(), 2, 2
+
+
 @given(case=packed(), causal=st.booleans(), scale=SCALES)
 @example(case=_two_sequences(), causal=False, scale=0.0).via("bug 3: varlen, scale 0 is the mean of v")
 @example(case=_two_sequences(), causal=True, scale=-0.5).via("bug 3: varlen, a negative scale")
 @example(case=_zero_tokens(), causal=False, scale=None).via("bug 5: varlen with zero tokens")
 @example(case=_two_sequences(), causal=False, scale=1.5e-204).via("bug 9: varlen, a scale under float32's normals")
+@example(case=_empty_then_two_tokens(), causal=True, scale=1.8e-154
+         ).via("the scale the op takes: under float32's normals it is 0, and so are dk and dq")
 def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
     q, k, v, cu_q, cu_k, max_q, max_k = case
     grad = output_grad(q.shape, q.dtype, seed=q.numel())
@@ -131,9 +168,10 @@ def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
         assert out.shape == q.shape and out.dtype == q.dtype
         assert all(g.shape == t.shape and not g.any() for g, t in zip(grads, (q, k, v)))
         return
-    reference = lambda *t: _per_sequence(lambda *s: attn_spec.reference(*s, causal, scale), *t, cu_q, cu_k)  # noqa: E731
-    base, base_grads, spread = judged_baseline(lambda *t: _per_sequence(_sdpa(causal, scale), *t, cu_q, cu_k),
-                                               reference, (q, k, v), grad)
+    reference = lambda *t: _per_sequence(_reference(causal, scale), *t, cu_q, cu_k)   # noqa: E731
+    base, base_grads, spread = judged_baseline(
+        lambda *t: _per_sequence(_sdpa(causal, scale), *t, cu_q, cu_k), reference, (q, k, v), grad,
+        also=(lambda *t: _per_sequence(_sdpa_math(causal, scale), *t, cu_q, cu_k),))
     ref, ref_grads = with_grads(reference, [t.double() for t in (q, k, v)], grad.double())
     assert_rule("out", out, ref, base, q.dtype, spread=spread["out"])
     for i, (name, g, r, bg) in enumerate(zip(("dq", "dk", "dv"), grads, ref_grads, base_grads)):

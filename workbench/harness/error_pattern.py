@@ -100,6 +100,9 @@ def _scaled(x: torch.Tensor, ref: torch.Tensor, error: torch.Tensor) -> str:
     row, col = _constant(p), _constant(q)
     if row and col:
         c = float(p.mean() * q.mean())
+        if c == 0:
+            return ("every element is 0: nothing accumulated or stored, or a factor of 0 (a scale "
+                    "read as 0)")
         return (f"every element is {c:.4g} x the reference (1/{1 / c:.4g}): a global factor "
                 f"missing or extra (a softmax scale, a per-tensor quantization scale)")
     if row:
