@@ -170,3 +170,15 @@ def test_rounding_neighbours_move_each_element_by_about_one_rounding_and_keep_th
     moved = (near_a.double() - a.double()).abs() / (a.double().abs() * torch.finfo(a.dtype).eps)
     assert moved.max() <= 1.5 and (near_a != a).any() and (near_a == a).any()  # eps·|x|, then rounded
     assert (near_scales != scales).any() and torch.equal(near_e8m0.view(torch.uint8), e8m0.view(torch.uint8))
+
+
+@pytest.mark.parametrize("shape_wrong", [False, True], ids=["dtype", "shape"])
+def test_an_output_in_another_dtype_or_shape_than_the_librarys_is_refused(shape_wrong):
+    """Judged in its own dtype's tolerance, a float64 result of float32 inputs passed: the
+    floor of float64 is met by any exact product. A rung must return the library's dtype."""
+    def widened(a, b):
+        out = (a.double() @ b.double())
+        return out[:-1].float() if shape_wrong else out
+    match = "output shape" if shape_wrong else "output dtype float64 != the library's float32"
+    with pytest.raises(ValueError, match=match):
+        check_rung(fake_rung(widened), (5, 4, 3), torch.float32)

@@ -88,8 +88,10 @@ def compare(x: torch.Tensor, reference: torch.Tensor,
     measured against their own references (:func:`judge`'s rounding neighbours)."""
     if tuple(x.shape) != tuple(reference.shape):
         raise ValueError(f"output shape {tuple(x.shape)} != reference shape {tuple(reference.shape)}")
-    expected_pattern = reference.to(dtype).double()  # overflow in the dtype is expected
     baselines = [baseline] if isinstance(baseline, torch.Tensor) else baseline
+    if x.dtype != baselines[0].dtype:   # judged in its own dtype, a float64 result would pass
+        raise ValueError(f"output dtype {dtype_label(x.dtype)} != the library's {dtype_label(baselines[0].dtype)}")
+    expected_pattern = reference.to(dtype).double()  # overflow in the dtype is expected
     base_error = max([relative_error(b, reference)[0] for b in baselines] + list(other_errors))
     error, error_map = relative_error(x, reference)
     allowed = allowed_error(dtype, base_error, direction)
