@@ -177,7 +177,7 @@ def _dequantizer(dim, dtype):
     parts = ((torch.float8_e4m3fn, (dim,)), (torch.float32, (1,)))
 
     def decode(packed):
-        return dequantize(*row_bytes.unpack(packed, parts), "row", dtype)
+        return dequantize(*row_bytes.views(packed, parts), "row", dtype)
     return decode
 
 

@@ -32,12 +32,28 @@ def pack(*parts: torch.Tensor) -> torch.Tensor:
 
 
 def unpack(rows: torch.Tensor, parts: Layout) -> list[torch.Tensor]:
-    """The parts :func:`pack` put into ``rows`` (any permutation of its rows), one tensor each."""
+    """The parts :func:`pack` put into ``rows`` (any permutation of its rows), one tensor each,
+    each a packed copy: what a kernel reads (its rows start 16-byte aligned where the part's
+    width allows; in ``rows`` they lie ``rows.shape[1]`` bytes apart)."""
+    return _parts(rows, parts, copy=True)
+
+
+def views(rows: torch.Tensor, parts: Layout) -> list[torch.Tensor]:
+    """:func:`unpack`'s parts as views into ``rows`` where a part's bytes can be viewed in its
+    dtype (its offset in a row and the row's length multiples of its item size), else copied:
+    for a reader that takes any strides (a dequantization), one copy of every row's bytes saved."""
+    return _parts(rows, parts, copy=False)
+
+
+def _parts(rows: torch.Tensor, parts: Layout, copy: bool) -> list[torch.Tensor]:
     out, start = [], 0
     for dtype, shape in parts:
         width = math.prod(shape) * dtype.itemsize
-        piece = rows.new_empty((rows.shape[0], width))   # fresh strides: an empty slice keeps its parent's
-        out.append(piece.copy_(rows[:, start:start + width]).view(dtype).reshape(rows.shape[0], *shape))
+        piece = rows[:, start:start + width]
+        aligned = all(n % dtype.itemsize == 0 for n in (rows.stride(0), piece.storage_offset(), width))
+        if copy or not aligned or rows.shape[0] == 0:   # fresh strides: an empty slice keeps its parent's
+            piece = rows.new_empty((rows.shape[0], width)).copy_(piece)
+        out.append(piece.view(dtype).reshape(rows.shape[0], *shape))
         start += width
     if start != rows.shape[1]:
         raise ValueError(f"rows of {rows.shape[1]} bytes do not hold the layout {parts} ({start} bytes)")

@@ -116,7 +116,7 @@ class _Float8Owner:
     def dequantized(self, rows: torch.Tensor) -> torch.Tensor:
         """Wire rows (:meth:`wire`) back in x's dtype: each element times its scale, rounded to
         float32, then to x's dtype (what the backward's wgrad operand quantizes again)."""
-        return dequantize(*row_bytes.unpack(rows, self.parts), ROW_LOCAL[self.layer.recipe], self.dtype)
+        return dequantize(*row_bytes.views(rows, self.parts), ROW_LOCAL[self.layer.recipe], self.dtype)
 
     def _found(self, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
         """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the amax its cast found, kept for
