@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from workbench.check import (broken_rules, compare, neighbours, other_memory_order, relative_error,
                              rounding_neighbour)
+from workbench.harness.tolerances import reassociation_bound
 
 # Where a layout lives: "transposed" reverses the storage order of every dim (column-major
 # for a matrix), "sliced" takes every other element of the last dim, "offset" starts the
@@ -139,14 +140,24 @@ def judged_baseline(fn, reference, tensors_, grad, also=()):
     return outs, grads, rounding_spread(run, tensors_, outs[0].numel())
 
 
-def assert_rule(name: str, got, reference, baseline, dtype, direction: str = "forward", spread=()) -> None:
+def assert_rule(name: str, got, reference, baseline, dtype, direction: str = "forward", spread=(),
+                zero_scale: float | None = None) -> None:
     """The harness's rule (``workbench.check.compare``): shape, dtype, error bound, NaN/inf.
     ``baseline`` is torch's result, or several (:func:`baseline_with_grads`); ``spread`` its
-    errors on other inputs (:func:`rounding_spread`)."""
+    errors on other inputs (:func:`rounding_spread`). A result that is zero in exact arithmetic
+    has no magnitude to be relative to (its float64 reference is 0 or rounding noise, against
+    which the rule divides): given ``zero_scale``, the magnitude of the problem's other results,
+    a reference within float64's reassociation bound of 0 at that scale is zero, and the result
+    must be too, up to reassociation in its dtype (64 ulps of that magnitude)."""
     first = baseline if isinstance(baseline, torch.Tensor) else baseline[0]
     assert tuple(got.shape) == tuple(first.shape), (f"{name}: shape {tuple(got.shape)}, "
                                                     f"torch gives {tuple(first.shape)}")
     assert got.dtype == first.dtype, f"{name}: dtype {got.dtype}, torch gives {first.dtype}"
+    if zero_scale and reference.numel() and reference.abs().max() <= reassociation_bound(torch.float64) * zero_scale:
+        largest, bound = float(got.abs().max()), reassociation_bound(dtype) * zero_scale
+        assert largest <= bound, (f"{name} ({direction}, {dtype}): zero in exact arithmetic, got "
+                                  f"|{largest:.3g}| > {bound:.3g}")
+        return
     fields = compare(got, reference, baseline, dtype, direction, other_errors=spread)
     assert fields["passed"], f"{name} ({direction}, {dtype}): {broken_rules(fields)}"
 

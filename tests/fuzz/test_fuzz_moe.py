@@ -48,15 +48,12 @@ def test_moe_matches_its_reference(case):
     ref = _run(twins[1], x.double())
     spread = rounding_spread(lambda near: (_run(twins[0], near[0]), _run(twins[1], near[0].double())),
                              (x,), got["out"].numel())
+    # a top-1 layer with normalized weights (each p / p = 1) has a router gradient that is zero
+    # in exact arithmetic: judged against the scale of the layer's other results
+    scale = max(float(t.abs().max()) for t in ref.values() if t.numel())
     for name in got:
-        if name == "drouter.weight" and layer.top_k == 1 and layer.normalize:
-            # every weight is p / p = 1: the router's gradient is zero in exact arithmetic and
-            # both sides compute rounding noise, which no relative rule can judge (it failed
-            # ~3 % of draws); the unnormalized top-1 router's gradient is judged instead
-            assert got[name].shape == base[name].shape and torch.isfinite(got[name]).all()
-            continue
         assert_rule(name, got[name], ref[name], base[name], x.dtype,
-                    "forward" if name == "out" else "backward", spread[name])
+                    "forward" if name == "out" else "backward", spread[name], scale)
 
 
 def test_moe_under_autocast_returns_its_reference_dtype():
