@@ -264,6 +264,12 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_
              q_t, mask=(cols[:, None] < C) & (tokens[None, :] < R))
 
 
+def _block_g(groups: int) -> int:
+    """BLOCK_G, the length of the vector the kernels hold the group offsets in: a power of two,
+    at least 2."""
+    return max(next_power_of_2(groups), 2)
+
+
 def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale: torch.Tensor | None = None,
            per_tensor: bool = False, amax: bool = False) -> tuple[torch.Tensor, ...]:
     """(q (B, C, R) fp8 token-contiguous, scale (B, G, C) fp32) of a checked t (B, T, C): B
@@ -289,7 +295,7 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     else:
         scale = new_output((batch, groups, cols), torch.float32, t.device)
         scale_strides = scale.stride()
-    block_g = max(next_power_of_2(groups), 2)
+    block_g = _block_g(groups)
     if batch and cols and groups and not one_scale:
         chunks = cdiv(rows, CHUNK)
         partial = new_output((batch, chunks, 2, cols), torch.float32, t.device)
@@ -335,7 +341,7 @@ def mx_launch(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: t
         _cast_transpose_kernel.run(   # no AMAX: the scales stand in for its pointer
             t, offsets, ends, scales, q, scales, tokens, rows, cols, groups, *t.stride(),
             scales.stride(0), scales.stride(2), scales.stride(1), *q.stride(), **run_kwargs(grid, dict(
-                BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=max(next_power_of_2(groups), 2), PER_TENSOR=False,
+                BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=_block_g(groups), PER_TENSOR=False,
                 AMAX=False, MX=True, num_warps=NUM_WARPS, **format_constants(fp8))))
     return q, scales
 
@@ -382,7 +388,7 @@ def mx_aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16, weight
                 stride_sc=blocks, stride_qb=c * r, stride_qc=r, stride_qt=1)
     scales = pointer_type(torch.uint8)
     return aot_launch(_cast_transpose_kernel, fp8_dtype, dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS),
-                      ints, dict(format_constants(fp8_dtype), BLOCK_G=max(next_power_of_2(g), 2),
+                      ints, dict(format_constants(fp8_dtype), BLOCK_G=_block_g(g),
                                  PER_TENSOR=False, AMAX=False, MX=True),
                       {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "ends_ptr": "*i32",
                        "scale_ptr": scales, "amax_ptr": scales})
