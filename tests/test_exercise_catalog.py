@@ -24,15 +24,6 @@ def _private_progress(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_EXERCISES_DIR", str(tmp_path / "exercises"))
 
 
-@pytest.fixture
-def short_deadlocks(monkeypatch):
-    """A wrong collective deadlocks by design: its ranks' receives wait the process group's
-    timeout before the grade can say so. 2 s instead of the learner's 8 (which leaves room for
-    a slow machine's legitimate waits) still fails every such answer, 6 s sooner each."""
-    from workbench.learn.exercises.catalog import comm
-    monkeypatch.setattr(comm, "GROUP_TIMEOUT_S", 2.0)
-
-
 def _grade(exercise: KernelExercise, text: str, tmp_path):
     path = tmp_path / f"{exercise.key.replace('/', '_')}_attempt.py"
     path.write_text(text)

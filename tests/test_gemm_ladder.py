@@ -61,15 +61,14 @@ def test_smoke_shapes(rung, dtype, layout):
 
 def smoke_shapes(rung, dtype, layout) -> tuple:
     """Every smoke shape, except for a SIMT rung outside its first dtype in row-major: Numba's
-    CUDA simulator runs a Python thread per GPU thread (the set takes ~10 s per combination
-    there), and another dtype or layout changes the rung's loads, not its tiling, so the shapes
+    CUDA simulator runs a Python thread per GPU thread (the slowest tests of the ladder), and
+    another dtype or layout changes the rung's loads, not its tiling, so the shapes
     with a tail in every dimension, one tile and several, stand for the set."""
     shapes = kernels.spec("gemm").smoke_shapes
     if rung.kind != "simt" or (dtype, layout) == (rung.dtypes[0], "row"):
         return shapes
     assert set(SIMT_TAILS) <= set(shapes), "SIMT_TAILS should name smoke shapes"
     return SIMT_TAILS
-
 
 
 @pytest.mark.parametrize("rung,dtype", rung_dtype_params(TRITON_RUNGS))

@@ -33,8 +33,8 @@ def pack(*parts: torch.Tensor) -> torch.Tensor:
 
 def unpack(rows: torch.Tensor, parts: Layout) -> list[torch.Tensor]:
     """The parts :func:`pack` put into ``rows`` (any permutation of its rows), one tensor each,
-    each a packed copy: what a kernel reads (its rows start 16-byte aligned where the part's
-    width allows; in ``rows`` they lie ``rows.shape[1]`` bytes apart)."""
+    each a packed copy, as a kernel reads its operands (in ``rows`` a part's rows lie
+    ``rows.shape[1]`` bytes apart, the whole row's width)."""
     return _parts(rows, parts, copy=True)
 
 

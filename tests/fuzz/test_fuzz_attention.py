@@ -38,9 +38,9 @@ def _qkv(*shapes):
 
 def _one_query_fp16():
     """A false alarm the long profile drew: fp16, one query, two keys, D = 2, v column-major.
-    dq cancels (3.4e-3 off, 3.5 fp16 ulps, as SDPA's CPU flash kernel on contiguous inputs), but
-    for strided inputs SDPA takes its math path, more precise in fp16, and the bound followed
-    that alone; the baseline now runs contiguous copies too."""
+    dq cancels, and ours is off by a few fp16 ulps, as SDPA's CPU flash kernel is on contiguous
+    inputs; for strided ones SDPA takes its math path, more precise in fp16, and the bound
+    followed that alone. The baseline now runs contiguous copies too."""
     kv = torch.randn(1, 1, 2, 2, generator=torch.Generator().manual_seed(0)).half()
     return kv[:, :, :1].clone(), kv.clone(), laid_out(kv, "transposed")
 
@@ -147,7 +147,8 @@ def _zero_tokens():
 
 def _one_key():
     """The long profile's draw: an empty sequence, then one token with one key, fp32, D = 16: dq
-    is 0 in exact arithmetic (a softmax over one key is 1) and ours was 1.0e-6, over the floor."""
+    is 0 in exact arithmetic (a softmax over one key is 1), ours fp32 rounding noise just over
+    the floor the rule applied when it divided by the reference's own zero."""
     gen = torch.Generator().manual_seed(0)
     q, v = torch.randn(1, 2, 16, generator=gen), torch.randn(1, 2, 16, generator=gen)
     cu = torch.tensor([0, 0, 1], dtype=torch.int32)
