@@ -192,9 +192,9 @@ def test_import_kernels_stays_cheap():
                    "a bias epilogue in the GEMM (which would also save a pass over the output) is not built")
 @pytest.mark.parametrize("autocast", [False, True], ids=["bf16", "autocast"])
 def test_linear_adds_the_bias_before_rounding_to_bf16(autocast):
-    """x·w = -1.0829 rounds to -1.0859 in bf16; + 0.6602 gives -0.4258 where torch's -0.4219 is
-    the nearest bf16 of the exact -0.4220: the bias cancels most of the product, so the product's
-    rounding error becomes 0.9 % of the result."""
+    """The bias cancels most of the product here, so the product's rounding to bf16 before the
+    bias add becomes a large share of the result, where torch's one rounding at the end gives
+    the nearest bf16 of the exact value."""
     dtype = torch.float32 if autocast else torch.bfloat16
     theirs = torch.nn.Linear(1, 1, dtype=dtype)
     with torch.no_grad():
