@@ -1,11 +1,10 @@
 """``kernels.nn.Linear``: ``torch.nn.Linear`` with its matmul done by :func:`kernels.matmul`.
 
 A subclass, so parameters, initialization, ``state_dict`` keys and ``repr`` are
-torch's own and a checkpoint loads either way; only ``forward`` differs. The bias is
-added by a separate PyTorch op (not fused into the GEMM epilogue; on an eager call in place
-into the GEMM's output, inside one autograd node, :mod:`kernels.gemm.linear`), in the product's
-dtype: under ``torch.autocast`` the GEMM runs in the autocast dtype
-(:mod:`kernels.autocast`) and the result is in it, as ``nn.Linear``'s is.
+torch's own and a checkpoint loads either way; only ``forward`` differs. The bias is added in
+the GEMM's epilogue, to the fp32 accumulator before the result's one rounding, as torch's
+``addmm`` adds it (:mod:`kernels.gemm.linear`); under ``torch.autocast`` x, weight and bias are
+cast to the autocast dtype (:mod:`kernels.autocast`) and the result is in it, as ``nn.Linear``'s is.
 """
 from __future__ import annotations
 

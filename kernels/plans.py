@@ -44,16 +44,17 @@ _unsettled = 0   # how many decisions were made and not kept (see unsettled())
 _paused = 0      # > 0 while plans are neither used nor kept (see paused())
 
 
-def meta(*tensors: torch.Tensor, extra: tuple = ()) -> tuple | None:
+def meta(*tensors: torch.Tensor | None, extra: tuple = ()) -> tuple | None:
     """The metadata of ``tensors`` a plan depends on, as one hashable tuple: the backend, then
-    per tensor its type, sizes, strides, dtype, device and ``requires_grad``; None if one is
-    not a tensor (no plan then; a symbolic size makes the key unhashable, with the same end);
-    then ``extra``, the call's other arguments that the decisions read."""
+    per tensor its type, sizes, strides, dtype, device and ``requires_grad`` (``None``, an optional
+    tensor left out, is its own type); None if one is not a tensor (no plan then; a symbolic size
+    makes the key unhashable, with the same end); then ``extra``, the call's other arguments that
+    the decisions read."""
     here = _backend.current()
     key = [_fields[1] if here is _fields[0] else _remember(here)]
     try:
         for t in tensors:
-            key += (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+            key += (None,) if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
     except (AttributeError, TypeError, RuntimeError):
         return None
     return (*key, *extra)

@@ -140,7 +140,7 @@ def test_a_call_that_needs_a_gradient_runs_the_ops_autograd_function(monkeypatch
     real = gemm_ops._matmul_2d
     monkeypatch.setattr(gemm_ops, "_matmul_2d", _refuse)
     y = layer(x)
-    # one node, the GEMM's with the weight's transpose and the bias add in it (kernels.gemm.linear)
+    # one node, the GEMM's with the weight's transpose and the bias (in its epilogue) in it (kernels.gemm.linear)
     assert type(y.grad_fn).__name__ == "_LinearBackward" and not y._is_view()
     assert {type(f).__name__ for f, _ in y.grad_fn.next_functions} == {"AccumulateGrad"}
     y.relu_()   # in place on the output: allowed, the Function's output is not a view
@@ -160,8 +160,9 @@ def test_a_call_that_needs_a_gradient_runs_the_ops_autograd_function(monkeypatch
 @pytest.mark.parametrize("bias", ["none", "fp32", "fp64", "row"])
 def test_linear_computes_the_three_node_form(bias):
     """kernels.gemm.linear, eager with and without gradients, against matmul(x, w.t()) + bias run
-    as three nodes: bitwise the same result and gradients. A bias of another dtype, or one that
-    broadcasts the result ("row", (1, N) with a 1-D x), takes the three-node form itself."""
+    as three nodes: in fp32, where the epilogue's add before the store is the add after it, bitwise
+    the same result and gradients. A bias of another dtype, or one that broadcasts the result
+    ("row", (1, N) with a 1-D x), takes the three-node form itself."""
     x = torch.randn(7, requires_grad=True) if bias == "row" else torch.randn(2, 3, 7, requires_grad=True)
     w = torch.randn(5, 7, requires_grad=True)
     b = {"none": None, "fp32": torch.randn(5), "fp64": torch.randn(5, dtype=torch.float64),

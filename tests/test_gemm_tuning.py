@@ -42,14 +42,18 @@ def test_shipped_table_covers_exactly_the_candidates(target):
     assert sorted(recorded) == sorted(wanted)
 
 
+COMPILES = (*configs.LAYOUTS, "NT_bias")   # each layout, and nn.Linear's launch with its bias epilogue
+
+
 @pytest.mark.parametrize("target", TARGETS)
-def test_kept_configs_fit_in_every_layout_and_dropped_ones_do_not(target):
+def test_kept_configs_fit_in_every_compile_and_dropped_ones_do_not(target):
     table = configs.shipped()[target]
     for entry in table["kept"]:
-        assert all(tune_space.verdict(target, entry[layout]) is None for layout in configs.LAYOUTS), entry
+        assert all(tune_space.verdict(target, entry[name]) is None for name in COMPILES), entry
     for entry in table["dropped"]:
-        assert any(tune_space.verdict(target, entry[layout]) for layout in configs.LAYOUTS), entry
+        assert any(tune_space.verdict(target, entry[name]) for name in COMPILES), entry
     assert table["kept"], f"nothing survives on {target}"
+    assert list(tune_space.OPS["gemm"].compiles(table["kept"][0]["config"])) == list(COMPILES)
 
 
 @pytest.mark.parametrize("backend,arch,target", [("hip", "gfx942", "gfx942"), ("hip", "gfx950", "gfx950"),
@@ -66,15 +70,18 @@ SAMPLE = [
     ("gfx942", dict(BIG, num_warps=4, waves_per_eu=0), "NN"),
     ("gfx942", dict(BIG, BLOCK_M=128, num_warps=8, waves_per_eu=2), "NT"),  # the issue: 186 VGPRs
     ("sm90", None, "NN"),                                            # the first kept config
+    ("gfx942", None, "NT_bias"),                                     # the prior, as nn.Linear runs it
+    ("gfx950", None, "NT_bias"),
 ]
 
 
-@pytest.mark.parametrize("target,cfg,layout", SAMPLE, ids=lambda v: str(v) if not isinstance(v, dict) else "")
-def test_table_entries_are_what_the_compiler_gives(target, cfg, layout):
+@pytest.mark.parametrize("target,cfg,compile_name", SAMPLE, ids=lambda v: str(v) if not isinstance(v, dict) else "")
+def test_table_entries_are_what_the_compiler_gives(target, cfg, compile_name):
     entries = {_key(e["config"]): e for e in _entries(target)}
     cfg = cfg or configs.shipped()[target]["kept"][0]["config"]
     entry = entries[_key(cfg)]
-    assert tune_space.measure("gemm", target, {**cfg, "layout": layout}) == entry[layout]
+    extra = tune_space.OPS["gemm"].compiles(cfg)[compile_name]
+    assert tune_space.measure("gemm", target, {**cfg, **extra}) == entry[compile_name]
 
 
 def test_the_issues_spilling_config_is_not_in_the_space():

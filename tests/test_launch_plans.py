@@ -39,7 +39,7 @@ def builds(monkeypatch):
 
     plans.invalidate()
     counting("matmul", gemm_ops, "_Plan")
-    counting("linear", gemm_linear, "_checked")
+    counting("linear", gemm_linear, "_Checked")
     counting("v6", gemm_v6, "_plan")
     counting("attention", attention_ops, "_Checked")
     counting("varlen", attention_ops, "_CheckedVarlen")

@@ -1,67 +1,117 @@
-"""``linear(x, weight, bias)``: ``nn.Linear``'s ``x @ weight.T + bias``, one autograd node where
-only autograd watches.
+"""``linear(x, weight, bias)``: ``nn.Linear``'s ``x @ weight.T + bias``, the bias added in the GEMM's
+epilogue, one autograd node where only autograd watches.
 
-Written as ``matmul(x, weight.t()) + bias`` it records three nodes per eager call that needs a
-gradient: the transpose of the weight, the GEMM's Function and the bias add (which also allocates
-a second output). torch's ``nn.Linear`` records one (``addmm``), and each node is host time
-(``workbench bench overhead``). So an eager call (:func:`kernels.eager.path`) runs
-:class:`_Linear`, whose forward transposes the weight, launches the GEMM's plan and adds the bias
-into the GEMM's output in place, with grad mode off inside, and whose backward is the same
-formulas as the three nodes': the GEMM's (:func:`kernels.gemm.ops._grads`), the transpose's
-(the weight's gradient is the transpose of ``b``'s) and the add's (``bias`` gets ``grad_y``
-summed to its shape, as autograd reduces a broadcast operand's gradient). The results and the
-gradients are bitwise those of the three-node form, which a traced, transformed or autocast call
-still runs (the custom op ``kernels::matmul`` and torch's add), as does a bias in another dtype
-than ``x`` or of more than one dimension (the add would then broadcast the result itself).
+Where the bias is added: to the GEMM's fp32 accumulator, before the one rounding to the output
+dtype (v6's ``HAS_BIAS``), as torch's ``addmm`` and the BLAS bias epilogues it calls do. Added to
+the GEMM's rounded output (``matmul(x, weight.t()) + bias``), a bf16 result is rounded twice, and
+where the bias cancels most of the product the product's rounding error becomes a large share of
+the result (``tests/test_gemm_ops.py``). In the epilogue the bias also costs no pass of its own
+over the output.
+
+How a call runs (:func:`kernels.eager.path`): an eager call that needs a gradient runs
+:class:`_Linear`, one autograd node as torch's ``nn.Linear`` records one (``addmm``; each node is
+host time, ``workbench bench overhead``); one without runs the launch plan directly; a traced,
+transformed or autocast call runs the custom op ``kernels::linear`` (2-D ``x``; fake, autograd
+formula, and autocast casting x, weight and bias to the region's dtype, as torch's autocast does for
+``linear``), so ``torch.compile`` sees one opaque node with the same epilogue. The gradients are
+the GEMM's (:func:`kernels.gemm.ops._grads` on ``weight.t()``; the weight's is the transpose of
+that of ``weight.t()``) and the bias's, ``grad_y`` summed to the bias's shape.
+
+A bias of another dtype than ``x``, or of more than one dimension, is added by torch after the GEMM
+(``matmul(x, weight.t()) + bias``: the add casts the bias, or broadcasts the result to more
+dimensions).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
-from .. import eager, plans
+from .. import autocast, eager, plans, validate
 from . import ops
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x (..., K) @ weight (N, K).T + bias (N,)`` as :func:`kernels.matmul` and a bias add compute
-    it (same checks and errors, same numbers), in one autograd node when called eagerly."""
-    how = eager.path(x, weight, autocast=True) if bias is None else eager.path(x, weight, bias, autocast=True)
-    if how != eager.CUSTOM_OP and (bias is None or bias.dim() <= 1 and bias.dtype == x.dtype):
-        plan = _PLANS(plans.meta(x, weight), _checked, x, weight)
-        if how == eager.AUTOGRAD:
-            return _Linear.apply(x, weight, bias, plan)
-        y = plan.compute(x, weight.t())
-        return y if bias is None else y.add_(bias)
-    y = ops.matmul(x, weight.t())
-    if bias is None:
-        return y
-    return y + (bias if bias.dtype == y.dtype else bias.to(y.dtype))
+    """``x (..., K) @ weight (N, K).T + bias`` (bias (N,), (1,) or ()) with :func:`kernels.matmul`'s
+    checks and errors, the bias added before the result's one rounding."""
+    if bias is not None and (bias.dim() > 1 or bias.dtype != x.dtype):
+        y = ops.matmul(x, weight.t())
+        return y + (bias if bias.dtype == y.dtype else bias.to(y.dtype))
+    plan = _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias)
+    how = eager.path(x, autocast=True, known=plan.kind)
+    if how == eager.PLAIN:
+        return plan.compute(x, weight.t(), bias)
+    if how == eager.AUTOGRAD:
+        return _Linear.apply(x, weight, bias, plan)
+    y = _linear_2d(x if plan.flat is None else x.reshape(plan.flat), weight, bias)
+    return y if plan.flat is None else y.reshape(plan.out)
 
 
 _PLANS = plans.PlanCache()
 
 
-def _checked(x: torch.Tensor, weight: torch.Tensor) -> ops._Plan:
-    """:func:`kernels.matmul`'s checks of ``x`` and ``weight.t()``, kept by ``weight``'s metadata
-    (the transpose's follows from it)."""
-    return ops._Plan(x, weight.t())
+class _Checked(ops._Plan):
+    """:func:`kernels.matmul`'s checks of ``x`` and ``weight.t()`` (the transpose's metadata follows
+    from the weight's), and the bias's: a shape the (M, N) result broadcasts, on x's device."""
+
+    def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__(x, weight.t())
+        if bias is not None:
+            validate.tensor("bias", bias, allow_empty=True)
+            validate.same_device(x=x, bias=bias)
+            n = weight.shape[0]
+            if bias.shape not in ((), (1,), (n,)):
+                raise ValueError(f"bias must have shape ({n},) (out_features), (1,) or (), "
+                                 f"got {tuple(bias.shape)}")
+            self.kind = eager.kind(x, weight, bias)
+
+
+def _linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    return _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias).compute(x, weight.t(), bias)
+
+
+_linear_2d = torch.library.custom_op("kernels::linear", _linear_impl, mutates_args=())
+
+
+@_linear_2d.register_fake
+def _(x, weight, bias):
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+def _grads(x, weight, bias_shape, grad_y, needs, flat=None) -> tuple:
+    """The gradients of x, weight and bias (each only if needed); ``flat`` as in ops._grads."""
+    grad_x, grad_wt = ops._grads(x, weight.t(), grad_y, needs[:2], flat)
+    grad_bias = grad_y.sum_to_size(bias_shape) if needs[2] else None
+    return grad_x, None if grad_wt is None else grad_wt.t(), grad_bias
+
+
+def _save(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.bias_shape = None if bias is None else bias.shape
+
+
+def _backward(ctx, grad_y):
+    x, weight = ctx.saved_tensors
+    return _grads(x, weight, ctx.bias_shape, grad_y, ctx.needs_input_grad)
+
+
+_linear_2d.register_autograd(_backward, setup_context=_save)
+autocast.lower_precision("linear")
 
 
 class _Linear(torch.autograd.Function):
-    """The three nodes of ``matmul(x, weight.t()) + bias`` as one (the module docstring)."""
+    """The custom op's formula for an eager call that only autograd watches, on ``x`` of any rank
+    (no reshape recorded on the way in or out)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, plan):
         ctx.save_for_backward(x, weight)
         ctx.flat = plan.flat
         ctx.bias_shape = None if bias is None else bias.shape
-        y = plan.compute(x, weight.t())
-        return y if bias is None else y.add_(bias)
+        return plan.compute(x, weight.t(), bias)
 
     @staticmethod
     def backward(ctx, grad_y):
         x, weight = ctx.saved_tensors
-        needs = ctx.needs_input_grad
-        grad_x, grad_wt = ops._grads(x, weight.t(), grad_y, needs[:2], ctx.flat)
-        grad_bias = grad_y.sum_to_size(ctx.bias_shape) if needs[2] else None
-        return grad_x, None if grad_wt is None else grad_wt.t(), grad_bias, None
+        return (*_grads(x, weight, ctx.bias_shape, grad_y, ctx.needs_input_grad, ctx.flat), None)

@@ -62,9 +62,9 @@ def _matmul_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _PLANS(plans.meta(a, b), _Plan, a, b).call(a, b)
 
 
-def _zeros(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """M, N or K is 0: what torch.matmul returns."""
-    return a.new_zeros((a.shape[0], b.shape[1]))
+def _zeros(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """M, N or K is 0: what torch.matmul returns (torch.addmm's, ``bias`` in every row, with one)."""
+    return _unfused(a.new_zeros((a.shape[0], b.shape[1])), bias)
 
 
 _matmul_2d = torch.library.custom_op("kernels::matmul", _matmul_impl, mutates_args=())
@@ -160,18 +160,23 @@ class _Plan(plans.Checked):
         self.out = (*a.shape[:-1], b.shape[1])
         self.kind = eager.kind(a, b)
 
-    def compute(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``a @ b`` by the kept launch, in the result's shape. For ``a`` of another rank than 2
-        C is reshaped in place (``resize_``, C is contiguous), not viewed: an autograd Function's
-        output that is a view could not be modified in place (``y.relu_()``)."""
+    def compute(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``a @ b`` (``+ bias``, in the GEMM's fp32 epilogue: one rounding, as torch.addmm) by the
+        kept launch, in the result's shape. For ``a`` of another rank than 2 C is reshaped in place
+        (``resize_``, C is contiguous), not viewed: an autograd Function's output that is a view
+        could not be modified in place (``y.relu_()``)."""
         if self.flat is None:
-            return self.call(a, b)
-        return self.call(a.reshape(self.flat), b).contiguous().resize_(self.out)
+            return self.call(a, b, bias)
+        return self.call(a.reshape(self.flat), b, bias).contiguous().resize_(self.out)
 
-    def bind(self, a2: torch.Tensor, b: torch.Tensor):
-        """The best rung's plan (a rung without one is called as it is), or torch's result
-        for empty operands."""
+    def bind(self, a2: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None):
+        """The best rung's plan, or torch's result for empty operands. A rung without a plan is
+        called as it is, and a bias then added to its rounded result."""
         if a2.numel() == 0 or b.numel() == 0:
             return _zeros
         rung = best_rung("gemm", a2.dtype)
-        return rung.plan(a2, b) if rung.plan else rung
+        return rung.plan(a2, b) if rung.plan else lambda a, b, bias=None: _unfused(rung(a, b), bias)
+
+
+def _unfused(c: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return c if bias is None else c.add_(bias)

@@ -27,6 +27,10 @@ Idea:
     hang). The fix-up pass is deterministic and costs one extra small launch plus
     ``tail x splits`` fp32 tiles of traffic.
 
+    A bias (``kernels.nn.Linear``'s, through :mod:`.linear`) is added in the epilogue: to the
+    fp32 accumulator of a whole tile before its one rounding, or by the fix-up to a split tile's
+    sum; ``HAS_BIAS`` is a constexpr, so a GEMM without one compiles without it.
+
     The program ids keep v3's XCD remap (now over the ``programs`` persistent ids)
     and grouped order, and the K loop is v5's: v4's pipelining, wrapped row and
     column offsets (no load mask), ``EVEN_K`` and 64-bit offsets. :func:`schedule`
@@ -105,12 +109,12 @@ def _tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 
 @triton.jit
-def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
+def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, bias_ptr, M, N, K,
                             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                            DP_TILES, SPLITS, SPLIT_K,
+                            DP_TILES, SPLITS, SPLIT_K, stride_bias,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr, NUM_PROGS: tl.constexpr,
-                            EVEN_K: tl.constexpr, INTERP_BF16: tl.constexpr):
+                            EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr, INTERP_BF16: tl.constexpr):
     pid = tl.program_id(0)
     if NUM_XCDS > 1:  # v3's remap (see v3_grouped_order.xcd_remap), over the persistent ids
         per = tl.cdiv(NUM_PROGS, NUM_XCDS)
@@ -161,6 +165,8 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
             offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
             tl.store(p_ptr + sk * (BLOCK_M * BLOCK_N) + offs, acc)
         else:
+            if HAS_BIAS:  # in fp32, before the one rounding: nn.Linear's addmm epilogue
+                acc += tl.load(bias_ptr + cols * stride_bias).to(tl.float32)[None, :]
             if INTERP_BF16:
                 acc = round_to_bf16(acc)
             c_ptrs = (c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm
@@ -170,20 +176,22 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, M, N, K,
 
 
 @triton.jit
-def _streamk_fixup_kernel(c_ptr, p_ptr, M, N, stride_cm, stride_cn, DP_TILES, SPLITS,
+def _streamk_fixup_kernel(c_ptr, p_ptr, bias_ptr, M, N, stride_cm, stride_cn, DP_TILES, SPLITS, stride_bias,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
-                          INTERP_BF16: tl.constexpr):
-    """One program per tail tile: add its SPLITS partial tiles in order, round once, store."""
+                          HAS_BIAS: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """One program per tail tile: add its SPLITS partial tiles in order (and the bias), round once, store."""
     t = tl.program_id(0)
     pid_m, pid_n = _tile_coords(DP_TILES + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for s in range(0, SPLITS):
         acc += tl.load(p_ptr + (t * SPLITS + s) * (BLOCK_M * BLOCK_N) + offs)
-    if INTERP_BF16:
-        acc = round_to_bf16(acc)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + (cols % N).to(tl.int64) * stride_bias).to(tl.float32)[None, :]
+    if INTERP_BF16:
+        acc = round_to_bf16(acc)
     c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols.to(tl.int64)[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
@@ -232,11 +240,13 @@ def config(backend: _backend.Backend, m: int, n: int, k: int, xcds: int | None =
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
     """Both kernels for a large square GEMM; 304 programs (MI300X CUs) or 132 (H100 SMs).
 
-    ``overrides`` replaces settings; ``layout`` and ``EVEN_K`` change the launch compiled,
-    as in v5's ``aot``.
+    ``overrides`` replaces settings; ``layout``, ``EVEN_K`` and ``HAS_BIAS`` (a contiguous bias,
+    ``nn.Linear``'s) change the launch compiled, as in v5's ``aot``.
     """
     ints, settings = aot_launch_settings(overrides)
     even_k = settings.pop("EVEN_K", None)
+    bias = {"HAS_BIAS": settings.pop("HAS_BIAS", False)}
+    ints["stride_bias"] = int(bias["HAS_BIAS"])   # what a launch passes: 1 for a contiguous bias, else 0
     units = 304 if backend == "hip" else 132
     cfg = with_overrides(
         config(_backend.Backend(backend, arch, "aot", units), ints["M"], ints["N"], ints["K"],
@@ -248,11 +258,11 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     fixup_cfg = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "GROUP_M")}
     return [aot_launch(_gemm_persistent_kernel, dtype, cfg, {**ints, **split},
                        constexprs={"EVEN_K": ints["K"] % cfg["BLOCK_K"] == 0 if even_k is None else even_k,
-                                   "INTERP_BF16": False},
+                                   "INTERP_BF16": False, **bias},
                        pointers={"p_ptr": "*fp32"}),
             aot_launch(_streamk_fixup_kernel, dtype,
                        {**fixup_cfg, "num_warps": cfg["num_warps"], "num_stages": 1},
-                       {**ints, **split}, constexprs={"INTERP_BF16": False},
+                       {**ints, **split}, constexprs={"INTERP_BF16": False, **bias},
                        pointers={"p_ptr": "*fp32"})]
 
 
@@ -275,29 +285,35 @@ class LaunchPlan:
         self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1,
                         plan.dp_tiles, plan.splits, plan.split_k)
         self.constexprs = {"EVEN_K": k % cfg["BLOCK_K"] == 0, "INTERP_BF16": bf16, **cfg}
-        self.kwargs = run_kwargs(self.grid, self.constexprs)
+        # run's keyword arguments without and with a bias epilogue (HAS_BIAS is a constexpr)
+        self.kwargs = tuple(run_kwargs(self.grid, {**self.constexprs, "HAS_BIAS": bias}) for bias in (False, True))
         self.fixup = None
         if plan.sk_tiles and fixup:
+            tile = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "GROUP_M": cfg["GROUP_M"],
+                    "INTERP_BF16": bf16, "num_warps": cfg["num_warps"]}
             self.fixup = ((m, n, n, 1, plan.dp_tiles, plan.splits),
-                          run_kwargs((plan.sk_tiles,), {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
-                                                        "GROUP_M": cfg["GROUP_M"], "INTERP_BF16": bf16,
-                                                        "num_warps": cfg["num_warps"]}))
+                          tuple(run_kwargs((plan.sk_tiles,), {**tile, "HAS_BIAS": bias}) for bias in (False, True)))
         self.bucket = bucket
         self.chosen = {**cfg, "FIXUP": fixup, "layout": operands, "EVEN_K": self.constexprs["EVEN_K"],
                        "DP_TILES": plan.dp_tiles, "SPLITS": plan.splits, "SPLIT_K": plan.split_k}
 
-    def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
-        """Both kernels into ``c`` (contiguous, as :func:`new_output` makes it)."""
+    def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """Both kernels into ``c`` (contiguous, as :func:`new_output` makes it), adding ``bias``
+        (N,), (1,) or () in C's dtype, if given, to every row in fp32 before the one rounding."""
         partials = (torch.empty(*self.workspace, dtype=torch.float32, device=a.device)   # sizes as new_output's
                     if self.workspace else self.no_partials)
-        _gemm_persistent_kernel.run(a, b, c, partials, *self.scalars, **self.kwargs)
+        has_bias = bias is not None
+        stride_bias = bias.stride(0) if has_bias and bias.dim() and bias.shape[0] > 1 else 0   # 0: broadcast
+        _gemm_persistent_kernel.run(a, b, c, partials, bias if has_bias else c, *self.scalars, stride_bias,
+                                    **self.kwargs[has_bias])
         if self.fixup is not None:
             scalars, kwargs = self.fixup
-            _streamk_fixup_kernel.run(c, partials, *scalars, **kwargs)
+            _streamk_fixup_kernel.run(c, partials, bias if has_bias else c, *scalars, stride_bias,
+                                      **kwargs[has_bias])
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         c = new_output(self.shape, self.dtype, a.device)
-        self.launch(a, b, c)
+        self.launch(a, b, c, bias)
         _CHOSEN[self.bucket] = self.chosen
         return c
 

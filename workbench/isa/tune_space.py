@@ -9,8 +9,8 @@
 
 Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
 for its target, at bf16, with the rung its users get: the GEMM with v6 (the rung
-``kernels.matmul`` runs) once per operand layout of :data:`kernels.gemm.configs.LAYOUTS`,
-attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
+``kernels.matmul`` runs) once per operand layout of :data:`kernels.gemm.configs.LAYOUTS` and
+once as ``kernels.nn.Linear`` runs it (NT with the bias epilogue, ``NT_bias``), attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
 (``BLOCK_D``, 64 or 128), causal, attention's backward with v5 (each config names its kernel,
 dK/dV or dQ, compiled at its head dim, causal), the grouped GEMM with v4 (``kernels.grouped_gemm``)
 three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
@@ -62,8 +62,9 @@ class Op(NamedTuple):
 
 OPS = {
     "gemm": Op("v6", gemm_configs,
-               lambda cfg: {layout: {"layout": layout} for layout in gemm_configs.LAYOUTS},
-               f"layouts {', '.join(gemm_configs.LAYOUTS)}"),
+               lambda cfg: {**{layout: {"layout": layout} for layout in gemm_configs.LAYOUTS},
+                            "NT_bias": {"layout": "NT", "HAS_BIAS": True}},
+               f"layouts {', '.join(gemm_configs.LAYOUTS)}, and NT with nn.Linear's bias epilogue (NT_bias)"),
     "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
                     "causal, at the head dim of each config (BLOCK_D)"),
     "attention_backward": Op("v5", attention_backward_configs,
