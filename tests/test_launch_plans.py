@@ -19,6 +19,8 @@ from kernels.gemm_fp8 import ops as fp8_ops
 from kernels.gemm_fp8 import spec as fp8_spec
 from kernels.moe.grouped_gemm import ops as grouped_ops
 from kernels.moe.grouped_gemm import v4_persistent as grouped_v4
+from kernels.moe.layer_ladder import v3_fused
+from kernels.moe.reference import moe_reference
 from kernels.outputs import poisoned_outputs
 from kernels.triton_support import run_kwargs
 from workbench.harness import host_overhead
@@ -48,6 +50,7 @@ def builds(monkeypatch):
     counting("grouped_v4", grouped_v4, "_plan")
     counting("matmul_fp8", fp8_ops, "_Checked")
     counting("v5 backward", v5_backward, "LaunchPlan")
+    counting("moe", v3_fused, "_plan")
     yield counts
     plans.invalidate()
 
@@ -216,6 +219,70 @@ def test_grouped_gemm_reads_the_offsets_values_on_every_checked_call(builds):
     with pytest.raises(ValueError, match="must equal x's row count T=37, got 36"):
         kernels.grouped_gemm(x, w, torch.tensor([10, 10, 36], dtype=torch.int32))
     assert builds["grouped"] == 1   # same metadata: the checks of the values are not in the plan
+
+
+def _moe_layer(dtype=torch.float32):
+    torch.manual_seed(0)
+    return kernels.MoE(24, 20, 5, 2, 0).to(dtype).requires_grad_(False)
+
+
+def _moe_check(layer, x):
+    """The layer on ``x``, outputs poisoned, against the float64 reference of its weights."""
+    with poisoned_outputs():
+        out = layer(x)
+    weights = (w.detach().double() for w in (layer.router.weight, layer.gate, layer.up, layer.down))
+    want = moe_reference(x.detach().double().reshape(-1, 24), *weights, layer.top_k, layer.normalize)
+    tol = 1e-4 if x.dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(out.detach().double(), want.reshape(out.shape), atol=tol, rtol=tol)
+    return out
+
+
+def test_a_repeated_moe_call_builds_its_fused_launches_once(builds):
+    """kernels.MoE's fused forward (v3) decides both kernels' configs, grids and arguments once
+    per metadata; fresh inputs and weights of the same metadata reuse them, and a tuning pass
+    still sees both kernels' keys (the recorded call decides again)."""
+    layer = _moe_layer()
+    for seed in range(3):
+        generator = torch.Generator().manual_seed(seed)
+        for w in (layer.router.weight, layer.gate, layer.up, layer.down):
+            w.copy_(torch.randn(w.shape, generator=generator) / 4)
+        _moe_check(layer, torch.randn(2, 9, 24, generator=generator))
+    assert builds["moe"] == 1
+    with tuning.recording() as seen:
+        _moe_check(layer, torch.randn(2, 9, 24))
+    assert [op for op, _ in seen].count("moe/v3") == 2 and builds["moe"] == 2
+
+
+@pytest.mark.parametrize("change", ["none", "tokens", "dtype", "requires_grad", "grad mode"])
+def test_moe_misses_when_a_decision_input_changes(builds, change):
+    """A fused forward keys on its inputs' metadata: a new token count, dtype or gradient need
+    (x's, or grad mode turned on for an x that needs one) misses and builds again."""
+    layer, x = _moe_layer(), torch.randn(2, 9, 24)
+    with torch.no_grad() if change == "grad mode" else contextlib.nullcontext():
+        layer(x.requires_grad_(change == "grad mode"))
+    if change == "dtype":
+        layer = layer.half()
+    x = {"tokens": lambda: torch.randn(3, 5, 24), "dtype": lambda: torch.randn(2, 9, 24).half(),
+         "requires_grad": lambda: torch.randn(2, 9, 24, requires_grad=True),
+         "grad mode": lambda: torch.randn(2, 9, 24, requires_grad=True)}.get(change, lambda: torch.randn(2, 9, 24))()
+    out = _moe_check(layer, x)
+    if x.requires_grad:   # the plan saved g and u: the backward runs on them
+        out.sum().backward()
+        assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert builds["moe"] == (1 if change == "none" else 2)
+
+
+def test_the_fused_forward_keys_on_save(builds):
+    """Whether g and u are kept for a backward is an argument, not metadata: the same tensors
+    with ``save`` True after False build a plan that writes them."""
+    x, router, gate, up, down, top_k = kernels.spec("moe").make_inputs((13, 24, 20, 5, 2, 0), torch.float32)
+    weights, ids = kernels.moe.route(torch.nn.functional.linear(x, router), top_k)
+    h = v3_fused.fused_forward(x, weights, ids, gate, up, down, False)[3]
+    with poisoned_outputs():
+        _, g, u, h_saved, _, _ = v3_fused.fused_forward(x, weights, ids, gate, up, down, True)
+    assert g.shape == u.shape == h.shape and builds["moe"] == 2
+    torch.testing.assert_close(h_saved, h, rtol=0, atol=0)
+    torch.testing.assert_close(torch.nn.functional.silu(g) * u, h)
 
 
 def test_a_non_tensor_gets_the_usual_error_and_no_plan(builds):

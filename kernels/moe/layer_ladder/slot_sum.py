@@ -45,18 +45,31 @@ def _slot_sum_kernel(a_ptr, b_ptr, rows_ptr, out_ptr, T, D, TOP_K, stride_a, str
              acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+class SlotSum:
+    """One k-sum's launch on rows of one metadata: ``a`` (T·k, D) with unit column stride, ``b``
+    (if given) strided as it is, ``gather`` whether ``rows`` are given; every argument but the
+    tensors decided, for a launch plan (:mod:`.v3_fused`) to keep."""
+
+    def __init__(self, a: torch.Tensor, top_k: int, b: torch.Tensor | None = None, gather: bool = False):
+        slots, d = a.shape
+        t = slots // top_k
+        self.shape, self.empty = (t, d), t * d == 0
+        # out is new_output's: contiguous, row stride D
+        self.scalars = (t, d, top_k, a.stride(0), (a if b is None else b).stride(0), d)
+        self.kwargs = run_kwargs((cdiv(t, BLOCK_T), cdiv(d, BLOCK_D)), dict(
+            PAIR=b is not None, GATHER=gather, BLOCK_T=BLOCK_T, BLOCK_D=BLOCK_D, INTERP_BF16=interp_bf16(a.dtype)))
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor | None = None, rows: torch.Tensor | None = None
+                 ) -> torch.Tensor:
+        out = new_output(self.shape, a.dtype, a.device)
+        if not self.empty:
+            _slot_sum_kernel.run(a, a if b is None else b, a if rows is None else rows, out, *self.scalars,
+                                 **self.kwargs)
+        return out
+
+
 def slot_sum(a: torch.Tensor, top_k: int, b: torch.Tensor | None = None,
              rows: torch.Tensor | None = None) -> torch.Tensor:
     """(T, D) in a's dtype: out[t] = Σ_j a[r(t·k + j)] (+ b[r(t·k + j)]) in float32, for a and b
     (T·k, D) with unit column stride, r the identity or the int64 ``rows`` (T·k,)."""
-    slots, d = a.shape
-    t = slots // top_k
-    out = new_output((t, d), a.dtype, a.device)
-    if out.numel() == 0:
-        return out
-    grid = (cdiv(t, BLOCK_T), cdiv(d, BLOCK_D))
-    _slot_sum_kernel.run(a, a if b is None else b, a if rows is None else rows, out, t, d, top_k,
-                         a.stride(0), (a if b is None else b).stride(0), out.stride(0),
-                         **run_kwargs(grid, dict(PAIR=b is not None, GATHER=rows is not None, BLOCK_T=BLOCK_T,
-                                                 BLOCK_D=BLOCK_D, INTERP_BF16=interp_bf16(a.dtype))))
-    return out
+    return SlotSum(a, top_k, b, rows is not None)(a, b, rows)

@@ -47,6 +47,11 @@ Idea:
     backward are the custom ops ``kernels::moe_fused`` and ``kernels::moe_fused_backward``,
     so ``torch.compile(fullgraph=True)`` runs them as they are.
 
+    Host side: everything the forward decides but the slots' order follows from the inputs'
+    metadata and whether it saves g and u, so both kernels' tuned configs, grids and
+    arguments, and the k-sum's, are decided once per kind of input and kept (a launch plan,
+    :mod:`kernels.plans`); a repeated call sorts the slots, allocates and launches.
+
 Why faster:
     Traffic (model, :func:`.spec.modelled_bytes`): with R = T·k rows and S bytes per
     element, v2 moves S·(2·T·dim + 5·R·dim + 6·R·hidden) bytes of activations (x read,
@@ -86,6 +91,7 @@ import triton
 import triton.language as tl
 
 from ... import backend as _backend
+from ... import plans
 from ...outputs import new_output
 from ...registry import AotKernel, rung
 from ...tuning import with_overrides
@@ -95,7 +101,7 @@ from ..grouped_gemm.tiles import operand, reduce_tiles
 from ..routing import route
 from . import configs
 from .checks import moe_operands
-from .slot_sum import slot_sum
+from .slot_sum import SlotSum
 from .spec import AOT_SHAPE, DTYPES
 from .v3_backward import fused_backward
 
@@ -223,19 +229,81 @@ def config(backend: str, arch: str = "gfx942") -> tuple[dict, dict]:
             configs.pruned(backend, arch, t * top_k, dim, e)[0])
 
 
-def _launch(kernel: str, rows: int, n: int, groups: int, dtype: torch.dtype, cfg: dict | None, run,
-            layer: tuple) -> None:
-    """``run(cfg)``, or, without ``cfg``, ``run`` with the config :mod:`.configs` picks for this
-    problem on this device; ``layer``: the layer's (T, dim, hidden, E, top_k), for a ranker."""
-    if cfg is None:
-        here = _backend.current()
-        cfg = configs.choose(kernel, here.name, here.arch, rows, n, groups, dtype, run, layer)
-    run(cfg)
-
-
 def _grid(rows: int, n: int, groups: int, cfg: dict) -> tuple[int]:
     """The upper-bound grid, one dimension: the schedule orders its programs (super-rows)."""
     return ((cdiv(rows, cfg["BLOCK_M"]) + groups) * cdiv(n, cfg["BLOCK_N"]),)
+
+
+class GateUp:
+    """Kernel 1's launch on operands of one metadata with settings ``cfg``: every argument but
+    the tensors decided (h, g and u as :func:`gate_up_outputs` makes them, contiguous)."""
+
+    def __init__(self, x, gate, rows: int, top_k: int, save: bool, cfg: dict):
+        groups, dim, hidden = gate.shape
+        self.save = save
+        self.scalars = (rows, hidden, dim, groups, top_k, *x.stride(), *gate.stride(), hidden, 1)
+        self.kwargs = run_kwargs(_grid(rows, hidden, groups, cfg), dict(
+            BLOCK_G=next_power_of_2(groups), GROUP_M=GROUP_M, SAVE=save, INTERP_BF16=interp_bf16(x.dtype), **cfg))
+
+    def __call__(self, x, gate, up, slots, offsets, h, g, u) -> None:
+        _gate_up_kernel.run(x, gate, up, h, g if self.save else h, u if self.save else h, slots, offsets,
+                            *self.scalars, **self.kwargs)
+
+
+class Down:
+    """Kernel 2's launch on operands of one metadata with settings ``cfg`` (h strided as ``h``,
+    the slot buffer contiguous, the routing weights flat float32): all but the tensors decided."""
+
+    def __init__(self, h, down, rows: int, cfg: dict):
+        groups, hidden, dim = down.shape
+        self.shape = (rows, dim)   # the slot buffer's
+        self.scalars = (rows, dim, hidden, groups, *h.stride(), *down.stride(), dim, 1)
+        self.kwargs = run_kwargs(_grid(rows, dim, groups, cfg), dict(
+            BLOCK_G=next_power_of_2(groups), GROUP_M=GROUP_M, INTERP_BF16=interp_bf16(h.dtype), **cfg))
+
+    def __call__(self, h, down, out, slots, weights, offsets) -> None:
+        _down_scatter_kernel.run(h, down, out, slots, weights, offsets, *self.scalars, **self.kwargs)
+
+
+def _launch(kernel: str, make, operands: tuple, rows: int, n: int, groups: int, dtype: torch.dtype,
+            cfg: dict | None, layer: tuple):
+    """``make(cfg)``, the launch (:class:`GateUp`, :class:`Down`) with settings ``cfg``, or, without
+    ``cfg``, with the config :mod:`.configs` picks for this problem on this device (a new key is
+    timed on ``operands``); ``layer``: the layer's (T, dim, hidden, E, top_k), for a ranker."""
+    if cfg is None:
+        here = _backend.current()
+        cfg = configs.choose(kernel, here.name, here.arch, rows, n, groups, dtype,
+                             lambda cfg: make(cfg)(*operands), layer)
+    return make(cfg)
+
+
+def gate_up_outputs(x, rows: int, hidden: int, save: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Kernel 1's (h, g, u): h (rows, hidden) in x's dtype, g and u as h with ``save``, else (0, hidden)."""
+    kept = (rows if save else 0, hidden)
+    return (new_output((rows, hidden), x.dtype, x.device), new_output(kept, x.dtype, x.device),
+            new_output(kept, x.dtype, x.device))
+
+
+def _gate_up(x, gate, up, slots, offsets, top_k, save: bool, outputs: tuple, cfg: dict | None) -> GateUp:
+    """Kernel 1's launch on these operands: ``cfg``, else tuned (timed into ``outputs``, (h, g, u))."""
+    (groups, dim, hidden), rows = gate.shape, slots.shape[0]
+    return _launch("gate_up", lambda cfg: GateUp(x, gate, rows, top_k, save, cfg),
+                   (x, gate, up, slots, offsets, *outputs), rows, hidden, groups, x.dtype, cfg,
+                   (x.shape[0], dim, hidden, groups, top_k))
+
+
+def _down(h, down, slots, weights, flat, offsets, out, cfg: dict | None) -> Down:
+    """Kernel 2's launch on these operands (``weights`` as given, (T, k) or (R,), and ``flat``
+    as kernel 2 reads them, :func:`_flat`): ``cfg``, else tuned (timed into ``out``)."""
+    (groups, hidden, dim), rows = down.shape, slots.shape[0]
+    tokens, top_k = weights.shape[0], weights.shape[1] if weights.dim() > 1 else 1   # (T, k); (R,): k = 1
+    return _launch("down", lambda cfg: Down(h, down, rows, cfg), (h, down, out, slots, flat, offsets),
+                   rows, dim, groups, h.dtype, cfg, (tokens, dim, hidden, groups, top_k))
+
+
+def _flat(weights: torch.Tensor) -> torch.Tensor:
+    """The routing weights as kernel 2 reads them: flat float32, by slot."""
+    return weights.reshape(-1).float().contiguous()
 
 
 def gate_up_saving(x, gate, up, slots, offsets, top_k, save: bool, cfg: dict | None = None
@@ -243,19 +311,8 @@ def gate_up_saving(x, gate, up, slots, offsets, top_k, save: bool, cfg: dict | N
     """Kernel 1: (h, g, u), h (T·k, hidden) in sorted order from x itself (gathered in the load),
     with ``save`` the pre-activations g and u too (else two empty (0, hidden) tensors);
     ``cfg`` pins the settings (else tuned)."""
-    (groups, dim, hidden), rows = gate.shape, slots.shape[0]
-    h = new_output((rows, hidden), x.dtype, x.device)
-    kept = (rows if save else 0, hidden)
-    g, u = new_output(kept, x.dtype, x.device), new_output(kept, x.dtype, x.device)
-
-    def run(cfg):
-        _gate_up_kernel.run(
-            x, gate, up, h, g if save else h, u if save else h, slots, offsets, rows, hidden, dim, groups,
-            top_k, *x.stride(), *gate.stride(), *h.stride(), **run_kwargs(_grid(rows, hidden, groups, cfg), dict(
-                BLOCK_G=next_power_of_2(groups), GROUP_M=GROUP_M, SAVE=save, INTERP_BF16=interp_bf16(x.dtype),
-                **cfg)))
-
-    _launch("gate_up", rows, hidden, groups, x.dtype, cfg, run, (x.shape[0], dim, hidden, groups, top_k))
+    h, g, u = gate_up_outputs(x, slots.shape[0], gate.shape[2], save)
+    _gate_up(x, gate, up, slots, offsets, top_k, save, (h, g, u), cfg)(x, gate, up, slots, offsets, h, g, u)
     return h, g, u
 
 
@@ -267,32 +324,43 @@ def gate_up(x, gate, up, slots, offsets, top_k, cfg: dict | None = None) -> torc
 def down_scatter(h, down, slots, weights, offsets, cfg: dict | None = None) -> torch.Tensor:
     """Kernel 2: the weighted rows of h·down[e] at their slots, (T·k, dim) in h's dtype;
     ``cfg`` pins the settings (else tuned)."""
-    (groups, hidden, dim), rows = down.shape, slots.shape[0]
-    out = new_output((rows, dim), h.dtype, h.device)
-    tokens, top_k = weights.shape[0], weights.shape[1] if weights.dim() > 1 else 1   # (T, k); (R,): k = 1
-    weights = weights.reshape(-1).float().contiguous()
-
-    def run(cfg):
-        _down_scatter_kernel.run(
-            h, down, out, slots, weights, offsets, rows, dim, hidden, groups, *h.stride(), *down.stride(),
-            *out.stride(), **run_kwargs(_grid(rows, dim, groups, cfg), dict(
-                BLOCK_G=next_power_of_2(groups), GROUP_M=GROUP_M, INTERP_BF16=interp_bf16(h.dtype), **cfg)))
-
-    _launch("down", rows, dim, groups, h.dtype, cfg, run, (tokens, dim, hidden, groups, top_k))
+    out, flat = new_output((slots.shape[0], down.shape[2]), h.dtype, h.device), _flat(weights)
+    _down(h, down, slots, weights, flat, offsets, out, cfg)(h, down, out, slots, flat, offsets)
     return out
+
+
+_PLANS = plans.PlanCache()
+
+
+def _plan(x, weights, ids, gate, up, down, save: bool, slots, offsets) -> tuple:
+    """(kernel 1's launch, kernel 2's, the k-sum's or None for top_k == 1) for inputs of this
+    metadata, each config chosen as :func:`gate_up_saving` and :func:`down_scatter` choose it
+    (a new key timed into outputs of its own): what a fused forward on inputs of the same
+    metadata keeps (:mod:`kernels.plans`)."""
+    top_k = ids.shape[1]
+    outputs = gate_up_outputs(x, slots.shape[0], gate.shape[2], save)
+    out = new_output((slots.shape[0], down.shape[2]), x.dtype, x.device)
+    return (_gate_up(x, gate, up, slots, offsets, top_k, save, outputs, None),
+            _down(outputs[0], down, slots, weights, _flat(weights), offsets, out, None),
+            SlotSum(out, top_k) if top_k > 1 else None)
 
 
 def fused_forward(x, weights, ids, gate, up, down, save: bool) -> tuple[torch.Tensor, ...]:
     """(out (T, dim), g, u, h, slots, offsets): the routed experts for a routing, in two kernels
-    and a k-sum, and what the backward needs (g and u empty unless ``save``); no autograd."""
+    and a k-sum, and what the backward needs (g and u empty unless ``save``); no autograd.
+    The launches are the kept plan of the inputs' metadata and ``save`` (:func:`_plan`)."""
     (t, top_k), (groups, _, hidden) = ids.shape, gate.shape
     offsets, slots = sort_slots(ids, groups)
     if t == 0:
         empty = x.new_zeros((0, hidden))
         return x.new_zeros((0, down.shape[2])), empty, empty.clone(), empty.clone(), slots, offsets
-    h, g, u = gate_up_saving(x, gate, up, slots, offsets, top_k, save)
-    per_slot = down_scatter(h, down, slots, weights, offsets)
-    return (per_slot if top_k == 1 else slot_sum(per_slot, top_k)), g, u, h, slots, offsets
+    kernel1, kernel2, k_sum = _PLANS(plans.meta(x, weights, ids, gate, up, down, extra=(save,)), _plan,
+                                     x, weights, ids, gate, up, down, save, slots, offsets)
+    h, g, u = gate_up_outputs(x, slots.shape[0], hidden, save)
+    kernel1(x, gate, up, slots, offsets, h, g, u)
+    per_slot = new_output(kernel2.shape, x.dtype, x.device)
+    kernel2(h, down, per_slot, slots, _flat(weights), offsets)
+    return (per_slot if top_k == 1 else k_sum(per_slot)), g, u, h, slots, offsets
 
 
 NEEDS = (0, 1, 3, 4, 5)   # the inputs with a gradient: x, weights, gate, up, down
