@@ -312,3 +312,21 @@ def test_agpr_alloc_0_is_a_floor_the_allocator_passes_when_256_vgprs_do_not_fit(
                      if (isa_parse.mnemonic(line) or "").startswith("v_mfma") and _AGPR_OPERAND.search(line)]
     copies = [line for line in dkdv.asm.splitlines() if (isa_parse.mnemonic(line) or "").startswith("v_accvgpr")]
     assert mfma_on_agprs and copies
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_v6s_bias_epilogue_leaves_the_hot_loop_and_the_registers_as_they_are(target):
+    """v6's docstring: nn.Linear's launch (NT, the prior config) with the bias epilogue has the
+    hot loop, registers, spills and waves of the launch without, plus a few 8-byte bias loads."""
+    plain, biased = (isa.inspect("gemm", "v6", target, torch.bfloat16, overrides={"layout": "NT", "HAS_BIAS": b})
+                     for b in (False, True))
+
+    def loop(report):
+        return Counter(filter(None, map(isa_parse.mnemonic, report.hot_loop.splitlines())))
+
+    assert loop(biased) == loop(plain)
+    resources = ("vgprs", "agprs", "spills", "sgpr_spills", "scratch_bytes")
+    assert [getattr(biased, r) for r in resources] == [getattr(plain, r) for r in resources]
+    assert biased.occupancy.value == plain.occupancy.value
+    extra = Counter(biased.global_loads) - Counter(plain.global_loads)
+    assert extra and sum(extra.values()) <= 4 and all(name.endswith(("dwordx2", "dwordx4")) for name in extra), extra
