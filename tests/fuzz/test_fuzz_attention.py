@@ -78,6 +78,21 @@ def _magnitude(*results) -> float:
     return max((float(t.abs().max()) for t in results if t.numel()), default=0.0)
 
 
+def _sdpa_negated(causal, scale):
+    """SDPA's default kernel on the same problem with q and the scale negated (both exact). Under
+    a scale < 0, where that kernel gives NaN, this is the sample of its flash algorithm's
+    rounding (dK and dQ from the output rounded to the input dtype, as every flash backward
+    computes them) that the math backend, more precise than any flash kernel, cannot stand in for."""
+    return lambda q, k, v: _sdpa(causal, -scale)(-q, k, v)
+
+
+def _torch_also(causal, scale):
+    """The baseline samples beside SDPA's default kernel: the math backend, and under a negative
+    scale the default kernel on the negated problem."""
+    negative = scale is not None and scale < 0
+    return (_sdpa_math(causal, scale), *((_sdpa_negated(causal, scale),) if negative else ()))
+
+
 def _reference(causal, scale):
     """The float64 reference at the scale the op takes: float32, 0 under its normal numbers
     (:func:`kernels.validate.fp32_argument`; the docstrings say so)."""
@@ -107,7 +122,7 @@ def test_flash_attention_matches_sdpa(qkv, causal, scale):
     out, grads = with_grads(lambda *t: kernels.flash_attention(*t, causal=causal, scale=scale), qkv, grad)
     reference = _reference(causal, scale)
     base, base_grads, spread = judged_baseline(_sdpa(causal, scale), reference, qkv, grad,
-                                               also=(_sdpa_math(causal, scale),))
+                                               also=_torch_also(causal, scale))
     ref, ref_grads = with_grads(reference, [t.double() for t in qkv], grad.double())
     assert_rule("out", out, ref, base, q.dtype, spread=spread["out"])
     for i, (name, g, r, bg) in enumerate(zip(("dq", "dk", "dv"), grads, ref_grads, base_grads)):
@@ -168,6 +183,13 @@ def _empty_then_two_tokens():
     return t, t.clone(), t.clone(), cu, cu.clone(), 2, 2
 
 
+def _empty_one_two():
+    """The long profile's draw: an empty sequence, one of one token, one of two, fp16, D = 1."""
+    t = torch.tensor([[[1.5410]], [[-0.2935]], [[-2.1797]]], dtype=torch.float16)
+    cu = torch.tensor([0, 0, 1, 3], dtype=torch.int32)
+    return t, t.clone(), t.clone(), cu, cu.clone(), 2, 2
+
+
 @given(case=packed(), causal=st.booleans(), scale=SCALES)
 @example(case=_two_sequences(), causal=False, scale=0.0).via("bug 3: varlen, scale 0 is the mean of v")
 @example(case=_two_sequences(), causal=True, scale=-0.5).via("bug 3: varlen, a negative scale")
@@ -176,6 +198,8 @@ def _empty_then_two_tokens():
 @example(case=_two_sequences(), causal=False, scale=1.5e-204).via("bug 9: varlen, a scale under float32's normals")
 @example(case=_empty_then_two_tokens(), causal=True, scale=1.8e-154
          ).via("the scale the op takes: under float32's normals it is 0, and so are dk and dq")
+@example(case=_empty_one_two(), causal=True, scale=-1.0
+         ).via("the fuzz's rule: under a negative scale, torch's flash kernel on the negated query")
 def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
     q, k, v, cu_q, cu_k, max_q, max_k = case
     grad = output_grad(q.shape, q.dtype, seed=q.numel())
@@ -188,7 +212,7 @@ def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
     reference = lambda *t: _per_sequence(_reference(causal, scale), *t, cu_q, cu_k)   # noqa: E731
     base, base_grads, spread = judged_baseline(
         lambda *t: _per_sequence(_sdpa(causal, scale), *t, cu_q, cu_k), reference, (q, k, v), grad,
-        also=(lambda *t: _per_sequence(_sdpa_math(causal, scale), *t, cu_q, cu_k),))
+        also=tuple(lambda *t, fn=fn: _per_sequence(fn, *t, cu_q, cu_k) for fn in _torch_also(causal, scale)))
     ref, ref_grads = with_grads(reference, [t.double() for t in (q, k, v)], grad.double())
     assert_rule("out", out, ref, base, q.dtype, spread=spread["out"])
     for i, (name, g, r, bg) in enumerate(zip(("dq", "dk", "dv"), grads, ref_grads, base_grads)):
