@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import kernels
-from kernels import tuning
+from kernels import plans, tuning
 from kernels.gemm import configs, v6_persistent as v6
 from workbench import isa
 from workbench.isa import parse as isa_parse, tune_space
@@ -63,14 +63,32 @@ def test_space_is_the_kept_part_of_the_table(backend, arch, target):
     assert space == [e["config"] for e in configs.shipped()[target]["kept"]]
 
 
+def test_the_table_compiles_every_layout_a_training_step_runs(monkeypatch):
+    """nn.Linear's forward and its two backward GEMMs launch v6 on NT, NN (dgrad) and TN (wgrad):
+    the layouts the table compiles, or a config that spills in one of them would be timed there."""
+    seen = set()
+    real = v6.layout
+    monkeypatch.setattr(v6, "layout", lambda a, b: seen.add(real(a, b)) or real(a, b))
+    plans.invalidate()
+    layer = kernels.nn.Linear(24, 16)
+    y = layer(torch.randn(2, 5, 24, requires_grad=True))
+    y.backward(torch.randn_like(y))   # a loss's gradient, contiguous (sum's is a stride-0 view)
+    plans.invalidate()
+    assert seen == {"NT", "NN", "TN"} and seen <= set(configs.LAYOUTS)
+
+
 # (target, config, layout): the issue's claims and the prior; each compiles in a few seconds.
 BIG = dict(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, GROUP_M=4, matrix_instr_nonkdim=16, kpack=2, num_stages=2)
+# fits in NN and NT, spills VGPRs in TN (M-contiguous A, every weight gradient) on gfx942
+WGRAD_SPILLS = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, waves_per_eu=2, matrix_instr_nonkdim=16,
+                    kpack=2, num_warps=4, num_stages=2)
 SAMPLE = [
     ("gfx942", dict(BIG, num_warps=8, waves_per_eu=2), "NN"),       # the issue: spills
     ("gfx942", dict(BIG, num_warps=4, waves_per_eu=0), "NN"),
     ("gfx942", dict(BIG, BLOCK_M=128, num_warps=8, waves_per_eu=2), "NT"),  # the issue: 186 VGPRs
     ("sm90", None, "NN"),                                            # the first kept config
     ("gfx942", None, "NT_bias"),                                     # the prior, as nn.Linear runs it
+    ("gfx942", WGRAD_SPILLS, "TN"),                                  # spills in the wgrad's layout only
     ("gfx950", None, "NT_bias"),
 ]
 
@@ -82,6 +100,12 @@ def test_table_entries_are_what_the_compiler_gives(target, cfg, compile_name):
     entry = entries[_key(cfg)]
     extra = tune_space.OPS["gemm"].compiles(cfg)[compile_name]
     assert tune_space.measure("gemm", target, {**cfg, **extra}) == entry[compile_name]
+
+
+def test_a_config_that_spills_only_in_the_wgrads_layout_is_not_in_the_space():
+    entry = next(e for e in configs.shipped()["gfx942"]["dropped"] if e["config"] == WGRAD_SPILLS)
+    assert entry["why"].startswith("TN: spills") and tune_space.verdict("gfx942", entry["NT"]) is None
+    assert WGRAD_SPILLS not in [tuning.as_dict(c) for c in configs.space("hip", "gfx942")]
 
 
 def test_the_issues_spilling_config_is_not_in_the_space():

@@ -8,12 +8,13 @@ Two steps, one ahead of time and one per shape:
   ``waves_per_eu`` 0 or 2, 16x16 or 32x32 MFMA (256-wide tiles) and kpack 1 or 2
   on gfx942 (gfx950 takes kpack 1 only).
 * :func:`space` is what survives compiling every candidate ahead of time with v6's
-  kernel (the rung users get) for both operand layouts users run ("NN": ``a @ b`` of
-  row-major tensors, "NT": ``torch.nn.Linear``'s K-contiguous weight) at bf16:
-  a config that spills registers (or needs more LDS / shared memory than a
-  workgroup gets) in either layout is dropped, so it is never timed on a GPU. One
-  table for both layouts, not one each: a config that spills in one layout would
-  be a trap in the other's bucket. The table ships as ``tuned_space.json`` beside
+  kernel (the rung users get) for the three operand layouts a training step runs
+  (:data:`LAYOUTS`: "NN", ``a @ b`` of row-major tensors and a Linear's dgrad; "NT",
+  ``torch.nn.Linear``'s K-contiguous weight, also with its bias epilogue; "TN", every
+  weight gradient, ``x.t() @ grad_y``) at bf16: a config that spills registers (or needs
+  more LDS / shared memory than a workgroup gets) in any of them is dropped, so it is
+  never timed on a GPU. One table for all layouts, not one each: a config that spills in
+  one layout would be a trap in another's bucket. The table ships as ``tuned_space.json`` beside
   this file, written by ``python -m workbench.isa.tune_space --op gemm --write``; a test checks
   that it covers exactly :func:`candidates` and recompiles a sample of it.
 
@@ -34,7 +35,7 @@ MIN_TILES = 32     # a tile size must give at least this many output tiles (if a
 TILE_SIZES = 4     # tile sizes timed per shape, at most
 PER_TILE = 4       # configs timed per tile size, at most
 TABLE = Path(__file__).with_name("tuned_space.json")
-LAYOUTS = ("NN", "NT")
+LAYOUTS = ("NN", "NT", "TN")   # what a training step runs: dgrad, forward (nn.Linear), wgrad
 
 
 def _cfg(bm, bn, bk, warps, stages, group_m=8, **knobs) -> triton.Config:

@@ -59,14 +59,17 @@ def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def launch_ints(shape=(8192, 8192, 8192), layout="NN") -> dict[str, int]:
     """The int arguments of a GEMM launch (what the ISA inspector compiles for).
 
-    ``layout`` in BLAS terms: "NN" for row-major A and B (``a @ b`` of plain tensors),
-    "NT" for row-major A and K-contiguous B (``torch.nn.Linear``'s ``x @ weight.t()``).
+    ``layout`` in BLAS terms (:func:`layout`), one letter per operand: "N" for a row-major
+    operand, "T" for a transposed one. "NN" is ``a @ b`` of plain tensors and a Linear's
+    dgrad (``grad_y @ weight``), "NT" ``torch.nn.Linear``'s ``x @ weight.t()`` (K-contiguous
+    B), "TN" every weight gradient (``x.t() @ grad_y``: M-contiguous A).
     """
     m, n, k = shape
-    b_strides = {"NN": dict(stride_bk=n, stride_bn=1), "NT": dict(stride_bk=1, stride_bn=k)}
-    if layout not in b_strides:
-        raise ValueError(f"layout must be 'NN' or 'NT', got {layout!r}")
-    return dict(M=m, N=n, K=k, stride_am=k, stride_ak=1, **b_strides[layout], stride_cm=n, stride_cn=1)
+    a_strides = {"N": dict(stride_am=k, stride_ak=1), "T": dict(stride_am=1, stride_ak=m)}
+    b_strides = {"N": dict(stride_bk=n, stride_bn=1), "T": dict(stride_bk=1, stride_bn=k)}
+    if len(layout) != 2 or layout[0] not in a_strides or layout[1] not in b_strides:
+        raise ValueError(f"layout must be two letters N or T (NN, NT, TN, TT), got {layout!r}")
+    return dict(M=m, N=n, K=k, **a_strides[layout[0]], **b_strides[layout[1]], stride_cm=n, stride_cn=1)
 
 
 def aot_launch_settings(overrides: dict | None) -> tuple[dict[str, int], dict]:

@@ -158,7 +158,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     """The pruned space's first config for a large square GEMM (the tuner may pick another).
 
     ``overrides`` replaces settings (``{"waves_per_eu": 1}``); two more keys change the
-    launch compiled: ``layout``, "NN" (default) or "NT" (see :func:`.spec.launch_ints`),
+    launch compiled: ``layout``, "NN" (default), "NT" or "TN" (see :func:`.spec.launch_ints`),
     and ``EVEN_K``, False to see the peeled ragged-K step that K=8192 does not need.
     """
     ints, settings = aot_launch_settings(overrides)

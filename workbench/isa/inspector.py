@@ -16,7 +16,8 @@ occupancy and the hot loop. Reports are cached per (op, rung, target, dtype, ove
 takes them (the GEMM rungs v2-v6, attention v4 and v5; attention v3 and v5 take ``{"VARLEN": True}``,
 their packed-sequence launch, v5 also ``{"CAUSAL": False}`` and ``{"KERNEL": "dq"}``):
 ``isa.inspect("gemm", "v4", overrides={"waves_per_eu": 3})``;
-``{"layout": "NT"}`` compiles the launch with K-contiguous B (``torch.nn.Linear``'s weight).
+``{"layout": "NT"}`` compiles the launch with K-contiguous B (``torch.nn.Linear``'s weight),
+``{"layout": "TN"}`` with M-contiguous A (a weight gradient's ``x.t()``).
 
 ``source`` compiles the rung a file declares instead of the package's: a learner's copy
 of a rung (:mod:`workbench.exercises`), edited, with its own kernel, config and ``aot``:
