@@ -34,6 +34,7 @@ from typing import Callable, Iterator
 
 import torch
 import triton
+from triton.runtime.errors import OutOfResources
 
 from . import plans, tuning_cache
 
@@ -108,16 +109,29 @@ def shipped(table: Path) -> dict:
     return json.loads(table.read_text())["targets"]
 
 
-def target(table: Path, backend: str, arch: str) -> str:
-    """The table a device reads: its own arch on AMD (gfx942's for AMD archs not in the
-    table, unchecked there); sm90's for every NVIDIA GPU (the only one compiled for)."""
-    if backend == "cuda":
-        return "sm90"
-    return arch if arch in shipped(table) else "gfx942"
+WIDE = ":fp32"   # the section of a target's verdicts compiled at float32 (:func:`section`)
+
+
+def section(target_name: str, dtype: torch.dtype | None) -> str:
+    """The table section of ``target_name``'s verdicts for operands of ``dtype``: float32 takes
+    its own (``"gfx942:fp32"``: its tiles need twice the LDS and registers of a 2-byte dtype's,
+    and a config that fits bf16 may not launch at all); bf16, fp16 and None take the target's
+    (compiled at bf16, which on gfx942 rounds in software and needs more registers than fp16)."""
+    return target_name + WIDE if dtype == torch.float32 else target_name
+
+
+def target(table: Path, backend: str, arch: str, dtype: torch.dtype | None = None) -> str:
+    """The table section a device reads for ``dtype``: its own arch on AMD (gfx942's for AMD
+    archs not in the table, unchecked there); sm90's for every NVIDIA GPU (the only one compiled
+    for); its float32 section (:func:`section`) where the table has one."""
+    tables = shipped(table)
+    name = "sm90" if backend == "cuda" else arch if arch in tables else "gfx942"
+    wide = section(name, dtype)
+    return wide if wide in tables else name
 
 
 def kept(table: Path, name: str, candidates: list[triton.Config]) -> list[triton.Config]:
-    """The ``candidates`` that target ``name``'s table keeps, in candidate order."""
+    """The ``candidates`` that table section ``name`` keeps, in candidate order."""
     verdicts = [entry["config"] for entry in shipped(table)[name]["kept"]]
     return [c for c in candidates if as_dict(c) in verdicts]
 
@@ -125,22 +139,24 @@ def kept(table: Path, name: str, candidates: list[triton.Config]) -> list[triton
 @functools.lru_cache(maxsize=None)
 def kept_space(table: Path, name: str, candidates: Callable[[str], list[triton.Config]]
                ) -> tuple[triton.Config, ...]:
-    """``kept(table, name, candidates(name))``, worked out once per process: it builds every
-    candidate and compares it with every verdict (2 ms for attention's gfx942 space on a busy
-    two-core AMD EPYC, 2026-12-02), and the rungs ask for their space on every call. Keyed
-    by the ``candidates`` function itself, so a replaced one is asked again."""
-    return tuple(kept(table, name, candidates(name)))
+    """``kept(table, name, candidates(target))`` (``target``: the section's target, ``name``
+    without :data:`WIDE`), worked out once per process: it builds every candidate and compares
+    it with every verdict (2 ms for attention's gfx942 space on a busy two-core AMD EPYC,
+    2026-12-02), and the rungs ask for their space on every call. Keyed by the ``candidates``
+    function itself, so a replaced one is asked again."""
+    return tuple(kept(table, name, candidates(name.removesuffix(WIDE))))
 
 
 def space(table: Path, backend: str, arch: str, candidates: Callable[[str], list[triton.Config]],
-          interpreter: list[triton.Config]) -> list[triton.Config]:
-    """What a tuned rung may time here: ``interpreter`` on the interpreter, else the
-    ``candidates`` of the device's target that ``table`` keeps, in candidate order."""
+          interpreter: list[triton.Config], dtype: torch.dtype | None = None) -> list[triton.Config]:
+    """What a tuned rung may time here for operands of ``dtype``: ``interpreter`` on the
+    interpreter, else the ``candidates`` of the device's target that ``table``'s section for
+    ``dtype`` keeps (:func:`target`), in candidate order."""
     if backend == "interpreter":
         return interpreter
     if backend not in ("hip", "cuda"):
         raise ValueError(f"no tuned config space for backend {backend!r}")
-    return list(kept_space(table, target(table, backend, arch), candidates))
+    return list(kept_space(table, target(table, backend, arch, dtype), candidates))
 
 
 def tile(c: triton.Config) -> tuple[int, int]:
@@ -185,10 +201,21 @@ def time_ms(fn: Callable[[], object]) -> float:
 
 def fastest(candidates: list[dict], run: Callable[[dict], object]) -> dict:
     """The candidate whose ``run`` :func:`time_ms` measures fastest; a single one untimed
-    (always, on the interpreter, whose space has one config)."""
+    (always, on the interpreter, whose space has one config). A candidate the device cannot
+    launch (Triton's ``OutOfResources``: more LDS / shared memory or registers than it has, on
+    a device or dtype its table section was not compiled for) is skipped, as Triton's own
+    autotuner skips it; if none can launch, the last refusal is raised."""
     if len(candidates) == 1:
         return candidates[0]
-    times = [time_ms(lambda cfg=cfg: run(cfg)) for cfg in candidates]
+    times, refused = [], None
+    for cfg in candidates:
+        try:
+            times.append(time_ms(lambda cfg=cfg: run(cfg)))
+        except OutOfResources as error:
+            times.append(float("inf"))
+            refused = error
+    if refused is not None and min(times) == float("inf"):
+        raise refused
     return candidates[times.index(min(times))]
 
 

@@ -22,6 +22,8 @@ from workbench.isa import parse as isa_parse, tune_space
 from workbench.check import check_rung
 
 TARGETS = ("gfx942", "gfx950", "sm90")
+BACKENDS = {"gfx942": ("hip", "gfx942"), "gfx950": ("hip", "gfx950"), "sm90": ("cuda", "sm_90")}
+SECTIONS = (*TARGETS, *(tuning.section(t, torch.float32) for t in TARGETS))   # bf16's, then float32's
 MAX_TIMED = configs.TILE_SIZES * configs.PER_TILE
 
 
@@ -34,32 +36,35 @@ def _entries(target: str) -> list[dict]:
     return table["kept"] + table["dropped"]
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_shipped_table_covers_exactly_the_candidates(target):
+@pytest.mark.parametrize("section", SECTIONS)
+def test_shipped_table_covers_exactly_the_candidates(section):
     """A changed candidate list without ``python -m workbench.isa.tune_space --write`` fails here."""
-    recorded = [_key(entry["config"]) for entry in _entries(target)]
-    wanted = [_key(tuning.as_dict(c)) for c in configs.candidates(target)]
+    recorded = [_key(entry["config"]) for entry in _entries(section)]
+    wanted = [_key(tuning.as_dict(c)) for c in configs.candidates(section.removesuffix(tuning.WIDE))]
     assert sorted(recorded) == sorted(wanted)
 
 
 COMPILES = (*configs.LAYOUTS, "NT_bias")   # each layout, and nn.Linear's launch with its bias epilogue
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_kept_configs_fit_in_every_compile_and_dropped_ones_do_not(target):
-    table = configs.shipped()[target]
+@pytest.mark.parametrize("section", SECTIONS)
+def test_kept_configs_fit_in_every_compile_and_dropped_ones_do_not(section):
+    table, target = configs.shipped()[section], section.removesuffix(tuning.WIDE)
     for entry in table["kept"]:
         assert all(tune_space.verdict(target, entry[name]) is None for name in COMPILES), entry
     for entry in table["dropped"]:
         assert any(tune_space.verdict(target, entry[name]) for name in COMPILES), entry
-    assert table["kept"], f"nothing survives on {target}"
+    assert table["kept"], f"nothing survives in {section}"
     assert list(tune_space.OPS["gemm"].compiles(table["kept"][0]["config"])) == list(COMPILES)
 
 
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16, torch.float32), ids=str)
 @pytest.mark.parametrize("backend,arch,target", [("hip", "gfx942", "gfx942"), ("hip", "gfx950", "gfx950"),
                                                  ("cuda", "sm_90", "sm90")])
-def test_space_is_the_kept_part_of_the_table(backend, arch, target):
-    space = [tuning.as_dict(c) for c in configs.space(backend, arch)]
+def test_space_is_the_kept_part_of_the_table(backend, arch, target, dtype):
+    """A float32 call tunes among its own section's kept configs; fp16 among bf16's."""
+    space = [tuning.as_dict(c) for c in configs.space(backend, arch, dtype)]
+    target = tuning.section(target, dtype)
     assert space == [e["config"] for e in configs.shipped()[target]["kept"]]
 
 
@@ -90,6 +95,8 @@ SAMPLE = [
     ("gfx942", None, "NT_bias"),                                     # the prior, as nn.Linear runs it
     ("gfx942", WGRAD_SPILLS, "TN"),                                  # spills in the wgrad's layout only
     ("gfx950", None, "NT_bias"),
+    ("gfx942:fp32", None, "TN"),                                     # float32's first kept config
+    ("sm90:fp32", None, "NN"),
 ]
 
 
@@ -99,7 +106,35 @@ def test_table_entries_are_what_the_compiler_gives(target, cfg, compile_name):
     cfg = cfg or configs.shipped()[target]["kept"][0]["config"]
     entry = entries[_key(cfg)]
     extra = tune_space.OPS["gemm"].compiles(cfg)[compile_name]
-    assert tune_space.measure("gemm", target, {**cfg, **extra}) == entry[compile_name]
+    dtype = torch.float32 if target.endswith(tuning.WIDE) else tune_space.DTYPE
+    assert tune_space.measure("gemm", target.removesuffix(tuning.WIDE), {**cfg, **extra}, dtype) == entry[compile_name]
+
+
+@pytest.mark.parametrize("target,compile_name", [("gfx942", "NT_bias"), ("gfx950", "NT"), ("sm90", "NN")])
+def test_fp16_fits_where_bf16_does(target, compile_name):
+    """fp16 takes bf16's verdicts (kernels.tuning.section): the same bytes per element, and no
+    more registers (gfx942 rounds to bf16 in software, to fp16 with one instruction); shown on
+    the first kept config."""
+    cfg = configs.shipped()[target]["kept"][0]
+    extra = tune_space.OPS["gemm"].compiles(cfg["config"])[compile_name]
+    fp16 = tune_space.measure("gemm", target, {**cfg["config"], **extra}, torch.float16)
+    assert tune_space.verdict(target, fp16) is None
+    assert fp16["vgprs"] <= cfg[compile_name]["vgprs"] and fp16["lds_bytes"] == cfg[compile_name]["lds_bytes"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_float32s_section_drops_what_float32_cannot_hold(target):
+    """At float32 a tile needs twice bf16's LDS and registers: bf16's prior for a large square
+    GEMM spills, or on gfx942 cannot launch at all (more LDS than a CU has), and leaves
+    float32's section, whose own prior fits."""
+    wide = tuning.section(target, torch.float32)
+    bf16_prior = configs.prune(configs.space(*BACKENDS[target]), 4096, 4096, 4096)[0]
+    dropped = {_key(e["config"]): e["why"] for e in configs.shipped()[wide]["dropped"]}
+    assert _key(tuning.as_dict(bf16_prior)) in dropped
+    fp32_prior = configs.prune(configs.space(*BACKENDS[target], torch.float32), 4096, 4096, 4096)[0]
+    assert tuning.as_dict(fp32_prior) in [e["config"] for e in configs.shipped()[wide]["kept"]]
+    if target == "gfx942":
+        assert "bytes of LDS > 65536" in dropped[_key(tuning.as_dict(bf16_prior))]
 
 
 def test_a_config_that_spills_only_in_the_wgrads_layout_is_not_in_the_space():
@@ -144,7 +179,7 @@ FAKE_MS = {(32, 32): 3.0, (16, 32): 1.0, (32, 16): 2.0}   # (BLOCK_M, BLOCK_N) -
 @pytest.fixture
 def fake_clock(monkeypatch, fake_tuner_clock):
     """Three candidates on the interpreter; timing runs the real launch and reads a fake time."""
-    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
+    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942", dtype=None: FAKE_SPACE)
     monkeypatch.setattr(v6, "_CHOSEN", {})
     return fake_tuner_clock(v6, "_launch", FAKE_MS)
 

@@ -22,7 +22,7 @@ SPACE = [gemm_configs._cfg(32, 32, 32, 4, 2, group_m=2), gemm_configs._cfg(16, 3
 def timed(monkeypatch):
     """Three GEMM candidates and a fake clock (every candidate 1 ms, none launched); the
     list of the candidates timed."""
-    monkeypatch.setattr(gemm_configs, "space", lambda backend, arch="gfx942": SPACE)
+    monkeypatch.setattr(gemm_configs, "space", lambda backend, arch="gfx942", dtype=None: SPACE)
     calls = []
     monkeypatch.setattr(tuning, "time_ms", lambda fn: calls.append(fn) or 1.0)
     return calls

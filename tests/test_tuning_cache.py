@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from triton.runtime.errors import OutOfResources
 
 import kernels
 from kernels import tuning, tuning_cache
@@ -209,3 +210,33 @@ def test_two_processes_saving_at_once_both_keep_theirs():
     first.put({OP: {"a": SPACE[0]}})
     second.put({OP: {"b": SPACE[1]}})
     assert tuning_cache.Store(ident).choices() == {OP: {"a": SPACE[0], "b": SPACE[1]}}
+
+
+def _launch_or_refuse(cfg):
+    """A candidate's launch: its "milliseconds", or Triton's refusal of a config the device cannot hold."""
+    if cfg.get("refused"):
+        raise OutOfResources(98304, 65536, "shared memory")
+    return cfg["ms"]
+
+
+def test_a_candidate_the_device_cannot_launch_is_skipped_as_tritons_autotuner_skips_it(clock):
+    """On a device or dtype its table section was not compiled for, a candidate may need more
+    LDS than a CU has: it is never the fastest, and the others are still timed."""
+    space = [{"BLOCK_M": 128, "ms": 0.5, "refused": True}, *SPACE]
+    assert tuning.choice(OP, KEY, lambda: space, _launch_or_refuse) == SPACE[1] and clock == [3.0, 1.0, 2.0]
+
+
+def test_when_no_candidate_can_launch_the_refusal_is_raised(clock):
+    space = [{"BLOCK_M": b, "ms": 1.0, "refused": True} for b in (64, 128)]
+    with pytest.raises(OutOfResources, match="shared memory"):
+        tuning.choice(OP, KEY, lambda: space, _launch_or_refuse)
+
+
+def test_float32_reads_its_own_section_of_a_table_where_it_has_one(tmp_path):
+    table = tmp_path / "tuned_space.json"
+    table.write_text(json.dumps({"targets": {"gfx942": {}, "gfx942:fp32": {}, "sm90": {}}}))
+    assert tuning.target(table, "hip", "gfx942", torch.float32) == "gfx942:fp32"
+    assert tuning.target(table, "hip", "gfx942", torch.bfloat16) == "gfx942"
+    assert tuning.target(table, "hip", "gfx942", torch.float16) == "gfx942"
+    assert tuning.target(table, "hip", "gfx90a", torch.float32) == "gfx942:fp32"   # an AMD arch not compiled
+    assert tuning.target(table, "cuda", "sm_90", torch.float32) == "sm90"           # no float32 section: the target's

@@ -14,7 +14,9 @@ Two steps, one ahead of time and one per shape:
   weight gradient, ``x.t() @ grad_y``) at bf16: a config that spills registers (or needs
   more LDS / shared memory than a workgroup gets) in any of them is dropped, so it is
   never timed on a GPU. One table for all layouts, not one each: a config that spills in
-  one layout would be a trap in another's bucket. The table ships as ``tuned_space.json`` beside
+  one layout would be a trap in another's bucket. float32 has a section of its own per
+  target (``"gfx942:fp32"``, compiled at float32): its tiles need twice the LDS and
+  registers, and most configs that fit bf16 spill or cannot launch at all. The table ships as ``tuned_space.json`` beside
   this file, written by ``python -m workbench.isa.tune_space --op gemm --write``; a test checks
   that it covers exactly :func:`candidates` and recompiles a sample of it.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import triton
 
 from .. import tuning
@@ -97,9 +100,9 @@ def interpreter_configs() -> list[triton.Config]:
     return [_cfg(32, 32, 32, 4, 2, group_m=2)]
 
 
-def target(backend: str, arch: str) -> str:
-    """The table a device reads (see :func:`kernels.tuning.target`)."""
-    return tuning.target(TABLE, backend, arch)
+def target(backend: str, arch: str, dtype: torch.dtype | None = None) -> str:
+    """The table section a device reads for ``dtype`` (see :func:`kernels.tuning.target`)."""
+    return tuning.target(TABLE, backend, arch, dtype)
 
 
 def candidates(target_name: str) -> list[triton.Config]:
@@ -112,13 +115,14 @@ def shipped() -> dict:
     return tuning.shipped(TABLE)
 
 
-def space(backend: str, arch: str = "gfx942") -> list[triton.Config]:
-    """The candidates of the device's target that the shipped table keeps, in candidate order."""
+def space(backend: str, arch: str = "gfx942", dtype: torch.dtype | None = None) -> list[triton.Config]:
+    """The candidates of the device's target that the shipped table keeps for operands of
+    ``dtype`` (float32 has its own section, :func:`kernels.tuning.section`), in candidate order."""
     if backend == "interpreter":
         return interpreter_configs()
     if backend not in ("hip", "cuda"):
         raise ValueError(f"no GEMM config space for backend {backend!r}")
-    return list(tuning.kept_space(TABLE, target(backend, arch), candidates))
+    return list(tuning.kept_space(TABLE, target(backend, arch, dtype), candidates))
 
 
 def _area(c: triton.Config) -> int:

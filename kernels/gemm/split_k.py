@@ -94,16 +94,17 @@ def clamp_slices(wanted: int, k: int, block_k: int) -> int:
     return cdiv(steps, cdiv(steps, wanted))
 
 
-def config(backend: _backend.Backend, m: int, n: int, k: int) -> dict:
-    """v6's prior tile for the shape (no tuning: a teaching variant) and S for the backend's CUs."""
-    cfg = v6_persistent.config(backend, m, n, k)
+def config(backend: _backend.Backend, m: int, n: int, k: int, dtype: torch.dtype | None = None) -> dict:
+    """v6's prior tile for the shape and dtype (no tuning: a teaching variant) and S for the backend's CUs."""
+    cfg = v6_persistent.config(backend, m, n, k, dtype=dtype)
     cfg = {key: value for key, value in cfg.items() if key not in v6_persistent.PERSISTENT}
     return {**cfg, "SLICES": slices(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"],
                                      v6_persistent.programs(backend))}
 
 
-def _settings(m: int, n: int, k: int, overrides: dict | None, backend: _backend.Backend) -> dict:
-    cfg = with_overrides(config(backend, m, n, k), overrides)
+def _settings(m: int, n: int, k: int, overrides: dict | None, backend: _backend.Backend,
+              dtype: torch.dtype | None = None) -> dict:
+    cfg = with_overrides(config(backend, m, n, k, dtype), overrides)
     cfg["SLICES"] = clamp_slices(cfg["SLICES"], k, cfg["BLOCK_K"])
     return cfg
 
@@ -115,7 +116,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     even_k = settings.pop("EVEN_K", None)
     units = 304 if backend == "hip" else 132
     cfg = _settings(ints["M"], ints["N"], ints["K"], settings,
-                    _backend.Backend(backend, arch, "aot", units))
+                    _backend.Backend(backend, arch, "aot", units), dtype)
     s = cfg.pop("SLICES")
     slice_k = cdiv(cdiv(ints["K"], cfg["BLOCK_K"]), s) * cfg["BLOCK_K"]
     main = {key: ints[key] for key in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn")}
@@ -154,7 +155,7 @@ def gemm_split_k(a: torch.Tensor, b: torch.Tensor, *, overrides: dict | None = N
     validate.matmul_operands(a, b, DTYPES)
     (m, k), n = a.shape, b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
-    cfg = _settings(m, n, k, overrides, _backend.current())
+    cfg = _settings(m, n, k, overrides, _backend.current(), a.dtype)
     work = partials(a, b, cfg)
     _streamk_fixup_kernel[(work.shape[0],)](   # no bias: c stands in for its pointer, never read
         c, work, c, m, n, c.stride(0), c.stride(1), 0, cfg["SLICES"], 0,

@@ -233,9 +233,11 @@ def persistent_settings(backend: _backend.Backend, xcds: int | None = None) -> d
     return {"NUM_XCDS": xcds or num_xcds(backend), "NUM_PROGS": programs(backend), "FIXUP": True}
 
 
-def config(backend: _backend.Backend, m: int, n: int, k: int, xcds: int | None = None) -> dict:
-    """The prior: the pruned space's first config for the shape (untimed), plus the persistent settings."""
-    best = configs.prune(configs.space(backend.name, backend.arch), m, n, k)[0]
+def config(backend: _backend.Backend, m: int, n: int, k: int, xcds: int | None = None,
+           dtype: torch.dtype | None = None) -> dict:
+    """The prior: the pruned space's first config for the shape and dtype (untimed), plus the
+    persistent settings."""
+    best = configs.prune(configs.space(backend.name, backend.arch, dtype), m, n, k)[0]
     return {**as_dict(best), **persistent_settings(backend, xcds)}
 
 
@@ -252,7 +254,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     units = 304 if backend == "hip" else 132
     cfg = with_overrides(
         config(_backend.Backend(backend, arch, "aot", units), ints["M"], ints["N"], ints["K"],
-               xcds=full_chip_xcds(backend, arch)), settings)
+               xcds=full_chip_xcds(backend, arch), dtype=dtype), settings)
     cfg.pop("FIXUP")
     plan = schedule(ints["M"], ints["N"], ints["K"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"],
                     cfg["NUM_PROGS"])
@@ -361,7 +363,8 @@ def tuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, persistent: dict,
     key = (*(bucket or _bucket((m, n, k), a.dtype)), operands or layout(a, b))
     here = _backend.current()
     return choice("gemm/v6", key,
-                  lambda: [as_dict(cfg) for cfg in configs.prune(configs.space(here.name, here.arch), m, n, k)],
+                  lambda: [as_dict(cfg) for cfg in configs.prune(configs.space(here.name, here.arch, a.dtype),
+                                                                 m, n, k)],
                   lambda cfg: _launch(a, b, c, {**cfg, **persistent}), lambda: Problem("gemm", "v6", (m, n, k), a.dtype))
 
 
@@ -381,7 +384,7 @@ def _plan(a: torch.Tensor, b: torch.Tensor, overrides: dict | None = None) -> La
     here = _backend.current()
     operands, bucket = layout(a, b), _bucket((m, n, k), a.dtype)
     if set(overrides or ()) - set(PERSISTENT):   # a tile setting pinned: on the prior, untimed
-        cfg = with_overrides(config(here, m, n, k), overrides)
+        cfg = with_overrides(config(here, m, n, k, dtype=a.dtype), overrides)
     else:   # the tuner's choice; the prior (a prune of the space) is not needed
         fixed = with_overrides(persistent_settings(here), overrides)
         c = new_output((m, n), a.dtype, a.device)   # what the tuner times into

@@ -5,12 +5,15 @@
     python -m workbench.isa.tune_space --op attention --target gfx950 --write
     python -m workbench.isa.tune_space --op attention_backward --write   # 17 minutes on 2 busy cores (2026-12-02)
     python -m workbench.isa.tune_space --op grouped_gemm --write
+    python -m workbench.isa.tune_space --op gemm --write    # bf16 and float32: 10 minutes on 2 cores (2026-12-04)
     python -m workbench.isa.tune_space --op moe --write      # after grouped_gemm: its kept configs
 
 Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
-for its target, at bf16, with the rung its users get: the GEMM with v6 (the rung
-``kernels.matmul`` runs) once per operand layout of :data:`kernels.gemm.configs.LAYOUTS` and
-once as ``kernels.nn.Linear`` runs it (NT with the bias epilogue, ``NT_bias``), attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
+for its target, at bf16 (the GEMM also at float32, in each target's ``:fp32`` section, which
+a float32 call tunes among: :func:`kernels.tuning.section`), with the rung its users get: the
+GEMM with v6 (the rung ``kernels.matmul`` runs) once per operand layout of
+:data:`kernels.gemm.configs.LAYOUTS` and once as ``kernels.nn.Linear`` runs it (NT with the
+bias epilogue, ``NT_bias``), attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
 (``BLOCK_D``, 64 or 128), causal, attention's backward with v5 (each config names its kernel,
 dK/dV or dQ, compiled at its head dim, causal), the grouped GEMM with v4 (``kernels.grouped_gemm``)
 three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
@@ -58,13 +61,15 @@ class Op(NamedTuple):
     about: str
     registry_op: str | None = None   # the op of the rung compiled, when the table is not the op's own
     narrow_lds: bool = False   # record 8/16-bit LDS ops (AMD) too: a smell the tuner's clock judges
+    dtypes: tuple = (DTYPE,)   # compiled at each; float32 is a section of its own (kernels.tuning.section)
 
 
 OPS = {
     "gemm": Op("v6", gemm_configs,
                lambda cfg: {**{layout: {"layout": layout} for layout in gemm_configs.LAYOUTS},
                             "NT_bias": {"layout": "NT", "HAS_BIAS": True}},
-               f"layouts {', '.join(gemm_configs.LAYOUTS)}, and NT with nn.Linear's bias epilogue (NT_bias)"),
+               f"layouts {', '.join(gemm_configs.LAYOUTS)}, and NT with nn.Linear's bias epilogue (NT_bias)",
+               dtypes=(DTYPE, torch.float32)),
     "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
                     "causal, at the head dim of each config (BLOCK_D)"),
     "attention_backward": Op("v5", attention_backward_configs,
@@ -83,9 +88,9 @@ OPS = {
 }
 
 
-def measure(op: str, target: str, overrides: dict) -> dict:
-    """The resources of the op's main kernel compiled with ``overrides`` on ``target``."""
-    report = isa.inspect(OPS[op].registry_op or op, OPS[op].rung, target, DTYPE, overrides=overrides)
+def measure(op: str, target: str, overrides: dict, dtype: torch.dtype = DTYPE) -> dict:
+    """The resources of the op's main kernel compiled with ``overrides`` on ``target`` at ``dtype``."""
+    report = isa.inspect(OPS[op].registry_op or op, OPS[op].rung, target, dtype, overrides=overrides)
     # SGPRs are AMD's scalar registers: sm90 has none, so its entries have no such count.
     amd = {"sgpr_spills": report.sgpr_spills} if report.dialect == "amdgcn" else {}
     if OPS[op].narrow_lds and report.dialect == "amdgcn":
@@ -95,9 +100,9 @@ def measure(op: str, target: str, overrides: dict) -> dict:
             "occupancy": report.occupancy.value}
 
 
-def compiled(op: str, target: str, cfg: dict) -> dict[str, dict]:
-    """The resources of each of the op's compiles of ``cfg`` on ``target``, by compile name."""
-    return {name: measure(op, target, {**cfg, **extra}) for name, extra in OPS[op].compiles(cfg).items()}
+def compiled(op: str, target: str, cfg: dict, dtype: torch.dtype = DTYPE) -> dict[str, dict]:
+    """The resources of each of the op's compiles of ``cfg`` on ``target`` at ``dtype``, by compile name."""
+    return {name: measure(op, target, {**cfg, **extra}, dtype) for name, extra in OPS[op].compiles(cfg).items()}
 
 
 def verdict(target: str, resources: dict) -> str | None:
@@ -113,20 +118,21 @@ def verdict(target: str, resources: dict) -> str | None:
     return None
 
 
-def prune_target(op: str, target: str, progress=print) -> dict:
-    """Compile every candidate of ``target`` in each of its compiles: {"kept": [...], "dropped": [...]}."""
+def prune_target(op: str, target: str, progress=print, dtype: torch.dtype = DTYPE) -> dict:
+    """Compile every candidate of ``target`` at ``dtype`` in each of its compiles:
+    {"kept": [...], "dropped": [...]}, the table section ``kernels.tuning.section(target, dtype)``."""
     table = {"kept": [], "dropped": []}
     space = OPS[op].configs.candidates(target)
     for i, candidate in enumerate(space):
         cfg = tuning.as_dict(candidate)
-        entry = {"config": cfg, **compiled(op, target, cfg)}
+        entry = {"config": cfg, **compiled(op, target, cfg, dtype)}
         why = [f"{name}: {w}" for name, resources in entry.items()
                if name != "config" and (w := verdict(target, resources))]
         if why:
             table["dropped"].append({**entry, "why": "; ".join(why)})
         else:
             table["kept"].append(entry)
-        progress(f"{op} {target} {i + 1}/{len(space)} {cfg} -> {'; '.join(why) or 'kept'}")
+        progress(f"{op} {tuning.section(target, dtype)} {i + 1}/{len(space)} {cfg} -> {'; '.join(why) or 'kept'}")
     return table
 
 
@@ -136,7 +142,7 @@ def write(op: str, tables: dict[str, dict]) -> None:
     old = json.loads(path.read_text()) if path.exists() else {"targets": {}}
     document = {
         "about": "Generated by `python -m workbench.isa.tune_space --write`; do not edit by hand. "
-                 f"{op} {OPS[op].rung} at {str(DTYPE).removeprefix('torch.')}, triton {triton.__version__}, "
+                 f"{op} {OPS[op].rung} at {_names(OPS[op].dtypes)}, triton {triton.__version__}, "
                  f"{OPS[op].about}: configs kept (never spill) and dropped, "
                  "with VGPRs (registers per thread on sm90), AGPRs, VGPR and (AMD) SGPR spills, scratch, "
                  "LDS bytes and occupancy (waves/SIMD on AMD, blocks/SM on sm90) per compile.",
@@ -144,6 +150,12 @@ def write(op: str, tables: dict[str, dict]) -> None:
     }
     path.write_text(json.dumps(document, indent=1) + "\n")
     tuning.shipped.cache_clear()
+
+
+def _names(dtypes) -> str:
+    """"bfloat16" or "bfloat16 (float32: the targets' ':fp32' sections)"."""
+    first, *rest = (str(d).removeprefix("torch.") for d in dtypes)
+    return first + "".join(f" ({name}: the targets' '{tuning.WIDE}' sections)" for name in rest)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -155,7 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--write", action="store_true", help="store the result in the shipped table")
     args = parser.parse_args(argv)
     for op in args.op or OPS:
-        tables = {target: prune_target(op, target) for target in args.target or isa.TARGETS}
+        tables = {tuning.section(target, dtype): prune_target(op, target, dtype=dtype)
+                  for target in args.target or isa.TARGETS for dtype in OPS[op].dtypes}
         for target, table in tables.items():
             print(f"{op} {target}: {len(table['kept'])} kept, {len(table['dropped'])} dropped")
         if args.write:
