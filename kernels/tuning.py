@@ -131,9 +131,12 @@ def target(table: Path, backend: str, arch: str, dtype: torch.dtype | None = Non
 
 
 def kept(table: Path, name: str, candidates: list[triton.Config]) -> list[triton.Config]:
-    """The ``candidates`` that table section ``name`` keeps, in candidate order."""
-    verdicts = [entry["config"] for entry in shipped(table)[name]["kept"]]
-    return [c for c in candidates if as_dict(c) in verdicts]
+    """The ``candidates`` that table section ``name`` keeps, in its order: candidate order, then,
+    where a group of configs kept none that fits, the group's least spilling first (entries marked
+    "spilling", ``workbench.isa.tune_space.least_spilling``)."""
+    by_config = {json.dumps(as_dict(c), sort_keys=True): c for c in candidates}
+    found = (json.dumps(entry["config"], sort_keys=True) for entry in shipped(table)[name]["kept"])
+    return [by_config[text] for text in found if text in by_config]
 
 
 @functools.lru_cache(maxsize=None)

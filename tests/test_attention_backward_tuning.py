@@ -14,7 +14,8 @@ import kernels
 from kernels import tuning
 from kernels.attention import configs, configs_backward as space_bwd, v5_backward as v5
 from kernels.attention.launch import head_block
-from test_attention_tuning import DEVICES, TARGETS, _compiles, _key   # the forward table's, shared
+from table_sections import SECTIONS, TARGETS, assert_verdicts, target_of
+from test_attention_tuning import DEVICES, _compiles, _key   # the forward table's, shared
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
@@ -24,31 +25,26 @@ def _entries(target: str) -> list[dict]:
     return table["kept"] + table["dropped"]
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_shipped_table_covers_exactly_the_candidates(target):
+@pytest.mark.parametrize("section", SECTIONS)
+def test_shipped_table_covers_exactly_the_candidates(section):
     """A changed candidate list without ``python -m workbench.isa.tune_space --op attention_backward
     --write`` fails here."""
-    recorded = [_key(entry["config"]) for entry in _entries(target)]
-    assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in space_bwd.candidates(target))
+    recorded = [_key(entry["config"]) for entry in _entries(section)]
+    assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in space_bwd.candidates(target_of(section)))
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_each_config_is_compiled_as_its_kernel_at_its_head_dim_and_kept_only_if_it_fits(target):
-    table = space_bwd.shipped()[target]
-    for entry in _entries(target):
+@pytest.mark.parametrize("section", SECTIONS)
+def test_each_config_is_compiled_as_its_kernel_at_its_head_dim_and_kept_only_if_it_fits(section):
+    table = space_bwd.shipped()[section]
+    for entry in _entries(section):
         cfg = entry["config"]
         name = f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}"
         assert list(_compiles(entry)) == [name, f"{name}_packed"], entry   # dense and VARLEN
-        if target != "sm90":   # AMD entries count the 8/16-bit LDS ops
+        if target_of(section) != "sm90":   # AMD entries count the 8/16-bit LDS ops
             assert all("narrow_lds_ops" in r for r in _compiles(entry).values()), entry
-    for entry in table["kept"]:
-        assert all(tune_space.verdict(target, r) is None for r in _compiles(entry).values()), entry
-    for entry in table["dropped"]:
-        assert any(tune_space.verdict(target, r) for r in _compiles(entry).values()), entry
-    for kernel in space_bwd.KERNELS:
-        for d in configs.HEAD_DIMS:
-            assert [e for e in table["kept"] if (e["config"]["KERNEL"], e["config"]["BLOCK_D"]) == (kernel, d)], \
-                f"nothing kept for {kernel} at D={d} on {target}"
+    assert_verdicts(section, table, lambda cfg: (cfg["KERNEL"], cfg["BLOCK_D"]))
+    assert {(e["config"]["KERNEL"], e["config"]["BLOCK_D"]) for e in table["kept"]} == \
+        {(kernel, d) for kernel in space_bwd.KERNELS for d in configs.HEAD_DIMS}
 
 
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])
@@ -65,9 +61,10 @@ def test_the_priors_at_d128_move_no_narrow_elements_through_lds(target):
 @pytest.mark.parametrize("backend,arch", DEVICES)
 @pytest.mark.parametrize("kernel", space_bwd.KERNELS)
 @pytest.mark.parametrize("d", [16, 64, 96, 128])
-def test_space_is_the_kept_part_of_the_table_for_the_kernel_and_head_dim_class(backend, arch, kernel, d):
-    space = [tuning.as_dict(c) for c in space_bwd.space(backend, arch, d, kernel)]
-    kept = space_bwd.shipped()[tuning.target(space_bwd.TABLE, backend, arch)]["kept"]
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
+def test_space_is_the_kept_part_of_the_table_for_the_kernel_and_head_dim_class(backend, arch, kernel, d, dtype):
+    space = [tuning.as_dict(c) for c in space_bwd.space(backend, arch, d, kernel, dtype)]
+    kept = space_bwd.shipped()[tuning.target(space_bwd.TABLE, backend, arch, dtype)]["kept"]
     assert space == [e["config"] for e in kept
                      if (e["config"]["KERNEL"], e["config"]["BLOCK_D"]) == (kernel, 64 if d <= 64 else 128)]
 
@@ -120,7 +117,7 @@ FAKE_MS = {(32, 32): 3.0, (16, 32): 1.0, (32, 16): 2.0}   # (BLOCK_M, BLOCK_N) -
 SHAPE = (1, 2, 1, 20, 24, 32, 1)
 
 
-def _fake_space(backend, arch, d, kernel):
+def _fake_space(backend, arch, d, kernel, dtype=None):
     return [space_bwd._cfg(kernel, bm, bn, 64, 4, 1) for bm, bn in FAKE_MS]
 
 

@@ -18,7 +18,8 @@ from workbench import isa
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
-TARGETS = ("gfx942", "gfx950", "sm90")
+from table_sections import SECTIONS, TARGETS, assert_verdicts, dtype_of, target_of
+
 DEVICES = [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")]
 
 
@@ -26,36 +27,32 @@ def _key(cfg: dict) -> tuple:
     return tuple(sorted(cfg.items()))
 
 
-def _compiles(entry: dict) -> dict:
-    return {name: resources for name, resources in entry.items() if name not in ("config", "why")}
+_compiles = tune_space.compiles
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_shipped_table_covers_exactly_the_candidates(target):
+@pytest.mark.parametrize("section", SECTIONS)
+def test_shipped_table_covers_exactly_the_candidates(section):
     """A changed candidate list without ``python -m workbench.isa.tune_space --op attention --write`` fails here."""
-    table = configs.shipped()[target]
+    table = configs.shipped()[section]
     recorded = [_key(entry["config"]) for entry in table["kept"] + table["dropped"]]
-    assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in configs.candidates(target))
+    assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in configs.candidates(target_of(section)))
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_each_config_is_compiled_at_its_head_dim_and_kept_only_if_it_fits(target):
-    table = configs.shipped()[target]
+@pytest.mark.parametrize("section", SECTIONS)
+def test_each_config_is_compiled_at_its_head_dim_and_kept_only_if_it_fits(section):
+    table = configs.shipped()[section]
     for entry in table["kept"] + table["dropped"]:
         assert list(_compiles(entry)) == [f"D{entry['config']['BLOCK_D']}"], entry
-    for entry in table["kept"]:
-        assert all(tune_space.verdict(target, r) is None for r in _compiles(entry).values()), entry
-    for entry in table["dropped"]:
-        assert any(tune_space.verdict(target, r) for r in _compiles(entry).values()), entry
-    for d in configs.HEAD_DIMS:
-        assert [e for e in table["kept"] if e["config"]["BLOCK_D"] == d], f"nothing kept at D={d} on {target}"
+    assert_verdicts(section, table, lambda cfg: (cfg["BLOCK_D"],))
+    assert {e["config"]["BLOCK_D"] for e in table["kept"]} == set(configs.HEAD_DIMS)
 
 
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
 @pytest.mark.parametrize("backend,arch", DEVICES)
 @pytest.mark.parametrize("d", [16, 40, 64, 96, 128])
-def test_space_is_the_kept_part_of_the_table_for_the_head_dim_class(backend, arch, d):
-    space = [tuning.as_dict(c) for c in configs.space(backend, arch, d)]
-    kept = configs.shipped()[tuning.target(configs.TABLE, backend, arch)]["kept"]
+def test_space_is_the_kept_part_of_the_table_for_the_head_dim_class(backend, arch, d, dtype):
+    space = [tuning.as_dict(c) for c in configs.space(backend, arch, d, dtype)]
+    kept = configs.shipped()[tuning.target(configs.TABLE, backend, arch, dtype)]["kept"]
     assert space == [e["config"] for e in kept if e["config"]["BLOCK_D"] == (64 if d <= 64 else 128)]
 
 
@@ -66,17 +63,19 @@ SAMPLE = [   # (target, config or the head dim whose prior is taken); each compi
     ("gfx942", WIDE_KEYS_D128),    # v4's docstring: the prior's tile with 32x32 MFMAs compiles too
     ("gfx950", 64),
     ("sm90", 128),
+    ("gfx942:fp32", 128),
 ]
 
 
 @pytest.mark.parametrize("target,cfg", SAMPLE, ids=lambda v: str(v) if not isinstance(v, dict) else "wide")
 def test_table_entries_are_what_the_compiler_gives(target, cfg):
     if isinstance(cfg, int):
-        backend, arch = DEVICES[TARGETS.index(target)]
-        cfg = tuning.as_dict(configs.space(backend, arch, cfg)[0])
+        backend, arch = DEVICES[TARGETS.index(target_of(target))]
+        cfg = tuning.as_dict(configs.space(backend, arch, cfg, dtype_of(target))[0])
     table = configs.shipped()[target]
     entry = {_key(e["config"]): e for e in table["kept"] + table["dropped"]}[_key(cfg)]
-    assert {f"D{cfg['BLOCK_D']}": tune_space.measure("attention", target, cfg)} == _compiles(entry)
+    measured = tune_space.measure("attention", target_of(target), cfg, dtype_of(target))
+    assert {f"D{cfg['BLOCK_D']}": measured} == _compiles(entry)
 
 
 def test_the_d128_prior_with_32x32_mfmas_is_kept_after_it():
@@ -143,7 +142,7 @@ SHAPE = (1, 2, 1, 20, 24, 32, 1)
 @pytest.fixture
 def fake_clock(monkeypatch, fake_tuner_clock):
     """Three candidates on the interpreter; timing runs the real launch and reads a fake time."""
-    monkeypatch.setattr(configs, "space", lambda backend, arch, d: FAKE_SPACE)
+    monkeypatch.setattr(configs, "space", lambda backend, arch, d, dtype=None: FAKE_SPACE)
     monkeypatch.setattr(v4, "_CHOSEN", {})
     return fake_tuner_clock(v4.v3_causal_lse, "launch", FAKE_MS)
 

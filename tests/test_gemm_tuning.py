@@ -21,9 +21,9 @@ from workbench import isa
 from workbench.isa import parse as isa_parse, tune_space
 from workbench.check import check_rung
 
-TARGETS = ("gfx942", "gfx950", "sm90")
+from table_sections import SECTIONS, TARGETS, assert_verdicts, dtype_of, target_of
+
 BACKENDS = {"gfx942": ("hip", "gfx942"), "gfx950": ("hip", "gfx950"), "sm90": ("cuda", "sm_90")}
-SECTIONS = (*TARGETS, *(tuning.section(t, torch.float32) for t in TARGETS))   # bf16's, then float32's
 MAX_TIMED = configs.TILE_SIZES * configs.PER_TILE
 
 
@@ -40,7 +40,7 @@ def _entries(target: str) -> list[dict]:
 def test_shipped_table_covers_exactly_the_candidates(section):
     """A changed candidate list without ``python -m workbench.isa.tune_space --write`` fails here."""
     recorded = [_key(entry["config"]) for entry in _entries(section)]
-    wanted = [_key(tuning.as_dict(c)) for c in configs.candidates(section.removesuffix(tuning.WIDE))]
+    wanted = [_key(tuning.as_dict(c)) for c in configs.candidates(target_of(section))]
     assert sorted(recorded) == sorted(wanted)
 
 
@@ -49,12 +49,10 @@ COMPILES = (*configs.LAYOUTS, "NT_bias")   # each layout, and nn.Linear's launch
 
 @pytest.mark.parametrize("section", SECTIONS)
 def test_kept_configs_fit_in_every_compile_and_dropped_ones_do_not(section):
-    table, target = configs.shipped()[section], section.removesuffix(tuning.WIDE)
-    for entry in table["kept"]:
-        assert all(tune_space.verdict(target, entry[name]) is None for name in COMPILES), entry
-    for entry in table["dropped"]:
-        assert any(tune_space.verdict(target, entry[name]) for name in COMPILES), entry
-    assert table["kept"], f"nothing survives in {section}"
+    table = configs.shipped()[section]
+    assert all(list(tune_space.compiles(e)) == list(COMPILES) for e in table["kept"] + table["dropped"])
+    assert_verdicts(section, table)
+    assert not any(e.get("spilling") for e in table["kept"]), "every GEMM section keeps a config that fits"
     assert list(tune_space.OPS["gemm"].compiles(table["kept"][0]["config"])) == list(COMPILES)
 
 
@@ -106,8 +104,7 @@ def test_table_entries_are_what_the_compiler_gives(target, cfg, compile_name):
     cfg = cfg or configs.shipped()[target]["kept"][0]["config"]
     entry = entries[_key(cfg)]
     extra = tune_space.OPS["gemm"].compiles(cfg)[compile_name]
-    dtype = torch.float32 if target.endswith(tuning.WIDE) else tune_space.DTYPE
-    assert tune_space.measure("gemm", target.removesuffix(tuning.WIDE), {**cfg, **extra}, dtype) == entry[compile_name]
+    assert tune_space.measure("gemm", target_of(target), {**cfg, **extra}, dtype_of(target)) == entry[compile_name]
 
 
 @pytest.mark.parametrize("target,compile_name", [("gfx942", "NT_bias"), ("gfx950", "NT"), ("sm90", "NN")])

@@ -16,7 +16,8 @@ from kernels.moe.grouped_gemm import configs, spec, v4_persistent as v4
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
-TARGETS = ("gfx942", "gfx950", "sm90")
+from table_sections import SECTIONS, assert_verdicts, dtype_of, target_of
+
 DEVICES = [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")]
 
 
@@ -33,24 +34,19 @@ def _by_config(target: str) -> dict[tuple, dict]:
     return {_frozen(e["config"]): e for e in _table(target)["kept"] + _table(target)["dropped"]}
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_shipped_table_covers_exactly_the_candidates(target):
+@pytest.mark.parametrize("section", SECTIONS)
+def test_shipped_table_covers_exactly_the_candidates(section):
     """A changed candidate list without ``python -m workbench.isa.tune_space --op grouped_gemm
     --write`` fails here."""
-    wanted = [_frozen(tuning.as_dict(c)) for c in configs.candidates(target)]
-    assert sorted(_by_config(target)) == sorted(wanted) and len(set(wanted)) == len(wanted)
+    wanted = [_frozen(tuning.as_dict(c)) for c in configs.candidates(target_of(section))]
+    assert sorted(_by_config(section)) == sorted(wanted) and len(set(wanted)) == len(wanted)
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_kept_configs_fit_in_all_three_kernels_and_dropped_ones_do_not(target):
-    table = _table(target)
-    for entry in _by_config(target).values():
-        assert set(entry) - {"config", "why"} == set(configs.KERNELS), entry
-    for entry in table["kept"]:
-        assert all(tune_space.verdict(target, entry[k]) is None for k in configs.KERNELS), entry
-    for entry in table["dropped"]:
-        assert any(tune_space.verdict(target, entry[k]) for k in configs.KERNELS), entry
-    assert table["kept"], f"nothing survives on {target}"
+@pytest.mark.parametrize("section", SECTIONS)
+def test_kept_configs_fit_in_all_three_kernels_and_dropped_ones_do_not(section):
+    for entry in _by_config(section).values():
+        assert set(tune_space.compiles(entry)) == set(configs.KERNELS), entry
+    assert_verdicts(section, _table(section))
 
 
 @pytest.mark.parametrize("target", ("gfx942", "gfx950"))
@@ -63,24 +59,30 @@ def test_the_256_square_tile_is_dropped_for_spilling(target):
         configs.space("rocm")
 
 
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
 @pytest.mark.parametrize("backend,arch", DEVICES)
-def test_space_is_the_kept_part_of_the_table(backend, arch):
-    space = [tuning.as_dict(c) for c in configs.space(backend, arch)]
-    assert space == [e["config"] for e in _table(tuning.target(configs.TABLE, backend, arch))["kept"]]
+def test_space_is_the_kept_part_of_the_table(backend, arch, dtype):
+    """float32 tunes among its own section's kept configs (kernels.tuning.section)."""
+    space = [tuning.as_dict(c) for c in configs.space(backend, arch, dtype)]
+    section = tuning.target(configs.TABLE, backend, arch, dtype)
+    assert section.endswith(tuning.WIDE) == (dtype == torch.float32)
+    assert space == [e["config"] for e in _table(section)["kept"]]
 
 
 SAMPLE = [   # (target, the kernel compiled); the prior of the ISA's launch, a compile each
     ("gfx942", "forward"),
     ("gfx950", "dw"),
     ("sm90", "dx"),
+    ("gfx942:fp32", "forward"),
 ]
 
 
-@pytest.mark.parametrize("target,kernel", SAMPLE)
-def test_table_entries_are_what_the_compiler_gives(target, kernel):
-    cfg = _table(target)["kept"][0]["config"]
-    entry = _by_config(target)[_frozen(cfg)]
-    assert tune_space.measure("grouped_gemm", target, {**cfg, "kernel": kernel}) == entry[kernel]
+@pytest.mark.parametrize("section,kernel", SAMPLE)
+def test_table_entries_are_what_the_compiler_gives(section, kernel):
+    cfg = _table(section)["kept"][0]["config"]
+    entry = _by_config(section)[_frozen(cfg)]
+    assert tune_space.measure("grouped_gemm", target_of(section), {**cfg, "kernel": kernel},
+                              dtype_of(section)) == entry[kernel]
 
 
 @pytest.mark.parametrize("backend,arch", DEVICES)
@@ -105,7 +107,7 @@ SHAPE = (40, 24, 36, 2, 0)       # 20 rows per group: every fake tile fits forwa
 @pytest.fixture
 def fake_clock(monkeypatch, fake_tuner_clock):
     """Three candidates on the interpreter; timing runs the real launch and reads a fake time."""
-    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
+    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942", dtype=None: FAKE_SPACE)
     monkeypatch.setattr(v4, "_CHOSEN", {})
     return fake_tuner_clock(v4, "_launch", FAKE_MS)
 

@@ -13,7 +13,7 @@ from kernels.moe.layer_ladder import configs
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
-TARGETS = ("gfx942", "gfx950", "sm90")
+from table_sections import SECTIONS, assert_verdicts, target_of
 
 
 def _entries(target: str) -> list[dict]:
@@ -21,22 +21,18 @@ def _entries(target: str) -> list[dict]:
     return table["kept"] + table["dropped"]
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_table_covers_exactly_what_the_grouped_gemm_keeps(target):
+@pytest.mark.parametrize("section", SECTIONS)
+def test_table_covers_exactly_what_the_grouped_gemm_keeps(section):
     """A changed grouped GEMM table without ``python -m workbench.isa.tune_space --op moe --write``
-    fails here."""
+    fails here. Both sections compile the configs the grouped GEMM's bf16 verdicts keep."""
+    target = target_of(section)
     wanted = [tuning.as_dict(c) for c in tuning.kept(grouped.TABLE, target, grouped.candidates(target))]
-    assert sorted(map(str, (e["config"] for e in _entries(target)))) == sorted(map(str, wanted))
+    assert sorted(map(str, (e["config"] for e in _entries(section)))) == sorted(map(str, wanted))
 
 
-@pytest.mark.parametrize("target", TARGETS)
-def test_kept_configs_fit_both_kernels_and_dropped_ones_do_not(target):
-    table = tuning.shipped(configs.TABLE)[target]
-    assert table["kept"], f"nothing survives on {target}"
-    for entry in table["kept"]:
-        assert all(tune_space.verdict(target, entry[k]) is None for k in configs.KERNELS), entry
-    for entry in table["dropped"]:
-        assert any(tune_space.verdict(target, entry[k]) for k in configs.KERNELS), entry
+@pytest.mark.parametrize("section", SECTIONS)
+def test_kept_configs_fit_both_kernels_and_dropped_ones_do_not(section):
+    assert_verdicts(section, tuning.shipped(configs.TABLE)[section])
 
 
 @pytest.mark.parametrize("target", ("gfx942", "gfx950"))
@@ -60,7 +56,7 @@ SHAPE = (40, 24, 36, 2, 1, 0)   # 20 rows per expert: every fake tile fits both 
 def test_tuner_times_the_pruned_space_once_per_key_and_runs_the_fastest(monkeypatch):
     ms = iter([3.0, 1.0, 2.0] * 2)   # per kernel: the second candidate wins
     timed = []
-    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
+    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942", dtype=None: FAKE_SPACE)
     monkeypatch.setattr(tuning, "time_ms", lambda fn: fn() or timed.append(1) or next(ms))
     with tuning.recording() as chosen:
         report = check_rung(kernels.get("moe", "v3"), SHAPE, torch.float32)
@@ -81,7 +77,7 @@ def test_tuner_asks_the_ranker_about_each_kernel_and_times_its_shortlist(monkeyp
     routing and the kernel's name; only the shortlist is timed, its fastest kept."""
     ms = iter([2.0, 1.0] * 2)   # the shortlist's order per kernel: (32, 16), then (16, 32), which wins
     timed = []
-    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942": FAKE_SPACE)
+    monkeypatch.setattr(configs, "space", lambda backend, arch="gfx942", dtype=None: FAKE_SPACE)
     monkeypatch.setattr(tuning, "time_ms", lambda fn: fn() or timed.append(1) or next(ms))
     asked = shortlisting_ranker([(32, 16), (16, 32)])
     with tuning.recording() as chosen, torch.no_grad():

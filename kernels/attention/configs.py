@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import triton
 
 from .. import tuning
@@ -78,12 +79,13 @@ def shipped() -> dict:
     return tuning.shipped(TABLE)
 
 
-def space(backend: str, arch: str, d: int) -> list[triton.Config]:
-    """The configs of head dim ``d``'s class that the device's target keeps, in candidate order."""
+def space(backend: str, arch: str, d: int, dtype: torch.dtype | None = None) -> list[triton.Config]:
+    """The configs of head dim ``d``'s class that the device's target keeps for ``dtype``
+    (float32 has a section of its own, :func:`kernels.tuning.section`), in candidate order."""
     if backend == "interpreter":
         pool = interpreter_configs()
     elif backend in ("hip", "cuda"):
-        pool = tuning.kept_space(TABLE, tuning.target(TABLE, backend, arch), candidates)
+        pool = tuning.kept_space(TABLE, tuning.target(TABLE, backend, arch, dtype), candidates)
     else:
         raise ValueError(f"no attention config space for backend {backend!r}")
     return [c for c in pool if c.kwargs["BLOCK_D"] == head_class(d)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import triton
 
 from .. import tuning
@@ -73,8 +74,8 @@ def shipped() -> dict:
     return tuning.shipped(TABLE)
 
 
-def space(backend: str, arch: str, d: int, kernel: str) -> list[triton.Config]:
-    """The configs of ``kernel`` at head dim ``d``'s class that the device's target keeps,
-    in candidate order."""
-    pool = tuning.space(TABLE, backend, arch, candidates, interpreter_configs())
+def space(backend: str, arch: str, d: int, kernel: str, dtype: torch.dtype | None = None) -> list[triton.Config]:
+    """The configs of ``kernel`` at head dim ``d``'s class that the device's target keeps for
+    ``dtype`` (:func:`kernels.tuning.section`), in candidate order."""
+    pool = tuning.space(TABLE, backend, arch, candidates, interpreter_configs(), dtype)
     return [c for c in pool if c.kwargs["KERNEL"] == kernel and c.kwargs["BLOCK_D"] == head_class(d)]

@@ -72,24 +72,24 @@ def _bucket(s: int, sk: int, d: int, dtype: torch.dtype, causal, packed: bool = 
     return next_power_of_2(s), next_power_of_2(sk), head_block(d), dtype, bool(causal), packed
 
 
-_PRUNED: dict[tuple, list[dict]] = {}   # (configs.space, backend, arch, S, S_k, D) -> _pruned's answer
+_PRUNED: dict[tuple, list[dict]] = {}   # (configs.space, backend, arch, S, S_k, D, dtype) -> _pruned's answer
 
 
-def _pruned(backend: str, arch: str, s: int, sk: int, d: int) -> list[dict]:
-    """The configs worth timing for the shape, with BLOCK_D fitted to ``d``; worked out once
-    per shape: varlen asks for its prior on every call, and a prune of gfx942's space took
+def _pruned(backend: str, arch: str, s: int, sk: int, d: int, dtype: torch.dtype | None = None) -> list[dict]:
+    """The configs worth timing for the shape and dtype, with BLOCK_D fitted to ``d``; worked out
+    once per shape: varlen asks for its prior on every call, and a prune of gfx942's space took
     0.4 ms (a busy two-core AMD EPYC, 2026-12-02)."""
-    key = (configs.space, backend, arch, s, sk, d)
+    key = (configs.space, backend, arch, s, sk, d, dtype)
     if key not in _PRUNED:
         _PRUNED[key] = [{**as_dict(c), "BLOCK_D": head_block(d)}
-                        for c in configs.prune(configs.space(backend, arch, d), s, sk)]
+                        for c in configs.prune(configs.space(backend, arch, d, dtype), s, sk)]
     return [dict(c) for c in _PRUNED[key]]
 
 
-def prior(backend: str, arch: str, d: int, s: int = 4096, sk: int = 4096) -> dict:
-    """The untimed choice: the pruned space's first config for the shape (by default a
+def prior(backend: str, arch: str, d: int, s: int = 4096, sk: int = 4096, dtype: torch.dtype | None = None) -> dict:
+    """The untimed choice: the pruned space's first config for the shape and dtype (by default a
     4096-token sequence, the launch the ISA inspector compiles)."""
-    return _pruned(backend, arch, s, sk, d)[0]
+    return _pruned(backend, arch, s, sk, d, dtype)[0]
 
 
 def _lengths(q, k, packing: Packing | None) -> tuple[int, int, int]:
@@ -118,7 +118,7 @@ def tuned(q, k, v, causal: bool, scale: float, packing: Packing | None = None) -
     key = _bucket(s, sk, d, q.dtype, causal, packing is not None)
     here = _backend.current()
     batch = packing.batch if packing else q.shape[0]
-    return choice("attention/v4", key, lambda: _pruned(here.name, here.arch, s, sk, d),
+    return choice("attention/v4", key, lambda: _pruned(here.name, here.arch, s, sk, d, q.dtype),
                   lambda cfg: v3_causal_lse.launch(q, k, v, causal, scale, cfg, packing=packing),
                   lambda: Problem("attention", "v4", (batch, q.shape[1], k.shape[1], s, sk, d, int(bool(causal))),
                                   q.dtype))
@@ -153,7 +153,7 @@ def _plan(q, k, v, causal: bool, scale: float, packing: Packing | None = None,
     s, sk, d = _lengths(q, k, packing)
     if overrides:
         here = _backend.current()
-        cfg = with_overrides(prior(here.name, here.arch, d, s, sk), overrides)
+        cfg = with_overrides(prior(here.name, here.arch, d, s, sk, q.dtype), overrides)
     else:
         cfg = tuned(q, k, v, causal, scale, packing)
     return v3_causal_lse.LaunchPlan(q, k, v, causal, scale, cfg, packing,
@@ -181,7 +181,8 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
                                    "P_BITS": p_bits(dtype, backend, arch), "K_ROWS": k_rows(backend, arch),
                                    **aot_even(ints, cfg, flags)},
                        pointers={"lse_ptr": "*fp32", **pointers})
-            for d in dims for cfg, ints in [(with_overrides(prior(backend, arch, d), settings), aot_ints(d=d))]]
+            for d in dims for cfg, ints in [(with_overrides(prior(backend, arch, d, dtype=dtype), settings),
+                                             aot_ints(d=d))]]
 
 
 @rung(op="attention", rung=4, name="amd_tuned", backends=("hip", "cuda", "interpreter"),

@@ -365,16 +365,18 @@ def _bucket(s: int, sk: int, d: int, dtype: torch.dtype, causal) -> tuple:
     return triton.next_power_of_2(s), triton.next_power_of_2(sk), head_block(d), dtype, bool(causal)
 
 
-def _pruned(backend: str, arch: str, s: int, sk: int, d: int, kernel: str) -> list[dict]:
-    """The configs of ``kernel`` worth timing for the shape, with BLOCK_D fitted to ``d``."""
+def _pruned(backend: str, arch: str, s: int, sk: int, d: int, kernel: str,
+            dtype: torch.dtype | None = None) -> list[dict]:
+    """The configs of ``kernel`` worth timing for the shape and dtype, with BLOCK_D fitted to ``d``."""
     return [{**as_dict(c), "BLOCK_D": head_block(d)}
-            for c in configs.prune(configs_backward.space(backend, arch, d, kernel), s, sk)]
+            for c in configs.prune(configs_backward.space(backend, arch, d, kernel, dtype), s, sk)]
 
 
-def prior(backend: str, arch: str, d: int, s: int = 4096, sk: int = 4096) -> dict[str, dict]:
-    """The untimed choice per kernel: its pruned space's first config for the shape (by
-    default a 4096-token sequence, the launch the ISA inspector compiles)."""
-    return {kernel: _pruned(backend, arch, s, sk, d, kernel)[0] for kernel in configs_backward.KERNELS}
+def prior(backend: str, arch: str, d: int, s: int = 4096, sk: int = 4096,
+          dtype: torch.dtype | None = None) -> dict[str, dict]:
+    """The untimed choice per kernel: its pruned space's first config for the shape and dtype
+    (by default a 4096-token sequence, the launch the ISA inspector compiles)."""
+    return {kernel: _pruned(backend, arch, s, sk, d, kernel, dtype)[0] for kernel in configs_backward.KERNELS}
 
 
 def launch(kernel: str, run, cfg: dict):
@@ -383,13 +385,13 @@ def launch(kernel: str, run, cfg: dict):
     return run(fn, cfg[block], {k: v for k, v in cfg.items() if k != "KERNEL"})
 
 
-def _tuned(kernel: str, key: tuple, s: int, sk: int, d: int, run, problem=None) -> dict:
+def _tuned(kernel: str, key: tuple, s: int, sk: int, d: int, dtype: torch.dtype, run, problem=None) -> dict:
     """The fastest pruned config of ``kernel`` for ``key``, timed on its first call and kept
     (:func:`kernels.tuning.choice`: for the process and on disk; never timed in frozen mode
     or graph capture); a single candidate, always on the interpreter, untimed. ``problem``:
     the launch as a ranker sees it (:class:`kernels.tuning.Problem`)."""
     here = _backend.current()
-    return choice(f"attention/v5/{kernel}", key, lambda: _pruned(here.name, here.arch, s, sk, d, kernel),
+    return choice(f"attention/v5/{kernel}", key, lambda: _pruned(here.name, here.arch, s, sk, d, kernel, dtype),
                   lambda cfg: launch(kernel, run, cfg), problem)
 
 
@@ -446,7 +448,7 @@ class LaunchPlan:
         self.key = _bucket(rows_q, rows_k, d, q.dtype, causal)
         if overrides:
             self.chosen = {kernel: with_overrides(cfg, overrides)
-                           for kernel, cfg in prior(here.name, here.arch, d, rows_q, rows_k).items()}
+                           for kernel, cfg in prior(here.name, here.arch, d, rows_q, rows_k, q.dtype).items()}
         else:
             delta = []   # Δ for the tuner's timed launches, computed on its first
             outs = {"dkdv": (dk, dv), "dq": (dq,)}
@@ -458,7 +460,7 @@ class LaunchPlan:
                     self._launch(kernel, fn, block, cfg, (q, k, v, do, lse, delta[0], *outs[kernel]), packing)
                 return run
             batch = packing.batch if packing else b   # a packed batch: the dense launch of its longest lengths
-            self.chosen = {kernel: _tuned(kernel, self.key, rows_q, rows_k, d, runs(kernel),
+            self.chosen = {kernel: _tuned(kernel, self.key, rows_q, rows_k, d, q.dtype, runs(kernel),
                                           lambda kernel=kernel: Problem("attention", "v5", (
                                               batch, hq, hkv, rows_q, rows_k, d, int(bool(causal))), q.dtype, kernel))
                            for kernel in ("dkdv", "dq")}
@@ -541,7 +543,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     if SETTINGS <= set(settings):
         chosen = {settings["KERNEL"]: settings}
     else:
-        chosen = {kernel: with_overrides(cfg, settings) for kernel, cfg in prior(backend, arch, d).items()
+        chosen = {kernel: with_overrides(cfg, settings) for kernel, cfg in prior(backend, arch, d, dtype=dtype).items()
                   if settings.get("KERNEL", kernel) == kernel}
     return [launch(kernel, lambda fn, _, cfg: aot_launch(fn, dtype, cfg, ints, constexprs={**flags, **varlen_flags},
                                                          pointers=pointers), cfg)

@@ -114,7 +114,7 @@ def _experts_forward(rows, offsets, gate, up, down, save: bool):
         empty = rows.new_zeros((0, gate.shape[2]))
         return rows.new_zeros((0, down.shape[2])), empty, empty, empty
     here = _backend.current()
-    cfg1, cfg2 = v3_fused.config(here.name, here.arch)
+    cfg1, cfg2 = v3_fused.config(here.name, here.arch, rows.dtype)
     identity = torch.arange(rows.shape[0], device=rows.device)
     h, g, u = v3_fused.gate_up_saving(rows, gate, up, identity, offsets, 1, save, cfg1)
     ones = torch.ones(rows.shape[0], dtype=torch.float32, device=rows.device)

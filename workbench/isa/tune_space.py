@@ -5,12 +5,12 @@
     python -m workbench.isa.tune_space --op attention --target gfx950 --write
     python -m workbench.isa.tune_space --op attention_backward --write   # 17 minutes on 2 busy cores (2026-12-02)
     python -m workbench.isa.tune_space --op grouped_gemm --write
-    python -m workbench.isa.tune_space --op gemm --write    # bf16 and float32: 10 minutes on 2 cores (2026-12-04)
+    python -m workbench.isa.tune_space --op gemm --write    # bf16 and float32: 9 minutes on 2 cores (2026-12-04)
     python -m workbench.isa.tune_space --op moe --write      # after grouped_gemm: its kept configs
 
 Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
-for its target, at bf16 (the GEMM also at float32, in each target's ``:fp32`` section, which
-a float32 call tunes among: :func:`kernels.tuning.section`), with the rung its users get: the
+for its target, at bf16 and at float32 (each target's ``:fp32`` section, which a float32 call
+tunes among: :func:`kernels.tuning.section`), with the rung its users get: the
 GEMM with v6 (the rung ``kernels.matmul`` runs) once per operand layout of
 :data:`kernels.gemm.configs.LAYOUTS` and once as ``kernels.nn.Linear`` runs it (NT with the
 bias epilogue, ``NT_bias``), attention with v4 (``kernels.flash_attention``'s forward) at the config's head dim
@@ -20,7 +20,9 @@ three times: its forward, its backward's dX launch and its dW kernel, the MoE la
 v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the configs the
 grouped GEMM's table keeps. A config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
-stack frame), or needs more LDS / shared memory than one workgroup may have; attention's
+stack frame), or needs more LDS / shared memory than one workgroup may have, unless every
+config of its group spills (:func:`least_spilling`: then those that can launch are kept, least
+spilling first, marked ``"spilling"``); attention's
 backward also records its 8- and 16-bit LDS ops (:func:`workbench.isa.parse.narrow_lds`). ``--write`` stores the verdicts,
 with the resources behind them, in the table ``kernels`` ships
 (``<op's package>/tuned_space.json``), replacing only the targets compiled.
@@ -52,6 +54,9 @@ WORKGROUP_LDS_BYTES = {
 }
 
 
+BOTH = (DTYPE, torch.float32)   # the 2-byte dtypes' verdicts and float32's
+
+
 class Op(NamedTuple):
     """How one op's space is compiled."""
 
@@ -61,24 +66,25 @@ class Op(NamedTuple):
     about: str
     registry_op: str | None = None   # the op of the rung compiled, when the table is not the op's own
     narrow_lds: bool = False   # record 8/16-bit LDS ops (AMD) too: a smell the tuner's clock judges
-    dtypes: tuple = (DTYPE,)   # compiled at each; float32 is a section of its own (kernels.tuning.section)
+    dtypes: tuple = BOTH   # compiled at each; float32 is a section of its own (kernels.tuning.section)
+    group: Callable[[dict], tuple] = lambda cfg: ()   # configs a launch chooses among (least_spilling)
 
 
 OPS = {
     "gemm": Op("v6", gemm_configs,
                lambda cfg: {**{layout: {"layout": layout} for layout in gemm_configs.LAYOUTS},
                             "NT_bias": {"layout": "NT", "HAS_BIAS": True}},
-               f"layouts {', '.join(gemm_configs.LAYOUTS)}, and NT with nn.Linear's bias epilogue (NT_bias)",
-               dtypes=(DTYPE, torch.float32)),
+               f"layouts {', '.join(gemm_configs.LAYOUTS)}, and NT with nn.Linear's bias epilogue (NT_bias)"),
     "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
-                    "causal, at the head dim of each config (BLOCK_D)"),
+                    "causal, at the head dim of each config (BLOCK_D)", group=lambda cfg: (cfg["BLOCK_D"],)),
     "attention_backward": Op("v5", attention_backward_configs,
                              lambda cfg: {f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}": {},
                                           f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}_packed": {"VARLEN": True}},
                              "causal, each config its kernel (KERNEL) at its head dim (BLOCK_D), dense "
                              "and packed (VARLEN: flash_attention_varlen's backward runs the same config), "
                              "with its 8/16-bit LDS ops (narrow_lds_ops, recorded, not dropped)",
-                             registry_op="attention", narrow_lds=True),
+                             registry_op="attention", narrow_lds=True,
+                             group=lambda cfg: (cfg["KERNEL"], cfg["BLOCK_D"])),
     "grouped_gemm": Op("v4", grouped_gemm_configs,
                        lambda cfg: {kernel: {"kernel": kernel} for kernel in grouped_gemm_configs.KERNELS},
                        "DeepSeek-V3's down projection, its forward, dX and dW kernels"),
@@ -113,9 +119,41 @@ def verdict(target: str, resources: dict) -> str | None:
         return f"spills {resources['sgpr_spills']} SGPRs"
     if resources["scratch_bytes"]:
         return f"{resources['scratch_bytes']} bytes of scratch per thread"
-    if resources["lds_bytes"] > WORKGROUP_LDS_BYTES[target]:
+    if not launchable(target, resources):
         return f"{resources['lds_bytes']} bytes of LDS > {WORKGROUP_LDS_BYTES[target]}"
     return None
+
+
+def compiles(entry: dict) -> dict[str, dict]:
+    """A table entry's resources per compile (its other fields are the config and the verdicts)."""
+    return {name: value for name, value in entry.items() if name not in ("config", "why", "spilling")}
+
+
+def launchable(target: str, resources: dict) -> bool:
+    """Whether a workgroup of the compiled kernel fits on ``target`` at all (LDS / shared memory)."""
+    return resources["lds_bytes"] <= WORKGROUP_LDS_BYTES[target]
+
+
+def spill_bytes(resources: dict) -> int:
+    """What a compile spills per thread, in bytes: 4 per VGPR or SGPR spilled, and its scratch."""
+    return 4 * ((resources["spills"] or 0) + resources.get("sgpr_spills", 0)) + resources["scratch_bytes"]
+
+
+def least_spilling(target: str, table: dict, group: Callable[[dict], tuple]) -> dict:
+    """``table`` with, for each group of configs a launch chooses among (an op's ``group``: the
+    head dim class, the backward's kernel) that keeps none, the group's configs that can launch
+    moved to "kept", least spilling first and marked ``"spilling": true`` (their verdicts stay in
+    "why"). At float32 every candidate of some groups spills (the grouped GEMM on sm90 and gfx950:
+    twice bf16's bytes per element); a float32 call must still run one, and the tuner then times
+    those that spill least. A group none of whose configs can launch keeps nothing."""
+    groups = {group(e["config"]) for e in table["kept"] + table["dropped"]}
+    for g in sorted(groups - {group(e["config"]) for e in table["kept"]}):
+        rescued = sorted((e for e in table["dropped"] if group(e["config"]) == g
+                          and all(launchable(target, r) for r in compiles(e).values())),
+                         key=lambda e: sum(spill_bytes(r) for r in compiles(e).values()))
+        table["dropped"] = [e for e in table["dropped"] if e not in rescued]
+        table["kept"] += [{**e, "spilling": True} for e in rescued]
+    return table
 
 
 def prune_target(op: str, target: str, progress=print, dtype: torch.dtype = DTYPE) -> dict:
@@ -133,7 +171,7 @@ def prune_target(op: str, target: str, progress=print, dtype: torch.dtype = DTYP
         else:
             table["kept"].append(entry)
         progress(f"{op} {tuning.section(target, dtype)} {i + 1}/{len(space)} {cfg} -> {'; '.join(why) or 'kept'}")
-    return table
+    return least_spilling(target, table, OPS[op].group)
 
 
 def write(op: str, tables: dict[str, dict]) -> None:

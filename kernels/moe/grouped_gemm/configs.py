@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import triton
 
 from ... import tuning
@@ -69,9 +70,10 @@ def candidates(target_name: str) -> list[triton.Config]:
     return cuda_candidates() if target_name == "sm90" else hip_candidates(target_name)
 
 
-def space(backend: str, arch: str = "gfx942") -> list[triton.Config]:
-    """The candidates the device's target keeps in the shipped table (:func:`kernels.tuning.space`)."""
-    return tuning.space(TABLE, backend, arch, candidates, interpreter_configs())
+def space(backend: str, arch: str = "gfx942", dtype: torch.dtype | None = None) -> list[triton.Config]:
+    """The candidates the device's target keeps for ``dtype`` in the shipped table
+    (:func:`kernels.tuning.space`; float32 has a section of its own)."""
+    return tuning.space(TABLE, backend, arch, candidates, interpreter_configs(), dtype)
 
 
 def prune(configs: list[triton.Config], rows: int, cols: int) -> list[triton.Config]:

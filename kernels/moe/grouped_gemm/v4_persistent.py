@@ -164,9 +164,10 @@ def _problem(kernel: str, operands: str, problem: tuple[int, int, int, int], dty
     return Problem("grouped_gemm", "v4", (*problem, 0), dtype, launch)
 
 
-def prior(kernel: str, backend: str, arch: str, t: int, k: int, n: int, g: int) -> dict:
-    """The untimed choice: the pruned space's first config for the problem."""
-    return as_dict(configs.prune(configs.space(backend, arch), *_tile_extent(kernel, t, k, n, g))[0])
+def prior(kernel: str, backend: str, arch: str, t: int, k: int, n: int, g: int,
+          dtype: torch.dtype | None = None) -> dict:
+    """The untimed choice: the pruned space's first config for the problem and dtype."""
+    return as_dict(configs.prune(configs.space(backend, arch, dtype), *_tile_extent(kernel, t, k, n, g))[0])
 
 
 _CHOSEN: dict[tuple, dict] = {}   # (kernel, T, K, N, G buckets, dtype) -> the settings of the last launch
@@ -184,12 +185,12 @@ def choose(kernel: str, a: torch.Tensor, b: torch.Tensor, offsets: torch.Tensor,
     pinned = {name: v for name, v in (overrides or {}).items() if name in persistent or name not in PERSISTENT}
     operands, bucket = _layout(a, b), _bucket(kernel, *problem, a.dtype)
     if set(pinned) - set(PERSISTENT):   # a tile setting pinned: on the prior, untimed
-        cfg = with_overrides({**prior(kernel, here.name, here.arch, *problem), **persistent}, pinned)
+        cfg = with_overrides({**prior(kernel, here.name, here.arch, *problem, a.dtype), **persistent}, pinned)
     else:   # the tuner's choice; the prior (a prune of the space) is not needed
         fixed = with_overrides(persistent, pinned)
         key = (*bucket, operands)
         tile = choice("grouped_gemm/v4", key,
-                      lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch),
+                      lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch, a.dtype),
                                                                  *_tile_extent(kernel, *problem))],
                       lambda tile: _launch(kernel, a, b, offsets, out, {**tile, **fixed}),
                       lambda: _problem(kernel, operands, problem, a.dtype))
@@ -285,9 +286,9 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     only = settings.pop("kernel", None)
     t, k, n, g, _ = AOT_SHAPE
     units = CUS_PER_XCD.get(arch, 0) * full_chip_xcds(backend, arch) if backend == "hip" else 132
-    forward = with_overrides({**prior("forward", backend, arch, t, k, n, g),
+    forward = with_overrides({**prior("forward", backend, arch, t, k, n, g, dtype),
                               "NUM_XCDS": full_chip_xcds(backend, arch), "NUM_PROGS": units}, settings)
-    weight = with_overrides(prior("dw", backend, arch, t, k, n, g),
+    weight = with_overrides(prior("dw", backend, arch, t, k, n, g, dtype),
                             {name: v for name, v in settings.items() if name not in PERSISTENT})
     fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(g)}
     i32 = {"offsets_ptr": "*i32"}

@@ -32,15 +32,16 @@ def candidates(target_name: str) -> list[triton.Config]:
     return tuning.kept(grouped.TABLE, target_name, grouped.candidates(target_name))
 
 
-def space(backend: str, arch: str = "gfx942") -> list[triton.Config]:
-    """The candidates v3's own table keeps for the device's target."""
-    return tuning.space(TABLE, backend, arch, candidates, grouped.interpreter_configs())
+def space(backend: str, arch: str = "gfx942", dtype: torch.dtype | None = None) -> list[triton.Config]:
+    """The candidates v3's own table keeps for the device's target and ``dtype`` (float32 has a
+    section of its own, :func:`kernels.tuning.section`)."""
+    return tuning.space(TABLE, backend, arch, candidates, grouped.interpreter_configs(), dtype)
 
 
-def pruned(backend: str, arch: str, rows: int, n: int, groups: int) -> list[dict]:
+def pruned(backend: str, arch: str, rows: int, n: int, groups: int, dtype: torch.dtype | None = None) -> list[dict]:
     """The configs worth timing for ``rows`` sorted rows over ``groups`` experts and N = ``n``
     output columns, the prior first (the grouped GEMM's prune at the average rows per expert)."""
-    return [tuning.as_dict(c) for c in grouped.prune(space(backend, arch), -(-rows // max(groups, 1)), n)]
+    return [tuning.as_dict(c) for c in grouped.prune(space(backend, arch, dtype), -(-rows // max(groups, 1)), n)]
 
 
 def choose(kernel: str, backend: str, arch: str, rows: int, n: int, groups: int,
@@ -51,4 +52,4 @@ def choose(kernel: str, backend: str, arch: str, rows: int, n: int, groups: int,
     the prune, too, takes the average rows per expert)."""
     key = (kernel, next_power_of_2(rows), next_power_of_2(n), next_power_of_2(groups), dtype)
     problem = None if layer is None else (lambda: tuning.Problem("moe", "v3", (*layer, 0), dtype, kernel))
-    return tuning.choice("moe/v3", key, lambda: pruned(backend, arch, rows, n, groups), run, problem)
+    return tuning.choice("moe/v3", key, lambda: pruned(backend, arch, rows, n, groups, dtype), run, problem)

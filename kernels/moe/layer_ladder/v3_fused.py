@@ -221,12 +221,12 @@ def sort_slots(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch
     return torch.searchsorted(sorted_ids, experts, right=True).to(torch.int32), slots
 
 
-def config(backend: str, arch: str = "gfx942") -> tuple[dict, dict]:
-    """(kernel 1, kernel 2) settings a launch at :data:`.spec.AOT_SHAPE` takes untimed here:
-    the first of :func:`.configs.pruned` for each (what the ISA inspector compiles)."""
+def config(backend: str, arch: str = "gfx942", dtype: torch.dtype | None = None) -> tuple[dict, dict]:
+    """(kernel 1, kernel 2) settings a launch at :data:`.spec.AOT_SHAPE` takes untimed here at
+    ``dtype``: the first of :func:`.configs.pruned` for each (what the ISA inspector compiles)."""
     t, dim, hidden, e, top_k, _ = AOT_SHAPE
-    return (configs.pruned(backend, arch, t * top_k, hidden, e)[0],
-            configs.pruned(backend, arch, t * top_k, dim, e)[0])
+    return (configs.pruned(backend, arch, t * top_k, hidden, e, dtype)[0],
+            configs.pruned(backend, arch, t * top_k, dim, e, dtype)[0])
 
 
 def _grid(rows: int, n: int, groups: int, cfg: dict) -> tuple[int]:
@@ -417,7 +417,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     fixed = {"INTERP_BF16": False, "BLOCK_G": triton.next_power_of_2(AOT_SHAPE[3]), "GROUP_M": GROUP_M,
              "SAVE": True}
     indices = {"offsets_ptr": "*i32", "slot_ptr": "*i64", "weight_ptr": "*fp32"}
-    launches = zip(configs.KERNELS, (_gate_up_kernel, _down_scatter_kernel), config(backend, arch))
+    launches = zip(configs.KERNELS, (_gate_up_kernel, _down_scatter_kernel), config(backend, arch, dtype))
     return [aot_launch(fn, dtype, with_overrides(cfg, settings), _ints(AOT_SHAPE, name), fixed, indices)
             for name, fn, cfg in launches if only in (None, name)]
 
