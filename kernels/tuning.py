@@ -2,9 +2,10 @@
 ahead-of-time table, and the one place a key's config is chosen (:func:`choice`).
 
 Each tuned op writes down its candidates per ahead-of-time target and ships the
-verdicts of compiling them (``<op>/tuned_space.json``, written by
-``python -m workbench.isa.tune_space``): a config that spills on its target is never
-timed. The rung then asks :func:`choice` for the config of its key among what the
+verdicts of compiling them at bf16 and at float32 (``<op>/tuned_space.json``, a section per
+target and dtype class, :func:`section`; written by ``python -m workbench.isa.tune_space``):
+a config that spills on its target at the launch's dtype is never timed, unless every config
+of its group does (then those that can launch are, least spilling first). The rung then asks :func:`choice` for the config of its key among what the
 table keeps and its own per-shape prune leaves.
 
 Timing belongs in a tuning pass, never in a training step: a step that stops to time
@@ -154,7 +155,7 @@ def space(table: Path, backend: str, arch: str, candidates: Callable[[str], list
           interpreter: list[triton.Config], dtype: torch.dtype | None = None) -> list[triton.Config]:
     """What a tuned rung may time here for operands of ``dtype``: ``interpreter`` on the
     interpreter, else the ``candidates`` of the device's target that ``table``'s section for
-    ``dtype`` keeps (:func:`target`), in candidate order."""
+    ``dtype`` keeps (:func:`target`), in the section's order (:func:`kept`)."""
     if backend == "interpreter":
         return interpreter
     if backend not in ("hip", "cuda"):

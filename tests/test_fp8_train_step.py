@@ -2,10 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import roofline
@@ -16,9 +12,8 @@ from workbench import cli, train
 from workbench.train import flops, store
 from workbench.train.model import GPT
 
-from test_train_run import _free_port
+from test_train_run import train_two_gloo_ranks
 
-ROOT = Path(__file__).resolve().parent.parent
 SMOKE = train.PRESETS["cpu-smoke"]
 
 
@@ -73,13 +68,7 @@ def test_two_gloo_processes_shard_fp8_layers_with_fsdp2(tmp_path):
     """FSDP2 ``fully_shard`` over Float8Linear layers, two CPU ranks, against one process with
     the global batch. Close, not equal: wgrad scales along the tokens, and each rank has half."""
     out = tmp_path / "rows.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNELS_BACKEND": "interpreter"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-           "-m", "workbench.cli", "train", "--steps", "2", "--parallel", "fsdp", "--fp8", "rowwise",
-           "--out", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    train_two_gloo_ranks(["--steps", "2", "--parallel", "fsdp", "--fp8", "rowwise", "--out", str(out)], timeout=300)
     rows = store.load(out)
     assert [(r["world_size"], r["fp8"]) for r in rows] == [(2, "rowwise")] * 2
     single = train.run(dataclasses.replace(SMOKE, batch=2 * SMOKE.batch), steps=2, fp8="rowwise",

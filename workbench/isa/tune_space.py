@@ -143,9 +143,9 @@ def least_spilling(target: str, table: dict, group: Callable[[dict], tuple]) -> 
     """``table`` with, for each group of configs a launch chooses among (an op's ``group``: the
     head dim class, the backward's kernel) that keeps none, the group's configs that can launch
     moved to "kept", least spilling first and marked ``"spilling": true`` (their verdicts stay in
-    "why"). At float32 every candidate of some groups spills (the grouped GEMM on sm90 and gfx950:
-    twice bf16's bytes per element); a float32 call must still run one, and the tuner then times
-    those that spill least. A group none of whose configs can launch keeps nothing."""
+    "why"). At float32 every candidate of some groups spills (the grouped GEMM on gfx950, attention's
+    forward on sm90: twice bf16's bytes per element); a float32 call must still run one, and the
+    tuner then times those that spill least. A group none of whose configs can launch keeps nothing."""
     groups = {group(e["config"]) for e in table["kept"] + table["dropped"]}
     for g in sorted(groups - {group(e["config"]) for e in table["kept"]}):
         rescued = sorted((e for e in table["dropped"] if group(e["config"]) == g
