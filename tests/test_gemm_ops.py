@@ -6,6 +6,7 @@ interpreted program costs ~1 ms.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import kernels
+from kernels import plans, registry
 from kernels.gemm import linear as gemm_linear, v6_persistent as gemm_v6
 from kernels.gemm.ops import best_rung
 from kernels.outputs import poisoned_outputs
@@ -194,6 +196,22 @@ def test_linear_takes_every_bias_layout_torch_does(layout, dtype):
     for g, r, b in zip(got, ref_grads, base_grads):
         assert g.shape == b.shape
         assert_passes(g, r, b, dtype, "backward")
+
+
+def test_a_best_rung_without_a_launch_plan_gets_the_bias_added_to_its_result(monkeypatch):
+    """A rung declared without a plan (a learner's, say) has no epilogue to take the bias: the
+    linear adds it to the rung's result, as the three-node form does."""
+    planless = dataclasses.replace(best_rung("gemm", torch.float32), rung=99, name="planless", plan=None)
+    monkeypatch.setitem(registry._RUNGS, "gemm", [*registry._RUNGS["gemm"], planless])
+    plans.invalidate()
+    x, weight, bias = rand(3, 5, seed=1), rand(4, 5, seed=2), rand(4, seed=3)
+    try:
+        assert best_rung("gemm", torch.float32) is planless
+        with poisoned_outputs():
+            out = gemm_linear.linear(x, weight, bias)
+        assert torch.equal(out, kernels.matmul(x, weight.t()).add_(bias))
+    finally:
+        plans.invalidate()
 
 
 def test_linear_refuses_a_bias_the_result_does_not_broadcast():
