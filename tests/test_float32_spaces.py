@@ -67,3 +67,15 @@ def test_grouped_gemm_and_the_moe_layer(offered, dtype):
     assert _within(offered["grouped_gemm/v4"], _kept(grouped_configs.TABLE, dtype))
     moe_configs.choose("gate_up", "hip", "gfx942", 8192, 1024, 8, dtype, run=None)
     assert _within(offered["moe/v3"], _kept(moe_configs.TABLE, dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_performance_model_compiles_the_config_a_launch_of_its_dtype_runs(dtype):
+    """workbench.predict at float32 weighs float32's prior, not bf16's (which on gfx942 needs
+    more LDS than a CU has): the GEMM's and the grouped GEMM's."""
+    from workbench.model import gemm as gemm_model, grouped_gemm as grouped_model
+
+    plan = gemm_model.plan("v6", (4096, 4096, 4096), "gfx942", 304, dtype)
+    assert _within([plan.cfg], _kept(gemm_configs.TABLE, dtype))
+    cfg, _ = grouped_model.config("v4", (8192, 2048, 1024, 8), "gfx942", "forward", dtype)
+    assert _within([cfg], _kept(grouped_configs.TABLE, dtype))

@@ -107,9 +107,11 @@ def backend_of(arch: str) -> str:
     return "hip" if arch.startswith("gfx") else "cuda"
 
 
-def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) -> GemmPlan:
-    """The config ``rung`` runs at ``shape`` on an ``arch`` GPU with ``compute_units`` CUs
-    (for the tuned rungs v5 and v6: a config :func:`.candidates.predict_config` pinned)."""
+def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int,
+         dtype: torch.dtype | None = None) -> GemmPlan:
+    """The config ``rung`` runs at ``shape`` in ``dtype`` on an ``arch`` GPU with ``compute_units``
+    CUs (for the tuned rungs v5 and v6: a config :func:`.candidates.predict_config` pinned; else
+    their prior from the table section of ``dtype``, :func:`kernels.tuning.section`)."""
     m, n, k = shape
     backend = backend_of(arch)
     candidate = pinned()
@@ -122,7 +124,7 @@ def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) 
     if rung == "v4":
         return GemmPlan(rung, v4_lds_pipeline.config(backend, arch), {}, None)
     if rung == "v5":
-        prior = candidate or as_dict(configs.prune(configs.space(backend, arch), m, n, k)[0])
+        prior = candidate or as_dict(configs.prune(configs.space(backend, arch, dtype), m, n, k)[0])
         even_k = k % prior["BLOCK_K"] == 0
         return GemmPlan(rung, {**prior, "NUM_XCDS": full_chip_xcds(backend, arch)},
                         {**prior, "EVEN_K": even_k}, None)
@@ -130,13 +132,13 @@ def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int) 
         device = _backend.Backend(backend, arch, "model", compute_units)
         xcds = full_chip_xcds(backend, arch)
         cfg = ({**candidate, **v6_persistent.persistent_settings(device, xcds)} if candidate
-               else v6_persistent.config(device, m, n, k, xcds=xcds))
+               else v6_persistent.config(device, m, n, k, xcds=xcds, dtype=dtype))
         cfg.pop("FIXUP")
         tile = {key: value for key, value in cfg.items() if key not in v6_persistent.PERSISTENT}
         return GemmPlan(rung, cfg, {**tile, "NUM_PROGS": cfg["NUM_PROGS"],
                                     "EVEN_K": k % cfg["BLOCK_K"] == 0}, cfg["NUM_PROGS"])
     if rung == "split_k":
-        cfg = split_k.config(_backend.Backend(backend, arch, "model", compute_units), m, n, k)
+        cfg = split_k.config(_backend.Backend(backend, arch, "model", compute_units), m, n, k, dtype)
         return GemmPlan(rung, cfg, {**cfg, "EVEN_K": k % cfg["BLOCK_K"] == 0}, None)
     raise NotImplementedError(f"the model covers GEMM rungs {', '.join(RUNGS)}, not {rung!r}")
 

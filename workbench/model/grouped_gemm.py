@@ -52,7 +52,8 @@ def row_tiles(sizes: list[int], bm: int) -> list[tuple[int, int]]:
 KERNELS = {"forward": 0, "dx": 1, "dw": 2}   # a rung's aot launches, in order (v2, v4)
 
 
-def config(rung: str, shape: tuple, arch: str, kernel: str = "forward") -> tuple[dict, dict]:
+def config(rung: str, shape: tuple, arch: str, kernel: str = "forward",
+           dtype: torch.dtype | None = None) -> tuple[dict, dict]:
     """(the rung's settings for ``kernel`` at the launch's ``shape``, what the ISA inspector's
     compile gets). ``kernel``: "forward", "dx" (the forward kernel on wᵀ: ``shape`` is then the
     dX launch's, K and N swapped) or "dw" (v2, v4 only). v4's tile: a tuner's candidate where
@@ -66,16 +67,16 @@ def config(rung: str, shape: tuple, arch: str, kernel: str = "forward") -> tuple
         return grouped_launch.config("hip", arch), {}
     t, k, n, g = shape[:4]
     if kernel == "dw":
-        cfg = dict(tile or v4_persistent.prior("dw", "hip", arch, t, k, n, g))
+        cfg = dict(tile or v4_persistent.prior("dw", "hip", arch, t, k, n, g, dtype))
         return cfg, {**cfg, "kernel": "dw"}
-    cfg = {**(tile or v4_persistent.prior("forward", "hip", arch, t, k, n, g)),
+    cfg = {**(tile or v4_persistent.prior("forward", "hip", arch, t, k, n, g, dtype)),
            "NUM_XCDS": full_chip_xcds("hip", arch), "NUM_PROGS": CUS_PER_XCD[arch] * full_chip_xcds("hip", arch)}
     return cfg, {**cfg, "kernel": kernel}
 
 
 def compiled(rung: str, kernel: str, shape: tuple, torch_dtype: torch.dtype, arch: str):
     """(settings, the ISA report) of ``rung``'s ``kernel`` launch at ``shape``, compiled ahead of time."""
-    cfg, overrides = config(rung, shape, arch, kernel)
+    cfg, overrides = config(rung, shape, arch, kernel, torch_dtype)
     reports = isa.inspect_all("grouped_gemm", rung, target=arch, dtype=torch_dtype, overrides=overrides or None)
     return cfg, reports[0 if overrides else KERNELS[kernel]]
 

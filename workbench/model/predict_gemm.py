@@ -37,7 +37,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
     torch_dtype = check_dtype(dtype, "GEMM")
     if label not in gemm.RUNGS:
         raise NotCovered(f"the model covers GEMM rungs {', '.join(gemm.RUNGS)}, not {label}")
-    plan = gemm.plan(label, shape, chip_spec.target, chip_spec.compute_units)
+    plan = gemm.plan(label, shape, chip_spec.target, chip_spec.compute_units, torch_dtype)
     report = isa.inspect("gemm", label, target=chip_spec.target, dtype=torch_dtype,
                          overrides=plan.overrides or None)
     block = (plan.cfg["BLOCK_M"], plan.cfg["BLOCK_N"])
