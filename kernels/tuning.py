@@ -117,7 +117,8 @@ def section(target_name: str, dtype: torch.dtype | None) -> str:
     """The table section of ``target_name``'s verdicts for operands of ``dtype``: float32 takes
     its own (``"gfx942:fp32"``: its tiles need twice the LDS and registers of a 2-byte dtype's,
     and a config that fits bf16 may not launch at all); bf16, fp16 and None take the target's
-    (compiled at bf16, which on gfx942 rounds in software and needs more registers than fp16)."""
+    (compiled at bf16, which on gfx942 rounds in software and needs no fewer registers than
+    fp16: ``tests/test_gemm_tuning.py`` compiles a sample)."""
     return target_name + WIDE if dtype == torch.float32 else target_name
 
 

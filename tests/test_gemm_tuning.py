@@ -110,7 +110,7 @@ def test_table_entries_are_what_the_compiler_gives(target, cfg, compile_name):
 @pytest.mark.parametrize("target,compile_name", [("gfx942", "NT_bias"), ("gfx950", "NT"), ("sm90", "NN")])
 def test_fp16_fits_where_bf16_does(target, compile_name):
     """fp16 takes bf16's verdicts (kernels.tuning.section): the same bytes per element, and no
-    more registers (gfx942 rounds to bf16 in software, to fp16 with one instruction); shown on
+    more registers (gfx942 rounds to bf16 in software: the v5 256x256 test below); shown on
     the first kept config."""
     cfg = configs.shipped()[target]["kept"][0]
     extra = tune_space.OPS["gemm"].compiles(cfg["config"])[compile_name]

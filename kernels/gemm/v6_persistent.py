@@ -31,7 +31,8 @@ Idea:
     fp32 accumulator of a whole tile before its one rounding, or by the fix-up to a split tile's
     sum; ``HAS_BIAS`` is a constexpr, so a GEMM without one compiles without it. Compiled for
     gfx942 and gfx950 (bf16, NT, the prior config) the hot loop, the registers and the waves are
-    those of the launch without a bias, plus a few 8-byte loads of it per thread after the loop.
+    those of the launch without a bias, plus at most four 8- or 16-byte loads of it per thread
+    after the loop (``tests/test_isa_claims.py``).
 
     The program ids keep v3's XCD remap (now over the ``programs`` persistent ids)
     and grouped order, and the K loop is v5's: v4's pipelining, wrapped row and
