@@ -16,7 +16,7 @@ Choosing the backend:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,11 +32,16 @@ class Backend:
     arch: str            # "gfx942", "gfx950", "sm_90", ... or "cpu"
     device_name: str     # torch's name for the GPU, or "CPU (Triton interpreter)"
     compute_units: int   # CUs on AMD, SMs on NVIDIA, 0 on the interpreter
+    # Derived once, as plain attributes: every op call reads them (the device check of each
+    # tensor, a launch plan's key), where a property or the dataclass hash would be a Python
+    # call each time. Kept on the backend, not in a module-level cache, so torch.compile
+    # traces and guards them as it does the backend's other fields.
+    device: str = field(init=False, compare=False)   # torch's device type (ROCm's is "cuda")
+    key: tuple = field(init=False, compare=False)    # the fields above, as a plan key's first item
 
-    @property
-    def device(self) -> str:
-        """torch device string for tensors the kernels take (ROCm also uses "cuda")."""
-        return "cpu" if self.name == "interpreter" else "cuda"
+    def __post_init__(self):
+        object.__setattr__(self, "device", "cpu" if self.name == "interpreter" else "cuda")
+        object.__setattr__(self, "key", (self.name, self.arch, self.device_name, self.compute_units))
 
     @property
     def is_interpreter(self) -> bool:

@@ -50,25 +50,13 @@ def meta(*tensors: torch.Tensor | None, extra: tuple = ()) -> tuple | None:
     tensor left out, is its own type); None if one is not a tensor (no plan then; a symbolic size
     makes the key unhashable, with the same end); then ``extra``, the call's other arguments that
     the decisions read."""
-    here = _backend.current()
-    key = [_fields[1] if here is _fields[0] else _remember(here)]
+    key = [_backend.current().key]
     try:
         for t in tensors:
             key += (None,) if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
     except (AttributeError, TypeError, RuntimeError):
         return None
     return (*key, *extra)
-
-
-_fields: tuple = (None, ())   # (the backend last met, its key fields)
-
-
-def _remember(here: _backend.Backend) -> tuple:
-    """``here``'s type and fields, kept while it stays the backend: its dataclass hash is a
-    Python call per lookup, and five attribute reads per call are host time for nothing."""
-    global _fields
-    _fields = (here, (type(here), here.name, here.arch, here.device_name, here.compute_units))
-    return _fields[1]
 
 
 class PlanCache:

@@ -30,21 +30,10 @@ def tensor(name: str, value, *, ndim: int | None = None,
     if value.numel() == 0 and not allow_empty:
         raise ValueError(f"{name} is empty (shape {tuple(value.shape)}); nothing to compute")
     here = _backend.current()
-    if value.device.type != (_seen[1] if here is _seen[0] else _remember(here)):
+    if value.device.type != here.device:
         raise ValueError(f"{name} is on {value.device}, but the {here.name} backend "
                          f"needs tensors on {here.device!r}")
     return value
-
-
-_seen: tuple = (None, None)   # (the backend last checked against, its device type)
-
-
-def _remember(here: _backend.Backend) -> str:
-    """``here.device``, kept for :func:`tensor` while ``here`` stays the backend: the
-    property is a Python call, and :func:`tensor` runs for every tensor of every op call."""
-    global _seen
-    _seen = (here, here.device)
-    return here.device
 
 
 def index(name: str, value, *, ndim: int, dtypes: Sequence[torch.dtype]) -> torch.Tensor:

@@ -114,11 +114,10 @@ def fake_gpu(monkeypatch):
     from kernels.backend import Backend
     from kernels.gemm_fp8.formats import FP8_DTYPES, native_dtypes
 
-    @dataclasses.dataclass(frozen=True)
     class GpuOnCpu(Backend):
-        @property
-        def device(self) -> str:
-            return "cpu"
+        def __post_init__(self):
+            super().__post_init__()
+            object.__setattr__(self, "device", "cpu")
 
     def pretend(name="cuda", arch="sm_90", device_name="NVIDIA H200"):
         backend = GpuOnCpu(name, arch, device_name, 132)

@@ -30,6 +30,24 @@ def test_cpu_machine_picks_interpreter_without_env():
     assert result.stdout.split() == ["interpreter", "cpu", "1", "1"]
 
 
+def test_a_process_whose_first_op_call_is_compiled_traces_the_backend():
+    """torch.compile traces the device check of a public op's first call in a process.
+
+    The check once kept the last backend in a module-level tuple, which Dynamo could not
+    guard on before an eager call had filled it: ``workbench train --compile`` crashed in
+    a fresh process (``Unexpected type <class 'kernels.backend.Backend'>``), and the suite
+    passed only because some earlier test had called an op eagerly."""
+    result = _python(
+        "import torch, kernels\n"
+        "layer, x = kernels.nn.Linear(7, 3), torch.randn(5, 7, requires_grad=True)\n"
+        "f = torch.compile(layer, fullgraph=True, backend='aot_eager')\n"
+        "f(x).sum().backward()\n"
+        "torch.testing.assert_close(x.grad, layer.weight.sum(0).expand(5, 7))\n"
+        "print(kernels.backend.current().device)")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-1] == kernels.backend.current().device
+
+
 def test_interpreter_kernels_are_defined_as_interpreted():
     kernels.variants("gemm")
     from triton.runtime.interpreter import InterpretedFunction

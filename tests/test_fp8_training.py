@@ -183,7 +183,7 @@ def test_a_saturating_delayed_scale_warns_and_gives_no_nan(fp8):
         kernels.fp8.warn_saturation(layer)     # reset: nothing to report
 
 
-@pytest.mark.parametrize("recipe", ("rowwise", "delayed", "blockwise"))
+@pytest.mark.parametrize("recipe", EVERY_RECIPE)
 def test_torch_compile_traces_the_fp8_layer_without_graph_breaks(recipe):
     net = convert(Net(), recipe)
     x = torch.randn(2, 3, 16)
