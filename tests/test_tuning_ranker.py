@@ -133,6 +133,20 @@ def test_the_model_ranker_keeps_candidates_within_its_spread(monkeypatch):
         tuning_model.ModelRanker(spread=0.9)
 
 
+def test_the_shortlist_takes_each_tile_shapes_best_before_any_shapes_second(monkeypatch):
+    """Four variants of one tile predicted within a percent would fill the shortlist; each
+    other tile shape within the spread is timed first, then the first tile's next variants."""
+    cands = [{"BLOCK_M": 256, "BLOCK_N": 128, "waves_per_eu": w, "kpack": p} for w in (0, 2) for p in (1, 2)]
+    cands += [{"BLOCK_M": 128, "BLOCK_N": 128, "waves_per_eu": 2, "kpack": 2},
+              {"BLOCK_M": 128, "BLOCK_N": 256, "waves_per_eu": 2, "kpack": 2},
+              {"BLOCK_M": 64, "BLOCK_N": 64, "waves_per_eu": 2, "kpack": 2}]
+    seconds = [1.000, 1.001, 1.002, 1.003, 1.010, 1.020, 1.5]
+    ranker = tuning_model.ModelRanker(gpu="MI300X", spread=1.25, most=4)
+    monkeypatch.setattr(ranker, "predictions", lambda problem, c: seconds)
+    assert ranker(PROBLEM, cands) == [0, 4, 5, 1]   # 64x64 is outside the spread
+    assert ranker(PROBLEM, cands[:4]) == [0, 1, 2, 3]   # one tile: best first, as before
+
+
 def test_the_model_ranker_does_not_rank_on_the_interpreter_or_what_the_model_lacks():
     """None, the prior, without compiling anything: no GPU here and none named; a GPU the
     model does not cover (MI250X, gfx90a); a rung with no candidates to pin (GEMM v4)."""

@@ -6,7 +6,7 @@ for a new key: seconds per key on a GPU, and impossible where nothing may be tim
 candidate, a fixed prior. :class:`ModelRanker` predicts every candidate with the
 performance model (:func:`workbench.model.candidates.predict_config`) and gives the
 tuner a shortlist: the candidates predicted within :data:`SPREAD` of the best, at most
-:data:`MOST`, best first. The tuner times only those, and an untimed key takes the
+:data:`MOST`, the best of each tile shape first (:func:`tile`), best first. The tuner times only those, and an untimed key takes the
 model's best. ``kernels`` never imports this module: :func:`ranking` installs the
 ranker (:func:`kernels.tuning.set_ranker`) for a block, and the training benchmark
 runs inside one (:func:`ranked_by_model`).
@@ -94,7 +94,22 @@ class ModelRanker:
             return None
         order = sorted(range(len(candidates)), key=seconds.__getitem__)   # ties keep candidate order
         best = seconds[order[0]]
-        return [i for i in order if seconds[i] <= best * self.spread][:self.most]
+        within = [i for i in order if seconds[i] <= best * self.spread]
+        tiles, firsts = set(), []
+        for i in within:
+            if tile(candidates[i]) not in tiles:
+                tiles.add(tile(candidates[i]))
+                firsts.append(i)
+        return (firsts + [i for i in within if i not in firsts])[:self.most]
+
+
+def tile(config: dict) -> tuple:
+    """A candidate's tile shape: its ``BLOCK_*`` entries. The shortlist takes each shape's
+    best before any shape's second: candidates of one tile that differ in a knob the model
+    weighs little (``waves_per_eu`` where the registers fit either way, ``kpack``, the MFMA
+    shape) come out within a percent or two of each other, far below the model's error,
+    and four of them would leave every other tile shape untimed."""
+    return tuple(sorted((k, v) for k, v in config.items() if k.startswith("BLOCK")))
 
 
 @contextlib.contextmanager
