@@ -4,10 +4,12 @@ It measures the ceilings (a device copy and a large matmul), runs the quick suit
 every rung, then time it with ``ref`` in the same run) and writes the rows, as they are
 measured, to ``workbench/recorded/<gpu>-<date>.json``: the folder whose files ship with
 the package, so the file can be committed as it is. Then it prints the ladder table,
-every row with its ratio to ``ref`` and error rows with their message. Last, if the
-budget allows, a short training run of each kernel set (:mod:`workbench.train.quick`)
-goes to ``recorded/train/<gpu>-<date>.json``, where notebook 04 shows it; then, while the
-budget lasts, the performance model beside each measured row it covers
+every row with its ratio to ``ref`` and error rows with their message. Then, each if the
+budget allows: the FP8 GEMM rungs against the bf16 top rung at 8192^3, rows into the same
+file (:mod:`workbench.gpu_report_fp8`); a short training run of each kernel set
+(:mod:`workbench.train.quick`) to ``recorded/train/<gpu>-<date>.json``, where notebook 04
+shows it; the FP8 training step against bf16 to ``recorded/train/<gpu>-<date>-fp8.json``;
+then, while the budget lasts, the performance model beside each measured row of the quick suite it covers
 (:mod:`workbench.model.measured`; ``workbench predict --against FILE`` redoes it later,
 anywhere, from the file).
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import kernels
 
+from . import gpu_report_fp8 as fp8
 from .harness import environment, results
 from .harness.bench import Budget
 from .harness.ceilings import cache_path, measure_ceilings
@@ -75,7 +78,8 @@ def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress:
           f"{environment.commit()}, budget {budget_s:.0f} s")
     _print_ceilings()
     print(f"\nquick suite, rows written to {path} as they are measured")
-    reports, rows = run_suite("quick", out=path, progress=progress, budget=budget)
+    recorder = results.Recorder(path)
+    reports, rows = run_suite("quick", out=recorder, progress=progress, budget=budget)
     print(format_table(summarize(reports)))
     print("\nLadder (vs_ref = ref's time / the rung's time, same shape, dtype, pass and run):")
     print(format_table(results.table(rows, COLUMNS)))
@@ -83,12 +87,15 @@ def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress:
     errors = [r for r in rows if not r.ok]
     print(f"\n{len(rows) - len(errors)} rows measured, {len(errors)} error rows, "
           f"{len(failed)} of {len(reports)} checks failed")
+    fp8.gemm(recorder, budget, progress)
     trained = _train_step(budget, path.parent / "train" / path.name)
+    trained_fp8 = fp8.train(path.parent / "train" / f"{path.stem}-fp8.json", budget)
     _model_against(rows, budget)
     if budget.skipped:
         print(f"time budget of {budget_s:.0f} s spent; not run: " + "; ".join(budget.skipped))
-    print(f"wrote {path}" if rows else "no rows: nothing written")
-    return 0 if not (failed or errors or budget.skipped) and reports and trained else 1
+    print(f"wrote {path}" if recorder.rows else "no rows: nothing written")
+    errors = [r for r in recorder.rows if not r.ok]
+    return 0 if not (failed or errors or budget.skipped) and reports and trained and trained_fp8 else 1
 
 
 def _train_step(budget: Budget, path: Path) -> bool:
