@@ -208,6 +208,20 @@ def test_a_failed_fp8_training_step_is_reported_and_fails_the_report(pretended_h
     assert "FP8 training step failed: RuntimeError: CUDA out of memory" in capsys.readouterr().out
 
 
+def test_gpu_report_runs_only_the_sections_asked_for(pretended_h200, fake_timer, capsys):
+    fake_timer(ms=FP8_SECTION_MS[4:])
+    assert main(["gpu-report", "--sections", "fp8-train", "fp8-gemm"]) == 0
+    out = capsys.readouterr().out
+    assert "sections fp8-gemm, fp8-train" in out and out.index("FP8 GEMM at") < out.index("FP8 training step")
+    assert "quick suite" not in out and "training step:" not in out and "model against" not in out
+    rows = results.load(pretended_h200 / f"nvidia-h200-{_today()}.json")
+    assert [(r.op, r.rung) for r in rows][:2] == [("gemm", "ref"), ("gemm", "v6")] and len(rows) == 8
+    with pytest.raises(ValueError, match="unknown sections"):
+        gpu_report.gpu_report(sections=("fp8",))
+    with pytest.raises(SystemExit):
+        main(["gpu-report", "--sections", "fp8"])
+
+
 def test_a_second_report_the_same_day_does_not_overwrite_the_first(tmp_path):
     first = gpu_report.report_path("AMD Instinct MI300X", "2026-11-30", tmp_path)
     assert first.name == "amd-instinct-mi300x-2026-11-30.json"
