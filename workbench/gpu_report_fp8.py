@@ -17,7 +17,8 @@ the same under ``--fp8`` :data:`TRAIN_RECIPES`, by :func:`workbench.train.quick.
 reported apart from its steps): the step-time ratio against :data:`STEP_GOAL` and the last
 loss's relative difference against the CPU goal's bound (:data:`workbench.train.fp8_parity.GOAL`).
 
-Neither part can stop midway, so each starts only if its reserve (:data:`GEMM_RESERVE_S`,
+A training run cannot stop midway, and a GEMM case only between cases (its compiles and the
+top rung's tuning come first), so each part starts only if its reserve (:data:`GEMM_RESERVE_S`,
 :data:`TRAIN_RESERVE_S`) is left of the report's budget; otherwise it is named among what
 the budget left out. A goal not met is a verdict, not a failure of the report.
 """
@@ -115,7 +116,8 @@ def gemm(recorder: Recorder, budget: Budget, progress: bool = True) -> list[dict
     table = []
     for case in CASES:
         rung = kernels.get(case.op, case.rung)
-        line = dict(recipe=case.recipe, op=case.op, rung=f"{case.rung} {rung.name}", ms=None, tflops=None)
+        line = dict(recipe=case.recipe, op=case.op, rung=f"{case.rung} {rung.name}", ms=None,
+                    tflops=None)
         why = why_not(case)
         if why is None:
             row = _measured(bench(case.op, dtypes=[case.dtype or fp8_dtype()], rungs=[case.rung],
@@ -125,7 +127,8 @@ def gemm(recorder: Recorder, budget: Budget, progress: bool = True) -> list[dict
                 line.update(ms=row.ms, tflops=row.tflops)
         else:
             speedup, verdict = None, f"skipped: {why}"
-        table.append({**line, f"vs bf16 {top.label}": speedup, "goal": f">= {GEMM_GOAL}x", "verdict": verdict})
+        table.append({**line, f"vs bf16 {top.label}": speedup, "goal": f">= {GEMM_GOAL}x",
+                      "verdict": verdict})
     bf16 = (f"{base.ms:.3f} ms, {base.tflops:.0f} TFLOP/s" if base is not None and base.ok
             else "not measured" if base is None else f"error: {base.error}")
     print(f"bf16 gemm {top.label} ({top.name}): {bf16}")
