@@ -11,7 +11,9 @@ import pytest
 
 import kernels
 from kernels import registry
-from workbench import gpu_report, results
+from workbench import gpu_report, gpu_report_fp8, results
+from workbench.harness.bench import Budget
+from workbench.harness.results import Recorder
 from workbench.train import quick as train_quick
 from workbench.train import store as train_store
 from workbench.check import CheckReport
@@ -25,7 +27,8 @@ CEILINGS = {"gpu": "NVIDIA H200", "date": "2026-11-30T17:00:00+00:00", "hbm_tbps
 @pytest.fixture
 def pretended_h200(fake_gpu, fake_timer, monkeypatch, tmp_path):
     """An H200 that checks every rung as passing, times ref 1 ms and each rung 0.5 ms, and
-    records into tmp_path; the quick suite runs gemm_fp8 at one small shape."""
+    records into tmp_path; the quick suite runs gemm_fp8 at one small shape, and the FP8
+    section its GEMMs at :data:`SMALL` instead of 8192^3."""
     fake_gpu("cuda", "sm_90", "NVIDIA H200")
     fake_timer(ms=[1.0, 0.5, 0.5, 0.5])      # ref, v0, v1, v2 of each case
     spec = kernels.spec("gemm_fp8")
@@ -37,17 +40,26 @@ def pretended_h200(fake_gpu, fake_timer, monkeypatch, tmp_path):
     monkeypatch.setattr("workbench.harness.suite.check", lambda op, rung, progress: [CheckReport(
         op, kernels.get(op, rung).title, (5, 7, 3), "float8_e4m3fn", True, 0.0, 0.0, 1.0, 0, 105,
         None, None, None)])
+    monkeypatch.setattr(gpu_report_fp8, "SHAPE", SMALL)
     monkeypatch.setattr(train_quick, "run", _fake_train_run)
     return tmp_path
 
 
-def _fake_train_run(preset, kernels, steps, seed, progress):
-    """Steps of 100 ms (torch) or 80 ms (workbench), the first three slow (warm-up)."""
-    ms = 100.0 if kernels == "torch" else 80.0
+SMALL = (32, 48, 256)
+STEP_MS = {None: 80.0, "blockwise": 60.0, "rowwise": 70.0}      # workbench bf16, and under each recipe
+LOSS_FACTOR = {None: 1.0, "blockwise": 1.005, "rowwise": 1.02}
+
+
+def _fake_train_run(preset, kernels, steps, seed, progress, fp8=None):
+    """Steps of 100 ms (torch) or 80 ms (workbench; 60 ms under blockwise FP8, 70 ms under
+    rowwise), the first three slow (warm-up); FP8 losses 0.5 % (blockwise) and 2 % (rowwise)
+    above bf16's; a tuning pass of 12 s (15 s for torch)."""
+    ms = 100.0 if kernels == "torch" else STEP_MS[fp8]
     return [{**dict.fromkeys(train_store.FIELDS), **dict(
-        step=i + 1, loss=5.0 - 0.1 * i, step_ms=ms * (10 if i < 3 else 1),
+        step=i + 1, loss=(5.0 - 0.1 * i) * LOSS_FACTOR[fp8], step_ms=ms * (10 if i < 3 else 1),
         tokens_per_s=1000.0 / (ms * (10 if i < 3 else 1)), mfu=0.01 * 100 / ms,
-        preset=preset, kernels=kernels)} for i in range(steps)]
+        preset=preset, kernels=kernels, fp8=fp8, tuning_s=15.0 if kernels == "torch" else 12.0)}
+        for i in range(steps)]
 
 
 def _today() -> str:
@@ -58,7 +70,7 @@ def test_gpu_report_records_the_quick_suite_and_prints_ratios(pretended_h200, ca
     assert main(["gpu-report"]) == 0
     out = capsys.readouterr().out
     path = pretended_h200 / f"nvidia-h200-{_today()}.json"
-    rows = results.load(path)
+    rows = results.load(path)[:4]   # the quick suite's; the FP8 section's follow
     assert [(r.rung, r.ratio_to_ref) for r in rows] == [("ref", 1.0), ("v0", 2.0), ("v1", 2.0), ("v2", 2.0)]
     assert {r.gpu for r in rows} == {"NVIDIA H200"} and all(r.ok for r in rows)
     assert "HBM copy 4.10 TB/s; matmul bf16 700 TFLOP/s, fp16 710 TFLOP/s" in out
@@ -79,7 +91,9 @@ def test_gpu_report_ends_with_the_training_step_of_both_kernel_sets(pretended_h2
     summary = train_quick.compare(pretended_h200 / "again.json")
     assert [s["step_ms"] for s in summary] == [100.0, 80.0]      # warm-up steps left out
     assert summary[1]["speedup"] == 1.25 and summary[1]["mfu"] == pytest.approx(0.0125)
-    assert "gpu-moe-small" in out and "1.25" in out
+    assert [(s["run"], s["tuning_s"], s["loss_rel_diff"]) for s in summary] == [
+        ("torch", 15.0, 0.0), ("workbench", 12.0, 0.0)]   # tuning apart from the steps
+    assert "gpu-moe-small" in out.split("FP8 training step")[0] and "1.25" in out
 
 
 def test_a_failed_training_step_is_reported_and_fails_the_report(pretended_h200, monkeypatch, capsys):
@@ -96,7 +110,7 @@ def test_gpu_report_shows_error_rows_and_exits_1(pretended_h200, fake_timer, cap
     out = capsys.readouterr().out
     assert "RuntimeError: no kernel image for sm_90" in out and "1 error rows" in out
     assert [r.status for r in results.load(pretended_h200 / f"nvidia-h200-{_today()}.json")] == [
-        "ok", "error", "ok", "ok"]
+        "ok", "error", "ok", "ok"] + ["ok"] * 8    # the FP8 section's rows follow
 
 
 def test_gpu_report_says_what_a_spent_budget_left_out(pretended_h200, capsys):
@@ -104,7 +118,108 @@ def test_gpu_report_says_what_a_spent_budget_left_out(pretended_h200, capsys):
     out = capsys.readouterr().out
     assert "time budget of 0 s spent; not run: gemm_fp8: checks and every case" in out
     assert "training step (gpu-moe-small, torch vs workbench)" in out
+    assert "FP8 GEMM at 32x48x256 (bf16 top rung against each FP8 rung)" in out
+    assert "FP8 training step (gpu-dense-1b, bf16 vs fp8 blockwise and rowwise)" in out
     assert "nothing written" in out and not list(pretended_h200.iterdir())
+
+
+# The quick suite's four timings (ref, v0, v1, v2), then the FP8 section's: gemm ref and
+# bf16 v6 (1 ms), then ref and the rung of each FP8 case runnable on sm_90 (no mxfp8).
+FP8_SECTION_MS = [1.0, 0.5, 0.5, 0.5,  0.8, 1.0,  0.7, 0.5,  0.7, 0.7,  3.0, 0.625]
+
+
+def test_gpu_report_times_each_fp8_gemm_rung_against_bf16_v6_and_says_if_it_meets_the_goal(
+        pretended_h200, fake_timer, capsys):
+    fake_timer(ms=FP8_SECTION_MS)
+    assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 0
+    out = capsys.readouterr().out.split("FP8 GEMM at 32x48x256")[1].split("training step:")[0]
+    rows = results.load(pretended_h200 / f"nvidia-h200-{_today()}.json")[4:]
+    assert [(r.op, r.rung, r.name, r.dtype, r.ms) for r in rows] == [
+        ("gemm", "ref", "ref", "bfloat16", 0.8), ("gemm", "v6", "persistent", "bfloat16", 1.0),
+        ("gemm_fp8", "ref", "ref [granularity=tensor]", "float8_e4m3fn", 0.7),
+        ("gemm_fp8", "v1", "triton_fp8_dot [granularity=tensor]", "float8_e4m3fn", 0.5),
+        ("gemm_fp8", "ref", "ref [granularity=channel]", "float8_e4m3fn", 0.7),
+        ("gemm_fp8", "v1", "triton_fp8_dot [granularity=channel]", "float8_e4m3fn", 0.7),
+        ("gemm_fp8", "ref", "ref [granularity=block128x128]", "float8_e4m3fn", 3.0),
+        ("gemm_fp8", "v2", "triton_blockwise [granularity=block128x128]", "float8_e4m3fn", 0.625)]
+    assert {(r.gpu, r.shape, r.pass_name) for r in rows} == {("NVIDIA H200", "32x48x256", "forward")}
+    assert all(r.commit and r.torch_version and r.timestamp for r in rows)
+    assert "goal: each FP8 rung >= 1.6x the bf16 rung's speed" in out
+    assert "bf16 gemm v6 (persistent): 1.000 ms" in out
+    verdicts = {line.split()[0]: line.split(">= 1.6x")[1].strip() for line in out.splitlines()
+                if line.split()[:1] in (["tensorwise"], ["rowwise"], ["blockwise"])}
+    assert verdicts == {"tensorwise": "met", "rowwise": "not met", "blockwise": "met"}
+    assert " 2 " in out and " 1.43 " in out and " 1.6 " in out   # 1 ms over 0.5, 0.7 and 0.625 ms
+    mx = next(line for line in out.splitlines() if line.startswith("mxfp8"))
+    assert "skipped: no MX matrix cores on sm_90 (native on gfx950, sm_100" in mx
+
+
+@pytest.mark.parametrize("arch, skipped", [("sm_90", {"mxfp8"}), ("gfx942", {"mxfp8"}),
+                                           ("gfx950", set()), ("sm_100", set())])
+def test_mxfp8_is_timed_only_where_the_matrix_cores_take_mx_scales(fake_gpu, arch, skipped):
+    fake_gpu("hip" if arch.startswith("gfx") else "cuda", arch, f"a GPU with {arch}")
+    why = {c.recipe: gpu_report_fp8.why_not(c) for c in gpu_report_fp8.CASES}
+    assert {recipe for recipe, reason in why.items() if reason} == skipped
+    assert all(arch in why[recipe] for recipe in skipped)
+
+
+def test_the_fp8_gemm_section_times_mxfp8_on_gfx950(fake_gpu, fake_timer, monkeypatch):
+    fake_gpu("hip", "gfx950", "AMD Instinct MI355X")
+    fake_timer(ms=[1.0])
+    monkeypatch.setattr(gpu_report_fp8, "SHAPE", SMALL)
+    table = gpu_report_fp8.gemm(Recorder(), Budget(1000.0), progress=False)
+    assert [(t["recipe"], t["verdict"]) for t in table] == [
+        ("tensorwise", "not met"), ("rowwise", "not met"), ("blockwise", "not met"), ("mxfp8", "not met")]
+    assert table[-1]["rung"] == "v0 triton_dot_scaled" and table[-1]["vs bf16 v6"] == 1.0
+
+
+def test_the_fp8_sections_are_skipped_and_named_when_their_reserve_is_not_left(pretended_h200, capsys):
+    budget = Budget(gpu_report_fp8.GEMM_RESERVE_S - 1)
+    assert gpu_report_fp8.gemm(Recorder(), budget, progress=False) is None
+    budget = Budget(gpu_report_fp8.TRAIN_RESERVE_S - 1, skipped=budget.skipped)
+    assert gpu_report_fp8.train(pretended_h200 / "fp8.json", budget) is False
+    assert budget.skipped == ["FP8 GEMM at 32x48x256 (bf16 top rung against each FP8 rung)",
+                              "FP8 training step (gpu-dense-1b, bf16 vs fp8 blockwise and rowwise)"]
+    assert capsys.readouterr().out == "" and not list(pretended_h200.iterdir())
+
+
+def test_gpu_report_compares_the_fp8_training_step_with_bf16(pretended_h200, capsys):
+    assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 0
+    out = capsys.readouterr().out.split("FP8 training step (gpu-dense-1b")[1].split("model against")[0]
+    rows = train_store.load(pretended_h200 / "train" / f"nvidia-h200-{_today()}-fp8.json")
+    assert [(r["preset"], r["kernels"], r["fp8"]) for r in rows[::8]] == [
+        ("gpu-dense-1b", "workbench", None), ("gpu-dense-1b", "workbench", "blockwise"),
+        ("gpu-dense-1b", "workbench", "rowwise")]
+    table = {line.split("  ")[0]: line for line in out.splitlines()[1:]}
+    assert "tuning_s" in out and "step >= 1.3x" in out and "loss within 1%" in out
+    assert table["fp8 blockwise"].split()[-2:] == ["met", "met"]          # 80/60 ms, 0.5 % off
+    assert table["fp8 rowwise"].split()[-4:] == ["not", "met", "not", "met"]  # 80/70 ms, 2 % off
+    assert " 1.33 " in table["fp8 blockwise"] and " 12 " in table["fp8 blockwise"]
+    assert "met by fp8 blockwise" in out
+
+
+def test_a_failed_fp8_training_step_is_reported_and_fails_the_report(pretended_h200, monkeypatch, capsys):
+    def oom(**kwargs):
+        if kwargs["preset"] == "gpu-dense-1b":
+            raise RuntimeError("CUDA out of memory")
+        return _fake_train_run(**kwargs)
+    monkeypatch.setattr(train_quick, "run", oom)
+    assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 1
+    assert "FP8 training step failed: RuntimeError: CUDA out of memory" in capsys.readouterr().out
+
+
+def test_gpu_report_runs_only_the_sections_asked_for(pretended_h200, fake_timer, capsys):
+    fake_timer(ms=FP8_SECTION_MS[4:])
+    assert main(["gpu-report", "--sections", "fp8-train", "fp8-gemm"]) == 0
+    out = capsys.readouterr().out
+    assert "sections fp8-gemm, fp8-train" in out and out.index("FP8 GEMM at") < out.index("FP8 training step")
+    assert "quick suite" not in out and "training step:" not in out and "model against" not in out
+    rows = results.load(pretended_h200 / f"nvidia-h200-{_today()}.json")
+    assert [(r.op, r.rung) for r in rows][:2] == [("gemm", "ref"), ("gemm", "v6")] and len(rows) == 8
+    with pytest.raises(ValueError, match="unknown sections"):
+        gpu_report.gpu_report(sections=("fp8",))
+    with pytest.raises(SystemExit):
+        main(["gpu-report", "--sections", "fp8"])
 
 
 def test_a_second_report_the_same_day_does_not_overwrite_the_first(tmp_path):

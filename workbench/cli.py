@@ -18,7 +18,7 @@ import kernels
 
 from .harness import environment, results
 from .harness.check import all_passed, check, summarize
-from .gpu_report import BUDGET_S, gpu_report
+from .gpu_report import BUDGET_S, SECTIONS, gpu_report
 from .harness.table import dtype_label, format_table
 from .harness.suite import SUITES
 from .harness.timing import PerformanceUnavailable
@@ -163,7 +163,7 @@ def cmd_comm(args) -> int:
 
 
 def cmd_gpu_report(args) -> int:
-    return gpu_report(budget_s=args.budget_s)
+    return gpu_report(budget_s=args.budget_s, sections=args.sections)
 
 
 def _parse_kernels(text: str) -> str | dict[str, str]:
@@ -440,6 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("gpu-report", help="on a GPU: ceilings + quick suite into workbench/recorded/")
     p.add_argument("--budget-s", type=_parse_seconds, default=BUDGET_S,
                    help="no new case starts after this many seconds (default %(default)s)")
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                   help="what to run, in this order whatever the order given (default: all)")
     p = sub.add_parser("train", help="training steps of a small GPT(-MoE) on PyTorch or workbench kernels")
     p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, gpu-moe-small, gpu-dense-1b")
     p.add_argument("--kernels", type=_parse_kernels, default="torch",

@@ -4,12 +4,14 @@ It measures the ceilings (a device copy and a large matmul), runs the quick suit
 every rung, then time it with ``ref`` in the same run) and writes the rows, as they are
 measured, to ``workbench/recorded/<gpu>-<date>.json``: the folder whose files ship with
 the package, so the file can be committed as it is. Then it prints the ladder table,
-every row with its ratio to ``ref`` and error rows with their message. Last, if the
-budget allows, a short training run of each kernel set (:mod:`workbench.train.quick`)
-goes to ``recorded/train/<gpu>-<date>.json``, where notebook 04 shows it; then, while the
-budget lasts, the performance model beside each measured row it covers
-(:mod:`workbench.model.measured`; ``workbench predict --against FILE`` redoes it later,
-anywhere, from the file).
+every row with its ratio to ``ref`` and error rows with their message. Then, each if the
+budget allows: the FP8 GEMM rungs against the bf16 top rung at 8192^3, rows into the same
+file (:mod:`workbench.gpu_report_fp8`); a short training run of each kernel set
+(:mod:`workbench.train.quick`) to ``recorded/train/<gpu>-<date>.json``, where notebook 04
+shows it; the FP8 training step against bf16 to ``recorded/train/<gpu>-<date>-fp8.json``;
+then, while the budget lasts, the performance model beside each measured row of the quick
+suite it covers (:mod:`workbench.model.measured`; ``workbench predict --against FILE`` redoes
+it later, anywhere, from the file). ``--sections`` runs some of these alone (:data:`SECTIONS`).
 
 A lent GPU session is short, so a time budget bounds the run: once it is spent no new
 case starts, and the report names the cases it left out. Without a GPU it refuses
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import kernels
 
+from . import gpu_report_fp8 as fp8
 from .harness import environment, results
 from .harness.bench import Budget
 from .harness.ceilings import cache_path, measure_ceilings
@@ -35,6 +38,11 @@ RECORDED = Path(__file__).resolve().parent / "recorded"
 BUDGET_S = 300.0   # with the gpu-marked tests, `make gpu` stays under 8 minutes
 TRAIN_RESERVE_S = 90.0   # what the training step needs: JIT compiles, tuning, 2 x 8 steps
 COLUMNS = ("op", "rung", "name", "shape", "dtype", "pass", "ms", "tflops", "gbps", "vs_ref")
+SECTIONS = ("suite", "fp8-gemm", "train", "fp8-train")
+"""What a report runs, in this order: ``suite`` (ceilings, quick suite, ladder, and last the
+model beside its rows), ``fp8-gemm`` and ``fp8-train`` (:mod:`workbench.gpu_report_fp8`),
+``train`` (the kernel sets' training step). ``make gpu`` runs them all; a lent session with
+little time may ask for a few (``--sections fp8-gemm fp8-train``)."""
 
 
 def report_path(gpu: str, day: str, folder: Path | None = None) -> Path:
@@ -60,9 +68,14 @@ def _print_ceilings() -> None:
           f"(cached in {cache_path(c['gpu'])})")
 
 
-def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress: bool = True) -> int:
-    """Ceilings, quick suite, ladder table; 0 when every check passed and every case was
-    measured, 1 when not (the file still holds what was measured), 2 without a GPU."""
+def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress: bool = True,
+               sections=SECTIONS) -> int:
+    """The chosen :data:`SECTIONS`, in their order; 0 when every check passed, every case was
+    measured and every chosen section ran, 1 when not (the file still holds what was
+    measured), 2 without a GPU."""
+    unknown = [s for s in sections if s not in SECTIONS]
+    if unknown:
+        raise ValueError(f"unknown sections {unknown}; sections: {', '.join(SECTIONS)}")
     try:
         require_gpu()
     except PerformanceUnavailable as exc:
@@ -72,10 +85,34 @@ def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress:
     here = kernels.backend.current()
     path = report_path(here.device_name, environment.now()[:10], folder)
     print(f"GPU report: {here.device_name} ({here.name}, {here.arch}), commit "
-          f"{environment.commit()}, budget {budget_s:.0f} s")
+          f"{environment.commit()}, budget {budget_s:.0f} s, sections "
+          + ", ".join(s for s in SECTIONS if s in sections))
+    recorder = results.Recorder(path)
+    reports, rows, ran = [], [], []
+    if "suite" in sections:
+        reports, rows = _suite(recorder, budget, progress)
+        ran.append(bool(reports))
+    if "fp8-gemm" in sections:
+        fp8.gemm(recorder, budget, progress)
+    if "train" in sections:
+        ran.append(_train_step(budget, path.parent / "train" / path.name))
+    if "fp8-train" in sections:
+        ran.append(fp8.train(path.parent / "train" / f"{path.stem}-fp8.json", budget))
+    if "suite" in sections:
+        _model_against(rows, budget)
+    if budget.skipped:
+        print(f"time budget of {budget_s:.0f} s spent; not run: " + "; ".join(budget.skipped))
+    print(f"wrote {path}" if recorder.rows else "no rows: nothing written")
+    failed = [r for r in reports if not r.passed]
+    errors = [r for r in recorder.rows if not r.ok]
+    return 0 if not (failed or errors or budget.skipped) and all(ran) else 1
+
+
+def _suite(recorder: results.Recorder, budget: Budget, progress: bool):
+    """Ceilings, then the quick suite into ``recorder`` and its tables; (reports, rows)."""
     _print_ceilings()
-    print(f"\nquick suite, rows written to {path} as they are measured")
-    reports, rows = run_suite("quick", out=path, progress=progress, budget=budget)
+    print(f"\nquick suite, rows written to {recorder.path} as they are measured")
+    reports, rows = run_suite("quick", out=recorder, progress=progress, budget=budget)
     print(format_table(summarize(reports)))
     print("\nLadder (vs_ref = ref's time / the rung's time, same shape, dtype, pass and run):")
     print(format_table(results.table(rows, COLUMNS)))
@@ -83,12 +120,7 @@ def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress:
     errors = [r for r in rows if not r.ok]
     print(f"\n{len(rows) - len(errors)} rows measured, {len(errors)} error rows, "
           f"{len(failed)} of {len(reports)} checks failed")
-    trained = _train_step(budget, path.parent / "train" / path.name)
-    _model_against(rows, budget)
-    if budget.skipped:
-        print(f"time budget of {budget_s:.0f} s spent; not run: " + "; ".join(budget.skipped))
-    print(f"wrote {path}" if rows else "no rows: nothing written")
-    return 0 if not (failed or errors or budget.skipped) and reports and trained else 1
+    return reports, rows
 
 
 def _train_step(budget: Budget, path: Path) -> bool:

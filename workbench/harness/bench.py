@@ -87,24 +87,30 @@ def error_message(exc: BaseException) -> str:
 
 
 class RowMaker:
-    """What every row of one run says about where and when it was measured."""
+    """What every row of one run says about where and when it was measured. ``input_args``: the
+    keyword arguments the op's ``make_inputs`` took beyond shape and dtype (e.g. gemm_fp8's
+    ``granularity``), named in each row's ``name`` so two such cases of one rung differ."""
 
-    def __init__(self, op: str):
+    def __init__(self, op: str, input_args: dict | None = None):
         here, info = kernels.backend.current(), environment.describe()
         self.op = op
+        self.note = ", ".join(f"{k}={v}" for k, v in (input_args or {}).items())
         self.common = dict(gpu=here.device_name, backend=here.name, arch=here.arch,
                            torch_version=info["torch"], triton_version=info["triton"],
                            commit=info["commit"], timestamp=environment.now())
 
+    def name(self, rung) -> str:
+        return f"{rung.name} [{self.note}]" if self.note else rung.name
+
     def measured(self, rung, shape, dtype, t, ref_ms: float | None,
                  pass_name: str = "forward") -> ResultRow:
-        return ResultRow(op=self.op, rung=rung.label, name=rung.name, shape=shape_label(shape),
+        return ResultRow(op=self.op, rung=rung.label, name=self.name(rung), shape=shape_label(shape),
                          dtype=dtype_label(dtype), ms=t.median_ms, tflops=t.tflops, gbps=t.gbps,
                          ratio_to_ref=None if ref_ms is None else ref_ms / t.median_ms,
                          pass_name=pass_name, **self.common)
 
     def error(self, rung, shape, dtype, message: str, pass_name: str = "forward") -> ResultRow:
-        return ResultRow(op=self.op, rung=rung.label, name=rung.name, shape=shape_label(shape),
+        return ResultRow(op=self.op, rung=rung.label, name=self.name(rung), shape=shape_label(shape),
                          dtype=dtype_label(dtype), ms=None, tflops=None, gbps=None,
                          ratio_to_ref=None, status="error", error=message, pass_name=pass_name,
                          **self.common)
@@ -160,7 +166,7 @@ def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch
           rungs: Iterable[int | str] | None = None, progress: bool = True,
           out: str | Path | Recorder | None = None, budget: Budget | None = None,
           not_timed: dict[str, str] | None = None,
-          passes: Iterable[str] | None = None) -> list[ResultRow]:
+          passes: Iterable[str] | None = None, input_args: dict | None = None) -> list[ResultRow]:
     """Time the chosen rungs (default: all that run on GPUs, plus ref) on the given shapes.
 
     ``passes``: which of ``forward``, ``backward``, ``forward+backward`` to time (default:
@@ -170,6 +176,8 @@ def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch
     ``out``: a .json/.csv path or a :class:`Recorder` (to share one file between ops);
     rows are saved as they come. ``not_timed`` maps rung labels to why they must not be
     timed (a check that raised): each of their cases becomes an error row with that reason.
+    ``input_args``: keyword arguments for the op's ``make_inputs`` beyond shape and dtype (e.g.
+    ``{"granularity": "channel"}`` for gemm_fp8's per-row scales), named in each row's ``name``.
     Returns this call's rows, error rows included.
     """
     from tqdm.auto import tqdm  # disable=None: a bar on a terminal, none in logs
@@ -183,7 +191,7 @@ def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch
     chosen = [r for r in chosen if r.rung is not None and here.name in r.backends]
     ref = kernels.registry.reference_rung(op)
     not_timed = not_timed or {}
-    make = RowMaker(op)
+    make = RowMaker(op, input_args)
     passes = list(PASSES if passes is None else passes)
     unknown = [p for p in passes if p not in PASSES]
     if unknown:
@@ -192,13 +200,14 @@ def bench(op: str, shapes: Iterable[tuple] | None = None, dtypes: Iterable[torch
     plan = [(s, d) for s in (shapes or spec.bench_shapes.values()) for d in planned_dtypes(op, dtypes)]
     for shape, dtype in tqdm(plan, desc=f"bench {op}", disable=None if progress else True):
         if budget is not None and budget.spent():
-            budget.skipped.append(f"{op} {shape_label(shape)} {dtype_label(dtype)}")
+            budget.skipped.append(f"{op} {shape_label(shape)} {dtype_label(dtype)}"
+                                  + (f" [{make.note}]" if make.note else ""))
             continue
         flops = spec.flops(shape)
         fits = [r for r in chosen if dtype in r.dtypes
                 and (r.max_bench_flops is None or flops <= r.max_bench_flops)]
         try:
-            inputs = spec.make_inputs(shape, dtype, device=here.device, seed=0)
+            inputs = spec.make_inputs(shape, dtype, device=here.device, seed=0, **(input_args or {}))
         except Exception as exc:   # every rung of this case is lost, the run is not
             for p in wanted:
                 for r in [ref, *fits]:

@@ -23,9 +23,10 @@ from .timing import require_gpu
 SUITES = ("quick",)
 
 
-def run_suite(name: str = "quick", out: str | Path | None = None, progress: bool = True,
-              budget: Budget | None = None):
-    """Check and benchmark every op; returns (check reports, result rows), saving rows to ``out``.
+def run_suite(name: str = "quick", out: str | Path | results.Recorder | None = None,
+              progress: bool = True, budget: Budget | None = None):
+    """Check and benchmark every op; returns (check reports, result rows), saving rows to ``out``
+    (a path, or a :class:`~workbench.harness.results.Recorder` that later rows share).
 
     With a ``budget``, no op starts its checks and no case starts once it is spent; what
     was left out is listed in ``budget.skipped``.
@@ -33,7 +34,8 @@ def run_suite(name: str = "quick", out: str | Path | None = None, progress: bool
     if name not in SUITES:
         raise ValueError(f"unknown suite {name!r}; suites: {', '.join(SUITES)}")
     require_gpu()
-    recorder = results.Recorder(out)
+    recorder = out if isinstance(out, results.Recorder) else results.Recorder(out)
+    first = len(recorder.rows)
     reports = []
     for op in kernels.ops():
         if budget is not None and budget.spent():
@@ -55,4 +57,4 @@ def run_suite(name: str = "quick", out: str | Path | None = None, progress: bool
         shapes = [spec.bench_shapes[n] for n in names]
         bench(op, shapes=shapes, rungs=healthy, progress=progress, out=recorder, budget=budget,
               not_timed=raised)
-    return reports, recorder.rows
+    return reports, recorder.rows[first:]

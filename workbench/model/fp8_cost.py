@@ -38,6 +38,7 @@ from kernels.gemm import spec as gemm_spec
 from kernels.gemm_fp8 import spec as fp8_spec
 from kernels.gemm_fp8.quantize_kernel import bytes_moved as quantize_bytes
 from kernels.gemm_fp8.quantize_ref import GRANULARITIES
+from kernels.gemm_mxfp4.formats import NATIVE_ARCHS
 
 HIGH = torch.bfloat16                 # the high-precision training dtype the FP8 step replaces
 FP8 = torch.float8_e4m3fn             # one byte per element; which e4m3 does not change a byte count
@@ -57,7 +58,6 @@ GIVEN_SCALE = {"delayed": ("x", "w")}
 """Per recipe, the operands cast with a scale known before they are read (delayed's, from the
 amax history; dy uses current scaling): no amax pass (:func:`kernels.gemm_fp8.quantize_kernel.bytes_moved`'s
 ``given_scale``)."""
-NATIVE_MX_TARGETS = ("gfx950",)   # MXFP8 through tl.dot_scaled: FP8 MFMAs here, bf16 ones elsewhere
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,12 @@ def _quantized(recipe: str) -> dict[str, tuple[str, bool]]:
 
 
 def fp8_peak(gpu, recipe: str) -> float:
-    """The FP8 GEMM's compute roof in TFLOP/s: the FP8 peak, but MXFP8 only where the GPU
-    has scaled MFMAs (gfx950); elsewhere Triton emulates it on the bf16 matrix cores."""
+    """The FP8 GEMM's compute roof in TFLOP/s: the FP8 peak, but MXFP8 only where the GPU's
+    matrix cores take MX scales (:data:`kernels.gemm_mxfp4.formats.NATIVE_ARCHS`: gfx950,
+    datacenter Blackwell); elsewhere Triton emulates it on the bf16 matrix cores."""
     _quantized(recipe)
     gpu = roofline.spec(gpu)
-    native = recipe != "mxfp8" or gpu.target in NATIVE_MX_TARGETS
+    native = recipe != "mxfp8" or gpu.target in NATIVE_ARCHS
     return gpu.peak("fp8" if native else "bf16")
 
 
