@@ -95,7 +95,7 @@ from ... import plans
 from ...outputs import new_output
 from ...registry import AotKernel, rung
 from ...tuning import with_overrides
-from ...triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_kwargs
+from ...triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_kwargs, store_rows
 from ..grouped_gemm.schedule import group_tiles, locate, super_rows
 from ..grouped_gemm.tiles import operand, reduce_tiles
 from ..routing import route
@@ -130,15 +130,6 @@ def _weight_tile(w_ptr, group, ks, cols, stride_wg, stride_wk, stride_wn):
     (an operand of 2^31+ elements would wrap in i32)."""
     return (w_ptr + group.to(tl.int64) * stride_wg + ks.to(tl.int64)[:, None] * stride_wk
             + cols.to(tl.int64)[None, :] * stride_wn)
-
-
-@triton.jit
-def _store_rows(ptr, rows, cols, stride_t, stride_n, values, mask, INTERP_BF16: tl.constexpr):
-    """A (rows, cols) tile of fp32 ``values`` rounded once to the buffer's dtype."""
-    if INTERP_BF16:
-        values = round_to_bf16(values)
-    ptrs = ptr + rows.to(tl.int64)[:, None] * stride_t + cols.to(tl.int64)[None, :] * stride_n
-    tl.store(ptrs, values.to(ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -179,10 +170,10 @@ def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, g_ptr, u_ptr, slot_ptr, offs
     # exercise begin: swiglu
     h = g * tl.sigmoid(g) * u   # SwiGLU in fp32, rounded once on the store
     # exercise end
-    _store_rows(h_ptr, rows, cols, stride_ht, stride_hn, h, a_rows & b_cols, INTERP_BF16)
+    store_rows(h_ptr, rows, cols, stride_ht, stride_hn, h, a_rows & b_cols, INTERP_BF16)
     if SAVE:   # the pre-activations, for a backward without a forward GEMM (g and u strided as h)
-        _store_rows(g_ptr, rows, cols, stride_ht, stride_hn, g, a_rows & b_cols, INTERP_BF16)
-        _store_rows(u_ptr, rows, cols, stride_ht, stride_hn, u, a_rows & b_cols, INTERP_BF16)
+        store_rows(g_ptr, rows, cols, stride_ht, stride_hn, g, a_rows & b_cols, INTERP_BF16)
+        store_rows(u_ptr, rows, cols, stride_ht, stride_hn, u, a_rows & b_cols, INTERP_BF16)
 
 
 @triton.jit
