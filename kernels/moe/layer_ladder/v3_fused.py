@@ -38,8 +38,9 @@ Idea:
     Backward (:mod:`.v3_backward`): the forward keeps g and u (kernel 1 stores them
     beside h when a gradient is needed) and h, the slots and the offsets; the backward
     runs, per expert GEMM, its dX and its dW grouped GEMM (6 launches, no forward GEMM),
-    SwiGLU's derivative and the routing weights' gradient elementwise in fp32, and sums
-    x's gradient with the k-sum kernel. Memory for FLOPs: the saved tensors are
+    SwiGLU's derivative, the routing weights' gradient and the weighted h in one fp32
+    pass over the rows (:mod:`.swiglu_backward`), and sums x's gradient with the k-sum
+    kernel. Memory for FLOPs: the saved tensors are
     3·T·k·hidden elements in x's dtype plus 8·T·k + 4·E bytes of indices (DeepSeek-V3's
     local experts in bf16: 0.40 GB per layer), where recomputing them would run the
     three forward GEMMs again: a training step's expert GEMM FLOPs are 3 units (forward,
@@ -74,8 +75,7 @@ Expected bound:
 Limits:
     In training, kernel 1 writes g and u as well as h (2·R·hidden·S more bytes than the
     model above). The backward's operands are not gathered in the load: it copies the
-    output gradient's rows and x's rows into sorted order (R·dim each) and runs SwiGLU's
-    derivative with torch, in fp32 temporaries of (R, hidden). Gathered A rows are
+    output gradient's rows and x's rows into sorted order (R·dim each). Gathered A rows are
     scattered reads (one row per token, not one block), which the hardware coalesces
     only within a row; a token's row is read once per slot (k times). The two
     accumulators double kernel 1's registers: 256 x 128, 128 x 256 and, capped at 2
