@@ -71,6 +71,16 @@ def round_to_bf16(x):
 
 
 @triton.jit
+def store_rows(ptr, rows, cols, stride_t, stride_n, values, mask, INTERP_BF16: tl.constexpr):
+    """A (rows, cols) tile of fp32 ``values`` rounded once to the buffer's dtype (by hand first
+    where ``INTERP_BF16``: :func:`round_to_bf16`); int64 offsets."""
+    if INTERP_BF16:
+        values = round_to_bf16(values)
+    ptrs = ptr + rows.to(tl.int64)[:, None] * stride_t + cols.to(tl.int64)[None, :] * stride_n
+    tl.store(ptrs, values.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def cols_if(cols, C, cond):
     """The columns < C where the scalar ``cond`` holds, else none: a mask built by one compare.
     ``mask & cond`` would say the same, but the interpreter turns a vector mask and'ed with a

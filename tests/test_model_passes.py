@@ -107,6 +107,19 @@ def test_moe_backward_runs_two_grouped_gemms_per_expert_gemm(gpu):
     assert p.time_s * p.tflops * 1e12 == pytest.approx(kernels.spec("moe").backward_flops(QWEN))
 
 
+def test_moe_backward_charges_one_swiglu_kernel_and_no_torch_elementwise_pass():
+    """v3_backward: SwiGLU's derivative, the routing weights' gradient and h·w run in one kernel
+    that reads dh, g, u and h and writes dg, du and h·w once (7 elements of x's dtype per
+    (row, hidden) element, 8 fp32 bytes per row); torch only gathers dy's and x's rows."""
+    t, dim, hidden, _, top_k, _ = QWEN
+    streams = {name: ms for name, ms in _launch_ms(_p(True, "moe", "v3", QWEN)).items()
+               if not name.endswith("launch (ms)")}
+    assert [name for name in streams if "torch" in name] == ["gathers of dy and x (torch) (ms)"]
+    rows = t * top_k
+    assert streams["SwiGLU backward kernel (ms)"] / streams["gathers of dy and x (torch) (ms)"] == pytest.approx(
+        rows * (7 * hidden * 2 + 8) / (4 * rows * dim * 2), rel=1e-3)
+
+
 @pytest.mark.parametrize(("op", "rung"), [("grouped_gemm", "v1"), ("moe", "v2")])
 def test_uncovered_backward_rungs_say_so(op, rung):
     shape = DOWN if op == "grouped_gemm" else QWEN

@@ -24,9 +24,10 @@ Forward:
 Backward (:mod:`kernels.moe.layer_ladder.v3_backward`): the gathers of dy's and x's rows
 (torch ``index_select``), per expert GEMM its grouped GEMM dX and dW launches on grouped
 GEMM v4's kernels (the public op's, :mod:`.grouped_gemm_backward`: down's dX and dW, gate's
-and up's dW and dX), SwiGLU's derivative and the weight products in torch's eager
-elementwise ops (their fp32 temporaries' HBM bytes, each op reading its inputs and
-writing its output once: :data:`ELEMENTWISE_BYTES`), and the k-sum of the two dX results.
+and up's dW and dX), SwiGLU's derivative, the routing weights' gradient and h·w in one
+kernel (:mod:`kernels.moe.layer_ladder.swiglu_backward`), charged its HBM bytes
+(:data:`SWIGLU_BACKWARD_ELEMENTS`: each input read and each output written once), and the
+k-sum of the two dX results.
 """
 from __future__ import annotations
 
@@ -47,14 +48,10 @@ from .tiles import Wave, round_robin
 
 RUNGS = ("v3",)
 SHAPE_NAMES = ("T", "dim", "hidden", "E", "top_k")
-# HBM bytes per (row, hidden) element of the backward's torch elementwise ops, as (bytes
-# of x's dtype, fp32 bytes) per op chain, counted from v3_backward.sorted_backward:
-ELEMENTWISE_BYTES = {
-    "h·w for ddown": (2, 16),          # h.float(), * w, .to(dtype)
-    "routing weight gradient": (1, 20),  # h.float(), * dh, .sum(1); dh.float() of the dX result
-    "dh·w": (0, 8),
-    "SwiGLU derivative": (4, 112),     # g, u to fp32, sigmoid, the products of dg and du, two casts
-}
+# HBM bytes of the backward's SwiGLU kernel (kernels.moe.layer_ladder.swiglu_backward), every
+# output asked: per (row, hidden) element, elements of x's dtype (dh, g, u, h read; dg, du,
+# h·w written); per row, fp32 bytes (the routing weight read, its gradient written)
+SWIGLU_BACKWARD_ELEMENTS, SWIGLU_BACKWARD_ROW_BYTES = 7, 8
 
 
 def check(shape) -> tuple:
@@ -137,8 +134,8 @@ def backward_launches(shape, sizes, torch_dtype, dtype, chip_spec, chip) -> tupl
                 "down dX": grouped_gemm_backward.dx_launch("v4", down, *args),
                 "gate dW": gate_up_dw, "up dW": gate_up_dw, "gate dX": gate_up_dx, "up dX": gate_up_dx}
     streams = {"gathers of dy and x (torch)": passes.hbm_seconds(4 * rows * dim * elem, chip)}
-    streams.update({f"{name} (torch)": passes.hbm_seconds(rows * hidden * (n_elem * elem + fp32), chip)
-                    for name, (n_elem, fp32) in ELEMENTWISE_BYTES.items()})
+    streams["SwiGLU backward kernel"] = passes.hbm_seconds(
+        rows * (hidden * SWIGLU_BACKWARD_ELEMENTS * elem + SWIGLU_BACKWARD_ROW_BYTES), chip)
     streams["k-sum of the dX results"] = passes.hbm_seconds((2 * rows + t) * dim * elem, chip)
     return launches, streams
 

@@ -5,20 +5,28 @@ pre-activations g and u and the SwiGLU output h (T·k, hidden) each, with the so
 slots and the offsets; the backward then needs no forward GEMM. Per sorted row i
 (slot s, token t = s // k, routing weight w), with dy = the output's gradient:
 
-* down: the gradient of h·down[e] before weighting is dy[t]·down[e]ᵀ (the dX launch, on
-  the gathered dy rows), so the routing weight's gradient is h[i]·(dy[t]·down[e]ᵀ)
-  (an fp32 dot per row, no product of the forward kept) and dh = w·that; ddown[e] is
-  the dW launch Σ (w·h)ᵀ·dy over the expert's rows.
-* SwiGLU, in fp32 from the saved g and u: dg = dh·u·σ(g)·(1 + g·(1 − σ(g))), du = dh·g·σ(g).
+* down: the gradient of h·down[e] before weighting is dh = dy[t]·down[e]ᵀ (the dX launch,
+  on the gathered dy rows), so the routing weight's gradient is h[i]·dh (an fp32 dot per
+  row, no product of the forward kept) and h's gradient w·dh; ddown[e] is the dW launch
+  Σ (w·h)ᵀ·dy over the expert's rows.
+* SwiGLU, in fp32 from the saved g and u: dg = w·dh·u·σ(g)·(1 + g·(1 − σ(g))),
+  du = w·dh·g·σ(g).
 * gate and up: dW launches of x's rows gathered in sorted order against dg and du, dX
   launches of dg·gateᵀ and du·upᵀ; the two dX results are summed per token, both
   products of its k slots, in float32 by :func:`.slot_sum.slot_sum`.
 
-Six grouped GEMM launches for three expert GEMMs (:func:`kernels.grouped_gemm`'s custom
-ops, so the grouped GEMM's kernels and tuner), fewer when some gradient is not needed.
-They and SwiGLU's derivative run on rows already in sorted order (:func:`sorted_backward`),
-so the expert-parallel layer (:mod:`kernels.moe.ep_layer`) runs them on the rows an owner
-received, with the routing weight applied on the sender instead.
+What runs where: six grouped GEMM launches for three expert GEMMs
+(:func:`kernels.grouped_gemm`'s custom ops, so the grouped GEMM's kernels and tuner), fewer
+when some gradient is not needed; between down's dX and the rest, one Triton kernel
+(:func:`.swiglu_backward.swiglu_backward`) reads dh, g, u, h and w once and writes dg, du,
+the routing weights' gradient (fp32, one program per row block, so the same bits every
+run) and w·h for down's dW, each in x's dtype, each only when a needed gradient reads it.
+Torch itself runs no pass over (T·k, hidden): no fp32 temporary of that shape is made
+(``tests/test_moe_swiglu_backward.py`` counts). The gathers of dy's and x's rows and the
+scatter of the routing weights' gradient into slot order are torch's (:func:`fused_backward`).
+All of it runs on rows already in sorted order (:func:`sorted_backward`), so the
+expert-parallel layer (:mod:`kernels.moe.ep_layer`) runs it on the rows an owner received,
+with the routing weight applied on the sender instead (w None: no w·h, h is down's operand).
 """
 from __future__ import annotations
 
@@ -26,6 +34,7 @@ import torch
 
 from ..permutation import _inverse
 from .slot_sum import slot_sum
+from .swiglu_backward import swiglu_backward
 
 
 def sorted_backward(dy, rows, gate, up, down, g, u, h, offsets, w, needs):
@@ -40,27 +49,16 @@ def sorted_backward(dy, rows, gate, up, down, g, u, h, offsets, w, needs):
     ``dw_rows`` (R,) fp32: each row's routing weight gradient h·(dy·downᵀ). Separate from
     :func:`fused_backward` so the expert-parallel layer's owners run the same launches on
     the rows they received."""
-    groups, dtype = gate.shape[0], h.dtype
+    groups = gate.shape[0]
     mm, dw = torch.ops.kernels.grouped_gemm, torch.ops.kernels.grouped_gemm_dw
-    d_rows = dw_rows = dgate = dup = ddown = None
-    if needs[4]:
-        ddown = dw(h if w is None else (h.float() * w).to(dtype), dy, offsets, groups)
-    if not any(needs[:4]):
-        return d_rows, dw_rows, dgate, dup, ddown
-    dh = mm(dy, down.transpose(1, 2), offsets).float()
-    if needs[1]:
-        dw_rows = (h.float() * dh).sum(dim=1)
-    if not any(needs[i] for i in (0, 2, 3)):
-        return d_rows, dw_rows, dgate, dup, ddown
-    if w is not None:
-        dh = dh * w
-    gf, sig = g.float(), torch.sigmoid(g.float())
-    dg = (dh * u.float() * sig * (1 + gf * (1 - sig))).to(dtype)
-    du = (dh * gf * sig).to(dtype)
+    swiglu = needs[0] or needs[2] or needs[3]
+    dh = mm(dy, down.transpose(1, 2), offsets) if swiglu or needs[1] else None
+    dg, du, dw_rows, hw = swiglu_backward(dh, g, u, h, w, swiglu=swiglu, dw_rows=needs[1],
+                                          weighted_h=needs[4] and w is not None)
+    ddown = dw(h if hw is None else hw, dy, offsets, groups) if needs[4] else None
     dgate = dw(rows, dg, offsets, groups) if needs[2] else None
     dup = dw(rows, du, offsets, groups) if needs[3] else None
-    if needs[0]:
-        d_rows = mm(dg, gate.transpose(1, 2), offsets), mm(du, up.transpose(1, 2), offsets)
+    d_rows = (mm(dg, gate.transpose(1, 2), offsets), mm(du, up.transpose(1, 2), offsets)) if needs[0] else None
     return d_rows, dw_rows, dgate, dup, ddown
 
 

@@ -38,8 +38,9 @@ Idea:
     Backward (:mod:`.v3_backward`): the forward keeps g and u (kernel 1 stores them
     beside h when a gradient is needed) and h, the slots and the offsets; the backward
     runs, per expert GEMM, its dX and its dW grouped GEMM (6 launches, no forward GEMM),
-    SwiGLU's derivative and the routing weights' gradient elementwise in fp32, and sums
-    x's gradient with the k-sum kernel. Memory for FLOPs: the saved tensors are
+    SwiGLU's derivative, the routing weights' gradient and the weighted h in one fp32
+    pass over the rows (:mod:`.swiglu_backward`), and sums x's gradient with the k-sum
+    kernel. Memory for FLOPs: the saved tensors are
     3·T·k·hidden elements in x's dtype plus 8·T·k + 4·E bytes of indices (DeepSeek-V3's
     local experts in bf16: 0.40 GB per layer), where recomputing them would run the
     three forward GEMMs again: a training step's expert GEMM FLOPs are 3 units (forward,
@@ -74,8 +75,7 @@ Expected bound:
 Limits:
     In training, kernel 1 writes g and u as well as h (2·R·hidden·S more bytes than the
     model above). The backward's operands are not gathered in the load: it copies the
-    output gradient's rows and x's rows into sorted order (R·dim each) and runs SwiGLU's
-    derivative with torch, in fp32 temporaries of (R, hidden). Gathered A rows are
+    output gradient's rows and x's rows into sorted order (R·dim each). Gathered A rows are
     scattered reads (one row per token, not one block), which the hardware coalesces
     only within a row; a token's row is read once per slot (k times). The two
     accumulators double kernel 1's registers: 256 x 128, 128 x 256 and, capped at 2
@@ -95,7 +95,7 @@ from ... import plans
 from ...outputs import new_output
 from ...registry import AotKernel, rung
 from ...tuning import with_overrides
-from ...triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_kwargs
+from ...triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_kwargs, store_rows
 from ..grouped_gemm.schedule import group_tiles, locate, super_rows
 from ..grouped_gemm.tiles import operand, reduce_tiles
 from ..routing import route
@@ -130,15 +130,6 @@ def _weight_tile(w_ptr, group, ks, cols, stride_wg, stride_wk, stride_wn):
     (an operand of 2^31+ elements would wrap in i32)."""
     return (w_ptr + group.to(tl.int64) * stride_wg + ks.to(tl.int64)[:, None] * stride_wk
             + cols.to(tl.int64)[None, :] * stride_wn)
-
-
-@triton.jit
-def _store_rows(ptr, rows, cols, stride_t, stride_n, values, mask, INTERP_BF16: tl.constexpr):
-    """A (rows, cols) tile of fp32 ``values`` rounded once to the buffer's dtype."""
-    if INTERP_BF16:
-        values = round_to_bf16(values)
-    ptrs = ptr + rows.to(tl.int64)[:, None] * stride_t + cols.to(tl.int64)[None, :] * stride_n
-    tl.store(ptrs, values.to(ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -179,10 +170,10 @@ def _gate_up_kernel(x_ptr, gate_ptr, up_ptr, h_ptr, g_ptr, u_ptr, slot_ptr, offs
     # exercise begin: swiglu
     h = g * tl.sigmoid(g) * u   # SwiGLU in fp32, rounded once on the store
     # exercise end
-    _store_rows(h_ptr, rows, cols, stride_ht, stride_hn, h, a_rows & b_cols, INTERP_BF16)
+    store_rows(h_ptr, rows, cols, stride_ht, stride_hn, h, a_rows & b_cols, INTERP_BF16)
     if SAVE:   # the pre-activations, for a backward without a forward GEMM (g and u strided as h)
-        _store_rows(g_ptr, rows, cols, stride_ht, stride_hn, g, a_rows & b_cols, INTERP_BF16)
-        _store_rows(u_ptr, rows, cols, stride_ht, stride_hn, u, a_rows & b_cols, INTERP_BF16)
+        store_rows(g_ptr, rows, cols, stride_ht, stride_hn, g, a_rows & b_cols, INTERP_BF16)
+        store_rows(u_ptr, rows, cols, stride_ht, stride_hn, u, a_rows & b_cols, INTERP_BF16)
 
 
 @triton.jit

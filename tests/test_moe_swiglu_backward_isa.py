@@ -1,0 +1,93 @@
+"""The fused MoE rung's elementwise backward kernel as gfx942 and gfx950 compile it (ahead of
+time; not a rung, so a fresh subprocess compiles it, as tests/test_fp8_quantize_isa.py does).
+Backs what kernels/moe/layer_ladder/swiglu_backward.py says of its loads, stores and spills."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPILE = """
+import json, torch
+from kernels.moe.layer_ladder import swiglu_backward
+from workbench.isa import compile as isa_compile, parse as isa_parse
+out = []
+for weighted in (True, False):
+    kernel = isa_compile.compile_aot(swiglu_backward.aot(torch.bfloat16, weighted), ("hip", {arch!r}, 64))
+    lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+    out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]),
+                    ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}}))
+print(json.dumps(out))
+"""
+
+
+@functools.cache
+def compiled(arch: str) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(arch=arch)],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+WIDE = ("dwordx2", "dwordx3", "dwordx4", "b64", "b96", "b128")
+
+
+@pytest.mark.slow   # two AOT compiles in a fresh process
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_bf16_rows_move_16_bytes_per_thread_and_nothing_spills(arch):
+    """bf16, every output asked, with a routing weight and at weight 1 (the expert-parallel
+    owner's launch): per column block a thread reads dh, g, u and h as one 16-byte load each
+    and writes dg, du (and h·w) as one 16-byte store each; the only narrower accesses are
+    the per-row routing weight's load and dw_rows' store (4 bytes, once per program). LDS
+    only for the row sums' change of layout before that store (one 4-byte write and read).
+    No VGPR or SGPR spills, no scratch, 8 waves per SIMD."""
+    for kernel, weighted in zip(compiled(arch), (True, False)):
+        res, ops = kernel["resources"], kernel["ops"]
+        assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+        assert res["occupancy"] == 8, res
+        loads, stores = ops["global_load"], ops["global_store"]
+        wide_loads = sum(n for op, n in loads.items() if op.endswith("dwordx4") or op.endswith("b128"))
+        wide_stores = sum(n for op, n in stores.items() if op.endswith("dwordx4") or op.endswith("b128"))
+        assert wide_loads >= 4 and wide_stores >= (3 if weighted else 2), ops
+        narrow_loads = {op: n for op, n in loads.items() if not op.endswith(WIDE)}
+        narrow_stores = {op: n for op, n in stores.items() if not op.endswith(WIDE)}
+        assert sum(narrow_loads.values()) <= (1 if weighted else 0), ops     # w, one row per thread
+        assert sum(narrow_stores.values()) <= 1, ops                         # dw_rows
+        assert sum(ops.get("lds_write", {}).values()) <= 1 and sum(ops.get("lds_read", {}).values()) <= 1, ops
+        assert not ops.get("matrix")
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_the_compiled_launch_takes_the_int_arguments_a_call_passes(weighted, monkeypatch):
+    """Triton specializes an int argument equal to 1 as a constant and one divisible by 16 (0
+    too) as such: each int of the ahead-of-time launch must be of the class a call from
+    sorted_backward gives it (contiguous rows; w (R, 1) or None), or the ISA above is another
+    binary's. The call is recorded, not run."""
+    import torch
+    from kernels.moe.layer_ladder import swiglu_backward
+
+    kernel = swiglu_backward._swiglu_backward_kernel
+    passed = {}
+
+    class Recorder:   # the launch calls the kernel's run with the grid and constexprs as keywords
+        def run(self, *args, **kwargs):
+            passed.update(zip(kernel.arg_names, args), **kwargs)
+    monkeypatch.setattr(swiglu_backward, "_swiglu_backward_kernel", Recorder())
+    dh, g, u, h = (torch.ones(64, 256, dtype=torch.bfloat16) for _ in range(4))
+    w = torch.ones(64, 1) if weighted else None
+    swiglu_backward.swiglu_backward(dh, g, u, h, w, swiglu=True, dw_rows=True, weighted_h=weighted)
+    monkeypatch.undo()
+    compiled_launch = swiglu_backward.aot(torch.bfloat16, weighted)
+
+    def kind(value):
+        return "one" if value == 1 else "multiple of 16" if value % 16 == 0 else "other"
+    ints = [name for name, value in compiled_launch.scalars.items() if isinstance(value, int)]
+    assert {n: kind(compiled_launch.scalars[n]) for n in ints} == {n: kind(passed[n]) for n in ints}
+    assert {k: v for k, v in compiled_launch.constexprs.items() if k != "INTERP_BF16"} == \
+        {k: passed[k] for k in compiled_launch.constexprs if k != "INTERP_BF16"}
