@@ -8,6 +8,7 @@ with its source tags and caveats::
 
     roofline.gpus()                      # ['B200', 'H100 SXM', 'H200 SXM', 'MI250X', ...]
     s = roofline.spec("mi300x")          # aliases: case, spaces, dashes do not matter
+    roofline.device_spec("AMD Instinct MI300X VF", "gfx942")   # as torch names the device
     s.peak_tflops["bf16"], s.hbm_tbps    # 1307.4, 5.3   (None = dtype not supported)
     s.ridge("bf16")                      # FLOP/byte where the HBM roof meets bf16 peak
     s.memory_levels                      # {'hbm': 5.3, 'llc': 17.0, 'l2': 34.4, ...}
@@ -42,12 +43,12 @@ from .loader import load_spec
 from .measured import check_ceilings
 from .model import attainable, bound, percent_of_roof, roofs
 from .points import CEILING, SOURCES, Point, ceiling_point, point
-from .registry import gpus, spec
+from .registry import device_spec, gpus, spec
 from .spec import LEVELS, GpuSpec, Provenance
 
 __all__ = [
     "CEILING", "DTYPES", "LEVELS", "SOURCES", "GpuSpec", "Point", "Provenance", "attainable", "bound",
-    "ceiling_point", "chart", "check_ceilings", "dtype_name", "gpus", "ladder_chart", "load_spec",
+    "ceiling_point", "chart", "check_ceilings", "device_spec", "dtype_name", "gpus", "ladder_chart", "load_spec",
     "percent_of_roof", "point", "roofs", "save_chart", "spec",
 ]
 
