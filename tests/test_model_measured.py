@@ -33,7 +33,8 @@ def test_each_measured_row_the_model_covers_is_set_beside_its_prediction(make_ro
     assert len(left) == 3
     assert "gemm v2 forward+backward on AMD Instinct MI300X: the model predicts the forward and backward" in left[0]
     assert left[1].startswith("gemm_fp8 v1 forward on NVIDIA H200: on sm_90 (H200 SXM) the model covers")
-    assert left[2].startswith("gemm v2 forward on NVIDIA A100-SXM4-80GB: unknown GPU 'NVIDIA A100-SXM4-80GB' on sm_80")
+    assert left[2].startswith("gemm v2 forward on NVIDIA A100-SXM4-80GB: unknown GPU 'NVIDIA A100-SXM4-80GB' "
+                              "on sm_80")
 
 
 @pytest.mark.parametrize("device, arch, name", [
@@ -44,7 +45,8 @@ def test_a_row_is_predicted_on_the_gpu_its_device_name_names(make_row, device, a
     """Rows hold torch's device name; the model takes the spec's (roofline.device_spec)."""
     expected = model.predict("gemm", "v2", (4096, 4096, 4096), "bf16", name).time_s * 1e3
     table, left = measured.compare([make_row(rung="v2", gpu=device, arch=arch, ms=expected)])
-    assert left == [] and [(r["gpu"], r["model ms"], r["error %"]) for r in table] == [(device, round(expected, 4), 0.0)]
+    assert left == []
+    assert [(r["gpu"], r["model ms"], r["error %"]) for r in table] == [(device, round(expected, 4), 0.0)]
 
 
 def test_once_stop_says_so_the_cases_left_are_named_not_predicted(make_row, predicted_ms):

@@ -75,7 +75,8 @@ def rung_points(op: str, labels: list[str], shape: tuple, dtype, gpu: str, backw
     where = "x".join(map(str, shape))
     points = []
     for label in labels:
-        name, nbytes = f"{op} {label}{' backward' if backward else ''}", traffic.get(label) or spec.bytes_moved(shape, dtype)
+        name = f"{op} {label}{' backward' if backward else ''}"
+        nbytes = traffic.get(label) or spec.bytes_moved(shape, dtype)
         points.append(_predicted_point(found[label], name, flops, nbytes, op, where) if label in found
                       else roofline.ceiling_point(gpu, name, flops, nbytes, dtype, op, where))
     return points, missing
