@@ -8,6 +8,7 @@ with its source tags and caveats::
 
     roofline.gpus()                      # ['B200', 'H100 SXM', 'H200 SXM', 'MI250X', ...]
     s = roofline.spec("mi300x")          # aliases: case, spaces, dashes do not matter
+    roofline.device_spec("AMD Instinct MI300X VF", "gfx942")   # as torch names the device
     s.peak_tflops["bf16"], s.hbm_tbps    # 1307.4, 5.3   (None = dtype not supported)
     s.ridge("bf16")                      # FLOP/byte where the HBM roof meets bf16 peak
     s.memory_levels                      # {'hbm': 5.3, 'llc': 17.0, 'l2': 34.4, ...}
@@ -26,6 +27,7 @@ Points and charts::
 
     p = roofline.point(s, "v3_mfma", flops, bytes_moved, ms, "bf16", "measured",
                        op="gemm", shape="4096x4096x4096")
+    roofline.ceiling_point(s, "v3_mfma", flops, bytes_moved, "bf16")   # "v3_mfma (ceiling)", on the roof
     c = roofline.chart(s, [p], ceilings=measured)   # measured ceilings drawn dashed
     roofline.save_chart(c, "gemm.svg")               # or .png, no browser needed
     roofline.ladder_chart(rows)                      # TFLOP/s per rung and ratio to ref
@@ -40,13 +42,13 @@ from .dtypes import DTYPES, dtype_name
 from .loader import load_spec
 from .measured import check_ceilings
 from .model import attainable, bound, percent_of_roof, roofs
-from .points import SOURCES, Point, point
-from .registry import gpus, spec
+from .points import CEILING, SOURCES, Point, ceiling_point, point
+from .registry import device_spec, gpus, spec
 from .spec import LEVELS, GpuSpec, Provenance
 
 __all__ = [
-    "DTYPES", "LEVELS", "SOURCES", "GpuSpec", "Point", "Provenance", "attainable", "bound",
-    "chart", "check_ceilings", "dtype_name", "gpus", "ladder_chart", "load_spec",
+    "CEILING", "DTYPES", "LEVELS", "SOURCES", "GpuSpec", "Point", "Provenance", "attainable", "bound",
+    "ceiling_point", "chart", "check_ceilings", "device_spec", "dtype_name", "gpus", "ladder_chart", "load_spec",
     "percent_of_roof", "point", "roofs", "save_chart", "spec",
 ]
 

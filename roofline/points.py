@@ -1,4 +1,5 @@
-"""``Point``: one kernel run placed on a roofline, and ``point()`` to make one from raw counts.
+"""``Point``: one kernel run placed on a roofline, ``point()`` to make one from raw counts, and
+``ceiling_point()`` for where a kernel could be (the roof over its intensity), not where one is.
 
 The ``source`` field is mandatory because a chart mixes numbers of different standing:
 ``measured`` here and now, ``recorded`` on a real GPU earlier (shipped with the package),
@@ -10,6 +11,7 @@ from numbers import Real
 from typing import Optional
 
 from .dtypes import dtype_name
+from .model import attainable
 from .registry import spec as _spec
 
 SOURCES = ("measured", "recorded", "model")
@@ -62,3 +64,19 @@ def point(gpu, name, flops, bytes_moved, ms, dtype, source, op="", shape="",
     return Point(rung=name, op=op, shape=shape, dtype=dtype, intensity=flops / bytes_moved,
                  tflops=flops / (ms * 1e-3) / 1e12, ms=ms, source=source,
                  gpu=_spec(gpu).name, date=date)
+
+
+CEILING = " (ceiling)"
+"""The suffix of a ceiling point's name: the point is the roof, not a kernel's speed."""
+
+
+def ceiling_point(gpu, name, flops, bytes_moved, dtype, op="", shape="") -> Point:
+    """``name`` at the roofline's ceiling over its intensity, ``min(peak, bandwidth x
+    intensity)`` (source ``model``): where a kernel of these counts could be, not where one
+    is. The name gets :data:`CEILING` added so that no chart reads it as a kernel's speed;
+    ``ms`` is the time at that ceiling."""
+    _positive("flops", flops)
+    _positive("bytes_moved", bytes_moved)
+    roof = attainable(gpu, flops / bytes_moved, dtype)
+    return point(gpu, name + CEILING, flops, bytes_moved, flops / (roof * 1e9), dtype, "model", op=op,
+                 shape=shape)

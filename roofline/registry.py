@@ -4,6 +4,10 @@ Built-in specs ship as package data (found through importlib.resources, so a whe
 users add or override GPUs with YAML files in the directories named by the environment
 variable ``ROOFLINE_SPECS_DIR`` (``os.pathsep``-separated). A user file whose ``name``
 matches a built-in replaces it, so a corrected datasheet needs no code change.
+
+:func:`spec` takes a name or an alias; :func:`device_spec` takes a GPU as the device names
+itself (torch's ``get_device_name``: "NVIDIA H100 80GB HBM3", "AMD Instinct MI300X VF"), the
+one lookup by which the workbench knows which GPU it runs on or a results file came from.
 """
 
 import os
@@ -11,6 +15,7 @@ import re
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
+from typing import Optional
 
 from .loader import load_spec, parse_text
 from .spec import GpuSpec
@@ -77,3 +82,36 @@ def spec(name) -> GpuSpec:
         raise KeyError(f"unknown GPU {name!r}; known: {', '.join(sorted(specs))}. "
                        f"Add a YAML file to ${ENV_VAR} or use roofline.load_spec(path)."
                        ) from None
+
+
+def device_spec(device_name: str, target: Optional[str] = None, compute_units: Optional[int] = None) -> GpuSpec:
+    """The spec of the GPU a device name names, as torch reports it ("NVIDIA H200", "NVIDIA
+    H100 80GB HBM3", "AMD Instinct MI300X VF"); ``target`` ("sm_90", "gfx942") and
+    ``compute_units`` (SMs or CUs), where known, must agree with it.
+
+    In order: a name or alias (:func:`spec`); else the spec whose name or alias is the
+    longest found inside the device name ("H100" in "NVIDIA H100 80GB HBM3"); else, with
+    both ``target`` and ``compute_units`` given, the first spec by name with those (a device
+    name that names no known GPU). A name found inside is trusted: a variant with other
+    clocks and the same SM count (H100 NVL) would take the SXM part's spec. ``KeyError``
+    when nothing fits.
+    """
+    try:
+        return spec(device_name)
+    except KeyError:
+        pass
+    device = _key(device_name)
+
+    def inside(s: GpuSpec) -> int:   # the longest of its names inside the device name; 0: none
+        return max((len(_key(a)) for a in (s.name, *s.aliases) if _key(a) in device), default=0)
+
+    fits = sorted((s for s in _current()[0].values() if target in (None, s.target)
+                   and compute_units in (None, s.compute_units)), key=lambda s: s.name)
+    best = max(fits, key=inside, default=None)
+    if best is not None and inside(best):
+        return best
+    if target is not None and compute_units is not None and fits:
+        return fits[0]
+    where = (f" on {target}" if target else "") + (f" with {compute_units} compute units" if compute_units else "")
+    raise KeyError(f"unknown GPU {device_name!r}{where}; known: {', '.join(gpus())}. "
+                   f"Add a YAML file to ${ENV_VAR} or use roofline.load_spec(path).")

@@ -95,13 +95,15 @@ def test_mxfp8_never_pays_where_it_is_emulated_on_the_bf16_matrix_cores():
     assert fp8_cost.step_cost("MI300X", "mxfp8", (8192,) * 3).speedup < 1
 
 
-def test_points_are_model_points_on_the_roofs():
+def test_points_are_model_points_on_the_roofs_named_as_ceilings():
+    """Roofline times, not predictions of a kernel: each point's name says it is a ceiling."""
     q = fp8_cost.quantize_point("MI300X", "block1x128")
-    assert q.source == "model" and q.intensity < 2
+    assert q.source == "model" and q.intensity < 2 and q.rung == "quantize block1x128 +T (ceiling)"
     assert q.tflops == pytest.approx(HBM * q.intensity)
     assert q.ms == pytest.approx((8192 * 8192 * 4 + 4 * 2 * 8192 * 64) / (HBM * 1e9))
     g = fp8_cost.gemm_point("MI300X", recipe="blockwise")
     assert g.source == "model" and g.dtype == "fp8" and g.tflops == pytest.approx(FP8)
+    assert g.rung == "gemm fp8 (blockwise) (ceiling)"
     assert fp8_cost.gemm_point("MI300X", recipe="mxfp8").dtype == "bf16"
 
 

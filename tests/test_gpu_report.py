@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 import kernels
 from kernels import registry
-from workbench import gpu_report, gpu_report_fp8, results
+from workbench import gpu_report, gpu_report_fp8, model, results
 from workbench.harness.bench import Budget
 from workbench.harness.results import Recorder
 from workbench.train import quick as train_quick
@@ -81,6 +83,32 @@ def test_gpu_report_records_the_quick_suite_and_prints_ratios(pretended_h200, ca
     assert "no measured row is a case the model covers" in model_part
     assert [": ".join(line.split(": ")[:2]) for line in model_part.splitlines() if line.startswith("left out")] == [
         f"left out: gemm_fp8 {rung} forward on NVIDIA H200" for rung in ("v0", "v1", "v2")]
+
+
+@pytest.mark.parametrize("device, gpu", [("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100 SXM")])
+def test_on_a_pretended_sm_90_gpu_the_model_is_set_beside_each_measured_rung_it_covers(
+        pretended_h200, fake_gpu, fake_timer, monkeypatch, capsys, device, gpu):
+    """GEMM on sm_90, which the model covers (v2-v6, from the PTX), on the H200 and on an H100
+    as torch names them: every rung and ref "measured" at half GEMM v2's predicted time, so
+    v2's signed error is -50 % (the model pessimistic)."""
+    fake_gpu("cuda", "sm_90", device)
+    shape = (128, 256, 64)
+    v2 = model.predict("gemm", "v2", shape, "bf16", gpu).time_s * 1e3
+    fake_timer(ms=[v2 / 2])
+    monkeypatch.setitem(registry._SPECS, "gemm", dataclasses.replace(
+        kernels.spec("gemm"), bench_shapes={"tiny": shape}, quick_shapes=("tiny",), dtypes=(torch.bfloat16,)))
+    monkeypatch.setattr(kernels, "ops", lambda: ("gemm",))
+    assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 0
+    model_part = capsys.readouterr().out.split("model against measured")[1]
+    row = re.compile(rf"gemm +(v\d) +forward +128x256x64 +bfloat16 +{device} +(\S+) +(\S+) +(\S+) +(.+?) *$")
+    rows = {m[1]: m.groups()[1:] for m in map(row.match, model_part.splitlines()) if m}
+    assert set(rows) == {"v2", "v3", "v4", "v5", "v6"}
+    for rung, printed in rows.items():   # numbers as the table prints them (3 digits); error %: measured / model - 1
+        p = model.predict("gemm", rung, shape, "bf16", gpu)
+        numbers = (v2 / 2, round(p.time_s * 1e3, 4), round(100 * (v2 / 2 / (p.time_s * 1e3) - 1), 1))
+        assert printed == (*(f"{n:.3g}" for n in numbers), p.bound)
+    assert rows["v2"][2] == "-50"   # signed: the model is pessimistic where the GPU beats it
+    assert "left out" not in model_part   # ref is no case; the SIMT rungs v0 and v1 run no bf16
 
 
 def test_gpu_report_ends_with_the_training_step_of_both_kernel_sets(pretended_h200, capsys):

@@ -24,8 +24,8 @@ def test_each_measured_row_the_model_covers_is_set_beside_its_prediction(make_ro
             make_row(rung="v4", ms=predicted_ms["v4"] / 2),
             make_row(rung="v3", status="error", error="boom", ms=None, tflops=None, gbps=None, ratio_to_ref=None),
             make_row(rung="v2", pass_name="forward+backward"),
-            make_row(op="gemm_fp8", rung="v1", gpu="NVIDIA H200", dtype="float8_e4m3fn"),
-            make_row(rung="v2", gpu="NVIDIA H100 80GB HBM3")]
+            make_row(op="gemm_fp8", rung="v1", gpu="NVIDIA H200", arch="sm_90", dtype="float8_e4m3fn"),
+            make_row(rung="v2", gpu="NVIDIA A100-SXM4-80GB", arch="sm_80")]
     table, left = measured.compare(rows)
     assert [(r["rung"], r["model ms"], r["error %"]) for r in table] == [
         ("v2", round(predicted_ms["v2"], 4), 100.0), ("v4", round(predicted_ms["v4"], 4), -50.0)]   # slower than the model: optimistic, +
@@ -33,7 +33,20 @@ def test_each_measured_row_the_model_covers_is_set_beside_its_prediction(make_ro
     assert len(left) == 3
     assert "gemm v2 forward+backward on AMD Instinct MI300X: the model predicts the forward and backward" in left[0]
     assert left[1].startswith("gemm_fp8 v1 forward on NVIDIA H200: on sm_90 (H200 SXM) the model covers")
-    assert left[2].startswith("gemm v2 forward on NVIDIA H100 80GB HBM3: unknown GPU")
+    assert left[2].startswith("gemm v2 forward on NVIDIA A100-SXM4-80GB: unknown GPU 'NVIDIA A100-SXM4-80GB' "
+                              "on sm_80")
+
+
+@pytest.mark.parametrize("device, arch, name", [
+    ("NVIDIA H200", "sm_90", "H200 SXM"), ("NVIDIA H100 80GB HBM3", "sm_90", "H100 SXM"),
+    ("AMD Instinct MI300X VF", "gfx942", "MI300X"), ("AMD Instinct MI355X", "gfx950", "MI355X"),
+])
+def test_a_row_is_predicted_on_the_gpu_its_device_name_names(make_row, device, arch, name):
+    """Rows hold torch's device name; the model takes the spec's (roofline.device_spec)."""
+    expected = model.predict("gemm", "v2", (4096, 4096, 4096), "bf16", name).time_s * 1e3
+    table, left = measured.compare([make_row(rung="v2", gpu=device, arch=arch, ms=expected)])
+    assert left == []
+    assert [(r["gpu"], r["model ms"], r["error %"]) for r in table] == [(device, round(expected, 4), 0.0)]
 
 
 def test_once_stop_says_so_the_cases_left_are_named_not_predicted(make_row, predicted_ms):

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 import kernels
+import roofline
+from workbench import model
 from workbench.views.rung import RungView, page_code
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
@@ -110,3 +112,67 @@ def test_the_page_scan_finds_the_pages_and_a_changed_line(tmp_path):
     assert stale_pages(notebook) == ["cell 0: gemm v2 triton_tile's code is not the rung's now"]
     write(page.replace("<pre>", "<pre>old ", 1))
     assert stale_pages(notebook) == ["cell 0: gemm v2 triton_tile's docstring is not the rung's now"]
+
+
+# A roofline point as its SVG names it for a screen reader: the tooltip's fields ("rung: v2; ...").
+ROOF_POINT = re.compile(r'aria-label="([^"]*; % of roof: [^"]*)"')
+# Per notebook, the rungs its roofline charts must show at their predicted height (model).
+PREDICTED = {"02_attention_ladder.ipynb": {"attention v2", "attention v3", "attention v4", "attention v5 backward"},
+             "03_moe_ladder.ipynb": {"moe v3"},
+             "06_fp8_training.ipynb": {"gemm v6", "gemm_fp8 v1"}}
+
+
+def roof_points(path: Path) -> list[tuple[int, dict]]:
+    """(cell, the point's fields: rung, op, source, gpu, % of roof...) of every point of every
+    roofline chart saved in ``path`` as SVG."""
+    return [(cell, dict(field.split(": ", 1) for field in html.unescape(label).split("; ")))
+            for cell, output in _outputs(path)
+            for label in ROOF_POINT.findall(_text(output.get("data", {}).get("image/svg+xml", "")))]
+
+
+def modelled(point: dict) -> bool:
+    """Whether the point names ("<op> <label>[ backward]") a rung the model predicts on its GPU."""
+    op, label, pass_name = (point["rung"].split() + ["", ""])[:3]
+    table = model.BACKWARD if pass_name == "backward" else model.COVERED
+    target = roofline.spec(point["gpu"]).target
+    on_target = target in model.AMD_TARGETS or (table is model.COVERED and op in model.NVIDIA_OPS.get(target, ()))
+    return op == point["op"] and label in table.get(op, ((), ()))[1] and on_target
+
+
+def roof_problems(points: list[tuple[int, dict]]) -> list[str]:
+    """Points drawn on the roof without being named a ceiling (a roof is no kernel's speed), and
+    rungs the model covers drawn other than at their predicted height (model, below the roof)."""
+    found = []
+    for cell, point in points:
+        ceiling, on_roof = point["rung"].endswith(roofline.CEILING), float(point["% of roof"]) >= 100
+        if on_roof and not ceiling:
+            found.append(f"cell {cell}: {point['rung']!r} sits on the roof and is not named a ceiling")
+        if modelled(point) and (ceiling or on_roof or point["source"] != "model"):
+            found.append(f"cell {cell}: {point['rung']!r} is a rung the model covers, not at its predicted height")
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_roofline_points_on_the_roof_are_ceilings_and_modelled_rungs_sit_at_their_prediction(path):
+    points = roof_points(path)
+    assert not roof_problems(points)
+    assert PREDICTED.get(path.name, set()) <= {p["rung"] for _, p in points if p["source"] == "model"}
+
+
+def test_the_roof_scan_reads_the_points_and_catches_a_rung_on_the_roof(tmp_path):
+    def point(rung, op, pct, source="model"):
+        return (f'<path aria-label="arithmetic intensity (FLOP/byte): 1638.8; rung: {rung}; source: {source}; '
+                f'op: {op}; gpu: MI300X; % of roof: {pct}; bound: compute"/>')
+    svg = "".join([point("attention v4", "attention", "23.7"), point("attention v0 (ceiling)", "attention", "100.0"),
+                   point("v2-v4", "attention", "100.0"), point("moe v3 (ceiling)", "moe", "100.0"),
+                   point("attention v2", "attention", "40.0", "measured")])
+    notebook = tmp_path / "roof.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "display_data", "metadata": {}, "data": {"image/svg+xml": svg}}]}]}))
+    points = roof_points(notebook)
+    assert [(p["rung"], p["% of roof"]) for _, p in points][:2] == [("attention v4", "23.7"),
+                                                                      ("attention v0 (ceiling)", "100.0")]
+    assert roof_problems(points) == [
+        "cell 0: 'v2-v4' sits on the roof and is not named a ceiling",
+        "cell 0: 'moe v3 (ceiling)' is a rung the model covers, not at its predicted height",
+        "cell 0: 'attention v2' is a rung the model covers, not at its predicted height"]

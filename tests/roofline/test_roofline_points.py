@@ -36,3 +36,16 @@ def test_point_record_is_frozen_and_validated():
         p.tflops = 2.0
     with pytest.raises(ValueError, match="intensity"):
         roofline.Point("ref", "gemm", "s", "fp16", 0.0, 1.0, 0.1, "model", "MI300X")
+
+
+@pytest.mark.parametrize("nbytes, roof", [(2 * 4096**3 / 10, 5.3 * 10), (3 * 2 * 4096**2, 1307.4)])
+def test_a_ceiling_point_sits_on_the_lower_roof_and_says_so_in_its_name(nbytes, roof):
+    """Memory-bound (10 FLOP/byte: the HBM roof) and compute-bound (the bf16 peak) on MI300X."""
+    flops = 2 * 4096**3
+    p = roofline.ceiling_point("mi300x", "v3_mfma", flops, nbytes, "bfloat16", op="gemm", shape=(4096,) * 3)
+    assert (p.rung, p.source, p.dtype, p.shape) == ("v3_mfma (ceiling)", "model", "bf16", "4096x4096x4096")
+    assert p.tflops == pytest.approx(roof) == roofline.attainable("MI300X", flops / nbytes, "bf16")
+    assert p.ms == pytest.approx(flops / (roof * 1e9))
+    assert roofline.percent_of_roof("MI300X", p.intensity, "bf16", p.tflops) == pytest.approx(100)
+    with pytest.raises(ValueError, match="bytes_moved must be"):
+        roofline.ceiling_point("MI300X", "v3_mfma", flops, 0, "bf16")

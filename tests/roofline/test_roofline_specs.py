@@ -30,6 +30,27 @@ def test_aliases(alias, name):
     assert roofline.spec(alias).name == name
 
 
+# Device names as torch.cuda.get_device_name gives them (what results rows and the backend hold).
+@pytest.mark.parametrize("device, target, units, name", [
+    ("NVIDIA H200", "sm_90", 132, "H200 SXM"), ("NVIDIA H100 80GB HBM3", "sm_90", 132, "H100 SXM"),
+    ("AMD Instinct MI300X VF", "gfx942", 304, "MI300X"), ("AMD Instinct MI355X", "gfx950", 256, "MI355X"),
+])
+def test_device_names_resolve_to_their_specs(device, target, units, name):
+    assert roofline.device_spec(device).name == name                   # a results row's name alone
+    assert roofline.device_spec(device, target).name == name           # ... on its target
+    assert roofline.device_spec(device, target, units).name == name    # this process's GPU
+
+
+def test_a_device_name_must_agree_with_its_target_and_units_else_target_and_units_decide():
+    with pytest.raises(KeyError, match="unknown GPU 'NVIDIA H100 80GB HBM3' on gfx942"):
+        roofline.device_spec("NVIDIA H100 80GB HBM3", "gfx942")
+    with pytest.raises(KeyError, match="on sm_90 with 114 compute units"):   # the PCIe part: not the SXM's spec
+        roofline.device_spec("NVIDIA H100 PCIe", "sm_90", 114)
+    assert roofline.device_spec("a name roofline lacks", "gfx942", 304).name == "MI300X"   # the first by name
+    with pytest.raises(KeyError, match="unknown GPU 'NVIDIA A100-SXM4-80GB'; known: B200"):
+        roofline.device_spec("NVIDIA A100-SXM4-80GB")
+
+
 def test_unknown_gpu_lists_known_names():
     with pytest.raises(KeyError) as err:
         roofline.spec("MI999X")

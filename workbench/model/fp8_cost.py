@@ -162,34 +162,32 @@ def break_even(gpu, recipe: str, shape_of=lambda n: (n, n, n), limit: int = 1 <<
 
 
 def quantize_point(gpu, granularity: str, shape=(8192, 8192), transpose: bool = True) -> roofline.Point:
-    """The fused quantize kernel on ``gpu``'s roofline at its model time (bytes / HBM).
+    """The fused quantize kernel on ``gpu``'s roofline at its model time (bytes / HBM): its
+    ceiling, named "... (ceiling)" (:func:`roofline.ceiling_point`), since that time is a
+    roofline's, not a prediction of the kernel.
 
     A roofline point needs a FLOP count; this one counts 2 per element written (the amax
     compare and the scale multiply), 0.4 to 1 FLOP/byte: any count this small sits on the
     HBM roof, and its time, bytes / bandwidth, is the only number the model uses."""
-    gpu = roofline.spec(gpu)
     m, k = shape
     nbytes = quantize_bytes(shape, HIGH, granularity, transpose)
     flops = 2.0 * m * k * (2 if transpose else 1)
-    ms = kernel_ms(gpu, flops, nbytes, gpu.peak(HIGH))
-    return roofline.Point(rung=f"quantize {granularity}{' +T' if transpose else ''}", op="quantize",
-                          shape=f"{m}x{k}", dtype="bf16", intensity=flops / nbytes, tflops=flops / (ms * 1e9),
-                          ms=ms, source="model", gpu=gpu.name)
+    return roofline.ceiling_point(gpu, f"quantize {granularity}{' +T' if transpose else ''}", flops, nbytes, HIGH,
+                                  op="quantize", shape=f"{m}x{k}")
 
 
 def gemm_point(gpu, shape=(8192, 8192, 8192), recipe: str | None = None) -> roofline.Point:
-    """The bf16 GEMM (``recipe`` None) or the recipe's FP8 GEMM on the roofline, model time."""
+    """The bf16 GEMM (``recipe`` None) or the recipe's FP8 GEMM at its roofline ceiling, the
+    time this module charges it, named "... (ceiling)": the step's model, not a prediction
+    of a rung (``workbench.predict`` predicts the rungs it covers)."""
     gpu = roofline.spec(gpu)
     flops = gemm_spec.flops(shape)
     if recipe is None:
-        nbytes, peak, dtype, name = gemm_spec.bytes_moved(shape, HIGH), gpu.peak(HIGH), "bf16", "gemm bf16"
+        nbytes, dtype, name = gemm_spec.bytes_moved(shape, HIGH), "bf16", "gemm bf16"
     else:
-        nbytes, peak = fp8_spec.bytes_moved(shape, FP8), fp8_peak(gpu, recipe)
-        dtype, name = ("fp8" if peak == gpu.peak("fp8") else "bf16"), f"gemm fp8 ({recipe})"
-    ms = kernel_ms(gpu, flops, nbytes, peak)
-    return roofline.Point(rung=name, op="gemm", shape="x".join(map(str, shape)), dtype=dtype,
-                          intensity=flops / nbytes, tflops=flops / (ms * 1e9), ms=ms, source="model",
-                          gpu=gpu.name)
+        native = fp8_peak(gpu, recipe) == gpu.peak("fp8")
+        nbytes, dtype, name = fp8_spec.bytes_moved(shape, FP8), ("fp8" if native else "bf16"), f"gemm fp8 ({recipe})"
+    return roofline.ceiling_point(gpu, name, flops, nbytes, dtype, op="gemm", shape="x".join(map(str, shape)))
 
 
 def quantize_rows(gpus=("MI300X", "MI355X"), shape=(8192, 8192)) -> list[dict]:

@@ -6,11 +6,16 @@ Published points validate the model against other people's kernels
 (:mod:`.validation`); a GPU that ran the rungs themselves validates it against the kernels
 it models, rung by rung, which is the comparison that says whether a predicted speed-up
 between two rungs is real. ``error %`` is signed as in the validation table: the model's
-TFLOP/s over the measured ones, minus one (positive: the model is optimistic).
+TFLOP/s over the measured ones, minus one (positive: the model is optimistic). A row's GPU
+is the spec its device name names, as torch gave it ("NVIDIA H100 80GB HBM3", "AMD Instinct
+MI300X VF"), on the row's target (:func:`roofline.device_spec`, as the tuners know the GPU
+they run on).
 """
 from __future__ import annotations
 
 from typing import Callable, Iterable
+
+import roofline
 
 from ..harness.results import ResultRow
 from ..harness.table import format_table
@@ -43,7 +48,8 @@ def compare(rows: Iterable[ResultRow], stop: Callable[[], bool] = lambda: False
             left[case] = "not predicted: the time allowed was spent"
             continue
         try:
-            p = predictor(row.op, row.rung, tuple(int(n) for n in row.shape.split("x")), row.dtype, row.gpu)
+            gpu = roofline.device_spec(row.gpu, row.arch).name   # the device's name as torch gave it
+            p = predictor(row.op, row.rung, tuple(int(n) for n in row.shape.split("x")), row.dtype, gpu)
         except (NotCovered, KeyError) as why:   # KeyError: a GPU roofline has no spec for
             left[case] = str(why).strip('"')
             continue

@@ -30,9 +30,9 @@ NO_MODEL = (NotImplementedError, ValueError)   # what the model raises for what 
 
 
 @functools.lru_cache(maxsize=None)
-def predicted(op: str, rung: str, shape: tuple, dtype: str, gpu: str) -> model.Prediction:
-    """``workbench.predict``, made once per key in this process."""
-    return model.predict(op, rung, shape, dtype, gpu)
+def predicted(op: str, rung: str, shape: tuple, dtype: str, gpu: str, backward: bool = False) -> model.Prediction:
+    """``workbench.predict`` (``predict_backward`` for ``backward``), made once per key in this process."""
+    return (model.predict_backward if backward else model.predict)(op, rung, shape, dtype, gpu)
 
 
 def representative(op: str) -> tuple[str, tuple]:

@@ -53,18 +53,15 @@ def predicted_seconds(op: str, rung: str, shape: tuple, dtype: str, gpu: str, co
 
 
 def gpu_here() -> str | None:
-    """The roofline name of this process's GPU, or None (the interpreter, an unknown GPU):
-    by torch's device name, else by target and compute units ("... MI300X VF")."""
+    """The roofline name of this process's GPU, or None (the interpreter, an unknown GPU): by
+    torch's device name, its target and compute units (:func:`roofline.device_spec`)."""
     here = kernels.backend.current()
     if not here.is_gpu:
         return None
     try:
-        return roofline.spec(here.device_name).name
+        return roofline.device_spec(here.device_name, here.arch, here.compute_units).name
     except KeyError:
-        pass
-    found = [roofline.spec(name) for name in roofline.gpus()]
-    found = [s for s in found if s.target == here.arch and s.compute_units == here.compute_units]
-    return found[0].name if found else None
+        return None
 
 
 class ModelRanker:

@@ -62,7 +62,7 @@ def _gpu_spec(gpu, backend):
     if backend.is_interpreter:
         return None
     try:
-        return roofline.spec(backend.device_name)
+        return roofline.device_spec(backend.device_name, backend.arch, backend.compute_units)
     except KeyError:
         return None
 

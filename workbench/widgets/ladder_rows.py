@@ -10,21 +10,18 @@ datasheet and say "model".
 """
 from __future__ import annotations
 
-import re
-
 import roofline
 
 from ..harness.results import ResultRow
 
 
-def _squash(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())
-
-
 def gpu_matches(gpu: roofline.GpuSpec, device_name: str) -> bool:
-    """Whether a device name ("AMD Instinct MI300X VF") is the GPU of this spec."""
-    device = _squash(device_name)
-    return any(_squash(alias) in device for alias in (gpu.name, *gpu.aliases))
+    """Whether a device name ("AMD Instinct MI300X VF") is the GPU of this spec
+    (:func:`roofline.device_spec`)."""
+    try:
+        return roofline.device_spec(device_name).name == gpu.name
+    except KeyError:
+        return False
 
 
 def latest_run(rows: list[ResultRow], gpu: roofline.GpuSpec, op: str, shape: str,
