@@ -6,6 +6,9 @@ import pytest
 
 pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
 
+import torch
+
+import kernels
 from workbench.harness import fp8_accuracy
 from workbench.train import fp8_parity
 from workbench.widgets import TrainingComparison
@@ -39,6 +42,52 @@ def test_missing_kernels_are_a_row_not_a_number(rows):
     for recipe in ("blockwise", "mxfp8"):
         row = rows[recipe, "forward"]
         assert "rel_error" in row or "not in this installation" in row["note"]
+
+
+def _installed(rows, recipe):
+    if "note" in rows[recipe, "forward"]:
+        pytest.skip(rows[recipe, "forward"]["note"])
+
+
+def test_every_recipe_counts_overflow_and_underflow_of_both_operands(rows):
+    """Blockwise's fp32 tile scales are current scaling too: no overflow."""
+    for recipe in kernels.fp8.names():
+        _installed(rows, recipe)
+        for gemm in fp8_accuracy.GEMMS:
+            assert {"A_overflow", "A_underflow", "B_overflow", "B_underflow"} <= set(rows[recipe, gemm]), recipe
+    for gemm in fp8_accuracy.GEMMS:
+        row = rows["blockwise", gemm]
+        assert row["A_overflow"] == row["B_overflow"] == row["A_underflow"] == 0 and row["finite"], row
+
+
+def test_mxfp8_counts_what_the_ocp_scale_rule_saturates(rows):
+    """OCP's scale, 2^(floor(log2 amax) - 8), puts a group's largest |x| in [256, 512) for
+    e4m3fn, whose max is 448: counted per group of 32 along K, here in float64 from the rule
+    (not through the quantizer), for the forward's A (x)."""
+    _installed(rows, "mxfp8")
+    x = fp8_accuracy.operands((40, 24, 56))["x"].double()           # (M, K), K = 56: a ragged group
+    groups = torch.nn.functional.pad(x.abs(), (0, 64 - 56)).reshape(40, 2, 32)
+    exponent = torch.floor(torch.log2(groups.amax(dim=2, keepdim=True))) - 8
+    saturating = int((groups / 2.0 ** exponent > 448 + 16).sum())   # past half an ulp above the max
+    assert saturating > 0 and rows["mxfp8", "forward"]["A_overflow"] == saturating
+
+
+def test_each_recipes_operand_groups_are_the_granularities_it_quantizes_with(monkeypatch):
+    """``operand_groups`` (what the counts use) names the granularities the recipe's own
+    forward and backward ask :func:`kernels.gemm_fp8.quantize` for."""
+    from kernels import gemm_fp8
+    asked, real = [], gemm_fp8.quantize
+    monkeypatch.setattr(gemm_fp8, "quantize", lambda x, granularity, *a, **k:
+                        asked.append(granularity) or real(x, granularity, *a, **k))
+    t = fp8_accuracy.operands((40, 24, 56))
+    for name in kernels.fp8.names():
+        recipe = kernels.fp8.get(name)
+        if recipe.needs:
+            continue
+        asked.clear()
+        recipe.gemms(t["x"], t["w"], t["dy"], recipe.element_format())
+        stated = {g for pair in recipe.operand_groups.values() for g in pair}
+        assert stated == set(asked), (name, stated, asked)
 
 
 def test_parity_table_and_widget_compare_each_recipe_with_high_precision():

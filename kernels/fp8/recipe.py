@@ -68,12 +68,17 @@ class Recipe:
     or ``"e4m3"``; ``grad_formats``: those it takes; ``grad_dtype_note``: why the default.
     ``saved_layout``: how :class:`Saved` holds x and w, ``(transposed, granularity)`` each
     (granularity as :func:`kernels.gemm_fp8.quantize` names it, of the stored orientation).
+    ``operand_groups``: per GEMM (``forward``, ``dgrad``, ``wgrad``), the granularity of A
+    (rows x reduction) and of B taken as (columns x reduction), i.e. the groups its scales
+    cover along the GEMM's reduction dimension (what the accuracy report counts overflow in).
     ``kernels``: the functions of :mod:`kernels.gemm_fp8` it calls beyond ``matmul_fp8``;
     ``needs`` names those not in this installation (None when all are).
     """
 
     name = ""
     saved_layout: tuple[tuple[bool, str], tuple[bool, str]] = ((False, "tensor"), (False, "tensor"))
+    operand_groups: dict[str, tuple[str, str]] = dict.fromkeys(("forward", "dgrad", "wgrad"),
+                                                               ("tensor", "tensor"))
     summary = ""
     grad_format = "e4m3"
     grad_formats: tuple[str, ...] = GRAD_FORMATS

@@ -36,12 +36,8 @@ from .recipe import Recipe, Saved
 
 
 class ScaledGemmRecipe(Recipe):
-    """A recipe of ``matmul_fp8`` GEMMs; ``a_granularity``/``b_granularity``: how A and B of
-    each GEMM are scaled ("tensor", or "row" for A and "col" for B), as
-    :func:`kernels.gemm_fp8.quantize_fp8` names it (the accuracy report counts overflow so)."""
-
-    a_granularity = "tensor"
-    b_granularity = "tensor"
+    """A recipe of ``matmul_fp8`` GEMMs: one scale per tensor, or per row of A and per column
+    of B, applied in the GEMM's epilogue."""
 
 
 class PerTensorRecipe(ScaledGemmRecipe):
@@ -67,8 +63,7 @@ class PerTensorRecipe(ScaledGemmRecipe):
 class RowwiseRecipe(ScaledGemmRecipe):
     """A scale per row of A and per column of B along each GEMM's reduction dimension."""
 
-    a_granularity = "row"
-    b_granularity = "col"
+    operand_groups = dict.fromkeys(("forward", "dgrad", "wgrad"), ("row", "row"))
     saved_layout = ((True, "row"), (True, "row"))   # x.T along M, w.T along N
     grad_format = "e4m3"
     grad_dtype_note = ("a scale per row of dy already fits each row's range, so e4m3's extra "

@@ -12,11 +12,14 @@ feature channels in activations; heavy-tailed, small gradients):
 For each recipe and GEMM (forward, dgrad, wgrad), :func:`gemm_error_rows` gives the
 relative error (Frobenius norm) of the recipe's FP8 GEMM against the float64 GEMM of
 the unquantized operands, and for each operand the elements that overflow (saturate at
-the format's max) and underflow (a nonzero value that becomes zero); dy in the recipe's
-gradient format (e5m2 for tensorwise and delayed, whose default is "hybrid"). Current scaling
-cannot overflow; delayed scaling is shown with scales from an earlier step whose
-tensors were :data:`GROWTH` times smaller, so its overflow is visible. Recipes whose
-kernels are not installed get a row saying so.
+the format's max) and underflow (a nonzero value that becomes zero), counted in the groups
+the recipe scales along the GEMM's reduction dimension (its ``operand_groups``); dy in the
+recipe's gradient format (e5m2 for tensorwise and delayed, whose default is "hybrid").
+Current scaling with fp32 scales cannot overflow; MXFP8's power-of-two scales can (the OCP
+rule puts a group's largest element in the format's top binade, which runs past its max);
+delayed scaling is shown with scales from an earlier step whose tensors were
+:data:`GROWTH` times smaller, so its overflow is visible. Recipes whose kernels are not
+installed get a row saying so.
 """
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ import torch
 
 import kernels
 from kernels.fp8.recipes.delayed import saturates_above
-from kernels.fp8.scaled_gemm import ScaledGemmRecipe
 from kernels.gemm_fp8 import fp8_dtype, quantize_fp8
+from kernels.gemm_fp8.quantize_ref import dequantize, quantize_one
 
 GROWTH = 1.5
 GEMMS = {"forward": ("x", "w.T"), "dgrad": ("dy", "w"), "wgrad": ("dy.T", "x")}
@@ -44,10 +47,20 @@ def operands(shape=(64, 48, 80), seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 def _counts(t: torch.Tensor, granularity: str, fp8: torch.dtype, scale=None) -> tuple[int, int]:
-    """(overflow, underflow) elements of ``t`` quantized at ``granularity`` (or with ``scale``):
-    overflow beyond what round-to-nearest takes to the max anyway (half an ulp above it)."""
-    q, s = quantize_fp8(t, fp8, granularity, scale=scale)
-    over = int(((t.float() / s).abs() > saturates_above(torch.finfo(fp8).max)).sum())
+    """(overflow, underflow) elements of ``t`` (rows x the GEMM's reduction dim) quantized in
+    groups of ``granularity`` along its rows, as the kernels do (:func:`quantize_one`; a given
+    per-tensor ``scale``, delayed's, instead of the group's own): overflow beyond what
+    round-to-nearest takes to the max anyway (half an ulp above it), underflow a nonzero
+    element that becomes 0. ``mx32``'s power-of-two scale puts a group's largest element in
+    the format's top binade, above the max (448 for e4m3fn) when its mantissa is large: it
+    can overflow under current scaling, where fp32 scales cannot."""
+    t = t.float()
+    if scale is None:
+        q, scale = quantize_one(t, granularity, fp8)
+        factor = dequantize(torch.ones_like(t), scale, granularity)   # what a 1 stands for, per element
+    else:
+        q, factor = quantize_fp8(t, fp8, "tensor", scale=scale)[0], scale
+    over = int(((t / factor).abs() > saturates_above(torch.finfo(fp8).max)).sum())
     under = int(((q.float() == 0) & (t != 0)).sum())
     return over, under
 
@@ -64,9 +77,10 @@ def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.
     rows = []
     for name in recipes or kernels.fp8.names():
         recipe = kernels.fp8.get(name)
+        elements = recipe.element_format(fp8)   # mxfp8: OCP e4m3fn, also where fp8 is fnuz
         delayed = name == "delayed"
         scales = {k: (t[k].abs().amax() / GROWTH / fmax) for k in ("x", "w")} if delayed else {}
-        results = {} if recipe.needs else recipe.gemms(t["x"], t["w"], t["dy"], fp8, torch.float32,
+        results = {} if recipe.needs else recipe.gemms(t["x"], t["w"], t["dy"], elements, torch.float32,
                                                         scales.get("x"), scales.get("w"))
         for gemm, (a_name, b_name) in GEMMS.items():
             row = dict(recipe=name, gemm=gemm, A=a_name, B=b_name)
@@ -77,12 +91,12 @@ def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.
             ref = a.double() @ b.double()
             got = results[gemm]
             row["rel_error"] = ((got.double() - ref).norm() / ref.norm()).item()
-            if isinstance(recipe, ScaledGemmRecipe):
-                a_scale = scales.get("x") if a_name == "x" else None
-                b_scale = scales.get(b_name.removesuffix(".T"))
-                a_fp8 = fp8 if a_name == "x" else recipe.grad_dtype(fp8)   # dy in the recipe's grad format
-                row["A_overflow"], row["A_underflow"] = _counts(a, recipe.a_granularity, a_fp8, a_scale)
-                row["B_overflow"], row["B_underflow"] = _counts(b, recipe.b_granularity, fp8, b_scale)
+            a_groups, b_groups = recipe.operand_groups[gemm]
+            a_scale = scales.get("x") if a_name == "x" else None
+            b_scale = scales.get(b_name.removesuffix(".T"))
+            a_fp8 = elements if a_name == "x" else recipe.grad_dtype(elements)   # dy in the grad format
+            row["A_overflow"], row["A_underflow"] = _counts(a, a_groups, a_fp8, a_scale)
+            row["B_overflow"], row["B_underflow"] = _counts(b.t(), b_groups, elements, b_scale)
             row["finite"] = bool(torch.isfinite(got).all())
             rows.append(row)
     return rows

@@ -32,6 +32,8 @@ class Blockwise(Recipe):
     kernels = ("quantize", "blockwise_matmul")
     grad_dtype_note = "e4m3 everywhere, gradients included (DeepSeek-V3)"
     saved_layout = ((True, "block1x128"), (False, "block128x128"))   # x.T along M, w's blocks
+    operand_groups = {"forward": ("block1x128", "block128x128"), "dgrad": ("block1x128", "block128x128"),
+                      "wgrad": ("block1x128", "block1x128")}
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
         x8, sx, xt8, sxt = gemm_fp8.quantize(x, "block1x128", fp8, transpose=True)   # xt8: x.T along M

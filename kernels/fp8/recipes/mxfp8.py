@@ -41,6 +41,7 @@ class MXFP8(Recipe):
     kernels = ("quantize", "mx_matmul")
     grad_formats = ("e4m3",)
     saved_layout = ((True, "mx32"), (True, "mx32"))   # x.T along M, w.T along N
+    operand_groups = dict.fromkeys(("forward", "dgrad", "wgrad"), ("mx32", "mx32"))
     grad_dtype_note = ("e4m3 for gradients too: a group of 32 has its own scale (Transformer Engine's "
                         "MXFP8BlockScaling default), and mx_matmul takes one element format for A and B")
 
