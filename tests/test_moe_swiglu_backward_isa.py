@@ -13,13 +13,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+LAUNCHES = (dict(weighted=True), dict(weighted=False), dict(fp8_owner=True))
+"""v3's launch, the expert-parallel owner's (weight 1) and the FP8 expert-parallel owner's
+(dg and du only, rows bounded by the capacity padding's start)."""
 COMPILE = """
 import json, torch
 from kernels.moe.layer_ladder import swiglu_backward
 from workbench.isa import compile as isa_compile, parse as isa_parse
+LAUNCHES = {launches!r}
 out = []
-for weighted in (True, False):
-    kernel = isa_compile.compile_aot(swiglu_backward.aot(torch.bfloat16, weighted), ("hip", {arch!r}, 64))
+for launch in LAUNCHES:
+    kernel = isa_compile.compile_aot(swiglu_backward.aot(torch.bfloat16, **launch), ("hip", {arch!r}, 64))
     lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
     out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]),
                     ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}}))
@@ -30,7 +34,7 @@ print(json.dumps(out))
 @functools.cache
 def compiled(arch: str) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(arch=arch)],
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(arch=arch, launches=LAUNCHES)],
                           capture_output=True, text=True, env=env, timeout=600, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -38,7 +42,7 @@ def compiled(arch: str) -> list[dict]:
 WIDE = ("dwordx2", "dwordx3", "dwordx4", "b64", "b96", "b128")
 
 
-@pytest.mark.slow   # two AOT compiles in a fresh process
+@pytest.mark.slow   # three AOT compiles in a fresh process
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_bf16_rows_move_16_bytes_per_thread_and_nothing_spills(arch):
     """bf16, every output asked, with a routing weight and at weight 1 (the expert-parallel
@@ -46,29 +50,33 @@ def test_bf16_rows_move_16_bytes_per_thread_and_nothing_spills(arch):
     and writes dg, du (and h·w) as one 16-byte store each; the only narrower accesses are
     the per-row routing weight's load and dw_rows' store (4 bytes, once per program). LDS
     only for the row sums' change of layout before that store (one 4-byte write and read).
-    No VGPR or SGPR spills, no scratch, 8 waves per SIMD."""
-    for kernel, weighted in zip(compiled(arch), (True, False)):
+    The FP8 owner's launch (dg and du, rows bounded): dh, g, u in and dg, du out 16 bytes
+    each, nothing narrower (the bound is one scalar load), no LDS. No VGPR or SGPR spills,
+    no scratch, 8 waves per SIMD."""
+    for kernel, launch in zip(compiled(arch), LAUNCHES):
+        weighted, fp8_owner = launch.get("weighted", False), launch.get("fp8_owner", False)
         res, ops = kernel["resources"], kernel["ops"]
         assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
         assert res["occupancy"] == 8, res
         loads, stores = ops["global_load"], ops["global_store"]
         wide_loads = sum(n for op, n in loads.items() if op.endswith("dwordx4") or op.endswith("b128"))
         wide_stores = sum(n for op, n in stores.items() if op.endswith("dwordx4") or op.endswith("b128"))
-        assert wide_loads >= 4 and wide_stores >= (3 if weighted else 2), ops
+        assert wide_loads >= (3 if fp8_owner else 4) and wide_stores >= (3 if weighted else 2), ops
         narrow_loads = {op: n for op, n in loads.items() if not op.endswith(WIDE)}
         narrow_stores = {op: n for op, n in stores.items() if not op.endswith(WIDE)}
         assert sum(narrow_loads.values()) <= (1 if weighted else 0), ops     # w, one row per thread
-        assert sum(narrow_stores.values()) <= 1, ops                         # dw_rows
-        assert sum(ops.get("lds_write", {}).values()) <= 1 and sum(ops.get("lds_read", {}).values()) <= 1, ops
+        assert sum(narrow_stores.values()) <= (0 if fp8_owner else 1), ops  # dw_rows
+        lds = (sum(ops.get("lds_write", {}).values()), sum(ops.get("lds_read", {}).values()))
+        assert (lds == (0, 0)) if fp8_owner else max(lds) <= 1, ops
         assert not ops.get("matrix")
 
 
-@pytest.mark.parametrize("weighted", [True, False])
-def test_the_compiled_launch_takes_the_int_arguments_a_call_passes(weighted, monkeypatch):
+@pytest.mark.parametrize("launch", LAUNCHES, ids=["weighted", "weight 1", "fp8 owner"])
+def test_the_compiled_launch_takes_the_int_arguments_a_call_passes(launch, monkeypatch):
     """Triton specializes an int argument equal to 1 as a constant and one divisible by 16 (0
     too) as such: each int of the ahead-of-time launch must be of the class a call from
-    sorted_backward gives it (contiguous rows; w (R, 1) or None), or the ISA above is another
-    binary's. The call is recorded, not run."""
+    sorted_backward (or the FP8 owner, :mod:`kernels.moe.ep_fp8_layer`) gives it (contiguous
+    rows; w (R, 1) or None), or the ISA above is another binary's. The call is recorded, not run."""
     import torch
     from kernels.moe.layer_ladder import swiglu_backward
 
@@ -80,10 +88,13 @@ def test_the_compiled_launch_takes_the_int_arguments_a_call_passes(weighted, mon
             passed.update(zip(kernel.arg_names, args), **kwargs)
     monkeypatch.setattr(swiglu_backward, "_swiglu_backward_kernel", Recorder())
     dh, g, u, h = (torch.ones(64, 256, dtype=torch.bfloat16) for _ in range(4))
+    weighted, fp8_owner = launch.get("weighted", False), launch.get("fp8_owner", False)
     w = torch.ones(64, 1) if weighted else None
-    swiglu_backward.swiglu_backward(dh, g, u, h, w, swiglu=True, dw_rows=True, weighted_h=weighted)
+    rows_end = torch.full((1,), 50, dtype=torch.int32) if fp8_owner else None
+    swiglu_backward.swiglu_backward(dh, g, u, h, w, swiglu=True, dw_rows=not fp8_owner, weighted_h=weighted,
+                                    rows_end=rows_end)
     monkeypatch.undo()
-    compiled_launch = swiglu_backward.aot(torch.bfloat16, weighted)
+    compiled_launch = swiglu_backward.aot(torch.bfloat16, **launch)
 
     def kind(value):
         return "one" if value == 1 else "multiple of 16" if value % 16 == 0 else "other"

@@ -8,8 +8,11 @@ owner, instead of v3's kernels, its local experts' three GEMMs on the FP8 groupe
 chunk in the forward, keeping the rows, g, u and h as v3 does; in the backward, on all
 chunks' rows merged in the single-process layer's order (:mod:`.ep_layer`), dX and dW of
 each expert GEMM as FP8 grouped launches (:func:`kernels.moe.grouped_gemm_fp8.training.gradients`,
-the output gradients in ``grad_fp8_dtype``): six launches, no forward GEMM, no host read
-of its own, so with ``ep_capacity`` the layer still reads nothing on the host.
+the output gradients in ``grad_fp8_dtype``): six launches, no forward GEMM, and between
+down's and the others SwiGLU's derivative as v3's elementwise kernel computes it
+(:func:`kernels.moe.layer_ladder.swiglu_backward.swiglu_backward`: one pass, no torch
+elementwise pass or fp32 temporary over the rows), no host read of its own, so with
+``ep_capacity`` the layer still reads nothing on the host.
 
 FP8 dispatch (``fp8_dispatch``, default True for the row-local recipes rowwise, blockwise
 and mxfp8, :data:`kernels.moe.grouped_gemm_fp8.quantize.ROW_LOCAL`; ``kernels.fp8.convert``'s
@@ -43,7 +46,8 @@ Tensorwise and delayed keep the high-precision dispatch: their x scale is one pe
 an amax over the rows an owner receives from every rank (tensorwise) or a history synced
 across the ranks (delayed), which a sender cannot apply to its own rows alone. Capacity
 padding rows travel as zero bytes (a zero row with a zero scale) and are zeroed after the
-gate/up GEMMs and in SwiGLU's gradient, so no unwritten GEMM output reaches a scale's amax.
+gate/up GEMMs and bounded in SwiGLU's gradient (its kernel reads no padding row and writes
+their dg and du as 0), so no unwritten GEMM output reaches a scale's amax.
 
 Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
 quantize each token and each expert's weight on their own, so an owner quantizes its rows
@@ -82,6 +86,7 @@ from .fp8_experts import FP8_TENSORS, Float8Experts
 from .grouped_gemm_fp8.quantize import ROW_LOCAL
 from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_operand
 from .layer_ladder.slot_sum import slot_sum
+from .layer_ladder.swiglu_backward import swiglu_backward
 
 
 def _zero_padding(t: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -158,8 +163,10 @@ class _Float8Owner:
 
     def backward(self, rows, grad_y, g, u, h, offsets, gate, up, down, needs):
         """(d rows, d gate, d up, d down) as :func:`kernels.moe.ep_layer._experts_backward`
-        returns them, from FP8 dX and dW launches; SwiGLU's derivative as autograd takes it
-        in ``Float8MoE``. With FP8 dispatch the rows are the received FP8 bytes: dequantized
+        returns them, from FP8 dX and dW launches; SwiGLU's derivative by the kernel
+        ``Float8MoE``'s backward runs (:func:`.layer_ladder.swiglu_backward.swiglu_backward`,
+        weight 1), its capacity padding rows bounded on the device: dh's there are unwritten,
+        their dg and du 0. With FP8 dispatch the rows are the received FP8 bytes: dequantized
         to x's dtype for the wgrad operand of gate and up, which quantizes them again per
         (expert, feature)."""
         layer, w = self.layer, self.weight_scales
@@ -171,9 +178,8 @@ class _Float8Owner:
                              (True, need_w), scale_x, w[name])
 
         dh, ddown = grads(h, down, grad_y, "down", needs[2], self.scales["hidden"])
-        if self.padded:
-            dh = _zero_padding(dh, offsets)
-        du, dg = dh * F.silu(g), torch.ops.aten.silu_backward(dh * u, g)
+        dg, du, _, _ = swiglu_backward(dh, g, u, h, None, swiglu=True, dw_rows=False, weighted_h=False,
+                                       rows_end=offsets[-1:] if self.padded else None)
         dx_gate, dgate = grads(rows, gate, dg, "gate", needs[0], self.scales["x"])
         dx_up, dup = grads(rows, up, du, "up", needs[1], self.scales["x"])
         return slot_sum(dx_gate, 1, dx_up), dgate, dup, ddown

@@ -26,19 +26,21 @@ layer (construction, the GEMM call, the histories and their cast-time scales) is
 What stays in high precision: the router (its logits in float32 unless ``convert`` was
 told to make it FP8 too), the routing weights and the weighted sum over a token's
 experts (float32, in :func:`kernels.moe.unpermute`), SwiGLU, and the shared experts
-(parameters that no Linear holds, run as the ``MoE`` layer runs them).
+(parameters that no Linear holds, run as the ``MoE`` layer runs them). SwiGLU's derivative
+is one Triton pass over the saved g, u and h (:mod:`.swiglu_op`: the fused rung's
+elementwise backward kernel), not torch's elementwise chain over (T·k, hidden).
 """
 from __future__ import annotations
 
 import functools
 
 import torch
-import torch.nn.functional as F
 
 from ..fp8.recipes.delayed import record_amax
 from .fp8_experts import Float8Experts
 from .layer import MoE
 from .permutation import permute, unpermute
+from .swiglu_op import swiglu
 
 
 class Float8MoE(Float8Experts, MoE):
@@ -63,7 +65,7 @@ class Float8MoE(Float8Experts, MoE):
         scale_x = self._cast_scale("x", x_sorted)    # once: gate and up share x (one history entry a step)
         g = self._mm(x_sorted, scale_x, gate, self._cast_scale("gate", gate), offsets, record, "gate", "x")
         u = self._mm(x_sorted, scale_x, up, self._cast_scale("up", up), offsets, record, "up")
-        hidden = F.silu(g) * u
+        hidden = swiglu(g, u)
         out = self._mm(hidden, self._cast_scale("hidden", hidden), down, self._cast_scale("down", down), offsets,
                        record, "down", "hidden")
         return unpermute(out, permutation, weights, check_permutation=False)

@@ -13,15 +13,20 @@ the forward's saved g, u and h (x's dtype), in fp32:
 With torch these were a chain of elementwise ops over (T·k, hidden), most of them writing
 and reading fp32 temporaries; here each input is read once and each output written once:
 4 reads and 3 writes of x's dtype per element, plus 4 bytes of w and of dw_rows per row.
-Only what is asked is read, computed and written.
+Only what is asked is read, computed and written. The FP8 MoE layers' backward runs it too
+for dg and du alone (3 reads, 2 writes): :mod:`kernels.moe.swiglu_op` for ``Float8MoE``,
+and the expert-parallel FP8 owner (:mod:`kernels.moe.ep_fp8_layer`), whose capacity padding
+rows past the last expert's end it bounds on the device (``rows_end``: they read nothing
+and their outputs are 0, where the dX GEMM left dh unwritten).
 
 One program owns BLOCK_R rows and loops over their columns BLOCK_H at a time, so a row's
 sum is added in one order on every run (blocks left to right; ``tl.sum`` within a block):
 the same bits every time, no atomics. ``tests/test_moe_swiglu_backward_isa.py`` compiles
-the launch for gfx942 and gfx950: bf16 rows read and written 16 bytes per thread (BLOCK_R x
-BLOCK_H over 4 warps is 8 consecutive columns a thread), the routing weight read and the row
-sums written 4 bytes at a time, once per program, the sums' change of layout before their
-store the one LDS round trip, no spills, 8 waves per SIMD.
+the launches (v3's, the expert-parallel owner's at weight 1 and the FP8 owner's bounded one)
+for gfx942 and gfx950: bf16 rows read and written 16 bytes per thread (BLOCK_R x BLOCK_H over
+4 warps is 8 consecutive columns a thread), the routing weight read and the row sums written
+4 bytes at a time, once per program, the sums' change of layout before their store the one
+LDS round trip (none in the FP8 owner's, which sums nothing), no spills, 8 waves per SIMD.
 """
 from __future__ import annotations
 
@@ -39,24 +44,28 @@ BLOCK_R, BLOCK_H, NUM_WARPS = 16, 128, 4
 
 
 @triton.jit
-def _swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, h_ptr, w_ptr, dg_ptr, du_ptr, dw_ptr, hw_ptr, R, H,
+def _swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, h_ptr, w_ptr, end_ptr, dg_ptr, du_ptr, dw_ptr, hw_ptr, R, H,
                             stride_dh, stride_g, stride_u, stride_h, stride_w,
                             SWIGLU: tl.constexpr, DW_ROWS: tl.constexpr, WEIGHTED_H: tl.constexpr,
-                            WEIGHTED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_H: tl.constexpr,
-                            INTERP_BF16: tl.constexpr):
+                            WEIGHTED: tl.constexpr, BOUNDED: tl.constexpr, BLOCK_R: tl.constexpr,
+                            BLOCK_H: tl.constexpr, INTERP_BF16: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     live = rows < R
+    read = live
+    if BOUNDED:   # rows at or past *end_ptr read nothing: every input 0, so every output 0
+        read = live & (rows < tl.load(end_ptr))
     rows = rows.to(tl.int64)          # int64: R·H may pass 2^31
     if WEIGHTED:   # the outputs are contiguous: row stride H
-        w = tl.load(w_ptr + rows * stride_w, mask=live, other=0.0)[:, None]
+        w = tl.load(w_ptr + rows * stride_w, mask=read, other=0.0)[:, None]
     total = tl.zeros((BLOCK_R,), dtype=tl.float32)
     for start in range(0, H, BLOCK_H):
         cols = start + tl.arange(0, BLOCK_H)
         mask = live[:, None] & (cols[None, :] < H)
+        loaded = read[:, None] & (cols[None, :] < H)
         if DW_ROWS or WEIGHTED_H:
-            h = tl.load(h_ptr + rows[:, None] * stride_h + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            h = tl.load(h_ptr + rows[:, None] * stride_h + cols[None, :], mask=loaded, other=0.0).to(tl.float32)
         if SWIGLU or DW_ROWS:
-            dh = tl.load(dh_ptr + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            dh = tl.load(dh_ptr + rows[:, None] * stride_dh + cols[None, :], mask=loaded, other=0.0).to(tl.float32)
         if DW_ROWS:
             total += tl.sum(h * dh, axis=1)      # masked columns load as 0
         if WEIGHTED_H:
@@ -64,8 +73,8 @@ def _swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, h_ptr, w_ptr, dg_ptr, du_ptr, 
         if SWIGLU:
             if WEIGHTED:
                 dh = dh * w
-            g = tl.load(g_ptr + rows[:, None] * stride_g + cols[None, :], mask=mask).to(tl.float32)
-            u = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=mask).to(tl.float32)
+            g = tl.load(g_ptr + rows[:, None] * stride_g + cols[None, :], mask=loaded, other=0.0).to(tl.float32)
+            u = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=loaded, other=0.0).to(tl.float32)
             sig = tl.sigmoid(g)
             store_rows(dg_ptr, rows, cols, H, 1, dh * u * sig * (1 + g * (1 - sig)), mask, INTERP_BF16)
             store_rows(du_ptr, rows, cols, H, 1, dh * g * sig, mask, INTERP_BF16)
@@ -73,9 +82,9 @@ def _swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, h_ptr, w_ptr, dg_ptr, du_ptr, 
         tl.store(dw_ptr + rows, total, mask=live)
 
 
-def _check(dh, g, u, h, w, swiglu: bool, dw_rows: bool, weighted_h: bool) -> None:
+def _check(dh, g, u, h, w, rows_end, swiglu: bool, dw_rows: bool, weighted_h: bool) -> None:
     """h (R, H) and the others the flags read: dh, g, u of h's shape, dtype and device, each
-    row's columns contiguous; w fp32 with one value per row."""
+    row's columns contiguous; w fp32 with one value per row; rows_end one int32 on h's device."""
     validate.tensor("h", h, ndim=2, dtypes=DTYPES, allow_empty=True)
     named = {"h": h}
     for name, t, needed in (("dh", dh, swiglu or dw_rows), ("g", g, swiglu), ("u", u, swiglu)):
@@ -99,9 +108,13 @@ def _check(dh, g, u, h, w, swiglu: bool, dw_rows: bool, weighted_h: bool) -> Non
             raise ValueError(f"w must be a float32 tensor of one value per row, (R,) or (R, 1) with R = "
                              f"{h.shape[0]} on {h.device}, got {getattr(w, 'dtype', type(w))} "
                              f"{tuple(getattr(w, 'shape', ()))}")
+    if rows_end is not None and (not isinstance(rows_end, torch.Tensor) or rows_end.dtype != torch.int32
+                                 or rows_end.numel() != 1 or rows_end.device != h.device):
+        raise ValueError(f"rows_end must be an int32 tensor of one element on {h.device}, got "
+                         f"{getattr(rows_end, 'dtype', type(rows_end))} {tuple(getattr(rows_end, 'shape', ()))}")
 
 
-def swiglu_backward(dh, g, u, h, w, *, swiglu: bool, dw_rows: bool, weighted_h: bool):
+def swiglu_backward(dh, g, u, h, w, *, swiglu: bool, dw_rows: bool, weighted_h: bool, rows_end=None):
     """``(dg, du, dw_rows, hw)`` over sorted rows, None for an output not asked: dg and du if
     ``swiglu``, dw_rows (R,) fp32 if ``dw_rows``, hw if ``weighted_h``; dg, du and hw in h's
     dtype, contiguous.
@@ -109,8 +122,11 @@ def swiglu_backward(dh, g, u, h, w, *, swiglu: bool, dw_rows: bool, weighted_h: 
     ``dh`` (R, H): the gradient of h before the routing weight, read if ``swiglu`` or
     ``dw_rows``; ``g``, ``u`` (R, H): the saved pre-activations, read if ``swiglu``; ``h``
     (R, H): the saved SwiGLU output; ``w`` (R, 1) fp32: each row's routing weight, None for
-    weight 1 (then ``weighted_h`` must be False: h is its own weighted copy)."""
-    _check(dh, g, u, h, w, swiglu, dw_rows, weighted_h)
+    weight 1 (then ``weighted_h`` must be False: h is its own weighted copy). ``rows_end``:
+    None, or an int32 tensor of one element on the device (the expert-parallel FP8 owner's
+    ``offsets[-1:]``): the rows at or past it (capacity padding, whose dh the dX GEMM left
+    unwritten) read nothing and get 0 in every output, with no host read of the bound."""
+    _check(dh, g, u, h, w, rows_end, swiglu, dw_rows, weighted_h)
     rows, hidden = h.shape
     dtype, device = h.dtype, h.device
     dg = new_output((rows, hidden), dtype, device) if swiglu else None
@@ -126,24 +142,29 @@ def swiglu_backward(dh, g, u, h, w, *, swiglu: bool, dw_rows: bool, weighted_h: 
     dh = dh if swiglu or dw_rows else h
     g, u = (g, u) if swiglu else (h, h)
     _swiglu_backward_kernel.run(
-        dh, g, u, h, w if weighted else h, h if dg is None else dg, h if du is None else du,
+        dh, g, u, h, w if weighted else h, h if rows_end is None else rows_end, h if dg is None else dg,
+        h if du is None else du,
         h if sums is None else sums, h if hw is None else hw, rows, hidden,
         dh.stride(0), g.stride(0), u.stride(0), h.stride(0), w.stride(0) if weighted else 0,
         **run_kwargs((cdiv(rows, BLOCK_R),), dict(
-            SWIGLU=swiglu, DW_ROWS=dw_rows, WEIGHTED_H=weighted_h, WEIGHTED=weighted, BLOCK_R=BLOCK_R,
+            SWIGLU=swiglu, DW_ROWS=dw_rows, WEIGHTED_H=weighted_h, WEIGHTED=weighted,
+            BOUNDED=rows_end is not None, BLOCK_R=BLOCK_R,
             BLOCK_H=BLOCK_H, INTERP_BF16=interp_bf16(dtype), num_warps=NUM_WARPS)))
     return dg, du, sums, hw
 
 
-def aot(dtype: torch.dtype = torch.bfloat16, weighted: bool = True) -> AotKernel:
+def aot(dtype: torch.dtype = torch.bfloat16, weighted: bool = True, fp8_owner: bool = False) -> AotKernel:
     """The launch of a training step's backward with every output asked, at
     :data:`.spec.AOT_SHAPE` (DeepSeek-V3's 32 local experts: R = T·k rows of hidden columns,
     contiguous), for an ahead-of-time compile (:func:`workbench.isa.compile.compile_aot`; not
     a rung, so not in the inspector); ``weighted=False``: the expert-parallel owner's launch
-    (weight 1, no h·w)."""
+    (weight 1, no h·w); ``fp8_owner=True`` (``weighted`` then ignored): the FP8 expert-parallel owner's with capacity
+    (:mod:`kernels.moe.ep_fp8_layer`: dg and du only, weight 1, rows bounded by ``rows_end``)."""
     t, _, hidden, _, top_k, _ = AOT_SHAPE
+    weighted = weighted and not fp8_owner
     ints = dict(R=t * top_k, H=hidden, stride_dh=hidden, stride_g=hidden, stride_u=hidden, stride_h=hidden,
                 stride_w=1 if weighted else 0)
     return aot_launch(_swiglu_backward_kernel, dtype, dict(BLOCK_R=BLOCK_R, BLOCK_H=BLOCK_H, num_warps=NUM_WARPS),
-                      ints, dict(SWIGLU=True, DW_ROWS=True, WEIGHTED_H=weighted, WEIGHTED=weighted,
-                                 INTERP_BF16=False), {"w_ptr": "*fp32", "dw_ptr": "*fp32"})
+                      ints, dict(SWIGLU=True, DW_ROWS=not fp8_owner, WEIGHTED_H=weighted, WEIGHTED=weighted,
+                                 BOUNDED=fp8_owner, INTERP_BF16=False),
+                      {"w_ptr": "*fp32", "dw_ptr": "*fp32", "end_ptr": "*i32"})
