@@ -22,10 +22,11 @@ grouped GEMM's table keeps. A config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
 stack frame), or needs more LDS / shared memory than one workgroup may have, unless every
 config of its group spills (:func:`least_spilling`: then those that can launch are kept, least
-spilling first, marked ``"spilling"``). Attention's backward also records its 8- and 16-bit LDS
-ops (:func:`workbench.isa.parse.narrow_lds`), drops a config that has some where its group keeps
-one that has none (:func:`clean_lds`) and puts each group's prior, the config a launch runs
-untimed, first (:func:`prior_first`). ``--write`` stores the verdicts,
+spilling first, marked ``"spilling"``). Attention's forward and backward and the MoE layer also
+record their 8- and 16-bit LDS ops (:func:`workbench.isa.parse.narrow_lds`) and drop a config
+that has some where its group keeps one that has none (:func:`clean_lds`); attention's backward
+puts each group's prior, the config a launch runs untimed, first (:func:`prior_first`).
+``--write`` stores the verdicts,
 with the resources behind them, in the table ``kernels`` ships
 (``<op's package>/tuned_space.json``), replacing only the targets compiled.
 """
@@ -67,7 +68,8 @@ class Op(NamedTuple):
     compiles: Callable[[dict], dict[str, dict]]   # a config -> {compile name: extra overrides}
     about: str
     registry_op: str | None = None   # the op of the rung compiled, when the table is not the op's own
-    narrow_lds: bool = False   # record 8/16-bit LDS ops (AMD) too, pruned by clean_lds, ordered by prior_first
+    narrow_lds: bool = False   # record 8/16-bit LDS ops (AMD) too, pruned by clean_lds
+    prior_order: bool = False   # each group's kept configs in prior_first's order, not candidate order
     dtypes: tuple = BOTH   # compiled at each; float32 is a section of its own (kernels.tuning.section)
     group: Callable[[dict], tuple] = lambda cfg: ()   # configs a launch chooses among (least_spilling)
 
@@ -78,7 +80,9 @@ OPS = {
                             "NT_bias": {"layout": "NT", "HAS_BIAS": True}},
                f"layouts {', '.join(gemm_configs.LAYOUTS)}, and NT with nn.Linear's bias epilogue (NT_bias)"),
     "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
-                    "causal, at the head dim of each config (BLOCK_D)", group=lambda cfg: (cfg["BLOCK_D"],)),
+                    "causal, at the head dim of each config (BLOCK_D), with its 8/16-bit LDS ops "
+                    "(narrow_lds_ops: dropped where the head dim keeps a config without any)",
+                    narrow_lds=True, group=lambda cfg: (cfg["BLOCK_D"],)),
     "attention_backward": Op("v5", attention_backward_configs,
                              lambda cfg: {f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}": {},
                                           f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}_packed": {"VARLEN": True}},
@@ -86,14 +90,15 @@ OPS = {
                              "and packed (VARLEN: flash_attention_varlen's backward runs the same config), "
                              "with its 8/16-bit LDS ops (narrow_lds_ops: dropped where the kernel and head dim keep a config "
                              "without any), each group's prior first (no spills, no narrow LDS ops, more waves)",
-                             registry_op="attention", narrow_lds=True,
+                             registry_op="attention", narrow_lds=True, prior_order=True,
                              group=lambda cfg: (cfg["KERNEL"], cfg["BLOCK_D"])),
     "grouped_gemm": Op("v4", grouped_gemm_configs,
                        lambda cfg: {kernel: {"kernel": kernel} for kernel in grouped_gemm_configs.KERNELS},
                        "DeepSeek-V3's down projection, its forward, dX and dW kernels"),
     "moe": Op("v3", moe_configs, lambda cfg: {kernel: {"kernel": kernel} for kernel in moe_configs.KERNELS},
               "DeepSeek-V3's 32 local experts, its gate/up and down kernels, over the configs the "
-              "grouped GEMM's table keeps"),
+              "grouped GEMM's table keeps, with their 8/16-bit LDS ops (narrow_lds_ops: dropped where "
+              "a config without any is kept)", narrow_lds=True),
 }
 
 
@@ -218,10 +223,9 @@ def prune_target(op: str, target: str, progress=print, dtype: torch.dtype = DTYP
         else:
             table["kept"].append(entry)
         progress(f"{op} {tuning.section(target, dtype)} {i + 1}/{len(space)} {cfg} -> {'; '.join(why) or 'kept'}")
-    if not OPS[op].narrow_lds:
-        return least_spilling(target, table, OPS[op].group)
-    return prior_first(target, least_spilling(target, clean_lds(table, OPS[op].group), OPS[op].group),
-                       OPS[op].group)
+    group = OPS[op].group
+    table = least_spilling(target, clean_lds(table, group) if OPS[op].narrow_lds else table, group)
+    return prior_first(target, table, group) if OPS[op].prior_order else table
 
 
 def write(op: str, tables: dict[str, dict]) -> None:
