@@ -135,7 +135,9 @@ def target(table: Path, backend: str, arch: str, dtype: torch.dtype | None = Non
 def kept(table: Path, name: str, candidates: list[triton.Config]) -> list[triton.Config]:
     """The ``candidates`` that table section ``name`` keeps, in its order: candidate order, then,
     where a group of configs kept none that fits, the group's least spilling first (entries marked
-    "spilling", ``workbench.isa.tune_space.least_spilling``)."""
+    "spilling", ``workbench.isa.tune_space.least_spilling``); in a table that orders its groups
+    for their prior (attention's backward, ``workbench.isa.tune_space.prior_first``), no spills,
+    then no 8/16-bit LDS ops, then more waves/SIMD first within each group."""
     by_config = {json.dumps(as_dict(c), sort_keys=True): c for c in candidates}
     found = (json.dumps(entry["config"], sort_keys=True) for entry in shipped(table)[name]["kept"])
     return [by_config[text] for text in found if text in by_config]

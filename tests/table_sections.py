@@ -24,9 +24,14 @@ def dtype_of(section: str) -> torch.dtype:
 def assert_verdicts(section: str, table: dict, group: Callable[[dict], tuple] = lambda cfg: ()) -> None:
     """A kept config fits in every compile, unless its group (the configs a launch chooses among)
     has none that does: then the group keeps those that can launch, least spilling first, marked
-    "spilling". A dropped config fails a verdict in some compile. Every group keeps something."""
+    "spilling". A kept config has no 8/16-bit LDS ops where its group keeps one without
+    (``tune_space.clean_lds``; tables that record none pass trivially). A dropped config fails a
+    verdict in some compile, or has such ops where its group keeps one without. Every group
+    keeps something."""
     target = target_of(section)
     clean = {group(e["config"]) for e in table["kept"] if not e.get("spilling")}
+    clean_lds = {group(e["config"]) for e in table["kept"] if not tune_space.narrow_lds_ops(e)}
+    assert not [e for e in table["kept"] if tune_space.narrow_lds_ops(e) and group(e["config"]) in clean_lds]
     for entry in table["kept"]:
         resources = tune_space.compiles(entry).values()
         if entry.get("spilling"):
@@ -38,6 +43,7 @@ def assert_verdicts(section: str, table: dict, group: Callable[[dict], tuple] = 
                  for e in table["kept"] if group(e["config"]) == g]
         assert costs == sorted(costs), (section, g)
     for entry in table["dropped"]:
-        assert any(tune_space.verdict(target, r) for r in tune_space.compiles(entry).values()), entry
+        assert any(tune_space.verdict(target, r) for r in tune_space.compiles(entry).values()) or \
+            (tune_space.narrow_lds_ops(entry) and group(entry["config"]) in clean_lds), entry
     groups = {group(e["config"]) for e in table["kept"] + table["dropped"]}
     assert groups == {group(e["config"]) for e in table["kept"]}, f"a group keeps nothing in {section}"

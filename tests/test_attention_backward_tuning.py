@@ -48,14 +48,62 @@ def test_each_config_is_compiled_as_its_kernel_at_its_head_dim_and_kept_only_if_
 
 
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])
-def test_the_priors_at_d128_move_no_narrow_elements_through_lds(target):
-    """The table records 8/16-bit LDS ops without dropping for them; the configs the D = 128
-    launch runs untimed (each kernel's prior) have none."""
-    recorded = {_key(e["config"]): e for e in space_bwd.shipped()[target]["kept"]}
-    for kernel, cfg in v5.prior("hip", target, 128).items():
-        assert recorded[_key(cfg)][f"{kernel}_D128"]["narrow_lds_ops"] == 0, cfg
+@pytest.mark.parametrize("d", configs.HEAD_DIMS)
+def test_the_priors_move_no_narrow_elements_through_lds_and_come_first(target, d):
+    """The configs a launch runs untimed (each kernel's prior) have no 8/16-bit LDS ops at
+    either head dim, the table keeps none that has some beside one that has none
+    (:func:`tune_space.clean_lds`), and each group's kept configs are in the prior's order
+    (:func:`tune_space.prior_first`). The per-compile verdict itself does not judge them."""
+    section = space_bwd.shipped()[target]
+    recorded = {_key(e["config"]): e for e in section["kept"]}
+    for kernel, cfg in v5.prior("hip", target, d).items():
+        assert recorded[_key(cfg)][f"{kernel}_D{d}"]["narrow_lds_ops"] == 0, cfg
+    group = tune_space.OPS["attention_backward"].group
+    assert tune_space.prior_first(target, {"kept": list(section["kept"])}, group)["kept"] == section["kept"]
     assert tune_space.verdict(target, {"spills": 0, "sgpr_spills": 0, "scratch_bytes": 0,
                                        "lds_bytes": 0, "narrow_lds_ops": 4}) is None
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_at_d128_dkdv_keeps_no_config_of_two_waves(target):
+    """v5's Limits: at D = 128 every 2-wave dK/dV candidate spills or has 8/16-bit LDS ops,
+    so its prior runs 1 wave/SIMD; the other priors run 2 or more."""
+    section = space_bwd.shipped()[target]
+    two = [e for e in section["kept"] + section["dropped"] if tune_space.waves(e) >= 2
+           and (e["config"]["KERNEL"], e["config"]["BLOCK_D"]) == ("dkdv", 128)]
+    assert two and not [e for e in two if e in section["kept"]]
+    kept = {_key(e["config"]): e for e in section["kept"]}
+    waves = {(kernel, d): tune_space.waves(kept[_key(cfg)])
+             for d in configs.HEAD_DIMS for kernel, cfg in v5.prior("hip", target, d).items()}
+    assert waves.pop(("dkdv", 128)) == 1 and min(waves.values()) >= 2, waves
+
+
+def _entry(name: str, kernel: str = "dq", narrow: int = 0, occupancy: int = 2, spills: int = 0) -> dict:
+    """A made-up table entry: config ``name`` of ``kernel`` at D = 64, one compile."""
+    return {"config": {"KERNEL": kernel, "BLOCK_D": 64, "name": name},
+            "dq_D64": {"spills": spills, "sgpr_spills": 0, "scratch_bytes": 0, "lds_bytes": 0,
+                       "narrow_lds_ops": narrow, "occupancy": occupancy}}
+
+
+GROUP = tune_space.OPS["attention_backward"].group
+
+
+def test_clean_lds_drops_narrow_configs_only_where_the_group_keeps_a_clean_one():
+    table = {"kept": [_entry("a", narrow=8), _entry("b"), _entry("c", "dkdv", narrow=72)], "dropped": []}
+    pruned = tune_space.clean_lds(table, GROUP)
+    assert [e["config"]["name"] for e in pruned["kept"]] == ["b", "c"]   # dK/dV has no clean one
+    assert [(e["config"]["name"], e["why"]) for e in pruned["dropped"]] == [("a", "dq_D64: 8 8/16-bit LDS ops")]
+
+
+def test_prior_first_prefers_no_spills_then_no_narrow_lds_ops_then_more_waves():
+    kept = [_entry("narrow", narrow=8, occupancy=4), _entry("one wave", occupancy=1),
+            _entry("two waves"), _entry("spills", spills=3, occupancy=4), _entry("two waves, later"),
+            _entry("other kernel", "dkdv")]
+    ordered = tune_space.prior_first("gfx942", {"kept": kept}, GROUP)["kept"]
+    assert [e["config"]["name"] for e in ordered] == \
+        ["two waves", "two waves, later", "one wave", "narrow", "spills", "other kernel"]
+    sm90 = [e for e in kept if e["config"]["name"] != "spills"]   # there only spills rank
+    assert tune_space.prior_first("sm90", {"kept": sm90}, GROUP)["kept"] == sm90
 
 
 @pytest.mark.parametrize("backend,arch", DEVICES)
@@ -92,11 +140,12 @@ def test_a_dropped_entry_is_what_the_compiler_gives():
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_the_two_kernels_get_their_own_tiles_on_amd(arch):
-    """dK/dV's prior keeps a wide key block over narrow query steps, dQ's the other way round,
-    both with 16x16 MFMAs."""
+    """dK/dV's prior keeps a key block no narrower than its query steps (at D = 64 the square
+    32 x 32 tile on 2 warps, the only one without 8/16-bit LDS ops, ``configs_backward.HIP_TILES``),
+    dQ's a wider query block than its key steps, both with 16x16 MFMAs."""
     for d in configs.HEAD_DIMS:
         prior = v5.prior("hip", arch, d)
-        assert prior["dkdv"]["BLOCK_N"] > prior["dkdv"]["BLOCK_M"], prior
+        assert prior["dkdv"]["BLOCK_N"] >= prior["dkdv"]["BLOCK_M"], prior
         assert prior["dq"]["BLOCK_M"] > prior["dq"]["BLOCK_N"], prior
         assert prior["dkdv"]["matrix_instr_nonkdim"] == prior["dq"]["matrix_instr_nonkdim"] == 16
 
@@ -153,6 +202,22 @@ def test_a_pinned_setting_skips_the_tuner(fake_clock):
         == {"dkdv": 16, "dq": 16}
     with pytest.raises(ValueError, match="NOT_A_SETTING"):
         v5.backward(q, k, v, o, lse, torch.randn_like(o), True, 0.5, overrides={"NOT_A_SETTING": 1})
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_the_amd_priors_tiles_at_d64_give_right_gradients(monkeypatch, arch, dtype):
+    """The tiles the D = 64 priors launch on AMD (dK/dV 32 x 32, dQ 64 x 32 or 128 x 32) meet
+    the harness rule on the interpreter (which ignores warps and AMD knobs), causal, GQA, on a
+    shape that is no multiple of them."""
+    tiles = {kernel: (cfg["BLOCK_M"], cfg["BLOCK_N"]) for kernel, cfg in v5.prior("hip", arch, 64).items()}
+    monkeypatch.setattr(space_bwd, "space", lambda backend, a, d, kernel, dtype=None: [
+        space_bwd._cfg(kernel, *tiles[kernel], 64, 4, 1)])
+    monkeypatch.setattr(v5, "_CHOSEN", {})
+    shape = (1, 4, 2, 75, 90, 64, 1)
+    report = check_rung(kernels.get("attention", "v5"), shape, dtype)
+    assert report.passed, report.message
+    assert {kernel: (c["BLOCK_M"], c["BLOCK_N"]) for kernel, c in v5.chosen_config(shape, dtype).items()} == tiles
 
 
 def test_on_the_interpreter_nothing_is_timed(monkeypatch):

@@ -110,6 +110,21 @@ def test_hot_loop_is_the_matrix_loop(target):
     assert "<pre" in report._repr_html_() and "color" in report._repr_html_()
 
 
+def test_a_branch_back_to_a_shared_tail_is_no_loop():
+    """A backward branch makes a loop only if its label's code can reach it again: LLVM may
+    place a tail of MFMAs that two paths share above a block that branches back to it, the
+    tail ending in a jump past that block (v5's two-stage dQ kernel on gfx950: the
+    inspector's hot loop was this 25-line tail, with 8 of the loop's 24 MFMAs)."""
+    mfma = "\tv_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]"
+    tail = [".LBB0_1:", mfma, "\ts_branch .LBB0_3", ".LBB0_2:", "\ts_cmp_lg_u32 s2, 1",
+            "\ts_cbranch_scc0 .LBB0_1", ".LBB0_3:", "\ts_endpgm"]
+    loop = [".LBB0_4:", mfma, "\ts_add_i32 s0, s0, 1", "\ts_cmp_lt_i32 s0, s1", "\ts_cbranch_scc1 .LBB0_4"]
+    assert isa_parse.hot_loop(tail, "amdgcn") == [] and isa_parse.matrix_loops(tail, "amdgcn") == []
+    assert isa_parse.hot_loop(loop + tail, "amdgcn") == loop
+    exits_by_jump = [".LBB0_4:", mfma, "\ts_cbranch_scc1 .LBB0_6", ".LBB0_5:", "\ts_branch .LBB0_4", ".LBB0_6:"]
+    assert isa_parse.hot_loop(exits_by_jump, "amdgcn") == exits_by_jump[:5]   # a rotated loop still is one
+
+
 @pytest.mark.parametrize("line, op, kind", [
     ("\tv_mfma_f32_32x32x8_bf16 v[0:15], v[16:17], v[18:19], v[0:15]", "v_mfma_f32_32x32x8_bf16", "matrix"),
     ("\tds_read_b128 v[2:5], v1 offset:256 ; comment", "ds_read_b128", "lds_read"),

@@ -13,7 +13,10 @@ Two steps, one ahead of time and one per shape, as for the GEMM (:mod:`kernels.g
 * :func:`space` is what survives compiling every candidate ahead of time with v4
   (the causal forward at its head dim, bf16): a config that spills registers, uses
   scratch or needs more LDS than a workgroup gets is dropped, so it is never timed
-  on a GPU. The table ships as ``tuned_space.json`` beside this file, written by
+  on a GPU; so is one with 8- or 16-bit LDS ops (``narrow_lds_ops``, recorded on AMD) where
+  its head dim keeps a config without any (at bf16 89 of gfx942's 144 candidates, among
+  them every 8-warp one at D = 64, and 55 of gfx950's; mostly 32x32 MFMAs; 2026-12-04). The
+  table ships as ``tuned_space.json`` beside this file, written by
   ``python -m workbench.isa.tune_space --op attention --write``; a test checks that it
   covers exactly :func:`candidates` and recompiles a sample of it.
 

@@ -8,15 +8,19 @@ The same two steps as the forward's space (:mod:`.configs`), one table per kerne
   tiles are the split AMD's and Triton's tutorial backward kernels use: dK/dV keeps a
   wide key block (BLOCK_N) and streams narrow query blocks (BLOCK_M), dQ the other way
   round, so each program's accumulator (dK and dV, or dQ) is the large side (on Hopper
-  dK/dV's key block is narrower, :data:`HOPPER_TILES`); on AMD 4 or
-  8 warps, one or two stages, ``waves_per_eu`` 1 or 2, and 16x16 MFMAs only
-  (``matrix_instr_nonkdim=16``); on sm90 two or three stages.
+  dK/dV's key block is narrower, :data:`HOPPER_TILES`); on AMD 4 or 8 warps per tile
+  and 2 on two tiles (:data:`HIP_TILES`: a square 32 x 32 one for dK/dV), one or two
+  stages, ``waves_per_eu`` 1 or 2, and 16x16 MFMAs only (``matrix_instr_nonkdim=16``);
+  on sm90 two or three stages.
 * :func:`space` is what survives compiling every candidate ahead of time with v5 (its
   kernel of the causal backward at the class's head dim, bf16): a config that spills
   VGPRs or SGPRs, uses scratch or needs more LDS than a workgroup gets is dropped, so it
-  is never timed on a GPU. Its 8- and 16-bit LDS ops are recorded, not judged: the
-  tuner's clock does. The table ships as ``tuned_space_backward.json`` beside this
-  file, written by ``python -m workbench.isa.tune_space --op attention_backward --write``.
+  is never timed on a GPU; so is one with 8- or 16-bit LDS ops where its kernel and head
+  dim have a config without any (``workbench.isa.tune_space.clean_lds``). The kept configs
+  come in the table's order, the prior first: no spills, no narrow LDS ops, more
+  waves/SIMD first (``workbench.isa.tune_space.prior_first``). The table ships as
+  ``tuned_space_backward.json`` beside this file, written by
+  ``python -m workbench.isa.tune_space --op attention_backward --write``.
 
 :func:`.configs.prune` then keeps, per shape, the few configs worth timing. The
 interpreter has one small config per kernel and class, so nothing is timed on a CPU.
@@ -34,11 +38,21 @@ from .configs import HEAD_DIMS, head_class
 KERNELS = ("dkdv", "dq")
 TABLE = Path(__file__).with_name("tuned_space_backward.json")
 
-# kernel -> (BLOCK_M, BLOCK_N) tiles, the prior first: (query rows, keys) per step.
-TILES = {"dkdv": ((32, 128), (32, 64)), "dq": ((128, 32), (64, 32))}
+# AMD: kernel -> ((BLOCK_M, BLOCK_N), warp counts), in candidate order; (query rows, keys) per
+# step. An operand that a product takes along its other dimension (dK/dV's Q and dO, BLOCK_M
+# rows; dQ's K, BLOCK_N rows) is transposed in registers on its way into LDS only where each
+# thread loads two or more of its rows (the TTGIR's ``in_thread_transpose``); with one (32 x 64
+# on 4 or 8 warps: under 16 elements a thread) it crosses LDS an element at a time: 8-256
+# ``ds_read_u16``/``ds_write_b16`` per kernel in each D = 64 compile of the 4- and 8-warp
+# tiles on gfx942, and in the one-stage ones on gfx950 (2026-12-04). On 2 warps a 32-row tile
+# is 16 elements a thread: no such op, no spill (tests/test_attention_isa.py), at D = 64 for
+# dK/dV only on the square tile.
+HIP_TILES = {"dkdv": (((32, 128), (4, 8)), ((32, 64), (4, 8)), ((32, 32), (2,))),
+             "dq": (((128, 32), (4, 8)), ((64, 32), (4, 8, 2)))}
 # Hopper holds dK and dV in at most 255 registers per thread: at D = 128 every dK/dV
-# candidate of TILES used scratch on sm90 (the table's first run), so its key blocks are narrower.
-HOPPER_TILES = {"dkdv": ((32, 64), (32, 32)), "dq": TILES["dq"]}
+# candidate of the AMD tiles used scratch on sm90 (the table's first run), so its key blocks
+# are narrower.
+HOPPER_TILES = {"dkdv": ((32, 64), (32, 32)), "dq": ((128, 32), (64, 32))}
 
 
 def _cfg(kernel, bm, bn, d, warps, stages, **knobs) -> triton.Config:
@@ -49,8 +63,8 @@ def _cfg(kernel, bm, bn, d, warps, stages, **knobs) -> triton.Config:
 def hip_candidates() -> list[triton.Config]:
     """MI300X/MI355X: per kernel and tile, the warps, stages and ``waves_per_eu``; 16x16 MFMAs."""
     return [_cfg(kernel, bm, bn, d, warps, stages, waves_per_eu=waves, matrix_instr_nonkdim=16)
-            for kernel in KERNELS for d in HEAD_DIMS for bm, bn in TILES[kernel]
-            for warps in (4, 8) for stages in (1, 2) for waves in (2, 1)]
+            for kernel in KERNELS for d in HEAD_DIMS for (bm, bn), warp_counts in HIP_TILES[kernel]
+            for warps in warp_counts for stages in (1, 2) for waves in (2, 1)]
 
 
 def cuda_candidates() -> list[triton.Config]:

@@ -42,7 +42,8 @@ Limits:
     recompiles a sample); at D = 128 the prior's 128 x 64 tile with 8 waves, two
     stages and ``waves_per_eu=2`` compiles on gfx942 with 32x32 MFMAs too, but its hot
     loop then moves operands through LDS two bytes at a time, which is why 16x16 comes
-    first. The table compiles the dense launch of whole tiles only:
+    first, and the table drops it (a config with 8/16-bit LDS ops is dropped where its head
+    dim keeps one without, :mod:`.configs`). The table compiles the dense launch of whole tiles only:
     ``kernels.flash_attention_varlen`` runs the same configs packed (``VARLEN``), where
     the priors are compiled and tested too (``tests/test_attention_isa.py``), the other
     configs not. The tuner times with the batch and heads of the first

@@ -46,10 +46,11 @@ Idea:
 Why faster:
     Than autograd through v0/v1: no S x S_k matrix is stored or read back; each launch
     streams tiles as the forward does. Each launch has its own tiles: dK/dV a wide key
-    block (the accumulators) over narrow query steps, dQ a wide query block over narrow
-    key steps (:mod:`.configs_backward`), tuned per target, head dim and shape like v4
+    block (the accumulators) over narrow query steps (at D = 64 on AMD a square one), dQ a
+    wide query block over narrow key steps (:mod:`.configs_backward`), tuned per target, head dim and shape like v4
     (the pruned table ``tuned_space_backward.json``, timed on the GPU and kept by
-    :func:`kernels.tuning.choice`; the first kept config is the prior). Causal
+    :func:`kernels.tuning.choice`; the prior is the table's first kept config that fits:
+    no spills, then no 8- or 16-bit LDS ops, then more waves/SIMD first). Causal
     programs skip the blocks the mask hides, and only the diagonal blocks (and dQ's
     last partial key block) evaluate a mask: the other blocks run a loop without one.
 
@@ -67,11 +68,12 @@ Limits:
     outside the tensors.
     The tuner times with the first shape of a bucket (as v4's); ``overrides`` pins
     settings of both kernels on top of the prior and skips it. No 8- or 16-bit LDS
-    op and no spill is proved at D = 128 only, for the priors (``tests/test_attention_isa.py``):
-    dense and packed on gfx942 and gfx950 (the table compiles every config both ways and
-    drops one that spills in either). At
-    D = 64 the table records 8/16-bit LDS ops in many configs (``narrow_lds_ops``) and
-    does not drop them: the tuner's clock decides.
+    op and no spill is proved for the priors at D = 64 and D = 128 (``tests/test_attention_isa.py``),
+    dense and packed on gfx942 and gfx950 (the table compiles every config both ways, drops
+    one that spills in either, and one with 8/16-bit LDS ops where its kernel and head dim
+    have a config without). At D = 64 on AMD only 2-warp tiles have none: dK/dV's 32 x 32,
+    dQ's 64 x 32 (on gfx950 some two-stage dQ configs too). At D = 128 dK/dV's priors run
+    1 wave/SIMD: every 2-wave candidate spills or has such ops.
 """
 from __future__ import annotations
 

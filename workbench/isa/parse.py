@@ -34,6 +34,12 @@ _BRANCH = {
     "amdgcn": re.compile(r"^\s*s_(?:cbranch_\w+|branch)\s+([.$\w]+)"),
     "ptx": re.compile(r"^\s*(?:@!?%\w+\s+)?bra(?:\.uni)?\s+([.$\w]+)\s*;"),
 }
+# A branch or end that control never falls through: AMD's unconditional jump, return and end;
+# PTX's jump without a predicate, and its return and exit.
+_NO_FALLTHROUGH = {
+    "amdgcn": re.compile(r"^\s*s_(?:branch|setpc_b64|endpgm)\b"),
+    "ptx": re.compile(r"^\s*(?:bra(?:\.uni)?|ret|exit)\b"),
+}
 
 
 def mnemonic(line: str) -> str | None:
@@ -96,7 +102,9 @@ def histograms(lines: list[str], dialect: str) -> dict[str, Counter]:
 def hot_loop(lines: list[str], dialect: str) -> list[str]:
     """The innermost loop holding matrix instructions (else the innermost loop), as lines.
 
-    A loop is a backward branch: from a branch to a label earlier in the text. The span
+    A loop is a backward branch, from a branch to a label earlier in the text, that the
+    label's code can reach again (:func:`_reaches`; LLVM also branches back to a shared tail
+    of code that jumps elsewhere, no loop). The span
     runs from that label to the last branch back to it, so a rotated loop (LLVM puts the
     body before the header) is included whole. The smallest such span is innermost.
     """
@@ -116,14 +124,35 @@ def matrix_loops(lines: list[str], dialect: str) -> list[list[str]]:
 
 
 def _loop_spans(lines: list[str], dialect: str) -> list[tuple[int, int]]:
-    """(first, last) line of every loop, smallest first."""
+    """(first, last) line of every loop, smallest first: a backward branch that control from
+    its label can reach again (:func:`_reaches`)."""
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := _LABEL.match(line))}
     spans: dict[str, tuple[int, int]] = {}
     for i, line in enumerate(lines):
         target = branch_target(line, dialect)
-        if labels.get(target, i) < i:
+        if labels.get(target, i) < i and _reaches(lines, labels, labels[target], i, dialect):
             spans[target] = (labels[target], i)
     return sorted(spans.values(), key=lambda span: span[1] - span[0])
+
+
+def _reaches(lines: list[str], labels: dict[str, int], start: int, end: int, dialect: str) -> bool:
+    """Whether control from line ``start`` can reach line ``end``, falling through or branching.
+    A branch back to a label is a loop only then: one of v5's two-stage dQ kernels on gfx950
+    branches back to a shared tail of MFMAs that ends in a jump past the branch, no loop."""
+    todo, seen = [start], set()
+    while todo:
+        i = todo.pop()
+        while i < len(lines) and i not in seen:
+            seen.add(i)
+            if i == end:
+                return True
+            target = branch_target(lines[i], dialect)
+            if target in labels:
+                todo.append(labels[target])
+            if _NO_FALLTHROUGH[dialect].match(lines[i]):
+                break
+            i += 1
+    return False
 
 
 def _has_matrix(lines: list[str], dialect: str) -> bool:

@@ -22,8 +22,11 @@ grouped GEMM's table keeps. A config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
 stack frame), or needs more LDS / shared memory than one workgroup may have, unless every
 config of its group spills (:func:`least_spilling`: then those that can launch are kept, least
-spilling first, marked ``"spilling"``); attention's
-backward also records its 8- and 16-bit LDS ops (:func:`workbench.isa.parse.narrow_lds`). ``--write`` stores the verdicts,
+spilling first, marked ``"spilling"``). Attention's forward and backward and the MoE layer also
+record their 8- and 16-bit LDS ops (:func:`workbench.isa.parse.narrow_lds`) and drop a config
+that has some where its group keeps one that has none (:func:`clean_lds`); attention's backward
+puts each group's prior, the config a launch runs untimed, first (:func:`prior_first`).
+``--write`` stores the verdicts,
 with the resources behind them, in the table ``kernels`` ships
 (``<op's package>/tuned_space.json``), replacing only the targets compiled.
 """
@@ -65,7 +68,8 @@ class Op(NamedTuple):
     compiles: Callable[[dict], dict[str, dict]]   # a config -> {compile name: extra overrides}
     about: str
     registry_op: str | None = None   # the op of the rung compiled, when the table is not the op's own
-    narrow_lds: bool = False   # record 8/16-bit LDS ops (AMD) too: a smell the tuner's clock judges
+    narrow_lds: bool = False   # record 8/16-bit LDS ops (AMD) too, pruned by clean_lds
+    prior_order: bool = False   # each group's kept configs in prior_first's order, not candidate order
     dtypes: tuple = BOTH   # compiled at each; float32 is a section of its own (kernels.tuning.section)
     group: Callable[[dict], tuple] = lambda cfg: ()   # configs a launch chooses among (least_spilling)
 
@@ -76,21 +80,25 @@ OPS = {
                             "NT_bias": {"layout": "NT", "HAS_BIAS": True}},
                f"layouts {', '.join(gemm_configs.LAYOUTS)}, and NT with nn.Linear's bias epilogue (NT_bias)"),
     "attention": Op("v4", attention_configs, lambda cfg: {f"D{cfg['BLOCK_D']}": {}},
-                    "causal, at the head dim of each config (BLOCK_D)", group=lambda cfg: (cfg["BLOCK_D"],)),
+                    "causal, at the head dim of each config (BLOCK_D), with its 8/16-bit LDS ops "
+                    "(narrow_lds_ops: dropped where the head dim keeps a config without any)",
+                    narrow_lds=True, group=lambda cfg: (cfg["BLOCK_D"],)),
     "attention_backward": Op("v5", attention_backward_configs,
                              lambda cfg: {f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}": {},
                                           f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}_packed": {"VARLEN": True}},
                              "causal, each config its kernel (KERNEL) at its head dim (BLOCK_D), dense "
                              "and packed (VARLEN: flash_attention_varlen's backward runs the same config), "
-                             "with its 8/16-bit LDS ops (narrow_lds_ops, recorded, not dropped)",
-                             registry_op="attention", narrow_lds=True,
+                             "with its 8/16-bit LDS ops (narrow_lds_ops: dropped where the kernel and head dim keep a config "
+                             "without any), each group's prior first (no spills, no narrow LDS ops, more waves)",
+                             registry_op="attention", narrow_lds=True, prior_order=True,
                              group=lambda cfg: (cfg["KERNEL"], cfg["BLOCK_D"])),
     "grouped_gemm": Op("v4", grouped_gemm_configs,
                        lambda cfg: {kernel: {"kernel": kernel} for kernel in grouped_gemm_configs.KERNELS},
                        "DeepSeek-V3's down projection, its forward, dX and dW kernels"),
     "moe": Op("v3", moe_configs, lambda cfg: {kernel: {"kernel": kernel} for kernel in moe_configs.KERNELS},
               "DeepSeek-V3's 32 local experts, its gate/up and down kernels, over the configs the "
-              "grouped GEMM's table keeps"),
+              "grouped GEMM's table keeps, with their 8/16-bit LDS ops (narrow_lds_ops: dropped where "
+              "a config without any is kept)", narrow_lds=True),
 }
 
 
@@ -156,6 +164,50 @@ def least_spilling(target: str, table: dict, group: Callable[[dict], tuple]) -> 
     return table
 
 
+def narrow_lds_ops(entry: dict) -> int:
+    """A table entry's 8- and 16-bit LDS ops over its compiles (0 where none are recorded)."""
+    return sum(r.get("narrow_lds_ops") or 0 for r in compiles(entry).values())
+
+
+def clean_lds(table: dict, group: Callable[[dict], tuple]) -> dict:
+    """``table`` without the kept configs that move 8- or 16-bit elements through LDS (a layout
+    change the tile and warp split force through LDS an element at a time,
+    :func:`workbench.isa.parse.narrow_lds`) in a group that keeps a config moving none: they
+    go to "dropped", each compile's count in "why". A group whose every config has some keeps them."""
+    clean = {group(e["config"]) for e in table["kept"] if not narrow_lds_ops(e)}
+    smelly = [e for e in table["kept"] if narrow_lds_ops(e) and group(e["config"]) in clean]
+    table["kept"] = [e for e in table["kept"] if e not in smelly]
+    table["dropped"] += [{**e, "why": "; ".join(f"{name}: {r['narrow_lds_ops']} 8/16-bit LDS ops"
+                                                for name, r in compiles(e).items() if r.get("narrow_lds_ops"))}
+                         for e in smelly]
+    return table
+
+
+def waves(entry: dict) -> int:
+    """A table entry's occupancy: the least over its compiles (waves/SIMD on AMD)."""
+    return min(r["occupancy"] for r in compiles(entry).values())
+
+
+def prior_key(target: str, entry: dict) -> tuple:
+    """How a kept config ranks as its group's prior, lowest first: the bytes it spills (none,
+    but for :func:`least_spilling`'s rescued), then on AMD whether it has 8/16-bit LDS ops
+    and its waves/SIMD, more first. On sm90 only the spills: its order stays candidate order."""
+    spilled = sum(map(spill_bytes, compiles(entry).values()))
+    return (spilled, bool(narrow_lds_ops(entry)), -waves(entry)) if isa.TARGETS[target][0] == "hip" else (spilled,)
+
+
+def prior_first(target: str, table: dict, group: Callable[[dict], tuple]) -> dict:
+    """``table`` with each group's kept configs in the order a launch without timings takes
+    them (the first that fits its shape is the prior, :func:`kernels.tuning.kept`): by
+    :func:`prior_key`, i.e. no spills, then no 8- or 16-bit LDS ops, then more waves per SIMD
+    (a latency an MFMA or LDS op waits out is hidden by the other waves); ties keep candidate
+    order, and the groups keep theirs."""
+    order = list(dict.fromkeys(group(e["config"]) for e in table["kept"]))
+    table["kept"] = [e for g in order for e in sorted((e for e in table["kept"] if group(e["config"]) == g),
+                                                      key=lambda e: prior_key(target, e))]
+    return table
+
+
 def prune_target(op: str, target: str, progress=print, dtype: torch.dtype = DTYPE) -> dict:
     """Compile every candidate of ``target`` at ``dtype`` in each of its compiles:
     {"kept": [...], "dropped": [...]}, the table section ``kernels.tuning.section(target, dtype)``."""
@@ -171,7 +223,9 @@ def prune_target(op: str, target: str, progress=print, dtype: torch.dtype = DTYP
         else:
             table["kept"].append(entry)
         progress(f"{op} {tuning.section(target, dtype)} {i + 1}/{len(space)} {cfg} -> {'; '.join(why) or 'kept'}")
-    return least_spilling(target, table, OPS[op].group)
+    group = OPS[op].group
+    table = least_spilling(target, clean_lds(table, group) if OPS[op].narrow_lds else table, group)
+    return prior_first(target, table, group) if OPS[op].prior_order else table
 
 
 def write(op: str, tables: dict[str, dict]) -> None:

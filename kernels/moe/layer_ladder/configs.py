@@ -6,7 +6,9 @@ kernel 2 a weighted scatter), so they start from what the grouped GEMM already k
 (:mod:`kernels.moe.grouped_gemm.configs`: its candidates that compile without spills for
 its own kernels) and compile those once more, ahead of time, as v3's gate/up and down
 kernels: a config that spills in either is dropped (kernel 1's two accumulators spill
-in tiles the grouped GEMM's one accumulator fits, see :mod:`.v3_fused`'s Limits). The verdicts ship as
+in tiles the grouped GEMM's one accumulator fits, see :mod:`.v3_fused`'s Limits), and so is one
+with 8- or 16-bit LDS ops where a config without any is kept (recorded per kernel as
+``narrow_lds_ops`` on AMD: none of the space has any, 2026-12-04). The verdicts ship as
 ``tuned_space.json`` beside this file, written by
 ``python -m workbench.isa.tune_space --op moe --write``. Per problem, :func:`choose` prunes
 that space with the grouped GEMM's :func:`~kernels.moe.grouped_gemm.configs.prune` and
