@@ -44,9 +44,9 @@ DTYPES = (FORMAT, MXFP8)
 # dtype naming the format -> (tl.dot_scaled's element format, elements per stored byte)
 ELEMENTS = {FORMAT: ("e2m1", 2), MXFP8: ("e4m3", 1)}
 # Targets whose matrix cores take MX operands with their scales, so that ``tl.dot_scaled``
-# is one scaled matrix instruction: gfx950's ``v_mfma_scale_f32_*_f8f6f4`` and datacenter
-# Blackwell's block-scaled ``tcgen05.mma``. Elsewhere (gfx942, sm_90) Triton emulates it:
-# it scales the operands in registers and runs the bf16 matrix cores, at bf16 speed at best.
+# is one scaled matrix instruction: gfx950's scaled MFMAs (the f8f6f4 family) and datacenter
+# Blackwell's block-scaled MMAs. Elsewhere (gfx942, sm_90) Triton emulates it: it scales the
+# operands in registers and runs the bf16 matrix cores, at bf16 speed at best.
 NATIVE_ARCHS = ("gfx950", "sm_100", "sm_103")
 
 
