@@ -140,10 +140,10 @@ def aot(dtype: torch.dtype = torch.bfloat16, weighted: bool = True) -> AotKernel
     :data:`.spec.AOT_SHAPE` (DeepSeek-V3's 32 local experts: R = T·k rows of hidden columns,
     contiguous), for an ahead-of-time compile (:func:`workbench.isa.compile.compile_aot`; not
     a rung, so not in the inspector); ``weighted=False``: the expert-parallel owner's launch
-    (weight 1, no h·w)."""
+    (weight 1, no h·w; h stands in for the weights' pointer, as the launch passes it)."""
     t, _, hidden, _, top_k, _ = AOT_SHAPE
     ints = dict(R=t * top_k, H=hidden, stride_dh=hidden, stride_g=hidden, stride_u=hidden, stride_h=hidden,
                 stride_w=1 if weighted else 0)
     return aot_launch(_swiglu_backward_kernel, dtype, dict(BLOCK_R=BLOCK_R, BLOCK_H=BLOCK_H, num_warps=NUM_WARPS),
                       ints, dict(SWIGLU=True, DW_ROWS=True, WEIGHTED_H=weighted, WEIGHTED=weighted,
-                                 INTERP_BF16=False), {"w_ptr": "*fp32", "dw_ptr": "*fp32"})
+                                 INTERP_BF16=False), {"dw_ptr": "*fp32", **({"w_ptr": "*fp32"} if weighted else {})})
