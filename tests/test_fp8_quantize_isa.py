@@ -74,30 +74,20 @@ def test_the_tile_maxima_of_a_given_scales_cast_cost_one_store_and_no_spill(fp8,
 
 @pytest.mark.parametrize("transpose", [True, False])
 @pytest.mark.parametrize("granularity", ["tensor", "row", "block1x128", "block128x128", "mx32"])
-def test_the_compiled_launch_takes_the_scale_strides_a_call_passes(granularity, transpose, monkeypatch):
+def test_the_compiled_launch_takes_the_arguments_a_call_passes(granularity, transpose, monkeypatch):
     """Triton specializes an int argument equal to 1 as a constant and one divisible by 16 (0
-    too) as such: the ahead-of-time launch must give each scale stride the class a call of
-    :func:`kernels.gemm_fp8.quantize` gives it (0 where a scale is broadcast), or the ISA
-    above is another binary's. The call is recorded, not run."""
+    too) as such: the ahead-of-time launch must give each argument, the scale strides among
+    them (0 where a scale is broadcast), the class a call of
+    :func:`kernels.gemm_fp8.quantize` gives it, or the ISA above is another binary's. The
+    call is recorded, not run."""
     import torch
     from kernels.gemm_fp8 import quantize_kernel
+    from launch_classes import differences, recorded_launches
 
-    kernel = quantize_kernel._quantize_kernel
-    passed = {}
-
-    class Recorder:   # the launch calls the kernel's run with the grid and constexprs as keywords
-        def run(self, *args, **kwargs):
-            passed.update(zip(kernel.arg_names, args))
-    monkeypatch.setattr(quantize_kernel, "_quantize_kernel", Recorder())
     size = 64 if granularity in ("tensor", "row") else 2048   # 16 scale blocks of 128 a side
-    quantize_kernel.launch(torch.ones(size, size, dtype=torch.bfloat16), granularity, torch.float8_e4m3fn,
-                           transpose=transpose)
-    monkeypatch.undo()
+    with recorded_launches(monkeypatch, stub=True) as launches:
+        quantize_kernel.launch(torch.ones(size, size, dtype=torch.bfloat16), granularity, torch.float8_e4m3fn,
+                               transpose=transpose)
     compiled_launch = quantize_kernel.aot(granularity, torch.float8_e4m3fn, transpose=transpose)
-    values = {**compiled_launch.scalars, **compiled_launch.constexprs}
-
-    def kind(value):
-        return "one" if value == 1 else "multiple of 16" if value % 16 == 0 else "other"
-    strides = [name for name in kernel.arg_names if name.startswith(("stride_s", "stride_st"))]
-    assert len(strides) == 4
-    assert {n: kind(values[n]) for n in strides} == {n: kind(passed[n]) for n in strides}
+    [call] = [launch for launch in launches if launch[0] is compiled_launch.jit_fn]
+    assert differences(call, compiled_launch, monkeypatch) == {}

@@ -1,6 +1,7 @@
 """The fused MoE rung's elementwise backward kernel as gfx942 and gfx950 compile it (ahead of
 time; not a rung, so a fresh subprocess compiles it, as tests/test_fp8_quantize_isa.py does).
-Backs what kernels/moe/layer_ladder/swiglu_backward.py says of its loads, stores and spills."""
+Backs what kernels/moe/layer_ladder/swiglu_backward.py says of its loads, stores and spills;
+that these launches are the ones a call runs: tests/test_aot_matches_calls.py."""
 from __future__ import annotations
 
 import functools
@@ -69,36 +70,3 @@ def test_bf16_rows_move_16_bytes_per_thread_and_nothing_spills(arch):
         lds = (sum(ops.get("lds_write", {}).values()), sum(ops.get("lds_read", {}).values()))
         assert (lds == (0, 0)) if fp8_owner else max(lds) <= 1, ops
         assert not ops.get("matrix")
-
-
-@pytest.mark.parametrize("launch", LAUNCHES, ids=["weighted", "weight 1", "fp8 owner"])
-def test_the_compiled_launch_takes_the_int_arguments_a_call_passes(launch, monkeypatch):
-    """Triton specializes an int argument equal to 1 as a constant and one divisible by 16 (0
-    too) as such: each int of the ahead-of-time launch must be of the class a call from
-    sorted_backward (or the FP8 owner, :mod:`kernels.moe.ep_fp8_layer`) gives it (contiguous
-    rows; w (R, 1) or None), or the ISA above is another binary's. The call is recorded, not run."""
-    import torch
-    from kernels.moe.layer_ladder import swiglu_backward
-
-    kernel = swiglu_backward._swiglu_backward_kernel
-    passed = {}
-
-    class Recorder:   # the launch calls the kernel's run with the grid and constexprs as keywords
-        def run(self, *args, **kwargs):
-            passed.update(zip(kernel.arg_names, args), **kwargs)
-    monkeypatch.setattr(swiglu_backward, "_swiglu_backward_kernel", Recorder())
-    dh, g, u, h = (torch.ones(64, 256, dtype=torch.bfloat16) for _ in range(4))
-    weighted, fp8_owner = launch.get("weighted", False), launch.get("fp8_owner", False)
-    w = torch.ones(64, 1) if weighted else None
-    rows_end = torch.full((1,), 50, dtype=torch.int32) if fp8_owner else None
-    swiglu_backward.swiglu_backward(dh, g, u, h, w, swiglu=True, dw_rows=not fp8_owner, weighted_h=weighted,
-                                    rows_end=rows_end)
-    monkeypatch.undo()
-    compiled_launch = swiglu_backward.aot(torch.bfloat16, **launch)
-
-    def kind(value):
-        return "one" if value == 1 else "multiple of 16" if value % 16 == 0 else "other"
-    ints = [name for name, value in compiled_launch.scalars.items() if isinstance(value, int)]
-    assert {n: kind(compiled_launch.scalars[n]) for n in ints} == {n: kind(passed[n]) for n in ints}
-    assert {k: v for k, v in compiled_launch.constexprs.items() if k != "INTERP_BF16"} == \
-        {k: passed[k] for k in compiled_launch.constexprs if k != "INTERP_BF16"}

@@ -245,6 +245,12 @@ def config(backend: _backend.Backend, m: int, n: int, k: int, xcds: int | None =
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None) -> list[AotKernel]:
     """Both kernels for a large square GEMM; 304 programs (MI300X CUs) or 132 (H100 SMs).
 
+    Its tiles fill whole waves (8192^3 splits no tail: SPLITS = 1, which Triton makes a
+    constant), as most of a training step's projections do. The fix-up runs only where a
+    tail is split, so it is compiled with the schedule of one that is: a GEMM whose tiles
+    fill half the programs, each split in two along K (SPLITS = 2; a constant 1 would fold
+    its loop over the partial tiles away).
+
     ``overrides`` replaces settings; ``layout``, ``EVEN_K`` and ``HAS_BIAS`` (a contiguous bias,
     ``nn.Linear``'s) change the launch compiled, as in v5's ``aot``.
     """
@@ -260,6 +266,10 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     plan = schedule(ints["M"], ints["N"], ints["K"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"],
                     cfg["NUM_PROGS"])
     split = dict(DP_TILES=plan.dp_tiles, SPLITS=plan.splits, SPLIT_K=plan.split_k)
+    m_tail, n_tail = cfg["BLOCK_M"] * (cfg["NUM_PROGS"] // 2), cfg["BLOCK_N"]
+    tail = schedule(m_tail, n_tail, ints["K"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
+    tail_ints = dict(M=m_tail, N=n_tail, stride_cm=n_tail, stride_cn=1, DP_TILES=tail.dp_tiles, SPLITS=tail.splits,
+                     stride_bias=ints["stride_bias"])
     fixup_cfg = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "GROUP_M")}
     return [aot_launch(_gemm_persistent_kernel, dtype, cfg, {**ints, **split},
                        constexprs={"EVEN_K": ints["K"] % cfg["BLOCK_K"] == 0 if even_k is None else even_k,
@@ -267,7 +277,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
                        pointers={"p_ptr": "*fp32"}),
             aot_launch(_streamk_fixup_kernel, dtype,
                        {**fixup_cfg, "num_warps": cfg["num_warps"], "num_stages": 1},
-                       {**ints, **split}, constexprs={"INTERP_BF16": False, **bias},
+                       tail_ints, constexprs={"INTERP_BF16": False, **bias},
                        pointers={"p_ptr": "*fp32"})]
 
 

@@ -48,11 +48,13 @@ def aot_blockwise(kernel, dtype: torch.dtype, backend: str, overrides: dict | No
                   out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
     """v2's launch for the ISA inspector: :func:`aot`'s 8192^3 GEMM with DeepSeek-V3's
     forward scales, A per 1 x 128 ((M, K/128), K-block-contiguous) and B per 128 x 128
-    ((K/128, N/128)), so the compile shows the per-K-block scaling in the loop."""
+    ((K/128, N/128)), so the compile shows the per-K-block scaling in the loop. B's scales
+    lie as the blockwise recipe's forward passes them: the transpose of the weight's
+    (N/128, K/128), unit stride along K (Triton folds that stride to a constant)."""
     size, blocks = 8192, 8192 // operands.SCALE_K
     ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
-                stride_cm=size, stride_cn=1, stride_sam=blocks, stride_sak=1, stride_sbk=blocks,
-                stride_sbn=1)
+                stride_cm=size, stride_cn=1, stride_sam=blocks, stride_sak=1, stride_sbk=1,
+                stride_sbn=blocks)
     return [aot_launch(kernel, dtype, with_overrides(config(backend), overrides), ints,
                        constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
                                    "GROUP_N": operands.SCALE_K, "SCALES_ALONG_K": True},

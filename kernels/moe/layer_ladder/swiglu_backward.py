@@ -159,7 +159,8 @@ def aot(dtype: torch.dtype = torch.bfloat16, weighted: bool = True, fp8_owner: b
     contiguous), for an ahead-of-time compile (:func:`workbench.isa.compile.compile_aot`; not
     a rung, so not in the inspector); ``weighted=False``: the expert-parallel owner's launch
     (weight 1, no h·w); ``fp8_owner=True`` (``weighted`` then ignored): the FP8 expert-parallel owner's with capacity
-    (:mod:`kernels.moe.ep_fp8_layer`: dg and du only, weight 1, rows bounded by ``rows_end``)."""
+    (:mod:`kernels.moe.ep_fp8_layer`: dg and du only, weight 1, rows bounded by ``rows_end``). A
+    pointer the flags leave unread is h's, as the launch passes it."""
     t, _, hidden, _, top_k, _ = AOT_SHAPE
     weighted = weighted and not fp8_owner
     ints = dict(R=t * top_k, H=hidden, stride_dh=hidden, stride_g=hidden, stride_u=hidden, stride_h=hidden,
@@ -167,4 +168,5 @@ def aot(dtype: torch.dtype = torch.bfloat16, weighted: bool = True, fp8_owner: b
     return aot_launch(_swiglu_backward_kernel, dtype, dict(BLOCK_R=BLOCK_R, BLOCK_H=BLOCK_H, num_warps=NUM_WARPS),
                       ints, dict(SWIGLU=True, DW_ROWS=not fp8_owner, WEIGHTED_H=weighted, WEIGHTED=weighted,
                                  BOUNDED=fp8_owner, INTERP_BF16=False),
-                      {"w_ptr": "*fp32", "dw_ptr": "*fp32", "end_ptr": "*i32"})
+                      {**({"w_ptr": "*fp32"} if weighted else {}), **({"end_ptr": "*i32"} if fp8_owner else {}),
+                       **({} if fp8_owner else {"dw_ptr": "*fp32"})})

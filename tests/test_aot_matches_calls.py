@@ -1,0 +1,166 @@
+"""The ISA pages of the rungs a training step launches describe the binary a call runs.
+
+Each case runs a real call under the interpreter, at a preset's shapes scaled down (every
+size a multiple of 16 where ``gpu-moe-small``'s and ``gpu-dense-1b``'s are, so each int
+argument keeps its class; the operands laid out as the training step lays them out),
+records its launches, and asks Triton's JIT (:mod:`launch_classes`) how it would
+specialize each argument for gfx942: the class of every int, pointer and constexpr must
+be the one the rung's ``aot()`` (what ``workbench.isa`` compiles) gives it. Skipped are
+the arguments a target chooses (tiles, warps' shares, a persistent grid's schedule) and
+the interpreter's own flags.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels import gemm_fp8
+from kernels.attention import v4_amd_tuned, v5_backward
+from kernels.gemm import v6_persistent
+from kernels.gemm.linear import linear
+from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
+from kernels.moe.layer_ladder import swiglu_backward, v3_fused
+from launch_classes import differences, recorded_launches
+
+INTERPRETER_ONLY = ("INTERP_BF16", "S_AS_FORWARD")
+ATTENTION_CHOSEN = ("BLOCK_M", "BLOCK_N", "BLOCK_D", "P_BITS", "K_ROWS")   # per target (P_BITS, K_ROWS: CDNA3's)
+GEMM_CHOSEN = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "NUM_XCDS", "NUM_PROGS")
+HIP = ("hip", "gfx942")
+
+B, S, HQ, HKV, D = 1, 64, 16, 4, 64      # gpu-moe-small: 16 heads, 4 KV heads, head dim 64
+
+
+def _heads(s: int, h: int) -> torch.Tensor:
+    """(B, H, S, D) as the training step's attention gets it: a (B, S, H, D) projection transposed."""
+    return torch.randn(B, s, h, D, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+
+
+def attention_dense():
+    q, k, v = _heads(S, HQ), _heads(S, HKV), _heads(S, HKV)
+    out = kernels.flash_attention(q, k, v, causal=True)
+    out.backward(torch.randn(B, S, HQ, D, dtype=torch.bfloat16).transpose(1, 2))
+
+
+def attention_varlen():
+    lengths = torch.tensor([0, 16, 48, 64], dtype=torch.int32)
+    q, k, v = (torch.randn(S, h, D, dtype=torch.bfloat16, requires_grad=True) for h in (HQ, HKV, HKV))
+    out = kernels.flash_attention_varlen(q, k, v, lengths, lengths, 32, 32, causal=True)
+    out.backward(torch.randn_like(out))
+
+
+def grouped_gemm_v4():
+    """gpu-moe-small's expert GEMM (T·k rows, 32 experts), scaled down; the backward's dX and dW."""
+    x, w, offsets = grouped_spec.make_inputs((64, 32, 48, 32, 0), torch.bfloat16)
+    x.requires_grad_(), w.requires_grad_()
+    y = kernels.get("grouped_gemm", "v4")(x, w, offsets)
+    y.backward(torch.randn_like(y))
+
+
+def moe_v3():
+    """gpu-moe-small's MoE layer (32 experts, top-4, a shared expert) as the training step
+    builds it, narrower and on 16 tokens; its backward runs v4's kernels and the SwiGLU one."""
+    layer = kernels.MoE(64, 32, 32, 4, shared_experts=1, dtype=torch.bfloat16)
+    y = layer(torch.randn(1, 16, 64, dtype=torch.bfloat16, requires_grad=True))
+    y.backward(torch.randn_like(y))
+
+
+def swiglu_unweighted():
+    """The expert-parallel owner's launch: weight 1, no h·w."""
+    dh, g, u, h = (torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(4))
+    swiglu_backward.swiglu_backward(dh, g, u, h, None, swiglu=True, dw_rows=True, weighted_h=False)
+
+
+def swiglu_fp8_owner():
+    """The FP8 expert-parallel owner's launch with capacity: dg and du only, weight 1, the rows
+    past the received ones bounded by an int32 on the device."""
+    dh, g, u, h = (torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(4))
+    swiglu_backward.swiglu_backward(dh, g, u, h, None, swiglu=True, dw_rows=False, weighted_h=False,
+                                    rows_end=torch.full((1,), 50, dtype=torch.int32))
+
+
+def gemm(layout: str, bias: bool = False, tail: bool = False):
+    """A projection of the presets', scaled down, whose tiles fill whole waves: 16 of the
+    interpreter's 32 x 32 tiles on its 4 programs (DP_TILES a multiple of 16, as whole
+    waves of 304 or 256 programs are), no tail split (SPLITS = 1), as in most of a training
+    step's GEMMs and in the AOT's. With ``tail``, 2 tiles on 4 programs: each split in two
+    along K, which the fix-up adds up."""
+    m, n, k = (64, 32, 64) if tail else (128, 128, 64)
+    x, w = torch.randn(m, k, dtype=torch.bfloat16), torch.randn(n, k, dtype=torch.bfloat16)
+    if bias:
+        return lambda: linear(x, w, torch.randn(n, dtype=torch.bfloat16))
+    a, b = {"NN": (x, w.t().contiguous()), "NT": (x, w.t()), "TN": (x.t().contiguous().t(), w.t().contiguous())}[layout]
+    return lambda: kernels.get("gemm", "v6")(a, b)
+
+
+def v6_aot(layout: str, bias: bool = False, kernel: int = 0):
+    """v6's AOT launch ``kernel`` (0 the persistent kernel, 1 the fix-up) of ``layout``."""
+    return lambda: [v6_persistent.aot(torch.bfloat16, *HIP, {"layout": layout, "HAS_BIAS": bias})[kernel]]
+
+
+FP8 = torch.float8_e4m3fnuz   # gfx942's
+
+
+def fp8_rowwise(label: str):
+    """The rowwise recipe's forward GEMM on rung ``label``: x per row, w per output feature."""
+    def call():
+        x8, sx, *_ = gemm_fp8.quantize(torch.randn(32, 256, dtype=torch.bfloat16), "row", FP8)
+        w8, sw, *_ = gemm_fp8.quantize(torch.randn(64, 256, dtype=torch.bfloat16), "row", FP8)
+        kernels.get("gemm_fp8", label)(x8, w8.t(), sx, sw.t())
+    return call
+
+
+def fp8_blockwise():
+    """The blockwise recipe's forward (DeepSeek-V3's scales), K = 2048 (gpu-dense-1b's width:
+    16 scale blocks along K; gpu-moe-small's 1024 makes 8, not a multiple of 16)."""
+    x = torch.randn(32, 2048, dtype=torch.bfloat16)
+    kernels.fp8.get("blockwise").forward(x, torch.randn(128, 2048, dtype=torch.bfloat16), FP8, torch.bfloat16)
+
+
+CASES = {
+    "attention forward": (attention_dense, lambda: v4_amd_tuned.aot(torch.bfloat16, *HIP), ATTENTION_CHOSEN),
+    "attention backward": (attention_dense, lambda: v5_backward.aot(torch.bfloat16, *HIP), ATTENTION_CHOSEN),
+    "attention varlen forward": (attention_varlen, lambda: v4_amd_tuned.aot(torch.bfloat16, *HIP, {"VARLEN": True}),
+                                 ATTENTION_CHOSEN),
+    "attention varlen backward": (attention_varlen, lambda: v5_backward.aot(torch.bfloat16, *HIP, {"VARLEN": True}),
+                                  ATTENTION_CHOSEN),
+    "grouped gemm v4": (grouped_gemm_v4, lambda: v4_persistent.aot(torch.bfloat16, *HIP), GEMM_CHOSEN),
+    "moe v3": (moe_v3, lambda: v3_fused.aot(torch.bfloat16, *HIP), GEMM_CHOSEN),
+    # v3's backward runs v4's kernels: dH and the gate's and up's dX on wᵀ, the three dW
+    "moe v3 backward grouped gemm": (moe_v3, lambda: v4_persistent.aot(torch.bfloat16, *HIP)[1:], GEMM_CHOSEN),
+    "moe v3 swiglu backward": (moe_v3, lambda: [swiglu_backward.aot(torch.bfloat16)], ("BLOCK_R", "BLOCK_H")),
+    "swiglu backward unweighted": (swiglu_unweighted, lambda: [swiglu_backward.aot(torch.bfloat16, weighted=False)],
+                                   ("BLOCK_R", "BLOCK_H")),
+    "swiglu backward fp8 owner": (swiglu_fp8_owner, lambda: [swiglu_backward.aot(torch.bfloat16, fp8_owner=True)],
+                                  ("BLOCK_R", "BLOCK_H")),
+    **{f"gemm v6 {layout}": (gemm(layout), v6_aot(layout), GEMM_CHOSEN) for layout in ("NN", "NT", "TN")},
+    "gemm v6 bias": (gemm("NT", bias=True), v6_aot("NT", bias=True), GEMM_CHOSEN),
+    "gemm v6 split tail fix-up": (gemm("NT", tail=True), v6_aot("NT", kernel=1), GEMM_CHOSEN),
+    "gemm v6 split tail fix-up, bias": (gemm("NT", bias=True, tail=True), v6_aot("NT", bias=True, kernel=1),
+                                        GEMM_CHOSEN),
+    **{f"gemm_fp8 {label} rowwise": (fp8_rowwise(label), lambda label=label: kernels.get("gemm_fp8", label).aot(
+        FP8, *HIP), GEMM_CHOSEN) for label in ("v0", "v1")},
+    "gemm_fp8 v2 blockwise": (fp8_blockwise, lambda: kernels.get("gemm_fp8", "v2").aot(FP8, *HIP), GEMM_CHOSEN),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_aot_launch_specializes_every_argument_as_a_call_does(case, monkeypatch):
+    """The k-th AOT launch of a kernel against the call's k-th launch of it where both launch
+    it as often (v4's forward and dX), else each against every one (the backward's three dW)."""
+    call, aot, chosen = CASES[case]
+    with recorded_launches(monkeypatch) as launches:
+        call()
+    compiled = aot()
+    found = {}
+    for index, launch in enumerate(compiled):
+        ran = [recorded for recorded in launches if recorded[0] is launch.jit_fn]
+        assert ran, f"the call never launched {launch.jit_fn.__name__}"
+        same = [other for other in compiled if other.jit_fn is launch.jit_fn]
+        pairs = [ran[same.index(launch)]] if len(ran) == len(same) else ran
+        for recorded in pairs:
+            found[launch.jit_fn.__name__, index] = differences(recorded, launch, monkeypatch,
+                                                               chosen + INTERPRETER_ONLY)
+            if found[launch.jit_fn.__name__, index]:
+                break
+    assert found == {key: {} for key in found}
