@@ -60,6 +60,7 @@ def test_kept_configs_fit_both_rungs_and_dropped_ones_do_not(target):
     table = tuning.shipped(configs.TABLE)[target]
     assert all(list(tune_space.compiles(e)) == ["v1", "v2"] for e in table["kept"] + table["dropped"])
     assert_verdicts(target, table, clean_lds=True)
+    assert not any(tune_space.narrow_ops(e) for e in table["kept"] + table["dropped"])   # as least_narrow says
     assert not any(e.get("spilling") for e in table["kept"]), "every FP8 section keeps a config that fits"
     tiles = {(c["BLOCK_M"], c["BLOCK_N"]) for c in _kept(target)}
     assert {c["BLOCK_K"] for c in _kept(target)} == {64, 128}

@@ -181,9 +181,10 @@ def narrow_ops(entry: dict) -> dict[str, int]:
 def least_narrow(table: dict, group: Callable[[dict], tuple]) -> dict:
     """``table`` with, in each group that keeps a config without 8- or 16-bit LDS ops in any
     compile, the kept configs that have some moved to "dropped" (why: their counts). Such ops
-    move a tile through LDS an element at a time where a wide layout exists (the FP8 GEMM:
-    one-byte elements, ``ds_read_u8``); where every kept config of a group has some, they stay,
-    for the tuner's clock to judge."""
+    move a tile through LDS an element or two at a time where another config of the group
+    moves it in wide ones; where every kept config of a group has some, they stay, for the
+    tuner's clock to judge. (The FP8 GEMM's shipped table has none in any compile: the drop
+    guards a changed space or compiler.)"""
     clean = {group(e["config"]) for e in table["kept"] if not narrow_ops(e)}
     moved = [e for e in table["kept"] if group(e["config"]) in clean and narrow_ops(e)]
     table["kept"] = [e for e in table["kept"] if e not in moved]
