@@ -153,7 +153,7 @@ import dataclasses, json, torch
 from kernels.gemm_fp8 import launch, v2_triton_blockwise
 from kernels.triton_support import pointer_type
 from workbench.isa import compile as isa_compile, parse as isa_parse
-aot = launch.aot_blockwise(v2_triton_blockwise._gemm_fp8_blockwise_kernel, torch.{a}, "hip")[0]
+aot = launch.aot_blockwise(v2_triton_blockwise._gemm_fp8_blockwise_kernel, torch.{a}, "hip", {arch!r})[0]
 aot = dataclasses.replace(aot, signature={{**aot.signature, "b_ptr": pointer_type(torch.{b})}})
 kernel = isa_compile.compile_aot(aot, ("hip", {arch!r}, 64))
 lines = isa_parse.code_lines(kernel["asm"], "amdgcn")

@@ -250,8 +250,8 @@ def test_inspector_overrides_change_the_compile_and_are_cached_apart(monkeypatch
     assert other.options["waves_per_eu"] == 0 and other is not prior
     assert isa.inspect("gemm", "v6", "gfx942", overrides={"waves_per_eu": 0}) is other
     assert isa.inspect("gemm", "v4", "gfx942", overrides={"waves_per_eu": 3}).options["waves_per_eu"] == 3
-    with pytest.raises(RuntimeError, match="waves_per_eu"):   # not a setting of the FP8 rungs
-        isa.inspect("gemm_fp8", "v1", "gfx942", overrides={"waves_per_eu": 3})
+    with pytest.raises(RuntimeError, match="kpack"):   # not a setting of the FP8 rungs
+        isa.inspect("gemm_fp8", "v1", "gfx942", overrides={"kpack": 2})
     with pytest.raises(RuntimeError, match="NOT_A_SETTING"):
         isa.inspect("gemm", "v6", "gfx942", overrides={"NOT_A_SETTING": 1})
     fixed = dataclasses.replace(kernels.get("gemm", "v4"), aot=lambda dtype, backend, arch: [])

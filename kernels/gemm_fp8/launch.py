@@ -1,72 +1,99 @@
 """Launch plumbing shared by the Triton FP8 rungs: tile configs, the grid, AOT signatures.
 
-The rungs differ only inside their ``@triton.jit`` kernel (the lesson); both kernels
-take the same arguments, so the host side that fills them in lives here once.
+The rungs differ only inside their ``@triton.jit`` kernel (the lesson); the kernels take the
+same arguments, so the host side that fills them in lives here once. The tuned rungs (v1, v2)
+choose their config per key (:func:`settings`, :func:`kernels.tuning.choice`) among the
+candidates the ahead-of-time table keeps (:mod:`.configs`) and remap program ids over the
+device's XCDs (``NUM_XCDS``, :mod:`kernels.xcd`); v0, the upcast baseline, runs the prior.
 """
 from __future__ import annotations
 
 import torch
 
 from .. import backend as _backend
+from ..gemm.spec import layout
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type, run_kwargs
-from ..tuning import with_overrides
-from . import operands
+from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, pointer_type, run_kwargs
+from ..tuning import Problem, as_dict, choice, with_overrides
+from ..xcd import full_chip_xcds, num_xcds
+from . import configs, operands
 
-def config(backend: str) -> dict:
-    """Tiles per backend; K tiles are wide because an FP8 element is one byte.
-
-    hip: 256x128x128, two stages, 16x16 MFMA tiles (``matrix_instr_nonkdim``): fits
-    gfx942's 64 KiB of LDS without register spills (AOT-checked), and on gfx950 a
-    K step of 128 selects the CDNA4 ``v_mfma_f32_16x16x128_f8f6f4``. cuda: 128x256x128,
-    three stages (144 KiB of Hopper shared memory). interpreter: small tiles, since
-    each program costs ~1 ms.
-    """
-    if backend == "interpreter":
-        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=1)
-    if backend == "hip":
-        return dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=2,
-                    matrix_instr_nonkdim=16)
-    return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3)
+AOT_SIZE = 8192   # the GEMM the ISA inspector compiles: 8192^3
 
 
-def aot(kernel, dtype: torch.dtype, backend: str, overrides: dict | None = None,
-        out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
+def aot_config(backend: str, arch: str, remap: bool) -> dict:
+    """What an ahead-of-time compile of a rung runs: the prior at 8192^3 (:func:`.configs.prior`),
+    with the whole chip's XCDs for a rung that remaps (``remap``)."""
+    cfg = configs.prior(backend, arch, AOT_SIZE, AOT_SIZE, AOT_SIZE)
+    return {**cfg, "NUM_XCDS": full_chip_xcds(backend, arch)} if remap else cfg
+
+
+def aot(kernel, dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None,
+        remap: bool = True, out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
     """The launch the ISA inspector compiles: an 8192^3 GEMM with K-contiguous A and B
-    (the layout FP8 matrix cores and hipBLASLt want) and per-row/per-column scales;
-    ``overrides`` replaces settings of :func:`config`."""
-    size = 8192
+    (the layout FP8 matrix cores and hipBLASLt want) and per-row/per-column scales, at
+    :func:`aot_config` (``remap``: the kernel takes ``NUM_XCDS``); ``overrides`` replaces settings."""
+    size = AOT_SIZE
     ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
                 stride_cm=size, stride_cn=1, stride_sa=1, stride_sb=1)
-    return [aot_launch(kernel, dtype, with_overrides(config(backend), overrides), ints,
+    return [aot_launch(kernel, dtype, with_overrides(aot_config(backend, arch, remap), overrides), ints,
                        constexprs={"INTERP_BF16": False},
                        pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
 
 
-def aot_blockwise(kernel, dtype: torch.dtype, backend: str, overrides: dict | None = None,
+def aot_blockwise(kernel, dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None,
                   out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
     """v2's launch for the ISA inspector: :func:`aot`'s 8192^3 GEMM with DeepSeek-V3's
     forward scales, A per 1 x 128 ((M, K/128), K-block-contiguous) and B per 128 x 128
     ((K/128, N/128)), so the compile shows the per-K-block scaling in the loop. B's scales
     lie as the blockwise recipe's forward passes them: the transpose of the weight's
     (N/128, K/128), unit stride along K (Triton folds that stride to a constant)."""
-    size, blocks = 8192, 8192 // operands.SCALE_K
+    size, blocks = AOT_SIZE, AOT_SIZE // operands.SCALE_K
     ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
                 stride_cm=size, stride_cn=1, stride_sam=blocks, stride_sak=1, stride_sbk=1,
                 stride_sbn=blocks)
-    return [aot_launch(kernel, dtype, with_overrides(config(backend), overrides), ints,
+    return [aot_launch(kernel, dtype, with_overrides(aot_config(backend, arch, True), overrides), ints,
                        constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
                                    "GROUP_N": operands.SCALE_K, "SCALES_ALONG_K": True},
                        pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
 
 
+def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_strides: tuple,
+             constexprs: dict) -> dict:
+    """The config of a launch: for a tuned ``rung`` ("v1", "v2") the choice of its key (M, N, K
+    power-of-two buckets, A's and B's formats, the operand layout, ``out_dtype`` and the scales'
+    constexprs: v2's per-K-block scaling compiles another loop) among the per-shape prune of the
+    table's kept configs (:func:`kernels.tuning.choice`: timed once per key with the launch
+    itself, the prior where nothing may be timed), plus the device's ``NUM_XCDS``; for None (v0)
+    the prior, without a remap."""
+    here = _backend.current()
+    (m, k), n = a.shape, b.shape[1]
+    if rung is None:
+        return configs.prior(here.name, here.arch, m, n, k)
+    remap = {"NUM_XCDS": num_xcds(here)}
+    key = (next_power_of_2(m), next_power_of_2(n), next_power_of_2(k), a.dtype, b.dtype, layout(a, b),
+           out_dtype, *(value for _, value in sorted(constexprs.items())))
+    cfg = choice(f"gemm_fp8/{rung}", key,
+                 lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch), m, n, k)],
+                 lambda cfg: _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides, constexprs,
+                                  {**cfg, **remap}),
+                 lambda: Problem("gemm_fp8", rung, (m, n, k), a.dtype))
+    return {**cfg, **remap}
+
+
+def _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides, constexprs, cfg) -> torch.Tensor:
+    """One launch with settings ``cfg``: what the tuner times (a test replaces it)."""
+    return Plan(kernel, a, b, out_dtype, scale_strides, constexprs, cfg)(a, b, scale_a, scale_b)
+
+
 def plan_blockwise(kernel, a, b, scale_a, scale_b, out_dtype) -> "Plan":
     """:func:`launch`'s plan for v2, whose scales may change along K (:func:`operands.check_blockwise`)."""
     scales = operands.check_blockwise(a, b, scale_a, scale_b, out_dtype)
-    return Plan(kernel, a, b, out_dtype,
-                (scales.stride_sam, scales.stride_sak, scales.stride_sbk, scales.stride_sbn),
-                dict(SCALE_K=operands.SCALE_K, GROUP_N=scales.group_n, SCALES_ALONG_K=scales.along_k))
+    strides = (scales.stride_sam, scales.stride_sak, scales.stride_sbk, scales.stride_sbn)
+    constexprs = dict(SCALE_K=operands.SCALE_K, GROUP_N=scales.group_n, SCALES_ALONG_K=scales.along_k)
+    cfg = settings("v2", kernel, a, b, scale_a, scale_b, out_dtype, strides, constexprs)
+    return Plan(kernel, a, b, out_dtype, strides, constexprs, cfg)
 
 
 def launch_blockwise(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
@@ -74,21 +101,23 @@ def launch_blockwise(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
     return plan_blockwise(kernel, a, b, scale_a, scale_b, out_dtype)(a, b, scale_a, scale_b)
 
 
-def launch(kernel, a, b, scale_a, scale_b, out_dtype) -> torch.Tensor:
-    """Check the operands, allocate C (poisonable) and run ``kernel`` over a 1-D grid."""
-    plan = Plan(kernel, a, b, out_dtype, operands.check(a, b, scale_a, scale_b, out_dtype), {})
-    return plan(a, b, scale_a, scale_b)
+def launch(kernel, a, b, scale_a, scale_b, out_dtype, rung: str | None = None) -> torch.Tensor:
+    """Check the operands, allocate C (poisonable) and run ``kernel`` over a 1-D grid with the
+    config of :func:`settings` (``rung``: the tuned rung's label, None for v0's prior)."""
+    strides = operands.check(a, b, scale_a, scale_b, out_dtype)
+    cfg = settings(rung, kernel, a, b, scale_a, scale_b, out_dtype, strides, {})
+    return Plan(kernel, a, b, out_dtype, strides, {}, cfg)(a, b, scale_a, scale_b)
 
 
 class Plan:
-    """One launch of ``kernel`` on checked operands of one metadata, everything but the tensors
-    decided (grid, scalars, settings): a call allocates C and launches. A public op keeps it
-    (:mod:`kernels.plans`), so a repeated call skips the checks and the packing."""
+    """One launch of ``kernel`` on checked operands of one metadata with settings ``cfg``,
+    everything but the tensors decided (grid, scalars, settings): a call allocates C and
+    launches. A public op keeps it (:mod:`kernels.plans`), so a repeated call skips the checks,
+    the config lookup and the packing."""
 
-    def __init__(self, kernel, a, b, out_dtype, scale_strides: tuple, constexprs: dict):
+    def __init__(self, kernel, a, b, out_dtype, scale_strides: tuple, constexprs: dict, cfg: dict):
         (m, k), n = a.shape, b.shape[1]
-        cfg = config(_backend.current().name)
-        self.kernel, self.shape, self.out_dtype = kernel, (m, n), out_dtype
+        self.kernel, self.shape, self.out_dtype, self.config = kernel, (m, n), out_dtype, dict(cfg)
         self.grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
         # C is new_output's: contiguous, strides (N, 1)
         self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1, *scale_strides)

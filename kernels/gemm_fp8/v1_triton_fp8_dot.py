@@ -4,12 +4,19 @@ Idea:
     Hand ``tl.dot`` the FP8 tiles as loaded. Triton emits the FP8 matrix-core
     instruction, accumulating in fp32: ``v_mfma_f32_16x16x32_fp8_fp8`` on gfx942 (fnuz
     operands), ``v_mfma_f32_16x16x128_f8f6f4`` on gfx950 (OCP), ``wgmma.mma_async
-    ... m64n256k32.f32.e4m3.e4m3`` on Hopper. The scales are
+    ... m64n128k32.f32.e4m3.e4m3`` on Hopper (at its prior's 128-wide tile). The scales are
     constant along K, so ``(A s_a) @ (B s_b) = s_a * (A @ B) * s_b``: they multiply the
     fp32 accumulator once per output element, per row and per column by broadcast (a
-    per-tensor scale is read with stride 0). Programs run in grouped order (GROUP_M
-    row tiles share each column tile of B in L2) with a software pipeline (two
-    stages on AMD, three on Hopper).
+    per-tensor scale is read with stride 0). Programs take gemm v3's order
+    (:mod:`.tile_order`: the XCD remap, then GROUP_M row tiles sharing each column tile of
+    B in L2) with a software pipeline (two stages on AMD, three on Hopper).
+
+    The tile is tuned as the bf16 GEMM's (:mod:`.configs`): per key (shape buckets, formats,
+    operand layout, output dtype) the fastest of the configs that the ahead-of-time table
+    keeps for the target (none spills or uses 8/16-bit LDS ops where another does not,
+    in this kernel or v2's) and the shape's prune leaves, timed once with this launch
+    (:func:`kernels.tuning.choice`); untimed, the prior: 256x128x128, 8 warps, 16x16 MFMAs
+    on AMD; 128x128x128, 8 warps on Hopper, where v2 needs a stack frame at larger tiles.
 
 Why faster:
     v0 converted every loaded element to fp16 and ran the fp16 matrix cores
@@ -27,7 +34,8 @@ Limits:
     ``v_mfma_f32_16x16x32_fp8_bf8`` on gfx942, pinned for v2 in
     ``tests/test_gemm_fp8_blockwise.py``); scales per tensor or per row/column only (no block-wise 1x128
     scales). Any M, N, K and strides through masked loads; K-contiguous operands are
-    the fast layout. No XCD-aware program remapping on MI300 yet.
+    the fast layout. A key's first shape is timed; another shape of its buckets reuses the
+    winner untimed.
 """
 from __future__ import annotations
 
@@ -38,6 +46,7 @@ import triton.language as tl
 from ..registry import rung
 from ..triton_support import round_to_bf16
 from . import launch
+from .tile_order import program_tile
 from .formats import native_dtypes
 
 
@@ -46,15 +55,8 @@ def _gemm_fp8_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
                      stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                      stride_sa, stride_sb,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     GROUP_M: tl.constexpr, INTERP_BF16: tl.constexpr):
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_rows = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
+                     GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr, INTERP_BF16: tl.constexpr):
+    pid_m, pid_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -85,11 +87,11 @@ def _gemm_fp8_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None):
-    return launch.aot(_gemm_fp8_kernel, dtype, backend, overrides)
+    return launch.aot(_gemm_fp8_kernel, dtype, backend, arch, overrides)
 
 
 @rung(op="gemm_fp8", rung=1, name="triton_fp8_dot", backends=("hip", "cuda", "interpreter"),
       dtypes=native_dtypes(), interpreter=True, kind="triton", aot=aot)
 def gemm_fp8_v1(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                 out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    return launch.launch(_gemm_fp8_kernel, a, b, scale_a, scale_b, out_dtype)
+    return launch.launch(_gemm_fp8_kernel, a, b, scale_a, scale_b, out_dtype, rung="v1")

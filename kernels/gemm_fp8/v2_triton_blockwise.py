@@ -11,7 +11,9 @@ Idea:
     of A and ``sb`` its scale per column of B (per column, or per 128 columns, of a
     128 x 128 block). Accumulation stays in fp32 across blocks. Scales constant along K
     (per tensor, per row/column) take v1's path, selected at compile time
-    (``SCALES_ALONG_K``), so this rung serves every recipe and is the public op's.
+    (``SCALES_ALONG_K``), so this rung serves every recipe and is the public op's. Program
+    order and tuning are v1's (the XCD remap; one table of configs kept for both kernels),
+    keyed also by the scales' constexprs.
 
 Why faster:
     Than dequantizing block-scaled operands to bf16 and running a bf16 GEMM: half the
@@ -23,7 +25,7 @@ Why faster:
 Expected bound:
     Compute (FP8 matrix-core peak) for large shapes, less what the scaling costs: per K
     step each accumulator element takes a multiply-add by the product of its row's and
-    column's scales, on the VALU, beside the MFMAs. The AOT compile of this rung's config
+    column's scales, on the VALU, beside the MFMAs. The AOT compile of this rung's prior
     (256 x 128 x 128 tile, 8 waves; ``tests/test_gemm_fp8_blockwise.py`` pins the counts)
     has per wave and K step of 128, in the hot loop:
 
@@ -45,7 +47,7 @@ Limits:
     ``test_e5m2_times_e4m3_compiles_to_one_mixed_format_mfma``); scale blocks of 128 along K (``SCALE_K``), BLOCK_K
     dividing it. A's scales per 1 x 128, B's per 128 x 128 or 128 x 1 (or constant along K).
     Any M, N, K and strides through masked loads; a K that is not a multiple of 128 has
-    a last, partial scale block. No XCD-aware program remapping yet.
+    a last, partial scale block.
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ import triton.language as tl
 from ..registry import rung
 from ..triton_support import round_to_bf16
 from . import launch
+from .tile_order import program_tile
 from .formats import native_dtypes
 
 
@@ -64,17 +67,11 @@ def _gemm_fp8_blockwise_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
                                stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                                stride_sam, stride_sak, stride_sbk, stride_sbn,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                               GROUP_M: tl.constexpr, SCALE_K: tl.constexpr, GROUP_N: tl.constexpr,
+                               GROUP_M: tl.constexpr, NUM_XCDS: tl.constexpr, SCALE_K: tl.constexpr,
+                               GROUP_N: tl.constexpr,
                                SCALES_ALONG_K: tl.constexpr, INTERP_BF16: tl.constexpr):
     tl.static_assert(SCALE_K % BLOCK_K == 0, "a K step must not straddle two scale blocks")
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_rows = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
+    pid_m, pid_n = program_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M, NUM_XCDS)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -114,7 +111,7 @@ def _gemm_fp8_blockwise_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None):
-    return launch.aot_blockwise(_gemm_fp8_blockwise_kernel, dtype, backend, overrides)
+    return launch.aot_blockwise(_gemm_fp8_blockwise_kernel, dtype, backend, arch, overrides)
 
 
 def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,

@@ -7,6 +7,7 @@
     python -m workbench.isa.tune_space --op grouped_gemm --write
     python -m workbench.isa.tune_space --op gemm --write    # bf16 and float32: 9 minutes on 2 cores (2026-12-04)
     python -m workbench.isa.tune_space --op moe --write      # after grouped_gemm: its kept configs
+    python -m workbench.isa.tune_space --op gemm_fp8 --write
 
 Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
 for its target, at bf16 and at float32 (each target's ``:fp32`` section, which a float32 call
@@ -18,15 +19,16 @@ bias epilogue, ``NT_bias``), attention with v4 (``kernels.flash_attention``'s fo
 dK/dV or dQ, compiled at its head dim, causal), the grouped GEMM with v4 (``kernels.grouped_gemm``)
 three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
 v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the configs the
-grouped GEMM's table keeps. A config is dropped when,
+grouped GEMM's table keeps, the FP8 GEMM with both its tuned rungs, v1 and v2 (blockwise scales),
+at each target's e4m3 format (its one section per target). A config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
 stack frame), or needs more LDS / shared memory than one workgroup may have, unless every
 config of its group spills (:func:`least_spilling`: then those that can launch are kept, least
-spilling first, marked ``"spilling"``). Attention's forward and backward and the MoE layer also
-record their 8- and 16-bit LDS ops (:func:`workbench.isa.parse.narrow_lds`) and drop a config
-that has some where its group keeps one that has none (:func:`clean_lds`); attention's backward
-puts each group's prior, the config a launch runs untimed, first (:func:`prior_first`).
-``--write`` stores the verdicts,
+spilling first, marked ``"spilling"``). Attention's forward and backward, the MoE layer and
+the FP8 GEMM also record their 8- and 16-bit LDS ops (:func:`workbench.isa.parse.narrow_lds`)
+and drop a config that has some where its group keeps one that has none (:func:`clean_lds`);
+attention's backward puts each group's prior, the config a launch runs untimed, first
+(:func:`prior_first`). ``--write`` stores the verdicts,
 with the resources behind them, in the table ``kernels`` ships
 (``<op's package>/tuned_space.json``), replacing only the targets compiled.
 """
@@ -44,6 +46,7 @@ from kernels import tuning
 from kernels.attention import configs as attention_configs
 from kernels.attention import configs_backward as attention_backward_configs
 from kernels.gemm import configs as gemm_configs
+from kernels.gemm_fp8 import configs as gemm_fp8_configs
 from kernels.moe.grouped_gemm import configs as grouped_gemm_configs
 from kernels.moe.layer_ladder import configs as moe_configs
 
@@ -72,6 +75,7 @@ class Op(NamedTuple):
     prior_order: bool = False   # each group's kept configs in prior_first's order, not candidate order
     dtypes: tuple = BOTH   # compiled at each; float32 is a section of its own (kernels.tuning.section)
     group: Callable[[dict], tuple] = lambda cfg: ()   # configs a launch chooses among (least_spilling)
+    compile_rung: Callable[[str], str] | None = None   # a compile's rung, by its name, where compiles differ in it
 
 
 OPS = {
@@ -99,12 +103,21 @@ OPS = {
               "DeepSeek-V3's 32 local experts, its gate/up and down kernels, over the configs the "
               "grouped GEMM's table keeps, with their 8/16-bit LDS ops (narrow_lds_ops: dropped where "
               "a config without any is kept)", narrow_lds=True),
+    # None: the rung's own dtype on each target (isa.default_dtype: e4m3fnuz on gfx942, e4m3fn elsewhere)
+    "gemm_fp8": Op("v1 and v2", gemm_fp8_configs, lambda cfg: {"v1": {}, "v2": {}},
+                   "each compile named by its rung: v1 (scales constant along K, in the epilogue) and "
+                   "v2 (DeepSeek-V3's 1x128 / 128x128 scales on the accumulator per K block); "
+                   "both rungs tune among the configs kept",
+                   narrow_lds=True, dtypes=(None,), compile_rung=lambda name: name),
 }
 
 
-def measure(op: str, target: str, overrides: dict, dtype: torch.dtype = DTYPE) -> dict:
-    """The resources of the op's main kernel compiled with ``overrides`` on ``target`` at ``dtype``."""
-    report = isa.inspect(OPS[op].registry_op or op, OPS[op].rung, target, dtype, overrides=overrides)
+def measure(op: str, target: str, overrides: dict, dtype: torch.dtype | None = DTYPE,
+            rung: str | None = None) -> dict:
+    """The resources of the op's main kernel compiled with ``overrides`` on ``target`` at ``dtype``
+    (None: the rung's own on ``target``, :func:`workbench.isa.inspector.default_dtype`), of
+    ``rung`` (default: the op's)."""
+    report = isa.inspect(OPS[op].registry_op or op, rung or OPS[op].rung, target, dtype, overrides=overrides)
     # SGPRs are AMD's scalar registers: sm90 has none, so its entries have no such count.
     amd = {"sgpr_spills": report.sgpr_spills} if report.dialect == "amdgcn" else {}
     if OPS[op].narrow_lds and report.dialect == "amdgcn":
@@ -114,9 +127,11 @@ def measure(op: str, target: str, overrides: dict, dtype: torch.dtype = DTYPE) -
             "occupancy": report.occupancy.value}
 
 
-def compiled(op: str, target: str, cfg: dict, dtype: torch.dtype = DTYPE) -> dict[str, dict]:
+def compiled(op: str, target: str, cfg: dict, dtype: torch.dtype | None = DTYPE) -> dict[str, dict]:
     """The resources of each of the op's compiles of ``cfg`` on ``target`` at ``dtype``, by compile name."""
-    return {name: measure(op, target, {**cfg, **extra}, dtype) for name, extra in OPS[op].compiles(cfg).items()}
+    rung = OPS[op].compile_rung or (lambda name: None)
+    return {name: measure(op, target, {**cfg, **extra}, dtype, rung(name))
+            for name, extra in OPS[op].compiles(cfg).items()}
 
 
 def verdict(target: str, resources: dict) -> str | None:
@@ -208,7 +223,7 @@ def prior_first(target: str, table: dict, group: Callable[[dict], tuple]) -> dic
     return table
 
 
-def prune_target(op: str, target: str, progress=print, dtype: torch.dtype = DTYPE) -> dict:
+def prune_target(op: str, target: str, progress=print, dtype: torch.dtype | None = DTYPE) -> dict:
     """Compile every candidate of ``target`` at ``dtype`` in each of its compiles:
     {"kept": [...], "dropped": [...]}, the table section ``kernels.tuning.section(target, dtype)``."""
     table = {"kept": [], "dropped": []}
@@ -245,8 +260,9 @@ def write(op: str, tables: dict[str, dict]) -> None:
 
 
 def _names(dtypes) -> str:
-    """"bfloat16" or "bfloat16 (float32: the targets' ':fp32' sections)"."""
-    first, *rest = (str(d).removeprefix("torch.") for d in dtypes)
+    """"bfloat16" or "bfloat16 (float32: the targets' ':fp32' sections)"; None: each target's own."""
+    first, *rest = ("each target's e4m3 (e4m3fnuz on gfx942, e4m3fn elsewhere)" if d is None
+                    else str(d).removeprefix("torch.") for d in dtypes)
     return first + "".join(f" ({name}: the targets' '{tuning.WIDE}' sections)" for name in rest)
 
 

@@ -3,19 +3,26 @@ bf16 output.
 
 v1 hands the e4m3 tiles of A and B (K-contiguous, the layout its ``aot`` compiles) to
 ``tl.dot``: ``v_mfma_f32_16x16x32_fp8_fp8`` on gfx942, ``v_mfma_f32_16x16x128_f8f6f4`` on
-gfx950 (cycles in ``machine.yaml``, [S4]); its 1-D grid walks tiles in grouped order
-(``GROUP_M`` row tiles per group, no XCD remap), dealt to the XCDs round robin. The
-per-row and per-column scales are read once per tile in the epilogue (not charged). The
-clock under an FP8 MFMA load is MAF2's where measured (MI300X), else the spec's.
+gfx950 (cycles in ``machine.yaml``, [S4]); its 1-D grid's hardware ids are dealt to the XCDs
+round robin and remapped, as gemm v3's, so each XCD walks a contiguous run of the grouped order
+(``GROUP_M`` row tiles per group). The config is v1's prior for the shape (the first of the
+per-shape prune of the target's kept table, :func:`kernels.gemm_fp8.configs.prior`), or a
+tuner's candidate pinned for the prediction (:func:`.candidates.predict_config`, so the
+tuners' ranker orders v1's candidates). The per-row and per-column scales are read once per
+tile in the epilogue (not charged). The clock under an FP8 MFMA load is MAF2's where measured
+(MI300X), else the spec's.
 """
 from __future__ import annotations
 
-from kernels.gemm_fp8 import launch as fp8_launch
+from kernels.gemm import v3_grouped_order
+from kernels.gemm_fp8 import configs as fp8_configs
 from kernels.gemm_fp8 import spec
 from kernels.gemm_fp8.formats import fp8_dtype
+from kernels.xcd import full_chip_xcds
 
 from .. import isa
 from . import predict_gemm, tiles
+from .pinned import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, grouped, round_robin
 
@@ -26,10 +33,14 @@ OUT_BYTES = spec.OUT_DTYPE.itemsize      # v1's output dtype (its aot and its de
 def waves(cfg: dict, shape: tuple, slots: int, xcds: int) -> list[Wave]:
     m, n, k = shape
     tiles_m, tiles_n = -(-m // cfg["BLOCK_M"]), -(-n // cfg["BLOCK_N"])
+    total, remap = tiles_m * tiles_n, cfg["NUM_XCDS"]
     out = cfg["BLOCK_M"] * cfg["BLOCK_N"] * OUT_BYTES
-    return [Wave(tuple((round_robin(i, xcds), grouped(i, tiles_m, tiles_n, cfg["GROUP_M"])) for i in ids),
-                 k, out_bytes=out)
-            for ids in tiles.waves(tiles_m * tiles_n, slots)]
+
+    def tile(i: int) -> tuple[int, int]:
+        pid = v3_grouped_order.xcd_remap(i, total, remap) if remap > 1 else i
+        return grouped(pid, tiles_m, tiles_n, cfg["GROUP_M"])
+    return [Wave(tuple((round_robin(i, xcds), tile(i)) for i in ids), k, out_bytes=out)
+            for ids in tiles.waves(total, slots)]
 
 
 def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
@@ -39,11 +50,15 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
         raise NotCovered(f"dtype {dtype!r}: the FP8 GEMM model covers fp8 (e4m3 operands, bf16 output)")
     if label not in RUNGS:
         raise NotCovered(f"the model covers gemm_fp8 rungs {', '.join(RUNGS)}, not {label}")
-    cfg = fp8_launch.config("hip")
-    report = isa.inspect("gemm_fp8", label, target=chip_spec.target, dtype=fp8_dtype(chip_spec.target))
+    candidate = pinned()
+    tile = candidate or fp8_configs.prior("hip", chip_spec.target, *shape)
+    cfg = {**tile, "NUM_XCDS": full_chip_xcds("hip", chip_spec.target)}
+    report = isa.inspect("gemm_fp8", label, target=chip_spec.target, dtype=fp8_dtype(chip_spec.target),
+                         overrides=tile)
     block = (cfg["BLOCK_M"], cfg["BLOCK_N"])
     return predict_gemm.tile_launch(
         "gemm_fp8", label, shape, dtype, chip_spec, report, cfg, None, OUT_BYTES,
         lambda slots, xcds: waves(cfg, shape, slots, xcds),
         lambda wave, xcds: tiles.traffic(wave, shape, block, 1, xcds),
-        spec.SPEC.flops(shape), f"gemm_fp8 {label}'s config (one per backend)")
+        spec.SPEC.flops(shape), "a tuner's candidate, pinned" if candidate
+        else f"gemm_fp8 {label}'s prior for the shape (kernels.gemm_fp8.configs.prior)")

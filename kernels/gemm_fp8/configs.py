@@ -1,0 +1,72 @@
+"""Tile configurations for the tuned FP8 GEMM rungs (v1, v2), pruned ahead of time as the bf16 GEMM's.
+
+The space written down per target (:func:`candidates`) spans 128- and 256-wide tiles in M and N,
+K steps of 64 and 128 (an FP8 element is one byte, so a K step of 128 is the bytes of bf16's 64;
+on gfx950 a K step of 128 is what selects the 16x16x128 ``f8f6f4`` MFMA), 8 or 4 warps, and
+on AMD 2 stages (Triton's AMD pipeliner depth), 16x16 or 32x32 MFMAs (``matrix_instr_nonkdim``)
+and ``waves_per_eu`` 0 or 2; Hopper takes 3 stages. GROUP_M is 8 throughout.
+
+``python -m workbench.isa.tune_space --op gemm_fp8 --write`` compiles every candidate for
+gfx942, gfx950 and sm90 at the target's e4m3 format (fnuz on gfx942, OCP e4m3fn elsewhere)
+with both tuned rungs' kernels (v1's, whose epilogue applies scales constant along K, and v2's
+with DeepSeek-V3's per-K-block scales on the accumulator, the heavier of the two in registers)
+and keeps a config only where both compile without spilling and fit LDS, so both rungs tune
+among one kept space (``tuned_space.json`` beside this file). Candidate order decides the
+prior, the untimed choice: 256x128x128, 8 warps, 16x16 MFMAs on AMD (128x256x128, 3 stages,
+on Hopper), the one config these rungs ran before they were tuned.
+
+Per shape the bf16 GEMM's prune applies (:func:`kernels.gemm.configs.prune`): at most 16
+configs are timed for a key, and its first is the shape's prior. The interpreter has one
+small config, so nothing is timed on a CPU.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import triton
+
+from .. import tuning
+from ..gemm.configs import prune
+
+TABLE = Path(__file__).with_name("tuned_space.json")
+TILES = ((256, 128), (128, 256), (128, 128), (256, 256))   # the prior's tile first
+GROUP_M = 8
+
+
+def _cfg(bm, bn, bk, warps, stages, **knobs) -> triton.Config:
+    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, **knobs),
+                         num_warps=warps, num_stages=stages)
+
+
+def hip_candidates() -> list[triton.Config]:
+    """gfx942 and gfx950: the same space; the compile tells them apart."""
+    return [_cfg(bm, bn, bk, warps, 2, matrix_instr_nonkdim=nonkdim, waves_per_eu=waves)
+            for bm, bn in TILES for bk in (128, 64) for warps in (8, 4)
+            for nonkdim in (16, 32) for waves in (0, 2)]
+
+
+def cuda_candidates() -> list[triton.Config]:
+    """Hopper: three stages, as the bf16 GEMM's large Hopper tiles; the prior's tile first."""
+    return [_cfg(bm, bn, bk, warps, 3) for bm, bn in ((128, 256), (256, 128), (128, 128), (256, 256))
+            for bk in (128, 64) for warps in (8, 4)]
+
+
+def interpreter_configs() -> list[triton.Config]:
+    """One small config: each interpreted program costs ~1 ms, and nothing is timed."""
+    return [triton.Config(dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2), num_warps=4, num_stages=1)]
+
+
+def candidates(target_name: str) -> list[triton.Config]:
+    """The space written down for an ahead-of-time target ("gfx942", "gfx950", "sm90")."""
+    return cuda_candidates() if target_name == "sm90" else hip_candidates()
+
+
+def space(backend: str, arch: str) -> list[triton.Config]:
+    """The candidates of the device's target that the shipped table keeps, in candidate order
+    (:func:`kernels.tuning.space`; the interpreter: its one config)."""
+    return tuning.space(TABLE, backend, arch, candidates, interpreter_configs())
+
+
+def prior(backend: str, arch: str, m: int, n: int, k: int) -> dict:
+    """The untimed choice for an (m, n, k) GEMM: the first config the per-shape prune keeps."""
+    return tuning.as_dict(prune(space(backend, arch), m, n, k)[0])
