@@ -13,6 +13,7 @@ import torch
 BLOCK = 32                      # elements per e8m0 scale
 E8M0_BIAS = 127
 E8M0_NAN = 0xFF
+SCALE_RULES = ("ocp", "round_up")   # shared_exponent's floor rule, round_up_exponent's
 
 
 def shared_exponent(amax: torch.Tensor, emax: int) -> torch.Tensor:
@@ -22,6 +23,20 @@ def shared_exponent(amax: torch.Tensor, emax: int) -> torch.Tensor:
     # floor(log2(amax)) exactly: frexp's exponent is floor(log2) + 1 for every amax > 0.
     exponent = (torch.frexp(amax).exponent - 1 - emax).clamp(-E8M0_BIAS, E8M0_BIAS)
     return torch.where(amax > 0, exponent, -E8M0_BIAS)
+
+
+def round_up_exponent(amax: torch.Tensor, fmax: float) -> torch.Tensor:
+    """The smallest exponent e with ``amax / 2^e <= fmax`` (``ceil(log2(amax / fmax))``),
+    clamped to e8m0's range, as the quantize kernels compute it: ``amax / fmax`` divided in
+    float32 (correctly rounded, not times a rounded reciprocal), then the exact ceil of the
+    log2 of that float (frexp here, its bits in the kernel; subnormal quotients included); an
+    all-zero block gets the smallest (-127, byte 0). The division cannot round a quotient
+    above a power of two down onto it: fmax's 1.75 mantissa puts the next fp32 amax more
+    than half an ulp above it, so no block saturates."""
+    ratio = amax.float() / fmax
+    mantissa, exponent = torch.frexp(ratio)               # ratio = mantissa 2^exponent, mantissa in [0.5, 1)
+    ceil_log2 = exponent - (mantissa == 0.5).int()        # a power of two is its own ceiling
+    return torch.where(ratio > 0, ceil_log2.clamp(-E8M0_BIAS, E8M0_BIAS), -E8M0_BIAS)
 
 
 def e8m0_values(scales: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -60,16 +60,29 @@ def test_every_recipe_counts_overflow_and_underflow_of_both_operands(rows):
         assert row["A_overflow"] == row["B_overflow"] == row["A_underflow"] == 0 and row["finite"], row
 
 
-def test_mxfp8_counts_what_the_ocp_scale_rule_saturates(rows):
-    """OCP's scale, 2^(floor(log2 amax) - 8), puts a group's largest |x| in [256, 512) for
-    e4m3fn, whose max is 448: counted per group of 32 along K, here in float64 from the rule
-    (not through the quantizer), for the forward's A (x)."""
+def test_mxfp8_rounds_its_scales_up_and_saturates_nothing(rows):
+    """The recipe's round-up rule (the smallest power of two with amax / scale <= 448): no
+    element of any operand of any GEMM past the max."""
     _installed(rows, "mxfp8")
+    for gemm in fp8_accuracy.GEMMS:
+        row = rows["mxfp8", gemm]
+        assert row["A_overflow"] == row["B_overflow"] == 0 and row["finite"], row
+
+
+def test_the_ocp_rule_saturates_what_it_says_and_costs_the_forward_accuracy(rows, monkeypatch):
+    """With the recipe set to the OCP rule, 2^(floor(log2 amax) - 8), which puts a group's
+    largest |x| in [256, 512) for e4m3fn (max 448): the forward's A (x) overflows by as many
+    elements as that rule, computed in float64 per group of 32 along K (not through the
+    quantizer), gives; and the forward's error (x and w are seeded) exceeds round-up's."""
+    _installed(rows, "mxfp8")
+    monkeypatch.setattr(kernels.fp8.get("mxfp8"), "scale_rule", "ocp")
+    ocp = fp8_accuracy.gemm_error_rows(["mxfp8"], shape=(40, 24, 56))[0]
     x = fp8_accuracy.operands((40, 24, 56))["x"].double()           # (M, K), K = 56: a ragged group
     groups = torch.nn.functional.pad(x.abs(), (0, 64 - 56)).reshape(40, 2, 32)
     exponent = torch.floor(torch.log2(groups.amax(dim=2, keepdim=True))) - 8
     saturating = int((groups / 2.0 ** exponent > 448 + 16).sum())   # past half an ulp above the max
-    assert saturating > 0 and rows["mxfp8", "forward"]["A_overflow"] == saturating
+    assert ocp["gemm"] == "forward" and saturating > 0 and ocp["A_overflow"] == saturating
+    assert ocp["rel_error"] > rows["mxfp8", "forward"]["rel_error"]
 
 
 def test_each_recipes_operand_groups_are_the_granularities_it_quantizes_with(monkeypatch):

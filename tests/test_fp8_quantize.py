@@ -16,11 +16,13 @@ from kernels.gemm_fp8.quantize_kernel import bytes_moved
 from kernels.gemm_fp8.quantize_ref import (GRANULARITIES, MX_DTYPES, QUANT_DTYPES, dequantize, quantize_one,
                                            quantize_reference, scale_shape)
 from kernels.gemm_mxfp4.formats import quantize_mxfp4
-from kernels.microscaling import shared_exponent
+from kernels.microscaling import round_up_exponent, shared_exponent
 from kernels.outputs import poisoned_outputs
+from e8m0_cases import adversarial_groups
 
 E4M3FN, E4M3FNUZ, E5M2 = torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2
-CASES = [(g, d) for g in GRANULARITIES for d in (MX_DTYPES if g == "mx32" else QUANT_DTYPES)]
+CASES = ([(g, d, "ocp") for g in GRANULARITIES for d in (MX_DTYPES if g == "mx32" else QUANT_DTYPES)]
+         + [("mx32", d, "round_up") for d in MX_DTYPES])   # (granularity, fp8, mx32's e8m0 rule)
 
 
 def activations(shape, seed=0, dtype=torch.float32):
@@ -44,24 +46,26 @@ def assert_same(got, want):
         assert not bad.any(), f"output {i}: {int(bad.sum())} of {bad.numel()} differ, first at {bad.nonzero()[0].tolist()}"
 
 
-@pytest.mark.parametrize("granularity,fp8", CASES, ids=lambda v: str(v).removeprefix("torch.float8_"))
-def test_quantize_is_bit_exact_with_its_transposed_copy(granularity, fp8):
+@pytest.mark.parametrize("granularity,fp8,rule", CASES, ids=lambda v: str(v).removeprefix("torch.float8_"))
+def test_quantize_is_bit_exact_with_its_transposed_copy(granularity, fp8, rule):
     x = activations((130, 259))
     with poisoned_outputs():
-        got = quantize(x, granularity, fp8, transpose=True)
-    want = quantize_reference(x, granularity, fp8, transpose=True)
+        got = quantize(x, granularity, fp8, transpose=True, scale_rule=rule)
+    want = quantize_reference(x, granularity, fp8, transpose=True, scale_rule=rule)
     assert_same(got, want)
     assert got[1].shape == scale_shape(granularity, 130, 259)
     assert got[3].shape == scale_shape(granularity, 259, 130)
 
 
 @pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("granularity", ["row", "block1x128"])
-def test_16_bit_inputs_without_transpose(x_dtype, granularity):
+@pytest.mark.parametrize("granularity,fp8,rule", [("row", E4M3FNUZ, "ocp"), ("block1x128", E4M3FNUZ, "ocp"),
+                                                  ("mx32", E4M3FN, "round_up"), ("mx32", E5M2, "round_up")],
+                         ids=lambda v: str(v).removeprefix("torch.float8_"))
+def test_16_bit_inputs_without_transpose(x_dtype, granularity, fp8, rule):
     x = activations((67, 200), seed=1, dtype=x_dtype)
     with poisoned_outputs():
-        got = quantize(x, granularity, E4M3FNUZ)
-    assert_same(got, quantize_reference(x, granularity, E4M3FNUZ))
+        got = quantize(x, granularity, fp8, scale_rule=rule)
+    assert_same(got, quantize_reference(x, granularity, fp8, scale_rule=rule))
 
 
 @pytest.mark.parametrize("fp8", QUANT_DTYPES, ids=str)
@@ -108,11 +112,60 @@ def test_mx32_shares_the_mxfp4_scale_rule():
 
 
 @pytest.mark.parametrize("shape", [(0, 5), (4, 0), (1, 1), (1, 300), (300, 1)], ids=str)
-@pytest.mark.parametrize("granularity", ["tensor", "row", "block128x128", "mx32"])
-def test_edge_shapes(shape, granularity):
+@pytest.mark.parametrize("granularity,rule", [("tensor", "ocp"), ("row", "ocp"), ("block128x128", "ocp"),
+                                              ("mx32", "ocp"), ("mx32", "round_up")])
+def test_edge_shapes(shape, granularity, rule):
     x = torch.randn(shape)
-    got = quantize(x, granularity, E4M3FN, transpose=True)
-    assert_same(got, quantize_reference(x, granularity, E4M3FN, transpose=True))
+    got = quantize(x, granularity, E4M3FN, transpose=True, scale_rule=rule)
+    assert_same(got, quantize_reference(x, granularity, E4M3FN, transpose=True, scale_rule=rule))
+
+
+@pytest.mark.parametrize("fp8", MX_DTYPES, ids=str)
+@pytest.mark.parametrize("rule", ["ocp", "round_up"])
+def test_e8m0_rules_near_powers_of_two_and_the_clamp_are_bit_exact(fp8, rule):
+    """The kernel against the reference on :func:`adversarial_groups`, both orientations (the
+    transposed copy's groups are columns: one element of each adversarial row); the
+    reference's round-up exponent against its definition in exact arithmetic: the smallest e
+    in [-127, 127] with amax <= fmax 2^e (float64 holds each fmax 2^e exactly)."""
+    x = adversarial_groups(fp8)
+    with poisoned_outputs():
+        got = quantize(x, "mx32", fp8, transpose=True, scale_rule=rule)
+    assert_same(got, quantize_reference(x, "mx32", fp8, transpose=True, scale_rule=rule))
+    amax = x.abs().amax(dim=1)
+    fmax = torch.finfo(fp8).max
+    candidates = torch.arange(-127, 128, dtype=torch.float64)
+    fits = amax.double()[:, None] <= fmax * torch.exp2(candidates)[None, :]
+    smallest = torch.where(fits.any(dim=1), candidates[fits.int().argmax(dim=1)], 127).int()
+    assert torch.equal(round_up_exponent(amax, fmax), smallest)
+
+
+@pytest.mark.parametrize("fp8", MX_DTYPES, ids=str)
+def test_round_up_saturates_nothing_where_the_ocp_rule_does(fp8):
+    """Every element over its group's power-of-two scale is at most fmax (exact in float64),
+    on the nine-decade activations and on :func:`adversarial_groups`, along both axes; the
+    OCP rule's groups whose amax is fmax 2^k's next float exceed it. A group whose amax is
+    exactly fmax 2^k takes scale 2^k (the max itself), the next float up 2^(k+1); an all-zero
+    group byte 0."""
+    fmax = torch.finfo(fp8).max
+    for x in (activations((130, 259), seed=12), adversarial_groups(fp8)):
+        for rule in ("ocp", "round_up"):
+            q, scale, q_t, scale_t = quantize(x, "mx32", fp8, transpose=True, scale_rule=rule)
+            worst = max(float((t.double().abs() / dequantize(torch.ones_like(t), s, "mx32", torch.float64)).max())
+                        for t, s in ((x, scale), (x.t(), scale_t)))
+            assert (worst <= fmax) == (rule == "round_up"), (rule, worst)
+    one = torch.zeros(3, 32)
+    one[0, 3], one[1, 3] = fmax * 2.0 ** -20, torch.tensor(fmax * 2.0 ** -20).nextafter(torch.tensor(1.0))
+    _, scale = quantize(one, "mx32", fp8, scale_rule="round_up")
+    assert scale[:, 0].tolist() == [127 - 20, 127 - 19, 0]
+
+
+def test_round_up_is_for_mx32_and_names_its_rules():
+    with pytest.raises(ValueError, match="scale_rule must be one of"):
+        quantize(torch.ones(2, 32), "mx32", E4M3FN, scale_rule="ceil")
+    with pytest.raises(ValueError, match="chooses mx32's e8m0 scales"):
+        quantize(torch.ones(2, 32), "row", E4M3FN, scale_rule="round_up")
+    with pytest.raises(ValueError, match="scale_rule must be one of"):
+        quantize_one(torch.ones(2, 32), "mx32", E4M3FN, "floor")
 
 
 @pytest.mark.parametrize("granularity", GRANULARITIES)
@@ -221,10 +274,14 @@ def test_custom_op_and_compile():
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
     torch.library.opcheck(torch.ops.kernels.quantize_fp8.default, (x, "tensor", E4M3FN, True, torch.tensor(0.5)),
                           test_utils=("test_faketensor",))
-    compiled = torch.compile(lambda t: [o.float().sum() for o in quantize(t, "mx32", E4M3FN, transpose=True)],
-                             fullgraph=True, backend="aot_eager")
-    expected = [o.float().sum() for o in quantize(x, "mx32", E4M3FN, transpose=True)]
-    assert all(torch.equal(a, b) for a, b in zip(compiled(x), expected))
+    torch.library.opcheck(torch.ops.kernels.quantize_fp8.default,
+                          (x, "mx32", E4M3FN, True, None, False, "round_up"), test_utils=("test_faketensor",))
+    for rule in ("ocp", "round_up"):
+        compiled = torch.compile(lambda t: [o.float().sum() for o in quantize(t, "mx32", E4M3FN, transpose=True,
+                                                                                scale_rule=rule)],
+                                 fullgraph=True, backend="aot_eager")
+        expected = [o.float().sum() for o in quantize(x, "mx32", E4M3FN, transpose=True, scale_rule=rule)]
+        assert all(torch.equal(a, b) for a, b in zip(compiled(x), expected))
 
 
 def test_bytes_moved_is_read_once_write_once():

@@ -34,14 +34,16 @@ def compiled(granularity: str, fp8: str, arch: str, **options) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("granularity, fp8, arch", [("block1x128", "float8_e4m3fnuz", "gfx942"),
-                                                    ("mx32", "float8_e4m3fn", "gfx950")])
-def test_one_wide_read_of_x_two_wide_writes_and_an_lds_transpose(granularity, fp8, arch):
+@pytest.mark.parametrize("granularity, fp8, arch, rule", [("block1x128", "float8_e4m3fnuz", "gfx942", "ocp"),
+                                                          ("mx32", "float8_e4m3fn", "gfx950", "ocp"),
+                                                          ("mx32", "float8_e4m3fn", "gfx950", "round_up")])
+def test_one_wide_read_of_x_two_wide_writes_and_an_lds_transpose(granularity, fp8, arch, rule):
     """Per thread and 128 x 128 bf16 tile (512 threads): x read as 4 x 16 bytes, q and q_t
     written as 2 x 16 bytes each; the transposed copy crosses lanes through 16 KiB of LDS,
     written two bytes and read one byte at a time (ds_write_b16 / ds_read_u8: Triton 3.9's
-    layout conversion for an 8-bit tile, a narrow-LDS pattern). No spills."""
-    result = compiled(granularity, fp8, arch)
+    layout conversion for an 8-bit tile, a narrow-LDS pattern). No spills. MX's round-up
+    rule (``scale_rule``) compiles to the same accesses as the OCP one."""
+    result = compiled(granularity, fp8, arch, **({"scale_rule": rule} if rule != "ocp" else {}))
     res, ops = result["resources"], result["ops"]
     assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
     assert ops["global_load"] == {"buffer_load_dwordx4": 4}

@@ -109,51 +109,58 @@ def test_empty_operands_give_empty_results_or_zeros():
         assert torch.equal(out, torch.zeros(t, n, dtype=torch.bfloat16))
 
 
+@pytest.mark.parametrize("rule", ["ocp", "round_up"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-def test_token_operands_and_dgrads_weight_are_the_dense_fused_mx32_bit_for_bit(dtype):
+def test_token_operands_and_dgrads_weight_are_the_dense_fused_mx32_bit_for_bit(dtype, rule):
     """x, dy (T, C) and w as G·K rows of N are the dense op's ``mx32`` layout: one fused
     launch each (no plain pass), bit for bit ``quantize_one`` (C = 37 and 23, not multiples
-    of 32; T = 0), into poisoned outputs."""
+    of 32; T = 0), into poisoned outputs, by either e8m0 rule."""
     from fp8_quantizations import quantizations
     x, w, dy, _ = _problem(dtype=dtype)
     for t in (x, dy, x[:0]):
         with poisoned_outputs(), quantizations() as seen:
-            q, scales = quantize.tokens(t, E4M3FN)
-        want_q, want_scales = quantize_one(t, "mx32", E4M3FN)
+            q, scales = quantize.tokens(t, E4M3FN, rule)
+        want_q, want_scales = quantize_one(t, "mx32", E4M3FN, rule)
         assert [kind for kind, _, _ in seen] == ["fused"]
         assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(scales, want_scales)
     with poisoned_outputs():
-        wt8, swt = quantize.dgrad_weight(w, E4M3FN)
+        wt8, swt = quantize.dgrad_weight(w, E4M3FN, rule)
     g, k, n = w.shape
-    want_q, want_scales = quantize_one(w.reshape(g * k, n), "mx32", E4M3FN)
+    want_q, want_scales = quantize_one(w.reshape(g * k, n), "mx32", E4M3FN, rule)
     assert torch.equal(wt8.transpose(1, 2).reshape(g * k, n).view(torch.uint8), want_q.view(torch.uint8))
     assert torch.equal(swt, want_scales.reshape(g, k, -1))
 
 
-def _expected(x, w, dy, offsets):
-    """float64 forward, dx and dw of the MX operands each GEMM gets from :mod:`.quantize`."""
-    x8, sx = quantize.tokens(x, E4M3FN)
-    y = SPEC.reference(x8, sx, *quantize.forward_weight(w, E4M3FN), offsets)
-    dy8, sdy = quantize.tokens(dy, E4M3FN)
-    wt8, swt = quantize.dgrad_weight(w, E4M3FN)
+def _expected(x, w, dy, offsets, rule):
+    """float64 forward, dx and dw of the MX operands each GEMM gets from :mod:`.quantize` by
+    the e8m0 rule ``rule``."""
+    x8, sx = quantize.tokens(x, E4M3FN, rule)
+    y = SPEC.reference(x8, sx, *quantize.forward_weight(w, E4M3FN, rule), offsets)
+    dy8, sdy = quantize.tokens(dy, E4M3FN, rule)
+    wt8, swt = quantize.dgrad_weight(w, E4M3FN, rule)
     dx = grouped_spec.reference(dequantize(dy8, sdy), dequantize(wt8.transpose(1, 2).reshape(-1, w.shape[2]),
                                                                  swt.reshape(-1, swt.shape[2]))
                                 .reshape(w.shape).transpose(1, 2), offsets)
     ends = quantize.padded_ends(offsets)
-    xt = dequantize(*quantize.wgrad_operand(x, offsets, ends, E4M3FN))
-    dyt = dequantize(*quantize.wgrad_operand(dy, offsets, ends, E4M3FN))
+    xt = dequantize(*quantize.wgrad_operand(x, offsets, ends, E4M3FN, rule))
+    dyt = dequantize(*quantize.wgrad_operand(dy, offsets, ends, E4M3FN, rule))
     dw = torch.stack([xt[:, s:e] @ dyt[:, s:e].t() for s, e in grouped_spec.group_bounds(ends)])
     return y, dx, dw
 
 
+@pytest.mark.parametrize("rule", [None, "ocp"], ids=["recipe's rule", "ocp"])
 @pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)], ids=str)
-def test_training_forward_and_both_gradients(dtype, rtol):
+def test_training_forward_and_both_gradients(dtype, rtol, rule, monkeypatch):
+    """Every operand by the ``mxfp8`` recipe's e8m0 rule: round-up unless the recipe is set
+    to another (here the OCP rule)."""
+    if rule:
+        monkeypatch.setattr(kernels.fp8.get("mxfp8"), "scale_rule", rule)
     x, w, dy, offsets = _problem(dtype=dtype)
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     with poisoned_outputs():
         y = grouped_gemm_fp8_train(xg, wg, offsets, "mxfp8")    # OCP e4m3fn by default
         y.backward(dy)
-    for got, want in zip((y, xg.grad, wg.grad), _expected(x, w, dy, offsets)):
+    for got, want in zip((y, xg.grad, wg.grad), _expected(x, w, dy, offsets, rule or "round_up")):
         assert got.dtype == dtype and got.shape == want.shape
         _close(got, want, rtol)      # fp32 accumulation, one rounding to the output's dtype
     assert torch.equal(wg.grad[2], torch.zeros(K, N, dtype=dtype))     # the empty group's expert

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from host_sync import no_host_sync
-from kernels.gemm_fp8.quantize_ref import quantize_one
+from e8m0_cases import adversarial_groups
+from kernels.gemm_fp8.quantize_ref import dequantize, quantize_one
 from kernels.microscaling import BLOCK
 from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm_fp8 import grouped_gemm_fp8_train
@@ -27,13 +28,19 @@ from kernels.triton_support import cdiv
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 FORMATS = [torch.float8_e4m3fn, torch.float8_e5m2]
+RULES = ["ocp", "round_up"]   # the e8m0 scale rules
 
 
-def _wgrad_reference(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: torch.dtype
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The plain passes :func:`quantize.wgrad_operand` ran before its kernel: a zeroed (C, R)
-    copy, each group's rows moved to its padded start by ``index_copy_`` (rows past offsets[-1]
-    as zeros), then ``quantize_one``'s ``mx32``."""
+def _wgrad_reference(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: torch.dtype,
+                     rule: str = "ocp") -> tuple[torch.Tensor, torch.Tensor]:
+    """The plain passes :func:`quantize.wgrad_operand` ran before its kernel: :func:`_padded_copy`,
+    then ``quantize_one``'s ``mx32`` by the e8m0 rule ``rule``."""
+    return quantize_one(_padded_copy(t, offsets, ends), "mx32", fp8, rule)
+
+
+def _padded_copy(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """A zeroed (C, R) copy, each group's rows moved to its padded start by ``index_copy_``
+    (rows past offsets[-1] as zeros)."""
     (rows, cols), groups = t.shape, offsets.shape[0]
     padded = t.new_zeros((cols, cdiv(rows + (BLOCK - 1) * groups, BLOCK) * BLOCK))
     if rows and groups:
@@ -43,7 +50,7 @@ def _wgrad_reference(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor,
         row = torch.arange(rows, device=t.device)
         grouped = (row < offsets[-1])[:, None]
         padded.index_copy_(1, row - shift.long()[ids], torch.where(grouped, t, 0).t())
-    return quantize_one(padded, "mx32", fp8)
+    return padded
 
 
 def _tokens(rows: int, cols: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
@@ -70,22 +77,42 @@ def _assert_same(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tenso
     assert torch.equal(scales, want_scales)
 
 
-def _assert_wgrad(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype = torch.float8_e4m3fn) -> None:
+def _assert_wgrad(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype = torch.float8_e4m3fn,
+                  rule: str = "ocp") -> None:
     ends = quantize.padded_ends(offsets)
     with poisoned_outputs():
-        got = quantize.wgrad_operand(t, offsets, ends, fp8)
+        got = quantize.wgrad_operand(t, offsets, ends, fp8, rule)
     assert got[0].is_contiguous() and got[1].is_contiguous()   # token-contiguous (C, R), (C, R/32)
-    _assert_same(got, _wgrad_reference(t, offsets, ends, fp8))
+    _assert_same(got, _wgrad_reference(t, offsets, ends, fp8, rule))
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("fp8", FORMATS, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_wgrad_operand_is_the_plain_passes_bit_for_bit(dtype, fp8, rule):
+    """Groups of 0 (first and middle), 5, 1, 70 (over two 64-position tiles) and 33 tokens
+    (a 32-token block and one of 1), C = 67 (a ragged feature tile); the outlier sets its
+    block's exponent only. Either e8m0 rule."""
+    sizes = [0, 5, 0, 1, 70, 33]
+    _assert_wgrad(_tokens(sum(sizes), 67, dtype), _offsets(sizes), fp8, rule)
 
 
 @pytest.mark.parametrize("fp8", FORMATS, ids=str)
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_wgrad_operand_is_the_plain_passes_bit_for_bit(dtype, fp8):
-    """Groups of 0 (first and middle), 5, 1, 70 (over two 64-position tiles) and 33 tokens
-    (a 32-token block and one of 1), C = 67 (a ragged feature tile); the outlier sets its
-    block's exponent only."""
-    sizes = [0, 5, 0, 1, 70, 33]
-    _assert_wgrad(_tokens(sum(sizes), 67, dtype), _offsets(sizes), fp8)
+def test_round_up_wgrad_operand_near_powers_of_two_and_the_clamp_saturates_nothing(fp8):
+    """The dense tests' adversarial blocks (amax exactly fmax 2^k and the next float up, over
+    e8m0's range; subnormal quotients; an all-zero block), each row a feature's 32 tokens,
+    then 51 more tokens of them so blocks straddle groups: bit for bit the plain passes under
+    both rules; under round-up every element over its block's scale is at most fmax (float64)."""
+    t = adversarial_groups(fp8).t().contiguous()   # (32 tokens, C features)
+    t = torch.cat([t, -t[:20], t[5:]])             # 71 tokens
+    offsets = _offsets([20, 0, 51])
+    ends = quantize.padded_ends(offsets)
+    for rule in RULES:
+        _assert_wgrad(t, offsets, fp8, rule)
+    _, scales = quantize.wgrad_operand(t, offsets, ends, fp8, "round_up")
+    padded = _padded_copy(t, offsets, ends)
+    per_element = dequantize(torch.ones_like(padded), scales, "mx32", torch.float64)
+    assert float((padded.double().abs() / per_element).max()) <= torch.finfo(fp8).max
 
 
 @pytest.mark.parametrize("sizes, cols", [([0, 0], 5), ([40], 9), ([], 3), ([2, 4], 0), ([1], 1), ([32, 32, 64], 32)],
@@ -123,17 +150,18 @@ def test_rows_past_the_last_offset_are_copied_nowhere():
     _assert_wgrad(t, torch.zeros(0, dtype=torch.int32))   # no groups: every row past them, all zeros
 
 
+@pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("fp8", FORMATS, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("k", [37, 21, 64, 1], ids=lambda k: f"K={k}")
-def test_forward_weight_is_quantize_weight_bit_for_bit(dtype, fp8, k):
+def test_forward_weight_is_quantize_weight_bit_for_bit(dtype, fp8, k, rule):
     """Each expert's K-contiguous copy, blocks of 32 along K (partial where K is not a
-    multiple of 32), N = 67; three experts, the outlier in one of them."""
+    multiple of 32), N = 67; three experts, the outlier in one of them; either e8m0 rule."""
     w = _tokens(3 * k, 67, dtype, seed=k).reshape(3, k, 67)
     with poisoned_outputs():
-        got = quantize.forward_weight(w, fp8)
+        got = quantize.forward_weight(w, fp8, rule)
     assert got[0].transpose(1, 2).is_contiguous() and got[1].is_contiguous()   # K-contiguous
-    _assert_same(got, quantize_weight(w, fp8))
+    _assert_same(got, quantize_weight(w, fp8, rule))
 
 
 def test_forward_weight_of_one_expert_strided_and_empty():
@@ -193,5 +221,6 @@ def test_one_training_step_runs_the_kernel_and_no_plain_pass(monkeypatch):
 def test_custom_op_fake_matches_the_kernel():
     t, offsets = _tokens(19, 6, torch.float32).reshape(1, 19, 6), _offsets([4, 0, 15])
     ends = quantize.padded_ends(offsets)
-    torch.library.opcheck(torch.ops.kernels.grouped_quantize_mxfp8.default,
-                          (t, offsets, ends, torch.float8_e4m3fn, 96), test_utils=("test_faketensor",))
+    for rule in RULES:
+        torch.library.opcheck(torch.ops.kernels.grouped_quantize_mxfp8.default,
+                              (t, offsets, ends, torch.float8_e4m3fn, 96, rule), test_utils=("test_faketensor",))

@@ -19,7 +19,8 @@ COMPILE = """
 import json, re, torch
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel
 from workbench.isa import compile as isa_compile, parse as isa_parse
-kernel = isa_compile.compile_aot(quantize_kernel.mx_aot(torch.float8_e4m3fn, weight={weight}), ("hip", {arch!r}, 64))
+kernel = isa_compile.compile_aot(quantize_kernel.mx_aot(torch.float8_e4m3fn, weight={weight}, scale_rule={rule!r}),
+                                 ("hip", {arch!r}, 64))
 lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
 source, memory = None, []   # each global load or store with the source file of its .loc line
 for line in kernel["asm"].splitlines():
@@ -33,24 +34,24 @@ print(json.dumps(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=k
 
 
 @functools.cache
-def compiled(arch: str, weight: bool) -> dict:
+def compiled(arch: str, weight: bool, rule: str) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(arch=arch, weight=weight)],
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(arch=arch, weight=weight, rule=rule)],
                           capture_output=True, text=True, env=env, timeout=600, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
 
 @pytest.mark.slow   # one AOT compile per case in a fresh process: a few seconds each
 @pytest.mark.parametrize("weight", [False, True], ids=["wgrad", "forward-weight"])
-@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
-def test_wide_reads_of_t_one_wide_fp8_store_and_no_spills(arch, weight):
+@pytest.mark.parametrize("arch, rule", [("gfx942", "ocp"), ("gfx950", "ocp"), ("gfx950", "round_up")])
+def test_wide_reads_of_t_one_wide_fp8_store_and_no_spills(arch, weight, rule):
     """Per thread and 64 x 64 bf16 tile (256 threads), t read as exactly two 16-byte buffer
     loads (buffer_load_dwordx4), every other load one of the group offsets and ends (from
     ``clamped`` in schedule.py); the token-contiguous FP8 copy written as one 16-byte store
     (buffer_store_dwordx4) and the scale as one byte store, nothing else stored; no VGPR or
     SGPR spills, no scratch; 8 waves per SIMD; 4 KiB of LDS (the transpose's layout
-    conversions)."""
-    kernel = compiled(arch, weight)
+    conversions). The round-up e8m0 rule (``scale_rule``) compiles to the same."""
+    kernel = compiled(arch, weight, rule)
     loads = [(op, where) for op, where in kernel["memory"] if "_load" in op]
     assert [op for op, where in loads if where == "quantize_kernel.py"] == ["buffer_load_dwordx4"] * 2, loads
     assert {where for op, where in loads} == {"quantize_kernel.py", "schedule.py"}, loads

@@ -71,6 +71,8 @@ class Recipe:
     ``operand_groups``: per GEMM (``forward``, ``dgrad``, ``wgrad``), the granularity of A
     (rows x reduction) and of B taken as (columns x reduction), i.e. the groups its scales
     cover along the GEMM's reduction dimension (what the accuracy report counts overflow in).
+    ``scale_rule``: the e8m0 rule of its ``mx32`` groups (:func:`kernels.gemm_fp8.quantize`'s
+    keyword; ``"ocp"``, a no-op for the fp32-scaled granularities, unless the recipe says otherwise).
     ``kernels``: the functions of :mod:`kernels.gemm_fp8` it calls beyond ``matmul_fp8``;
     ``needs`` names those not in this installation (None when all are).
     """
@@ -83,6 +85,7 @@ class Recipe:
     grad_format = "e4m3"
     grad_formats: tuple[str, ...] = GRAD_FORMATS
     grad_dtype_note = ""
+    scale_rule = "ocp"
 
     kernels: tuple[str, ...] = ()
 

@@ -15,7 +15,7 @@ import torch
 
 from .. import eager, validate
 from . import quantize_kernel
-from .quantize_ref import GRANULARITIES, MX_DTYPES, QUANT_DTYPES, scale_shape
+from .quantize_ref import GRANULARITIES, MX_DTYPES, QUANT_DTYPES, check_scale_rule, scale_shape
 
 X_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -28,10 +28,11 @@ def check_scale(name: str, scale: torch.Tensor, x: torch.Tensor) -> None:
     validate.same_device(x=x, **{name: scale})
 
 
-def _check(x, granularity, fp8_dtype, transpose, scale, amax):
+def _check(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule):
     validate.tensor("x", x, ndim=2, dtypes=X_DTYPES, allow_empty=True)
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    check_scale_rule(granularity, scale_rule)
     if scale is not None:
         if granularity != "tensor":
             raise ValueError(f"a given scale is one per tensor: granularity 'tensor', got {granularity!r}")
@@ -50,16 +51,17 @@ def _check(x, granularity, fp8_dtype, transpose, scale, amax):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
 
 
-def _quantize_impl(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
-                   transpose: bool, scale: torch.Tensor | None = None, amax: bool = False) -> list[torch.Tensor]:
-    return list(quantize_kernel.launch(x, granularity, fp8_dtype, transpose, scale, amax))
+def _quantize_impl(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transpose: bool,
+                   scale: torch.Tensor | None = None, amax: bool = False,
+                   scale_rule: str = "ocp") -> list[torch.Tensor]:
+    return list(quantize_kernel.launch(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule))
 
 
 _quantize = torch.library.custom_op("kernels::quantize_fp8", _quantize_impl, mutates_args=())
 
 
 @_quantize.register_fake
-def _(x, granularity, fp8_dtype, transpose, scale=None, amax=False):
+def _(x, granularity, fp8_dtype, transpose, scale=None, amax=False, scale_rule="ocp"):
     m, k = x.shape
     scale_dtype = torch.uint8 if granularity == "mx32" else torch.float32
     given = scale is not None   # then the op returns no scales
@@ -99,7 +101,7 @@ def amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
 
 def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
              transpose: bool = False, scale: torch.Tensor | None = None,
-             amax: bool = False) -> tuple[torch.Tensor, ...]:
+             amax: bool = False, scale_rule: str = "ocp") -> tuple[torch.Tensor, ...]:
     """Quantize a 2-D ``x`` (M, K) to ``fp8_dtype`` with one scale per group, in one fused pass.
 
     Returns ``(q, scale)``, or with ``transpose=True`` ``(q, scale, q_t, scale_t)`` where
@@ -120,7 +122,11 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     e4m3fn, e4m3fnuz, e5m2, e5m2fnuz (``mx32``: the OCP e4m3fn or e5m2). fp32 scales are dequant
     scales (``x ~= q.float() * scale``): ``amax / fp8_max`` of the group, 1 where the amax
     is 0 (and for an empty x); ``q = saturate(x / scale)`` rounded to nearest even.
-    ``mx32`` follows the OCP MX rule (:mod:`.quantize_ref`; an all-zero group gets byte 0).
+    ``mx32`` follows the OCP MX rule (:mod:`.quantize_ref`; an all-zero group gets byte 0),
+    or with ``scale_rule="round_up"`` the round-up rule of training stacks
+    (:func:`kernels.microscaling.round_up_exponent`: the smallest power of two that saturates
+    nothing); ``scale_rule`` is for ``mx32`` only (another granularity takes ``"ocp"``, its
+    default, which leaves it as it is).
     ``tensor`` and ``row`` read x twice (an amax pass, then the cast: no element can be cast
     before its group's amax is known); the block granularities and ``mx32`` read it once.
     The result is bit-identical to :func:`.quantize_ref.quantize_reference`.
@@ -136,23 +142,24 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     (what delayed scaling records in its amax history, :mod:`kernels.fp8.recipes.delayed`).
 
     Saturation: none under the fp32 scales (each group's amax maps onto the format's max,
-    so no count is kept); under ``mx32`` the floor rule lets a group's largest values
+    so no count is kept); under ``mx32`` the OCP floor rule lets a group's largest values
     saturate by up to 12.5 % (e4m3: the amax scaled into [256, 512) against a max of 448),
-    as the MX spec allows.
+    as the MX spec allows; the round-up rule saturates none.
     """
-    _check(x, granularity, fp8_dtype, transpose, scale, amax)
-    return quantize_checked(x, granularity, fp8_dtype, transpose=transpose, scale=scale, amax=amax)
+    _check(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule)
+    return quantize_checked(x, granularity, fp8_dtype, transpose=transpose, scale=scale, amax=amax,
+                            scale_rule=scale_rule)
 
 
 def quantize_checked(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
                      transpose: bool = False, scale: torch.Tensor | None = None,
-                     amax: bool = False) -> tuple[torch.Tensor, ...]:
+                     amax: bool = False, scale_rule: str = "ocp") -> tuple[torch.Tensor, ...]:
     """:func:`quantize` on arguments its caller validated at its own public entry (the FP8
     grouped GEMM's operands, :mod:`kernels.moe.grouped_gemm_fp8.quantize`, whose training op
     checks x and a given scale once per call): the same op, results and custom op, no checks."""
     impl = _quantize_impl if eager.direct(x) else _quantize
     if scale is None:
-        return tuple(impl(x, granularity, fp8_dtype, transpose))
+        return tuple(impl(x, granularity, fp8_dtype, transpose, None, False, scale_rule))
     scale = scale if scale.dim() == 0 else scale.reshape(())
     q, *rest = impl(x, granularity, fp8_dtype, transpose, scale, amax)
     return ((q, scale, rest[0], scale) if transpose else (q, scale)) + tuple(rest[transpose:])

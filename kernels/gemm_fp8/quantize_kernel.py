@@ -30,6 +30,9 @@ thread and tile, x read as four 16-byte buffer loads, q and q_t stored as two 16
 each, no spills; the transposed copy crosses lanes through 16 KiB of LDS, written two bytes
 and read one byte at a time (16-bit LDS writes, 8-bit LDS reads), the narrow-LDS pattern of
 an 8-bit layout conversion. Whether that LDS traffic or HBM bounds the kernel is for a GPU to say.
+``mx32``'s round-up rule (``scale_rule="round_up"``, :func:`_round_up_exponent`: a division
+by the format's max and a few integer operations on the quotient's bits, instead of the
+amax's bits alone) compiles on gfx950 to the same loads, stores and LDS, with no spills.
 The cast with a given scale and its tile's max (``AMAX``, delayed scaling's) adds one
 4-byte store per program and a cross-warp max through 32 bytes of LDS: no spills, 8 waves
 per SIMD on gfx942 as without it, 7 instead of 8 on gfx950 (per-row or per-column maxima
@@ -66,6 +69,20 @@ def _mx_exponent(amax, EMAX: tl.constexpr):
 
 
 @triton.jit
+def _round_up_exponent(amax, FMAX: tl.constexpr):
+    """ceil(log2(amax / FMAX)) clamped to [-127, 127] (amax 0: -127), the smallest exponent
+    that saturates nothing, from the bits of the fp32 quotient, as
+    :func:`kernels.microscaling.round_up_exponent`: its exponent field, one more where a
+    mantissa bit is set (a normal quotient above its binade's power of two, or a subnormal
+    one above 2^-127, half the smallest normal)."""
+    bits = (amax / FMAX).to(tl.int32, bitcast=True)
+    field = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    up = (mantissa > 0) & ((field > 0) | (mantissa > 0x400000))
+    return tl.minimum(field + up.to(tl.int32) - 127, 127)
+
+
+@triton.jit
 def _pow2(exponent):
     """2^exponent (integer in [-126, 127]) built from its bits: exact."""
     return ((exponent + 127) << 23).to(tl.float32, bitcast=True)
@@ -89,11 +106,15 @@ def scale_of_amax(amax, FMAX: tl.constexpr):
 @triton.jit
 def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
                      FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
-                     MX: tl.constexpr, EMAX: tl.constexpr):
-    """Groups of 1 x G along the tile's second axis: (quantized tile, scale per group)."""
+                     MX: tl.constexpr, EMAX: tl.constexpr, ROUND_UP: tl.constexpr):
+    """Groups of 1 x G along the tile's second axis: (quantized tile, scale per group);
+    MX's exponent by the OCP rule, or with ROUND_UP the round-up rule (``scale_rule``)."""
     amax = tl.max(tl.reshape(ax, (BM, BK // G, G)), axis=2)
     if MX:
-        exponent = _mx_exponent(amax, EMAX)
+        if ROUND_UP:
+            exponent = _round_up_exponent(amax, FMAX)
+        else:
+            exponent = _mx_exponent(amax, EMAX)
         y = tl.reshape(x, (BM, BK // G, G)) * _pow2(-exponent)[:, :, None]
         scale = (exponent + 127).to(tl.uint8)
     else:
@@ -109,10 +130,11 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
                      stride_xm, stride_xk, stride_qm, stride_qk, stride_sm, stride_sk,
                      stride_qtk, stride_qtm, stride_stk, stride_stm,
                      FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
-                     MODE: tl.constexpr, G: tl.constexpr, MX: tl.constexpr, TRANSPOSE: tl.constexpr,
-                     AMAX: tl.constexpr, BLOCK: tl.constexpr):
+                     MODE: tl.constexpr, G: tl.constexpr, MX: tl.constexpr, ROUND_UP: tl.constexpr,
+                     TRANSPOSE: tl.constexpr, AMAX: tl.constexpr, BLOCK: tl.constexpr):
     """MODE 0: scales given (tensor, row: q's per row, q_t's per column of x);
-    1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile; 2: one G x G group.
+    1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile (MX: e8m0, by the round-up
+    rule with ROUND_UP); 2: one G x G group.
     AMAX: also the tile's max |x| to amax_ptr[pid_m, pid_k] (a row-major grid of tiles)."""
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -129,7 +151,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
         scale = tl.load(s_ptr + rows64 * stride_sm, mask=rows < M, other=1.0)
         q = quantized(x / scale[:, None], FMAX, MANT, EMIN)
     elif MODE == 1:
-        q, scale = _grouped_along_k(x, ax, BLOCK, BLOCK, G, FMAX, MANT, EMIN, MX, EMAX)
+        q, scale = _grouped_along_k(x, ax, BLOCK, BLOCK, G, FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)
         groups = pid_k * (BLOCK // G) + tl.arange(0, BLOCK // G)
         tl.store(s_ptr + rows64[:, None] * stride_sm + groups[None, :] * stride_sk, scale,
                  mask=(rows[:, None] < M) & (groups[None, :] < tl.cdiv(K, G)))
@@ -146,7 +168,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
             q_t = tl.trans(quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
         elif MODE == 1:   # G x 1 groups of x are 1 x G groups of x.T
             q_t, scale_t = _grouped_along_k(tl.trans(x), tl.trans(ax), BLOCK, BLOCK, G,
-                                            FMAX, MANT, EMIN, MX, EMAX)
+                                            FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)
             groups = pid_m * (BLOCK // G) + tl.arange(0, BLOCK // G)
             tl.store(st_ptr + cols64[:, None] * stride_stk + groups[None, :] * stride_stm, scale_t,
                      mask=(cols[:, None] < K) & (groups[None, :] < tl.cdiv(M, G)))
@@ -229,12 +251,13 @@ def _amax_pass(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transp
 
 def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
            transpose: bool = False, scale: torch.Tensor | None = None,
-           amax: bool = False) -> tuple[torch.Tensor, ...]:
+           amax: bool = False, scale_rule: str = "ocp") -> tuple[torch.Tensor, ...]:
     """Run the kernels of :func:`kernels.gemm_fp8.quantize` on a checked ``x`` (M, K);
     ``scale``: a checked float32 one-number scale of ``tensor`` given by the caller, which
     skips the amax launch (the result then holds no scales: (q,) or (q, q_t)); with it,
     ``amax``: the cast also writes each tile's max |x|, reduced on the device to x's amax
-    (0-d float32, 0 for an empty x), appended to the result."""
+    (0-d float32, 0 for an empty x), appended to the result. ``scale_rule`` (checked):
+    ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``."""
     m, k = x.shape
     consts = format_constants(fp8_dtype)
     mx = granularity == "mx32"
@@ -267,7 +290,8 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
     tile_max = new_output(tiles, torch.float32, x.device) if amax else scale
     _quantize_kernel.run(x, q, scale, q_t, scale if scale_t is None else scale_t, tile_max, m, k,
                          *x.stride(), *q.stride(), *s_strides, *q_t.stride(), *st_strides, **run_kwargs(tiles, dict(
-                             MODE=mode, G=group, MX=mx, TRANSPOSE=transpose, AMAX=amax, BLOCK=TILE,
+                             MODE=mode, G=group, MX=mx, ROUND_UP=scale_rule == "round_up",
+                             TRANSPOSE=transpose, AMAX=amax, BLOCK=TILE,
                              num_warps=NUM_WARPS, **consts)))
     if given:
         return ((q, q_t) if transpose else (q,)) + ((tile_max.amax(),) if amax else ())
@@ -299,10 +323,11 @@ def bytes_moved(shape: tuple[int, int], x_dtype: torch.dtype, granularity: str,
 
 
 def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
-        x_dtype: torch.dtype = torch.bfloat16, amax: bool = False) -> AotKernel:
+        x_dtype: torch.dtype = torch.bfloat16, amax: bool = False, scale_rule: str = "ocp") -> AotKernel:
     """The cast pass as a GPU runs it on a contiguous 8192 x 8192 x, for an ahead-of-time
     compile (:func:`workbench.isa.compile.compile_aot`; not a rung, so not in the inspector);
-    ``amax``: with the tile maxima a given ``tensor`` scale's cast writes (delayed scaling's)."""
+    ``amax``: with the tile maxima a given ``tensor`` scale's cast writes (delayed scaling's);
+    ``scale_rule``: ``mx32``'s e8m0 rule."""
     size = 8192
     mode = 0 if granularity in ("tensor", "row") else 2 if granularity == "block128x128" else 1
     m_groups = scale_shape(granularity, size, size)
@@ -316,7 +341,7 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
                 stride_qtk=size, stride_qtm=1, **scales, **scales_t)
     scale = pointer_type(torch.uint8) if granularity == "mx32" else "*fp32"
     constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
-                      MX=granularity == "mx32", TRANSPOSE=transpose, AMAX=amax,
+                      MX=granularity == "mx32", ROUND_UP=scale_rule == "round_up", TRANSPOSE=transpose, AMAX=amax,
                       **format_constants(fp8_dtype))
     return aot_launch(_quantize_kernel, fp8_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS), ints,
                       constexprs=constexprs,

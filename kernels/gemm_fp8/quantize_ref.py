@@ -11,7 +11,10 @@ Every granularity is one rule applied to a different group of elements of ``x`` 
   :func:`kernels.microscaling.shared_exponent` (``floor(log2 amax)`` minus the
   element format's largest exponent, so the group's largest magnitude lands in
   ``[2^emax, 2^(emax+1))`` and may saturate at the format's max), and
-  ``q = saturate(x * 2^-exponent)``.
+  ``q = saturate(x * 2^-exponent)``; with ``scale_rule="round_up"`` the exponent is
+  :func:`kernels.microscaling.round_up_exponent`'s instead (the smallest with
+  ``amax / 2^exponent <= fp8_max``: nothing saturates), what the ``mxfp8`` training
+  recipe takes (:mod:`kernels.fp8.recipes.mxfp8`).
 
 Groups at the ragged end (K or M not a multiple of the group) are the elements that
 exist: padding is not a value. The transposed copy (``transpose=True``) is the same rule
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ..microscaling import BLOCK as MX_BLOCK, E8M0_BIAS, e8m0_values, shared_exponent
+from ..microscaling import BLOCK as MX_BLOCK, E8M0_BIAS, SCALE_RULES, e8m0_values, round_up_exponent, shared_exponent
 from .formats import OPERAND_DTYPES
 
 QUANT_DTYPES = OPERAND_DTYPES   # every FP8 format a scaled GEMM takes
@@ -79,16 +82,37 @@ def power_of_two(exponent: torch.Tensor) -> torch.Tensor:
     return ((exponent.to(torch.int32) + 127) << 23).view(torch.float32)
 
 
-def quantize_one(x: torch.Tensor, granularity: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q, scale)`` of a 2-D ``x`` for one granularity (no transposed copy)."""
+def check_scale_rule(granularity: str, scale_rule: str) -> None:
+    """``scale_rule`` names an e8m0 rule (:data:`kernels.microscaling.SCALE_RULES`), and
+    ``"round_up"`` comes with ``mx32``, the one granularity of e8m0 scales."""
+    if scale_rule not in SCALE_RULES:
+        raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
+    if scale_rule != "ocp" and granularity != "mx32":
+        raise ValueError(f"scale_rule {scale_rule!r} chooses mx32's e8m0 scales; granularity "
+                         f"{granularity!r} has fp32 scales (amax / fp8_max, which never saturate)")
+
+
+def mx_exponent(amax: torch.Tensor, dtype: torch.dtype, scale_rule: str = "ocp") -> torch.Tensor:
+    """The shared exponent of MX blocks with these amaxes for elements in ``dtype``, by
+    ``scale_rule``: the OCP floor rule or the round-up rule (module docstring)."""
+    if scale_rule == "round_up":
+        return round_up_exponent(amax, torch.finfo(dtype).max)
+    return shared_exponent(amax, mx_emax(dtype))
+
+
+def quantize_one(x: torch.Tensor, granularity: str, dtype: torch.dtype,
+                 scale_rule: str = "ocp") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, scale)`` of a 2-D ``x`` for one granularity (no transposed copy); ``scale_rule``
+    (``mx32`` only): ``"ocp"`` or ``"round_up"``."""
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    check_scale_rule(granularity, scale_rule)
     xf = x.float()
     m, k = xf.shape
     fmax = torch.finfo(dtype).max
     amax = group_amax(xf, granularity)
     if granularity == "mx32":
-        exponent = shared_exponent(amax, mx_emax(dtype))
+        exponent = mx_exponent(amax, dtype, scale_rule)
         y = xf * _expand(power_of_two(-exponent), granularity, m, k)
         scale = (exponent + E8M0_BIAS).to(torch.uint8)
     else:
@@ -112,10 +136,10 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str,
 
 
 def quantize_reference(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
-                       transpose: bool = False) -> tuple[torch.Tensor, ...]:
+                       transpose: bool = False, scale_rule: str = "ocp") -> tuple[torch.Tensor, ...]:
     """What :func:`kernels.gemm_fp8.quantize` returns, computed with torch on any device."""
-    q, scale = quantize_one(x, granularity, fp8_dtype)
+    q, scale = quantize_one(x, granularity, fp8_dtype, scale_rule)
     if not transpose:
         return q, scale
-    q_t, scale_t = quantize_one(x.t(), granularity, fp8_dtype)
+    q_t, scale_t = quantize_one(x.t(), granularity, fp8_dtype, scale_rule)
     return q, scale, q_t.contiguous(), scale_t

@@ -15,8 +15,9 @@ the unquantized operands, and for each operand the elements that overflow (satur
 the format's max) and underflow (a nonzero value that becomes zero), counted in the groups
 the recipe scales along the GEMM's reduction dimension (its ``operand_groups``); dy in the
 recipe's gradient format (e5m2 for tensorwise and delayed, whose default is "hybrid").
-Current scaling with fp32 scales cannot overflow; MXFP8's power-of-two scales can (the OCP
-rule puts a group's largest element in the format's top binade, which runs past its max);
+Current scaling with fp32 scales cannot overflow; MXFP8's power-of-two scales can under the
+OCP rule (which puts a group's largest element in the format's top binade, past its max),
+not under the round-up rule the ``mxfp8`` recipe takes (:mod:`kernels.fp8.recipes.mxfp8`);
 delayed scaling is shown with scales from an earlier step whose tensors were
 :data:`GROWTH` times smaller, so its overflow is visible. Recipes whose kernels are not
 installed get a row saying so.
@@ -46,17 +47,19 @@ def operands(shape=(64, 48, 80), seed: int = 0) -> dict[str, torch.Tensor]:
     return {"x": x, "w": w, "dy": dy}
 
 
-def _counts(t: torch.Tensor, granularity: str, fp8: torch.dtype, scale=None) -> tuple[int, int]:
+def _counts(t: torch.Tensor, granularity: str, fp8: torch.dtype, scale=None,
+            scale_rule: str = "ocp") -> tuple[int, int]:
     """(overflow, underflow) elements of ``t`` (rows x the GEMM's reduction dim) quantized in
     groups of ``granularity`` along its rows, as the kernels do (:func:`quantize_one`; a given
-    per-tensor ``scale``, delayed's, instead of the group's own): overflow beyond what
-    round-to-nearest takes to the max anyway (half an ulp above it), underflow a nonzero
-    element that becomes 0. ``mx32``'s power-of-two scale puts a group's largest element in
-    the format's top binade, above the max (448 for e4m3fn) when its mantissa is large: it
-    can overflow under current scaling, where fp32 scales cannot."""
+    per-tensor ``scale``, delayed's, instead of the group's own; ``scale_rule``, the recipe's
+    e8m0 rule for ``mx32``): overflow beyond what round-to-nearest takes to the max anyway
+    (half an ulp above it), underflow a nonzero element that becomes 0. ``mx32``'s OCP rule
+    puts a group's largest element in the format's top binade, above the max (448 for
+    e4m3fn) when its mantissa is large: it can overflow under current scaling, where fp32
+    scales and the round-up rule cannot."""
     t = t.float()
     if scale is None:
-        q, scale = quantize_one(t, granularity, fp8)
+        q, scale = quantize_one(t, granularity, fp8, scale_rule)
         factor = dequantize(torch.ones_like(t), scale, granularity)   # what a 1 stands for, per element
     else:
         q, factor = quantize_fp8(t, fp8, "tensor", scale=scale)[0], scale
@@ -95,8 +98,9 @@ def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.
             a_scale = scales.get("x") if a_name == "x" else None
             b_scale = scales.get(b_name.removesuffix(".T"))
             a_fp8 = elements if a_name == "x" else recipe.grad_dtype(elements)   # dy in the grad format
-            row["A_overflow"], row["A_underflow"] = _counts(a, a_groups, a_fp8, a_scale)
-            row["B_overflow"], row["B_underflow"] = _counts(b.t(), b_groups, elements, b_scale)
+            rule = recipe.scale_rule
+            row["A_overflow"], row["A_underflow"] = _counts(a, a_groups, a_fp8, a_scale, rule)
+            row["B_overflow"], row["B_underflow"] = _counts(b.t(), b_groups, elements, b_scale, rule)
             row["finite"] = bool(torch.isfinite(got).all())
             rows.append(row)
     return rows

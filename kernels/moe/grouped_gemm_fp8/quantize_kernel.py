@@ -78,7 +78,8 @@ grid), so the bytes are :func:`kernels.gemm_fp8.quantize_ref.quantize_one`'s ``m
 padded copy, the plain passes this replaced (``tests/test_grouped_quantize_mxfp8.py``). Every
 position and scale byte is written by the one launch, the padding's too (an all-zero block
 gets byte 0, as the MX rule gives it), so nothing is zeroed first. On gfx942 and gfx950
-(``tests/test_grouped_quantize_mxfp8_isa.py``, both launches, bf16 t): no spills, 8 waves
+(``tests/test_grouped_quantize_mxfp8_isa.py``, both launches, bf16 t; on gfx950 under either
+e8m0 rule, ``scale_rule``): no spills, 8 waves
 per SIMD; per thread, t read as two 16-byte buffer loads (beside the group offsets and ends),
 the copy written as one 16-byte store and the scales as one byte store (two bytes per
 feature and tile); the transpose's layout conversions take 4 KiB of LDS. The 16-byte stores
@@ -215,13 +216,15 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_
                            stride_qb, stride_qc, stride_qt,
                            FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
                            BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
-                           PER_TENSOR: tl.constexpr, AMAX: tl.constexpr, MX: tl.constexpr):
+                           PER_TENSOR: tl.constexpr, AMAX: tl.constexpr, MX: tl.constexpr,
+                           ROUND_UP: tl.constexpr):
     """q[b, cols, tokens] = t[b, tokens, cols] / scale[b, group of the token, cols] in FP8
     (PER_TENSOR: / scale[0], one number); zeros for the padding tokens [T, R). AMAX: also
     the tile's max |t| to amax_ptr[b, tile row, tile column] (row-major over the grid).
     MX: q[b, cols, p] = the token :func:`_padded_sources` gives padded position p (0 if none)
     over 2^e of its block of 32 positions, the e8m0 byte e + 127 to scale[b, cols, p / 32]
-    (an output here; stride_sg its stride along the blocks)."""
+    (an output here; stride_sg its stride along the blocks), e by the OCP rule or, with
+    ROUND_UP, the round-up rule."""
     batch = tl.program_id(2).to(tl.int64)
     t_ptr += batch * stride_tb
     scale_ptr += batch * stride_sb
@@ -242,7 +245,7 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_
         tl.store(amax_ptr + tile, tl.max(tl.max(tl.abs(x), axis=1), axis=0))
     if MX:   # blocks of 32 along the tokens are 1 x 32 groups of the transposed tile (the dense kernel's step)
         q_t, exponent = _grouped_along_k(tl.trans(x), tl.trans(tl.abs(x)), BLOCK_C, BLOCK_T, 32,
-                                         FMAX, MANT, EMIN, True, EMAX)
+                                         FMAX, MANT, EMIN, True, EMAX, ROUND_UP)
         blocks = tl.program_id(0) * (BLOCK_T // 32) + tl.arange(0, BLOCK_T // 32)
         tl.store(scale_ptr + cols64[:, None] * stride_sc + blocks[None, :] * stride_sg, exponent,
                  mask=(cols[:, None] < C) & (blocks[None, :] < tl.cdiv(R, 32)))
@@ -318,21 +321,23 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
         _cast_transpose_kernel.run(   # no padded ends without MX: the offsets stand in
             t, offsets, offsets, scale, q, tile_max, rows, padded, cols, groups, *t.stride(), *scale_strides,
             *q.stride(), **run_kwargs(grid, dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g,
-                                                 PER_TENSOR=one_scale, AMAX=amax, MX=False, num_warps=NUM_WARPS,
+                                                 PER_TENSOR=one_scale, AMAX=amax, MX=False, ROUND_UP=False,
+                                                 num_warps=NUM_WARPS,
                                                  **consts)))
     if given:
         return (q, tile_max.amax()) if amax else (q,)
     return q, scale
 
 
-def mx_launch(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: torch.dtype, rows: int
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+def mx_launch(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: torch.dtype, rows: int,
+              scale_rule: str = "ocp") -> tuple[torch.Tensor, torch.Tensor]:
     """MXFP8's transposed copies (:mod:`kernels.moe.grouped_gemm_mxfp8.quantize`): (q (B, C, rows)
     fp8 token-contiguous, scales (B, C, ceil(rows/32)) uint8 e8m0) of t (B, T, C), B problems
     grouped alike by the int32 ``offsets`` (G,), group g's tokens copied to the padded positions
     from ``ends[g-1]`` (int32 (G,); 0 for g = 0), both contiguous. One launch of the cast in
     its ``MX`` mode, which finds each 32-position block's scale in its tile: no amax launch,
-    t read once, every position and scale written (the padding's zeros too)."""
+    t read once, every position and scale written (the padding's zeros too). ``scale_rule``:
+    the e8m0 rule, ``"ocp"`` or ``"round_up"`` (:func:`kernels.gemm_fp8.quantize`'s)."""
     (batch, tokens, cols), groups = t.shape, offsets.shape[0]
     q = new_output((batch, cols, rows), fp8, t.device)
     scales = new_output((batch, cols, cdiv(rows, MX_BLOCK)), torch.uint8, t.device)
@@ -342,7 +347,8 @@ def mx_launch(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: t
             t, offsets, ends, scales, q, scales, tokens, rows, cols, groups, *t.stride(),
             scales.stride(0), scales.stride(2), scales.stride(1), *q.stride(), **run_kwargs(grid, dict(
                 BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=_block_g(groups), PER_TENSOR=False,
-                AMAX=False, MX=True, num_warps=NUM_WARPS, **format_constants(fp8))))
+                AMAX=False, MX=True, ROUND_UP=scale_rule == "round_up", num_warps=NUM_WARPS,
+                **format_constants(fp8))))
     return q, scales
 
 
@@ -370,14 +376,16 @@ def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
                         dict(FMAX=consts["FMAX"], CHUNK=CHUNK), pointers)
     cast = aot_launch(_cast_transpose_kernel, fp8_dtype, cfg,
                       dict(common, **tokens, R=t, stride_qb=c * t, stride_qc=t, stride_qt=1),
-                      dict(consts, BLOCK_G=g, PER_TENSOR=per_tensor, AMAX=amax, MX=False), pointers)
+                      dict(consts, BLOCK_G=g, PER_TENSOR=per_tensor, AMAX=amax, MX=False, ROUND_UP=False), pointers)
     return (cast,) if per_tensor else (chunk_amax, scales, cast)
 
 
-def mx_aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16, weight: bool = False) -> AotKernel:
+def mx_aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16, weight: bool = False,
+           scale_rule: str = "ocp") -> AotKernel:
     """:func:`mx_launch` as a GPU runs it, for an ahead-of-time compile: the wgrad operand of a
     contiguous (8192, 7168) x of 128 groups (R = T + 32·G, the padded bound), or (``weight``)
-    the forward's weight, 128 experts' (7168, 2048) w[g], each one group of K tokens (R = K)."""
+    the forward's weight, 128 experts' (7168, 2048) w[g], each one group of K tokens (R = K);
+    ``scale_rule``: the e8m0 rule."""
     if weight:
         (b, t, c), g, r = (128, 7168, 2048), 1, 7168
     else:
@@ -389,6 +397,6 @@ def mx_aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16, weight
     scales = pointer_type(torch.uint8)
     return aot_launch(_cast_transpose_kernel, fp8_dtype, dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS),
                       ints, dict(format_constants(fp8_dtype), BLOCK_G=_block_g(g),
-                                 PER_TENSOR=False, AMAX=False, MX=True),
+                                 PER_TENSOR=False, AMAX=False, MX=True, ROUND_UP=scale_rule == "round_up"),
                       {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "ends_ptr": "*i32",
                        "scale_ptr": scales, "amax_ptr": scales})

@@ -111,10 +111,10 @@ def _mx():
 def token_operand(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale_x: torch.Tensor | None = None,
                   amax: bool = False) -> tuple[torch.Tensor, ...]:
     """The forward's x (T, K) as ``recipe`` quantizes it: (fp8, scales) (:func:`.quantize.tokens`,
-    mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.quantize.tokens`); ``amax`` (a given
-    ``scale_x``): and x's amax, found by the cast."""
+    mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.training.tokens`, by the recipe's e8m0 rule);
+    ``amax`` (a given ``scale_x``): and x's amax, found by the cast."""
     if recipe == "mxfp8":
-        return _mx().quantize.tokens(x, fp8)
+        return _mx().tokens(x, fp8)
     return quantize.tokens(x, recipe, fp8, scale_x, amax)
 
 

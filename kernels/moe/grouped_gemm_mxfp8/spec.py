@@ -29,10 +29,12 @@ DTYPES = (DTYPE,)
 OUT_DTYPE = torch.bfloat16
 
 
-def quantize_weight(w: torch.Tensor, dtype: torch.dtype = DTYPE) -> tuple[torch.Tensor, torch.Tensor]:
-    """w (G, K, N) in MXFP8 along K: (elements (G, K, N) stored K-contiguous, scales (G, N, ceil(K/32)))."""
+def quantize_weight(w: torch.Tensor, dtype: torch.dtype = DTYPE, scale_rule: str = "ocp"
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (G, K, N) in MXFP8 along K: (elements (G, K, N) stored K-contiguous, scales (G, N, ceil(K/32)));
+    ``scale_rule``: the e8m0 rule (:func:`kernels.gemm_fp8.quantize_ref.quantize_one`'s)."""
     g, k, n = w.shape
-    q, scales = quantize_one(w.transpose(1, 2).reshape(g * n, k), "mx32", dtype)
+    q, scales = quantize_one(w.transpose(1, 2).reshape(g * n, k), "mx32", dtype, scale_rule)
     return q.reshape(g, n, k).transpose(1, 2), scales.reshape(g, n, -(-k // BLOCK))
 
 

@@ -13,14 +13,30 @@ GEMM's own reduction dimension (:mod:`.quantize`):
 
 Elements are OCP e4m3fn for the gradients too (MX has no fnuz form; e4m3 is Transformer
 Engine's MXFP8 default for gradients as well, and the kernel takes one element format).
+Every operand's e8m0 scales follow the ``mxfp8`` recipe's ``scale_rule``
+(:class:`kernels.fp8.recipes.mxfp8.MXFP8`: round-up by default, so nothing saturates), the
+dense layers' rule (:func:`scale_rule`).
 """
 from __future__ import annotations
 
 import torch
 
+from ...fp8 import recipe as fp8_recipes
 from . import dw as dw_kernel
 from . import operands, quantize
 from .ops import _grouped_gemm_mxfp8_impl
+
+
+def scale_rule() -> str:
+    """The e8m0 rule the ``mxfp8`` recipe quantizes with (its registered instance's
+    ``scale_rule``, read at each call, so setting it there sets it for the MoE layers too)."""
+    return fp8_recipes.get("mxfp8").scale_rule
+
+
+def tokens(x: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward's x (T, K) quantized by :func:`.quantize.tokens` with the recipe's rule
+    (what the expert-parallel layer's senders dispatch, :mod:`kernels.moe.ep_fp8_layer`)."""
+    return quantize.tokens(x, fp8, scale_rule())
 
 
 @torch.library.custom_op("kernels::grouped_gemm_mxfp8_dw", mutates_args=())
@@ -56,7 +72,7 @@ def grouped_gemm_mxfp8_dw(xt: torch.Tensor, sxt: torch.Tensor, dyt: torch.Tensor
 def forward(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype,
             out_dtype: torch.dtype) -> torch.Tensor:
     """``x_g @ w[g]`` in ``out_dtype`` of x quantized by :func:`.quantize.tokens`, w in MXFP8 along K."""
-    w8, sw = quantize.forward_weight(w, fp8)
+    w8, sw = quantize.forward_weight(w, fp8, scale_rule())
     return _grouped_gemm_mxfp8_impl(x8, sx, w8, sw, offsets, out_dtype)
 
 
@@ -64,13 +80,14 @@ def gradients(x, w, offsets, dy, fp8: torch.dtype, needs) -> tuple:
     """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy, each None where ``needs`` says
     False: one MXFP8 grouped launch each."""
     dx = dw = None
+    rule = scale_rule()
     if needs[0]:
-        dy8, sdy = quantize.tokens(dy, fp8)
-        wt8, swt = quantize.dgrad_weight(w, fp8)
+        dy8, sdy = quantize.tokens(dy, fp8, rule)
+        wt8, swt = quantize.dgrad_weight(w, fp8, rule)
         dx = torch.ops.kernels.grouped_gemm_mxfp8(dy8, sdy, wt8, swt, offsets, x.dtype)
     if needs[1]:
         ends = quantize.padded_ends(offsets)
-        xt8, sxt = quantize.wgrad_operand(x, offsets, ends, fp8)
-        dyt8, sdyt = quantize.wgrad_operand(dy, offsets, ends, fp8)
+        xt8, sxt = quantize.wgrad_operand(x, offsets, ends, fp8, rule)
+        dyt8, sdyt = quantize.wgrad_operand(dy, offsets, ends, fp8, rule)
         dw = torch.ops.kernels.grouped_gemm_mxfp8_dw(xt8, sxt, dyt8, sdyt, ends, w.dtype)
     return dx, dw
