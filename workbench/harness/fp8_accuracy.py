@@ -36,14 +36,18 @@ GEMMS = {"forward": ("x", "w.T"), "dgrad": ("dy", "w"), "wgrad": ("dy.T", "x")}
 
 
 def operands(shape=(64, 48, 80), seed: int = 0) -> dict[str, torch.Tensor]:
-    """x (M, K), w (N, K), dy (M, N) with the features listed in the module docstring."""
+    """x (M, K), w (N, K), dy (M, N) with the features listed in the module docstring, the same
+    for the same ``seed``."""
     m, n, k = shape
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=gen)
     x[:, torch.randperm(k, generator=gen)[:3]] *= 50.0
     w = torch.randn(n, k, generator=gen) * 0.02
     w.view(-1)[torch.randperm(n * k, generator=gen)[:4]] *= 10.0
-    dy = torch.distributions.StudentT(3.0).sample((m, n)) * 1e-5
+    # Student-t with 3 degrees of freedom, Z / sqrt(V / 3) with V chi-squared (3), from ``gen``:
+    # torch.distributions samples from the global generator, so every call drew another dy
+    z, v = torch.randn(m, n, generator=gen), torch.randn(3, m, n, generator=gen).square().sum(0)
+    dy = z / (v / 3).sqrt() * 1e-5
     return {"x": x, "w": w, "dy": dy}
 
 
