@@ -213,3 +213,16 @@ def test_v1_on_hopper_runs_the_wgmma_its_docstring_names():
     report = isa.inspect("gemm_fp8", "v1", "sm90")
     assert set(report.matrix_instructions) == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"}
     assert configs.prior("cuda", "sm_90", 8192, 8192, 8192)["BLOCK_N"] == 128 and not report.scratch_bytes
+
+
+@pytest.mark.parametrize("rung", ["v1", "v2"])
+def test_the_model_predicts_each_tuned_rungs_candidates(rung):
+    """The tuners' ranker (:class:`workbench.model.tuning.ModelRanker`) has a prediction for
+    every candidate of both tuned rungs, so a key of either times a shortlist, not the space."""
+    from workbench.model import tuning as tuning_model
+
+    shape = (8192, 8192, 8192)
+    cands = [tuning.as_dict(c) for c in configs.prune(configs.space("hip", "gfx942"), *shape)][:2]
+    problem = tuning.Problem("gemm_fp8", rung, shape, torch.float8_e4m3fnuz)
+    seconds = tuning_model.ModelRanker(gpu="MI300X").predictions(problem, cands)
+    assert seconds is not None and len(seconds) == 2 and all(s > 0 for s in seconds)

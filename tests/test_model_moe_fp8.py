@@ -82,6 +82,18 @@ def test_fp8_beats_the_bf16_ladder_at_a_large_square(gpu):
     assert _predict("gemm_fp8", "v1", SQUARE, gpu, "fp8").time_s < _predict("gemm", "v4", SQUARE, gpu).time_s
 
 
+@pytest.mark.parametrize("gpu", GPUS)
+def test_fp8_v2_scales_each_k_block_on_the_vector_units(gpu):
+    """gemm_fp8 v2 multiplies each K block's partial product by its scales on the fp32
+    accumulator, where v1 scales once per tile in the epilogue: at the same config, the same
+    FP8 MFMAs in the hot loop and more VALU work, so the model puts v2 below v1."""
+    v1, v2 = (_predict("gemm_fp8", rung, SQUARE, gpu, "fp8") for rung in ("v1", "v2"))
+    assert v1.inputs["config"][0] == v2.inputs["config"][0]
+    mix1, mix2 = (p.inputs["hot loop per wave and iteration"][0] for p in (v1, v2))
+    assert mix2["MFMAs"] == mix1["MFMAs"] and mix2["global bytes"] > mix1["global bytes"]   # + the scales
+    assert v2.breakdown["VALU"] > v1.breakdown["VALU"] and v1.time_s < v2.time_s
+
+
 def test_v1_compiles_gemm_v4s_kernel_per_expert():
     report = isa.inspect("grouped_gemm", "v1", "gfx942", torch.bfloat16)
     cfg = grouped_gemm.config("v1", DOWN, "gfx942")[0]

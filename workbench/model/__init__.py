@@ -18,7 +18,7 @@ Covered (:data:`COVERED`), on AMD GPUs of targets gfx942 (MI300X, MI325X) and gf
 (MI355X): the GEMM rungs with an ahead-of-time compile (v2-v6, and split-K beside v6) in
 bf16, fp16 and fp32; the attention forward rungs v2-v4 in bf16 and fp16, causal or not, and v5's forward pass (v3's
 launch); grouped GEMM v1, v2 and v4 in bf16, fp16 and
-fp32 (:mod:`.grouped_gemm`); FP8 GEMM v1 (:mod:`.gemm_fp8`); FP8 grouped GEMM v0
+fp32 (:mod:`.grouped_gemm`); FP8 GEMM v1 and v2 (:mod:`.gemm_fp8`); FP8 grouped GEMM v0
 (:mod:`.grouped_gemm_fp8`); the MoE layer's v3 (:mod:`.moe`, its launches summed). Through
 :func:`predict_backward` (:data:`BACKWARD`): attention v5's backward pass
 (:mod:`.attention_backward`), grouped GEMM v2's and v4's (dX and dW,

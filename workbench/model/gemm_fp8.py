@@ -1,4 +1,4 @@
-"""The FP8 GEMM (``gemm_fp8`` v1): GEMM's model with one-byte operands, FP8 MFMAs and a
+"""The FP8 GEMM (``gemm_fp8`` v1 and v2): GEMM's model with one-byte operands, FP8 MFMAs and a
 bf16 output.
 
 v1 hands the e4m3 tiles of A and B (K-contiguous, the layout its ``aot`` compiles) to
@@ -8,9 +8,14 @@ round robin and remapped, as gemm v3's, so each XCD walks a contiguous run of th
 (``GROUP_M`` row tiles per group). The config is v1's prior for the shape (the first of the
 per-shape prune of the target's kept table, :func:`kernels.gemm_fp8.configs.prior`), or a
 tuner's candidate pinned for the prediction (:func:`.candidates.predict_config`, so the
-tuners' ranker orders v1's candidates). The per-row and per-column scales are read once per
-tile in the epilogue (not charged). The clock under an FP8 MFMA load is MAF2's where measured
-(MI300X), else the spec's.
+tuners' ranker orders v1's and v2's candidates). v1's per-row and per-column scales are read
+once per tile in the epilogue (not charged). v2 is compiled as its ``aot`` launch, with
+DeepSeek-V3's 1x128 / 128x128 scales: its hot loop loads each K block's scales and multiplies
+the block's partial product by them on the fp32 accumulator, which the loop's instruction mix
+charges; the scales' bytes past L1 (4 per 128 elements of A's rows and per 128 x 128 block of
+B, about 3 % of A's) are not added to the tiles' traffic. A v2 launch with scales constant
+along K (the per-tensor and per-row recipes) runs a leaner loop than the one predicted. The
+clock under an FP8 MFMA load is MAF2's where measured (MI300X), else the spec's.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from .pinned import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, grouped, round_robin
 
-RUNGS = ("v1",)
+RUNGS = ("v1", "v2")
 OUT_BYTES = spec.OUT_DTYPE.itemsize      # v1's output dtype (its aot and its default)
 
 
