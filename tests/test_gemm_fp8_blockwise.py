@@ -148,6 +148,22 @@ def test_v2_hot_loop_is_fp8_mfma_plus_the_scaling_its_docstring_counts(target, m
         assert report.vgprs == 252 and report.occupancy.value == 2
 
 
+@pytest.mark.parametrize("target, mfma, mfmas", [("gfx942", "v_mfma_f32_16x16x32_fp8_fp8", 64),
+                                                  ("gfx950", "v_mfma_f32_16x16x128_f8f6f4", 16)])
+def test_v2_with_scales_constant_along_k_runs_v1s_loop(target, mfma, mfmas):
+    """v2's second ISA launch, the rowwise recipe's (scales per row and column, constant along K,
+    ``SCALES_ALONG_K`` False): the same FP8 MFMAs per K step as the blockwise launch and none of
+    its scaling in the loop (the scales go on the accumulator once, in the epilogue), no spills,
+    and no more VGPRs than the blockwise launch, which keeps a partial product beside it."""
+    blockwise, rowwise = isa.inspect_all("gemm_fp8", "v2", target)
+    assert set(rowwise.matrix_instructions) == {mfma}, rowwise.summary()
+    assert (rowwise.spills, rowwise.sgpr_spills, rowwise.scratch_bytes) == (0, 0, 0), rowwise.summary()
+    ops = _loop_ops(rowwise)
+    assert ops[mfma] == mfmas
+    assert not [op for op in ops if op.startswith(("v_mul_f32", "v_fma_f32", "v_pk_fma_f32", "v_pk_mul_f32"))], ops
+    assert rowwise.vgprs <= blockwise.vgprs and isa.inspect("gemm_fp8", "v2", target) is blockwise
+
+
 MIXED_COMPILE = """
 import dataclasses, json, torch
 from kernels.gemm_fp8 import launch, v2_triton_blockwise

@@ -44,19 +44,28 @@ def aot(kernel, dtype: torch.dtype, backend: str, arch: str, overrides: dict | N
 
 def aot_blockwise(kernel, dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None,
                   out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
-    """v2's launch for the ISA inspector: :func:`aot`'s 8192^3 GEMM with DeepSeek-V3's
-    forward scales, A per 1 x 128 ((M, K/128), K-block-contiguous) and B per 128 x 128
-    ((K/128, N/128)), so the compile shows the per-K-block scaling in the loop. B's scales
-    lie as the blockwise recipe's forward passes them: the transpose of the weight's
-    (N/128, K/128), unit stride along K (Triton folds that stride to a constant)."""
+    """v2's launches for the ISA inspector, :func:`aot`'s 8192^3 GEMM twice. First with
+    DeepSeek-V3's forward scales, A per 1 x 128 ((M, K/128), K-block-contiguous) and B per
+    128 x 128 ((K/128, N/128)), so the compile shows the per-K-block scaling in the loop. B's
+    scales lie as the blockwise recipe's forward passes them: the transpose of the weight's
+    (N/128, K/128), unit stride along K (Triton folds that stride to a constant). Second with
+    the rowwise recipe's scales, A per row (M, 1) and B per column (1, N), constant along K
+    (``SCALES_ALONG_K`` False: v1's loop, the scales in the epilogue): the binary the rowwise
+    recipe's GEMMs run (the per-tensor recipes' differs in the epilogue alone, its scale strides
+    0). The blockwise launch is the main kernel (first of equal MFMA counts)."""
     size, blocks = AOT_SIZE, AOT_SIZE // operands.SCALE_K
     ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
                 stride_cm=size, stride_cn=1, stride_sam=blocks, stride_sak=1, stride_sbk=1,
                 stride_sbn=blocks)
-    return [aot_launch(kernel, dtype, with_overrides(aot_config(backend, arch, True), overrides), ints,
-                       constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
-                                   "GROUP_N": operands.SCALE_K, "SCALES_ALONG_K": True},
-                       pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
+    per_row = dict(ints, stride_sam=1, stride_sak=0, stride_sbk=0, stride_sbn=1)
+    cfg = with_overrides(aot_config(backend, arch, True), overrides)
+    pointers = {"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"}
+    return [aot_launch(kernel, dtype, cfg, ints, constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
+                                                             "GROUP_N": operands.SCALE_K, "SCALES_ALONG_K": True},
+                       pointers=pointers),
+            aot_launch(kernel, dtype, cfg, per_row, constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
+                                                                "GROUP_N": 1, "SCALES_ALONG_K": False},
+                       pointers=pointers)]
 
 
 def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_strides: tuple,

@@ -38,7 +38,9 @@ Expected bound:
       gfx942 ones' K.
 
     Whether the VALU hides under the MFMAs is a question for the model and a GPU; no
-    number here is measured.
+    number here is measured. The ISA page's second launch is the rowwise recipe's (scales
+    per row and column, constant along K): the same MFMAs, none of the scaling in the loop,
+    and no more VGPRs (``test_v2_with_scales_constant_along_k_runs_v1s_loop``).
 
 Limits:
     A and B in FP8 formats of one family, e4m3 or one e5m2 operand (a gradient): an
