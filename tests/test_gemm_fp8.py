@@ -193,13 +193,14 @@ def test_custom_op_and_compile():
 @pytest.mark.parametrize("dtype,backend,arch", [(E4M3FNUZ, "hip", "gfx942"), (E4M3FN, "hip", "gfx950"),
                                                 (E4M3FN, "cuda", "sm_90")])
 def test_aot_describes_every_kernel_argument(rung, dtype, backend, arch):
-    (launch,) = rung.aot(dtype, backend, arch)
-    assert list(launch.signature) == list(launch.jit_fn.arg_names)
-    constexprs = {n for n, t in launch.signature.items() if t == "constexpr"}
-    assert constexprs == set(launch.constexprs)
-    assert launch.options["num_stages"] >= 2 and launch.constexprs["BLOCK_K"] >= 64
-    assert all(launch.scalars[k] % 16 == 0 for k in ("M", "N", "K", "stride_am"))   # wide loads
-    assert launch.constexprs["stride_ak"] == launch.constexprs["stride_bk"] == 1
+    """Every launch of the rung's ISA page (v2: the blockwise recipe's, then the rowwise one's)."""
+    for launch in rung.aot(dtype, backend, arch):
+        assert list(launch.signature) == list(launch.jit_fn.arg_names)
+        constexprs = {n for n, t in launch.signature.items() if t == "constexpr"}
+        assert constexprs == set(launch.constexprs)
+        assert launch.options["num_stages"] >= 2 and launch.constexprs["BLOCK_K"] >= 64
+        assert all(launch.scalars[k] % 16 == 0 for k in ("M", "N", "K", "stride_am"))   # wide loads
+        assert launch.constexprs["stride_ak"] == launch.constexprs["stride_bk"] == 1
 
 
 FAMILIES = [(E4M3FN, torch.float8_e5m2), (E4M3FNUZ, torch.float8_e5m2fnuz)]
