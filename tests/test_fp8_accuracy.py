@@ -62,10 +62,12 @@ def _installed(rows, recipe):
 
 def test_every_recipe_counts_overflow_and_underflow_of_both_operands(rows):
     """Blockwise's fp32 tile scales are current scaling too: no overflow."""
-    for recipe in kernels.fp8.names():
-        _installed(rows, recipe)
+    installed = [r for r in kernels.fp8.names() if "note" not in rows[r, "forward"]]
+    assert {"tensorwise", "delayed", "rowwise"} <= set(installed)   # matmul_fp8's: always here
+    for recipe in installed:
         for gemm in fp8_accuracy.GEMMS:
             assert {"A_overflow", "A_underflow", "B_overflow", "B_underflow"} <= set(rows[recipe, gemm]), recipe
+    _installed(rows, "blockwise")
     for gemm in fp8_accuracy.GEMMS:
         row = rows["blockwise", gemm]
         assert row["A_overflow"] == row["B_overflow"] == row["A_underflow"] == 0 and row["finite"], row

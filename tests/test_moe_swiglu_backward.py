@@ -40,10 +40,12 @@ def _exact(dh, g, u, h, w):
 
 
 def _close(got, exact, dtype):
-    """Within one rounding to ``dtype`` of the exact value (two units for fp32's chain of
-    products) plus fp32's absolute error near a cancellation in 1 + g·(1 − σ)."""
+    """Within one rounding to ``dtype`` of the exact value (float32: 8 units for its chain of
+    about six roundings, sigmoid's exp among them, whose last bits the interpreter's NumPy
+    computes differently on different CPUs; du measured within 4 here), plus an absolute 1e-6:
+    dg's relative error is large only where 1 + g·(1 − σ) cancels, and that term covers it."""
     assert got.dtype == dtype and got.shape == exact.shape
-    rtol = UNIT[dtype] * (16 if dtype == torch.float32 else 1.01)
+    rtol = UNIT[dtype] * (8 if dtype == torch.float32 else 1.01)
     err = (got.double() - exact).abs()
     assert not got.isnan().any()
     assert (err <= rtol * exact.abs() + 1e-6).all(), err.max()

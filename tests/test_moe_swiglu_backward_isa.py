@@ -62,11 +62,11 @@ def test_bf16_rows_move_16_bytes_per_thread_and_nothing_spills(arch):
         loads, stores = ops["global_load"], ops["global_store"]
         wide_loads = sum(n for op, n in loads.items() if op.endswith("dwordx4") or op.endswith("b128"))
         wide_stores = sum(n for op, n in stores.items() if op.endswith("dwordx4") or op.endswith("b128"))
-        assert wide_loads >= (3 if fp8_owner else 4) and wide_stores >= (3 if weighted else 2), ops
+        assert wide_loads == (3 if fp8_owner else 4) and wide_stores == (3 if weighted else 2), ops
         narrow_loads = {op: n for op, n in loads.items() if not op.endswith(WIDE)}
         narrow_stores = {op: n for op, n in stores.items() if not op.endswith(WIDE)}
-        assert sum(narrow_loads.values()) <= (1 if weighted else 0), ops     # w, one row per thread
-        assert sum(narrow_stores.values()) <= (0 if fp8_owner else 1), ops  # dw_rows
+        assert sum(narrow_loads.values()) == (1 if weighted else 0), ops     # w, one row per thread
+        assert sum(narrow_stores.values()) == (0 if fp8_owner else 1), ops  # dw_rows
         lds = (sum(ops.get("lds_write", {}).values()), sum(ops.get("lds_read", {}).values()))
-        assert (lds == (0, 0)) if fp8_owner else max(lds) <= 1, ops
+        assert lds == ((0, 0) if fp8_owner else (1, 1)), ops
         assert not ops.get("matrix")
