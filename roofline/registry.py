@@ -89,24 +89,31 @@ def device_spec(device_name: str, target: Optional[str] = None, compute_units: O
     H100 80GB HBM3", "AMD Instinct MI300X VF"); ``target`` ("sm_90", "gfx942") and
     ``compute_units`` (SMs or CUs), where known, must agree with it.
 
-    In order: a name or alias (:func:`spec`); else the spec whose name or alias is the
+    In order: a name or alias (:func:`spec`; ``KeyError`` if it disagrees); else the spec whose name or alias is the
     longest found inside the device name ("H100" in "NVIDIA H100 80GB HBM3"); else, with
     both ``target`` and ``compute_units`` given, the first spec by name with those (a device
     name that names no known GPU). A name found inside is trusted: a variant with other
     clocks and the same SM count (H100 NVL) would take the SXM part's spec. ``KeyError``
     when nothing fits.
     """
+    def agrees(s: GpuSpec) -> bool:
+        return target in (None, s.target) and compute_units in (None, s.compute_units)
+
     try:
-        return spec(device_name)
+        named = spec(device_name)
     except KeyError:
-        pass
+        named = None
+    if named is not None:
+        if agrees(named):
+            return named
+        raise KeyError(f"{device_name!r} names {named.name} ({named.target}, {named.compute_units} compute "
+                       f"units), which disagrees with {target} and {compute_units}")
     device = _key(device_name)
 
     def inside(s: GpuSpec) -> int:   # the longest of its names inside the device name; 0: none
         return max((len(_key(a)) for a in (s.name, *s.aliases) if _key(a) in device), default=0)
 
-    fits = sorted((s for s in _current()[0].values() if target in (None, s.target)
-                   and compute_units in (None, s.compute_units)), key=lambda s: s.name)
+    fits = sorted((s for s in _current()[0].values() if agrees(s)), key=lambda s: s.name)
     best = max(fits, key=inside, default=None)
     if best is not None and inside(best):
         return best

@@ -47,6 +47,10 @@ def test_a_device_name_must_agree_with_its_target_and_units_else_target_and_unit
     with pytest.raises(KeyError, match="on sm_90 with 114 compute units"):   # the PCIe part: not the SXM's spec
         roofline.device_spec("NVIDIA H100 PCIe", "sm_90", 114)
     assert roofline.device_spec("a name roofline lacks", "gfx942", 304).name == "MI300X"   # the first by name
+    with pytest.raises(KeyError, match="'MI300X' names MI300X .gfx942, 304 compute units., which disagrees"):
+        roofline.device_spec("MI300X", "sm_90", 132)   # a spec's own name is checked too
+    with pytest.raises(KeyError, match="disagrees with gfx942"):
+        roofline.device_spec("H200", "gfx942")
     with pytest.raises(KeyError, match="unknown GPU 'NVIDIA A100-SXM4-80GB'; known: B200"):
         roofline.device_spec("NVIDIA A100-SXM4-80GB")
 
