@@ -165,9 +165,9 @@ def test_gpu_report_times_each_fp8_gemm_rung_against_bf16_v6_and_says_if_it_meet
     assert [(r.op, r.rung, r.name, r.dtype, r.ms) for r in rows] == [
         ("gemm", "ref", "ref", "bfloat16", 0.8), ("gemm", "v6", "persistent", "bfloat16", 1.0),
         ("gemm_fp8", "ref", "ref [granularity=tensor]", "float8_e4m3fn", 0.7),
-        ("gemm_fp8", "v1", "triton_fp8_dot [granularity=tensor]", "float8_e4m3fn", 0.5),
+        ("gemm_fp8", "v2", "triton_blockwise [granularity=tensor]", "float8_e4m3fn", 0.5),
         ("gemm_fp8", "ref", "ref [granularity=channel]", "float8_e4m3fn", 0.7),
-        ("gemm_fp8", "v1", "triton_fp8_dot [granularity=channel]", "float8_e4m3fn", 0.7),
+        ("gemm_fp8", "v2", "triton_blockwise [granularity=channel]", "float8_e4m3fn", 0.7),
         ("gemm_fp8", "ref", "ref [granularity=block128x128]", "float8_e4m3fn", 3.0),
         ("gemm_fp8", "v2", "triton_blockwise [granularity=block128x128]", "float8_e4m3fn", 0.625)]
     assert {(r.gpu, r.shape, r.pass_name) for r in rows} == {("NVIDIA H200", "32x48x256", "forward")}
@@ -180,6 +180,15 @@ def test_gpu_report_times_each_fp8_gemm_rung_against_bf16_v6_and_says_if_it_meet
     assert " 2 " in out and " 1.43 " in out and " 1.6 " in out   # 1 ms over 0.5, 0.7 and 0.625 ms
     mx = next(line for line in out.splitlines() if line.startswith("mxfp8"))
     assert "skipped: no MX matrix cores on sm_90 (native on gfx950, sm_100" in mx
+
+
+def test_each_fp8_case_times_the_rung_its_recipe_trains_with():
+    """matmul_fp8 (tensorwise, rowwise) and blockwise_matmul both run gemm_fp8's best rung."""
+    from kernels.gemm.ops import best_rung
+    from kernels.gemm_fp8 import fp8_dtype
+    top = best_rung("gemm_fp8", fp8_dtype()).label
+    assert {c.recipe: c.rung for c in gpu_report_fp8.CASES if c.op == "gemm_fp8"} == dict.fromkeys(
+        ("tensorwise", "rowwise", "blockwise"), top)
 
 
 @pytest.mark.parametrize("arch, skipped", [("sm_90", {"mxfp8"}), ("gfx942", {"mxfp8"}),
