@@ -44,15 +44,16 @@ TABLE = Path(__file__).with_name("tuned_space_backward.json")
 # thread loads two or more of its rows (the TTGIR's ``in_thread_transpose``); with one (32 x 64
 # on 4 or 8 warps: under 16 elements a thread) it crosses LDS an element at a time: 8-256
 # ``ds_read_u16``/``ds_write_b16`` per kernel in each D = 64 compile of the 4- and 8-warp
-# tiles on gfx942, and in the one-stage ones on gfx950 (2026-12-04). On 2 warps a 32-row tile
-# is 16 elements a thread: no such op, no spill (tests/test_attention_isa.py), at D = 64 for
-# dK/dV only on the square tile.
+# tiles on gfx942, and in the one-stage ones on gfx950 (2026-12-04). The 2-warp tiles give
+# each thread two rows: at D = 64 their one-stage compiles on gfx942 have no such op and no
+# spill (the table records every compile's count; the priors are proved clean by
+# tests/test_attention_isa.py); their two-stage ones still have some.
 HIP_TILES = {"dkdv": (((32, 128), (4, 8)), ((32, 64), (4, 8)), ((32, 32), (2,))),
              "dq": (((128, 32), (4, 8)), ((64, 32), (4, 8, 2)))}
 # Hopper holds dK and dV in at most 255 registers per thread: at D = 128 every dK/dV
 # candidate of the AMD tiles used scratch on sm90 (the table's first run), so its key blocks
 # are narrower.
-HOPPER_TILES = {"dkdv": ((32, 64), (32, 32)), "dq": ((128, 32), (64, 32))}
+HOPPER_TILES = {"dkdv": ((32, 64), (32, 32)), "dq": tuple(tile for tile, _ in HIP_TILES["dq"])}
 
 
 def _cfg(kernel, bm, bn, d, warps, stages, **knobs) -> triton.Config:
@@ -90,6 +91,7 @@ def shipped() -> dict:
 
 def space(backend: str, arch: str, d: int, kernel: str, dtype: torch.dtype | None = None) -> list[triton.Config]:
     """The configs of ``kernel`` at head dim ``d``'s class that the device's target keeps for
-    ``dtype`` (:func:`kernels.tuning.section`), in candidate order."""
+    ``dtype`` (:func:`kernels.tuning.section`), in the table section's order (each group's
+    prior first, ``tune_space.prior_first``)."""
     pool = tuning.space(TABLE, backend, arch, candidates, interpreter_configs(), dtype)
     return [c for c in pool if c.kwargs["KERNEL"] == kernel and c.kwargs["BLOCK_D"] == head_class(d)]

@@ -12,8 +12,9 @@ with both tuned rungs' kernels (v1's, whose epilogue applies scales constant alo
 with DeepSeek-V3's per-K-block scales on the accumulator, the heavier of the two in registers)
 and keeps a config only where both compile without spilling and fit LDS, so both rungs tune
 among one kept space (``tuned_space.json`` beside this file). Candidate order decides the
-prior, the untimed choice: 256x128x128, 8 warps, 16x16 MFMAs on AMD (128x256x128, 3 stages,
-on Hopper), the one config these rungs ran before they were tuned.
+prior, the untimed choice: on AMD 256x128x128, 8 warps, 16x16 MFMAs, the one config these
+rungs ran before they were tuned; on Hopper 128x128x128, 3 stages, since v2 needs a stack
+frame at wider tiles there.
 
 Per shape the bf16 GEMM's prune applies (:func:`kernels.gemm.configs.prune`): at most 16
 configs are timed for a key, and its first is the shape's prior. The interpreter has one

@@ -104,8 +104,8 @@ def tile(config: dict) -> tuple:
     """A candidate's tile shape: its ``BLOCK_*`` entries. The shortlist takes each shape's
     best before any shape's second: candidates of one tile that differ in a knob the model
     weighs little (``waves_per_eu`` where the registers fit either way, ``kpack``, the MFMA
-    shape) come out within a percent or two of each other, far below the model's error,
-    and four of them would leave every other tile shape untimed."""
+    shape) can come out closer together than the model's error can order, and four of them
+    would leave every other tile shape untimed."""
     return tuple(sorted((k, v) for k, v in config.items() if k.startswith("BLOCK")))
 
 

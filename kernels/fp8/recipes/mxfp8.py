@@ -19,11 +19,11 @@ row-major, so the saved bytes stay M K/32 + N K/32): the GEMMs then load no scal
 Scale rule: round-up (``scale_rule = "round_up"``, :func:`kernels.microscaling.round_up_exponent`),
 not the OCP spec's floor rule. The floor rule, ``floor(log2 amax) - 8``, puts a block's largest
 |x| in [256, 512) while e4m3fn stops at 448, so every block whose largest mantissa is above
-1.75 saturates: on the accuracy report's tensors (:mod:`workbench.harness.fp8_accuracy`, e4m3fn)
-14 to 24 elements per operand, and a forward GEMM error of 4.4 % against rowwise's 3.0 % (the
-backward GEMMs' vary with the report's random gradient). Rounding the scale up, to the smallest
-power of two with ``amax / scale <= 448``, gives the floor rule's scale to every other block and
-twice it to those: nothing saturates (0 on those tensors, forward error 3.5 %), for one binade
+1.75 saturates, and the forward GEMM's error on the accuracy report's tensors
+(:mod:`workbench.harness.fp8_accuracy`) is larger than under rounding up (``tests/test_fp8_accuracy.py``
+checks both). Rounding the scale up, to the smallest power of two with ``amax / scale <= 448``,
+gives the floor rule's scale to every other block and twice it to those: nothing saturates
+(0 overflows on the report's tensors, tested), for one binade
 less of range in the blocks it moves (their smallest elements lose a bit, or reach the
 subnormals sooner). It is what training stacks take (Transformer
 Engine's MXFP8 recipe; torchao's ``ScaleCalculationMode.RCEIL``). Both rules give valid MX
