@@ -14,6 +14,7 @@ slice, each writing an fp32 partial tile over ``K / S``, then the same fixup ove
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import triton
 
@@ -51,13 +52,20 @@ class GemmPlan:
             def tile(i: int) -> tuple[int, int]:
                 return i % tiles_m, i // tiles_m
         else:
-            remap_xcds = self.cfg["NUM_XCDS"]
-
-            def tile(i: int) -> tuple[int, int]:
-                pid = v3_grouped_order.xcd_remap(i, total, remap_xcds) if remap_xcds > 1 else i
-                return grouped(pid, tiles_m, tiles_n, self.cfg["GROUP_M"])
+            tile = v3_order(self.cfg, tiles_m, tiles_n)
         return [Wave(tuple((round_robin(i, xcds), tile(i)) for i in ids), k)
                 for ids in waves(total, slots)]
+
+
+def v3_order(cfg: dict, tiles_m: int, tiles_n: int) -> Callable[[int], tuple[int, int]]:
+    """The tile program ``i`` of a 1-D grid computes in gemm v3's order (v4, v5 and the FP8
+    GEMM's too): the XCD remap (``NUM_XCDS``), then grouped order (``GROUP_M`` row tiles)."""
+    total, remap = tiles_m * tiles_n, cfg["NUM_XCDS"]
+
+    def tile(i: int) -> tuple[int, int]:
+        pid = v3_grouped_order.xcd_remap(i, total, remap) if remap > 1 else i
+        return grouped(pid, tiles_m, tiles_n, cfg["GROUP_M"])
+    return tile
 
 
 def _persistent_waves(cfg: dict, programs: int, shape, tiles_m: int, tiles_n: int, xcds: int) -> list[Wave]:

@@ -19,17 +19,16 @@ clock under an FP8 MFMA load is MAF2's where measured (MI300X), else the spec's.
 """
 from __future__ import annotations
 
-from kernels.gemm import v3_grouped_order
 from kernels.gemm_fp8 import configs as fp8_configs
 from kernels.gemm_fp8 import spec
 from kernels.gemm_fp8.formats import fp8_dtype
 from kernels.xcd import full_chip_xcds
 
 from .. import isa
-from . import predict_gemm, tiles
+from . import gemm, predict_gemm, tiles
 from .pinned import pinned
 from .prediction import NotCovered, Prediction
-from .tiles import Wave, grouped, round_robin
+from .tiles import Wave, round_robin
 
 RUNGS = ("v1", "v2")
 OUT_BYTES = spec.OUT_DTYPE.itemsize      # v1's output dtype (its aot and its default)
@@ -38,14 +37,10 @@ OUT_BYTES = spec.OUT_DTYPE.itemsize      # v1's output dtype (its aot and its de
 def waves(cfg: dict, shape: tuple, slots: int, xcds: int) -> list[Wave]:
     m, n, k = shape
     tiles_m, tiles_n = -(-m // cfg["BLOCK_M"]), -(-n // cfg["BLOCK_N"])
-    total, remap = tiles_m * tiles_n, cfg["NUM_XCDS"]
     out = cfg["BLOCK_M"] * cfg["BLOCK_N"] * OUT_BYTES
-
-    def tile(i: int) -> tuple[int, int]:
-        pid = v3_grouped_order.xcd_remap(i, total, remap) if remap > 1 else i
-        return grouped(pid, tiles_m, tiles_n, cfg["GROUP_M"])
+    tile = gemm.v3_order(cfg, tiles_m, tiles_n)
     return [Wave(tuple((round_robin(i, xcds), tile(i)) for i in ids), k, out_bytes=out)
-            for ids in tiles.waves(total, slots)]
+            for ids in tiles.waves(tiles_m * tiles_n, slots)]
 
 
 def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
