@@ -71,8 +71,8 @@ Limits:
     op and no spill is proved for the priors at D = 64 and D = 128 (``tests/test_attention_isa.py``),
     dense and packed on gfx942 and gfx950 (the table compiles every config both ways, drops
     one that spills in either, and one with 8/16-bit LDS ops where its kernel and head dim
-    have a config without). At D = 64 on AMD only 2-warp tiles have none: dK/dV's 32 x 32,
-    dQ's 64 x 32 (on gfx950 some two-stage dQ configs too). At D = 128 dK/dV's priors run
+    have a config without). At D = 64 on gfx942 only one-stage 2-warp tiles have none (dK/dV's
+    32 x 32, dQ's 64 x 32); gfx950 keeps more (the table records each). At D = 128 dK/dV's priors run
     1 wave/SIMD: every 2-wave candidate spills or has such ops.
 """
 from __future__ import annotations
