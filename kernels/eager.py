@@ -15,15 +15,19 @@ plain Python function). :func:`path` says how the op may run instead:
   same backward formula as the custom op's ``register_autograd``. That kind of Function costs
   4.7 µs per call where the custom op costs 14, because it supports no functorch transform
   (a Function with ``setup_context``, which does, costs as much as the custom op: both floors
-  are in the benchmark); a transform, like every other watcher, takes the custom op.
+  are in the benchmark); a transform, like every other watcher, takes the custom op. The op
+  calls that Function through :func:`applier`, which skips ``Function.apply``'s Python preamble.
 - :data:`CUSTOM_OP`: anything else.
 
 :func:`direct` is the question of an op without such a Function: is the path :data:`PLAIN`.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch.autograd import forward_ad
+from torch.autograd.function import _is_setup_context_defined
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)   # no subclass with its own dispatch (FakeTensor, DTensor)
 
@@ -37,6 +41,7 @@ _transform = torch._C._functorch.peek_interpreter_stack
 _tracing = torch._C._get_tracing_state
 _any_autocast = torch._C._is_any_autocast_enabled
 _grad_enabled = torch.is_grad_enabled
+_unwrap_dead = torch._C._functorch.unwrap_if_dead
 
 CUSTOM_OP, PLAIN, AUTOGRAD = 0, 1, 2
 
@@ -85,3 +90,21 @@ def direct(*tensors: torch.Tensor, autocast: bool = False) -> bool:
     without an ``autograd.Function`` of its own may call its implementation (:func:`path` is
     :data:`PLAIN`)."""
     return path(*tensors, autocast=autocast) == PLAIN
+
+
+def applier(function: type[torch.autograd.Function], tensors: int) -> Callable:
+    """``function.apply`` for the :data:`AUTOGRAD` path: torch's C entry (``_FunctionBase.apply``)
+    with the one step of ``Function.apply``'s Python preamble that applies when no functorch
+    transform is active (which :func:`path` has established): the first ``tensors`` arguments,
+    tensors, are unwrapped if a finished transform left them wrapped (an optional tensor after
+    them is passed as it is, as the op's launch takes it on the :data:`PLAIN` path). The other
+    steps (binding defaults for a ``setup_context`` Function, routing to functorch under a
+    transform) do not apply to a ``forward(ctx, ...)`` Function outside transforms. Skipping
+    the preamble saves about a microsecond per call (``workbench bench overhead``)."""
+    if _is_setup_context_defined(function.setup_context):
+        raise TypeError(f"{function.__name__} defines setup_context: call its apply, which binds defaults")
+    apply = super(torch.autograd.Function, function).apply
+
+    def call(*args):
+        return apply(*map(_unwrap_dead, args[:tensors]), *args[tensors:])
+    return call

@@ -260,3 +260,46 @@ def test_a_kept_kind_gives_the_path_of_the_tensors_it_was_taken_of():
                 for autocast in (False, True):
                     assert eager.path(g[0], autocast=autocast, known=eager.kind(*g)) \
                         == eager.path(*g, autocast=autocast), (context, g, autocast)
+
+
+class _RecordsWrapping(torch.autograd.Function):
+    wrapped: list[bool] = []   # per forward: was x a functorch wrapper there
+
+    @staticmethod
+    def forward(ctx, x, extra):
+        _RecordsWrapping.wrapped.append(torch._C._functorch.is_functorch_wrapped_tensor(x))
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2, None
+
+
+def test_applier_is_the_functions_apply_outside_transforms():
+    """The op's Function without torch's Python preamble: the same node and gradient, a tensor
+    left wrapped by a finished transform unwrapped as torch's apply unwraps it, and a Function
+    with setup_context (whose apply binds defaults) refused."""
+    apply = eager.applier(_RecordsWrapping, tensors=1)
+    x = torch.randn(3, requires_grad=True)
+    y = apply(x, "not a tensor")
+    assert type(y.grad_fn).__name__ == "_RecordsWrappingBackward"
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 2.0))
+    leaked = []
+    torch.func.grad(lambda t: leaked.append(t) or t.sum())(torch.randn(3))
+    assert torch._C._functorch.is_functorch_wrapped_tensor(leaked[0])   # dead now
+    _RecordsWrapping.wrapped.clear()
+    assert torch.equal(apply(leaked[0], None), _RecordsWrapping.apply(leaked[0], None))
+    assert _RecordsWrapping.wrapped == [False, False]
+
+    class WithSetup(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+    with pytest.raises(TypeError, match="setup_context"):
+        eager.applier(WithSetup, tensors=1)

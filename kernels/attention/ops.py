@@ -116,6 +116,9 @@ class _Attention(torch.autograd.Function):
         return (*_backward(ctx, do, None)[:3], None)
 
 
+_apply_attention = eager.applier(_Attention, tensors=3)
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     scale: float | None = None) -> torch.Tensor:
     """softmax(q kᵀ · scale) v for q (B, Hq, S, D), k and v (B, Hkv, S_k, D); differentiable.
@@ -136,7 +139,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if how == eager.PLAIN:
         return plan.call(q, k, v)[0]
     if how == eager.AUTOGRAD:
-        return _Attention.apply(q, k, v, plan)
+        return _apply_attention(q, k, v, plan)
     return _fwd(q, k, v, causal, plan.scale)[0]
 
 
@@ -232,6 +235,9 @@ class _AttentionVarlen(torch.autograd.Function):
         return (*_varlen_backward(ctx, do, None)[:3], None, None, None)
 
 
+_apply_attention_varlen = eager.applier(_AttentionVarlen, tensors=5)
+
+
 def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                            max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
@@ -265,7 +271,7 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if how == eager.PLAIN:
         return plan.call(q, k, v, cu_seqlens_q, cu_seqlens_k)[0]
     if how == eager.AUTOGRAD:
-        return _AttentionVarlen.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, plan)
+        return _apply_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, plan)
     return _varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, plan.scale)[0]
 
 

@@ -42,7 +42,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if how == eager.PLAIN:
         return plan.compute(x, weight.t(), bias)
     if how == eager.AUTOGRAD:
-        return _Linear.apply(x, weight, bias, plan)
+        return _apply_linear(x, weight, bias, plan)
     y = _linear_2d(x if plan.flat is None else x.reshape(plan.flat), weight, bias)
     return y if plan.flat is None else y.reshape(plan.out)
 
@@ -115,3 +115,6 @@ class _Linear(torch.autograd.Function):
     def backward(ctx, grad_y):
         x, weight = ctx.saved_tensors
         return (*_grads(x, weight, ctx.bias_shape, grad_y, ctx.needs_input_grad, ctx.flat), None)
+
+
+_apply_linear = eager.applier(_Linear, tensors=2)

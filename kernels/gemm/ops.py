@@ -116,6 +116,9 @@ class _Matmul(torch.autograd.Function):
         return (*_grads(a, b, grad_c, ctx.needs_input_grad, ctx.flat), None)
 
 
+_apply_matmul = eager.applier(_Matmul, tensors=2)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a (..., K) @ b (K, N) -> (..., N)`` with the best GEMM kernel here; differentiable.
 
@@ -129,7 +132,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if how == eager.PLAIN:
         return plan.compute(a, b) if plan.flat else plan.call(a, b)
     if how == eager.AUTOGRAD:
-        return _Matmul.apply(a, b, plan)
+        return _apply_matmul(a, b, plan)
     a2 = a if plan.flat is None else a.reshape(plan.flat)
     c = _matmul_2d(a2, b)
     return c if plan.flat is None else c.reshape(plan.out)
@@ -162,20 +165,28 @@ class _Plan(plans.Checked):
 
     def compute(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``a @ b`` (``+ bias``, in the GEMM's fp32 epilogue: one rounding, as torch.addmm) by the
-        kept launch, in the result's shape. For ``a`` of another rank than 2 C is reshaped in place
-        (``resize_``, C is contiguous), not viewed: an autograd Function's output that is a view
+        kept launch, in the result's shape: for ``a`` of another rank than 2 the bound call makes C
+        in that shape (:meth:`bind`), not a view of a 2-D C, which as an autograd Function's output
         could not be modified in place (``y.relu_()``)."""
-        if self.flat is None:
-            return self.call(a, b, bias)
-        return self.call(a.reshape(self.flat), b, bias).contiguous().resize_(self.out)
+        return self.call(a if self.flat is None else a.reshape(self.flat), b, bias)
 
     def bind(self, a2: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None):
-        """The best rung's plan, or torch's result for empty operands. A rung without a plan is
-        called as it is, and a bias then added to its rounded result."""
+        """The best rung's plan, or torch's result for empty operands; for ``a`` of another rank
+        than 2 one whose C has the result's shape: v6's plan allocates it so (``shaped``), and
+        any other result is reshaped in place (``resize_``, C is contiguous). A rung without a
+        plan is called as it is, and a bias then added to its rounded result."""
         if a2.numel() == 0 or b.numel() == 0:
-            return _zeros
-        rung = best_rung("gemm", a2.dtype)
-        return rung.plan(a2, b) if rung.plan else lambda a, b, bias=None: _unfused(rung(a, b), bias)
+            run = _zeros
+        else:
+            rung = best_rung("gemm", a2.dtype)
+            if rung.plan:
+                plan = rung.plan(a2, b)
+                return plan if self.flat is None else plan.shaped(self.out)
+            run = lambda a, b, bias=None: _unfused(rung(a, b), bias)   # noqa: E731
+        if self.flat is None:
+            return run
+        out = self.out
+        return lambda a, b, bias=None: run(a, b, bias).contiguous().resize_(out)
 
 
 def _unfused(c: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -80,6 +80,7 @@ Limits:
 """
 from __future__ import annotations
 
+import copy
 from typing import NamedTuple
 
 import torch
@@ -325,6 +326,14 @@ class LaunchPlan:
             scalars, kwargs = self.fixup
             _streamk_fixup_kernel.run(c, partials, bias if has_bias else c, *scalars, stride_bias,
                                       **kwargs[has_bias])
+
+    def shaped(self, shape: tuple) -> "LaunchPlan":
+        """The same launches into a C allocated in ``shape`` ((..., N) with the same element count,
+        contiguous: the (M, N) result's memory), for ``a`` flattened from more dimensions: the
+        public op's result needs no reshape after the launch."""
+        plan = copy.copy(self)
+        plan.shape = shape
+        return plan
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         c = new_output(self.shape, self.dtype, a.device)

@@ -99,6 +99,9 @@ class _GroupedGemm(torch.autograd.Function):
         return (*_backward(ctx, dy), None)
 
 
+_apply_grouped_gemm = eager.applier(_GroupedGemm, tensors=3)
+
+
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                  check_offsets: bool = True) -> torch.Tensor:
     """``x (T, K)`` with rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of
@@ -126,7 +129,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     if how == eager.PLAIN:
         return plan.call(x, w, offsets)
     if how == eager.AUTOGRAD:
-        return _GroupedGemm.apply(x, w, offsets, plan)
+        return _apply_grouped_gemm(x, w, offsets, plan)
     return _grouped_gemm(x, w, offsets)
 
 
