@@ -93,9 +93,11 @@ def gemm(layout: str, bias: bool = False, tail: bool = False):
     return lambda: kernels.get("gemm", "v6")(a, b)
 
 
-def v6_aot(layout: str, bias: bool = False, kernel: int = 0):
-    """v6's AOT launch ``kernel`` (0 the persistent kernel, 1 the fix-up) of ``layout``."""
-    return lambda: [v6_persistent.aot(torch.bfloat16, *HIP, {"layout": layout, "HAS_BIAS": bias})[kernel]]
+def v6_aot(layout: str, bias: bool = False, kernel: int = 0, split_tail: bool = False):
+    """v6's AOT launch ``kernel`` (0 the persistent kernel, of whole tiles or with ``split_tail``
+    of a split tail; 1 the fix-up) of ``layout``."""
+    return lambda: [v6_persistent.aot(torch.bfloat16, *HIP, {"layout": layout, "HAS_BIAS": bias,
+                                                             "split_tail": split_tail})[kernel]]
 
 
 FP8 = torch.float8_e4m3fnuz   # gfx942's
@@ -135,6 +137,7 @@ CASES = {
                                   ("BLOCK_R", "BLOCK_H")),
     **{f"gemm v6 {layout}": (gemm(layout), v6_aot(layout), GEMM_CHOSEN) for layout in ("NN", "NT", "TN")},
     "gemm v6 bias": (gemm("NT", bias=True), v6_aot("NT", bias=True), GEMM_CHOSEN),
+    "gemm v6 split tail": (gemm("NT", tail=True), v6_aot("NT", split_tail=True), GEMM_CHOSEN),
     "gemm v6 split tail fix-up": (gemm("NT", tail=True), v6_aot("NT", kernel=1), GEMM_CHOSEN),
     "gemm v6 split tail fix-up, bias": (gemm("NT", bias=True, tail=True), v6_aot("NT", bias=True, kernel=1),
                                         GEMM_CHOSEN),

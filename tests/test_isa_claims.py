@@ -330,3 +330,23 @@ def test_v6s_bias_epilogue_leaves_the_hot_loop_and_the_registers_as_they_are(tar
     assert biased.occupancy.value == plain.occupancy.value
     extra = Counter(biased.global_loads) - Counter(plain.global_loads)
     assert extra and sum(extra.values()) <= 4 and all(name.endswith(("dwordx2", "dwordx4")) for name in extra), extra
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_v6s_split_tail_binary_runs_the_whole_tile_hot_loop(target):
+    """v6's ``aot``: a launch with a split tail (SPLITS = 2, an integer argument, not the
+    constant 1) is its own binary (``split_tail``); it keeps the whole-tile binary's hot loop,
+    registers and waves, with no spill of either kind and no 8- or 16-bit LDS op."""
+    whole, split = (isa.inspect("gemm", "v6", target, torch.bfloat16, overrides={"layout": "NT", "split_tail": tail})
+                    for tail in (False, True))
+    assert whole.kernel_name == split.kernel_name == "_gemm_persistent_kernel"
+    assert whole.asm != split.asm   # another specialization, not the same binary twice
+
+    def loop(report):
+        return Counter(filter(None, map(isa_parse.mnemonic, report.hot_loop.splitlines())))
+
+    assert loop(split) == loop(whole) and any(name.startswith("v_mfma") for name in loop(split))
+    resources = ("vgprs", "agprs", "spills", "sgpr_spills", "scratch_bytes")
+    assert [getattr(split, r) for r in resources] == [getattr(whole, r) for r in resources]
+    assert split.spills == split.sgpr_spills == 0 and not split.narrow_lds_ops
+    assert split.occupancy.value == whole.occupancy.value >= 2

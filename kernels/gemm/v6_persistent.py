@@ -253,10 +253,15 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     its loop over the partial tiles away).
 
     ``overrides`` replaces settings; ``layout``, ``EVEN_K`` and ``HAS_BIAS`` (a contiguous bias,
-    ``nn.Linear``'s) change the launch compiled, as in v5's ``aot``.
+    ``nn.Linear``'s) change the launch compiled, as in v5's ``aot``. ``split_tail`` True compiles
+    the persistent kernel with the fix-up's schedule too: the binary every launch with a split
+    tail runs, another one (SPLITS = 2 is an integer argument there, not the constant 1, so its
+    loop over partial tiles is kept), shown on request so that the tables, the model and the
+    tuners, which compile the whole-tile binary, compile no more.
     """
     ints, settings = aot_launch_settings(overrides)
     even_k = settings.pop("EVEN_K", None)
+    split_tail = settings.pop("split_tail", False)
     bias = {"HAS_BIAS": settings.pop("HAS_BIAS", False)}
     ints["stride_bias"] = int(bias["HAS_BIAS"])   # what a launch passes: 1 for a contiguous bias, else 0
     units = 304 if backend == "hip" else 132
@@ -272,7 +277,8 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     tail_ints = dict(M=m_tail, N=n_tail, stride_cm=n_tail, stride_cn=1, DP_TILES=tail.dp_tiles, SPLITS=tail.splits,
                      stride_bias=ints["stride_bias"])
     fixup_cfg = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "GROUP_M")}
-    return [aot_launch(_gemm_persistent_kernel, dtype, cfg, {**ints, **split},
+    main = {**ints, **tail_ints, "SPLIT_K": tail.split_k} if split_tail else {**ints, **split}
+    return [aot_launch(_gemm_persistent_kernel, dtype, cfg, main,
                        constexprs={"EVEN_K": ints["K"] % cfg["BLOCK_K"] == 0 if even_k is None else even_k,
                                    "INTERP_BF16": False, **bias},
                        pointers={"p_ptr": "*fp32"}),
