@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
 from host_sync import no_host_sync
@@ -154,3 +155,40 @@ def test_one_backward_is_two_grouped_launches_and_the_ops_check_out(monkeypatch)
     torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
                           (x, w, offsets, "blockwise", E4M3FN, torch.float8_e5m2, None, None),
                           test_utils=("test_autograd_registration", "test_faketensor"))
+
+
+class _OpNames(TorchDispatchMode):
+    """The name of every aten or custom op dispatched within the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("k,tokens,pads", [(256, 32, 0), (131, 32, 2), (256, 37, 1)],
+                         ids=["aligned", "ragged-k", "ragged-tokens"])
+def test_operands_are_padded_only_where_a_size_is_ragged(k, tokens, pads):
+    """Each expert's weight is cut into blocks of 128 rows of K and a wgrad operand into 16s of
+    tokens: where the sizes are multiples already the operands are read in place, with no pad
+    (``F.pad`` copies even with nothing to add); a ragged K pads the forward's and dgrad's
+    weight, a ragged token count the wgrad operand. The bits are those of the padded copies."""
+    gen = torch.Generator().manual_seed(7)
+    w = torch.randn(2, k, 64, generator=gen).to(torch.bfloat16)
+    x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16)
+    offsets = torch.tensor([tokens // 2, tokens], dtype=torch.int32)
+    with _OpNames() as seen:
+        got = (quantize.forward_weight(w, "blockwise", E4M3FNUZ), quantize.dgrad_weight(w, "blockwise", E4M3FNUZ),
+               quantize.wgrad_operand(x, offsets, "blockwise", E4M3FNUZ))
+    assert seen.names.count("aten.constant_pad_nd") == pads
+    kp, rp = -(-k // 128) * 128, -(-tokens // 16) * 16
+    padded_w = torch.nn.functional.pad(w, (0, 0, 0, kp - k)).reshape(2 * kp, 64)
+    qw, sw = kernels.gemm_fp8.quantize(padded_w.t(), "block128x128", E4M3FNUZ)
+    assert torch.equal(got[0][0].view(torch.uint8), qw.view(64, 2, kp).permute(1, 2, 0)[:, :k].view(torch.uint8))
+    assert torch.equal(got[0][1], sw.view(sw.shape[0], 2, kp // 128).permute(1, 2, 0))
+    padded_x = torch.nn.functional.pad(x, (0, 0, 0, rp - tokens))
+    qx, sx = kernels.gemm_fp8.quantize(padded_x.t(), "block1x128", E4M3FNUZ)
+    assert torch.equal(got[2][0].view(torch.uint8), qx.view(torch.uint8)) and torch.equal(got[2][1], sx.t())

@@ -83,7 +83,10 @@ wgrad     xᵀ: per (128 tokens, input feature)         dyᵀ: per (128 tokens, 
 ========  ==========================================  ======================================
 
 Each expert's weight is padded with zeros to a multiple of 128 rows (K) before it is cut
-into blocks, so no block holds two experts' weights (zeros change no amax). The wgrad's
+into blocks, so no block holds two experts' weights (zeros change no amax); the wgrad
+operands' tokens are padded with zeros to a multiple of 16. Each pad is a bf16 copy of the
+operand, made only where the size is not a multiple already (a K of 128·n, the usual
+model dims, and a T·k of 16·n read the operand in place). The wgrad's
 token blocks are counted from token 0, not from each group's start: a block may hold the
 tail of one group and the head of the next (or all of a small group), and takes its scale
 over all of them (a valid scale for every element in it, so nothing saturates; an outlier of
@@ -178,14 +181,21 @@ def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor |
     return q, scale.expand(x.shape[0], 1).reshape(x.shape[0]), *found   # (T, 1) or () to (T,)
 
 
+def _zero_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """``t`` (..., R, C) with zero rows appended up to ``rows``: a copy, or ``t`` itself when it
+    has them all (``F.pad`` copies even with nothing to add: a pass over the tensor for nothing)."""
+    return t if t.shape[-2] == rows else F.pad(t, (0, 0, 0, rows - t.shape[-2]))
+
+
 def _expert_blocks(w: torch.Tensor, fp8: torch.dtype, k_contiguous: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Each expert's w[g] (K, N) in 128 x 128 blocks: (fp8 (G, K, N), K- or N-contiguous;
     scale (G, ceil(K/128), ceil(N/128))). The experts are stacked into one (G Kp, N) matrix,
-    each padded with zeros to Kp = a multiple of 128 rows so no block holds two experts,
-    and quantized in one pass (its transpose, for the K-contiguous copy)."""
+    each padded with zeros to Kp = a multiple of 128 rows so no block holds two experts
+    (a view of a contiguous w where K is one already), and quantized in one pass (its
+    transpose, for the K-contiguous copy)."""
     g, k, n = w.shape
     kp = cdiv(k, SCALE_K) * SCALE_K
-    stacked = F.pad(w.detach(), (0, 0, 0, kp - k)).reshape(g * kp, n)
+    stacked = _zero_rows(w.detach(), kp).reshape(g * kp, n)
     if k_contiguous:
         q, scale = quantize_fused(stacked.t(), "block128x128", fp8)          # (N, G Kp)
         return (q.view(n, g, kp).permute(1, 2, 0)[:, :k],
@@ -266,7 +276,7 @@ def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torc
     dW kernel's ``scale_block``), groups ignored."""
     rows, cols = t.shape
     if recipe == "blockwise":
-        padded = F.pad(t.detach(), (0, 0, 0, cdiv(rows, ALIGN) * ALIGN - rows))
+        padded = _zero_rows(t.detach(), cdiv(rows, ALIGN) * ALIGN)
         q, scale = quantize_fused(padded.t(), "block1x128", fp8)    # (C, R), (C, R/128)
         return q, scale.t().contiguous()   # feature-contiguous: a tile's scales load as vectors
     q, scale = _groups(t, offsets, fp8, scale, recipe in PER_TENSOR)
