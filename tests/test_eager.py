@@ -303,3 +303,18 @@ def test_applier_is_the_functions_apply_outside_transforms():
 
     with pytest.raises(TypeError, match="setup_context"):
         eager.applier(WithSetup, tensors=1)
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["eager", "custom op"])
+def test_linears_weight_gradient_comes_in_the_weights_layout(watched):
+    """(N, K) row-major like the weight, on the eager Function and on the custom op's formula:
+    a transposed view would be copied by autograd's gradient accumulation every step."""
+    layer = kernels.nn.Linear(24, 40)
+    x = torch.randn(2, 3, 24, requires_grad=True)
+    strides = []
+    layer.weight.register_hook(lambda g: strides.append(g.stride()))
+    with _Seen() if watched else contextlib.nullcontext():
+        y = layer(x)
+        y.backward(torch.ones_like(y))
+    assert strides == [layer.weight.stride()] and layer.weight.grad.stride() == (24, 1)
+    torch.testing.assert_close(layer.weight.grad, torch.ones(6, 40).t() @ x.detach().reshape(6, 24))

@@ -150,3 +150,21 @@ def test_gpu_presets_have_their_stated_size(name, low, high):
     assert low <= total <= high
     if cfg.experts:
         assert 32 <= cfg.experts <= 64 and 4 <= cfg.top_k <= 8 and cfg.seq == 2048
+
+
+@pytest.mark.parametrize("fp8", [None, "rowwise"])
+def test_every_gradient_arrives_in_its_parameters_layout(fp8):
+    """Autograd's gradient accumulation copies a gradient whose strides differ from its
+    parameter's into the parameter's layout: one more pass over that gradient every step.
+    With the workbench's kernels (and an FP8 recipe) every gradient of the model comes as
+    its parameter lies, as torch's own layers give them."""
+    model = GPT(SMOKE, ops.resolve("workbench"))
+    if fp8:
+        kernels.fp8.convert(model, fp8)
+    strided = []
+    for name, p in model.named_parameters():
+        p.register_hook(lambda g, name=name, p=p: strided.append(name) if g.stride() != p.stride() else None)
+    tokens, targets = batch(SMOKE, 0, 0, 0, 1, torch.device("cpu"))
+    model(tokens, targets).backward()
+    assert all(p.grad is not None for p in model.parameters())
+    assert strided == []

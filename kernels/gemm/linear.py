@@ -14,8 +14,9 @@ host time, ``workbench bench overhead``); one without runs the launch plan direc
 transformed or autocast call runs the custom op ``kernels::linear`` (2-D ``x``; fake, autograd
 formula, and autocast casting x, weight and bias to the region's dtype, as torch's autocast does for
 ``linear``), so ``torch.compile`` sees one opaque node with the same epilogue. The gradients are
-the GEMM's (:func:`kernels.gemm.ops._grads` on ``weight.t()``; the weight's is the transpose of
-that of ``weight.t()``) and the bias's, ``grad_y`` summed to the bias's shape.
+x's (:func:`kernels.gemm.ops._grads` on ``weight.t()``), the weight's, ``grad_yᵀ @ x``, made in
+the weight's own (N, K) layout (:func:`_grads` says why), and the bias's, ``grad_y`` summed to
+the bias's shape.
 
 A bias of another dtype than ``x``, or of more than one dimension, is added by torch after the GEMM
 (``matmul(x, weight.t()) + bias``: the add casts the bias, or broadcasts the result to more
@@ -79,10 +80,18 @@ def _(x, weight, bias):
 
 
 def _grads(x, weight, bias_shape, grad_y, needs, flat=None) -> tuple:
-    """The gradients of x, weight and bias (each only if needed); ``flat`` as in ops._grads."""
-    grad_x, grad_wt = ops._grads(x, weight.t(), grad_y, needs[:2], flat)
+    """The gradients of x, weight and bias (each only if needed); ``flat`` as in ops._grads.
+    The weight's is ``grad_yᵀ @ x``, made (N, K) row-major as the weight is stored: the
+    transpose of ``xᵀ @ grad_y`` would arrive as a strided view, which autograd's gradient
+    accumulation copies into the parameter's layout (one more pass over every weight
+    gradient of every step)."""
+    grad_x, _ = ops._grads(x, weight.t(), grad_y, (needs[0], False), flat)
+    grad_w = None
+    if needs[1]:
+        x2, grad_y2 = (x, grad_y) if flat is None else (x.reshape(flat), grad_y.reshape(flat[0], weight.shape[0]))
+        grad_w = ops.matmul(grad_y2.t(), x2)
     grad_bias = grad_y.sum_to_size(bias_shape) if needs[2] else None
-    return grad_x, None if grad_wt is None else grad_wt.t(), grad_bias
+    return grad_x, grad_w, grad_bias
 
 
 def _save(ctx, inputs, output):
