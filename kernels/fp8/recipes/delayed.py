@@ -36,7 +36,7 @@ Where each history is written:
   amaxes once a step (:func:`record_parts`). Their output gradients (the down GEMM's dy and
   SwiGLU's dg and du) keep current per-tensor scaling: the grouped GEMM's backward
   (:func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`) has no dy history to read
-  or write (torchao's delayed recipe offers the same mix).
+  or write, and each of its two casts of dy takes dy's current amax.
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
