@@ -18,9 +18,10 @@ dy's amax is known only in the backward, so delayed scaling's dy state goes into
 and in training mode ``counts`` (the layer's ``fp8_saturated``), with which the backward also
 records the amax dy's cast found into ``history_dy`` and counts a saturating step
 (:meth:`kernels.fp8.recipes.delayed.Delayed.backward`); both None for the other recipes. The
-forward does not touch them (the op mutates no argument); the backward's in-place writes to
-the layer's buffers are kept by ``torch.compile``, which traces the backward into its
-backward graph (tested: a compiled step's histories equal eager's).
+op's forward does not touch them (its schema declares no mutated argument: the writes are
+the backward's); those in-place writes to the layer's buffers are kept by ``torch.compile``,
+which traces the backward into its backward graph (tested: a compiled step's histories equal
+eager's, under ``aot_eager``).
 
 ``dx`` comes back in x's dtype and ``dw`` in w's (fp32 master weights get an fp32
 gradient, accumulated in fp32 by the GEMM).

@@ -33,8 +33,9 @@ Where each history is written:
   grouped GEMMs' forward (the routed rows x, SwiGLU's output, the three expert weights)
   through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same rule;
   the expert-parallel layer, which casts in chunks, records the largest of its chunks'
-  amaxes once a step (:func:`record_parts`). Their output gradients (the down GEMM's dy and
-  SwiGLU's dg and du) keep current per-tensor scaling: the grouped GEMM's backward
+  amaxes once a step (:func:`record_parts`). Their GEMMs' output gradients (the down GEMM's
+  dy, and the gate and up GEMMs' dg and du from SwiGLU's derivative) keep current per-tensor
+  scaling: the grouped GEMM's backward
   (:func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`) has no dy history to read
   or write, and each of its two casts of dy takes dy's current amax.
 
