@@ -97,7 +97,8 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
     ``fp8_dtype``: the e4m3 format (default: the recipe's, :meth:`kernels.fp8.recipe.Recipe.element_format`:
     this GPU's, OCP e4m3fn for mxfp8);
     ``out_dtype``: default x's; ``scale_x``/``scale_w``: per-tensor scales decided by the
-    caller (delayed scaling), else each GEMM computes its own; ``grad_format``: dy's
+    caller (delayed scaling; dy's scale is then its current amax's: a history of dy is
+    :class:`Float8Linear`'s), else each GEMM computes its own; ``grad_format``: dy's
     format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's.
     """
     return _fp8_linear_outputs(x, w, recipe, fp8_dtype, out_dtype, scale_x, scale_w, grad_format)[0]
@@ -131,8 +132,9 @@ class Float8Linear(torch.nn.Linear):
     (an optimizer made before the swap still updates them). A recipe with state (delayed
     scaling: the amax histories of x, w and dy, and their saturation counts) adds its buffers;
     a delayed checkpoint from before dy's history loads with it empty
-    (:meth:`kernels.fp8.recipe.Recipe.upgrade_state`). ``grad_format``: the output gradient's FP8 format,
-    ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's (:attr:`Recipe.grad_format`). Under ``torch.autocast`` the input is cast to the autocast
+    (:meth:`kernels.fp8.recipe.Recipe.upgrade_state`). ``grad_format``: the output gradient's
+    FP8 format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's
+    (:attr:`Recipe.grad_format`). Under ``torch.autocast`` the input is cast to the autocast
     dtype and the output is in it; the weight is quantized from its own (master) dtype.
     """
 
