@@ -2,14 +2,15 @@
 (``quantize_kernel.launch``, behind ``kernels.gemm_fp8.quantize``), the grouped one of the
 FP8 MoE experts (``grouped_gemm_fp8.quantize_kernel.launch``) and the plain torch one
 (``formats.quantize_fp8``), with the shape of the tensor each got and the FP8 format it
-wrote; and the torch functions a block calls (:class:`TorchCalls`), to show that no torch pass
-reads an operand for its amax."""
+wrote; and the torch functions a block calls (:class:`TorchCalls`; in a backward, the aten ops
+it runs, :class:`AtenCalls`), to show that no torch pass reads an operand for its amax."""
 from __future__ import annotations
 
 import contextlib
 from typing import Iterator
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernels.gemm_fp8 import formats, quantize_kernel
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel as grouped_kernel
@@ -53,6 +54,22 @@ class TorchCalls(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class AtenCalls(TorchDispatchMode):
+    """The aten ops (and custom ops) run within the block, by name (``abs``, ``amax``, ...),
+    with their first argument's shape: what :class:`TorchCalls` cannot see, a backward
+    (autograd's engine runs it outside torch-function modes, not outside dispatch modes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        first = args[0] if args else None
+        self.calls.append((func.overloadpacket.__name__, tuple(getattr(first, "shape", ()))))
+        return func(*args, **(kwargs or {}))
+
+
 def amax_passes(calls: list, shapes) -> list:
-    """The torch ``abs``/``amax``/``max`` calls of :class:`TorchCalls` on a tensor of one of ``shapes``."""
+    """The torch ``abs``/``amax``/``max`` calls of :class:`TorchCalls` or :class:`AtenCalls` on a
+    tensor of one of ``shapes``."""
     return [(name, shape) for name, shape in calls if name in ("abs", "amax", "max") and shape in shapes]

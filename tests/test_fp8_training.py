@@ -12,7 +12,7 @@ from kernels import gemm_fp8
 from kernels.fp8 import Float8Linear, convert, converted, fp8_linear
 from kernels.fp8.recipes.delayed import HISTORY
 
-from fp8_quantizations import TorchCalls, amax_passes, quantizations
+from fp8_quantizations import AtenCalls, TorchCalls, amax_passes, quantizations
 
 MATMUL_RECIPES = ("tensorwise", "delayed", "rowwise")
 NEEDS_MERGE = pytest.mark.skipif(hasattr(gemm_fp8, "blockwise_matmul"),
@@ -163,7 +163,7 @@ def test_delayed_scaling_state_is_in_the_state_dict_and_updates_only_in_training
     layer(x * 3)
     assert history[0] == x.abs().amax()
     state = layer.state_dict()
-    assert {"fp8_amax_history_x", "fp8_amax_history_w", "fp8_saturated"} <= set(state)
+    assert {"fp8_amax_history_x", "fp8_amax_history_w", "fp8_amax_history_dy", "fp8_saturated"} <= set(state)
     fresh = convert(torch.nn.Linear(8, 5), "delayed")
     fresh.load_state_dict(state)
     assert torch.equal(fresh.fp8_amax_history_x, history)
@@ -177,7 +177,7 @@ def test_a_saturating_delayed_scale_warns_and_gives_no_nan(fp8):
     assert torch.isfinite(y).all()
     with pytest.warns(RuntimeWarning, match="saturated.*x in 1 step"):
         kernels.fp8.warn_saturation(layer)
-    assert kernels.fp8.saturation(layer) == {"": {"x": 0, "w": 0}}
+    assert kernels.fp8.saturation(layer) == {"": {"x": 0, "w": 0, "dy": 0}}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         kernels.fp8.warn_saturation(layer)     # reset: nothing to report
@@ -213,9 +213,11 @@ def test_custom_op_passes_opcheck():
         torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
                               (x, w, recipe, torch.float8_e4m3fn, grad, torch.float32, None, None))
     xb, wb = x.bfloat16(), w.bfloat16()   # delayed: the given scales' op returns the casts' amaxes too
-    torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
-                          (xb, wb, "delayed", torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16,
-                           torch.tensor(0.01), torch.tensor(0.02)))
+    scales = (torch.tensor(0.01), torch.tensor(0.02))
+    for dy_state in ((), (torch.zeros(HISTORY), None)):   # and dy's history, read by the backward
+        torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
+                              (xb, wb, "delayed", torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16,
+                               *scales, *dy_state))
 
 
 @NEEDS_MERGE
@@ -284,35 +286,41 @@ def test_the_backward_quantizes_only_dy_in_the_grad_format(recipe):
     assert x.grad is not None and layer.weight.grad is not None
 
 
-def test_a_delayed_step_reads_x_and_w_once_and_records_the_casts_amax():
-    """Delayed scaling's x and w are cast with their history's scale, and the cast's own
-    amax (its tile maxima) is what the history records: no torch ``abs``/``amax`` pass over x
-    or w in a training step; the amax launch that finds the current amax reads them only in
-    the first step (``unless`` 0: empty history), not in the next (``unless`` > 0). The
-    history holds the torch pass's amax, bitwise, in every input dtype."""
+def test_a_delayed_step_reads_x_w_and_dy_once_and_records_the_casts_amax():
+    """Delayed scaling's x, w (in the forward) and dy (in the backward) are cast with their
+    history's scale, and the cast's own amax (its tile maxima) is what the history records:
+    no torch ``abs``/``amax`` pass over x, w or dy in a training step; the amax launch that
+    finds the current amax reads them only in the first step (``unless`` 0: empty history),
+    not in the next (``unless`` > 0). The history holds the torch pass's amax, bitwise, in
+    every input dtype."""
     from kernels.gemm_fp8 import quantize_kernel
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         layer = Float8Linear(130, 9, recipe="delayed", dtype=dtype)
-        amax_launches, tensor_amax = [], quantize_kernel.tensor_amax
+        amax_launches, tensor_amax, grads = [], quantize_kernel.tensor_amax, []
 
         def counted(t, unless=None):
-            if unless is not None:   # dy's current scaling passes none
-                amax_launches.append(float(unless))
+            amax_launches.append(float(unless))   # x, w and dy: delayed scales, each with an unless
             return tensor_amax(t, unless)
         quantize_kernel.tensor_amax = counted
         try:
             for step in range(2):
                 x = torch.randn(7, 130, dtype=dtype) * 10.0 ** step
                 with TorchCalls() as seen, quantizations() as casts:
-                    layer(x).float().square().sum().backward()
+                    y = layer(x)
+                    y.register_hook(lambda g: grads.append(g.detach().clone()))
+                    with AtenCalls() as backward:
+                        y.float().square().sum().backward()
                 assert layer.fp8_amax_history_x[0].view(torch.int32) == x.abs().amax().float().view(torch.int32)
                 assert layer.fp8_amax_history_w[0].view(torch.int32) == (
                     layer.weight.detach().abs().amax().float().view(torch.int32))
-                assert amax_passes(seen.calls, ((7, 130), (9, 130))) == []
+                assert layer.fp8_amax_history_dy[0].view(torch.int32) == (
+                    grads.pop().abs().amax().float().view(torch.int32))
+                assert amax_passes(seen.calls + backward.calls, ((7, 130), (9, 130), (7, 9))) == []
+                assert ("fp8_amax", (7, 9)) in backward.calls   # the device's launch, reading dy in step 1 only
                 assert [kind for kind, _, _ in casts] == ["fused"] * 3
         finally:
             quantize_kernel.tensor_amax = tensor_amax
-        assert amax_launches[:2] == [0.0, 0.0] and min(amax_launches[2:]) > 0
+        assert amax_launches[:3] == [0.0, 0.0, 0.0] and min(amax_launches[3:]) > 0
 
 
 @pytest.mark.parametrize("recipe, fp8, grad_format", [
@@ -367,32 +375,47 @@ def test_saved_bytes_are_the_fp8_operands_the_docstrings_state(recipe):
 
 def _delayed_on_two_ranks(rank, world):
     """Two training steps of three delayed layers, rank 1's inputs ten times rank 0's: the
-    scales each rank used per step, its first input's amax, and its all-reduce count."""
+    scales each rank used per step, its first input's amax, its all-reduce count, the amax of
+    each layer's output gradient in step 1 and each layer's dy history after step 2."""
     import torch.distributed as dist
 
     torch.manual_seed(0)   # the same weights on both ranks
     model = convert(torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3))), "delayed",
                     keep_high_precision=())
-    rec, calls, used = kernels.fp8.get("delayed"), [], []
+    rec, calls, used, grads = kernels.fp8.get("delayed"), [], [], []
     scales, all_reduce = rec.scales, dist.all_reduce
     rec.scales = lambda layer, x, w: used.append(scales(layer, x, w)) or used[-1]
     dist.all_reduce = lambda *a, **k: calls.append(a[0].numel()) or all_reduce(*a, **k)
+    def watch(module, inputs, y):   # each layer's output gradient, as its backward gets it
+        y.register_hook(lambda g: grads.append(g.abs().amax().item()))
+
+    for layer in model:
+        layer.register_forward_hook(watch)
     gen = torch.Generator().manual_seed(100 + rank)
     amaxes = []
     for _ in range(2):
         x = torch.randn(5, 8, generator=gen) * 10.0 ** rank
         amaxes.append(x.abs().amax().item())
         model(x).square().sum().backward()
-    return [[float(s) for pair in used[i:i + 3] for s in pair] for i in (0, 3)], amaxes, calls
+    dy_step1 = grads[2::-1]   # the backward runs the layers last first
+    return ([[float(s) for pair in used[i:i + 3] for s in pair] for i in (0, 3)], amaxes, calls, dy_step1,
+            [layer.fp8_amax_history_dy.tolist() for layer in model])
 
 
 @pytest.mark.slow   # two spawned processes importing torch: ~15 s on this loaded 2-core machine
 def test_delayed_scales_agree_across_two_gloo_ranks_with_one_all_reduce_per_step():
     from kernels.comm.launch import run_local
 
-    (scales0, amax0, calls0), (scales1, amax1, calls1) = run_local(_delayed_on_two_ranks, 2, timeout=120)
+    (scales0, amax0, calls0, dy0, hist0), (scales1, amax1, calls1, dy1, hist1) = run_local(
+        _delayed_on_two_ranks, 2, timeout=120)
     assert scales0[0] != scales1[0]            # step 1: empty histories, each rank its own amax
     assert scales0[1] == scales1[1]            # step 2: the reduced histories, the same scales
     fmax = torch.finfo(torch.float8_e4m3fn).max
     assert scales0[1][0] == pytest.approx(max(amax0[0], amax1[0]) / fmax)   # layer 0's x: rank 1's amax
-    assert calls0 == calls1 == [3 * 2 * HISTORY] * 2                      # one collective per step
+    assert calls0 == calls1 == [3 * 3 * HISTORY] * 2                      # one collective per step, dy's too
+    # dy's history: step 1's entry reduced before step 2 (the larger rank's, as step 2's backward
+    # read it on both ranks), step 2's still each rank's own
+    for layer, (h0, h1) in enumerate(zip(hist0, hist1)):
+        assert h0[1] == h1[1] == max(dy0[layer], dy1[layer])
+        assert h0[1] != min(dy0[layer], dy1[layer])
+        assert h0[0] != h1[0] and not any(h0[2:]) and not any(h1[2:])

@@ -1,7 +1,7 @@
 """The FP8 linear layer: forward, dgrad and wgrad through a recipe's scaled GEMMs.
 
-``kernels::fp8_linear(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w)``
-is a ``torch.library`` custom op with a fake implementation and an autograd formula, as
+``kernels::fp8_linear(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_dy,
+counts)`` is a ``torch.library`` custom op with a fake implementation and an autograd formula, as
 the other public ops are (:mod:`kernels.gemm.ops`): ``torch.compile(fullgraph=True)`` keeps
 it as one node, and its backward runs the recipe's dgrad and wgrad GEMMs, which call
 ``kernels::matmul_fp8`` (another custom op) under tracing. The op returns ``y`` and the
@@ -13,6 +13,15 @@ format (e5m2 under a recipe's ``"hybrid"`` grad_format). With both scales given 
 scaling) the op's last output is x's and w's amax (2,), found by the casts (else it is
 empty), which
 :class:`Float8Linear` hands to the recipe's history (:meth:`~kernels.fp8.recipe.Recipe.record`).
+dy's amax is known only in the backward, so delayed scaling's dy state goes into the op:
+``history_dy`` (dy's amax history), from which the backward takes dy's scale on the device,
+and in training mode ``counts`` (the layer's ``fp8_saturated``), with which the backward also
+records the amax dy's cast found into ``history_dy`` and counts a saturating step
+(:meth:`kernels.fp8.recipes.delayed.Delayed.backward`); both None for the other recipes. The
+op's forward does not touch them (its schema declares no mutated argument: the writes are
+the backward's); those in-place writes to the layer's buffers are kept by ``torch.compile``,
+which traces the backward into its backward graph (tested: a compiled step's histories equal
+eager's, under ``aot_eager``).
 
 ``dx`` comes back in x's dtype and ``dw`` in w's (fp32 master weights get an fp32
 gradient, accumulated in fp32 by the GEMM).
@@ -31,9 +40,10 @@ IN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype, grad_dtype: torch.dtype,
-          out_dtype: torch.dtype, scale_x: torch.Tensor | None,
-          scale_w: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                 torch.Tensor, torch.Tensor]:
+          out_dtype: torch.dtype, scale_x: torch.Tensor | None, scale_w: torch.Tensor | None,
+          history_dy: torch.Tensor | None = None,
+          counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                       torch.Tensor, torch.Tensor]:
     rec = _recipes.get(recipe)
     if scale_x is not None and scale_w is not None:   # a per-tensor recipe's given scales
         y, saved, amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
@@ -51,7 +61,7 @@ _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args
 
 
 @_fp8_linear.register_fake
-def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w):
+def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_dy=None, counts=None):
     saved = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
     amax = x.new_empty(2 if scale_x is not None and scale_w is not None else 0, dtype=torch.float32)
     return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype),
@@ -59,18 +69,21 @@ def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w):
 
 
 def _setup(ctx, inputs, output):
-    x, w, recipe, fp8_dtype, grad_dtype, *_ = inputs
+    x, w, recipe, fp8_dtype, grad_dtype, *_, history_dy, counts = inputs
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.dtypes = recipe, fp8_dtype, grad_dtype, (x.dtype, w.dtype)
     ctx.mark_non_differentiable(*output[1:])
     ctx.save_for_backward(*output[1:5])
+    # dy's state, held as it is (not saved: the forward's own record of x and w writes the counts
+    # after this op, which would trip a saved tensor's version check); the backward writes it
+    ctx.grad_state = () if history_dy is None else (history_dy, counts)
 
 
 def _backward(ctx, dy, *_):
     x8, sx, w8, sw = ctx.saved_tensors
     saved = _recipes.Saved(x8.view(ctx.fp8_dtype), sx, w8.view(ctx.fp8_dtype), sw)
-    dx, dw = _recipes.get(ctx.recipe).backward(dy, saved, ctx.grad_dtype, *ctx.dtypes,
-                                               ctx.needs_input_grad[0], ctx.needs_input_grad[1])
-    return dx, dw, None, None, None, None, None, None
+    dx, dw = _recipes.get(ctx.recipe).backward(dy, saved, ctx.grad_dtype, *ctx.dtypes, ctx.needs_input_grad[0],
+                                               ctx.needs_input_grad[1], *ctx.grad_state)
+    return dx, dw, None, None, None, None, None, None, None, None
 
 
 _fp8_linear.register_autograd(_backward, setup_context=_setup)
@@ -84,15 +97,17 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
     ``fp8_dtype``: the e4m3 format (default: the recipe's, :meth:`kernels.fp8.recipe.Recipe.element_format`:
     this GPU's, OCP e4m3fn for mxfp8);
     ``out_dtype``: default x's; ``scale_x``/``scale_w``: per-tensor scales decided by the
-    caller (delayed scaling), else each GEMM computes its own; ``grad_format``: dy's
+    caller (delayed scaling; dy's scale is then its current amax's: a history of dy is
+    :class:`Float8Linear`'s), else each GEMM computes its own; ``grad_format``: dy's
     format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's.
     """
     return _fp8_linear_outputs(x, w, recipe, fp8_dtype, out_dtype, scale_x, scale_w, grad_format)[0]
 
 
 def _fp8_linear_outputs(x, w, recipe="rowwise", fp8_dtype=None, out_dtype=None, scale_x=None, scale_w=None,
-                        grad_format=None) -> tuple[torch.Tensor, ...]:
-    """:func:`fp8_linear` checked and run: all the op's outputs (y, the saved operands, the amaxes)."""
+                        grad_format=None, grad_state=(None, None)) -> tuple[torch.Tensor, ...]:
+    """:func:`fp8_linear` checked and run: all the op's outputs (y, the saved operands, the amaxes);
+    ``grad_state``: the layer's :meth:`~kernels.fp8.recipe.Recipe.grad_state`."""
     rec = _recipes.get(recipe)
     fp8_dtype = rec.element_format(fp8_dtype)
     if fp8_dtype not in FP8_DTYPES:
@@ -107,7 +122,7 @@ def _fp8_linear_outputs(x, w, recipe="rowwise", fp8_dtype=None, out_dtype=None, 
     grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)
     out_dtype = out_dtype or x.dtype
     op = _impl if eager.direct(x, w) else _fp8_linear
-    return op(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w)
+    return op(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, *grad_state)
 
 
 class Float8Linear(torch.nn.Linear):
@@ -115,8 +130,11 @@ class Float8Linear(torch.nn.Linear):
 
     Built by :func:`kernels.fp8.convert` from an existing layer, sharing its parameters
     (an optimizer made before the swap still updates them). A recipe with state (delayed
-    scaling) adds its buffers. ``grad_format``: the output gradient's FP8 format,
-    ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's (:attr:`Recipe.grad_format`). Under ``torch.autocast`` the input is cast to the autocast
+    scaling: the amax histories of x, w and dy, and their saturation counts) adds its buffers;
+    a delayed checkpoint from before dy's history loads with it empty
+    (:meth:`kernels.fp8.recipe.Recipe.upgrade_state`). ``grad_format``: the output gradient's
+    FP8 format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's
+    (:attr:`Recipe.grad_format`). Under ``torch.autocast`` the input is cast to the autocast
     dtype and the output is in it; the weight is quantized from its own (master) dtype.
     """
 
@@ -150,11 +168,15 @@ class Float8Linear(torch.nn.Linear):
         rec = _recipes.get(self.recipe)
         scale_x, scale_w = rec.scales(self, flat, self.weight)
         y, *out = _fp8_linear_outputs(flat, self.weight, self.recipe, self.fp8_dtype, x.dtype, scale_x, scale_w,
-                                      self.grad_format)
+                                      self.grad_format, rec.grad_state(self))
         if scale_x is not None:
             rec.record(self, (scale_x, scale_w), out[-1])
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        _recipes.get(self.recipe).upgrade_state(state_dict, prefix)   # an older checkpoint's layout
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731

@@ -127,6 +127,17 @@ class Recipe:
         as the casts found them (``forward(..., amax=True)``), enters the layer's state;
         nothing by default."""
 
+    def grad_state(self, layer) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The state of ``layer`` from which the backward takes dy's scale and into which it
+        records dy's amax (delayed: dy's history, and in training mode the saturation counts),
+        handed to :meth:`backward` after ``need_dw``; (None, None) by default: dy's scale is
+        the backward's own."""
+        return None, None
+
+    def upgrade_state(self, state_dict: dict, prefix: str) -> None:
+        """Make a checkpoint of a layer's older state layout (the keys under ``prefix``) this
+        recipe's, in place, before it is loaded; nothing by default."""
+
     def saved_like(self, x: torch.Tensor, w: torch.Tensor, fp8: torch.dtype) -> Saved:
         """Empty tensors shaped as the forward's :class:`Saved` (for fake implementations)."""
         out = []
@@ -145,7 +156,8 @@ class Recipe:
     def backward(self, dy, saved: Saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True,
                  need_dw=True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """``(dx, dw)`` = ``(dy @ w, dy.T @ x)`` from dy (quantized here to ``grad_fp8``, once)
-        and the forward's :class:`Saved`; None for a gradient not needed."""
+        and the forward's :class:`Saved`; None for a gradient not needed. A recipe whose
+        :meth:`grad_state` is not (None, None) also takes that state, as two more arguments."""
         raise NotImplementedError
 
     def gemms(self, x, w, dy, fp8, out_dtype=torch.float32, scale_x=None, scale_w=None,

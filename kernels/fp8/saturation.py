@@ -12,13 +12,14 @@ import warnings
 
 import torch
 
-TENSORS = ("x", "w")
-"""A Linear's tensors with delayed scales; a layer with others names them in ``fp8_tensors``."""
+TENSORS = ("x", "w", "dy")
+"""A Linear's tensors with delayed scales (x and w recorded in its forward, the output gradient
+dy in its backward); a layer with others names them in ``fp8_tensors``."""
 
 
 def saturation(model: torch.nn.Module) -> dict[str, dict[str, int]]:
-    """Steps in which each FP8 layer's tensors (x or w; a Float8MoE's five) saturated, since
-    the last reset."""
+    """Steps in which each FP8 layer's tensors (a Linear's x, w or dy; a Float8MoE's five)
+    saturated, since the last reset."""
     return {name: dict(zip(getattr(m, "fp8_tensors", TENSORS), m.fp8_saturated.tolist()))
             for name, m in model.named_modules() if hasattr(m, "fp8_saturated")}
 

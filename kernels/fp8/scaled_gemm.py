@@ -17,8 +17,8 @@ wgrad       dy.T, along M       x: each input feature, along M (the tokens)
 :class:`PerTensorRecipe` (tensorwise, delayed): one scale serves both orientations, so
 the forward's x8 and w8 are what the backward reads, as transposed views; the per-tensor
 quantization is the fused ``kernels.gemm_fp8.quantize(..., "tensor")`` (an amax launch,
-then the cast; a scale given from an amax history skips the amax launch, and the cast
-returns the amax the history records), bit for bit
+then the cast; a scale given from an amax history, delayed's for x, w and dy, skips the amax
+launch, and the cast returns the amax the history records), bit for bit
 :func:`kernels.gemm_fp8.quantize_fp8`. Saved: x8 (M K bytes) and w8 (N K bytes) with two 4-byte scales.
 :class:`RowwiseRecipe`: x and w are quantized once each by the fused
 ``kernels.gemm_fp8.quantize(..., "row", transpose=True)``, whose transposed copies, x.T
@@ -53,11 +53,13 @@ class PerTensorRecipe(ScaledGemmRecipe):
         y = matmul_fp8(x8, w8.t(), sx, sw, out_dtype=out_dtype)
         return (y, Saved(x8, sx, w8, sw)) + ((torch.stack(ax + aw),) if amax else ())
 
-    def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
-        dy8, sdy = gemm_fp8.quantize(dy, "tensor", grad_fp8)
+    def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True, scale_dy=None):
+        """As :meth:`Recipe.backward`; ``scale_dy`` (delayed: from dy's amax history): dy cast with
+        it, and dy's amax, found by that cast, returned third (as the forward's ``amax``)."""
+        dy8, sdy, *amax = gemm_fp8.quantize(dy, "tensor", grad_fp8, scale=scale_dy, amax=scale_dy is not None)
         dx = matmul_fp8(dy8, saved.w, sdy, saved.w_scale, out_dtype=dx_dtype) if need_dx else None
         dw = matmul_fp8(dy8.t(), saved.x, sdy, saved.x_scale, out_dtype=dw_dtype) if need_dw else None
-        return dx, dw
+        return (dx, dw, *amax)
 
 
 class RowwiseRecipe(ScaledGemmRecipe):

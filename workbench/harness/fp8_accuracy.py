@@ -67,7 +67,7 @@ def _counts(t: torch.Tensor, granularity: str, fp8: torch.dtype, scale=None,
         factor = dequantize(torch.ones_like(t), scale, granularity)   # what a 1 stands for, per element
     else:
         q, factor = quantize_fp8(t, fp8, "tensor", scale=scale)[0], scale
-    over = int(((t / factor).abs() > saturates_above(torch.finfo(fp8).max)).sum())
+    over = int(((t / factor).abs() > saturates_above(fp8)).sum())
     under = int(((q.float() == 0) & (t != 0)).sum())
     return over, under
 

@@ -22,7 +22,8 @@ from the amax history, and ``quantize(..., scale=, amax=True)`` casts and finds 
 history records in one pass (its tile maxima, one fp32 per 128 x 128 tile, and their
 reduction are charged; the amax launch that reads a tensor while its history is empty, in
 the first step, is not); dy takes the two passes of current scaling, as tensorwise's
-operands do. The recipes in :mod:`kernels.fp8` today
+operands do (as the MoE experts' delayed recipe quantizes it; a Linear's delayed dy now takes
+its history's scale too, one read, which this model does not price yet). The recipes in :mod:`kernels.fp8` today
 quantize each backward operand again from the saved high-precision tensor instead of using
 the fused transposed copy, so they move more bytes than this model charges: it prices the
 fused design.
@@ -56,7 +57,7 @@ QUANTIZED = {
 }
 GIVEN_SCALE = {"delayed": ("x", "w")}
 """Per recipe, the operands cast with a scale known before they are read (delayed's, from the
-amax history; dy uses current scaling): no amax pass (:func:`kernels.gemm_fp8.quantize_kernel.bytes_moved`'s
+amax history; dy priced with current scaling, the module docstring): no amax pass (:func:`kernels.gemm_fp8.quantize_kernel.bytes_moved`'s
 ``given_scale``)."""
 
 

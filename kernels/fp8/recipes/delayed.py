@@ -1,34 +1,55 @@
-"""delayed: per-tensor scales of x and w from the amax of earlier steps (an amax history).
+"""delayed: per-tensor scales from the amax of earlier steps (an amax history): of x, w and dy
+in a Linear, of the forward's operands in the FP8 MoE layers.
 
 The scale of this step is known before the tensor is read: ``max(history) / fp8_max``
 over the last :data:`HISTORY` steps' amaxes (Transformer Engine's ``DelayedScaling``,
-``amax_compute_algo="max"``). So the cast need not wait for an amax: the fused cast
+``amax_compute_algo="max"``), fp8_max of the tensor's own format (e5m2's for dy under the
+"hybrid" gradient format). So the cast need not wait for an amax: the fused cast
 with the given scale (:func:`kernels.gemm_fp8.quantize` with ``scale=`` and
 ``amax=True``) writes each tile's max |x| as it casts, and that amax, reduced on the
-device, is what enters the history (:meth:`Delayed.record`): each of x and w is read
+device, is what enters the history (:func:`push_amax`): each tensor is read
 once per step, and no torch pass reads it for its amax. While a history is empty (the
 first step, or :data:`HISTORY` all-zero steps) the current amax is taken instead; it
 comes from the dense op's amax launch (:func:`kernels.gemm_fp8.quantize.amax`),
 which every step launches but which reads the tensor only when the device finds the
-history empty (no host sync decides it). The price: a tensor whose amax grows past
-the history's saturates at +-fp8_max. A step in which the largest value lands beyond
-``fp8_max`` plus half a unit in the last place there (what round-to-nearest would have
-rounded down to the max anyway) is counted per layer
-(``fp8_saturated``: x, w) and reported by :func:`kernels.fp8.warn_saturation`, never a NaN
+history empty (no host sync decides it, :func:`history_scale`). The price: a tensor whose
+amax grows past the history's saturates at +-fp8_max. A step in which the largest value
+lands beyond ``fp8_max`` plus half a unit in the last place there (what round-to-nearest
+would have rounded down to the max anyway, :func:`saturates_above`) is counted per layer
+(``fp8_saturated``) and reported by :func:`kernels.fp8.warn_saturation`, never a NaN
 (:func:`kernels.gemm_fp8.quantize_fp8` clamps before the cast).
+
+Where each history is written:
+
+* :class:`kernels.fp8.Float8Linear` (``kernels::fp8_linear``): x and w in the forward
+  (:meth:`Delayed.scales` before the op, :meth:`Delayed.record` after it, from the amaxes
+  the op returns); the output gradient dy in the backward, whose amax is known only there:
+  the layer hands dy's history and, in training mode, its counts to the op
+  (:meth:`Delayed.grad_state`), and the op's backward takes dy's scale from that history
+  on the device, casts dy with it and records the amax the cast found
+  (:meth:`Delayed.backward`), as Transformer Engine's ``DelayedScaling`` does for the
+  gradient; those in-place writes survive ``torch.compile`` (the backward graph holds them).
+* :class:`kernels.moe.fp8_layer.Float8MoE` keeps one history per operand of its three
+  grouped GEMMs' forward (the routed rows x, SwiGLU's output, the three expert weights)
+  through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same rule;
+  the expert-parallel layer, which casts in chunks, records the largest of its chunks'
+  amaxes once a step (:func:`record_parts`). Their GEMMs' output gradients (the down GEMM's
+  dy, and the gate and up GEMMs' dg and du from SwiGLU's derivative) keep current per-tensor
+  scaling: the grouped GEMM's backward
+  (:func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`) has no dy history to read
+  or write, and each of its two casts of dy takes dy's current amax.
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
-tensor, in the order of the layer's ``fp8_tensors`` (x, w for a Linear;
-:class:`kernels.moe.fp8_layer.Float8MoE` keeps one per operand of its three grouped
-GEMMs through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same
-rule; the expert-parallel layer, which casts in chunks, records the largest of its chunks'
-amaxes once a step, :func:`record_parts`). Under
-``torch.distributed`` the ranks share them: one MAX all-reduce of every layer's histories
-per training step (:mod:`kernels.fp8.amax_sync`, installed by ``convert``). A layer updates them in training mode only; the first step (an empty history)
-takes the current amax. The output gradient dy uses current scaling: its amax is known
-only inside the backward, and a history of it would need state written from there
-(torchao's delayed recipe offers the same mix).
+tensor, in the order of the layer's ``fp8_tensors`` (x, w, dy for a Linear:
+:data:`kernels.fp8.saturation.TENSORS`). A Linear's checkpoint from before dy's history
+(x's and w's only, two counts) loads with dy's history empty and its count 0
+(:meth:`Delayed.upgrade_state`). Under ``torch.distributed`` the ranks share them: one MAX
+all-reduce of every layer's histories, dy's included, per training step
+(:mod:`kernels.fp8.amax_sync`, installed by ``convert``; dy's recorded in step t's backward
+are reduced before step t + 1's forward, so the ranks agree on dy's scale from the second
+step on). A layer updates them in training mode only (in eval mode dy's history still gives
+dy's scale, but nothing is recorded); the first step (an empty history) takes the current amax.
 """
 from __future__ import annotations
 
@@ -36,6 +57,7 @@ import math
 
 import torch
 
+from ...gemm_fp8.formats import E5M2_OF
 from ...gemm_fp8.quantize import amax as fused_amax
 from ..recipe import register
 from ..saturation import TENSORS
@@ -51,9 +73,11 @@ def _scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
     return torch.where(ref > 0, ref / fmax, torch.ones_like(ref))
 
 
-def saturates_above(fmax: float) -> float:
-    """fp8_max plus half its ulp (3 mantissa bits): 464 for e4m3fn, 248 for e4m3fnuz."""
-    return fmax + 2.0 ** (math.floor(math.log2(fmax)) - 4)
+def saturates_above(fp8: torch.dtype) -> float:
+    """The max of ``fp8`` plus half its ulp there (3 mantissa bits for e4m3, 2 for e5m2): 464
+    for e4m3fn, 248 for e4m3fnuz, 61440 for e5m2 and e5m2fnuz."""
+    fmax = torch.finfo(fp8).max
+    return fmax + 2.0 ** (math.floor(math.log2(fmax)) - (2 if fp8 in E5M2_OF.values() else 3) - 1)
 
 
 def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
@@ -64,24 +88,39 @@ def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
+def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
+    """The delayed scale of a 2-D ``t`` cast to ``fp8`` from its amax ``history`` (:func:`_scale`),
+    on the device: ``t`` is read only while the history is empty
+    (:func:`kernels.gemm_fp8.quantize.amax`'s ``unless``)."""
+    seen = history.amax()
+    return _scale(seen, fused_amax(t, unless=seen), torch.finfo(fp8).max)
+
+
+@torch.no_grad()
 def cast_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
     """The delayed scale of ``t`` (2-D, or an expert stack (G, K, N) read as G·K rows), for a
-    fused cast that returns ``t``'s amax to :func:`record_amax` after: ``t`` is read here only
-    while the history of ``name`` is empty (:func:`kernels.gemm_fp8.quantize.amax`'s ``unless``)."""
-    seen = getattr(layer, PREFIX + name).amax()
+    fused cast that returns ``t``'s amax to :func:`record_amax` after (:func:`history_scale`
+    with the history of ``name``)."""
     rows = t.detach().reshape(math.prod(t.shape[:-1]), t.shape[-1])   # a view of a contiguous t
-    return _scale(seen, fused_amax(rows, unless=seen), torch.finfo(layer.fp8_dtype).max)
+    return history_scale(getattr(layer, PREFIX + name), rows, layer.fp8_dtype)
+
+
+@torch.no_grad()
+def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor, scale: torch.Tensor,
+           fp8: torch.dtype) -> None:
+    """``amax`` enters ``history`` (newest first) and a step whose ``scale`` saturates it in
+    ``fp8`` adds 1 to ``counts[index]``; in place, on the device."""
+    counts[index] += (amax > scale * saturates_above(fp8)).to(torch.int64)
+    history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
 
 
 @torch.no_grad()
 def record_amax(layer, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
     """In training mode: ``amax`` enters the history of ``name`` and a step whose ``scale``
-    saturates it is counted."""
+    saturates it is counted (:func:`push_amax`)."""
     if layer.training:
-        history = getattr(layer, PREFIX + name)
         i = getattr(layer, "fp8_tensors", TENSORS).index(name)
-        layer.fp8_saturated[i] += (amax > scale * saturates_above(torch.finfo(layer.fp8_dtype).max)).to(torch.int64)
-        history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
+        push_amax(getattr(layer, PREFIX + name), layer.fp8_saturated, i, amax, scale, layer.fp8_dtype)
 
 
 @torch.no_grad()
@@ -98,7 +137,7 @@ def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
 
 class Delayed(PerTensorRecipe):
     name = "delayed"
-    summary = f"per-tensor scales of x and w from the max amax of the last {HISTORY} steps"
+    summary = f"per-tensor scales of x, w and dy from the max amax of the last {HISTORY} steps"
 
     def state(self, device):
         return history_state(TENSORS, device)
@@ -110,8 +149,34 @@ class Delayed(PerTensorRecipe):
         return cast_scale(layer, "x", x), cast_scale(layer, "w", w)
 
     def record(self, layer, scales, amax):
-        for i, name in enumerate(TENSORS):
+        for i, name in enumerate(("x", "w")):
             record_amax(layer, name, amax[i], scales[i])
+
+    def grad_state(self, layer):
+        """dy's history, and the counts to record into in training mode only (None in eval mode)."""
+        return getattr(layer, PREFIX + "dy"), layer.fp8_saturated if layer.training else None
+
+    def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True, history=None,
+                 counts=None):
+        """dy cast with ``history``'s scale (:func:`history_scale`), its amax, found by the cast,
+        recorded when ``counts`` is given (training mode); without a ``history`` (no layer:
+        :meth:`gemms`, the accuracy report) dy's current scale."""
+        if history is None:
+            return super().backward(dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx, need_dw)
+        scale = history_scale(history, dy, grad_fp8)
+        dx, dw, amax = super().backward(dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx, need_dw, scale)
+        if counts is not None:
+            push_amax(history, counts, TENSORS.index("dy"), amax, scale, grad_fp8)
+        return dx, dw
+
+    def upgrade_state(self, state_dict, prefix):
+        """A checkpoint from before dy's history (x's and w's histories, two counts) loads with
+        dy's history empty (its first step takes dy's current amax) and its count 0."""
+        counts = state_dict.get(prefix + "fp8_saturated")
+        x, dy = prefix + PREFIX + "x", prefix + PREFIX + "dy"
+        if x in state_dict and dy not in state_dict and counts is not None and counts.numel() == len(TENSORS) - 1:
+            state_dict[dy] = torch.zeros_like(state_dict[x])
+            state_dict[prefix + "fp8_saturated"] = torch.cat([counts, counts.new_zeros(1)])
 
 
 register(Delayed())

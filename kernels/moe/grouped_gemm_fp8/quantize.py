@@ -22,7 +22,7 @@ copy of the operand in the layout it reads (the same scale, a fresh pass). ``del
 is tensorwise with the scales of x and w given (``scale``: from an amax history,
 :mod:`kernels.fp8.recipes.delayed`, which :class:`kernels.moe.fp8_layer.Float8MoE`
 keeps); the output gradient, whose amax is known only in the backward, is scaled by its
-own (current scaling), as the dense delayed recipe does.
+own (current scaling; the dense ``Float8Linear`` keeps a history of dy too).
 
 Every function takes the FP8 format to write: e4m3 for x and w, and for the output
 gradient dy e4m3 too or, in the hybrid format, the e5m2 of the same family
