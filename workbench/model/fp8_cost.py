@@ -17,13 +17,13 @@ with or without the transposed copy, or with a given scale). What each recipe qu
 What the model leaves out, so a GPU will differ: kernels reach their roof (no launch
 overhead, tails or latency), nothing overlaps, the blockwise GEMM's scaling VALU work per K
 step is free, scales cost no traffic in the GEMMs, and the quantize kernel's LDS transpose
-does not bind. Delayed scaling's casts of x and w read them once: the scale is known ahead,
-from the amax history, and ``quantize(..., scale=, amax=True)`` casts and finds the amax the
-history records in one pass (its tile maxima, one fp32 per 128 x 128 tile, and their
-reduction are charged; the amax launch that reads a tensor while its history is empty, in
-the first step, is not); dy takes the two passes of current scaling, as tensorwise's
-operands do (as the MoE experts' delayed recipe quantizes it; a Linear's delayed dy now takes
-its history's scale too, one read, which this model does not price yet). The recipes in :mod:`kernels.fp8` today
+does not bind. Delayed scaling's casts of x, w and dy (a Linear's, :class:`kernels.fp8.Float8Linear`)
+read each once: the scale is known ahead, from the amax history, and ``quantize(..., scale=,
+amax=True)`` casts and finds the amax the history records in one pass (its tile maxima, one
+fp32 per 128 x 128 tile, and their reduction are charged; the amax launch that reads a tensor
+while its history is empty, in the first step, is not). The MoE experts' delayed recipe
+quantizes their output gradients with current scaling, two passes, which this Linear's model
+does not cover. The recipes in :mod:`kernels.fp8` today
 quantize each backward operand again from the saved high-precision tensor instead of using
 the fused transposed copy, so they move more bytes than this model charges: it prices the
 fused design.
@@ -55,9 +55,9 @@ QUANTIZED = {
     "blockwise": {"x": ("block1x128", True), "w": ("block128x128", False), "dy": ("block1x128", True)},
     "mxfp8": {"x": ("mx32", True), "w": ("mx32", True), "dy": ("mx32", True)},
 }
-GIVEN_SCALE = {"delayed": ("x", "w")}
+GIVEN_SCALE = {"delayed": ("x", "w", "dy")}
 """Per recipe, the operands cast with a scale known before they are read (delayed's, from the
-amax history; dy priced with current scaling, the module docstring): no amax pass (:func:`kernels.gemm_fp8.quantize_kernel.bytes_moved`'s
+amax histories): no amax pass (:func:`kernels.gemm_fp8.quantize_kernel.bytes_moved`'s
 ``given_scale``)."""
 
 
