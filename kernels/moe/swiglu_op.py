@@ -28,7 +28,7 @@ from .layer_ladder.swiglu_backward import swiglu_backward
 
 
 def _forward_impl(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    return swiglu_forward.swiglu_forward(g, u)
+    return swiglu_forward.swiglu_forward(g, u, checked=True)   # swiglu() checked them
 
 
 _swiglu = torch.library.custom_op("kernels::swiglu", _forward_impl, mutates_args=())
@@ -74,6 +74,6 @@ def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     each row's columns contiguous (the grouped GEMMs' outputs), rounded once from fp32,
     differentiable in both: the forward is :func:`.layer_ladder.swiglu_forward.swiglu_forward`,
     the backward :func:`.layer_ladder.swiglu_backward.swiglu_backward`."""
-    swiglu_forward.check(g, u)   # before any dispatch: the fake checks nothing
+    swiglu_forward.check(g, u)   # the one check, before any dispatch: neither the fake nor _forward_impl checks
     op = _forward_impl if eager.direct(g, u) else _swiglu
     return op(g, u)

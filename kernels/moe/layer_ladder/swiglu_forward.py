@@ -54,13 +54,17 @@ def check(g, u, rows_end=None) -> None:
     check_rows_end(rows_end, g.device)
 
 
-def swiglu_forward(g: torch.Tensor, u: torch.Tensor, rows_end: torch.Tensor | None = None) -> torch.Tensor:
+def swiglu_forward(g: torch.Tensor, u: torch.Tensor, rows_end: torch.Tensor | None = None, *,
+                   checked: bool = False) -> torch.Tensor:
     """``h = silu(g)·u`` of two (R, H) tensors (:func:`check`), contiguous, in their dtype,
     rounded once from fp32. ``rows_end``: None, or an int32 tensor of one element on the
     device (the expert-parallel FP8 owner's ``offsets[-1:]``): the rows at or past it
     (capacity padding, which the gate and up GEMMs left unwritten) read nothing and get 0,
-    with no host read of the bound."""
-    check(g, u, rows_end)
+    with no host read of the bound. ``checked``: the caller ran :func:`check` on these
+    arguments already (``kernels.moe.swiglu_op.swiglu`` does, before its dispatch), so it is
+    not run twice."""
+    if not checked:
+        check(g, u, rows_end)
     rows, hidden = g.shape
     h = new_output((rows, hidden), g.dtype, g.device)
     if rows * hidden:
