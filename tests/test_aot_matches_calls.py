@@ -20,7 +20,8 @@ from kernels.attention import v4_amd_tuned, v5_backward
 from kernels.gemm import v6_persistent
 from kernels.gemm.linear import linear
 from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
-from kernels.moe.layer_ladder import swiglu_backward, v3_fused
+from kernels.moe.layer_ladder import swiglu_backward, swiglu_forward, v3_fused
+from kernels.moe.swiglu_op import swiglu
 from launch_classes import differences, recorded_launches
 
 INTERPRETER_ONLY = ("INTERP_BF16", "S_AS_FORWARD")
@@ -79,6 +80,19 @@ def swiglu_fp8_owner():
                                     rows_end=torch.full((1,), 50, dtype=torch.int32))
 
 
+def swiglu_float8moe():
+    """Float8MoE's SwiGLU (``kernels::swiglu``) on the gate and up GEMMs' contiguous rows."""
+    g, u = (torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(2))
+    swiglu(g, u)
+
+
+def swiglu_forward_fp8_owner():
+    """The FP8 expert-parallel owner's SwiGLU with capacity: the rows past the received ones
+    bounded by an int32 on the device."""
+    g, u = (torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(2))
+    swiglu_forward.swiglu_forward(g, u, rows_end=torch.full((1,), 50, dtype=torch.int32))
+
+
 def gemm(layout: str, bias: bool = False, tail: bool = False):
     """A projection of the presets', scaled down, whose tiles fill whole waves: 16 of the
     interpreter's 32 x 32 tiles on its 4 programs (DP_TILES a multiple of 16, as whole
@@ -135,6 +149,9 @@ CASES = {
                                    ("BLOCK_R", "BLOCK_H")),
     "swiglu backward fp8 owner": (swiglu_fp8_owner, lambda: [swiglu_backward.aot(torch.bfloat16, fp8_owner=True)],
                                   ("BLOCK_R", "BLOCK_H")),
+    "swiglu forward": (swiglu_float8moe, lambda: [swiglu_forward.aot(torch.bfloat16)], ("BLOCK_R", "BLOCK_H")),
+    "swiglu forward fp8 owner": (swiglu_forward_fp8_owner, lambda: [swiglu_forward.aot(torch.bfloat16, bounded=True)],
+                                 ("BLOCK_R", "BLOCK_H")),
     **{f"gemm v6 {layout}": (gemm(layout), v6_aot(layout), GEMM_CHOSEN) for layout in ("NN", "NT", "TN")},
     "gemm v6 bias": (gemm("NT", bias=True), v6_aot("NT", bias=True), GEMM_CHOSEN),
     "gemm v6 split tail": (gemm("NT", tail=True), v6_aot("NT", split_tail=True), GEMM_CHOSEN),

@@ -9,7 +9,8 @@ import torch
 import kernels
 from kernels.moe.layer_ladder import spec as moe_spec
 from kernels.moe.layer_ladder import v3_fused
-from kernels.moe.layer_ladder.swiglu_backward import BLOCK_H, BLOCK_R, swiglu_backward
+from kernels.moe.layer_ladder.swiglu_backward import swiglu_backward
+from kernels.moe.layer_ladder.swiglu_rows import BLOCK_H, BLOCK_R
 from kernels.moe.layer_ladder.v3_backward import fused_backward
 from kernels.outputs import poisoned_outputs
 from rows_by_hidden import RowsByHidden

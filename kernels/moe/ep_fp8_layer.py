@@ -5,9 +5,12 @@ the same parameters (shared), routing, plans, chunks, capacity and all-to-alls, 
 owner, instead of v3's kernels, its local experts' three GEMMs on the FP8 grouped GEMM of
 ``recipe`` (:func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`, quantized as
 :class:`kernels.moe.fp8_layer.Float8MoE` quantizes them): gate and up, SwiGLU, down per
-chunk in the forward, keeping the rows, g, u and h as v3 does; in the backward, on all
-chunks' rows merged in the single-process layer's order (:mod:`.ep_layer`), dX and dW of
-each expert GEMM as FP8 grouped launches (:func:`kernels.moe.grouped_gemm_fp8.training.gradients`,
+chunk in the forward (SwiGLU as ``Float8MoE`` runs it: one Triton pass,
+:func:`kernels.moe.layer_ladder.swiglu_forward.swiglu_forward`, h computed in fp32 and
+rounded once, which can differ from torch's ``F.silu(g) * u`` and its two roundings in the
+last bit; delayed records h's amax from these bits), keeping the rows, g, u and h as v3
+does; in the backward, on all chunks' rows merged in the single-process layer's order
+(:mod:`.ep_layer`), dX and dW of each expert GEMM as FP8 grouped launches (:func:`kernels.moe.grouped_gemm_fp8.training.gradients`,
 the output gradients in ``grad_fp8_dtype``): six launches, no forward GEMM, and between
 down's and the others SwiGLU's derivative as v3's elementwise kernel computes it
 (:func:`kernels.moe.layer_ladder.swiglu_backward.swiglu_backward`: one pass, no torch
@@ -45,9 +48,10 @@ router's are unchanged.
 Tensorwise and delayed keep the high-precision dispatch: their x scale is one per tensor,
 an amax over the rows an owner receives from every rank (tensorwise) or a history synced
 across the ranks (delayed), which a sender cannot apply to its own rows alone. Capacity
-padding rows travel as zero bytes (a zero row with a zero scale) and are zeroed after the
-gate/up GEMMs and bounded in SwiGLU's gradient (its kernel reads no padding row and writes
-their dg and du as 0), so no unwritten GEMM output reaches a scale's amax.
+padding rows travel as zero bytes (a zero row with a zero scale) and are bounded on the
+device in SwiGLU's forward and gradient (``rows_end``: neither kernel reads a padding row
+of g, u or dh, which the GEMMs leave unwritten, and they write its h, dg and du as 0), so
+no unwritten GEMM output reaches a scale's amax.
 
 Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
 quantize each token and each expert's weight on their own, so an owner quantizes its rows
@@ -76,7 +80,6 @@ is empty each chunk takes its own amax, and the backward the largest.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ..comm import row_bytes
 from ..fp8.recipes.delayed import record_parts
@@ -87,12 +90,7 @@ from .grouped_gemm_fp8.quantize import ROW_LOCAL
 from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_operand
 from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.swiglu_backward import swiglu_backward
-
-
-def _zero_padding(t: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """``t`` with its rows past the last expert's end (capacity padding) zeroed, on the device."""
-    valid = torch.arange(t.shape[0], device=t.device) < offsets[-1]
-    return torch.where(valid.unsqueeze(1), t, torch.zeros((), dtype=t.dtype, device=t.device))
+from .layer_ladder.swiglu_forward import swiglu_forward
 
 
 class _Float8Owner:
@@ -142,9 +140,9 @@ class _Float8Owner:
             scale_x = layer._cast_scale("x", rows)   # gate and up share it, x's amax recorded once
             g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x")
             u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up")
-        if self.padded:
-            g, u = _zero_padding(g, offsets), _zero_padding(u, offsets)
-        h = F.silu(g) * u
+        # capacity padding (rows past the last expert's end, which gate and up left unwritten):
+        # not read, and 0 in h, which down's quantization reads
+        h = swiglu_forward(g, u, rows_end=offsets[-1:] if self.padded else None)
         y = layer._mm(h, layer._cast_scale("hidden", h), down, self.weight_scales["down"], offsets, self._found,
                       "down", "hidden")
         if not save:

@@ -26,9 +26,11 @@ layer (construction, the GEMM call, the histories and their cast-time scales) is
 What stays in high precision: the router (its logits in float32 unless ``convert`` was
 told to make it FP8 too), the routing weights and the weighted sum over a token's
 experts (float32, in :func:`kernels.moe.unpermute`), SwiGLU, and the shared experts
-(parameters that no Linear holds, run as the ``MoE`` layer runs them). SwiGLU's derivative
-is one Triton pass over the saved g, u and h (:mod:`.swiglu_op`: the fused rung's
-elementwise backward kernel), not torch's elementwise chain over (T·k, hidden).
+(parameters that no Linear holds, run as the ``MoE`` layer runs them). SwiGLU and its
+derivative are one Triton pass each (:mod:`.swiglu_op`), not torch's elementwise chains over
+(T·k, hidden): h computed in fp32 from g and u and rounded once, which can differ from
+torch's ``F.silu(g) * u`` (two roundings) in the last bit; down quantizes, and delayed
+records the amax of, these bits. The backward reads the saved g, u and h.
 """
 from __future__ import annotations
 

@@ -1,14 +1,17 @@
-"""SwiGLU of an expert GEMM pair's outputs, ``h = silu(g)·u``, whose backward is one Triton pass.
+"""SwiGLU of an expert GEMM pair's outputs, ``h = silu(g)·u``, forward and backward each one Triton pass.
 
 :class:`kernels.moe.fp8_layer.Float8MoE` runs gate, SwiGLU and down as three differentiable
 steps (the FP8 grouped GEMMs are custom ops with their own backward). With ``F.silu(g) * u``
-autograd took SwiGLU's derivative as torch elementwise passes over (T·k, hidden): ``dh·u``,
-``dh·silu(g)`` and ``silu_backward``, each rounding to x's dtype. Here the backward is the
-fused MoE rung's kernel (:func:`.layer_ladder.swiglu_backward.swiglu_backward`, dg and du
-alone, weight 1): dh, g and u read once, dg and du computed in fp32 and rounded once, no
-torch pass and no fp32 temporary over (T·k, hidden). The forward stays ``F.silu(g) * u``
-(the same bits as before, so the amax that delayed scaling records of h is unchanged);
-autograd keeps g, u and h, where it kept g, silu(g) and u (h is kept by down's GEMM anyway).
+the forward was two torch elementwise passes over (T·k, hidden), each rounding to x's dtype,
+and autograd took SwiGLU's derivative as three more: ``dh·u``, ``dh·silu(g)`` and
+``silu_backward``. Here the forward is :func:`.layer_ladder.swiglu_forward.swiglu_forward`:
+g and u read once, h computed in fp32 and rounded once, so it can differ from torch's two
+roundings in the last bit (what down's GEMM quantizes and the amax that delayed scaling
+records of h are these bits). The backward is the fused MoE rung's kernel
+(:func:`.layer_ladder.swiglu_backward.swiglu_backward`, dg and du alone, weight 1): dh, g
+and u read once, dg and du computed in fp32 from the σ(g) the forward used and rounded
+once. No torch pass and no fp32 temporary over (T·k, hidden) either way; autograd keeps g,
+u and h, where it kept g, silu(g) and u (h is kept by down's GEMM anyway).
 
 ``kernels::swiglu`` and ``kernels::swiglu_backward`` are custom ops with fakes, joined by
 ``register_autograd``, so ``torch.compile`` traces the layer and its backward without a graph
@@ -18,15 +21,14 @@ break; an eager call that nothing watches runs their implementations directly
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from .. import eager, validate
-from .layer_ladder.spec import DTYPES
+from .. import eager
+from .layer_ladder import swiglu_forward
 from .layer_ladder.swiglu_backward import swiglu_backward
 
 
 def _forward_impl(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    return F.silu(g) * u
+    return swiglu_forward.swiglu_forward(g, u, checked=True)   # swiglu() checked them
 
 
 _swiglu = torch.library.custom_op("kernels::swiglu", _forward_impl, mutates_args=())
@@ -69,16 +71,9 @@ _swiglu.register_autograd(_backward, setup_context=_setup)
 
 def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """``silu(g) * u`` of two (R, H) tensors of one dtype of :data:`.layer_ladder.spec.DTYPES`,
-    each row's columns contiguous (the grouped GEMMs' outputs), differentiable in both: the
-    backward is :func:`.layer_ladder.swiglu_backward.swiglu_backward`."""
-    validate.tensor("g", g, ndim=2, dtypes=DTYPES, allow_empty=True)
-    validate.tensor("u", u, ndim=2, dtypes=DTYPES, allow_empty=True)
-    validate.same_device(g=g, u=u)
-    validate.same_dtype(g=g, u=u)
-    if g.shape != u.shape:
-        raise ValueError(f"g is {tuple(g.shape)} and u {tuple(u.shape)}: SwiGLU pairs them elementwise")
-    for name, t in (("g", g), ("u", u)):
-        if t.shape[1] > 1 and t.stride(1) != 1:
-            raise ValueError(f"{name} must have unit column stride, got strides {t.stride()}")
+    each row's columns contiguous (the grouped GEMMs' outputs), rounded once from fp32,
+    differentiable in both: the forward is :func:`.layer_ladder.swiglu_forward.swiglu_forward`,
+    the backward :func:`.layer_ladder.swiglu_backward.swiglu_backward`."""
+    swiglu_forward.check(g, u)   # the one check, before any dispatch: neither the fake nor _forward_impl checks
     op = _forward_impl if eager.direct(g, u) else _swiglu
     return op(g, u)

@@ -17,11 +17,13 @@ Only what is asked is read, computed and written. The FP8 MoE layers' backward r
 for dg and du alone (3 reads, 2 writes): :mod:`kernels.moe.swiglu_op` for ``Float8MoE``,
 and the expert-parallel FP8 owner (:mod:`kernels.moe.ep_fp8_layer`), whose capacity padding
 rows past the last expert's end it bounds on the device (``rows_end``: they read nothing
-and their outputs are 0, where the dX GEMM left dh unwritten).
+and their outputs are 0, where the dX GEMM left dh unwritten). Their forward is
+:mod:`.swiglu_forward` (h = g·σ(g)·u from the same σ), whose tile, checks and launch are
+this kernel's (:mod:`.swiglu_rows`).
 
 One program owns BLOCK_R rows and loops over their columns BLOCK_H at a time, so a row's
 sum is added in one order on every run (blocks left to right; ``tl.sum`` within a block):
-the same bits every time, no atomics. ``tests/test_moe_swiglu_backward_isa.py`` compiles
+the same bits every time, no atomics. ``tests/test_moe_swiglu_isa.py`` compiles
 the launches (v3's, the expert-parallel owner's at weight 1 and the FP8 owner's bounded one)
 for gfx942 and gfx950: bf16 rows read and written 16 bytes per thread (BLOCK_R x BLOCK_H over
 4 warps is 8 consecutive columns a thread), the routing weight read and the row sums written
@@ -34,13 +36,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ... import validate
 from ...outputs import new_output
 from ...registry import AotKernel
-from ...triton_support import aot_launch, cdiv, interp_bf16, run_kwargs, store_rows
-from .spec import AOT_SHAPE, DTYPES
-
-BLOCK_R, BLOCK_H, NUM_WARPS = 16, 128, 4
+from ...triton_support import store_rows
+from . import swiglu_rows
+from .spec import AOT_SHAPE
+from .swiglu_rows import check_rows, check_rows_end, col_block, launch, load_rows, row_block
 
 
 @triton.jit
@@ -49,23 +50,16 @@ def _swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, h_ptr, w_ptr, end_ptr, dg_ptr,
                             SWIGLU: tl.constexpr, DW_ROWS: tl.constexpr, WEIGHTED_H: tl.constexpr,
                             WEIGHTED: tl.constexpr, BOUNDED: tl.constexpr, BLOCK_R: tl.constexpr,
                             BLOCK_H: tl.constexpr, INTERP_BF16: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    live = rows < R
-    read = live
-    if BOUNDED:   # rows at or past *end_ptr read nothing: every input 0, so every output 0
-        read = live & (rows < tl.load(end_ptr))
-    rows = rows.to(tl.int64)          # int64: R·H may pass 2^31
+    rows, live, read = row_block(R, end_ptr, BOUNDED, BLOCK_R)   # past *end_ptr: inputs 0, so outputs 0
     if WEIGHTED:   # the outputs are contiguous: row stride H
         w = tl.load(w_ptr + rows * stride_w, mask=read, other=0.0)[:, None]
     total = tl.zeros((BLOCK_R,), dtype=tl.float32)
     for start in range(0, H, BLOCK_H):
-        cols = start + tl.arange(0, BLOCK_H)
-        mask = live[:, None] & (cols[None, :] < H)
-        loaded = read[:, None] & (cols[None, :] < H)
+        cols, mask, loaded = col_block(start, H, live, read, BLOCK_H)
         if DW_ROWS or WEIGHTED_H:
-            h = tl.load(h_ptr + rows[:, None] * stride_h + cols[None, :], mask=loaded, other=0.0).to(tl.float32)
+            h = load_rows(h_ptr, rows, stride_h, cols, loaded)
         if SWIGLU or DW_ROWS:
-            dh = tl.load(dh_ptr + rows[:, None] * stride_dh + cols[None, :], mask=loaded, other=0.0).to(tl.float32)
+            dh = load_rows(dh_ptr, rows, stride_dh, cols, loaded)
         if DW_ROWS:
             total += tl.sum(h * dh, axis=1)      # masked columns load as 0
         if WEIGHTED_H:
@@ -73,8 +67,8 @@ def _swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, h_ptr, w_ptr, end_ptr, dg_ptr,
         if SWIGLU:
             if WEIGHTED:
                 dh = dh * w
-            g = tl.load(g_ptr + rows[:, None] * stride_g + cols[None, :], mask=loaded, other=0.0).to(tl.float32)
-            u = tl.load(u_ptr + rows[:, None] * stride_u + cols[None, :], mask=loaded, other=0.0).to(tl.float32)
+            g = load_rows(g_ptr, rows, stride_g, cols, loaded)
+            u = load_rows(u_ptr, rows, stride_u, cols, loaded)
             sig = tl.sigmoid(g)
             store_rows(dg_ptr, rows, cols, H, 1, dh * u * sig * (1 + g * (1 - sig)), mask, INTERP_BF16)
             store_rows(du_ptr, rows, cols, H, 1, dh * g * sig, mask, INTERP_BF16)
@@ -83,23 +77,15 @@ def _swiglu_backward_kernel(dh_ptr, g_ptr, u_ptr, h_ptr, w_ptr, end_ptr, dg_ptr,
 
 
 def _check(dh, g, u, h, w, rows_end, swiglu: bool, dw_rows: bool, weighted_h: bool) -> None:
-    """h (R, H) and the others the flags read: dh, g, u of h's shape, dtype and device, each
-    row's columns contiguous; w fp32 with one value per row; rows_end one int32 on h's device."""
-    validate.tensor("h", h, ndim=2, dtypes=DTYPES, allow_empty=True)
+    """h (R, H) and the others the flags read: dh, g, u as :func:`.swiglu_rows.check_rows`
+    has them; w fp32 with one value per row; rows_end as :func:`.swiglu_rows.check_rows_end`."""
     named = {"h": h}
     for name, t, needed in (("dh", dh, swiglu or dw_rows), ("g", g, swiglu), ("u", u, swiglu)):
         if needed:
             if t is None:
                 raise ValueError(f"{name} is None, but the outputs asked for read it")
-            validate.tensor(name, t, ndim=2, allow_empty=True)
             named[name] = t
-    validate.same_device(**named)
-    validate.same_dtype(**named)
-    for name, t in named.items():
-        if t.shape != h.shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be h's {tuple(h.shape)}")
-        if t.shape[1] > 1 and t.stride(1) != 1:
-            raise ValueError(f"{name} must have unit column stride, got strides {t.stride()}")
+    check_rows(**named)
     if weighted_h and w is None:
         raise ValueError("weighted_h asks for h·w, but w is None (weight 1: use h itself)")
     if w is not None:
@@ -108,10 +94,7 @@ def _check(dh, g, u, h, w, rows_end, swiglu: bool, dw_rows: bool, weighted_h: bo
             raise ValueError(f"w must be a float32 tensor of one value per row, (R,) or (R, 1) with R = "
                              f"{h.shape[0]} on {h.device}, got {getattr(w, 'dtype', type(w))} "
                              f"{tuple(getattr(w, 'shape', ()))}")
-    if rows_end is not None and (not isinstance(rows_end, torch.Tensor) or rows_end.dtype != torch.int32
-                                 or rows_end.numel() != 1 or rows_end.device != h.device):
-        raise ValueError(f"rows_end must be an int32 tensor of one element on {h.device}, got "
-                         f"{getattr(rows_end, 'dtype', type(rows_end))} {tuple(getattr(rows_end, 'shape', ()))}")
+    check_rows_end(rows_end, h.device)
 
 
 def swiglu_backward(dh, g, u, h, w, *, swiglu: bool, dw_rows: bool, weighted_h: bool, rows_end=None):
@@ -141,15 +124,11 @@ def swiglu_backward(dh, g, u, h, w, *, swiglu: bool, dw_rows: bool, weighted_h: 
     # an input or output the flags leave alone: h stands in for its pointer
     dh = dh if swiglu or dw_rows else h
     g, u = (g, u) if swiglu else (h, h)
-    _swiglu_backward_kernel.run(
+    launch(_swiglu_backward_kernel, (
         dh, g, u, h, w if weighted else h, h if rows_end is None else rows_end, h if dg is None else dg,
-        h if du is None else du,
-        h if sums is None else sums, h if hw is None else hw, rows, hidden,
-        dh.stride(0), g.stride(0), u.stride(0), h.stride(0), w.stride(0) if weighted else 0,
-        **run_kwargs((cdiv(rows, BLOCK_R),), dict(
-            SWIGLU=swiglu, DW_ROWS=dw_rows, WEIGHTED_H=weighted_h, WEIGHTED=weighted,
-            BOUNDED=rows_end is not None, BLOCK_R=BLOCK_R,
-            BLOCK_H=BLOCK_H, INTERP_BF16=interp_bf16(dtype), num_warps=NUM_WARPS)))
+        h if du is None else du, h if sums is None else sums, h if hw is None else hw, rows, hidden,
+        dh.stride(0), g.stride(0), u.stride(0), h.stride(0), w.stride(0) if weighted else 0), rows, dtype,
+        SWIGLU=swiglu, DW_ROWS=dw_rows, WEIGHTED_H=weighted_h, WEIGHTED=weighted, BOUNDED=rows_end is not None)
     return dg, du, sums, hw
 
 
@@ -165,8 +144,8 @@ def aot(dtype: torch.dtype = torch.bfloat16, weighted: bool = True, fp8_owner: b
     weighted = weighted and not fp8_owner
     ints = dict(R=t * top_k, H=hidden, stride_dh=hidden, stride_g=hidden, stride_u=hidden, stride_h=hidden,
                 stride_w=1 if weighted else 0)
-    return aot_launch(_swiglu_backward_kernel, dtype, dict(BLOCK_R=BLOCK_R, BLOCK_H=BLOCK_H, num_warps=NUM_WARPS),
-                      ints, dict(SWIGLU=True, DW_ROWS=not fp8_owner, WEIGHTED_H=weighted, WEIGHTED=weighted,
-                                 BOUNDED=fp8_owner, INTERP_BF16=False),
-                      {**({"w_ptr": "*fp32"} if weighted else {}), **({"end_ptr": "*i32"} if fp8_owner else {}),
-                       **({} if fp8_owner else {"dw_ptr": "*fp32"})})
+    return swiglu_rows.aot(_swiglu_backward_kernel, dtype, ints,
+                           dict(SWIGLU=True, DW_ROWS=not fp8_owner, WEIGHTED_H=weighted, WEIGHTED=weighted,
+                                BOUNDED=fp8_owner),
+                           {**({"w_ptr": "*fp32"} if weighted else {}), **({"end_ptr": "*i32"} if fp8_owner else {}),
+                            **({} if fp8_owner else {"dw_ptr": "*fp32"})})
