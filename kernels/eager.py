@@ -92,19 +92,27 @@ def direct(*tensors: torch.Tensor, autocast: bool = False) -> bool:
     return path(*tensors, autocast=autocast) == PLAIN
 
 
-def applier(function: type[torch.autograd.Function], tensors: int) -> Callable:
+def applier(function: type[torch.autograd.Function], tensors: int, optional: bool = False) -> Callable:
     """``function.apply`` for the :data:`AUTOGRAD` path: torch's C entry (``_FunctionBase.apply``)
     with the one step of ``Function.apply``'s Python preamble that applies when no functorch
-    transform is active (which :func:`path` has established): the first ``tensors`` arguments,
-    tensors, are unwrapped if a finished transform left them wrapped (an optional tensor after
-    them is passed as it is, as the op's launch takes it on the :data:`PLAIN` path). The other
-    steps (binding defaults for a ``setup_context`` Function, routing to functorch under a
-    transform) do not apply to a ``forward(ctx, ...)`` Function outside transforms. Skipping
-    the preamble saves about a microsecond per call (``workbench bench overhead``)."""
+    transform is active (which :func:`path` has established): tensor arguments left wrapped by a
+    finished transform are unwrapped. They are the first ``tensors`` arguments, and with
+    ``optional`` the one after them, a tensor or None (``nn.Linear``'s bias). The other steps
+    (binding defaults for a ``setup_context`` Function, routing to functorch under a transform)
+    do not apply to a ``forward(ctx, ...)`` Function outside transforms. Skipping the preamble
+    is the difference between the benchmark's two ``autograd.Function`` floors
+    (``workbench bench overhead``)."""
     if _is_setup_context_defined(function.setup_context):
         raise TypeError(f"{function.__name__} defines setup_context: call its apply, which binds defaults")
     apply = super(torch.autograd.Function, function).apply
 
-    def call(*args):
-        return apply(*map(_unwrap_dead, args[:tensors]), *args[tensors:])
-    return call
+    if not optional:
+        def call(*args):
+            return apply(*map(_unwrap_dead, args[:tensors]), *args[tensors:])
+        return call
+
+    def call_optional(*args):
+        last = args[tensors]
+        return apply(*map(_unwrap_dead, args[:tensors]), None if last is None else _unwrap_dead(last),
+                     *args[tensors + 1:])
+    return call_optional

@@ -305,16 +305,40 @@ def test_applier_is_the_functions_apply_outside_transforms():
         eager.applier(WithSetup, tensors=1)
 
 
+@pytest.mark.parametrize("grad", ["dense", "sum"])
+@pytest.mark.parametrize("x_layout", ["contiguous", "strided"])
 @pytest.mark.parametrize("watched", [False, True], ids=["eager", "custom op"])
-def test_linears_weight_gradient_comes_in_the_weights_layout(watched):
-    """(N, K) row-major like the weight, on the eager Function and on the custom op's formula:
-    a transposed view would be copied by autograd's gradient accumulation every step."""
+def test_linears_weight_gradient_comes_in_the_weights_layout(watched, x_layout, grad):
+    """(N, K) row-major like the weight, on the eager Function and on the custom op's formula,
+    for a dense output gradient and ``.sum()``'s stride-0 one, and an x whose rows cannot be
+    viewed as (M, K): a transposed view would be copied by autograd's gradient accumulation
+    every step. The gradients are the float64 ones."""
     layer = kernels.nn.Linear(24, 40)
-    x = torch.randn(2, 3, 24, requires_grad=True)
+    x = torch.randn(2, 3, 24) if x_layout == "contiguous" else torch.randn(3, 2, 24).transpose(0, 1)
+    x.requires_grad_()
     strides = []
     layer.weight.register_hook(lambda g: strides.append(g.stride()))
     with _Seen() if watched else contextlib.nullcontext():
         y = layer(x)
-        y.backward(torch.ones_like(y))
+        y.sum().backward() if grad == "sum" else y.backward(torch.ones_like(y))
     assert strides == [layer.weight.stride()] and layer.weight.grad.stride() == (24, 1)
-    torch.testing.assert_close(layer.weight.grad, torch.ones(6, 40).t() @ x.detach().reshape(6, 24))
+    x64 = x.detach().double().reshape(6, 24)
+    torch.testing.assert_close(layer.weight.grad, (torch.ones(40, 6, dtype=torch.float64) @ x64).float())
+    torch.testing.assert_close(x.grad, (torch.ones(6, 40, dtype=torch.float64)
+                                        @ layer.weight.detach().double()).reshape(2, 3, 24).float())
+    torch.testing.assert_close(layer.bias.grad, torch.full((40,), 6.0))
+
+
+def test_a_3d_matmul_leaves_the_shared_2d_plan_as_it_was():
+    """A GEMM on x (B, M, K) runs v6's kept plan of the flattened (B·M, K) operand with C made in
+    (B, M, N) (``LaunchPlan.shaped``, a copy): v6's own plan of that metadata, which a 2-D call
+    shares, still makes (B·M, N)."""
+    a, b = torch.randn(2, 3, 8), torch.randn(8, 5)
+    y3 = kernels.matmul(a, b)
+    assert y3.shape == (2, 3, 5) and y3.is_contiguous()
+    from kernels.gemm import v6_persistent
+    assert v6_persistent.plan(a.reshape(6, 8), b).shape == (6, 5)
+    y2 = kernels.matmul(a.reshape(6, 8), b)
+    assert y2.shape == (6, 5)
+    torch.testing.assert_close(y3.reshape(6, 5), y2, rtol=0, atol=0)
+    torch.testing.assert_close(y2, (a.reshape(6, 8).double() @ b.double()).float())

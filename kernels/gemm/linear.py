@@ -14,7 +14,7 @@ host time, ``workbench bench overhead``); one without runs the launch plan direc
 transformed or autocast call runs the custom op ``kernels::linear`` (2-D ``x``; fake, autograd
 formula, and autocast casting x, weight and bias to the region's dtype, as torch's autocast does for
 ``linear``), so ``torch.compile`` sees one opaque node with the same epilogue. The gradients are
-x's (:func:`kernels.gemm.ops._grads` on ``weight.t()``), the weight's, ``grad_yᵀ @ x``, made in
+x's, ``grad_y @ weight``, the weight's, ``grad_yᵀ @ x``, made in
 the weight's own (N, K) layout (:func:`_grads` says why), and the bias's, ``grad_y`` summed to
 the bias's shape.
 
@@ -80,12 +80,12 @@ def _(x, weight, bias):
 
 
 def _grads(x, weight, bias_shape, grad_y, needs, flat=None) -> tuple:
-    """The gradients of x, weight and bias (each only if needed); ``flat`` as in ops._grads.
+    """The gradients of x, weight and bias (each only if needed); ``flat``, x's 2-D shape (a plan's).
     The weight's is ``grad_yᵀ @ x``, made (N, K) row-major as the weight is stored: the
     transpose of ``xᵀ @ grad_y`` would arrive as a strided view, which autograd's gradient
     accumulation copies into the parameter's layout (one more pass over every weight
     gradient of every step)."""
-    grad_x, _ = ops._grads(x, weight.t(), grad_y, (needs[0], False), flat)
+    grad_x = ops.matmul(grad_y, weight) if needs[0] else None   # in x's shape: matmul takes any rank
     grad_w = None
     if needs[1]:
         x2, grad_y2 = (x, grad_y) if flat is None else (x.reshape(flat), grad_y.reshape(flat[0], weight.shape[0]))
@@ -126,4 +126,4 @@ class _Linear(torch.autograd.Function):
         return (*_grads(x, weight, ctx.bias_shape, grad_y, ctx.needs_input_grad, ctx.flat), None)
 
 
-_apply_linear = eager.applier(_Linear, tensors=2)
+_apply_linear = eager.applier(_Linear, tensors=2, optional=True)

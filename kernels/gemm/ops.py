@@ -172,17 +172,16 @@ class _Plan(plans.Checked):
 
     def bind(self, a2: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None):
         """The best rung's plan, or torch's result for empty operands; for ``a`` of another rank
-        than 2 one whose C has the result's shape: v6's plan allocates it so (``shaped``), and
-        any other result is reshaped in place (``resize_``, C is contiguous). A rung without a
+        than 2 one whose C has the result's shape: a plan with ``shaped`` (v6's) allocates it so,
+        and any other result is reshaped in place (``resize_``, C is contiguous). A rung without a
         plan is called as it is, and a bias then added to its rounded result."""
         if a2.numel() == 0 or b.numel() == 0:
             run = _zeros
         else:
             rung = best_rung("gemm", a2.dtype)
-            if rung.plan:
-                plan = rung.plan(a2, b)
-                return plan if self.flat is None else plan.shaped(self.out)
-            run = lambda a, b, bias=None: _unfused(rung(a, b), bias)   # noqa: E731
+            run = rung.plan(a2, b) if rung.plan else lambda a, b, bias=None: _unfused(rung(a, b), bias)
+            if self.flat is not None and hasattr(run, "shaped"):
+                return run.shaped(self.out)
         if self.flat is None:
             return run
         out = self.out

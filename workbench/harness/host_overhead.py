@@ -382,6 +382,9 @@ class _AllocateFunction(torch.autograd.Function):
         return None, None
 
 
+_applied = kernels.eager.applier(_AllocateFunction, tensors=2)   # as the public ops call theirs
+
+
 class _AllocateFunctionSetupContext(torch.autograd.Function):
     """The same with ``setup_context``, the kind functorch transforms take (and custom ops use)."""
 
@@ -403,8 +406,10 @@ def floors_us(calls: int, repeats: int) -> dict[str, float]:
     floor under each public op's own work. "custom op" is a ``torch.library.custom_op`` registered
     as ours are (fake and autograd), called on inputs that need no gradient ("no grad") and on
     one that does ("grad"): what a traced or transformed call pays; "autograd.Function, grad" is
-    what an eager call that needs a gradient pays instead (``nn.Linear`` and ``MoE``: their weights
-    need gradients), "autograd.Function with setup_context, grad" the kind a transform would need;
+    a ``forward(ctx, ...)`` Function's ``apply``, "autograd.Function by eager.applier, grad" the
+    same Function entered as an eager call that needs a gradient enters its op's
+    (:func:`kernels.eager.applier`: ``nn.Linear`` and ``MoE``, whose weights need gradients),
+    "autograd.Function with setup_context, grad" the kind a transform would need;
     "python function" is the allocation called as a plain function, what a direct eager call
     without gradients (:mod:`kernels.eager`) pays."""
     a, b = _randn(64, 128), _randn(128, 96)
@@ -413,6 +418,7 @@ def floors_us(calls: int, repeats: int) -> dict[str, float]:
             "custom op, no grad": per_call_us(lambda: _floor(a, b), calls, repeats),
             "custom op, grad": per_call_us(lambda: _floor(a_grad, b), calls, repeats),
             "autograd.Function, grad": per_call_us(lambda: _AllocateFunction.apply(a_grad, b), calls, repeats),
+            "autograd.Function by eager.applier, grad": per_call_us(lambda: _applied(a_grad, b), calls, repeats),
             "autograd.Function with setup_context, grad":
                 per_call_us(lambda: _AllocateFunctionSetupContext.apply(a_grad, b), calls, repeats)}
 

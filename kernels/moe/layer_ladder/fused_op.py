@@ -77,7 +77,7 @@ def fused_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
     if how == eager.PLAIN:
         return v3_fused.fused_forward(x, weights, ids, gate, up, down, False)[0]
     if how == eager.AUTOGRAD:
-        return v3_fused.fused_experts(x, weights, ids, gate, up, down)
+        return v3_fused.fused_experts_autograd(x, weights, ids, gate, up, down)
     save = torch.is_grad_enabled() and (x.requires_grad or weights.requires_grad or gate.requires_grad
                                         or up.requires_grad or down.requires_grad)
     return _moe_fused(x, weights, ids, gate, up, down, save)[0]

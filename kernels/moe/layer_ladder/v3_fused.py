@@ -91,7 +91,7 @@ import triton
 import triton.language as tl
 
 from ... import backend as _backend
-from ... import plans
+from ... import eager, plans
 from ...outputs import new_output
 from ...registry import AotKernel, rung
 from ...tuning import with_overrides
@@ -381,6 +381,11 @@ def fused_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
     weights and the expert weights. :class:`kernels.MoE` runs the same as a custom op
     (:mod:`.fused_op`)."""
     return _FusedExperts.apply(x, weights, ids, gate, up, down)
+
+
+fused_experts_autograd = eager.applier(_FusedExperts, tensors=6)
+""":func:`fused_experts` for a call that only autograd watches (:data:`kernels.eager.AUTOGRAD`),
+entered without ``Function.apply``'s Python preamble (:func:`kernels.eager.applier`)."""
 
 
 def _ints(shape, kernel: str) -> dict[str, int]:
