@@ -218,7 +218,8 @@ def test_training_under_convert_stays_within_the_bound_of_high_precision(recipe,
 
 
 def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
-    """Five histories (routed rows, SwiGLU's output, gate, up, down) as buffers that the
+    """Five histories of the forward's operands (routed rows, SwiGLU's output, gate, up, down)
+    and three of the output gradients (tests/test_fp8_moe_delayed_dy.py) as buffers that the
     amax sync reduces; the scales each GEMM gets come from them (the current amax while
     they are empty), one entry per training step (x once, though gate and up both read it),
     none in eval mode; a weight that outgrows its history saturates (and the activation it
@@ -227,7 +228,7 @@ def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
     histories = [getattr(layer, f"fp8_amax_history_{name}") for name in FP8_TENSORS]
     assert set(layer.state_dict()) >= {f"fp8_amax_history_{name}" for name in FP8_TENSORS} | {"fp8_saturated"}
     reduced = kernels.fp8.get("delayed").reduced_buffers(layer)
-    assert len(reduced) == 5 and all(a is b for a, b in zip(reduced, histories))
+    assert len(reduced) == 8 and all(a is b for a, b in zip(reduced, histories))
     calls, train = [], fp8_experts.grouped_gemm_fp8_train
     monkeypatch.setattr(fp8_experts, "grouped_gemm_fp8_train", lambda *a, **k: calls.append(a[5:8]) or train(*a, **k))
     fmax, x = torch.finfo(FP8).max, torch.randn(9, DIM)
@@ -244,7 +245,7 @@ def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
     calls.clear()
     layer(x)
     assert calls[0][2] == hist["gate"][1] / fmax                        # last step's amax
-    assert layer.fp8_saturated.tolist() == [0, 1, 1, 0, 0]                  # gate, and SwiGLU's output with it
+    assert layer.fp8_saturated.tolist() == [0, 1, 1, 0, 0, 0, 0, 0]         # gate, and SwiGLU's output with it
     with pytest.warns(RuntimeWarning, match=r"hidden in 1 step\(s\), gate in 1 step"):
         kernels.fp8.warn_saturation(layer)
     before = [h.clone() for h in histories]
@@ -256,7 +257,8 @@ def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
 def test_delayed_experts_record_the_amaxes_their_casts_find():
     """No torch pass reads x, SwiGLU's output or a weight for its amax: each history records
     the amax the forward's fused casts found, bitwise the torch pass's (every input dtype);
-    the amax launch for an empty history reads them in the first step only."""
+    the amax launch for an empty history reads them (and the backward's output gradients) in the
+    first step only."""
     from kernels.gemm_fp8 import quantize_kernel
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K).to(dtype), "delayed", FP8)
@@ -280,24 +282,26 @@ def test_delayed_experts_record_the_amaxes_their_casts_find():
                 assert amax_passes(seen.calls, shapes) == []
         finally:
             quantize_kernel.tensor_amax = tensor_amax
-        assert unless[:5] == [0.0] * 5 and min(unless[5:]) > 0, unless
+        assert len(unless) == 16 and unless[:8] == [0.0] * 8 and min(unless[8:]) > 0, unless   # 5 + 3 a step
 
 
 def _fsdp2_on_two_ranks(rank, world):
     """Two steps of the converted block (delayed: hybrid gradients, amax histories synced by
     convert's hook) with its MoE layer and the whole model under ``fully_shard``, every
-    rank on the same batch: the losses and the full parameters after the steps, and an
-    expert history after a sync from rank-dependent values."""
+    rank on the same batch: the losses and the full parameters after the steps, and two
+    expert histories (a weight's, an output gradient's) after a sync from rank-dependent values."""
     from torch.distributed.fsdp import fully_shard
 
     model = kernels.fp8.convert(_block(seed=1), "delayed", fp8_dtype=FP8)
     fully_shard(model.moe)
     fully_shard(model)
     losses = _losses(model, FSDP_STEPS)
+    histories = (model.moe.fp8_amax_history_down, model.moe.fp8_amax_history_dy_up)
     with torch.no_grad():
-        model.moe.fp8_amax_history_down.fill_(rank + 1.0)    # ranks that disagree ...
+        for h in histories:
+            h.fill_(rank + 1.0)                             # ranks that disagree ...
     kernels.fp8.sync_amax(model)                            # ... agree on the max after the sync
-    synced = model.moe.fp8_amax_history_down.unique().tolist()
+    synced = torch.cat(histories).unique().tolist()
     return losses, {name: p.full_tensor() for name, p in model.named_parameters()}, synced
 
 
@@ -309,7 +313,7 @@ def test_fsdp2_on_two_gloo_ranks_trains_the_fp8_experts_as_one_process_does():
     """FSDP2 shards the experts' (G, K, N) weights over the ranks, gathers them for the FP8
     grouped GEMMs and reduce-scatters their gradients; with the same batch on both ranks
     the losses and weights match the unsharded run to float32 rounding. The experts' amax
-    histories are all-reduced with the rest (:func:`kernels.fp8.sync_amax`)."""
+    histories, the output gradients' included, are all-reduced with the rest (:func:`kernels.fp8.sync_amax`)."""
     from kernels.comm.launch import run_local
 
     single = kernels.fp8.convert(_block(seed=1), "delayed", fp8_dtype=FP8)

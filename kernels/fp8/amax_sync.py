@@ -3,19 +3,21 @@
 Each rank sees its own batch, so with local histories the ranks would quantize the same
 weights (and like activations) with different delayed scales, and their replicas would
 drift apart. :func:`sync_amax` makes every rank's history the elementwise max over the
-group: all layers' histories (a Linear's x, w and dy, :data:`~kernels.fp8.recipes.delayed.HISTORY`
-entries each) go into one flat fp32 tensor and one ``all_reduce(MAX)``, not one collective
+group: all layers' histories (a Linear's x, w and dy, a Float8MoE's five forward operands
+and three output gradients, :data:`~kernels.fp8.recipes.delayed.HISTORY` entries each: the
+recipe's ``reduced_buffers``, every ``fp8_amax_history_*`` buffer) go into one flat fp32 tensor and one ``all_reduce(MAX)``, not one collective
 per tensor (Transformer Engine reduces its amaxes in one collective per step the same
 way). MAX is idempotent, so reducing the whole history (not only the newest entry)
-repairs a step that was skipped and costs ``3 * HISTORY * 4`` bytes per Linear. The hook
+repairs a step that was skipped and costs ``3 * HISTORY * 4`` bytes per Linear
+(``8 * HISTORY * 4`` per Float8MoE). The hook
 :func:`install` sets runs before every training-mode forward: with gradient accumulation,
 once per micro-batch, not once per optimizer step.
 
 :func:`kernels.fp8.convert` runs it from a forward pre-hook on the converted model, in
 training mode and only while ``torch.distributed`` is initialized: at the start of step t
-the histories hold each rank's amaxes up to step t - 1 (dy's, recorded in the backward,
-included), so after the reduce every rank derives the same scales for step t, dy's in its
-backward too. The first step (empty histories) still takes each
+the histories hold each rank's amaxes up to step t - 1 (the output gradients', recorded
+in the backward, included), so after the reduce every rank derives the same scales for step
+t, the output gradients' in its backward too. The first step (empty histories) still takes each
 rank's own current amax (the history has nothing to agree on yet).
 """
 from __future__ import annotations

@@ -175,7 +175,7 @@ class Float8Linear(torch.nn.Linear):
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        _recipes.get(self.recipe).upgrade_state(state_dict, prefix)   # an older checkpoint's layout
+        _recipes.get(self.recipe).upgrade_state(self, state_dict, prefix)   # an older checkpoint's layout
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:

@@ -134,8 +134,8 @@ class Recipe:
         the backward's own."""
         return None, None
 
-    def upgrade_state(self, state_dict: dict, prefix: str) -> None:
-        """Make a checkpoint of a layer's older state layout (the keys under ``prefix``) this
+    def upgrade_state(self, layer: torch.nn.Module, state_dict: dict, prefix: str) -> None:
+        """Make a checkpoint of ``layer``'s older state layout (the keys under ``prefix``) this
         recipe's, in place, before it is loaded; nothing by default."""
 
     def saved_like(self, x: torch.Tensor, w: torch.Tensor, fp8: torch.dtype) -> Saved:

@@ -18,8 +18,8 @@ dy in its backward); a layer with others names them in ``fp8_tensors``."""
 
 
 def saturation(model: torch.nn.Module) -> dict[str, dict[str, int]]:
-    """Steps in which each FP8 layer's tensors (a Linear's x, w or dy; a Float8MoE's five)
-    saturated, since the last reset."""
+    """Steps in which each FP8 layer's tensors (a Linear's x, w or dy; a Float8MoE's five forward
+    operands and three output gradients) saturated, since the last reset."""
     return {name: dict(zip(getattr(m, "fp8_tensors", TENSORS), m.fp8_saturated.tolist()))
             for name, m in model.named_modules() if hasattr(m, "fp8_saturated")}
 

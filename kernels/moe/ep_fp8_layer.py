@@ -70,9 +70,15 @@ all ranks, the single-process layer's. What enters them is what ``Float8MoE`` re
 forward's fused casts with the given scales find (``grouped_gemm_fp8_train(..., amax=True)``:
 no torch pass reads the rows, SwiGLU's output or a weight for its amax), so after the sync
 the histories are the single-process layer's bit for bit (tested). From equal histories the
-forward is the single-process layer's; the output gradients take current per-tensor scales over the
-owner's rows, so the gradients differ from it by FP8 rounding (tested: within twice its error
-against float64). In
+forward is the single-process layer's. The output gradients (down's dy, gate's dg, up's du)
+keep current per-tensor scaling here, where ``Float8MoE`` takes them from amax histories
+(:data:`kernels.moe.fp8_experts.GRAD_TENSORS`): this layer keeps no history of them
+(its ``fp8_tensors`` are the forward's five), and the merged backward hands
+:func:`kernels.moe.grouped_gemm_fp8.training.gradients` none, so each gradient's two casts
+(dgrad's, wgrad's) take one scale, the amax of this owner's gradient rows of all chunks
+(capacity padding rows, zero in dy as the exchange sends them and written 0 in dg and du by
+SwiGLU's derivative, change no amax); so the gradients differ from the single-process
+layer's by FP8 rounding (tested: within twice its error against float64). In
 its first step (empty histories) each rank takes its own current amaxes. A forward
 records one history entry per tensor, the largest amax of its chunks; while the history
 is empty each chunk takes its own amax, and the backward the largest.

@@ -6,7 +6,9 @@ run their experts' grouped GEMMs on :func:`kernels.moe.grouped_gemm_fp8.grouped_
 under one recipe, and are built the same way: a new module of the FP8 class that holds
 the high-precision layer's own Parameters, buffers and submodules (shared, not copied:
 an optimizer made before the swap still updates them) and, under ``"delayed"``, an amax
-history per operand of :data:`FP8_TENSORS` as buffers (:mod:`kernels.fp8.recipes.delayed`),
+history per tensor of the class's ``fp8_tensors`` as buffers (:mod:`kernels.fp8.recipes.delayed`:
+the forward's operands, :data:`FP8_TENSORS`, and for ``Float8MoE`` the output gradients,
+:data:`GRAD_TENSORS`),
 which ``state_dict`` saves, :func:`kernels.fp8.warn_saturation` counts and
 :mod:`kernels.fp8.amax_sync` all-reduces with the Linears'.
 """
@@ -15,13 +17,17 @@ from __future__ import annotations
 import torch
 
 from ..fp8 import recipe as fp8_recipes
-from ..fp8.recipes.delayed import cast_scale, history_state
+from ..fp8.recipes.delayed import PREFIX, cast_scale, history_state
 from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
 
 FP8_TENSORS = ("x", "hidden", "gate", "up", "down")
-"""The operands whose scales delayed scaling keeps a history of, in ``fp8_saturated``'s order:
-the routed rows x (which gate and up share), SwiGLU's output hidden, the three expert weights."""
+"""The forward's operands whose scales delayed scaling keeps a history of, in ``fp8_saturated``'s
+order: the routed rows x (which gate and up share), SwiGLU's output hidden, the three expert weights."""
+GRAD_TENSORS = ("dy_gate", "dy_up", "dy_down")
+"""The output gradients of the three grouped GEMMs (``dy_<weight>``: gate's dg and up's du from
+SwiGLU's derivative, down's dy), whose delayed histories :class:`kernels.moe.fp8_layer.Float8MoE`
+keeps after :data:`FP8_TENSORS` (the expert-parallel layer's output gradients take current scales)."""
 
 
 class Float8Experts:
@@ -29,6 +35,7 @@ class Float8Experts:
     ``recipe``, ``fp8_dtype``, ``grad_fp8_dtype`` and the delayed histories."""
 
     fp8_tensors = FP8_TENSORS
+    """The tensors with delayed histories, in ``fp8_saturated``'s order (a class's own)."""
 
     @classmethod
     def _adopt(cls, layer: torch.nn.Module, recipe: str, fp8_dtype: torch.dtype | None,
@@ -48,7 +55,7 @@ class Float8Experts:
         new.recipe, new.fp8_dtype = recipe, fp8_recipes.get(recipe).element_format(fp8_dtype)
         new.grad_fp8_dtype = grad_dtype or new.fp8_dtype
         if recipe == "delayed":
-            for name, buffer in history_state(FP8_TENSORS, layer.gate.device).items():
+            for name, buffer in history_state(cls.fp8_tensors, layer.gate.device).items():
                 new.register_buffer(name, buffer)
         return new
 
@@ -57,23 +64,38 @@ class Float8Experts:
         while its history is empty), None under another recipe."""
         return cast_scale(self, name, t) if self.recipe == "delayed" else None
 
-    def _grouped(self, a, scale_a, w, scale_w, offsets, amax: bool = False) -> torch.Tensor:
+    def _grad_state(self, name_w: str) -> dict:
+        """The delayed state of the output gradient of ``name_w``'s GEMM for the training op's
+        backward, if this layer keeps its history: the history and, in training mode only, the
+        counts and its index in them (:func:`kernels.moe.grouped_gemm_fp8.training.gradients`)."""
+        name = "dy_" + name_w
+        if self.recipe != "delayed" or name not in self.fp8_tensors:
+            return {}
+        return {"history_dy": getattr(self, PREFIX + name), "counts": self.fp8_saturated if self.training else None,
+                "count_index": self.fp8_tensors.index(name)}
+
+    def _grouped(self, a, scale_a, w, scale_w, offsets, amax: bool = False, **grad_state) -> torch.Tensor:
         """``a_g @ w[g]`` by the FP8 grouped GEMM of this layer's recipe, offsets unchecked
-        (``amax``: and the amaxes of a and w its casts found, (2,))."""
+        (``amax``: and the amaxes of a and w its casts found, (2,); ``grad_state``: :meth:`_grad_state`'s)."""
         return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, self.grad_fp8_dtype,
-                                      scale_a, scale_w, check_offsets=False, amax=amax)
+                                      scale_a, scale_w, check_offsets=False, amax=amax, **grad_state)
 
     def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None) -> torch.Tensor:
         """``a_g @ w[g]`` by :meth:`_grouped`; with given (delayed) scales, each amax its casts
         found goes to ``record(name, amax, scale)``: w's as ``name_w``, a's as ``name_a`` if given
-        (gate and up cast the same x: one of them names it)."""
+        (gate and up cast the same x: one of them names it), and the backward takes the output
+        gradient's scale from ``dy_<name_w>``'s history and records into it where the layer keeps one."""
         if scale_a is None:
             return self._grouped(a, None, w, None, offsets)
-        out, amax = self._grouped(a, scale_a, w, scale_w, offsets, amax=True)
+        out, amax = self._grouped(a, scale_a, w, scale_w, offsets, amax=True, **self._grad_state(name_w))
         record(name_w, amax[1], scale_w)
         if name_a is not None:
             record(name_a, amax[0], scale_a)
         return out
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        fp8_recipes.get(self.recipe).upgrade_state(self, state_dict, prefix)   # an older checkpoint's layout
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731

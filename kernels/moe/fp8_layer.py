@@ -17,11 +17,17 @@ per-tensor scale from it by the dense delayed recipe's rule
 (:func:`kernels.fp8.recipes.delayed.cast_scale`); what enters each history is the amax the
 forward's fused casts find (x's and gate's from gate's GEMM, up's from up's, hidden's and
 down's from down's: ``grouped_gemm_fp8_train(..., amax=True)``), so no torch pass reads an
-operand for its amax; those buffers are in ``state_dict``,
-counted by :func:`kernels.fp8.warn_saturation` and all-reduced across ranks with the
-Linears' (:mod:`kernels.fp8.amax_sync`). What it shares with the expert-parallel FP8
-layer (construction, the GEMM call, the histories and their cast-time scales) is
-:mod:`.fp8_experts`; that layer records the same amaxes, its chunks' largest once a step.
+operand for its amax. Each GEMM's output gradient has a history too
+(:data:`kernels.moe.fp8_experts.GRAD_TENSORS`: down's dy, gate's dg and up's du), which the
+layer hands to the training op (``history_dy=``, and ``counts=`` in training mode): its
+backward casts the gradient with the history's scale for both dX and dW and records the
+amax the cast found, as a ``Float8Linear``'s backward does for its dy (also under
+``torch.compile``). Those buffers are in ``state_dict`` (a checkpoint from before the
+gradients' histories loads with them empty), counted by :func:`kernels.fp8.warn_saturation`
+and all-reduced across ranks with the Linears' (:mod:`kernels.fp8.amax_sync`). What it
+shares with the expert-parallel FP8 layer (construction, the GEMM call, the histories and their cast-time scales) is
+:mod:`.fp8_experts`; that layer records the same forward amaxes, its chunks' largest once a
+step, and keeps no history of the output gradients (current scaling there).
 
 What stays in high precision: the router (its logits in float32 unless ``convert`` was
 told to make it FP8 too), the routing weights and the weighted sum over a token's
@@ -39,7 +45,7 @@ import functools
 import torch
 
 from ..fp8.recipes.delayed import record_amax
-from .fp8_experts import Float8Experts
+from .fp8_experts import FP8_TENSORS, GRAD_TENSORS, Float8Experts
 from .layer import MoE
 from .permutation import permute, unpermute
 from .swiglu_op import swiglu
@@ -49,6 +55,8 @@ class Float8MoE(Float8Experts, MoE):
     """A ``kernels.MoE`` with FP8 experts under ``recipe`` (one of
     :data:`kernels.moe.grouped_gemm_fp8.quantize.RECIPES`); built by :meth:`from_moe` (or
     :func:`kernels.fp8.convert`)."""
+
+    fp8_tensors = FP8_TENSORS + GRAD_TENSORS
 
     @classmethod
     def from_moe(cls, layer: MoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,

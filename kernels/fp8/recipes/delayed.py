@@ -1,5 +1,6 @@
 """delayed: per-tensor scales from the amax of earlier steps (an amax history): of x, w and dy
-in a Linear, of the forward's operands in the FP8 MoE layers.
+in a Linear, of the forward's operands and the three grouped GEMMs' output gradients in
+``Float8MoE``, of the forward's operands only in the expert-parallel FP8 MoE layer.
 
 The scale of this step is known before the tensor is read: ``max(history) / fp8_max``
 over the last :data:`HISTORY` steps' amaxes (Transformer Engine's ``DelayedScaling``,
@@ -31,25 +32,34 @@ Where each history is written:
   gradient; those in-place writes survive ``torch.compile`` (the backward graph holds them).
 * :class:`kernels.moe.fp8_layer.Float8MoE` keeps one history per operand of its three
   grouped GEMMs' forward (the routed rows x, SwiGLU's output, the three expert weights)
-  through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same rule;
-  the expert-parallel layer, which casts in chunks, records the largest of its chunks'
-  amaxes once a step (:func:`record_parts`). Their GEMMs' output gradients (the down GEMM's
-  dy, and the gate and up GEMMs' dg and du from SwiGLU's derivative) keep current per-tensor
-  scaling: the grouped GEMM's backward
-  (:func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`) has no dy history to read
-  or write, and each of its two casts of dy takes dy's current amax.
+  through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same rule,
+  and one per GEMM's output gradient (``dy_down``: the down GEMM's dy; ``dy_gate`` and
+  ``dy_up``: dg and du from SwiGLU's derivative) written in the backward as a Linear's dy
+  is: the layer hands each GEMM's history and, in training mode, its counts and index to the
+  grouped training op (``grouped_gemm_fp8_train(..., history_dy=, counts=, count_index=)``),
+  whose backward takes the gradient's scale from the history on the device
+  (:func:`history_scale`), casts it twice with that one scale (dgrad's token operand,
+  wgrad's grouped operand) and records the amax the first cast found (:func:`push_amax`,
+  :func:`kernels.moe.grouped_gemm_fp8.training.gradients`); kept under ``torch.compile``
+  too. The expert-parallel layer (:mod:`kernels.moe.ep_fp8_layer`), which casts its forward
+  operands in chunks, records the largest of its chunks' amaxes once a step
+  (:func:`record_parts`); its output gradients keep current per-tensor scaling (each of
+  their two casts in the merged backward takes the amax of the owner's gradient rows, as
+  the module says): it keeps no history of them.
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
 tensor, in the order of the layer's ``fp8_tensors`` (x, w, dy for a Linear:
-:data:`kernels.fp8.saturation.TENSORS`). A Linear's checkpoint from before dy's history
-(x's and w's only, two counts) loads with dy's history empty and its count 0
-(:meth:`Delayed.upgrade_state`). Under ``torch.distributed`` the ranks share them: one MAX
-all-reduce of every layer's histories, dy's included, per training step
-(:mod:`kernels.fp8.amax_sync`, installed by ``convert``; dy's recorded in step t's backward
-are reduced before step t + 1's forward, so the ranks agree on dy's scale from the second
-step on). A layer updates them in training mode only (in eval mode dy's history still gives
-dy's scale, but nothing is recorded); the first step (an empty history) takes the current amax.
+:data:`kernels.fp8.saturation.TENSORS`; a Float8MoE's five forward operands, then
+``dy_gate``, ``dy_up``, ``dy_down``). A checkpoint from before the output gradients'
+histories (a Linear's x's and w's only, two counts; a Float8MoE's five, five counts) loads
+with those histories empty and their counts 0 (:meth:`Delayed.upgrade_state`). Under
+``torch.distributed`` the ranks share them: one MAX all-reduce of every layer's histories,
+the output gradients' included, per training step (:mod:`kernels.fp8.amax_sync`, installed
+by ``convert``; an output gradient's amax recorded in step t's backward is reduced before
+step t + 1's forward, so the ranks agree on its scale from the second step on). A layer updates them in training mode only (in eval mode an output gradient's
+history still gives its scale, but nothing is recorded); the first step (an empty history)
+takes the current amax.
 """
 from __future__ import annotations
 
@@ -169,14 +179,20 @@ class Delayed(PerTensorRecipe):
             push_amax(history, counts, TENSORS.index("dy"), amax, scale, grad_fp8)
         return dx, dw
 
-    def upgrade_state(self, state_dict, prefix):
-        """A checkpoint from before dy's history (x's and w's histories, two counts) loads with
-        dy's history empty (its first step takes dy's current amax) and its count 0."""
+    def upgrade_state(self, layer, state_dict, prefix):
+        """A checkpoint from before the output gradients' histories (the histories of the first
+        of ``layer``'s ``fp8_tensors`` only, one count each: a Linear's x and w, a Float8MoE's
+        five forward operands) loads with the missing ones empty (their first step takes the
+        current amax) and their counts 0."""
         counts = state_dict.get(prefix + "fp8_saturated")
-        x, dy = prefix + PREFIX + "x", prefix + PREFIX + "dy"
-        if x in state_dict and dy not in state_dict and counts is not None and counts.numel() == len(TENSORS) - 1:
-            state_dict[dy] = torch.zeros_like(state_dict[x])
-            state_dict[prefix + "fp8_saturated"] = torch.cat([counts, counts.new_zeros(1)])
+        keys = [prefix + PREFIX + name for name in getattr(layer, "fp8_tensors", TENSORS)]
+        have = next((i for i, key in enumerate(keys) if key not in state_dict), len(keys))
+        if (counts is None or have in (0, len(keys)) or counts.numel() != have
+                or any(key in state_dict for key in keys[have:])):
+            return
+        for key in keys[have:]:
+            state_dict[key] = torch.zeros_like(state_dict[keys[0]])
+        state_dict[prefix + "fp8_saturated"] = torch.cat([counts, counts.new_zeros(len(keys) - have)])
 
 
 register(Delayed())

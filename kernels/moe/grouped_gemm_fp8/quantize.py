@@ -21,8 +21,10 @@ share one), handed to the kernels broadcast (stride 0); each GEMM still gets its
 copy of the operand in the layout it reads (the same scale, a fresh pass). ``delayed``
 is tensorwise with the scales of x and w given (``scale``: from an amax history,
 :mod:`kernels.fp8.recipes.delayed`, which :class:`kernels.moe.fp8_layer.Float8MoE`
-keeps); the output gradient, whose amax is known only in the backward, is scaled by its
-own (current scaling; the dense ``Float8Linear`` keeps a history of dy too).
+keeps); the output gradient's, whose amax is known only in the backward, is the history's
+of dy that the training op's backward reads when the layer hands it one (one scale for both
+casts of dy, dgrad's and wgrad's, the first of which returns dy's amax for the history), else
+dy's own (current scaling: the expert-parallel layer's).
 
 Every function takes the FP8 format to write: e4m3 for x and w, and for the output
 gradient dy e4m3 too or, in the hybrid format, the e5m2 of the same family
@@ -57,9 +59,10 @@ kernels where one fits, on the device with no host sync:
 * the per-tensor recipes' wgrad operands and forward weight (the padded token-contiguous
   copy, each expert's transposed copy) take the grouped cast with one scale: the dense
   op's per-tensor amax launch first (``tensorwise``), or nothing before it (``delayed``'s
-  given scale; the forward's casts of x, hidden and the weights then also return the
-  operand's amax, from their tiles' maxima, which :class:`kernels.moe.fp8_layer.Float8MoE`
-  records in the amax history: no torch pass reads an operand for it).
+  given scale; the forward's casts of x, hidden and the weights, and the backward's first
+  cast of each output gradient, then also return the operand's amax, from their tiles'
+  maxima, which :class:`kernels.moe.fp8_layer.Float8MoE` records in the amax history: no
+  torch pass reads an operand for it).
 
 So no operand of the four recipes quantized here is left to plain PyTorch passes: each is
 an amax launch (none for a given scale) and one cast launch that writes its layout, on
@@ -261,23 +264,25 @@ def quantize_groups(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, sc
     return _groups(t, offsets, fp8, scale, per_tensor)
 
 
-def _groups(t, offsets, fp8, scale, per_tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`quantize_groups` on checked arguments."""
-    q, scale = _grouped(t[None], offsets, fp8, scale, per_tensor)
-    return q[0], scale if scale.dim() == 0 else scale[0]
+def _groups(t, offsets, fp8, scale, per_tensor, amax: bool = False) -> tuple[torch.Tensor, ...]:
+    """:func:`quantize_groups` on checked arguments (``amax``: and t's amax, found by the cast
+    with the given ``scale``)."""
+    q, scale, *found = _grouped(t[None], offsets, fp8, scale, per_tensor, amax)
+    return q[0], scale if scale.dim() == 0 else scale[0], *found
 
 
 def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torch.dtype,
-                  scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  scale: torch.Tensor | None = None, amax: bool = False) -> tuple[torch.Tensor, ...]:
     """x or dy (T, C) for dw[g] = x_gᵀ · dy_g, tokens grouped by int32 ``offsets`` (G,):
     (fp8 (C, R) token-contiguous, R = T padded to a multiple of 16 with zeros, scale (G, C));
     rowwise scales each feature by its amax over the group's tokens (:func:`quantize_groups`).
     blockwise: scale (ceil(R/128), C), per 128 tokens counted from token 0 and feature (the
-    dW kernel's ``scale_block``), groups ignored."""
+    dW kernel's ``scale_block``), groups ignored. ``amax`` (a given per-tensor scale): t's
+    amax after them, found by the cast (delayed's dy, when dgrad's cast does not run)."""
     rows, cols = t.shape
     if recipe == "blockwise":
         padded = _zero_rows(t.detach(), cdiv(rows, ALIGN) * ALIGN)
         q, scale = quantize_fused(padded.t(), "block1x128", fp8)    # (C, R), (C, R/128)
         return q, scale.t().contiguous()   # feature-contiguous: a tile's scales load as vectors
-    q, scale = _groups(t, offsets, fp8, scale, recipe in PER_TENSOR)
-    return q, scale.expand(offsets.shape[0], cols)
+    q, scale, *found = _groups(t, offsets, fp8, scale, recipe in PER_TENSOR, amax)
+    return q, scale.expand(offsets.shape[0], cols), *found

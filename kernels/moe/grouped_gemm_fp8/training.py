@@ -21,7 +21,13 @@ e5m2 of their family (the hybrid format, the per-tensor recipes' default in
 MFMAs. Per-tensor recipes take x's and w's scales from the caller (``scale_x``,
 ``scale_w``: delayed scaling's, from an amax history that
 :class:`kernels.moe.fp8_layer.Float8MoE` keeps); the backward quantizes x and w again
-with the same scales. The op is the custom op
+with the same scales. dy's scale, one for its two casts, is its current amax's, or under
+delayed scaling with ``history_dy`` given that history's, found on the device; with
+``counts`` the backward then records dy's amax, found by the cast, into the history in place
+(:func:`gradients`: the layer's buffers, handed to the op and held on its ctx, not saved, as
+:mod:`kernels.fp8.linear` holds a Linear's dy history; the op's schema declares no mutated
+argument, the writes being the backward's, and ``torch.compile`` keeps them in its backward
+graph: tests/test_fp8_moe_delayed_dy.py). The op is the custom op
 ``kernels::grouped_gemm_fp8_train`` (returning the output and, for ``amax=True``, the
 amaxes of x and w its casts found) with a fake implementation and an autograd formula
 whose backward calls the two custom ops above, so ``torch.compile(fullgraph=True)``
@@ -34,6 +40,7 @@ import torch
 
 from ... import eager, validate
 from ...fp8 import recipe as fp8_recipes
+from ...fp8.recipes.delayed import HISTORY, history_scale, push_amax
 from ...gemm_fp8.formats import E5M2_OF, FP8_DTYPES, OPERAND_DTYPES
 from ...gemm_fp8.operands import OUT_DTYPES, SCALE_K, check_family
 from ...gemm_fp8.quantize import check_scale
@@ -133,7 +140,9 @@ def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offs
 
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
-                scale_w: torch.Tensor | None, amax: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                scale_w: torch.Tensor | None, amax: bool = False, history_dy: torch.Tensor | None = None,
+                counts: torch.Tensor | None = None, count_index: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    # history_dy and counts are the backward's (:func:`gradients`); the forward does not touch them
     x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax)
     y, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax)
     return y, torch.stack(found_x + found_w) if amax else x.new_empty(0, dtype=torch.float32)
@@ -143,42 +152,58 @@ _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl,
 
 
 @_train.register_fake
-def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax=False):
+def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax=False, history_dy=None, counts=None,
+      count_index=0):
     return x.new_empty((x.shape[0], w.shape[2])), x.new_empty(2 if amax else 0, dtype=torch.float32)
 
 
 def _setup(ctx, inputs, output):
-    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _ = inputs
+    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _, history_dy, counts, count_index = inputs
     ctx.mark_non_differentiable(output[1])
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype = recipe, fp8_dtype, grad_dtype
     ctx.save_for_backward(x, w, offsets, scale_x, scale_w)
+    # dy's delayed state, held as it is (not saved: the layer's forward records into the same
+    # counts after this op, which would trip a saved tensor's version check); the backward writes it
+    ctx.grad_state = (history_dy, counts, count_index)
 
 
 def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtype, needs,
-              scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None) -> tuple:
+              scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None,
+              history_dy: torch.Tensor | None = None, counts: torch.Tensor | None = None,
+              count_index: int = 0) -> tuple:
     """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy (quantized to ``grad``, x and w to
     ``fp8``, with the given per-tensor scales if any), each None where ``needs`` says False:
-    one FP8 grouped launch each."""
+    one FP8 grouped launch each. dy's two casts (dgrad's token operand, wgrad's grouped one)
+    share one per-tensor scale: dy's current amax's, or with ``history_dy`` (delayed) that
+    history's (:func:`kernels.fp8.recipes.delayed.history_scale`, on the device), and then,
+    with ``counts`` (training mode), the amax the first cast found enters ``history_dy`` and a
+    saturating step adds 1 to ``counts[count_index]`` (:func:`~kernels.fp8.recipes.delayed.push_amax`)."""
     if recipe == "mxfp8":
         return _mx().gradients(x, w, offsets, dy, fp8, needs)
     dx = dw = None
+    scale_dy = None if history_dy is None else history_scale(history_dy, dy, grad)
+    found = []   # dy's amax, from the first cast with scale_dy
     if needs[0]:
-        dy8, sdy = quantize.tokens(dy, recipe, grad)
+        dy8, sdy, *found = quantize.tokens(dy, recipe, grad, scale_dy, amax=scale_dy is not None)
         wt8, swt = quantize.dgrad_weight(w, recipe, fp8, scale_w)
         dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, x.dtype)
     if needs[1]:
         xt8, sxt = quantize.wgrad_operand(x, offsets, recipe, fp8, scale_x)
-        dyt8, sdyt = quantize.wgrad_operand(dy, offsets, recipe, grad)
+        dyt8, sdyt, *more = quantize.wgrad_operand(dy, offsets, recipe, grad, scale_dy,
+                                                   amax=scale_dy is not None and not found)
+        found += more
         dw = torch.ops.kernels.grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype,
                                                    SCALE_K if recipe == "blockwise" else 0)
+    if counts is not None and found:
+        push_amax(history_dy, counts, count_index, found[0], scale_dy, grad)
     return dx, dw
 
 
 def _backward(ctx, dy, _):
     x, w, offsets, scale_x, scale_w = ctx.saved_tensors
     dx, dw = gradients(x, w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.needs_input_grad,
-                       scale_x, scale_w)
-    return dx, dw, None, None, None, None, None, None, None
+                       scale_x, scale_w, *ctx.grad_state)
+    return dx, dw, None, None, None, None, None, None, None, None, None, None
 
 
 _train.register_autograd(_backward, setup_context=_setup)
@@ -198,10 +223,31 @@ def _check_scale(name: str, scale: torch.Tensor | None, recipe: str, x: torch.Te
     check_scale(name, scale, x)
 
 
+def _check_grad_state(history_dy, counts, count_index: int, recipe: str, x: torch.Tensor) -> None:
+    """``history_dy`` a float32 (HISTORY,) amax history under ``"delayed"`` (or None); ``counts``
+    only with it, int64 (n,), n > ``count_index`` >= 0; both on x's device."""
+    if history_dy is None:
+        if counts is not None:
+            raise ValueError("counts are where the backward counts dy's saturation against history_dy: pass both")
+        return
+    if recipe != "delayed":
+        raise ValueError(f"history_dy is delayed scaling's amax history of dy; recipe {recipe!r} keeps none")
+    validate.tensor("history_dy", history_dy, ndim=1, dtypes=(torch.float32,))
+    if history_dy.shape[0] != HISTORY:
+        raise ValueError(f"history_dy has {history_dy.shape[0]} entries; expected {HISTORY}")
+    validate.same_device(x=x, history_dy=history_dy)
+    if counts is not None:
+        validate.tensor("counts", counts, ndim=1, dtypes=(torch.int64,))
+        validate.same_device(x=x, counts=counts)
+        if not 0 <= count_index < counts.shape[0]:
+            raise ValueError(f"count_index {count_index} is not an index of counts {tuple(counts.shape)}")
+
+
 def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str = "rowwise",
                            fp8_dtype: torch.dtype | None = None, grad_dtype: torch.dtype | None = None,
                            scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
-                           check_offsets: bool = True, amax: bool = False) -> torch.Tensor:
+                           check_offsets: bool = True, amax: bool = False, history_dy: torch.Tensor | None = None,
+                           counts: torch.Tensor | None = None, count_index: int = 0) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
     -> ``(T, N)`` in x's dtype, differentiable in x and w, every GEMM in FP8 by ``recipe``
     (one of :data:`.quantize.RECIPES`; ``"mxfp8"``: MXFP8 operands and kernels,
@@ -219,6 +265,12 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     ``amax`` (both scales given): returns ``(out, amax)``, amax (2,) float32 the amaxes of x
     and w that the forward's casts found (their tiles' maxima: no other pass reads x or w),
     what delayed scaling records (:class:`kernels.moe.fp8_layer.Float8MoE`).
+    ``history_dy`` (``"delayed"`` only; float32 (HISTORY,), on x's device): the output gradient's
+    amax history, from which the backward takes dy's scale for both its casts, on the device
+    (its current amax while the history is empty); with ``counts`` (int64, one per tensor of the
+    layer, None in eval mode) the backward also records the amax dy's cast found into
+    ``history_dy`` and counts a saturating step in ``counts[count_index]``, in place
+    (:func:`gradients`). Without it dy takes its current per-tensor scale.
     """
     quantize.check_recipe(recipe)
     fp8_dtype = fp8_recipes.get(recipe).element_format(fp8_dtype)
@@ -238,6 +290,8 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     _check_scale("scale_w", scale_w, recipe, x)
     if amax and (scale_x is None or scale_w is None):
         raise ValueError("amax=True returns the amaxes the casts with given scales find: pass scale_x and scale_w")
+    _check_grad_state(history_dy, counts, count_index, recipe, x)
     op = _train_impl if eager.direct(x, w, offsets) else _train
-    out, found = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax)
+    out, found = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax, history_dy, counts,
+                    count_index)
     return (out, found) if amax else out
