@@ -182,3 +182,18 @@ def test_a_checkpoint_from_before_the_dy_history_loads_with_it_empty():
     assert upgraded.fp8_amax_history_dy[0] == dy2.abs().amax() and upgraded.fp8_saturated.tolist() == [3, 1, 0]
     with pytest.raises(RuntimeError, match="Missing key.*fp8_amax_history_dy"):   # not the old layout
         fresh.load_state_dict({k: v for k, v in state.items() if k != "fp8_amax_history_dy"})
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz])
+def test_a_saturated_value_is_one_torchs_cast_takes_past_the_max(fp8):
+    """Just below, at and just above half an ulp past the max: counted exactly where torch's
+    round-to-nearest-even cast gives inf or NaN (these formats' max ends in a 1 bit, so the tie
+    goes past it). e4m3fn's tie rounds down to 448, whose last bit is 0: not counted (torch's
+    cast saturates there, so it cannot show the boundary)."""
+    from kernels.fp8.recipes.delayed import saturated
+    edge = saturates_above(fp8)
+    values = torch.tensor([edge * (1 - 2 ** -12), edge, edge * (1 + 2 ** -12)])
+    assert saturated(values, 1.0, fp8).tolist() == (~torch.isfinite(values.to(fp8).float())).tolist() \
+        == [False, True, True]
+    e4m3fn = torch.tensor([464 * (1 - 2 ** -12), 464.0, 464 * (1 + 2 ** -12)])
+    assert saturated(e4m3fn, 1.0, torch.float8_e4m3fn).tolist() == [False, False, True]

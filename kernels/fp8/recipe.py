@@ -161,11 +161,14 @@ class Recipe:
         raise NotImplementedError
 
     def gemms(self, x, w, dy, fp8, out_dtype=torch.float32, scale_x=None, scale_w=None,
-              grad_format: str | None = None) -> dict[str, torch.Tensor]:
+              grad_format: str | None = None, grad_state: tuple = ()) -> dict[str, torch.Tensor]:
         """The three GEMMs' results by name (``forward``, ``dgrad``, ``wgrad``): one forward and
-        one backward, as a training step runs them (for accuracy reports and tests)."""
+        one backward, as a training step runs them (for accuracy reports and tests); ``scale_x``,
+        ``scale_w`` and ``grad_state`` (dy's, as :meth:`grad_state` hands it to the backward) as
+        a layer with delayed scaling passes them."""
         y, saved = self.forward(x, w, fp8, out_dtype, scale_x, scale_w)
-        dx, dw = self.backward(dy, saved, self.grad_dtype(fp8, grad_format), out_dtype, out_dtype)
+        dx, dw = self.backward(dy, saved, self.grad_dtype(fp8, grad_format), out_dtype, out_dtype, True, True,
+                               *grad_state)
         return {"forward": y, "dgrad": dx, "wgrad": dw}
 
 

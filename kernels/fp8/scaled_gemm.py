@@ -53,10 +53,11 @@ class PerTensorRecipe(ScaledGemmRecipe):
         y = matmul_fp8(x8, w8.t(), sx, sw, out_dtype=out_dtype)
         return (y, Saved(x8, sx, w8, sw)) + ((torch.stack(ax + aw),) if amax else ())
 
-    def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True, scale_dy=None):
+    def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True, scale_dy=None,
+                 amax=False):
         """As :meth:`Recipe.backward`; ``scale_dy`` (delayed: from dy's amax history): dy cast with
-        it, and dy's amax, found by that cast, returned third (as the forward's ``amax``)."""
-        dy8, sdy, *amax = gemm_fp8.quantize(dy, "tensor", grad_fp8, scale=scale_dy, amax=scale_dy is not None)
+        it, and with ``amax`` dy's amax, found by that cast, returned third (as the forward's)."""
+        dy8, sdy, *amax = gemm_fp8.quantize(dy, "tensor", grad_fp8, scale=scale_dy, amax=amax)
         dx = matmul_fp8(dy8, saved.w, sdy, saved.w_scale, out_dtype=dx_dtype) if need_dx else None
         dw = matmul_fp8(dy8.t(), saved.x, sdy, saved.x_scale, out_dtype=dw_dtype) if need_dw else None
         return (dx, dw, *amax)

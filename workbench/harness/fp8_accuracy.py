@@ -18,8 +18,9 @@ recipe's gradient format (e5m2 for tensorwise and delayed, whose default is "hyb
 Current scaling with fp32 scales cannot overflow; MXFP8's power-of-two scales can under the
 OCP rule (which puts a group's largest element in the format's top binade, past its max),
 not under the round-up rule the ``mxfp8`` recipe takes (:mod:`kernels.fp8.recipes.mxfp8`);
-delayed scaling is shown with scales from an earlier step whose tensors were
-:data:`GROWTH` times smaller, so its overflow is visible. Recipes whose kernels are not
+delayed scaling is shown with scales (x's, w's and dy's, as :class:`kernels.fp8.Float8Linear`
+takes them) from an earlier step whose tensors were :data:`GROWTH` times smaller, so its
+overflow is visible. Recipes whose kernels are not
 installed get a row saying so.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import torch
 
 import kernels
-from kernels.fp8.recipes.delayed import saturates_above
+from kernels.fp8.recipes.delayed import HISTORY, saturated
 from kernels.gemm_fp8 import fp8_dtype, quantize_fp8
 from kernels.gemm_fp8.quantize_ref import dequantize, quantize_one
 
@@ -67,7 +68,7 @@ def _counts(t: torch.Tensor, granularity: str, fp8: torch.dtype, scale=None,
         factor = dequantize(torch.ones_like(t), scale, granularity)   # what a 1 stands for, per element
     else:
         q, factor = quantize_fp8(t, fp8, "tensor", scale=scale)[0], scale
-    over = int(((t / factor).abs() > saturates_above(fp8)).sum())
+    over = int(saturated((t / factor).abs(), 1.0, fp8).sum())
     under = int(((q.float() == 0) & (t != 0)).sum())
     return over, under
 
@@ -87,8 +88,14 @@ def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.
         elements = recipe.element_format(fp8)   # mxfp8: OCP e4m3fn, also where fp8 is fnuz
         delayed = name == "delayed"
         scales = {k: (t[k].abs().amax() / GROWTH / fmax) for k in ("x", "w")} if delayed else {}
+        grad_state = ()
+        if delayed:   # dy's history as a layer's: its largest amax GROWTH times below this dy's
+            history = torch.zeros(HISTORY)
+            history[0] = t["dy"].abs().amax() / GROWTH
+            grad_state = (history, None)
+            scales["dy"] = history[0] / torch.finfo(recipe.grad_dtype(elements)).max
         results = {} if recipe.needs else recipe.gemms(t["x"], t["w"], t["dy"], elements, torch.float32,
-                                                        scales.get("x"), scales.get("w"))
+                                                        scales.get("x"), scales.get("w"), grad_state=grad_state)
         for gemm, (a_name, b_name) in GEMMS.items():
             row = dict(recipe=name, gemm=gemm, A=a_name, B=b_name)
             if recipe.needs:
@@ -99,7 +106,7 @@ def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.
             got = results[gemm]
             row["rel_error"] = ((got.double() - ref).norm() / ref.norm()).item()
             a_groups, b_groups = recipe.operand_groups[gemm]
-            a_scale = scales.get("x") if a_name == "x" else None
+            a_scale = scales.get(a_name.removesuffix(".T"))
             b_scale = scales.get(b_name.removesuffix(".T"))
             a_fp8 = elements if a_name == "x" else recipe.grad_dtype(elements)   # dy in the grad format
             rule = recipe.scale_rule

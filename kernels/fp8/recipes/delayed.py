@@ -29,7 +29,10 @@ Where each history is written:
   (:meth:`Delayed.grad_state`), and the op's backward takes dy's scale from that history
   on the device, casts dy with it and records the amax the cast found
   (:meth:`Delayed.backward`), as Transformer Engine's ``DelayedScaling`` does for the
-  gradient; those in-place writes survive ``torch.compile`` (the backward graph holds them).
+  gradient; those in-place writes survive ``torch.compile`` (the backward graph holds them;
+  tested under ``aot_eager``). Activation checkpointing that recomputes a layer's forward in
+  training mode records its x and w a second time that step (the recompute's casts read the
+  history the first forward updated): recompute is not supported with delayed scaling.
 * :class:`kernels.moe.fp8_layer.Float8MoE` keeps one history per operand of its three
   grouped GEMMs' forward (the routed rows x, SwiGLU's output, the three expert weights)
   through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same rule,
@@ -83,11 +86,27 @@ def _scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
     return torch.where(ref > 0, ref / fmax, torch.ones_like(ref))
 
 
-def saturates_above(fp8: torch.dtype) -> float:
-    """The max of ``fp8`` plus half its ulp there (3 mantissa bits for e4m3, 2 for e5m2): 464
-    for e4m3fn, 248 for e4m3fnuz, 61440 for e5m2 and e5m2fnuz."""
+def _ulp_at_max(fp8: torch.dtype) -> float:
+    """The spacing of ``fp8``'s values in its top binade: 3 mantissa bits for e4m3, 2 for e5m2
+    (``finfo.eps`` would say 2^-3 for e5m2fnuz)."""
     fmax = torch.finfo(fp8).max
-    return fmax + 2.0 ** (math.floor(math.log2(fmax)) - (2 if fp8 in E5M2_OF.values() else 3) - 1)
+    return 2.0 ** (math.floor(math.log2(fmax)) - (2 if fp8 in E5M2_OF.values() else 3))
+
+
+def saturates_above(fp8: torch.dtype) -> float:
+    """The max of ``fp8`` plus half its ulp there: 464 for e4m3fn, 248 for e4m3fnuz, 61440 for
+    e5m2 and e5m2fnuz."""
+    return torch.finfo(fp8).max + _ulp_at_max(fp8) / 2
+
+
+def saturated(values: torch.Tensor, scale, fp8: torch.dtype) -> torch.Tensor:
+    """Where ``values`` cast with ``scale`` to ``fp8`` land past the max under round-to-nearest-even
+    (and so are clamped): beyond :func:`saturates_above`, or on it where that tie rounds away
+    from the max, whose last mantissa bit is 1 (e4m3fnuz's 240, e5m2's 57344; e4m3fn's 448 ends
+    in 0, and its tie rounds down to it)."""
+    limit = scale * saturates_above(fp8)
+    odd = round(torch.finfo(fp8).max / _ulp_at_max(fp8)) % 2
+    return values >= limit if odd else values > limit
 
 
 def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
@@ -120,7 +139,7 @@ def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, amax: tor
            fp8: torch.dtype) -> None:
     """``amax`` enters ``history`` (newest first) and a step whose ``scale`` saturates it in
     ``fp8`` adds 1 to ``counts[index]``; in place, on the device."""
-    counts[index] += (amax > scale * saturates_above(fp8)).to(torch.int64)
+    counts[index] += saturated(amax, scale, fp8).to(torch.int64)
     history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
 
 
@@ -174,9 +193,10 @@ class Delayed(PerTensorRecipe):
         if history is None:
             return super().backward(dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx, need_dw)
         scale = history_scale(history, dy, grad_fp8)
-        dx, dw, amax = super().backward(dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx, need_dw, scale)
+        dx, dw, *found = super().backward(dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx, need_dw, scale,
+                                          amax=counts is not None)   # an amax only where it is recorded
         if counts is not None:
-            push_amax(history, counts, TENSORS.index("dy"), amax, scale, grad_fp8)
+            push_amax(history, counts, TENSORS.index("dy"), found[0], scale, grad_fp8)
         return dx, dw
 
     def upgrade_state(self, layer, state_dict, prefix):

@@ -182,15 +182,15 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
         return _mx().gradients(x, w, offsets, dy, fp8, needs)
     dx = dw = None
     scale_dy = None if history_dy is None else history_scale(history_dy, dy, grad)
-    found = []   # dy's amax, from the first cast with scale_dy
+    found = []   # dy's amax, from the first cast, where it is recorded (counts given)
     if needs[0]:
-        dy8, sdy, *found = quantize.tokens(dy, recipe, grad, scale_dy, amax=scale_dy is not None)
+        dy8, sdy, *found = quantize.tokens(dy, recipe, grad, scale_dy, amax=counts is not None)
         wt8, swt = quantize.dgrad_weight(w, recipe, fp8, scale_w)
         dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, x.dtype)
     if needs[1]:
         xt8, sxt = quantize.wgrad_operand(x, offsets, recipe, fp8, scale_x)
         dyt8, sdyt, *more = quantize.wgrad_operand(dy, offsets, recipe, grad, scale_dy,
-                                                   amax=scale_dy is not None and not found)
+                                                   amax=counts is not None and not found)
         found += more
         dw = torch.ops.kernels.grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype,
                                                    SCALE_K if recipe == "blockwise" else 0)

@@ -1,7 +1,7 @@
 """SwiGLU of the FP8 MoE layers' gate and up GEMM outputs in one pass: ``h = silu(g)·u``.
 
 Per element, in fp32 from g and u (x's dtype) and rounded once to x's dtype: with
-σ = sigmoid(g), ``h = g·σ·u``, the σ and g·σ that :mod:`.swiglu_backward` recomputes from
+σ = sigmoid(g), ``h = g·σ·u``, with the σ(g) that :mod:`.swiglu_backward` recomputes from
 the same g for dg and du. Torch's ``F.silu(g) * u`` rounds twice (silu(g) to x's dtype,
 then the product), so h can differ from it in the last bit; what the FP8 layers quantize
 for down's GEMM, and the amax that delayed scaling records of h, are these bits. Each of
