@@ -226,9 +226,10 @@ def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
     makes), is counted and warned about by name."""
     layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "delayed", FP8, torch.float8_e5m2)
     histories = [getattr(layer, f"fp8_amax_history_{name}") for name in FP8_TENSORS]
+    gradients = [getattr(layer, f"fp8_amax_history_{name}") for name in fp8_experts.GRAD_TENSORS]
     assert set(layer.state_dict()) >= {f"fp8_amax_history_{name}" for name in FP8_TENSORS} | {"fp8_saturated"}
     reduced = kernels.fp8.get("delayed").reduced_buffers(layer)
-    assert len(reduced) == 8 and all(a is b for a, b in zip(reduced, histories))
+    assert len(reduced) == 8 and all(a is b for a, b in zip(reduced, histories + gradients, strict=True))
     calls, train = [], fp8_experts.grouped_gemm_fp8_train
     monkeypatch.setattr(fp8_experts, "grouped_gemm_fp8_train", lambda *a, **k: calls.append(a[5:8]) or train(*a, **k))
     fmax, x = torch.finfo(FP8).max, torch.randn(9, DIM)

@@ -89,10 +89,13 @@ def test_each_history_holds_the_amaxes_of_the_gradients_the_backward_saw(dtype, 
     assert layer.fp8_saturated[len(FP8_TENSORS):].tolist() == [1, 1, 1]   # step 2's, 30 times step 1's
 
 
-def test_both_casts_of_each_gradient_take_its_history_scale(monkeypatch):
+@pytest.mark.parametrize("x_grad", [True, False], ids=["dx-and-dw", "dw-only"])
+def test_both_casts_of_each_gradient_take_its_history_scale(monkeypatch, x_grad):
     """Step 1 (empty histories): each gradient's two casts (dgrad's, wgrad's) share its current
     amax / e5m2's max; from step 2, whose gradients are a tenth of step 1's, the history's
-    max / e5m2's max (not the gradient's own); the amax is asked of one cast only."""
+    max / e5m2's max (not the gradient's own); the amax is asked of one cast only. With x
+    needing no gradient, gate's and up's backward runs dW alone: one cast, which finds the
+    amax the history records."""
     layer = _layer()
     spy = Spy(layer, monkeypatch)
     fmax = torch.finfo(GRAD).max
@@ -100,11 +103,13 @@ def test_both_casts_of_each_gradient_take_its_history_scale(monkeypatch):
     for step, size in enumerate((1.0, 0.1, 0.1)):
         before[step] = {n: _history(layer, "dy_" + n).clone() for n in ("gate", "up", "down")}
         spy.casts.clear()
-        _step(layer, torch.randn(9, DIM, generator=gen(step), requires_grad=True), size)
+        _step(layer, torch.randn(9, DIM, generator=gen(step), requires_grad=x_grad), size)
         for name in ("gate", "up", "down"):
             dy = spy.grads[name][-1]
             casts = spy.casts_of(dy)
-            assert len(casts) == 2 and [amax for _, amax in casts] == [True, False], name
+            flags = [True, False] if x_grad or name == "down" else [True]
+            assert [amax for _, amax in casts] == flags, name
+            assert _history(layer, "dy_" + name)[0] == dy.abs().amax().float(), name
             current = dy.abs().amax() / fmax
             want = current if step == 0 else before[step][name].amax() / fmax
             assert step == 0 or not torch.isclose(want, current, rtol=0.1)
@@ -205,6 +210,20 @@ def test_state_dict_round_trips_and_an_old_checkpoint_loads_with_empty_gradient_
     assert upgraded.fp8_saturated.tolist() == [3, 1, 0, 0, 2, 0, 0, 0]
     with pytest.raises(RuntimeError, match="Missing key.*fp8_amax_history_dy_up"):   # not the old layout
         fresh.load_state_dict({k: v for k, v in state.items() if k != PREFIX + "dy_up"})
+    partial = {k: v for k, v in old.items() if not k.startswith(PREFIX) or k in (PREFIX + "x", PREFIX + "hidden")}
+    partial["fp8_saturated"] = torch.tensor([1, 2])   # two forward histories: no layout this layer ever had
+    with pytest.raises(RuntimeError, match="Missing key"):
+        _layer(seed=1).load_state_dict(partial)
+
+
+def test_a_linears_checkpoint_missing_a_forward_history_is_refused():
+    """Only the output gradient's history is filled in for an old checkpoint: a Linear's with
+    x's history alone is not one, and strict loading names what is missing."""
+    layer = kernels.fp8.convert(torch.nn.Linear(8, 4), "delayed")
+    state = {k: v for k, v in layer.state_dict().items() if k not in (PREFIX + "w", PREFIX + "dy")}
+    state["fp8_saturated"] = torch.tensor([7])
+    with pytest.raises(RuntimeError, match="Missing key.*fp8_amax_history_w"):
+        kernels.fp8.convert(torch.nn.Linear(8, 4), "delayed").load_state_dict(state)
 
 
 def test_the_training_op_checks_the_gradient_history():

@@ -22,7 +22,7 @@ operand for its amax. Each GEMM's output gradient has a history too
 layer hands to the training op (``history_dy=``, and ``counts=`` in training mode): its
 backward casts the gradient with the history's scale for both dX and dW and records the
 amax the cast found, as a ``Float8Linear``'s backward does for its dy (also under
-``torch.compile``). Those buffers are in ``state_dict`` (a checkpoint from before the
+``torch.compile``, tested with ``aot_eager``). Those buffers are in ``state_dict`` (a checkpoint from before the
 gradients' histories loads with them empty), counted by :func:`kernels.fp8.warn_saturation`
 and all-reduced across ranks with the Linears' (:mod:`kernels.fp8.amax_sync`). What it
 shares with the expert-parallel FP8 layer (construction, the GEMM call, the histories and their cast-time scales) is

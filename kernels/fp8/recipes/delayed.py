@@ -44,7 +44,7 @@ Where each history is written:
   (:func:`history_scale`), casts it twice with that one scale (dgrad's token operand,
   wgrad's grouped operand) and records the amax the first cast found (:func:`push_amax`,
   :func:`kernels.moe.grouped_gemm_fp8.training.gradients`); kept under ``torch.compile``
-  too. The expert-parallel layer (:mod:`kernels.moe.ep_fp8_layer`), which casts its forward
+  too (tested under ``aot_eager``). The expert-parallel layer (:mod:`kernels.moe.ep_fp8_layer`), which casts its forward
   operands in chunks, records the largest of its chunks' amaxes once a step
   (:func:`record_parts`); its output gradients keep current per-tensor scaling (each of
   their two casts in the merged backward takes the amax of the owner's gradient rows, as
@@ -205,11 +205,13 @@ class Delayed(PerTensorRecipe):
         five forward operands) loads with the missing ones empty (their first step takes the
         current amax) and their counts 0."""
         counts = state_dict.get(prefix + "fp8_saturated")
-        keys = [prefix + PREFIX + name for name in getattr(layer, "fp8_tensors", TENSORS)]
+        names = getattr(layer, "fp8_tensors", TENSORS)
+        keys = [prefix + PREFIX + name for name in names]
         have = next((i for i, key in enumerate(keys) if key not in state_dict), len(keys))
-        if (counts is None or have in (0, len(keys)) or counts.numel() != have
+        forward = sum(not (name == "dy" or name.startswith("dy_")) for name in names)   # the old layout's
+        if (counts is None or have != forward or have == len(keys) or counts.numel() != have
                 or any(key in state_dict for key in keys[have:])):
-            return
+            return   # not the old layout: strict loading names what is missing
         for key in keys[have:]:
             state_dict[key] = torch.zeros_like(state_dict[keys[0]])
         state_dict[prefix + "fp8_saturated"] = torch.cat([counts, counts.new_zeros(len(keys) - have)])

@@ -27,7 +27,7 @@ delayed scaling with ``history_dy`` given that history's, found on the device; w
 (:func:`gradients`: the layer's buffers, handed to the op and held on its ctx, not saved, as
 :mod:`kernels.fp8.linear` holds a Linear's dy history; the op's schema declares no mutated
 argument, the writes being the backward's, and ``torch.compile`` keeps them in its backward
-graph: tests/test_fp8_moe_delayed_dy.py). The op is the custom op
+graph: tests/test_fp8_moe_delayed_dy.py, under ``aot_eager``). The op is the custom op
 ``kernels::grouped_gemm_fp8_train`` (returning the output and, for ``amax=True``, the
 amaxes of x and w its casts found) with a fake implementation and an autograd formula
 whose backward calls the two custom ops above, so ``torch.compile(fullgraph=True)``
