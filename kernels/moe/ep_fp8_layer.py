@@ -63,25 +63,32 @@ too but for its wgrad scales, per 128 rows counted from the first row of all exp
 (:mod:`kernels.moe.grouped_gemm_fp8.quantize`): an owner's blocks hold other rows. The
 per-tensor recipes see a rank's part. Tensorwise takes the amaxes of a chunk's rows, of
 the local experts' weights and of the owner's output gradients. Delayed keeps this rank's
-histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS`): of its owner's rows and SwiGLU
-outputs and of its local experts' weights, which the amax sync's MAX all-reduce (over the
-data-parallel group, which must span the expert-parallel one) turns into the amaxes over
-all ranks, the single-process layer's. What enters them is what ``Float8MoE`` records, the amaxes the
-forward's fused casts with the given scales find (``grouped_gemm_fp8_train(..., amax=True)``:
-no torch pass reads the rows, SwiGLU's output or a weight for its amax), so after the sync
-the histories are the single-process layer's bit for bit (tested). From equal histories the
-forward is the single-process layer's. The output gradients (down's dy, gate's dg, up's du)
-keep current per-tensor scaling here, where ``Float8MoE`` takes them from amax histories
-(:data:`kernels.moe.fp8_experts.GRAD_TENSORS`): this layer keeps no history of them
-(its ``fp8_tensors`` are the forward's five), and the merged backward hands
-:func:`kernels.moe.grouped_gemm_fp8.training.gradients` none, so each gradient's two casts
-(dgrad's, wgrad's) take one scale, the amax of this owner's gradient rows of all chunks
-(capacity padding rows, zero in dy as the exchange sends them and written 0 in dg and du by
-SwiGLU's derivative, change no amax); so the gradients differ from the single-process
-layer's by FP8 rounding (tested: within twice its error against float64). In
-its first step (empty histories) each rank takes its own current amaxes. A forward
-records one history entry per tensor, the largest amax of its chunks; while the history
-is empty each chunk takes its own amax, and the backward the largest.
+histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS` and :data:`~kernels.moe.fp8_experts.GRAD_TENSORS`,
+as ``Float8MoE``): of its owner's rows and SwiGLU outputs, of its local experts' weights and of
+its owner's three output gradients (down's dy, gate's dg, up's du), which the amax sync's MAX
+all-reduce (over the data-parallel group, which must span the expert-parallel one) turns
+into the amaxes over all ranks, the single-process layer's. What enters them is what
+``Float8MoE`` records, the amaxes the fused casts with the given scales find
+(``grouped_gemm_fp8_train(..., amax=True)`` in the forward; in the backward
+:func:`kernels.moe.grouped_gemm_fp8.training.gradients` with the gradient's history: no torch
+pass reads the rows, SwiGLU's output, a weight or a gradient for its amax). The merged backward
+(all chunks' rows at once) hands each GEMM's history, and when the forward ran in training mode
+its counts, to ``gradients``: each gradient's two casts (dgrad's, wgrad's) take one scale, the
+history's, found on the device, for all of this owner's rows, and the amax the first cast
+found enters the history once a step (nothing in eval mode); no host read, no collective of
+its own. That cast's amax covers all of the gradient's rows, capacity padding included; they
+are 0 there (dy's from the exchange's zero row, dg's and du's written 0 by SwiGLU's
+derivative), so the amax is the real rows' (tested with dh's padding rows poisoned). The
+owner's dy rows are ``w·dy`` as the single-process layer's unpermute backward computes them (the
+same product in the same precision, rounded once), so the max over the ranks of the owners'
+amaxes is its amax bit for bit; dg and du come from dh, whose dgrad
+GEMM sums in another order than the single-process layer's tiles, so theirs can differ in the
+last bits. So after the sync the histories are the single-process layer's (dg's and du's to
+the fp32 reassociation of dh; tested), and from equal histories forward and gradients are
+the single-process layer's up to the order of fp32 sums. In its first step (empty histories)
+each rank takes its own current amaxes. A forward records one history entry per tensor, the
+largest amax of its chunks; while the history is empty each chunk takes its own amax, and
+the backward the largest.
 """
 from __future__ import annotations
 
@@ -91,7 +98,7 @@ from ..comm import row_bytes
 from ..fp8.recipes.delayed import record_parts
 from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
-from .fp8_experts import FP8_TENSORS, Float8Experts
+from .fp8_experts import FP8_TENSORS, GRAD_TENSORS, Float8Experts
 from .grouped_gemm_fp8.quantize import ROW_LOCAL
 from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_operand
 from .layer_ladder.slot_sum import slot_sum
@@ -103,11 +110,14 @@ class _Float8Owner:
     """One forward's expert computation at this owner in FP8 (the two methods of
     :class:`kernels.moe.ep_layer.V3Experts`), and under delayed scaling the scales it took:
     the weights' once, the rows' and SwiGLU output's per chunk, and the amaxes the chunks'
-    fused casts found, which :meth:`record` enters in the histories once per forward."""
+    fused casts found, which :meth:`record` enters in the histories once per forward; and the
+    output gradients' histories (with the counts in a training-mode forward), which its merged
+    backward hands to the gradient launches, each recording once."""
 
     def __init__(self, layer: "Float8ExpertParallelMoE"):
         self.layer, self.padded = layer, layer.ep_capacity is not None
         self.weight_scales: dict | None = None
+        self.grad_state: dict = {}   # per weight: its GEMM's output gradient's (Float8Experts._grad_state)
         self.amaxes: dict[str, list] = {name: [] for name in FP8_TENSORS}   # per chunk
         self.scales: dict = {"x": None, "hidden": None}   # the backward's, for all chunks' rows
         self.fp8_dispatch = layer.fp8_dispatch
@@ -138,6 +148,8 @@ class _Float8Owner:
         layer = self.layer
         if self.weight_scales is None:   # one scale per weight and forward
             self.weight_scales = {n: layer._cast_scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
+            # the output gradients' histories, and their counts in training mode (the forward's mode)
+            self.grad_state = {n: layer._grad_state(n) for n in self.weight_scales}
         if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
             x8, sx = row_bytes.unpack(rows, self.parts)
             g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype)[0]
@@ -170,16 +182,18 @@ class _Float8Owner:
         returns them, from FP8 dX and dW launches; SwiGLU's derivative by the kernel
         ``Float8MoE``'s backward runs (:func:`.layer_ladder.swiglu_backward.swiglu_backward`,
         weight 1), its capacity padding rows bounded on the device: dh's there are unwritten,
-        their dg and du 0. With FP8 dispatch the rows are the received FP8 bytes: dequantized
-        to x's dtype for the wgrad operand of gate and up, which quantizes them again per
-        (expert, feature)."""
+        their dg and du 0 (and dy's 0 from the exchange), so each gradient's casts, over all its
+        rows, find the real rows' amax, which under delayed enters its history once for all
+        chunks. With FP8 dispatch the rows are the received FP8 bytes: dequantized to x's
+        dtype for the wgrad operand of gate and up, which quantizes them again per (expert,
+        feature)."""
         layer, w = self.layer, self.weight_scales
         if self.fp8_dispatch:
             rows = self.dequantized(rows)
 
         def grads(x, weight, dy, name, need_w, scale_x):
             return gradients(x, weight, offsets, dy, layer.recipe, layer.fp8_dtype, layer.grad_fp8_dtype,
-                             (True, need_w), scale_x, w[name])
+                             (True, need_w), scale_x, w[name], **self.grad_state[name])
 
         dh, ddown = grads(h, down, grad_y, "down", needs[2], self.scales["hidden"])
         dg, du, _, _ = swiglu_backward(dh, g, u, h, None, swiglu=True, dw_rows=False, weighted_h=False,
@@ -205,6 +219,8 @@ class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
     """An :class:`~kernels.moe.ep_layer.ExpertParallelMoE` whose owners run their experts in FP8
     under ``recipe`` (one of :data:`kernels.moe.grouped_gemm_fp8.quantize.RECIPES`); built
     by :meth:`from_ep` (or :func:`kernels.fp8.convert`)."""
+
+    fp8_tensors = FP8_TENSORS + GRAD_TENSORS
 
     @classmethod
     def from_ep(cls, layer: ExpertParallelMoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,

@@ -7,8 +7,7 @@ under one recipe, and are built the same way: a new module of the FP8 class that
 the high-precision layer's own Parameters, buffers and submodules (shared, not copied:
 an optimizer made before the swap still updates them) and, under ``"delayed"``, an amax
 history per tensor of the class's ``fp8_tensors`` as buffers (:mod:`kernels.fp8.recipes.delayed`:
-the forward's operands, :data:`FP8_TENSORS`, and for ``Float8MoE`` the output gradients,
-:data:`GRAD_TENSORS`),
+the forward's operands, :data:`FP8_TENSORS`, and the output gradients, :data:`GRAD_TENSORS`),
 which ``state_dict`` saves, :func:`kernels.fp8.warn_saturation` counts and
 :mod:`kernels.fp8.amax_sync` all-reduces with the Linears'.
 """
@@ -26,8 +25,9 @@ FP8_TENSORS = ("x", "hidden", "gate", "up", "down")
 order: the routed rows x (which gate and up share), SwiGLU's output hidden, the three expert weights."""
 GRAD_TENSORS = ("dy_gate", "dy_up", "dy_down")
 """The output gradients of the three grouped GEMMs (``dy_<weight>``: gate's dg and up's du from
-SwiGLU's derivative, down's dy), whose delayed histories :class:`kernels.moe.fp8_layer.Float8MoE`
-keeps after :data:`FP8_TENSORS` (the expert-parallel layer's output gradients take current scales)."""
+SwiGLU's derivative, down's dy), whose delayed histories both FP8 MoE layers keep after
+:data:`FP8_TENSORS` (the expert-parallel one's merged backward records its owner's rows'
+amaxes, :mod:`kernels.moe.ep_fp8_layer`)."""
 
 
 class Float8Experts:

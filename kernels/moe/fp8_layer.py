@@ -27,7 +27,8 @@ gradients' histories loads with them empty), counted by :func:`kernels.fp8.warn_
 and all-reduced across ranks with the Linears' (:mod:`kernels.fp8.amax_sync`). What it
 shares with the expert-parallel FP8 layer (construction, the GEMM call, the histories and their cast-time scales) is
 :mod:`.fp8_experts`; that layer records the same forward amaxes, its chunks' largest once a
-step, and keeps no history of the output gradients (current scaling there).
+step, and the output gradients' in its owner's merged backward, each once a step over all
+chunks' rows.
 
 What stays in high precision: the router (its logits in float32 unless ``convert`` was
 told to make it FP8 too), the routing weights and the weighted sum over a token's

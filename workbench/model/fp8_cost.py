@@ -23,7 +23,7 @@ amax=True)`` casts and finds the amax the history records in one pass (its tile 
 fp32 per 128 x 128 tile, and their reduction are charged; the amax launch that reads a tensor
 while its history is empty, in the first step, is not). The MoE experts are outside this Linear's
 model: under delayed, ``Float8MoE`` casts each output gradient twice (dgrad's and wgrad's
-layouts) with its history's scale, the expert-parallel layer twice with current scaling. The recipes in :mod:`kernels.fp8` today
+layouts) with its history's scale, and so does the expert-parallel layer. The recipes in :mod:`kernels.fp8` today
 quantize each backward operand again from the saved high-precision tensor instead of using
 the fused transposed copy, so they move more bytes than this model charges: it prices the
 fused design.

@@ -1,6 +1,6 @@
 """delayed: per-tensor scales from the amax of earlier steps (an amax history): of x, w and dy
 in a Linear, of the forward's operands and the three grouped GEMMs' output gradients in
-``Float8MoE``, of the forward's operands only in the expert-parallel FP8 MoE layer.
+``Float8MoE`` and in the expert-parallel FP8 MoE layer.
 
 The scale of this step is known before the tensor is read: ``max(history) / fp8_max``
 over the last :data:`HISTORY` steps' amaxes (Transformer Engine's ``DelayedScaling``,
@@ -46,16 +46,19 @@ Where each history is written:
   :func:`kernels.moe.grouped_gemm_fp8.training.gradients`); kept under ``torch.compile``
   too (tested under ``aot_eager``). The expert-parallel layer (:mod:`kernels.moe.ep_fp8_layer`), which casts its forward
   operands in chunks, records the largest of its chunks' amaxes once a step
-  (:func:`record_parts`); its output gradients keep current per-tensor scaling (each of
-  their two casts in the merged backward takes the amax of the owner's gradient rows, as
-  the module says): it keeps no history of them.
+  (:func:`record_parts`), and keeps the same three gradient histories: its owner's merged
+  backward (all chunks' rows at once) hands each GEMM's history, and when the forward ran in
+  training mode its counts, to ``gradients``, so each gradient takes one history scale for
+  all of the owner's rows and records the amax of those rows once a step (capacity padding
+  rows are 0 there, as the module says), which the amax sync's MAX over the ranks makes the
+  whole batch's.
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
 tensor, in the order of the layer's ``fp8_tensors`` (x, w, dy for a Linear:
-:data:`kernels.fp8.saturation.TENSORS`; a Float8MoE's five forward operands, then
+:data:`kernels.fp8.saturation.TENSORS`; an FP8 MoE layer's five forward operands, then
 ``dy_gate``, ``dy_up``, ``dy_down``). A checkpoint from before the output gradients'
-histories (a Linear's x's and w's only, two counts; a Float8MoE's five, five counts) loads
+histories (a Linear's x's and w's only, two counts; an FP8 MoE layer's five, five counts) loads
 with those histories empty and their counts 0 (:meth:`Delayed.upgrade_state`). Under
 ``torch.distributed`` the ranks share them: one MAX all-reduce of every layer's histories,
 the output gradients' included, per training step (:mod:`kernels.fp8.amax_sync`, installed
@@ -201,8 +204,8 @@ class Delayed(PerTensorRecipe):
 
     def upgrade_state(self, layer, state_dict, prefix):
         """A checkpoint from before the output gradients' histories (the histories of the first
-        of ``layer``'s ``fp8_tensors`` only, one count each: a Linear's x and w, a Float8MoE's
-        five forward operands) loads with the missing ones empty (their first step takes the
+        of ``layer``'s ``fp8_tensors`` only, one count each: a Linear's x and w, an FP8 MoE
+        layer's five forward operands) loads with the missing ones empty (their first step takes the
         current amax) and their counts 0."""
         counts = state_dict.get(prefix + "fp8_saturated")
         names = getattr(layer, "fp8_tensors", TENSORS)

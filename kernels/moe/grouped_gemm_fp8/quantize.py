@@ -24,7 +24,7 @@ is tensorwise with the scales of x and w given (``scale``: from an amax history,
 keeps); the output gradient's, whose amax is known only in the backward, is the history's
 of dy that the training op's backward reads when the layer hands it one (one scale for both
 casts of dy, dgrad's and wgrad's, the first of which returns dy's amax for the history), else
-dy's own (current scaling: the expert-parallel layer's).
+dy's own (current scaling: the training op without a history).
 
 Every function takes the FP8 format to write: e4m3 for x and w, and for the output
 gradient dy e4m3 too or, in the hybrid format, the e5m2 of the same family
