@@ -342,3 +342,26 @@ def test_a_3d_matmul_leaves_the_shared_2d_plan_as_it_was():
     assert y2.shape == (6, 5)
     torch.testing.assert_close(y3.reshape(6, 5), y2, rtol=0, atol=0)
     torch.testing.assert_close(y2, (a.reshape(6, 8).double() @ b.double()).float())
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["eager", "custom op"])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_matmul_gradients_take_their_operands_layouts_as_torchs_mm_does(layout, watched):
+    """A column-by-column operand (``w.t()`` of a row-major w) gets its gradient column by
+    column, as torch's ``mm`` backward gives it, so a Parameter behind it receives one in its own
+    layout; the values are the float64 ones."""
+    m, k, n = 6, 8, 5
+    a_leaf = torch.randn(m, k, requires_grad=True) if layout[0] == "N" else torch.randn(k, m, requires_grad=True)
+    b_leaf = torch.randn(k, n, requires_grad=True) if layout[1] == "N" else torch.randn(n, k, requires_grad=True)
+    grad_c = torch.randn(m, n)
+    strides = {}
+    for name, leaf in (("a", a_leaf), ("b", b_leaf)):
+        leaf.register_hook(lambda g, name=name: strides.setdefault(name, []).append(g.stride()))
+    a = a_leaf if layout[0] == "N" else a_leaf.t()
+    b = b_leaf if layout[1] == "N" else b_leaf.t()
+    with _Seen() if watched else contextlib.nullcontext():
+        kernels.matmul(a, b).backward(grad_c)
+    assert strides == {"a": [a_leaf.stride()], "b": [b_leaf.stride()]}
+    want_a, want_b = grad_c.double() @ b.detach().double().t(), a.detach().double().t() @ grad_c.double()
+    torch.testing.assert_close(a_leaf.grad, (want_a if layout[0] == "N" else want_a.t()).float())
+    torch.testing.assert_close(b_leaf.grad, (want_b if layout[1] == "N" else want_b.t()).float())

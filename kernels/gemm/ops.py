@@ -79,15 +79,27 @@ def _save_operands(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
+def _column_major(t: torch.Tensor) -> bool:
+    """A 2-D tensor laid out column by column (a row-major tensor's ``.t()``, ``x @ w.t()``'s w)."""
+    return t.stride(0) == 1 and t.stride(1) == t.shape[0]   # torch's mm backward's test
+
+
 def _grads(a: torch.Tensor, b: torch.Tensor, grad_c: torch.Tensor, needs, flat: tuple | None = None) -> tuple:
     """``grad_a = grad_c @ b.T``, ``grad_b = a.T @ grad_c``, each only if needed; through
     :func:`matmul`, so an eager backward reuses launch plans and a traced one the custom op.
-    ``a`` is 2-D, or of another rank with ``flat`` its 2-D shape (a plan's ``flat``)."""
+    ``a`` is 2-D, or of another rank with ``flat`` its 2-D shape (a plan's ``flat``). An operand
+    laid out column by column gets its gradient so too, computed transposed (``(b @ grad_cᵀ)ᵀ``,
+    ``(grad_cᵀ @ a)ᵀ``), as torch's ``mm`` backward does: ``matmul(x, w.t())``'s w receives a
+    gradient in its own row-major layout, which autograd's gradient accumulation takes as it is
+    instead of copying it into the parameter's layout."""
     if flat is not None:
         grad_a, grad_b = _grads(a.reshape(flat), b, grad_c.reshape(flat[0], b.shape[1]), needs)
         return (None if grad_a is None else grad_a.reshape(a.shape)), grad_b
-    grad_a = matmul(grad_c, b.t()) if needs[0] else None
-    grad_b = matmul(a.t(), grad_c) if needs[1] else None
+    grad_a = grad_b = None
+    if needs[0]:
+        grad_a = matmul(b, grad_c.t()).t() if _column_major(a) else matmul(grad_c, b.t())
+    if needs[1]:
+        grad_b = matmul(grad_c.t(), a).t() if _column_major(b) else matmul(a.t(), grad_c)
     return grad_a, grad_b
 
 
