@@ -20,7 +20,8 @@ from kernels.attention import v4_amd_tuned, v5_backward
 from kernels.gemm import v6_persistent
 from kernels.gemm.linear import linear
 from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
-from kernels.moe.layer_ladder import swiglu_backward, swiglu_forward, v3_fused
+from kernels.moe.fp8_layer import Float8MoE
+from kernels.moe.layer_ladder import combine_backward, slot_sum, swiglu_backward, swiglu_forward, v3_fused
 from kernels.moe.swiglu_op import swiglu
 from launch_classes import differences, recorded_launches
 
@@ -84,6 +85,14 @@ def swiglu_float8moe():
     """Float8MoE's SwiGLU (``kernels::swiglu``) on the gate and up GEMMs' contiguous rows."""
     g, u = (torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(2))
     swiglu(g, u)
+
+
+def float8moe():
+    """gpu-moe-small's MoE layer in FP8 (rowwise), narrower and on 16 tokens: its combine
+    (the weighted gathering k-sum), the combine's backward and permute's backward."""
+    layer = Float8MoE.from_moe(kernels.MoE(64, 32, 32, 4, dtype=torch.bfloat16), "rowwise", FP8)
+    y = layer(torch.randn(1, 16, 64, dtype=torch.bfloat16, requires_grad=True))
+    y.backward(torch.randn_like(y))
 
 
 def swiglu_forward_fp8_owner():
@@ -152,6 +161,10 @@ CASES = {
     "swiglu forward": (swiglu_float8moe, lambda: [swiglu_forward.aot(torch.bfloat16)], ("BLOCK_R", "BLOCK_H")),
     "swiglu forward fp8 owner": (swiglu_forward_fp8_owner, lambda: [swiglu_forward.aot(torch.bfloat16, bounded=True)],
                                  ("BLOCK_R", "BLOCK_H")),
+    # forward's combine (weighted), then permute's backward (weight 1)
+    "float8moe k-sums": (float8moe, lambda: [slot_sum.aot(torch.bfloat16),
+                                             slot_sum.aot(torch.bfloat16, weighted=False)], ("BLOCK_T", "BLOCK_D")),
+    "float8moe combine backward": (float8moe, lambda: [combine_backward.aot(torch.bfloat16)], ("BLOCK_R", "BLOCK_H")),
     **{f"gemm v6 {layout}": (gemm(layout), v6_aot(layout), GEMM_CHOSEN) for layout in ("NN", "NT", "TN")},
     "gemm v6 bias": (gemm("NT", bias=True), v6_aot("NT", bias=True), GEMM_CHOSEN),
     "gemm v6 split tail": (gemm("NT", tail=True), v6_aot("NT", split_tail=True), GEMM_CHOSEN),

@@ -79,7 +79,7 @@ found enters the history once a step (nothing in eval mode); no host read, no co
 its own. That cast's amax covers all of the gradient's rows, capacity padding included; they
 are 0 there (dy's from the exchange's zero row, dg's and du's written 0 by SwiGLU's
 derivative), so the amax is the real rows' (tested with dh's padding rows poisoned). The
-owner's dy rows are ``w·dy`` as the single-process layer's unpermute backward computes them (the
+owner's dy rows are ``w·dy`` as the single-process layer's combine backward computes them (the
 same product in the same precision, rounded once), so the max over the ranks of the owners'
 amaxes is its amax bit for bit; dg and du come from dh, whose dgrad
 GEMM sums in another order than the single-process layer's tiles, so theirs can differ in the

@@ -3,7 +3,7 @@
 What :func:`kernels.fp8.convert` makes of a ``kernels.MoE``: the same parameters (shared,
 not copied: an optimizer made before the swap still updates them), the same routing,
 and the experts as v2 of the ``moe`` ladder runs them (:mod:`.layer_ladder.v2_grouped`:
-permute by expert, gate and up, SwiGLU, down, unpermute) with each of the three grouped
+permute by expert, gate and up, SwiGLU, down, the weighted combine) with each of the three grouped
 GEMMs on :func:`kernels.moe.grouped_gemm_fp8.grouped_gemm_fp8_train`: forward, dX and dW
 as FP8 grouped GEMMs with fp32 accumulation, operands quantized by ``recipe`` along each
 GEMM's reduction dimension (:mod:`.grouped_gemm_fp8.quantize`), the output gradients in
@@ -32,12 +32,15 @@ chunks' rows.
 
 What stays in high precision: the router (its logits in float32 unless ``convert`` was
 told to make it FP8 too), the routing weights and the weighted sum over a token's
-experts (float32, in :func:`kernels.moe.unpermute`), SwiGLU, and the shared experts
+experts (float32 in registers, rounded once: :mod:`.combine_op`), SwiGLU, and the shared experts
 (parameters that no Linear holds, run as the ``MoE`` layer runs them). SwiGLU and its
 derivative are one Triton pass each (:mod:`.swiglu_op`), not torch's elementwise chains over
 (T·k, hidden): h computed in fp32 from g and u and rounded once, which can differ from
 torch's ``F.silu(g) * u`` (two roundings) in the last bit; down quantizes, and delayed
-records the amax of, these bits. The backward reads the saved g, u and h.
+records the amax of, these bits. The backward reads the saved g, u and h. The permutation
+and the combine are :mod:`.combine_op`'s custom ops, not v2's torch ``permute``/``unpermute``:
+the k-sums (the combine's forward, permute's backward) and the combine's backward are Triton
+passes, so nothing of (T·k, dim) is written in float32.
 """
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ import torch
 from ..fp8.recipes.delayed import record_amax
 from .fp8_experts import FP8_TENSORS, GRAD_TENSORS, Float8Experts
 from .layer import MoE
-from .permutation import permute, unpermute
+from .combine_op import combine, permute_rows
+from .permutation import _inverse, sort_slots
 from .swiglu_op import swiglu
 
 
@@ -71,7 +75,9 @@ class Float8MoE(Float8Experts, MoE):
         return cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
 
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
-        x_sorted, offsets, permutation = permute(rows, ids, gate.shape[0], check_ids=False)
+        offsets, permutation = sort_slots(ids, gate.shape[0])
+        inverse = _inverse(permutation)
+        x_sorted = permute_rows(rows, permutation, inverse, ids.shape[1])
         record = functools.partial(record_amax, self)   # each GEMM's amaxes enter the histories at once
         scale_x = self._cast_scale("x", x_sorted)    # once: gate and up share x (one history entry a step)
         g = self._mm(x_sorted, scale_x, gate, self._cast_scale("gate", gate), offsets, record, "gate", "x")
@@ -79,4 +85,4 @@ class Float8MoE(Float8Experts, MoE):
         hidden = swiglu(g, u)
         out = self._mm(hidden, self._cast_scale("hidden", hidden), down, self._cast_scale("down", down), offsets,
                        record, "down", "hidden")
-        return unpermute(out, permutation, weights, check_permutation=False)
+        return combine(out, weights, permutation, inverse)

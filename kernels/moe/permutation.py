@@ -136,10 +136,16 @@ def permute(x: torch.Tensor, ids: torch.Tensor, num_experts: int, *, check_ids: 
                          f"{tuple(ids.shape)}")
     if check_ids:
         _check_ids(ids, num_experts)
+    offsets, permutation = sort_slots(ids, num_experts)
+    return _Permute.apply(x, permutation, ids.shape[1]), offsets, permutation
+
+
+def sort_slots(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`permute`'s (offsets, permutation) of expert ids ``(T, k)`` in [0, num_experts),
+    unchecked: also ``Float8MoE``'s (:mod:`kernels.moe.combine_op` moves its rows)."""
     sorted_ids, permutation = torch.sort(ids.reshape(-1), stable=True)
     experts = torch.arange(num_experts, device=ids.device, dtype=sorted_ids.dtype)
-    offsets = torch.searchsorted(sorted_ids, experts, right=True).to(torch.int32)
-    return _Permute.apply(x, permutation, ids.shape[1]), offsets, permutation
+    return torch.searchsorted(sorted_ids, experts, right=True).to(torch.int32), permutation
 
 
 def unpermute(y_sorted: torch.Tensor, permutation: torch.Tensor, weights: torch.Tensor, *,
