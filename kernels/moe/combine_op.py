@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from .. import eager, validate
+from .permutation import _check_permutation
 from .layer_ladder.combine_backward import combine_backward
 from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.spec import DTYPES
@@ -114,41 +115,50 @@ def _combine_backward_autograd(ctx, dy):
 _combine.register_autograd(_combine_backward_autograd, setup_context=_combine_setup)
 
 
-def _check(name: str, x: torch.Tensor, permutation: torch.Tensor, slots: int) -> None:
-    """x (R, D) of a dtype of :data:`.layer_ladder.spec.DTYPES` with unit column stride, the
-    int64 ``permutation`` of ``slots`` entries on x's device."""
+def _check(name: str, x: torch.Tensor, permutation: torch.Tensor, inverse: torch.Tensor, slots: int,
+           check_permutation: bool) -> None:
+    """x (R, D) of a dtype of :data:`.layer_ladder.spec.DTYPES` with unit column stride; the int64
+    ``permutation`` and ``inverse`` of ``slots`` entries each on x's device (the kernels take
+    their values as row and slot numbers). ``check_permutation`` reads on the host (one sync)
+    whether ``permutation`` holds each of 0..slots-1 once, as ``unpermute``'s check does: a
+    repeated index would leave a slot's weight gradient unwritten."""
     validate.tensor(name, x, ndim=2, dtypes=DTYPES, allow_empty=True)
-    validate.tensor("permutation", permutation, ndim=1, dtypes=(torch.int64,), allow_empty=True)
-    validate.same_device(**{name: x, "permutation": permutation})
+    for index_name, index in (("permutation", permutation), ("inverse", inverse)):
+        validate.tensor(index_name, index, ndim=1, dtypes=(torch.int64,), allow_empty=True)
+        validate.same_device(**{name: x, index_name: index})
+        if index.shape[0] != slots:
+            raise ValueError(f"{index_name} has {index.shape[0]} entries, but there are T·k = {slots} slots")
     if x.shape[1] > 1 and x.stride(1) != 1:
         raise ValueError(f"{name} must have unit column stride, got strides {x.stride()}")
-    if permutation.shape[0] != slots:
-        raise ValueError(f"permutation has {permutation.shape[0]} entries, but there are T·k = {slots} slots")
+    if check_permutation:
+        _check_permutation(permutation)
 
 
-def permute_rows(x: torch.Tensor, permutation: torch.Tensor, inverse: torch.Tensor, top_k: int) -> torch.Tensor:
+def permute_rows(x: torch.Tensor, permutation: torch.Tensor, inverse: torch.Tensor, top_k: int, *,
+                 check_permutation: bool = True) -> torch.Tensor:
     """x (T, D) -> its rows for the sorted slots (T·k, D): row i is token ``permutation[i] // k``;
     differentiable in x, whose gradient is each token's k rows summed in fp32, rounded once.
     ``permutation`` is :func:`kernels.moe.permutation.sort_slots`'s, ``inverse`` its inverse
-    (int64: ``inverse[permutation[i]] = i``)."""
+    (int64: ``inverse[permutation[i]] = i``); ``check_permutation`` as :func:`_check` says
+    (``Float8MoE``, which made them with ``sort_slots``, passes False: no host sync)."""
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be a positive int, got {top_k!r}")
-    _check("x", x, permutation, x.shape[0] * top_k)
+    _check("x", x, permutation, inverse, x.shape[0] * top_k, check_permutation)
     op = _permute_impl if eager.direct(x, permutation, inverse) else _permute
     return op(x, permutation, inverse, top_k)
 
 
 def combine(y_sorted: torch.Tensor, weights: torch.Tensor, permutation: torch.Tensor,
-            inverse: torch.Tensor) -> torch.Tensor:
+            inverse: torch.Tensor, *, check_permutation: bool = True) -> torch.Tensor:
     """The experts' rows (T·k, D) in sorted order -> (T, D) in y's dtype: per token
     ``Σ_j weights[t, j] · y[inverse[t·k + j]]`` in fp32, slot order, rounded once;
     differentiable in y_sorted and weights (float32 (T, k), contiguous). ``permutation`` and
-    ``inverse`` as :func:`permute_rows` takes them."""
+    ``inverse`` as :func:`permute_rows` takes them, ``check_permutation`` too."""
     validate.tensor("weights", weights, ndim=2, dtypes=(torch.float32,), allow_empty=True)
     if weights.shape[1] < 1 or not weights.is_contiguous():
         raise ValueError(f"weights must be contiguous (T, k) with k >= 1, got shape {tuple(weights.shape)} "
                          f"and strides {weights.stride()}")
-    _check("y_sorted", y_sorted, permutation, weights.numel())
+    _check("y_sorted", y_sorted, permutation, inverse, weights.numel(), check_permutation)
     validate.same_device(y_sorted=y_sorted, weights=weights)
     if y_sorted.shape[0] != weights.numel():
         raise ValueError(f"y_sorted has {y_sorted.shape[0]} rows but weights {tuple(weights.shape)} has "

@@ -9,8 +9,10 @@ the row's column blocks (float32 (T·k,): the routing weights' dtype). Torch's w
 w).to(dtype)`` and ``(y.float() · dy.float()).sum(-1)``) writes and reads float32 copies of
 (T·k, D); here y is read once, dy once per slot (a gather by token), dy_sorted written
 once, and nothing of (T·k, D) in float32. Each row's dot product is one program's, its column
-blocks in order: the same bits on every run, no atomics; dy_sorted's rows are a
-permutation's, so no two writes meet.
+blocks in order: the same bits on every run, no atomics (a structural fact, which a CPU run
+cannot show). Each program writes its own rows of dy_sorted; dw is written at the slots
+``permutation`` names, so no two writes meet only where it is a permutation
+(:func:`kernels.moe.combine_op.combine` checks that unless told not to).
 
 Tile, launch and AOT description are :mod:`.swiglu_rows`'s (BLOCK_R rows a program, BLOCK_H
 columns at a time, 16 bytes a thread for bf16). ``tests/test_moe_combine_isa.py`` compiles the
@@ -51,8 +53,8 @@ def combine_backward(dy: torch.Tensor, y_sorted: torch.Tensor, weights: torch.Te
                      permutation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(dy_sorted (T·k, D) in y's dtype, dw (T, k) float32) of the combine's gradient dy (T, D):
     dy and y_sorted with unit column stride, weights contiguous float32, permutation the int64
-    (T·k,) sort of the slots (:func:`kernels.moe.permutation.permute`'s); checked by
-    :func:`kernels.moe.combine_op.check`."""
+    (T·k,) sort of the slots (:func:`kernels.moe.permutation.sort_slots`'s); checked by
+    :func:`kernels.moe.combine_op.combine`, which calls this through its autograd formula."""
     rows, d = y_sorted.shape
     dy_sorted = new_output((rows, d), y_sorted.dtype, y_sorted.device)
     dw = new_output(tuple(weights.shape), torch.float32, weights.device)
