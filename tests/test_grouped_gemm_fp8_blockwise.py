@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
+from fp8_quantizations import AtenCalls
 from host_sync import no_host_sync
 from kernels.gemm_fp8.operands import scales_per_element
 from kernels.moe.grouped_gemm import spec as grouped_spec
@@ -157,18 +157,6 @@ def test_one_backward_is_two_grouped_launches_and_the_ops_check_out(monkeypatch)
                           test_utils=("test_autograd_registration", "test_faketensor"))
 
 
-class _OpNames(TorchDispatchMode):
-    """The name of every aten or custom op dispatched within the block."""
-
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(str(func.overloadpacket))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("k,tokens,pads", [(256, 32, 0), (131, 32, 2), (256, 37, 1)],
                          ids=["aligned", "ragged-k", "ragged-tokens"])
 def test_operands_are_padded_only_where_a_size_is_ragged(k, tokens, pads):
@@ -180,10 +168,10 @@ def test_operands_are_padded_only_where_a_size_is_ragged(k, tokens, pads):
     w = torch.randn(2, k, 64, generator=gen).to(torch.bfloat16)
     x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16)
     offsets = torch.tensor([tokens // 2, tokens], dtype=torch.int32)
-    with _OpNames() as seen:
+    with AtenCalls() as seen:
         got = (quantize.forward_weight(w, "blockwise", E4M3FNUZ), quantize.dgrad_weight(w, "blockwise", E4M3FNUZ),
                quantize.wgrad_operand(x, offsets, "blockwise", E4M3FNUZ))
-    assert seen.names.count("aten.constant_pad_nd") == pads
+    assert [name for name, _ in seen.calls].count("constant_pad_nd") == pads
     kp, rp = -(-k // 128) * 128, -(-tokens // 16) * 16
     padded_w = torch.nn.functional.pad(w, (0, 0, 0, kp - k)).reshape(2 * kp, 64)
     qw, sw = kernels.gemm_fp8.quantize(padded_w.t(), "block128x128", E4M3FNUZ)

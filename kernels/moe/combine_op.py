@@ -32,11 +32,7 @@ from .permutation import _check_permutation
 from .layer_ladder.combine_backward import combine_backward
 from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.spec import DTYPES
-
-
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """t with unit column stride (the kernels read rows): e.g. the expanded gradient of a sum."""
-    return t.contiguous() if t.shape[1] > 1 and t.stride(1) != 1 else t
+from .layer_ladder.swiglu_rows import check_unit_columns, unit_columns
 
 
 def _permute_impl(x: torch.Tensor, permutation: torch.Tensor, inverse: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -71,7 +67,7 @@ def _permute_setup(ctx, inputs, output):
 
 def _permute_backward(ctx, grad_sorted):
     (inverse,) = ctx.saved_tensors
-    grad_sorted = _rows(grad_sorted)
+    grad_sorted = unit_columns(grad_sorted)
     op = _slot_sum_impl if eager.direct(grad_sorted, inverse) else _slot_sum
     return op(grad_sorted, inverse, ctx.top_k), None, None, None
 
@@ -106,7 +102,7 @@ def _combine_setup(ctx, inputs, output):
 
 def _combine_backward_autograd(ctx, dy):
     y_sorted, weights, permutation = ctx.saved_tensors
-    dy = _rows(dy)
+    dy = unit_columns(dy)
     op = combine_backward if eager.direct(dy, y_sorted, weights, permutation) else _combine_backward
     dy_sorted, dw = op(dy, y_sorted, weights, permutation)
     return dy_sorted, dw, None, None
@@ -128,8 +124,7 @@ def _check(name: str, x: torch.Tensor, permutation: torch.Tensor, inverse: torch
         validate.same_device(**{name: x, index_name: index})
         if index.shape[0] != slots:
             raise ValueError(f"{index_name} has {index.shape[0]} entries, but there are T·k = {slots} slots")
-    if x.shape[1] > 1 and x.stride(1) != 1:
-        raise ValueError(f"{name} must have unit column stride, got strides {x.stride()}")
+    check_unit_columns(name, x)
     if check_permutation:
         _check_permutation(permutation)
 

@@ -25,6 +25,7 @@ import torch
 from .. import eager
 from .layer_ladder import swiglu_forward
 from .layer_ladder.swiglu_backward import swiglu_backward
+from .layer_ladder.swiglu_rows import unit_columns
 
 
 def _forward_impl(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -60,8 +61,7 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, dh):
     g, u, h = ctx.saved_tensors
-    if dh.shape[1] > 1 and dh.stride(1) != 1:   # the kernel reads rows: e.g. the expanded gradient of a sum
-        dh = dh.contiguous()
+    dh = unit_columns(dh)
     op = _backward_impl if eager.direct(dh, g, u, h) else _swiglu_backward
     return op(dh, g, u, h)
 

@@ -64,8 +64,19 @@ def check_rows(**named: torch.Tensor) -> None:
     for name, t in named.items():
         if t.shape != shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)}; it must be {first}'s {tuple(shape)}")
-        if t.shape[1] > 1 and t.stride(1) != 1:
-            raise ValueError(f"{name} must have unit column stride, got strides {t.stride()}")
+        check_unit_columns(name, t)
+
+
+def check_unit_columns(name: str, t: torch.Tensor) -> None:
+    """A 2-D ``t`` whose rows' columns are adjacent (the row kernels' layout), else a clear error."""
+    if t.shape[1] > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must have unit column stride, got strides {t.stride()}")
+
+
+def unit_columns(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or its contiguous copy where a row's columns are not adjacent: a gradient autograd
+    hands a backward may be expanded (``.sum()``'s, stride 0), and the row kernels read rows."""
+    return t.contiguous() if t.shape[1] > 1 and t.stride(1) != 1 else t
 
 
 def check_rows_end(rows_end, device: torch.device) -> None:
