@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from kernels import autocast
 from kernels.moe.reference import MoEReference
 
 REGIONS = [torch.bfloat16, torch.float16]
@@ -85,5 +86,5 @@ def test_the_cast_leaves_float64_and_integers_as_they_are():
     """As torch's own autocast casts: only float32, float16 and bfloat16 tensors move."""
     x, x64, ids = torch.randn(2), torch.randn(2, dtype=torch.float64), torch.arange(2)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        cast = kernels.autocast.operands(x, x64, ids)
+        cast = autocast.operands(x, x64, ids)
     assert [t.dtype for t in cast] == [torch.bfloat16, torch.float64, torch.int64]

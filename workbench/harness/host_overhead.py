@@ -67,6 +67,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from kernels import eager
 
 from . import environment
 from .table import format_table
@@ -382,7 +383,7 @@ class _AllocateFunction(torch.autograd.Function):
         return None, None
 
 
-_applied = kernels.eager.applier(_AllocateFunction, tensors=2)   # as the public ops call theirs
+_applied = eager.applier(_AllocateFunction, tensors=2)   # as the public ops call theirs
 
 
 class _AllocateFunctionSetupContext(torch.autograd.Function):
