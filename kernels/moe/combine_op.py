@@ -21,7 +21,9 @@ gradient's ``.sum(-1)`` over a row does not), so results can differ from its in 
 gather of x's rows and, in the backward, autograd's bf16 add of gate's and up's dX (both GEMMs
 read x_sorted) before ``kernels::moe_slot_sum``. Custom ops with fakes, joined by ``register_autograd``, so ``torch.compile``
 traces the layer and its backward without a graph break; an eager call that nothing watches
-runs the implementations directly (:func:`kernels.eager.direct`).
+runs the implementations directly (:func:`kernels.eager.direct`). The expert-parallel layers
+(:mod:`kernels.moe.ep_layer`, eager only) call the same kernels on rows already in slot order:
+the weighted k-sum ungathered, the combine's backward with the identity permutation.
 """
 from __future__ import annotations
 

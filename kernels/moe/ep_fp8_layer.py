@@ -61,6 +61,10 @@ of fp32 sums, as for the high-precision EP layer (tests/test_ep_fp8.py), but wit
 dispatch for gate's and up's weight gradients (above). Blockwise's are
 too but for its wgrad scales, per 128 rows counted from the first row of all experts
 (:mod:`kernels.moe.grouped_gemm_fp8.quantize`): an owner's blocks hold other rows. The
+sender's k-sums and the combine's backward are ``Float8MoE``'s kernels in its order
+(:mod:`.ep_layer`), so on a one-rank group, where the owner's rows are ``Float8MoE``'s,
+rowwise gives its output and every gradient bit for bit, but for FP8 dispatch's gate and up
+weight gradients (tests/test_ep_moe_k_sum.py). The
 per-tensor recipes see a rank's part. Tensorwise takes the amaxes of a chunk's rows, of
 the local experts' weights and of the owner's output gradients. Delayed keeps this rank's
 histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS` and :data:`~kernels.moe.fp8_experts.GRAD_TENSORS`,
@@ -79,8 +83,9 @@ found enters the history once a step (nothing in eval mode); no host read, no co
 its own. That cast's amax covers all of the gradient's rows, capacity padding included; they
 are 0 there (dy's from the exchange's zero row, dg's and du's written 0 by SwiGLU's
 derivative), so the amax is the real rows' (tested with dh's padding rows poisoned). The
-owner's dy rows are ``w·dy`` as the single-process layer's combine backward computes them (the
-same product in the same precision, rounded once), so the max over the ranks of the owners'
+owner's dy rows are ``w·dy`` from the single-process layer's combine backward kernel
+(:func:`.layer_ladder.combine_backward.combine_backward`: the same product in the same
+precision, rounded once), so the max over the ranks of the owners'
 amaxes is its amax bit for bit; dg and du come from dh, whose dgrad
 GEMM sums in another order than the single-process layer's tiles, so theirs can differ in the
 last bits. So after the sync the histories are the single-process layer's (dg's and du's to

@@ -5,7 +5,9 @@ only; the router and the shared experts are replicated. Each rank feeds its own 
 it routes them (the same float32 router), sends every token-slot to the rank of its
 expert (:mod:`.ep_exchange`, one all-to-all), runs v3's two fused kernels on the rows it
 received for its experts, sends the rows back (a second all-to-all) and sums each
-token's k rows, weighted, exactly as v3 does after its down kernel. What an owner runs on
+token's k rows, weighted, with the Triton k-sum v3 and ``Float8MoE`` end with
+(:func:`.layer_ladder.slot_sum.slot_sum`, weighted, on rows already in slot order: no
+float32 copy of the (T·k, dim) slot rows; its backward likewise, below). What an owner runs on
 its rows is one object per forward (:class:`V3Experts` here); ``kernels.fp8.convert``
 makes the layer a :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`, whose owners
 run FP8 grouped GEMMs inside the same exchange, plans and backward, and whose senders may
@@ -16,14 +18,20 @@ Equal to the single-process layer up to the order of fp32 sums, and why not bitw
       e, in the same order (:mod:`.ep_exchange`), and every kernel (v3's forward, the
       grouped GEMMs and dW of the backward) tiles an expert's rows from that expert's
       first row, so each tile holds the same rows as in the single-process layer. v3
-      multiplies the routing weight into each row in its down kernel; here the down
-      kernel runs with weight 1 (``acc·1`` is exact) and the weight is applied after the
-      all-to-all back (``w·y`` in fp32: the same single rounding). In fp16/bf16 that is
-      two roundings instead of one. The backward likewise weights on the sender: the
-      owner gets ``w·dy`` rounded to the dtype, where v3 weights h for ddown and dh
-      after the dX GEMM, and returns each slot's input gradient rounded to the dtype,
-      whose k rows the sender sums in fp32, where v3 sums all 2·k dX products before
-      one rounding: in fp32 a rounding more or less each, within the bound below.
+      multiplies the routing weight into each row in its down kernel, rounds it to the
+      dtype and sums a token's k rows in fp32 in slot order; here the down kernel runs
+      with weight 1 (``acc·1`` is exact), and after the all-to-all back the k-sum
+      multiplies each row by its weight in fp32 and adds them in the same order: in fp32
+      the same operations, so the same bits for the same rows (tested), and in fp16/bf16
+      the row is rounded before its weight instead of after. The FP8 layer's combine is
+      ``Float8MoE``'s k-sum, slot by slot in the same order. The backward likewise
+      weights on the sender: the owner gets ``w·dy`` rounded to the dtype (written with the
+      weights' gradient by ``Float8MoE``'s combine backward,
+      :func:`.layer_ladder.combine_backward.combine_backward`, in slot order), where v3
+      weights h for ddown and dh after the dX GEMM, and returns each slot's input
+      gradient rounded to the dtype, whose k rows the sender sums in fp32 with the
+      k-sum, where v3 sums all 2·k dX products before one rounding: in fp32 a rounding
+      more or less each, within the bound below.
     - What is not the same sequence of operations: the token-wise dense work (the router
       GEMM, the shared experts) runs on this rank's T rows instead of all ranks' rows,
       and a chunk's tiles hold other rows than the unchunked tiles. On a GPU a row's
@@ -60,8 +68,11 @@ in the rows' dtype and T·k float32 routing weights on the sender, and R·(dim +
 3·hidden) elements in the rows' dtype at an owner that received R rows (padding
 included); the backward merges the owner's part into a permuted copy. The routing
 weights' gradient is a dot of the output gradient with the saved outputs, on the
-sender. Local expert weight gradients are the single-process layer's for those
-experts, to rounding as above. The router's and shared experts' gradients cover this
+sender, in fp32 in the pass that writes the weighted output gradient. The sender's
+k-sums, forward and backward, are Triton passes in slot order (no atomics, the same
+bits every run): no torch op computes over the (T·k, dim) slot rows or writes them in
+float32 (tests/test_ep_moe_k_sum.py). Local expert weight gradients are the
+single-process layer's for those experts, to rounding as above. The router's and shared experts' gradients cover this
 rank's tokens only: they are replicated parameters, and like any data-parallel
 gradient they must be summed over the ranks
 (:meth:`ExpertParallelMoE.replicated_parameters`); that sum adds per-rank partial sums,
@@ -97,8 +108,10 @@ from . import ep_exchange
 from .layer_base import MoELayer
 from .layer_ladder import v3_fused
 from .layer_ladder.checks import moe_operands
+from .layer_ladder.combine_backward import combine_backward
 from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.spec import DTYPES
+from .layer_ladder.swiglu_rows import unit_columns
 from .layer_ladder.v3_backward import sorted_backward
 from .reference import swiglu
 from .routing import aux_loss, expert_counts, route
@@ -172,16 +185,6 @@ def _merged(plans) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.sort(key, stable=True).indices, offsets
 
 
-def _weighted_sum(y_by_slot: torch.Tensor, weights: torch.Tensor, dtype) -> torch.Tensor:
-    """v3's ending: each slot's row times its weight, rounded to ``dtype``, summed over k in fp32."""
-    (t, k), dim = weights.shape, y_by_slot.shape[1]
-    acc = torch.promote_types(dtype, torch.float32)
-    per_slot = (y_by_slot.view(t, k, dim).to(acc) * weights.to(acc).unsqueeze(-1)).to(dtype)
-    if k == 1:
-        return per_slot.view(t, dim)
-    return per_slot.to(acc).sum(dim=1).to(dtype)
-
-
 def _bounds(t: int, chunks: int) -> list[tuple[int, int]]:
     """``torch.tensor_split``'s chunks of t rows as (start, end); some may be empty."""
     edges = [c * (t // chunks) + min(c, t % chunks) for c in range(chunks + 1)]
@@ -225,7 +228,7 @@ def _pipelined_forward(x, weights, ids, gate, up, down, run: _Run, save: bool):
         work.wait()
         y_by_slot.append(ep_exchange.finish(out, plan, back=True))
     y_by_slot = torch.cat(y_by_slot)
-    return _weighted_sum(y_by_slot, weights, x.dtype), plans, kept, y_by_slot
+    return slot_sum(y_by_slot, k, w=weights), plans, kept, y_by_slot
 
 
 def _exchange_all(tensors, plans, group, back=False):
@@ -240,11 +243,13 @@ def _exchange_all(tensors, plans, group, back=False):
 
 class _Experts(torch.autograd.Function):
     """Forward: :func:`_pipelined_forward`, keeping each chunk's rows, g, u and h at the owner
-    when a gradient is needed. Backward: the forward's plans, one exchange of the output
-    gradient out and one of the input gradient back, and at the owners the dX and dW
-    launches of the run's expert computation on the kept rows and activations
-    (:func:`_experts_backward`, or the FP8 layer's), all chunks' rows merged in the
-    single-process layer's order."""
+    when a gradient is needed. Backward: on the sender the weighted sum's gradient
+    (:func:`.layer_ladder.combine_backward.combine_backward`, slots in slot order) and the
+    k-sum of the input gradients (:func:`.layer_ladder.slot_sum.slot_sum`); between them the
+    forward's plans, one exchange of the output gradient out and one of the input gradient
+    back, and at the owners the dX and dW launches of the run's expert computation on the
+    kept rows and activations (:func:`_experts_backward`, or the FP8 layer's), all chunks'
+    rows merged in the single-process layer's order."""
 
     @staticmethod
     def forward(ctx, x, weights, ids, gate, up, down, run):
@@ -257,11 +262,11 @@ class _Experts(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         weights, gate, up, down, y_by_slot, *kept = ctx.saved_tensors
-        run, plans, ((t, k), dim) = ctx.run, ctx.plans, (weights.shape, grad_out.shape[1])
-        # unpermute's backward: each slot's output gradient, weighted, in the rows' dtype
-        acc = torch.promote_types(y_by_slot.dtype, torch.float32)
-        grad = grad_out.to(acc).unsqueeze(1)
-        grad_y = (grad * weights.to(acc).unsqueeze(-1)).to(y_by_slot.dtype).flatten(0, 1)
+        run, plans, (t, k) = ctx.run, ctx.plans, weights.shape
+        # the weighted sum's backward, slots in slot order: each slot's output gradient w·dy in
+        # the rows' dtype and the weights' gradient dy·y, fp32 in registers
+        slots = torch.arange(t * k, device=y_by_slot.device)
+        grad_y, dweights = combine_backward(unit_columns(grad_out), y_by_slot, weights, slots)
         grad_rows = _exchange_all([grad_y[a * k:b * k] for a, b in _bounds(t, run.chunks)],
                                   plans, run.group)
         perm, offsets = _merged(plans)
@@ -273,8 +278,7 @@ class _Experts(torch.autograd.Function):
         d_rows[perm] = d_merged
         d_slot = torch.cat(_exchange_all(d_rows.split([plan.rows for plan in plans]), plans,
                                          run.group, back=True))
-        dx = d_slot.view(t, k, dim).to(acc).sum(dim=1).to(y_by_slot.dtype)          # permute's backward
-        dweights = (y_by_slot.view(t, k, dim).to(acc) * grad).sum(dim=-1).to(weights.dtype)
+        dx = d_slot if k == 1 else slot_sum(d_slot, k)          # permute's backward: fp32, rounded once
         return dx, dweights, None, dgate, dup, ddown, None
 
 

@@ -12,7 +12,9 @@ once, and nothing of (T·k, D) in float32. Each row's dot product is one program
 blocks in order: the same bits on every run, no atomics (a structural fact, which a CPU run
 cannot show). Each program writes its own rows of dy_sorted; dw is written at the slots
 ``permutation`` names, so no two writes meet only where it is a permutation
-(:func:`kernels.moe.combine_op.combine` checks that unless told not to).
+(:func:`kernels.moe.combine_op.combine` checks that unless told not to). The expert-parallel
+layers (:mod:`kernels.moe.ep_layer`) run it on the sender's rows, already in slot order, with
+the identity permutation (``arange(T·k)``).
 
 Tile, launch and AOT description are :mod:`.swiglu_rows`'s (BLOCK_R rows a program, BLOCK_H
 columns at a time, 16 bytes a thread for bf16). ``tests/test_moe_combine_isa.py`` compiles the

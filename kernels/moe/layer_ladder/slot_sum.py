@@ -11,16 +11,17 @@ the result is the float32 sum's, and nothing of (T·k, dim) is written in float3
 
 One program per (BLOCK_T tokens, BLOCK_D columns); the slots are added in slot order,
 j = 0..k-1 (for a pair, a's row then b's per slot): the same bits on every run. With a
-float32 weight per slot (``w`` (T, k): ``Float8MoE``'s combine, :mod:`kernels.moe.combine_op`)
-each slot's row of ``a`` (no pair) is multiplied by it in fp32 before the add.
+float32 weight per slot (``w`` (T, k): ``Float8MoE``'s combine, :mod:`kernels.moe.combine_op`, and
+the expert-parallel layers' on rows already in slot order, :mod:`kernels.moe.ep_layer`) each
+slot's row of ``a`` (no pair) is multiplied by it in fp32 before the add.
 
 A 16 x 128 tile over 4 warps is 8 consecutive columns a thread: a bf16 row moves 16 bytes per
 thread. ``tests/test_moe_combine_isa.py`` compiles ``Float8MoE``'s gathering launches (:func:`aot`)
 for gfx942 and gfx950: each slot's row one 16-byte load a thread with its int64 index (and
 weight), the sum one 16-byte store, no LDS, no spills, 8 waves per SIMD. The tile was 16 x 64
 (8 bytes a thread) before it served that combine; the fused rung's and the expert-parallel
-layers' launches (pairs, ungathered) take the same tile, whose compiles no test checks and
-whose time no GPU has measured.
+layers' launches (pairs; the sender's sums, weighted or not; all ungathered) take the same
+tile, whose compiles no test checks and whose time no GPU has measured.
 """
 from __future__ import annotations
 
