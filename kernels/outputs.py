@@ -1,6 +1,6 @@
 """Output allocation that the correctness harness can poison.
 
-Every rung allocates its result through :func:`new_output`. Inside
+Every rung allocates its result through :func:`new_output` (or :func:`new_output_like`). Inside
 :func:`poisoned_outputs` the buffer is filled with NaN (or the integer maximum)
 instead of left uninitialised, so an element a kernel forgets to write shows up as a
 mismatch instead of passing by luck with stale memory that happens to be right.
@@ -34,9 +34,20 @@ def new_output(shape, dtype: torch.dtype, device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def new_output_like(t: torch.Tensor) -> torch.Tensor:
+    """:func:`new_output` of ``t``'s shape, dtype and device, laid out as ``torch.empty_like(t)``
+    lays it out (``preserve_format``): with ``t``'s strides where ``t`` is dense and
+    non-overlapping, else dense strides in the order of ``t``'s (an expanded, stride-0
+    dimension gets its own rows). Where ``t`` is dense, a gradient so allocated goes back
+    through the views that made ``t`` without a copy."""
+    if _poisoning and getattr(_state, "poison", False):
+        return torch.full_like(t, poison_value(t.dtype))
+    return torch.empty_like(t)
+
+
 @contextlib.contextmanager
 def poisoned_outputs():
-    """Within this block, outputs from :func:`new_output` start as poison."""
+    """Within this block, outputs from :func:`new_output` and :func:`new_output_like` start as poison."""
     global _poisoning
     previous = getattr(_state, "poison", False)
     _state.poison = True

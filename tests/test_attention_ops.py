@@ -9,31 +9,34 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
+from attention_layouts import batch_expanded, fused_projection, gradients, sliced_head_dim
 from kernels.attention import spec as attn_spec
+from kernels.outputs import poisoned_outputs
 from workbench.check import compare
 
 flash_attention = kernels.flash_attention   # also registers torch.ops.kernels.flash_attention_*
 
 
-def _inputs(shape, dtype=torch.float32, seed=0):
+def _inputs(shape, dtype=torch.float32, seed=0, layout=None):
+    """q, k, v of ``shape`` (the spec's tuple), laid out by ``layout`` (:mod:`attention_layouts`)."""
     q, k, v, _ = attn_spec.make_inputs(shape, dtype, seed=seed)
-    return [t.requires_grad_() for t in (q, k, v)]
+    return [t.requires_grad_() for t in (layout(q, k, v) if layout else (q, k, v))]
 
 
 def _grads(fn, q, k, v, grad):
     out = fn(q, k, v)
-    out.backward(grad)
-    grads = [t.grad for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    return out.detach(), grads
+    return out.detach(), gradients(out, (q, k, v), grad)
 
 
-def _check_against_the_reference(shape, dtype, scale=None):
-    q, k, v = _inputs(shape, dtype)
+def _check_against_the_reference(shape, dtype, scale=None, layout=None):
+    """Forward and gradients against the float64 reference by the harness's rule (SDPA the
+    baseline), the outputs poisoned; each gradient laid out as ``torch.empty_like`` lays out
+    its operand, as SDPA's are where the operand is dense."""
+    q, k, v = _inputs(shape, dtype, layout=layout)
     causal = bool(shape[-1])
     grad = torch.randn(q.shape).to(dtype)
-    out, grads = _grads(lambda *a: kernels.flash_attention(*a, causal=causal, scale=scale), q, k, v, grad)
+    with poisoned_outputs():     # a row or gradient no program writes stays NaN and fails
+        out, grads = _grads(lambda *a: kernels.flash_attention(*a, causal=causal, scale=scale), q, k, v, grad)
     # SDPA's CPU kernel returns NaN for a causal mask at scale <= 0; its math backend does not
     with sdpa_kernel(SDPBackend.MATH) if scale is not None else contextlib.nullcontext():
         base, base_grads = _grads(lambda *a: F.scaled_dot_product_attention(
@@ -42,14 +45,40 @@ def _check_against_the_reference(shape, dtype, scale=None):
         t.detach().double().requires_grad_() for t in (q, k, v)), grad.double())
     assert out.shape == q.shape and out.dtype == dtype
     assert compare(out, ref, base, dtype)["passed"]
-    for name, g, r, b in zip("qkv", grads, ref_grads, base_grads):
+    for name, t, g, r, b in zip("qkv", (q, k, v), grads, ref_grads, base_grads):
         assert g.shape == r.shape and compare(g, r, b, dtype, "backward")["passed"], f"d{name}"
+        assert g.stride() == torch.empty_like(t).stride(), f"d{name}: {g.stride()} for {name} {t.stride()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(1, 4, 2, 17, 17, 64, 1), (2, 4, 1, 1, 5, 32, 0)])
 def test_forward_and_gradients_match_the_reference(shape, dtype):
     _check_against_the_reference(shape, dtype)
+
+
+LAYOUTS = {"fused-projection": fused_projection, "sliced-head-dim": sliced_head_dim,
+           "batch-expanded": batch_expanded}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 4, 2, 13, 13, 24, 1), (2, 2, 1, 7, 7, 40, 0)])
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_gradients_take_their_operands_layouts(layout, shape, dtype):
+    """A transposed view of a fused projection (dense) gets gradients with its own strides, as
+    SDPA's, so autograd's view backward needs no copy; a sliced head dim (not dense) and a
+    stride-0 batch (overlapping) get dense ones, each element written (outputs poisoned)."""
+    _check_against_the_reference(shape, dtype, layout=layout)
+
+
+def test_the_custom_ops_pass_opcheck():
+    """The fake kernels give the real ones' strides (a traced graph's view backward is the
+    eager one's), for operands laid out as the training model's are."""
+    q, k, v = (t.detach() for t in _inputs((1, 4, 2, 9, 9, 16, 1), layout=fused_projection))
+    o, lse = torch.ops.kernels.flash_attention_fwd(q, k, v, True, 0.25)
+    torch.library.opcheck(torch.ops.kernels.flash_attention_bwd.default,
+                          (torch.randn_like(o), q, k, v, o, lse, True, 0.25))
+    torch.library.opcheck(torch.ops.kernels.flash_attention_fwd.default,
+                          (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), True, 0.25))
 
 
 @pytest.mark.parametrize("causal", [0, 1])

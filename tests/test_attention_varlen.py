@@ -12,11 +12,13 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
+from attention_layouts import fused_heads, gradients, heads_major, sliced_head_dim
 from kernels.attention import spec as attn_spec
 from kernels.attention import v3_causal_lse, v5_backward
 from kernels.outputs import poisoned_outputs
 from workbench.check import compare
 
+flash_attention_varlen = kernels.flash_attention_varlen   # also registers torch.ops.kernels.flash_attention_varlen_*
 KERNELS = [(v3_causal_lse, "_flash_fwd_lse_kernel"), (v5_backward, "_bwd_delta_kernel"),
            (v5_backward, "_bwd_dkdv_kernel"), (v5_backward, "_bwd_dq_kernel")]
 
@@ -43,8 +45,7 @@ def _per_sequence(attention, q, k, v, cu_q, cu_k):
 def _with_grads(fn, q, k, v, grad):
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     out = fn(*leaves)
-    out.backward(grad)
-    return out.detach(), [t.grad for t in leaves]
+    return out.detach(), gradients(out, leaves, grad)
 
 
 CASES = {   # lengths_q, lengths_k, Hq, Hkv, D
@@ -53,9 +54,12 @@ CASES = {   # lengths_q, lengths_k, Hq, Hkv, D
 }
 
 
-def _check_per_sequence(case, causal, dtype, scale=None):
+def _check_per_sequence(case, causal, dtype, scale=None, layout=None):
+    """As ``_check_against_the_reference`` in ``tests/test_attention_ops.py``, per sequence."""
     lq, lk, hq, hkv, d = case
     q, k, v, cu_q, cu_k = _packed(lq, lk, hq, hkv, d, dtype)
+    if layout:
+        q, k, v = layout(q, k, v)
     grad = torch.randn(q.shape).to(dtype)
     with poisoned_outputs():     # a row or gradient no program writes stays NaN and fails
         out, grads = _with_grads(lambda *a: kernels.flash_attention_varlen(
@@ -69,8 +73,9 @@ def _check_per_sequence(case, causal, dtype, scale=None):
         *(t.double() for t in (q, k, v)), grad.double())
     assert out.shape == q.shape and out.dtype == dtype
     assert compare(out, ref, base, dtype)["passed"]
-    for name, g, r, b in zip("qkv", grads, ref_grads, base_grads):
+    for name, t, g, r, b in zip("qkv", (q, k, v), grads, ref_grads, base_grads):
         assert g.dtype == dtype and compare(g, r, b, dtype, "backward")["passed"], f"d{name}"
+        assert g.stride() == torch.empty_like(t).stride(), f"d{name}: {g.stride()} for {name} {t.stride()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -78,6 +83,16 @@ def _check_per_sequence(case, causal, dtype, scale=None):
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_forward_and_gradients_match_the_reference_per_sequence(case, causal, dtype):
     _check_per_sequence(case, causal, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", [heads_major, fused_heads, sliced_head_dim],
+                         ids=["heads-major", "fused-projection", "sliced-head-dim"])
+def test_gradients_take_their_operands_layouts(layout, dtype):
+    """Packed tensors stored head by head (dense) get gradients with their own strides; heads
+    of one (T, (Hq+2·Hkv)·D) projection and a sliced head dim (not dense) get
+    ``torch.empty_like``'s dense ones; each element written (outputs poisoned)."""
+    _check_per_sequence(([3, 0, 17, 1], [3, 0, 17, 1], 4, 2, 24), True, dtype, layout=layout)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -158,6 +173,15 @@ def test_fake_kernels_give_shapes():
         grads = torch.ops.kernels.flash_attention_varlen_bwd(o, q, k, k, o, lse, cu, cu, 6, 5, True, 0.125)
     assert o.shape == (10, 4, 32) and lse.shape == (1, 4, 2, 10) and lse.dtype == torch.float32
     assert [g.shape for g in grads] == [q.shape, k.shape, k.shape]
+
+
+def test_the_custom_ops_pass_opcheck():
+    """The fake kernels give the real ones' strides, for tensors stored head by head."""
+    q, k, v, cu_q, cu_k = _packed([5, 0, 9], [4, 3, 9], d=16)
+    q, k, v = heads_major(q, k, v)
+    o, lse = torch.ops.kernels.flash_attention_varlen_fwd(q, k, v, cu_q, cu_k, 9, 9, True, 0.25)
+    torch.library.opcheck(torch.ops.kernels.flash_attention_varlen_bwd.default,
+                          (torch.randn_like(o), q, k, v, o, lse, cu_q, cu_k, 9, 9, True, 0.25))
 
 
 @pytest.mark.parametrize("change,match", [

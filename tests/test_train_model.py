@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import kernels
+from fp8_quantizations import AtenCalls
 from kernels.moe.reference import swiglu
 from workbench.train import PRESETS, ffn, flops, layers, ops
 from workbench.train.data import batch
@@ -168,3 +170,22 @@ def test_every_gradient_arrives_in_its_parameters_layout(fp8):
     model(tokens, targets).backward()
     assert all(p.grad is not None for p in model.parameters())
     assert strided == []
+
+
+COPIES = ("clone", "copy", "copy_", "_to_copy")   # the aten ops that write a tensor's values anew
+
+
+def test_the_workbench_attention_backward_runs_the_copies_sdpas_does():
+    """The attention's v is a (B, S, Hkv, D) projection viewed by heads and transposed: a dV in
+    v's layout, as SDPA's, goes back through the view without a copy; a contiguous one costs
+    one per layer per step. So the model's backward runs the same aten copies with either
+    attention (q's and k's, contiguous after RoPE, on both sides)."""
+    copies = {}
+    for impl in ("torch", "workbench"):
+        torch.manual_seed(0)
+        model = GPT(SMOKE, ops.resolve({"attention": impl}))
+        loss = model(*batch(SMOKE, 0, 0, 0, 1, torch.device("cpu")))
+        with AtenCalls() as seen:
+            loss.backward()
+        copies[impl] = Counter(call for call in seen.calls if call[0] in COPIES)
+    assert copies["torch"] and copies["workbench"] == copies["torch"]

@@ -43,6 +43,12 @@ def _keyless(q: torch.Tensor, lse_shape: tuple) -> tuple[torch.Tensor, torch.Ten
     return q.new_zeros(q.shape), q.new_full(lse_shape, float("-inf"), dtype=torch.float32)
 
 
+def _grads_like(q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward ops' fake results: dQ, dK, dV laid out as v5's backward allocates them
+    (:func:`kernels.outputs.new_output_like`), so a traced graph has the real strides."""
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
 def _zero_grads(q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward when :func:`_no_work`: O did not depend on any input."""
     return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -78,7 +84,7 @@ _bwd = torch.library.custom_op("kernels::flash_attention_bwd", _bwd_impl, mutate
 
 @_bwd.register_fake
 def _(do, q, k, v, o, lse, causal, scale):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    return _grads_like(q, k, v)
 
 
 def _save(ctx, inputs, output):
@@ -129,7 +135,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     range is refused: :func:`kernels.validate.fp32_argument`); ``causal``
     is SDPA's ``is_causal`` (top-left aligned, also for S != S_k). fp32, fp16, bf16 with
     fp32 softmax statistics; any D <= 128, any strides. The result is (B, Hq, S, D) in q's
-    dtype (under ``torch.autocast``, q, k and v are cast to its dtype, as for SDPA). As in
+    dtype (under ``torch.autocast``, q, k and v are cast to its dtype, as for SDPA). The
+    gradients are laid out as q, k and v (``torch.empty_like``'s layout: their strides where
+    they are dense), so autograd takes one back through a projection's transposed view
+    without a copy. As in
     SDPA, B, Hq (with Hkv), S or S_k may be 0: O is then empty, or 0 for rows without
     keys, and the gradients 0. Errors name the argument at fault.
     """
@@ -199,7 +208,7 @@ _varlen_bwd = torch.library.custom_op("kernels::flash_attention_varlen_bwd", _va
 
 @_varlen_bwd.register_fake
 def _(do, q, k, v, o, lse, cu_q, cu_k, max_q, max_k, causal, scale):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    return _grads_like(q, k, v)
 
 
 def _varlen_save(ctx, inputs, output):
@@ -247,7 +256,8 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Sequence i is q[cu_seqlens_q[i]:cu_seqlens_q[i+1]] against the same slice of k and v
     by ``cu_seqlens_k`` (int32, starting at 0, non-decreasing, ending at the token
     count; no sequence longer than its ``max_seqlen``). Returns (total_q, Hq, D) in q's
-    dtype; differentiable. A sequence without queries gives no rows (its keys get zero
+    dtype; differentiable, the gradients laid out as q, k and v (as in :func:`flash_attention`).
+    A sequence without queries gives no rows (its keys get zero
     gradients), and a batch without query tokens an empty result. ``scale`` as in
     :func:`flash_attention` (float32).
 

@@ -60,7 +60,12 @@ Expected bound:
 Limits:
     As v3 (any S, S_k >= 1, D <= 128, any strides including the stride-0 output
     gradient of ``out.sum().backward()``, fp32/fp16/bf16 with fp32 accumulation,
-    int64 offsets). dQ/dK/dV are in the inputs' dtypes. Packed sequences run the three
+    int64 offsets). dQ/dK/dV are in the inputs' dtypes and layouts, as ``torch.empty_like``
+    lays them out (:func:`kernels.outputs.new_output_like`: q's strides where q is dense and
+    non-overlapping, else dense ones in q's dimension order), the kernels storing through
+    the strides they are given. So a v that is a transposed view of a (B, S, Hkv, D)
+    projection, as the training model's, gets a dV that autograd hands back to the
+    projection without a copy, as SDPA's. Packed sequences run the three
     kernels with ``VARLEN=True`` as v3's forward does: one launch each for the batch,
     the dense code unchanged; a sequence without queries gets dK = dV = 0 for its keys.
     Offsets nobody checked are first kept inside the packed rows on the device
@@ -83,7 +88,7 @@ import triton.language as tl
 
 from .. import backend as _backend
 from .. import plans, validate
-from ..outputs import new_output
+from ..outputs import new_output, new_output_like
 from ..registry import rung
 from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_kwargs
 from ..tuning import Problem, as_dict, choice, with_overrides
@@ -399,7 +404,8 @@ def _tuned(kernel: str, key: tuple, s: int, sk: int, d: int, dtype: torch.dtype,
 
 def backward(q, k, v, o, lse, do, causal: bool, scale: float, packing: Packing | None = None,
              overrides: dict | None = None):
-    """dQ, dK, dV from the forward's inputs, O, its two-part LSE and the output gradient ``do``.
+    """dQ, dK, dV from the forward's inputs, O, its two-part LSE and the output gradient ``do``,
+    each laid out as its input (see Limits).
 
     With ``packing``, every tensor is packed (T, H, D) as v3's launch takes them, the LSE
     (1, Hq, 2, T): three launches for every sequence, as for a dense batch. dK/dV and dQ
@@ -426,8 +432,7 @@ class LaunchPlan:
 
     def __init__(self, q, k, v, o, lse, do, causal: bool, scale: float, packing: Packing | None = None,
                  overrides: dict | None = None):
-        self.shapes = tuple((t.shape, t.dtype) for t in (q, k, v))
-        grads = tuple(new_output(shape, dtype, q.device) for shape, dtype in self.shapes)   # timed into
+        grads = (new_output_like(q), new_output_like(k), new_output_like(v))   # timed into
         if packing:
             packing = packing.clamped(q.shape[0], k.shape[0])
         tensors = (q, k, v, o, do, *grads)
@@ -487,7 +492,7 @@ class LaunchPlan:
         fn.run(*tensors, *cu_args(packing), *self.scalars[kernel], **self._kwargs(kernel, block, cfg))
 
     def __call__(self, q, k, v, o, lse, do, packing: Packing | None = None):
-        grads = tuple(new_output(shape, dtype, q.device) for shape, dtype in self.shapes)
+        grads = (new_output_like(q), new_output_like(k), new_output_like(v))   # the strides planned
         if packing:
             packing = packing.clamped(q.shape[0], k.shape[0])
             q, k, v, o, do, dq, dk, dv = packing.views(q, k, v, o, do, *grads)
