@@ -30,9 +30,7 @@ Where each history is written:
   on the device, casts dy with it and records the amax the cast found
   (:meth:`Delayed.backward`), as Transformer Engine's ``DelayedScaling`` does for the
   gradient; those in-place writes survive ``torch.compile`` (the backward graph holds them;
-  tested under ``aot_eager``). Activation checkpointing that recomputes a layer's forward in
-  training mode records its x and w a second time that step (the recompute's casts read the
-  history the first forward updated): recompute is not supported with delayed scaling.
+  tested under ``aot_eager``).
 * :class:`kernels.moe.fp8_layer.Float8MoE` keeps one history per operand of its three
   grouped GEMMs' forward (the routed rows x, SwiGLU's output, the three expert weights)
   through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same rule,
@@ -52,6 +50,19 @@ Where each history is written:
   all of the owner's rows and records the amax of those rows once a step (capacity padding
   rows are 0 there, as the module says), which the amax sync's MAX over the ranks makes the
   whole batch's.
+
+Activation checkpointing (``torch.utils.checkpoint``, reentrant or not): a recompute of a
+layer's forward inside the backward (:func:`recomputing`) casts with the scales its forward
+took (kept on the layer, :func:`cast_scale`) and records nothing (the forward recorded
+those amaxes), so the recomputed FP8 operands are the forward's bits, and the histories,
+the counts and every gradient are those of the same steps without checkpointing
+(tests/test_fp8_recompute.py, a Float8Linear block and a Float8MoE layer; the
+expert-parallel layer's chunked record, :func:`record_parts`, takes the same rule, untested
+under checkpointing). The kept scales are the layer's last forward's: a schedule
+that runs a layer's forward for several micro-batches before their backwards (pipeline
+parallelism's 1F1B) would recompute the earlier ones with the last one's scales; run such
+schedules with a current-scaling recipe. Under ``torch.compile`` none of this runs: the
+compiled backward recomputes from its own graph, not the layer's Python.
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
@@ -128,13 +139,38 @@ def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype) -> t
     return _scale(seen, fused_amax(t, unless=seen), torch.finfo(fp8).max)
 
 
+def recomputing(layer) -> bool:
+    """``layer`` runs its forward again in training mode inside a backward: activation
+    checkpointing's recompute (``torch.utils.checkpoint``, reentrant or not, reruns the forward
+    while autograd's engine executes the backward). Never while compiling: a compiled graph
+    recomputes inside its own backward graph, without running the layer's Python again."""
+    return layer.training and not torch.compiler.is_compiling() and torch._C._current_graph_task_id() != -1
+
+
+def _forward_scales(layer) -> dict[str, torch.Tensor]:
+    """The scales the layer's last training-mode forward cast with, by tensor name: what its
+    recompute casts with again (a plain attribute: within one step, never saved)."""
+    return layer.__dict__.setdefault("_fp8_forward_scales", {})
+
+
+def _kept_for_recompute(layer, name: str, scale: torch.Tensor) -> torch.Tensor:
+    """``scale``, kept as the one a recompute of this forward takes (training mode, eager)."""
+    if layer.training and not torch.compiler.is_compiling():
+        _forward_scales(layer)[name] = scale
+    return scale
+
+
 @torch.no_grad()
 def cast_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
     """The delayed scale of ``t`` (2-D, or an expert stack (G, K, N) read as G·K rows), for a
     fused cast that returns ``t``'s amax to :func:`record_amax` after (:func:`history_scale`
-    with the history of ``name``)."""
+    with the history of ``name``). A recompute (:func:`recomputing`) takes the scale its forward
+    took: the history has the forward's amax by then, and another scale would cast the
+    recomputed operands to other bits than the forward's."""
+    if recomputing(layer) and name in _forward_scales(layer):
+        return _forward_scales(layer)[name]
     rows = t.detach().reshape(math.prod(t.shape[:-1]), t.shape[-1])   # a view of a contiguous t
-    return history_scale(getattr(layer, PREFIX + name), rows, layer.fp8_dtype)
+    return _kept_for_recompute(layer, name, history_scale(getattr(layer, PREFIX + name), rows, layer.fp8_dtype))
 
 
 @torch.no_grad()
@@ -149,8 +185,9 @@ def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, amax: tor
 @torch.no_grad()
 def record_amax(layer, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
     """In training mode: ``amax`` enters the history of ``name`` and a step whose ``scale``
-    saturates it is counted (:func:`push_amax`)."""
-    if layer.training:
+    saturates it is counted (:func:`push_amax`); not in a recompute, whose amax its forward
+    recorded (:func:`recomputing`)."""
+    if layer.training and not recomputing(layer):
         i = getattr(layer, "fp8_tensors", TENSORS).index(name)
         push_amax(getattr(layer, PREFIX + name), layer.fp8_saturated, i, amax, scale, layer.fp8_dtype)
 
@@ -161,10 +198,13 @@ def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
     :func:`cast_scale`'s scale of its part: the largest of the ``amaxes`` the parts' casts found
     enters the history of ``name`` once a step (:func:`record_amax`), and the whole tensor's
     scale is returned: the history's, or while it was empty that amax's."""
+    whole = "whole " + name
+    if recomputing(layer) and whole in _forward_scales(layer):
+        return _forward_scales(layer)[whole]
     amax = torch.stack(amaxes).amax()
     scale = _scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max)
     record_amax(layer, name, amax, scale)
-    return scale
+    return _kept_for_recompute(layer, whole, scale)
 
 
 class Delayed(PerTensorRecipe):
