@@ -19,10 +19,11 @@ pass ``kernels.tune``, ``kernels.nn``, ``kernels.fp8`` (FP8 training: ``kernels.
 """
 import importlib
 
-from . import backend, triton_version
+from . import backend, compile_cache, triton_version
 from .registry import OPS, PACKAGES, get, ops, spec, variants
 
 triton_version.check(backend.current().name, triton_version.installed_version(), backend.current().arch)
+compile_cache.tag()   # compiled graphs hold our ops' fakes: a source change must not reuse them
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY = {

@@ -5,26 +5,15 @@ backend (the rest of the suite is written for the interpreter and its CPU tensor
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import shutil
 import sys
-import tempfile
 
 import pytest
 
 # Before anything imports kernels: tests run the interpreter unless a GPU run is asked for.
 if os.environ.get("WORKBENCH_TEST_GPU") != "1":
     os.environ.setdefault("KERNELS_BACKEND", "interpreter")
-
-# Graphs torch.compile builds go to a cache folder of this run's own (xdist's workers inherit it
-# from the controller): inductor's cache key does not cover a custom op's fake, so a graph
-# compiled against another checkout's fakes (other output strides) would be reused, and its
-# stride asserts fail against this checkout's ops.
-if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchinductor-tests-")
-    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 # pytest-xdist's workers already keep every core busy: each worker's OpenMP pool (torch's
 # intra-op threads, in it and in the processes it starts: gloo ranks, notebook kernels) gets
