@@ -50,6 +50,10 @@ def _case(rank, top_k, dtype, chunks, failures):
         out, dx, grads = _grads(ep, xs[rank], gs[rank])
     rows = slice(sum(TOKENS[:rank]), sum(TOKENS[:rank + 1]))
     experts = slice(ep.local_experts.start, ep.local_experts.stop)
+    received = ep.expert_counts.clone()
+    dist.all_reduce(received)   # dropless: this rank's experts' rows, as its owner computes on them
+    assert top_k == 1 or int(received[experts].sum()) != t * top_k, (
+        "the owner's rows have the slot rows' shape: the recorders would see the owner's ops too")
     dist.all_reduce(grads["router.weight"])
     pairs = {"out": (out, out_all[rows]), "dx": (dx, dx_all[rows]),
              "drouter (summed)": (grads["router.weight"], g_all["router.weight"])}
@@ -107,12 +111,17 @@ def _one_rank(rank, world):
         g = torch.Generator().manual_seed(20 + top_k)
         x, dy = torch.randn(TOKENS[0], DIM, generator=g), torch.randn(TOKENS[0], DIM, generator=g)
         pairs = {("v3", False): (layers(top_k, torch.float32), x, dy)}
-        for dispatch in (False, True):
+        # the output gradient as autograd may hand it: dense, a row broadcast (stride (0, 1)), a
+        # scalar's (stride (0, 0), from out.sum().backward())
+        grads_out = {"rowwise": dy.bfloat16(), "rowwise, dy a broadcast row": dy[0].bfloat16().expand_as(dy),
+                     "rowwise, dy a broadcast scalar": torch.ones((), dtype=torch.bfloat16).expand_as(dy)}
+        for (kind, dy_in), dispatch in [*((item, False) for item in grads_out.items()),
+                                        (("rowwise", grads_out["rowwise"]), True)]:
             full, ep = layers(top_k, torch.bfloat16)
             ep = Float8ExpertParallelMoE.from_ep(ep, "rowwise", torch.float8_e4m3fn)
             ep.fp8_dispatch = dispatch
-            pairs["rowwise", dispatch] = ((Float8MoE.from_moe(full, "rowwise", torch.float8_e4m3fn), ep),
-                                          x.bfloat16(), dy.bfloat16())
+            pairs[kind, dispatch] = ((Float8MoE.from_moe(full, "rowwise", torch.float8_e4m3fn), ep),
+                                     x.bfloat16(), dy_in)
         for (kind, dispatch), (modules, x_in, dy_in) in pairs.items():
             with poisoned_outputs():
                 (a_out, a_dx, a_grads), (b_out, b_dx, b_grads) = (_grads(m, x_in, dy_in) for m in modules)
@@ -127,7 +136,8 @@ def test_on_one_rank_the_k_sums_give_the_single_process_layers_bits():
     order: the same operations; its backward is not v3's, :mod:`kernels.moe.ep_layer`); the FP8
     layer (rowwise) ``Float8MoE``'s output and every gradient, the k-sums and the combine's
     backward being the same kernels in the same order; with FP8 dispatch all but gate's and
-    up's weight gradients (requantized from the dequantized rows, :mod:`kernels.moe.ep_fp8_layer`)."""
+    up's weight gradients (requantized from the dequantized rows, :mod:`kernels.moe.ep_fp8_layer`).
+    The output gradient also comes broadcast, as autograd hands a sum's (strides (0, 1), (0, 0))."""
     everything = {"out", "dx", "router.weight", "gate", "up", "down"}
     for (kind, dispatch, top_k), same in run_local(_one_rank, 1, timeout=540, group_timeout=400)[0].items():
         want = {"out"} if kind == "v3" else everything - ({"gate", "up"} if dispatch else set())

@@ -70,8 +70,8 @@ included); the backward merges the owner's part into a permuted copy. The routin
 weights' gradient is a dot of the output gradient with the saved outputs, on the
 sender, in fp32 in the pass that writes the weighted output gradient. The sender's
 k-sums, forward and backward, are Triton passes in slot order (no atomics, the same
-bits every run): no torch op computes over the (T·k, dim) slot rows or writes them in
-float32 (tests/test_ep_moe_k_sum.py). Local expert weight gradients are the
+bits every run): for k > 1 no torch op computes over the (T·k, dim) slot rows, and in
+fp16/bf16 none writes them in float32 (tests/test_ep_moe_k_sum.py). Local expert weight gradients are the
 single-process layer's for those experts, to rounding as above. The router's and shared experts' gradients cover this
 rank's tokens only: they are replicated parameters, and like any data-parallel
 gradient they must be summed over the ranks
