@@ -27,6 +27,12 @@ def heads_major(*tensors: torch.Tensor) -> list[torch.Tensor]:
     return [t.transpose(0, 1).contiguous().transpose(0, 1) for t in tensors]
 
 
+def reversed_dims(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    """Each tensor stored with its dimensions in reverse order (D outermost): dense, so its
+    gradient gets its strides, whose head-dim stride is not 1."""
+    return [t.permute(*reversed(range(t.dim()))).contiguous().permute(*reversed(range(t.dim()))) for t in tensors]
+
+
 def sliced_head_dim(*tensors: torch.Tensor) -> list[torch.Tensor]:
     """Each tensor as the first D columns of a wider one whose 3 other columns hold NaN: not
     dense, so its gradient gets dense strides (``torch.empty_like``'s)."""

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
-from attention_layouts import batch_expanded, fused_projection, gradients, sliced_head_dim
+from attention_layouts import batch_expanded, fused_projection, gradients, reversed_dims, sliced_head_dim
 from kernels.attention import spec as attn_spec
 from kernels.outputs import poisoned_outputs
 from workbench.check import compare
@@ -56,8 +56,8 @@ def test_forward_and_gradients_match_the_reference(shape, dtype):
     _check_against_the_reference(shape, dtype)
 
 
-LAYOUTS = {"fused-projection": fused_projection, "sliced-head-dim": sliced_head_dim,
-           "batch-expanded": batch_expanded}
+LAYOUTS = {"fused-projection": fused_projection, "reversed-dims": reversed_dims,
+           "sliced-head-dim": sliced_head_dim, "batch-expanded": batch_expanded}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

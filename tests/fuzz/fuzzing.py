@@ -141,20 +141,21 @@ def judged_baseline(fn, reference, tensors_, grad, also=()):
 
 
 def assert_rule(name: str, got, reference, baseline, dtype, direction: str = "forward", spread=(),
-                zero_scale: float | None = None) -> None:
+                zero_scale: float | None = None, zero_dtype: torch.dtype | None = None) -> None:
     """The harness's rule (``workbench.check.compare``): shape, dtype, error bound, NaN/inf.
     ``baseline`` is torch's result, or several (:func:`baseline_with_grads`); ``spread`` its
     errors on other inputs (:func:`rounding_spread`). A result that is zero in exact arithmetic
     has no magnitude to be relative to (its float64 reference is 0 or rounding noise, against
     which the rule divides): given ``zero_scale``, the magnitude of the problem's other results,
     a reference within float64's reassociation bound of 0 at that scale is zero, and the result
-    must be too, up to reassociation in its dtype (64 ulps of that magnitude)."""
+    must be too, up to reassociation in its dtype (64 ulps of that magnitude), or in
+    ``zero_dtype`` where the caller knows the noise is that precision's (accumulators)."""
     first = baseline if isinstance(baseline, torch.Tensor) else baseline[0]
     assert tuple(got.shape) == tuple(first.shape), (f"{name}: shape {tuple(got.shape)}, "
                                                     f"torch gives {tuple(first.shape)}")
     assert got.dtype == first.dtype, f"{name}: dtype {got.dtype}, torch gives {first.dtype}"
     if zero_scale and reference.numel() and reference.abs().max() <= reassociation_bound(torch.float64) * zero_scale:
-        largest, bound = float(got.abs().max()), reassociation_bound(dtype) * zero_scale
+        largest, bound = float(got.abs().max()), reassociation_bound(zero_dtype or dtype) * zero_scale
         assert largest <= bound, (f"{name} ({direction}, {dtype}): zero in exact arithmetic, got "
                                   f"|{largest:.3g}| > {bound:.3g}")
         return

@@ -194,7 +194,7 @@ def _empty_one_two():
 def _one_key_beside_others():
     """The long profile's draw: a sequence of one key beside two of three, fp32, D = 2. dk of the
     one-key sequence is 0 in exact arithmetic; ours (the flash backward's Δ = rowsum(dO∘O), as
-    every flash kernel computes it) is 9e-7, rounding noise at that sequence's scale, which the
+    every flash kernel computes it) is float32 rounding noise at that sequence's scale, which the
     rule judged against the largest dk of the whole batch; torch's math kernel gets Δ and dP
     from the same products and so exactly 0. Judged by :func:`_sequences_zero_in_exact_arithmetic`."""
     q, k, v = (torch.randn(7, 2, 2, generator=torch.Generator().manual_seed(seed)) for seed in (1, 0, 540))
@@ -239,8 +239,10 @@ def _sequences_zero_in_exact_arithmetic(grads, ref_grads, base_grads, ref, cu_q,
     key: its dk and dq), which are judged here by the zero rule at their own sequence's
     magnitude: the rule at the whole batch's would take a sequence's rounding noise for an error
     against the largest gradient of the other sequences (the long profile's draw,
-    :func:`_one_key_beside_others`). Returned with those rows set to the reference's, so the
-    batch's rule judges the rest."""
+    :func:`_one_key_beside_others`). The bound is float32's in every dtype: with one key P = 1
+    and O = v exactly, so what is left is the float32 accumulators' reassociation (a half-
+    precision bound would pass an error of half the sequence's magnitude). Returned with those
+    rows set to the reference's, so the batch's rule judges the rest."""
     judged = [g.clone() for g in grads]
     for (q0, q1), (k0, k1) in zip(itertools.pairwise(cu_q.tolist()), itertools.pairwise(cu_k.tolist())):
         rows = (slice(q0, q1), slice(k0, k1), slice(k0, k1))   # dq, dk, dv
@@ -249,7 +251,7 @@ def _sequences_zero_in_exact_arithmetic(grads, ref_grads, base_grads, ref, cu_q,
             zero = r[s].numel() and r[s].abs().max() <= reassociation_bound(torch.float64) * magnitude
             if zero and magnitude:
                 assert_rule(f"{name} of sequence {q0}:{q1}", g[s], r[s], [b[s] for b in bg], dtype,
-                            "backward", zero_scale=magnitude)
+                            "backward", zero_scale=magnitude, zero_dtype=torch.float32)
                 g[s] = r[s].to(g.dtype)
     return judged
 
