@@ -61,8 +61,8 @@ expert-parallel layer's chunked record, :func:`record_parts`, takes the same rul
 under checkpointing). The kept scales are the layer's last forward's: a schedule
 that runs a layer's forward for several micro-batches before their backwards (pipeline
 parallelism's 1F1B) would recompute the earlier ones with the last one's scales; run such
-schedules with a current-scaling recipe. Under ``torch.compile`` none of this runs: the
-compiled backward recomputes from its own graph, not the layer's Python.
+schedules with a current-scaling recipe. Under ``torch.compile`` none of this runs (the
+layer's Python is traced, not rerun); checkpointing inside a compiled region is not tested.
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
@@ -142,8 +142,8 @@ def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype) -> t
 def recomputing(layer) -> bool:
     """``layer`` runs its forward again in training mode inside a backward: activation
     checkpointing's recompute (``torch.utils.checkpoint``, reentrant or not, reruns the forward
-    while autograd's engine executes the backward). Never while compiling: a compiled graph
-    recomputes inside its own backward graph, without running the layer's Python again."""
+    while autograd's engine executes the backward). Never while compiling: the trace runs the
+    layer's Python once."""
     return layer.training and not torch.compiler.is_compiling() and torch._C._current_graph_task_id() != -1
 
 
