@@ -135,6 +135,13 @@ def fp8_rowwise(label: str):
     return call
 
 
+def fp8_tensorwise():
+    """The tensorwise recipe's forward GEMM (``kernels.matmul_fp8``): one scale per tensor."""
+    x8, sx = gemm_fp8.quantize_fp8(torch.randn(32, 256, dtype=torch.bfloat16), FP8)
+    w8, sw = gemm_fp8.quantize_fp8(torch.randn(64, 256, dtype=torch.bfloat16), FP8)
+    kernels.get("gemm_fp8", "v2")(x8, w8.t(), sx, sw)
+
+
 def fp8_blockwise():
     """The blockwise recipe's forward (DeepSeek-V3's scales), K = 2048 (gpu-dense-1b's width:
     16 scale blocks along K; gpu-moe-small's 1024 makes 8, not a multiple of 16)."""
@@ -176,6 +183,8 @@ CASES = {
     # v2's launches: the blockwise recipe's scales, then the rowwise recipe's (constant along K)
     "gemm_fp8 v2 blockwise": (fp8_blockwise, lambda: kernels.get("gemm_fp8", "v2").aot(FP8, *HIP)[:1], GEMM_CHOSEN),
     "gemm_fp8 v2 rowwise": (fp8_rowwise("v2"), lambda: kernels.get("gemm_fp8", "v2").aot(FP8, *HIP)[1:], GEMM_CHOSEN),
+    "gemm_fp8 v2 tensorwise": (fp8_tensorwise, lambda: kernels.get("gemm_fp8", "v2").aot(
+        FP8, *HIP, {"binary": "v2_tensorwise"}), GEMM_CHOSEN),
 }
 
 

@@ -173,43 +173,9 @@ def test_on_sm90_each_v2_launch_compiles_at_its_own_binarys_prior():
     assert blockwise.matrix_instructions == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3": 4}
     assert rowwise.matrix_instructions == {"wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3": 4}
     assert (blockwise.scratch_bytes, rowwise.scratch_bytes, rowwise.vgprs) == (0, 0, 194)
-    wide = dict(BLOCK_M=128, BLOCK_N=256, SCALES_ALONG_K=True)
+    wide = dict(BLOCK_M=128, BLOCK_N=256, binary="v2_blockwise")
     assert isa.inspect("gemm_fp8", "v2", "sm90", overrides=wide).scratch_bytes > 0
     assert isa.inspect("gemm_fp8", "v2", "sm90") is blockwise
-
-
-PER_TENSOR_COMPILE = """
-import json, torch
-from kernels import tuning
-from kernels.gemm_fp8 import configs, launch, operands, v2_triton_blockwise
-from kernels.triton_support import aot_launch, pointer_type
-from workbench.isa import compile as isa_compile, parse as isa_parse
-ints = dict(M=8192, N=8192, K=8192, stride_am=8192, stride_ak=1, stride_bk=1, stride_bn=8192, stride_cm=8192,
-            stride_cn=1, stride_sam=0, stride_sak=0, stride_sbk=0, stride_sbn=0)
-xcds = launch.aot_config("cuda", "sm_90", True, "v2_rowwise")["NUM_XCDS"]
-frames = []
-for cfg in map(tuning.as_dict, configs.space("cuda", "sm_90", "v2_rowwise")):
-    aot = aot_launch(v2_triton_blockwise._gemm_fp8_blockwise_kernel, torch.float8_e4m3fn, dict(cfg, NUM_XCDS=xcds), ints,
-                     constexprs=dict(INTERP_BF16=False, SCALE_K=operands.SCALE_K, GROUP_N=1, SCALES_ALONG_K=False),
-                     pointers=dict(c_ptr=pointer_type(torch.bfloat16), sa_ptr="*fp32", sb_ptr="*fp32"))
-    kernel = isa_compile.compile_aot(aot, ("cuda", 90, 32))
-    frames.append([cfg["BLOCK_M"], cfg["BLOCK_N"], isa_parse.cubin_resources(kernel["binary"])["frame_bytes"]])
-print(json.dumps(frames))
-"""
-
-
-def test_on_sm90_the_per_tensor_launch_compiles_clean_at_every_config_it_is_offered():
-    """The per-tensor recipes' launch (scales of stride 0 along both axes, what
-    ``check_blockwise`` gives a single scale) specializes its own binary, which the table does
-    not compile: it tunes among the rowwise binary's kept configs. On sm90, wide tiles
-    included, each compiles without a stack frame. A fresh process (one that ran interpreted
-    kernels cannot compile)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", PER_TENSOR_COMPILE], capture_output=True, text=True, env=env,
-                          timeout=600, check=True)
-    frames = json.loads(done.stdout.splitlines()[-1])
-    assert {(128, 256), (256, 128)} <= {(bm, bn) for bm, bn, _ in frames}
-    assert all(frame == 0 for *_, frame in frames), frames
 
 
 MIXED_COMPILE = """

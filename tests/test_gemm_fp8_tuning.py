@@ -28,7 +28,8 @@ SPEC = kernels.spec("gemm_fp8")
 KERNELS = {"v1": v1._gemm_fp8_kernel, "v2": v2._gemm_fp8_blockwise_kernel}
 BINARIES = configs.BINARIES
 # each binary: the rung that runs it and the scales its launch takes (spec granularity)
-LAUNCHES = {"v1": ("v1", "channel"), "v2_blockwise": ("v2", "block128x128"), "v2_rowwise": ("v2", "channel")}
+LAUNCHES = {"v1": ("v1", "channel"), "v2_blockwise": ("v2", "block128x128"), "v2_rowwise": ("v2", "channel"),
+            "v2_tensorwise": ("v2", "tensor")}
 DEVICES = {"gfx942": ("hip", "gfx942"), "gfx950": ("hip", "gfx950"), "sm90": ("cuda", "sm_90")}
 WIDE = [(128, 256), (256, 128)]
 
@@ -93,16 +94,23 @@ def test_each_binary_keeps_the_configs_its_own_compile_fits(target, binary):
 
 def test_sm90_offers_the_wide_tiles_to_the_binaries_that_compile_clean_there():
     """128x256x128 and 256x128x128 with 8 warps (the tile of the fastest public Triton FP8 GEMMs
-    on H100): v1 and the rowwise binary (``SCALES_ALONG_K`` False, what ``kernels.matmul_fp8``
-    runs) compile them without a stack frame and are offered them; the blockwise binary needs
-    one there and is not."""
+    on H100): v1 and the binaries with scales constant along K (``SCALES_ALONG_K`` False, what
+    ``kernels.matmul_fp8`` runs, per row and per tensor) compile them without a stack frame and
+    are offered them; the blockwise binary needs one there and is not."""
     for bm, bn in WIDE:
         cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3)
-        for binary in ("v1", "v2_rowwise"):
+        for binary in ("v1", "v2_rowwise", "v2_tensorwise"):
             assert _entry("sm90", binary, cfg)[binary]["scratch_bytes"] == 0
             assert cfg in [tuning.as_dict(c) for c in configs.space("cuda", "sm_90", binary)]
         assert _entry("sm90", "v2_blockwise", cfg)["v2_blockwise"]["scratch_bytes"] > 0
         assert cfg not in [tuning.as_dict(c) for c in configs.space("cuda", "sm_90", "v2_blockwise")]
+
+
+def test_per_tensor_scales_are_a_binary_of_their_own():
+    """The per-tensor recipes' scales (stride 0, not folded) take more registers in the epilogue
+    than the rowwise recipe's: on gfx950 a config the rowwise binary keeps spills in theirs."""
+    apart = [e for e in _section("gfx950", "v2_tensorwise")["dropped"] if e["config"] in _kept("gfx950", "v2_rowwise")]
+    assert apart and all(e["v2_tensorwise"]["spills"] > 0 for e in apart)
 
 
 def _first(target: str, binary: str, verdict: bool) -> dict | None:
@@ -166,7 +174,7 @@ def test_the_amd_prior_is_the_config_the_rungs_ran_untuned(arch, binary):
 
 
 @pytest.mark.parametrize("binary, tile", [("v1", (128, 256)), ("v2_rowwise", (128, 256)),
-                                          ("v2_blockwise", (128, 128))])
+                                          ("v2_tensorwise", (128, 256)), ("v2_blockwise", (128, 128))])
 def test_the_sm90_prior_is_each_binarys_first_kept_candidate(binary, tile):
     """Hopper's candidates put 128x256x128, 8 warps first: the prior of the binaries that keep it;
     the blockwise binary's first kept is 128x128x128, 8 warps."""
@@ -232,18 +240,17 @@ def test_the_launch_times_only_its_binarys_kept_configs(pretend, target, binary)
     assert len(timed) == len(tiles)
 
 
-@pytest.mark.parametrize("scales", ("channel", "tensor"))
-def test_on_sm90_matmul_fp8s_binary_times_a_wide_tile_the_blockwise_one_never_does(pretend, scales):
+@pytest.mark.parametrize("binary", ("v2_rowwise", "v2_tensorwise"))
+def test_on_sm90_matmul_fp8s_binary_times_a_wide_tile_the_blockwise_one_never_does(pretend, binary):
     """The rowwise and per-tensor recipes' GEMMs (v2 with scales constant along K) time 128x256
-    and 256x128 tiles, whose compile of that binary has no stack frame; the blockwise recipe's
+    and 256x128 tiles, whose compile of their binary has no stack frame; the blockwise recipe's
     never times a config whose blockwise compile has one."""
     timed = pretend("sm90")
     shape = (1024, 1024, 512)
-    a, b, sa, sb = SPEC.make_inputs(shape, torch.float8_e4m3fn, seed=2, granularity=scales)
-    _settings("v2_rowwise", a, b, sa, sb)
+    _settings(binary, *_inputs(binary, shape, torch.float8_e4m3fn))
     wide = [c for c in timed if (c["BLOCK_M"], c["BLOCK_N"]) in WIDE]
-    assert wide and all(_entry("sm90", "v2_rowwise", {k: v for k, v in c.items() if k != "NUM_XCDS"})
-                        ["v2_rowwise"]["scratch_bytes"] == 0 for c in wide)
+    assert wide and all(_entry("sm90", binary, {k: v for k, v in c.items() if k != "NUM_XCDS"})
+                        [binary]["scratch_bytes"] == 0 for c in wide)
     timed.clear()
     _settings("v2_blockwise", *_inputs("v2_blockwise", shape, torch.float8_e4m3fn))
     assert timed and all(_entry("sm90", "v2_blockwise", {k: v for k, v in c.items() if k != "NUM_XCDS"})
@@ -263,16 +270,21 @@ def test_an_untimed_key_takes_its_binarys_prior(pretend, monkeypatch, target, bi
 
 
 def test_the_key_tells_layouts_formats_and_scale_kinds_apart(pretend):
-    """A new layout (B row-major instead of K-contiguous), or v2's per-tensor scales instead of
-    its block scales (another binary: timed among its own kept configs), is a new key: timed again."""
+    """A new layout (B row-major instead of K-contiguous), or v2's per-row or per-tensor scales
+    instead of its block scales (other binaries: timed among their own kept configs), is a new
+    key: timed again."""
     timed = pretend("gfx942")
     a, b, sa, sb = _inputs("v2_blockwise", (512, 512, 256), torch.float8_e4m3fnuz)
     _settings("v2_blockwise", a, b, sa, sb)
     first = len(timed)
     _settings("v2_blockwise", a, b.contiguous() if b.stride(1) != 1 else b.t().contiguous().t(), sa, sb)
     assert len(timed) == 2 * first
+    def space(binary):
+        return len(gemm_configs.prune(configs.space("hip", "gfx942", binary), 512, 512, 256))
     _settings("v2_blockwise", a, b, torch.ones(()), torch.ones(()))
-    assert len(timed) == 2 * first + len(gemm_configs.prune(configs.space("hip", "gfx942", "v2_rowwise"), 512, 512, 256))
+    assert len(timed) == 2 * first + space("v2_tensorwise")
+    _settings("v2_blockwise", *_inputs("v2_rowwise", (512, 512, 256), torch.float8_e4m3fnuz))
+    assert len(timed) == 2 * first + space("v2_tensorwise") + space("v2_rowwise")
 
 
 # -- the XCD remap, run on the interpreter ---------------------------------------------------

@@ -59,25 +59,29 @@ def aot_blockwise(kernel, dtype: torch.dtype, backend: str, arch: str, overrides
     K (Triton folds that stride to a constant). Second with the rowwise recipe's scales, A per
     row (M, 1) and B per column (1, N), constant along K (``SCALES_ALONG_K`` False: v1's loop,
     the scales in the epilogue; binary ``v2_rowwise``): the binary the rowwise recipe's GEMMs
-    run (the per-tensor recipes' differs in the epilogue alone, its scale strides 0). The
-    blockwise launch is the main kernel (first of equal MFMA counts). ``overrides`` replaces
-    settings of both; ``{"SCALES_ALONG_K": True}`` or ``False`` compiles that launch alone (how
-    ``workbench.isa.tune_space`` compiles each binary)."""
+    run. The blockwise launch is the main kernel (first of equal MFMA counts). ``overrides``
+    replaces settings of both; ``{"binary": name}`` compiles one binary's launch alone (how
+    ``workbench.isa.tune_space`` compiles each), ``"v2_tensorwise"`` the per-tensor recipes'
+    (scale strides 0: its epilogue reads the scales through strides Triton cannot fold)."""
     overrides = dict(overrides or {})
-    along_k = overrides.pop("SCALES_ALONG_K", None)
+    chosen = overrides.pop("binary", None)
     size, blocks = AOT_SIZE, AOT_SIZE // operands.SCALE_K
     ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
                 stride_cm=size, stride_cn=1, stride_sam=blocks, stride_sak=1, stride_sbk=1,
                 stride_sbn=blocks)
     per_row = dict(ints, stride_sam=1, stride_sak=0, stride_sbk=0, stride_sbn=1)
+    per_tensor = dict(per_row, stride_sam=0, stride_sbn=0)
+    launches = {"v2_blockwise": (ints, operands.SCALE_K, True), "v2_rowwise": (per_row, 1, False),
+                "v2_tensorwise": (per_tensor, 1, False)}
+    if chosen is not None and chosen not in launches:
+        raise ValueError(f"gemm_fp8 v2 compiles binaries {sorted(launches)}, not {chosen!r}")
     pointers = {"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"}
-    launches = ((True, ints, operands.SCALE_K), (False, per_row, 1))
-    return [aot_launch(kernel, dtype,
-                       with_overrides(aot_config(backend, arch, True, configs.binary("v2", scales)), overrides),
+    return [aot_launch(kernel, dtype, with_overrides(aot_config(backend, arch, True, name), overrides),
                        scalars, constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
-                                            "GROUP_N": group_n, "SCALES_ALONG_K": scales},
+                                            "GROUP_N": group_n, "SCALES_ALONG_K": along_k},
                        pointers=pointers)
-            for scales, scalars, group_n in launches if along_k is None or scales == along_k]
+            for name, (scalars, group_n, along_k) in launches.items()
+            if name == chosen or (chosen is None and name != "v2_tensorwise")]
 
 
 def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_strides: tuple,
@@ -86,17 +90,19 @@ def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_
     power-of-two buckets, A's and B's formats, the operand layout, ``out_dtype`` and the scales'
     constexprs: v2's per-K-block scaling compiles another loop) among the per-shape prune of the
     configs the table keeps for the launch's binary (:func:`.configs.binary`: v2's per
-    ``SCALES_ALONG_K``), by :func:`kernels.tuning.choice` (timed once per key with the launch
+    ``SCALES_ALONG_K`` and scale strides; also in the key), by :func:`kernels.tuning.choice`
+    (timed once per key with the launch
     itself, the prior where nothing may be timed), plus the device's ``NUM_XCDS``; for None (v0)
     :data:`V0_PRIOR`'s prior, without a remap."""
     here = _backend.current()
     (m, k), n = a.shape, b.shape[1]
     if rung is None:
         return configs.prior(here.name, here.arch, m, n, k, V0_PRIOR)
-    which = configs.binary(rung, constexprs.get("SCALES_ALONG_K", False))
+    # v2's scale strides along M and N: 1 is folded to a constant (per row and column), 0 is not (per tensor)
+    which = configs.binary(rung, constexprs.get("SCALES_ALONG_K", False), scale_strides[0] == scale_strides[-1] == 1)
     remap = {"NUM_XCDS": num_xcds(here)}
     key = (next_power_of_2(m), next_power_of_2(n), next_power_of_2(k), a.dtype, b.dtype, layout(a, b),
-           out_dtype, *(value for _, value in sorted(constexprs.items())))
+           out_dtype, *(value for _, value in sorted(constexprs.items())), which)
     cfg = choice(f"gemm_fp8/{rung}", key,
                  lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch, which), m, n, k)],
                  lambda cfg: _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides, constexprs,

@@ -20,8 +20,8 @@ dK/dV or dQ, compiled at its head dim, causal), the grouped GEMM with v4 (``kern
 three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
 v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the configs the
 grouped GEMM's table keeps, the FP8 GEMM with each binary its launches run (v1; v2 with
-DeepSeek-V3's per-K-block scales, ``v2_blockwise``; v2 with scales constant along K, the rowwise
-and per-tensor recipes' ``v2_rowwise``) at each target's e4m3 format (its one section per target,
+DeepSeek-V3's per-K-block scales, ``v2_blockwise``; v2 with scales constant along K, per row and
+column, ``v2_rowwise``, and per tensor, ``v2_tensorwise``) at each target's e4m3 format (its one section per target,
 split per binary: each binary tunes among the configs its own compile keeps, ``per_binary``). A
 config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
@@ -109,12 +109,12 @@ OPS = {
               "a config without any is kept)", narrow_lds=True),
     # None: the rung's own dtype on each target (isa.default_dtype: e4m3fnuz on gfx942, e4m3fn elsewhere)
     "gemm_fp8": Op("v1 and v2", gemm_fp8_configs,
-                   lambda cfg: {"v1": {}, "v2_blockwise": {"SCALES_ALONG_K": True},
-                                "v2_rowwise": {"SCALES_ALONG_K": False}},
+                   lambda cfg: {"v1": {}, **{name: {"binary": name} for name in gemm_fp8_configs.BINARIES[1:]}},
                    "each binary a launch runs, named by its rung: v1 (scales constant along K, in the "
                    "epilogue), v2_blockwise (v2 with DeepSeek-V3's 1x128 / 128x128 scales on the "
-                   "accumulator per K block) and v2_rowwise (v2 with scales constant along K, in the "
-                   "epilogue: the rowwise and per-tensor recipes' launch); a section per binary, each "
+                   "accumulator per K block), v2_rowwise and v2_tensorwise (v2 with scales constant "
+                   "along K, in the epilogue, per row and column as the rowwise recipe passes them, "
+                   "per tensor as the tensorwise and delayed recipes do); a section per binary, each "
                    "binary tuning among the configs its own compile keeps",
                    narrow_lds=True, dtypes=(None,), compile_rung=lambda name: name.split("_")[0],
                    per_binary=True),
