@@ -13,8 +13,8 @@ accumulator makes it the heaviest in registers; and v2's with scales constant al
 (``SCALES_ALONG_K`` False, v1's loop and epilogue: ``kernels.matmul_fp8`` and
 ``blockwise_matmul`` with such scales) twice, as the rowwise recipe passes them (per row and
 column, unit strides Triton folds to constants) and as the tensorwise and delayed recipes do
-(one scale each, stride 0: the epilogue's scale loads take more registers; on gfx950 one
-config the rowwise binary keeps spills in it). ``python -m workbench.isa.tune_space --op gemm_fp8 --write``
+(one scale each, stride 0, not folded: another epilogue, with other verdicts; on gfx950 one
+config the rowwise binary keeps spills in it, on gfx942 one it drops does not). ``python -m workbench.isa.tune_space --op gemm_fp8 --write``
 compiles every candidate for gfx942, gfx950 and sm90 at the target's e4m3 format (fnuz on
 gfx942, OCP e4m3fn elsewhere) as each binary and keeps, per binary, the configs whose compile of
 that binary neither spills nor overflows LDS (nor, on AMD, moves 8/16-bit elements through LDS
