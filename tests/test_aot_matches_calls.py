@@ -149,6 +149,14 @@ def fp8_blockwise():
     kernels.fp8.get("blockwise").forward(x, torch.randn(128, 2048, dtype=torch.bfloat16), FP8, torch.bfloat16)
 
 
+def fp8_blockwise_wgrad():
+    """The blockwise recipe's weight gradient alone: dy.T per 1 x 128 along the tokens, x per
+    128 x 1 (the scales of its transposed copy), 2048 tokens (16 scale blocks along K)."""
+    _, _, dyt8, sdyt = gemm_fp8.quantize(torch.randn(2048, 32, dtype=torch.bfloat16), "block1x128", FP8, transpose=True)
+    _, _, xt8, sxt = gemm_fp8.quantize(torch.randn(2048, 32, dtype=torch.bfloat16), "block1x128", FP8, transpose=True)
+    gemm_fp8.blockwise_matmul(dyt8, sdyt, xt8.t(), sxt.t())
+
+
 CASES = {
     "attention forward": (attention_dense, lambda: v4_amd_tuned.aot(torch.bfloat16, *HIP), ATTENTION_CHOSEN),
     "attention backward": (attention_dense, lambda: v5_backward.aot(torch.bfloat16, *HIP), ATTENTION_CHOSEN),
@@ -185,6 +193,8 @@ CASES = {
     "gemm_fp8 v2 rowwise": (fp8_rowwise("v2"), lambda: kernels.get("gemm_fp8", "v2").aot(FP8, *HIP)[1:], GEMM_CHOSEN),
     "gemm_fp8 v2 tensorwise": (fp8_tensorwise, lambda: kernels.get("gemm_fp8", "v2").aot(
         FP8, *HIP, {"binary": "v2_tensorwise"}), GEMM_CHOSEN),
+    "gemm_fp8 v2 blockwise wgrad": (fp8_blockwise_wgrad, lambda: kernels.get("gemm_fp8", "v2").aot(
+        FP8, *HIP, {"binary": "v2_blockwise_128x1"}), GEMM_CHOSEN),
 }
 
 

@@ -6,10 +6,12 @@ on gfx950 a K step of 128 is what selects the 16x16x128 ``f8f6f4`` MFMA), 8 or 4
 on AMD 2 stages (Triton's AMD pipeliner depth), 16x16 or 32x32 MFMAs (``matrix_instr_nonkdim``)
 and ``waves_per_eu`` 0 or 2; Hopper takes 3 stages. GROUP_M is 8 throughout.
 
-The launches run four binaries (:data:`BINARIES`, :func:`binary`): v1's kernel; v2's with
+The launches run five binaries (:data:`BINARIES`, :func:`binary`): v1's kernel; v2's with
 DeepSeek-V3's per-K-block scales on the accumulator (``SCALES_ALONG_K`` True: the blockwise
 recipe's GEMMs, ``blockwise_matmul`` with block scales), whose fp32 partial product beside the
-accumulator makes it the heaviest in registers; and v2's with scales constant along K
+accumulator makes it the heaviest in registers, twice, with B's scales per 128 x 128 block (the
+forward's and dgrad's) and per 128 x 1 (``GROUP_N`` 1: the weight gradient's, a scale per
+column, which on sm90 needs a stack frame even at 128x128x128); and v2's with scales constant along K
 (``SCALES_ALONG_K`` False, v1's loop and epilogue: ``kernels.matmul_fp8`` and
 ``blockwise_matmul`` with such scales) twice, as the rowwise recipe passes them (per row and
 column, unit strides Triton folds to constants) and as the tensorwise and delayed recipes do
@@ -20,11 +22,11 @@ gfx942, OCP e4m3fn elsewhere) as each binary and keeps, per binary, the configs 
 that binary neither spills nor overflows LDS (nor, on AMD, moves 8/16-bit elements through LDS
 where another config does not: ``tuned_space.json`` beside this file, a section
 per target split per binary): a launch tunes among its own binary's kept configs, so on sm90,
-where the blockwise binary needs a stack frame at every tile wider than 128x128, the other
+where the blockwise binaries need a stack frame at every tile wider than 128x128, the other
 three still get 128x256 and 256x128 tiles. Candidate order decides each binary's
 prior, the untimed choice: on AMD 256x128x128, 8 warps, 16x16 MFMAs, the one config these
 rungs ran before they were tuned; on Hopper 128x256x128, 8 warps, 3 stages where the binary
-keeps it (all but the blockwise binary), else 128x128x128 (the blockwise binary).
+keeps it (all but the blockwise binaries), else the first it keeps.
 
 Per shape the bf16 GEMM's prune applies (:func:`kernels.gemm.configs.prune`): at most 16
 configs are timed for a key, and its first is the shape's prior. The interpreter has one
@@ -42,18 +44,22 @@ from ..gemm.configs import prune
 TABLE = Path(__file__).with_name("tuned_space.json")
 TILES = ((256, 128), (128, 256), (128, 128), (256, 256))   # the prior's tile first
 GROUP_M = 8
-BINARIES = ("v1", "v2_blockwise", "v2_rowwise", "v2_tensorwise")   # the table's parts, one per binary
+BINARIES = ("v1", "v2_blockwise", "v2_rowwise", "v2_tensorwise", "v2_blockwise_128x1")   # the table's parts
 
 
-def binary(rung: str, scales_along_k: bool = False, unit_strides: bool = True) -> str:
+def binary(rung: str, scales_along_k: bool = False, unit_strides: bool = True, group_n: int = 128) -> str:
     """The binary a launch of tuned ``rung`` ("v1", "v2") runs. v2's depends on whether its
-    scales change along K (``SCALES_ALONG_K``) and, where they do not, on whether A's and B's
-    are read at unit stride along M and N (``unit_strides``: per row and column, which Triton
-    folds to constants) or not (per tensor: stride 0). v1 has one part whatever its strides."""
+    scales change along K (``SCALES_ALONG_K``); where they do, on whether B's cover 128 columns
+    (``group_n`` 128, 128 x 128 blocks) or one (128 x 1, the blockwise recipe's weight gradient);
+    where they do not, on whether A's and B's are read at unit stride along M and N
+    (``unit_strides``: per row and column, which Triton folds to constants) or not (per tensor:
+    stride 0). v1 has one part whatever its strides."""
     if rung == "v1":
         return "v1"
+    if rung == "v2" and scales_along_k:
+        return "v2_blockwise" if group_n > 1 else "v2_blockwise_128x1"
     if rung == "v2":
-        return "v2_blockwise" if scales_along_k else "v2_rowwise" if unit_strides else "v2_tensorwise"
+        return "v2_rowwise" if unit_strides else "v2_tensorwise"
     raise ValueError(f"gemm_fp8 tunes rungs v1 and v2, not {rung!r}")
 
 

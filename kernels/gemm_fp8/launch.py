@@ -62,7 +62,9 @@ def aot_blockwise(kernel, dtype: torch.dtype, backend: str, arch: str, overrides
     run. The blockwise launch is the main kernel (first of equal MFMA counts). ``overrides``
     replaces settings of both; ``{"binary": name}`` compiles one binary's launch alone (how
     ``workbench.isa.tune_space`` compiles each), ``"v2_tensorwise"`` the per-tensor recipes'
-    (scale strides 0: its epilogue reads the scales through strides Triton cannot fold)."""
+    (scale strides 0: its epilogue reads the scales through strides Triton cannot fold),
+    ``"v2_blockwise_128x1"`` the blockwise recipe's weight gradient's (B's scales per 128 x 1,
+    ``GROUP_N`` 1: a scale per column and K block, laid out as the transposed x's)."""
     overrides = dict(overrides or {})
     chosen = overrides.pop("binary", None)
     size, blocks = AOT_SIZE, AOT_SIZE // operands.SCALE_K
@@ -72,7 +74,7 @@ def aot_blockwise(kernel, dtype: torch.dtype, backend: str, arch: str, overrides
     per_row = dict(ints, stride_sam=1, stride_sak=0, stride_sbk=0, stride_sbn=1)
     per_tensor = dict(per_row, stride_sam=0, stride_sbn=0)
     launches = {"v2_blockwise": (ints, operands.SCALE_K, True), "v2_rowwise": (per_row, 1, False),
-                "v2_tensorwise": (per_tensor, 1, False)}
+                "v2_tensorwise": (per_tensor, 1, False), "v2_blockwise_128x1": (ints, 1, True)}
     if chosen is not None and chosen not in launches:
         raise ValueError(f"gemm_fp8 v2 compiles binaries {sorted(launches)}, not {chosen!r}")
     pointers = {"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"}
@@ -81,7 +83,7 @@ def aot_blockwise(kernel, dtype: torch.dtype, backend: str, arch: str, overrides
                                             "GROUP_N": group_n, "SCALES_ALONG_K": along_k},
                        pointers=pointers)
             for name, (scalars, group_n, along_k) in launches.items()
-            if name == chosen or (chosen is None and name != "v2_tensorwise")]
+            if name == chosen or (chosen is None and name in ("v2_blockwise", "v2_rowwise"))]
 
 
 def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_strides: tuple,
@@ -99,7 +101,8 @@ def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_
     if rung is None:
         return configs.prior(here.name, here.arch, m, n, k, V0_PRIOR)
     # v2's scale strides along M and N: 1 is folded to a constant (per row and column), 0 is not (per tensor)
-    which = configs.binary(rung, constexprs.get("SCALES_ALONG_K", False), scale_strides[0] == scale_strides[-1] == 1)
+    which = configs.binary(rung, constexprs.get("SCALES_ALONG_K", False), scale_strides[0] == scale_strides[-1] == 1,
+                           constexprs.get("GROUP_N", operands.SCALE_K))
     remap = {"NUM_XCDS": num_xcds(here)}
     key = (next_power_of_2(m), next_power_of_2(n), next_power_of_2(k), a.dtype, b.dtype, layout(a, b),
            out_dtype, *(value for _, value in sorted(constexprs.items())), which)

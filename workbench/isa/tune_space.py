@@ -20,8 +20,9 @@ dK/dV or dQ, compiled at its head dim, causal), the grouped GEMM with v4 (``kern
 three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
 v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the configs the
 grouped GEMM's table keeps, the FP8 GEMM with each binary its launches run (v1; v2 with
-DeepSeek-V3's per-K-block scales, ``v2_blockwise``; v2 with scales constant along K, per row and
-column, ``v2_rowwise``, and per tensor, ``v2_tensorwise``) at each target's e4m3 format (its one section per target,
+DeepSeek-V3's per-K-block scales, ``v2_blockwise``, and with B's per 128 x 1, the weight
+gradient's, ``v2_blockwise_128x1``; v2 with scales constant along K, per row and column,
+``v2_rowwise``, and per tensor, ``v2_tensorwise``) at each target's e4m3 format (its one section per target,
 split per binary: each binary tunes among the configs its own compile keeps, ``per_binary``). A
 config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
@@ -112,7 +113,8 @@ OPS = {
                    lambda cfg: {"v1": {}, **{name: {"binary": name} for name in gemm_fp8_configs.BINARIES[1:]}},
                    "each binary a launch runs, named by its rung: v1 (scales constant along K, in the "
                    "epilogue), v2_blockwise (v2 with DeepSeek-V3's 1x128 / 128x128 scales on the "
-                   "accumulator per K block), v2_rowwise and v2_tensorwise (v2 with scales constant "
+                   "accumulator per K block; v2_blockwise_128x1 with B's per 128x1, the weight gradient's), "
+                   "v2_rowwise and v2_tensorwise (v2 with scales constant "
                    "along K, in the epilogue, per row and column as the rowwise recipe passes them, "
                    "per tensor as the tensorwise and delayed recipes do); a section per binary, each "
                    "binary tuning among the configs its own compile keeps",
