@@ -132,38 +132,47 @@ def target(table: Path, backend: str, arch: str, dtype: torch.dtype | None = Non
     return wide if wide in tables else name
 
 
-def kept(table: Path, name: str, candidates: list[triton.Config]) -> list[triton.Config]:
+def kept(table: Path, name: str, candidates: list[triton.Config], binary: str | None = None) -> list[triton.Config]:
     """The ``candidates`` that table section ``name`` keeps, in its order: candidate order, then,
     where a group of configs kept none that fits, the group's least spilling first (entries marked
     "spilling", ``workbench.isa.tune_space.least_spilling``); in a table that orders its groups
     for their prior (attention's backward, ``workbench.isa.tune_space.prior_first``), no spills,
-    then no 8/16-bit LDS ops, then more waves/SIMD first within each group."""
+    then no 8/16-bit LDS ops, then more waves/SIMD first within each group. ``binary``: in a table
+    split per binary (the FP8 GEMM's, ``workbench.isa.tune_space``'s ``per_binary``), the part
+    of the section that binary's own compiles keep."""
+    verdicts = shipped(table)[name]
+    if binary is not None:
+        if binary not in verdicts:
+            raise ValueError(f"{table.name} has no binary {binary!r} in section {name!r}; it has {sorted(verdicts)}")
+        verdicts = verdicts[binary]
     by_config = {json.dumps(as_dict(c), sort_keys=True): c for c in candidates}
-    found = (json.dumps(entry["config"], sort_keys=True) for entry in shipped(table)[name]["kept"])
+    found = (json.dumps(entry["config"], sort_keys=True) for entry in verdicts["kept"])
     return [by_config[text] for text in found if text in by_config]
 
 
 @functools.lru_cache(maxsize=None)
-def kept_space(table: Path, name: str, candidates: Callable[[str], list[triton.Config]]
-               ) -> tuple[triton.Config, ...]:
-    """``kept(table, name, candidates(target))`` (``target``: the section's target, ``name``
-    without :data:`WIDE`), worked out once per process: it builds every candidate and compares
-    it with every verdict (2 ms for attention's gfx942 space on a busy two-core AMD EPYC,
+def kept_space(table: Path, name: str, candidates: Callable[[str], list[triton.Config]],
+               binary: str | None = None) -> tuple[triton.Config, ...]:
+    """``kept(table, name, candidates(target), binary)`` (``target``: the section's target,
+    ``name`` without :data:`WIDE`), worked out once per process: it builds every candidate and
+    compares it with every verdict (2 ms for attention's gfx942 space on a busy two-core AMD EPYC,
     2026-12-02), and the rungs ask for their space on every call. Keyed by the ``candidates``
     function itself, so a replaced one is asked again."""
-    return tuple(kept(table, name, candidates(name.removesuffix(WIDE))))
+    return tuple(kept(table, name, candidates(name.removesuffix(WIDE)), binary))
 
 
 def space(table: Path, backend: str, arch: str, candidates: Callable[[str], list[triton.Config]],
-          interpreter: list[triton.Config], dtype: torch.dtype | None = None) -> list[triton.Config]:
+          interpreter: list[triton.Config], dtype: torch.dtype | None = None,
+          binary: str | None = None) -> list[triton.Config]:
     """What a tuned rung may time here for operands of ``dtype``: ``interpreter`` on the
     interpreter, else the ``candidates`` of the device's target that ``table``'s section for
-    ``dtype`` keeps (:func:`target`), in the section's order (:func:`kept`)."""
+    ``dtype`` keeps (:func:`target`; ``binary``: for that binary, in a table split per binary),
+    in the section's order (:func:`kept`)."""
     if backend == "interpreter":
         return interpreter
     if backend not in ("hip", "cuda"):
         raise ValueError(f"no tuned config space for backend {backend!r}")
-    return list(kept_space(table, target(table, backend, arch, dtype), candidates))
+    return list(kept_space(table, target(table, backend, arch, dtype), candidates, binary))
 
 
 def tile(c: triton.Config) -> tuple[int, int]:

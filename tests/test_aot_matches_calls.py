@@ -135,11 +135,26 @@ def fp8_rowwise(label: str):
     return call
 
 
+def fp8_tensorwise():
+    """The tensorwise recipe's forward GEMM (``kernels.matmul_fp8``): one scale per tensor."""
+    x8, sx = gemm_fp8.quantize_fp8(torch.randn(32, 256, dtype=torch.bfloat16), FP8)
+    w8, sw = gemm_fp8.quantize_fp8(torch.randn(64, 256, dtype=torch.bfloat16), FP8)
+    kernels.get("gemm_fp8", "v2")(x8, w8.t(), sx, sw)
+
+
 def fp8_blockwise():
     """The blockwise recipe's forward (DeepSeek-V3's scales), K = 2048 (gpu-dense-1b's width:
     16 scale blocks along K; gpu-moe-small's 1024 makes 8, not a multiple of 16)."""
     x = torch.randn(32, 2048, dtype=torch.bfloat16)
     kernels.fp8.get("blockwise").forward(x, torch.randn(128, 2048, dtype=torch.bfloat16), FP8, torch.bfloat16)
+
+
+def fp8_blockwise_wgrad():
+    """The blockwise recipe's weight gradient alone: dy.T per 1 x 128 along the tokens, x per
+    128 x 1 (the scales of its transposed copy), 2048 tokens (16 scale blocks along K)."""
+    _, _, dyt8, sdyt = gemm_fp8.quantize(torch.randn(2048, 32, dtype=torch.bfloat16), "block1x128", FP8, transpose=True)
+    _, _, xt8, sxt = gemm_fp8.quantize(torch.randn(2048, 32, dtype=torch.bfloat16), "block1x128", FP8, transpose=True)
+    gemm_fp8.blockwise_matmul(dyt8, sdyt, xt8.t(), sxt.t())
 
 
 CASES = {
@@ -176,6 +191,10 @@ CASES = {
     # v2's launches: the blockwise recipe's scales, then the rowwise recipe's (constant along K)
     "gemm_fp8 v2 blockwise": (fp8_blockwise, lambda: kernels.get("gemm_fp8", "v2").aot(FP8, *HIP)[:1], GEMM_CHOSEN),
     "gemm_fp8 v2 rowwise": (fp8_rowwise("v2"), lambda: kernels.get("gemm_fp8", "v2").aot(FP8, *HIP)[1:], GEMM_CHOSEN),
+    "gemm_fp8 v2 tensorwise": (fp8_tensorwise, lambda: kernels.get("gemm_fp8", "v2").aot(
+        FP8, *HIP, {"binary": "v2_tensorwise"}), GEMM_CHOSEN),
+    "gemm_fp8 v2 blockwise wgrad": (fp8_blockwise_wgrad, lambda: kernels.get("gemm_fp8", "v2").aot(
+        FP8, *HIP, {"binary": "v2_blockwise_128x1"}), GEMM_CHOSEN),
 }
 
 

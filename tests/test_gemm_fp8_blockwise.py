@@ -164,6 +164,20 @@ def test_v2_with_scales_constant_along_k_runs_v1s_loop(target, mfma, mfmas):
     assert rowwise.vgprs <= blockwise.vgprs and isa.inspect("gemm_fp8", "v2", target) is blockwise
 
 
+def test_on_sm90_each_v2_launch_compiles_at_its_own_binarys_prior():
+    """Hopper: the blockwise launch at its binary's prior, 128x128x128 (4 ``m64n128k32`` wgmmas
+    per K step, no stack frame), the rowwise one at its own, 128x256x128 (4 ``m64n256k32``, 194
+    registers, no stack frame), a tile whose blockwise compile does need one; the blockwise
+    launch stays the main kernel (first of equal wgmma counts)."""
+    blockwise, rowwise = isa.inspect_all("gemm_fp8", "v2", "sm90")
+    assert blockwise.matrix_instructions == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3": 4}
+    assert rowwise.matrix_instructions == {"wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3": 4}
+    assert (blockwise.scratch_bytes, rowwise.scratch_bytes, rowwise.vgprs) == (0, 0, 194)
+    wide = dict(BLOCK_M=128, BLOCK_N=256, binary="v2_blockwise")
+    assert isa.inspect("gemm_fp8", "v2", "sm90", overrides=wide).scratch_bytes > 0
+    assert isa.inspect("gemm_fp8", "v2", "sm90") is blockwise
+
+
 MIXED_COMPILE = """
 import dataclasses, json, torch
 from kernels.gemm_fp8 import launch, v2_triton_blockwise

@@ -3,8 +3,9 @@
 The rungs differ only inside their ``@triton.jit`` kernel (the lesson); the kernels take the
 same arguments, so the host side that fills them in lives here once. The tuned rungs (v1, v2)
 choose their config per key (:func:`settings`, :func:`kernels.tuning.choice`) among the
-candidates the ahead-of-time table keeps (:mod:`.configs`) and remap program ids over the
-device's XCDs (``NUM_XCDS``, :mod:`kernels.xcd`); v0, the upcast baseline, runs the prior.
+candidates the ahead-of-time table keeps for the binary the launch runs (:mod:`.configs`,
+:func:`.configs.binary`) and remap program ids over the device's XCDs (``NUM_XCDS``,
+:mod:`kernels.xcd`); v0, the upcast baseline, runs the blockwise binary's prior (:data:`V0_PRIOR`).
 """
 from __future__ import annotations
 
@@ -20,12 +21,16 @@ from ..xcd import full_chip_xcds, num_xcds
 from . import configs, operands
 
 AOT_SIZE = 8192   # the GEMM the ISA inspector compiles: 8192^3
+# v0's untuned tile: the prior of the binary heaviest in registers. v0's own binary (fp16
+# upcast tiles) is not in the table and needs a stack frame at v1's sm90 prior, 128x256x128.
+V0_PRIOR = "v2_blockwise"
 
 
-def aot_config(backend: str, arch: str, remap: bool) -> dict:
-    """What an ahead-of-time compile of a rung runs: the prior at 8192^3 (:func:`.configs.prior`),
-    with the whole chip's XCDs for a rung that remaps (``remap``)."""
-    cfg = configs.prior(backend, arch, AOT_SIZE, AOT_SIZE, AOT_SIZE)
+def aot_config(backend: str, arch: str, remap: bool, which: str) -> dict:
+    """What an ahead-of-time compile of binary ``which`` (:data:`.configs.BINARIES`; v0 takes
+    :data:`V0_PRIOR`'s) runs: its prior at 8192^3 (:func:`.configs.prior`), with the whole chip's
+    XCDs for a rung that remaps (``remap``)."""
+    cfg = configs.prior(backend, arch, AOT_SIZE, AOT_SIZE, AOT_SIZE, which)
     return {**cfg, "NUM_XCDS": full_chip_xcds(backend, arch)} if remap else cfg
 
 
@@ -33,39 +38,52 @@ def aot(kernel, dtype: torch.dtype, backend: str, arch: str, overrides: dict | N
         remap: bool = True, out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
     """The launch the ISA inspector compiles: an 8192^3 GEMM with K-contiguous A and B
     (the layout FP8 matrix cores and hipBLASLt want) and per-row/per-column scales, at
-    :func:`aot_config` (``remap``: the kernel takes ``NUM_XCDS``); ``overrides`` replaces settings."""
+    :func:`aot_config` (``remap``: the kernel takes ``NUM_XCDS``, v1's; else v0's, at
+    :data:`V0_PRIOR`'s prior); ``overrides`` replaces settings."""
     size = AOT_SIZE
     ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
                 stride_cm=size, stride_cn=1, stride_sa=1, stride_sb=1)
-    return [aot_launch(kernel, dtype, with_overrides(aot_config(backend, arch, remap), overrides), ints,
+    which = "v1" if remap else V0_PRIOR   # v1 remaps, v0 does not
+    return [aot_launch(kernel, dtype, with_overrides(aot_config(backend, arch, remap, which), overrides), ints,
                        constexprs={"INTERP_BF16": False},
                        pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
 
 
 def aot_blockwise(kernel, dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None,
                   out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
-    """v2's launches for the ISA inspector, :func:`aot`'s 8192^3 GEMM twice. First with
-    DeepSeek-V3's forward scales, A per 1 x 128 ((M, K/128), K-block-contiguous) and B per
-    128 x 128 ((K/128, N/128)), so the compile shows the per-K-block scaling in the loop. B's
-    scales lie as the blockwise recipe's forward passes them: the transpose of the weight's
-    (N/128, K/128), unit stride along K (Triton folds that stride to a constant). Second with
-    the rowwise recipe's scales, A per row (M, 1) and B per column (1, N), constant along K
-    (``SCALES_ALONG_K`` False: v1's loop, the scales in the epilogue): the binary the rowwise
-    recipe's GEMMs run (the per-tensor recipes' differs in the epilogue alone, its scale strides
-    0). The blockwise launch is the main kernel (first of equal MFMA counts)."""
+    """v2's launches for the ISA inspector, :func:`aot`'s 8192^3 GEMM twice, each at its own
+    binary's prior. First with DeepSeek-V3's forward scales, A per 1 x 128 ((M, K/128),
+    K-block-contiguous) and B per 128 x 128 ((K/128, N/128)), so the compile shows the
+    per-K-block scaling in the loop (binary ``v2_blockwise``). B's scales lie as the blockwise
+    recipe's forward passes them: the transpose of the weight's (N/128, K/128), unit stride along
+    K (Triton folds that stride to a constant). Second with the rowwise recipe's scales, A per
+    row (M, 1) and B per column (1, N), constant along K (``SCALES_ALONG_K`` False: v1's loop,
+    the scales in the epilogue; binary ``v2_rowwise``): the binary the rowwise recipe's GEMMs
+    run. The blockwise launch is the main kernel (first of equal MFMA counts). ``overrides``
+    replaces settings of both; ``{"binary": name}`` compiles one binary's launch alone (how
+    ``workbench.isa.tune_space`` compiles each), ``"v2_tensorwise"`` the per-tensor recipes'
+    (scale strides 0: its epilogue reads the scales through strides Triton cannot fold),
+    ``"v2_blockwise_128x1"`` the blockwise recipe's weight gradient's (B's scales per 128 x 1,
+    ``GROUP_N`` 1: a scale per column and K block, laid out as the transposed x's)."""
+    overrides = dict(overrides or {})
+    chosen = overrides.pop("binary", None)
     size, blocks = AOT_SIZE, AOT_SIZE // operands.SCALE_K
     ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
                 stride_cm=size, stride_cn=1, stride_sam=blocks, stride_sak=1, stride_sbk=1,
                 stride_sbn=blocks)
     per_row = dict(ints, stride_sam=1, stride_sak=0, stride_sbk=0, stride_sbn=1)
-    cfg = with_overrides(aot_config(backend, arch, True), overrides)
+    per_tensor = dict(per_row, stride_sam=0, stride_sbn=0)
+    launches = {"v2_blockwise": (ints, operands.SCALE_K, True), "v2_rowwise": (per_row, 1, False),
+                "v2_tensorwise": (per_tensor, 1, False), "v2_blockwise_128x1": (ints, 1, True)}
+    if chosen is not None and chosen not in launches:
+        raise ValueError(f"gemm_fp8 v2 compiles binaries {sorted(launches)}, not {chosen!r}")
     pointers = {"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"}
-    return [aot_launch(kernel, dtype, cfg, ints, constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
-                                                             "GROUP_N": operands.SCALE_K, "SCALES_ALONG_K": True},
-                       pointers=pointers),
-            aot_launch(kernel, dtype, cfg, per_row, constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
-                                                                "GROUP_N": 1, "SCALES_ALONG_K": False},
-                       pointers=pointers)]
+    return [aot_launch(kernel, dtype, with_overrides(aot_config(backend, arch, True, name), overrides),
+                       scalars, constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
+                                            "GROUP_N": group_n, "SCALES_ALONG_K": along_k},
+                       pointers=pointers)
+            for name, (scalars, group_n, along_k) in launches.items()
+            if name == chosen or (chosen is None and name in ("v2_blockwise", "v2_rowwise"))]
 
 
 def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_strides: tuple,
@@ -73,18 +91,23 @@ def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_
     """The config of a launch: for a tuned ``rung`` ("v1", "v2") the choice of its key (M, N, K
     power-of-two buckets, A's and B's formats, the operand layout, ``out_dtype`` and the scales'
     constexprs: v2's per-K-block scaling compiles another loop) among the per-shape prune of the
-    table's kept configs (:func:`kernels.tuning.choice`: timed once per key with the launch
+    configs the table keeps for the launch's binary (:func:`.configs.binary`: v2's per
+    ``SCALES_ALONG_K`` and scale strides; also in the key), by :func:`kernels.tuning.choice`
+    (timed once per key with the launch
     itself, the prior where nothing may be timed), plus the device's ``NUM_XCDS``; for None (v0)
-    the prior, without a remap."""
+    :data:`V0_PRIOR`'s prior, without a remap."""
     here = _backend.current()
     (m, k), n = a.shape, b.shape[1]
     if rung is None:
-        return configs.prior(here.name, here.arch, m, n, k)
+        return configs.prior(here.name, here.arch, m, n, k, V0_PRIOR)
+    # v2's scale strides along M and N: 1 is folded to a constant (per row and column), 0 is not (per tensor)
+    which = configs.binary(rung, constexprs.get("SCALES_ALONG_K", False), scale_strides[0] == scale_strides[-1] == 1,
+                           constexprs.get("GROUP_N", operands.SCALE_K))
     remap = {"NUM_XCDS": num_xcds(here)}
     key = (next_power_of_2(m), next_power_of_2(n), next_power_of_2(k), a.dtype, b.dtype, layout(a, b),
-           out_dtype, *(value for _, value in sorted(constexprs.items())))
+           out_dtype, *(value for _, value in sorted(constexprs.items())), which)
     cfg = choice(f"gemm_fp8/{rung}", key,
-                 lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch), m, n, k)],
+                 lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch, which), m, n, k)],
                  lambda cfg: _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides, constexprs,
                                   {**cfg, **remap}),
                  lambda: Problem("gemm_fp8", rung, (m, n, k), a.dtype))

@@ -4,7 +4,7 @@ Idea:
     Hand ``tl.dot`` the FP8 tiles as loaded. Triton emits the FP8 matrix-core
     instruction, accumulating in fp32: ``v_mfma_f32_16x16x32_fp8_fp8`` on gfx942 (fnuz
     operands), ``v_mfma_f32_16x16x128_f8f6f4`` on gfx950 (OCP), ``wgmma.mma_async
-    ... m64n128k32.f32.e4m3.e4m3`` on Hopper (at its prior's 128-wide tile). The scales are
+    ... m64n256k32.f32.e4m3.e4m3`` on Hopper (at its prior's 256-wide tile). The scales are
     constant along K, so ``(A s_a) @ (B s_b) = s_a * (A @ B) * s_b``: they multiply the
     fp32 accumulator once per output element, per row and per column by broadcast (a
     per-tensor scale is read with stride 0). Programs take gemm v3's order
@@ -13,10 +13,10 @@ Idea:
 
     The tile is tuned as the bf16 GEMM's (:mod:`.configs`): per key (shape buckets, formats,
     operand layout, output dtype) the fastest of the configs that the ahead-of-time table
-    keeps for the target (none spills or uses 8/16-bit LDS ops where another does not,
-    in this kernel or v2's) and the shape's prune leaves, timed once with this launch
-    (:func:`kernels.tuning.choice`); untimed, the prior: 256x128x128, 8 warps, 16x16 MFMAs
-    on AMD; 128x128x128, 8 warps on Hopper, where v2 needs a stack frame at larger tiles.
+    keeps for the target and this kernel (none spills or uses 8/16-bit LDS ops where another
+    does not; v2's binaries keep their own) and the shape's prune leaves, timed once with this
+    launch (:func:`kernels.tuning.choice`); untimed, the prior: 256x128x128, 8 warps, 16x16
+    MFMAs on AMD; 128x256x128, 8 warps on Hopper (194 registers, no stack frame).
 
 Why faster:
     v0 converted every loaded element to fp16 and ran the fp16 matrix cores

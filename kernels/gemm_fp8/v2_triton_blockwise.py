@@ -12,8 +12,11 @@ Idea:
     128 x 128 block). Accumulation stays in fp32 across blocks. Scales constant along K
     (per tensor, per row/column) take v1's path, selected at compile time
     (``SCALES_ALONG_K``), so this rung serves every recipe and is the public op's. Program
-    order and tuning are v1's (the XCD remap; one table of configs kept for both kernels),
-    keyed also by the scales' constexprs.
+    order and tuning are v1's (the XCD remap), keyed also by the scales' constexprs and
+    strides; each binary (per-K-block scales with B's per 128 x 128 or per 128 x 1; scales
+    constant along K per row and column, or per tensor) tunes among the configs its own
+    compile keeps (:mod:`.configs`): on Hopper the blockwise ones need a stack frame at every
+    tile wider than 128 x 128, the others do not.
 
 Why faster:
     Than dequantizing block-scaled operands to bf16 and running a bf16 GEMM: half the

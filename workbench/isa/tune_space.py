@@ -19,8 +19,12 @@ bias epilogue, ``NT_bias``), attention with v4 (``kernels.flash_attention``'s fo
 dK/dV or dQ, compiled at its head dim, causal), the grouped GEMM with v4 (``kernels.grouped_gemm``)
 three times: its forward, its backward's dX launch and its dW kernel, the MoE layer with
 v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the configs the
-grouped GEMM's table keeps, the FP8 GEMM with both its tuned rungs, v1 and v2 (blockwise scales),
-at each target's e4m3 format (its one section per target). A config is dropped when,
+grouped GEMM's table keeps, the FP8 GEMM with each binary its launches run (v1; v2 with
+DeepSeek-V3's per-K-block scales, ``v2_blockwise``, and with B's per 128 x 1, the weight
+gradient's, ``v2_blockwise_128x1``; v2 with scales constant along K, per row and column,
+``v2_rowwise``, and per tensor, ``v2_tensorwise``) at each target's e4m3 format (its one section per target,
+split per binary: each binary tunes among the configs its own compile keeps, ``per_binary``). A
+config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
 stack frame), or needs more LDS / shared memory than one workgroup may have, unless every
 config of its group spills (:func:`least_spilling`: then those that can launch are kept, least
@@ -76,6 +80,7 @@ class Op(NamedTuple):
     dtypes: tuple = BOTH   # compiled at each; float32 is a section of its own (kernels.tuning.section)
     group: Callable[[dict], tuple] = lambda cfg: ()   # configs a launch chooses among (least_spilling)
     compile_rung: Callable[[str], str] | None = None   # a compile's rung, by its name, where compiles differ in it
+    per_binary: bool = False   # each compile is a binary launched apart: a section per compile, pruned on its own
 
 
 OPS = {
@@ -104,11 +109,17 @@ OPS = {
               "grouped GEMM's table keeps, with their 8/16-bit LDS ops (narrow_lds_ops: dropped where "
               "a config without any is kept)", narrow_lds=True),
     # None: the rung's own dtype on each target (isa.default_dtype: e4m3fnuz on gfx942, e4m3fn elsewhere)
-    "gemm_fp8": Op("v1 and v2", gemm_fp8_configs, lambda cfg: {"v1": {}, "v2": {}},
-                   "each compile named by its rung: v1 (scales constant along K, in the epilogue) and "
-                   "v2 (DeepSeek-V3's 1x128 / 128x128 scales on the accumulator per K block); "
-                   "both rungs tune among the configs kept",
-                   narrow_lds=True, dtypes=(None,), compile_rung=lambda name: name),
+    "gemm_fp8": Op("v1 and v2", gemm_fp8_configs,
+                   lambda cfg: {"v1": {}, **{name: {"binary": name} for name in gemm_fp8_configs.BINARIES[1:]}},
+                   "each binary a launch runs, named by its rung: v1 (scales constant along K, in the "
+                   "epilogue), v2_blockwise (v2 with DeepSeek-V3's 1x128 / 128x128 scales on the "
+                   "accumulator per K block; v2_blockwise_128x1 with B's per 128x1, the weight gradient's), "
+                   "v2_rowwise and v2_tensorwise (v2 with scales constant "
+                   "along K, in the epilogue, per row and column as the rowwise recipe passes them, "
+                   "per tensor as the tensorwise and delayed recipes do); a section per binary, each "
+                   "binary tuning among the configs its own compile keeps",
+                   narrow_lds=True, dtypes=(None,), compile_rung=lambda name: name.split("_")[0],
+                   per_binary=True),
 }
 
 
@@ -225,19 +236,33 @@ def prior_first(target: str, table: dict, group: Callable[[dict], tuple]) -> dic
 
 def prune_target(op: str, target: str, progress=print, dtype: torch.dtype | None = DTYPE) -> dict:
     """Compile every candidate of ``target`` at ``dtype`` in each of its compiles:
-    {"kept": [...], "dropped": [...]}, the table section ``kernels.tuning.section(target, dtype)``."""
-    table = {"kept": [], "dropped": []}
-    space = OPS[op].configs.candidates(target)
+    {"kept": [...], "dropped": [...]}, the table section ``kernels.tuning.section(target, dtype)``;
+    for an op whose compiles are binaries launched apart (``per_binary``, the FP8 GEMM), one such
+    table per compile name, each judged on that compile alone (:func:`prune`)."""
+    entries, space = [], OPS[op].configs.candidates(target)
     for i, candidate in enumerate(space):
         cfg = tuning.as_dict(candidate)
-        entry = {"config": cfg, **compiled(op, target, cfg, dtype)}
-        why = [f"{name}: {w}" for name, resources in entry.items()
-               if name != "config" and (w := verdict(target, resources))]
+        entries.append({"config": cfg, **compiled(op, target, cfg, dtype)})
+        why = "; ".join(f"{name}: {w}" for name, r in compiles(entries[-1]).items() if (w := verdict(target, r)))
+        progress(f"{op} {tuning.section(target, dtype)} {i + 1}/{len(space)} {cfg} -> {why or 'kept'}")
+    if not OPS[op].per_binary:
+        return prune(op, target, entries)
+    return {name: prune(op, target, [{"config": e["config"], name: e[name]} for e in entries])
+            for name in compiles(entries[0])}
+
+
+def prune(op: str, target: str, entries: list[dict]) -> dict:
+    """{"kept": [...], "dropped": [...]} of compiled ``entries`` (a config and its compiles'
+    resources): dropped where a compile fails a :func:`verdict`, then :func:`clean_lds` (ops that
+    record narrow LDS ops), :func:`least_spilling` and, for ops that order their groups for the
+    prior, :func:`prior_first`."""
+    table = {"kept": [], "dropped": []}
+    for entry in entries:
+        why = [f"{name}: {w}" for name, resources in compiles(entry).items() if (w := verdict(target, resources))]
         if why:
             table["dropped"].append({**entry, "why": "; ".join(why)})
         else:
             table["kept"].append(entry)
-        progress(f"{op} {tuning.section(target, dtype)} {i + 1}/{len(space)} {cfg} -> {'; '.join(why) or 'kept'}")
     group = OPS[op].group
     table = least_spilling(target, clean_lds(table, group) if OPS[op].narrow_lds else table, group)
     return prior_first(target, table, group) if OPS[op].prior_order else table
@@ -278,7 +303,9 @@ def main(argv: list[str] | None = None) -> None:
         tables = {tuning.section(target, dtype): prune_target(op, target, dtype=dtype)
                   for target in args.target or isa.TARGETS for dtype in OPS[op].dtypes}
         for target, table in tables.items():
-            print(f"{op} {target}: {len(table['kept'])} kept, {len(table['dropped'])} dropped")
+            for binary, part in (table.items() if OPS[op].per_binary else [("", table)]):
+                print(f"{op} {target}{' ' + binary if binary else ''}: "
+                      f"{len(part['kept'])} kept, {len(part['dropped'])} dropped")
         if args.write:
             write(op, tables)
 

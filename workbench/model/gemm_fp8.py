@@ -5,8 +5,9 @@ v1 hands the e4m3 tiles of A and B (K-contiguous, the layout its ``aot`` compile
 ``tl.dot``: ``v_mfma_f32_16x16x32_fp8_fp8`` on gfx942, ``v_mfma_f32_16x16x128_f8f6f4`` on
 gfx950 (cycles in ``machine.yaml``, [S4]); its 1-D grid's hardware ids are dealt to the XCDs
 round robin and remapped, as gemm v3's, so each XCD walks a contiguous run of the grouped order
-(``GROUP_M`` row tiles per group). The config is v1's prior for the shape (the first of the
-per-shape prune of the target's kept table, :func:`kernels.gemm_fp8.configs.prior`), or a
+(``GROUP_M`` row tiles per group). The config is the rung's prior for the shape (the first of
+the per-shape prune of what the target's table keeps for the rung's binary, for v2 the blockwise
+one it is predicted as, :func:`kernels.gemm_fp8.configs.prior`), or a
 tuner's candidate pinned for the prediction (:func:`.candidates.predict_config`, so the
 tuners' ranker orders v1's and v2's candidates). v1's per-row and per-column scales are read
 once per tile in the epilogue (not charged). v2 is compiled as its ``aot`` launch, with
@@ -51,7 +52,8 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
     if label not in RUNGS:
         raise NotCovered(f"the model covers gemm_fp8 rungs {', '.join(RUNGS)}, not {label}")
     candidate = pinned()
-    tile = candidate or fp8_configs.prior("hip", chip_spec.target, *shape)
+    # v2 is predicted as its main launch, the blockwise binary: its own prior
+    tile = candidate or fp8_configs.prior("hip", chip_spec.target, *shape, fp8_configs.binary(label, True))
     cfg = {**tile, "NUM_XCDS": full_chip_xcds("hip", chip_spec.target)}
     report = isa.inspect("gemm_fp8", label, target=chip_spec.target, dtype=fp8_dtype(chip_spec.target),
                          overrides=tile)
