@@ -59,17 +59,23 @@ def make_inputs(shape, dtype=torch.float32, device="cpu", seed=0, layout="row"):
     return (*(t.to(device=device, dtype=dtype) for t in (q, k, v)), bool(causal))
 
 
-def reference(q, k, v, causal=False, scale=None):
-    """float64 on the CPU, differentiable (the harness takes dQ, dK, dV from it)."""
-    q, k, v = (t.cpu().double() for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+def probabilities(q, k, causal=False, scale=None):
+    """P = softmax(scale · Q Kᵀ), k with one head per query head; causal: query i sees keys 0..i
+    (1/√D for a ``scale`` of None). The reference's, and what a test modelling a backward needs."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-1, -2)) * scale
     if causal:
         visible = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
         scores = scores.masked_fill(~visible, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+    return torch.softmax(scores, dim=-1)
+
+
+def reference(q, k, v, causal=False, scale=None):
+    """float64 on the CPU, differentiable (the harness takes dQ, dK, dV from it)."""
+    q, k, v = (t.cpu().double() for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    return probabilities(q, k, causal, scale) @ v
 
 
 def visible_pairs(s: int, sk: int, causal) -> int:

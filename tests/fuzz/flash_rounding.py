@@ -20,6 +20,8 @@ import math
 
 import torch
 
+from kernels.attention import spec as attn_spec
+
 
 class _FlashRounding(torch.autograd.Function):
     @staticmethod
@@ -27,15 +29,11 @@ class _FlashRounding(torch.autograd.Function):
         q64, k64, v64 = (t.detach().double() for t in (q, k, v))
         group = q.shape[1] // k.shape[1]
         k64, v64 = k64.repeat_interleave(group, dim=1), v64.repeat_interleave(group, dim=1)
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        scores = (q64 @ k64.transpose(-1, -2)) * scale
-        if causal:
-            visible = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
-            scores = scores.masked_fill(~visible, float("-inf"))
-        p = torch.softmax(scores, dim=-1)
+        p = attn_spec.probabilities(q64, k64, causal, scale)
         out = p @ v64
         ctx.save_for_backward(q64, k64, v64, p, out)
-        ctx.scale, ctx.group, ctx.dtype, ctx.kv_shape = scale, group, q.dtype, k.shape
+        ctx.scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        ctx.group, ctx.dtype, ctx.kv_shape = group, q.dtype, k.shape
         return out.to(q.dtype)
 
     @staticmethod
