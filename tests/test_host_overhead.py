@@ -144,8 +144,8 @@ def test_a_gpus_config_space_is_read_once(monkeypatch):
     tuning.kept_space.cache_clear()
     read = []
     real = tuning.kept
-    monkeypatch.setattr(tuning, "kept", lambda table, name, candidates: read.append(name) or
-                        real(table, name, candidates))
+    monkeypatch.setattr(tuning, "kept", lambda table, name, candidates, binary=None: read.append(name) or
+                        real(table, name, candidates, binary))
     first = gemm_configs.space("hip", "gfx942")
     assert gemm_configs.space("hip", "gfx942") == first and read == ["gfx942"]
     first.clear()   # a caller's list is its own
