@@ -103,3 +103,15 @@ def test_recomputing_is_a_training_forward_inside_a_backward():
     seen.clear()
     checkpoint(layer, x, use_reentrant=False).sum().backward()
     assert seen == [False, False]   # eval mode records nothing, so it needs no kept scale
+
+
+def test_a_forward_a_backward_hook_runs_casts_and_records_as_any_forward():
+    """A hook that runs the layer during a backward (gradients off) is no recompute: its input,
+    100x the forward's, is cast with its own scale and its amax enters the history."""
+    layer = kernels.fp8.Float8Linear(8, 8, recipe="delayed", fp8_dtype=FP8)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    hooked = []
+    x.register_hook(lambda g: hooked.append(layer(100 * x.detach())))
+    layer(x).sum().backward()
+    history = layer.fp8_amax_history_x
+    assert hooked and history[0] == (100 * x.detach()).abs().amax() and history[1] == x.detach().abs().amax()

@@ -58,10 +58,14 @@ those amaxes), so the recomputed FP8 operands are the forward's bits, and the hi
 the counts and every gradient are those of the same steps without checkpointing
 (tests/test_fp8_recompute.py, a Float8Linear block and a Float8MoE layer; the
 expert-parallel layer's chunked record, :func:`record_parts`, takes the same rule, untested
-under checkpointing). The kept scales are the layer's last forward's: a schedule
-that runs a layer's forward for several micro-batches before their backwards (pipeline
-parallelism's 1F1B) would recompute the earlier ones with the last one's scales; run such
-schedules with a current-scaling recipe. Under ``torch.compile`` none of this runs (the
+under checkpointing). The kept scales are the layer's last forward's, one per tensor, so
+these recompute with other scales than their forward's, silently: a layer run more than once
+before its backward (a shared or tied layer, a layer applied in a loop, pipeline
+parallelism's 1F1B, which runs several micro-batches' forwards first); the expert-parallel
+layer's chunks in the first step, while each chunk takes its own amax; a model switched to
+eval mode between a checkpointed forward and its backward. Run those with a current-scaling
+recipe. A forward inside a double backward (``create_graph=True``) is taken for a recompute
+too. Under ``torch.compile`` none of this runs (the
 layer's Python is traced, not rerun); checkpointing inside a compiled region is not tested.
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
@@ -139,12 +143,14 @@ def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype) -> t
     return _scale(seen, fused_amax(t, unless=seen), torch.finfo(fp8).max)
 
 
-def recomputing(layer) -> bool:
+def recomputing(layer) -> bool:   # asked outside no_grad: the grad mode is part of the answer
     """``layer`` runs its forward again in training mode inside a backward: activation
     checkpointing's recompute (``torch.utils.checkpoint``, reentrant or not, reruns the forward
-    while autograd's engine executes the backward). Never while compiling: the trace runs the
-    layer's Python once."""
-    return layer.training and not torch.compiler.is_compiling() and torch._C._current_graph_task_id() != -1
+    while autograd's engine executes the backward, with gradients on); not a forward a backward
+    hook runs with gradients off, which casts and records as any forward. Never while compiling:
+    the trace runs the layer's Python once."""
+    return (layer.training and not torch.compiler.is_compiling() and torch.is_grad_enabled()
+            and torch._C._current_graph_task_id() != -1)
 
 
 def _forward_scales(layer) -> dict[str, torch.Tensor]:
@@ -160,7 +166,6 @@ def _kept_for_recompute(layer, name: str, scale: torch.Tensor) -> torch.Tensor:
     return scale
 
 
-@torch.no_grad()
 def cast_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
     """The delayed scale of ``t`` (2-D, or an expert stack (G, K, N) read as G·K rows), for a
     fused cast that returns ``t``'s amax to :func:`record_amax` after (:func:`history_scale`
@@ -182,7 +187,6 @@ def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, amax: tor
     history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
 
 
-@torch.no_grad()
 def record_amax(layer, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
     """In training mode: ``amax`` enters the history of ``name`` and a step whose ``scale``
     saturates it is counted (:func:`push_amax`); not in a recompute, whose amax its forward
@@ -192,7 +196,6 @@ def record_amax(layer, name: str, amax: torch.Tensor, scale: torch.Tensor) -> No
         push_amax(getattr(layer, PREFIX + name), layer.fp8_saturated, i, amax, scale, layer.fp8_dtype)
 
 
-@torch.no_grad()
 def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
     """For a layer that casts a tensor in parts (the expert-parallel layer's chunks), each with
     :func:`cast_scale`'s scale of its part: the largest of the ``amaxes`` the parts' casts found
@@ -201,8 +204,9 @@ def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
     whole = "whole " + name
     if recomputing(layer) and whole in _forward_scales(layer):
         return _forward_scales(layer)[whole]
-    amax = torch.stack(amaxes).amax()
-    scale = _scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max)
+    with torch.no_grad():
+        amax = torch.stack(amaxes).amax()
+        scale = _scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max)
     record_amax(layer, name, amax, scale)
     return _kept_for_recompute(layer, whole, scale)
 
