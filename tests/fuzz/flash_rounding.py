@@ -11,8 +11,9 @@ backend keeps P, and one flash sample's rounding can be luckily small.
 
 :func:`flash_rounding` computes the op in float64 with that one rounding (O rounded to the
 input dtype before Δ), and returns the output and the gradients rounded to the input dtype:
-its error against the float64 reference is the least any flash backward can have on those
-inputs, which the rule then allows (its base error is the largest of its samples').
+its error against the float64 reference is that one rounding's (a kernel's float32 sums may
+add to it or offset part of it), and the rule's bound, from the largest of its samples' errors,
+then covers it (times the rule's factor, as for torch's samples).
 """
 from __future__ import annotations
 

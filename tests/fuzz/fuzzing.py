@@ -146,10 +146,10 @@ def assert_rule(name: str, got, reference, baseline, dtype, direction: str = "fo
     ``baseline`` is torch's result, or several (:func:`baseline_with_grads`); ``spread`` its
     errors on other inputs (:func:`rounding_spread`). ``floor``: an absolute error any finite
     element may have, whatever its error relative to the result's largest: the caller's bound
-    on what float32 accumulators leave at the problem's magnitude (:func:`accumulator_floor`).
-    A result small against its problem (zero in exact arithmetic, or cancelling) carries that
-    noise whatever its own size, and the rule, relative to the result's own largest element,
-    would take it for an error."""
+    on what the op's float32 accumulation leaves in this result (the attention fuzz's
+    ``_delta_floor``). A result small against that (zero in exact arithmetic, or cancelling)
+    carries the noise whatever its own size, and the rule, relative to the result's own
+    largest element, would take it for an error."""
     first = baseline if isinstance(baseline, torch.Tensor) else baseline[0]
     assert tuple(got.shape) == tuple(first.shape), (f"{name}: shape {tuple(got.shape)}, "
                                                     f"torch gives {tuple(first.shape)}")
@@ -160,14 +160,6 @@ def assert_rule(name: str, got, reference, baseline, dtype, direction: str = "fo
         got = torch.where(within, reference.to(got.dtype), got)
     fields = compare(got, reference, baseline, dtype, direction, other_errors=spread)
     assert fields["passed"], f"{name} ({direction}, {dtype}): {broken_rules(fields)}"
-
-
-def accumulator_floor(*results: torch.Tensor) -> float:
-    """:func:`assert_rule`'s ``floor`` for an op that accumulates in float32: float32's
-    reassociation bound (64 ulps) of the largest |value| among the problem's results (their
-    float64 references), in every dtype: half-precision outputs round far above it."""
-    largest = max((float(t.abs().max()) for t in results if t.numel()), default=0.0)
-    return reassociation_bound(torch.float32) * largest
 
 
 def assert_runs_in_child(code: str, timeout: float = 240.0) -> None:
