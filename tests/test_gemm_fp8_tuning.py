@@ -92,8 +92,7 @@ def test_each_binary_keeps_the_configs_its_own_compile_fits(target, binary):
 
 
 def test_sm90_offers_the_wide_tiles_to_the_binaries_that_compile_clean_there():
-    """128x256x128 and 256x128x128 with 8 warps (the tile of the fastest public Triton FP8 GEMMs
-    on H100): v1 and the binaries with scales constant along K (``SCALES_ALONG_K`` False, what
+    """128x256x128 and 256x128x128 with 8 warps: v1 and the binaries with scales constant along K (``SCALES_ALONG_K`` False, what
     ``kernels.matmul_fp8`` runs, per row and per tensor) compile them without a stack frame and
     are offered them; the blockwise binary needs one there and is not."""
     for bm, bn in WIDE:

@@ -15,7 +15,7 @@ column, which on sm90 needs a stack frame even at 128x128x128); and v2's with sc
 (``SCALES_ALONG_K`` False, v1's loop and epilogue: ``kernels.matmul_fp8`` and
 ``blockwise_matmul`` with such scales) twice, as the rowwise recipe passes them (per row and
 column, unit strides Triton folds to constants) and as the tensorwise and delayed recipes do
-(one scale each, stride 0, not folded: another epilogue, with other verdicts; on gfx950 one
+(one scale each, stride 0, not folded: another epilogue, with other verdicts; on gfx950 a
 config the rowwise binary keeps spills in it, on gfx942 one it drops does not). ``python -m workbench.isa.tune_space --op gemm_fp8 --write``
 compiles every candidate for gfx942, gfx950 and sm90 at the target's e4m3 format (fnuz on
 gfx942, OCP e4m3fn elsewhere) as each binary and keeps, per binary, the configs whose compile of
@@ -25,7 +25,8 @@ per target split per binary): a launch tunes among its own binary's kept configs
 where the blockwise binaries need a stack frame at every tile wider than 128x128, the other
 three still get 128x256 and 256x128 tiles. Candidate order decides each binary's
 prior, the untimed choice: on AMD 256x128x128, 8 warps, 16x16 MFMAs, the one config these
-rungs ran before they were tuned; on Hopper 128x256x128, 8 warps, 3 stages where the binary
+rungs ran before they were tuned (gfx942's blockwise weight-gradient binary spills there and
+takes the same tile with 4 warps); on Hopper 128x256x128, 8 warps, 3 stages where the binary
 keeps it (all but the blockwise binaries), else the first it keeps.
 
 Per shape the bf16 GEMM's prune applies (:func:`kernels.gemm.configs.prune`): at most 16
@@ -77,7 +78,8 @@ def hip_candidates() -> list[triton.Config]:
 
 def cuda_candidates() -> list[triton.Config]:
     """Hopper: three stages, as the bf16 GEMM's large Hopper tiles; 128x256x128, 8 warps first
-    (the tile of the fastest public Triton FP8 GEMMs on H100)."""
+    (the widest tile v1 and the binaries with scales constant along K compile without a stack
+    frame, tests/test_gemm_fp8_tuning.py; its speed is unmeasured)."""
     return [_cfg(bm, bn, bk, warps, 3) for bm, bn in ((128, 256), (256, 128), (128, 128), (256, 256))
             for bk in (128, 64) for warps in (8, 4)]
 
