@@ -21,6 +21,7 @@ Under ``torch.compile`` the layer's Python is traced once and none of this runs.
 """
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 
 import torch
@@ -49,7 +50,14 @@ class Tape:
         return kept[i]
 
 
-_STACK: list[tuple[Tape, bool]] = []   # (tape, replaying), innermost last
+_LOCAL = threading.local()   # per thread: a GPU's backward (and so a recompute) runs on autograd's device thread
+
+
+def _stack() -> list[tuple[Tape, bool]]:
+    """This thread's active tapes, (tape, replaying), innermost last."""
+    if not hasattr(_LOCAL, "stack"):
+        _LOCAL.stack = []
+    return _LOCAL.stack
 
 
 class _Active:
@@ -63,10 +71,10 @@ class _Active:
         tape, replaying = self.entry
         if replaying:
             tape.read.clear()
-        _STACK.append(self.entry)
+        _stack().append(self.entry)
 
     def __exit__(self, *exc):
-        _STACK.remove(self.entry)
+        _stack().remove(self.entry)
 
 
 def context():
@@ -91,12 +99,12 @@ def replaying() -> Tape | None:
     """The innermost tape being replayed (a recompute under :func:`checkpoint`), or None."""
     if torch.compiler.is_compiling():
         return None
-    return next((tape for tape, replay in reversed(_STACK) if replay), None)
+    return next((tape for tape, replay in reversed(_stack()) if replay), None)
 
 
 def keep(layer, name: str, scale: torch.Tensor) -> None:
     """``scale``, just taken by a delayed cast of ``layer``'s ``name``, kept by every tape being recorded."""
-    if _STACK and not torch.compiler.is_compiling():
-        for tape, replay in _STACK:
+    if not torch.compiler.is_compiling():
+        for tape, replay in _stack():
             if not replay:
                 tape.keep(layer, name, scale)
