@@ -3,7 +3,10 @@ and records nothing (kernels/fp8/recipes/delayed.py), so a checkpointed model's 
 amax histories and saturation counts are, bit for bit, those of the same steps without
 checkpointing, for a Float8Linear block and a Float8MoE layer, with torch's reentrant and
 non-reentrant checkpoint. Before, the recompute cast with the history its forward had just
-updated and recorded its amaxes a second time."""
+updated and recorded its amaxes a second time. Under ``kernels.fp8.checkpoint`` each
+checkpointed call replays its own forward's scales (kernels/fp8/recompute.py), so the schedules
+a plain checkpoint gets wrong (a layer run twice, 1F1B, the expert-parallel layer's chunks in
+step 1, eval mode before the backward) train bit for bit as without checkpointing too."""
 from __future__ import annotations
 
 import copy
@@ -115,3 +118,154 @@ def test_a_forward_a_backward_hook_runs_casts_and_records_as_any_forward():
     layer(x).sum().backward()
     history = layer.fp8_amax_history_x
     assert hooked and history[0] == (100 * x.detach()).abs().amax() and history[1] == x.detach().abs().amax()
+
+
+# kernels.fp8.checkpoint: each checkpointed call replays its own forward's scales (kernels/fp8/recompute.py)
+
+class Twice(torch.nn.Module):
+    """One delayed FP8 Linear applied twice in a row (a shared layer), checkpointed as one call
+    by ``wrap`` (None: not checkpointed)."""
+
+    def __init__(self, dim: int = 24):
+        super().__init__()
+        self.lin = kernels.fp8.Float8Linear(dim, dim, recipe="delayed", fp8_dtype=FP8)
+        self.wrap = None
+
+    def body(self, x):
+        return self.lin(F.gelu(self.lin(x)))
+
+    def forward(self, x):
+        return self.body(x) if self.wrap is None else self.wrap(self.body, x)
+
+
+def _torch_checkpoint(fn, x):
+    return checkpoint(fn, x, use_reentrant=False)
+
+
+def _same_steps(want, got) -> bool:
+    return all(w.keys() == g.keys() and all(torch.equal(w[n], g[n]) for n in w) for w, g in zip(want, got))
+
+
+def test_a_layer_run_twice_recomputes_each_run_with_its_own_scales():
+    """The second run casts with a history the first run updated, so the two runs' scales differ:
+    a plain checkpoint recomputes both with the second's (the layer keeps one), kernels.fp8.checkpoint
+    with each one's own, bit for bit the unchecked steps."""
+    torch.manual_seed(0)
+    plain = Twice()
+    inputs = _inputs((2, 5, 24), (1.0, 3.0, 0.5, 8.0))
+    want = _steps(plain, inputs)
+    for wrap, exact in ((kernels.fp8.checkpoint, True), (_torch_checkpoint, False)):
+        torch.manual_seed(0)
+        model = Twice()
+        model.wrap = wrap
+        assert _same_steps(want, _steps(model, inputs)) is exact, wrap
+
+
+def _one_f_one_b(model, micro_batches):
+    """Every micro-batch's forward, then their backwards in order (1F1B's steady state), one step:
+    x's gradients, every accumulated parameter gradient and every buffer."""
+    model.zero_grad(set_to_none=True)
+    xs = [x.clone().requires_grad_() for x in micro_batches]
+    outs = [model(x) for x in xs]
+    for i, out in enumerate(outs):
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(200 + i)))
+    return {**{f"x{i}.grad": x.grad for i, x in enumerate(xs)},
+            **{n: p.grad.clone() for n, p in model.named_parameters()},
+            **{n: b.clone() for n, b in model.named_buffers()}}
+
+
+@pytest.mark.parametrize("build, shape", [(Block, (2, 5, 24)), (MoEBlock, (2, 7, 16))], ids=["linear", "moe"])
+def test_one_f_one_b_recomputes_each_micro_batch_with_its_forward_scales(build, shape):
+    torch.manual_seed(0)
+    plain = build()
+    checkpointed = copy.deepcopy(plain)
+    inner = checkpointed.body if build is Block else checkpointed.moe
+    checkpointed.forward = lambda x: kernels.fp8.checkpoint(inner, x)
+    micro = _inputs(shape, (1.0, 6.0, 0.25))
+    want, got = _one_f_one_b(plain, micro), _one_f_one_b(checkpointed, micro)
+    assert want.keys() == got.keys()
+    for name in want:
+        assert torch.equal(want[name], got[name]), f"{name} differs under kernels.fp8.checkpoint"
+
+
+def test_eval_mode_between_forward_and_backward_recomputes_the_training_forward():
+    """After a first step at x's scale 1, the second step's forward (x 4x larger) casts with the
+    history's scale and records its amax; switched to eval mode before its backward, the
+    recompute replays that scale, not the history's new one, and records nothing."""
+    torch.manual_seed(0)
+    plain = Block()
+    checkpointed = copy.deepcopy(plain)
+    x = torch.randn(2, 5, 24, generator=torch.Generator().manual_seed(1))
+    dy = torch.randn(2, 5, 24, generator=torch.Generator().manual_seed(2))
+    grads = []
+    for model, run in ((plain, lambda f, x: f(x)), (checkpointed, kernels.fp8.checkpoint)):
+        run(model.body, x.clone().requires_grad_()).backward(dy)   # step 1: the history holds x's amax
+        model.zero_grad(set_to_none=True)
+        xi = (4 * x).requires_grad_()
+        out = run(model.body, xi)
+        model.eval()
+        out.backward(dy)
+        grads.append([xi.grad, *(p.grad for p in model.parameters()), *model.buffers()])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_a_second_backward_replays_the_tape_from_its_start():
+    torch.manual_seed(0)
+    block = Block()
+    x = torch.randn(3, 24, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    out = kernels.fp8.checkpoint(block.body, x)
+    out.sum().backward(retain_graph=True)
+    first = x.grad.clone()
+    x.grad = None
+    out.sum().backward()
+    assert torch.equal(first, x.grad)
+
+
+def test_a_recompute_that_casts_what_its_forward_did_not_is_an_error():
+    first, other = (kernels.fp8.Float8Linear(8, 8, recipe="delayed", fp8_dtype=FP8) for _ in range(2))
+    calls = []
+
+    def changes(x):   # the forward runs one layer, the recompute another
+        calls.append(None)
+        return (first if len(calls) == 1 else other)(x)
+
+    x = torch.randn(4, 8, requires_grad=True)
+    with pytest.raises(RuntimeError, match="more often than its forward did"):
+        kernels.fp8.checkpoint(changes, x).sum().backward()
+
+
+def test_kernels_fp8_checkpoint_is_the_non_reentrant_one():
+    with pytest.raises(ValueError, match="non-reentrant"):
+        kernels.fp8.checkpoint(torch.sin, torch.ones(2, requires_grad=True), use_reentrant=True)
+
+
+def _ep_checkpointed_steps(rank, world):
+    """A one-rank expert-parallel delayed FP8 layer in 2 chunks, two steps (the first: an empty
+    history, each chunk cast with its own amax), unchecked, under kernels.fp8.checkpoint and
+    under torch's checkpoint: whether each checkpointed run's results equal the unchecked one's."""
+    import torch.distributed as dist
+
+    from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
+
+    def layer():
+        torch.manual_seed(0)
+        full = kernels.MoE(16, 32, 4, 2)
+        return Float8ExpertParallelMoE.from_ep(kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=2),
+                                               "delayed", FP8)
+
+    inputs = _inputs((13, 16), (1.0, 5.0))
+    want = _steps(layer(), inputs)
+    same = {}
+    for name, wrap in (("kernels.fp8.checkpoint", kernels.fp8.checkpoint), ("torch", _torch_checkpoint)):
+        model = layer()
+        inner = model.forward
+        model.forward = lambda x, inner=inner, wrap=wrap: wrap(inner, x)
+        same[name] = _same_steps(want, _steps(model, inputs))
+    return same
+
+
+def test_the_expert_parallel_layer_s_chunks_recompute_with_their_own_scales():
+    from kernels.comm.launch import run_local
+
+    same = run_local(_ep_checkpointed_steps, 1, timeout=300, group_timeout=200)[0]
+    assert same == {"kernels.fp8.checkpoint": True, "torch": False}

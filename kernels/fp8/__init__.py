@@ -12,14 +12,17 @@ quantizes only dy. :class:`Float8Linear` runs them through the custom op
 ``kernels::fp8_linear`` (:mod:`.linear`), so autograd, ``torch.compile`` and FSDP2 see
 one op. Delayed scaling's saturation is counted on the device and reported by
 :func:`warn_saturation`; its amax histories are shared by data-parallel ranks in one
-all-reduce per step (:func:`sync_amax`).
+all-reduce per step (:func:`sync_amax`); :func:`checkpoint` is activation checkpointing
+under which a delayed-scaling layer recomputes with its own forward's scales, whatever the
+schedule.
 """
 from . import recipes  # noqa: F401  (registers every recipe)
 from .amax_sync import sync_amax
 from .convert import KEEP_HIGH_PRECISION, convert, converted
 from .linear import Float8Linear, fp8_linear
 from .recipe import get, names
+from .recompute import checkpoint
 from .saturation import saturation, warn_saturation
 
-__all__ = ["KEEP_HIGH_PRECISION", "Float8Linear", "convert", "converted", "fp8_linear", "get", "names",
+__all__ = ["KEEP_HIGH_PRECISION", "Float8Linear", "checkpoint", "convert", "converted", "fp8_linear", "get", "names",
            "saturation", "sync_amax", "warn_saturation"]

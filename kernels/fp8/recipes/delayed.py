@@ -51,22 +51,22 @@ Where each history is written:
   rows are 0 there, as the module says), which the amax sync's MAX over the ranks makes the
   whole batch's.
 
-Activation checkpointing (``torch.utils.checkpoint``, reentrant or not): a recompute of a
-layer's forward inside the backward (:func:`recomputing`) casts with the scales its forward
-took (kept on the layer, :func:`cast_scale`) and records nothing (the forward recorded
-those amaxes), so the recomputed FP8 operands are the forward's bits, and the histories,
-the counts and every gradient are those of the same steps without checkpointing
-(tests/test_fp8_recompute.py, a Float8Linear block and a Float8MoE layer; the
-expert-parallel layer's chunked record, :func:`record_parts`, takes the same rule, untested
-under checkpointing). The kept scales are the layer's last forward's, one per tensor, so
-these recompute with other scales than their forward's, silently: a layer run more than once
-before its backward (a shared or tied layer, a layer applied in a loop, pipeline
-parallelism's 1F1B, which runs several micro-batches' forwards first); the expert-parallel
-layer's chunks in the first step, while each chunk takes its own amax; a model switched to
-eval mode between a checkpointed forward and its backward. Run those with a current-scaling
-recipe. A forward inside a double backward (``create_graph=True``) is taken for a recompute
-too. Under ``torch.compile`` none of this runs (the
-layer's Python is traced, not rerun); checkpointing inside a compiled region is not tested.
+Activation checkpointing: :func:`kernels.fp8.checkpoint` (non-reentrant
+``torch.utils.checkpoint`` with :mod:`kernels.fp8.recompute`'s context) records, per
+checkpointed call, every scale its delayed casts take, in order, and that call's recompute
+replays them and records nothing: the recomputed FP8 operands are the forward's bits, and the
+histories, the counts and every gradient are those of the same steps without checkpointing,
+under any schedule: a layer run twice in one call, several micro-batches' forwards before
+their backwards (1F1B), the expert-parallel layer's chunks in the first step (each its own
+amax), eval mode set between a forward and its backward (tests/test_fp8_recompute.py). A plain
+``torch.utils.checkpoint`` (reentrant or not) is recognised from the layer alone
+(:func:`recomputing`): a training-mode forward inside a backward casts with the scales the
+layer's last forward took (kept on the layer, :func:`cast_scale`) and records nothing, exact
+where each layer's backward follows its one forward (a Float8Linear block and a Float8MoE
+layer, tested); the cases above recompute with other scales there, silently, and a forward
+inside a double backward (``create_graph=True``) is taken for a recompute too. Under
+``torch.compile`` none of this runs (the layer's Python is traced, not rerun);
+checkpointing inside a compiled region is not tested.
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
@@ -90,6 +90,7 @@ import torch
 
 from ...gemm_fp8.formats import E5M2_OF
 from ...gemm_fp8.quantize import amax as fused_amax
+from .. import recompute as fp8_recompute
 from ..recipe import register
 from ..saturation import TENSORS
 from ..scaled_gemm import PerTensorRecipe
@@ -144,13 +145,15 @@ def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype) -> t
 
 
 def recomputing(layer) -> bool:   # asked outside no_grad: the grad mode is part of the answer
-    """``layer`` runs its forward again in training mode inside a backward: activation
-    checkpointing's recompute (``torch.utils.checkpoint``, reentrant or not, reruns the forward
-    while autograd's engine executes the backward, with gradients on); not a forward a backward
-    hook runs with gradients off, which casts and records as any forward. Never while compiling:
-    the trace runs the layer's Python once."""
-    return (layer.training and not torch.compiler.is_compiling() and torch.is_grad_enabled()
-            and torch._C._current_graph_task_id() != -1)
+    """``layer`` runs its forward again inside a backward: a recompute of
+    :func:`kernels.fp8.checkpoint` (its tape is being replayed), or one that looks
+    like activation checkpointing's (``torch.utils.checkpoint``, reentrant or not, reruns the
+    forward in training mode while autograd's engine executes the backward, with gradients on);
+    not a forward a backward hook runs with gradients off, which casts and records as any
+    forward. Never while compiling: the trace runs the layer's Python once."""
+    return fp8_recompute.replaying() is not None or (
+        layer.training and not torch.compiler.is_compiling() and torch.is_grad_enabled()
+        and torch._C._current_graph_task_id() != -1)
 
 
 def _forward_scales(layer) -> dict[str, torch.Tensor]:
@@ -160,10 +163,23 @@ def _forward_scales(layer) -> dict[str, torch.Tensor]:
 
 
 def _kept_for_recompute(layer, name: str, scale: torch.Tensor) -> torch.Tensor:
-    """``scale``, kept as the one a recompute of this forward takes (training mode, eager)."""
+    """``scale``, kept as the one a recompute of this forward takes: on the tapes of the
+    :func:`kernels.fp8.checkpoint` calls being recorded, and (training mode, eager)
+    on the layer, for a plain ``torch.utils.checkpoint``'s recompute."""
+    fp8_recompute.keep(layer, name, scale)
     if layer.training and not torch.compiler.is_compiling():
         _forward_scales(layer)[name] = scale
     return scale
+
+
+def _forward_scale(layer, name: str) -> torch.Tensor | None:
+    """The scale a recompute of ``layer``'s cast of ``name`` takes: its checkpoint call's tape's
+    next (:func:`kernels.fp8.checkpoint`), else the layer's last forward's under a
+    plain checkpoint's recompute; None outside a recompute (or before any forward kept one)."""
+    tape = fp8_recompute.replaying()
+    if tape is not None:
+        return tape.take(layer, name)
+    return _forward_scales(layer).get(name) if recomputing(layer) else None
 
 
 def cast_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
@@ -172,8 +188,9 @@ def cast_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
     with the history of ``name``). A recompute (:func:`recomputing`) takes the scale its forward
     took: the history has the forward's amax by then, and another scale would cast the
     recomputed operands to other bits than the forward's."""
-    if recomputing(layer) and name in _forward_scales(layer):
-        return _forward_scales(layer)[name]
+    kept = _forward_scale(layer, name)
+    if kept is not None:
+        return kept
     rows = t.detach().reshape(math.prod(t.shape[:-1]), t.shape[-1])   # a view of a contiguous t
     return _kept_for_recompute(layer, name, history_scale(getattr(layer, PREFIX + name), rows, layer.fp8_dtype))
 
@@ -202,8 +219,9 @@ def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
     enters the history of ``name`` once a step (:func:`record_amax`), and the whole tensor's
     scale is returned: the history's, or while it was empty that amax's."""
     whole = "whole " + name
-    if recomputing(layer) and whole in _forward_scales(layer):
-        return _forward_scales(layer)[whole]
+    kept = _forward_scale(layer, whole)
+    if kept is not None:
+        return kept
     with torch.no_grad():
         amax = torch.stack(amaxes).amax()
         scale = _scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max)

@@ -1,0 +1,110 @@
+"""Activation checkpointing that recomputes delayed-scaling FP8 layers with their own forward's scales.
+
+A delayed-scaling cast takes its scale from the layer's amax history, which the forward has
+updated by the time the backward recomputes it, so a recompute must be handed the scales its
+forward took. Inferring that from the layer alone (:func:`kernels.fp8.recipes.delayed.recomputing`,
+what a plain ``torch.utils.checkpoint`` gets) keeps one scale set per layer, the last forward's:
+it is wrong wherever a layer runs again before the backward of its earlier run (a shared or
+tied layer, a layer in a loop, pipeline schedules such as 1F1B that run several micro-batches'
+forwards first) or the model leaves training mode before the backward.
+
+:func:`checkpoint` (``torch.utils.checkpoint.checkpoint``, non-reentrant, with
+:func:`context` as its ``context_fn``) ties the scales to the checkpointed call instead, as
+Transformer Engine's own checkpoint does with its FP8 state: the forward records every scale
+a delayed cast inside the call takes, in order, per layer and tensor (a :class:`Tape`), and
+that call's recompute replays them in the same order and records no amax. Each call has its
+own tape, so any schedule and any number of runs of a layer recompute with exactly their
+forward's scales. A recompute run twice (``retain_graph=True``) replays the tape from its
+start each time. Nested calls: a cast takes its scale from the innermost tape being replayed
+(a recompute, at any depth, is one), and every tape being recorded keeps it.
+Under ``torch.compile`` the layer's Python is traced once and none of this runs.
+"""
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+import torch
+import torch.utils.checkpoint
+
+
+class Tape:
+    """The scales one checkpointed call's delayed casts took, per (layer, tensor name), in call order."""
+
+    def __init__(self):
+        self.scales: dict[tuple[int, str], list[torch.Tensor]] = defaultdict(list)
+        self.read: dict[tuple[int, str], int] = {}   # replay's cursor per key, reset at each recompute
+
+    def keep(self, layer, name: str, scale: torch.Tensor) -> None:
+        self.scales[id(layer), name].append(scale)
+
+    def take(self, layer, name: str) -> torch.Tensor:
+        key = (id(layer), name)
+        i = self.read.get(key, 0)
+        kept = self.scales.get(key, [])
+        if i >= len(kept):
+            raise RuntimeError(f"kernels.fp8.checkpoint: the recompute cast {name!r} of "
+                               f"{type(layer).__name__} more often than its forward did ({len(kept)}): "
+                               "a checkpointed function must run the same layers in the same order each time")
+        self.read[key] = i + 1
+        return kept[i]
+
+
+_LOCAL = threading.local()   # per thread: a GPU's backward (and so a recompute) runs on autograd's device thread
+
+
+def _stack() -> list[tuple[Tape, bool]]:
+    """This thread's active tapes, (tape, replaying), innermost last."""
+    if not hasattr(_LOCAL, "stack"):
+        _LOCAL.stack = []
+    return _LOCAL.stack
+
+
+class _Active:
+    """``tape`` on the stack while the context is entered, recorded or replayed from its start;
+    re-enterable: a retained graph's second backward recomputes with the same context."""
+
+    def __init__(self, tape: Tape, replaying: bool):
+        self.entry = (tape, replaying)
+
+    def __enter__(self):
+        tape, replaying = self.entry
+        if replaying:
+            tape.read.clear()
+        _stack().append(self.entry)
+
+    def __exit__(self, *exc):
+        _stack().remove(self.entry)
+
+
+def context():
+    """``context_fn`` for ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``: the
+    forward records the call's delayed scales on a new :class:`Tape`, its recompute replays them."""
+    tape = Tape()
+    return _Active(tape, False), _Active(tape, True)
+
+
+def checkpoint(function, *args, **kwargs):
+    """``torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False,
+    context_fn=kernels.fp8.recompute.context, **kwargs)``: a recompute casts every
+    delayed-scaling layer with the scales its own forward took (module docstring)."""
+    if kwargs.get("use_reentrant", False) or "context_fn" in kwargs:
+        raise ValueError("kernels.fp8.checkpoint is the non-reentrant checkpoint with its own context_fn; "
+                         "to combine contexts, call torch.utils.checkpoint.checkpoint with context_fn yourself")
+    kwargs.pop("use_reentrant", None)
+    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, context_fn=context, **kwargs)
+
+
+def replaying() -> Tape | None:
+    """The innermost tape being replayed (a recompute under :func:`checkpoint`), or None."""
+    if torch.compiler.is_compiling():
+        return None
+    return next((tape for tape, replay in reversed(_stack()) if replay), None)
+
+
+def keep(layer, name: str, scale: torch.Tensor) -> None:
+    """``scale``, just taken by a delayed cast of ``layer``'s ``name``, kept by every tape being recorded."""
+    if not torch.compiler.is_compiling():
+        for tape, replay in _stack():
+            if not replay:
+                tape.keep(layer, name, scale)
