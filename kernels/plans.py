@@ -38,6 +38,7 @@ import torch
 from . import backend as _backend
 
 SIZE = 512
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)   # no subclass with its own dispatch (FakeTensor, DTensor)
 
 _caches: "weakref.WeakSet[PlanCache]" = weakref.WeakSet()   # a learner's module copy may be dropped
 _unsettled = 0   # how many decisions were made and not kept (see unsettled())
@@ -47,13 +48,20 @@ _paused = 0      # > 0 while plans are neither used nor kept (see paused())
 def meta(*tensors: torch.Tensor | None, extra: tuple = ()) -> tuple | None:
     """The metadata of ``tensors`` a plan depends on, as one hashable tuple: the backend, then
     per tensor its type, sizes, strides, dtype, device and ``requires_grad`` (``None``, an optional
-    tensor left out, is its own type); None if one is not a tensor (no plan then; a symbolic size
-    makes the key unhashable, with the same end); then ``extra``, the call's other arguments that
-    the decisions read."""
+    tensor left out, is its own type); None if one is not a plain tensor (no plan then; a symbolic
+    size makes the key unhashable, with the same end): a traced call's tensors (a fake or
+    functional tensor, as ``torch.compile`` traces a backward with) are not kept, since a
+    compiled frame guards on the caches it reads and cannot guard on keys that hold their types;
+    then ``extra``, the call's other arguments that the decisions read."""
     key = [_backend.current().key]
     try:
         for t in tensors:
-            key += (None,) if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+            if t is None:
+                key.append(None)
+            elif type(t) in PLAIN_TYPES:
+                key += (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+            else:   # a traced call's tensor (FakeTensor, FunctionalTensor) or a subclass: checked, never kept
+                return None
     except (AttributeError, TypeError, RuntimeError):
         return None
     return (*key, *extra)

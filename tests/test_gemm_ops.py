@@ -289,3 +289,23 @@ def test_linear_adds_the_bias_before_rounding_to_bf16(path):
         assert torch.equal(got, theirs(x))
     if path == "autograd":
         assert type(got.grad_fn).__name__ == "_LinearBackward"
+
+
+def test_compiled_matmuls_with_a_backward_guard_on_no_traced_plan():
+    """aot_eager traces the backward's GEMMs (the autograd formula calls ``matmul``) with
+    functional tensors while the forward's frame, which read the plan cache, is being guarded:
+    plans of such tensors are not kept (kernels.plans.meta), so the guard sees only plain keys.
+    Before, the cache held keys with FunctionalTensor in them and guard creation failed."""
+    def swiglu_mlp(x, gate, up, down):
+        return matmul(torch.nn.functional.silu(matmul(x, gate)) * matmul(x, up), down).sum()
+
+    x = rand(9, 24, seed=12)
+    weights = [rand(24, 20, seed=13), rand(24, 20, seed=14), rand(20, 24, seed=15)]
+    torch._dynamo.reset()
+    compiled = torch.compile(swiglu_mlp, fullgraph=True, backend="aot_eager")
+    leaves = [w.clone().requires_grad_() for w in weights]
+    compiled(x, *leaves).backward()
+    plain = [w.clone().requires_grad_() for w in weights]
+    swiglu_mlp(x, *plain).backward()
+    for got, want in zip(leaves, plain):
+        assert torch.allclose(got.grad, want.grad, rtol=1e-5, atol=1e-5)
