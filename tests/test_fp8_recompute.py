@@ -269,3 +269,22 @@ def test_the_expert_parallel_layer_s_chunks_recompute_with_their_own_scales():
 
     same = run_local(_ep_checkpointed_steps, 1, timeout=300, group_timeout=200)[0]
     assert same == {"kernels.fp8.checkpoint": True, "torch": False}
+
+
+def test_under_torch_compile_kernels_fp8_checkpoint_keeps_the_forward_scales():
+    """Under torch.compile (aot_eager) the compiler recomputes a checkpointed region from its
+    traced graph, so a delayed scale (the history's max, which the forward then updates in place)
+    would be recomputed from the updated history: it is with torch's checkpoint. kernels.fp8.checkpoint
+    saves amax reductions there (selective checkpointing), and two steps give the eager
+    unchecked steps' results bit for bit."""
+    torch.manual_seed(0)
+    plain = Block()
+    inputs = _inputs((2, 5, 24), (1.0, 3.0))
+    want = _steps(copy.deepcopy(plain), inputs)
+    same = {}
+    for name, wrap in (("kernels.fp8.checkpoint", kernels.fp8.checkpoint), ("torch", _torch_checkpoint)):
+        torch._dynamo.reset()
+        model = copy.deepcopy(plain)
+        model.forward = torch.compile(lambda x, model=model, wrap=wrap: wrap(model.body, x), backend="aot_eager")
+        same[name] = _same_steps(want, _steps(model, inputs))
+    assert same == {"kernels.fp8.checkpoint": True, "torch": False}

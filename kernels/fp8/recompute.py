@@ -17,7 +17,12 @@ own tape, so any schedule and any number of runs of a layer recompute with exact
 forward's scales. A recompute run twice (``retain_graph=True``) replays the tape from its
 start each time. Nested calls: a cast takes its scale from the innermost tape being replayed
 (a recompute, at any depth, is one), and every tape being recorded keeps it.
-Under ``torch.compile`` the layer's Python is traced once and none of this runs.
+Under ``torch.compile`` the layer's Python is traced once and no tape runs: the compiler
+recomputes the region from its traced graph, which would recompute a delayed scale (the
+history's max) from the history the forward has since updated in place, as it does under
+torch's own checkpoint. There the call is selective checkpointing that saves every ``amax``
+reduction (:func:`_keep_reductions`), so the recompute takes the forward's scales
+(tests/test_fp8_recompute.py, ``aot_eager``).
 """
 from __future__ import annotations
 
@@ -92,7 +97,25 @@ def checkpoint(function, *args, **kwargs):
         raise ValueError("kernels.fp8.checkpoint is the non-reentrant checkpoint with its own context_fn; "
                          "to combine contexts, call torch.utils.checkpoint.checkpoint with context_fn yourself")
     kwargs.pop("use_reentrant", None)
+    # compiled: the graph holds each cast's scale as a value its recompute reads (no tape needed,
+    # and torch.compile takes no context_fn but selective checkpointing's)
+    if torch.compiler.is_compiling():
+        return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, context_fn=_compiled,
+                                                 **kwargs)
     return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, context_fn=context, **kwargs)
+
+
+def _keep_reductions(ctx, op, *args, **kwargs):
+    """Selective checkpointing's policy under torch.compile: amax reductions are saved, not
+    recomputed, so a delayed scale (max of the history, which the forward then updates in place)
+    is the forward's in the recompute; everything else may be recomputed."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op is torch.ops.aten.amax.default else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _compiled():
+    return torch.utils.checkpoint.create_selective_checkpoint_contexts(_keep_reductions)
 
 
 def replaying() -> Tape | None:

@@ -65,8 +65,9 @@ layer's last forward took (kept on the layer, :func:`cast_scale`) and records no
 where each layer's backward follows its one forward (a Float8Linear block and a Float8MoE
 layer, tested); the cases above recompute with other scales there, silently, and a forward
 inside a double backward (``create_graph=True``) is taken for a recompute too. Under
-``torch.compile`` none of this runs (the layer's Python is traced, not rerun);
-checkpointing inside a compiled region is not tested.
+``torch.compile`` the layer's Python is traced, not rerun, and the compiler recomputes from the
+graph: torch's checkpoint there recomputes the scales from the updated histories (wrong, tested),
+:func:`kernels.fp8.checkpoint` keeps the forward's (it saves the amax reductions).
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
