@@ -51,7 +51,13 @@ across the ranks (delayed), which a sender cannot apply to its own rows alone. C
 padding rows travel as zero bytes (a zero row with a zero scale) and are bounded on the
 device in SwiGLU's forward and gradient (``rows_end``: neither kernel reads a padding row
 of g, u or dh, which the GEMMs leave unwritten, and they write its h, dg and du as 0), so
-no unwritten GEMM output reaches a scale's amax.
+no unwritten GEMM output reaches a scale's amax. The casts that read all of an owner's rows
+(the per-tensor recipes' x and h in the forward; in the backward dy, dg, du and the wgrad
+operands x and h, under every recipe) are not bounded themselves: they rely on the padding rows
+being exactly 0, which they are by construction, x's and dy's the sender's zero row copied by
+an all-to-all that writes every row it delivers, h's, dg's and du's SwiGLU's bounded writes
+(tests/test_ep_fp8_padding.py, with every kernel output and every all-to-all buffer poisoned
+before it is written).
 
 Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
 quantize each token and each expert's weight on their own, so an owner quantizes its rows
