@@ -60,8 +60,7 @@ def interp_bf16(dtype: torch.dtype) -> bool:
 def accumulated(x):
     """``x`` in the type its sums and products accumulate in: float64 stays float64 (a float32
     accumulator would drop its last 29 bits), every other float widens to float32. The test is
-    on the dtype, a constant of the compile: a float32 or 16-bit launch compiles as with a plain
-    ``x.to(tl.float32)``."""
+    on the dtype, a constant when the kernel is compiled, so only the taken branch is compiled."""
     if x.dtype == tl.float64:
         wide = x
     else:
