@@ -57,6 +57,18 @@ def interp_bf16(dtype: torch.dtype) -> bool:
 
 
 @triton.jit
+def accumulated(x):
+    """``x`` in the type its sums and products accumulate in: float64 stays float64 (a float32
+    accumulator would drop its last 29 bits), every other float widens to float32. The test is
+    on the dtype, a constant when the kernel is compiled, so only the taken branch is compiled."""
+    if x.dtype == tl.float64:
+        wide = x
+    else:
+        wide = x.to(tl.float32)
+    return wide
+
+
+@triton.jit
 def round_to_bf16(x):
     """fp32 -> nearest-even bf16 value (still fp32), for the truncating interpreter."""
     bits = x.to(tl.uint32, bitcast=True)

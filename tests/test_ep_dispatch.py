@@ -112,7 +112,9 @@ def _expert_rows(rows, expert):
 
 
 def _reference_combine(x, ids, weights, dtype):
-    """v3_fused.fused_forward's sum: weighted rows rounded to the dtype, summed over k in fp32."""
+    """v3_fused.fused_forward's sum: weighted rows rounded to the dtype, summed over k in fp32 (the
+    combine's k-sum rounds once, after the sum: the same in fp32, and at k = 1 in every dtype, the
+    cases below; tests/test_ep_dispatch_k_sum.py holds bf16 at k = 3 to its own rule)."""
     tokens, top_k = ids.shape
     rows = _expert_rows(x.repeat_interleave(top_k, dim=0), ids.reshape(-1))
     dim = rows.shape[1]

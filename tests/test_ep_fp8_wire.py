@@ -29,7 +29,8 @@ def test_wire_rows_are_the_token_operand_and_its_scales(recipe, dtype):
     fp8 = torch.float8_e4m3fn
     gen = torch.Generator().manual_seed(3)
     x = (torch.randn(TOKENS, DIM, generator=gen) * torch.logspace(-2, 2, DIM)).to(dtype)
-    layer = types.SimpleNamespace(recipe=recipe, fp8_dtype=fp8, ep_capacity=None, fp8_dispatch=True)
+    layer = types.SimpleNamespace(recipe=recipe, fp8_dtype=fp8, ep_capacity=None, fp8_dispatch=True,
+                                  scale_rule=None)
     owner = _Float8Owner(layer)
     wire = owner.wire(x)
     assert wire.dtype == torch.uint8 and wire.shape == (TOKENS, DIM + SCALE_BYTES[recipe])
@@ -47,7 +48,8 @@ def test_wire_rows_are_the_token_operand_and_its_scales(recipe, dtype):
 
 @pytest.mark.parametrize("recipe, share", [("rowwise", "50.0"), ("blockwise", "51.6"), ("mxfp8", "51.6")])
 def test_at_deepseek_v3s_dim_a_row_is_about_half_of_bf16s(recipe, share):
-    layer = types.SimpleNamespace(recipe=recipe, fp8_dtype=torch.float8_e4m3fn, ep_capacity=None, fp8_dispatch=True)
+    layer = types.SimpleNamespace(recipe=recipe, fp8_dtype=torch.float8_e4m3fn, ep_capacity=None, fp8_dispatch=True,
+                                  scale_rule=None)
     wire = _Float8Owner(layer).wire(torch.randn(1, 7168, dtype=torch.bfloat16))
     assert f"{100 * wire.shape[1] / (2 * 7168):.1f}" == share
 

@@ -83,14 +83,13 @@ def test_mxfp8_rounds_its_scales_up_and_saturates_nothing(rows):
         assert row["A_overflow"] == row["B_overflow"] == 0 and row["finite"], row
 
 
-def test_the_ocp_rule_saturates_what_it_says_and_costs_the_forward_accuracy(rows, monkeypatch):
-    """With the recipe set to the OCP rule, 2^(floor(log2 amax) - 8), which puts a group's
+def test_the_ocp_rule_saturates_what_it_says_and_costs_the_forward_accuracy(rows):
+    """With the recipe's instance for the OCP rule, 2^(floor(log2 amax) - 8), which puts a group's
     largest |x| in [256, 512) for e4m3fn (max 448): the forward's A (x) overflows by as many
     elements as that rule, computed in float64 per group of 32 along K (not through the
     quantizer), gives; and the forward's error (x and w are seeded) exceeds round-up's."""
     _installed(rows, "mxfp8")
-    monkeypatch.setattr(kernels.fp8.get("mxfp8"), "scale_rule", "ocp")
-    ocp = fp8_accuracy.gemm_error_rows(["mxfp8"], shape=(40, 24, 56))[0]
+    ocp = fp8_accuracy.gemm_error_rows([kernels.fp8.get("mxfp8", "ocp")], shape=(40, 24, 56))[0]
     x = fp8_accuracy.operands((40, 24, 56))["x"].double()           # (M, K), K = 56: a ragged group
     groups = torch.nn.functional.pad(x.abs(), (0, 64 - 56)).reshape(40, 2, 32)
     exponent = torch.floor(torch.log2(groups.amax(dim=2, keepdim=True))) - 8

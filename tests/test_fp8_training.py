@@ -254,15 +254,13 @@ def test_each_recipe_states_its_gradient_format_and_takes_an_override():
 @pytest.mark.skipif(bool(kernels.fp8.get("mxfp8").needs), reason=str(kernels.fp8.get("mxfp8").needs))
 @pytest.mark.parametrize("rule", [None, "ocp"], ids=["default", "ocp"])
 def test_mxfp8_quantizes_x_w_and_dy_by_its_scale_rule(rule, monkeypatch):
-    """The recipe's e8m0 rule reaches each of its quantizations (x and w in the forward, dy in
-    the backward): round-up by default, the spec's OCP rule where the recipe is set to it
+    """The layer's e8m0 rule reaches each of its quantizations (x and w in the forward, dy in
+    the backward): round-up by default, the spec's OCP rule where the layer is made with it
     (what each rule computes: tests/test_fp8_quantize.py)."""
     from kernels.gemm_fp8 import quantize_kernel
-    if rule:
-        monkeypatch.setattr(kernels.fp8.get("mxfp8"), "scale_rule", rule)
     seen, launch = [], quantize_kernel.launch
     monkeypatch.setattr(quantize_kernel, "launch", lambda *a: seen.append(a[1:]) or launch(*a))
-    layer = Float8Linear(32, 4, recipe="mxfp8", fp8_dtype=torch.float8_e4m3fn)
+    layer = Float8Linear(32, 4, recipe="mxfp8", fp8_dtype=torch.float8_e4m3fn, scale_rule=rule)
     x = torch.randn(3, 32, generator=torch.Generator().manual_seed(3), requires_grad=True)
     layer(x).sum().backward()
     assert [(g, r) for g, *_, r in seen] == [("mx32", rule or "round_up")] * 3

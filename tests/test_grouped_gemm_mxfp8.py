@@ -150,15 +150,13 @@ def _expected(x, w, dy, offsets, rule):
 
 @pytest.mark.parametrize("rule", [None, "ocp"], ids=["recipe's rule", "ocp"])
 @pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)], ids=str)
-def test_training_forward_and_both_gradients(dtype, rtol, rule, monkeypatch):
-    """Every operand by the ``mxfp8`` recipe's e8m0 rule: round-up unless the recipe is set
-    to another (here the OCP rule)."""
-    if rule:
-        monkeypatch.setattr(kernels.fp8.get("mxfp8"), "scale_rule", rule)
+def test_training_forward_and_both_gradients(dtype, rtol, rule):
+    """Every operand by the call's e8m0 rule: the ``mxfp8`` recipe's round-up unless another is
+    given (here the OCP rule)."""
     x, w, dy, offsets = _problem(dtype=dtype)
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     with poisoned_outputs():
-        y = grouped_gemm_fp8_train(xg, wg, offsets, "mxfp8")    # OCP e4m3fn by default
+        y = grouped_gemm_fp8_train(xg, wg, offsets, "mxfp8", scale_rule=rule)    # OCP e4m3fn by default
         y.backward(dy)
     for got, want in zip((y, xg.grad, wg.grad), _expected(x, w, dy, offsets, rule or "round_up")):
         assert got.dtype == dtype and got.shape == want.shape

@@ -43,6 +43,20 @@ Autograd: dispatch's backward sends the gradient rows back and sums them per sou
 (a combine without weights); combine's backward dispatches ``grad_out`` and returns
 gradients for ``y`` and for ``topk_weights``. Both are collectives: every rank must run
 backward through the same dispatches and combines, as with any distributed layer.
+
+The sums over a token's k rows are the MoE's Triton kernels, as in the expert-parallel layer
+(:mod:`kernels.moe.ep_layer`): the order-preserving combine's weighted k-sum is
+:func:`kernels.moe.layer_ladder.slot_sum.slot_sum` on the rows home in slot order, and both
+combines' backward is :func:`kernels.moe.layer_ladder.combine_backward.combine_backward` at the
+experts' ranks (``w·dy`` and the weights' gradient ``dy·y`` in one pass over y's rows), so no
+torch op computes over a (T, k, dim) tensor or the (T·k, dim) slot rows, and in fp16/bf16 none
+writes them in float32 (tests/test_ep_dispatch_k_sum.py). Products and sums run in float32,
+in float64 for float64 (the kernels accumulate a float64 operand in float64:
+:func:`kernels.triton_support.accumulated`), each result rounded once to its dtype. The
+reducing combine's per-wire-row and per-token sums and dispatch's backward
+(:func:`_sum_to_sources`) stay torch sums in that precision: their grids hold cells no row
+serves (a dedup handle's token has no row on a rank it does not go to), which a gathering
+k-sum, reading one row per cell, cannot skip.
 """
 from __future__ import annotations
 
@@ -52,6 +66,9 @@ import torch
 import torch.distributed as dist
 
 from ..gemm_fp8.quantize_ref import dequantize, quantize_one
+from ..moe.layer_ladder.combine_backward import combine_backward
+from ..moe.layer_ladder.slot_sum import slot_sum
+from ..moe.layer_ladder.swiglu_rows import unit_columns
 from . import _checks as check
 from . import row_bytes
 from .ep_layout import EPLayout, check_id_range, checked_ids, device_counts, dispatch_layout, expert_split
@@ -115,7 +132,8 @@ class EPHandle:
 
 
 def _compute_dtype(dtype):
-    """Products and sums run in float32 (float64 for float64), as the single-process layer does."""
+    """Products and sums run in float32 (float64 for float64), as the single-process layer does
+    and as the Triton k-sums accumulate (:func:`kernels.triton_support.accumulated`)."""
     return torch.promote_types(dtype, torch.float32)
 
 
@@ -198,38 +216,37 @@ class _Dispatch(torch.autograd.Function):
 
 
 class _Combine(torch.autograd.Function):
-    """Order-preserving (``reduce_on_sender=False``): y's rows come back one per slot and
-    are weighted and summed on the token's rank exactly as v3_fused does. Reducing
-    (``True``): the expert's rank weights and sums the rows of each wire row first."""
+    """Order-preserving (``reduce_on_sender=False``): y's rows come back one per slot, in slot
+    order, and the token's rank weights and sums them in k order with the MoE's k-sum
+    (:func:`kernels.moe.layer_ladder.slot_sum.slot_sum`, weighted). Reducing (``True``): the
+    expert's rank weights and sums the rows of each wire row first.
+
+    Backward, either mode: ``grad_out`` travels to the experts' ranks as dispatch sent x (one
+    row per wire row), where the combine's gradient kernel
+    (:func:`kernels.moe.layer_ladder.combine_backward.combine_backward`) writes each row's
+    ``w·dy`` and its weight's gradient ``dy·y`` in one pass over y's rows (each wire row a
+    "token" of ``recv_cols`` cells, the row's cell its slot); the dots go home, one per pair."""
 
     @staticmethod
     def forward(ctx, y, topk_weights, h, reduce_on_sender):
         tokens, top_k = topk_weights.shape
-        ctx.h, ctx.reduce = h, reduce_on_sender
+        ctx.h = h
+        ctx.save_for_backward(y, topk_weights)
         if reduce_on_sender:
-            ctx.save_for_backward(y, topk_weights)
             return _sum_to_sources(h, _weighted(y, h.recv_weights), tokens)
-        rows = _pairs_to_sources(h, y)
-        ctx.save_for_backward(rows, topk_weights)
-        dim = y.shape[1]
-        per_slot = _weighted(rows, topk_weights.reshape(-1)).view(tokens, top_k, dim)
-        if top_k == 1:
-            return per_slot.view(tokens, dim)
-        return per_slot.to(_compute_dtype(y.dtype)).sum(dim=1).to(y.dtype)
+        weights = topk_weights.to(_compute_dtype(y.dtype)).contiguous()
+        return slot_sum(_pairs_to_sources(h, unit_columns(y)), top_k, w=weights)
 
     @staticmethod
     def backward(ctx, grad_out):
         h = ctx.h
-        saved, topk_weights = ctx.saved_tensors
-        cd = _compute_dtype(grad_out.dtype)
-        grad_rows = _to_receivers(h, grad_out.contiguous())
-        grad_y = _weighted(grad_rows, h.recv_weights)
-        if ctx.reduce:   # y lives here: the weight gradient is a dot per row, sent home
-            dots = (grad_rows.to(cd) * saved.to(cd)).sum(dim=1)
-            grad_w = _pairs_to_sources(h, dots).view(topk_weights.shape)
-        else:            # y's rows came home in forward: the dot is local
-            rows = saved.view(*topk_weights.shape, grad_out.shape[1]).to(cd)
-            grad_w = (grad_out.to(cd).unsqueeze(1) * rows).sum(dim=2)
+        y, topk_weights = ctx.saved_tensors
+        grad_wire = _all_to_all(grad_out[h.send_token], h.send_splits, h.recv_splits, h.group)
+        cells = y.new_empty((grad_wire.shape[0] * h.recv_cols,), dtype=_compute_dtype(y.dtype))
+        cells[h.recv_cell] = h.recv_weights.to(cells.dtype)   # the cells no row serves are not read
+        grad_y, dots = combine_backward(grad_wire, unit_columns(y),
+                                        cells.view(-1, h.recv_cols), h.recv_cell)
+        grad_w = _pairs_to_sources(h, dots.view(-1)[h.recv_cell]).view(topk_weights.shape)
         return grad_y, grad_w.to(topk_weights.dtype), None, None
 
 
@@ -280,8 +297,11 @@ class EPDispatcher:
         ``out[t] = sum_k w[t,k]·y[row of (t,k)]``.
 
         ``reduce_on_sender=False`` (default) sends one row per (token, expert) back and sums
-        on the token's rank in k order, as v3_fused.fused_forward does: an fp32 layer built
-        on it can be bitwise equal to the single-process layer. ``True`` sums the rows of
+        on the token's rank in k order, each row times its weight in float32 (float64 for
+        float64) and rounded once: in fp32 v3_fused.fused_forward's operations (it rounds
+        ``acc·w`` to the dtype before the sum, a no-op in fp32), so an fp32 layer built on it
+        can be bitwise equal to the single-process layer; in fp16/bf16 the products are not
+        rounded before the sum, as in the expert-parallel layer. ``True`` sums the rows of
         each (token, rank) on the expert's rank and sends one partial sum per (token, rank),
         DeepEP's combine: fewer bytes with a dedup handle, but the sum is grouped by rank
         and rounded once more, so it is not bitwise equal (nor is it with a naive handle).

@@ -3,6 +3,7 @@
     import kernels.fp8
     kernels.fp8.convert(model, "rowwise")      # every Linear but first/last/router -> FP8
     kernels.fp8.names()                         # tensorwise, delayed, rowwise, blockwise, mxfp8
+    kernels.fp8.convert(other, "mxfp8", scale_rule="ocp")   # mxfp8's e8m0 rule, kept by other's layers
 
 A recipe (:mod:`.recipe`) says how each of a linear layer's three GEMMs (forward, dgrad,
 wgrad) quantizes its operands and in which format the output gradient goes (``"hybrid"``:

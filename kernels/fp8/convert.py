@@ -56,7 +56,7 @@ def _keeper(keep, linears: list[str]) -> Callable[[str, torch.nn.Module], bool]:
 def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
             keep_high_precision=KEEP_HIGH_PRECISION, fp8_dtype: torch.dtype | None = None,
             grad_format: str | None = None, amax_group=None,
-            fp8_dispatch: bool | None = None) -> torch.nn.Module:
+            fp8_dispatch: bool | None = None, scale_rule: str | None = None) -> torch.nn.Module:
     """Swap every Linear of ``model`` not kept in high precision for a :class:`Float8Linear`,
     and every ``kernels.MoE`` for a :class:`kernels.moe.fp8_layer.Float8MoE` (the
     expert-parallel layer for :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`).
@@ -77,26 +77,32 @@ def convert(model: torch.nn.Module, recipe: str = "rowwise", *,
     to their owners in FP8 (:attr:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE.fp8_dispatch`),
     default the recipe's (on for rowwise, blockwise and mxfp8, off for the per-tensor
     recipes); True under a per-tensor recipe is refused before anything is swapped.
+    ``scale_rule``: the e8m0 rule of the ``mx32`` scales, for mxfp8 only (``"round_up"``, its
+    default, or the OCP spec's ``"ocp"``: :mod:`kernels.fp8.recipes.mxfp8`), kept by every layer
+    this converts, the Linears and the MoE layers' experts alike, so models converted with
+    different rules coexist in one process; another recipe refuses one, before anything is swapped.
     """
     rec = _recipes.get(recipe)
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
     fp8_dtype = rec.element_format(fp8_dtype)
     grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)   # a format the recipe does not take: refused here
+    scale_rule = rec.chosen_scale_rule(scale_rule)        # likewise a rule
     if fp8_dispatch is not None:
         from ..moe.ep_fp8_layer import check_fp8_dispatch
         check_fp8_dispatch(rec.name, fp8_dispatch)
     if isinstance(model, torch.nn.Linear):
-        return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format), rec, amax_group)
+        return _synced(Float8Linear.from_linear(model, rec.name, fp8_dtype, grad_format, scale_rule), rec,
+                       amax_group)
     linears = [name for name, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and not isinstance(m, Float8Linear)]
     keep = _keeper(keep_high_precision, _outside_moe(model, linears))
-    model = _convert_moe(model, rec.name, keep, fp8_dtype, grad_dtype, fp8_dispatch)
+    model = _convert_moe(model, rec.name, keep, fp8_dtype, grad_dtype, fp8_dispatch, scale_rule)
     for name in linears:
         module = model.get_submodule(name)
         if keep(name, module):
             continue
-        _swap(model, name, Float8Linear.from_linear(module, rec.name, fp8_dtype, grad_format))
+        _swap(model, name, Float8Linear.from_linear(module, rec.name, fp8_dtype, grad_format, scale_rule))
     return _synced(model, rec, amax_group)
 
 
@@ -113,7 +119,7 @@ def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
 
 
 def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtype,
-                 fp8_dispatch: bool | None) -> torch.nn.Module:
+                 fp8_dispatch: bool | None, scale_rule: str | None) -> torch.nn.Module:
     """Swap each MoE layer not kept for its FP8 form (before the Linears: the router, a
     submodule both layers share, is then swapped in the FP8 layer), the expert-parallel ones
     with ``fp8_dispatch`` unless None; returns the model, the FP8 layer itself where the
@@ -135,7 +141,7 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtyp
             warnings.warn(f"MoE layer {name or '(the model)'!r}: {why}; its experts stay in high "
                           "precision", RuntimeWarning, stacklevel=3)
             continue
-        fp8_layer = fp8_form[type(layer)](layer, recipe, fp8_dtype, grad_dtype)
+        fp8_layer = fp8_form[type(layer)](layer, recipe, fp8_dtype, grad_dtype, scale_rule)
         if fp8_dispatch is not None and isinstance(fp8_layer, Float8ExpertParallelMoE):
             fp8_layer.fp8_dispatch = fp8_dispatch
         if not name:

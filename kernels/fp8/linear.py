@@ -1,7 +1,7 @@
 """The FP8 linear layer: forward, dgrad and wgrad through a recipe's scaled GEMMs.
 
 ``kernels::fp8_linear(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_dy,
-counts)`` is a ``torch.library`` custom op with a fake implementation and an autograd formula, as
+counts, scale_rule)`` is a ``torch.library`` custom op with a fake implementation and an autograd formula, as
 the other public ops are (:mod:`kernels.gemm.ops`): ``torch.compile(fullgraph=True)`` keeps
 it as one node, and its backward runs the recipe's dgrad and wgrad GEMMs, which call
 ``kernels::matmul_fp8`` (another custom op) under tracing. The op returns ``y`` and the
@@ -21,7 +21,9 @@ records the amax dy's cast found into ``history_dy`` and counts a saturating ste
 op's forward does not touch them (its schema declares no mutated argument: the writes are
 the backward's); those in-place writes to the layer's buffers are kept by ``torch.compile``,
 which traces the backward into its backward graph (tested: a compiled step's histories equal
-eager's, under ``aot_eager``).
+eager's, under ``aot_eager``). ``scale_rule`` is the e8m0 rule of an ``mx32`` recipe (mxfp8),
+None for the recipe's default: the op quantizes with ``recipe.get(recipe, scale_rule)``, the
+layer's own rule, not a process-wide one.
 
 ``dx`` comes back in x's dtype and ``dw`` in w's (fp32 master weights get an fp32
 gradient, accumulated in fp32 by the GEMM).
@@ -41,10 +43,10 @@ IN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype, grad_dtype: torch.dtype,
           out_dtype: torch.dtype, scale_x: torch.Tensor | None, scale_w: torch.Tensor | None,
-          history_dy: torch.Tensor | None = None,
-          counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                       torch.Tensor, torch.Tensor]:
-    rec = _recipes.get(recipe)
+          history_dy: torch.Tensor | None = None, counts: torch.Tensor | None = None,
+          scale_rule: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                  torch.Tensor, torch.Tensor]:
+    rec = _recipes.get(recipe, scale_rule)
     if scale_x is not None and scale_w is not None:   # a per-tensor recipe's given scales
         y, saved, amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
     else:
@@ -61,7 +63,8 @@ _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args
 
 
 @_fp8_linear.register_fake
-def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_dy=None, counts=None):
+def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_dy=None, counts=None,
+      scale_rule=None):
     saved = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
     amax = x.new_empty(2 if scale_x is not None and scale_w is not None else 0, dtype=torch.float32)
     return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype),
@@ -69,8 +72,9 @@ def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_
 
 
 def _setup(ctx, inputs, output):
-    x, w, recipe, fp8_dtype, grad_dtype, *_, history_dy, counts = inputs
+    x, w, recipe, fp8_dtype, grad_dtype, *_, history_dy, counts, scale_rule = inputs
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.dtypes = recipe, fp8_dtype, grad_dtype, (x.dtype, w.dtype)
+    ctx.scale_rule = scale_rule
     ctx.mark_non_differentiable(*output[1:])
     ctx.save_for_backward(*output[1:5])
     # dy's state, held as it is (not saved: the forward's own record of x and w writes the counts
@@ -81,9 +85,10 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, dy, *_):
     x8, sx, w8, sw = ctx.saved_tensors
     saved = _recipes.Saved(x8.view(ctx.fp8_dtype), sx, w8.view(ctx.fp8_dtype), sw)
-    dx, dw = _recipes.get(ctx.recipe).backward(dy, saved, ctx.grad_dtype, *ctx.dtypes, ctx.needs_input_grad[0],
-                                               ctx.needs_input_grad[1], *ctx.grad_state)
-    return dx, dw, None, None, None, None, None, None, None, None
+    dx, dw = _recipes.get(ctx.recipe, ctx.scale_rule).backward(dy, saved, ctx.grad_dtype, *ctx.dtypes,
+                                                               ctx.needs_input_grad[0], ctx.needs_input_grad[1],
+                                                               *ctx.grad_state)
+    return dx, dw, None, None, None, None, None, None, None, None, None
 
 
 _fp8_linear.register_autograd(_backward, setup_context=_setup)
@@ -91,7 +96,8 @@ _fp8_linear.register_autograd(_backward, setup_context=_setup)
 
 def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
                out_dtype: torch.dtype | None = None, scale_x: torch.Tensor | None = None,
-               scale_w: torch.Tensor | None = None, grad_format: str | None = None) -> torch.Tensor:
+               scale_w: torch.Tensor | None = None, grad_format: str | None = None,
+               scale_rule: str | None = None) -> torch.Tensor:
     """``x (M, K) @ w (N, K).T`` with the GEMM and, under autograd, dgrad and wgrad in FP8.
 
     ``fp8_dtype``: the e4m3 format (default: the recipe's, :meth:`kernels.fp8.recipe.Recipe.element_format`:
@@ -99,13 +105,16 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
     ``out_dtype``: default x's; ``scale_x``/``scale_w``: per-tensor scales decided by the
     caller (delayed scaling; dy's scale is then its current amax's: a history of dy is
     :class:`Float8Linear`'s), else each GEMM computes its own; ``grad_format``: dy's
-    format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's.
+    format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's; ``scale_rule``: the e8m0
+    rule of a recipe with ``mx32`` groups (mxfp8: ``"round_up"``, its default, or ``"ocp"``),
+    refused by the others (:meth:`kernels.fp8.recipe.Recipe.chosen_scale_rule`).
     """
-    return _fp8_linear_outputs(x, w, recipe, fp8_dtype, out_dtype, scale_x, scale_w, grad_format)[0]
+    return _fp8_linear_outputs(x, w, recipe, fp8_dtype, out_dtype, scale_x, scale_w, grad_format,
+                               scale_rule=scale_rule)[0]
 
 
 def _fp8_linear_outputs(x, w, recipe="rowwise", fp8_dtype=None, out_dtype=None, scale_x=None, scale_w=None,
-                        grad_format=None, grad_state=(None, None)) -> tuple[torch.Tensor, ...]:
+                        grad_format=None, grad_state=(None, None), scale_rule=None) -> tuple[torch.Tensor, ...]:
     """:func:`fp8_linear` checked and run: all the op's outputs (y, the saved operands, the amaxes);
     ``grad_state``: the layer's :meth:`~kernels.fp8.recipe.Recipe.grad_state`."""
     rec = _recipes.get(recipe)
@@ -120,9 +129,10 @@ def _fp8_linear_outputs(x, w, recipe="rowwise", fp8_dtype=None, out_dtype=None, 
     if rec.needs:
         raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
     grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)
+    scale_rule = rec.chosen_scale_rule(scale_rule)
     out_dtype = out_dtype or x.dtype
     op = _impl if eager.direct(x, w) else _fp8_linear
-    return op(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, *grad_state)
+    return op(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, *grad_state, scale_rule)
 
 
 class Float8Linear(torch.nn.Linear):
@@ -134,17 +144,22 @@ class Float8Linear(torch.nn.Linear):
     a delayed checkpoint from before dy's history loads with it empty
     (:meth:`kernels.fp8.recipe.Recipe.upgrade_state`). ``grad_format``: the output gradient's
     FP8 format, ``"hybrid"`` (e5m2) or ``"e4m3"``, default the recipe's
-    (:attr:`Recipe.grad_format`). Under ``torch.autocast`` the input is cast to the autocast
-    dtype and the output is in it; the weight is quantized from its own (master) dtype.
+    (:attr:`Recipe.grad_format`). ``scale_rule``: the e8m0 rule of an ``mx32`` recipe's scales
+    (mxfp8), the layer's own (:meth:`Recipe.chosen_scale_rule`; None where the recipe has none).
+    Under ``torch.autocast`` the input is cast to the autocast dtype and the output is in it;
+    the weight is quantized from its own (master) dtype.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, recipe: str = "rowwise",
-                 fp8_dtype: torch.dtype | None = None, grad_format: str | None = None, device=None, dtype=None):
+                 fp8_dtype: torch.dtype | None = None, grad_format: str | None = None, scale_rule: str | None = None,
+                 device=None, dtype=None):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self._setup(recipe, fp8_dtype, grad_format)
+        self._setup(recipe, fp8_dtype, grad_format, scale_rule)
 
-    def _setup(self, recipe: str, fp8_dtype: torch.dtype | None, grad_format: str | None) -> None:
+    def _setup(self, recipe: str, fp8_dtype: torch.dtype | None, grad_format: str | None,
+               scale_rule: str | None) -> None:
         self.recipe = _recipes.get(recipe).name
+        self.scale_rule = _recipes.get(recipe).chosen_scale_rule(scale_rule)
         self.fp8_dtype = _recipes.get(recipe).element_format(fp8_dtype)
         self.grad_format = grad_format or _recipes.get(recipe).grad_format
         self.grad_fp8_dtype = _recipes.get(recipe).grad_dtype(self.fp8_dtype, self.grad_format)
@@ -153,13 +168,13 @@ class Float8Linear(torch.nn.Linear):
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
-                    grad_format: str | None = None) -> "Float8Linear":
+                    grad_format: str | None = None, scale_rule: str | None = None) -> "Float8Linear":
         """A Float8Linear holding ``linear``'s own weight and bias Parameters."""
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)
         new.in_features, new.out_features = linear.in_features, linear.out_features
         new.weight, new.bias = linear.weight, linear.bias
-        new._setup(recipe, fp8_dtype, grad_format)
+        new._setup(recipe, fp8_dtype, grad_format, scale_rule)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -168,7 +183,7 @@ class Float8Linear(torch.nn.Linear):
         rec = _recipes.get(self.recipe)
         scale_x, scale_w = rec.scales(self, flat, self.weight)
         y, *out = _fp8_linear_outputs(flat, self.weight, self.recipe, self.fp8_dtype, x.dtype, scale_x, scale_w,
-                                      self.grad_format, rec.grad_state(self))
+                                      self.grad_format, rec.grad_state(self), self.scale_rule)
         if scale_x is not None:
             rec.record(self, (scale_x, scale_w), out[-1])
         y = y.reshape(*x.shape[:-1], self.out_features)
@@ -180,5 +195,6 @@ class Float8Linear(torch.nn.Linear):
 
     def extra_repr(self) -> str:
         name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731
-        return (f"{super().extra_repr()}, recipe={self.recipe}, fp8={name(self.fp8_dtype)}, "
+        rule = "" if self.scale_rule is None else f", scale_rule={self.scale_rule}"
+        return (f"{super().extra_repr()}, recipe={self.recipe}{rule}, fp8={name(self.fp8_dtype)}, "
                 f"grad={name(self.grad_fp8_dtype)}")

@@ -39,6 +39,8 @@ each in :mod:`kernels.fp8.recipes`.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from typing import NamedTuple
@@ -49,6 +51,7 @@ from ..gemm_fp8.quantize_ref import scale_shape
 
 GRAD_FORMATS = ("hybrid", "e4m3")
 RECIPES: dict[str, "Recipe"] = {}   # filled by kernels.fp8.recipes, in ladder order
+_RULED: dict[tuple[str, str], "Recipe"] = {}   # (name, scale rule): a recipe's instance for a rule not its default
 
 
 class Saved(NamedTuple):
@@ -71,8 +74,12 @@ class Recipe:
     ``operand_groups``: per GEMM (``forward``, ``dgrad``, ``wgrad``), the granularity of A
     (rows x reduction) and of B taken as (columns x reduction), i.e. the groups its scales
     cover along the GEMM's reduction dimension (what the accuracy report counts overflow in).
-    ``scale_rule``: the e8m0 rule of its ``mx32`` groups (:func:`kernels.gemm_fp8.quantize`'s
-    keyword; ``"ocp"``, a no-op for the fp32-scaled granularities, unless the recipe says otherwise).
+    ``scale_rules``: the e8m0 rules its ``mx32`` groups take (:data:`kernels.microscaling.SCALE_RULES`),
+    its default first; none for a recipe without ``mx32`` groups. The rule is chosen per
+    conversion, not on this process-wide instance: ``convert(..., scale_rule=)`` and the layers
+    keep it (:meth:`chosen_scale_rule`), and hand it to the ops, which quantize with
+    ``get(name, scale_rule)``, the recipe's instance for that rule (:attr:`scale_rule`), so
+    layers converted with different rules coexist in one process.
     ``kernels``: the functions of :mod:`kernels.gemm_fp8` it calls beyond ``matmul_fp8``;
     ``needs`` names those not in this installation (None when all are).
     """
@@ -85,9 +92,37 @@ class Recipe:
     grad_format = "e4m3"
     grad_formats: tuple[str, ...] = GRAD_FORMATS
     grad_dtype_note = ""
-    scale_rule = "ocp"
+    scale_rules: tuple[str, ...] = ()
 
     kernels: tuple[str, ...] = ()
+
+    @property
+    def scale_rule(self) -> str:
+        """The e8m0 rule this instance quantizes its ``mx32`` groups by (:func:`kernels.gemm_fp8.quantize`'s
+        keyword): its default, or the one :func:`get` made it for; ``"ocp"`` where it has none
+        (the keyword's no-op for the fp32-scaled granularities). Read-only."""
+        return getattr(self, "_scale_rule", None) or (self.scale_rules[0] if self.scale_rules else "ocp")
+
+    @scale_rule.setter
+    def scale_rule(self, value) -> None:
+        raise AttributeError(f"FP8 recipe {self.name!r}: the scale rule is not set on the process-wide recipe "
+                             f"but chosen per conversion: kernels.fp8.convert(model, {self.name!r}, "
+                             f"scale_rule={value!r}), or the layers' and ops' scale_rule argument")
+
+    def chosen_scale_rule(self, scale_rule: str | None) -> str | None:
+        """The rule a layer keeps for ``scale_rule`` (None: the default), checked: one of
+        :attr:`scale_rules`; None for a recipe without ``mx32`` groups, which is refused a rule."""
+        if not self.scale_rules:
+            if scale_rule is not None:
+                raise ValueError(f"scale_rule chooses the e8m0 scales of mx32 groups; FP8 recipe {self.name!r} "
+                                 f"has none (got scale_rule={scale_rule!r})")
+            return None
+        if scale_rule is None:
+            return self.scale_rules[0]
+        if scale_rule not in self.scale_rules:
+            raise ValueError(f"FP8 recipe {self.name!r} takes scale_rule {' or '.join(map(repr, self.scale_rules))}, "
+                             f"got {scale_rule!r}")
+        return scale_rule
 
     def element_format(self, fp8: torch.dtype | None = None) -> torch.dtype:
         """The e4m3 format of this recipe's operands: ``fp8``, else this GPU's
@@ -197,8 +232,18 @@ def names() -> tuple[str, ...]:
     return tuple(RECIPES)
 
 
-def get(name: str) -> Recipe:
-    """The recipe called ``name``; a clear error for an unknown one."""
+def get(name: str, scale_rule: str | None = None) -> Recipe:
+    """The recipe called ``name``; a clear error for an unknown one. ``scale_rule`` (None: its
+    default): its instance quantizing by that e8m0 rule, made once per rule (a copy whose
+    :attr:`~Recipe.scale_rule` is the rule); a rule the recipe does not take is refused."""
     if name not in RECIPES:
         raise ValueError(f"unknown FP8 recipe {name!r}; the recipes are {', '.join(RECIPES)}")
-    return RECIPES[name]
+    recipe = RECIPES[name]
+    if scale_rule is None or scale_rule == recipe.scale_rule:
+        return recipe
+    key = (name, recipe.chosen_scale_rule(scale_rule))
+    if key not in _RULED:
+        ruled = copy.copy(recipe)
+        ruled._scale_rule = key[1]
+        _RULED[key] = ruled
+    return _RULED[key]

@@ -51,7 +51,13 @@ across the ranks (delayed), which a sender cannot apply to its own rows alone. C
 padding rows travel as zero bytes (a zero row with a zero scale) and are bounded on the
 device in SwiGLU's forward and gradient (``rows_end``: neither kernel reads a padding row
 of g, u or dh, which the GEMMs leave unwritten, and they write its h, dg and du as 0), so
-no unwritten GEMM output reaches a scale's amax.
+no unwritten GEMM output reaches a scale's amax. The casts that read all of an owner's rows
+(the per-tensor recipes' x and h in the forward; in the backward dy, dg, du and the wgrad
+operands x and h, under every recipe) are not bounded themselves: they rely on the padding rows
+being exactly 0, which they are by construction, x's and dy's the sender's zero row copied by
+an all-to-all that writes every row it delivers, h's, dg's and du's SwiGLU's bounded writes
+(tests/test_ep_fp8_padding.py, with every kernel output and every all-to-all buffer poisoned
+before it is written).
 
 Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
 quantize each token and each expert's weight on their own, so an owner quantizes its rows
@@ -133,7 +139,7 @@ class _Float8Owner:
         token operand of x (quantized once, T rows) as bytes, each row's scales beside it."""
         if not self.fp8_dispatch:
             return x
-        x8, sx = token_operand(x, self.layer.recipe, self.layer.fp8_dtype)
+        x8, sx = token_operand(x, self.layer.recipe, self.layer.fp8_dtype, scale_rule=self.layer.scale_rule)
         self.dtype, self.parts = x.dtype, row_bytes.layout(x8, sx)   # every rank's: same dim, recipe
         return row_bytes.pack(x8, sx)
 
@@ -157,8 +163,8 @@ class _Float8Owner:
             self.grad_state = {n: layer._grad_state(n) for n in self.weight_scales}
         if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
             x8, sx = row_bytes.unpack(rows, self.parts)
-            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype)[0]
-                    for w in (gate, up))
+            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype,
+                                       scale_rule=layer.scale_rule)[0] for w in (gate, up))
         else:
             scale_x = layer._cast_scale("x", rows)   # gate and up share it, x's amax recorded once
             g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x")
@@ -198,7 +204,7 @@ class _Float8Owner:
 
         def grads(x, weight, dy, name, need_w, scale_x):
             return gradients(x, weight, offsets, dy, layer.recipe, layer.fp8_dtype, layer.grad_fp8_dtype,
-                             (True, need_w), scale_x, w[name], **self.grad_state[name])
+                             (True, need_w), scale_x, w[name], **self.grad_state[name], scale_rule=layer.scale_rule)
 
         dh, ddown = grads(h, down, grad_y, "down", needs[2], self.scales["hidden"])
         dg, du, _, _ = swiglu_backward(dh, g, u, h, None, swiglu=True, dw_rows=False, weighted_h=False,
@@ -229,14 +235,14 @@ class Float8ExpertParallelMoE(Float8Experts, ExpertParallelMoE):
 
     @classmethod
     def from_ep(cls, layer: ExpertParallelMoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
-                grad_dtype: torch.dtype | None = None) -> "Float8ExpertParallelMoE":
+                grad_dtype: torch.dtype | None = None, scale_rule: str | None = None) -> "Float8ExpertParallelMoE":
         """The FP8 layer holding ``layer``'s own Parameters and submodules, on its group, chunks
         and capacity; formats as :class:`kernels.moe.fp8_layer.Float8MoE` takes them. FP8
         dispatch is on for the row-local recipes (the ``fp8_dispatch`` property turns it off)."""
         if type(layer) is not ExpertParallelMoE:
             raise TypeError(f"Float8ExpertParallelMoE.from_ep takes an ExpertParallelMoE, got "
                             f"{type(layer).__name__}")
-        new = cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
+        new = cls._adopt(layer, recipe, fp8_dtype, grad_dtype, scale_rule)
         new.ep_capacity = layer.ep_capacity   # a property: its value is private
         new.fp8_dispatch = recipe in ROW_LOCAL
         return new

@@ -32,20 +32,23 @@ amaxes, :mod:`kernels.moe.ep_fp8_layer`)."""
 
 class Float8Experts:
     """Mixin of the FP8 MoE layers (before the high-precision layer's class in the bases):
-    ``recipe``, ``fp8_dtype``, ``grad_fp8_dtype`` and the delayed histories."""
+    ``recipe``, ``scale_rule`` (mxfp8's e8m0 rule, None for the other recipes), ``fp8_dtype``,
+    ``grad_fp8_dtype`` and the delayed histories."""
 
     fp8_tensors = FP8_TENSORS
     """The tensors with delayed histories, in ``fp8_saturated``'s order (a class's own)."""
 
     @classmethod
     def _adopt(cls, layer: torch.nn.Module, recipe: str, fp8_dtype: torch.dtype | None,
-               grad_dtype: torch.dtype | None):
+               grad_dtype: torch.dtype | None, scale_rule: str | None = None):
         """A ``cls`` holding ``layer``'s own Parameters, buffers, submodules and public
         attributes (its sizes, mode, expert-parallel group), with hooks of its own. ``fp8_dtype``
         defaults to the recipe's e4m3 format (:meth:`kernels.fp8.recipe.Recipe.element_format`:
         this GPU's, OCP float8_e4m3fn for "mxfp8"); ``grad_dtype``: the output gradients' FP8
-        format, default ``fp8_dtype``."""
+        format, default ``fp8_dtype``; ``scale_rule``: mxfp8's e8m0 rule, default its own
+        (:meth:`kernels.fp8.recipe.Recipe.chosen_scale_rule`: refused by the other recipes)."""
         check_recipe(recipe)
+        scale_rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)   # hooks of its own; the sizes, mode and registered state shared
         new.__dict__.update({key: value for key, value in vars(layer).items() if not key.startswith("_")})
@@ -53,6 +56,7 @@ class Float8Experts:
                             (new._modules, layer._modules)):
             own.update(theirs)
         new.recipe, new.fp8_dtype = recipe, fp8_recipes.get(recipe).element_format(fp8_dtype)
+        new.scale_rule = scale_rule
         new.grad_fp8_dtype = grad_dtype or new.fp8_dtype
         if recipe == "delayed":
             for name, buffer in history_state(cls.fp8_tensors, layer.gate.device).items():
@@ -78,7 +82,8 @@ class Float8Experts:
         """``a_g @ w[g]`` by the FP8 grouped GEMM of this layer's recipe, offsets unchecked
         (``amax``: and the amaxes of a and w its casts found, (2,); ``grad_state``: :meth:`_grad_state`'s)."""
         return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, self.grad_fp8_dtype,
-                                      scale_a, scale_w, check_offsets=False, amax=amax, **grad_state)
+                                      scale_a, scale_w, check_offsets=False, amax=amax, scale_rule=self.scale_rule,
+                                      **grad_state)
 
     def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None) -> torch.Tensor:
         """``a_g @ w[g]`` by :meth:`_grouped`; with given (delayed) scales, each amax its casts
@@ -99,5 +104,6 @@ class Float8Experts:
 
     def extra_repr(self) -> str:
         name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731
-        return (f"{super().extra_repr()}, recipe={self.recipe}, fp8={name(self.fp8_dtype)}, "
+        rule = "" if self.scale_rule is None else f", scale_rule={self.scale_rule}"
+        return (f"{super().extra_repr()}, recipe={self.recipe}{rule}, fp8={name(self.fp8_dtype)}, "
                 f"grad={name(self.grad_fp8_dtype)}")

@@ -65,14 +65,14 @@ class Float8MoE(Float8Experts, MoE):
 
     @classmethod
     def from_moe(cls, layer: MoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
-                 grad_dtype: torch.dtype | None = None) -> "Float8MoE":
+                 grad_dtype: torch.dtype | None = None, scale_rule: str | None = None) -> "Float8MoE":
         """A Float8MoE holding ``layer``'s own Parameters and submodules (its router); formats
         as :meth:`kernels.moe.fp8_experts.Float8Experts._adopt` takes them. The
         expert-parallel layer's FP8 form is :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`."""
         if type(layer) is not MoE:
             raise TypeError(f"Float8MoE.from_moe takes a kernels.MoE, got {type(layer).__name__} "
                             "(the expert-parallel layer's FP8 form: Float8ExpertParallelMoE.from_ep)")
-        return cls._adopt(layer, recipe, fp8_dtype, grad_dtype)
+        return cls._adopt(layer, recipe, fp8_dtype, grad_dtype, scale_rule)
 
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
         offsets, permutation = sort_slots(ids, gate.shape[0])

@@ -78,13 +78,16 @@ def _gemm_operands(gemm: str, t: dict) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def gemm_error_rows(recipes=None, shape=(64, 48, 80), seed: int = 0, fp8: torch.dtype | None = None) -> list[dict]:
-    """One row per (recipe, GEMM): relative error, and overflow/underflow of operands A and B."""
+    """One row per (recipe, GEMM): relative error, and overflow/underflow of operands A and B.
+    ``recipes``: names, or recipe instances (``kernels.fp8.get("mxfp8", "ocp")``: another e8m0
+    rule than the default), default every recipe."""
     fp8 = fp8 or fp8_dtype()
     t = operands(shape, seed)
     fmax = torch.finfo(fp8).max
     rows = []
-    for name in recipes or kernels.fp8.names():
-        recipe = kernels.fp8.get(name)
+    for recipe in recipes or kernels.fp8.names():
+        recipe = kernels.fp8.get(recipe) if isinstance(recipe, str) else recipe
+        name = recipe.name
         elements = recipe.element_format(fp8)   # mxfp8: OCP e4m3fn, also where fp8 is fnuz
         delayed = name == "delayed"
         scales = {k: (t[k].abs().amax() / GROWTH / fmax) for k in ("x", "w")} if delayed else {}

@@ -16,7 +16,7 @@ pre-shuffled scales as they are (gfx950, and the interpreter that checks it), ev
 tensor is pre-shuffled just before its GEMM (:func:`_for_the_gemm`; the forward saves them
 row-major, so the saved bytes stay M K/32 + N K/32): the GEMMs then load no scale byte on its own.
 
-Scale rule: round-up (``scale_rule = "round_up"``, :func:`kernels.microscaling.round_up_exponent`),
+Scale rule: round-up by default (``"round_up"``, :func:`kernels.microscaling.round_up_exponent`),
 not the OCP spec's floor rule. The floor rule, ``floor(log2 amax) - 8``, puts a block's largest
 |x| in [256, 512) while e4m3fn stops at 448, so every block whose largest mantissa is above
 1.75 saturates, and the forward GEMM's error on the accuracy report's tensors
@@ -27,9 +27,12 @@ gives the floor rule's scale to every other block and twice it to those: nothing
 less of range in the blocks it moves (their smallest elements lose a bit, or reach the
 subnormals sooner). It is what training stacks take (Transformer
 Engine's MXFP8 recipe; torchao's ``ScaleCalculationMode.RCEIL``). Both rules give valid MX
-data (the scale is an e8m0 byte either way), so the GEMMs do not change. Overridable: set
-``kernels.fp8.get("mxfp8").scale_rule = "ocp"`` for the spec's rule; the MoE layers' MXFP8
-operands read the same attribute (:mod:`kernels.moe.grouped_gemm_mxfp8.training`).
+data (the scale is an e8m0 byte either way), so the GEMMs do not change. Chosen per
+conversion: ``kernels.fp8.convert(model, "mxfp8", scale_rule="ocp")`` for the spec's rule; the
+converted layers keep it, the Linears and the MoE layers' MXFP8 operands alike
+(:mod:`kernels.moe.grouped_gemm_mxfp8.training`), and quantize by ``get("mxfp8", rule)``, this
+recipe's instance for that rule (:func:`kernels.fp8.recipe.get`), so models converted with
+different rules coexist in one process.
 """
 from __future__ import annotations
 
@@ -60,7 +63,7 @@ class MXFP8(Recipe):
     operand_groups = dict.fromkeys(("forward", "dgrad", "wgrad"), ("mx32", "mx32"))
     grad_dtype_note = ("e4m3 for gradients too: a group of 32 has its own scale (Transformer Engine's "
                         "MXFP8BlockScaling default), and mx_matmul takes one element format for A and B")
-    scale_rule = "round_up"   # the module docstring says why
+    scale_rules = ("round_up", "ocp")   # the default first: the module docstring says why
 
     def element_format(self, fp8=None):
         """OCP float8_e4m3fn on every GPU, gfx942 included: MX defines no fnuz form, and the

@@ -115,25 +115,32 @@ def _mx():
     return training
 
 
+def _rule(recipe: str, scale_rule: str | None) -> str:
+    """The e8m0 rule ``recipe`` quantizes by for ``scale_rule`` (None: its default;
+    :func:`kernels.fp8.recipe.get`)."""
+    return fp8_recipes.get(recipe, scale_rule).scale_rule
+
+
 def token_operand(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale_x: torch.Tensor | None = None,
-                  amax: bool = False) -> tuple[torch.Tensor, ...]:
+                  amax: bool = False, scale_rule: str | None = None) -> tuple[torch.Tensor, ...]:
     """The forward's x (T, K) as ``recipe`` quantizes it: (fp8, scales) (:func:`.quantize.tokens`,
-    mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.training.tokens`, by the recipe's e8m0 rule);
-    ``amax`` (a given ``scale_x``): and x's amax, found by the cast."""
+    mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.training.tokens`, by the e8m0 ``scale_rule``,
+    None for the recipe's default); ``amax`` (a given ``scale_x``): and x's amax, found by the cast."""
     if recipe == "mxfp8":
-        return _mx().tokens(x, fp8)
+        return _mx().tokens(x, fp8, _rule(recipe, scale_rule))
     return quantize.tokens(x, recipe, fp8, scale_x, amax)
 
 
 def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
                        recipe: str, fp8: torch.dtype, out_dtype: torch.dtype,
-                       scale_w: torch.Tensor | None = None, amax: bool = False) -> tuple[torch.Tensor, ...]:
+                       scale_w: torch.Tensor | None = None, amax: bool = False,
+                       scale_rule: str | None = None) -> tuple[torch.Tensor, ...]:
     """``(y,)``, y = ``x_g @ w[g]`` in ``out_dtype``, from x already quantized by
-    :func:`token_operand`: w quantized for the forward, one grouped launch; ``amax`` (a given
-    ``scale_w``): ``(y, w's amax)``, found by the cast. Unchecked (the expert-parallel layer's owners,
-    :mod:`kernels.moe.ep_fp8_layer`, receive x quantized by its sender)."""
+    :func:`token_operand`: w quantized for the forward (by ``scale_rule`` as there), one grouped
+    launch; ``amax`` (a given ``scale_w``): ``(y, w's amax)``, found by the cast. Unchecked (the
+    expert-parallel layer's owners, :mod:`kernels.moe.ep_fp8_layer`, receive x quantized by its sender)."""
     if recipe == "mxfp8":
-        return (_mx().forward(x8, sx, w, offsets, fp8, out_dtype),)
+        return (_mx().forward(x8, sx, w, offsets, fp8, out_dtype, _rule(recipe, scale_rule)),)
     w8, sw, *found = quantize.forward_weight(w, recipe, fp8, scale_w, amax)
     return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, out_dtype), *found
 
@@ -141,10 +148,11 @@ def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offs
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
                 scale_w: torch.Tensor | None, amax: bool = False, history_dy: torch.Tensor | None = None,
-                counts: torch.Tensor | None = None, count_index: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                counts: torch.Tensor | None = None, count_index: int = 0,
+                scale_rule: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     # history_dy and counts are the backward's (:func:`gradients`); the forward does not touch them
-    x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax)
-    y, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax)
+    x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax, scale_rule)
+    y, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax, scale_rule)
     return y, torch.stack(found_x + found_w) if amax else x.new_empty(0, dtype=torch.float32)
 
 
@@ -153,14 +161,14 @@ _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl,
 
 @_train.register_fake
 def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax=False, history_dy=None, counts=None,
-      count_index=0):
+      count_index=0, scale_rule=None):
     return x.new_empty((x.shape[0], w.shape[2])), x.new_empty(2 if amax else 0, dtype=torch.float32)
 
 
 def _setup(ctx, inputs, output):
-    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _, history_dy, counts, count_index = inputs
+    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _, history_dy, counts, count_index, rule = inputs
     ctx.mark_non_differentiable(output[1])
-    ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype = recipe, fp8_dtype, grad_dtype
+    ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.scale_rule = recipe, fp8_dtype, grad_dtype, rule
     ctx.save_for_backward(x, w, offsets, scale_x, scale_w)
     # dy's delayed state, held as it is (not saved: the layer's forward records into the same
     # counts after this op, which would trip a saved tensor's version check); the backward writes it
@@ -170,16 +178,17 @@ def _setup(ctx, inputs, output):
 def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtype, needs,
               scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None,
               history_dy: torch.Tensor | None = None, counts: torch.Tensor | None = None,
-              count_index: int = 0) -> tuple:
+              count_index: int = 0, scale_rule: str | None = None) -> tuple:
     """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy (quantized to ``grad``, x and w to
     ``fp8``, with the given per-tensor scales if any), each None where ``needs`` says False:
     one FP8 grouped launch each. dy's two casts (dgrad's token operand, wgrad's grouped one)
     share one per-tensor scale: dy's current amax's, or with ``history_dy`` (delayed) that
     history's (:func:`kernels.fp8.recipes.delayed.history_scale`, on the device), and then,
     with ``counts`` (training mode), the amax the first cast found enters ``history_dy`` and a
-    saturating step adds 1 to ``counts[count_index]`` (:func:`~kernels.fp8.recipes.delayed.push_amax`)."""
+    saturating step adds 1 to ``counts[count_index]`` (:func:`~kernels.fp8.recipes.delayed.push_amax`).
+    ``scale_rule``: mxfp8's e8m0 rule, as :func:`token_operand` takes it."""
     if recipe == "mxfp8":
-        return _mx().gradients(x, w, offsets, dy, fp8, needs)
+        return _mx().gradients(x, w, offsets, dy, fp8, needs, _rule(recipe, scale_rule))
     dx = dw = None
     scale_dy = None if history_dy is None else history_scale(history_dy, dy, grad)
     found = []   # dy's amax, from the first cast, where it is recorded (counts given)
@@ -202,8 +211,8 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
 def _backward(ctx, dy, _):
     x, w, offsets, scale_x, scale_w = ctx.saved_tensors
     dx, dw = gradients(x, w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.needs_input_grad,
-                       scale_x, scale_w, *ctx.grad_state)
-    return dx, dw, None, None, None, None, None, None, None, None, None, None
+                       scale_x, scale_w, *ctx.grad_state, ctx.scale_rule)
+    return dx, dw, None, None, None, None, None, None, None, None, None, None, None
 
 
 _train.register_autograd(_backward, setup_context=_setup)
@@ -247,7 +256,8 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                            fp8_dtype: torch.dtype | None = None, grad_dtype: torch.dtype | None = None,
                            scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
                            check_offsets: bool = True, amax: bool = False, history_dy: torch.Tensor | None = None,
-                           counts: torch.Tensor | None = None, count_index: int = 0) -> torch.Tensor:
+                           counts: torch.Tensor | None = None, count_index: int = 0,
+                           scale_rule: str | None = None) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
     -> ``(T, N)`` in x's dtype, differentiable in x and w, every GEMM in FP8 by ``recipe``
     (one of :data:`.quantize.RECIPES`; ``"mxfp8"``: MXFP8 operands and kernels,
@@ -270,7 +280,9 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     (its current amax while the history is empty); with ``counts`` (int64, one per tensor of the
     layer, None in eval mode) the backward also records the amax dy's cast found into
     ``history_dy`` and counts a saturating step in ``counts[count_index]``, in place
-    (:func:`gradients`). Without it dy takes its current per-tensor scale.
+    (:func:`gradients`). Without it dy takes its current per-tensor scale. ``scale_rule``
+    (``"mxfp8"`` only): the e8m0 rule of every operand's scales, ``"round_up"`` (the default) or
+    ``"ocp"`` (:meth:`kernels.fp8.recipe.Recipe.chosen_scale_rule`; the FP8 MoE layers pass their own).
     """
     quantize.check_recipe(recipe)
     fp8_dtype = fp8_recipes.get(recipe).element_format(fp8_dtype)
@@ -291,7 +303,8 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     if amax and (scale_x is None or scale_w is None):
         raise ValueError("amax=True returns the amaxes the casts with given scales find: pass scale_x and scale_w")
     _check_grad_state(history_dy, counts, count_index, recipe, x)
+    scale_rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
     op = _train_impl if eager.direct(x, w, offsets) else _train
     out, found = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax, history_dy, counts,
-                    count_index)
+                    count_index, scale_rule)
     return (out, found) if amax else out

@@ -13,30 +13,24 @@ GEMM's own reduction dimension (:mod:`.quantize`):
 
 Elements are OCP e4m3fn for the gradients too (MX has no fnuz form; e4m3 is Transformer
 Engine's MXFP8 default for gradients as well, and the kernel takes one element format).
-Every operand's e8m0 scales follow the ``mxfp8`` recipe's ``scale_rule``
-(:class:`kernels.fp8.recipes.mxfp8.MXFP8`: round-up by default, so nothing saturates), the
-dense layers' rule (:func:`scale_rule`).
+Every operand's e8m0 scales follow the e8m0 rule (``rule``: ``"round_up"`` or ``"ocp"``) the
+layer was converted with, as the dense layers' do (:class:`kernels.fp8.recipes.mxfp8.MXFP8`:
+round-up by default, so nothing saturates); the training op resolves it
+(:func:`kernels.moe.grouped_gemm_fp8.training.grouped_gemm_fp8_train`'s ``scale_rule``).
 """
 from __future__ import annotations
 
 import torch
 
-from ...fp8 import recipe as fp8_recipes
 from . import dw as dw_kernel
 from . import operands, quantize
 from .ops import _grouped_gemm_mxfp8_impl
 
 
-def scale_rule() -> str:
-    """The e8m0 rule the ``mxfp8`` recipe quantizes with (its registered instance's
-    ``scale_rule``, read at each call, so setting it there sets it for the MoE layers too)."""
-    return fp8_recipes.get("mxfp8").scale_rule
-
-
-def tokens(x: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The forward's x (T, K) quantized by :func:`.quantize.tokens` with the recipe's rule
+def tokens(x: torch.Tensor, fp8: torch.dtype, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward's x (T, K) quantized by :func:`.quantize.tokens` with the e8m0 ``rule``
     (what the expert-parallel layer's senders dispatch, :mod:`kernels.moe.ep_fp8_layer`)."""
-    return quantize.tokens(x, fp8, scale_rule())
+    return quantize.tokens(x, fp8, rule)
 
 
 @torch.library.custom_op("kernels::grouped_gemm_mxfp8_dw", mutates_args=())
@@ -70,17 +64,17 @@ def grouped_gemm_mxfp8_dw(xt: torch.Tensor, sxt: torch.Tensor, dyt: torch.Tensor
 
 
 def forward(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype,
-            out_dtype: torch.dtype) -> torch.Tensor:
-    """``x_g @ w[g]`` in ``out_dtype`` of x quantized by :func:`.quantize.tokens`, w in MXFP8 along K."""
-    w8, sw = quantize.forward_weight(w, fp8, scale_rule())
+            out_dtype: torch.dtype, rule: str) -> torch.Tensor:
+    """``x_g @ w[g]`` in ``out_dtype`` of x quantized by :func:`.quantize.tokens`, w in MXFP8 along K
+    by the e8m0 ``rule``."""
+    w8, sw = quantize.forward_weight(w, fp8, rule)
     return _grouped_gemm_mxfp8_impl(x8, sx, w8, sw, offsets, out_dtype)
 
 
-def gradients(x, w, offsets, dy, fp8: torch.dtype, needs) -> tuple:
+def gradients(x, w, offsets, dy, fp8: torch.dtype, needs, rule: str) -> tuple:
     """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy, each None where ``needs`` says
-    False: one MXFP8 grouped launch each."""
+    False: one MXFP8 grouped launch each, every operand by the e8m0 ``rule``."""
     dx = dw = None
-    rule = scale_rule()
     if needs[0]:
         dy8, sdy = quantize.tokens(dy, fp8, rule)
         wt8, swt = quantize.dgrad_weight(w, fp8, rule)

@@ -14,7 +14,11 @@ cannot show). Each program writes its own rows of dy_sorted; dw is written at th
 ``permutation`` names, so no two writes meet only where it is a permutation
 (:func:`kernels.moe.combine_op.combine` checks that unless told not to). The expert-parallel
 layers (:mod:`kernels.moe.ep_layer`) run it on the sender's rows, already in slot order, with
-the identity permutation (``arange(T·k)``).
+the identity permutation (``arange(T·k)``), and the dispatch API's combines
+(:mod:`kernels.comm.ep_dispatch`) at the experts' ranks, each received wire row a "token" whose
+cells are its slots (``permutation``: each of y's rows' cell; the cells no row names are left
+unwritten in dw). A float64 y is computed in float64, weights and dw float64 too
+(:func:`kernels.triton_support.accumulated`).
 
 Tile, launch and AOT description are :mod:`.swiglu_rows`'s (BLOCK_R rows a program, BLOCK_H
 columns at a time, 16 bytes a thread for bf16). ``tests/test_moe_combine_isa.py`` compiles the
@@ -29,7 +33,7 @@ import triton.language as tl
 
 from ...outputs import new_output
 from ...registry import AotKernel
-from ...triton_support import store_rows
+from ...triton_support import accumulated, store_rows
 from . import swiglu_rows
 from .spec import AOT_SHAPE
 from .swiglu_rows import col_block, launch, load_rows, row_block
@@ -42,7 +46,7 @@ def _combine_backward_kernel(dy_ptr, y_ptr, w_ptr, perm_ptr, dys_ptr, dw_ptr, R,
     slots = tl.load(perm_ptr + rows, mask=live, other=0)
     tokens = slots // TOP_K
     w = tl.load(w_ptr + slots, mask=live, other=0.0)[:, None]
-    dot = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    dot = accumulated(tl.zeros((BLOCK_R,), dtype=y_ptr.dtype.element_ty))
     for start in range(0, D, BLOCK_H):
         cols, mask, loaded = col_block(start, D, live, read, BLOCK_H)
         dy = load_rows(dy_ptr, tokens, stride_dy, cols, loaded)
@@ -53,13 +57,13 @@ def _combine_backward_kernel(dy_ptr, y_ptr, w_ptr, perm_ptr, dys_ptr, dw_ptr, R,
 
 def combine_backward(dy: torch.Tensor, y_sorted: torch.Tensor, weights: torch.Tensor,
                      permutation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dy_sorted (T·k, D) in y's dtype, dw (T, k) float32) of the combine's gradient dy (T, D):
-    dy and y_sorted with unit column stride, weights contiguous float32, permutation the int64
-    (T·k,) sort of the slots (:func:`kernels.moe.permutation.sort_slots`'s); checked by
+    """(dy_sorted (T·k, D) in y's dtype, dw (T, k) float32, float64 for float64 y) of the combine's
+    gradient dy (T, D): dy and y_sorted with unit column stride, weights contiguous in dw's dtype,
+    permutation the int64 (T·k,) sort of the slots (:func:`kernels.moe.permutation.sort_slots`'s); checked by
     :func:`kernels.moe.combine_op.combine`, which calls this through its autograd formula."""
     rows, d = y_sorted.shape
     dy_sorted = new_output((rows, d), y_sorted.dtype, y_sorted.device)
-    dw = new_output(tuple(weights.shape), torch.float32, weights.device)
+    dw = new_output(tuple(weights.shape), torch.promote_types(y_sorted.dtype, torch.float32), weights.device)
     if rows * d:
         launch(_combine_backward_kernel, (dy, y_sorted, weights, permutation, dy_sorted, dw, rows, d,
                                           weights.shape[1], dy.stride(0), y_sorted.stride(0)), rows, y_sorted.dtype)

@@ -13,7 +13,9 @@ One program per (BLOCK_T tokens, BLOCK_D columns); the slots are added in slot o
 j = 0..k-1 (for a pair, a's row then b's per slot): the same bits on every run. With a
 float32 weight per slot (``w`` (T, k): ``Float8MoE``'s combine, :mod:`kernels.moe.combine_op`, and
 the expert-parallel layers' on rows already in slot order, :mod:`kernels.moe.ep_layer`) each
-slot's row of ``a`` (no pair) is multiplied by it in fp32 before the add.
+slot's row of ``a`` (no pair) is multiplied by it in fp32 before the add. A float64 ``a`` (the
+dispatch API's, :mod:`kernels.comm.ep_dispatch`) is added, and weighted by float64 weights, in
+float64 instead (:func:`kernels.triton_support.accumulated`): a float32 sum would drop its bits.
 
 A 16 x 128 tile over 4 warps is 8 consecutive columns a thread: a bf16 row moves 16 bytes per
 thread. ``tests/test_moe_combine_isa.py`` compiles ``Float8MoE``'s gathering launches (:func:`aot`)
@@ -31,7 +33,7 @@ import triton.language as tl
 
 from ...outputs import new_output
 from ...registry import AotKernel
-from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_kwargs
+from ...triton_support import accumulated, aot_launch, cdiv, interp_bf16, round_to_bf16, run_kwargs
 from .spec import AOT_SHAPE
 
 BLOCK_T, BLOCK_D = 16, 128
@@ -44,18 +46,18 @@ def _slot_sum_kernel(a_ptr, b_ptr, rows_ptr, w_ptr, out_ptr, T, D, TOP_K, stride
     tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     mask = (tokens[:, None] < T) & (cols[None, :] < D)
-    acc = tl.zeros((BLOCK_T, BLOCK_D), dtype=tl.float32)
+    acc = accumulated(tl.zeros((BLOCK_T, BLOCK_D), dtype=a_ptr.dtype.element_ty))
     for j in range(TOP_K):
         slots = tokens.to(tl.int64) * TOP_K + j      # slot t·k + j; int64: T·k·D may pass 2^31
         rows = slots
         if GATHER:   # the slot's row in a buffer of another order
             rows = tl.load(rows_ptr + slots, mask=tokens < T, other=0)
-        row = tl.load(a_ptr + rows[:, None] * stride_a + cols[None, :], mask=mask).to(tl.float32)
+        row = accumulated(tl.load(a_ptr + rows[:, None] * stride_a + cols[None, :], mask=mask))
         if WEIGHTED:
             row *= tl.load(w_ptr + slots, mask=tokens < T, other=0.0)[:, None]
         acc += row
         if PAIR:
-            acc += tl.load(b_ptr + rows[:, None] * stride_b + cols[None, :], mask=mask).to(tl.float32)
+            acc += accumulated(tl.load(b_ptr + rows[:, None] * stride_b + cols[None, :], mask=mask))
     if INTERP_BF16:
         acc = round_to_bf16(acc)
     tl.store(out_ptr + tokens.to(tl.int64)[:, None] * stride_o + cols[None, :],
@@ -89,9 +91,9 @@ class SlotSum:
 
 def slot_sum(a: torch.Tensor, top_k: int, b: torch.Tensor | None = None,
              rows: torch.Tensor | None = None, w: torch.Tensor | None = None) -> torch.Tensor:
-    """(T, D) in a's dtype: out[t] = Σ_j w[t, j] · a[r(t·k + j)] (+ b[r(t·k + j)]) in float32,
-    for a and b (T·k, D) with unit column stride, r the identity or the int64 ``rows`` (T·k,),
-    w the contiguous float32 (T, k) (not with b) or 1."""
+    """(T, D) in a's dtype: out[t] = Σ_j w[t, j] · a[r(t·k + j)] (+ b[r(t·k + j)]) in float32
+    (float64 for a float64 a), for a and b (T·k, D) with unit column stride, r the identity or
+    the int64 ``rows`` (T·k,), w the contiguous (T, k) in that type (not with b) or 1."""
     if w is not None and b is not None:
         raise ValueError("slot_sum weights a's rows alone: pass w or b, not both")
     return SlotSum(a, top_k, b, rows is not None, w is not None)(a, b, rows, w)

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ... import validate
 from ...registry import AotKernel
-from ...triton_support import aot_launch, cdiv, interp_bf16, run_kwargs
+from ...triton_support import accumulated, aot_launch, cdiv, interp_bf16, run_kwargs
 from .spec import DTYPES
 
 BLOCK_R, BLOCK_H, NUM_WARPS = 16, 128, 4
@@ -48,9 +48,9 @@ def col_block(start, H, live, read, BLOCK_H: tl.constexpr):
 
 @triton.jit
 def load_rows(ptr, rows, stride, cols, mask):
-    """A tile of a row-major operand (row stride ``stride``, unit column stride) in fp32, 0
-    where ``mask`` is off."""
-    return tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    """A tile of a row-major operand (row stride ``stride``, unit column stride) in fp32 (float64
+    for a float64 operand: :func:`~kernels.triton_support.accumulated`), 0 where ``mask`` is off."""
+    return accumulated(tl.load(ptr + rows[:, None] * stride + cols[None, :], mask=mask, other=0.0))
 
 
 def check_rows(**named: torch.Tensor) -> None:
