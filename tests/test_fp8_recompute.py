@@ -271,20 +271,24 @@ def test_the_expert_parallel_layer_s_chunks_recompute_with_their_own_scales():
     assert same == {"kernels.fp8.checkpoint": True, "torch": False}
 
 
-def test_under_torch_compile_kernels_fp8_checkpoint_keeps_the_forward_scales():
+@pytest.mark.parametrize("build, shape", [(Block, (2, 5, 24)), (MoEBlock, (2, 7, 16))], ids=["linear", "moe"])
+def test_under_torch_compile_kernels_fp8_checkpoint_keeps_the_forward_scales(build, shape):
     """Under torch.compile (aot_eager) the compiler recomputes a checkpointed region from its
     traced graph, so a delayed scale (the history's max, which the forward then updates in place)
-    would be recomputed from the updated history: it is with torch's checkpoint. kernels.fp8.checkpoint
+    would be recomputed from the updated history: it is for the Linear block with torch's
+    checkpoint (the MoE layer's compiled graph keeps its scales either way). kernels.fp8.checkpoint
     saves amax reductions there (selective checkpointing), and two steps give the eager
-    unchecked steps' results bit for bit."""
+    unchecked steps' results bit for bit, both layers."""
     torch.manual_seed(0)
-    plain = Block()
-    inputs = _inputs((2, 5, 24), (1.0, 3.0))
+    plain = build()
+    inputs = _inputs(shape, (1.0, 3.0))
     want = _steps(copy.deepcopy(plain), inputs)
     same = {}
     for name, wrap in (("kernels.fp8.checkpoint", kernels.fp8.checkpoint), ("torch", _torch_checkpoint)):
         torch._dynamo.reset()
         model = copy.deepcopy(plain)
-        model.forward = torch.compile(lambda x, model=model, wrap=wrap: wrap(model.body, x), backend="aot_eager")
+        inner = model.body if build is Block else model.moe
+        model.forward = torch.compile(lambda x, inner=inner, wrap=wrap: wrap(inner, x), backend="aot_eager")
         same[name] = _same_steps(want, _steps(model, inputs))
-    assert same == {"kernels.fp8.checkpoint": True, "torch": False}
+    assert same["kernels.fp8.checkpoint"]
+    assert same["torch"] is (build is MoEBlock)   # the Linear block's scales are recomputed from the new history

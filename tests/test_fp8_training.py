@@ -212,6 +212,10 @@ def test_custom_op_passes_opcheck():
     for recipe, grad in (("rowwise", torch.float8_e4m3fn), ("tensorwise", torch.float8_e5m2)):
         torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
                               (x, w, recipe, torch.float8_e4m3fn, grad, torch.float32, None, None))
+    xm, wm = torch.randn(5, 32, requires_grad=True), torch.randn(3, 32, requires_grad=True)   # mx32 groups along K
+    torch.library.opcheck(torch.ops.kernels.fp8_linear.default,   # the trailing rule, not the default one
+                          (xm, wm, "mxfp8", torch.float8_e4m3fn, torch.float8_e4m3fn, torch.float32,
+                           None, None, None, None, "ocp"))
     xb, wb = x.bfloat16(), w.bfloat16()   # delayed: the given scales' op returns the casts' amaxes too
     scales = (torch.tensor(0.01), torch.tensor(0.02))
     for dy_state in ((), (torch.zeros(HISTORY), None)):   # and dy's history, read by the backward

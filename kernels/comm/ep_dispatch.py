@@ -143,10 +143,15 @@ def _all_to_all(rows, send_splits, recv_splits, group):
     return out
 
 
+def _to_wire(h: EPHandle, rows):
+    """Per-token rows (T, ...) -> the wire rows each rank receives: one per send_token."""
+    return _all_to_all(rows[h.send_token], h.send_splits, h.recv_splits, h.group)
+
+
 def _to_receivers(h: EPHandle, rows, decode=None):
-    """Per-token rows (T, ...) -> recv_x's rows (R, ...): one wire row per send_token,
+    """Per-token rows (T, ...) -> recv_x's rows (R, ...): the wire rows (:func:`_to_wire`),
     ``decode`` applied on receipt, then copied to every pair that wire row serves."""
-    got = _all_to_all(rows[h.send_token], h.send_splits, h.recv_splits, h.group)
+    got = _to_wire(h, rows)
     if decode is not None:
         got = decode(got)
     return got[h.recv_cell // h.recv_cols]
@@ -225,7 +230,9 @@ class _Combine(torch.autograd.Function):
     row per wire row), where the combine's gradient kernel
     (:func:`kernels.moe.layer_ladder.combine_backward.combine_backward`) writes each row's
     ``w·dy`` and its weight's gradient ``dy·y`` in one pass over y's rows (each wire row a
-    "token" of ``recv_cols`` cells, the row's cell its slot); the dots go home, one per pair."""
+    "token" of ``recv_cols`` cells, the row's cell its slot); the dots go home, one per pair: one
+    more all-to-all per backward than computing them on the token's rank, of T·k scalars, where
+    that rank would have to keep y's (T·k, dim) rows from the forward."""
 
     @staticmethod
     def forward(ctx, y, topk_weights, h, reduce_on_sender):
@@ -241,7 +248,7 @@ class _Combine(torch.autograd.Function):
     def backward(ctx, grad_out):
         h = ctx.h
         y, topk_weights = ctx.saved_tensors
-        grad_wire = _all_to_all(grad_out[h.send_token], h.send_splits, h.recv_splits, h.group)
+        grad_wire = _to_wire(h, grad_out)
         cells = y.new_empty((grad_wire.shape[0] * h.recv_cols,), dtype=_compute_dtype(y.dtype))
         cells[h.recv_cell] = h.recv_weights.to(cells.dtype)   # the cells no row serves are not read
         grad_y, dots = combine_backward(grad_wire, unit_columns(y),

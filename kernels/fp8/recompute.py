@@ -91,18 +91,14 @@ def context():
 
 def checkpoint(function, *args, **kwargs):
     """``torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False,
-    context_fn=kernels.fp8.recompute.context, **kwargs)``: a recompute casts every
-    delayed-scaling layer with the scales its own forward took (module docstring)."""
+    context_fn=...)`` with :func:`context`'s tapes (under torch.compile, selective
+    checkpointing: :func:`_contexts`): a recompute casts every delayed-scaling layer with the
+    scales its own forward took (module docstring)."""
     if kwargs.get("use_reentrant", False) or "context_fn" in kwargs:
         raise ValueError("kernels.fp8.checkpoint is the non-reentrant checkpoint with its own context_fn; "
                          "to combine contexts, call torch.utils.checkpoint.checkpoint with context_fn yourself")
     kwargs.pop("use_reentrant", None)
-    # compiled: the graph holds each cast's scale as a value its recompute reads (no tape needed,
-    # and torch.compile takes no context_fn but selective checkpointing's)
-    if torch.compiler.is_compiling():
-        return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, context_fn=_compiled,
-                                                 **kwargs)
-    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, context_fn=context, **kwargs)
+    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, context_fn=_contexts, **kwargs)
 
 
 def _keep_reductions(ctx, op, *args, **kwargs):
@@ -114,8 +110,13 @@ def _keep_reductions(ctx, op, *args, **kwargs):
     return CheckpointPolicy.MUST_SAVE if op is torch.ops.aten.amax.default else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def _compiled():
-    return torch.utils.checkpoint.create_selective_checkpoint_contexts(_keep_reductions)
+def _contexts():
+    """:func:`context`'s tapes, or under torch.compile (asked when torch builds the contexts, so a
+    call that dynamo traces into and then runs eagerly after a graph break gets the tapes)
+    selective checkpointing by :func:`_keep_reductions`."""
+    if torch.compiler.is_compiling():
+        return torch.utils.checkpoint.create_selective_checkpoint_contexts(_keep_reductions)
+    return context()
 
 
 def replaying() -> Tape | None:

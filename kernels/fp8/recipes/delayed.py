@@ -66,8 +66,9 @@ where each layer's backward follows its one forward (a Float8Linear block and a 
 layer, tested); the cases above recompute with other scales there, silently, and a forward
 inside a double backward (``create_graph=True``) is taken for a recompute too. Under
 ``torch.compile`` the layer's Python is traced, not rerun, and the compiler recomputes from the
-graph: torch's checkpoint there recomputes the scales from the updated histories (wrong, tested),
-:func:`kernels.fp8.checkpoint` keeps the forward's (it saves the amax reductions).
+graph: torch's checkpoint there recomputes the scales from the updated histories (wrong for a
+Float8Linear block, tested), :func:`kernels.fp8.checkpoint` keeps the forward's (it saves the amax reductions; tested for a
+Float8Linear block and Float8MoE under ``aot_eager``, two plain steps).
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per

@@ -115,19 +115,13 @@ def _mx():
     return training
 
 
-def _rule(recipe: str, scale_rule: str | None) -> str:
-    """The e8m0 rule ``recipe`` quantizes by for ``scale_rule`` (None: its default;
-    :func:`kernels.fp8.recipe.get`)."""
-    return fp8_recipes.get(recipe, scale_rule).scale_rule
-
-
 def token_operand(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale_x: torch.Tensor | None = None,
                   amax: bool = False, scale_rule: str | None = None) -> tuple[torch.Tensor, ...]:
     """The forward's x (T, K) as ``recipe`` quantizes it: (fp8, scales) (:func:`.quantize.tokens`,
     mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.training.tokens`, by the e8m0 ``scale_rule``,
     None for the recipe's default); ``amax`` (a given ``scale_x``): and x's amax, found by the cast."""
     if recipe == "mxfp8":
-        return _mx().tokens(x, fp8, _rule(recipe, scale_rule))
+        return _mx().tokens(x, fp8, fp8_recipes.get(recipe).chosen_scale_rule(scale_rule))
     return quantize.tokens(x, recipe, fp8, scale_x, amax)
 
 
@@ -140,7 +134,8 @@ def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offs
     launch; ``amax`` (a given ``scale_w``): ``(y, w's amax)``, found by the cast. Unchecked (the
     expert-parallel layer's owners, :mod:`kernels.moe.ep_fp8_layer`, receive x quantized by its sender)."""
     if recipe == "mxfp8":
-        return (_mx().forward(x8, sx, w, offsets, fp8, out_dtype, _rule(recipe, scale_rule)),)
+        rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
+        return (_mx().forward(x8, sx, w, offsets, fp8, out_dtype, rule),)
     w8, sw, *found = quantize.forward_weight(w, recipe, fp8, scale_w, amax)
     return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, out_dtype), *found
 
@@ -188,7 +183,7 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
     saturating step adds 1 to ``counts[count_index]`` (:func:`~kernels.fp8.recipes.delayed.push_amax`).
     ``scale_rule``: mxfp8's e8m0 rule, as :func:`token_operand` takes it."""
     if recipe == "mxfp8":
-        return _mx().gradients(x, w, offsets, dy, fp8, needs, _rule(recipe, scale_rule))
+        return _mx().gradients(x, w, offsets, dy, fp8, needs, fp8_recipes.get(recipe).chosen_scale_rule(scale_rule))
     dx = dw = None
     scale_dy = None if history_dy is None else history_scale(history_dy, dy, grad)
     found = []   # dy's amax, from the first cast, where it is recorded (counts given)
