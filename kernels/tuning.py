@@ -51,7 +51,8 @@ class Problem:
     """A tuned launch in its op's terms, which is what a ranker predicts: the registry's op
     and rung label, the shape in the op's shape order, the dtype; ``kernel``: which launch of
     a rung that tunes several (grouped GEMM v4's "forward", "dx", "dw"; MoE v3's "gate_up",
-    "down"; attention v5's backward "dkdv", "dq"), None for a rung's one tuned launch."""
+    "down"; attention v5's backward "dkdv", "dq"; the FP8 GEMM's binary, ``kernels.gemm_fp8.configs.BINARIES``),
+    None for a rung's one tuned launch."""
 
     op: str
     rung: str

@@ -368,3 +368,32 @@ def test_the_model_predicts_each_tuned_rungs_candidates(rung):
     problem = tuning.Problem("gemm_fp8", rung, shape, torch.float8_e4m3fnuz)
     seconds = tuning_model.ModelRanker(gpu="MI300X").predictions(problem, cands)
     assert seconds is not None and len(seconds) == 2 and all(s > 0 for s in seconds)
+
+
+@pytest.mark.parametrize("binary", ("v2_rowwise", "v2_tensorwise"))
+def test_the_ranker_predicts_the_binary_the_launch_runs(pretend, monkeypatch, binary):
+    """A v2 launch with scales constant along K names its binary in the Problem it hands the
+    ranker (``kernel``), and the model compiles that binary's launch for each candidate, not
+    the blockwise one v2's forward is predicted as."""
+    from workbench.model import predict_launch
+    from workbench.model import tuning as tuning_model
+
+    pretend("gfx942")
+    asked = []
+    before = tuning.set_ranker(lambda problem, cands: asked.append(problem))
+    try:
+        _settings(binary, *_inputs(binary, (512, 512, 256), torch.float8_e4m3fnuz))
+    finally:
+        tuning.set_ranker(before)
+    assert asked == [tuning.Problem("gemm_fp8", "v2", (512, 512, 256), torch.float8_e4m3fnuz, binary)]
+    compiled, inspect = [], isa.inspect
+    monkeypatch.setattr(isa, "inspect", lambda *args, **kw: compiled.append(kw["overrides"]) or inspect(*args, **kw))
+    shape = (8192, 8192, 8192)
+    cands = [tuning.as_dict(c) for c in configs.prune(configs.space("hip", "gfx942", binary), *shape)][:2]
+    problem = tuning.Problem("gemm_fp8", "v2", shape, torch.float8_e4m3fnuz, binary)
+    tuning_model.predicted_seconds.cache_clear()
+    assert tuning_model.ModelRanker(gpu="MI300X").predictions(problem, cands) is not None
+    assert compiled == [{**c, "binary": binary} for c in cands]
+    prior = predict_launch("gemm_fp8", "v2", binary, shape, "fp8")
+    assert prior.inputs["config"][0] == {**configs.prior("hip", "gfx942", *shape, binary), "NUM_XCDS": 8}
+    assert compiled[-1]["binary"] == binary

@@ -110,7 +110,7 @@ def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_
                  lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch, which), m, n, k)],
                  lambda cfg: _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides, constexprs,
                                   {**cfg, **remap}),
-                 lambda: Problem("gemm_fp8", rung, (m, n, k), a.dtype))
+                 lambda: Problem("gemm_fp8", rung, (m, n, k), a.dtype, which))
     return {**cfg, **remap}
 
 

@@ -5,18 +5,20 @@ v1 hands the e4m3 tiles of A and B (K-contiguous, the layout its ``aot`` compile
 ``tl.dot``: ``v_mfma_f32_16x16x32_fp8_fp8`` on gfx942, ``v_mfma_f32_16x16x128_f8f6f4`` on
 gfx950 (cycles in ``machine.yaml``, [S4]); its 1-D grid's hardware ids are dealt to the XCDs
 round robin and remapped, as gemm v3's, so each XCD walks a contiguous run of the grouped order
-(``GROUP_M`` row tiles per group). The config is the rung's prior for the shape (the first of
-the per-shape prune of what the target's table keeps for the rung's binary, for v2 the blockwise
-one it is predicted as, :func:`kernels.gemm_fp8.configs.prior`), or a
-tuner's candidate pinned for the prediction (:func:`.candidates.predict_config`, so the
-tuners' ranker orders v1's and v2's candidates). v1's per-row and per-column scales are read
-once per tile in the epilogue (not charged). v2 is compiled as its ``aot`` launch, with
-DeepSeek-V3's 1x128 / 128x128 scales: its hot loop loads each K block's scales and multiplies
-the block's partial product by them on the fp32 accumulator, which the loop's instruction mix
-charges; the scales' bytes past L1 (4 per 128 elements of A's rows and per 128 x 128 block of
-B, about 3 % of A's) are not added to the tiles' traffic. A v2 launch with scales constant
-along K (the per-tensor and per-row recipes) runs a leaner loop than the one predicted. The
-clock under an FP8 MFMA load is MAF2's where measured (MI300X), else the spec's.
+(``GROUP_M`` row tiles per group). A launch is one binary (:data:`kernels.gemm_fp8.configs.BINARIES`,
+:func:`launch`: the tuner's :class:`kernels.tuning.Problem` names it in ``kernel``), compiled
+as that binary's ``aot`` launch; the rung's forward (:func:`predict`) is its main launch,
+v2's the blockwise binary (:data:`MAIN`). The config is the binary's prior for the shape (the
+first of the per-shape prune of what the target's table keeps for it,
+:func:`kernels.gemm_fp8.configs.prior`), or a tuner's candidate pinned for the prediction
+(:func:`.candidates.predict_config`, so the tuners' ranker orders each binary's candidates).
+Per-row and per-column or per-tensor scales (v1; v2's rowwise and tensorwise binaries) are
+read once per tile in the epilogue (not charged). v2's blockwise binaries take DeepSeek-V3's
+1x128 scales of A and B's per 128 x 128 (or 128 x 1) block: their hot loop loads each K
+block's scales and multiplies the block's partial product by them on the fp32 accumulator,
+which the loop's instruction mix charges; the scales' bytes past L1 (4 per 128 elements of
+A's rows and per 128 x 128 block of B, about 3 % of A's) are not added to the tiles' traffic.
+The clock under an FP8 MFMA load is MAF2's where measured (MI300X), else the spec's.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
 
 RUNGS = ("v1", "v2")
+MAIN = {"v2": "v2_blockwise"}   # v2's main launch: the blockwise recipe's scales (v1's one binary is "v1")
 OUT_BYTES = spec.OUT_DTYPE.itemsize      # v1's output dtype (its aot and its default)
 
 
@@ -45,22 +48,32 @@ def waves(cfg: dict, shape: tuple, slots: int, xcds: int) -> list[Wave]:
 
 
 def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
-    """FP8 GEMM rung ``label`` at ``shape`` (M, N, K), e4m3 operands, bf16 output."""
+    """FP8 GEMM rung ``label`` at ``shape`` (M, N, K), e4m3 operands, bf16 output: its main
+    launch, v2's the blockwise binary (:data:`MAIN`)."""
+    return launch(label, MAIN.get(label, label), shape, dtype, chip_spec)
+
+
+def launch(label: str, kernel: str, shape, dtype: str, chip_spec) -> Prediction:
+    """One launch of rung ``label`` as its tuner names it (:class:`kernels.tuning.Problem`'s
+    ``kernel``): the binary ``kernel`` (:data:`kernels.gemm_fp8.configs.BINARIES`), at its
+    own prior or a pinned candidate, compiled as that binary's ahead-of-time launch."""
     shape = predict_gemm.check_shape(shape, ("M", "N", "K"))
     if dtype != "fp8":
         raise NotCovered(f"dtype {dtype!r}: the FP8 GEMM model covers fp8 (e4m3 operands, bf16 output)")
     if label not in RUNGS:
         raise NotCovered(f"the model covers gemm_fp8 rungs {', '.join(RUNGS)}, not {label}")
+    if kernel not in fp8_configs.BINARIES or kernel.split("_")[0] != label:
+        raise NotCovered(f"gemm_fp8 {label} launches binaries "
+                         f"{', '.join(b for b in fp8_configs.BINARIES if b.split('_')[0] == label)}, not {kernel!r}")
     candidate = pinned()
-    # v2 is predicted as its main launch, the blockwise binary: its own prior
-    tile = candidate or fp8_configs.prior("hip", chip_spec.target, *shape, fp8_configs.binary(label, True))
+    tile = candidate or fp8_configs.prior("hip", chip_spec.target, *shape, kernel)
     cfg = {**tile, "NUM_XCDS": full_chip_xcds("hip", chip_spec.target)}
     report = isa.inspect("gemm_fp8", label, target=chip_spec.target, dtype=fp8_dtype(chip_spec.target),
-                         overrides=tile)
+                         overrides=tile if label == "v1" else {**tile, "binary": kernel})
     block = (cfg["BLOCK_M"], cfg["BLOCK_N"])
     return predict_gemm.tile_launch(
         "gemm_fp8", label, shape, dtype, chip_spec, report, cfg, None, OUT_BYTES,
         lambda slots, xcds: waves(cfg, shape, slots, xcds),
         lambda wave, xcds: tiles.traffic(wave, shape, block, 1, xcds),
         spec.SPEC.flops(shape), "a tuner's candidate, pinned" if candidate
-        else f"gemm_fp8 {label}'s prior for the shape (kernels.gemm_fp8.configs.prior)")
+        else f"gemm_fp8 {label}'s {kernel} prior for the shape (kernels.gemm_fp8.configs.prior)")
