@@ -36,32 +36,81 @@ small config, so nothing is timed on a CPU.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import triton
 
 from .. import tuning
 from ..gemm.configs import prune
+from .operands import SCALE_K
 
 TABLE = Path(__file__).with_name("tuned_space.json")
 TILES = ((256, 128), (128, 256), (128, 128), (256, 256))   # the prior's tile first
 GROUP_M = 8
-BINARIES = ("v1", "v2_blockwise", "v2_rowwise", "v2_tensorwise", "v2_blockwise_128x1")   # the table's parts
 
 
-def binary(rung: str, scales_along_k: bool = False, unit_strides: bool = True, group_n: int = 128) -> str:
-    """The binary a launch of tuned ``rung`` ("v1", "v2") runs. v2's depends on whether its
-    scales change along K (``SCALES_ALONG_K``); where they do, on whether B's cover 128 columns
-    (``group_n`` 128, 128 x 128 blocks) or one (128 x 1, the blockwise recipe's weight gradient);
-    where they do not, on whether A's and B's are read at unit stride along M and N
-    (``unit_strides``: per row and column, which Triton folds to constants) or not (per tensor:
-    stride 0). v1 has one part whatever its strides."""
-    if rung == "v1":
-        return "v1"
-    if rung == "v2" and scales_along_k:
-        return "v2_blockwise" if group_n > 1 else "v2_blockwise_128x1"
-    if rung == "v2":
-        return "v2_rowwise" if unit_strides else "v2_tensorwise"
-    raise ValueError(f"gemm_fp8 tunes rungs v1 and v2, not {rung!r}")
+class Binary(NamedTuple):
+    """A binary the tuned rungs launch, named in :data:`BINARIES` by what selects it: its rung,
+    and for v2 its scales, as A's and B's elements per scale along their (rows, columns), 0 for
+    a whole dimension (one scale along it). They give v2's constexprs (:attr:`along_k`,
+    :attr:`group_n`) and where the scales are constant along K whether their strides along M
+    and N are 1 (:attr:`unit_strides`); the ahead-of-time compile passes such scales
+    (:func:`.launch.scale_strides`)."""
+
+    rung: str                         # "v1" or "v2"
+    scales_a: tuple[int, int]         # A (M, K): (1, 0) per row, (1, 128) per 1 x 128, (0, 0) per tensor
+    scales_b: tuple[int, int]         # B (K, N): (0, 1) per column, (128, 128), (128, 1), (0, 0) per tensor
+
+    @property
+    def along_k(self) -> bool:
+        """``SCALES_ALONG_K``: a scale changes every ``SCALE_K`` elements of K."""
+        return bool(self.scales_a[1] or self.scales_b[0])
+
+    @property
+    def group_n(self) -> int:
+        """``GROUP_N``: the columns of B one scale covers where B's change along K (128 or 1), else 1."""
+        return self.scales_b[1] if self.along_k else 1
+
+    @property
+    def unit_strides(self) -> bool:
+        """Scales per row of A and per column of B: strides 1 along M and N, which Triton folds."""
+        return self.scales_a == (1, 0) and self.scales_b == (0, 1)
+
+    def selects(self, rung: str, along_k: bool, unit_strides: bool, group_n: int) -> bool:
+        """Whether a launch of ``rung`` with these scales runs this binary: v1's one whatever its
+        scales; v2's by ``SCALES_ALONG_K``, then ``GROUP_N`` where the scales change along K,
+        else whether their strides along M and N are 1."""
+        if rung != self.rung:
+            return False
+        if rung == "v1":   # its kernel has no scale constexprs: one binary
+            return True
+        if along_k != self.along_k:
+            return False
+        return group_n == self.group_n if along_k else unit_strides == self.unit_strides
+
+
+ROW, COLUMN, TENSOR, BLOCK = (1, 0), (0, 1), (0, 0), (SCALE_K, SCALE_K)
+BINARIES = {   # the table's parts; each v2 binary's scales as its recipe's GEMMs pass them
+    "v1": Binary("v1", ROW, COLUMN),
+    "v2_blockwise": Binary("v2", (1, SCALE_K), BLOCK),           # DeepSeek-V3's forward and dgrad
+    "v2_rowwise": Binary("v2", ROW, COLUMN),                     # the rowwise recipe's
+    "v2_tensorwise": Binary("v2", TENSOR, TENSOR),               # the tensorwise and delayed recipes'
+    "v2_blockwise_128x1": Binary("v2", (1, SCALE_K), (SCALE_K, 1)),   # the blockwise recipe's wgrad
+}
+AOT = {"v1": ("v1",), "v2": ("v2_blockwise", "v2_rowwise")}   # the binaries a rung's ISA page compiles, main first
+
+
+def binary(rung: str, scales_along_k: bool = False, unit_strides: bool = True, group_n: int = SCALE_K) -> str:
+    """The binary a launch of tuned ``rung`` ("v1", "v2") runs (:meth:`Binary.selects`): v2's
+    depends on whether its scales change along K (``SCALES_ALONG_K``); where they do, on whether
+    B's cover 128 columns (``group_n`` 128, 128 x 128 blocks) or one (128 x 1, the blockwise
+    recipe's weight gradient); where they do not, on whether A's and B's are read at unit stride
+    along M and N (``unit_strides``: per row and column, which Triton folds to constants) or
+    not (per tensor: stride 0). v1 has one part whatever its strides."""
+    found = [name for name, b in BINARIES.items() if b.selects(rung, scales_along_k, unit_strides, group_n)]
+    if not found:
+        raise ValueError(f"gemm_fp8 tunes rungs {' and '.join(AOT)}, not {rung!r}")
+    return found[0]
 
 
 def _cfg(bm, bn, bk, warps, stages, **knobs) -> triton.Config:
@@ -99,7 +148,7 @@ def space(backend: str, arch: str, which: str) -> list[triton.Config]:
     (:data:`BINARIES`), in candidate order (:func:`kernels.tuning.space`; the interpreter: its
     one config)."""
     if which not in BINARIES:
-        raise ValueError(f"gemm_fp8 binaries are {BINARIES}, not {which!r}")
+        raise ValueError(f"gemm_fp8 binaries are {tuple(BINARIES)}, not {which!r}")
     return tuning.space(TABLE, backend, arch, candidates, interpreter_configs(), binary=which)
 
 

@@ -110,7 +110,7 @@ OPS = {
               "a config without any is kept)", narrow_lds=True),
     # None: the rung's own dtype on each target (isa.default_dtype: e4m3fnuz on gfx942, e4m3fn elsewhere)
     "gemm_fp8": Op("v1 and v2", gemm_fp8_configs,
-                   lambda cfg: {"v1": {}, **{name: {"binary": name} for name in gemm_fp8_configs.BINARIES[1:]}},
+                   lambda cfg: {name: {"binary": name} for name in gemm_fp8_configs.BINARIES},
                    "each binary a launch runs, named by its rung: v1 (scales constant along K, in the "
                    "epilogue), v2_blockwise (v2 with DeepSeek-V3's 1x128 / 128x128 scales on the "
                    "accumulator per K block; v2_blockwise_128x1 with B's per 128x1, the weight gradient's), "
@@ -118,7 +118,7 @@ OPS = {
                    "along K, in the epilogue, per row and column as the rowwise recipe passes them, "
                    "per tensor as the tensorwise and delayed recipes do); a section per binary, each "
                    "binary tuning among the configs its own compile keeps",
-                   narrow_lds=True, dtypes=(None,), compile_rung=lambda name: name.split("_")[0],
+                   narrow_lds=True, dtypes=(None,), compile_rung=lambda name: gemm_fp8_configs.BINARIES[name].rung,
                    per_binary=True),
 }
 

@@ -8,7 +8,7 @@ round robin and remapped, as gemm v3's, so each XCD walks a contiguous run of th
 (``GROUP_M`` row tiles per group). A launch is one binary (:data:`kernels.gemm_fp8.configs.BINARIES`,
 :func:`launch`: the tuner's :class:`kernels.tuning.Problem` names it in ``kernel``), compiled
 as that binary's ``aot`` launch; the rung's forward (:func:`predict`) is its main launch,
-v2's the blockwise binary (:data:`MAIN`). The config is the binary's prior for the shape (the
+v2's the blockwise binary (:data:`kernels.gemm_fp8.configs.AOT`). The config is the binary's prior for the shape (the
 first of the per-shape prune of what the target's table keeps for it,
 :func:`kernels.gemm_fp8.configs.prior`), or a tuner's candidate pinned for the prediction
 (:func:`.candidates.predict_config`, so the tuners' ranker orders each binary's candidates).
@@ -34,7 +34,6 @@ from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
 
 RUNGS = ("v1", "v2")
-MAIN = {"v2": "v2_blockwise"}   # v2's main launch: the blockwise recipe's scales (v1's one binary is "v1")
 OUT_BYTES = spec.OUT_DTYPE.itemsize      # v1's output dtype (its aot and its default)
 
 
@@ -49,8 +48,8 @@ def waves(cfg: dict, shape: tuple, slots: int, xcds: int) -> list[Wave]:
 
 def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
     """FP8 GEMM rung ``label`` at ``shape`` (M, N, K), e4m3 operands, bf16 output: its main
-    launch, v2's the blockwise binary (:data:`MAIN`)."""
-    return launch(label, MAIN.get(label, label), shape, dtype, chip_spec)
+    launch, v2's the blockwise binary (the first its ISA page compiles, :data:`kernels.gemm_fp8.configs.AOT`)."""
+    return launch(label, fp8_configs.AOT.get(label, (label,))[0], shape, dtype, chip_spec)
 
 
 def launch(label: str, kernel: str, shape, dtype: str, chip_spec) -> Prediction:
@@ -62,14 +61,14 @@ def launch(label: str, kernel: str, shape, dtype: str, chip_spec) -> Prediction:
         raise NotCovered(f"dtype {dtype!r}: the FP8 GEMM model covers fp8 (e4m3 operands, bf16 output)")
     if label not in RUNGS:
         raise NotCovered(f"the model covers gemm_fp8 rungs {', '.join(RUNGS)}, not {label}")
-    if kernel not in fp8_configs.BINARIES or kernel.split("_")[0] != label:
-        raise NotCovered(f"gemm_fp8 {label} launches binaries "
-                         f"{', '.join(b for b in fp8_configs.BINARIES if b.split('_')[0] == label)}, not {kernel!r}")
+    own = [name for name, b in fp8_configs.BINARIES.items() if b.rung == label]
+    if kernel not in own:
+        raise NotCovered(f"gemm_fp8 {label} launches binaries {', '.join(own)}, not {kernel!r}")
     candidate = pinned()
     tile = candidate or fp8_configs.prior("hip", chip_spec.target, *shape, kernel)
     cfg = {**tile, "NUM_XCDS": full_chip_xcds("hip", chip_spec.target)}
     report = isa.inspect("gemm_fp8", label, target=chip_spec.target, dtype=fp8_dtype(chip_spec.target),
-                         overrides=tile if label == "v1" else {**tile, "binary": kernel})
+                         overrides={**tile, "binary": kernel})
     block = (cfg["BLOCK_M"], cfg["BLOCK_N"])
     return predict_gemm.tile_launch(
         "gemm_fp8", label, shape, dtype, chip_spec, report, cfg, None, OUT_BYTES,
