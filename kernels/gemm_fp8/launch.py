@@ -3,8 +3,8 @@
 The rungs differ only inside their ``@triton.jit`` kernel (the lesson); the kernels take the
 same arguments, so the host side that fills them in lives here once. The tuned rungs (v1, v2)
 choose their config per key (:func:`settings`, :func:`kernels.tuning.choice`) among the
-candidates the ahead-of-time table keeps for the binary the launch runs (:mod:`.configs`,
-:func:`.configs.binary`) and remap program ids over the device's XCDs (``NUM_XCDS``,
+candidates the ahead-of-time table keeps for the binary the launch runs at its operand layout
+(:mod:`.configs`, :func:`.configs.binary`) and remap program ids over the device's XCDs (``NUM_XCDS``,
 :mod:`kernels.xcd`); v0, the upcast baseline, runs the blockwise binary's prior (:data:`V0_PRIOR`).
 """
 from __future__ import annotations
@@ -65,22 +65,25 @@ def aot_binaries(kernel, rung: str, dtype: torch.dtype, backend: str, arch: str,
                  out_dtype: torch.dtype = torch.bfloat16, prior: str | None = None) -> list[AotKernel]:
     """The launches of ``rung``'s binaries the ISA inspector compiles (:data:`.configs.AOT`, or
     the one ``overrides`` names as ``"binary"``): an 8192^3 GEMM with K-contiguous A and B
-    (the layout FP8 matrix cores and hipBLASLt want) and each binary's scales
-    (:data:`.configs.BINARIES`, laid out by :func:`scale_strides`), at :func:`aot_config`
-    (its prior, with the whole chip's XCDs; ``prior``: another binary's, without them);
-    ``overrides`` replaces settings."""
+    (the layout FP8 matrix cores and hipBLASLt want; ``overrides``' ``"layout"``, in
+    :func:`kernels.gemm.spec.launch_ints`' letters, another: how ``workbench.isa.tune_space``
+    compiles each layout a binary's launches run) and each binary's scales
+    (:data:`.configs.BINARIES`), laid out as their operands (:func:`scale_strides`: the
+    blockwise dgrad's B = w reads its 128 x 128 scales along N, as the forward's w.T reads
+    them along K), at :func:`aot_config` (the binary's prior, the ISA page's config, with the
+    whole chip's XCDs; ``prior``: another binary's, without them); ``overrides`` replaces settings."""
     overrides = dict(overrides or {})
-    chosen = overrides.pop("binary", None)
+    chosen, layout = overrides.pop("binary", None), overrides.pop("layout", "NT")
     own = [name for name, b in configs.BINARIES.items() if b.rung == rung]
     if chosen is not None and chosen not in own:
         raise ValueError(f"gemm_fp8 {rung} compiles binaries {own}, not {chosen!r}")
     size = AOT_SIZE
-    ints = launch_ints((size, size, size), "NT")
+    ints = launch_ints((size, size, size), layout)
     launches = []
     for name in (chosen,) if chosen else configs.AOT[rung]:
         b = configs.BINARIES[name]
         (sam, sak), (sbk, sbn) = (scale_strides(scales, (size, size), 1 if letter == "N" else 0)
-                                  for scales, letter in zip((b.scales_a, b.scales_b), "NT"))
+                                  for scales, letter in zip((b.scales_a, b.scales_b), layout))
         if rung == "v1":
             scalars, constexprs = dict(stride_sa=sam, stride_sb=sbn), {}
         else:
@@ -111,7 +114,8 @@ def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_
     power-of-two buckets, A's and B's formats, the operand layout, ``out_dtype`` and the scales'
     constexprs: v2's per-K-block scaling compiles another loop) among the per-shape prune of the
     configs the table keeps for the launch's binary (:func:`.configs.binary`: v2's per
-    ``SCALES_ALONG_K`` and scale strides; also in the key), by :func:`kernels.tuning.choice`
+    ``SCALES_ALONG_K`` and scale strides; also in the key) at its operand layout
+    (:func:`.configs.space`), by :func:`kernels.tuning.choice`
     (timed once per key with the launch
     itself, the prior where nothing may be timed), plus the device's ``NUM_XCDS``; for None (v0)
     :data:`V0_PRIOR`'s prior, without a remap."""
@@ -122,14 +126,14 @@ def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_
     # v2's scale strides along M and N: 1 is folded to a constant (per row and column), 0 is not (per tensor)
     which = configs.binary(rung, constexprs.get("SCALES_ALONG_K", False), scale_strides[0] == scale_strides[-1] == 1,
                            constexprs.get("GROUP_N", operands.SCALE_K))
-    remap = {"NUM_XCDS": num_xcds(here)}
-    key = (next_power_of_2(m), next_power_of_2(n), next_power_of_2(k), a.dtype, b.dtype, layout(a, b),
+    remap, lay = {"NUM_XCDS": num_xcds(here)}, layout(a, b)
+    key = (next_power_of_2(m), next_power_of_2(n), next_power_of_2(k), a.dtype, b.dtype, lay,
            out_dtype, *(value for _, value in sorted(constexprs.items())), which)
     cfg = choice(f"gemm_fp8/{rung}", key,
-                 lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch, which), m, n, k)],
+                 lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch, which, lay), m, n, k)],
                  lambda cfg: _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides, constexprs,
                                   {**cfg, **remap}),
-                 lambda: Problem("gemm_fp8", rung, (m, n, k), a.dtype, which))
+                 lambda: Problem("gemm_fp8", rung, (m, n, k), a.dtype, configs.part(which, lay)))
     return {**cfg, **remap}
 
 

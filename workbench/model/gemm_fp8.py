@@ -5,9 +5,10 @@ v1 hands the e4m3 tiles of A and B (K-contiguous, the layout its ``aot`` compile
 ``tl.dot``: ``v_mfma_f32_16x16x32_fp8_fp8`` on gfx942, ``v_mfma_f32_16x16x128_f8f6f4`` on
 gfx950 (cycles in ``machine.yaml``, [S4]); its 1-D grid's hardware ids are dealt to the XCDs
 round robin and remapped, as gemm v3's, so each XCD walks a contiguous run of the grouped order
-(``GROUP_M`` row tiles per group). A launch is one binary (:data:`kernels.gemm_fp8.configs.BINARIES`,
-:func:`launch`: the tuner's :class:`kernels.tuning.Problem` names it in ``kernel``), compiled
-as that binary's ``aot`` launch; the rung's forward (:func:`predict`) is its main launch,
+(``GROUP_M`` row tiles per group). A launch is one binary (:data:`kernels.gemm_fp8.configs.BINARIES`) at one operand
+layout (:func:`launch`: the tuner's :class:`kernels.tuning.Problem` names both in ``kernel``,
+:func:`kernels.gemm_fp8.configs.part`), compiled as that binary's ``aot`` launch at that
+layout; the rung's forward (:func:`predict`) is its main launch,
 v2's the blockwise binary (:data:`kernels.gemm_fp8.configs.AOT`). The config is the binary's prior for the shape (the
 first of the per-shape prune of what the target's table keeps for it,
 :func:`kernels.gemm_fp8.configs.prior`), or a tuner's candidate pinned for the prediction
@@ -54,25 +55,27 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
 
 def launch(label: str, kernel: str, shape, dtype: str, chip_spec) -> Prediction:
     """One launch of rung ``label`` as its tuner names it (:class:`kernels.tuning.Problem`'s
-    ``kernel``): the binary ``kernel`` (:data:`kernels.gemm_fp8.configs.BINARIES`), at its
-    own prior or a pinned candidate, compiled as that binary's ahead-of-time launch."""
+    ``kernel``, ``"binary:layout"``, :func:`kernels.gemm_fp8.configs.part`; a binary alone: at
+    NT): that binary (:data:`kernels.gemm_fp8.configs.BINARIES`) at its own prior for the
+    layout or a pinned candidate, compiled as the binary's ahead-of-time launch at the layout."""
     shape = predict_gemm.check_shape(shape, ("M", "N", "K"))
     if dtype != "fp8":
         raise NotCovered(f"dtype {dtype!r}: the FP8 GEMM model covers fp8 (e4m3 operands, bf16 output)")
     if label not in RUNGS:
         raise NotCovered(f"the model covers gemm_fp8 rungs {', '.join(RUNGS)}, not {label}")
     own = [name for name, b in fp8_configs.BINARIES.items() if b.rung == label]
-    if kernel not in own:
+    binary, layout = fp8_configs.parts(kernel)
+    if binary not in own:
         raise NotCovered(f"gemm_fp8 {label} launches binaries {', '.join(own)}, not {kernel!r}")
     candidate = pinned()
-    tile = candidate or fp8_configs.prior("hip", chip_spec.target, *shape, kernel)
+    tile = candidate or fp8_configs.prior("hip", chip_spec.target, *shape, binary, layout)
     cfg = {**tile, "NUM_XCDS": full_chip_xcds("hip", chip_spec.target)}
     report = isa.inspect("gemm_fp8", label, target=chip_spec.target, dtype=fp8_dtype(chip_spec.target),
-                         overrides={**tile, "binary": kernel})
+                         overrides={**tile, "binary": binary, "layout": layout})
     block = (cfg["BLOCK_M"], cfg["BLOCK_N"])
     return predict_gemm.tile_launch(
         "gemm_fp8", label, shape, dtype, chip_spec, report, cfg, None, OUT_BYTES,
         lambda slots, xcds: waves(cfg, shape, slots, xcds),
         lambda wave, xcds: tiles.traffic(wave, shape, block, 1, xcds),
         spec.SPEC.flops(shape), "a tuner's candidate, pinned" if candidate
-        else f"gemm_fp8 {label}'s {kernel} prior for the shape (kernels.gemm_fp8.configs.prior)")
+        else f"gemm_fp8 {label}'s {binary} prior at {layout} for the shape (kernels.gemm_fp8.configs.prior)")
