@@ -51,7 +51,8 @@ class Problem:
     """A tuned launch in its op's terms, which is what a ranker predicts: the registry's op
     and rung label, the shape in the op's shape order, the dtype; ``kernel``: which launch of
     a rung that tunes several (grouped GEMM v4's "forward", "dx", "dw"; MoE v3's "gate_up",
-    "down"; attention v5's backward "dkdv", "dq"), None for a rung's one tuned launch."""
+    "down"; attention v5's backward "dkdv", "dq"; the FP8 GEMM's binary at its operand layout, ``kernels.gemm_fp8.configs.part``),
+    None for a rung's one tuned launch."""
 
     op: str
     rung: str
@@ -138,8 +139,8 @@ def kept(table: Path, name: str, candidates: list[triton.Config], binary: str | 
     "spilling", ``workbench.isa.tune_space.least_spilling``); in a table that orders its groups
     for their prior (attention's backward, ``workbench.isa.tune_space.prior_first``), no spills,
     then no 8/16-bit LDS ops, then more waves/SIMD first within each group. ``binary``: in a table
-    split per binary (the FP8 GEMM's, ``workbench.isa.tune_space``'s ``per_binary``), the part
-    of the section that binary's own compiles keep."""
+    split per binary (the FP8 GEMM's, ``workbench.isa.tune_space``'s ``per_binary``: per binary
+    and operand layout), the part of the section that binary's own compiles keep."""
     verdicts = shipped(table)[name]
     if binary is not None:
         if binary not in verdicts:

@@ -142,6 +142,31 @@ def fp8_tensorwise():
     kernels.get("gemm_fp8", "v2")(x8, w8.t(), sx, sw)
 
 
+def fp8_tensorwise_backward(gemm: str):
+    """The tensorwise and delayed recipes' backward GEMMs (``PerTensorRecipe``): dgrad
+    ``matmul_fp8(dy8, w8)``, B = w N-contiguous ("NN"), or wgrad ``matmul_fp8(dy8.t(), x8)``, A
+    M-contiguous ("TN"); dy in e4m3, the format the table compiles."""
+    def call():
+        x8, sx = gemm_fp8.quantize_fp8(torch.randn(32, 256, dtype=torch.bfloat16), FP8)
+        w8, sw = gemm_fp8.quantize_fp8(torch.randn(64, 256, dtype=torch.bfloat16), FP8)
+        dy8, sdy = gemm_fp8.quantize_fp8(torch.randn(32, 64, dtype=torch.bfloat16), FP8)
+        kernels.get("gemm_fp8", "v2")(*((dy8, w8, sdy, sw) if gemm == "dgrad" else (dy8.t(), x8, sdy, sx)))
+    return call
+
+
+def fp8_blockwise_dgrad():
+    """The blockwise recipe's dgrad: dy per 1 x 128 along N, B = w (N, K) N-contiguous ("NN") in
+    its 128 x 128 blocks, read along N; K = N = 2048 (16 scale blocks each way)."""
+    dy8, sdy = gemm_fp8.quantize(torch.randn(32, 2048, dtype=torch.bfloat16), "block1x128", FP8)
+    w8, sw = gemm_fp8.quantize(torch.randn(2048, 2048, dtype=torch.bfloat16), "block128x128", FP8)
+    gemm_fp8.blockwise_matmul(dy8, sdy, w8, sw)
+
+
+def fp8_v2_aot(binary: str, layout: str):
+    """v2's AOT launch of ``binary`` at operand ``layout``, as ``workbench.isa.tune_space`` compiles it."""
+    return lambda: kernels.get("gemm_fp8", "v2").aot(FP8, *HIP, {"binary": binary, "layout": layout})
+
+
 def fp8_blockwise():
     """The blockwise recipe's forward (DeepSeek-V3's scales), K = 2048 (gpu-dense-1b's width:
     16 scale blocks along K; gpu-moe-small's 1024 makes 8, not a multiple of 16)."""
@@ -195,6 +220,10 @@ CASES = {
         FP8, *HIP, {"binary": "v2_tensorwise"}), GEMM_CHOSEN),
     "gemm_fp8 v2 blockwise wgrad": (fp8_blockwise_wgrad, lambda: kernels.get("gemm_fp8", "v2").aot(
         FP8, *HIP, {"binary": "v2_blockwise_128x1"}), GEMM_CHOSEN),
+    # the backward's other operand layouts, compiled for the FP8 table
+    "gemm_fp8 v2 tensorwise dgrad": (fp8_tensorwise_backward("dgrad"), fp8_v2_aot("v2_tensorwise", "NN"), GEMM_CHOSEN),
+    "gemm_fp8 v2 tensorwise wgrad": (fp8_tensorwise_backward("wgrad"), fp8_v2_aot("v2_tensorwise", "TN"), GEMM_CHOSEN),
+    "gemm_fp8 v2 blockwise dgrad": (fp8_blockwise_dgrad, fp8_v2_aot("v2_blockwise", "NN"), GEMM_CHOSEN),
 }
 
 

@@ -1,13 +1,16 @@
-"""FP8 GEMM tuning (v1, v2): the ahead-of-time pruned table, per binary a launch runs, the
-launch's choice among what its binary keeps, the prior for untimed keys, and the XCD remap of
-program ids.
+"""FP8 GEMM tuning (v1, v2): the ahead-of-time pruned table, per binary a launch runs and
+operand layout it runs at, the launch's choice among what its binary keeps at its layout, the
+prior for untimed keys, and the XCD remap of program ids.
 
 The shipped table (``kernels/gemm_fp8/tuned_space.json``) is checked for coverage and for its
-verdicts from the numbers it stores; a sample of each binary's entries (on sm90 every kept one)
-is recompiled to show the numbers are true. The tuner runs on a pretended GPU (``fake_gpu``) with
+verdicts from the numbers it stores; a sample of each part's entries (on sm90 every kept one)
+is recompiled to show the numbers are true; the layouts the FP8 recipes' GEMMs run are
+recorded from real calls and checked to be the ones compiled. The tuner runs on a pretended GPU (``fake_gpu``) with
 a fake clock and a launch that only notes its config, so nothing big is interpreted.
 """
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -27,6 +30,7 @@ from table_sections import TARGETS, assert_verdicts
 SPEC = kernels.spec("gemm_fp8")
 KERNELS = {"v1": v1._gemm_fp8_kernel, "v2": v2._gemm_fp8_blockwise_kernel}
 BINARIES = configs.BINARIES
+PARTS = configs.PARTS   # "binary:layout" -> (binary, layout)
 # each binary: the rung that runs it and the scales its launch takes (spec granularity)
 LAUNCHES = {"v1": ("v1", "channel"), "v2_blockwise": ("v2", "block128x128"), "v2_rowwise": ("v2", "channel"),
             "v2_tensorwise": ("v2", "tensor"), "v2_blockwise_128x1": ("v2", "block128x1")}
@@ -38,57 +42,72 @@ def _key(cfg: dict) -> tuple:
     return tuple(sorted(cfg.items()))
 
 
-def _section(target: str, binary: str) -> dict:
-    return tuning.shipped(configs.TABLE)[target][binary]
+def _part(binary: str, layout: str = "NT") -> str:
+    return configs.part(binary, layout)
 
 
-def _entries(target: str, binary: str) -> list[dict]:
-    table = _section(target, binary)
+def _section(target: str, part: str) -> dict:
+    return tuning.shipped(configs.TABLE)[target][part]
+
+
+def _entries(target: str, part: str) -> list[dict]:
+    table = _section(target, part)
     return table["kept"] + table["dropped"]
 
 
-def _kept(target: str, binary: str) -> list[dict]:
-    return [e["config"] for e in _section(target, binary)["kept"]]
+def _kept(target: str, part: str) -> list[dict]:
+    return [e["config"] for e in _section(target, part)["kept"]]
 
 
-def _entry(target: str, binary: str, cfg: dict) -> dict:
-    return next(e for e in _entries(target, binary) if e["config"] == cfg)
+def _entry(target: str, part: str, cfg: dict) -> dict:
+    return next(e for e in _entries(target, part) if e["config"] == cfg)
+
+
+def _verdict(target: str, part: str, cfg: dict) -> str | None:
+    """Why ``part``'s compile of ``cfg`` (NUM_XCDS, a launch's, left out) may not be timed."""
+    cfg = {k: v for k, v in cfg.items() if k != "NUM_XCDS"}
+    return tune_space.verdict(target, _entry(target, part, cfg)[part])
 
 
 # -- the table ---------------------------------------------------------------------------
 
-def test_the_table_has_one_section_per_target_split_per_binary():
-    """FP8 has no float32 section: each target is compiled at its own e4m3 format, as each binary."""
+def test_the_table_has_one_section_per_target_split_per_binary_and_layout():
+    """FP8 has no float32 section: each target is compiled at its own e4m3 format, as each binary
+    at each operand layout its launches run (:data:`configs.PARTS`)."""
     assert sorted(tuning.shipped(configs.TABLE)) == sorted(TARGETS)
-    assert all(sorted(part) == sorted(BINARIES) for part in tuning.shipped(configs.TABLE).values())
+    assert all(sorted(parts) == sorted(PARTS) for parts in tuning.shipped(configs.TABLE).values())
 
 
-@pytest.mark.parametrize("binary", BINARIES)
+@pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("target", TARGETS)
-def test_shipped_table_covers_exactly_the_candidates(target, binary):
+def test_shipped_table_covers_exactly_the_candidates(target, part):
     """A changed candidate list without ``python -m workbench.isa.tune_space --op gemm_fp8 --write`` fails here."""
-    recorded = [_key(entry["config"]) for entry in _entries(target, binary)]
+    recorded = [_key(entry["config"]) for entry in _entries(target, part)]
     wanted = [_key(tuning.as_dict(c)) for c in configs.candidates(target)]
     assert sorted(recorded) == sorted(wanted)
 
 
-@pytest.mark.parametrize("binary", BINARIES)
+@pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("target", TARGETS)
-def test_each_binary_keeps_the_configs_its_own_compile_fits(target, binary):
-    """Each part holds its own binary's compile alone, judged alone: kept where it fits, dropped
-    where it does not, whatever the other binaries' compiles of the config do."""
-    table = _section(target, binary)
-    assert all(list(tune_space.compiles(e)) == [binary] for e in table["kept"] + table["dropped"])
+def test_each_part_keeps_the_configs_its_own_compile_fits(target, part):
+    """Each part holds its own binary's compile at its own layout alone, judged alone: kept where
+    it fits, dropped where it does not, whatever the other parts' compiles of the config do."""
+    table = _section(target, part)
+    assert all(list(tune_space.compiles(e)) == [part] for e in table["kept"] + table["dropped"])
     assert_verdicts(target, table)
-    assert not any(tune_space.narrow_lds_ops(e) for e in table["kept"] + table["dropped"])   # as clean_lds says
+    assert not any(tune_space.narrow_lds_ops(e) for e in table["kept"])   # as clean_lds says
+    # an N-contiguous B or M-contiguous A goes through LDS a byte at a time at some gfx942 configs
+    narrow = any(tune_space.narrow_lds_ops(e) for e in table["dropped"])
+    assert narrow == (target == "gfx942" and PARTS[part][1] != "NT"), part
     assert not any(e.get("spilling") for e in table["kept"]), "every FP8 part keeps a config that fits"
-    assert _kept(target, binary) == [c for c in map(tuning.as_dict, configs.candidates(target))
-                                     if c in _kept(target, binary)]   # candidate order: the prior first
-    tiles = {(c["BLOCK_M"], c["BLOCK_N"]) for c in _kept(target, binary)}
-    if target == "sm90" and binary.startswith("v2_blockwise"):   # the fp32 partial product needs a stack frame wider
-        assert tiles == {(128, 128)} and all(tune_space.verdict(target, e[binary]) for e in table["dropped"])
-    else:
-        assert set(WIDE) <= tiles and {c["BLOCK_K"] for c in _kept(target, binary)} == {64, 128}, tiles
+    assert _kept(target, part) == [c for c in map(tuning.as_dict, configs.candidates(target))
+                                   if c in _kept(target, part)]   # candidate order: the prior first
+    tiles = {(c["BLOCK_M"], c["BLOCK_N"]) for c in _kept(target, part)}
+    if target == "sm90" and part.startswith("v2_blockwise"):   # the fp32 partial product needs a stack frame wider
+        assert tiles == {(128, 128)} and all(tune_space.verdict(target, e[part]) for e in table["dropped"])
+    else:   # on gfx942 the per-tensor wgrad's M-contiguous A keeps K steps of 128 only
+        steps = {128} if (target, part) == ("gfx942", "v2_tensorwise:TN") else {64, 128}
+        assert set(WIDE) <= tiles and {c["BLOCK_K"] for c in _kept(target, part)} == steps, tiles
 
 
 def test_sm90_offers_the_wide_tiles_to_the_binaries_that_compile_clean_there():
@@ -98,9 +117,10 @@ def test_sm90_offers_the_wide_tiles_to_the_binaries_that_compile_clean_there():
     for bm, bn in WIDE:
         cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3)
         for binary in ("v1", "v2_rowwise", "v2_tensorwise"):
-            assert _entry("sm90", binary, cfg)[binary]["scratch_bytes"] == 0
+            assert _entry("sm90", _part(binary), cfg)[_part(binary)]["scratch_bytes"] == 0
             assert cfg in [tuning.as_dict(c) for c in configs.space("cuda", "sm_90", binary)]
-        assert _entry("sm90", "v2_blockwise", cfg)["v2_blockwise"]["scratch_bytes"] > 0
+        blockwise = _part("v2_blockwise")
+        assert _entry("sm90", blockwise, cfg)[blockwise]["scratch_bytes"] > 0
         assert cfg not in [tuning.as_dict(c) for c in configs.space("cuda", "sm_90", "v2_blockwise")]
 
 
@@ -109,53 +129,86 @@ def test_per_tensor_scales_are_a_binary_of_their_own():
     1 is) compile to another epilogue with other verdicts: on gfx950 a config the rowwise binary
     keeps spills VGPRs in theirs; on gfx942 one the rowwise binary drops (SGPR spills) is clean."""
     def apart(target, keeps, drops):
-        return [e for e in _section(target, drops)["dropped"] if e["config"] in _kept(target, keeps)]
+        return [e for e in _section(target, _part(drops))["dropped"] if e["config"] in _kept(target, _part(keeps))]
     assert apart("gfx950", "v2_rowwise", "v2_tensorwise")
-    assert all(e["v2_tensorwise"]["spills"] > 0 for e in apart("gfx950", "v2_rowwise", "v2_tensorwise"))
+    assert all(e[_part("v2_tensorwise")]["spills"] > 0 for e in apart("gfx950", "v2_rowwise", "v2_tensorwise"))
     assert apart("gfx942", "v2_tensorwise", "v2_rowwise")
-    assert all(e["v2_rowwise"]["sgpr_spills"] > 0 for e in apart("gfx942", "v2_tensorwise", "v2_rowwise"))
+    assert all(e[_part("v2_rowwise")]["sgpr_spills"] > 0 for e in apart("gfx942", "v2_tensorwise", "v2_rowwise"))
 
 
-def _first(target: str, binary: str, verdict: bool) -> dict | None:
-    """The first candidate of ``target`` whose compile of ``binary`` fails (``verdict``) or fits."""
-    return next((e for e in _entries(target, binary) if bool(tune_space.verdict(target, e[binary])) == verdict),
-                None)
+# configs the NT compile keeps that spill at a backward layout, per target: the configs docstring's counts
+SPILL_APART = {"gfx942": {"v2_blockwise:NN": (7, 40), "v2_tensorwise:NN": (5, 53), "v2_tensorwise:TN": (4, 53)},
+               "gfx950": {"v2_blockwise:NN": (0, 40), "v2_tensorwise:NN": (3, 54), "v2_tensorwise:TN": (2, 54)},
+               "sm90": {"v2_blockwise:NN": (0, 2), "v2_tensorwise:NN": (0, 8), "v2_tensorwise:TN": (0, 8)}}
 
 
-def _measured(target: str, binary: str, entry: dict) -> dict:
-    """``entry``'s config compiled as ``binary`` at the target's e4m3 format (dtype None), the
-    way the generator compiles it."""
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_backward_layouts_drop_configs_the_forwards_keeps(target):
+    """Per layout, as the configs docstring counts: on gfx942 some configs NT keeps spill at the
+    backward's NN or TN and more have 8/16-bit LDS ops there (dropped: their part keeps configs
+    without); on gfx950 a few spill; on sm90 each layout keeps exactly NT's."""
+    for part, (spilling, forward) in SPILL_APART[target].items():
+        nt = _kept(target, _part(PARTS[part][0]))
+        assert len(nt) == forward
+        assert sum(1 for c in nt if (_verdict(target, part, c) or "").startswith("spills")) == spilling, part
+        lds = [c for c in nt if c not in _kept(target, part) and not _verdict(target, part, c)]
+        assert all(tune_space.narrow_lds_ops(_entry(target, part, c)) for c in lds)
+        assert bool(lds) == (target == "gfx942"), part
+        if target == "sm90":
+            assert _kept(target, part) == nt
+
+
+def test_the_candidate_space_and_binaries_are_what_the_configs_docstring_says():
+    def values(target, name):
+        return {tuning.as_dict(c).get(name) for c in configs.candidates(target)}
+    for target in ("gfx942", "gfx950"):
+        assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in map(tuning.as_dict, configs.candidates(target))} == \
+            {(128, 128), (128, 256), (256, 128), (256, 256)}
+        assert (values(target, "BLOCK_K"), values(target, "num_warps"), values(target, "num_stages")) == \
+            ({64, 128}, {4, 8}, {2})
+        assert (values(target, "matrix_instr_nonkdim"), values(target, "waves_per_eu")) == ({16, 32}, {0, 2})
+    assert (values("sm90", "num_stages"), values("sm90", "GROUP_M"), values("gfx942", "GROUP_M")) == ({3}, {8}, {8})
+    assert len(BINARIES) == 5 and gemm_configs.TILE_SIZES * gemm_configs.PER_TILE == 16
+
+
+def _first(target: str, part: str, verdict: bool) -> dict | None:
+    """The first candidate of ``target`` whose compile of ``part`` fails (``verdict``) or fits."""
+    return next((e for e in _entries(target, part) if bool(tune_space.verdict(target, e[part])) == verdict), None)
+
+
+def _measured(target: str, part: str, entry: dict) -> dict:
+    """``entry``'s config compiled as ``part``'s binary at its layout at the target's e4m3
+    format (dtype None), the way the generator compiles it."""
     (rung, extra), = [(tune_space.OPS["gemm_fp8"].compile_rung(name), extra) for name, extra
-                      in tune_space.OPS["gemm_fp8"].compiles(entry["config"]).items() if name == binary]
+                      in tune_space.OPS["gemm_fp8"].compiles(entry["config"]).items() if name == part]
     return tune_space.measure("gemm_fp8", target, {**entry["config"], **extra}, None, rung)
 
 
-# Per binary, the prior of each AMD target and its first dropped config (if any): sm90's kept
+# Per part, the prior of each AMD target and its first dropped config (if any): sm90's kept
 # configs are all recompiled below.
-SAMPLE = [(target, binary, which) for target in ("gfx942", "gfx950") for binary in BINARIES
-          for which in ("prior", "dropped")]
+SAMPLE = [(target, part, which) for target in ("gfx942", "gfx950") for part in PARTS for which in ("prior", "dropped")]
 
 
-@pytest.mark.parametrize("target,binary,which", SAMPLE)
-def test_table_entries_are_what_the_compiler_gives(target, binary, which):
-    entry = (_section(target, binary)["kept"][0] if which == "prior" else _first(target, binary, verdict=True))
+@pytest.mark.parametrize("target,part,which", SAMPLE)
+def test_table_entries_are_what_the_compiler_gives(target, part, which):
+    entry = (_section(target, part)["kept"][0] if which == "prior" else _first(target, part, verdict=True))
     if entry is None:
-        pytest.skip(f"{binary} drops no config on {target}")
-    assert _measured(target, binary, entry) == entry[binary]
+        pytest.skip(f"{part} drops no config on {target}")
+    assert _measured(target, part, entry) == entry[part]
 
 
-@pytest.mark.parametrize("binary", BINARIES)
-def test_every_sm90_kept_config_recompiles_to_its_figures(binary):
-    """sm90's parts are small (its candidates: 16): every kept config of each binary, and the
+@pytest.mark.parametrize("part", PARTS)
+def test_every_sm90_kept_config_recompiles_to_its_figures(part):
+    """sm90's parts are small (its candidates: 16): every kept config of each part, and the
     first dropped one, compiled again gives the figures the table stores."""
-    entries = _section("sm90", binary)["kept"] + [_first("sm90", binary, verdict=True)]
-    assert [_measured("sm90", binary, e) for e in entries] == [e[binary] for e in entries]
+    entries = _section("sm90", part)["kept"] + [_first("sm90", part, verdict=True)]
+    assert [_measured("sm90", part, e) for e in entries] == [e[part] for e in entries]
 
 
-@pytest.mark.parametrize("binary", BINARIES)
+@pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("target", TARGETS)
-def test_space_is_the_binarys_kept_part_of_the_table(target, binary):
-    assert [tuning.as_dict(c) for c in configs.space(*DEVICES[target], binary)] == _kept(target, binary)
+def test_space_is_the_binarys_kept_part_of_the_table_at_its_layout(target, part):
+    assert [tuning.as_dict(c) for c in configs.space(*DEVICES[target], *PARTS[part])] == _kept(target, part)
 
 
 def test_an_unknown_binary_is_refused():
@@ -169,46 +222,62 @@ AMD_PRIOR = dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, matrix_instr_
                  num_warps=8, num_stages=2)
 
 
-@pytest.mark.parametrize("binary", BINARIES)
+# gfx942's parts that do not keep AMD_PRIOR, and their prior
+GFX942_PRIORS = {"v2_blockwise_128x1:NT": dict(AMD_PRIOR, num_warps=4),
+                 "v2_blockwise:NN": dict(AMD_PRIOR, num_warps=4, matrix_instr_nonkdim=32),
+                 "v2_tensorwise:NN": dict(AMD_PRIOR, num_warps=4), "v2_tensorwise:TN": dict(AMD_PRIOR, num_warps=4)}
+
+
+@pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("arch", ("gfx942", "gfx950"))
-def test_the_amd_prior_is_the_config_the_rungs_ran_untuned(arch, binary):
-    """Candidate order puts 256x128x128, 8 warps, 16x16 MFMAs first, and every binary keeps it: the
-    ISA claims of v1 and v2 (tests/test_isa_claims.py, tests/test_gemm_fp8_blockwise.py) hold for it.
-    But on gfx942 the weight gradient's blockwise binary (B's scales per 128 x 1) spills there: its
-    prior is the next candidate, 4 warps."""
-    prior = configs.prior("hip", arch, 8192, 8192, 8192, binary)
-    if (arch, binary) == ("gfx942", "v2_blockwise_128x1"):
-        assert tune_space.verdict(arch, _entry(arch, binary, AMD_PRIOR)[binary]).startswith("spills")
-        assert prior == dict(AMD_PRIOR, num_warps=4)
+def test_the_amd_prior_is_the_config_the_rungs_ran_untuned(arch, part):
+    """Candidate order puts 256x128x128, 8 warps, 16x16 MFMAs first, and every binary keeps it at
+    NT: the ISA claims of v1 and v2 (tests/test_isa_claims.py, tests/test_gemm_fp8_blockwise.py)
+    hold for it. But on gfx942 the weight gradient's blockwise binary (B's scales per 128 x 1)
+    spills there, and the backward's other layouts (the blockwise dgrad's NN, the per-tensor
+    dgrad's NN and wgrad's TN) drop it: their prior is the same tile with 4 warps (the blockwise
+    dgrad's with 32x32 MFMAs)."""
+    prior = configs.prior("hip", arch, 8192, 8192, 8192, *PARTS[part])
+    if arch == "gfx942" and part in GFX942_PRIORS:
+        assert AMD_PRIOR not in _kept(arch, part)
+        assert prior == GFX942_PRIORS[part]
     else:
         assert prior == AMD_PRIOR
-    assert prior == _kept(arch, binary)[0]
+    assert prior == _kept(arch, part)[0]
 
 
-@pytest.mark.parametrize("binary, tile", [("v1", (128, 256, 128)), ("v2_rowwise", (128, 256, 128)),
-                                          ("v2_tensorwise", (128, 256, 128)), ("v2_blockwise", (128, 128, 128)),
-                                          ("v2_blockwise_128x1", (128, 128, 64))])
-def test_the_sm90_prior_is_each_binarys_first_kept_candidate(binary, tile):
-    """Hopper's candidates put 128x256x128, 8 warps first: the prior of the binaries that keep it;
-    the blockwise binary's first kept is 128x128x128, 8 warps, the weight gradient's (B's scales
-    per 128 x 1) 128x128x64, its only one: at 128x128x128 it needs a stack frame too."""
-    prior = configs.prior("cuda", "sm_90", 8192, 8192, 8192, binary)
+SM90_PRIOR_TILES = {"v1": (128, 256, 128), "v2_rowwise": (128, 256, 128), "v2_tensorwise": (128, 256, 128),
+                    "v2_blockwise": (128, 128, 128), "v2_blockwise_128x1": (128, 128, 64)}
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_the_sm90_prior_is_each_binarys_first_kept_candidate(part):
+    """Hopper's candidates put 128x256x128, 8 warps first: the prior of the binaries that keep it,
+    at every layout; the blockwise binary's first kept is 128x128x128, 8 warps (NT and NN), the
+    weight gradient's (B's scales per 128 x 1) 128x128x64, its only one: at 128x128x128 it needs
+    a stack frame too."""
+    binary = PARTS[part][0]
+    tile = SM90_PRIOR_TILES[binary]
+    prior = configs.prior("cuda", "sm_90", 8192, 8192, 8192, *PARTS[part])
     assert prior == dict(BLOCK_M=tile[0], BLOCK_N=tile[1], BLOCK_K=tile[2], GROUP_M=8, num_warps=8, num_stages=3)
-    assert prior == _kept("sm90", binary)[0]
+    assert prior == _kept("sm90", part)[0]
     if binary == "v2_blockwise_128x1":
-        wider = _entry("sm90", binary, dict(prior, BLOCK_K=128))
-        assert _measured("sm90", binary, wider)["scratch_bytes"] == wider[binary]["scratch_bytes"] > 0
+        wider = _entry("sm90", _part(binary), dict(prior, BLOCK_K=128))
+        assert _measured("sm90", _part(binary), wider)["scratch_bytes"] == wider[_part(binary)]["scratch_bytes"] > 0
 
 
 def test_the_interpreter_keeps_its_small_config():
-    assert all([tuning.as_dict(c) for c in configs.space("interpreter", "cpu", binary)] ==
-               [tuning.as_dict(c) for c in configs.interpreter_configs()] for binary in BINARIES)
+    assert all([tuning.as_dict(c) for c in configs.space("interpreter", "cpu", *parts)] ==
+               [tuning.as_dict(c) for c in configs.interpreter_configs()] for parts in [*PARTS.values(), ("v1", "TT")])
 
 
 # -- the launch's choice, on a pretended GPU --------------------------------------------------
 
-def _inputs(binary: str, shape: tuple, dtype: torch.dtype) -> tuple:
-    return SPEC.make_inputs(shape, dtype, seed=1, granularity=LAUNCHES[binary][1])
+def _inputs(binary: str, shape: tuple, dtype: torch.dtype, layout: str = "NT") -> tuple:
+    """The binary's operands at ``layout`` (A's letter, then B's: "N" for a contiguous row)."""
+    a, b, sa, sb = SPEC.make_inputs(shape, dtype, seed=1, granularity=LAUNCHES[binary][1])
+    a, b = (t.contiguous() if letter == "N" else t.t().contiguous().t() for t, letter in zip((a, b), layout))
+    return a, b, sa, sb
 
 
 def _settings(binary: str, a, b, sa, sb) -> dict:
@@ -240,23 +309,24 @@ def pretend(fake_gpu, monkeypatch):
 
 
 # sm90's weight-gradient blockwise binary keeps one config: nothing to time or choose among
-TUNED = [(t, b) for t in TARGETS for b in BINARIES if (t, b) != ("sm90", "v2_blockwise_128x1")]
+TUNED = [(t, p) for t in TARGETS for p in PARTS if (t, p) != ("sm90", "v2_blockwise_128x1:NT")]
 
 
-@pytest.mark.parametrize("target, binary", TUNED)
-def test_the_launch_times_only_its_binarys_kept_configs(pretend, target, binary):
+@pytest.mark.parametrize("target, part", TUNED)
+def test_the_launch_times_only_its_binarys_kept_configs_at_its_layout(pretend, target, part):
     timed = pretend(target)
-    shape = (512, 512, 256)
+    (binary, layout), shape = PARTS[part], (512, 512, 256)
     fp8 = fp8_dtype(DEVICES[target][1])
-    chosen = _settings(binary, *_inputs(binary, shape, fp8))
+    chosen = _settings(binary, *_inputs(binary, shape, fp8, layout))
     remap = {"NUM_XCDS": xcd.num_xcds()}
     tiles = [{k: v for k, v in c.items() if k != "NUM_XCDS"} for c in timed]
-    assert tiles == [tuning.as_dict(c) for c in gemm_configs.prune(configs.space(*DEVICES[target], binary), *shape)]
-    assert len(tiles) > 1 and all(t in _kept(target, binary) for t in tiles)
-    assert not any(tune_space.verdict(target, _entry(target, binary, t)[binary]) for t in tiles)
+    assert tiles == [tuning.as_dict(c) for c in gemm_configs.prune(configs.space(*DEVICES[target], binary, layout),
+                                                                   *shape)]
+    assert len(tiles) > 1 and all(t in _kept(target, part) for t in tiles)
+    assert not any(_verdict(target, part, t) for t in tiles)
     assert all(c["NUM_XCDS"] == remap["NUM_XCDS"] for c in timed)
     assert chosen == timed[-1]                       # the fake clock's fastest
-    assert _settings(binary, *_inputs(binary, (500, 400, 200), fp8)) == chosen   # same buckets
+    assert _settings(binary, *_inputs(binary, (500, 400, 200), fp8, layout)) == chosen   # same buckets
     assert len(timed) == len(tiles)
 
 
@@ -269,47 +339,122 @@ def test_on_sm90_matmul_fp8s_binary_times_a_wide_tile_the_blockwise_one_never_do
     shape = (1024, 1024, 512)
     _settings(binary, *_inputs(binary, shape, torch.float8_e4m3fn))
     wide = [c for c in timed if (c["BLOCK_M"], c["BLOCK_N"]) in WIDE]
-    assert wide and all(_entry("sm90", binary, {k: v for k, v in c.items() if k != "NUM_XCDS"})
-                        [binary]["scratch_bytes"] == 0 for c in wide)
+    assert wide and not any(_verdict("sm90", _part(binary), c) for c in wide)
     timed.clear()
     _settings("v2_blockwise", *_inputs("v2_blockwise", shape, torch.float8_e4m3fn))
-    assert timed and all(_entry("sm90", "v2_blockwise", {k: v for k, v in c.items() if k != "NUM_XCDS"})
-                         ["v2_blockwise"]["scratch_bytes"] == 0 for c in timed)
+    assert timed and not any(_verdict("sm90", _part("v2_blockwise"), c) for c in timed)
 
 
 def test_on_sm90_the_weight_gradients_blockwise_launch_runs_its_one_kept_config_untimed(pretend):
     timed = pretend("sm90")
     chosen = _settings("v2_blockwise_128x1", *_inputs("v2_blockwise_128x1", (512, 512, 256), torch.float8_e4m3fn))
-    assert not timed and chosen == {**_kept("sm90", "v2_blockwise_128x1")[0], "NUM_XCDS": xcd.num_xcds()}
+    assert not timed and chosen == {**_kept("sm90", _part("v2_blockwise_128x1"))[0], "NUM_XCDS": xcd.num_xcds()}
 
 
-@pytest.mark.parametrize("target, binary", TUNED)
-def test_an_untimed_key_takes_its_binarys_prior(pretend, monkeypatch, target, binary):
+@pytest.mark.parametrize("target, part", TUNED)
+def test_an_untimed_key_takes_its_binarys_prior_at_its_layout(pretend, monkeypatch, target, part):
     pretend(target)
     monkeypatch.setattr(tuning, "time_ms", lambda fn: pytest.fail("timed in frozen mode"))
-    shape = (8192, 256, 512)
+    (binary, layout), shape = PARTS[part], (8192, 256, 512)
     with tuning.recording() as seen, tuning.mode("frozen"):
-        chosen = _settings(binary, *_inputs(binary, shape, fp8_dtype(DEVICES[target][1])))
-    assert chosen == {**configs.prior(*DEVICES[target], *shape, binary), "NUM_XCDS": xcd.num_xcds()}
+        chosen = _settings(binary, *_inputs(binary, shape, fp8_dtype(DEVICES[target][1]), layout))
+    assert chosen == {**configs.prior(*DEVICES[target], *shape, binary, layout), "NUM_XCDS": xcd.num_xcds()}
     assert [how for how, _ in seen.values()] == ["untuned"]
 
 
 def test_the_key_tells_layouts_formats_and_scale_kinds_apart(pretend):
-    """A new layout (B row-major instead of K-contiguous), or v2's per-row or per-tensor scales
-    instead of its block scales (other binaries: timed among their own kept configs), is a new
-    key: timed again."""
+    """A new layout (B row-major instead of K-contiguous: timed among what that layout keeps),
+    or v2's per-row or per-tensor scales instead of its block scales (other binaries: timed
+    among their own kept configs), is a new key: timed again."""
     timed = pretend("gfx942")
+    def space(binary, layout="NT"):
+        return len(gemm_configs.prune(configs.space("hip", "gfx942", binary, layout), 512, 512, 256))
     a, b, sa, sb = _inputs("v2_blockwise", (512, 512, 256), torch.float8_e4m3fnuz)
     _settings("v2_blockwise", a, b, sa, sb)
-    first = len(timed)
-    _settings("v2_blockwise", a, b.contiguous() if b.stride(1) != 1 else b.t().contiguous().t(), sa, sb)
-    assert len(timed) == 2 * first
-    def space(binary):
-        return len(gemm_configs.prune(configs.space("hip", "gfx942", binary), 512, 512, 256))
+    assert len(timed) == space("v2_blockwise")
+    _settings("v2_blockwise", a, b.contiguous(), sa, sb)
+    first = space("v2_blockwise") + space("v2_blockwise", "NN")
+    assert len(timed) == first
     _settings("v2_blockwise", a, b, torch.ones(()), torch.ones(()))
-    assert len(timed) == 2 * first + space("v2_tensorwise")
+    assert len(timed) == first + space("v2_tensorwise")
     _settings("v2_blockwise", *_inputs("v2_rowwise", (512, 512, 256), torch.float8_e4m3fnuz))
-    assert len(timed) == 2 * first + space("v2_tensorwise") + space("v2_rowwise")
+    assert len(timed) == first + space("v2_tensorwise") + space("v2_rowwise")
+
+
+# -- the operand layouts the recipes run ---------------------------------------------------------
+
+# What each recipe's three GEMMs (forward, dgrad, wgrad) run, as (binary, layout): the per-tensor
+# recipes' backward reads views of the forward's x8 and w8 (dgrad B = w8, N-contiguous; wgrad
+# A = dy8.t()), the rowwise recipe's reads transposed copies (all K-contiguous), the blockwise
+# recipe's dgrad reads w8 itself (N-contiguous) and its wgrad the transposed copies.
+RECIPE_LAUNCHES = {
+    "tensorwise": {("v2_tensorwise", "NT"), ("v2_tensorwise", "NN"), ("v2_tensorwise", "TN")},
+    "delayed": {("v2_tensorwise", "NT"), ("v2_tensorwise", "NN"), ("v2_tensorwise", "TN")},
+    "rowwise": {("v2_rowwise", "NT")},
+    "blockwise": {("v2_blockwise", "NT"), ("v2_blockwise", "NN"), ("v2_blockwise_128x1", "NT")},
+}
+
+
+def _recipe_launches(recipe: str) -> set[tuple[str, str]]:
+    """(binary, layout) of each FP8 GEMM an ``fp8_linear`` forward and backward under ``recipe``
+    runs on the interpreter, read from the tuning keys its launches look up (the key names
+    both, :func:`kernels.gemm_fp8.launch.settings`). 256 tokens, features and outputs: two
+    128-element scale blocks along every GEMM's K, as the blockwise recipe's launches have."""
+    from kernels.fp8.linear import fp8_linear
+
+    x = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)
+    with tuning.recording() as seen:
+        y = fp8_linear(x, w, recipe)
+        y.backward(torch.randn_like(y))
+    keys = [json.loads(text) for op, text in seen if op.startswith("gemm_fp8/")]
+    return {(next(p for p in key if p in BINARIES), next(p for p in key if p in ("NN", "NT", "TN", "TT")))
+            for key in keys}
+
+
+@pytest.mark.parametrize("recipe", RECIPE_LAUNCHES)
+def test_the_table_has_verdicts_at_every_layout_a_recipe_runs(recipe):
+    ran = _recipe_launches(recipe)
+    assert ran == RECIPE_LAUNCHES[recipe]
+    assert all(configs.part(*launched) in tuning.shipped(configs.TABLE)[target] for launched in ran
+               for target in TARGETS)
+
+
+def test_every_v2_part_is_a_layout_some_recipe_runs():
+    """v2's parts are the recipes' launches, no more; v1 (no recipe's) is compiled at its ISA page's NT."""
+    assert set().union(*RECIPE_LAUNCHES.values()) == {p for p in PARTS.values() if p[0] != "v1"}
+    assert BINARIES["v1"].layouts == ("NT",)
+
+
+@pytest.mark.parametrize("part", ["v2_blockwise:NN", "v2_tensorwise:NN", "v2_tensorwise:TN"])
+def test_on_gfx942_a_backward_layout_never_times_a_config_that_spills_there(pretend, part):
+    """On gfx942 some configs the forward's layout (NT) keeps spill at the backward's: a launch
+    at that layout times among what its own layout keeps, none of them."""
+    timed = pretend("gfx942")
+    (binary, layout), shape = PARTS[part], (512, 512, 256)
+    forward = [tuning.as_dict(c) for c in gemm_configs.prune(configs.space("hip", "gfx942", binary), *shape)]
+    assert any(_verdict("gfx942", part, c) for c in forward)   # what it timed when it took NT's verdicts
+    _settings(binary, *_inputs(binary, shape, torch.float8_e4m3fnuz, layout))
+    assert timed and not any(_verdict("gfx942", part, c) for c in timed)
+
+
+def test_a_layout_nothing_compiled_tunes_among_what_every_compiled_layout_keeps(pretend):
+    """"TT" (no recipe's) takes, for the tensorwise binary, the configs NT, NN and TN all keep;
+    the rowwise binary, compiled at NT alone, takes NT's at any other layout."""
+    timed = pretend("gfx942")
+    shape = (512, 512, 256)
+    _settings("v2_tensorwise", *_inputs("v2_tensorwise", shape, torch.float8_e4m3fnuz, "TT"))
+    everywhere = [c for c in _kept("gfx942", "v2_tensorwise:NT")
+                  if c in _kept("gfx942", "v2_tensorwise:NN") and c in _kept("gfx942", "v2_tensorwise:TN")]
+    tiles = [{k: v for k, v in c.items() if k != "NUM_XCDS"} for c in timed]
+    assert tiles == [tuning.as_dict(c) for c in gemm_configs.prune(configs.space("hip", "gfx942", "v2_tensorwise",
+                                                                                 "TT"), *shape)]
+    assert tiles and all(t in everywhere for t in tiles)
+    assert [tuning.as_dict(c) for c in configs.space("hip", "gfx942", "v2_tensorwise", "TT")] == everywhere
+    assert [tuning.as_dict(c) for c in configs.space("hip", "gfx942", "v2_rowwise", "NN")] == \
+        _kept("gfx942", "v2_rowwise:NT")
+    assert all(configs.space(*DEVICES[target], binary, layout) for target in TARGETS for binary in BINARIES
+               for layout in ("NN", "NT", "TN", "TT"))   # never nothing to run
 
 
 # -- the XCD remap, run on the interpreter ---------------------------------------------------
@@ -368,3 +513,34 @@ def test_the_model_predicts_each_tuned_rungs_candidates(rung):
     problem = tuning.Problem("gemm_fp8", rung, shape, torch.float8_e4m3fnuz)
     seconds = tuning_model.ModelRanker(gpu="MI300X").predictions(problem, cands)
     assert seconds is not None and len(seconds) == 2 and all(s > 0 for s in seconds)
+
+
+@pytest.mark.parametrize("binary, layout", [("v2_rowwise", "NT"), ("v2_tensorwise", "NT"), ("v2_tensorwise", "TN"),
+                                            ("v2_blockwise", "NN")])
+def test_the_ranker_predicts_the_binary_the_launch_runs_at_its_layout(pretend, monkeypatch, binary, layout):
+    """A v2 launch names its binary and operand layout in the Problem it hands the ranker
+    (``kernel``), and the model compiles that binary's launch at that layout for each
+    candidate, not the blockwise one at NT that v2's forward is predicted as."""
+    from workbench.model import predict_launch
+    from workbench.model import tuning as tuning_model
+
+    pretend("gfx942")
+    asked, part = [], configs.part(binary, layout)
+    before = tuning.set_ranker(lambda problem, cands: asked.append(problem))
+    try:
+        _settings(binary, *_inputs(binary, (512, 512, 256), torch.float8_e4m3fnuz, layout))
+    finally:
+        tuning.set_ranker(before)
+    assert asked == [tuning.Problem("gemm_fp8", "v2", (512, 512, 256), torch.float8_e4m3fnuz, part)]
+    compiled, inspect = [], isa.inspect
+    monkeypatch.setattr(isa, "inspect", lambda *args, **kw: compiled.append(kw["overrides"]) or inspect(*args, **kw))
+    shape = (8192, 8192, 8192)
+    cands = [tuning.as_dict(c) for c in configs.prune(configs.space("hip", "gfx942", binary, layout), *shape)][:2]
+    problem = tuning.Problem("gemm_fp8", "v2", shape, torch.float8_e4m3fnuz, part)
+    tuning_model.predicted_seconds.cache_clear()
+    assert tuning_model.ModelRanker(gpu="MI300X").predictions(problem, cands) is not None
+    assert compiled == [{**c, "binary": binary, "layout": layout} for c in cands]
+    prior = predict_launch("gemm_fp8", "v2", part, shape, "fp8")
+    assert prior.inputs["config"][0] == {**configs.prior("hip", "gfx942", *shape, binary, layout), "NUM_XCDS": 8}
+    assert compiled[-1] == {**configs.prior("hip", "gfx942", *shape, binary, layout), "binary": binary,
+                            "layout": layout}

@@ -3,8 +3,8 @@
 The rungs differ only inside their ``@triton.jit`` kernel (the lesson); the kernels take the
 same arguments, so the host side that fills them in lives here once. The tuned rungs (v1, v2)
 choose their config per key (:func:`settings`, :func:`kernels.tuning.choice`) among the
-candidates the ahead-of-time table keeps for the binary the launch runs (:mod:`.configs`,
-:func:`.configs.binary`) and remap program ids over the device's XCDs (``NUM_XCDS``,
+candidates the ahead-of-time table keeps for the binary the launch runs at its operand layout
+(:mod:`.configs`, :func:`.configs.binary`) and remap program ids over the device's XCDs (``NUM_XCDS``,
 :mod:`kernels.xcd`); v0, the upcast baseline, runs the blockwise binary's prior (:data:`V0_PRIOR`).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .. import backend as _backend
-from ..gemm.spec import layout
+from ..gemm.spec import launch_ints, layout
 from ..outputs import new_output
 from ..registry import AotKernel
 from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, pointer_type, run_kwargs
@@ -35,55 +35,77 @@ def aot_config(backend: str, arch: str, remap: bool, which: str) -> dict:
 
 
 def aot(kernel, dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None,
-        remap: bool = True, out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
-    """The launch the ISA inspector compiles: an 8192^3 GEMM with K-contiguous A and B
-    (the layout FP8 matrix cores and hipBLASLt want) and per-row/per-column scales, at
-    :func:`aot_config` (``remap``: the kernel takes ``NUM_XCDS``, v1's; else v0's, at
-    :data:`V0_PRIOR`'s prior); ``overrides`` replaces settings."""
-    size = AOT_SIZE
-    ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
-                stride_cm=size, stride_cn=1, stride_sa=1, stride_sb=1)
-    which = "v1" if remap else V0_PRIOR   # v1 remaps, v0 does not
-    return [aot_launch(kernel, dtype, with_overrides(aot_config(backend, arch, remap, which), overrides), ints,
-                       constexprs={"INTERP_BF16": False},
-                       pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"})]
+        prior: str | None = None, out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
+    """v1's launch for the ISA inspector (binary "v1"), or v0's: ``prior`` names the binary
+    whose prior v0, which is not tuned, does not remap and takes v1's arguments, runs
+    (:data:`V0_PRIOR`). :func:`aot_binaries`' GEMM."""
+    return aot_binaries(kernel, "v1", dtype, backend, arch, overrides, out_dtype, prior)
 
 
 def aot_blockwise(kernel, dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None,
                   out_dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
-    """v2's launches for the ISA inspector, :func:`aot`'s 8192^3 GEMM twice, each at its own
-    binary's prior. First with DeepSeek-V3's forward scales, A per 1 x 128 ((M, K/128),
+    """v2's launches for the ISA inspector (:func:`aot_binaries`), by default
+    :data:`.configs.AOT`'s: first DeepSeek-V3's forward scales, A per 1 x 128 ((M, K/128),
     K-block-contiguous) and B per 128 x 128 ((K/128, N/128)), so the compile shows the
     per-K-block scaling in the loop (binary ``v2_blockwise``). B's scales lie as the blockwise
     recipe's forward passes them: the transpose of the weight's (N/128, K/128), unit stride along
-    K (Triton folds that stride to a constant). Second with the rowwise recipe's scales, A per
+    K (Triton folds that stride to a constant). Second the rowwise recipe's scales, A per
     row (M, 1) and B per column (1, N), constant along K (``SCALES_ALONG_K`` False: v1's loop,
     the scales in the epilogue; binary ``v2_rowwise``): the binary the rowwise recipe's GEMMs
-    run. The blockwise launch is the main kernel (first of equal MFMA counts). ``overrides``
-    replaces settings of both; ``{"binary": name}`` compiles one binary's launch alone (how
-    ``workbench.isa.tune_space`` compiles each), ``"v2_tensorwise"`` the per-tensor recipes'
-    (scale strides 0: its epilogue reads the scales through strides Triton cannot fold),
-    ``"v2_blockwise_128x1"`` the blockwise recipe's weight gradient's (B's scales per 128 x 1,
-    ``GROUP_N`` 1: a scale per column and K block, laid out as the transposed x's)."""
+    run. The blockwise launch is the main kernel (first of equal MFMA counts).
+    ``{"binary": name}`` compiles one binary's launch alone (how ``workbench.isa.tune_space``
+    compiles each), ``"v2_tensorwise"`` the per-tensor recipes' (scale strides 0: its epilogue
+    reads the scales through strides Triton cannot fold), ``"v2_blockwise_128x1"`` the blockwise
+    recipe's weight gradient's (B's scales per 128 x 1, ``GROUP_N`` 1: a scale per column and K
+    block, laid out as the transposed x's)."""
+    return aot_binaries(kernel, "v2", dtype, backend, arch, overrides, out_dtype)
+
+
+def aot_binaries(kernel, rung: str, dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None,
+                 out_dtype: torch.dtype = torch.bfloat16, prior: str | None = None) -> list[AotKernel]:
+    """The launches of ``rung``'s binaries the ISA inspector compiles (:data:`.configs.AOT`, or
+    the one ``overrides`` names as ``"binary"``): an 8192^3 GEMM with K-contiguous A and B
+    (the layout FP8 matrix cores and hipBLASLt want; ``overrides``' ``"layout"``, in
+    :func:`kernels.gemm.spec.launch_ints`' letters, another: how ``workbench.isa.tune_space``
+    compiles each layout a binary's launches run) and each binary's scales
+    (:data:`.configs.BINARIES`), laid out as their operands (:func:`scale_strides`: the
+    blockwise dgrad's B = w reads its 128 x 128 scales along N, as the forward's w.T reads
+    them along K), at :func:`aot_config` (the binary's prior, the ISA page's config, with the
+    whole chip's XCDs; ``prior``: another binary's, without them); ``overrides`` replaces settings."""
     overrides = dict(overrides or {})
-    chosen = overrides.pop("binary", None)
-    size, blocks = AOT_SIZE, AOT_SIZE // operands.SCALE_K
-    ints = dict(M=size, N=size, K=size, stride_am=size, stride_ak=1, stride_bk=1, stride_bn=size,
-                stride_cm=size, stride_cn=1, stride_sam=blocks, stride_sak=1, stride_sbk=1,
-                stride_sbn=blocks)
-    per_row = dict(ints, stride_sam=1, stride_sak=0, stride_sbk=0, stride_sbn=1)
-    per_tensor = dict(per_row, stride_sam=0, stride_sbn=0)
-    launches = {"v2_blockwise": (ints, operands.SCALE_K, True), "v2_rowwise": (per_row, 1, False),
-                "v2_tensorwise": (per_tensor, 1, False), "v2_blockwise_128x1": (ints, 1, True)}
-    if chosen is not None and chosen not in launches:
-        raise ValueError(f"gemm_fp8 v2 compiles binaries {sorted(launches)}, not {chosen!r}")
-    pointers = {"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"}
-    return [aot_launch(kernel, dtype, with_overrides(aot_config(backend, arch, True, name), overrides),
-                       scalars, constexprs={"INTERP_BF16": False, "SCALE_K": operands.SCALE_K,
-                                            "GROUP_N": group_n, "SCALES_ALONG_K": along_k},
-                       pointers=pointers)
-            for name, (scalars, group_n, along_k) in launches.items()
-            if name == chosen or (chosen is None and name in ("v2_blockwise", "v2_rowwise"))]
+    chosen, layout = overrides.pop("binary", None), overrides.pop("layout", "NT")
+    own = [name for name, b in configs.BINARIES.items() if b.rung == rung]
+    if chosen is not None and chosen not in own:
+        raise ValueError(f"gemm_fp8 {rung} compiles binaries {own}, not {chosen!r}")
+    size = AOT_SIZE
+    ints = launch_ints((size, size, size), layout)
+    launches = []
+    for name in (chosen,) if chosen else configs.AOT[rung]:
+        b = configs.BINARIES[name]
+        (sam, sak), (sbk, sbn) = (scale_strides(scales, (size, size), 1 if letter == "N" else 0)
+                                  for scales, letter in zip((b.scales_a, b.scales_b), layout))
+        if rung == "v1":
+            scalars, constexprs = dict(stride_sa=sam, stride_sb=sbn), {}
+        else:
+            scalars = dict(stride_sam=sam, stride_sak=sak, stride_sbk=sbk, stride_sbn=sbn)
+            constexprs = {"SCALE_K": operands.SCALE_K, "GROUP_N": b.group_n, "SCALES_ALONG_K": b.along_k}
+        cfg = aot_config(backend, arch, prior is None, prior or name)
+        launches.append(aot_launch(kernel, dtype, with_overrides(cfg, overrides), {**ints, **scalars},
+                                   constexprs={"INTERP_BF16": False, **constexprs},
+                                   pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"}))
+    return launches
+
+
+def scale_strides(scales: tuple[int, int], shape: tuple[int, int], contiguous: int) -> tuple[int, int]:
+    """The element strides through which an operand of ``shape`` reads its scales, ``scales``
+    elements per scale along its rows and columns (0: one scale along the whole dimension,
+    :class:`.configs.Binary`), laid out as the operand is: contiguous along axis
+    ``contiguous`` (a quantization writes an operand's scales in the operand's order). An axis
+    with one scale reads it at stride 0, and a scale tensor with one axis of several at 1."""
+    extents = [1 if per == 0 else -(-size // per) for per, size in zip(scales, shape)]
+    if 1 in extents:
+        return tuple(int(extent > 1) for extent in extents)
+    return (extents[1], 1) if contiguous == 1 else (1, extents[0])
 
 
 def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_strides: tuple,
@@ -92,7 +114,8 @@ def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_
     power-of-two buckets, A's and B's formats, the operand layout, ``out_dtype`` and the scales'
     constexprs: v2's per-K-block scaling compiles another loop) among the per-shape prune of the
     configs the table keeps for the launch's binary (:func:`.configs.binary`: v2's per
-    ``SCALES_ALONG_K`` and scale strides; also in the key), by :func:`kernels.tuning.choice`
+    ``SCALES_ALONG_K`` and scale strides; also in the key) at its operand layout
+    (:func:`.configs.space`), by :func:`kernels.tuning.choice`
     (timed once per key with the launch
     itself, the prior where nothing may be timed), plus the device's ``NUM_XCDS``; for None (v0)
     :data:`V0_PRIOR`'s prior, without a remap."""
@@ -103,14 +126,14 @@ def settings(rung: str | None, kernel, a, b, scale_a, scale_b, out_dtype, scale_
     # v2's scale strides along M and N: 1 is folded to a constant (per row and column), 0 is not (per tensor)
     which = configs.binary(rung, constexprs.get("SCALES_ALONG_K", False), scale_strides[0] == scale_strides[-1] == 1,
                            constexprs.get("GROUP_N", operands.SCALE_K))
-    remap = {"NUM_XCDS": num_xcds(here)}
-    key = (next_power_of_2(m), next_power_of_2(n), next_power_of_2(k), a.dtype, b.dtype, layout(a, b),
+    remap, lay = {"NUM_XCDS": num_xcds(here)}, layout(a, b)
+    key = (next_power_of_2(m), next_power_of_2(n), next_power_of_2(k), a.dtype, b.dtype, lay,
            out_dtype, *(value for _, value in sorted(constexprs.items())), which)
     cfg = choice(f"gemm_fp8/{rung}", key,
-                 lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch, which), m, n, k)],
+                 lambda: [as_dict(c) for c in configs.prune(configs.space(here.name, here.arch, which, lay), m, n, k)],
                  lambda cfg: _run(kernel, a, b, scale_a, scale_b, out_dtype, scale_strides, constexprs,
                                   {**cfg, **remap}),
-                 lambda: Problem("gemm_fp8", rung, (m, n, k), a.dtype))
+                 lambda: Problem("gemm_fp8", rung, (m, n, k), a.dtype, configs.part(which, lay)))
     return {**cfg, **remap}
 
 

@@ -76,7 +76,7 @@ def _gemm_fp8_upcast_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
 
 
 def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = None):
-    return launch.aot(_gemm_fp8_upcast_kernel, dtype, backend, arch, overrides, remap=False)
+    return launch.aot(_gemm_fp8_upcast_kernel, dtype, backend, arch, overrides, prior=launch.V0_PRIOR)
 
 
 @rung(op="gemm_fp8", rung=0, name="triton_upcast", backends=("hip", "cuda", "interpreter"),

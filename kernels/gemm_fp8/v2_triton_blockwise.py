@@ -15,8 +15,8 @@ Idea:
     order and tuning are v1's (the XCD remap), keyed also by the scales' constexprs and
     strides; each binary (per-K-block scales with B's per 128 x 128 or per 128 x 1; scales
     constant along K per row and column, or per tensor) tunes among the configs its own
-    compile keeps (:mod:`.configs`): on Hopper the blockwise ones need a stack frame at every
-    tile wider than 128 x 128, the others do not.
+    compile keeps at the launch's operand layout (:mod:`.configs`): on Hopper the blockwise
+    ones need a stack frame at every tile wider than 128 x 128, the others do not.
 
 Why faster:
     Than dequantizing block-scaled operands to bf16 and running a bf16 GEMM: half the

@@ -22,9 +22,11 @@ v3 (``kernels.MoE``'s experts) twice, its gate/up and its down kernel, on the co
 grouped GEMM's table keeps, the FP8 GEMM with each binary its launches run (v1; v2 with
 DeepSeek-V3's per-K-block scales, ``v2_blockwise``, and with B's per 128 x 1, the weight
 gradient's, ``v2_blockwise_128x1``; v2 with scales constant along K, per row and column,
-``v2_rowwise``, and per tensor, ``v2_tensorwise``) at each target's e4m3 format (its one section per target,
-split per binary: each binary tunes among the configs its own compile keeps, ``per_binary``). A
-config is dropped when,
+``v2_rowwise``, and per tensor, ``v2_tensorwise``) at each operand layout its recipes' launches run
+(:data:`kernels.gemm_fp8.configs.PARTS`: NT for every binary, NN for the blockwise and per-tensor
+dgrad, TN for the per-tensor wgrad) at each target's e4m3 format (its one section per target,
+split per binary and layout, ``binary:layout``: each launch tunes among the configs its own
+binary's compile at its own layout keeps, ``per_binary``). A config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
 stack frame), or needs more LDS / shared memory than one workgroup may have, unless every
 config of its group spills (:func:`least_spilling`: then those that can launch are kept, least
@@ -110,15 +112,19 @@ OPS = {
               "a config without any is kept)", narrow_lds=True),
     # None: the rung's own dtype on each target (isa.default_dtype: e4m3fnuz on gfx942, e4m3fn elsewhere)
     "gemm_fp8": Op("v1 and v2", gemm_fp8_configs,
-                   lambda cfg: {"v1": {}, **{name: {"binary": name} for name in gemm_fp8_configs.BINARIES[1:]}},
+                   lambda cfg: {part: {"binary": name, "layout": layout}
+                                for part, (name, layout) in gemm_fp8_configs.PARTS.items()},
                    "each binary a launch runs, named by its rung: v1 (scales constant along K, in the "
                    "epilogue), v2_blockwise (v2 with DeepSeek-V3's 1x128 / 128x128 scales on the "
                    "accumulator per K block; v2_blockwise_128x1 with B's per 128x1, the weight gradient's), "
                    "v2_rowwise and v2_tensorwise (v2 with scales constant "
                    "along K, in the epilogue, per row and column as the rowwise recipe passes them, "
-                   "per tensor as the tensorwise and delayed recipes do); a section per binary, each "
-                   "binary tuning among the configs its own compile keeps",
-                   narrow_lds=True, dtypes=(None,), compile_rung=lambda name: name.split("_")[0],
+                   "per tensor as the tensorwise and delayed recipes do), each at every operand layout "
+                   "its recipes' launches run (binary:layout, e.g. v2_blockwise:NN, the blockwise dgrad's "
+                   "N-contiguous B); a section per binary and layout, each launch tuning among the configs "
+                   "its own binary's compile at its own layout keeps",
+                   narrow_lds=True, dtypes=(None,),
+                   compile_rung=lambda part: gemm_fp8_configs.BINARIES[gemm_fp8_configs.PARTS[part][0]].rung,
                    per_binary=True),
 }
 

@@ -5,7 +5,7 @@ itself; a tuner asks about each config its pruned space keeps. :func:`predict_co
 pins ``config`` for the call, and the rung's plan (:func:`.gemm.plan`) takes the
 pinned config in place of its own choice. Only the tuned rungs take one (GEMM v5, v6,
 attention v4, the FP8 GEMM's v1 and v2; and, one launch at a time, :data:`workbench.model.LAUNCHES`: grouped GEMM v4's
-forward, dX and dW, MoE v3's two kernels, attention v5's two backward kernels): the others
+forward, dX and dW, MoE v3's two kernels, attention v5's two backward kernels, each binary of the FP8 GEMM's v1 and v2 at each operand layout): the others
 have a single config, and pinning one there is refused, not ignored (a prediction whose
 config is not the pinned one is refused too).
 """

@@ -37,7 +37,9 @@ BACKWARD = {"attention": (attention_backward.predict, attention_backward.RUNGS),
 
 LAUNCHES = {("grouped_gemm", "v4"): grouped_gemm_backward.launch,   # "forward", "dx", "dw"
             ("moe", "v3"): moe.launch,                              # "gate_up", "down"
-            ("attention", "v5"): attention_backward.launch}         # "dkdv", "dq" (the backward)
+            ("attention", "v5"): attention_backward.launch,         # "dkdv", "dq" (the backward)
+            ("gemm_fp8", "v1"): gemm_fp8.launch,                    # its binary (kernels.gemm_fp8.configs)
+            ("gemm_fp8", "v2"): gemm_fp8.launch}
 
 
 def rungs(op: str) -> tuple[str, ...]:
@@ -62,8 +64,9 @@ def predict_backward(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "
 def predict_launch(op: str, rung: int | str, kernel: str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
     """Modelled time of one launch ``kernel`` of a rung that tunes several (:data:`LAUNCHES`),
     as its tuner names it (:class:`kernels.tuning.Problem`'s ``kernel``)."""
-    table = {op_: (lambda label, shape_, dtype_, chip_spec, fn=fn: fn(label, kernel, shape_, dtype_, chip_spec),
-                   (label,)) for (op_, label), fn in LAUNCHES.items() if op_ == op}
+    labels = tuple(label for op_, label in LAUNCHES if op_ == op)
+    table = {op: (lambda label, shape_, dtype_, chip_spec: LAUNCHES[op, label](label, kernel, shape_, dtype_, chip_spec),
+                  labels)} if labels else {}
     return _predict(table, op, rung, shape, dtype, gpu)
 
 
