@@ -8,6 +8,7 @@ import inspect
 
 import pytest
 import torch
+from triton.runtime.jit import JITFunction, create_function_from_signature
 
 import kernels
 from kernels import plans, tuning
@@ -137,18 +138,31 @@ def test_run_args_bind_each_parameter_as_kernel_grids_keywords_do(monkeypatch):
                 {k: v for k, v in kwargs.items() if k not in parameters})
     assert bound(*seen[0]) == bound(*seen[1])
     assert kwargs == {"grid": (3,), "warmup": False, "num_warps": 4}
+    # and the compiled JIT's binder (the first thing JITFunction.run does with them) agrees,
+    # parameters, specialization and compile options
+    jit = JITFunction(kernel.fn)
+
+    class NoBackend:   # integers only: no tensor for a backend to specialize
+        def get_arg_specialization(self, *args):
+            return None
+    binder = create_function_from_signature(jit.signature, jit.params, NoBackend())
+    options = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+    assert binder(7, 8, 9, *args, **options) == binder(7, 8, 9, *scalars, **settings)
 
 
-@pytest.mark.parametrize("wrong", ["a constexpr left out", "a scalar left out"])
+@pytest.mark.parametrize("wrong", ["a constexpr left out", "a scalar left out", "a scalar named"])
 def test_run_args_refuse_a_launch_they_cannot_pass_by_position(wrong):
     """Checked when a plan is built: a missing setting, or scalars that stop short of the
-    constexprs, would otherwise shift every argument after them."""
+    constexprs, would otherwise shift every argument after them; a setting that names a scalar
+    would reach run twice."""
     settings = {"BLOCK_M": 16, "BLOCK_N": 32, "GROUP_M": 4, "HAS_BIAS": True, "INTERP_BF16": False}
     scalars = (5, 6, 6, 1, 0, 2, 0)
     if wrong == "a constexpr left out":
         del settings["GROUP_M"]
-    else:
+    elif wrong == "a scalar left out":
         scalars = scalars[:-1]
+    else:   # given by position too: run would get it twice
+        settings["SPLITS"] = 2
     with pytest.raises(ValueError, match="_streamk_fixup_kernel: 3 tensors and"):
         run_args(gemm_v6._streamk_fixup_kernel, 3, scalars, (3,), settings)
 
