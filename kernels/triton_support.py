@@ -150,9 +150,9 @@ def run_args(kernel, tensors: int, scalars: tuple, grid: tuple, settings: dict) 
     JIT's binders: ``tests/test_launch_plans.py``), but each keyword argument goes into the dict
     ``run(..., **kwargs)`` builds per launch: a call of ``workbench bench overhead``'s stub with GEMM
     v6's arguments took 0.95 µs with its ten constexprs by name and 0.47 µs by position (an Intel
-    Xeon shared with other work, 2026-12-05). The
-    named parameters must be the kernel's last ones, right after the scalars, and only they: anything
-    else raises here, when the plan is built, not at a launch."""
+    Xeon shared with other work, 2026-12-05). The named parameters must be the kernel's last ones,
+    right after the scalars, and only they: anything else raises here, when the plan is built,
+    not at a launch."""
     names = list(kernel.arg_names)
     first = tensors + len(scalars)
     if set(names[first:]) - set(settings) or set(names[:first]) & set(settings) or first > len(names):

@@ -189,8 +189,9 @@ class _Plan(plans.Checked):
         ``biased`` (v6's) allocates C so and keeps the bias's launch arguments; it takes the call's
         own tensors when they start where the 2-D operands start (``weight`` for ``weight.t()``;
         ``a`` when its flattening is a view, which follows from its sizes and strides, in the key),
-        so a call makes no view. Any other result is reshaped in place (``resize_``, C is contiguous), and a
-        rung without a plan is called as it is, a bias then added to its rounded result."""
+        so a call makes no view. Any other result is reshaped in place (``resize_``, C is
+        contiguous), and a rung without a plan is called as it is, a bias then added to its
+        rounded result."""
         a2, b2 = self.operands(a, b)
         operands, out = self.operands, self.out
         if a2.numel() == 0 or b2.numel() == 0:
@@ -200,7 +201,7 @@ class _Plan(plans.Checked):
             run = rung.plan(a2, b2) if rung.plan else lambda a, b, bias=None: _unfused(rung(a, b), bias)
             if hasattr(run, "shaped"):
                 run = run.shaped(out) if bias is None else run.shaped(out).biased(bias)
-                if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr():   # views: a copy is new memory
+                if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr():   # views (a copy: new memory)
                     return run
                 return lambda a, b, bias=None: run(*operands(a, b), bias)
         if self.flat is None:
