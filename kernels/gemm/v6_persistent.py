@@ -302,9 +302,9 @@ class LaunchPlan:
         fixup = cfg.pop("FIXUP")
         plan = schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
         bf16 = interp_bf16(a.dtype)
-        self.schedule, self.shape, self.dtype = plan, (m, n), a.dtype
+        self.schedule, self.shape, self.dtype, self.device = plan, (m, n), a.dtype, a.device   # device: in the key
         self.workspace = (plan.sk_tiles * plan.splits, cfg["BLOCK_M"] * cfg["BLOCK_N"]) if plan.sk_tiles else None
-        self.no_partials = _no_partials(a.device)
+        self.no_partials = _no_partials(self.device)
         # C is new_output's: contiguous, strides (N, 1)
         self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1,
                         plan.dp_tiles, plan.splits, plan.split_k)
@@ -335,7 +335,7 @@ class LaunchPlan:
     def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         """Both kernels into ``c`` (contiguous, as :func:`new_output` makes it), adding ``bias``
         (N,), (1,) or () in C's dtype, if given, to every row in fp32 before the one rounding."""
-        partials = (torch.empty(*self.workspace, dtype=torch.float32, device=a.device)   # sizes as new_output's
+        partials = (torch.empty(*self.workspace, dtype=torch.float32, device=self.device)   # sizes as new_output's
                     if self.workspace else self.no_partials)
         if bias is None:
             main, fixup = self.args
@@ -362,7 +362,7 @@ class LaunchPlan:
         return plan
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        c = new_output(self.shape, self.dtype, a.device)
+        c = new_output(self.shape, self.dtype, self.device)
         self.launch(a, b, c, bias)
         _CHOSEN[self.bucket] = self.chosen
         return c
