@@ -20,6 +20,7 @@ from kernels.gemm import v6_persistent as gemm_v6
 from kernels.gemm_fp8 import ops as fp8_ops
 from kernels.gemm_fp8 import spec as fp8_spec
 from kernels.moe.grouped_gemm import ops as grouped_ops
+from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm import v4_persistent as grouped_v4
 from kernels.moe.layer_ladder import v3_fused
 from kernels.moe.reference import moe_reference
@@ -328,6 +329,41 @@ def test_grouped_gemm_reads_the_offsets_values_on_every_checked_call(builds):
     with pytest.raises(ValueError, match="must equal x's row count T=37, got 36"):
         kernels.grouped_gemm(x, w, torch.tensor([10, 10, 36], dtype=torch.int32))
     assert builds["grouped"] == 1   # same metadata: the checks of the values are not in the plan
+
+
+@pytest.mark.parametrize("change", ["none", "x strides", "w strides", "offsets strides", "dtype", "requires_grad"])
+def test_grouped_gemm_never_reuses_a_stale_plan(builds, change):
+    """Its launch plan keeps the operands' strides and the constexprs by position
+    (triton_support.run_args): inputs that differ in their metadata, called twice with fresh values
+    after a plan is kept for the usual ones, compute the right result (outputs poisoned)."""
+    def inputs():
+        x, w, offsets = _usual_grouped()
+        if change == "x strides":
+            x = torch.randn(24, 37).t()
+        if change == "w strides":
+            w = torch.randn(3, 20, 24).transpose(1, 2)
+        if change == "offsets strides":
+            offsets = torch.tensor([10, 0, 10, 0, 37, 0], dtype=torch.int32)[::2]
+        if change == "dtype":
+            x, w = x.half(), w.half()
+        if change == "requires_grad":
+            w.requires_grad_()
+        return x, w, offsets
+    kernels.grouped_gemm(*_usual_grouped())
+    before = builds["grouped"]
+    for _ in range(2):
+        x, w, offsets = inputs()
+        with poisoned_outputs():
+            out = kernels.grouped_gemm(x, w, offsets)
+        want = grouped_spec.reference(x.double(), w.detach().double(), offsets).to(x.dtype)
+        tolerance = {"atol": 1e-2, "rtol": 1e-2} if x.dtype != torch.float32 else {}
+        torch.testing.assert_close(out.detach(), want, **tolerance)
+        assert (out.grad_fn is not None) == w.requires_grad
+    assert builds["grouped"] == before + (0 if change == "none" else 1)
+
+
+def _usual_grouped():
+    return torch.randn(37, 24), torch.randn(3, 24, 20), torch.tensor([10, 10, 37], dtype=torch.int32)
 
 
 def _moe_layer(dtype=torch.float32):
