@@ -39,8 +39,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if plan.unfused:
         return _unfused(x, weight, bias)
     how = eager.path(x, autocast=True, known=plan.kind)
-    if how == eager.AUTOGRAD:
-        return _apply_linear(x, weight, bias, plan)
+    if how == eager.AUTOGRAD:   # eager.applier's call, inline (its frame: ~0.3 µs of ~12, bench overhead)
+        return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
     if how == eager.PLAIN:
         return plan.call(x, weight, bias)
     y = _linear_2d(x if plan.flat is None else x.reshape(plan.flat), weight, bias)
@@ -142,4 +142,5 @@ class _Linear(torch.autograd.Function):
         return (*_grads(x, weight, ctx.plan.bias_shape, grad_y, ctx.needs_input_grad, ctx.plan.flat), None)
 
 
-_apply_linear = eager.applier(_Linear, tensors=2, optional=True)
+_apply_linear = eager.function_apply(_Linear)
+_unwrap = eager.unwrap
