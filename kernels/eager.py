@@ -93,27 +93,30 @@ def direct(*tensors: torch.Tensor, autocast: bool = False) -> bool:
     return path(*tensors, autocast=autocast) == PLAIN
 
 
-def applier(function: type[torch.autograd.Function], tensors: int, optional: bool = False) -> Callable:
-    """``function.apply`` for the :data:`AUTOGRAD` path: torch's C entry (``_FunctionBase.apply``)
-    with the one step of ``Function.apply``'s Python preamble that applies when no functorch
-    transform is active (which :func:`path` has established): tensor arguments left wrapped by a
-    finished transform are unwrapped. They are the first ``tensors`` arguments, and with
-    ``optional`` the one after them, a tensor or None (``nn.Linear``'s bias). The other steps
-    (binding defaults for a ``setup_context`` Function, routing to functorch under a transform)
-    do not apply to a ``forward(ctx, ...)`` Function outside transforms. Skipping the preamble
-    is the difference between the benchmark's two ``autograd.Function`` floors
-    (``workbench bench overhead``)."""
+def function_apply(function: type[torch.autograd.Function]) -> Callable:
+    """torch's C entry of ``function.apply`` (``_FunctionBase.apply``), for a ``forward(ctx, ...)``
+    Function only: what :func:`applier` calls once it has unwrapped the tensors (:data:`unwrap`)."""
     if _is_setup_context_defined(function.setup_context):
         raise TypeError(f"{function.__name__} defines setup_context: call its apply, which binds defaults")
-    apply = super(torch.autograd.Function, function).apply
+    return super(torch.autograd.Function, function).apply
 
-    if not optional:
-        def call(*args):
-            return apply(*map(_unwrap_dead, args[:tensors]), *args[tensors:])
-        return call
 
-    def call_optional(*args):
-        last = args[tensors]
-        return apply(*map(_unwrap_dead, args[:tensors]), None if last is None else _unwrap_dead(last),
-                     *args[tensors + 1:])
-    return call_optional
+unwrap = _unwrap_dead
+"""A tensor left wrapped by a finished functorch transform, unwrapped (any other as it is)."""
+
+
+def applier(function: type[torch.autograd.Function], tensors: int) -> Callable:
+    """``function.apply`` for the :data:`AUTOGRAD` path: torch's C entry (:func:`function_apply`)
+    with the one step of ``Function.apply``'s Python preamble that applies when no functorch
+    transform is active (which :func:`path` has established): tensor arguments left wrapped by a
+    finished transform are unwrapped (:data:`unwrap`). They are the first ``tensors`` arguments.
+    The other steps (binding defaults for a ``setup_context`` Function, routing to functorch
+    under a transform) do not apply to a ``forward(ctx, ...)`` Function outside transforms.
+    Skipping the preamble is the difference between the benchmark's two ``autograd.Function``
+    floors (``workbench bench overhead``). ``nn.Linear``, whose bias may be None, makes the same
+    call inline (:func:`kernels.gemm.linear.linear`)."""
+    apply = function_apply(function)
+
+    def call(*args):
+        return apply(*map(_unwrap_dead, args[:tensors]), *args[tensors:])
+    return call

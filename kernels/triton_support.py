@@ -153,6 +153,28 @@ def run_kwargs(grid: tuple, constexprs: dict) -> dict:
     return {"grid": grid, "warmup": False, **constexprs}
 
 
+def run_args(kernel, tensors: int, scalars: tuple, grid: tuple, settings: dict) -> tuple[tuple, dict]:
+    """``kernel.run``'s arguments after its ``tensors`` leading tensor arguments, kept by a launch
+    plan as ``(args, kwargs)`` for ``kernel.run(*tensors, *args, **kwargs)``: ``scalars``, then the
+    kernel's parameters that ``settings`` names (its constexprs) by position, in the kernel's
+    order; :func:`run_kwargs` of the rest of ``settings`` (compile options such as ``num_warps``).
+    Triton binds a parameter given by position as it binds it by name (the interpreter's and the
+    JIT's binders: ``tests/test_launch_plans.py``), but each keyword argument goes into the dict
+    ``run(..., **kwargs)`` builds per launch: a call of a no-op with ``run``'s signature (as
+    ``workbench bench overhead`` stubs it) with GEMM v6's arguments took 0.95 µs with its ten
+    constexprs by name and 0.47 µs by position (an Intel Xeon shared with other work, 2026-12-05). The named parameters must be the kernel's last ones,
+    right after the scalars, and only they: anything else raises here, when the plan is built,
+    not at a launch."""
+    names = list(kernel.arg_names)
+    first = tensors + len(scalars)
+    if set(names[first:]) - set(settings) or set(names[:first]) & set(settings) or first > len(names):
+        raise ValueError(f"{kernel.__name__}: {tensors} tensors and {len(scalars)} scalars leave "
+                         f"{names[first:]} to name, settings name {sorted(settings)}")
+    constexprs = names[first:]
+    return ((*scalars, *(settings[name] for name in constexprs)),
+            run_kwargs(grid, {k: v for k, v in settings.items() if k not in constexprs}))
+
+
 def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
                constexprs: dict | None = None, pointers: dict[str, str] | None = None) -> AotKernel:
     """Describe one launch the way Triton's JIT specializes it, for an ahead-of-time compile.

@@ -305,6 +305,23 @@ def test_applier_is_the_functions_apply_outside_transforms():
         eager.applier(WithSetup, tensors=1)
 
 
+def test_linear_unwraps_an_input_a_finished_transform_left_wrapped():
+    """nn.Linear makes eager.applier's call inline (kernels.gemm.linear.linear): an x leaked out of
+    torch.func.grad, now a dead wrapper with no storage of its own, is unwrapped as
+    Function.apply unwraps it, so the launch reads the tensor it wraps."""
+    leaked = []
+    torch.func.grad(lambda t: leaked.append(t) or t.sum())(torch.randn(3, 5))
+    x = leaked[0]
+    assert torch._C._functorch.is_functorch_wrapped_tensor(x)   # dead now
+    weight, bias = torch.randn(4, 5, requires_grad=True), torch.randn(4, requires_grad=True)
+    y = linear(x, weight, bias)
+    assert type(y.grad_fn).__name__ == "_LinearBackward"
+    plain = eager.unwrap(x)
+    torch.testing.assert_close(y, torch.nn.functional.linear(plain, weight, bias))
+    y.sum().backward()
+    torch.testing.assert_close(weight.grad, plain.sum(0).expand(4, 5))
+
+
 @pytest.mark.parametrize("grad", ["dense", "sum"])
 @pytest.mark.parametrize("x_layout", ["contiguous", "strided"])
 @pytest.mark.parametrize("watched", [False, True], ids=["eager", "custom op"])

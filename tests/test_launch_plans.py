@@ -4,9 +4,11 @@ their plans when tuning choices or the ladders change, and step aside for a tuni
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import pytest
 import torch
+from triton.runtime.jit import JITFunction, create_function_from_signature
 
 import kernels
 from kernels import plans, tuning
@@ -18,11 +20,12 @@ from kernels.gemm import v6_persistent as gemm_v6
 from kernels.gemm_fp8 import ops as fp8_ops
 from kernels.gemm_fp8 import spec as fp8_spec
 from kernels.moe.grouped_gemm import ops as grouped_ops
+from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm import v4_persistent as grouped_v4
 from kernels.moe.layer_ladder import v3_fused
 from kernels.moe.reference import moe_reference
 from kernels.outputs import poisoned_outputs
-from kernels.triton_support import run_kwargs
+from kernels.triton_support import run_args, run_kwargs
 from workbench.harness import host_overhead
 
 
@@ -68,7 +71,7 @@ def test_a_repeated_call_builds_once_and_computes_each_time(builds):
     assert builds == {"matmul": 1, "v6": 1}
 
 
-@pytest.mark.parametrize("change", ["shape", "strides", "dtype", "requires_grad", "rank"])
+@pytest.mark.parametrize("change", ["shape", "strides", "dtype", "requires_grad", "rank", "rank, flattened by a copy"])
 def test_matmul_misses_when_a_decision_input_changes(builds, change):
     a, b = torch.randn(33, 20), torch.randn(20, 17)
     kernels.matmul(a, b)
@@ -77,7 +80,8 @@ def test_matmul_misses_when_a_decision_input_changes(builds, change):
              "strides": lambda: (torch.randn(20, 33).t(), b),   # same shape, column-major
              "dtype": lambda: (a.half(), b.half()),
              "requires_grad": lambda: (a.clone().requires_grad_(), b),
-             "rank": lambda: (a.reshape(3, 11, 20), b)}[change]
+             "rank": lambda: (a.reshape(3, 11, 20), b),
+             "rank, flattened by a copy": lambda: (torch.randn(11, 3, 20).transpose(0, 1), b)}[change]
     a2, b2 = other()
     with poisoned_outputs():
         c = kernels.matmul(a2, b2)
@@ -114,6 +118,112 @@ def test_a_plans_launch_passes_run_what_kernel_grid_passes(monkeypatch):
     kernel[(3, 2)](1, 2.0, "x", **constexprs)
     kernel.run(1, 2.0, "x", **run_kwargs((3, 2), constexprs))
     assert seen[0] == seen[1] == ((1, 2.0, "x"), {"grid": (3, 2), "warmup": False, **constexprs})
+
+
+def test_run_args_bind_each_parameter_as_kernel_grids_keywords_do(monkeypatch):
+    """triton_support.run_args passes the constexprs by position: Triton binds them to the same
+    parameters as the names ``kernel[grid]`` passes; the compile options stay keywords."""
+    kernel = gemm_v6._streamk_fixup_kernel
+    seen = []
+    monkeypatch.setitem(kernel.__dict__, "run", lambda *args, **kwargs: seen.append((args, kwargs)))
+    scalars = (5, 6, 6, 1, 0, 2, 0)
+    settings = {"BLOCK_M": 16, "BLOCK_N": 32, "GROUP_M": 4, "HAS_BIAS": True, "INTERP_BF16": False, "num_warps": 4}
+    kernel[(3,)]("c", "p", "bias", *scalars, **settings)
+    args, kwargs = run_args(kernel, 3, scalars, (3,), settings)
+    kernel.run("c", "p", "bias", *args, **kwargs)
+    parameters = inspect.signature(kernel.fn).parameters
+
+    def bound(args, kwargs):
+        params = {k: v for k, v in kwargs.items() if k in parameters}
+        return (inspect.signature(kernel.fn).bind(*args, **params).arguments,
+                {k: v for k, v in kwargs.items() if k not in parameters})
+    assert bound(*seen[0]) == bound(*seen[1])
+    assert kwargs == {"grid": (3,), "warmup": False, "num_warps": 4}
+    # and the compiled JIT's binder (the first thing JITFunction.run does with them) agrees,
+    # parameters, specialization and compile options
+    jit = JITFunction(kernel.fn)
+
+    class NoBackend:   # integers only: no tensor for a backend to specialize
+        def get_arg_specialization(self, *args):
+            return None
+    binder = create_function_from_signature(jit.signature, jit.params, NoBackend())
+    options = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+    assert binder(7, 8, 9, *args, **options) == binder(7, 8, 9, *scalars, **settings)
+
+
+@pytest.mark.parametrize("wrong", ["a constexpr left out", "a scalar left out", "a scalar named"])
+def test_run_args_refuse_a_launch_they_cannot_pass_by_position(wrong):
+    """Checked when a plan is built: a missing setting, or scalars that stop short of the
+    constexprs, would otherwise shift every argument after them; a setting that names a scalar
+    would reach run twice."""
+    settings = {"BLOCK_M": 16, "BLOCK_N": 32, "GROUP_M": 4, "HAS_BIAS": True, "INTERP_BF16": False}
+    scalars = (5, 6, 6, 1, 0, 2, 0)
+    if wrong == "a constexpr left out":
+        del settings["GROUP_M"]
+    elif wrong == "a scalar left out":
+        scalars = scalars[:-1]
+    else:   # given by position too: run would get it twice
+        settings["SPLITS"] = 2
+    with pytest.raises(ValueError, match="_streamk_fixup_kernel: 3 tensors and"):
+        run_args(gemm_v6._streamk_fixup_kernel, 3, scalars, (3,), settings)
+
+
+class _Subclass(torch.Tensor):
+    """A tensor subclass (its own type in the key): the op runs as the custom op, which torch's
+    ``__torch_function__`` answers with this type."""
+
+
+def _linear_inputs(change):
+    """nn.Linear's operands (x (4, 6, 20), weight (17, 20), bias (17,)), as ``change`` alters them."""
+    x, weight, bias = torch.randn(4, 6, 20), torch.randn(17, 20), torch.randn(17)
+    if change == "x flattens to a copy":   # (4, 6) from strides (20, 80): reshape copies
+        x = torch.randn(6, 4, 20).transpose(0, 1)
+    if change == "bias strides":
+        bias = torch.randn(17, 3)[:, 1]
+    if change == "bias broadcast":
+        bias = torch.randn(1)
+    if change == "weight strides":
+        weight = torch.randn(20, 17).t()
+    if change == "dtype":
+        x, weight, bias = x.double().half(), weight.half(), bias.half()
+    if change == "bias dtype":   # cast to x's and added by torch after the GEMM
+        bias = bias.double()
+    if change == "requires_grad":
+        weight.requires_grad_()
+    if change == "type":
+        x = x.as_subclass(_Subclass)
+    return x, weight, bias
+
+
+LINEAR_CHANGES = ["none", "x flattens to a copy", "bias strides", "bias broadcast", "weight strides", "dtype",
+                  "bias dtype", "requires_grad", "type", "autocast", "storage"]
+
+
+@pytest.mark.parametrize("change", LINEAR_CHANGES)
+def test_linear_never_reuses_a_stale_plan(builds, change):
+    """A plan keeps what follows from its inputs' metadata: the launch's strides, the bias's stride
+    and epilogue, whether x's flattening is a view it may skip, the path. Inputs that differ in any
+    of them, called twice with fresh values after a plan is kept for the usual ones, compute the
+    right result (outputs poisoned); the same metadata (``none``; ``storage``: the same tensors
+    moved to new memory with ``set_``) reuses the plan."""
+    gemm_linear.linear(*_linear_inputs("none"))
+    before = builds["linear"]
+    cast = torch.autocast("cpu", dtype=torch.bfloat16) if change == "autocast" else contextlib.nullcontext()
+    for _ in range(2):
+        x, weight, bias = _linear_inputs(change)
+        if change == "storage":
+            for t in (x, weight, bias):
+                t.set_(torch.randn(t.shape).untyped_storage(), 0, t.shape, t.stride())
+        with poisoned_outputs(), cast:
+            y = gemm_linear.linear(x, weight, bias)
+        low = torch.bfloat16 if change == "autocast" else x.dtype
+        expected = (x.as_subclass(torch.Tensor).to(low).double() @ weight.detach().to(low).double().t() + bias.to(low).double()).to(low)
+        assert y.dtype == expected.dtype and y.shape == (4, 6, 17)
+        assert (y.grad_fn is not None) == weight.requires_grad and type(y) is type(x)
+        tolerance = {"atol": 1e-2, "rtol": 1e-2} if low != torch.float32 else {}
+        torch.testing.assert_close(y.detach().as_subclass(torch.Tensor), expected, **tolerance)
+    # the subclass's call reaches the custom op's implementation with a plain 2-D x: a plan of its own
+    assert builds["linear"] == before + {"none": 0, "storage": 0, "type": 2}.get(change, 1)
 
 
 @pytest.mark.parametrize("change", ["type", "shape", "strides", "dtype", "device", "requires_grad", "extra"])
@@ -219,6 +329,41 @@ def test_grouped_gemm_reads_the_offsets_values_on_every_checked_call(builds):
     with pytest.raises(ValueError, match="must equal x's row count T=37, got 36"):
         kernels.grouped_gemm(x, w, torch.tensor([10, 10, 36], dtype=torch.int32))
     assert builds["grouped"] == 1   # same metadata: the checks of the values are not in the plan
+
+
+@pytest.mark.parametrize("change", ["none", "x strides", "w strides", "offsets strides", "dtype", "requires_grad"])
+def test_grouped_gemm_never_reuses_a_stale_plan(builds, change):
+    """Its launch plan keeps the operands' strides and the constexprs by position
+    (triton_support.run_args): inputs that differ in their metadata, called twice with fresh values
+    after a plan is kept for the usual ones, compute the right result (outputs poisoned)."""
+    def inputs():
+        x, w, offsets = _usual_grouped()
+        if change == "x strides":
+            x = torch.randn(24, 37).t()
+        if change == "w strides":
+            w = torch.randn(3, 20, 24).transpose(1, 2)
+        if change == "offsets strides":
+            offsets = torch.tensor([10, 0, 10, 0, 37, 0], dtype=torch.int32)[::2]
+        if change == "dtype":
+            x, w = x.half(), w.half()
+        if change == "requires_grad":
+            w.requires_grad_()
+        return x, w, offsets
+    kernels.grouped_gemm(*_usual_grouped())
+    before = builds["grouped"]
+    for _ in range(2):
+        x, w, offsets = inputs()
+        with poisoned_outputs():
+            out = kernels.grouped_gemm(x, w, offsets)
+        want = grouped_spec.reference(x.double(), w.detach().double(), offsets).to(x.dtype)
+        tolerance = {"atol": 1e-2, "rtol": 1e-2} if x.dtype != torch.float32 else {}
+        torch.testing.assert_close(out.detach(), want, **tolerance)
+        assert (out.grad_fn is not None) == w.requires_grad
+    assert builds["grouped"] == before + (0 if change == "none" else 1)
+
+
+def _usual_grouped():
+    return torch.randn(37, 24), torch.randn(3, 24, 20), torch.tensor([10, 10, 37], dtype=torch.int32)
 
 
 def _moe_layer(dtype=torch.float32):

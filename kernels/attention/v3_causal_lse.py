@@ -60,7 +60,7 @@ from .. import backend as _backend
 from .. import validate
 from ..outputs import new_output
 from ..registry import rung
-from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_kwargs
+from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_args
 from .launch import aot_even, aot_ints, even, head_block, k_rows, p_bits, scale_sign
 from .varlen import Packing, aot_args, clamped_sequence, cu_args
 from .spec import DTYPES, MAX_HEAD_DIM
@@ -277,10 +277,10 @@ class LaunchPlan:
         self.o_shape, self.dtype = tuple(q.shape), q.dtype
         self.lse_shape = (1 if packing else b, hq, 2, s)
         self.grid = (cdiv(rows, cfg["BLOCK_M"]), b * hq)
-        self.scalars = (scale, s, sk, d, hq // hkv, hq,
-                        *(stride for t in (q, k, v) for stride in _view_strides(t.stride(), packing)),
-                        *_view_strides(_contiguous(q.shape), packing))
-        self.kwargs = run_kwargs(self.grid, dict(
+        scalars = (scale, s, sk, d, hq // hkv, hq,
+                   *(stride for t in (q, k, v) for stride in _view_strides(t.stride(), packing)),
+                   *_view_strides(_contiguous(q.shape), packing))
+        self.args, self.kwargs = run_args(_flash_fwd_lse_kernel, 7, scalars, self.grid, dict(
             CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype),
             SCALE_SIGN=scale_sign(scale), P_BITS=p_bits(q.dtype, here.name, here.arch),
             K_ROWS=k_rows(here.name, here.arch), **even(s, sk, d, cfg, packing is not None), **cfg))
@@ -291,7 +291,7 @@ class LaunchPlan:
         self.noted[self.bucket] = self.cfg
         o = new_output(self.o_shape, self.dtype, q.device)
         lse = new_output(self.lse_shape, torch.float32, q.device)
-        _flash_fwd_lse_kernel.run(q, k, v, o, lse, cu_q, cu_k, *self.scalars, **self.kwargs)
+        _flash_fwd_lse_kernel.run(q, k, v, o, lse, cu_q, cu_k, *self.args, **self.kwargs)
         return o, lse
 
 

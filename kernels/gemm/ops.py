@@ -120,7 +120,7 @@ class _Matmul(torch.autograd.Function):
     def forward(ctx, a, b, plan):
         ctx.save_for_backward(a, b)
         ctx.flat = plan.flat
-        return plan.compute(a, b)
+        return plan.call(a, b)
 
     @staticmethod
     def backward(ctx, grad_c):
@@ -142,7 +142,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     plan = _PLANS(plans.meta(a, b), _Plan, a, b)
     how = eager.path(a, autocast=True, known=plan.kind)
     if how == eager.PLAIN:
-        return plan.compute(a, b) if plan.flat else plan.call(a, b)
+        return plan.call(a, b)
     if how == eager.AUTOGRAD:
         return _apply_matmul(a, b, plan)
     a2 = a if plan.flat is None else a.reshape(plan.flat)
@@ -175,29 +175,38 @@ class _Plan(plans.Checked):
         self.out = (*a.shape[:-1], b.shape[1])
         self.kind = eager.kind(a, b)
 
-    def compute(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        """``a @ b`` (``+ bias``, in the GEMM's fp32 epilogue: one rounding, as torch.addmm) by the
-        kept launch, in the result's shape: for ``a`` of another rank than 2 the bound call makes C
-        in that shape (:meth:`bind`), not a view of a 2-D C, which as an autograd Function's output
-        could not be modified in place (``y.relu_()``)."""
-        return self.call(a if self.flat is None else a.reshape(self.flat), b, bias)
+    def operands(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The GEMM's 2-D operands from a call's arguments: ``a`` flattened, ``b`` as it is."""
+        return (a if self.flat is None else a.reshape(self.flat)), b
 
-    def bind(self, a2: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None):
-        """The best rung's plan, or torch's result for empty operands; for ``a`` of another rank
-        than 2 one whose C has the result's shape: a plan with ``shaped`` (v6's) allocates it so,
-        and any other result is reshaped in place (``resize_``, C is contiguous). A rung without a
-        plan is called as it is, and a bias then added to its rounded result."""
-        if a2.numel() == 0 or b.numel() == 0:
+    def bind(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None):
+        """``a @ b`` (``+ bias``, in the GEMM's fp32 epilogue: one rounding, as torch.addmm) for a call's
+        arguments (``a`` of any rank), in the result's shape: for ``a`` of another rank than 2 C is
+        made in that shape, not as a view of a 2-D C, which as an autograd Function's output could
+        not be modified in place (``y.relu_()``).
+
+        The best rung's plan, or torch's result for empty operands. A plan with ``shaped`` and
+        ``biased`` (v6's) allocates C so and keeps the bias's launch arguments; it takes the call's
+        own tensors when they start where the 2-D operands start (``weight`` for ``weight.t()``;
+        ``a`` when its flattening is a view, which follows from its sizes and strides, in the key),
+        so a call makes no view. Any other result is reshaped in place (``resize_``, C is
+        contiguous), and a rung without a plan is called as it is, a bias then added to its
+        rounded result."""
+        a2, b2 = self.operands(a, b)
+        operands, out = self.operands, self.out
+        if a2.numel() == 0 or b2.numel() == 0:
             run = _zeros
         else:
             rung = best_rung("gemm", a2.dtype)
-            run = rung.plan(a2, b) if rung.plan else lambda a, b, bias=None: _unfused(rung(a, b), bias)
-            if self.flat is not None and hasattr(run, "shaped"):
-                return run.shaped(self.out)
+            run = rung.plan(a2, b2) if rung.plan else lambda a, b, bias=None: _unfused(rung(a, b), bias)
+            if hasattr(run, "shaped"):
+                run = run.shaped(out) if bias is None else run.shaped(out).biased(bias)
+                if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr():   # views (a copy: new memory)
+                    return run
+                return lambda a, b, bias=None: run(*operands(a, b), bias)
         if self.flat is None:
-            return run
-        out = self.out
-        return lambda a, b, bias=None: run(a, b, bias).contiguous().resize_(out)
+            return lambda a, b, bias=None: run(*operands(a, b), bias)
+        return lambda a, b, bias=None: run(*operands(a, b), bias).contiguous().resize_(out)
 
 
 def _unfused(c: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -95,7 +95,7 @@ from ..tuning import Problem, as_dict, choice, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from .spec import aot_launch_settings, layout
 from . import configs
-from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_kwargs
+from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_args
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INTERPRETER_PROGRAMS = 4
@@ -290,7 +290,10 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
 
 class LaunchPlan:
     """v6's launches for operands of one metadata, settings ``cfg``: every argument but the
-    tensors decided, so a call allocates C (and a split tail's workspace) and launches."""
+    tensors decided, so a call allocates C (and a split tail's workspace) and launches. The
+    kernels take pointers, the operands' strides kept here: a call may pass, for an operand,
+    any tensor whose first element is the operand's (``x`` for its view ``x.reshape(M, K)``,
+    ``weight`` for ``weight.t()``; :meth:`kernels.gemm.ops._Plan.bind` decides when)."""
 
     def __init__(self, a: torch.Tensor, b: torch.Tensor, cfg: dict, bucket: tuple | None = None,
                  operands: str | None = None):
@@ -299,39 +302,49 @@ class LaunchPlan:
         fixup = cfg.pop("FIXUP")
         plan = schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
         bf16 = interp_bf16(a.dtype)
-        self.schedule, self.shape, self.dtype = plan, (m, n), a.dtype
+        self.schedule, self.shape, self.dtype, self.device = plan, (m, n), a.dtype, a.device   # device: in the key
         self.workspace = (plan.sk_tiles * plan.splits, cfg["BLOCK_M"] * cfg["BLOCK_N"]) if plan.sk_tiles else None
-        self.no_partials = _no_partials(a.device)
-        self.grid = (cfg["NUM_PROGS"],)
+        self.no_partials = _no_partials(self.device)
         # C is new_output's: contiguous, strides (N, 1)
         self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1,
                         plan.dp_tiles, plan.splits, plan.split_k)
         self.constexprs = {"EVEN_K": k % cfg["BLOCK_K"] == 0, "INTERP_BF16": bf16, **cfg}
-        # run's keyword arguments without and with a bias epilogue (HAS_BIAS is a constexpr)
-        self.kwargs = tuple(run_kwargs(self.grid, {**self.constexprs, "HAS_BIAS": bias}) for bias in (False, True))
-        self.fixup = None
+        self.fixup_settings = None
         if plan.sk_tiles and fixup:
-            tile = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "GROUP_M": cfg["GROUP_M"],
-                    "INTERP_BF16": bf16, "num_warps": cfg["num_warps"]}
-            self.fixup = ((m, n, n, 1, plan.dp_tiles, plan.splits),
-                          tuple(run_kwargs((plan.sk_tiles,), {**tile, "HAS_BIAS": bias}) for bias in (False, True)))
+            self.fixup_settings = {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "GROUP_M": cfg["GROUP_M"],
+                                   "INTERP_BF16": bf16, "num_warps": cfg["num_warps"]}
+        self.args = self._run_args(None)
+        self.bias_args = None   # see biased()
         self.bucket = bucket
         self.chosen = {**cfg, "FIXUP": fixup, "layout": operands, "EVEN_K": self.constexprs["EVEN_K"],
                        "DP_TILES": plan.dp_tiles, "SPLITS": plan.splits, "SPLIT_K": plan.split_k}
 
+    def _run_args(self, bias: torch.Tensor | None) -> tuple:
+        """Both kernels' ``run`` arguments after their tensors (:func:`run_args`), the fix-up's None
+        when no tail is split: with the bias epilogue for a ``bias`` of that one's metadata."""
+        has_bias = bias is not None
+        stride_bias = bias.stride(0) if has_bias and bias.dim() and bias.shape[0] > 1 else 0   # 0: broadcast
+        main = run_args(_gemm_persistent_kernel, 5, (*self.scalars, stride_bias), (self.constexprs["NUM_PROGS"],),
+                        {**self.constexprs, "HAS_BIAS": has_bias})
+        if self.fixup_settings is None:
+            return main, None
+        (m, n, *_), plan = self.scalars, self.schedule
+        return main, run_args(_streamk_fixup_kernel, 3, (m, n, n, 1, plan.dp_tiles, plan.splits, stride_bias),
+                              (plan.sk_tiles,), {**self.fixup_settings, "HAS_BIAS": has_bias})
+
     def launch(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         """Both kernels into ``c`` (contiguous, as :func:`new_output` makes it), adding ``bias``
         (N,), (1,) or () in C's dtype, if given, to every row in fp32 before the one rounding."""
-        partials = (torch.empty(*self.workspace, dtype=torch.float32, device=a.device)   # sizes as new_output's
+        partials = (torch.empty(*self.workspace, dtype=torch.float32, device=self.device)   # sizes as new_output's
                     if self.workspace else self.no_partials)
-        has_bias = bias is not None
-        stride_bias = bias.stride(0) if has_bias and bias.dim() and bias.shape[0] > 1 else 0   # 0: broadcast
-        _gemm_persistent_kernel.run(a, b, c, partials, bias if has_bias else c, *self.scalars, stride_bias,
-                                    **self.kwargs[has_bias])
-        if self.fixup is not None:
-            scalars, kwargs = self.fixup
-            _streamk_fixup_kernel.run(c, partials, bias if has_bias else c, *scalars, stride_bias,
-                                      **kwargs[has_bias])
+        if bias is None:
+            main, fixup = self.args
+            bias = c   # a pointer the kernels never read (HAS_BIAS is False)
+        else:
+            main, fixup = self.bias_args or self._run_args(bias)
+        _gemm_persistent_kernel.run(a, b, c, partials, bias, *main[0], **main[1])
+        if fixup is not None:
+            _streamk_fixup_kernel.run(c, partials, bias, *fixup[0], **fixup[1])
 
     def shaped(self, shape: tuple) -> "LaunchPlan":
         """The same launches into a C allocated in ``shape`` ((..., N) with the same element count,
@@ -341,8 +354,15 @@ class LaunchPlan:
         plan.shape = shape
         return plan
 
+    def biased(self, bias: torch.Tensor) -> "LaunchPlan":
+        """The same launches whose calls with a bias of ``bias``'s metadata (a public op's plan
+        keyed on it) take that bias's ``run`` arguments as kept, not worked out per call."""
+        plan = copy.copy(self)
+        plan.bias_args = self._run_args(bias)
+        return plan
+
     def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        c = new_output(self.shape, self.dtype, a.device)
+        c = new_output(self.shape, self.dtype, self.device)
         self.launch(a, b, c, bias)
         _CHOSEN[self.bucket] = self.chosen
         return c

@@ -80,7 +80,7 @@ from ... import plans, validate
 from ...gemm.v6_persistent import programs
 from ...outputs import new_output
 from ...registry import AotKernel, rung
-from ...triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_kwargs
+from ...triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_args
 from ...tuning import Problem, as_dict, choice, with_overrides
 from ...xcd import CUS_PER_XCD, full_chip_xcds, num_xcds
 from . import configs, dw
@@ -216,14 +216,15 @@ class LaunchPlan:
         self.shape, self.dtype = (t, n), x.dtype
         self.grid = (cfg["NUM_PROGS"],)
         # the result is new_output's: contiguous, strides (N, 1)
-        self.scalars = (t, n, k, groups, *x.stride(), *w.stride(), n, 1)
-        self.kwargs = run_kwargs(self.grid, {"BLOCK_G": next_power_of_2(groups), "INTERP_BF16": interp_bf16(x.dtype),
-                                             **cfg})
+        scalars = (t, n, k, groups, *x.stride(), *w.stride(), n, 1)
+        self.args, self.kwargs = run_args(_grouped_gemm_persistent_kernel, 4, scalars, self.grid,
+                                          {"BLOCK_G": next_power_of_2(groups), "INTERP_BF16": interp_bf16(x.dtype),
+                                           **cfg})
         self.bucket, self.chosen = chosen
 
     def launch(self, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, out: torch.Tensor) -> None:
         """The launch into ``out`` (contiguous, as :func:`new_output` makes it)."""
-        _grouped_gemm_persistent_kernel.run(x, w, out, offsets, *self.scalars, **self.kwargs)
+        _grouped_gemm_persistent_kernel.run(x, w, out, offsets, *self.args, **self.kwargs)
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         out = new_output(self.shape, self.dtype, x.device)
