@@ -29,8 +29,7 @@ import torch
 from torch.autograd import forward_ad
 from torch.autograd.function import _is_setup_context_defined
 
-from .plans import PLAIN_TYPES
-
+_PLAIN = (torch.Tensor, torch.nn.Parameter)   # no subclass with its own dispatch (FakeTensor, DTensor)
 
 # torch's questions, looked up once: each ``torch._C...`` chain is dict lookups on every call
 # (host time ``workbench bench overhead`` counts). The same function objects, so
@@ -55,7 +54,7 @@ def kind(*tensors: torch.Tensor) -> int:
     plan works it out once and passes it to :func:`path` as ``known``. (:func:`path` asks the
     same of unknown tensors in a loop of its own: a call of this function there is one more
     Python frame per op call; ``tests/test_eager.py`` checks that both agree.)"""
-    if any(type(t) not in PLAIN_TYPES for t in tensors):
+    if any(type(t) not in _PLAIN for t in tensors):
         return CUSTOM_OP
     return AUTOGRAD if any(t.requires_grad for t in tensors) else PLAIN
 
@@ -79,7 +78,7 @@ def path(*tensors: torch.Tensor, autocast: bool = False, known: int | None = Non
     if known is None:
         known = PLAIN
         for t in tensors:
-            if type(t) not in PLAIN_TYPES:
+            if type(t) not in _PLAIN:
                 return CUSTOM_OP
             if t.requires_grad:
                 known = AUTOGRAD

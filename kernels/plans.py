@@ -34,11 +34,13 @@ import weakref
 from typing import Any, Callable
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 from . import backend as _backend
 
 SIZE = 512
-PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)   # no subclass with its own dispatch (FakeTensor, DTensor)
+_TRACED = (FakeTensor, FunctionalTensor)   # tracing's tensors; a membership test, no call on the hot path
 
 _caches: "weakref.WeakSet[PlanCache]" = weakref.WeakSet()   # a learner's module copy may be dropped
 _unsettled = 0   # how many decisions were made and not kept (see unsettled())
@@ -48,20 +50,20 @@ _paused = 0      # > 0 while plans are neither used nor kept (see paused())
 def meta(*tensors: torch.Tensor | None, extra: tuple = ()) -> tuple | None:
     """The metadata of ``tensors`` a plan depends on, as one hashable tuple: the backend, then
     per tensor its type, sizes, strides, dtype, device and ``requires_grad`` (``None``, an optional
-    tensor left out, is its own type); None if one is not a plain tensor (no plan then; a symbolic
-    size makes the key unhashable, with the same end): a traced call's tensors (a fake or
-    functional tensor, as ``torch.compile`` traces a backward with) are not kept, since a
-    compiled frame guards on the caches it reads and cannot guard on keys that hold their types;
-    then ``extra``, the call's other arguments that the decisions read."""
+    tensor left out, is its own type); None if one is not a tensor (no plan then; a symbolic size
+    makes the key unhashable, with the same end) or is a traced call's (:data:`_TRACED`: fake and
+    functional tensors, as ``torch.compile`` traces a backward with: a compiled frame guards on
+    the caches it reads and cannot guard on keys that hold their types); then ``extra``, the
+    call's other arguments that the decisions read."""
     key = [_backend.current().key]
     try:
         for t in tensors:
             if t is None:
                 key.append(None)
-            elif type(t) in PLAIN_TYPES:
-                key += (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
-            else:   # a traced call's tensor (FakeTensor, FunctionalTensor) or a subclass: checked, never kept
+            elif type(t) in _TRACED:   # a traced call's tensor: checked, never kept
                 return None
+            else:
+                key += (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
     except (AttributeError, TypeError, RuntimeError):
         return None
     return (*key, *extra)
