@@ -1,6 +1,11 @@
 """Autocast for the package's custom ops: they run in the autocast dtype, as
 ``torch.matmul`` and SDPA do.
 
+A public op casts its operands (:func:`operands`) before it checks them, where
+:func:`active` says a region is open: torch's ops take operands of different floating
+dtypes there (bf16 activations with float32 weights: what autocast is for), and the
+checks, which want one dtype, would refuse them before the custom op's autocast rule ran.
+
 Autocast casts only the ops it knows. ``torch.library.register_autocast`` teaches it a
 custom op, but with one dtype fixed when the op is registered, where torch's own
 lower-precision ops take the dtype of the region they run in (bf16 or fp16 per
@@ -34,6 +39,10 @@ def operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
         return tensors
     return tuple(_cast(t, device, torch.get_autocast_dtype(device)) for t in tensors)
+
+
+active = torch._C._is_any_autocast_enabled
+"""Whether any autocast region is open: one C call, what a public op asks before :func:`operands`."""
 
 
 def lower_precision(name: str) -> None:

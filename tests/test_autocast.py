@@ -88,3 +88,45 @@ def test_the_cast_leaves_float64_and_integers_as_they_are():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         cast = autocast.operands(x, x64, ids)
     assert [t.dtype for t in cast] == [torch.bfloat16, torch.float64, torch.int64]
+
+
+
+def _cu(*offsets):
+    return torch.tensor(offsets, dtype=torch.int32)
+
+
+MIXED = {   # op, torch's op (None: none to ask), inputs with the first operand already in bf16
+    "matmul": (kernels.matmul, torch.matmul, lambda: (torch.randn(2, 3, 16).bfloat16(), torch.randn(16, 8))),
+    "linear": (kernels.nn.linear, F.linear,
+               lambda: (torch.randn(5, 16).bfloat16(), torch.randn(8, 16), torch.randn(8))),
+    "flash_attention": (lambda q, k, v: kernels.flash_attention(q, k, v, causal=True),
+                        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                        lambda: (torch.randn(1, 4, 9, 16).bfloat16(), torch.randn(1, 2, 9, 16),
+                                 torch.randn(1, 2, 9, 16))),
+    "flash_attention_varlen": (lambda q, k, v: kernels.flash_attention_varlen(q, k, v, _cu(0, 4, 9), _cu(0, 3, 7), 5, 4),
+                               None,
+                               lambda: (torch.randn(9, 4, 16).bfloat16(), torch.randn(7, 2, 16),
+                                        torch.randn(7, 2, 16))),
+}
+
+
+@pytest.mark.parametrize("name", MIXED)
+def test_operands_of_mixed_dtypes_are_cast_as_torch_casts_them(name):
+    """bf16 activations with float32 weights, as a bf16 region meets them: torch's op casts both
+    and runs; ours gives the bits it gives for the operands cast by hand, in the region's dtype,
+    with each gradient in its leaf's dtype (before, the checks refused the mix)."""
+    ours, theirs, inputs = MIXED[name]
+    torch.manual_seed(0)
+    mixed = inputs()
+    want = ours(*(t.bfloat16() for t in mixed))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = ours(*mixed)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert _dtypes(ours, *mixed, dtype=torch.bfloat16) == (torch.bfloat16, [t.dtype for t in mixed])
+    if theirs is not None:
+        assert _dtypes(ours, *mixed, dtype=torch.bfloat16) == _dtypes(theirs, *mixed, dtype=torch.bfloat16)
+
+
+def test_outside_autocast_mixed_dtypes_stay_an_error():
+    with pytest.raises(TypeError, match="dtypes differ"):
+        kernels.matmul(torch.randn(2, 16).bfloat16(), torch.randn(16, 8))

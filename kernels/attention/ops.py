@@ -142,6 +142,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     SDPA, B, Hq (with Hkv), S or S_k may be 0: O is then empty, or 0 for rows without
     keys, and the gradients 0. Errors name the argument at fault.
     """
+    if autocast.active():   # SDPA takes mixed dtypes there: cast before the checks
+        q, k, v = autocast.operands(q, k, v)
     plan = _PLANS(plans.meta(q, k, v, extra=(causal, type(causal), scale, type(scale))), _Checked,
                   q, k, v, causal, scale)
     how = eager.path(q, autocast=True, known=plan.kind)
@@ -271,6 +273,8 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     # one set of offsets for queries and keys (self-attention's usual call) is keyed once
     same = cu_seqlens_k is cu_seqlens_q
+    if autocast.active():   # as flash_attention
+        q, k, v = autocast.operands(q, k, v)
     plan = _PLANS_VARLEN(plans.meta(q, k, v, cu_seqlens_q, *(() if same else (cu_seqlens_k,)),
                                     extra=(same, max_seqlen_q, type(max_seqlen_q), max_seqlen_k, type(max_seqlen_k),
                                            causal, type(causal), scale, type(scale))),

@@ -35,6 +35,8 @@ from . import ops
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x (..., K) @ weight (N, K).T + bias`` (bias (N,), (1,) or ()) with :func:`kernels.matmul`'s
     checks and errors, the bias added before the result's one rounding."""
+    if autocast.active():   # F.linear takes mixed dtypes there: cast before the checks
+        x, weight, bias = autocast.operands(x, weight, bias)
     plan = _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias)
     if plan.unfused:
         return _unfused(x, weight, bias)

@@ -139,6 +139,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     ``torch.matmul``. Any strides. Empty operands give torch's result (empty, or zeros
     for K = 0). Errors name the argument at fault.
     """
+    if autocast.active():   # torch.matmul takes mixed dtypes there: cast before the checks
+        a, b = autocast.operands(a, b)
     plan = _PLANS(plans.meta(a, b), _Plan, a, b)
     how = eager.path(a, autocast=True, known=plan.kind)
     if how == eager.PLAIN:
