@@ -163,13 +163,13 @@ def test_gpu_report_times_each_fp8_gemm_rung_against_bf16_v6_and_says_if_it_meet
     out = capsys.readouterr().out.split("FP8 GEMM at 32x48x256")[1].split("training step:")[0]
     rows = results.load(pretended_h200 / f"nvidia-h200-{_today()}.json")[4:]
     assert [(r.op, r.rung, r.name, r.dtype, r.ms) for r in rows] == [
-        ("gemm", "ref", "ref", "bfloat16", 0.8), ("gemm", "v6", "persistent", "bfloat16", 1.0),
-        ("gemm_fp8", "ref", "ref [granularity=tensor]", "float8_e4m3fn", 0.7),
-        ("gemm_fp8", "v2", "triton_blockwise [granularity=tensor]", "float8_e4m3fn", 0.5),
-        ("gemm_fp8", "ref", "ref [granularity=channel]", "float8_e4m3fn", 0.7),
-        ("gemm_fp8", "v2", "triton_blockwise [granularity=channel]", "float8_e4m3fn", 0.7),
-        ("gemm_fp8", "ref", "ref [granularity=block128x128]", "float8_e4m3fn", 3.0),
-        ("gemm_fp8", "v2", "triton_blockwise [granularity=block128x128]", "float8_e4m3fn", 0.625)]
+        ("gemm", "ref", "ref [layout=NT]", "bfloat16", 0.8), ("gemm", "v6", "persistent [layout=NT]", "bfloat16", 1.0),
+        ("gemm_fp8", "ref", "ref [granularity=tensor, layout=NT]", "float8_e4m3fn", 0.7),
+        ("gemm_fp8", "v2", "triton_blockwise [granularity=tensor, layout=NT]", "float8_e4m3fn", 0.5),
+        ("gemm_fp8", "ref", "ref [granularity=channel, layout=NT]", "float8_e4m3fn", 0.7),
+        ("gemm_fp8", "v2", "triton_blockwise [granularity=channel, layout=NT]", "float8_e4m3fn", 0.7),
+        ("gemm_fp8", "ref", "ref [granularity=block128x128, layout=NT]", "float8_e4m3fn", 3.0),
+        ("gemm_fp8", "v2", "triton_blockwise [granularity=block128x128, layout=NT]", "float8_e4m3fn", 0.625)]
     assert {(r.gpu, r.shape, r.pass_name) for r in rows} == {("NVIDIA H200", "32x48x256", "forward")}
     assert all(r.commit and r.torch_version and r.timestamp for r in rows)
     assert "goal: each FP8 rung >= 1.6x the bf16 rung's speed" in out
@@ -183,6 +183,17 @@ def test_gpu_report_times_each_fp8_gemm_rung_against_bf16_v6_and_says_if_it_meet
     assert all(speedups[recipe] in line for recipe, line in lines.items()) and len(lines) == 3, lines
     mx = next(line for line in out.splitlines() if line.startswith("mxfp8"))
     assert "skipped: no MX matrix cores on sm_90 (native on gfx950, sm_100" in mx
+
+
+def test_each_gemm_of_the_fp8_section_runs_at_the_forward_s_layout():
+    """The bf16 rung and every FP8 GEMM case at NT (x @ w.t(), B K-contiguous): the inputs their
+    make_inputs gives lie so, and the bf16 one is timed with the same layout."""
+    from kernels.gemm.spec import layout
+    for case in gpu_report_fp8.CASES:
+        if case.op == "gemm_fp8":
+            a, b, *_ = kernels.spec(case.op).make_inputs((256, 128, 256), **case.input_args)
+            assert layout(a, b) == gpu_report_fp8.LAYOUT == "NT", case
+    assert layout(*kernels.spec("gemm").make_inputs((8, 6, 4), layout=gpu_report_fp8.LAYOUT)) == "NT"
 
 
 def test_each_fp8_case_times_the_rung_its_recipe_trains_with():

@@ -3,7 +3,9 @@
 GEMM (:func:`gemm`): at :data:`SHAPE` (8192^3), the workbench's own bf16 top GEMM rung
 (:func:`kernels.gemm.ops.best_rung`: v6) and each FP8 GEMM rung with the scales a recipe
 gives it (:data:`CASES`: ``gemm_fp8`` v2, the rung ``kernels.matmul_fp8`` runs, per tensor,
-per row/column and per 1 x 128 and 128 x 128 block; ``gemm_mxfp4`` v0 on MXFP8 operands), in one run, each timed by
+per row/column and per 1 x 128 and 128 x 128 block; ``gemm_mxfp4`` v0 on MXFP8 operands), the GEMM
+rungs at :data:`LAYOUT`, a Linear's forward (B K-contiguous: the layout FP8 matrix cores take,
+which a row-major B's bytes would have to be transposed into through LDS), in one run, each timed by
 :func:`workbench.harness.bench.bench` (``ref`` first, so every row also has its ratio to the
 library) into the report's results file. A rung that cannot run here is skipped with the
 reason: MXFP8 wherever the matrix cores do not take MX scales
@@ -66,11 +68,14 @@ class Case:
 
 
 # tensorwise and rowwise on v2, the rung kernels.matmul_fp8 runs for them (its best_rung: scales
-# constant along K compile to v1's epilogue there), so the verdict is on what training runs
+# constant along K compile to v1's epilogue there), so the verdict is on what training runs; at
+# LAYOUT, the forward's (x @ w.t(): B K-contiguous, as FP8 matrix cores and torch._scaled_mm take
+# it), the bf16 rung too
+LAYOUT = "NT"
 CASES = (
-    Case("tensorwise", "gemm_fp8", "v2", {"granularity": "tensor"}),
-    Case("rowwise", "gemm_fp8", "v2", {"granularity": "channel"}),
-    Case("blockwise", "gemm_fp8", "v2", {"granularity": "block128x128"}),
+    Case("tensorwise", "gemm_fp8", "v2", {"granularity": "tensor", "layout": LAYOUT}),
+    Case("rowwise", "gemm_fp8", "v2", {"granularity": "channel", "layout": LAYOUT}),
+    Case("blockwise", "gemm_fp8", "v2", {"granularity": "block128x128", "layout": LAYOUT}),
     Case("mxfp8", "gemm_mxfp4", "v0", dtype=MXFP8),
 )
 
@@ -116,7 +121,8 @@ def gemm(recorder: Recorder, budget: Budget, progress: bool = True) -> list[dict
     top = best_rung("gemm", torch.bfloat16)
     print(f"\n{title}; goal: each FP8 rung >= {GEMM_GOAL}x the bf16 rung's speed")
     timed = dict(shapes=[SHAPE], progress=progress, out=recorder, budget=budget, passes=["forward"])
-    base = _measured(bench("gemm", dtypes=[torch.bfloat16], rungs=[top.label], **timed), top.label)
+    base = _measured(bench("gemm", dtypes=[torch.bfloat16], rungs=[top.label], input_args={"layout": LAYOUT},
+                           **timed), top.label)
     table = []
     for case in CASES:
         rung = kernels.get(case.op, case.rung)

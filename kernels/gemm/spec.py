@@ -37,16 +37,30 @@ BENCH_SHAPES = {
 
 
 def make_inputs(shape, dtype=torch.float32, device="cpu", seed=0, layout="row"):
-    """Fresh random A and B; ``layout`` "col" gives column-major (transposed-stride) views."""
+    """Fresh random A and B; ``layout`` "col" gives column-major (transposed-stride) views,
+    "NT" a row-major A and B as the transpose of a row-major (N, K), K-contiguous: ``x @ w.t()``,
+    nn.Linear's forward (:func:`with_layout`)."""
     m, n, k = shape
     gen = torch.Generator(device="cpu").manual_seed(seed)
     a = torch.randn(m, k, generator=gen, dtype=torch.float32)
     b = torch.randn(k, n, generator=gen, dtype=torch.float32)
-    if layout == "col":
-        a, b = a.t().contiguous().t(), b.t().contiguous().t()
-    elif layout != "row":
-        raise ValueError(f"layout must be 'row' or 'col', got {layout!r}")
+    a, b = with_layout(a, b, layout)
     return a.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)
+
+
+LAYOUTS = ("row", "col", "NT")   # make_inputs' layouts
+
+
+def with_layout(a: torch.Tensor, b: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``a`` and ``b`` (the same values) laid out as ``layout`` of :data:`LAYOUTS` says: "row"
+    as they are, "col" both column-major, "NT" only B column-major (K-contiguous)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "col":
+        a = a.t().contiguous().t()
+    if layout != "row":
+        b = b.t().contiguous().t()
+    return a, b
 
 
 def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

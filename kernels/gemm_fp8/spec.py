@@ -43,7 +43,9 @@ def make_inputs(shape, dtype=torch.float8_e4m3fn, device="cpu", seed=0, layout="
     B per 128 x 128 ("block128x128", DeepSeek-V3's forward and dgrad) or per 128 x 1
     ("block128x1", its wgrad's token-major operand); there every 128 elements of K also
     get a magnitude of their own, so the K blocks' scales differ too.
-    ``layout`` "col" gives column-major (transposed-stride) A and B.
+    ``layout`` as the GEMM's (:func:`kernels.gemm.spec.with_layout`): "row" both row-major,
+    "col" both column-major, "NT" B column-major (K-contiguous, the layout FP8 matrix cores,
+    ``torch._scaled_mm`` and nn.Linear's forward take).
     """
     if dtype not in FP8_DTYPES:
         raise TypeError(f"gemm_fp8 inputs are one of {FP8_DTYPES}, got {dtype}")
@@ -65,10 +67,7 @@ def make_inputs(shape, dtype=torch.float8_e4m3fn, device="cpu", seed=0, layout="
         per_channel = granularity == "channel"
         a8, scale_a = quantize_fp8(a, dtype, "row" if per_channel else "tensor")
         b8, scale_b = quantize_fp8(b, dtype, "col" if per_channel else "tensor")
-    if layout == "col":
-        a8, b8 = a8.t().contiguous().t(), b8.t().contiguous().t()
-    elif layout != "row":
-        raise ValueError(f"layout must be 'row' or 'col', got {layout!r}")
+    a8, b8 = gemm_spec.with_layout(a8.contiguous(), b8.contiguous(), layout)
     return tuple(t.to(device) for t in (a8, b8, scale_a, scale_b))
 
 
