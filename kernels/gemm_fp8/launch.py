@@ -72,10 +72,13 @@ def aot_binaries(kernel, rung: str, dtype: torch.dtype, backend: str, arch: str,
     (:data:`.configs.BINARIES`), laid out as their operands (:func:`scale_strides`: the
     blockwise dgrad's B = w reads its 128 x 128 scales along N, as the forward's w.T reads
     them along K), at :func:`aot_config` (the binary's prior at the layout, the ISA page's
-    config, with the whole chip's XCDs; ``prior``: another binary's, without them); ``overrides``
+    config, with the whole chip's XCDs; ``prior``: another binary's, without them); A in
+    ``dtype`` too unless ``overrides``' ``"a_dtype"`` names another format (a gradient's e5m2:
+    how ``tests/test_gemm_fp8_formats.py`` compiles the backward's hybrid GEMMs); ``overrides``
     replaces settings."""
     overrides = dict(overrides or {})
     chosen, layout = overrides.pop("binary", None), overrides.pop("layout", "NT")
+    a_dtype = overrides.pop("a_dtype", dtype)
     own = [name for name, b in configs.BINARIES.items() if b.rung == rung]
     if chosen is not None and chosen not in own:
         raise ValueError(f"gemm_fp8 {rung} compiles binaries {own}, not {chosen!r}")
@@ -94,7 +97,8 @@ def aot_binaries(kernel, rung: str, dtype: torch.dtype, backend: str, arch: str,
         cfg = aot_config(backend, arch, prior is None, prior or name, layout)
         launches.append(aot_launch(kernel, dtype, with_overrides(cfg, overrides), {**ints, **scalars},
                                    constexprs={"INTERP_BF16": False, **constexprs},
-                                   pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"}))
+                                   pointers={"a_ptr": pointer_type(a_dtype), "c_ptr": pointer_type(out_dtype),
+                                             "sa_ptr": "*fp32", "sb_ptr": "*fp32"}))
     return launches
 
 
