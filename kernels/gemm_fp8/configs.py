@@ -55,8 +55,9 @@ takes: under ``grad_format="hybrid"`` (the per-tensor recipes' default, any reci
 parts, the rowwise NT part (its backward) and the blockwise NN and 128 x 1 NT parts, never B.
 Compiled with A in e5m2, each config those parts keep and their first dropped one has the e4m3
 compile's every figure a verdict or the prior reads (VGPRs, AGPRs, VGPR and SGPR spills, scratch,
-LDS bytes, 8/16-bit LDS ops, occupancy) on gfx942, gfx950 and sm90
-(``tests/test_gemm_fp8_formats.py``, which records those parts from real calls). The rule: a
+LDS bytes, 8/16-bit LDS ops, occupancy) on gfx942, gfx950 and sm90 (compiled once, 2026-12-05;
+``tests/test_gemm_fp8_formats.py`` records those parts from real calls and checks each part's
+first and last kept configs and first dropped one). The rule: a
 table compiled at one format stands for another only while that test holds for every part the
 other runs; where a figure differs, the parts that format runs are compiled at it and a launch
 tunes among their verdicts.
