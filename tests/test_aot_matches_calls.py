@@ -11,11 +11,13 @@ the interpreter's own flags.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 import kernels
-from kernels import gemm_fp8
+from kernels import gemm_fp8, tuning
 from kernels.attention import v4_amd_tuned, v5_backward
 from kernels.gemm import v6_persistent
 from kernels.gemm.linear import linear
@@ -248,3 +250,34 @@ def test_the_aot_launch_specializes_every_argument_as_a_call_does(case, monkeypa
             if found[launch.jit_fn.__name__, index]:
                 break
     assert found == {key: {} for key in found}
+
+
+def fp8_blockwise_one_k_block(gemm: str):
+    """The blockwise recipe's dgrad of a layer with 128 outputs, or its forward of one with 128
+    inputs: K = 128, one scale block along K (A's scales (M, 1), B's (1, N/128): strides 0 along K)."""
+    def call():
+        a8, sa = gemm_fp8.quantize(torch.randn(32, 128, dtype=torch.bfloat16), "block1x128", FP8)
+        if gemm == "dgrad":
+            w8, sw = gemm_fp8.quantize(torch.randn(128, 2048, dtype=torch.bfloat16), "block128x128", FP8)
+            return gemm_fp8.blockwise_matmul(a8, sa, w8, sw)
+        w8, sw = gemm_fp8.quantize(torch.randn(2048, 128, dtype=torch.bfloat16), "block128x128", FP8)
+        return gemm_fp8.blockwise_matmul(a8, sa, w8.t(), sw.t())
+    return call
+
+
+@pytest.mark.parametrize("gemm", ["dgrad", "forward"])
+def test_block_scales_of_one_k_block_launch_the_constexprs_their_binary_was_compiled_with(gemm, monkeypatch):
+    """B's 128 x 128 blocks with one block along K: the launch tunes as a part the table compiled
+    (its tuning key names the binary and layout) and runs the ``GROUP_N`` and ``SCALES_ALONG_K``
+    that part's AOT launch was compiled with. Its scale strides are of another class than the
+    AOT's (a scale tensor of one column: stride 1, folded), as a shape's may be."""
+    with tuning.recording() as seen, recorded_launches(monkeypatch, stub=True) as launches:
+        fp8_blockwise_one_k_block(gemm)()
+    key, = [json.loads(text) for op, text in seen if op == "gemm_fp8/v2"]
+    part = (next(p for p in key if p in gemm_fp8.configs.BINARIES), next(p for p in key if p in ("NN", "NT")))
+    assert part in gemm_fp8.configs.PARTS.values()
+    aot, = fp8_v2_aot(*part)()
+    (fn, args), = [launch for launch in launches if launch[0] is aot.jit_fn]   # not the quantizations'
+    ran = dict(zip(fn.arg_names, args))
+    assert {name: ran[name] for name in ("SCALE_K", "GROUP_N", "SCALES_ALONG_K")} == \
+        {name: aot.constexprs[name] for name in ("SCALE_K", "GROUP_N", "SCALES_ALONG_K")}

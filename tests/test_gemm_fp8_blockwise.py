@@ -56,6 +56,18 @@ def test_v2_passes_the_harness_on_block_scales(granularity, fp8):
         assert fields["passed"], (shape, fields["error"], fields["allowed"])
 
 
+@pytest.mark.parametrize("fp8", [E4M3FN, E4M3FNUZ], ids=str)
+def test_v2_passes_the_harness_on_one_k_block_of_128x128_scales(fp8):
+    """K <= 128 with B's 128 x 128 blocks: one scale block along K (scale strides 0 along K), run
+    by the blockwise binary's loop (``SCALES_ALONG_K``, ``GROUP_N`` 128: the binary compiled with
+    that ``GROUP_N``, tests/test_aot_matches_calls.py), B K- and N-contiguous (forward, dgrad)."""
+    for seed, (shape, layout) in enumerate(zip([(37, 259, 100), (5, 131, 128), (64, 300, 1)], ("row", "col", "row"))):
+        inputs = SPEC.make_inputs(shape, fp8, seed=seed, layout=layout, granularity="block128x128")
+        assert inputs[3].shape == (1, -(-shape[1] // 128))
+        fields = judged(inputs, seed)
+        assert fields["passed"], (shape, fields["error"], fields["allowed"])
+
+
 def test_v2_in_float32_out_is_judged_against_a_float32_baseline():
     inputs = SPEC.make_inputs((37, 29, 259), E4M3FN, seed=4, granularity="block128x128")
     with torch.no_grad():

@@ -10,8 +10,6 @@ a fake clock and a launch that only notes its config, so nothing big is interpre
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -25,6 +23,7 @@ from workbench import isa
 from workbench.check import compare
 from workbench.isa import tune_space
 
+from fp8_recipe_launches import recipe_launches
 from table_sections import TARGETS, assert_verdicts
 
 SPEC = kernels.spec("gemm_fp8")
@@ -246,6 +245,28 @@ def test_the_amd_prior_is_the_config_the_rungs_ran_untuned(arch, part):
     assert prior == _kept(arch, part)[0]
 
 
+@pytest.mark.parametrize("part", PARTS)
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_aot_compile_at_a_layout_runs_that_layouts_prior(target, part):
+    """An ISA compile at a layout override without config overrides runs the binary's prior at
+    that layout, a config its part keeps (on gfx942 NN's and TN's are not NT's), whole-chip XCDs."""
+    (binary, layout), (backend, arch) = PARTS[part], DEVICES[target]
+    aot, = kernels.get("gemm_fp8", BINARIES[binary].rung).aot(fp8_dtype(arch), backend, arch,
+                                                            {"binary": binary, "layout": layout})
+    prior = configs.prior(backend, arch, 8192, 8192, 8192, binary, layout)
+    ran = {**{k: v for k, v in aot.constexprs.items() if k in prior or k == "NUM_XCDS"}, **aot.options}
+    assert ran == {**prior, "NUM_XCDS": xcd.full_chip_xcds(backend, arch)}
+    assert prior in _kept(target, part)
+
+
+def test_the_isa_page_at_the_blockwise_dgrads_layout_compiles_its_prior():
+    """``isa.inspect`` of v2 at NN on gfx942: the blockwise launch (the main kernel) at NN's prior,
+    4 warps and 32x32 MFMAs, which NN keeps; NT's (8 warps, 16x16) NN drops."""
+    report = isa.inspect("gemm_fp8", "v2", "gfx942", overrides={"layout": "NN"})
+    assert (report.options["num_warps"], report.options["matrix_instr_nonkdim"]) == (4, 32)
+    assert set(report.matrix_instructions) == {"v_mfma_f32_32x32x16_fp8_fp8"}
+
+
 SM90_PRIOR_TILES = {"v1": (128, 256, 128), "v2_rowwise": (128, 256, 128), "v2_tensorwise": (128, 256, 128),
                     "v2_blockwise": (128, 128, 128), "v2_blockwise_128x1": (128, 128, 64)}
 
@@ -395,26 +416,9 @@ RECIPE_LAUNCHES = {
 }
 
 
-def _recipe_launches(recipe: str) -> set[tuple[str, str]]:
-    """(binary, layout) of each FP8 GEMM an ``fp8_linear`` forward and backward under ``recipe``
-    runs on the interpreter, read from the tuning keys its launches look up (the key names
-    both, :func:`kernels.gemm_fp8.launch.settings`). 256 tokens, features and outputs: two
-    128-element scale blocks along every GEMM's K, as the blockwise recipe's launches have."""
-    from kernels.fp8.linear import fp8_linear
-
-    x = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)
-    w = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)
-    with tuning.recording() as seen:
-        y = fp8_linear(x, w, recipe)
-        y.backward(torch.randn_like(y))
-    keys = [json.loads(text) for op, text in seen if op.startswith("gemm_fp8/")]
-    return {(next(p for p in key if p in BINARIES), next(p for p in key if p in ("NN", "NT", "TN", "TT")))
-            for key in keys}
-
-
 @pytest.mark.parametrize("recipe", RECIPE_LAUNCHES)
 def test_the_table_has_verdicts_at_every_layout_a_recipe_runs(recipe):
-    ran = _recipe_launches(recipe)
+    ran = {(binary, layout) for binary, layout, *_ in recipe_launches(recipe)}
     assert ran == RECIPE_LAUNCHES[recipe]
     assert all(configs.part(*launched) in tuning.shipped(configs.TABLE)[target] for launched in ran
                for target in TARGETS)

@@ -42,12 +42,25 @@ NN; on sm90 each layout keeps what NT keeps. A layout no binary was compiled at 
 rowwise binary at NN, from a caller's own operands) tunes among the configs every layout the
 binary was compiled at keeps (:func:`space`). On sm90, where the blockwise binaries need a
 stack frame at every tile wider than 128x128, the other three still get 128x256 and 256x128
-tiles. Candidate order decides each part's prior, the untimed choice: on AMD 256x128x128,
-8 warps, 16x16 MFMAs, the one config these rungs ran before they were tuned (on gfx942 the
+tiles. Candidate order decides each part's prior, the untimed choice and the config an ISA
+compile of the binary at that layout runs (:func:`.launch.aot_config`): on AMD 256x128x128, 8 warps, 16x16 MFMAs, the one config these rungs ran before they were tuned (on gfx942 the
 blockwise weight-gradient binary spills there and the per-tensor NN and TN and blockwise NN
 parts drop it: they take the same tile with 4 warps, the blockwise NN with 32x32 MFMAs); on
 Hopper 128x256x128, 8 warps, 3 stages where the part keeps it (all but the blockwise
 binaries'), else the first it keeps.
+
+Every part is compiled with e4m3 operands, one table for both formats a backward GEMM's A
+takes: under ``grad_format="hybrid"`` (the per-tensor recipes' default, any recipe's through
+``convert(..., grad_format=)``) dy is A in e5m2 of the same family, in the per-tensor NN and TN
+parts, the rowwise NT part (its backward) and the blockwise NN and 128 x 1 NT parts, never B.
+Compiled with A in e5m2, each config those parts keep and their first dropped one has the e4m3
+compile's every figure a verdict or the prior reads (VGPRs, AGPRs, VGPR and SGPR spills, scratch,
+LDS bytes, 8/16-bit LDS ops, occupancy) on gfx942, gfx950 and sm90 (compiled once, 2026-12-05;
+``tests/test_gemm_fp8_formats.py`` records those parts from real calls and checks each part's
+first and last kept configs and first dropped one). The rule: a
+table compiled at one format stands for another only while that test holds for every part the
+other runs; where a figure differs, the parts that format runs are compiled at it and a launch
+tunes among their verdicts.
 
 Per shape the bf16 GEMM's prune applies (:func:`kernels.gemm.configs.prune`): at most 16
 configs are timed for a key, and its first is the shape's prior. The interpreter has one

@@ -26,11 +26,12 @@ AOT_SIZE = 8192   # the GEMM the ISA inspector compiles: 8192^3
 V0_PRIOR = "v2_blockwise"
 
 
-def aot_config(backend: str, arch: str, remap: bool, which: str) -> dict:
+def aot_config(backend: str, arch: str, remap: bool, which: str, layout: str = "NT") -> dict:
     """What an ahead-of-time compile of binary ``which`` (:data:`.configs.BINARIES`; v0 takes
-    :data:`V0_PRIOR`'s) runs: its prior at 8192^3 (:func:`.configs.prior`), with the whole chip's
-    XCDs for a rung that remaps (``remap``)."""
-    cfg = configs.prior(backend, arch, AOT_SIZE, AOT_SIZE, AOT_SIZE, which)
+    :data:`V0_PRIOR`'s) at operand ``layout`` runs: its prior there at 8192^3
+    (:func:`.configs.prior`: a layout's own, which on gfx942 is not always NT's), with the whole
+    chip's XCDs for a rung that remaps (``remap``)."""
+    cfg = configs.prior(backend, arch, AOT_SIZE, AOT_SIZE, AOT_SIZE, which, layout)
     return {**cfg, "NUM_XCDS": full_chip_xcds(backend, arch)} if remap else cfg
 
 
@@ -70,10 +71,14 @@ def aot_binaries(kernel, rung: str, dtype: torch.dtype, backend: str, arch: str,
     compiles each layout a binary's launches run) and each binary's scales
     (:data:`.configs.BINARIES`), laid out as their operands (:func:`scale_strides`: the
     blockwise dgrad's B = w reads its 128 x 128 scales along N, as the forward's w.T reads
-    them along K), at :func:`aot_config` (the binary's prior, the ISA page's config, with the
-    whole chip's XCDs; ``prior``: another binary's, without them); ``overrides`` replaces settings."""
+    them along K), at :func:`aot_config` (the binary's prior at the layout, the ISA page's
+    config, with the whole chip's XCDs; ``prior``: another binary's, without them); A in
+    ``dtype`` too unless ``overrides``' ``"a_dtype"`` names another format (a gradient's e5m2:
+    how ``tests/test_gemm_fp8_formats.py`` compiles the backward's hybrid GEMMs); ``overrides``
+    replaces settings."""
     overrides = dict(overrides or {})
     chosen, layout = overrides.pop("binary", None), overrides.pop("layout", "NT")
+    a_dtype = overrides.pop("a_dtype", dtype)
     own = [name for name, b in configs.BINARIES.items() if b.rung == rung]
     if chosen is not None and chosen not in own:
         raise ValueError(f"gemm_fp8 {rung} compiles binaries {own}, not {chosen!r}")
@@ -89,10 +94,11 @@ def aot_binaries(kernel, rung: str, dtype: torch.dtype, backend: str, arch: str,
         else:
             scalars = dict(stride_sam=sam, stride_sak=sak, stride_sbk=sbk, stride_sbn=sbn)
             constexprs = {"SCALE_K": operands.SCALE_K, "GROUP_N": b.group_n, "SCALES_ALONG_K": b.along_k}
-        cfg = aot_config(backend, arch, prior is None, prior or name)
+        cfg = aot_config(backend, arch, prior is None, prior or name, layout)
         launches.append(aot_launch(kernel, dtype, with_overrides(cfg, overrides), {**ints, **scalars},
                                    constexprs={"INTERP_BF16": False, **constexprs},
-                                   pointers={"c_ptr": pointer_type(out_dtype), "sa_ptr": "*fp32", "sb_ptr": "*fp32"}))
+                                   pointers={"a_ptr": pointer_type(a_dtype), "c_ptr": pointer_type(out_dtype),
+                                             "sa_ptr": "*fp32", "sb_ptr": "*fp32"}))
     return launches
 
 

@@ -86,8 +86,12 @@ class BlockScales:
 
     @property
     def along_k(self) -> bool:
-        """Whether any scale changes along K, so it cannot wait for the epilogue."""
-        return bool(self.stride_sak or self.stride_sbk)
+        """``SCALES_ALONG_K``: whether the kernel scales each K block in its loop. So it must
+        where any scale changes along K; and B's 128 x 128 blocks (``group_n`` 128) take the
+        loop even with one block along K (K <= 128, strides 0 along K): that is the binary
+        compiled with ``GROUP_N`` 128 (:data:`.configs.BINARIES`' ``v2_blockwise``), while the
+        epilogue's binaries (scales constant along K) are compiled with ``GROUP_N`` 1."""
+        return bool(self.stride_sak or self.stride_sbk) or self.group_n > 1
 
 
 def check_blockwise(a, b, scale_a, scale_b, out_dtype, allow_empty: bool = False) -> BlockScales:

@@ -1,0 +1,28 @@
+"""The FP8 GEMMs an ``fp8_linear`` forward and backward runs under a recipe, read from the tuning
+keys its launches look up (a key names A's and B's formats, the operand layout and the binary:
+:func:`kernels.gemm_fp8.launch.settings`)."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from kernels import tuning
+from kernels.gemm_fp8 import configs
+
+
+def recipe_launches(recipe: str, grad_format: str | None = None) -> set[tuple[str, str, str, str]]:
+    """(binary, layout, A's format, B's format) of each FP8 GEMM ``fp8_linear`` runs under ``recipe`` with dy
+    in ``grad_format`` (default the recipe's), on the interpreter. 256 tokens, features and
+    outputs: two 128-element scale blocks along every GEMM's K, as the blockwise recipe's
+    launches have."""
+    from kernels.fp8.linear import fp8_linear
+
+    x = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)
+    with tuning.recording() as seen:
+        y = fp8_linear(x, w, recipe, grad_format=grad_format)
+        y.backward(torch.randn_like(y))
+    keys = [json.loads(text) for op, text in seen if op.startswith("gemm_fp8/")]
+    return {(next(p for p in key if p in configs.BINARIES), next(p for p in key if p in ("NN", "NT", "TN", "TT")),
+             key[3], key[4]) for key in keys}
