@@ -27,10 +27,12 @@ def traced(module: ModuleType, kernel: str, out: str = "c_ptr"):
     order: list[tuple[tuple[int, int], ...]] = []
 
     class PrefixLauncher:
+        arg_names = original.arg_names   # a launch plan binds constexprs by position (triton_support.run_args)
+
         def __getitem__(self, grid):
             def run(*args, **kwargs):
-                c = {**dict(zip(names, args)), **kwargs}[out]
-                block = (kwargs["BLOCK_M"], kwargs["BLOCK_N"])
+                bound = {**dict(zip(names, args)), **kwargs}
+                c, block = bound[out], (bound["BLOCK_M"], bound["BLOCK_N"])
                 seen = torch.zeros(c.shape, dtype=torch.bool, device=c.device)
                 for n in range(1, grid[0] + 1):
                     c.fill_(float("nan"))
