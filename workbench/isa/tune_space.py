@@ -24,7 +24,7 @@ DeepSeek-V3's per-K-block scales, ``v2_blockwise``, and with B's per 128 x 1, th
 gradient's, ``v2_blockwise_128x1``; v2 with scales constant along K, per row and column,
 ``v2_rowwise``, and per tensor, ``v2_tensorwise``) at each operand layout its recipes' launches run
 (:data:`kernels.gemm_fp8.configs.PARTS`: NT for every binary, NN for the blockwise and per-tensor
-dgrad, TN for the per-tensor wgrad) at each target's e4m3 format (its one section per target,
+dgrad, TN for the per-tensor wgrad; v1 and ``v2_rowwise`` at plain calls' NN and TN) at each target's e4m3 format (its one section per target,
 split per binary and layout, ``binary:layout``: each launch tunes among the configs its own
 binary's compile at its own layout keeps, ``per_binary``). A config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
