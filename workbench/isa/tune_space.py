@@ -7,7 +7,7 @@
     python -m workbench.isa.tune_space --op grouped_gemm --write
     python -m workbench.isa.tune_space --op gemm --write    # bf16 and float32: 9 minutes on 2 cores (2026-12-04)
     python -m workbench.isa.tune_space --op moe --write      # after grouped_gemm: its kept configs
-    python -m workbench.isa.tune_space --op gemm_fp8 --write
+    python -m workbench.isa.tune_space --op gemm_fp8 --write   # 29 minutes under nice on 2 shared cores (2026-12-05)
 
 Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
 for its target, at bf16 and at float32 (each target's ``:fp32`` section, which a float32 call
