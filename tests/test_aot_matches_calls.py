@@ -184,6 +184,13 @@ def fp8_blockwise_wgrad():
     gemm_fp8.blockwise_matmul(dyt8, sdyt, xt8.t(), sxt.t())
 
 
+def fp8_harness(label: str):
+    """A plain call of rung ``label`` on the harness's inputs at ``make_inputs``' default layout
+    ("row": A and B row-major, "NN"), per-row and per-column scales: v1's, v2's rowwise binary."""
+    return lambda: kernels.get("gemm_fp8", label)(*kernels.spec("gemm_fp8").make_inputs((32, 64, 256), FP8,
+                                                                                        granularity="channel"))
+
+
 CASES = {
     "attention forward": (attention_dense, lambda: v4_amd_tuned.aot(torch.bfloat16, *HIP), ATTENTION_CHOSEN),
     "attention backward": (attention_dense, lambda: v5_backward.aot(torch.bfloat16, *HIP), ATTENTION_CHOSEN),
@@ -226,6 +233,10 @@ CASES = {
     "gemm_fp8 v2 tensorwise dgrad": (fp8_tensorwise_backward("dgrad"), fp8_v2_aot("v2_tensorwise", "NN"), GEMM_CHOSEN),
     "gemm_fp8 v2 tensorwise wgrad": (fp8_tensorwise_backward("wgrad"), fp8_v2_aot("v2_tensorwise", "TN"), GEMM_CHOSEN),
     "gemm_fp8 v2 blockwise dgrad": (fp8_blockwise_dgrad, fp8_v2_aot("v2_blockwise", "NN"), GEMM_CHOSEN),
+    # plain calls' row-major operands (the harness's default layout), compiled for the FP8 table
+    "gemm_fp8 v1 NN": (fp8_harness("v1"), lambda: kernels.get("gemm_fp8", "v1").aot(
+        FP8, *HIP, {"binary": "v1", "layout": "NN"}), GEMM_CHOSEN),
+    "gemm_fp8 v2 rowwise NN": (fp8_harness("v2"), fp8_v2_aot("v2_rowwise", "NN"), GEMM_CHOSEN),
 }
 
 

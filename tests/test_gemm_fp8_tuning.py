@@ -10,6 +10,8 @@ a fake clock and a launch that only notes its config, so nothing big is interpre
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -104,8 +106,8 @@ def test_each_part_keeps_the_configs_its_own_compile_fits(target, part):
     tiles = {(c["BLOCK_M"], c["BLOCK_N"]) for c in _kept(target, part)}
     if target == "sm90" and part.startswith("v2_blockwise"):   # the fp32 partial product needs a stack frame wider
         assert tiles == {(128, 128)} and all(tune_space.verdict(target, e[part]) for e in table["dropped"])
-    else:   # on gfx942 the per-tensor wgrad's M-contiguous A keeps K steps of 128 only
-        steps = {128} if (target, part) == ("gfx942", "v2_tensorwise:TN") else {64, 128}
+    else:   # on gfx942 an M-contiguous A (TN) keeps K steps of 128 only
+        steps = {128} if target == "gfx942" and PARTS[part][1] == "TN" else {64, 128}
         assert set(WIDE) <= tiles and {c["BLOCK_K"] for c in _kept(target, part)} == steps, tiles
 
 
@@ -136,9 +138,14 @@ def test_per_tensor_scales_are_a_binary_of_their_own():
 
 
 # configs the NT compile keeps that spill at a backward layout, per target: the configs docstring's counts
-SPILL_APART = {"gfx942": {"v2_blockwise:NN": (7, 40), "v2_tensorwise:NN": (5, 53), "v2_tensorwise:TN": (4, 53)},
-               "gfx950": {"v2_blockwise:NN": (0, 40), "v2_tensorwise:NN": (3, 54), "v2_tensorwise:TN": (2, 54)},
-               "sm90": {"v2_blockwise:NN": (0, 2), "v2_tensorwise:NN": (0, 8), "v2_tensorwise:TN": (0, 8)}}
+SPILL_APART = {"gfx942": {"v2_blockwise:NN": (7, 40), "v2_tensorwise:NN": (5, 53), "v2_tensorwise:TN": (4, 53),
+                          "v1:NN": (4, 52), "v1:TN": (3, 52), "v2_rowwise:NN": (4, 52), "v2_rowwise:TN": (3, 52)},
+               "gfx950": {"v2_blockwise:NN": (0, 40), "v2_tensorwise:NN": (3, 54), "v2_tensorwise:TN": (2, 54),
+                          "v1:NN": (4, 55), "v1:TN": (2, 55), "v2_rowwise:NN": (4, 55), "v2_rowwise:TN": (2, 55)},
+               "sm90": {"v2_blockwise:NN": (0, 2), "v2_tensorwise:NN": (0, 8), "v2_tensorwise:TN": (0, 8),
+                        "v1:NN": (0, 8), "v1:TN": (0, 8), "v2_rowwise:NN": (0, 8), "v2_rowwise:TN": (0, 8)}}
+# each target's kept configs per part at plain calls' layouts (the configs docstring's)
+CALL_KEPT = {"gfx942": {"NN": 16, "TN": 10}, "gfx950": {"NN": 51, "TN": 53}, "sm90": {"NN": 8, "TN": 8}}
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -146,6 +153,9 @@ def test_the_backward_layouts_drop_configs_the_forwards_keeps(target):
     """Per layout, as the configs docstring counts: on gfx942 some configs NT keeps spill at the
     backward's NN or TN and more have 8/16-bit LDS ops there (dropped: their part keeps configs
     without); on gfx950 a few spill; on sm90 each layout keeps exactly NT's."""
+    assert set(SPILL_APART[target]) == {p for p, (_, layout) in PARTS.items() if layout != "NT"}
+    for binary in ("v1", "v2_rowwise"):
+        assert {layout: len(_kept(target, _part(binary, layout))) for layout in ("NN", "TN")} == CALL_KEPT[target]
     for part, (spilling, forward) in SPILL_APART[target].items():
         nt = _kept(target, _part(PARTS[part][0]))
         assert len(nt) == forward
@@ -224,7 +234,8 @@ AMD_PRIOR = dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, matrix_instr_
 # gfx942's parts that do not keep AMD_PRIOR, and their prior
 GFX942_PRIORS = {"v2_blockwise_128x1:NT": dict(AMD_PRIOR, num_warps=4),
                  "v2_blockwise:NN": dict(AMD_PRIOR, num_warps=4, matrix_instr_nonkdim=32),
-                 "v2_tensorwise:NN": dict(AMD_PRIOR, num_warps=4), "v2_tensorwise:TN": dict(AMD_PRIOR, num_warps=4)}
+                 **{_part(binary, layout): dict(AMD_PRIOR, num_warps=4)
+                    for binary in ("v1", "v2_rowwise", "v2_tensorwise") for layout in ("NN", "TN")}}
 
 
 @pytest.mark.parametrize("part", PARTS)
@@ -233,9 +244,9 @@ def test_the_amd_prior_is_the_config_the_rungs_ran_untuned(arch, part):
     """Candidate order puts 256x128x128, 8 warps, 16x16 MFMAs first, and every binary keeps it at
     NT: the ISA claims of v1 and v2 (tests/test_isa_claims.py, tests/test_gemm_fp8_blockwise.py)
     hold for it. But on gfx942 the weight gradient's blockwise binary (B's scales per 128 x 1)
-    spills there, and the backward's other layouts (the blockwise dgrad's NN, the per-tensor
-    dgrad's NN and wgrad's TN) drop it: their prior is the same tile with 4 warps (the blockwise
-    dgrad's with 32x32 MFMAs)."""
+    spills there, and every NN and TN part (the blockwise dgrad's NN, the per-tensor dgrad's NN
+    and wgrad's TN, v1's and the rowwise binary's plain calls') drops it: their prior is the same
+    tile with 4 warps (the blockwise dgrad's with 32x32 MFMAs)."""
     prior = configs.prior("hip", arch, 8192, 8192, 8192, *PARTS[part])
     if arch == "gfx942" and part in GFX942_PRIORS:
         assert AMD_PRIOR not in _kept(arch, part)
@@ -260,11 +271,14 @@ def test_an_aot_compile_at_a_layout_runs_that_layouts_prior(target, part):
 
 
 def test_the_isa_page_at_the_blockwise_dgrads_layout_compiles_its_prior():
-    """``isa.inspect`` of v2 at NN on gfx942: the blockwise launch (the main kernel) at NN's prior,
-    4 warps and 32x32 MFMAs, which NN keeps; NT's (8 warps, 16x16) NN drops."""
-    report = isa.inspect("gemm_fp8", "v2", "gfx942", overrides={"layout": "NN"})
-    assert (report.options["num_warps"], report.options["matrix_instr_nonkdim"]) == (4, 32)
-    assert set(report.matrix_instructions) == {"v_mfma_f32_32x32x16_fp8_fp8"}
+    """The ISA pages of v2 at NN on gfx942: the blockwise launch at NN's prior, 4 warps and 32x32
+    MFMAs, which NN keeps; NT's (8 warps, 16x16) NN drops. The rowwise launch at its own NN prior
+    (4 warps, 16x16 MFMAs: more of them) is the page's main kernel there."""
+    blockwise, rowwise = isa.inspect_all("gemm_fp8", "v2", "gfx942", overrides={"layout": "NN"})
+    assert (blockwise.options["num_warps"], blockwise.options["matrix_instr_nonkdim"]) == (4, 32)
+    assert set(blockwise.matrix_instructions) == {"v_mfma_f32_32x32x16_fp8_fp8"}
+    assert (rowwise.options["num_warps"], rowwise.options["matrix_instr_nonkdim"]) == (4, 16)
+    assert isa.inspect("gemm_fp8", "v2", "gfx942", overrides={"layout": "NN"}) == rowwise
 
 
 SM90_PRIOR_TILES = {"v1": (128, 256, 128), "v2_rowwise": (128, 256, 128), "v2_tensorwise": (128, 256, 128),
@@ -424,10 +438,61 @@ def test_the_table_has_verdicts_at_every_layout_a_recipe_runs(recipe):
                for target in TARGETS)
 
 
-def test_every_v2_part_is_a_layout_some_recipe_runs():
-    """v2's parts are the recipes' launches, no more; v1 (no recipe's) is compiled at its ISA page's NT."""
-    assert set().union(*RECIPE_LAUNCHES.values()) == {p for p in PARTS.values() if p[0] != "v1"}
-    assert BINARIES["v1"].layouts == ("NT",)
+# What plain calls run beyond the recipes' launches: v1 (no recipe's) and v2 with per-row and
+# per-column scales (the rowwise binary) at NT, NN (row-major operands: the harness's default
+# layout, its benchmark's) and TN (A transposed; with NT's B, the layout of the harness's "col", TT).
+CALL_LAUNCHES = {("v1", "NT"), ("v1", "NN"), ("v1", "TN"), ("v2_rowwise", "NN"), ("v2_rowwise", "TN")}
+# make_inputs' layouts (the harness's correctness checks run "row" and "col", its benchmark "row",
+# the FP8 GPU report "NT") and the operand layout a call of them runs
+HARNESS_LAYOUTS = {"row": "NN", "col": "TT", "NT": "NT"}
+
+
+def test_every_part_is_a_layout_some_recipe_or_plain_call_runs():
+    """The parts are the recipes' launches and plain calls' (:data:`CALL_LAUNCHES`), no more."""
+    assert set().union(*RECIPE_LAUNCHES.values()) | CALL_LAUNCHES == set(PARTS.values())
+
+
+def _harness_part(binary: str, layout: str) -> tuple[str, str]:
+    """(binary, operand layout) of ``binary``'s launch of the harness's inputs at ``make_inputs``'
+    ``layout``, read from its tuning key, on the interpreter."""
+    with tuning.recording() as seen:
+        _settings(binary, *SPEC.make_inputs((64, 48, 96), torch.float8_e4m3fn, seed=1,
+                                            granularity=LAUNCHES[binary][1], layout=layout))
+    key, = [json.loads(text) for _, text in seen]
+    return next(p for p in key if p in BINARIES), next(p for p in key if p in ("NN", "NT", "TN", "TT"))
+
+
+@pytest.mark.parametrize("binary", ["v1", "v2_rowwise", "v2_tensorwise"])
+def test_a_harness_layout_is_compiled_or_each_operand_lies_as_in_a_compiled_one(binary):
+    """What the harness's checks and benchmark run (v1; v2 per channel and per tensor) is compiled
+    (NN, NT) or is TT, whose A lies as TN's and B as NT's: the premise of :func:`configs.space`'s
+    intersection for a layout not compiled."""
+    compiled = BINARIES[binary].layouts
+    for layout, letters in HARNESS_LAYOUTS.items():
+        assert _harness_part(binary, layout) == (binary, letters)
+        assert letters in compiled or (any(c[0] == letters[0] for c in compiled) and
+                                       any(c[1] == letters[1] for c in compiled)), (binary, letters)
+    assert {"NN", "NT"} <= set(compiled)
+
+
+@pytest.mark.parametrize("binary", ["v1", "v2_rowwise"])
+def test_on_gfx942_a_harness_default_launch_never_times_a_config_that_spills_at_its_layout(pretend, binary):
+    """The harness's inputs at ``make_inputs``' default layout ("row": its checks' and its
+    benchmark's, and a plain call's of row-major operands) run v1 and, with per-channel scales,
+    the rowwise binary at NN, where configs NT keeps spill on gfx942: compiled at NN, the launch
+    times among what NN keeps, none of them."""
+    timed = pretend("gfx942")
+    shape, part = (512, 512, 256), _part(binary, "NN")
+    with tuning.recording() as seen:
+        _settings(binary, *SPEC.make_inputs(shape, torch.float8_e4m3fnuz, seed=1, granularity=LAUNCHES[binary][1]))
+    key, = [json.loads(text) for _, text in seen]
+    assert binary in key and "NN" in key
+    forward = [tuning.as_dict(c) for c in gemm_configs.prune(configs.space("hip", "gfx942", binary), *shape)]
+    assert any((_verdict("gfx942", part, c) or "").startswith("spills") for c in forward)
+    tiles = [{k: v for k, v in c.items() if k != "NUM_XCDS"} for c in timed]
+    assert tiles == [tuning.as_dict(c) for c in gemm_configs.prune(configs.space("hip", "gfx942", binary, "NN"),
+                                                                   *shape)]
+    assert tiles and not any(_verdict("gfx942", part, t) for t in tiles)
 
 
 @pytest.mark.parametrize("part", ["v2_blockwise:NN", "v2_tensorwise:NN", "v2_tensorwise:TN"])
@@ -443,20 +508,21 @@ def test_on_gfx942_a_backward_layout_never_times_a_config_that_spills_there(pret
 
 
 def test_a_layout_nothing_compiled_tunes_among_what_every_compiled_layout_keeps(pretend):
-    """"TT" (no recipe's) takes, for the tensorwise binary, the configs NT, NN and TN all keep;
-    the rowwise binary, compiled at NT alone, takes NT's at any other layout."""
+    """"TT" (the harness's "col", no recipe's) takes, for v1 and the rowwise and tensorwise
+    binaries, the configs NT, NN and TN all keep; the blockwise ones, compiled at fewer, take
+    what theirs all keep."""
     timed = pretend("gfx942")
     shape = (512, 512, 256)
     _settings("v2_tensorwise", *_inputs("v2_tensorwise", shape, torch.float8_e4m3fnuz, "TT"))
-    everywhere = [c for c in _kept("gfx942", "v2_tensorwise:NT")
-                  if c in _kept("gfx942", "v2_tensorwise:NN") and c in _kept("gfx942", "v2_tensorwise:TN")]
     tiles = [{k: v for k, v in c.items() if k != "NUM_XCDS"} for c in timed]
     assert tiles == [tuning.as_dict(c) for c in gemm_configs.prune(configs.space("hip", "gfx942", "v2_tensorwise",
                                                                                  "TT"), *shape)]
-    assert tiles and all(t in everywhere for t in tiles)
-    assert [tuning.as_dict(c) for c in configs.space("hip", "gfx942", "v2_tensorwise", "TT")] == everywhere
-    assert [tuning.as_dict(c) for c in configs.space("hip", "gfx942", "v2_rowwise", "NN")] == \
-        _kept("gfx942", "v2_rowwise:NT")
+    for binary in BINARIES:
+        everywhere = [c for c in _kept("gfx942", _part(binary))
+                      if all(c in _kept("gfx942", _part(binary, layout)) for layout in BINARIES[binary].layouts)]
+        assert [tuning.as_dict(c) for c in configs.space("hip", "gfx942", binary, "TT")] == everywhere
+        if binary == "v2_tensorwise":
+            assert tiles and all(t in everywhere for t in tiles)
     assert all(configs.space(*DEVICES[target], binary, layout) for target in TARGETS for binary in BINARIES
                for layout in ("NN", "NT", "TN", "TT"))   # never nothing to run
 

@@ -25,7 +25,10 @@ Each binary is compiled at every operand layout its recipes' GEMMs run (:attr:`B
 K-contiguous A and B ("NT", :func:`kernels.gemm.spec.layout`'s letters) for every forward and
 the rowwise recipe's whole backward (its transposed copies), the per-tensor recipes' dgrad
 ("NN": B = w8) and wgrad ("TN": A = dy8.t()), the blockwise recipe's dgrad ("NN": B = w8, its
-128 x 128 scales read along N); v1, which no recipe runs, at NT. ``python -m
+128 x 128 scales read along N); v1 (no recipe's) and the rowwise binary also at plain calls'
+"NN" (row-major operands: the harness's default inputs, ``make_inputs``' layout "row", which its
+checks and benchmark run, and ``kernels.matmul_fp8`` of a row-major b) and "TN" (A
+transposed; with NT's B, the harness's "col" operands, TT). ``python -m
 workbench.isa.tune_space --op gemm_fp8 --write`` compiles every candidate for gfx942, gfx950 and
 sm90 at the target's e4m3 format (fnuz on gfx942, OCP e4m3fn elsewhere) as each binary at each
 of its layouts and keeps, per binary and layout, the configs whose compile neither spills nor
@@ -36,16 +39,18 @@ key holds both). Per layout, not one verdict for all layouts as the bf16 GEMM's 
 that fails only at a backward layout is never timed there and still is in the forward, whose
 kept configs and prior (the ISA page's config) another layout's verdicts do not shrink. Of
 the configs the NT compile keeps, on gfx942 7 of 40 spill in the blockwise dgrad's NN, 5 of 53
-in the per-tensor dgrad's NN and 4 of 53 in its wgrad's TN, and more move bytes one at a time
-through LDS there; on gfx950 3 and 2 of 54 in the per-tensor NN and TN, none in the blockwise
-NN; on sm90 each layout keeps what NT keeps. A layout no binary was compiled at ("TT"; the
-rowwise binary at NN, from a caller's own operands) tunes among the configs every layout the
-binary was compiled at keeps (:func:`space`). On sm90, where the blockwise binaries need a
+in the per-tensor dgrad's NN and 4 of 53 in its wgrad's TN, 4 and 3 of 52 in v1's and the
+rowwise binary's NN and TN (which keep 16 and 10), and more move bytes one at a time through
+LDS there; on gfx950 3 and 2 of 54 in the per-tensor NN and TN, 4 and 2 of 55 in v1's and the
+rowwise NN and TN (51 and 53 kept), none in the blockwise NN; on sm90 each layout keeps what NT
+keeps. A layout a binary was not compiled at tunes among the configs every layout it was
+compiled at keeps (:func:`space`): for v1, the rowwise and the per-tensor binaries that is TT,
+whose A lies as in TN and B as in NT. On sm90, where the blockwise binaries need a
 stack frame at every tile wider than 128x128, the other three still get 128x256 and 256x128
 tiles. Candidate order decides each part's prior, the untimed choice and the config an ISA
 compile of the binary at that layout runs (:func:`.launch.aot_config`): on AMD 256x128x128, 8 warps, 16x16 MFMAs, the one config these rungs ran before they were tuned (on gfx942 the
-blockwise weight-gradient binary spills there and the per-tensor NN and TN and blockwise NN
-parts drop it: they take the same tile with 4 warps, the blockwise NN with 32x32 MFMAs); on
+blockwise weight-gradient binary spills there and every NN and TN part drops it: they take
+the same tile with 4 warps, the blockwise NN with 32x32 MFMAs); on
 Hopper 128x256x128, 8 warps, 3 stages where the part keeps it (all but the blockwise
 binaries'), else the first it keeps.
 
@@ -125,9 +130,9 @@ class Binary(NamedTuple):
 
 ROW, COLUMN, TENSOR, BLOCK = (1, 0), (0, 1), (0, 0), (SCALE_K, SCALE_K)
 BINARIES = {   # the table's parts; each v2 binary's scales as its recipe's GEMMs pass them
-    "v1": Binary("v1", ROW, COLUMN),                                  # no recipe's: a call's, as its ISA page's
+    "v1": Binary("v1", ROW, COLUMN, ("NT", "NN", "TN")),              # no recipe's: calls' (the harness's NN)
     "v2_blockwise": Binary("v2", (1, SCALE_K), BLOCK, ("NT", "NN")),   # DeepSeek-V3's forward, dgrad (B = w)
-    "v2_rowwise": Binary("v2", ROW, COLUMN),                          # the rowwise recipe's three (transposed copies)
+    "v2_rowwise": Binary("v2", ROW, COLUMN, ("NT", "NN", "TN")),      # the rowwise recipe's three (NT copies); calls' NN, TN
     "v2_tensorwise": Binary("v2", TENSOR, TENSOR, ("NT", "NN", "TN")),   # tensorwise's, delayed's: views of x8, w8, dy8
     "v2_blockwise_128x1": Binary("v2", (1, SCALE_K), (SCALE_K, 1)),   # the blockwise recipe's wgrad
 }
@@ -196,10 +201,12 @@ def space(backend: str, arch: str, which: str, layout: str = "NT") -> list[trito
     """The candidates of the device's target that the shipped table keeps for binary ``which``
     (:data:`BINARIES`) at operand ``layout`` (:func:`kernels.gemm.spec.layout`'s letters), in
     candidate order (:func:`kernels.tuning.space`; the interpreter: its one config). A layout
-    the binary was not compiled at (no recipe runs it: "TT", or the rowwise binary's "NN" from
-    a caller's own operands) takes the configs every layout it was compiled at keeps: each of
-    its operands lies there as in some compiled layout, and a config that fits all of them
-    is the best evidence short of compiling it."""
+    the binary was not compiled at takes the configs every layout it was compiled at keeps. For
+    v1, the rowwise and the per-tensor binaries (NT, NN, TN) that is TT (the harness's "col"),
+    each of whose operands lies as in a compiled layout (A as TN's, B as NT's), and a config
+    that fits all of them is the best evidence short of compiling it. The blockwise binaries'
+    other layouts (TN, TT; the 128 x 1 one's NN), which no recipe runs, have an operand lying as
+    in no compiled layout: there the intersection is a guess."""
     if which not in BINARIES:
         raise ValueError(f"gemm_fp8 binaries are {tuple(BINARIES)}, not {which!r}")
     compiled = BINARIES[which].layouts

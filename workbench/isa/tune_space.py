@@ -7,7 +7,7 @@
     python -m workbench.isa.tune_space --op grouped_gemm --write
     python -m workbench.isa.tune_space --op gemm --write    # bf16 and float32: 9 minutes on 2 cores (2026-12-04)
     python -m workbench.isa.tune_space --op moe --write      # after grouped_gemm: its kept configs
-    python -m workbench.isa.tune_space --op gemm_fp8 --write
+    python -m workbench.isa.tune_space --op gemm_fp8 --write   # 29 minutes under nice on 2 shared cores (2026-12-05)
 
 Every candidate of an op's ``configs.candidates`` is compiled with the ISA inspector
 for its target, at bf16 and at float32 (each target's ``:fp32`` section, which a float32 call
@@ -24,7 +24,7 @@ DeepSeek-V3's per-K-block scales, ``v2_blockwise``, and with B's per 128 x 1, th
 gradient's, ``v2_blockwise_128x1``; v2 with scales constant along K, per row and column,
 ``v2_rowwise``, and per tensor, ``v2_tensorwise``) at each operand layout its recipes' launches run
 (:data:`kernels.gemm_fp8.configs.PARTS`: NT for every binary, NN for the blockwise and per-tensor
-dgrad, TN for the per-tensor wgrad) at each target's e4m3 format (its one section per target,
+dgrad, TN for the per-tensor wgrad; v1 and ``v2_rowwise`` at plain calls' NN and TN) at each target's e4m3 format (its one section per target,
 split per binary and layout, ``binary:layout``: each launch tunes among the configs its own
 binary's compile at its own layout keeps, ``per_binary``). A config is dropped when,
 in any of its compiles, it spills VGPRs or (AMD) SGPRs, uses scratch (AMD private segment, NVIDIA
