@@ -53,8 +53,9 @@ def meta(*tensors: torch.Tensor | None, extra: tuple = ()) -> tuple | None:
     tensor left out, is its own type); None if one is not a tensor (no plan then; a symbolic size
     makes the key unhashable, with the same end) or is a traced call's (:data:`_TRACED`: fake and
     functional tensors, as ``torch.compile`` traces a backward with: a compiled frame guards on
-    the caches it reads and cannot guard on keys that hold their types); then ``extra``, the
-    call's other arguments that the decisions read."""
+    the caches it reads and cannot guard on keys that hold their types; any other tensor
+    subclass is keyed by its type, a plan of its own); then ``extra``, the call's other
+    arguments that the decisions read."""
     key = [_backend.current().key]
     try:
         for t in tensors:

@@ -160,9 +160,8 @@ def run_args(kernel, tensors: int, scalars: tuple, grid: tuple, settings: dict) 
     order; :func:`run_kwargs` of the rest of ``settings`` (compile options such as ``num_warps``).
     Triton binds a parameter given by position as it binds it by name (the interpreter's and the
     JIT's binders: ``tests/test_launch_plans.py``), but each keyword argument goes into the dict
-    ``run(..., **kwargs)`` builds per launch: a call of a no-op with ``run``'s signature (as
-    ``workbench bench overhead`` stubs it) with GEMM v6's arguments took 0.95 µs with its ten
-    constexprs by name and 0.47 µs by position (an Intel Xeon shared with other work, 2026-12-05). The named parameters must be the kernel's last ones,
+    ``run(..., **kwargs)`` builds per launch (``workbench bench overhead`` shows the packing
+    time per op). The named parameters must be the kernel's last ones,
     right after the scalars, and only they: anything else raises here, when the plan is built,
     not at a launch."""
     names = list(kernel.arg_names)

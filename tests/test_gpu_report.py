@@ -196,6 +196,21 @@ def test_each_gemm_of_the_fp8_section_runs_at_the_forward_s_layout():
     assert layout(*kernels.spec("gemm").make_inputs((8, 6, 4), layout=gpu_report_fp8.LAYOUT)) == "NT"
 
 
+@pytest.mark.parametrize("op, rung, args", [("gemm", "v6", {}),
+                                             *(("gemm_fp8", "v2", {"granularity": g}) for g in
+                                               ("tensor", "channel", "block128x128"))])
+def test_the_rungs_the_fp8_section_times_are_right_at_its_layout(op, rung, args):
+    """What the section times at NT, checked against the op's float64 reference (outputs poisoned)."""
+    from kernels.outputs import poisoned_outputs
+    spec = kernels.spec(op)
+    inputs = spec.make_inputs((96, 80, 256), torch.bfloat16 if op == "gemm" else torch.float8_e4m3fn,
+                              seed=3, layout=gpu_report_fp8.LAYOUT, **args)
+    with poisoned_outputs():
+        got = kernels.get(op, rung)(*inputs)
+    want = spec.reference(*inputs)
+    torch.testing.assert_close(got.double(), want.double(), rtol=2e-2, atol=2e-2 * want.abs().max().item())
+
+
 def test_each_fp8_case_times_the_rung_its_recipe_trains_with():
     """matmul_fp8 (tensorwise, rowwise) and blockwise_matmul both run gemm_fp8's best rung."""
     from kernels.gemm.ops import best_rung

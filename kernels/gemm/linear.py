@@ -41,7 +41,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if plan.unfused:
         return _unfused(x, weight, bias)
     how = eager.path(x, autocast=True, known=plan.kind)
-    if how == eager.AUTOGRAD:   # eager.applier's call, inline (its frame: ~0.3 µs of ~12, bench overhead)
+    if how == eager.AUTOGRAD:   # eager.applier's call, inline: one Python frame less per call
         return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
     if how == eager.PLAIN:
         return plan.call(x, weight, bias)

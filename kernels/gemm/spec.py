@@ -48,7 +48,7 @@ def make_inputs(shape, dtype=torch.float32, device="cpu", seed=0, layout="row"):
     return a.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)
 
 
-LAYOUTS = ("row", "col", "NT")   # make_inputs' layouts
+LAYOUTS = ("row", "col", "NT")   # make_inputs' layouts: as :func:`layout` names them, NN, TT and NT
 
 
 def with_layout(a: torch.Tensor, b: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -67,6 +67,7 @@ def make_inputs(shape, dtype=torch.float8_e4m3fn, device="cpu", seed=0, layout="
         per_channel = granularity == "channel"
         a8, scale_a = quantize_fp8(a, dtype, "row" if per_channel else "tensor")
         b8, scale_b = quantize_fp8(b, dtype, "col" if per_channel else "tensor")
+    # row-major first: a block-scaled B was quantized as its transpose and is a view of it
     a8, b8 = gemm_spec.with_layout(a8.contiguous(), b8.contiguous(), layout)
     return tuple(t.to(device) for t in (a8, b8, scale_a, scale_b))
 

@@ -27,7 +27,7 @@ def traced(module: ModuleType, kernel: str, out: str = "c_ptr"):
     order: list[tuple[tuple[int, int], ...]] = []
 
     class PrefixLauncher:
-        arg_names = original.arg_names   # a launch plan binds constexprs by position (triton_support.run_args)
+        arg_names = names   # a launch plan binds constexprs by position (triton_support.run_args)
 
         def __getitem__(self, grid):
             def run(*args, **kwargs):
@@ -45,7 +45,8 @@ def traced(module: ModuleType, kernel: str, out: str = "c_ptr"):
             return run
 
         def run(self, *args, grid, warmup=False, **kwargs):
-            """What a launch plan calls (``kernels.triton_support.run_kwargs``)."""
+            """What a launch plan calls (``kernels.triton_support.run_args``: scalars and
+            constexprs by position, compile options by name)."""
             return self[grid](*args, **kwargs)
 
     setattr(module, kernel, PrefixLauncher())
