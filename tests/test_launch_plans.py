@@ -192,11 +192,15 @@ def _linear_inputs(change):
         weight.requires_grad_()
     if change == "type":
         x = x.as_subclass(_Subclass)
+    if change == "storage offsets":   # the same metadata inside larger storages: each call's own pointers
+        x = torch.randn(3 + x.numel())[3:].view(x.shape)
+        weight = torch.randn(5 + weight.numel())[5:].view(weight.shape)
+        bias = torch.randn(7 + bias.numel())[7:]
     return x, weight, bias
 
 
 LINEAR_CHANGES = ["none", "x flattens to a copy", "bias strides", "bias broadcast", "weight strides", "dtype",
-                  "bias dtype", "requires_grad", "type", "autocast", "storage"]
+                  "bias dtype", "requires_grad", "type", "autocast", "storage", "storage offsets"]
 
 
 @pytest.mark.parametrize("change", LINEAR_CHANGES)
@@ -205,7 +209,8 @@ def test_linear_never_reuses_a_stale_plan(builds, change):
     and epilogue, whether x's flattening is a view it may skip, the path. Inputs that differ in any
     of them, called twice with fresh values after a plan is kept for the usual ones, compute the
     right result (outputs poisoned); the same metadata (``none``; ``storage``: the same tensors
-    moved to new memory with ``set_``) reuses the plan."""
+    moved to new memory with ``set_``; ``storage offsets``: views into larger storages) reuses the
+    plan, which launches with each call's own pointers."""
     gemm_linear.linear(*_linear_inputs("none"))
     before = builds["linear"]
     cast = torch.autocast("cpu", dtype=torch.bfloat16) if change == "autocast" else contextlib.nullcontext()
@@ -224,7 +229,8 @@ def test_linear_never_reuses_a_stale_plan(builds, change):
         torch.testing.assert_close(y.detach().as_subclass(torch.Tensor), expected, **tolerance)
     # the subclass's call reaches the custom op's implementation with a plain 2-D x: a plan of its own;
     # under autocast the public call checks the operands cast to bf16, the implementation them without grad
-    assert builds["linear"] == before + {"none": 0, "storage": 0, "type": 2, "autocast": 2}.get(change, 1)
+    assert builds["linear"] == before + {"none": 0, "storage": 0, "storage offsets": 0, "type": 2,
+                                         "autocast": 2}.get(change, 1)
 
 
 @pytest.mark.parametrize("change", ["type", "shape", "strides", "dtype", "device", "requires_grad", "extra"])
