@@ -41,7 +41,8 @@ _transform = torch._C._functorch.peek_interpreter_stack
 _tracing = torch._C._get_tracing_state
 _any_autocast = torch._C._is_any_autocast_enabled
 _grad_enabled = torch.is_grad_enabled
-_unwrap_dead = torch._C._functorch.unwrap_if_dead
+unwrap = torch._C._functorch.unwrap_if_dead
+"""A tensor left wrapped by a finished functorch transform, unwrapped (any other as it is)."""
 
 CUSTOM_OP, PLAIN, AUTOGRAD = 0, 1, 2
 
@@ -100,10 +101,6 @@ def function_apply(function: type[torch.autograd.Function]) -> Callable:
     return super(torch.autograd.Function, function).apply
 
 
-unwrap = _unwrap_dead
-"""A tensor left wrapped by a finished functorch transform, unwrapped (any other as it is)."""
-
-
 def applier(function: type[torch.autograd.Function], tensors: int) -> Callable:
     """``function.apply`` for the :data:`AUTOGRAD` path: torch's C entry (:func:`function_apply`)
     with the one step of ``Function.apply``'s Python preamble that applies when no functorch
@@ -117,5 +114,5 @@ def applier(function: type[torch.autograd.Function], tensors: int) -> Callable:
     apply = function_apply(function)
 
     def call(*args):
-        return apply(*map(_unwrap_dead, args[:tensors]), *args[tensors:])
+        return apply(*map(unwrap, args[:tensors]), *args[tensors:])
     return call

@@ -24,5 +24,7 @@ def recipe_launches(recipe: str, grad_format: str | None = None) -> set[tuple[st
         y = fp8_linear(x, w, recipe, grad_format=grad_format)
         y.backward(torch.randn_like(y))
     keys = [json.loads(text) for op, text in seen if op.startswith("gemm_fp8/")]
+    # launch.settings' key: (M, N, K buckets, A's format, B's format, layout, ...)
+    assert all("float8" in key[3] and "float8" in key[4] for key in keys), keys
     return {(next(p for p in key if p in configs.BINARIES), next(p for p in key if p in ("NN", "NT", "TN", "TT")),
              key[3], key[4]) for key in keys}

@@ -200,15 +200,18 @@ def test_each_gemm_of_the_fp8_section_runs_at_the_forward_s_layout():
                                              *(("gemm_fp8", "v2", {"granularity": g}) for g in
                                                ("tensor", "channel", "block128x128"))])
 def test_the_rungs_the_fp8_section_times_are_right_at_its_layout(op, rung, args):
-    """What the section times at NT, checked against the op's float64 reference (outputs poisoned)."""
+    """What the section times at NT, checked against the op's float64 reference (outputs poisoned):
+    within the bf16 output's rounding (2^-8 of each element) and a float32 accumulation's error
+    over K = 256 (below 1e-5 of the largest element)."""
     from kernels.outputs import poisoned_outputs
     spec = kernels.spec(op)
     inputs = spec.make_inputs((96, 80, 256), torch.bfloat16 if op == "gemm" else torch.float8_e4m3fn,
                               seed=3, layout=gpu_report_fp8.LAYOUT, **args)
     with poisoned_outputs():
         got = kernels.get(op, rung)(*inputs)
-    want = spec.reference(*inputs)
-    torch.testing.assert_close(got.double(), want.double(), rtol=2e-2, atol=2e-2 * want.abs().max().item())
+    want = spec.reference(*inputs).double()
+    error = (got.double() - want).abs()
+    assert (error <= 2 ** -8 * want.abs() + 1e-5 * want.abs().max()).all(), error.max()
 
 
 def test_each_fp8_case_times_the_rung_its_recipe_trains_with():

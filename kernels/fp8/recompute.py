@@ -31,6 +31,7 @@ from collections import defaultdict
 
 import torch
 import torch.utils.checkpoint
+from torch.utils.checkpoint import CheckpointPolicy
 
 
 class Tape:
@@ -105,8 +106,6 @@ def _keep_reductions(ctx, op, *args, **kwargs):
     """Selective checkpointing's policy under torch.compile: amax reductions are saved, not
     recomputed, so a delayed scale (max of the history, which the forward then updates in place)
     is the forward's in the recompute; everything else may be recomputed."""
-    from torch.utils.checkpoint import CheckpointPolicy
-
     return CheckpointPolicy.MUST_SAVE if op is torch.ops.aten.amax.default else CheckpointPolicy.PREFER_RECOMPUTE
 
 

@@ -102,7 +102,9 @@ class Binary(NamedTuple):
 
     @property
     def along_k(self) -> bool:
-        """``SCALES_ALONG_K``: a scale changes every ``SCALE_K`` elements of K."""
+        """``SCALES_ALONG_K``: the kernel scales each K block in its loop, as its recipe's scales,
+        which change every ``SCALE_K`` elements of K, need (a launch's own rule, also for one K
+        block: :attr:`kernels.gemm_fp8.operands.BlockScales.along_k`)."""
         return bool(self.scales_a[1] or self.scales_b[0])
 
     @property
