@@ -202,7 +202,8 @@ def test_each_gemm_of_the_fp8_section_runs_at_the_forward_s_layout():
 def test_the_rungs_the_fp8_section_times_are_right_at_its_layout(op, rung, args):
     """What the section times at NT, checked against the op's float64 reference (outputs poisoned):
     within the bf16 output's rounding (2^-8 of each element) and a float32 accumulation's error
-    over K = 256 (below 1e-5 of the largest element)."""
+    over K = 256 in any order the CPU's BLAS takes (1e-4 of the largest element, about 840 float32
+    ulps of it)."""
     from kernels.outputs import poisoned_outputs
     spec = kernels.spec(op)
     inputs = spec.make_inputs((96, 80, 256), torch.bfloat16 if op == "gemm" else torch.float8_e4m3fn,
@@ -211,7 +212,7 @@ def test_the_rungs_the_fp8_section_times_are_right_at_its_layout(op, rung, args)
         got = kernels.get(op, rung)(*inputs)
     want = spec.reference(*inputs).double()
     error = (got.double() - want).abs()
-    assert (error <= 2 ** -8 * want.abs() + 1e-5 * want.abs().max()).all(), error.max()
+    assert (error <= 2 ** -8 * want.abs() + 1e-4 * want.abs().max()).all(), error.max()
 
 
 def test_each_fp8_case_times_the_rung_its_recipe_trains_with():
