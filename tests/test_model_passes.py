@@ -143,6 +143,8 @@ def test_a_tuned_launch_is_predicted_at_each_candidate():
     assert found[0].time_s < whole.time_s   # one launch of the pass
     with pytest.raises(NotCovered, match="dkdv"):
         predict_launch("attention", "v5", "forward", shape)
+    with pytest.raises(NotCovered, match="covers ops grouped_gemm, moe, attention, gemm_fp8, not 'gemm'"):
+        predict_launch("gemm", "v4", "forward", QWEN)   # an op that tunes one launch: its ops are named
     grouped = predict_launch("grouped_gemm", "v4", "forward", DOWN)
     assert grouped.time_s == _p(False, "grouped_gemm", "v4", DOWN).time_s
 

@@ -64,9 +64,8 @@ def predict_backward(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "
 def predict_launch(op: str, rung: int | str, kernel: str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
     """Modelled time of one launch ``kernel`` of a rung that tunes several (:data:`LAUNCHES`),
     as its tuner names it (:class:`kernels.tuning.Problem`'s ``kernel``)."""
-    labels = tuple(label for op_, label in LAUNCHES if op_ == op)
-    table = {op: (lambda label, shape_, dtype_, chip_spec: LAUNCHES[op, label](label, kernel, shape_, dtype_, chip_spec),
-                  labels)} if labels else {}
+    table = {op_: (lambda label, shape_, dtype_, chip_spec, op_=op_: LAUNCHES[op_, label](label, kernel, shape_, dtype_, chip_spec),
+                   tuple(label for o, label in LAUNCHES if o == op_)) for op_, _ in LAUNCHES}
     return _predict(table, op, rung, shape, dtype, gpu)
 
 
