@@ -1,5 +1,4 @@
-"""The ``workbench`` command: info, check, bench, comm, tour, exercise, predict, grade, gpu-report,
-train, tune.
+"""The ``workbench`` command: one subcommand per job, each described in ``workbench --help``.
 
 Everything it lists comes from the rung registry (``kernels.variants``); it holds no
 list of rungs or ops of its own.
@@ -376,7 +375,8 @@ def cmd_grade(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="workbench", description="Check, time, model, learn and train with the kernels package's rungs.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="backend, GPU, versions, which rungs run here")
     p = sub.add_parser("check", help="correctness of every registered rung at smoke shapes")
