@@ -101,8 +101,15 @@ def test_v1_compiles_gemm_v4s_kernel_per_expert():
     assert loop.mix(report.hot_loop, "gfx942").mfma   # the K loop is the hot loop
 
 
-def test_cli_predicts_fp8_and_says_which_dtype_it_takes(capsys):
-    assert cli.main(["predict", "gemm_fp8", "--dtype", "fp8", "--shape", "8192x8192x8192"]) == 0
-    assert f"{_predict('gemm_fp8', 'v1', SQUARE, 'MI300X', 'fp8').row()['TFLOP/s']:.3g}" in capsys.readouterr().out.split()
-    assert cli.main(["predict", "gemm_fp8"]) == 2
+def test_cli_predicts_fp8_by_default_and_says_which_dtype_it_takes(capsys):
+    """The FP8 ops' model covers fp8 only: with no ``--dtype`` (and in the Python API, with no
+    dtype) they are predicted in fp8, where the other ops take bf16; another dtype is refused."""
+    want = f"{_predict('gemm_fp8', 'v1', SQUARE, 'MI300X', 'fp8').row()['TFLOP/s']:.3g}"
+    for dtype in (["--dtype", "fp8"], []):
+        assert cli.main(["predict", "gemm_fp8", *dtype, "--shape", "8192x8192x8192"]) == 0
+        assert want in capsys.readouterr().out.split()
+    assert predict("gemm_fp8", "v1", SQUARE).time_s == _predict("gemm_fp8", "v1", SQUARE, "MI300X", "fp8").time_s
+    assert cli.main(["predict", "grouped_gemm_fp8"]) == 0
+    assert " fp8 " in capsys.readouterr().out
+    assert cli.main(["predict", "gemm_fp8", "--dtype", "bf16"]) == 2
     assert "covers fp8" in capsys.readouterr().err

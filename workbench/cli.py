@@ -416,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", type=_parse_shape, help="e.g. 4096x4096x4096 (default: the op's first quick shape)")
     p.add_argument("--against", metavar="FILE", help="a results file (workbench/recorded/*.json): the model "
                    "beside each measured row it covers, at that row's shape, dtype and GPU")
-    p.add_argument("--dtype", default="bf16", choices=sorted({*DTYPES, "fp8"}), help="fp8: gemm_fp8 only")
+    p.add_argument("--dtype", choices=sorted({*DTYPES, "fp8"}),
+                   help="default: fp8 for the FP8 ops (their only one), bf16 for the rest")
     p.add_argument("--gpu", default="MI300X", help="a roofline GPU name (default MI300X)")
     p = sub.add_parser("grade", help="any kernel file judged like a rung: correctness, machine code, "
                                      "speed (model; measured on a GPU); exit 0 only when correct")

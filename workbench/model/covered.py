@@ -31,6 +31,15 @@ COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
            "gemm_fp8": (gemm_fp8.predict, gemm_fp8.RUNGS),
            "grouped_gemm_fp8": (grouped_gemm_fp8.predict, grouped_gemm_fp8.RUNGS),
            "moe": (moe.predict, moe.RUNGS)}
+FP8_OPS = ("gemm_fp8", "grouped_gemm_fp8")   # modelled in "fp8" (e4m3 operands) only
+
+
+def default_dtype(op: str) -> str:
+    """The dtype an op is predicted in when the caller names none: "fp8" for the FP8 ops, whose
+    models cover nothing else, "bf16" for the rest (the training dtype)."""
+    return "fp8" if op in FP8_OPS else "bf16"
+
+
 BACKWARD = {"attention": (attention_backward.predict, attention_backward.RUNGS),
             "grouped_gemm": (grouped_gemm_backward.predict, grouped_gemm_backward.RUNGS),
             "moe": (moe.predict_backward, moe.RUNGS)}
@@ -49,19 +58,20 @@ def rungs(op: str) -> tuple[str, ...]:
     return COVERED[op][1]
 
 
-def predict(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
+def predict(op: str, rung: int | str, shape, dtype=None, gpu: str = "MI300X") -> Prediction:
     """Modelled time of ``op``'s ``rung`` at ``shape`` (the op's shape order) on ``gpu``: its
-    forward pass, the pass every rung has."""
+    forward pass, the pass every rung has; in ``dtype``, by default the op's own
+    (:func:`default_dtype`)."""
     return _predict(COVERED, op, rung, shape, dtype, gpu)
 
 
-def predict_backward(op: str, rung: int | str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
+def predict_backward(op: str, rung: int | str, shape, dtype=None, gpu: str = "MI300X") -> Prediction:
     """Modelled time of the backward pass of ``op``'s ``rung`` (:data:`BACKWARD`: attention
     v5, grouped GEMM v2 and v4, MoE v3), TFLOP/s on the spec's ``backward_flops``."""
     return _predict(BACKWARD, op, rung, shape, dtype, gpu)
 
 
-def predict_launch(op: str, rung: int | str, kernel: str, shape, dtype="bf16", gpu: str = "MI300X") -> Prediction:
+def predict_launch(op: str, rung: int | str, kernel: str, shape, dtype=None, gpu: str = "MI300X") -> Prediction:
     """Modelled time of one launch ``kernel`` of a rung that tunes several (:data:`LAUNCHES`),
     as its tuner names it (:class:`kernels.tuning.Problem`'s ``kernel``)."""
     table = {op_: (lambda label, shape_, dtype_, chip_spec, op_=op_: LAUNCHES[op_, label](label, kernel, shape_, dtype_, chip_spec),
@@ -70,6 +80,7 @@ def predict_launch(op: str, rung: int | str, kernel: str, shape, dtype="bf16", g
 
 
 def _predict(table: dict, op: str, rung, shape, dtype, gpu: str) -> Prediction:
+    """``dtype`` None: the op's own (:func:`default_dtype`)."""
     if op not in table:
         raise NotCovered(f"the model covers ops {', '.join(table)}, not {op!r}")
     covered = table[op][1]
@@ -85,4 +96,4 @@ def _predict(table: dict, op: str, rung, shape, dtype, gpu: str) -> Prediction:
     label = kernels.get(op, rung).label
     if label not in covered:
         raise NotCovered(f"the model covers {op} rungs {', '.join(covered)}, not {label}")
-    return table[op][0](label, shape, roofline.dtype_name(dtype), chip_spec)
+    return table[op][0](label, shape, roofline.dtype_name(default_dtype(op) if dtype is None else dtype), chip_spec)
