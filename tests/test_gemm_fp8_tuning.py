@@ -270,6 +270,29 @@ def test_an_aot_compile_at_a_layout_runs_that_layouts_prior(target, part):
     assert prior in _kept(target, part)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_part_the_table_lacks_compiles_each_candidate_so_its_section_can_be_built(target, tmp_path, monkeypatch):
+    """How a binary or layout is added: ``workbench.isa.tune_space`` compiles every candidate at
+    the new part before the table has a section for it. A candidate's whole config replaces the
+    prior, so the table is not read for it; a launch without a whole config still needs the
+    part's section, and says so."""
+    (binary, layout), (backend, arch) = PARTS["v2_blockwise:NN"], DEVICES[target]
+    table = json.loads(configs.TABLE.read_text())
+    for section in table["targets"].values():
+        del section["v2_blockwise:NN"]
+    lacking = tmp_path / "tuned_space.json"
+    lacking.write_text(json.dumps(table))
+    monkeypatch.setattr(configs, "TABLE", lacking)
+    rung = kernels.get("gemm_fp8", "v2")
+    for candidate in configs.candidates(target)[-2:]:   # the space's last: no part's prior
+        cfg = tuning.as_dict(candidate)
+        aot, = rung.aot(fp8_dtype(arch), backend, arch, {"binary": binary, "layout": layout, **cfg})
+        ran = {**{k: v for k, v in aot.constexprs.items() if k in cfg or k == "NUM_XCDS"}, **aot.options}
+        assert ran == {**cfg, "NUM_XCDS": xcd.full_chip_xcds(backend, arch)}
+    with pytest.raises(ValueError, match="no binary 'v2_blockwise:NN'"):
+        rung.aot(fp8_dtype(arch), backend, arch, {"binary": binary, "layout": layout, "num_warps": 4})
+
+
 def test_the_isa_page_at_the_blockwise_dgrads_layout_compiles_its_prior():
     """The ISA pages of v2 at NN on gfx942: the blockwise launch at NN's prior, 4 warps and 32x32
     MFMAs, which NN keeps; NT's (8 warps, 16x16) NN drops. The rowwise launch at its own NN prior

@@ -16,7 +16,7 @@ from ..gemm.spec import launch_ints, layout
 from ..outputs import new_output
 from ..registry import AotKernel
 from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, pointer_type, run_kwargs
-from ..tuning import Problem, as_dict, choice, with_overrides
+from ..tuning import Problem, as_dict, choice, target, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from . import configs, operands
 
@@ -26,12 +26,18 @@ AOT_SIZE = 8192   # the GEMM the ISA inspector compiles: 8192^3
 V0_PRIOR = "v2_blockwise"
 
 
-def aot_config(backend: str, arch: str, remap: bool, which: str, layout: str = "NT") -> dict:
+def aot_config(backend: str, arch: str, remap: bool, which: str, layout: str = "NT",
+               given: dict | None = None) -> dict:
     """What an ahead-of-time compile of binary ``which`` (:data:`.configs.BINARIES`; v0 takes
     :data:`V0_PRIOR`'s) at operand ``layout`` runs: its prior there at 8192^3
     (:func:`.configs.prior`: a layout's own, which on gfx942 is not always NT's), with the whole
-    chip's XCDs for a rung that remaps (``remap``)."""
-    cfg = configs.prior(backend, arch, AOT_SIZE, AOT_SIZE, AOT_SIZE, which, layout)
+    chip's XCDs for a rung that remaps (``remap``). Settings ``given`` that name every setting of
+    a candidate (how ``workbench.isa.tune_space`` compiles each candidate) replace the prior
+    whole, so it is not read: a part the table has no section for yet (a binary or layout being
+    added, :data:`.configs.PARTS`) compiles, and its section can be built."""
+    whole = as_dict(configs.candidates(target(configs.TABLE, backend, arch))[0])
+    cfg = whole if set(whole) <= set(given or ()) else configs.prior(backend, arch, AOT_SIZE, AOT_SIZE, AOT_SIZE,
+                                                                     which, layout)
     return {**cfg, "NUM_XCDS": full_chip_xcds(backend, arch)} if remap else cfg
 
 
@@ -94,7 +100,7 @@ def aot_binaries(kernel, rung: str, dtype: torch.dtype, backend: str, arch: str,
         else:
             scalars = dict(stride_sam=sam, stride_sak=sak, stride_sbk=sbk, stride_sbn=sbn)
             constexprs = {"SCALE_K": operands.SCALE_K, "GROUP_N": b.group_n, "SCALES_ALONG_K": b.along_k}
-        cfg = aot_config(backend, arch, prior is None, prior or name, layout)
+        cfg = aot_config(backend, arch, prior is None, prior or name, layout, overrides)
         launches.append(aot_launch(kernel, dtype, with_overrides(cfg, overrides), {**ints, **scalars},
                                    constexprs={"INTERP_BF16": False, **constexprs},
                                    pointers={"a_ptr": pointer_type(a_dtype), "c_ptr": pointer_type(out_dtype),
