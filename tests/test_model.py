@@ -193,6 +193,10 @@ def test_a_schedule_issues_its_instructions_per_wave_and_waits_on_its_loads():
     ops = ["v_add_u32_e32", "s_add_i32", "s_waitcnt", "ds_read_b32"]
     assert tile_schedule.cycles(ops, 8, chip) == 2 * 3 * 4
     assert tile_schedule.cycles([*ops, "global_load_dword"], 8, chip) == 2 * 4 * 4 + 800
+    # PTX (sm_90): moves and branches free, the rest at the ALU rate; ld.param is not a global load
+    ptx = ["add.s32", "mov.u32", "shfl.sync.up.b32", "ld.param.b32", "bra.uni"]
+    assert tile_schedule.cycles(ptx, 8, chip, "ptx") == 2 * 3 * 4
+    assert tile_schedule.cycles([*ptx, "ld.global.b32"], 8, chip, "ptx") == 2 * 4 * 4 + 800
 
 
 def test_memory_binds_when_its_bandwidth_is_low():

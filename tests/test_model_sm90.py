@@ -11,6 +11,7 @@ import torch
 
 import roofline
 from workbench import isa
+from workbench.isa import parse as isa_parse
 from workbench.model import NVIDIA_OPS, NotCovered, combine, machine, predict, ptx_loop
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t}"
@@ -93,6 +94,26 @@ def test_only_an_in_flight_wgmma_overlaps_the_async_units():
 def test_what_the_ptx_model_does_not_know_is_an_error(text, error):
     with pytest.raises((ValueError, KeyError), match=error):
         ptx_loop.mix(text, "sm_90")
+
+
+def test_ptx_instructions_take_the_innermost_line_of_the_file_asked_for():
+    """The line table as Triton's NVIDIA backend writes it: a ``.loc`` names one frame and
+    the call site it was inlined at; a standard.py frame inlined into schedule.py, itself
+    inlined into the kernel, charges schedule.py's line; a kernel line has none there."""
+    lines = ['\t.loc\t1 65 32',
+             '\tmov.u32 \t%r1, %tid.x;',
+             '\t.loc\t2 36 30, function_name $L__info_string0, inlined_at 1 65 32',
+             '\tadd.s32 \t%r2, %r1, 1;',
+             '\t.loc\t3 43 13, function_name $L__info_string0, inlined_at 2 36 30',
+             '\t@%p1 ld.global.b32 { %r3 }, [ %rd1 + 0 ];',
+             '$L__tmp0:',
+             '\t.loc\t1 66 25',
+             '\tshfl.sync.up.b32 \t%r4, %r3, 1, 0, -1;',
+             '\t.file\t1 "/x/kernels/moe/grouped_gemm/v2_one_launch.py"',
+             '\t.file\t2 "/x/kernels/moe/grouped_gemm/schedule.py"',
+             '\t.file\t3 "/x/triton/language/standard.py"']
+    assert isa_parse.by_source_line(lines, "schedule.py", "ptx") == [
+        ("mov.u32", None), ("add.s32", 36), ("ld.global.b32", 36), ("shfl.sync.up.b32", None)]
 
 
 # --- the compiled ladders (slow) -----------------------------------------------------------
