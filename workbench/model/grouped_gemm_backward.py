@@ -50,6 +50,7 @@ def dw_launch(label: str, shape: tuple, sizes: list[int], torch_dtype: torch.dty
               **chip_model.loop_inputs([mix], chip_spec.target),
               "config": (cfg, f"grouped_gemm {label}'s dW settings" + (" (v4's untimed prior)" if label == "v4" else "")),
               "compiled kernel": (f"{report.kernel_name} @ {report.target}", "ahead-of-time compile (workbench.isa)"),
+              "compile options": chip_model.compile_options(report),
               "hot loop per wave and iteration": (chip_model.mix_summary(mix), "the compiled hot loop"),
               "K steps per iteration": (steps, "the compiled hot loop"),
               "occupancy": (str(report.occupancy), "workbench.isa.occupancy"),
