@@ -193,6 +193,10 @@ def test_a_schedule_issues_its_instructions_per_wave_and_waits_on_its_loads():
     ops = ["v_add_u32_e32", "s_add_i32", "s_waitcnt", "ds_read_b32"]
     assert tile_schedule.cycles(ops, 8, chip) == 2 * 3 * 4
     assert tile_schedule.cycles([*ops, "global_load_dword"], 8, chip) == 2 * 4 * 4 + 800
+    # PTX (sm_90): moves and branches free, the rest at the ALU rate; ld.param is not a global load
+    ptx = ["add.s32", "mov.u32", "shfl.sync.up.b32", "ld.param.b32", "bra.uni"]
+    assert tile_schedule.cycles(ptx, 8, chip, "ptx") == 2 * 3 * 4
+    assert tile_schedule.cycles([*ptx, "ld.global.b32"], 8, chip, "ptx") == 2 * 4 * 4 + 800
 
 
 def test_memory_binds_when_its_bandwidth_is_low():
@@ -225,7 +229,7 @@ def test_prediction_is_labelled_model_everywhere():
     (("gemm_fp8", "v1", (8, 8, 8), "bf16"), NotCovered, "fp8"),
     (("gemm_fp8", "v0", (8, 8, 8), "fp8"), NotCovered, "v1"),
     (("gemm", "v4", (1, 1, 1), "bf16", "B200"), NotCovered, "gfx942, gfx950, sm_90"),
-    (("grouped_gemm", "v2", (8, 8, 8, 2, 0), "bf16", "H100 SXM"), NotCovered, "forward passes of gemm, attention"),
+    (("moe", "v3", (8, 8, 8, 4, 2, 0), "bf16", "H100 SXM"), NotCovered, "forward passes of gemm, attention, grouped_gemm"),
     (("gemm", "v4", (0, 1, 1)), ValueError, "shape"),
     (("gemm", "v4", (4, 4)), ValueError, "shape"),
     (("gemm", "v4", (4, 4, 4), "fp8"), NotCovered, "dtype"),
@@ -363,7 +367,7 @@ def test_backward_trips_follow_the_kernels_bounds():
 @pytest.mark.parametrize(("args", "named"), [
     (("gemm", "v4", (8, 8, 8)), "attention"),
     (("attention", "v4", (1, 4, 1, 8, 8, 128, 1)), "v5"),
-    (("attention", "v5", (1, 4, 1, 8, 8, 128, 1), "bf16", "H200"), "forward passes of gemm, attention"),
+    (("attention", "v5", (1, 4, 1, 8, 8, 128, 1), "bf16", "H200"), "forward passes of gemm, attention, grouped_gemm"),
 ])
 def test_backward_requests_name_what_is_covered(args, named):
     from workbench.model import predict_backward

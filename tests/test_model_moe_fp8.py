@@ -59,7 +59,7 @@ def test_persistent_beats_one_launch():
 def test_the_schedule_is_weighed_from_its_compiled_lines(rung):
     """The offsets are loaded on the scan's lines (a latency the first operand loads wait
     on) and located without a load; both issue instructions in the compiled kernel."""
-    _, report = grouped_gemm.compiled(rung, "forward", DOWN, torch.bfloat16, "gfx942")
+    _, report = grouped_gemm.compiled(rung, "forward", DOWN, torch.bfloat16, "gfx942", 304)
     scan, locate = (tile_schedule.instructions(report, f) for f in (tile_schedule.SCAN, tile_schedule.LOCATE))
     loads = lambda ops: [op for op in ops if op.startswith(("buffer_load", "global_load", "s_load", "s_buffer_load"))]
     assert loads(scan) and not loads(locate) and len(locate) > 10
@@ -96,7 +96,7 @@ def test_fp8_v2_scales_each_k_block_on_the_vector_units(gpu):
 
 def test_v1_compiles_gemm_v4s_kernel_per_expert():
     report = isa.inspect("grouped_gemm", "v1", "gfx942", torch.bfloat16)
-    cfg = grouped_gemm.config("v1", DOWN, "gfx942")[0]
+    cfg = grouped_gemm.config("v1", DOWN, "gfx942", 304)[0]
     assert cfg == gemm.plan("v4", (1024, 7168, 2048), "gfx942", 304).cfg
     assert loop.mix(report.hot_loop, "gfx942").mfma   # the K loop is the hot loop
 

@@ -1,6 +1,6 @@
 """The model on sm_90 (H100, H200): the PTX hot loop's weights on hand-written PTX (fast),
-then the GEMM and attention forward ladders compiled for sm_90 ahead of time (``slow``:
-seven compiles, cached per process by the ISA inspector).
+then the GEMM, attention and grouped GEMM forward ladders compiled for sm_90 ahead of time
+(``slow``: a compile per rung and config, cached per process by the ISA inspector).
 """
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import functools
 import pytest
 import torch
 
+import kernels
 import roofline
-from workbench import isa
-from workbench.model import NVIDIA_OPS, NotCovered, combine, machine, predict, ptx_loop
+from workbench import cli, isa
+from workbench.isa import parse as isa_parse
+from workbench.model import (NVIDIA_OPS, NotCovered, combine, grouped_gemm, machine, predict, predict_backward, ptx_loop,
+                             tile_schedule)
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t}"
 ACC = "{%r1,%r2}"
@@ -95,6 +98,26 @@ def test_what_the_ptx_model_does_not_know_is_an_error(text, error):
         ptx_loop.mix(text, "sm_90")
 
 
+def test_ptx_instructions_take_the_innermost_line_of_the_file_asked_for():
+    """The line table as Triton's NVIDIA backend writes it: a ``.loc`` names one frame and
+    the call site it was inlined at; a standard.py frame inlined into schedule.py, itself
+    inlined into the kernel, charges schedule.py's line; a kernel line has none there."""
+    lines = ['\t.loc\t1 65 32',
+             '\tmov.u32 \t%r1, %tid.x;',
+             '\t.loc\t2 36 30, function_name $L__info_string0, inlined_at 1 65 32',
+             '\tadd.s32 \t%r2, %r1, 1;',
+             '\t.loc\t3 43 13, function_name $L__info_string0, inlined_at 2 36 30',
+             '\t@%p1 ld.global.b32 { %r3 }, [ %rd1 + 0 ];',
+             '$L__tmp0:',
+             '\t.loc\t1 66 25',
+             '\tshfl.sync.up.b32 \t%r4, %r3, 1, 0, -1;',
+             '\t.file\t1 "/x/kernels/moe/grouped_gemm/v2_one_launch.py"',
+             '\t.file\t2 "/x/kernels/moe/grouped_gemm/schedule.py"',
+             '\t.file\t3 "/x/triton/language/standard.py"']
+    assert isa_parse.by_source_line(lines, "schedule.py", "ptx") == [
+        ("mov.u32", None), ("add.s32", 36), ("ld.global.b32", 36), ("shfl.sync.up.b32", None)]
+
+
 # --- the compiled ladders (slow) -----------------------------------------------------------
 
 GEMM = (8192, 8192, 8192)
@@ -145,7 +168,7 @@ def test_h200_is_h100_with_more_bandwidth():
     h100, h200 = _predict("gemm", "v2", GEMM), _predict("gemm", "v2", GEMM, "H200")
     assert h200.time_s <= h100.time_s
     assert h200.breakdown["HBM"] == pytest.approx(h100.breakdown["HBM"] * 3.35 / 4.8)
-    assert NVIDIA_OPS == {"sm_90": ("gemm", "attention")}
+    assert NVIDIA_OPS == {"sm_90": ("gemm", "attention", "grouped_gemm")}
 
 
 @pytest.mark.slow
@@ -154,3 +177,91 @@ def test_a_loop_without_wgmma_is_not_covered():
     weighed as if the tensor cores ran it."""
     with pytest.raises(NotCovered, match="without matrix instructions"):
         predict("gemm", "v4", (256, 256, 256), "fp32", "H100")
+
+
+# --- grouped GEMM (slow) --------------------------------------------------------------------
+
+GROUPED = kernels.spec("grouped_gemm").bench_shapes
+DOWN, SKEWED = GROUPED["dsv3 down (32 experts)"], GROUPED["dsv3 gate+up skewed"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+@pytest.mark.parametrize("rung", grouped_gemm.RUNGS)
+def test_every_grouped_rung_stays_below_the_peak_on_sm90(rung, gpu):
+    """Every bench shape: a prediction above the dense bf16 peak weighs a loop that is not the
+    compiled one (v1 once took GEMM v4's AMD warps over the sm_90 compile's: 1126 TFLOP/s)."""
+    peak = roofline.spec(gpu).peak("bf16")
+    for name, shape in GROUPED.items():
+        p = _predict("grouped_gemm", rung, shape, gpu)
+        assert 0 < p.tflops <= peak and p.label == "model", (name, p.tflops)
+        assert p.time_s * p.tflops * 1e12 == pytest.approx(kernels.spec("grouped_gemm").flops(shape))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [DOWN, SKEWED], ids=["balanced", "skewed"])
+@pytest.mark.parametrize("gpu", ["MI300X", "H200"])
+def test_grouped_v1_is_gemm_v4_once_per_expert(gpu, shape):
+    """v1 launches GEMM v4's kernel per non-empty expert, with GEMM v4's settings for the
+    target: its time is GEMM v4's at each expert's (rows, N, K), summed, on AMD and sm_90 alike."""
+    k, n = shape[1:3]
+    rows = grouped_gemm.group_rows(shape)
+    per_expert = [_predict("gemm", "v4", (r, n, k), gpu) for r in rows if r]
+    p = _predict("grouped_gemm", "v1", shape, gpu)
+    assert p.time_s == pytest.approx(sum(q.time_s for q in per_expert), rel=1e-9)
+    assert p.inputs["config"][0] == per_expert[0].inputs["config"][0]
+    assert p.inputs["compile options"][0] == per_expert[0].inputs["compile options"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+def test_the_grouped_ladder_on_sm90(gpu):
+    """At DeepSeek-V3's down projection v4's docstring holds on sm_90 (no surplus programs, one
+    offsets scan per program: faster than v2, and than v1), on one program per SM, no remap."""
+    v1, v2, v4 = (_predict("grouped_gemm", rung, DOWN, gpu) for rung in grouped_gemm.RUNGS)
+    assert v4.time_s < v1.time_s < v2.time_s
+    s2, s4 = (p.inputs["tile schedule (cycles)"][0] for p in (v2, v4))
+    assert s2["surplus programs"] == 32 * 56 and s4["surplus programs"] == 0
+    assert s2["once"] == 0 < s4["once"] and 0 < s4["per tile"] < s2["per tile"]
+    cfg = v4.inputs["config"][0]
+    assert cfg["NUM_PROGS"] == roofline.spec(gpu).compute_units and cfg["NUM_XCDS"] == 1
+
+
+V2_BELOW_V1_ON_MI300X = {"mixtral gate+up (8 experts)"}
+DSV3_BALANCED = {"dsv3 gate+up (32 experts)", "dsv3 down (32 experts)"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["MI300X", "MI355X", "H100", "H200"])
+def test_v2_against_v1_per_target_as_its_docstring_states(gpu):
+    """grouped GEMM v2's docstring, by the model: faster than v1 on MI300X at every bench
+    shape but Mixtral's gate+up; on H100, H200 and MI355X slower at DeepSeek-V3's balanced
+    shapes, HBM-bound (a wave runs one column panel over nearly every row tile, so x comes
+    from HBM once per panel; v1's grouped order shares x's rows)."""
+    for name, shape in GROUPED.items():
+        v1, v2 = (_predict("grouped_gemm", rung, shape, gpu) for rung in ("v1", "v2"))
+        if gpu == "MI300X":
+            assert (v2.time_s > v1.time_s) == (name in V2_BELOW_V1_ON_MI300X), name
+        elif name in DSV3_BALANCED:
+            assert v2.time_s > v1.time_s and v2.bound == "HBM", name
+            assert v2.breakdown["HBM"] > 2 * v1.breakdown["HBM"], name
+
+
+@pytest.mark.slow
+def test_the_grouped_schedule_is_read_from_the_ptx():
+    """The offsets are loaded on the scan's lines and located without a load, as on AMD:
+    the PTX line table puts both on schedule.py's lines."""
+    for rung in ("v2", "v4"):
+        _, report = grouped_gemm.compiled(rung, "forward", DOWN, torch.bfloat16, "sm_90", 132)
+        scan, locate = (tile_schedule.instructions(report, f) for f in (tile_schedule.SCAN, tile_schedule.LOCATE))
+        assert any(op.startswith("ld.global") for op in scan), rung
+        assert not any(op.startswith("ld.global") for op in locate) and len(locate) > 10, rung
+
+
+@pytest.mark.slow
+def test_cli_predicts_the_grouped_ladder_on_h200(capsys):
+    assert cli.main(["predict", "grouped_gemm", "--gpu", "H200"]) == 0
+    out = capsys.readouterr().out
+    assert all(f" {rung} " in out for rung in grouped_gemm.RUNGS) and "model" in out
+    with pytest.raises(NotCovered, match="forward passes of gemm, attention, grouped_gemm only"):
+        predict_backward("grouped_gemm", "v4", DOWN, "bf16", "H200")

@@ -183,18 +183,42 @@ def prefetches_into_registers(loop: list[str]) -> bool:
             and "s_barrier" in loop[last_read:first_write])
 
 _FRAME = re.compile(r"([\w.-]+):(\d+):\d+")
+_PTX_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"')
+_PTX_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+(\d+)(?:,.*?\binlined_at\s+(\d+)\s+(\d+)\s+(\d+))?")
 
 
-def by_source_line(lines: list[str], file: str) -> list[tuple[str, int | None]]:
-    """Each AMDGCN instruction with the line of ``file`` it came from, per the line table:
-    the comment of the last ``.loc`` before it lists the inlined frames innermost first, and
-    the innermost one in ``file`` counts (a ``tl.sum`` of Triton's standard.py charges the
-    caller's line). None where the last ``.loc`` names no frame in ``file``."""
+def by_source_line(lines: list[str], file: str, dialect: str = "amdgcn") -> list[tuple[str, int | None]]:
+    """Each instruction with the line of ``file`` it came from, per the line table: the
+    innermost inlined frame in ``file`` counts (a ``tl.sum`` of Triton's standard.py charges
+    the caller's line); None where the last ``.loc`` has no frame in ``file``.
+
+    AMDGCN: the comment of each ``.loc`` lists its inlined frames innermost first. PTX: a
+    ``.loc`` names one frame (by its ``.file`` number) and, if inlined, the call site it was
+    inlined at; that call site's own ``.loc``, emitted before it, names the next one out."""
+    if dialect == "ptx":
+        return _ptx_by_source_line(lines, file)
     line, out = None, []
     for text in lines:
         if text.lstrip().startswith(".loc"):
             frames = [int(n) for name, n in _FRAME.findall(text.partition(";")[2]) if name == file]
             line = frames[0] if frames else None
+        elif op := mnemonic(text):
+            out.append((op, line))
+    return out
+
+
+def _ptx_by_source_line(lines: list[str], file: str) -> list[tuple[str, int | None]]:
+    names = {m.group(1): m.group(2).rsplit("/", 1)[-1] for text in lines if (m := _PTX_FILE.match(text))}
+    callers: dict[tuple, tuple | None] = {}   # (file number, line, column) -> where it was last inlined
+    line, out = None, []
+    for text in lines:
+        if m := _PTX_LOC.match(text):
+            frame, seen = m.group(1, 2, 3), set()
+            callers[frame] = m.group(4, 5, 6) if m.group(4) else None
+            while frame is not None and names.get(frame[0]) != file and frame not in seen:
+                seen.add(frame)
+                frame = callers.get(frame)
+            line = int(frame[1]) if frame is not None and names.get(frame[0]) == file else None
         elif op := mnemonic(text):
             out.append((op, line))
     return out

@@ -107,6 +107,7 @@ def _inputs(label: str, chip_spec, found: dict, kernels: tuple[str, ...]) -> dic
         **chip_model.loop_inputs([m for k in kernels for m in found["mixes"][k]], chip_spec.target),
         **{f"compiled kernel {k}": (f"{found['reports'][k].kernel_name} @ {found['reports'][k].target}, causal, "
                                     "S = 4096", "ahead-of-time compile") for k in kernels},
+        **{f"compile options {k}": chip_model.compile_options(found["reports"][k]) for k in kernels},
         **{f"{k} {LOOP_ORDER[k][i]} per wave and iteration": (chip_model.mix_summary(mix), "the compiled loop")
            for k in kernels for i, mix in enumerate(found["mixes"][k])},
         **{f"occupancy {k}": (str(found["reports"][k].occupancy), "workbench.isa.occupancy") for k in kernels},

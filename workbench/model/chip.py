@@ -92,6 +92,12 @@ def loop_inputs(mixes, target: str) -> dict[str, tuple]:
     return out
 
 
+def compile_options(report) -> tuple[dict, str]:
+    """What the compile a prediction reads got (``num_warps``, ``num_stages``, the AMD knobs
+    the target takes), as ``Prediction.inputs`` shows it beside the config the model assumed."""
+    return dict(report.options), "the ahead-of-time compile (workbench.isa)"
+
+
 def mix_summary(mix) -> dict:
     """A hot loop's weighed mix, as ``Prediction.inputs`` shows it."""
     return {"MFMAs": mix.mfma, "MFMA cycles": mix.mfma_cycles, "VALU": mix.valu,

@@ -7,26 +7,30 @@ group's rows split into row tiles of ``BLOCK_M`` (a group's last tile partial); 
 reads its rows of x and one column block of its own expert's w, so tiles of one expert
 share w blocks and tiles of one row block share x.
 
-* v1 launches GEMM v4's kernel once per non-empty expert: each launch's tiles in GEMM
-  v4's order make their own waves (wave quantization paid per expert); the host read of
-  the offsets and the launch gaps between experts are not modelled.
+* v1 launches GEMM v4's kernel, with GEMM v4's settings for the target, once per
+  non-empty expert: each launch's tiles in GEMM v4's order make their own waves (wave
+  quantization paid per expert); the host read of the offsets and the launch gaps between
+  experts are not modelled.
 * v2 launches once: row tiles of every group (in group order) fastest, then column tiles;
   every program first loads and scans the offsets, and the surplus programs of its
   upper-bound grid do only that (:mod:`.tile_schedule`, weighed from the compiled code).
-* v4 launches one persistent program per CU walking units (row tile, column tile) in turn
-  with GEMM v3's XCD remap, scanning the offsets once and locating each unit's group;
-  its tile is the untimed prior for the shape.
+* v4 launches one persistent program per CU (SM on NVIDIA) walking units (row tile,
+  column tile) in turn, with GEMM v3's XCD remap on AMD (none on NVIDIA: one L2), scanning
+  the offsets once and locating each unit's group; its tile is the untimed prior for the
+  shape.
 """
 from __future__ import annotations
 
 import torch
 import triton
 
+from kernels import backend as _backend
 from kernels.gemm import v4_lds_pipeline
+from kernels.gemm.v6_persistent import programs
 from kernels.moe.grouped_gemm import launch as grouped_launch
 from kernels.moe.grouped_gemm import spec, v4_persistent
 from kernels.gemm.v3_grouped_order import xcd_remap
-from kernels.xcd import CUS_PER_XCD, full_chip_xcds
+from kernels.xcd import full_chip_xcds
 
 from .. import isa
 from . import gemm, predict_gemm, tile_schedule, tiles
@@ -52,31 +56,37 @@ def row_tiles(sizes: list[int], bm: int) -> list[tuple[int, int]]:
 KERNELS = {"forward": 0, "dx": 1, "dw": 2}   # a rung's aot launches, in order (v2, v4)
 
 
-def config(rung: str, shape: tuple, arch: str, kernel: str = "forward",
+def config(rung: str, shape: tuple, arch: str, compute_units: int, kernel: str = "forward",
            dtype: torch.dtype | None = None) -> tuple[dict, dict]:
-    """(the rung's settings for ``kernel`` at the launch's ``shape``, what the ISA inspector's
-    compile gets). ``kernel``: "forward", "dx" (the forward kernel on wᵀ: ``shape`` is then the
-    dX launch's, K and N swapped) or "dw" (v2, v4 only). v4's tile: a tuner's candidate where
-    one is pinned (:func:`.candidates.predict_config`), else its untimed prior."""
+    """(the rung's settings for ``kernel`` at the launch's ``shape`` on an ``arch`` GPU of
+    ``compute_units`` CUs (SMs), what the ISA inspector's compile gets): the choice the rung
+    makes on that target's backend ("hip" or "cuda", :func:`.gemm.backend_of`), so no AMD knob
+    reaches an NVIDIA compile. ``kernel``: "forward", "dx" (the forward kernel on wᵀ: ``shape``
+    is then the dX launch's, K and N swapped) or "dw" (v2, v4 only). v4's tile: a tuner's
+    candidate where one is pinned (:func:`.candidates.predict_config`), else its untimed prior;
+    its persistent settings as it launches them: one program per CU (SM), GEMM v3's XCD remap
+    over the chip's XCDs (none on NVIDIA)."""
     tile = pinned()
     if tile is not None and rung != "v4":
         raise NotImplementedError(f"grouped_gemm {rung} is not tuned: it has no candidate configs to predict")
+    backend = gemm.backend_of(arch)
     if rung == "v1":
-        return v4_lds_pipeline.config("hip", arch), {}
+        return v4_lds_pipeline.config(backend, arch), {}
     if rung == "v2":
-        return grouped_launch.config("hip", arch), {}
+        return grouped_launch.config(backend, arch), {}
     t, k, n, g = shape[:4]
     if kernel == "dw":
-        cfg = dict(tile or v4_persistent.prior("dw", "hip", arch, t, k, n, g, dtype))
+        cfg = dict(tile or v4_persistent.prior("dw", backend, arch, t, k, n, g, dtype))
         return cfg, {**cfg, "kernel": "dw"}
-    cfg = {**(tile or v4_persistent.prior("forward", "hip", arch, t, k, n, g, dtype)),
-           "NUM_XCDS": full_chip_xcds("hip", arch), "NUM_PROGS": CUS_PER_XCD[arch] * full_chip_xcds("hip", arch)}
+    device = _backend.Backend(backend, arch, "model", compute_units)
+    cfg = {**(tile or v4_persistent.prior("forward", backend, arch, t, k, n, g, dtype)),
+           "NUM_XCDS": full_chip_xcds(backend, arch), "NUM_PROGS": programs(device)}
     return cfg, {**cfg, "kernel": kernel}
 
 
-def compiled(rung: str, kernel: str, shape: tuple, torch_dtype: torch.dtype, arch: str):
+def compiled(rung: str, kernel: str, shape: tuple, torch_dtype: torch.dtype, arch: str, compute_units: int):
     """(settings, the ISA report) of ``rung``'s ``kernel`` launch at ``shape``, compiled ahead of time."""
-    cfg, overrides = config(rung, shape, arch, kernel, torch_dtype)
+    cfg, overrides = config(rung, shape, arch, compute_units, kernel, torch_dtype)
     reports = isa.inspect_all("grouped_gemm", rung, target=arch, dtype=torch_dtype, overrides=overrides or None)
     return cfg, reports[0 if overrides else KERNELS[kernel]]
 
@@ -101,10 +111,10 @@ def waves(rung: str, cfg: dict, shape: tuple, table: list[tuple[int, int]], size
         order = [(r + c * rows_grid, (r, c)) for c in range(tiles_n) for r in range(len(table))]
         return [Wave(tuple((round_robin(order[u][0], xcds), order[u][1]) for u in ids), k, out_bytes)
                 for ids in tiles.waves(len(order), slots)]
-    programs = cfg["NUM_PROGS"]
-    hardware = {xcd_remap(h, programs, cfg["NUM_XCDS"]): h for h in range(programs)}
-    return [Wave(tuple((round_robin(hardware[u % programs], xcds), divmod(u, tiles_n)) for u in ids), k)
-            for ids in tiles.waves(len(table) * tiles_n, programs)]
+    count, remap = cfg["NUM_PROGS"], cfg["NUM_XCDS"]
+    hardware = {(xcd_remap(h, count, remap) if remap > 1 else h): h for h in range(count)}
+    return [Wave(tuple((round_robin(hardware[u % count], xcds), divmod(u, tiles_n)) for u in ids), k)
+            for ids in tiles.waves(len(table) * tiles_n, count)]
 
 
 def check(shape) -> tuple:
@@ -149,7 +159,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
     torch_dtype = predict_gemm.check_dtype(dtype, "grouped GEMM")
     if label not in RUNGS:
         raise NotCovered(f"the model covers grouped_gemm rungs {', '.join(RUNGS)}, not {label}")
-    cfg, report = compiled(label, "forward", shape, torch_dtype, chip_spec.target)
+    cfg, report = compiled(label, "forward", shape, torch_dtype, chip_spec.target, chip_spec.compute_units)
     sizes = group_rows(shape)
     return tile_prediction(
         "grouped_gemm", label, shape, sizes, cfg, report, dtype, chip_spec, torch_dtype.itemsize,

@@ -32,7 +32,8 @@ def dw_launch(label: str, shape: tuple, sizes: list[int], torch_dtype: torch.dty
     """The dW launch of rung ``label`` for the forward problem ``shape`` (T, K, N, G, ...) with
     groups of ``sizes`` rows."""
     t, k, n, g = shape[:4]
-    cfg, report = grouped_gemm.compiled(label, "dw", shape, torch_dtype, chip_spec.target)
+    cfg, report = grouped_gemm.compiled(label, "dw", shape, torch_dtype, chip_spec.target,
+                                       chip_spec.compute_units)
     # the hot loop as the ISA inspector finds it: a compile that splits the reduction into
     # several MFMA loops (large tiles on gfx942) is weighed by that one for every iteration
     mix = loop.mix(report.hot_loop, chip_spec.target, chip_spec.wave_size)
@@ -50,6 +51,7 @@ def dw_launch(label: str, shape: tuple, sizes: list[int], torch_dtype: torch.dty
               **chip_model.loop_inputs([mix], chip_spec.target),
               "config": (cfg, f"grouped_gemm {label}'s dW settings" + (" (v4's untimed prior)" if label == "v4" else "")),
               "compiled kernel": (f"{report.kernel_name} @ {report.target}", "ahead-of-time compile (workbench.isa)"),
+              "compile options": chip_model.compile_options(report),
               "hot loop per wave and iteration": (chip_model.mix_summary(mix), "the compiled hot loop"),
               "K steps per iteration": (steps, "the compiled hot loop"),
               "occupancy": (str(report.occupancy), "workbench.isa.occupancy"),
@@ -64,7 +66,8 @@ def dx_launch(label: str, shape: tuple, sizes: list[int], torch_dtype: torch.dty
     """The dX launch of rung ``label`` for the forward problem ``shape`` (T, K, N, G, ...)."""
     t, k, n, g = shape[:4]
     swapped = (t, n, k, g, *shape[4:])
-    cfg, report = grouped_gemm.compiled(label, "dx", swapped, torch_dtype, chip_spec.target)
+    cfg, report = grouped_gemm.compiled(label, "dx", swapped, torch_dtype, chip_spec.target,
+                                       chip_spec.compute_units)
     return grouped_gemm.tile_prediction(
         "grouped_gemm", label, swapped, sizes, cfg, report, dtype, chip_spec, torch_dtype.itemsize,
         torch_dtype.itemsize, 2.0 * t * k * n, f"grouped_gemm {label}'s dX settings"

@@ -35,7 +35,8 @@ def total(op: str, rung: str, shape: tuple, dtype: str, gpu: str, launches: dict
                           for name, s in streams.items()})
     for name, p in launches.items():
         launch_inputs.update({f"{name}: {key}": value for key, value in p.inputs.items()
-                              if key in ("config", "compiled kernel", "hot loop per wave and iteration",
+                              if key in ("config", "compiled kernel", "compile options",
+                                         "hot loop per wave and iteration",
                                          "occupancy", "K steps per iteration")})
     return Prediction(op, rung, shape, dtype, gpu, seconds, flops / seconds / 1e12,
                       max(by_bound, key=by_bound.get), breakdown, {**inputs, **launch_inputs})

@@ -64,6 +64,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
                       if kernel != label else "")),
         "compiled kernel": (f"{report.kernel_name} @ {report.target}, causal, S = 4096",
                             "ahead-of-time compile (workbench.isa): the rung's aot launch"),
+        "compile options": chip_model.compile_options(report),
         **{f"{LOOP_NAMES[k]} per wave and iteration": (chip_model.mix_summary(mix), "the compiled loop")
            for k, mix in enumerate(mixes)},
         "MFMA work per iteration / the tile's QKᵀ + PV": (

@@ -80,6 +80,7 @@ def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report
         **chip_model.loop_inputs([mix], chip_spec.target),
         "config": (cfg, config_source),
         "compiled kernel": (f"{report.kernel_name} @ {report.target}", "ahead-of-time compile (workbench.isa)"),
+        "compile options": chip_model.compile_options(report),
         "hot loop per wave and iteration": (chip_model.mix_summary(mix), "the compiled hot loop"),
         "K steps per iteration": (steps, "the compiled hot loop"),
         "occupancy": (str(report.occupancy), "workbench.isa.occupancy"),

@@ -45,7 +45,7 @@ _COPY_SIZE = re.compile(r"\]\s*,\s*(0x[0-9a-fA-F]+|\d+)\s*[,;]")
 _WGMMA_TYPES = re.compile(r"\.m64n(\d+)k(\d+)\.\w+\.(\w+)\.\w+$")
 _TRANSCENDENTAL = re.compile(r"(?:ex2|lg2|rcp|rsqrt|sqrt|sin|cos|tanh)\.")
 _WGMMA_WAIT = re.compile(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)")
-_NOT_ALU = ("mov", "bra", "bar", "barrier", "fence", "membar", "wgmma.", "cp.async", "ret", "prefetch")
+NOT_ALU = ("mov", "bra", "bar", "barrier", "fence", "membar", "wgmma.", "cp.async", "ret", "prefetch")
 
 
 def access_bytes(op: str) -> int:
@@ -112,7 +112,7 @@ def mix(loop_text: str, arch: str, lanes: int = 32) -> LoopMix:
             slot_bytes += lanes * max(access_bytes(op), bank)
         elif kind in ("global_load", "global_store"):
             global_bytes += lanes * access_bytes(op)
-        elif not op.startswith(_NOT_ALU):
+        elif not op.startswith(NOT_ALU):
             valu += 1
             transcendental += bool(_TRANSCENDENTAL.match(op))
     return LoopMix(

@@ -10,8 +10,11 @@ each tile they take. The instructions are those the compiled kernel's line table
 (:func:`workbench.isa.parse.by_source_line`) puts on each function's lines of
 ``schedule.py``, issued by every wave of the program, ``num_warps / 4`` waves to a SIMD:
 scalar ALU ones at the SALU rate, every other one (vector ALU, LDS) at the VALU rate
-(``machine.yaml``), waits and branches free, as in :mod:`.loop`. Not charged: the LDS
-round trips of the scan's reductions, and dispatching a surplus program.
+(``machine.yaml``), waits and branches free, as in :mod:`.loop`; on sm_90 the PTX's
+instructions by the same rule, warps four to an SM sub-partition, every one at the ALU
+rate but moves, branches, barriers and fences (:mod:`.ptx_loop`'s rule: PTX is not SASS).
+Not charged: the LDS (shared memory) round trips of the scan's reductions, and dispatching
+a surplus program.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from ..isa.occupancy import SIMDS_PER_CU
 from ..isa.parse import by_source_line, category, code_lines
 from .combine import Chip, Schedule
 from .loop import NOT_SALU
+from .ptx_loop import NOT_ALU
 
 FILE = "schedule.py"
 SCAN = (schedule.clamped, schedule.group_tiles)   # the offsets' loads and the scan over them
@@ -40,15 +44,21 @@ def _lines(functions) -> set[int]:
 def instructions(report, functions) -> list[str]:
     """The mnemonics the compiled kernel issues on the lines of ``functions`` (of schedule.py)."""
     lines = _lines(functions)
-    return [op for op, line in by_source_line(code_lines(report.asm, "amdgcn"), FILE) if line in lines]
+    return [op for op, line in by_source_line(code_lines(report.asm, report.dialect), FILE, report.dialect)
+            if line in lines]
 
 
-def cycles(ops: list[str], num_warps: int, chip: Chip) -> float:
-    """Issue cycles on one SIMD of a program's ``num_warps`` waves running ``ops``, plus a
-    memory latency if they load from global memory."""
-    per_wave = sum(0 if op.startswith(NOT_SALU) else chip.salu_cycles if op.startswith("s_") else chip.valu_cycles
-                   for op in ops)
-    loads = any(category(op, "amdgcn") == "global_load" or op.startswith(("s_load", "s_buffer_load")) for op in ops)
+def cycles(ops: list[str], num_warps: int, chip: Chip, dialect: str = "amdgcn") -> float:
+    """Issue cycles on one SIMD (SM sub-partition) of a program's ``num_warps`` waves (warps)
+    running ``ops``, plus a memory latency if they load from global memory."""
+    if dialect == "ptx":
+        per_wave = sum(0 if op.startswith(NOT_ALU) else chip.valu_cycles for op in ops)
+        loads = any(category(op, dialect) == "global_load" for op in ops)
+    else:
+        per_wave = sum(0 if op.startswith(NOT_SALU) else chip.salu_cycles if op.startswith("s_")
+                       else chip.valu_cycles for op in ops)
+        loads = any(category(op, dialect) == "global_load" or op.startswith(("s_load", "s_buffer_load"))
+                    for op in ops)
     return per_wave * num_warps / SIMDS_PER_CU + (chip.latency_cycles if loads else 0.0)
 
 
@@ -57,8 +67,8 @@ def cost(layout: str, report, num_warps: int, surplus: int, chip: Chip) -> Sched
     "v4": once per persistent program; "v1": none), ``surplus`` programs past the last tile."""
     if layout == "v1":
         return None
-    scan = cycles(instructions(report, SCAN), num_warps, chip)
-    locate = cycles(instructions(report, LOCATE), num_warps, chip)
+    scan = cycles(instructions(report, SCAN), num_warps, chip, report.dialect)
+    locate = cycles(instructions(report, LOCATE), num_warps, chip, report.dialect)
     if layout == "v2":
         return Schedule(per_tile=scan + locate, once=0.0, surplus=surplus)
     return Schedule(per_tile=locate, once=scan, surplus=surplus)
