@@ -4,6 +4,7 @@ ran interpreted kernels cannot). Backs what kernels/gemm_fp8/quantize_kernel.py 
 loads, stores and the LDS round trip of the transposed copy."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -17,33 +18,56 @@ COMPILE = """
 import json, torch
 from kernels.gemm_fp8 import quantize_kernel
 from workbench.isa import compile as isa_compile, parse as isa_parse
-kernel = isa_compile.compile_aot(quantize_kernel.aot({granularity!r}, torch.{fp8}, **{options!r}),
-                                 ("hip", {arch!r}, 64))
-lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
-print(json.dumps(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
-                      ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}})))
+out = []
+for granularity, fp8, arch, options in {jobs!r}:
+    kernel = isa_compile.compile_aot(quantize_kernel.aot(granularity, getattr(torch, fp8), **dict(options)),
+                                     ("hip", arch, 64))
+    lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+    out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
+                    ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}}))
+print(json.dumps(out))
 """
+WIDE = [("block1x128", "float8_e4m3fnuz", "gfx942", "ocp"), ("mx32", "float8_e4m3fn", "gfx950", "ocp"),
+        ("mx32", "float8_e4m3fn", "gfx950", "round_up")]
+MAXIMA = [("float8_e4m3fnuz", "gfx942", 0), ("float8_e4m3fn", "gfx950", 1)]
+
+
+def _wide_options(rule: str) -> dict:
+    return {"scale_rule": rule} if rule != "ocp" else {}
+
+
+def _maxima_options(amax: bool) -> dict:
+    return dict(transpose=False, amax=amax)
+
+
+@functools.cache
+def _compiled_here() -> dict[tuple, dict]:
+    """Every compile this file reads, per (granularity, fp8, arch, options as sorted items), in
+    one fresh subprocess (importing torch and the kernels there costs seconds, each compile a
+    fraction of one)."""
+    jobs = [(granularity, fp8, arch, sorted(_wide_options(rule).items())) for granularity, fp8, arch, rule in WIDE]
+    jobs += [("tensor", fp8, arch, sorted(_maxima_options(amax).items()))
+             for fp8, arch, _ in MAXIMA for amax in (False, True)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(jobs=jobs)],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    return {(g, f, a, tuple(o)): kernel for (g, f, a, o), kernel in
+            zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True)}
 
 
 def compiled(granularity: str, fp8: str, arch: str, **options) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    code = COMPILE.format(granularity=granularity, fp8=fp8, arch=arch, options=options)
-    done = subprocess.run([sys.executable, "-c", code],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    return json.loads(done.stdout.splitlines()[-1])
+    return _compiled_here()[granularity, fp8, arch, tuple(sorted(options.items()))]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("granularity, fp8, arch, rule", [("block1x128", "float8_e4m3fnuz", "gfx942", "ocp"),
-                                                          ("mx32", "float8_e4m3fn", "gfx950", "ocp"),
-                                                          ("mx32", "float8_e4m3fn", "gfx950", "round_up")])
+@pytest.mark.parametrize("granularity, fp8, arch, rule", WIDE)
 def test_one_wide_read_of_x_two_wide_writes_and_an_lds_transpose(granularity, fp8, arch, rule):
     """Per thread and 128 x 128 bf16 tile (512 threads): x read as 4 x 16 bytes, q and q_t
     written as 2 x 16 bytes each; the transposed copy crosses lanes through 16 KiB of LDS,
     written two bytes and read one byte at a time (ds_write_b16 / ds_read_u8: Triton 3.9's
     layout conversion for an 8-bit tile, a narrow-LDS pattern). No spills. MX's round-up
     rule (``scale_rule``) compiles to the same accesses as the OCP one."""
-    result = compiled(granularity, fp8, arch, **({"scale_rule": rule} if rule != "ocp" else {}))
+    result = compiled(granularity, fp8, arch, **_wide_options(rule))
     res, ops = result["resources"], result["ops"]
     assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
     assert ops["global_load"] == {"buffer_load_dwordx4": 4}
@@ -53,15 +77,15 @@ def test_one_wide_read_of_x_two_wide_writes_and_an_lds_transpose(granularity, fp
     assert not ops.get("matrix")
 
 
-@pytest.mark.slow   # two AOT compiles in fresh processes
-@pytest.mark.parametrize("fp8, arch, waves_lost", [("float8_e4m3fnuz", "gfx942", 0), ("float8_e4m3fn", "gfx950", 1)])
+@pytest.mark.slow   # two AOT compiles in a fresh process (with the file's others)
+@pytest.mark.parametrize("fp8, arch, waves_lost", MAXIMA)
 def test_the_tile_maxima_of_a_given_scales_cast_cost_one_store_and_no_spill(fp8, arch, waves_lost):
     """Delayed scaling's cast (``tensor``, a given scale, no transpose: the per-tensor
     recipes' x8 and w8) with the tile's max |x| written for the amax history: one more
     4-byte store per program, the same loads, no spills; the occupancy of the cast without
     it (8 waves per SIMD) on gfx942, one wave less on gfx950 (the cross-warp max's
     registers), as kernels/gemm_fp8/quantize_kernel.py says."""
-    plain, with_amax = (compiled("tensor", fp8, arch, transpose=False, amax=amax) for amax in (False, True))
+    plain, with_amax = (compiled("tensor", fp8, arch, **_maxima_options(amax)) for amax in (False, True))
     for result in (plain, with_amax):
         res = result["resources"]
         assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res

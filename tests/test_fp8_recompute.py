@@ -10,6 +10,7 @@ step 1, eval mode before the backward) train bit for bit as without checkpointin
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -74,15 +75,23 @@ def _inputs(shape, scales):
     return [s * torch.randn(shape, generator=torch.Generator().manual_seed(i)) for i, s in enumerate(scales)]
 
 
+@functools.cache
+def _unchecked(build, shape):
+    """A fresh layer (seed 0, never run: each test trains its own copy), four inputs and the
+    layer's four steps on them without checkpointing, computed once for both checkpoints."""
+    torch.manual_seed(0)
+    fresh = build()
+    inputs = _inputs(shape, (1.0, 3.0, 0.5, 8.0))
+    return fresh, inputs, _steps(copy.deepcopy(fresh), inputs)
+
+
 @pytest.mark.parametrize("reentrant", [False, True])
 @pytest.mark.parametrize("build, shape", [(Block, (2, 5, 24)), (MoEBlock, (2, 7, 16))], ids=["linear", "moe"])
 def test_a_checkpointed_delayed_layer_trains_as_one_without_checkpointing(build, shape, reentrant):
-    torch.manual_seed(0)
-    plain = build()
-    checkpointed = copy.deepcopy(plain)
+    fresh, inputs, want = _unchecked(build, shape)
+    checkpointed = copy.deepcopy(fresh)
     checkpointed.reentrant = reentrant
-    inputs = _inputs(shape, (1.0, 3.0, 0.5, 8.0))
-    want, got = _steps(plain, inputs), _steps(checkpointed, inputs)
+    got = _steps(checkpointed, inputs)
     for step, (w, g) in enumerate(zip(want, got)):
         assert w.keys() == g.keys()
         for name in w:
@@ -279,10 +288,8 @@ def test_under_torch_compile_kernels_fp8_checkpoint_keeps_the_forward_scales(bui
     checkpoint (the MoE layer's compiled graph keeps its scales either way). kernels.fp8.checkpoint
     saves amax reductions there (selective checkpointing), and two steps give the eager
     unchecked steps' results bit for bit, both layers."""
-    torch.manual_seed(0)
-    plain = build()
-    inputs = _inputs(shape, (1.0, 3.0))
-    want = _steps(copy.deepcopy(plain), inputs)
+    plain, inputs, want = _unchecked(build, shape)
+    inputs, want = inputs[:2], want[:2]   # the eager unchecked steps' first two
     same = {}
     for name, wrap in (("kernels.fp8.checkpoint", kernels.fp8.checkpoint), ("torch", _torch_checkpoint)):
         torch._dynamo.reset()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -195,32 +196,44 @@ import dataclasses, json, torch
 from kernels.gemm_fp8 import launch, v2_triton_blockwise
 from kernels.triton_support import pointer_type
 from workbench.isa import compile as isa_compile, parse as isa_parse
-aot = launch.aot_blockwise(v2_triton_blockwise._gemm_fp8_blockwise_kernel, torch.{a}, "hip", {arch!r})[0]
-aot = dataclasses.replace(aot, signature={{**aot.signature, "b_ptr": pointer_type(torch.{b})}})
-kernel = isa_compile.compile_aot(aot, ("hip", {arch!r}, 64))
-lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
-print(json.dumps(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]),
-                      mfma=sorted({{line.split(None, 1)[0] + ("/blgp:1" if "blgp:1" in line else "")
-                                   for line in lines if "v_mfma" in line}}))))
+out = []
+for a, b, arch in {jobs!r}:
+    aot = launch.aot_blockwise(v2_triton_blockwise._gemm_fp8_blockwise_kernel, getattr(torch, a), "hip", arch)[0]
+    aot = dataclasses.replace(aot, signature={{**aot.signature, "b_ptr": pointer_type(getattr(torch, b))}})
+    kernel = isa_compile.compile_aot(aot, ("hip", arch, 64))
+    lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+    out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]),
+                    mfma=sorted({{line.split(None, 1)[0] + ("/blgp:1" if "blgp:1" in line else "")
+                                 for line in lines if "v_mfma" in line}})))
+print(json.dumps(out))
 """
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("a, b, arch, mfma", [
+MIXED = [
     ("float8_e5m2fnuz", "float8_e4m3fnuz", "gfx942", "v_mfma_f32_16x16x32_fp8_bf8"),
     ("float8_e4m3fnuz", "float8_e5m2fnuz", "gfx942", "v_mfma_f32_16x16x32_bf8_fp8"),
     ("float8_e5m2", "float8_e4m3fn", "gfx950", "v_mfma_f32_16x16x128_f8f6f4/blgp:1"),
-])
+]
+
+
+@functools.cache
+def _mixed_compiles() -> dict[tuple[str, str, str], dict]:
+    """Per (a, b, arch) of :data:`MIXED`, the compile's resources and MFMAs, all three in one
+    fresh process (importing torch and the kernels there costs seconds, a compile less)."""
+    jobs = [(a, b, arch) for a, b, arch, _ in MIXED]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", MIXED_COMPILE.format(jobs=jobs)],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    return dict(zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("a, b, arch, mfma", MIXED)
 def test_e5m2_times_e4m3_compiles_to_one_mixed_format_mfma(a, b, arch, mfma):
     """Triton 3.9's tl.dot takes e5m2 x e4m3 tiles (the dgrad/wgrad of the hybrid format) and
     emits one mixed-format MFMA, no conversion: on gfx942 the bf8/fp8 variant, whose name
     gives src0's format first (Triton feeds B's tile as src0: A = e5m2 reads ``fp8_bf8``); on
     gfx950 the f8f6f4 MFMA with ``blgp:1`` (its src1, A here, in bf8). v2's config, a fresh
     process (one that ran interpreted kernels cannot compile)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", MIXED_COMPILE.format(a=a, b=b, arch=arch)],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    result = json.loads(done.stdout.splitlines()[-1])
+    result = _mixed_compiles()[a, b, arch]
     assert result["mfma"] == [mfma]
     res = result["resources"]
     assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res

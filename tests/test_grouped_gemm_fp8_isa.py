@@ -12,6 +12,7 @@ multiply e4m3 by e5m2 on the mixed-format MFMAs, with no conversion and no spill
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -56,26 +57,40 @@ HYBRID_COMPILE = """
 import json, torch
 from kernels.moe.grouped_gemm_fp8 import v0_one_launch
 from workbench.isa import compile as isa_compile, inspector
-fp8 = torch.{fp8}
-reports = []
-for aot in v0_one_launch.aot(fp8, "hip", {arch!r}, grad_dtype=torch.{grad})[1:3]:   # dX, dW (row-wise scales)
-    r = inspector.read_kernel("grouped_gemm_fp8", "v0", {arch!r}, {fp8!r},
-                              isa_compile.compile_aot(aot, ("hip", {arch!r}, 64)))
-    loop = [line.split() for line in r.hot_loop.splitlines() if "v_mfma" in line]
-    reports.append(dict(name=r.kernel_name, matrix=sorted(r.matrix_instructions), narrow_lds=r.narrow_lds_ops,
-                        loop=sorted({{" ".join([w[0], *(t for t in w if t.startswith(("cbsz:", "blgp:")))])
-                                     for w in loop}}),
-                        spills=[r.spills, r.sgpr_spills, r.scratch_bytes]))
-print(json.dumps(reports))
+out = []
+for arch, fp8_name, grad in {jobs!r}:
+    fp8, reports = getattr(torch, fp8_name), []
+    for aot in v0_one_launch.aot(fp8, "hip", arch, grad_dtype=getattr(torch, grad))[1:3]:   # dX, dW (row-wise scales)
+        r = inspector.read_kernel("grouped_gemm_fp8", "v0", arch, fp8_name,
+                                  isa_compile.compile_aot(aot, ("hip", arch, 64)))
+        loop = [line.split() for line in r.hot_loop.splitlines() if "v_mfma" in line]
+        reports.append(dict(name=r.kernel_name, matrix=sorted(r.matrix_instructions), narrow_lds=r.narrow_lds_ops,
+                            loop=sorted({{" ".join([w[0], *(t for t in w if t.startswith(("cbsz:", "blgp:")))])
+                                         for w in loop}}),
+                            spills=[r.spills, r.sgpr_spills, r.scratch_bytes]))
+    out.append(reports)
+print(json.dumps(out))
 """
-
-
-@pytest.mark.slow   # four AOT compiles in a fresh process: about 25 s here
-@pytest.mark.parametrize("arch, fp8, grad, dx_mfma, dw_mfma", [
+HYBRID = [
     ("gfx942", "float8_e4m3fnuz", "float8_e5m2fnuz", "v_mfma_f32_16x16x32_fp8_bf8", "v_mfma_f32_16x16x32_bf8_fp8"),
     ("gfx950", "float8_e4m3fn", "float8_e5m2", "v_mfma_f32_16x16x128_f8f6f4 blgp:1",
      "v_mfma_f32_16x16x128_f8f6f4 cbsz:1"),
-], ids=["gfx942", "gfx950"])
+]
+
+
+@functools.cache
+def _hybrid_reports() -> dict[str, list[dict]]:
+    """Per arch, the dX and dW kernels' reports of :data:`HYBRID`'s targets, both archs in one
+    fresh process (importing torch and the kernels there costs seconds)."""
+    jobs = [(arch, fp8, grad) for arch, fp8, grad, *_ in HYBRID]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", HYBRID_COMPILE.format(jobs=jobs)],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    return {arch: reports for (arch, *_), reports in zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True)}
+
+
+@pytest.mark.slow   # two AOT compiles per arch, both archs in one fresh process
+@pytest.mark.parametrize("arch, fp8, grad, dx_mfma, dw_mfma", HYBRID, ids=["gfx942", "gfx950"])
 def test_hybrid_dx_and_dw_multiply_e4m3_by_e5m2_on_one_mixed_mfma(arch, fp8, grad, dx_mfma, dw_mfma):
     """dX's A is dy (e5m2) and B wᵀ (e4m3); dW's A is xᵀ (e4m3) and B dyᵀ (e5m2). Triton feeds
     B's tile as the MFMA's src0 and A's as src1, so on gfx942 dX runs ``fp8_bf8`` (src0's
@@ -83,10 +98,7 @@ def test_hybrid_dx_and_dw_multiply_e4m3_by_e5m2_on_one_mixed_mfma(arch, fp8, gra
     in ``blgp`` (dX) and src0 in ``cbsz`` (dW), 1 = bf8. Every MFMA of the kernel is that one,
     and nothing spills or crosses LDS 8 or 16 bits at a time. A fresh process: one that ran
     interpreted kernels cannot compile."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", HYBRID_COMPILE.format(fp8=fp8, grad=grad, arch=arch)],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    dx, dw = json.loads(done.stdout.splitlines()[-1])
+    dx, dw = _hybrid_reports()[arch]
     for report, name, mfma in ((dx, KERNELS["dx"], dx_mfma), (dw, KERNELS["dw"], dw_mfma)):
         assert report["name"] == name
         assert report["loop"] == [mfma] and report["matrix"] == [mfma.split()[0]], report

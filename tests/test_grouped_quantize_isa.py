@@ -21,32 +21,43 @@ import json, torch
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel
 from workbench.isa import compile as isa_compile, parse as isa_parse
 out = []
-for aot in quantize_kernel.aot(torch.{fp8}, per_tensor={per_tensor}, amax={amax}):
-    kernel = isa_compile.compile_aot(aot, ("hip", {arch!r}, 64))
-    lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
-    out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
-                    ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}},
-                    valu=[isa_parse.mnemonic(line) for line in lines if "_f32" in line]))
+for fp8, arch, per_tensor, amax in {jobs!r}:
+    kernels = []
+    for aot in quantize_kernel.aot(getattr(torch, fp8), per_tensor=per_tensor, amax=amax):
+        kernel = isa_compile.compile_aot(aot, ("hip", arch, 64))
+        lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+        kernels.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
+                            ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}},
+                            valu=[isa_parse.mnemonic(line) for line in lines if "_f32" in line]))
+    out.append(kernels)
 print(json.dumps(out))
 """
 
 
-@functools.cache   # both tests read one compile per target
-def compiled(fp8: str, arch: str, per_tensor: bool, amax: bool = False) -> list[dict]:
+@functools.cache
+def _compiled_here() -> dict[tuple, list[dict]]:
+    """Every compile this file reads, per (fp8, arch, per_tensor, amax): :data:`TARGETS` and the
+    delayed cast with its tile maxima per target, in one fresh subprocess (importing torch and
+    the kernels there costs seconds, each compile a fraction of one)."""
+    jobs = [(fp8, arch, per_tensor, False) for fp8, arch, per_tensor in TARGETS]
+    jobs += [(fp8, arch, True, True) for fp8, arch in FORMATS]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    code = COMPILE.format(fp8=fp8, arch=arch, per_tensor=per_tensor, amax=amax)
-    done = subprocess.run([sys.executable, "-c", code],
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(jobs=jobs)],
                           capture_output=True, text=True, env=env, timeout=600, check=True)
-    return json.loads(done.stdout.splitlines()[-1])
+    return dict(zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True))
+
+
+def compiled(fp8: str, arch: str, per_tensor: bool, amax: bool = False) -> list[dict]:
+    return _compiled_here()[fp8, arch, per_tensor, amax]
 
 
 CONVERT = {"gfx942": "v_cvt_pk_fp8_f32", "gfx950": "v_cvt_scalef32_pk_fp8_f32"}
-TARGETS = [(fp8, arch, per_tensor) for fp8, arch in (("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950"))
-           for per_tensor in (False, True)]
+FORMATS = [("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950")]
+TARGETS = [(fp8, arch, per_tensor) for fp8, arch in FORMATS for per_tensor in (False, True)]
 IDS = [f"{arch}-{'per-tensor' if per_tensor else 'grouped'}" for _, arch, per_tensor in TARGETS]
 
 
-@pytest.mark.slow   # three AOT compiles in a fresh process: about 10 s here
+@pytest.mark.slow   # three AOT compiles in a fresh process (with the file's others)
 @pytest.mark.parametrize("fp8, arch, per_tensor", TARGETS, ids=IDS)
 def test_wide_reads_of_x_wide_fp8_stores_and_no_spills(fp8, arch, per_tensor):
     """Per thread and 64 x 64 bf16 tile (256 threads), the amax launch reads x as two 16-byte
@@ -100,8 +111,8 @@ def test_divisions_are_correctly_rounded_and_the_cast_is_the_hardware_convert(fp
     assert cast["valu"].count(CONVERT[arch]) == 8
 
 
-@pytest.mark.slow   # one AOT compile per target in a fresh process
-@pytest.mark.parametrize("fp8, arch", [("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950")])
+@pytest.mark.slow   # one AOT compile per target in a fresh process (with the file's others)
+@pytest.mark.parametrize("fp8, arch", FORMATS)
 def test_the_delayed_cast_with_its_tile_maxima_keeps_no_spills_and_seven_waves(fp8, arch):
     """The per-tensor cast with a given scale that also writes its tile's max |t| (delayed
     scaling's expert weights): the loads and the FP8 store of the plain cast, one more

@@ -19,31 +19,43 @@ COMPILE = """
 import json, re, torch
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel
 from workbench.isa import compile as isa_compile, parse as isa_parse
-kernel = isa_compile.compile_aot(quantize_kernel.mx_aot(torch.float8_e4m3fn, weight={weight}, scale_rule={rule!r}),
-                                 ("hip", {arch!r}, 64))
-lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
-source, memory = None, []   # each global load or store with the source file of its .loc line
-for line in kernel["asm"].splitlines():
-    where = re.search(r"\\.loc\\s.*;\\s*([\\w.]+):", line)
-    source = where.group(1) if where else source
-    if re.match(r"\\s*(global|buffer)_(load|store)", line):
-        memory.append((line.split()[0], source))
-print(json.dumps(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"], memory=memory,
-                      ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}})))
+out = []
+for arch, weight, rule in {jobs!r}:
+    kernel = isa_compile.compile_aot(quantize_kernel.mx_aot(torch.float8_e4m3fn, weight=weight, scale_rule=rule),
+                                     ("hip", arch, 64))
+    lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+    source, memory = None, []   # each global load or store with the source file of its .loc line
+    for line in kernel["asm"].splitlines():
+        where = re.search(r"\\.loc\\s.*;\\s*([\\w.]+):", line)
+        source = where.group(1) if where else source
+        if re.match(r"\\s*(global|buffer)_(load|store)", line):
+            memory.append((line.split()[0], source))
+    out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"], memory=memory,
+                    ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}}))
+print(json.dumps(out))
 """
+WEIGHTS = [False, True]
+ARCH_RULES = [("gfx942", "ocp"), ("gfx950", "ocp"), ("gfx950", "round_up")]
 
 
 @functools.cache
-def compiled(arch: str, weight: bool, rule: str) -> dict:
+def _compiled_here() -> dict[tuple, dict]:
+    """Per (arch, weight, rule), every case of this file compiled in one fresh subprocess
+    (importing torch and the kernels there costs seconds, each compile a fraction of one)."""
+    jobs = [(arch, weight, rule) for arch, rule in ARCH_RULES for weight in WEIGHTS]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(arch=arch, weight=weight, rule=rule)],
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(jobs=jobs)],
                           capture_output=True, text=True, env=env, timeout=600, check=True)
-    return json.loads(done.stdout.splitlines()[-1])
+    return dict(zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True))
 
 
-@pytest.mark.slow   # one AOT compile per case in a fresh process: a few seconds each
-@pytest.mark.parametrize("weight", [False, True], ids=["wgrad", "forward-weight"])
-@pytest.mark.parametrize("arch, rule", [("gfx942", "ocp"), ("gfx950", "ocp"), ("gfx950", "round_up")])
+def compiled(arch: str, weight: bool, rule: str) -> dict:
+    return _compiled_here()[arch, weight, rule]
+
+
+@pytest.mark.slow   # one AOT compile per case, all six in one fresh process
+@pytest.mark.parametrize("weight", WEIGHTS, ids=["wgrad", "forward-weight"])
+@pytest.mark.parametrize("arch, rule", ARCH_RULES)
 def test_wide_reads_of_t_one_wide_fp8_store_and_no_spills(arch, weight, rule):
     """Per thread and 64 x 64 bf16 tile (256 threads), t read as exactly two 16-byte buffer
     loads (buffer_load_dwordx4), every other load one of the group offsets and ends (from

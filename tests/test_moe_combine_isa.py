@@ -5,31 +5,28 @@ combine's backward. That these launches are the ones a call runs: tests/test_aot
 from __future__ import annotations
 
 import functools
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from test_moe_swiglu_isa import COMPILE, ROOT, _accesses
+from test_moe_swiglu_isa import ARCHS, _accesses, compile_all
 
 SLOT_SUM = (dict(weighted=True), dict(weighted=False))
 """The combine's launch and permute's backward's."""
 
 
 @functools.cache
+def _compiled_here() -> dict[tuple[str, str], list[dict]]:
+    return compile_all({"slot_sum": SLOT_SUM, "combine_backward": (dict(),)})
+
+
 def compiled(module: str, arch: str) -> list[dict]:
-    """The resources and op histograms of ``module``'s AOT launches for ``arch``, bf16."""
-    launches = {"slot_sum": SLOT_SUM, "combine_backward": (dict(),)}[module]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(module=module, arch=arch, launches=launches)],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    return json.loads(done.stdout.splitlines()[-1])
+    """The resources and op histograms of ``module``'s AOT launches for ``arch``, bf16; this
+    file's four (module, arch) pairs compile together, in one fresh process."""
+    return _compiled_here()[module, arch]
 
 
-@pytest.mark.slow   # one AOT compile in a fresh process
-@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.slow   # one AOT compile in a fresh process (with the file's others)
+@pytest.mark.parametrize("arch", ARCHS)
 def test_combine_backward_moves_bf16_rows_16_bytes_per_thread_and_nothing_spills(arch):
     """Per column block a thread reads y's row and the gathered token's dy row as one 16-byte
     load each and writes dy_sorted as one 16-byte store; once per program it loads the row's
@@ -42,8 +39,8 @@ def test_combine_backward_moves_bf16_rows_16_bytes_per_thread_and_nothing_spills
     assert kernel["ops"]["global_load"].get("buffer_load_dwordx2") == 2, kernel["ops"]
 
 
-@pytest.mark.slow   # two AOT compiles in a fresh process
-@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.slow   # two AOT compiles in a fresh process (with the file's others)
+@pytest.mark.parametrize("arch", ARCHS)
 def test_gathering_slot_sum_moves_bf16_rows_16_bytes_per_thread_and_nothing_spills(arch):
     """The combine's launch (weighted) and permute's backward (weight 1): each slot's row is
     one 16-byte load per thread with its int64 row index (8 bytes) and, weighted, its float32

@@ -20,29 +20,45 @@ BACKWARD = (dict(weighted=True), dict(weighted=False), dict(fp8_owner=True))
 (dg and du only, rows bounded by the capacity padding's start)."""
 FORWARD = (dict(bounded=False), dict(bounded=True))
 """Float8MoE's launch and the FP8 expert-parallel owner's (rows bounded)."""
+ARCHS = ("gfx942", "gfx950")
 COMPILE = """
-import json, torch
-from kernels.moe.layer_ladder import {module}
+import importlib, json, torch
 from workbench.isa import compile as isa_compile, parse as isa_parse
 out = []
-for launch in {launches!r}:
-    kernel = isa_compile.compile_aot({module}.aot(torch.bfloat16, **launch), ("hip", {arch!r}, 64))
-    lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
-    out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]),
-                    ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}}))
+for module, arch, launches in {jobs!r}:
+    aot, kernels = importlib.import_module("kernels.moe.layer_ladder." + module).aot, []
+    for launch in launches:
+        kernel = isa_compile.compile_aot(aot(torch.bfloat16, **launch), ("hip", arch, 64))
+        lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+        kernels.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]),
+                            ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}}))
+    out.append(kernels)
 print(json.dumps(out))
 """
 
 
+def compile_all(launches: dict[str, tuple]) -> dict[tuple[str, str], list[dict]]:
+    """Per (module, arch), for each module of :mod:`kernels.moe.layer_ladder` in ``launches``
+    and each of :data:`ARCHS`: the resources and op histograms of the module's AOT launches
+    (bf16, one per dict of ``launches[module]``). All in one fresh subprocess: importing torch
+    and the kernels there costs seconds, each compile a fraction of one."""
+    jobs = [(module, arch, list(kwargs)) for module, kwargs in launches.items() for arch in ARCHS]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", COMPILE.format(jobs=jobs)],
+                          capture_output=True, text=True, env=env, timeout=600, check=True)
+    return {(module, arch): kernels for (module, arch, _), kernels in
+            zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True)}
+
+
 @functools.cache
+def _compiled_here() -> dict[tuple[str, str], list[dict]]:
+    return compile_all({"swiglu_backward": BACKWARD, "swiglu_forward": FORWARD})
+
+
 def compiled(module: str, arch: str) -> list[dict]:
     """The resources and op histograms of ``module``'s AOT launches (:data:`BACKWARD` or
-    :data:`FORWARD`) for ``arch``, bf16."""
-    launches = {"swiglu_backward": BACKWARD, "swiglu_forward": FORWARD}[module]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(module=module, arch=arch, launches=launches)],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    return json.loads(done.stdout.splitlines()[-1])
+    :data:`FORWARD`) for ``arch``, bf16; this file's four (module, arch) pairs compile together."""
+    return _compiled_here()[module, arch]
 
 
 WIDE = ("dwordx2", "dwordx3", "dwordx4", "b64", "b96", "b128")
@@ -63,8 +79,8 @@ def _accesses(kernel: dict) -> dict[str, int]:
                 lds_writes=sum(ops.get("lds_write", {}).values()), lds_reads=sum(ops.get("lds_read", {}).values()))
 
 
-@pytest.mark.slow   # three AOT compiles in a fresh process
-@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.slow   # three AOT compiles in a fresh process (with the file's others)
+@pytest.mark.parametrize("arch", ARCHS)
 def test_backward_moves_bf16_rows_16_bytes_per_thread_and_nothing_spills(arch):
     """bf16, every output asked, with a routing weight and at weight 1 (the expert-parallel
     owner's launch): per column block a thread reads dh, g, u and h as one 16-byte load each
@@ -83,8 +99,8 @@ def test_backward_moves_bf16_rows_16_bytes_per_thread_and_nothing_spills(arch):
             lds_writes=0 if fp8_owner else 1, lds_reads=0 if fp8_owner else 1), kernel["ops"]
 
 
-@pytest.mark.slow   # two AOT compiles in a fresh process
-@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.slow   # two AOT compiles in a fresh process (with the file's others)
+@pytest.mark.parametrize("arch", ARCHS)
 def test_forward_moves_bf16_rows_16_bytes_per_thread_and_nothing_spills(arch):
     """bf16, unbounded (Float8MoE's) and bounded (the FP8 expert-parallel owner's): per
     column block a thread reads g and u as one 16-byte load each and writes h as one 16-byte
