@@ -199,6 +199,23 @@ def test_every_grouped_rung_stays_below_the_peak_on_sm90(rung, gpu):
 
 
 @pytest.mark.slow
+def test_the_loop_is_weighed_with_the_compiles_warps_not_the_stated_ones(monkeypatch):
+    """K steps per iteration come from the compiled kernel's warps: a stated config whose warps
+    differ from its compile's (v1 on sm_90 once stated 8 over the compile's 4) leaves the time
+    as it is (it doubled the steps and passed the peak); the config test keeps the two equal."""
+    right = _predict("grouped_gemm", "v1", DOWN, "H200")
+    config = grouped_gemm.config
+
+    def stated_eight_warps(*args, **kwargs):
+        cfg, compile_settings = config(*args, **kwargs)
+        return {**cfg, "num_warps": 8}, compile_settings
+    monkeypatch.setattr(grouped_gemm, "config", stated_eight_warps)
+    wrong = predict("grouped_gemm", "v1", DOWN, "bf16", "H200")   # not _predict's cached one
+    assert (wrong.inputs["config"][0]["num_warps"], wrong.inputs["compile options"][0]["num_warps"]) == (8, 4)
+    assert wrong.time_s == right.time_s
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [DOWN, SKEWED], ids=["balanced", "skewed"])
 @pytest.mark.parametrize("gpu", ["MI300X", "H200"])
 def test_grouped_v1_is_gemm_v4_once_per_expert(gpu, shape):
@@ -227,24 +244,28 @@ def test_the_grouped_ladder_on_sm90(gpu):
     assert cfg["NUM_PROGS"] == roofline.spec(gpu).compute_units and cfg["NUM_XCDS"] == 1
 
 
-V2_BELOW_V1_ON_MI300X = {"mixtral gate+up (8 experts)"}
 DSV3_BALANCED = {"dsv3 gate+up (32 experts)", "dsv3 down (32 experts)"}
+QWEN3 = {"qwen3-moe gate+up (32 experts)", "qwen3-moe down (32 experts)", "qwen3-moe down skewed"}
+V2_SLOWER = {"MI300X": set(), "MI355X": DSV3_BALANCED,
+             "H100": DSV3_BALANCED | QWEN3 | {"dsv3 gate+up skewed"},
+             "H200": DSV3_BALANCED | {"qwen3-moe down (32 experts)"}}
+"""Where grouped GEMM v2's docstring says the model puts it more than 5 % below v1, per GPU."""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("gpu", ["MI300X", "MI355X", "H100", "H200"])
+@pytest.mark.parametrize("gpu", list(V2_SLOWER))
 def test_v2_against_v1_per_target_as_its_docstring_states(gpu):
-    """grouped GEMM v2's docstring, by the model: faster than v1 on MI300X at every bench
-    shape but Mixtral's gate+up; on H100, H200 and MI355X slower at DeepSeek-V3's balanced
-    shapes, HBM-bound (a wave runs one column panel over nearly every row tile, so x comes
-    from HBM once per panel; v1's grouped order shares x's rows)."""
+    """grouped GEMM v2's docstring, by the model, at every bench shape: more than 5 % slower
+    than v1 exactly at the shapes it names per GPU, each HBM-bound with more HBM time than v1
+    (a wave runs one column panel over nearly every row tile, so x comes from HBM once per
+    panel; v1's grouped order shares x's rows); elsewhere faster or within 5 %."""
+    slower = set()
     for name, shape in GROUPED.items():
         v1, v2 = (_predict("grouped_gemm", rung, shape, gpu) for rung in ("v1", "v2"))
-        if gpu == "MI300X":
-            assert (v2.time_s > v1.time_s) == (name in V2_BELOW_V1_ON_MI300X), name
-        elif name in DSV3_BALANCED:
-            assert v2.time_s > v1.time_s and v2.bound == "HBM", name
-            assert v2.breakdown["HBM"] > 2 * v1.breakdown["HBM"], name
+        if v2.time_s > 1.05 * v1.time_s:
+            slower.add(name)
+            assert v2.bound == "HBM" and v2.breakdown["HBM"] > v1.breakdown["HBM"], name
+    assert slower == V2_SLOWER[gpu]
 
 
 @pytest.mark.slow

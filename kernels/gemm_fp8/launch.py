@@ -16,7 +16,7 @@ from ..gemm.spec import launch_ints, layout
 from ..outputs import new_output
 from ..registry import AotKernel
 from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, pointer_type, run_kwargs
-from ..tuning import Problem, as_dict, choice, target, with_overrides
+from ..tuning import Problem, as_dict, choice, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from . import configs, operands
 
@@ -35,7 +35,7 @@ def aot_config(backend: str, arch: str, remap: bool, which: str, layout: str = "
     a candidate (how ``workbench.isa.tune_space`` compiles each candidate) replace the prior
     whole, so it is not read: a part the table has no section for yet (a binary or layout being
     added, :data:`.configs.PARTS`) compiles, and its section can be built."""
-    whole = as_dict(configs.candidates(target(configs.TABLE, backend, arch))[0])
+    whole = as_dict(configs.candidates("sm90" if backend == "cuda" else arch)[0])   # a candidate's settings
     cfg = whole if set(whole) <= set(given or ()) else configs.prior(backend, arch, AOT_SIZE, AOT_SIZE, AOT_SIZE,
                                                                      which, layout)
     return {**cfg, "NUM_XCDS": full_chip_xcds(backend, arch)} if remap else cfg

@@ -127,6 +127,7 @@ def launch(label: str, kernel: str, shape, dtype: str, chip_spec) -> Prediction:
     products = {"dkdv": 4, "dq": 3}[kernel]
     flops = products / 5 * attention_spec.backward_flops(found["shape"])
     inputs = {"config": (found["cfgs"][kernel], f"attention {label}'s {kernel} settings"),
+              "compile options": chip_model.compile_options(found["reports"][kernel]),
               **_inputs(label, chip_spec, found, (kernel,))}
     return Prediction("attention", label, found["shape"], dtype, chip_spec.name, seconds, flops / seconds / 1e12,
                       bound, parts, inputs)

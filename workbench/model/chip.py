@@ -94,8 +94,10 @@ def loop_inputs(mixes, target: str) -> dict[str, tuple]:
 
 def compile_options(report) -> tuple[dict, str]:
     """What the compile a prediction reads got (``num_warps``, ``num_stages``, the AMD knobs
-    the target takes), as ``Prediction.inputs`` shows it beside the config the model assumed."""
-    return dict(report.options), "the ahead-of-time compile (workbench.isa)"
+    the target takes; ``"dropped"``: settings its backend does not take, AMD's on sm_90), as
+    ``Prediction.inputs`` shows it beside the config the model assumed."""
+    return ({**report.options, **({"dropped": list(report.dropped_options)} if report.dropped_options else {})},
+            "the ahead-of-time compile (workbench.isa)")
 
 
 def mix_summary(mix) -> dict:

@@ -16,6 +16,8 @@ the package that imports them.
 """
 from __future__ import annotations
 
+import torch
+
 import roofline
 
 import kernels
@@ -33,13 +35,10 @@ COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
            "gemm_fp8": (gemm_fp8.predict, gemm_fp8.RUNGS),
            "grouped_gemm_fp8": (grouped_gemm_fp8.predict, grouped_gemm_fp8.RUNGS),
            "moe": (moe.predict, moe.RUNGS)}
-FP8_OPS = ("gemm_fp8", "grouped_gemm_fp8")   # modelled in "fp8" (e4m3 operands) only
-
-
 def default_dtype(op: str) -> str:
-    """The dtype an op is predicted in when the caller names none: "fp8" for the FP8 ops, whose
-    models cover nothing else, "bf16" for the rest (the training dtype)."""
-    return "fp8" if op in FP8_OPS else "bf16"
+    """The dtype an op is predicted in when the caller names none: bf16 (the training dtype)
+    where the op takes it, else "fp8", the only dtype the models of the FP8 ops cover."""
+    return "bf16" if torch.bfloat16 in kernels.spec(op).dtypes else "fp8"
 
 
 BACKWARD = {"attention": (attention_backward.predict, attention_backward.RUNGS),

@@ -112,7 +112,7 @@ def waves(rung: str, cfg: dict, shape: tuple, table: list[tuple[int, int]], size
         return [Wave(tuple((round_robin(order[u][0], xcds), order[u][1]) for u in ids), k, out_bytes)
                 for ids in tiles.waves(len(order), slots)]
     count, remap = cfg["NUM_PROGS"], cfg["NUM_XCDS"]
-    hardware = {(xcd_remap(h, count, remap) if remap > 1 else h): h for h in range(count)}
+    hardware = {xcd_remap(h, count, remap): h for h in range(count)}
     return [Wave(tuple((round_robin(hardware[u % count], xcds), divmod(u, tiles_n)) for u in ids), k)
             for ids in tiles.waves(len(table) * tiles_n, count)]
 

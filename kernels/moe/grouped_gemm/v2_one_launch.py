@@ -25,11 +25,13 @@ Why faster:
     one ending half empty: reasoning, not a measurement). No CPU round trip, so it
     can be captured in a CUDA/HIP graph and overlaps the previous kernels.
 
-    Faster than v1 per target, by the model (not a measurement): on MI300X at every
-    bench shape but Mixtral's gate+up; on H100, H200 and MI355X *not* at DeepSeek-V3's
-    balanced shapes, where it puts v2 below v1, bound by HBM: a wave of v2 runs one
-    column panel over nearly every row tile, so all of x comes from HBM once per panel,
-    where v1's launches walk GEMM v3's grouped order and share x's rows (see Limits).
+    Against v1 per target, by the model (not a measurement), at the bench shapes: on
+    MI300X faster or within 5 % at every one. On MI355X, H100 and H200 more than 5 %
+    *slower*, bound by HBM, at DeepSeek-V3's balanced shapes, and on H100 also at
+    DeepSeek-V3's skewed gate+up and Qwen3-MoE's three, on H200 at Qwen3-MoE's
+    balanced down: a wave of v2 runs one column panel over nearly every row tile, so
+    all of x comes from HBM once per panel, where v1's launches walk GEMM v3's grouped
+    order and share x's rows (see Limits); faster or within 5 % elsewhere.
 
 Expected bound:
     Compute (matrix-core peak) at large rows per expert, as GEMM v4; memory (every
