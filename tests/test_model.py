@@ -229,7 +229,6 @@ def test_prediction_is_labelled_model_everywhere():
     (("gemm_fp8", "v1", (8, 8, 8), "bf16"), NotCovered, "fp8"),
     (("gemm_fp8", "v0", (8, 8, 8), "fp8"), NotCovered, "v1"),
     (("gemm", "v4", (1, 1, 1), "bf16", "B200"), NotCovered, "gfx942, gfx950, sm_90"),
-    (("moe", "v3", (8, 8, 8, 4, 2, 0), "bf16", "H100 SXM"), NotCovered, "forward passes of gemm, attention, grouped_gemm"),
     (("gemm", "v4", (0, 1, 1)), ValueError, "shape"),
     (("gemm", "v4", (4, 4)), ValueError, "shape"),
     (("gemm", "v4", (4, 4, 4), "fp8"), NotCovered, "dtype"),
@@ -367,7 +366,8 @@ def test_backward_trips_follow_the_kernels_bounds():
 @pytest.mark.parametrize(("args", "named"), [
     (("gemm", "v4", (8, 8, 8)), "attention"),
     (("attention", "v4", (1, 4, 1, 8, 8, 128, 1)), "v5"),
-    (("attention", "v5", (1, 4, 1, 8, 8, 128, 1), "bf16", "H200"), "forward passes of gemm, attention, grouped_gemm"),
+    (("attention", "v5", (1, 4, 1, 8, 8, 128, 1), "bf16", "H200"), "forward passes of gemm, attention, grouped_gemm, "
+                                                                    "gemm_fp8, grouped_gemm_fp8, moe only"),
 ])
 def test_backward_requests_name_what_is_covered(args, named):
     from workbench.model import predict_backward

@@ -24,7 +24,8 @@ def test_each_measured_row_the_model_covers_is_set_beside_its_prediction(make_ro
             make_row(rung="v4", ms=predicted_ms["v4"] / 2),
             make_row(rung="v3", status="error", error="boom", ms=None, tflops=None, gbps=None, ratio_to_ref=None),
             make_row(rung="v2", pass_name="forward+backward"),
-            make_row(op="gemm_fp8", rung="v1", gpu="NVIDIA H200", arch="sm_90", dtype="float8_e4m3fn"),
+            make_row(op="attention", rung="v5", pass_name="backward", gpu="NVIDIA H200", arch="sm_90",
+                     shape="4x32x8x4096x4096x128x1"),
             make_row(rung="v2", gpu="NVIDIA A100-SXM4-80GB", arch="sm_80")]
     table, left = measured.compare(rows)
     assert [(r["rung"], r["model ms"], r["error %"]) for r in table] == [
@@ -32,7 +33,7 @@ def test_each_measured_row_the_model_covers_is_set_beside_its_prediction(make_ro
     assert all(r["bound (model)"] and r["gpu"] == "AMD Instinct MI300X" for r in table)
     assert len(left) == 3
     assert "gemm v2 forward+backward on AMD Instinct MI300X: the model predicts the forward and backward" in left[0]
-    assert left[1].startswith("gemm_fp8 v1 forward on NVIDIA H200: on sm_90 (H200 SXM) the model covers")
+    assert left[1].startswith("attention v5 backward on NVIDIA H200: on sm_90 (H200 SXM) the model covers")
     assert left[2].startswith("gemm v2 forward on NVIDIA A100-SXM4-80GB: unknown GPU 'NVIDIA A100-SXM4-80GB' "
                               "on sm_80")
 

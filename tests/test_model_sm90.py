@@ -13,8 +13,9 @@ import kernels
 import roofline
 from workbench import cli, isa
 from workbench.isa import parse as isa_parse
-from workbench.model import (NVIDIA_OPS, NotCovered, combine, grouped_gemm, machine, predict, predict_backward, ptx_loop,
-                             tile_schedule)
+from workbench.model import (COVERED, NVIDIA_OPS, NotCovered, combine, grouped_gemm, machine, predict, predict_backward,
+                             ptx_loop, tile_schedule)
+from workbench.model.covered import default_dtype
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t}"
 ACC = "{%r1,%r2}"
@@ -168,7 +169,7 @@ def test_h200_is_h100_with_more_bandwidth():
     h100, h200 = _predict("gemm", "v2", GEMM), _predict("gemm", "v2", GEMM, "H200")
     assert h200.time_s <= h100.time_s
     assert h200.breakdown["HBM"] == pytest.approx(h100.breakdown["HBM"] * 3.35 / 4.8)
-    assert NVIDIA_OPS == {"sm_90": ("gemm", "attention", "grouped_gemm")}
+    assert set(NVIDIA_OPS) == {"sm_90"} and set(NVIDIA_OPS["sm_90"]) == set(COVERED)   # every forward pass
 
 
 @pytest.mark.slow
@@ -279,10 +280,31 @@ def test_the_grouped_schedule_is_read_from_the_ptx():
         assert not any(op.startswith("ld.global") for op in locate) and len(locate) > 10, rung
 
 
+FORWARDS = [("gemm_fp8", "v1"), ("gemm_fp8", "v2"), ("grouped_gemm_fp8", "v0"), ("moe", "v3")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+@pytest.mark.parametrize(("op", "rung"), FORWARDS)
+def test_the_fp8_and_moe_forwards_weigh_wgmma_loops_below_the_peak_on_sm90(op, rung, gpu):
+    """The FP8 GEMM and grouped GEMM (e4m3 operands) and MoE v3's forward (bf16) at their quick
+    shapes: every launch's hot loop issues wgmma of the op's operand type, and the time stays
+    above what the dense peak of that type allows."""
+    spec = kernels.spec(op)
+    dtype = default_dtype(op)
+    for name in spec.quick_shapes:
+        p = predict(op, rung, spec.bench_shapes[name], gpu=gpu)
+        assert 0 < p.tflops <= roofline.spec(gpu).peak(dtype) and p.label == "model", (name, p.tflops)
+        loops = [value[0]["MFMAs"] for key, value in p.inputs.items() if key.endswith("per wave and iteration")]
+        operand = "e4m3" if dtype == "fp8" else "bf16"
+        assert loops and all(ops and all(op_.startswith("wgmma") and f".{operand}." in op_ for op_ in ops)
+                             for ops in loops), (name, loops)
+
+
 @pytest.mark.slow
 def test_cli_predicts_the_grouped_ladder_on_h200(capsys):
     assert cli.main(["predict", "grouped_gemm", "--gpu", "H200"]) == 0
     out = capsys.readouterr().out
     assert all(f" {rung} " in out for rung in grouped_gemm.RUNGS) and "model" in out
-    with pytest.raises(NotCovered, match="forward passes of gemm, attention, grouped_gemm only"):
+    with pytest.raises(NotCovered, match="forward passes of gemm, .*, moe only"):
         predict_backward("grouped_gemm", "v4", DOWN, "bf16", "H200")

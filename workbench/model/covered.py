@@ -2,13 +2,13 @@
 :func:`predict`: the op's module for the rung's pass, on a target it knows.
 
 Targets: every op on the AMD targets (:data:`AMD_TARGETS`); on sm_90 (H100, H200,
-:data:`NVIDIA_OPS`) the forward GEMM, attention and grouped GEMM ladders only, read from the
-PTX (:mod:`.ptx_loop`; the grouped kernels' offsets scan from the PTX line table,
-:mod:`.tile_schedule`), each rung at the settings it launches with on "cuda". The rest
-stays :class:`NotCovered` on NVIDIA: MoE, FP8 and the backward passes share these loops,
-but their models still take AMD settings (MoE v3's, the FP8 rungs' and attention v5
-backward's configs are asked of "hip"; grouped GEMM's dW loop is read as AMDGCN) and have
-not been compiled and checked for sm_90 here.
+:data:`NVIDIA_OPS`) the forward passes only (GEMM, attention, grouped GEMM, the FP8 GEMM and
+grouped GEMM with e4m3 operands, MoE v3), read from the PTX (:mod:`.ptx_loop`; the grouped
+kernels' offsets scan from the PTX line table, :mod:`.tile_schedule`), each rung at the
+settings it launches with on "cuda". The backward passes and the tuners' per-launch
+predictions stay :class:`NotCovered` on NVIDIA: attention v5 backward's configs are asked of
+"hip" and grouped GEMM's dW loop is read as AMDGCN, and they have not been compiled and
+checked for sm_90 here.
 
 Its own module, not the package's ``__init__``, so that the modules which predict through
 it (:mod:`.candidates`, :mod:`.learner`, :mod:`.validation`) import it without importing
@@ -27,7 +27,7 @@ from . import (attention, attention_backward, gemm, gemm_fp8, grouped_gemm, grou
 from .prediction import NotCovered, Prediction
 
 AMD_TARGETS = ("gfx942", "gfx950")
-NVIDIA_OPS = {"sm_90": ("gemm", "attention", "grouped_gemm")}     # target -> the forward ops covered there
+NVIDIA_OPS = {"sm_90": ("gemm", "attention", "grouped_gemm", "gemm_fp8", "grouped_gemm_fp8", "moe")}   # forward ops there
 TARGETS = AMD_TARGETS + tuple(NVIDIA_OPS)
 COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
            "attention": (predict_attention.predict, attention.RUNGS),

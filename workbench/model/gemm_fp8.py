@@ -68,8 +68,9 @@ def launch(label: str, kernel: str, shape, dtype: str, chip_spec) -> Prediction:
     if binary not in own:
         raise NotCovered(f"gemm_fp8 {label} launches binaries {', '.join(own)}, not {kernel!r}")
     candidate = pinned()
-    tile = candidate or fp8_configs.prior("hip", chip_spec.target, *shape, binary, layout)
-    cfg = {**tile, "NUM_XCDS": full_chip_xcds("hip", chip_spec.target)}
+    backend = gemm.backend_of(chip_spec.target)
+    tile = candidate or fp8_configs.prior(backend, chip_spec.target, *shape, binary, layout)
+    cfg = {**tile, "NUM_XCDS": full_chip_xcds(backend, chip_spec.target)}
     report = isa.inspect("gemm_fp8", label, target=chip_spec.target, dtype=fp8_dtype(chip_spec.target),
                          overrides={**tile, "binary": binary, "layout": layout})
     block = (cfg["BLOCK_M"], cfg["BLOCK_N"])

@@ -14,7 +14,7 @@ from kernels.moe.grouped_gemm_fp8 import v0_one_launch
 from kernels.moe.grouped_gemm_fp8.spec import SPEC
 
 from .. import isa
-from . import grouped_gemm
+from . import gemm, grouped_gemm
 from .prediction import NotCovered, Prediction
 
 RUNGS = ("v0",)
@@ -28,7 +28,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
         raise NotCovered(f"dtype {dtype!r}: the FP8 grouped GEMM model covers fp8 (e4m3 operands, bf16 output)")
     if label not in RUNGS:
         raise NotCovered(f"the model covers grouped_gemm_fp8 rungs {', '.join(RUNGS)}, not {label}")
-    cfg = v0_one_launch.config("hip", chip_spec.target)
+    cfg = v0_one_launch.config(gemm.backend_of(chip_spec.target), chip_spec.target)
     report = isa.inspect_all("grouped_gemm_fp8", label, target=chip_spec.target,
                              dtype=fp8_dtype(chip_spec.target))[0]
     sizes = grouped_gemm.group_rows(shape)

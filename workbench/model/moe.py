@@ -41,7 +41,7 @@ from kernels.moe.routing import route
 
 from .. import isa
 from . import chip as chip_model
-from . import grouped_gemm, grouped_gemm_backward, passes, predict_gemm, tile_schedule, tiles
+from . import gemm, grouped_gemm, grouped_gemm_backward, passes, predict_gemm, tile_schedule, tiles
 from .pinned import pinned
 from .prediction import NotCovered, Prediction
 from .tiles import Wave, round_robin
@@ -89,7 +89,8 @@ def kernel_launch(kernel: str, shape: tuple, sizes: list[int], torch_dtype, dtyp
     t, dim, hidden, e, top_k, _ = shape
     rows = t * top_k
     n, k = (hidden, dim) if kernel == "gate_up" else (dim, hidden)
-    cfg = dict(pinned() or configs.pruned("hip", chip_spec.target, rows, n, e)[0])   # a tuner's candidate, or the prior
+    backend = gemm.backend_of(chip_spec.target)
+    cfg = dict(pinned() or configs.pruned(backend, chip_spec.target, rows, n, e)[0])   # a tuner's candidate, or the prior
     report = isa.inspect_all("moe", "v3", target=chip_spec.target, dtype=torch_dtype,
                              overrides={**cfg, "kernel": kernel})[0]
     elem, bm, bn = torch_dtype.itemsize, cfg["BLOCK_M"], cfg["BLOCK_N"]
