@@ -57,8 +57,8 @@ from workbench.isa import compile as isa_compile, inspector
 
 def result(job):
     arch, fp8_name, grad = job
-    reports = []
-    for aot in v0_one_launch.aot(getattr(torch, fp8_name), "hip", arch, grad_dtype=getattr(torch, grad))[1:3]:   # dX, dW (row-wise scales)
+    fp8, reports = getattr(torch, fp8_name), []
+    for aot in v0_one_launch.aot(fp8, "hip", arch, grad_dtype=getattr(torch, grad))[1:3]:   # dX, dW (row-wise scales)
         r = inspector.read_kernel("grouped_gemm_fp8", "v0", arch, fp8_name,
                                   isa_compile.compile_aot(aot, ("hip", arch, 64)))
         loop = [line.split() for line in r.hot_loop.splitlines() if "v_mfma" in line]

@@ -1,7 +1,8 @@
 """Float8MoE's combine kernels (:mod:`kernels.moe.combine_op`) as gfx942 and gfx950 compile
 them, ahead of time in a fresh subprocess (tests/layer_ladder_isa.py, as
-tests/test_moe_swiglu_isa.py does): the weighted gathering k-sum, permute's backward (the k-sum gathering at weight 1) and the
-combine's backward. That these launches are the ones a call runs: tests/test_aot_matches_calls.py."""
+tests/test_moe_swiglu_isa.py does): the weighted gathering k-sum, permute's backward (the
+k-sum gathering at weight 1) and the combine's backward. That these launches are the ones a
+call runs: tests/test_aot_matches_calls.py."""
 from __future__ import annotations
 
 import pytest
