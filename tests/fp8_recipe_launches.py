@@ -14,20 +14,22 @@ from kernels.gemm_fp8 import configs
 from launch_classes import recorded_launches
 
 
-def recipe_launches(recipe: str, grad_format: str | None = None) -> set[tuple[str, str, str, str]]:
+def recipe_launches(recipe: str, grad_format: str | None = None, stub: bool = True) -> set[tuple[str, str, str, str]]:
     """(binary, layout, A's format, B's format) of each FP8 GEMM ``fp8_linear`` runs under ``recipe`` with dy
     in ``grad_format`` (default the recipe's), on the interpreter. 256 tokens, features and
     outputs: two 128-element scale blocks along every GEMM's K, as the blockwise recipe's
-    launches have. The launches are recorded, not run (:func:`launch_classes.recorded_launches`
-    with ``stub``): which binary, layout and formats a GEMM takes is its tuning key, which the
-    host builds from shapes, dtypes and strides before the launch; no value of a kernel's output
-    enters it (a run of all eight recipe and format pairs gave the same sets both ways)."""
+    launches have. The launches are recorded, not run, unless ``stub`` is False
+    (:func:`launch_classes.recorded_launches`): which binary, layout and formats a GEMM takes
+    is its tuning key, which the host builds from shapes, dtypes and strides before the
+    launch; no value of a kernel's output enters it (a run of all eight recipe and format
+    pairs gave the same sets both ways; tests/test_fp8_recipe_launches.py keeps one such pair
+    checked)."""
     from kernels.fp8.linear import fp8_linear
 
     x = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)
     with tuning.recording() as seen, pytest.MonkeyPatch.context() as patch, \
-            recorded_launches(patch, stub=True):
+            recorded_launches(patch, stub=stub):
         y = fp8_linear(x, w, recipe, grad_format=grad_format)
         y.backward(torch.randn_like(y))
     keys = [json.loads(text) for op, text in seen if op.startswith("gemm_fp8/")]

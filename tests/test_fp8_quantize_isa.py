@@ -4,28 +4,21 @@ ran interpreted kernels cannot). Backs what kernels/gemm_fp8/quantize_kernel.py 
 loads, stores and the LDS round trip of the transposed copy."""
 from __future__ import annotations
 
-import functools
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from fresh_compiles import results
+
+pytestmark = pytest.mark.xdist_group("test_fp8_quantize_isa")   # one worker compiles the file's batch
 COMPILE = """
-import json, torch
+import torch
 from kernels.gemm_fp8 import quantize_kernel
-from workbench.isa import compile as isa_compile, parse as isa_parse
-out = []
-for granularity, fp8, arch, options in {jobs!r}:
-    kernel = isa_compile.compile_aot(quantize_kernel.aot(granularity, getattr(torch, fp8), **dict(options)),
-                                     ("hip", arch, 64))
-    lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
-    out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
-                    ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}}))
-print(json.dumps(out))
+from workbench.isa import compile as isa_compile
+
+
+def result(job):
+    granularity, fp8, arch, options = job
+    return summary(isa_compile.compile_aot(quantize_kernel.aot(granularity, getattr(torch, fp8), **dict(options)),
+                                           ("hip", arch, 64)))
 """
 WIDE = [("block1x128", "float8_e4m3fnuz", "gfx942", "ocp"), ("mx32", "float8_e4m3fn", "gfx950", "ocp"),
         ("mx32", "float8_e4m3fn", "gfx950", "round_up")]
@@ -40,19 +33,15 @@ def _maxima_options(amax: bool) -> dict:
     return dict(transpose=False, amax=amax)
 
 
-@functools.cache
 def _compiled_here() -> dict[tuple, dict]:
     """Every compile this file reads, per (granularity, fp8, arch, options as sorted items), in
     one fresh subprocess (importing torch and the kernels there costs seconds, each compile a
     fraction of one)."""
-    jobs = [(granularity, fp8, arch, sorted(_wide_options(rule).items())) for granularity, fp8, arch, rule in WIDE]
-    jobs += [("tensor", fp8, arch, sorted(_maxima_options(amax).items()))
+    jobs = [(granularity, fp8, arch, tuple(sorted(_wide_options(rule).items())))
+            for granularity, fp8, arch, rule in WIDE]
+    jobs += [("tensor", fp8, arch, tuple(sorted(_maxima_options(amax).items())))
              for fp8, arch, _ in MAXIMA for amax in (False, True)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(jobs=jobs)],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    return {(g, f, a, tuple(o)): kernel for (g, f, a, o), kernel in
-            zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True)}
+    return results(COMPILE, tuple(jobs))
 
 
 def compiled(granularity: str, fp8: str, arch: str, **options) -> dict:

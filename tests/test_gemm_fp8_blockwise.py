@@ -9,23 +9,18 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import kernels
+from fresh_compiles import results
 from kernels.gemm_fp8 import blockwise_matmul, quantize
 from workbench import isa
 from workbench.isa import parse as isa_parse
 from workbench.check import compare, judge
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.xdist_group("test_gemm_fp8_blockwise")   # one worker compiles the mixed batch
 E4M3FN, E4M3FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 SPEC = kernels.spec("gemm_fp8")
 V2 = kernels.get("gemm_fp8", "v2")
@@ -192,20 +187,20 @@ def test_on_sm90_each_v2_launch_compiles_at_its_own_binarys_prior():
 
 
 MIXED_COMPILE = """
-import dataclasses, json, torch
+import dataclasses, torch
 from kernels.gemm_fp8 import launch, v2_triton_blockwise
 from kernels.triton_support import pointer_type
 from workbench.isa import compile as isa_compile, parse as isa_parse
-out = []
-for a, b, arch in {jobs!r}:
+
+
+def result(job):
+    a, b, arch = job
     aot = launch.aot_blockwise(v2_triton_blockwise._gemm_fp8_blockwise_kernel, getattr(torch, a), "hip", arch)[0]
-    aot = dataclasses.replace(aot, signature={{**aot.signature, "b_ptr": pointer_type(getattr(torch, b))}})
+    aot = dataclasses.replace(aot, signature={**aot.signature, "b_ptr": pointer_type(getattr(torch, b))})
     kernel = isa_compile.compile_aot(aot, ("hip", arch, 64))
     lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
-    out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]),
-                    mfma=sorted({{line.split(None, 1)[0] + ("/blgp:1" if "blgp:1" in line else "")
-                                 for line in lines if "v_mfma" in line}})))
-print(json.dumps(out))
+    return summary(kernel, mfma=sorted({line.split(None, 1)[0] + ("/blgp:1" if "blgp:1" in line else "")
+                                        for line in lines if "v_mfma" in line}))
 """
 MIXED = [
     ("float8_e5m2fnuz", "float8_e4m3fnuz", "gfx942", "v_mfma_f32_16x16x32_fp8_bf8"),
@@ -214,15 +209,10 @@ MIXED = [
 ]
 
 
-@functools.cache
 def _mixed_compiles() -> dict[tuple[str, str, str], dict]:
     """Per (a, b, arch) of :data:`MIXED`, the compile's resources and MFMAs, all three in one
     fresh process (importing torch and the kernels there costs seconds, a compile less)."""
-    jobs = [(a, b, arch) for a, b, arch, _ in MIXED]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", MIXED_COMPILE.format(jobs=jobs)],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    return dict(zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True))
+    return results(MIXED_COMPILE, tuple((a, b, arch) for a, b, arch, _ in MIXED))
 
 
 @pytest.mark.slow

@@ -12,18 +12,15 @@ multiply e4m3 by e5m2 on the mixed-format MFMAs, with no conversion and no spill
 """
 from __future__ import annotations
 
-import functools
-import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from fresh_compiles import results
 from workbench import isa
 from workbench.isa import parse as isa_parse
+
+pytestmark = pytest.mark.xdist_group("test_grouped_gemm_fp8_isa")   # one worker compiles the hybrid batch
 
 KERNELS = {"forward": "_grouped_gemm_fp8_kernel", "dx": "_grouped_gemm_fp8_kernel",
            "dw": "_grouped_dw_fp8_kernel"}
@@ -52,24 +49,24 @@ def test_training_launches_run_fp8_mfma_through_lds_without_spills(kernel, targe
         assert loads and all(op.endswith("dwordx4") for op in loads), loads
 
 
-ROOT = Path(__file__).resolve().parent.parent
 HYBRID_COMPILE = """
-import json, torch
+import torch
 from kernels.moe.grouped_gemm_fp8 import v0_one_launch
 from workbench.isa import compile as isa_compile, inspector
-out = []
-for arch, fp8_name, grad in {jobs!r}:
+
+
+def result(job):
+    arch, fp8_name, grad = job
     fp8, reports = getattr(torch, fp8_name), []
     for aot in v0_one_launch.aot(fp8, "hip", arch, grad_dtype=getattr(torch, grad))[1:3]:   # dX, dW (row-wise scales)
         r = inspector.read_kernel("grouped_gemm_fp8", "v0", arch, fp8_name,
                                   isa_compile.compile_aot(aot, ("hip", arch, 64)))
         loop = [line.split() for line in r.hot_loop.splitlines() if "v_mfma" in line]
         reports.append(dict(name=r.kernel_name, matrix=sorted(r.matrix_instructions), narrow_lds=r.narrow_lds_ops,
-                            loop=sorted({{" ".join([w[0], *(t for t in w if t.startswith(("cbsz:", "blgp:")))])
-                                         for w in loop}}),
+                            loop=sorted({" ".join([w[0], *(t for t in w if t.startswith(("cbsz:", "blgp:")))])
+                                         for w in loop}),
                             spills=[r.spills, r.sgpr_spills, r.scratch_bytes]))
-    out.append(reports)
-print(json.dumps(out))
+    return reports
 """
 HYBRID = [
     ("gfx942", "float8_e4m3fnuz", "float8_e5m2fnuz", "v_mfma_f32_16x16x32_fp8_bf8", "v_mfma_f32_16x16x32_bf8_fp8"),
@@ -78,15 +75,11 @@ HYBRID = [
 ]
 
 
-@functools.cache
 def _hybrid_reports() -> dict[str, list[dict]]:
     """Per arch, the dX and dW kernels' reports of :data:`HYBRID`'s targets, both archs in one
     fresh process (importing torch and the kernels there costs seconds)."""
-    jobs = [(arch, fp8, grad) for arch, fp8, grad, *_ in HYBRID]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", HYBRID_COMPILE.format(jobs=jobs)],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    return {arch: reports for (arch, *_), reports in zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True)}
+    jobs = tuple((arch, fp8, grad) for arch, fp8, grad, *_ in HYBRID)
+    return {arch: reports for (arch, *_), reports in results(HYBRID_COMPILE, jobs).items()}
 
 
 @pytest.mark.slow   # two AOT compiles per arch, both archs in one fresh process

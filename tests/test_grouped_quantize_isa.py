@@ -6,45 +6,35 @@ kernels/moe/grouped_gemm_fp8/quantize_kernel.py says of its loads, stores, the L
 transpose of the FP8 tile and its registers."""
 from __future__ import annotations
 
-import functools
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from fresh_compiles import results
+
+pytestmark = pytest.mark.xdist_group("test_grouped_quantize_isa")   # one worker compiles the file's batch
 COMPILE = """
-import json, torch
+import torch
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel
 from workbench.isa import compile as isa_compile, parse as isa_parse
-out = []
-for fp8, arch, per_tensor, amax in {jobs!r}:
+
+
+def result(job):
+    fp8, arch, per_tensor, amax = job
     kernels = []
     for aot in quantize_kernel.aot(getattr(torch, fp8), per_tensor=per_tensor, amax=amax):
         kernel = isa_compile.compile_aot(aot, ("hip", arch, 64))
         lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
-        kernels.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
-                            ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}},
-                            valu=[isa_parse.mnemonic(line) for line in lines if "_f32" in line]))
-    out.append(kernels)
-print(json.dumps(out))
+        kernels.append(summary(kernel, valu=[isa_parse.mnemonic(line) for line in lines if "_f32" in line]))
+    return kernels
 """
 
 
-@functools.cache
 def _compiled_here() -> dict[tuple, list[dict]]:
     """Every compile this file reads, per (fp8, arch, per_tensor, amax): :data:`TARGETS` and the
     delayed cast with its tile maxima per target, in one fresh subprocess (importing torch and
     the kernels there costs seconds, each compile a fraction of one)."""
     jobs = [(fp8, arch, per_tensor, False) for fp8, arch, per_tensor in TARGETS]
     jobs += [(fp8, arch, True, True) for fp8, arch in FORMATS]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(jobs=jobs)],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    return dict(zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True))
+    return results(COMPILE, tuple(jobs))
 
 
 def compiled(fp8: str, arch: str, per_tensor: bool, amax: bool = False) -> list[dict]:

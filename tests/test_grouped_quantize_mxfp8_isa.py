@@ -5,48 +5,37 @@ the forward weight's. Backs what kernels/moe/grouped_gemm_fp8/quantize_kernel.py
 MX launch's loads, stores and registers."""
 from __future__ import annotations
 
-import functools
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from fresh_compiles import results
+
+pytestmark = pytest.mark.xdist_group("test_grouped_quantize_mxfp8_isa")   # one worker compiles the file's batch
 COMPILE = """
-import json, re, torch
+import re, torch
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel
-from workbench.isa import compile as isa_compile, parse as isa_parse
-out = []
-for arch, weight, rule in {jobs!r}:
+from workbench.isa import compile as isa_compile
+
+
+def result(job):
+    arch, weight, rule = job
     kernel = isa_compile.compile_aot(quantize_kernel.mx_aot(torch.float8_e4m3fn, weight=weight, scale_rule=rule),
                                      ("hip", arch, 64))
-    lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
     source, memory = None, []   # each global load or store with the source file of its .loc line
     for line in kernel["asm"].splitlines():
         where = re.search(r"\\.loc\\s.*;\\s*([\\w.]+):", line)
         source = where.group(1) if where else source
         if re.match(r"\\s*(global|buffer)_(load|store)", line):
             memory.append((line.split()[0], source))
-    out.append(dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"], memory=memory,
-                    ops={{c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}}))
-print(json.dumps(out))
+    return summary(kernel, memory=memory)
 """
 WEIGHTS = [False, True]
 ARCH_RULES = [("gfx942", "ocp"), ("gfx950", "ocp"), ("gfx950", "round_up")]
 
 
-@functools.cache
 def _compiled_here() -> dict[tuple, dict]:
     """Per (arch, weight, rule), every case of this file compiled in one fresh subprocess
     (importing torch and the kernels there costs seconds, each compile a fraction of one)."""
-    jobs = [(arch, weight, rule) for arch, rule in ARCH_RULES for weight in WEIGHTS]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", COMPILE.format(jobs=jobs)],
-                          capture_output=True, text=True, env=env, timeout=600, check=True)
-    return dict(zip(jobs, json.loads(done.stdout.splitlines()[-1]), strict=True))
+    return results(COMPILE, tuple((arch, weight, rule) for arch, rule in ARCH_RULES for weight in WEIGHTS))
 
 
 def compiled(arch: str, weight: bool, rule: str) -> dict:

@@ -1,28 +1,23 @@
 """Float8MoE's combine kernels (:mod:`kernels.moe.combine_op`) as gfx942 and gfx950 compile
-them, ahead of time in a fresh subprocess (as tests/test_moe_swiglu_isa.py does): the
-weighted gathering k-sum, permute's backward (the k-sum gathering at weight 1) and the
-combine's backward. That these launches are the ones a call runs: tests/test_aot_matches_calls.py."""
+them, ahead of time in a fresh subprocess (tests/layer_ladder_isa.py, as
+tests/test_moe_swiglu_isa.py does): the weighted gathering k-sum, permute's backward (the
+k-sum gathering at weight 1) and the combine's backward. That these launches are the ones a
+call runs: tests/test_aot_matches_calls.py."""
 from __future__ import annotations
-
-import functools
 
 import pytest
 
-from test_moe_swiglu_isa import ARCHS, _accesses, compile_all
+from layer_ladder_isa import ARCHS, accesses, compiled as compiled_launches
 
+pytestmark = pytest.mark.xdist_group("test_moe_combine_isa")   # one worker compiles the file's batch
 SLOT_SUM = (dict(weighted=True), dict(weighted=False))
 """The combine's launch and permute's backward's."""
-
-
-@functools.cache
-def _compiled_here() -> dict[tuple[str, str], list[dict]]:
-    return compile_all({"slot_sum": SLOT_SUM, "combine_backward": (dict(),)})
 
 
 def compiled(module: str, arch: str) -> list[dict]:
     """The resources and op histograms of ``module``'s AOT launches for ``arch``, bf16; this
     file's four (module, arch) pairs compile together, in one fresh process."""
-    return _compiled_here()[module, arch]
+    return compiled_launches({"slot_sum": SLOT_SUM, "combine_backward": (dict(),)}, module, arch)
 
 
 @pytest.mark.slow   # one AOT compile in a fresh process (with the file's others)
@@ -34,7 +29,7 @@ def test_combine_backward_moves_bf16_rows_16_bytes_per_thread_and_nothing_spills
     and stores dw (4 bytes), after one LDS write and read (the row sums' change of layout).
     No VGPR or SGPR spills, no scratch, 8 waves per SIMD."""
     (kernel,) = compiled("combine_backward", arch)
-    assert _accesses(kernel) == dict(wide_loads=2, wide_stores=1, narrow_loads=1, narrow_stores=1,
+    assert accesses(kernel) == dict(wide_loads=2, wide_stores=1, narrow_loads=1, narrow_stores=1,
                                      lds_writes=1, lds_reads=1), kernel["ops"]
     assert kernel["ops"]["global_load"].get("buffer_load_dwordx2") == 2, kernel["ops"]
 
@@ -52,5 +47,5 @@ def test_gathering_slot_sum_moves_bf16_rows_16_bytes_per_thread_and_nothing_spil
         rows = loads["buffer_load_dwordx4"]
         assert loads == {"buffer_load_dwordx4": rows, "buffer_load_dwordx2": rows,
                          **({"buffer_load_dword": rows} if launch["weighted"] else {})}, kernel["ops"]
-        assert _accesses(kernel) == dict(wide_loads=rows, wide_stores=1, narrow_loads=rows if launch["weighted"] else 0,
+        assert accesses(kernel) == dict(wide_loads=rows, wide_stores=1, narrow_loads=rows if launch["weighted"] else 0,
                                          narrow_stores=0, lds_writes=0, lds_reads=0), kernel["ops"]
