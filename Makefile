@@ -53,10 +53,8 @@ $(STAMP): pyproject.toml binder/overrides.json
 tour: setup
 	$(VENV)/bin/workbench tour
 
-# --dist loadgroup: a file marked xdist_group (one shared batch of compiles or probes in a
-# subprocess) runs on one worker, which does the batch once; the other tests load-balance.
 test: setup
-	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --timeout 900 --durations=30 tests --nbmake notebooks
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --timeout 900 --durations=30 tests --nbmake notebooks
 
 # `make test` runs tests/fuzz too, in its bounded, derandomized `ci` profile.
 fuzz: setup

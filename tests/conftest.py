@@ -80,30 +80,12 @@ def make_row():
     return make
 
 
-def _keep_xdist_groups(config, items):
-    """Under ``--dist loadgroup`` (``make test``) a test marked ``xdist_group`` goes to its
-    group's one worker by the ``@group`` suffix each worker gives its node id; pytest-xdist
-    3.8 sets it as ``item._nodeid``, which pytest 9.2's structured node ids no longer read,
-    so the groups were load-balanced like any test (pytest-dev/pytest-xdist#1386). Give the
-    suffix where it is missing, as xdist names it (the group names sorted, joined by ``_``)."""
-    if not getattr(config.option, "loadgroup", False):   # set on the workers of a loadgroup run
-        return
-    for item in items:
-        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                 for m in item.iter_markers("xdist_group")}
-        suffix = "@" + "_".join(sorted(names))
-        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
-            item._id = type(item._id).parse(item.nodeid + suffix)
-
-
 @pytest.hookimpl(trylast=True)   # after ``-m``/``-k`` have deselected what they deselect
 def pytest_collection_modifyitems(config, items):
     """GPU tests skip on the interpreter. A notebook that a selected test runs cell by cell
     (marked ``runs_notebook``: the browser tests' Run All and the Binder build's nbconvert,
     each failing on any error) is not run a second time by nbmake: a run of notebook 01
-    costs a minute of CI. An ``xdist_group``'s tests keep to one worker
-    (:func:`_keep_xdist_groups`)."""
-    _keep_xdist_groups(config, items)
+    costs a minute of CI."""
     run_elsewhere = {mark.args[0] for item in items for mark in item.iter_markers("runs_notebook")}
     twice = [item for item in items if type(item).__module__.startswith("nbmake")
              and item.path.name in run_elsewhere]

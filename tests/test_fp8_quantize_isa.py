@@ -8,7 +8,6 @@ import pytest
 
 from fresh_compiles import results
 
-pytestmark = pytest.mark.xdist_group("test_fp8_quantize_isa")   # one worker compiles the file's batch
 COMPILE = """
 import torch
 from kernels.gemm_fp8 import quantize_kernel

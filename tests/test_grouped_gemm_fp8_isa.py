@@ -20,8 +20,6 @@ from fresh_compiles import results
 from workbench import isa
 from workbench.isa import parse as isa_parse
 
-pytestmark = pytest.mark.xdist_group("test_grouped_gemm_fp8_isa")   # one worker compiles the hybrid batch
-
 KERNELS = {"forward": "_grouped_gemm_fp8_kernel", "dx": "_grouped_gemm_fp8_kernel",
            "dw": "_grouped_dw_fp8_kernel"}
 MACS_PER_STEP = 128 * 128 * 128

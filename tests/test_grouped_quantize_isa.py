@@ -10,7 +10,6 @@ import pytest
 
 from fresh_compiles import results
 
-pytestmark = pytest.mark.xdist_group("test_grouped_quantize_isa")   # one worker compiles the file's batch
 COMPILE = """
 import torch
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel

@@ -9,7 +9,6 @@ import pytest
 
 from layer_ladder_isa import ARCHS, accesses, compiled as compiled_launches
 
-pytestmark = pytest.mark.xdist_group("test_moe_combine_isa")   # one worker compiles the file's batch
 SLOT_SUM = (dict(weighted=True), dict(weighted=False))
 """The combine's launch and permute's backward's."""
 

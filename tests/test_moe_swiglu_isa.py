@@ -9,7 +9,6 @@ import pytest
 
 from layer_ladder_isa import ARCHS, accesses, compiled as compiled_launches
 
-pytestmark = pytest.mark.xdist_group("test_moe_swiglu_isa")   # one worker compiles the file's batch
 BACKWARD = (dict(weighted=True), dict(weighted=False), dict(fp8_owner=True))
 """v3's launch, the expert-parallel owner's (weight 1) and the FP8 expert-parallel owner's
 (dg and du only, rows bounded by the capacity padding's start)."""
