@@ -68,6 +68,7 @@ def _today() -> str:
     return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
 
 
+@pytest.mark.slow   # the model compiles the FP8 GEMM's rungs for sm_90 beside the measured rows
 def test_gpu_report_records_the_quick_suite_and_prints_ratios(pretended_h200, capsys):
     assert main(["gpu-report"]) == 0
     out = capsys.readouterr().out

@@ -57,7 +57,7 @@ def test_hot_loop_loads_one_tile_of_a_and_b_per_k_step(rung, gpu):
     plan = gemm.plan(rung, SHAPE, spec.target, spec.compute_units)
     report = isa.inspect("gemm", rung, spec.target, torch.bfloat16, overrides=plan.overrides or None)
     mix = loop.mix(report.hot_loop, spec.target)
-    steps = gemm.steps_per_iteration(plan.cfg, mix.mfma_flops)
+    steps = gemm.steps_per_iteration(plan.cfg, report.options["num_warps"], mix.mfma_flops)
     cfg = plan.cfg
     assert report.options["num_warps"] * mix.global_bytes == \
         steps * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2

@@ -1,5 +1,5 @@
 """The model on sm_90 (H100, H200): the PTX hot loop's weights on hand-written PTX (fast),
-then the GEMM, attention and grouped GEMM forward ladders compiled for sm_90 ahead of time
+then the forward passes (GEMM, attention, grouped GEMM, the FP8 GEMMs, MoE v3) compiled for sm_90 ahead of time
 (``slow``: a compile per rung and config, cached per process by the ISA inspector).
 """
 from __future__ import annotations
@@ -266,15 +266,21 @@ def test_v2_against_v1_per_target_as_its_docstring_states(gpu):
         if v2.time_s > 1.05 * v1.time_s:
             slower.add(name)
             assert v2.bound == "HBM" and v2.breakdown["HBM"] > v1.breakdown["HBM"], name
+            if name in DSV3_BALANCED:   # x once per column panel: more than twice v1's HBM time
+                assert v2.breakdown["HBM"] > 2 * v1.breakdown["HBM"], name
     assert slower == V2_SLOWER[gpu]
 
 
 @pytest.mark.slow
 def test_the_grouped_schedule_is_read_from_the_ptx():
     """The offsets are loaded on the scan's lines and located without a load, as on AMD:
-    the PTX line table puts both on schedule.py's lines."""
-    for rung in ("v2", "v4"):
-        _, report = grouped_gemm.compiled(rung, "forward", DOWN, torch.bfloat16, "sm_90", 132)
+    the PTX line table puts both on schedule.py's lines, in every kernel that walks grouped
+    GEMM v2's or v4's schedule (the FP8 grouped GEMM's, MoE v3's two)."""
+    reports = {rung: grouped_gemm.compiled(rung, "forward", DOWN, torch.bfloat16, "sm_90", 132)[1]
+               for rung in ("v2", "v4")}
+    reports["fp8 v0"] = isa.inspect_all("grouped_gemm_fp8", "v0", "sm90")[0]
+    reports |= dict(zip(("moe gate_up", "moe down"), isa.inspect_all("moe", "v3", "sm90")))
+    for rung, report in reports.items():
         scan, locate = (tile_schedule.instructions(report, f) for f in (tile_schedule.SCAN, tile_schedule.LOCATE))
         assert any(op.startswith("ld.global") for op in scan), rung
         assert not any(op.startswith("ld.global") for op in locate) and len(locate) > 10, rung

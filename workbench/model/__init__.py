@@ -25,13 +25,13 @@ fp32 (:mod:`.grouped_gemm`); FP8 GEMM v1 and v2 (:mod:`.gemm_fp8`); FP8 grouped 
 :mod:`.grouped_gemm_backward`) and MoE v3's. Anything else raises
 :class:`NotCovered`, whose message says what is covered.
 
-On sm_90 (H100, H200; :data:`NVIDIA_OPS`) the same GEMM, attention and grouped GEMM forward
-rungs are covered, read from the PTX (:mod:`.ptx_loop`: ``wgmma`` tensor-core cycles from the
+On sm_90 (H100, H200; :data:`NVIDIA_OPS`) the same forward passes are covered (GEMM,
+attention, grouped GEMM, the FP8 GEMM and grouped GEMM, MoE v3), read from the PTX (:mod:`.ptx_loop`: ``wgmma`` tensor-core cycles from the
 datasheet's dense peak at its 1830 MHz tensor clock, ``cp.async`` and shared-memory bytes at
 128 B/clk/SM, the softmax's ``ex2`` at the MUFU's 16/clk/SM, FlashAttention-3's figure);
 a loop that keeps a ``wgmma`` group in flight overlaps its asynchronous units
-(:mod:`.combine`). MoE, FP8 and every backward pass stay NotCovered there:
-their launches are modelled for the AMD targets only (:data:`AMD_TARGETS`). Known limits on
+(:mod:`.combine`). Every backward pass stays NotCovered there: its launches are
+modelled for the AMD targets only (:data:`AMD_TARGETS`). Known limits on
 sm_90: PTX is counted, not the SASS ``ptxas`` makes; no TMA loop is weighed; the clock is
 the datasheet's, not one measured under load (the model sits above cuBLAS's measured GEMM
 rates, ``published.yaml``).

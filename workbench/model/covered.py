@@ -35,6 +35,8 @@ COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
            "gemm_fp8": (gemm_fp8.predict, gemm_fp8.RUNGS),
            "grouped_gemm_fp8": (grouped_gemm_fp8.predict, grouped_gemm_fp8.RUNGS),
            "moe": (moe.predict, moe.RUNGS)}
+
+
 def default_dtype(op: str) -> str:
     """The dtype an op is predicted in when the caller names none: bf16 (the training dtype)
     where the op takes it, else "fp8", the only dtype the models of the FP8 ops cover."""

@@ -151,10 +151,11 @@ def plan(rung: str, shape: tuple[int, int, int], arch: str, compute_units: int,
     raise NotImplementedError(f"the model covers GEMM rungs {', '.join(RUNGS)}, not {rung!r}")
 
 
-def steps_per_iteration(cfg: dict, flops_per_wave_iteration: int) -> int:
-    """K steps one loop iteration covers (the compiler may unroll the K loop)."""
+def steps_per_iteration(cfg: dict, num_warps: int, flops_per_wave_iteration: int) -> int:
+    """K steps of ``cfg``'s tile one loop iteration covers (the compiler may unroll the K loop),
+    over the compiled kernel's ``num_warps`` (its report's, not a stated config's)."""
     per_step = 2 * cfg["BLOCK_M"] * cfg["BLOCK_N"] * cfg["BLOCK_K"]
-    steps, rest = divmod(flops_per_wave_iteration * cfg["num_warps"], per_step)
+    steps, rest = divmod(flops_per_wave_iteration * num_warps, per_step)
     if rest or steps < 1:
         raise ValueError(f"the hot loop's {flops_per_wave_iteration} FLOP per wave is not a whole number "
                          f"of {cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} K steps")

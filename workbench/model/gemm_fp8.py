@@ -19,7 +19,10 @@ read once per tile in the epilogue (not charged). v2's blockwise binaries take D
 block's scales and multiplies the block's partial product by them on the fp32 accumulator,
 which the loop's instruction mix charges; the scales' bytes past L1 (4 per 128 elements of
 A's rows and per 128 x 128 block of B, about 3 % of A's) are not added to the tiles' traffic.
-The clock under an FP8 MFMA load is MAF2's where measured (MI300X), else the spec's.
+The clock under an FP8 MFMA load is MAF2's where measured (MI300X), else the spec's. On sm_90
+(H100, H200) the loop is read from the PTX (:mod:`.ptx_loop`: e4m3 ``wgmma``), the config is the
+"cuda" table's, the hardware ids are not remapped (one "XCD") and the clock is the 1830 MHz the
+tensor peaks are quoted at.
 """
 from __future__ import annotations
 

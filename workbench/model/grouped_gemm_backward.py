@@ -37,7 +37,7 @@ def dw_launch(label: str, shape: tuple, sizes: list[int], torch_dtype: torch.dty
     # the hot loop as the ISA inspector finds it: a compile that splits the reduction into
     # several MFMA loops (large tiles on gfx942) is weighed by that one for every iteration
     mix = loop.mix(report.hot_loop, chip_spec.target, chip_spec.wave_size)
-    steps = gemm.steps_per_iteration(cfg, mix.mfma_flops)
+    steps = gemm.steps_per_iteration(cfg, report.options["num_warps"], mix.mfma_flops)
     chip, clock_input = chip_model.chip(chip_spec, dtype)
     elem = torch_dtype.itemsize
     tiles_k, tiles_n = -(-k // cfg["BLOCK_M"]), -(-n // cfg["BLOCK_N"])

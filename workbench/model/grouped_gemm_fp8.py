@@ -4,7 +4,8 @@
 Its tile is v2's with BLOCK_K = 128 (:func:`kernels.moe.grouped_gemm_fp8.v0_one_launch.config`),
 its weight K-contiguous (its ``aot``); the row and column scales, read once per tile in
 the epilogue, are not charged. The clock under an FP8 MFMA load is MAF2's where measured
-(MI300X, MI325X), else the spec's.
+(MI300X, MI325X), else the spec's; on sm_90 (H100, H200) the config is v0's "cuda" one, the loop
+the PTX's e4m3 ``wgmma`` (:mod:`.ptx_loop`) and the clock the tensor peaks' 1830 MHz.
 """
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report
         raise NotCovered(f"{op} {label} in {dtype} on {chip_spec.target} compiles to a hot loop without matrix "
                          f"instructions (the dot runs on the FMA units): the model weighs matrix-core loops only")
     num_warps, stages = report.options["num_warps"], report.options.get("num_stages", 1)
-    steps = gemm.steps_per_iteration({**cfg, "num_warps": num_warps}, mix.mfma_flops // products)   # compiled warps
+    steps = gemm.steps_per_iteration(cfg, num_warps, mix.mfma_flops // products)
     resident = chip_model.programs_per_cu(report)
     if persistent is not None:
         resident = min(resident, -(-persistent // chip_spec.compute_units))
