@@ -4,7 +4,8 @@
 A public op casts its operands (:func:`operands`) before it checks them, where
 :func:`active` says a region is open: torch's ops take operands of different floating
 dtypes there (bf16 activations with float32 weights: what autocast is for), and the
-checks, which want one dtype, would refuse them before the custom op's autocast rule ran.
+checks, which want one dtype, would refuse them before the custom op's autocast rule ran;
+cast, the call needs no custom op and runs as an eager one (:func:`kernels.eager.path`).
 
 Autocast casts only the ops it knows. ``torch.library.register_autocast`` teaches it a
 custom op, but with one dtype fixed when the op is registered, where torch's own
@@ -34,7 +35,10 @@ def _cast(value, device: str, dtype: torch.dtype):
 
 
 def operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The tensors in the autocast dtype where autocast is on for their device, else as they are."""
+    """The tensors in the autocast dtype where autocast is on for their device, else as they are
+    (also where the first is not a tensor: the op's checks then name it)."""
+    if not isinstance(tensors[0], torch.Tensor):
+        return tensors
     device = tensors[0].device.type
     if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
         return tensors

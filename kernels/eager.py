@@ -39,7 +39,6 @@ _function_mode = torch._C._is_torch_function_mode_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _transform = torch._C._functorch.peek_interpreter_stack
 _tracing = torch._C._get_tracing_state
-_any_autocast = torch._C._is_any_autocast_enabled
 _grad_enabled = torch.is_grad_enabled
 unwrap = torch._C._functorch.unwrap_if_dead
 """A tensor left wrapped by a finished functorch transform, unwrapped (any other as it is)."""
@@ -60,21 +59,17 @@ def kind(*tensors: torch.Tensor) -> int:
     return AUTOGRAD if any(t.requires_grad for t in tensors) else PLAIN
 
 
-def path(*tensors: torch.Tensor, autocast: bool = False, known: int | None = None) -> int:
+def path(*tensors: torch.Tensor, known: int | None = None) -> int:
     """How an eager call of a public op on ``tensors`` runs: :data:`CUSTOM_OP` when it is traced
     by ``torch.compile`` or ``torch.jit.trace``, a torch-function mode (e.g. ``with
     torch.device(...)``) or dispatch mode (FakeTensorMode, ``make_fx``, export) is active, a
-    functorch transform (``vmap``, ``grad``) or a forward-mode AD level is open, a tensor is not a
-    plain ``torch.Tensor`` or ``Parameter``, or, for an op with an autocast rule
-    (``autocast=True``), autocast is on for the first tensor's device; else :data:`AUTOGRAD` if
-    grad mode is on and a tensor needs a gradient, else :data:`PLAIN`. ``known`` is
-    :func:`kind` of the op's tensors where a plan kept it: ``tensors`` then need hold only the
-    first (for autocast's device)."""
+    functorch transform (``vmap``, ``grad``) or a forward-mode AD level is open, or a tensor is
+    not a plain ``torch.Tensor`` or ``Parameter``; else :data:`AUTOGRAD` if grad mode is on and a
+    tensor needs a gradient, else :data:`PLAIN`. ``known`` is :func:`kind` of the op's tensors
+    where a plan kept it (then no tensor need be passed). Autocast needs no custom op: the
+    public ops cast their operands to the region's dtype themselves (:func:`.autocast.operands`)."""
     if (_compiling() or _function_mode() or _dispatch_modes() or forward_ad._current_level >= 0
             or _transform() is not None or _tracing() is not None):
-        return CUSTOM_OP
-    # any autocast at all first: one C call, where the device's type alone is a quarter microsecond
-    if autocast and _any_autocast() and torch.is_autocast_enabled(tensors[0].device.type):
         return CUSTOM_OP
     if known is None:
         known = PLAIN
@@ -86,11 +81,11 @@ def path(*tensors: torch.Tensor, autocast: bool = False, known: int | None = Non
     return known if known == CUSTOM_OP or _grad_enabled() else PLAIN
 
 
-def direct(*tensors: torch.Tensor, autocast: bool = False) -> bool:
+def direct(*tensors: torch.Tensor) -> bool:
     """Whether nothing but eager PyTorch sees this call and no gradient is needed, so an op
     without an ``autograd.Function`` of its own may call its implementation (:func:`path` is
     :data:`PLAIN`)."""
-    return path(*tensors, autocast=autocast) == PLAIN
+    return path(*tensors) == PLAIN
 
 
 def function_apply(function: type[torch.autograd.Function]) -> Callable:

@@ -130,3 +130,14 @@ def test_operands_of_mixed_dtypes_are_cast_as_torch_casts_them(name):
 def test_outside_autocast_mixed_dtypes_stay_an_error():
     with pytest.raises(TypeError, match="dtypes differ"):
         kernels.matmul(torch.randn(2, 16).bfloat16(), torch.randn(16, 8))
+
+
+
+@pytest.mark.parametrize("call", [lambda t: kernels.matmul([[1.0]], t[0]),
+                                  lambda t: kernels.flash_attention([[1.0]], t, t)], ids=["matmul", "flash_attention"])
+def test_under_autocast_a_non_tensor_operand_gets_the_ops_named_error(call):
+    """The cast before the checks leaves a non-tensor first operand to them: the TypeError
+    naming it, as outside autocast (not an AttributeError from the cast)."""
+    t = torch.randn(1, 1, 4, 16)
+    with pytest.raises(TypeError, match="must be a torch.Tensor"), torch.autocast("cpu", dtype=torch.bfloat16):
+        call(t)

@@ -202,19 +202,14 @@ def test_each_gemm_of_the_fp8_section_runs_at_the_forward_s_layout():
                                              *(("gemm_fp8", "v2", {"granularity": g}) for g in
                                                ("tensor", "channel", "block128x128"))])
 def test_the_rungs_the_fp8_section_times_are_right_at_its_layout(op, rung, args):
-    """What the section times at NT, checked against the op's float64 reference (outputs poisoned):
-    within the bf16 output's rounding (2^-8 of each element) and a float32 accumulation's error
-    over K = 256 in any order the CPU's BLAS takes (1e-4 of the largest element, about 840 float32
-    ulps of it)."""
-    from kernels.outputs import poisoned_outputs
+    """What the section times at NT, judged as every rung is (:func:`workbench.harness.check.judge`:
+    against the op's float64 reference, outputs poisoned, within the library baseline's error)."""
+    from workbench.harness.check import judge
     spec = kernels.spec(op)
     inputs = spec.make_inputs((96, 80, 256), torch.bfloat16 if op == "gemm" else torch.float8_e4m3fn,
                               seed=3, layout=gpu_report_fp8.LAYOUT, **args)
-    with poisoned_outputs():
-        got = kernels.get(op, rung)(*inputs)
-    want = spec.reference(*inputs).double()
-    error = (got.double() - want).abs()
-    assert (error <= 2 ** -8 * want.abs() + 1e-4 * want.abs().max()).all(), error.max()
+    ((_, fields),) = judge(kernels.get(op, rung), spec, inputs, 3)
+    assert fields["passed"], fields
 
 
 def test_each_fp8_case_times_the_rung_its_recipe_trains_with():

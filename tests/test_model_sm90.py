@@ -15,7 +15,6 @@ from workbench import cli, isa
 from workbench.isa import parse as isa_parse
 from workbench.model import (COVERED, NVIDIA_OPS, NotCovered, combine, grouped_gemm, machine, predict, predict_backward,
                              ptx_loop, tile_schedule)
-from workbench.model.covered import default_dtype
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t}"
 ACC = "{%r1,%r2}"
@@ -286,24 +285,26 @@ def test_the_grouped_schedule_is_read_from_the_ptx():
         assert not any(op.startswith("ld.global") for op in locate) and len(locate) > 10, rung
 
 
-FORWARDS = [("gemm_fp8", "v1"), ("gemm_fp8", "v2"), ("grouped_gemm_fp8", "v0"), ("moe", "v3")]
+FORWARDS = [("gemm_fp8", "v1", "fp8"), ("gemm_fp8", "v2", "fp8"), ("grouped_gemm_fp8", "v0", "fp8"),
+            ("moe", "v3", "bf16"), ("moe", "v3", "fp16"), *(("grouped_gemm", rung, "fp16") for rung in grouped_gemm.RUNGS)]
+OPERAND = {"fp8": "e4m3", "bf16": "bf16", "fp16": "f16"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gpu", ["H100", "H200"])
-@pytest.mark.parametrize(("op", "rung"), FORWARDS)
-def test_the_fp8_and_moe_forwards_weigh_wgmma_loops_below_the_peak_on_sm90(op, rung, gpu):
-    """The FP8 GEMM and grouped GEMM (e4m3 operands) and MoE v3's forward (bf16) at their quick
-    shapes: every launch's hot loop issues wgmma of the op's operand type, and the time stays
-    above what the dense peak of that type allows."""
+@pytest.mark.parametrize(("op", "rung", "dtype"), FORWARDS)
+def test_the_fp8_moe_and_fp16_forwards_weigh_wgmma_loops_below_the_peak_on_sm90(op, rung, dtype, gpu):
+    """The FP8 GEMM and grouped GEMM (e4m3 operands), MoE v3's forward (bf16, fp16) and the
+    grouped GEMM ladder in fp16 at their quick shapes: every launch's hot loop issues wgmma of
+    that operand type, at the 1830 MHz tensor clock, and the time stays above what the dense
+    peak of that type allows."""
     spec = kernels.spec(op)
-    dtype = default_dtype(op)
     for name in spec.quick_shapes:
-        p = predict(op, rung, spec.bench_shapes[name], gpu=gpu)
+        p = predict(op, rung, spec.bench_shapes[name], dtype, gpu)
         assert 0 < p.tflops <= roofline.spec(gpu).peak(dtype) and p.label == "model", (name, p.tflops)
+        assert p.inputs["engine clock under MFMA load (MHz)"][0] == 1830
         loops = [value[0]["MFMAs"] for key, value in p.inputs.items() if key.endswith("per wave and iteration")]
-        operand = "e4m3" if dtype == "fp8" else "bf16"
-        assert loops and all(ops and all(op_.startswith("wgmma") and f".{operand}." in op_ for op_ in ops)
+        assert loops and all(ops and all(op_.startswith("wgmma") and f".{OPERAND[dtype]}." in op_ for op_ in ops)
                              for ops in loops), (name, loops)
 
 

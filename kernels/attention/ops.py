@@ -146,7 +146,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         q, k, v = autocast.operands(q, k, v)
     plan = _PLANS(plans.meta(q, k, v, extra=(causal, type(causal), scale, type(scale))), _Checked,
                   q, k, v, causal, scale)
-    how = eager.path(q, autocast=True, known=plan.kind)
+    how = eager.path(known=plan.kind)
     if how == eager.PLAIN:
         return plan.call(q, k, v)[0]
     if how == eager.AUTOGRAD:
@@ -281,7 +281,7 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          _CheckedVarlen, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
     if check_offsets:   # the values: read on every call that asks
         varlen.check_offsets(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
-    how = eager.path(q, autocast=True, known=plan.kind)
+    how = eager.path(known=plan.kind)
     if how == eager.PLAIN:
         return plan.call(q, k, v, cu_seqlens_q, cu_seqlens_k)[0]
     if how == eager.AUTOGRAD:

@@ -10,10 +10,11 @@ over the output.
 
 How a call runs (:func:`kernels.eager.path`): an eager call that needs a gradient runs
 :class:`_Linear`, one autograd node as torch's ``nn.Linear`` records one (``addmm``; each node is
-host time, ``workbench bench overhead``); one without runs the launch plan directly; a traced,
-transformed or autocast call runs the custom op ``kernels::linear`` (2-D ``x``; fake, autograd
-formula, and autocast casting x, weight and bias to the region's dtype, as torch's autocast does for
-``linear``), so ``torch.compile`` sees one opaque node with the same epilogue. The gradients are
+host time, ``workbench bench overhead``); one without runs the launch plan directly; under
+autocast x, weight and bias are first cast to the region's dtype, as torch's autocast does for
+``linear``; a traced or transformed call runs the custom op ``kernels::linear`` (2-D ``x``; fake,
+autograd formula, the same autocast rule), so ``torch.compile`` sees one opaque node with the
+same epilogue. The gradients are
 x's, ``grad_y @ weight``, the weight's, ``grad_yᵀ @ x``, made in
 the weight's own (N, K) layout (:func:`_grads` says why), and the bias's, ``grad_y`` summed to
 the bias's shape.
@@ -40,7 +41,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     plan = _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias)
     if plan.unfused:
         return _unfused(x, weight, bias)
-    how = eager.path(x, autocast=True, known=plan.kind)
+    how = eager.path(known=plan.kind)
     if how == eager.AUTOGRAD:   # eager.applier's call, inline: one Python frame less per call
         return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
     if how == eager.PLAIN:

@@ -142,7 +142,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if autocast.active():   # torch.matmul takes mixed dtypes there: cast before the checks
         a, b = autocast.operands(a, b)
     plan = _PLANS(plans.meta(a, b), _Plan, a, b)
-    how = eager.path(a, autocast=True, known=plan.kind)
+    how = eager.path(known=plan.kind)
     if how == eager.PLAIN:
         return plan.call(a, b)
     if how == eager.AUTOGRAD:

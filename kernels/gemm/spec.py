@@ -48,14 +48,14 @@ def make_inputs(shape, dtype=torch.float32, device="cpu", seed=0, layout="row"):
     return a.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)
 
 
-LAYOUTS = ("row", "col", "NT")   # make_inputs' layouts: as :func:`layout` names them, NN, TT and NT
+INPUT_LAYOUTS = ("row", "col", "NT")   # make_inputs' layouts: as :func:`layout` names them, NN, TT and NT
 
 
 def with_layout(a: torch.Tensor, b: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``a`` and ``b`` (the same values) laid out as ``layout`` of :data:`LAYOUTS` says: "row"
+    """``a`` and ``b`` (the same values) laid out as ``layout`` of :data:`INPUT_LAYOUTS` says: "row"
     as they are, "col" both column-major, "NT" only B column-major (K-contiguous)."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout not in INPUT_LAYOUTS:
+        raise ValueError(f"layout must be one of {INPUT_LAYOUTS}, got {layout!r}")
     if layout == "col":
         a = a.t().contiguous().t()
     if layout != "row":

@@ -39,7 +39,9 @@ COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
 
 def default_dtype(op: str) -> str:
     """The dtype an op is predicted in when the caller names none: bf16 (the training dtype)
-    where the op takes it, else "fp8", the only dtype the models of the FP8 ops cover."""
+    where the op takes it, else "fp8", the only dtype the models of the FP8 ops cover; the
+    model's dtype name for the rule :func:`workbench.isa.inspector.default_dtype` applies to a
+    rung's torch formats."""
     return "bf16" if torch.bfloat16 in kernels.spec(op).dtypes else "fp8"
 
 

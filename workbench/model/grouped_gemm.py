@@ -15,7 +15,7 @@ share w blocks and tiles of one row block share x.
   every program first loads and scans the offsets, and the surplus programs of its
   upper-bound grid do only that (:mod:`.tile_schedule`, weighed from the compiled code).
 * v4 launches one persistent program per CU (SM on NVIDIA) walking units (row tile,
-  column tile) in turn, with GEMM v3's XCD remap on AMD (none on NVIDIA: one L2), scanning
+  column tile) in turn, with GEMM v3's XCD remap on AMD (none on NVIDIA: no XCDs), scanning
   the offsets once and locating each unit's group; its tile is the untimed prior for the
   shape.
 """

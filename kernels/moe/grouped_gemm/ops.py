@@ -125,7 +125,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
         offsets = offsets.contiguous()
     if check_offsets:   # the values: read on every call that asks
         validate.group_ends(offsets, x.shape[0])
-    how = eager.path(x, known=plan.kind)
+    how = eager.path(known=plan.kind)
     if how == eager.PLAIN:
         return plan.call(x, w, offsets)
     if how == eager.AUTOGRAD:

@@ -28,6 +28,7 @@ def traced(module: ModuleType, kernel: str, out: str = "c_ptr"):
 
     class PrefixLauncher:
         arg_names = names   # a launch plan binds constexprs by position (triton_support.run_args)
+        __name__ = kernel   # and names the kernel in its errors
 
         def __getitem__(self, grid):
             def run(*args, **kwargs):
