@@ -21,8 +21,8 @@ def recipe_launches(recipe: str, grad_format: str | None = None, stub: bool = Tr
     launches have. The launches are recorded, not run, unless ``stub`` is False
     (:func:`launch_classes.recorded_launches`): which binary, layout and formats a GEMM takes
     is its tuning key, which the host builds from shapes, dtypes and strides before the
-    launch; no value of a kernel's output enters it (a run of all eight recipe and format
-    pairs gave the same sets both ways; tests/test_fp8_recipe_launches.py keeps one such pair
+    launch; no value of a kernel's output enters it (a run of the eight recipe and format
+    pairs that run gemm_fp8 gave the same sets both ways; tests/test_fp8_recipe_launches.py keeps one
     checked)."""
     from kernels.fp8.linear import fp8_linear
 
@@ -35,5 +35,9 @@ def recipe_launches(recipe: str, grad_format: str | None = None, stub: bool = Tr
     keys = [json.loads(text) for op, text in seen if op.startswith("gemm_fp8/")]
     # launch.settings' key: (M, N, K buckets, A's format, B's format, layout, ...)
     assert all("float8" in key[3] and "float8" in key[4] for key in keys), keys
-    return {(next(p for p in key if p in configs.BINARIES), next(p for p in key if p in ("NN", "NT", "TN", "TT")),
-             key[3], key[4]) for key in keys}
+    return {(*part_of(key), key[3], key[4]) for key in keys}
+
+
+def part_of(key: list) -> tuple[str, str]:
+    """(binary, operand layout) a ``gemm_fp8`` launch's tuning key names (:func:`kernels.gemm_fp8.launch.settings`)."""
+    return next(p for p in key if p in configs.BINARIES), next(p for p in key if p in ("NN", "NT", "TN", "TT"))

@@ -28,6 +28,7 @@ from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.layer_ladder import combine_backward, slot_sum, swiglu_backward, swiglu_forward, v3_fused
 from kernels.moe.swiglu_op import swiglu
+from fp8_recipe_launches import part_of
 from launch_classes import differences, recorded_launches
 
 INTERPRETER_ONLY = ("INTERP_BF16", "S_AS_FORWARD")
@@ -308,7 +309,7 @@ def test_block_scales_of_one_k_block_launch_the_constexprs_their_binary_was_comp
     with tuning.recording() as seen, recorded_launches(monkeypatch, stub=True) as launches:
         fp8_blockwise_one_k_block(gemm)()
     key, = [json.loads(text) for op, text in seen if op == "gemm_fp8/v2"]
-    part = (next(p for p in key if p in gemm_fp8.configs.BINARIES), next(p for p in key if p in ("NN", "NT")))
+    part = part_of(key)
     assert part in gemm_fp8.configs.PARTS.values()
     aot, = fp8_v2_aot(*part)()
     (fn, args), = [launch for launch in launches if launch[0] is aot.jit_fn]   # not the quantizations'

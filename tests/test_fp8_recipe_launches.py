@@ -8,7 +8,7 @@ import pytest
 from fp8_recipe_launches import recipe_launches
 
 
-@pytest.mark.slow   # the real run interprets the forward and backward GEMMs: ~15 s
+@pytest.mark.slow   # the real run interprets the forward and backward GEMMs
 def test_stubbed_launches_are_the_ones_a_run_launches():
     stubbed = recipe_launches("tensorwise", "hybrid")
     assert stubbed and any("e5m2" in a for *_, a, _ in stubbed), stubbed

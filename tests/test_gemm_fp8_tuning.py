@@ -25,7 +25,7 @@ from workbench import isa
 from workbench.check import compare
 from workbench.isa import tune_space
 
-from fp8_recipe_launches import recipe_launches
+from fp8_recipe_launches import part_of, recipe_launches
 from table_sections import TARGETS, assert_verdicts
 
 SPEC = kernels.spec("gemm_fp8")
@@ -482,7 +482,7 @@ def _harness_part(binary: str, layout: str) -> tuple[str, str]:
         _settings(binary, *SPEC.make_inputs((64, 48, 96), torch.float8_e4m3fn, seed=1,
                                             granularity=LAUNCHES[binary][1], layout=layout))
     key, = [json.loads(text) for _, text in seen]
-    return next(p for p in key if p in BINARIES), next(p for p in key if p in ("NN", "NT", "TN", "TT"))
+    return part_of(key)
 
 
 @pytest.mark.parametrize("binary", ["v1", "v2_rowwise", "v2_tensorwise"])

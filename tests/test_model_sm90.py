@@ -296,13 +296,14 @@ OPERAND = {"fp8": "e4m3", "bf16": "bf16", "fp16": "f16"}
 def test_the_fp8_moe_and_fp16_forwards_weigh_wgmma_loops_below_the_peak_on_sm90(op, rung, dtype, gpu):
     """The FP8 GEMM and grouped GEMM (e4m3 operands), MoE v3's forward (bf16, fp16) and the
     grouped GEMM ladder in fp16 at their quick shapes: every launch's hot loop issues wgmma of
-    that operand type, at the 1830 MHz tensor clock, and the time stays above what the dense
-    peak of that type allows."""
+    that operand type, at the 1830 MHz tensor clock (where the prediction lists it: MoE's pass
+    does not), and the time stays above what the dense peak of that type allows."""
     spec = kernels.spec(op)
     for name in spec.quick_shapes:
         p = predict(op, rung, spec.bench_shapes[name], dtype, gpu)
         assert 0 < p.tflops <= roofline.spec(gpu).peak(dtype) and p.label == "model", (name, p.tflops)
-        assert p.inputs["engine clock under MFMA load (MHz)"][0] == 1830
+        clocks = [value[0] for key, value in p.inputs.items() if key.endswith("engine clock under MFMA load (MHz)")]
+        assert set(clocks) == {1830} or (op == "moe" and not clocks), (name, clocks)   # MoE's pass lists no clock
         loops = [value[0]["MFMAs"] for key, value in p.inputs.items() if key.endswith("per wave and iteration")]
         assert loops and all(ops and all(op_.startswith("wgmma") and f".{OPERAND[dtype]}." in op_ for op_ in ops)
                              for ops in loops), (name, loops)
