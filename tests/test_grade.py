@@ -153,7 +153,7 @@ def _wrong_answers():
             yield e.key, next(iter(e.wrong))
 
 
-@pytest.mark.parametrize("key, wrong", _wrong_answers())
+@pytest.mark.parametrize("key, wrong", list(_wrong_answers()))
 def test_each_exercise_wrong_answer_fails_grade_for_the_exercise_reason(key, wrong, tmp_path):
     """With ``exercise=`` the grade runs the exercise's own rules: a wrong answer fails, and
     where the grade's own harness cases fail too they blame what the exercise blames. An
@@ -193,6 +193,7 @@ def test_a_user_defined_op_from_a_reference_file(tmp_path):
                               "    return e / e.sum(-1, keepdim=True)\n")
     report = grade(mine, reference=ref, **FAST)
     assert report.passed, report.verdict
+    assert report.file == str(mine)                  # a learner's file: named as given
     assert report.autograd == {"backward": True, "inputs": ["x"]} and len(report.cases) == 2
     off = tmp_path / "off.py"
     off.write_text("import torch\ndef kernel(x):\n    return torch.softmax(x[:, :-1], dim=-1)\n")
@@ -240,6 +241,8 @@ def test_the_correct_example_passes_with_its_machine_code_beside_the_top_rung(tm
     report = grade(CORRECT, "gemm", dtypes=["bf16"], shapes=[(37, 29, 53)], layouts=("row",),
                    targets=("gfx942",), gpus=("MI300X",))
     assert report.passed, report.verdict
+    # a bundled example: named by its place in the package, as on any other machine
+    assert report.file == "workbench/grade/examples/gemm_tile.py" and CORRECT.is_absolute()
     model = report.speed["model"]
     (yours,) = [r for r in model["rows"] if r["rung"] == "yours"]      # its own compiled kernel, modelled
     assert yours["label"] == "model" and yours["gpu"] == "MI300X" and yours["ms"] > 0 and "yours" not in model

@@ -110,6 +110,19 @@ def test_hot_loop_is_the_matrix_loop(target):
     assert "<pre" in report._repr_html_() and "color" in report._repr_html_()
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_listings_name_source_files_from_their_package_folder(target):
+    """A listing shown in a notebook or a page names ``kernels/...`` and ``triton/...``, not the
+    checkout or the virtual environment it was compiled in (committed notebook outputs named a
+    CI clone's folders); the report's own text keeps the compiler's paths."""
+    report = isa.inspect("gemm", TOP_RUNG.rung, target)
+    shown = report._repr_html_() + report.highlighted_loop()
+    files = re.findall(r'\.file\s+\d+\s+(&quot;|")([^&"]*)', shown)
+    assert any(path.startswith("kernels/") for _, path in files), files
+    assert not any(path.startswith("/") for _, path in files), files
+    assert re.search(r'\.file\s+\d+\s+"/', report.asm), "the compiler's own text changed: nothing to shorten"
+
+
 def test_a_branch_back_to_a_shared_tail_is_no_loop():
     """A backward branch makes a loop only if its label's code can reach it again: LLVM may
     place a tail of MFMAs that two paths share above a block that branches back to it, the

@@ -18,6 +18,15 @@ from .speed import predictions
 NO_GPU = "no GPU here: nothing measured (the CPU interpreter's times say nothing about a GPU)"
 
 
+def _named(file) -> str:
+    """How the report names ``file``: a file of this package (the bundled examples) by its
+    place in it, ``workbench/grade/examples/...``, the same on every machine (a notebook's
+    committed output named the checkout it ran in); any other file as the caller gave it."""
+    package = Path(__file__).resolve().parents[1]
+    resolved = Path(file).resolve()
+    return str(resolved.relative_to(package.parent)) if resolved.is_relative_to(package) else str(file)
+
+
 def run(file: Path, op, *, entry, reference, exercise, dtypes, shapes, layouts, targets, gpus,
         machine_code, model, import_s, run_s, seed) -> GradeReport:
     request = {"file": str(Path(file).resolve()), "op": op, "entry": entry,
@@ -46,7 +55,7 @@ def run(file: Path, op, *, entry, reference, exercise, dtypes, shapes, layouts, 
     judged = outcome.first("exercise")
     passed = (bool(contract.get("passed")) and bool(cases or judged) and all(c["passed"] for c in cases)
               and (exercise is None or bool(judged and judged["passed"])))
-    report = GradeReport(file=str(file), op=op or (Path(reference).stem if reference else f"exercise {exercise}"), entry=name,
+    report = GradeReport(file=_named(file), op=op or (Path(reference).stem if reference else f"exercise {exercise}"), entry=name,
                          passed=passed, verdict="", contract=contract,
                          autograd=outcome.first("autograd") or {}, cases=cases, machine_code=machine,
                          speed=speed, environment=describe(), reference=str(reference) if reference else None,

@@ -115,7 +115,7 @@ class IsaReport:
     def _marked_loop(self):
         for line in self.hot_loop.splitlines():
             op = isa_parse.mnemonic(line)
-            yield _MARKS.get(isa_parse.category(op, self.dialect) if op else None, " "), line
+            yield _MARKS.get(isa_parse.category(op, self.dialect) if op else None, " "), isa_parse.portable_paths(line)
 
     def highlighted_loop(self) -> str:
         """The hot loop for a terminal: M = matrix, L = LDS, G = global memory."""
@@ -135,7 +135,7 @@ class IsaReport:
     def listing_html(self) -> str:
         """The whole kernel body, folded: hundreds of lines a reader opens on purpose."""
         body = isa_parse.code_lines(self.asm, self.dialect)
-        listing = html.escape("\n".join(body))
+        listing = html.escape("\n".join(map(isa_parse.portable_paths, body)))
         return (f"<details><summary>Full listing of {html.escape(self.rung)} @ {self.target} "
                 f"({len(body)} lines)</summary><pre style='{SCROLL}'>{listing}</pre></details>")
 

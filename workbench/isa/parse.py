@@ -86,6 +86,20 @@ def code_lines(asm: str, dialect: str) -> list[str]:
     return lines
 
 
+# A path in a ``.file`` directive (AMDGCN: directory and name; PTX: the whole path), up to the
+# last package folder the project's kernels come from.
+_FILE_PATH = re.compile(r'(\.file\s+\d+\s+")(?:[^"]*/)?((?:kernels|workbench|triton|exercises)(?:/[^"]*)?")')
+
+
+def portable_paths(line: str) -> str:
+    """``line`` with a ``.file`` directive's path cut to start at the package folder
+    (``kernels/gemm``, ``triton/language``): listings shown in a notebook or a page then read
+    the same on every machine, rather than naming the checkout, the virtual environment or
+    the clone that filled Triton's cache (whose cached binary keeps the path it was compiled
+    from)."""
+    return _FILE_PATH.sub(r"\1\2", line)
+
+
 def histograms(lines: list[str], dialect: str) -> dict[str, Counter]:
     """Mnemonic counts per category."""
     counts = {name: Counter() for name in _PREFIXES[dialect]}
