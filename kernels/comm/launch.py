@@ -81,6 +81,7 @@ def run_local(fn, world, *args, timeout=60.0, group_timeout=20.0, backend="gloo"
         proc.start()
     deadline = time.monotonic() + timeout
     got = {}
+    done = False
     try:
         while len(got) < world:
             try:  # short waits, so a rank whose process died is noticed before the deadline
@@ -98,9 +99,12 @@ def run_local(fn, world, *args, timeout=60.0, group_timeout=20.0, backend="gloo"
             if not ok:
                 raise RuntimeError(f"rank {rank} of {world} failed:\n{value}")
             got[rank] = pickle.loads(value)
+        done = True
     finally:
+        # After every result, the ranks are leaving: a grace to exit. After a failure the others
+        # may wait in a collective for the failed rank until the group's timeout: killed now.
         for proc in procs:
-            proc.join(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+            proc.join(timeout=max(0.1, min(5.0, deadline - time.monotonic())) if done else 0)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
