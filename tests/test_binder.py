@@ -121,7 +121,9 @@ def test_binder_build_in_a_fresh_venv_runs_notebook_00(tmp_path):
     not spend minutes retrying a host it cannot resolve. pip's cache is used as usual for
     requirements.txt; postBuild passes --no-cache-dir, as it does on Binder. The torch install
     skips compiling bytecode (--no-compile; tens of CPU seconds for torch alone), which
-    changes nothing the notebook checks: Python compiles what it imports.
+    changes nothing the notebook checks: Python compiles what it imports. postBuild's install
+    skips it too, through pip's environment (``PIP_COMPILE=false``, the value of its
+    ``--compile`` switch; the file itself is run as Binder runs it).
     """
     repo = _tracked_copy(tmp_path / "repo")
     env = {k: v for k, v in os.environ.items()
@@ -143,6 +145,7 @@ def test_binder_build_in_a_fresh_venv_runs_notebook_00(tmp_path):
         print(f"{name}: {time.monotonic() - start:.0f} s")
 
     step("requirements.txt", ["python", "-m", "pip", "install", "-q", "--no-compile", "-r", str(requirements)])
+    env["PIP_COMPILE"] = "false"
     step("postBuild", [str(repo / "binder" / "postBuild")])
     step("notebook 00", [str(repo / "binder" / "start"), "jupyter", "nbconvert", "--execute",
                          "--to", "notebook", "notebooks/00_start_here.ipynb",
