@@ -10,6 +10,10 @@ place of a SIMD (four per SM, as four SIMDs per CU):
   sub-partition; its FLOPs shared by the 4 warps. Its shared-memory operands (B always, A
   unless it comes from registers) are charged to the shared memory: an assumption, as the
   tensor cores' path to shared memory is not documented.
+* ``mma.sync`` (one warp's product, from registers: Triton's choice where a tile has no
+  64-row warpgroup shape, attention v5's dK/dV): its sub-partition's tensor-core cycles at
+  a quarter of the SM's rate (``machine.yaml``: an assumption), all its FLOPs to the warp;
+  its operands reach the registers through ``ldmatrix``/``ld.shared``, charged as such.
 * ``cp.async`` (global to shared): its copy size per lane to global memory and to shared
   memory; ``ld``/``st`` ``.global`` and ``.shared`` and ``ldmatrix``/``stmatrix``: their
   vector width per lane. A TMA copy (``cp.async.bulk``) has its size in a descriptor the
@@ -94,7 +98,9 @@ def mix(loop_text: str, arch: str, lanes: int = 32) -> LoopMix:
         kind = isa_parse.category(op, "ptx")
         if op.startswith("cp.async.bulk"):
             raise ValueError(f"{op}: a TMA copy's size is in its descriptor; the model does not weigh TMA loops")
-        if kind == "matrix":
+        if kind == "matrix" and machine.warp_product(op):
+            wgmma[op] += 1
+        elif kind == "matrix":
             wgmma[op] += 1
             nbytes = wgmma_shared_bytes(op, line) // WARPS_PER_WARPGROUP
             shared_bytes += nbytes
@@ -118,7 +124,8 @@ def mix(loop_text: str, arch: str, lanes: int = 32) -> LoopMix:
     return LoopMix(
         mfma=dict(wgmma),
         mfma_cycles=sum(n * machine.mfma_cycles(op, arch) for op, n in wgmma.items()),
-        mfma_flops=sum(n * machine.mfma_flops(op) for op, n in wgmma.items()) // WARPS_PER_WARPGROUP,
+        mfma_flops=sum(n * machine.mfma_flops(op) // (1 if machine.warp_product(op) else WARPS_PER_WARPGROUP)
+                       for op, n in wgmma.items()),
         valu=valu, transcendental=transcendental, salu=0, lds_bytes=shared_bytes, lds_slot_bytes=slot_bytes,
         lds_ops=dict(shared_ops), global_bytes=global_bytes, lines=len(lines),
         matrix_in_flight=min((int(m.group(1)) for _, line in lines if (m := _WGMMA_WAIT.search(line))), default=0))
