@@ -1,6 +1,7 @@
 """The model on sm_90 (H100, H200): the PTX hot loop's weights on hand-written PTX (fast),
-then the forward passes (GEMM, attention, grouped GEMM, the FP8 GEMMs, MoE v3) compiled for sm_90 ahead of time
-(``slow``: a compile per rung and config, cached per process by the ISA inspector).
+then the forward passes (GEMM, attention, grouped GEMM, the FP8 GEMMs, MoE v3), the backward
+passes and the tuners' launches compiled for sm_90 ahead of time (``slow``: a compile per rung
+and config, cached per process by the ISA inspector).
 """
 from __future__ import annotations
 
@@ -415,8 +416,8 @@ def test_every_backward_pass_on_sm90_weighs_its_cuda_launches(op, rung, dtype, g
 
 LAUNCH_KERNELS = {("grouped_gemm", "v4"): ("forward", "dx", "dw"), ("moe", "v3"): moe_configs.KERNELS,
                   ("attention", "v5"): ("dkdv", "dq"),
-                  **{("gemm_fp8", r): tuple(part for part, (b, _) in fp8_configs.PARTS.items()
-                                            if fp8_configs.BINARIES[b].rung == r) for r in ("v1", "v2")}}
+                  **{("gemm_fp8", r): tuple(fp8_configs.part(name, b.layouts[-1]) for name, b in fp8_configs.BINARIES.items()
+                                            if b.rung == r) for r in ("v1", "v2")}}   # each binary at its last layout
 
 
 @pytest.mark.slow
@@ -424,8 +425,9 @@ LAUNCH_KERNELS = {("grouped_gemm", "v4"): ("forward", "dx", "dw"), ("moe", "v3")
 @pytest.mark.parametrize(("op", "rung", "kernel"), [(op, rung, k) for (op, rung), ks in LAUNCH_KERNELS.items()
                                                     for k in ks])
 def test_every_tuned_launch_on_sm90_is_predicted_at_its_cuda_prior(op, rung, kernel, gpu):
-    """The tuners' ranker's predictions (:data:`LAUNCHES`; every binary and layout of the FP8
-    GEMM) at the op's first quick shape, in its default dtype."""
+    """The tuners' ranker's predictions (:data:`LAUNCHES`; every binary of the FP8 GEMM, at the
+    last layout it is compiled at: the forward's NT is the forward test's) at the op's first
+    quick shape, in its default dtype."""
     assert {key for key in LAUNCH_KERNELS} == set(LAUNCHES)
     shape, dtype = kernels.spec(op).bench_shapes[kernels.spec(op).quick_shapes[0]], default_dtype(op)
     p = predict_launch(op, rung, kernel, shape, gpu=gpu)
