@@ -179,6 +179,16 @@ def test_the_gemm_ladder_gets_faster_on_sm90(gpu):
 
 
 @pytest.mark.slow
+def test_a_decode_gemm_tile_without_a_warpgroup_shape_is_weighed_on_mma_sync():
+    """At M = 16 GEMM v5's prior tile has 16 rows, no 64-row warpgroup shape: its loop compiles
+    to mma.sync, weighed (it was refused with a ValueError), HBM-bound (model) below the peak."""
+    p = _predict("gemm", "v5", kernels.spec("gemm").bench_shapes["decode M=16 (4096x14336)"], "H200")
+    ops = p.inputs["hot loop per wave and iteration"][0]["MFMAs"]
+    assert p.inputs["config"][0]["BLOCK_M"] == 16 and ops and all(op.startswith("mma.sync") for op in ops)
+    assert p.bound == "HBM" and 0 < p.tflops <= roofline.spec("H200").peak("bf16")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [0, 1])
 def test_the_attention_ladder_gets_faster_on_sm90(causal):
     preds = [_predict("attention", rung, (*ATTENTION, causal)) for rung in ("v2", "v3", "v4")]
