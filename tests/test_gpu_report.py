@@ -113,6 +113,27 @@ def test_on_a_pretended_sm_90_gpu_the_model_is_set_beside_each_measured_rung_it_
     assert "left out" not in model_part   # ref is no case; the SIMT rungs v0 and v1 run no bf16
 
 
+@pytest.mark.slow   # the model compiles attention's rungs and v5's backward launches for sm_90
+def test_on_a_pretended_h200_the_model_is_set_beside_the_measured_backward_pass(
+        pretended_h200, fake_timer, monkeypatch, capsys):
+    """The backward rows too: attention v5's backward pass, which the model covers on sm_90,
+    gets its prediction beside the measured time (1 ms), as the forward rows do."""
+    shape = (1, 2, 1, 128, 128, 128, 1)
+    fake_timer(ms=[1.0])
+    monkeypatch.setitem(registry._SPECS, "attention", dataclasses.replace(
+        kernels.spec("attention"), bench_shapes={"tiny": shape}, quick_shapes=("tiny",), dtypes=(torch.bfloat16,)))
+    monkeypatch.setattr(kernels, "ops", lambda: ("attention",))
+    assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 0
+    model_part = capsys.readouterr().out.split("model against measured")[1]
+    row = re.search(r"^attention +v5 +backward +1x2x1x128x128x128x1 +bfloat16 +NVIDIA H200 +(\S+) +(\S+) +(\S+) +(.+?) *$",
+                    model_part, re.MULTILINE)
+    p = model.predict_backward("attention", "v5", shape, "bf16", "H200")
+    assert row and row.groups() == ("1", f"{round(p.time_s * 1e3, 4):.3g}",
+                                    f"{round(100 * (1 / (p.time_s * 1e3) - 1), 1):.3g}", p.bound), model_part
+    left = [line.split(" on NVIDIA")[0] for line in model_part.splitlines() if line.startswith("left out")]
+    assert [line for line in left if "backward" in line] == ["left out: attention v5 forward+backward"]   # not alone
+
+
 def test_gpu_report_ends_with_the_training_step_of_both_kernel_sets(pretended_h200, capsys):
     assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 0
     out = capsys.readouterr().out.split("training step:")[1]

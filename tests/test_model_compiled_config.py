@@ -1,7 +1,8 @@
 """Every prediction states the config it assumed (``inputs["config"]``) and the options of the
 compile it read (``inputs["compile options"]``); their warps and stages must agree, for every
-(op, rung) and pass the model covers on every target it covers, at the op's first quick bench
-shape, and for one launch of each rung the tuners ask about (:data:`workbench.model.LAUNCHES`).
+(op, rung) and pass (forward and backward) the model covers on every target it covers (sm_90
+too), at the op's first quick bench shape, and for one launch of each rung the tuners ask about
+(:data:`workbench.model.LAUNCHES`) on each target.
 A config that is not the one the compiled kernel was built with describes another kernel than
 the one weighed: grouped GEMM v1 on sm_90 once stated GEMM v4's AMD settings (8 warps, 2 stages)
 over the sm_90 compile's 4 warps and 3 stages, and its K steps per iteration, then taken from
@@ -15,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 import kernels
-from workbench.model import (AMD_TARGETS, BACKWARD, COVERED, LAUNCHES, NVIDIA_OPS, predict, predict_backward,
+from workbench.model import (AMD_TARGETS, BACKWARD, COVERED, LAUNCHES, TARGETS, predict, predict_backward,
                              predict_launch)
 
 pytestmark = pytest.mark.slow
@@ -26,12 +27,11 @@ CASES = [(target, backward, op, rung)
          for target in GPU
          for backward, table in ((False, COVERED), (True, BACKWARD))
          for op, (_, rungs) in table.items()
-         if target in AMD_TARGETS or (not backward and op in NVIDIA_OPS[target])
          for rung in rungs]
 
 
 def test_every_target_the_model_covers_is_checked():
-    assert set(GPU) == set(AMD_TARGETS) | set(NVIDIA_OPS)
+    assert set(GPU) == set(TARGETS)
 
 
 def configs_and_compiles(inputs: dict) -> list[tuple[str, dict, dict]]:
@@ -73,7 +73,7 @@ def test_one_launch_of_every_rung_with_launches_is_checked():
     assert set(LAUNCH) == set(LAUNCHES)
 
 
-@pytest.mark.parametrize("target", AMD_TARGETS)
+@pytest.mark.parametrize("target", GPU)
 @pytest.mark.parametrize(("op", "rung"), LAUNCH)
 def test_a_tuned_launchs_stated_config_is_the_compiled_one(op, rung, target):
     assert_agree(predict_launch(op, rung, LAUNCH[op, rung], _shape(op), gpu=GPU[target]), target)

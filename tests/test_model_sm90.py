@@ -1,6 +1,7 @@
 """The model on sm_90 (H100, H200): the PTX hot loop's weights on hand-written PTX (fast),
-then the forward passes (GEMM, attention, grouped GEMM, the FP8 GEMMs, MoE v3) compiled for sm_90 ahead of time
-(``slow``: a compile per rung and config, cached per process by the ISA inspector).
+then the forward passes (GEMM, attention, grouped GEMM, the FP8 GEMMs, MoE v3), the backward
+passes and the tuners' launches compiled for sm_90 ahead of time (``slow``: a compile per rung
+and config, cached per process by the ISA inspector).
 """
 from __future__ import annotations
 
@@ -11,10 +12,17 @@ import torch
 
 import kernels
 import roofline
+from kernels.attention import v5_backward
+from kernels.gemm_fp8 import configs as fp8_configs
+from kernels.moe.grouped_gemm import launch as grouped_launch
+from kernels.moe.grouped_gemm import v4_persistent
+from kernels.moe.layer_ladder import configs as moe_configs
 from workbench import cli, isa
 from workbench.isa import parse as isa_parse
-from workbench.model import (COVERED, NVIDIA_OPS, NotCovered, combine, grouped_gemm, machine, predict, predict_backward,
-                             ptx_loop, tile_schedule)
+from workbench.model import (BACKWARD, LAUNCHES, NVIDIA_TARGETS, TARGETS, NotCovered, combine, grouped_gemm, machine,
+                             predict, predict_backward, predict_launch, ptx_loop, tile_schedule)
+from workbench.model.covered import default_dtype
+from workbench.model.predict_gemm import DTYPES
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t}"
 ACC = "{%r1,%r2}"
@@ -87,10 +95,27 @@ def test_only_an_in_flight_wgmma_overlaps_the_async_units():
     assert serial[:2] == (100 + 0.5 * (40 + 80 + 20), "matrix cores")
 
 
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+
+
+def test_an_mma_sync_is_one_warps_product_on_its_sub_partition():
+    """Triton's product where a tile has no warpgroup shape (attention v5's dK/dV on sm_90):
+    all its FLOPs the issuing warp's, its tensor cycles at its sub-partition's quarter of the
+    SM's rate (four warps on four sub-partitions: the SM's dense rate), no shared-memory bytes
+    of its own (its operands come from registers, through the ldmatrix charged as such), none
+    left in flight."""
+    mma_line = f"\t{MMA} {{%f1,%f2,%f3,%f4}}, {{%r1,%r2,%r3,%r4}}, {{%r6,%r7}}, {{%f1,%f2,%f3,%f4}};\n"
+    mix = ptx_loop.mix("$L__BB0_1:\n\tldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1,%r2,%r3,%r4}, [%r5];\n"
+                       + 2 * mma_line + "\t@%p1 bra $L__BB0_1;\n", "sm_90")
+    assert mix.mfma == {MMA: 2} and mix.mfma_flops == 2 * (2 * 16 * 8 * 16)
+    assert mix.mfma_cycles == 2 * 4 and 4 * machine.mfma_flops(MMA) / machine.mfma_cycles(MMA, "sm_90") == 4096
+    assert (mix.lds_bytes, mix.matrix_in_flight) == (32 * 16, 0)
+
+
 @pytest.mark.parametrize(("text", "error"), [
     ("cp.async.bulk.tensor.2d.shared::cluster.global.tile [%r1], [%rd1, {%r2, %r3}], [%r4];", "TMA"),
     (f"{WGMMA.format(n=64, k=16, t='s8')} {ACC}, %rd1, %rd2, 0, 1, 1, 0, 0;", "s8"),
-    ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1}, {%r1}, {%r2}, {%f2};", "wgmma"),
+    ("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%r1}, {%r2}, {%r3}, {%r4};", "s8"),
     ("", "no hot loop"),
 ])
 def test_what_the_ptx_model_does_not_know_is_an_error(text, error):
@@ -154,6 +179,16 @@ def test_the_gemm_ladder_gets_faster_on_sm90(gpu):
 
 
 @pytest.mark.slow
+def test_a_decode_gemm_tile_without_a_warpgroup_shape_is_weighed_on_mma_sync():
+    """At M = 16 GEMM v5's prior tile has 16 rows, no 64-row warpgroup shape: its loop compiles
+    to mma.sync, weighed (it was refused with a ValueError), HBM-bound (model) below the peak."""
+    p = _predict("gemm", "v5", kernels.spec("gemm").bench_shapes["decode M=16 (4096x14336)"], "H200")
+    ops = p.inputs["hot loop per wave and iteration"][0]["MFMAs"]
+    assert p.inputs["config"][0]["BLOCK_M"] == 16 and ops and all(op.startswith("mma.sync") for op in ops)
+    assert p.bound == "HBM" and 0 < p.tflops <= roofline.spec("H200").peak("bf16")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [0, 1])
 def test_the_attention_ladder_gets_faster_on_sm90(causal):
     preds = [_predict("attention", rung, (*ATTENTION, causal)) for rung in ("v2", "v3", "v4")]
@@ -168,7 +203,7 @@ def test_h200_is_h100_with_more_bandwidth():
     h100, h200 = _predict("gemm", "v2", GEMM), _predict("gemm", "v2", GEMM, "H200")
     assert h200.time_s <= h100.time_s
     assert h200.breakdown["HBM"] == pytest.approx(h100.breakdown["HBM"] * 3.35 / 4.8)
-    assert set(NVIDIA_OPS) == {"sm_90"} and set(NVIDIA_OPS["sm_90"]) == set(COVERED)   # every forward pass
+    assert NVIDIA_TARGETS == ("sm_90",) and set(TARGETS) == {"gfx942", "gfx950", "sm_90"}
 
 
 @pytest.mark.slow
@@ -287,7 +322,7 @@ def test_the_grouped_schedule_is_read_from_the_ptx():
 
 FORWARDS = [("gemm_fp8", "v1", "fp8"), ("gemm_fp8", "v2", "fp8"), ("grouped_gemm_fp8", "v0", "fp8"),
             ("moe", "v3", "bf16"), ("moe", "v3", "fp16"), *(("grouped_gemm", rung, "fp16") for rung in grouped_gemm.RUNGS)]
-OPERAND = {"fp8": "e4m3", "bf16": "bf16", "fp16": "f16"}
+OPERAND = {"fp8": "e4m3", "bf16": "bf16", "fp16": "f16"}   # wgmma's and mma.sync's type names
 
 
 @pytest.mark.slow
@@ -314,5 +349,96 @@ def test_cli_predicts_the_grouped_ladder_on_h200(capsys):
     assert cli.main(["predict", "grouped_gemm", "--gpu", "H200"]) == 0
     out = capsys.readouterr().out
     assert all(f" {rung} " in out for rung in grouped_gemm.RUNGS) and "model" in out
-    with pytest.raises(NotCovered, match="forward passes of gemm, .*, moe only"):
-        predict_backward("grouped_gemm", "v4", DOWN, "bf16", "H200")
+
+
+# --- the backward passes and the tuners' launches (slow) ------------------------------------
+
+H100_SMS = 132    # the H200's too: one program per SM for grouped GEMM v4's persistent launches
+
+
+def grouped_prior(rung: str, kernel: str, problem: tuple, dtype: str) -> dict:
+    """Grouped GEMM ``rung``'s settings on "cuda" for ``kernel`` ("forward", "dx": the forward
+    kernel on the launch's own (T, K, N, G); "dw"), from the kernels' own tables."""
+    if rung == "v2":
+        return grouped_launch.config("cuda", "sm_90")
+    t, k, n, g = problem[:4]
+    prior = v4_persistent.prior("dw" if kernel == "dw" else "forward", "cuda", "sm_90", t, k, n, g, DTYPES[dtype])
+    return prior if kernel == "dw" else {**prior, "NUM_XCDS": 1, "NUM_PROGS": H100_SMS}
+
+
+def cuda_prior(op: str, rung: str, kernel: str, shape: tuple, dtype: str) -> dict:
+    """The settings launch ``kernel`` of ``op``'s ``rung`` (as its tuner names it, at the shape
+    :func:`predict_launch` takes) runs at first on "cuda": its untimed prior there."""
+    if op == "attention":
+        return v5_backward.prior("cuda", "sm_90", shape[5], shape[3], shape[4])[kernel]
+    if op == "grouped_gemm":
+        return grouped_prior(rung, kernel, shape, dtype)
+    if op == "moe":
+        rows, n = shape[0] * shape[4], shape[2] if kernel == "gate_up" else shape[1]
+        return moe_configs.pruned("cuda", "sm_90", rows, n, shape[3])[0]
+    binary, layout = fp8_configs.parts(kernel)
+    return {**fp8_configs.prior("cuda", "sm_90", *shape, binary, layout), "NUM_XCDS": 1}
+
+
+def backward_priors(op: str, rung: str, shape: tuple, dtype: str) -> dict[str, dict]:
+    """The "cuda" prior of every launch of the backward pass, by the key its prediction
+    states it under."""
+    if op == "attention":
+        return {f"config {k}": cuda_prior(op, rung, k, shape, dtype) for k in ("dkdv", "dq")}
+    if op == "grouped_gemm":
+        t, k, n, g, routing = shape
+        return {"dX: config": grouped_prior(rung, "dx", (t, n, k, g), dtype),
+                "dW: config": grouped_prior(rung, "dw", shape, dtype)}
+    t, dim, hidden, e, top_k, _ = shape
+    down, gate_up = (t * top_k, hidden, dim, e), (t * top_k, dim, hidden, e)   # the forward problems
+    return {"down dW: config": grouped_prior("v4", "dw", down, dtype),
+            "down dX: config": grouped_prior("v4", "dx", gate_up, dtype),
+            **{f"{w} dW: config": grouped_prior("v4", "dw", gate_up, dtype) for w in ("gate", "up")},
+            **{f"{w} dX: config": grouped_prior("v4", "dx", down, dtype) for w in ("gate", "up")}}
+
+
+def assert_sm90_prediction(p, gpu: str, dtype: str, expected: dict[str, dict]):
+    """Finite, below the dense peak of its operand type, every hot loop's products of that type
+    (``mma.sync`` in attention v5's dK/dV loops, ``wgmma`` in every other), and each launch's
+    config the "cuda" prior ``expected`` names."""
+    assert 0 < p.tflops <= roofline.spec(gpu).peak(dtype) and p.label == "model", p.tflops
+    loops = {key: value[0]["MFMAs"] for key, value in p.inputs.items() if key.endswith("per wave and iteration")}
+    assert loops
+    for key, ops in loops.items():
+        prefix = "mma.sync" if key.startswith("dkdv") else "wgmma.mma_async"
+        assert ops and all(op.startswith(prefix) and f".{OPERAND[dtype]}." in op for op in ops), (key, ops)
+    assert {key: p.inputs[key][0] for key in expected} == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+@pytest.mark.parametrize(("op", "rung", "dtype"), [(op, rung, dtype) for op, (_, rungs) in BACKWARD.items()
+                                                   for rung in rungs for dtype in ("bf16", "fp16")])
+def test_every_backward_pass_on_sm90_weighs_its_cuda_launches(op, rung, dtype, gpu):
+    """Each backward pass at its op's first quick shape: its launches at their "cuda" priors,
+    read from the PTX: attention v5's dK/dV tile (32 x 32) has no warpgroup shape and compiles
+    to mma.sync, every other launch to wgmma."""
+    shape = kernels.spec(op).bench_shapes[kernels.spec(op).quick_shapes[0]]
+    p = predict_backward(op, rung, shape, dtype, gpu)
+    assert_sm90_prediction(p, gpu, dtype, backward_priors(op, rung, shape, dtype))
+    assert p.time_s * p.tflops * 1e12 == pytest.approx(kernels.spec(op).backward_flops(shape))
+
+
+LAUNCH_KERNELS = {("grouped_gemm", "v4"): ("forward", "dx", "dw"), ("moe", "v3"): moe_configs.KERNELS,
+                  ("attention", "v5"): ("dkdv", "dq"),
+                  **{("gemm_fp8", r): tuple(fp8_configs.part(name, b.layouts[-1]) for name, b in fp8_configs.BINARIES.items()
+                                            if b.rung == r) for r in ("v1", "v2")}}   # each binary at its last layout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["H100", "H200"])
+@pytest.mark.parametrize(("op", "rung", "kernel"), [(op, rung, k) for (op, rung), ks in LAUNCH_KERNELS.items()
+                                                    for k in ks])
+def test_every_tuned_launch_on_sm90_is_predicted_at_its_cuda_prior(op, rung, kernel, gpu):
+    """The tuners' ranker's predictions (:data:`LAUNCHES`; every binary of the FP8 GEMM, at the
+    last layout it is compiled at: the forward's NT is the forward test's) at the op's first
+    quick shape, in its default dtype."""
+    assert {key for key in LAUNCH_KERNELS} == set(LAUNCHES)
+    shape, dtype = kernels.spec(op).bench_shapes[kernels.spec(op).quick_shapes[0]], default_dtype(op)
+    p = predict_launch(op, rung, kernel, shape, gpu=gpu)
+    assert_sm90_prediction(p, gpu, dtype, {"config": cuda_prior(op, rung, kernel, shape, dtype)})

@@ -135,8 +135,7 @@ def modelled(point: dict) -> bool:
     op, label, pass_name = (point["rung"].split() + ["", ""])[:3]
     table = model.BACKWARD if pass_name == "backward" else model.COVERED
     target = roofline.spec(point["gpu"]).target
-    on_target = target in model.AMD_TARGETS or (table is model.COVERED and op in model.NVIDIA_OPS.get(target, ()))
-    return op == point["op"] and label in table.get(op, ((), ()))[1] and on_target
+    return op == point["op"] and label in table.get(op, ((), ()))[1] and target in model.TARGETS
 
 
 def roof_problems(points: list[tuple[int, dict]]) -> list[str]:

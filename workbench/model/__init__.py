@@ -25,13 +25,15 @@ fp32 (:mod:`.grouped_gemm`); FP8 GEMM v1 and v2 (:mod:`.gemm_fp8`); FP8 grouped 
 :mod:`.grouped_gemm_backward`) and MoE v3's. Anything else raises
 :class:`NotCovered`, whose message says what is covered.
 
-On sm_90 (H100, H200; :data:`NVIDIA_OPS`) the same forward passes are covered (GEMM,
-attention, grouped GEMM, the FP8 GEMM and grouped GEMM, MoE v3), read from the PTX (:mod:`.ptx_loop`: ``wgmma`` tensor-core cycles from the
-datasheet's dense peak at its 1830 MHz tensor clock, ``cp.async`` and shared-memory bytes at
-128 B/clk/SM, the softmax's ``ex2`` at the MUFU's 16/clk/SM, FlashAttention-3's figure);
-a loop that keeps a ``wgmma`` group in flight overlaps its asynchronous units
-(:mod:`.combine`). Every backward pass stays NotCovered there: its launches are
-modelled for the AMD targets only (:data:`AMD_TARGETS`). Known limits on
+On sm_90 (H100, H200; :data:`NVIDIA_TARGETS`) the same passes and launches are covered,
+forward and backward and the tuners' per-launch predictions, each at the settings it launches
+with on "cuda", read from the PTX (:mod:`.ptx_loop`: ``wgmma`` tensor-core cycles from the
+datasheet's dense peak at its 1830 MHz tensor clock; ``mma.sync``, which attention v5's dK/dV
+tile compiles to, on its warp's sub-partition at a quarter of that rate, an assumption;
+``cp.async`` and shared-memory bytes at 128 B/clk/SM, the softmax's ``ex2`` at the MUFU's
+16/clk/SM, FlashAttention-3's figure); a loop that keeps a ``wgmma`` group in flight overlaps
+its asynchronous units (:mod:`.combine`); fp32, whose dot compiles to FMAs there, is
+NotCovered. Known limits on
 sm_90: PTX is counted, not the SASS ``ptxas`` makes; no TMA loop is weighed; the clock is
 the datasheet's, not one measured under load (the model sits above cuBLAS's measured GEMM
 rates, ``published.yaml``).
@@ -45,9 +47,9 @@ learn, widgets.
 """
 from __future__ import annotations
 
-from .covered import (AMD_TARGETS, BACKWARD, COVERED, LAUNCHES, NVIDIA_OPS, TARGETS, predict, predict_backward,
+from .covered import (AMD_TARGETS, BACKWARD, COVERED, LAUNCHES, NVIDIA_TARGETS, TARGETS, predict, predict_backward,
                       predict_launch, rungs)
 from .prediction import NotCovered, Prediction
 
-__all__ = ["AMD_TARGETS", "BACKWARD", "COVERED", "LAUNCHES", "NVIDIA_OPS", "NotCovered", "Prediction", "TARGETS", "predict", "predict_backward",
+__all__ = ["AMD_TARGETS", "BACKWARD", "COVERED", "LAUNCHES", "NVIDIA_TARGETS", "NotCovered", "Prediction", "TARGETS", "predict", "predict_backward",
            "predict_launch", "rungs"]

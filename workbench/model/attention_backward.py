@@ -1,6 +1,9 @@
 """Attention v5's backward pass: the Δ preprocess, the dK/dV launch and the dQ launch, one
 after the other (:func:`kernels.attention.v5_backward.backward`), each compiled with its
-prior config for the shape (the untimed first choice; on a GPU its tuner may time another).
+prior config for the shape on the target's backend ("hip" on gfx*, "cuda" on sm_90: the
+untimed first choice; on a GPU its tuner may time another). On sm_90 the dK/dV prior's
+tile at D = 128 (32 x 32, 4 warps) has no 64-row warpgroup shape: its loops compile to
+``mma.sync`` (:mod:`.ptx_loop`), dQ's (128 x 32, 8 warps) to ``wgmma``.
 
 * dK/dV: one program per key block of ``BLOCK_N`` keys and KV head; it walks the query
   blocks of every query head of its GQA group, causal: a masked loop over the diagonal
@@ -25,6 +28,7 @@ from kernels.attention import v5_backward
 from .. import isa
 from . import attention, uneven
 from . import chip as chip_model
+from .gemm import backend_of
 from .predict_attention import DTYPES, DISPATCH
 from .pinned import pinned
 from .predict_gemm import LATENCY, OVERLAP
@@ -65,7 +69,7 @@ def _launches(label: str, shape, dtype: str, chip_spec, tuned: str | None = None
     if dtype not in DTYPES:
         raise NotCovered(f"dtype {dtype!r}: the attention model covers {', '.join(DTYPES)}")
     b, hq, hkv, s, sk, d, causal = shape
-    cfgs = v5_backward.prior("hip", chip_spec.target, d, s, sk)
+    cfgs = v5_backward.prior(backend_of(chip_spec.target), chip_spec.target, d, s, sk)
     if pinned() is not None:
         if tuned not in cfgs:
             raise NotImplementedError(f"attention {label}'s backward tunes {', '.join(cfgs)}: name the launch")

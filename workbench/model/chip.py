@@ -81,8 +81,10 @@ def loop_inputs(mixes, target: str) -> dict[str, tuple]:
     """The per-instruction numbers a hot loop was weighed with, with their sources."""
     ops = sorted({op for mix in mixes for op in mix.mfma})
     nvidia = machine.nvidia(target)
-    out = {f"{'tensor-core' if nvidia else 'MFMA'} cycles {op}": (machine.mfma_cycles(op, target),
-                                                                  "H100-PEAK" if nvidia else "S4") for op in ops}
+    out = {f"{'tensor-core' if nvidia else 'MFMA'} cycles {op}": (
+        machine.mfma_cycles(op, target), "S4" if not nvidia else "H100-PEAK" if not machine.warp_product(op)
+        else "H100-PEAK, assumption: mma.sync on its sub-partition at a quarter of the SM's wgmma rate")
+        for op in ops}
     names = ["valu_cycles", "transcendental_cycles", "salu_cycles", "lds_bank_bytes", "memory_latency_cycles"]
     for name in names + (["l1_bytes_per_clk"] if nvidia else []):
         c = machine.constant(name, target)

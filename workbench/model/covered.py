@@ -1,14 +1,12 @@
-"""What the model covers (:data:`COVERED`, :data:`BACKWARD`) and its one entry point,
-:func:`predict`: the op's module for the rung's pass, on a target it knows.
+"""What the model covers (:data:`COVERED`, :data:`BACKWARD`, :data:`LAUNCHES`) and its one
+entry point, :func:`predict`: the op's module for the rung's pass, on a target it knows.
 
-Targets: every op on the AMD targets (:data:`AMD_TARGETS`); on sm_90 (H100, H200,
-:data:`NVIDIA_OPS`) the forward passes only (GEMM, attention, grouped GEMM, the FP8 GEMM and
-grouped GEMM with e4m3 operands, MoE v3), read from the PTX (:mod:`.ptx_loop`; the grouped
-kernels' offsets scan from the PTX line table, :mod:`.tile_schedule`), each rung at the
-settings it launches with on "cuda". The backward passes and the tuners' per-launch
-predictions stay :class:`NotCovered` on NVIDIA: attention v5 backward's configs are asked of
-"hip" and grouped GEMM's dW loop is read as AMDGCN, and they have not been compiled and
-checked for sm_90 here.
+Targets: the AMD ones (:data:`AMD_TARGETS`) and sm_90 (H100, H200, :data:`NVIDIA_TARGETS`),
+every table on each: the forward passes, the backward passes and the tuners' per-launch
+predictions. On sm_90 each launch is compiled at the settings it launches with on "cuda"
+(its tuned prior for that backend, :func:`.gemm.backend_of`) and read from the PTX
+(:mod:`.ptx_loop`: ``wgmma``, and ``mma.sync`` where a tile has no warpgroup shape, attention
+v5's dK/dV; the grouped kernels' offsets scan from the PTX line table, :mod:`.tile_schedule`).
 
 Its own module, not the package's ``__init__``, so that the modules which predict through
 it (:mod:`.candidates`, :mod:`.learner`, :mod:`.validation`) import it without importing
@@ -27,8 +25,8 @@ from . import (attention, attention_backward, gemm, gemm_fp8, grouped_gemm, grou
 from .prediction import NotCovered, Prediction
 
 AMD_TARGETS = ("gfx942", "gfx950")
-NVIDIA_OPS = {"sm_90": ("gemm", "attention", "grouped_gemm", "gemm_fp8", "grouped_gemm_fp8", "moe")}   # forward ops there
-TARGETS = AMD_TARGETS + tuple(NVIDIA_OPS)
+NVIDIA_TARGETS = ("sm_90",)
+TARGETS = AMD_TARGETS + NVIDIA_TARGETS
 COVERED = {"gemm": (predict_gemm.predict, gemm.RUNGS),
            "attention": (predict_attention.predict, attention.RUNGS),
            "grouped_gemm": (grouped_gemm.predict, grouped_gemm.RUNGS),
@@ -93,11 +91,6 @@ def _predict(table: dict, op: str, rung, shape, dtype, gpu: str) -> Prediction:
     if chip_spec.target not in TARGETS:
         raise NotCovered(f"the model covers targets {', '.join(TARGETS)}; "
                          f"{chip_spec.name} is {chip_spec.target}")
-    if chip_spec.target in NVIDIA_OPS and (table is not COVERED or op not in NVIDIA_OPS[chip_spec.target]):
-        raise NotCovered(f"on {chip_spec.target} ({chip_spec.name}) the model covers the forward passes of "
-                         f"{', '.join(NVIDIA_OPS[chip_spec.target])} only, not {op}'s "
-                         f"{'forward' if table is COVERED else 'backward or per-launch'} pass: its launches "
-                         f"are modelled on the AMD targets {', '.join(AMD_TARGETS)}")
     label = kernels.get(op, rung).label
     if label not in covered:
         raise NotCovered(f"the model covers {op} rungs {', '.join(covered)}, not {label}")

@@ -12,7 +12,9 @@ the dW launch, for the rungs whose ``aot`` compiles both (v2 and v4).
   Traffic: L2, every program's x and dy row panels and its dW tile; HBM, x and dy once
   (their panels taken to stay cached between the programs that share them) and dW.
 
-The pass is the sum of the two (:mod:`.passes`), on the spec's ``backward_flops``.
+The pass is the sum of the two (:mod:`.passes`), on the spec's ``backward_flops``. Each
+launch at its settings on the target's backend (:func:`.grouped_gemm.config`), its hot
+loop read in the target's dialect (:func:`.predict_gemm.matrix_loop`: AMDGCN, or PTX on sm_90).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import torch
 from kernels.moe.grouped_gemm import spec
 
 from . import chip as chip_model
-from . import gemm, grouped_gemm, loop, passes, predict_gemm, uneven
+from . import gemm, grouped_gemm, passes, predict_gemm, uneven
 from .prediction import NotCovered, Prediction
 
 RUNGS = ("v2", "v4")
@@ -36,7 +38,7 @@ def dw_launch(label: str, shape: tuple, sizes: list[int], torch_dtype: torch.dty
                                        chip_spec.compute_units)
     # the hot loop as the ISA inspector finds it: a compile that splits the reduction into
     # several MFMA loops (large tiles on gfx942) is weighed by that one for every iteration
-    mix = loop.mix(report.hot_loop, chip_spec.target, chip_spec.wave_size)
+    mix = predict_gemm.matrix_loop(report, "grouped_gemm", f"{label} dW", dtype, chip_spec)
     steps = gemm.steps_per_iteration(cfg, report.options["num_warps"], mix.mfma_flops)
     chip, clock_input = chip_model.chip(chip_spec, dtype)
     elem = torch_dtype.itemsize

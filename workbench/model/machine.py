@@ -16,6 +16,10 @@ import yaml
 _FILE = Path(__file__).with_name("machine.yaml")
 _MFMA = re.compile(r"v_mfma_(?:scale_)?f32_(\d+)x(\d+)x(\d+)")
 _WGMMA = re.compile(r"wgmma\.mma_async(?:\.sp)?\.sync\.aligned\.m(\d+)n(\d+)k(\d+)\.\w+\.(\w+)\.\w+$")
+# Ampere's warp-level product (``mma.sync``), which Triton emits on sm_90 where a tile has
+# no 64-row warpgroup shape: (M, N, K, accumulator type, A's type)
+_MMA = re.compile(r"mma\.sync\.aligned\.m(\d+)n(\d+)k(\d+)\.row\.col\.(\w+)\.(\w+)\.\w+\.\w+$")
+SUB_PARTITIONS = 4   # an SM's, each with its share of the SM's tensor cores
 
 
 class Constant(NamedTuple):
@@ -48,9 +52,12 @@ def constant(name: str, arch: str | None = None) -> Constant:
 
 def mfma_cycles(mnemonic: str, arch: str) -> float:
     """Cycles the matrix core of one SIMD is busy with one ``mnemonic`` on ``arch``; on an
-    NVIDIA target, cycles the SM's tensor cores take for one warpgroup ``wgmma``."""
+    NVIDIA target, cycles the SM's tensor cores take for one warpgroup ``wgmma`` (each of
+    its four warps' sub-partitions that long), or one sub-partition's, at a quarter of the
+    SM's rate, for one warp's ``mma.sync``."""
     if nvidia(arch):
-        return mfma_flops(mnemonic) / tensor_rate(mnemonic, arch)
+        share = SUB_PARTITIONS if warp_product(mnemonic) else 1
+        return mfma_flops(mnemonic) * share / tensor_rate(mnemonic, arch)
     table = _data()["mfma_cycles"]
     if arch not in table:
         raise ValueError(f"no MFMA cycle table for target {arch!r}; known: {', '.join(table)}")
@@ -69,25 +76,32 @@ def lds_bytes_per_clk(arch: str) -> Constant:
 
 
 def mfma_flops(mnemonic: str) -> int:
-    """Floating-point operations of one MFMA instruction (batch 1), or of one warpgroup
-    ``wgmma.mma_async``: 2 x M x N x K."""
-    m = _MFMA.match(mnemonic) or _WGMMA.match(mnemonic)
+    """Floating-point operations of one MFMA instruction (batch 1), of one warpgroup
+    ``wgmma.mma_async`` or of one warp's ``mma.sync``: 2 x M x N x K."""
+    m = _MFMA.match(mnemonic) or _WGMMA.match(mnemonic) or _MMA.match(mnemonic)
     if m is None:
-        raise ValueError(f"{mnemonic!r} is not an MFMA or wgmma instruction name")
+        raise ValueError(f"{mnemonic!r} is not an MFMA, wgmma or mma.sync instruction name")
     rows, cols, depth = map(int, m.groups()[:3])
     return 2 * rows * cols * depth
 
 
 def tensor_rate(mnemonic: str, arch: str) -> int:
-    """Dense FLOP per clock of one SM's tensor cores for a ``wgmma`` of ``mnemonic``'s
-    operand type, on NVIDIA target ``arch``."""
-    m = _WGMMA.match(mnemonic)
-    if m is None:
-        raise ValueError(f"{mnemonic!r} is not a wgmma.mma_async instruction name")
+    """Dense FLOP per clock of one SM's tensor cores for a ``wgmma`` or ``mma.sync`` of
+    ``mnemonic``'s operand type, on NVIDIA target ``arch`` (``mma.sync`` at the ``wgmma``
+    rate: an assumption, see ``machine.yaml``)."""
+    wgmma, mma = _WGMMA.match(mnemonic), _MMA.match(mnemonic)
+    if not (wgmma or mma):
+        raise ValueError(f"{mnemonic!r} is not a wgmma.mma_async or mma.sync instruction name")
+    operand = wgmma.group(4) if wgmma else mma.group(5)
     table = _data()["nvidia"][arch]["tensor_flops_per_clk_per_sm"]
-    if m.group(4) not in table:
-        raise KeyError(f"{mnemonic}: no {arch} tensor rate for operand type {m.group(4)!r} in {_FILE.name}")
-    return table[m.group(4)]
+    if operand not in table:
+        raise KeyError(f"{mnemonic}: no {arch} tensor rate for operand type {operand!r} in {_FILE.name}")
+    return table[operand]
+
+
+def warp_product(mnemonic: str) -> bool:
+    """Whether a PTX matrix instruction is one warp's (``mma.sync``), not a warpgroup's (``wgmma``)."""
+    return bool(_MMA.match(mnemonic))
 
 
 def tensor_clock_mhz(gpu: str, arch: str) -> tuple[float, str] | None:

@@ -48,6 +48,16 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
                        gemm_spec.flops(shape), f"gemm {label}'s choice for this shape")
 
 
+def matrix_loop(report, op: str, label: str, dtype: str, chip_spec):
+    """The compiled hot loop of ``report``, weighed (:func:`.chip.weigh`); one without matrix
+    instructions (an fp32 dot on sm_90 runs on the FMA units) is :class:`NotCovered`."""
+    mix = chip_model.weigh(report.hot_loop, chip_spec.target, chip_spec.wave_size)
+    if not mix.mfma:
+        raise NotCovered(f"{op} {label} in {dtype} on {chip_spec.target} compiles to a hot loop without matrix "
+                         f"instructions (the dot runs on the FMA units): the model weighs matrix-core loops only")
+    return mix
+
+
 def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report, cfg: dict,
                 persistent: int | None, out_elem_bytes: int, waves_of, traffic_of, flops: float,
                 config_source: str, products: int = 1, schedule_of=None, **extra_inputs) -> Prediction:
@@ -58,10 +68,7 @@ def tile_launch(op: str, label: str, shape: tuple, dtype: str, chip_spec, report
     ``products``: tile products per K step (MoE's gate/up kernel: two, sharing A);
     ``schedule_of(chip, num_warps)``: the launch's device-side tile schedule
     (:class:`.combine.Schedule`), if it has one."""
-    mix = chip_model.weigh(report.hot_loop, chip_spec.target, chip_spec.wave_size)
-    if not mix.mfma:
-        raise NotCovered(f"{op} {label} in {dtype} on {chip_spec.target} compiles to a hot loop without matrix "
-                         f"instructions (the dot runs on the FMA units): the model weighs matrix-core loops only")
+    mix = matrix_loop(report, op, label, dtype, chip_spec)
     num_warps, stages = report.options["num_warps"], report.options.get("num_stages", 1)
     steps = gemm.steps_per_iteration(cfg, num_warps, mix.mfma_flops // products)
     resident = chip_model.programs_per_cu(report)

@@ -10,6 +10,10 @@ place of a SIMD (four per SM, as four SIMDs per CU):
   sub-partition; its FLOPs shared by the 4 warps. Its shared-memory operands (B always, A
   unless it comes from registers) are charged to the shared memory: an assumption, as the
   tensor cores' path to shared memory is not documented.
+* ``mma.sync`` (one warp's product, from registers: Triton's choice where a tile has no
+  64-row warpgroup shape, attention v5's dK/dV): its sub-partition's tensor-core cycles at
+  a quarter of the SM's rate (``machine.yaml``: an assumption), all its FLOPs to the warp;
+  its operands reach the registers through ``ldmatrix``/``ld.shared``, charged as such.
 * ``cp.async`` (global to shared): its copy size per lane to global memory and to shared
   memory; ``ld``/``st`` ``.global`` and ``.shared`` and ``ldmatrix``/``stmatrix``: their
   vector width per lane. A TMA copy (``cp.async.bulk``) has its size in a descriptor the
@@ -87,7 +91,7 @@ def mix(loop_text: str, arch: str, lanes: int = 32) -> LoopMix:
     lines = [(op, line) for line in loop_text.splitlines() if (op := isa_parse.mnemonic(line))]
     if not lines:
         raise ValueError("the kernel has no hot loop to model")
-    wgmma, shared_ops = Counter(), Counter()
+    products, shared_ops = Counter(), Counter()
     valu = transcendental = shared_bytes = slot_bytes = global_bytes = 0
     bank = machine.constant("lds_bank_bytes", arch).value
     for op, line in lines:
@@ -95,10 +99,11 @@ def mix(loop_text: str, arch: str, lanes: int = 32) -> LoopMix:
         if op.startswith("cp.async.bulk"):
             raise ValueError(f"{op}: a TMA copy's size is in its descriptor; the model does not weigh TMA loops")
         if kind == "matrix":
-            wgmma[op] += 1
-            nbytes = wgmma_shared_bytes(op, line) // WARPS_PER_WARPGROUP
-            shared_bytes += nbytes
-            slot_bytes += nbytes
+            products[op] += 1
+            if not machine.warp_product(op):   # a wgmma; mma.sync's operands are registers
+                nbytes = wgmma_shared_bytes(op, line) // WARPS_PER_WARPGROUP
+                shared_bytes += nbytes
+                slot_bytes += nbytes
         elif op.startswith("cp.async"):
             if kind == "global_load":
                 shared_ops[op] += 1
@@ -116,9 +121,10 @@ def mix(loop_text: str, arch: str, lanes: int = 32) -> LoopMix:
             valu += 1
             transcendental += bool(_TRANSCENDENTAL.match(op))
     return LoopMix(
-        mfma=dict(wgmma),
-        mfma_cycles=sum(n * machine.mfma_cycles(op, arch) for op, n in wgmma.items()),
-        mfma_flops=sum(n * machine.mfma_flops(op) for op, n in wgmma.items()) // WARPS_PER_WARPGROUP,
+        mfma=dict(products),
+        mfma_cycles=sum(n * machine.mfma_cycles(op, arch) for op, n in products.items()),
+        mfma_flops=sum(n * machine.mfma_flops(op) // (1 if machine.warp_product(op) else WARPS_PER_WARPGROUP)
+                       for op, n in products.items()),
         valu=valu, transcendental=transcendental, salu=0, lds_bytes=shared_bytes, lds_slot_bytes=slot_bytes,
         lds_ops=dict(shared_ops), global_bytes=global_bytes, lines=len(lines),
         matrix_in_flight=min((int(m.group(1)) for _, line in lines if (m := _WGMMA_WAIT.search(line))), default=0))
