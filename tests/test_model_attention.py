@@ -95,6 +95,19 @@ def test_cli_predicts_attention(capsys):
     assert "attention" in out and f"{_predict('v4').row()['TFLOP/s']:.3g}" in out.split()
 
 
+def test_cli_predicts_the_backward_pass(capsys):
+    """``--backward``: the backward pass's row, as :func:`workbench.model.predict_backward` gives
+    it, the footer says which pass; an op without a modelled backward is named with the ones
+    that have one."""
+    shape = "4x32x8x4096x4096x128x1"
+    assert cli.main(["predict", "attention", "--backward", "--shape", shape, "--gpu", "H200"]) == 0
+    out = capsys.readouterr().out
+    want = predict_backward("attention", "v5", tuple(map(int, shape.split("x"))), gpu="H200")
+    assert f"{want.row()['TFLOP/s']:.3g}" in out.split() and "backward pass" in out.splitlines()[-1]
+    assert cli.main(["predict", "gemm", "--backward"]) == 2
+    assert "backward passes of ops attention, grouped_gemm, moe, not gemm's" in capsys.readouterr().err
+
+
 def test_v5s_backward_is_both_launches_and_the_delta():
     """v5's docstring: seven products per pair against the forward's two; the model charges
     the dK/dV and dQ launches (their own compiled loops and occupancy) and Δ's bytes."""

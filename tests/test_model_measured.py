@@ -53,6 +53,21 @@ def test_a_row_is_predicted_on_the_gpu_its_device_name_names(make_row, device, a
     assert [(r["gpu"], r["model ms"], r["error %"]) for r in table] == [(device, round(expected, 4), 0.0)]
 
 
+def test_a_case_the_model_fails_on_is_named_and_the_others_are_still_predicted(make_row, predicted_ms, monkeypatch):
+    """A GPU session is minutes long: a model defect on one case (here a ValueError, as an
+    uncounted PTX instruction raised) must not cost the comparison of the others."""
+    def predict(op, rung, *args):
+        if rung == "v2":
+            raise ValueError("'mma.sync.aligned.m16n8k16' is not a wgmma.mma_async instruction name")
+        return model.predict(op, rung, *args)
+
+    monkeypatch.setitem(measured.PREDICTORS, "forward", predict)
+    table, left = measured.compare([make_row(rung="v2"), make_row(rung="v4", ms=predicted_ms["v4"])])
+    assert [(r["rung"], r["error %"]) for r in table] == [("v4", 0.0)]
+    assert left == ["gemm v2 forward on AMD Instinct MI300X: the model failed: ValueError: "
+                    "'mma.sync.aligned.m16n8k16' is not a wgmma.mma_async instruction name"]
+
+
 def test_once_stop_says_so_the_cases_left_are_named_not_predicted(make_row, predicted_ms):
     asked = []
     table, left = measured.compare([make_row(rung="v2"), make_row(rung="v4"), make_row(rung="v4", shape="64x64x64")],

@@ -337,14 +337,16 @@ def cmd_predict(args) -> int:
         return 2
     op_spec = kernels.spec(args.op)
     shape = args.shape or (op_spec.bench_shapes[op_spec.quick_shapes[0]] if op_spec.quick_shapes else None)
+    predict = model.predict_backward if args.backward else model.predict
     try:
-        rungs = args.rung or model.rungs(args.op)
-        rows = [model.predict(args.op, r, shape, args.dtype, args.gpu).row() for r in rungs]
+        rungs = args.rung or model.rungs(args.op, args.backward)
+        rows = [predict(args.op, r, shape, args.dtype, args.gpu).row() for r in rungs]
     except model.NotCovered as exc:
         print(f"workbench predict: {exc}", file=sys.stderr)
         return 2
     print(format_table(rows))
-    print("model: predicted from the compiled code, not measured (workbench.model)")
+    print(f"model{' of the backward pass (TFLOP/s on its FLOPs)' if args.backward else ''}: predicted from the "
+          f"compiled code, not measured (workbench.model); shape {' x '.join(op_spec.shape_names)}")
     return 0
 
 
@@ -419,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=sorted({*DTYPES, "fp8"}),
                    help="default: fp8 for the FP8 ops (their only one), bf16 for the rest")
     p.add_argument("--gpu", default="MI300X", help="a roofline GPU name (default MI300X)")
+    p.add_argument("--backward", action="store_true",
+                   help="the backward pass (attention v5, grouped_gemm v2 and v4, moe v3), "
+                        "TFLOP/s on its backward FLOPs")
     p = sub.add_parser("grade", help="any kernel file judged like a rung: correctness, machine code, "
                                      "speed (model; measured on a GPU); exit 0 only when correct")
     p.add_argument("file", help="a .py file defining the op's callable, e.g. matmul(a, b) for gemm")

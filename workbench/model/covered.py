@@ -54,11 +54,14 @@ LAUNCHES = {("grouped_gemm", "v4"): grouped_gemm_backward.launch,   # "forward",
             ("gemm_fp8", "v2"): gemm_fp8.launch}
 
 
-def rungs(op: str) -> tuple[str, ...]:
-    """The rungs of ``op`` the model covers (none: :class:`NotCovered`)."""
-    if op not in COVERED:
-        raise NotCovered(f"the model covers ops {', '.join(COVERED)}, not {op!r}")
-    return COVERED[op][1]
+def rungs(op: str, backward: bool = False) -> tuple[str, ...]:
+    """The rungs of ``op`` whose forward (``backward``: backward) pass the model covers (none:
+    :class:`NotCovered`)."""
+    table = BACKWARD if backward else COVERED
+    if op not in table:
+        raise NotCovered(f"the model covers the {'backward' if backward else 'forward'} passes of ops "
+                         f"{', '.join(table)}, not {op}'s")
+    return table[op][1]
 
 
 def predict(op: str, rung: int | str, shape, dtype=None, gpu: str = "MI300X") -> Prediction:

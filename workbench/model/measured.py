@@ -31,7 +31,9 @@ def compare(rows: Iterable[ResultRow], stop: Callable[[], bool] = lambda: False
     """(one row per measured case the model covers, the cases left out with why, one line
     per rung and pass). Reference and error rows are not cases. ``stop()`` is asked before
     each prediction (each compiles its rung for the GPU's target ahead of time, seconds on a
-    busy CPU); once it says yes, the cases left say so."""
+    busy CPU); once it says yes, the cases left say so. A case the model fails on (a defect,
+    not a case it declines) is left out with the error, so a GPU session's one run of
+    ``workbench gpu-report`` still compares every other case."""
     table: list[dict] = []
     left: dict[str, str] = {}
     for row in rows:
@@ -52,6 +54,9 @@ def compare(rows: Iterable[ResultRow], stop: Callable[[], bool] = lambda: False
             p = predictor(row.op, row.rung, tuple(int(n) for n in row.shape.split("x")), row.dtype, gpu)
         except (NotCovered, KeyError) as why:   # KeyError: a GPU roofline has no spec for
             left[case] = str(why).strip('"')
+            continue
+        except Exception as error:   # a model defect on this case: named; the other cases go on
+            left[case] = f"the model failed: {type(error).__name__}: {error}"
             continue
         model_ms = p.time_s * 1e3
         table.append({"op": row.op, "rung": row.rung, "pass": row.pass_name, "shape": row.shape,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from .covered import BACKWARD, predict, predict_backward, rungs
+from .covered import predict, predict_backward, rungs
 
 _FILE = Path(__file__).with_name("published.yaml")
 
@@ -38,7 +38,7 @@ def row(point: dict) -> dict:
     shape, op = tuple(point["shape"]), point.get("op", "gemm")
     backward = point.get("pass", "forward") == "backward"
     how = predict_backward if backward else predict
-    candidates = [point["rung"]] if point["kind"] == "kernel" else (BACKWARD[op][1] if backward else rungs(op))
+    candidates = [point["rung"]] if point["kind"] == "kernel" else rungs(op, backward)
     best = min((how(op, r, shape, point["dtype"], point["gpu"]) for r in candidates), key=lambda p: p.time_s)
     return {"label": "model", "op": op, "pass": "backward" if backward else "forward", "kind": point["kind"],
             "what": point["what"], "gpu": point["gpu"],
