@@ -29,7 +29,8 @@ On sm_90 (H100, H200; :data:`NVIDIA_TARGETS`) the same passes and launches are c
 forward and backward and the tuners' per-launch predictions, each at the settings it launches
 with on "cuda", read from the PTX (:mod:`.ptx_loop`: ``wgmma`` tensor-core cycles from the
 datasheet's dense peak at its 1830 MHz tensor clock; ``mma.sync``, which attention v5's dK/dV
-tile compiles to, on its warp's sub-partition at a quarter of that rate, an assumption;
+tile compiles to, on its warp's sub-partition at a quarter of that rate: the dense peak, the
+most it could reach, so that launch's tensor time is a floor;
 ``cp.async`` and shared-memory bytes at 128 B/clk/SM, the softmax's ``ex2`` at the MUFU's
 16/clk/SM, FlashAttention-3's figure); a loop that keeps a ``wgmma`` group in flight overlaps
 its asynchronous units (:mod:`.combine`); fp32, whose dot compiles to FMAs there, is

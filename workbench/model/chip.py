@@ -83,7 +83,7 @@ def loop_inputs(mixes, target: str) -> dict[str, tuple]:
     nvidia = machine.nvidia(target)
     out = {f"{'tensor-core' if nvidia else 'MFMA'} cycles {op}": (
         machine.mfma_cycles(op, target), "S4" if not nvidia else "H100-PEAK" if not machine.warp_product(op)
-        else "H100-PEAK, assumption: mma.sync on its sub-partition at a quarter of the SM's wgmma rate")
+        else "H100-PEAK, an upper bound: mma.sync on its sub-partition at a quarter of the SM's wgmma rate")
         for op in ops}
     names = ["valu_cycles", "transcendental_cycles", "salu_cycles", "lds_bank_bytes", "memory_latency_cycles"]
     for name in names + (["l1_bytes_per_clk"] if nvidia else []):
