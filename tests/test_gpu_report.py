@@ -13,7 +13,7 @@ import torch
 
 import kernels
 from kernels import registry
-from workbench import gpu_report, gpu_report_fp8, model, results
+from workbench import gpu_report, gpu_report_fp8, gpu_report_goals as goals, model, results
 from workbench.harness.bench import Budget
 from workbench.harness.results import Recorder
 from workbench.train import quick as train_quick
@@ -145,6 +145,49 @@ def test_gpu_report_ends_with_the_training_step_of_both_kernel_sets(pretended_h2
     assert [(s["run"], s["tuning_s"], s["loss_rel_diff"]) for s in summary] == [
         ("torch", 15.0, 0.0), ("workbench", 12.0, 0.0)]   # tuning apart from the steps
     assert "gpu-moe-small" in out.split("FP8 training step")[0] and "1.25" in out
+
+
+def test_the_top_rungs_goals_are_judged_from_the_rows_of_one_run(make_row):
+    """Issue 18's ratios, each a rung against ref in the same run: per shape and dtype, met or
+    not; an error row says its error; a pass no goal names is not judged; a goal whose rung did
+    not run says so. Attention's lines name the backend SDPA chose (on this CPU: torch's own
+    choice for CPU tensors of that shape)."""
+    attention = "1x4x2x64x64x64x1"
+    rows = [make_row(op="attention", rung="v4", shape=attention, ratio_to_ref=1.2),
+            make_row(op="attention", rung="v4", shape=attention, dtype="float16", ratio_to_ref=0.8),
+            make_row(op="attention", rung="v5", shape=attention, pass_name="backward", ratio_to_ref=0.9),
+            make_row(op="attention", rung="v5", shape=attention, ratio_to_ref=5.0),   # v5's forward: no goal's
+            make_row(op="moe", rung="v3", shape="64x32x48x4x2x1", pass_name="forward+backward", status="error",
+                     error="boom", ms=None, tflops=None, gbps=None, ratio_to_ref=None)]
+    table = goals.kernel_goals(rows)
+    assert [(line["goal"], line["dtype"], line["ratio"], line["verdict"]) for line in table] == [
+        ("attention forward vs SDPA", "bfloat16", 1.2, "met"),
+        ("attention forward vs SDPA", "float16", 0.8, "not met"),
+        ("attention backward vs SDPA", "bfloat16", 0.9, "met"),
+        ("MoE layer forward+backward vs eager", "bfloat16", None, "error: boom")]
+    backends = {line["against"] for line in table[:3]}
+    assert backends <= {f"SDPA {name}" for name in torch.nn.attention.SDPBackend.__members__}, backends
+    assert goals.kernel_goals(rows[:1])[-1]["verdict"] == "not measured in this run"
+
+
+def test_sdpas_backend_is_unknown_with_the_reason_where_torch_cannot_say(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no backend takes these inputs")
+    monkeypatch.setattr(torch, "_fused_sdp_choice", refuse)
+    assert goals.sdpa_backend("1x4x2x64x64x64x1", "bfloat16") == "unknown (RuntimeError: no backend takes these inputs)"
+
+
+def test_gpu_report_judges_the_training_step_against_its_goal(pretended_h200, capsys):
+    """The pretended run: the workbench step 1.25x eager torch's (goal 1.1x: met); the suite
+    ran no attention or MoE rung, so their goals say so; torch.compile's goal is named as not
+    run here."""
+    assert gpu_report.gpu_report(folder=pretended_h200, progress=False) == 0
+    part = capsys.readouterr().out.split("goals of the top rungs")[1].split("model against measured")[0]
+    lines = [line.split() for line in part.splitlines()]
+    assert ["training", "step", "vs", "eager", "PyTorch", "gpu-moe-small", "-", "bf16", "1.25", ">=", "1.1x",
+            "met", "torch", "(eager)"] in lines, part
+    assert sum("not measured in this run" in line for line in part.splitlines()) == len(goals.GOALS)
+    assert "torch.compile: not run here: workbench train --compile" in part
 
 
 def test_a_failed_training_step_is_reported_and_fails_the_report(pretended_h200, monkeypatch, capsys):

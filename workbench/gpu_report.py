@@ -9,7 +9,8 @@ budget allows: the FP8 GEMM rungs against the bf16 top rung at 8192^3, rows into
 file (:mod:`workbench.gpu_report_fp8`); a short training run of each kernel set
 (:mod:`workbench.train.quick`) to ``recorded/train/<gpu>-<date>.json``, where notebook 04
 shows it; the FP8 training step against bf16 to ``recorded/train/<gpu>-<date>-fp8.json``;
-then, while the budget lasts, the performance model beside each measured row of the quick
+the top rungs' goals judged from what ran (:mod:`workbench.gpu_report_goals`); then, while
+the budget lasts, the performance model beside each measured row of the quick
 suite it covers (:mod:`workbench.model.measured`; ``workbench predict --against FILE`` redoes
 it later, anywhere, from the file). ``--sections`` runs some of these alone (:data:`SECTIONS`).
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import kernels
 
-from . import gpu_report_fp8 as fp8
+from . import gpu_report_fp8 as fp8, gpu_report_goals as goals
 from .harness import environment, results
 from .harness.bench import Budget
 from .harness.ceilings import cache_path, measure_ceilings
@@ -94,10 +95,14 @@ def gpu_report(budget_s: float = BUDGET_S, folder: Path | None = None, progress:
         ran.append(bool(reports))
     if "fp8-gemm" in sections:
         fp8.gemm(recorder, budget, progress)
+    train_summary = None
     if "train" in sections:
-        ran.append(_train_step(budget, path.parent / "train" / path.name))
+        train_summary = _train_step(budget, path.parent / "train" / path.name)
+        ran.append(train_summary is not None)
     if "fp8-train" in sections:
         ran.append(fp8.train(path.parent / "train" / f"{path.stem}-fp8.json", budget))
+    if "suite" in sections or "train" in sections:
+        print("\n" + goals.report(rows, train_summary))
     if "suite" in sections:
         _model_against(rows, budget)
     if budget.skipped:
@@ -123,12 +128,12 @@ def _suite(recorder: results.Recorder, budget: Budget, progress: bool):
     return reports, rows
 
 
-def _train_step(budget: Budget, path: Path) -> bool:
-    """The short training comparison, unless less than :data:`TRAIN_RESERVE_S` of the budget
-    is left (it cannot stop midway); False if it did not run or failed."""
+def _train_step(budget: Budget, path: Path) -> list[dict] | None:
+    """The short training comparison's summary, unless less than :data:`TRAIN_RESERVE_S` of
+    the budget is left (it cannot stop midway); None if it did not run or failed."""
     if budget.remaining() < TRAIN_RESERVE_S:
         budget.skipped.append(f"training step ({train_quick.PRESET}, {' vs '.join(train_quick.KERNEL_SETS)})")
-        return False
+        return None
     print(f"\ntraining step: {train_quick.PRESET}, {train_quick.STEPS} eager steps per kernel set, "
           f"median after {train_quick.WARMUP} warm-up steps")
     try:
@@ -136,10 +141,10 @@ def _train_step(budget: Budget, path: Path) -> bool:
         summary = train_quick.compare(path)
     except Exception as exc:   # a failed run is reported, and the exit status says so
         print(f"training step failed: {type(exc).__name__}: {exc}")
-        return False
+        return None
     print(format_table(summary))
     print(f"wrote {path}")
-    return True
+    return summary
 
 
 def _model_against(rows, budget: Budget) -> None:

@@ -36,6 +36,7 @@ from kernels.gemm.ops import best_rung
 from kernels.gemm_fp8 import fp8_dtype
 from kernels.gemm_mxfp4.formats import MXFP8, NATIVE_ARCHS
 
+from .gpu_report_goals import met
 from .harness.bench import Budget, bench, shape_label
 from .harness.results import Recorder, ResultRow
 from .harness.table import format_table
@@ -103,11 +104,7 @@ def _verdict(row: ResultRow | None, base: ResultRow | None) -> tuple[float | Non
     if base is None or not base.ok:
         return None, "no bf16 time to compare with"
     speedup = base.ms / row.ms
-    return speedup, _met(speedup >= GEMM_GOAL)
-
-
-def _met(ok: bool) -> str:
-    return "met" if ok else "not met"
+    return speedup, met(speedup >= GEMM_GOAL)
 
 
 def gemm(recorder: Recorder, budget: Budget, progress: bool = True) -> list[dict] | None:
@@ -172,11 +169,11 @@ def train(path: Path, budget: Budget) -> bool:
         return False
     step_goal, loss_goal = f"step >= {STEP_GOAL}x", f"loss within {fp8_parity.GOAL:.0%}"
     for s in summary[1:]:
-        s[step_goal] = _met(s["speedup"] >= STEP_GOAL)
-        s[loss_goal] = _met(abs(s["loss_rel_diff"]) <= fp8_parity.GOAL)
+        s[step_goal] = met(s["speedup"] >= STEP_GOAL)
+        s[loss_goal] = met(abs(s["loss_rel_diff"]) <= fp8_parity.GOAL)
     print(format_table(summary, list(summary[-1])))
-    met = [s["run"] for s in summary[1:] if s[step_goal] == s[loss_goal] == "met"]
+    meeting = [s["run"] for s in summary[1:] if s[step_goal] == s[loss_goal] == "met"]
     print(f"goal (an FP8 recipe's {step_goal} bf16's, its last {loss_goal} of bf16's): "
-          + (f"met by {', '.join(met)}" if met else "not met"))
+          + (f"met by {', '.join(meeting)}" if meeting else "not met"))
     print(f"wrote {path}")
     return True
