@@ -15,7 +15,7 @@ from .. import backend as _backend
 from ..gemm.spec import launch_ints, layout
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, pointer_type, run_kwargs
+from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, pointer_type, run_args
 from ..tuning import Problem, as_dict, choice, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from . import configs, operands
@@ -187,10 +187,11 @@ class Plan:
         self.kernel, self.shape, self.out_dtype, self.config = kernel, (m, n), out_dtype, dict(cfg)
         self.grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]),)
         # C is new_output's: contiguous, strides (N, 1)
-        self.scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1, *scale_strides)
-        self.kwargs = run_kwargs(self.grid, {"INTERP_BF16": interp_bf16(out_dtype), **constexprs, **cfg})
+        scalars = (m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), n, 1, *scale_strides)
+        self.args, self.kwargs = run_args(kernel, 5, scalars, self.grid,
+                                          {"INTERP_BF16": interp_bf16(out_dtype), **constexprs, **cfg})
 
     def __call__(self, a, b, scale_a, scale_b) -> torch.Tensor:
         c = new_output(self.shape, self.out_dtype, a.device)
-        self.kernel.run(a, b, c, scale_a, scale_b, *self.scalars, **self.kwargs)
+        self.kernel.run(a, b, c, scale_a, scale_b, *self.args, **self.kwargs)
         return c
