@@ -78,11 +78,12 @@ def test_at_d128_dkdv_keeps_no_config_of_two_waves(target):
     assert waves.pop(("dkdv", 128)) == 1 and min(waves.values()) >= 2, waves
 
 
-def _entry(name: str, kernel: str = "dq", narrow: int = 0, occupancy: int = 2, spills: int = 0) -> dict:
+def _entry(name: str, kernel: str = "dq", narrow: int = 0, occupancy: int = 2, spills: int = 0,
+           mma_sync: int = 0) -> dict:
     """A made-up table entry: config ``name`` of ``kernel`` at D = 64, one compile."""
     return {"config": {"KERNEL": kernel, "BLOCK_D": 64, "name": name},
             "dq_D64": {"spills": spills, "sgpr_spills": 0, "scratch_bytes": 0, "lds_bytes": 0,
-                       "narrow_lds_ops": narrow, "occupancy": occupancy}}
+                       "narrow_lds_ops": narrow, "mma_sync_ops": mma_sync, "occupancy": occupancy}}
 
 
 GROUP = tune_space.OPS["attention_backward"].group
@@ -102,8 +103,36 @@ def test_prior_first_prefers_no_spills_then_no_narrow_lds_ops_then_more_waves():
     ordered = tune_space.prior_first("gfx942", {"kept": kept}, GROUP)["kept"]
     assert [e["config"]["name"] for e in ordered] == \
         ["two waves", "two waves, later", "one wave", "narrow", "spills", "other kernel"]
-    sm90 = [e for e in kept if e["config"]["name"] != "spills"]   # there only spills rank
+    sm90 = [e for e in kept if e["config"]["name"] != "spills"]   # there neither LDS ops nor waves rank
     assert tune_space.prior_first("sm90", {"kept": sm90}, GROUP)["kept"] == sm90
+
+
+def test_prior_first_on_sm90_prefers_no_spills_then_wgmma_only():
+    """sm90: a config with ``mma.sync`` products (a tile with no warpgroup shape) ranks after the
+    ``wgmma`` ones, whatever their waves; ties keep candidate order. AMD ignores the count."""
+    kept = [_entry("mma.sync", mma_sync=128, occupancy=2), _entry("spills", spills=3), _entry("wgmma", occupancy=1),
+            _entry("wgmma, later"), _entry("other kernel", "dkdv", mma_sync=64)]
+    ordered = tune_space.prior_first("sm90", {"kept": kept}, GROUP)["kept"]
+    assert [e["config"]["name"] for e in ordered] == ["wgmma", "wgmma, later", "mma.sync", "spills", "other kernel"]
+    assert [e["config"]["name"] for e in tune_space.prior_first("gfx942", {"kept": kept[:1] + kept[2:4]}, GROUP)["kept"]] \
+        == ["mma.sync", "wgmma, later", "wgmma"]   # by waves alone
+
+
+@pytest.mark.parametrize("d", configs.HEAD_DIMS)
+def test_the_sm90_priors_take_wgmma_only_and_come_first(d):
+    """Each kernel's sm90 prior at either head dim is recorded without ``mma.sync`` products in
+    either compile (dense and packed; ``tests/test_attention_isa.py`` compiles them) and the
+    table's sm90 section is in prior_first's order; the 32 x 32 dK/dV tile, the D = 128 prior
+    before, is kept there behind it, with mma.sync."""
+    section = space_bwd.shipped()["sm90"]
+    recorded = {_key(e["config"]): e for e in section["kept"]}
+    for kernel, cfg in v5.prior("cuda", "sm90", d).items():
+        assert [r["mma_sync_ops"] for r in _compiles(recorded[_key(cfg)]).values()] == [0, 0], cfg
+    group = tune_space.OPS["attention_backward"].group
+    assert tune_space.prior_first("sm90", {"kept": list(section["kept"])}, group)["kept"] == section["kept"]
+    narrow = [e for e in section["kept"] if (e["config"]["KERNEL"], e["config"]["BLOCK_D"], e["config"]["BLOCK_N"])
+              == ("dkdv", 128, 32)]
+    assert narrow and all(tune_space.warp_products(e) for e in narrow)
 
 
 @pytest.mark.parametrize("backend,arch", DEVICES)
