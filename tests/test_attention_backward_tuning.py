@@ -234,17 +234,19 @@ def test_a_pinned_setting_skips_the_tuner(fake_clock):
         v5.backward(q, k, v, o, lse, torch.randn_like(o), True, 0.5, overrides={"NOT_A_SETTING": 1})
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("backend,arch,d,shape", [
+    ("hip", "gfx942", 64, (1, 4, 2, 75, 90, 64, 1)), ("hip", "gfx950", 64, (1, 4, 2, 75, 90, 64, 1)),
+    ("cuda", "sm90", 128, (1, 2, 1, 75, 150, 128, 1))], ids=["gfx942-D64", "gfx950-D64", "sm90-D128"])
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
-def test_the_amd_priors_tiles_at_d64_give_right_gradients(monkeypatch, arch, dtype):
-    """The tiles the D = 64 priors launch on AMD (dK/dV 32 x 32, dQ 64 x 32 or 128 x 32) meet
-    the harness rule on the interpreter (which ignores warps and AMD knobs), causal, GQA, on a
+def test_the_priors_tiles_give_right_gradients(monkeypatch, backend, arch, d, shape, dtype):
+    """The tiles the D = 64 priors launch on AMD (dK/dV 32 x 32, dQ 64 x 32 or 128 x 32), and the
+    D = 128 ones on sm90 (dK/dV 16 x 128, a query step narrower than the key block), meet the
+    harness rule on the interpreter (which ignores warps and AMD knobs), causal, GQA, on a
     shape that is no multiple of them."""
-    tiles = {kernel: (cfg["BLOCK_M"], cfg["BLOCK_N"]) for kernel, cfg in v5.prior("hip", arch, 64).items()}
+    tiles = {kernel: (cfg["BLOCK_M"], cfg["BLOCK_N"]) for kernel, cfg in v5.prior(backend, arch, d).items()}
     monkeypatch.setattr(space_bwd, "space", lambda backend, a, d, kernel, dtype=None: [
-        space_bwd._cfg(kernel, *tiles[kernel], 64, 4, 1)])
+        space_bwd._cfg(kernel, *tiles[kernel], d, 4, 1)])
     monkeypatch.setattr(v5, "_CHOSEN", {})
-    shape = (1, 4, 2, 75, 90, 64, 1)
     report = check_rung(kernels.get("attention", "v5"), shape, dtype)
     assert report.passed, report.message
     assert {kernel: (c["BLOCK_M"], c["BLOCK_N"]) for kernel, c in v5.chosen_config(shape, dtype).items()} == tiles
