@@ -78,11 +78,12 @@ def test_at_d128_dkdv_keeps_no_config_of_two_waves(target):
     assert waves.pop(("dkdv", 128)) == 1 and min(waves.values()) >= 2, waves
 
 
-def _entry(name: str, kernel: str = "dq", narrow: int = 0, occupancy: int = 2, spills: int = 0) -> dict:
+def _entry(name: str, kernel: str = "dq", narrow: int = 0, occupancy: int = 2, spills: int = 0,
+           mma_sync: int = 0) -> dict:
     """A made-up table entry: config ``name`` of ``kernel`` at D = 64, one compile."""
     return {"config": {"KERNEL": kernel, "BLOCK_D": 64, "name": name},
             "dq_D64": {"spills": spills, "sgpr_spills": 0, "scratch_bytes": 0, "lds_bytes": 0,
-                       "narrow_lds_ops": narrow, "occupancy": occupancy}}
+                       "narrow_lds_ops": narrow, "mma_sync_ops": mma_sync, "occupancy": occupancy}}
 
 
 GROUP = tune_space.OPS["attention_backward"].group
@@ -102,8 +103,36 @@ def test_prior_first_prefers_no_spills_then_no_narrow_lds_ops_then_more_waves():
     ordered = tune_space.prior_first("gfx942", {"kept": kept}, GROUP)["kept"]
     assert [e["config"]["name"] for e in ordered] == \
         ["two waves", "two waves, later", "one wave", "narrow", "spills", "other kernel"]
-    sm90 = [e for e in kept if e["config"]["name"] != "spills"]   # there only spills rank
+    sm90 = [e for e in kept if e["config"]["name"] != "spills"]   # there neither LDS ops nor waves rank
     assert tune_space.prior_first("sm90", {"kept": sm90}, GROUP)["kept"] == sm90
+
+
+def test_prior_first_on_sm90_prefers_no_spills_then_wgmma_only():
+    """sm90: a config with ``mma.sync`` products (a tile with no warpgroup shape) ranks after the
+    ``wgmma`` ones, whatever their waves; ties keep candidate order. AMD ignores the count."""
+    kept = [_entry("mma.sync", mma_sync=128, occupancy=2), _entry("spills", spills=3), _entry("wgmma", occupancy=1),
+            _entry("wgmma, later"), _entry("other kernel", "dkdv", mma_sync=64)]
+    ordered = tune_space.prior_first("sm90", {"kept": kept}, GROUP)["kept"]
+    assert [e["config"]["name"] for e in ordered] == ["wgmma", "wgmma, later", "mma.sync", "spills", "other kernel"]
+    assert [e["config"]["name"] for e in tune_space.prior_first("gfx942", {"kept": kept[:1] + kept[2:4]}, GROUP)["kept"]] \
+        == ["mma.sync", "wgmma, later", "wgmma"]   # by waves alone
+
+
+@pytest.mark.parametrize("d", configs.HEAD_DIMS)
+def test_the_sm90_priors_take_wgmma_only_and_come_first(d):
+    """Each kernel's sm90 prior at either head dim is recorded without ``mma.sync`` products in
+    either compile (dense and packed; ``tests/test_attention_isa.py`` compiles them) and the
+    table's sm90 section is in prior_first's order; the 32 x 32 dK/dV tile, the D = 128 prior
+    before, is kept there behind it, with mma.sync."""
+    section = space_bwd.shipped()["sm90"]
+    recorded = {_key(e["config"]): e for e in section["kept"]}
+    for kernel, cfg in v5.prior("cuda", "sm90", d).items():
+        assert [r["mma_sync_ops"] for r in _compiles(recorded[_key(cfg)]).values()] == [0, 0], cfg
+    group = tune_space.OPS["attention_backward"].group
+    assert tune_space.prior_first("sm90", {"kept": list(section["kept"])}, group)["kept"] == section["kept"]
+    narrow = [e for e in section["kept"] if (e["config"]["KERNEL"], e["config"]["BLOCK_D"], e["config"]["BLOCK_N"])
+              == ("dkdv", 128, 32)]
+    assert narrow and all(tune_space.warp_products(e) for e in narrow)
 
 
 @pytest.mark.parametrize("backend,arch", DEVICES)
@@ -205,17 +234,19 @@ def test_a_pinned_setting_skips_the_tuner(fake_clock):
         v5.backward(q, k, v, o, lse, torch.randn_like(o), True, 0.5, overrides={"NOT_A_SETTING": 1})
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("backend,arch,d,shape", [
+    ("hip", "gfx942", 64, (1, 4, 2, 75, 90, 64, 1)), ("hip", "gfx950", 64, (1, 4, 2, 75, 90, 64, 1)),
+    ("cuda", "sm90", 128, (1, 2, 1, 75, 150, 128, 1))], ids=["gfx942-D64", "gfx950-D64", "sm90-D128"])
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
-def test_the_amd_priors_tiles_at_d64_give_right_gradients(monkeypatch, arch, dtype):
-    """The tiles the D = 64 priors launch on AMD (dK/dV 32 x 32, dQ 64 x 32 or 128 x 32) meet
-    the harness rule on the interpreter (which ignores warps and AMD knobs), causal, GQA, on a
+def test_the_priors_tiles_give_right_gradients(monkeypatch, backend, arch, d, shape, dtype):
+    """The tiles the D = 64 priors launch on AMD (dK/dV 32 x 32, dQ 64 x 32 or 128 x 32), and the
+    D = 128 ones on sm90 (dK/dV 16 x 128, a query step narrower than the key block), meet the
+    harness rule on the interpreter (which ignores warps and AMD knobs), causal, GQA, on a
     shape that is no multiple of them."""
-    tiles = {kernel: (cfg["BLOCK_M"], cfg["BLOCK_N"]) for kernel, cfg in v5.prior("hip", arch, 64).items()}
+    tiles = {kernel: (cfg["BLOCK_M"], cfg["BLOCK_N"]) for kernel, cfg in v5.prior(backend, arch, d).items()}
     monkeypatch.setattr(space_bwd, "space", lambda backend, a, d, kernel, dtype=None: [
-        space_bwd._cfg(kernel, *tiles[kernel], 64, 4, 1)])
+        space_bwd._cfg(kernel, *tiles[kernel], d, 4, 1)])
     monkeypatch.setattr(v5, "_CHOSEN", {})
-    shape = (1, 4, 2, 75, 90, 64, 1)
     report = check_rung(kernels.get("attention", "v5"), shape, dtype)
     assert report.passed, report.message
     assert {kernel: (c["BLOCK_M"], c["BLOCK_N"]) for kernel, c in v5.chosen_config(shape, dtype).items()} == tiles

@@ -1,5 +1,6 @@
 """Attention's machine code, compiled ahead of time: what the docstrings and the notebook
-claim about the top forward (v3) and backward (v5) kernels, on gfx942 and gfx950.
+claim about the top forward (v3) and backward (v5) kernels, on gfx942 and gfx950 (and v5's
+backward on sm90: wgmma products, no scratch).
 
 MFMA for every product: the hot loop's MFMAs, times their M·N·K and the waves of a
 program, cover the multiply-adds of all the ``tl.dot`` products of one loop trip
@@ -258,6 +259,25 @@ def test_backward_kernels_take_16x16_mfmas_move_no_narrow_elements_through_lds_a
         assert mfmas and all("_16x16x" in op for op in mfmas), report.matrix_instructions
         assert report.narrow_lds_ops == 0, report.summary()
         assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
+
+
+@pytest.mark.parametrize("overrides", [
+    pytest.param({**varlen, **d}, id=f"{'varlen' if varlen else 'dense'}{'-D64' if d else ''}")
+    for d in ({}, {"BLOCK_D": 64}) for varlen in ({}, {"VARLEN": True})])
+def test_backward_kernels_take_wgmma_in_every_loop_and_use_no_scratch_on_sm90(overrides):
+    """``configs_backward.HOPPER_TILES``: on sm90 dK/dV's and dQ's priors, dense and packed, at
+    D = 128 and D = 64, multiply with warpgroup ``wgmma`` products in both loops with products
+    (masked and unmasked) and nowhere with one warp's ``mma.sync`` (dK/dV's 32 x 32 tile, its
+    D = 128 prior before, has no 64-row warpgroup shape), and use no scratch."""
+    reports = isa.inspect_all("attention", "v5", "sm90", overrides=overrides)
+    assert [r.kernel_name for r in reports] == list(BACKWARD)
+    for report in reports:
+        loops = isa_parse.matrix_loops(isa_parse.code_lines(report.asm, "ptx"), "ptx")
+        products = [[op for op in map(isa_parse.mnemonic, loop) if op and isa_parse.category(op, "ptx") == "matrix"]
+                    for loop in loops]
+        assert len(loops) == 2 and all(ops and all(op.startswith("wgmma.mma_async") for op in ops)
+                                       for ops in products), (report.kernel_name, report.options, products)
+        assert (report.warp_products, report.scratch_bytes) == (0, 0), report.summary()
 
 
 def _masking(ops: list[str]) -> tuple[int, int]:

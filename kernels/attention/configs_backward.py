@@ -8,7 +8,7 @@ The same two steps as the forward's space (:mod:`.configs`), one table per kerne
   tiles are the split AMD's and Triton's tutorial backward kernels use: dK/dV keeps a
   wide key block (BLOCK_N) and streams narrow query blocks (BLOCK_M), dQ the other way
   round, so each program's accumulator (dK and dV, or dQ) is the large side (on Hopper
-  dK/dV's key block is narrower, :data:`HOPPER_TILES`); on AMD 4 or 8 warps per tile
+  dK/dV's tiles differ, :data:`HOPPER_TILES`); on AMD 4 or 8 warps per tile
   and 2 on two tiles (:data:`HIP_TILES`: a square 32 x 32 one for dK/dV), one or two
   stages, ``waves_per_eu`` 1 or 2, and 16x16 MFMAs only (``matrix_instr_nonkdim=16``);
   on sm90 two or three stages.
@@ -17,8 +17,9 @@ The same two steps as the forward's space (:mod:`.configs`), one table per kerne
   VGPRs or SGPRs, uses scratch or needs more LDS than a workgroup gets is dropped, so it
   is never timed on a GPU; so is one with 8- or 16-bit LDS ops where its kernel and head
   dim have a config without any (``workbench.isa.tune_space.clean_lds``). The kept configs
-  come in the table's order, the prior first: no spills, no narrow LDS ops, more
-  waves/SIMD first (``workbench.isa.tune_space.prior_first``). The table ships as
+  come in the table's order, the prior first: no spills, then on AMD no narrow LDS ops and
+  more waves/SIMD first, on sm90 ``wgmma`` products before ``mma.sync`` ones
+  (``workbench.isa.tune_space.prior_first``). The table ships as
   ``tuned_space_backward.json`` beside this file, written by
   ``python -m workbench.isa.tune_space --op attention_backward --write``.
 
@@ -51,9 +52,16 @@ TABLE = Path(__file__).with_name("tuned_space_backward.json")
 HIP_TILES = {"dkdv": (((32, 128), (4, 8)), ((32, 64), (4, 8)), ((32, 32), (2,))),
              "dq": (((128, 32), (4, 8)), ((64, 32), (4, 8, 2)))}
 # Hopper holds dK and dV in at most 255 registers per thread: at D = 128 every dK/dV
-# candidate of the AMD tiles used scratch on sm90 (the table's first run), so its key blocks
-# are narrower.
-HOPPER_TILES = {"dkdv": ((32, 64), (32, 32)), "dq": tuple(tile for tile, _ in HIP_TILES["dq"])}
+# candidate of the AMD tiles used scratch on sm90 (the table's first run), so its tiles are
+# others. A 32-key block has no 64-row warpgroup shape and compiles to Ampere's mma.sync;
+# of the wgmma tiles (BLOCK_N 64 or 128, BLOCK_M 16, 32 or 64, 4, 8 or 16 warps, 1-3 stages,
+# with or without `maxnreg` or `sched4reg`, compiled 2026-12-05), the 16 x 128 one on 8 warps
+# (a warpgroup per 64 keys) compiles clean at D = 128, dense and packed, with 3 stages (252 and
+# 254 registers; with 2 the packed compile uses 8 bytes of scratch), and the model times it
+# faster than the 32 x 32 tile and than the other clean wgmma one, 16 x 64 on 8 warps (whose
+# warpgroups split the 16 queries: m64n8 products). The 32 x 64 tile uses scratch at D = 128
+# and is clean at D = 64.
+HOPPER_TILES = {"dkdv": ((32, 64), (32, 32), (16, 128)), "dq": tuple(tile for tile, _ in HIP_TILES["dq"])}
 
 
 def _cfg(kernel, bm, bn, d, warps, stages, **knobs) -> triton.Config:

@@ -95,6 +95,14 @@ class IsaReport:
             return None
         return sum(1 for op in map(isa_parse.mnemonic, self.asm.splitlines()) if op and isa_parse.narrow_lds(op))
 
+    @property
+    def warp_products(self) -> int | None:
+        """One warp's matrix products (``mma.sync``, ``mma.sp``) in the whole kernel: what Triton
+        emits on sm_90 where a tile has no 64-row warpgroup shape for ``wgmma``; None on AMD."""
+        if self.dialect != "ptx":
+            return None
+        return sum(n for op, n in self.matrix_instructions.items() if op.startswith("mma."))
+
     def summary(self) -> dict:
         """Flat row for tables: one value per column."""
         return {

@@ -33,7 +33,8 @@ config of its group spills (:func:`least_spilling`: then those that can launch a
 spilling first, marked ``"spilling"``). Attention's forward and backward, the MoE layer and
 the FP8 GEMM also record their 8- and 16-bit LDS ops (:func:`workbench.isa.parse.narrow_lds`)
 and drop a config that has some where its group keeps one that has none (:func:`clean_lds`);
-attention's backward puts each group's prior, the config a launch runs untimed, first
+attention's backward also records, on sm90, its ``mma.sync`` products (``mma_sync_ops``: a tile
+with no warpgroup shape) and puts each group's prior, the config a launch runs untimed, first
 (:func:`prior_first`). ``--write`` stores the verdicts,
 with the resources behind them, in the table ``kernels`` ships
 (``<op's package>/tuned_space.json``), replacing only the targets compiled.
@@ -100,7 +101,8 @@ OPS = {
                              "causal, each config its kernel (KERNEL) at its head dim (BLOCK_D), dense "
                              "and packed (VARLEN: flash_attention_varlen's backward runs the same config), "
                              "with its 8/16-bit LDS ops (narrow_lds_ops: dropped where the kernel and head dim keep a config "
-                             "without any), each group's prior first (no spills, no narrow LDS ops, more waves)",
+                             "without any) and (sm90) its mma.sync products (mma_sync_ops), each group's prior "
+                             "first (no spills, then on AMD no narrow LDS ops and more waves, on sm90 wgmma only)",
                              registry_op="attention", narrow_lds=True, prior_order=True,
                              group=lambda cfg: (cfg["KERNEL"], cfg["BLOCK_D"])),
     "grouped_gemm": Op("v4", grouped_gemm_configs,
@@ -136,10 +138,12 @@ def measure(op: str, target: str, overrides: dict, dtype: torch.dtype | None = D
     ``rung`` (default: the op's)."""
     report = isa.inspect(OPS[op].registry_op or op, rung or OPS[op].rung, target, dtype, overrides=overrides)
     # SGPRs are AMD's scalar registers: sm90 has none, so its entries have no such count.
-    amd = {"sgpr_spills": report.sgpr_spills} if report.dialect == "amdgcn" else {}
+    extra = {"sgpr_spills": report.sgpr_spills} if report.dialect == "amdgcn" else {}
     if OPS[op].narrow_lds and report.dialect == "amdgcn":
-        amd["narrow_lds_ops"] = report.narrow_lds_ops
-    return {"vgprs": report.vgprs, "agprs": report.agprs, "spills": report.spills, **amd,
+        extra["narrow_lds_ops"] = report.narrow_lds_ops
+    if OPS[op].prior_order and report.dialect == "ptx":   # prior_key ranks sm90's priors by it
+        extra["mma_sync_ops"] = report.warp_products
+    return {"vgprs": report.vgprs, "agprs": report.agprs, "spills": report.spills, **extra,
             "scratch_bytes": report.scratch_bytes, "lds_bytes": report.lds_bytes,
             "occupancy": report.occupancy.value}
 
@@ -215,6 +219,11 @@ def clean_lds(table: dict, group: Callable[[dict], tuple]) -> dict:
     return table
 
 
+def warp_products(entry: dict) -> int:
+    """A table entry's ``mma.sync`` products over its compiles (0 where none are recorded: AMD)."""
+    return sum(r.get("mma_sync_ops") or 0 for r in compiles(entry).values())
+
+
 def waves(entry: dict) -> int:
     """A table entry's occupancy: the least over its compiles (waves/SIMD on AMD)."""
     return min(r["occupancy"] for r in compiles(entry).values())
@@ -223,17 +232,21 @@ def waves(entry: dict) -> int:
 def prior_key(target: str, entry: dict) -> tuple:
     """How a kept config ranks as its group's prior, lowest first: the bytes it spills (none,
     but for :func:`least_spilling`'s rescued), then on AMD whether it has 8/16-bit LDS ops
-    and its waves/SIMD, more first. On sm90 only the spills: its order stays candidate order."""
+    and its waves/SIMD, more first; on sm90 whether it has ``mma.sync`` products (a tile with
+    no 64-row warpgroup shape: Hopper's dense tensor peak is reached only through ``wgmma``),
+    then candidate order."""
     spilled = sum(map(spill_bytes, compiles(entry).values()))
-    return (spilled, bool(narrow_lds_ops(entry)), -waves(entry)) if isa.TARGETS[target][0] == "hip" else (spilled,)
+    if isa.TARGETS[target][0] == "hip":
+        return spilled, bool(narrow_lds_ops(entry)), -waves(entry)
+    return spilled, bool(warp_products(entry))
 
 
 def prior_first(target: str, table: dict, group: Callable[[dict], tuple]) -> dict:
     """``table`` with each group's kept configs in the order a launch without timings takes
     them (the first that fits its shape is the prior, :func:`kernels.tuning.kept`): by
-    :func:`prior_key`, i.e. no spills, then no 8- or 16-bit LDS ops, then more waves per SIMD
-    (a latency an MFMA or LDS op waits out is hidden by the other waves); ties keep candidate
-    order, and the groups keep theirs."""
+    :func:`prior_key`, i.e. no spills, then on AMD no 8- or 16-bit LDS ops, then more waves per
+    SIMD (a latency an MFMA or LDS op waits out is hidden by the other waves), on sm90 no
+    ``mma.sync``; ties keep candidate order, and the groups keep theirs."""
     order = list(dict.fromkeys(group(e["config"]) for e in table["kept"]))
     table["kept"] = [e for g in order for e in sorted((e for e in table["kept"] if group(e["config"]) == g),
                                                       key=lambda e: prior_key(target, e))]

@@ -28,9 +28,10 @@ fp32 (:mod:`.grouped_gemm`); FP8 GEMM v1 and v2 (:mod:`.gemm_fp8`); FP8 grouped 
 On sm_90 (H100, H200; :data:`NVIDIA_TARGETS`) the same passes and launches are covered,
 forward and backward and the tuners' per-launch predictions, each at the settings it launches
 with on "cuda", read from the PTX (:mod:`.ptx_loop`: ``wgmma`` tensor-core cycles from the
-datasheet's dense peak at its 1830 MHz tensor clock; ``mma.sync``, which attention v5's dK/dV
-tile compiles to, on its warp's sub-partition at a quarter of that rate: the dense peak, the
-most it could reach, so that launch's tensor time is a floor;
+datasheet's dense peak at its 1830 MHz tensor clock; ``mma.sync``, which a tile with no
+64-row warpgroup shape compiles to (a decode GEMM's 16-row tile), on its warp's sub-partition
+at a quarter of that rate: the dense peak, the most it could reach, so such a launch's tensor
+time is a floor;
 ``cp.async`` and shared-memory bytes at 128 B/clk/SM, the softmax's ``ex2`` at the MUFU's
 16/clk/SM, FlashAttention-3's figure); a loop that keeps a ``wgmma`` group in flight overlaps
 its asynchronous units (:mod:`.combine`); fp32, whose dot compiles to FMAs there, is

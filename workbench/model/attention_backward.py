@@ -1,9 +1,10 @@
 """Attention v5's backward pass: the Δ preprocess, the dK/dV launch and the dQ launch, one
 after the other (:func:`kernels.attention.v5_backward.backward`), each compiled with its
 prior config for the shape on the target's backend ("hip" on gfx*, "cuda" on sm_90: the
-untimed first choice; on a GPU its tuner may time another). On sm_90 the dK/dV prior's
-tile at D = 128 (32 x 32, 4 warps) has no 64-row warpgroup shape: its loops compile to
-``mma.sync`` (:mod:`.ptx_loop`), dQ's (128 x 32, 8 warps) to ``wgmma``.
+untimed first choice; on a GPU its tuner may time another). On sm_90 both priors' loops
+compile to ``wgmma`` (:mod:`.ptx_loop`): dK/dV's at D = 128 a 16 x 128 tile on 8 warps, a
+warpgroup per 64 keys (its 32 x 32 tile, the prior at 64 keys or fewer, has no 64-row
+warpgroup shape and compiles to ``mma.sync``), dQ's 128 x 32 on 8 warps.
 
 * dK/dV: one program per key block of ``BLOCK_N`` keys and KV head; it walks the query
   blocks of every query head of its GQA group, causal: a masked loop over the diagonal

@@ -5,8 +5,8 @@ Targets: the AMD ones (:data:`AMD_TARGETS`) and sm_90 (H100, H200, :data:`NVIDIA
 every table on each: the forward passes, the backward passes and the tuners' per-launch
 predictions. On sm_90 each launch is compiled at the settings it launches with on "cuda"
 (its tuned prior for that backend, :func:`.gemm.backend_of`) and read from the PTX
-(:mod:`.ptx_loop`: ``wgmma``, and ``mma.sync`` where a tile has no warpgroup shape, attention
-v5's dK/dV; the grouped kernels' offsets scan from the PTX line table, :mod:`.tile_schedule`).
+(:mod:`.ptx_loop`: ``wgmma``, and ``mma.sync`` where a tile has no warpgroup shape, a decode
+GEMM's 16-row tile; the grouped kernels' offsets scan from the PTX line table, :mod:`.tile_schedule`).
 
 Its own module, not the package's ``__init__``, so that the modules which predict through
 it (:mod:`.candidates`, :mod:`.learner`, :mod:`.validation`) import it without importing

@@ -11,7 +11,7 @@ place of a SIMD (four per SM, as four SIMDs per CU):
   unless it comes from registers) are charged to the shared memory: an assumption, as the
   tensor cores' path to shared memory is not documented.
 * ``mma.sync`` (one warp's product, from registers: Triton's choice where a tile has no
-  64-row warpgroup shape, attention v5's dK/dV): its sub-partition's tensor-core cycles at
+  64-row warpgroup shape, a decode GEMM's 16-row tile): its sub-partition's tensor-core cycles at
   a quarter of the SM's rate (``machine.yaml``: an upper bound), all its FLOPs to the warp;
   its operands reach the registers through ``ldmatrix``/``ld.shared``, charged as such.
 * ``cp.async`` (global to shared): its copy size per lane to global memory and to shared
