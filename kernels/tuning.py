@@ -138,7 +138,8 @@ def kept(table: Path, name: str, candidates: list[triton.Config], binary: str | 
     where a group of configs kept none that fits, the group's least spilling first (entries marked
     "spilling", ``workbench.isa.tune_space.least_spilling``); in a table that orders its groups
     for their prior (attention's backward, ``workbench.isa.tune_space.prior_first``), no spills,
-    then no 8/16-bit LDS ops, then more waves/SIMD first within each group. ``binary``: in a table
+    then on AMD no 8/16-bit LDS ops and more waves/SIMD, on sm90 ``wgmma``-only configs, first
+    within each group. ``binary``: in a table
     split per binary (the FP8 GEMM's, ``workbench.isa.tune_space``'s ``per_binary``: per binary
     and operand layout), the part of the section that binary's own compiles keep."""
     verdicts = shipped(table)[name]

@@ -53,14 +53,10 @@ HIP_TILES = {"dkdv": (((32, 128), (4, 8)), ((32, 64), (4, 8)), ((32, 32), (2,)))
              "dq": (((128, 32), (4, 8)), ((64, 32), (4, 8, 2)))}
 # Hopper holds dK and dV in at most 255 registers per thread: at D = 128 every dK/dV
 # candidate of the AMD tiles used scratch on sm90 (the table's first run), so its tiles are
-# others. A 32-key block has no 64-row warpgroup shape and compiles to Ampere's mma.sync;
-# of the wgmma tiles (BLOCK_N 64 or 128, BLOCK_M 16, 32 or 64, 4, 8 or 16 warps, 1-3 stages,
-# with or without `maxnreg` or `sched4reg`, compiled 2026-12-05), the 16 x 128 one on 8 warps
-# (a warpgroup per 64 keys) compiles clean at D = 128, dense and packed, with 3 stages (252 and
-# 254 registers; with 2 the packed compile uses 8 bytes of scratch), and the model times it
-# faster than the 32 x 32 tile and than the other clean wgmma one, 16 x 64 on 8 warps (whose
-# warpgroups split the 16 queries: m64n8 products). The 32 x 64 tile uses scratch at D = 128
-# and is clean at D = 64.
+# others. A 32-key block has no 64-row warpgroup shape and compiles to Ampere's mma.sync. The
+# 16 x 128 tile on 8 warps (a warpgroup per 64 keys) multiplies with wgmma and, with 3 stages,
+# compiles clean at D = 128, dense and packed (the table records each compile; with 2 stages
+# the packed one uses scratch); the 32 x 64 tile uses scratch at D = 128 and is clean at D = 64.
 HOPPER_TILES = {"dkdv": ((32, 64), (32, 32), (16, 128)), "dq": tuple(tile for tile, _ in HIP_TILES["dq"])}
 
 

@@ -50,8 +50,8 @@ Why faster:
     wide query block over narrow key steps (:mod:`.configs_backward`), tuned per target, head dim and shape like v4
     (the pruned table ``tuned_space_backward.json``, timed on the GPU and kept by
     :func:`kernels.tuning.choice`; the prior is the table's first kept config that fits:
-    no spills, then no 8- or 16-bit LDS ops, then more waves/SIMD first; on sm90 ``wgmma``
-    products before ``mma.sync`` ones). Causal
+    no spills, then on AMD no 8- or 16-bit LDS ops and more waves/SIMD first, on sm90
+    ``wgmma``-only configs first). Causal
     programs skip the blocks the mask hides, and only the diagonal blocks (and dQ's
     last partial key block) evaluate a mask: the other blocks run a loop without one.
 
@@ -81,9 +81,9 @@ Limits:
     32 x 32, dQ's 64 x 32); gfx950 keeps more (the table records each). At D = 128 dK/dV's priors run
     1 wave/SIMD: every 2-wave candidate spills or has such ops. On sm90 both priors multiply
     with ``wgmma`` and use no scratch at either head dim, dense and packed (proved there too);
-    at D = 128 dK/dV's is a 16 x 128 tile on 8 warps: a 32-key tile has no 64-row warpgroup
-    shape (``mma.sync``), and every 4-warp wgmma tile and wider query step tried uses scratch
-    (:data:`.configs_backward.HOPPER_TILES`).
+    at D = 128 dK/dV's is a 16 x 128 tile on 8 warps, from 65 keys on: a 32-key tile has no
+    64-row warpgroup shape, so at 64 keys or fewer, where the 16 x 128 tile does not fit, its
+    32 x 32 prior multiplies with ``mma.sync`` (:data:`.configs_backward.HOPPER_TILES`).
 """
 from __future__ import annotations
 
