@@ -17,7 +17,8 @@ MAY_IMPORT = {"kernels": {"kernels"}, "roofline": {"roofline"}}
 # Modules of workbench's top that are not in a layer package: the root and its public face
 # (they re-export), the tools a user runs.
 FACES = {"workbench", "workbench.exercises"}
-TOOLS = {"workbench.cli", "workbench.gpu_report", "workbench.gpu_report_fp8", "workbench.grade"}
+TOOLS = {"workbench.cli", "workbench.gpu_report", "workbench.gpu_report_fp8", "workbench.gpu_report_goals",
+         "workbench.grade"}
 
 
 def layers() -> list[str]:

@@ -18,7 +18,7 @@ this table and fails on an import that runs up it, or on any import circle.
     train      the training-step benchmark
     learn      exercises, interview deck, flash cards
     widgets    ipywidgets; imported by notebooks and the tools only
-    tools      cli, gpu_report (and its FP8 part, gpu_report_fp8), grade (commands a user runs; nothing imports them but each other)
+    tools      cli, gpu_report (and its parts, gpu_report_fp8 and gpu_report_goals), grade (commands a user runs; nothing imports them but each other)
 
 ``views`` sits below ``learn``: an exercise shows its verdict and source with views' pages,
 and no view needs an exercise. ``train`` sits below ``learn`` too: the training step never
