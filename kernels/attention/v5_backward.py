@@ -87,6 +87,8 @@ Limits:
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -95,7 +97,7 @@ from .. import backend as _backend
 from .. import plans, validate
 from ..outputs import new_output, new_output_like
 from ..registry import rung
-from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_kwargs
+from ..triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_args
 from ..tuning import Problem, as_dict, choice, with_overrides
 from . import configs, configs_backward, v3_causal_lse
 from .launch import aot_ints, head_block, scale_sign, strides
@@ -447,9 +449,10 @@ class LaunchPlan:
         flags = dict(CAUSAL=bool(causal), VARLEN=packing is not None, INTERP_BF16=interp_bf16(q.dtype),
                      SCALE_SIGN=scale_sign(scale))
         here = _backend.current()
-        self.delta = ((1 if packing else b, hq, s), (s, d, hq, *strides(o), *strides(do)),
-                      run_kwargs((cdiv(rows_q, DELTA_ROWS), b * hq),
-                                 dict(VARLEN=flags["VARLEN"], BLOCK_M=DELTA_ROWS, BLOCK_D=head_block(d))))
+        self.delta = ((1 if packing else b, hq, s),
+                      *run_args(_bwd_delta_kernel, 4, (s, d, hq, *strides(o), *strides(do)),
+                                (cdiv(rows_q, DELTA_ROWS), b * hq),
+                                dict(VARLEN=flags["VARLEN"], BLOCK_M=DELTA_ROWS, BLOCK_D=head_block(d))))
         self.scalars = {
             "dkdv": (scale, s, sk, d, hq // hkv, hq, hkv, *strides(q), *strides(k), *strides(v), *strides(do),
                      *strides(dk), *strides(dv)),
@@ -476,25 +479,28 @@ class LaunchPlan:
                                           lambda kernel=kernel: Problem("attention", "v5", (
                                               batch, hq, hkv, rows_q, rows_k, d, int(bool(causal))), q.dtype, kernel))
                            for kernel in ("dkdv", "dq")}
-        # each kernel's run arguments past the scalars (grid, flags, settings), kept as launch() passes them
-        self.kwargs = {kernel: self._kwargs(kernel, cfg["BLOCK_N" if kernel == "dkdv" else "BLOCK_M"],
-                                            {k: v for k, v in cfg.items() if k != "KERNEL"})
-                       for kernel, cfg in self.chosen.items()}
+        # each kernel's run arguments after its tensors (scalars, flags, settings), kept as a launch passes them
+        self.run = {kernel: launch(kernel, functools.partial(self._run_args, kernel), cfg)
+                    for kernel, cfg in self.chosen.items()}
 
-    def _kwargs(self, kernel: str, block: int, cfg: dict) -> dict:
+    def _run_args(self, kernel: str, fn, block: int, cfg: dict) -> tuple[tuple, dict]:
+        """``fn.run``'s arguments after its tensors and offsets (those before ``scale``, its first
+        scalar), :func:`run_args` of ``cfg`` (:func:`launch`'s settings) on a grid of ``block`` rows."""
         rows, programs = self.programs[kernel]
-        return run_kwargs((cdiv(rows, block), programs), {**self.flags[kernel], **cfg})
+        return run_args(fn, fn.arg_names.index("scale"), self.scalars[kernel], (cdiv(rows, block), programs),
+                        {**self.flags[kernel], **cfg})
 
     def _delta(self, q, o, do, cu: tuple):
         """Δ = rowsum(dO ∘ O), launched into a new buffer; ``cu`` the offsets (:func:`.varlen.cu_args`)."""
-        shape, scalars, kwargs = self.delta
+        shape, args, kwargs = self.delta
         delta = new_output(shape, torch.float32, q.device)
-        _bwd_delta_kernel.run(o, do, delta, cu[0], *scalars, **kwargs)
+        _bwd_delta_kernel.run(o, do, delta, cu[0], *args, **kwargs)
         return delta
 
     def _launch(self, kernel: str, fn, block: int, cfg: dict, tensors: tuple, packing) -> None:
         """One of the tuner's timed launches (``cfg`` a candidate's settings)."""
-        fn.run(*tensors, *cu_args(packing), *self.scalars[kernel], **self._kwargs(kernel, block, cfg))
+        args, kwargs = self._run_args(kernel, fn, block, cfg)
+        fn.run(*tensors, *cu_args(packing), *args, **kwargs)
 
     def __call__(self, q, k, v, o, lse, do, packing: Packing | None = None):
         grads = (new_output_like(q), new_output_like(k), new_output_like(v))   # the strides planned
@@ -505,8 +511,9 @@ class LaunchPlan:
             dq, dk, dv = grads
         cu = cu_args(packing)
         delta = self._delta(q, o, do, cu)
-        _bwd_dkdv_kernel.run(q, k, v, do, lse, delta, dk, dv, *cu, *self.scalars["dkdv"], **self.kwargs["dkdv"])
-        _bwd_dq_kernel.run(q, k, v, do, lse, delta, dq, *cu, *self.scalars["dq"], **self.kwargs["dq"])
+        (dkdv, dkdv_kw), (dq_args, dq_kw) = self.run["dkdv"], self.run["dq"]
+        _bwd_dkdv_kernel.run(q, k, v, do, lse, delta, dk, dv, *cu, *dkdv, **dkdv_kw)
+        _bwd_dq_kernel.run(q, k, v, do, lse, delta, dq, *cu, *dq_args, **dq_kw)
         _CHOSEN[self.key] = self.chosen
         return grads
 
