@@ -21,9 +21,8 @@ def recipe_launches(recipe: str, grad_format: str | None = None, stub: bool = Tr
     launches have. The launches are recorded, not run, unless ``stub`` is False
     (:func:`launch_classes.recorded_launches`): which binary, layout and formats a GEMM takes
     is its tuning key, which the host builds from shapes, dtypes and strides before the
-    launch; no value of a kernel's output enters it (a run of the eight recipe and format
-    pairs that run gemm_fp8 gave the same sets both ways; tests/test_fp8_recipe_launches.py keeps one
-    checked)."""
+    launch; no value of a kernel's output enters it (tests/test_fp8_recipe_launches.py checks
+    that the sets agree both ways for one recipe and format pair)."""
     from kernels.fp8.linear import fp8_linear
 
     x = torch.randn(256, 256, dtype=torch.bfloat16, requires_grad=True)

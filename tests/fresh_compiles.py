@@ -8,7 +8,8 @@ a fraction of one, so a file sends all its compiles to one child at once: :func:
 
 The child runs ``JOBS = <the jobs>`` (a literal: no ``str.format`` braces to double), then
 defines :func:`summary`, then the file's body, which defines ``result(job)``: the JSON-able
-outcome of one job. It prints the list of outcomes as its last line of stdout.
+outcome of one job (or, where it raised, the traceback). It prints the list of outcomes as
+its last line of stdout.
 """
 from __future__ import annotations
 
@@ -34,11 +35,41 @@ def summary(kernel, **extra):
     return dict(resources=isa_parse.amdgpu_resources(kernel["asm"]), lds=kernel["shared"],
                 ops={c: dict(v) for c, v in isa_parse.histograms(lines, "amdgcn").items()}, **extra)
 '''
-RUN = "\nprint(json.dumps([result(job) for job in JOBS]))\n"
+ERROR = "__fresh_compile_error__"
+RUN = f"""
+import traceback
+
+
+def _guarded(job):
+    try:
+        return result(job)
+    except Exception:   # this job's failure, not its batch's: the others' outcomes stand
+        return {{{ERROR!r}: traceback.format_exc()[-3000:]}}
+
+
+print(json.dumps([_guarded(job) for job in JOBS]))
+"""
 
 
 class FreshCompileError(RuntimeError):
-    """The child process failed (or hung, or printed no outcome per job)."""
+    """The child process failed (or hung, or printed no outcome per job), or one job raised."""
+
+
+class Outcomes(dict):
+    """{job: outcome}; asking for a job that raised in the child raises its traceback (only
+    that job's cases fail: a gfx950 toolchain break leaves the gfx942 cases their results)."""
+
+    def __getitem__(self, job):
+        value = super().__getitem__(job)
+        if isinstance(value, dict) and ERROR in value:
+            raise FreshCompileError(f"job {job!r} raised in the child:\n{value[ERROR]}")
+        return value
+
+    def items(self):
+        return [(job, self[job]) for job in self]
+
+    def values(self):
+        return [self[job] for job in self]
 
 
 def script(body: str, jobs: tuple) -> str:
@@ -61,7 +92,7 @@ def _outcome(body: str, jobs: tuple) -> dict | str:
         return f"the compiles exited {done.returncode}\n{done.stderr[-3000:]}"
     try:
         outcomes = json.loads(done.stdout.splitlines()[-1])
-        return dict(zip(jobs, outcomes, strict=True))
+        return Outcomes(zip(jobs, outcomes, strict=True))
     except (IndexError, ValueError) as error:   # no line, not JSON, or not one outcome per job
         return f"the compiles printed no outcome per job ({error})\n{done.stdout[-1000:]}\n{done.stderr[-3000:]}"
 
@@ -69,7 +100,8 @@ def _outcome(body: str, jobs: tuple) -> dict | str:
 def results(body: str, jobs: tuple) -> dict:
     """{job: ``result(job)``} for each of ``jobs`` (hashable, their ``repr`` a Python literal),
     ``body`` run once per (body, jobs) in this process, in one fresh child process; raises
-    :class:`FreshCompileError` with the child's stderr tail if it failed (each time asked)."""
+    :class:`FreshCompileError` with the child's stderr tail if it failed (each time asked),
+    and with a job's traceback when that job is read (:class:`Outcomes`)."""
     outcome = _outcome(body, tuple(jobs))
     if isinstance(outcome, str):
         raise FreshCompileError(outcome)

@@ -133,7 +133,11 @@ def test_the_sm90_priors_take_wgmma_only_and_come_first(d):
     narrow = [e for e in section["kept"] if (e["config"]["KERNEL"], e["config"]["BLOCK_D"], e["config"]["BLOCK_N"])
               == ("dkdv", 128, 32)]
     assert narrow and all(tune_space.warp_products(e) for e in narrow)
-    if d == 128:   # configs_backward's comment: the 16 x 128 tile is clean with 3 stages, not 2 (packed)
+    if d == 128:   # v5's docstring: the 16 x 128 tile from 65 keys on, the 32 x 32 one (mma.sync) at 64 or fewer
+        tiles = {sk: (lambda c: (c["BLOCK_M"], c["BLOCK_N"]))(v5.prior("cuda", "sm90", d, 4096, sk)["dkdv"])
+                 for sk in (64, 65)}
+        assert tiles == {64: (32, 32), 65: (16, 128)}, tiles
+        # configs_backward's comment: the 16 x 128 tile is clean with 3 stages, not 2 (packed)
         wide = {e["config"]["num_stages"]: e.get("why") for part in ("kept", "dropped") for e in section[part]
                 if e["config"] | {"num_stages": 0} == dict(KERNEL="dkdv", BLOCK_M=16, BLOCK_N=128, BLOCK_D=128,
                                                            num_warps=8, num_stages=0)}

@@ -8,6 +8,7 @@ run_local's own ``timeout`` ends a hang, and pytest-timeout, above it, also cove
 fork server's start (a fresh interpreter importing torch, outside run_local's deadline).
 """
 
+import multiprocessing.process
 import os
 import subprocess
 import sys
@@ -67,11 +68,17 @@ def _rank1_aborts(rank, world):
     return rank
 
 
-def test_a_rank_whose_process_dies_is_reported_before_the_deadline(warm):
+def test_a_rank_whose_process_dies_is_reported_before_the_deadline(warm, monkeypatch):
+    """Reported, and the rank still waiting (here asleep; in gloo, in a collective for the dead
+    rank) is killed at once: no exit grace is waited out after a failure."""
+    graces, join = [], multiprocessing.process.BaseProcess.join
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "join",
+                        lambda self, timeout=None: graces.append(timeout) or join(self, timeout))
     start = time.monotonic()
     with pytest.raises(RuntimeError, match="rank 1 of 2 died without a result"):
         run_local(_rank1_aborts, 2, timeout=90)
     assert time.monotonic() - start < 45
+    assert [g for g in graces if g is not None] == [0, 0], graces   # then the sleeper's kill, joined
 
 
 def _tensors(rank, world, count):

@@ -16,6 +16,16 @@ def test_each_job_gets_its_result_from_one_child():
     assert results(body, jobs) == {("a", 1): {"twice": 2, "set": ["a"]}, ("b", 3): {"twice": 6, "set": ["b"]}}
 
 
+def test_a_job_that_raises_fails_its_cases_alone():
+    body = "def result(job):\n    if job == 'gfx950':\n        raise RuntimeError('no compiler for ' + job)\n    return job\n"
+    outcomes = results(body, ("gfx942", "gfx950"))
+    assert outcomes["gfx942"] == "gfx942"
+    with pytest.raises(FreshCompileError, match="(?s)job 'gfx950' raised.*RuntimeError: no compiler for gfx950"):
+        outcomes["gfx950"]
+    with pytest.raises(FreshCompileError, match="gfx950"):
+        dict(outcomes.items())
+
+
 def test_a_failing_batch_says_why_and_is_not_run_again(monkeypatch):
     body = "import sys\ndef result(job):\n    sys.exit('no compiler for ' + job)\n"
     with pytest.raises(FreshCompileError, match="exited 1\nno compiler for gfx0"):

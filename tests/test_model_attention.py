@@ -106,6 +106,8 @@ def test_cli_predicts_the_backward_pass(capsys):
     assert f"{want.row()['TFLOP/s']:.3g}" in out.split() and "backward pass" in out.splitlines()[-1]
     assert cli.main(["predict", "gemm", "--backward"]) == 2
     assert "backward passes of ops attention, grouped_gemm, moe, not gemm's" in capsys.readouterr().err
+    assert cli.main(["predict", "--against", "rows.json", "--backward"]) == 2
+    assert "drop --backward" in capsys.readouterr().err
 
 
 def test_v5s_backward_is_both_launches_and_the_delta():

@@ -331,6 +331,10 @@ def cmd_predict(args) -> int:
     from . import model
 
     if args.against:
+        if args.backward:   # a results file's rows name their own passes
+            print("workbench predict: --against takes each row's pass from the file; drop --backward",
+                  file=sys.stderr)
+            return 2
         return _predict_against(args.against)
     if not args.op:
         print("workbench predict: name an op, or --against a results file", file=sys.stderr)

@@ -469,10 +469,16 @@ class LaunchPlan:
             outs = {"dkdv": (dk, dv), "dq": (dq,)}
 
             def runs(kernel):
+                packed = {}   # each timed candidate's run arguments, packed at its first launch
+
                 def run(fn, block, cfg):
                     if not delta:
                         delta.append(self._delta(q, o, do, cu_args(packing)))
-                    self._launch(kernel, fn, block, cfg, (q, k, v, do, lse, delta[0], *outs[kernel]), packing)
+                    key = (fn, block, *cfg.items())
+                    if key not in packed:
+                        packed[key] = self._run_args(kernel, fn, block, cfg)
+                    args, kwargs = packed[key]
+                    fn.run(q, k, v, do, lse, delta[0], *outs[kernel], *cu_args(packing), *args, **kwargs)
                 return run
             batch = packing.batch if packing else b   # a packed batch: the dense launch of its longest lengths
             self.chosen = {kernel: _tuned(kernel, self.key, rows_q, rows_k, d, q.dtype, runs(kernel),
@@ -496,11 +502,6 @@ class LaunchPlan:
         delta = new_output(shape, torch.float32, q.device)
         _bwd_delta_kernel.run(o, do, delta, cu[0], *args, **kwargs)
         return delta
-
-    def _launch(self, kernel: str, fn, block: int, cfg: dict, tensors: tuple, packing) -> None:
-        """One of the tuner's timed launches (``cfg`` a candidate's settings)."""
-        args, kwargs = self._run_args(kernel, fn, block, cfg)
-        fn.run(*tensors, *cu_args(packing), *args, **kwargs)
 
     def __call__(self, q, k, v, o, lse, do, packing: Packing | None = None):
         grads = (new_output_like(q), new_output_like(k), new_output_like(v))   # the strides planned

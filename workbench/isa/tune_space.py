@@ -200,9 +200,14 @@ def least_spilling(target: str, table: dict, group: Callable[[dict], tuple]) -> 
     return table
 
 
+def _recorded(entry: dict, count: str) -> int:
+    """A count a table entry's compiles record, summed (0 where none is recorded)."""
+    return sum(r.get(count) or 0 for r in compiles(entry).values())
+
+
 def narrow_lds_ops(entry: dict) -> int:
     """A table entry's 8- and 16-bit LDS ops over its compiles (0 where none are recorded)."""
-    return sum(r.get("narrow_lds_ops") or 0 for r in compiles(entry).values())
+    return _recorded(entry, "narrow_lds_ops")
 
 
 def clean_lds(table: dict, group: Callable[[dict], tuple]) -> dict:
@@ -221,7 +226,7 @@ def clean_lds(table: dict, group: Callable[[dict], tuple]) -> dict:
 
 def warp_products(entry: dict) -> int:
     """A table entry's ``mma.sync`` products over its compiles (0 where none are recorded: AMD)."""
-    return sum(r.get("mma_sync_ops") or 0 for r in compiles(entry).values())
+    return _recorded(entry, "mma_sync_ops")
 
 
 def waves(entry: dict) -> int:

@@ -4,7 +4,8 @@ prior config for the shape on the target's backend ("hip" on gfx*, "cuda" on sm_
 untimed first choice; on a GPU its tuner may time another). On sm_90 both priors' loops
 compile to ``wgmma`` (:mod:`.ptx_loop`): dK/dV's at D = 128 a 16 x 128 tile on 8 warps, a
 warpgroup per 64 keys (its 32 x 32 tile, the prior at 64 keys or fewer, has no 64-row
-warpgroup shape and compiles to ``mma.sync``), dQ's 128 x 32 on 8 warps.
+warpgroup shape and compiles to ``mma.sync``), dQ's 128 x 32 on 8 warps (64 x 32 on 4 at
+64 keys or fewer).
 
 * dK/dV: one program per key block of ``BLOCK_N`` keys and KV head; it walks the query
   blocks of every query head of its GQA group, causal: a masked loop over the diagonal
@@ -112,7 +113,6 @@ def _inputs(label: str, chip_spec, found: dict, kernels: tuple[str, ...]) -> dic
         **chip_model.loop_inputs([m for k in kernels for m in found["mixes"][k]], chip_spec.target),
         **{f"compiled kernel {k}": (f"{found['reports'][k].kernel_name} @ {found['reports'][k].target}, causal, "
                                     "S = 4096", "ahead-of-time compile") for k in kernels},
-        **{f"compile options {k}": chip_model.compile_options(found["reports"][k]) for k in kernels},
         **{f"{k} {LOOP_ORDER[k][i]} per wave and iteration": (chip_model.mix_summary(mix), "the compiled loop")
            for k in kernels for i, mix in enumerate(found["mixes"][k])},
         **{f"occupancy {k}": (str(found["reports"][k].occupancy), "workbench.isa.occupancy") for k in kernels},
@@ -152,6 +152,7 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
     inputs = {
         "pass": ("backward: Δ preprocess, then the dK/dV launch, then the dQ launch", "v5_backward.backward"),
         **{f"config {k}": (cfg, f"attention {label}'s prior for this shape (untimed)") for k, cfg in found["cfgs"].items()},
+        **{f"compile options {k}": chip_model.compile_options(found["reports"][k]) for k in found["cfgs"]},
         **_inputs(label, chip_spec, found, tuple(found["cfgs"])),
         **{f"{k} launch (ms)": (round(run.seconds * 1e3, 4), "model") for k, run in found["launches"].items()},
     }

@@ -13,13 +13,14 @@ from typing import NamedTuple
 
 import yaml
 
+from ..isa.occupancy import SIMDS_PER_CU
+
 _FILE = Path(__file__).with_name("machine.yaml")
 _MFMA = re.compile(r"v_mfma_(?:scale_)?f32_(\d+)x(\d+)x(\d+)")
 _WGMMA = re.compile(r"wgmma\.mma_async(?:\.sp)?\.sync\.aligned\.m(\d+)n(\d+)k(\d+)\.\w+\.(\w+)\.\w+$")
 # Ampere's warp-level product (``mma.sync``), which Triton emits on sm_90 where a tile has
 # no 64-row warpgroup shape: (M, N, K, accumulator type, A's type)
 _MMA = re.compile(r"mma\.sync\.aligned\.m(\d+)n(\d+)k(\d+)\.row\.col\.(\w+)\.(\w+)\.\w+\.\w+$")
-SUB_PARTITIONS = 4   # an SM's, each with its share of the SM's tensor cores
 
 
 class Constant(NamedTuple):
@@ -56,7 +57,7 @@ def mfma_cycles(mnemonic: str, arch: str) -> float:
     its four warps' sub-partitions that long), or one sub-partition's, at a quarter of the
     SM's rate, for one warp's ``mma.sync``."""
     if nvidia(arch):
-        share = SUB_PARTITIONS if warp_product(mnemonic) else 1
+        share = SIMDS_PER_CU if warp_product(mnemonic) else 1   # an SM's sub-partitions, as a CU's SIMDs
         return mfma_flops(mnemonic) * share / tensor_rate(mnemonic, arch)
     table = _data()["mfma_cycles"]
     if arch not in table:

@@ -11,8 +11,9 @@ each tile they take. The instructions are those the compiled kernel's line table
 ``schedule.py``, issued by every wave of the program, ``num_warps / 4`` waves to a SIMD:
 scalar ALU ones at the SALU rate, every other one (vector ALU, LDS) at the VALU rate
 (``machine.yaml``), waits and branches free, as in :mod:`.loop`; on sm_90 the PTX's
-instructions by the same rule, warps four to an SM sub-partition, every one at the ALU
-rate but moves, branches, barriers and fences (:mod:`.ptx_loop`'s rule: PTX is not SASS).
+instructions by the same rule, ``num_warps / 4`` warps to an SM sub-partition, every one
+at the ALU rate, loads included, but those of :data:`.ptx_loop.NOT_ALU` (moves, branches,
+barriers, fences; PTX is not SASS).
 Not charged: the LDS (shared memory) round trips of the scan's reductions, and dispatching
 a surplus program.
 """
