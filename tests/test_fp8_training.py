@@ -99,13 +99,16 @@ def test_float8_linear_forward_and_gradients_follow_the_high_precision_layer(rec
     torch.testing.assert_close(layer.bias.grad, dy.float().sum((0, 1)), rtol=1e-2, atol=1e-2)
 
 
-def test_empty_and_size_one_inputs_do_what_linear_does():
-    layer = convert(torch.nn.Linear(8, 5), "rowwise")
-    empty = torch.zeros(0, 8, requires_grad=True)
+@pytest.mark.parametrize("recipe", EVERY_RECIPE)
+@pytest.mark.parametrize("batch", [(0,), (2, 0)], ids=["2d", "3d"])
+def test_empty_and_size_one_inputs_do_what_linear_does(recipe, batch):
+    """Every recipe, mxfp8's pre-shuffled scales of no rows included."""
+    layer = convert(torch.nn.Linear(8, 5), recipe)
+    empty = torch.zeros(*batch, 8, requires_grad=True)
     y = layer(empty)
-    assert y.shape == (0, 5)
+    assert y.shape == (*batch, 5)
     y.sum().backward()
-    assert empty.grad.shape == (0, 8) and torch.equal(layer.weight.grad, torch.zeros(5, 8))
+    assert empty.grad.shape == (*batch, 8) and torch.equal(layer.weight.grad, torch.zeros(5, 8))
     one = torch.randn(1, 8)
     torch.testing.assert_close(layer(one), torch.nn.functional.linear(one, layer.weight, layer.bias),
                                rtol=0.1, atol=0.1)

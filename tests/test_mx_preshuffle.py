@@ -43,6 +43,15 @@ def test_each_lanes_four_scales_are_one_word_of_its_stripe_and_chunk():
     assert torch.equal(unshuffle(shuffled, 45, 11), scales)
 
 
+@pytest.mark.parametrize("rows, blocks", [(0, 11), (45, 0), (0, 0)])
+def test_scales_of_no_rows_or_no_blocks_shuffle_to_their_shape_and_back(rows, blocks):
+    """An empty batch (an FP8 Linear's x of no tokens) reaches preshuffle: no size to infer."""
+    scales = torch.zeros(rows, blocks, dtype=torch.uint8)
+    shuffled = preshuffle(scales)
+    assert shuffled.shape == preshuffled_shape(rows, blocks)
+    assert unshuffle(shuffled, rows, blocks).shape == (rows, blocks)
+
+
 def test_quantize_mxfp4_writes_preshuffled_scales_for_a_gemm_operand():
     x = torch.randn(40, 96, generator=torch.Generator().manual_seed(1))
     packed, scales = quantize_mxfp4(x, axis=1)

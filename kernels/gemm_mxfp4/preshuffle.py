@@ -39,13 +39,15 @@ def preshuffle(scales: torch.Tensor) -> torch.Tensor:
     padded = scales.new_zeros(stripes * STRIPE, width // STRIPE)
     padded[:rows, :blocks] = scales
     # (stripe, a, b, chunk, c, d) -> (stripe, chunk, d, b, c, a)
-    tiles = padded.view(stripes, 2, STRIPE // 2, -1, 2, CHUNK // 2).permute(0, 3, 5, 2, 4, 1)
+    chunks = width // (STRIPE * CHUNK)   # named, not -1: a view of no rows or no scales has no size to infer
+    tiles = padded.view(stripes, 2, STRIPE // 2, chunks, 2, CHUNK // 2).permute(0, 3, 5, 2, 4, 1)
     return tiles.contiguous().view(stripes, width)
 
 
 def unshuffle(shuffled: torch.Tensor, rows: int, blocks: int) -> torch.Tensor:
     """The (rows, blocks) row-major scales that :func:`preshuffle` made ``shuffled`` from."""
     stripes, width = shuffled.shape
-    tiles = shuffled.reshape(stripes, -1, CHUNK // 2, STRIPE // 2, 2, 2)   # (stripe, chunk, d, b, c, a)
+    chunks = width // (STRIPE * CHUNK)
+    tiles = shuffled.reshape(stripes, chunks, CHUNK // 2, STRIPE // 2, 2, 2)   # (stripe, chunk, d, b, c, a)
     plain = tiles.permute(0, 5, 3, 1, 4, 2).reshape(stripes * STRIPE, width // STRIPE)
     return plain[:rows, :blocks].contiguous()
