@@ -24,7 +24,7 @@ from kernels.moe.fp8_layer import Float8MoE
 from kernels.outputs import poisoned_outputs
 
 from rows_by_hidden import RowsByHidden
-from test_ep_moe import _differs, _grads
+from test_ep_moe import _differs, _grads, _grads_per_dy
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -111,26 +111,24 @@ def _one_rank(rank, world):
         g = torch.Generator().manual_seed(20 + top_k)
         x, dy = torch.randn(TOKENS[0], DIM, generator=g), torch.randn(TOKENS[0], DIM, generator=g)
         full, ep = layers(top_k, torch.float32)
-        pairs = {("v3", False): (full, ep, x, dy)}
+        with poisoned_outputs():
+            results = {("v3", False): (_grads(full, x, dy), _grads(ep, x, dy))}
         # the output gradient as autograd may hand it: dense, a row broadcast (stride (0, 1)), a
-        # scalar's (stride (0, 0), from out.sum().backward())
+        # scalar's (stride (0, 0), from out.sum().backward()); each layer runs one forward for
+        # all of them (_grads_per_dy), FP8 dispatch with the dense one
         grads_out = {"rowwise": dy.bfloat16(), "rowwise, dy a broadcast row": dy[0].bfloat16().expand_as(dy),
                      "rowwise, dy a broadcast scalar": torch.ones((), dtype=torch.bfloat16).expand_as(dy)}
-        for (kind, dy_in), dispatch in [*((item, False) for item in grads_out.items()),
-                                        (("rowwise", grads_out["rowwise"]), True)]:
-            full, ep = layers(top_k, torch.bfloat16)
-            ep = Float8ExpertParallelMoE.from_ep(ep, "rowwise", torch.float8_e4m3fn)
-            ep.fp8_dispatch = dispatch
-            pairs[kind, dispatch] = (full, ep, x.bfloat16(), dy_in)
-        # the single-process layer's results per output gradient, run once: FP8 dispatch is the
-        # EP layer's alone, so with it and without, the same layer on the same x and dy
-        references = {}
-        for (kind, dispatch), (full, ep, x_in, dy_in) in pairs.items():
-            with poisoned_outputs():
-                if kind not in references:
-                    reference = full if kind == "v3" else Float8MoE.from_moe(full, "rowwise", torch.float8_e4m3fn)
-                    references[kind] = _grads(reference, x_in, dy_in)
-                (a_out, a_dx, a_grads), (b_out, b_dx, b_grads) = references[kind], _grads(ep, x_in, dy_in)
+        with poisoned_outputs():
+            # the single-process layer's results per output gradient, run once: FP8 dispatch is
+            # the EP layer's alone, so with it and without, the same layer on the same x and dy
+            reference = Float8MoE.from_moe(layers(top_k, torch.bfloat16)[0], "rowwise", torch.float8_e4m3fn)
+            references = dict(zip(grads_out, _grads_per_dy(reference, x.bfloat16(), list(grads_out.values()))))
+            for dispatch, kinds in ((False, list(grads_out)), (True, ["rowwise"])):
+                ep = Float8ExpertParallelMoE.from_ep(layers(top_k, torch.bfloat16)[1], "rowwise", torch.float8_e4m3fn)
+                ep.fp8_dispatch = dispatch
+                got = _grads_per_dy(ep, x.bfloat16(), [grads_out[kind] for kind in kinds])
+                results |= {(kind, dispatch): (references[kind], b) for kind, b in zip(kinds, got)}
+        for (kind, dispatch), ((a_out, a_dx, a_grads), (b_out, b_dx, b_grads)) in results.items():
             same[kind, dispatch, top_k] = {"out": torch.equal(a_out, b_out), "dx": torch.equal(a_dx, b_dx)} | {
                 n: torch.equal(a_grads[n], b_grads[n]) for n in a_grads}
     return same
