@@ -33,16 +33,41 @@ ARITHMETIC = {"aten.mul", "aten.sum", "aten.add", "aten._to_copy"}
 """Torch ops that would compute over the slot rows rather than move them."""
 
 
-def _case(rank, top_k, dtype, chunks, failures):
-    """One EP forward and backward of this rank's tokens against the single-process layer on
-    all ranks' tokens, mismatches appended to ``failures``; returns (the case's name, the
-    recorders of the ops seen on (T·k, dim) and on (T, k, dim) tensors)."""
+CASES = [(top_k, chunks, dtype) for top_k, chunks in ((1, 1), (3, 2)) for dtype in (torch.float32, torch.bfloat16)]
+"""(k, EP chunks, dtype) of the 2-rank test's cases."""
+
+
+def _layer_and_tokens(top_k, dtype):
+    """The single-process layer of k = ``top_k``, and each rank's tokens and output gradients."""
     torch.manual_seed(top_k)
     full = kernels.MoE(DIM, HIDDEN, EXPERTS, top_k).to(dtype)
     g = torch.Generator().manual_seed(10 + top_k)
     xs = [torch.randn(n, DIM, generator=g).to(dtype) for n in TOKENS]
     gs = [torch.randn(n, DIM, generator=g).to(dtype) for n in TOKENS]
-    out_all, dx_all, g_all = _grads(full, torch.cat(xs), torch.cat(gs))
+    return full, xs, gs
+
+
+def _references(rank, world):
+    """Per case, the single-process layer's results on all ranks' tokens. Every rank needs all of
+    them; each runs its share of the cases (the same layer and tokens as the others would: the
+    same bits) and the ranks gather them, rather than every rank running every case."""
+    share = {}
+    for i, (top_k, _, dtype) in enumerate(CASES):
+        if i % world == rank:
+            full, xs, gs = _layer_and_tokens(top_k, dtype)
+            share[i] = _grads(full, torch.cat(xs), torch.cat(gs))
+    shares = [None] * world
+    dist.all_gather_object(shares, share)
+    gathered = {i: result for share in shares for i, result in share.items()}
+    return [gathered[i] for i in range(len(CASES))]
+
+
+def _case(rank, top_k, dtype, chunks, reference, failures):
+    """One EP forward and backward of this rank's tokens against the single-process layer's
+    ``reference`` on all ranks' tokens, mismatches appended to ``failures``; returns (the
+    case's name, the recorders of the ops seen on (T·k, dim) and on (T, k, dim) tensors)."""
+    full, xs, gs = _layer_and_tokens(top_k, dtype)
+    out_all, dx_all, g_all = reference
     ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=chunks)
     t = TOKENS[rank]
     with poisoned_outputs(), RowsByHidden((t * top_k, DIM)) as slots, \
@@ -75,11 +100,9 @@ def _case(rank, top_k, dtype, chunks, failures):
 
 def _cases(rank, world):
     failures, seen = [], []
-    for top_k, chunks in ((1, 1), (3, 2)):
-        for dtype in (torch.float32, torch.bfloat16):
-            name, slots, by_token = _case(rank, top_k, dtype, chunks, failures)
-            seen.append((name, top_k, dtype, slots.ops, slots.torch_ops(), slots.float32_outputs(),
-                         by_token.ops))
+    for (top_k, chunks, dtype), reference in zip(CASES, _references(rank, world)):
+        name, slots, by_token = _case(rank, top_k, dtype, chunks, reference, failures)
+        seen.append((name, top_k, dtype, slots.ops, slots.torch_ops(), slots.float32_outputs(), by_token.ops))
     return failures, seen
 
 
