@@ -70,8 +70,8 @@ def _grads(layer, x, grad_out):
 
 def _grads_per_dy(layer, x, grads_out):
     """(output, input gradient, parameter gradients) per output gradient in ``grads_out``, all
-    from one forward: each backward starts from cleared gradients, and all but the last keep
-    the graph for the next (a forward costs as much as a backward under the interpreter)."""
+    from one forward, whose interpreted kernels so run once rather than once per output
+    gradient: each backward starts from cleared gradients, all but the last keep the graph."""
     x = x.detach().clone().requires_grad_()
     out = layer(x)
     results = []
