@@ -49,6 +49,16 @@ def test_ranks_report_in_order():
     assert run_local(_identity, 2, timeout=60) == [(0, 2, "lo", "gloo"), (1, 2, "lo", "gloo")]
 
 
+def _dynamo_imported(rank, world):
+    return "torch._dynamo" in sys.modules
+
+
+def test_ranks_start_with_torch_dynamo_imported():
+    """By the fork server, once: else each rank's first custom op call imports it (launch's
+    docstring)."""
+    assert run_local(_dynamo_imported, 1, timeout=60) == [True]
+
+
 def test_stuck_rank_is_killed(warm):
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish"):

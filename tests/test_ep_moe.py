@@ -65,11 +65,22 @@ def _tokens(counts, seed, constant_feature=False):
 
 
 def _grads(layer, x, grad_out):
+    return _grads_per_dy(layer, x, [grad_out])[0]
+
+
+def _grads_per_dy(layer, x, grads_out):
+    """(output, input gradient, parameter gradients) per output gradient in ``grads_out``, all
+    from one forward, whose interpreted kernels so run once rather than once per output
+    gradient: each backward starts from cleared gradients, all but the last keep the graph."""
     x = x.detach().clone().requires_grad_()
-    layer.zero_grad()
     out = layer(x)
-    out.backward(grad_out)
-    return out.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters()}
+    results = []
+    for i, grad_out in enumerate(grads_out):
+        x.grad = None
+        layer.zero_grad()
+        out.backward(grad_out, retain_graph=i < len(grads_out) - 1)
+        results.append((out.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters()}))
+    return results
 
 
 def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1, capacity=None):

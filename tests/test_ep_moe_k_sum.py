@@ -24,7 +24,7 @@ from kernels.moe.fp8_layer import Float8MoE
 from kernels.outputs import poisoned_outputs
 
 from rows_by_hidden import RowsByHidden
-from test_ep_moe import _differs, _grads
+from test_ep_moe import _differs, _grads, _grads_per_dy
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -33,16 +33,41 @@ ARITHMETIC = {"aten.mul", "aten.sum", "aten.add", "aten._to_copy"}
 """Torch ops that would compute over the slot rows rather than move them."""
 
 
-def _case(rank, top_k, dtype, chunks, failures):
-    """One EP forward and backward of this rank's tokens against the single-process layer on
-    all ranks' tokens, mismatches appended to ``failures``; returns (the case's name, the
-    recorders of the ops seen on (T·k, dim) and on (T, k, dim) tensors)."""
+CASES = [(top_k, chunks, dtype) for top_k, chunks in ((1, 1), (3, 2)) for dtype in (torch.float32, torch.bfloat16)]
+"""(k, EP chunks, dtype) of the 2-rank test's cases."""
+
+
+def _layer_and_tokens(top_k, dtype):
+    """The single-process layer of k = ``top_k``, and each rank's tokens and output gradients."""
     torch.manual_seed(top_k)
     full = kernels.MoE(DIM, HIDDEN, EXPERTS, top_k).to(dtype)
     g = torch.Generator().manual_seed(10 + top_k)
     xs = [torch.randn(n, DIM, generator=g).to(dtype) for n in TOKENS]
     gs = [torch.randn(n, DIM, generator=g).to(dtype) for n in TOKENS]
-    out_all, dx_all, g_all = _grads(full, torch.cat(xs), torch.cat(gs))
+    return full, xs, gs
+
+
+def _references(rank, world):
+    """Per case, the single-process layer's results on all ranks' tokens. Every rank needs all of
+    them; each runs its share of the cases (the same layer and tokens as the others would: the
+    same bits) and the ranks gather them, rather than every rank running every case."""
+    share = {}
+    for i, (top_k, _, dtype) in enumerate(CASES):
+        if i % world == rank:
+            full, xs, gs = _layer_and_tokens(top_k, dtype)
+            share[i] = _grads(full, torch.cat(xs), torch.cat(gs))
+    shares = [None] * world
+    dist.all_gather_object(shares, share)
+    gathered = {i: result for share in shares for i, result in share.items()}
+    return [gathered[i] for i in range(len(CASES))]
+
+
+def _case(rank, top_k, dtype, chunks, reference, failures):
+    """One EP forward and backward of this rank's tokens against the single-process layer's
+    ``reference`` on all ranks' tokens, mismatches appended to ``failures``; returns (the
+    case's name, the recorders of the ops seen on (T·k, dim) and on (T, k, dim) tensors)."""
+    full, xs, gs = _layer_and_tokens(top_k, dtype)
+    out_all, dx_all, g_all = reference
     ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=chunks)
     t = TOKENS[rank]
     with poisoned_outputs(), RowsByHidden((t * top_k, DIM)) as slots, \
@@ -75,11 +100,9 @@ def _case(rank, top_k, dtype, chunks, failures):
 
 def _cases(rank, world):
     failures, seen = [], []
-    for top_k, chunks in ((1, 1), (3, 2)):
-        for dtype in (torch.float32, torch.bfloat16):
-            name, slots, by_token = _case(rank, top_k, dtype, chunks, failures)
-            seen.append((name, top_k, dtype, slots.ops, slots.torch_ops(), slots.float32_outputs(),
-                         by_token.ops))
+    for (top_k, chunks, dtype), reference in zip(CASES, _references(rank, world)):
+        name, slots, by_token = _case(rank, top_k, dtype, chunks, reference, failures)
+        seen.append((name, top_k, dtype, slots.ops, slots.torch_ops(), slots.float32_outputs(), by_token.ops))
     return failures, seen
 
 
@@ -111,26 +134,24 @@ def _one_rank(rank, world):
         g = torch.Generator().manual_seed(20 + top_k)
         x, dy = torch.randn(TOKENS[0], DIM, generator=g), torch.randn(TOKENS[0], DIM, generator=g)
         full, ep = layers(top_k, torch.float32)
-        pairs = {("v3", False): (full, ep, x, dy)}
+        with poisoned_outputs():
+            results = {("v3", False): (_grads(full, x, dy), _grads(ep, x, dy))}
         # the output gradient as autograd may hand it: dense, a row broadcast (stride (0, 1)), a
-        # scalar's (stride (0, 0), from out.sum().backward())
+        # scalar's (stride (0, 0), from out.sum().backward()); each layer runs one forward for
+        # all of them (_grads_per_dy), FP8 dispatch with the dense one
         grads_out = {"rowwise": dy.bfloat16(), "rowwise, dy a broadcast row": dy[0].bfloat16().expand_as(dy),
                      "rowwise, dy a broadcast scalar": torch.ones((), dtype=torch.bfloat16).expand_as(dy)}
-        for (kind, dy_in), dispatch in [*((item, False) for item in grads_out.items()),
-                                        (("rowwise", grads_out["rowwise"]), True)]:
-            full, ep = layers(top_k, torch.bfloat16)
-            ep = Float8ExpertParallelMoE.from_ep(ep, "rowwise", torch.float8_e4m3fn)
-            ep.fp8_dispatch = dispatch
-            pairs[kind, dispatch] = (full, ep, x.bfloat16(), dy_in)
-        # the single-process layer's results per output gradient, run once: FP8 dispatch is the
-        # EP layer's alone, so with it and without, the same layer on the same x and dy
-        references = {}
-        for (kind, dispatch), (full, ep, x_in, dy_in) in pairs.items():
-            with poisoned_outputs():
-                if kind not in references:
-                    reference = full if kind == "v3" else Float8MoE.from_moe(full, "rowwise", torch.float8_e4m3fn)
-                    references[kind] = _grads(reference, x_in, dy_in)
-                (a_out, a_dx, a_grads), (b_out, b_dx, b_grads) = references[kind], _grads(ep, x_in, dy_in)
+        with poisoned_outputs():
+            # the single-process layer's results per output gradient, run once: FP8 dispatch is
+            # the EP layer's alone, so with it and without, the same layer on the same x and dy
+            reference = Float8MoE.from_moe(layers(top_k, torch.bfloat16)[0], "rowwise", torch.float8_e4m3fn)
+            references = dict(zip(grads_out, _grads_per_dy(reference, x.bfloat16(), list(grads_out.values()))))
+            for dispatch, kinds in ((False, list(grads_out)), (True, ["rowwise"])):
+                ep = Float8ExpertParallelMoE.from_ep(layers(top_k, torch.bfloat16)[1], "rowwise", torch.float8_e4m3fn)
+                ep.fp8_dispatch = dispatch
+                got = _grads_per_dy(ep, x.bfloat16(), [grads_out[kind] for kind in kinds])
+                results |= {(kind, dispatch): (references[kind], b) for kind, b in zip(kinds, got)}
+        for (kind, dispatch), ((a_out, a_dx, a_grads), (b_out, b_dx, b_grads)) in results.items():
             same[kind, dispatch, top_k] = {"out": torch.equal(a_out, b_out), "dx": torch.equal(a_dx, b_dx)} | {
                 n: torch.equal(a_grads[n], b_grads[n]) for n in a_grads}
     return same
