@@ -29,7 +29,7 @@ def _wide_options(rule: str) -> dict:
 
 
 def _maxima_options(amax: bool) -> dict:
-    return dict(transpose=False, amax=amax)
+    return dict(transpose=False, given_scale=True, amax=amax)
 
 
 def _compiled_here() -> dict[tuple, dict]:
