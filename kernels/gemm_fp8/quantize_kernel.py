@@ -132,7 +132,7 @@ def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
 
 @triton.jit
 def _aligned(n):
-    """The first multiple of 4 at or past n: where a row scales' buffer puts its column scales."""
+    """The first multiple of 4 at or past n: where row's amax buffer puts its column amaxes."""
     return (n + 3) // 4 * 4
 
 
@@ -147,11 +147,12 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
     """MODE 0: one number per row of q read at s_ptr and per column of x (row of q_t) at st_ptr
     (tensor: one for all, stride 0): the scales themselves (a given scale), or with FROM_AMAX
     the amaxes of the amax pass, whose scales the cast computes (:func:`scale_of_amax`) and
-    writes at amax_ptr (no pointer of their own: the given scale's cast keeps the arguments,
-    registers and occupancy it had, tests/test_fp8_quantize_isa.py), each once: FROM_AMAX 2 (row) the row
-    scales by the programs of the first tile column at amax_ptr[row], the column scales by
-    those of the first tile row after them, from the first multiple of 4 at or past M (16-byte
-    aligned, as a new tensor is); FROM_AMAX 1 (tensor) the one scale by the first program;
+    writes, each once, at pointers a given scale's cast uses otherwise (no pointer of their own:
+    that cast keeps the arguments, registers and occupancy it had, tests/test_fp8_quantize_isa.py):
+    FROM_AMAX 1 (tensor): the one scale at amax_ptr, by the first program; FROM_AMAX 2 (row):
+    s_ptr holds the row amaxes and, from the first multiple of 4 at or past M (16-byte aligned),
+    the column amaxes; the row scales go to amax_ptr (by the programs of the first tile column),
+    the column scales to st_ptr (by those of the first tile row);
     1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile (MX: e8m0, by the round-up
     rule with ROUND_UP); 2: one G x G group.
     AMAX: also the tile's max |x| to amax_ptr[pid_m, pid_k] (a row-major grid of tiles)."""
@@ -190,12 +191,15 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
              q.to(q_ptr.dtype.element_ty), mask=inside)
     if TRANSPOSE:
         if MODE == 0:
-            scale_t = tl.load(st_ptr + cols64 * stride_stk, mask=cols < K, other=1.0)
-            if FROM_AMAX:
-                scale_t = scale_of_amax(scale_t, FMAX)
-                if FROM_AMAX == 2:
-                    if pid_m == 0:
-                        tl.store(amax_ptr + _aligned(M) + cols64, scale_t, mask=cols < K)
+            if FROM_AMAX == 2:
+                scale_t = scale_of_amax(tl.load(s_ptr + _aligned(M) + cols64 * stride_stk, mask=cols < K,
+                                                other=1.0), FMAX)
+                if pid_m == 0:
+                    tl.store(st_ptr + cols64 * stride_stk, scale_t, mask=cols < K)
+            else:
+                scale_t = tl.load(st_ptr + cols64 * stride_stk, mask=cols < K, other=1.0)
+                if FROM_AMAX:
+                    scale_t = scale_of_amax(scale_t, FMAX)
             q_t = tl.trans(quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
         elif MODE == 1:   # G x 1 groups of x are 1 x G groups of x.T
             q_t, scale_t = _grouped_along_k(tl.trans(x), tl.trans(ax), BLOCK, BLOCK, G,
@@ -286,7 +290,7 @@ class _Cast:
         self.scale_dtype = torch.uint8 if granularity == "mx32" else torch.float32
         self.scale_shapes = scale_shape(granularity, m, k), scale_shape(granularity, k, m)
         self.tiles = tiles = (cdiv(m, TILE), cdiv(k, TILE))
-        self.t_offset = cdiv(m, 4) * 4   # row's column scales, after its row scales (the kernel's _aligned)
+        self.t_offset = cdiv(m, 4) * 4   # row's column amaxes, after its row amaxes (the kernel's _aligned)
         if self.per_number:
             # the amax pass's vectors (M,) and (K,), and the (M, 1), (K, 1) scales the cast writes
             # from them, have stride 1; tensor's one number is read by every row (stride 0)
@@ -307,15 +311,19 @@ class _Cast:
         self.maxima = run_args(_amax_kernel, 4, (m, k, *x.stride(), tiles[1], 1, self.maxima_shapes[1][1], 1),
                                tiles, dict(COLS=self.cols, UNLESS=False, BLOCK=TILE, num_warps=NUM_WARPS))
 
-    def _amaxes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The amax pass: (amax per row of q, per row of q_t), reduced over the tiles on the device;
-        tensor's one amax for both."""
+    def _amaxes(self, x: torch.Tensor) -> torch.Tensor:
+        """The amax pass, reduced over the tiles on the device: tensor's one amax; row's amax per
+        row and, with the transposed copy, per column from ``t_offset`` on (the kernel's _aligned)."""
         row_max, col_max = (torch.empty(shape, dtype=torch.float32, device=x.device) for shape in self.maxima_shapes)
         _amax_kernel.run(x, row_max, col_max, row_max, *self.maxima[0], **self.maxima[1])
         if self.tensor:
-            amax = row_max.amax()
-            return amax, amax
-        return row_max.amax(dim=1), col_max.amax(dim=0) if self.cols else None
+            return row_max.amax()
+        if not self.cols:
+            return row_max.amax(dim=1)
+        amaxes = torch.empty(self.t_offset + self.shape[1], dtype=torch.float32, device=x.device)
+        torch.amax(row_max, dim=1, out=amaxes[:self.shape[0]])
+        torch.amax(col_max, dim=0, out=amaxes[self.t_offset:])
+        return amaxes
 
     def __call__(self, x: torch.Tensor, scale: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         (m, k), device = self.shape, x.device
@@ -325,20 +333,19 @@ class _Cast:
         if self.given:
             read = read_t = scale
             written = new_output(self.tiles, torch.float32, device) if self.amax else scale   # the tile maxima
-        elif self.per_number:   # the cast computes the scales from the amaxes and writes them at amax_ptr
-            read, read_t = self._amaxes(x)
+        elif self.per_number:   # the cast computes the scales from the amaxes and writes them
+            read = read_t = self._amaxes(x)
+            scale = written = new_output(self.scale_shapes[0], torch.float32, device)
             if self.tensor:
-                scale = scale_t = written = new_output((), torch.float32, device)
-            else:               # one buffer: row scales, then from a 16-byte boundary column scales
-                written = new_output((self.t_offset + k if self.transpose else m,), torch.float32, device)
-                scale = written[:m].unsqueeze(1)
-                scale_t = written[self.t_offset:].unsqueeze(1) if self.transpose else None
+                scale_t = scale
+            elif self.transpose:
+                scale_t = read_t = new_output(self.scale_shapes[1], torch.float32, device)
         else:                   # the cast writes the scales it finds where it reads a given one
             scale = read = written = new_output(self.scale_shapes[0], self.scale_dtype, device)
             if self.mode == 1:
                 scale_t = new_output(self.scale_shapes[1], self.scale_dtype, device)
             read_t = scale if scale_t is None else scale_t
-        _quantize_kernel.run(x, q, read, q_t, read if read_t is None else read_t, written,
+        _quantize_kernel.run(x, q, read, q_t, read_t, written,
                              *self.cast[0], **self.cast[1])
         if self.given:
             return ((q, q_t) if self.transpose else (q,)) + ((written.amax(),) if self.amax else ())
