@@ -314,7 +314,8 @@ class _Cast:
     def _amaxes(self, x: torch.Tensor) -> torch.Tensor:
         """The amax pass, reduced over the tiles on the device: tensor's one amax; row's amax per
         row and, with the transposed copy, per column from ``t_offset`` on (the kernel's _aligned)."""
-        row_max, col_max = (torch.empty(shape, dtype=torch.float32, device=x.device) for shape in self.maxima_shapes)
+        row_max = torch.empty(self.maxima_shapes[0], dtype=torch.float32, device=x.device)
+        col_max = torch.empty(self.maxima_shapes[1], dtype=torch.float32, device=x.device)
         _amax_kernel.run(x, row_max, col_max, row_max, *self.maxima[0], **self.maxima[1])
         if self.tensor:
             return row_max.amax()

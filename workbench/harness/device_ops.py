@@ -24,15 +24,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import host_overhead
 
-_ALLOCATIONS = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
-                torch.ops.aten.empty_like.default, torch.ops.aten.new_empty.default,
-                torch.ops.aten.new_empty_strided.default, torch.ops.aten.lift_fresh.default}
+# allocations (uninitialized memory), and views that autograd does not treat as views
+_NO_KERNEL = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
+              torch.ops.aten.empty_like.default, torch.ops.aten.new_empty.default,
+              torch.ops.aten.new_empty_strided.default, torch.ops.aten.lift_fresh.default,
+              torch.ops.aten._unsafe_view.default}
 
 
 def launches(func: torch._ops.OpOverload) -> bool:
     """Whether aten op ``func`` runs a kernel on a GPU: not a view (its output aliases its
-    input: metadata only) nor an allocation (uninitialized memory)."""
-    return not func.is_view and func not in _ALLOCATIONS
+    input: metadata only) nor an allocation."""
+    return not func.is_view and func not in _NO_KERNEL
 
 
 @dataclass
