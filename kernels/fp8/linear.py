@@ -10,7 +10,8 @@ where only autograd watches, the same implementation and formula as a ``forward(
 ``autograd.Function``, without the custom op's dispatch. The op returns ``y`` and the
 FP8 operands the recipe's backward reads (:class:`~kernels.fp8.recipe.Saved`: x and w
 quantized in the forward, transposed copies from the same pass where the backward needs
-another orientation), so the backward quantizes only dy; those extra outputs are not
+another orientation; an empty placeholder for a scale the caller gave, which the backward saves
+itself), so the backward quantizes only dy; those extra outputs are not
 differentiable and :func:`fp8_linear` returns ``y`` alone. ``grad_dtype`` is dy's FP8
 format (e5m2 under a recipe's ``"hybrid"`` grad_format). With both scales given (delayed
 scaling) the op's last output is x's and w's amax (2,), found by the casts (else it is
@@ -50,16 +51,18 @@ def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype,
           scale_rule: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                                   torch.Tensor, torch.Tensor]:
     rec = _recipes.get(recipe, scale_rule)
-    if scale_x is not None and scale_w is not None:   # a per-tensor recipe's given scales
-        y, saved, amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
+    given = scale_x is not None and scale_w is not None   # a per-tensor recipe's given scales
+    if given:
+        y, (x8, sx, w8, sw), amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
+        # a custom op's outputs may not alias its inputs: the op returns an empty placeholder for a
+        # given (delayed) scale, and the backward saves the input itself (_setup: no copy, no device op)
+        sx, sw = x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)
     else:
-        y, saved = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
+        y, (x8, sx, w8, sw) = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
         amax = x.new_empty(0, dtype=torch.float32)
     # FP8 payloads travel as their bytes (uint8 views: integer outputs take no gradient, and
-    # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU); a custom
-    # op's outputs may not alias its inputs, so a given (delayed) scale is kept as a copy
-    return y, *[t.view(torch.uint8) if t.dtype == fp8_dtype else t.clone() if t is scale_x or t is scale_w
-                else t for t in saved], amax
+    # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU)
+    return y, x8.view(torch.uint8), sx, w8.view(torch.uint8), sw, amax
 
 
 _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args=())
@@ -68,21 +71,26 @@ _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args
 @_fp8_linear.register_fake
 def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_dy=None, counts=None,
       scale_rule=None):
-    saved = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
-    amax = x.new_empty(2 if scale_x is not None and scale_w is not None else 0, dtype=torch.float32)
-    return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype),
-            *(t.view(torch.uint8) if t.dtype == fp8_dtype else t for t in saved), amax)
+    x8, sx, w8, sw = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
+    given = scale_x is not None and scale_w is not None
+    if given:
+        sx, sw = x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)
+    amax = x.new_empty(2 if given else 0, dtype=torch.float32)
+    return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype), x8.view(torch.uint8), sx,
+            w8.view(torch.uint8), sw, amax)
 
 
 def _setup(ctx, inputs, output):
-    x, w, recipe, fp8_dtype, grad_dtype, *_, history_dy, counts, scale_rule = inputs
+    x, w, recipe, fp8_dtype, grad_dtype, _, scale_x, scale_w, history_dy, counts, scale_rule = inputs
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.dtypes = recipe, fp8_dtype, grad_dtype, (x.dtype, w.dtype)
     ctx.scale_rule = scale_rule
     ctx.mark_non_differentiable(*output[1:])
     # the backward reads dy alone: no zeros made for the outputs that take no gradient (the FP8
     # operands and the amaxes, five device ops per backward)
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(*output[1:5])
+    x8, sx, w8, sw = output[1:5]
+    given = scale_x is not None and scale_w is not None   # then saved themselves, 0-d as the casts took them
+    ctx.save_for_backward(x8, scale_x.reshape(()) if given else sx, w8, scale_w.reshape(()) if given else sw)
     # dy's state, held as it is (not saved: the forward's own record of x and w writes the counts
     # after this op, which would trip a saved tensor's version check); the backward writes it
     ctx.grad_state = () if history_dy is None else (history_dy, counts)
