@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from .. import eager
+from ..outputs import new_output
 from ..triton_support import next_power_of_2
 
 
@@ -49,7 +50,7 @@ def _record_kernel(history_ptr, counts_ptr, amax_ptr, scale_ptr, index, H,
 
 
 def _scale_impl(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
-    scale = torch.empty((), dtype=torch.float32, device=seen.device)
+    scale = new_output((), torch.float32, seen.device)
     _scale_kernel.run(seen, amax, scale, fmax, grid=(1,), warmup=False)
     return scale
 
