@@ -31,7 +31,7 @@ argument binding, cache lookup and the driver's launch) is stubbed out and not m
 The goal (issue 18) is our time within twice torch's (:data:`GOAL`); the report says per op
 whether it is met.
 
-``kernels.fp8.Float8Linear`` is measured per recipe (:data:`FP8_RECIPES`), its forward and its
+``kernels.fp8.Float8Linear`` is measured per recipe (:data:`FP8_RECIPES`: all five), its forward and its
 forward with the backward (``torch.autograd.grad`` of x, weight and bias), against
 ``torch.nn.Linear`` called the same way (issue 22: an FP8 step whose Linears' host time exceeds
 their GEMMs' is host-bound). Every row also gives the device ops per call on each side: the
@@ -208,7 +208,7 @@ def _torch_matmul_fp8():
     return lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
 
 
-FP8_RECIPES = ("tensorwise", "rowwise", "blockwise", "delayed")   # kernels.fp8's, but mxfp8's emulated GEMM
+FP8_RECIPES = ("tensorwise", "rowwise", "blockwise", "delayed", "mxfp8")   # every recipe of kernels.fp8
 
 
 def _fp8_linear(recipe: str, backward: bool):
