@@ -14,10 +14,11 @@ One program owns a 128 x 128 tile of x (``TILE``): the block granularities' grou
 tile, so their amax is a reduction over registers, and x is read once. ``tensor`` and
 ``row`` need an amax over the whole tensor or row, which no tile sees: they take two
 passes, an amax pass (:func:`_amax_kernel`, one partial max per tile and per row/column
-of a tile, reduced over the tiles by one torch reduction per orientation) and the cast pass,
-which computes the scales from those amaxes and writes them (no torch op between the
-launches: each is a launch on a GPU's host, :mod:`workbench.harness.device_ops`), so x is read
-twice. An atomic max
+of a tile) and the cast pass, so x is read twice. Between them, ``tensor``'s maxima are reduced
+by one torch reduction and the cast computes the scale from that amax; ``row``'s are reduced
+and made scales by one small launch (:func:`_row_scales_kernel`): three device ops per quantize
+either way, where torch ops making the scales were four to nine more, each a launch on a GPU's
+host (:mod:`workbench.harness.device_ops`). An atomic max
 would not save the second read: no element can be cast before its group's amax is known.
 
 Rounding: the kernel rounds ``x / scale`` to the FP8 grid itself, in fp32 arithmetic
@@ -40,6 +41,9 @@ The cast with a given scale and its tile's max (``AMAX``, delayed scaling's) add
 4-byte store per program and a cross-warp max through 32 bytes of LDS: no spills, 8 waves
 per SIMD on gfx942 as without it, 7 instead of 8 on gfx950 (per-row or per-column maxima
 instead moved more through LDS and took more registers).
+The casts after ``tensor``'s and ``row``'s amax pass (tensor's computing its one scale from the
+amax, row's reading the scales :func:`_row_scales_kernel` made) run at 8 waves per SIMD with no
+spills on both, with the transposed copy at 7 on gfx950.
 
 Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
 would cost a host sync per call); :func:`quantize_reference` states the finite semantics.
@@ -131,12 +135,6 @@ def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
 
 
 @triton.jit
-def _aligned(n):
-    """The first multiple of 4 at or past n: where row's amax buffer puts its column amaxes."""
-    return (n + 3) // 4 * 4
-
-
-@triton.jit
 def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
                      stride_xm, stride_xk, stride_qm, stride_qk, stride_sm, stride_sk,
                      stride_qtk, stride_qtm, stride_stk, stride_stm,
@@ -145,14 +143,10 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
                      TRANSPOSE: tl.constexpr, AMAX: tl.constexpr, FROM_AMAX: tl.constexpr,
                      BLOCK: tl.constexpr):
     """MODE 0: one number per row of q read at s_ptr and per column of x (row of q_t) at st_ptr
-    (tensor: one for all, stride 0): the scales themselves (a given scale), or with FROM_AMAX
-    the amaxes of the amax pass, whose scales the cast computes (:func:`scale_of_amax`) and
-    writes, each once, at pointers a given scale's cast uses otherwise (no pointer of their own:
-    that cast keeps the arguments, registers and occupancy it had, tests/test_fp8_quantize_isa.py):
-    FROM_AMAX 1 (tensor): the one scale at amax_ptr, by the first program; FROM_AMAX 2 (row):
-    s_ptr holds the row amaxes and, from the first multiple of 4 at or past M (16-byte aligned),
-    the column amaxes; the row scales go to amax_ptr (by the programs of the first tile column),
-    the column scales to st_ptr (by those of the first tile row);
+    (tensor: one for all, stride 0), the scales; with FROM_AMAX (tensor) the tensor's amax at
+    s_ptr instead, whose scale the cast computes (:func:`scale_of_amax`; q_t is then q.T) and the
+    first program writes at amax_ptr (no pointer of its own: the cast without it keeps its
+    arguments, registers and occupancy, tests/test_fp8_quantize_isa.py);
     1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile (MX: e8m0, by the round-up
     rule with ROUND_UP); 2: one G x G group.
     AMAX: also the tile's max |x| to amax_ptr[pid_m, pid_k] (a row-major grid of tiles)."""
@@ -168,15 +162,15 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
     if AMAX:
         tl.store(amax_ptr + pid_m * tl.num_programs(1) + pid_k, tl.max(ax))
     if MODE == 0:
-        scale = tl.load(s_ptr + rows64 * stride_sm, mask=rows < M, other=1.0)
-        if FROM_AMAX:
-            scale = scale_of_amax(scale, FMAX)
-            if pid_k == 0:
-                written = M
-                if FROM_AMAX == 1:
-                    written = 1
-                tl.store(amax_ptr + rows64, scale, mask=rows < written)
-        q = quantized(x / scale[:, None], FMAX, MANT, EMIN)
+        if FROM_AMAX:   # tensor: the scale of its amax, one number
+            one = scale_of_amax(tl.load(s_ptr), FMAX)
+            if pid_m == 0:
+                if pid_k == 0:
+                    tl.store(amax_ptr, one)
+            q = quantized(x / one, FMAX, MANT, EMIN)
+        else:
+            scale = tl.load(s_ptr + rows64 * stride_sm, mask=rows < M, other=1.0)
+            q = quantized(x / scale[:, None], FMAX, MANT, EMIN)
     elif MODE == 1:
         q, scale = _grouped_along_k(x, ax, BLOCK, BLOCK, G, FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)
         groups = pid_k * (BLOCK // G) + tl.arange(0, BLOCK // G)
@@ -191,16 +185,11 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
              q.to(q_ptr.dtype.element_ty), mask=inside)
     if TRANSPOSE:
         if MODE == 0:
-            if FROM_AMAX == 2:
-                scale_t = scale_of_amax(tl.load(s_ptr + _aligned(M) + cols64 * stride_stk, mask=cols < K,
-                                                other=1.0), FMAX)
-                if pid_m == 0:
-                    tl.store(st_ptr + cols64 * stride_stk, scale_t, mask=cols < K)
+            if FROM_AMAX:   # the same one scale: q.T
+                q_t = tl.trans(q)
             else:
                 scale_t = tl.load(st_ptr + cols64 * stride_stk, mask=cols < K, other=1.0)
-                if FROM_AMAX:
-                    scale_t = scale_of_amax(scale_t, FMAX)
-            q_t = tl.trans(quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
+                q_t = tl.trans(quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
         elif MODE == 1:   # G x 1 groups of x are 1 x G groups of x.T
             q_t, scale_t = _grouped_along_k(tl.trans(x), tl.trans(ax), BLOCK, BLOCK, G,
                                             FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)
@@ -233,6 +222,29 @@ def _amax_kernel(x_ptr, rows_ptr, cols_ptr, unless_ptr, M, K, stride_xm, stride_
     tl.store(rows_ptr + rows * stride_rm + pid_k * stride_rk, tl.max(ax, axis=1), mask=rows < M)
     if COLS:
         tl.store(cols_ptr + pid_m * stride_cm + cols * stride_ck, tl.max(ax, axis=0), mask=cols < K)
+
+
+@triton.jit
+def _row_scales_kernel(rows_ptr, cols_ptr, s_ptr, st_ptr, M, K, TK, TM,
+                       FMAX: tl.constexpr, COLS: tl.constexpr, BLOCK: tl.constexpr, BT: tl.constexpr):
+    """``row``'s scales from the amax pass's maxima, one launch: per row of x the max of its TK
+    tiles' maxima (rows_ptr: (M, TK) row-major), and with COLS per column of x the max of its
+    TM tiles' (cols_ptr: (TM, K)), each made a scale (:func:`scale_of_amax`) and written to s_ptr
+    (M) and st_ptr (K). Program i owns rows (and columns) [i BLOCK, (i + 1) BLOCK)."""
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    idx64 = idx.to(tl.int64)
+    amax = tl.zeros((BLOCK,), tl.float32)
+    for j in range(0, TK, BT):
+        t = j + tl.arange(0, BT)
+        part = tl.load(rows_ptr + idx64[:, None] * TK + t[None, :], mask=(idx[:, None] < M) & (t[None, :] < TK),
+                       other=0.0)
+        amax = tl.maximum(amax, tl.max(part, axis=1))
+    tl.store(s_ptr + idx64, scale_of_amax(amax, FMAX), mask=idx < M)
+    if COLS:
+        amax_t = tl.zeros((BLOCK,), tl.float32)
+        for i in range(0, TM):
+            amax_t = tl.maximum(amax_t, tl.load(cols_ptr + i * K + idx64, mask=idx < K, other=0.0))
+        tl.store(st_ptr + idx64, scale_of_amax(amax_t, FMAX), mask=idx < K)
 
 
 def format_constants(dtype: torch.dtype) -> dict:
@@ -290,10 +302,9 @@ class _Cast:
         self.scale_dtype = torch.uint8 if granularity == "mx32" else torch.float32
         self.scale_shapes = scale_shape(granularity, m, k), scale_shape(granularity, k, m)
         self.tiles = tiles = (cdiv(m, TILE), cdiv(k, TILE))
-        self.t_offset = cdiv(m, 4) * 4   # row's column amaxes, after its row amaxes (the kernel's _aligned)
         if self.per_number:
-            # the amax pass's vectors (M,) and (K,), and the (M, 1), (K, 1) scales the cast writes
-            # from them, have stride 1; tensor's one number is read by every row (stride 0)
+            # row's (M, 1) and (K, 1) scales have stride 1; tensor's one number (its amax) is read
+            # by every row (stride 0)
             per_row = int(granularity == "row")
             s_strides, st_strides = (per_row, 0), (per_row if transpose else 0, 0)
         else:   # new contiguous outputs
@@ -304,27 +315,24 @@ class _Cast:
                              tiles, dict(MODE=self.mode, G=group_shape(granularity, m, k)[1] if self.mode else TILE,
                                          MX=granularity == "mx32", ROUND_UP=scale_rule == "round_up",
                                          TRANSPOSE=transpose, AMAX=amax,
-                                         FROM_AMAX=0 if given or not self.per_number else 1 if self.tensor else 2,
+                                         FROM_AMAX=self.tensor and not given,
                                          BLOCK=TILE, num_warps=NUM_WARPS, **format_constants(fp8_dtype)))
         self.cols = transpose and not self.tensor   # the amax pass's maxima per column of x too
         self.maxima_shapes = (m, tiles[1]), (tiles[0], k) if self.cols else (1, 1)
         self.maxima = run_args(_amax_kernel, 4, (m, k, *x.stride(), tiles[1], 1, self.maxima_shapes[1][1], 1),
                                tiles, dict(COLS=self.cols, UNLESS=False, BLOCK=TILE, num_warps=NUM_WARPS))
+        self.row_scales = run_args(_row_scales_kernel, 4, (m, k, tiles[1], tiles[0]),
+                                   (cdiv(max(m, k if self.cols else 0), TILE),),
+                                   dict(FMAX=float(torch.finfo(fp8_dtype).max), COLS=self.cols, BLOCK=TILE,
+                                        BT=_ROW_SCALES_BT, num_warps=4))
 
-    def _amaxes(self, x: torch.Tensor) -> torch.Tensor:
-        """The amax pass, reduced over the tiles on the device: tensor's one amax; row's amax per
-        row and, with the transposed copy, per column from ``t_offset`` on (the kernel's _aligned)."""
+    def _maxima(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The amax pass: max |x| per row and tile column (M, TK), and with the transposed copy of
+        ``row`` per column and tile row (TM, K) (else a dummy)."""
         row_max = torch.empty(self.maxima_shapes[0], dtype=torch.float32, device=x.device)
         col_max = torch.empty(self.maxima_shapes[1], dtype=torch.float32, device=x.device)
         _amax_kernel.run(x, row_max, col_max, row_max, *self.maxima[0], **self.maxima[1])
-        if self.tensor:
-            return row_max.amax()
-        if not self.cols:
-            return row_max.amax(dim=1)
-        amaxes = torch.empty(self.t_offset + self.shape[1], dtype=torch.float32, device=x.device)
-        torch.amax(row_max, dim=1, out=amaxes[:self.shape[0]])
-        torch.amax(col_max, dim=0, out=amaxes[self.t_offset:])
-        return amaxes
+        return row_max, col_max
 
     def __call__(self, x: torch.Tensor, scale: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         (m, k), device = self.shape, x.device
@@ -334,20 +342,21 @@ class _Cast:
         if self.given:
             read = read_t = scale
             written = new_output(self.tiles, torch.float32, device) if self.amax else scale   # the tile maxima
-        elif self.per_number:   # the cast computes the scales from the amaxes and writes them
-            read = read_t = self._amaxes(x)
-            scale = written = new_output(self.scale_shapes[0], torch.float32, device)
-            if self.tensor:
-                scale_t = scale
-            elif self.transpose:
+        elif self.tensor:       # the amax, reduced by torch (no program sees all the tiles); the cast
+            read = read_t = self._maxima(x)[0].amax()   # computes the scale from it and writes it
+            scale = scale_t = written = new_output((), torch.float32, device)
+        elif self.per_number:   # row: one launch makes the scales from the maxima, the cast reads them
+            row_max, col_max = self._maxima(x)
+            scale = read = read_t = written = new_output(self.scale_shapes[0], torch.float32, device)
+            if self.transpose:
                 scale_t = read_t = new_output(self.scale_shapes[1], torch.float32, device)
+            _row_scales_kernel.run(row_max, col_max, scale, read_t, *self.row_scales[0], **self.row_scales[1])
         else:                   # the cast writes the scales it finds where it reads a given one
             scale = read = written = new_output(self.scale_shapes[0], self.scale_dtype, device)
             if self.mode == 1:
                 scale_t = new_output(self.scale_shapes[1], self.scale_dtype, device)
             read_t = scale if scale_t is None else scale_t
-        _quantize_kernel.run(x, q, read, q_t, read_t, written,
-                             *self.cast[0], **self.cast[1])
+        _quantize_kernel.run(x, q, read, q_t, read_t, written, *self.cast[0], **self.cast[1])
         if self.given:
             return ((q, q_t) if self.transpose else (q,)) + ((written.amax(),) if self.amax else ())
         if not self.transpose:
@@ -358,6 +367,7 @@ class _Cast:
 
 
 _CASTS = plans.PlanCache()
+_ROW_SCALES_BT = 32   # tile maxima per row read at once by _row_scales_kernel
 
 
 def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
@@ -368,9 +378,9 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
     skips the amax launch (the result then holds no scales: (q,) or (q, q_t)); with it,
     ``amax``: the cast also writes each tile's max |x|, reduced on the device to x's amax
     (0-d float32, 0 for an empty x), appended to the result. ``scale_rule`` (checked):
-    ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``. ``tensor`` and ``row`` launch the amax
-    pass, reduce its maxima over the tiles (one torch reduction per orientation) and the cast,
-    which computes the scales from those amaxes and writes them: three or four device ops."""
+    ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``. Device ops: ``tensor`` and ``row`` three
+    (the amax pass, tensor's torch reduction or row's scale launch, the cast), one for a given
+    scale (two with ``amax``: the reduction of the tile maxima), one for the others."""
     given = scale is not None
     if x.numel() == 0:
         return _empty(x, granularity, fp8_dtype, transpose, given, amax)
@@ -437,7 +447,7 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
     scale = pointer_type(torch.uint8) if granularity == "mx32" else "*fp32"
     constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
                       MX=granularity == "mx32", ROUND_UP=scale_rule == "round_up", TRANSPOSE=transpose, AMAX=amax,
-                      FROM_AMAX=0 if mode or given_scale or amax else 1 if granularity == "tensor" else 2,
+                      FROM_AMAX=granularity == "tensor" and not (given_scale or amax),
                       **format_constants(fp8_dtype))
     return aot_launch(_quantize_kernel, fp8_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS), ints,
                       constexprs=constexprs,
