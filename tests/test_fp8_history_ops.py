@@ -1,7 +1,8 @@
 """kernels.fp8.history_ops, delayed scaling's scale and record launches: bit for bit the torch
 expressions they replace, on fresh random values with the edge cases (an empty history, an all-zero
-tensor, an amax on and around each format's saturation limit), into poisoned outputs; and the
-custom ops' registrations (opcheck)."""
+tensor, an amax on and around each format's saturation limit), into poisoned outputs; the
+custom ops' registrations (opcheck); and the record's compiled shift, which reads every old entry
+before it writes one (gfx942, gfx950)."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +11,8 @@ import torch
 from kernels.fp8 import history_ops
 from kernels.fp8.recipes.delayed import HISTORY, _SATURATION, saturated
 from kernels.outputs import poisoned_outputs
+
+from fresh_compiles import results
 
 FORMATS = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
 
@@ -63,3 +66,31 @@ def test_the_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.kernels.fp8_record_amax.default,
                           (torch.rand(HISTORY), torch.zeros(3, dtype=torch.int64), 2, amax, torch.tensor(0.01),
                            464.0, False))
+
+
+RECORD = """
+import torch
+from kernels.fp8 import history_ops
+from kernels.triton_support import aot_launch
+from workbench.isa import compile as isa_compile
+from workbench.isa import parse as isa_parse
+
+
+def result(arch):
+    kernel = aot_launch(history_ops._record_kernel, torch.float8_e4m3fn, dict(num_warps=1), dict(index=2, H=16),
+                        constexprs=dict(LIMIT=464.0, AT_LIMIT=False, BLOCK=16),
+                        pointers=dict(history_ptr="*fp32", counts_ptr="*i64", amax_ptr="*fp32", scale_ptr="*fp32"))
+    return isa_parse.code_lines(isa_compile.compile_aot(kernel, ("hip", arch, 64))["asm"], "amdgcn")
+"""
+
+
+@pytest.mark.slow   # AOT compiles in a fresh process
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_the_record_reads_the_whole_history_before_it_shifts_it(arch):
+    """One warp (history_ops launches it so), one load of the 16 entries, then a wait for it, then
+    one store: no lane stores an entry another lane has yet to read."""
+    lines = [line.split()[0] for line in results(RECORD, ("gfx942", "gfx950"))[arch]]
+    vector = [i for i, op in enumerate(lines) if op.startswith(("buffer_", "global_"))]
+    history_load, history_store = vector[0], vector[1]
+    assert "load" in lines[history_load] and "store" in lines[history_store], lines
+    assert any(lines[i] == "s_waitcnt" for i in range(history_load, history_store)), lines

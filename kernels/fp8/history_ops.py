@@ -36,7 +36,10 @@ def _scale_kernel(seen_ptr, amax_ptr, scale_ptr, FMAX: tl.constexpr):
 def _record_kernel(history_ptr, counts_ptr, amax_ptr, scale_ptr, index, H,
                    LIMIT: tl.constexpr, AT_LIMIT: tl.constexpr, BLOCK: tl.constexpr):
     """history (H entries, newest first) shifted by one with amax first; counts[index] + 1 where
-    amax is beyond scale * LIMIT (or on it, with AT_LIMIT)."""
+    amax is beyond scale * LIMIT (or on it, with AT_LIMIT). Launched as one warp: its loads of the
+    old entries all come before its stores in one instruction stream, and program order keeps a
+    load before a store that may alias it (more warps would race: one warp's store, another's
+    load of the same entry)."""
     amax = tl.load(amax_ptr)
     limit = tl.load(scale_ptr) * LIMIT
     if AT_LIMIT:
@@ -51,7 +54,7 @@ def _record_kernel(history_ptr, counts_ptr, amax_ptr, scale_ptr, index, H,
 
 def _scale_impl(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
     scale = new_output((), torch.float32, seen.device)
-    _scale_kernel.run(seen, amax, scale, fmax, grid=(1,), warmup=False)
+    _scale_kernel.run(seen, amax, scale, fmax, grid=(1,), warmup=False, num_warps=1)
     return scale
 
 
@@ -75,7 +78,7 @@ def _record_impl(history: torch.Tensor, counts: torch.Tensor, index: int, amax: 
                  scale: torch.Tensor, limit: float, at_limit: bool) -> None:
     n = history.numel()
     _record_kernel.run(history, counts, amax, scale, index, n, limit, at_limit, max(next_power_of_2(n), 1),
-                       grid=(1,), warmup=False)
+                       grid=(1,), warmup=False, num_warps=1)
 
 
 _record = torch.library.custom_op("kernels::fp8_record_amax", _record_impl, mutates_args=("history", "counts"))
