@@ -25,9 +25,9 @@ def _reference_scale(seen, amax, fmax):
 @pytest.mark.parametrize("fp8", FORMATS, ids=str)
 def test_the_scale_is_the_torch_expressions(fp8):
     fmax = torch.finfo(fp8).max
-    gen = torch.Generator().manual_seed(hash(str(fp8)) % 2**31)
-    values = [0.0, *(torch.rand(6, generator=gen, dtype=torch.float64) * 10.0 ** torch.randint(-30, 30, (6,),
-                                                                                                generator=gen)).tolist()]
+    gen = torch.Generator().manual_seed(FORMATS.index(fp8))
+    magnitudes = 10.0 ** torch.randint(-30, 30, (6,), generator=gen)
+    values = [0.0, *(torch.rand(6, generator=gen, dtype=torch.float64) * magnitudes).tolist()]
     for seen in values:
         for amax in values:
             seen_t, amax_t = torch.tensor(seen, dtype=torch.float32), torch.tensor(amax, dtype=torch.float32)

@@ -114,8 +114,9 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # metadata (linear._Checked), an eager call that needs a gradient runs its autograd.Function instead
 # of the custom op, the quantize launches keep their arguments (quantize_kernel._Cast) and
 # blockwise_matmul keeps a launch plan as matmul_fp8 does (rowwise's include a launch per quantize,
-# its scales', that replaced ten torch ops). Delayed's are mostly its recompute bookkeeping (kernels.fp8.recompute) per tensor,
-# and its scale's and record's checks and dispatch (one launch each, kernels.fp8.history_ops).
+# its scales', that replaced ten torch ops). Delayed's are mostly its recompute bookkeeping
+# (kernels.fp8.recompute) per tensor, and its scale's and record's checks and dispatch (one launch
+# each, kernels.fp8.history_ops).
 MAX_PYTHON_CALLS = {"matmul": 11, "nn.Linear": 16, "flash_attention": 10, "flash_attention_varlen": 10,
                     "grouped_gemm": 11, "matmul_fp8": 11, "MoE": 55,
                     "Float8Linear tensorwise": 71, "Float8Linear tensorwise fwd+bwd": 115,

@@ -20,9 +20,10 @@ from workbench.harness.device_ops import device_ops
 # were tensorwise 16 and 15, rowwise 26 and 20, blockwise 4 and 9, delayed 41 and 26, mxfp8 8 and
 # 21: scale_of's four torch ops per tensor scale, five zeros per backward for the outputs that take
 # no gradient, delayed scaling's bookkeeping in torch ops. After it the cast computes tensor's scale
-# and one launch row's (quantize_kernel), the backward makes no zeros, delayed's scale and record are a launch each, and its
-# given scales are saved for the backward as they are (no copies).
-# mxfp8's are its scales' pre-shuffles (three torch ops each, two per forward, four per backward).
+# and one launch row's (quantize_kernel), the backward makes no zeros, delayed's scale and record
+# are a launch each, and its given scales are saved for the backward as they are (no copies).
+# mxfp8's are its scales' pre-shuffles (a zero fill, a copy and where the layout needs it a clone
+# each: two per forward, four per backward).
 MAX_DEVICE_OPS = {"tensorwise": (8, 6), "rowwise": (8, 6), "blockwise": (4, 4), "delayed": (17, 10),
                   "mxfp8": (8, 16)}
 # of them Triton launches: the quantize passes and the GEMMs (and rowwise's scale launches, delayed's
