@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import kernels
 from kernels import eager
 from kernels.attention import ops as attention_ops
+from kernels.fp8 import linear as fp8_linear_module
 from kernels.gemm import ops as gemm_ops
 from kernels.gemm.linear import linear
 from kernels.gemm_fp8 import ops as fp8_ops
@@ -26,14 +27,16 @@ CUSTOM_OPS = {"matmul": (gemm_ops, "_matmul_2d"), "nn.Linear": (gemm_ops, "_matm
               "flash_attention": (attention_ops, "_fwd"),
               "flash_attention_varlen": (attention_ops, "_varlen_fwd"),
               "grouped_gemm": (grouped_ops, "_grouped_gemm"), "matmul_fp8": (fp8_ops, "_matmul_fp8"),
-              "MoE": (fused_op, "_moe_fused")}
+              "MoE": (fused_op, "_moe_fused"),
+              **{case.op: (fp8_linear_module, "_fp8_linear") for case in host_overhead.cases()
+                 if case.op.startswith("Float8Linear")}}
 
 
 def _refuse(*args):
     raise AssertionError("the custom op was called")
 
 
-@pytest.mark.parametrize("case", host_overhead.cases(), ids=lambda c: c.op)
+@pytest.mark.parametrize("case", [c for c in host_overhead.cases() if not c.backward], ids=lambda c: c.op)
 def test_an_untraced_call_without_gradients_skips_the_custom_op(case, monkeypatch):
     assert set(CUSTOM_OPS) == {c.op for c in host_overhead.cases()}
     monkeypatch.setattr(*CUSTOM_OPS[case.op], _refuse)
@@ -43,8 +46,8 @@ def test_an_untraced_call_without_gradients_skips_the_custom_op(case, monkeypatc
     assert seen.count >= 1
 
 
-@pytest.mark.parametrize("case", [c for c in host_overhead.cases() if c.op in ("nn.Linear", "MoE")],
-                         ids=lambda c: c.op)
+@pytest.mark.parametrize("case", [c for c in host_overhead.cases() if not c.backward and (
+    c.op in ("nn.Linear", "MoE") or c.op.startswith("Float8Linear"))], ids=lambda c: c.op)
 def test_an_untraced_call_with_gradients_skips_the_custom_op(case, monkeypatch):
     """Their weights need gradients: the op's own autograd.Function runs instead."""
     monkeypatch.setattr(*CUSTOM_OPS[case.op], _refuse)

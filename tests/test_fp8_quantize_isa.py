@@ -22,6 +22,11 @@ def result(job):
 WIDE = [("block1x128", "float8_e4m3fnuz", "gfx942", "ocp"), ("mx32", "float8_e4m3fn", "gfx950", "ocp"),
         ("mx32", "float8_e4m3fn", "gfx950", "round_up")]
 MAXIMA = [("float8_e4m3fnuz", "gfx942", 0), ("float8_e4m3fn", "gfx950", 1)]
+# the casts after the amax pass (tensor's computes its scale, row's reads the scale launch's), with
+# the waves per SIMD the module docstring gives
+AMAX_PASS_CASTS = [(granularity, fp8, arch, transpose, 7 if arch == "gfx950" and transpose else 8)
+                   for granularity in ("tensor", "row") for transpose in (False, True)
+                   for fp8, arch in (("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950"))]
 
 
 def _wide_options(rule: str) -> dict:
@@ -29,7 +34,7 @@ def _wide_options(rule: str) -> dict:
 
 
 def _maxima_options(amax: bool) -> dict:
-    return dict(transpose=False, amax=amax)
+    return dict(transpose=False, given_scale=True, amax=amax)
 
 
 def _compiled_here() -> dict[tuple, dict]:
@@ -40,6 +45,8 @@ def _compiled_here() -> dict[tuple, dict]:
             for granularity, fp8, arch, rule in WIDE]
     jobs += [("tensor", fp8, arch, tuple(sorted(_maxima_options(amax).items())))
              for fp8, arch, _ in MAXIMA for amax in (False, True)]
+    jobs += [(granularity, fp8, arch, (("transpose", transpose),))
+             for granularity, fp8, arch, transpose, _ in AMAX_PASS_CASTS]
     return results(COMPILE, tuple(jobs))
 
 
@@ -105,3 +112,14 @@ def test_the_compiled_launch_takes_the_arguments_a_call_passes(granularity, tran
     compiled_launch = quantize_kernel.aot(granularity, torch.float8_e4m3fn, transpose=transpose)
     [call] = [launch for launch in launches if launch[0] is compiled_launch.jit_fn]
     assert differences(call, compiled_launch, monkeypatch) == {}
+
+
+@pytest.mark.slow   # AOT compiles in a fresh process (with the file's others)
+@pytest.mark.parametrize("granularity, fp8, arch, transpose, waves", AMAX_PASS_CASTS)
+def test_the_casts_after_the_amax_pass_do_not_spill(granularity, fp8, arch, transpose, waves):
+    """tensor's and row's casts, as the per-tensor and rowwise recipes launch them: no spills, and
+    the occupancy kernels/gemm_fp8/quantize_kernel.py gives (8 waves per SIMD; with the transposed
+    copy 7 on gfx950)."""
+    res = compiled(granularity, fp8, arch, transpose=transpose)["resources"]
+    assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+    assert res["occupancy"] == waves, res

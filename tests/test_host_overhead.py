@@ -26,7 +26,8 @@ from workbench.harness import host_overhead
 from workbench.cli import main
 
 PUBLIC_OPS = {"matmul", "nn.Linear", "flash_attention", "flash_attention_varlen", "grouped_gemm",
-              "matmul_fp8", "MoE"}
+              "matmul_fp8", "MoE", *(f"Float8Linear {recipe}{step}" for recipe in host_overhead.FP8_RECIPES
+                                     for step in ("", " fwd+bwd"))}
 
 
 def test_the_stub_receives_the_arguments_and_runs_no_kernel():
@@ -44,7 +45,9 @@ def test_every_public_op_is_measured_against_torch():
     rows = {r["op"]: r for r in report["rows"]}
     assert set(rows) == PUBLIC_OPS
     for r in rows.values():
-        assert r["ours_us"] > 0 and r["ours_no_grad_us"] > 0 and r["torch_us"] > 0
+        backward = r["op"].endswith("fwd+bwd")   # not timed under no_grad
+        assert r["ours_us"] > 0 and (r["ours_no_grad_us"] is None) == backward and r["torch_us"] > 0
+        assert r["device_ops"] >= r["launches_per_call"] and r["torch_device_ops"] >= 1
         assert r["ratio"] == pytest.approx(r["ours_us"] / r["torch_us"])
         assert r["goal_met"] == (r["ratio"] <= report["goal"] == 2)
         assert r["launches_per_call"] >= 1 and r["python_calls"] > 0   # the launches were stubbed
@@ -105,8 +108,22 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # nn.Linear 17 and MoE 55 once a GEMM's bound call takes the operands as the caller gives them
 # (x, not its flattened view; the weight, not its transpose: kernels.gemm.ops._Plan.bind), without
 # a frame of its own to make them; nn.Linear 16 once it makes eager.applier's call inline.
+# Float8Linear (issue 22), forward and forward+backward: tensorwise 107 and 162, rowwise 107 and 162,
+# blockwise 191 and 425, delayed 212 and 290, mxfp8 178 and 372 when the benchmark first measured it;
+# 71 and 115, 77 and 124, 69 and 113, 206 and 288, 142 and 326 once fp8_linear's checks are kept per
+# metadata (linear._Checked), an eager call that needs a gradient runs its autograd.Function instead
+# of the custom op, the quantize launches keep their arguments (quantize_kernel._Cast) and
+# blockwise_matmul keeps a launch plan as matmul_fp8 does (rowwise's include a launch per quantize,
+# its scales', that replaced ten torch ops). Delayed's are mostly its recompute bookkeeping
+# (kernels.fp8.recompute) per tensor, and its scale's and record's checks and dispatch (one launch
+# each, kernels.fp8.history_ops).
 MAX_PYTHON_CALLS = {"matmul": 11, "nn.Linear": 16, "flash_attention": 10, "flash_attention_varlen": 10,
-                    "grouped_gemm": 11, "matmul_fp8": 11, "MoE": 55}
+                    "grouped_gemm": 11, "matmul_fp8": 11, "MoE": 55,
+                    "Float8Linear tensorwise": 71, "Float8Linear tensorwise fwd+bwd": 115,
+                    "Float8Linear rowwise": 77, "Float8Linear rowwise fwd+bwd": 124,
+                    "Float8Linear blockwise": 69, "Float8Linear blockwise fwd+bwd": 113,
+                    "Float8Linear delayed": 206, "Float8Linear delayed fwd+bwd": 288,
+                    "Float8Linear mxfp8": 142, "Float8Linear mxfp8 fwd+bwd": 326}
 
 
 @pytest.mark.parametrize("case", host_overhead.cases(), ids=lambda c: c.op)

@@ -4,10 +4,14 @@
 counts, scale_rule)`` is a ``torch.library`` custom op with a fake implementation and an autograd formula, as
 the other public ops are (:mod:`kernels.gemm.ops`): ``torch.compile(fullgraph=True)`` keeps
 it as one node, and its backward runs the recipe's dgrad and wgrad GEMMs, which call
-``kernels::matmul_fp8`` (another custom op) under tracing. The op returns ``y`` and the
+``kernels::matmul_fp8`` (another custom op) under tracing. An eager call runs it as the other
+public ops do (:func:`kernels.eager.path`): with nothing watching, the implementation itself, and
+where only autograd watches, the same implementation and formula as a ``forward(ctx, ...)``
+``autograd.Function``, without the custom op's dispatch. The op returns ``y`` and the
 FP8 operands the recipe's backward reads (:class:`~kernels.fp8.recipe.Saved`: x and w
 quantized in the forward, transposed copies from the same pass where the backward needs
-another orientation), so the backward quantizes only dy; those extra outputs are not
+another orientation; an empty placeholder for a scale the caller gave, which the backward saves
+itself), so the backward quantizes only dy; those extra outputs are not
 differentiable and :func:`fp8_linear` returns ``y`` alone. ``grad_dtype`` is dy's FP8
 format (e5m2 under a recipe's ``"hybrid"`` grad_format). With both scales given (delayed
 scaling) the op's last output is x's and w's amax (2,), found by the casts (else it is
@@ -34,7 +38,7 @@ import math
 
 import torch
 
-from .. import autocast, eager, validate
+from .. import autocast, eager, plans, validate
 from ..gemm_fp8.formats import FP8_DTYPES
 from . import recipe as _recipes
 
@@ -47,16 +51,18 @@ def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype,
           scale_rule: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                                   torch.Tensor, torch.Tensor]:
     rec = _recipes.get(recipe, scale_rule)
-    if scale_x is not None and scale_w is not None:   # a per-tensor recipe's given scales
-        y, saved, amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
+    given = scale_x is not None and scale_w is not None   # a per-tensor recipe's given scales
+    if given:
+        y, (x8, sx, w8, sw), amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
+        # a custom op's outputs may not alias its inputs: the op returns an empty placeholder for a
+        # given (delayed) scale, and the backward saves the input itself (_setup: no copy, no device op)
+        sx, sw = x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)
     else:
-        y, saved = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
+        y, (x8, sx, w8, sw) = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
         amax = x.new_empty(0, dtype=torch.float32)
     # FP8 payloads travel as their bytes (uint8 views: integer outputs take no gradient, and
-    # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU); a custom
-    # op's outputs may not alias its inputs, so a given (delayed) scale is kept as a copy
-    return y, *(t.view(torch.uint8) if t.dtype == fp8_dtype else t.clone() if t is scale_x or t is scale_w
-                else t for t in saved), amax
+    # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU)
+    return y, x8.view(torch.uint8), sx, w8.view(torch.uint8), sw, amax
 
 
 _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args=())
@@ -65,18 +71,26 @@ _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args
 @_fp8_linear.register_fake
 def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_dy=None, counts=None,
       scale_rule=None):
-    saved = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
-    amax = x.new_empty(2 if scale_x is not None and scale_w is not None else 0, dtype=torch.float32)
-    return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype),
-            *(t.view(torch.uint8) if t.dtype == fp8_dtype else t for t in saved), amax)
+    x8, sx, w8, sw = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
+    given = scale_x is not None and scale_w is not None
+    if given:
+        sx, sw = x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)
+    amax = x.new_empty(2 if given else 0, dtype=torch.float32)
+    return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype), x8.view(torch.uint8), sx,
+            w8.view(torch.uint8), sw, amax)
 
 
 def _setup(ctx, inputs, output):
-    x, w, recipe, fp8_dtype, grad_dtype, *_, history_dy, counts, scale_rule = inputs
+    x, w, recipe, fp8_dtype, grad_dtype, _, scale_x, scale_w, history_dy, counts, scale_rule = inputs
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.dtypes = recipe, fp8_dtype, grad_dtype, (x.dtype, w.dtype)
     ctx.scale_rule = scale_rule
     ctx.mark_non_differentiable(*output[1:])
-    ctx.save_for_backward(*output[1:5])
+    # the backward reads dy alone: no zeros made for the outputs that take no gradient (the FP8
+    # operands and the amaxes, five device ops per backward)
+    ctx.set_materialize_grads(False)
+    x8, sx, w8, sw = output[1:5]
+    given = scale_x is not None and scale_w is not None   # then saved themselves, 0-d as the casts took them
+    ctx.save_for_backward(x8, scale_x.reshape(()) if given else sx, w8, scale_w.reshape(()) if given else sw)
     # dy's state, held as it is (not saved: the forward's own record of x and w writes the counts
     # after this op, which would trip a saved tensor's version check); the backward writes it
     ctx.grad_state = () if history_dy is None else (history_dy, counts)
@@ -92,6 +106,23 @@ def _backward(ctx, dy, *_):
 
 
 _fp8_linear.register_autograd(_backward, setup_context=_setup)
+
+
+class _Fp8Linear(torch.autograd.Function):
+    """The custom op's implementation and formula for an eager call that only autograd watches
+    (:data:`kernels.eager.AUTOGRAD`): the same outputs and backward, without the custom op's
+    dispatch (host time per call, ``workbench bench overhead``'s floors)."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _impl(*inputs)
+        _setup(ctx, inputs, output)
+        return output
+
+    backward = staticmethod(_backward)
+
+
+_apply = eager.applier(_Fp8Linear, tensors=2)
 
 
 def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,
@@ -116,23 +147,40 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
 def _fp8_linear_outputs(x, w, recipe="rowwise", fp8_dtype=None, out_dtype=None, scale_x=None, scale_w=None,
                         grad_format=None, grad_state=(None, None), scale_rule=None) -> tuple[torch.Tensor, ...]:
     """:func:`fp8_linear` checked and run: all the op's outputs (y, the saved operands, the amaxes);
-    ``grad_state``: the layer's :meth:`~kernels.fp8.recipe.Recipe.grad_state`."""
-    rec = _recipes.get(recipe)
-    fp8_dtype = rec.element_format(fp8_dtype)
-    if fp8_dtype not in FP8_DTYPES:
-        raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
-    validate.tensor("x", x, ndim=2, dtypes=IN_DTYPES, allow_empty=True)
-    validate.tensor("w", w, ndim=2, dtypes=IN_DTYPES, allow_empty=True)
-    validate.same_device(x=x, w=w)
-    if x.shape[1] != w.shape[1]:
-        raise ValueError(f"x is {tuple(x.shape)} (M, K) and w {tuple(w.shape)} (N, K): K differs")
-    if rec.needs:
-        raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
-    grad_dtype = rec.grad_dtype(fp8_dtype, grad_format)
-    scale_rule = rec.chosen_scale_rule(scale_rule)
-    out_dtype = out_dtype or x.dtype
-    op = _impl if eager.direct(x, w) else _fp8_linear
-    return op(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, *grad_state, scale_rule)
+    ``grad_state``: the layer's :meth:`~kernels.fp8.recipe.Recipe.grad_state`. The checks and
+    choices are made once per metadata of x and w and options (:class:`_Checked`, a launch plan's
+    key: :mod:`kernels.plans`)."""
+    plan = _PLANS(plans.meta(x, w, extra=(recipe, fp8_dtype, out_dtype, grad_format, scale_rule)), _Checked,
+                  x, w, recipe, fp8_dtype, out_dtype, grad_format, scale_rule)
+    how = eager.path(known=plan.kind)
+    op = _impl if how == eager.PLAIN else _apply if how == eager.AUTOGRAD else _fp8_linear
+    return op(x, w, recipe, plan.fp8_dtype, plan.grad_dtype, plan.out_dtype, scale_x, scale_w, *grad_state,
+              plan.scale_rule)
+
+
+_PLANS = plans.PlanCache()
+
+
+class _Checked:
+    """:func:`fp8_linear`'s checks of x and w and its choices (the formats, dy's, the scale rule,
+    the output dtype) for inputs of one metadata and options; ``kind``: :func:`kernels.eager.kind`."""
+
+    def __init__(self, x, w, recipe, fp8_dtype, out_dtype, grad_format, scale_rule):
+        rec = _recipes.get(recipe)
+        self.fp8_dtype = rec.element_format(fp8_dtype)
+        if self.fp8_dtype not in FP8_DTYPES:
+            raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {self.fp8_dtype}")
+        validate.tensor("x", x, ndim=2, dtypes=IN_DTYPES, allow_empty=True)
+        validate.tensor("w", w, ndim=2, dtypes=IN_DTYPES, allow_empty=True)
+        validate.same_device(x=x, w=w)
+        if x.shape[1] != w.shape[1]:
+            raise ValueError(f"x is {tuple(x.shape)} (M, K) and w {tuple(w.shape)} (N, K): K differs")
+        if rec.needs:
+            raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
+        self.grad_dtype = rec.grad_dtype(self.fp8_dtype, grad_format)
+        self.scale_rule = rec.chosen_scale_rule(scale_rule)
+        self.out_dtype = out_dtype or x.dtype
+        self.kind = eager.kind(x, w)
 
 
 class Float8Linear(torch.nn.Linear):
@@ -180,14 +228,14 @@ class Float8Linear(torch.nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, = autocast.operands(x)
         flat = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])   # not -1: K may be 0
-        rec = _recipes.get(self.recipe)
-        scale_x, scale_w = rec.scales(self, flat, self.weight)
-        y, *out = _fp8_linear_outputs(flat, self.weight, self.recipe, self.fp8_dtype, x.dtype, scale_x, scale_w,
+        rec, w, bias = _recipes.get(self.recipe), self.weight, self.bias
+        scale_x, scale_w = rec.scales(self, flat, w)
+        y, *out = _fp8_linear_outputs(flat, w, self.recipe, self.fp8_dtype, x.dtype, scale_x, scale_w,
                                       self.grad_format, rec.grad_state(self), self.scale_rule)
         if scale_x is not None:
             rec.record(self, (scale_x, scale_w), out[-1])
         y = y.reshape(*x.shape[:-1], self.out_features)
-        return y if self.bias is None else y + self.bias.to(y.dtype)
+        return y if bias is None else y + bias.to(y.dtype)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         _recipes.get(self.recipe).upgrade_state(self, state_dict, prefix)   # an older checkpoint's layout

@@ -21,7 +21,7 @@ import torch
 from .. import eager, plans
 from ..gemm.ops import best_rung
 from . import formats, operands
-from .v2_triton_blockwise import gemm_fp8_v2
+from .v2_triton_blockwise import plan as v2_plan
 
 
 def _matmul_fp8_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -84,9 +84,31 @@ class _Checked(plans.Checked):
 
 def _blockwise_matmul_impl(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                            out_dtype: torch.dtype) -> torch.Tensor:
-    if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: as matmul_fp8
-        return torch.zeros((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
-    return gemm_fp8_v2(a, b, a_scale, b_scale, out_dtype=out_dtype)
+    return _blockwise_plan(a, a_scale, b, b_scale, out_dtype).call(a, b, a_scale, b_scale)
+
+
+_BLOCKWISE_PLANS = plans.PlanCache()
+
+
+def _blockwise_plan(a, a_scale, b, b_scale, out_dtype) -> "_CheckedBlockwise":
+    return _BLOCKWISE_PLANS(plans.meta(a, a_scale, b, b_scale, extra=(out_dtype,)), _CheckedBlockwise,
+                            a, a_scale, b, b_scale, out_dtype)
+
+
+class _CheckedBlockwise(plans.Checked):
+    """:func:`blockwise_matmul`'s checks for operands of one metadata and ``out_dtype``; its call
+    is v2's launch plan (``call(a, b, a_scale, b_scale)``, the rung's order), or torch's result
+    for empty operands."""
+
+    def __init__(self, a, a_scale, b, b_scale, out_dtype):
+        operands.check_blockwise(a, b, a_scale, b_scale, out_dtype, allow_empty=True)
+        self.out_dtype = out_dtype
+
+    def bind(self, a, b, a_scale, b_scale):
+        out_dtype = self.out_dtype
+        if a.numel() == 0 or b.numel() == 0:   # M, N or K is 0: as matmul_fp8
+            return lambda a, b, *scales: torch.zeros((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
+        return v2_plan(a, b, a_scale, b_scale, out_dtype)
 
 
 _blockwise_matmul = torch.library.custom_op("kernels::blockwise_matmul_fp8", _blockwise_matmul_impl,
@@ -117,6 +139,7 @@ def blockwise_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_
     Custom op ``kernels::blockwise_matmul_fp8`` (``torch.compile`` keeps it in the graph); no
     autograd, as for :func:`kernels.matmul_fp8`.
     """
-    operands.check_blockwise(a, b, a_scale, b_scale, out_dtype, allow_empty=True)
-    plain = eager.direct(a, b, a_scale, b_scale)
-    return (_blockwise_matmul_impl if plain else _blockwise_matmul)(a, a_scale, b, b_scale, out_dtype)
+    plan = _blockwise_plan(a, a_scale, b, b_scale, out_dtype)   # checked once per metadata
+    if eager.direct(a, b, a_scale, b_scale):
+        return plan.call(a, b, a_scale, b_scale)
+    return _blockwise_matmul(a, a_scale, b, b_scale, out_dtype)

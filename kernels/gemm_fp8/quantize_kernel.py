@@ -14,7 +14,11 @@ One program owns a 128 x 128 tile of x (``TILE``): the block granularities' grou
 tile, so their amax is a reduction over registers, and x is read once. ``tensor`` and
 ``row`` need an amax over the whole tensor or row, which no tile sees: they take two
 passes, an amax pass (:func:`_amax_kernel`, one partial max per tile and per row/column
-of a tile, reduced on the device) and the cast pass, so x is read twice. An atomic max
+of a tile) and the cast pass, so x is read twice. Between them, ``tensor``'s maxima are reduced
+by one torch reduction and the cast computes the scale from that amax; ``row``'s are reduced
+and made scales by one small launch (:func:`_row_scales_kernel`): three device ops per quantize
+either way, where torch ops making the scales were four to nine more, each a launch on a GPU's
+host (:mod:`workbench.harness.device_ops`). An atomic max
 would not save the second read: no element can be cast before its group's amax is known.
 
 Rounding: the kernel rounds ``x / scale`` to the FP8 grid itself, in fp32 arithmetic
@@ -37,6 +41,9 @@ The cast with a given scale and its tile's max (``AMAX``, delayed scaling's) add
 4-byte store per program and a cross-warp max through 32 bytes of LDS: no spills, 8 waves
 per SIMD on gfx942 as without it, 7 instead of 8 on gfx950 (per-row or per-column maxima
 instead moved more through LDS and took more registers).
+The casts after ``tensor``'s and ``row``'s amax pass (tensor's computing its one scale from the
+amax, row's reading the scales :func:`_row_scales_kernel` made) run at 8 waves per SIMD with no
+spills on both, with the transposed copy at 7 on gfx950.
 
 Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
 would cost a host sync per call); :func:`quantize_reference` states the finite semantics.
@@ -49,9 +56,11 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import plans
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import aot_launch, cdiv, cols_if, fp8_grid, pointer_type, round_to_fp8, run_kwargs
+from ..triton_support import (aot_launch, cdiv, cols_if, fp8_grid, pointer_type, round_to_fp8, run_args,
+                              run_kwargs)
 from .formats import scale_of
 from .quantize_ref import TILE, group_shape, mx_emax, scale_shape
 
@@ -131,8 +140,13 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
                      stride_qtk, stride_qtm, stride_stk, stride_stm,
                      FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
                      MODE: tl.constexpr, G: tl.constexpr, MX: tl.constexpr, ROUND_UP: tl.constexpr,
-                     TRANSPOSE: tl.constexpr, AMAX: tl.constexpr, BLOCK: tl.constexpr):
-    """MODE 0: scales given (tensor, row: q's per row, q_t's per column of x);
+                     TRANSPOSE: tl.constexpr, AMAX: tl.constexpr, FROM_AMAX: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    """MODE 0: one number per row of q read at s_ptr and per column of x (row of q_t) at st_ptr
+    (tensor: one for all, stride 0), the scales; with FROM_AMAX (tensor) the tensor's amax at
+    s_ptr instead, whose scale the cast computes (:func:`scale_of_amax`; q_t is then q.T) and the
+    first program writes at amax_ptr (no pointer of its own: the cast without it keeps its
+    arguments, registers and occupancy, tests/test_fp8_quantize_isa.py);
     1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile (MX: e8m0, by the round-up
     rule with ROUND_UP); 2: one G x G group.
     AMAX: also the tile's max |x| to amax_ptr[pid_m, pid_k] (a row-major grid of tiles)."""
@@ -148,8 +162,15 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
     if AMAX:
         tl.store(amax_ptr + pid_m * tl.num_programs(1) + pid_k, tl.max(ax))
     if MODE == 0:
-        scale = tl.load(s_ptr + rows64 * stride_sm, mask=rows < M, other=1.0)
-        q = quantized(x / scale[:, None], FMAX, MANT, EMIN)
+        if FROM_AMAX:   # tensor: the scale of its amax, one number
+            one = scale_of_amax(tl.load(s_ptr), FMAX)
+            if pid_m == 0:
+                if pid_k == 0:
+                    tl.store(amax_ptr, one)
+            q = quantized(x / one, FMAX, MANT, EMIN)
+        else:
+            scale = tl.load(s_ptr + rows64 * stride_sm, mask=rows < M, other=1.0)
+            q = quantized(x / scale[:, None], FMAX, MANT, EMIN)
     elif MODE == 1:
         q, scale = _grouped_along_k(x, ax, BLOCK, BLOCK, G, FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)
         groups = pid_k * (BLOCK // G) + tl.arange(0, BLOCK // G)
@@ -164,8 +185,11 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
              q.to(q_ptr.dtype.element_ty), mask=inside)
     if TRANSPOSE:
         if MODE == 0:
-            scale_t = tl.load(st_ptr + cols64 * stride_stk, mask=cols < K, other=1.0)
-            q_t = tl.trans(quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
+            if FROM_AMAX:   # the same one scale: q.T
+                q_t = tl.trans(q)
+            else:
+                scale_t = tl.load(st_ptr + cols64 * stride_stk, mask=cols < K, other=1.0)
+                q_t = tl.trans(quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
         elif MODE == 1:   # G x 1 groups of x are 1 x G groups of x.T
             q_t, scale_t = _grouped_along_k(tl.trans(x), tl.trans(ax), BLOCK, BLOCK, G,
                                             FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)
@@ -198,6 +222,29 @@ def _amax_kernel(x_ptr, rows_ptr, cols_ptr, unless_ptr, M, K, stride_xm, stride_
     tl.store(rows_ptr + rows * stride_rm + pid_k * stride_rk, tl.max(ax, axis=1), mask=rows < M)
     if COLS:
         tl.store(cols_ptr + pid_m * stride_cm + cols * stride_ck, tl.max(ax, axis=0), mask=cols < K)
+
+
+@triton.jit
+def _row_scales_kernel(rows_ptr, cols_ptr, s_ptr, st_ptr, M, K, TK, TM,
+                       FMAX: tl.constexpr, COLS: tl.constexpr, BLOCK: tl.constexpr, BT: tl.constexpr):
+    """``row``'s scales from the amax pass's maxima, one launch: per row of x the max of its TK
+    tiles' maxima (rows_ptr: (M, TK) row-major), and with COLS per column of x the max of its
+    TM tiles' (cols_ptr: (TM, K)), each made a scale (:func:`scale_of_amax`) and written to s_ptr
+    (M) and st_ptr (K). Program i owns rows (and columns) [i BLOCK, (i + 1) BLOCK)."""
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    idx64 = idx.to(tl.int64)
+    amax = tl.zeros((BLOCK,), tl.float32)
+    for j in range(0, TK, BT):
+        t = j + tl.arange(0, BT)
+        part = tl.load(rows_ptr + idx64[:, None] * TK + t[None, :], mask=(idx[:, None] < M) & (t[None, :] < TK),
+                       other=0.0)
+        amax = tl.maximum(amax, tl.max(part, axis=1))
+    tl.store(s_ptr + idx64, scale_of_amax(amax, FMAX), mask=idx < M)
+    if COLS:
+        amax_t = tl.zeros((BLOCK,), tl.float32)
+        for i in range(0, TM):
+            amax_t = tl.maximum(amax_t, tl.load(cols_ptr + i * K + idx64, mask=idx < K, other=0.0))
+        tl.store(st_ptr + idx64, scale_of_amax(amax_t, FMAX), mask=idx < K)
 
 
 def format_constants(dtype: torch.dtype) -> dict:
@@ -238,15 +285,89 @@ def tensor_scale(x: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
     return scale_of(tensor_amax(x), fp8_dtype)
 
 
-def _amax_pass(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transpose: bool):
-    """The amax pass of ``tensor`` and ``row``: (scale of q's rows, scale of q_t's rows),
-    each a float32 vector to read per row/column (stride 0 for ``tensor``)."""
-    if granularity == "tensor":
-        scale = tensor_scale(x, fp8_dtype)
-        return scale, scale
-    row_max, col_max = _tile_maxima(x, cols=transpose)
-    return scale_of(row_max.amax(dim=1, keepdim=True), fp8_dtype), (
-        scale_of(col_max.amax(dim=0), fp8_dtype).unsqueeze(1) if transpose else None)
+class _Cast:
+    """:func:`launch`'s kernels for one kind of call: x's shape, strides, dtype and device and
+    the call's options. Everything that follows from them (the grid, the scale layouts, every
+    scalar and constexpr of the amax pass and of the cast, packed by position:
+    :func:`kernels.triton_support.run_args`) is worked out once, by the first such call; a later
+    one allocates and launches."""
+
+    def __init__(self, x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transpose: bool,
+                 given: bool, amax: bool, scale_rule: str):
+        m, k = x.shape
+        self.shape, self.fp8_dtype, self.transpose, self.given, self.amax = (m, k), fp8_dtype, transpose, given, amax
+        self.tensor = granularity == "tensor"
+        self.per_number = granularity in ("tensor", "row")   # scales from the amax pass (or given)
+        self.mode = 0 if self.per_number else 2 if granularity == "block128x128" else 1
+        self.scale_dtype = torch.uint8 if granularity == "mx32" else torch.float32
+        self.scale_shapes = scale_shape(granularity, m, k), scale_shape(granularity, k, m)
+        self.tiles = tiles = (cdiv(m, TILE), cdiv(k, TILE))
+        if self.per_number:
+            # row's (M, 1) and (K, 1) scales have stride 1; tensor's one number (its amax) is read
+            # by every row (stride 0)
+            per_row = int(granularity == "row")
+            s_strides, st_strides = (per_row, 0), (per_row if transpose else 0, 0)
+        else:   # new contiguous outputs
+            s_strides = (self.scale_shapes[0][1], 1)
+            st_strides = (self.scale_shapes[1][1], 1) if self.mode == 1 else (0, 0)
+        q_t_strides = (m, 1) if transpose else (k, 1)   # no transpose: q_t is q
+        self.cast = run_args(_quantize_kernel, 6, (m, k, *x.stride(), k, 1, *s_strides, *q_t_strides, *st_strides),
+                             tiles, dict(MODE=self.mode, G=group_shape(granularity, m, k)[1] if self.mode else TILE,
+                                         MX=granularity == "mx32", ROUND_UP=scale_rule == "round_up",
+                                         TRANSPOSE=transpose, AMAX=amax,
+                                         FROM_AMAX=self.tensor and not given,
+                                         BLOCK=TILE, num_warps=NUM_WARPS, **format_constants(fp8_dtype)))
+        self.cols = transpose and not self.tensor   # the amax pass's maxima per column of x too
+        self.maxima_shapes = (m, tiles[1]), (tiles[0], k) if self.cols else (1, 1)
+        self.maxima = run_args(_amax_kernel, 4, (m, k, *x.stride(), tiles[1], 1, self.maxima_shapes[1][1], 1),
+                               tiles, dict(COLS=self.cols, UNLESS=False, BLOCK=TILE, num_warps=NUM_WARPS))
+        self.row_scales = run_args(_row_scales_kernel, 4, (m, k, tiles[1], tiles[0]),
+                                   (cdiv(max(m, k if self.cols else 0), TILE),),
+                                   dict(FMAX=float(torch.finfo(fp8_dtype).max), COLS=self.cols, BLOCK=TILE,
+                                        BT=_ROW_SCALES_BT, num_warps=4))
+
+    def _maxima(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The amax pass: max |x| per row and tile column (M, TK), and with the transposed copy of
+        ``row`` per column and tile row (TM, K) (else a dummy)."""
+        row_max = torch.empty(self.maxima_shapes[0], dtype=torch.float32, device=x.device)
+        col_max = torch.empty(self.maxima_shapes[1], dtype=torch.float32, device=x.device)
+        _amax_kernel.run(x, row_max, col_max, row_max, *self.maxima[0], **self.maxima[1])
+        return row_max, col_max
+
+    def __call__(self, x: torch.Tensor, scale: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        (m, k), device = self.shape, x.device
+        q = new_output((m, k), self.fp8_dtype, device)
+        q_t = new_output((k, m), self.fp8_dtype, device) if self.transpose else q
+        scale_t = None
+        if self.given:
+            read = read_t = scale
+            written = new_output(self.tiles, torch.float32, device) if self.amax else scale   # the tile maxima
+        elif self.tensor:       # the amax, reduced by torch (no program sees all the tiles); the cast
+            read = read_t = self._maxima(x)[0].amax()   # computes the scale from it and writes it
+            scale = scale_t = written = new_output((), torch.float32, device)
+        elif self.per_number:   # row: one launch makes the scales from the maxima, the cast reads them
+            row_max, col_max = self._maxima(x)
+            scale = read = read_t = written = new_output(self.scale_shapes[0], torch.float32, device)
+            if self.transpose:
+                scale_t = read_t = new_output(self.scale_shapes[1], torch.float32, device)
+            _row_scales_kernel.run(row_max, col_max, scale, read_t, *self.row_scales[0], **self.row_scales[1])
+        else:                   # the cast writes the scales it finds where it reads a given one
+            scale = read = written = new_output(self.scale_shapes[0], self.scale_dtype, device)
+            if self.mode == 1:
+                scale_t = new_output(self.scale_shapes[1], self.scale_dtype, device)
+            read_t = scale if scale_t is None else scale_t
+        _quantize_kernel.run(x, q, read, q_t, read_t, written, *self.cast[0], **self.cast[1])
+        if self.given:
+            return ((q, q_t) if self.transpose else (q,)) + ((written.amax(),) if self.amax else ())
+        if not self.transpose:
+            return q, scale
+        if self.mode == 2:
+            scale_t = scale.t().contiguous()
+        return q, scale, q_t, scale_t
+
+
+_CASTS = plans.PlanCache()
+_ROW_SCALES_BT = 32   # tile maxima per row read at once by _row_scales_kernel
 
 
 def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
@@ -257,49 +378,31 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
     skips the amax launch (the result then holds no scales: (q,) or (q, q_t)); with it,
     ``amax``: the cast also writes each tile's max |x|, reduced on the device to x's amax
     (0-d float32, 0 for an empty x), appended to the result. ``scale_rule`` (checked):
-    ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``."""
+    ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``. Device ops: ``tensor`` and ``row`` three
+    (the amax pass, tensor's torch reduction or row's scale launch, the cast), one for a given
+    scale (two with ``amax``: the reduction of the tile maxima), one for the others."""
+    given = scale is not None
+    if x.numel() == 0:
+        return _empty(x, granularity, fp8_dtype, transpose, given, amax)
+    key = (x.shape, x.stride(), x.dtype, x.device, granularity, fp8_dtype, transpose, given, amax, scale_rule)
+    return _CASTS(key, _Cast, x, granularity, fp8_dtype, transpose, given, amax, scale_rule)(x, scale)
+
+
+def _empty(x, granularity, fp8_dtype, transpose, given, amax) -> tuple[torch.Tensor, ...]:
+    """:func:`launch`'s result for an empty x: no launch; scales 1 (MX: byte 0)."""
     m, k = x.shape
-    consts = format_constants(fp8_dtype)
-    mx = granularity == "mx32"
-    scale_dtype = torch.uint8 if mx else torch.float32
     q = new_output((m, k), fp8_dtype, x.device)
     q_t = new_output((k, m), fp8_dtype, x.device) if transpose else q
-    given = scale is not None
-    tiles = (cdiv(m, TILE), cdiv(k, TILE))
-    if x.numel() == 0:
-        if given:
-            zero = (torch.zeros((), dtype=torch.float32, device=x.device),) if amax else ()
-            return ((q, q_t) if transpose else (q,)) + zero
-        scale = torch.ones(scale_shape(granularity, m, k), dtype=scale_dtype, device=x.device)
-        scale_t = torch.ones(scale_shape(granularity, k, m), dtype=scale_dtype, device=x.device)
-        if mx:   # amax 0: byte 0, as the MX rule gives an all-zero block
-            scale, scale_t = scale.zero_(), scale_t.zero_()
-        return (q, scale, q_t, scale_t) if transpose else (q, scale)
-    if granularity in ("tensor", "row"):
-        mode, group = 0, TILE
-        scale, scale_t = (scale, scale) if given else _amax_pass(x, granularity, fp8_dtype, transpose)
-        s_strides = (0 if granularity == "tensor" else scale.stride(0), 0)
-        st_strides = (0 if scale_t is None or granularity == "tensor" else scale_t.stride(0), 0)
-    else:
-        mode = 2 if granularity == "block128x128" else 1
-        group = group_shape(granularity, m, k)[1]
-        scale = new_output(scale_shape(granularity, m, k), scale_dtype, x.device)
-        scale_t = new_output(scale_shape(granularity, k, m), scale_dtype, x.device) if mode == 1 else None
-        s_strides = scale.stride()
-        st_strides = scale_t.stride() if scale_t is not None else (0, 0)
-    tile_max = new_output(tiles, torch.float32, x.device) if amax else scale
-    _quantize_kernel.run(x, q, scale, q_t, scale if scale_t is None else scale_t, tile_max, m, k,
-                         *x.stride(), *q.stride(), *s_strides, *q_t.stride(), *st_strides, **run_kwargs(tiles, dict(
-                             MODE=mode, G=group, MX=mx, ROUND_UP=scale_rule == "round_up",
-                             TRANSPOSE=transpose, AMAX=amax, BLOCK=TILE,
-                             num_warps=NUM_WARPS, **consts)))
     if given:
-        return ((q, q_t) if transpose else (q,)) + ((tile_max.amax(),) if amax else ())
-    if not transpose:
-        return q, scale
-    if mode == 2:
-        scale_t = scale.t().contiguous()
-    return q, scale, q_t, scale_t
+        zero = (torch.zeros((), dtype=torch.float32, device=x.device),) if amax else ()
+        return ((q, q_t) if transpose else (q,)) + zero
+    mx = granularity == "mx32"
+    scale_dtype = torch.uint8 if mx else torch.float32
+    scale = torch.ones(scale_shape(granularity, m, k), dtype=scale_dtype, device=x.device)
+    scale_t = torch.ones(scale_shape(granularity, k, m), dtype=scale_dtype, device=x.device)
+    if mx:   # amax 0: byte 0, as the MX rule gives an all-zero block
+        scale, scale_t = scale.zero_(), scale_t.zero_()
+    return (q, scale, q_t, scale_t) if transpose else (q, scale)
 
 
 def bytes_moved(shape: tuple[int, int], x_dtype: torch.dtype, granularity: str,
@@ -323,11 +426,13 @@ def bytes_moved(shape: tuple[int, int], x_dtype: torch.dtype, granularity: str,
 
 
 def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
-        x_dtype: torch.dtype = torch.bfloat16, amax: bool = False, scale_rule: str = "ocp") -> AotKernel:
+        x_dtype: torch.dtype = torch.bfloat16, amax: bool = False, scale_rule: str = "ocp",
+        given_scale: bool = False) -> AotKernel:
     """The cast pass as a GPU runs it on a contiguous 8192 x 8192 x, for an ahead-of-time
     compile (:func:`workbench.isa.compile.compile_aot`; not a rung, so not in the inspector);
-    ``amax``: with the tile maxima a given ``tensor`` scale's cast writes (delayed scaling's);
-    ``scale_rule``: ``mx32``'s e8m0 rule."""
+    ``given_scale``: ``tensor``'s cast with a scale given by the caller (else ``tensor`` and
+    ``row`` compute their scales from the amax pass's amaxes); ``amax``: with the tile maxima a
+    given ``tensor`` scale's cast writes (delayed scaling's); ``scale_rule``: ``mx32``'s e8m0 rule."""
     size = 8192
     mode = 0 if granularity in ("tensor", "row") else 2 if granularity == "block128x128" else 1
     m_groups = scale_shape(granularity, size, size)
@@ -342,8 +447,9 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
     scale = pointer_type(torch.uint8) if granularity == "mx32" else "*fp32"
     constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
                       MX=granularity == "mx32", ROUND_UP=scale_rule == "round_up", TRANSPOSE=transpose, AMAX=amax,
+                      FROM_AMAX=granularity == "tensor" and not (given_scale or amax),
                       **format_constants(fp8_dtype))
     return aot_launch(_quantize_kernel, fp8_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS), ints,
                       constexprs=constexprs,
                       pointers={"x_ptr": pointer_type(x_dtype), "s_ptr": scale, "st_ptr": scale,
-                                "amax_ptr": "*fp32" if amax else scale})
+                                "amax_ptr": "*fp32" if amax or mode == 0 else scale})

@@ -31,6 +31,13 @@ argument binding, cache lookup and the driver's launch) is stubbed out and not m
 The goal (issue 18) is our time within twice torch's (:data:`GOAL`); the report says per op
 whether it is met.
 
+``kernels.fp8.Float8Linear`` is measured per recipe (:data:`FP8_RECIPES`: all five), its forward and its
+forward with the backward (``torch.autograd.grad`` of x, weight and bias), against
+``torch.nn.Linear`` called the same way (issue 22: an FP8 step whose Linears' host time exceeds
+their GEMMs' is host-bound). Every row also gives the device ops per call on each side: the
+Triton launches and the torch ops that run a kernel, counted inside our custom ops
+(:mod:`workbench.harness.device_ops`), each of which costs a GPU's host a launch.
+
 The breakdown splits our time into validation, rung/config lookup (with the launch plan's key
 and lookup, :mod:`kernels.plans`), argument packing (the rung bodies up to the launch), output
 allocation, custom-op/autograd dispatch (with :func:`kernels.eager.path`, which decides it)
@@ -51,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import functools
 import json
 import os
 import platform
@@ -67,9 +75,10 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+import kernels.fp8
 from kernels import eager
 
-from . import environment
+from . import device_ops, environment
 from .table import format_table
 
 LABEL = "CPU host overhead, launch stubbed"
@@ -111,13 +120,15 @@ def stubbed_launches() -> Iterator[Launches]:
 
 @dataclass(frozen=True)
 class Case:
-    """One public op at one shape: ``ours()`` and ``torch()`` each build inputs and return the call."""
+    """One public op at one shape: ``ours()`` and ``torch()`` each build inputs and return the call;
+    ``backward``: the call runs a backward too (not timed under ``torch.no_grad``)."""
 
     op: str
     shape: str
     ours: Callable[[], Callable[[], object]]
     torch_op: str
     torch: Callable[[], Callable[[], object]]
+    backward: bool = False
 
 
 def _device() -> str:
@@ -197,6 +208,28 @@ def _torch_matmul_fp8():
     return lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
 
 
+FP8_RECIPES = ("tensorwise", "rowwise", "blockwise", "delayed", "mxfp8")   # every recipe of kernels.fp8
+
+
+def _fp8_linear(recipe: str, backward: bool):
+    """A training-mode Float8Linear 128->96 on x (64, 128) fp32: its forward, or its forward and
+    backward (``torch.autograd.grad`` of x, weight and bias, as a step without accumulated grads)."""
+    layer = kernels.fp8.Float8Linear.from_linear(torch.nn.Linear(128, 96, device=_device()), recipe)
+    return _forward_backward(layer, _randn(64, 128), _randn(64, 96), backward)
+
+
+def _torch_linear_step():
+    return _forward_backward(torch.nn.Linear(1, 1, device=_device()), _randn(1, 1), _randn(1, 1), True)
+
+
+def _forward_backward(layer, x, dy, backward):
+    if not backward:
+        return lambda: layer(x)
+    x.requires_grad_()
+    inputs = (x, *layer.parameters())
+    return lambda: torch.autograd.grad(layer(x), inputs, dy)
+
+
 def _moe_layer(cls, dim, hidden, tokens):
     layer = cls(dim, hidden, 8, 2, 1, device=_device())
     x = _randn(*tokens, dim)
@@ -222,6 +255,11 @@ def cases() -> list[Case]:
              lambda: _moe_layer(kernels.MoE, 64, 128, (2, 16)),
              "MoEReference dim 1, hidden 1, 8 experts top-2, 1 shared, x (1, 1, 1)",
              lambda: _moe_layer(MoEReference, 1, 1, (1, 1))),
+        *(Case(f"Float8Linear {recipe}{' fwd+bwd' * backward}", "128->96, x (64, 128) fp32",
+               functools.partial(_fp8_linear, recipe, backward),
+               "torch.nn.Linear 1->1" + " fwd+bwd" * backward, _torch_linear_step if backward else _torch_linear,
+               backward)
+          for recipe in FP8_RECIPES for backward in (False, True)),
     ]
 
 
@@ -331,20 +369,23 @@ class Row:
     op: str
     shape: str
     ours_us: float
-    ours_no_grad_us: float
+    ours_no_grad_us: float | None
     torch_op: str
     torch_us: float
     ratio: float
     goal_met: bool
     launches_per_call: float
+    device_ops: int
+    torch_device_ops: int
     python_calls: int
     sections_us: dict[str, float]
 
 
 def measure(case: Case, calls: int = 200, repeats: int = 7) -> Row:
-    """One case: our median µs per call (launches stubbed) as the case calls it and under
-    ``torch.no_grad`` (where an op whose case's tensors need a gradient runs no autograd.Function,
-    :func:`kernels.eager.path`), torch's, and our breakdown."""
+    """One case: our median µs per call (launches stubbed) as the case calls it and, unless it
+    runs a backward, under ``torch.no_grad`` (where an op whose case's tensors need a gradient runs
+    no autograd.Function, :func:`kernels.eager.path`), torch's, our breakdown, and the device ops
+    per call on each side (:func:`workbench.harness.device_ops.device_ops`)."""
     ours, theirs = case.ours(), case.torch()
     with stubbed_launches() as seen:
         ours()
@@ -352,13 +393,16 @@ def measure(case: Case, calls: int = 200, repeats: int = 7) -> Row:
         ours()
         launches = seen.count - before
         ours_us = per_call_us(ours, calls, repeats)
-        with torch.no_grad():
-            no_grad_us = per_call_us(ours, calls, repeats)
+        no_grad_us = None
+        if not case.backward:
+            with torch.no_grad():
+                no_grad_us = per_call_us(ours, calls, repeats)
         shares = breakdown(ours, max(1, calls // 4))
         calls_per_call = python_calls(ours)
     torch_us = per_call_us(theirs, calls, repeats)
     return Row(case.op, case.shape, ours_us, no_grad_us, case.torch_op, torch_us, ours_us / torch_us,
-               ours_us <= GOAL * torch_us, launches, calls_per_call,
+               ours_us <= GOAL * torch_us, launches, device_ops.device_ops(ours).total,
+               device_ops.device_ops(theirs).total, calls_per_call,
                {name: share * ours_us for name, share in shares.items()})
 
 
@@ -463,7 +507,8 @@ def table(report: dict) -> str:
     rows = [{"op": r["op"], "ours us": r["ours_us"], "no_grad us": r["ours_no_grad_us"],
              "torch us": r["torch_us"], "ratio": r["ratio"],
              f"within {goal:g}x": "yes" if r["goal_met"] else "no",
-             "launches": r["launches_per_call"], "py calls": r["python_calls"],
+             "launches": r["launches_per_call"], "device ops": r["device_ops"],
+             "torch's": r["torch_device_ops"], "py calls": r["python_calls"],
              **{s: r["sections_us"][s] for s in SECTIONS}} for r in report["rows"]]
     head = (f"{report['label']} ({report['cpu']}, backend {report['backend']}, torch {report['torch']}, "
             f"median of {report['repeats']} x {report['calls']} calls; sections from cProfile shares)")

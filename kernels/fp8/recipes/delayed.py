@@ -92,6 +92,7 @@ import torch
 
 from ...gemm_fp8.formats import E5M2_OF
 from ...gemm_fp8.quantize import amax as fused_amax
+from .. import history_ops
 from .. import recompute as fp8_recompute
 from ..recipe import register
 from ..saturation import TENSORS
@@ -102,9 +103,9 @@ PREFIX = "fp8_amax_history_"
 
 
 def _scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
-    """``seen`` (max(history)) / fmax, the current amax while the history is empty, 1 for all-zero."""
-    ref = torch.where(seen > 0, seen, amax)
-    return torch.where(ref > 0, ref / fmax, torch.ones_like(ref))
+    """``seen`` (max(history)) / fmax, the current amax while the history is empty, 1 for all-zero:
+    one launch (:func:`kernels.fp8.history_ops.scale`)."""
+    return history_ops.scale(seen, amax, fmax)
 
 
 def _ulp_at_max(fp8: torch.dtype) -> float:
@@ -120,14 +121,24 @@ def saturates_above(fp8: torch.dtype) -> float:
     return torch.finfo(fp8).max + _ulp_at_max(fp8) / 2
 
 
+def _saturation(fp8: torch.dtype) -> tuple[float, bool]:
+    """(:func:`saturates_above`, whether a value on it saturates too): that tie rounds away from
+    the max where the max's last mantissa bit is 1 (e4m3fnuz's 240, e5m2's 57344; e4m3fn's 448
+    ends in 0, and its tie rounds down to it)."""
+    return saturates_above(fp8), bool(round(torch.finfo(fp8).max / _ulp_at_max(fp8)) % 2)
+
+
+# per FP8 format, worked out once (a dict, which torch.compile reads as it is)
+_SATURATION = {fp8: _saturation(fp8) for fp8 in (*E5M2_OF, *E5M2_OF.values())}
+
+
 def saturated(values: torch.Tensor, scale, fp8: torch.dtype) -> torch.Tensor:
     """Where ``values`` cast with ``scale`` to ``fp8`` land past the max under round-to-nearest-even
     (and so are clamped): beyond :func:`saturates_above`, or on it where that tie rounds away
-    from the max, whose last mantissa bit is 1 (e4m3fnuz's 240, e5m2's 57344; e4m3fn's 448 ends
-    in 0, and its tie rounds down to it)."""
-    limit = scale * saturates_above(fp8)
-    odd = round(torch.finfo(fp8).max / _ulp_at_max(fp8)) % 2
-    return values >= limit if odd else values > limit
+    from the max (:func:`_saturation`)."""
+    above, at_limit = _SATURATION[fp8]
+    limit = scale * above
+    return values >= limit if at_limit else values > limit
 
 
 def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
@@ -197,13 +208,12 @@ def cast_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
     return _kept_for_recompute(layer, name, history_scale(getattr(layer, PREFIX + name), rows, layer.fp8_dtype))
 
 
-@torch.no_grad()
 def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor, scale: torch.Tensor,
-           fp8: torch.dtype) -> None:
+              fp8: torch.dtype) -> None:
     """``amax`` enters ``history`` (newest first) and a step whose ``scale`` saturates it in
-    ``fp8`` adds 1 to ``counts[index]``; in place, on the device."""
-    counts[index] += saturated(amax, scale, fp8).to(torch.int64)
-    history.copy_(torch.cat([amax.reshape(1), history[:-1]]))
+    ``fp8`` (:func:`saturated`) adds 1 to ``counts[index]``; in place, on the device, one launch
+    (:func:`kernels.fp8.history_ops.record`)."""
+    history_ops.record(history, counts, index, amax, scale, *_SATURATION[fp8])
 
 
 def record_amax(layer, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:

@@ -1,0 +1,99 @@
+"""Delayed scaling's per-step bookkeeping on the device, one launch each: the scale from an amax
+history, and a step's amax entering its history with its saturation counted.
+
+Why kernels: each is a handful of scalar operations (compare, divide, select; shift a 16-entry
+history), which as torch ops were a dozen device ops per tensor and step (``where``, ``gt``,
+``div``, ``ones_like``, ``mul``, ``cat``, ``copy_``, ...), each a launch on a GPU's host
+(:mod:`workbench.harness.device_ops`); a Float8Linear under delayed scaling made 41 device ops per
+forward. One program each, bit for bit the torch expressions they replace
+(:mod:`kernels.fp8.recipes.delayed` says what the rules are; ``tests/test_fp8_delayed_dy.py``
+and ``tests/test_fp8_training.py`` check the histories, counts and scales).
+
+Both are ``torch.library`` custom ops (the record declares the history and the counts it
+writes), so ``torch.compile`` keeps them, their writes included, in its graphs; an eager call
+that nothing traces runs the launch itself (:func:`kernels.eager.direct`).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import eager
+from ..outputs import new_output
+from ..triton_support import next_power_of_2
+
+
+@triton.jit
+def _scale_kernel(seen_ptr, amax_ptr, scale_ptr, FMAX: tl.constexpr):
+    """seen (the history's max) / FMAX, the current amax while seen is 0, 1 for both 0."""
+    seen = tl.load(seen_ptr)
+    ref = tl.where(seen > 0, seen, tl.load(amax_ptr))
+    tl.store(scale_ptr, tl.where(ref > 0, ref / FMAX, 1.0))
+
+
+@triton.jit
+def _record_kernel(history_ptr, counts_ptr, amax_ptr, scale_ptr, index, H,
+                   LIMIT: tl.constexpr, AT_LIMIT: tl.constexpr, BLOCK: tl.constexpr):
+    """history (H entries, newest first) shifted by one with amax first; counts[index] + 1 where
+    amax is beyond scale * LIMIT (or on it, with AT_LIMIT). Launched as one warp: its loads of the
+    old entries all come before its stores in one instruction stream, and program order keeps a
+    load before a store that may alias it (more warps would race: one warp's store, another's
+    load of the same entry)."""
+    amax = tl.load(amax_ptr)
+    limit = tl.load(scale_ptr) * LIMIT
+    if AT_LIMIT:
+        saturated = amax >= limit
+    else:
+        saturated = amax > limit
+    i = tl.arange(0, BLOCK)
+    older = tl.load(history_ptr + i - 1, mask=(i >= 1) & (i < H), other=0.0)
+    tl.store(history_ptr + i, tl.where(i == 0, amax, older), mask=i < H)
+    tl.store(counts_ptr + index, tl.load(counts_ptr + index) + saturated.to(tl.int64))
+
+
+def _scale_impl(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
+    scale = new_output((), torch.float32, seen.device)
+    _scale_kernel.run(seen, amax, scale, fmax, grid=(1,), warmup=False, num_warps=1)
+    return scale
+
+
+_scale = torch.library.custom_op("kernels::fp8_history_scale", _scale_impl, mutates_args=())
+
+
+@_scale.register_fake
+def _(seen, amax, fmax):
+    return seen.new_empty((), dtype=torch.float32)
+
+
+def scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
+    """``seen / fmax`` (0-d float32: an amax history's max), ``amax / fmax`` (0-d float32: the
+    current amax) while ``seen`` is 0, 1 where both are 0: a 0-d float32 on their device; one
+    launch. Bitwise ``torch.where(ref > 0, ref / fmax, 1)`` with ``ref = torch.where(seen > 0,
+    seen, amax)``."""
+    return (_scale_impl if eager.direct(seen, amax) else _scale)(seen, amax, fmax)
+
+
+def _record_impl(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor,
+                 scale: torch.Tensor, limit: float, at_limit: bool) -> None:
+    n = history.numel()
+    _record_kernel.run(history, counts, amax, scale, index, n, limit, at_limit, max(next_power_of_2(n), 1),
+                       grid=(1,), warmup=False, num_warps=1)
+
+
+_record = torch.library.custom_op("kernels::fp8_record_amax", _record_impl, mutates_args=("history", "counts"))
+
+
+@_record.register_fake
+def _(history, counts, index, amax, scale, limit, at_limit):
+    return None
+
+
+def record(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor, scale: torch.Tensor,
+           limit: float, at_limit: bool) -> None:
+    """In place, one launch: ``amax`` (0-d float32) enters ``history`` (contiguous float32,
+    newest first; the oldest entry drops out), and ``counts[index]`` (int64) gains 1 where
+    ``amax`` lies beyond ``scale * limit`` (0-d float32 and a float), or on it with
+    ``at_limit``."""
+    (_record_impl if eager.direct(history, counts, amax, scale) else _record)(
+        history, counts, index, amax, scale, limit, at_limit)

@@ -1,0 +1,79 @@
+"""Device ops per call: what a GPU would launch for one call of an op, counted on the CPU.
+
+On a GPU every Triton launch and every torch op on a device tensor that runs a kernel costs
+host time (torch's dispatch, the driver's launch), so an op made of many small device ops is
+host-bound long before its GEMMs are: the host-overhead benchmark
+(:mod:`workbench.harness.host_overhead`) reports this count beside its time. It does not depend
+on the CPU's speed or load, so a test may bound it.
+
+:func:`device_ops` runs the call with Triton's launches stubbed (each one counted) under a
+``TorchDispatchMode`` that counts the aten ops reaching the dispatcher, less those that launch
+nothing (:func:`launches`: views and allocations). A ``kernels::`` custom op is not itself a
+launch: its own implementation runs under the mode, so the ops *inside* it count (a mode
+otherwise sees a custom op as one opaque call).
+"""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch._library.custom_ops import _maybe_get_opdef
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import host_overhead
+
+# allocations (uninitialized memory), and views that autograd does not treat as views
+_NO_KERNEL = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
+              torch.ops.aten.empty_like.default, torch.ops.aten.new_empty.default,
+              torch.ops.aten.new_empty_strided.default, torch.ops.aten.lift_fresh.default,
+              torch.ops.aten._unsafe_view.default}
+
+
+def launches(func: torch._ops.OpOverload) -> bool:
+    """Whether aten op ``func`` runs a kernel on a GPU: not a view (its output aliases its
+    input: metadata only) nor an allocation."""
+    return not func.is_view and func not in _NO_KERNEL
+
+
+@dataclass
+class DeviceOps:
+    """What one call launched: Triton launches and the torch ops that run a kernel, by name."""
+
+    triton: int = 0
+    torch_ops: collections.Counter = field(default_factory=collections.Counter)
+
+    @property
+    def total(self) -> int:
+        return self.triton + sum(self.torch_ops.values())
+
+
+class _Counting(TorchDispatchMode):
+    """Counts the aten ops that launch; runs a ``kernels::`` custom op's implementation under
+    itself, so that what it calls is counted too."""
+
+    def __init__(self, seen: DeviceOps):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "kernels":
+            with self:
+                return _maybe_get_opdef(func)._init_fn(*args, **kwargs)
+        if launches(func):
+            self.seen.torch_ops[str(func.overloadpacket.__name__)] += 1
+        return func(*args, **kwargs)
+
+
+def device_ops(call: Callable[[], object]) -> DeviceOps:
+    """The device ops of one ``call()`` after a warm-up call (first-call caches and plans)."""
+    with host_overhead.stubbed_launches() as stub:
+        call()
+        seen = DeviceOps()
+        before = stub.count
+        with _Counting(seen):
+            call()
+        seen.triton = stub.count - before
+    return seen
