@@ -29,7 +29,7 @@ def _scale_kernel(seen_ptr, amax_ptr, scale_ptr, FMAX: tl.constexpr):
     """seen (the history's max) / FMAX, the current amax while seen is 0, 1 for both 0."""
     seen = tl.load(seen_ptr)
     ref = tl.where(seen > 0, seen, tl.load(amax_ptr))
-    tl.store(scale_ptr, tl.where(ref > 0, ref / FMAX, 1.0))
+    tl.store(scale_ptr, tl.where(ref > 0, tl.math.div_rn(ref, FMAX), 1.0))
 
 
 @triton.jit

@@ -61,7 +61,7 @@ def _gemm_amax_kernel(a_ptr, b_ptr, c_ptr, amax_ptr, scale_ptr, M, N, K,
     if TO_FP8:
         tile_amax = tl.max(tl.max(tl.where(inside, tl.abs(acc), 0.0), axis=1), axis=0)
         scale = tl.load(scale_ptr)
-        y = tl.clamp(acc / scale, -FP8_MAX, FP8_MAX)
+        y = tl.clamp(tl.math.div_rn(acc, scale), -FP8_MAX, FP8_MAX)
         if INTERP_FP8:   # the interpreter's FP8 cast drops round-up carries (triton_support)
             y = round_to_fp8(y, MANT, EMIN)
         out = y.to(c_ptr.dtype.element_ty)

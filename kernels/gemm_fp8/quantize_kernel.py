@@ -21,6 +21,16 @@ either way, where torch ops making the scales were four to nine more, each a lau
 host (:mod:`workbench.harness.device_ops`). An atomic max
 would not save the second read: no element can be cast before its group's amax is known.
 
+Division: every ``amax / fp8_max`` and ``x / scale`` is ``tl.math.div_rn``, IEEE round-to-nearest
+on every target. Triton's ``/`` is that on AMD, but on NVIDIA it compiles to ``div.full.f32`` (up to
+2 ulp off; a division by a constexpr to ``div.approx.f32``), so a scale could be an ulp off torch's,
+and the round-up rule, which reads the quotient's bits, a whole binade off
+(``tests/test_fp8_divisions.py`` compiles every FP8 scaling kernel for sm_90 and gfx942). So the
+kernels give the CPU reference's bits on every GPU. torch itself, on a GPU, divides by a Python
+float through its reciprocal (:func:`.formats.scale_of`'s ``amax / fp8_max``; PyTorch's
+``aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu``: "may lose one bit of precision"), so the
+PyTorch reference run on a GPU may differ from them by an ulp in a scale.
+
 Rounding: the kernel rounds ``x / scale`` to the FP8 grid itself, in fp32 arithmetic
 (:func:`kernels.triton_support.round_to_fp8`), and then converts a value the format holds exactly. The
 hardware's conversion would round to nearest even too (on a GPU the convert is exact
@@ -84,7 +94,7 @@ def _round_up_exponent(amax, FMAX: tl.constexpr):
     :func:`kernels.microscaling.round_up_exponent`: its exponent field, one more where a
     mantissa bit is set (a normal quotient above its binade's power of two, or a subnormal
     one above 2^-127, half the smallest normal)."""
-    bits = (amax / FMAX).to(tl.int32, bitcast=True)
+    bits = tl.math.div_rn(amax, FMAX).to(tl.int32, bitcast=True)
     field = (bits >> 23) & 0xFF
     mantissa = bits & 0x7FFFFF
     up = (mantissa > 0) & ((field > 0) | (mantissa > 0x400000))
@@ -109,7 +119,7 @@ def scale_of_amax(amax, FMAX: tl.constexpr):
     """The dequantization scale of a group whose largest |value| is ``amax``: amax / FMAX, 1
     for an all-zero group (:func:`kernels.gemm_fp8.formats.scale_of`'s rule; the grouped
     kernel's too, :mod:`kernels.moe.grouped_gemm_fp8.quantize_kernel`)."""
-    return tl.where(amax > 0, amax / FMAX, 1.0)
+    return tl.where(amax > 0, tl.math.div_rn(amax, FMAX), 1.0)
 
 
 @triton.jit
@@ -128,8 +138,8 @@ def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
         scale = (exponent + 127).to(tl.uint8)
     else:
         # exercise begin: group_scale
-        scale = tl.where(amax > 0, amax / FMAX, 1.0)
-        y = tl.reshape(x, (BM, BK // G, G)) / scale[:, :, None]
+        scale = tl.where(amax > 0, tl.math.div_rn(amax, FMAX), 1.0)
+        y = tl.math.div_rn(tl.reshape(x, (BM, BK // G, G)), scale[:, :, None])
         # exercise end
     return tl.reshape(quantized(y, FMAX, MANT, EMIN), (BM, BK)), scale
 
@@ -167,10 +177,10 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
             if pid_m == 0:
                 if pid_k == 0:
                     tl.store(amax_ptr, one)
-            q = quantized(x / one, FMAX, MANT, EMIN)
+            q = quantized(tl.math.div_rn(x, one), FMAX, MANT, EMIN)
         else:
             scale = tl.load(s_ptr + rows64 * stride_sm, mask=rows < M, other=1.0)
-            q = quantized(x / scale[:, None], FMAX, MANT, EMIN)
+            q = quantized(tl.math.div_rn(x, scale[:, None]), FMAX, MANT, EMIN)
     elif MODE == 1:
         q, scale = _grouped_along_k(x, ax, BLOCK, BLOCK, G, FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)
         groups = pid_k * (BLOCK // G) + tl.arange(0, BLOCK // G)
@@ -179,7 +189,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
     else:
         amax = tl.max(tl.max(ax, axis=1), axis=0)
         scale = scale_of_amax(amax, FMAX)
-        q = quantized(x / scale, FMAX, MANT, EMIN)
+        q = quantized(tl.math.div_rn(x, scale), FMAX, MANT, EMIN)
         tl.store(s_ptr + pid_m * stride_sm + pid_k * stride_sk, scale)
     tl.store(q_ptr + rows64[:, None] * stride_qm + cols64[None, :] * stride_qk,
              q.to(q_ptr.dtype.element_ty), mask=inside)
@@ -189,7 +199,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
                 q_t = tl.trans(q)
             else:
                 scale_t = tl.load(st_ptr + cols64 * stride_stk, mask=cols < K, other=1.0)
-                q_t = tl.trans(quantized(x / scale_t[None, :], FMAX, MANT, EMIN))
+                q_t = tl.trans(quantized(tl.math.div_rn(x, scale_t[None, :]), FMAX, MANT, EMIN))
         elif MODE == 1:   # G x 1 groups of x are 1 x G groups of x.T
             q_t, scale_t = _grouped_along_k(tl.trans(x), tl.trans(ax), BLOCK, BLOCK, G,
                                             FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)

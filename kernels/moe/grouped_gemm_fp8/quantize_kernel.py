@@ -51,7 +51,8 @@ loads in launches 1 and 3, the FP8 tile written as one 16-byte store; the transp
 layout conversion of the FP8 tile through 4 KiB of LDS, written and read a byte at a
 time (8-bit LDS accesses, the dense kernel's pattern). The divisions (the scale, x /
 scale) compile to the correctly rounded sequence (v_div_scale, v_div_fmas, v_div_fixup),
-so a GPU rounds them as torch does, and the cast ends in the hardware's packed FP8
+so a GPU rounds them as the reference does on the CPU (they are ``tl.math.div_rn``, on sm_90
+``div.rn.f32`` where ``/`` would be the 2-ulp ``div.full.f32``: ``tests/test_fp8_divisions.py``), and the cast ends in the hardware's packed FP8
 convert of values already on the grid. The division sits inside the group loop so that
 the conversion moves the 1-byte result: with the scales selected into a tile first,
 Triton converted the bf16 x and the fp32 scale tile instead (16 KiB of LDS).
@@ -252,7 +253,7 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_
         q_t = q_t.to(q_ptr.dtype.element_ty)
     else:
         if PER_TENSOR:   # no group to look up; the one scale read as a row (stride 0), see the module docstring
-            y = x / tl.load(scale_ptr + cols64 * stride_sc, mask=cols < C, other=1.0)[None, :]
+            y = tl.math.div_rn(x, tl.load(scale_ptr + cols64 * stride_sc, mask=cols < C, other=1.0)[None, :])
         else:            # only the groups of the tile's first and last real token matter
             g_first, g_last = _groups_of_range(offsets_ptr, first, tl.minimum(first + BLOCK_T, T) - 1, G, T,
                                                BLOCK_G)
@@ -261,7 +262,7 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_
                 start, end = _group_bounds(offsets_ptr, g, G, T)
                 group_scale = tl.load(scale_ptr + g * stride_sg + cols64 * stride_sc, mask=cols < C, other=1.0)
                 mine = (tokens >= start) & (tokens < end)
-                y = tl.where(mine[:, None], x / group_scale[None, :], y)
+                y = tl.where(mine[:, None], tl.math.div_rn(x, group_scale[None, :]), y)
         q_t = tl.trans(quantized(y, FMAX, MANT, EMIN).to(q_ptr.dtype.element_ty))
     tl.store(q_ptr + cols64[:, None] * stride_qc + tokens64[None, :] * stride_qt,
              q_t, mask=(cols[:, None] < C) & (tokens[None, :] < R))

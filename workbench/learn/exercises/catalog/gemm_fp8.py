@@ -249,6 +249,10 @@ def _grade_e8m0(module, captured) -> Verdict:
                                             (torch.float32, torch.float8_e5m2)))
 
 
+# the group's values times their scale instead of divided by it
+_MULTIPLIED = ("tl.math.div_rn(tl.reshape(x, (BM, BK // G, G)), scale[:, :, None])",
+               "tl.reshape(x, (BM, BK // G, G)) * scale[:, :, None]")
+
 BLOCK_SCALE = KernelExercise(
     key="gemm_fp8/quantize", module=QUANTIZE_MODULE,
     title="Quantize per 1 x 128 group: the scale and the scaled values",
@@ -258,24 +262,26 @@ BLOCK_SCALE = KernelExercise(
          "GEMM multiplies back (x ~= q * scale), and y, the group's values divided by it; the "
          "code after your block rounds y to FP8. The same function makes the transposed copy.",
     todo={"group_scale": "scale = amax * 0.0 + 1.0  # TODO: one dequantization scale per group, from its amax\n"
-                         "y = tl.reshape(x, (BM, BK // G, G)) / scale[:, :, None]"},
+                         "y = tl.math.div_rn(tl.reshape(x, (BM, BK // G, G)), scale[:, :, None])"},
     hints=(
         "q = x / scale must fit the format: map the group's largest magnitude onto the format's "
         "largest value FMAX. A smaller scale saturates, a larger one wastes the top binades.",
         "So scale = amax / FMAX. A group of zeros has amax 0, so scale 0 and q = 0 / 0 = NaN: "
-        "give it scale 1 (its q is 0 either way).",
-        "scale = tl.where(amax > 0, amax / FMAX, 1.0), then y = tl.reshape(x, (BM, BK // G, G)) / "
-        "scale[:, :, None]: one scale per group, broadcast over its G elements.",
+        "give it scale 1 (its q is 0 either way). Divide with tl.math.div_rn, as the y line does: "
+        "Triton's / rounds correctly on AMD but not on NVIDIA (div.full.f32, up to 2 ulp), and "
+        "a scale one ulp off is not torch's bits.",
+        "scale = tl.where(amax > 0, tl.math.div_rn(amax, FMAX), 1.0): one scale per group, which "
+        "the y line broadcasts over its G elements.",
     ),
     wrong={
         "no guard for an all-zero group": variant(
-            QUANTIZE_MODULE, "group_scale", ("tl.where(amax > 0, amax / FMAX, 1.0)", "amax / FMAX")),
+            QUANTIZE_MODULE, "group_scale", ("tl.where(amax > 0, tl.math.div_rn(amax, FMAX), 1.0)",
+                                             "tl.math.div_rn(amax, FMAX)")),
         "the quantization scale stored (FMAX / amax)": variant(
-            QUANTIZE_MODULE, "group_scale", ("tl.where(amax > 0, amax / FMAX, 1.0)",
-                                             "tl.where(amax > 0, FMAX / amax, 1.0)"),
-            ("/ scale[:, :, None]", "* scale[:, :, None]")),
+            QUANTIZE_MODULE, "group_scale", ("tl.where(amax > 0, tl.math.div_rn(amax, FMAX), 1.0)",
+                                             "tl.where(amax > 0, tl.math.div_rn(FMAX, amax), 1.0)"), _MULTIPLIED),
         "the scale multiplies instead of dividing": variant(
-            QUANTIZE_MODULE, "group_scale", ("/ scale[:, :, None]", "* scale[:, :, None]")),
+            QUANTIZE_MODULE, "group_scale", _MULTIPLIED),
     },
     grade=_grade_block_scale,
 )
