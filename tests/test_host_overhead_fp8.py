@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
 import kernels.fp8
@@ -22,10 +23,12 @@ from workbench.harness.device_ops import device_ops
 # no gradient, delayed scaling's bookkeeping in torch ops. After it the cast computes tensor's scale
 # and one launch row's (quantize_kernel), the backward makes no zeros, delayed's scale and record
 # are a launch each, and its given scales are saved for the backward as they are (no copies).
-# mxfp8's are its scales' pre-shuffles (a zero fill, a copy and where the layout needs it a clone
-# each: two per forward, four per backward).
+# mxfp8's are its scales' pre-shuffles: a zero fill, a copy and the permuting clone each, two per
+# forward and four per backward (K = 128 is 4 scales a row, a partial 8-scale chunk; whole chunks and
+# stripes take the clone alone, tests/test_mx_preshuffle.py). Counted on the path an eager call takes
+# (the layer's own autograd.Function), which device_ops keeps.
 MAX_DEVICE_OPS = {"tensorwise": (8, 6), "rowwise": (8, 6), "blockwise": (4, 4), "delayed": (17, 10),
-                  "mxfp8": (8, 16)}
+                  "mxfp8": (10, 16)}
 # of them Triton launches: the quantize passes and the GEMMs (and rowwise's scale launches, delayed's
 # scale and record)
 LAUNCHES = {"tensorwise": (5, 4), "rowwise": (7, 5), "blockwise": (3, 3), "delayed": (9, 6), "mxfp8": (3, 3)}
@@ -65,7 +68,29 @@ def test_device_ops_count_what_a_custom_op_runs_and_no_view_or_allocation():
             want = {"tensor": (2, {"amax": 1}), "row": (3, {})}[granularity]
             assert (seen.triton, dict(seen.torch_ops)) == want and seen.total == 3, (granularity, transpose, seen)
     assert not device_ops_module.launches(torch.ops.aten.view.default)
+    assert not device_ops_module.launches(torch.ops.aten.promote_types.default)   # returns a dtype
     assert device_ops_module.launches(torch.ops.aten.copy_.default)
+
+
+class _Passing(TorchDispatchMode):
+    """A caller's dispatch mode that changes nothing."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_device_ops_count_the_path_an_eager_call_takes():
+    """The counting mode is hidden from kernels.eager.path, which would take any dispatch mode for a
+    tracer and run the custom op: counted, a call that needs a gradient runs its autograd.Function,
+    as it does uncounted; a mode of the caller's own is still seen."""
+    x = torch.randn(4, requires_grad=True)
+    paths = []
+    device_ops(lambda: paths.append(kernels.eager.path(x)))
+    assert paths == [kernels.eager.AUTOGRAD] * 2   # the warm-up call and the counted one
+    with _Passing():
+        paths.clear()
+        device_ops(lambda: paths.append(kernels.eager.path(x)))
+    assert paths == [kernels.eager.CUSTOM_OP] * 2
 
 
 class _Watching(TorchFunctionMode):

@@ -15,14 +15,16 @@ otherwise sees a custom op as one opaque call).
 from __future__ import annotations
 
 import collections
+import contextlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch._library.custom_ops import _maybe_get_opdef
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-from . import host_overhead
+from kernels import eager
+
 
 # allocations (uninitialized memory), and views that autograd does not treat as views
 _NO_KERNEL = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.default,
@@ -31,10 +33,45 @@ _NO_KERNEL = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.d
               torch.ops.aten._unsafe_view.default}
 
 
+@dataclass
+class Launches:
+    """What the stub saw: launches and the arguments they were packed with."""
+
+    count: int = 0
+    args: int = 0
+
+
+@contextlib.contextmanager
+def stubbed_launches() -> Iterator[Launches]:
+    """Within this block, ``kernel[grid](...)`` packs its arguments and returns without running.
+
+    Both launchers are replaced: the interpreter's (``InterpretedFunction.run``) and the
+    compiled JIT's (``JITFunction.run``, which ``triton.autotune`` also ends in)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    seen = Launches()
+
+    def run(self, *args, grid, warmup=False, **kwargs):
+        seen.count += 1
+        seen.args += len(args) + len(kwargs)
+
+    saved = {cls: cls.__dict__["run"] for cls in (InterpretedFunction, JITFunction)}
+    for cls in saved:
+        cls.run = run
+    try:
+        yield seen
+    finally:
+        for cls, original in saved.items():
+            cls.run = original
+
+
 def launches(func: torch._ops.OpOverload) -> bool:
     """Whether aten op ``func`` runs a kernel on a GPU: not a view (its output aliases its
-    input: metadata only) nor an allocation."""
-    return not func.is_view and func not in _NO_KERNEL
+    input: metadata only), nor an allocation, nor an op that returns no tensor (such as
+    ``promote_types``, a dtype)."""
+    return (not func.is_view and func not in _NO_KERNEL
+            and any(isinstance(r.type, torch.TensorType) for r in func._schema.returns))
 
 
 @dataclass
@@ -67,13 +104,33 @@ class _Counting(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def _other_dispatch_modes() -> int:
+    """The dispatch modes open besides the counter: what :func:`kernels.eager.path` sees while
+    :func:`device_ops` counts."""
+    return sum(not isinstance(mode, _Counting) for mode in _get_current_dispatch_mode_stack())
+
+
+@contextlib.contextmanager
+def _unseen_by_kernels():
+    """The counter hidden from :func:`kernels.eager.path`, which takes any open dispatch mode for a
+    tracer and then runs a public op as its custom op: counted, the call takes the path it takes
+    uncounted (in an eager training step, an op's own ``autograd.Function``)."""
+    saved = eager._dispatch_modes
+    eager._dispatch_modes = _other_dispatch_modes
+    try:
+        yield
+    finally:
+        eager._dispatch_modes = saved
+
+
 def device_ops(call: Callable[[], object]) -> DeviceOps:
-    """The device ops of one ``call()`` after a warm-up call (first-call caches and plans)."""
-    with host_overhead.stubbed_launches() as stub:
+    """The device ops of one ``call()`` after a warm-up call (first-call caches and plans), on the
+    path the call takes when nothing counts it."""
+    with stubbed_launches() as stub:
         call()
         seen = DeviceOps()
         before = stub.count
-        with _Counting(seen):
+        with _unseen_by_kernels(), _Counting(seen):
             call()
         seen.triton = stub.count - before
     return seen

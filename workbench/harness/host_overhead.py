@@ -56,7 +56,6 @@ Never a GPU number: the label names the CPU, and the machine's load changes the 
 """
 from __future__ import annotations
 
-import contextlib
 import cProfile
 import functools
 import json
@@ -69,7 +68,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -79,43 +78,11 @@ import kernels.fp8
 from kernels import eager
 
 from . import device_ops, environment
+from .device_ops import Launches, stubbed_launches   # where the launches are stubbed, for callers of this benchmark
 from .table import format_table
 
 LABEL = "CPU host overhead, launch stubbed"
 SECTIONS = ("validation", "lookup", "packing", "allocation", "dispatch", "launch", "other")
-
-
-@dataclass
-class Launches:
-    """What the stub saw: launches and the arguments they were packed with."""
-
-    count: int = 0
-    args: int = 0
-
-
-@contextlib.contextmanager
-def stubbed_launches() -> Iterator[Launches]:
-    """Within this block, ``kernel[grid](...)`` packs its arguments and returns without running.
-
-    Both launchers are replaced: the interpreter's (``InterpretedFunction.run``) and the
-    compiled JIT's (``JITFunction.run``, which ``triton.autotune`` also ends in)."""
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    seen = Launches()
-
-    def run(self, *args, grid, warmup=False, **kwargs):
-        seen.count += 1
-        seen.args += len(args) + len(kwargs)
-
-    saved = {cls: cls.__dict__["run"] for cls in (InterpretedFunction, JITFunction)}
-    for cls in saved:
-        cls.run = run
-    try:
-        yield seen
-    finally:
-        for cls, original in saved.items():
-            cls.run = original
 
 
 @dataclass(frozen=True)
