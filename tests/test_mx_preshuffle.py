@@ -26,21 +26,28 @@ SPEC = kernels.spec("gemm_mxfp4")
 V0 = kernels.get("gemm_mxfp4", "v0")
 
 
-def test_each_lanes_four_scales_are_one_word_of_its_stripe_and_chunk():
+@pytest.mark.parametrize("rows, blocks, transposed", [(45, 11, False), (64, 16, False), (64, 16, True)],
+                         ids=["padded", "whole-stripes-and-chunks", "whole-transposed-view"])
+def test_each_lanes_four_scales_are_one_word_of_its_stripe_and_chunk(rows, blocks, transposed):
     """Row 16a + b, scale 4c + d of stripe t and chunk h is byte 256h + 64d + 4b + 2c + a of
-    row t: the module docstring's formula, checked at every position of an odd shape."""
+    row t: the module docstring's formula, checked at every position of an odd shape (a partial
+    stripe and chunk, zero-filled), of whole stripes and chunks (no padding), and of a
+    non-contiguous view of them."""
     gen = torch.Generator().manual_seed(0)
-    scales = torch.randint(1, 255, (45, 11), generator=gen, dtype=torch.uint8)
+    scales = torch.randint(1, 255, (blocks, rows) if transposed else (rows, blocks), generator=gen,
+                           dtype=torch.uint8)
+    scales = scales.t() if transposed else scales
     shuffled = preshuffle(scales)
-    assert shuffled.shape == preshuffled_shape(45, 11) == (2, 512) and shuffled.is_contiguous()
+    assert shuffled.shape == preshuffled_shape(rows, blocks) and shuffled.is_contiguous()
+    assert preshuffled_shape(45, 11) == (2, 512)
     expected = torch.zeros_like(shuffled)
-    for row in range(45):
-        for block in range(11):
+    for row in range(rows):
+        for block in range(blocks):
             (t, r), (h, s) = divmod(row, 32), divmod(block, 8)
             (a, b), (c, d) = divmod(r, 16), divmod(s, 4)
             expected[t, 256 * h + 64 * d + 4 * b + 2 * c + a] = scales[row, block]
     assert torch.equal(shuffled, expected)          # padding included: zero bytes, never 0xFF
-    assert torch.equal(unshuffle(shuffled, 45, 11), scales)
+    assert torch.equal(unshuffle(shuffled, rows, blocks), scales)
 
 
 @pytest.mark.parametrize("rows, blocks", [(0, 11), (45, 0), (0, 0)])
@@ -141,3 +148,15 @@ def test_the_mxfp8_recipe_preshuffles_for_its_three_gemms_with_the_same_bits(mon
     assert len(shuffles) == 6
     for name in ("forward", "dgrad", "wgrad"):
         assert torch.equal(shuffled[name], plain[name]), name
+
+
+@pytest.mark.parametrize("rows, blocks, ops", [(64, 16, {"clone": 1}),
+                                               (45, 11, {"new_zeros": 1, "copy_": 1, "clone": 1})])
+def test_whole_stripes_and_chunks_shuffle_in_one_device_op(rows, blocks, ops):
+    """A GEMM operand of whole 32-row stripes and 8-scale chunks (a training shape: tokens and K
+    multiples of 32 and 256) needs no zero fill: the permuting copy alone, one launch on a GPU."""
+    from workbench.harness.device_ops import device_ops
+
+    scales = torch.ones(rows, blocks, dtype=torch.uint8)
+    seen = device_ops(lambda: preshuffle(scales))
+    assert (seen.triton, dict(seen.torch_ops)) == (0, ops)

@@ -36,11 +36,14 @@ def preshuffle(scales: torch.Tensor) -> torch.Tensor:
     layout (module docstring): a contiguous (ceil(rows/32), 256 ceil(blocks/8)) tensor."""
     rows, blocks = scales.shape
     stripes, width = preshuffled_shape(rows, blocks)
-    padded = scales.new_zeros(stripes * STRIPE, width // STRIPE)
-    padded[:rows, :blocks] = scales
+    if rows % STRIPE or blocks % CHUNK:   # a partial stripe or chunk: zero bytes fill it (two device ops)
+        padded = scales.new_zeros(stripes * STRIPE, width // STRIPE)
+        padded[:rows, :blocks] = scales
+    else:
+        padded = scales
     # (stripe, a, b, chunk, c, d) -> (stripe, chunk, d, b, c, a)
     chunks = width // (STRIPE * CHUNK)   # named, not -1: a view of no rows or no scales has no size to infer
-    tiles = padded.view(stripes, 2, STRIPE // 2, chunks, 2, CHUNK // 2).permute(0, 3, 5, 2, 4, 1)
+    tiles = padded.reshape(stripes, 2, STRIPE // 2, chunks, 2, CHUNK // 2).permute(0, 3, 5, 2, 4, 1)
     return tiles.contiguous().view(stripes, width)
 
 
