@@ -137,8 +137,11 @@ def _bench_rows(args):
 def cmd_bench(args) -> int:
     if args.op == "overhead":
         from .harness import host_overhead
+        from .train import host_cost
         report = host_overhead.run()
         print(host_overhead.table(report))
+        report["step"] = host_cost.run()
+        print(f"\n{host_cost.table(report['step'])}")
         if args.out:
             host_overhead.save(report, args.out)
             print(f"wrote {args.out}")
@@ -391,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", action="append", choices=sorted(DTYPES))
     p.add_argument("--shape", type=_parse_shape, help="e.g. 64x48x32 (the op's shape order)")
     p = sub.add_parser("bench", help="time rungs vs the library baseline (GPU only; "
-                                     "overhead: the public ops' host time per call, launches stubbed)")
+                                     "overhead: the public ops' host time per call and a training step's, launches stubbed)")
     p.add_argument("op", nargs="?", choices=(*kernels.ops(), "overhead"))
     p.add_argument("--suite", choices=SUITES, help="check and time every rung of every op")
     p.add_argument("--rung", type=_parse_rung, action="append")
