@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
 import kernels.fp8
+from kernels import eager
 from workbench.harness import device_ops as device_ops_module
 from workbench.harness.device_ops import device_ops
 
@@ -85,12 +86,12 @@ def test_device_ops_count_the_path_an_eager_call_takes():
     as it does uncounted; a mode of the caller's own is still seen."""
     x = torch.randn(4, requires_grad=True)
     paths = []
-    device_ops(lambda: paths.append(kernels.eager.path(x)))
-    assert paths == [kernels.eager.AUTOGRAD] * 2   # the warm-up call and the counted one
+    device_ops(lambda: paths.append(eager.path(x)))
+    assert paths == [eager.AUTOGRAD] * 2   # the warm-up call and the counted one
     with _Passing():
         paths.clear()
-        device_ops(lambda: paths.append(kernels.eager.path(x)))
-    assert paths == [kernels.eager.CUSTOM_OP] * 2
+        device_ops(lambda: paths.append(eager.path(x)))
+    assert paths == [eager.CUSTOM_OP] * 2
 
 
 class _Watching(TorchFunctionMode):
