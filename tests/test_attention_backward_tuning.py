@@ -261,6 +261,25 @@ def test_the_priors_tiles_give_right_gradients(monkeypatch, backend, arch, d, sh
     assert {kernel: (c["BLOCK_M"], c["BLOCK_N"]) for kernel, c in v5.chosen_config(shape, dtype).items()} == tiles
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_a_key_block_narrower_than_the_query_block_gives_right_gradients(monkeypatch, dtype):
+    """A 16-key block under 32-row query steps: no target's space holds one (every candidate's
+    BLOCK_N is a multiple of its BLOCK_M), but ``overrides`` pins one (``{"BLOCK_N": 16}`` on
+    the interpreter's 32 x 32, :func:`test_a_pinned_setting_skips_the_tuner`). dK/dV's key
+    block 16..31 must start its causal query steps at row 0, the query block holding its
+    diagonal, not at row 16: from row 16, that masked step and the unmasked one from row 32
+    would both add rows 32..47. Causal, GQA, lengths no multiple of either tile; the
+    harness's rule on fresh inputs, outputs poisoned."""
+    monkeypatch.setattr(space_bwd, "space", lambda backend, a, d, kernel, dtype=None: [
+        space_bwd._cfg(kernel, 32, 16, head_block(d), 4, 1)])
+    monkeypatch.setattr(v5, "_CHOSEN", {})
+    shape = (1, 4, 2, 45, 45, 32, 1)
+    report = check_rung(kernels.get("attention", "v5"), shape, dtype)
+    assert report.passed, report.message
+    assert {kernel: (c["BLOCK_M"], c["BLOCK_N"]) for kernel, c in v5.chosen_config(shape, dtype).items()} \
+        == {"dkdv": (32, 16), "dq": (32, 16)}
+
+
 def test_on_the_interpreter_nothing_is_timed(monkeypatch):
     monkeypatch.setattr(tuning, "time_ms", lambda fn: pytest.fail("timed on the interpreter"))
     shape = (1, 2, 2, 9, 33, 40, 0)

@@ -89,6 +89,15 @@ def test_any_scale_is_sdpa_math(scale, causal):
     _check_against_the_reference((1, 4, 2, 9, 11, 16, causal), torch.float32, scale)
 
 
+def test_the_same_tensors_at_a_second_scale_get_that_scales_result():
+    """The scale is baked into each kept launch plan (the public op's, v4's forward, v5's
+    backward), so it must be in every plan's key: the same q, k, v metadata called again at
+    another scale (the conftest's ``tuning.forget`` drops every plan between tests, not within one) gets that
+    scale's output and gradients, not the first call's."""
+    for scale in (0.5, 0.125):
+        _check_against_the_reference((1, 2, 1, 9, 11, 16, 1), torch.float32, scale)
+
+
 def test_scale_and_odd_head_dim():
     q, k, v = (t.detach() for t in _inputs((1, 2, 2, 9, 9, 40, 0)))
     out = kernels.flash_attention(q, k, v, scale=0.3)

@@ -101,6 +101,16 @@ def test_any_scale_is_sdpa_math_per_sequence(scale, causal):
     _check_per_sequence(CASES["S_k!=S,empty,gqa4:2,d32"], causal, torch.float32, scale)
 
 
+def test_the_same_packed_shapes_with_a_longer_sequence_get_a_grid_that_covers_it():
+    """A packed launch plan is kept per tensor metadata, and its grid covers max_seqlen_q (the
+    programs past a sequence's end return), so the lengths must be in every plan's key (the
+    public op's, v4's forward, v5's backward): the same packed shapes with one sequence grown
+    past a 32-row block (the interpreter's), its keys' longest length unchanged, get its every
+    row written (outputs poisoned) and right, not the grid of the first call's longest sequence."""
+    for lengths_q in ([20, 20], [5, 35]):
+        _check_per_sequence((lengths_q, [5, 35], 2, 1, 16), True, torch.float32)
+
+
 @pytest.mark.parametrize("max_seqlen", [0, 3])
 @pytest.mark.parametrize("lengths_k", [[0, 0], [3, 2]], ids=["no keys", "keys"])
 def test_no_query_tokens_give_an_empty_result(lengths_k, max_seqlen):

@@ -14,6 +14,7 @@ import triton.language as tl
 import kernels
 from kernels.moe.layer_ladder import spec as moe_spec
 from kernels.moe.layer_ladder import v3_fused
+from kernels.outputs import poisoned_outputs
 from workbench import isa
 from workbench.isa import parse as isa_parse
 from workbench.check import check_rung
@@ -37,6 +38,28 @@ def test_matches_v2(dtype, bound):
         inputs = moe_spec.make_inputs(shape, dtype, seed=4)
         got, want = V3(*inputs).double(), kernels.get("moe", "v2")(*inputs).double()
         assert ((got - want).abs().max() / want.abs().max()).item() <= bound, shape
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
+def test_down_scatter_weights_the_fp32_product_before_its_one_rounding(dtype):
+    """Kernel 2 multiplies each row's fp32 product by its routing weight and rounds once. On
+    small integers every product, sum and weighting (by 0.75 or 1.25) is exact in fp32, so
+    the result is the exact value rounded once, bit for bit; sums past 256 (bf16) or 2048
+    (fp16) are not all in the dtype, so rounding the product before the weight shows.
+    Poisoned output: each slot's row is written."""
+    gen = torch.Generator().manual_seed(7)
+    tokens, top_k, experts, hidden, dim = 5, 2, 3, 40, 24
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)]).to(torch.int32)
+    offsets, slots = v3_fused.sort_slots(ids, experts)
+    h = torch.randint(-31, 32, (tokens * top_k, hidden), generator=gen).to(dtype)
+    down = torch.randint(-31, 32, (experts, hidden, dim), generator=gen).to(dtype)
+    weights = torch.tensor([0.75, 1.25])[torch.randint(0, 2, (tokens, top_k), generator=gen)]
+    with poisoned_outputs():
+        out = v3_fused.down_scatter(h, down, slots, weights, offsets)
+    expert = torch.searchsorted(offsets.long(), torch.arange(tokens * top_k), right=True)   # of each sorted row
+    exact = torch.empty(tokens * top_k, dim, dtype=torch.float64)
+    exact[slots] = torch.einsum("rk,rkn->rn", h.double(), down.double()[expert]) * weights.reshape(-1).double()[slots, None]
+    assert torch.equal(out, exact.to(dtype))
 
 
 def test_gate_up_kernel_reads_x_itself(monkeypatch):
