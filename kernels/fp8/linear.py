@@ -51,18 +51,22 @@ def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype,
           scale_rule: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                                   torch.Tensor, torch.Tensor]:
     rec = _recipes.get(recipe, scale_rule)
-    given = scale_x is not None and scale_w is not None   # a per-tensor recipe's given scales
-    if given:
+    if scale_x is not None and scale_w is not None:   # a per-tensor recipe's given scales
         y, (x8, sx, w8, sw), amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
-        # a custom op's outputs may not alias its inputs: the op returns an empty placeholder for a
-        # given (delayed) scale, and the backward saves the input itself (_setup: no copy, no device op)
-        sx, sw = x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)
     else:
         y, (x8, sx, w8, sw) = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
         amax = x.new_empty(0, dtype=torch.float32)
+    sx, sw = _unless_given(x, sx, scale_x), _unless_given(x, sw, scale_w)
     # FP8 payloads travel as their bytes (uint8 views: integer outputs take no gradient, and
     # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU)
     return y, x8.view(torch.uint8), sx, w8.view(torch.uint8), sw, amax
+
+
+def _unless_given(x: torch.Tensor, scale: torch.Tensor, given: torch.Tensor | None) -> torch.Tensor:
+    """``scale``, or an empty placeholder where the caller gave it: a custom op's outputs may not
+    alias its inputs, and the backward saves a given scale itself (:func:`_setup`: no copy, no
+    device op). Each given scale on its own: delayed scaling gives both, a caller may give one."""
+    return scale if given is None else x.new_empty(0, dtype=torch.float32)
 
 
 _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args=())
@@ -72,10 +76,8 @@ _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args
 def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_dy=None, counts=None,
       scale_rule=None):
     x8, sx, w8, sw = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
-    given = scale_x is not None and scale_w is not None
-    if given:
-        sx, sw = x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)
-    amax = x.new_empty(2 if given else 0, dtype=torch.float32)
+    sx, sw = _unless_given(x, sx, scale_x), _unless_given(x, sw, scale_w)
+    amax = x.new_empty(2 if scale_x is not None and scale_w is not None else 0, dtype=torch.float32)
     return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype), x8.view(torch.uint8), sx,
             w8.view(torch.uint8), sw, amax)
 
@@ -89,8 +91,9 @@ def _setup(ctx, inputs, output):
     # operands and the amaxes, five device ops per backward)
     ctx.set_materialize_grads(False)
     x8, sx, w8, sw = output[1:5]
-    given = scale_x is not None and scale_w is not None   # then saved themselves, 0-d as the casts took them
-    ctx.save_for_backward(x8, scale_x.reshape(()) if given else sx, w8, scale_w.reshape(()) if given else sw)
+    # a given scale is saved itself, 0-d as the casts took it
+    ctx.save_for_backward(x8, sx if scale_x is None else scale_x.reshape(()),
+                          w8, sw if scale_w is None else scale_w.reshape(()))
     # dy's state, held as it is (not saved: the forward's own record of x and w writes the counts
     # after this op, which would trip a saved tensor's version check); the backward writes it
     ctx.grad_state = () if history_dy is None else (history_dy, counts)
