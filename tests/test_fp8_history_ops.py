@@ -80,6 +80,8 @@ def result(arch):
     kernel = aot_launch(history_ops._record_kernel, torch.float8_e4m3fn, dict(num_warps=1), dict(index=2, H=16),
                         constexprs=dict(LIMIT=464.0, AT_LIMIT=False, BLOCK=16),
                         pointers=dict(history_ptr="*fp32", counts_ptr="*i64", amax_ptr="*fp32", scale_ptr="*fp32"))
+    if arch == "sm_90":
+        return isa_compile.compile_aot(kernel, ("cuda", 90, 32))["asm"].splitlines()
     return isa_parse.code_lines(isa_compile.compile_aot(kernel, ("hip", arch, 64))["asm"], "amdgcn")
 """
 
@@ -87,10 +89,20 @@ def result(arch):
 @pytest.mark.slow   # AOT compiles in a fresh process
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_the_record_reads_the_whole_history_before_it_shifts_it(arch):
-    """One warp (history_ops launches it so), one load of the 16 entries, then a wait for it, then
-    one store: no lane stores an entry another lane has yet to read."""
-    lines = [line.split()[0] for line in results(RECORD, ("gfx942", "gfx950"))[arch]]
+    """One load of the 16 entries, then a wait for it, then one store: no lane stores an entry
+    another lane has yet to read (one wave is one workgroup: its barrier is the wait)."""
+    lines = [line.split()[0] for line in results(RECORD, ("gfx942", "gfx950", "sm_90"))[arch]]
     vector = [i for i, op in enumerate(lines) if op.startswith(("buffer_", "global_"))]
     history_load, history_store = vector[0], vector[1]
     assert "load" in lines[history_load] and "store" in lines[history_store], lines
-    assert any(lines[i] == "s_waitcnt" for i in range(history_load, history_store)), lines
+    assert "s_waitcnt" in lines[history_load:history_store], lines
+
+
+@pytest.mark.slow
+def test_on_nvidia_a_barrier_separates_the_records_loads_from_its_stores():
+    """Lanes of an NVIDIA warp are not ordered without a barrier: bar.sync between the history's
+    load and its shifted store."""
+    ptx = [line.strip() for line in results(RECORD, ("gfx942", "gfx950", "sm_90"))["sm_90"]]
+    store = next(i for i, line in enumerate(ptx) if "st.global" in line)           # the shifted history
+    load = max(i for i, line in enumerate(ptx[:store]) if "ld.global" in line)     # its old entries
+    assert any(line.startswith(("bar.sync", "barrier.sync")) for line in ptx[load:store]), ptx

@@ -5,9 +5,12 @@ Why kernels: each is a handful of scalar operations (compare, divide, select; sh
 history), which as torch ops were a dozen device ops per tensor and step (``where``, ``gt``,
 ``div``, ``ones_like``, ``mul``, ``cat``, ``copy_``, ...), each a launch on a GPU's host
 (:mod:`workbench.harness.device_ops`); a Float8Linear under delayed scaling made 41 device ops per
-forward. One program each, bit for bit the torch expressions they replace
-(:mod:`kernels.fp8.recipes.delayed` says what the rules are; ``tests/test_fp8_delayed_dy.py``
-and ``tests/test_fp8_training.py`` check the histories, counts and scales).
+forward (measured at commit 1df93df). One program each, bit for bit the torch expressions they
+replace as the CPU evaluates them (the division is IEEE, ``tl.math.div_rn``, as in
+:mod:`kernels.gemm_fp8.quantize_kernel`; torch on a GPU divides by a Python float through its
+reciprocal, an ulp off at times) (:mod:`kernels.fp8.recipes.delayed` says what the rules are;
+``tests/test_fp8_history_ops.py``, ``tests/test_fp8_delayed_dy.py`` and
+``tests/test_fp8_training.py`` check the histories, counts and scales).
 
 Both are ``torch.library`` custom ops (the record declares the history and the counts it
 writes), so ``torch.compile`` keeps them, their writes included, in its graphs; an eager call
@@ -36,10 +39,10 @@ def _scale_kernel(seen_ptr, amax_ptr, scale_ptr, FMAX: tl.constexpr):
 def _record_kernel(history_ptr, counts_ptr, amax_ptr, scale_ptr, index, H,
                    LIMIT: tl.constexpr, AT_LIMIT: tl.constexpr, BLOCK: tl.constexpr):
     """history (H entries, newest first) shifted by one with amax first; counts[index] + 1 where
-    amax is beyond scale * LIMIT (or on it, with AT_LIMIT). Launched as one warp: its loads of the
-    old entries all come before its stores in one instruction stream, and program order keeps a
-    load before a store that may alias it (more warps would race: one warp's store, another's
-    load of the same entry)."""
+    amax is beyond scale * LIMIT (or on it, with AT_LIMIT). A lane stores the entry another lane
+    loads, so a barrier separates the loads of the old entries from the stores: no lane (of any
+    warp, on any GPU: lanes of an NVIDIA warp are not ordered without one) writes an entry before
+    every lane has read it."""
     amax = tl.load(amax_ptr)
     limit = tl.load(scale_ptr) * LIMIT
     if AT_LIMIT:
@@ -48,6 +51,7 @@ def _record_kernel(history_ptr, counts_ptr, amax_ptr, scale_ptr, index, H,
         saturated = amax > limit
     i = tl.arange(0, BLOCK)
     older = tl.load(history_ptr + i - 1, mask=(i >= 1) & (i < H), other=0.0)
+    tl.debug_barrier()
     tl.store(history_ptr + i, tl.where(i == 0, amax, older), mask=i < H)
     tl.store(counts_ptr + index, tl.load(counts_ptr + index) + saturated.to(tl.int64))
 
@@ -69,7 +73,7 @@ def _(seen, amax, fmax):
 def scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
     """``seen / fmax`` (0-d float32: an amax history's max), ``amax / fmax`` (0-d float32: the
     current amax) while ``seen`` is 0, 1 where both are 0: a 0-d float32 on their device; one
-    launch. Bitwise ``torch.where(ref > 0, ref / fmax, 1)`` with ``ref = torch.where(seen > 0,
+    launch. Bitwise (as the CPU evaluates it) ``torch.where(ref > 0, ref / fmax, 1)`` with ``ref = torch.where(seen > 0,
     seen, amax)``."""
     return (_scale_impl if eager.direct(seen, amax) else _scale)(seen, amax, fmax)
 
