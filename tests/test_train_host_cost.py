@@ -8,10 +8,10 @@ import pytest
 from workbench.train import host_cost
 
 # Device ops per step (Triton launches + torch ops that run a kernel) at cpu-smoke's widths, two
-# blocks. Before issue 22's host pass of the FP8 Linear they were tensorwise 801, delayed 1193,
-# rowwise 915, blockwise 516 and mxfp8 700 (the scales made by torch ops, zero gradients for the
-# outputs that take none, delayed scaling's bookkeeping in a dozen torch ops per tensor, mxfp8's
-# scales zero-filled before every pre-shuffle).
+# blocks. Measured at commit 1df93df, before issue 22's host pass of the FP8 Linear, they were
+# tensorwise 801, delayed 1193, rowwise 915, blockwise 516 and mxfp8 700 (the scales made by torch
+# ops, zero gradients for the outputs that take none, delayed scaling's bookkeeping in a dozen torch
+# ops per tensor).
 MAX_FP8_STEP_OPS = {"tensorwise": 595, "delayed": 705, "rowwise": 559, "blockwise": 466, "mxfp8": 670}
 
 
@@ -38,10 +38,10 @@ def test_the_workbench_step_launches_about_what_pytorchs_does(report):
     torch_row, ours = _row(report, "torch"), _row(report, "workbench")
     assert torch_row["triton_launches"] == 0 and ours["triton_launches"] > 0
     assert ours["torch_ops"] < torch_row["torch_ops"]
-    assert ours["triton_launches"] + ours["torch_ops"] <= 1.02 * torch_row["torch_ops"]
+    assert ours["device_ops"] == ours["triton_launches"] + ours["torch_ops"] <= 1.02 * torch_row["device_ops"]
 
 
 @pytest.mark.parametrize("recipe", list(MAX_FP8_STEP_OPS))
 def test_an_fp8_step_launches_no_more_than_its_bound(report, recipe):
     row = _row(report, f"workbench fp8 {recipe}")
-    assert row["triton_launches"] + row["torch_ops"] <= MAX_FP8_STEP_OPS[recipe], row
+    assert row["device_ops"] <= MAX_FP8_STEP_OPS[recipe], row

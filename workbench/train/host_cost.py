@@ -14,7 +14,7 @@ step, which is the same for every variant), with Triton's launches stubbed
 kernels, and the workbench kernels under each FP8 recipe, :func:`kernels.fp8.convert` as
 ``workbench train --fp8`` applies it) it reports:
 
-- the thread CPU time of a step (median of several): PyTorch's ops still run their (tiny)
+- the thread CPU time of a step (median of several, :func:`workbench.harness.host_overhead.per_call_us`): PyTorch's ops still run their (tiny)
   CPU kernels, ours are stubbed, so PyTorch's time is an upper bound on its host cost, as in
   the op benchmark;
 - the device ops a GPU would launch (:func:`workbench.harness.device_ops.device_ops`: Triton
@@ -27,8 +27,6 @@ depends on the shape (stream-K's fix-up GEMM). Never a GPU number: the label say
 from __future__ import annotations
 
 import dataclasses
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
@@ -52,10 +50,7 @@ class StepCost:
     host_ms: float
     triton_launches: int
     torch_ops: int
-
-    @property
-    def device_ops(self) -> int:
-        return self.triton_launches + self.torch_ops
+    device_ops: int   # the two together
 
 
 def variants(recipes: tuple[str, ...] | None = None) -> list[tuple[str, str | None]]:
@@ -80,13 +75,9 @@ def measure_step(kernels: str, fp8: str | None, preset: str = "cpu-smoke", layer
 
     seen = device_ops.device_ops(step)   # its warm-up step builds the plans and first-call caches
     with device_ops.stubbed_launches():
-        samples = []
-        for _ in range(repeats):
-            start = time.thread_time_ns()
-            step()
-            samples.append((time.thread_time_ns() - start) / 1e6)
+        host_ms = host_overhead.per_call_us(step, 1, repeats) / 1e3
     label = kernels if fp8 is None else f"{kernels} fp8 {fp8}"
-    return StepCost(label, statistics.median(samples), seen.triton, sum(seen.torch_ops.values()))
+    return StepCost(label, host_ms, seen.triton, sum(seen.torch_ops.values()), seen.total)
 
 
 def run(recipes: tuple[str, ...] | None = None, preset: str = "cpu-smoke", layers: int = 4,
@@ -109,13 +100,9 @@ def table(report: dict) -> str:
     """The report under its label: per variant, ms per step and device ops, each against the
     PyTorch step's."""
     torch_row = next(r for r in report["rows"] if r["variant"] == "torch")
-    torch_ops = torch_row["triton_launches"] + torch_row["torch_ops"]
-    rows = []
-    for r in report["rows"]:
-        ops = r["triton_launches"] + r["torch_ops"]
-        rows.append({"variant": r["variant"], "host ms": r["host_ms"], "x torch": r["host_ms"] / torch_row["host_ms"],
-                     "triton launches": r["triton_launches"], "torch ops": r["torch_ops"], "device ops": ops,
-                     "ops x torch": ops / torch_ops})
+    rows = [{"variant": r["variant"], "host ms": r["host_ms"], "x torch": r["host_ms"] / torch_row["host_ms"],
+             "triton launches": r["triton_launches"], "torch ops": r["torch_ops"], "device ops": r["device_ops"],
+             "ops x torch": r["device_ops"] / torch_row["device_ops"]} for r in report["rows"]]
     head = (f"{report['label']} ({report['cpu']}, backend {report['backend']}, torch {report['torch']}; "
             f"{report['preset']} widths, {report['layers']} blocks, forward+backward under autocast, "
             f"median of {report['repeats']} steps)")
