@@ -56,17 +56,16 @@ def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype,
     else:
         y, (x8, sx, w8, sw) = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
         amax = x.new_empty(0, dtype=torch.float32)
-    sx, sw = _unless_given(x, sx, scale_x), _unless_given(x, sw, scale_w)
+    # a custom op's outputs may not alias its inputs: a scale the caller gave (delayed scaling gives
+    # both, a caller may give one) is an empty placeholder, and the backward saves the input itself
+    # (_setup: no copy, no device op)
+    if scale_x is not None:
+        sx = x.new_empty(0, dtype=torch.float32)
+    if scale_w is not None:
+        sw = x.new_empty(0, dtype=torch.float32)
     # FP8 payloads travel as their bytes (uint8 views: integer outputs take no gradient, and
     # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU)
     return y, x8.view(torch.uint8), sx, w8.view(torch.uint8), sw, amax
-
-
-def _unless_given(x: torch.Tensor, scale: torch.Tensor, given: torch.Tensor | None) -> torch.Tensor:
-    """``scale``, or an empty placeholder where the caller gave it: a custom op's outputs may not
-    alias its inputs, and the backward saves a given scale itself (:func:`_setup`: no copy, no
-    device op). Each given scale on its own: delayed scaling gives both, a caller may give one."""
-    return scale if given is None else x.new_empty(0, dtype=torch.float32)
 
 
 _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args=())
@@ -76,7 +75,10 @@ _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args
 def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_dy=None, counts=None,
       scale_rule=None):
     x8, sx, w8, sw = _recipes.get(recipe).saved_like(x, w, fp8_dtype)
-    sx, sw = _unless_given(x, sx, scale_x), _unless_given(x, sw, scale_w)
+    if scale_x is not None:   # a given scale's placeholder, as _impl returns it
+        sx = x.new_empty(0, dtype=torch.float32)
+    if scale_w is not None:
+        sw = x.new_empty(0, dtype=torch.float32)
     amax = x.new_empty(2 if scale_x is not None and scale_w is not None else 0, dtype=torch.float32)
     return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype), x8.view(torch.uint8), sx,
             w8.view(torch.uint8), sw, amax)
