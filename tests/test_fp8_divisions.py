@@ -40,9 +40,11 @@ def launches(name, fp8):
         options = dict(scale_rule="round_up") if "round_up" in rest else dict(given_scale="given" in rest)
         return [quantize_kernel.aot(granularity, fp8, **options)]
     if name == "row scales":
-        return [aot_launch(quantize_kernel._row_scales_kernel, torch.float32, dict(num_warps=4),
+        settings = dict(quantize_kernel.ROW_SCALES_SETTINGS)   # as the launch sets them
+        options = dict(num_warps=settings.pop("num_warps"))
+        return [aot_launch(quantize_kernel._row_scales_kernel, torch.float32, options,
                            dict(M=N, K=N, TK=N // 128, TM=N // 128),
-                           constexprs=dict(FMAX=fmax, COLS=True, BLOCK=64, BT=32))]
+                           constexprs=dict(FMAX=fmax, COLS=True, **settings))]
     if name == "grouped quantize":
         return list(grouped_quantize.aot(fp8))
     if name == "history scale":

@@ -57,6 +57,18 @@ def test_quantize_is_bit_exact_with_its_transposed_copy(granularity, fp8, rule):
     assert got[3].shape == scale_shape(granularity, 259, 130)
 
 
+def test_row_scales_of_more_tile_columns_than_one_read_of_the_scale_launch():
+    """_row_scales_kernel reads a row's tile maxima _ROW_SCALES_BT at a time: K > 32 tiles of 128
+    takes a second read, and each row's largest value sits in it, so a skipped or misplaced second
+    read changes every scale."""
+    k = 128 * quantize_kernel._ROW_SCALES_BT + 204
+    x = activations((3, k), seed=9)
+    x[:, -100] = 50.0 * torch.arange(1, 4)   # every row's amax, in the second read's tiles
+    with poisoned_outputs():
+        got = quantize(x, "row", E4M3FNUZ, transpose=True)
+    assert_same(got, quantize_reference(x, "row", E4M3FNUZ, transpose=True))
+
+
 @pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("granularity,fp8,rule", [("row", E4M3FNUZ, "ocp"), ("block1x128", E4M3FNUZ, "ocp"),
                                                   ("mx32", E4M3FN, "round_up"), ("mx32", E5M2, "round_up")],
@@ -202,7 +214,7 @@ def test_a_given_scale_casts_without_the_amax_launch_as_quantize_fp8(x_dtype, fp
     so the outliers saturate; the transposed copy takes the same scale; no amax launch."""
     x = activations((67, 130), seed=6, dtype=x_dtype)
     scale = (x.float().abs().amax() / torch.finfo(fp8).max / 4).reshape(1)
-    monkeypatch.setattr(quantize_kernel, "_tile_maxima", None)    # calling it would fail
+    monkeypatch.setattr(quantize_kernel._Cast, "_maxima", None)    # the amax pass: calling it would fail
     with poisoned_outputs():
         got = quantize(x, "tensor", fp8, transpose=True, scale=scale)
     want, want_scale = quantize_fp8(x, fp8, "tensor", scale=scale.reshape(()))

@@ -17,8 +17,8 @@ passes, an amax pass (:func:`_amax_kernel`, one partial max per tile and per row
 of a tile) and the cast pass, so x is read twice. Between them, ``tensor``'s maxima are reduced
 by one torch reduction and the cast computes the scale from that amax; ``row``'s are reduced
 and made scales by one small launch (:func:`_row_scales_kernel`): three device ops per quantize
-either way, where torch ops making the scales were four to nine more, each a launch on a GPU's
-host (:mod:`workbench.harness.device_ops`). An atomic max
+either way (``tests/test_host_overhead_fp8.py``), where torch ops made the scales before, each a
+launch on a GPU's host (:mod:`workbench.harness.device_ops`). An atomic max
 would not save the second read: no element can be cast before its group's amax is known.
 
 Division: every ``amax / fp8_max`` and ``x / scale`` is ``tl.math.div_rn``, IEEE round-to-nearest
@@ -156,7 +156,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
     (tensor: one for all, stride 0), the scales; with FROM_AMAX (tensor) the tensor's amax at
     s_ptr instead, whose scale the cast computes (:func:`scale_of_amax`; q_t is then q.T) and the
     first program writes at amax_ptr (no pointer of its own: the cast without it keeps its
-    arguments, registers and occupancy, tests/test_fp8_quantize_isa.py);
+    arguments and occupancy, tests/test_fp8_quantize_isa.py);
     1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile (MX: e8m0, by the round-up
     rule with ROUND_UP); 2: one G x G group.
     AMAX: also the tile's max |x| to amax_ptr[pid_m, pid_k] (a row-major grid of tiles)."""
@@ -327,14 +327,15 @@ class _Cast:
                                          TRANSPOSE=transpose, AMAX=amax,
                                          FROM_AMAX=self.tensor and not given,
                                          BLOCK=TILE, num_warps=NUM_WARPS, **format_constants(fp8_dtype)))
-        self.cols = transpose and not self.tensor   # the amax pass's maxima per column of x too
-        self.maxima_shapes = (m, tiles[1]), (tiles[0], k) if self.cols else (1, 1)
-        self.maxima = run_args(_amax_kernel, 4, (m, k, *x.stride(), tiles[1], 1, self.maxima_shapes[1][1], 1),
-                               tiles, dict(COLS=self.cols, UNLESS=False, BLOCK=TILE, num_warps=NUM_WARPS))
-        self.row_scales = run_args(_row_scales_kernel, 4, (m, k, tiles[1], tiles[0]),
-                                   (cdiv(max(m, k if self.cols else 0), TILE),),
-                                   dict(FMAX=float(torch.finfo(fp8_dtype).max), COLS=self.cols, BLOCK=TILE,
-                                        BT=_ROW_SCALES_BT, num_warps=4))
+        if self.per_number and not given:   # the amax pass, and row's scale launch
+            self.cols = transpose and not self.tensor   # the amax pass's maxima per column of x too
+            self.maxima_shapes = (m, tiles[1]), (tiles[0], k) if self.cols else (1, 1)
+            self.maxima = run_args(_amax_kernel, 4, (m, k, *x.stride(), tiles[1], 1, self.maxima_shapes[1][1], 1),
+                                   tiles, dict(COLS=self.cols, UNLESS=False, BLOCK=TILE, num_warps=NUM_WARPS))
+            self.row_scales = run_args(_row_scales_kernel, 4, (m, k, tiles[1], tiles[0]),
+                                       (cdiv(max(m, k if self.cols else 0), TILE),),
+                                       dict(FMAX=format_constants(fp8_dtype)["FMAX"], COLS=self.cols,
+                                            **ROW_SCALES_SETTINGS))
 
     def _maxima(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The amax pass: max |x| per row and tile column (M, TK), and with the transposed copy of
@@ -378,6 +379,8 @@ class _Cast:
 
 _CASTS = plans.PlanCache()
 _ROW_SCALES_BT = 32   # tile maxima per row read at once by _row_scales_kernel
+# _row_scales_kernel's launch settings (the launch's and an AOT compile's)
+ROW_SCALES_SETTINGS = dict(BLOCK=TILE, BT=_ROW_SCALES_BT, num_warps=4)
 
 
 def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
