@@ -268,8 +268,8 @@ BLOCK_SCALE = KernelExercise(
         "largest value FMAX. A smaller scale saturates, a larger one wastes the top binades.",
         "So scale = amax / FMAX. A group of zeros has amax 0, so scale 0 and q = 0 / 0 = NaN: "
         "give it scale 1 (its q is 0 either way). Divide with tl.math.div_rn, as the y line does: "
-        "Triton's / rounds correctly on AMD but not on NVIDIA (div.full.f32, up to 2 ulp), and "
-        "a scale one ulp off is not torch's bits.",
+        "the interpreter grading you rounds / correctly, and so does AMD, but on NVIDIA Triton's / "
+        "is div.full.f32 (up to 2 ulp), and a scale one ulp off is not the reference's bits.",
         "scale = tl.where(amax > 0, tl.math.div_rn(amax, FMAX), 1.0): one scale per group, which "
         "the y line broadcasts over its G elements.",
     ),
