@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from workbench.harness import host_overhead
 from workbench.train import host_cost
 
 # Device ops per step (Triton launches + torch ops that run a kernel) at cpu-smoke's widths, two
@@ -13,6 +14,7 @@ from workbench.train import host_cost
 # ops, zero gradients for the outputs that take none, delayed scaling's bookkeeping in a dozen torch
 # ops per tensor).
 MAX_FP8_STEP_OPS = {"tensorwise": 595, "delayed": 705, "rowwise": 559, "blockwise": 466, "mxfp8": 670}
+MAX_WORKBENCH_STEP_OPS = 431   # the bf16 workbench step's (PyTorch's step: 426)
 
 
 @pytest.fixture(scope="module")
@@ -26,22 +28,25 @@ def _row(report, variant):
 
 def test_the_report_names_every_variant_and_says_it_is_no_gpu_number(report):
     assert [r["variant"] for r in report["rows"]] == ["torch", "workbench",
-                                                       *(f"workbench fp8 {r}" for r in MAX_FP8_STEP_OPS)]
+                                                       *(f"workbench fp8 {r}" for r in host_overhead.FP8_RECIPES)]
     assert "never a GPU number" in report["label"] and report["cpu"]
     text = host_cost.table(report)
     assert text.startswith(report["label"]) and "2 blocks" in text and "workbench fp8 rowwise" in text
 
 
 def test_the_workbench_step_launches_about_what_pytorchs_does(report):
-    """Its Triton launches replace PyTorch's GEMM, attention and expert ops one for one or better:
-    its own torch ops are fewer than PyTorch's step's, and its total within 2% of it."""
+    """Its Triton launches replace PyTorch's GEMM, attention and expert ops: its own torch ops are
+    fewer than PyTorch's step's, and its total is bounded (431 at two blocks: 59 launches stand
+    for 54 torch ops, 5 device ops more than PyTorch's 426)."""
     torch_row, ours = _row(report, "torch"), _row(report, "workbench")
     assert torch_row["triton_launches"] == 0 and ours["triton_launches"] > 0
     assert ours["torch_ops"] < torch_row["torch_ops"]
-    assert ours["device_ops"] == ours["triton_launches"] + ours["torch_ops"] <= 1.02 * torch_row["device_ops"]
+    assert ours["device_ops"] == ours["triton_launches"] + ours["torch_ops"] <= MAX_WORKBENCH_STEP_OPS
 
 
 @pytest.mark.parametrize("recipe", list(MAX_FP8_STEP_OPS))
 def test_an_fp8_step_launches_no_more_than_its_bound(report, recipe):
+    if recipe not in host_overhead.FP8_RECIPES:
+        pytest.skip(f"{recipe}'s kernels are not in this installation")
     row = _row(report, f"workbench fp8 {recipe}")
     assert row["device_ops"] <= MAX_FP8_STEP_OPS[recipe], row

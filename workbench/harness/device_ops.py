@@ -114,7 +114,9 @@ def _other_dispatch_modes() -> int:
 def _unseen_by_kernels():
     """The counter hidden from :func:`kernels.eager.path`, which takes any open dispatch mode for a
     tracer and then runs a public op as its custom op: counted, the call takes the path it takes
-    uncounted (in an eager training step, an op's own ``autograd.Function``)."""
+    uncounted (in an eager training step, an op's own ``autograd.Function``). Swapped in
+    :mod:`kernels.eager` for the count's duration, process-wide (the counts run on one thread), so
+    that ``eager.path`` keeps its one C call on the hot path instead of inspecting the mode stack."""
     saved = eager._dispatch_modes
     eager._dispatch_modes = _other_dispatch_modes
     try:

@@ -31,11 +31,11 @@ argument binding, cache lookup and the driver's launch) is stubbed out and not m
 The goal (issue 18) is our time within twice torch's (:data:`GOAL`); the report says per op
 whether it is met.
 
-``kernels.fp8.Float8Linear`` is measured per recipe (:data:`FP8_RECIPES`: all five), its forward and its
+``kernels.fp8.Float8Linear`` is measured per recipe (:data:`FP8_RECIPES`: each this installation runs), its forward and its
 forward with the backward (``torch.autograd.grad`` of x, weight and bias), against
 ``torch.nn.Linear`` called the same way (issue 22: an FP8 step whose Linears' host time exceeds
 their GEMMs' is host-bound). Every row also gives the device ops per call on each side: the
-Triton launches and the torch ops that run a kernel, counted inside our custom ops
+Triton launches and the torch ops that run a kernel, counted on the path an eager call takes
 (:mod:`workbench.harness.device_ops`), each of which costs a GPU's host a launch.
 
 The breakdown splits our time into validation, rung/config lookup (with the launch plan's key
@@ -78,7 +78,7 @@ import kernels.fp8
 from kernels import eager
 
 from . import device_ops, environment
-from .device_ops import Launches, stubbed_launches   # where the launches are stubbed, for callers of this benchmark
+from .device_ops import stubbed_launches   # where the launches are stubbed, for callers of this benchmark
 from .table import format_table
 
 LABEL = "CPU host overhead, launch stubbed"
@@ -175,7 +175,8 @@ def _torch_matmul_fp8():
     return lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
 
 
-FP8_RECIPES = ("tensorwise", "rowwise", "blockwise", "delayed", "mxfp8")   # every recipe of kernels.fp8
+# every recipe of kernels.fp8 whose kernels this installation has (kernels.fp8.Recipe.needs)
+FP8_RECIPES = tuple(r for r in kernels.fp8.names() if not kernels.fp8.get(r).needs)
 
 
 def _fp8_linear(recipe: str, backward: bool):
@@ -354,11 +355,8 @@ def measure(case: Case, calls: int = 200, repeats: int = 7) -> Row:
     no autograd.Function, :func:`kernels.eager.path`), torch's, our breakdown, and the device ops
     per call on each side (:func:`workbench.harness.device_ops.device_ops`)."""
     ours, theirs = case.ours(), case.torch()
-    with stubbed_launches() as seen:
-        ours()
-        before = seen.count
-        ours()
-        launches = seen.count - before
+    ops = device_ops.device_ops(ours)   # its Triton launches are the case's launches per call
+    with stubbed_launches():
         ours_us = per_call_us(ours, calls, repeats)
         no_grad_us = None
         if not case.backward:
@@ -368,8 +366,8 @@ def measure(case: Case, calls: int = 200, repeats: int = 7) -> Row:
         calls_per_call = python_calls(ours)
     torch_us = per_call_us(theirs, calls, repeats)
     return Row(case.op, case.shape, ours_us, no_grad_us, case.torch_op, torch_us, ours_us / torch_us,
-               ours_us <= GOAL * torch_us, launches, device_ops.device_ops(ours).total,
-               device_ops.device_ops(theirs).total, calls_per_call,
+               ours_us <= GOAL * torch_us, ops.triton, ops.total, device_ops.device_ops(theirs).total,
+               calls_per_call,
                {name: share * ours_us for name, share in shares.items()})
 
 

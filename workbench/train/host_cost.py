@@ -21,8 +21,7 @@ kernels, and the workbench kernels under each FP8 recipe, :func:`kernels.fp8.con
   launches, and torch ops that run a kernel), a count that does not depend on the CPU.
 
 The model is ``cpu-smoke``'s widths, ``layers`` blocks deep (block 0 dense, the rest MoE, as
-in the GPU presets). The counts grow with depth, not width, except where a launch's count
-depends on the shape (stream-K's fix-up GEMM). Never a GPU number: the label says so.
+in the GPU presets). Never a GPU number: the label says so.
 """
 from __future__ import annotations
 
@@ -30,8 +29,6 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-
-import kernels as _kernels
 
 from ..harness import device_ops, environment, host_overhead
 from ..harness.table import format_table
@@ -55,9 +52,9 @@ class StepCost:
 
 def variants(recipes: tuple[str, ...] | None = None) -> list[tuple[str, str | None]]:
     """(kernels, FP8 recipe) per variant: PyTorch, the workbench kernels, and those under each
-    FP8 recipe (default every one whose kernels this installation has, :func:`kernels.fp8.names`)."""
+    FP8 recipe (default every one whose kernels this installation has, as the op benchmark's)."""
     if recipes is None:
-        recipes = tuple(r for r in _kernels.fp8.names() if not _kernels.fp8.get(r).needs)
+        recipes = host_overhead.FP8_RECIPES
     return [("torch", None), ("workbench", None), *(("workbench", r) for r in recipes)]
 
 
