@@ -13,8 +13,9 @@ fork of a parent that already ran torch ops can inherit a stuck thread pool. The
 also imports ``torch._dynamo``, which torch would otherwise import at each rank's first
 custom op call (``torch._compile``'s lazy import: some 900 modules, sympy and triton among
 them; kernels is imported before it, to pick the backend before triton loads). Measured
-here, one thread: the CPU time of a rank's first forward and backward of a small
-``kernels.MoE``, 1.25 s -> 0.34 s (its second: 0.19 s).
+once, one thread, on a 2-core Intel Xeon (2026-12-05): the CPU time of a rank's first forward and
+backward of a small ``kernels.MoE``, 1.25 s -> 0.34 s (its second: 0.19 s); a test checks only
+that ranks start with it imported.
 
 Results come back by value: each rank pickles its result itself, with the standard
 pickler, and sends bytes. Through a multiprocessing queue, torch would send each tensor
