@@ -2,25 +2,32 @@
 
 Written out in plain PyTorch (not ``torch.nn.RMSNorm``) so each is a few lines a
 reader can check against the papers, and so the hot matmuls and attention go through
-:mod:`.ops`, where the switch between PyTorch and the workbench kernels lives.
+:mod:`.ops`, where the switch between PyTorch and the workbench kernels lives. The norm, the
+rotary embedding and the dense SwiGLU name their fused kernel beside the formula it computes
+(the ``norm``, ``rope`` and ``swiglu`` choices of :func:`.ops.resolve`).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+import kernels as _kernels
+
 from . import ops
 
 
 class RMSNorm(torch.nn.Module):
-    """``x / sqrt(mean(x²) + eps) * weight``, computed in fp32 (Zhang & Sennrich 2019)."""
+    """``x / sqrt(mean(x²) + eps) * weight``, computed in fp32 (Zhang & Sennrich 2019);
+    ``impl="workbench"``: ``kernels.rms_norm``, the same in one pass."""
 
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float, impl: str = "torch"):
         super().__init__()
-        self.eps = eps
+        self.eps, self.impl = eps, impl
         self.weight = torch.nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.impl == "workbench":
+            return _kernels.rms_norm(x, self.weight, self.eps)
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * self.weight.float()).to(x.dtype)
@@ -51,7 +58,7 @@ class Attention(torch.nn.Module):
     def __init__(self, cfg, impls: dict[str, str]):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
-        self.impl = impls["attention"]
+        self.impl, self.rope = impls["attention"], _kernels.rope if impls["rope"] == "workbench" else apply_rope
         kv = cfg.kv_heads * cfg.head_dim
         self.q = ops.linear(impls["gemm"], cfg.dim, cfg.dim)
         self.k = ops.linear(impls["gemm"], cfg.dim, kv)
@@ -63,18 +70,27 @@ class Attention(torch.nn.Module):
         q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        out = ops.attention(self.impl, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+        out = ops.attention(self.impl, self.rope(q, cos, sin), self.rope(k, cos, sin), v)
         return self.o(out.transpose(1, 2).reshape(b, s, -1))
 
 
 class SwiGLU(torch.nn.Module):
-    """``down(silu(gate(x)) * up(x))`` (Shazeer 2020), the dense FFN."""
+    """``down(silu(gate(x)) * up(x))`` (Shazeer 2020), the dense FFN: projections by ``impl``,
+    the activation by ``act`` (``"workbench"``: ``kernels.moe.swiglu_op.swiglu``, one pass
+    each way, rounded once from fp32 where torch rounds ``silu`` and the product apart)."""
 
-    def __init__(self, dim: int, hidden: int, impl: str):
+    def __init__(self, dim: int, hidden: int, impl: str, act: str = "torch"):
         super().__init__()
         self.gate = ops.linear(impl, dim, hidden)
         self.up = ops.linear(impl, dim, hidden)
         self.down = ops.linear(impl, hidden, dim)
+        self.fused = None
+        if act == "workbench":   # imported here: Triton loads only for a model that runs it
+            from kernels.moe.swiglu_op import swiglu
+            self.fused = swiglu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        g, u = self.gate(x), self.up(x)
+        if self.fused is not None:   # the kernel takes (rows, hidden)
+            return self.down(self.fused(g.flatten(0, -2), u.flatten(0, -2)).view_as(g))
+        return self.down(F.silu(g) * u)
