@@ -11,8 +11,12 @@ splits the interleaved pairs in registers (``reshape`` to (rows, D/2, 2), ``spli
 them in fp32 and joins them back for one 16-byte store, rounded once to x's dtype. Offsets are
 int64: B·S·H·D may pass 2^31.
 
-What the compiled code does on gfx942 and gfx950 is ``tests/test_rope_isa.py``'s to say, and
-the AOT launch's argument classes against a call's are ``tests/test_aot_matches_calls.py``'s.
+``tests/test_rope_isa.py`` compiles the launch (bf16, the training step's layout, D = 64 and
+128, both directions) for gfx942 and gfx950: a thread reads its 8 bf16 of x, and the 4 fp32 of
+cos and of sin its pairs need, as one 16-byte load each and writes y as one 16-byte store,
+nothing narrower; no LDS (the pairs never leave the thread), no spills, no scratch, 8 waves per
+SIMD. ``tests/test_aot_matches_calls.py`` checks that this AOT launch specializes every
+argument as a call's launch does.
 """
 from __future__ import annotations
 
