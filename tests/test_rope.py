@@ -217,16 +217,20 @@ def _targets(graphs) -> set:
 
 @pytest.mark.parametrize("grad", [False, True], ids=["no grad", "grad"])
 def test_one_launch_forward_and_one_backward(grad):
-    """No torch op beside the launch (the allocation launches nothing), either direction."""
+    """No torch op beside the launch (the allocation launches nothing), either direction,
+    where the model's apply_rope runs 9 forward and 12 backward (what the op's docstring says)."""
     gen = torch.Generator().manual_seed(8)
     x = _heads(2, 3, 5, 8, torch.bfloat16, gen).requires_grad_(grad)
     cos, sin = _tables(5, 8, gen)
-    forward = device_ops(lambda: kernels.rope(x, cos, sin))
-    assert (forward.triton, dict(forward.torch_ops)) == (1, {})
+    for rope, launches, torch_ops in ((kernels.rope, 1, 0), (apply_rope, 0, 9)):
+        forward = device_ops(lambda: rope(x, cos, sin))
+        assert (forward.triton, forward.total) == (launches, launches + torch_ops)
     if grad:
-        y, dy = kernels.rope(x, cos, sin), torch.randn(x.shape, generator=gen).to(x.dtype)
-        backward = device_ops(lambda: torch.autograd.grad(y, x, dy, retain_graph=True))
-        assert (backward.triton, dict(backward.torch_ops)) == (1, {})
+        dy = torch.randn(x.shape, generator=gen).to(x.dtype)
+        for rope, launches, torch_ops in ((kernels.rope, 1, 0), (apply_rope, 0, 12)):
+            y = rope(x, cos, sin)
+            backward = device_ops(lambda: torch.autograd.grad(y, x, dy, retain_graph=True))
+            assert (backward.triton, backward.total) == (launches, launches + torch_ops)
 
 
 @pytest.mark.parametrize("dtype, d, rows, warps", [

@@ -2,10 +2,11 @@
 to ``torch.compile``.
 
 It computes what the training model's ``apply_rope`` (``workbench/train/layers.py``) computes,
-so it can take its place: eager PyTorch runs about nine device ops for it (``x.float()``, four
-products, two sums, a stack, a cast), each with an fp32 temporary over (B, H, S, D), and more
-for the backward; here each direction is one launch of :mod:`.kernel`, x (or dy) read once and
-the result written once, rounded once to x's dtype from fp32.
+so it can take its place: eager PyTorch runs nine device ops for it (``x.float()``, four
+products, a difference, a sum, a stack, a cast), most with an fp32 temporary over (B, H, S, D),
+and twelve for the backward; here each direction is one launch of :mod:`.kernel`, x (or dy)
+read once and the result written once, rounded once to x's dtype from fp32
+(``tests/test_rope.py`` counts both).
 
 How it is wrapped, as the other public ops are: ``kernels::rope`` and ``kernels::rope_backward``
 are custom ops with fakes, joined by ``register_autograd``, so ``torch.compile(fullgraph=True)``
