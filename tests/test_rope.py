@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch._dynamo.testing import AotEagerAndRecordGraphs
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernels
 from kernels.outputs import poisoned_outputs
@@ -178,6 +179,39 @@ def test_a_repeated_call_skips_the_checks(monkeypatch):
     assert torch.equal(kernels.rope(x, cos, sin), first)
     with pytest.raises(pytest.fail.Exception, match="checked again"):
         kernels.rope(x[:, :, :2], cos[:2], sin[:2])
+
+
+def _refuse(*args):
+    raise AssertionError("the custom op was called")
+
+
+def test_an_eager_call_skips_the_custom_ops_and_a_watched_one_takes_them(monkeypatch):
+    """Without a gradient the launch plan runs; with one, :class:`_Rope`, whose backward runs
+    the backward's implementation; under a dispatch mode (a tracer's) both custom ops run."""
+    gen = torch.Generator().manual_seed(12)
+    x = _heads(1, 2, 3, 8, torch.float16, gen)
+    cos, sin = _tables(3, 8, gen)
+    want = kernels.rope(x, cos, sin)
+    with monkeypatch.context() as patch:
+        patch.setattr(rope_op, "_rope", _refuse)
+        patch.setattr(rope_op, "_rope_backward", _refuse)
+        assert torch.equal(kernels.rope(x, cos, sin), want)
+        y = kernels.rope(x.requires_grad_(), cos, sin)
+        assert type(y.grad_fn).__name__ == "_RopeBackward"
+        y.backward(torch.ones_like(y))
+    called = []
+    for name in ("_rope", "_rope_backward"):
+        real = getattr(rope_op, name)
+        monkeypatch.setattr(rope_op, name, lambda *args, real=real, name=name: called.append(name) or real(*args))
+    with _Watching():
+        y = kernels.rope(x, cos, sin)
+        dx, = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert called == ["_rope", "_rope_backward"] and torch.equal(y, want) and torch.equal(dx, x.grad)
+
+
+class _Watching(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
 
 
 def test_custom_ops_pass_opcheck():
