@@ -14,7 +14,7 @@ from kernels.outputs import poisoned_outputs
 from kernels.rotary import op as rope_op
 from kernels.rotary.kernel import DTYPES, settings
 from test_moe_swiglu_backward import UNIT
-from workbench.harness.device_ops import device_ops
+from workbench.harness.device_ops import device_ops, stubbed_launches
 from workbench.train.layers import apply_rope, rope_tables
 
 SHAPES = [(2, 3, 17, 6), (1, 6, 5, 64), (2, 2, 3, 2)]
@@ -155,6 +155,14 @@ def test_bad_inputs_get_clear_errors():
     for args, error, message in cases:
         with pytest.raises(error, match=message):
             kernels.rope(*args)
+
+
+def test_rows_past_int32_are_refused():
+    """B·H·S = 2^31 rows (an expansion, no memory): the kernel numbers rows in int32. Launches
+    are stubbed, so without the check the call would return instead of raising."""
+    x = torch.zeros(1, 1, 1, 2, dtype=torch.bfloat16).expand(2 ** 16, 2 ** 15, 1, 2)
+    with stubbed_launches(), pytest.raises(ValueError, match=r"x has B·H·S = 2147483648 rows; rope takes fewer than 2\^31"):
+        kernels.rope(x, torch.ones(1, 1), torch.zeros(1, 1))
 
 
 def test_devices_differing_are_named(monkeypatch):
