@@ -32,7 +32,7 @@ from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, run
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 VECTOR_BYTES = 16   # the widest global load and store a thread issues, on AMD and NVIDIA alike
-WAVE = 64           # AMD's wave; NVIDIA's warp of 32 then holds two vectors a thread
+WAVE = 64           # threads in an AMD wave, which the tile is sized for
 NUM_WARPS, MAX_WARPS = 4, 16
 
 
