@@ -6,6 +6,7 @@ environment variable to set. Then it checks the installed Triton against the rel
 rungs compile under (:mod:`kernels.triton_version`), without importing Triton yet. Kernel
 modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
+``kernels.rope`` (rotary embedding),
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
 ``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``, ``kernels.grouped_gemm_mxfp8``), the tuning
 pass ``kernels.tune``, ``kernels.nn``, ``kernels.fp8`` (FP8 training: ``kernels.fp8.convert``), ``kernels.moe``
@@ -32,6 +33,7 @@ _LAZY = {
     "matmul_mxfp4": ("kernels.gemm_mxfp4.ops", "matmul_mxfp4"),
     "flash_attention": ("kernels.attention.ops", "flash_attention"),
     "flash_attention_varlen": ("kernels.attention.ops", "flash_attention_varlen"),
+    "rope": ("kernels.rotary.op", "rope"),
     "grouped_gemm": ("kernels.moe.grouped_gemm.ops", "grouped_gemm"),
     "grouped_gemm_fp8": ("kernels.moe.grouped_gemm_fp8.ops", "grouped_gemm_fp8"),
     "grouped_gemm_mxfp8": ("kernels.moe.grouped_gemm_mxfp8.ops", "grouped_gemm_mxfp8"),

@@ -28,8 +28,10 @@ from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.layer_ladder import combine_backward, slot_sum, swiglu_backward, swiglu_forward, v3_fused
 from kernels.moe.swiglu_op import swiglu
+from kernels.rotary import kernel as rope_kernel
 from fp8_recipe_launches import part_of
 from launch_classes import differences, recorded_launches
+from workbench.train.layers import rope_tables
 
 INTERPRETER_ONLY = ("INTERP_BF16", "S_AS_FORWARD")
 ATTENTION_CHOSEN = ("BLOCK_M", "BLOCK_N", "BLOCK_D", "P_BITS", "K_ROWS")   # per target (P_BITS, K_ROWS: CDNA3's)
@@ -106,6 +108,14 @@ def swiglu_forward_fp8_owner():
     bounded by an int32 on the device."""
     g, u = (torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(2))
     swiglu_forward.swiglu_forward(g, u, rows_end=torch.full((1,), 50, dtype=torch.int32))
+
+
+def rope():
+    """gpu-moe-small's query rotation as the training step calls it (a projection's view,
+    rope_tables' cos and sin), and its backward on a gradient laid out as the result."""
+    cos, sin = rope_tables(S, D, 10000.0)
+    y = kernels.rope(_heads(S, HQ), cos, sin)
+    y.backward(torch.randn(B, S, HQ, D, dtype=torch.bfloat16).transpose(1, 2))
 
 
 def gemm(layout: str, bias: bool = False, tail: bool = False):
@@ -217,6 +227,8 @@ CASES = {
     "swiglu forward": (swiglu_float8moe, lambda: [swiglu_forward.aot(torch.bfloat16)], ("BLOCK_R", "BLOCK_H")),
     "swiglu forward fp8 owner": (swiglu_forward_fp8_owner, lambda: [swiglu_forward.aot(torch.bfloat16, bounded=True)],
                                  ("BLOCK_R", "BLOCK_H")),
+    "rope forward and backward": (rope, lambda: [rope_kernel.aot(torch.bfloat16, D),
+                                                 rope_kernel.aot(torch.bfloat16, D, inverse=True)], ()),
     # forward's combine (weighted), then permute's backward (weight 1)
     "float8moe k-sums": (float8moe, lambda: [slot_sum.aot(torch.bfloat16),
                                              slot_sum.aot(torch.bfloat16, weighted=False)], ("BLOCK_T", "BLOCK_D")),
