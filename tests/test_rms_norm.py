@@ -99,8 +99,8 @@ def test_forward_and_gradients_match_float64(shape, x_dtype, w_dtype):
 
 
 def test_rows_of_a_wider_buffer_and_a_strided_weight_are_read_in_place():
-    """x a slice of a wider buffer's columns (row stride 40), a weight of stride 2, dy transposed
-    twice (rows of a (33, 21) buffer: copied)."""
+    """x a slice of a wider buffer's columns (row stride 40) and a weight of stride 2, read in
+    place; dy a transposed (33, 21) buffer (its columns apart: copied)."""
     x, w, _ = _inputs((21, 40), torch.bfloat16, torch.float32, seed=3)
     x = x[:, 3:36]
     w2 = torch.randn(66).requires_grad_()
@@ -109,11 +109,16 @@ def test_rows_of_a_wider_buffer_and_a_strided_weight_are_read_in_place():
     _check(x, w2[::2], dy)
 
 
-def test_transposed_3d_x_and_expanded_dy_are_copied_once_and_give_the_same_values():
+def test_rows_of_stride_0_are_read_in_place_and_columns_apart_are_copied():
+    """A transposed 3-D x (its rows flatten only by a copy) with dy broadcast along the rows
+    (row stride 0, read in place); a 2-D x whose columns are not adjacent (x.t()) with dy
+    broadcast along the columns (column stride 0): both copied before the launch."""
     x, w, _ = _inputs((4, 6, 24), torch.float32, torch.bfloat16, seed=4)
-    xt = x.transpose(0, 1)                       # (6, 4, 24): rows do not flatten to a view
-    dy = torch.randn(1, 1, 24).expand(6, 4, 24)  # stride 0 along the rows, as a broadcast gradient
-    _check(xt, w, dy)
+    _check(x.transpose(0, 1), w, torch.randn(1, 1, 24).expand(6, 4, 24))
+    x, w, _ = _inputs((24, 6), torch.bfloat16, torch.float32, seed=17)
+    x2, w2 = x.t(), torch.randn(24, requires_grad=True)
+    assert x2.stride() == (1, 6)
+    _check(x2, w2, torch.randn(6, 1).to(torch.bfloat16).expand(6, 24))
 
 
 @pytest.mark.parametrize("shape", [(0, 33), (2, 0, 8), (3, 0), (0, 0)], ids=str)
