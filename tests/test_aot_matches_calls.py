@@ -28,6 +28,7 @@ from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.layer_ladder import combine_backward, slot_sum, swiglu_backward, swiglu_forward, v3_fused
 from kernels.moe.swiglu_op import swiglu
+from kernels.norm import rms_norm_kernels
 from fp8_recipe_launches import part_of
 from launch_classes import differences, recorded_launches
 
@@ -106,6 +107,22 @@ def swiglu_forward_fp8_owner():
     bounded by an int32 on the device."""
     g, u = (torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(2))
     swiglu_forward.swiglu_forward(g, u, rows_end=torch.full((1,), 50, dtype=torch.int32))
+
+
+def rms_norm(weight_dtype: torch.dtype):
+    """The training model's norm on (B, S, dim) bf16 rows, scaled down (64 wide), forward and
+    backward, with a weight of ``weight_dtype``."""
+    def call():
+        x = torch.randn(2, 32, 64, dtype=torch.bfloat16, requires_grad=True)
+        y = kernels.rms_norm(x, torch.randn(64, dtype=weight_dtype, requires_grad=True), 1e-5)
+        y.backward(torch.randn_like(y))
+    return call
+
+
+def rms_norm_aot(weight_dtype: torch.dtype):
+    """Its forward's and backward's AOT launches (bf16 rows)."""
+    return lambda: [rms_norm_kernels.aot(torch.bfloat16, backward=backward, weight_dtype=weight_dtype)
+                    for backward in (False, True)]
 
 
 def gemm(layout: str, bias: bool = False, tail: bool = False):
@@ -217,6 +234,8 @@ CASES = {
     "swiglu forward": (swiglu_float8moe, lambda: [swiglu_forward.aot(torch.bfloat16)], ("BLOCK_R", "BLOCK_H")),
     "swiglu forward fp8 owner": (swiglu_forward_fp8_owner, lambda: [swiglu_forward.aot(torch.bfloat16, bounded=True)],
                                  ("BLOCK_R", "BLOCK_H")),
+    "rms_norm": (rms_norm(torch.bfloat16), rms_norm_aot(torch.bfloat16), ("BLOCK_R", "BLOCK_N")),
+    "rms_norm fp32 weight": (rms_norm(torch.float32), rms_norm_aot(torch.float32), ("BLOCK_R", "BLOCK_N")),
     # forward's combine (weighted), then permute's backward (weight 1)
     "float8moe k-sums": (float8moe, lambda: [slot_sum.aot(torch.bfloat16),
                                              slot_sum.aot(torch.bfloat16, weighted=False)], ("BLOCK_T", "BLOCK_D")),

@@ -271,3 +271,22 @@ def test_autocast_leaves_it_in_x_dtype():
         traced = torch.ops.kernels.rms_norm(x, w, EPS)[0]
     assert inside.dtype == traced.dtype == torch.float32
     assert torch.equal(inside, outside) and torch.equal(traced, outside)
+
+
+@pytest.mark.parametrize("n", [1024, 4096])
+def test_a_call_launches_the_settings_its_aot_launch_compiles(n, monkeypatch):
+    """bf16 rows with an fp32 weight at the ISA tests' widths: the forward's and backward's tile
+    and warps are the ones :func:`rms_norm_kernels.aot` compiles (both from ``settings``)."""
+    seen = {}
+    for name in ("_forward_kernel", "_backward_kernel"):
+        kernel = getattr(rms_norm_kernels, name)
+        monkeypatch.setattr(kernel, "run", lambda *args, kernel=kernel, **kwargs: seen.setdefault(kernel, kwargs))
+    x, w, dy = _inputs((2, n), torch.bfloat16, torch.float32, seed=18)
+    y = kernels.rms_norm(x, w, EPS)
+    torch.autograd.grad(y, (x, w), dy)
+    for backward in (False, True):
+        aot = rms_norm_kernels.aot(torch.bfloat16, n, backward, torch.float32)
+        launched = seen[aot.jit_fn]
+        assert {key: launched[key] for key in ("BLOCK_R", "BLOCK_N", "num_warps")} == \
+            {"BLOCK_R": aot.constexprs["BLOCK_R"], "BLOCK_N": aot.constexprs["BLOCK_N"],
+             "num_warps": aot.options["num_warps"]}
