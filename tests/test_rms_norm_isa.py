@@ -43,54 +43,43 @@ def _compiled(arch, n, backward, pair, waves=rms_norm_kernels.WAVES_PER_SIMD) ->
     return kernel
 
 
-@pytest.mark.slow   # 36 AOT compiles in a fresh process
-@pytest.mark.parametrize("n", WIDTHS)
-@pytest.mark.parametrize("arch", ARCHS)
-def test_forward_reads_and_writes_rows_16_bytes_per_thread(arch, n):
-    """bf16 x and weight: x, the weight and y one 16-byte access each per thread; rstd one
-    4-byte store; one 4-byte LDS write and read (the row's sum of squares across warps). An fp32
-    weight beside bf16 x: two 16-byte loads of it, and its change of layout to the tile's
-    (8 elements a thread) goes through LDS, two 16-byte writes and reads a thread, once per row.
-    fp32 x and weight: 16 bytes of each a thread, nothing through LDS but the sum. No VGPR or SGPR
-    spills, no scratch, no atomics, 8 waves per SIMD."""
-    got = {pair: accesses(_compiled(arch, n, False, pair)) for pair in DTYPE_PAIRS}
-    assert got == {
-        ("bfloat16", "bfloat16"): dict(wide_loads=2, wide_stores=1, narrow_loads=0, narrow_stores=1,
-                                       lds_writes=1, lds_reads=1),
-        ("bfloat16", "float32"): dict(wide_loads=3, wide_stores=1, narrow_loads=0, narrow_stores=1,
-                                      lds_writes=3, lds_reads=3),
-        ("float32", "float32"): dict(wide_loads=2, wide_stores=1, narrow_loads=0, narrow_stores=1,
-                                     lds_writes=1, lds_reads=1),
-    }, got
+ACCESSES = {
+    (False, "bfloat16", "bfloat16"): (2, 1, 0, 1, 1),
+    (False, "bfloat16", "float32"): (3, 1, 0, 1, 3),
+    (False, "float32", "float32"): (2, 1, 0, 1, 1),
+    (True, "bfloat16", "bfloat16"): (3, 3, 1, 0, 3),
+    (True, "bfloat16", "float32"): (4, 3, 1, 0, 5),
+    (True, "float32", "float32"): (3, 2, 1, 0, 1),
+}
+"""Per (backward, x's dtype, the weight's): 16-byte loads, 16-byte stores, narrower loads and
+stores, LDS writes (as many reads). Forward: x, the weight and y 16 bytes a thread (an fp32
+weight beside bf16 x in two loads), rstd a 4-byte store. Backward: dy, x and the weight loaded
+and dx stored 16 bytes a thread, the program's fp32 partial dweight stored in two (8 fp32 a
+thread beside 16-bit x; 4, one store, beside fp32 x), rstd a 4-byte load. LDS: the row's sum
+across warps (4 bytes a thread) in both; beside 16-bit x, an fp32 weight's change from its load's
+layout (4 a thread) to the tile's (8), two 16-byte writes and reads, and likewise the backward's
+partial row to its store's layout."""
+LOOP = {"global_load": {"buffer_load_dwordx4": 2, "buffer_load_dword": 1}, "global_store": {"buffer_store_dwordx4": 1},
+        "lds_write": {"ds_write_b32": 1}, "lds_read": {"ds_read_b32": 1}}
+"""The backward's loop over a program's rows, every dtype pair: dy and x loaded and dx stored 16
+bytes a thread, rstd's 4-byte load, the row sum's LDS write and read; the weight's loads and the
+partial's LDS and stores are outside it, once per program."""
 
 
 @pytest.mark.slow   # 36 AOT compiles in a fresh process
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 @pytest.mark.parametrize("n", WIDTHS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_backward_reads_and_writes_rows_16_bytes_per_thread(arch, n):
-    """bf16 x and weight: dy, x and the weight one 16-byte load each, dx one 16-byte store, and
-    the program's fp32 partial dweight two (8 fp32 a thread), through LDS to the store's layout
-    (two 16-byte writes and reads, once per program); rstd one 4-byte load per row; one 4-byte
-    LDS write and read for the row's sum across warps. An fp32 weight: one more 16-byte load.
-    fp32 x and weight: 16 bytes of each a thread, the partial stored in the tile's layout. No
-    VGPR or SGPR spills, no scratch, no atomics (dweight's sum is the partials' fixed-order
-    add), 8 waves per SIMD. The loop over a program's rows, every pair: dy and x loaded, dx
-    stored, 16 bytes each, rstd's 4-byte load and the row sum's LDS write and read; the weight's
-    loads and the partial's LDS and stores are outside it, once per program."""
-    compiled = {pair: _compiled(arch, n, True, pair) for pair in DTYPE_PAIRS}
-    for pair, kernel in compiled.items():
-        assert kernel["loop"] == {"global_load": {"buffer_load_dwordx4": 2, "buffer_load_dword": 1},
-                                  "global_store": {"buffer_store_dwordx4": 1},
-                                  "lds_write": {"ds_write_b32": 1}, "lds_read": {"ds_read_b32": 1}}, (pair, kernel["loop"])
-    got = {pair: accesses(kernel) for pair, kernel in compiled.items()}
-    assert got == {
-        ("bfloat16", "bfloat16"): dict(wide_loads=3, wide_stores=3, narrow_loads=1, narrow_stores=0,
-                                       lds_writes=3, lds_reads=3),
-        ("bfloat16", "float32"): dict(wide_loads=4, wide_stores=3, narrow_loads=1, narrow_stores=0,
-                                      lds_writes=5, lds_reads=5),
-        ("float32", "float32"): dict(wide_loads=3, wide_stores=2, narrow_loads=1, narrow_stores=0,
-                                     lds_writes=1, lds_reads=1),
-    }, got
+def test_rows_move_16_bytes_per_thread(arch, n, backward):
+    """:data:`ACCESSES` and, backward, :data:`LOOP`, for every dtype pair; no VGPR or SGPR
+    spills, no scratch, no atomics (dweight's sum is the partials' fixed-order add), 8 waves
+    per SIMD."""
+    for pair in DTYPE_PAIRS:
+        kernel = _compiled(arch, n, backward, pair)
+        wide_loads, wide_stores, narrow_loads, narrow_stores, lds = ACCESSES[backward, *pair]
+        assert accesses(kernel) == dict(wide_loads=wide_loads, wide_stores=wide_stores, narrow_loads=narrow_loads,
+                                        narrow_stores=narrow_stores, lds_writes=lds, lds_reads=lds), (pair, kernel["ops"])
+        assert not backward or kernel["loop"] == LOOP, (pair, kernel["loop"])
 
 
 @pytest.mark.slow   # 36 AOT compiles in a fresh process
