@@ -253,12 +253,21 @@ def test_torch_compile_keeps_the_ops_in_one_graph():
     assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
-def test_one_launch_forward_and_two_backward():
+def _device_ops(norm, x, w, dy) -> tuple:
+    """The device ops of ``norm(x)``'s forward and of its backward to x and ``w``."""
+    forward = device_ops(lambda: norm(x))
+    y = norm(x)
+    return forward, device_ops(lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True))
+
+
+def test_one_launch_forward_and_two_backward_where_the_model_runs_8_and_16():
+    """bf16 x, an fp32 weight: the model's formula runs 8 torch ops forward and 16 backward."""
     x, w, dy = _inputs((64, 96), torch.bfloat16, torch.float32, seed=14)
-    forward = device_ops(lambda: kernels.rms_norm(x, w, EPS))
-    y = kernels.rms_norm(x, w, EPS)
-    backward = device_ops(lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True))
+    forward, backward = _device_ops(lambda x: kernels.rms_norm(x, w, EPS), x, w, dy)
     assert (forward.triton, forward.total, backward.triton, backward.total) == (1, 1, 2, 2), (forward, backward)
+    model = RMSNorm(96, EPS)
+    forward, backward = _device_ops(model, x, model.weight, dy)
+    assert (forward.total, backward.total) == (8, 16), (forward, backward)
 
 
 def test_autocast_leaves_it_in_x_dtype():
