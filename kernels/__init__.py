@@ -8,7 +8,8 @@ modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
 ``kernels.rope`` (rotary embedding),
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
-``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``, ``kernels.grouped_gemm_mxfp8``), the tuning
+``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``, ``kernels.grouped_gemm_mxfp8``,
+``kernels.rms_norm``), the tuning
 pass ``kernels.tune``, ``kernels.nn``, ``kernels.fp8`` (FP8 training: ``kernels.fp8.convert``), ``kernels.moe``
 (routing, permute and the layer, ``kernels.MoE``) and the op packages (``kernels.gemm_fp8``,
 ``kernels.gemm_mxfp4``) are resolved lazily by :func:`__getattr__`.
@@ -37,6 +38,7 @@ _LAZY = {
     "grouped_gemm": ("kernels.moe.grouped_gemm.ops", "grouped_gemm"),
     "grouped_gemm_fp8": ("kernels.moe.grouped_gemm_fp8.ops", "grouped_gemm_fp8"),
     "grouped_gemm_mxfp8": ("kernels.moe.grouped_gemm_mxfp8.ops", "grouped_gemm_mxfp8"),
+    "rms_norm": ("kernels.norm.ops", "rms_norm"),
     "nn": ("kernels.nn", None),
     "fp8": ("kernels.fp8", None),
     "moe": ("kernels.moe", None),

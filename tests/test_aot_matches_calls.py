@@ -28,6 +28,7 @@ from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.layer_ladder import combine_backward, slot_sum, swiglu_backward, swiglu_forward, v3_fused
 from kernels.moe.swiglu_op import swiglu
+from kernels.norm import rms_norm_kernels
 from kernels.rotary import kernel as rope_kernel
 from fp8_recipe_launches import part_of
 from launch_classes import differences, recorded_launches
@@ -116,6 +117,22 @@ def rope():
     cos, sin = rope_tables(S, D, 10000.0)
     y = kernels.rope(_heads(S, HQ), cos, sin)
     y.backward(torch.randn(B, S, HQ, D, dtype=torch.bfloat16).transpose(1, 2))
+
+
+def rms_norm(weight_dtype: torch.dtype):
+    """The training model's norm on (B, S, dim) bf16 rows, scaled down (64 wide), forward and
+    backward, with a weight of ``weight_dtype``."""
+    def call():
+        x = torch.randn(2, 32, 64, dtype=torch.bfloat16, requires_grad=True)
+        y = kernels.rms_norm(x, torch.randn(64, dtype=weight_dtype, requires_grad=True), 1e-5)
+        y.backward(torch.randn_like(y))
+    return call
+
+
+def rms_norm_aot(weight_dtype: torch.dtype):
+    """Its forward's and backward's AOT launches (bf16 rows)."""
+    return lambda: [rms_norm_kernels.aot(torch.bfloat16, backward=backward, weight_dtype=weight_dtype)
+                    for backward in (False, True)]
 
 
 def gemm(layout: str, bias: bool = False, tail: bool = False):
@@ -229,6 +246,8 @@ CASES = {
                                  ("BLOCK_R", "BLOCK_H")),
     "rope forward and backward": (rope, lambda: [rope_kernel.aot(torch.bfloat16, D),
                                                  rope_kernel.aot(torch.bfloat16, D, inverse=True)], ()),
+    "rms_norm": (rms_norm(torch.bfloat16), rms_norm_aot(torch.bfloat16), ("BLOCK_R", "BLOCK_N")),
+    "rms_norm fp32 weight": (rms_norm(torch.float32), rms_norm_aot(torch.float32), ("BLOCK_R", "BLOCK_N")),
     # forward's combine (weighted), then permute's backward (weight 1)
     "float8moe k-sums": (float8moe, lambda: [slot_sum.aot(torch.bfloat16),
                                              slot_sum.aot(torch.bfloat16, weighted=False)], ("BLOCK_T", "BLOCK_D")),
