@@ -7,6 +7,7 @@ rungs compile under (:mod:`kernels.triton_version`), without importing Triton ye
 modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
+``kernels.cross_entropy`` (the fused loss, :mod:`kernels.loss`),
 ``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``, ``kernels.grouped_gemm_mxfp8``), the tuning
 pass ``kernels.tune``, ``kernels.nn``, ``kernels.fp8`` (FP8 training: ``kernels.fp8.convert``), ``kernels.moe``
 (routing, permute and the layer, ``kernels.MoE``) and the op packages (``kernels.gemm_fp8``,
@@ -39,6 +40,7 @@ _LAZY = {
     "fp8": ("kernels.fp8", None),
     "moe": ("kernels.moe", None),
     "MoE": ("kernels.moe.layer", "MoE"),
+    "cross_entropy": ("kernels.loss.ops", "cross_entropy"),
     "tune": ("kernels.tuning_pass", "tune"),
 }
 
