@@ -89,6 +89,18 @@ def test_ignore_index_is_torchs(ignore_index):
     assert loss.isnan() and (grad == 0).all()
 
 
+def test_an_ignored_row_of_nan_gets_a_zero_gradient():
+    """Ignored, a row of NaN logits leaves the loss torch's (finite) and gets a zero gradient,
+    where torch's is NaN (``0·exp(nan)``); the other rows' gradients are torch's."""
+    logits, targets = _inputs(5, 30, torch.float32, seed=12, ignored=(3,))
+    logits[3] = float("nan")
+    (loss, grad), (torch_loss, torch_grad) = _ours(logits, targets, torch.tensor(1.0)), \
+        _torch(logits, targets, torch.tensor(1.0))
+    torch.testing.assert_close(loss, torch_loss)
+    assert (grad[3] == 0).all() and torch_grad[3].isnan().all()
+    torch.testing.assert_close(grad[[0, 1, 2, 4]], torch_grad[[0, 1, 2, 4]])
+
+
 @pytest.mark.parametrize("vocab", [0, 7])
 def test_no_rows_gives_torchs_nan_and_an_empty_gradient(vocab):
     logits, targets = _inputs(0, vocab, torch.bfloat16, seed=1)

@@ -22,15 +22,18 @@ def result(arch):
     compiled = []
     for aot in cross_entropy_kernels.aot(torch.bfloat16):
         kernel = isa_compile.compile_aot(aot, ("hip", arch, 64))
-        loop = isa_parse.hot_loop(isa_parse.code_lines(kernel["asm"], "amdgcn"), "amdgcn")
+        lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
+        loop = isa_parse.hot_loop(lines, "amdgcn")
         compiled.append(summary(kernel, name=aot.jit_fn.__name__,
+                                atomics=sorted({op for op in map(isa_parse.mnemonic, lines) if op and "atomic" in op}),
                                 loop={c: dict(v) for c, v in isa_parse.histograms(loop, "amdgcn").items()}))
     return compiled
 """
 
 
 def compiled(arch: str) -> dict[str, dict]:
-    """Per kernel name, its resources, op histograms and its loop's; both archs in one child."""
+    """Per kernel name, its resources, op histograms, its loop's and its atomic instructions; both
+    archs in one child."""
     return {kernel["name"]: kernel for kernel in results(COMPILE, ARCHS)[arch]}
 
 
@@ -72,6 +75,15 @@ def test_the_gradient_pass_reads_and_writes_16_bytes_per_thread_and_nothing_spil
     assert sum(loop["global_load"].values()) == sum(loop["global_store"].values()) == _pieces_per_thread()
     assert not kernel["ops"].get("lds_read") and not kernel["ops"].get("lds_write"), kernel["ops"]
     assert all(op.endswith("dwordx4") for op in kernel["ops"]["global_store"]), kernel["ops"]
+
+
+@pytest.mark.slow   # with the file's others
+@pytest.mark.parametrize("arch", ARCHS)
+def test_no_kernel_has_an_atomic(arch):
+    """The mean is summed by one program in a fixed order, so a run's bits do not depend on which
+    program finishes first: what the interpreter's runs, sequential, cannot show."""
+    assert {name: kernel["atomics"] for name, kernel in compiled(arch).items()} == \
+        {"_rows_kernel": [], "_mean_kernel": [], "_gradient_kernel": []}
 
 
 @pytest.mark.slow   # with the file's others

@@ -17,7 +17,9 @@ once, rounded from fp32 to the logits' dtype:
   fixed order (no atomics: the same inputs give the same bits), and writes the mean and the
   count (0 rows counted give 0/0 = nan, as torch).
 - :func:`_gradient_kernel`: one program per row writes ``(softmax - onehot)·dloss/count``, from
-  the max and log_sum the forward kept; an ignored row reads nothing and gets 0.
+  the max and log_sum the forward kept; an ignored row reads nothing and gets 0, also where
+  its logits hold a NaN (torch's ``0·exp(nan)`` is NaN there: a row no loss reads gets no
+  gradient here).
 
 A target outside [0, V) that is not ``ignore_index`` cannot raise without reading the targets
 on the host (torch's CUDA kernel asserts on the device instead): its row's loss and log_sum are
@@ -100,7 +102,7 @@ def _gradient_kernel(logits_ptr, targets_ptr, stats_ptr, dloss_ptr, count_ptr, d
     for start in range(0, V, BLOCK_V):
         x = tl.load(line + start + cols, mask=cols_if(start + cols, V, kept), other=0.0).to(tl.float32)
         grad = (tl.exp((x - top) - log_total) - tl.where(start + cols == target, 1.0, 0.0)) * scale
-        grad = tl.where(kept, grad, 0.0)   # an ignored row is 0 whatever its logits (inf, nan)
+        grad = tl.where(kept, grad, 0.0)   # an ignored row is 0 whatever its max and sum (inf, nan)
         store_rows(dlogits_ptr, tl.full((1,), 0, tl.int64) + row, start + cols, V, 1, grad[None, :],
                    (start + cols < V)[None, :], INTERP_BF16)
 
