@@ -61,10 +61,10 @@ def _assert_close(ours, baseline, exact, factor):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("rows, vocab, ignored", [(37, 1000, (3, 17)), (16, 3001, ()), (5, 2 * 4096 + 7, (0,)),
-                                                  (4, 1, (2,)), (1, 32003, ())])
+                                                  (4, 1, (2,)), (1, 32003, ()), (2, 2 ** 18 + 3, ())])
 def test_loss_and_gradient_match_float64_within_torchs_error(rows, vocab, ignored, dtype):
-    """Fresh logits of scale 30, odd vocabularies (one past two blocks, 32003), ignored rows, and
-    a gradient of the loss times 3 (dloss is read, not assumed 1); outputs poisoned."""
+    """Fresh logits of scale 30, odd vocabularies (one past two blocks, 32003, past 256K), ignored
+    rows, and a gradient of the loss times 3 (dloss is read, not assumed 1); outputs poisoned."""
     logits, targets = _inputs(rows, vocab, dtype, seed=rows + vocab, ignored=ignored)
     dloss = torch.tensor(3.0)
     exact_loss, exact_grad = _exact(logits, targets)
@@ -175,7 +175,6 @@ def test_the_custom_ops_pass_opcheck():
                           (torch.tensor(2.0), logits.detach(), targets, stats, count, -100))
 
 
-@pytest.mark.slow   # dynamo and AOT autograd tracing, ~10 s
 def test_torch_compile_keeps_the_op_in_one_graph():
     def step(logits, targets):
         return kernels.cross_entropy(logits * 2, targets)

@@ -60,6 +60,7 @@ def test_the_row_pass_reads_logits_16_bytes_per_thread_and_nothing_spills(arch):
     assert loop["global_load"] and set(loop["global_load"]) <= {"global_load_dwordx4", "buffer_load_dwordx4"}, loop
     assert sum(loop["global_load"].values()) == _pieces_per_thread() == 2
     assert not loop["global_store"], loop
+    assert loop["lds_write"] and loop["lds_read"], loop
 
 
 @pytest.mark.slow   # with the file's others

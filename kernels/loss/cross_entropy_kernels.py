@@ -114,14 +114,16 @@ def settings(vocab: int, dtype: torch.dtype) -> dict:
     compile what a call launches.
 
     Why these: both row passes are bound by reading the logits, so a thread reads 16 bytes of
-    a row at a time (``16 / itemsize`` columns, one ``global_load_dwordx4``) and a block is
+    a row at a time (``16 / itemsize`` columns, one ``buffer_load_dwordx4``) and a block is
     two of those per thread over NUM_WARPS waves of LANES: 4096 bf16 or fp16 columns, 2048
     fp32, two loads in flight per thread per iteration, and V = 32000 is 8 iterations of bf16
     with the last one masked (V need not be a power of two; 256K is 64 iterations with two
     scalars carried, nothing more kept per row). A smaller V gets the next power of two, so
-    a short row loads no masked block bigger than itself; fewer warps then, one per 16-byte
-    piece of each lane, so warps are not idle copies. 4 waves of few registers per row keep
-    8 waves per SIMD (the ISA test states it), enough rows in flight to hide the loads."""
+    a short row loads no masked block bigger than itself, and as many warps as still give each
+    lane its two pieces (at least one), so warps are not idle copies. Four waves of few
+    registers per row keep 8 waves per SIMD (the ISA test asserts both), enough rows in flight
+    to hide the loads.
+    """
     per_thread = 16 // dtype.itemsize
     widest = 2 * per_thread * LANES * NUM_WARPS
     block = min(widest, max(16, next_power_of_2(vocab)))

@@ -6,9 +6,8 @@ the logits in their own dtype: read once forward, once backward, the gradient wr
 (:mod:`.cross_entropy_kernels`: the kernels, and the traffic they save).
 
 How it is wrapped, as the other public ops (:mod:`kernels.gemm.ops`): ``kernels::cross_entropy``
-(forward: the mean loss, each row's max and log of its sum of exponentials, and the rows
-counted) and
-``kernels::cross_entropy_backward`` are custom ops with fakes, joined by ``register_autograd``,
+(forward: the mean loss, each row's max and log of its sum of exponentials, the rows counted)
+and ``kernels::cross_entropy_backward`` are custom ops with fakes, joined by ``register_autograd``,
 so ``torch.compile(fullgraph=True)`` keeps one node each; an eager call that nothing watches
 runs the implementation (:func:`kernels.eager.path`), through :class:`_CrossEntropy` where a
 gradient is needed. A launch plan per metadata (:mod:`kernels.plans`) keeps the checks' verdict
