@@ -12,6 +12,8 @@ import kernels
 from kernels.loss import ops
 from kernels.loss.cross_entropy_kernels import DTYPES
 from kernels.outputs import poisoned_outputs
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from workbench.harness.device_ops import device_ops
 
 SCALE = 30.0   # logits of tens: exp() overflows fp32 unless the row's max is subtracted
@@ -188,6 +190,34 @@ def test_torch_compile_keeps_the_op_in_one_graph():
     expected = step(y, targets)
     expected.backward()
     assert torch.equal(compiled(logits, targets), expected.detach()) and torch.equal(x.grad, y.grad)
+
+
+class _Seen(TorchDispatchMode):
+    """Records the ops dispatched under it: a watcher, which must see the custom ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_eager_call_skips_the_custom_ops_and_a_watched_one_takes_them(monkeypatch):
+    logits, targets = _inputs(6, 50, torch.bfloat16, seed=10, ignored=(1,))
+    expected = _ours(logits, targets, torch.tensor(1.0))
+    with monkeypatch.context() as patch:
+        for name in ("_forward", "_backward_op"):
+            patch.setattr(ops, name, lambda *args: pytest.fail("the custom op was called"))
+        assert torch.equal(kernels.cross_entropy(logits, targets), expected[0])
+        assert all(torch.equal(a, b) for a, b in zip(_ours(logits, targets, torch.tensor(1.0)), expected))
+    x = logits.clone().requires_grad_()
+    with _Seen() as seen:
+        loss = kernels.cross_entropy(x, targets)
+        (grad,) = torch.autograd.grad(loss, x)
+    assert {"kernels.cross_entropy.default", "kernels.cross_entropy_backward.default"} <= seen.ops
+    assert torch.equal(loss, expected[0]) and torch.equal(grad, expected[1])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
