@@ -6,10 +6,10 @@ environment variable to set. Then it checks the installed Triton against the rel
 rungs compile under (:mod:`kernels.triton_version`), without importing Triton yet. Kernel
 modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
-``kernels.rope`` (rotary embedding),
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
 ``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``, ``kernels.grouped_gemm_mxfp8``,
-``kernels.rms_norm``), the tuning
+and the training step's fused memory-bound ops ``kernels.rope`` (rotary embedding),
+``kernels.rms_norm`` and ``kernels.cross_entropy`` (the loss)), the tuning
 pass ``kernels.tune``, ``kernels.nn``, ``kernels.fp8`` (FP8 training: ``kernels.fp8.convert``), ``kernels.moe``
 (routing, permute and the layer, ``kernels.MoE``) and the op packages (``kernels.gemm_fp8``,
 ``kernels.gemm_mxfp4``) are resolved lazily by :func:`__getattr__`.
@@ -43,6 +43,7 @@ _LAZY = {
     "fp8": ("kernels.fp8", None),
     "moe": ("kernels.moe", None),
     "MoE": ("kernels.moe.layer", "MoE"),
+    "cross_entropy": ("kernels.loss.ops", "cross_entropy"),
     "tune": ("kernels.tuning_pass", "tune"),
 }
 

@@ -24,6 +24,7 @@ from kernels import gemm_fp8, tuning
 from kernels.attention import v4_amd_tuned, v5_backward
 from kernels.gemm import v6_persistent
 from kernels.gemm.linear import linear
+from kernels.loss import cross_entropy_kernels
 from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.layer_ladder import combine_backward, slot_sum, swiglu_backward, swiglu_forward, v3_fused
@@ -58,6 +59,13 @@ def attention_varlen():
     q, k, v = (torch.randn(S, h, D, dtype=torch.bfloat16, requires_grad=True) for h in (HQ, HKV, HKV))
     out = kernels.flash_attention_varlen(q, k, v, lengths, lengths, 32, 32, causal=True)
     out.backward(torch.randn_like(out))
+
+
+def cross_entropy():
+    """The training step's loss at its preset's vocabulary (V = 32000: the row passes' blocks are
+    chosen from V), 16 rows (R keeps the preset's class), forward and backward."""
+    logits = torch.randn(16, cross_entropy_kernels.AOT_SHAPE[1], dtype=torch.bfloat16, requires_grad=True)
+    kernels.cross_entropy(logits, torch.randint(0, logits.shape[1], (16,))).backward()
 
 
 def grouped_gemm_v4():
@@ -232,6 +240,7 @@ CASES = {
                                  ATTENTION_CHOSEN),
     "attention varlen backward": (attention_varlen, lambda: v5_backward.aot(torch.bfloat16, *HIP, {"VARLEN": True}),
                                   ATTENTION_CHOSEN),
+    "cross entropy": (cross_entropy, lambda: cross_entropy_kernels.aot(torch.bfloat16), ()),
     "grouped gemm v4": (grouped_gemm_v4, lambda: v4_persistent.aot(torch.bfloat16, *HIP), GEMM_CHOSEN),
     "moe v3": (moe_v3, lambda: v3_fused.aot(torch.bfloat16, *HIP), GEMM_CHOSEN),
     # v3's backward runs v4's kernels: dH and the gate's and up's dX on wᵀ, the three dW
