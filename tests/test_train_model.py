@@ -70,7 +70,7 @@ def test_kernel_switch_resolves_strings_and_partial_mappings():
     assert ops.resolve("workbench") == dict.fromkeys(ops.OPS, "workbench")
     assert ops.resolve({"attention": "workbench"}) == {"gemm": "torch", "attention": "workbench",
                                                        "moe": "torch", "norm": "torch", "rope": "torch",
-                                                       "swiglu": "torch"}
+                                                       "swiglu": "torch", "loss": "torch"}
     assert ops.label(ops.resolve({"moe": "torch"})) == "torch"
     with pytest.raises(ValueError, match="unknown op"):
         ops.resolve({"softmax": "torch"})

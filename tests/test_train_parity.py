@@ -54,7 +54,7 @@ def test_workbench_gemm_and_attention_train_like_torch():
     assert_parity(train_side_by_side(DENSE_OPS, steps=2))
 
 
-@pytest.mark.parametrize("op", ["attention", "gemm", "norm", "rope", "swiglu"])
+@pytest.mark.parametrize("op", ["attention", "gemm", "norm", "rope", "swiglu", "loss"])
 def test_one_op_switched_trains_like_torch(op):
     assert_parity(train_side_by_side({op: "workbench"}, steps=2))
 

@@ -168,7 +168,7 @@ def cmd_gpu_report(args) -> int:
     return gpu_report(budget_s=args.budget_s, sections=args.sections)
 
 
-_TRAIN_OPS = "gemm, attention, moe, norm, rope, swiglu"   # workbench.train.ops.OPS, not imported for --help
+_TRAIN_OPS = "gemm, attention, moe, norm, rope, swiglu, loss"   # workbench.train.ops.OPS, not imported for --help
 
 
 def _parse_kernels(text: str) -> str | dict[str, str]:

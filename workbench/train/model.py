@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+import kernels as _kernels
+
 from . import ops
 from .ffn import moe_ffn
 from .layers import Attention, RMSNorm, SwiGLU, rope_tables
@@ -51,7 +53,10 @@ class GPT(torch.nn.Module):
         logits = self.head(self.norm(x))
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        if self.impls["loss"] == "workbench":   # the logits in their own dtype, computed in fp32
+            loss = _kernels.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        else:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
         for block in self.blocks:
             if block.moe:
                 loss = loss + self.cfg.aux_loss_coef * block.ffn.aux_loss
