@@ -4,7 +4,9 @@ Written out in plain PyTorch (not ``torch.nn.RMSNorm``) so each is a few lines a
 reader can check against the papers, and so the hot matmuls and attention go through
 :mod:`.ops`, where the switch between PyTorch and the workbench kernels lives. The norm, the
 rotary embedding and the dense SwiGLU name their fused kernel beside the formula it computes
-(the ``norm``, ``rope`` and ``swiglu`` choices of :func:`.ops.resolve`).
+(the ``norm``, ``rope`` and ``swiglu`` choices of :func:`.ops.resolve`). RoPE's two functions,
+``rope_tables`` and ``apply_rope``, live beside their kernel (:mod:`kernels.rotary.reference`), so
+that the host-overhead benchmark, below this package, can time the code the kernel replaces.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels as _kernels
+from kernels.rotary.reference import apply_rope, rope_tables   # RoPE's formula, beside its fused kernel
 
 from . import ops
 
@@ -31,25 +34,6 @@ class RMSNorm(torch.nn.Module):
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * self.weight.float()).to(x.dtype)
-
-
-def rope_tables(seq: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin (seq, head_dim/2) of position p times frequency theta^(-2i/head_dim)."""
-    freqs = theta ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), freqs)
-    return angles.cos(), angles.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each pair (x[2i], x[2i+1]) of x (B, H, S, D) by its position's angle i.
-
-    The interleaved pairing of RoFormer (Su et al. 2021); computed in fp32, returned in
-    x's dtype so attention sees one dtype for q, k and v.
-    """
-    pairs = x.float().unflatten(-1, (-1, 2))
-    even, odd = pairs[..., 0], pairs[..., 1]
-    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-    return rotated.flatten(-2).to(x.dtype)
 
 
 class Attention(torch.nn.Module):
