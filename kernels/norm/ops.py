@@ -1,13 +1,14 @@
 """``kernels.rms_norm(x, weight, eps)``: the training model's RMSNorm as one forward launch and a
 two-launch backward.
 
-The model's eager formula, ``(x32 * rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * w32).to(x.dtype)``,
-is 8 device ops forward and 16 backward for bf16 x with an fp32 weight, most of them fp32 passes
-over the activations, per norm (``tests/test_rms_norm.py`` counts both). Here the forward reads x once and writes y (and rstd, one fp32 per row, for the backward)
-once; the backward reads dy and x once, writes dx once and per-program fp32 partial sums of the
-weight's gradient, which a second launch adds in a fixed order (:mod:`.rms_norm_kernels`). Same
-semantics, so it can replace the model's: computed in fp32, y and dx rounded once to x's dtype,
-dweight to the weight's (which may differ: an fp32 master weight beside bf16 activations).
+The model's eager formula, ``(x32 * rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) *
+w32).to(x.dtype)``, is 8 device ops forward and 16 backward for bf16 x with an fp32 weight, most of
+them fp32 passes over the activations, per norm (``tests/test_rms_norm.py`` counts both). Here the
+forward reads x once and writes y (and rstd, one fp32 per row, for the backward) once; the backward
+reads dy and x once, writes dx once and per-program fp32 partial sums of the weight's gradient,
+which a second launch adds in a fixed order (:mod:`.rms_norm_kernels`). Same semantics, so it can
+replace the model's: computed in fp32, y and dx rounded once to x's dtype, dweight to the weight's
+(which may differ: an fp32 master weight beside bf16 activations).
 
 Not cast under ``torch.autocast``: the model's norm computes in fp32 and keeps x's dtype there
 too, so the custom op has no autocast rule and the eager path ignores the region.

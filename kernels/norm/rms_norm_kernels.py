@@ -9,19 +9,19 @@ width the ISA test finds no spills on gfx942 and gfx950, the forward at 8 waves 
 backward at 5; a wider row is refused rather than run uncompiled by any test.
 
 The settings (:func:`settings`, shared by the launches and :func:`aot`, so the ISA tests compile
-what a call runs): BLOCK_N, the next power of 2 of N; BLOCK_R, rows per program, so that a
-program of a narrow norm still moves :data:`ROW_ELEMENTS` elements (one program per row of 33
-columns would leave most of a wave's lanes idle); num_warps, so that each 64-lane wave's
-thread holds one 16-byte vector of x's dtype per tile (8 bf16/fp16 or 4 fp32 elements): the
-widest global access, and no more lanes than that, or a thread would get 8 or 4 bytes and its
-loads would narrow. ``tests/test_rms_norm_isa.py`` checks it on gfx942 and gfx950 at N = 1024
-and 4096, for bf16 x and weight, bf16 x with an fp32 weight, and fp32 both (what the training
-step's norms see under autocast: its residual stream stays fp32, the embedding's dtype): forward and backward read and write x, y, dy
-and dx 16 bytes per thread; no spills, no scratch, no atomics, :data:`WAVES_PER_SIMD` waves per
-SIMD; the backward's loop over rows moves only dy, x, rstd and dx. What crosses LDS: each row's
-sum across warps (4 bytes a thread); an fp32 weight beside 16-bit x, changed from its 16-byte
-load's layout (4 a thread) to the tile's (8 a thread), once per program; the backward's fp32
-partial row, changed to its store's layout, once per program.
+what a call runs): BLOCK_N, the next power of 2 of N; BLOCK_R, rows per program, so that a program
+of a narrow norm still moves :data:`ROW_ELEMENTS` elements (one program per row of 33 columns would
+leave most of a wave's lanes idle); num_warps, so that each 64-lane wave's thread holds one 16-byte
+vector of x's dtype per tile (8 bf16/fp16 or 4 fp32 elements): the widest global access, and no more
+lanes than that, or a thread would get 8 or 4 bytes and its loads would narrow.
+``tests/test_rms_norm_isa.py`` checks it on gfx942 and gfx950 at N = 1024 and 4096, for bf16 x and
+weight, bf16 x with an fp32 weight, and fp32 both (what the training step's norms see under
+autocast: its residual stream stays fp32, the embedding's dtype): forward and backward read and
+write x, y, dy and dx 16 bytes per thread; no spills, no scratch, no atomics, :data:`WAVES_PER_SIMD`
+waves per SIMD; the backward's loop over rows moves only dy, x, rstd and dx. What crosses LDS: each
+row's sum across warps (4 bytes a thread); an fp32 weight beside 16-bit x, changed from its 16-byte
+load's layout (4 a thread) to the tile's (8 a thread), once per program; the backward's fp32 partial
+row, changed to its store's layout, once per program.
 
 The weight gradient is deterministic: the backward's programs (at most :data:`PARTIAL_PROGRAMS`)
 each sum ``dy·x̂`` over the rows they own (every PARTIAL_PROGRAMS-th block of BLOCK_R rows) in
