@@ -7,7 +7,9 @@ rungs compile under (:mod:`kernels.triton_version`), without importing Triton ye
 modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
-``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``, ``kernels.grouped_gemm_mxfp8``), the tuning
+``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``, ``kernels.grouped_gemm_mxfp8``,
+and the training step's fused memory-bound ops ``kernels.rope`` (rotary embedding),
+``kernels.rms_norm`` and ``kernels.cross_entropy`` (the loss)), the tuning
 pass ``kernels.tune``, ``kernels.nn``, ``kernels.fp8`` (FP8 training: ``kernels.fp8.convert``), ``kernels.moe``
 (routing, permute and the layer, ``kernels.MoE``) and the op packages (``kernels.gemm_fp8``,
 ``kernels.gemm_mxfp4``) are resolved lazily by :func:`__getattr__`.
@@ -32,13 +34,16 @@ _LAZY = {
     "matmul_mxfp4": ("kernels.gemm_mxfp4.ops", "matmul_mxfp4"),
     "flash_attention": ("kernels.attention.ops", "flash_attention"),
     "flash_attention_varlen": ("kernels.attention.ops", "flash_attention_varlen"),
+    "rope": ("kernels.rotary.op", "rope"),
     "grouped_gemm": ("kernels.moe.grouped_gemm.ops", "grouped_gemm"),
     "grouped_gemm_fp8": ("kernels.moe.grouped_gemm_fp8.ops", "grouped_gemm_fp8"),
     "grouped_gemm_mxfp8": ("kernels.moe.grouped_gemm_mxfp8.ops", "grouped_gemm_mxfp8"),
+    "rms_norm": ("kernels.norm.ops", "rms_norm"),
     "nn": ("kernels.nn", None),
     "fp8": ("kernels.fp8", None),
     "moe": ("kernels.moe", None),
     "MoE": ("kernels.moe.layer", "MoE"),
+    "cross_entropy": ("kernels.loss.ops", "cross_entropy"),
     "tune": ("kernels.tuning_pass", "tune"),
 }
 

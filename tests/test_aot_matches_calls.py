@@ -24,12 +24,16 @@ from kernels import gemm_fp8, tuning
 from kernels.attention import v4_amd_tuned, v5_backward
 from kernels.gemm import v6_persistent
 from kernels.gemm.linear import linear
+from kernels.loss import cross_entropy_kernels
 from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.layer_ladder import combine_backward, slot_sum, swiglu_backward, swiglu_forward, v3_fused
 from kernels.moe.swiglu_op import swiglu
+from kernels.norm import rms_norm_kernels
+from kernels.rotary import kernel as rope_kernel
 from fp8_recipe_launches import part_of
 from launch_classes import differences, recorded_launches
+from workbench.train.layers import rope_tables
 
 INTERPRETER_ONLY = ("INTERP_BF16", "S_AS_FORWARD")
 ATTENTION_CHOSEN = ("BLOCK_M", "BLOCK_N", "BLOCK_D", "P_BITS", "K_ROWS")   # per target (P_BITS, K_ROWS: CDNA3's)
@@ -55,6 +59,13 @@ def attention_varlen():
     q, k, v = (torch.randn(S, h, D, dtype=torch.bfloat16, requires_grad=True) for h in (HQ, HKV, HKV))
     out = kernels.flash_attention_varlen(q, k, v, lengths, lengths, 32, 32, causal=True)
     out.backward(torch.randn_like(out))
+
+
+def cross_entropy():
+    """The training step's loss at its preset's vocabulary (V = 32000: the row passes' blocks are
+    chosen from V), 16 rows (R keeps the preset's class), forward and backward."""
+    logits = torch.randn(16, cross_entropy_kernels.AOT_SHAPE[1], dtype=torch.bfloat16, requires_grad=True)
+    kernels.cross_entropy(logits, torch.randint(0, logits.shape[1], (16,))).backward()
 
 
 def grouped_gemm_v4():
@@ -106,6 +117,30 @@ def swiglu_forward_fp8_owner():
     bounded by an int32 on the device."""
     g, u = (torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(2))
     swiglu_forward.swiglu_forward(g, u, rows_end=torch.full((1,), 50, dtype=torch.int32))
+
+
+def rope():
+    """gpu-moe-small's query rotation as the training step calls it (a projection's view,
+    rope_tables' cos and sin), and its backward on a gradient laid out as the result."""
+    cos, sin = rope_tables(S, D, 10000.0)
+    y = kernels.rope(_heads(S, HQ), cos, sin)
+    y.backward(torch.randn(B, S, HQ, D, dtype=torch.bfloat16).transpose(1, 2))
+
+
+def rms_norm(weight_dtype: torch.dtype):
+    """The training model's norm on (B, S, dim) bf16 rows, scaled down (64 wide), forward and
+    backward, with a weight of ``weight_dtype``."""
+    def call():
+        x = torch.randn(2, 32, 64, dtype=torch.bfloat16, requires_grad=True)
+        y = kernels.rms_norm(x, torch.randn(64, dtype=weight_dtype, requires_grad=True), 1e-5)
+        y.backward(torch.randn_like(y))
+    return call
+
+
+def rms_norm_aot(weight_dtype: torch.dtype):
+    """Its forward's and backward's AOT launches (bf16 rows)."""
+    return lambda: [rms_norm_kernels.aot(torch.bfloat16, backward=backward, weight_dtype=weight_dtype)
+                    for backward in (False, True)]
 
 
 def gemm(layout: str, bias: bool = False, tail: bool = False):
@@ -205,6 +240,7 @@ CASES = {
                                  ATTENTION_CHOSEN),
     "attention varlen backward": (attention_varlen, lambda: v5_backward.aot(torch.bfloat16, *HIP, {"VARLEN": True}),
                                   ATTENTION_CHOSEN),
+    "cross entropy": (cross_entropy, lambda: cross_entropy_kernels.aot(torch.bfloat16), ()),
     "grouped gemm v4": (grouped_gemm_v4, lambda: v4_persistent.aot(torch.bfloat16, *HIP), GEMM_CHOSEN),
     "moe v3": (moe_v3, lambda: v3_fused.aot(torch.bfloat16, *HIP), GEMM_CHOSEN),
     # v3's backward runs v4's kernels: dH and the gate's and up's dX on wᵀ, the three dW
@@ -217,6 +253,10 @@ CASES = {
     "swiglu forward": (swiglu_float8moe, lambda: [swiglu_forward.aot(torch.bfloat16)], ("BLOCK_R", "BLOCK_H")),
     "swiglu forward fp8 owner": (swiglu_forward_fp8_owner, lambda: [swiglu_forward.aot(torch.bfloat16, bounded=True)],
                                  ("BLOCK_R", "BLOCK_H")),
+    "rope forward and backward": (rope, lambda: [rope_kernel.aot(torch.bfloat16, D),
+                                                 rope_kernel.aot(torch.bfloat16, D, inverse=True)], ()),
+    "rms_norm": (rms_norm(torch.bfloat16), rms_norm_aot(torch.bfloat16), ("BLOCK_R", "BLOCK_N")),
+    "rms_norm fp32 weight": (rms_norm(torch.float32), rms_norm_aot(torch.float32), ("BLOCK_R", "BLOCK_N")),
     # forward's combine (weighted), then permute's backward (weight 1)
     "float8moe k-sums": (float8moe, lambda: [slot_sum.aot(torch.bfloat16),
                                              slot_sum.aot(torch.bfloat16, weighted=False)], ("BLOCK_T", "BLOCK_D")),

@@ -101,3 +101,15 @@ def test_bench_suite_on_the_interpreter_exits_2(capsys):
     assert main(["bench", "--suite", "quick"]) == 2
     assert main(["bench"]) == 2
     assert "name an op" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["train", "tune"])
+def test_kernels_help_names_every_op_of_the_training_switch(command, capsys):
+    """The help lists the ops without importing workbench.train (``workbench --help`` stays fast):
+    the list it holds is the switch's."""
+    from workbench.train.ops import OPS
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert cli._TRAIN_OPS == ", ".join(OPS)
+    assert f"per op ({cli._TRAIN_OPS}" in " ".join(capsys.readouterr().out.split())

@@ -18,8 +18,11 @@ from kernels.fp8 import linear as fp8_linear_module
 from kernels.gemm import ops as gemm_ops
 from kernels.gemm.linear import linear
 from kernels.gemm_fp8 import ops as fp8_ops
+from kernels.loss import ops as loss_ops
 from kernels.moe.grouped_gemm import ops as grouped_ops
 from kernels.moe.layer_ladder import fused_op
+from kernels.norm import ops as norm_ops
+from kernels.rotary import op as rope_op
 from workbench.harness import host_overhead
 
 # the custom op each benchmark case's public op calls when it does not run directly
@@ -27,7 +30,8 @@ CUSTOM_OPS = {"matmul": (gemm_ops, "_matmul_2d"), "nn.Linear": (gemm_ops, "_matm
               "flash_attention": (attention_ops, "_fwd"),
               "flash_attention_varlen": (attention_ops, "_varlen_fwd"),
               "grouped_gemm": (grouped_ops, "_grouped_gemm"), "matmul_fp8": (fp8_ops, "_matmul_fp8"),
-              "MoE": (fused_op, "_moe_fused"),
+              "MoE": (fused_op, "_moe_fused"), "rms_norm": (norm_ops, "_rms_norm"), "rope": (rope_op, "_rope"),
+              "cross_entropy": (loss_ops, "_forward"),
               **{case.op: (fp8_linear_module, "_fp8_linear") for case in host_overhead.cases()
                  if case.op.startswith("Float8Linear")}}
 

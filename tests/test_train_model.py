@@ -69,7 +69,8 @@ def test_data_follow_the_successor_table_and_split_the_global_batch():
 def test_kernel_switch_resolves_strings_and_partial_mappings():
     assert ops.resolve("workbench") == dict.fromkeys(ops.OPS, "workbench")
     assert ops.resolve({"attention": "workbench"}) == {"gemm": "torch", "attention": "workbench",
-                                                       "moe": "torch"}
+                                                       "moe": "torch", "norm": "torch", "rope": "torch",
+                                                       "swiglu": "torch", "loss": "torch"}
     assert ops.label(ops.resolve({"moe": "torch"})) == "torch"
     with pytest.raises(ValueError, match="unknown op"):
         ops.resolve({"softmax": "torch"})

@@ -83,7 +83,8 @@ def test_cli_train_prints_rows_and_writes_them(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "grad_norm" in text and "not performance" in text and "tuning pass before the steps" in text
     rows = store.load(out)
-    assert len(rows) == 2 and rows[0]["kernels"] == "gemm=torch,attention=workbench,moe=torch"
+    assert len(rows) == 2 and rows[0]["kernels"] == ("gemm=torch,attention=workbench,moe=torch,"
+                                                     "norm=torch,rope=torch,swiglu=torch,loss=torch")
 
 
 def test_cli_train_rejects_unknown_presets_and_ops(capsys):

@@ -79,7 +79,8 @@ def test_a_set_that_cannot_run_is_reported_and_the_other_still_runs(no_recorded,
     widget = TrainingComparison().set(a="torch", b={"moe": "workbench"}, steps=1, profile=False)
     result = widget.run()
     assert list(result.rows) == ["A: torch"] and result.parity is None
-    assert "out of memory" in result.errors["B: gemm=torch, attention=torch, moe=workbench"]
+    assert "out of memory" in result.errors["B: gemm=torch, attention=torch, moe=workbench, norm=torch, rope=torch, "
+                                            "swiglu=torch, loss=torch"]
     assert any("did not run" in note and "out of memory" in note for note in result.notes)
     widget.button.click()                 # a click shows the same result, not a traceback
     assert widget.status.value == "" and widget.result.errors
@@ -142,13 +143,14 @@ def test_recorded_gpu_runs_are_shown_with_gpu_and_date(no_recorded, monkeypatch)
 
 
 def test_gpu_rows_are_shown_as_measured_with_the_breakdown_side_by_side(no_recorded, monkeypatch):
-    fake = {"torch": [50.0, 10.0, 12.0], "gemm=workbench,attention=torch,moe=torch": [90.0, 8.0, 8.0]}
+    mixed = "gemm=workbench,attention=torch,moe=torch,norm=torch,rope=torch,swiglu=torch,loss=torch"
+    fake = {"torch": [50.0, 10.0, 12.0], mixed: [90.0, 8.0, 8.0]}
     monkeypatch.setattr(train, "run", lambda preset, impls, **_: _gpu_rows(
         train.ops.label(impls), fake[train.ops.label(impls)]))
     result = TrainingComparison().set(a="torch", b={"gemm": "workbench"}, steps=3).run()
     assert result.source == "measured" and [r["step_ms"] for r in result.table] == [11.0, 8.0]
     assert result.ops[0] == {"op": "kernels::matmul", "A: torch": 5.5,
-                             "B: gemm=workbench, attention=torch, moe=torch": 4.0}
+                             f"B: {mixed.replace(',', ', ')}": 4.0}
     # a mixed set's label breaks at its commas rather than overflowing its table column
     assert max(len(word) for row in result.table for word in f"{row['set']} {row['kernels']}".split()) <= 16
     spec = result.charts["breakdown"].to_dict()

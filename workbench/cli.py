@@ -168,6 +168,9 @@ def cmd_gpu_report(args) -> int:
     return gpu_report(budget_s=args.budget_s, sections=args.sections)
 
 
+_TRAIN_OPS = "gemm, attention, moe, norm, rope, swiglu, loss"   # workbench.train.ops.OPS, not imported for --help
+
+
 def _parse_kernels(text: str) -> str | dict[str, str]:
     """``torch``, ``workbench``, or per op: ``attention=workbench,moe=torch``."""
     if "=" not in text:
@@ -458,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="training steps of a small GPT(-MoE) on PyTorch or workbench kernels")
     p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, gpu-moe-small, gpu-dense-1b")
     p.add_argument("--kernels", type=_parse_kernels, default="torch",
-                   help="torch, workbench, or per op: gemm=workbench,attention=torch,moe=torch")
+                   help=f"torch, workbench, or per op ({_TRAIN_OPS}; those left out: torch), "
+                        f"e.g. gemm=workbench,attention=workbench")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -472,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="the training preset's tuning pass alone: fill the tuning cache")
     p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, gpu-moe-small, gpu-dense-1b")
     p.add_argument("--kernels", type=_parse_kernels, default="workbench",
-                   help="workbench (default), torch, or per op: gemm=workbench,attention=torch")
+                   help=f"workbench (default), torch, or per op ({_TRAIN_OPS}), e.g. gemm=workbench")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", action="store_true", help="torch.compile the model, as train --compile")
     p.add_argument("--fp8", choices=FP8_RECIPES, help="FP8 recipe, as train --fp8")

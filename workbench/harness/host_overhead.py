@@ -9,7 +9,9 @@ launches), so what is timed is everything our op does *except* Triton's own laun
 and the kernel. Outputs are still allocated, as the real path does.
 
 What it is compared with: the same torch operation (``torch.matmul``, ``nn.Linear``,
-SDPA, ``torch._grouped_mm``, ``torch._scaled_mm``, the reference MoE layer) called on CPU
+SDPA, ``torch._grouped_mm``, ``torch._scaled_mm``, the reference MoE layer), or for the
+training model's norm, rotary embedding and loss the torch code the op replaces there
+(``F.rms_norm``, ``apply_rope``, ``F.cross_entropy`` of fp32 logits), called on CPU
 tensors of the same rank, dtypes and layout kind but the smallest sizes the op takes
 (mostly 1), so its kernel does next to no work: what is left is torch's dispatch, its
 checks and its output allocation, plus a one-element kernel. That makes torch's number an
@@ -77,6 +79,7 @@ import kernels
 import kernels.fp8
 from kernels import eager
 
+from kernels.rotary.reference import apply_rope, rope_tables
 from . import device_ops, environment
 from .device_ops import stubbed_launches   # where the launches are stubbed, for callers of this benchmark
 from .table import format_table
@@ -198,6 +201,44 @@ def _forward_backward(layer, x, dy, backward):
     return lambda: torch.autograd.grad(layer(x), inputs, dy)
 
 
+def _rms_norm():
+    x, weight = _randn(4, 16, 64), _randn(64)
+    return lambda: kernels.rms_norm(x, weight, 1e-6)
+
+
+def _torch_rms_norm():
+    # torch's own RMSNorm: on a CPU torch it decomposes into the six aten ops of the model's formula
+    # (workbench.train.layers.RMSNorm, which this layer may not import), at less Python than a module call
+    x, weight = _randn(1, 1, 1), _randn(1)
+    return lambda: F.rms_norm(x, (1,), weight, 1e-6)
+
+
+def _projection_heads(batch, seq, heads, head_dim):
+    """q as the model lays it out: a (B, S, H, D) projection viewed as (B, H, S, D), no copy."""
+    return _randn(batch, seq, heads, head_dim).transpose(1, 2)
+
+
+def _rope():
+    x, (cos, sin) = _projection_heads(1, 64, 8, 64), rope_tables(64, 64, 10000.0, _device())
+    return lambda: kernels.rope(x, cos, sin)
+
+
+def _torch_rope():
+    x, (cos, sin) = _projection_heads(1, 1, 1, 2), rope_tables(1, 2, 10000.0, _device())
+    return lambda: apply_rope(x, cos, sin)
+
+
+def _cross_entropy():
+    logits = _randn(64, 1000)
+    targets = torch.randint(1000, (64,), device=_device())
+    return lambda: kernels.cross_entropy(logits, targets)
+
+
+def _torch_cross_entropy():
+    logits, targets = _randn(1, 1), torch.zeros(1, dtype=torch.int64, device=_device())
+    return lambda: F.cross_entropy(logits.float(), targets)
+
+
 def _moe_layer(cls, dim, hidden, tokens):
     layer = cls(dim, hidden, 8, 2, 1, device=_device())
     x = _randn(*tokens, dim)
@@ -223,6 +264,12 @@ def cases() -> list[Case]:
              lambda: _moe_layer(kernels.MoE, 64, 128, (2, 16)),
              "MoEReference dim 1, hidden 1, 8 experts top-2, 1 shared, x (1, 1, 1)",
              lambda: _moe_layer(MoEReference, 1, 1, (1, 1))),
+        Case("rms_norm", "x (4, 16, 64), weight (64,) fp32", _rms_norm,
+             "F.rms_norm x (1, 1, 1), weight (1,)", _torch_rms_norm),
+        Case("rope", "x (1, 8, 64, 64) transposed from (1, 64, 8, 64), cos/sin (64, 32) fp32", _rope,
+             "apply_rope x (1, 1, 1, 2) transposed, cos/sin (1, 1)", _torch_rope),
+        Case("cross_entropy", "logits (64, 1000) fp32, int64 targets", _cross_entropy,
+             "F.cross_entropy(logits.float(), targets) logits (1, 1)", _torch_cross_entropy),
         *(Case(f"Float8Linear {recipe}{' fwd+bwd' * backward}", "128->96, x (64, 128) fp32",
                functools.partial(_fp8_linear, recipe, backward),
                "torch.nn.Linear 1->1" + " fwd+bwd" * backward, _torch_linear_step if backward else _torch_linear,

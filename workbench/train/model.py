@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+import kernels as _kernels
+
 from . import ops
 from .ffn import moe_ffn
 from .layers import Attention, RMSNorm, SwiGLU, rope_tables
@@ -14,12 +16,12 @@ class Block(torch.nn.Module):
 
     def __init__(self, cfg, impls: dict[str, str], layer: int):
         super().__init__()
-        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps, impls["norm"])
         self.attn = Attention(cfg, impls)
-        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps, impls["norm"])
         self.moe = cfg.is_moe(layer)
         self.ffn = (moe_ffn(cfg, impls["moe"]) if self.moe
-                    else SwiGLU(cfg.dim, cfg.ffn_hidden, impls["gemm"]))
+                    else SwiGLU(cfg.dim, cfg.ffn_hidden, impls["gemm"], impls["swiglu"]))
 
     def forward(self, x, cos, sin):
         x = x + self.attn(self.attn_norm(x), cos, sin)
@@ -34,7 +36,7 @@ class GPT(torch.nn.Module):
         self.cfg, self.impls = cfg, ops.resolve(kernels)
         self.embed = torch.nn.Embedding(cfg.vocab, cfg.dim)
         self.blocks = torch.nn.ModuleList(Block(cfg, self.impls, i) for i in range(cfg.layers))
-        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps, self.impls["norm"])
         self.head = ops.linear(self.impls["gemm"], cfg.dim, cfg.vocab)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
@@ -51,7 +53,10 @@ class GPT(torch.nn.Module):
         logits = self.head(self.norm(x))
         if targets is None:
             return logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        if self.impls["loss"] == "workbench":   # the logits in their own dtype, computed in fp32
+            loss = _kernels.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        else:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
         for block in self.blocks:
             if block.moe:
                 loss = loss + self.cfg.aux_loss_coef * block.ffn.aux_loss

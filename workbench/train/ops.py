@@ -6,7 +6,18 @@
 - ``gemm``: every dense projection (attention q/k/v/o, dense FFN, LM head):
   ``torch.nn.Linear`` or ``kernels.nn.Linear``;
 - ``attention``: SDPA or ``kernels.flash_attention`` (causal, GQA);
-- ``moe``: the plain-PyTorch MoE of :mod:`.ffn` or ``kernels.MoE``.
+- ``moe``: the plain-PyTorch MoE of :mod:`.ffn` or ``kernels.MoE``;
+- ``norm``: every RMSNorm (:class:`.layers.RMSNorm`): its eager fp32 formula or
+  ``kernels.rms_norm``, the same formula in one launch forward;
+- ``rope``: the rotary embedding of q and k (:func:`.layers.apply_rope` or ``kernels.rope``);
+- ``swiglu``: the dense FFN's ``silu(gate) * up`` (:class:`.layers.SwiGLU`): two torch ops, or
+  ``kernels.moe.swiglu_op.swiglu``, one pass (the MoE FFN's SwiGLU follows ``moe``);
+- ``loss``: the next-token cross-entropy (:class:`.model.GPT`): ``F.cross_entropy`` of the
+  logits cast to fp32, or ``kernels.cross_entropy``, which reads them in their own dtype.
+
+Each workbench side computes what its torch side does, in fp32 where that does, rounded once
+where torch rounds after each op; these last four exist to cut the eager step's device ops
+and its fp32 round trips through memory (``workbench bench overhead`` counts the ops per step).
 
 Under autocast the workbench ops run in the dtype PyTorch's own would: their custom ops
 register it (:mod:`kernels.autocast`).
@@ -18,7 +29,7 @@ import torch.nn.functional as F
 
 import kernels as _kernels
 
-OPS = ("gemm", "attention", "moe")
+OPS = ("gemm", "attention", "moe", "norm", "rope", "swiglu", "loss")
 IMPLS = ("torch", "workbench")
 
 

@@ -83,7 +83,7 @@ def workbench_set() -> dict[str, str]:
 
 
 def _impl_pickers() -> dict[str, w.Dropdown]:
-    return {op: w.Dropdown(options=ops.IMPLS, description=op, layout=w.Layout(width="220px"))
+    return {op: w.Dropdown(options=ops.IMPLS, description=op, layout=w.Layout(width="190px"))
             for op in ops.OPS}
 
 
@@ -104,7 +104,8 @@ class TrainingComparison(Panel):
         self.seed = w.IntText(value=0, description="seed")
         self.profile = w.Checkbox(value=True, description="profile ops")
         self.progress = w.IntProgress(description="runs done", min=0, max=len(SETS))
-        rows = [w.HBox([w.HTML(f"<b>set {name}</b>&nbsp;"), *pickers.values()])
+        rows = [w.HBox([w.HTML(f"<b>set {name}</b>&nbsp;"), *pickers.values()],
+                       layout=w.Layout(flex_flow="row wrap"))   # six pickers wrap in a narrow notebook
                 for name, pickers in self.sets.items()]
         super().__init__("Training step: kernel sets A vs B, or high precision vs FP8 recipes",
                          [self.preset, self.compare, *rows, self.recipes, self.steps, self.seed, self.profile],
@@ -144,7 +145,8 @@ class TrainingComparison(Panel):
         return self
 
     def kernel_sets(self) -> dict[str, dict[str, str]]:
-        """The chosen sets by label ("A: torch", "B: gemm=workbench, attention=torch, moe=torch")."""
+        """The chosen sets by label (:func:`workbench.train.ops.label`: "A: torch",
+        "B: gemm=workbench, attention=torch, ...")."""
         chosen = {name: {op: p.value for op, p in pickers.items()} for name, pickers in self.sets.items()}
         return {f"{name}: {ops.wrappable(ops.label(impls))}": impls for name, impls in chosen.items()}
 

@@ -1,0 +1,150 @@
+"""The public fused cross-entropy: ``kernels.cross_entropy(logits, targets)``, differentiable and
+visible to ``torch.compile``.
+
+It computes what the training model's ``F.cross_entropy(logits.float(), targets)`` does, from
+the logits in their own dtype: read once forward, once backward, the gradient written once
+(:mod:`.cross_entropy_kernels`: the kernels, and the traffic they save).
+
+How it is wrapped, as the other public ops (:mod:`kernels.gemm.ops`): ``kernels::cross_entropy``
+(forward: the mean loss, each row's max and log of its sum of exponentials, the rows counted)
+and ``kernels::cross_entropy_backward`` are custom ops with fakes, joined by ``register_autograd``,
+so ``torch.compile(fullgraph=True)`` keeps one node each; an eager call that nothing watches
+runs the implementation (:func:`kernels.eager.path`), through :class:`_CrossEntropy` where a
+gradient is needed. A launch plan per metadata (:mod:`kernels.plans`) keeps the checks' verdict
+and the launches' settings. Autocast does not cast the logits: no autocast rule is registered,
+and the op computes in fp32 from whatever dtype it gets, as torch runs ``cross_entropy`` in fp32.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import eager, plans, validate
+from . import cross_entropy_kernels
+from .cross_entropy_kernels import DTYPES, Launches, launches
+
+
+def _forward_impl(logits: torch.Tensor, targets: torch.Tensor,
+                  ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return launches(*logits.shape, logits.dtype).forward(logits, targets, ignore_index)
+
+
+_forward = torch.library.custom_op("kernels::cross_entropy", _forward_impl, mutates_args=())
+
+
+@_forward.register_fake
+def _(logits, targets, ignore_index):
+    return logits.new_empty((), dtype=torch.float32), logits.new_empty((logits.shape[0], 2), dtype=torch.float32), \
+        logits.new_empty((), dtype=torch.float32)
+
+
+def _backward_impl(dloss: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor, stats: torch.Tensor,
+                   count: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    return launches(*logits.shape, logits.dtype).backward(dloss, logits, targets, stats, count, ignore_index)
+
+
+_backward_op = torch.library.custom_op("kernels::cross_entropy_backward", _backward_impl, mutates_args=())
+
+
+@_backward_op.register_fake
+def _(dloss, logits, targets, stats, count, ignore_index):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+def _gradient(dloss, logits, targets, stats, count, ignore_index) -> torch.Tensor:
+    """The backward custom op, or its implementation where nothing watches (:func:`kernels.eager.direct`)."""
+    op = _backward_impl if eager.direct(dloss, logits, targets, stats, count) else _backward_op
+    return op(dloss, logits, targets, stats, count, ignore_index)
+
+
+def _setup(ctx, inputs, output):
+    logits, targets, ctx.ignore_index = inputs
+    ctx.save_for_backward(logits, targets, *output[1:])
+
+
+def _backward(ctx, dloss, _dstats, _dcount):
+    return _gradient(dloss, *ctx.saved_tensors, ctx.ignore_index), None, None
+
+
+_forward.register_autograd(_backward, setup_context=_setup)
+
+
+class _CrossEntropy(torch.autograd.Function):
+    """The custom op's autograd formula for an eager call that needs a gradient and that nothing
+    else watches (:data:`kernels.eager.AUTOGRAD`), running the plan's launches."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, plan):
+        rows = plan.rows(logits)
+        loss, stats, count = plan.call(rows, targets)
+        ctx.save_for_backward(rows, targets, stats, count)
+        ctx.ignore_index = plan.ignore_index
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss):
+        return _backward(ctx, dloss, None, None)[0], None, None
+
+
+_apply = eager.applier(_CrossEntropy, tensors=2)
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100, *,
+                  check_targets: bool = False) -> torch.Tensor:
+    """``F.cross_entropy(logits.float(), targets, ignore_index=ignore_index)``: the mean over the
+    rows whose target is not ``ignore_index`` of ``logsumexp(logits[r]) - logits[r, targets[r]]``,
+    in fp32, as a 0-d float32 tensor; differentiable in ``logits``, whose gradient comes in
+    their dtype, rounded once from fp32 (0 in ignored rows).
+
+    ``logits`` (R, V): float32, bfloat16 or float16, any row stride; a view whose columns are
+    not adjacent is copied first (one device op more; the kernels read rows). ``targets`` (R,):
+    int64, any stride. R = 0, or every row ignored, gives nan, as torch. Deterministic: no
+    atomics, the mean summed in a fixed order.
+
+    A target outside [0, V) other than ``ignore_index`` makes the loss (and its row's gradient)
+    NaN: refusing it needs its value on the host, a sync per step on a GPU (torch's CUDA kernel
+    asserts on the device instead). ``check_targets=True`` reads the targets and raises torch's
+    ``IndexError`` (:func:`.cross_entropy_kernels.check_targets`)."""
+    plan = _PLANS(plans.meta(logits, targets, extra=(ignore_index, type(ignore_index))),
+                  _Plan, logits, targets, ignore_index)
+    if check_targets:   # the values: read on every call that asks
+        cross_entropy_kernels.check_targets(targets, logits.shape[1], ignore_index)
+    how = eager.path(known=plan.kind)
+    if how == eager.PLAIN:
+        return plan.call(plan.rows(logits), targets)[0]
+    if how == eager.AUTOGRAD:
+        return _apply(logits, targets, plan)
+    return _forward(plan.rows(logits), targets, ignore_index)[0]
+
+
+_PLANS = plans.PlanCache()
+
+
+class _Plan(plans.Checked):
+    """:func:`cross_entropy`'s checks for inputs of one metadata and ``ignore_index``: ``kind``,
+    their :func:`kernels.eager.kind`; ``copy``, whether the logits' columns are not adjacent.
+    The launches' settings are decided on the first eager call (:meth:`bind`), not by a traced one."""
+
+    def __init__(self, logits, targets, ignore_index):
+        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+            raise TypeError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
+        validate.tensor("logits", logits, ndim=2, allow_empty=True)
+        validate.tensor("targets", targets, ndim=1, allow_empty=True)
+        validate.same_device(logits=logits, targets=targets)
+        validate.tensor("logits", logits, dtypes=DTYPES, allow_empty=True)
+        if targets.dtype != torch.int64:
+            raise TypeError(f"targets must be int64 class indices, got {str(targets.dtype).replace('torch.', '')}")
+        if targets.shape[0] != logits.shape[0]:
+            raise ValueError(f"targets has {targets.shape[0]} rows, logits {logits.shape[0]}: "
+                             f"logits (R, V) take targets (R,)")
+        self.copy = logits.shape[1] > 1 and logits.stride(1) != 1
+        self.ignore_index = ignore_index
+        self.kind = eager.kind(logits, targets)
+
+    def rows(self, logits: torch.Tensor) -> torch.Tensor:
+        """The logits as the kernels read them: rows of adjacent columns (a copy where not)."""
+        return logits.contiguous() if self.copy else logits
+
+    def bind(self, rows, targets):
+        """The forward's launches on :meth:`rows` of the logits: (loss, stats, count)."""
+        forward, ignore_index = Launches(*rows.shape, rows.dtype).forward, self.ignore_index
+        return lambda rows, targets: forward(rows, targets, ignore_index)

@@ -1,0 +1,2 @@
+"""Normalization layers as fused Triton ops: :func:`kernels.rms_norm` (:mod:`.ops`), whose
+kernels and launch settings are :mod:`.rms_norm_kernels`'."""

@@ -1,0 +1,187 @@
+"""``kernels.rms_norm(x, weight, eps)``: the training model's RMSNorm as one forward launch and a
+two-launch backward.
+
+The model's eager formula, ``(x32 * rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) *
+w32).to(x.dtype)``, is 8 device ops forward and 16 backward for bf16 x with an fp32 weight, most of
+them fp32 passes over the activations, per norm (``tests/test_rms_norm.py`` counts both). Here the
+forward reads x once and writes y (and rstd, one fp32 per row, for the backward) once; the backward
+reads dy and x once, writes dx once and per-program fp32 partial sums of the weight's gradient,
+which a second launch adds in a fixed order (:mod:`.rms_norm_kernels`). Same semantics, so it can
+replace the model's: computed in fp32, y and dx rounded once to x's dtype, dweight to the weight's
+(which may differ: an fp32 master weight beside bf16 activations).
+
+Not cast under ``torch.autocast``: the model's norm computes in fp32 and keeps x's dtype there
+too, so the custom op has no autocast rule and the eager path ignores the region.
+
+How a call runs (:func:`kernels.eager.path`), as :func:`kernels.flash_attention` does: an eager
+call that nothing watches runs the launch plan; one that needs a gradient, :class:`_RMSNorm`; a
+traced or transformed one the custom ops ``kernels::rms_norm`` (returns y and rstd) and
+``kernels::rms_norm_backward`` (dx and dweight), with fakes, joined by ``register_autograd``, so
+``torch.compile(fullgraph=True)`` keeps both as nodes without a graph break. The checks and
+launch settings of one kind of input are kept (:mod:`kernels.plans`).
+
+Layouts: x's and dy's rows are read through their row stride where x viewed as (rows, N) has
+unit column stride (a contiguous x, a slice of rows or of a wider buffer's columns); any other
+layout (a transposed or expanded x or dy) is copied once by ``reshape``/``contiguous``. y and dx
+are contiguous, dweight is (N,) contiguous.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import eager, plans, validate
+from ..outputs import new_output
+from . import rms_norm_kernels as k
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _rows(t: torch.Tensor, rows: int, n: int) -> torch.Tensor:
+    """``t`` as (rows, n) with unit column stride: a view where one exists, else a copy."""
+    flat = t.reshape(rows, n)
+    return flat if n <= 1 or flat.stride(1) == 1 else flat.contiguous()
+
+
+class _Plan:
+    """:func:`rms_norm`'s checks for inputs of one metadata (and ``eps``, for the forward), and
+    what follows from them: rows, N, the three launches' settings, the inputs' eager kind."""
+
+    def __init__(self, x, weight, eps=None):
+        validate.tensor("x", x, dtypes=DTYPES, allow_empty=True)
+        validate.tensor("weight", weight, dtypes=DTYPES, allow_empty=True)
+        if x.dim() < 1:
+            raise ValueError("x must have at least 1 dimension (..., N), got a 0-d tensor")
+        if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
+            raise ValueError(f"weight has shape {tuple(weight.shape)}; it must be ({x.shape[-1]},), "
+                             f"x's last dimension (x is {tuple(x.shape)})")
+        validate.same_device(x=x, weight=weight)
+        self.n = x.shape[-1]
+        if self.n > k.MAX_N:
+            raise ValueError(f"x's rows have N={self.n} elements; rms_norm holds a row in one program, "
+                             f"at most N={k.MAX_N}")
+        if eps is not None:
+            if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+                raise ValueError(f"eps must be a float >= 0, got {eps!r}")
+            self.eps = validate.fp32_argument("eps", float(eps))
+        self.shape = x.shape
+        self.rows = math.prod(x.shape[:-1])
+        self.launch = k.launches(self.rows, self.n, x.dtype, weight.dtype)
+        self.kind = eager.kind(x, weight)
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """y in x's shape and dtype, and rstd (rows,) fp32; one launch (none when empty)."""
+        rows, n = self.rows, self.n
+        y = new_output(self.shape, x.dtype, x.device)
+        rstd = new_output((rows,), torch.float32, x.device)
+        if rows * n:
+            x2 = _rows(x, rows, n)
+            k._forward_kernel.run(x2, weight, y, rstd, rows, n, x2.stride(0), weight.stride(0), self.eps,
+                                  **self.launch["forward"])
+        elif rows:   # N = 0: the mean of no squares is NaN, as in torch
+            rstd.fill_(float("nan"))
+        return y, rstd
+
+    def backward(self, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                 rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """dx in x's shape and dtype and dweight in the weight's; two launches (none when empty)."""
+        if dy.shape != x.shape or dy.dtype != x.dtype:
+            raise ValueError(f"dy must have x's shape {tuple(x.shape)} and dtype {x.dtype}, got "
+                             f"{tuple(dy.shape)} {dy.dtype}")
+        rows, n, launch = self.rows, self.n, self.launch
+        dx = new_output(self.shape, x.dtype, x.device)
+        dw = new_output((n,), weight.dtype, weight.device)
+        if not rows * n:
+            return dx, dw.zero_()   # no rows: y did not depend on the weight (and N = 0: dx is empty)
+        partial = new_output((launch["programs"], n), torch.float32, x.device)
+        x2, dy2 = _rows(x, rows, n), _rows(dy, rows, n)
+        k._backward_kernel.run(dy2, x2, weight, rstd, dx, partial, rows, n, dy2.stride(0), x2.stride(0),
+                               weight.stride(0), **launch["backward"])
+        k._dweight_kernel.run(partial, dw, launch["programs"], n, **launch["dweight"])
+        return dx, dw
+
+
+_PLANS = plans.PlanCache()
+_BACKWARD_PLANS = plans.PlanCache()
+
+
+def _forward_impl(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return _PLANS(plans.meta(x, weight, extra=(eps, type(eps))), _Plan, x, weight, eps).forward(x, weight)
+
+
+_rms_norm = torch.library.custom_op("kernels::rms_norm", _forward_impl, mutates_args=())
+
+
+@_rms_norm.register_fake
+def _(x, weight, eps):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            x.new_empty((math.prod(x.shape[:-1]),), dtype=torch.float32))
+
+
+def _backward_impl(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                   rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _BACKWARD_PLANS(plans.meta(x, weight), _Plan, x, weight).backward(dy, x, weight, rstd)
+
+
+_rms_norm_backward = torch.library.custom_op("kernels::rms_norm_backward", _backward_impl, mutates_args=())
+
+
+@_rms_norm_backward.register_fake
+def _(dy, x, weight, rstd):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            torch.empty_like(weight, memory_format=torch.contiguous_format))
+
+
+def _save(ctx, inputs, output):
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
+
+
+def _backward(ctx, dy, _drstd=None):
+    """The backward custom op, or its implementation where nothing watches (:func:`kernels.eager.direct`)."""
+    x, weight, rstd = ctx.saved_tensors
+    op = _backward_impl if eager.direct(dy, x, weight, rstd) else _rms_norm_backward
+    dx, dw = op(dy, x, weight, rstd)
+    needs = ctx.needs_input_grad
+    return dx if needs[0] else None, dw if needs[1] else None, None
+
+
+_rms_norm.register_autograd(_backward, setup_context=_save)
+
+
+class _RMSNorm(torch.autograd.Function):
+    """The custom op's autograd formula, for an eager call that needs a gradient and that nothing
+    else watches (:data:`kernels.eager.AUTOGRAD`): ``forward`` runs the launch plan."""
+
+    @staticmethod
+    def forward(ctx, x, weight, plan):
+        y, rstd = plan.forward(x, weight)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _backward(ctx, dy)
+
+
+_apply_rms_norm = eager.applier(_RMSNorm, tensors=2)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x / sqrt(mean(x², -1) + eps) * weight`` for x (..., N) and weight (N,), computed in fp32,
+    rounded once to x's dtype; differentiable in both (dx in x's dtype, dweight in the
+    weight's, accumulated in fp32 over all rows, the same bits on every run).
+
+    x and weight: float32, float16 or bfloat16, each its own (an fp32 weight with bf16 x is the
+    training model's); 1 <= N <= :data:`.rms_norm_kernels.MAX_N` (a row lives in one program) or
+    N = 0 (empty y, as in torch); any number of rows (0 too) in any leading dimensions; ``eps`` a
+    float >= 0, taken as float32 as the kernel computes (:func:`kernels.validate.fp32_argument`).
+    Errors name the argument at fault."""
+    plan = _PLANS(plans.meta(x, weight, extra=(eps, type(eps))), _Plan, x, weight, eps)
+    how = eager.path(known=plan.kind)
+    if how == eager.PLAIN:
+        return plan.forward(x, weight)[0]
+    if how == eager.AUTOGRAD:
+        return _apply_rms_norm(x, weight, plan)
+    return _rms_norm(x, weight, plan.eps)[0]

@@ -1,0 +1,317 @@
+"""``kernels.rms_norm`` (:mod:`kernels.norm`) against the float64 formula, forward and both
+gradients, on every dtype pair, odd and tiny N, 3-D, empty and non-contiguous inputs, outputs
+poisoned; its weight gradient's bits across runs; its errors; its custom ops (opcheck,
+``torch.compile``); its device ops per call; and autocast, which must leave it alone.
+
+Tolerances, from the output's dtype (``torch.finfo(dtype).eps``: 2^-7 bf16, 2^-10 fp16;
+1e-5 for fp32): a 16-bit y is the fp32 value rounded once to nearest, so within half a unit
+in the last place of the float64 value, plus fp32's error (1e-5 of it: a value near a midpoint
+may round either way); an fp32 y within ``1e-5·|ref|``. The gradients sum over a row (dx) or over every row (dweight)
+terms that cancel, so an element's error scales with its row's or column's terms, not with
+itself: within ``eps·(|ref| + terms)``, terms the largest ``|rstd·dy·w|`` of all rows for dx
+and ``Σ_rows |dy·x̂|`` of the column for dweight (the magnitudes before they cancel)."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import pytest
+import torch
+
+import kernels
+from kernels.norm import ops as norm_ops, rms_norm_kernels
+from kernels.outputs import poisoned_outputs
+from workbench.harness.device_ops import device_ops
+from workbench.train.layers import RMSNorm
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+EPS = 1e-6
+
+
+def _tolerance(dtype: torch.dtype) -> float:
+    return 1e-5 if dtype == torch.float32 else torch.finfo(dtype).eps
+
+
+def _inputs(shape, x_dtype, w_dtype, seed):
+    """Fresh x (scaled away from 1, so a missing rstd shows) and a weight around 1, with
+    requires_grad; dy of x's shape and dtype."""
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=gen) * 3 + 0.5).to(x_dtype).requires_grad_()
+    w = (torch.randn(shape[-1], generator=gen) * 0.5 + 1).to(w_dtype).requires_grad_()
+    dy = torch.randn(shape, generator=gen).to(x_dtype)
+    return x, w, dy
+
+
+def _exact(x, w, dy, eps=EPS):
+    """y, dx and dweight of the formula in float64, and the magnitudes of the terms dx and
+    dweight sum (see the module's docstring)."""
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    rstd = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
+    y = x64 * rstd * w64
+    dx, dw = torch.autograd.grad(y, (x64, w64), dy.double())
+    dx_terms = (rstd * dy.double() * w64).detach().abs()
+    dw_terms = (dy.double() * x64 * rstd).detach().abs().reshape(-1, w.shape[0]).sum(0)
+    return y.detach(), (dx, dx_terms.max() if dx_terms.numel() else 0), (dw, dw_terms)
+
+
+def _half_ulp(want: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Half the spacing of ``dtype``'s values at ``want``: eps·2^(e-1)/2 for |want| = m·2^e,
+    m in [0.5, 1), and below the smallest normal number the subnormals' fixed spacing."""
+    finfo = torch.finfo(dtype)
+    binade = torch.ldexp(torch.ones_like(want), torch.frexp(want).exponent - 1).clamp(min=finfo.smallest_normal)
+    return 0.5 * finfo.eps * binade
+
+
+def _assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, terms=None):
+    """``got`` within the module docstring's bound of ``want``: a rounded-once y where ``terms``
+    is None, else a sum of terms of those magnitudes."""
+    assert got.dtype == dtype and got.shape == want.shape
+    tol = _tolerance(dtype)
+    if terms is not None:
+        bound = tol * (want.abs() + terms)
+    elif dtype == torch.float32:
+        bound = tol * want.abs()
+    else:
+        bound = _half_ulp(want, dtype) + 1e-5 * want.abs()
+    err = (got.double() - want).abs()
+    bad = ~(err <= bound)   # NaN fails
+    assert not bad.any(), (f"{int(bad.sum())} of {got.numel()} off, worst {err.max().item():.3g} at "
+                           f"{tuple(int(i) for i in torch.nonzero(bad)[0])}, bound {tol:g}")
+
+
+def _check(x, w, dy, eps=EPS):
+    """rms_norm's y and gradients, outputs poisoned, against :func:`_exact`."""
+    with poisoned_outputs():
+        y = kernels.rms_norm(x, w, eps)
+        dx, dw = torch.autograd.grad(y, (x, w), dy)
+    want_y, want_dx, want_dw = _exact(x, w, dy, eps)
+    _assert_close(y, want_y, x.dtype)
+    _assert_close(dx, want_dx[0], x.dtype, want_dx[1])
+    _assert_close(dw, want_dw[0], w.dtype, want_dw[1])
+    return y, dx, dw
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype", list(itertools.product(DTYPES, DTYPES)), ids=str)
+@pytest.mark.parametrize("shape", [(37, 33), (2, 3, 1000), (5, 1), (2, 150, 40)], ids=str)
+def test_forward_and_gradients_match_float64(shape, x_dtype, w_dtype):
+    """Odd N (a masked tail in one block), N = 1, 3-D x, several row blocks; the last shape's
+    backward has 19 programs, more than the weight gradient's sum takes at once (BLOCK_P)."""
+    _check(*_inputs(shape, x_dtype, w_dtype, seed=sum(shape)))
+
+
+def test_rows_of_a_wider_buffer_and_a_strided_weight_are_read_in_place():
+    """x a slice of a wider buffer's columns (row stride 40) and a weight of stride 2, read in
+    place; dy a transposed (33, 21) buffer (its columns apart: copied)."""
+    x, w, _ = _inputs((21, 40), torch.bfloat16, torch.float32, seed=3)
+    x = x[:, 3:36]
+    w2 = torch.randn(66).requires_grad_()
+    dy = torch.randn(33, 21).to(torch.bfloat16).t()
+    assert x.stride() == (40, 1) and w2[::2].stride() == (2,) and dy.stride() == (1, 21)
+    _check(x, w2[::2], dy)
+
+
+def test_rows_of_stride_0_are_read_in_place_and_columns_apart_are_copied():
+    """A transposed 3-D x (its rows flatten only by a copy) with dy broadcast along the rows
+    (row stride 0, read in place); a 2-D x whose columns are not adjacent (x.t()) with dy
+    broadcast along the columns (column stride 0): both copied before the launch."""
+    x, w, _ = _inputs((4, 6, 24), torch.float32, torch.bfloat16, seed=4)
+    _check(x.transpose(0, 1), w, torch.randn(1, 1, 24).expand(6, 4, 24))
+    x, w, _ = _inputs((24, 6), torch.bfloat16, torch.float32, seed=17)
+    x2, w2 = x.t(), torch.randn(24, requires_grad=True)
+    assert x2.stride() == (1, 6)
+    _check(x2, w2, torch.randn(6, 1).to(torch.bfloat16).expand(6, 24))
+
+
+@pytest.mark.parametrize("shape", [(0, 33), (2, 0, 8), (3, 0), (0, 0)], ids=str)
+def test_empty_inputs_do_what_the_models_formula_does(shape):
+    """No rows: y empty, dweight 0; N = 0: y and dx empty, as torch's formula gives."""
+    x, w, dy = _inputs(shape, torch.bfloat16, torch.float32, seed=5)
+    with poisoned_outputs():
+        y = kernels.rms_norm(x, w, EPS)
+        dx, dw = torch.autograd.grad(y, (x, w), dy, allow_unused=True)
+    model = RMSNorm(shape[-1], EPS)
+    with torch.no_grad():
+        model.weight.copy_(w)
+    want = model(x)
+    want_dx, want_dw = torch.autograd.grad(want, (x, model.weight), dy)
+    assert y.shape == want.shape and y.dtype == want.dtype
+    assert torch.equal(dx, want_dx) and torch.equal(dw, want_dw) and dw.dtype == w.dtype
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.float16)],
+                         ids=str)
+def test_it_replaces_the_training_models_rmsnorm(x_dtype, w_dtype):
+    """Within one rounding of the model's own result (both round an fp32 value once; the sums'
+    orders differ), and its gradients within twice the float64 bound of the tests above (each
+    is within it of float64)."""
+    x, w, dy = _inputs((2, 9, 96), x_dtype, w_dtype, seed=6)
+    model = RMSNorm(96, EPS).to(w_dtype)
+    with torch.no_grad():
+        model.weight.copy_(w)
+    ours = kernels.rms_norm(x, w, EPS)
+    theirs = model(x)
+    ulp = torch.finfo(x_dtype).eps * theirs.detach().double().abs()
+    assert ((ours.double() - theirs.detach().double()).abs() <= ulp).all()
+    ours_grads = torch.autograd.grad(ours, (x, w), dy)
+    theirs_grads = torch.autograd.grad(theirs, (x, model.weight), dy)
+    _, (_, dx_terms), (_, dw_terms) = _exact(x, w, dy)
+    _assert_close(ours_grads[0], theirs_grads[0].double(), x_dtype, 2 * dx_terms)
+    _assert_close(ours_grads[1], theirs_grads[1].double(), w_dtype, 2 * dw_terms)
+
+
+def test_backward_programs_that_own_several_row_blocks(monkeypatch):
+    """On a GPU a large batch has more row blocks than :data:`PARTIAL_PROGRAMS`; here 3
+    programs own 19 blocks (every third), each summing its rows' dweight terms."""
+    monkeypatch.setattr(rms_norm_kernels, "PARTIAL_PROGRAMS", 3)
+    x, w, dy = _inputs((300, 41), torch.bfloat16, torch.bfloat16, seed=16)   # a shape of its own: a new plan
+    assert rms_norm_kernels.backward_programs(300, rms_norm_kernels.settings(41, torch.bfloat16)) == 3
+    _check(x, w, dy)
+
+
+def test_dweight_is_the_same_bits_on_every_run():
+    """On a GPU the backward's programs run in any order and at once; dweight's bits do not depend
+    on it, as each program writes a partial row of its own and the sum adds them in a fixed
+    order (no atomics: tests/test_rms_norm_isa.py). Here: 19 programs, the same bits from runs
+    whose outputs and workspace start as other bits (NaN-poisoned or not), so nothing reads a
+    partial before it is written."""
+    x, w, dy = _inputs((300, 40), torch.bfloat16, torch.float32, seed=7)
+    assert rms_norm_kernels.backward_programs(300, rms_norm_kernels.settings(40, torch.bfloat16)) == 19
+    grads = []
+    for poisoned in (False, True, False):
+        with poisoned_outputs() if poisoned else contextlib.nullcontext():
+            y = kernels.rms_norm(x, w, EPS)
+            grads.append(torch.autograd.grad(y, (x, w), dy))
+    assert all(torch.equal(a, b) for grad in grads[1:] for a, b in zip(grads[0], grad))
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
+def test_eps_is_added_to_the_mean_square():
+    """A row of zeros: y = 0·rsqrt(eps) = 0; eps = 0 gives NaN there, as torch's formula does."""
+    x = torch.zeros(3, 16, requires_grad=True)
+    w = torch.ones(16, requires_grad=True)
+    assert torch.equal(kernels.rms_norm(x, w, 1e-5), torch.zeros(3, 16))
+    assert kernels.rms_norm(x, w, 0.0).isnan().all()
+    _check(*_inputs((6, 16), torch.float32, torch.float32, seed=8), eps=0.5)
+
+
+def test_bad_inputs_get_clear_errors():
+    x, w, _ = _inputs((4, 8), torch.bfloat16, torch.float32, seed=9)
+    cases = [
+        ((x, w[:7], EPS), ValueError, r"weight has shape \(7,\); it must be \(8,\)"),
+        ((x, w.reshape(2, 4), EPS), ValueError, r"weight has shape \(2, 4\)"),
+        ((x.int(), w, EPS), TypeError, "x has dtype int32; this kernel takes"),
+        ((x, w.long(), EPS), TypeError, "weight has dtype int64"),
+        ((x, w.double(), EPS), TypeError, "weight has dtype float64"),
+        ((x[0, 0], w[:1], EPS), ValueError, "x must have at least 1 dimension"),
+        ((x, w.to("meta"), EPS), ValueError, "weight is on meta"),
+        ((torch.zeros(2, rms_norm_kernels.MAX_N + 1), torch.ones(rms_norm_kernels.MAX_N + 1), EPS),
+         ValueError, f"at most N={rms_norm_kernels.MAX_N}"),
+        ((x, w, -1e-6), ValueError, "eps must be a float >= 0"),
+        ((x, w, float("nan")), ValueError, "eps must be a float >= 0"),
+        ((x, w, "1e-6"), ValueError, "eps must be a float >= 0"),
+        ((x, w, 1e60), ValueError, "outside float32's range"),
+        (("x", w, EPS), TypeError, "x must be a torch.Tensor"),
+    ]
+    for args, error, message in cases:
+        with pytest.raises(error, match=message):
+            kernels.rms_norm(*args)
+
+
+def test_the_largest_n_runs():
+    x, w, dy = _inputs((2, rms_norm_kernels.MAX_N), torch.float32, torch.float32, seed=10)
+    _check(x, w, dy)
+
+
+def test_a_repeated_call_reuses_its_plan(monkeypatch):
+    """Per kind of input (a gradient needed or not: the autograd and the plain path); a new
+    ``eps`` is a new plan."""
+    x, w, _ = _inputs((5, 24), torch.float16, torch.float16, seed=11)
+    kernels.rms_norm(x, w, EPS)
+    kernels.rms_norm(x.detach(), w.detach(), EPS)
+
+    def rebuilt(*args):
+        raise AssertionError("a plan was built again")
+    monkeypatch.setattr(norm_ops, "_Plan", rebuilt)
+    kernels.rms_norm(x, w, EPS)
+    kernels.rms_norm(x.detach(), w.detach(), EPS)
+    with pytest.raises(AssertionError, match="built again"):
+        kernels.rms_norm(x, w, 1e-5)
+
+
+def test_the_custom_ops_pass_opcheck():
+    x, w, dy = _inputs((3, 5, 20), torch.float32, torch.float32, seed=12)
+    torch.library.opcheck(torch.ops.kernels.rms_norm.default, (x, w, EPS))
+    _, rstd = torch.ops.kernels.rms_norm(x.detach(), w.detach(), EPS)
+    torch.library.opcheck(torch.ops.kernels.rms_norm_backward.default, (dy, x.detach(), w.detach(), rstd))
+
+
+def test_torch_compile_keeps_the_ops_in_one_graph():
+    def loss(x, w):
+        return (kernels.rms_norm(x, w, EPS).float() * 2).sum()
+
+    x, w, _ = _inputs((2, 7, 48), torch.bfloat16, torch.float32, seed=13)
+    explained = torch._dynamo.explain(loss)(x, w)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    got = torch.autograd.grad(compiled(x, w), (x, w))
+    want = torch.autograd.grad(loss(x, w), (x, w))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def _device_ops(norm, x, w, dy) -> tuple:
+    """The device ops of ``norm(x)``'s forward and of its backward to x and ``w``."""
+    forward = device_ops(lambda: norm(x))
+    y = norm(x)
+    return forward, device_ops(lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True))
+
+
+def test_one_launch_forward_and_two_backward_where_the_model_runs_8_and_16():
+    """bf16 x, an fp32 weight: the model's formula runs 8 torch ops forward and 16 backward."""
+    x, w, dy = _inputs((64, 96), torch.bfloat16, torch.float32, seed=14)
+    forward, backward = _device_ops(lambda x: kernels.rms_norm(x, w, EPS), x, w, dy)
+    assert (forward.triton, forward.total, backward.triton, backward.total) == (1, 1, 2, 2), (forward, backward)
+    model = RMSNorm(96, EPS)
+    forward, backward = _device_ops(model, x, model.weight, dy)
+    assert (forward.total, backward.total) == (8, 16), (forward, backward)
+
+
+def test_autocast_leaves_it_in_x_dtype():
+    """As the model's norm: computed in fp32 and kept in x's dtype inside a bf16 region, eager
+    and traced."""
+    x, w, _ = _inputs((6, 40), torch.float32, torch.float32, seed=15)
+    outside = kernels.rms_norm(x, w, EPS)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = kernels.rms_norm(x, w, EPS)
+        traced = torch.ops.kernels.rms_norm(x, w, EPS)[0]
+    assert inside.dtype == traced.dtype == torch.float32
+    assert torch.equal(inside, outside) and torch.equal(traced, outside)
+
+
+@pytest.mark.parametrize("n", [1024, 4096])
+def test_a_call_launches_the_settings_its_aot_launch_compiles(n, monkeypatch):
+    """bf16 rows with an fp32 weight at the ISA tests' widths: the forward's and backward's tile
+    and warps are the ones :func:`rms_norm_kernels.aot` compiles (both from ``settings``)."""
+    seen = {}
+    for name in ("_forward_kernel", "_backward_kernel"):
+        kernel = getattr(rms_norm_kernels, name)
+        monkeypatch.setattr(kernel, "run", lambda *args, kernel=kernel, **kwargs: seen.setdefault(kernel, kwargs))
+    x, w, dy = _inputs((2, n), torch.bfloat16, torch.float32, seed=18)
+    y = kernels.rms_norm(x, w, EPS)
+    torch.autograd.grad(y, (x, w), dy)
+    for backward in (False, True):
+        aot = rms_norm_kernels.aot(torch.bfloat16, n, backward, torch.float32)
+        launched = seen[aot.jit_fn]
+        assert {key: launched[key] for key in ("BLOCK_R", "BLOCK_N", "num_warps")} == \
+            {"BLOCK_R": aot.constexprs["BLOCK_R"], "BLOCK_N": aot.constexprs["BLOCK_N"],
+             "num_warps": aot.options["num_warps"]}
+
+
+def test_the_eager_paths_give_the_custom_ops_bits():
+    """The plain call and the eager autograd.Function (gradients) give what ``kernels::rms_norm`` and its
+    registered backward give."""
+    x, w, dy = _inputs((7, 3, 40), torch.bfloat16, torch.float32, seed=19)
+    y = kernels.rms_norm(x, w, EPS)
+    y_op = torch.ops.kernels.rms_norm(x, w, EPS)[0]
+    assert torch.equal(y, y_op) and torch.equal(kernels.rms_norm(x.detach(), w.detach(), EPS), y_op)
+    grads, grads_op = torch.autograd.grad(y, (x, w), dy), torch.autograd.grad(y_op, (x, w), dy)
+    assert all(torch.equal(a, b) for a, b in zip(grads, grads_op))
