@@ -315,3 +315,16 @@ def test_the_eager_paths_give_the_custom_ops_bits():
     assert torch.equal(y, y_op) and torch.equal(kernels.rms_norm(x.detach(), w.detach(), EPS), y_op)
     grads, grads_op = torch.autograd.grad(y, (x, w), dy), torch.autograd.grad(y_op, (x, w), dy)
     assert all(torch.equal(a, b) for a, b in zip(grads, grads_op))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("x_dtype, w_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
+                                              (torch.bfloat16, torch.bfloat16)], ids=str)
+@pytest.mark.parametrize("n", [1024, 2048])
+def test_on_this_gpu_a_training_steps_norm_matches_float64(n, x_dtype, w_dtype):
+    """The GPU presets' widths at 4096 rows on the real backend, within the CPU's bounds: the
+    backward runs all its programs, each over several row blocks, and the fixed-order sum of
+    their partials (fp32 x and weight: the step's residual stream under autocast)."""
+    device = kernels.backend.current().device
+    x, w, dy = (t.detach().to(device) for t in _inputs((2, 2048, n), x_dtype, w_dtype, seed=n))
+    _check(x.requires_grad_(), w.requires_grad_(), dy)

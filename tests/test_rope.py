@@ -284,3 +284,22 @@ def test_a_tile_is_one_16_byte_vector_a_thread(dtype, d, rows, warps):
     more warps (at most 16)."""
     config = settings(d, dtype)
     assert (config["BLOCK_ROWS"], config["num_warps"]) == (rows, warps)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_on_this_gpu_the_steps_rotation_matches_float64(dtype):
+    """gpu-moe-small's q (16 heads of 64) at S = 2048, laid out as the step passes it, on the real
+    backend: y and dx within the CPU's bound (a GPU's fused multiply-adds stay inside its fp32
+    term) and laid out as x."""
+    device = kernels.backend.current().device
+    gen = torch.Generator().manual_seed(11)
+    x = _heads(2, 16, 2048, 64, dtype, gen).to(device).requires_grad_()
+    cos, sin = rope_tables(2048, 64, 10000.0, device)
+    dy = torch.empty_like(x).copy_(torch.randn(x.shape, generator=gen))
+    with poisoned_outputs():
+        y = kernels.rope(x, cos, sin)
+        dx, = torch.autograd.grad(y, x, dy)
+    _close(y, x, cos, sin)
+    _close(dx, dy, cos, sin, sign=-1)
+    assert y.stride() == x.stride() and dx.stride() == x.stride()
