@@ -55,7 +55,10 @@ def test_table_entry_is_what_the_compiler_gives():
 
 
 FAKE_SPACE = [grouped._cfg(32, 32, 32, 4, 1), grouped._cfg(16, 32, 16, 4, 1), grouped._cfg(32, 16, 32, 4, 1)]
-SHAPE = (40, 24, 36, 2, 1, 0)   # 20 rows per expert: every fake tile fits both kernels
+# 40 rows per expert: every fake tile fits both kernels. top_k 2: at top_k 1 the renormalized weight
+# is p/p = 1, so the router's gradient is exactly 0 and every rung's (and the float64 reference's)
+# is rounding noise, which the harness's relative error would compare noise against noise
+SHAPE = (40, 24, 36, 2, 2, 0)
 
 
 def test_tuner_times_the_pruned_space_once_per_key_and_runs_the_fastest(monkeypatch):
@@ -68,7 +71,7 @@ def test_tuner_times_the_pruned_space_once_per_key_and_runs_the_fastest(monkeypa
     assert report.passed, report.message
     assert len(timed) == 6
     assert [how for (op, _), how in chosen.items() if op == "moe/v3"] == [("timed", tuning.as_dict(FAKE_SPACE[1]))] * 2
-    assert check_rung(kernels.get("moe", "v3"), (44, 24, 36, 2, 1, 1), torch.float32).passed
+    assert check_rung(kernels.get("moe", "v3"), (44, 24, 36, 2, 2, 1), torch.float32).passed
     assert len(timed) == 6   # same buckets: nothing timed again
 
 
