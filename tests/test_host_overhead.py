@@ -47,9 +47,9 @@ def test_the_stub_receives_the_arguments_and_runs_no_kernel():
 # which experts the routing fills).
 DEVICE_OPS = {"matmul": 2, "nn.Linear": 2, "flash_attention": 1, "flash_attention_varlen": 1,
               "grouped_gemm": 1, "matmul_fp8": 1, "MoE": 32, "rms_norm": 1, "rope": 1, "cross_entropy": 2}
-# Torch's side where it is the training model's code the op replaces: RMSNorm's formula (pow, mean,
-# add, rsqrt, two products; fp32 x and weight need no casts), apply_rope's (four products, a
-# difference, a sum, a stack), F.cross_entropy's log_softmax and nll_loss.
+# Torch's side, the code the op replaces in the training model: F.rms_norm (on a CPU torch the
+# model's formula's ops: pow, mean, add, rsqrt, two products; fp32 x and weight need no casts),
+# apply_rope (four products, a difference, a sum, a stack), F.cross_entropy's log_softmax and nll_loss.
 TORCH_DEVICE_OPS = {"rms_norm": 6, "rope": 7, "cross_entropy": 2}
 
 

@@ -59,6 +59,18 @@ def _close(got, x, cos, sin, sign=1):
     assert (err <= UNIT[x.dtype] * exact.abs() + 2.0 ** -21 * length).all(), err.max()
 
 
+def _check_rotation(x, cos, sin, dy_values):
+    """y and dx (dy, of ``dy_values``, laid out as attention's backward hands it back: as y) into
+    poisoned outputs, each within :func:`_close` of the float64 rotation; both laid out as x."""
+    dy = torch.empty_like(x).copy_(dy_values)
+    with poisoned_outputs():
+        y = kernels.rope(x, cos, sin)
+        dx, = torch.autograd.grad(y, x, dy)
+    _close(y, x, cos, sin)
+    _close(dx, dy, cos, sin, sign=-1)
+    assert y.stride() == x.stride() and dx.stride() == x.stride()
+
+
 @pytest.mark.parametrize("layout", ["model", "contiguous"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -68,13 +80,7 @@ def test_rotation_and_its_gradient_match_float64_rounded_once(shape, dtype, layo
     gen = torch.Generator().manual_seed(sum(shape) + len(layout))
     x = _heads(*shape, dtype, gen, layout).requires_grad_()
     cos, sin = _tables(shape[2], shape[3], gen)
-    dy = torch.empty_like(x).copy_(torch.randn(shape, generator=gen))
-    with poisoned_outputs():
-        y = kernels.rope(x, cos, sin)
-        dx, = torch.autograd.grad(y, x, dy)
-    _close(y, x, cos, sin)
-    _close(dx, dy, cos, sin, sign=-1)
-    assert y.stride() == x.stride() and dx.stride() == x.stride()
+    _check_rotation(x, cos, sin, torch.randn(shape, generator=gen))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -296,10 +302,4 @@ def test_on_this_gpu_the_steps_rotation_matches_float64(dtype):
     gen = torch.Generator().manual_seed(11)
     x = _heads(2, 16, 2048, 64, dtype, gen).to(device).requires_grad_()
     cos, sin = rope_tables(2048, 64, 10000.0, device)
-    dy = torch.empty_like(x).copy_(torch.randn(x.shape, generator=gen))
-    with poisoned_outputs():
-        y = kernels.rope(x, cos, sin)
-        dx, = torch.autograd.grad(y, x, dy)
-    _close(y, x, cos, sin)
-    _close(dx, dy, cos, sin, sign=-1)
-    assert y.stride() == x.stride() and dx.stride() == x.stride()
+    _check_rotation(x, cos, sin, torch.randn(x.shape, generator=gen))

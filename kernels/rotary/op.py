@@ -1,7 +1,7 @@
 """The public rotary embedding: ``kernels.rope(x, cos, sin)``, differentiable in x and visible
 to ``torch.compile``.
 
-It computes what the training model's ``apply_rope`` (``workbench/train/layers.py``) computes,
+It computes what the training model's ``apply_rope`` (:mod:`.reference`) computes,
 so it can take its place: eager PyTorch runs nine device ops for it (``x.float()``, four
 products, a difference, a sum, a stack, a cast), most with an fp32 temporary over (B, H, S, D),
 and twelve for the backward; here each direction is one launch of :mod:`.kernel`, x (or dy)
