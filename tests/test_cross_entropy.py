@@ -172,9 +172,9 @@ def test_bad_inputs_are_refused(logits, targets, ignore_index, error, match):
 def test_the_custom_ops_pass_opcheck():
     logits, targets = _inputs(6, 33, torch.bfloat16, seed=4, ignored=(1,))
     torch.library.opcheck(torch.ops.kernels.cross_entropy.default, (logits.requires_grad_(), targets, -100))
-    loss, stats, count = torch.ops.kernels.cross_entropy(logits.detach(), targets, -100)
+    loss, state = torch.ops.kernels.cross_entropy(logits.detach(), targets, -100)
     torch.library.opcheck(torch.ops.kernels.cross_entropy_backward.default,
-                          (torch.tensor(2.0), logits.detach(), targets, stats, count, -100))
+                          (torch.tensor(2.0), logits.detach(), targets, state, -100))
 
 
 def test_torch_compile_keeps_the_op_in_one_graph():
