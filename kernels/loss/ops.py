@@ -55,10 +55,15 @@ def _(dloss, logits, targets, state, ignore_index):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
-def _gradient(dloss, logits, targets, state, ignore_index) -> torch.Tensor:
-    """The backward custom op, or its implementation where nothing watches (:func:`kernels.eager.direct`)."""
-    op = _backward_impl if eager.direct(dloss, logits, targets, state) else _backward_op
-    return op(dloss, logits, targets, state, ignore_index)
+def _gradient(dloss, logits, targets, state, ignore_index, launches: Launches | None = None) -> torch.Tensor:
+    """The backward custom op or, where nothing watches (:func:`kernels.eager.direct`), its launches:
+    ``launches``, the forward's plan's, where :class:`_CrossEntropy` kept them (no lookup by shape
+    and strides), else the implementation's."""
+    if not eager.direct(dloss, logits, targets, state):
+        return _backward_op(dloss, logits, targets, state, ignore_index)
+    if launches is None:
+        return _backward_impl(dloss, logits, targets, state, ignore_index)
+    return launches.backward(dloss, logits, targets, state)
 
 
 def _setup(ctx, inputs, output):
@@ -81,12 +86,12 @@ class _CrossEntropy(torch.autograd.Function):
     def forward(ctx, rows, targets, plan):
         loss, state = plan.call(rows, targets)
         ctx.save_for_backward(rows, targets, state)
-        ctx.ignore_index = plan.ignore_index
+        ctx.ignore_index, ctx.launches = plan.ignore_index, plan.launches
         return loss
 
     @staticmethod
     def backward(ctx, dloss):
-        return _backward(ctx, dloss)[0], None, None
+        return _gradient(dloss, *ctx.saved_tensors, ctx.ignore_index, ctx.launches), None, None
 
 
 _apply = eager.applier(_CrossEntropy, tensors=2)
@@ -148,5 +153,7 @@ class _Plan(plans.Checked):
 
     def bind(self, rows, targets):
         """The forward's launches on the logits as the kernels read them, (loss, state), called as
-        they are: no frame of the plan's own between the op and :meth:`.Launches.forward`."""
-        return _launches(rows, targets, self.ignore_index).forward
+        they are: no frame of the plan's own between the op and :meth:`.Launches.forward`. Kept as
+        ``launches`` too, for :class:`_CrossEntropy`'s backward."""
+        self.launches = _launches(rows, targets, self.ignore_index)
+        return self.launches.forward
