@@ -59,8 +59,8 @@ AOT_SHAPE = (16384, 32000)   # rows x vocabulary of the training step's GPU pres
 @triton.jit
 def _state(state_ptr, R):
     """Where the fp32 state of R rows keeps each row's loss, max and log_sum, and the rows counted:
-    three columns of R, then the count. Each column R past the last (an int32 step each: 3·R
-    would overflow int32 past 715M rows)."""
+    three columns of R, then the count. Each found R past the one before, a step that fits R's
+    int32 where 2·R or 3·R would overflow it past 1G or 715M rows."""
     tops = state_ptr + R
     log_sums = tops + R
     return state_ptr, tops, log_sums, log_sums + R

@@ -13,8 +13,9 @@ so ``torch.compile(fullgraph=True)`` keeps one node each; an eager call that not
 runs the implementation (:func:`kernels.eager.path`), through :class:`_CrossEntropy` where a
 gradient is needed. A launch plan per metadata (:mod:`kernels.plans`) keeps the checks' verdict
 and every launch argument after the tensors (:class:`.cross_entropy_kernels.Launches`), which
-the custom ops' implementations find by shape, strides and ``ignore_index``. Autocast does not cast the logits: no autocast rule is registered,
-and the op computes in fp32 from whatever dtype it gets, as torch runs ``cross_entropy`` in fp32.
+the custom ops' implementations find by shape, strides and ``ignore_index``. Autocast does not
+cast the logits: no autocast rule is registered, and the op computes in fp32 from whatever dtype
+it gets, as torch runs ``cross_entropy`` in fp32.
 """
 from __future__ import annotations
 
