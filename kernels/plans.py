@@ -56,18 +56,19 @@ def meta(*tensors: torch.Tensor | None, extra: tuple = ()) -> tuple | None:
     the caches it reads and cannot guard on keys that hold their types; any other tensor
     subclass is keyed by its type, a plan of its own); then ``extra``, the call's other
     arguments that the decisions read."""
-    key = [_backend.current().key]
+    key = (_backend.current().key,)   # a tuple grown by +=: no list to build and copy at the end
     try:
         for t in tensors:
             if t is None:
-                key.append(None)
-            elif type(t) in _TRACED:   # a traced call's tensor: checked, never kept
-                return None
+                key += (None,)
             else:
-                key += (type(t), t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+                kind = type(t)
+                if kind in _TRACED:   # a traced call's tensor: checked, never kept
+                    return None
+                key += (kind, t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
     except (AttributeError, TypeError, RuntimeError):
         return None
-    return (*key, *extra)
+    return key + extra
 
 
 class PlanCache:

@@ -169,12 +169,33 @@ def test_bad_inputs_are_refused(logits, targets, ignore_index, error, match):
         kernels.cross_entropy(logits, targets, ignore_index)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_state_holds_each_rows_loss_max_and_log_sum_then_the_count(dtype):
+    """The forward's second output, which the backward reads, as the kernels' module lays it out:
+    R row losses (0 where ignored), R maxima, R logs of the sums of exp(x - max), the rows
+    counted; every value written (outputs poisoned), from a strided view of the targets."""
+    rows, vocab = 7, 300
+    logits, targets = _inputs(rows, vocab, dtype, seed=13, ignored=(2, 5))
+    targets = torch.stack([targets, targets], 1)[:, 0]   # stride 2
+    with poisoned_outputs():
+        loss, state = torch.ops.kernels.cross_entropy(logits, targets, -100)
+    assert state.shape == (3 * rows + 1,) and state.dtype == torch.float32
+    x = logits.double()
+    top = x.max(1).values
+    exact_losses = F.cross_entropy(x, targets, reduction="none")
+    torch.testing.assert_close(state[:rows].double(), exact_losses, rtol=1e-6, atol=1e-5)
+    assert torch.equal(state[rows:2 * rows], logits.float().max(1).values)
+    torch.testing.assert_close(state[2 * rows:3 * rows].double(), (x - top[:, None]).exp().sum(1).log())
+    assert state[3 * rows] == rows - 2
+    torch.testing.assert_close(loss, state[:rows].sum() / (rows - 2))
+
+
 def test_the_custom_ops_pass_opcheck():
     logits, targets = _inputs(6, 33, torch.bfloat16, seed=4, ignored=(1,))
     torch.library.opcheck(torch.ops.kernels.cross_entropy.default, (logits.requires_grad_(), targets, -100))
-    loss, stats, count = torch.ops.kernels.cross_entropy(logits.detach(), targets, -100)
+    loss, state = torch.ops.kernels.cross_entropy(logits.detach(), targets, -100)
     torch.library.opcheck(torch.ops.kernels.cross_entropy_backward.default,
-                          (torch.tensor(2.0), logits.detach(), targets, stats, count, -100))
+                          (torch.tensor(2.0), logits.detach(), targets, state, -100))
 
 
 def test_torch_compile_keeps_the_op_in_one_graph():

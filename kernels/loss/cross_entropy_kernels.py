@@ -7,17 +7,24 @@ keeps one fp32 log-sum-exp per row (as its max and the log of the sum of exponen
 is then ``exp((x - max) - log_sum)`` as torch computes it, where ``exp(x - lse)`` with lse
 rounded to fp32 loses the absolute precision of a value near 100: 4e-6 relative at scale
 30); the backward reads them once more and writes the gradient
-once, rounded from fp32 to the logits' dtype:
+once, rounded from fp32 to the logits' dtype.
+
+All three passes share one fp32 *state* of 3R + 1 values (:func:`_state`): each row's loss, max and
+log_sum, a column of R each, then the rows counted; the forward returns it beside the mean loss
+and the backward reads it. One buffer where there were three (the row losses, an (R, 2) max and
+log_sum, the count): the forward allocates two tensors, not four, and each allocation costs the
+host about 1 µs a call (``workbench bench overhead``). The mean loss stays its own 0-d tensor: a
+custom op's outputs may not alias each other (:mod:`.ops`).
 
 - :func:`_rows_kernel`: one program per row walks its V columns BLOCK_V at a time with an online
   max and sum (``s·e^(m - m') + Σ e^(x - m')``), so any V (not a power of two, up to 256K and
   past) is one loop, and writes the row's loss ``(max - x[target]) + log_sum`` (0 where the
-  target is ``ignore_index``) and its max and log_sum.
-- :func:`_mean_kernel`: one program sums the row losses and counts the rows not ignored, in a
-  fixed order (no atomics: the same inputs give the same bits), and writes the mean and the
-  count (0 rows counted give 0/0 = nan, as torch).
+  target is ``ignore_index``), its max and its log_sum into the state.
+- :func:`_mean_kernel`: one program sums the state's row losses and counts the rows not ignored,
+  in a fixed order (no atomics: the same inputs give the same bits), and writes the mean (the
+  loss) and the count (into the state; 0 rows counted give 0/0 = nan, as torch).
 - :func:`_gradient_kernel`: one program per row writes ``(softmax - onehot)·dloss/count``, from
-  the max and log_sum the forward kept; an ignored row reads nothing and gets 0, also where
+  the max, log_sum and count the state kept; an ignored row reads nothing and gets 0, also where
   its logits hold a NaN (torch's ``0·exp(nan)`` is NaN there: a row no loss reads gets no
   gradient here).
 
@@ -40,7 +47,7 @@ import triton.language as tl
 
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import aot_launch, cdiv, cols_if, interp_bf16, next_power_of_2, run_kwargs, store_rows
+from ..triton_support import aot_launch, cols_if, interp_bf16, next_power_of_2, run_args, store_rows
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 LANES = 64              # a CDNA wave; on NVIDIA (32 lanes) a thread then holds two 16-byte pieces
@@ -50,7 +57,17 @@ AOT_SHAPE = (16384, 32000)   # rows x vocabulary of the training step's GPU pres
 
 
 @triton.jit
-def _rows_kernel(logits_ptr, targets_ptr, losses_ptr, stats_ptr, V, stride_row, stride_target, ignore_index,
+def _state(state_ptr, R):
+    """Where the fp32 state of R rows keeps each row's loss, max and log_sum, and the rows counted:
+    three columns of R, then the count. Each found R past the one before, a step that fits R's
+    int32 where 2·R or 3·R would overflow it past 1G or 715M rows."""
+    tops = state_ptr + R
+    log_sums = tops + R
+    return state_ptr, tops, log_sums, log_sums + R
+
+
+@triton.jit
+def _rows_kernel(logits_ptr, targets_ptr, state_ptr, R, V, stride_row, stride_target, ignore_index,
                  BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)   # int64: row·stride passes 2^31 past 67K rows of 32K
     line = logits_ptr + row * stride_row
@@ -67,20 +84,21 @@ def _rows_kernel(logits_ptr, targets_ptr, losses_ptr, stats_ptr, V, stride_row, 
     inside = (target >= 0) & (target < V)
     picked = tl.load(line + target, mask=inside & ~ignored, other=0.0).to(tl.float32)
     log_total = tl.where(inside | ignored, tl.log(total), float("nan"))   # a target out of range: NaN
-    tl.store(losses_ptr + row, tl.where(ignored, 0.0, (top - picked) + log_total))   # torch's -log_softmax
-    tl.store(stats_ptr + 2 * row, top)
-    tl.store(stats_ptr + 2 * row + 1, log_total)
+    losses, tops, log_sums, _ = _state(state_ptr, R)
+    tl.store(losses + row, tl.where(ignored, 0.0, (top - picked) + log_total))   # torch's -log_softmax
+    tl.store(tops + row, top)
+    tl.store(log_sums + row, log_total)
 
 
 @triton.jit
-def _mean_kernel(losses_ptr, targets_ptr, loss_ptr, count_ptr, R, stride_target, ignore_index,
-                 BLOCK: tl.constexpr):
+def _mean_kernel(targets_ptr, state_ptr, loss_ptr, R, stride_target, ignore_index, BLOCK: tl.constexpr):
+    losses, _, _, count_ptr = _state(state_ptr, R)
     rows = tl.arange(0, BLOCK)
     total = tl.zeros((BLOCK,), tl.float32)
     counted = tl.zeros((BLOCK,), tl.int32)
     for start in range(0, R, BLOCK):
         inside = start + rows < R
-        total += tl.load(losses_ptr + start + rows, mask=inside, other=0.0)
+        total += tl.load(losses + start + rows, mask=inside, other=0.0)
         target = tl.load(targets_ptr + (start + rows).to(tl.int64) * stride_target, mask=inside, other=ignore_index)
         counted += (target != ignore_index).to(tl.int32)
     count = tl.sum(counted, axis=0).to(tl.float32)
@@ -89,15 +107,16 @@ def _mean_kernel(losses_ptr, targets_ptr, loss_ptr, count_ptr, R, stride_target,
 
 
 @triton.jit
-def _gradient_kernel(logits_ptr, targets_ptr, stats_ptr, dloss_ptr, count_ptr, dlogits_ptr, V, stride_row,
-                     stride_target, ignore_index, BLOCK_V: tl.constexpr, INTERP_BF16: tl.constexpr):
+def _gradient_kernel(logits_ptr, targets_ptr, state_ptr, dloss_ptr, dlogits_ptr, R, V, stride_row, stride_target,
+                     ignore_index, BLOCK_V: tl.constexpr, INTERP_BF16: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     line = logits_ptr + row * stride_row
     target = tl.load(targets_ptr + row * stride_target)
     kept = target != ignore_index
+    _, tops, log_sums, count_ptr = _state(state_ptr, R)
     scale = tl.where(kept, tl.load(dloss_ptr) / tl.load(count_ptr), 0.0)
-    top = tl.load(stats_ptr + 2 * row)
-    log_total = tl.load(stats_ptr + 2 * row + 1)
+    top = tl.load(tops + row)
+    log_total = tl.load(log_sums + row)
     cols = tl.arange(0, BLOCK_V)
     for start in range(0, V, BLOCK_V):
         x = tl.load(line + start + cols, mask=cols_if(start + cols, V, kept), other=0.0).to(tl.float32)
@@ -140,44 +159,48 @@ def check_targets(targets: torch.Tensor, vocab: int, ignore_index: int) -> None:
 
 
 class Launches:
-    """The three launches for R = ``rows`` rows of V = ``vocab`` logits of ``dtype``: their
-    grids, constexprs and options decided once (a launch plan or :func:`launches` keeps it).
-    The logits' rows must have unit column stride; any row stride (0 too)."""
+    """The three launches on logits (R = ``rows``, V = ``vocab``) of ``dtype`` whose rows lie
+    ``stride_row`` apart (columns adjacent), targets ``stride_target`` apart, and ``ignore_index``:
+    every argument after the tensors worked out once (:func:`kernels.triton_support.run_args`),
+    so a call only allocates and launches. A launch plan or :func:`launches` keeps them."""
 
-    def __init__(self, rows: int, vocab: int, dtype: torch.dtype):
+    def __init__(self, rows: int, vocab: int, dtype: torch.dtype, stride_row: int, stride_target: int,
+                 ignore_index: int):
         chosen = settings(vocab, dtype)
-        self.rows = run_kwargs((rows,), dict(chosen))
-        self.mean = run_kwargs((1,), dict(BLOCK=MEAN_BLOCK, num_warps=MEAN_WARPS))
-        self.gradient = run_kwargs((rows,), dict(chosen, INTERP_BF16=interp_bf16(dtype)))
+        ints = (rows, vocab, stride_row, stride_target, ignore_index)
+        self.any_rows, self.any_cells = rows > 0, rows * vocab > 0
+        self.state_shape, self.shape = (3 * rows + 1,), (rows, vocab)
+        self.row_args, self.row_kwargs = run_args(_rows_kernel, 3, ints, (rows,), chosen)
+        self.mean_args, self.mean_kwargs = run_args(_mean_kernel, 3, (rows, stride_target, ignore_index), (1,),
+                                                    dict(BLOCK=MEAN_BLOCK, num_warps=MEAN_WARPS))
+        self.gradient_args, self.gradient_kwargs = run_args(_gradient_kernel, 5, ints, (rows,),
+                                                            dict(chosen, INTERP_BF16=interp_bf16(dtype)))
 
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor, ignore_index: int):
-        """(mean loss (), fp32; each row's max and log_sum (R, 2), fp32; rows counted (), fp32)."""
-        rows, vocab = logits.shape
-        losses = new_output((rows,), torch.float32, logits.device)
-        stats = new_output((rows, 2), torch.float32, logits.device)
-        loss = new_output((), torch.float32, logits.device)
-        count = new_output((), torch.float32, logits.device)
-        if rows:
-            _rows_kernel.run(logits, targets, losses, stats, vocab, logits.stride(0), targets.stride(0),
-                             ignore_index, **self.rows)
-        _mean_kernel.run(losses, targets, loss, count, rows, targets.stride(0), ignore_index, **self.mean)
-        return loss, stats, count
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean loss (), fp32; the state (3R + 1,), fp32: each row's loss, max and log_sum, a
+        column of R each, then the rows counted), the backward's input (:func:`_state`)."""
+        device = logits.device
+        state = new_output(self.state_shape, torch.float32, device)
+        loss = new_output((), torch.float32, device)
+        if self.any_rows:
+            _rows_kernel.run(logits, targets, state, *self.row_args, **self.row_kwargs)
+        _mean_kernel.run(targets, state, loss, *self.mean_args, **self.mean_kwargs)
+        return loss, state
 
-    def backward(self, dloss: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor, stats: torch.Tensor,
-                 count: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    def backward(self, dloss: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor,
+                 state: torch.Tensor) -> torch.Tensor:
         """dlogits, contiguous, in the logits' dtype."""
-        rows, vocab = logits.shape
-        dlogits = new_output((rows, vocab), logits.dtype, logits.device)
-        if rows * vocab:
-            _gradient_kernel.run(logits, targets, stats, dloss, count, dlogits, vocab, logits.stride(0),
-                                 targets.stride(0), ignore_index, **self.gradient)
+        dlogits = new_output(self.shape, logits.dtype, logits.device)
+        if self.any_cells:
+            _gradient_kernel.run(logits, targets, state, dloss, dlogits, *self.gradient_args, **self.gradient_kwargs)
         return dlogits
 
 
 @functools.lru_cache(maxsize=512)
-def launches(rows: int, vocab: int, dtype: torch.dtype) -> Launches:
-    """:class:`Launches` of one shape, for the custom ops' implementations, which hold no plan."""
-    return Launches(rows, vocab, dtype)
+def launches(rows: int, vocab: int, dtype: torch.dtype, stride_row: int, stride_target: int,
+             ignore_index: int) -> Launches:
+    """:class:`Launches` of one kind of input, for the custom ops' implementations, which hold no plan."""
+    return Launches(rows, vocab, dtype, stride_row, stride_target, ignore_index)
 
 
 def aot(dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
@@ -186,14 +209,12 @@ def aot(dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:
     (:func:`workbench.isa.compile.compile_aot`): the row pass, the mean, the gradient."""
     rows, vocab = AOT_SHAPE
     chosen = settings(vocab, dtype)
-    row_ints = dict(V=vocab, stride_row=vocab, stride_target=1, ignore_index=-100)
+    ints = dict(R=rows, V=vocab, stride_row=vocab, stride_target=1, ignore_index=-100)
     fp32 = "*fp32"
     return [
-        aot_launch(_rows_kernel, dtype, chosen, row_ints,
-                   pointers=dict(targets_ptr="*i64", losses_ptr=fp32, stats_ptr=fp32)),
-        aot_launch(_mean_kernel, dtype, dict(BLOCK=MEAN_BLOCK, num_warps=MEAN_WARPS),
-                   dict(R=rows, stride_target=1, ignore_index=-100),
-                   pointers=dict(losses_ptr=fp32, targets_ptr="*i64", loss_ptr=fp32, count_ptr=fp32)),
-        aot_launch(_gradient_kernel, dtype, chosen, row_ints, dict(INTERP_BF16=False),
-                   pointers=dict(targets_ptr="*i64", stats_ptr=fp32, dloss_ptr=fp32, count_ptr=fp32)),
+        aot_launch(_rows_kernel, dtype, chosen, ints, pointers=dict(targets_ptr="*i64", state_ptr=fp32)),
+        aot_launch(_mean_kernel, dtype, dict(BLOCK=MEAN_BLOCK, num_warps=MEAN_WARPS), ints,
+                   pointers=dict(targets_ptr="*i64", state_ptr=fp32, loss_ptr=fp32)),
+        aot_launch(_gradient_kernel, dtype, chosen, ints, dict(INTERP_BF16=False),
+                   pointers=dict(targets_ptr="*i64", state_ptr=fp32, dloss_ptr=fp32)),
     ]

@@ -6,13 +6,16 @@ the logits in their own dtype: read once forward, once backward, the gradient wr
 (:mod:`.cross_entropy_kernels`: the kernels, and the traffic they save).
 
 How it is wrapped, as the other public ops (:mod:`kernels.gemm.ops`): ``kernels::cross_entropy``
-(forward: the mean loss, each row's max and log of its sum of exponentials, the rows counted)
-and ``kernels::cross_entropy_backward`` are custom ops with fakes, joined by ``register_autograd``,
+(forward: the mean loss and the fp32 state the backward reads, each row's loss, max and log of
+its sum of exponentials and the rows counted, :mod:`.cross_entropy_kernels`) and
+``kernels::cross_entropy_backward`` are custom ops with fakes, joined by ``register_autograd``,
 so ``torch.compile(fullgraph=True)`` keeps one node each; an eager call that nothing watches
 runs the implementation (:func:`kernels.eager.path`), through :class:`_CrossEntropy` where a
 gradient is needed. A launch plan per metadata (:mod:`kernels.plans`) keeps the checks' verdict
-and the launches' settings. Autocast does not cast the logits: no autocast rule is registered,
-and the op computes in fp32 from whatever dtype it gets, as torch runs ``cross_entropy`` in fp32.
+and every launch argument after the tensors (:class:`.cross_entropy_kernels.Launches`), which
+the custom ops' implementations find by shape, strides and ``ignore_index``. Autocast does not
+cast the logits: no autocast rule is registered, and the op computes in fp32 from whatever dtype
+it gets, as torch runs ``cross_entropy`` in fp32.
 """
 from __future__ import annotations
 
@@ -23,9 +26,13 @@ from . import cross_entropy_kernels
 from .cross_entropy_kernels import DTYPES, Launches, launches
 
 
-def _forward_impl(logits: torch.Tensor, targets: torch.Tensor,
-                  ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return launches(*logits.shape, logits.dtype).forward(logits, targets, ignore_index)
+def _launches(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> Launches:
+    """The launches on these inputs (a plan's, where the custom ops' implementations hold none)."""
+    return launches(*logits.shape, logits.dtype, logits.stride(0), targets.stride(0), ignore_index)
+
+
+def _forward_impl(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _launches(logits, targets, ignore_index).forward(logits, targets)
 
 
 _forward = torch.library.custom_op("kernels::cross_entropy", _forward_impl, mutates_args=())
@@ -33,35 +40,39 @@ _forward = torch.library.custom_op("kernels::cross_entropy", _forward_impl, muta
 
 @_forward.register_fake
 def _(logits, targets, ignore_index):
-    return logits.new_empty((), dtype=torch.float32), logits.new_empty((logits.shape[0], 2), dtype=torch.float32), \
-        logits.new_empty((), dtype=torch.float32)
+    return logits.new_empty((), dtype=torch.float32), logits.new_empty((3 * logits.shape[0] + 1,), dtype=torch.float32)
 
 
-def _backward_impl(dloss: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor, stats: torch.Tensor,
-                   count: torch.Tensor, ignore_index: int) -> torch.Tensor:
-    return launches(*logits.shape, logits.dtype).backward(dloss, logits, targets, stats, count, ignore_index)
+def _backward_impl(dloss: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor, state: torch.Tensor,
+                   ignore_index: int) -> torch.Tensor:
+    return _launches(logits, targets, ignore_index).backward(dloss, logits, targets, state)
 
 
 _backward_op = torch.library.custom_op("kernels::cross_entropy_backward", _backward_impl, mutates_args=())
 
 
 @_backward_op.register_fake
-def _(dloss, logits, targets, stats, count, ignore_index):
+def _(dloss, logits, targets, state, ignore_index):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
-def _gradient(dloss, logits, targets, stats, count, ignore_index) -> torch.Tensor:
-    """The backward custom op, or its implementation where nothing watches (:func:`kernels.eager.direct`)."""
-    op = _backward_impl if eager.direct(dloss, logits, targets, stats, count) else _backward_op
-    return op(dloss, logits, targets, stats, count, ignore_index)
+def _gradient(dloss, logits, targets, state, ignore_index, launches: Launches | None = None) -> torch.Tensor:
+    """The backward custom op or, where nothing watches (:func:`kernels.eager.direct`), its launches:
+    ``launches``, the forward's plan's, where :class:`_CrossEntropy` kept them (no lookup by shape
+    and strides), else the implementation's."""
+    if not eager.direct(dloss, logits, targets, state):
+        return _backward_op(dloss, logits, targets, state, ignore_index)
+    if launches is None:
+        return _backward_impl(dloss, logits, targets, state, ignore_index)
+    return launches.backward(dloss, logits, targets, state)
 
 
 def _setup(ctx, inputs, output):
     logits, targets, ctx.ignore_index = inputs
-    ctx.save_for_backward(logits, targets, *output[1:])
+    ctx.save_for_backward(logits, targets, output[1])
 
 
-def _backward(ctx, dloss, _dstats, _dcount):
+def _backward(ctx, dloss, _dstate=None):
     return _gradient(dloss, *ctx.saved_tensors, ctx.ignore_index), None, None
 
 
@@ -73,16 +84,15 @@ class _CrossEntropy(torch.autograd.Function):
     else watches (:data:`kernels.eager.AUTOGRAD`), running the plan's launches."""
 
     @staticmethod
-    def forward(ctx, logits, targets, plan):
-        rows = plan.rows(logits)
-        loss, stats, count = plan.call(rows, targets)
-        ctx.save_for_backward(rows, targets, stats, count)
-        ctx.ignore_index = plan.ignore_index
+    def forward(ctx, rows, targets, plan):
+        loss, state = plan.call(rows, targets)
+        ctx.save_for_backward(rows, targets, state)
+        ctx.ignore_index, ctx.launches = plan.ignore_index, plan.launches
         return loss
 
     @staticmethod
     def backward(ctx, dloss):
-        return _backward(ctx, dloss, None, None)[0], None, None
+        return _gradient(dloss, *ctx.saved_tensors, ctx.ignore_index, ctx.launches), None, None
 
 
 _apply = eager.applier(_CrossEntropy, tensors=2)
@@ -108,12 +118,13 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int
                   _Plan, logits, targets, ignore_index)
     if check_targets:   # the values: read on every call that asks
         cross_entropy_kernels.check_targets(targets, logits.shape[1], ignore_index)
+    rows = logits.contiguous() if plan.copy else logits   # what the kernels read: rows of adjacent columns
     how = eager.path(known=plan.kind)
     if how == eager.PLAIN:
-        return plan.call(plan.rows(logits), targets)[0]
+        return plan.call(rows, targets)[0]
     if how == eager.AUTOGRAD:
-        return _apply(logits, targets, plan)
-    return _forward(plan.rows(logits), targets, ignore_index)[0]
+        return _apply(rows, targets, plan)
+    return _forward(rows, targets, ignore_index)[0]
 
 
 _PLANS = plans.PlanCache()
@@ -121,8 +132,9 @@ _PLANS = plans.PlanCache()
 
 class _Plan(plans.Checked):
     """:func:`cross_entropy`'s checks for inputs of one metadata and ``ignore_index``: ``kind``,
-    their :func:`kernels.eager.kind`; ``copy``, whether the logits' columns are not adjacent.
-    The launches' settings are decided on the first eager call (:meth:`bind`), not by a traced one."""
+    their :func:`kernels.eager.kind`; ``copy``, whether the logits' columns are not adjacent (every
+    path then copies them, before its launches or custom op). The launches' arguments are worked out
+    on the first eager call (:meth:`bind`), not by a traced one."""
 
     def __init__(self, logits, targets, ignore_index):
         if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
@@ -140,11 +152,9 @@ class _Plan(plans.Checked):
         self.ignore_index = ignore_index
         self.kind = eager.kind(logits, targets)
 
-    def rows(self, logits: torch.Tensor) -> torch.Tensor:
-        """The logits as the kernels read them: rows of adjacent columns (a copy where not)."""
-        return logits.contiguous() if self.copy else logits
-
     def bind(self, rows, targets):
-        """The forward's launches on :meth:`rows` of the logits: (loss, stats, count)."""
-        forward, ignore_index = Launches(*rows.shape, rows.dtype).forward, self.ignore_index
-        return lambda rows, targets: forward(rows, targets, ignore_index)
+        """The forward's launches on the logits as the kernels read them, (loss, state), called as
+        they are: no frame of the plan's own between the op and :meth:`.Launches.forward`. Kept as
+        ``launches`` too, for :class:`_CrossEntropy`'s backward."""
+        self.launches = _launches(rows, targets, self.ignore_index)
+        return self.launches.forward
