@@ -113,7 +113,6 @@ from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.swiglu_rows import unit_columns
 from .layer_ladder.v3_backward import sorted_backward
-from .reference import swiglu
 from .routing import aux_loss, expert_counts, route
 
 _EXPERT_WEIGHTS = ("gate", "up", "down")
@@ -389,5 +388,5 @@ class ExpertParallelMoE(MoELayer):
         if run.timeline is not None:
             self.events = run.timeline.events
         if self.shared_experts:
-            out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
+            out = out + self.shared_mlp(rows)
         return out.reshape(x.shape)

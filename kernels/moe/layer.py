@@ -6,7 +6,8 @@ layer), so parameters, their initialization and ``state_dict`` keys are the refe
 and a checkpoint loads either way; only ``forward`` differs. It is the ``moe`` op's best rung (v3: route, then
 two fused kernels, gather + gate/up + SwiGLU and down + weighted scatter, and a backward
 of six grouped GEMMs on saved activations) plus the shared experts, run as one SwiGLU MLP
-over their concatenated hidden units. The experts are one custom op with its backward
+over their concatenated hidden units on torch's matmul
+(:meth:`~kernels.moe.layer_base.MoELayer.shared_mlp` says why). The experts are one custom op with its backward
 (``kernels::moe_fused``), eagerly and under ``torch.compile``, where it stays one opaque
 node and the layer compiles without graph breaks.
 """
@@ -21,7 +22,7 @@ from .layer_base import MoELayer
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.fused_op import fused_experts
-from .reference import MoEReference, swiglu
+from .reference import MoEReference
 from .routing import aux_loss, expert_counts, route
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class MoE(MoELayer):
         self.aux_loss, self.expert_counts = aux_loss(logits, ids, counts, checked=True), counts
         out = self.experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
-            out = out + swiglu(flat, self.shared_gate, self.shared_up, self.shared_down)
+            out = out + self.shared_mlp(rows)
         return out.reshape(x.shape)
 
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
