@@ -124,13 +124,10 @@ _PLANS = plans.PlanCache()
 _BACKWARD_PLANS = plans.PlanCache()
 
 
-def _forward_plan(x, weight, eps, out_dtype) -> _Plan:
-    return _PLANS(plans.meta(x, weight, extra=(eps, type(eps), out_dtype)), _Plan, x, weight, eps, out_dtype)
-
-
 def _forward_impl(x: torch.Tensor, weight: torch.Tensor, eps: float,
                   out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    return _forward_plan(x, weight, eps, out_dtype).forward(x, weight)
+    return _PLANS(plans.meta(x, weight, extra=(eps, type(eps), out_dtype)), _Plan, x, weight, eps, out_dtype
+                  ).forward(x, weight)
 
 
 _rms_norm = torch.library.custom_op("kernels::rms_norm", _forward_impl, mutates_args=())
@@ -214,7 +211,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *,
     N = 0 (empty y, as in torch); any number of rows (0 too) in any leading dimensions; ``eps`` a
     float >= 0, taken as float32 as the kernel computes (:func:`kernels.validate.fp32_argument`);
     ``out_dtype`` float32, float16, bfloat16 or None. Errors name the argument at fault."""
-    plan = _forward_plan(x, weight, eps, out_dtype)
+    # the key built here, not by a helper: a Python call more per call (workbench bench overhead)
+    plan = _PLANS(plans.meta(x, weight, extra=(eps, type(eps), out_dtype)), _Plan, x, weight, eps, out_dtype)
     how = eager.path(known=plan.kind)
     if how == eager.PLAIN:
         return plan.forward(x, weight)[0]
