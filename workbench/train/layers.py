@@ -28,10 +28,12 @@ class RMSNorm(torch.nn.Module):
     every consumer of it casts to: the residual stream is fp32 there, so an fp32 y would be cast
     to bf16 again by each Linear that reads it (q, k and v; gate and up; the MoE layer's router
     and experts; the LM head), and autograd would cast each of their bf16 gradients back to fp32
-    in the backward: about 20 device ops per step at two blocks (``tests/test_train_host_cost.py``
-    pins the count). The gradients of the normed activations then add up in bf16 in autograd,
+    in the backward: 26 device ops per step at two blocks (``tests/test_train_host_cost.py`` pins
+    the step's count). The gradients of the normed activations then add up in bf16 in autograd,
     as in bf16 training stacks, where fp32 y added them in fp32; the norm's own backward still
-    computes in fp32 from that bf16 dy. ``impl="torch"`` is the eager baseline and keeps x's dtype."""
+    computes in fp32 from that bf16 dy. ``kernels.MoE`` returns its input's dtype, so its routed and
+    shared experts' outputs now add in bf16 too, before the fp32 residual add.
+    ``impl="torch"`` is the eager baseline and keeps x's dtype."""
 
     def __init__(self, dim: int, eps: float, impl: str = "torch"):
         super().__init__()
