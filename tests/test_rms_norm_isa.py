@@ -118,7 +118,8 @@ NARROWER_MEMORY = {
 """The forward's memory ops, and the backward loop's, with the narrower dtype's vector at the
 training step's dtypes, N = 1024: bf16 y stored (dy loaded) 16 bytes a thread, fp32 x and the
 weight in two 16-byte loads each (dx in two stores), and two 16-byte LDS writes and reads a
-thread beside the row sum's: x's change from its loads' layout to the tile's."""
+thread beside the row sum's: an fp32 tile's change between its accesses' layout (4 a thread)
+and the tile's (8)."""
 
 
 @pytest.mark.slow
@@ -126,8 +127,8 @@ thread beside the row sum's: x's change from its loads' layout to the tile's."""
 def test_the_narrower_dtypes_vector_would_cross_lds_in_the_loop(arch):
     """Why ``settings`` takes the wider dtype's 16 bytes: at the training step's dtypes (fp32 x,
     bf16 y), bf16's 8 elements a thread (half the warps) would move y and dy 16 bytes a thread,
-    but change fp32 x from its 16-byte loads' layout (4 a thread) to the tile's 8 through LDS,
-    in the forward and in the backward's loop, once per row: :data:`NARROWER_MEMORY`."""
+    but change an fp32 tile between its 16-byte accesses' layout (4 a thread) and the tile's 8
+    through LDS, in the forward and in the backward's loop, once per row: :data:`NARROWER_MEMORY`."""
     for backward in (False, True):
         kernel = results(COMPILE, JOBS)[arch, 1024, backward, *TRAINING, "narrower"]
         ops = kernel["loop"] if backward else kernel["ops"]

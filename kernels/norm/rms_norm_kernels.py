@@ -128,10 +128,10 @@ def settings(n: int, x_dtype: torch.dtype, y_dtype: torch.dtype | None = None) -
 
     Where x and y differ (the training step's fp32 x and bf16 y), a thread holds the wider dtype's
     16 bytes (4 elements), so the 16-bit side moves 8 bytes a thread. The narrower dtype's 16 bytes
-    (8 elements, half the warps) would move y and dy 16 bytes a thread, but Triton loads fp32 x 4
-    elements a thread whatever the tile holds, and changes it to the tile's 8 through LDS: two
-    16-byte LDS writes and reads a thread in the forward and, per row, in the backward's loop
-    (``tests/test_rms_norm_isa.py`` compiles both). Per 8 elements of a row the backward's loop
+    (8 elements, half the warps) would move y and dy 16 bytes a thread, but Triton's fp32 accesses
+    stay at 4 elements a thread, and an fp32 tile changes between that layout and the tile's 8
+    through LDS: two 16-byte LDS writes and reads a thread in the forward and, once per row, in
+    the backward's loop (``tests/test_rms_norm_isa.py`` compiles both). Per 8 elements of a row the backward's loop
     would issue 9 memory instructions (dy's load, x's two, dx's two stores, two LDS writes, two
     reads) where it issues 6 (two threads' dy, x and dx); a wave's 8-byte accesses still cover 512
     contiguous bytes."""
