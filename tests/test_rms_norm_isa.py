@@ -64,9 +64,8 @@ ACCESSES = {
 }
 """Per (backward, x's dtype, the weight's, y's): 16-byte loads, 16-byte stores, narrower loads and
 stores (8-byte ones are neither: :data:`TRAINING_GLOBAL` counts them), LDS writes (as many
-reads). Forward: x, the weight and y 16 bytes a thread (an fp32
-weight beside bf16 x in two loads), rstd a 4-byte store; bf16 y beside fp32 x 8 bytes a thread (4
-elements, as x's 16 bytes). Backward: dy, x and the weight loaded and dx stored 16 bytes a thread
+reads). Forward: x, the weight and y 16 bytes a thread (an fp32 weight beside bf16 x in two
+loads), rstd a 4-byte store; bf16 y beside fp32 x 8 bytes a thread (4 elements, as x's 16 bytes). Backward: dy, x and the weight loaded and dx stored 16 bytes a thread
 (bf16 dy beside fp32 x: 8 bytes), the program's fp32 partial dweight stored in two (8 fp32 a
 thread beside 16-bit x; 4, one store, beside fp32 x), rstd a 4-byte load. LDS: the row's sum
 across warps (4 bytes a thread) in both; beside 16-bit x, an fp32 weight's change from its load's
