@@ -63,14 +63,15 @@ ACCESSES = {
     (True, "float32", "float32", "bfloat16"): (2, 2, 1, 0, 1),
 }
 """Per (backward, x's dtype, the weight's, y's): 16-byte loads, 16-byte stores, narrower loads and
-stores (8-byte ones are neither: :data:`TRAINING_GLOBAL` counts them), LDS writes (as many
-reads). Forward: x, the weight and y 16 bytes a thread (an fp32 weight beside bf16 x in two
-loads), rstd a 4-byte store; bf16 y beside fp32 x 8 bytes a thread (4 elements, as x's 16 bytes). Backward: dy, x and the weight loaded and dx stored 16 bytes a thread
-(bf16 dy beside fp32 x: 8 bytes), the program's fp32 partial dweight stored in two (8 fp32 a
-thread beside 16-bit x; 4, one store, beside fp32 x), rstd a 4-byte load. LDS: the row's sum
-across warps (4 bytes a thread) in both; beside 16-bit x, an fp32 weight's change from its load's
-layout (4 a thread) to the tile's (8), two 16-byte writes and reads, and likewise the backward's
-partial row to its store's layout; nothing else beside fp32 x (every tensor 4 a thread)."""
+stores (8-byte ones are neither: :data:`TRAINING_GLOBAL` counts them), LDS writes (as many reads).
+Forward: x, the weight and y 16 bytes a thread (an fp32 weight beside bf16 x in two loads), rstd a
+4-byte store; bf16 y beside fp32 x 8 bytes a thread (4 elements, as x's 16 bytes). Backward: dy, x
+and the weight loaded and dx stored 16 bytes a thread (bf16 dy beside fp32 x: 8 bytes), the
+program's fp32 partial dweight stored in two (8 fp32 a thread beside 16-bit x; 4, one store, beside
+fp32 x), rstd a 4-byte load. LDS: the row's sum across warps (4 bytes a thread) in both; beside
+16-bit x, an fp32 weight's change from its load's layout (4 a thread) to the tile's (8), two 16-byte
+writes and reads, and likewise the backward's partial row to its store's layout; nothing else beside
+fp32 x (every tensor 4 a thread)."""
 LOOP = {"global_load": {"buffer_load_dwordx4": 2, "buffer_load_dword": 1}, "global_store": {"buffer_store_dwordx4": 1},
         "lds_write": {"ds_write_b32": 1}, "lds_read": {"ds_read_b32": 1}}
 """The backward's loop over a program's rows, where dy has x's dtype: dy and x loaded and dx stored
