@@ -127,20 +127,26 @@ def rope():
     y.backward(torch.randn(B, S, HQ, D, dtype=torch.bfloat16).transpose(1, 2))
 
 
-def rms_norm(weight_dtype: torch.dtype):
-    """The training model's norm on (B, S, dim) bf16 rows, scaled down (64 wide), forward and
-    backward, with a weight of ``weight_dtype``."""
+def rms_norm(x_dtype: torch.dtype, weight_dtype: torch.dtype, out_dtype: torch.dtype | None = None):
+    """The training model's norm on (B, S, dim) rows of ``x_dtype``, scaled down (64 wide), forward
+    and backward, with a weight of ``weight_dtype`` and y (and dy) of ``out_dtype``."""
     def call():
-        x = torch.randn(2, 32, 64, dtype=torch.bfloat16, requires_grad=True)
-        y = kernels.rms_norm(x, torch.randn(64, dtype=weight_dtype, requires_grad=True), 1e-5)
+        x = torch.randn(2, 32, 64, dtype=x_dtype, requires_grad=True)
+        y = kernels.rms_norm(x, torch.randn(64, dtype=weight_dtype, requires_grad=True), 1e-5, out_dtype=out_dtype)
         y.backward(torch.randn_like(y))
     return call
 
 
-def rms_norm_aot(weight_dtype: torch.dtype):
-    """Its forward's and backward's AOT launches (bf16 rows)."""
-    return lambda: [rms_norm_kernels.aot(torch.bfloat16, backward=backward, weight_dtype=weight_dtype)
+def rms_norm_aot(x_dtype: torch.dtype, weight_dtype: torch.dtype, out_dtype: torch.dtype | None = None):
+    """Its forward's and backward's AOT launches."""
+    return lambda: [rms_norm_kernels.aot(x_dtype, backward=backward, weight_dtype=weight_dtype, out_dtype=out_dtype)
                     for backward in (False, True)]
+
+
+RMS_NORM_CASES = {"rms_norm": (torch.bfloat16, torch.bfloat16), "rms_norm fp32 weight": (torch.bfloat16, torch.float32),
+                  "rms_norm training step": (torch.float32, torch.float32, torch.bfloat16)}
+"""x's, the weight's (and y's) dtypes: bf16 throughout, an fp32 master weight beside bf16 rows, and
+the training step's under autocast (fp32 residual rows and weight, bf16 y and dy)."""
 
 
 def gemm(layout: str, bias: bool = False, tail: bool = False):
@@ -255,8 +261,7 @@ CASES = {
                                  ("BLOCK_R", "BLOCK_H")),
     "rope forward and backward": (rope, lambda: [rope_kernel.aot(torch.bfloat16, D),
                                                  rope_kernel.aot(torch.bfloat16, D, inverse=True)], ()),
-    "rms_norm": (rms_norm(torch.bfloat16), rms_norm_aot(torch.bfloat16), ("BLOCK_R", "BLOCK_N")),
-    "rms_norm fp32 weight": (rms_norm(torch.float32), rms_norm_aot(torch.float32), ("BLOCK_R", "BLOCK_N")),
+    **{name: (rms_norm(*dtypes), rms_norm_aot(*dtypes), ("BLOCK_R", "BLOCK_N")) for name, dtypes in RMS_NORM_CASES.items()},
     # forward's combine (weighted), then permute's backward (weight 1)
     "float8moe k-sums": (float8moe, lambda: [slot_sum.aot(torch.bfloat16),
                                              slot_sum.aot(torch.bfloat16, weighted=False)], ("BLOCK_T", "BLOCK_D")),

@@ -142,3 +142,15 @@ def test_under_autocast_a_non_tensor_operand_gets_the_ops_named_error(call):
     t = torch.randn(1, 1, 4, 16)
     with pytest.raises(TypeError, match="must be a torch.Tensor"), torch.autocast("cpu", dtype=torch.bfloat16):
         call(t)
+
+
+@pytest.mark.parametrize("dtype", REGIONS, ids=str)
+def test_region_dtype_is_the_open_regions_on_its_device_only(dtype):
+    """What operands cast to: the region's dtype on its device; None outside one, in a disabled
+    one, and on a device with no autocast (meta)."""
+    assert autocast.region_dtype("cpu") is None
+    with torch.autocast("cpu", dtype=dtype):
+        assert autocast.region_dtype("cpu") == dtype
+        assert autocast.region_dtype("meta") is None
+        with torch.autocast("cpu", enabled=False):
+            assert autocast.region_dtype("cpu") is None

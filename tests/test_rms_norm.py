@@ -1,7 +1,8 @@
 """``kernels.rms_norm`` (:mod:`kernels.norm`) against the float64 formula, forward and both
-gradients, on every dtype pair, odd and tiny N, 3-D, empty and non-contiguous inputs, outputs
-poisoned; its weight gradient's bits across runs; its errors; its custom ops (opcheck,
-``torch.compile``); its device ops per call; and autocast, which must leave it alone.
+gradients, on every dtype pair and every y dtype (``out_dtype``), odd and tiny N, 3-D, empty and
+non-contiguous inputs, outputs poisoned; its weight gradient's bits across runs; its errors; its
+custom ops (opcheck, ``torch.compile``); its device ops per call; and autocast, which must leave
+it alone.
 
 Tolerances, from the output's dtype (``torch.finfo(dtype).eps``: 2^-7 bf16, 2^-10 fp16;
 1e-5 for fp32): a 16-bit y is the fp32 value rounded once to nearest, so within half a unit
@@ -32,13 +33,13 @@ def _tolerance(dtype: torch.dtype) -> float:
     return 1e-5 if dtype == torch.float32 else torch.finfo(dtype).eps
 
 
-def _inputs(shape, x_dtype, w_dtype, seed):
+def _inputs(shape, x_dtype, w_dtype, seed, y_dtype=None):
     """Fresh x (scaled away from 1, so a missing rstd shows) and a weight around 1, with
-    requires_grad; dy of x's shape and dtype."""
+    requires_grad; dy of x's shape and y's dtype (``y_dtype``, x's by default)."""
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(shape, generator=gen) * 3 + 0.5).to(x_dtype).requires_grad_()
     w = (torch.randn(shape[-1], generator=gen) * 0.5 + 1).to(w_dtype).requires_grad_()
-    dy = torch.randn(shape, generator=gen).to(x_dtype)
+    dy = torch.randn(shape, generator=gen).to(y_dtype or x_dtype)
     return x, w, dy
 
 
@@ -79,13 +80,13 @@ def _assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, ter
                            f"{tuple(int(i) for i in torch.nonzero(bad)[0])}, bound {tol:g}")
 
 
-def _check(x, w, dy, eps=EPS):
-    """rms_norm's y and gradients, outputs poisoned, against :func:`_exact`."""
+def _check(x, w, dy, eps=EPS, out_dtype=None):
+    """rms_norm's y (in ``out_dtype``) and gradients, outputs poisoned, against :func:`_exact`."""
     with poisoned_outputs():
-        y = kernels.rms_norm(x, w, eps)
+        y = kernels.rms_norm(x, w, eps, out_dtype=out_dtype)
         dx, dw = torch.autograd.grad(y, (x, w), dy)
     want_y, want_dx, want_dw = _exact(x, w, dy, eps)
-    _assert_close(y, want_y, x.dtype)
+    _assert_close(y, want_y, out_dtype or x.dtype)
     _assert_close(dx, want_dx[0], x.dtype, want_dx[1])
     _assert_close(dw, want_dw[0], w.dtype, want_dw[1])
     return y, dx, dw
@@ -97,6 +98,16 @@ def test_forward_and_gradients_match_float64(shape, x_dtype, w_dtype):
     """Odd N (a masked tail in one block), N = 1, 3-D x, several row blocks; the last shape's
     backward has 19 programs, more than the weight gradient's sum takes at once (BLOCK_P)."""
     _check(*_inputs(shape, x_dtype, w_dtype, seed=sum(shape)))
+
+
+@pytest.mark.parametrize("out_dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", [(37, 33), (2, 150, 40)], ids=str)
+def test_y_is_rounded_once_to_out_dtype_and_dy_read_in_it(shape, x_dtype, out_dtype):
+    """fp32 x written as bf16 or fp16 y (the training step's norms under autocast) and bf16 x as
+    fp32 y: y within half a unit of out_dtype's last place (rounded from fp32 once, not through
+    x's dtype), dy read in y's dtype, dx in x's within fp32's or x's bound; an fp32 weight."""
+    _check(*_inputs(shape, x_dtype, torch.float32, seed=sum(shape) + 1, y_dtype=out_dtype), out_dtype=out_dtype)
 
 
 def test_rows_of_a_wider_buffer_and_a_strided_weight_are_read_in_place():
@@ -122,17 +133,19 @@ def test_rows_of_stride_0_are_read_in_place_and_columns_apart_are_copied():
     _check(x2, w2, torch.randn(6, 1).to(torch.bfloat16).expand(6, 24))
 
 
+@pytest.mark.parametrize("x_dtype, out_dtype", [(torch.bfloat16, None), (torch.float32, torch.bfloat16)], ids=str)
 @pytest.mark.parametrize("shape", [(0, 33), (2, 0, 8), (3, 0), (0, 0)], ids=str)
-def test_empty_inputs_do_what_the_models_formula_does(shape):
-    """No rows: y empty, dweight 0; N = 0: y and dx empty, as torch's formula gives."""
-    x, w, dy = _inputs(shape, torch.bfloat16, torch.float32, seed=5)
+def test_empty_inputs_do_what_the_models_formula_does(shape, x_dtype, out_dtype):
+    """No rows: y empty, dweight 0; N = 0: y and dx empty, as torch's formula (then cast to
+    ``out_dtype``) gives."""
+    x, w, dy = _inputs(shape, x_dtype, torch.float32, seed=5, y_dtype=out_dtype)
     with poisoned_outputs():
-        y = kernels.rms_norm(x, w, EPS)
+        y = kernels.rms_norm(x, w, EPS, out_dtype=out_dtype)
         dx, dw = torch.autograd.grad(y, (x, w), dy, allow_unused=True)
     model = RMSNorm(shape[-1], EPS)
     with torch.no_grad():
         model.weight.copy_(w)
-    want = model(x)
+    want = model(x).to(out_dtype or x_dtype)
     want_dx, want_dw = torch.autograd.grad(want, (x, model.weight), dy)
     assert y.shape == want.shape and y.dtype == want.dtype
     assert torch.equal(dx, want_dx) and torch.equal(dw, want_dw) and dw.dtype == w.dtype
@@ -215,6 +228,24 @@ def test_bad_inputs_get_clear_errors():
     for args, error, message in cases:
         with pytest.raises(error, match=message):
             kernels.rms_norm(*args)
+    for out_dtype, message in [("bfloat16", r"out_dtype must be a torch.dtype \(float32, float16, bfloat16\) or "
+                                            r"None, got 'bfloat16'"),
+                               (torch.float64, "out_dtype must be one of float32, float16, bfloat16 or None, got "
+                                               "torch.float64"),
+                               (torch.int8, "out_dtype must be one of .* got torch.int8")]:
+        with pytest.raises(TypeError, match=message):
+            kernels.rms_norm(x, w, EPS, out_dtype=out_dtype)
+
+
+def test_the_backward_op_refuses_a_dy_it_cannot_take():
+    """dy of a dtype the kernel does not read, or of another shape than x's."""
+    x, w, dy = _inputs((4, 8), torch.float32, torch.float32, seed=20, y_dtype=torch.bfloat16)
+    x, w = x.detach(), w.detach()
+    rstd = torch.ops.kernels.rms_norm(x, w, EPS, torch.bfloat16)[1]
+    with pytest.raises(TypeError, match="dy has dtype float64; this kernel takes"):
+        torch.ops.kernels.rms_norm_backward(dy.double(), x, w, rstd)
+    with pytest.raises(ValueError, match=r"dy must have x's shape \(4, 8\) and y's dtype torch.bfloat16, got \(4, 7\)"):
+        torch.ops.kernels.rms_norm_backward(dy[:, :7], x, w, rstd)
 
 
 def test_the_largest_n_runs():
@@ -224,7 +255,7 @@ def test_the_largest_n_runs():
 
 def test_a_repeated_call_reuses_its_plan(monkeypatch):
     """Per kind of input (a gradient needed or not: the autograd and the plain path); a new
-    ``eps`` is a new plan."""
+    ``eps`` or ``out_dtype`` is a new plan."""
     x, w, _ = _inputs((5, 24), torch.float16, torch.float16, seed=11)
     kernels.rms_norm(x, w, EPS)
     kernels.rms_norm(x.detach(), w.detach(), EPS)
@@ -236,25 +267,35 @@ def test_a_repeated_call_reuses_its_plan(monkeypatch):
     kernels.rms_norm(x.detach(), w.detach(), EPS)
     with pytest.raises(AssertionError, match="built again"):
         kernels.rms_norm(x, w, 1e-5)
+    with pytest.raises(AssertionError, match="built again"):
+        kernels.rms_norm(x, w, EPS, out_dtype=torch.float32)
 
 
-def test_the_custom_ops_pass_opcheck():
-    x, w, dy = _inputs((3, 5, 20), torch.float32, torch.float32, seed=12)
-    torch.library.opcheck(torch.ops.kernels.rms_norm.default, (x, w, EPS))
-    _, rstd = torch.ops.kernels.rms_norm(x.detach(), w.detach(), EPS)
+@pytest.mark.parametrize("out_dtype", [None, torch.bfloat16], ids=str)
+def test_the_custom_ops_pass_opcheck(out_dtype):
+    """The fakes' dtypes too: y in out_dtype, dx in x's from dy in y's."""
+    x, w, dy = _inputs((3, 5, 20), torch.float32, torch.float32, seed=12, y_dtype=out_dtype)
+    torch.library.opcheck(torch.ops.kernels.rms_norm.default, (x, w, EPS, out_dtype))
+    _, rstd = torch.ops.kernels.rms_norm(x.detach(), w.detach(), EPS, out_dtype)
     torch.library.opcheck(torch.ops.kernels.rms_norm_backward.default, (dy, x.detach(), w.detach(), rstd))
 
 
-def test_torch_compile_keeps_the_ops_in_one_graph():
+@pytest.mark.parametrize("x_dtype, out_dtype", [(torch.bfloat16, None), (torch.float32, torch.bfloat16)], ids=str)
+def test_torch_compile_keeps_the_ops_in_one_graph(x_dtype, out_dtype):
+    """One graph, the eager bits, and y in out_dtype (the fake's dtype, which the traced
+    backward's dy takes)."""
     def loss(x, w):
-        return (kernels.rms_norm(x, w, EPS).float() * 2).sum()
+        y = kernels.rms_norm(x, w, EPS, out_dtype=out_dtype)
+        return (y.float() * 2).sum(), y.dtype
 
-    x, w, _ = _inputs((2, 7, 48), torch.bfloat16, torch.float32, seed=13)
+    x, w, _ = _inputs((2, 7, 48), x_dtype, torch.float32, seed=13)
     explained = torch._dynamo.explain(loss)(x, w)
     assert explained.graph_break_count == 0 and explained.graph_count == 1
     compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
-    got = torch.autograd.grad(compiled(x, w), (x, w))
-    want = torch.autograd.grad(loss(x, w), (x, w))
+    (value, dtype), (want_value, want_dtype) = compiled(x, w), loss(x, w)
+    assert dtype == want_dtype == (out_dtype or x_dtype)
+    got = torch.autograd.grad(value, (x, w))
+    want = torch.autograd.grad(want_value, (x, w))
     assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
@@ -266,9 +307,13 @@ def _device_ops(norm, x, w, dy) -> tuple:
 
 
 def test_one_launch_forward_and_two_backward_where_the_model_runs_8_and_16():
-    """bf16 x, an fp32 weight: the model's formula runs 8 torch ops forward and 16 backward."""
+    """bf16 x, an fp32 weight: the model's formula runs 8 torch ops forward and 16 backward. fp32
+    x written as bf16 y: the same launches, no cast either way."""
     x, w, dy = _inputs((64, 96), torch.bfloat16, torch.float32, seed=14)
     forward, backward = _device_ops(lambda x: kernels.rms_norm(x, w, EPS), x, w, dy)
+    assert (forward.triton, forward.total, backward.triton, backward.total) == (1, 1, 2, 2), (forward, backward)
+    x32 = x.detach().float().requires_grad_()
+    forward, backward = _device_ops(lambda x: kernels.rms_norm(x, w, EPS, out_dtype=torch.bfloat16), x32, w, dy)
     assert (forward.triton, forward.total, backward.triton, backward.total) == (1, 1, 2, 2), (forward, backward)
     model = RMSNorm(96, EPS)
     forward, backward = _device_ops(model, x, model.weight, dy)
@@ -285,46 +330,55 @@ def test_autocast_leaves_it_in_x_dtype():
         traced = torch.ops.kernels.rms_norm(x, w, EPS)[0]
     assert inside.dtype == traced.dtype == torch.float32
     assert torch.equal(inside, outside) and torch.equal(traced, outside)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        asked = kernels.rms_norm(x, w, EPS, out_dtype=torch.float16)
+    assert torch.equal(asked, kernels.rms_norm(x, w, EPS, out_dtype=torch.float16))
 
 
+@pytest.mark.parametrize("x_dtype, out_dtype", [(torch.bfloat16, None), (torch.float32, torch.bfloat16)], ids=str)
 @pytest.mark.parametrize("n", [1024, 4096])
-def test_a_call_launches_the_settings_its_aot_launch_compiles(n, monkeypatch):
-    """bf16 rows with an fp32 weight at the ISA tests' widths: the forward's and backward's tile
-    and warps are the ones :func:`rms_norm_kernels.aot` compiles (both from ``settings``)."""
+def test_a_call_launches_the_settings_its_aot_launch_compiles(n, x_dtype, out_dtype, monkeypatch):
+    """bf16 rows with an fp32 weight, and the training step's fp32 rows written as bf16, at the ISA
+    tests' widths: the forward's and backward's tile and warps are the ones
+    :func:`rms_norm_kernels.aot` compiles (both from ``settings``)."""
     seen = {}
     for name in ("_forward_kernel", "_backward_kernel"):
         kernel = getattr(rms_norm_kernels, name)
         monkeypatch.setattr(kernel, "run", lambda *args, kernel=kernel, **kwargs: seen.setdefault(kernel, kwargs))
-    x, w, dy = _inputs((2, n), torch.bfloat16, torch.float32, seed=18)
-    y = kernels.rms_norm(x, w, EPS)
+    x, w, dy = _inputs((2, n), x_dtype, torch.float32, seed=18, y_dtype=out_dtype)
+    y = kernels.rms_norm(x, w, EPS, out_dtype=out_dtype)
     torch.autograd.grad(y, (x, w), dy)
     for backward in (False, True):
-        aot = rms_norm_kernels.aot(torch.bfloat16, n, backward, torch.float32)
+        aot = rms_norm_kernels.aot(x_dtype, n, backward, torch.float32, out_dtype)
         launched = seen[aot.jit_fn]
         assert {key: launched[key] for key in ("BLOCK_R", "BLOCK_N", "num_warps")} == \
             {"BLOCK_R": aot.constexprs["BLOCK_R"], "BLOCK_N": aot.constexprs["BLOCK_N"],
              "num_warps": aot.options["num_warps"]}
 
 
-def test_the_eager_paths_give_the_custom_ops_bits():
+@pytest.mark.parametrize("x_dtype, out_dtype", [(torch.bfloat16, None), (torch.float32, torch.bfloat16)], ids=str)
+def test_the_eager_paths_give_the_custom_ops_bits(x_dtype, out_dtype):
     """The plain call and the eager autograd.Function (gradients) give what ``kernels::rms_norm`` and its
     registered backward give."""
-    x, w, dy = _inputs((7, 3, 40), torch.bfloat16, torch.float32, seed=19)
-    y = kernels.rms_norm(x, w, EPS)
-    y_op = torch.ops.kernels.rms_norm(x, w, EPS)[0]
-    assert torch.equal(y, y_op) and torch.equal(kernels.rms_norm(x.detach(), w.detach(), EPS), y_op)
+    x, w, dy = _inputs((7, 3, 40), x_dtype, torch.float32, seed=19, y_dtype=out_dtype)
+    y = kernels.rms_norm(x, w, EPS, out_dtype=out_dtype)
+    y_op = torch.ops.kernels.rms_norm(x, w, EPS, out_dtype)[0]
+    plain = kernels.rms_norm(x.detach(), w.detach(), EPS, out_dtype=out_dtype)
+    assert y.dtype == y_op.dtype == plain.dtype == (out_dtype or x_dtype)
+    assert torch.equal(y, y_op) and torch.equal(plain, y_op)
     grads, grads_op = torch.autograd.grad(y, (x, w), dy), torch.autograd.grad(y_op, (x, w), dy)
     assert all(torch.equal(a, b) for a, b in zip(grads, grads_op))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("x_dtype, w_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
-                                              (torch.bfloat16, torch.bfloat16)], ids=str)
+@pytest.mark.parametrize("x_dtype, w_dtype, out_dtype", [
+    (torch.float32, torch.float32, torch.bfloat16), (torch.float32, torch.float32, None),
+    (torch.bfloat16, torch.float32, None), (torch.bfloat16, torch.bfloat16, None)], ids=str)
 @pytest.mark.parametrize("n", [1024, 2048])
-def test_on_this_gpu_a_training_steps_norm_matches_float64(n, x_dtype, w_dtype):
+def test_on_this_gpu_a_training_steps_norm_matches_float64(n, x_dtype, w_dtype, out_dtype):
     """The GPU presets' widths at 4096 rows on the real backend, within the CPU's bounds: the
     backward runs all its programs, each over several row blocks, and the fixed-order sum of
-    their partials (fp32 x and weight: the step's residual stream under autocast)."""
+    their partials (fp32 x and weight, bf16 y: the step's residual stream under autocast)."""
     device = kernels.backend.current().device
-    x, w, dy = (t.detach().to(device) for t in _inputs((2, 2048, n), x_dtype, w_dtype, seed=n))
-    _check(x.requires_grad_(), w.requires_grad_(), dy)
+    x, w, dy = (t.detach().to(device) for t in _inputs((2, 2048, n), x_dtype, w_dtype, seed=n, y_dtype=out_dtype))
+    _check(x.requires_grad_(), w.requires_grad_(), dy, out_dtype=out_dtype)

@@ -27,6 +27,29 @@ def test_rmsnorm_matches_the_formula():
     torch.testing.assert_close(norm(x), expected)
 
 
+def test_the_workbench_norm_writes_the_autocast_dtype_and_the_torch_norm_keeps_xs():
+    """Under bf16 autocast the workbench norm's y is bf16, the dtype its matmuls read (within one
+    rounding of the torch norm's fp32 y, which they cast), its gradient read in bf16 and x's
+    fp32; outside autocast both keep x's dtype. The torch side, the eager baseline, is as it was."""
+    ours, theirs = layers.RMSNorm(40, 1e-6, "workbench"), layers.RMSNorm(40, 1e-6)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(40) * 0.5 + 1)
+        theirs.weight.copy_(ours.weight)
+    x = (torch.randn(2, 5, 40) * 3).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, want = ours(x), theirs(x)
+    assert (y.dtype, want.dtype) == (torch.bfloat16, torch.float32)
+    ulp = torch.finfo(torch.bfloat16).eps * want.detach().abs()
+    assert ((y.double() - want.detach().double()).abs() <= ulp).all()
+    dy = torch.randn_like(y)
+    dx, dw = torch.autograd.grad(y, (x, ours.weight), dy)
+    want_dx, want_dw = torch.autograd.grad(want, (x, theirs.weight), dy.float())
+    assert (dx.dtype, dw.dtype) == (torch.float32, torch.float32)
+    torch.testing.assert_close(dx, want_dx, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(dw, want_dw, rtol=1e-4, atol=1e-5)
+    assert ours(x).dtype == theirs(x).dtype == torch.float32
+
+
 def test_rope_rotates_each_pair_by_position_times_frequency():
     cos, sin = layers.rope_tables(seq=3, head_dim=4, theta=100.0)
     x = torch.tensor([1.0, 0.0, 0.0, 1.0]).expand(1, 1, 3, 4)

@@ -7,11 +7,14 @@ them fp32 passes over the activations, per norm (``tests/test_rms_norm.py`` coun
 forward reads x once and writes y (and rstd, one fp32 per row, for the backward) once; the backward
 reads dy and x once, writes dx once and per-program fp32 partial sums of the weight's gradient,
 which a second launch adds in a fixed order (:mod:`.rms_norm_kernels`). Same semantics, so it can
-replace the model's: computed in fp32, y and dx rounded once to x's dtype, dweight to the weight's
-(which may differ: an fp32 master weight beside bf16 activations).
+replace the model's: computed in fp32, y rounded once to x's dtype (or ``out_dtype``: the dtype its
+consumers read), dx to x's, dweight to the weight's (which may differ: an fp32 master weight beside
+bf16 activations); dy comes in y's dtype.
 
 Not cast under ``torch.autocast``: the model's norm computes in fp32 and keeps x's dtype there
-too, so the custom op has no autocast rule and the eager path ignores the region.
+too, so the custom op has no autocast rule and the eager path ignores the region. A caller that
+wants the region's dtype asks for it (``out_dtype``), as the training model's norm does
+(:class:`workbench.train.layers.RMSNorm`).
 
 How a call runs (:func:`kernels.eager.path`), as :func:`kernels.flash_attention` does: an eager
 call that nothing watches runs the launch plan; one that needs a gradient, :class:`_RMSNorm`; a
@@ -44,11 +47,24 @@ def _rows(t: torch.Tensor, rows: int, n: int) -> torch.Tensor:
     return flat if n <= 1 or flat.stride(1) == 1 else flat.contiguous()
 
 
-class _Plan:
-    """:func:`rms_norm`'s checks for inputs of one metadata (and ``eps``, for the forward), and
-    what follows from them: rows, N, the three launches' settings, the inputs' eager kind."""
+def _out_dtype(out_dtype, x: torch.Tensor) -> torch.dtype:
+    """y's dtype: ``out_dtype``, or x's where it is None."""
+    if out_dtype is None:
+        return x.dtype
+    allowed = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
+    if not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"out_dtype must be a torch.dtype ({allowed}) or None, got {out_dtype!r}")
+    if out_dtype not in DTYPES:
+        raise TypeError(f"out_dtype must be one of {allowed} or None, got {out_dtype}")
+    return out_dtype
 
-    def __init__(self, x, weight, eps=None):
+
+class _Plan:
+    """:func:`rms_norm`'s checks for inputs of one metadata, y's dtype (and ``eps``, for the
+    forward), and what follows from them: rows, N, the three launches' settings, the inputs'
+    eager kind."""
+
+    def __init__(self, x, weight, eps=None, out_dtype=None):
         validate.tensor("x", x, dtypes=DTYPES, allow_empty=True)
         validate.tensor("weight", weight, dtypes=DTYPES, allow_empty=True)
         if x.dim() < 1:
@@ -65,15 +81,16 @@ class _Plan:
             if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
                 raise ValueError(f"eps must be a float >= 0, got {eps!r}")
             self.eps = validate.fp32_argument("eps", float(eps))
+        self.out_dtype = _out_dtype(out_dtype, x)
         self.shape = x.shape
         self.rows = math.prod(x.shape[:-1])
-        self.launch = k.launches(self.rows, self.n, x.dtype, weight.dtype)
+        self.launch = k.launches(self.rows, self.n, x.dtype, weight.dtype, self.out_dtype)
         self.kind = eager.kind(x, weight)
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """y in x's shape and dtype, and rstd (rows,) fp32; one launch (none when empty)."""
+        """y in x's shape and :attr:`out_dtype`, and rstd (rows,) fp32; one launch (none when empty)."""
         rows, n = self.rows, self.n
-        y = new_output(self.shape, x.dtype, x.device)
+        y = new_output(self.shape, self.out_dtype, x.device)
         rstd = new_output((rows,), torch.float32, x.device)
         if rows * n:
             x2 = _rows(x, rows, n)
@@ -85,9 +102,10 @@ class _Plan:
 
     def backward(self, dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                  rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """dx in x's shape and dtype and dweight in the weight's; two launches (none when empty)."""
-        if dy.shape != x.shape or dy.dtype != x.dtype:
-            raise ValueError(f"dy must have x's shape {tuple(x.shape)} and dtype {x.dtype}, got "
+        """dx in x's shape and dtype and dweight in the weight's, from dy in y's dtype
+        (:attr:`out_dtype`); two launches (none when empty)."""
+        if dy.shape != x.shape or dy.dtype != self.out_dtype:
+            raise ValueError(f"dy must have x's shape {tuple(x.shape)} and y's dtype {self.out_dtype}, got "
                              f"{tuple(dy.shape)} {dy.dtype}")
         rows, n, launch = self.rows, self.n, self.launch
         dx = new_output(self.shape, x.dtype, x.device)
@@ -106,22 +124,31 @@ _PLANS = plans.PlanCache()
 _BACKWARD_PLANS = plans.PlanCache()
 
 
-def _forward_impl(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return _PLANS(plans.meta(x, weight, extra=(eps, type(eps))), _Plan, x, weight, eps).forward(x, weight)
+def _forward_impl(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                  out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return _PLANS(plans.meta(x, weight, extra=(eps, type(eps), out_dtype)), _Plan, x, weight, eps, out_dtype
+                  ).forward(x, weight)
 
 
 _rms_norm = torch.library.custom_op("kernels::rms_norm", _forward_impl, mutates_args=())
 
 
 @_rms_norm.register_fake
-def _(x, weight, eps):
-    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+def _(x, weight, eps, out_dtype=None):
+    return (torch.empty_like(x, dtype=out_dtype or x.dtype, memory_format=torch.contiguous_format),
             x.new_empty((math.prod(x.shape[:-1]),), dtype=torch.float32))
+
+
+def _backward_plan(dy, x, weight) -> _Plan:
+    """The plan of x and weight whose y has dy's dtype (named dy's where it is wrong)."""
+    validate.tensor("dy", dy, dtypes=DTYPES, allow_empty=True)
+    return _Plan(x, weight, out_dtype=dy.dtype)
 
 
 def _backward_impl(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                    rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return _BACKWARD_PLANS(plans.meta(x, weight), _Plan, x, weight).backward(dy, x, weight, rstd)
+    return _BACKWARD_PLANS(plans.meta(x, weight, extra=(dy.dtype,)), _backward_plan, dy, x, weight
+                           ).backward(dy, x, weight, rstd)
 
 
 _rms_norm_backward = torch.library.custom_op("kernels::rms_norm_backward", _backward_impl, mutates_args=())
@@ -134,7 +161,7 @@ def _(dy, x, weight, rstd):
 
 
 def _save(ctx, inputs, output):
-    x, weight, _ = inputs
+    x, weight, *_ = inputs
     ctx.save_for_backward(x, weight, output[1])
 
 
@@ -144,7 +171,7 @@ def _backward(ctx, dy, _drstd=None):
     op = _backward_impl if eager.direct(dy, x, weight, rstd) else _rms_norm_backward
     dx, dw = op(dy, x, weight, rstd)
     needs = ctx.needs_input_grad
-    return dx if needs[0] else None, dw if needs[1] else None, None
+    return dx if needs[0] else None, dw if needs[1] else None, *(None,) * (len(needs) - 2)
 
 
 _rms_norm.register_autograd(_backward, setup_context=_save)
@@ -168,20 +195,27 @@ class _RMSNorm(torch.autograd.Function):
 _apply_rms_norm = eager.applier(_RMSNorm, tensors=2)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, *,
+             out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``x / sqrt(mean(x², -1) + eps) * weight`` for x (..., N) and weight (N,), computed in fp32,
-    rounded once to x's dtype; differentiable in both (dx in x's dtype, dweight in the
-    weight's, accumulated in fp32 over all rows, the same bits on every run).
+    rounded once to ``out_dtype`` (x's dtype where None); differentiable in both (dy in y's
+    dtype, dx in x's, dweight in the weight's, accumulated in fp32 over all rows, the same bits
+    on every run).
+
+    ``out_dtype`` is the dtype y's consumers read: an fp32 residual stream normed for bf16
+    matmuls under autocast writes bf16 y in the same launch, where a cast of fp32 y would be a
+    device op more forward, and its gradient's cast back one more backward, per consumer.
 
     x and weight: float32, float16 or bfloat16, each its own (an fp32 weight with bf16 x is the
     training model's); 1 <= N <= :data:`.rms_norm_kernels.MAX_N` (a row lives in one program) or
     N = 0 (empty y, as in torch); any number of rows (0 too) in any leading dimensions; ``eps`` a
-    float >= 0, taken as float32 as the kernel computes (:func:`kernels.validate.fp32_argument`).
-    Errors name the argument at fault."""
-    plan = _PLANS(plans.meta(x, weight, extra=(eps, type(eps))), _Plan, x, weight, eps)
+    float >= 0, taken as float32 as the kernel computes (:func:`kernels.validate.fp32_argument`);
+    ``out_dtype`` float32, float16, bfloat16 or None. Errors name the argument at fault."""
+    # the key built here, not by a helper: a Python call more per call (workbench bench overhead)
+    plan = _PLANS(plans.meta(x, weight, extra=(eps, type(eps), out_dtype)), _Plan, x, weight, eps, out_dtype)
     how = eager.path(known=plan.kind)
     if how == eager.PLAIN:
         return plan.forward(x, weight)[0]
     if how == eager.AUTOGRAD:
         return _apply_rms_norm(x, weight, plan)
-    return _rms_norm(x, weight, plan.eps)[0]
+    return _rms_norm(x, weight, plan.eps, plan.out_dtype)[0]

@@ -6,22 +6,32 @@ reads x once and writes y once; the backward likewise needs the row's ``Σ dy·w
 The cost is a bound on N, :data:`MAX_N`: the row lives in one program's registers (16 warps,
 16 elements a lane of each of x, dy and the accumulators on AMD's 64-lane waves), and at that
 width the ISA test finds no spills on gfx942 and gfx950, the forward at 8 waves per SIMD and the
-backward at 5; a wider row is refused rather than run uncompiled by any test.
+backward at 5 (4 on gfx942 for fp32 x with bf16 dy); a wider row is refused rather than run
+uncompiled by any test.
+
+y (and so dy) may have a dtype of its own (the caller's ``out_dtype``): the training step's
+residual stream is fp32 and its norms write the bf16 its matmuls read. Each kernel computes in fp32
+and rounds once, to the element type of the tensor it writes: y's in the forward, dx's (x's) in the
+backward, the weight's in the weight-gradient sum; the interpreter's bf16 rounding by hand
+(``INTERP_BF16``) follows the same tensor.
 
 The settings (:func:`settings`, shared by the launches and :func:`aot`, so the ISA tests compile
 what a call runs): BLOCK_N, the next power of 2 of N; BLOCK_R, rows per program, so that a program
 of a narrow norm still moves :data:`ROW_ELEMENTS` elements (one program per row of 33 columns would
 leave most of a wave's lanes idle); num_warps, so that each 64-lane wave's thread holds one 16-byte
-vector of x's dtype per tile (8 bf16/fp16 or 4 fp32 elements): the widest global access, and no more
-lanes than that, or a thread would get 8 or 4 bytes and its loads would narrow.
-``tests/test_rms_norm_isa.py`` checks it on gfx942 and gfx950 at N = 1024 and 4096, for bf16 x and
-weight, bf16 x with an fp32 weight, and fp32 both (what the training step's norms see under
-autocast: its residual stream stays fp32, the embedding's dtype): forward and backward read and
-write x, y, dy and dx 16 bytes per thread; no spills, no scratch, no atomics, :data:`WAVES_PER_SIMD`
-waves per SIMD; the backward's loop over rows moves only dy, x, rstd and dx. What crosses LDS: each
-row's sum across warps (4 bytes a thread); an fp32 weight beside 16-bit x, changed from its 16-byte
-load's layout (4 a thread) to the tile's (8 a thread), once per program; the backward's fp32 partial
-row, changed to its store's layout, once per program.
+vector of the rows' wider dtype (x's or y's) per tile (8 bf16/fp16 or 4 fp32 elements): the widest
+global access, and no more lanes than that, or a thread would get 8 or 4 bytes and its loads would
+narrow. Where x and y differ the narrower one moves 8 bytes a thread (:func:`settings` says why).
+``tests/test_rms_norm_isa.py`` checks it on gfx942 and gfx950 at N = 1024 and 4096, for bf16 x,
+weight and y, bf16 x and y with an fp32 weight, fp32 all three, and the training step's under
+autocast (its residual stream stays fp32, the embedding's dtype: fp32 x and weight, bf16 y and dy):
+forward and backward read and write x, y, dy and dx 16 bytes per thread, but the training step's
+bf16 y and dy 8 bytes (4 elements, as fp32 x's 16); no spills, no scratch, no atomics,
+:data:`WAVES_PER_SIMD` waves per SIMD; the backward's loop over rows moves only dy, x, rstd and dx.
+What crosses LDS: each row's sum across warps (4 bytes a thread); an fp32 weight beside 16-bit x,
+changed from its 16-byte load's layout (4 a thread) to the tile's (8 a thread), once per program;
+the backward's fp32 partial row, changed to its store's layout, once per program; beside fp32 x
+(bf16 y or not), nothing else.
 
 The weight gradient is deterministic: the backward's programs (at most :data:`PARTIAL_PROGRAMS`)
 each sum ``dy·x̂`` over the rows they own (every PARTIAL_PROGRAMS-th block of BLOCK_R rows) in
@@ -112,12 +122,22 @@ def _dweight_kernel(partial_ptr, dw_ptr, P, N, BLOCK_P: tl.constexpr, BLOCK_C: t
     store_rows(dw_ptr, tl.zeros((1,), tl.int64), cols, 0, 1, tl.sum(total, axis=0)[None, :], inside, INTERP_BF16)
 
 
-def settings(n: int, dtype: torch.dtype) -> dict:
-    """The forward's and backward's tile and warps for rows of ``n`` elements of ``dtype`` (the
-    module's docstring says why)."""
+def settings(n: int, x_dtype: torch.dtype, y_dtype: torch.dtype | None = None) -> dict:
+    """The forward's and backward's tile and warps for rows of ``n`` elements of ``x_dtype`` whose
+    y (and so dy) is ``y_dtype`` (x's by default); the module's docstring says why these.
+
+    Where x and y differ (the training step's fp32 x and bf16 y), a thread holds the wider dtype's
+    16 bytes (4 elements), so the 16-bit side moves 8 bytes a thread. The narrower dtype's 16 bytes
+    (8 elements, half the warps) would move y and dy 16 bytes a thread, but Triton's fp32 accesses
+    stay at 4 elements a thread, and an fp32 tile changes between that layout and the tile's 8
+    through LDS: two 16-byte LDS writes and reads a thread in the forward and, once per row, in
+    the backward's loop (``tests/test_rms_norm_isa.py`` compiles both). Per 8 elements of a row the backward's loop
+    would issue 9 memory instructions (dy's load, x's two, dx's two stores, two LDS writes, two
+    reads) where it issues 6 (two threads' dy, x and dx); a wave's 8-byte accesses still cover 512
+    contiguous bytes."""
     block_n = next_power_of_2(max(n, 1))   # N = 0 launches nothing, but its plan has settings
     block_r = max(1, ROW_ELEMENTS // block_n)
-    vector = 16 // dtype.itemsize
+    vector = 16 // max(x_dtype.itemsize, (y_dtype or x_dtype).itemsize)
     return dict(BLOCK_R=block_r, BLOCK_N=block_n,
                 num_warps=min(MAX_WARPS, max(1, block_r * block_n // (vector * WAVE_LANES))))
 
@@ -128,28 +148,30 @@ def backward_programs(rows: int, tile: dict) -> int:
     return min(cdiv(rows, tile["BLOCK_R"]), PARTIAL_PROGRAMS)
 
 
-def launches(rows: int, n: int, x_dtype: torch.dtype, w_dtype: torch.dtype) -> dict:
-    """``kernel.run``'s keyword arguments for the three launches on ``rows`` rows of ``n``:
-    ``forward``, ``backward`` and ``dweight``; ``programs``, the backward's."""
-    tile = settings(n, x_dtype)
+def launches(rows: int, n: int, x_dtype: torch.dtype, w_dtype: torch.dtype, y_dtype: torch.dtype) -> dict:
+    """``kernel.run``'s keyword arguments for the three launches on ``rows`` rows of ``n``, y (and
+    dy) of ``y_dtype``: ``forward``, ``backward`` and ``dweight``; ``programs``, the backward's.
+    Each rounds by hand in the interpreter where the tensor it writes is bf16: y, dx (x's dtype),
+    dweight (the weight's)."""
+    tile = settings(n, x_dtype, y_dtype)
     programs = backward_programs(rows, tile)
-    rows_tile = dict(tile, INTERP_BF16=interp_bf16(x_dtype))
-    return dict(forward=run_kwargs((cdiv(rows, tile["BLOCK_R"]),), rows_tile),
-                backward=run_kwargs((programs,), rows_tile),
+    return dict(forward=run_kwargs((cdiv(rows, tile["BLOCK_R"]),), dict(tile, INTERP_BF16=interp_bf16(y_dtype))),
+                backward=run_kwargs((programs,), dict(tile, INTERP_BF16=interp_bf16(x_dtype))),
                 dweight=run_kwargs((cdiv(n, DWEIGHT_SETTINGS["BLOCK_C"]),),
                                    dict(DWEIGHT_SETTINGS, INTERP_BF16=interp_bf16(w_dtype))),
                 programs=programs)
 
 
 def aot(dtype: torch.dtype = torch.bfloat16, n: int = 1024, backward: bool = False,
-        weight_dtype: torch.dtype | None = None) -> AotKernel:
+        weight_dtype: torch.dtype | None = None, out_dtype: torch.dtype | None = None) -> AotKernel:
     """The forward's (or ``backward``'s) launch on :data:`AOT_ROWS` contiguous rows of ``n``
-    ``dtype`` elements (a weight of ``weight_dtype``, ``dtype``'s by default), with
-    :func:`settings`' tile, for an ahead-of-time compile (:func:`workbench.isa.compile.compile_aot`)."""
-    pointers = {"w_ptr": pointer_type(weight_dtype or dtype), "rstd_ptr": "*fp32", "partial_ptr": "*fp32"}
+    ``dtype`` elements (a weight of ``weight_dtype``, y and dy of ``out_dtype``, each ``dtype``'s by
+    default), with :func:`settings`' tile, for an ahead-of-time compile
+    (:func:`workbench.isa.compile.compile_aot`)."""
+    pointers = {"w_ptr": pointer_type(weight_dtype or dtype), "rstd_ptr": "*fp32", "partial_ptr": "*fp32",
+                "dy_ptr" if backward else "y_ptr": pointer_type(out_dtype or dtype)}
     ints = dict(R=AOT_ROWS, N=n, stride_x=n, stride_w=1)
+    tile = settings(n, dtype, out_dtype)
     if backward:
-        return aot_launch(_backward_kernel, dtype, settings(n, dtype), dict(ints, stride_dy=n),
-                          dict(INTERP_BF16=False), pointers)
-    return aot_launch(_forward_kernel, dtype, settings(n, dtype), dict(ints, eps=1e-5),
-                      dict(INTERP_BF16=False), pointers)
+        return aot_launch(_backward_kernel, dtype, tile, dict(ints, stride_dy=n), dict(INTERP_BF16=False), pointers)
+    return aot_launch(_forward_kernel, dtype, tile, dict(ints, eps=1e-5), dict(INTERP_BF16=False), pointers)

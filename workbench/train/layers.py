@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels as _kernels
+from kernels.autocast import region_dtype
 from kernels.rotary.reference import apply_rope, rope_tables   # RoPE's formula, beside its fused kernel
 
 from . import ops
@@ -21,7 +22,18 @@ from . import ops
 
 class RMSNorm(torch.nn.Module):
     """``x / sqrt(mean(x²) + eps) * weight``, computed in fp32 (Zhang & Sennrich 2019);
-    ``impl="workbench"``: ``kernels.rms_norm``, the same in one pass."""
+    ``impl="workbench"``: ``kernels.rms_norm``, the same in one pass.
+
+    Under autocast the workbench norm writes y in the region's dtype (``out_dtype``), the dtype
+    every consumer of it casts to: the residual stream is fp32 there, so an fp32 y would be cast
+    to bf16 again by each Linear that reads it (q, k and v; gate and up; the MoE layer's router
+    and experts; the LM head), and autograd would cast each of their bf16 gradients back to fp32
+    in the backward: 26 device ops per step at two blocks (``tests/test_train_host_cost.py`` pins
+    the step's count). The gradients of the normed activations then add up in bf16 in autograd,
+    as in bf16 training stacks, where fp32 y added them in fp32; the norm's own backward still
+    computes in fp32 from that bf16 dy. ``kernels.MoE`` returns its input's dtype, so its routed and
+    shared experts' outputs now add in bf16 too, before the fp32 residual add.
+    ``impl="torch"`` is the eager baseline and keeps x's dtype."""
 
     def __init__(self, dim: int, eps: float, impl: str = "torch"):
         super().__init__()
@@ -30,7 +42,7 @@ class RMSNorm(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.impl == "workbench":
-            return _kernels.rms_norm(x, self.weight, self.eps)
+            return _kernels.rms_norm(x, self.weight, self.eps, out_dtype=region_dtype(x.device.type))
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * self.weight.float()).to(x.dtype)
