@@ -268,6 +268,18 @@ def test_device_ops_are_the_row_pass_and_the_mean_forward_and_one_pass_backward(
     assert (apart.triton, dict(apart.torch_ops)) == (2, {"clone": 1})
 
 
+def test_the_custom_ops_launches_are_each_backends_own(fake_gpu):
+    """The custom ops' implementations keep their launches per metadata and backend: bf16 logits
+    launched on the interpreter store through its bf16 workaround, the same inputs on a GPU do
+    not, so a process that changes backend (a test pretending to be a GPU) gets that one's."""
+    logits, targets = torch.randn(3, 40).bfloat16(), torch.randint(40, (3,))
+    on_cpu = ops._launches(logits, targets, -100)
+    fake_gpu("hip", "gfx942")
+    on_gpu = ops._launches(logits, targets, -100)
+    assert on_cpu.gradient_args[-1] is True and on_gpu.gradient_args[-1] is False   # INTERP_BF16, last
+    assert ops._launches(logits, targets, -100) is on_gpu
+
+
 def test_a_repeated_call_reuses_its_plan(monkeypatch):
     """The checks and settings run once per metadata and ignore_index, not per call."""
     built, plan = [], ops._Plan

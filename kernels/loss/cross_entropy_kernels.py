@@ -162,7 +162,7 @@ class Launches:
     """The three launches on logits (R = ``rows``, V = ``vocab``) of ``dtype`` whose rows lie
     ``stride_row`` apart (columns adjacent), targets ``stride_target`` apart, and ``ignore_index``:
     every argument after the tensors worked out once (:func:`kernels.triton_support.run_args`),
-    so a call only allocates and launches. A launch plan or :func:`launches` keeps them."""
+    so a call only allocates and launches. A launch plan keeps them (:mod:`.ops`)."""
 
     def __init__(self, rows: int, vocab: int, dtype: torch.dtype, stride_row: int, stride_target: int,
                  ignore_index: int):
@@ -194,13 +194,6 @@ class Launches:
         if self.any_cells:
             _gradient_kernel.run(logits, targets, state, dloss, dlogits, *self.gradient_args, **self.gradient_kwargs)
         return dlogits
-
-
-@functools.lru_cache(maxsize=512)
-def launches(rows: int, vocab: int, dtype: torch.dtype, stride_row: int, stride_target: int,
-             ignore_index: int) -> Launches:
-    """:class:`Launches` of one kind of input, for the custom ops' implementations, which hold no plan."""
-    return Launches(rows, vocab, dtype, stride_row, stride_target, ignore_index)
 
 
 def aot(dtype: torch.dtype = torch.bfloat16) -> list[AotKernel]:

@@ -23,12 +23,18 @@ import torch
 
 from .. import eager, plans, validate
 from . import cross_entropy_kernels
-from .cross_entropy_kernels import DTYPES, Launches, launches
+from .cross_entropy_kernels import DTYPES, Launches
 
 
 def _launches(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> Launches:
-    """The launches on these inputs (a plan's, where the custom ops' implementations hold none)."""
-    return launches(*logits.shape, logits.dtype, logits.stride(0), targets.stride(0), ignore_index)
+    """The launches on these inputs (a plan's, where the custom ops' implementations hold none),
+    kept per metadata and backend (:func:`kernels.plans.meta`): the interpreter's bf16 store
+    differs from a GPU's, so a process that switches backends gets each one's own."""
+    return _LAUNCHES(plans.meta(logits, targets, extra=(ignore_index,)), Launches, *logits.shape, logits.dtype,
+                     logits.stride(0), targets.stride(0), ignore_index)
+
+
+_LAUNCHES = plans.PlanCache()
 
 
 def _forward_impl(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
