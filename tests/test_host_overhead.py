@@ -143,9 +143,10 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # cross_entropy 11 once the forward allocates two outputs (the mean and one fp32 state: each row's
 # loss, max and log-sum, the count) and the plan's bound call is the launches' forward itself, the
 # logits' rows made in the op (issue 18, item 7). MoE 56 once its shared experts are a method the
-# expert-parallel layer shares (MoELayer.shared_mlp).
+# expert-parallel layer shares (MoELayer.shared_mlp), 57 once its router's logits are one
+# (kernels.moe.routing.router_logits, float32 under autocast too).
 MAX_PYTHON_CALLS = {"matmul": 11, "nn.Linear": 16, "flash_attention": 10, "flash_attention_varlen": 10,
-                    "grouped_gemm": 11, "matmul_fp8": 11, "MoE": 56,
+                    "grouped_gemm": 11, "matmul_fp8": 11, "MoE": 57,
                     "rms_norm": 11, "rope": 9, "cross_entropy": 11,
                     "Float8Linear tensorwise": 71, "Float8Linear tensorwise fwd+bwd": 115,
                     "Float8Linear rowwise": 77, "Float8Linear rowwise fwd+bwd": 124,

@@ -171,8 +171,9 @@ def test_layer_compiles_without_graph_breaks_and_runs_the_fused_op():
 def test_shared_experts_take_the_rows_cast_once_for_all_experts():
     """Under autocast the rows are cast once, for routed and shared experts together: with
     ``x @ gate`` and ``x @ up`` on the uncast rows, x was cast twice more and both gradients
-    cast back (35 casts in a forward and backward, 31 now; the same bits, since autocast's cast
-    of x is the cast the routed experts take)."""
+    cast back (35 casts in a forward and backward, 31 then; the same bits, since autocast's cast
+    of x is the cast the routed experts take). The float32 router casts nothing back and forth:
+    its logits were computed in bf16 from the rows cast up and down again (23 casts now)."""
     from workbench.harness.device_ops import device_ops
 
     layer = _layer(shared_experts=2)
@@ -183,4 +184,29 @@ def test_shared_experts_take_the_rows_cast_once_for_all_experts():
             out = layer(x)
         out.float().sum().backward()
 
-    assert device_ops(step).torch_ops["_to_copy"] == 31
+    assert device_ops(step).torch_ops["_to_copy"] == 23
+
+
+def test_the_router_computes_in_float32_under_autocast(monkeypatch):
+    """The layers' router logits are float32 whatever the autocast region: an autocast matmul
+    would compute them in bf16, and top-k on bf16 logits picks other experts at near ties.
+    Checked on the logits (the function both layers call, bitwise) and on the routing: under
+    autocast, kernels.MoE sends each expert the tokens the float32 router sends it, and the
+    reference layer's logits are the function's."""
+    from kernels.moe import expert_counts
+    from kernels.moe import reference
+    from kernels.moe.routing import router_logits
+
+    layer = _layer(shared_experts=1, num_experts=16)
+    rows = torch.randn(256, 24, generator=torch.Generator().manual_seed(3)).bfloat16()
+    want = rows.float() @ layer.router.weight.t()
+    seen = []
+    monkeypatch.setattr(reference, "router_logits", lambda x, w: seen.append(router_logits(x, w)) or seen[-1])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = router_logits(rows, layer.router.weight)
+        assert torch.equal(layer.router_logits(rows), want)
+        layer(rows)
+        _twin(layer, MoEReference, torch.float32)(rows)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    assert torch.equal(layer.expert_counts, expert_counts(route(want, 2)[1], 16))
+    assert len(seen) == 1 and torch.equal(seen[0], want)

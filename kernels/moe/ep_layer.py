@@ -372,10 +372,10 @@ class ExpertParallelMoE(MoELayer):
         if x.dim() < 1 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
         flat = x.reshape(-1, self.dim)
-        rows, router, gate, up, down = autocast.operands(flat, self.router.weight, self.gate, self.up,
-                                                         self.down)
-        # the local experts' weights against their rows of the router (top_k is checked at init)
-        moe_operands(rows, router[self._slice], gate, up, down, 1, DTYPES)
+        rows, gate, up, down = autocast.operands(flat, self.gate, self.up, self.down)
+        # the local experts' weights against their rows of the router (top_k is checked at init),
+        # uncast: its logits are float32 (router_logits)
+        moe_operands(rows, self.router.weight[self._slice], gate, up, down, 1, DTYPES, router_dtypes=DTYPES)
         logits = self.router_logits(rows)
         weights, ids = route(logits, self.top_k, self.normalize)
         self.expert_counts = expert_counts(ids, self.num_experts, checked=True)   # route checked logits and made ids

@@ -81,9 +81,8 @@ class MoE(MoELayer):
         if x.dim() < 1 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
         flat = x.reshape(-1, self.dim)
-        rows, router, gate, up, down = autocast.operands(flat, self.router.weight, self.gate, self.up,
-                                                         self.down)
-        top_k = self.top_k
+        rows, gate, up, down = autocast.operands(flat, self.gate, self.up, self.down)
+        router, top_k = self.router.weight, self.top_k   # uncast: its logits are float32 (router_logits)
         _CHECKED(plans.meta(rows, router, gate, up, down, extra=(top_k, type(top_k))), _check,
                  rows, router, gate, up, down, top_k)
         logits = self.router_logits(rows)
@@ -105,5 +104,5 @@ _CHECKED = plans.PlanCache()   # operands' metadata and top_k -> True: moe_opera
 
 
 def _check(rows, router, gate, up, down, top_k) -> bool:
-    moe_operands(rows, router, gate, up, down, top_k, DTYPES)
+    moe_operands(rows, router, gate, up, down, top_k, DTYPES, router_dtypes=DTYPES)
     return True

@@ -7,9 +7,9 @@ layer (:class:`~kernels.moe.ep_layer.ExpertParallelMoE`) stands on this base, no
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .reference import MoEReference, swiglu
+from .routing import router_logits
 
 
 class MoELayer(MoEReference):
@@ -27,7 +27,7 @@ class MoELayer(MoEReference):
         """float32 logits (T, E): the router's weight in float32, or the router module itself
         on float32 rows when it is no plain Linear (an FP8 router of :func:`kernels.fp8.convert`)."""
         if type(self.router) is torch.nn.Linear:
-            return F.linear(rows.float(), self.router.weight.float())
+            return router_logits(rows, self.router.weight)   # float32 under autocast too
         return self.router(rows.float()).float()
 
     def shared_mlp(self, rows: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .routing import checked_top_k, router_dtype
+from .routing import checked_top_k, router_dtype, router_logits
 
 
 def swiglu(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor
@@ -29,13 +29,14 @@ def moe_reference(x: torch.Tensor, router: torch.Tensor, gate: torch.Tensor, up:
     ``(E, hidden, dim)`` -> ``(T, dim)``: ``Σ_j w[t, j] · SwiGLU_{e_j}(x_t)`` over each
     token's top_k experts.
 
-    Router logits, softmax and top-k in float32 (float64 for float64 inputs); each
+    Router logits, softmax and top-k in float32 (float64 for float64 inputs), also under
+    autocast (:func:`.routing.router_logits`); each
     expert's MLP in x's dtype; the weighted sum over a token's experts in float32 (a
     zero-initialized accumulator that each expert's rows are added into), cast to x's
     dtype at the end.
     """
     acc = router_dtype(x.dtype)
-    probs = (x.to(acc) @ router.to(acc).t()).softmax(dim=-1)
+    probs = router_logits(x, router).softmax(dim=-1)
     weights, ids = probs.topk(checked_top_k(top_k, router.shape[0]), dim=-1)
     if normalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)

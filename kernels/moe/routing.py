@@ -16,8 +16,9 @@ balancing of DeepSeek-V3 (:mod:`.routing_bias` updates it).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from .. import validate
+from .. import autocast, validate
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -35,6 +36,19 @@ def checked_top_k(top_k, num_experts: int) -> int:
 def router_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32, or float64 for float64 logits (so gradcheck can run on the router)."""
     return torch.promote_types(dtype, torch.float32)
+
+
+def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weightᵀ`` (T, E) in :func:`router_dtype` of x's dtype (float32; float64 for float64
+    x), also inside a ``torch.autocast`` region, where the matmul would otherwise run in the
+    region's bf16 or fp16 whatever its operands' dtype: the router's precision is a choice the
+    layers make (the module docstring says why), not the region's. Differentiable in both; their
+    gradients come in their own dtypes."""
+    if autocast.active() and autocast.region_dtype(x.device.type) is not None:
+        with torch.autocast(x.device.type, enabled=False):
+            return router_logits(x, weight)
+    acc = torch.promote_types(x.dtype, torch.float32)   # router_dtype's, inline: a call less per layer call
+    return F.linear(x.to(acc), weight.to(acc))
 
 
 def route(logits: torch.Tensor, top_k: int, normalize: bool = True,

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import kernels
 from kernels import autocast
 from kernels.moe.reference import MoEReference, swiglu
+from kernels.moe.routing import router_logits
 
 
 
@@ -35,7 +36,9 @@ class TorchMoE(MoEReference):
     experts as one SwiGLU over their concatenated hidden units (``shared_gate``,
     ``shared_up``, ``shared_down``). Only the compute differs from the reference's
     per-expert loop: the experts run as grouped GEMMs over the tokens sorted by expert
-    (:func:`grouped_matmul`), what PyTorch MoE code does today.
+    (:func:`grouped_matmul`), what PyTorch MoE code does today. The router's logits are
+    float32 under autocast too (:func:`kernels.moe.routing.router_logits`), as ``kernels.MoE``'s
+    and Megatron's fp32 router: both sides of the step's comparison route with the same math.
 
     After each call, ``aux_loss`` is the Switch Transformer load-balancing loss
     (:func:`kernels.moe.aux_loss`: 1 for perfectly even routing) and ``expert_counts``
@@ -48,7 +51,7 @@ class TorchMoE(MoEReference):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])
-        logits = self.router(tokens).float()
+        logits = router_logits(tokens, self.router.weight)   # float32 under autocast too, as kernels.MoE's
         weights, experts = F.softmax(logits, dim=-1).topk(self.top_k, dim=-1)
         weights = weights / weights.sum(-1, keepdim=True)
         order = experts.flatten().argsort(stable=True)       # slots sorted by expert
