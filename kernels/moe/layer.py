@@ -23,7 +23,7 @@ from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.fused_op import fused_experts
 from .reference import MoEReference
-from .routing import aux_loss, expert_counts, route
+from .routing_fused import routed
 
 if TYPE_CHECKING:
     from .ep_layer import ExpertParallelMoE
@@ -85,10 +85,7 @@ class MoE(MoELayer):
         router, top_k = self.router.weight, self.top_k   # uncast: its logits are float32 (router_logits)
         _CHECKED(plans.meta(rows, router, gate, up, down, extra=(top_k, type(top_k))), _check,
                  rows, router, gate, up, down, top_k)
-        logits = self.router_logits(rows)
-        weights, ids = route(logits, top_k, self.normalize)
-        counts = expert_counts(ids, self.num_experts, checked=True)   # route checked logits and made ids
-        self.aux_loss, self.expert_counts = aux_loss(logits, ids, counts, checked=True), counts
+        weights, ids, self.expert_counts, self.aux_loss = routed(self.router_logits(rows), top_k, self.normalize)
         out = self.experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + self.shared_mlp(rows)
