@@ -111,6 +111,7 @@ class _Route(torch.autograd.Function):
     def forward(ctx, logits, bias, plan):
         weights, ids, counts, aux = plan.call(logits, bias)
         ctx.mark_non_differentiable(ids, counts)
+        ctx.set_materialize_grads(False)   # no zeros for the ids' and counts' gradients, two device ops
         ctx.save_for_backward(logits, ids, counts)
         ctx.top_k, ctx.normalize, ctx.launches = plan.top_k, plan.normalize, plan.launches
         return weights, ids, counts, aux
@@ -118,6 +119,10 @@ class _Route(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dweights, _dids, _dcounts, daux):
         logits, ids, counts = ctx.saved_tensors
+        if dweights is None:   # the weights or the aux loss unused: its part is 0
+            dweights = logits.new_zeros(ids.shape)
+        if daux is None:
+            daux = logits.new_zeros(())
         return _gradient(dweights, daux, logits, ids, counts, ctx.top_k, ctx.normalize, ctx.launches), None, None
 
 

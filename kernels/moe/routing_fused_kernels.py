@@ -83,7 +83,7 @@ def _route_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, partial_ptr, T, E,
         ids = tl.where(slots[None, :] == k, pick[:, None], ids)
         open_ = open_ & ~chosen
     if NORMALIZE:
-        weights = weights / tl.sum(weights, axis=1)[:, None]
+        weights = weights / tl.where(live, tl.sum(weights, axis=1), 1.0)[:, None]   # a masked row: no 0 / 0
     out = rows[:, None] * TOP_K + slots[None, :]
     kept = live[:, None] & (slots < TOP_K)[None, :]
     tl.store(weights_ptr + out, weights, mask=kept)
