@@ -42,7 +42,8 @@ def _assert_same_routing(ours, expected):
 
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("tokens, experts, top_k", [(37, 8, 2), (130, 7, 3), (1, 5, 5), (29, 64, 8),
-                                                    (9, 256, 1), (300, 12, 4), (3, 100, 6), (17, 1, 1)])
+                                                    (9, 256, 1), (300, 12, 4), (3, 100, 6), (17, 1, 1),
+                                                    (600, 40, 3)])   # 38 programs: 3 blocks of partials
 def test_the_routing_is_route_expert_counts_and_aux_loss(tokens, experts, top_k, normalize):
     logits = _logits(tokens, experts, seed=tokens + experts)
     with poisoned_outputs():
