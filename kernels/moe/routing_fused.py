@@ -110,8 +110,9 @@ class _Route(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, bias, plan):
         weights, ids, counts, aux = plan.call(logits, bias)
-        ctx.mark_non_differentiable(ids, counts)
-        ctx.set_materialize_grads(False)   # no zeros for the ids' and counts' gradients, two device ops
+        # ids and counts are integers, so no gradient is theirs; none is made up as zeros for them
+        # (two device ops): ctx.set_materialize_grads(False), without the call's Python frame
+        ctx.materialize_grads = False
         ctx.save_for_backward(logits, ids, counts)
         ctx.top_k, ctx.normalize, ctx.launches = plan.top_k, plan.normalize, plan.launches
         return weights, ids, counts, aux

@@ -22,7 +22,8 @@ aiter's ``topk_softmax`` fuse the forward the same way). Here:
 
 ``tests/test_moe_routing_fused_isa.py`` compiles :func:`aot`'s launches (E = 128, top 8, the
 size of Qwen3-MoE's router) for gfx942 and gfx950: no spills of either kind, no scratch, no
-atomics, and :data:`WAVES_PER_SIMD` waves per SIMD for the two per-token passes.
+atomics; :data:`WAVES_PER_SIMD` waves per SIMD for the two per-token passes, which read the
+logits (and the backward writes dlogits) 16 bytes a thread.
 """
 from __future__ import annotations
 
@@ -150,10 +151,10 @@ def _backward_kernel(dweights_ptr, daux_ptr, logits_ptr, ids_ptr, counts_ptr, dl
 def settings(experts: int, top_k: int) -> dict:
     """The per-token passes' constexprs and warps for rows of ``experts`` logits, ``top_k`` chosen,
     on every backend and in :func:`aot` (one function, so the ISA tests compile what a call
-    launches). A program holds :data:`TILE_ELEMENTS` logits, BLOCK_T tokens of BLOCK_E experts
-    (4 a thread over NUM_WARPS 64-lane waves): a few registers per tile, of which the top-k loop
-    keeps five (probabilities, scores, the open mask, and the weights' and ids' tiles), so 8 waves
-    fit per SIMD, and at the training step's 16K tokens of 128 experts 2048 programs fill every CU."""
+    launches). A program holds :data:`TILE_ELEMENTS` logits, BLOCK_T tokens of BLOCK_E experts,
+    4 a thread over NUM_WARPS 64-lane waves (one 16-byte load each): few registers per tile, so 8
+    waves fit per SIMD (the ISA test asserts both), and at 16K tokens of 128 experts the 2048
+    programs cover every CU several times over."""
     block_e = next_power_of_2(max(experts, 1))
     return dict(TOP_K=top_k, BLOCK_T=max(1, TILE_ELEMENTS // block_e), BLOCK_E=block_e, num_warps=NUM_WARPS)
 
