@@ -102,6 +102,25 @@ def test_aux_loss_and_expert_counts_describe_the_last_call():
     assert layer.router.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("top_k", [2, 9])   # 9: past route_fused's 8, the torch functions route
+def test_the_aux_loss_and_its_router_gradient_are_the_torch_functions(top_k):
+    """The layer's routing (kernels.moe.routing_fused where it fits) against route, expert_counts
+    and aux_loss of the same logits: counts equal, the aux loss and its gradient in the router's
+    weight within fp32 rounding."""
+    layer = _layer(num_experts=10, top_k=top_k)
+    x = torch.randn(2, 13, 24, generator=torch.Generator().manual_seed(3))
+    layer(x)
+    layer.aux_loss.backward()
+    router = layer.router.weight.detach().clone().requires_grad_()
+    logits = x.reshape(-1, 24) @ router.t()
+    _, ids = route(logits, top_k)
+    expected = aux_loss(logits, ids)
+    expected.backward()
+    assert torch.equal(layer.expert_counts, torch.bincount(ids.flatten().long(), minlength=10))
+    torch.testing.assert_close(layer.aux_loss, expected, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(layer.router.weight.grad, router.grad, rtol=1e-5, atol=1e-7)
+
+
 def test_forward_and_backward_are_bitwise_deterministic():
     layer = _layer(torch.bfloat16, shared_experts=1)
     x = torch.randn(31, 24).bfloat16()

@@ -47,7 +47,7 @@ AOT_SHAPE = (16384, 128, 8)   # tokens, experts, top_k
 
 
 @triton.jit
-def _softmax(logits_ptr, rows, live, cols, T, E, stride_t, stride_e):
+def _softmax(logits_ptr, rows, live, cols, E, stride_t, stride_e):
     """The fp32 softmax of BLOCK_T rows (0 in masked columns) and the mask of the real columns."""
     inside = cols < E
     x = tl.load(logits_ptr + rows[:, None] * stride_t + cols[None, :] * stride_e,
@@ -67,7 +67,7 @@ def _route_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, partial_ptr, T, E,
     live = rows < T
     rows = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_E)
-    probs, inside = _softmax(logits_ptr, rows, live, cols, T, E, stride_t, stride_e)
+    probs, inside = _softmax(logits_ptr, rows, live, cols, E, stride_t, stride_e)
     scores = probs
     if HAS_BIAS:
         scores += tl.load(bias_ptr + cols * stride_bias, mask=inside, other=0.0).to(tl.float32)[None, :]
@@ -123,7 +123,7 @@ def _backward_kernel(dweights_ptr, daux_ptr, logits_ptr, ids_ptr, counts_ptr, dl
     live = rows < T
     rows = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_E)
-    probs, inside = _softmax(logits_ptr, rows, live, cols, T, E, stride_t, stride_e)
+    probs, inside = _softmax(logits_ptr, rows, live, cols, E, stride_t, stride_e)
     dchosen = tl.zeros((BLOCK_T, BLOCK_E), tl.float32)   # each chosen expert's dweight, in its column
     chosen = tl.zeros((BLOCK_T, BLOCK_E), tl.int1)
     total = tl.zeros((BLOCK_T,), tl.float32)   # the chosen probabilities' sum S
