@@ -26,8 +26,10 @@ from kernels.gemm import v6_persistent
 from kernels.gemm.linear import linear
 from kernels.loss import cross_entropy_kernels
 from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
+from kernels.moe import routing_fused_kernels
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.layer_ladder import combine_backward, slot_sum, swiglu_backward, swiglu_forward, v3_fused
+from kernels.moe.routing_fused import route_fused as routing_fused
 from kernels.moe.swiglu_op import swiglu
 from kernels.norm import rms_norm_kernels
 from kernels.rotary import kernel as rope_kernel
@@ -149,6 +151,15 @@ RMS_NORM_CASES = {"rms_norm": (torch.bfloat16, torch.bfloat16), "rms_norm fp32 w
 the training step's under autocast (fp32 residual rows and weight, bf16 y and dy)."""
 
 
+def moe_routing():
+    """The MoE layer's routing at the AOT's experts and top_k, 128 tokens (16 programs' partials,
+    a multiple of 16 as the AOT's 2048), its weights and aux loss differentiated."""
+    _, experts, top_k = routing_fused_kernels.AOT_SHAPE
+    logits = torch.randn(128, experts, requires_grad=True)
+    weights, _, _, aux = routing_fused(logits, top_k)
+    torch.autograd.grad((weights, aux), logits, (torch.randn_like(weights), torch.tensor(1.0)))
+
+
 def gemm(layout: str, bias: bool = False, tail: bool = False):
     """A projection of the presets', scaled down, whose tiles fill whole waves: 16 of the
     interpreter's 32 x 32 tiles on its 4 programs (DP_TILES a multiple of 16, as whole
@@ -247,6 +258,7 @@ CASES = {
     "attention varlen backward": (attention_varlen, lambda: v5_backward.aot(torch.bfloat16, *HIP, {"VARLEN": True}),
                                   ATTENTION_CHOSEN),
     "cross entropy": (cross_entropy, lambda: cross_entropy_kernels.aot(torch.bfloat16), ()),
+    "moe routing": (moe_routing, routing_fused_kernels.aot, ()),
     "grouped gemm v4": (grouped_gemm_v4, lambda: v4_persistent.aot(torch.bfloat16, *HIP), GEMM_CHOSEN),
     "moe v3": (moe_v3, lambda: v3_fused.aot(torch.bfloat16, *HIP), GEMM_CHOSEN),
     # v3's backward runs v4's kernels: dH and the gate's and up's dX on wᵀ, the three dW

@@ -113,7 +113,7 @@ from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.swiglu_rows import unit_columns
 from .layer_ladder.v3_backward import sorted_backward
-from .routing import aux_loss, expert_counts, route
+from .routing_fused import routed
 
 _EXPERT_WEIGHTS = ("gate", "up", "down")
 
@@ -376,10 +376,8 @@ class ExpertParallelMoE(MoELayer):
         # the local experts' weights against their rows of the router (top_k is checked at init),
         # uncast: its logits are float32 (router_logits)
         moe_operands(rows, self.router.weight[self._slice], gate, up, down, 1, DTYPES, router_dtypes=DTYPES)
-        logits = self.router_logits(rows)
-        weights, ids = route(logits, self.top_k, self.normalize)
-        self.expert_counts = expert_counts(ids, self.num_experts, checked=True)   # route checked logits and made ids
-        self.aux_loss = aux_loss(logits, ids, self.expert_counts, checked=True)
+        weights, ids, self.expert_counts, self.aux_loss = routed(self.router_logits(rows), self.top_k,
+                                                                 self.normalize)
         run = _Run(self.ep_group, self.num_experts, self.ep_chunks, self.ep_capacity,
                    Timeline(self.ep_group, device=rows.device) if self.record_events else None,
                    self._owner_experts())

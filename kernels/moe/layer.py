@@ -1,15 +1,19 @@
 """``kernels.MoE``: the mixture-of-experts layer on the package's kernels.
 
 A subclass of :class:`~kernels.moe.reference.MoEReference` (through
-:class:`~kernels.moe.layer_base.MoELayer`, the base it shares with the expert-parallel
-layer), so parameters, their initialization and ``state_dict`` keys are the reference's own
-and a checkpoint loads either way; only ``forward`` differs. It is the ``moe`` op's best rung (v3: route, then
-two fused kernels, gather + gate/up + SwiGLU and down + weighted scatter, and a backward
-of six grouped GEMMs on saved activations) plus the shared experts, run as one SwiGLU MLP
-over their concatenated hidden units on torch's matmul
-(:meth:`~kernels.moe.layer_base.MoELayer.shared_mlp` says why). The experts are one custom op with its backward
-(``kernels::moe_fused``), eagerly and under ``torch.compile``, where it stays one opaque
-node and the layer compiles without graph breaks.
+:class:`~kernels.moe.layer_base.MoELayer`, the base it shares with the expert-parallel layer),
+so parameters, their initialization and ``state_dict`` keys are the reference's own and a
+checkpoint loads either way; only ``forward`` differs. It is the ``moe`` op's best rung (v3:
+route, then two fused kernels, gather + gate/up + SwiGLU and down + weighted scatter, and a
+backward of six grouped GEMMs on saved activations) plus the shared experts, run as one SwiGLU
+MLP over their concatenated hidden units on torch's matmul
+(:meth:`~kernels.moe.layer_base.MoELayer.shared_mlp` says why). The routing (softmax, top-k,
+expert counts and the load-balancing loss) is two launches forward and one backward where the
+router fits (at most 256 experts, top_k at most 8: :func:`kernels.moe.routing_fused.routed`),
+else the torch functions :func:`~kernels.moe.route`, :func:`~kernels.moe.expert_counts` and
+:func:`~kernels.moe.aux_loss`. The experts are one custom op with its backward
+(``kernels::moe_fused``), eagerly and under ``torch.compile``, where it stays one opaque node
+and the layer compiles without graph breaks.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
 from .layer_ladder.fused_op import fused_experts
 from .reference import MoEReference
-from .routing import aux_loss, expert_counts, route
+from .routing_fused import routed
 
 if TYPE_CHECKING:
     from .ep_layer import ExpertParallelMoE
@@ -85,10 +89,7 @@ class MoE(MoELayer):
         router, top_k = self.router.weight, self.top_k   # uncast: its logits are float32 (router_logits)
         _CHECKED(plans.meta(rows, router, gate, up, down, extra=(top_k, type(top_k))), _check,
                  rows, router, gate, up, down, top_k)
-        logits = self.router_logits(rows)
-        weights, ids = route(logits, top_k, self.normalize)
-        counts = expert_counts(ids, self.num_experts, checked=True)   # route checked logits and made ids
-        self.aux_loss, self.expert_counts = aux_loss(logits, ids, counts, checked=True), counts
+        weights, ids, self.expert_counts, self.aux_loss = routed(self.router_logits(rows), top_k, self.normalize)
         out = self.experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + self.shared_mlp(rows)
