@@ -237,3 +237,10 @@ def test_a_layer_routes_with_the_torch_functions_where_the_op_does_not_fit():
 def test_bad_inputs_are_refused(logits, top_k, kwargs, error, match):
     with pytest.raises(error, match=match):
         route_fused(logits, top_k, **kwargs)
+
+
+def test_kernels_moe_exports_it_beside_the_torch_router():
+    import kernels.moe
+    from kernels.moe import routing_fused
+
+    assert kernels.moe.route_fused is routing_fused.route_fused and "route_fused" in kernels.moe.__all__

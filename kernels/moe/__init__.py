@@ -2,7 +2,9 @@
 ``kernels.grouped_gemm``), the pieces of an MoE layer built on it, and the layer.
 
 - :func:`route`, :func:`aux_loss`, :func:`expert_counts` (:mod:`.routing`): softmax
-  top-k routing with deterministic ties, the load-balancing loss, tokens per expert.
+  top-k routing with deterministic ties, the load-balancing loss, tokens per expert;
+  :func:`route_fused` (:mod:`.routing_fused`), the three in two Triton launches, as the
+  layers route.
 - :func:`permute`, :func:`unpermute` (:mod:`.permutation`): token-slots into expert order for
   the grouped GEMM and back, deterministic, with autograd.
 - :class:`MoE` (:mod:`.layer`, also ``kernels.MoE``) and its plain-PyTorch twin
@@ -16,7 +18,7 @@ Names load on first use, so importing the grouped GEMM does not import the layer
 import importlib
 
 _LAZY = {
-    "route": ".routing", "aux_loss": ".routing", "expert_counts": ".routing",
+    "route": ".routing", "aux_loss": ".routing", "expert_counts": ".routing", "route_fused": ".routing_fused",
     "permute": ".permutation", "unpermute": ".permutation",
     "MoE": ".layer", "MoELayer": ".layer_base", "MoEReference": ".reference", "ExpertParallelMoE": ".ep_layer",
 }
