@@ -90,12 +90,16 @@ def _passes(out, reference, baseline, direction):
 def test_the_backward_casts_no_weight_gradient():
     """One Linear forward and backward under autocast, bf16 x, fp32 weight: the forward casts the
     weight once, inside the node; the backward runs its two GEMMs' launches and no torch op (before,
-    autograd's backward of the weight's cast ran one ``_to_copy``)."""
+    autograd's backward of the weight's cast ran one ``_to_copy``). A call that builds its plan
+    (every call, with plans paused) casts no more: the checks' stand-in is an allocation."""
     layer = kernels.nn.Linear(37, 29, bias=False)
     x, dy = rand(5, 37, dtype=BF16, seed=5, requires_grad=True), rand(5, 29, dtype=BF16, seed=6)
     with torch.autocast("cpu", dtype=BF16):
         forward = device_ops(lambda: layer(x))
+        with plans.paused():
+            missed = device_ops(lambda: layer(x))
         y = layer(x)
+    assert dict(missed.torch_ops) == {"_to_copy": 1}, missed
     backward = device_ops(lambda: torch.autograd.grad(y, (x, layer.weight), dy, retain_graph=True))
     assert dict(forward.torch_ops) == {"_to_copy": 1} and forward.triton, forward
     assert dict(backward.torch_ops) == {} and backward.triton, backward
