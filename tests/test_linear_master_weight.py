@@ -82,6 +82,23 @@ def test_an_fp32_master_weight_gets_the_fp32_gemms_gradient(shape, bias, x_dtype
         _passes(ours[id(b)].to(BF16), dy2.double().sum(0), theirs[id(b)].to(BF16), "backward")
 
 
+@pytest.mark.parametrize("region, weight_dtype", [(torch.float16, torch.float32), (BF16, torch.float16)], ids=str)
+def test_any_region_writes_the_gradient_in_the_weights_dtype(region, weight_dtype):
+    """An fp16 region's fp32 weight, a bf16 region's fp16 weight: the gradient comes in the weight's
+    dtype, the GEMM's fp32 sum rounded once to it, closer to float64 than torch's (rounded to the
+    region's dtype first)."""
+    x, dy = rand(6, 37, seed=21, requires_grad=True), rand(6, 29, dtype=region, seed=22)
+    weight = rand(29, 37, dtype=weight_dtype, seed=23, requires_grad=True)
+    exact = dy.double().t() @ x.detach().to(region).double()
+    errors = []
+    for fn in (gemm_linear.linear, F.linear):
+        with torch.autocast("cpu", dtype=region), poisoned_outputs():
+            grad_w, = torch.autograd.grad(fn(x, weight), weight, dy)
+        assert grad_w.dtype == weight_dtype
+        errors.append((grad_w.double() - exact).abs().max())
+    assert errors[0] < errors[1] / 4, errors
+
+
 def _passes(out, reference, baseline, direction):
     fields = compare(out, reference, baseline, BF16, direction)
     assert fields["passed"], fields
