@@ -5,8 +5,8 @@ torch's own and a checkpoint loads either way; only ``forward`` differs. The bia
 the GEMM's epilogue, to the fp32 accumulator before the result's one rounding, as torch's
 ``addmm`` adds it (:mod:`kernels.gemm.linear`); under ``torch.autocast`` x, weight and bias are
 cast to the autocast dtype (:mod:`kernels.autocast`) and the result is in it, as ``nn.Linear``'s is;
-in an eager call an fp32 weight there gets its gradient from the GEMM in fp32, not rounded to bf16
-and cast back (:mod:`kernels.gemm.wgrad`).
+an fp32 weight there gets its gradient from the GEMM in fp32, not rounded to bf16 and cast back
+(:mod:`kernels.gemm.wgrad`).
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ from kernels import plans, registry
 from kernels.gemm import linear as gemm_linear, v6_persistent
 from kernels.gemm.ops import best_rung
 from kernels.outputs import poisoned_outputs
+from torch._dynamo.backends.common import aot_autograd
+from functorch.compile import make_boxed_func
 from workbench.harness.check import compare
 from workbench.harness.device_ops import device_ops
 
@@ -172,18 +174,34 @@ def test_a_best_rung_without_a_launch_plan_gives_its_result_in_the_weights_dtype
         plans.invalidate()
 
 
+def test_the_master_weight_custom_ops_pass_opcheck():
+    x, weight = rand(5, 37, dtype=BF16, seed=24, requires_grad=True), rand(29, 37, seed=25, requires_grad=True)
+    for bias in (rand(29, dtype=BF16, seed=26, requires_grad=True), None):
+        torch.library.opcheck(torch.ops.kernels.linear_master_weight.default, (x, weight, bias))
+    torch.library.opcheck(torch.ops.kernels.matmul_to.default,
+                          (rand(29, 5, dtype=BF16, seed=27), rand(5, 37, dtype=BF16, seed=28), torch.float32))
+
+
 def test_a_compiled_linear_under_autocast_agrees_with_eager():
-    """The traced path (the custom op, fullgraph) keeps autocast's casts (kernels/gemm/linear.py says
-    why): the same y and x gradient as eager, and eager's fp32 weight gradient rounded to bf16."""
+    """The traced path (fullgraph, no graph break) takes the master weight too: its custom ops give
+    eager's bits, the fp32 weight gradient included, and its backward graph casts no weight gradient."""
     layer = kernels.nn.Linear(37, 29)
     x, dy = rand(2, 3, 37, dtype=BF16, seed=19, requires_grad=True), rand(2, 3, 29, dtype=BF16, seed=20)
+    graphs = []
+
+    def keep(graph, _):
+        graphs.append(graph.code)
+        return make_boxed_func(graph)
+
     torch._dynamo.reset()
-    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(layer, fullgraph=True, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))
     results = []
     for fn in (layer, compiled):
         with torch.autocast("cpu", dtype=BF16):
             y = fn(x)
         results.append((y, *torch.autograd.grad(y, (x, layer.weight, layer.bias), dy)))
-    (y, gx, gw, gb), (cy, cgx, cgw, cgb) = results
-    assert torch.equal(cy, y) and torch.equal(cgx, gx) and torch.equal(cgb, gb)
-    assert cgw.dtype == gw.dtype == torch.float32 and torch.equal(cgw, gw.to(BF16).float())
+    for ours, theirs in zip(*results):
+        assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+    forward, backward = graphs
+    assert "kernels.linear_master_weight" in forward and "kernels.matmul_to" in backward
+    assert backward.count("aten._to_copy") == 1   # the bias's gradient, as before; none for the weight

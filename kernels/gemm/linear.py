@@ -18,17 +18,17 @@ autocast x, weight and bias are first cast to the region's dtype, as torch's aut
 ``grad_y @ weight``, the weight's, ``grad_yᵀ @ x``, made in the weight's own (N, K) layout
 (:func:`_grads` says why), and the bias's, ``grad_y`` summed to the bias's shape.
 
-Under autocast, a weight the region casts (an fp32 master weight under bf16) enters the eager
-autograd node itself: :class:`_Linear` casts it (one cast op, as autocast's, but not recorded by
-autograd), and its backward makes the weight's gradient in the weight's dtype with the GEMM's fp32
-sum stored as it is (:func:`.wgrad.matmul_to`), where autograd's backward of a recorded cast would
-get a bf16 GEMM result and cast it back: one device op per weight per step fewer, and the gradient
-is not rounded to bf16 (Megatron's gradient-accumulation fusion does the same). x and the bias are
-cast as before; x's gradient comes in x's cast dtype. A call without a gradient casts the weight
-as before (nothing to gain). A traced call keeps autocast's casts too: the custom op's autocast
-rule (:func:`kernels.autocast.lower_precision`) casts every floating argument, so the op never sees
-the fp32 weight; taking it would need an op that accepts mixed dtypes only under autocast, and a
-traceable fp32-output GEMM (a second custom op with a fake) for its backward formula.
+Under autocast, a weight the region casts (an fp32 master weight under bf16) enters the autograd
+node itself: :class:`_Linear` (eager) or the custom op ``kernels::linear_master_weight`` (traced)
+casts it (one cast op, as autocast's, but not recorded by autograd), and the backward makes the
+weight's gradient in the weight's dtype with the GEMM's fp32 sum stored as it is
+(:func:`.wgrad.matmul_to`), where autograd's backward of a recorded cast would get a bf16 GEMM
+result and cast it back: one device op per weight per step fewer, and the gradient is not rounded
+to bf16 (Megatron's gradient-accumulation fusion does the same). x and the bias are cast as
+before; x's gradient comes in x's cast dtype. An eager call without a gradient casts the weight as
+before (nothing to gain). ``kernels::linear`` itself keeps one dtype: its autocast rule
+(:func:`kernels.autocast.lower_precision`) casts every floating argument, as torch's ops do; the
+master-weight op has no autocast rule, and :func:`linear` casts x and the bias before calling it.
 
 A bias of another dtype than ``x``, or of more than one dimension, is added by torch after the GEMM
 (``matmul(x, weight.t()) + bias``: the add casts the bias, or broadcasts the result to more
@@ -51,10 +51,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         x, bias = autocast.operands(x, bias)
         dtype = autocast.weight_cast(x, weight)
         if dtype is not None:
-            if (eager.path(x, weight) if bias is None else eager.path(x, weight, bias)) == eager.AUTOGRAD:
+            how = eager.path(x, weight) if bias is None else eager.path(x, weight, bias)
+            if how != eager.PLAIN:
                 plan = _PLANS(plans.meta(x, weight, bias, extra=(dtype,)), _MasterWeight, x, weight, bias, dtype)
-                if not plan.unfused:
-                    return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
+                if not plan.unfused:   # the master weight enters the node, which casts it
+                    if how == eager.AUTOGRAD:
+                        return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
+                    y = _master_linear_2d(x if plan.flat is None else x.reshape(plan.flat), weight, bias)[0]
+                    return y if plan.flat is None else y.reshape(plan.out)
             weight = weight.to(dtype)
     plan = _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias)
     if plan.unfused:
@@ -162,6 +166,39 @@ def _backward(ctx, grad_y):
 
 _linear_2d.register_autograd(_backward, setup_context=_save)
 autocast.lower_precision("linear")
+
+
+def _master_linear_impl(x: torch.Tensor, weight: torch.Tensor,
+                        bias: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``kernels::linear``'s result for a weight of another dtype than x's (a master weight), and the
+    weight cast to x's dtype (a new tensor: an output may not alias an input), which the backward's
+    ``grad_y @ weight`` reads."""
+    cast = weight.to(x.dtype, copy=True)
+    return _linear_impl(x, cast, bias), cast
+
+
+_master_linear_2d = torch.library.custom_op("kernels::linear_master_weight", _master_linear_impl, mutates_args=())
+
+
+@_master_linear_2d.register_fake
+def _(x, weight, bias):
+    return x.new_empty((x.shape[0], weight.shape[0])), torch.empty_like(weight, dtype=x.dtype)
+
+
+def _save_master(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, output[1])
+    ctx.mark_non_differentiable(output[1])
+    ctx.bias_shape = None if bias is None else bias.shape
+    ctx.wgrad_dtype = weight.dtype
+
+
+def _master_backward(ctx, grad_y, _):
+    x, cast = ctx.saved_tensors
+    return _grads(x, cast, ctx.bias_shape, grad_y, ctx.needs_input_grad, wgrad_dtype=ctx.wgrad_dtype)
+
+
+_master_linear_2d.register_autograd(_master_backward, setup_context=_save_master)
 
 
 class _Linear(torch.autograd.Function):
