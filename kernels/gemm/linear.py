@@ -87,7 +87,7 @@ class _Checked(ops._Plan):
     call passes ``weight`` itself (:meth:`operands`). ``unfused``: the bias is not added in the
     epilogue (:func:`_unfused`, which checks through :func:`kernels.matmul`), from the bias's
     dtype and rank, in the key. ``bias_shape``: what the bias's gradient is summed to.
-    ``wgrad_dtype``: the weight gradient's dtype where it is not the GEMM operands' (:class:`_MasterWeight`)."""
+    ``wgrad_dtype``: the weight gradient's dtype where it is not the operands' (:class:`_MasterWeight`)."""
 
     wgrad_dtype = None
 

@@ -9,10 +9,10 @@ does the same here, with this function: the best rung's launch plan (v6's) with 
 ``dtype`` (:meth:`~kernels.gemm.v6_persistent.LaunchPlan.writing`), so the accumulator reaches the
 gradient unrounded and no cast runs.
 
-Not one of the package's public ops: no checks of its own (its caller's operands passed :func:`kernels.matmul`'s
-when the forward ran) and no autograd (a backward's GEMM). Where a graph of the backward is made
-(``create_graph=True``), the gradient must be differentiable: the differentiable GEMM runs, and
-a cast. A traced backward (``torch.compile``'s) sees the custom op ``kernels::matmul_to``, with a
+Not one of the package's public ops: no checks of its own (its caller's operands passed
+:func:`kernels.matmul`'s when the forward ran) and no autograd (a backward's GEMM). Where a graph
+of the backward is made (``create_graph=True``), the gradient must be differentiable: the
+differentiable GEMM runs, and a cast. A traced backward (``torch.compile``'s) sees the custom op ``kernels::matmul_to``, with a
 fake; an eager one runs its implementation (:func:`kernels.eager.direct`).
 """
 from __future__ import annotations
