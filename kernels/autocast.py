@@ -27,11 +27,15 @@ _LIBRARY = torch.library.Library("kernels", "FRAGMENT")   # lives as long as the
 _KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}      # ROCm runs under "cuda" too
 
 
+def _casts(value, device: str, dtype: torch.dtype) -> bool:
+    """Whether a region of ``dtype`` on ``device`` casts ``value``: a floating-point tensor of another
+    dtype on that device, float64 excepted (as torch's autocast)."""
+    return (isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device
+            and value.dtype not in (torch.float64, dtype))
+
+
 def _cast(value, device: str, dtype: torch.dtype):
-    if (isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device
-            and value.dtype != torch.float64):
-        return value.to(dtype)
-    return value
+    return value.to(dtype) if _casts(value, device, dtype) else value
 
 
 def operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -44,6 +48,16 @@ def operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
         return tensors
     return tuple(_cast(t, device, torch.get_autocast_dtype(device)) for t in tensors)
+
+
+def weight_cast(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+    """The dtype the region open for ``x``'s device casts ``weight`` to (an fp32 master weight under
+    a bf16 region: its gradient can be made in its own dtype, :mod:`kernels.gemm.wgrad`), or None
+    where it leaves the weight as it is (or ``x`` is not a tensor: the op's checks name it)."""
+    if not isinstance(x, torch.Tensor):
+        return None
+    dtype = region_dtype(x.device.type)
+    return dtype if dtype is not None and _casts(weight, x.device.type, dtype) else None
 
 
 def region_dtype(device: str) -> torch.dtype | None:

@@ -4,7 +4,9 @@ A subclass, so parameters, initialization, ``state_dict`` keys and ``repr`` are
 torch's own and a checkpoint loads either way; only ``forward`` differs. The bias is added in
 the GEMM's epilogue, to the fp32 accumulator before the result's one rounding, as torch's
 ``addmm`` adds it (:mod:`kernels.gemm.linear`); under ``torch.autocast`` x, weight and bias are
-cast to the autocast dtype (:mod:`kernels.autocast`) and the result is in it, as ``nn.Linear``'s is.
+cast to the autocast dtype (:mod:`kernels.autocast`) and the result is in it, as ``nn.Linear``'s is;
+an fp32 weight there gets its gradient from the GEMM in fp32, not rounded to bf16 and cast back
+(:mod:`kernels.gemm.wgrad`).
 """
 from __future__ import annotations
 

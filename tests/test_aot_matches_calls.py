@@ -22,7 +22,7 @@ import torch
 import kernels
 from kernels import gemm_fp8, tuning
 from kernels.attention import v4_amd_tuned, v5_backward
-from kernels.gemm import v6_persistent
+from kernels.gemm import v6_persistent, wgrad
 from kernels.gemm.linear import linear
 from kernels.loss import cross_entropy_kernels
 from kernels.moe.grouped_gemm import spec as grouped_spec, v4_persistent
@@ -174,11 +174,19 @@ def gemm(layout: str, bias: bool = False, tail: bool = False):
     return lambda: kernels.get("gemm", "v6")(a, b)
 
 
-def v6_aot(layout: str, bias: bool = False, kernel: int = 0, split_tail: bool = False):
+def wgrad_fp32(tail: bool = False):
+    """A Linear's weight-gradient GEMM for an fp32 master weight under autocast, as its backward
+    launches it (``grad_yᵀ @ x``: TN, bf16 operands, fp32 C); the shapes as :func:`gemm`'s."""
+    m, n, k = (64, 32, 64) if tail else (128, 128, 64)
+    grad_y, x = torch.randn(k, m, dtype=torch.bfloat16), torch.randn(k, n, dtype=torch.bfloat16)
+    return lambda: wgrad.matmul_to(grad_y.t(), x, torch.float32)
+
+
+def v6_aot(layout: str, bias: bool = False, kernel: int = 0, split_tail: bool = False, fp32_c: bool = False):
     """v6's AOT launch ``kernel`` (0 the persistent kernel, of whole tiles or with ``split_tail``
-    of a split tail; 1 the fix-up) of ``layout``."""
+    of a split tail; 1 the fix-up) of ``layout``, storing an fp32 C with ``fp32_c``."""
     return lambda: [v6_persistent.aot(torch.bfloat16, *HIP, {"layout": layout, "HAS_BIAS": bias,
-                                                             "split_tail": split_tail})[kernel]]
+                                                             "split_tail": split_tail, "fp32_c": fp32_c})[kernel]]
 
 
 FP8 = torch.float8_e4m3fnuz   # gfx942's
@@ -284,6 +292,8 @@ CASES = {
     "gemm v6 split tail fix-up": (gemm("NT", tail=True), v6_aot("NT", kernel=1), GEMM_CHOSEN),
     "gemm v6 split tail fix-up, bias": (gemm("NT", bias=True, tail=True), v6_aot("NT", bias=True, kernel=1),
                                         GEMM_CHOSEN),
+    "gemm v6 wgrad fp32": (wgrad_fp32(), v6_aot("TN", fp32_c=True), GEMM_CHOSEN),
+    "gemm v6 wgrad fp32 fix-up": (wgrad_fp32(tail=True), v6_aot("TN", kernel=1, fp32_c=True), GEMM_CHOSEN),
     **{f"gemm_fp8 {label} rowwise": (fp8_rowwise(label), lambda label=label: kernels.get("gemm_fp8", label).aot(
         FP8, *HIP), GEMM_CHOSEN) for label in ("v0", "v1")},
     # v2's launches: the blockwise recipe's scales, then the rowwise recipe's (constant along K)

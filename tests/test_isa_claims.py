@@ -350,3 +350,40 @@ def test_v6s_split_tail_binary_runs_the_whole_tile_hot_loop(target):
     assert [getattr(split, r) for r in resources] == [getattr(whole, r) for r in resources]
     assert split.spills == split.sgpr_spills == 0 and not split.narrow_lds_ops
     assert split.occupancy.value == whole.occupancy.value >= 2
+
+
+_STORE_BYTES = {"dwordx4": 16, "b128": 16, "dwordx3": 12, "b96": 12, "dwordx2": 8, "b64": 8, "dword": 4, "b32": 4,
+                "short": 2, "b16": 2, "byte": 1, "b8": 1}
+
+
+def _stores(report) -> Counter:
+    """Global stores per width in bytes, per thread, over the whole kernel."""
+    stores = isa_parse.histograms(isa_parse.code_lines(report.asm, "amdgcn"), "amdgcn")["global_store"]
+    widths = Counter()
+    for op, n in stores.items():
+        widths[next(b for suffix, b in _STORE_BYTES.items() if re.search(rf"_{suffix}(_|$)", op))] += n
+    return widths
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_v6s_fp32_c_stores_the_accumulator_as_it_is(target):
+    """v6's docstring: the weight gradient's launch (TN, bf16 operands) into an fp32 C keeps the
+    bf16 C's hot loop with its MFMAs, spills nothing in either kernel, stores 16 bytes at a time,
+    C with twice the bytes of a bf16 C (the fix-up stores C alone; the main kernel C and its fp32
+    partial tiles), and converts nothing to bf16."""
+    (main16, fix16), (main32, fix32) = (
+        isa.inspect_all("gemm", "v6", target, torch.bfloat16, overrides={"layout": "TN", "fp32_c": fp32})
+        for fp32 in (False, True))
+    assert main32.kernel_name == "_gemm_persistent_kernel" and fix32.kernel_name == "_streamk_fixup_kernel"
+    assert Counter(_loop_ops(main32)) == Counter(_loop_ops(main16))
+    assert any(op.startswith("v_mfma") for op in _loop_ops(main32))
+    for report in (main32, fix32):
+        assert report.spills == report.sgpr_spills == report.scratch_bytes == 0, report.summary()
+        assert set(_stores(report)) == {16}, _stores(report)
+        assert not [op for op in map(isa_parse.mnemonic, report.asm.splitlines()) if op and "bf16_f32" in op]
+
+    def stored(report):
+        return sum(width * n for width, n in _stores(report).items())
+
+    c_bf16 = stored(fix16)
+    assert stored(fix32) == 2 * c_bf16 and stored(main32) - stored(main16) == c_bf16

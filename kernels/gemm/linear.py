@@ -12,12 +12,23 @@ How a call runs (:func:`kernels.eager.path`): an eager call that needs a gradien
 :class:`_Linear`, one autograd node as torch's ``nn.Linear`` records one (``addmm``; each node is
 host time, ``workbench bench overhead``); one without runs the launch plan directly; under
 autocast x, weight and bias are first cast to the region's dtype, as torch's autocast does for
-``linear``; a traced or transformed call runs the custom op ``kernels::linear`` (2-D ``x``; fake,
-autograd formula, the same autocast rule), so ``torch.compile`` sees one opaque node with the
-same epilogue. The gradients are
-x's, ``grad_y @ weight``, the weight's, ``grad_yᵀ @ x``, made in
-the weight's own (N, K) layout (:func:`_grads` says why), and the bias's, ``grad_y`` summed to
-the bias's shape.
+``linear`` (a master weight excepted: below); a traced or transformed call runs the custom op
+``kernels::linear`` (2-D ``x``; fake, autograd formula, the same autocast rule), so
+``torch.compile`` sees one opaque node with the same epilogue. The gradients are x's,
+``grad_y @ weight``, the weight's, ``grad_yᵀ @ x``, made in the weight's own (N, K) layout
+(:func:`_grads` says why), and the bias's, ``grad_y`` summed to the bias's shape.
+
+Under autocast, a weight the region casts (an fp32 master weight under bf16) enters the autograd
+node itself: :class:`_Linear` (eager) or the custom op ``kernels::linear_master_weight`` (traced)
+casts it (one cast op, as autocast's, but not recorded by autograd), and the backward makes the
+weight's gradient in the weight's dtype with the GEMM's fp32 sum stored as it is
+(:func:`.wgrad.matmul_to`), where autograd's backward of a recorded cast would get a bf16 GEMM
+result and cast it back: one device op per weight per step fewer, and the gradient is not rounded
+to bf16 (Megatron's gradient-accumulation fusion does the same). x and the bias are cast as
+before; x's gradient comes in x's cast dtype. An eager call without a gradient casts the weight as
+before (nothing to gain). ``kernels::linear`` itself keeps one dtype: its autocast rule
+(:func:`kernels.autocast.lower_precision`) casts every floating argument, as torch's ops do; the
+master-weight op has no autocast rule, and :func:`linear` casts x and the bias before calling it.
 
 A bias of another dtype than ``x``, or of more than one dimension, is added by torch after the GEMM
 (``matmul(x, weight.t()) + bias``: the add casts the bias, or broadcasts the result to more
@@ -30,14 +41,25 @@ from typing import Optional
 import torch
 
 from .. import autocast, eager, plans, validate
-from . import ops
+from . import ops, wgrad
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x (..., K) @ weight (N, K).T + bias`` (bias (N,), (1,) or ()) with :func:`kernels.matmul`'s
     checks and errors, the bias added before the result's one rounding."""
     if autocast.active():   # F.linear takes mixed dtypes there: cast before the checks
-        x, weight, bias = autocast.operands(x, weight, bias)
+        x, bias = autocast.operands(x, bias)
+        dtype = autocast.weight_cast(x, weight)
+        if dtype is not None:
+            how = eager.path(x, weight) if bias is None else eager.path(x, weight, bias)
+            if how != eager.PLAIN:
+                plan = _PLANS(plans.meta(x, weight, bias, extra=(dtype,)), _MasterWeight, x, weight, bias, dtype)
+                if not plan.unfused:   # the master weight enters the node, which casts it
+                    if how == eager.AUTOGRAD:
+                        return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
+                    y = _master_linear_2d(x if plan.flat is None else x.reshape(plan.flat), weight, bias)[0]
+                    return y if plan.flat is None else y.reshape(plan.out)
+            weight = weight.to(dtype)
     plan = _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias)
     if plan.unfused:
         return _unfused(x, weight, bias)
@@ -64,7 +86,10 @@ class _Checked(ops._Plan):
     from the weight's), and the bias's: a shape the (M, N) result broadcasts, on x's device. A
     call passes ``weight`` itself (:meth:`operands`). ``unfused``: the bias is not added in the
     epilogue (:func:`_unfused`, which checks through :func:`kernels.matmul`), from the bias's
-    dtype and rank, in the key. ``bias_shape``: what the bias's gradient is summed to."""
+    dtype and rank, in the key. ``bias_shape``: what the bias's gradient is summed to.
+    ``wgrad_dtype``: the weight gradient's dtype where it is not the operands' (:class:`_MasterWeight`)."""
+
+    wgrad_dtype = None
 
     def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
         self.unfused = (isinstance(bias, torch.Tensor) and isinstance(x, torch.Tensor)
@@ -86,6 +111,18 @@ class _Checked(ops._Plan):
         return super().operands(x, weight.t())
 
 
+class _MasterWeight(_Checked):
+    """The checks of a call under autocast whose weight the region casts to ``dtype`` (an fp32 master
+    weight), made on a stand-in with the cast's metadata (``empty_like`` lays it out as ``.to``
+    does; an allocation, no device op); ``kind`` from the weight itself, which the call passes
+    (:class:`_Linear` casts it). ``wgrad_dtype``: the weight's."""
+
+    def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+        super().__init__(x, torch.empty_like(weight, dtype=dtype, requires_grad=False), bias)
+        self.wgrad_dtype = weight.dtype
+        self.kind = eager.kind(x, weight) if bias is None else eager.kind(x, weight, bias)
+
+
 def _linear_impl(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     plan = _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias)
     return (_unfused if plan.unfused else plan.call)(x, weight, bias)
@@ -99,17 +136,19 @@ def _(x, weight, bias):
     return x.new_empty((x.shape[0], weight.shape[0]))
 
 
-def _grads(x, weight, bias_shape, grad_y, needs, flat=None) -> tuple:
+def _grads(x, weight, bias_shape, grad_y, needs, flat=None, wgrad_dtype=None) -> tuple:
     """The gradients of x, weight and bias (each only if needed); ``flat``, x's 2-D shape (a plan's).
     The weight's is ``grad_yᵀ @ x``, made (N, K) row-major as the weight is stored: the
     transpose of ``xᵀ @ grad_y`` would arrive as a strided view, which autograd's gradient
     accumulation copies into the parameter's layout (one more pass over every weight
-    gradient of every step)."""
+    gradient of every step). With ``wgrad_dtype`` (a master weight's dtype, fp32) the GEMM
+    stores its fp32 sum in that dtype (:func:`.wgrad.matmul_to`)."""
     grad_x = ops.matmul(grad_y, weight) if needs[0] else None   # in x's shape: matmul takes any rank
     grad_w = None
     if needs[1]:
         x2, grad_y2 = (x, grad_y) if flat is None else (x.reshape(flat), grad_y.reshape(flat[0], weight.shape[0]))
-        grad_w = ops.matmul(grad_y2.t(), x2)
+        grad_w = (ops.matmul(grad_y2.t(), x2) if wgrad_dtype is None
+                  else wgrad.matmul_to(grad_y2.t(), x2, wgrad_dtype))
     grad_bias = grad_y.sum_to_size(bias_shape) if needs[2] else None
     return grad_x, grad_w, grad_bias
 
@@ -129,12 +168,48 @@ _linear_2d.register_autograd(_backward, setup_context=_save)
 autocast.lower_precision("linear")
 
 
+def _master_linear_impl(x: torch.Tensor, weight: torch.Tensor,
+                        bias: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``kernels::linear``'s result for a weight of another dtype than x's (a master weight), and the
+    weight cast to x's dtype (a new tensor: an output may not alias an input), which the backward's
+    ``grad_y @ weight`` reads."""
+    cast = weight.to(x.dtype, copy=True)
+    return _linear_impl(x, cast, bias), cast
+
+
+_master_linear_2d = torch.library.custom_op("kernels::linear_master_weight", _master_linear_impl, mutates_args=())
+
+
+@_master_linear_2d.register_fake
+def _(x, weight, bias):
+    return x.new_empty((x.shape[0], weight.shape[0])), torch.empty_like(weight, dtype=x.dtype)
+
+
+def _save_master(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, output[1])
+    ctx.mark_non_differentiable(output[1])
+    ctx.bias_shape = None if bias is None else bias.shape
+    ctx.wgrad_dtype = weight.dtype
+
+
+def _master_backward(ctx, grad_y, _):
+    x, cast = ctx.saved_tensors
+    return _grads(x, cast, ctx.bias_shape, grad_y, ctx.needs_input_grad, wgrad_dtype=ctx.wgrad_dtype)
+
+
+_master_linear_2d.register_autograd(_master_backward, setup_context=_save_master)
+
+
 class _Linear(torch.autograd.Function):
     """The custom op's formula for an eager call that only autograd watches, on ``x`` of any rank
-    (no reshape recorded on the way in or out)."""
+    (no reshape recorded on the way in or out). A master weight (``plan.wgrad_dtype``) is cast
+    here, where autograd records no cast, and gets its gradient in its own dtype."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, plan):
+        if plan.wgrad_dtype is not None:
+            weight = weight.to(x.dtype)
         ctx.save_for_backward(x, weight)
         ctx.plan = plan
         return plan.call(x, weight, bias)
@@ -142,7 +217,8 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight = ctx.saved_tensors
-        return (*_grads(x, weight, ctx.plan.bias_shape, grad_y, ctx.needs_input_grad, ctx.plan.flat), None)
+        plan = ctx.plan
+        return (*_grads(x, weight, plan.bias_shape, grad_y, ctx.needs_input_grad, plan.flat, plan.wgrad_dtype), None)
 
 
 _apply_linear = eager.function_apply(_Linear)

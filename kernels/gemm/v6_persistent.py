@@ -34,6 +34,13 @@ Idea:
     those of the launch without a bias, plus at most four 8- or 16-byte loads of it per thread
     after the loop (``tests/test_isa_claims.py``).
 
+    C may have another dtype than the operands: the kernels store ``acc.to(C's dtype)``, so an fp32
+    C of bf16 operands (the weight gradient of an fp32 master weight, :mod:`.wgrad`) receives the
+    accumulator itself, with no rounding to bf16 and no cast pass after. Compiled for gfx942 and
+    gfx950 (bf16, TN, the prior config) that launch keeps the bf16 C's hot loop with its MFMAs,
+    spills neither VGPRs nor SGPRs in either kernel, stores 16 bytes at a time, twice a bf16 C's
+    bytes, and converts nothing to bf16 (``tests/test_isa_claims.py``).
+
     The program ids keep v3's XCD remap (now over the ``programs`` persistent ids)
     and grouped order, and the K loop is v5's: v4's pipelining, wrapped row and
     column offsets (no load mask), ``EVEN_K`` and 64-bit offsets. :func:`schedule`
@@ -113,6 +120,17 @@ def _tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 
 @triton.jit
+def _as_c(acc, c_ptr, INTERP_BF16: tl.constexpr):
+    """The fp32 tile in C's dtype, rounded once. Where the interpreter would truncate it into a bf16
+    C, rounded by hand first; ``INTERP_BF16`` says the operands are bf16, and C may not be: an fp32
+    C (a weight gradient's, :mod:`.wgrad`) takes the accumulator as it is."""
+    if INTERP_BF16:
+        if c_ptr.dtype.element_ty == tl.bfloat16:
+            acc = round_to_bf16(acc)
+    return acc.to(c_ptr.dtype.element_ty)
+
+
+@triton.jit
 def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, bias_ptr, M, N, K,
                             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                             DP_TILES, SPLITS, SPLIT_K, stride_bias,
@@ -171,12 +189,9 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, bias_ptr, M, N, K,
         else:
             if HAS_BIAS:  # in fp32, before the one rounding: nn.Linear's addmm epilogue
                 acc += tl.load(bias_ptr + cols * stride_bias).to(tl.float32)[None, :]
-            if INTERP_BF16:
-                acc = round_to_bf16(acc)
             c_ptrs = (c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm
                       + offs_n.to(tl.int64)[None, :] * stride_cn)
-            tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
-                     mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+            tl.store(c_ptrs, _as_c(acc, c_ptr, INTERP_BF16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 @triton.jit
@@ -194,10 +209,8 @@ def _streamk_fixup_kernel(c_ptr, p_ptr, bias_ptr, M, N, stride_cm, stride_cn, DP
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + (cols % N).to(tl.int64) * stride_bias).to(tl.float32)[None, :]
-    if INTERP_BF16:
-        acc = round_to_bf16(acc)
     c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols.to(tl.int64)[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+    tl.store(c_ptrs, _as_c(acc, c_ptr, INTERP_BF16), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 def programs(backend: _backend.Backend) -> int:
@@ -253,7 +266,9 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     its loop over the partial tiles away).
 
     ``overrides`` replaces settings; ``layout``, ``EVEN_K`` and ``HAS_BIAS`` (a contiguous bias,
-    ``nn.Linear``'s) change the launch compiled, as in v5's ``aot``. ``split_tail`` True compiles
+    ``nn.Linear``'s) change the launch compiled, as in v5's ``aot``; ``fp32_c`` True compiles both
+    kernels storing an fp32 C (:meth:`LaunchPlan.writing`: the weight gradient of an fp32 master
+    weight, layout TN, :mod:`.wgrad`). ``split_tail`` True compiles
     the persistent kernel with the fix-up's schedule too: the binary every launch with a split
     tail runs, another one (SPLITS = 2 is an integer argument there, not the constant 1, so its
     loop over partial tiles is kept), shown on request so that the tables, the model and the
@@ -263,6 +278,9 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     even_k = settings.pop("EVEN_K", None)
     split_tail = settings.pop("split_tail", False)
     bias = {"HAS_BIAS": settings.pop("HAS_BIAS", False)}
+    pointers = {"p_ptr": "*fp32"}
+    if settings.pop("fp32_c", False):   # without a bias, a launch passes C as the bias pointer it never reads
+        pointers.update(c_ptr="*fp32", **({} if bias["HAS_BIAS"] else {"bias_ptr": "*fp32"}))
     ints["stride_bias"] = int(bias["HAS_BIAS"])   # what a launch passes: 1 for a contiguous bias, else 0
     units = 304 if backend == "hip" else 132
     cfg = with_overrides(
@@ -281,11 +299,10 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
     return [aot_launch(_gemm_persistent_kernel, dtype, cfg, main,
                        constexprs={"EVEN_K": ints["K"] % cfg["BLOCK_K"] == 0 if even_k is None else even_k,
                                    "INTERP_BF16": False, **bias},
-                       pointers={"p_ptr": "*fp32"}),
+                       pointers=pointers),
             aot_launch(_streamk_fixup_kernel, dtype,
                        {**fixup_cfg, "num_warps": cfg["num_warps"], "num_stages": 1},
-                       tail_ints, constexprs={"INTERP_BF16": False, **bias},
-                       pointers={"p_ptr": "*fp32"})]
+                       tail_ints, constexprs={"INTERP_BF16": False, **bias}, pointers=pointers)]
 
 
 class LaunchPlan:
@@ -302,7 +319,7 @@ class LaunchPlan:
         fixup = cfg.pop("FIXUP")
         plan = schedule(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["NUM_PROGS"])
         bf16 = interp_bf16(a.dtype)
-        self.schedule, self.shape, self.dtype, self.device = plan, (m, n), a.dtype, a.device   # device: in the key
+        self.schedule, self.shape, self.c_dtype, self.device = plan, (m, n), a.dtype, a.device   # device: in the key
         self.workspace = (plan.sk_tiles * plan.splits, cfg["BLOCK_M"] * cfg["BLOCK_N"]) if plan.sk_tiles else None
         self.no_partials = _no_partials(self.device)
         # C is new_output's: contiguous, strides (N, 1)
@@ -361,8 +378,16 @@ class LaunchPlan:
         plan.bias_args = self._run_args(bias)
         return plan
 
+    def writing(self, dtype: torch.dtype) -> "LaunchPlan":
+        """The same launches into a C of ``dtype``: the kernels store their fp32 sum as
+        ``acc.to(C's dtype)``, so an fp32 C of bf16 operands gets the accumulator itself, with no
+        rounding to bf16 (the weight gradient of an fp32 master weight, :mod:`.wgrad`)."""
+        plan = copy.copy(self)
+        plan.c_dtype = dtype
+        return plan
+
     def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        c = new_output(self.shape, self.dtype, self.device)
+        c = new_output(self.shape, self.c_dtype, self.device)
         self.launch(a, b, c, bias)
         _CHOSEN[self.bucket] = self.chosen
         return c
