@@ -244,3 +244,28 @@ def test_kernels_moe_exports_it_beside_the_torch_router():
     from kernels.moe import routing_fused
 
     assert kernels.moe.route_fused is routing_fused.route_fused and "route_fused" in kernels.moe.__all__
+
+
+@pytest.mark.gpu
+def test_on_this_gpu_gpu_moe_smalls_routing_is_the_torch_functions():
+    """gpu-moe-small's router (16384 tokens, 32 experts, top 4) on the real backend against the
+    torch functions on the same GPU, by the CPU test's rules, and its gradient against float64.
+    Each token's logits are a permutation of values 0.25 apart (plus noise below 0.01): no two of
+    a token's probabilities come within rounding of each other, so the GPU's exp cannot flip an
+    id, and the ids and counts must be equal."""
+    import kernels
+
+    device = kernels.backend.current().device
+    tokens, experts, top_k = 16384, 32, 4
+    gen = torch.Generator().manual_seed(11)
+    order = torch.rand(tokens, experts, generator=gen).argsort(dim=1)
+    logits = (torch.linspace(-4.0, 3.75, experts)[order] + 0.01 * torch.rand(tokens, experts, generator=gen))
+    dweights, daux = torch.randn(tokens, top_k, generator=gen), torch.tensor(5.0)
+    logits, dweights, daux = (t.to(device) for t in (logits, dweights, daux))
+    x = logits.clone().requires_grad_()
+    with poisoned_outputs():
+        ours = route_fused(x, top_k)
+        (grad,) = torch.autograd.grad((ours[0], ours[3]), x, (dweights, daux))
+    _assert_same_routing(tuple(t.detach() for t in ours), _torch(logits, top_k))
+    exact = _exact_gradient(logits, ours[1], ours[2], dweights, daux, True)
+    torch.testing.assert_close(grad.double(), exact, rtol=1e-5, atol=1e-6)
