@@ -30,14 +30,14 @@ def _layer(dim=19, hidden=13, experts=5, top_k=2, shared=1, seed=0):
     return kernels.MoE(dim, hidden, experts, top_k, shared_experts=shared)
 
 
-def _step(layer, x, master=True, record=None):
+def _step(layer, x, master=True):
     """Output and the gradients of x and every parameter of one forward and backward under bf16
-    autocast, every output poisoned; ``record`` collects the dW launches' (x, dy, offsets)."""
+    autocast on x's device, every output poisoned."""
     layer.master_weights = master
     layer.zero_grad()
     x = x.detach().clone().requires_grad_()
-    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(BF16)
-    with torch.autocast("cpu", dtype=BF16), poisoned_outputs():
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(BF16).to(x.device)
+    with torch.autocast(x.device.type, dtype=BF16), poisoned_outputs():
         out = layer(x)
         out.backward(dy)
     return {"out": out, "dx": x.grad, **{name: p.grad for name, p in layer.named_parameters()}}
@@ -57,7 +57,7 @@ def _recording(monkeypatch):
 
 def _exact_and_bound(x, dy, offsets, groups):
     """float64 x_gᵀ·dy_g per group and fp32 summation's bound on it: rows_g · u · Σ|products|."""
-    exact = torch.zeros(groups, x.shape[1], dy.shape[1], dtype=torch.float64)
+    exact = torch.zeros(groups, x.shape[1], dy.shape[1], dtype=torch.float64, device=x.device)
     bound = torch.zeros_like(exact)
     start = 0
     for g, end in enumerate(offsets.tolist()):
@@ -67,14 +67,12 @@ def _exact_and_bound(x, dy, offsets, groups):
     return exact, bound
 
 
-@pytest.mark.parametrize("tokens, top_k", [(7, 2), (1, 2), (0, 2), (5, 1)], ids=("7 tokens", "1 token", "none", "top 1"))
-def test_expert_weights_get_the_fp32_dw_sums_and_the_rest_is_unchanged(tokens, top_k, monkeypatch):
-    """dgate, dup and ddown are fp32, within fp32 summation's bound of the float64 products of the
-    operands their dW launches read, and closer to them than today's bf16-rounded gradients; an
-    expert with no tokens (1 token, top 2, 5 experts: three) gets zeros. The output, x's gradient
-    and the router's and shared experts' gradients keep today's bits."""
-    layer = _layer(top_k=top_k)
-    x = torch.randn(2, tokens, 19) if tokens else torch.randn(0, 19)
+def _compare_with_todays(layer, x, monkeypatch) -> dict:
+    """The layer's step on ``x`` and today's (:func:`_step`), checked: every gradient in today's
+    dtype; the output's and every gradient's but the experts' with today's bits; dgate, dup and
+    ddown fp32, within fp32 summation's bound of the float64 products of the operands their dW
+    launches read, at least 16x closer to them than today's bf16-rounded ones (or both exact), and
+    zero for an expert without rows. Returns the offsets the dW launches read (None: no launch)."""
     calls = _recording(monkeypatch)
     ours = _step(layer, x)
     today = _step(layer, x, master=False)
@@ -86,19 +84,35 @@ def test_expert_weights_get_the_fp32_dw_sums_and_the_rest_is_unchanged(tokens, t
         assert ours[name].dtype == torch.float32 and not ours[name].isnan().any()
     if not calls:   # no rows: no launch, zeros
         assert all(not ours[name].any() for name in WEIGHTS)
-        return
-    ours_calls = dict(zip(DW_ORDER, calls[:3]))
+        return None
     assert [c[0].dtype for c in calls] == [BF16] * 6
-    for name in WEIGHTS:
-        rows, dy, offsets = ours_calls[name]
+    for name, (rows, dy, offsets) in zip(DW_ORDER, calls[:3]):
         exact, bound = _exact_and_bound(rows, dy, offsets, layer.num_experts)
         error, today_error = ((g.double() - exact).abs() for g in (ours[name], today[name]))
         assert (error <= bound).all(), (name, error.max())
         assert error.max() < today_error.max() / 16 or today_error.max() == 0, (name, error.max(), today_error.max())
-        empty = torch.diff(offsets, prepend=offsets.new_zeros(1)) == 0
-        assert not ours[name][empty].any()
+        assert not ours[name][torch.diff(offsets, prepend=offsets.new_zeros(1)) == 0].any()
+    return offsets
+
+
+@pytest.mark.parametrize("tokens, top_k", [(7, 2), (1, 2), (0, 2), (5, 1)], ids=("7 tokens", "1 token", "none", "top 1"))
+def test_expert_weights_get_the_fp32_dw_sums_and_the_rest_is_unchanged(tokens, top_k, monkeypatch):
+    """:func:`_compare_with_todays` at odd sizes; an expert with no tokens (1 token, top 2, 5
+    experts: three) gets zeros."""
+    offsets = _compare_with_todays(_layer(top_k=top_k), torch.randn(2, tokens, 19) if tokens else torch.randn(0, 19),
+                                   monkeypatch)
+    assert (offsets is None) == (tokens == 0)
     if tokens == 1:
-        assert empty.sum() == 3
+        assert (torch.diff(offsets, prepend=offsets.new_zeros(1)) == 0).sum() == 3
+
+
+@pytest.mark.gpu
+def test_on_this_gpu_the_expert_gradients_are_the_fp32_dw_sums(monkeypatch):
+    """gpu-moe-small's MoE layer (dim 1024, 32 experts of 512, top 4, a shared expert) over 4096
+    tokens under bf16 autocast on the real backend: :func:`_compare_with_todays`, as on the CPU."""
+    device = kernels.backend.current().device
+    layer = kernels.MoE(1024, 512, 32, 4, shared_experts=1, device=device)
+    assert _compare_with_todays(layer, torch.randn(4096, 1024, device=device), monkeypatch) is not None
 
 
 def test_the_backward_casts_no_expert_weight_gradient():
