@@ -86,6 +86,15 @@ def moe_v3():
     y.backward(torch.randn_like(y))
 
 
+def moe_v3_master_weights():
+    """:func:`moe_v3` as the training step runs it under bf16 autocast: fp32 master expert weights,
+    whose gradients the backward's three dW launches write in fp32."""
+    layer = kernels.MoE(64, 32, 32, 4, shared_experts=1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(torch.randn(1, 16, 64, dtype=torch.bfloat16, requires_grad=True))
+    y.backward(torch.randn_like(y))
+
+
 def swiglu_unweighted():
     """The expert-parallel owner's launch: weight 1, no h·w."""
     dh, g, u, h = (torch.randn(64, 32, dtype=torch.bfloat16) for _ in range(4))
@@ -271,6 +280,8 @@ CASES = {
     "moe v3": (moe_v3, lambda: v3_fused.aot(torch.bfloat16, *HIP), GEMM_CHOSEN),
     # v3's backward runs v4's kernels: dH and the gate's and up's dX on wᵀ, the three dW
     "moe v3 backward grouped gemm": (moe_v3, lambda: v4_persistent.aot(torch.bfloat16, *HIP)[1:], GEMM_CHOSEN),
+    "moe v3 backward fp32 dW": (moe_v3_master_weights, lambda: v4_persistent.aot(
+        torch.bfloat16, *HIP, {"kernel": "dw", "fp32_dw": True}), GEMM_CHOSEN),
     "moe v3 swiglu backward": (moe_v3, lambda: [swiglu_backward.aot(torch.bfloat16)], ("BLOCK_R", "BLOCK_H")),
     "swiglu backward unweighted": (swiglu_unweighted, lambda: [swiglu_backward.aot(torch.bfloat16, weighted=False)],
                                    ("BLOCK_R", "BLOCK_H")),

@@ -62,6 +62,7 @@ class Float8MoE(Float8Experts, MoE):
     :func:`kernels.fp8.convert`)."""
 
     fp8_tensors = FP8_TENSORS + GRAD_TENSORS
+    master_weights = False   # under autocast its experts take the cast weights, which they quantize
 
     @classmethod
     def from_moe(cls, layer: MoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,

@@ -25,7 +25,7 @@ from .. import autocast, plans
 from .layer_base import MoELayer
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
-from .layer_ladder.fused_op import fused_experts
+from .layer_ladder.fused_op import fused_experts, fused_master_experts
 from .reference import MoEReference
 from .routing_fused import routed
 
@@ -46,6 +46,10 @@ class MoE(MoELayer):
     do (autocast casts no operand of a custom op without an autocast rule, so the layer
     casts them itself, :func:`kernels.autocast.operands`), and the result is in x's dtype, as the
     reference's (its weighted sum is x's dtype; the shared experts' matmuls autocast).
+    Expert weights the region casts (fp32 master weights under bf16) enter the experts' autograd
+    node uncast (:data:`master_weights`): it casts them, and their gradients come in their own
+    dtype, the dW launches' fp32 sums unrounded, with no cast back
+    (:func:`~kernels.moe.layer_ladder.fused_op.fused_master_experts`).
     Forward and backward are bitwise reproducible run to run for a fixed grouped GEMM.
 
     ``MoE(..., ep_group=group)`` splits the experts over the group's ranks: it returns an
@@ -84,16 +88,29 @@ class MoE(MoELayer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 1 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
-        flat = x.reshape(-1, self.dim)
-        rows, gate, up, down = autocast.operands(flat, self.gate, self.up, self.down)
+        rows = flat = x.reshape(-1, self.dim)
+        gate, up, down, cast = self.gate, self.up, self.down, None
+        if autocast.active():
+            rows, = autocast.operands(flat)
+            cast = autocast.weight_cast(rows, gate) if self.master_weights else None
+            if cast is None or not gate.dtype == up.dtype == down.dtype:
+                gate, up, down, cast = *autocast.operands(rows, gate, up, down)[1:], None
         router, top_k = self.router.weight, self.top_k   # uncast: its logits are float32 (router_logits)
-        _CHECKED(plans.meta(rows, router, gate, up, down, extra=(top_k, type(top_k))), _check,
-                 rows, router, gate, up, down, top_k)
+        _CHECKED(plans.meta(rows, router, gate, up, down, extra=(top_k, type(top_k), cast)), _check,
+                 rows, router, gate, up, down, top_k, cast)
         weights, ids, self.expert_counts, self.aux_loss = routed(self.router_logits(rows), top_k, self.normalize)
-        out = self.experts(rows, weights, ids, gate, up, down).to(x.dtype)
+        experts = self.experts if cast is None else fused_master_experts
+        out = experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + self.shared_mlp(rows)
         return out.reshape(x.shape)
+
+    master_weights = True
+    """Whether, under autocast, expert weights the region casts enter the experts' node uncast
+    (:func:`~kernels.moe.layer_ladder.fused_op.fused_master_experts`, in place of :meth:`experts`).
+    :class:`kernels.moe.fp8_layer.Float8MoE` keeps the cast weights (its experts quantize them to
+    FP8), as does the expert-parallel layer (:mod:`kernels.moe.ep_layer`, whose owners'
+    backward runs the same dW launches on received rows)."""
 
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
         """The routed experts' weighted sum (T, dim) for a routing (weights, ids (T, k)): the
@@ -104,6 +121,10 @@ class MoE(MoELayer):
 _CHECKED = plans.PlanCache()   # operands' metadata and top_k -> True: moe_operands passed on them
 
 
-def _check(rows, router, gate, up, down, top_k) -> bool:
+def _check(rows, router, gate, up, down, top_k, cast) -> bool:
+    """moe_operands; master weights (``cast``, the dtype the node casts them to) checked as their
+    casts: stand-ins with the cast's metadata (an allocation, no device op)."""
+    if cast is not None:
+        gate, up, down = (torch.empty_like(w, dtype=cast, requires_grad=False) for w in (gate, up, down))
     moe_operands(rows, router, gate, up, down, top_k, DTYPES, router_dtypes=DTYPES)
     return True

@@ -14,6 +14,12 @@ xᵀ is read in place through strides (x stays (T, K) in memory): its tile arriv
 K contiguous, the layout MFMA does not want for the reduction over rows, so the
 compiler transposes it on its way through LDS; the ISA tests check the loop runs on
 MFMA and LDS without spills on gfx942 and gfx950.
+
+dw may have another dtype than x and dy: the kernel stores its fp32 sum as ``acc.to(dw's
+dtype)``, so an fp32 dw of bf16 operands (the gradient of an fp32 master expert weight under
+autocast, :mod:`kernels.moe.layer_ladder.fused_op`) gets the accumulator unrounded, with no cast
+pass after. Compiled for gfx942 and gfx950, that launch keeps the bf16 dw's hot loop on MFMA,
+spills nothing, uses no scratch and stores 16 bytes at a time (``tests/test_moe_master_weights.py``).
 """
 from __future__ import annotations
 
@@ -48,8 +54,9 @@ def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offsets_ptr, T, K, N,
     acc = reduce_tiles(xt_ptrs, dy_ptrs, tl.cast(stride_xt, tl.int64) * BLOCK_K,
                        tl.cast(stride_dyt, tl.int64) * BLOCK_K, ks[:, None] < K, cols[None, :] < N,
                        end - start, BLOCK_M, BLOCK_N, BLOCK_K, INTERP_BF16)
-    if INTERP_BF16:
-        acc = round_to_bf16(acc)
+    if INTERP_BF16:   # bf16 operands; a bf16 dw is rounded by hand, an fp32 one takes the sum as it is
+        if dw_ptr.dtype.element_ty == tl.bfloat16:
+            acc = round_to_bf16(acc)
     dw_ptrs = (dw_ptr + group.to(tl.int64) * stride_dwg + ks.to(tl.int64)[:, None] * stride_dwk
                + cols.to(tl.int64)[None, :] * stride_dwn)
     tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=(ks[:, None] < K) & (cols[None, :] < N))
@@ -71,8 +78,9 @@ def grouped_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, groups:
     return dw
 
 
-def aot(dtype: torch.dtype, backend: str, arch: str, cfg: dict | None = None) -> AotKernel:
+def aot(dtype: torch.dtype, backend: str, arch: str, cfg: dict | None = None, fp32_dw: bool = False) -> AotKernel:
     """The dW launch of :data:`.launch.AOT_SHAPE` with ``cfg`` (by default :func:`.launch.config`),
-    for the ISA inspector."""
+    for the ISA inspector; ``fp32_dw``: dw in fp32 (an fp32 master weight's gradient)."""
+    pointers = {"offsets_ptr": "*i32", **({"dw_ptr": "*fp32"} if fp32_dw else {})}
     return aot_launch(_grouped_dw_kernel, dtype, cfg or config(backend, arch), dw_ints(),
-                      constexprs={"INTERP_BF16": False}, pointers={"offsets_ptr": "*i32"})
+                      constexprs={"INTERP_BF16": False}, pointers=pointers)

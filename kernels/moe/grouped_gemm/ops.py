@@ -25,6 +25,7 @@ is a group like any other (its dw is zero).
 from __future__ import annotations
 
 import functools
+from typing import Optional
 
 import torch
 
@@ -50,18 +51,20 @@ def _(x, w, offsets):
 
 
 def _grouped_gemm_dw_impl(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
-                          groups: int) -> torch.Tensor:
+                          groups: int, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """dw in ``dtype``, x's if None; fp32 (an fp32 master weight's gradient, the MoE layer's under
+    autocast) is not one of the public op's forms: dw's only caller passing it is the MoE backward."""
     if x.numel() == 0 or dy.numel() == 0:
-        return x.new_zeros((groups, x.shape[1], dy.shape[1]))
-    return v4_persistent.grouped_dw(x, dy, offsets, groups)
+        return x.new_zeros((groups, x.shape[1], dy.shape[1]), dtype=dtype or x.dtype)
+    return v4_persistent.grouped_dw(x, dy, offsets, groups, dtype=dtype)
 
 
 _grouped_gemm_dw = torch.library.custom_op("kernels::grouped_gemm_dw", _grouped_gemm_dw_impl, mutates_args=())
 
 
 @_grouped_gemm_dw.register_fake
-def _(x, dy, offsets, groups):
-    return x.new_empty((groups, x.shape[1], dy.shape[1]))
+def _(x, dy, offsets, groups, dtype=None):
+    return x.new_empty((groups, x.shape[1], dy.shape[1]), dtype=dtype or x.dtype)
 
 
 def _save(ctx, inputs, output):

@@ -252,10 +252,11 @@ def plan(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> LaunchPlan:
 
 
 def grouped_dw(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, groups: int,
-               overrides: dict | None = None) -> torch.Tensor:
-    """dw (groups, K, N) = x_gᵀ · dy_g per group, on :mod:`.dw`'s kernel with tuned tiles."""
+               overrides: dict | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """dw (groups, K, N) = x_gᵀ · dy_g per group, on :mod:`.dw`'s kernel with tuned tiles, stored
+    in ``dtype`` (x's if None: an fp32 master weight's gradient takes the fp32 sum unrounded)."""
     (t, k), n = x.shape, dy.shape[1]
-    out = new_output((groups, k, n), x.dtype, x.device)
+    out = new_output((groups, k, n), dtype or x.dtype, x.device)
     cfg = choose("dw", x, dy, offsets, out, (t, k, n, groups), overrides)
     _launch("dw", x, dy, offsets, out, cfg)
     return out
@@ -281,10 +282,12 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
 
     ``overrides`` replaces settings of all three (``NUM_XCDS``/``NUM_PROGS`` the forward's
     only); ``{"kernel": "dw"}`` among them compiles that one alone (how
-    ``workbench.isa.tune_space`` compiles each candidate three times).
+    ``workbench.isa.tune_space`` compiles each candidate three times); ``fp32_dw`` True compiles
+    dW storing an fp32 dw (an fp32 master expert weight's gradient under autocast).
     """
     settings = dict(overrides or {})
     only = settings.pop("kernel", None)
+    fp32_dw = settings.pop("fp32_dw", False)
     t, k, n, g, _ = AOT_SHAPE
     units = CUS_PER_XCD.get(arch, 0) * full_chip_xcds(backend, arch) if backend == "hip" else 132
     forward = with_overrides({**prior("forward", backend, arch, t, k, n, g, dtype),
@@ -297,7 +300,7 @@ def aot(dtype: torch.dtype, backend: str, arch: str, overrides: dict | None = No
         "forward": lambda: aot_launch(_grouped_gemm_persistent_kernel, dtype, forward, forward_ints(), fixed, i32),
         "dx": lambda: aot_launch(_grouped_gemm_persistent_kernel, dtype, forward,
                                  forward_ints(transposed_w=True), fixed, i32),
-        "dw": lambda: dw.aot(dtype, backend, arch, weight),
+        "dw": lambda: dw.aot(dtype, backend, arch, weight, fp32_dw),
     }
     if only is not None and only not in launches:
         raise ValueError(f"kernel must be one of {list(launches)}, got {only!r}")

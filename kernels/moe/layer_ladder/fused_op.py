@@ -8,8 +8,21 @@ sees two opaque nodes, no graph break, and runs v3's kernels forward and backwar
 Why not in the rung's file: a custom op's name is registered once per process, and the rung's
 file is also the template of its exercise, which a learner's copy imports again (the rung
 there is a plain ``autograd.Function`` over the same two functions).
+
+Master weights (:func:`fused_master_experts`): under autocast, :class:`kernels.MoE` passes its
+fp32 gate, up and down into the experts' autograd node, which casts them to x's dtype itself
+(one cast each per forward, as autocast's, but not recorded by autograd) and whose backward
+returns their gradients in their own dtype from the dW launches' fp32 sums
+(:func:`kernels.moe.grouped_gemm.ops._grouped_gemm_dw_impl`'s ``dtype``), where autograd's
+backward of recorded casts would get bf16 dW results, rounded to bf16's 8 bits, and run a cast
+back per weight: three device ops fewer per layer per step. As :func:`kernels.gemm.linear.linear`
+does for a Linear's weight: an eager call that needs a gradient runs :class:`_FusedMasterExperts`,
+a traced one the custom op ``kernels::moe_fused_master_weight`` (casts inside, returns the casts
+for the backward, which runs ``kernels::moe_fused_backward`` with ``wgrad_dtype``).
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -26,7 +39,7 @@ def _moe_fused(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, gate: 
 
 
 @_moe_fused.register_fake
-def _(x, weights, ids, gate, up, down, save):
+def _moe_fused_fake(x, weights, ids, gate, up, down, save):
     (t, top_k), (groups, _, hidden) = ids.shape, gate.shape
     rows = t * top_k
     return (x.new_empty((t, down.shape[2])), x.new_empty((rows if save else 0, hidden)),
@@ -38,29 +51,32 @@ def _(x, weights, ids, gate, up, down, save):
 def _moe_fused_backward(grad_out: torch.Tensor, x: torch.Tensor, weights: torch.Tensor,
                         gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, g: torch.Tensor,
                         u: torch.Tensor, h: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor,
-                        needs: list[bool]
+                        needs: list[bool], wgrad_dtype: Optional[torch.dtype] = None
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    grads = fused_backward(grad_out, x, weights, gate, up, down, g, u, h, slots, offsets, needs)
+    grads = fused_backward(grad_out, x, weights, gate, up, down, g, u, h, slots, offsets, needs, wgrad_dtype)
     return tuple(x.new_empty(0) if grad is None else grad for grad in grads)
 
 
 @_moe_fused_backward.register_fake
-def _(grad_out, x, weights, gate, up, down, g, u, h, slots, offsets, needs):
-    return tuple(t.new_empty(t.shape if need else 0) for t, need in zip((x, weights, gate, up, down), needs))
+def _(grad_out, x, weights, gate, up, down, g, u, h, slots, offsets, needs, wgrad_dtype=None):
+    dtypes = (x.dtype, weights.dtype, *(wgrad_dtype or w.dtype for w in (gate, up, down)))
+    return tuple(t.new_empty(t.shape if need else 0, dtype=dtype)
+                 for t, need, dtype in zip((x, weights, gate, up, down), needs, dtypes))
 
 
 def _save(ctx, inputs, output):
     x, weights, _, gate, up, down, _ = inputs
     ctx.save_for_backward(x, weights, gate, up, down, *output[1:])
+    ctx.op, ctx.wgrad_dtype = "kernels::moe_fused", None
 
 
 def _backward(ctx, grad_out, *_):
     needs = [ctx.needs_input_grad[i] for i in v3_fused.NEEDS]
     saved = ctx.saved_tensors
     if saved[5].shape[0] != saved[7].shape[0] and any(needs):
-        raise RuntimeError("kernels::moe_fused ran with save=False, so it kept no pre-activations for "
-                           "a backward: call fused_experts, which saves them when a gradient is needed")
-    grads = _moe_fused_backward(grad_out, *saved, needs)
+        raise RuntimeError(f"{ctx.op} ran with save=False, so it kept no pre-activations for a "
+                           "backward: call fused_experts, which saves them when a gradient is needed")
+    grads = _moe_fused_backward(grad_out, *saved, needs, ctx.wgrad_dtype)
     dx, dweights, dgate, dup, ddown = (grad if need else None for grad, need in zip(grads, needs))
     return dx, dweights, None, dgate, dup, ddown, None
 
@@ -78,6 +94,75 @@ def fused_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
         return v3_fused.fused_forward(x, weights, ids, gate, up, down, False)[0]
     if how == eager.AUTOGRAD:
         return v3_fused.fused_experts_autograd(x, weights, ids, gate, up, down)
-    save = torch.is_grad_enabled() and (x.requires_grad or weights.requires_grad or gate.requires_grad
-                                        or up.requires_grad or down.requires_grad)
-    return _moe_fused(x, weights, ids, gate, up, down, save)[0]
+    return _moe_fused(x, weights, ids, gate, up, down, _saves(x, weights, gate, up, down))[0]
+
+
+def _saves(*tensors: torch.Tensor) -> bool:
+    """Whether the forward keeps g and u: a gradient is needed."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _master_forward(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, gate: torch.Tensor,
+                    up: torch.Tensor, down: torch.Tensor, save: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                               torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``kernels::moe_fused``'s outputs for expert weights of another dtype than x's (master
+    weights), then the three cast to x's dtype (new tensors: an output may not alias an input),
+    which the backward's dX launches read."""
+    casts = tuple(w.to(x.dtype, copy=True) for w in (gate, up, down))
+    return (*v3_fused.fused_forward(x, weights, ids, *casts, save), *casts)
+
+
+_moe_fused_master = torch.library.custom_op("kernels::moe_fused_master_weight", _master_forward, mutates_args=())
+
+
+@_moe_fused_master.register_fake
+def _(x, weights, ids, gate, up, down, save):
+    return (*_moe_fused_fake(x, weights, ids, gate, up, down, save),
+            *(torch.empty_like(w, dtype=x.dtype) for w in (gate, up, down)))
+
+
+def _save_master(ctx, inputs, output):
+    x, weights, _, gate, *_ = inputs
+    ctx.save_for_backward(x, weights, *output[6:], *output[1:6])
+    ctx.mark_non_differentiable(*output[6:])
+    ctx.op, ctx.wgrad_dtype = "kernels::moe_fused_master_weight", gate.dtype
+
+
+_moe_fused_master.register_autograd(_backward, setup_context=_save_master)
+
+
+class _FusedMasterExperts(torch.autograd.Function):
+    """:class:`.v3_fused._FusedExperts` for master expert weights: cast here, where autograd records
+    no cast; their gradients come in their own dtype (the custom op's formula, for an eager call
+    that only autograd watches)."""
+
+    @staticmethod
+    def forward(ctx, x, weights, ids, gate, up, down):
+        casts = tuple(w.to(x.dtype) for w in (gate, up, down))
+        out, *saved = v3_fused.fused_forward(x, weights, ids, *casts, any(ctx.needs_input_grad))
+        ctx.save_for_backward(x, weights, *casts, *saved)
+        ctx.wgrad_dtype = gate.dtype
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable   # the backward launches kernels: no graph of its own
+    def backward(ctx, grad_out):
+        dx, dweights, dgate, dup, ddown = fused_backward(
+            grad_out, *ctx.saved_tensors, [ctx.needs_input_grad[i] for i in v3_fused.NEEDS], ctx.wgrad_dtype)
+        return dx, dweights, None, dgate, dup, ddown
+
+
+_apply_master = eager.applier(_FusedMasterExperts, tensors=6)
+
+
+def fused_master_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
+    """:func:`fused_experts` on expert weights of another dtype than x's (fp32 master weights under
+    autocast), cast to x's dtype inside the experts' node, their gradients in their own dtype; an
+    eager call that needs no gradient casts them and runs the forward (nothing to gain)."""
+    how = eager.path(x, weights, ids, gate, up, down)
+    if how == eager.PLAIN:
+        return v3_fused.fused_forward(x, weights, ids, *(w.to(x.dtype) for w in (gate, up, down)), False)[0]
+    if how == eager.AUTOGRAD:
+        return _apply_master(x, weights, ids, gate, up, down)
+    return _moe_fused_master(x, weights, ids, gate, up, down, _saves(x, weights, gate, up, down))[0]

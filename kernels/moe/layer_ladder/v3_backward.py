@@ -37,7 +37,7 @@ from .slot_sum import slot_sum
 from .swiglu_backward import swiglu_backward
 
 
-def sorted_backward(dy, rows, gate, up, down, g, u, h, offsets, w, needs):
+def sorted_backward(dy, rows, gate, up, down, g, u, h, offsets, w, needs, wgrad_dtype=None):
     """The three expert GEMMs' gradients over expert-major rows, from the saved g, u and h:
     ``(d_rows, dw_rows, dgate, dup, ddown)``, None where ``needs`` (for those five) says False.
 
@@ -48,30 +48,32 @@ def sorted_backward(dy, rows, gate, up, down, g, u, h, offsets, w, needs):
     or per token, is the input's gradient (summed by the caller, in its order);
     ``dw_rows`` (R,) fp32: each row's routing weight gradient h·(dy·downᵀ). Separate from
     :func:`fused_backward` so the expert-parallel layer's owners run the same launches on
-    the rows they received."""
+    the rows they received. ``wgrad_dtype``: dgate, dup and ddown's dtype where it is not the
+    operands' (fp32 master weights: the dW launches store their fp32 sums in it)."""
     groups = gate.shape[0]
     mm, dw = torch.ops.kernels.grouped_gemm, torch.ops.kernels.grouped_gemm_dw
     swiglu = needs[0] or needs[2] or needs[3]
     dh = mm(dy, down.transpose(1, 2), offsets) if swiglu or needs[1] else None
     dg, du, dw_rows, hw = swiglu_backward(dh, g, u, h, w, swiglu=swiglu, dw_rows=needs[1],
                                           weighted_h=needs[4] and w is not None)
-    ddown = dw(h if hw is None else hw, dy, offsets, groups) if needs[4] else None
-    dgate = dw(rows, dg, offsets, groups) if needs[2] else None
-    dup = dw(rows, du, offsets, groups) if needs[3] else None
+    ddown = dw(h if hw is None else hw, dy, offsets, groups, wgrad_dtype) if needs[4] else None
+    dgate = dw(rows, dg, offsets, groups, wgrad_dtype) if needs[2] else None
+    dup = dw(rows, du, offsets, groups, wgrad_dtype) if needs[3] else None
     d_rows = (mm(dg, gate.transpose(1, 2), offsets), mm(du, up.transpose(1, 2), offsets)) if needs[0] else None
     return d_rows, dw_rows, dgate, dup, ddown
 
 
-def fused_backward(grad_out, x, weights, gate, up, down, g, u, h, slots, offsets, needs):
+def fused_backward(grad_out, x, weights, gate, up, down, g, u, h, slots, offsets, needs, wgrad_dtype=None):
     """(dx, dweights, dgate, dup, ddown), None where ``needs`` (for those five) says False:
-    :func:`sorted_backward` on the output gradient's and x's rows gathered in sorted order."""
+    :func:`sorted_backward` on the output gradient's and x's rows gathered in sorted order
+    (the expert weights' gradients in ``wgrad_dtype`` if given)."""
     top_k = weights.shape[1]
     tokens = torch.div(slots, top_k, rounding_mode="floor")
     w = weights.reshape(-1).index_select(0, slots).float().unsqueeze(1)     # (T·k, 1), sorted order
     dy = grad_out.index_select(0, tokens)                                   # sorted order
     rows = x.index_select(0, tokens) if needs[2] or needs[3] else None
     d_rows, dw_rows, dgate, dup, ddown = sorted_backward(dy, rows, gate, up, down, g, u, h, offsets,
-                                                         w, needs)
+                                                         w, needs, wgrad_dtype)
     dx = dweights = None
     if needs[1]:
         dweights = torch.empty(slots.shape[0], dtype=torch.float32, device=x.device)
