@@ -83,6 +83,18 @@ def round_to_bf16(x):
 
 
 @triton.jit
+def stored_as(acc, ptr, INTERP_BF16: tl.constexpr):
+    """The fp32 tile ``acc`` in the element type of ``ptr``, rounded once. Where the interpreter
+    would truncate it into a bf16 output, rounded by hand first; ``INTERP_BF16`` says the operands
+    are bf16, and the output may not be: an fp32 one (a weight gradient's, :mod:`kernels.gemm.wgrad`)
+    takes the sum as it is."""
+    if INTERP_BF16:
+        if ptr.dtype.element_ty == tl.bfloat16:
+            acc = round_to_bf16(acc)
+    return acc.to(ptr.dtype.element_ty)
+
+
+@triton.jit
 def store_rows(ptr, rows, cols, stride_t, stride_n, values, mask, INTERP_BF16: tl.constexpr):
     """A (rows, cols) tile of fp32 ``values`` rounded once to the buffer's dtype (by hand first
     where ``INTERP_BF16``: :func:`round_to_bf16`); int64 offsets."""

@@ -102,7 +102,7 @@ from ..tuning import Problem, as_dict, choice, with_overrides
 from ..xcd import full_chip_xcds, num_xcds
 from .spec import aot_launch_settings, layout
 from . import configs
-from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, round_to_bf16, run_args
+from ..triton_support import aot_launch, cdiv, interp_bf16, next_power_of_2, run_args, stored_as
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INTERPRETER_PROGRAMS = 4
@@ -117,17 +117,6 @@ def _tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
     first_m = (tile // group_size) * GROUP_M
     rows_in_group = tl.minimum(tiles_m - first_m, GROUP_M)
     return first_m + (tile % group_size) % rows_in_group, (tile % group_size) // rows_in_group
-
-
-@triton.jit
-def _as_c(acc, c_ptr, INTERP_BF16: tl.constexpr):
-    """The fp32 tile in C's dtype, rounded once. Where the interpreter would truncate it into a bf16
-    C, rounded by hand first; ``INTERP_BF16`` says the operands are bf16, and C may not be: an fp32
-    C (a weight gradient's, :mod:`.wgrad`) takes the accumulator as it is."""
-    if INTERP_BF16:
-        if c_ptr.dtype.element_ty == tl.bfloat16:
-            acc = round_to_bf16(acc)
-    return acc.to(c_ptr.dtype.element_ty)
 
 
 @triton.jit
@@ -191,7 +180,7 @@ def _gemm_persistent_kernel(a_ptr, b_ptr, c_ptr, p_ptr, bias_ptr, M, N, K,
                 acc += tl.load(bias_ptr + cols * stride_bias).to(tl.float32)[None, :]
             c_ptrs = (c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm
                       + offs_n.to(tl.int64)[None, :] * stride_cn)
-            tl.store(c_ptrs, _as_c(acc, c_ptr, INTERP_BF16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+            tl.store(c_ptrs, stored_as(acc, c_ptr, INTERP_BF16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 @triton.jit
@@ -210,7 +199,7 @@ def _streamk_fixup_kernel(c_ptr, p_ptr, bias_ptr, M, N, stride_cm, stride_cn, DP
     if HAS_BIAS:
         acc += tl.load(bias_ptr + (cols % N).to(tl.int64) * stride_bias).to(tl.float32)[None, :]
     c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols.to(tl.int64)[None, :] * stride_cn
-    tl.store(c_ptrs, _as_c(acc, c_ptr, INTERP_BF16), mask=(rows[:, None] < M) & (cols[None, :] < N))
+    tl.store(c_ptrs, stored_as(acc, c_ptr, INTERP_BF16), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 def programs(backend: _backend.Backend) -> int:

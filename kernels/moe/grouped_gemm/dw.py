@@ -30,7 +30,7 @@ import triton.language as tl
 from ... import backend as _backend
 from ...outputs import new_output
 from ...registry import AotKernel
-from ...triton_support import aot_launch, cdiv, interp_bf16, round_to_bf16, run_kwargs
+from ...triton_support import aot_launch, cdiv, interp_bf16, run_kwargs, stored_as
 from .launch import config, dw_ints
 from .schedule import clamped
 from .tiles import reduce_tiles
@@ -54,12 +54,9 @@ def _grouped_dw_kernel(x_ptr, dy_ptr, dw_ptr, offsets_ptr, T, K, N,
     acc = reduce_tiles(xt_ptrs, dy_ptrs, tl.cast(stride_xt, tl.int64) * BLOCK_K,
                        tl.cast(stride_dyt, tl.int64) * BLOCK_K, ks[:, None] < K, cols[None, :] < N,
                        end - start, BLOCK_M, BLOCK_N, BLOCK_K, INTERP_BF16)
-    if INTERP_BF16:   # bf16 operands; a bf16 dw is rounded by hand, an fp32 one takes the sum as it is
-        if dw_ptr.dtype.element_ty == tl.bfloat16:
-            acc = round_to_bf16(acc)
     dw_ptrs = (dw_ptr + group.to(tl.int64) * stride_dwg + ks.to(tl.int64)[:, None] * stride_dwk
                + cols.to(tl.int64)[None, :] * stride_dwn)
-    tl.store(dw_ptrs, acc.to(dw_ptr.dtype.element_ty), mask=(ks[:, None] < K) & (cols[None, :] < N))
+    tl.store(dw_ptrs, stored_as(acc, dw_ptr, INTERP_BF16), mask=(ks[:, None] < K) & (cols[None, :] < N))
 
 
 def launch(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, dw: torch.Tensor, cfg: dict) -> None:
