@@ -96,12 +96,10 @@ def stored_as(acc, ptr, INTERP_BF16: tl.constexpr):
 
 @triton.jit
 def store_rows(ptr, rows, cols, stride_t, stride_n, values, mask, INTERP_BF16: tl.constexpr):
-    """A (rows, cols) tile of fp32 ``values`` rounded once to the buffer's dtype (by hand first
-    where ``INTERP_BF16``: :func:`round_to_bf16`); int64 offsets."""
-    if INTERP_BF16:
-        values = round_to_bf16(values)
+    """A (rows, cols) tile of fp32 ``values`` rounded once to the buffer's dtype (:func:`stored_as`);
+    int64 offsets."""
     ptrs = ptr + rows.to(tl.int64)[:, None] * stride_t + cols.to(tl.int64)[None, :] * stride_n
-    tl.store(ptrs, values.to(ptr.dtype.element_ty), mask=mask)
+    tl.store(ptrs, stored_as(values, ptr, INTERP_BF16), mask=mask)
 
 
 @triton.jit
