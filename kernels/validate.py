@@ -117,6 +117,18 @@ def attention_operands(q, k, v, scale, dtypes: Sequence[torch.dtype], max_head_d
     return fp32_argument("scale", float(scale))
 
 
+def dtype_choice(name: str, value, allowed: Sequence[torch.dtype], optional: bool = False) -> None:
+    """Refuse ``value`` unless it is one of the ``allowed`` dtypes (or None, where ``optional``): an
+    op's ``out_dtype`` and the like, with the choices named in the error."""
+    if optional and value is None:
+        return
+    choices, none = ", ".join(str(d).replace("torch.", "") for d in allowed), " or None" if optional else ""
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype ({choices}){none}, got {value!r}")
+    if value not in allowed:
+        raise TypeError(f"{name} must be one of {choices}{none}, got {value}")
+
+
 _FP32_TINY = torch.finfo(torch.float32).tiny
 
 

@@ -244,7 +244,7 @@ def test_the_backward_op_refuses_a_dy_it_cannot_take():
     rstd = torch.ops.kernels.rms_norm(x, w, EPS, torch.bfloat16)[1]
     with pytest.raises(TypeError, match="dy has dtype float64; this kernel takes"):
         torch.ops.kernels.rms_norm_backward(dy.double(), x, w, rstd)
-    with pytest.raises(ValueError, match=r"dy must have x's shape \(4, 8\) and y's dtype torch.bfloat16, got \(4, 7\)"):
+    with pytest.raises(ValueError, match=r"dy must have x's shape \(4, 8\), got \(4, 7\)"):
         torch.ops.kernels.rms_norm_backward(dy[:, :7], x, w, rstd)
 
 

@@ -28,8 +28,8 @@ def test_rmsnorm_matches_the_formula():
 
 
 def test_the_workbench_norm_writes_the_autocast_dtype_and_the_torch_norm_keeps_xs():
-    """Under bf16 autocast the workbench norm's y is bf16, the dtype its matmuls read (within one
-    rounding of the torch norm's fp32 y, which they cast), its gradient read in bf16 and x's
+    """Under bf16 autocast the workbench norm's y is bf16, the dtype its matmuls read (within a bf16
+    unit of the torch norm's fp32 y, which they cast), its gradient read in bf16 and x's
     fp32; outside autocast both keep x's dtype. The torch side, the eager baseline, is as it was."""
     ours, theirs = layers.RMSNorm(40, 1e-6, "workbench"), layers.RMSNorm(40, 1e-6)
     with torch.no_grad():

@@ -56,9 +56,8 @@ def _check_common(a, b, scale_a, scale_b, out_dtype, allow_empty: bool) -> None:
     validate.tensor("scale_a", scale_a, dtypes=(torch.float32,), allow_empty=allow_empty)
     validate.tensor("scale_b", scale_b, dtypes=(torch.float32,), allow_empty=allow_empty)
     validate.same_device(a=a, b=b, scale_a=scale_a, scale_b=scale_b)
-    if out_dtype not in OUT_DTYPES:
-        allowed = ", ".join(str(d).replace("torch.", "") for d in OUT_DTYPES)
-        raise TypeError(f"out_dtype must be one of {allowed}, got {out_dtype}")
+    if out_dtype not in OUT_DTYPES:   # the call only to refuse it: none on the hot path
+        validate.dtype_choice("out_dtype", out_dtype, OUT_DTYPES)
 
 
 def check(a, b, scale_a, scale_b, out_dtype, allow_empty: bool = False) -> tuple[int, int]:

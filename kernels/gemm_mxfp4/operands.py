@@ -69,7 +69,6 @@ def check(a_packed, a_scales, b_packed, b_scales, out_dtype, allow_empty: bool =
                          f"multiple of {BLOCK} (quantize_mxfp4 pads K with zeros)")
     _scales("a_scales", a_scales, a_packed.shape[0], k, "a_packed")
     _scales("b_scales", b_scales, b_packed.shape[0], k, "b_packed")
-    if out_dtype not in OUT_DTYPES:
-        allowed = ", ".join(str(d).replace("torch.", "") for d in OUT_DTYPES)
-        raise TypeError(f"out_dtype must be one of {allowed}, got {out_dtype}")
+    if out_dtype not in OUT_DTYPES:   # the call only to refuse it: none on the hot path
+        validate.dtype_choice("out_dtype", out_dtype, OUT_DTYPES)
     return k

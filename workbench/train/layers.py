@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels as _kernels
+from kernels import autocast as _autocast
 from kernels.autocast import region_dtype
 from kernels.rotary.reference import apply_rope, rope_tables   # RoPE's formula, beside its fused kernel
 
@@ -25,11 +26,12 @@ class RMSNorm(torch.nn.Module):
     ``impl="workbench"``: ``kernels.rms_norm``, the same in one pass.
 
     Under autocast the workbench norm writes y in the region's dtype (``out_dtype``), the dtype
-    every consumer of it casts to: the residual stream is fp32 there, so an fp32 y would be cast
-    to bf16 again by each Linear that reads it (q, k and v; gate and up; the MoE layer's router
-    and experts; the LM head), and autograd would cast each of their bf16 gradients back to fp32
-    in the backward: 26 device ops per step at two blocks (``tests/test_train_host_cost.py`` pins
-    the step's count). The gradients of the normed activations then add up in bf16 in autograd,
+    its matmuls cast to: the residual stream is fp32 there, so an fp32 y would be cast to bf16
+    again by each Linear that reads it (q, k and v; gate and up; the MoE layer's experts; the LM
+    head), and autograd would cast each of their bf16 gradients back to fp32 in the backward: 22
+    device ops per step at two blocks (``tests/test_train_host_cost.py`` pins the step's count and
+    checks the difference). The MoE router is the exception: it computes in float32
+    (:func:`kernels.moe.routing.router_logits`), so it casts the bf16 y up, one cast each way. The gradients of the normed activations then add up in bf16 in autograd,
     as in bf16 training stacks, where fp32 y added them in fp32; the norm's own backward still
     computes in fp32 from that bf16 dy. ``kernels.MoE`` returns its input's dtype, so its routed and
     shared experts' outputs now add in bf16 too, before the fp32 residual add.
@@ -42,7 +44,8 @@ class RMSNorm(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.impl == "workbench":
-            return _kernels.rms_norm(x, self.weight, self.eps, out_dtype=region_dtype(x.device.type))
+            out_dtype = region_dtype(x.device.type) if _autocast.active() else None   # one C call outside a region
+            return _kernels.rms_norm(x, self.weight, self.eps, out_dtype=out_dtype)
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * self.weight.float()).to(x.dtype)
