@@ -146,7 +146,7 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # logits' rows made in the op (issue 18, item 7). MoE 56 once its shared experts are a method the
 # expert-parallel layer shares (MoELayer.shared_mlp), 57 once its router's logits are one
 # (kernels.moe.routing.router_logits, float32 under autocast too). MoE 67 once its routing is one
-# op of two launches (kernels.moe.routing_fused) where route, expert_counts and aux_loss were ~15
+# op of two launches (kernels.moe.routing_fused) where route, expert_counts and aux_loss were 18
 # torch ops in 3 Python functions: the op's plan key and lookup, eager dispatch, autograd.Function,
 # five allocations and two launches are 10 calls more, and the call costs the host 40% less time
 # (``workbench bench overhead``: 301 -> 185 µs with a gradient, 228 -> 126 without, 32 -> 16 device

@@ -188,13 +188,11 @@ def test_layer_compiles_without_graph_breaks_and_runs_the_fused_op():
 
 
 def test_shared_experts_take_the_rows_cast_once_for_all_experts():
-    """Under autocast the rows are cast once, for routed and shared experts together: with
-    ``x @ gate`` and ``x @ up`` on the uncast rows, x was cast twice more and both gradients
-    cast back (35 casts in a forward and backward, 31 then; the same bits, since autocast's cast
-    of x is the cast the routed experts take). The float32 router casts nothing back and forth:
-    its logits were computed in bf16 from the rows cast up and down again (23 casts then; 20
-    once the routing was kernels.moe.routing_fused, whose ids and counts need no casts; 17 now that
-    the expert weights' gradients come in fp32 from their dW launches, not cast back by autograd)."""
+    """Under autocast the rows are cast once, for routed and shared experts together (the same
+    bits as autocast's cast of x for each of ``x @ gate`` and ``x @ up``, which cast x twice more
+    and both gradients back), the float32 router casts nothing back and forth, the routing's ids
+    and counts need no casts, and the expert weights' gradients come in fp32 from their dW
+    launches: 17 casts in a forward and backward."""
     from workbench.harness.device_ops import device_ops
 
     layer = _layer(shared_experts=2)
@@ -227,6 +225,7 @@ def test_the_router_computes_in_float32_under_autocast(monkeypatch):
         got = router_logits(rows, layer.router.weight)
         assert torch.equal(layer.router_logits(rows), want)
         layer(rows)
+        seen.clear()   # the reference layer's own call alone
         _twin(layer, MoEReference, torch.float32)(rows)
     assert got.dtype == torch.float32 and torch.equal(got, want)
     assert torch.equal(layer.expert_counts, expert_counts(route(want, 2)[1], 16))

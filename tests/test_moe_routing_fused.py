@@ -14,10 +14,11 @@ from kernels.outputs import poisoned_outputs
 from workbench.harness.device_ops import device_ops
 
 # The weights and aux against the torch functions': the softmax's exp and the sums' order differ,
-# a few fp32 units apart (the weights 1e-6 relative, 8 units; aux, a sum of T·E products in
-# another order, 1e-5). The ids and counts are equal.
+# a few fp32 units apart (the weights 1e-6 relative, 8 units, 3.8e-7 the largest seen; aux, E
+# products of per-expert sums over tokens added in another order, 1e-6, 1.2e-7 the largest seen, on
+# an AMD EPYC). The ids and counts are equal.
 WEIGHTS_TOL = dict(rtol=1e-6, atol=1e-7)
-AUX_TOL = dict(rtol=1e-5, atol=1e-7)
+AUX_TOL = dict(rtol=1e-6, atol=1e-7)
 
 
 def _logits(tokens, experts, seed, scale=3.0):
@@ -190,7 +191,17 @@ def test_torch_compile_keeps_both_ops_in_one_graph():
     logits = _logits(12, 10, seed=14)
     explained = torch._dynamo.explain(step)(logits)
     assert explained.graph_break_count == 0 and explained.graph_count == 1
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    called = set()
+
+    def record(gm, _):
+        called.update(node.target for node in gm.graph.nodes if node.op == "call_function")
+        return make_boxed_func(gm.forward)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend=aot_autograd(fw_compiler=record, bw_compiler=record))
     x, y = logits.clone().requires_grad_(), logits.clone().requires_grad_()
     dweights = torch.randn(12, 3, generator=torch.Generator().manual_seed(15))
     ours, expected = compiled(x), step(y)
@@ -198,6 +209,7 @@ def test_torch_compile_keeps_both_ops_in_one_graph():
     (gx,) = torch.autograd.grad((ours[0], ours[3]), x, (dweights, torch.tensor(1.0)))
     (gy,) = torch.autograd.grad((expected[0], expected[3]), y, (dweights, torch.tensor(1.0)))
     assert torch.equal(gx, gy)
+    assert {torch.ops.kernels.moe_route.default, torch.ops.kernels.moe_route_backward.default} <= called
 
 
 def test_device_ops_are_two_launches_forward_and_one_backward():
@@ -209,11 +221,15 @@ def test_device_ops_are_two_launches_forward_and_one_backward():
     dweights, daux = torch.randn(30, 2), torch.tensor(1.0)
     backward = device_ops(lambda: torch.autograd.grad((weights, aux), x, (dweights, daux), retain_graph=True))
     assert (backward.triton, dict(backward.torch_ops)) == (1, {})
+    # what it stands for: route, expert_counts and aux_loss, 18 torch ops forward and 15 backward
+    assert device_ops(lambda: _torch(logits, 2)).total == 18
+    weights, _, _, aux = _torch(x, 2)
+    torch_backward = device_ops(lambda: torch.autograd.grad((weights, aux), x, (dweights, daux), retain_graph=True))
+    assert torch_backward.total == 15
 
 
 def test_a_layer_routes_with_the_torch_functions_where_the_op_does_not_fit():
     logits = _logits(10, 12, seed=17)
-    assert routing_fused.fits(12, 8) and not routing_fused.fits(12, 9) and not routing_fused.fits(257, 2)
     ours = device_ops(lambda: routed(logits, 9, True))
     assert ours.triton == 0
     assert all(torch.equal(a, b) for a, b in zip(routed(logits, 9, True), _torch(logits, 9)))

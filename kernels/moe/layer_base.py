@@ -9,26 +9,18 @@ from __future__ import annotations
 import torch
 
 from .reference import MoEReference, swiglu
-from .routing import router_logits
 
 
 class MoELayer(MoEReference):
     """The reference's parameters, initialization and ``state_dict`` keys (a checkpoint loads
     in any of the three layers), and what each call leaves behind: ``aux_loss``, the
     load-balancing loss of its routing, and ``expert_counts``, the token-slots per expert
-    (both None before the first call), and how both layers take their router's logits."""
+    (both None before the first call)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.aux_loss: torch.Tensor | None = None
         self.expert_counts: torch.Tensor | None = None
-
-    def router_logits(self, rows: torch.Tensor) -> torch.Tensor:
-        """float32 logits (T, E): the router's weight in float32, or the router module itself
-        on float32 rows when it is no plain Linear (an FP8 router of :func:`kernels.fp8.convert`)."""
-        if type(self.router) is torch.nn.Linear:
-            return router_logits(rows, self.router.weight)   # float32 under autocast too
-        return self.router(rows.float()).float()
 
     def shared_mlp(self, rows: torch.Tensor) -> torch.Tensor:
         """The shared experts' output (T, dim) for ``rows`` (T, dim), the routed experts' operand

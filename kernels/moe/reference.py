@@ -88,6 +88,13 @@ class MoEReference(torch.nn.Module):
             self.shared_up = _uniform((dim, width), dim, device, dtype)
             self.shared_down = _uniform((width, dim), hidden, device, dtype)
 
+    def router_logits(self, rows: torch.Tensor) -> torch.Tensor:
+        """float32 logits (T, E): the router's weight in float32, or the router module itself
+        on float32 rows when it is no plain Linear (an FP8 router of :func:`kernels.fp8.convert`)."""
+        if type(self.router) is torch.nn.Linear:
+            return router_logits(rows, self.router.weight)   # float32 under autocast too
+        return self.router(rows.float()).float()
+
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, hidden={self.hidden}, num_experts={self.num_experts}, "
                 f"top_k={self.top_k}, shared_experts={self.shared_experts}, "

@@ -2,12 +2,13 @@
 :func:`.routing.expert_counts` and :func:`.routing.aux_loss`, in two Triton launches forward and
 one backward (:mod:`.routing_fused_kernels`), without a host sync.
 
-The three torch functions are ~15 device ops forward and ~8 backward per layer call; they stay as
+The three torch functions are 18 device ops forward and 15 backward per layer call (counted in
+``tests/test_moe_routing_fused.py``); they stay as
 they are, the reference and the tests' oracle, and for what this op refuses: more than
 :data:`~.routing_fused_kernels.MAX_EXPERTS` experts (a row lives in one program's registers) or
 top_k above :data:`~.routing_fused_kernels.MAX_TOP_K` (one pass over the row per chosen expert).
-The layers (:class:`kernels.MoE`, the expert-parallel layer) take this op where it fits
-(:func:`fits`) and those three otherwise.
+The layers (:class:`kernels.MoE`, the expert-parallel layer) take this op where it fits and
+those three otherwise (:func:`routed`).
 
 How it is wrapped, as :mod:`kernels.loss.ops`: ``kernels::moe_route`` (weights, ids, counts, aux)
 and ``kernels::moe_route_backward`` (dlogits from dweights and daux) are custom ops with fakes,
@@ -25,17 +26,12 @@ from .routing import _checked_bias, aux_loss, checked_top_k, expert_counts, rout
 from .routing_fused_kernels import MAX_EXPERTS, MAX_TOP_K, Launches
 
 
-def fits(num_experts: int, top_k: int) -> bool:
-    """Whether :func:`route_fused` takes a router of ``num_experts`` choosing ``top_k``."""
-    return num_experts <= MAX_EXPERTS and top_k <= MAX_TOP_K
-
-
 def routed(logits: torch.Tensor, top_k: int, normalize: bool
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A layer's routing of its float32 ``logits`` (T, E): :func:`route_fused` where it :func:`fits`, else
+    """A layer's routing of its float32 ``logits`` (T, E): :func:`route_fused` where it takes them (E <= 256, top_k <= 8, float32), else
     :func:`.routing.route`, :func:`.routing.expert_counts` and :func:`.routing.aux_loss`, the same
     four results (to the weights' and aux's rounding)."""
-    if logits.shape[1] <= MAX_EXPERTS and top_k <= MAX_TOP_K and logits.dtype == torch.float32:   # fits, inline
+    if logits.shape[1] <= MAX_EXPERTS and top_k <= MAX_TOP_K and logits.dtype == torch.float32:
         return route_fused(logits, top_k, normalize)
     weights, ids = route(logits, top_k, normalize)
     counts = expert_counts(ids, logits.shape[1], checked=True)   # route checked logits and made ids
@@ -143,7 +139,7 @@ def route_fused(logits: torch.Tensor, top_k: int, normalize: bool = True, bias: 
     ``logits``: float32 (the layers' :func:`.routing.router_logits`), any strides, T >= 0;
     1 <= E <= :data:`~.routing_fused_kernels.MAX_EXPERTS`; ``top_k`` an int in [1, min(E,
     :data:`~.routing_fused_kernels.MAX_TOP_K`)]; ``bias`` (E,) or None, as :func:`.routing.route`'s.
-    Anything else is refused with an error that names it (:func:`fits` says what the layers may
+    Anything else is refused with an error that names it (:func:`routed` says what the layers may
     pass; they route with the torch functions otherwise)."""
     plan = _PLANS(plans.meta(logits, bias, extra=(top_k, type(top_k), normalize, type(normalize))),
                   _Plan, logits, top_k, normalize, bias)

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 import kernels
 from kernels import autocast
 from kernels.moe.reference import MoEReference, swiglu
-from kernels.moe.routing import router_logits
 
 
 
@@ -37,7 +36,7 @@ class TorchMoE(MoEReference):
     ``shared_up``, ``shared_down``). Only the compute differs from the reference's
     per-expert loop: the experts run as grouped GEMMs over the tokens sorted by expert
     (:func:`grouped_matmul`), what PyTorch MoE code does today. The router's logits are
-    float32 under autocast too (:func:`kernels.moe.routing.router_logits`), as ``kernels.MoE``'s
+    float32 under autocast too (``MoEReference.router_logits``), as ``kernels.MoE``'s
     and Megatron's fp32 router: both sides of the step's comparison route with the same math.
 
     After each call, ``aux_loss`` is the Switch Transformer load-balancing loss
@@ -51,7 +50,7 @@ class TorchMoE(MoEReference):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])
-        logits = router_logits(tokens, self.router.weight)   # float32 under autocast too, as kernels.MoE's
+        logits = self.router_logits(tokens)   # float32 under autocast too, as kernels.MoE's
         weights, experts = F.softmax(logits, dim=-1).topk(self.top_k, dim=-1)
         weights = weights / weights.sum(-1, keepdim=True)
         order = experts.flatten().argsort(stable=True)       # slots sorted by expert
