@@ -69,7 +69,8 @@ def test_an_fp32_master_weight_gets_the_fp32_gemms_gradient(shape, bias, x_dtype
 
     x2, dy2 = x.detach().to(BF16).reshape(-1, x_shape[-1]), dy.reshape(-1, n)
     if shape == "split tail":
-        assert v6_persistent.plan(dy2.t(), x2).schedule.sk_tiles > 0
+        split = v6_persistent.plan(dy2.t(), x2)
+        assert split.schedule.sk_tiles > 0 and split.fixup_settings is not None   # the fix-up stores C
     exact = dy2.double().t() @ x2.double()
     error, torch_error = ((g[id(weight)].double() - exact).abs() for g in (ours, theirs))
     assert (error <= _wgrad_bound(dy2, x2)).all(), error.max()
@@ -131,6 +132,8 @@ def test_a_weight_that_needs_no_gradient_is_cast_and_x_still_gets_its_own():
     assert type(y.grad_fn).__name__ == "_LinearBackward" and list(ours) == [id(x)]
     assert ours[id(x)].dtype == torch.float32
     torch.testing.assert_close(ours[id(x)], theirs[id(x)], rtol=2 ** -7, atol=1e-2)
+    _, cast_first = _step(gemm_linear.linear, x, weight.to(BF16), None, dy)   # the path it takes: bits
+    assert torch.equal(ours[id(x)], cast_first[id(x)])
 
 
 def test_a_weight_laid_out_column_by_column_and_an_empty_batch():

@@ -5,7 +5,6 @@ fp32 (issue 18). Judged against float64 on the operands the dW launches read, be
 (``master_weights`` off: the weights cast by the layer, autograd casting their gradients back)."""
 from __future__ import annotations
 
-import re
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 import kernels
+from test_isa_claims import converts_to_bf16, stores
 from kernels.moe.grouped_gemm import v4_persistent
 from kernels.outputs import poisoned_outputs
 from workbench import isa
@@ -201,7 +201,8 @@ def test_a_compiled_layer_under_autocast_agrees_with_eager():
         results.append((y, *torch.autograd.grad(y, (x, *params), dy)))
     for name, ours, theirs in zip(("y", "dx", *WEIGHTS, "drouter"), *results):
         assert ours.dtype == theirs.dtype, name
-        if name in ("dx", "drouter"):   # compiled differs from eager in the last bits here, as before
+        if name in ("dx", "drouter"):   # compiled differs from eager in the last bits here, by as much with
+            # master_weights off (dx 9.8e-4, drouter 2.2e-3 on an AMD EPYC, 2026-12-06): inductor's sums
             torch.testing.assert_close(ours, theirs, rtol=2 ** -7, atol=1e-2)
         else:
             assert torch.equal(ours, theirs), name
@@ -213,24 +214,11 @@ def test_a_compiled_layer_under_autocast_agrees_with_eager():
     assert not [n for n in casts if len(n.meta["val"].shape) == 3], casts   # no (E, ., .) cast
 
 
-_STORE_BYTES = {"dwordx4": 16, "b128": 16, "dwordx2": 8, "b64": 8, "dword": 4, "b32": 4, "short": 2, "b16": 2}
-
-
-def _stores(report) -> dict[int, int]:
-    """Global stores per width in bytes, per thread, over the whole kernel."""
-    stores = isa_parse.histograms(isa_parse.code_lines(report.asm, "amdgcn"), "amdgcn")["global_store"]
-    widths = {}
-    for op, n in stores.items():
-        width = next(b for suffix, b in _STORE_BYTES.items() if re.search(rf"_{suffix}(_|$)", op))
-        widths[width] = widths.get(width, 0) + n
-    return widths
-
-
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])
 def test_the_fp32_dw_launch_keeps_mfma_and_stores_16_bytes(target):
     """dw.py's docstring: the dW launch of bf16 operands into an fp32 dw keeps its loop on MFMA,
     spills neither VGPRs nor SGPRs, uses no scratch, and stores 16 bytes at a time: twice the
-    bf16 dw's stores, and no conversion to bf16 (gfx950 has an instruction for it)."""
+    bf16 dw's stores, and no conversion to bf16 (seen on gfx950, which has an instruction for it)."""
     reports = {fp32: isa.inspect_all("grouped_gemm", "v4", target, BF16, overrides={"kernel": "dw", "fp32_dw": fp32})[0]
                for fp32 in (True, False)}
     report = reports[True]
@@ -238,6 +226,6 @@ def test_the_fp32_dw_launch_keeps_mfma_and_stores_16_bytes(target):
     loop = [m for m in map(isa_parse.mnemonic, report.hot_loop.splitlines()) if m]
     assert any(op.startswith("v_mfma_f32_") and op.endswith("bf16") for op in loop), sorted(set(loop))
     assert (report.spills, report.sgpr_spills, report.scratch_bytes) == (0, 0, 0), report.summary()
-    fp32, bf16 = _stores(report), _stores(reports[False])
+    fp32, bf16 = stores(report), stores(reports[False])
     assert set(fp32) == {16} and fp32[16] == 2 * sum(w * n for w, n in bf16.items()) // 16, (fp32, bf16)
-    assert "v_cvt_pk_bf16_f32" not in report.asm
+    assert not converts_to_bf16(report) and converts_to_bf16(reports[False]) == (target == "gfx950")

@@ -24,7 +24,8 @@ casts it (one cast op, as autocast's, but not recorded by autograd), and the bac
 weight's gradient in the weight's dtype with the GEMM's fp32 sum stored as it is
 (:func:`.wgrad.matmul_to`), where autograd's backward of a recorded cast would get a bf16 GEMM
 result and cast it back: one device op per weight per step fewer, and the gradient is not rounded
-to bf16 (Megatron's gradient-accumulation fusion does the same). x and the bias are cast as
+to bf16 (Megatron's gradient-accumulation fusion also writes the fp32 gradient from the GEMM,
+and adds it into ``main_grad`` there too, which autograd does here). x and the bias are cast as
 before; x's gradient comes in x's cast dtype. An eager call without a gradient casts the weight as
 before (nothing to gain). ``kernels::linear`` itself keeps one dtype: its autocast rule
 (:func:`kernels.autocast.lower_precision`) casts every floating argument, as torch's ops do; the
@@ -51,14 +52,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         x, bias = autocast.operands(x, bias)
         dtype = autocast.weight_cast(x, weight)
         if dtype is not None:
-            how = eager.path(x, weight) if bias is None else eager.path(x, weight, bias)
-            if how != eager.PLAIN:
-                plan = _PLANS(plans.meta(x, weight, bias, extra=(dtype,)), _MasterWeight, x, weight, bias, dtype)
-                if not plan.unfused:   # the master weight enters the node, which casts it
-                    if how == eager.AUTOGRAD:
-                        return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
-                    y = _master_linear_2d(x if plan.flat is None else x.reshape(plan.flat), weight, bias)[0]
-                    return y if plan.flat is None else y.reshape(plan.out)
+            plan = _PLANS(plans.meta(x, weight, bias, extra=(dtype,)), _MasterWeight, x, weight, bias, dtype)
+            how = eager.path(known=plan.kind)
+            if how != eager.PLAIN and not plan.unfused:   # the master weight enters the node, which casts it
+                if how == eager.AUTOGRAD:
+                    return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
+                y = _master_linear_2d(x if plan.flat is None else x.reshape(plan.flat), weight, bias)[0]
+                return y if plan.flat is None else y.reshape(plan.out)
             weight = weight.to(dtype)
     plan = _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias)
     if plan.unfused:
