@@ -140,7 +140,7 @@ def test_the_narrower_dtypes_vector_would_cross_lds_in_the_loop(arch):
 def test_the_widest_row_compiles_without_spills(arch):
     """N = MAX_N (16 warps, 16 elements a lane per tensor), every dtype triple: no VGPR or SGPR
     spills, no scratch, no atomics; the forward at 8 waves per SIMD, the backward at 5, but at 4
-    on gfx942 for the training step's fp32 x and bf16 dy (100 VGPRs, where gfx950 needs 96)."""
+    on gfx942 for the training step's fp32 x and bf16 dy."""
     for dtypes in DTYPES:
         _compiled(arch, rms_norm_kernels.MAX_N, False, dtypes, waves=8)
         _compiled(arch, rms_norm_kernels.MAX_N, True, dtypes, waves=4 if (arch, dtypes) == ("gfx942", TRAINING) else 5)
