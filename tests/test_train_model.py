@@ -15,6 +15,7 @@ from kernels.moe.reference import swiglu
 from workbench.train import PRESETS, ffn, flops, layers, ops
 from workbench.train.data import batch
 from workbench.train.model import GPT
+from workbench.harness.device_ops import device_ops
 
 SMOKE = PRESETS["cpu-smoke"]
 
@@ -67,6 +68,23 @@ def test_rope_keeps_norms_and_makes_scores_depend_on_offset_only():
     rk = layers.apply_rope(k.expand(1, 1, 8, 8), cos, sin)[0, 0]
     torch.testing.assert_close(rq.norm(dim=-1), q.norm().expand(8))
     torch.testing.assert_close(rq[5] @ rk[3], rq[4] @ rk[2])
+
+
+def test_the_model_makes_its_rope_tables_once_and_keeps_them_out_of_checkpoints():
+    """GPT.rope slices the tables made at construction (no device op per forward), with the
+    values rope_tables gives at that length; a longer sequence gets tables made for it; the
+    tables are no state, so checkpoints hold what they held before."""
+    model = GPT(SMOKE)
+    for seq in (1, 7, SMOKE.seq):
+        cos, sin = model.rope(seq)
+        want = layers.rope_tables(seq, SMOKE.head_dim, SMOKE.rope_theta)
+        assert cos.data_ptr() == model.rope_cos.data_ptr() and cos.is_contiguous()
+        assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+    longer = model.rope(SMOKE.seq + 3)
+    want = layers.rope_tables(SMOKE.seq + 3, SMOKE.head_dim, SMOKE.rope_theta)
+    assert torch.equal(longer[0], want[0]) and torch.equal(longer[1], want[1])
+    assert not any("rope" in name for name in model.state_dict())
+    assert device_ops(lambda: model.rope(SMOKE.seq)).total == 0
 
 
 def test_model_shapes_and_the_loss_at_init_is_near_log_vocab():

@@ -38,6 +38,19 @@ class GPT(torch.nn.Module):
         self.blocks = torch.nn.ModuleList(Block(cfg, self.impls, i) for i in range(cfg.layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps, self.impls["norm"])
         self.head = ops.linear(self.impls["gemm"], cfg.dim, cfg.vocab)
+        # RoPE's cos and sin for every position up to the preset's length, made once: a forward
+        # slices them (a view) where recomputing them cost 7 device ops per step on either side.
+        # Not persistent, so checkpoints stay as they were; they move with the model's device.
+        cos, sin = rope_tables(cfg.seq, cfg.head_dim, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def rope(self, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin (seq, head_dim/2) for positions 0..seq-1: rows of the tables made at
+        construction, or made now for a sequence longer than the preset's."""
+        if seq <= self.rope_cos.shape[0]:
+            return self.rope_cos[:seq], self.rope_sin[:seq]
+        return rope_tables(seq, self.cfg.head_dim, self.cfg.rope_theta, self.rope_cos.device)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, S, vocab); given ``targets``, the training loss instead.
@@ -46,7 +59,7 @@ class GPT(torch.nn.Module):
         MoE layer's balancing loss. It is computed here, in ``forward``, so DDP and
         ``torch.compile`` see the whole step's graph through one call.
         """
-        cos, sin = rope_tables(tokens.shape[1], self.cfg.head_dim, self.cfg.rope_theta, tokens.device)
+        cos, sin = self.rope(tokens.shape[1])
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, cos, sin)
