@@ -87,6 +87,43 @@ def test_the_model_makes_its_rope_tables_once_and_keeps_them_out_of_checkpoints(
     assert device_ops(lambda: model.rope(SMOKE.seq)).total == 0
 
 
+@pytest.mark.parametrize("impl", ["torch", "workbench"])
+def test_q_k_and_v_are_one_gemm_with_the_three_projections_results(impl):
+    """Attention.qkv: one GEMM (and one copy of the weights) forward, the three projections'
+    results and weight gradients; x's gradient is that GEMM's, not the sum of three."""
+    torch.manual_seed(0)
+    attn = layers.Attention(SMOKE, ops.resolve(impl))
+    x = torch.randn(2, 5, SMOKE.dim, requires_grad=True)
+    fused = attn.qkv(x)
+    apart = attn.q(x), attn.k(x), attn.v(x)
+    grads = [torch.randn_like(t) for t in apart]
+    got = torch.autograd.grad(fused, (x, attn.q.weight, attn.k.weight, attn.v.weight), grads)
+    want = torch.autograd.grad(apart, (x, attn.q.weight, attn.k.weight, attn.v.weight), grads)
+    for a, b in zip((*fused, *got), (*apart, *want)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    ops_fwd = device_ops(lambda: attn.qkv(x))
+    assert ops_fwd.torch_ops["cat"] == 1
+    assert (ops_fwd.triton, sum(ops_fwd.torch_ops.values())) == ((1, 1) if impl == "workbench" else (0, 2))
+
+
+def test_qkv_runs_each_projection_alone_once_one_is_another_class():
+    """A converted projection (an FP8 layer from kernels.fp8.convert, here a subclass that counts its
+    calls) keeps its own forward: the fused GEMM would bypass it."""
+    class Counted(torch.nn.Linear):
+        calls = 0
+
+        def forward(self, x):
+            Counted.calls += 1
+            return super().forward(x)
+
+    attn = layers.Attention(SMOKE, ops.resolve("torch"))
+    counted = Counted(SMOKE.dim, attn.k.out_features, bias=False)
+    counted.weight = attn.k.weight
+    attn.k = counted
+    q, k, v = attn.qkv(torch.randn(2, 3, SMOKE.dim))
+    assert Counted.calls == 1 and k.shape == (2, 3, attn.k.out_features)
+
+
 def test_model_shapes_and_the_loss_at_init_is_near_log_vocab():
     torch.manual_seed(0)
     model = GPT(SMOKE)

@@ -58,17 +58,32 @@ class Attention(torch.nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
         self.impl, self.rope = impls["attention"], _kernels.rope if impls["rope"] == "workbench" else apply_rope
-        kv = cfg.kv_heads * cfg.head_dim
-        self.q = ops.linear(impls["gemm"], cfg.dim, cfg.dim)
-        self.k = ops.linear(impls["gemm"], cfg.dim, kv)
-        self.v = ops.linear(impls["gemm"], cfg.dim, kv)
-        self.o = ops.linear(impls["gemm"], cfg.dim, cfg.dim)
+        self.gemm, kv = impls["gemm"], cfg.kv_heads * cfg.head_dim
+        self.q = ops.linear(self.gemm, cfg.dim, cfg.dim)
+        self.k = ops.linear(self.gemm, cfg.dim, kv)
+        self.v = ops.linear(self.gemm, cfg.dim, kv)
+        self.o = ops.linear(self.gemm, cfg.dim, cfg.dim)
+
+    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k and v (B, S, features) of x: one GEMM on the three weights side by side, as fused
+        QKV projections run (Megatron's ``linear_qkv``), where three would read x three times and
+        the backward would add their three gradients of x (2 adds) after three dgrad GEMMs.
+        The concatenated weight costs one copy per step; its gradient's three rows are views.
+        The modules stay three, so checkpoints and ``kernels.fp8.convert`` see q, k and v; once
+        any of them is no longer the class this model made (an FP8 layer), each runs alone."""
+        made = ops.linear_class(self.gemm)
+        if not (type(self.q) is type(self.k) is type(self.v) is made):
+            return self.q(x), self.k(x), self.v(x)
+        weight = torch.cat((self.q.weight, self.k.weight, self.v.weight))
+        return ops.project(self.gemm, x, weight).split(
+            (self.q.out_features, self.k.out_features, self.v.out_features), dim=-1)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
-        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self.qkv(x)
+        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         out = ops.attention(self.impl, self.rope(q, cos, sin), self.rope(k, cos, sin), v)
         return self.o(out.transpose(1, 2).reshape(b, s, -1))
 

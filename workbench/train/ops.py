@@ -59,10 +59,21 @@ def wrappable(label: str) -> str:
     return label.replace(",", ", ")
 
 
+def linear_class(impl: str) -> type[torch.nn.Linear]:
+    """The projections' class: both have torch's parameters and initialization."""
+    return _kernels.nn.Linear if impl == "workbench" else torch.nn.Linear
+
+
 def linear(impl: str, in_features: int, out_features: int) -> torch.nn.Linear:
-    """A bias-free projection; both classes have torch's parameters and initialization."""
-    cls = _kernels.nn.Linear if impl == "workbench" else torch.nn.Linear
-    return cls(in_features, out_features, bias=False)
+    """A bias-free projection of :func:`linear_class`."""
+    return linear_class(impl)(in_features, out_features, bias=False)
+
+
+def project(impl: str, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` with a weight no single module owns (:meth:`.layers.Attention.qkv`'s
+    three side by side): the function :func:`linear`'s class calls (``kernels.nn.linear`` or
+    ``F.linear``)."""
+    return _kernels.nn.linear(x, weight) if impl == "workbench" else F.linear(x, weight)
 
 
 def attention(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
