@@ -49,8 +49,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """``x (..., K) @ weight (N, K).T + bias`` (bias (N,), (1,) or ()) with :func:`kernels.matmul`'s
     checks and errors, the bias added before the result's one rounding."""
     if autocast.active():   # F.linear takes mixed dtypes there: cast before the checks
-        x, bias = autocast.operands(x, bias)
-        dtype = autocast.weight_cast(x, weight)
+        (x, bias), dtype = autocast.master_operands(weight, x, bias)
         if dtype is not None:
             plan = _PLANS(plans.meta(x, weight, bias, extra=(dtype,)), _MasterWeight, x, weight, bias, dtype)
             how = eager.path(known=plan.kind)
