@@ -87,26 +87,55 @@ def test_the_model_makes_its_rope_tables_once_and_keeps_them_out_of_checkpoints(
     assert device_ops(lambda: model.rope(SMOKE.seq)).total == 0
 
 
+def _projections(kind: str, impl: str) -> tuple[torch.nn.Module, tuple[str, ...]]:
+    """A layer whose projections of one x run side by side, and their names."""
+    if kind == "qkv":
+        return layers.Attention(SMOKE, ops.resolve(impl)), ("q", "k", "v")
+    return layers.SwiGLU(SMOKE.dim, SMOKE.ffn_hidden, impl), ("gate", "up")
+
+
+@pytest.mark.parametrize("kind", ["qkv", "gate_up"])
 @pytest.mark.parametrize("impl", ["torch", "workbench"])
-def test_q_k_and_v_are_one_gemm_with_the_three_projections_results(impl):
-    """Attention.qkv: one GEMM (and one copy of the weights) forward, the three projections'
-    results and weight gradients; x's gradient is that GEMM's, not the sum of three."""
+def test_projections_of_one_x_are_one_gemm_with_each_projections_results(impl, kind):
+    """ops.side_by_side (Attention's q, k and v; SwiGLU's gate and up): one GEMM (and one copy
+    of the weights) forward, each projection's result and weight gradient; x's gradient is that
+    GEMM's, not the sum of several."""
     torch.manual_seed(0)
-    attn = layers.Attention(SMOKE, ops.resolve(impl))
+    layer, names = _projections(kind, impl)
+    modules = tuple(getattr(layer, name) for name in names)
+    weights = tuple(m.weight for m in modules)
     x = torch.randn(2, 5, SMOKE.dim, requires_grad=True)
-    fused = attn.qkv(x)
-    apart = attn.q(x), attn.k(x), attn.v(x)
+    fused = ops.side_by_side(impl, modules, x)
+    apart = tuple(m(x) for m in modules)
     grads = [torch.randn_like(t) for t in apart]
-    got = torch.autograd.grad(fused, (x, attn.q.weight, attn.k.weight, attn.v.weight), grads)
-    want = torch.autograd.grad(apart, (x, attn.q.weight, attn.k.weight, attn.v.weight), grads)
+    got = torch.autograd.grad(fused, (x, *weights), grads)
+    want = torch.autograd.grad(apart, (x, *weights), grads)
     for a, b in zip((*fused, *got), (*apart, *want)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    ops_fwd = device_ops(lambda: attn.qkv(x))
+    ops_fwd = device_ops(lambda: ops.side_by_side(impl, modules, x))
     assert ops_fwd.torch_ops["cat"] == 1
     assert (ops_fwd.triton, sum(ops_fwd.torch_ops.values())) == ((1, 1) if impl == "workbench" else (0, 2))
 
 
-def test_qkv_runs_each_projection_alone_once_one_is_another_class():
+def test_the_layers_run_their_projections_side_by_side():
+    """Attention and SwiGLU call ops.side_by_side on the projections of one x."""
+    seen = []
+    real = ops.side_by_side
+
+    def spy(impl, projections, x):
+        seen.append(len(projections))
+        return real(impl, projections, x)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ops, "side_by_side", spy)
+        for kind in ("qkv", "gate_up"):
+            layer, _ = _projections(kind, "torch")
+            x = torch.randn(1, 3, SMOKE.dim)
+            layer(x, *layers.rope_tables(3, SMOKE.head_dim, SMOKE.rope_theta)) if kind == "qkv" else layer(x)
+    assert seen == [3, 2]
+
+
+def test_side_by_side_runs_each_projection_alone_once_one_is_another_class():
     """A converted projection (an FP8 layer from kernels.fp8.convert, here a subclass that counts its
     calls) keeps its own forward: the fused GEMM would bypass it."""
     class Counted(torch.nn.Linear):
@@ -119,8 +148,7 @@ def test_qkv_runs_each_projection_alone_once_one_is_another_class():
     attn = layers.Attention(SMOKE, ops.resolve("torch"))
     counted = Counted(SMOKE.dim, attn.k.out_features, bias=False)
     counted.weight = attn.k.weight
-    attn.k = counted
-    q, k, v = attn.qkv(torch.randn(2, 3, SMOKE.dim))
+    q, k, v = ops.side_by_side("torch", (attn.q, counted, attn.v), torch.randn(2, 3, SMOKE.dim))
     assert Counted.calls == 1 and k.shape == (2, 3, attn.k.out_features)
 
 

@@ -64,23 +64,9 @@ class Attention(torch.nn.Module):
         self.v = ops.linear(self.gemm, cfg.dim, kv)
         self.o = ops.linear(self.gemm, cfg.dim, cfg.dim)
 
-    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k and v (B, S, features) of x: one GEMM on the three weights side by side, as fused
-        QKV projections run (Megatron's ``linear_qkv``), where three would read x three times and
-        the backward would add their three gradients of x (2 adds) after three dgrad GEMMs.
-        The concatenated weight costs one copy per step; its gradient's three rows are views.
-        The modules stay three, so checkpoints and ``kernels.fp8.convert`` see q, k and v; once
-        any of them is no longer the class this model made (an FP8 layer), each runs alone."""
-        made = ops.linear_class(self.gemm)
-        if not (type(self.q) is type(self.k) is type(self.v) is made):
-            return self.q(x), self.k(x), self.v(x)
-        weight = torch.cat((self.q.weight, self.k.weight, self.v.weight))
-        return ops.project(self.gemm, x, weight).split(
-            (self.q.out_features, self.k.out_features, self.v.out_features), dim=-1)
-
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
-        q, k, v = self.qkv(x)
+        q, k, v = ops.side_by_side(self.gemm, (self.q, self.k, self.v), x)
         q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -89,12 +75,14 @@ class Attention(torch.nn.Module):
 
 
 class SwiGLU(torch.nn.Module):
-    """``down(silu(gate(x)) * up(x))`` (Shazeer 2020), the dense FFN: projections by ``impl``,
+    """``down(silu(gate(x)) * up(x))`` (Shazeer 2020), the dense FFN: projections by ``impl``
+(gate and up as one GEMM, :func:`.ops.side_by_side`, as q, k and v are in :class:`Attention`),
     the activation by ``act`` (``"workbench"``: ``kernels.moe.swiglu_op.swiglu``, one pass
     each way, rounded once from fp32 where torch rounds ``silu`` and the product apart)."""
 
     def __init__(self, dim: int, hidden: int, impl: str, act: str = "torch"):
         super().__init__()
+        self.impl = impl
         self.gate = ops.linear(impl, dim, hidden)
         self.up = ops.linear(impl, dim, hidden)
         self.down = ops.linear(impl, hidden, dim)
@@ -104,7 +92,7 @@ class SwiGLU(torch.nn.Module):
             self.fused = swiglu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g, u = self.gate(x), self.up(x)
+        g, u = ops.side_by_side(self.impl, (self.gate, self.up), x)
         if self.fused is not None:   # the kernel takes (rows, hidden)
             return self.down(self.fused(g.flatten(0, -2), u.flatten(0, -2)).view_as(g))
         return self.down(F.silu(g) * u)

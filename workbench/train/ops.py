@@ -69,11 +69,20 @@ def linear(impl: str, in_features: int, out_features: int) -> torch.nn.Linear:
     return linear_class(impl)(in_features, out_features, bias=False)
 
 
-def project(impl: str, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` with a weight no single module owns (:meth:`.layers.Attention.qkv`'s
-    three side by side): the function :func:`linear`'s class calls (``kernels.nn.linear`` or
-    ``F.linear``)."""
-    return _kernels.nn.linear(x, weight) if impl == "workbench" else F.linear(x, weight)
+def side_by_side(impl: str, projections: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each projection of the same x (bias-free, of :func:`linear_class`) as one GEMM on their
+    weights side by side, as fused projections run (Megatron's ``linear_qkv`` and ``linear_fc1``):
+    separate, they would read x once each, and the backward would run one dgrad GEMM each and
+    add their gradients of x. The concatenated weight costs one copy per step; its gradient's
+    rows are views, one per weight. The modules stay apart, so checkpoints and
+    ``kernels.fp8.convert`` see each; once any is no longer of the class this model made (an FP8
+    layer), each runs alone. ``kernels.nn.linear`` or ``F.linear``, as the class calls it."""
+    made = linear_class(impl)
+    if any(type(p) is not made for p in projections):
+        return tuple(p(x) for p in projections)
+    weight = torch.cat([p.weight for p in projections])
+    y = _kernels.nn.linear(x, weight) if impl == "workbench" else F.linear(x, weight)
+    return y.split([p.out_features for p in projections], dim=-1)
 
 
 def attention(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
