@@ -28,8 +28,9 @@ from workbench.train import host_cost
 # to fp32 is gone: 2 fewer in each FP8 step (the two Linears it keeps, block 0's q and the head):
 # tensorwise 357, delayed 467, rowwise 321, blockwise 228, mxfp8 432. The MoE layer's fp32 expert
 # weight gradients (kernels.moe.layer_ladder.fused_op) change none of them: Float8MoE keeps the cast
-# weights its FP8 experts quantize.
-MAX_FP8_STEP_OPS = {"tensorwise": 357, "delayed": 467, "rowwise": 321, "blockwise": 228, "mxfp8": 432}
+# weights its FP8 experts quantize. mxfp8 252 once its quantize writes the scales pre-shuffled (the
+# 180 torch ops of the pre-shuffles before its Linears' GEMMs gone; kernels.fp8.recipes.mxfp8).
+MAX_FP8_STEP_OPS = {"tensorwise": 357, "delayed": 467, "rowwise": 321, "blockwise": 228, "mxfp8": 252}
 MAX_WORKBENCH_STEP_OPS = 180   # the bf16 workbench step's (260 before the norms' out_dtype, 234 before the fp32
 #                                router, 225 before the fused routing, 195 before the fp32 weight gradients
 #                                of its 12 Linears, 183 before those of its MoE layer's experts)
