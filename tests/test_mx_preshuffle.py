@@ -1,8 +1,9 @@
 """Pre-shuffled e8m0 scales (kernels/gemm_mxfp4/preshuffle.py): the layout byte by byte, and
 the MX GEMM (MXFP4 and MXFP8) giving bit for bit the product of the row-major scales, at
-shapes that end inside a 32-row stripe, an 8-scale chunk and (MXFP8) a 32-element block.
+shapes that end inside a 32-row stripe, an 8-scale chunk and (MXFP8) a 32-element block;
+the MXFP8 quantize writing the layout itself, and the mxfp8 recipe that has it do so.
 The gfx950 machine code it buys is pinned where that target's reports are built
-(tests/test_gemm_mxfp4.py, tests/test_mxfp8.py).
+(tests/test_gemm_mxfp4.py, tests/test_mxfp8.py; the quantize's, tests/test_fp8_quantize_isa.py).
 """
 from __future__ import annotations
 
