@@ -274,10 +274,13 @@ def test_bad_given_scales_are_refused_by_name(args, error, match):
     ((torch.ones(2, 2), "row", torch.bfloat16), TypeError, "fp8_dtype for granularity 'row'"),
     ((torch.ones(2, 2), "mx32", E4M3FNUZ), TypeError, "OCP formats"),
     ((torch.ones(2, 2, device="meta"), "row", E4M3FN), ValueError, "x is on meta"),
-], ids=["3d", "int", "granularity", "not-fp8", "mx-fnuz", "device"])
+    ((torch.ones(2, 2), "block1x128", E4M3FN, dict(preshuffled=True)), ValueError, "preshuffled .* 'mx32'"),
+    ((torch.ones(2, 2), "mx32", E4M3FN, dict(preshuffled=1)), TypeError, "preshuffled must be a bool"),
+], ids=["3d", "int", "granularity", "not-fp8", "mx-fnuz", "device", "preshuffled-not-mx", "preshuffled-int"])
 def test_bad_inputs_are_refused_by_name(args, error, match):
+    *args, options = args if isinstance(args[-1], dict) else (*args, {})
     with pytest.raises(error, match=match):
-        quantize(*args)
+        quantize(*args, **options)
 
 
 def test_custom_op_and_compile():
@@ -288,6 +291,8 @@ def test_custom_op_and_compile():
                           test_utils=("test_faketensor",))
     torch.library.opcheck(torch.ops.kernels.quantize_fp8.default,
                           (x, "mx32", E4M3FN, True, None, False, "round_up"), test_utils=("test_faketensor",))
+    torch.library.opcheck(torch.ops.kernels.quantize_fp8.default,   # the fake's pre-shuffled shapes
+                          (x, "mx32", E4M3FN, True, None, False, "round_up", True), test_utils=("test_faketensor",))
     for rule in ("ocp", "round_up"):
         compiled = torch.compile(lambda t: [o.float().sum() for o in quantize(t, "mx32", E4M3FN, transpose=True,
                                                                                 scale_rule=rule)],

@@ -33,6 +33,10 @@ def _wide_options(rule: str) -> dict:
     return {"scale_rule": rule} if rule != "ocp" else {}
 
 
+def _preshuffled_options() -> dict:
+    return dict(preshuffled=True, scale_rule="round_up")   # the mxfp8 recipe's cast on gfx950
+
+
 def _maxima_options(amax: bool) -> dict:
     return dict(transpose=False, given_scale=True, amax=amax)
 
@@ -47,6 +51,7 @@ def _compiled_here() -> dict[tuple, dict]:
              for fp8, arch, _ in MAXIMA for amax in (False, True)]
     jobs += [(granularity, fp8, arch, (("transpose", transpose),))
              for granularity, fp8, arch, transpose, _ in AMAX_PASS_CASTS]
+    jobs += [("mx32", "float8_e4m3fn", "gfx950", tuple(sorted(_preshuffled_options().items())))]
     return results(COMPILE, tuple(jobs))
 
 
@@ -72,6 +77,26 @@ def test_one_wide_read_of_x_two_wide_writes_and_an_lds_transpose(granularity, fp
     assert not ops.get("matrix")
 
 
+@pytest.mark.slow   # AOT compiles in a fresh process (with the file's others)
+def test_preshuffled_mx_scales_cost_two_byte_stores_and_nothing_else():
+    """The mxfp8 recipe's cast on gfx950 writes its scales in the pre-shuffled layout the MX GEMM
+    reads there: against the same cast writing them row-major, the same loads, q stores, LDS
+    bytes and accesses, no spills, the same waves per SIMD; the scales still one byte per
+    store, plus the two byte stores of the half chunks' zeros (kernels/gemm_fp8/quantize_kernel.py)."""
+    plain = compiled("mx32", "float8_e4m3fn", "gfx950", scale_rule="round_up")
+    shuffled = compiled("mx32", "float8_e4m3fn", "gfx950", **_preshuffled_options())
+    res = shuffled["resources"]
+    assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+    assert res["occupancy"] == plain["resources"]["occupancy"], (res, plain["resources"])
+    assert shuffled["lds"] == plain["lds"]
+    for kind in ("global_load", "lds_write", "lds_read"):
+        assert shuffled["ops"][kind] == plain["ops"][kind], kind
+    stores, before = shuffled["ops"]["global_store"], plain["ops"]["global_store"]
+    assert stores["buffer_store_dwordx4"] == before["buffer_store_dwordx4"] == 4
+    assert stores["buffer_store_byte"] == before["buffer_store_byte"] + 2, (stores, before)
+    assert set(stores) == set(before) == {"buffer_store_dwordx4", "buffer_store_byte"}
+
+
 @pytest.mark.slow   # two AOT compiles in a fresh process (with the file's others)
 @pytest.mark.parametrize("fp8, arch, waves_lost", MAXIMA)
 def test_the_tile_maxima_of_a_given_scales_cast_cost_one_store_and_no_spill(fp8, arch, waves_lost):
@@ -94,8 +119,9 @@ def test_the_tile_maxima_of_a_given_scales_cast_cost_one_store_and_no_spill(fp8,
 
 
 @pytest.mark.parametrize("transpose", [True, False])
-@pytest.mark.parametrize("granularity", ["tensor", "row", "block1x128", "block128x128", "mx32"])
-def test_the_compiled_launch_takes_the_arguments_a_call_passes(granularity, transpose, monkeypatch):
+@pytest.mark.parametrize("granularity, preshuffled", [("tensor", False), ("row", False), ("block1x128", False),
+                                                      ("block128x128", False), ("mx32", False), ("mx32", True)])
+def test_the_compiled_launch_takes_the_arguments_a_call_passes(granularity, preshuffled, transpose, monkeypatch):
     """Triton specializes an int argument equal to 1 as a constant and one divisible by 16 (0
     too) as such: the ahead-of-time launch must give each argument, the scale strides among
     them (0 where a scale is broadcast), the class a call of
@@ -108,8 +134,9 @@ def test_the_compiled_launch_takes_the_arguments_a_call_passes(granularity, tran
     size = 64 if granularity in ("tensor", "row") else 2048   # 16 scale blocks of 128 a side
     with recorded_launches(monkeypatch, stub=True) as launches:
         quantize_kernel.launch(torch.ones(size, size, dtype=torch.bfloat16), granularity, torch.float8_e4m3fn,
-                               transpose=transpose)
-    compiled_launch = quantize_kernel.aot(granularity, torch.float8_e4m3fn, transpose=transpose)
+                               transpose=transpose, preshuffled=preshuffled)
+    compiled_launch = quantize_kernel.aot(granularity, torch.float8_e4m3fn, transpose=transpose,
+                                          preshuffled=preshuffled)
     [call] = [launch for launch in launches if launch[0] is compiled_launch.jit_fn]
     assert differences(call, compiled_launch, monkeypatch) == {}
 

@@ -32,7 +32,8 @@ def rules(monkeypatch):
     """The e8m0 rule of every MX quantization launched (the dense fused cast's and the grouped one's)."""
     seen = []
     dense, grouped = quantize_kernel.launch, grouped_quantize_kernel.mx_launch
-    monkeypatch.setattr(quantize_kernel, "launch", lambda *a: seen.append(a[-1]) or dense(*a))
+    # the dense launch's arguments end in scale_rule, preshuffled
+    monkeypatch.setattr(quantize_kernel, "launch", lambda *a: seen.append(a[-2]) or dense(*a))
     monkeypatch.setattr(grouped_quantize_kernel, "mx_launch", lambda *a: seen.append(a[-1]) or grouped(*a))
     return seen
 

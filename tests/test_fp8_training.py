@@ -263,14 +263,15 @@ def test_each_recipe_states_its_gradient_format_and_takes_an_override():
 def test_mxfp8_quantizes_x_w_and_dy_by_its_scale_rule(rule, monkeypatch):
     """The layer's e8m0 rule reaches each of its quantizations (x and w in the forward, dy in
     the backward): round-up by default, the spec's OCP rule where the layer is made with it
-    (what each rule computes: tests/test_fp8_quantize.py)."""
+    (what each rule computes: tests/test_fp8_quantize.py); each writes its scales pre-shuffled,
+    as the interpreter's MX GEMM reads them (tests/test_mx_preshuffle.py)."""
     from kernels.gemm_fp8 import quantize_kernel
     seen, launch = [], quantize_kernel.launch
     monkeypatch.setattr(quantize_kernel, "launch", lambda *a: seen.append(a[1:]) or launch(*a))
     layer = Float8Linear(32, 4, recipe="mxfp8", fp8_dtype=torch.float8_e4m3fn, scale_rule=rule)
     x = torch.randn(3, 32, generator=torch.Generator().manual_seed(3), requires_grad=True)
     layer(x).sum().backward()
-    assert [(g, r) for g, *_, r in seen] == [("mx32", rule or "round_up")] * 3
+    assert [(g, r, shuffled) for g, *_, r, shuffled in seen] == [("mx32", rule or "round_up", True)] * 3
 
 
 @pytest.mark.parametrize("recipe", EVERY_RECIPE)
@@ -376,6 +377,18 @@ def test_saved_bytes_are_the_fp8_operands_the_docstrings_state(recipe):
     _, saved = rec.forward(x, w, torch.float8_e4m3fn, torch.float32)
     like = rec.saved_like(x, w, torch.float8_e4m3fn)
     assert [(t.shape, t.dtype) for t in saved] == [(t.shape, t.dtype) for t in like]
+
+
+def test_mxfp8_saves_its_scales_pre_shuffled_with_their_padding_where_the_gemm_reads_them_so():
+    """The interpreter's MX GEMM reads pre-shuffled scales (as gfx950's), so the forward saves x.T's
+    and w.T's so: (ceil(K/32), 256 ceil(M/256)) bytes for x.T (kernels/fp8/recipes/mxfp8.py), the
+    M K/32 + N K/32 of the shapes above, but at K = 33 (two 32-row stripes, 31 rows of padding) and
+    M = 130, N = 20 (5 and 1 scales a row of an 8-scale chunk) 512 bytes each, where row-major
+    scales took 33 x 5 and 33 x 1."""
+    from kernels.gemm_mxfp4.launch import takes_preshuffled
+    assert takes_preshuffled("interpreter", "cpu")
+    got = kernels.fp8.recipe.saved_bytes("mxfp8", 130, 20, 33)
+    assert got["fp8 saved"] == 130 * 33 + 20 * 33 + 2 * 256 + 2 * 256
 
 
 def _delayed_on_two_ranks(rank, world):

@@ -1,8 +1,9 @@
 """Pre-shuffled e8m0 scales (kernels/gemm_mxfp4/preshuffle.py): the layout byte by byte, and
 the MX GEMM (MXFP4 and MXFP8) giving bit for bit the product of the row-major scales, at
-shapes that end inside a 32-row stripe, an 8-scale chunk and (MXFP8) a 32-element block.
+shapes that end inside a 32-row stripe, an 8-scale chunk and (MXFP8) a 32-element block;
+the MXFP8 quantize writing the layout itself, and the mxfp8 recipe that has it do so.
 The gfx950 machine code it buys is pinned where that target's reports are built
-(tests/test_gemm_mxfp4.py, tests/test_mxfp8.py).
+(tests/test_gemm_mxfp4.py, tests/test_mxfp8.py; the quantize's, tests/test_fp8_quantize_isa.py).
 """
 from __future__ import annotations
 
@@ -130,24 +131,90 @@ def test_gfx950_reads_preshuffled_scales_without_byte_loads_or_8_bit_lds(dtype):
     assert lds_reads(ops) < lds_reads(before)
 
 
-def test_the_mxfp8_recipe_preshuffles_for_its_three_gemms_with_the_same_bits(monkeypatch):
-    """The interpreter takes pre-shuffled scales, so the recipe shuffles every GEMM's scales;
-    forward, dgrad and wgrad match the same recipe run on row-major scales, bit for bit.
-    M = 45 and N = 37 end inside a stripe; K = 70 inside a block."""
+@pytest.mark.parametrize("m, k", [(45, 70), (130, 128), (257, 520), (64, 256), (0, 70), (40, 0)],
+                         ids=["partial-stripe-block-and-chunk", "k128", "many-tiles", "whole", "no-rows", "no-k"])
+@pytest.mark.parametrize("transpose", [True, False])
+def test_the_mx_quantize_writes_the_bytes_preshuffle_makes_of_its_row_major_scales(m, k, transpose):
+    """quantize(..., "mx32", preshuffled=True) writes both orientations' scales in the layout
+    itself, bitwise preshuffle() of the row-major call's, padding zeros included, into poisoned
+    outputs: M = 45 or 257 ends inside a stripe, K/32 = 3 or 17 inside a chunk (one tile along K,
+    or five: the last tile's half chunk is zeroed by it), K = 128 is half a chunk, 64 x 256 whole
+    stripes and chunks (x.T's two scales a row a partial one); no rows or no K give the empty
+    layout's shapes. q and q_t are the same."""
+    from kernels.gemm_fp8 import quantize
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + k))
+    plain = quantize(x, "mx32", MXFP8, transpose=transpose, scale_rule="round_up")
+    with poisoned_outputs():
+        shuffled = quantize(x, "mx32", MXFP8, transpose=transpose, scale_rule="round_up", preshuffled=True)
+    for i, (got, row_major) in enumerate(zip(shuffled, plain, strict=True)):
+        if i % 2:   # the scales: (rows, blocks) row-major, pre-shuffled by the cast
+            assert got.dtype == torch.uint8 and got.is_contiguous()
+            assert torch.equal(got, preshuffle(row_major)), (i, got.shape)
+        else:
+            assert torch.equal(got.view(torch.uint8), row_major.view(torch.uint8))
+
+
+def test_an_mxfp8_linear_gives_the_bits_of_row_major_scales_preshuffled_before_each_gemm():
+    """fp8_linear("mxfp8") forward and backward, whose quantize writes pre-shuffled scales on the
+    interpreter, against the path it replaces: the same quantize writing row-major scales,
+    preshuffle() of each just before mx_matmul. y, dx and dw bitwise, outputs poisoned;
+    M = 45 and N = 37 end inside a stripe, K = 70 inside a block."""
+    from kernels.fp8.linear import fp8_linear
+    from kernels.gemm_fp8 import quantize
+
+    gen = torch.Generator().manual_seed(3)
+    x, w, dy = (torch.randn(*shape, generator=gen) for shape in ((45, 70), (37, 70), (45, 37)))
+    def mx(t):
+        return quantize(t, "mx32", MXFP8, transpose=True, scale_rule="round_up")
+    with poisoned_outputs():
+        (x8, sx, xt8, sxt), (w8, sw, wt8, swt), (dy8, sdy, dyt8, sdyt) = mx(x), mx(w), mx(dy)
+        before = (mx_matmul(x8, preshuffle(sx), w8.t(), preshuffle(sw), torch.float32),
+                  mx_matmul(dy8, preshuffle(sdy), wt8.t(), preshuffle(swt), torch.float32),
+                  mx_matmul(dyt8, preshuffle(sdyt), xt8.t(), preshuffle(sxt), torch.float32))
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = fp8_linear(xg, wg, "mxfp8")
+        now = (y, *torch.autograd.grad(y, (xg, wg), dy))
+    for name, got, want in zip(("y", "dx", "dw"), now, before, strict=True):
+        assert torch.equal(got, want), name
+
+
+def test_the_mxfp8_recipe_gives_the_bits_of_row_major_scales_on_targets_that_read_those(monkeypatch):
+    """Where mx_matmul reads row-major scales (gfx942, Hopper: takes_preshuffled is false) the
+    recipe quantizes them row-major and saves them so; its three GEMMs give the bits of the
+    pre-shuffled path the interpreter takes, and what it saves has the shapes saved_like states."""
     from kernels.fp8.recipes import mxfp8
     gen = torch.Generator().manual_seed(3)
     x, w, dy = (torch.randn(*shape, generator=gen) for shape in ((45, 70), (37, 70), (45, 37)))
-    shuffles = []
-    monkeypatch.setattr(mxfp8, "preshuffle", lambda s: shuffles.append(s.shape) or preshuffle(s))
-    recipe = mxfp8.MXFP8()
+    recipe, results = mxfp8.MXFP8(), []
     with poisoned_outputs():
-        shuffled = recipe.gemms(x, w, dy, MXFP8)
-        assert len(shuffles) == 6                                   # two scale tensors per GEMM
-        monkeypatch.setattr(mxfp8, "takes_preshuffled", lambda *target: False)
-        plain = recipe.gemms(x, w, dy, MXFP8)
-    assert len(shuffles) == 6
+        for reads_shuffled in (True, False):
+            monkeypatch.setattr(mxfp8, "takes_preshuffled", lambda *target: reads_shuffled)
+            saved = recipe.forward(x, w, MXFP8, torch.float32)[1]
+            like = recipe.saved_like(x, w, MXFP8)
+            assert [t.shape for t in saved] == [t.shape for t in like]
+            scale_shapes = [(70, 2), (70, 2)] if not reads_shuffled else [preshuffled_shape(70, 2)] * 2
+            assert [saved.x_scale.shape, saved.w_scale.shape] == scale_shapes
+            results.append(recipe.gemms(x, w, dy, MXFP8))
     for name in ("forward", "dgrad", "wgrad"):
-        assert torch.equal(shuffled[name], plain[name]), name
+        assert torch.equal(results[0][name], results[1][name]), name
+
+
+def test_the_mxfp8_linear_runs_no_shuffle_between_its_quantizes_and_gemms():
+    """A Float8Linear 128 -> 96 with a bias on x (64, 128), as tests/test_host_overhead_fp8.py
+    counts it: K = 128 is four scales a row, half a chunk, which preshuffle() pads (a zero fill,
+    a copy and the permuting clone per scale tensor). Measured before the quantize wrote them
+    pre-shuffled: 10 device ops per forward and 16 per backward, 6 and 12 of them those shuffles.
+    Now 4 and 4: the quantize launches and the GEMMs, the bias's add and its gradient's sum."""
+    from workbench.harness.device_ops import device_ops
+
+    torch.manual_seed(0)
+    layer = kernels.fp8.Float8Linear.from_linear(torch.nn.Linear(128, 96), "mxfp8")
+    x, dy = torch.randn(64, 128, requires_grad=True), torch.randn(64, 96)
+    forward = device_ops(lambda: layer(x))
+    y = layer(x)
+    backward = device_ops(lambda: torch.autograd.grad(y, (x, layer.weight, layer.bias), dy, retain_graph=True))
+    assert (forward.triton, dict(forward.torch_ops)) == (3, {"add": 1}), forward
+    assert (backward.triton, dict(backward.torch_ops)) == (3, {"sum": 1}), backward
 
 
 @pytest.mark.parametrize("rows, blocks, ops", [(64, 16, {"clone": 1}),

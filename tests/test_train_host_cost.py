@@ -30,7 +30,9 @@ from workbench.train import host_cost
 # weight gradients (kernels.moe.layer_ladder.fused_op) change none of them: Float8MoE keeps the cast
 # weights its FP8 experts quantize. With RoPE's tables made once by the model (GPT.rope), 8 fewer in
 # every row, PyTorch's included: tensorwise 349, delayed 459, rowwise 313, blockwise 220, mxfp8 424.
-MAX_FP8_STEP_OPS = {"tensorwise": 349, "delayed": 459, "rowwise": 313, "blockwise": 220, "mxfp8": 424}
+# mxfp8 244 once its quantize writes the scales pre-shuffled (the 180 torch ops of the pre-shuffles
+# before its Linears' GEMMs gone; kernels.fp8.recipes.mxfp8).
+MAX_FP8_STEP_OPS = {"tensorwise": 349, "delayed": 459, "rowwise": 313, "blockwise": 220, "mxfp8": 244}
 MAX_WORKBENCH_STEP_OPS = 154   # the bf16 workbench step's (260 before the norms' out_dtype, 234 before the fp32
 #                                router, 225 before the fused routing, 195 before the fp32 weight gradients
 #                                of its 12 Linears, 183 before those of its MoE layer's experts, 180 before

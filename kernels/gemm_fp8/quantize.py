@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from .. import eager, validate
+from ..gemm_mxfp4.preshuffle import preshuffled_shape
 from . import quantize_kernel
 from .quantize_ref import GRANULARITIES, MX_DTYPES, QUANT_DTYPES, check_scale_rule, scale_shape
 
@@ -28,7 +29,7 @@ def check_scale(name: str, scale: torch.Tensor, x: torch.Tensor) -> None:
     validate.same_device(x=x, **{name: scale})
 
 
-def _check(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule):
+def _check(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule, preshuffled):
     validate.tensor("x", x, ndim=2, dtypes=X_DTYPES, allow_empty=True)
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
@@ -46,30 +47,34 @@ def _check(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule):
         why = " (MXFP8 is defined on the OCP formats)" if granularity == "mx32" else ""
         raise TypeError(f"fp8_dtype for granularity {granularity!r} must be one of {names}{why}, "
                         f"got {fp8_dtype}")
-    for name, flag in (("transpose", transpose), ("amax", amax)):
+    for name, flag in (("transpose", transpose), ("amax", amax), ("preshuffled", preshuffled)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if preshuffled and granularity != "mx32":
+        raise ValueError(f"preshuffled lays out e8m0 scales for the MX GEMM: granularity 'mx32', "
+                         f"got {granularity!r}")
 
 
 def _quantize_impl(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transpose: bool,
                    scale: torch.Tensor | None = None, amax: bool = False,
-                   scale_rule: str = "ocp") -> list[torch.Tensor]:
-    return list(quantize_kernel.launch(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule))
+                   scale_rule: str = "ocp", preshuffled: bool = False) -> list[torch.Tensor]:
+    return list(quantize_kernel.launch(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule, preshuffled))
 
 
 _quantize = torch.library.custom_op("kernels::quantize_fp8", _quantize_impl, mutates_args=())
 
 
 @_quantize.register_fake
-def _(x, granularity, fp8_dtype, transpose, scale=None, amax=False, scale_rule="ocp"):
+def _(x, granularity, fp8_dtype, transpose, scale=None, amax=False, scale_rule="ocp", preshuffled=False):
     m, k = x.shape
     scale_dtype = torch.uint8 if granularity == "mx32" else torch.float32
     given = scale is not None   # then the op returns no scales
-    out = [x.new_empty((m, k), dtype=fp8_dtype)]
-    out += [] if given else [x.new_empty(scale_shape(granularity, m, k), dtype=scale_dtype)]
+    def scales(rows, cols):
+        shape = scale_shape(granularity, rows, cols)
+        return [] if given else [x.new_empty(preshuffled_shape(*shape) if preshuffled else shape, dtype=scale_dtype)]
+    out = [x.new_empty((m, k), dtype=fp8_dtype)] + scales(m, k)
     if transpose:
-        out += [x.new_empty((k, m), dtype=fp8_dtype)]
-        out += [] if given else [x.new_empty(scale_shape(granularity, k, m), dtype=scale_dtype)]
+        out += [x.new_empty((k, m), dtype=fp8_dtype)] + scales(k, m)
     return out + ([x.new_empty((), dtype=torch.float32)] if amax else [])
 
 
@@ -101,7 +106,7 @@ def amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
 
 def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
              transpose: bool = False, scale: torch.Tensor | None = None,
-             amax: bool = False, scale_rule: str = "ocp") -> tuple[torch.Tensor, ...]:
+             amax: bool = False, scale_rule: str = "ocp", preshuffled: bool = False) -> tuple[torch.Tensor, ...]:
     """Quantize a 2-D ``x`` (M, K) to ``fp8_dtype`` with one scale per group, in one fused pass.
 
     Returns ``(q, scale)``, or with ``transpose=True`` ``(q, scale, q_t, scale_t)`` where
@@ -126,7 +131,11 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     or with ``scale_rule="round_up"`` the round-up rule of training stacks
     (:func:`kernels.microscaling.round_up_exponent`: the smallest power of two that saturates
     nothing); ``scale_rule`` is for ``mx32`` only (another granularity takes ``"ocp"``, its
-    default, which leaves it as it is).
+    default, which leaves it as it is). ``preshuffled=True`` (``mx32`` only) returns both scale
+    tensors in the layout gfx950's scaled MFMAs read (:mod:`kernels.gemm_mxfp4.preshuffle`:
+    (ceil(rows/32), 256 ceil(blocks/8)) for (rows, blocks), zero bytes in a partial stripe
+    or chunk), written so by the cast itself, bitwise ``preshuffle()`` of the row-major ones:
+    what :func:`kernels.gemm_fp8.mx_matmul` takes there without a shuffle of its own.
     ``tensor`` and ``row`` read x twice (an amax pass, then the cast: no element can be cast
     before its group's amax is known); the block granularities and ``mx32`` read it once.
     The result is bit-identical to :func:`.quantize_ref.quantize_reference`.
@@ -146,20 +155,21 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     saturate by up to 12.5 % (e4m3: the amax scaled into [256, 512) against a max of 448),
     as the MX spec allows; the round-up rule saturates none.
     """
-    _check(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule)
+    _check(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule, preshuffled)
     return quantize_checked(x, granularity, fp8_dtype, transpose=transpose, scale=scale, amax=amax,
-                            scale_rule=scale_rule)
+                            scale_rule=scale_rule, preshuffled=preshuffled)
 
 
 def quantize_checked(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
                      transpose: bool = False, scale: torch.Tensor | None = None,
-                     amax: bool = False, scale_rule: str = "ocp") -> tuple[torch.Tensor, ...]:
+                     amax: bool = False, scale_rule: str = "ocp", preshuffled: bool = False
+                     ) -> tuple[torch.Tensor, ...]:
     """:func:`quantize` on arguments its caller validated at its own public entry (the FP8
     grouped GEMM's operands, :mod:`kernels.moe.grouped_gemm_fp8.quantize`, whose training op
     checks x and a given scale once per call): the same op, results and custom op, no checks."""
     impl = _quantize_impl if eager.direct(x) else _quantize
     if scale is None:
-        return tuple(impl(x, granularity, fp8_dtype, transpose, None, False, scale_rule))
+        return tuple(impl(x, granularity, fp8_dtype, transpose, None, False, scale_rule, preshuffled))
     scale = scale if scale.dim() == 0 else scale.reshape(())
     q, *rest = impl(x, granularity, fp8_dtype, transpose, scale, amax)
     return ((q, scale, rest[0], scale) if transpose else (q, scale)) + tuple(rest[transpose:])

@@ -47,6 +47,11 @@ an 8-bit layout conversion. Whether that LDS traffic or HBM bounds the kernel is
 ``mx32``'s round-up rule (``scale_rule="round_up"``, :func:`_round_up_exponent`: a division
 by the format's max and a few integer operations on the quotient's bits, instead of the
 amax's bits alone) compiles on gfx950 to the same loads, stores and LDS, with no spills.
+Its scales written pre-shuffled (``PRESHUFFLED``, the mxfp8 recipe's on gfx950:
+:mod:`kernels.gemm_mxfp4.preshuffle`'s layout, so no shuffle runs before the GEMM) compile there
+to the same loads, q stores and LDS, no spills and the same waves per SIMD; the scales are
+still stored a byte at a time, by two more byte stores (the zeros of the half chunk past
+the last tile, one per orientation).
 The cast with a given scale and its tile's max (``AMAX``, delayed scaling's) adds one
 4-byte store per program and a cross-warp max through 32 bytes of LDS: no spills, 8 waves
 per SIMD on gfx942 as without it, 7 instead of 8 on gfx950 (per-row or per-column maxima
@@ -67,6 +72,7 @@ import triton
 import triton.language as tl
 
 from .. import plans
+from ..gemm_mxfp4.preshuffle import preshuffled_mask, preshuffled_offsets, preshuffled_shape
 from ..outputs import new_output
 from ..registry import AotKernel
 from ..triton_support import (aot_launch, cdiv, cols_if, fp8_grid, pointer_type, round_to_fp8, run_args,
@@ -145,20 +151,43 @@ def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
 
 
 @triton.jit
+def _store_groups(s_ptr, scale, rows, groups, ROWS, GROUPS, stride_r, stride_g, last,
+                  PRESHUFFLED: tl.constexpr):
+    """A tile's scales (one per row of ``rows`` and group of ``groups``) of a (ROWS, GROUPS)
+    tensor: row-major at (stride_r, stride_g), or with PRESHUFFLED in the pre-shuffled
+    layout (:mod:`kernels.gemm_mxfp4.preshuffle`; stride_r: its stripes'), padding included.
+    A row or block past x's edge reads zeros, so its byte is 0 (amax 0 under either e8m0
+    rule), the zero :func:`~kernels.gemm_mxfp4.preshuffle.preshuffle` fills a partial stripe
+    and chunk with; the ``last`` tile along the groups also writes the zeros of the half
+    chunk past it (a tile holds half a chunk), so every byte is written and none twice."""
+    if PRESHUFFLED:
+        tl.store(s_ptr + preshuffled_offsets(rows, groups, stride_r), scale,
+                 mask=preshuffled_mask(rows, groups, ROWS, GROUPS))
+        if last:
+            past = groups + groups.shape[0]
+            tl.store(s_ptr + preshuffled_offsets(rows, past, stride_r), tl.zeros_like(scale),
+                     mask=preshuffled_mask(rows, past, ROWS, GROUPS))
+    else:
+        tl.store(s_ptr + rows.to(tl.int64)[:, None] * stride_r + groups[None, :] * stride_g, scale,
+                 mask=(rows[:, None] < ROWS) & (groups[None, :] < GROUPS))
+
+
+@triton.jit
 def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
                      stride_xm, stride_xk, stride_qm, stride_qk, stride_sm, stride_sk,
                      stride_qtk, stride_qtm, stride_stk, stride_stm,
                      FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
                      MODE: tl.constexpr, G: tl.constexpr, MX: tl.constexpr, ROUND_UP: tl.constexpr,
                      TRANSPOSE: tl.constexpr, AMAX: tl.constexpr, FROM_AMAX: tl.constexpr,
-                     BLOCK: tl.constexpr):
+                     PRESHUFFLED: tl.constexpr, BLOCK: tl.constexpr):
     """MODE 0: one number per row of q read at s_ptr and per column of x (row of q_t) at st_ptr
     (tensor: one for all, stride 0), the scales; with FROM_AMAX (tensor) the tensor's amax at
     s_ptr instead, whose scale the cast computes (:func:`scale_of_amax`; q_t is then q.T) and the
     first program writes at amax_ptr (no pointer of its own: the cast without it keeps its
     arguments and occupancy, tests/test_fp8_quantize_isa.py);
     1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile (MX: e8m0, by the round-up
-    rule with ROUND_UP); 2: one G x G group.
+    rule with ROUND_UP; with PRESHUFFLED both scale tensors pre-shuffled, :func:`_store_groups`);
+    2: one G x G group.
     AMAX: also the tile's max |x| to amax_ptr[pid_m, pid_k] (a row-major grid of tiles)."""
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -184,8 +213,8 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
     elif MODE == 1:
         q, scale = _grouped_along_k(x, ax, BLOCK, BLOCK, G, FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)
         groups = pid_k * (BLOCK // G) + tl.arange(0, BLOCK // G)
-        tl.store(s_ptr + rows64[:, None] * stride_sm + groups[None, :] * stride_sk, scale,
-                 mask=(rows[:, None] < M) & (groups[None, :] < tl.cdiv(K, G)))
+        _store_groups(s_ptr, scale, rows, groups, M, tl.cdiv(K, G), stride_sm, stride_sk,
+                      pid_k == tl.num_programs(1) - 1, PRESHUFFLED)
     else:
         amax = tl.max(tl.max(ax, axis=1), axis=0)
         scale = scale_of_amax(amax, FMAX)
@@ -204,8 +233,8 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
             q_t, scale_t = _grouped_along_k(tl.trans(x), tl.trans(ax), BLOCK, BLOCK, G,
                                             FMAX, MANT, EMIN, MX, EMAX, ROUND_UP)
             groups = pid_m * (BLOCK // G) + tl.arange(0, BLOCK // G)
-            tl.store(st_ptr + cols64[:, None] * stride_stk + groups[None, :] * stride_stm, scale_t,
-                     mask=(cols[:, None] < K) & (groups[None, :] < tl.cdiv(M, G)))
+            _store_groups(st_ptr, scale_t, cols, groups, K, tl.cdiv(M, G), stride_stk, stride_stm,
+                          pid_m == tl.num_programs(0) - 1, PRESHUFFLED)
         else:             # the same group: q.T
             q_t = tl.trans(q)
         tl.store(qt_ptr + cols64[:, None] * stride_qtk + rows64[None, :] * stride_qtm,
@@ -303,7 +332,7 @@ class _Cast:
     one allocates and launches."""
 
     def __init__(self, x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, transpose: bool,
-                 given: bool, amax: bool, scale_rule: str):
+                 given: bool, amax: bool, scale_rule: str, preshuffled: bool):
         m, k = x.shape
         self.shape, self.fp8_dtype, self.transpose, self.given, self.amax = (m, k), fp8_dtype, transpose, given, amax
         self.tensor = granularity == "tensor"
@@ -311,6 +340,8 @@ class _Cast:
         self.mode = 0 if self.per_number else 2 if granularity == "block128x128" else 1
         self.scale_dtype = torch.uint8 if granularity == "mx32" else torch.float32
         self.scale_shapes = scale_shape(granularity, m, k), scale_shape(granularity, k, m)
+        if preshuffled:   # contiguous too: a stripe's bytes, then the next stripe's
+            self.scale_shapes = tuple(preshuffled_shape(*shape) for shape in self.scale_shapes)
         self.tiles = tiles = (cdiv(m, TILE), cdiv(k, TILE))
         if self.per_number:
             # row's (M, 1) and (K, 1) scales have stride 1; tensor's one number (its amax) is read
@@ -325,7 +356,7 @@ class _Cast:
                              tiles, dict(MODE=self.mode, G=group_shape(granularity, m, k)[1] if self.mode else TILE,
                                          MX=granularity == "mx32", ROUND_UP=scale_rule == "round_up",
                                          TRANSPOSE=transpose, AMAX=amax,
-                                         FROM_AMAX=self.tensor and not given,
+                                         FROM_AMAX=self.tensor and not given, PRESHUFFLED=preshuffled,
                                          BLOCK=TILE, num_warps=NUM_WARPS, **format_constants(fp8_dtype)))
         if self.per_number and not given:   # the amax pass, and row's scale launch
             self.cols = transpose and not self.tensor   # the amax pass's maxima per column of x too
@@ -385,24 +416,28 @@ ROW_SCALES_SETTINGS = dict(BLOCK=TILE, BT=_ROW_SCALES_BT, num_warps=4)
 
 def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
            transpose: bool = False, scale: torch.Tensor | None = None,
-           amax: bool = False, scale_rule: str = "ocp") -> tuple[torch.Tensor, ...]:
+           amax: bool = False, scale_rule: str = "ocp", preshuffled: bool = False) -> tuple[torch.Tensor, ...]:
     """Run the kernels of :func:`kernels.gemm_fp8.quantize` on a checked ``x`` (M, K);
     ``scale``: a checked float32 one-number scale of ``tensor`` given by the caller, which
     skips the amax launch (the result then holds no scales: (q,) or (q, q_t)); with it,
     ``amax``: the cast also writes each tile's max |x|, reduced on the device to x's amax
     (0-d float32, 0 for an empty x), appended to the result. ``scale_rule`` (checked):
-    ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``. Device ops: ``tensor`` and ``row`` three
-    (the amax pass, tensor's torch reduction or row's scale launch, the cast), one for a given
-    scale (two with ``amax``: the reduction of the tile maxima), one for the others."""
+    ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``; ``preshuffled`` (``mx32``): both scale
+    tensors in the layout of :mod:`kernels.gemm_mxfp4.preshuffle`, written so by the cast.
+    Device ops: ``tensor`` and ``row`` three (the amax pass, tensor's torch reduction or row's
+    scale launch, the cast), one for a given scale (two with ``amax``: the reduction of the
+    tile maxima), one for the others."""
     given = scale is not None
     if x.numel() == 0:
-        return _empty(x, granularity, fp8_dtype, transpose, given, amax)
-    key = (x.shape, x.stride(), x.dtype, x.device, granularity, fp8_dtype, transpose, given, amax, scale_rule)
-    return _CASTS(key, _Cast, x, granularity, fp8_dtype, transpose, given, amax, scale_rule)(x, scale)
+        return _empty(x, granularity, fp8_dtype, transpose, given, amax, preshuffled)
+    key = (x.shape, x.stride(), x.dtype, x.device, granularity, fp8_dtype, transpose, given, amax, scale_rule,
+           preshuffled)
+    return _CASTS(key, _Cast, x, granularity, fp8_dtype, transpose, given, amax, scale_rule, preshuffled)(x, scale)
 
 
-def _empty(x, granularity, fp8_dtype, transpose, given, amax) -> tuple[torch.Tensor, ...]:
-    """:func:`launch`'s result for an empty x: no launch; scales 1 (MX: byte 0)."""
+def _empty(x, granularity, fp8_dtype, transpose, given, amax, preshuffled) -> tuple[torch.Tensor, ...]:
+    """:func:`launch`'s result for an empty x: no launch; scales 1 (MX: byte 0, pre-shuffled
+    or not: every byte of either layout is a padding zero or a block of no elements)."""
     m, k = x.shape
     q = new_output((m, k), fp8_dtype, x.device)
     q_t = new_output((k, m), fp8_dtype, x.device) if transpose else q
@@ -411,8 +446,11 @@ def _empty(x, granularity, fp8_dtype, transpose, given, amax) -> tuple[torch.Ten
         return ((q, q_t) if transpose else (q,)) + zero
     mx = granularity == "mx32"
     scale_dtype = torch.uint8 if mx else torch.float32
-    scale = torch.ones(scale_shape(granularity, m, k), dtype=scale_dtype, device=x.device)
-    scale_t = torch.ones(scale_shape(granularity, k, m), dtype=scale_dtype, device=x.device)
+    shapes = scale_shape(granularity, m, k), scale_shape(granularity, k, m)
+    if preshuffled:
+        shapes = tuple(preshuffled_shape(*shape) for shape in shapes)
+    scale = torch.ones(shapes[0], dtype=scale_dtype, device=x.device)
+    scale_t = torch.ones(shapes[1], dtype=scale_dtype, device=x.device)
     if mx:   # amax 0: byte 0, as the MX rule gives an all-zero block
         scale, scale_t = scale.zero_(), scale_t.zero_()
     return (q, scale, q_t, scale_t) if transpose else (q, scale)
@@ -440,15 +478,17 @@ def bytes_moved(shape: tuple[int, int], x_dtype: torch.dtype, granularity: str,
 
 def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
         x_dtype: torch.dtype = torch.bfloat16, amax: bool = False, scale_rule: str = "ocp",
-        given_scale: bool = False) -> AotKernel:
+        given_scale: bool = False, preshuffled: bool = False) -> AotKernel:
     """The cast pass as a GPU runs it on a contiguous 8192 x 8192 x, for an ahead-of-time
     compile (:func:`workbench.isa.compile.compile_aot`; not a rung, so not in the inspector);
     ``given_scale``: ``tensor``'s cast with a scale given by the caller (else ``tensor`` and
     ``row`` compute their scales from the amax pass's amaxes); ``amax``: with the tile maxima a
-    given ``tensor`` scale's cast writes (delayed scaling's); ``scale_rule``: ``mx32``'s e8m0 rule."""
+    given ``tensor`` scale's cast writes (delayed scaling's); ``scale_rule``: ``mx32``'s e8m0 rule;
+    ``preshuffled``: ``mx32``'s scales written pre-shuffled (the mxfp8 recipe's on gfx950)."""
     size = 8192
     mode = 0 if granularity in ("tensor", "row") else 2 if granularity == "block128x128" else 1
     m_groups = scale_shape(granularity, size, size)
+    m_groups = preshuffled_shape(*m_groups) if preshuffled else m_groups   # (stripes, a stripe's bytes)
     # the scale strides :func:`quantize` passes (0 where it broadcasts), since Triton
     # specializes a 1 as a constant and a 0 as divisible by 16: another binary
     per_row = int(granularity == "row")
@@ -460,7 +500,7 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
     scale = pointer_type(torch.uint8) if granularity == "mx32" else "*fp32"
     constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
                       MX=granularity == "mx32", ROUND_UP=scale_rule == "round_up", TRANSPOSE=transpose, AMAX=amax,
-                      FROM_AMAX=granularity == "tensor" and not (given_scale or amax),
+                      FROM_AMAX=granularity == "tensor" and not (given_scale or amax), PRESHUFFLED=preshuffled,
                       **format_constants(fp8_dtype))
     return aot_launch(_quantize_kernel, fp8_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS), ints,
                       constexprs=constexprs,

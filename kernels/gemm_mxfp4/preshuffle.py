@@ -17,18 +17,48 @@ MXFP4 GEMMs with pre-shuffled scales on gfx950 (ROCm/aiter,
 ``aiter/ops/triton/utils/shuffle.py``: ``_shuffle_scale_tile_gfx950`` with 32-row
 stripes and 8-scale chunks; the kernel's inverse view in
 ``aiter/ops/triton/_triton_kernels/gemm/basic/gemm_afp4wfp4.py``, 2026-08).
+
+A kernel that makes scales can write them in this layout itself (:func:`preshuffled_offsets`
+and :func:`preshuffled_mask`; the MX quantize does, :func:`kernels.gemm_fp8.quantize` with
+``preshuffled=True``), so no shuffle runs between it and the GEMM: ``tests/test_mx_preshuffle.py``
+checks its bytes against :func:`preshuffle`'s.
 """
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 STRIPE = 32   # rows per stripe: two 16-row MFMA tiles
 CHUNK = 8     # scales per chunk: two 128-element K steps of four 32-element blocks
+_STRIPE, _CHUNK = tl.constexpr(STRIPE), tl.constexpr(CHUNK)   # the same, for the kernels
 
 
 def preshuffled_shape(rows: int, blocks: int) -> tuple[int, int]:
     """The shape of the pre-shuffled form of (rows, blocks) scales."""
     return -(-rows // STRIPE), STRIPE * CHUNK * -(-blocks // CHUNK)
+
+
+@triton.jit
+def preshuffled_offsets(rows, blocks, stride_stripe):
+    """Where scale ``blocks`` (1-D) of row ``rows`` (1-D) lies in a pre-shuffled tensor whose
+    stripes are ``stride_stripe`` bytes apart: a (rows, blocks) tile of int64 offsets. Row
+    16 a + b, scale 4 c + d of stripe t and chunk h: byte 256 h + 64 d + 4 b + 2 c + a of
+    stripe t (module docstring), i.e. the chunk's bytes in (d, b, c, a) order."""
+    r, s = rows % _STRIPE, blocks % _CHUNK
+    a, b = r // (_STRIPE // 2), r % (_STRIPE // 2)
+    c, d = s // (_CHUNK // 2), s % (_CHUNK // 2)
+    in_chunk = ((d[None, :] * (_STRIPE // 2) + b[:, None]) * 2 + c[None, :]) * 2 + a[:, None]
+    chunk = (blocks // _CHUNK) * (_STRIPE * _CHUNK)
+    return (rows // _STRIPE).to(tl.int64)[:, None] * stride_stripe + (chunk[None, :] + in_chunk)
+
+
+@triton.jit
+def preshuffled_mask(rows, blocks, ROWS, BLOCKS):
+    """Which of :func:`preshuffled_offsets`' (rows, blocks) tile lie in the pre-shuffled form
+    of (ROWS, BLOCKS) scales: a stripe and a chunk it has, their padding included."""
+    return ((rows < tl.cdiv(ROWS, _STRIPE) * _STRIPE)[:, None]
+            & (blocks < tl.cdiv(BLOCKS, _CHUNK) * _CHUNK)[None, :])
 
 
 def preshuffle(scales: torch.Tensor) -> torch.Tensor:

@@ -12,9 +12,14 @@ are ``kernels.gemm_fp8.quantize(..., "mx32")`` and ``mx_matmul``; :attr:`needs` 
 them while they are not installed. ``mx_matmul``'s B operand is passed as ``(K, N)``
 with its scales as :func:`quantize` returns them for B's rows-as-groups layout
 (``(N, K/32)``), the convention of ``kernels.matmul_mxfp4``. Where ``mx_matmul`` reads
-pre-shuffled scales as they are (gfx950, and the interpreter that checks it), every scale
-tensor is pre-shuffled just before its GEMM (:func:`_for_the_gemm`; the forward saves them
-row-major, so the saved bytes stay M K/32 + N K/32): the GEMMs then load no scale byte on its own.
+pre-shuffled scales as they are (gfx950, and the interpreter that checks it), every quantize
+writes its scales pre-shuffled (:func:`_preshuffled`, ``quantize(..., preshuffled=True)``),
+so the GEMMs load no scale byte on its own and no shuffle runs between the quantize and its
+GEMM (at K = 128 those were 12 of the backward's 16 device ops, ``tests/test_mx_preshuffle.py``).
+The forward saves them so too: (ceil(K/32), 256 ceil(M/256)) bytes for x.T and likewise for
+w.T, M K/32 + N K/32 where K is a multiple of 32 and M and N of 256, more where a partial
+32-row stripe or 8-scale chunk is padded with zeros (at most 31 rows and 7 scales a row;
+:meth:`MXFP8.saved_like`).
 
 Scale rule: round-up by default (``"round_up"``, :func:`kernels.microscaling.round_up_exponent`),
 not the OCP spec's floor rule. The floor rule, ``floor(log2 amax) - 8``, puts a block's largest
@@ -41,16 +46,16 @@ import torch
 from ... import backend as _backend
 from ... import gemm_fp8
 from ...gemm_mxfp4.launch import takes_preshuffled
-from ...gemm_mxfp4.preshuffle import preshuffle
+from ...gemm_mxfp4.preshuffle import preshuffled_shape
 from ..recipe import Recipe, Saved, register
 
 
-def _for_the_gemm(scales: torch.Tensor) -> torch.Tensor:
-    """``scales`` (rows, K/32) in the layout ``mx_matmul`` reads as it is on this backend:
-    pre-shuffled where the target takes it (:func:`~kernels.gemm_mxfp4.launch.takes_preshuffled`),
+def _preshuffled() -> bool:
+    """Whether ``mx_matmul`` reads pre-shuffled scales as they are on this backend
+    (:func:`~kernels.gemm_mxfp4.launch.takes_preshuffled`), so the quantize writes them so;
     row-major elsewhere. Same bytes, same results (``tests/test_mx_preshuffle.py``)."""
     here = _backend.current()
-    return preshuffle(scales) if takes_preshuffled(here.name, here.arch) else scales
+    return takes_preshuffled(here.name, here.arch)
 
 
 class MXFP8(Recipe):
@@ -73,21 +78,27 @@ class MXFP8(Recipe):
                             f"and the recipe takes e4m3 only), got {fp8}")
         return torch.float8_e4m3fn
 
+    def saved_like(self, x, w, fp8):
+        """The base layout's, with the scales pre-shuffled where the forward writes them so."""
+        saved = super().saved_like(x, w, fp8)
+        if not _preshuffled():
+            return saved
+        x_scale, w_scale = (s.new_empty(preshuffled_shape(*s.shape)) for s in (saved.x_scale, saved.w_scale))
+        return saved._replace(x_scale=x_scale, w_scale=w_scale)
+
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
-        rule = self.scale_rule
-        x8, sx, xt8, sxt = gemm_fp8.quantize(x, "mx32", fp8, transpose=True, scale_rule=rule)   # xt8: x.T along M
-        w8, sw, wt8, swt = gemm_fp8.quantize(w, "mx32", fp8, transpose=True, scale_rule=rule)   # wt8: w.T along N
-        y = gemm_fp8.mx_matmul(x8, _for_the_gemm(sx), w8.t(), _for_the_gemm(sw), out_dtype)
+        mx = dict(transpose=True, scale_rule=self.scale_rule, preshuffled=_preshuffled())
+        x8, sx, xt8, sxt = gemm_fp8.quantize(x, "mx32", fp8, **mx)   # xt8: x.T along M
+        w8, sw, wt8, swt = gemm_fp8.quantize(w, "mx32", fp8, **mx)   # wt8: w.T along N
+        y = gemm_fp8.mx_matmul(x8, sx, w8.t(), sw, out_dtype)
         return y, Saved(xt8, sxt, wt8, swt)
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
-        dy8, sdy, *dyt = gemm_fp8.quantize(dy, "mx32", grad_fp8, transpose=need_dw,
-                                           scale_rule=self.scale_rule)   # along N, M
+        dy8, sdy, *dyt = gemm_fp8.quantize(dy, "mx32", grad_fp8, transpose=need_dw, scale_rule=self.scale_rule,
+                                           preshuffled=_preshuffled())   # along N, M
         # mx_matmul(a (M, R), its scales, b_t (N, R).T, its scales): both grouped by 32 along R
-        dx = (gemm_fp8.mx_matmul(dy8, _for_the_gemm(sdy), saved.w.t(), _for_the_gemm(saved.w_scale), dx_dtype)
-              if need_dx else None)
-        dw = (gemm_fp8.mx_matmul(dyt[0], _for_the_gemm(dyt[1]), saved.x.t(), _for_the_gemm(saved.x_scale),
-                                 dw_dtype) if need_dw else None)
+        dx = gemm_fp8.mx_matmul(dy8, sdy, saved.w.t(), saved.w_scale, dx_dtype) if need_dx else None
+        dw = gemm_fp8.mx_matmul(dyt[0], dyt[1], saved.x.t(), saved.x_scale, dw_dtype) if need_dw else None
         return dx, dw
 
 
