@@ -137,10 +137,11 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # blockwise_matmul keeps a launch plan as matmul_fp8 does (rowwise's include a launch per quantize,
 # its scales', that replaced ten torch ops). Delayed's are mostly its recompute bookkeeping
 # (kernels.fp8.recompute) per tensor, and its scale's and record's checks and dispatch (one launch
-# each, kernels.fp8.history_ops). 53 and 92, 59 and 101, 51 and 90, 105 and 164, 140 and 324
+# each, kernels.fp8.history_ops). 53 and 92, 59 and 101, 51 and 90, 99 and 158, 140 and 324
 # (2026-12-06) once delayed scaling asks its recompute question and kernels.eager.direct once for x
 # and w (once for dy), reads the layer's buffers from its dict, keeps x's and w's scales for a
-# recompute in one call and reads no thread's tape stack while no checkpointed call runs; its amax
+# recompute in one call and reads no thread's tape stack while no checkpointed call runs
+# (kernels.fp8.recompute.open_tapes, which the recompute question reads without a call); its amax
 # launch takes x and w as fp8_linear checked them, before the scales now (quantize.amax_checked);
 # the recipes quantize without quantize's checks (x and w checked by fp8_linear, dy autograd's),
 # the forward's also without dispatch (the op's implementation runs eagerly: quantize_checked's
@@ -168,7 +169,7 @@ MAX_PYTHON_CALLS = {"matmul": 11, "nn.Linear": 16, "flash_attention": 10, "flash
                     "Float8Linear tensorwise": 55, "Float8Linear tensorwise fwd+bwd": 94,
                     "Float8Linear rowwise": 61, "Float8Linear rowwise fwd+bwd": 103,
                     "Float8Linear blockwise": 53, "Float8Linear blockwise fwd+bwd": 92,
-                    "Float8Linear delayed": 107, "Float8Linear delayed fwd+bwd": 166,
+                    "Float8Linear delayed": 101, "Float8Linear delayed fwd+bwd": 160,
                     "Float8Linear mxfp8": 142, "Float8Linear mxfp8 fwd+bwd": 326}
 
 

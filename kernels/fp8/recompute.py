@@ -58,10 +58,11 @@ class Tape:
 
 
 _LOCAL = threading.local()   # per thread: a GPU's backward (and so a recompute) runs on autograd's device thread
-# tapes entered and not yet left, in every thread: while 0 (no checkpointed call is running, the
-# usual forward) :func:`replaying` and :func:`keep` read no thread's stack (two Python calls fewer
-# each); asked after is_compiling, so that a compiled frame holds no guard on it
-_open = 0
+open_tapes = 0
+"""Tapes entered and not yet left, in every thread: while 0 (no checkpointed call is running, the
+usual forward) there is nothing to replay or keep, which a caller may ask without a call
+(:func:`replaying` and :func:`keep` ask it too, before reading this thread's stack: two Python
+calls each). Read after ``torch.compiler.is_compiling()``, so a compiled frame holds no guard on it."""
 _open_lock = threading.Lock()
 
 
@@ -80,19 +81,19 @@ class _Active:
         self.entry = (tape, replaying)
 
     def __enter__(self):
-        global _open
+        global open_tapes
         tape, replaying = self.entry
         if replaying:
             tape.read.clear()
         _stack().append(self.entry)
         with _open_lock:
-            _open += 1
+            open_tapes += 1
 
     def __exit__(self, *exc):
-        global _open
+        global open_tapes
         _stack().remove(self.entry)
         with _open_lock:
-            _open -= 1
+            open_tapes -= 1
 
 
 def context():
@@ -132,7 +133,7 @@ def _contexts():
 
 def replaying() -> Tape | None:
     """The innermost tape being replayed (a recompute under :func:`checkpoint`), or None."""
-    if torch.compiler.is_compiling() or not _open:
+    if torch.compiler.is_compiling() or not open_tapes:
         return None
     return next((tape for tape, replay in reversed(_stack()) if replay), None)
 
@@ -140,7 +141,7 @@ def replaying() -> Tape | None:
 def keep(layer, scales: dict[str, torch.Tensor]) -> None:
     """``scales`` (by tensor name), just taken by delayed casts of ``layer``, kept by every tape being
     recorded."""
-    if not torch.compiler.is_compiling() and _open:
+    if not torch.compiler.is_compiling() and open_tapes:
         for tape, replay in _stack():
             if not replay:
                 tape.keep(layer, scales)

@@ -165,9 +165,10 @@ def recomputing(layer) -> bool:   # asked outside no_grad: the grad mode is part
     forward in training mode while autograd's engine executes the backward, with gradients on);
     not a forward a backward hook runs with gradients off, which casts and records as any
     forward. Never while compiling: the trace runs the layer's Python once."""
-    return fp8_recompute.replaying() is not None or (
-        layer.training and not torch.compiler.is_compiling() and torch.is_grad_enabled()
-        and torch._C._current_graph_task_id() != -1)
+    if torch.compiler.is_compiling():
+        return False
+    return (fp8_recompute.open_tapes and fp8_recompute.replaying() is not None) or (
+        layer.training and torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1)
 
 
 def _forward_scales(layer) -> dict[str, torch.Tensor]:
@@ -179,9 +180,12 @@ def _forward_scales(layer) -> dict[str, torch.Tensor]:
 def _kept_for_recompute(layer, scales: dict[str, torch.Tensor]) -> None:
     """``scales`` (by tensor name), kept as those a recompute of this forward takes: on the tapes
     of the :func:`kernels.fp8.checkpoint` calls being recorded, and (training mode, eager) on the
-    layer, for a plain ``torch.utils.checkpoint``'s recompute."""
-    fp8_recompute.keep(layer, scales)
-    if layer.training and not torch.compiler.is_compiling():
+    layer, for a plain ``torch.utils.checkpoint``'s recompute. Nothing while compiling."""
+    if torch.compiler.is_compiling():
+        return
+    if fp8_recompute.open_tapes:
+        fp8_recompute.keep(layer, scales)
+    if layer.training:
         _forward_scales(layer).update(scales)
 
 
