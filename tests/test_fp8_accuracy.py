@@ -100,10 +100,11 @@ def test_the_ocp_rule_saturates_what_it_says_and_costs_the_forward_accuracy(rows
 
 def test_each_recipes_operand_groups_are_the_granularities_it_quantizes_with(monkeypatch):
     """``operand_groups`` (what the counts use) names the granularities the recipe's own
-    forward and backward ask :func:`kernels.gemm_fp8.quantize` for."""
-    from kernels import gemm_fp8
-    asked, real = [], gemm_fp8.quantize
-    monkeypatch.setattr(gemm_fp8, "quantize", lambda x, granularity, *a, **k:
+    forward and backward ask :func:`kernels.gemm_fp8.quantize` for (seen at its launch, which the
+    recipes that quantize without its checks reach too: :mod:`kernels.fp8.scaled_gemm`)."""
+    from kernels.gemm_fp8 import quantize_kernel
+    asked, real = [], quantize_kernel.launch
+    monkeypatch.setattr(quantize_kernel, "launch", lambda x, granularity, *a, **k:
                         asked.append(granularity) or real(x, granularity, *a, **k))
     t = fp8_accuracy.operands((40, 24, 56))
     for name in kernels.fp8.names():

@@ -131,6 +131,27 @@ def test_a_forward_a_backward_hook_runs_casts_and_records_as_any_forward():
 
 # kernels.fp8.checkpoint: each checkpointed call replays its own forward's scales (kernels/fp8/recompute.py)
 
+def test_open_tapes_count_the_checkpointed_calls_running():
+    """``kernels.fp8.recompute.open_tapes``, which lets a forward outside any checkpointed call skip
+    the tape stack: 1 while a kernels.fp8.checkpoint call records or replays, and 0 again after
+    each, also after a checkpointed call that raises."""
+    from kernels.fp8 import recompute
+    layer = kernels.fp8.Float8Linear(4, 4, recipe="delayed", fp8_dtype=FP8)
+    seen = []
+    layer.register_forward_pre_hook(lambda module, args: seen.append(recompute.open_tapes))
+    x = torch.randn(3, 4, requires_grad=True)
+    layer(x)
+    kernels.fp8.checkpoint(layer, x).sum().backward()
+    assert seen == [0, 1, 1] and recompute.open_tapes == 0   # forward, checkpointed forward, its recompute
+
+    def fails(t):
+        raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        kernels.fp8.checkpoint(fails, x)
+    assert recompute.open_tapes == 0
+
+
 class Twice(torch.nn.Module):
     """One delayed FP8 Linear applied twice in a row (a shared layer), checkpointed as one call
     by ``wrap`` (None: not checkpointed)."""

@@ -126,6 +126,27 @@ def test_bad_inputs_get_clear_errors():
         convert(torch.nn.Linear(8, 5), "nope")
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])
+def test_inputs_the_recipes_quantize_unchecked_are_checked_where_they_enter(recipe):
+    """The recipes quantize without quantize's checks (kernels.fp8.scaled_gemm): fp8_linear checks
+    a caller's scales and Recipe.gemms what it is given (each check here fails without it: a
+    kernel's or torch's own error, or none, 2026-12-06)."""
+    x, w = torch.randn(3, 8), torch.randn(5, 8)
+    with pytest.raises(ValueError, match="scale_x must hold one number"):
+        fp8_linear(x, w, "tensorwise", scale_x=torch.ones(2))
+    with pytest.raises(TypeError, match="scale_w has dtype float16"):
+        fp8_linear(x, w, "tensorwise", scale_w=torch.ones((), dtype=torch.float16))
+    rec = kernels.fp8.get(recipe)
+    with pytest.raises(TypeError, match="dy has dtype int64"):
+        rec.gemms(x, w, torch.randint(0, 3, (3, 5)), torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="w must be 2-D"):
+        rec.gemms(x, w[0], torch.randn(3, 5), torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="fp8 must be one of"):
+        rec.gemms(x, w, torch.randn(3, 5), torch.float16)
+    with pytest.raises(ValueError, match="scale_w must hold one number"):
+        rec.gemms(x, w, torch.randn(3, 5), torch.float8_e4m3fn, scale_x=torch.ones(()), scale_w=torch.ones(3))
+
+
 class Net(torch.nn.Module):
     """First Linear, a norm, kernels.nn.Linear in the middle, a router, a head."""
 

@@ -70,12 +70,15 @@ def _(seen, amax, fmax):
     return seen.new_empty((), dtype=torch.float32)
 
 
-def scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
+def scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float, direct: bool | None = None) -> torch.Tensor:
     """``seen / fmax`` (0-d float32: an amax history's max), ``amax / fmax`` (0-d float32: the
     current amax) while ``seen`` is 0, 1 where both are 0: a 0-d float32 on their device; one
     launch. Bitwise (as the CPU evaluates it) ``torch.where(ref > 0, ref / fmax, 1)`` with ``ref = torch.where(seen > 0,
-    seen, amax)``."""
-    return (_scale_impl if eager.direct(seen, amax) else _scale)(seen, amax, fmax)
+    seen, amax)``. ``direct``: :func:`kernels.eager.direct` of the tensors, where the caller asked it
+    once for several ops (None: asked here)."""
+    if direct is None:
+        direct = eager.direct(seen, amax)
+    return (_scale_impl if direct else _scale)(seen, amax, fmax)
 
 
 def _record_impl(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor,
@@ -94,10 +97,11 @@ def _(history, counts, index, amax, scale, limit, at_limit):
 
 
 def record(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor, scale: torch.Tensor,
-           limit: float, at_limit: bool) -> None:
+           limit: float, at_limit: bool, direct: bool | None = None) -> None:
     """In place, one launch: ``amax`` (0-d float32) enters ``history`` (contiguous float32,
     newest first; the oldest entry drops out), and ``counts[index]`` (int64) gains 1 where
     ``amax`` lies beyond ``scale * limit`` (0-d float32 and a float), or on it with
-    ``at_limit``."""
-    (_record_impl if eager.direct(history, counts, amax, scale) else _record)(
-        history, counts, index, amax, scale, limit, at_limit)
+    ``at_limit``. ``direct``: as :func:`scale`'s."""
+    if direct is None:
+        direct = eager.direct(history, counts, amax, scale)
+    (_record_impl if direct else _record)(history, counts, index, amax, scale, limit, at_limit)

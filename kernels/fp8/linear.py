@@ -40,6 +40,7 @@ import torch
 
 from .. import autocast, eager, plans, validate
 from ..gemm_fp8.formats import FP8_DTYPES
+from ..gemm_fp8.quantize import check_scale
 from . import recipe as _recipes
 
 IN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -145,22 +146,18 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
     rule of a recipe with ``mx32`` groups (mxfp8: ``"round_up"``, its default, or ``"ocp"``),
     refused by the others (:meth:`kernels.fp8.recipe.Recipe.chosen_scale_rule`).
     """
-    return _fp8_linear_outputs(x, w, recipe, fp8_dtype, out_dtype, scale_x, scale_w, grad_format,
-                               scale_rule=scale_rule)[0]
+    plan = _checked(x, w, recipe, fp8_dtype, out_dtype, grad_format, scale_rule)
+    for name, scale in (("scale_x", scale_x), ("scale_w", scale_w)):   # a caller's: a layer's own are not checked
+        if scale is not None:
+            check_scale(name, scale, x)
+    return plan.run(x, w, scale_x, scale_w)[0]
 
 
-def _fp8_linear_outputs(x, w, recipe="rowwise", fp8_dtype=None, out_dtype=None, scale_x=None, scale_w=None,
-                        grad_format=None, grad_state=(None, None), scale_rule=None) -> tuple[torch.Tensor, ...]:
-    """:func:`fp8_linear` checked and run: all the op's outputs (y, the saved operands, the amaxes);
-    ``grad_state``: the layer's :meth:`~kernels.fp8.recipe.Recipe.grad_state`. The checks and
-    choices are made once per metadata of x and w and options (:class:`_Checked`, a launch plan's
-    key: :mod:`kernels.plans`)."""
-    plan = _PLANS(plans.meta(x, w, extra=(recipe, fp8_dtype, out_dtype, grad_format, scale_rule)), _Checked,
+def _checked(x, w, recipe, fp8_dtype, out_dtype, grad_format, scale_rule) -> "_Checked":
+    """:func:`fp8_linear`'s checks of x and w and its choices, made once per metadata of x and w and
+    options (:class:`_Checked`, a launch plan's key: :mod:`kernels.plans`)."""
+    return _PLANS(plans.meta(x, w, extra=(recipe, fp8_dtype, out_dtype, grad_format, scale_rule)), _Checked,
                   x, w, recipe, fp8_dtype, out_dtype, grad_format, scale_rule)
-    how = eager.path(known=plan.kind)
-    op = _impl if how == eager.PLAIN else _apply if how == eager.AUTOGRAD else _fp8_linear
-    return op(x, w, recipe, plan.fp8_dtype, plan.grad_dtype, plan.out_dtype, scale_x, scale_w, *grad_state,
-              plan.scale_rule)
 
 
 _PLANS = plans.PlanCache()
@@ -168,10 +165,11 @@ _PLANS = plans.PlanCache()
 
 class _Checked:
     """:func:`fp8_linear`'s checks of x and w and its choices (the formats, dy's, the scale rule,
-    the output dtype) for inputs of one metadata and options; ``kind``: :func:`kernels.eager.kind`."""
+    the output dtype) for inputs of one metadata and options; ``kind``: :func:`kernels.eager.kind`;
+    ``recipe``: the recipe (its default rule's instance: what a layer asks for its scales and state)."""
 
     def __init__(self, x, w, recipe, fp8_dtype, out_dtype, grad_format, scale_rule):
-        rec = _recipes.get(recipe)
+        self.recipe = rec = _recipes.get(recipe)
         self.fp8_dtype = rec.element_format(fp8_dtype)
         if self.fp8_dtype not in FP8_DTYPES:
             raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {self.fp8_dtype}")
@@ -186,6 +184,16 @@ class _Checked:
         self.scale_rule = rec.chosen_scale_rule(scale_rule)
         self.out_dtype = out_dtype or x.dtype
         self.kind = eager.kind(x, w)
+
+    def run(self, x, w, scale_x, scale_w, grad_state=(None, None)) -> tuple[torch.Tensor, ...]:
+        """All the op's outputs (y, the saved operands, the amaxes) on checked x and w and scales
+        (a caller's, checked by :func:`fp8_linear`, or a layer's own), by the path an eager call
+        takes (:func:`kernels.eager.path`); ``grad_state``: the layer's
+        :meth:`~kernels.fp8.recipe.Recipe.grad_state`."""
+        how = eager.path(known=self.kind)
+        op = _impl if how == eager.PLAIN else _apply if how == eager.AUTOGRAD else _fp8_linear
+        return op(x, w, self.recipe.name, self.fp8_dtype, self.grad_dtype, self.out_dtype, scale_x, scale_w,
+                  *grad_state, self.scale_rule)
 
 
 class Float8Linear(torch.nn.Linear):
@@ -231,12 +239,15 @@ class Float8Linear(torch.nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x, = autocast.operands(x)
+        if autocast.active():   # one C call; operands' own test is a Python call more
+            x, = autocast.operands(x)
         flat = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])   # not -1: K may be 0
-        rec, w, bias = _recipes.get(self.recipe), self.weight, self.bias
+        w, bias = self.weight, self.bias
+        # checked before the recipe reads them: delayed scaling's amax launches take x and w as checked
+        plan = _checked(flat, w, self.recipe, self.fp8_dtype, x.dtype, self.grad_format, self.scale_rule)
+        rec = plan.recipe
         scale_x, scale_w = rec.scales(self, flat, w)
-        y, *out = _fp8_linear_outputs(flat, w, self.recipe, self.fp8_dtype, x.dtype, scale_x, scale_w,
-                                      self.grad_format, rec.grad_state(self), self.scale_rule)
+        y, *out = plan.run(flat, w, scale_x, scale_w, rec.grad_state(self))
         if scale_x is not None:
             rec.record(self, (scale_x, scale_w), out[-1])
         y = y.reshape(*x.shape[:-1], self.out_features)

@@ -45,9 +45,10 @@ import torch
 
 from typing import NamedTuple
 
-from .. import gemm_fp8
+from .. import gemm_fp8, validate
 from ..gemm_fp8.formats import E5M2_OF
-from ..gemm_fp8.quantize_ref import scale_shape
+from ..gemm_fp8.quantize import X_DTYPES, check_scale
+from ..gemm_fp8.quantize_ref import QUANT_DTYPES, scale_shape
 
 GRAD_FORMATS = ("hybrid", "e4m3")
 RECIPES: dict[str, "Recipe"] = {}   # filled by kernels.fp8.recipes, in ladder order
@@ -200,7 +201,16 @@ class Recipe:
         """The three GEMMs' results by name (``forward``, ``dgrad``, ``wgrad``): one forward and
         one backward, as a training step runs them (for accuracy reports and tests); ``scale_x``,
         ``scale_w`` and ``grad_state`` (dy's, as :meth:`grad_state` hands it to the backward) as
-        a layer with delayed scaling passes them."""
+        a layer with delayed scaling passes them. Eager, and checked here as
+        :func:`kernels.fp8.fp8_linear` checks its inputs: the recipes quantize without checks, and
+        a forward without dispatch (:mod:`kernels.fp8.scaled_gemm`)."""
+        for name, t in (("x", x), ("w", w), ("dy", dy)):
+            validate.tensor(name, t, ndim=2, dtypes=X_DTYPES, allow_empty=True)
+        if fp8 not in QUANT_DTYPES:
+            raise TypeError(f"fp8 must be one of {QUANT_DTYPES}, got {fp8}")
+        for name, scale in (("scale_x", scale_x), ("scale_w", scale_w)):
+            if scale is not None:
+                check_scale(name, scale, x)
         y, saved = self.forward(x, w, fp8, out_dtype, scale_x, scale_w)
         dx, dw = self.backward(dy, saved, self.grad_dtype(fp8, grad_format), out_dtype, out_dtype, True, True,
                                *grad_state)

@@ -41,8 +41,9 @@ class Tape:
         self.scales: dict[tuple[int, str], list[torch.Tensor]] = defaultdict(list)
         self.read: dict[tuple[int, str], int] = {}   # replay's cursor per key, reset at each recompute
 
-    def keep(self, layer, name: str, scale: torch.Tensor) -> None:
-        self.scales[id(layer), name].append(scale)
+    def keep(self, layer, scales: dict[str, torch.Tensor]) -> None:
+        for name, scale in scales.items():
+            self.scales[id(layer), name].append(scale)
 
     def take(self, layer, name: str) -> torch.Tensor:
         key = (id(layer), name)
@@ -57,6 +58,12 @@ class Tape:
 
 
 _LOCAL = threading.local()   # per thread: a GPU's backward (and so a recompute) runs on autograd's device thread
+open_tapes = 0
+"""Tapes entered and not yet left, in every thread: while 0 (no checkpointed call is running, the
+usual forward) there is nothing to replay or keep, which a caller may ask without a call
+(:func:`replaying` and :func:`keep` ask it too, before reading this thread's stack: two Python
+calls each). Read after ``torch.compiler.is_compiling()``, so a compiled frame holds no guard on it."""
+_open_lock = threading.Lock()
 
 
 def _stack() -> list[tuple[Tape, bool]]:
@@ -74,13 +81,19 @@ class _Active:
         self.entry = (tape, replaying)
 
     def __enter__(self):
+        global open_tapes
         tape, replaying = self.entry
         if replaying:
             tape.read.clear()
         _stack().append(self.entry)
+        with _open_lock:
+            open_tapes += 1
 
     def __exit__(self, *exc):
+        global open_tapes
         _stack().remove(self.entry)
+        with _open_lock:
+            open_tapes -= 1
 
 
 def context():
@@ -120,14 +133,15 @@ def _contexts():
 
 def replaying() -> Tape | None:
     """The innermost tape being replayed (a recompute under :func:`checkpoint`), or None."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or not open_tapes:
         return None
     return next((tape for tape, replay in reversed(_stack()) if replay), None)
 
 
-def keep(layer, name: str, scale: torch.Tensor) -> None:
-    """``scale``, just taken by a delayed cast of ``layer``'s ``name``, kept by every tape being recorded."""
-    if not torch.compiler.is_compiling():
+def keep(layer, scales: dict[str, torch.Tensor]) -> None:
+    """``scales`` (by tensor name), just taken by delayed casts of ``layer``, kept by every tape being
+    recorded."""
+    if not torch.compiler.is_compiling() and open_tapes:
         for tape, replay in _stack():
             if not replay:
-                tape.keep(layer, name, scale)
+                tape.keep(layer, scales)

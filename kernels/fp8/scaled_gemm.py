@@ -25,13 +25,21 @@ launch, and the cast returns the amax the history records), bit for bit
 scaled along M and w.T scaled along N, are the operands dgrad and wgrad need; dy once the
 same way in the backward. Saved: x.T in FP8 (M K bytes) and w.T (N K) with a 4-byte
 scale per row (K of each).
+
+The recipes quantize through :func:`kernels.gemm_fp8.quantize.quantize_checked` (the same op,
+without its checks, about five Python calls per quantize): x and w are checked by
+:func:`kernels.fp8.fp8_linear` (or :meth:`~kernels.fp8.recipe.Recipe.gemms`), a given scale is a
+layer's own or checked there, and dy is autograd's gradient of y (y's shape and dtype). A
+forward is ``kernels::fp8_linear``'s implementation, which runs eagerly on real tensors (never
+traced: the op's fake is), so its quantizations run their implementations without asking
+(``direct=True``); a backward is traced under ``torch.compile`` and asks.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import gemm_fp8
 from ..gemm_fp8.ops import matmul_fp8
+from ..gemm_fp8.quantize import quantize_checked
 from .recipe import Recipe, Saved
 
 
@@ -48,8 +56,8 @@ class PerTensorRecipe(ScaledGemmRecipe):
                         "e5m2 (hybrid), Transformer Engine's default for its per-tensor recipes")
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None, amax=False):
-        x8, sx, *ax = gemm_fp8.quantize(x, "tensor", fp8, scale=scale_x, amax=amax)
-        w8, sw, *aw = gemm_fp8.quantize(w, "tensor", fp8, scale=scale_w, amax=amax)
+        x8, sx, *ax = quantize_checked(x, "tensor", fp8, scale=scale_x, amax=amax, direct=True)
+        w8, sw, *aw = quantize_checked(w, "tensor", fp8, scale=scale_w, amax=amax, direct=True)
         y = matmul_fp8(x8, w8.t(), sx, sw, out_dtype=out_dtype)
         return (y, Saved(x8, sx, w8, sw)) + ((torch.stack(ax + aw),) if amax else ())
 
@@ -57,7 +65,7 @@ class PerTensorRecipe(ScaledGemmRecipe):
                  amax=False):
         """As :meth:`Recipe.backward`; ``scale_dy`` (delayed: from dy's amax history): dy cast with
         it, and with ``amax`` dy's amax, found by that cast, returned third (as the forward's)."""
-        dy8, sdy, *amax = gemm_fp8.quantize(dy, "tensor", grad_fp8, scale=scale_dy, amax=amax)
+        dy8, sdy, *amax = quantize_checked(dy, "tensor", grad_fp8, scale=scale_dy, amax=amax)
         dx = matmul_fp8(dy8, saved.w, sdy, saved.w_scale, out_dtype=dx_dtype) if need_dx else None
         dw = matmul_fp8(dy8.t(), saved.x, sdy, saved.x_scale, out_dtype=dw_dtype) if need_dw else None
         return (dx, dw, *amax)
@@ -73,13 +81,13 @@ class RowwiseRecipe(ScaledGemmRecipe):
                         "mantissa bit is worth more than e5m2's range (torchao's rowwise recipe)")
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
-        x8, sx, xt8, sxt = gemm_fp8.quantize(x, "row", fp8, transpose=True)   # xt8: x.T along M
-        w8, sw, wt8, swt = gemm_fp8.quantize(w, "row", fp8, transpose=True)   # wt8: w.T along N
+        x8, sx, xt8, sxt = quantize_checked(x, "row", fp8, transpose=True, direct=True)   # xt8: x.T along M
+        w8, sw, wt8, swt = quantize_checked(w, "row", fp8, transpose=True, direct=True)   # wt8: w.T along N
         y = matmul_fp8(x8, w8.t(), sx, sw.t(), out_dtype=out_dtype)
         return y, Saved(xt8, sxt, wt8, swt)
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
-        dy8, sdy, *dyt = gemm_fp8.quantize(dy, "row", grad_fp8, transpose=need_dw)
+        dy8, sdy, *dyt = quantize_checked(dy, "row", grad_fp8, transpose=need_dw)
         dx = (matmul_fp8(dy8, saved.w.t(), sdy, saved.w_scale.t(), out_dtype=dx_dtype)
               if need_dx else None)
         dw = (matmul_fp8(dyt[0], saved.x.t(), dyt[1], saved.x_scale.t(), out_dtype=dw_dtype)

@@ -101,7 +101,18 @@ def amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
     if unless is not None:
         check_scale("unless", unless, x)
         unless = unless.reshape(())
-    return (_amax_impl if eager.direct(x) else _amax)(x, unless)
+    return amax_checked(x, unless)
+
+
+def amax_checked(x: torch.Tensor, unless: torch.Tensor | None = None, direct: bool | None = None) -> torch.Tensor:
+    """:func:`amax` on arguments its caller validated (a 0-d ``unless``): delayed scaling's, whose
+    ``x`` is a layer's checked input or own weight, an op's operand or gradient, and whose ``unless``
+    is the max of the layer's own history (:func:`kernels.fp8.recipes.delayed.history_scale`);
+    the same op and results, no checks. ``direct``: :func:`kernels.eager.direct` of ``x``, where the
+    caller asked it once for several ops (None: asked here)."""
+    if direct is None:
+        direct = eager.direct(x)
+    return (_amax_impl if direct else _amax)(x, unless)
 
 
 def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
@@ -162,12 +173,17 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
 
 def quantize_checked(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
                      transpose: bool = False, scale: torch.Tensor | None = None,
-                     amax: bool = False, scale_rule: str = "ocp", preshuffled: bool = False
-                     ) -> tuple[torch.Tensor, ...]:
+                     amax: bool = False, scale_rule: str = "ocp", preshuffled: bool = False,
+                     direct: bool | None = None) -> tuple[torch.Tensor, ...]:
     """:func:`quantize` on arguments its caller validated at its own public entry (the FP8
     grouped GEMM's operands, :mod:`kernels.moe.grouped_gemm_fp8.quantize`, whose training op
-    checks x and a given scale once per call): the same op, results and custom op, no checks."""
-    impl = _quantize_impl if eager.direct(x) else _quantize
+    checks x and a given scale once per call; the FP8 recipes', :mod:`kernels.fp8.scaled_gemm`):
+    the same op, results and custom op, no checks. ``direct``: :func:`kernels.eager.direct` of
+    ``x`` where the caller knows it (an op's implementation, which runs eagerly: True), else
+    (None) asked here."""
+    if direct is None:
+        direct = eager.direct(x)
+    impl = _quantize_impl if direct else _quantize
     if scale is None:
         return tuple(impl(x, granularity, fp8_dtype, transpose, None, False, scale_rule, preshuffled))
     scale = scale if scale.dim() == 0 else scale.reshape(())

@@ -295,12 +295,13 @@ def format_constants(dtype: torch.dtype) -> dict:
 def _tile_maxima(x: torch.Tensor, cols: bool, unless: torch.Tensor | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """The amax launch on a non-empty x (M, K): (max |x| per row and tile column (M, K/128),
-    with ``cols`` per tile row and column (M/128, K), else a dummy); all 0 where the 0-d
-    float32 ``unless`` is > 0 on the device (x then not read)."""
+    with ``cols`` per tile row and column (M/128, K), else the first again: the kernel does not
+    touch it, so no allocation); all 0 where the 0-d float32 ``unless`` is > 0 on the device (x
+    then not read)."""
     m, k = x.shape
     tiles = (cdiv(m, TILE), cdiv(k, TILE))
     row_max = torch.empty((m, tiles[1]), dtype=torch.float32, device=x.device)
-    col_max = torch.empty((tiles[0], k) if cols else (1, 1), dtype=torch.float32, device=x.device)
+    col_max = torch.empty((tiles[0], k), dtype=torch.float32, device=x.device) if cols else row_max
     _amax_kernel.run(x, row_max, col_max, row_max if unless is None else unless, m, k, *x.stride(),
                      *row_max.stride(), *col_max.stride(), **run_kwargs(tiles, dict(
                          COLS=cols, UNLESS=unless is not None, BLOCK=TILE, num_warps=NUM_WARPS)))
@@ -370,9 +371,11 @@ class _Cast:
 
     def _maxima(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The amax pass: max |x| per row and tile column (M, TK), and with the transposed copy of
-        ``row`` per column and tile row (TM, K) (else a dummy)."""
+        ``row`` per column and tile row (TM, K) (else the first again, which neither kernel reads
+        as columns: one allocation fewer per call)."""
         row_max = torch.empty(self.maxima_shapes[0], dtype=torch.float32, device=x.device)
-        col_max = torch.empty(self.maxima_shapes[1], dtype=torch.float32, device=x.device)
+        col_max = (torch.empty(self.maxima_shapes[1], dtype=torch.float32, device=x.device) if self.cols
+                   else row_max)
         _amax_kernel.run(x, row_max, col_max, row_max, *self.maxima[0], **self.maxima[1])
         return row_max, col_max
 

@@ -23,6 +23,7 @@ a 1x128 tile's own scale covers its range) and Transformer Engine's ``Float8Bloc
 from __future__ import annotations
 
 from ... import gemm_fp8
+from ...gemm_fp8.quantize import quantize_checked   # x, w and dy checked (kernels.fp8.scaled_gemm says where)
 from ..recipe import Recipe, Saved, register
 
 
@@ -36,13 +37,14 @@ class Blockwise(Recipe):
                       "wgrad": ("block1x128", "block1x128")}
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
-        x8, sx, xt8, sxt = gemm_fp8.quantize(x, "block1x128", fp8, transpose=True)   # xt8: x.T along M
-        w8, sw = gemm_fp8.quantize(w, "block128x128", fp8)          # sw: (N/128, K/128)
+        # the op's implementation: runs eagerly (kernels.fp8.scaled_gemm)
+        x8, sx, xt8, sxt = quantize_checked(x, "block1x128", fp8, transpose=True, direct=True)   # xt8: x.T along M
+        w8, sw = quantize_checked(w, "block128x128", fp8, direct=True)          # sw: (N/128, K/128)
         y = gemm_fp8.blockwise_matmul(x8, sx, w8.t(), sw.t(), out_dtype)
         return y, Saved(xt8, sxt, w8, sw)
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
-        dy8, sdy, *dyt = gemm_fp8.quantize(dy, "block1x128", grad_fp8, transpose=need_dw)   # along N, M
+        dy8, sdy, *dyt = quantize_checked(dy, "block1x128", grad_fp8, transpose=need_dw)   # along N, M
         # dgrad: B = w (N, K) in the forward's 128x128 blocks; wgrad: B = x (M, K) per 128x1 along M
         dx = gemm_fp8.blockwise_matmul(dy8, sdy, saved.w, saved.w_scale, dx_dtype) if need_dx else None
         dw = (gemm_fp8.blockwise_matmul(dyt[0], dyt[1], saved.x.t(), saved.x_scale.t(), dw_dtype)

@@ -90,8 +90,9 @@ import math
 
 import torch
 
+from ... import eager
 from ...gemm_fp8.formats import E5M2_OF
-from ...gemm_fp8.quantize import amax as fused_amax
+from ...gemm_fp8.quantize import amax_checked as fused_amax
 from .. import history_ops
 from .. import recompute as fp8_recompute
 from ..recipe import register
@@ -100,12 +101,6 @@ from ..scaled_gemm import PerTensorRecipe
 
 HISTORY = 16
 PREFIX = "fp8_amax_history_"
-
-
-def _scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
-    """``seen`` (max(history)) / fmax, the current amax while the history is empty, 1 for all-zero:
-    one launch (:func:`kernels.fp8.history_ops.scale`)."""
-    return history_ops.scale(seen, amax, fmax)
 
 
 def _ulp_at_max(fp8: torch.dtype) -> float:
@@ -148,13 +143,19 @@ def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
             "fp8_saturated": torch.zeros(len(tensors), dtype=torch.int64, device=device)}
 
 
-@torch.no_grad()
-def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
-    """The delayed scale of a 2-D ``t`` cast to ``fp8`` from its amax ``history`` (:func:`_scale`),
-    on the device: ``t`` is read only while the history is empty
-    (:func:`kernels.gemm_fp8.quantize.amax`'s ``unless``)."""
+def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype,
+                  direct: bool | None = None) -> torch.Tensor:
+    """The delayed scale of a 2-D ``t`` cast to ``fp8`` from its amax ``history``, on the device:
+    max(history) / fp8's max, the current amax's while the history is empty, 1 for all-zero (one
+    launch, :func:`kernels.fp8.history_ops.scale`); ``t`` is read only while the history is empty
+    (:func:`kernels.gemm_fp8.quantize.amax`'s ``unless``). ``t`` as its caller checked it (a
+    layer's checked input or own weight, an op's operand or gradient) and ``history`` a buffer of
+    the same layer: no checks here (:func:`kernels.gemm_fp8.quantize.amax_checked`). Detached:
+    no graph, also in a backward that makes one (``create_graph=True``). ``direct``:
+    :func:`kernels.eager.direct` of ``history`` and ``t`` detached, where the caller asked it once
+    for several ops (None: each op asks)."""
     seen = history.amax()
-    return _scale(seen, fused_amax(t, unless=seen), torch.finfo(fp8).max)
+    return history_ops.scale(seen, fused_amax(t.detach(), seen, direct), torch.finfo(fp8).max, direct)
 
 
 def recomputing(layer) -> bool:   # asked outside no_grad: the grad mode is part of the answer
@@ -164,9 +165,10 @@ def recomputing(layer) -> bool:   # asked outside no_grad: the grad mode is part
     forward in training mode while autograd's engine executes the backward, with gradients on);
     not a forward a backward hook runs with gradients off, which casts and records as any
     forward. Never while compiling: the trace runs the layer's Python once."""
-    return fp8_recompute.replaying() is not None or (
-        layer.training and not torch.compiler.is_compiling() and torch.is_grad_enabled()
-        and torch._C._current_graph_task_id() != -1)
+    if torch.compiler.is_compiling():
+        return False
+    return (fp8_recompute.open_tapes and fp8_recompute.replaying() is not None) or (
+        layer.training and torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1)
 
 
 def _forward_scales(layer) -> dict[str, torch.Tensor]:
@@ -175,14 +177,16 @@ def _forward_scales(layer) -> dict[str, torch.Tensor]:
     return layer.__dict__.setdefault("_fp8_forward_scales", {})
 
 
-def _kept_for_recompute(layer, name: str, scale: torch.Tensor) -> torch.Tensor:
-    """``scale``, kept as the one a recompute of this forward takes: on the tapes of the
-    :func:`kernels.fp8.checkpoint` calls being recorded, and (training mode, eager)
-    on the layer, for a plain ``torch.utils.checkpoint``'s recompute."""
-    fp8_recompute.keep(layer, name, scale)
-    if layer.training and not torch.compiler.is_compiling():
-        _forward_scales(layer)[name] = scale
-    return scale
+def _kept_for_recompute(layer, scales: dict[str, torch.Tensor]) -> None:
+    """``scales`` (by tensor name), kept as those a recompute of this forward takes: on the tapes
+    of the :func:`kernels.fp8.checkpoint` calls being recorded, and (training mode, eager) on the
+    layer, for a plain ``torch.utils.checkpoint``'s recompute. Nothing while compiling."""
+    if torch.compiler.is_compiling():
+        return
+    if fp8_recompute.open_tapes:
+        fp8_recompute.keep(layer, scales)
+    if layer.training:
+        _forward_scales(layer).update(scales)
 
 
 def _forward_scale(layer, name: str) -> torch.Tensor | None:
@@ -205,15 +209,17 @@ def cast_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
     if kept is not None:
         return kept
     rows = t.detach().reshape(math.prod(t.shape[:-1]), t.shape[-1])   # a view of a contiguous t
-    return _kept_for_recompute(layer, name, history_scale(getattr(layer, PREFIX + name), rows, layer.fp8_dtype))
+    scale = history_scale(getattr(layer, PREFIX + name), rows, layer.fp8_dtype)
+    _kept_for_recompute(layer, {name: scale})
+    return scale
 
 
 def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor, scale: torch.Tensor,
-              fp8: torch.dtype) -> None:
+              fp8: torch.dtype, direct: bool | None = None) -> None:
     """``amax`` enters ``history`` (newest first) and a step whose ``scale`` saturates it in
     ``fp8`` (:func:`saturated`) adds 1 to ``counts[index]``; in place, on the device, one launch
-    (:func:`kernels.fp8.history_ops.record`)."""
-    history_ops.record(history, counts, index, amax, scale, *_SATURATION[fp8])
+    (:func:`kernels.fp8.history_ops.record`; ``direct`` as :func:`history_scale`'s)."""
+    history_ops.record(history, counts, index, amax, scale, *_SATURATION[fp8], direct)
 
 
 def record_amax(layer, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
@@ -236,9 +242,10 @@ def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
         return kept
     with torch.no_grad():
         amax = torch.stack(amaxes).amax()
-        scale = _scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max)
+        scale = history_ops.scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max)
     record_amax(layer, name, amax, scale)
-    return _kept_for_recompute(layer, whole, scale)
+    _kept_for_recompute(layer, {whole: scale})
+    return scale
 
 
 class Delayed(PerTensorRecipe):
@@ -251,16 +258,35 @@ class Delayed(PerTensorRecipe):
     def reduced_buffers(self, layer):
         return [b for name, b in layer.named_buffers(recurse=False) if name.startswith(PREFIX)]
 
+    # A Float8Linear's x and w per forward: the recompute question, and whether the bookkeeping's
+    # ops run their implementations (eager.direct), asked once for both; the layer's buffers read
+    # from its dict (``_buffers``: an attribute read is a Python call, Module.__getattr__); x and w
+    # as fp8_linear checked them (kernels.fp8.linear._checked).
+
     def scales(self, layer, x, w):
-        return cast_scale(layer, "x", x), cast_scale(layer, "w", w)
+        """:func:`cast_scale` of x and w."""
+        if recomputing(layer):
+            return cast_scale(layer, "x", x), cast_scale(layer, "w", w)
+        buffers, fp8, x, w = layer._buffers, layer.fp8_dtype, x.detach(), w.detach()
+        history_x, history_w = buffers[PREFIX + "x"], buffers[PREFIX + "w"]
+        direct = eager.direct(history_x, history_w, x, w)
+        scales = {"x": history_scale(history_x, x, fp8, direct), "w": history_scale(history_w, w, fp8, direct)}
+        _kept_for_recompute(layer, scales)
+        return scales["x"], scales["w"]
 
     def record(self, layer, scales, amax):
-        for i, name in enumerate(("x", "w")):
-            record_amax(layer, name, amax[i], scales[i])
+        """:func:`record_amax` of x and w (``TENSORS``' first two)."""
+        if layer.training and not recomputing(layer):
+            buffers, fp8 = layer._buffers, layer.fp8_dtype
+            histories, counts = (buffers[PREFIX + "x"], buffers[PREFIX + "w"]), buffers["fp8_saturated"]
+            direct = eager.direct(*histories, counts, amax)
+            for i in range(2):
+                push_amax(histories[i], counts, i, amax[i], scales[i], fp8, direct)
 
     def grad_state(self, layer):
         """dy's history, and the counts to record into in training mode only (None in eval mode)."""
-        return getattr(layer, PREFIX + "dy"), layer.fp8_saturated if layer.training else None
+        buffers = layer._buffers
+        return buffers[PREFIX + "dy"], buffers["fp8_saturated"] if layer.training else None
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True, history=None,
                  counts=None):
@@ -269,11 +295,12 @@ class Delayed(PerTensorRecipe):
         :meth:`gemms`, the accuracy report) dy's current scale."""
         if history is None:
             return super().backward(dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx, need_dw)
-        scale = history_scale(history, dy, grad_fp8)
+        direct = eager.direct(history, dy.detach())   # asked once for the scale's two ops and the record
+        scale = history_scale(history, dy, grad_fp8, direct)
         dx, dw, *found = super().backward(dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx, need_dw, scale,
                                           amax=counts is not None)   # an amax only where it is recorded
         if counts is not None:
-            push_amax(history, counts, TENSORS.index("dy"), found[0], scale, grad_fp8)
+            push_amax(history, counts, TENSORS.index("dy"), found[0], scale, grad_fp8, direct)
         return dx, dw
 
     def upgrade_state(self, layer, state_dict, prefix):
