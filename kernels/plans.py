@@ -88,7 +88,9 @@ class PlanCache:
             return plan
         before = _unsettled
         plan = build(*args)
-        if key is not None and before == _unsettled and not _paused:
+        # not kept while dynamo traces: a store there is a side effect that breaks the graph of
+        # a region dynamo traces as one (a checkpointed one: tests/test_fp8_recompute.py)
+        if key is not None and before == _unsettled and not _paused and not torch.compiler.is_compiling():
             if len(self._plans) >= SIZE:
                 self._plans.clear()
             self._plans[key] = plan

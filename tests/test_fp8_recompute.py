@@ -301,22 +301,40 @@ def test_the_expert_parallel_layer_s_chunks_recompute_with_their_own_scales():
     assert same == {"kernels.fp8.checkpoint": True, "torch": False}
 
 
+@pytest.mark.parametrize("plans", ["kept", "cleared"])
 @pytest.mark.parametrize("build, shape", [(Block, (2, 5, 24)), (MoEBlock, (2, 7, 16))], ids=["linear", "moe"])
-def test_under_torch_compile_kernels_fp8_checkpoint_keeps_the_forward_scales(build, shape):
+def test_under_torch_compile_kernels_fp8_checkpoint_keeps_the_forward_scales(build, shape, plans):
     """Under torch.compile (aot_eager) the compiler recomputes a checkpointed region from its
     traced graph, so a delayed scale (the history's max, which the forward then updates in place)
     would be recomputed from the updated history: it is for the Linear block with torch's
     checkpoint (the MoE layer's compiled graph keeps its scales either way). kernels.fp8.checkpoint
-    saves amax reductions there (selective checkpointing), and two steps give the eager
-    unchecked steps' results bit for bit, both layers."""
+    saves amax reductions there and runs the history's record once (selective checkpointing),
+    and two steps give the eager unchecked steps' results bit for bit, both layers, the
+    saturation counts included (a recomputed record counted step 1's twice).
+
+    The path the compiler takes is pinned, whether the kernels' launch plans are kept from the
+    eager steps or cleared: the Linear block's region is traced whole (no graph break; a plan
+    built while dynamo traces is not kept, since keeping it was a side effect that broke the
+    region out to run eagerly, so this test once passed or failed by which tests ran before
+    it); the MoE layer's forward sets its aux_loss and expert_counts attributes, a side effect
+    dynamo does not trace inside a checkpoint, so its region runs eagerly, where
+    kernels.fp8.checkpoint's tapes keep the scales."""
+    from torch._dynamo.utils import counters
+
+    import kernels.plans
+
     plain, inputs, want = _unchecked(build, shape)
     inputs, want = inputs[:2], want[:2]   # the eager unchecked steps' first two
     same = {}
     for name, wrap in (("kernels.fp8.checkpoint", kernels.fp8.checkpoint), ("torch", _torch_checkpoint)):
         torch._dynamo.reset()
+        counters.clear()
+        if plans == "cleared":
+            kernels.plans.invalidate()
         model = copy.deepcopy(plain)
         inner = model.body if build is Block else model.moe
         model.forward = torch.compile(lambda x, inner=inner, wrap=wrap: wrap(inner, x), backend="aot_eager")
         same[name] = _same_steps(want, _steps(model, inputs))
+        assert bool(counters["graph_break"]) is (build is MoEBlock), dict(counters["graph_break"])
     assert same["kernels.fp8.checkpoint"]
     assert same["torch"] is (build is MoEBlock)   # the Linear block's scales are recomputed from the new history

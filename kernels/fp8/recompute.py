@@ -118,8 +118,13 @@ def checkpoint(function, *args, **kwargs):
 def _keep_reductions(ctx, op, *args, **kwargs):
     """Selective checkpointing's policy under torch.compile: amax reductions are saved, not
     recomputed, so a delayed scale (max of the history, which the forward then updates in place)
-    is the forward's in the recompute; everything else may be recomputed."""
-    return CheckpointPolicy.MUST_SAVE if op is torch.ops.aten.amax.default else CheckpointPolicy.PREFER_RECOMPUTE
+    is the forward's in the recompute; an op that mutates its arguments (the history's record,
+    ``kernels::fp8_record_amax``) is not run again either, or a recompute would count a step's
+    saturation twice; everything else may be recomputed."""
+    schema = getattr(op, "_schema", None)
+    if op is torch.ops.aten.amax.default or (schema is not None and schema.is_mutable):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
 
 
 def _contexts():
