@@ -50,14 +50,20 @@ def operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(_cast(t, device, torch.get_autocast_dtype(device)) for t in tensors)
 
 
-def weight_cast(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
-    """The dtype the region open for ``x``'s device casts ``weight`` to (an fp32 master weight under
-    a bf16 region: its gradient can be made in its own dtype, :mod:`kernels.gemm.wgrad`), or None
-    where it leaves the weight as it is (or ``x`` is not a tensor: the op's checks name it)."""
-    if not isinstance(x, torch.Tensor):
-        return None
-    dtype = region_dtype(x.device.type)
-    return dtype if dtype is not None and _casts(weight, x.device.type, dtype) else None
+def master_operands(weight: torch.Tensor, *tensors: torch.Tensor
+                    ) -> tuple[tuple[torch.Tensor, ...], torch.dtype | None]:
+    """:func:`operands` of ``tensors``, and the dtype the same region casts ``weight`` to (an fp32
+    master weight under a bf16 region: its gradient can be made in its own dtype,
+    :mod:`kernels.gemm.wgrad`), or None where it leaves the weight as it is (or no region is open
+    for the first tensor's device, or that is not a tensor: the op's checks name it). One question
+    to torch for both, where :func:`operands` and a second question would ask twice."""
+    if not isinstance(tensors[0], torch.Tensor):
+        return tensors, None
+    device = tensors[0].device.type
+    if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
+        return tensors, None
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(_cast(t, device, dtype) for t in tensors), (dtype if _casts(weight, device, dtype) else None)
 
 
 def region_dtype(device: str) -> torch.dtype | None:

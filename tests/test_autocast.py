@@ -135,7 +135,9 @@ def test_outside_autocast_mixed_dtypes_stay_an_error():
 
 
 @pytest.mark.parametrize("call", [lambda t: kernels.matmul([[1.0]], t[0]),
-                                  lambda t: kernels.flash_attention([[1.0]], t, t)], ids=["matmul", "flash_attention"])
+                                  lambda t: kernels.nn.linear([[1.0]], t[0, 0]),
+                                  lambda t: kernels.flash_attention([[1.0]], t, t)],
+                         ids=["matmul", "linear", "flash_attention"])
 def test_under_autocast_a_non_tensor_operand_gets_the_ops_named_error(call):
     """The cast before the checks leaves a non-tensor first operand to them: the TypeError
     naming it, as outside autocast (not an AttributeError from the cast)."""
@@ -154,3 +156,21 @@ def test_region_dtype_is_the_open_regions_on_its_device_only(dtype):
         assert autocast.region_dtype("meta") is None
         with torch.autocast("cpu", enabled=False):
             assert autocast.region_dtype("cpu") is None
+
+
+@pytest.mark.parametrize("dtype", REGIONS, ids=str)
+def test_master_operands_cast_as_operands_and_name_the_weights_dtype(dtype):
+    """What a layer with a master weight asks once (kernels.nn.linear, kernels.MoE): the operands
+    cast as :func:`operands` casts them, and the dtype the region casts the weight to: the region's
+    for a float32 weight; None for one already in it, a float64 one, outside a region, and where
+    the first operand is not a tensor (left to the op's checks)."""
+    x, bias, weight = torch.randn(3), torch.randn(2, dtype=torch.float64), torch.randn(2, 3)
+    outside = autocast.master_operands(weight, x, bias)
+    assert outside[1] is None and all(a is b for a, b in zip(outside[0], (x, bias)))
+    with torch.autocast("cpu", dtype=dtype):
+        cast, to = autocast.master_operands(weight, x, bias)
+        assert to == dtype and [t.dtype for t in cast] == [t.dtype for t in autocast.operands(x, bias)]
+        assert torch.equal(cast[0], x.to(dtype)) and cast[1] is bias
+        assert autocast.master_operands(weight.to(dtype), x)[1] is None
+        assert autocast.master_operands(weight.double(), x)[1] is None
+        assert autocast.master_operands(weight, [[1.0]]) == (([[1.0]],), None)

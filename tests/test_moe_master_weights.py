@@ -5,6 +5,7 @@ fp32 (issue 18). Judged against float64 on the operands the dW launches read, be
 (``master_weights`` off: the weights cast by the layer, autograd casting their gradients back)."""
 from __future__ import annotations
 
+import copy
 
 import pytest
 import torch
@@ -32,8 +33,10 @@ def _layer(dim=19, hidden=13, experts=5, top_k=2, shared=1, seed=0):
 
 def _step(layer, x, master=True, region=BF16):
     """Output and the gradients of x and every parameter of one forward and backward under
-    ``region`` autocast on x's device, every output poisoned."""
-    layer.master_weights = master
+    ``region`` autocast on x's device, every output poisoned; ``master``, the layer's
+    ``master_weights`` (None: its class's)."""
+    if master is not None:
+        layer.master_weights = master
     layer.zero_grad()
     x = x.detach().clone().requires_grad_()
     dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(3)).to(region).to(x.device)
@@ -163,6 +166,33 @@ def test_without_autocast_or_master_weights_nothing_changes(monkeypatch):
         layer(torch.randn(3, 19, dtype=BF16, requires_grad=True)).float().sum().backward()
     assert layer.gate.grad.dtype == BF16
     assert Float8MoE.master_weights is False and kernels.MoE.master_weights is True
+
+
+def test_float8moe_quantizes_the_cast_weights_and_autograd_casts_their_gradients_back():
+    """Float8MoE's opt-out (``master_weights = False``): under bf16 autocast its FP8 experts quantize
+    the bf16 casts of its fp32 expert weights, and autograd's backward of those casts hands the fp32
+    parameters their bf16 gradients, exactly, in fp32. Judged against the same layer whose expert
+    weights are those casts already (nothing for the region to cast): the same output and the same
+    gradients, bit for bit, the expert weights' in fp32 where the reference's are bf16. With the flag
+    on, the master-weight path's bf16 experts would run instead of FP8: the output would be the
+    plain layer's, which it is not."""
+    from kernels.moe.fp8_layer import Float8MoE
+
+    base = _layer(dim=16, hidden=32, experts=4, top_k=2, seed=5)   # one interpreter tile wide
+    ours = Float8MoE.from_moe(copy.deepcopy(base), "rowwise")
+    cast = Float8MoE.from_moe(copy.deepcopy(base), "rowwise")
+    for name in WEIGHTS:
+        setattr(cast, name, torch.nn.Parameter(getattr(cast, name).detach().to(BF16)))
+    x = torch.randn(3, 7, 16, generator=torch.Generator().manual_seed(6))
+    got, want = _step(ours, x, master=None), _step(cast, x, master=None)
+    assert set(got) == set(want) and set(WEIGHTS) < set(got)
+    for name, value in got.items():
+        reference = want[name]
+        if name in WEIGHTS:
+            assert value.dtype == torch.float32 and reference.dtype == BF16, name
+            reference = reference.float()
+        assert value.dtype == reference.dtype and torch.equal(value, reference), name
+    assert not torch.equal(got["out"], _step(base, x)["out"])   # FP8 experts ran, not the bf16 ones
 
 
 def test_the_master_weight_custom_op_passes_opcheck():

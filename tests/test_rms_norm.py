@@ -370,6 +370,22 @@ def test_the_eager_paths_give_the_custom_ops_bits(x_dtype, out_dtype):
     assert all(torch.equal(a, b) for a, b in zip(grads, grads_op))
 
 
+
+@pytest.mark.parametrize("x_dtype, out_dtype", [(torch.bfloat16, None), (torch.float32, torch.bfloat16)], ids=str)
+def test_the_eager_backward_launches_with_the_forwards_plan(x_dtype, out_dtype, monkeypatch):
+    """As cross_entropy's: the autograd.Function keeps the plan its forward ran, and its backward
+    launches with it, looking no plan up by metadata; an fp32 dy reaches it in y's bf16 (autograd
+    casts it), and the gradients are the custom op's bits."""
+    x, w, dy = _inputs((7, 3, 40), x_dtype, torch.float32, seed=23, y_dtype=torch.float32)
+    want = torch.autograd.grad(torch.ops.kernels.rms_norm(x, w, EPS, out_dtype)[0], (x, w), dy)
+    y = kernels.rms_norm(x, w, EPS, out_dtype=out_dtype)
+
+    def looked_up(*args):
+        raise AssertionError("the eager backward looked a plan up")
+    monkeypatch.setattr(norm_ops, "_backward_impl", looked_up)
+    got = torch.autograd.grad(y, (x, w), dy)
+    assert y.dtype == torch.bfloat16 and all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want))
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("x_dtype, w_dtype, out_dtype", [
     (torch.float32, torch.float32, torch.bfloat16), (torch.float32, torch.float32, None),

@@ -49,8 +49,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """``x (..., K) @ weight (N, K).T + bias`` (bias (N,), (1,) or ()) with :func:`kernels.matmul`'s
     checks and errors, the bias added before the result's one rounding."""
     if autocast.active():   # F.linear takes mixed dtypes there: cast before the checks
-        x, bias = autocast.operands(x, bias)
-        dtype = autocast.weight_cast(x, weight)
+        (x, bias), dtype = autocast.master_operands(weight, x, bias)
         if dtype is not None:
             plan = _PLANS(plans.meta(x, weight, bias, extra=(dtype,)), _MasterWeight, x, weight, bias, dtype)
             how = eager.path(known=plan.kind)
@@ -154,14 +153,21 @@ def _grads(x, weight, bias_shape, grad_y, needs, flat=None, wgrad_dtype=None) ->
 
 
 def _save(ctx, inputs, output):
+    """``kernels::linear``'s and ``kernels::linear_master_weight``'s: x and the weight the GEMM read,
+    for the master-weight op (two outputs) its cast, which no gradient reaches, with the master
+    weight's dtype for its gradient (``wgrad_dtype``)."""
     x, weight, bias = inputs
-    ctx.save_for_backward(x, weight)
     ctx.bias_shape = None if bias is None else bias.shape
+    ctx.wgrad_dtype = None
+    if isinstance(output, tuple):   # (y, the weight cast to x's dtype)
+        ctx.mark_non_differentiable(output[1])
+        weight, ctx.wgrad_dtype = output[1], weight.dtype
+    ctx.save_for_backward(x, weight)
 
 
-def _backward(ctx, grad_y):
+def _backward(ctx, grad_y, _grad_cast=None):
     x, weight = ctx.saved_tensors
-    return _grads(x, weight, ctx.bias_shape, grad_y, ctx.needs_input_grad)
+    return _grads(x, weight, ctx.bias_shape, grad_y, ctx.needs_input_grad, wgrad_dtype=ctx.wgrad_dtype)
 
 
 _linear_2d.register_autograd(_backward, setup_context=_save)
@@ -185,20 +191,7 @@ def _(x, weight, bias):
     return x.new_empty((x.shape[0], weight.shape[0])), torch.empty_like(weight, dtype=x.dtype)
 
 
-def _save_master(ctx, inputs, output):
-    x, weight, bias = inputs
-    ctx.save_for_backward(x, output[1])
-    ctx.mark_non_differentiable(output[1])
-    ctx.bias_shape = None if bias is None else bias.shape
-    ctx.wgrad_dtype = weight.dtype
-
-
-def _master_backward(ctx, grad_y, _):
-    x, cast = ctx.saved_tensors
-    return _grads(x, cast, ctx.bias_shape, grad_y, ctx.needs_input_grad, wgrad_dtype=ctx.wgrad_dtype)
-
-
-_master_linear_2d.register_autograd(_master_backward, setup_context=_save_master)
+_master_linear_2d.register_autograd(_backward, setup_context=_save)
 
 
 class _Linear(torch.autograd.Function):

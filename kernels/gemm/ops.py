@@ -22,6 +22,7 @@ micro-batch); no rung is launched for them, since there is nothing to compute.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -62,9 +63,26 @@ def _matmul_impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _PLANS(plans.meta(a, b), _Plan, a, b).call(a, b)
 
 
-def _zeros(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """M, N or K is 0: what torch.matmul returns (torch.addmm's, ``bias`` in every row, with one)."""
-    return _unfused(a.new_zeros((a.shape[0], b.shape[1])), bias)
+def _zeros(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+           dtype: torch.dtype | None = None) -> torch.Tensor:
+    """M, N or K is 0: what torch.matmul returns (torch.addmm's, ``bias`` in every row, with one),
+    in ``dtype`` (a's where None)."""
+    return _unfused(a.new_zeros((a.shape[0], b.shape[1]), dtype=dtype), bias)
+
+
+def best_call(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None = None):
+    """The call ``(a, b, bias=None)`` computing ``a @ b`` (``+ bias``) for 2-D operands of this
+    metadata, C in ``dtype`` (the operands' where None): zeros for empty operands (K = 0: the sum
+    of nothing); else the best rung's plan, writing ``dtype``
+    (:meth:`~.v6_persistent.LaunchPlan.writing`); a rung without a plan is called as it is, a bias
+    added to its rounded result, then cast. What :meth:`_Plan.bind` binds and the weight gradient
+    of a master weight runs (:mod:`.wgrad`)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return _zeros if dtype is None else functools.partial(_zeros, dtype=dtype)
+    rung = best_rung("gemm", a.dtype)
+    if rung.plan is None:
+        return lambda a, b, bias=None: _unfused(rung(a, b), bias).to(dtype)   # dtype None: no cast
+    return rung.plan(a, b) if dtype is None else rung.plan(a, b).writing(dtype)
 
 
 _matmul_2d = torch.library.custom_op("kernels::matmul", _matmul_impl, mutates_args=())
@@ -187,25 +205,20 @@ class _Plan(plans.Checked):
         made in that shape, not as a view of a 2-D C, which as an autograd Function's output could
         not be modified in place (``y.relu_()``).
 
-        The best rung's plan, or torch's result for empty operands. A plan with ``shaped`` and
+        :func:`best_call`: the best rung's plan, or torch's result for empty operands. A plan with ``shaped`` and
         ``biased`` (v6's) allocates C so and keeps the bias's launch arguments; it takes the call's
         own tensors when they start where the 2-D operands start (``weight`` for ``weight.t()``;
         ``a`` when its flattening is a view, which follows from its sizes and strides, in the key),
         so a call makes no view. Any other result is reshaped in place (``resize_``, C is
-        contiguous), and a rung without a plan is called as it is, a bias then added to its
-        rounded result."""
+        contiguous)."""
         a2, b2 = self.operands(a, b)
         operands, out = self.operands, self.out
-        if a2.numel() == 0 or b2.numel() == 0:
-            run = _zeros
-        else:
-            rung = best_rung("gemm", a2.dtype)
-            run = rung.plan(a2, b2) if rung.plan else lambda a, b, bias=None: _unfused(rung(a, b), bias)
-            if hasattr(run, "shaped"):
-                run = run.shaped(out) if bias is None else run.shaped(out).biased(bias)
-                if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr():   # views (a copy: new memory)
-                    return run
-                return lambda a, b, bias=None: run(*operands(a, b), bias)
+        run = best_call(a2, b2)
+        if hasattr(run, "shaped"):
+            run = run.shaped(out) if bias is None else run.shaped(out).biased(bias)
+            if a2.data_ptr() == a.data_ptr() and b2.data_ptr() == b.data_ptr():   # views (a copy: new memory)
+                return run
+            return lambda a, b, bias=None: run(*operands(a, b), bias)
         if self.flat is None:
             return lambda a, b, bias=None: run(*operands(a, b), bias)
         return lambda a, b, bias=None: run(*operands(a, b), bias).contiguous().resize_(out)

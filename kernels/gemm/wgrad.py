@@ -33,7 +33,7 @@ def matmul_to(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Ten
 
 
 def _matmul_to_impl(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return _PLANS(plans.meta(a, b, extra=(dtype,)), _plan, a, b, dtype)(a, b)
+    return _PLANS(plans.meta(a, b, extra=(dtype,)), ops.best_call, a, b, dtype)(a, b)
 
 
 _matmul_to = torch.library.custom_op("kernels::matmul_to", _matmul_to_impl, mutates_args=())
@@ -45,14 +45,3 @@ def _(a, b, dtype):
 
 
 _PLANS = plans.PlanCache()
-
-
-def _plan(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype):
-    """The call for operands of this metadata: the best rung's plan writing ``dtype``; zeros or an
-    empty C for empty operands (K = 0: the sum of nothing); a rung without a plan, its result cast."""
-    if a.numel() == 0 or b.numel() == 0:
-        return lambda a, b: a.new_zeros((a.shape[0], b.shape[1]), dtype=dtype)
-    rung = ops.best_rung("gemm", a.dtype)
-    if rung.plan is None:
-        return lambda a, b: rung(a, b).to(dtype)
-    return rung.plan(a, b).writing(dtype)

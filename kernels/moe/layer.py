@@ -88,13 +88,13 @@ class MoE(MoELayer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 1 or x.shape[-1] != self.dim:
             raise ValueError(f"x must have shape (..., dim={self.dim}), got {tuple(x.shape)}")
-        rows = flat = x.reshape(-1, self.dim)
+        rows = x.reshape(-1, self.dim)
         gate, up, down, cast = self.gate, self.up, self.down, None
         if autocast.active():
-            rows, = autocast.operands(flat)
-            cast = autocast.weight_cast(rows, gate) if self.master_weights else None
+            if self.master_weights:
+                (rows,), cast = autocast.master_operands(gate, rows)
             if cast is None or not gate.dtype == up.dtype == down.dtype:
-                gate, up, down, cast = *autocast.operands(rows, gate, up, down)[1:], None
+                rows, gate, up, down, cast = *autocast.operands(rows, gate, up, down), None
         router, top_k = self.router.weight, self.top_k   # uncast: its logits are float32 (router_logits)
         _CHECKED(plans.meta(rows, router, gate, up, down, extra=(top_k, type(top_k), cast)), _check,
                  rows, router, gate, up, down, top_k, cast)

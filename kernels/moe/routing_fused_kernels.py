@@ -148,15 +148,18 @@ def _backward_kernel(dweights_ptr, daux_ptr, logits_ptr, ids_ptr, counts_ptr, dl
     tl.store(dlogits_ptr + rows[:, None] * E + cols[None, :], dlogits, mask=live[:, None] & inside[None, :])
 
 
-def settings(experts: int, top_k: int) -> dict:
-    """The per-token passes' constexprs and warps for rows of ``experts`` logits, ``top_k`` chosen,
-    on every backend and in :func:`aot` (one function, so the ISA tests compile what a call
-    launches). A program holds :data:`TILE_ELEMENTS` logits, BLOCK_T tokens of BLOCK_E experts,
-    4 a thread over NUM_WARPS 64-lane waves (one 16-byte load each): few registers per tile, so 8
-    waves fit per SIMD (the ISA test asserts both), and at 16K tokens of 128 experts the 2048
-    programs cover every CU several times over."""
+def settings(experts: int, top_k: int, has_bias: bool = False, normalize: bool = True) -> dict:
+    """Each launch's constexprs and warps for rows of ``experts`` logits, ``top_k`` chosen, a bias
+    or none, normalized or not: ``route``, ``totals`` and ``backward``, on every backend and in
+    :func:`aot` (one function, so the ISA tests compile what a call launches). A per-token program
+    holds :data:`TILE_ELEMENTS` logits, BLOCK_T tokens of BLOCK_E experts, 4 a thread over
+    NUM_WARPS 64-lane waves (one 16-byte load each): few registers per tile, so 8 waves fit per
+    SIMD (the ISA test asserts both), and at 16K tokens of 128 experts the 2048 programs cover
+    every CU several times over."""
     block_e = next_power_of_2(max(experts, 1))
-    return dict(TOP_K=top_k, BLOCK_T=max(1, TILE_ELEMENTS // block_e), BLOCK_E=block_e, num_warps=NUM_WARPS)
+    tile = dict(TOP_K=top_k, BLOCK_T=max(1, TILE_ELEMENTS // block_e), BLOCK_E=block_e, num_warps=NUM_WARPS)
+    return dict(route=dict(tile, BLOCK_K=next_power_of_2(top_k), HAS_BIAS=has_bias, NORMALIZE=normalize),
+                totals=dict(TOTALS, TOP_K=top_k, BLOCK_E=block_e), backward=dict(tile, NORMALIZE=normalize))
 
 
 class Launches:
@@ -167,21 +170,17 @@ class Launches:
 
     def __init__(self, tokens: int, experts: int, top_k: int, stride_t: int, stride_e: int,
                  stride_bias: int | None, normalize: bool):
-        chosen = settings(experts, top_k)
-        tile = {name: chosen[name] for name in ("BLOCK_T", "BLOCK_E", "num_warps")}
-        self.programs = cdiv(tokens, chosen["BLOCK_T"])
+        chosen = settings(experts, top_k, stride_bias is not None, normalize)
+        self.programs = cdiv(tokens, chosen["route"]["BLOCK_T"])
         self.tokens, self.experts, self.top_k = tokens, experts, top_k
         self.partial_shape = (self.programs, 2, experts)
         self.route_args, self.route_kwargs = run_args(
             _route_kernel, 5, (tokens, experts, stride_t, stride_e, stride_bias or 0), (self.programs,),
-            dict(tile, TOP_K=top_k, BLOCK_K=next_power_of_2(top_k), HAS_BIAS=stride_bias is not None,
-                 NORMALIZE=normalize))
+            chosen["route"])
         self.totals_args, self.totals_kwargs = run_args(
-            _totals_kernel, 3, (self.programs, tokens, experts), (1,),
-            dict(TOTALS, TOP_K=top_k, BLOCK_E=chosen["BLOCK_E"]))
+            _totals_kernel, 3, (self.programs, tokens, experts), (1,), chosen["totals"])
         self.backward_args, self.backward_kwargs = run_args(
-            _backward_kernel, 8, (tokens, experts, stride_t, stride_e), (self.programs,),
-            dict(tile, TOP_K=top_k, NORMALIZE=normalize))
+            _backward_kernel, 8, (tokens, experts, stride_t, stride_e), (self.programs,), chosen["backward"])
 
     def forward(self, logits: torch.Tensor, bias: torch.Tensor | None):
         """(weights (T, k) fp32, ids (T, k) int32, counts (E,) int64, aux () fp32)."""
@@ -211,15 +210,10 @@ def aot() -> list[AotKernel]:
     """The forward's two launches and the backward's at :data:`AOT_SHAPE`, contiguous fp32 logits,
     no bias, normalized, for an ahead-of-time compile (:func:`workbench.isa.compile.compile_aot`)."""
     tokens, experts, top_k = AOT_SHAPE
-    chosen = settings(experts, top_k)
-    programs = cdiv(tokens, chosen["BLOCK_T"])
+    chosen = settings(experts, top_k, has_bias=False, normalize=True)
+    programs = cdiv(tokens, chosen["route"]["BLOCK_T"])
     ints = dict(T=tokens, E=experts, stride_t=experts, stride_e=1, stride_bias=0, P=programs,
                 stride_dw_t=top_k, stride_dw_k=1)
     ids = dict(ids_ptr="*i32", counts_ptr="*i64")
-    return [
-        aot_launch(_route_kernel, torch.float32, chosen, ints,
-                   dict(BLOCK_K=next_power_of_2(top_k), HAS_BIAS=False, NORMALIZE=True), ids),
-        aot_launch(_totals_kernel, torch.float32, dict(TOTALS, TOP_K=top_k, BLOCK_E=chosen["BLOCK_E"]), ints,
-                   pointers=ids),
-        aot_launch(_backward_kernel, torch.float32, chosen, ints, dict(NORMALIZE=True), ids),
-    ]
+    return [aot_launch(kernel, torch.float32, chosen[name], ints, pointers=ids)
+            for kernel, name in ((_route_kernel, "route"), (_totals_kernel, "totals"), (_backward_kernel, "backward"))]

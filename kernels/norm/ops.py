@@ -156,12 +156,18 @@ def _(dy, x, weight, rstd):
 def _save(ctx, inputs, output):
     x, weight, *_ = inputs
     ctx.save_for_backward(x, weight, output[1])
+    ctx.plan = None   # a traced forward binds no plan: the implementation finds the backward's
 
 
 def _backward(ctx, dy, _drstd=None):
-    """The backward custom op, or its implementation where nothing watches (:func:`kernels.eager.direct`)."""
+    """The backward custom op or, where nothing watches (:func:`kernels.eager.direct`), its launches:
+    the forward's plan's, where :class:`_RMSNorm` kept it (``ctx.plan``: no lookup by metadata; dy
+    comes in y's dtype, which autograd casts it to), else the implementation's."""
     x, weight, rstd = ctx.saved_tensors
-    op = _backward_impl if eager.direct(dy, x, weight, rstd) else _rms_norm_backward
+    if not eager.direct(dy, x, weight, rstd):
+        op = _rms_norm_backward
+    else:
+        op = _backward_impl if ctx.plan is None else ctx.plan.backward
     dx, dw = op(dy, x, weight, rstd)
     needs = ctx.needs_input_grad
     return dx if needs[0] else None, dw if needs[1] else None, *(None,) * (len(needs) - 2)
@@ -178,6 +184,7 @@ class _RMSNorm(torch.autograd.Function):
     def forward(ctx, x, weight, plan):
         y, rstd = plan.forward(x, weight)
         ctx.save_for_backward(x, weight, rstd)
+        ctx.plan = plan
         return y
 
     @staticmethod

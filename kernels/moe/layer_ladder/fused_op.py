@@ -65,9 +65,16 @@ def _(grad_out, x, weights, gate, up, down, g, u, h, slots, offsets, needs, wgra
 
 
 def _save(ctx, inputs, output):
+    """``kernels::moe_fused``'s and ``kernels::moe_fused_master_weight``'s: x, the routing weights,
+    the expert weights the forward multiplied (for the master-weight op its last three outputs, the
+    casts, which no gradient reaches, with the master weights' dtype for their gradients:
+    ``wgrad_dtype``) and the forward's saved activations."""
     x, weights, _, gate, up, down, _ = inputs
-    ctx.save_for_backward(x, weights, gate, up, down, *output[1:])
-    ctx.op, ctx.wgrad_dtype = "kernels::moe_fused", None
+    experts, ctx.op, ctx.wgrad_dtype = (gate, up, down), "kernels::moe_fused", None
+    if len(output) > 6:   # the casts follow the forward's outputs
+        experts, ctx.op, ctx.wgrad_dtype = output[6:], "kernels::moe_fused_master_weight", gate.dtype
+        ctx.mark_non_differentiable(*experts)
+    ctx.save_for_backward(x, weights, *experts, *output[1:6])
 
 
 def _backward(ctx, grad_out, *_):
@@ -122,14 +129,7 @@ def _(x, weights, ids, gate, up, down, save):
             *(torch.empty_like(w, dtype=x.dtype) for w in (gate, up, down)))
 
 
-def _save_master(ctx, inputs, output):
-    x, weights, _, gate, *_ = inputs
-    ctx.save_for_backward(x, weights, *output[6:], *output[1:6])
-    ctx.mark_non_differentiable(*output[6:])
-    ctx.op, ctx.wgrad_dtype = "kernels::moe_fused_master_weight", gate.dtype
-
-
-_moe_fused_master.register_autograd(_backward, setup_context=_save_master)
+_moe_fused_master.register_autograd(_backward, setup_context=_save)
 
 
 class _FusedMasterExperts(torch.autograd.Function):
