@@ -39,6 +39,7 @@ _LAZY = {
     "grouped_gemm_fp8": ("kernels.moe.grouped_gemm_fp8.ops", "grouped_gemm_fp8"),
     "grouped_gemm_mxfp8": ("kernels.moe.grouped_gemm_mxfp8.ops", "grouped_gemm_mxfp8"),
     "rms_norm": ("kernels.norm.ops", "rms_norm"),
+    "add_rms_norm": ("kernels.norm.ops", "add_rms_norm"),
     "nn": ("kernels.nn", None),
     "fp8": ("kernels.fp8", None),
     "moe": ("kernels.moe", None),

@@ -76,12 +76,16 @@ def _load(ptr, rows, stride, cols, mask):
 
 
 @triton.jit
-def _forward_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, R, N, stride_x, stride_w, eps,
-                    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, INTERP_BF16: tl.constexpr):
-    """y = x·rstd·w in fp32, rounded once; rstd = rsqrt(mean(x²) + eps) kept for the backward."""
+def _forward_kernel(x_ptr, b_ptr, w_ptr, y_ptr, h_ptr, rstd_ptr, R, N, stride_x, stride_b, stride_w, eps,
+                    BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, ADD: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """y = h·rstd·w in fp32, rounded once; rstd = rsqrt(mean(h²) + eps) kept for the backward. h is
+    x, or with ``ADD`` x + b added in fp32 and stored (fp32, as torch's sum of fp32 x and b)."""
     cols = tl.arange(0, BLOCK_N)
     rows, live, mask = _rows_tile(tl.program_id(0) * BLOCK_R, R, N, BLOCK_R, BLOCK_N)
     x = _load(x_ptr, rows, stride_x, cols, mask)
+    if ADD:
+        x += _load(b_ptr, rows, stride_b, cols, mask)
+        store_rows(h_ptr, rows, cols, N, 1, x, mask, INTERP_BF16)
     w = tl.load(w_ptr + cols * stride_w, mask=cols < N, other=0.0).to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
     tl.store(rstd_ptr + rows, rstd, mask=live)
@@ -89,9 +93,12 @@ def _forward_kernel(x_ptr, w_ptr, y_ptr, rstd_ptr, R, N, stride_x, stride_w, eps
 
 
 @triton.jit
-def _backward_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, partial_ptr, R, N, stride_dy, stride_x, stride_w,
-                     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, INTERP_BF16: tl.constexpr):
-    """dx = rstd·(g - x̂·mean(g·x̂)) with g = dy·w and x̂ = x·rstd, rounded once; this program's
+def _backward_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dh_ptr, dx_ptr, db_ptr, partial_ptr, R, N,
+                     stride_dy, stride_x, stride_dh, stride_w, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                     HAS_DH: tl.constexpr, STORE_DB: tl.constexpr, INTERP_BF16: tl.constexpr):
+    """dx = rstd·(g - x̂·mean(g·x̂)) with g = dy·w and x̂ = x·rstd, plus dh (``HAS_DH``: the
+    gradient x, the residual add's h, gets from its other consumer), rounded once; with
+    ``STORE_DB`` the same sum rounded once more, to the residual's dtype (db); this program's
     ``Σ dy·x̂`` over its rows into its row of the fp32 partials."""
     cols = tl.arange(0, BLOCK_N)
     w = tl.load(w_ptr + cols * stride_w, mask=cols < N, other=0.0).to(tl.float32)
@@ -103,7 +110,11 @@ def _backward_kernel(dy_ptr, x_ptr, w_ptr, rstd_ptr, dx_ptr, partial_ptr, R, N, 
         x_hat = _load(x_ptr, rows, stride_x, cols, mask) * rstd
         g = dy * w[None, :]
         dx = (g - x_hat * (tl.sum(g * x_hat, axis=1) / N)[:, None]) * rstd
+        if HAS_DH:
+            dx += _load(dh_ptr, rows, stride_dh, cols, mask)
         store_rows(dx_ptr, rows, cols, N, 1, dx, mask, INTERP_BF16)
+        if STORE_DB:
+            store_rows(db_ptr, rows, cols, N, 1, dx, mask, INTERP_BF16)
         dw += tl.sum(dy * x_hat, axis=0)
     tl.store(partial_ptr + tl.program_id(0) * N + cols, dw, mask=cols < N)
 
@@ -148,30 +159,46 @@ def backward_programs(rows: int, tile: dict) -> int:
     return min(cdiv(rows, tile["BLOCK_R"]), PARTIAL_PROGRAMS)
 
 
-def launches(rows: int, n: int, x_dtype: torch.dtype, w_dtype: torch.dtype, y_dtype: torch.dtype) -> dict:
+def launches(rows: int, n: int, x_dtype: torch.dtype, w_dtype: torch.dtype, y_dtype: torch.dtype,
+             residual_dtype: torch.dtype | None = None) -> dict:
     """``kernel.run``'s keyword arguments for the three launches on ``rows`` rows of ``n``, y (and
-    dy) of ``y_dtype``: ``forward``, ``backward`` and ``dweight``; ``programs``, the backward's.
-    Each rounds by hand in the interpreter where the tensor it writes is bf16: y, dx (x's dtype),
-    dweight (the weight's)."""
+    dy) of ``y_dtype``, a residual of ``residual_dtype`` added to x first (None: none):
+    ``forward``; ``backward``, a pair: without dh and with it (h's other gradient, which a call
+    passes or not); ``dweight``; ``programs``, the backward's. A launch rounds by hand in the
+    interpreter where a tensor it writes is bf16: y; dx (x's dtype) or db (the residual's);
+    dweight (the weight's). One flag serves dx and db: :func:`~kernels.triton_support.stored_as`
+    rounds only into a bf16 buffer."""
     tile = settings(n, x_dtype, y_dtype)
     programs = backward_programs(rows, tile)
-    return dict(forward=run_kwargs((cdiv(rows, tile["BLOCK_R"]),), dict(tile, INTERP_BF16=interp_bf16(y_dtype))),
-                backward=run_kwargs((programs,), dict(tile, INTERP_BF16=interp_bf16(x_dtype))),
+    add = residual_dtype is not None
+    backward = dict(tile, STORE_DB=add and residual_dtype != x_dtype,
+                    INTERP_BF16=interp_bf16(x_dtype) or interp_bf16(residual_dtype))
+    return dict(forward=run_kwargs((cdiv(rows, tile["BLOCK_R"]),),
+                                   dict(tile, ADD=add, INTERP_BF16=interp_bf16(y_dtype))),
+                backward=tuple(run_kwargs((programs,), dict(backward, HAS_DH=has_dh)) for has_dh in (False, True)),
                 dweight=run_kwargs((cdiv(n, DWEIGHT_SETTINGS["BLOCK_C"]),),
                                    dict(DWEIGHT_SETTINGS, INTERP_BF16=interp_bf16(w_dtype))),
                 programs=programs)
 
 
 def aot(dtype: torch.dtype = torch.bfloat16, n: int = 1024, backward: bool = False,
-        weight_dtype: torch.dtype | None = None, out_dtype: torch.dtype | None = None) -> AotKernel:
+        weight_dtype: torch.dtype | None = None, out_dtype: torch.dtype | None = None,
+        residual_dtype: torch.dtype | None = None) -> AotKernel:
     """The forward's (or ``backward``'s) launch on :data:`AOT_ROWS` contiguous rows of ``n``
     ``dtype`` elements (a weight of ``weight_dtype``, y and dy of ``out_dtype``, each ``dtype``'s by
     default), with :func:`settings`' tile, for an ahead-of-time compile
-    (:func:`workbench.isa.compile.compile_aot`)."""
+    (:func:`workbench.isa.compile.compile_aot`). With ``residual_dtype``, the fused residual add's
+    launch, as a block's norm runs it: the forward adds a residual of that dtype and stores h (x's
+    dtype); the backward adds dh (x's dtype) and stores db in the residual's dtype where it is
+    not x's."""
+    add = residual_dtype is not None
     pointers = {"w_ptr": pointer_type(weight_dtype or dtype), "rstd_ptr": "*fp32", "partial_ptr": "*fp32",
-                "dy_ptr" if backward else "y_ptr": pointer_type(out_dtype or dtype)}
+                "dy_ptr" if backward else "y_ptr": pointer_type(out_dtype or dtype),
+                "db_ptr" if backward else "b_ptr": pointer_type(residual_dtype or dtype)}
     ints = dict(R=AOT_ROWS, N=n, stride_x=n, stride_w=1)
     tile = settings(n, dtype, out_dtype)
     if backward:
-        return aot_launch(_backward_kernel, dtype, tile, dict(ints, stride_dy=n), dict(INTERP_BF16=False), pointers)
-    return aot_launch(_forward_kernel, dtype, tile, dict(ints, eps=1e-5), dict(INTERP_BF16=False), pointers)
+        return aot_launch(_backward_kernel, dtype, tile, dict(ints, stride_dy=n, stride_dh=n),
+                          dict(HAS_DH=add, STORE_DB=add and residual_dtype != dtype, INTERP_BF16=False), pointers)
+    return aot_launch(_forward_kernel, dtype, tile, dict(ints, stride_b=n, eps=1e-5),
+                      dict(ADD=add, INTERP_BF16=False), pointers)
