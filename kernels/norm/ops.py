@@ -1,5 +1,6 @@
 """``kernels.rms_norm(x, weight, eps)``: the training model's RMSNorm as one forward launch and a
-two-launch backward.
+two-launch backward; ``kernels.add_rms_norm(x, residual, weight, eps)``: the residual add before
+it in the same launches.
 
 The model's eager formula, ``(x32 * rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) *
 w32).to(x.dtype)``, is 8 device ops forward and 16 backward for bf16 x with an fp32 weight, most of
@@ -17,16 +18,23 @@ wants the region's dtype asks for it (``out_dtype``), as the training model's no
 (:class:`workbench.train.layers.RMSNorm`).
 
 How a call runs (:func:`kernels.eager.path`), as :func:`kernels.flash_attention` does: an eager
-call that nothing watches runs the launch plan; one that needs a gradient, :class:`_RMSNorm`; a
-traced or transformed one the custom ops ``kernels::rms_norm`` (returns y and rstd) and
-``kernels::rms_norm_backward`` (dx and dweight), with fakes, joined by ``register_autograd``, so
-``torch.compile(fullgraph=True)`` keeps both as nodes without a graph break. The checks and
-launch settings of one kind of input are kept (:mod:`kernels.plans`).
+call that nothing watches runs the launch plan; one that needs a gradient, :class:`_RMSNorm`
+(:class:`_AddRMSNorm`); a traced or transformed one the custom ops ``kernels::rms_norm`` (returns
+y and rstd) or ``kernels::add_rms_norm`` (h, y and rstd) and ``kernels::rms_norm_backward`` (dx
+and dweight, and with a residual's dtype db; its optional dh is h's other gradient), with
+fakes, joined by ``register_autograd``, so ``torch.compile(fullgraph=True)`` keeps them as nodes
+without a graph break. The checks and launch settings of one kind of input are kept
+(:mod:`kernels.plans`); the residual add's plan is the norm's, told the residual's dtype.
 
-Layouts: x's and dy's rows are read through their row stride where x viewed as (rows, N) has
-unit column stride (a contiguous x, a slice of rows or of a wider buffer's columns); any other
-layout (a transposed or expanded x or dy) is copied once by ``reshape``/``contiguous``. y and dx
-are contiguous, dweight is (N,) contiguous.
+The residual add is fused where x is float32, the training model's residual stream
+(:meth:`workbench.train.layers.RMSNorm.add`): a 16-bit x's sum is rounded to its dtype by
+torch before the norm reads it, so :func:`add_rms_norm` leaves that to torch's add and
+:func:`rms_norm`, the formula's two steps.
+
+Layouts: the rows of x, dy, the residual and dh are read through their row stride where each
+viewed as (rows, N) has unit column stride (a contiguous tensor, a slice of rows or of a wider
+buffer's columns); any other layout (a transposed or expanded one) is copied once by
+``reshape``/``contiguous``. y, h, dx and db are contiguous, dweight is (N,) contiguous.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""RMSNorm's Triton kernels: the forward, the backward, and the backward's weight-gradient sum.
+"""RMSNorm's Triton kernels: the forward, the backward, and the backward's weight-gradient sum;
+the first two also fuse the residual add that precedes a pre-norm model's norm (below).
 
 Why one program holds whole rows: a row's rstd needs the sum of its squares before any y of it
 can be written, so a program that loads the row once (BLOCK_N = N rounded up to a power of 2)
@@ -6,14 +7,15 @@ reads x once and writes y once; the backward likewise needs the row's ``Σ dy·w
 The cost is a bound on N, :data:`MAX_N`: the row lives in one program's registers (16 warps,
 16 elements a lane of each of x, dy and the accumulators on AMD's 64-lane waves), and at that
 width the ISA test finds no spills on gfx942 and gfx950, the forward at 8 waves per SIMD and the
-backward at 5 (4 on gfx942 for fp32 x with bf16 dy); a wider row is refused rather than run
-uncompiled by any test.
+backward at 5 (4 on gfx942 for fp32 x with bf16 dy, and on both with the residual add's dh and
+db); a wider row is refused rather than run uncompiled by any test.
 
 y (and so dy) may have a dtype of its own (the caller's ``out_dtype``): the training step's
 residual stream is fp32 and its norms write the bf16 its matmuls read. Each kernel computes in fp32
 and rounds once, to the element type of the tensor it writes: y's in the forward, dx's (x's) in the
-backward, the weight's in the weight-gradient sum; the interpreter's bf16 rounding by hand
-(``INTERP_BF16``) follows the same tensor.
+backward (and db's, the residual's: below), the weight's in the weight-gradient sum; the
+interpreter's bf16 rounding by hand (``INTERP_BF16``) is on where a tensor a launch writes is
+bf16, and :func:`~kernels.triton_support.stored_as` applies it to bf16 buffers only.
 
 The settings (:func:`settings`, shared by the launches and :func:`aot`, so the ISA tests compile
 what a call runs): BLOCK_N, the next power of 2 of N; BLOCK_R, rows per program, so that a program
@@ -32,6 +34,21 @@ What crosses LDS: each row's sum across warps (4 bytes a thread); an fp32 weight
 changed from its 16-byte load's layout (4 a thread) to the tile's (8 a thread), once per program;
 the backward's fp32 partial row, changed to its store's layout, once per program; beside fp32 x
 (bf16 y or not), nothing else.
+
+The residual add (:func:`kernels.add_rms_norm`): with ``ADD`` the forward loads a residual b
+(any float dtype) beside x, normalizes h = x + b, added in fp32, and stores h, as torch's sum of
+fp32 x and b (the fused path's x is fp32; a 16-bit x is added by torch, which rounds h first);
+with ``HAS_DH`` the backward adds h's gradient from its other consumer (the next residual add's:
+every block's norm has one, the final norm none) to the norm's dx before its one rounding, and
+with ``STORE_DB`` also stores that sum rounded to b's dtype, b's gradient (where it is x's
+dtype, x's gradient serves both). Where h's two gradients would be added by autograd and b's
+cast from fp32, passes of their own over the rows, the backward's loop moves dh in and db out
+beside dx. The residual is never wider than fp32 x, so the tile is x's and y's as above:
+``tests/test_rms_norm_isa.py`` compiles both launches at the training step's dtypes (fp32 x,
+weight, h, dh and dx, bf16 b, y, dy and db) at N = 1024 and 4096: the fp32 rows move 16 bytes
+a thread and the bf16 ones 8, LDS only for the row sum, no spills, no scratch, no atomics,
+:data:`WAVES_PER_SIMD` waves per SIMD; at N = MAX_N the forward keeps 8 waves per SIMD, the
+backward 4 on gfx942 and gfx950.
 
 The weight gradient is deterministic: the backward's programs (at most :data:`PARTIAL_PROGRAMS`)
 each sum ``dy·x̂`` over the rows they own (every PARTIAL_PROGRAMS-th block of BLOCK_R rows) in
