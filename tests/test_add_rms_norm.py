@@ -110,6 +110,21 @@ def test_empty_and_size_one_inputs(shape):
     _check(x, residual, w, dy, dh, torch.bfloat16)
 
 
+def test_rows_of_wider_buffers_and_transposed_tensors():
+    """x and the residual slices of wider buffers' columns (row strides 40 and 50, read in place),
+    then a transposed residual and dh (copied); the float64 bounds still hold."""
+    x, residual, w, dy, dh = _inputs((21, 33), torch.bfloat16, torch.float32, torch.bfloat16, seed=14)
+    wide_x = torch.zeros(21, 40).copy_(torch.nn.functional.pad(x.detach(), (0, 7)))
+    wide_r = torch.zeros(21, 50, dtype=torch.bfloat16).copy_(torch.nn.functional.pad(residual.detach(), (0, 17)))
+    x_view, r_view = wide_x[:, :33].requires_grad_(), wide_r[:, :33].requires_grad_()
+    assert x_view.stride() == (40, 1) and r_view.stride() == (50, 1)
+    _check(x_view, r_view, w, dy, dh, torch.bfloat16)
+    r_t = residual.detach().t().contiguous().t().requires_grad_()
+    dh_t = dh.t().contiguous().t()
+    assert r_t.stride() == (1, 21) and dh_t.stride() == (1, 21)
+    _check(x, r_t, w, dy, dh_t, torch.bfloat16)
+
+
 @pytest.mark.parametrize("x_dtype, residual_dtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32),
                                                      (torch.bfloat16, torch.float16)], ids=str)
 def test_16_bit_x_adds_with_torch_then_norms(x_dtype, residual_dtype):

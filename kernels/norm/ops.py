@@ -27,9 +27,9 @@ without a graph break. The checks and launch settings of one kind of input are k
 (:mod:`kernels.plans`); the residual add's plan is the norm's, told the residual's dtype.
 
 The residual add is fused where x is float32, the training model's residual stream
-(:meth:`workbench.train.layers.RMSNorm.add`): a 16-bit x's sum is rounded to its dtype by
-torch before the norm reads it, so :func:`add_rms_norm` leaves that to torch's add and
-:func:`rms_norm`, the formula's two steps.
+(:meth:`workbench.train.layers.RMSNorm.add`): a 16-bit x's sum is rounded by torch to the
+promoted dtype (x's, unless the residual is wider) before the norm reads it, so
+:func:`add_rms_norm` leaves that to torch's add and :func:`rms_norm`, the formula's two steps.
 
 Layouts: the rows of x, dy, the residual and dh are read through their row stride where each
 viewed as (rows, N) has unit column stride (a contiguous tensor, a slice of rows or of a wider
