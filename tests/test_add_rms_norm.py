@@ -285,3 +285,15 @@ def test_a_repeated_call_reuses_its_plan(monkeypatch):
     torch.autograd.grad((h, y), (x, residual, w), (dh, dy.float()))
     with pytest.raises(AssertionError, match="again"):
         kernels.add_rms_norm(x, residual, w, 1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("residual_dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("n", [1024, 2048])
+def test_on_this_gpu_a_blocks_add_and_norm_match_float64(n, residual_dtype):
+    """The GPU presets' widths at 4096 rows on the real backend, within the CPU's bounds: fp32 x
+    and weight, bf16 y, the residual a bf16 branch (or fp32), h's own gradient in."""
+    device = kernels.backend.current().device
+    x, residual, w, dy, dh = (t.detach().to(device) for t in _inputs((2, 2048, n), residual_dtype, torch.float32,
+                                                                     torch.bfloat16, seed=n))
+    _check(x.requires_grad_(), residual.requires_grad_(), w.requires_grad_(), dy, dh, torch.bfloat16)
