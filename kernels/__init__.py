@@ -9,7 +9,8 @@ modules load on first use: the public ops
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
 ``kernels.grouped_gemm``, ``kernels.grouped_gemm_fp8``, ``kernels.grouped_gemm_mxfp8``,
 and the training step's fused memory-bound ops ``kernels.rope`` (rotary embedding),
-``kernels.rms_norm`` and ``kernels.cross_entropy`` (the loss)), the tuning
+``kernels.rms_norm``, ``kernels.add_rms_norm`` (the residual add fused into it) and
+``kernels.cross_entropy`` (the loss)), the tuning
 pass ``kernels.tune``, ``kernels.nn``, ``kernels.fp8`` (FP8 training: ``kernels.fp8.convert``), ``kernels.moe``
 (routing, permute and the layer, ``kernels.MoE``) and the op packages (``kernels.gemm_fp8``,
 ``kernels.gemm_mxfp4``) are resolved lazily by :func:`__getattr__`.
@@ -39,6 +40,7 @@ _LAZY = {
     "grouped_gemm_fp8": ("kernels.moe.grouped_gemm_fp8.ops", "grouped_gemm_fp8"),
     "grouped_gemm_mxfp8": ("kernels.moe.grouped_gemm_mxfp8.ops", "grouped_gemm_mxfp8"),
     "rms_norm": ("kernels.norm.ops", "rms_norm"),
+    "add_rms_norm": ("kernels.norm.ops", "add_rms_norm"),
     "nn": ("kernels.nn", None),
     "fp8": ("kernels.fp8", None),
     "moe": ("kernels.moe", None),

@@ -138,26 +138,38 @@ def rope():
     y.backward(torch.randn(B, S, HQ, D, dtype=torch.bfloat16).transpose(1, 2))
 
 
-def rms_norm(x_dtype: torch.dtype, weight_dtype: torch.dtype, out_dtype: torch.dtype | None = None):
+def rms_norm(x_dtype: torch.dtype, weight_dtype: torch.dtype, out_dtype: torch.dtype | None = None,
+             residual_dtype: torch.dtype | None = None):
     """The training model's norm on (B, S, dim) rows of ``x_dtype``, scaled down (64 wide), forward
-    and backward, with a weight of ``weight_dtype`` and y (and dy) of ``out_dtype``."""
+    and backward, with a weight of ``weight_dtype`` and y (and dy) of ``out_dtype``; with
+    ``residual_dtype``, a block's: ``kernels.add_rms_norm`` of x and a residual of that dtype, h
+    used downstream (its gradient comes in)."""
     def call():
         x = torch.randn(2, 32, 64, dtype=x_dtype, requires_grad=True)
-        y = kernels.rms_norm(x, torch.randn(64, dtype=weight_dtype, requires_grad=True), 1e-5, out_dtype=out_dtype)
-        y.backward(torch.randn_like(y))
+        w = torch.randn(64, dtype=weight_dtype, requires_grad=True)
+        if residual_dtype is None:
+            y = kernels.rms_norm(x, w, 1e-5, out_dtype=out_dtype)
+            y.backward(torch.randn_like(y))
+            return
+        residual = torch.randn(2, 32, 64, dtype=residual_dtype, requires_grad=True)
+        h, y = kernels.add_rms_norm(x, residual, w, 1e-5, out_dtype=out_dtype)
+        torch.autograd.backward((h, y), (torch.randn_like(h), torch.randn_like(y)))
     return call
 
 
-def rms_norm_aot(x_dtype: torch.dtype, weight_dtype: torch.dtype, out_dtype: torch.dtype | None = None):
+def rms_norm_aot(x_dtype: torch.dtype, weight_dtype: torch.dtype, out_dtype: torch.dtype | None = None,
+                 residual_dtype: torch.dtype | None = None):
     """Its forward's and backward's AOT launches."""
-    return lambda: [rms_norm_kernels.aot(x_dtype, backward=backward, weight_dtype=weight_dtype, out_dtype=out_dtype)
-                    for backward in (False, True)]
+    return lambda: [rms_norm_kernels.aot(x_dtype, backward=backward, weight_dtype=weight_dtype, out_dtype=out_dtype,
+                                         residual_dtype=residual_dtype) for backward in (False, True)]
 
 
 RMS_NORM_CASES = {"rms_norm": (torch.bfloat16, torch.bfloat16), "rms_norm fp32 weight": (torch.bfloat16, torch.float32),
-                  "rms_norm training step": (torch.float32, torch.float32, torch.bfloat16)}
-"""x's, the weight's (and y's) dtypes: bf16 throughout, an fp32 master weight beside bf16 rows, and
-the training step's under autocast (fp32 residual rows and weight, bf16 y and dy)."""
+                  "rms_norm training step": (torch.float32, torch.float32, torch.bfloat16),
+                  "add_rms_norm training step": (torch.float32, torch.float32, torch.bfloat16, torch.bfloat16)}
+"""x's, the weight's (and y's, and a residual's) dtypes: bf16 throughout, an fp32 master weight
+beside bf16 rows, the training step's under autocast (fp32 residual rows and weight, bf16 y and
+dy), and its blocks' norms, which add a bf16 branch to those rows first."""
 
 
 def moe_routing():

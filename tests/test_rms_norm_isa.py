@@ -23,9 +23,10 @@ from kernels.norm.rms_norm_kernels import aot
 
 
 def result(job):
-    arch, n, backward, x_dtype, w_dtype, y_dtype, *narrower = job
-    launch = aot(getattr(torch, x_dtype), n, backward, getattr(torch, w_dtype), getattr(torch, y_dtype))
-    if narrower:   # the vector of the narrower dtype: half the threads, twice the elements each
+    arch, n, backward, x_dtype, w_dtype, y_dtype, *variant = job
+    residual = getattr(torch, variant[1]) if variant[:1] == ["residual"] else None
+    launch = aot(getattr(torch, x_dtype), n, backward, getattr(torch, w_dtype), getattr(torch, y_dtype), residual)
+    if variant == ["narrower"]:   # the vector of the narrower dtype: half the threads, twice the elements each
         launch = dataclasses.replace(launch, options=dict(launch.options, num_warps=launch.options["num_warps"] // 2))
     kernel = isa_compile.compile_aot(launch, ("hip", arch, 64))
     lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
@@ -40,12 +41,17 @@ fp32 residual stream normed in fp32; and the training step's under autocast (its
 stays fp32, so its norms see fp32 x and weight, and write y in bf16, the dtype their matmuls read)."""
 TRAINING = DTYPES[-1]
 NARROWER = tuple((arch, 1024, backward, *TRAINING, "narrower") for arch in ARCHS for backward in (False, True))
+RESIDUAL = ("residual", "bfloat16")
+"""The fused residual add's launches (``aot``'s ``residual_dtype``) at the training step's dtypes: a
+block's bf16 branch added to the fp32 residual stream, the backward with h's other gradient."""
 JOBS = tuple((arch, n, backward, *dtypes) for arch in ARCHS for n in (*WIDTHS, rms_norm_kernels.MAX_N)
-             for backward in (False, True) for dtypes in DTYPES) + NARROWER
+             for backward in (False, True) for dtypes in DTYPES) + NARROWER + tuple(
+    (arch, n, backward, *TRAINING, *RESIDUAL) for arch in ARCHS for n in (*WIDTHS, rms_norm_kernels.MAX_N)
+    for backward in (False, True))
 
 
-def _compiled(arch, n, backward, dtypes, waves=rms_norm_kernels.WAVES_PER_SIMD) -> dict:
-    kernel = results(COMPILE, JOBS)[arch, n, backward, *dtypes]
+def _compiled(arch, n, backward, dtypes, waves=rms_norm_kernels.WAVES_PER_SIMD, variant=()) -> dict:
+    kernel = results(COMPILE, JOBS)[arch, n, backward, *dtypes, *variant]
     res = kernel["resources"]
     assert (kernel["atomics"], res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0, 0), kernel
     assert res["occupancy"] == waves, res
@@ -89,7 +95,7 @@ TRAINING_LOOP = dict(LOOP, global_load={"buffer_load_dwordx4": 1, "buffer_load_d
 """The same loop on the training step's fp32 x and bf16 dy: dy's load 8 bytes a thread."""
 
 
-@pytest.mark.slow   # 52 AOT compiles in one fresh process
+@pytest.mark.slow   # 64 AOT compiles in one fresh process
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 @pytest.mark.parametrize("n", WIDTHS)
 @pytest.mark.parametrize("arch", ARCHS)
@@ -107,6 +113,38 @@ def test_rows_move_16_bytes_per_thread(arch, n, backward):
             assert {c: kernel["ops"][c] for c in memory} == memory, kernel["ops"]
         loop = TRAINING_LOOP if dtypes == TRAINING else LOOP
         assert not backward or kernel["loop"] == loop, (dtypes, kernel["loop"])
+
+
+RESIDUAL_MEMORY = {
+    False: {"global_load": {"buffer_load_dwordx4": 2, "buffer_load_dwordx2": 1},
+            "global_store": {"buffer_store_dwordx4": 1, "buffer_store_dwordx2": 1, "buffer_store_dword": 1}},
+    True: {"global_load": {"buffer_load_dwordx4": 3, "buffer_load_dwordx2": 1, "buffer_load_dword": 1},
+           "global_store": {"buffer_store_dwordx4": 2, "buffer_store_dwordx2": 1}},
+}
+"""Every global access of the fused residual add at the training step's dtypes (fp32 x, weight, h,
+dh and dx; bf16 residual, y, dy and db): forward x and the weight loaded and h stored 16 bytes a
+thread, the bf16 residual loaded and y stored 8 (4 elements, as fp32's 16), rstd 4; backward x
+(h), dh and the weight loaded 16 bytes a thread, dy 8, rstd 4, dx and the partial row stored 16,
+db 8."""
+RESIDUAL_LOOP = {"global_load": {"buffer_load_dwordx4": 2, "buffer_load_dwordx2": 1, "buffer_load_dword": 1},
+                 "global_store": {"buffer_store_dwordx4": 1, "buffer_store_dwordx2": 1},
+                 "lds_write": {"ds_write_b32": 1}, "lds_read": {"ds_read_b32": 1}}
+"""Its backward's loop over rows: x and dh loaded and dx stored 16 bytes a thread, dy loaded and db
+stored 8, rstd's 4-byte load, the row sum's LDS write and read; nothing else crosses LDS."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("n", WIDTHS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_residual_add_moves_fp32_rows_16_bytes_and_bf16_rows_8_per_thread(arch, n, backward):
+    """:data:`RESIDUAL_MEMORY` and, backward, :data:`RESIDUAL_LOOP`; LDS only for the row sum; no
+    VGPR or SGPR spills, no scratch, no atomics, 8 waves per SIMD, as without the residual."""
+    kernel = _compiled(arch, n, backward, TRAINING, variant=RESIDUAL)
+    assert accesses(kernel)["lds_writes"] == accesses(kernel)["lds_reads"] == 1, kernel["ops"]
+    memory = RESIDUAL_MEMORY[backward]
+    assert {c: kernel["ops"][c] for c in memory} == memory, kernel["ops"]
+    assert not backward or kernel["loop"] == RESIDUAL_LOOP, kernel["loop"]
 
 
 NARROWER_MEMORY = {
@@ -135,12 +173,15 @@ def test_the_narrower_dtypes_vector_would_cross_lds_in_the_loop(arch):
         assert {c: ops.get(c) for c in NARROWER_MEMORY[backward]} == NARROWER_MEMORY[backward], (backward, ops)
 
 
-@pytest.mark.slow   # 52 AOT compiles in one fresh process
+@pytest.mark.slow   # 64 AOT compiles in one fresh process
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_widest_row_compiles_without_spills(arch):
     """N = MAX_N (16 warps, 16 elements a lane per tensor), every dtype triple: no VGPR or SGPR
     spills, no scratch, no atomics; the forward at 8 waves per SIMD, the backward at 5, but at 4
-    on gfx942 for the training step's fp32 x and bf16 dy."""
+    on gfx942 for the training step's fp32 x and bf16 dy, and on both with the fused residual
+    add's (dh and db beside them)."""
     for dtypes in DTYPES:
         _compiled(arch, rms_norm_kernels.MAX_N, False, dtypes, waves=8)
         _compiled(arch, rms_norm_kernels.MAX_N, True, dtypes, waves=4 if (arch, dtypes) == ("gfx942", TRAINING) else 5)
+    _compiled(arch, rms_norm_kernels.MAX_N, False, TRAINING, waves=8, variant=RESIDUAL)
+    _compiled(arch, rms_norm_kernels.MAX_N, True, TRAINING, waves=4, variant=RESIDUAL)

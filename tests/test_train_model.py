@@ -51,6 +51,54 @@ def test_the_workbench_norm_writes_the_autocast_dtype_and_the_torch_norm_keeps_x
     assert ours(x).dtype == theirs(x).dtype == torch.float32
 
 
+def test_the_norms_add_gives_the_residual_sum_and_its_norm_on_both_sides():
+    """``RMSNorm.add(x, branch)``: the torch side ``x + branch`` and its norm, bit for bit; the
+    workbench side (``kernels.add_rms_norm``, one launch) the same sum bit for bit, y in the bf16
+    autocast dtype within a bf16 unit of the torch side's fp32 y, and the gradients of x, the bf16
+    branch and the weight within fp32's bounds, h used downstream; ``branch`` None: x and its norm."""
+    ours, theirs = layers.RMSNorm(40, 1e-6, "workbench"), layers.RMSNorm(40, 1e-6)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(40) * 0.5 + 1)
+        theirs.weight.copy_(ours.weight)
+    x = (torch.randn(2, 5, 40) * 3).requires_grad_()
+    branch = torch.randn(2, 5, 40, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (h, y), (want_h, want) = ours.add(x, branch), theirs.add(x, branch)
+        counted = device_ops(lambda: ours.add(x, branch))
+    assert counted.total == counted.triton == 1
+    assert torch.equal(want_h, x + branch) and torch.equal(want, theirs(x + branch))
+    assert torch.equal(h, want_h) and (y.dtype, want.dtype) == (torch.bfloat16, torch.float32)
+    assert ((y.double() - want.detach().double()).abs() <= torch.finfo(torch.bfloat16).eps * want.detach().abs()).all()
+    dh, dy = torch.randn_like(h), torch.randn_like(y)
+    got = torch.autograd.grad((h, y), (x, branch, ours.weight), (dh, dy))
+    expected = torch.autograd.grad((want_h, want), (x, branch, theirs.weight), (dh, dy.float()))
+    assert [g.dtype for g in got] == [torch.float32, torch.bfloat16, torch.float32]
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for norm in (ours, theirs):
+        same, normed = norm.add(x, None)
+        assert same is x and torch.equal(normed, norm(x))
+
+
+@pytest.mark.parametrize("kernels_", ["torch", "workbench"])
+def test_blocks_hand_their_branch_on_and_sum_as_before(kernels_):
+    """A block returns its FFN's output for the next norm to add (the last for the final norm):
+    the logits are those of ``x = x + attn(norm(x)); x = x + ffn(norm(x))`` per block and
+    ``head(norm(x))``, bit for bit on both sides (the workbench side's adds are the same fp32
+    adds, done in the norm's launch, whose norm is ``kernels.rms_norm``'s)."""
+    torch.manual_seed(0)
+    model = GPT(SMOKE, kernels=kernels_)
+    tokens = torch.randint(0, SMOKE.vocab, (1, 16))
+    cos, sin = model.rope(16)
+    with torch.no_grad():
+        x = model.embed(tokens)
+        for block in model.blocks:
+            x = x + block.attn(block.attn_norm(x), cos, sin)
+            x = x + block.ffn(block.ffn_norm(x))
+        want, got = model.head(model.norm(x)), model(tokens)
+    assert torch.equal(got, want)
+
+
 def test_rope_rotates_each_pair_by_position_times_frequency():
     cos, sin = layers.rope_tables(seq=3, head_dim=4, theta=100.0)
     x = torch.tensor([1.0, 0.0, 0.0, 1.0]).expand(1, 1, 3, 4)

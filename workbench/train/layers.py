@@ -23,13 +23,14 @@ from . import ops
 
 class RMSNorm(torch.nn.Module):
     """``x / sqrt(mean(x²) + eps) * weight``, computed in fp32 (Zhang & Sennrich 2019);
-    ``impl="workbench"``: ``kernels.rms_norm``, the same in one pass.
+    ``impl="workbench"``: ``kernels.rms_norm``, the same in one pass, and with the residual add
+    before it (:meth:`add`) ``kernels.add_rms_norm``.
 
     Under autocast the workbench norm writes y in the region's dtype (``out_dtype``), the dtype
     its matmuls cast to: the residual stream is fp32 there, so an fp32 y would be cast to bf16
-    again by each Linear that reads it (q, k and v; gate and up; the MoE layer's experts; the LM
-    head), and autograd would cast each of their bf16 gradients back to fp32 in the backward: 22
-    device ops per step at two blocks (``tests/test_train_host_cost.py`` pins the step's count and
+    again by each GEMM that reads it (q, k and v's one; gate and up's one; the MoE layer's experts;
+    the LM head), and autograd would cast each of their bf16 gradients back to fp32 in the
+    backward: 13 device ops per step at two blocks (``tests/test_train_host_cost.py`` pins the step's count and
     checks the difference). The MoE router is the exception: it computes in float32
     (:func:`kernels.moe.routing.router_logits`), so it casts the bf16 y up, one cast each way. The gradients of the normed activations then add up in bf16 in autograd,
     as in bf16 training stacks, where fp32 y added them in fp32; the norm's own backward still
@@ -44,11 +45,31 @@ class RMSNorm(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.impl == "workbench":
-            out_dtype = region_dtype(x.device.type) if _autocast.active() else None   # one C call outside a region
-            return _kernels.rms_norm(x, self.weight, self.eps, out_dtype=out_dtype)
+            return _kernels.rms_norm(x, self.weight, self.eps, out_dtype=_out_dtype(x))
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * self.weight.float()).to(x.dtype)
+
+    def add(self, x: torch.Tensor, branch: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(h, self(h))`` for the residual stream ``h = x + branch`` (``branch`` None: x itself).
+        Every residual add of a pre-norm model is followed by a norm of its sum, so the workbench
+        side does both in one launch (``kernels.add_rms_norm``; its backward adds h's two
+        gradients and casts the branch's in the norm's launch): 11 device ops fewer per step at
+        two blocks (4 adds forward; 3 sums of h's gradients, the final norm's h having no other
+        consumer, and 4 casts of the bf16 branches' gradients backward;
+        ``tests/test_train_host_cost.py``). The torch side runs the same ops as before, ``x +
+        branch`` then the norm."""
+        if branch is None:
+            return x, self(x)
+        if self.impl == "workbench":
+            return _kernels.add_rms_norm(x, branch, self.weight, self.eps, out_dtype=_out_dtype(x))
+        h = x + branch
+        return h, self(h)
+
+
+def _out_dtype(x: torch.Tensor) -> torch.dtype | None:
+    """The workbench norm's y dtype: the autocast region's (see :class:`RMSNorm`), else x's (None)."""
+    return region_dtype(x.device.type) if _autocast.active() else None   # one C call outside a region
 
 
 class Attention(torch.nn.Module):

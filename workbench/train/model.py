@@ -12,7 +12,12 @@ from .layers import Attention, RMSNorm, SwiGLU, rope_tables
 
 
 class Block(torch.nn.Module):
-    """``x + attn(norm(x))``, then ``+ ffn(norm(x))``; the FFN is dense or MoE."""
+    """``x + attn(norm(x))``, then ``+ ffn(norm(x))``; the FFN is dense or MoE.
+
+    A block takes the residual stream and the branch the block before it returned (None in the
+    first) and returns the stream and its own FFN's output: each residual add then happens where
+    its sum is normed (:meth:`RMSNorm.add`: one launch on the workbench side), the last one in
+    :class:`GPT`'s final norm. The same sums as ``x = x + ffn(...)`` at the end of each block."""
 
     def __init__(self, cfg, impls: dict[str, str], layer: int):
         super().__init__()
@@ -23,9 +28,10 @@ class Block(torch.nn.Module):
         self.ffn = (moe_ffn(cfg, impls["moe"]) if self.moe
                     else SwiGLU(cfg.dim, cfg.ffn_hidden, impls["gemm"], impls["swiglu"]))
 
-    def forward(self, x, cos, sin):
-        x = x + self.attn(self.attn_norm(x), cos, sin)
-        return x + self.ffn(self.ffn_norm(x))
+    def forward(self, x, branch, cos, sin):
+        x, normed = self.attn_norm.add(x, branch)
+        x, normed = self.ffn_norm.add(x, self.attn(normed, cos, sin))
+        return x, self.ffn(normed)
 
 
 class GPT(torch.nn.Module):
@@ -60,10 +66,11 @@ class GPT(torch.nn.Module):
         ``torch.compile`` see the whole step's graph through one call.
         """
         cos, sin = self.rope(tokens.shape[1])
-        x = self.embed(tokens)
+        x, branch = self.embed(tokens), None
         for block in self.blocks:
-            x = block(x, cos, sin)
-        logits = self.head(self.norm(x))
+            x, branch = block(x, branch, cos, sin)
+        _, normed = self.norm.add(x, branch)
+        logits = self.head(normed)
         if targets is None:
             return logits
         if self.impls["loss"] == "workbench":   # the logits in their own dtype, computed in fp32

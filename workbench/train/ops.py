@@ -8,7 +8,8 @@
 - ``attention``: SDPA or ``kernels.flash_attention`` (causal, GQA);
 - ``moe``: the plain-PyTorch MoE of :mod:`.ffn` or ``kernels.MoE``;
 - ``norm``: every RMSNorm (:class:`.layers.RMSNorm`): its eager fp32 formula or
-  ``kernels.rms_norm``, the same formula in one launch forward;
+  ``kernels.rms_norm``, the same formula in one launch forward, and with the residual add before
+  it (:meth:`.layers.RMSNorm.add`) ``kernels.add_rms_norm``, the add in the same launch;
 - ``rope``: the rotary embedding of q and k (:func:`.layers.apply_rope` or ``kernels.rope``);
 - ``swiglu``: the dense FFN's ``silu(gate) * up`` (:class:`.layers.SwiGLU`): two torch ops, or
   ``kernels.moe.swiglu_op.swiglu``, one pass (the MoE FFN's SwiGLU follows ``moe``);
