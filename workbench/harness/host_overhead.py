@@ -10,8 +10,9 @@ and the kernel. Outputs are still allocated, as the real path does.
 
 What it is compared with: the same torch operation (``torch.matmul``, ``nn.Linear``,
 SDPA, ``torch._grouped_mm``, ``torch._scaled_mm``, the reference MoE layer), or for the
-training model's norm, rotary embedding and loss the torch code the op replaces there
-(``F.rms_norm``, ``apply_rope``, ``F.cross_entropy`` of bf16 logits cast to fp32), called on CPU
+training model's norm (alone and after a residual add), rotary embedding and loss the torch code
+the op replaces there (``F.rms_norm``, ``x + branch`` then ``F.rms_norm``, ``apply_rope``,
+``F.cross_entropy`` of bf16 logits cast to fp32), called on CPU
 tensors of the same rank, dtypes and layout kind but the smallest sizes the op takes
 (mostly 1), so its kernel does next to no work: what is left is torch's dispatch, its
 checks and its output allocation, plus a one-element kernel. That makes torch's number an
@@ -213,6 +214,21 @@ def _torch_rms_norm():
     return lambda: F.rms_norm(x, (1,), weight, 1e-6)
 
 
+def _add_rms_norm():
+    # the training step's: the fp32 residual stream, a block's bf16 branch, y in the region's bf16
+    x, branch, weight = _randn(4, 16, 64), _randn(4, 16, 64, dtype=torch.bfloat16), _randn(64)
+    return lambda: kernels.add_rms_norm(x, branch, weight, 1e-6, out_dtype=torch.bfloat16)
+
+
+def _torch_add_rms_norm():
+    x, branch, weight = _randn(1, 1, 1), _randn(1, 1, 1, dtype=torch.bfloat16), _randn(1)
+
+    def call():
+        h = x + branch
+        return h, F.rms_norm(h, (1,), weight, 1e-6)
+    return call
+
+
 def _projection_heads(batch, seq, heads, head_dim):
     """q as the model lays it out: a (B, S, H, D) projection viewed as (B, H, S, D), no copy."""
     return _randn(batch, seq, heads, head_dim).transpose(1, 2)
@@ -272,6 +288,8 @@ def cases() -> list[Case]:
              lambda: _moe_layer(MoEReference, 1, 1, (1, 1))),
         Case("rms_norm", "x (4, 16, 64), weight (64,) fp32", _rms_norm,
              "F.rms_norm x (1, 1, 1), weight (1,)", _torch_rms_norm),
+        Case("add_rms_norm", "x (4, 16, 64) fp32 + branch bf16, weight (64,) fp32, y bf16", _add_rms_norm,
+             "x + branch, F.rms_norm x (1, 1, 1), weight (1,)", _torch_add_rms_norm),
         Case("rope", "x (1, 8, 64, 64) transposed from (1, 64, 8, 64), cos/sin (64, 32) fp32", _rope,
              "apply_rope x (1, 1, 1, 2) transposed, cos/sin (1, 1)", _torch_rope),
         Case("cross_entropy", "logits (64, 1000) bf16, int64 targets", _cross_entropy,
