@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernels import plans
 from kernels.gemm_fp8 import quantize, quantize_kernel
 from kernels.gemm_fp8.formats import scale_of
 from kernels.gemm_fp8.quantize_kernel import tensor_amax, tensor_scale
@@ -32,11 +33,11 @@ def _same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
 def partials(request, monkeypatch):
     """PARTIALS as the amax pass and the cast take it; 600 x 300's 15 tiles are then scanned by
     1 program, by 4 (tiles p, p + 4, ...: 4, 4, 4 and 3 of them), or one each (15 of 1024 read
-    back, the rest masked). The cast plans keep the count, so they are made anew."""
+    back, the rest masked). The plans keep the count, so they are made anew."""
     monkeypatch.setattr(quantize_kernel, "PARTIALS", request.param)
-    quantize_kernel._CASTS.clear()
+    plans.invalidate()
     yield request.param
-    quantize_kernel._CASTS.clear()
+    plans.invalidate()
 
 
 def _cases(shape, dtype):

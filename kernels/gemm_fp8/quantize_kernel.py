@@ -13,13 +13,20 @@ One program owns a 128 x 128 tile of x (``TILE``): the block granularities' grou
 (1x128, 128x128, MX's 1x32) and their transposed twins (128x1, 32x1) all lie inside a
 tile, so their amax is a reduction over registers, and x is read once. ``tensor`` and
 ``row`` need an amax over the whole tensor or row, which no tile sees: they take two
-passes, an amax pass (:func:`_amax_kernel`, one partial max per tile and per row/column
-of a tile) and the cast pass, so x is read twice. Between them, ``tensor``'s maxima are reduced
-by one torch reduction and the cast computes the scale from that amax; ``row``'s are reduced
-and made scales by one small launch (:func:`_row_scales_kernel`): three device ops per quantize
-either way (``tests/test_host_overhead_fp8.py``), where torch ops made the scales before, each a
-launch on a GPU's host (:mod:`workbench.harness.device_ops`). An atomic max
-would not save the second read: no element can be cast before its group's amax is known.
+passes, an amax pass and the cast pass, so x is read twice. ``tensor``'s amax pass
+(:func:`_tensor_partials_kernel`) is a grid of at most ``PARTIALS`` (1024) programs, each
+scanning every P-th tile and writing one partial max, and each program of the cast reduces
+those partials itself (at most 4 KiB read from L2 against its tile's 32 KiB of bf16 x: 1/8,
+1/16 of fp32) and computes the scale: two launches and no torch op per quantize, where a torch
+reduction of per-tile maxima came between them before (and :func:`tensor_amax` /
+:func:`tensor_scale` are the amax pass and one launch that reduces the partials, where a torch
+reduction and :func:`.formats.scale_of`'s four torch ops were). ``row``'s amax pass
+(:func:`_amax_kernel`, one max per row and tile column, and column and tile row) is reduced and
+made scales by one small launch (:func:`_row_scales_kernel`): three device ops per quantize
+(``tests/test_host_overhead_fp8.py``, ``tests/test_fp8_tensor_amax.py``), where torch ops made
+the scales before, each a launch on a GPU's host (:mod:`workbench.harness.device_ops`). No
+atomics: the partials are reduced by whoever reads them, in any order (a max is exact), and an
+atomic max would not save the second read: no element can be cast before its group's amax is known.
 
 Division: every ``amax / fp8_max`` and ``x / scale`` is ``tl.math.div_rn``, IEEE round-to-nearest
 on every target. Triton's ``/`` is that on AMD, but on NVIDIA it compiles to ``div.full.f32`` (up to
@@ -58,7 +65,11 @@ per SIMD on gfx942 as without it, 7 instead of 8 on gfx950 (per-row or per-colum
 instead moved more through LDS and took more registers).
 The casts after ``tensor``'s and ``row``'s amax pass (tensor's computing its one scale from the
 amax, row's reading the scales :func:`_row_scales_kernel` made) run at 8 waves per SIMD with no
-spills on both, with the transposed copy at 7 on gfx950.
+spills on both, with the transposed copy at 7 on gfx950; tensor's reduction of the partials costs
+each thread two 4-byte loads (1024 partials over 512 lanes, beside x's four 16-byte ones) and a
+cross-warp max through 32 bytes of LDS. tensor's amax pass reads x as four 16-byte buffer loads
+per thread and tile of its loop, writes one 4-byte partial per program after a cross-warp max
+through 32 bytes of LDS, and runs at 7 waves per SIMD (71 VGPRs), no spills, on both.
 
 Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
 would cost a host sync per call); :func:`quantize_reference` states the finite semantics.
@@ -344,26 +355,49 @@ def _partial_count(m: int, k: int) -> int:
     return min(cdiv(m, TILE) * cdiv(k, TILE), PARTIALS)
 
 
-def _tensor_partials(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
-    """tensor's amax pass on a non-empty x (M, K): its partial maxima, (:func:`_partial_count`,)
-    float32, all 0 where the 0-d float32 ``unless`` is > 0 on the device (x then not read)."""
-    m, k = x.shape
-    partials = new_output((_partial_count(m, k),), torch.float32, x.device)
-    _tensor_partials_kernel.run(x, partials, partials if unless is None else unless, m, k, *x.stride(),
-                                **run_kwargs(partials.shape, dict(UNLESS=unless is not None, BLOCK=TILE,
-                                                                  num_warps=NUM_WARPS)))
-    return partials
+class _AmaxPass:
+    """tensor's amax pass for one kind of x (shape, strides, dtype, device) and of ``unless``
+    (given or not), its launch worked out once: a call allocates the partial maxima,
+    (:func:`_partial_count`,) float32, and launches; all 0 where the 0-d float32 ``unless`` is
+    > 0 on the device (x then not read)."""
+
+    def __init__(self, x: torch.Tensor, unless: bool):
+        m, k = x.shape
+        self.shape = (_partial_count(m, k),)
+        self.launch = run_args(_tensor_partials_kernel, 3, (m, k, *x.stride()), self.shape,
+                               dict(UNLESS=unless, BLOCK=TILE, num_warps=NUM_WARPS))
+
+    def __call__(self, x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
+        partials = new_output(self.shape, torch.float32, x.device)
+        _tensor_partials_kernel.run(x, partials, partials if unless is None else unless,
+                                    *self.launch[0], **self.launch[1])
+        return partials
+
+
+class _TensorAmax(_AmaxPass):
+    """:func:`tensor_amax`'s or :func:`tensor_scale`'s launches for one kind of call: the amax
+    pass and one launch that reduces its partials to x's amax (0-d float32), or with
+    ``fp8_dtype`` to its scale; no torch op, no host sync."""
+
+    def __init__(self, x: torch.Tensor, unless: bool, fp8_dtype: torch.dtype | None):
+        super().__init__(x, unless)
+        fmax = 1.0 if fp8_dtype is None else format_constants(fp8_dtype)["FMAX"]
+        self.reduce = run_args(_tensor_amax_kernel, 2, self.shape, (1,), dict(
+            FMAX=fmax, SCALE=fp8_dtype is not None, PARTIALS=PARTIALS, num_warps=_TENSOR_AMAX_WARPS))
+
+    def __call__(self, x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
+        partials = super().__call__(x, unless)
+        out = new_output((), torch.float32, x.device)
+        _tensor_amax_kernel.run(partials, out, *self.reduce[0], **self.reduce[1])
+        return out
+
+
+_AMAXES = plans.PlanCache()
 
 
 def _tensor_amax(x: torch.Tensor, unless: torch.Tensor | None, fp8_dtype: torch.dtype | None) -> torch.Tensor:
-    """The amax pass and one launch that reduces its partials to x's amax (0-d float32), or with
-    ``fp8_dtype`` to its scale; no torch op, no host sync."""
-    partials = _tensor_partials(x, unless)
-    out = new_output((), torch.float32, x.device)
-    fmax = 1.0 if fp8_dtype is None else format_constants(fp8_dtype)["FMAX"]
-    _tensor_amax_kernel.run(partials, out, partials.numel(), **run_kwargs((1,), dict(
-        FMAX=fmax, SCALE=fp8_dtype is not None, PARTIALS=PARTIALS, num_warps=_TENSOR_AMAX_WARPS)))
-    return out
+    key = (x.shape, x.stride(), x.dtype, x.device, unless is not None, fp8_dtype)
+    return _AMAXES(key, _TensorAmax, x, unless is not None, fp8_dtype)(x, unless)
 
 
 def tensor_amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
@@ -422,10 +456,8 @@ class _Cast:
                                          FROM_AMAX=self.tensor and not given, PRESHUFFLED=preshuffled,
                                          PARTIALS=PARTIALS, BLOCK=TILE, num_warps=NUM_WARPS,
                                          **format_constants(fp8_dtype)))
-        if self.tensor and not given:   # the amax pass
-            self.partials_shape = (_partial_count(m, k),)
-            self.partials = run_args(_tensor_partials_kernel, 3, (m, k, *x.stride()), self.partials_shape,
-                                     dict(UNLESS=False, BLOCK=TILE, num_warps=NUM_WARPS))
+        if self.tensor and not given:   # the amax pass, whose partials the cast reduces
+            self.partials = _AmaxPass(x, unless=False)
         elif self.per_number and not given:   # row's amax pass and scale launch
             self.cols = transpose   # the amax pass's maxima per column of x too
             self.maxima_shapes = (m, tiles[1]), (tiles[0], k) if self.cols else (1, 1)
@@ -446,12 +478,6 @@ class _Cast:
         _amax_kernel.run(x, row_max, col_max, *self.maxima[0], **self.maxima[1])
         return row_max, col_max
 
-    def _partials(self, x: torch.Tensor) -> torch.Tensor:
-        """tensor's amax pass: its partial maxima, which the cast reduces (:func:`_tensor_partials`)."""
-        partials = new_output(self.partials_shape, torch.float32, x.device)
-        _tensor_partials_kernel.run(x, partials, partials, *self.partials[0], **self.partials[1])
-        return partials
-
     def __call__(self, x: torch.Tensor, scale: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         (m, k), device = self.shape, x.device
         q = new_output((m, k), self.fp8_dtype, device)
@@ -461,7 +487,7 @@ class _Cast:
             read = read_t = scale
             written = new_output(self.tiles, torch.float32, device) if self.amax else scale   # the tile maxima
         elif self.tensor:       # the amax pass's partials, which every program of the cast reduces to
-            read = read_t = self._partials(x)   # the amax, whose scale the first one writes
+            read = read_t = self.partials(x)   # the amax, whose scale the first one writes
             scale = scale_t = written = new_output((), torch.float32, device)
         elif self.per_number:   # row: one launch makes the scales from the maxima, the cast reads them
             row_max, col_max = self._maxima(x)
@@ -582,3 +608,12 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
                       constexprs=constexprs,
                       pointers={"x_ptr": pointer_type(x_dtype), "s_ptr": scale, "st_ptr": scale,
                                 "amax_ptr": "*fp32" if amax or mode == 0 else scale})
+
+
+def amax_pass_aot(x_dtype: torch.dtype = torch.bfloat16) -> AotKernel:
+    """``tensor``'s amax pass (:func:`_tensor_partials_kernel`) as a GPU runs it on a contiguous
+    8192 x 8192 x (a grid of PARTIALS programs, 4 tiles each), for an ahead-of-time compile."""
+    size = 8192
+    return aot_launch(_tensor_partials_kernel, x_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS),
+                      dict(M=size, K=size, stride_xm=size, stride_xk=1), constexprs=dict(UNLESS=False),
+                      pointers={"partials_ptr": "*fp32", "unless_ptr": "*fp32"})
