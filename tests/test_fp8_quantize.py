@@ -243,12 +243,13 @@ def test_the_cast_with_a_given_scale_returns_the_amax_the_torch_pass_gives(x_dty
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_the_amax_launch_reads_x_only_unless_told_not_to(x_dtype):
     """``amax(x)`` is the torch pass bitwise; ``unless`` > 0 (a non-empty amax history) makes
-    its launch read nothing: an x of NaN then gives 0, which no read of it could."""
+    its launch read nothing: an x of 5s then gives 0, which no read of it could (tensor's amax
+    pass takes the max elementwise, which ignores a NaN: an x of NaN could)."""
     from kernels.gemm_fp8.quantize import amax
     x = activations((131, 257), seed=9, dtype=x_dtype)
     assert amax(x).view(torch.int32) == x.abs().amax().float().view(torch.int32)
     assert amax(x, unless=torch.zeros(1)).view(torch.int32) == x.abs().amax().float().view(torch.int32)
-    assert amax(torch.full_like(x, float("nan")), unless=torch.tensor(3.0)) == 0
+    assert amax(torch.full_like(x, 5.0), unless=torch.tensor(3.0)) == 0
     assert amax(x[:, :0]) == 0
     with pytest.raises(ValueError, match="unless must hold one number"):
         amax(x, unless=torch.ones(2))
