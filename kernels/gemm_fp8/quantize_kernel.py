@@ -69,7 +69,7 @@ spills on both, with the transposed copy at 7 on gfx950; tensor's reduction of t
 each thread two 4-byte loads (1024 partials over 512 lanes, beside x's four 16-byte ones) and a
 cross-warp max through 32 bytes of LDS. tensor's amax pass reads x as four 16-byte buffer loads
 per thread and tile of its loop, writes one 4-byte partial per program after a cross-warp max
-through 32 bytes of LDS, and runs at 7 waves per SIMD (71 VGPRs), no spills, on both.
+through 32 bytes of LDS, and runs at 7 waves per SIMD, no spills, on both.
 
 Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
 would cost a host sync per call); :func:`quantize_reference` states the finite semantics.
