@@ -45,6 +45,10 @@ def launches(name, fp8):
         return [aot_launch(quantize_kernel._row_scales_kernel, torch.float32, options,
                            dict(M=N, K=N, TK=N // 128, TM=N // 128),
                            constexprs=dict(FMAX=fmax, COLS=True, **settings))]
+    if name == "tensor scale":
+        return [aot_launch(quantize_kernel._tensor_amax_kernel, torch.float32,
+                           dict(num_warps=quantize_kernel._TENSOR_AMAX_WARPS), dict(count=quantize_kernel.PARTIALS),
+                           constexprs=dict(FMAX=fmax, SCALE=True, PARTIALS=quantize_kernel.PARTIALS))]
     if name == "grouped quantize":
         return list(grouped_quantize.aot(fp8))
     if name == "history scale":
@@ -77,7 +81,7 @@ def result(job):
 '''
 
 FAMILIES = ("quantize tensor", "quantize tensor given", "quantize row", "quantize block1x128",
-            "quantize block128x128", "quantize mx32 round_up", "row scales", "grouped quantize",
+            "quantize block128x128", "quantize mx32 round_up", "row scales", "tensor scale", "grouped quantize",
             "history scale", "gemm to fp8")
 TARGETS = ("sm_90", "gfx942")
 

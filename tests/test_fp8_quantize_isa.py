@@ -16,17 +16,21 @@ from workbench.isa import compile as isa_compile
 
 def result(job):
     granularity, fp8, arch, options = job
-    return summary(isa_compile.compile_aot(quantize_kernel.aot(granularity, getattr(torch, fp8), **dict(options)),
-                                           ("hip", arch, 64)))
+    aot = (quantize_kernel.amax_pass_aot() if granularity == AMAX_PASS else
+           quantize_kernel.aot(granularity, getattr(torch, fp8), **dict(options)))
+    return summary(isa_compile.compile_aot(aot, ("hip", arch, 64)))
 """
+AMAX_PASS = "tensor's amax pass"   # a job's "granularity" that compiles quantize_kernel.amax_pass_aot()
+COMPILE = f"AMAX_PASS = {AMAX_PASS!r}\n" + COMPILE
 WIDE = [("block1x128", "float8_e4m3fnuz", "gfx942", "ocp"), ("mx32", "float8_e4m3fn", "gfx950", "ocp"),
         ("mx32", "float8_e4m3fn", "gfx950", "round_up")]
 MAXIMA = [("float8_e4m3fnuz", "gfx942", 0), ("float8_e4m3fn", "gfx950", 1)]
 # the casts after the amax pass (tensor's computes its scale, row's reads the scale launch's), with
 # the waves per SIMD the module docstring gives
+TARGETS = (("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950"))
 AMAX_PASS_CASTS = [(granularity, fp8, arch, transpose, 7 if arch == "gfx950" and transpose else 8)
                    for granularity in ("tensor", "row") for transpose in (False, True)
-                   for fp8, arch in (("float8_e4m3fnuz", "gfx942"), ("float8_e4m3fn", "gfx950"))]
+                   for fp8, arch in TARGETS]
 
 
 def _wide_options(rule: str) -> dict:
@@ -52,6 +56,7 @@ def _compiled_here() -> dict[tuple, dict]:
     jobs += [(granularity, fp8, arch, (("transpose", transpose),))
              for granularity, fp8, arch, transpose, _ in AMAX_PASS_CASTS]
     jobs += [("mx32", "float8_e4m3fn", "gfx950", tuple(sorted(_preshuffled_options().items())))]
+    jobs += [(AMAX_PASS, fp8, arch, ()) for fp8, arch in TARGETS]
     return results(COMPILE, tuple(jobs))
 
 
@@ -139,6 +144,10 @@ def test_the_compiled_launch_takes_the_arguments_a_call_passes(granularity, pres
                                           preshuffled=preshuffled)
     [call] = [launch for launch in launches if launch[0] is compiled_launch.jit_fn]
     assert differences(call, compiled_launch, monkeypatch) == {}
+    if granularity == "tensor":   # its amax pass too
+        amax_pass = quantize_kernel.amax_pass_aot()
+        [call] = [launch for launch in launches if launch[0] is amax_pass.jit_fn]
+        assert differences(call, amax_pass, monkeypatch) == {}
 
 
 @pytest.mark.slow   # AOT compiles in a fresh process (with the file's others)
@@ -150,3 +159,33 @@ def test_the_casts_after_the_amax_pass_do_not_spill(granularity, fp8, arch, tran
     res = compiled(granularity, fp8, arch, transpose=transpose)["resources"]
     assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
     assert res["occupancy"] == waves, res
+
+
+@pytest.mark.slow   # AOT compiles in a fresh process (with the file's others)
+@pytest.mark.parametrize("fp8, arch", TARGETS)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_the_tensor_cast_reduces_the_partials_with_two_loads_and_32_bytes_of_lds(fp8, arch, transpose):
+    """Each program of tensor's cast reads all of the amax pass's partials: per thread two 4-byte
+    loads (PARTIALS over 512 lanes) beside x's four 16-byte ones, and the cross-warp max through
+    32 bytes of LDS (added to the transposed copy's 16 KiB), no spills (the occupancy:
+    test_the_casts_after_the_amax_pass_do_not_spill)."""
+    from kernels.gemm_fp8 import quantize_kernel
+    result = compiled("tensor", fp8, arch, transpose=transpose)
+    assert result["ops"]["global_load"] == {"buffer_load_dwordx4": 4,
+                                            "buffer_load_dword": quantize_kernel.PARTIALS // 512}
+    assert result["lds"] == (16384 if transpose else 32)
+    assert result["ops"]["lds_write"]["ds_write_b32"] == result["ops"]["lds_read"]["ds_read_b32"] == 1
+
+
+@pytest.mark.slow   # AOT compiles in a fresh process (with the file's others)
+@pytest.mark.parametrize("fp8, arch", TARGETS)
+def test_tensors_amax_pass_reads_wide_and_keeps_seven_waves(fp8, arch):
+    """tensor's amax pass, as kernels/gemm_fp8/quantize_kernel.py says: per thread and tile of its
+    loop four 16-byte buffer loads of x, one 4-byte store of the program's partial after a
+    cross-warp max through 32 bytes of LDS, no spills or scratch, 7 waves per SIMD."""
+    result = compiled(AMAX_PASS, fp8, arch)
+    res, ops = result["resources"], result["ops"]
+    assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+    assert res["occupancy"] == 7, res
+    assert ops["global_load"] == {"buffer_load_dwordx4": 4}
+    assert sum(ops["global_store"].values()) == 1 and result["lds"] == 32, (ops, result["lds"])

@@ -34,8 +34,12 @@ from workbench.train import host_cost
 # before its Linears' GEMMs gone; kernels.fp8.recipes.mxfp8). With each residual add fused into the
 # norm that reads its sum (kernels.add_rms_norm: 4 adds forward, 3 sums of h's two gradients and 4
 # casts of the bf16 branch's gradient backward), 11 fewer: tensorwise 338, delayed 448, rowwise 302,
-# blockwise 209, mxfp8 233.
-MAX_FP8_STEP_OPS = {"tensorwise": 338, "delayed": 448, "rowwise": 302, "blockwise": 209, "mxfp8": 233}
+# blockwise 209, mxfp8 233. With tensor's amax pass leaving partial maxima that the cast, or one
+# launch of tensor_amax / tensor_scale, reduces (kernels.gemm_fp8.quantize_kernel: 39 torch amaxes
+# of the casts, and 9 amaxes and 36 scale_of ops of the MoE's per-tensor operands, for 9 launches),
+# tensorwise 263 (186 launches + 152 torch ops -> 195 + 68); delayed 448 still (its 38 current
+# amaxes a reducing launch each instead of a torch amax: 252 + 196 -> 290 + 158).
+MAX_FP8_STEP_OPS = {"tensorwise": 263, "delayed": 448, "rowwise": 302, "blockwise": 209, "mxfp8": 233}
 MAX_WORKBENCH_STEP_OPS = 143   # the bf16 workbench step's (260 before the norms' out_dtype, 234 before the fp32
 #                                router, 225 before the fused routing, 195 before the fp32 weight gradients
 #                                of its 12 Linears, 183 before those of its MoE layer's experts, 180 before

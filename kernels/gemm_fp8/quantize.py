@@ -92,8 +92,8 @@ def _(x, unless=None):
 
 def amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
     """max |x| of a 2-D float32/float16/bfloat16 ``x`` (any strides) as a 0-d float32 on its
-    device, 0 for an empty x, no host sync: the amax launch of ``tensor`` alone, bitwise
-    ``x.abs().amax().float()``. ``unless`` (float32, one number, on x's device): where it is
+    device, 0 for an empty x, no host sync: the amax pass of ``tensor`` and one launch that
+    reduces its partial maxima (no torch op), bitwise ``x.abs().amax().float()``. ``unless`` (float32, one number, on x's device): where it is
     > 0 the launch reads nothing and returns 0 (delayed scaling needs the current amax only
     while its history is empty, which only the device knows). The custom op
     ``kernels::fp8_amax``, so ``torch.compile`` does not trace into the kernel."""

@@ -13,13 +13,20 @@ One program owns a 128 x 128 tile of x (``TILE``): the block granularities' grou
 (1x128, 128x128, MX's 1x32) and their transposed twins (128x1, 32x1) all lie inside a
 tile, so their amax is a reduction over registers, and x is read once. ``tensor`` and
 ``row`` need an amax over the whole tensor or row, which no tile sees: they take two
-passes, an amax pass (:func:`_amax_kernel`, one partial max per tile and per row/column
-of a tile) and the cast pass, so x is read twice. Between them, ``tensor``'s maxima are reduced
-by one torch reduction and the cast computes the scale from that amax; ``row``'s are reduced
-and made scales by one small launch (:func:`_row_scales_kernel`): three device ops per quantize
-either way (``tests/test_host_overhead_fp8.py``), where torch ops made the scales before, each a
-launch on a GPU's host (:mod:`workbench.harness.device_ops`). An atomic max
-would not save the second read: no element can be cast before its group's amax is known.
+passes, an amax pass and the cast pass, so x is read twice. ``tensor``'s amax pass
+(:func:`_tensor_partials_kernel`) is a grid of at most ``PARTIALS`` (1024) programs, each
+scanning every P-th tile and writing one partial max, and each program of the cast reduces
+those partials itself (at most 4 KiB read from L2 against its tile's 32 KiB of bf16 x: 1/8,
+1/16 of fp32) and computes the scale: two launches and no torch op per quantize, where a torch
+reduction of per-tile maxima came between them before (and :func:`tensor_amax` /
+:func:`tensor_scale` are the amax pass and one launch that reduces the partials, where a torch
+reduction and :func:`.formats.scale_of`'s four torch ops were). ``row``'s amax pass
+(:func:`_amax_kernel`, one max per row and tile column, and column and tile row) is reduced and
+made scales by one small launch (:func:`_row_scales_kernel`): three device ops per quantize
+(``tests/test_host_overhead_fp8.py``, ``tests/test_fp8_tensor_amax.py``), where torch ops made
+the scales before, each a launch on a GPU's host (:mod:`workbench.harness.device_ops`). No
+atomics: the partials are reduced by whoever reads them, in any order (a max is exact), and an
+atomic max would not save the second read: no element can be cast before its group's amax is known.
 
 Division: every ``amax / fp8_max`` and ``x / scale`` is ``tl.math.div_rn``, IEEE round-to-nearest
 on every target. Triton's ``/`` is that on AMD, but on NVIDIA it compiles to ``div.full.f32`` (up to
@@ -58,7 +65,11 @@ per SIMD on gfx942 as without it, 7 instead of 8 on gfx950 (per-row or per-colum
 instead moved more through LDS and took more registers).
 The casts after ``tensor``'s and ``row``'s amax pass (tensor's computing its one scale from the
 amax, row's reading the scales :func:`_row_scales_kernel` made) run at 8 waves per SIMD with no
-spills on both, with the transposed copy at 7 on gfx950.
+spills on both, with the transposed copy at 7 on gfx950; tensor's reduction of the partials costs
+each thread two 4-byte loads (1024 partials over 512 lanes, beside x's four 16-byte ones) and a
+cross-warp max through 32 bytes of LDS. tensor's amax pass reads x as four 16-byte buffer loads
+per thread and tile of its loop, writes one 4-byte partial per program after a cross-warp max
+through 32 bytes of LDS, and runs at 7 waves per SIMD, no spills, on both.
 
 Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
 would cost a host sync per call); :func:`quantize_reference` states the finite semantics.
@@ -75,9 +86,8 @@ from .. import plans
 from ..gemm_mxfp4.preshuffle import preshuffled_mask, preshuffled_offsets, preshuffled_shape
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import (aot_launch, cdiv, cols_if, fp8_grid, pointer_type, round_to_fp8, run_args,
+from ..triton_support import (aot_launch, cdiv, fp8_grid, pointer_type, round_to_fp8, run_args,
                               run_kwargs)
-from .formats import scale_of
 from .quantize_ref import TILE, group_shape, mx_emax, scale_shape
 
 NUM_WARPS = 8   # 512 threads per 128 x 128 tile: 32 fp32 values each
@@ -126,6 +136,14 @@ def scale_of_amax(amax, FMAX: tl.constexpr):
     for an all-zero group (:func:`kernels.gemm_fp8.formats.scale_of`'s rule; the grouped
     kernel's too, :mod:`kernels.moe.grouped_gemm_fp8.quantize_kernel`)."""
     return tl.where(amax > 0, tl.math.div_rn(amax, FMAX), 1.0)
+
+
+@triton.jit
+def _partials_max(partials_ptr, count, PARTIALS: tl.constexpr):
+    """The max of the first ``count`` (<= PARTIALS) partial maxima at partials_ptr, the amax of
+    ``tensor`` (:func:`_tensor_partials_kernel`): one masked load of PARTIALS floats, no loop."""
+    i = tl.arange(0, PARTIALS)
+    return tl.max(tl.load(partials_ptr + i, mask=i < count, other=0.0))
 
 
 @triton.jit
@@ -179,12 +197,14 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
                      FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
                      MODE: tl.constexpr, G: tl.constexpr, MX: tl.constexpr, ROUND_UP: tl.constexpr,
                      TRANSPOSE: tl.constexpr, AMAX: tl.constexpr, FROM_AMAX: tl.constexpr,
-                     PRESHUFFLED: tl.constexpr, BLOCK: tl.constexpr):
+                     PRESHUFFLED: tl.constexpr, PARTIALS: tl.constexpr, BLOCK: tl.constexpr):
     """MODE 0: one number per row of q read at s_ptr and per column of x (row of q_t) at st_ptr
-    (tensor: one for all, stride 0), the scales; with FROM_AMAX (tensor) the tensor's amax at
-    s_ptr instead, whose scale the cast computes (:func:`scale_of_amax`; q_t is then q.T) and the
-    first program writes at amax_ptr (no pointer of its own: the cast without it keeps its
-    arguments and occupancy, tests/test_fp8_quantize_isa.py);
+    (tensor: one for all, stride 0), the scales; with FROM_AMAX (tensor) the amax pass's partial
+    maxima at s_ptr instead (:func:`_tensor_partials_kernel`: min(tiles, PARTIALS) of them, the
+    tiles being this grid's), which every program reduces to the tensor's amax and makes its scale
+    (:func:`scale_of_amax`; q_t is then q.T), and the first program writes at amax_ptr (no
+    pointer of its own: the cast without it keeps its arguments and occupancy,
+    tests/test_fp8_quantize_isa.py);
     1: 1 x G groups (q) and G x 1 groups (q_t) found in the tile (MX: e8m0, by the round-up
     rule with ROUND_UP; with PRESHUFFLED both scale tensors pre-shuffled, :func:`_store_groups`);
     2: one G x G group.
@@ -202,7 +222,8 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
         tl.store(amax_ptr + pid_m * tl.num_programs(1) + pid_k, tl.max(ax))
     if MODE == 0:
         if FROM_AMAX:   # tensor: the scale of its amax, one number
-            one = scale_of_amax(tl.load(s_ptr), FMAX)
+            partials = tl.minimum(tl.num_programs(0) * tl.num_programs(1), PARTIALS)
+            one = scale_of_amax(_partials_max(s_ptr, partials, PARTIALS), FMAX)
             if pid_m == 0:
                 if pid_k == 0:
                     tl.store(amax_ptr, one)
@@ -242,25 +263,55 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
 
 
 @triton.jit
-def _amax_kernel(x_ptr, rows_ptr, cols_ptr, unless_ptr, M, K, stride_xm, stride_xk,
+def _amax_kernel(x_ptr, rows_ptr, cols_ptr, M, K, stride_xm, stride_xk,
                  stride_rm, stride_rk, stride_cm, stride_ck,
-                 COLS: tl.constexpr, UNLESS: tl.constexpr, BLOCK: tl.constexpr):
-    """The first pass of ``tensor`` and ``row``: per tile, the max |x| of each of its rows
-    (and, with COLS, of each of its columns), reduced over tiles by the host's caller.
-    UNLESS: where the one number at unless_ptr is > 0 no element is read (all maxima 0)."""
+                 COLS: tl.constexpr, BLOCK: tl.constexpr):
+    """The first pass of ``row``: per tile, the max |x| of each of its rows (and, with COLS, of
+    each of its columns), reduced over tiles by :func:`_row_scales_kernel`."""
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = pid_m * BLOCK + tl.arange(0, BLOCK)
     cols = pid_k * BLOCK + tl.arange(0, BLOCK)
-    cols_in = cols < K
-    if UNLESS:   # none where *unless_ptr > 0
-        cols_in = cols_if(cols, K, (tl.load(unless_ptr) > 0) == 0)
-    inside = (rows[:, None] < M) & cols_in[None, :]
+    inside = (rows[:, None] < M) & (cols[None, :] < K)
     ax = tl.abs(tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm
                         + cols.to(tl.int64)[None, :] * stride_xk, mask=inside, other=0.0).to(tl.float32))
     tl.store(rows_ptr + rows * stride_rm + pid_k * stride_rk, tl.max(ax, axis=1), mask=rows < M)
     if COLS:
         tl.store(cols_ptr + pid_m * stride_cm + cols * stride_ck, tl.max(ax, axis=0), mask=cols < K)
+
+
+@triton.jit
+def _tensor_partials_kernel(x_ptr, partials_ptr, unless_ptr, M, K, stride_xm, stride_xk,
+                            UNLESS: tl.constexpr, BLOCK: tl.constexpr):
+    """The first pass of ``tensor``: program p of P writes at partials_ptr[p] the max |x| of the
+    tiles p, p + P, p + 2P, ... (row-major), so a grid of P = min(tiles, PARTIALS) programs
+    leaves P numbers, which the kernel that needs the amax reduces itself (:func:`_partials_max`).
+    UNLESS: where the one number at unless_ptr is > 0 no tile is read (every partial 0)."""
+    p = tl.program_id(0)
+    tiles_k = tl.cdiv(K, BLOCK)
+    tiles = tl.cdiv(M, BLOCK) * tiles_k
+    if UNLESS:   # none where *unless_ptr > 0
+        tiles = tl.where(tl.load(unless_ptr) > 0, 0, tiles)
+    amax = tl.zeros((BLOCK, BLOCK), tl.float32)
+    for t in range(p, tiles, tl.num_programs(0)):
+        rows = (t // tiles_k) * BLOCK + tl.arange(0, BLOCK)
+        cols = (t % tiles_k) * BLOCK + tl.arange(0, BLOCK)
+        inside = (rows[:, None] < M) & (cols[None, :] < K)
+        x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_xm + cols.to(tl.int64)[None, :] * stride_xk,
+                    mask=inside, other=0.0)
+        amax = tl.maximum(amax, tl.abs(x.to(tl.float32)))
+    tl.store(partials_ptr + p, tl.max(amax))
+
+
+@triton.jit
+def _tensor_amax_kernel(partials_ptr, out_ptr, count, FMAX: tl.constexpr, SCALE: tl.constexpr,
+                        PARTIALS: tl.constexpr):
+    """The amax pass's ``count`` partial maxima reduced to the tensor's amax, written at out_ptr
+    as it is or, with SCALE, as its scale (:func:`scale_of_amax`): one program."""
+    amax = _partials_max(partials_ptr, count, PARTIALS)
+    if SCALE:
+        amax = scale_of_amax(amax, FMAX)
+    tl.store(out_ptr, amax)
 
 
 @triton.jit
@@ -292,37 +343,82 @@ def format_constants(dtype: torch.dtype) -> dict:
     return dict(FMAX=float(info.max), **fp8_grid(dtype), EMAX=mx_emax(dtype))
 
 
-def _tile_maxima(x: torch.Tensor, cols: bool, unless: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The amax launch on a non-empty x (M, K): (max |x| per row and tile column (M, K/128),
-    with ``cols`` per tile row and column (M/128, K), else the first again: the kernel does not
-    touch it, so no allocation); all 0 where the 0-d float32 ``unless`` is > 0 on the device (x
-    then not read)."""
-    m, k = x.shape
-    tiles = (cdiv(m, TILE), cdiv(k, TILE))
-    row_max = torch.empty((m, tiles[1]), dtype=torch.float32, device=x.device)
-    col_max = torch.empty((tiles[0], k), dtype=torch.float32, device=x.device) if cols else row_max
-    _amax_kernel.run(x, row_max, col_max, row_max if unless is None else unless, m, k, *x.stride(),
-                     *row_max.stride(), *col_max.stride(), **run_kwargs(tiles, dict(
-                         COLS=cols, UNLESS=unless is not None, BLOCK=TILE, num_warps=NUM_WARPS)))
-    return row_max, col_max
+# The most partial maxima tensor's amax pass leaves (:func:`_tensor_partials_kernel`'s programs): a
+# few per CU, enough to keep HBM busy, and few enough that each cast program's read of all of them
+# (at most 4 KiB, from L2) stays small against its tile (32 KiB of bf16 x: 1/8; 1/16 of fp32 x)
+PARTIALS = 1024
+_TENSOR_AMAX_WARPS = 4   # _tensor_amax_kernel's: PARTIALS / 256 lanes, 4 partials a lane
+
+
+def _partial_count(m: int, k: int) -> int:
+    """How many partial maxima tensor's amax pass leaves on x (m, k): one per tile, at most PARTIALS."""
+    return min(cdiv(m, TILE) * cdiv(k, TILE), PARTIALS)
+
+
+class _AmaxPass:
+    """tensor's amax pass for one kind of x (shape, strides, dtype, device) and of ``unless``
+    (given or not), its launch worked out once: a call allocates the partial maxima,
+    (:func:`_partial_count`,) float32, and launches; all 0 where the 0-d float32 ``unless`` is
+    > 0 on the device (x then not read)."""
+
+    def __init__(self, x: torch.Tensor, unless: bool):
+        m, k = x.shape
+        self.shape = (_partial_count(m, k),)
+        self.launch = run_args(_tensor_partials_kernel, 3, (m, k, *x.stride()), self.shape,
+                               dict(UNLESS=unless, BLOCK=TILE, num_warps=NUM_WARPS))
+
+    def __call__(self, x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
+        partials = new_output(self.shape, torch.float32, x.device)
+        _tensor_partials_kernel.run(x, partials, partials if unless is None else unless,
+                                    *self.launch[0], **self.launch[1])
+        return partials
+
+
+class _TensorAmax(_AmaxPass):
+    """:func:`tensor_amax`'s or :func:`tensor_scale`'s launches for one kind of call: the amax
+    pass and one launch that reduces its partials to x's amax (0-d float32), or with
+    ``fp8_dtype`` to its scale; no torch op, no host sync."""
+
+    def __init__(self, x: torch.Tensor, unless: bool, fp8_dtype: torch.dtype | None):
+        super().__init__(x, unless)
+        fmax = 1.0 if fp8_dtype is None else format_constants(fp8_dtype)["FMAX"]
+        self.reduce = run_args(_tensor_amax_kernel, 2, self.shape, (1,), dict(
+            FMAX=fmax, SCALE=fp8_dtype is not None, PARTIALS=PARTIALS, num_warps=_TENSOR_AMAX_WARPS))
+
+    def __call__(self, x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
+        partials = super().__call__(x, unless)
+        out = new_output((), torch.float32, x.device)
+        _tensor_amax_kernel.run(partials, out, *self.reduce[0], **self.reduce[1])
+        return out
+
+
+_AMAXES = plans.PlanCache()
+
+
+def _tensor_amax(x: torch.Tensor, unless: torch.Tensor | None, fp8_dtype: torch.dtype | None) -> torch.Tensor:
+    key = (x.shape, x.stride(), x.dtype, x.device, unless is not None, fp8_dtype)
+    return _AMAXES(key, _TensorAmax, x, unless is not None, fp8_dtype)(x, unless)
 
 
 def tensor_amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
-    """max |x| of a 2-D x (0-d float32 on x's device, 0 for an empty x; no host sync) by the
-    amax launch, reduced on the device. ``unless`` (0-d float32 on the device): where it is
-    > 0 the launch reads nothing and the result is 0, so a caller that needs the amax only
-    in a case the device knows (delayed scaling's empty history) reads x only then."""
+    """max |x| of a 2-D x (0-d float32 on x's device, 0 for an empty x; no host sync): two
+    launches, the amax pass and the reduction of its partials. ``unless`` (0-d float32 on the
+    device): where it is > 0 the amax pass reads nothing and the result is 0, so a caller that
+    needs the amax only in a case the device knows (delayed scaling's empty history) reads x
+    only then."""
     if x.numel() == 0:
         return torch.zeros((), dtype=torch.float32, device=x.device)
-    return _tile_maxima(x, cols=False, unless=unless)[0].amax()
+    return _tensor_amax(x, unless, None)
 
 
 def tensor_scale(x: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
     """The per-tensor scale (a 0-d float32 on x's device, no host sync; 1 for an empty x) of
-    x (M, K): the amax launch, reduced on the device; what ``tensor`` casts with (and the
-    per-tensor grouped operands, :mod:`kernels.moe.grouped_gemm_fp8.quantize`)."""
-    return scale_of(tensor_amax(x), fp8_dtype)
+    x (M, K), :func:`.formats.scale_of`'s rule (by IEEE division, as every scale here): the amax
+    pass and one launch that reduces its partials and makes the scale; what the per-tensor grouped operands cast
+    with (:mod:`kernels.moe.grouped_gemm_fp8.quantize`)."""
+    if x.numel() == 0:
+        return torch.ones((), dtype=torch.float32, device=x.device)
+    return _tensor_amax(x, None, fp8_dtype)
 
 
 class _Cast:
@@ -345,8 +441,8 @@ class _Cast:
             self.scale_shapes = tuple(preshuffled_shape(*shape) for shape in self.scale_shapes)
         self.tiles = tiles = (cdiv(m, TILE), cdiv(k, TILE))
         if self.per_number:
-            # row's (M, 1) and (K, 1) scales have stride 1; tensor's one number (its amax) is read
-            # by every row (stride 0)
+            # row's (M, 1) and (K, 1) scales have stride 1; tensor's amax pass's partials are read
+            # whole by every program (stride 0)
             per_row = int(granularity == "row")
             s_strides, st_strides = (per_row, 0), (per_row if transpose else 0, 0)
         else:   # new contiguous outputs
@@ -358,25 +454,28 @@ class _Cast:
                                          MX=granularity == "mx32", ROUND_UP=scale_rule == "round_up",
                                          TRANSPOSE=transpose, AMAX=amax,
                                          FROM_AMAX=self.tensor and not given, PRESHUFFLED=preshuffled,
-                                         BLOCK=TILE, num_warps=NUM_WARPS, **format_constants(fp8_dtype)))
-        if self.per_number and not given:   # the amax pass, and row's scale launch
-            self.cols = transpose and not self.tensor   # the amax pass's maxima per column of x too
+                                         PARTIALS=PARTIALS, BLOCK=TILE, num_warps=NUM_WARPS,
+                                         **format_constants(fp8_dtype)))
+        if self.tensor and not given:   # the amax pass, whose partials the cast reduces
+            self.partials = _AmaxPass(x, unless=False)
+        elif self.per_number and not given:   # row's amax pass and scale launch
+            self.cols = transpose   # the amax pass's maxima per column of x too
             self.maxima_shapes = (m, tiles[1]), (tiles[0], k) if self.cols else (1, 1)
-            self.maxima = run_args(_amax_kernel, 4, (m, k, *x.stride(), tiles[1], 1, self.maxima_shapes[1][1], 1),
-                                   tiles, dict(COLS=self.cols, UNLESS=False, BLOCK=TILE, num_warps=NUM_WARPS))
+            self.maxima = run_args(_amax_kernel, 3, (m, k, *x.stride(), tiles[1], 1, self.maxima_shapes[1][1], 1),
+                                   tiles, dict(COLS=self.cols, BLOCK=TILE, num_warps=NUM_WARPS))
             self.row_scales = run_args(_row_scales_kernel, 4, (m, k, tiles[1], tiles[0]),
                                        (cdiv(max(m, k if self.cols else 0), TILE),),
                                        dict(FMAX=format_constants(fp8_dtype)["FMAX"], COLS=self.cols,
                                             **ROW_SCALES_SETTINGS))
 
     def _maxima(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The amax pass: max |x| per row and tile column (M, TK), and with the transposed copy of
-        ``row`` per column and tile row (TM, K) (else the first again, which neither kernel reads
-        as columns: one allocation fewer per call)."""
+        """row's amax pass: max |x| per row and tile column (M, TK), and with the transposed copy
+        per column and tile row (TM, K) (else the first again, which neither kernel reads as
+        columns: one allocation fewer per call)."""
         row_max = torch.empty(self.maxima_shapes[0], dtype=torch.float32, device=x.device)
         col_max = (torch.empty(self.maxima_shapes[1], dtype=torch.float32, device=x.device) if self.cols
                    else row_max)
-        _amax_kernel.run(x, row_max, col_max, row_max, *self.maxima[0], **self.maxima[1])
+        _amax_kernel.run(x, row_max, col_max, *self.maxima[0], **self.maxima[1])
         return row_max, col_max
 
     def __call__(self, x: torch.Tensor, scale: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
@@ -387,8 +486,8 @@ class _Cast:
         if self.given:
             read = read_t = scale
             written = new_output(self.tiles, torch.float32, device) if self.amax else scale   # the tile maxima
-        elif self.tensor:       # the amax, reduced by torch (no program sees all the tiles); the cast
-            read = read_t = self._maxima(x)[0].amax()   # computes the scale from it and writes it
+        elif self.tensor:       # the amax pass's partials, which every program of the cast reduces to
+            read = read_t = self.partials(x)   # the amax, whose scale the first one writes
             scale = scale_t = written = new_output((), torch.float32, device)
         elif self.per_number:   # row: one launch makes the scales from the maxima, the cast reads them
             row_max, col_max = self._maxima(x)
@@ -427,9 +526,9 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
     (0-d float32, 0 for an empty x), appended to the result. ``scale_rule`` (checked):
     ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``; ``preshuffled`` (``mx32``): both scale
     tensors in the layout of :mod:`kernels.gemm_mxfp4.preshuffle`, written so by the cast.
-    Device ops: ``tensor`` and ``row`` three (the amax pass, tensor's torch reduction or row's
-    scale launch, the cast), one for a given scale (two with ``amax``: the reduction of the
-    tile maxima), one for the others."""
+    Device ops: ``tensor`` two launches (the amax pass, the cast, which reduces the pass's
+    partials itself), ``row`` three (the amax pass, the scale launch, the cast), one for a
+    given scale (two with ``amax``: the torch reduction of the tile maxima), one for the others."""
     given = scale is not None
     if x.numel() == 0:
         return _empty(x, granularity, fp8_dtype, transpose, given, amax, preshuffled)
@@ -504,8 +603,17 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
     constexprs = dict(MODE=mode, G=group_shape(granularity, size, size)[1] if mode else TILE,
                       MX=granularity == "mx32", ROUND_UP=scale_rule == "round_up", TRANSPOSE=transpose, AMAX=amax,
                       FROM_AMAX=granularity == "tensor" and not (given_scale or amax), PRESHUFFLED=preshuffled,
-                      **format_constants(fp8_dtype))
+                      PARTIALS=PARTIALS, **format_constants(fp8_dtype))
     return aot_launch(_quantize_kernel, fp8_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS), ints,
                       constexprs=constexprs,
                       pointers={"x_ptr": pointer_type(x_dtype), "s_ptr": scale, "st_ptr": scale,
                                 "amax_ptr": "*fp32" if amax or mode == 0 else scale})
+
+
+def amax_pass_aot(x_dtype: torch.dtype = torch.bfloat16) -> AotKernel:
+    """``tensor``'s amax pass (:func:`_tensor_partials_kernel`) as a GPU runs it on a contiguous
+    8192 x 8192 x (a grid of PARTIALS programs, 4 tiles each), for an ahead-of-time compile."""
+    size = 8192
+    return aot_launch(_tensor_partials_kernel, x_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS),
+                      dict(M=size, K=size, stride_xm=size, stride_xk=1), constexprs=dict(UNLESS=False),
+                      pointers={"partials_ptr": "*fp32", "unless_ptr": "*fp32"})

@@ -39,9 +39,9 @@ each walking 1024 tokens: fewer than MI300X's 304 CUs (a count, not a timing: no
 was run on a GPU).
 
 One scale per tensor (the per-tensor recipes; ``PER_TENSOR``): launches 1 and 2 are not
-run; the scale is the dense op's per-tensor amax launch
-(:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`) or given by the caller (delayed
-scaling's, from an amax history: no amax pass at all), and the cast reads it as a row of
+run; the scale is the dense op's per-tensor amax pass and the launch that reduces it to the
+scale (:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`: two launches, no torch op) or
+given by the caller (delayed scaling's, from an amax history: no amax pass at all), and the cast reads it as a row of
 64 with stride 0, with no group lookup. Read as one number, Triton moved the transpose's
 layout conversion onto the bf16 x instead of the FP8 tile; the stride-0 row costs 16 four-byte loads a thread of one address.
 
@@ -280,7 +280,7 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     problems whose T tokens the int32 offsets (G,) group alike (the wgrad operand: B = 1;
     the experts' weights: B = G experts of K tokens each, one group). Three launches (chunk
     amaxes, group scales, cast), no host sync. ``per_tensor``: one scale for all of t
-    instead (0-d), from the dense op's amax launch
+    instead (0-d), from the dense op's amax pass and reducing launch
     (:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`); a given ``scale`` (float32, one
     number: delayed scaling's) skips every amax launch and returns (q,) alone. Either one
     reaches the cast launch with strides 0, as one scale for every group. ``amax`` (with a

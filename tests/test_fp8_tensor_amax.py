@@ -1,0 +1,118 @@
+"""``tensor``'s amax without a torch reduction: the amax pass leaves at most PARTIALS partial maxima
+and the kernel that needs the amax reduces them itself (the cast, or the one launch of
+tensor_amax / tensor_scale). Bitwise the torch pass (a max is exact), on ragged tiles, with the
+amax in every tile in turn and grids of fewer partials than tiles (PARTIALS made small), into
+poisoned outputs (a partial not written is NaN, which no max hides)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import plans
+from kernels.gemm_fp8 import quantize, quantize_kernel
+from kernels.gemm_fp8.formats import scale_of
+from kernels.gemm_fp8.quantize_kernel import tensor_amax, tensor_scale
+from kernels.gemm_fp8.quantize_ref import quantize_reference
+from kernels.outputs import poisoned_outputs
+from workbench.harness.device_ops import device_ops
+from test_fp8_quantize import activations, assert_same
+
+E4M3FN, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+SHAPES = [(1, 1), (1, 300), (300, 1), (130, 257), (600, 300)]   # 600 x 300: 5 x 3 tiles of 128
+
+
+def _torch_amax(x: torch.Tensor) -> torch.Tensor:
+    return x.abs().amax().float()
+
+
+def _same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
+    return got.dtype == torch.float32 and got.shape == () and bool(got.view(torch.int32) == want.view(torch.int32))
+
+
+@pytest.fixture(params=[1, 4, quantize_kernel.PARTIALS], ids=lambda p: f"partials{p}")
+def partials(request, monkeypatch):
+    """PARTIALS as the amax pass and the cast take it; 600 x 300's 15 tiles are then scanned by
+    1 program, by 4 (tiles p, p + 4, ...: 4, 4, 4 and 3 of them), or one each (15 of 1024 read
+    back, the rest masked). The plans keep the count, so they are made anew."""
+    monkeypatch.setattr(quantize_kernel, "PARTIALS", request.param)
+    plans.invalidate()
+    yield request.param
+    plans.invalidate()
+
+
+def _cases(shape, dtype):
+    """x with its amax (a negative value) in each tile in turn, and the all-zero, the all-negative
+    and the largest-finite x."""
+    x = activations(shape, seed=shape[0] + shape[1], dtype=dtype)
+    for r in range(0, shape[0], 128):
+        for c in range(0, shape[1], 128):
+            y = x.clone()
+            y[min(r + 77, shape[0] - 1), min(c + 5, shape[1] - 1)] = -2e4
+            yield y
+    yield torch.zeros(shape, dtype=dtype)
+    yield -x.abs() - 1
+    yield torch.full(shape, -torch.finfo(dtype).max, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_tensor_amax_and_scale_are_the_torch_pass_bitwise(shape, dtype, partials):
+    for x in _cases(shape, dtype):
+        want = _torch_amax(x)
+        with poisoned_outputs():
+            amax, scale = tensor_amax(x), tensor_scale(x, E4M3FN)
+        assert _same_bits(amax, want), (amax, want)
+        assert _same_bits(scale, scale_of(want, E4M3FN)), (scale, want)
+
+
+def test_an_inf_gives_the_amax_and_scale_torch_gives():
+    """No program sees all of x, so nothing is checked: an inf is its amax and an inf scale, as
+    torch's pass gives."""
+    x = activations((130, 257), seed=3)
+    x[129, 256] = -float("inf")
+    with poisoned_outputs():
+        amax, scale = tensor_amax(x), tensor_scale(x, E5M2)
+    assert _same_bits(amax, _torch_amax(x)) and amax == float("inf")
+    assert _same_bits(scale, scale_of(_torch_amax(x), E5M2))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_amax_is_read_only_unless_the_device_says_not_to(shape, partials):
+    """Delayed scaling's ``unless``: 0 (an empty history) reads x; > 0 reads nothing, so an x
+    of 5s gives 0, which no read of it could (an x of NaN could: the pass's max ignores a NaN)."""
+    x = activations(shape, seed=5)
+    with poisoned_outputs():
+        assert _same_bits(tensor_amax(x, torch.tensor(0.0)), _torch_amax(x))
+        assert _same_bits(tensor_amax(torch.full_like(x, 5.0), torch.tensor(2.0)), torch.zeros(()))
+
+
+def test_an_empty_x_has_amax_0_and_scale_1_without_a_launch():
+    for x in (torch.ones(0, 5), torch.ones(5, 0)):
+        amax = device_ops(lambda: tensor_amax(x))
+        scale = device_ops(lambda: tensor_scale(x, E4M3FN))
+        assert amax.triton == scale.triton == 0
+        assert tensor_amax(x) == 0 and tensor_scale(x, E4M3FN) == 1
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_tensor_cast_reduces_the_partials_itself_bitwise(shape, transpose, partials):
+    """Each program of the cast reads all the partials: q, q_t and the scale are the
+    reference's, with the amax in any tile."""
+    for x in _cases(shape, torch.bfloat16):
+        with poisoned_outputs():
+            got = quantize(x, "tensor", E4M3FN, transpose=transpose)
+        assert_same(got, quantize_reference(x, "tensor", E4M3FN, transpose=transpose))
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_per_tensor_scales_take_two_launches_and_no_torch_op(transpose):
+    """quantize's ``tensor``: the amax pass and the cast; tensor_amax and tensor_scale: the amax
+    pass and the launch that reduces its partials (the torch amax and scale_of's four ops
+    before, each a launch on a GPU)."""
+    x = torch.randn(300, 260)
+    for call in (lambda: quantize(x, "tensor", E4M3FN, transpose=transpose),
+                 lambda: tensor_amax(x), lambda: tensor_scale(x, E4M3FN),
+                 lambda: tensor_amax(x, torch.tensor(1.0))):
+        seen = device_ops(call)
+        assert (seen.triton, seen.total) == (2, 2), seen
