@@ -203,7 +203,7 @@ def test_the_mxfp8_linear_runs_no_shuffle_between_its_quantizes_and_gemms():
     """A Float8Linear 128 -> 96 with a bias on x (64, 128), as tests/test_host_overhead_fp8.py
     counts it: K = 128 is four scales a row, half a chunk, which preshuffle() pads (a zero fill,
     a copy and the permuting clone per scale tensor). Measured before the quantize wrote them
-    pre-shuffled: 10 device ops per forward and 16 per backward, 6 and 12 of them those shuffles.
+    pre-shuffled (at 679051d): 10 device ops per forward and 16 per backward, 6 and 12 of them those shuffles.
     Now 4 and 4: the quantize launches and the GEMMs, the bias's add and its gradient's sum."""
     from workbench.harness.device_ops import device_ops
 

@@ -95,6 +95,22 @@ def test_an_fp8_step_launches_no_more_than_its_bound(report, recipe):
     assert row["device_ops"] <= MAX_FP8_STEP_OPS[recipe], row
 
 
+def test_the_residual_adds_fused_into_the_norms_save_11_device_ops_a_step(monkeypatch, report):
+    """RMSNorm.add on the workbench side (kernels.add_rms_norm): with the residual add done by torch
+    before the norm, as the torch side does it, the step launches 11 more: 4 adds forward; 3 sums of
+    h's two gradients (the final norm's h has no other consumer) and 4 casts of the bf16 branches'
+    gradients backward."""
+    from workbench.train import layers
+
+    def unfused(self, x, branch):
+        h = x if branch is None else x + branch
+        return h, self(h)
+
+    monkeypatch.setattr(layers.RMSNorm, "add", unfused)
+    apart = host_cost.measure_step("workbench", None, layers=2, repeats=1)
+    assert apart.device_ops - _row(report, "workbench")["device_ops"] == 11
+
+
 def test_the_norms_autocast_output_saves_13_device_ops_a_step(monkeypatch, report):
     """The workbench norm's bf16 y under autocast (workbench.train.layers.RMSNorm): with y in x's
     fp32, as before, the step launches 13 more: the QKV GEMM, the gate-up GEMM, the experts and

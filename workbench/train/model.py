@@ -45,7 +45,7 @@ class GPT(torch.nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps, self.impls["norm"])
         self.head = ops.linear(self.impls["gemm"], cfg.dim, cfg.vocab)
         # RoPE's cos and sin for every position up to the preset's length, made once: a forward
-        # slices them (a view) where recomputing them cost 7 device ops per step on either side.
+        # slices them (a view) where recomputing them cost 8 device ops per step on either side.
         # Not persistent, so checkpoints stay as they were; they move with the model's device.
         cos, sin = rope_tables(cfg.seq, cfg.head_dim, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
