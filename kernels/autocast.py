@@ -21,6 +21,8 @@ their own dtypes.
 """
 from __future__ import annotations
 
+from itertools import repeat
+
 import torch
 
 _LIBRARY = torch.library.Library("kernels", "FRAGMENT")   # lives as long as the registrations
@@ -38,16 +40,25 @@ def _cast(value, device: str, dtype: torch.dtype):
     return value.to(dtype) if _casts(value, device, dtype) else value
 
 
-def operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The tensors in the autocast dtype where autocast is on for their device, else as they are
-    (also where the first is not a tensor: the op's checks then name it)."""
+def _region_cast(tensors: tuple) -> tuple[tuple, str | None, torch.dtype | None]:
+    """:func:`operands`' and :func:`master_operands`' one body: the tensors cast, with the region's
+    device type and dtype; the tensors as they are, with None, where no region is open for the first
+    tensor's device (or that is not a tensor). ``map``, not a generator: a Python call per tensor
+    less (``workbench bench overhead``)."""
     if not isinstance(tensors[0], torch.Tensor):
-        return tensors
+        return tensors, None, None
     device = tensors[0].device.type
     # region_dtype's test, inline: a Python call less per op call (``workbench bench overhead``)
     if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
-        return tensors
-    return tuple(_cast(t, device, torch.get_autocast_dtype(device)) for t in tensors)
+        return tensors, None, None
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(map(_cast, tensors, repeat(device), repeat(dtype))), device, dtype
+
+
+def operands(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The tensors in the autocast dtype where autocast is on for their device, else as they are
+    (also where the first is not a tensor: the op's checks then name it)."""
+    return _region_cast(tensors)[0]
 
 
 def master_operands(weight: torch.Tensor, *tensors: torch.Tensor
@@ -57,13 +68,8 @@ def master_operands(weight: torch.Tensor, *tensors: torch.Tensor
     :mod:`kernels.gemm.wgrad`), or None where it leaves the weight as it is (or no region is open
     for the first tensor's device, or that is not a tensor: the op's checks name it). One question
     to torch for both, where :func:`operands` and a second question would ask twice."""
-    if not isinstance(tensors[0], torch.Tensor):
-        return tensors, None
-    device = tensors[0].device.type
-    if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
-        return tensors, None
-    dtype = torch.get_autocast_dtype(device)
-    return tuple(_cast(t, device, dtype) for t in tensors), (dtype if _casts(weight, device, dtype) else None)
+    tensors, device, dtype = _region_cast(tensors)
+    return tensors, (dtype if dtype is not None and _casts(weight, device, dtype) else None)
 
 
 def region_dtype(device: str) -> torch.dtype | None:

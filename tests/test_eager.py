@@ -30,7 +30,8 @@ CUSTOM_OPS = {"matmul": (gemm_ops, "_matmul_2d"), "nn.Linear": (gemm_ops, "_matm
               "flash_attention": (attention_ops, "_fwd"),
               "flash_attention_varlen": (attention_ops, "_varlen_fwd"),
               "grouped_gemm": (grouped_ops, "_grouped_gemm"), "matmul_fp8": (fp8_ops, "_matmul_fp8"),
-              "MoE": (fused_op, "_moe_fused"), "rms_norm": (norm_ops, "_rms_norm"), "rope": (rope_op, "_rope"),
+              "MoE": (fused_op, "_moe_fused"), "rms_norm": (norm_ops, "_rms_norm"),
+              "add_rms_norm": (norm_ops, "_add_rms_norm"), "rope": (rope_op, "_rope"),
               "cross_entropy": (loss_ops, "_forward"),
               **{case.op: (fp8_linear_module, "_fp8_linear") for case in host_overhead.cases()
                  if case.op.startswith("Float8Linear")}}

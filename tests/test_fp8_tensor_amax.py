@@ -98,7 +98,9 @@ def test_an_empty_x_has_amax_0_and_scale_1_without_a_launch():
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_the_tensor_cast_reduces_the_partials_itself_bitwise(shape, transpose, partials):
     """Each program of the cast reads all the partials: q, q_t and the scale are the
-    reference's, with the amax in any tile."""
+    reference's, with the amax in any tile. The cast counts the partials from its grid, the amax
+    pass from x's shape (quantize_kernel._partial_count): a count of either that is not the other's
+    fails here (checked: the host's without its PARTIALS bound, the cast's of one grid axis)."""
     for x in _cases(shape, torch.bfloat16):
         with poisoned_outputs():
             got = quantize(x, "tensor", E4M3FN, transpose=transpose)

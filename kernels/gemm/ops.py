@@ -78,7 +78,7 @@ def best_call(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None = None
     added to its rounded result, then cast. What :meth:`_Plan.bind` binds and the weight gradient
     of a master weight runs (:mod:`.wgrad`)."""
     if a.numel() == 0 or b.numel() == 0:
-        return _zeros if dtype is None else functools.partial(_zeros, dtype=dtype)
+        return functools.partial(_zeros, dtype=dtype)
     rung = best_rung("gemm", a.dtype)
     if rung.plan is None:
         return lambda a, b, bias=None: _unfused(rung(a, b), bias).to(dtype)   # dtype None: no cast

@@ -222,6 +222,9 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
         tl.store(amax_ptr + pid_m * tl.num_programs(1) + pid_k, tl.max(ax))
     if MODE == 0:
         if FROM_AMAX:   # tensor: the scale of its amax, one number
+            # the amax pass's count, as _partial_count makes it on the host (one per tile of this grid,
+            # at most PARTIALS); not an argument, whose value Triton specializes (1, multiples of 16):
+            # more binaries per shape. tests/test_fp8_tensor_amax.py's cast test fails if they disagree
             partials = tl.minimum(tl.num_programs(0) * tl.num_programs(1), PARTIALS)
             one = scale_of_amax(_partials_max(s_ptr, partials, PARTIALS), FMAX)
             if pid_m == 0:
@@ -351,7 +354,9 @@ _TENSOR_AMAX_WARPS = 4   # _tensor_amax_kernel's: PARTIALS / 256 lanes, 4 partia
 
 
 def _partial_count(m: int, k: int) -> int:
-    """How many partial maxima tensor's amax pass leaves on x (m, k): one per tile, at most PARTIALS."""
+    """How many partial maxima tensor's amax pass leaves on x (m, k): one per tile, at most PARTIALS.
+    The cast computes the same count from its grid (:func:`_quantize_kernel`'s FROM_AMAX), so the
+    two must agree (``tests/test_fp8_tensor_amax.py``'s cast test fails where they do not)."""
     return min(cdiv(m, TILE) * cdiv(k, TILE), PARTIALS)
 
 

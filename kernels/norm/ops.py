@@ -24,7 +24,7 @@ y and rstd) or ``kernels::add_rms_norm`` (h, y and rstd) and ``kernels::rms_norm
 and dweight, and with a residual's dtype db; its optional dh is h's other gradient), with
 fakes, joined by ``register_autograd``, so ``torch.compile(fullgraph=True)`` keeps them as nodes
 without a graph break. The checks and launch settings of one kind of input are kept
-(:mod:`kernels.plans`); the residual add's plan is the norm's, told the residual's dtype.
+(:mod:`kernels.plans`); the residual add's plan is the norm's, given the residual.
 
 The residual add is fused where x is float32, the training model's residual stream
 (:meth:`workbench.train.layers.RMSNorm.add`): a 16-bit x's sum is rounded by torch to the
@@ -64,10 +64,16 @@ def _out_dtype(out_dtype, x: torch.Tensor) -> torch.dtype:
 class _Plan:
     """:func:`rms_norm`'s (and :func:`add_rms_norm`'s) checks for inputs of one metadata, y's dtype
     (and ``eps``, for the forward), and what follows from them: rows, N, the three launches'
-    settings, the inputs' eager kind. ``residual_dtype``: the dtype of a residual added to x
-    before the norm (None: none), which :func:`_add_plan` has checked."""
+    settings, the inputs' eager kind. ``residual``: :func:`add_rms_norm`'s, added to x before the
+    norm, a float tensor of x's shape on its device; ``fused``: whether the kernel adds it (x fp32,
+    so h = x + residual is fp32 whatever the residual's dtype, as torch promotes: the sum of the two
+    in fp32, rounded once, which the kernel computes too), else the plan holds the checks only
+    (:func:`add_rms_norm` adds with torch and norms h through :func:`rms_norm`'s plan).
+    ``residual_dtype``: a backward's, the dtype of the residual its forward added (None: none)."""
 
-    def __init__(self, x, weight, eps=None, out_dtype=None, residual_dtype=None):
+    def __init__(self, x, weight, eps=None, out_dtype=None, residual=None, residual_dtype=None):
+        if residual is not None:
+            validate.tensor("residual", residual, dtypes=DTYPES, allow_empty=True)
         validate.tensor("x", x, dtypes=DTYPES, allow_empty=True)
         validate.tensor("weight", weight, dtypes=DTYPES, allow_empty=True)
         if x.dim() < 1:
@@ -85,11 +91,19 @@ class _Plan:
                 raise ValueError(f"eps must be a float >= 0, got {eps!r}")
             self.eps = validate.fp32_argument("eps", float(eps))
         self.out_dtype = _out_dtype(out_dtype, x)
+        if residual is not None:
+            if residual.shape != x.shape:
+                raise ValueError(f"residual has shape {tuple(residual.shape)}; it must have x's {tuple(x.shape)}")
+            validate.same_device(x=x, residual=residual)
+            residual_dtype = residual.dtype
+        self.fused = residual is not None and x.dtype == torch.float32
+        if residual is not None and not self.fused:
+            return   # 16-bit x: the checks only, nothing of this plan runs
         self.shape = x.shape
         self.rows = math.prod(x.shape[:-1])
         self.residual_dtype = residual_dtype
         self.launch = k.launches(self.rows, self.n, x.dtype, weight.dtype, self.out_dtype, residual_dtype)
-        self.kind = eager.kind(x, weight)
+        self.kind = eager.kind(x, weight) if residual is None else eager.kind(x, residual, weight)
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor,
                 residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -156,25 +170,10 @@ def _forward_fake(x, weight, eps, out_dtype=None):
 _rms_norm.register_fake(_forward_fake)
 
 
-def _add_plan(x, residual, weight, eps, out_dtype) -> _Plan:
-    """:class:`_Plan` of x with a residual added first, which must be a float tensor of x's
-    shape on its device; ``fused``: whether the kernel adds it (x fp32, so h = x + residual is
-    fp32 whatever the residual's dtype, as torch promotes: the sum of the two in fp32, rounded
-    once, which the kernel computes too)."""
-    validate.tensor("residual", residual, dtypes=DTYPES, allow_empty=True)
-    plan = _Plan(x, weight, eps, out_dtype, residual.dtype)
-    if residual.shape != x.shape:
-        raise ValueError(f"residual has shape {tuple(residual.shape)}; it must have x's {tuple(x.shape)}")
-    validate.same_device(x=x, residual=residual)
-    plan.fused = x.dtype == torch.float32
-    plan.kind = eager.kind(x, residual, weight)
-    return plan
-
-
 def _add_forward_impl(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
                       out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    plan = _ADD_PLANS(plans.meta(x, residual, weight, extra=(eps, type(eps), out_dtype)), _add_plan,
-                      x, residual, weight, eps, out_dtype)
+    plan = _ADD_PLANS(plans.meta(x, residual, weight, extra=(eps, type(eps), out_dtype)), _Plan,
+                      x, weight, eps, out_dtype, residual)
     if not plan.fused:
         raise TypeError(f"kernels::add_rms_norm adds into float32 x only, got {x.dtype} "
                         f"(kernels.add_rms_norm adds 16-bit x with torch)")
@@ -343,8 +342,8 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
 
     x and residual of one shape (no broadcasting), float32, float16 or bfloat16, on one device;
     the rest as :func:`rms_norm`'s, y's dtype by default h's. Errors name the argument at fault."""
-    plan = _ADD_PLANS(plans.meta(x, residual, weight, extra=(eps, type(eps), out_dtype)), _add_plan,
-                      x, residual, weight, eps, out_dtype)
+    plan = _ADD_PLANS(plans.meta(x, residual, weight, extra=(eps, type(eps), out_dtype)), _Plan,
+                      x, weight, eps, out_dtype, residual)
     if not plan.fused:
         h = x + residual
         return h, rms_norm(h, weight, eps, out_dtype=out_dtype)
