@@ -190,13 +190,11 @@ def _kept_for_recompute(layer, scales: dict[str, torch.Tensor]) -> None:
 
 
 def _forward_scale(layer, name: str) -> torch.Tensor | None:
-    """The scale a recompute of ``layer``'s cast of ``name`` takes: its checkpoint call's tape's
-    next (:func:`kernels.fp8.checkpoint`), else the layer's last forward's under a
-    plain checkpoint's recompute; None outside a recompute (or before any forward kept one)."""
-    tape = fp8_recompute.replaying()
-    if tape is not None:
-        return tape.take(layer, name)
-    return _forward_scales(layer).get(name) if recomputing(layer) else None
+    """The scale a recompute (:func:`recomputing`, so not while compiling) of ``layer``'s cast of
+    ``name`` takes: its checkpoint call's tape's next (:func:`kernels.fp8.checkpoint`), else the
+    layer's last forward's under a plain checkpoint's recompute (None before any forward kept one)."""
+    tape = fp8_recompute.replaying() if fp8_recompute.open_tapes else None
+    return _forward_scales(layer).get(name) if tape is None else tape.take(layer, name)
 
 
 def cast_scales(layer, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -256,7 +254,7 @@ def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
     enters the history of ``name`` once a step (:func:`record_amax`), and the whole tensor's
     scale is returned: the history's, or while it was empty that amax's."""
     whole = "whole " + name
-    kept = _forward_scale(layer, whole)
+    kept = _forward_scale(layer, whole) if recomputing(layer) else None
     if kept is not None:
         return kept
     with torch.no_grad():
