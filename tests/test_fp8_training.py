@@ -147,6 +147,14 @@ def test_inputs_the_recipes_quantize_unchecked_are_checked_where_they_enter(reci
         rec.gemms(x, w, torch.randn(3, 5), torch.float8_e4m3fn, scale_x=torch.ones(()), scale_w=torch.ones(3))
 
 
+def test_gemms_refuse_an_element_format_the_recipe_does_not_take():
+    """mxfp8 quantizes without quantize's checks too: its e4m3fn-only rule is asked in Recipe.gemms,
+    as fp8_linear asks it (without: mx_matmul's "a has dtype float8_e4m3fnuz", 2026-12-06)."""
+    x, w, dy = torch.randn(4, 32), torch.randn(8, 32), torch.randn(4, 8)
+    with pytest.raises(TypeError, match="the mxfp8 recipe's elements are float8_e4m3fn"):
+        kernels.fp8.get("mxfp8").gemms(x, w, dy, torch.float8_e4m3fnuz)
+
+
 class Net(torch.nn.Module):
     """First Linear, a norm, kernels.nn.Linear in the middle, a router, a head."""
 

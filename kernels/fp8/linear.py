@@ -42,6 +42,7 @@ from .. import autocast, eager, plans, validate
 from ..gemm_fp8.formats import FP8_DTYPES
 from ..gemm_fp8.quantize import check_scale
 from . import recipe as _recipes
+from .saturation import TENSORS
 
 IN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -210,6 +211,10 @@ class Float8Linear(torch.nn.Linear):
     Under ``torch.autocast`` the input is cast to the autocast dtype and the output is in it;
     the weight is quantized from its own (master) dtype.
     """
+
+    fp8_tensors = TENSORS
+    """The tensors a delayed recipe keeps histories of, in ``fp8_saturated``'s order (a class
+    attribute: found without ``Module.__getattr__``, a Python call per delayed record)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, recipe: str = "rowwise",
                  fp8_dtype: torch.dtype | None = None, grad_format: str | None = None, scale_rule: str | None = None,

@@ -208,6 +208,7 @@ class Recipe:
             validate.tensor(name, t, ndim=2, dtypes=X_DTYPES, allow_empty=True)
         if fp8 not in QUANT_DTYPES:
             raise TypeError(f"fp8 must be one of {QUANT_DTYPES}, got {fp8}")
+        self.element_format(fp8)   # refuses a format the recipe does not take (mxfp8: e4m3fn only)
         for name, scale in (("scale_x", scale_x), ("scale_w", scale_w)):
             if scale is not None:
                 check_scale(name, scale, x)

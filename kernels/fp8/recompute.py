@@ -60,9 +60,9 @@ class Tape:
 _LOCAL = threading.local()   # per thread: a GPU's backward (and so a recompute) runs on autograd's device thread
 open_tapes = 0
 """Tapes entered and not yet left, in every thread: while 0 (no checkpointed call is running, the
-usual forward) there is nothing to replay or keep, which a caller may ask without a call
-(:func:`replaying` and :func:`keep` ask it too, before reading this thread's stack: two Python
-calls each). Read after ``torch.compiler.is_compiling()``, so a compiled frame holds no guard on it."""
+usual forward) there is nothing to replay or keep, which the caller of :func:`replaying` and
+:func:`keep` asks without a call (:mod:`kernels.fp8.recipes.delayed`), before they read this
+thread's stack. Read after ``torch.compiler.is_compiling()``, so a compiled frame holds no guard on it."""
 _open_lock = threading.Lock()
 
 
@@ -137,16 +137,14 @@ def _contexts():
 
 
 def replaying() -> Tape | None:
-    """The innermost tape being replayed (a recompute under :func:`checkpoint`), or None."""
-    if torch.compiler.is_compiling() or not open_tapes:
-        return None
+    """The innermost tape being replayed (a recompute under :func:`checkpoint`), or None. Asked
+    outside torch.compile only, where a tape is open (:data:`open_tapes`): its caller checks both."""
     return next((tape for tape, replay in reversed(_stack()) if replay), None)
 
 
 def keep(layer, scales: dict[str, torch.Tensor]) -> None:
     """``scales`` (by tensor name), just taken by delayed casts of ``layer``, kept by every tape being
-    recorded."""
-    if not torch.compiler.is_compiling() and open_tapes:
-        for tape, replay in _stack():
-            if not replay:
-                tape.keep(layer, scales)
+    recorded. Asked as :func:`replaying` is."""
+    for tape, replay in _stack():
+        if not replay:
+            tape.keep(layer, scales)

@@ -148,10 +148,11 @@ class _Float8Owner:
         float32, then to x's dtype (what the backward's wgrad operand quantizes again)."""
         return dequantize(*row_bytes.views(rows, self.parts), ROW_LOCAL[self.layer.recipe], self.dtype)
 
-    def _found(self, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
-        """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the amax its cast found, kept for
-        :meth:`record` (the scale is this forward's, known here already)."""
-        self.amaxes[name].append(amax)
+    def _found(self, names: tuple[str, ...], amax: torch.Tensor, scales) -> None:
+        """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the amaxes its casts found, one per
+        name, kept for :meth:`record` (the scales are this forward's, known here already)."""
+        for i, name in enumerate(names):
+            self.amaxes[name].append(amax[i])
 
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u

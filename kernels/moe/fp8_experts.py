@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..fp8 import recipe as fp8_recipes
-from ..fp8.recipes.delayed import PREFIX, cast_scale, history_state
+from ..fp8.recipes.delayed import PREFIX, cast_scales, history_state
 from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
 
@@ -66,7 +66,7 @@ class Float8Experts:
     def _cast_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
         """``t``'s delayed scale for a fused cast that returns the amax to record (``t`` read only
         while its history is empty), None under another recipe."""
-        return cast_scale(self, name, t) if self.recipe == "delayed" else None
+        return cast_scales(self, {name: t})[name] if self.recipe == "delayed" else None
 
     def _grad_state(self, name_w: str) -> dict:
         """The delayed state of the output gradient of ``name_w``'s GEMM for the training op's
@@ -87,15 +87,17 @@ class Float8Experts:
 
     def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None) -> torch.Tensor:
         """``a_g @ w[g]`` by :meth:`_grouped`; with given (delayed) scales, each amax its casts
-        found goes to ``record(name, amax, scale)``: w's as ``name_w``, a's as ``name_a`` if given
-        (gate and up cast the same x: one of them names it), and the backward takes the output
+        found goes to ``record(names, amax, scales)`` (:func:`kernels.fp8.recipes.delayed.record_amax`'s
+        arguments after the layer): w's as ``name_w``, a's as ``name_a`` if given (gate and up cast
+        the same x: one of them names it), and the backward takes the output
         gradient's scale from ``dy_<name_w>``'s history and records into it where the layer keeps one."""
         if scale_a is None:
             return self._grouped(a, None, w, None, offsets)
         out, amax = self._grouped(a, scale_a, w, scale_w, offsets, amax=True, **self._grad_state(name_w))
-        record(name_w, amax[1], scale_w)
-        if name_a is not None:
-            record(name_a, amax[0], scale_a)
+        if name_a is None:
+            record((name_w,), amax[1:], (scale_w,))
+        else:
+            record((name_a, name_w), amax, (scale_a, scale_w))   # amax: a's, w's
         return out
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):

@@ -14,7 +14,7 @@ Under ``"delayed"`` the layer keeps an amax history per operand of its GEMMs
 (:data:`kernels.moe.fp8_experts.FP8_TENSORS`: the routed rows x, which gate and up share,
 SwiGLU's output hidden, and the three expert weights) as buffers, and takes each
 per-tensor scale from it by the dense delayed recipe's rule
-(:func:`kernels.fp8.recipes.delayed.cast_scale`); what enters each history is the amax the
+(:func:`kernels.fp8.recipes.delayed.cast_scales`); what enters each history is the amax the
 forward's fused casts find (x's and gate's from gate's GEMM, up's from up's, hidden's and
 down's from down's: ``grouped_gemm_fp8_train(..., amax=True)``), so no torch pass reads an
 operand for its amax. Each GEMM's output gradient has a history too

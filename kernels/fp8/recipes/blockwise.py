@@ -44,6 +44,7 @@ class Blockwise(Recipe):
         return y, Saved(xt8, sxt, w8, sw)
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
+        # not direct: a backward is traced under torch.compile (kernels.fp8.scaled_gemm)
         dy8, sdy, *dyt = quantize_checked(dy, "block1x128", grad_fp8, transpose=need_dw)   # along N, M
         # dgrad: B = w (N, K) in the forward's 128x128 blocks; wgrad: B = x (M, K) per 128x1 along M
         dx = gemm_fp8.blockwise_matmul(dy8, sdy, saved.w, saved.w_scale, dx_dtype) if need_dx else None

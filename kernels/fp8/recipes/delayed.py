@@ -33,7 +33,7 @@ Where each history is written:
   tested under ``aot_eager``).
 * :class:`kernels.moe.fp8_layer.Float8MoE` keeps one history per operand of its three
   grouped GEMMs' forward (the routed rows x, SwiGLU's output, the three expert weights)
-  through :func:`history_state`, :func:`cast_scale` and :func:`record_amax`, the same rule,
+  through :func:`history_state`, :func:`cast_scales` and :func:`record_amax`, the same rule,
   and one per GEMM's output gradient (``dy_down``: the down GEMM's dy; ``dy_gate`` and
   ``dy_up``: dg and du from SwiGLU's derivative) written in the backward as a Linear's dy
   is: the layer hands each GEMM's history and, in training mode, its counts and index to the
@@ -61,7 +61,7 @@ their backwards (1F1B), the expert-parallel layer's chunks in the first step (ea
 amax), eval mode set between a forward and its backward (tests/test_fp8_recompute.py). A plain
 ``torch.utils.checkpoint`` (reentrant or not) is recognised from the layer alone
 (:func:`recomputing`): a training-mode forward inside a backward casts with the scales the
-layer's last forward took (kept on the layer, :func:`cast_scale`) and records nothing, exact
+layer's last forward took (kept on the layer, :func:`cast_scales`) and records nothing, exact
 where each layer's backward follows its one forward (a Float8Linear block and a Float8MoE
 layer, tested); the cases above recompute with other scales there, silently, and a forward
 inside a double backward (``create_graph=True``) is taken for a recompute too. Under
@@ -190,28 +190,38 @@ def _kept_for_recompute(layer, scales: dict[str, torch.Tensor]) -> None:
 
 
 def _forward_scale(layer, name: str) -> torch.Tensor | None:
-    """The scale a recompute of ``layer``'s cast of ``name`` takes: its checkpoint call's tape's
-    next (:func:`kernels.fp8.checkpoint`), else the layer's last forward's under a
-    plain checkpoint's recompute; None outside a recompute (or before any forward kept one)."""
-    tape = fp8_recompute.replaying()
-    if tape is not None:
-        return tape.take(layer, name)
-    return _forward_scales(layer).get(name) if recomputing(layer) else None
+    """The scale a recompute (:func:`recomputing`, so not while compiling) of ``layer``'s cast of
+    ``name`` takes: its checkpoint call's tape's next (:func:`kernels.fp8.checkpoint`), else the
+    layer's last forward's under a plain checkpoint's recompute (None before any forward kept one)."""
+    tape = fp8_recompute.replaying() if fp8_recompute.open_tapes else None
+    return _forward_scales(layer).get(name) if tape is None else tape.take(layer, name)
 
 
-def cast_scale(layer, name: str, t: torch.Tensor) -> torch.Tensor:
-    """The delayed scale of ``t`` (2-D, or an expert stack (G, K, N) read as G·K rows), for a
-    fused cast that returns ``t``'s amax to :func:`record_amax` after (:func:`history_scale`
-    with the history of ``name``). A recompute (:func:`recomputing`) takes the scale its forward
-    took: the history has the forward's amax by then, and another scale would cast the
-    recomputed operands to other bits than the forward's."""
-    kept = _forward_scale(layer, name)
-    if kept is not None:
-        return kept
-    rows = t.detach().reshape(math.prod(t.shape[:-1]), t.shape[-1])   # a view of a contiguous t
-    scale = history_scale(getattr(layer, PREFIX + name), rows, layer.fp8_dtype)
-    _kept_for_recompute(layer, {name: scale})
-    return scale
+def cast_scales(layer, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The delayed scale of each of ``tensors`` by name (each 2-D, or an expert stack (G, K, N)
+    read as G·K rows), for fused casts that return their amaxes to :func:`record_amax` after
+    (:func:`history_scale` with the history of the name; the recompute question and
+    :func:`kernels.eager.direct` asked once for all of them, the buffers read from the layer's
+    dict, ``_buffers``: an attribute read is a Python call, Module.__getattr__). A recompute
+    (:func:`recomputing`) takes the scales its forward took: the histories have the forward's
+    amaxes by then, and other scales would cast the recomputed operands to other bits than the
+    forward's."""
+    scales, histories, rows = {}, {}, {}
+    recompute, buffers = recomputing(layer), layer._buffers
+    for name, t in tensors.items():
+        kept = _forward_scale(layer, name) if recompute else None
+        if kept is not None:
+            scales[name] = kept
+            continue
+        histories[name] = buffers[PREFIX + name]
+        rows[name] = t.detach().reshape(math.prod(t.shape[:-1]), t.shape[-1])   # a view of a contiguous t
+    if rows:
+        fp8, direct, fresh = layer.fp8_dtype, eager.direct(*histories.values(), *rows.values()), {}
+        for name, t in rows.items():
+            fresh[name] = history_scale(histories[name], t, fp8, direct)
+        _kept_for_recompute(layer, fresh)
+        scales.update(fresh)
+    return scales
 
 
 def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor, scale: torch.Tensor,
@@ -222,28 +232,35 @@ def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, amax: tor
     history_ops.record(history, counts, index, amax, scale, *_SATURATION[fp8], direct)
 
 
-def record_amax(layer, name: str, amax: torch.Tensor, scale: torch.Tensor) -> None:
-    """In training mode: ``amax`` enters the history of ``name`` and a step whose ``scale``
-    saturates it is counted (:func:`push_amax`); not in a recompute, whose amax its forward
-    recorded (:func:`recomputing`)."""
+def record_amax(layer, names: tuple[str, ...], amax: torch.Tensor, scales) -> None:
+    """In training mode: ``amax`` (1-D, one per name in ``names``: what the fused casts with
+    ``scales``, in that order, found) enters the history of each name and a step whose scale
+    saturates it is counted (:func:`push_amax`; :func:`kernels.eager.direct` asked once for all,
+    the buffers read as :func:`cast_scales` reads them); not in a recompute, whose amaxes its
+    forward recorded (:func:`recomputing`)."""
     if layer.training and not recomputing(layer):
-        i = getattr(layer, "fp8_tensors", TENSORS).index(name)
-        push_amax(getattr(layer, PREFIX + name), layer.fp8_saturated, i, amax, scale, layer.fp8_dtype)
+        buffers, fp8, order = layer._buffers, layer.fp8_dtype, getattr(layer, "fp8_tensors", TENSORS)
+        counts, histories = buffers["fp8_saturated"], []
+        for name in names:
+            histories.append(buffers[PREFIX + name])
+        direct = eager.direct(*histories, counts, amax)
+        for i, name in enumerate(names):
+            push_amax(histories[i], counts, order.index(name), amax[i], scales[i], fp8, direct)
 
 
 def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
     """For a layer that casts a tensor in parts (the expert-parallel layer's chunks), each with
-    :func:`cast_scale`'s scale of its part: the largest of the ``amaxes`` the parts' casts found
+    :func:`cast_scales`'s scale of its part: the largest of the ``amaxes`` the parts' casts found
     enters the history of ``name`` once a step (:func:`record_amax`), and the whole tensor's
     scale is returned: the history's, or while it was empty that amax's."""
     whole = "whole " + name
-    kept = _forward_scale(layer, whole)
+    kept = _forward_scale(layer, whole) if recomputing(layer) else None
     if kept is not None:
         return kept
     with torch.no_grad():
         amax = torch.stack(amaxes).amax()
         scale = history_ops.scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max)
-    record_amax(layer, name, amax, scale)
+    record_amax(layer, (name,), amax.reshape(1), (scale,))
     _kept_for_recompute(layer, {whole: scale})
     return scale
 
@@ -258,30 +275,14 @@ class Delayed(PerTensorRecipe):
     def reduced_buffers(self, layer):
         return [b for name, b in layer.named_buffers(recurse=False) if name.startswith(PREFIX)]
 
-    # A Float8Linear's x and w per forward: the recompute question, and whether the bookkeeping's
-    # ops run their implementations (eager.direct), asked once for both; the layer's buffers read
-    # from its dict (``_buffers``: an attribute read is a Python call, Module.__getattr__); x and w
-    # as fp8_linear checked them (kernels.fp8.linear._checked).
-
     def scales(self, layer, x, w):
-        """:func:`cast_scale` of x and w."""
-        if recomputing(layer):
-            return cast_scale(layer, "x", x), cast_scale(layer, "w", w)
-        buffers, fp8, x, w = layer._buffers, layer.fp8_dtype, x.detach(), w.detach()
-        history_x, history_w = buffers[PREFIX + "x"], buffers[PREFIX + "w"]
-        direct = eager.direct(history_x, history_w, x, w)
-        scales = {"x": history_scale(history_x, x, fp8, direct), "w": history_scale(history_w, w, fp8, direct)}
-        _kept_for_recompute(layer, scales)
+        """:func:`cast_scales` of x and w (as fp8_linear checked them: kernels.fp8.linear._checked)."""
+        scales = cast_scales(layer, {"x": x, "w": w})
         return scales["x"], scales["w"]
 
     def record(self, layer, scales, amax):
-        """:func:`record_amax` of x and w (``TENSORS``' first two)."""
-        if layer.training and not recomputing(layer):
-            buffers, fp8 = layer._buffers, layer.fp8_dtype
-            histories, counts = (buffers[PREFIX + "x"], buffers[PREFIX + "w"]), buffers["fp8_saturated"]
-            direct = eager.direct(*histories, counts, amax)
-            for i in range(2):
-                push_amax(histories[i], counts, i, amax[i], scales[i], fp8, direct)
+        """:func:`record_amax` of x and w."""
+        record_amax(layer, ("x", "w"), amax, scales)
 
     def grad_state(self, layer):
         """dy's history, and the counts to record into in training mode only (None in eval mode)."""

@@ -46,6 +46,7 @@ import torch
 
 from ... import backend as _backend
 from ... import gemm_fp8
+from ...gemm_fp8.quantize import quantize_checked   # x, w and dy checked (kernels.fp8.scaled_gemm says where)
 from ...gemm_mxfp4.launch import takes_preshuffled
 from ...gemm_mxfp4.preshuffle import preshuffled_shape
 from ..recipe import Recipe, Saved, register
@@ -88,15 +89,17 @@ class MXFP8(Recipe):
         return saved._replace(x_scale=x_scale, w_scale=w_scale)
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None):
-        mx = dict(transpose=True, scale_rule=self.scale_rule, preshuffled=_preshuffled())
-        x8, sx, xt8, sxt = gemm_fp8.quantize(x, "mx32", fp8, **mx)   # xt8: x.T along M
-        w8, sw, wt8, swt = gemm_fp8.quantize(w, "mx32", fp8, **mx)   # wt8: w.T along N
+        # the op's implementation: runs eagerly (kernels.fp8.scaled_gemm)
+        mx = dict(transpose=True, scale_rule=self.scale_rule, preshuffled=_preshuffled(), direct=True)
+        x8, sx, xt8, sxt = quantize_checked(x, "mx32", fp8, **mx)   # xt8: x.T along M
+        w8, sw, wt8, swt = quantize_checked(w, "mx32", fp8, **mx)   # wt8: w.T along N
         y = gemm_fp8.mx_matmul(x8, sx, w8.t(), sw, out_dtype)
         return y, Saved(xt8, sxt, wt8, swt)
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
-        dy8, sdy, *dyt = gemm_fp8.quantize(dy, "mx32", grad_fp8, transpose=need_dw, scale_rule=self.scale_rule,
-                                           preshuffled=_preshuffled())   # along N, M
+        # not direct: a backward is traced under torch.compile (kernels.fp8.scaled_gemm)
+        dy8, sdy, *dyt = quantize_checked(dy, "mx32", grad_fp8, transpose=need_dw, scale_rule=self.scale_rule,
+                                          preshuffled=_preshuffled())   # along N, M
         # mx_matmul(a (M, R), its scales, b_t (N, R).T, its scales): both grouped by 32 along R
         dx = gemm_fp8.mx_matmul(dy8, sdy, saved.w.t(), saved.w_scale, dx_dtype) if need_dx else None
         dw = gemm_fp8.mx_matmul(dyt[0], dyt[1], saved.x.t(), saved.x_scale, dw_dtype) if need_dw else None
