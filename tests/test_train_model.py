@@ -195,8 +195,11 @@ def test_side_by_side_runs_each_projection_alone_once_one_is_another_class():
     attn = layers.Attention(SMOKE, ops.resolve("torch"))
     counted = Counted(SMOKE.dim, attn.k.out_features, bias=False)
     counted.weight = attn.k.weight
-    q, k, v = ops.side_by_side("torch", (attn.q, counted, attn.v), torch.randn(2, 3, SMOKE.dim))
+    x = torch.randn(2, 3, SMOKE.dim)
+    q, k, v = ops.side_by_side("torch", (attn.q, counted, attn.v), x)
     assert Counted.calls == 1 and k.shape == (2, 3, attn.k.out_features)
+    biased = torch.nn.Linear(SMOKE.dim, attn.k.out_features)   # a bias the concatenated GEMM would drop
+    assert torch.equal(ops.side_by_side("torch", (attn.q, biased), x)[1], biased(x))
 
 
 def test_model_shapes_and_the_loss_at_init_is_near_log_vocab():

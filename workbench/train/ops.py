@@ -77,9 +77,10 @@ def side_by_side(impl: str, projections: tuple[torch.nn.Linear, ...], x: torch.T
     add their gradients of x. The concatenated weight costs one copy per step; its gradient's
     rows are views, one per weight. The modules stay apart, so checkpoints and
     ``kernels.fp8.convert`` see each; once any is no longer of the class this model made (an FP8
-    layer), each runs alone. ``kernels.nn.linear`` or ``F.linear``, as the class calls it."""
+    layer) or has a bias, each runs alone. ``kernels.nn.linear`` or ``F.linear``, as the class
+    calls it."""
     made = linear_class(impl)
-    if any(type(p) is not made for p in projections):
+    if any(type(p) is not made or p.bias is not None for p in projections):
         return tuple(p(x) for p in projections)
     weight = torch.cat([p.weight for p in projections])
     y = _kernels.nn.linear(x, weight) if impl == "workbench" else F.linear(x, weight)
