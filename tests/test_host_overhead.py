@@ -171,7 +171,7 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # op of two launches (kernels.moe.routing_fused) where route, expert_counts and aux_loss were 18
 # torch ops in 3 Python functions: the op's plan key and lookup, eager dispatch, autograd.Function,
 # five allocations and two launches are 10 calls more, and the call costs the host 40% less time
-# (``workbench bench overhead``: 301 -> 185 µs with a gradient, 228 -> 126 without, 32 -> 16 device
+# (``workbench bench overhead`` once, on an AMD EPYC, 2026-12-05: 301 -> 185 µs with a gradient, 228 -> 126 without; 32 -> 16 device
 # ops): each torch op it replaced cost more than a Python call. MoE 65 once the layer asks
 # ``autocast.active()`` (a C call) before casting anything, for the master-weight path
 # (kernels.moe.layer_ladder.fused_op.fused_master_experts), where it called autocast.operands

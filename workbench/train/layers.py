@@ -30,8 +30,9 @@ class RMSNorm(torch.nn.Module):
     its matmuls cast to: the residual stream is fp32 there, so an fp32 y would be cast to bf16
     again by each GEMM that reads it (q, k and v's one; gate and up's one; the MoE layer's experts;
     the LM head), and autograd would cast each of their bf16 gradients back to fp32 in the
-    backward: 13 device ops per step at two blocks (``tests/test_train_host_cost.py`` pins the step's count and
-    checks the difference). The MoE router is the exception: it computes in float32
+    backward, and the MoE layer, which returns its input's dtype, would return fp32: 13 device ops
+    more per step at two blocks, measured (``tests/test_train_host_cost.py`` pins the step's count
+    and checks the difference). The MoE router is the exception: it computes in float32
     (:func:`kernels.moe.routing.router_logits`), so it casts the bf16 y up, one cast each way. The gradients of the normed activations then add up in bf16 in autograd,
     as in bf16 training stacks, where fp32 y added them in fp32; the norm's own backward still
     computes in fp32 from that bf16 dy. ``kernels.MoE`` returns its input's dtype, so its routed and
@@ -55,9 +56,9 @@ class RMSNorm(torch.nn.Module):
         Every residual add of a pre-norm model is followed by a norm of its sum, so the workbench
         side does both in one launch (``kernels.add_rms_norm``; its backward adds h's two
         gradients and casts the branch's in the norm's launch): 11 device ops fewer per step at
-        two blocks (4 adds forward; 3 sums of h's gradients, the final norm's h having no other
-        consumer, and 4 casts of the bf16 branches' gradients backward;
-        ``tests/test_train_host_cost.py``). The torch side runs the same ops as before, ``x +
+        two blocks, measured against torch's add before the norm (``tests/test_train_host_cost.py``):
+        the adds forward, and backward the sums of h's two gradients (none for the final norm,
+        whose h feeds nothing else) and the casts of the bf16 branches' gradients. The torch side runs the same ops as before, ``x +
         branch`` then the norm."""
         if branch is None:
             return x, self(x)
