@@ -1,4 +1,4 @@
-"""Pre-shuffled e8m0 scales (kernels/gemm_mxfp4/preshuffle.py): the layout byte by byte, and
+"""Pre-shuffled e8m0 scales (kernels/mx_preshuffle.py): the layout byte by byte, and
 the MX GEMM (MXFP4 and MXFP8) giving bit for bit the product of the row-major scales, at
 shapes that end inside a 32-row stripe, an 8-scale chunk and (MXFP8) a 32-element block;
 the MXFP8 quantize writing the layout itself, and the mxfp8 recipe that has it do so.
@@ -18,7 +18,7 @@ from kernels.gemm_fp8 import mx_matmul
 from kernels.gemm_mxfp4 import FORMAT, quantize_mxfp4
 from kernels.gemm_mxfp4.formats import MXFP8
 from kernels.gemm_mxfp4.launch import takes_preshuffled
-from kernels.gemm_mxfp4.preshuffle import preshuffle, preshuffled_shape, unshuffle
+from kernels.mx_preshuffle import preshuffle, preshuffled_shape, unshuffle
 from kernels.outputs import poisoned_outputs
 from workbench import isa
 from workbench.isa import parse as isa_parse

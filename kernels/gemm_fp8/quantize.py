@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .. import eager, validate
-from ..gemm_mxfp4.preshuffle import preshuffled_shape
+from ..mx_preshuffle import preshuffled_shape
 from . import quantize_kernel
 from .quantize_ref import GRANULARITIES, MX_DTYPES, QUANT_DTYPES, check_scale_rule, scale_shape
 
@@ -143,7 +143,7 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     (:func:`kernels.microscaling.round_up_exponent`: the smallest power of two that saturates
     nothing); ``scale_rule`` is for ``mx32`` only (another granularity takes ``"ocp"``, its
     default, which leaves it as it is). ``preshuffled=True`` (``mx32`` only) returns both scale
-    tensors in the layout gfx950's scaled MFMAs read (:mod:`kernels.gemm_mxfp4.preshuffle`:
+    tensors in the layout gfx950's scaled MFMAs read (:mod:`kernels.mx_preshuffle`:
     (ceil(rows/32), 256 ceil(blocks/8)) for (rows, blocks), zero bytes in a partial stripe
     or chunk), written so by the cast itself, bitwise ``preshuffle()`` of the row-major ones:
     what :func:`kernels.gemm_fp8.mx_matmul` takes there without a shuffle of its own.

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from ..microscaling import BLOCK, E8M0_BIAS, E8M0_NAN, e8m0_values, shared_exponent
-from .preshuffle import preshuffle
+from ..mx_preshuffle import preshuffle
 
 # The torch dtype that names the format in the registry, results and the roofline (its
 # "fp4" roof). Tensors stay uint8: torch has almost no kernels for float4_e2m1fn_x2,
@@ -95,7 +95,7 @@ def quantize_mxfp4(x: torch.Tensor, axis: int = -1, *,
     rounded up to a multiple of 32 (the padding is zeros). For a GEMM ``A @ B`` quantize
     A (M, K) along axis 1 and B's transpose (N, K) along axis 1: the kernels want both
     K-contiguous. ``preshuffled=True`` (a 2-D ``x``, ``axis`` its last) returns the scales
-    in the layout gfx950's scaled MFMAs read without byte loads (:mod:`.preshuffle`).
+    in the layout gfx950's scaled MFMAs read without byte loads (:mod:`kernels.mx_preshuffle`).
     """
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")

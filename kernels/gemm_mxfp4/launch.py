@@ -10,11 +10,11 @@ from ..triton_support import aot_launch, cdiv, interp_bf16, pointer_type, run_kw
 from ..tuning import with_overrides
 from . import operands
 from .formats import ELEMENTS, FORMAT, format_of
-from .preshuffle import preshuffled_shape
+from ..mx_preshuffle import preshuffled_shape
 
 
 def takes_preshuffled(backend: str, arch: str) -> bool:
-    """Whether the kernel reads pre-shuffled scales as they are on this target (:mod:`.preshuffle`):
+    """Whether the kernel reads pre-shuffled scales as they are on this target (:mod:`kernels.mx_preshuffle`):
     gfx950, whose scaled MFMA the layout is built for, and the interpreter, which checks the
     kernel's indexing on the CPU. gfx942 emulates the MFMA, and there the 256-deep K step
     the layout needs spills (AOT-checked): it reads row-major scales."""

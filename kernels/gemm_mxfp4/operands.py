@@ -12,7 +12,7 @@ MXFP8 operands are the same with e4m3 elements stored one per byte as
 ``float8_e4m3fn`` (M, K) and (N, K); K is then any length, with ceil(K/32) scales per row
 (the last block may be partial: ``quantize(x, "mx32", ...)`` makes them).
 
-Either operand's scales may also come pre-shuffled (:mod:`.preshuffle`): then they are
+Either operand's scales may also come pre-shuffled (:mod:`kernels.mx_preshuffle`): then they are
 (ceil(rows/32), 256 ceil(blocks/8)) instead of (rows, blocks), never a row-major shape
 for K > 0 (256 ceil(blocks/8) > blocks), so the shape says which layout a tensor is in
 (:func:`is_preshuffled`).
@@ -24,7 +24,7 @@ import torch
 from .. import validate
 from ..gemm_fp8.operands import OUT_DTYPES
 from .formats import BLOCK, ELEMENTS, FORMAT, format_of
-from .preshuffle import preshuffled_shape, unshuffle
+from ..mx_preshuffle import preshuffled_shape, unshuffle
 
 
 def is_preshuffled(scales: torch.Tensor, rows: int, k: int) -> bool:

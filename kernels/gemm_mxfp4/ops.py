@@ -46,7 +46,7 @@ def matmul_mxfp4(a_packed: torch.Tensor, a_scales: torch.Tensor, b_packed: torch
         a_packed, a_scales = quantize_mxfp4(a, axis=1)        # a: (M, K)
         b_packed, b_scales = quantize_mxfp4(b.t(), axis=1)    # b: (K, N)
 
-    Either scale tensor may instead be pre-shuffled (:func:`kernels.gemm_mxfp4.preshuffle.preshuffle`,
+    Either scale tensor may instead be pre-shuffled (:func:`kernels.mx_preshuffle.preshuffle`,
     the shape tells): the layout gfx950 reads without byte loads; elsewhere it is unshuffled.
 
     Empty operands give what :func:`kernels.matmul` and :func:`kernels.matmul_fp8` give:
@@ -74,7 +74,7 @@ def mx_matmul(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: 
     the strided view B^T (N, K), the layout that op takes): on gfx950 the scaled MFMA
     ``v_mfma_scale_f32_16x16x128_f8f6f4`` reads the scales itself; on gfx942 and Hopper Triton
     emulates (``tests/test_mxfp8.py``). Same custom op as :func:`kernels.matmul_mxfp4`.
-    Either scale tensor may come pre-shuffled (:mod:`kernels.gemm_mxfp4.preshuffle`).
+    Either scale tensor may come pre-shuffled (:mod:`kernels.mx_preshuffle`).
     """
     validate.tensor("a", a, ndim=2, dtypes=(MXFP8,), allow_empty=True)
     validate.tensor("b", b, ndim=2, dtypes=(MXFP8,), allow_empty=True)

@@ -14,7 +14,7 @@ Idea:
 
     * gfx950 (MI355X, CDNA4): ``v_mfma_scale_f32_16x16x128_f8f6f4``, an MFMA that reads
       the e2m1 (or e4m3) operands and one scale byte per 32 of them itself. Its scales come
-      pre-shuffled (:mod:`.preshuffle`, AMD aiter's layout; ``PRESHUFFLED``): a K step's
+      pre-shuffled (:mod:`kernels.mx_preshuffle`, AMD aiter's layout; ``PRESHUFFLED``): a K step's
       scales are BLOCK_K bytes per 32-row stripe, loaded two bytes per lane
       (``buffer_load_ushort``) and renamed in registers into the (rows, BLOCK_K/32) tile.
       Triton 3.9 still stages them through LDS (16-bit writes, 32-bit reads:
@@ -70,7 +70,7 @@ from .formats import DTYPES
 def _unshuffle(scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """A step's (ROWS/32, BLOCK_K) pre-shuffled scale bytes as the (ROWS, BLOCK_K/32) tile
     ``tl.dot_scaled`` takes: byte 64 d + 4 b + 2 c + a of a chunk is row 16 a + b and
-    scale 4 c + d (:mod:`.preshuffle`). Only registers are renamed."""
+    scale 4 c + d (:mod:`kernels.mx_preshuffle`). Only registers are renamed."""
     tiles = scales.reshape(ROWS // 32, BLOCK_K // 256, 4, 16, 2, 2)   # stripe, chunk, d, b, c, a
     return tiles.permute(0, 5, 3, 1, 4, 2).reshape(ROWS, BLOCK_K // 32)
 
@@ -98,7 +98,7 @@ def _gemm_mxfp4_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K,
     ks = tl.arange(0, BLOCK_K // 32)    # e8m0 scales: one per 32 elements
     a_ptrs = a_ptr + rows64[:, None] * stride_am + kb[None, :] * stride_ak
     b_ptrs = b_ptr + kb[:, None] * stride_bk + cols64[None, :] * stride_bn
-    if PRESHUFFLED:   # a step's scales: BLOCK_K bytes of each 32-row stripe (.preshuffle)
+    if PRESHUFFLED:   # a step's scales: BLOCK_K bytes of each 32-row stripe (kernels.mx_preshuffle)
         tl.static_assert(BLOCK_M % 32 == 0 and BLOCK_N % 32 == 0 and BLOCK_K % 256 == 0)
         stripes_m = pid_m * (BLOCK_M // 32) + tl.arange(0, BLOCK_M // 32)
         stripes_n = pid_n * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)

@@ -48,7 +48,7 @@ from ... import backend as _backend
 from ... import gemm_fp8
 from ...gemm_fp8.quantize import quantize_checked   # x, w and dy checked (kernels.fp8.scaled_gemm says where)
 from ...gemm_mxfp4.launch import takes_preshuffled
-from ...gemm_mxfp4.preshuffle import preshuffled_shape
+from ...mx_preshuffle import preshuffled_shape
 from ..recipe import Recipe, Saved, register
 
 

@@ -34,7 +34,7 @@ Expected bound:
 Limits:
     Scales as the forward's: a byte at a time, through LDS in 8-bit accesses on gfx950
     (a group starts on a 32-token block, not on the 256-token chunk of the pre-shuffled
-    layout, :mod:`kernels.gemm_mxfp4.preshuffle`).
+    layout, :mod:`kernels.mx_preshuffle`).
     One program per output tile and group however few tokens it has; no split-K. One
     fixed tile (:mod:`.tile`). The padded token count R is an upper bound (T + 31·G
     rounded up), since the host does not read the group sizes.

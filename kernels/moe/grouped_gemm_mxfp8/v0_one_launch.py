@@ -35,7 +35,7 @@ Expected bound:
 Limits:
     OCP e4m3fn elements only (no e5m2, no mixed formats). The scales are read in plain
     row-major order, a byte at a time, and staged through LDS byte by byte, not in the
-    pre-shuffled layout the dense MX GEMM takes on gfx950 (:mod:`kernels.gemm_mxfp4.preshuffle`):
+    pre-shuffled layout the dense MX GEMM takes on gfx950 (:mod:`kernels.mx_preshuffle`):
     that layout packs 32-row stripes, and x's row tiles start at each group's first
     token, anywhere; its 8-scale chunks span 256 elements of K, two of this K step. Every
     K step is masked (no peeled tail). v2's schedule limits (G in one
