@@ -167,7 +167,7 @@ def test_the_casts_after_the_amax_pass_do_not_spill(granularity, fp8, arch, tran
 def test_the_tensor_cast_reduces_the_partials_with_two_loads_and_32_bytes_of_lds(fp8, arch, transpose):
     """Each program of tensor's cast reads all of the amax pass's partials: per thread two 4-byte
     loads (PARTIALS over 512 lanes) beside x's four 16-byte ones, and the cross-warp max through
-    32 bytes of LDS (added to the transposed copy's 16 KiB), no spills (the occupancy:
+    32 bytes of LDS (within the transposed copy's 16 KiB, which it reuses), no spills (the occupancy:
     test_the_casts_after_the_amax_pass_do_not_spill)."""
     from kernels.gemm_fp8 import quantize_kernel
     result = compiled("tensor", fp8, arch, transpose=transpose)

@@ -27,7 +27,7 @@ same way in the backward. Saved: x.T in FP8 (M K bytes) and w.T (N K) with a 4-b
 scale per row (K of each).
 
 The recipes quantize through :func:`kernels.gemm_fp8.quantize.quantize_checked` (the same op,
-without its checks, about five Python calls per quantize): x and w are checked by
+without its checks): x and w are checked by
 :func:`kernels.fp8.fp8_linear` (or :meth:`~kernels.fp8.recipe.Recipe.gemms`), a given scale is a
 layer's own or checked there, and dy is autograd's gradient of y (y's shape and dtype). A
 forward is ``kernels::fp8_linear``'s implementation, which runs eagerly on real tensors (never

@@ -39,7 +39,8 @@ Idea:
     accumulator itself, with no rounding to bf16 and no cast pass after. Compiled for gfx942 and
     gfx950 (bf16, TN, the prior config) that launch keeps the bf16 C's hot loop with its MFMAs,
     spills neither VGPRs nor SGPRs in either kernel, stores 16 bytes at a time, twice a bf16 C's
-    bytes, and converts nothing to bf16 (``tests/test_isa_claims.py``).
+    bytes, and on gfx950 converts nothing to bf16 (``tests/test_isa_claims.py``; gfx942 has no
+    conversion instruction to look for, it rounds with integer ops).
 
     The program ids keep v3's XCD remap (now over the ``programs`` persistent ids)
     and grouped order, and the K loop is v5's: v4's pipelining, wrapped row and

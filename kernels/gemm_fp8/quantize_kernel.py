@@ -23,7 +23,7 @@ reduction of per-tile maxima came between them before (and :func:`tensor_amax` /
 reduction and :func:`.formats.scale_of`'s four torch ops were). ``row``'s amax pass
 (:func:`_amax_kernel`, one max per row and tile column, and column and tile row) is reduced and
 made scales by one small launch (:func:`_row_scales_kernel`): three device ops per quantize
-(``tests/test_host_overhead_fp8.py``, ``tests/test_fp8_tensor_amax.py``), where torch ops made
+(``tests/test_host_overhead_fp8.py``), where torch ops made
 the scales before, each a launch on a GPU's host (:mod:`workbench.harness.device_ops`). No
 atomics: the partials are reduced by whoever reads them, in any order (a max is exact), and an
 atomic max would not save the second read: no element can be cast before its group's amax is known.
@@ -55,7 +55,7 @@ an 8-bit layout conversion. Whether that LDS traffic or HBM bounds the kernel is
 by the format's max and a few integer operations on the quotient's bits, instead of the
 amax's bits alone) compiles on gfx950 to the same loads, stores and LDS, with no spills.
 Its scales written pre-shuffled (``PRESHUFFLED``, the mxfp8 recipe's on gfx950:
-:mod:`kernels.gemm_mxfp4.preshuffle`'s layout, so no shuffle runs before the GEMM) compile there
+:mod:`kernels.mx_preshuffle`'s layout, so no shuffle runs before the GEMM) compile there
 to the same loads, q stores and LDS, no spills and the same waves per SIMD; the scales are
 still stored a byte at a time, by two more byte stores (the zeros of the half chunk past
 the last tile, one per orientation).
@@ -83,7 +83,7 @@ import triton
 import triton.language as tl
 
 from .. import plans
-from ..gemm_mxfp4.preshuffle import preshuffled_mask, preshuffled_offsets, preshuffled_shape
+from ..mx_preshuffle import preshuffled_mask, preshuffled_offsets, preshuffled_shape
 from ..outputs import new_output
 from ..registry import AotKernel
 from ..triton_support import (aot_launch, cdiv, fp8_grid, pointer_type, round_to_fp8, run_args,
@@ -173,9 +173,9 @@ def _store_groups(s_ptr, scale, rows, groups, ROWS, GROUPS, stride_r, stride_g, 
                   PRESHUFFLED: tl.constexpr):
     """A tile's scales (one per row of ``rows`` and group of ``groups``) of a (ROWS, GROUPS)
     tensor: row-major at (stride_r, stride_g), or with PRESHUFFLED in the pre-shuffled
-    layout (:mod:`kernels.gemm_mxfp4.preshuffle`; stride_r: its stripes'), padding included.
+    layout (:mod:`kernels.mx_preshuffle`; stride_r: its stripes'), padding included.
     A row or block past x's edge reads zeros, so its byte is 0 (amax 0 under either e8m0
-    rule), the zero :func:`~kernels.gemm_mxfp4.preshuffle.preshuffle` fills a partial stripe
+    rule), the zero :func:`~kernels.mx_preshuffle.preshuffle` fills a partial stripe
     and chunk with; the ``last`` tile along the groups also writes the zeros of the half
     chunk past it (a tile holds half a chunk), so every byte is written and none twice."""
     if PRESHUFFLED:
@@ -347,10 +347,11 @@ def format_constants(dtype: torch.dtype) -> dict:
 
 
 # The most partial maxima tensor's amax pass leaves (:func:`_tensor_partials_kernel`'s programs): a
-# few per CU, enough to keep HBM busy, and few enough that each cast program's read of all of them
+# chosen value, a few programs per CU (whether that keeps HBM busy is for a GPU to measure), few
+# enough that each cast program's read of all of them
 # (at most 4 KiB, from L2) stays small against its tile (32 KiB of bf16 x: 1/8; 1/16 of fp32 x)
 PARTIALS = 1024
-_TENSOR_AMAX_WARPS = 4   # _tensor_amax_kernel's: PARTIALS / 256 lanes, 4 partials a lane
+_TENSOR_AMAX_WARPS = 4   # _tensor_amax_kernel's: one program reads the PARTIALS
 
 
 def _partial_count(m: int, k: int) -> int:
@@ -530,7 +531,7 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
     ``amax``: the cast also writes each tile's max |x|, reduced on the device to x's amax
     (0-d float32, 0 for an empty x), appended to the result. ``scale_rule`` (checked):
     ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``; ``preshuffled`` (``mx32``): both scale
-    tensors in the layout of :mod:`kernels.gemm_mxfp4.preshuffle`, written so by the cast.
+    tensors in the layout of :mod:`kernels.mx_preshuffle`, written so by the cast.
     Device ops: ``tensor`` two launches (the amax pass, the cast, which reduces the pass's
     partials itself), ``row`` three (the amax pass, the scale launch, the cast), one for a
     given scale (two with ``amax``: the torch reduction of the tile maxima), one for the others."""
