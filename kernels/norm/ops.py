@@ -209,7 +209,7 @@ _rms_norm_backward = torch.library.custom_op("kernels::rms_norm_backward", _back
 def _(dy, x, weight, rstd, dh=None, residual_dtype=None):
     grads = [torch.empty_like(x, memory_format=torch.contiguous_format),
              torch.empty_like(weight, memory_format=torch.contiguous_format)]
-    if residual_dtype not in (None, x.dtype):
+    if k.stores_db(x.dtype, residual_dtype):
         grads.append(torch.empty_like(x, dtype=residual_dtype, memory_format=torch.contiguous_format))
     return grads
 

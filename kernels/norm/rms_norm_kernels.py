@@ -176,6 +176,12 @@ def backward_programs(rows: int, tile: dict) -> int:
     return min(cdiv(rows, tile["BLOCK_R"]), PARTIAL_PROGRAMS)
 
 
+def stores_db(x_dtype: torch.dtype, residual_dtype: torch.dtype | None) -> bool:
+    """Whether the backward writes the residual's gradient apart from dx (``STORE_DB``): where a
+    residual was added and its dtype is not x's (of x's dtype, db is dx itself)."""
+    return residual_dtype is not None and residual_dtype != x_dtype
+
+
 def launches(rows: int, n: int, x_dtype: torch.dtype, w_dtype: torch.dtype, y_dtype: torch.dtype,
              residual_dtype: torch.dtype | None = None) -> dict:
     """``kernel.run``'s keyword arguments for the three launches on ``rows`` rows of ``n``, y (and
@@ -188,7 +194,7 @@ def launches(rows: int, n: int, x_dtype: torch.dtype, w_dtype: torch.dtype, y_dt
     tile = settings(n, x_dtype, y_dtype)
     programs = backward_programs(rows, tile)
     add = residual_dtype is not None
-    backward = dict(tile, STORE_DB=add and residual_dtype != x_dtype,
+    backward = dict(tile, STORE_DB=stores_db(x_dtype, residual_dtype),
                     INTERP_BF16=interp_bf16(x_dtype) or interp_bf16(residual_dtype))
     return dict(forward=run_kwargs((cdiv(rows, tile["BLOCK_R"]),),
                                    dict(tile, ADD=add, INTERP_BF16=interp_bf16(y_dtype))),
@@ -216,6 +222,6 @@ def aot(dtype: torch.dtype = torch.bfloat16, n: int = 1024, backward: bool = Fal
     tile = settings(n, dtype, out_dtype)
     if backward:
         return aot_launch(_backward_kernel, dtype, tile, dict(ints, stride_dy=n, stride_dh=n),
-                          dict(HAS_DH=add, STORE_DB=add and residual_dtype != dtype, INTERP_BF16=False), pointers)
+                          dict(HAS_DH=add, STORE_DB=stores_db(dtype, residual_dtype), INTERP_BF16=False), pointers)
     return aot_launch(_forward_kernel, dtype, tile, dict(ints, stride_b=n, eps=1e-5),
                       dict(ADD=add, INTERP_BF16=False), pointers)
