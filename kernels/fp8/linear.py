@@ -40,7 +40,6 @@ import torch
 
 from .. import autocast, eager, plans, validate
 from ..gemm_fp8.formats import FP8_DTYPES
-from ..gemm_fp8.quantize import check_scale
 from . import recipe as _recipes
 from .saturation import TENSORS
 
@@ -148,9 +147,7 @@ def fp8_linear(x: torch.Tensor, w: torch.Tensor, recipe: str = "rowwise", fp8_dt
     refused by the others (:meth:`kernels.fp8.recipe.Recipe.chosen_scale_rule`).
     """
     plan = _checked(x, w, recipe, fp8_dtype, out_dtype, grad_format, scale_rule)
-    for name, scale in (("scale_x", scale_x), ("scale_w", scale_w)):   # a caller's: a layer's own are not checked
-        if scale is not None:
-            check_scale(name, scale, x)
+    _recipes.check_given_scales(x, scale_x, scale_w)   # a caller's: a layer's own are not checked
     return plan.run(x, w, scale_x, scale_w)[0]
 
 

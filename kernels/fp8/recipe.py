@@ -209,13 +209,19 @@ class Recipe:
         if fp8 not in QUANT_DTYPES:
             raise TypeError(f"fp8 must be one of {QUANT_DTYPES}, got {fp8}")
         self.element_format(fp8)   # refuses a format the recipe does not take (mxfp8: e4m3fn only)
-        for name, scale in (("scale_x", scale_x), ("scale_w", scale_w)):
-            if scale is not None:
-                check_scale(name, scale, x)
+        check_given_scales(x, scale_x, scale_w)
         y, saved = self.forward(x, w, fp8, out_dtype, scale_x, scale_w)
         dx, dw = self.backward(dy, saved, self.grad_dtype(fp8, grad_format), out_dtype, out_dtype, True, True,
                                *grad_state)
         return {"forward": y, "dgrad": dx, "wgrad": dw}
+
+
+def check_given_scales(x: torch.Tensor, scale_x: torch.Tensor | None, scale_w: torch.Tensor | None) -> None:
+    """The checks of per-tensor scales a caller passes (:func:`kernels.fp8.fp8_linear`,
+    :meth:`Recipe.gemms`): the recipes quantize without checks, so a given scale is checked here."""
+    for name, scale in (("scale_x", scale_x), ("scale_w", scale_w)):
+        if scale is not None:
+            check_scale(name, scale, x)
 
 
 def saved_bytes(recipe: str, m: int, n: int, k: int, x_dtype: torch.dtype = torch.bfloat16) -> dict[str, int]:
