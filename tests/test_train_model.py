@@ -28,16 +28,21 @@ def test_rmsnorm_matches_the_formula():
     torch.testing.assert_close(norm(x), expected)
 
 
-def test_the_workbench_norm_writes_the_autocast_dtype_and_the_torch_norm_keeps_xs():
-    """Under bf16 autocast the workbench norm's y is bf16, the dtype its matmuls read (within a bf16
-    unit of the torch norm's fp32 y, which they cast), its gradient read in bf16 and x's
-    fp32; outside autocast both keep x's dtype. The torch side, the eager baseline, is as it was."""
+def _norm_pair():
+    """The workbench and torch RMSNorm with one random weight, and an x (2, 5, 40) that needs a gradient."""
     torch.manual_seed(0)
     ours, theirs = layers.RMSNorm(40, 1e-6, "workbench"), layers.RMSNorm(40, 1e-6)
     with torch.no_grad():
         ours.weight.copy_(torch.randn(40) * 0.5 + 1)
         theirs.weight.copy_(ours.weight)
-    x = (torch.randn(2, 5, 40) * 3).requires_grad_()
+    return ours, theirs, (torch.randn(2, 5, 40) * 3).requires_grad_()
+
+
+def test_the_workbench_norm_writes_the_autocast_dtype_and_the_torch_norm_keeps_xs():
+    """Under bf16 autocast the workbench norm's y is bf16, the dtype its matmuls read (within a bf16
+    unit of the torch norm's fp32 y, which they cast), its gradient read in bf16 and x's
+    fp32; outside autocast both keep x's dtype. The torch side, the eager baseline, is as it was."""
+    ours, theirs, x = _norm_pair()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y, want = ours(x), theirs(x)
     assert (y.dtype, want.dtype) == (torch.bfloat16, torch.float32)
@@ -57,12 +62,7 @@ def test_the_norms_add_gives_the_residual_sum_and_its_norm_on_both_sides():
     workbench side (``kernels.add_rms_norm``, one launch) the same sum bit for bit, y in the bf16
     autocast dtype within a bf16 unit of the torch side's fp32 y, and the gradients of x, the bf16
     branch and the weight within fp32's bounds, h used downstream; ``branch`` None: x and its norm."""
-    torch.manual_seed(0)
-    ours, theirs = layers.RMSNorm(40, 1e-6, "workbench"), layers.RMSNorm(40, 1e-6)
-    with torch.no_grad():
-        ours.weight.copy_(torch.randn(40) * 0.5 + 1)
-        theirs.weight.copy_(ours.weight)
-    x = (torch.randn(2, 5, 40) * 3).requires_grad_()
+    ours, theirs, x = _norm_pair()
     branch = torch.randn(2, 5, 40, dtype=torch.bfloat16, requires_grad=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         (h, y), (want_h, want) = ours.add(x, branch), theirs.add(x, branch)
