@@ -420,15 +420,19 @@ def test_mxfp8_saves_its_scales_pre_shuffled_with_their_padding_where_the_gemm_r
     assert got["fp8 saved"] == 130 * 33 + 20 * 33 + 2 * 256 + 2 * 256
 
 
-def _delayed_on_two_ranks(rank, world):
+def _delayed_on_two_ranks(rank, world, parallel=None):
     """Two training steps of three delayed layers, rank 1's inputs ten times rank 0's: the
     scales each rank used per step, its first input's amax, its all-reduce count, the amax of
-    each layer's output gradient in step 1 and each layer's dy history after step 2."""
+    each layer's output gradient in step 1 and each layer's dy history after step 2.
+    ``parallel``: the model wrapped as the training step wraps it (``"ddp"``)."""
     import torch.distributed as dist
 
+    from workbench.train import distributed
+
     torch.manual_seed(0)   # the same weights on both ranks
-    model = convert(torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3))), "delayed",
-                    keep_high_precision=())
+    layers = convert(torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3))), "delayed",
+                     keep_high_precision=())
+    model = layers if parallel is None else distributed.wrap(layers, world, parallel)
     rec, calls, used, grads = kernels.fp8.get("delayed"), [], [], []
     scales, all_reduce = rec.scales, dist.all_reduce
     rec.scales = lambda layer, x, w: used.append(scales(layer, x, w)) or used[-1]
@@ -436,7 +440,7 @@ def _delayed_on_two_ranks(rank, world):
     def watch(module, inputs, y):   # each layer's output gradient, as its backward gets it
         y.register_hook(lambda g: grads.append(g.abs().amax().item()))
 
-    for layer in model:
+    for layer in layers:
         layer.register_forward_hook(watch)
     gen = torch.Generator().manual_seed(100 + rank)
     amaxes = []
@@ -446,15 +450,18 @@ def _delayed_on_two_ranks(rank, world):
         model(x).square().sum().backward()
     dy_step1 = grads[2::-1]   # the backward runs the layers last first
     return ([[float(s) for pair in used[i:i + 3] for s in pair] for i in (0, 3)], amaxes, calls, dy_step1,
-            [layer.fp8_amax_history_dy.tolist() for layer in model])
+            [layer.fp8_amax_history_dy.tolist() for layer in layers])
 
 
 @pytest.mark.slow   # two spawned processes importing torch: ~15 s on this loaded 2-core machine
-def test_delayed_scales_agree_across_two_gloo_ranks_with_one_all_reduce_per_step():
+@pytest.mark.parametrize("parallel", [None, "ddp"])
+def test_delayed_scales_agree_across_two_gloo_ranks_with_one_all_reduce_per_step(parallel):
+    """Also under DDP, whose buffer broadcast (off: workbench.train.distributed.wrap) would put rank 0's
+    histories on every rank before the reduce and so lose rank 1's amaxes."""
     from kernels.comm.launch import run_local
 
     (scales0, amax0, calls0, dy0, hist0), (scales1, amax1, calls1, dy1, hist1) = run_local(
-        _delayed_on_two_ranks, 2, timeout=120)
+        _delayed_on_two_ranks, 2, parallel, timeout=120)
     assert scales0[0] != scales1[0]            # step 1: empty histories, each rank its own amax
     assert scales0[1] == scales1[1]            # step 2: the reduced histories, the same scales
     fmax = torch.finfo(torch.float8_e4m3fn).max

@@ -33,14 +33,21 @@ def setup(gpu: bool) -> tuple[int, int, torch.device]:
 
 
 def wrap(model: torch.nn.Module, world: int, how: str | None = None) -> torch.nn.Module:
-    """Shard each block and then the rest with FSDP2 (``how="ddp"``, or no FSDP2: DDP)."""
+    """Shard each block and then the rest with FSDP2 (``how="ddp"``, or no FSDP2: DDP).
+
+    DDP without its buffer broadcast, which would send rank 0's buffers to every rank before
+    each forward: the model's buffers are the RoPE tables, the same on every rank, and FP8
+    delayed scaling's amax histories, which :mod:`kernels.fp8.amax_sync` reduces (MAX) itself
+    in the forward's pre-hook, after DDP's broadcast had already replaced the other ranks'
+    amaxes with rank 0's (``tests/test_fp8_training.py``, the two-rank test under DDP). FSDP2
+    broadcasts no buffers either."""
     if world == 1:
         return model
     how = how or ("fsdp" if fully_shard is not None else "ddp")
     if how not in PARALLEL:
         raise ValueError(f"parallel must be one of {PARALLEL}, got {how!r}")
     if how == "ddp":
-        return torch.nn.parallel.DistributedDataParallel(model)
+        return torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
     if fully_shard is None:
         raise RuntimeError(f"FSDP2 (torch.distributed.fsdp.fully_shard) is not in torch {torch.__version__}")
     for block in model.blocks:
