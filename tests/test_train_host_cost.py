@@ -38,8 +38,11 @@ from workbench.train import host_cost
 # launch of tensor_amax / tensor_scale, reduces (kernels.gemm_fp8.quantize_kernel: 39 torch amaxes
 # of the casts, and 9 amaxes and 36 scale_of ops of the MoE's per-tensor operands, for 9 launches),
 # tensorwise 263 (186 launches + 152 torch ops -> 195 + 68); delayed 448 still (its 38 current
-# amaxes a reducing launch each instead of a torch amax: 252 + 196 -> 290 + 158).
-MAX_FP8_STEP_OPS = {"tensorwise": 263, "delayed": 448, "rowwise": 302, "blockwise": 209, "mxfp8": 233}
+# amaxes a reducing launch each instead of a torch amax: 252 + 196 -> 290 + 158). With block 1's q, k
+# and v and block 0's gate and up each as one FP8 linear (kernels.fp8.side_by_side: x and dy quantized
+# once, one GEMM forward and one dgrad; block 0's k and v run apart beside its high-precision q): tensorwise 237, rowwise 267, blockwise 192, mxfp8 216
+# (delayed's layers keep their own histories and run apart: 448).
+MAX_FP8_STEP_OPS = {"tensorwise": 237, "delayed": 448, "rowwise": 267, "blockwise": 192, "mxfp8": 216}
 MAX_WORKBENCH_STEP_OPS = 143   # the bf16 workbench step's (260 before the norms' out_dtype, 234 before the fp32
 #                                router, 225 before the fused routing, 195 before the fp32 weight gradients
 #                                of its 12 Linears, 183 before those of its MoE layer's experts, 180 before

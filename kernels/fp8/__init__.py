@@ -20,10 +20,10 @@ schedule.
 from . import recipes  # noqa: F401  (registers every recipe)
 from .amax_sync import sync_amax
 from .convert import KEEP_HIGH_PRECISION, convert, converted
-from .linear import Float8Linear, fp8_linear
+from .linear import Float8Linear, fp8_linear, side_by_side
 from .recipe import get, names
 from .recompute import checkpoint
 from .saturation import saturation, warn_saturation
 
 __all__ = ["KEEP_HIGH_PRECISION", "Float8Linear", "checkpoint", "convert", "converted", "fp8_linear", "get", "names",
-           "saturation", "sync_amax", "warn_saturation"]
+           "saturation", "side_by_side", "sync_amax", "warn_saturation"]

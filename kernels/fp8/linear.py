@@ -241,18 +241,7 @@ class Float8Linear(torch.nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if autocast.active():   # one C call; operands' own test is a Python call more
-            x, = autocast.operands(x)
-        flat = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])   # not -1: K may be 0
-        w, bias = self.weight, self.bias
-        # checked before the recipe reads them: delayed scaling's amax launches take x and w as checked
-        plan = _checked(flat, w, self.recipe, self.fp8_dtype, x.dtype, self.grad_format, self.scale_rule)
-        rec = plan.recipe
-        scale_x, scale_w = rec.scales(self, flat, w)
-        y, *out = plan.run(flat, w, scale_x, scale_w, rec.grad_state(self))
-        if scale_x is not None:
-            rec.record(self, (scale_x, scale_w), out[-1])
-        y = y.reshape(*x.shape[:-1], self.out_features)
+        y, bias = _forward(self, x, self.weight), self.bias
         return y if bias is None else y + bias.to(y.dtype)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -264,3 +253,47 @@ class Float8Linear(torch.nn.Linear):
         rule = "" if self.scale_rule is None else f", scale_rule={self.scale_rule}"
         return (f"{super().extra_repr()}, recipe={self.recipe}{rule}, fp8={name(self.fp8_dtype)}, "
                 f"grad={name(self.grad_fp8_dtype)}")
+
+
+def _forward(layer: Float8Linear, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w.T`` by ``layer``'s settings and state (its recipe's scales and records), no bias."""
+    if autocast.active():   # one C call; operands' own test is a Python call more
+        x, = autocast.operands(x)
+    flat = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])   # not -1: K may be 0
+    # checked before the recipe reads them: delayed scaling's amax launches take x and w as checked
+    plan = _checked(flat, w, layer.recipe, layer.fp8_dtype, x.dtype, layer.grad_format, layer.scale_rule)
+    rec = plan.recipe
+    scale_x, scale_w = rec.scales(layer, flat, w)
+    y, *out = plan.run(flat, w, scale_x, scale_w, rec.grad_state(layer))
+    if scale_x is not None:
+        rec.record(layer, (scale_x, scale_w), out[-1])
+    return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+def _settings(layer: torch.nn.Module) -> tuple | None:
+    """What decides a bias-free Float8Linear's GEMMs, where its recipe's scales come from the
+    operands (None for anything else)."""
+    if type(layer) is not Float8Linear or layer.bias is not None or _recipes.get(layer.recipe).layer_scales:
+        return None
+    return layer.recipe, layer.fp8_dtype, layer.grad_format, layer.scale_rule
+
+
+def side_by_side(layers: tuple[torch.nn.Module, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """The outputs of FP8 ``layers`` of one ``x`` (attention's q, k and v; an MLP's gate and up) as one
+    FP8 linear on their weights side by side, as fused projections run: x quantized once and one
+    GEMM forward, dy quantized once and one dgrad and one wgrad backward, where apart each layer
+    would quantize x and dy and run its three GEMMs (and x's gradients be added). Returns None where
+    they cannot: a layer of another class or with a bias, different settings (recipe, formats, scale
+    rule), or a recipe whose scales are a layer's own (delayed scaling, :attr:`Recipe.layer_scales`).
+
+    The weights are concatenated (a copy per call; each one's gradient is a row view of the joint
+    one). A recipe whose scales follow the weight's rows or K (rowwise, mxfp8) quantizes each weight
+    as it would alone, so the outputs are the separate layers', bit for bit; one per tensor
+    (tensorwise) or per 128 x 128 block (blockwise, where an ``out_features`` is not a multiple of
+    128) spans the weights, as a fused QKV weight's does. The backward quantizes the joint dy, whose
+    row scales (rowwise, blockwise, mxfp8) span the layers' gradients."""
+    settings = _settings(layers[0])
+    if settings is None or any(_settings(layer) != settings for layer in layers[1:]):
+        return None
+    y = _forward(layers[0], x, torch.cat([layer.weight for layer in layers]))
+    return y.split([layer.out_features for layer in layers], dim=-1)

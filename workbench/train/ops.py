@@ -76,12 +76,13 @@ def side_by_side(impl: str, projections: tuple[torch.nn.Linear, ...], x: torch.T
     separate, they would read x once each, and the backward would run one dgrad GEMM each and
     add their gradients of x. The concatenated weight costs one copy per step; its gradient's
     rows are views, one per weight. The modules stay apart, so checkpoints and
-    ``kernels.fp8.convert`` see each; once any is no longer of the class this model made (an FP8
-    layer) or has a bias, each runs alone. ``kernels.nn.linear`` or ``F.linear``, as the class
-    calls it."""
+    ``kernels.fp8.convert`` see each; converted, they run as one FP8 linear where they can
+    (:func:`kernels.fp8.side_by_side`); once any is of another class or has a bias, each runs
+    alone. ``kernels.nn.linear`` or ``F.linear``, as the class calls it."""
     made = linear_class(impl)
     if any(type(p) is not made or p.bias is not None for p in projections):
-        return tuple(p(x) for p in projections)
+        joint = _kernels.fp8.side_by_side(projections, x)
+        return tuple(p(x) for p in projections) if joint is None else joint
     weight = torch.cat([p.weight for p in projections])
     y = _kernels.nn.linear(x, weight) if impl == "workbench" else F.linear(x, weight)
     return y.split([p.out_features for p in projections], dim=-1)
