@@ -112,12 +112,12 @@ class _Checked(ops._Plan):
 
 class _MasterWeight(_Checked):
     """The checks of a call under autocast whose weight the region casts to ``dtype`` (an fp32 master
-    weight), made on a stand-in with the cast's metadata (``empty_like`` lays it out as ``.to``
-    does; an allocation, no device op); ``kind`` from the weight itself, which the call passes
-    (:class:`_Linear` casts it). ``wgrad_dtype``: the weight's."""
+    weight), made on a stand-in with the cast's metadata (:func:`kernels.autocast.stand_in`);
+    ``kind`` from the weight itself, which the call passes (:class:`_Linear` casts it).
+    ``wgrad_dtype``: the weight's."""
 
     def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
-        super().__init__(x, torch.empty_like(weight, dtype=dtype, requires_grad=False), bias)
+        super().__init__(x, autocast.stand_in(weight, dtype), bias)
         self.wgrad_dtype = weight.dtype
         self.kind = eager.kind(x, weight) if bias is None else eager.kind(x, weight, bias)
 
