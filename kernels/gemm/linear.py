@@ -58,7 +58,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                     return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
                 y = _master_linear_2d(x if plan.flat is None else x.reshape(plan.flat), weight, bias)[0]
                 return y if plan.flat is None else y.reshape(plan.out)
+            # no gradient, or a bias torch adds: the weight cast as before, whose checks the plan holds
             weight = weight.to(dtype)
+            return _unfused(x, weight, bias) if plan.unfused else plan.call(x, weight, bias)
     plan = _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias)
     if plan.unfused:
         return _unfused(x, weight, bias)
