@@ -72,6 +72,13 @@ def master_operands(weight: torch.Tensor, *tensors: torch.Tensor
     return tensors, (dtype if dtype is not None and _casts(weight, device, dtype) else None)
 
 
+def stand_in(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor with the metadata of ``weight.to(dtype)`` (``empty_like`` lays it out as ``.to``
+    does), needing no gradient: an op checks a master weight's cast on it, where the cast itself
+    is made later, inside the autograd node that reads it. An allocation, no device op."""
+    return torch.empty_like(weight, dtype=dtype, requires_grad=False)
+
+
 def region_dtype(device: str) -> torch.dtype | None:
     """The autocast dtype of the region open for ``device`` (a device type such as ``"cpu"``), or
     None where none is (or the device has no autocast)."""

@@ -24,7 +24,8 @@ from kernels.gemm import v2_triton_tile, v4_lds_pipeline
 from kernels.registry import PACKAGES
 from workbench import isa
 from workbench.isa import parse as isa_parse
-from workbench.model.loop import global_width
+
+from isa_checks import converts_to_bf16, stores
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTRUCTION = re.compile(r"\b(v_mfma\w*|v_cmp\w*|ds_(?:read|write)\w*|global_load\w*|buffer_load\w*"
@@ -351,21 +352,6 @@ def test_v6s_split_tail_binary_runs_the_whole_tile_hot_loop(target):
     assert [getattr(split, r) for r in resources] == [getattr(whole, r) for r in resources]
     assert split.spills == split.sgpr_spills == 0 and not split.narrow_lds_ops
     assert split.occupancy.value == whole.occupancy.value >= 2
-
-
-def stores(report) -> Counter:
-    """Global stores per width in bytes (:func:`workbench.model.loop.global_width`), per thread,
-    over the whole kernel."""
-    widths = Counter()
-    for op, n in isa_parse.histograms(isa_parse.code_lines(report.asm, "amdgcn"), "amdgcn")["global_store"].items():
-        widths[global_width(op)] += n
-    return widths
-
-
-def converts_to_bf16(report) -> bool:
-    """Whether the kernel converts fp32 to bf16 with an instruction for it: gfx950 has one
-    (``v_cvt_pk_bf16_f32``); gfx942 rounds with integer ops, which this does not see."""
-    return any(op and "bf16_f32" in op for op in map(isa_parse.mnemonic, report.asm.splitlines()))
 
 
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])

@@ -45,6 +45,7 @@ def builds(monkeypatch):
     plans.invalidate()
     counting("matmul", gemm_ops, "_Plan")
     counting("linear", gemm_linear, "_Checked")
+    counting("linear", gemm_linear, "_MasterWeight")
     counting("v6", gemm_v6, "_plan")
     counting("attention", attention_ops, "_Checked")
     counting("varlen", attention_ops, "_CheckedVarlen")
@@ -186,7 +187,7 @@ def _linear_inputs(change):
         weight = torch.randn(20, 17).t()
     if change == "dtype":
         x, weight, bias = x.double().half(), weight.half(), bias.half()
-    if change == "bias dtype":   # cast to x's and added by torch after the GEMM
+    if change in ("bias dtype", "autocast, bias dtype"):   # cast to x's and added by torch after the GEMM
         bias = bias.double()
     if change == "requires_grad":
         weight.requires_grad_()
@@ -200,7 +201,7 @@ def _linear_inputs(change):
 
 
 LINEAR_CHANGES = ["none", "x flattens to a copy", "bias strides", "bias broadcast", "weight strides", "dtype",
-                  "bias dtype", "requires_grad", "type", "autocast", "storage", "storage offsets"]
+                  "bias dtype", "requires_grad", "type", "autocast", "autocast, bias dtype", "storage", "storage offsets"]
 
 
 @pytest.mark.parametrize("change", LINEAR_CHANGES)
@@ -213,7 +214,8 @@ def test_linear_never_reuses_a_stale_plan(builds, change):
     plan, which launches with each call's own pointers."""
     gemm_linear.linear(*_linear_inputs("none"))
     before = builds["linear"]
-    cast = torch.autocast("cpu", dtype=torch.bfloat16) if change == "autocast" else contextlib.nullcontext()
+    autocast = change.startswith("autocast")
+    cast = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
     for _ in range(2):
         x, weight, bias = _linear_inputs(change)
         if change == "storage":
@@ -221,14 +223,15 @@ def test_linear_never_reuses_a_stale_plan(builds, change):
                 t.set_(torch.randn(t.shape).untyped_storage(), 0, t.shape, t.stride())
         with poisoned_outputs(), cast:
             y = gemm_linear.linear(x, weight, bias)
-        low = torch.bfloat16 if change == "autocast" else x.dtype
+        low = torch.bfloat16 if autocast else x.dtype
         expected = (x.as_subclass(torch.Tensor).to(low).double() @ weight.detach().to(low).double().t() + bias.to(low).double()).to(low)
         assert y.dtype == expected.dtype and y.shape == (4, 6, 17)
         assert (y.grad_fn is not None) == weight.requires_grad and type(y) is type(x)
         tolerance = {"atol": 1e-2, "rtol": 1e-2} if low != torch.float32 else {}
         torch.testing.assert_close(y.detach().as_subclass(torch.Tensor), expected, **tolerance)
     # the subclass's call reaches the custom op's implementation with a plain 2-D x: a plan of its own;
-    # under autocast the public call keeps one plan for the operands cast to bf16 and launches it itself
+    # under autocast the public call keeps one plan, the fp32 weight's (a master weight), which holds the
+    # checks of its cast to bf16, and launches it itself (or has torch add a float64 bias)
     assert builds["linear"] == before + {"none": 0, "storage": 0, "storage offsets": 0, "type": 2}.get(change, 1)
 
 

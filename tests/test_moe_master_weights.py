@@ -13,12 +13,13 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 import kernels
-from test_isa_claims import converts_to_bf16, stores
 from kernels.moe.grouped_gemm import v4_persistent
 from kernels.outputs import poisoned_outputs
 from workbench import isa
 from workbench.harness.device_ops import device_ops
 from workbench.isa import parse as isa_parse
+
+from isa_checks import converts_to_bf16, stores
 
 BF16 = torch.bfloat16
 U32 = 2.0 ** -24   # fp32's unit roundoff

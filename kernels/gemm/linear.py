@@ -58,7 +58,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                     return _apply_linear(_unwrap(x), _unwrap(weight), bias if bias is None else _unwrap(bias), plan)
                 y = _master_linear_2d(x if plan.flat is None else x.reshape(plan.flat), weight, bias)[0]
                 return y if plan.flat is None else y.reshape(plan.out)
+            # no gradient, or a bias torch adds: the weight cast as before, whose checks the plan holds
             weight = weight.to(dtype)
+            return _unfused(x, weight, bias) if plan.unfused else plan.call(x, weight, bias)
     plan = _PLANS(plans.meta(x, weight, bias), _Checked, x, weight, bias)
     if plan.unfused:
         return _unfused(x, weight, bias)
@@ -112,12 +114,12 @@ class _Checked(ops._Plan):
 
 class _MasterWeight(_Checked):
     """The checks of a call under autocast whose weight the region casts to ``dtype`` (an fp32 master
-    weight), made on a stand-in with the cast's metadata (``empty_like`` lays it out as ``.to``
-    does; an allocation, no device op); ``kind`` from the weight itself, which the call passes
-    (:class:`_Linear` casts it). ``wgrad_dtype``: the weight's."""
+    weight), made on a stand-in with the cast's metadata (:func:`kernels.autocast.stand_in`);
+    ``kind`` from the weight itself, which the call passes (:class:`_Linear` casts it).
+    ``wgrad_dtype``: the weight's."""
 
     def __init__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
-        super().__init__(x, torch.empty_like(weight, dtype=dtype, requires_grad=False), bias)
+        super().__init__(x, autocast.stand_in(weight, dtype), bias)
         self.wgrad_dtype = weight.dtype
         self.kind = eager.kind(x, weight) if bias is None else eager.kind(x, weight, bias)
 

@@ -123,8 +123,8 @@ _CHECKED = plans.PlanCache()   # operands' metadata and top_k -> True: moe_opera
 
 def _check(rows, router, gate, up, down, top_k, cast) -> bool:
     """moe_operands; master weights (``cast``, the dtype the node casts them to) checked as their
-    casts: stand-ins with the cast's metadata (an allocation, no device op)."""
+    casts (:func:`kernels.autocast.stand_in`)."""
     if cast is not None:
-        gate, up, down = (torch.empty_like(w, dtype=cast, requires_grad=False) for w in (gate, up, down))
+        gate, up, down = (autocast.stand_in(w, cast) for w in (gate, up, down))
     moe_operands(rows, router, gate, up, down, top_k, DTYPES, router_dtypes=DTYPES)
     return True

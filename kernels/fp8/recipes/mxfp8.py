@@ -16,7 +16,10 @@ pre-shuffled scales as they are (gfx950, and the interpreter that checks it), ev
 writes its scales pre-shuffled (:func:`_preshuffled`, ``quantize(..., preshuffled=True)``),
 so the GEMMs load no scale byte on its own and no shuffle runs between the quantize and its
 GEMM (at K = 128 those were 12 of the backward's 16 device ops, measured at 679051d; now none,
-``tests/test_mx_preshuffle.py``).
+``tests/test_mx_preshuffle.py``). The forward asks the backend; the backward writes dy's scales
+in the layout the forward saved x's and w's in, which their shape says
+(:func:`kernels.gemm_mxfp4.operands.is_preshuffled`), so each of its GEMMs gets both operands'
+scales in one layout and the backend is asked once per step.
 The forward saves them so too: (ceil(K/32), 256 ceil(M/256)) bytes for x.T and likewise for
 w.T, M K/32 + N K/32 where K is a multiple of 32 and M and N of 256, more where a partial
 32-row stripe or 8-scale chunk is padded with zeros (at most 31 rows and 7 scales a row;
@@ -48,6 +51,7 @@ from ... import backend as _backend
 from ... import gemm_fp8
 from ...gemm_fp8.quantize import quantize_checked   # x, w and dy checked (kernels.fp8.scaled_gemm says where)
 from ...gemm_mxfp4.launch import takes_preshuffled
+from ...gemm_mxfp4.operands import is_preshuffled
 from ...mx_preshuffle import preshuffled_shape
 from ..recipe import Recipe, Saved, register
 
@@ -97,9 +101,10 @@ class MXFP8(Recipe):
         return y, Saved(xt8, sxt, wt8, swt)
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True):
-        # not direct: a backward is traced under torch.compile (kernels.fp8.scaled_gemm)
+        # not direct: a backward is traced under torch.compile (kernels.fp8.scaled_gemm); the scales
+        # in the forward's layout: w.T's (K, N) grouped along N, as dy's along N
         dy8, sdy, *dyt = quantize_checked(dy, "mx32", grad_fp8, transpose=need_dw, scale_rule=self.scale_rule,
-                                          preshuffled=_preshuffled())   # along N, M
+                                          preshuffled=is_preshuffled(saved.w_scale, *saved.w.shape))   # along N, M
         # mx_matmul(a (M, R), its scales, b_t (N, R).T, its scales): both grouped by 32 along R
         dx = gemm_fp8.mx_matmul(dy8, sdy, saved.w.t(), saved.w_scale, dx_dtype) if need_dx else None
         dw = gemm_fp8.mx_matmul(dyt[0], dyt[1], saved.x.t(), saved.x_scale, dw_dtype) if need_dw else None

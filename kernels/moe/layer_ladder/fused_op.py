@@ -16,9 +16,10 @@ returns their gradients in their own dtype from the dW launches' fp32 sums
 (:func:`kernels.moe.grouped_gemm.ops._grouped_gemm_dw_impl`'s ``dtype``), where autograd's
 backward of recorded casts would get bf16 dW results, rounded to bf16's 8 bits, and run a cast
 back per weight: three device ops fewer per layer per step. As :func:`kernels.gemm.linear.linear`
-does for a Linear's weight: an eager call that needs a gradient runs :class:`_FusedMasterExperts`,
-a traced one the custom op ``kernels::moe_fused_master_weight`` (casts inside, returns the casts
-for the backward, which runs ``kernels::moe_fused_backward`` with ``wgrad_dtype``).
+does for a Linear's weight: an eager call that needs a gradient runs the rung's
+:class:`.v3_fused._FusedExperts`, which casts expert weights of another dtype than x's, a traced
+one the custom op ``kernels::moe_fused_master_weight`` (casts inside, returns the casts for the
+backward, which runs ``kernels::moe_fused_backward`` with ``wgrad_dtype``).
 """
 from __future__ import annotations
 
@@ -132,30 +133,6 @@ def _(x, weights, ids, gate, up, down, save):
 _moe_fused_master.register_autograd(_backward, setup_context=_save)
 
 
-class _FusedMasterExperts(torch.autograd.Function):
-    """:class:`.v3_fused._FusedExperts` for master expert weights: cast here, where autograd records
-    no cast; their gradients come in their own dtype (the custom op's formula, for an eager call
-    that only autograd watches)."""
-
-    @staticmethod
-    def forward(ctx, x, weights, ids, gate, up, down):
-        casts = tuple(w.to(x.dtype) for w in (gate, up, down))
-        out, *saved = v3_fused.fused_forward(x, weights, ids, *casts, any(ctx.needs_input_grad))
-        ctx.save_for_backward(x, weights, *casts, *saved)
-        ctx.wgrad_dtype = gate.dtype
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable   # the backward launches kernels: no graph of its own
-    def backward(ctx, grad_out):
-        dx, dweights, dgate, dup, ddown = fused_backward(
-            grad_out, *ctx.saved_tensors, [ctx.needs_input_grad[i] for i in v3_fused.NEEDS], ctx.wgrad_dtype)
-        return dx, dweights, None, dgate, dup, ddown
-
-
-_apply_master = eager.applier(_FusedMasterExperts, tensors=6)
-
-
 def fused_master_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
     """:func:`fused_experts` on expert weights of another dtype than x's (fp32 master weights under
     autocast), cast to x's dtype inside the experts' node, their gradients in their own dtype; an
@@ -164,5 +141,5 @@ def fused_master_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
     if how == eager.PLAIN:
         return v3_fused.fused_forward(x, weights, ids, *(w.to(x.dtype) for w in (gate, up, down)), False)[0]
     if how == eager.AUTOGRAD:
-        return _apply_master(x, weights, ids, gate, up, down)
+        return v3_fused.fused_experts_autograd(x, weights, ids, gate, up, down)
     return _moe_fused_master(x, weights, ids, gate, up, down, _saves(x, weights, gate, up, down))[0]

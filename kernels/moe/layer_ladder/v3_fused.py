@@ -359,10 +359,16 @@ NEEDS = (0, 1, 3, 4, 5)   # the inputs with a gradient: x, weights, gate, up, do
 
 class _FusedExperts(torch.autograd.Function):
     """Forward: :func:`fused_forward`, saving what the backward needs when a gradient is;
-    backward: :func:`.v3_backward.fused_backward`, no forward GEMM."""
+    backward: :func:`.v3_backward.fused_backward`, no forward GEMM. Expert weights of another
+    dtype than x's (fp32 master weights under autocast, :func:`.fused_op.fused_master_experts`)
+    are cast here, where autograd records no cast, and their gradients come in their own dtype."""
 
     @staticmethod
     def forward(ctx, x, weights, ids, gate, up, down):
+        ctx.wgrad_dtype = None
+        if gate.dtype != x.dtype:
+            ctx.wgrad_dtype = gate.dtype
+            gate, up, down = (w.to(x.dtype) for w in (gate, up, down))
         out, *saved = fused_forward(x, weights, ids, gate, up, down, any(ctx.needs_input_grad))
         ctx.save_for_backward(x, weights, gate, up, down, *saved)
         return out
@@ -371,7 +377,7 @@ class _FusedExperts(torch.autograd.Function):
     @torch.autograd.function.once_differentiable   # the backward launches kernels: no graph of its own
     def backward(ctx, grad_out):
         dx, dweights, dgate, dup, ddown = fused_backward(
-            grad_out, *ctx.saved_tensors, [ctx.needs_input_grad[i] for i in NEEDS])
+            grad_out, *ctx.saved_tensors, [ctx.needs_input_grad[i] for i in NEEDS], ctx.wgrad_dtype)
         return dx, dweights, None, dgate, dup, ddown
 
 
