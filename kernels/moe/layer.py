@@ -12,8 +12,10 @@ expert counts and the load-balancing loss) is two launches forward and one backw
 router fits (at most 256 experts, top_k at most 8: :func:`kernels.moe.routing_fused.routed`),
 else the torch functions :func:`~kernels.moe.route`, :func:`~kernels.moe.expert_counts` and
 :func:`~kernels.moe.aux_loss`. The experts are one custom op with its backward
-(``kernels::moe_fused``), eagerly and under ``torch.compile``, where it stays one opaque node
-and the layer compiles without graph breaks.
+(``kernels::moe_fused``) under ``torch.compile`` and other tracing, where it stays one opaque
+node and the layer compiles without graph breaks; an eager call that nothing traces runs the
+same kernels without the op's dispatch (:func:`kernels.eager.path`: the forward alone where no
+gradient is needed, else the rung's ``autograd.Function``).
 """
 from __future__ import annotations
 
