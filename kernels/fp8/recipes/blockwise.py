@@ -18,7 +18,7 @@ only dy (one pass, both orientations).
 Gradients in e4m3 by default (``grad_format``), as DeepSeek-V3 (e4m3 on all tensors:
 a 1x128 tile's own scale covers its range) and Transformer Engine's ``Float8BlockScaling``;
 ``"hybrid"`` takes e5m2 dy. The kernels are ``kernels.gemm_fp8.quantize`` and
-``blockwise_matmul``; :attr:`needs` names them while they are not installed.
+``blockwise_matmul``; :attr:`needs` names any of them an installation lacks.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ keeps x.T and w.T grouped along M and N (M K + N K bytes, one e8m0 byte per 32 o
 for the backward, which quantizes only dy (one pass, both orientations). Gradients in
 e4m3 (``grad_format``; see ``grad_dtype_note``). The kernels
 are ``kernels.gemm_fp8.quantize(..., "mx32")`` and ``mx_matmul``; :attr:`needs` names
-them while they are not installed. ``mx_matmul``'s B operand is passed as ``(K, N)``
+any of them an installation lacks. ``mx_matmul``'s B operand is passed as ``(K, N)``
 with its scales as :func:`quantize` returns them for B's rows-as-groups layout
 (``(N, K/32)``), the convention of ``kernels.matmul_mxfp4``. Where ``mx_matmul`` reads
 pre-shuffled scales as they are (gfx950, and the interpreter that checks it), every quantize
