@@ -248,7 +248,7 @@ def test_custom_op_passes_opcheck():
     torch.library.opcheck(torch.ops.kernels.fp8_linear.default,   # the trailing rule, not the default one
                           (xm, wm, "mxfp8", torch.float8_e4m3fn, torch.float8_e4m3fn, torch.float32,
                            None, None, None, None, "ocp"))
-    xb, wb = x.bfloat16(), w.bfloat16()   # delayed: the given scales' op returns the casts' amaxes too
+    xb, wb = x.bfloat16(), w.bfloat16()   # delayed: the given scales' op returns the casts' tile maxima too
     scales = (torch.tensor(0.01), torch.tensor(0.02))
     for dy_state in ((), (torch.zeros(HISTORY), None)):   # and dy's history, read by the backward
         torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
