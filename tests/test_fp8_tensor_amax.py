@@ -105,6 +105,8 @@ def test_the_delayed_pass_reads_x_only_while_its_history_is_all_zero(shape, part
             assert not tensor_partials(fives, history).any(), at
     seen = device_ops(lambda: tensor_partials(x, history))
     assert (seen.triton, seen.total) == (1, 1), seen
+    with pytest.raises(ValueError, match="a power of two of numbers"):   # the kernel loads them as one vector
+        tensor_partials(torch.ones(3, 3), torch.zeros(3))
 
 
 def test_an_empty_x_has_amax_0_and_scale_1_without_a_launch():
