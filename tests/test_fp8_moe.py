@@ -258,18 +258,18 @@ def test_delayed_experts_keep_an_amax_history_per_operand(monkeypatch):
 def test_delayed_experts_record_the_amaxes_their_casts_find():
     """No torch pass reads x, SwiGLU's output or a weight for its amax: each history records
     the amax the forward's fused casts found, bitwise the torch pass's (every input dtype);
-    the amax launch for an empty history reads them (and the backward's output gradients) in the
-    first step only."""
+    the amax pass for an empty history reads them (and the backward's output gradients) in the
+    first step only (its ``unless``, the history, all 0 then)."""
     from kernels.gemm_fp8 import quantize_kernel
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K).to(dtype), "delayed", FP8)
-        unless, tensor_amax = [], quantize_kernel.tensor_amax
+        unless, tensor_partials = [], quantize_kernel.tensor_partials
 
-        def counted(t, gate=None):
-            if gate is not None:
-                unless.append(float(gate))
-            return tensor_amax(t, gate)
-        quantize_kernel.tensor_amax = counted
+        def counted(t, history=None):
+            if history is not None:
+                unless.append(float(history.max()))
+            return tensor_partials(t, history)
+        quantize_kernel.tensor_partials = counted
         try:
             for step in range(2):
                 x = torch.randn(2, 5, DIM, dtype=dtype) * 3.0 ** step
@@ -282,7 +282,7 @@ def test_delayed_experts_record_the_amaxes_their_casts_find():
                 shapes = {tuple(w.shape) for w in weights.values()} | {(10 * TOP_K, DIM), (10 * TOP_K, HIDDEN)}
                 assert amax_passes(seen.calls, shapes) == []
         finally:
-            quantize_kernel.tensor_amax = tensor_amax
+            quantize_kernel.tensor_partials = tensor_partials
         assert len(unless) == 16 and unless[:8] == [0.0] * 8 and min(unless[8:]) > 0, unless   # 5 + 3 a step
 
 

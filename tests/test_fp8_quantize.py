@@ -290,6 +290,8 @@ def test_custom_op_and_compile():
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
     torch.library.opcheck(torch.ops.kernels.quantize_fp8.default, (x, "tensor", E4M3FN, True, torch.tensor(0.5)),
                           test_utils=("test_faketensor",))
+    torch.library.opcheck(torch.ops.kernels.quantize_fp8.default,   # the fake's tile maxima (delayed's record)
+                          (x, "tensor", E4M3FN, False, torch.tensor(0.5), True), test_utils=("test_faketensor",))
     torch.library.opcheck(torch.ops.kernels.quantize_fp8.default,
                           (x, "mx32", E4M3FN, True, None, False, "round_up"), test_utils=("test_faketensor",))
     torch.library.opcheck(torch.ops.kernels.quantize_fp8.default,   # the fake's pre-shuffled shapes

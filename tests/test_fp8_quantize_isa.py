@@ -16,11 +16,12 @@ from workbench.isa import compile as isa_compile
 
 def result(job):
     granularity, fp8, arch, options = job
-    aot = (quantize_kernel.amax_pass_aot() if granularity == AMAX_PASS else
+    aot = (quantize_kernel.amax_pass_aot(**dict(options)) if granularity == AMAX_PASS else
            quantize_kernel.aot(granularity, getattr(torch, fp8), **dict(options)))
     return summary(isa_compile.compile_aot(aot, ("hip", arch, 64)))
 """
 AMAX_PASS = "tensor's amax pass"   # a job's "granularity" that compiles quantize_kernel.amax_pass_aot()
+HISTORY = 16   # delayed scaling's amax history, the unless of its amax pass (kernels.fp8.recipes.delayed.HISTORY)
 COMPILE = f"AMAX_PASS = {AMAX_PASS!r}\n" + COMPILE
 WIDE = [("block1x128", "float8_e4m3fnuz", "gfx942", "ocp"), ("mx32", "float8_e4m3fn", "gfx950", "ocp"),
         ("mx32", "float8_e4m3fn", "gfx950", "round_up")]
@@ -41,6 +42,10 @@ def _preshuffled_options() -> dict:
     return dict(preshuffled=True, scale_rule="round_up")   # the mxfp8 recipe's cast on gfx950
 
 
+def _unless_options(unless: int) -> dict:
+    return {"unless": unless} if unless else {}
+
+
 def _maxima_options(amax: bool) -> dict:
     return dict(transpose=False, given_scale=True, amax=amax)
 
@@ -56,7 +61,8 @@ def _compiled_here() -> dict[tuple, dict]:
     jobs += [(granularity, fp8, arch, (("transpose", transpose),))
              for granularity, fp8, arch, transpose, _ in AMAX_PASS_CASTS]
     jobs += [("mx32", "float8_e4m3fn", "gfx950", tuple(sorted(_preshuffled_options().items())))]
-    jobs += [(AMAX_PASS, fp8, arch, ()) for fp8, arch in TARGETS]
+    jobs += [(AMAX_PASS, fp8, arch, tuple(sorted(_unless_options(unless).items())))
+             for fp8, arch in TARGETS for unless in (0, HISTORY)]
     return results(COMPILE, tuple(jobs))
 
 
@@ -150,6 +156,23 @@ def test_the_compiled_launch_takes_the_arguments_a_call_passes(granularity, pres
         assert differences(call, amax_pass, monkeypatch) == {}
 
 
+def test_the_compiled_delayed_amax_pass_takes_the_arguments_a_call_passes(monkeypatch):
+    """The amax pass with delayed scaling's history as its ``unless``
+    (:func:`kernels.fp8.recipes.delayed.history_scale`'s), recorded, not run, against
+    ``amax_pass_aot(unless=HISTORY)``, whose ISA test_tensors_amax_pass_reads_wide_and_keeps_seven_waves reads."""
+    import torch
+    from kernels.fp8.recipes.delayed import HISTORY as DELAYED_HISTORY
+    from kernels.gemm_fp8 import quantize_kernel
+    from launch_classes import differences, recorded_launches
+
+    assert DELAYED_HISTORY == HISTORY
+    with recorded_launches(monkeypatch, stub=True) as launches:
+        quantize_kernel.tensor_partials(torch.ones(64, 64, dtype=torch.bfloat16), torch.zeros(HISTORY))
+    amax_pass = quantize_kernel.amax_pass_aot(unless=HISTORY)
+    [call] = [launch for launch in launches if launch[0] is amax_pass.jit_fn]
+    assert differences(call, amax_pass, monkeypatch) == {}
+
+
 @pytest.mark.slow   # AOT compiles in a fresh process (with the file's others)
 @pytest.mark.parametrize("granularity, fp8, arch, transpose, waves", AMAX_PASS_CASTS)
 def test_the_casts_after_the_amax_pass_do_not_spill(granularity, fp8, arch, transpose, waves):
@@ -179,13 +202,15 @@ def test_the_tensor_cast_reduces_the_partials_with_two_loads_and_32_bytes_of_lds
 
 @pytest.mark.slow   # AOT compiles in a fresh process (with the file's others)
 @pytest.mark.parametrize("fp8, arch", TARGETS)
-def test_tensors_amax_pass_reads_wide_and_keeps_seven_waves(fp8, arch):
+@pytest.mark.parametrize("unless", [0, HISTORY])
+def test_tensors_amax_pass_reads_wide_and_keeps_seven_waves(fp8, arch, unless):
     """tensor's amax pass, as kernels/gemm_fp8/quantize_kernel.py says: per thread and tile of its
     loop four 16-byte buffer loads of x, one 4-byte store of the program's partial after a
-    cross-warp max through 32 bytes of LDS, no spills or scratch, 7 waves per SIMD."""
-    result = compiled(AMAX_PASS, fp8, arch)
+    cross-warp max through 32 bytes of LDS, no spills or scratch, 7 waves per SIMD; with delayed
+    scaling's history as its ``unless``, one 4-byte load more per thread and nothing else."""
+    result = compiled(AMAX_PASS, fp8, arch, **_unless_options(unless))
     res, ops = result["resources"], result["ops"]
     assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
     assert res["occupancy"] == 7, res
-    assert ops["global_load"] == {"buffer_load_dwordx4": 4}
+    assert ops["global_load"] == {"buffer_load_dwordx4": 4, **({"buffer_load_dword": 1} if unless else {})}
     assert sum(ops["global_store"].values()) == 1 and result["lds"] == 32, (ops, result["lds"])

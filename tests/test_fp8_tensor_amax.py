@@ -86,8 +86,35 @@ def test_the_amax_is_read_only_unless_the_device_says_not_to(shape, partials):
         assert _same_bits(tensor_amax(torch.full_like(x, 5.0), torch.tensor(2.0)), torch.zeros(()))
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (600, 300)], ids=str)
+def test_the_delayed_pass_reads_x_only_while_its_history_is_all_zero(shape, partials):
+    """tensor_partials with delayed scaling's history as ``unless``: all 0 it reads x (the
+    partials' max is the torch pass's amax), and a value > 0 in any one of its 16 entries, the
+    last included, reads nothing (an x of 5s: every partial 0); one launch, no torch op."""
+    from kernels.fp8.recipes.delayed import HISTORY
+    from kernels.gemm_fp8.quantize_kernel import partial_count, tensor_partials
+    x = activations(shape, seed=6)
+    with poisoned_outputs():
+        found = tensor_partials(x, torch.zeros(HISTORY))
+    assert found.shape == (partial_count(*shape),) and _same_bits(found.max(), _torch_amax(x))
+    fives = torch.full_like(x, 5.0)
+    for at in range(HISTORY):
+        history = torch.zeros(HISTORY)
+        history[at] = 1e-30
+        with poisoned_outputs():
+            assert not tensor_partials(fives, history).any(), at
+    seen = device_ops(lambda: tensor_partials(x, history))
+    assert (seen.triton, seen.total) == (1, 1), seen
+    with pytest.raises(ValueError, match="a power of two of numbers"):   # the kernel loads them as one vector
+        tensor_partials(torch.ones(3, 3), torch.zeros(3))
+
+
 def test_an_empty_x_has_amax_0_and_scale_1_without_a_launch():
+    from kernels.gemm_fp8.quantize_kernel import tensor_partials
+    history = torch.zeros(16)
     for x in (torch.ones(0, 5), torch.ones(5, 0)):
+        assert device_ops(lambda: tensor_partials(x, history)).total == 0
+        assert tensor_partials(x, history).shape == (0,)
         amax = device_ops(lambda: tensor_amax(x))
         scale = device_ops(lambda: tensor_scale(x, E4M3FN))
         assert amax.triton == scale.triton == 0
@@ -99,7 +126,7 @@ def test_an_empty_x_has_amax_0_and_scale_1_without_a_launch():
 def test_the_tensor_cast_reduces_the_partials_itself_bitwise(shape, transpose, partials):
     """Each program of the cast reads all the partials: q, q_t and the scale are the
     reference's, with the amax in any tile. The cast counts the partials from its grid, the amax
-    pass from x's shape (quantize_kernel._partial_count): a count of either that is not the other's
+    pass from x's shape (quantize_kernel.partial_count): a count of either that is not the other's
     fails here (checked: the host's without its PARTIALS bound, the cast's of one grid axis)."""
     for x in _cases(shape, torch.bfloat16):
         with poisoned_outputs():

@@ -248,7 +248,7 @@ def test_custom_op_passes_opcheck():
     torch.library.opcheck(torch.ops.kernels.fp8_linear.default,   # the trailing rule, not the default one
                           (xm, wm, "mxfp8", torch.float8_e4m3fn, torch.float8_e4m3fn, torch.float32,
                            None, None, None, None, "ocp"))
-    xb, wb = x.bfloat16(), w.bfloat16()   # delayed: the given scales' op returns the casts' amaxes too
+    xb, wb = x.bfloat16(), w.bfloat16()   # delayed: the given scales' op returns the casts' tile maxima too
     scales = (torch.tensor(0.01), torch.tensor(0.02))
     for dy_state in ((), (torch.zeros(HISTORY), None)):   # and dy's history, read by the backward
         torch.library.opcheck(torch.ops.kernels.fp8_linear.default,
@@ -324,19 +324,19 @@ def test_the_backward_quantizes_only_dy_in_the_grad_format(recipe):
 def test_a_delayed_step_reads_x_w_and_dy_once_and_records_the_casts_amax():
     """Delayed scaling's x, w (in the forward) and dy (in the backward) are cast with their
     history's scale, and the cast's own amax (its tile maxima) is what the history records:
-    no torch ``abs``/``amax`` pass over x, w or dy in a training step; the amax launch that
-    finds the current amax reads them only in the first step (``unless`` 0: empty history),
-    not in the next (``unless`` > 0). The history holds the torch pass's amax, bitwise, in
+    no torch ``abs``/``amax`` pass over x, w or dy in a training step; the amax pass that
+    finds the current amax reads them only in the first step (``unless``, the history, all 0),
+    not in the next (an entry > 0). The history holds the torch pass's amax, bitwise, in
     every input dtype."""
     from kernels.gemm_fp8 import quantize_kernel
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         layer = Float8Linear(130, 9, recipe="delayed", dtype=dtype)
-        amax_launches, tensor_amax, grads = [], quantize_kernel.tensor_amax, []
+        amax_launches, tensor_partials, grads = [], quantize_kernel.tensor_partials, []
 
         def counted(t, unless=None):
-            amax_launches.append(float(unless))   # x, w and dy: delayed scales, each with an unless
-            return tensor_amax(t, unless)
-        quantize_kernel.tensor_amax = counted
+            amax_launches.append(float(unless.max()))   # x, w and dy: delayed scales, each with its history
+            return tensor_partials(t, unless)
+        quantize_kernel.tensor_partials = counted
         try:
             for step in range(2):
                 x = torch.randn(7, 130, dtype=dtype) * 10.0 ** step
@@ -351,10 +351,10 @@ def test_a_delayed_step_reads_x_w_and_dy_once_and_records_the_casts_amax():
                 assert layer.fp8_amax_history_dy[0].view(torch.int32) == (
                     grads.pop().abs().amax().float().view(torch.int32))
                 assert amax_passes(seen.calls + backward.calls, ((7, 130), (9, 130), (7, 9))) == []
-                assert ("fp8_amax", (7, 9)) in backward.calls   # the device's launch, reading dy in step 1 only
+                assert ("fp8_amax_partials", (7, 9)) in backward.calls   # the device's pass, reading dy in step 1 only
                 assert [kind for kind, _, _ in casts] == ["fused"] * 3
         finally:
-            quantize_kernel.tensor_amax = tensor_amax
+            quantize_kernel.tensor_partials = tensor_partials
         assert amax_launches[:3] == [0.0, 0.0, 0.0] and min(amax_launches[3:]) > 0
 
 

@@ -108,15 +108,20 @@ def test_per_tensor_operands_run_no_grouped_amax_and_a_given_scale_no_amax_at_al
 @pytest.mark.parametrize("dtype, fp8", FORMATS, ids=IDS)
 def test_the_cast_with_a_given_scale_returns_the_amax_the_torch_pass_gives(dtype, fp8):
     """Delayed scaling's record for the grouped operands (the forward's expert weights, a
-    batch of one-group problems): the cast's tile maxima, reduced on the device, are bitwise
-    t.abs().amax() (ragged 64-token and 64-feature tiles, several batch entries, the
-    outlier in the middle one; no tokens: 0); the bytes are those without ``amax``."""
+    batch of one-group problems): the cast's tile maxima (one per tile of its grid, every one
+    written: poisoned outputs), whose max is bitwise t.abs().amax() (ragged 64-token and 64-feature
+    tiles, several batch entries, the outlier in the middle one; no tokens: none, so 0); the bytes
+    are those without ``amax``."""
+    from kernels.gemm_fp8.quantize import reduce_maxima
     w = _tokens(3 * 70, 67, dtype).reshape(3, 70, 67)
     scale = _history_scale(w, fp8)
     for t in (w, w[:, :0]):
         with poisoned_outputs():
-            q, got_scale, amax = quantize.forward_weight(t, "delayed", fp8, scale, amax=True)
+            q, got_scale, maxima = quantize.forward_weight(t, "delayed", fp8, scale, amax=True)
         want = t.abs().amax().float() if t.numel() else torch.zeros(())
+        assert maxima.shape == quantize_kernel.tile_maxima_shape(*t.shape, 1) == ((3, 2, 2) if t.numel() else (0,))
+        assert not maxima.isnan().any()
+        amax = reduce_maxima(maxima)
         assert amax.shape == () and amax.view(torch.int32) == want.view(torch.int32)
         plain_q, plain_scale = quantize.forward_weight(t, "delayed", fp8, scale)
         assert torch.equal(_bits(q), _bits(plain_q)) and torch.equal(got_scale, plain_scale)

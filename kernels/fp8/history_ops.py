@@ -1,6 +1,14 @@
 """Delayed scaling's per-step bookkeeping on the device, one launch each: the scale from an amax
 history, and a step's amax entering its history with its saturation counted.
 
+Each launch reduces what it reads itself: the scale the history (16 entries) and the amax
+pass's partial maxima, the record the tile maxima of the cast with the given scale, so no
+torch reduction (``history.amax()``, the cast's ``maxima.amax()``, a ``torch.stack`` of two
+amaxes) and no launch reducing the partials comes before them: a Float8Linear's delayed forward
+is 9 launches and no torch op, where the reductions made it 11 launches and 5 torch ops
+(``tests/test_fp8_history_ops.py`` counts them). Maxima are >= 0, so a max over them (and 0 for
+none) is the amax bit for bit, in any order.
+
 Why kernels: each is a handful of scalar operations (compare, divide, select; shift a 16-entry
 history), which as torch ops were a dozen device ops per tensor and step (``where``, ``gt``,
 ``div``, ``ones_like``, ``mul``, ``cat``, ``copy_``, ...), each a launch on a GPU's host
@@ -27,38 +35,57 @@ from ..outputs import new_output
 from ..triton_support import next_power_of_2
 
 
+MAXIMA_BLOCK = 1024   # the maxima each loop step of :func:`_max_of` loads: one step for the amax pass's partials
+
+
 @triton.jit
-def _scale_kernel(seen_ptr, amax_ptr, scale_ptr, FMAX: tl.constexpr):
-    """seen (the history's max) / FMAX, the current amax while seen is 0, 1 for both 0."""
-    seen = tl.load(seen_ptr)
-    ref = tl.where(seen > 0, seen, tl.load(amax_ptr))
+def _max_of(maxima_ptr, count, BLOCK: tl.constexpr):
+    """The max of the ``count`` floats at maxima_ptr (>= 0: maxima of |x|), 0 for none: BLOCK at
+    a time, a lane's running max, one reduction across the lanes at the end."""
+    i = tl.arange(0, BLOCK)
+    running = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, count, BLOCK):
+        running = tl.maximum(running, tl.load(maxima_ptr + start + i, mask=start + i < count, other=0.0))
+    return tl.max(running)
+
+
+@triton.jit
+def _scale_kernel(history_ptr, maxima_ptr, scale_ptr, H, count, FMAX: tl.constexpr, H_BLOCK: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """max(history) / FMAX (H entries), the current amax's (the max of ``count`` maxima) while the
+    history is all 0, 1 for both 0."""
+    i = tl.arange(0, H_BLOCK)
+    seen = tl.max(tl.load(history_ptr + i, mask=i < H, other=0.0))
+    ref = tl.where(seen > 0, seen, _max_of(maxima_ptr, count, BLOCK))
     tl.store(scale_ptr, tl.where(ref > 0, tl.math.div_rn(ref, FMAX), 1.0))
 
 
 @triton.jit
-def _record_kernel(history_ptr, counts_ptr, amax_ptr, scale_ptr, index, H,
-                   LIMIT: tl.constexpr, AT_LIMIT: tl.constexpr, BLOCK: tl.constexpr):
-    """history (H entries, newest first) shifted by one with amax first; counts[index] + 1 where
-    amax is beyond scale * LIMIT (or on it, with AT_LIMIT). A lane stores the entry another lane
-    loads, so a barrier separates the loads of the old entries from the stores: no lane (of any
-    warp, on any GPU: lanes of an NVIDIA warp are not ordered without one) writes an entry before
-    every lane has read it."""
-    amax = tl.load(amax_ptr)
+def _record_kernel(history_ptr, counts_ptr, maxima_ptr, scale_ptr, index, H, count,
+                   LIMIT: tl.constexpr, AT_LIMIT: tl.constexpr, H_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
+    """history (H entries, newest first) shifted by one with amax (the max of ``count`` maxima)
+    first; counts[index] + 1 where amax is beyond scale * LIMIT (or on it, with AT_LIMIT). A lane
+    stores the entry another lane loads, so a barrier separates the loads of the old entries from
+    the stores: no lane (of any warp, on any GPU: lanes of an NVIDIA warp are not ordered without
+    one) writes an entry before every lane has read it."""
+    amax = _max_of(maxima_ptr, count, BLOCK)
     limit = tl.load(scale_ptr) * LIMIT
     if AT_LIMIT:
         saturated = amax >= limit
     else:
         saturated = amax > limit
-    i = tl.arange(0, BLOCK)
+    i = tl.arange(0, H_BLOCK)
     older = tl.load(history_ptr + i - 1, mask=(i >= 1) & (i < H), other=0.0)
     tl.debug_barrier()
     tl.store(history_ptr + i, tl.where(i == 0, amax, older), mask=i < H)
     tl.store(counts_ptr + index, tl.load(counts_ptr + index) + saturated.to(tl.int64))
 
 
-def _scale_impl(seen: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
-    scale = new_output((), torch.float32, seen.device)
-    _scale_kernel.run(seen, amax, scale, fmax, grid=(1,), warmup=False, num_warps=1)
+def _scale_impl(history: torch.Tensor, maxima: torch.Tensor, fmax: float) -> torch.Tensor:
+    scale = new_output((), torch.float32, history.device)
+    h = history.numel()
+    _scale_kernel.run(history, maxima, scale, h, maxima.numel(), fmax, max(next_power_of_2(h), 1), MAXIMA_BLOCK,
+                      grid=(1,), warmup=False, num_warps=1)
     return scale
 
 
@@ -66,42 +93,48 @@ _scale = torch.library.custom_op("kernels::fp8_history_scale", _scale_impl, muta
 
 
 @_scale.register_fake
-def _(seen, amax, fmax):
-    return seen.new_empty((), dtype=torch.float32)
+def _(history, maxima, fmax):
+    return history.new_empty((), dtype=torch.float32)
 
 
-def scale(seen: torch.Tensor, amax: torch.Tensor, fmax: float, direct: bool | None = None) -> torch.Tensor:
-    """``seen / fmax`` (0-d float32: an amax history's max), ``amax / fmax`` (0-d float32: the
-    current amax) while ``seen`` is 0, 1 where both are 0: a 0-d float32 on their device; one
-    launch. Bitwise (as the CPU evaluates it) ``torch.where(ref > 0, ref / fmax, 1)`` with ``ref = torch.where(seen > 0,
-    seen, amax)``. ``direct``: :func:`kernels.eager.direct` of the tensors, where the caller asked it
-    once for several ops (None: asked here)."""
+def scale(history: torch.Tensor, maxima: torch.Tensor, fmax: float, direct: bool | None = None) -> torch.Tensor:
+    """``max(history) / fmax`` (``history``: an amax history, contiguous float32), the current
+    amax's, ``max(maxima) / fmax``, while every entry is 0 (``maxima``: contiguous float32 maxima
+    of |x|, such as the amax pass's partials, :func:`kernels.gemm_fp8.quantize.amax_partials_checked`;
+    none: 0), 1 where both are 0: a 0-d float32 on their device; one launch, which reduces both
+    (no torch reduction before it). Bitwise (as the CPU evaluates it)
+    ``torch.where(ref > 0, ref / fmax, 1)`` with ``ref = torch.where(history.amax() > 0,
+    history.amax(), maxima.amax())`` (a max is exact in any order). ``direct``:
+    :func:`kernels.eager.direct` of the tensors, where the caller asked it once for several ops
+    (None: asked here)."""
     if direct is None:
-        direct = eager.direct(seen, amax)
-    return (_scale_impl if direct else _scale)(seen, amax, fmax)
+        direct = eager.direct(history, maxima)
+    return (_scale_impl if direct else _scale)(history, maxima, fmax)
 
 
-def _record_impl(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor,
+def _record_impl(history: torch.Tensor, counts: torch.Tensor, index: int, maxima: torch.Tensor,
                  scale: torch.Tensor, limit: float, at_limit: bool) -> None:
-    n = history.numel()
-    _record_kernel.run(history, counts, amax, scale, index, n, limit, at_limit, max(next_power_of_2(n), 1),
-                       grid=(1,), warmup=False, num_warps=1)
+    h = history.numel()
+    _record_kernel.run(history, counts, maxima, scale, index, h, maxima.numel(), limit, at_limit,
+                       max(next_power_of_2(h), 1), MAXIMA_BLOCK, grid=(1,), warmup=False, num_warps=1)
 
 
 _record = torch.library.custom_op("kernels::fp8_record_amax", _record_impl, mutates_args=("history", "counts"))
 
 
 @_record.register_fake
-def _(history, counts, index, amax, scale, limit, at_limit):
+def _(history, counts, index, maxima, scale, limit, at_limit):
     return None
 
 
-def record(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor, scale: torch.Tensor,
+def record(history: torch.Tensor, counts: torch.Tensor, index: int, maxima: torch.Tensor, scale: torch.Tensor,
            limit: float, at_limit: bool, direct: bool | None = None) -> None:
-    """In place, one launch: ``amax`` (0-d float32) enters ``history`` (contiguous float32,
-    newest first; the oldest entry drops out), and ``counts[index]`` (int64) gains 1 where
-    ``amax`` lies beyond ``scale * limit`` (0-d float32 and a float), or on it with
-    ``at_limit``. ``direct``: as :func:`scale`'s."""
+    """In place, one launch: the amax, the max of ``maxima`` (contiguous float32 maxima of |x|,
+    any shape: a fused cast's tile maxima, :func:`kernels.gemm_fp8.quantize.quantize_checked`
+    with ``amax=True``; none: 0), enters ``history`` (contiguous float32, newest first; the
+    oldest entry drops out), and ``counts[index]`` (int64) gains 1 where the amax lies beyond
+    ``scale * limit`` (0-d float32 and a float), or on it with ``at_limit``. The launch reduces
+    the maxima itself: no torch reduction before it. ``direct``: as :func:`scale`'s."""
     if direct is None:
-        direct = eager.direct(history, counts, amax, scale)
-    (_record_impl if direct else _record)(history, counts, index, amax, scale, limit, at_limit)
+        direct = eager.direct(history, counts, maxima, scale)
+    (_record_impl if direct else _record)(history, counts, index, maxima, scale, limit, at_limit)

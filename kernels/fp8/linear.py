@@ -14,8 +14,8 @@ another orientation; an empty placeholder for a scale the caller gave, which the
 itself), so the backward quantizes only dy; those extra outputs are not
 differentiable and :func:`fp8_linear` returns ``y`` alone. ``grad_dtype`` is dy's FP8
 format (e5m2 under a recipe's ``"hybrid"`` grad_format). With both scales given (delayed
-scaling) the op's last output is x's and w's amax (2,), found by the casts (else it is
-empty), which
+scaling) the op's last two outputs are the tile maxima of x's and w's casts, whose maxes are
+their amaxes (:func:`kernels.gemm_fp8.quantize.quantize_checked`; else both are empty), which
 :class:`Float8Linear` hands to the recipe's history (:meth:`~kernels.fp8.recipe.Recipe.record`).
 dy's amax is known only in the backward, so delayed scaling's dy state goes into the op:
 ``history_dy`` (dy's amax history), from which the backward takes dy's scale on the device,
@@ -40,6 +40,7 @@ import torch
 
 from .. import autocast, eager, plans, validate
 from ..gemm_fp8.formats import FP8_DTYPES
+from ..gemm_fp8.quantize_kernel import tile_maxima_shape
 from . import recipe as _recipes
 from .saturation import TENSORS
 
@@ -50,13 +51,13 @@ def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype,
           out_dtype: torch.dtype, scale_x: torch.Tensor | None, scale_w: torch.Tensor | None,
           history_dy: torch.Tensor | None = None, counts: torch.Tensor | None = None,
           scale_rule: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                  torch.Tensor, torch.Tensor]:
+                                                  torch.Tensor, torch.Tensor, torch.Tensor]:
     rec = _recipes.get(recipe, scale_rule)
     if scale_x is not None and scale_w is not None:   # a per-tensor recipe's given scales
-        y, (x8, sx, w8, sw), amax = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
+        y, (x8, sx, w8, sw), maxima = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w, amax=True)
     else:
         y, (x8, sx, w8, sw) = rec.forward(x, w, fp8_dtype, out_dtype, scale_x, scale_w)
-        amax = x.new_empty(0, dtype=torch.float32)
+        maxima = x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)   # two: outputs may not alias
     # a custom op's outputs may not alias its inputs: a scale the caller gave (delayed scaling gives
     # both, a caller may give one) is an empty placeholder, and the backward saves the input itself
     # (_setup: no copy, no device op)
@@ -66,7 +67,7 @@ def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype,
         sw = x.new_empty(0, dtype=torch.float32)
     # FP8 payloads travel as their bytes (uint8 views: integer outputs take no gradient, and
     # tools that reduce every output, such as opcheck's, have no FP8 sum on the CPU)
-    return y, x8.view(torch.uint8), sx, w8.view(torch.uint8), sw, amax
+    return y, x8.view(torch.uint8), sx, w8.view(torch.uint8), sw, *maxima
 
 
 _fp8_linear = torch.library.custom_op("kernels::fp8_linear", _impl, mutates_args=())
@@ -80,9 +81,12 @@ def _(x, w, recipe, fp8_dtype, grad_dtype, out_dtype, scale_x, scale_w, history_
         sx = x.new_empty(0, dtype=torch.float32)
     if scale_w is not None:
         sw = x.new_empty(0, dtype=torch.float32)
-    amax = x.new_empty(2 if scale_x is not None and scale_w is not None else 0, dtype=torch.float32)
+    if scale_x is not None and scale_w is not None:   # the casts' tile maxima
+        maxima = [x.new_empty(tile_maxima_shape(*t.shape), dtype=torch.float32) for t in (x, w)]
+    else:
+        maxima = [x.new_empty(0, dtype=torch.float32) for _ in "xw"]
     return (x.new_empty((x.shape[0], w.shape[0]), dtype=out_dtype), x8.view(torch.uint8), sx,
-            w8.view(torch.uint8), sw, amax)
+            w8.view(torch.uint8), sw, *maxima)
 
 
 def _setup(ctx, inputs, output):
@@ -91,7 +95,7 @@ def _setup(ctx, inputs, output):
     ctx.scale_rule = scale_rule
     ctx.mark_non_differentiable(*output[1:])
     # the backward reads dy alone: no zeros made for the outputs that take no gradient (the FP8
-    # operands and the amaxes, five device ops per backward)
+    # operands and the tile maxima, six device ops per backward)
     ctx.set_materialize_grads(False)
     x8, sx, w8, sw = output[1:5]
     # a given scale is saved itself, 0-d as the casts took it
@@ -266,7 +270,7 @@ def _forward(layer: Float8Linear, x: torch.Tensor, w: torch.Tensor) -> torch.Ten
     scale_x, scale_w = rec.scales(layer, flat, w)
     y, *out = plan.run(flat, w, scale_x, scale_w, rec.grad_state(layer))
     if scale_x is not None:
-        rec.record(layer, (scale_x, scale_w), out[-1])
+        rec.record(layer, (scale_x, scale_w), out[-2:])
     return y.reshape(*x.shape[:-1], w.shape[0])
 
 

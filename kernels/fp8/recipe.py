@@ -162,10 +162,10 @@ class Recipe:
         """Scales for x and w decided outside the GEMM (delayed scaling), else (None, None)."""
         return None, None
 
-    def record(self, layer, scales, amax: torch.Tensor) -> None:
-        """After a forward with the scales :meth:`scales` decided: ``amax`` (2,), x's and w's
-        as the casts found them (``forward(..., amax=True)``), enters the layer's state;
-        nothing by default."""
+    def record(self, layer, scales, maxima: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """After a forward with the scales :meth:`scales` decided: x's and w's amaxes, as the
+        casts found them (``maxima``: their tile maxima, ``forward(..., amax=True)``), enter the
+        layer's state; nothing by default."""
 
     def grad_state(self, layer) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The state of ``layer`` from which the backward takes dy's scale and into which it
@@ -189,8 +189,8 @@ class Recipe:
 
     def forward(self, x, w, fp8, out_dtype, scale_x=None, scale_w=None, amax=False) -> tuple[torch.Tensor, Saved]:
         """``y = x @ w.T`` in ``out_dtype`` and what the backward needs (x, w quantized once);
-        ``amax`` (per-tensor recipes with given scales only): also x's and w's amaxes, (2,)
-        float32, found by the casts."""
+        ``amax`` (per-tensor recipes with given scales only): also the tile maxima of x's and w's
+        casts, a pair (their maxes are x's and w's amaxes: :func:`kernels.gemm_fp8.quantize.quantize_checked`)."""
         raise NotImplementedError
 
     def backward(self, dy, saved: Saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True,

@@ -20,8 +20,8 @@ start each time. Nested calls: a cast takes its scale from the innermost tape be
 Under ``torch.compile`` the layer's Python is traced once and no tape runs: the compiler
 recomputes the region from its traced graph, which would recompute a delayed scale (the
 history's max) from the history the forward has since updated in place, as it does under
-torch's own checkpoint. There the call is selective checkpointing that saves every ``amax``
-reduction (:func:`_keep_reductions`), so the recompute takes the forward's scales
+torch's own checkpoint. There the call is selective checkpointing that saves the output of every
+op that reduces a history (:func:`_keep_reductions`), so the recompute takes the forward's scales
 (tests/test_fp8_recompute.py, ``aot_eager``).
 """
 from __future__ import annotations
@@ -115,14 +115,18 @@ def checkpoint(function, *args, **kwargs):
     return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, context_fn=_contexts, **kwargs)
 
 
+# the ops that read an amax history (kernels.fp8.history_ops.scale, and the amax pass whose unless it is)
+_READ_HISTORY = frozenset({"kernels::fp8_history_scale", "kernels::fp8_amax_partials"})
+
+
 def _keep_reductions(ctx, op, *args, **kwargs):
-    """Selective checkpointing's policy under torch.compile: amax reductions are saved, not
-    recomputed, so a delayed scale (max of the history, which the forward then updates in place)
-    is the forward's in the recompute; an op that mutates its arguments (the history's record,
-    ``kernels::fp8_record_amax``) is not run again either, or a recompute would count a step's
-    saturation twice; everything else may be recomputed."""
+    """Selective checkpointing's policy under torch.compile: the ops that reduce an amax history
+    are saved, not recomputed, so a delayed scale (max of the history, which the forward then
+    updates in place) is the forward's in the recompute; an op that mutates its arguments (the
+    history's record, ``kernels::fp8_record_amax``) is not run again either, or a recompute would
+    count a step's saturation twice; everything else may be recomputed."""
     schema = getattr(op, "_schema", None)
-    if op is torch.ops.aten.amax.default or (schema is not None and schema.is_mutable):
+    if schema is not None and (schema.name in _READ_HISTORY or schema.is_mutable):
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
 

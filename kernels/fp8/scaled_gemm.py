@@ -18,7 +18,7 @@ wgrad       dy.T, along M       x: each input feature, along M (the tokens)
 the forward's x8 and w8 are what the backward reads, as transposed views; the per-tensor
 quantization is the fused ``kernels.gemm_fp8.quantize(..., "tensor")`` (an amax launch,
 then the cast; a scale given from an amax history, delayed's for x, w and dy, skips the amax
-launch, and the cast returns the amax the history records), bit for bit
+launch, and the cast returns its tile maxima, whose max the history records), bit for bit
 :func:`kernels.gemm_fp8.quantize_fp8`. Saved: x8 (M K bytes) and w8 (N K bytes) with two 4-byte scales.
 :class:`RowwiseRecipe`: x and w are quantized once each by the fused
 ``kernels.gemm_fp8.quantize(..., "row", transpose=True)``, whose transposed copies, x.T
@@ -35,8 +35,6 @@ traced: the op's fake is), so its quantizations run their implementations withou
 (``direct=True``); a backward is traced under ``torch.compile`` and asks.
 """
 from __future__ import annotations
-
-import torch
 
 from ..gemm_fp8.ops import matmul_fp8
 from ..gemm_fp8.quantize import quantize_checked
@@ -59,12 +57,13 @@ class PerTensorRecipe(ScaledGemmRecipe):
         x8, sx, *ax = quantize_checked(x, "tensor", fp8, scale=scale_x, amax=amax, direct=True)
         w8, sw, *aw = quantize_checked(w, "tensor", fp8, scale=scale_w, amax=amax, direct=True)
         y = matmul_fp8(x8, w8.t(), sx, sw, out_dtype=out_dtype)
-        return (y, Saved(x8, sx, w8, sw)) + ((torch.stack(ax + aw),) if amax else ())
+        return (y, Saved(x8, sx, w8, sw)) + (((*ax, *aw),) if amax else ())   # the casts' tile maxima
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True, scale_dy=None,
                  amax=False):
         """As :meth:`Recipe.backward`; ``scale_dy`` (delayed: from dy's amax history): dy cast with
-        it, and with ``amax`` dy's amax, found by that cast, returned third (as the forward's)."""
+        it, and with ``amax`` the tile maxima of that cast (their max dy's amax), returned third (as the
+        forward's)."""
         dy8, sdy, *amax = quantize_checked(dy, "tensor", grad_fp8, scale=scale_dy, amax=amax)
         dx = matmul_fp8(dy8, saved.w, sdy, saved.w_scale, out_dtype=dx_dtype) if need_dx else None
         dw = matmul_fp8(dy8.t(), saved.x, sdy, saved.x_scale, out_dtype=dw_dtype) if need_dw else None

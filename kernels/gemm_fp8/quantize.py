@@ -75,7 +75,7 @@ def _(x, granularity, fp8_dtype, transpose, scale=None, amax=False, scale_rule="
     out = [x.new_empty((m, k), dtype=fp8_dtype)] + scales(m, k)
     if transpose:
         out += [x.new_empty((k, m), dtype=fp8_dtype)] + scales(k, m)
-    return out + ([x.new_empty((), dtype=torch.float32)] if amax else [])
+    return out + ([x.new_empty(quantize_kernel.tile_maxima_shape(m, k), dtype=torch.float32)] if amax else [])
 
 
 def _amax_impl(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
@@ -90,6 +90,26 @@ def _(x, unless=None):
     return x.new_empty((), dtype=torch.float32)
 
 
+def _partials_impl(x: torch.Tensor, unless: torch.Tensor) -> torch.Tensor:
+    return quantize_kernel.tensor_partials(x, unless)
+
+
+_partials = torch.library.custom_op("kernels::fp8_amax_partials", _partials_impl, mutates_args=())
+
+
+@_partials.register_fake
+def _(x, unless):
+    return x.new_empty((quantize_kernel.partial_count(*x.shape),), dtype=torch.float32)
+
+
+def reduce_maxima(maxima: torch.Tensor) -> torch.Tensor:
+    """The max of a cast's tile maxima (:func:`quantize_checked` with ``amax=True``) as a 0-d
+    float32, 0 where there are none (an empty x): the amax the public ops return. A torch
+    reduction, one device op (delayed scaling's record reduces the maxima in its own launch
+    instead, :func:`kernels.fp8.history_ops.record`)."""
+    return maxima.amax() if maxima.numel() else maxima.new_zeros(())
+
+
 def amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
     """max |x| of a 2-D float32/float16/bfloat16 ``x`` (any strides) as a 0-d float32 on its
     device, 0 for an empty x, no host sync: the amax pass of ``tensor`` and one launch that
@@ -101,18 +121,18 @@ def amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
     if unless is not None:
         check_scale("unless", unless, x)
         unless = unless.reshape(())
-    return amax_checked(x, unless)
+    return (_amax_impl if eager.direct(x) else _amax)(x, unless)
 
 
-def amax_checked(x: torch.Tensor, unless: torch.Tensor | None = None, direct: bool | None = None) -> torch.Tensor:
-    """:func:`amax` on arguments its caller validated (a 0-d ``unless``): delayed scaling's, whose
-    ``x`` is a layer's checked input or own weight, an op's operand or gradient, and whose ``unless``
-    is the max of the layer's own history (:func:`kernels.fp8.recipes.delayed.history_scale`);
-    the same op and results, no checks. ``direct``: :func:`kernels.eager.direct` of ``x``, where the
-    caller asked it once for several ops (None: asked here)."""
-    if direct is None:
-        direct = eager.direct(x)
-    return (_amax_impl if direct else _amax)(x, unless)
+def amax_partials_checked(x: torch.Tensor, unless: torch.Tensor, direct: bool) -> torch.Tensor:
+    """The amax pass of :func:`amax` alone, on arguments its caller validated: its partial maxima
+    (:func:`.quantize_kernel.tensor_partials`), for delayed scaling, whose ``x`` is a layer's
+    checked input or own weight, an op's operand or gradient, whose ``unless`` is the layer's own
+    amax history (x is read only while every entry is 0), and whose scale launch reduces the
+    partials with the history (:func:`kernels.fp8.recipes.delayed.history_scale`). The custom op
+    ``kernels::fp8_amax_partials``; ``direct``: :func:`kernels.eager.direct` of ``x`` and
+    ``unless``, which the caller asked once for several ops."""
+    return (_partials_impl if direct else _partials)(x, unless)
 
 
 def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
@@ -158,8 +178,9 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     as it came if 0-d, as scale and scale_t. ``amax=True`` (with ``scale`` only) appends
     x's amax, max |x| as a 0-d float32 on x's device (0 for an empty x), bitwise
     ``x.abs().amax().float()``: each program of the cast writes its tile's max and one
-    tiny reduction over the tiles follows, with no host sync and no second read of x
-    (what delayed scaling records in its amax history, :mod:`kernels.fp8.recipes.delayed`).
+    tiny reduction over the tiles follows (:func:`reduce_maxima`), with no host sync and no
+    second read of x (delayed scaling records it in its amax history,
+    :mod:`kernels.fp8.recipes.delayed`, from the tile maxima themselves: :func:`quantize_checked`).
 
     Saturation: none under the fp32 scales (each group's amax maps onto the format's max,
     so no count is kept); under ``mx32`` the OCP floor rule lets a group's largest values
@@ -167,8 +188,9 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     as the MX spec allows; the round-up rule saturates none.
     """
     _check(x, granularity, fp8_dtype, transpose, scale, amax, scale_rule, preshuffled)
-    return quantize_checked(x, granularity, fp8_dtype, transpose=transpose, scale=scale, amax=amax,
-                            scale_rule=scale_rule, preshuffled=preshuffled)
+    out = quantize_checked(x, granularity, fp8_dtype, transpose=transpose, scale=scale, amax=amax,
+                           scale_rule=scale_rule, preshuffled=preshuffled)
+    return out[:-1] + (reduce_maxima(out[-1]),) if amax else out
 
 
 def quantize_checked(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
@@ -178,9 +200,12 @@ def quantize_checked(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, 
     """:func:`quantize` on arguments its caller validated at its own public entry (the FP8
     grouped GEMM's operands, :mod:`kernels.moe.grouped_gemm_fp8.quantize`, whose training op
     checks x and a given scale once per call; the FP8 recipes', :mod:`kernels.fp8.scaled_gemm`):
-    the same op, results and custom op, no checks. ``direct``: :func:`kernels.eager.direct` of
-    ``x`` where the caller knows it (an op's implementation, which runs eagerly: True), else
-    (None) asked here."""
+    the same op and custom op, no checks, and the same results but for ``amax=True``'s last: the
+    cast's tile maxima themselves (float32 (ceil(M/128), ceil(K/128)), none for an empty x), not
+    their max, so that delayed scaling's record reduces them in its own launch
+    (:func:`kernels.fp8.history_ops.record`) where a torch reduction would be a device op more.
+    ``direct``: :func:`kernels.eager.direct` of ``x`` where the caller knows it (an op's
+    implementation, which runs eagerly: True), else (None) asked here."""
     if direct is None:
         direct = eager.direct(x)
     impl = _quantize_impl if direct else _quantize

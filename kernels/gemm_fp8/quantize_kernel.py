@@ -69,7 +69,8 @@ spills on both, with the transposed copy at 7 on gfx950; tensor's reduction of t
 each thread two 4-byte loads (1024 partials over 512 lanes, beside x's four 16-byte ones) and a
 cross-warp max through 32 bytes of LDS. tensor's amax pass reads x as four 16-byte buffer loads
 per thread and tile of its loop, writes one 4-byte partial per program after a cross-warp max
-through 32 bytes of LDS, and runs at 7 waves per SIMD, no spills, on both.
+through 32 bytes of LDS, and runs at 7 waves per SIMD, no spills, on both; with delayed scaling's
+amax history as its ``unless`` (16 entries), one 4-byte load more per thread, the same waves.
 
 Inputs must be finite: a NaN or inf in x gives an undefined scale for its group (checking
 would cost a host sync per call); :func:`quantize_reference` states the finite semantics.
@@ -222,7 +223,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
         tl.store(amax_ptr + pid_m * tl.num_programs(1) + pid_k, tl.max(ax))
     if MODE == 0:
         if FROM_AMAX:   # tensor: the scale of its amax, one number
-            # the amax pass's count, as _partial_count makes it on the host (one per tile of this grid,
+            # the amax pass's count, as partial_count makes it on the host (one per tile of this grid,
             # at most PARTIALS); not an argument, whose value Triton specializes (1, multiples of 16):
             # more binaries per shape. tests/test_fp8_tensor_amax.py's cast test fails if they disagree
             partials = tl.minimum(tl.num_programs(0) * tl.num_programs(1), PARTIALS)
@@ -288,13 +289,16 @@ def _tensor_partials_kernel(x_ptr, partials_ptr, unless_ptr, M, K, stride_xm, st
                             UNLESS: tl.constexpr, BLOCK: tl.constexpr):
     """The first pass of ``tensor``: program p of P writes at partials_ptr[p] the max |x| of the
     tiles p, p + P, p + 2P, ... (row-major), so a grid of P = min(tiles, PARTIALS) programs
-    leaves P numbers, which the kernel that needs the amax reduces itself (:func:`_partials_max`).
-    UNLESS: where the one number at unless_ptr is > 0 no tile is read (every partial 0)."""
+    leaves P numbers, which the kernel that needs the amax reduces itself (:func:`_partials_max`,
+    :func:`kernels.fp8.history_ops.scale`). UNLESS (a power of two, 0 for none): where any of the
+    UNLESS numbers at unless_ptr is > 0 no tile is read (every partial 0): one number (the public
+    :func:`tensor_amax`'s), or delayed scaling's amax history, whose entries are amaxes (>= 0), so
+    that its max need not be reduced before."""
     p = tl.program_id(0)
     tiles_k = tl.cdiv(K, BLOCK)
     tiles = tl.cdiv(M, BLOCK) * tiles_k
-    if UNLESS:   # none where *unless_ptr > 0
-        tiles = tl.where(tl.load(unless_ptr) > 0, 0, tiles)
+    if UNLESS:   # none where an entry at unless_ptr is > 0
+        tiles = tl.where(tl.max(tl.load(unless_ptr + tl.arange(0, UNLESS))) > 0, 0, tiles)
     amax = tl.zeros((BLOCK, BLOCK), tl.float32)
     for t in range(p, tiles, tl.num_programs(0)):
         rows = (t // tiles_k) * BLOCK + tl.arange(0, BLOCK)
@@ -354,7 +358,7 @@ PARTIALS = 1024
 _TENSOR_AMAX_WARPS = 4   # _tensor_amax_kernel's: one program reads the PARTIALS
 
 
-def _partial_count(m: int, k: int) -> int:
+def partial_count(m: int, k: int) -> int:
     """How many partial maxima tensor's amax pass leaves on x (m, k): one per tile, at most PARTIALS.
     The cast computes the same count from its grid (:func:`_quantize_kernel`'s FROM_AMAX), so the
     two must agree (``tests/test_fp8_tensor_amax.py``'s cast test fails where they do not)."""
@@ -363,13 +367,16 @@ def _partial_count(m: int, k: int) -> int:
 
 class _AmaxPass:
     """tensor's amax pass for one kind of x (shape, strides, dtype, device) and of ``unless``
-    (given or not), its launch worked out once: a call allocates the partial maxima,
-    (:func:`_partial_count`,) float32, and launches; all 0 where the 0-d float32 ``unless`` is
-    > 0 on the device (x then not read)."""
+    (its number of entries, 0 for none), its launch worked out once: a call allocates the partial
+    maxima, (:func:`partial_count`,) float32, and launches; all 0 where an entry of the float32
+    ``unless`` is > 0 on the device (x then not read)."""
 
-    def __init__(self, x: torch.Tensor, unless: bool):
+    def __init__(self, x: torch.Tensor, unless: int):
         m, k = x.shape
-        self.shape = (_partial_count(m, k),)
+        if unless & (unless - 1):
+            raise ValueError(f"unless holds a power of two of numbers (the kernel loads them as one "
+                             f"vector), got {unless}")
+        self.shape = (partial_count(m, k),)
         self.launch = run_args(_tensor_partials_kernel, 3, (m, k, *x.stride()), self.shape,
                                dict(UNLESS=unless, BLOCK=TILE, num_warps=NUM_WARPS))
 
@@ -385,7 +392,7 @@ class _TensorAmax(_AmaxPass):
     pass and one launch that reduces its partials to x's amax (0-d float32), or with
     ``fp8_dtype`` to its scale; no torch op, no host sync."""
 
-    def __init__(self, x: torch.Tensor, unless: bool, fp8_dtype: torch.dtype | None):
+    def __init__(self, x: torch.Tensor, unless: int, fp8_dtype: torch.dtype | None):
         super().__init__(x, unless)
         fmax = 1.0 if fp8_dtype is None else format_constants(fp8_dtype)["FMAX"]
         self.reduce = run_args(_tensor_amax_kernel, 2, self.shape, (1,), dict(
@@ -399,19 +406,37 @@ class _TensorAmax(_AmaxPass):
 
 
 _AMAXES = plans.PlanCache()
+_PASSES = plans.PlanCache()
+
+
+def _entries(unless: torch.Tensor | None) -> int:
+    return 0 if unless is None else unless.numel()
 
 
 def _tensor_amax(x: torch.Tensor, unless: torch.Tensor | None, fp8_dtype: torch.dtype | None) -> torch.Tensor:
-    key = (x.shape, x.stride(), x.dtype, x.device, unless is not None, fp8_dtype)
-    return _AMAXES(key, _TensorAmax, x, unless is not None, fp8_dtype)(x, unless)
+    key = (x.shape, x.stride(), x.dtype, x.device, _entries(unless), fp8_dtype)
+    return _AMAXES(key, _TensorAmax, x, _entries(unless), fp8_dtype)(x, unless)
+
+
+def tensor_partials(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
+    """tensor's amax pass alone: the partial maxima of a 2-D x, (:func:`partial_count`,) float32
+    on x's device (none for an empty x), whose max is max |x|, for a kernel that reduces them with
+    what else it reads (delayed scaling's scale, :func:`kernels.fp8.history_ops.scale`, reduces them
+    with the amax history: one launch, where the partials' own reduction would be a second).
+    ``unless`` (float32, contiguous, a power of two of numbers on x's device): where any is > 0 the
+    pass reads nothing and every partial is 0. One launch, no host sync."""
+    if x.numel() == 0:
+        return new_output((0,), torch.float32, x.device)
+    key = (x.shape, x.stride(), x.dtype, x.device, _entries(unless))
+    return _PASSES(key, _AmaxPass, x, _entries(unless))(x, unless)
 
 
 def tensor_amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
     """max |x| of a 2-D x (0-d float32 on x's device, 0 for an empty x; no host sync): two
-    launches, the amax pass and the reduction of its partials. ``unless`` (0-d float32 on the
-    device): where it is > 0 the amax pass reads nothing and the result is 0, so a caller that
-    needs the amax only in a case the device knows (delayed scaling's empty history) reads x
-    only then."""
+    launches, the amax pass and the reduction of its partials. ``unless`` (float32, one number on
+    the device): where it is > 0 the amax pass reads nothing and the result is 0, so a caller that
+    needs the amax only in a case the device knows reads x only then (delayed scaling's empty
+    history: :func:`tensor_partials` with the history itself)."""
     if x.numel() == 0:
         return torch.zeros((), dtype=torch.float32, device=x.device)
     return _tensor_amax(x, unless, None)
@@ -445,7 +470,7 @@ class _Cast:
         self.scale_shapes = scale_shape(granularity, m, k), scale_shape(granularity, k, m)
         if preshuffled:   # contiguous too: a stripe's bytes, then the next stripe's
             self.scale_shapes = tuple(preshuffled_shape(*shape) for shape in self.scale_shapes)
-        self.tiles = tiles = (cdiv(m, TILE), cdiv(k, TILE))
+        self.tiles = tiles = tile_maxima_shape(m, k)
         if self.per_number:
             # row's (M, 1) and (K, 1) scales have stride 1; tensor's amax pass's partials are read
             # whole by every program (stride 0)
@@ -463,7 +488,7 @@ class _Cast:
                                          PARTIALS=PARTIALS, BLOCK=TILE, num_warps=NUM_WARPS,
                                          **format_constants(fp8_dtype)))
         if self.tensor and not given:   # the amax pass, whose partials the cast reduces
-            self.partials = _AmaxPass(x, unless=False)
+            self.partials = _AmaxPass(x, unless=0)
         elif self.per_number and not given:   # row's amax pass and scale launch
             self.cols = transpose   # the amax pass's maxima per column of x too
             self.maxima_shapes = (m, tiles[1]), (tiles[0], k) if self.cols else (1, 1)
@@ -508,7 +533,7 @@ class _Cast:
             read_t = scale if scale_t is None else scale_t
         _quantize_kernel.run(x, q, read, q_t, read_t, written, *self.cast[0], **self.cast[1])
         if self.given:
-            return ((q, q_t) if self.transpose else (q,)) + ((written.amax(),) if self.amax else ())
+            return ((q, q_t) if self.transpose else (q,)) + ((written,) if self.amax else ())
         if not self.transpose:
             return q, scale
         if self.mode == 2:
@@ -528,13 +553,13 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
     """Run the kernels of :func:`kernels.gemm_fp8.quantize` on a checked ``x`` (M, K);
     ``scale``: a checked float32 one-number scale of ``tensor`` given by the caller, which
     skips the amax launch (the result then holds no scales: (q,) or (q, q_t)); with it,
-    ``amax``: the cast also writes each tile's max |x|, reduced on the device to x's amax
-    (0-d float32, 0 for an empty x), appended to the result. ``scale_rule`` (checked):
+    ``amax``: the cast also writes each tile's max |x|, appended to the result as the tile
+    maxima (:func:`tile_maxima_shape`, float32; none for an empty x), whose max is x's amax. ``scale_rule`` (checked):
     ``mx32``'s e8m0 rule, ``"ocp"`` or ``"round_up"``; ``preshuffled`` (``mx32``): both scale
     tensors in the layout of :mod:`kernels.mx_preshuffle`, written so by the cast.
     Device ops: ``tensor`` two launches (the amax pass, the cast, which reduces the pass's
     partials itself), ``row`` three (the amax pass, the scale launch, the cast), one for a
-    given scale (two with ``amax``: the torch reduction of the tile maxima), one for the others."""
+    given scale (``amax`` too: whoever needs the amax reduces the maxima), one for the others."""
     given = scale is not None
     if x.numel() == 0:
         return _empty(x, granularity, fp8_dtype, transpose, given, amax, preshuffled)
@@ -543,15 +568,21 @@ def launch(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype,
     return _CASTS(key, _Cast, x, granularity, fp8_dtype, transpose, given, amax, scale_rule, preshuffled)(x, scale)
 
 
+def tile_maxima_shape(m: int, k: int) -> tuple[int, int]:
+    """The shape of the tile maxima a cast of x (m, k) with a given scale and ``amax`` writes:
+    one per ``TILE`` x ``TILE`` tile, row-major (the custom op's fake makes the same)."""
+    return cdiv(m, TILE), cdiv(k, TILE)
+
+
 def _empty(x, granularity, fp8_dtype, transpose, given, amax, preshuffled) -> tuple[torch.Tensor, ...]:
     """:func:`launch`'s result for an empty x: no launch; scales 1 (MX: byte 0, pre-shuffled
     or not: every byte of either layout is a padding zero or a block of no elements)."""
     m, k = x.shape
     q = new_output((m, k), fp8_dtype, x.device)
     q_t = new_output((k, m), fp8_dtype, x.device) if transpose else q
-    if given:
-        zero = (torch.zeros((), dtype=torch.float32, device=x.device),) if amax else ()
-        return ((q, q_t) if transpose else (q,)) + zero
+    if given:   # no tile maxima: an empty x has no tiles
+        maxima = (new_output(tile_maxima_shape(m, k), torch.float32, x.device),) if amax else ()
+        return ((q, q_t) if transpose else (q,)) + maxima
     mx = granularity == "mx32"
     scale_dtype = torch.uint8 if mx else torch.float32
     shapes = scale_shape(granularity, m, k), scale_shape(granularity, k, m)
@@ -616,10 +647,11 @@ def aot(granularity: str, fp8_dtype: torch.dtype, transpose: bool = True,
                                 "amax_ptr": "*fp32" if amax or mode == 0 else scale})
 
 
-def amax_pass_aot(x_dtype: torch.dtype = torch.bfloat16) -> AotKernel:
+def amax_pass_aot(x_dtype: torch.dtype = torch.bfloat16, unless: int = 0) -> AotKernel:
     """``tensor``'s amax pass (:func:`_tensor_partials_kernel`) as a GPU runs it on a contiguous
-    8192 x 8192 x (a grid of PARTIALS programs, 4 tiles each), for an ahead-of-time compile."""
+    8192 x 8192 x (a grid of PARTIALS programs, 4 tiles each), for an ahead-of-time compile;
+    ``unless``: the numbers it reads first (delayed scaling's: its amax history, HISTORY of them)."""
     size = 8192
     return aot_launch(_tensor_partials_kernel, x_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS),
-                      dict(M=size, K=size, stride_xm=size, stride_xk=1), constexprs=dict(UNLESS=False),
+                      dict(M=size, K=size, stride_xm=size, stride_xk=1), constexprs=dict(UNLESS=unless),
                       pointers={"partials_ptr": "*fp32", "unless_ptr": "*fp32"})

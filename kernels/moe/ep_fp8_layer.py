@@ -120,8 +120,8 @@ from .layer_ladder.swiglu_forward import swiglu_forward
 class _Float8Owner:
     """One forward's expert computation at this owner in FP8 (the two methods of
     :class:`kernels.moe.ep_layer.V3Experts`), and under delayed scaling the scales it took:
-    the weights' once, the rows' and SwiGLU output's per chunk, and the amaxes the chunks'
-    fused casts found, which :meth:`record` enters in the histories once per forward; and the
+    the weights' once, the rows' and SwiGLU output's per chunk, and the tile maxima the chunks'
+    fused casts wrote, which :meth:`record` enters in the histories once per forward; and the
     output gradients' histories (with the counts in a training-mode forward), which its merged
     backward hands to the gradient launches, each recording once."""
 
@@ -129,7 +129,7 @@ class _Float8Owner:
         self.layer, self.padded = layer, layer.ep_capacity is not None
         self.weight_scales: dict | None = None
         self.grad_state: dict = {}   # per weight: its GEMM's output gradient's (Float8Experts._grad_state)
-        self.amaxes: dict[str, list] = {name: [] for name in FP8_TENSORS}   # per chunk
+        self.amaxes: dict[str, list] = {name: [] for name in FP8_TENSORS}   # per chunk: its casts' tile maxima
         self.scales: dict = {"x": None, "hidden": None}   # the backward's, for all chunks' rows
         self.fp8_dispatch = layer.fp8_dispatch
         self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
@@ -148,11 +148,11 @@ class _Float8Owner:
         float32, then to x's dtype (what the backward's wgrad operand quantizes again)."""
         return dequantize(*row_bytes.views(rows, self.parts), ROW_LOCAL[self.layer.recipe], self.dtype)
 
-    def _found(self, names: tuple[str, ...], amax: torch.Tensor, scales) -> None:
-        """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the amaxes its casts found, one per
-        name, kept for :meth:`record` (the scales are this forward's, known here already)."""
+    def _found(self, names: tuple[str, ...], maxima, scales) -> None:
+        """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the tile maxima its casts wrote, one
+        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already)."""
         for i, name in enumerate(names):
-            self.amaxes[name].append(amax[i])
+            self.amaxes[name].append(maxima[i])
 
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
@@ -181,7 +181,8 @@ class _Float8Owner:
 
     def record(self) -> None:
         """After the last chunk (delayed): each tensor enters its history once, with the largest
-        amax the chunks' casts found (a weight's is the same in every chunk); the scale of x's
+        amax the chunks' casts found (the max of their tile maxima; a weight's is the same in every
+        chunk); the scale of x's
         and hidden's (the history's, or that amax's while it was empty) is the backward's."""
         for name, amaxes in self.amaxes.items():
             if amaxes:

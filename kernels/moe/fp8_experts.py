@@ -80,24 +80,25 @@ class Float8Experts:
 
     def _grouped(self, a, scale_a, w, scale_w, offsets, amax: bool = False, **grad_state) -> torch.Tensor:
         """``a_g @ w[g]`` by the FP8 grouped GEMM of this layer's recipe, offsets unchecked
-        (``amax``: and the amaxes of a and w its casts found, (2,); ``grad_state``: :meth:`_grad_state`'s)."""
+        (``amax``: and the tile maxima of a's and w's casts, a pair, whose maxes are their amaxes;
+        ``grad_state``: :meth:`_grad_state`'s)."""
         return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, self.grad_fp8_dtype,
                                       scale_a, scale_w, check_offsets=False, amax=amax, scale_rule=self.scale_rule,
-                                      **grad_state)
+                                      tile_maxima=amax, **grad_state)
 
     def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None) -> torch.Tensor:
-        """``a_g @ w[g]`` by :meth:`_grouped`; with given (delayed) scales, each amax its casts
-        found goes to ``record(names, amax, scales)`` (:func:`kernels.fp8.recipes.delayed.record_amax`'s
+        """``a_g @ w[g]`` by :meth:`_grouped`; with given (delayed) scales, the tile maxima of its
+        casts go to ``record(names, maxima, scales)`` (:func:`kernels.fp8.recipes.delayed.record_amax`'s
         arguments after the layer): w's as ``name_w``, a's as ``name_a`` if given (gate and up cast
         the same x: one of them names it), and the backward takes the output
         gradient's scale from ``dy_<name_w>``'s history and records into it where the layer keeps one."""
         if scale_a is None:
             return self._grouped(a, None, w, None, offsets)
-        out, amax = self._grouped(a, scale_a, w, scale_w, offsets, amax=True, **self._grad_state(name_w))
+        out, maxima = self._grouped(a, scale_a, w, scale_w, offsets, amax=True, **self._grad_state(name_w))
         if name_a is None:
-            record((name_w,), amax[1:], (scale_w,))
+            record((name_w,), maxima[1:], (scale_w,))
         else:
-            record((name_a, name_w), amax, (scale_a, scale_w))   # amax: a's, w's
+            record((name_a, name_w), maxima, (scale_a, scale_w))   # maxima: a's, w's
         return out
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):

@@ -6,14 +6,15 @@ The scale of this step is known before the tensor is read: ``max(history) / fp8_
 over the last :data:`HISTORY` steps' amaxes (Transformer Engine's ``DelayedScaling``,
 ``amax_compute_algo="max"``), fp8_max of the tensor's own format (e5m2's for dy under the
 "hybrid" gradient format). So the cast need not wait for an amax: the fused cast
-with the given scale (:func:`kernels.gemm_fp8.quantize` with ``scale=`` and
-``amax=True``) writes each tile's max |x| as it casts, and that amax, reduced on the
-device, is what enters the history (:func:`push_amax`): each tensor is read
-once per step, and no torch pass reads it for its amax. While a history is empty (the
-first step, or :data:`HISTORY` all-zero steps) the current amax is taken instead; it
-comes from the dense op's amax launch (:func:`kernels.gemm_fp8.quantize.amax`),
+with the given scale (:func:`kernels.gemm_fp8.quantize.quantize_checked` with ``scale=`` and
+``amax=True``) writes each tile's max |x| as it casts, and the max of those tile maxima,
+reduced by the record's launch itself, is what enters the history (:func:`push_amax`): each
+tensor is read once per step, and no torch pass reads it for its amax. While a history is
+empty (the first step, or :data:`HISTORY` all-zero steps) the current amax is taken instead;
+it comes from the dense op's amax pass (:func:`kernels.gemm_fp8.quantize.amax_partials_checked`),
 which every step launches but which reads the tensor only when the device finds the
-history empty (no host sync decides it, :func:`history_scale`). The price: a tensor whose
+history empty, and whose partial maxima the scale's launch reduces with the history (no host
+sync decides it, no torch op reduces either: :func:`history_scale`). The price: a tensor whose
 amax grows past the history's saturates at +-fp8_max. A step in which the largest value
 lands beyond ``fp8_max`` plus half a unit in the last place there (what round-to-nearest
 would have rounded down to the max anyway, :func:`saturates_above`) is counted per layer
@@ -67,8 +68,9 @@ layer, tested); the cases above recompute with other scales there, silently, and
 inside a double backward (``create_graph=True``) is taken for a recompute too. Under
 ``torch.compile`` the layer's Python is traced, not rerun, and the compiler recomputes from the
 graph: torch's checkpoint there recomputes the scales from the updated histories (wrong for a
-Float8Linear block, tested), :func:`kernels.fp8.checkpoint` keeps the forward's (it saves the amax reductions; tested for a
-Float8Linear block and Float8MoE under ``aot_eager``, two plain steps).
+Float8Linear block, tested), :func:`kernels.fp8.checkpoint` keeps the forward's (it saves the
+history reductions; tested for a Float8Linear block and Float8MoE under ``aot_eager``, two plain
+steps).
 
 The histories and counts are buffers of the layer, so ``state_dict`` saves and loads
 them: ``fp8_amax_history_<tensor>`` per tensor and one ``fp8_saturated`` count per
@@ -92,7 +94,7 @@ import torch
 
 from ... import eager
 from ...gemm_fp8.formats import E5M2_OF
-from ...gemm_fp8.quantize import amax_checked as fused_amax
+from ...gemm_fp8.quantize import amax_partials_checked
 from .. import history_ops
 from .. import recompute as fp8_recompute
 from ..recipe import register
@@ -146,16 +148,20 @@ def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
 def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype,
                   direct: bool | None = None) -> torch.Tensor:
     """The delayed scale of a 2-D ``t`` cast to ``fp8`` from its amax ``history``, on the device:
-    max(history) / fp8's max, the current amax's while the history is empty, 1 for all-zero (one
-    launch, :func:`kernels.fp8.history_ops.scale`); ``t`` is read only while the history is empty
-    (:func:`kernels.gemm_fp8.quantize.amax`'s ``unless``). ``t`` as its caller checked it (a
-    layer's checked input or own weight, an op's operand or gradient) and ``history`` a buffer of
-    the same layer: no checks here (:func:`kernels.gemm_fp8.quantize.amax_checked`). Detached:
-    no graph, also in a backward that makes one (``create_graph=True``). ``direct``:
+    max(history) / fp8's max, the current amax's while the history is empty, 1 for all-zero: two
+    launches, the amax pass, which reads ``t`` only while every entry of the history is 0 (its
+    ``unless``, :func:`kernels.gemm_fp8.quantize.amax_partials_checked`), and one that reduces the
+    history and the pass's partial maxima and makes the scale (:func:`kernels.fp8.history_ops.scale`);
+    no torch op. ``t`` as its caller checked it (a layer's checked input or own weight, an op's
+    operand or gradient) and ``history`` a buffer of the same layer: no checks here. Detached: no
+    graph, also in a backward that makes one (``create_graph=True``). ``direct``:
     :func:`kernels.eager.direct` of ``history`` and ``t`` detached, where the caller asked it once
-    for several ops (None: each op asks)."""
-    seen = history.amax()
-    return history_ops.scale(seen, fused_amax(t.detach(), seen, direct), torch.finfo(fp8).max, direct)
+    for several ops (None: asked here)."""
+    t = t.detach()
+    if direct is None:
+        direct = eager.direct(history, t)
+    partials = amax_partials_checked(t, history, direct)
+    return history_ops.scale(history, partials, torch.finfo(fp8).max, direct)
 
 
 def recomputing(layer) -> bool:   # asked outside no_grad: the grad mode is part of the answer
@@ -224,43 +230,46 @@ def cast_scales(layer, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tens
     return scales
 
 
-def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, amax: torch.Tensor, scale: torch.Tensor,
+def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, maxima: torch.Tensor, scale: torch.Tensor,
               fp8: torch.dtype, direct: bool | None = None) -> None:
-    """``amax`` enters ``history`` (newest first) and a step whose ``scale`` saturates it in
-    ``fp8`` (:func:`saturated`) adds 1 to ``counts[index]``; in place, on the device, one launch
+    """The amax, the max of ``maxima`` (a fused cast's tile maxima), enters ``history`` (newest
+    first) and a step whose ``scale`` saturates it in ``fp8`` (:func:`saturated`) adds 1 to
+    ``counts[index]``; in place, on the device, one launch that reduces the maxima too
     (:func:`kernels.fp8.history_ops.record`; ``direct`` as :func:`history_scale`'s)."""
-    history_ops.record(history, counts, index, amax, scale, *_SATURATION[fp8], direct)
+    history_ops.record(history, counts, index, maxima, scale, *_SATURATION[fp8], direct)
 
 
-def record_amax(layer, names: tuple[str, ...], amax: torch.Tensor, scales) -> None:
-    """In training mode: ``amax`` (1-D, one per name in ``names``: what the fused casts with
-    ``scales``, in that order, found) enters the history of each name and a step whose scale
-    saturates it is counted (:func:`push_amax`; :func:`kernels.eager.direct` asked once for all,
-    the buffers read as :func:`cast_scales` reads them); not in a recompute, whose amaxes its
-    forward recorded (:func:`recomputing`)."""
+def record_amax(layer, names: tuple[str, ...], maxima, scales) -> None:
+    """In training mode: the amax of each of ``maxima`` (one tensor per name in ``names``: the
+    tile maxima the fused casts with ``scales``, in that order, wrote) enters the history of each
+    name and a step whose scale saturates it is counted (:func:`push_amax`;
+    :func:`kernels.eager.direct` asked once for all, the buffers read as :func:`cast_scales` reads
+    them); not in a recompute, whose amaxes its forward recorded (:func:`recomputing`)."""
     if layer.training and not recomputing(layer):
         buffers, fp8, order = layer._buffers, layer.fp8_dtype, getattr(layer, "fp8_tensors", TENSORS)
         counts, histories = buffers["fp8_saturated"], []
         for name in names:
             histories.append(buffers[PREFIX + name])
-        direct = eager.direct(*histories, counts, amax)
+        direct = eager.direct(*histories, counts, *maxima)
         for i, name in enumerate(names):
-            push_amax(histories[i], counts, order.index(name), amax[i], scales[i], fp8, direct)
+            push_amax(histories[i], counts, order.index(name), maxima[i], scales[i], fp8, direct)
 
 
-def record_parts(layer, name: str, amaxes: list[torch.Tensor]) -> torch.Tensor:
+def record_parts(layer, name: str, parts: list[torch.Tensor]) -> torch.Tensor:
     """For a layer that casts a tensor in parts (the expert-parallel layer's chunks), each with
-    :func:`cast_scales`'s scale of its part: the largest of the ``amaxes`` the parts' casts found
-    enters the history of ``name`` once a step (:func:`record_amax`), and the whole tensor's
-    scale is returned: the history's, or while it was empty that amax's."""
+    :func:`cast_scales`'s scale of its part: the largest of the tile maxima the parts' casts
+    wrote (``parts``, one tensor per part) enters the history of ``name`` once a step
+    (:func:`record_amax`), and the whole tensor's scale is returned: the history's, or while it
+    was empty that amax's (:func:`kernels.fp8.history_ops.scale`, which reduces the maxima as the
+    record does: the parts' maxima joined into one vector, one torch op, where several parts are)."""
     whole = "whole " + name
     kept = _forward_scale(layer, whole) if recomputing(layer) else None
     if kept is not None:
         return kept
     with torch.no_grad():
-        amax = torch.stack(amaxes).amax()
-        scale = history_ops.scale(getattr(layer, PREFIX + name).amax(), amax, torch.finfo(layer.fp8_dtype).max)
-    record_amax(layer, (name,), amax.reshape(1), (scale,))
+        maxima = parts[0] if len(parts) == 1 else torch.cat([part.reshape(-1) for part in parts])
+        scale = history_ops.scale(getattr(layer, PREFIX + name), maxima, torch.finfo(layer.fp8_dtype).max)
+    record_amax(layer, (name,), (maxima,), (scale,))
     _kept_for_recompute(layer, {whole: scale})
     return scale
 
@@ -281,9 +290,9 @@ class Delayed(PerTensorRecipe):
         scales = cast_scales(layer, {"x": x, "w": w})
         return scales["x"], scales["w"]
 
-    def record(self, layer, scales, amax):
+    def record(self, layer, scales, maxima):
         """:func:`record_amax` of x and w."""
-        record_amax(layer, ("x", "w"), amax, scales)
+        record_amax(layer, ("x", "w"), maxima, scales)
 
     def grad_state(self, layer):
         """dy's history, and the counts to record into in training mode only (None in eval mode)."""
@@ -292,9 +301,10 @@ class Delayed(PerTensorRecipe):
 
     def backward(self, dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx=True, need_dw=True, history=None,
                  counts=None):
-        """dy cast with ``history``'s scale (:func:`history_scale`), its amax, found by the cast,
-        recorded when ``counts`` is given (training mode); without a ``history`` (no layer:
-        :meth:`gemms`, the accuracy report) dy's current scale."""
+        """dy cast with ``history``'s scale (:func:`history_scale`), its amax, found by the cast
+        (its tile maxima, which the record reduces), recorded when ``counts`` is given (training
+        mode); without a ``history`` (no layer: :meth:`gemms`, the accuracy report) dy's current
+        scale."""
         if history is None:
             return super().backward(dy, saved, grad_fp8, dx_dtype, dw_dtype, need_dx, need_dw)
         direct = eager.direct(history, dy.detach())   # asked once for the scale's two ops and the record

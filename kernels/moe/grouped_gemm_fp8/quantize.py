@@ -60,9 +60,9 @@ kernels where one fits, on the device with no host sync:
   copy, each expert's transposed copy) take the grouped cast with one scale: the dense
   op's per-tensor amax launch first (``tensorwise``), or nothing before it (``delayed``'s
   given scale; the forward's casts of x, hidden and the weights, and the backward's first
-  cast of each output gradient, then also return the operand's amax, from their tiles'
-  maxima, which :class:`kernels.moe.fp8_layer.Float8MoE` records in the amax history: no
-  torch pass reads an operand for it).
+  cast of each output gradient, then also return their tiles' maxima, whose max
+  :class:`kernels.moe.fp8_layer.Float8MoE` records in the amax history: no torch pass reads
+  an operand for it, and the record's launch reduces the maxima).
 
 So no operand of the four recipes quantized here is left to plain PyTorch passes: each is
 an amax launch (none for a given scale) and one cast launch that writes its layout, on
@@ -153,8 +153,9 @@ _quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _qua
 def _(t, offsets, fp8, scale=None, per_tensor=False, amax=False):
     batch, rows, cols = t.shape
     q = t.new_empty((batch, cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8)
-    if scale is not None:   # a given scale is not returned; with amax, t's amax is
-        return [q, t.new_empty((), dtype=torch.float32)] if amax else [q]
+    if scale is not None:   # a given scale is not returned; with amax, the cast's tile maxima are
+        return [q, t.new_empty(quantize_kernel.tile_maxima_shape(batch, rows, cols, offsets.shape[0]),
+                               dtype=torch.float32)] if amax else [q]
     return [q, t.new_empty(() if per_tensor else (batch, offsets.shape[0], cols), dtype=torch.float32)]
 
 
@@ -162,8 +163,8 @@ def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, scale: to
              per_tensor: bool = False, amax: bool = False) -> tuple[torch.Tensor, ...]:
     """The grouped kernels on t (B, T, C), through the custom op wherever anything traces:
     (q (B, C, R), scale (B, G, C); per-tensor: 0-d, the given one if given, checked by the
-    caller's public entry; with a given scale and ``amax``, t's amax after them, found by the
-    cast)."""
+    caller's public entry; with a given scale and ``amax``, the cast's tile maxima after them,
+    whose max is t's amax)."""
     t, offsets = t.detach(), offsets.contiguous()   # the kernels read offsets as a flat array
     impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
     if scale is None:
@@ -177,7 +178,8 @@ def tokens(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor |
            amax: bool = False) -> tuple[torch.Tensor, ...]:
     """The forward's x or dgrad's dy (T, C): (fp8 (T, C), scale (T,)), scaled along C;
     blockwise: scale (T, ceil(C/128)), per token and 128 of C. ``amax`` (a given scale):
-    x's amax after them, found by the cast (:func:`kernels.gemm_fp8.quantize`)."""
+    the cast's tile maxima after them, whose max is x's amax
+    (:func:`kernels.gemm_fp8.quantize.quantize_checked`)."""
     q, scale, *found = quantize_checked(x.detach(), TOKEN_GRANULARITY[recipe], fp8, scale=scale, amax=amax)
     if recipe == "blockwise":
         return q, scale
@@ -212,7 +214,7 @@ def forward_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.
     """w (G, K, N) for the forward: (fp8 (G, K, N) stored K-contiguous, scale (G, N)), along K
     (per tensor: the one scale, expanded), each column's K run padded to a multiple of 16 so
     it starts 16-byte aligned; blockwise: scale (G, ceil(K/128), ceil(N/128)), unpadded.
-    ``amax`` (a given scale): w's amax after them, found by the cast."""
+    ``amax`` (a given scale): the cast's tile maxima after them, whose max is w's amax."""
     if recipe == "blockwise":
         return _expert_blocks(w, fp8, k_contiguous=True)
     # each expert one group of K tokens: the grouped kernels' transposed copy (G, N, K padded to 16)
@@ -265,8 +267,8 @@ def quantize_groups(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, sc
 
 
 def _groups(t, offsets, fp8, scale, per_tensor, amax: bool = False) -> tuple[torch.Tensor, ...]:
-    """:func:`quantize_groups` on checked arguments (``amax``: and t's amax, found by the cast
-    with the given ``scale``)."""
+    """:func:`quantize_groups` on checked arguments (``amax``: and the tile maxima of the cast
+    with the given ``scale``, whose max is t's amax)."""
     q, scale, *found = _grouped(t[None], offsets, fp8, scale, per_tensor, amax)
     return q[0], scale if scale.dim() == 0 else scale[0], *found
 
@@ -277,8 +279,8 @@ def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torc
     (fp8 (C, R) token-contiguous, R = T padded to a multiple of 16 with zeros, scale (G, C));
     rowwise scales each feature by its amax over the group's tokens (:func:`quantize_groups`).
     blockwise: scale (ceil(R/128), C), per 128 tokens counted from token 0 and feature (the
-    dW kernel's ``scale_block``), groups ignored. ``amax`` (a given per-tensor scale): t's
-    amax after them, found by the cast (delayed's dy, when dgrad's cast does not run)."""
+    dW kernel's ``scale_block``), groups ignored. ``amax`` (a given per-tensor scale): the cast's
+    tile maxima after them, whose max is t's amax (delayed's dy, when dgrad's cast does not run)."""
     rows, cols = t.shape
     if recipe == "blockwise":
         padded = _zero_rows(t.detach(), cdiv(rows, ALIGN) * ALIGN)

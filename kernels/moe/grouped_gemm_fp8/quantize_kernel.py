@@ -284,8 +284,10 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     (:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`); a given ``scale`` (float32, one
     number: delayed scaling's) skips every amax launch and returns (q,) alone. Either one
     reaches the cast launch with strides 0, as one scale for every group. ``amax`` (with a
-    given scale): the cast also writes each tile's max |t|, reduced on the device to t's amax
-    (0-d float32, 0 for an empty t), returned after q: what delayed scaling records."""
+    given scale): the cast also writes each tile's max |t|, returned after q as the tile maxima
+    (float32, :func:`tile_maxima_shape`; none where nothing is cast), whose max is t's amax:
+    what delayed scaling records (its record's launch reduces them,
+    :func:`kernels.fp8.history_ops.record`)."""
     (batch, rows, cols), groups = t.shape, offsets.shape[0]
     padded = cdiv(rows, ALIGN) * ALIGN
     q = new_output((batch, cols, padded), fp8_dtype, t.device)
@@ -313,9 +315,8 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
             (groups, cdiv(cols, BLOCK_C), batch), dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_C=BLOCK_C, num_warps=1)))
     grid = (cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)
     work = batch and cols and groups and padded
-    if amax:   # an empty t's amax is 0
-        tile_max = (new_output((batch, grid[0], grid[1]), torch.float32, t.device) if work
-                    else torch.zeros((1,), dtype=torch.float32, device=t.device))
+    if amax:   # none where nothing is cast: their max is then 0
+        tile_max = new_output(tile_maxima_shape(batch, rows, cols, groups), torch.float32, t.device)
     else:      # never read without AMAX: the float32 scale stands in, as the compiled launch's *fp32
         tile_max = scale
     if work:
@@ -326,8 +327,19 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
                                                  num_warps=NUM_WARPS,
                                                  **consts)))
     if given:
-        return (q, tile_max.amax()) if amax else (q,)
+        return (q, tile_max) if amax else (q,)
     return q, scale
+
+
+def tile_maxima_shape(batch: int, rows: int, cols: int, groups: int) -> tuple[int, ...]:
+    """The shape of the tile maxima :func:`launch` returns for ``amax`` on t (batch, rows, cols)
+    of ``groups`` groups: one per tile of the cast's grid, (batch, tile rows, tile columns), or
+    none, (0,), where the cast does not run (no groups, or an empty t). The custom op's fake
+    makes the same."""
+    padded = cdiv(rows, ALIGN) * ALIGN
+    if not (batch and cols and groups and padded):
+        return (0,)
+    return batch, cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C)
 
 
 def mx_launch(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: torch.dtype, rows: int,

@@ -29,7 +29,7 @@ delayed scaling with ``history_dy`` given that history's, found on the device; w
 argument, the writes being the backward's, and ``torch.compile`` keeps them in its backward
 graph: tests/test_fp8_moe_delayed_dy.py, under ``aot_eager``). The op is the custom op
 ``kernels::grouped_gemm_fp8_train`` (returning the output and, for ``amax=True``, the
-amaxes of x and w its casts found) with a fake implementation and an autograd formula
+tile maxima of x's and w's casts, whose maxes are their amaxes) with a fake implementation and an autograd formula
 whose backward calls the two custom ops above, so ``torch.compile(fullgraph=True)``
 keeps the forward as one node and traces the backward without a graph break. dx comes
 back in x's dtype, dw in w's. No host sync when the offsets are not checked.
@@ -43,11 +43,13 @@ from ...fp8 import recipe as fp8_recipes
 from ...fp8.recipes.delayed import HISTORY, history_scale, push_amax
 from ...gemm_fp8.formats import E5M2_OF, FP8_DTYPES, OPERAND_DTYPES
 from ...gemm_fp8.operands import OUT_DTYPES, SCALE_K, check_family
-from ...gemm_fp8.quantize import check_scale
+from ...gemm_fp8.quantize import check_scale, reduce_maxima
+from ...gemm_fp8.quantize_kernel import tile_maxima_shape
 from ...triton_support import cdiv
 from . import dw as dw_kernel
 from . import quantize
 from .ops import _grouped_gemm_fp8_impl
+from .quantize_kernel import tile_maxima_shape as grouped_tile_maxima_shape
 
 
 def check_dw(xt, sx, dyt, sdy, offsets, out_dtype, scale_block: int = 0) -> None:
@@ -119,7 +121,8 @@ def token_operand(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale_x: torch
                   amax: bool = False, scale_rule: str | None = None) -> tuple[torch.Tensor, ...]:
     """The forward's x (T, K) as ``recipe`` quantizes it: (fp8, scales) (:func:`.quantize.tokens`,
     mxfp8's :func:`kernels.moe.grouped_gemm_mxfp8.training.tokens`, by the e8m0 ``scale_rule``,
-    None for the recipe's default); ``amax`` (a given ``scale_x``): and x's amax, found by the cast."""
+    None for the recipe's default); ``amax`` (a given ``scale_x``): and the cast's tile maxima, whose
+    max is x's amax."""
     if recipe == "mxfp8":
         return _mx().tokens(x, fp8, fp8_recipes.get(recipe).chosen_scale_rule(scale_rule))
     return quantize.tokens(x, recipe, fp8, scale_x, amax)
@@ -131,7 +134,7 @@ def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offs
                        scale_rule: str | None = None) -> tuple[torch.Tensor, ...]:
     """``(y,)``, y = ``x_g @ w[g]`` in ``out_dtype``, from x already quantized by
     :func:`token_operand`: w quantized for the forward (by ``scale_rule`` as there), one grouped
-    launch; ``amax`` (a given ``scale_w``): ``(y, w's amax)``, found by the cast. Unchecked (the
+    launch; ``amax`` (a given ``scale_w``): ``(y, the cast's tile maxima)``, whose max is w's amax. Unchecked (the
     expert-parallel layer's owners, :mod:`kernels.moe.ep_fp8_layer`, receive x quantized by its sender)."""
     if recipe == "mxfp8":
         rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
@@ -144,11 +147,13 @@ def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe:
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
                 scale_w: torch.Tensor | None, amax: bool = False, history_dy: torch.Tensor | None = None,
                 counts: torch.Tensor | None = None, count_index: int = 0,
-                scale_rule: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                scale_rule: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # history_dy and counts are the backward's (:func:`gradients`); the forward does not touch them
     x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax, scale_rule)
     y, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax, scale_rule)
-    return y, torch.stack(found_x + found_w) if amax else x.new_empty(0, dtype=torch.float32)
+    if amax:
+        return y, *found_x, *found_w
+    return y, x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)   # two: outputs may not alias
 
 
 _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl, mutates_args=())
@@ -157,12 +162,17 @@ _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl,
 @_train.register_fake
 def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax=False, history_dy=None, counts=None,
       count_index=0, scale_rule=None):
-    return x.new_empty((x.shape[0], w.shape[2])), x.new_empty(2 if amax else 0, dtype=torch.float32)
+    (t, k), (g, _, n) = x.shape, w.shape
+    # the tile maxima of the casts of x (dense, tile_maxima_shape) and of w (each expert a batch entry of one group)
+    maxima = ((tile_maxima_shape(t, k), grouped_tile_maxima_shape(g, k, n, 1)) if amax else ((0,), (0,)))
+    return x.new_empty((t, n)), *(x.new_empty(shape, dtype=torch.float32) for shape in maxima)
 
 
 def _setup(ctx, inputs, output):
     x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _, history_dy, counts, count_index, rule = inputs
-    ctx.mark_non_differentiable(output[1])
+    ctx.mark_non_differentiable(*output[1:])
+    # the backward reads dy alone: no zeros made for the tile maxima, which take no gradient
+    ctx.set_materialize_grads(False)
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.scale_rule = recipe, fp8_dtype, grad_dtype, rule
     ctx.save_for_backward(x, w, offsets, scale_x, scale_w)
     # dy's delayed state, held as it is (not saved: the layer's forward records into the same
@@ -203,7 +213,7 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
     return dx, dw
 
 
-def _backward(ctx, dy, _):
+def _backward(ctx, dy, *_):
     x, w, offsets, scale_x, scale_w = ctx.saved_tensors
     dx, dw = gradients(x, w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.needs_input_grad,
                        scale_x, scale_w, *ctx.grad_state, ctx.scale_rule)
@@ -252,7 +262,7 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                            scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
                            check_offsets: bool = True, amax: bool = False, history_dy: torch.Tensor | None = None,
                            counts: torch.Tensor | None = None, count_index: int = 0,
-                           scale_rule: str | None = None) -> torch.Tensor:
+                           scale_rule: str | None = None, tile_maxima: bool = False) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
     -> ``(T, N)`` in x's dtype, differentiable in x and w, every GEMM in FP8 by ``recipe``
     (one of :data:`.quantize.RECIPES`; ``"mxfp8"``: MXFP8 operands and kernels,
@@ -269,7 +279,10 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     and empty groups are legal (zeros, and zero gradients for an empty group's expert).
     ``amax`` (both scales given): returns ``(out, amax)``, amax (2,) float32 the amaxes of x
     and w that the forward's casts found (their tiles' maxima: no other pass reads x or w),
-    what delayed scaling records (:class:`kernels.moe.fp8_layer.Float8MoE`).
+    what delayed scaling records (:class:`kernels.moe.fp8_layer.Float8MoE`), or with ``tile_maxima``
+    the casts' tile maxima themselves, x's and w's (whose maxes those amaxes are), which delayed
+    scaling's record reduces in its own launch (:func:`kernels.fp8.history_ops.record`) where the
+    (2,) amaxes take three torch ops.
     ``history_dy`` (``"delayed"`` only; float32 (HISTORY,), on x's device): the output gradient's
     amax history, from which the backward takes dy's scale for both its casts, on the device
     (its current amax while the history is empty); with ``counts`` (int64, one per tensor of the
@@ -300,6 +313,8 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     _check_grad_state(history_dy, counts, count_index, recipe, x)
     scale_rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
     op = _train_impl if eager.direct(x, w, offsets) else _train
-    out, found = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax, history_dy, counts,
-                    count_index, scale_rule)
-    return (out, found) if amax else out
+    out, *maxima = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax, history_dy, counts,
+                      count_index, scale_rule)
+    if not amax:
+        return out
+    return out, (tuple(maxima) if tile_maxima else torch.stack([reduce_maxima(m) for m in maxima]))
