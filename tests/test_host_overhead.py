@@ -162,9 +162,10 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # (quantize_checked), the forward's without dispatch (direct=True). mxfp8 forward+backward 277 once
 # the backward reads the scale layout off the forward's saved scales (gemm_mxfp4.operands.is_preshuffled,
 # one frame) instead of asking the backend (_preshuffled, backend.current, takes_preshuffled: three).
-# One call more each once the layer's forward is kernels.fp8.linear._forward, which
-# kernels.fp8.side_by_side runs on joint weights: tensorwise 56 and 96, rowwise 60 and 102, blockwise
-# 52 and 91, delayed 108 and 170, mxfp8 118 and 278. Delayed 106 and 167 once its scale's
+# Once the layer's forward is kernels.fp8.linear._forward, which kernels.fp8.side_by_side runs on
+# joint weights (measured: tensorwise, delayed and mxfp8 one call more, rowwise and blockwise one
+# fewer): tensorwise 56 and 96, rowwise 60 and 102, blockwise 52 and 91, delayed 108 and 170, mxfp8
+# 118 and 278. Delayed 106 and 167 once its scale's
 # launch reduces the history and the amax pass's partials and its record's the cast's tile maxima
 # (kernels.fp8.history_ops: no history.amax(), torch amax or stack calls; the amax pass alone a plan,
 # quantize_kernel.tensor_partials, where the pass and its reducing launch were).
@@ -182,7 +183,7 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 # (``workbench bench overhead`` once, on an AMD EPYC, 2026-12-05: 301 -> 185 µs with a gradient, 228 -> 126 without; 32 -> 16 device
 # ops): each torch op it replaced cost more than a Python call. MoE 65 once the layer asks
 # ``autocast.active()`` (a C call) before casting anything, for the master-weight path
-# (kernels.moe.layer_ladder.fused_op.fused_master_experts), where it called autocast.operands
+# (kernels.moe.layer_ladder.fused_op.fused_experts), where it called autocast.operands
 # (and that, torch.amp.is_autocast_available, a Python function).
 # add_rms_norm 13 when the benchmark first measured it (2026-12-06): rms_norm's path, with the
 # residual's dtype in its plan key and h a third output.

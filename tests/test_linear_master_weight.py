@@ -55,7 +55,7 @@ def _bf16_gemm_bound(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The error bound per element of a bf16 GEMM ``a @ b`` (fp32 accumulation, one rounding to
     bf16) against the float64 product of the same operands: the summation's, then bf16's rounding
     of the sum."""
-    sums = a.shape[1] * U32 * (a.double().abs() @ b.double().abs())
+    sums = _wgrad_bound(a.t(), b)
     return U16 * ((a.double() @ b.double()).abs() + sums) + sums
 
 

@@ -152,13 +152,11 @@ def test_without_autocast_or_master_weights_nothing_changes(monkeypatch):
     """Outside autocast, and under it with weights already in its dtype, the experts run as before
     (not the master-weight path); Float8MoE keeps the cast weights under autocast (its experts
     quantize them)."""
-    from kernels.moe import layer as layer_module
     from kernels.moe.fp8_layer import Float8MoE
 
-    def refuse(*args):
-        raise AssertionError("the master-weight path ran")
-
-    monkeypatch.setattr(layer_module, "fused_master_experts", refuse)
+    calls = []   # the layer's experts method: the path a layer without master weights takes
+    experts = kernels.MoE.experts
+    monkeypatch.setattr(kernels.MoE, "experts", lambda self, *a: calls.append(a[3].dtype) or experts(self, *a))
     layer = _layer()
     layer(torch.randn(3, 19, requires_grad=True)).sum().backward()
     assert layer.gate.grad.dtype == torch.float32
@@ -166,6 +164,11 @@ def test_without_autocast_or_master_weights_nothing_changes(monkeypatch):
     with torch.autocast("cpu", dtype=BF16):
         layer(torch.randn(3, 19, dtype=BF16, requires_grad=True)).float().sum().backward()
     assert layer.gate.grad.dtype == BF16
+    assert calls == [torch.float32, BF16]
+    layer.float()
+    with torch.autocast("cpu", dtype=BF16):   # master weights: the experts' node casts, not this method
+        layer(torch.randn(3, 19, dtype=BF16, requires_grad=True)).float().sum().backward()
+    assert calls == [torch.float32, BF16]
     assert Float8MoE.master_weights is False and kernels.MoE.master_weights is True
 
 

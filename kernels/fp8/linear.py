@@ -275,9 +275,8 @@ def _forward(layer: Float8Linear, x: torch.Tensor, w: torch.Tensor) -> torch.Ten
 
 
 def _settings(layer: torch.nn.Module) -> tuple | None:
-    """What decides a bias-free Float8Linear's GEMMs, where its recipe's scales come from the
-    operands (None for anything else)."""
-    if type(layer) is not Float8Linear or layer.bias is not None or _recipes.get(layer.recipe).layer_scales:
+    """What decides a bias-free Float8Linear's GEMMs (None for anything else)."""
+    if type(layer) is not Float8Linear or layer.bias is not None:
         return None
     return layer.recipe, layer.fp8_dtype, layer.grad_format, layer.scale_rule
 
@@ -288,7 +287,8 @@ def side_by_side(layers: tuple[torch.nn.Module, ...], x: torch.Tensor) -> tuple[
     GEMM forward, dy quantized once and one dgrad and one wgrad backward, where apart each layer
     would quantize x and dy and run its three GEMMs (and x's gradients be added). Returns None where
     they cannot: a layer of another class or with a bias, different settings (recipe, formats, scale
-    rule), or a recipe whose scales are a layer's own (delayed scaling, :attr:`Recipe.layer_scales`).
+    rule), or a recipe whose scales are a layer's own (one that decides them outside the GEMM,
+    :meth:`Recipe.scales`: delayed scaling, from the layer's amax histories).
 
     The weights are concatenated (a copy per call; each one's gradient is a row view of the joint
     one). A recipe whose scales follow the weight's rows or K (rowwise, mxfp8) quantizes each weight
@@ -297,7 +297,8 @@ def side_by_side(layers: tuple[torch.nn.Module, ...], x: torch.Tensor) -> tuple[
     128) spans the weights, as a fused QKV weight's does. The backward quantizes the joint dy, whose
     row scales (rowwise, blockwise, mxfp8) span the layers' gradients."""
     settings = _settings(layers[0])
-    if settings is None or any(_settings(layer) != settings for layer in layers[1:]):
+    if (settings is None or any(_settings(layer) != settings for layer in layers[1:])
+            or type(_recipes.get(settings[0])).scales is not _recipes.Recipe.scales):
         return None
     y = _forward(layers[0], x, torch.cat([layer.weight for layer in layers]))
     return y.split([layer.out_features for layer in layers], dim=-1)

@@ -94,10 +94,6 @@ class Recipe:
     grad_formats: tuple[str, ...] = GRAD_FORMATS
     grad_dtype_note = ""
     scale_rules: tuple[str, ...] = ()
-    layer_scales = False
-    """Whether a layer's scales come from its own state (delayed scaling: its amax histories) rather
-    than from the operands each GEMM reads; such layers cannot share one GEMM
-    (:func:`kernels.fp8.linear.side_by_side`)."""
 
     kernels: tuple[str, ...] = ()
 

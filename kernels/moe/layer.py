@@ -27,7 +27,7 @@ from .. import autocast, plans
 from .layer_base import MoELayer
 from .layer_ladder.checks import moe_operands
 from .layer_ladder.spec import DTYPES
-from .layer_ladder.fused_op import fused_experts, fused_master_experts
+from .layer_ladder.fused_op import fused_experts
 from .reference import MoEReference
 from .routing_fused import routed
 
@@ -51,7 +51,7 @@ class MoE(MoELayer):
     Expert weights the region casts (fp32 master weights under bf16) enter the experts' autograd
     node uncast (:data:`master_weights`): it casts them, and their gradients come in their own
     dtype, the dW launches' fp32 sums unrounded, with no cast back
-    (:func:`~kernels.moe.layer_ladder.fused_op.fused_master_experts`).
+    (:func:`~kernels.moe.layer_ladder.fused_op.fused_experts`).
     Forward and backward are bitwise reproducible run to run for a fixed grouped GEMM.
 
     ``MoE(..., ep_group=group)`` splits the experts over the group's ranks: it returns an
@@ -101,7 +101,7 @@ class MoE(MoELayer):
         _CHECKED(plans.meta(rows, router, gate, up, down, extra=(top_k, type(top_k), cast)), _check,
                  rows, router, gate, up, down, top_k, cast)
         weights, ids, self.expert_counts, self.aux_loss = routed(self.router_logits(rows), top_k, self.normalize)
-        experts = self.experts if cast is None else fused_master_experts
+        experts = self.experts if cast is None else fused_experts   # master weights: cast in the node
         out = experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + self.shared_mlp(rows)
@@ -109,7 +109,7 @@ class MoE(MoELayer):
 
     master_weights = True
     """Whether, under autocast, expert weights the region casts enter the experts' node uncast
-    (:func:`~kernels.moe.layer_ladder.fused_op.fused_master_experts`, in place of :meth:`experts`).
+    (:func:`~kernels.moe.layer_ladder.fused_op.fused_experts`, in place of :meth:`experts`).
     :class:`kernels.moe.fp8_layer.Float8MoE` keeps the cast weights (its experts quantize them to
     FP8), as does the expert-parallel layer (:mod:`kernels.moe.ep_layer`, whose owners'
     backward runs the same dW launches on received rows)."""

@@ -233,7 +233,7 @@ def _gradients(ctx, dy, dh=None) -> list[torch.Tensor]:
     lookup by metadata; dy comes in y's dtype, which autograd casts it to), else the
     implementation's. dx, dweight, and db where a residual's dtype is not x's."""
     x, weight, rstd = ctx.saved_tensors
-    if not eager.direct(*((dy, x, weight, rstd) if dh is None else (dy, x, weight, rstd, dh))):
+    if not eager.direct(dy, x, weight, rstd, *(() if dh is None else (dh,))):
         return _rms_norm_backward(dy, x, weight, rstd, dh, ctx.residual_dtype)
     if ctx.plan is None:
         return _backward_impl(dy, x, weight, rstd, dh, ctx.residual_dtype)

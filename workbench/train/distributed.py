@@ -39,8 +39,7 @@ def wrap(model: torch.nn.Module, world: int, how: str | None = None) -> torch.nn
     each forward: the model's buffers are the RoPE tables, the same on every rank, and FP8
     delayed scaling's amax histories, which :mod:`kernels.fp8.amax_sync` reduces (MAX) itself
     in the forward's pre-hook, after DDP's broadcast had already replaced the other ranks'
-    amaxes with rank 0's (``tests/test_fp8_training.py``, the two-rank test under DDP). FSDP2
-    broadcasts no buffers either."""
+    amaxes with rank 0's (``tests/test_fp8_training.py``, the two-rank test under DDP)."""
     if world == 1:
         return model
     how = how or ("fsdp" if fully_shard is not None else "ddp")

@@ -276,7 +276,6 @@ def record_parts(layer, name: str, parts: list[torch.Tensor]) -> torch.Tensor:
 
 class Delayed(PerTensorRecipe):
     name = "delayed"
-    layer_scales = True
     summary = f"per-tensor scales of x, w and dy from the max amax of the last {HISTORY} steps"
 
     def state(self, device):

@@ -9,7 +9,7 @@ Why not in the rung's file: a custom op's name is registered once per process, a
 file is also the template of its exercise, which a learner's copy imports again (the rung
 there is a plain ``autograd.Function`` over the same two functions).
 
-Master weights (:func:`fused_master_experts`): under autocast, :class:`kernels.MoE` passes its
+Master weights (:func:`fused_experts` on weights of another dtype than x's): under autocast, :class:`kernels.MoE` passes its
 fp32 gate, up and down into the experts' autograd node, which casts them to x's dtype itself
 (one cast each per forward, as autocast's, but not recorded by autograd) and whose backward
 returns their gradients in their own dtype from the dW launches' fp32 sums
@@ -92,19 +92,6 @@ def _backward(ctx, grad_out, *_):
 _moe_fused.register_autograd(_backward, setup_context=_save)
 
 
-def fused_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
-    """:func:`.v3_fused.fused_experts` as the custom op ``kernels::moe_fused``, which saves g and
-    u only when a gradient is needed; when nothing traces (:func:`kernels.eager.path`), the forward
-    itself if no gradient is needed, else the rung's ``autograd.Function`` (same kernels forward
-    and backward, a third of the custom op's dispatch cost)."""
-    how = eager.path(x, weights, ids, gate, up, down)
-    if how == eager.PLAIN:
-        return v3_fused.fused_forward(x, weights, ids, gate, up, down, False)[0]
-    if how == eager.AUTOGRAD:
-        return v3_fused.fused_experts_autograd(x, weights, ids, gate, up, down)
-    return _moe_fused(x, weights, ids, gate, up, down, _saves(x, weights, gate, up, down))[0]
-
-
 def _saves(*tensors: torch.Tensor) -> bool:
     """Whether the forward keeps g and u: a gradient is needed."""
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
@@ -133,13 +120,20 @@ def _(x, weights, ids, gate, up, down, save):
 _moe_fused_master.register_autograd(_backward, setup_context=_save)
 
 
-def fused_master_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
-    """:func:`fused_experts` on expert weights of another dtype than x's (fp32 master weights under
-    autocast), cast to x's dtype inside the experts' node, their gradients in their own dtype; an
+def fused_experts(x, weights, ids, gate, up, down) -> torch.Tensor:
+    """:func:`.v3_fused.fused_experts` as the custom op ``kernels::moe_fused``, which saves g and
+    u only when a gradient is needed; when nothing traces (:func:`kernels.eager.path`), the forward
+    itself if no gradient is needed, else the rung's ``autograd.Function`` (same kernels forward
+    and backward, a third of the custom op's dispatch cost). Expert weights of another dtype than
+    x's (fp32 master weights under autocast) are cast to x's dtype inside the experts' node
+    (``kernels::moe_fused_master_weight`` where traced), their gradients in their own dtype; an
     eager call that needs no gradient casts them and runs the forward (nothing to gain)."""
     how = eager.path(x, weights, ids, gate, up, down)
     if how == eager.PLAIN:
-        return v3_fused.fused_forward(x, weights, ids, *(w.to(x.dtype) for w in (gate, up, down)), False)[0]
+        if gate.dtype != x.dtype:
+            gate, up, down = (w.to(x.dtype) for w in (gate, up, down))
+        return v3_fused.fused_forward(x, weights, ids, gate, up, down, False)[0]
     if how == eager.AUTOGRAD:
         return v3_fused.fused_experts_autograd(x, weights, ids, gate, up, down)
-    return _moe_fused_master(x, weights, ids, gate, up, down, _saves(x, weights, gate, up, down))[0]
+    op = _moe_fused if gate.dtype == x.dtype else _moe_fused_master
+    return op(x, weights, ids, gate, up, down, _saves(x, weights, gate, up, down))[0]

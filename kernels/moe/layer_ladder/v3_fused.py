@@ -360,7 +360,7 @@ NEEDS = (0, 1, 3, 4, 5)   # the inputs with a gradient: x, weights, gate, up, do
 class _FusedExperts(torch.autograd.Function):
     """Forward: :func:`fused_forward`, saving what the backward needs when a gradient is;
     backward: :func:`.v3_backward.fused_backward`, no forward GEMM. Expert weights of another
-    dtype than x's (fp32 master weights under autocast, :func:`.fused_op.fused_master_experts`)
+    dtype than x's (fp32 master weights under autocast, :func:`.fused_op.fused_experts`)
     are cast here, where autograd records no cast, and their gradients come in their own dtype."""
 
     @staticmethod
