@@ -23,7 +23,7 @@ from workbench.harness.device_ops import device_ops
 from fresh_compiles import results
 
 FORMATS = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
-MAXIMA = history_ops.MAXIMA_BLOCK * 2 + 452   # three loop steps, the last partial
+MAXIMA = quantize_kernel.PARTIALS * 2 + 452   # three loop steps, the last partial
 
 
 def _rule(history: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tensor:
@@ -50,7 +50,7 @@ def _positions(n: int) -> list[int]:
     """Every position of a short vector; of a long one its ends and each loop step's."""
     if n <= 2 * HISTORY:
         return list(range(n))
-    block = history_ops.MAXIMA_BLOCK
+    block = quantize_kernel.PARTIALS
     return sorted({0, 1, block - 1, block, 2 * block - 1, 2 * block, n - 1} & set(range(n)))
 
 
@@ -242,7 +242,7 @@ COUNTS = dict(scale=quantize_kernel.PARTIALS, record=64 * 64)
 
 
 def aot(kernel):
-    blocks = dict(H_BLOCK=HISTORY, BLOCK=history_ops.MAXIMA_BLOCK)
+    blocks = dict(H_BLOCK=HISTORY, BLOCK=quantize_kernel.PARTIALS)
     if kernel == "scale":
         return aot_launch(history_ops._scale_kernel, torch.float32, dict(num_warps=1),
                           dict(H=HISTORY, count=COUNTS[kernel]), constexprs=dict(FMAX=448.0, **blocks))

@@ -140,11 +140,23 @@ def scale_of_amax(amax, FMAX: tl.constexpr):
 
 
 @triton.jit
+def max_of(maxima_ptr, count, BLOCK: tl.constexpr):
+    """The max of the ``count`` floats at maxima_ptr (>= 0: maxima of |x|), 0 for none: BLOCK at
+    a time, a lane's running max, one reduction across the lanes at the end (a max is exact in
+    any order: bitwise any other reduction's). Delayed scaling's kernels reduce a cast's tile
+    maxima with it (:mod:`kernels.fp8.history_ops`)."""
+    i = tl.arange(0, BLOCK)
+    running = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, count, BLOCK):
+        running = tl.maximum(running, tl.load(maxima_ptr + start + i, mask=start + i < count, other=0.0))
+    return tl.max(running)
+
+
+@triton.jit
 def _partials_max(partials_ptr, count, PARTIALS: tl.constexpr):
     """The max of the first ``count`` (<= PARTIALS) partial maxima at partials_ptr, the amax of
-    ``tensor`` (:func:`_tensor_partials_kernel`): one masked load of PARTIALS floats, no loop."""
-    i = tl.arange(0, PARTIALS)
-    return tl.max(tl.load(partials_ptr + i, mask=i < count, other=0.0))
+    ``tensor`` (:func:`_tensor_partials_kernel`): :func:`max_of`'s one step of PARTIALS."""
+    return max_of(partials_ptr, count, PARTIALS)
 
 
 @triton.jit
