@@ -150,9 +150,12 @@ class _Float8Owner:
 
     def _found(self, names: tuple[str, ...], maxima, scales) -> None:
         """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the tile maxima its casts wrote, one
-        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already)."""
-        for i, name in enumerate(names):
-            self.amaxes[name].append(maxima[i])
+        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already);
+        a weight's only from the first chunk, every chunk casting the same weight whole (the same
+        maxima), so its record reduces one part, joining none."""
+        for name, found in zip(names, maxima):
+            if name in self.scales or not self.amaxes[name]:   # the rows' per chunk, a weight's once
+                self.amaxes[name].append(found)
 
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
@@ -181,8 +184,8 @@ class _Float8Owner:
 
     def record(self) -> None:
         """After the last chunk (delayed): each tensor enters its history once, with the largest
-        amax the chunks' casts found (the max of their tile maxima; a weight's is the same in every
-        chunk); the scale of x's
+        amax the chunks' casts found (the max of their tile maxima; a weight's the first chunk's,
+        the same in every chunk); the scale of x's
         and hidden's (the history's, or that amax's while it was empty) is the backward's."""
         for name, amaxes in self.amaxes.items():
             if amaxes:
