@@ -237,7 +237,7 @@ from workbench.isa import compile as isa_compile
 from workbench.isa import parse as isa_parse
 
 # as the launches pass them: an 8192 x 8192 x's PARTIALS partials for the scale, its 64 x 64 tile maxima for
-# the record (Triton specializes a count divisible by 16 as such, as it does both of these)
+# the record (the kernels do not specialize count: any count is this binary)
 COUNTS = dict(scale=quantize_kernel.PARTIALS, record=64 * 64)
 
 
@@ -291,3 +291,23 @@ def test_on_nvidia_a_barrier_separates_the_records_loads_from_its_stores():
     store = next(i for i, line in enumerate(ptx) if "st.global" in line)           # the shifted history
     load = max(i for i, line in enumerate(ptx[:store]) if "ld.global" in line)     # its old entries
     assert any(line.startswith(("bar.sync", "barrier.sync")) for line in ptx[load:store]), ptx
+
+
+def test_every_count_launches_the_binary_the_isa_tests_compile(monkeypatch):
+    """``count`` (a shape's number of maxima) and the record's ``index`` are not specialized:
+    calls with 1, 16 and 17 maxima, index 1 and 2, give both kernels' every argument the class
+    (for gfx942) of the AOT launch above, where a specialized count would be a constant or
+    divisible by 16: up to three binaries per kernel."""
+    from launch_classes import differences, recorded_launches
+    compile_namespace = {}
+    exec(COMPILE, compile_namespace)
+    aot = compile_namespace["aot"]
+    history, counts, scale = torch.zeros(HISTORY), torch.zeros(3, dtype=torch.int64), torch.tensor(0.5)
+    with recorded_launches(monkeypatch, stub=True) as launches:
+        for n, index in ((1, 1), (16, 2), (17, 2)):
+            maxima = torch.rand(n)
+            history_ops.scale(history, maxima, 448.0, direct=True)
+            history_ops.record(history, counts, index, maxima, scale, 464.0, False, direct=True)
+    assert len(launches) == 6
+    for launch, kernel in zip(launches, ("scale", "record") * 3):
+        assert differences(launch, aot(kernel), monkeypatch) == {}, (kernel, launch[1])

@@ -163,3 +163,17 @@ def test_per_tensor_scales_take_two_launches_and_no_torch_op(transpose):
                  lambda: tensor_amax(x, torch.tensor(1.0))):
         seen = device_ops(call)
         assert (seen.triton, seen.total) == (2, 2), seen
+
+
+def test_the_partials_reduction_is_one_binary_for_every_count(monkeypatch):
+    """The reducing launch does not specialize its count of partials (one per tile, up to
+    PARTIALS: a shape's): x with 1, 16 and 17 tiles launch it with every argument of one class
+    for gfx942, where a specialized count would be a constant or divisible by 16."""
+    from launch_classes import GFX942, classes, jit_launch, recorded_launches
+    tile = quantize_kernel.TILE
+    with recorded_launches(monkeypatch, stub=True) as launches:
+        for tiles_m in (1, 16, 17):
+            tensor_amax(torch.ones(tiles_m * tile, 1))
+    seen = [classes(jit_launch(fn, args, GFX942, monkeypatch)) for fn, args in launches
+            if fn is quantize_kernel._tensor_amax_kernel]
+    assert len(seen) == 3 and seen[0] == seen[1] == seen[2], seen

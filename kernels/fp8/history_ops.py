@@ -36,7 +36,10 @@ from ..outputs import new_output
 from ..triton_support import next_power_of_2
 
 
-@triton.jit
+# ``count`` (how many maxima: a shape's) is not specialized, ``index`` neither (which tensor of the
+# layer): Triton would otherwise compile a binary for a value of 1, one for multiples of 16, one for
+# the rest, per kernel
+@triton.jit(do_not_specialize=["count"])
 def _scale_kernel(history_ptr, maxima_ptr, scale_ptr, H, count, FMAX: tl.constexpr, H_BLOCK: tl.constexpr,
                   BLOCK: tl.constexpr):
     """max(history) / FMAX (H entries), the current amax's (the max of ``count`` maxima) while the
@@ -47,7 +50,7 @@ def _scale_kernel(history_ptr, maxima_ptr, scale_ptr, H, count, FMAX: tl.constex
     tl.store(scale_ptr, scale_of_amax(ref, FMAX))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["index", "count"])
 def _record_kernel(history_ptr, counts_ptr, maxima_ptr, scale_ptr, index, H, count,
                    LIMIT: tl.constexpr, AT_LIMIT: tl.constexpr, H_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
     """history (H entries, newest first) shifted by one with amax (the max of ``count`` maxima)

@@ -323,7 +323,7 @@ def _tensor_partials_kernel(x_ptr, partials_ptr, unless_ptr, M, K, stride_xm, st
     tl.store(partials_ptr + p, tl.max(amax))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["count"])   # count: a shape's (partial_count), one binary for all
 def _tensor_amax_kernel(partials_ptr, out_ptr, count, FMAX: tl.constexpr, SCALE: tl.constexpr,
                         PARTIALS: tl.constexpr):
     """The amax pass's ``count`` partial maxima reduced to the tensor's amax, written at out_ptr
