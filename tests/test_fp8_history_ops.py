@@ -16,7 +16,7 @@ import torch
 from kernels.fp8 import Float8Linear, history_ops
 from kernels.fp8.recipes.delayed import HISTORY, _SATURATION, history_scale, push_amax, saturated
 from kernels.gemm_fp8 import quantize_kernel
-from kernels.gemm_fp8.quantize import quantize_checked
+from kernels.gemm_fp8.quantize import quantize_checked, reduce_maxima
 from kernels.outputs import poisoned_outputs
 
 from fresh_compiles import results
@@ -32,10 +32,6 @@ def _rule(history: torch.Tensor, amax: torch.Tensor, fmax: float) -> torch.Tenso
     seen = history.double().max() if history.numel() else torch.zeros((), dtype=torch.float64)
     ref = seen if seen > 0 else amax.double()
     return (ref / fmax).float() if ref > 0 else torch.ones((), dtype=torch.float32)
-
-
-def _amax(maxima: torch.Tensor) -> torch.Tensor:
-    return maxima.max() if maxima.numel() else torch.zeros(())
 
 
 def _peaked(n: int, at: int, peak: float, gen) -> torch.Tensor:
@@ -77,7 +73,7 @@ def test_the_scale_reads_every_history_entry_and_every_maxima():
     maxima = torch.rand(MAXIMA, generator=gen)   # all below 1: the history's max wins
     for at in range(HISTORY):
         history = _peaked(HISTORY, at, 3.0, gen)
-        assert torch.equal(history_ops.scale(history, maxima, fmax), _rule(history, _amax(maxima), fmax)), at
+        assert torch.equal(history_ops.scale(history, maxima, fmax), _rule(history, reduce_maxima(maxima), fmax)), at
     empty = torch.zeros(HISTORY)
     for n in (1, 5, MAXIMA):
         for at in _positions(n):
