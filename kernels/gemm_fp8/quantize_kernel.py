@@ -302,10 +302,10 @@ def _tensor_partials_kernel(x_ptr, partials_ptr, unless_ptr, M, K, stride_xm, st
     """The first pass of ``tensor``: program p of P writes at partials_ptr[p] the max |x| of the
     tiles p, p + P, p + 2P, ... (row-major), so a grid of P = min(tiles, PARTIALS) programs
     leaves P numbers, which the kernel that needs the amax reduces itself (:func:`_partials_max`,
-    :func:`kernels.fp8.history_ops.scale`). UNLESS (0 for none): where any of the
-    UNLESS numbers at unless_ptr (one masked load of UNLESS_BLOCK, :func:`_unless_constants`) is > 0 no tile is read (every partial 0): one number (the public
-    :func:`tensor_amax`'s), or delayed scaling's amax history, whose entries are amaxes (>= 0), so
-    that its max need not be reduced before."""
+    :func:`kernels.fp8.history_ops.scale`). UNLESS (0 for none): where any of the UNLESS numbers
+    at unless_ptr (one masked load of UNLESS_BLOCK, :func:`_unless_constants`) is > 0 no tile is
+    read (every partial 0): one number (the public :func:`tensor_amax`'s), or delayed scaling's
+    amax history, whose entries are amaxes (>= 0), so that its max need not be reduced before."""
     p = tl.program_id(0)
     tiles_k = tl.cdiv(K, BLOCK)
     tiles = tl.cdiv(M, BLOCK) * tiles_k
