@@ -54,7 +54,7 @@ def launches(name, fp8):
     if name == "history scale":
         return [aot_launch(history_ops._scale_kernel, torch.float32, dict(num_warps=1),
                            dict(H=16, count=quantize_kernel.PARTIALS),
-                           constexprs=dict(FMAX=fmax, H_BLOCK=16, BLOCK=history_ops.MAXIMA_BLOCK))]
+                           constexprs=dict(FMAX=fmax, H_BLOCK=16, BLOCK=quantize_kernel.PARTIALS))]
     if name == "gemm to fp8":
         return [aot_launch(epilogue._gemm_amax_kernel, torch.bfloat16, dict(num_warps=8),
                            dict(M=N, N=N, K=N, stride_am=N, stride_ak=1, stride_bk=N, stride_bn=1,

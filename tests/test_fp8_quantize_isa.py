@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fresh_compiles import results
+from kernels.fp8.recipes.delayed import HISTORY   # the unless of delayed scaling's amax pass
 
 COMPILE = """
 import torch
@@ -21,7 +22,6 @@ def result(job):
     return summary(isa_compile.compile_aot(aot, ("hip", arch, 64)))
 """
 AMAX_PASS = "tensor's amax pass"   # a job's "granularity" that compiles quantize_kernel.amax_pass_aot()
-HISTORY = 16   # delayed scaling's amax history, the unless of its amax pass (kernels.fp8.recipes.delayed.HISTORY)
 COMPILE = f"AMAX_PASS = {AMAX_PASS!r}\n" + COMPILE
 WIDE = [("block1x128", "float8_e4m3fnuz", "gfx942", "ocp"), ("mx32", "float8_e4m3fn", "gfx950", "ocp"),
         ("mx32", "float8_e4m3fn", "gfx950", "round_up")]
@@ -161,11 +161,9 @@ def test_the_compiled_delayed_amax_pass_takes_the_arguments_a_call_passes(monkey
     (:func:`kernels.fp8.recipes.delayed.history_scale`'s), recorded, not run, against
     ``amax_pass_aot(unless=HISTORY)``, whose ISA test_tensors_amax_pass_reads_wide_and_keeps_seven_waves reads."""
     import torch
-    from kernels.fp8.recipes.delayed import HISTORY as DELAYED_HISTORY
     from kernels.gemm_fp8 import quantize_kernel
     from launch_classes import differences, recorded_launches
 
-    assert DELAYED_HISTORY == HISTORY
     with recorded_launches(monkeypatch, stub=True) as launches:
         quantize_kernel.tensor_partials(torch.ones(64, 64, dtype=torch.bfloat16), torch.zeros(HISTORY))
     amax_pass = quantize_kernel.amax_pass_aot(unless=HISTORY)

@@ -105,8 +105,26 @@ def test_the_delayed_pass_reads_x_only_while_its_history_is_all_zero(shape, part
             assert not tensor_partials(fives, history).any(), at
     seen = device_ops(lambda: tensor_partials(x, history))
     assert (seen.triton, seen.total) == (1, 1), seen
-    with pytest.raises(ValueError, match="a power of two of numbers"):   # the kernel loads them as one vector
-        tensor_partials(torch.ones(3, 3), torch.zeros(3))
+
+
+@pytest.mark.parametrize("entries", [3, 5])
+def test_an_unless_of_any_length_is_read_to_its_end_and_no_further(entries):
+    """An ``unless`` whose length is not a power of two (the kernel loads the next power of two,
+    masked): a value > 0 at any of its positions reads nothing, and all 0 reads x although the
+    number after its end (the rest of the buffer it is a view of) is > 0."""
+    from kernels.gemm_fp8.quantize_kernel import tensor_partials
+    x = activations((40, 30), seed=7)
+    beyond = torch.zeros(8)
+    beyond[entries] = 1.0
+    with poisoned_outputs():
+        found = tensor_partials(x, beyond[:entries])
+    assert _same_bits(found.max(), _torch_amax(x))
+    fives = torch.full_like(x, 5.0)
+    for at in range(entries):
+        unless = torch.zeros(entries)
+        unless[at] = 1e-30
+        with poisoned_outputs():
+            assert not tensor_partials(fives, unless).any(), at
 
 
 def test_an_empty_x_has_amax_0_and_scale_1_without_a_launch():
@@ -145,3 +163,17 @@ def test_per_tensor_scales_take_two_launches_and_no_torch_op(transpose):
                  lambda: tensor_amax(x, torch.tensor(1.0))):
         seen = device_ops(call)
         assert (seen.triton, seen.total) == (2, 2), seen
+
+
+def test_the_partials_reduction_is_one_binary_for_every_count(monkeypatch):
+    """The reducing launch does not specialize its count of partials (one per tile, up to
+    PARTIALS: a shape's): x with 1, 16 and 17 tiles launch it with every argument of one class
+    for gfx942, where a specialized count would be a constant or divisible by 16."""
+    from launch_classes import GFX942, classes, jit_launch, recorded_launches
+    tile = quantize_kernel.TILE
+    with recorded_launches(monkeypatch, stub=True) as launches:
+        for tiles_m in (1, 16, 17):
+            tensor_amax(torch.ones(tiles_m * tile, 1))
+    seen = [classes(jit_launch(fn, args, GFX942, monkeypatch)) for fn, args in launches
+            if fn is quantize_kernel._tensor_amax_kernel]
+    assert len(seen) == 3 and seen[0] == seen[1] == seen[2], seen

@@ -47,7 +47,8 @@ from workbench.train import host_cost
 # amax of the tile maxima, no stack of the amaxes, no launch reducing the partials; 38 + 36 + 13 + 3
 # torch ops and 38 launches), and the FP8 grouped GEMM's training op making no zero gradients for its
 # outputs that take none (set_materialize_grads(False), as kernels::fp8_linear: 3 zeros a step in every
-# FP8 row): delayed 317 (290 + 158 -> 252 + 65), tensorwise 234, rowwise 264, blockwise 189, mxfp8 213.
+# FP8 row): delayed 317 (290 + 158 -> 252 + 65), tensorwise 234, rowwise 264, blockwise 189, mxfp8 213
+# (these before-and-after numbers measured at commits c50b686 and dc86606).
 MAX_FP8_STEP_OPS = {"tensorwise": 234, "delayed": 317, "rowwise": 264, "blockwise": 189, "mxfp8": 213}
 MAX_WORKBENCH_STEP_OPS = 143   # the bf16 workbench step's (260 before the norms' out_dtype, 234 before the fp32
 #                                router, 225 before the fused routing, 195 before the fp32 weight gradients

@@ -5,9 +5,9 @@ Each launch reduces what it reads itself: the scale the history (16 entries) and
 pass's partial maxima, the record the tile maxima of the cast with the given scale, so no
 torch reduction (``history.amax()``, the cast's ``maxima.amax()``, a ``torch.stack`` of two
 amaxes) and no launch reducing the partials comes before them: a Float8Linear's delayed forward
-is 9 launches and no torch op, where the reductions made it 11 launches and 5 torch ops
-(``tests/test_fp8_history_ops.py`` counts them). Maxima are >= 0, so a max over them (and 0 for
-none) is the amax bit for bit, in any order.
+is 9 launches and no torch op but its bias's add (``tests/test_host_overhead_fp8.py`` counts them),
+where the reductions made it 11 launches and 5 torch ops (measured at commit c50b686). Maxima are
+>= 0, so a max over them (and 0 for none) is the amax bit for bit, in any order.
 
 Why kernels: each is a handful of scalar operations (compare, divide, select; shift a 16-entry
 history), which as torch ops were a dozen device ops per tensor and step (``where``, ``gt``,
@@ -31,36 +31,26 @@ import triton
 import triton.language as tl
 
 from .. import eager
+from ..gemm_fp8.quantize_kernel import PARTIALS, max_of, scale_of_amax
 from ..outputs import new_output
 from ..triton_support import next_power_of_2
 
 
-MAXIMA_BLOCK = 1024   # the maxima each loop step of :func:`_max_of` loads: one step for the amax pass's partials
-
-
-@triton.jit
-def _max_of(maxima_ptr, count, BLOCK: tl.constexpr):
-    """The max of the ``count`` floats at maxima_ptr (>= 0: maxima of |x|), 0 for none: BLOCK at
-    a time, a lane's running max, one reduction across the lanes at the end."""
-    i = tl.arange(0, BLOCK)
-    running = tl.zeros((BLOCK,), tl.float32)
-    for start in range(0, count, BLOCK):
-        running = tl.maximum(running, tl.load(maxima_ptr + start + i, mask=start + i < count, other=0.0))
-    return tl.max(running)
-
-
-@triton.jit
+# ``count`` (how many maxima: a shape's) is not specialized, ``index`` neither (which tensor of the
+# layer): Triton would otherwise compile a binary for a value of 1, one for multiples of 16, one for
+# the rest, per kernel
+@triton.jit(do_not_specialize=["count"])
 def _scale_kernel(history_ptr, maxima_ptr, scale_ptr, H, count, FMAX: tl.constexpr, H_BLOCK: tl.constexpr,
                   BLOCK: tl.constexpr):
     """max(history) / FMAX (H entries), the current amax's (the max of ``count`` maxima) while the
     history is all 0, 1 for both 0."""
     i = tl.arange(0, H_BLOCK)
     seen = tl.max(tl.load(history_ptr + i, mask=i < H, other=0.0))
-    ref = tl.where(seen > 0, seen, _max_of(maxima_ptr, count, BLOCK))
-    tl.store(scale_ptr, tl.where(ref > 0, tl.math.div_rn(ref, FMAX), 1.0))
+    ref = tl.where(seen > 0, seen, max_of(maxima_ptr, count, BLOCK))
+    tl.store(scale_ptr, scale_of_amax(ref, FMAX))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["index", "count"])
 def _record_kernel(history_ptr, counts_ptr, maxima_ptr, scale_ptr, index, H, count,
                    LIMIT: tl.constexpr, AT_LIMIT: tl.constexpr, H_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
     """history (H entries, newest first) shifted by one with amax (the max of ``count`` maxima)
@@ -68,7 +58,7 @@ def _record_kernel(history_ptr, counts_ptr, maxima_ptr, scale_ptr, index, H, cou
     stores the entry another lane loads, so a barrier separates the loads of the old entries from
     the stores: no lane (of any warp, on any GPU: lanes of an NVIDIA warp are not ordered without
     one) writes an entry before every lane has read it."""
-    amax = _max_of(maxima_ptr, count, BLOCK)
+    amax = max_of(maxima_ptr, count, BLOCK)
     limit = tl.load(scale_ptr) * LIMIT
     if AT_LIMIT:
         saturated = amax >= limit
@@ -84,7 +74,7 @@ def _record_kernel(history_ptr, counts_ptr, maxima_ptr, scale_ptr, index, H, cou
 def _scale_impl(history: torch.Tensor, maxima: torch.Tensor, fmax: float) -> torch.Tensor:
     scale = new_output((), torch.float32, history.device)
     h = history.numel()
-    _scale_kernel.run(history, maxima, scale, h, maxima.numel(), fmax, max(next_power_of_2(h), 1), MAXIMA_BLOCK,
+    _scale_kernel.run(history, maxima, scale, h, maxima.numel(), fmax, max(next_power_of_2(h), 1), PARTIALS,
                       grid=(1,), warmup=False, num_warps=1)
     return scale
 
@@ -116,7 +106,7 @@ def _record_impl(history: torch.Tensor, counts: torch.Tensor, index: int, maxima
                  scale: torch.Tensor, limit: float, at_limit: bool) -> None:
     h = history.numel()
     _record_kernel.run(history, counts, maxima, scale, index, h, maxima.numel(), limit, at_limit,
-                       max(next_power_of_2(h), 1), MAXIMA_BLOCK, grid=(1,), warmup=False, num_warps=1)
+                       max(next_power_of_2(h), 1), PARTIALS, grid=(1,), warmup=False, num_warps=1)
 
 
 _record = torch.library.custom_op("kernels::fp8_record_amax", _record_impl, mutates_args=("history", "counts"))

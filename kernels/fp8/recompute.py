@@ -115,18 +115,19 @@ def checkpoint(function, *args, **kwargs):
     return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, context_fn=_contexts, **kwargs)
 
 
-# the ops that read an amax history (kernels.fp8.history_ops.scale, and the amax pass whose unless it is)
-_READ_HISTORY = frozenset({"kernels::fp8_history_scale", "kernels::fp8_amax_partials"})
+# the op that reduces an amax history to a scale (kernels.fp8.history_ops.scale); the amax pass that
+# also reads it (as its unless) feeds only that scale, which is saved, so a recompute never needs it
+_HISTORY_SCALE = "kernels::fp8_history_scale"
 
 
 def _keep_reductions(ctx, op, *args, **kwargs):
-    """Selective checkpointing's policy under torch.compile: the ops that reduce an amax history
-    are saved, not recomputed, so a delayed scale (max of the history, which the forward then
+    """Selective checkpointing's policy under torch.compile: the op that reduces an amax history
+    is saved, not recomputed, so a delayed scale (max of the history, which the forward then
     updates in place) is the forward's in the recompute; an op that mutates its arguments (the
     history's record, ``kernels::fp8_record_amax``) is not run again either, or a recompute would
     count a step's saturation twice; everything else may be recomputed."""
     schema = getattr(op, "_schema", None)
-    if schema is not None and (schema.name in _READ_HISTORY or schema.is_mutable):
+    if schema is not None and (schema.name == _HISTORY_SCALE or schema.is_mutable):
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
 

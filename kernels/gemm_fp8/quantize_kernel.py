@@ -87,8 +87,8 @@ from .. import plans
 from ..mx_preshuffle import preshuffled_mask, preshuffled_offsets, preshuffled_shape
 from ..outputs import new_output
 from ..registry import AotKernel
-from ..triton_support import (aot_launch, cdiv, fp8_grid, pointer_type, round_to_fp8, run_args,
-                              run_kwargs)
+from ..triton_support import (aot_launch, cdiv, fp8_grid, next_power_of_2, pointer_type, round_to_fp8,
+                              run_args, run_kwargs)
 from .quantize_ref import TILE, group_shape, mx_emax, scale_shape
 
 NUM_WARPS = 8   # 512 threads per 128 x 128 tile: 32 fp32 values each
@@ -140,11 +140,23 @@ def scale_of_amax(amax, FMAX: tl.constexpr):
 
 
 @triton.jit
+def max_of(maxima_ptr, count, BLOCK: tl.constexpr):
+    """The max of the ``count`` floats at maxima_ptr (>= 0: maxima of |x|), 0 for none: BLOCK at
+    a time, a lane's running max, one reduction across the lanes at the end (a max is exact in
+    any order: bitwise any other reduction's). Delayed scaling's kernels reduce a cast's tile
+    maxima with it (:mod:`kernels.fp8.history_ops`)."""
+    i = tl.arange(0, BLOCK)
+    running = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, count, BLOCK):
+        running = tl.maximum(running, tl.load(maxima_ptr + start + i, mask=start + i < count, other=0.0))
+    return tl.max(running)
+
+
+@triton.jit
 def _partials_max(partials_ptr, count, PARTIALS: tl.constexpr):
     """The max of the first ``count`` (<= PARTIALS) partial maxima at partials_ptr, the amax of
-    ``tensor`` (:func:`_tensor_partials_kernel`): one masked load of PARTIALS floats, no loop."""
-    i = tl.arange(0, PARTIALS)
-    return tl.max(tl.load(partials_ptr + i, mask=i < count, other=0.0))
+    ``tensor`` (:func:`_tensor_partials_kernel`): :func:`max_of`'s one step of PARTIALS."""
+    return max_of(partials_ptr, count, PARTIALS)
 
 
 @triton.jit
@@ -286,19 +298,20 @@ def _amax_kernel(x_ptr, rows_ptr, cols_ptr, M, K, stride_xm, stride_xk,
 
 @triton.jit
 def _tensor_partials_kernel(x_ptr, partials_ptr, unless_ptr, M, K, stride_xm, stride_xk,
-                            UNLESS: tl.constexpr, BLOCK: tl.constexpr):
+                            UNLESS: tl.constexpr, UNLESS_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
     """The first pass of ``tensor``: program p of P writes at partials_ptr[p] the max |x| of the
     tiles p, p + P, p + 2P, ... (row-major), so a grid of P = min(tiles, PARTIALS) programs
     leaves P numbers, which the kernel that needs the amax reduces itself (:func:`_partials_max`,
-    :func:`kernels.fp8.history_ops.scale`). UNLESS (a power of two, 0 for none): where any of the
-    UNLESS numbers at unless_ptr is > 0 no tile is read (every partial 0): one number (the public
-    :func:`tensor_amax`'s), or delayed scaling's amax history, whose entries are amaxes (>= 0), so
-    that its max need not be reduced before."""
+    :func:`kernels.fp8.history_ops.scale`). UNLESS (0 for none): where any of the UNLESS numbers
+    at unless_ptr (one masked load of UNLESS_BLOCK, :func:`_unless_constants`) is > 0 no tile is
+    read (every partial 0): one number (the public :func:`tensor_amax`'s), or delayed scaling's
+    amax history, whose entries are amaxes (>= 0), so that its max need not be reduced before."""
     p = tl.program_id(0)
     tiles_k = tl.cdiv(K, BLOCK)
     tiles = tl.cdiv(M, BLOCK) * tiles_k
     if UNLESS:   # none where an entry at unless_ptr is > 0
-        tiles = tl.where(tl.max(tl.load(unless_ptr + tl.arange(0, UNLESS))) > 0, 0, tiles)
+        i = tl.arange(0, UNLESS_BLOCK)
+        tiles = tl.where(tl.max(tl.load(unless_ptr + i, mask=i < UNLESS, other=0.0)) > 0, 0, tiles)
     amax = tl.zeros((BLOCK, BLOCK), tl.float32)
     for t in range(p, tiles, tl.num_programs(0)):
         rows = (t // tiles_k) * BLOCK + tl.arange(0, BLOCK)
@@ -310,7 +323,7 @@ def _tensor_partials_kernel(x_ptr, partials_ptr, unless_ptr, M, K, stride_xm, st
     tl.store(partials_ptr + p, tl.max(amax))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["count"])   # count: a shape's (partial_count), one binary for all
 def _tensor_amax_kernel(partials_ptr, out_ptr, count, FMAX: tl.constexpr, SCALE: tl.constexpr,
                         PARTIALS: tl.constexpr):
     """The amax pass's ``count`` partial maxima reduced to the tensor's amax, written at out_ptr
@@ -365,6 +378,12 @@ def partial_count(m: int, k: int) -> int:
     return min(cdiv(m, TILE) * cdiv(k, TILE), PARTIALS)
 
 
+def _unless_constants(unless: int) -> dict:
+    """The amax pass's constexprs for ``unless`` numbers (0: none): the count and the power of two
+    of lanes that load them (Triton's vectors are powers of two; the lanes past the count masked)."""
+    return dict(UNLESS=unless, UNLESS_BLOCK=max(next_power_of_2(unless), 1))
+
+
 class _AmaxPass:
     """tensor's amax pass for one kind of x (shape, strides, dtype, device) and of ``unless``
     (its number of entries, 0 for none), its launch worked out once: a call allocates the partial
@@ -373,12 +392,9 @@ class _AmaxPass:
 
     def __init__(self, x: torch.Tensor, unless: int):
         m, k = x.shape
-        if unless & (unless - 1):
-            raise ValueError(f"unless holds a power of two of numbers (the kernel loads them as one "
-                             f"vector), got {unless}")
         self.shape = (partial_count(m, k),)
         self.launch = run_args(_tensor_partials_kernel, 3, (m, k, *x.stride()), self.shape,
-                               dict(UNLESS=unless, BLOCK=TILE, num_warps=NUM_WARPS))
+                               dict(**_unless_constants(unless), BLOCK=TILE, num_warps=NUM_WARPS))
 
     def __call__(self, x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
         partials = new_output(self.shape, torch.float32, x.device)
@@ -423,7 +439,7 @@ def tensor_partials(x: torch.Tensor, unless: torch.Tensor | None = None) -> torc
     on x's device (none for an empty x), whose max is max |x|, for a kernel that reduces them with
     what else it reads (delayed scaling's scale, :func:`kernels.fp8.history_ops.scale`, reduces them
     with the amax history: one launch, where the partials' own reduction would be a second).
-    ``unless`` (float32, contiguous, a power of two of numbers on x's device): where any is > 0 the
+    ``unless`` (float32, contiguous, any number of numbers on x's device): where any is > 0 the
     pass reads nothing and every partial is 0. One launch, no host sync."""
     if x.numel() == 0:
         return new_output((0,), torch.float32, x.device)
@@ -653,5 +669,5 @@ def amax_pass_aot(x_dtype: torch.dtype = torch.bfloat16, unless: int = 0) -> Aot
     ``unless``: the numbers it reads first (delayed scaling's: its amax history, HISTORY of them)."""
     size = 8192
     return aot_launch(_tensor_partials_kernel, x_dtype, dict(BLOCK=TILE, num_warps=NUM_WARPS),
-                      dict(M=size, K=size, stride_xm=size, stride_xk=1), constexprs=dict(UNLESS=unless),
+                      dict(M=size, K=size, stride_xm=size, stride_xk=1), constexprs=_unless_constants(unless),
                       pointers={"partials_ptr": "*fp32", "unless_ptr": "*fp32"})

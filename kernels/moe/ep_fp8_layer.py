@@ -129,7 +129,8 @@ class _Float8Owner:
         self.layer, self.padded = layer, layer.ep_capacity is not None
         self.weight_scales: dict | None = None
         self.grad_state: dict = {}   # per weight: its GEMM's output gradient's (Float8Experts._grad_state)
-        self.amaxes: dict[str, list] = {name: [] for name in FP8_TENSORS}   # per chunk: its casts' tile maxima
+        # per chunk its casts' tile maxima (a weight's: the first chunk's alone, :meth:`_found`)
+        self.maxima: dict[str, list] = {name: [] for name in FP8_TENSORS}
         self.scales: dict = {"x": None, "hidden": None}   # the backward's, for all chunks' rows
         self.fp8_dispatch = layer.fp8_dispatch
         self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
@@ -150,9 +151,12 @@ class _Float8Owner:
 
     def _found(self, names: tuple[str, ...], maxima, scales) -> None:
         """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the tile maxima its casts wrote, one
-        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already)."""
-        for i, name in enumerate(names):
-            self.amaxes[name].append(maxima[i])
+        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already);
+        a weight's only from the first chunk, every chunk casting the same weight whole (the same
+        maxima), so its record reduces one part, joining none."""
+        for name, found in zip(names, maxima):
+            if name in self.scales or not self.maxima[name]:   # the rows' per chunk, a weight's once
+                self.maxima[name].append(found)
 
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
@@ -181,12 +185,12 @@ class _Float8Owner:
 
     def record(self) -> None:
         """After the last chunk (delayed): each tensor enters its history once, with the largest
-        amax the chunks' casts found (the max of their tile maxima; a weight's is the same in every
-        chunk); the scale of x's
+        amax the chunks' casts found (the max of their tile maxima; a weight's the first chunk's,
+        the same in every chunk); the scale of x's
         and hidden's (the history's, or that amax's while it was empty) is the backward's."""
-        for name, amaxes in self.amaxes.items():
-            if amaxes:
-                scale = record_parts(self.layer, name, amaxes)
+        for name, maxima in self.maxima.items():
+            if maxima:
+                scale = record_parts(self.layer, name, maxima)
                 if name in self.scales:   # the weights' are weight_scales, taken before the first chunk
                     self.scales[name] = scale
 

@@ -84,7 +84,7 @@ class Float8Experts:
         ``grad_state``: :meth:`_grad_state`'s)."""
         return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, self.grad_fp8_dtype,
                                       scale_a, scale_w, check_offsets=False, amax=amax, scale_rule=self.scale_rule,
-                                      tile_maxima=amax, **grad_state)
+                                      **grad_state)
 
     def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None) -> torch.Tensor:
         """``a_g @ w[g]`` by :meth:`_grouped`; with given (delayed) scales, the tile maxima of its

@@ -43,7 +43,7 @@ from ...fp8 import recipe as fp8_recipes
 from ...fp8.recipes.delayed import HISTORY, history_scale, push_amax
 from ...gemm_fp8.formats import E5M2_OF, FP8_DTYPES, OPERAND_DTYPES
 from ...gemm_fp8.operands import OUT_DTYPES, SCALE_K, check_family
-from ...gemm_fp8.quantize import check_scale, reduce_maxima
+from ...gemm_fp8.quantize import check_scale
 from ...gemm_fp8.quantize_kernel import tile_maxima_shape
 from ...triton_support import cdiv
 from . import dw as dw_kernel
@@ -262,7 +262,7 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                            scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
                            check_offsets: bool = True, amax: bool = False, history_dy: torch.Tensor | None = None,
                            counts: torch.Tensor | None = None, count_index: int = 0,
-                           scale_rule: str | None = None, tile_maxima: bool = False) -> torch.Tensor:
+                           scale_rule: str | None = None) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
     -> ``(T, N)`` in x's dtype, differentiable in x and w, every GEMM in FP8 by ``recipe``
     (one of :data:`.quantize.RECIPES`; ``"mxfp8"``: MXFP8 operands and kernels,
@@ -277,12 +277,11 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     for a per-tensor recipe; ``"delayed"`` requires them, ``"tensorwise"`` computes its own
     when they are None. ``check_offsets`` as in :func:`kernels.grouped_gemm`. Empty operands
     and empty groups are legal (zeros, and zero gradients for an empty group's expert).
-    ``amax`` (both scales given): returns ``(out, amax)``, amax (2,) float32 the amaxes of x
-    and w that the forward's casts found (their tiles' maxima: no other pass reads x or w),
-    what delayed scaling records (:class:`kernels.moe.fp8_layer.Float8MoE`), or with ``tile_maxima``
-    the casts' tile maxima themselves, x's and w's (whose maxes those amaxes are), which delayed
-    scaling's record reduces in its own launch (:func:`kernels.fp8.history_ops.record`) where the
-    (2,) amaxes take three torch ops.
+    ``amax`` (both scales given): returns ``(out, (x_maxima, w_maxima))``, the tile maxima the
+    forward's casts of x and w found (float32; no other pass reads x or w), whose maxes are their
+    amaxes (:func:`kernels.gemm_fp8.quantize.reduce_maxima`): what delayed scaling records
+    (:class:`kernels.moe.fp8_layer.Float8MoE`), reducing them in its own launch
+    (:func:`kernels.fp8.history_ops.record`) rather than in torch ops.
     ``history_dy`` (``"delayed"`` only; float32 (HISTORY,), on x's device): the output gradient's
     amax history, from which the backward takes dy's scale for both its casts, on the device
     (its current amax while the history is empty); with ``counts`` (int64, one per tensor of the
@@ -317,4 +316,4 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                       count_index, scale_rule)
     if not amax:
         return out
-    return out, (tuple(maxima) if tile_maxima else torch.stack([reduce_maxima(m) for m in maxima]))
+    return out, tuple(maxima)
