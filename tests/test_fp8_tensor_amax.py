@@ -97,12 +97,9 @@ def test_the_delayed_pass_reads_x_only_while_its_history_is_all_zero(shape, part
     with poisoned_outputs():
         found = tensor_partials(x, torch.zeros(HISTORY))
     assert found.shape == (partial_count(*shape),) and _same_bits(found.max(), _torch_amax(x))
-    fives = torch.full_like(x, 5.0)
-    for at in range(HISTORY):
-        history = torch.zeros(HISTORY)
-        history[at] = 1e-30
-        with poisoned_outputs():
-            assert not tensor_partials(fives, history).any(), at
+    _reads_nothing_once_an_entry_is_set(x, HISTORY)
+    history = torch.zeros(HISTORY)
+    history[-1] = 1e-30
     seen = device_ops(lambda: tensor_partials(x, history))
     assert (seen.triton, seen.total) == (1, 1), seen
 
@@ -119,6 +116,13 @@ def test_an_unless_of_any_length_is_read_to_its_end_and_no_further(entries):
     with poisoned_outputs():
         found = tensor_partials(x, beyond[:entries])
     assert _same_bits(found.max(), _torch_amax(x))
+    _reads_nothing_once_an_entry_is_set(x, entries)
+
+
+def _reads_nothing_once_an_entry_is_set(x: torch.Tensor, entries: int) -> None:
+    """An x of 5s with an ``unless`` of ``entries`` zeros but one > 0, at each position in turn:
+    every partial 0 (the pass read nothing)."""
+    from kernels.gemm_fp8.quantize_kernel import tensor_partials
     fives = torch.full_like(x, 5.0)
     for at in range(entries):
         unless = torch.zeros(entries)
