@@ -184,12 +184,27 @@ def run_args(kernel, tensors: int, scalars: tuple, grid: tuple, settings: dict) 
             run_kwargs(grid, {k: v for k, v in settings.items() if k not in constexprs}))
 
 
+def unspecialized(jit_fn) -> frozenset[str]:
+    """The arguments ``jit_fn`` declares with ``@triton.jit(do_not_specialize=...)``, by name: the
+    JIT makes no constant of one equal to 1, so one binary serves every value (a count that
+    varies with the shape). A JIT function's parameters say it; an interpreted one keeps the
+    decorator's arguments on its rewriter (as :mod:`workbench.isa.compile` rebuilds it); a wrapper
+    (``triton.autotune``'s) answers for the function it wraps."""
+    if not hasattr(jit_fn, "params") and not hasattr(jit_fn, "rewriter"):
+        return unspecialized(jit_fn.fn)
+    if hasattr(jit_fn, "params"):
+        return frozenset(p.name for p in jit_fn.params if p.do_not_specialize)
+    given = jit_fn.rewriter.kwargs.get("do_not_specialize") or ()
+    return frozenset(jit_fn.arg_names[n] if isinstance(n, int) else n for n in given)
+
+
 def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
                constexprs: dict | None = None, pointers: dict[str, str] | None = None) -> AotKernel:
     """Describe one launch the way Triton's JIT specializes it, for an ahead-of-time compile.
 
     At launch the JIT turns every int argument equal to 1 into a constant (here: a
-    constexpr of the signature) and marks the ones divisible by 16, 16-byte aligned
+    constexpr of the signature), except those the kernel names in ``do_not_specialize``
+    (:func:`unspecialized`), and marks the ones divisible by 16, 16-byte aligned
     pointers and, on AMD, pointers into less than 2 GB, which is what lets it vectorise
     loads, use buffer loads and software-pipeline the K loop. An ahead-of-time compile
     must be told the same, or the ISA shows loads and a loop that no GPU runs: the int
@@ -203,8 +218,9 @@ def aot_launch(jit_fn, dtype: torch.dtype, cfg: dict, ints: dict[str, int],
     ``dtype`` unless ``pointers`` says otherwise (e.g. an fp32 workspace).
     """
     names = list(jit_fn.arg_names)
+    unit = unspecialized(jit_fn)
     fixed = {**{k: v for k, v in cfg.items() if k.isupper()}, **(constexprs or {}),
-             **{k: 1 for k, v in ints.items() if v == 1}}
+             **{k: 1 for k, v in ints.items() if v == 1 and k not in unit}}
     signature = {}
     for name in names:
         if name in fixed:
