@@ -8,6 +8,7 @@ import torch
 import kernels
 from kernels.fp8 import Float8Linear, side_by_side
 from kernels.outputs import poisoned_outputs
+from workbench.gpu_report_fp8 import TRAIN_RECIPES
 from workbench.harness.device_ops import device_ops
 
 JOINABLE = ("tensorwise", "rowwise", "blockwise", "mxfp8")
@@ -15,14 +16,14 @@ OUT = (64, 32, 32)   # q, k and v of 2 query heads and 1 key-value head of 32
 K = 64
 
 
-def _layers(recipe: str, seed: int = 0, out=OUT, **settings) -> tuple[Float8Linear, ...]:
+def _layers(recipe: str, seed: int = 0, out=OUT, k: int = K, device="cpu", **settings) -> tuple[Float8Linear, ...]:
     torch.manual_seed(seed)
-    return tuple(Float8Linear(K, n, bias=False, recipe=recipe, **settings) for n in out)
+    return tuple(Float8Linear(k, n, bias=False, recipe=recipe, **settings).to(device) for n in out)
 
 
-def _x(dtype=torch.float32, seed: int = 1) -> torch.Tensor:
+def _x(dtype=torch.float32, seed: int = 1, shape=(2, 5, K), device="cpu") -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(2, 5, K, generator=gen).to(dtype).requires_grad_()
+    return torch.randn(*shape, generator=gen).to(device, dtype).requires_grad_()
 
 
 def _run(layers, x, joint: bool):
@@ -30,7 +31,7 @@ def _run(layers, x, joint: bool):
     with poisoned_outputs():
         ys = side_by_side(layers, x) if joint else tuple(layer(x) for layer in layers)
         gen = torch.Generator().manual_seed(2)
-        dys = [torch.randn(y.shape, generator=gen).to(y.dtype) for y in ys]
+        dys = [torch.randn(y.shape, generator=gen).to(y.device, y.dtype) for y in ys]
         grads = torch.autograd.grad(ys, (x, *(layer.weight for layer in layers)), dys)
     return ys, grads, dys
 
@@ -39,25 +40,39 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got.double() - want).norm() / want.norm()).item()
 
 
-@pytest.mark.parametrize("recipe", JOINABLE)
-@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
-def test_the_joint_layer_follows_float64_as_the_layers_apart_do(recipe, dtype):
-    """Outputs and every gradient within the bound the single layer's test holds (e4m3 rounds each
-    operand to 2^-4: a GEMM's error is a few percent of its norm), each in the layers' shapes and
-    dtypes, each weight's gradient contiguous in its parameter's layout."""
-    layers, x = _layers(recipe), _x(dtype)
+def _follows_float64(layers, x) -> None:
+    """The joint layer's outputs and every gradient within the bound the single layer's test holds
+    (e4m3 rounds each operand to 2^-4: a GEMM's error is a few percent of its norm), each in the
+    layers' shapes and dtypes, each weight's gradient contiguous in its parameter's layout."""
     ys, grads, dys = _run(layers, x, joint=True)
     x64 = x.detach().double().requires_grad_()
     w64 = [layer.weight.detach().double().requires_grad_() for layer in layers]
     want = [x64 @ w.t() for w in w64]
     want_grads = torch.autograd.grad(want, (x64, *w64), [dy.double() for dy in dys])
     for got, ref, layer in zip(ys, want, layers):
-        assert got.shape == (2, 5, layer.out_features) and got.dtype == dtype
+        assert got.shape == (*x.shape[:-1], layer.out_features) and got.dtype == x.dtype
         assert _rel(got.detach(), ref.detach()) < 0.08
-    assert grads[0].dtype == dtype
+    assert grads[0].dtype == x.dtype
     for got, ref, param in zip(grads, want_grads, (x, *(layer.weight for layer in layers))):
         assert got.shape == param.shape and got.is_contiguous()
         assert _rel(got, ref) < 0.08
+
+
+@pytest.mark.parametrize("recipe", JOINABLE)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_the_joint_layer_follows_float64_as_the_layers_apart_do(recipe, dtype):
+    _follows_float64(_layers(recipe), _x(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", TRAIN_RECIPES)
+def test_on_this_gpu_the_joint_layer_follows_float64(recipe):
+    """The real backend's FP8 kernels at a GQA block's widths (q 2048, k and v 512 of K 2048) and
+    4096 tokens, bf16 x: the CPU test's bound. The recipes the FP8 step's benchmark trains with
+    (the single layer's GPU test, tests/test_fp8_training.py, takes every recipe)."""
+    device = kernels.backend.current().device
+    _follows_float64(_layers(recipe, out=(2048, 512, 512), k=2048, device=device),
+                     _x(torch.bfloat16, shape=(2, 2048, 2048), device=device))
 
 
 @pytest.mark.parametrize("recipe", ("rowwise", "mxfp8", "blockwise"))
