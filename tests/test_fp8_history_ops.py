@@ -10,6 +10,8 @@ custom ops' registrations (opcheck); and the kernels as gfx942 and gfx950 compil
 scratch; the record's shift reads every old entry before it writes one), one binary for every count."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -268,10 +270,15 @@ def test_the_record_reads_the_whole_history_before_it_shifts_it(arch):
 @pytest.mark.slow
 def test_on_nvidia_a_barrier_separates_the_records_loads_from_its_stores():
     """Lanes of an NVIDIA warp are not ordered without a barrier: bar.sync between the history's
-    load and its shifted store."""
+    load and its shifted store. The load is the history's own: the one whose address is the
+    store's one entry back (``add.s64 %rdL, %rdS, -4``: entry i - 1 for the lane storing entry i)."""
     ptx = [line.strip() for line in results(COMPILE, JOBS)[("record", "sm_90")]]
     store = next(i for i, line in enumerate(ptx) if "st.global" in line)           # the shifted history
-    load = max(i for i, line in enumerate(ptx[:store]) if "ld.global" in line)     # its old entries
+    stored_at = re.search(r"\[ (%rd\d+)", ptx[store]).group(1)
+    one_back = {m.group(1) for line in ptx[:store]
+                if (m := re.match(rf"add\.s64\s+(%rd\d+), {stored_at}, -4;", line))}
+    load = max(i for i, line in enumerate(ptx[:store])
+               if "ld.global" in line and re.search(r"\[ (%rd\d+)", line).group(1) in one_back)
     assert any(line.startswith(("bar.sync", "barrier.sync")) for line in ptx[load:store]), ptx
 
 
