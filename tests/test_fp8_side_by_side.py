@@ -64,6 +64,21 @@ def test_the_joint_layer_follows_float64_as_the_layers_apart_do(recipe, dtype):
     _follows_float64(_layers(recipe), _x(dtype))
 
 
+@pytest.mark.parametrize("recipe", JOINABLE)
+@pytest.mark.parametrize("shape", [(0, K), (2, 0, K), (1, K)], ids=["no rows", "no tokens", "one row"])
+def test_empty_and_one_row_inputs_do_what_the_layers_apart_do(recipe, shape):
+    """Each output in its layer's shape; no rows: zero gradients for x and every weight, as the sums
+    over no tokens; one row: within the float64 bound."""
+    layers = _layers(recipe)
+    x = torch.randn(*shape).requires_grad_()
+    if x.numel():
+        _follows_float64(layers, x)
+        return
+    ys, grads, _ = _run(layers, x, joint=True)
+    assert [y.shape for y in ys] == [(*shape[:-1], layer.out_features) for layer in layers]
+    assert all(g.shape == p.shape and not g.any() for g, p in zip(grads, (x, *(layer.weight for layer in layers))))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", TRAIN_RECIPES)
 def test_on_this_gpu_the_joint_layer_follows_float64(recipe):
