@@ -15,6 +15,7 @@ import re
 import pytest
 import torch
 
+import kernels
 from kernels.fp8 import Float8Linear, history_ops
 from kernels.fp8.recipes.delayed import HISTORY, _SATURATION, history_scale, push_amax, saturated
 from kernels.gemm_fp8 import quantize_kernel
@@ -177,22 +178,34 @@ def test_a_delayed_linears_histories_counts_and_scales_follow_the_rule_over_step
     """Steps whose x and dy grow past their history (saturating), an all-zero step, a shrinking
     one: after each, the layer's three histories, its counts and the scales its forward took are
     the rule's, bitwise."""
+    _follows_the_rule_over_steps("cpu")
+
+
+@pytest.mark.gpu
+def test_on_this_gpu_a_delayed_linears_bookkeeping_follows_the_rule_over_steps():
+    """The same steps on the real backend: its amax pass, casts and one-program scale and record
+    kernels give the rule's histories, counts and scales, bitwise (the rule in float64 on the CPU)."""
+    _follows_the_rule_over_steps(kernels.backend.current().device)
+
+
+def _follows_the_rule_over_steps(device) -> None:
     gen = torch.Generator().manual_seed(4)
-    layer = Float8Linear(200, 9, bias=False, recipe="delayed")
+    layer = Float8Linear(200, 9, bias=False, recipe="delayed").to(device)
     fp8, grad = layer.fp8_dtype, layer.grad_fp8_dtype
     state = {"x": torch.zeros(HISTORY), "w": torch.zeros(HISTORY), "dy": torch.zeros(HISTORY),
              "counts": torch.zeros(3, dtype=torch.int64)}
     for step, size in enumerate((1.0, 1.0, 8.0, 0.0, 0.5, 1000.0)):
         x = torch.randn(130, 200, generator=gen) * size
         dy = torch.randn(130, 9, generator=gen) * size * 3
-        layer(x).backward(dy)
-        want_x, want_w = (_reference_step(state, name, t, fp8) for name, t in (("x", x), ("w", layer.weight)))
+        layer(x.to(device)).backward(dy.to(device))
+        weight = layer.weight.detach().cpu()
+        want_x, want_w = (_reference_step(state, name, t, fp8) for name, t in (("x", x), ("w", weight)))
         _reference_step(state, "dy", dy, grad)
         took = layer._fp8_forward_scales
-        assert torch.equal(took["x"], want_x) and torch.equal(took["w"], want_w), step
+        assert torch.equal(took["x"].cpu(), want_x) and torch.equal(took["w"].cpu(), want_w), step
         for name in ("x", "w", "dy"):
-            assert torch.equal(getattr(layer, f"fp8_amax_history_{name}"), state[name]), (step, name)
-        assert torch.equal(layer.fp8_saturated, state["counts"]), step
+            assert torch.equal(getattr(layer, f"fp8_amax_history_{name}").cpu(), state[name]), (step, name)
+        assert torch.equal(layer.fp8_saturated.cpu(), state["counts"]), step
     assert state["counts"][0] >= 2 and state["counts"][2] >= 2   # the rule saturated: the test saw counts move
 
 
