@@ -292,9 +292,10 @@ def side_by_side(layers: tuple[torch.nn.Module, ...], x: torch.Tensor) -> tuple[
 
     The weights are concatenated (a copy per call; each one's gradient is a row view of the joint
     one). A recipe whose scales follow the weight's rows or K (rowwise, mxfp8) quantizes each weight
-    as it would alone, so the outputs are the separate layers', bit for bit; one per tensor
-    (tensorwise) or per 128 x 128 block (blockwise, where an ``out_features`` is not a multiple of
-    128) spans the weights, as a fused QKV weight's does. The backward quantizes the joint dy, whose
+    as it would alone (the same FP8 values and scales), so the outputs are the separate layers' up to
+    the GEMMs' summation order (bit for bit where the sums are exact: tests/test_fp8_side_by_side.py);
+    one per tensor (tensorwise) or per 128 x 128 block (blockwise, where an ``out_features`` is not a
+    multiple of 128) spans the weights, as a fused QKV weight's does. The backward quantizes the joint dy, whose
     row scales (rowwise, blockwise, mxfp8) span the layers' gradients."""
     settings = _settings(layers[0])
     if (settings is None or any(_settings(layer) != settings for layer in layers[1:])
