@@ -2,7 +2,9 @@
 and the kernel that needs the amax reduces them itself (the cast, or the one launch of
 tensor_amax / tensor_scale). Bitwise the torch pass (a max is exact), on ragged tiles, with the
 amax in every tile in turn and grids of fewer partials than tiles (PARTIALS made small), into
-poisoned outputs (a partial not written is NaN, which no max hides)."""
+poisoned outputs (NaN: a partial not written would be NaN, which the kernels' max ignores here, so
+a cast reading more partials than the pass wrote is not caught by the poison; the counts' test says
+which miscount fails)."""
 from __future__ import annotations
 
 import pytest
@@ -148,8 +150,9 @@ def test_an_empty_x_has_amax_0_and_scale_1_without_a_launch():
 def test_the_tensor_cast_reduces_the_partials_itself_bitwise(shape, transpose, partials):
     """Each program of the cast reads all the partials: q, q_t and the scale are the
     reference's, with the amax in any tile. The cast counts the partials from its grid, the amax
-    pass from x's shape (quantize_kernel.partial_count): a count of either that is not the other's
-    fails here (checked: the host's without its PARTIALS bound, the cast's of one grid axis)."""
+    pass from x's shape (quantize_kernel.partial_count): a host count above the cast's fails here
+    (checked: the host's without its PARTIALS bound, the cast's of one grid axis); one below it is
+    not caught (the unwritten partials are NaN, which the max ignores)."""
     for x in _cases(shape, torch.bfloat16):
         with poisoned_outputs():
             got = quantize(x, "tensor", E4M3FN, transpose=transpose)
@@ -181,3 +184,12 @@ def test_the_partials_reduction_is_one_binary_for_every_count(monkeypatch):
     seen = [classes(jit_launch(fn, args, GFX942, monkeypatch)) for fn, args in launches
             if fn is quantize_kernel._tensor_amax_kernel]
     assert len(seen) == 3 and seen[0] == seen[1] == seen[2], seen
+
+
+def test_a_nan_in_x_is_ignored_by_the_kernels_max():
+    """The kernels' max (tl.maximum without NaN propagation: numpy's fmax in the interpreter) skips a
+    NaN, where torch's amax returns NaN: the amax is the other elements'."""
+    x = activations((300, 260), seed=8)
+    finite = x.abs().amax()
+    x[17, 33] = float("nan")
+    assert _same_bits(tensor_amax(x), finite)

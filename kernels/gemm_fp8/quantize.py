@@ -113,7 +113,10 @@ def reduce_maxima(maxima: torch.Tensor) -> torch.Tensor:
 def amax(x: torch.Tensor, unless: torch.Tensor | None = None) -> torch.Tensor:
     """max |x| of a 2-D float32/float16/bfloat16 ``x`` (any strides) as a 0-d float32 on its
     device, 0 for an empty x, no host sync: the amax pass of ``tensor`` and one launch that
-    reduces its partial maxima (no torch op), bitwise ``x.abs().amax().float()``. ``unless`` (float32, one number, on x's device): where it is
+    reduces its partial maxima (no torch op), bitwise ``x.abs().amax().float()`` for an x without
+    NaN (the kernels' max, ``tl.maximum`` without NaN propagation, ignores a NaN on the interpreter,
+    tested, where torch's amax returns NaN; a GPU's is Triton's default, untested here; the cast
+    still writes a NaN as NaN). ``unless`` (float32, one number, on x's device): where it is
     > 0 the launch reads nothing and returns 0 (delayed scaling needs the current amax only
     while its history is empty, which only the device knows). The custom op
     ``kernels::fp8_amax``, so ``torch.compile`` does not trace into the kernel."""
@@ -177,7 +180,7 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     :func:`kernels.gemm_fp8.quantize_fp8` with ``scale=`` (bit for bit); it is returned,
     as it came if 0-d, as scale and scale_t. ``amax=True`` (with ``scale`` only) appends
     x's amax, max |x| as a 0-d float32 on x's device (0 for an empty x), bitwise
-    ``x.abs().amax().float()``: each program of the cast writes its tile's max and one
+    ``x.abs().amax().float()`` for an x without NaN (a NaN is ignored, as :func:`amax` says): each program of the cast writes its tile's max and one
     tiny reduction over the tiles follows (:func:`reduce_maxima`), with no host sync and no
     second read of x (delayed scaling records it in its amax history,
     :mod:`kernels.fp8.recipes.delayed`, from the tile maxima themselves: :func:`quantize_checked`).
