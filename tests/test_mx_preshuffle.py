@@ -199,24 +199,6 @@ def test_the_mxfp8_recipe_gives_the_bits_of_row_major_scales_on_targets_that_rea
         assert torch.equal(results[0][name], results[1][name]), name
 
 
-def test_the_mxfp8_linear_runs_no_shuffle_between_its_quantizes_and_gemms():
-    """A Float8Linear 128 -> 96 with a bias on x (64, 128), as tests/test_host_overhead_fp8.py
-    counts it: K = 128 is four scales a row, half a chunk, which preshuffle() pads (a zero fill,
-    a copy and the permuting clone per scale tensor). Measured before the quantize wrote them
-    pre-shuffled (at 679051d): 10 device ops per forward and 16 per backward, 6 and 12 of them those shuffles.
-    Now 4 and 4: the quantize launches and the GEMMs, the bias's add and its gradient's sum."""
-    from workbench.harness.device_ops import device_ops
-
-    torch.manual_seed(0)
-    layer = kernels.fp8.Float8Linear.from_linear(torch.nn.Linear(128, 96), "mxfp8")
-    x, dy = torch.randn(64, 128, requires_grad=True), torch.randn(64, 96)
-    forward = device_ops(lambda: layer(x))
-    y = layer(x)
-    backward = device_ops(lambda: torch.autograd.grad(y, (x, layer.weight, layer.bias), dy, retain_graph=True))
-    assert (forward.triton, dict(forward.torch_ops)) == (3, {"add": 1}), forward
-    assert (backward.triton, dict(backward.torch_ops)) == (3, {"sum": 1}), backward
-
-
 @pytest.mark.parametrize("rows, blocks, ops", [(64, 16, {"clone": 1}),
                                                (45, 11, {"new_zeros": 1, "copy_": 1, "clone": 1})])
 def test_whole_stripes_and_chunks_shuffle_in_one_device_op(rows, blocks, ops):

@@ -16,7 +16,7 @@ tile, so their amax is a reduction over registers, and x is read once. ``tensor`
 passes, an amax pass and the cast pass, so x is read twice. ``tensor``'s amax pass
 (:func:`_tensor_partials_kernel`) is a grid of at most ``PARTIALS`` (1024) programs, each
 scanning every P-th tile and writing one partial max, and each program of the cast reduces
-those partials itself (at most 4 KiB read from L2 against its tile's 32 KiB of bf16 x: 1/8,
+those partials itself (at most 4 KiB read against its tile's 32 KiB of bf16 x: 1/8,
 1/16 of fp32) and computes the scale: two launches and no torch op per quantize, where a torch
 reduction of per-tile maxima came between them before (and :func:`tensor_amax` /
 :func:`tensor_scale` are the amax pass and one launch that reduces the partials, where a torch
@@ -153,13 +153,6 @@ def max_of(maxima_ptr, count, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _partials_max(partials_ptr, count, PARTIALS: tl.constexpr):
-    """The max of the first ``count`` (<= PARTIALS) partial maxima at partials_ptr, the amax of
-    ``tensor`` (:func:`_tensor_partials_kernel`): :func:`max_of`'s one step of PARTIALS."""
-    return max_of(partials_ptr, count, PARTIALS)
-
-
-@triton.jit
 def _grouped_along_k(x, ax, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
                      FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr,
                      MX: tl.constexpr, EMAX: tl.constexpr, ROUND_UP: tl.constexpr):
@@ -239,7 +232,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, amax_ptr, M, K,
             # at most PARTIALS); not an argument, whose value Triton specializes (1, multiples of 16):
             # more binaries per shape. tests/test_fp8_tensor_amax.py's cast test fails if they disagree
             partials = tl.minimum(tl.num_programs(0) * tl.num_programs(1), PARTIALS)
-            one = scale_of_amax(_partials_max(s_ptr, partials, PARTIALS), FMAX)
+            one = scale_of_amax(max_of(s_ptr, partials, PARTIALS), FMAX)
             if pid_m == 0:
                 if pid_k == 0:
                     tl.store(amax_ptr, one)
@@ -301,7 +294,7 @@ def _tensor_partials_kernel(x_ptr, partials_ptr, unless_ptr, M, K, stride_xm, st
                             UNLESS: tl.constexpr, UNLESS_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
     """The first pass of ``tensor``: program p of P writes at partials_ptr[p] the max |x| of the
     tiles p, p + P, p + 2P, ... (row-major), so a grid of P = min(tiles, PARTIALS) programs
-    leaves P numbers, which the kernel that needs the amax reduces itself (:func:`_partials_max`,
+    leaves P numbers, which the kernel that needs the amax reduces itself (:func:`max_of`,
     :func:`kernels.fp8.history_ops.scale`). UNLESS (0 for none): where any of the UNLESS numbers
     at unless_ptr (one masked load of UNLESS_BLOCK, :func:`_unless_constants`) is > 0 no tile is
     read (every partial 0): one number (the public :func:`tensor_amax`'s), or delayed scaling's
@@ -328,7 +321,7 @@ def _tensor_amax_kernel(partials_ptr, out_ptr, count, FMAX: tl.constexpr, SCALE:
                         PARTIALS: tl.constexpr):
     """The amax pass's ``count`` partial maxima reduced to the tensor's amax, written at out_ptr
     as it is or, with SCALE, as its scale (:func:`scale_of_amax`): one program."""
-    amax = _partials_max(partials_ptr, count, PARTIALS)
+    amax = max_of(partials_ptr, count, PARTIALS)
     if SCALE:
         amax = scale_of_amax(amax, FMAX)
     tl.store(out_ptr, amax)
@@ -364,9 +357,9 @@ def format_constants(dtype: torch.dtype) -> dict:
 
 
 # The most partial maxima tensor's amax pass leaves (:func:`_tensor_partials_kernel`'s programs): a
-# chosen value, a few programs per CU (whether that keeps HBM busy is for a GPU to measure), few
+# chosen value (whether that many keeps HBM busy is for a GPU to measure), few
 # enough that each cast program's read of all of them
-# (at most 4 KiB, from L2) stays small against its tile (32 KiB of bf16 x: 1/8; 1/16 of fp32 x)
+# (at most 4 KiB) stays small against its tile (32 KiB of bf16 x: 1/8; 1/16 of fp32 x)
 PARTIALS = 1024
 _TENSOR_AMAX_WARPS = 4   # _tensor_amax_kernel's: one program reads the PARTIALS
 

@@ -16,7 +16,7 @@ pre-shuffled scales as they are (gfx950, and the interpreter that checks it), ev
 writes its scales pre-shuffled (:func:`_preshuffled`, ``quantize(..., preshuffled=True)``),
 so the GEMMs load no scale byte on its own and no shuffle runs between the quantize and its
 GEMM (at K = 128 those were 12 of the backward's 16 device ops, measured at 679051d; now none,
-``tests/test_mx_preshuffle.py``). The forward asks the backend; the backward writes dy's scales
+``tests/test_host_overhead_fp8.py``). The forward asks the backend; the backward writes dy's scales
 in the layout the forward saved x's and w's in, which their shape says
 (:func:`kernels.gemm_mxfp4.operands.is_preshuffled`), so each of its GEMMs gets both operands'
 scales in one layout and the backend is asked once per step.
