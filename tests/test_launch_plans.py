@@ -201,7 +201,8 @@ def _linear_inputs(change):
 
 
 LINEAR_CHANGES = ["none", "x flattens to a copy", "bias strides", "bias broadcast", "weight strides", "dtype",
-                  "bias dtype", "requires_grad", "type", "autocast", "autocast, bias dtype", "storage", "storage offsets"]
+                  "bias dtype", "requires_grad", "type", "autocast",
+                  "autocast, bias dtype", "storage", "storage offsets"]
 
 
 @pytest.mark.parametrize("change", LINEAR_CHANGES)
@@ -224,7 +225,8 @@ def test_linear_never_reuses_a_stale_plan(builds, change):
         with poisoned_outputs(), cast:
             y = gemm_linear.linear(x, weight, bias)
         low = torch.bfloat16 if autocast else x.dtype
-        expected = (x.as_subclass(torch.Tensor).to(low).double() @ weight.detach().to(low).double().t() + bias.to(low).double()).to(low)
+        expected = (x.as_subclass(torch.Tensor).to(low).double() @ weight.detach().to(low).double().t()
+                    + bias.to(low).double()).to(low)
         assert y.dtype == expected.dtype and y.shape == (4, 6, 17)
         assert (y.grad_fn is not None) == weight.requires_grad and type(y) is type(x)
         tolerance = {"atol": 1e-2, "rtol": 1e-2} if low != torch.float32 else {}

@@ -88,7 +88,8 @@ def test_the_workbench_step_launches_fewer_device_ops_than_pytorchs(report):
     against PyTorch's 378, 0.38x (431 before the fused
     ops: 59 launches standing for 54 torch ops, 5 more than PyTorch's 426 then; 260 before the
     norms' out_dtype; 225 before the fused routing; 195 before the Linears' fp32 weight gradients,
-    183 before the experts', 180 before the RoPE tables made once, 172 before the one QKV GEMM, 158 before the one gate-up GEMM, 154 before the fused residual adds)."""
+    183 before the experts', 180 before the RoPE tables made once, 172 before the one QKV GEMM,
+    158 before the one gate-up GEMM, 154 before the fused residual adds)."""
     torch_row, ours = _row(report, "torch"), _row(report, "workbench")
     assert torch_row["triton_launches"] == 0 and ours["triton_launches"] > 0
     assert ours["torch_ops"] < torch_row["torch_ops"]

@@ -180,7 +180,8 @@ def quantize(x: torch.Tensor, granularity: str, fp8_dtype: torch.dtype, *,
     :func:`kernels.gemm_fp8.quantize_fp8` with ``scale=`` (bit for bit); it is returned,
     as it came if 0-d, as scale and scale_t. ``amax=True`` (with ``scale`` only) appends
     x's amax, max |x| as a 0-d float32 on x's device (0 for an empty x), bitwise
-    ``x.abs().amax().float()`` for an x without NaN (a NaN is ignored, as :func:`amax` says): each program of the cast writes its tile's max and one
+    ``x.abs().amax().float()`` for an x without NaN (a NaN is ignored, as :func:`amax` says):
+    each program of the cast writes its tile's max and one
     tiny reduction over the tiles follows (:func:`reduce_maxima`), with no host sync and no
     second read of x (delayed scaling records it in its amax history,
     :mod:`kernels.fp8.recipes.delayed`, from the tile maxima themselves: :func:`quantize_checked`).

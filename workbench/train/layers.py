@@ -33,7 +33,8 @@ class RMSNorm(torch.nn.Module):
     backward, and the MoE layer, which returns its input's dtype, would return fp32: 13 device ops
     more per step at two blocks, measured (``tests/test_train_host_cost.py`` pins the step's count
     and checks the difference). The MoE router is the exception: it computes in float32
-    (:func:`kernels.moe.routing.router_logits`), so it casts the bf16 y up, one cast each way. The gradients of the normed activations then add up in bf16 in autograd,
+    (:func:`kernels.moe.routing.router_logits`), so it casts the bf16 y up, one cast each way.
+    The gradients of the normed activations then add up in bf16 in autograd,
     as in bf16 training stacks, where fp32 y added them in fp32; the norm's own backward still
     computes in fp32 from that bf16 dy. ``kernels.MoE`` returns its input's dtype, so its routed and
     shared experts' outputs now add in bf16 too, before the fp32 residual add.
@@ -58,7 +59,8 @@ class RMSNorm(torch.nn.Module):
         gradients and casts the branch's in the norm's launch): 11 device ops fewer per step at
         two blocks, measured against torch's add before the norm (``tests/test_train_host_cost.py``):
         the adds forward, and backward the sums of h's two gradients (none for the final norm,
-        whose h feeds nothing else) and the casts of the bf16 branches' gradients. The torch side runs the same ops as before, ``x +
+        whose h feeds nothing else) and the casts of the bf16 branches' gradients.
+        The torch side runs the same ops as before, ``x +
         branch`` then the norm."""
         if branch is None:
             return x, self(x)

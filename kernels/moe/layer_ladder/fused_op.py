@@ -9,7 +9,8 @@ Why not in the rung's file: a custom op's name is registered once per process, a
 file is also the template of its exercise, which a learner's copy imports again (the rung
 there is a plain ``autograd.Function`` over the same two functions).
 
-Master weights (:func:`fused_experts` on weights of another dtype than x's): under autocast, :class:`kernels.MoE` passes its
+Master weights (:func:`fused_experts` on weights of another dtype than x's): under autocast,
+:class:`kernels.MoE` passes its
 fp32 gate, up and down into the experts' autograd node, which casts them to x's dtype itself
 (one cast each per forward, as autocast's, but not recorded by autograd) and whose backward
 returns their gradients in their own dtype from the dW launches' fp32 sums
