@@ -158,6 +158,13 @@ def test_inputs_the_recipes_quantize_unchecked_are_checked_where_they_enter(reci
         rec.gemms(x, w, torch.randn(3, 5), torch.float16)
     with pytest.raises(ValueError, match="scale_w must hold one number"):
         rec.gemms(x, w, torch.randn(3, 5), torch.float8_e4m3fn, scale_x=torch.ones(()), scale_w=torch.ones(3))
+    # fp8_linear's own checks, which Recipe.gemms shares (kernels.fp8.recipe.check_operands)
+    with pytest.raises(ValueError, match="K differs"):
+        rec.gemms(x, torch.randn(5, 7), torch.randn(3, 5), torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="fp8 must be one of"):
+        rec.gemms(x, w, torch.randn(3, 5), torch.float8_e5m2)   # a gradient format, not x's and w's
+    with pytest.raises(ValueError, match=r"dy is \(5, 3\)"):
+        rec.gemms(x, w, torch.randn(5, 3), torch.float8_e4m3fn)
 
 
 def test_gemms_refuse_an_element_format_the_recipe_does_not_take():

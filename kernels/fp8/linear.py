@@ -38,13 +38,10 @@ import math
 
 import torch
 
-from .. import autocast, eager, plans, validate
-from ..gemm_fp8.formats import FP8_DTYPES
+from .. import autocast, eager, plans
 from ..gemm_fp8.quantize_kernel import tile_maxima_shape
 from . import recipe as _recipes
 from .saturation import TENSORS
-
-IN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _impl(x: torch.Tensor, w: torch.Tensor, recipe: str, fp8_dtype: torch.dtype, grad_dtype: torch.dtype,
@@ -172,14 +169,7 @@ class _Checked:
 
     def __init__(self, x, w, recipe, fp8_dtype, out_dtype, grad_format, scale_rule):
         self.recipe = rec = _recipes.get(recipe)
-        self.fp8_dtype = rec.element_format(fp8_dtype)
-        if self.fp8_dtype not in FP8_DTYPES:
-            raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {self.fp8_dtype}")
-        validate.tensor("x", x, ndim=2, dtypes=IN_DTYPES, allow_empty=True)
-        validate.tensor("w", w, ndim=2, dtypes=IN_DTYPES, allow_empty=True)
-        validate.same_device(x=x, w=w)
-        if x.shape[1] != w.shape[1]:
-            raise ValueError(f"x is {tuple(x.shape)} (M, K) and w {tuple(w.shape)} (N, K): K differs")
+        self.fp8_dtype = _recipes.check_operands(rec, x, w, fp8_dtype)
         if rec.needs:
             raise NotImplementedError(f"FP8 recipe {recipe!r} needs {rec.needs}")
         self.grad_dtype = rec.grad_dtype(self.fp8_dtype, grad_format)

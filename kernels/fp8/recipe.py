@@ -46,9 +46,9 @@ import torch
 from typing import NamedTuple
 
 from .. import gemm_fp8, validate
-from ..gemm_fp8.formats import E5M2_OF
+from ..gemm_fp8.formats import E5M2_OF, FP8_DTYPES
 from ..gemm_fp8.quantize import X_DTYPES, check_scale
-from ..gemm_fp8.quantize_ref import QUANT_DTYPES, scale_shape
+from ..gemm_fp8.quantize_ref import scale_shape
 
 GRAD_FORMATS = ("hybrid", "e4m3")
 RECIPES: dict[str, "Recipe"] = {}   # filled by kernels.fp8.recipes, in ladder order
@@ -204,16 +204,34 @@ class Recipe:
         a layer with delayed scaling passes them. Eager, and checked here as
         :func:`kernels.fp8.fp8_linear` checks its inputs: the recipes quantize without checks, and
         a forward without dispatch (:mod:`kernels.fp8.scaled_gemm`)."""
-        for name, t in (("x", x), ("w", w), ("dy", dy)):
-            validate.tensor(name, t, ndim=2, dtypes=X_DTYPES, allow_empty=True)
-        if fp8 not in QUANT_DTYPES:
-            raise TypeError(f"fp8 must be one of {QUANT_DTYPES}, got {fp8}")
-        self.element_format(fp8)   # refuses a format the recipe does not take (mxfp8: e4m3fn only)
+        fp8 = check_operands(self, x, w, fp8, "fp8")
+        validate.tensor("dy", dy, ndim=2, dtypes=X_DTYPES, allow_empty=True)
+        validate.same_device(x=x, dy=dy)
+        if dy.shape != (x.shape[0], w.shape[0]):
+            raise ValueError(f"dy is {tuple(dy.shape)}; x {tuple(x.shape)} and w {tuple(w.shape)} give "
+                             f"(M, N) = {(x.shape[0], w.shape[0])}")
         check_given_scales(x, scale_x, scale_w)
         y, saved = self.forward(x, w, fp8, out_dtype, scale_x, scale_w)
         dx, dw = self.backward(dy, saved, self.grad_dtype(fp8, grad_format), out_dtype, out_dtype, True, True,
                                *grad_state)
         return {"forward": y, "dgrad": dx, "wgrad": dw}
+
+
+def check_operands(rec: Recipe, x: torch.Tensor, w: torch.Tensor, fp8: torch.dtype | None,
+                   name: str = "fp8_dtype") -> torch.dtype:
+    """The e4m3 format ``rec`` quantizes x and w to (:meth:`Recipe.element_format` of ``fp8``, which
+    refuses one the recipe does not take) and the checks of x (M, K) and w (N, K): what
+    :func:`kernels.fp8.fp8_linear` and :meth:`Recipe.gemms` ask, since the recipes quantize unchecked.
+    ``name``: the format's argument in the caller's signature."""
+    fmt = rec.element_format(fp8)
+    if fmt not in FP8_DTYPES:
+        raise TypeError(f"{name} must be one of {FP8_DTYPES}, got {fmt}")
+    validate.tensor("x", x, ndim=2, dtypes=X_DTYPES, allow_empty=True)
+    validate.tensor("w", w, ndim=2, dtypes=X_DTYPES, allow_empty=True)
+    validate.same_device(x=x, w=w)
+    if x.shape[1] != w.shape[1]:
+        raise ValueError(f"x is {tuple(x.shape)} (M, K) and w {tuple(w.shape)} (N, K): K differs")
+    return fmt
 
 
 def check_given_scales(x: torch.Tensor, scale_x: torch.Tensor | None, scale_w: torch.Tensor | None) -> None:
