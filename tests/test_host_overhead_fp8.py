@@ -35,10 +35,9 @@ from workbench.harness.device_ops import device_ops
 # history.amax(), no torch amax of the tile maxima, no stack of x's and w's, no partials' reduce
 # launch; per tensor the amax pass, the scale, the cast and the record.
 # Counted on the path an eager call takes (the layer's own autograd.Function), which device_ops keeps.
-MAX_DEVICE_OPS = {"tensorwise": (6, 5), "rowwise": (8, 6), "blockwise": (4, 4), "delayed": (10, 7),
-                  "mxfp8": (4, 4)}
-# of them Triton launches: the quantize passes and the GEMMs (and rowwise's scale launches, delayed's
-# amax passes, scales and records)
+# Now each is its Triton launches (the quantize passes and the GEMMs; rowwise's scale launches,
+# delayed's amax passes, scales and records) and one torch op, the bias's add forward and its
+# gradient's sum backward:
 LAUNCHES = {"tensorwise": (5, 4), "rowwise": (7, 5), "blockwise": (3, 3), "delayed": (9, 6), "mxfp8": (3, 3)}
 
 
@@ -48,8 +47,8 @@ def _layer(recipe: str) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
     return layer, torch.randn(64, 128, requires_grad=True), torch.randn(64, 96)
 
 
-@pytest.mark.parametrize("recipe", list(MAX_DEVICE_OPS))
-def test_a_float8_linears_device_ops_per_forward_and_backward_stay_bounded(recipe):
+@pytest.mark.parametrize("recipe", list(LAUNCHES))
+def test_a_float8_linears_device_ops_per_forward_and_backward_are_its_launches_and_the_bias(recipe):
     if kernels.fp8.get(recipe).needs:
         pytest.skip(kernels.fp8.get(recipe).needs)
     layer, x, dy = _layer(recipe)
@@ -57,8 +56,6 @@ def test_a_float8_linears_device_ops_per_forward_and_backward_stay_bounded(recip
     forward = device_ops(lambda: layer(x))
     y = layer(x)
     backward = device_ops(lambda: torch.autograd.grad(y, inputs, dy, retain_graph=True))
-    fwd_max, bwd_max = MAX_DEVICE_OPS[recipe]
-    assert forward.total <= fwd_max and backward.total <= bwd_max, (forward, backward)
     assert (forward.triton, backward.triton) == LAUNCHES[recipe], (forward, backward)
     # no torch op but the bias's add and, in the backward, its gradient's sum (delayed's bookkeeping
     # is its launches: no history.amax(), no stack of amaxes; no zeros for outputs without a gradient)

@@ -246,7 +246,7 @@ def record_amax(layer, names: tuple[str, ...], maxima, scales) -> None:
     :func:`kernels.eager.direct` asked once for all, the buffers read as :func:`cast_scales` reads
     them); not in a recompute, whose amaxes its forward recorded (:func:`recomputing`)."""
     if layer.training and not recomputing(layer):
-        buffers, fp8, order = layer._buffers, layer.fp8_dtype, getattr(layer, "fp8_tensors", TENSORS)
+        buffers, fp8, order = layer._buffers, layer.fp8_dtype, layer.fp8_tensors
         counts, histories = buffers["fp8_saturated"], []
         for name in names:
             histories.append(buffers[PREFIX + name])
@@ -320,7 +320,7 @@ class Delayed(PerTensorRecipe):
         layer's five forward operands) loads with the missing ones empty (their first step takes the
         current amax) and their counts 0."""
         counts = state_dict.get(prefix + "fp8_saturated")
-        names = getattr(layer, "fp8_tensors", TENSORS)
+        names = layer.fp8_tensors
         keys = [prefix + PREFIX + name for name in names]
         have = next((i for i, key in enumerate(keys) if key not in state_dict), len(keys))
         forward = sum(not (name == "dy" or name.startswith("dy_")) for name in names)   # the old layout's
