@@ -213,6 +213,6 @@ def test_the_training_steps_converted_projections_run_as_one(monkeypatch):
     real = kernels.fp8.side_by_side
     monkeypatch.setattr(kernels.fp8, "side_by_side", lambda *a: joined.append(real(*a)) or joined[-1])
     x = torch.randn(1, 3, cfg.dim)
-    q, k, v = ops.side_by_side("workbench", (attn.q, attn.k, attn.v), x)
+    q, k, v = ops.side_by_side((attn.q, attn.k, attn.v), x)
     assert len(joined) == 1 and joined[0] is not None
     torch.testing.assert_close(q, attn.q(x))   # fp32 sums of another GEMM shape: their order may differ

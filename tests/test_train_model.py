@@ -157,14 +157,14 @@ def test_projections_of_one_x_are_one_gemm_with_each_projections_results(impl, k
     modules = tuple(getattr(layer, name) for name in names)
     weights = tuple(m.weight for m in modules)
     x = torch.randn(2, 5, SMOKE.dim, requires_grad=True)
-    fused = ops.side_by_side(impl, modules, x)
+    fused = ops.side_by_side(modules, x)
     apart = tuple(m(x) for m in modules)
     grads = [torch.randn_like(t) for t in apart]
     got = torch.autograd.grad(fused, (x, *weights), grads)
     want = torch.autograd.grad(apart, (x, *weights), grads)
     for a, b in zip((*fused, *got), (*apart, *want)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    ops_fwd = device_ops(lambda: ops.side_by_side(impl, modules, x))
+    ops_fwd = device_ops(lambda: ops.side_by_side(modules, x))
     assert ops_fwd.torch_ops["cat"] == 1
     assert (ops_fwd.triton, sum(ops_fwd.torch_ops.values())) == ((1, 1) if impl == "workbench" else (0, 2))
 
@@ -174,9 +174,9 @@ def test_the_layers_run_their_projections_side_by_side():
     seen = []
     real = ops.side_by_side
 
-    def spy(impl, projections, x):
+    def spy(projections, x):
         seen.append(len(projections))
-        return real(impl, projections, x)
+        return real(projections, x)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ops, "side_by_side", spy)
@@ -187,9 +187,10 @@ def test_the_layers_run_their_projections_side_by_side():
     assert seen == [3, 2]
 
 
-def test_side_by_side_runs_each_projection_alone_once_one_is_another_class():
-    """A converted projection (an FP8 layer from kernels.fp8.convert, here a subclass that counts its
-    calls) keeps its own forward: the fused GEMM would bypass it."""
+def test_side_by_side_joins_each_class_with_its_own_kind():
+    """A projection of another class (an FP8 layer from kernels.fp8.convert, here a subclass that
+    counts its calls) keeps its own forward, which the joint GEMM would bypass, while the others
+    still share one GEMM; a bias, which the joint GEMM would drop, keeps its projection apart."""
     class Counted(torch.nn.Linear):
         calls = 0
 
@@ -197,14 +198,37 @@ def test_side_by_side_runs_each_projection_alone_once_one_is_another_class():
             Counted.calls += 1
             return super().forward(x)
 
+    torch.manual_seed(0)
     attn = layers.Attention(SMOKE, ops.resolve("torch"))
     counted = Counted(SMOKE.dim, attn.k.out_features, bias=False)
     counted.weight = attn.k.weight
     x = torch.randn(2, 3, SMOKE.dim)
-    q, k, v = ops.side_by_side("torch", (attn.q, counted, attn.v), x)
-    assert Counted.calls == 1 and k.shape == (2, 3, attn.k.out_features)
-    biased = torch.nn.Linear(SMOKE.dim, attn.k.out_features)   # a bias the concatenated GEMM would drop
-    assert torch.equal(ops.side_by_side("torch", (attn.q, biased), x)[1], biased(x))
+    q, k, v = ops.side_by_side((attn.q, counted, attn.v), x)
+    assert Counted.calls == 1 and torch.equal(k, attn.k(x))
+    torch.testing.assert_close((q, v), (attn.q(x), attn.v(x)), rtol=1e-5, atol=1e-6)
+    counted_ops = device_ops(lambda: ops.side_by_side((attn.q, counted, attn.v), x))
+    assert counted_ops.torch_ops["cat"] == 1 and sum(counted_ops.torch_ops.values()) == 3   # cat, 2 GEMMs
+    biased = torch.nn.Linear(SMOKE.dim, attn.k.out_features)
+    assert torch.equal(ops.side_by_side((attn.q, biased), x)[1], biased(x))
+
+
+def test_a_projection_kept_in_high_precision_leaves_the_converted_ones_joined():
+    """Block 0's q after kernels.fp8.convert (the first Linear stays high precision): k and v still
+    run as one FP8 linear, the launches and results of kernels.fp8.side_by_side on the two."""
+    torch.manual_seed(0)
+    attn = layers.Attention(SMOKE, ops.resolve("workbench"))
+    for name in ("k", "v"):
+        old = getattr(attn, name)
+        new = kernels.fp8.Float8Linear(old.in_features, old.out_features, bias=False, recipe="rowwise")
+        new.weight = old.weight
+        setattr(attn, name, new)
+    x = torch.randn(2, 3, SMOKE.dim)
+    q, k, v = ops.side_by_side((attn.q, attn.k, attn.v), x)
+    assert torch.equal(q, attn.q(x))
+    assert all(torch.equal(a, b) for a, b in zip((k, v), kernels.fp8.side_by_side((attn.k, attn.v), x)))
+    joined = device_ops(lambda: ops.side_by_side((attn.q, attn.k, attn.v), x))
+    alone = device_ops(lambda: (attn.q(x), kernels.fp8.side_by_side((attn.k, attn.v), x)))
+    assert (joined.triton, dict(joined.torch_ops)) == (alone.triton, dict(alone.torch_ops))
 
 
 def test_model_shapes_and_the_loss_at_init_is_near_log_vocab():

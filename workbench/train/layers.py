@@ -82,15 +82,15 @@ class Attention(torch.nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
         self.impl, self.rope = impls["attention"], _kernels.rope if impls["rope"] == "workbench" else apply_rope
-        self.gemm, kv = impls["gemm"], cfg.kv_heads * cfg.head_dim
-        self.q = ops.linear(self.gemm, cfg.dim, cfg.dim)
-        self.k = ops.linear(self.gemm, cfg.dim, kv)
-        self.v = ops.linear(self.gemm, cfg.dim, kv)
-        self.o = ops.linear(self.gemm, cfg.dim, cfg.dim)
+        gemm, kv = impls["gemm"], cfg.kv_heads * cfg.head_dim
+        self.q = ops.linear(gemm, cfg.dim, cfg.dim)
+        self.k = ops.linear(gemm, cfg.dim, kv)
+        self.v = ops.linear(gemm, cfg.dim, kv)
+        self.o = ops.linear(gemm, cfg.dim, cfg.dim)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
-        q, k, v = ops.side_by_side(self.gemm, (self.q, self.k, self.v), x)
+        q, k, v = ops.side_by_side((self.q, self.k, self.v), x)
         q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -106,7 +106,6 @@ class SwiGLU(torch.nn.Module):
 
     def __init__(self, dim: int, hidden: int, impl: str, act: str = "torch"):
         super().__init__()
-        self.impl = impl
         self.gate = ops.linear(impl, dim, hidden)
         self.up = ops.linear(impl, dim, hidden)
         self.down = ops.linear(impl, hidden, dim)
@@ -116,7 +115,7 @@ class SwiGLU(torch.nn.Module):
             self.fused = swiglu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g, u = ops.side_by_side(self.impl, (self.gate, self.up), x)
+        g, u = ops.side_by_side((self.gate, self.up), x)
         if self.fused is not None:   # the kernel takes (rows, hidden)
             return self.down(self.fused(g.flatten(0, -2), u.flatten(0, -2)).view_as(g))
         return self.down(F.silu(g) * u)

@@ -70,22 +70,50 @@ def linear(impl: str, in_features: int, out_features: int) -> torch.nn.Linear:
     return linear_class(impl)(in_features, out_features, bias=False)
 
 
-def side_by_side(impl: str, projections: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Each projection of the same x (bias-free, of :func:`linear_class`) as one GEMM on their
-    weights side by side, as fused projections run (Megatron's ``linear_qkv`` and ``linear_fc1``):
-    separate, they would read x once each, and the backward would run one dgrad GEMM each and
-    add their gradients of x. The concatenated weight costs one copy per step; its gradient's
-    rows are views, one per weight. The modules stay apart, so checkpoints and
-    ``kernels.fp8.convert`` see each; converted, they run as one FP8 linear where they can
-    (:func:`kernels.fp8.side_by_side`); once any is of another class or has a bias, each runs
-    alone. ``kernels.nn.linear`` or ``F.linear``, as the class calls it."""
-    made = linear_class(impl)
-    if any(type(p) is not made or p.bias is not None for p in projections):
+def side_by_side(projections: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each projection of the same x, those of one class and bias-free as one GEMM on their weights
+    side by side, as fused projections run (Megatron's ``linear_qkv`` and ``linear_fc1``): separate,
+    they would read x once each, and the backward would run one dgrad GEMM each and add their
+    gradients of x. The concatenated weight costs one copy per step; its gradient's rows are views,
+    one per weight. The modules stay apart, so checkpoints and ``kernels.fp8.convert`` see each.
+
+    The class decides the GEMM, as the layer's own forward would: ``torch.nn.Linear`` runs
+    ``F.linear``, ``kernels.nn.Linear`` ``kernels.nn.linear``, and FP8 layers from
+    ``kernels.fp8.convert`` one FP8 linear where their settings allow (:func:`kernels.fp8.side_by_side`).
+    Projections of different classes join their own kind: block 0's q, kept in high precision,
+    runs alone while its converted k and v run as one. A projection with a bias, or of a class
+    that cannot join, runs its own forward."""
+    groups: dict[object, list[int]] = {}
+    for i, p in enumerate(projections):
+        groups.setdefault(i if p.bias is not None else type(p), []).append(i)
+    if len(groups) == 1:   # the usual case: every projection of one class
+        return _together(projections, x)
+    out: list[torch.Tensor | None] = [None] * len(projections)
+    for members in groups.values():
+        for i, y in zip(members, _together(tuple(projections[i] for i in members), x)):
+            out[i] = y
+    return tuple(out)
+
+
+def _together(projections: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Projections of one class (or one with a bias) as one GEMM where the class allows."""
+    if len(projections) > 1:
+        gemm = _plain_gemm(type(projections[0]))
+        if gemm is not None:
+            y = gemm(x, torch.cat([p.weight for p in projections]))
+            return y.split([p.out_features for p in projections], dim=-1)
         joint = _kernels.fp8.side_by_side(projections, x)
-        return tuple(p(x) for p in projections) if joint is None else joint
-    weight = torch.cat([p.weight for p in projections])
-    y = _kernels.nn.linear(x, weight) if impl == "workbench" else F.linear(x, weight)
-    return y.split([p.out_features for p in projections], dim=-1)
+        if joint is not None:
+            return joint
+    return tuple(p(x) for p in projections)
+
+
+def _plain_gemm(cls: type):
+    """The GEMM of a high-precision projection class's forward (None for any other class); a torch
+    model never loads ``kernels.nn``."""
+    if cls is torch.nn.Linear:
+        return F.linear
+    return _kernels.nn.linear if cls is _kernels.nn.Linear else None
 
 
 def attention(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
