@@ -98,95 +98,17 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
     assert [r["variant"] for r in saved["step"]["rows"]] == ["torch", "workbench", "workbench fp8 tensorwise"]
 
 
-# Python calls made by or into ``kernels`` per call at the benchmark's shapes, on the
-# interpreter (host_overhead.python_calls). Before the host-overhead work of issue 18 they were
-# matmul 152, nn.Linear 156, flash_attention 65, varlen 131, grouped_gemm 142, matmul_fp8 101,
-# MoE 86; after it 65, 71, 57, 93, 67, 62, 74. A change that needs more calls per op call
-# raises its bound here, visibly, and says why. MoE: 110 once merged with v3 as the
-# custom op ``kernels::moe_fused`` (its dispatch, the k-sum kernel's launch) and the tuning cache;
-# flash_attention: 65 once its launch decides the EVEN path and P's rounding (launch.even, p_bits).
-# Issue 18's second pass (eager calls skip the custom op, kernels.eager; one check where the
-# public op and the rung checked twice; buckets computed once; no generator per launch) left
-# 60, 67, 49, 74, 60, 51, 102. Launch plans (kernels.plans: a repeated call reuses its checks
-# and decisions; item 7 of issue 18) left matmul 14, nn.Linear 31, flash_attention 13, varlen 14,
-# grouped_gemm 13 (matmul_fp8 and MoE, which met the goal, have none: 51, 102). Issue 18's third
-# pass (a launch plan for matmul_fp8; an eager call that needs a gradient runs the op's own
-# forward(ctx) autograd.Function instead of the custom op, kernels.eager.path; the MoE layer's
-# checks kept per metadata and its expert counts made once) left nn.Linear 21, matmul_fp8 13,
-# MoE 86, the others as they were. MoE 88 once the layer's router logits and experts became
-# methods that the FP8 MoE layer overrides (kernels.moe.fp8_layer.Float8MoE). Issue 18 item 7's
-# second pass (a launch plan calls ``kernel.run`` with the arguments ``kernel[grid]`` would give
-# it, kept: triton_support.run_kwargs; a public op's checked plan keeps its bound call as an
-# instance attribute, plans.Checked.call) left matmul 11 (two launches), nn.Linear 18 (one autograd node
-# where it had three, kernels.gemm.linear), flash_attention 11, varlen 11 (contiguous offsets
-# go to the plan without a repacking lambda), grouped_gemm 11, matmul_fp8 11. Its third pass
-# (a plan keeps its inputs' eager.kind, so eager.path loops over no tensors; v3's launch plan notes
-# v4's chosen config itself, without v4's wrapper) left flash_attention 10 and varlen 10, and MoE
-# 85: the layer's expert counts and aux loss no longer check again the logits and ids that route
-# checked and made (routing's checked=True), and its fused kernels and k-sum launch through run
-# with merged arguments (triton_support.run_kwargs) instead of the kernel[grid] proxy's two frames.
-# MoE 56 once v3's fused forward keeps a launch plan per inputs' metadata and ``save`` (both
-# kernels' tuned configs, grids, scalar arguments and run keywords, and the k-sum's launch), so a
-# repeated call only sorts the slots, allocates and launches (v3_fused._plan, slot_sum.SlotSum).
-# nn.Linear 17 and MoE 55 once a GEMM's bound call takes the operands as the caller gives them
-# (x, not its flattened view; the weight, not its transpose: kernels.gemm.ops._Plan.bind), without
-# a frame of its own to make them; nn.Linear 16 once it makes eager.applier's call inline.
-# Float8Linear (issue 22), forward and forward+backward: tensorwise 107 and 162, rowwise 107 and 162,
-# blockwise 191 and 425, delayed 212 and 290, mxfp8 178 and 372 when the benchmark first measured it;
-# 71 and 115, 77 and 124, 69 and 113, 206 and 288, 142 and 326 once fp8_linear's checks are kept per
-# metadata (linear._Checked), an eager call that needs a gradient runs its autograd.Function instead
-# of the custom op, the quantize launches keep their arguments (quantize_kernel._Cast) and
-# blockwise_matmul keeps a launch plan as matmul_fp8 does (rowwise's include a launch per quantize,
-# its scales', that replaced ten torch ops). Delayed's are mostly its recompute bookkeeping
-# (kernels.fp8.recompute) per tensor, and its scale's and record's checks and dispatch (one launch
-# each, kernels.fp8.history_ops). 53 and 92, 59 and 101, 51 and 90, 99 and 158, 140 and 324
-# (2026-12-06) once delayed scaling asks its recompute question and kernels.eager.direct once for x
-# and w (once for dy), reads the layer's buffers from its dict, keeps x's and w's scales for a
-# recompute in one call and reads no thread's tape stack while no checkpointed call runs
-# (kernels.fp8.recompute.open_tapes, which the recompute question reads without a call); its amax
-# launch takes x and w as fp8_linear checked them, before the scales now (quantize.amax_checked);
-# the recipes quantize without quantize's checks (x and w checked by fp8_linear, dy autograd's),
-# the forward's also without dispatch (the op's implementation runs eagerly: quantize_checked's
-# direct=True); and the layer asks autocast.active(), a C call, before autocast.operands (mxfp8's
-# recipe, which quantizes through the public op, is not part of this: its bounds are the next line's).
-# mxfp8 135 and 302 once its quantize writes the scales pre-shuffled (kernels.fp8.recipes.mxfp8: no
-# preshuffle() per GEMM operand).
-# tensorwise 55 and 95, delayed 105 and 167 once tensor's amax pass leaves partial maxima that the cast
-# or one launch reduces (kernels.gemm_fp8.quantize_kernel: no torch amax, no scale_of ops): the pass is a
-# plan of its own whose call allocates its (poisonable) partials, one call more per tensor quantize;
-# delayed's current amax is a kept plan of two launches (its lookup, the two allocations) where one
-# launch's arguments were worked out per call. Delayed 107 and 169 once the layer's scales and
-# record are the shared kernels.fp8.recipes.delayed.cast_scales and record_amax, which Float8MoE
-# calls too (a frame each; Float8Linear.fp8_tensors a class attribute, no Module.__getattr__).
-# mxfp8 117 and 279 once its recipe quantizes as the others do, without quantize's checks
-# (quantize_checked), the forward's without dispatch (direct=True). mxfp8 forward+backward 277 once
-# the backward reads the scale layout off the forward's saved scales (gemm_mxfp4.operands.is_preshuffled,
-# one frame) instead of asking the backend (_preshuffled, backend.current, takes_preshuffled: three).
-# Once the layer's forward is kernels.fp8.linear._forward, which kernels.fp8.side_by_side runs on
-# joint weights (measured: tensorwise, delayed and mxfp8 one call more, rowwise and blockwise one
-# fewer): tensorwise 56 and 96, rowwise 60 and 102, blockwise 52 and 91, delayed 108 and 170, mxfp8
-# 118 and 278. Delayed 106 and 167 once its scale's
-# launch reduces the history and the amax pass's partials and its record's the cast's tile maxima
-# (kernels.fp8.history_ops: no history.amax(), torch amax or stack calls; the amax pass alone a plan,
-# quantize_kernel.tensor_partials, where the pass and its reducing launch were).
-# The training step's ops, when the benchmark first measured them (2026-12-05, with launch plans
-# from the start): rms_norm 11, rope 9, cross_entropy 15 (two launches and four outputs: each row's
-# loss, its max and log-sum for the backward, the mean, the rows counted; and the plan's bound lambda).
-# cross_entropy 11 once the forward allocates two outputs (the mean and one fp32 state: each row's
-# loss, max and log-sum, the count) and the plan's bound call is the launches' forward itself, the
-# logits' rows made in the op (issue 18, item 7). MoE 56 once its shared experts are a method the
-# expert-parallel layer shares (MoELayer.shared_mlp), 57 once its router's logits are one
-# (kernels.moe.routing.router_logits, float32 under autocast too). MoE 67 once its routing is one
-# op of two launches (kernels.moe.routing_fused) where route, expert_counts and aux_loss were 18
-# torch ops in 3 Python functions: the op's plan key and lookup, eager dispatch, autograd.Function,
-# five allocations and two launches are 10 calls more, and the call costs the host 40% less time
-# (``workbench bench overhead`` once, on an AMD EPYC, 2026-12-05: 301 -> 185 µs with a gradient, 228 -> 126 without; 32 -> 16 device
-# ops): each torch op it replaced cost more than a Python call. MoE 65 once the layer asks
-# ``autocast.active()`` (a C call) before casting anything, for the master-weight path
-# (kernels.moe.layer_ladder.fused_op.fused_experts), where it called autocast.operands
-# (and that, torch.amp.is_autocast_available, a Python function).
-# add_rms_norm 13 when the benchmark first measured it (2026-12-06): rms_norm's path, with the
-# residual's dtype in its plan key and h a third output.
+# Python calls made by or into ``kernels`` per call at the benchmark's shapes, on the interpreter
+# (host_overhead.python_calls), pinned at today's counts: a change that needs more raises its bound
+# here, visibly, and says why. A launch plan per inputs' metadata (kernels.plans) keeps each op's
+# checks, choices and launch arguments, so a repeated call allocates and launches; an eager call that
+# needs a gradient runs the op's own autograd.Function, not the custom op (kernels.eager.path). The
+# MoE layer's count includes its routing op and its router's and shared experts' torch code;
+# Float8Linear's, several launches per call (the quantizes and the GEMM; delayed's history scale and
+# record, kernels.fp8.history_ops, and its recompute bookkeeping). Before issue 18's host work the
+# first seven were matmul 152, nn.Linear 156, flash_attention 65, varlen 131, grouped_gemm 142,
+# matmul_fp8 101 and MoE 86; Float8Linear's, when first measured, 107-212 forward and 162-425 forward
+# and backward. Each step down (and the few up, with their reasons) is in this file's git log.
 MAX_PYTHON_CALLS = {"matmul": 11, "nn.Linear": 16, "flash_attention": 10, "flash_attention_varlen": 10,
                     "grouped_gemm": 11, "matmul_fp8": 11, "MoE": 65,
                     "rms_norm": 11, "add_rms_norm": 13, "rope": 9, "cross_entropy": 11,
