@@ -2,17 +2,22 @@
 
 Which layers stay in high precision is a stated choice, :data:`KEEP_HIGH_PRECISION` by
 default: the first and the last Linear of the model (the first sees raw embeddings, the
-last, the LM head, produces logits whose small differences the softmax amplifies) and
-the MoE router (a small GEMM whose top-k choice flips on small errors). These are the
-layers FP8 recipes usually leave alone (DeepSeek-V3 keeps the embedding, output head,
-MoE gating, normalization and attention operators in BF16/FP32; torchao's examples
-skip the output head). Pass your own:
+last, the LM head, produces logits whose small differences the softmax amplifies), the
+MoE router (a small GEMM whose top-k choice flips on small errors) and the MoE layers'
+shared experts (every token passes through them, so their error reaches every token).
+The first three are the layers FP8 recipes usually leave alone (DeepSeek-V3 keeps the
+embedding, output head, MoE gating, normalization and attention operators in BF16/FP32;
+torchao's examples skip the output head); DeepSeek-V3 runs its shared experts in FP8, which
+a list without ``"*shared_experts"`` does here. Pass your own:
 
 * a collection of names or ``fnmatch`` patterns over ``model.named_modules()``, where
   ``"first"`` and ``"last"`` stand for the first and last Linear in module order outside
-  MoE layers (a router is never the model's "last" Linear: ``"*router"`` names it);
-* a callable ``(name, module) -> bool``;
-* ``()`` to convert every Linear.
+  MoE layers (a router is never the model's "last" Linear: ``"*router"`` names it), and
+  ``"<layer>.shared_experts"`` (``"shared_experts"`` for a bare MoE layer) an MoE layer's
+  shared experts, parameters of that layer, not modules;
+* a callable ``(name, module) -> bool`` (asked with that name and the MoE layer for its
+  shared experts);
+* ``()`` to convert every Linear and every MoE layer's shared experts.
 
 Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) and the MoE layers
 are swapped; every other module is left as it is. A ``kernels.MoE`` not kept (its name
@@ -25,7 +30,9 @@ another recipe leaves the experts in high precision, with a warning), the expert
 layer's dispatch in FP8 for the row-local recipes (rowwise, blockwise, mxfp8: each token
 quantized once by its sender; ``convert(..., fp8_dispatch=False)`` or the layer's
 ``fp8_dispatch = False`` for the activation dtype) and its other all-to-alls in the activation dtype, while the router is a Linear like any
-other, kept by ``"*router"`` unless you say otherwise. A subclass of either layer has no
+other, kept by ``"*router"`` unless you say otherwise. Shared experts not kept run in FP8 by
+the layer's recipe (:attr:`kernels.moe.fp8_experts.Float8Experts.fp8_shared_experts`), but for
+delayed scaling, which keeps them in high precision with a warning. A subclass of either layer has no
 FP8 path and is left as it is, with a warning. Parameters are shared, not copied, so this
 can run before or after the optimizer is made, and before ``fully_shard``.
 """
@@ -40,7 +47,7 @@ import torch
 from . import amax_sync, recipe as _recipes
 from .linear import Float8Linear
 
-KEEP_HIGH_PRECISION = ("first", "last", "*router")
+KEEP_HIGH_PRECISION = ("first", "last", "*router", "*shared_experts")
 
 
 def _keeper(keep, linears: list[str]) -> Callable[[str, torch.nn.Module], bool]:
@@ -121,7 +128,8 @@ def _swap(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
 def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtype,
                  fp8_dispatch: bool | None, scale_rule: str | None) -> torch.nn.Module:
     """Swap each MoE layer not kept for its FP8 form (before the Linears: the router, a
-    submodule both layers share, is then swapped in the FP8 layer), the expert-parallel ones
+    submodule both layers share, is then swapped in the FP8 layer), its shared experts in FP8
+    unless kept (by the name ``"<layer>.shared_experts"``), the expert-parallel ones
     with ``fp8_dispatch`` unless None; returns the model, the FP8 layer itself where the
     model is an MoE layer."""
     from ..moe.ep_fp8_layer import Float8ExpertParallelMoE
@@ -144,6 +152,13 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtyp
         fp8_layer = fp8_form[type(layer)](layer, recipe, fp8_dtype, grad_dtype, scale_rule)
         if fp8_dispatch is not None and isinstance(fp8_layer, Float8ExpertParallelMoE):
             fp8_layer.fp8_dispatch = fp8_dispatch
+        if layer.shared_experts and not keep(f"{name}.shared_experts" if name else "shared_experts", layer):
+            if recipe == "delayed":
+                warnings.warn(f"MoE layer {name or '(the model)'!r}: delayed scaling keeps amax histories for "
+                              "the routed experts only; its shared experts stay in high precision",
+                              RuntimeWarning, stacklevel=3)
+            else:
+                fp8_layer.fp8_shared_experts = True
         if not name:
             return fp8_layer
         _swap(model, name, fp8_layer)

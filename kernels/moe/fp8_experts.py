@@ -19,6 +19,7 @@ from ..fp8 import recipe as fp8_recipes
 from ..fp8.recipes.delayed import PREFIX, cast_scales, history_state
 from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
+from .swiglu_op import swiglu
 
 FP8_TENSORS = ("x", "hidden", "gate", "up", "down")
 """The forward's operands whose scales delayed scaling keeps a history of, in ``fp8_saturated``'s
@@ -33,7 +34,8 @@ amaxes, :mod:`kernels.moe.ep_fp8_layer`)."""
 class Float8Experts:
     """Mixin of the FP8 MoE layers (before the high-precision layer's class in the bases):
     ``recipe``, ``scale_rule`` (mxfp8's e8m0 rule, None for the other recipes), ``fp8_dtype``,
-    ``grad_fp8_dtype`` and the delayed histories."""
+    ``grad_fp8_dtype``, the delayed histories, and whether the shared experts run in FP8 too
+    (:attr:`fp8_shared_experts`)."""
 
     fp8_tensors = FP8_TENSORS
     """The tensors with delayed histories, in ``fp8_saturated``'s order (a class's own)."""
@@ -58,6 +60,7 @@ class Float8Experts:
         new.recipe, new.fp8_dtype = recipe, fp8_recipes.get(recipe).element_format(fp8_dtype)
         new.scale_rule = scale_rule
         new.grad_fp8_dtype = grad_dtype or new.fp8_dtype
+        new._fp8_shared_experts = False
         if recipe == "delayed":
             for name, buffer in history_state(cls.fp8_tensors, layer.gate.device).items():
                 new.register_buffer(name, buffer)
@@ -108,5 +111,35 @@ class Float8Experts:
     def extra_repr(self) -> str:
         name = lambda dtype: str(dtype).replace("torch.float8_", "")   # noqa: E731
         rule = "" if self.scale_rule is None else f", scale_rule={self.scale_rule}"
+        shared = ", fp8_shared_experts=True" if self._fp8_shared_experts else ""
         return (f"{super().extra_repr()}, recipe={self.recipe}{rule}, fp8={name(self.fp8_dtype)}, "
-                f"grad={name(self.grad_fp8_dtype)}")
+                f"grad={name(self.grad_fp8_dtype)}{shared}")
+
+    @property
+    def fp8_shared_experts(self) -> bool:
+        """Whether the shared experts' three GEMMs and their gradients run in FP8 too, by this
+        layer's recipe, formats and scale rule: each is one FP8 grouped GEMM of a single group over
+        all rows (the routed experts' kernels, on the shared weights as they are stored, (dim, S·h)
+        and (S·h, dim), a group's layout), SwiGLU the routed experts' Triton pass. False by default:
+        :func:`kernels.fp8.convert` sets it where ``keep_high_precision`` does not name
+        ``"<layer>.shared_experts"`` (its default keeps them, ``"*shared_experts"``). Refused
+        under delayed scaling, whose amax histories this layer keeps for the routed experts only."""
+        return self._fp8_shared_experts
+
+    @fp8_shared_experts.setter
+    def fp8_shared_experts(self, value: bool) -> None:
+        if value and self.recipe == "delayed":
+            raise ValueError("the shared experts cannot run in FP8 under delayed scaling: this layer keeps "
+                             "amax histories for its routed experts only")
+        self._fp8_shared_experts = bool(value)
+
+    def shared_mlp(self, rows: torch.Tensor) -> torch.Tensor:
+        """The shared experts' output (T, dim), in FP8 where :attr:`fp8_shared_experts` says so (the
+        weights cast to the rows' dtype first, as the routed experts' are under autocast), else as
+        the high-precision layer runs them."""
+        if not self._fp8_shared_experts:
+            return super().shared_mlp(rows)
+        offsets = rows.new_full((1,), rows.shape[0], dtype=torch.int32)   # one group: every row
+        gate, up, down = (w.to(rows.dtype).unsqueeze(0) for w in (self.shared_gate, self.shared_up, self.shared_down))
+        hidden = swiglu(self._grouped(rows, None, gate, None, offsets), self._grouped(rows, None, up, None, offsets))
+        return self._grouped(hidden, None, down, None, offsets)

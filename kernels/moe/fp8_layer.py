@@ -33,7 +33,9 @@ chunks' rows.
 What stays in high precision: the router (its logits in float32 unless ``convert`` was
 told to make it FP8 too), the routing weights and the weighted sum over a token's
 experts (float32 in registers, rounded once: :mod:`.combine_op`), SwiGLU, and the shared experts
-(parameters that no Linear holds, run as the ``MoE`` layer runs them). SwiGLU and its
+unless :func:`kernels.fp8.convert` was told otherwise (parameters that no Linear holds: kept, they
+run as the ``MoE`` layer runs them; in FP8, as one group of the routed experts' FP8 grouped GEMMs,
+:attr:`~kernels.moe.fp8_experts.Float8Experts.fp8_shared_experts`). SwiGLU and its
 derivative are one Triton pass each (:mod:`.swiglu_op`), not torch's elementwise chains over
 (T·k, hidden): h computed in fp32 from g and u and rounded once, which can differ from
 torch's ``F.silu(g) * u`` (two roundings) in the last bit; down quantizes, and delayed

@@ -48,9 +48,11 @@ def step_flops(cfg, world: int = 1) -> int:
 def fp8_step_flops(model: torch.nn.Module, cfg, world: int = 1) -> int:
     """The part of :func:`step_flops` that the FP8 layers run: forward, dgrad and wgrad,
     2 · in · out FLOPs per token each, for each FP8 Linear and each FP8 MoE layer's gate, up
-    and down of the top_k experts a token is routed to (not its router or shared experts)."""
+    and down of the top_k experts a token is routed to, and of its shared experts where they run
+    in FP8 too (not its router)."""
     weights = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, Float8Linear))
-    weights += sum(m.top_k * 3 * m.dim * m.hidden for m in model.modules() if isinstance(m, Float8Experts))
+    weights += sum((m.top_k + m.shared_experts * m.fp8_shared_experts) * 3 * m.dim * m.hidden
+                   for m in model.modules() if isinstance(m, Float8Experts))
     return 6 * weights * cfg.batch * cfg.seq * world
 
 
