@@ -29,12 +29,13 @@ and both their gradients run in FP8 (the recipes of
 another recipe leaves the experts in high precision, with a warning), the expert-parallel
 layer's dispatch in FP8 for the row-local recipes (rowwise, blockwise, mxfp8: each token
 quantized once by its sender; ``convert(..., fp8_dispatch=False)`` or the layer's
-``fp8_dispatch = False`` for the activation dtype) and its other all-to-alls in the activation dtype, while the router is a Linear like any
-other, kept by ``"*router"`` unless you say otherwise. Shared experts not kept run in FP8 by
-the layer's recipe (:attr:`kernels.moe.fp8_experts.Float8Experts.fp8_shared_experts`), but for
-delayed scaling, which keeps them in high precision with a warning. A subclass of either layer has no
-FP8 path and is left as it is, with a warning. Parameters are shared, not copied, so this
-can run before or after the optimizer is made, and before ``fully_shard``.
+``fp8_dispatch = False`` for the activation dtype) and its other all-to-alls in the
+activation dtype, while the router is a Linear like any other, kept by ``"*router"`` unless
+you say otherwise. Shared experts not kept run in FP8 by the layer's recipe
+(:attr:`kernels.moe.fp8_experts.Float8Experts.fp8_shared_experts`), but for delayed scaling,
+which keeps them in high precision with a warning. A subclass of either layer has no FP8 path
+and is left as it is, with a warning. Parameters are shared, not copied, so this can run before
+or after the optimizer is made, and before ``fully_shard``.
 """
 from __future__ import annotations
 
