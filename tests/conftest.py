@@ -25,6 +25,7 @@ if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
 import kernels  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 import host_sync  # noqa: E402  (tests/ is on sys.path: pytest puts a conftest's folder there)
 
@@ -64,6 +65,18 @@ def short_deadlocks(monkeypatch):
     (which leaves a slow machine's legitimate waits room) still fails every such answer."""
     from workbench.learn.exercises.catalog import comm
     monkeypatch.setattr(comm, "GROUP_TIMEOUT_S", 2.0)
+
+
+@pytest.fixture
+def one_rank():
+    """A gloo process group of one rank in this process, destroyed after the test."""
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.fixture

@@ -11,6 +11,11 @@ from workbench.isa import tune_space
 
 TARGETS = ("gfx942", "gfx950", "sm90")
 SECTIONS = (*TARGETS, *(tuning.section(t, torch.float32) for t in TARGETS))   # bf16's, then float32's
+DEVICES = [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")]
+
+
+def config_key(cfg: dict) -> tuple:
+    return tuple(sorted(cfg.items()))
 
 
 def target_of(section: str) -> str:

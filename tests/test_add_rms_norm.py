@@ -18,7 +18,7 @@ import torch
 import kernels
 from kernels.norm import ops as norm_ops
 from kernels.outputs import poisoned_outputs
-from test_rms_norm import _assert_close, _half_ulp
+from norm_tolerances import assert_close, half_ulp
 from workbench.harness.device_ops import device_ops
 
 EPS = 1e-6
@@ -58,7 +58,7 @@ def _exact(x, residual, w, dy, dh):
 def _assert_rounded_sum(got, want, terms):
     """``got``, an fp32 sum of terms of magnitude ``terms`` rounded once to its 16-bit dtype,
     within half a unit in its last place of ``want`` plus the fp32 sum's bound."""
-    bound = _half_ulp(want, got.dtype) + 1e-5 * (want.abs() + terms)
+    bound = half_ulp(want, got.dtype) + 1e-5 * (want.abs() + terms)
     err = (got.double() - want).abs()
     bad = ~(err <= bound)
     assert not bad.any(), f"{int(bad.sum())} of {got.numel()} off, worst {err.max().item():.3g}"
@@ -75,14 +75,14 @@ def _check(x, residual, w, dy, dh, out_dtype):
             dx, dr, dw = torch.autograd.grad((h, y), (x, residual, w), (dh, dy))
     want_y, want_dx, want_dr, terms, want_dw = _exact(x, residual, w, dy, dh)
     assert h.dtype == torch.float32 and torch.equal(h, x.detach() + residual.detach())
-    _assert_close(y, want_y, out_dtype)
-    _assert_close(dx, want_dx, torch.float32, terms)
+    assert_close(y, want_y, out_dtype)
+    assert_close(dx, want_dx, torch.float32, terms)
     if residual.dtype == torch.float32:
-        _assert_close(dr, want_dr, torch.float32, terms)
+        assert_close(dr, want_dr, torch.float32, terms)
     else:
         assert dr.dtype == residual.dtype
         _assert_rounded_sum(dr, want_dr, terms)
-    _assert_close(dw, want_dw[0], w.dtype, want_dw[1])
+    assert_close(dw, want_dw[0], w.dtype, want_dw[1])
 
 
 @pytest.mark.parametrize("h_used", [True, False], ids=["h_used", "h_unused"])
@@ -142,7 +142,7 @@ def test_16_bit_x_adds_with_torch_then_norms(x_dtype, residual_dtype):
     assert torch.equal(h, want_h) and torch.equal(y, want_y)
     assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(grads, want))
     h64 = h.detach().double()
-    _assert_close(y, h64 * torch.rsqrt(h64.pow(2).mean(-1, keepdim=True) + EPS) * w.detach().double(),
+    assert_close(y, h64 * torch.rsqrt(h64.pow(2).mean(-1, keepdim=True) + EPS) * w.detach().double(),
                   torch.bfloat16)
 
 

@@ -14,8 +14,7 @@ import kernels
 from kernels import tuning
 from kernels.attention import configs, configs_backward as space_bwd, v5_backward as v5
 from kernels.attention.launch import head_block
-from table_sections import SECTIONS, TARGETS, assert_verdicts, target_of
-from test_attention_tuning import DEVICES, _compiles, _key   # the forward table's, shared
+from table_sections import DEVICES, SECTIONS, TARGETS, assert_verdicts, config_key, target_of
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
@@ -29,8 +28,8 @@ def _entries(target: str) -> list[dict]:
 def test_shipped_table_covers_exactly_the_candidates(section):
     """A changed candidate list without ``python -m workbench.isa.tune_space --op attention_backward
     --write`` fails here."""
-    recorded = [_key(entry["config"]) for entry in _entries(section)]
-    assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in space_bwd.candidates(target_of(section)))
+    recorded = [config_key(entry["config"]) for entry in _entries(section)]
+    assert sorted(recorded) == sorted(config_key(tuning.as_dict(c)) for c in space_bwd.candidates(target_of(section)))
 
 
 @pytest.mark.parametrize("section", SECTIONS)
@@ -39,9 +38,9 @@ def test_each_config_is_compiled_as_its_kernel_at_its_head_dim_and_kept_only_if_
     for entry in _entries(section):
         cfg = entry["config"]
         name = f"{cfg['KERNEL']}_D{cfg['BLOCK_D']}"
-        assert list(_compiles(entry)) == [name, f"{name}_packed"], entry   # dense and VARLEN
+        assert list(tune_space.compiles(entry)) == [name, f"{name}_packed"], entry   # dense and VARLEN
         if target_of(section) != "sm90":   # AMD entries count the 8/16-bit LDS ops
-            assert all("narrow_lds_ops" in r for r in _compiles(entry).values()), entry
+            assert all("narrow_lds_ops" in r for r in tune_space.compiles(entry).values()), entry
     assert_verdicts(section, table, lambda cfg: (cfg["KERNEL"], cfg["BLOCK_D"]))
     assert {(e["config"]["KERNEL"], e["config"]["BLOCK_D"]) for e in table["kept"]} == \
         {(kernel, d) for kernel in space_bwd.KERNELS for d in configs.HEAD_DIMS}
@@ -55,9 +54,9 @@ def test_the_priors_move_no_narrow_elements_through_lds_and_come_first(target, d
     (:func:`tune_space.clean_lds`), and each group's kept configs are in the prior's order
     (:func:`tune_space.prior_first`). The per-compile verdict itself does not judge them."""
     section = space_bwd.shipped()[target]
-    recorded = {_key(e["config"]): e for e in section["kept"]}
+    recorded = {config_key(e["config"]): e for e in section["kept"]}
     for kernel, cfg in v5.prior("hip", target, d).items():
-        assert recorded[_key(cfg)][f"{kernel}_D{d}"]["narrow_lds_ops"] == 0, cfg
+        assert recorded[config_key(cfg)][f"{kernel}_D{d}"]["narrow_lds_ops"] == 0, cfg
     group = tune_space.OPS["attention_backward"].group
     assert tune_space.prior_first(target, {"kept": list(section["kept"])}, group)["kept"] == section["kept"]
     assert tune_space.verdict(target, {"spills": 0, "sgpr_spills": 0, "scratch_bytes": 0,
@@ -72,8 +71,8 @@ def test_at_d128_dkdv_keeps_no_config_of_two_waves(target):
     two = [e for e in section["kept"] + section["dropped"] if tune_space.waves(e) >= 2
            and (e["config"]["KERNEL"], e["config"]["BLOCK_D"]) == ("dkdv", 128)]
     assert two and not [e for e in two if e in section["kept"]]
-    kept = {_key(e["config"]): e for e in section["kept"]}
-    waves = {(kernel, d): tune_space.waves(kept[_key(cfg)])
+    kept = {config_key(e["config"]): e for e in section["kept"]}
+    waves = {(kernel, d): tune_space.waves(kept[config_key(cfg)])
              for d in configs.HEAD_DIMS for kernel, cfg in v5.prior("hip", target, d).items()}
     assert waves.pop(("dkdv", 128)) == 1 and min(waves.values()) >= 2, waves
 
@@ -125,9 +124,9 @@ def test_the_sm90_priors_take_wgmma_only_and_come_first(d):
     table's sm90 section is in prior_first's order; the 32 x 32 dK/dV tile, the D = 128 prior
     before, is kept there behind it, with mma.sync."""
     section = space_bwd.shipped()["sm90"]
-    recorded = {_key(e["config"]): e for e in section["kept"]}
+    recorded = {config_key(e["config"]): e for e in section["kept"]}
     for kernel, cfg in v5.prior("cuda", "sm90", d).items():
-        assert [r["mma_sync_ops"] for r in _compiles(recorded[_key(cfg)]).values()] == [0, 0], cfg
+        assert [r["mma_sync_ops"] for r in tune_space.compiles(recorded[config_key(cfg)]).values()] == [0, 0], cfg
     group = tune_space.OPS["attention_backward"].group
     assert tune_space.prior_first("sm90", {"kept": list(section["kept"])}, group)["kept"] == section["kept"]
     narrow = [e for e in section["kept"] if (e["config"]["KERNEL"], e["config"]["BLOCK_D"], e["config"]["BLOCK_N"])
@@ -166,14 +165,14 @@ SAMPLE = [   # (target, kernel, head dim) whose prior is recompiled; each compil
 def test_table_entries_are_what_the_compiler_gives(target, kernel, d):
     backend, arch = DEVICES[TARGETS.index(target)]
     cfg = tuning.as_dict(space_bwd.space(backend, arch, d, kernel)[0])
-    entry = {_key(e["config"]): e for e in _entries(target)}[_key(cfg)]
-    assert tune_space.compiled("attention_backward", target, cfg) == _compiles(entry)
+    entry = {config_key(e["config"]): e for e in _entries(target)}[config_key(cfg)]
+    assert tune_space.compiled("attention_backward", target, cfg) == tune_space.compiles(entry)
 
 
 def test_a_dropped_entry_is_what_the_compiler_gives():
     entry = space_bwd.shipped()["gfx942"]["dropped"][0]
     cfg = entry["config"]
-    assert tune_space.compiled("attention_backward", "gfx942", cfg) == _compiles(entry)
+    assert tune_space.compiled("attention_backward", "gfx942", cfg) == tune_space.compiles(entry)
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])

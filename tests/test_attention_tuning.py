@@ -18,33 +18,24 @@ from workbench import isa
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
-from table_sections import SECTIONS, TARGETS, assert_verdicts, dtype_of, target_of
-
-DEVICES = [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")]
-
-
-def _key(cfg: dict) -> tuple:
-    return tuple(sorted(cfg.items()))
-
-
-_compiles = tune_space.compiles
+from table_sections import DEVICES, SECTIONS, TARGETS, assert_verdicts, config_key, dtype_of, target_of
 
 
 @pytest.mark.parametrize("section", SECTIONS)
 def test_shipped_table_covers_exactly_the_candidates(section):
     """A changed candidate list without ``python -m workbench.isa.tune_space --op attention --write`` fails here."""
     table = configs.shipped()[section]
-    recorded = [_key(entry["config"]) for entry in table["kept"] + table["dropped"]]
-    assert sorted(recorded) == sorted(_key(tuning.as_dict(c)) for c in configs.candidates(target_of(section)))
+    recorded = [config_key(entry["config"]) for entry in table["kept"] + table["dropped"]]
+    assert sorted(recorded) == sorted(config_key(tuning.as_dict(c)) for c in configs.candidates(target_of(section)))
 
 
 @pytest.mark.parametrize("section", SECTIONS)
 def test_each_config_is_compiled_at_its_head_dim_and_kept_only_if_it_fits(section):
     table = configs.shipped()[section]
     for entry in table["kept"] + table["dropped"]:
-        assert list(_compiles(entry)) == [f"D{entry['config']['BLOCK_D']}"], entry
+        assert list(tune_space.compiles(entry)) == [f"D{entry['config']['BLOCK_D']}"], entry
         if target_of(section) != "sm90":   # AMD entries count the 8/16-bit LDS ops
-            assert all("narrow_lds_ops" in r for r in _compiles(entry).values()), entry
+            assert all("narrow_lds_ops" in r for r in tune_space.compiles(entry).values()), entry
     assert_verdicts(section, table, lambda cfg: (cfg["BLOCK_D"],))
     assert {e["config"]["BLOCK_D"] for e in table["kept"]} == set(configs.HEAD_DIMS)
 
@@ -75,9 +66,9 @@ def test_table_entries_are_what_the_compiler_gives(target, cfg):
         backend, arch = DEVICES[TARGETS.index(target_of(target))]
         cfg = tuning.as_dict(configs.space(backend, arch, cfg, dtype_of(target))[0])
     table = configs.shipped()[target]
-    entry = {_key(e["config"]): e for e in table["kept"] + table["dropped"]}[_key(cfg)]
+    entry = {config_key(e["config"]): e for e in table["kept"] + table["dropped"]}[config_key(cfg)]
     measured = tune_space.measure("attention", target_of(target), cfg, dtype_of(target))
-    assert {f"D{cfg['BLOCK_D']}": measured} == _compiles(entry)
+    assert {f"D{cfg['BLOCK_D']}": measured} == tune_space.compiles(entry)
 
 
 def test_the_d128_prior_with_32x32_mfmas_is_dropped_for_its_16_bit_lds_ops():
@@ -85,10 +76,11 @@ def test_the_d128_prior_with_32x32_mfmas_is_dropped_for_its_16_bit_lds_ops():
     elements through LDS two bytes at a time; the table drops it (``tune_space.clean_lds``: the
     16x16 prior has no such op)."""
     table = configs.shipped()["gfx942"]
-    wide = {_key(e["config"]): e for e in table["dropped"]}[_key(WIDE_KEYS_D128)]
+    wide = {config_key(e["config"]): e for e in table["dropped"]}[config_key(WIDE_KEYS_D128)]
     assert wide["D128"]["narrow_lds_ops"] > 0 and wide["D128"]["spills"] == 0
     assert wide["why"] == f"D128: {wide['D128']['narrow_lds_ops']} 8/16-bit LDS ops"
-    prior = {_key(e["config"]): e for e in table["kept"]}[_key(tuning.as_dict(configs.space("hip", "gfx942", 128)[0]))]
+    prior = {config_key(e["config"]): e
+             for e in table["kept"]}[config_key(tuning.as_dict(configs.space("hip", "gfx942", 128)[0]))]
     assert prior["D128"]["narrow_lds_ops"] == 0
 
 

@@ -16,6 +16,7 @@ from attention_layouts import fused_heads, gradients, heads_major, sliced_head_d
 from kernels.attention import spec as attn_spec
 from kernels.attention import v3_causal_lse, v5_backward
 from kernels.outputs import poisoned_outputs
+from varlen_reference import per_sequence
 from workbench.check import compare
 
 flash_attention_varlen = kernels.flash_attention_varlen   # also registers torch.ops.kernels.flash_attention_varlen_*
@@ -29,17 +30,6 @@ def _packed(lengths_q, lengths_k, hq=4, hkv=2, d=32, dtype=torch.float32, seed=0
     k, v = (torch.randn(sum(lengths_k), hkv, d, generator=gen).to(dtype) for _ in range(2))
     cu = [torch.tensor([0, *itertools.accumulate(n)], dtype=torch.int32) for n in (lengths_q, lengths_k)]
     return q, k, v, *cu
-
-
-def _per_sequence(attention, q, k, v, cu_q, cu_k):
-    """``attention`` on each sequence's (1, H, S_i, D) view, packed back: what varlen must be."""
-    bq, bk = cu_q.tolist(), cu_k.tolist()
-    outs = []
-    for q0, q1, k0, k1 in zip(bq[:-1], bq[1:], bk[:-1], bk[1:]):
-        if q1 > q0:
-            views = (t[a:z].transpose(0, 1)[None] for t, a, z in ((q, q0, q1), (k, k0, k1), (v, k0, k1)))
-            outs.append(attention(*views)[0].transpose(0, 1))
-    return torch.cat(outs)
 
 
 def _with_grads(fn, q, k, v, grad):
@@ -66,9 +56,9 @@ def _check_per_sequence(case, causal, dtype, scale=None, layout=None):
             *a, cu_q, cu_k, max(lq), max(lk), causal=causal, scale=scale), q, k, v, grad)
     # SDPA's CPU kernel returns NaN for a causal mask at scale <= 0; its math backend does not
     with sdpa_kernel(SDPBackend.MATH) if scale is not None else contextlib.nullcontext():
-        base, base_grads = _with_grads(lambda *a: _per_sequence(lambda *s: F.scaled_dot_product_attention(
+        base, base_grads = _with_grads(lambda *a: per_sequence(lambda *s: F.scaled_dot_product_attention(
             *s, is_causal=causal, scale=scale, enable_gqa=True), *a, cu_q, cu_k), q, k, v, grad)
-    ref, ref_grads = _with_grads(lambda *a: _per_sequence(
+    ref, ref_grads = _with_grads(lambda *a: per_sequence(
         lambda *s: attn_spec.reference(*s, causal, scale), *a, cu_q, cu_k),
         *(t.double() for t in (q, k, v)), grad.double())
     assert out.shape == q.shape and out.dtype == dtype
@@ -171,7 +161,7 @@ def test_compiles_without_graph_break():
         q, k, v, cu_q, cu_k, 9, 9, causal=True) * 2, fullgraph=True, backend="aot_eager")
     out = fn(q, k, v, cu_q, cu_k)
     out.sum().backward()       # a stride-0 output gradient reaches the backward kernels
-    expected = _per_sequence(lambda *s: attn_spec.reference(*s, True), q.detach(), k, v, cu_q, cu_k) * 2
+    expected = per_sequence(lambda *s: attn_spec.reference(*s, True), q.detach(), k, v, cu_q, cu_k) * 2
     assert torch.allclose(out.detach().double(), expected, atol=1e-5) and q.grad is not None
 
 
@@ -241,7 +231,7 @@ def test_unchecked_offsets_past_the_tokens_are_clamped_into_them():
     grad = torch.randn_like(out)
     out.backward(grad)
     ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    expected = _per_sequence(lambda *s: attn_spec.reference(*s, False), *ref_leaves, cu_q, cu_q)
+    expected = per_sequence(lambda *s: attn_spec.reference(*s, False), *ref_leaves, cu_q, cu_q)
     expected.backward(grad.double())
     assert torch.allclose(out.double(), expected, atol=1e-5)
     for leaf, ref in zip(leaves, ref_leaves):

@@ -61,9 +61,9 @@ from workbench.check import relative_error
 from workbench.harness.tolerances import reassociation_bound
 from workbench.train.flops import fp8_step_flops
 
+from ep_gradients import grads_of
 from fp8_quantizations import TorchCalls, amax_passes
 from host_sync import counted_host_reads, no_host_sync
-from test_ep_moe import _grads
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -124,9 +124,9 @@ def _reference(full, xs, gs, recipe):
     assert type(single) is Float8MoE and caught == []
     start = None
     if recipe == "delayed":
-        _grads(single, torch.cat(xs), 3 * torch.cat(gs).flip(0))
+        grads_of(single, torch.cat(xs), 3 * torch.cat(gs).flip(0))
         start = _histories(single).clone()
-    out, dx, grads = _grads(single, torch.cat(xs), torch.cat(gs))
+    out, dx, grads = grads_of(single, torch.cat(xs), torch.cat(gs))
     return out, dx, grads, start, _histories(single) if start is not None else None
 
 
@@ -185,7 +185,7 @@ def _high_precision_rows(rank, full, xs, gs, recipe="rowwise"):
     requantized operand on this path)."""
     _, model, _ = _converted_share(copy.deepcopy(full), recipe)
     model[0].fp8_dispatch = False
-    out, dx, g = _grads(model, xs[rank], gs[rank])
+    out, dx, g = grads_of(model, xs[rank], gs[rank])
     return out, dx, {name[2:]: grad for name, grad in g.items()}
 
 
@@ -224,7 +224,7 @@ def _ep_case(rank, full, xs, gs, recipe, start):
     torch_calls = TorchCalls() if recipe == "delayed" else contextlib.nullcontext()
     with (reading as reads, _fp8_launches() as launches, poisoned_outputs(), _all_to_alls() as sent,
           torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), torch_calls as seen):
-        out, dx, g = _grads(model, xs[rank], gs[rank])
+        out, dx, g = grads_of(model, xs[rank], gs[rank])
     if recipe == "delayed":   # the amaxes its histories record are the fused casts': no torch pass
         operands = {shape for _, shape in seen.calls if len(shape) == 2 and shape[1] in (DIM, HIDDEN)}
         weights = {tuple(getattr(fp8, name).shape) for name in ("gate", "up", "down")}
@@ -300,7 +300,7 @@ def test_fp8_ep_layer_matches_the_single_process_fp8_layer():
     full, xs, gs = _batch()
     exact = MoEReference(DIM, HIDDEN, EXPERTS, TOP_K)
     exact.load_state_dict(full.state_dict())
-    exact = _grads(exact.double(), torch.cat(xs).double(), torch.cat(gs).double())
+    exact = grads_of(exact.double(), torch.cat(xs).double(), torch.cat(gs).double())
     bound = reassociation_bound(torch.float32)
     for recipe in CASES:
         out_all, dx_all, g_all, _, after = references[recipe]

@@ -20,7 +20,6 @@ from kernels.moe.grouped_gemm_fp8 import quantize
 from kernels.outputs import poisoned_outputs
 
 from host_sync import no_host_sync
-from test_fp8_moe_swiglu_backward import one_rank  # noqa: F401 (a fixture)
 
 FP8, GRAD = torch.float8_e4m3fn, torch.float8_e5m2   # hybrid: only the gradients' casts write e5m2
 DIM, HIDDEN, EXPERTS, TOP_K = 16, 32, 4, 2
@@ -86,7 +85,7 @@ class Spy:
         return [(scale, amax) for t, scale, amax in self.casts if t.shape == dy.shape and torch.equal(t, dy)]
 
 
-def test_the_histories_are_float8moes_after_training_steps(one_rank, monkeypatch):  # noqa: F811
+def test_the_histories_are_float8moes_after_training_steps(one_rank, monkeypatch):
     """Four steps of both layers, two chunks, the gradients' size changing: each gradient
     history holds the amaxes torch finds on the merged gradient its GEMM's backward received,
     newest first; down's dy's equal the single-process layer's bit for bit (max |w·dy| of fp32
@@ -115,7 +114,7 @@ def test_the_histories_are_float8moes_after_training_steps(one_rank, monkeypatch
         [id(_history(ep, n)) for n in FP8_TENSORS + GRAD_TENSORS]   # the amax sync reduces all eight
 
 
-def test_both_casts_of_each_merged_gradient_take_its_history_scale(one_rank, monkeypatch):  # noqa: F811
+def test_both_casts_of_each_merged_gradient_take_its_history_scale(one_rank, monkeypatch):
     """Step 1 (empty histories): each merged gradient's two casts (dgrad's, wgrad's) share its
     current amax / e5m2's max; from step 2, whose gradients are a tenth of step 1's, the
     history's max / e5m2's max (not the gradient's own); the amax is asked of one cast only."""
@@ -137,7 +136,7 @@ def test_both_casts_of_each_merged_gradient_take_its_history_scale(one_rank, mon
                 assert scale.reshape(()) == want, (step, name)
 
 
-def test_eval_mode_takes_the_history_scale_and_records_nothing(one_rank, monkeypatch):  # noqa: F811
+def test_eval_mode_takes_the_history_scale_and_records_nothing(one_rank, monkeypatch):
     """A backward in eval mode casts each gradient with its history's scale and writes no
     history and no count, though its gradients are a thousand times larger."""
     _, ep = _layers(one_rank)
@@ -154,7 +153,7 @@ def test_eval_mode_takes_the_history_scale_and_records_nothing(one_rank, monkeyp
         assert all(s.reshape(()) == state[PREFIX + "dy_" + name].amax() / torch.finfo(GRAD).max for s, _ in casts)
 
 
-def test_capacity_padding_is_not_in_the_recorded_amaxes(one_rank, monkeypatch):  # noqa: F811
+def test_capacity_padding_is_not_in_the_recorded_amaxes(one_rank, monkeypatch):
     """Capacity with PADDING rows per chunk at the owner, every kernel output poisoned (NaN) and dh's
     padding rows (down's dX, unwritten) overwritten with 1e30 before SwiGLU's derivative: each
     history's entry is the amax of its gradient's real rows (the merged gradient's padding rows
@@ -183,7 +182,7 @@ def test_capacity_padding_is_not_in_the_recorded_amaxes(one_rank, monkeypatch): 
     assert all(p.grad.isfinite().all() for p in (x, ep.gate, ep.up, ep.down))
 
 
-def test_a_checkpoint_from_before_the_gradient_histories_loads_with_them_empty(one_rank):  # noqa: F811
+def test_a_checkpoint_from_before_the_gradient_histories_loads_with_them_empty(one_rank):
     """The expert-parallel layer's state_dict holds all eight histories and eight counts; one with
     the five forward histories and five counts (before this layer kept the gradients') loads
     with the three empty and their counts 0."""

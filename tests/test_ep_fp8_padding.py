@@ -31,8 +31,6 @@ from kernels.moe import ep_exchange, ep_fp8_layer
 from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
 from kernels.outputs import poisoned_outputs
 
-from test_fp8_moe_swiglu_backward import one_rank  # noqa: F401 (a fixture)
-
 DIM, HIDDEN, EXPERTS, TOP_K, TOKENS, PADDING = 16, 32, 4, 2, 11, 5
 
 
@@ -45,7 +43,7 @@ def _poisoned_collective(real):
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "delayed", "rowwise", "blockwise", "mxfp8"])
-def test_what_the_owners_casts_read_past_the_last_group_is_zero(recipe, one_rank, monkeypatch):  # noqa: F811
+def test_what_the_owners_casts_read_past_the_last_group_is_zero(recipe, one_rank, monkeypatch):
     torch.manual_seed(0)
     ep = kernels.MoE.from_full(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K).to(torch.bfloat16), one_rank, ep_chunks=2)
     ep.ep_capacity = TOKENS * TOP_K + PADDING

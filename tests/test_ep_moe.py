@@ -25,28 +25,16 @@ from kernels.moe import ExpertParallelMoE, aux_loss, route
 from kernels.moe.layer_ladder import v3_fused
 from kernels.moe.layer_ladder.v2_grouped import routed_experts
 from kernels.moe.reference import swiglu
-from workbench.check import relative_error
 from workbench.comm.ep_overlap import measure
 from workbench.harness.tolerances import reassociation_bound
 
+from ep_gradients import differs, grads_of
 from grouped_launches import grouped_launches
 from host_sync import READS, counted_host_reads, no_host_sync
 
 pytestmark = pytest.mark.timeout(600)   # a loaded 2-core machine runs these 4x slower
 
 DIM, HIDDEN, TOP_K = 24, 20, 2
-
-
-def _differs(got, want) -> str | None:
-    """Why ``got`` is not ``want`` to the reassociation bound of its dtype (exactly, for
-    integers), or None."""
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return f"{got.dtype} {tuple(got.shape)} against {want.dtype} {tuple(want.shape)}"
-    if not got.is_floating_point():
-        return None if torch.equal(got, want) else f"{got.tolist()} against {want.tolist()}"
-    error = relative_error(got, want.double())[0]
-    bound = reassociation_bound(got.dtype)
-    return None if error <= bound else f"relative error {error:.3g} > {bound:.3g}"
 
 
 def _full_layer(num_experts, shared, seed=0):
@@ -64,25 +52,6 @@ def _tokens(counts, seed, constant_feature=False):
     return xs, [torch.randn(n, DIM, generator=g) for n in counts]
 
 
-def _grads(layer, x, grad_out):
-    return _grads_per_dy(layer, x, [grad_out])[0]
-
-
-def _grads_per_dy(layer, x, grads_out):
-    """(output, input gradient, parameter gradients) per output gradient in ``grads_out``, all
-    from one forward, whose interpreted kernels so run once rather than once per output
-    gradient: each backward starts from cleared gradients, all but the last keep the graph."""
-    x = x.detach().clone().requires_grad_()
-    out = layer(x)
-    results = []
-    for i, grad_out in enumerate(grads_out):
-        x.grad = None
-        layer.zero_grad()
-        out.backward(grad_out, retain_graph=i < len(grads_out) - 1)
-        results.append((out.detach(), x.grad, {n: p.grad for n, p in layer.named_parameters()}))
-    return results
-
-
 def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1, capacity=None):
     """EP share of ``full`` on this rank's tokens against ``reference``, ``full`` on all tokens.
     With a ``capacity`` (large enough to drop nothing), forward and backward run under the
@@ -92,7 +61,7 @@ def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1, cap
     ep = kernels.MoE.from_full(full, group, ep_chunks=chunks)
     ep.ep_capacity = capacity
     with contextlib.nullcontext() if capacity is None else no_host_sync():
-        out, dx, g = _grads(ep, xs[rank], grads_out[rank])
+        out, dx, g = grads_of(ep, xs[rank], grads_out[rank])
     if ep.ep_dropped != 0:
         failures.append(f"{name}: {int(ep.ep_dropped)} slots dropped")
     rows = slice(sum(x.shape[0] for x in xs[:rank]), sum(x.shape[0] for x in xs[:rank + 1]))
@@ -105,7 +74,7 @@ def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1, cap
     logits = F.linear(torch.cat(xs), full.router.weight)[rows]   # aux_loss: this rank's tokens
     checks["aux_loss"] = (ep.aux_loss.detach(), aux_loss(logits, route(logits, TOP_K)[1]))
     for key, (got, want) in checks.items():
-        if why := _differs(got, want):
+        if why := differs(got, want):
             failures.append(f"{name}: {key} differs from the single-process layer: {why}")
     replicated = ep.replicated_parameters()
     for p in replicated:
@@ -121,10 +90,10 @@ def _compare(rank, full, reference, xs, grads_out, failures, name, chunks=1, cap
 
 def _cases(rank, full, xs, gs, failures, name, chunks):
     """Unchunked and chunked against one single-process run; the two outputs alike."""
-    reference = _grads(full, torch.cat(xs), torch.cat(gs))
+    reference = grads_of(full, torch.cat(xs), torch.cat(gs))
     ep, out = _compare(rank, full, reference, xs, gs, failures, name)
     _, chunked = _compare(rank, full, reference, xs, gs, failures, f"{name} chunks {chunks}", chunks)
-    if why := _differs(chunked, out):
+    if why := differs(chunked, out):
         failures.append(f"{name}: {chunks} chunks differ from 1: {why}")
     return ep
 
@@ -176,7 +145,7 @@ def _capacity_cases(rank, failures):
     slots' routing weights zeroed, and ``ep_dropped`` counts those slots."""
     full = _full_layer(4, 1, seed=6)
     xs, gs = _tokens((9, 1), seed=60)           # 3 chunks of rank 1's 1 token: 2 are empty
-    reference = _grads(full, torch.cat(xs), torch.cat(gs))
+    reference = grads_of(full, torch.cat(xs), torch.cat(gs))
     for chunks in (1, 3):
         _compare(rank, full, reference, xs, gs, failures, f"capacity, chunks {chunks}", chunks,
                  capacity=9 * TOP_K)
@@ -184,7 +153,7 @@ def _capacity_cases(rank, failures):
     ep = kernels.MoE.from_full(full, dist.group.WORLD)
     ep.ep_capacity = capacity
     with no_host_sync():
-        out, dx, _ = _grads(ep, xs[rank], gs[rank])
+        out, dx, _ = grads_of(ep, xs[rank], gs[rank])
     x = xs[rank].clone().requires_grad_()
     logits = F.linear(x, full.router.weight)
     weights, ids = route(logits, TOP_K)
@@ -196,7 +165,7 @@ def _capacity_cases(rank, failures):
         failures.append(f"capacity {capacity}: {int(ep.ep_dropped)} dropped, "
                         f"{int((~kept).sum())} expected")
     for key, got, expected in (("out", out, want.detach()), ("dx", dx, x.grad)):
-        if why := _differs(got, expected):
+        if why := differs(got, expected):
             failures.append(f"capacity {capacity}: {key} differs from the dropped slots' layer: {why}")
 
 
@@ -336,9 +305,9 @@ def _bf16_case(rank, failures):
     full = _full_layer(4, 1, seed=3).to(torch.bfloat16)
     xs, gs = _tokens((7, 5), seed=30)
     xs, gs = [x.bfloat16() for x in xs], [g.bfloat16() for g in gs]
-    out_all, dx_all, g_all = _grads(full, torch.cat(xs), torch.cat(gs))
+    out_all, dx_all, g_all = grads_of(full, torch.cat(xs), torch.cat(gs))
     ep = kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=2)
-    out, dx, g = _grads(ep, xs[rank], gs[rank])
+    out, dx, g = grads_of(ep, xs[rank], gs[rank])
     rows = slice(0, 7) if rank == 0 else slice(7, 12)
     experts = slice(ep.local_experts.start, ep.local_experts.stop)
     pairs = {"out": (out, out_all[rows]), "dx": (dx, dx_all[rows])}
@@ -564,7 +533,7 @@ def test_v3_rows_do_not_depend_on_their_tile_mates():
     # drop 5 rows from the front of each expert: every row moves within its tile and
     # gets new neighbours (tiles are 32 rows in the interpreter)
     kept = torch.cat([torch.arange(5, 40), torch.arange(45, 70)])
-    assert _differs(run(rows[kept], 35), whole[kept]) is None
+    assert differs(run(rows[kept], 35), whole[kept]) is None
     # the reverse order inside each expert
     flipped = torch.cat([torch.arange(39, -1, -1), torch.arange(69, 39, -1)])
-    assert _differs(run(rows[flipped], 40), whole[flipped]) is None
+    assert differs(run(rows[flipped], 40), whole[flipped]) is None

@@ -23,8 +23,8 @@ from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.outputs import poisoned_outputs
 
+from ep_gradients import differs, grads_of, grads_per_dy
 from rows_by_hidden import RowsByHidden
-from test_ep_moe import _differs, _grads, _grads_per_dy
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -55,7 +55,7 @@ def _references(rank, world):
     for i, (top_k, _, dtype) in enumerate(CASES):
         if i % world == rank:
             full, xs, gs = _layer_and_tokens(top_k, dtype)
-            share[i] = _grads(full, torch.cat(xs), torch.cat(gs))
+            share[i] = grads_of(full, torch.cat(xs), torch.cat(gs))
     shares = [None] * world
     dist.all_gather_object(shares, share)
     gathered = {i: result for share in shares for i, result in share.items()}
@@ -72,7 +72,7 @@ def _case(rank, top_k, dtype, chunks, reference, failures):
     t = TOKENS[rank]
     with poisoned_outputs(), RowsByHidden((t * top_k, DIM)) as slots, \
             RowsByHidden((t, top_k, DIM)) as by_token:
-        out, dx, grads = _grads(ep, xs[rank], gs[rank])
+        out, dx, grads = grads_of(ep, xs[rank], gs[rank])
     rows = slice(sum(TOKENS[:rank]), sum(TOKENS[:rank + 1]))
     experts = slice(ep.local_experts.start, ep.local_experts.stop)
     received = ep.expert_counts.clone()
@@ -92,7 +92,7 @@ def _case(rank, top_k, dtype, chunks, reference, failures):
             elif key.startswith("drouter"):  # test_ep_moe's for summed replicated gradients
                 torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
             else:
-                assert (why := _differs(got, want)) is None, why
+                assert (why := differs(got, want)) is None, why
         except AssertionError as err:
             failures.append(f"{name}: {key}: {err}")
     return name, slots, by_token
@@ -135,21 +135,21 @@ def _one_rank(rank, world):
         x, dy = torch.randn(TOKENS[0], DIM, generator=g), torch.randn(TOKENS[0], DIM, generator=g)
         full, ep = layers(top_k, torch.float32)
         with poisoned_outputs():
-            results = {("v3", False): (_grads(full, x, dy), _grads(ep, x, dy))}
+            results = {("v3", False): (grads_of(full, x, dy), grads_of(ep, x, dy))}
         # the output gradient as autograd may hand it: dense, a row broadcast (stride (0, 1)), a
         # scalar's (stride (0, 0), from out.sum().backward()); each layer runs one forward for
-        # all of them (_grads_per_dy), FP8 dispatch with the dense one
+        # all of them (grads_per_dy), FP8 dispatch with the dense one
         grads_out = {"rowwise": dy.bfloat16(), "rowwise, dy a broadcast row": dy[0].bfloat16().expand_as(dy),
                      "rowwise, dy a broadcast scalar": torch.ones((), dtype=torch.bfloat16).expand_as(dy)}
         with poisoned_outputs():
             # the single-process layer's results per output gradient, run once: FP8 dispatch is
             # the EP layer's alone, so with it and without, the same layer on the same x and dy
             reference = Float8MoE.from_moe(layers(top_k, torch.bfloat16)[0], "rowwise", torch.float8_e4m3fn)
-            references = dict(zip(grads_out, _grads_per_dy(reference, x.bfloat16(), list(grads_out.values()))))
+            references = dict(zip(grads_out, grads_per_dy(reference, x.bfloat16(), list(grads_out.values()))))
             for dispatch, kinds in ((False, list(grads_out)), (True, ["rowwise"])):
                 ep = Float8ExpertParallelMoE.from_ep(layers(top_k, torch.bfloat16)[1], "rowwise", torch.float8_e4m3fn)
                 ep.fp8_dispatch = dispatch
-                got = _grads_per_dy(ep, x.bfloat16(), [grads_out[kind] for kind in kinds])
+                got = grads_per_dy(ep, x.bfloat16(), [grads_out[kind] for kind in kinds])
                 results |= {(kind, dispatch): (references[kind], b) for kind, b in zip(kinds, got)}
         for (kind, dispatch), ((a_out, a_dx, a_grads), (b_out, b_dx, b_grads)) in results.items():
             same[kind, dispatch, top_k] = {"out": torch.equal(a_out, b_out), "dx": torch.equal(a_dx, b_dx)} | {

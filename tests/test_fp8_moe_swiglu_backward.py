@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import kernels
 import kernels.fp8
@@ -21,7 +20,7 @@ from kernels.moe.layer_ladder import spec as moe_spec
 from kernels.moe.swiglu_op import swiglu
 from kernels.outputs import poisoned_outputs
 from rows_by_hidden import RowsByHidden
-from test_moe_swiglu_backward import _close, _exact
+from swiglu_float64 import close, exact
 
 FP8 = torch.float8_e4m3fn
 DIM, HIDDEN, EXPERTS, TOP_K, TOKENS = 24, 40, 4, 2, 11   # HIDDEN unlike DIM: (T·k, hidden) is SwiGLU's alone
@@ -54,15 +53,15 @@ def test_swiglu_op_is_silu_times_u_and_its_gradient_the_kernels(dtype):
     with poisoned_outputs():
         h = swiglu(g, u)
         h.backward(dh)
-    _close(h.detach(), torch.nn.functional.silu(g.detach().double()) * u.detach().double(), dtype)
-    want_dg, want_du, _, _ = _exact(dh, g.detach(), u.detach(), h.detach(), None)
-    _close(g.grad, want_dg, dtype)
-    _close(u.grad, want_du, dtype)
+    close(h.detach(), torch.nn.functional.silu(g.detach().double()) * u.detach().double(), dtype)
+    want_dg, want_du, _, _ = exact(dh, g.detach(), u.detach(), h.detach(), None)
+    close(g.grad, want_dg, dtype)
+    close(u.grad, want_du, dtype)
     g.grad = u.grad = None
     swiglu(g, u).sum().backward()                                         # dh strides (0, 0)
-    want_dg, want_du, _, _ = _exact(torch.ones_like(dh), g.detach(), u.detach(), h.detach(), None)
-    _close(g.grad, want_dg, dtype)
-    _close(u.grad, want_du, dtype)
+    want_dg, want_du, _, _ = exact(torch.ones_like(dh), g.detach(), u.detach(), h.detach(), None)
+    close(g.grad, want_dg, dtype)
+    close(u.grad, want_du, dtype)
 
 
 def test_swiglu_op_passes_opcheck_and_refuses_bad_inputs():
@@ -114,18 +113,6 @@ def test_float8moe_backward_makes_no_float32_rows_by_hidden_and_no_torch_pass_ov
     assert "kernels.swiglu_backward" in [op for op, _ in seen.ops]
     _check_rows(seen, WGRAD_PADDING if recipe == "blockwise" else set())
     assert all(p.grad.isfinite().all() for p in (x, layer.gate, layer.up, layer.down))
-
-
-@pytest.fixture
-def one_rank():
-    """A gloo process group of one rank in this process, destroyed after the test."""
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialized in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("recipe", ["rowwise", "blockwise", "delayed"])

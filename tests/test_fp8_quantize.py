@@ -19,31 +19,11 @@ from kernels.gemm_mxfp4.formats import quantize_mxfp4
 from kernels.microscaling import round_up_exponent, shared_exponent
 from kernels.outputs import poisoned_outputs
 from e8m0_cases import adversarial_groups
+from quantize_checks import activations, assert_same
 
 E4M3FN, E4M3FNUZ, E5M2 = torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2
 CASES = ([(g, d, "ocp") for g in GRANULARITIES for d in (MX_DTYPES if g == "mx32" else QUANT_DTYPES)]
          + [("mx32", d, "round_up") for d in MX_DTYPES])   # (granularity, fp8, mx32's e8m0 rule)
-
-
-def activations(shape, seed=0, dtype=torch.float32):
-    """Columns over nine decades, an all-zero row and a -0 column: groups with very different
-    amaxes, a zero group, and signed zeros."""
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(shape, generator=gen) * torch.logspace(-6, 3, shape[1])
-    x[min(3, shape[0] - 1)] = 0.0
-    x[:, min(7, shape[1] - 1)] = -0.0
-    return x.to(dtype)
-
-
-def assert_same(got, want):
-    """Bitwise equality (an fp8 payload compared as bytes: NaN poison never equals)."""
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, w.dtype, g.shape, w.shape)
-        if g.dtype.itemsize == 1 and g.dtype.is_floating_point:
-            g, w = g.view(torch.uint8), w.view(torch.uint8)
-        bad = g != w
-        assert not bad.any(), f"output {i}: {int(bad.sum())} of {bad.numel()} differ, first at {bad.nonzero()[0].tolist()}"
 
 
 @pytest.mark.parametrize("granularity,fp8,rule", CASES, ids=lambda v: str(v).removeprefix("torch.float8_"))

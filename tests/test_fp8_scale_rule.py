@@ -19,8 +19,6 @@ from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.grouped_gemm_fp8 import grouped_gemm_fp8_train
 from kernels.moe.grouped_gemm_fp8 import quantize_kernel as grouped_quantize_kernel
 
-from test_fp8_moe_swiglu_backward import one_rank  # noqa: F401 (a fixture)
-
 pytestmark = pytest.mark.skipif(bool(kernels.fp8.get("mxfp8").needs), reason=str(kernels.fp8.get("mxfp8").needs))
 
 FP8 = torch.float8_e4m3fn
@@ -88,7 +86,7 @@ def test_two_moe_models_quantize_with_their_own_rules(rules):
     assert torch.equal(again, out_a) and not torch.equal(out_a, out_b)   # the rules differ on these operands
 
 
-def test_the_expert_parallel_layer_keeps_its_rule(rules, one_rank):  # noqa: F811
+def test_the_expert_parallel_layer_keeps_its_rule(rules, one_rank):
     torch.manual_seed(0)
     ep = kernels.MoE.from_full(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), one_rank)
     ocp = kernels.fp8.convert(ep, "mxfp8", scale_rule="ocp")

@@ -17,7 +17,7 @@ from kernels.gemm_fp8.quantize_kernel import tensor_amax, tensor_scale
 from kernels.gemm_fp8.quantize_ref import quantize_reference
 from kernels.outputs import poisoned_outputs
 from workbench.harness.device_ops import device_ops
-from test_fp8_quantize import activations, assert_same
+from quantize_checks import activations, assert_same
 
 E4M3FN, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 SHAPES = [(1, 1), (1, 300), (300, 1), (130, 257), (600, 300)]   # 600 x 300: 5 x 3 tiles of 128

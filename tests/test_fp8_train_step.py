@@ -12,7 +12,7 @@ from workbench import cli, train
 from workbench.train import flops, fp8_parity, store
 from workbench.train.model import GPT
 
-from test_train_run import train_two_gloo_ranks
+from torchrun_training import train_two_gloo_ranks
 
 SMOKE = train.PRESETS["cpu-smoke"]
 

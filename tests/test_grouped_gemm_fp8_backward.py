@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from grouped_fp8_training import K, N, close, problem, run
 from host_sync import no_host_sync
 from kernels.gemm_fp8 import FP8_DTYPES
 from kernels.gemm_fp8.formats import E5M2_OF
@@ -26,19 +27,6 @@ from kernels.moe.grouped_gemm_fp8 import grouped_gemm_fp8_dw, grouped_gemm_fp8_t
 from kernels.outputs import poisoned_outputs
 
 E4M3FN = torch.float8_e4m3fn
-SIZES = [5, 0, 1, 26, 3]     # an empty group, a one-row group, unaligned group starts
-K, N = 37, 23                 # odd: every tile edge is ragged
-
-
-def _problem(sizes=SIZES, k=K, n=N, dtype=torch.float32, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    t = sum(sizes)
-    # outlier rows and columns, so per-row scales differ from per-tensor ones
-    x = torch.randn(t, k, generator=gen) * torch.randn(t, 1, generator=gen).exp()
-    w = torch.randn(len(sizes), k, n, generator=gen) * torch.randn(len(sizes), 1, n, generator=gen).exp()
-    dy = torch.randn(t, n, generator=gen) * torch.randn(t, 1, generator=gen).exp()
-    offsets = grouped_spec.offsets_from_sizes(torch.tensor(sizes, dtype=torch.int64))
-    return x.to(dtype), w.to(dtype), dy.to(dtype), offsets
 
 
 def _deq(q, scale):
@@ -64,19 +52,6 @@ def _expected(x, w, dy, offsets, recipe, fp8, grad=None, scales=(None, None)):
     return y, dx, dw
 
 
-def _close(actual, expected, rtol):
-    torch.testing.assert_close(actual.double(), expected, rtol=rtol,
-                               atol=rtol * max(expected.abs().max().item(), 1e-30))
-
-
-def _run(x, w, dy, offsets, recipe, fp8, grad=None, scales=(None, None)):
-    x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
-    with poisoned_outputs():
-        y = grouped_gemm_fp8_train(x, w, offsets, recipe, fp8, grad, *scales)
-        y.backward(dy)
-    return y, x.grad, w.grad
-
-
 def _history_scales(x, w, fp8):
     """Per-tensor scales as an amax history gives them: not this step's (x's twice its amax's,
     w's 1.5 times), so a GEMM that ignored them would quantize differently."""
@@ -88,7 +63,7 @@ def _history_scales(x, w, fp8):
 def test_the_forward_with_amax_is_the_plain_forward_and_finds_both_amaxes(dtype):
     """``amax=True`` (delayed's record) changes no output bit, and the maxes of the tile maxima
     it returns are bitwise x's and w's ``abs().amax()``, found by the forward's casts."""
-    x, w, _, offsets = _problem(dtype=dtype)
+    x, w, _, offsets = problem(dtype=dtype)
     scales = _history_scales(x.float(), w.float(), E4M3FN)
     with poisoned_outputs():
         plain = grouped_gemm_fp8_train(x, w, offsets, "delayed", E4M3FN, None, *scales)
@@ -103,7 +78,7 @@ def test_a_given_scale_is_validated_once_per_call(monkeypatch):
     and backward quantize with them (tokens, forward weight, dgrad weight, wgrad operand)
     do not check them again."""
     from kernels import validate
-    x, w, dy, offsets = _problem()
+    x, w, dy, offsets = problem()
     scales = _history_scales(x, w, E4M3FN)
     checked, tensor = [], validate.tensor
 
@@ -112,7 +87,7 @@ def test_a_given_scale_is_validated_once_per_call(monkeypatch):
             checked.append(name)
         return tensor(name, t, *args, **kwargs)
     monkeypatch.setattr(validate, "tensor", counted)
-    _run(x, w, dy, offsets, "delayed", E4M3FN, torch.float8_e5m2, scales)
+    run(x, w, dy, offsets, "delayed", E4M3FN, torch.float8_e5m2, scales)
     assert checked == ["scale_x", "scale_w"]
 
 
@@ -123,29 +98,29 @@ CASES = {"tensorwise-hybrid": ("tensorwise", True), "delayed-hybrid": ("delayed"
 @pytest.mark.parametrize("recipe,hybrid", CASES.values(), ids=CASES.keys())  # blockwise: ..._blockwise.py
 @pytest.mark.parametrize("fp8", FP8_DTYPES, ids=str)
 def test_forward_and_both_gradients_match_the_dequantized_product(recipe, hybrid, fp8):
-    x, w, dy, offsets = _problem()
+    x, w, dy, offsets = problem()
     grad = E5M2_OF[fp8] if hybrid else fp8
     scales = _history_scales(x, w, fp8) if recipe == "delayed" else (None, None)
-    y, dx, dw = _run(x, w, dy, offsets, recipe, fp8, grad, scales)
+    y, dx, dw = run(x, w, dy, offsets, recipe, fp8, grad, scales)
     expected = _expected(x, w, dy, offsets, recipe, fp8, grad, scales)
     for got, want in zip((y, dx, dw), expected):
         assert got.dtype == torch.float32 and got.shape == want.shape
-        _close(got, want, 1e-5)                  # fp32 accumulation and output
+        close(got, want, 1e-5)                  # fp32 accumulation and output
     assert torch.equal(dw[1], torch.zeros(K, N))  # the empty group's expert
     # against the high-precision GEMM: only quantization error (e4m3: 2^-4 relative per
     # element, e5m2: 2^-3), so a recipe that scales along the wrong dimension would show here
     x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
     grouped_spec.reference(x64, w64, offsets).backward(dy.double())
     for got, want in ((dx, x64.grad), (dw, w64.grad)):
-        _close(got, want, 0.15)
+        close(got, want, 0.15)
 
 
 def test_bf16_operands_give_bf16_results_and_gradients():
-    x, w, dy, offsets = _problem(dtype=torch.bfloat16, seed=1)
-    y, dx, dw = _run(x, w, dy, offsets, "rowwise", E4M3FN)
+    x, w, dy, offsets = problem(dtype=torch.bfloat16, seed=1)
+    y, dx, dw = run(x, w, dy, offsets, "rowwise", E4M3FN)
     for got, want in zip((y, dx, dw), _expected(x, w, dy, offsets, "rowwise", E4M3FN)):
         assert got.dtype == torch.bfloat16
-        _close(got, want, 1e-2)                  # one bf16 rounding of an fp32 sum
+        close(got, want, 1e-2)                  # one bf16 rounding of an fp32 sum
 
 
 def test_dw_kernel_masks_unaligned_groups_and_never_reads_the_padding():
@@ -166,7 +141,7 @@ def test_dw_kernel_masks_unaligned_groups_and_never_reads_the_padding():
     bounds = grouped_spec.group_bounds(offsets)
     expected = torch.stack([(xt[:, s:e].double() * sx[g, :, None]) @ (dyt[:, s:e].double() * sdy[g, :, None]).t()
                             for g, (s, e) in enumerate(bounds)])
-    _close(dw, expected, 1e-6)
+    close(dw, expected, 1e-6)
 
 
 EMPTY = {"T=0": ([0, 0], 5, 3), "K=0": ([2, 1], 0, 3), "N=0": ([2, 1], 5, 0), "G=0": ([], 5, 3)}
@@ -175,8 +150,8 @@ EMPTY = {"T=0": ([0, 0], 5, 3), "K=0": ([2, 1], 0, 3), "N=0": ([2, 1], 5, 0), "G
 @pytest.mark.parametrize("recipe", ("rowwise", "blockwise"))   # blockwise: K = 0 or G = 0 leave no block
 @pytest.mark.parametrize("sizes,k,n", EMPTY.values(), ids=EMPTY.keys())
 def test_empty_operands_give_zeros_of_the_operands_shapes(sizes, k, n, recipe):
-    x, w, dy, offsets = _problem(sizes, k, n)
-    y, dx, dw = _run(x, w, dy, offsets, recipe, E4M3FN)
+    x, w, dy, offsets = problem(sizes, k, n)
+    y, dx, dw = run(x, w, dy, offsets, recipe, E4M3FN)
     assert torch.equal(y, torch.zeros(sum(sizes), n))
     assert torch.equal(dx, torch.zeros_like(x)) and torch.equal(dw, torch.zeros_like(w))
 
@@ -197,7 +172,7 @@ def test_empty_operands_give_zeros_of_the_operands_shapes(sizes, k, n, recipe):
 ], ids=["recipe", "fp8-format", "grad-family", "grad-not-fp8", "mixed-dtypes", "fp8-input", "offsets-int64",
         "delayed-without-scales", "rowwise-with-scale", "scale-shape", "scale-dtype"])
 def test_bad_inputs_are_refused_by_name(change, error, match):
-    x, w, _, offsets = _problem()
+    x, w, _, offsets = problem()
     args = {**dict(x=x, w=w, offsets=offsets, fp8_dtype=E4M3FN), **change}
     with pytest.raises(error, match=match):
         grouped_gemm_fp8_train(**args)
@@ -225,7 +200,7 @@ def test_one_backward_is_two_grouped_launches_and_reads_nothing_on_the_host(monk
     forward, dw = v0_one_launch.grouped_mm_fp8, dw_module.grouped_dw_fp8
     monkeypatch.setattr(v0_one_launch, "grouped_mm_fp8", lambda *a: launches.append("mm") or forward(*a))
     monkeypatch.setattr(dw_module, "grouped_dw_fp8", lambda *a: launches.append("dw") or dw(*a))
-    x, w, dy, offsets = _problem()
+    x, w, dy, offsets = problem()
     x.requires_grad_(), w.requires_grad_()
     with no_host_sync():
         y = grouped_gemm_fp8_train(x, w, offsets, "rowwise", E4M3FN, check_offsets=False)
@@ -235,7 +210,7 @@ def test_one_backward_is_two_grouped_launches_and_reads_nothing_on_the_host(monk
 
 
 def test_custom_ops_and_compile_without_graph_breaks():
-    x, w, dy, offsets = _problem([3, 0, 6], k=8, n=5)
+    x, w, dy, offsets = problem([3, 0, 6], k=8, n=5)
     x8, sx = quantize.tokens(x, "rowwise", E4M3FN)
     xt, sxt = quantize.wgrad_operand(x, offsets, "rowwise", E4M3FN)
     dyt, sdyt = quantize.wgrad_operand(dy, offsets, "rowwise", E4M3FN)
@@ -268,7 +243,7 @@ def test_custom_ops_and_compile_without_graph_breaks():
 def test_per_tensor_recipes_compile_without_graph_breaks(recipe, scales):
     """Their operands on the fused quantize ops (delayed's given scales, tensorwise's own):
     the compiled forward and backward give the eager gradients bit for bit."""
-    x, w, dy, offsets = _problem([3, 0, 6], k=8, n=5)
+    x, w, dy, offsets = problem([3, 0, 6], k=8, n=5)
     sx, sw = (None if s is None else torch.tensor(s) for s in scales)
 
     def step(x, w):

@@ -16,13 +16,13 @@ import torch
 
 import kernels
 from fp8_quantizations import AtenCalls
+from grouped_fp8_training import close, problem, run
 from host_sync import no_host_sync
 from kernels.gemm_fp8.operands import scales_per_element
 from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm_fp8 import dw as dw_module
 from kernels.moe.grouped_gemm_fp8 import grouped_gemm_fp8_dw, grouped_gemm_fp8_train, quantize, ref, v0_one_launch
 from kernels.outputs import poisoned_outputs
-from test_grouped_gemm_fp8_backward import _close, _problem, _run
 
 E4M3FN, E4M3FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 SIZES = [3, 0, 130, 2]   # an empty group; group 2 runs from token 3 across the 128-token boundary
@@ -62,11 +62,11 @@ def _expected(x, w, dy, offsets, fp8):
     pytest.param(E4M3FN, torch.float32, 1e-5, marks=pytest.mark.slow),   # about 20 s on 2 busy cores
     (E4M3FNUZ, torch.bfloat16, 1e-2)], ids=["e4m3fn-fp32", "e4m3fnuz-bf16"])
 def test_forward_and_both_gradients_match_the_dequantized_product(fp8, dtype, rtol):
-    x, w, dy, offsets = _problem(SIZES, K, N, dtype=dtype, seed=4)
-    y, dx, dw = _run(x, w, dy, offsets, "blockwise", fp8)
+    x, w, dy, offsets = problem(SIZES, K, N, dtype=dtype, seed=4)
+    y, dx, dw = run(x, w, dy, offsets, "blockwise", fp8)
     for got, want in zip((y, dx, dw), _expected(x, w, dy, offsets, fp8)):
         assert got.dtype == dtype and got.shape == want.shape
-        _close(got, want, rtol)                  # fp32 accumulation (bf16: one rounding of it)
+        close(got, want, rtol)                  # fp32 accumulation (bf16: one rounding of it)
     assert torch.equal(dw[1], torch.zeros(K, N, dtype=dtype))   # the empty group's expert
     # against the high-precision GEMM: only quantization error (e4m3: 2^-4 relative per
     # element), so scales read from the wrong block or group would show here
@@ -74,7 +74,7 @@ def test_forward_and_both_gradients_match_the_dequantized_product(fp8, dtype, rt
     y64 = grouped_spec.reference(x64, w64, offsets)
     y64.backward(dy.double())
     for got, want in ((y, y64), (dx, x64.grad), (dw, w64.grad)):
-        _close(got, want.detach(), 0.15)
+        close(got, want.detach(), 0.15)
 
 
 def _block_scales(gen, *shape):
@@ -95,7 +95,7 @@ def test_forward_kernel_scales_each_k_block_of_rows_and_weight_blocks(fp8):
     sx, sw = _block_scales(gen, t, kb), _block_scales(gen, g, nb, kb).transpose(1, 2)
     with poisoned_outputs():
         for fn in (v0_one_launch.grouped_gemm_fp8_v0, kernels.grouped_gemm_fp8):
-            _close(fn(x, sx, w, sw, offsets, torch.float32), _grouped(x, sx, w, sw, offsets), 1e-6)
+            close(fn(x, sx, w, sw, offsets, torch.float32), _grouped(x, sx, w, sw, offsets), 1e-6)
 
 
 def test_dw_kernel_masks_groups_that_share_a_token_block_and_never_reads_the_padding():
@@ -114,7 +114,7 @@ def test_dw_kernel_masks_groups_that_share_a_token_block_and_never_reads_the_pad
     with poisoned_outputs():
         dw = grouped_gemm_fp8_dw(xt, sx, dyt, sdy, offsets, scale_block=128)
     clean = lambda q: torch.where(q.float().isnan(), 0.0, q.float()).to(E4M3FN)   # noqa: E731
-    _close(dw, _dw(clean(xt), sx, clean(dyt), sdy, offsets), 1e-6)
+    close(dw, _dw(clean(xt), sx, clean(dyt), sdy, offsets), 1e-6)
     assert torch.equal(dw[2], torch.zeros(k, n))
 
 
@@ -143,7 +143,7 @@ def test_one_backward_is_two_grouped_launches_and_the_ops_check_out(monkeypatch)
     forward, dw = v0_one_launch.grouped_mm_fp8, dw_module.grouped_dw_fp8
     monkeypatch.setattr(v0_one_launch, "grouped_mm_fp8", lambda *a: launches.append("mm") or forward(*a))
     monkeypatch.setattr(dw_module, "grouped_dw_fp8", lambda *a: launches.append("dw") or dw(*a))
-    x, w, dy, offsets = _problem([3, 0, 6], k=8, n=5)
+    x, w, dy, offsets = problem([3, 0, 6], k=8, n=5)
     x.requires_grad_(), w.requires_grad_()
     with no_host_sync():
         grouped_gemm_fp8_train(x, w, offsets, "blockwise", E4M3FN, check_offsets=False).backward(dy)

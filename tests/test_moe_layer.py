@@ -10,28 +10,13 @@ from kernels.moe import MoE, MoEReference, aux_loss, route
 from workbench.check import check
 from workbench.harness.tolerances import allowed_error
 
+from moe_twins import run, twin
+
 
 def _layer(dtype=torch.float32, seed=0, **sizes):
     args = dict(dim=24, hidden=20, num_experts=6, top_k=2, shared_experts=0) | sizes
     torch.manual_seed(seed)
     return MoE(**args).to(dtype)
-
-
-def _run(module, x):
-    """Output and the gradients of x and every parameter, for a fixed output gradient."""
-    x = x.detach().clone().requires_grad_()
-    module.zero_grad()
-    out = module(x)
-    out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.dtype))
-    return {"out": out.detach(), "dx": x.grad,
-            **{f"d{n.removeprefix('_orig_mod.')}": p.grad for n, p in module.named_parameters()}}
-
-
-def _twin(layer, cls, dtype):
-    twin = cls(layer.dim, layer.hidden, layer.num_experts, layer.top_k, layer.shared_experts,
-               normalize=layer.normalize).to(dtype)
-    twin.load_state_dict(layer.state_dict())
-    return twin
 
 
 def _error(got, want):
@@ -44,9 +29,9 @@ def _error(got, want):
 def test_layer_matches_reference_forward_and_backward(dtype, shared):
     layer = _layer(dtype, shared_experts=shared)
     x = torch.randn(3, 7, 24, generator=torch.Generator().manual_seed(2)).to(dtype)
-    exact = _run(_twin(layer, MoEReference, torch.float64), x.double())
-    baseline = _run(_twin(layer, MoEReference, dtype), x)
-    got = _run(layer, x)
+    exact = run(twin(layer, MoEReference, torch.float64), x.double())
+    baseline = run(twin(layer, MoEReference, dtype), x)
+    got = run(layer, x)
     assert got["out"].shape == x.shape and got["out"].dtype == dtype
     assert set(got) == set(exact) and all(got[n] is not None for n in got)
     for name in got:
@@ -57,9 +42,9 @@ def test_layer_matches_reference_forward_and_backward(dtype, shared):
 
 def test_state_dicts_load_across_both_ways():
     layer = _layer(shared_experts=1)
-    reference = _twin(layer, MoEReference, torch.float32)
+    reference = twin(layer, MoEReference, torch.float32)
     assert list(reference.state_dict()) == list(layer.state_dict())
-    back = _twin(reference, MoE, torch.float32)
+    back = twin(reference, MoE, torch.float32)
     x = torch.randn(5, 24)
     torch.testing.assert_close(back(x), reference(x))
 
@@ -72,7 +57,7 @@ def test_state_dicts_load_across_both_ways():
 def test_edge_cases_match_reference(sizes, tokens):
     layer = _layer(**sizes)
     x = torch.randn(tokens, 24, generator=torch.Generator().manual_seed(3))
-    got, want = _run(layer, x), _run(_twin(layer, MoEReference, torch.float32), x)
+    got, want = run(layer, x), run(twin(layer, MoEReference, torch.float32), x)
     for name in got:
         torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-5)
 
@@ -83,7 +68,7 @@ def test_every_token_to_one_expert():
         layer.router.weight.zero_()
         layer.router.weight[3] = 10.0
     x = torch.rand(10, 24, generator=torch.Generator().manual_seed(4))   # positive: expert 3 wins
-    got, want = _run(layer, x), _run(_twin(layer, MoEReference, torch.float32), x)
+    got, want = run(layer, x), run(twin(layer, MoEReference, torch.float32), x)
     assert layer.expert_counts.tolist() == [0, 0, 0, 10, 0]
     for name in got:
         torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-5)
@@ -124,7 +109,7 @@ def test_the_aux_loss_and_its_router_gradient_are_the_torch_functions(top_k):
 def test_forward_and_backward_are_bitwise_deterministic():
     layer = _layer(torch.bfloat16, shared_experts=1)
     x = torch.randn(31, 24).bfloat16()
-    first, second = _run(layer, x), _run(layer, x)
+    first, second = run(layer, x), run(layer, x)
     assert all(torch.equal(first[n], second[n]) for n in first)
 
 
@@ -179,8 +164,8 @@ def test_layer_compiles_without_graph_breaks_and_runs_the_fused_op():
     torch._dynamo.reset()
     layer = _layer(shared_experts=1)
     x = torch.randn(9, 24, generator=torch.Generator().manual_seed(7))
-    compiled = _run(torch.compile(layer, fullgraph=True, backend=inductor), x)
-    eager = _run(layer, x)
+    compiled = run(torch.compile(layer, fullgraph=True, backend=inductor), x)
+    eager = run(layer, x)
     for name in eager:
         torch.testing.assert_close(compiled[name], eager[name])
     called = [node.target for gm in graphs for node in gm.graph.nodes if node.op == "call_function"]
@@ -226,7 +211,7 @@ def test_the_router_computes_in_float32_under_autocast(monkeypatch):
         assert torch.equal(layer.router_logits(rows), want)
         layer(rows)
         seen.clear()   # the reference layer's own call alone
-        _twin(layer, MoEReference, torch.float32)(rows)
+        twin(layer, MoEReference, torch.float32)(rows)
     assert got.dtype == torch.float32 and torch.equal(got, want)
     assert torch.equal(layer.expert_counts, expert_counts(route(want, 2)[1], 16))
     assert len(seen) == 1 and torch.equal(seen[0], want)

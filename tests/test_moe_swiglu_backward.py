@@ -13,9 +13,9 @@ from kernels.moe.layer_ladder.swiglu_backward import swiglu_backward
 from kernels.moe.layer_ladder.swiglu_rows import BLOCK_H, BLOCK_R
 from kernels.moe.layer_ladder.v3_backward import fused_backward
 from kernels.outputs import poisoned_outputs
+from rounding_units import UNIT
 from rows_by_hidden import RowsByHidden
-
-UNIT = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}   # rounding's
+from swiglu_float64 import close, exact
 
 
 def _inputs(rows, hidden, dtype, weighted, seed):
@@ -30,28 +30,6 @@ def _inputs(rows, hidden, dtype, weighted, seed):
     return dh, g, u, h, w
 
 
-def _exact(dh, g, u, h, w):
-    """v3's backward before this kernel, in float64: (dg, du, dw_rows, h·w)."""
-    dh, g, u, h = (t.double() for t in (dh, g, u, h))
-    w = torch.ones(h.shape[0], 1, dtype=torch.float64) if w is None else w.double()
-    dw_rows = (h * dh).sum(dim=1)
-    dh = dh * w
-    sig = torch.sigmoid(g)
-    return dh * u * sig * (1 + g * (1 - sig)), dh * g * sig, dw_rows, h * w
-
-
-def _close(got, exact, dtype):
-    """Within one rounding to ``dtype`` of the exact value (float32: 8 units for its chain of
-    about six roundings, sigmoid's exp among them, whose last bits the interpreter's NumPy
-    computes differently on different CPUs; du measured within 4 here), plus an absolute 1e-6:
-    dg's relative error is large only where 1 + g·(1 − σ) cancels, and that term covers it."""
-    assert got.dtype == dtype and got.shape == exact.shape
-    rtol = UNIT[dtype] * (8 if dtype == torch.float32 else 1.01)
-    err = (got.double() - exact).abs()
-    assert not got.isnan().any()
-    assert (err <= rtol * exact.abs() + 1e-6).all(), err.max()
-
-
 @pytest.mark.parametrize("weighted", [True, False], ids=["w", "weight 1"])
 @pytest.mark.parametrize("dtype", moe_spec.DTYPES, ids=str)
 @pytest.mark.parametrize("rows, hidden", [(37, 33), (BLOCK_R + 3, 2 * BLOCK_H + 5), (1, BLOCK_H - 1)])
@@ -59,14 +37,14 @@ def test_matches_the_float64_formulas(rows, hidden, dtype, weighted):
     dh, g, u, h, w = _inputs(rows, hidden, dtype, weighted, seed=rows + hidden)
     with poisoned_outputs():
         dg, du, dw_rows, hw = swiglu_backward(dh, g, u, h, w, swiglu=True, dw_rows=True, weighted_h=weighted)
-    want_dg, want_du, want_dw, want_hw = _exact(dh, g, u, h, w)
-    _close(dg, want_dg, dtype)
-    _close(du, want_du, dtype)
+    want_dg, want_du, want_dw, want_hw = exact(dh, g, u, h, w)
+    close(dg, want_dg, dtype)
+    close(du, want_du, dtype)
     # an fp32 sum of `hidden` fp32 products, in any order: within (hidden + 1) units of Σ|h·dh|
     bound = (hidden + 1) * UNIT[torch.float32] * (h.double() * dh.double()).abs().sum(dim=1)
     assert dw_rows.dtype == torch.float32 and ((dw_rows.double() - want_dw).abs() <= bound).all()
     if weighted:
-        _close(hw, want_hw, dtype)
+        close(hw, want_hw, dtype)
     else:
         assert hw is None
 

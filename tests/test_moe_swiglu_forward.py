@@ -11,7 +11,7 @@ from kernels.moe.layer_ladder.swiglu_backward import swiglu_backward
 from kernels.moe.layer_ladder.swiglu_forward import swiglu_forward
 from kernels.moe.layer_ladder.swiglu_rows import BLOCK_H, BLOCK_R
 from kernels.outputs import poisoned_outputs
-from test_moe_swiglu_backward import _close
+from swiglu_float64 import close
 
 
 def _inputs(rows, hidden, dtype, seed):
@@ -41,7 +41,7 @@ def test_matches_float64_rounded_once(rows, hidden, dtype, bounded):
     with poisoned_outputs():
         h = swiglu_forward(g, u, rows_end=_bound(rows) if bounded else None)
     assert h.is_contiguous()
-    _close(h, _exact(g, u), dtype)
+    close(h, _exact(g, u), dtype)
 
 
 @pytest.mark.parametrize("end", [0, 13, BLOCK_R + 5, 40])

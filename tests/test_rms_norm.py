@@ -22,15 +22,12 @@ import torch
 import kernels
 from kernels.norm import ops as norm_ops, rms_norm_kernels
 from kernels.outputs import poisoned_outputs
+from norm_tolerances import assert_close
 from workbench.harness.device_ops import device_ops
 from workbench.train.layers import RMSNorm
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 EPS = 1e-6
-
-
-def _tolerance(dtype: torch.dtype) -> float:
-    return 1e-5 if dtype == torch.float32 else torch.finfo(dtype).eps
 
 
 def _inputs(shape, x_dtype, w_dtype, seed, y_dtype=None):
@@ -55,40 +52,15 @@ def _exact(x, w, dy, eps=EPS):
     return y.detach(), (dx, dx_terms.max() if dx_terms.numel() else 0), (dw, dw_terms)
 
 
-def _half_ulp(want: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Half the spacing of ``dtype``'s values at ``want``: eps·2^(e-1)/2 for |want| = m·2^e,
-    m in [0.5, 1), and below the smallest normal number the subnormals' fixed spacing."""
-    finfo = torch.finfo(dtype)
-    binade = torch.ldexp(torch.ones_like(want), torch.frexp(want).exponent - 1).clamp(min=finfo.smallest_normal)
-    return 0.5 * finfo.eps * binade
-
-
-def _assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, terms=None):
-    """``got`` within the module docstring's bound of ``want``: a rounded-once y where ``terms``
-    is None, else a sum of terms of those magnitudes."""
-    assert got.dtype == dtype and got.shape == want.shape
-    tol = _tolerance(dtype)
-    if terms is not None:
-        bound = tol * (want.abs() + terms)
-    elif dtype == torch.float32:
-        bound = tol * want.abs()
-    else:
-        bound = _half_ulp(want, dtype) + 1e-5 * want.abs()
-    err = (got.double() - want).abs()
-    bad = ~(err <= bound)   # NaN fails
-    assert not bad.any(), (f"{int(bad.sum())} of {got.numel()} off, worst {err.max().item():.3g} at "
-                           f"{tuple(int(i) for i in torch.nonzero(bad)[0])}, bound {tol:g}")
-
-
 def _check(x, w, dy, eps=EPS, out_dtype=None):
     """rms_norm's y (in ``out_dtype``) and gradients, outputs poisoned, against :func:`_exact`."""
     with poisoned_outputs():
         y = kernels.rms_norm(x, w, eps, out_dtype=out_dtype)
         dx, dw = torch.autograd.grad(y, (x, w), dy)
     want_y, want_dx, want_dw = _exact(x, w, dy, eps)
-    _assert_close(y, want_y, out_dtype or x.dtype)
-    _assert_close(dx, want_dx[0], x.dtype, want_dx[1])
-    _assert_close(dw, want_dw[0], w.dtype, want_dw[1])
+    assert_close(y, want_y, out_dtype or x.dtype)
+    assert_close(dx, want_dx[0], x.dtype, want_dx[1])
+    assert_close(dw, want_dw[0], w.dtype, want_dw[1])
     return y, dx, dw
 
 
@@ -168,8 +140,8 @@ def test_it_replaces_the_training_models_rmsnorm(x_dtype, w_dtype):
     ours_grads = torch.autograd.grad(ours, (x, w), dy)
     theirs_grads = torch.autograd.grad(theirs, (x, model.weight), dy)
     _, (_, dx_terms), (_, dw_terms) = _exact(x, w, dy)
-    _assert_close(ours_grads[0], theirs_grads[0].double(), x_dtype, 2 * dx_terms)
-    _assert_close(ours_grads[1], theirs_grads[1].double(), w_dtype, 2 * dw_terms)
+    assert_close(ours_grads[0], theirs_grads[0].double(), x_dtype, 2 * dx_terms)
+    assert_close(ours_grads[1], theirs_grads[1].double(), w_dtype, 2 * dw_terms)
 
 
 def test_backward_programs_that_own_several_row_blocks(monkeypatch):

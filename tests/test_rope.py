@@ -13,7 +13,7 @@ import kernels
 from kernels.outputs import poisoned_outputs
 from kernels.rotary import op as rope_op
 from kernels.rotary.kernel import DTYPES, settings
-from test_moe_swiglu_backward import UNIT
+from rounding_units import UNIT
 from workbench.harness.device_ops import device_ops, stubbed_launches
 from workbench.train.layers import apply_rope, rope_tables
 

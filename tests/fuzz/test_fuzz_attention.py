@@ -21,8 +21,8 @@ from flash_rounding import flash_rounding
 from kernels.attention import spec as attn_spec
 from kernels.validate import fp32_argument
 from workbench.harness.tolerances import reassociation_bound
-from test_attention_ladder import large_score_inputs
-from test_attention_varlen import _per_sequence
+from attention_inputs import large_score_inputs
+from varlen_reference import per_sequence
 
 SCALES = st.one_of(st.none(), st.sampled_from([0.0, -0.5, 1e-3]), st.floats(-2.0, 2.0))
 
@@ -272,10 +272,10 @@ def test_flash_attention_varlen_matches_sdpa_per_sequence(case, causal, scale):
         assert out.shape == q.shape and out.dtype == q.dtype
         assert all(g.shape == t.shape and not g.any() for g, t in zip(grads, (q, k, v)))
         return
-    reference = lambda *t: _per_sequence(_reference(causal, scale), *t, cu_q, cu_k)   # noqa: E731
+    reference = lambda *t: per_sequence(_reference(causal, scale), *t, cu_q, cu_k)   # noqa: E731
     base, base_grads, spread = judged_baseline(
-        lambda *t: _per_sequence(_sdpa(causal, scale), *t, cu_q, cu_k), reference, (q, k, v), grad,
-        also=tuple(lambda *t, fn=fn: _per_sequence(fn, *t, cu_q, cu_k) for fn in _torch_also(causal, scale)))
+        lambda *t: per_sequence(_sdpa(causal, scale), *t, cu_q, cu_k), reference, (q, k, v), grad,
+        also=tuple(lambda *t, fn=fn: per_sequence(fn, *t, cu_q, cu_k) for fn in _torch_also(causal, scale)))
     ref, ref_grads = with_grads(reference, [t.double() for t in (q, k, v)], grad.double())
     assert_rule("out", out, ref, base, q.dtype, spread=spread["out"])
     for i, (name, g, r, bg) in enumerate(zip(("dq", "dk", "dv"), grads, ref_grads, base_grads)):

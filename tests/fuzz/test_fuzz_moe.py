@@ -14,7 +14,7 @@ from fuzzing import (INDEX_LAYOUTS, LAYOUTS, assert_rule, index_tensor, laid_out
                      tensors)
 from kernels.moe import MoEReference, permute, route, unpermute
 from kernels.moe.layer_ladder.spec import bad_tokens
-from test_moe_layer import _run, _twin
+from moe_twins import run, twin
 
 DTYPES = kernels.spec("moe").dtypes
 
@@ -39,14 +39,14 @@ def layers(draw):
 def test_moe_matches_its_reference(case):
     layer, x = case
     if x.numel() == 0:   # no token: the output may depend on no parameter, no graph to walk
-        got, want = layer(x), _twin(layer, MoEReference, x.dtype)(x)
+        got, want = layer(x), twin(layer, MoEReference, x.dtype)(x)
         assert got.shape == want.shape and got.dtype == want.dtype
         return
-    got = _run(layer, x)
-    twins = _twin(layer, MoEReference, x.dtype), _twin(layer, MoEReference, torch.float64)
-    base = _run(twins[0], x)
-    ref = _run(twins[1], x.double())
-    spread = rounding_spread(lambda near: (_run(twins[0], near[0]), _run(twins[1], near[0].double())),
+    got = run(layer, x)
+    twins = twin(layer, MoEReference, x.dtype), twin(layer, MoEReference, torch.float64)
+    base = run(twins[0], x)
+    ref = run(twins[1], x.double())
+    spread = rounding_spread(lambda near: (run(twins[0], near[0]), run(twins[1], near[0].double())),
                              (x,), got["out"].numel())
     # a top-1 layer with normalized weights (each p / p = 1) has a router gradient that is zero
     # in exact arithmetic: judged against the scale of the layer's other results
@@ -62,7 +62,7 @@ def test_moe_under_autocast_returns_its_reference_dtype():
     layer = kernels.MoE(8, 6, 4, 2, 1)
     x = torch.randn(5, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        got, want = layer(x), _twin(layer, MoEReference, torch.float32)(x)
+        got, want = layer(x), twin(layer, MoEReference, torch.float32)(x)
     assert got.dtype == want.dtype and got.shape == want.shape
 
 
