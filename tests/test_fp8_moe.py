@@ -98,7 +98,8 @@ def test_each_recipe_takes_its_own_element_format_on_gfx942(fake_gpu):
 
 def test_fp8_flops_count_the_routed_experts_of_the_training_model():
     """``workbench train --fp8 --kernels workbench``: the MoE layer of the CPU preset becomes a
-    Float8MoE, and MFU takes its routed experts' three GEMMs (gate, up, down) at the FP8 peak."""
+    Float8MoE, and MFU takes its routed experts' three GEMMs (gate, up, down) at the FP8 peak, and
+    its shared experts' where they run in FP8 too."""
     cfg = train.PRESETS["cpu-smoke"]
     model = kernels.fp8.convert(GPT(cfg, "workbench"), "rowwise")
     moe = model.blocks[1].ffn
@@ -106,6 +107,11 @@ def test_fp8_flops_count_the_routed_experts_of_the_training_model():
     linears = sum(m.weight.numel() for m in model.modules() if isinstance(m, Float8Linear))
     experts = cfg.top_k * 3 * cfg.dim * cfg.expert_hidden
     assert flops.fp8_step_flops(model, cfg) == 6 * (linears + experts) * cfg.batch * cfg.seq
+    # with its shared experts in FP8 too (kernels.moe.fp8_experts.Float8Experts.fp8_shared_experts)
+    shared = kernels.fp8.convert(GPT(cfg, "workbench"), "rowwise", keep_high_precision=("first", "last", "*router"))
+    experts += cfg.shared_experts * 3 * cfg.dim * cfg.expert_hidden
+    assert shared.blocks[1].ffn.fp8_shared_experts and cfg.shared_experts
+    assert flops.fp8_step_flops(shared, cfg) == 6 * (linears + experts) * cfg.batch * cfg.seq
 
 
 def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts(monkeypatch):

@@ -1,20 +1,22 @@
 """An FP8 MoE layer's shared experts in FP8 (Float8Experts.fp8_shared_experts): what kernels.fp8.convert
-decides, the results against the routed experts' FP8 path and float64, the launches, torch.compile and MFU."""
+decides, the results against Float8Linear layers and float64, the launches, autocast, torch.compile and the
+expert-parallel layer (MFU: tests/test_fp8_moe.py)."""
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
 import torch
 
 import kernels
+from kernels.fp8 import Float8Linear
+from kernels.moe import swiglu_op
+from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
 from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.reference import swiglu
 from kernels.outputs import poisoned_outputs
-from workbench import train
 from workbench.harness.device_ops import device_ops
-from workbench.train import flops
-from workbench.train.model import GPT
 
 DIM, HIDDEN, EXPERTS, TOP_K, SHARED = 16, 32, 4, 2, 2
 RECIPES = ("tensorwise", "rowwise", "blockwise", "mxfp8")   # delayed keeps them in high precision
@@ -51,7 +53,7 @@ def test_convert_keeps_the_shared_experts_unless_told_and_names_them():
 
 def test_delayed_scaling_keeps_the_shared_experts_with_a_warning():
     """Its histories cover the routed experts' operands only: convert warns, the setter refuses."""
-    with pytest.warns(RuntimeWarning, match="'moe': delayed scaling .* shared experts stay in high precision"):
+    with pytest.warns(RuntimeWarning, match="'moe': the shared experts cannot run in FP8 under delayed scaling"):
         model = kernels.fp8.convert(Block(), "delayed", keep_high_precision=())
     assert not model.moe.fp8_shared_experts
     with pytest.raises(ValueError, match="cannot run in FP8 under delayed scaling"):
@@ -61,34 +63,44 @@ def test_delayed_scaling_keeps_the_shared_experts_with_a_warning():
         kernels.fp8.convert(Block(), "delayed")
 
 
-def _shared_and_one_expert(recipe: str, x: torch.Tensor):
-    """The FP8 shared experts' output and gradients (of x and their three weights), and those of a
-    one-expert top-1 Float8MoE whose expert holds the same weights: its routing weight is exactly 1
-    and the router's gradient of x exactly 0 (a softmax over one expert), so the routed FP8 path
-    computes the same GEMMs on the same rows in the same order."""
+def _shared_and_as_linears(recipe: str, x: torch.Tensor):
+    """The FP8 shared experts' output and gradients (of x and their three weights), and those of the
+    same weights in Float8Linear layers of the layer's settings, stored as Linears store them: gate and
+    up run side by side (kernels.fp8.side_by_side), SwiGLU the routed experts' pass, then down."""
     layer = _moe(recipe)
-    one = kernels.fp8.convert(kernels.MoE(DIM, SHARED * HIDDEN, 1, 1), recipe, keep_high_precision=())
-    with torch.no_grad():
-        for mine, theirs in (("shared_gate", "gate"), ("shared_up", "up"), ("shared_down", "down")):
-            getattr(one, theirs).copy_(getattr(layer, mine)[None])
+    shared = (layer.shared_gate, layer.shared_up, layer.shared_down)
+    grad_format = "e4m3" if layer.grad_fp8_dtype == layer.fp8_dtype else "hybrid"
+    linears = []
+    for w in shared:
+        linear = Float8Linear(w.shape[0], w.shape[1], bias=False, recipe=recipe, fp8_dtype=layer.fp8_dtype,
+                              grad_format=grad_format, scale_rule=layer.scale_rule)
+        linear.weight = torch.nn.Parameter(w.detach().t().contiguous())
+        linears.append(linear)
+
+    def as_linears(x):
+        g, u = kernels.fp8.side_by_side(tuple(linears[:2]), x)
+        return linears[2](swiglu_op.swiglu(g, u))
+
     dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(5))
     results = []
-    for run, weights in ((layer.shared_mlp, (layer.shared_gate, layer.shared_up, layer.shared_down)),
-                         (one, (one.gate, one.up, one.down))):
+    for run, weights in ((layer.shared_mlp, shared), (as_linears, tuple(linear.weight for linear in linears))):
         with poisoned_outputs():
             y = run(x)
             results.append((y, *torch.autograd.grad(y, (x, *weights), dy)))
+    results[1] = (*results[1][:2], *(g.t() for g in results[1][2:]))   # as the shared weights are stored
     return layer, results
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_fp8_shared_experts_are_the_routed_experts_fp8_gemms_on_one_group(recipe):
-    """Bit for bit a one-expert Float8MoE's output and gradients, within FP8's error of float64,
-    and not the high-precision result."""
+
+
+def test_fp8_shared_experts_are_float8_linears_of_the_layers_recipe(recipe):
+    """Bit for bit the output and gradients of Float8Linear layers holding the same weights, within FP8's
+    error of float64, and not the high-precision result."""
     x = torch.randn(13, DIM, generator=torch.Generator().manual_seed(1)).requires_grad_()
-    layer, (shared, routed) = _shared_and_one_expert(recipe, x)
-    for a, b in zip(shared, routed):
-        assert torch.equal(a, b.reshape(a.shape))
+    layer, (shared, linears) = _shared_and_as_linears(recipe, x)
+    for a, b in zip(shared, linears):
+        assert torch.equal(a, b)
     ref = swiglu(x.detach().double(), *(w.detach().double() for w in (layer.shared_gate, layer.shared_up,
                                                                         layer.shared_down)))
     assert (shared[0].double() - ref).norm() <= 0.1 * ref.norm()   # e4m3: 2^-4 per element, two GEMMs deep
@@ -96,42 +108,46 @@ def test_fp8_shared_experts_are_the_routed_experts_fp8_gemms_on_one_group(recipe
     assert not torch.equal(shared[0], layer.shared_mlp(x))
 
 
-@pytest.mark.parametrize("recipe", ["rowwise", "mxfp8"])
+LAUNCHES = {"tensorwise": 20, "rowwise": 26, "blockwise": 14, "mxfp8": 14}
+"""Triton launches of the FP8 shared experts' forward and backward: two FP8 linears' (gate and up as
+one), each its quantizes and three GEMMs (forward, dgrad, wgrad) as a Float8Linear of the recipe
+makes them, and SwiGLU's two passes."""
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+
+
 def test_fp8_shared_experts_launch_fp8_gemms_and_no_torch_matmul(recipe):
-    layer, x = _moe(recipe), torch.randn(9, DIM)
-    fp8 = device_ops(lambda: layer.shared_mlp(x))
+    layer, x = _moe(recipe), torch.randn(9, DIM, requires_grad=True)
+
+    def step():
+        return torch.autograd.grad(layer.shared_mlp(x).sum(), (x, layer.shared_gate))
+
+    fp8 = device_ops(step)
     layer.fp8_shared_experts = False
-    kept = device_ops(lambda: layer.shared_mlp(x))
-    assert kept.torch_ops["mm"] == 3 and kept.triton == 0
-    assert not {"mm", "matmul", "addmm"} & set(fp8.torch_ops) and fp8.triton >= 4   # 3 GEMMs, SwiGLU, casts
+    kept = device_ops(step)
+    assert kept.torch_ops["mm"] >= 3 and kept.triton == 0
+    assert not {"mm", "matmul", "addmm", "bmm"} & set(fp8.torch_ops), fp8
+    assert (fp8.triton, dict(fp8.torch_ops)) == (LAUNCHES[recipe], {"cat": 2, "sum": 1, "ones_like": 1}), fp8
+    # the weights' concat and the split's backward; the loss's sum and its gradient
 
 
-def test_under_autocast_the_fp8_shared_experts_take_the_cast_weights_and_give_master_gradients():
-    """The layer hands its shared experts the rows in the autocast dtype; they cast the fp32 weights to
-    it (as the routed experts' weights are cast) and quantize those, as they would outside the region."""
-    layer, x = _moe("rowwise"), torch.randn(7, DIM)
+def test_under_autocast_the_fp8_shared_experts_quantize_the_master_weights():
+    """The layer hands its shared experts the rows in the autocast dtype; they quantize the fp32 weights
+    from fp32, as FP8 Linears do under the region (bit for bit theirs), and give fp32 weight gradients."""
+    x = torch.randn(7, DIM, generator=torch.Generator().manual_seed(1))
     with torch.autocast("cpu", torch.bfloat16):
-        y, shared = layer(x), layer.shared_mlp(x.bfloat16())
-    assert shared.dtype == torch.bfloat16 and torch.equal(shared, layer.shared_mlp(x.bfloat16()))
-    y.float().square().sum().backward()
-    assert all(w.grad is not None and w.grad.dtype == torch.float32 and w.grad.abs().sum() > 0
-               for w in (layer.shared_gate, layer.shared_up, layer.shared_down))
+        layer, (shared, linears) = _shared_and_as_linears("rowwise", x.bfloat16().requires_grad_())
+    assert shared[0].dtype == torch.bfloat16
+    for a, b in zip(shared, linears):
+        assert torch.equal(a, b)
+    assert all(g.dtype == torch.float32 and g.abs().sum() > 0 for g in shared[2:])
 
 
 def test_the_layer_with_fp8_shared_experts_compiles_without_graph_breaks():
     layer, x = _moe("rowwise"), torch.randn(11, DIM)
     explained = torch._dynamo.explain(lambda x: layer(x).square().sum())(x)
     assert explained.graph_break_count == 0 and explained.graph_count == 1
-
-
-def test_mfu_counts_the_shared_experts_at_the_fp8_peak_when_they_run_in_fp8():
-    cfg = train.PRESETS["cpu-smoke"]
-    torch.manual_seed(0)
-    kept = kernels.fp8.convert(GPT(cfg, "workbench"), "rowwise")
-    torch.manual_seed(0)
-    fp8 = kernels.fp8.convert(GPT(cfg, "workbench"), "rowwise", keep_high_precision=("first", "last", "*router"))
-    shared = cfg.shared_experts * 3 * cfg.dim * cfg.expert_hidden
-    assert flops.fp8_step_flops(fp8, cfg) - flops.fp8_step_flops(kept, cfg) == 6 * shared * cfg.batch * cfg.seq > 0
 
 
 def test_no_rows_give_no_output_and_zero_weight_gradients():
@@ -142,3 +158,38 @@ def test_no_rows_give_no_output_and_zero_weight_gradients():
     grads = torch.autograd.grad(y, (x, layer.shared_gate, layer.shared_up, layer.shared_down), torch.empty(0, DIM))
     assert grads[0].shape == (0, DIM) and all(torch.equal(g, torch.zeros_like(g)) for g in grads[1:])
 
+
+def test_the_expert_parallel_layer_runs_them_as_the_single_process_layer_does(one_rank):
+    """convert gives the expert-parallel FP8 layer FP8 shared experts by the same rule; on one rank,
+    where its rows are the single-process layer's, the same output (tests/test_ep_moe_k_sum.py: rowwise
+    without FP8 dispatch, bit for bit) and the same shared experts' gradients."""
+    torch.manual_seed(0)
+    full = kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K, SHARED)
+    ep = kernels.MoE.from_full(full, one_rank)
+    single = kernels.fp8.convert(full, "rowwise", keep_high_precision=("*router",))
+    parallel = kernels.fp8.convert(ep, "rowwise", keep_high_precision=("*router",))
+    assert type(parallel) is Float8ExpertParallelMoE and parallel.fp8_shared_experts
+    parallel.fp8_dispatch = False
+    x = torch.randn(10, DIM)
+    results = []
+    for layer in (single, parallel):
+        y = layer(x)
+        results.append((y, *torch.autograd.grad(y.square().sum(), (layer.shared_gate, layer.shared_up,
+                                                                     layer.shared_down))))
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+def test_under_fully_shard_they_run_on_the_gathered_weights(one_rank):
+    """FSDP2 (here on one rank: its DTensor parameters, gathered for the forward and backward) gives the
+    unsharded layer's output and shared weights' gradients."""
+    from torch.distributed.fsdp import fully_shard
+
+    plain = _moe("rowwise")
+    sharded = fully_shard(copy.deepcopy(plain))
+    x = torch.randn(6, DIM)
+    outputs = [layer(x) for layer in (plain, sharded)]
+    for y in outputs:
+        y.square().sum().backward()
+    assert torch.equal(*outputs)
+    for name in ("shared_gate", "shared_up", "shared_down"):
+        assert torch.equal(getattr(sharded, name).grad.full_tensor(), getattr(plain, name).grad)

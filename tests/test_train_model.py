@@ -216,12 +216,9 @@ def test_a_projection_kept_in_high_precision_leaves_the_converted_ones_joined():
     """Block 0's q after kernels.fp8.convert (the first Linear stays high precision): k and v still
     run as one FP8 linear, the launches and results of kernels.fp8.side_by_side on the two."""
     torch.manual_seed(0)
-    attn = layers.Attention(SMOKE, ops.resolve("workbench"))
-    for name in ("k", "v"):
-        old = getattr(attn, name)
-        new = kernels.fp8.Float8Linear(old.in_features, old.out_features, bias=False, recipe="rowwise")
-        new.weight = old.weight
-        setattr(attn, name, new)
+    attn = kernels.fp8.convert(layers.Attention(SMOKE, ops.resolve("workbench")), "rowwise",
+                               keep_high_precision=("q",))
+    assert type(attn.q) is kernels.nn.Linear and type(attn.k) is kernels.fp8.Float8Linear
     x = torch.randn(2, 3, SMOKE.dim)
     q, k, v = ops.side_by_side((attn.q, attn.k, attn.v), x)
     assert torch.equal(q, attn.q(x))

@@ -19,6 +19,9 @@ a list without ``"*shared_experts"`` does here. Pass your own:
   shared experts);
 * ``()`` to convert every Linear and every MoE layer's shared experts.
 
+A list of your own that leaves out ``"*shared_experts"`` (such as ``("first", "last", "*router")``,
+this default before it named the shared experts) runs them in FP8.
+
 Only ``torch.nn.Linear`` and its subclasses (``kernels.nn.Linear``) and the MoE layers
 are swapped; every other module is left as it is. A ``kernels.MoE`` not kept (its name
 matched by a pattern) becomes a :class:`kernels.moe.fp8_layer.Float8MoE`, an
@@ -154,12 +157,11 @@ def _convert_moe(model: torch.nn.Module, recipe: str, keep, fp8_dtype, grad_dtyp
         if fp8_dispatch is not None and isinstance(fp8_layer, Float8ExpertParallelMoE):
             fp8_layer.fp8_dispatch = fp8_dispatch
         if layer.shared_experts and not keep(f"{name}.shared_experts" if name else "shared_experts", layer):
-            if recipe == "delayed":
-                warnings.warn(f"MoE layer {name or '(the model)'!r}: delayed scaling keeps amax histories for "
-                              "the routed experts only; its shared experts stay in high precision",
-                              RuntimeWarning, stacklevel=3)
-            else:
+            try:
                 fp8_layer.fp8_shared_experts = True
+            except ValueError as refused:
+                warnings.warn(f"MoE layer {name or '(the model)'!r}: {refused}; its shared experts stay in high "
+                              "precision", RuntimeWarning, stacklevel=3)
         if not name:
             return fp8_layer
         _swap(model, name, fp8_layer)

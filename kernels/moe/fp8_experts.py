@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from ..fp8 import recipe as fp8_recipes
+from ..fp8.linear import fp8_linear
 from ..fp8.recipes.delayed import PREFIX, cast_scales, history_state
 from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
@@ -117,29 +118,32 @@ class Float8Experts:
 
     @property
     def fp8_shared_experts(self) -> bool:
-        """Whether the shared experts' three GEMMs and their gradients run in FP8 too, by this
-        layer's recipe, formats and scale rule: each is one FP8 grouped GEMM of a single group over
-        all rows (the routed experts' kernels, on the shared weights as they are stored, (dim, S·h)
-        and (S·h, dim), a group's layout), SwiGLU the routed experts' Triton pass. False by default:
+        """Whether the shared experts' GEMMs and their gradients run in FP8 too, by this layer's recipe,
+        formats and scale rule, as FP8 Linears of the same recipe would run them: gate and up as one
+        :func:`kernels.fp8.fp8_linear` on their weights side by side (the rows quantized once, as
+        :func:`kernels.fp8.side_by_side` joins a model's gate and up), SwiGLU the routed experts'
+        Triton pass, down another; the weights are quantized from their own (master) dtype, read
+        through transposed views of their (dim, S·h) and (S·h, dim) storage. False by default:
         :func:`kernels.fp8.convert` sets it where ``keep_high_precision`` does not name
-        ``"<layer>.shared_experts"`` (its default keeps them, ``"*shared_experts"``). Refused
-        under delayed scaling, whose amax histories this layer keeps for the routed experts only."""
+        ``"<layer>.shared_experts"`` (its default keeps them, ``"*shared_experts"``). Refused by a
+        recipe whose scales come from a layer's amax histories (delayed scaling: this layer keeps
+        them for its routed experts only)."""
         return self._fp8_shared_experts
 
     @fp8_shared_experts.setter
     def fp8_shared_experts(self, value: bool) -> None:
-        if value and self.recipe == "delayed":
-            raise ValueError("the shared experts cannot run in FP8 under delayed scaling: this layer keeps "
-                             "amax histories for its routed experts only")
+        if value and type(fp8_recipes.get(self.recipe)).scales is not fp8_recipes.Recipe.scales:
+            raise ValueError(f"the shared experts cannot run in FP8 under {self.recipe} scaling: its scales "
+                             "come from this layer's amax histories, which it keeps for its routed experts only")
         self._fp8_shared_experts = bool(value)
 
     def shared_mlp(self, rows: torch.Tensor) -> torch.Tensor:
-        """The shared experts' output (T, dim), in FP8 where :attr:`fp8_shared_experts` says so (the
-        weights cast to the rows' dtype first, as the routed experts' are under autocast), else as
+        """The shared experts' output (T, dim), in FP8 where :attr:`fp8_shared_experts` says so, else as
         the high-precision layer runs them."""
         if not self._fp8_shared_experts:
             return super().shared_mlp(rows)
-        offsets = rows.new_full((1,), rows.shape[0], dtype=torch.int32)   # one group: every row
-        gate, up, down = (w.to(rows.dtype).unsqueeze(0) for w in (self.shared_gate, self.shared_up, self.shared_down))
-        hidden = swiglu(self._grouped(rows, None, gate, None, offsets), self._grouped(rows, None, up, None, offsets))
-        return self._grouped(hidden, None, down, None, offsets)
+        settings = dict(recipe=self.recipe, fp8_dtype=self.fp8_dtype, scale_rule=self.scale_rule,
+                        grad_format="e4m3" if self.grad_fp8_dtype == self.fp8_dtype else "hybrid")
+        gate_up = torch.cat([self.shared_gate, self.shared_up], 1).t()   # (2·S·h, dim), a view of the copy
+        g, u = fp8_linear(rows, gate_up, **settings).split(self.shared_up.shape[1], -1)
+        return fp8_linear(swiglu(g, u), self.shared_down.t(), **settings)

@@ -34,7 +34,7 @@ What stays in high precision: the router (its logits in float32 unless ``convert
 told to make it FP8 too), the routing weights and the weighted sum over a token's
 experts (float32 in registers, rounded once: :mod:`.combine_op`), SwiGLU, and the shared experts
 unless :func:`kernels.fp8.convert` was told otherwise (parameters that no Linear holds: kept, they
-run as the ``MoE`` layer runs them; in FP8, as one group of the routed experts' FP8 grouped GEMMs,
+run as the ``MoE`` layer runs them; in FP8, as FP8 Linears of the recipe would,
 :attr:`~kernels.moe.fp8_experts.Float8Experts.fp8_shared_experts`). SwiGLU and its
 derivative are one Triton pass each (:mod:`.swiglu_op`), not torch's elementwise chains over
 (T·k, hidden): h computed in fp32 from g and u and rounded once, which can differ from

@@ -13,8 +13,8 @@ With FP8 layers (``workbench train --fp8``) part of those FLOPs run on the FP8 m
 cores: each FP8 Linear's three GEMMs, 6 · in · out per token, and an FP8 MoE layer's
 routed experts (:class:`kernels.moe.fp8_layer.Float8MoE`, and the expert-parallel
 :class:`kernels.moe.ep_fp8_layer.Float8ExpertParallelMoE`, whose ranks together run the same
-GEMMs over the global batch), 6 · 3 · dim · expert_hidden per token and routed expert
-(:func:`fp8_step_flops`).
+GEMMs over the global batch), 6 · 3 · dim · expert_hidden per token and routed expert, and
+per shared expert where those run in FP8 too (``fp8_shared_experts``) (:func:`fp8_step_flops`).
 MFU then takes each FLOP at the peak of the unit that runs it (:func:`mfu`).
 """
 from __future__ import annotations

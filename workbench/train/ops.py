@@ -86,7 +86,7 @@ def side_by_side(projections: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> t
     groups: dict[object, list[int]] = {}
     for i, p in enumerate(projections):
         groups.setdefault(i if p.bias is not None else type(p), []).append(i)
-    if len(groups) == 1:   # the usual case: every projection of one class
+    if len(groups) == 1:   # the usual case, every projection of one class: no index bookkeeping per call
         return _together(projections, x)
     out: list[torch.Tensor | None] = [None] * len(projections)
     for members in groups.values():
