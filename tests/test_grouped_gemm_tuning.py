@@ -16,9 +16,7 @@ from kernels.moe.grouped_gemm import configs, spec, v4_persistent as v4
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
-from table_sections import SECTIONS, assert_verdicts, dtype_of, target_of
-
-DEVICES = [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")]
+from table_sections import DEVICES, SECTIONS, assert_verdicts, dtype_of, target_of
 
 
 def _table(target: str) -> dict:

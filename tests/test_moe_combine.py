@@ -14,10 +14,8 @@ from kernels.moe.fp8_layer import Float8MoE
 from kernels.moe.layer_ladder import spec as moe_spec
 from kernels.moe.permutation import _inverse, sort_slots
 from kernels.outputs import poisoned_outputs
+from rounding_units import UNIT
 from rows_by_hidden import RowsByHidden
-
-UNIT = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
-"""Half a unit in the last place, relative: one rounding to the dtype."""
 
 
 def _close(got, exact, magnitude, terms, dtype):
