@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 # pytest rewrites the asserts of test modules and conftests only: the helper modules beside them
-# (tests/*.py without the test_ prefix) get the same failure reports, operands and all.
-pytest.register_assert_rewrite(*sorted(path.stem for path in Path(__file__).parent.glob("*.py")
-                                       if not path.stem.startswith(("test_", "conftest"))))
+# (tests/**/*.py without the test_ prefix, each imported by its bare name) get the same failure reports.
+pytest.register_assert_rewrite(*sorted(path.stem for path in Path(__file__).parent.rglob("*.py")
+                                       if not path.stem.startswith(("test_", "conftest", "__init__"))))
 
 # Before anything imports kernels: tests run the interpreter unless a GPU run is asked for.
 if os.environ.get("WORKBENCH_TEST_GPU") != "1":

@@ -58,42 +58,51 @@ def test_delayed_scaling_keeps_the_shared_experts_with_a_warning():
     assert not model.moe.fp8_shared_experts
     with pytest.raises(ValueError, match="cannot run in FP8 under delayed scaling"):
         model.moe.fp8_shared_experts = True
+    with pytest.raises(ValueError, match="no shared experts"):
+        kernels.fp8.convert(Block(shared=0), "rowwise").moe.fp8_shared_experts = True
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # kept by default: nothing to warn about
         kernels.fp8.convert(Block(), "delayed")
 
 
-def _shared_and_as_linears(recipe: str, x: torch.Tensor):
-    """The FP8 shared experts' output and gradients (of x and their three weights), and those of the
-    same weights in Float8Linear layers of the layer's settings, stored as Linears store them: gate and
-    up run side by side (kernels.fp8.side_by_side), SwiGLU the routed experts' pass, then down."""
-    layer = _moe(recipe)
-    shared = (layer.shared_gate, layer.shared_up, layer.shared_down)
-    grad_format = "e4m3" if layer.grad_fp8_dtype == layer.fp8_dtype else "hybrid"
+def _linears_of(layer: Float8MoE):
+    """Float8Linear layers of ``layer``'s settings holding its shared weights as Linears store them, and
+    the MLP they make: gate and up side by side (kernels.fp8.side_by_side), SwiGLU the routed experts'
+    pass, then down."""
+    recipe = layer.recipe
+    grad_format = next(f for f in ("e4m3", "hybrid")   # the format whose dtype the recipe gives as the layer's
+                       if kernels.fp8.get(recipe).grad_dtype(layer.fp8_dtype, f) == layer.grad_fp8_dtype)
     linears = []
-    for w in shared:
+    for w in (layer.shared_gate, layer.shared_up, layer.shared_down):
         linear = Float8Linear(w.shape[0], w.shape[1], bias=False, recipe=recipe, fp8_dtype=layer.fp8_dtype,
                               grad_format=grad_format, scale_rule=layer.scale_rule)
         linear.weight = torch.nn.Parameter(w.detach().t().contiguous())
         linears.append(linear)
 
-    def as_linears(x):
+    def mlp(x):
         g, u = kernels.fp8.side_by_side(tuple(linears[:2]), x)
         return linears[2](swiglu_op.swiglu(g, u))
 
-    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(5))
+    return linears, mlp
+
+
+def _shared_and_as_linears(recipe: str, x: torch.Tensor):
+    """The FP8 shared experts' output and gradients (of x and their three weights), and those of
+    :func:`_linears_of`'s MLP (its weight gradients transposed, as the shared weights are stored)."""
+    layer = _moe(recipe)
+    linears, mlp = _linears_of(layer)
+    dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(5), dtype=x.dtype)
     results = []
-    for run, weights in ((layer.shared_mlp, shared), (as_linears, tuple(linear.weight for linear in linears))):
+    for run, weights in ((layer.shared_mlp, (layer.shared_gate, layer.shared_up, layer.shared_down)),
+                         (mlp, tuple(linear.weight for linear in linears))):
         with poisoned_outputs():
             y = run(x)
             results.append((y, *torch.autograd.grad(y, (x, *weights), dy)))
-    results[1] = (*results[1][:2], *(g.t() for g in results[1][2:]))   # as the shared weights are stored
+    results[1] = (*results[1][:2], *(g.t() for g in results[1][2:]))
     return layer, results
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-
-
 def test_fp8_shared_experts_are_float8_linears_of_the_layers_recipe(recipe):
     """Bit for bit the output and gradients of Float8Linear layers holding the same weights, within FP8's
     error of float64, and not the high-precision result."""
@@ -115,15 +124,15 @@ makes them, and SwiGLU's two passes."""
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-
-
 def test_fp8_shared_experts_launch_fp8_gemms_and_no_torch_matmul(recipe):
     layer, x = _moe(recipe), torch.randn(9, DIM, requires_grad=True)
+    linears, mlp = _linears_of(layer)
 
-    def step():
-        return torch.autograd.grad(layer.shared_mlp(x).sum(), (x, layer.shared_gate))
+    def step(run=layer.shared_mlp, weights=(layer.shared_gate, layer.shared_up, layer.shared_down)):
+        return torch.autograd.grad(run(x).sum(), (x, *weights))
 
     fp8 = device_ops(step)
+    assert fp8.triton == device_ops(lambda: step(mlp, tuple(linear.weight for linear in linears))).triton
     layer.fp8_shared_experts = False
     kept = device_ops(step)
     assert kept.torch_ops["mm"] >= 3 and kept.triton == 0
@@ -144,10 +153,39 @@ def test_under_autocast_the_fp8_shared_experts_quantize_the_master_weights():
     assert all(g.dtype == torch.float32 and g.abs().sum() > 0 for g in shared[2:])
 
 
+def test_the_layer_hands_them_its_rows_in_the_autocast_dtype():
+    """Through the layer's forward under autocast: the shared experts see bf16 rows and give what
+    Float8Linear layers of the same weights give for them."""
+    layer, x = _moe("rowwise"), torch.randn(7, DIM)
+    seen, real = [], layer.shared_mlp
+    layer.shared_mlp = lambda rows: seen.append((rows, real(rows))) or seen[-1][1]
+    _, mlp = _linears_of(layer)
+    with torch.autocast("cpu", torch.bfloat16):
+        layer(x)
+        (rows, out), = seen
+        assert rows.dtype == torch.bfloat16 and torch.equal(out, mlp(rows))
+
+
 def test_the_layer_with_fp8_shared_experts_compiles_without_graph_breaks():
     layer, x = _moe("rowwise"), torch.randn(11, DIM)
     explained = torch._dynamo.explain(lambda x: layer(x).square().sum())(x)
     assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+def test_their_compiled_backward_gives_the_eager_gradients():
+    """torch.compile(fullgraph=True) of the shared experts forward and backward (the transposed weight
+    views, the concat and split, SwiGLU's passes): bit for bit eager's."""
+    layer, x = _moe("rowwise"), torch.randn(11, DIM, requires_grad=True)
+    params = (x, layer.shared_gate, layer.shared_up, layer.shared_down)
+
+    def loss(x):
+        return layer.shared_mlp(x).square().sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")(x)
+    eager = loss(x)
+    assert torch.equal(compiled, eager)
+    for a, b in zip(torch.autograd.grad(compiled, params), torch.autograd.grad(eager, params)):
+        assert torch.equal(a, b)
 
 
 def test_no_rows_give_no_output_and_zero_weight_gradients():

@@ -289,7 +289,7 @@ def side_by_side(layers: tuple[torch.nn.Module, ...], x: torch.Tensor) -> tuple[
     row scales (rowwise, blockwise, mxfp8) span the layers' gradients."""
     settings = _settings(layers[0])
     if (settings is None or any(_settings(layer) != settings for layer in layers[1:])
-            or type(_recipes.get(settings[0])).scales is not _recipes.Recipe.scales):
+            or _recipes.get(settings[0]).layer_scales):
         return None
     y = _forward(layers[0], x, torch.cat([layer.weight for layer in layers]))
     return y.split([layer.out_features for layer in layers], dim=-1)

@@ -158,6 +158,14 @@ class Recipe:
         """Scales for x and w decided outside the GEMM (delayed scaling), else (None, None)."""
         return None, None
 
+    @property
+    def layer_scales(self) -> bool:
+        """Whether :meth:`scales` is the recipe's own, deciding scales from a layer's state (delayed
+        scaling's amax histories): then a GEMM runs only as that layer's, never for weights joined
+        across layers (:func:`kernels.fp8.side_by_side`) or held outside one (an FP8 MoE layer's
+        shared experts)."""
+        return type(self).scales is not Recipe.scales
+
     def record(self, layer, scales, maxima: tuple[torch.Tensor, torch.Tensor]) -> None:
         """After a forward with the scales :meth:`scales` decided: x's and w's amaxes, as the
         casts found them (``maxima``: their tile maxima, ``forward(..., amax=True)``), enter the

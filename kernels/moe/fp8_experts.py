@@ -40,6 +40,7 @@ class Float8Experts:
 
     fp8_tensors = FP8_TENSORS
     """The tensors with delayed histories, in ``fp8_saturated``'s order (a class's own)."""
+    _fp8_shared_experts = False   # :attr:`fp8_shared_experts`'s
 
     @classmethod
     def _adopt(cls, layer: torch.nn.Module, recipe: str, fp8_dtype: torch.dtype | None,
@@ -61,7 +62,7 @@ class Float8Experts:
         new.recipe, new.fp8_dtype = recipe, fp8_recipes.get(recipe).element_format(fp8_dtype)
         new.scale_rule = scale_rule
         new.grad_fp8_dtype = grad_dtype or new.fp8_dtype
-        new._fp8_shared_experts = False
+        new.grad_format = "e4m3" if new.grad_fp8_dtype == new.fp8_dtype else "hybrid"   # fp8_linear's word for it
         if recipe == "delayed":
             for name, buffer in history_state(cls.fp8_tensors, layer.gate.device).items():
                 new.register_buffer(name, buffer)
@@ -132,9 +133,11 @@ class Float8Experts:
 
     @fp8_shared_experts.setter
     def fp8_shared_experts(self, value: bool) -> None:
-        if value and type(fp8_recipes.get(self.recipe)).scales is not fp8_recipes.Recipe.scales:
+        if value and fp8_recipes.get(self.recipe).layer_scales:
             raise ValueError(f"the shared experts cannot run in FP8 under {self.recipe} scaling: its scales "
                              "come from this layer's amax histories, which it keeps for its routed experts only")
+        if value and not self.shared_experts:
+            raise ValueError("this layer has no shared experts to run in FP8")
         self._fp8_shared_experts = bool(value)
 
     def shared_mlp(self, rows: torch.Tensor) -> torch.Tensor:
@@ -142,8 +145,8 @@ class Float8Experts:
         the high-precision layer runs them."""
         if not self._fp8_shared_experts:
             return super().shared_mlp(rows)
-        settings = dict(recipe=self.recipe, fp8_dtype=self.fp8_dtype, scale_rule=self.scale_rule,
-                        grad_format="e4m3" if self.grad_fp8_dtype == self.fp8_dtype else "hybrid")
+        settings = dict(recipe=self.recipe, fp8_dtype=self.fp8_dtype, grad_format=self.grad_format,
+                        scale_rule=self.scale_rule)
         gate_up = torch.cat([self.shared_gate, self.shared_up], 1).t()   # (2·S·h, dim), a view of the copy
         g, u = fp8_linear(rows, gate_up, **settings).split(self.shared_up.shape[1], -1)
         return fp8_linear(swiglu(g, u), self.shared_down.t(), **settings)

@@ -64,7 +64,8 @@ class Float8MoE(Float8Experts, MoE):
     :func:`kernels.fp8.convert`)."""
 
     fp8_tensors = FP8_TENSORS + GRAD_TENSORS
-    master_weights = False   # under autocast its experts take the cast weights, which they quantize
+    master_weights = False   # under autocast its routed experts take the cast weights, which they quantize
+    #                          (FP8 shared experts quantize their master weights, as Float8Linear does)
 
     @classmethod
     def from_moe(cls, layer: MoE, recipe: str = "rowwise", fp8_dtype: torch.dtype | None = None,

@@ -86,8 +86,6 @@ def side_by_side(projections: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> t
     groups: dict[object, list[int]] = {}
     for i, p in enumerate(projections):
         groups.setdefault(i if p.bias is not None else type(p), []).append(i)
-    if len(groups) == 1:   # the usual case, every projection of one class: no index bookkeeping per call
-        return _together(projections, x)
     out: list[torch.Tensor | None] = [None] * len(projections)
     for members in groups.values():
         for i, y in zip(members, _together(tuple(projections[i] for i in members), x)):
@@ -109,8 +107,8 @@ def _together(projections: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> tupl
 
 
 def _plain_gemm(cls: type):
-    """The GEMM of a high-precision projection class's forward (None for any other class); a torch
-    model never loads ``kernels.nn``."""
+    """The GEMM of a high-precision projection class's forward (None for any other class); a model of
+    torch's Linears alone never loads ``kernels.nn``."""
     if cls is torch.nn.Linear:
         return F.linear
     return _kernels.nn.linear if cls is _kernels.nn.Linear else None
