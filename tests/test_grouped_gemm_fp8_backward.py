@@ -209,6 +209,23 @@ def test_one_backward_is_two_grouped_launches_and_reads_nothing_on_the_host(monk
     assert launches == ["mm", "mm", "dw"]       # forward; dX (the forward kernel on wᵀ), dW
 
 
+
+def test_tensorwise_finds_dy_s_amax_once_for_both_its_casts(monkeypatch):
+    """dgrad's cast of dy computes its per-tensor scale and wgrad's cast takes it (one amax pass over
+    dy, not two): the gradients are the bits of a backward whose wgrad cast finds its own, equal, scale."""
+    from kernels.moe.grouped_gemm_fp8 import training
+
+    x, w, dy, offsets = problem()
+    passes = []
+    real = quantize._groups
+    monkeypatch.setattr(quantize, "_groups", lambda t, o, fp8, scale, *a, **k: passes.append(scale is None)
+                        or real(t, o, fp8, scale, *a, **k))
+    shared = training.gradients(x, w, offsets, dy, "tensorwise", E4M3FN, torch.float8_e5m2, (True, True))
+    assert passes == [True, False]   # x's wgrad cast finds its scale; dy's takes dgrad's
+    xt8, sxt = quantize.wgrad_operand(x, offsets, "tensorwise", E4M3FN)
+    dyt8, sdyt = quantize.wgrad_operand(dy, offsets, "tensorwise", torch.float8_e5m2)   # its own amax pass
+    assert torch.equal(shared[1], grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype))
+
 def test_custom_ops_and_compile_without_graph_breaks():
     x, w, dy, offsets = problem([3, 0, 6], k=8, n=5)
     x8, sx = quantize.tokens(x, "rowwise", E4M3FN)

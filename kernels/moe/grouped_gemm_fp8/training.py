@@ -187,7 +187,8 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
     """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy (quantized to ``grad``, x and w to
     ``fp8``, with the given per-tensor scales if any), each None where ``needs`` says False:
     one FP8 grouped launch each. dy's two casts (dgrad's token operand, wgrad's grouped one)
-    share one per-tensor scale: dy's current amax's, or with ``history_dy`` (delayed) that
+    share one per-tensor scale: dy's current amax's (found by dgrad's cast, which wgrad's then
+    takes: one amax pass over dy), or with ``history_dy`` (delayed) that
     history's (:func:`kernels.fp8.recipes.delayed.history_scale`, on the device), and then,
     with ``counts`` (training mode), the amax the first cast found enters ``history_dy`` and a
     saturating step adds 1 to ``counts[count_index]`` (:func:`~kernels.fp8.recipes.delayed.push_amax`).
@@ -199,6 +200,8 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
     found = []   # dy's amax, from the first cast, where it is recorded (counts given)
     if needs[0]:
         dy8, sdy, *found = quantize.tokens(dy, recipe, grad, scale_dy, amax=counts is not None)
+        if scale_dy is None and recipe in quantize.PER_TENSOR and dy.shape[0]:
+            scale_dy = sdy[:1]   # its current scale, for the wgrad cast too: one amax pass over dy, not two
         wt8, swt = quantize.dgrad_weight(w, recipe, fp8, scale_w)
         dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, x.dtype)
     if needs[1]:
