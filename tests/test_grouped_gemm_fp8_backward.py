@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grouped_fp8_training import K, N, close, problem, run
+from grouped_fp8_training import SIZES, K, N, close, problem, run
 from host_sync import no_host_sync
 from kernels.gemm_fp8 import FP8_DTYPES
 from kernels.gemm_fp8.formats import E5M2_OF
@@ -225,6 +225,25 @@ def test_tensorwise_finds_dy_s_amax_once_for_both_its_casts(monkeypatch):
     xt8, sxt = quantize.wgrad_operand(x, offsets, "tensorwise", E4M3FN)
     dyt8, sdyt = quantize.wgrad_operand(dy, offsets, "tensorwise", torch.float8_e5m2)   # its own amax pass
     assert torch.equal(shared[1], grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype))
+
+
+@pytest.mark.parametrize("sizes", [SIZES, [0, 0], [3]])
+def test_tensorwise_backward_takes_the_forward_s_scales_of_x_and_w(monkeypatch, sizes):
+    """The scales the forward's casts found are the backward's for x and w (no amax pass over either),
+    and its gradients are the bits of a backward that finds them again (no rows: nothing to keep)."""
+    from kernels.moe.grouped_gemm_fp8 import training
+
+    x, w, dy, offsets = problem(sizes)
+    x.requires_grad_(), w.requires_grad_()
+    seen = []
+    real = training.gradients
+    monkeypatch.setattr(training, "gradients", lambda *a: seen.append(a[8:10]) or real(*a))
+    y = grouped_gemm_fp8_train(x, w, offsets, "tensorwise", E4M3FN)
+    grads = torch.autograd.grad(y, (x, w), dy)
+    (scale_x, scale_w), = seen
+    assert (scale_x is None) == (x.shape[0] == 0) and scale_w is not None
+    again = real(x.detach(), w.detach(), offsets, dy, "tensorwise", E4M3FN, E4M3FN, (True, True))
+    assert all(torch.equal(a, b) for a, b in zip(grads, again))
 
 def test_custom_ops_and_compile_without_graph_breaks():
     x, w, dy, offsets = problem([3, 0, 6], k=8, n=5)

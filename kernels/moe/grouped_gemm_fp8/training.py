@@ -20,16 +20,18 @@ e5m2 of their family (the hybrid format, the per-tensor recipes' default in
 :mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by e5m2 on the mixed-format FP8
 MFMAs. Per-tensor recipes take x's and w's scales from the caller (``scale_x``,
 ``scale_w``: delayed scaling's, from an amax history that
-:class:`kernels.moe.fp8_layer.Float8MoE` keeps); the backward quantizes x and w again
-with the same scales. dy's scale, one for its two casts, is its current amax's, or under
+:class:`kernels.moe.fp8_layer.Float8MoE` keeps) or, tensorwise, find them in the forward's
+casts; the backward quantizes x and w again with the same scales. dy's scale, one for its two casts, is its current amax's, or under
 delayed scaling with ``history_dy`` given that history's, found on the device; with
 ``counts`` the backward then records dy's amax, found by the cast, into the history in place
 (:func:`gradients`: the layer's buffers, handed to the op and held on its ctx, not saved, as
 :mod:`kernels.fp8.linear` holds a Linear's dy history; the op's schema declares no mutated
 argument, the writes being the backward's, and ``torch.compile`` keeps them in its backward
 graph: tests/test_fp8_moe_delayed_dy.py, under ``aot_eager``). The op is the custom op
-``kernels::grouped_gemm_fp8_train`` (returning the output and, for ``amax=True``, the
-tile maxima of x's and w's casts, whose maxes are their amaxes) with a fake implementation and an autograd formula
+``kernels::grouped_gemm_fp8_train`` (returning the output, for ``amax=True`` the tile maxima of
+x's and w's casts, whose maxes are their amaxes, and under a per-tensor recipe without given scales
+the scales its casts found, which the backward's casts of x and w take rather than finding x's and
+w's amaxes again) with a fake implementation and an autograd formula
 whose backward calls the two custom ops above, so ``torch.compile(fullgraph=True)``
 keeps the forward as one node and traces the backward without a graph break. dx comes
 back in x's dtype, dw in w's. No host sync when the offsets are not checked.
@@ -132,28 +134,41 @@ def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offs
                        recipe: str, fp8: torch.dtype, out_dtype: torch.dtype,
                        scale_w: torch.Tensor | None = None, amax: bool = False,
                        scale_rule: str | None = None) -> tuple[torch.Tensor, ...]:
-    """``(y,)``, y = ``x_g @ w[g]`` in ``out_dtype``, from x already quantized by
-    :func:`token_operand`: w quantized for the forward (by ``scale_rule`` as there), one grouped
-    launch; ``amax`` (a given ``scale_w``): ``(y, the cast's tile maxima)``, whose max is w's amax. Unchecked (the
+    """``(y, w's scales)``, y = ``x_g @ w[g]`` in ``out_dtype``, from x already quantized by
+    :func:`token_operand`: w quantized for the forward (by ``scale_rule`` as there; its scales as
+    :func:`.quantize.forward_weight` gives them, None for mxfp8), one grouped launch; ``amax`` (a
+    given ``scale_w``): and the cast's tile maxima, whose max is w's amax. Unchecked (the
     expert-parallel layer's owners, :mod:`kernels.moe.ep_fp8_layer`, receive x quantized by its sender)."""
     if recipe == "mxfp8":
         rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
-        return (_mx().forward(x8, sx, w, offsets, fp8, out_dtype, rule),)
+        return _mx().forward(x8, sx, w, offsets, fp8, out_dtype, rule), None
     w8, sw, *found = quantize.forward_weight(w, recipe, fp8, scale_w, amax)
-    return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, out_dtype), *found
+    return _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, out_dtype), sw, *found
 
 
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
                 scale_w: torch.Tensor | None, amax: bool = False, history_dy: torch.Tensor | None = None,
                 counts: torch.Tensor | None = None, count_index: int = 0,
-                scale_rule: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                scale_rule: str | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     # history_dy and counts are the backward's (:func:`gradients`); the forward does not touch them
     x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax, scale_rule)
-    y, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax, scale_rule)
-    if amax:
-        return y, *found_x, *found_w
-    return y, x.new_empty(0, dtype=torch.float32), x.new_empty(0, dtype=torch.float32)   # two: outputs may not alias
+    y, sw, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax, scale_rule)
+    maxima = (*found_x, *found_w) if amax else (_nothing(x), _nothing(x))   # two: outputs may not alias
+    if recipe in quantize.PER_TENSOR and scale_x is None:   # the scales the casts found, for the backward's
+        return y, *maxima, _one_scale(sx, x), _one_scale(sw, x)
+    return y, *maxima, _nothing(x), _nothing(x)
+
+
+def _nothing(x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(0, dtype=torch.float32)
+
+
+def _one_scale(scale: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The one number behind a per-tensor scale expanded over an operand's rows or columns, (1,) (a
+    view of the cast's own scale), or nothing where the operand has no elements."""
+    return scale.reshape(-1)[:1] if scale.numel() else _nothing(x)
 
 
 _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl, mutates_args=())
@@ -165,12 +180,18 @@ def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax=False
     (t, k), (g, _, n) = x.shape, w.shape
     # the tile maxima of the casts of x (dense, tile_maxima_shape) and of w (each expert a batch entry of one group)
     maxima = ((tile_maxima_shape(t, k), grouped_tile_maxima_shape(g, k, n, 1)) if amax else ((0,), (0,)))
-    return x.new_empty((t, n)), *(x.new_empty(shape, dtype=torch.float32) for shape in maxima)
+    found = recipe in quantize.PER_TENSOR and scale_x is None   # the scales the casts found (_one_scale's)
+    scales = ((min(t, 1),), (min(g * n, 1),)) if found else ((0,), (0,))   # x's scale over its T rows, w's (G, N)
+    return x.new_empty((t, n)), *(x.new_empty(shape, dtype=torch.float32) for shape in (*maxima, *scales))
 
 
 def _setup(ctx, inputs, output):
     x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _, history_dy, counts, count_index, rule = inputs
     ctx.mark_non_differentiable(*output[1:])
+    # the per-tensor scales the forward's casts found (none given): the backward's casts of x and w
+    # take them instead of finding x's and w's amaxes again
+    scale_x = output[3] if scale_x is None and output[3].numel() else scale_x
+    scale_w = output[4] if scale_w is None and output[4].numel() else scale_w
     # the backward reads dy alone: no zeros made for the tile maxima, which take no gradient
     ctx.set_materialize_grads(False)
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.scale_rule = recipe, fp8_dtype, grad_dtype, rule
@@ -315,8 +336,8 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     _check_grad_state(history_dy, counts, count_index, recipe, x)
     scale_rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
     op = _train_impl if eager.direct(x, w, offsets) else _train
-    out, *maxima = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax, history_dy, counts,
-                      count_index, scale_rule)
+    out, *maxima, _, _ = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax, history_dy,
+                            counts, count_index, scale_rule)
     if not amax:
         return out
     return out, tuple(maxima)
