@@ -209,7 +209,6 @@ def test_one_backward_is_two_grouped_launches_and_reads_nothing_on_the_host(monk
     assert launches == ["mm", "mm", "dw"]       # forward; dX (the forward kernel on wᵀ), dW
 
 
-
 def test_tensorwise_finds_dy_s_amax_once_for_both_its_casts(monkeypatch):
     """dgrad's cast of dy computes its per-tensor scale and wgrad's cast takes it (one amax pass over
     dy, not two): the gradients are the bits of a backward whose wgrad cast finds its own, equal, scale."""
@@ -245,6 +244,7 @@ def test_tensorwise_backward_takes_the_forward_s_scales_of_x_and_w(monkeypatch, 
     again = real(x.detach(), w.detach(), offsets, dy, "tensorwise", E4M3FN, E4M3FN, (True, True))
     assert all(torch.equal(a, b) for a, b in zip(grads, again))
 
+
 def test_custom_ops_and_compile_without_graph_breaks():
     x, w, dy, offsets = problem([3, 0, 6], k=8, n=5)
     x8, sx = quantize.tokens(x, "rowwise", E4M3FN)
@@ -257,6 +257,8 @@ def test_custom_ops_and_compile_without_graph_breaks():
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
     x.requires_grad_(), w.requires_grad_()
     for recipe, scales, amax in (("tensorwise", (torch.tensor(0.01), None), False),
+                                 ("tensorwise", (None, torch.tensor(0.02)), False),
+                                 ("tensorwise", (None, None), False),   # both scales found, returned
                                  ("delayed", (torch.tensor(0.01), torch.tensor(0.02)), True)):
         torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
                               (x.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_(),

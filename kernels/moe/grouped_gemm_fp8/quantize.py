@@ -18,7 +18,9 @@ row-wise recipe quantizes x and w once each, with the fused kernel's transposed 
 amaxes over each group's tokens only: an expert's gradient is not scaled by another
 expert's outliers. ``tensorwise`` takes one scale per tensor (all experts' weights
 share one), handed to the kernels broadcast (stride 0); each GEMM still gets its own
-copy of the operand in the layout it reads (the same scale, a fresh pass). ``delayed``
+copy of the operand in the layout it reads (the same scale, a fresh pass), but only the
+first cast of each tensor finds its scale: the training op hands the forward's scales of x
+and w, and dgrad's of dy, to the backward's other casts (:mod:`.training`). ``delayed``
 is tensorwise with the scales of x and w given (``scale``: from an amax history,
 :mod:`kernels.fp8.recipes.delayed`, which :class:`kernels.moe.fp8_layer.Float8MoE`
 keeps); the output gradient's, whose amax is known only in the backward, is the history's
@@ -58,7 +60,8 @@ kernels where one fits, on the device with no host sync:
   tokens;
 * the per-tensor recipes' wgrad operands and forward weight (the padded token-contiguous
   copy, each expert's transposed copy) take the grouped cast with one scale: the dense
-  op's per-tensor amax launch first (``tensorwise``), or nothing before it (``delayed``'s
+  op's per-tensor amax launch first where no earlier cast found it (``tensorwise``'s forward
+  weight), or nothing before it (a scale an earlier cast of the tensor found, or ``delayed``'s
   given scale; the forward's casts of x, hidden and the weights, and the backward's first
   cast of each output gradient, then also return their tiles' maxima, whose max
   :class:`kernels.moe.fp8_layer.Float8MoE` records in the amax history: no torch pass reads

@@ -41,7 +41,8 @@ was run on a GPU).
 One scale per tensor (the per-tensor recipes; ``PER_TENSOR``): launches 1 and 2 are not
 run; the scale is the dense op's per-tensor amax pass and the launch that reduces it to the
 scale (:func:`kernels.gemm_fp8.quantize_kernel.tensor_scale`: two launches, no torch op) or
-given by the caller (delayed scaling's, from an amax history: no amax pass at all), and the cast reads it as a row of
+given by the caller (delayed scaling's, from an amax history, or one an earlier cast of the same
+tensor found: no amax pass at all), and the cast reads it as a row of
 64 with stride 0, with no group lookup. Read as one number, Triton moved the transpose's
 layout conversion onto the bf16 x instead of the FP8 tile; the stride-0 row costs 16 four-byte loads a thread of one address.
 

@@ -21,9 +21,9 @@ e5m2 of their family (the hybrid format, the per-tensor recipes' default in
 MFMAs. Per-tensor recipes take x's and w's scales from the caller (``scale_x``,
 ``scale_w``: delayed scaling's, from an amax history that
 :class:`kernels.moe.fp8_layer.Float8MoE` keeps) or, tensorwise, find them in the forward's
-casts; the backward quantizes x and w again with the same scales. dy's scale, one for its two casts, is its current amax's, or under
-delayed scaling with ``history_dy`` given that history's, found on the device; with
-``counts`` the backward then records dy's amax, found by the cast, into the history in place
+casts; the backward quantizes x and w again with the same scales. dy's scale, one for its two
+casts, is its current amax's, or under delayed scaling with ``history_dy`` given that
+history's, found on the device; with ``counts`` the backward then records dy's amax, found by the cast, into the history in place
 (:func:`gradients`: the layer's buffers, handed to the op and held on its ctx, not saved, as
 :mod:`kernels.fp8.linear` holds a Linear's dy history; the op's schema declares no mutated
 argument, the writes being the backward's, and ``torch.compile`` keeps them in its backward
@@ -133,7 +133,7 @@ def token_operand(x: torch.Tensor, recipe: str, fp8: torch.dtype, scale_x: torch
 def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
                        recipe: str, fp8: torch.dtype, out_dtype: torch.dtype,
                        scale_w: torch.Tensor | None = None, amax: bool = False,
-                       scale_rule: str | None = None) -> tuple[torch.Tensor, ...]:
+                       scale_rule: str | None = None) -> tuple[torch.Tensor | None, ...]:
     """``(y, w's scales)``, y = ``x_g @ w[g]`` in ``out_dtype``, from x already quantized by
     :func:`token_operand`: w quantized for the forward (by ``scale_rule`` as there; its scales as
     :func:`.quantize.forward_weight` gives them, None for mxfp8), one grouped launch; ``amax`` (a
@@ -156,9 +156,15 @@ def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe:
     x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax, scale_rule)
     y, sw, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax, scale_rule)
     maxima = (*found_x, *found_w) if amax else (_nothing(x), _nothing(x))   # two: outputs may not alias
-    if recipe in quantize.PER_TENSOR and scale_x is None:   # the scales the casts found, for the backward's
-        return y, *maxima, _one_scale(sx, x), _one_scale(sw, x)
-    return y, *maxima, _nothing(x), _nothing(x)
+    # the per-tensor scales the casts found, for the backward's casts of x and w; a given scale is an
+    # empty placeholder (an output may not alias an input), which the backward takes from the inputs
+    return y, *maxima, *(_one_scale(s, x) if _finds(recipe, given) else _nothing(x)
+                         for s, given in ((sx, scale_x), (sw, scale_w)))
+
+
+def _finds(recipe: str, given: torch.Tensor | None) -> bool:
+    """Whether the forward's cast of an operand finds a per-tensor scale the backward's can take."""
+    return given is None and recipe in quantize.PER_TENSOR
 
 
 def _nothing(x: torch.Tensor) -> torch.Tensor:
@@ -180,8 +186,8 @@ def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax=False
     (t, k), (g, _, n) = x.shape, w.shape
     # the tile maxima of the casts of x (dense, tile_maxima_shape) and of w (each expert a batch entry of one group)
     maxima = ((tile_maxima_shape(t, k), grouped_tile_maxima_shape(g, k, n, 1)) if amax else ((0,), (0,)))
-    found = recipe in quantize.PER_TENSOR and scale_x is None   # the scales the casts found (_one_scale's)
-    scales = ((min(t, 1),), (min(g * n, 1),)) if found else ((0,), (0,))   # x's scale over its T rows, w's (G, N)
+    # the scales the casts found (_one_scale's): x's over its T rows, w's over its (G, N)
+    scales = [(min(count, 1) if _finds(recipe, given) else 0,) for count, given in ((t, scale_x), (g * n, scale_w))]
     return x.new_empty((t, n)), *(x.new_empty(shape, dtype=torch.float32) for shape in (*maxima, *scales))
 
 
