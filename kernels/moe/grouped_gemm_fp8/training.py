@@ -23,8 +23,8 @@ MFMAs. Per-tensor recipes take x's and w's scales from the caller (``scale_x``,
 :class:`kernels.moe.fp8_layer.Float8MoE` keeps) or, tensorwise, find them in the forward's
 casts; the backward quantizes x and w again with the same scales. dy's scale, one for its two
 casts, is its current amax's, or under delayed scaling with ``history_dy`` given that
-history's, found on the device; with ``counts`` the backward then records dy's amax, found by the cast, into the history in place
-(:func:`gradients`: the layer's buffers, handed to the op and held on its ctx, not saved, as
+history's, found on the device; with ``counts`` the backward then records dy's amax, found
+by the cast, into the history in place (:func:`gradients`: the layer's buffers, handed to the op and held on its ctx, not saved, as
 :mod:`kernels.fp8.linear` holds a Linear's dy history; the op's schema declares no mutated
 argument, the writes being the backward's, and ``torch.compile`` keeps them in its backward
 graph: tests/test_fp8_moe_delayed_dy.py, under ``aot_eager``). The op is the custom op
