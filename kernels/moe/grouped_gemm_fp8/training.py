@@ -12,29 +12,28 @@ launches, each on operands quantized along its own reduction dimension
 * dw[g] = x_gᵀ · dy_g: the FP8 dW kernel (:mod:`.dw`, ``kernels::grouped_gemm_fp8_dw``),
   whose reduction runs over each group's tokens (zero for an empty group).
 
-So one backward is two grouped launches. x and w are saved in high precision and
-quantized again by the backward in the orientation its GEMMs need (unlike the dense FP8
-linear, :mod:`kernels.fp8.linear`, which keeps the forward's FP8 operands and quantizes
-only dy). The output gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the
-e5m2 of their family (the hybrid format, the per-tensor recipes' default in
-:mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by e5m2 on the mixed-format FP8
-MFMAs. Per-tensor recipes take x's and w's scales from the caller (``scale_x``,
-``scale_w``: delayed scaling's, from an amax history that
-:class:`kernels.moe.fp8_layer.Float8MoE` keeps) or, tensorwise, find them in the forward's
-casts; the backward quantizes x and w again with the same scales. dy's scale, one for its two
-casts, is its current amax's, or under delayed scaling with ``history_dy`` given that
-history's, found on the device; with ``counts`` the backward then records dy's amax, found
-by the cast, into the history in place (:func:`gradients`: the layer's buffers, handed to the op and held on its ctx, not saved, as
-:mod:`kernels.fp8.linear` holds a Linear's dy history; the op's schema declares no mutated
-argument, the writes being the backward's, and ``torch.compile`` keeps them in its backward
-graph: tests/test_fp8_moe_delayed_dy.py, under ``aot_eager``). The op is the custom op
-``kernels::grouped_gemm_fp8_train`` (returning the output, for ``amax=True`` the tile maxima of
-x's and w's casts, whose maxes are their amaxes, and under a per-tensor recipe without given scales
-the scales its casts found, which the backward's casts of x and w take rather than finding x's and
-w's amaxes again) with a fake implementation and an autograd formula
-whose backward calls the two custom ops above, so ``torch.compile(fullgraph=True)``
-keeps the forward as one node and traces the backward without a graph break. dx comes
-back in x's dtype, dw in w's. No host sync when the offsets are not checked.
+So one backward is two grouped launches. x and w are saved in high precision and quantized again by
+the backward in the orientation its GEMMs need (unlike the dense FP8 linear,
+:mod:`kernels.fp8.linear`, which keeps the forward's FP8 operands and quantizes only dy). The output
+gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the e5m2 of their family (the hybrid
+format, the per-tensor recipes' default in :mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by
+e5m2 on the mixed-format FP8 MFMAs. Per-tensor recipes take x's and w's scales from the caller
+(``scale_x``, ``scale_w``: delayed scaling's, from an amax history that
+:class:`kernels.moe.fp8_layer.Float8MoE` keeps) or, tensorwise, find them in the forward's casts;
+the backward quantizes x and w again with the same scales. dy's scale, one for its two casts, is its
+current amax's, or under delayed scaling with ``history_dy`` given that history's, found on the
+device; with ``counts`` the backward then records dy's amax, found by the cast, into the history in
+place (:func:`gradients`: the layer's buffers, handed to the op and held on its ctx, not saved, as
+:mod:`kernels.fp8.linear` holds a Linear's dy history; the op's schema declares no mutated argument,
+the writes being the backward's, and ``torch.compile`` keeps them in its backward graph:
+tests/test_fp8_moe_delayed_dy.py, under ``aot_eager``). The op is the custom op
+``kernels::grouped_gemm_fp8_train`` (returning the output, for ``amax=True`` the tile maxima of x's
+and w's casts, whose maxes are their amaxes, and under a per-tensor recipe the scales its casts
+found where none was given, which the backward's casts of x and w take rather than finding x's and
+w's amaxes again) with a fake implementation and an autograd formula whose backward calls the two
+custom ops above, so ``torch.compile(fullgraph=True)`` keeps the forward as one node and traces the
+backward without a graph break. dx comes back in x's dtype, dw in w's. No host sync when the offsets
+are not checked.
 """
 from __future__ import annotations
 
