@@ -6,7 +6,8 @@ pass's partial maxima, the record the tile maxima of the cast with the given sca
 torch reduction (``history.amax()``, the cast's ``maxima.amax()``, a ``torch.stack`` of two
 amaxes) and no launch reducing the partials comes before them: a Float8Linear's delayed forward
 is 9 launches and no torch op but its bias's add (``tests/test_host_overhead_fp8.py`` counts them),
-where the reductions made it 11 launches and 5 torch ops (measured at commit c50b686). Maxima are
+where the reductions made it 11 launches and 5 torch ops besides the bias's add (measured at commit
+c50b686). Maxima are
 >= 0, so a max over them (and 0 for none) is the amax bit for bit, in any order.
 
 Why kernels: each is a handful of scalar operations (compare, divide, select; shift a 16-entry
@@ -94,7 +95,8 @@ def scale(history: torch.Tensor, maxima: torch.Tensor, fmax: float, direct: bool
     none: 0), 1 where both are 0: a 0-d float32 on their device; one launch, which reduces both
     (no torch reduction before it). Bitwise (as the CPU evaluates it)
     ``torch.where(ref > 0, ref / fmax, 1)`` with ``ref = torch.where(history.amax() > 0,
-    history.amax(), maxima.amax())`` (a max is exact in any order). ``direct``:
+    history.amax(), reduce_maxima(maxima))`` (:func:`kernels.gemm_fp8.quantize.reduce_maxima`: 0 for none; a
+    max is exact in any order). ``direct``:
     :func:`kernels.eager.direct` of the tensors, where the caller asked it once for several ops
     (None: asked here)."""
     if direct is None:

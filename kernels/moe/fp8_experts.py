@@ -62,7 +62,6 @@ class Float8Experts:
         new.recipe, new.fp8_dtype = recipe, fp8_recipes.get(recipe).element_format(fp8_dtype)
         new.scale_rule = scale_rule
         new.grad_fp8_dtype = grad_dtype or new.fp8_dtype
-        new.grad_format = "e4m3" if new.grad_fp8_dtype == new.fp8_dtype else "hybrid"   # fp8_linear's word for it
         if recipe == "delayed":
             for name, buffer in history_state(cls.fp8_tensors, layer.gate.device).items():
                 new.register_buffer(name, buffer)
@@ -116,6 +115,12 @@ class Float8Experts:
         shared = ", fp8_shared_experts=True" if self._fp8_shared_experts else ""
         return (f"{super().extra_repr()}, recipe={self.recipe}{rule}, fp8={name(self.fp8_dtype)}, "
                 f"grad={name(self.grad_fp8_dtype)}{shared}")
+
+    @property
+    def grad_format(self) -> str:
+        """The output gradients' format in :func:`kernels.fp8.fp8_linear`'s word: ``"e4m3"`` where they
+        are the operands' format, else ``"hybrid"`` (the e5m2 of their family)."""
+        return "e4m3" if self.grad_fp8_dtype == self.fp8_dtype else "hybrid"
 
     @property
     def fp8_shared_experts(self) -> bool:

@@ -2,7 +2,8 @@
 
 A decoder-only transformer (RMSNorm, RoPE, GQA attention, SwiGLU FFNs, dense or MoE
 with shared experts) trained with AdamW on synthetic tokens, where every hot op
-(GEMM, attention, MoE, RMSNorm, RoPE, the dense SwiGLU, the loss) runs on PyTorch or on the workbench kernels by one switch::
+(GEMM, attention, MoE, RMSNorm, RoPE, the dense SwiGLU, the loss) runs on PyTorch or on the
+workbench kernels by one switch::
 
     from workbench import train
     rows = train.run(preset="cpu-smoke", kernels="torch", steps=2, seed=0)

@@ -60,8 +60,7 @@ class RMSNorm(torch.nn.Module):
         two blocks, measured against torch's add before the norm (``tests/test_train_host_cost.py``):
         the adds forward, and backward the sums of h's two gradients (none for the final norm,
         whose h feeds nothing else) and the casts of the bf16 branches' gradients.
-        The torch side runs the same ops as before, ``x +
-        branch`` then the norm."""
+        The torch side runs the same ops as before, ``x + branch`` then the norm."""
         if branch is None:
             return x, self(x)
         if self.impl == "workbench":

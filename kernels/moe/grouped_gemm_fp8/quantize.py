@@ -18,9 +18,10 @@ row-wise recipe quantizes x and w once each, with the fused kernel's transposed 
 amaxes over each group's tokens only: an expert's gradient is not scaled by another
 expert's outliers. ``tensorwise`` takes one scale per tensor (all experts' weights
 share one), handed to the kernels broadcast (stride 0); each GEMM still gets its own
-copy of the operand in the layout it reads (the same scale, a fresh pass), but only the
-first cast of each tensor finds its scale: the training op hands the forward's scales of x
-and w, and dgrad's of dy, to the backward's other casts (:mod:`.training`). ``delayed``
+copy of the operand in the layout it reads (the same scale, a fresh pass), but within one
+training op only the first cast of each tensor finds its scale: the op hands the forward's
+scales of x and w, and dgrad's of dy, to the backward's other casts (:mod:`.training`; a layer
+that calls the op twice on one x, gate and up, finds x's twice). ``delayed``
 is tensorwise with the scales of x and w given (``scale``: from an amax history,
 :mod:`kernels.fp8.recipes.delayed`, which :class:`kernels.moe.fp8_layer.Float8MoE`
 keeps); the output gradient's, whose amax is known only in the backward, is the history's

@@ -226,8 +226,8 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
     found = []   # dy's amax, from the first cast, where it is recorded (counts given)
     if needs[0]:
         dy8, sdy, *found = quantize.tokens(dy, recipe, grad, scale_dy, amax=counts is not None)
-        if scale_dy is None and recipe in quantize.PER_TENSOR and dy.shape[0]:
-            scale_dy = sdy[:1]   # its current scale, for the wgrad cast too: one amax pass over dy, not two
+        if _finds(recipe, scale_dy) and sdy.numel():
+            scale_dy = _one_scale(sdy, dy)   # its current scale, for the wgrad cast too: one amax pass over dy
         wt8, swt = quantize.dgrad_weight(w, recipe, fp8, scale_w)
         dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, x.dtype)
     if needs[1]:
