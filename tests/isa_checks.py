@@ -1,8 +1,8 @@
 """Questions about a compiled kernel's machine code (a :func:`workbench.isa.inspect` report) that
 more than one test file asks: v6's fp32-C weight gradient (``tests/test_isa_claims.py``) and the
 MoE experts' fp32 dW into master weights (``tests/test_moe_master_weights.py``). A module of its
-own, not one test file importing another: that import would collect and run the other file's
-top level."""
+own, not one test file importing another: that import runs the other file's top level wherever
+it was not imported already, and couples the two files."""
 from __future__ import annotations
 
 from collections import Counter

@@ -1,4 +1,4 @@
-"""Unit roundoff per float dtype: the tests that bound errors in roundings (SwiGLU's kernels, RoPE) count in it."""
+"""Unit roundoff per float dtype: the tests that bound errors in roundings count in it."""
 from __future__ import annotations
 
 import torch

@@ -143,7 +143,7 @@ def test_16_bit_x_adds_with_torch_then_norms(x_dtype, residual_dtype):
     assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(grads, want))
     h64 = h.detach().double()
     assert_close(y, h64 * torch.rsqrt(h64.pow(2).mean(-1, keepdim=True) + EPS) * w.detach().double(),
-                  torch.bfloat16)
+                 torch.bfloat16)
 
 
 def test_bad_inputs_get_clear_errors():

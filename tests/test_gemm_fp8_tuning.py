@@ -26,7 +26,7 @@ from workbench.check import compare
 from workbench.isa import tune_space
 
 from fp8_recipe_launches import part_of, recipe_launches
-from table_sections import TARGETS, assert_verdicts
+from table_sections import TARGETS, assert_verdicts, config_key
 
 SPEC = kernels.spec("gemm_fp8")
 KERNELS = {"v1": v1._gemm_fp8_kernel, "v2": v2._gemm_fp8_blockwise_kernel}
@@ -37,10 +37,6 @@ LAUNCHES = {"v1": ("v1", "channel"), "v2_blockwise": ("v2", "block128x128"), "v2
             "v2_tensorwise": ("v2", "tensor"), "v2_blockwise_128x1": ("v2", "block128x1")}
 DEVICES = {"gfx942": ("hip", "gfx942"), "gfx950": ("hip", "gfx950"), "sm90": ("cuda", "sm_90")}
 WIDE = [(128, 256), (256, 128)]
-
-
-def _key(cfg: dict) -> tuple:
-    return tuple(sorted(cfg.items()))
 
 
 def _part(binary: str, layout: str = "NT") -> str:
@@ -83,8 +79,8 @@ def test_the_table_has_one_section_per_target_split_per_binary_and_layout():
 @pytest.mark.parametrize("target", TARGETS)
 def test_shipped_table_covers_exactly_the_candidates(target, part):
     """A changed candidate list without ``python -m workbench.isa.tune_space --op gemm_fp8 --write`` fails here."""
-    recorded = [_key(entry["config"]) for entry in _entries(target, part)]
-    wanted = [_key(tuning.as_dict(c)) for c in configs.candidates(target)]
+    recorded = [config_key(entry["config"]) for entry in _entries(target, part)]
+    wanted = [config_key(tuning.as_dict(c)) for c in configs.candidates(target)]
     assert sorted(recorded) == sorted(wanted)
 
 

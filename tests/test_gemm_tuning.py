@@ -21,14 +21,10 @@ from workbench import isa
 from workbench.isa import parse as isa_parse, tune_space
 from workbench.check import check_rung
 
-from table_sections import SECTIONS, TARGETS, assert_verdicts, dtype_of, target_of
+from table_sections import SECTIONS, TARGETS, assert_verdicts, config_key, dtype_of, target_of
 
 BACKENDS = {"gfx942": ("hip", "gfx942"), "gfx950": ("hip", "gfx950"), "sm90": ("cuda", "sm_90")}
 MAX_TIMED = configs.TILE_SIZES * configs.PER_TILE
-
-
-def _key(cfg: dict) -> tuple:
-    return tuple(sorted(cfg.items()))
 
 
 def _entries(target: str) -> list[dict]:
@@ -39,8 +35,8 @@ def _entries(target: str) -> list[dict]:
 @pytest.mark.parametrize("section", SECTIONS)
 def test_shipped_table_covers_exactly_the_candidates(section):
     """A changed candidate list without ``python -m workbench.isa.tune_space --write`` fails here."""
-    recorded = [_key(entry["config"]) for entry in _entries(section)]
-    wanted = [_key(tuning.as_dict(c)) for c in configs.candidates(target_of(section))]
+    recorded = [config_key(entry["config"]) for entry in _entries(section)]
+    wanted = [config_key(tuning.as_dict(c)) for c in configs.candidates(target_of(section))]
     assert sorted(recorded) == sorted(wanted)
 
 
@@ -100,9 +96,9 @@ SAMPLE = [
 
 @pytest.mark.parametrize("target,cfg,compile_name", SAMPLE, ids=lambda v: str(v) if not isinstance(v, dict) else "")
 def test_table_entries_are_what_the_compiler_gives(target, cfg, compile_name):
-    entries = {_key(e["config"]): e for e in _entries(target)}
+    entries = {config_key(e["config"]): e for e in _entries(target)}
     cfg = cfg or configs.shipped()[target]["kept"][0]["config"]
-    entry = entries[_key(cfg)]
+    entry = entries[config_key(cfg)]
     extra = tune_space.OPS["gemm"].compiles(cfg)[compile_name]
     assert tune_space.measure("gemm", target_of(target), {**cfg, **extra}, dtype_of(target)) == entry[compile_name]
 
@@ -126,12 +122,12 @@ def test_float32s_section_drops_what_float32_cannot_hold(target):
     float32's section, whose own prior fits."""
     wide = tuning.section(target, torch.float32)
     bf16_prior = configs.prune(configs.space(*BACKENDS[target]), 4096, 4096, 4096)[0]
-    dropped = {_key(e["config"]): e["why"] for e in configs.shipped()[wide]["dropped"]}
-    assert _key(tuning.as_dict(bf16_prior)) in dropped
+    dropped = {config_key(e["config"]): e["why"] for e in configs.shipped()[wide]["dropped"]}
+    assert config_key(tuning.as_dict(bf16_prior)) in dropped
     fp32_prior = configs.prune(configs.space(*BACKENDS[target], torch.float32), 4096, 4096, 4096)[0]
     assert tuning.as_dict(fp32_prior) in [e["config"] for e in configs.shipped()[wide]["kept"]]
     if target == "gfx942":
-        assert "bytes of LDS > 65536" in dropped[_key(tuning.as_dict(bf16_prior))]
+        assert "bytes of LDS > 65536" in dropped[config_key(tuning.as_dict(bf16_prior))]
 
 
 def test_a_config_that_spills_only_in_the_wgrads_layout_is_not_in_the_space():

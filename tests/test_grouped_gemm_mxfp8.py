@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import kernels
+from grouped_fp8_training import close
 from host_sync import no_host_sync
 from kernels.gemm_fp8.quantize_ref import quantize_one
 from kernels.gemm_mxfp4.spec import dequantize
@@ -42,11 +43,6 @@ def _problem(sizes=SIZES, k=K, n=N, dtype=torch.float32, seed=0):
     return x.to(dtype), w.to(dtype), dy.to(dtype), offsets
 
 
-def _close(actual, expected, rtol):
-    torch.testing.assert_close(actual.double(), expected, rtol=rtol,
-                               atol=rtol * max(expected.abs().max().item(), 1e-30))
-
-
 @pytest.mark.parametrize("rung", RUNGS, ids=lambda r: r.title)
 def test_every_rung_passes_the_harness_at_smoke_shapes(rung):
     """Poisoned outputs, fresh inputs; one row, G = 1, every routing, empty groups, K of 16
@@ -62,8 +58,8 @@ def test_public_op_matches_the_dequantized_and_the_unquantized_product():
     (x8, sx), (w8, sw) = quantize_one(x, "mx32", E4M3FN), quantize_weight(w)
     with poisoned_outputs():
         out = grouped_gemm_mxfp8(x8, sx, w8, sw, offsets, torch.float32)
-    _close(out, SPEC.reference(x8, sx, w8, sw, offsets), 1e-5)        # fp32 accumulation only
-    _close(out, grouped_spec.reference(x.double(), w.double(), offsets), 0.1)   # + e4m3 rounding
+    close(out, SPEC.reference(x8, sx, w8, sw, offsets), 1e-5)        # fp32 accumulation only
+    close(out, grouped_spec.reference(x.double(), w.double(), offsets), 0.1)   # + e4m3 rounding
     # every operand read through its strides: column-major x and scales give the same bits
     strided = [t.t().contiguous().t() for t in (x8, sx)] + [t.transpose(1, 2).contiguous().transpose(1, 2)
                                                             for t in (w8, sw)]
@@ -160,7 +156,7 @@ def test_training_forward_and_both_gradients(dtype, rtol, rule):
         y.backward(dy)
     for got, want in zip((y, xg.grad, wg.grad), _expected(x, w, dy, offsets, rule or "round_up")):
         assert got.dtype == dtype and got.shape == want.shape
-        _close(got, want, rtol)      # fp32 accumulation, one rounding to the output's dtype
+        close(got, want, rtol)      # fp32 accumulation, one rounding to the output's dtype
     assert torch.equal(wg.grad[2], torch.zeros(K, N, dtype=dtype))     # the empty group's expert
     # against the unquantized GEMM: e4m3 rounding only (2^-4 per element, averaged over sums)
     x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
@@ -203,7 +199,7 @@ def test_dw_op_zeroes_the_next_groups_tokens_in_a_partial_tile():
         dw = grouped_gemm_mxfp8_dw(xt, sxt, dyt, sdyt, ends)
     xd, dyd = dequantize(xt, sxt), dequantize(dyt, sdyt)
     expected = torch.stack([xd[:, s:e] @ dyd[:, s:e].t() for s, e in grouped_spec.group_bounds(ends)])
-    _close(dw, expected, 1e-6)
+    close(dw, expected, 1e-6)
     assert torch.equal(dw[1], torch.zeros(k, n))
 
 

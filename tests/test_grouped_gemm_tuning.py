@@ -16,27 +16,23 @@ from kernels.moe.grouped_gemm import configs, spec, v4_persistent as v4
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
-from table_sections import DEVICES, SECTIONS, assert_verdicts, dtype_of, target_of
+from table_sections import DEVICES, SECTIONS, assert_verdicts, config_key, dtype_of, target_of
 
 
 def _table(target: str) -> dict:
     return tuning.shipped(configs.TABLE)[target]
 
 
-def _frozen(cfg: dict) -> tuple:
-    return tuple(sorted(cfg.items()))
-
-
 def _by_config(target: str) -> dict[tuple, dict]:
     """Every entry of the target's table, kept or dropped, by its config."""
-    return {_frozen(e["config"]): e for e in _table(target)["kept"] + _table(target)["dropped"]}
+    return {config_key(e["config"]): e for e in _table(target)["kept"] + _table(target)["dropped"]}
 
 
 @pytest.mark.parametrize("section", SECTIONS)
 def test_shipped_table_covers_exactly_the_candidates(section):
     """A changed candidate list without ``python -m workbench.isa.tune_space --op grouped_gemm
     --write`` fails here."""
-    wanted = [_frozen(tuning.as_dict(c)) for c in configs.candidates(target_of(section))]
+    wanted = [config_key(tuning.as_dict(c)) for c in configs.candidates(target_of(section))]
     assert sorted(_by_config(section)) == sorted(wanted) and len(set(wanted)) == len(wanted)
 
 
@@ -78,7 +74,7 @@ SAMPLE = [   # (target, the kernel compiled); the prior of the ISA's launch, a c
 @pytest.mark.parametrize("section,kernel", SAMPLE)
 def test_table_entries_are_what_the_compiler_gives(section, kernel):
     cfg = _table(section)["kept"][0]["config"]
-    entry = _by_config(section)[_frozen(cfg)]
+    entry = _by_config(section)[config_key(cfg)]
     assert tune_space.measure("grouped_gemm", target_of(section), {**cfg, "kernel": kernel},
                               dtype_of(section)) == entry[kernel]
 

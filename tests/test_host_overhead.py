@@ -99,7 +99,7 @@ def test_cli_prints_the_table_and_writes_json(monkeypatch, tmp_path, capsys):
 
 
 # Python calls made by or into ``kernels`` per call at the benchmark's shapes, on the interpreter
-# (host_overhead.python_calls), pinned at today's counts: a change that needs more raises its bound
+# (host_overhead.python_calls), bounded at today's counts: a change that needs more raises its bound
 # here, visibly, and says why. A launch plan per inputs' metadata (kernels.plans) keeps each op's
 # checks, choices and launch arguments, so a repeated call allocates and launches; an eager call that
 # needs a gradient runs the op's own autograd.Function, not the custom op (kernels.eager.path). The

@@ -19,9 +19,10 @@ from torch._dynamo.backends.common import aot_autograd
 from functorch.compile import make_boxed_func
 from workbench.harness.check import compare
 from workbench.harness.device_ops import device_ops
+from rounding_units import UNIT
 
 BF16 = torch.bfloat16
-U32 = 2.0 ** -24   # fp32's unit roundoff
+U32 = UNIT[torch.float32]   # fp32's unit roundoff
 U16 = 2.0 ** -8    # bf16's
 SHAPES = {   # x's shape, out_features
     "2-D odd": ((5, 37), 29),

@@ -25,7 +25,7 @@ def _close(got, exact, magnitude, terms, dtype):
     assert got.dtype == dtype and got.shape == exact.shape
     assert not got.isnan().any()
     err = (got.double() - exact).abs()
-    bound = UNIT[dtype] * (exact.abs() + torch.finfo(dtype).tiny) + (terms + 1) * 2.0 ** -24 * magnitude
+    bound = UNIT[dtype] * (exact.abs() + torch.finfo(dtype).tiny) + (terms + 1) * UNIT[torch.float32] * magnitude
     assert (err <= bound).all(), err.max()
 
 

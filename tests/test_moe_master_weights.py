@@ -20,9 +20,10 @@ from workbench.harness.device_ops import device_ops
 from workbench.isa import parse as isa_parse
 
 from isa_checks import converts_to_bf16, stores
+from rounding_units import UNIT
 
 BF16 = torch.bfloat16
-U32 = 2.0 ** -24   # fp32's unit roundoff
+U32 = UNIT[torch.float32]   # fp32's unit roundoff
 WEIGHTS = ("gate", "up", "down")
 DW_ORDER = ("down", "gate", "up")   # the backward's dW launches (v3_backward.sorted_backward)
 

@@ -12,6 +12,7 @@ from kernels.moe import routing_fused
 from kernels.moe.routing_fused import route_fused, routed
 from kernels.outputs import poisoned_outputs
 from workbench.harness.device_ops import device_ops
+from rounding_units import UNIT
 
 # Determinism (a run's bits on any GPU) is no atomics in the compiled kernels
 # (tests/test_moe_routing_fused_isa.py): the interpreter runs programs one by one, so two runs here
@@ -20,7 +21,7 @@ from workbench.harness.device_ops import device_ops
 # tolerance read off one machine's torch softmax (whose exp differs by CPU instruction set): each
 # probability is exp over a sum of E exps, within (E + 4) units of 2^-24; normalized weights, twice
 # that; the aux, E products of sums over T tokens, within (T + E + 4) units.
-U = 2.0 ** -24
+U = UNIT[torch.float32]   # fp32's unit roundoff
 
 
 def _logits(tokens, experts, seed, scale=3.0):

@@ -9,7 +9,7 @@ from workbench.harness import host_overhead
 from workbench.train import host_cost
 
 # Device ops per step (Triton launches + torch ops that run a kernel) at cpu-smoke's widths, two
-# blocks, pinned at today's counts: a change that adds one raises its bound here, visibly, and says why.
+# blocks, bounded at today's counts: a change that adds one raises its bound here, visibly, and says why.
 # Before issue 22's host pass of the FP8 Linear (commit 1df93df) the FP8 steps made tensorwise 801,
 # delayed 1193, rowwise 915, blockwise 516 and mxfp8 700. The fused norms, RoPE, SwiGLU, loss and
 # routing (issue 18), the scales made inside the quantize kernels, delayed scaling's bookkeeping in
