@@ -3,10 +3,11 @@ operand layout it runs at, the launch's choice among what its binary keeps at it
 prior for untimed keys, and the XCD remap of program ids.
 
 The shipped table (``kernels/gemm_fp8/tuned_space.json``) is checked for coverage and for its
-verdicts from the numbers it stores; a sample of each part's entries (on sm90 every kept one)
-is recompiled to show the numbers are true; the layouts the FP8 recipes' GEMMs run are
-recorded from real calls and checked to be the ones compiled. The tuner runs on a pretended GPU (``fake_gpu``) with
-a fake clock and a launch that only notes its config, so nothing big is interpreted.
+verdicts from the numbers it stores; a sample of each part's entries (the prior, the last kept
+config and the first dropped one, on every target) is recompiled to show the numbers are true; the
+layouts the FP8 recipes' GEMMs run are recorded from real calls and checked to be the ones compiled.
+The tuner runs on a pretended GPU (``fake_gpu``) with a fake clock and a launch that only notes its
+config, so nothing big is interpreted.
 """
 from __future__ import annotations
 
@@ -189,25 +190,20 @@ def _measured(target: str, part: str, entry: dict) -> dict:
     return tune_space.measure("gemm_fp8", target, {**entry["config"], **extra}, None, rung)
 
 
-# Per part, the prior of each AMD target and its first dropped config (if any): sm90's kept
-# configs are all recompiled below.
-SAMPLE = [(target, part, which) for target in ("gfx942", "gfx950") for part in PARTS for which in ("prior", "dropped")]
+# Per target and part, the prior, the last kept config and the first dropped one (if any): the
+# ends of the kept list and the first config past its edge.
+SAMPLE = [(target, part, which) for target in TARGETS for part in PARTS for which in ("prior", "last kept", "dropped")]
 
 
 @pytest.mark.parametrize("target,part,which", SAMPLE)
 def test_table_entries_are_what_the_compiler_gives(target, part, which):
-    entry = (_section(target, part)["kept"][0] if which == "prior" else _first(target, part, verdict=True))
+    kept = _section(target, part)["kept"]
+    entry = {"prior": kept[0], "last kept": kept[-1], "dropped": _first(target, part, verdict=True)}[which]
     if entry is None:
         pytest.skip(f"{part} drops no config on {target}")
+    if which == "last kept" and len(kept) == 1:
+        pytest.skip(f"{part} keeps one config on {target}: its prior")
     assert _measured(target, part, entry) == entry[part]
-
-
-@pytest.mark.parametrize("part", PARTS)
-def test_every_sm90_kept_config_recompiles_to_its_figures(part):
-    """sm90's parts are small (its candidates: 16): every kept config of each part, and the
-    first dropped one, compiled again gives the figures the table stores."""
-    entries = _section("sm90", part)["kept"] + [_first("sm90", part, verdict=True)]
-    assert [_measured("sm90", part, e) for e in entries] == [e[part] for e in entries]
 
 
 @pytest.mark.parametrize("part", PARTS)
