@@ -40,6 +40,7 @@ def test_cli_train_fp8_labels_its_rows(tmp_path, capsys):
     assert "FP8 recipe tensorwise" in capsys.readouterr().out
     rows = store.load(out)
     assert [r["fp8"] for r in rows] == ["tensorwise"] * 2 and all(r["mfu"] is None for r in rows)
+    assert [r["fp8_keep"] for r in rows] == [list(kernels.fp8.KEEP_HIGH_PRECISION)] * 2
 
 
 def test_cli_tune_runs_the_fp8_models_pass(capsys):

@@ -183,6 +183,10 @@ def _parse_kernels(text: str) -> str | dict[str, str]:
 
 
 FP8_RECIPES = kernels.fp8.names()
+FP8_KEEP_HELP = (f"with --fp8: the layers left in high precision, comma-separated module names or "
+                 f"patterns (default {','.join(kernels.fp8.KEEP_HIGH_PRECISION)}; first and last are the "
+                 f"model's first and last Linear); leave out *shared_experts to run the MoE layers' "
+                 f"shared experts in FP8 (with --kernels moe=workbench), '' for every layer")
 TRAIN_COLUMNS = ("step", "loss", "grad_norm", "step_ms", "tokens_per_s", "tflops", "mfu", "peak_mem_gib",
                  "untuned")
 
@@ -209,7 +213,7 @@ def cmd_tune(args) -> int:
     try:
         report = _leaving_the_group(lambda: train.tune(args.preset, args.kernels, args.seed,
                                                        compile=args.compile, parallel=args.parallel,
-                                                       fp8=args.fp8))
+                                                       fp8=args.fp8, fp8_keep=_fp8_keep(args)))
     except NotImplementedError as exc:
         print(f"workbench tune: {exc}", file=sys.stderr)
         return 2
@@ -224,6 +228,13 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def _fp8_keep(args) -> tuple[str, ...] | None:
+    """``--fp8-keep``'s patterns, None when not given (convert's default)."""
+    from .train import fp8_layers
+
+    return None if args.fp8_keep is None else fp8_layers.parse(args.fp8_keep)
+
+
 def cmd_train(args) -> int:
     from . import train
     from .train.files import FileArgumentError
@@ -232,7 +243,8 @@ def cmd_train(args) -> int:
         rows = _leaving_the_group(lambda: train.run(
             preset=args.preset, kernels=args.kernels, steps=args.steps, seed=args.seed,
             compile=args.compile, profile=args.profile, out=args.out, checkpoint=args.checkpoint,
-            resume=args.resume, gpu=args.gpu, parallel=args.parallel, fp8=args.fp8))
+            resume=args.resume, gpu=args.gpu, parallel=args.parallel, fp8=args.fp8,
+            fp8_keep=_fp8_keep(args)))
     except FileArgumentError as exc:   # named as the flag that was typed
         print(f"workbench train: --{exc.argument} {exc.path}: {exc.reason}", file=sys.stderr)
         return 2
@@ -246,7 +258,7 @@ def cmd_train(args) -> int:
           f"untuned keys in the steps: {sum(r['untuned'] for r in rows)}")
     if args.fp8:
         print(f"FP8 recipe {args.fp8}: {kernels.fp8.get(args.fp8).summary}; layers kept in high "
-              f"precision: {', '.join(kernels.fp8.KEEP_HIGH_PRECISION)}")
+              f"precision: {', '.join(rows[0]['fp8_keep']) or 'none'}")
     if args.profile:
         print("\nbusiest ops of the last step (ms):")
         print(format_table([dict(op=k, ms=v) for k, v in rows[-1]["op_ms"].items()]))
@@ -472,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", help="continue from this checkpoint (--out: append the rows)")
     p.add_argument("--parallel", choices=("fsdp", "ddp"), help="data parallel under torchrun")
     p.add_argument("--fp8", choices=FP8_RECIPES, help="run the Linear layers' GEMMs in FP8 by this recipe")
+    p.add_argument("--fp8-keep", metavar="PATTERNS", help=FP8_KEEP_HELP)
     p.add_argument("--out", help="write the rows to this .json file, step by step")
     p = sub.add_parser("tune", help="the training preset's tuning pass alone: fill the tuning cache")
     p.add_argument("--preset", default="cpu-smoke", help="cpu-smoke, gpu-moe-small, gpu-dense-1b")
@@ -480,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", action="store_true", help="torch.compile the model, as train --compile")
     p.add_argument("--fp8", choices=FP8_RECIPES, help="FP8 recipe, as train --fp8")
+    p.add_argument("--fp8-keep", metavar="PATTERNS", help="as train --fp8-keep")
     p.add_argument("--parallel", choices=("fsdp", "ddp"), help="data parallel under torchrun")
     return parser
 

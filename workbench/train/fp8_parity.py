@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import kernels
 
+from . import fp8_layers
+
 GOAL = 0.01
 GOAL_RECIPES = ("rowwise", "blockwise", "mxfp8")
 HIGH = "high precision"
@@ -35,7 +37,8 @@ def runnable(recipes) -> tuple[list[str], dict[str, str]]:
 
 def parity_table(runs: dict[str, list[dict]]) -> list[dict]:
     """Per run: its last loss, the relative difference to the high-precision run's, the
-    largest per-step difference, and whether the issue's 1 % goal applies and holds."""
+    largest per-step difference, whether the issue's 1 % goal applies and holds, and the
+    layers the run kept in high precision (its rows' ``fp8_keep``)."""
     base = runs[HIGH]
     table = []
     for label, rows in runs.items():
@@ -45,5 +48,7 @@ def parity_table(runs: dict[str, list[dict]]) -> list[dict]:
         table.append(dict(run=label, steps=len(rows), last_loss=rows[-1]["loss"], rel_diff=rel,
                           max_abs_diff=max(abs(a["loss"] - b["loss"]) for a, b in zip(rows, base)),
                           goal="within 1 %" if goal else "reported",
-                          meets_goal=(abs(rel) <= GOAL) if goal else None))
+                          meets_goal=(abs(rel) <= GOAL) if goal else None,
+                          kept_in_high_precision="everything" if recipe is None
+                          else fp8_layers.text(rows[0]["fp8_keep"]) or "none"))
     return table

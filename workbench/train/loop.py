@@ -37,7 +37,7 @@ from kernels import tuning
 from ..harness import environment
 from ..model.tuning import ranked_by_model
 from . import checkpoint as ckpt
-from . import data, distributed, flops, ops, store
+from . import data, distributed, flops, fp8_layers, ops, store
 from .files import FileArgumentError, writable
 from .presets import preset as _preset
 from .profiler_log import profiled
@@ -131,7 +131,8 @@ def _read(pending: list[dict], world: int, device: torch.device, cfg, spec, dtyp
 @ranked_by_model
 def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
         compile: bool = False, profile: bool = False, out=None, checkpoint=None, resume=None,
-        gpu=None, parallel: str | None = None, fp8: str | None = None, progress: bool = True) -> list[dict]:
+        gpu=None, parallel: str | None = None, fp8: str | None = None, fp8_keep=None,
+        progress: bool = True) -> list[dict]:
     """Train ``steps`` steps of ``preset`` with ``kernels``; one row (dict) per step.
 
     ``kernels``: "torch", "workbench" or a mapping per op (:func:`.ops.resolve`);
@@ -148,11 +149,15 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     first, the last and the MoE routers run their three GEMMs in FP8
     (:func:`kernels.fp8.convert`), and MFU counts those GEMMs at the FP8 peak. A delayed
     scale that saturated is a warning when the numbers are read (:func:`kernels.fp8.warn_saturation`).
+    ``fp8_keep``: the layers the recipe leaves in high precision, names or patterns as
+    convert's ``keep_high_precision`` (default :data:`kernels.fp8.KEEP_HIGH_PRECISION`, which
+    also keeps the MoE layers' shared experts); each row's ``fp8_keep`` is the list applied.
     """
     from tqdm.auto import tqdm  # disable=None: a bar on a terminal, none in logs
 
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
+    kept = fp8_layers.applied(fp8, fp8_keep)
     cfg, impls, here = _preset(preset), ops.resolve(kernels), _kernels.backend.current()
     rank, world, device = distributed.setup(here.is_gpu)
     if world > 1 and (checkpoint or resume):
@@ -166,12 +171,13 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     except ValueError as exc:
         raise FileArgumentError("out", out, f"cannot append the resumed steps ({exc})") from exc
     dtype, spec = dtype_here(here), _gpu_spec(gpu, here)
-    model = build(cfg, impls, seed, device, world, parallel, fp8)
+    model = build(cfg, impls, seed, device, world, parallel, fp8, kept)
     fp8_flops = flops.fp8_step_flops(model, cfg)
     optimizer = _optimizer(model, cfg)
     start = ckpt.restore(state, resume, model, optimizer) if state else 0
     step_fn = torch.compile(model) if compile else model
-    fixed = dict(preset=cfg.name, kernels=ops.label(impls), fp8=fp8, compile=compile,
+    fixed = dict(preset=cfg.name, kernels=ops.label(impls), fp8=fp8,
+                 fp8_keep=None if kept is None else list(kept), compile=compile,
                  dtype=str(dtype).replace("torch.", ""), world_size=world, seed=seed,
                  backend=here.name, gpu=here.device_name, commit=environment.commit())
     fixed["tuning_s"] = tuning_pass(step_fn, cfg, seed, start, rank, world, device, dtype).seconds

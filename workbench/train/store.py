@@ -6,7 +6,8 @@ Saved like :func:`workbench.results.save`, whole or not at all, each time the lo
 its steps' numbers (every ``loop.READ_EVERY`` steps and after the last), so an interrupted
 run keeps the steps read before it; a resumed run appends to the rows of the run it
 continues (:func:`rows_before`). Version 2 added ``tuning_s`` and ``untuned``,
-version 3 ``fp8`` (the run's FP8 recipe, or None).
+version 3 ``fp8`` (the run's FP8 recipe, or None), version 4 ``fp8_keep`` (the layers that
+recipe left in high precision, :mod:`.fp8_layers`, or None).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from kernels.atomic import write_atomic
 
 SCHEMA = "amd-kernel-workbench/train"
-VERSION = 3
+VERSION = 4
 FIELDS = (
     "step", "loss", "grad_norm",
     "step_ms", "tokens_per_s",     # device time between events around the step (host clock on the
@@ -24,7 +25,7 @@ FIELDS = (
     "tflops", "mfu",               # model FLOP/s per GPU and its fraction of peak; None off a GPU
     "peak_mem_gib", "op_ms",       # GPU memory high-water mark; profiler's top ops (profile=True)
     "tuning_s", "untuned",         # the tuning pass's seconds (per run); keys this step ran untuned
-    "preset", "kernels", "fp8", "compile", "dtype", "world_size", "seed",
+    "preset", "kernels", "fp8", "fp8_keep", "compile", "dtype", "world_size", "seed",
     "backend", "gpu", "commit", "timestamp",
 )
 

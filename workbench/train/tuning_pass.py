@@ -15,7 +15,7 @@ import kernels as _kernels
 
 from ..model.tuning import ranked_by_model
 
-from . import data, distributed, ops
+from . import data, distributed, fp8_layers, ops
 from .model import GPT
 from .presets import preset as _preset
 
@@ -26,14 +26,15 @@ def dtype_here(backend) -> torch.dtype:
 
 
 def build(cfg, impls: dict[str, str], seed: int, device, world: int, parallel: str | None,
-          fp8: str | None = None) -> torch.nn.Module:
+          fp8: str | None = None, fp8_keep=None) -> torch.nn.Module:
     """The model as a run starts it: seeded, on ``device``, its Linear layers converted to
-    the FP8 recipe ``fp8`` (:func:`kernels.fp8.convert`, default high-precision layers kept),
-    then wrapped for data parallel."""
+    the FP8 recipe ``fp8`` (:func:`kernels.fp8.convert`) but those ``fp8_keep`` keeps in high
+    precision (:func:`.fp8_layers.applied`: by default convert's), then wrapped for data parallel."""
+    kept = fp8_layers.applied(fp8, fp8_keep)
     torch.manual_seed(seed)
     model = GPT(cfg, impls).to(device)
     if fp8 is not None:
-        _kernels.fp8.convert(model, fp8)
+        _kernels.fp8.convert(model, fp8, keep_high_precision=kept)
     return distributed.wrap(model, world, parallel)
 
 
@@ -53,10 +54,11 @@ def tuning_pass(step_fn, cfg, seed: int, step: int, rank: int, world: int, devic
 
 @ranked_by_model
 def tune(preset="cpu-smoke", kernels="workbench", seed: int = 0, *, compile: bool = False,
-         parallel: str | None = None, fp8: str | None = None):
+         parallel: str | None = None, fp8: str | None = None, fp8_keep=None):
     """The tuning pass of a ``run`` of ``preset`` with ``kernels``, alone (no optimizer step)."""
+    fp8_layers.applied(fp8, fp8_keep)   # refused before the process group is set up
     cfg, impls, here = _preset(preset), ops.resolve(kernels), _kernels.backend.current()
     rank, world, device = distributed.setup(here.is_gpu)
-    model = build(cfg, impls, seed, device, world, parallel, fp8)
+    model = build(cfg, impls, seed, device, world, parallel, fp8, fp8_keep)
     return tuning_pass(torch.compile(model) if compile else model, cfg, seed, 0, rank, world, device,
                        dtype_here(here))

@@ -7,7 +7,9 @@ the gap (max |Δloss|) is the parity check. Comparing FP8 recipes (``compare="fp
 kernels train in high precision and under each recipe (:func:`kernels.fp8.convert`); the
 distance between the curves is what the recipe's quantization costs, and a table gives each
 recipe's last loss against high precision with the issue's 1 % goal
-(:mod:`workbench.train.fp8_parity`); on a GPU, MFU counts the FP8 GEMMs at the FP8 peak.
+(:mod:`workbench.train.fp8_parity`); on a GPU, MFU counts the FP8 GEMMs at the FP8 peak. The
+layers kept in high precision are a control too (convert's default, or, say, without
+``*shared_experts`` to quantize the MoE layers' shared experts as DeepSeek-V3 does).
 On a GPU the step times, tokens/s, MFU and the profiler's per-op times are measured and
 shown side by side. On the CPU interpreter only the losses and the names of the ops that
 ran are shown, never a time: interpreted kernels say nothing about a GPU. GPU results
@@ -26,7 +28,7 @@ import kernels
 
 from .. import train
 from ..harness.table import html_table
-from ..train import fp8_parity, ops
+from ..train import fp8_layers, fp8_parity, ops
 from . import training_rows as tr
 from .panel import Panel
 from ..views.render import notes_html
@@ -89,10 +91,11 @@ def _impl_pickers() -> dict[str, w.Dropdown]:
 
 class TrainingComparison(Panel):
     """``TrainingComparison().set(preset="cpu-smoke", a="torch", b={"gemm": "workbench"}, steps=5).run()``,
-    or ``.set(compare="fp8", recipes=("tensorwise", "rowwise"))`` for high precision against each recipe."""
+    or ``.set(compare="fp8", recipes=("tensorwise", "rowwise"))`` for high precision against each
+    recipe (``fp8_keep=(...)``: the layers every recipe leaves in high precision)."""
 
     def __init__(self, preset: str | None = None, a="torch", b=None, steps: int | None = None,
-                 seed: int = 0, profile: bool = True, compare: str = "sets", recipes=None):
+                 seed: int = 0, profile: bool = True, compare: str = "sets", recipes=None, fp8_keep=None):
         on_gpu = kernels.backend.current().is_gpu
         self.preset = w.Dropdown(options=list(train.PRESETS), description="preset",
                                  value="gpu-moe-small" if on_gpu else "cpu-smoke")
@@ -100,6 +103,9 @@ class TrainingComparison(Panel):
         self.sets = {name: _impl_pickers() for name in SETS}
         self.recipes = w.SelectMultiple(options=kernels.fp8.names(), value=("tensorwise", "delayed", "rowwise"),
                                         description="FP8 recipes")
+        self.fp8_keep = w.Text(value=fp8_layers.text(kernels.fp8.KEEP_HIGH_PRECISION),
+                               description="kept in high precision", style={"description_width": "initial"},
+                               layout=w.Layout(width="420px"))
         self.steps = w.BoundedIntText(value=20 if on_gpu else 5, min=1, max=100_000, description="steps")
         self.seed = w.IntText(value=0, description="seed")
         self.profile = w.Checkbox(value=True, description="profile ops")
@@ -108,25 +114,28 @@ class TrainingComparison(Panel):
                        layout=w.Layout(flex_flow="row wrap"))   # six pickers wrap in a narrow notebook
                 for name, pickers in self.sets.items()]
         super().__init__("Training step: kernel sets A vs B, or high precision vs FP8 recipes",
-                         [self.preset, self.compare, *rows, self.recipes, self.steps, self.seed, self.profile],
+                         [self.preset, self.compare, *rows, self.recipes, self.fp8_keep, self.steps, self.seed,
+                          self.profile],
                          [self.progress])
         self.set(preset=preset, a=a, b=b or workbench_set(), steps=steps, seed=seed, profile=profile,
-                 compare=compare, recipes=recipes)
+                 compare=compare, recipes=recipes, fp8_keep=fp8_keep)
         self.compare.observe(lambda _: self._enable_mode_controls(), names="value")
         self._enable_mode_controls()
 
     def _enable_mode_controls(self) -> None:
-        """Set B's pickers serve only A vs B, the recipes only the FP8 comparison."""
+        """Set B's pickers serve only A vs B, the recipes and kept layers only the FP8 comparison."""
         fp8 = self.compare.value == "fp8"
         for picker in self.sets["B"].values():
             picker.disabled = fp8
-        self.recipes.disabled = not fp8
+        self.recipes.disabled = self.fp8_keep.disabled = not fp8
 
     def set(self, preset=None, a=None, b=None, steps=None, seed=None, profile=None, compare=None,
-            recipes=None) -> "TrainingComparison":
+            recipes=None, fp8_keep=None) -> "TrainingComparison":
         """Write the controls; ``a`` and ``b`` are "torch", "workbench" or a mapping per op;
         ``compare`` is "sets" (A against B) or "fp8" (set A in high precision against set A
-        under each of ``recipes``, names from :func:`kernels.fp8.names`)."""
+        under each of ``recipes``, names from :func:`kernels.fp8.names`, each keeping the layers
+        ``fp8_keep`` names in high precision: names or patterns as convert takes them, ``()``
+        for none)."""
         if preset is not None:
             self.preset.value = train.preset(preset).name
         if compare is not None:
@@ -135,6 +144,8 @@ class TrainingComparison(Panel):
             self.compare.value = compare
         if recipes is not None:
             self.recipes.value = tuple(kernels.fp8.get(r).name for r in recipes)
+        if fp8_keep is not None:
+            self.fp8_keep.value = fp8_layers.text(fp8_layers.checked(fp8_keep))
         for name, choice in zip(SETS, (a, b)):
             if choice is not None:
                 for op, impl in ops.resolve(choice).items():
@@ -167,7 +178,8 @@ class TrainingComparison(Panel):
         for label, (impls, recipe) in plan.items():
             try:
                 runs[label] = train.run(preset, impls, steps=self.steps.value, seed=self.seed.value,
-                                        profile=self.profile.value, fp8=recipe, progress=False)
+                                        profile=self.profile.value, fp8=recipe, progress=False,
+                                        fp8_keep=None if recipe is None else fp8_layers.parse(self.fp8_keep.value))
             except Exception as error:   # a run that cannot go is a result to show, not a crash
                 errors[label] = f"{type(error).__name__}: {error}"
             self.progress.value += 1
