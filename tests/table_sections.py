@@ -11,7 +11,8 @@ from workbench.isa import tune_space
 
 TARGETS = ("gfx942", "gfx950", "sm90")
 SECTIONS = (*TARGETS, *(tuning.section(t, torch.float32) for t in TARGETS))   # bf16's, then float32's
-DEVICES = [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")]
+DEVICES = [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")]   # (backend, arch), TARGETS' order
+DEVICE_OF = dict(zip(TARGETS, DEVICES))   # a target -> its (backend, arch)
 
 
 def config_key(cfg: dict) -> tuple:

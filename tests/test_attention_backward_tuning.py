@@ -14,7 +14,7 @@ import kernels
 from kernels import tuning
 from kernels.attention import configs, configs_backward as space_bwd, v5_backward as v5
 from kernels.attention.launch import head_block
-from table_sections import DEVICES, SECTIONS, TARGETS, assert_verdicts, config_key, target_of
+from table_sections import DEVICE_OF, DEVICES, SECTIONS, assert_verdicts, config_key, target_of
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
@@ -163,7 +163,7 @@ SAMPLE = [   # (target, kernel, head dim) whose prior is recompiled; each compil
 
 @pytest.mark.parametrize("target,kernel,d", SAMPLE)
 def test_table_entries_are_what_the_compiler_gives(target, kernel, d):
-    backend, arch = DEVICES[TARGETS.index(target)]
+    backend, arch = DEVICE_OF[target]
     cfg = tuning.as_dict(space_bwd.space(backend, arch, d, kernel)[0])
     entry = {config_key(e["config"]): e for e in _entries(target)}[config_key(cfg)]
     assert tune_space.compiled("attention_backward", target, cfg) == tune_space.compiles(entry)

@@ -18,7 +18,7 @@ from workbench import isa
 from workbench.isa import tune_space
 from workbench.check import check_rung
 
-from table_sections import DEVICES, SECTIONS, TARGETS, assert_verdicts, config_key, dtype_of, target_of
+from table_sections import DEVICE_OF, DEVICES, SECTIONS, assert_verdicts, config_key, dtype_of, target_of
 
 
 @pytest.mark.parametrize("section", SECTIONS)
@@ -63,7 +63,7 @@ SAMPLE = [   # (target, config or the head dim whose prior is taken); each compi
 @pytest.mark.parametrize("target,cfg", SAMPLE, ids=lambda v: str(v) if not isinstance(v, dict) else "wide")
 def test_table_entries_are_what_the_compiler_gives(target, cfg):
     if isinstance(cfg, int):
-        backend, arch = DEVICES[TARGETS.index(target_of(target))]
+        backend, arch = DEVICE_OF[target_of(target)]
         cfg = tuning.as_dict(configs.space(backend, arch, cfg, dtype_of(target))[0])
     table = configs.shipped()[target]
     entry = {config_key(e["config"]): e for e in table["kept"] + table["dropped"]}[config_key(cfg)]

@@ -2,9 +2,10 @@
 and the kernel that needs the amax reduces them itself (the cast, or the one launch of
 tensor_amax / tensor_scale). Bitwise the torch pass (a max is exact), on ragged tiles, with the
 amax in every tile in turn and grids of fewer partials than tiles (PARTIALS made small), into
-poisoned outputs (NaN: a partial not written would be NaN, which the kernels' max ignores here, so
-a cast reading more partials than the pass wrote is not caught by the poison; the counts' test says
-which miscount fails)."""
+poisoned outputs. The partials are poisoned with +inf, not the outputs' NaN (which the kernels' max
+ignores), and followed by more +inf: a reduction that reads a partial the pass did not write, or
+one past the pass's count, finds an inf amax, which no finite x has (the cast's test says which
+miscounts were planted)."""
 from __future__ import annotations
 
 import pytest
@@ -15,7 +16,7 @@ from kernels.gemm_fp8 import quantize, quantize_kernel
 from kernels.gemm_fp8.formats import scale_of
 from kernels.gemm_fp8.quantize_kernel import tensor_amax, tensor_scale
 from kernels.gemm_fp8.quantize_ref import quantize_reference
-from kernels.outputs import poisoned_outputs
+from kernels.outputs import new_output, poisoned_outputs
 from workbench.harness.device_ops import device_ops
 from quantize_checks import activations, assert_same
 
@@ -29,6 +30,19 @@ def _torch_amax(x: torch.Tensor) -> torch.Tensor:
 
 def _same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
     return got.dtype == torch.float32 and got.shape == () and bool(got.view(torch.int32) == want.view(torch.int32))
+
+
+@pytest.fixture
+def inf_partials(monkeypatch):
+    """quantize_kernel's 1-D float32 outputs (the amax pass's partials: its only one in these
+    tests) start as +inf and go on past their end with PARTIALS more +infs, in one buffer: a
+    reduction reading a partial not written, or up to PARTIALS past the count, gets amax inf.
+    +inf because the kernels' max keeps it where it skips NaN, and no finite x's amax is inf."""
+    def allocate(shape, dtype, device):
+        if len(shape) != 1 or dtype != torch.float32:
+            return new_output(shape, dtype, device)
+        return torch.full((shape[0] + quantize_kernel.PARTIALS,), float("inf"), device=device)[:shape[0]]
+    monkeypatch.setattr(quantize_kernel, "new_output", allocate)
 
 
 @pytest.fixture(params=[1, 4, quantize_kernel.PARTIALS], ids=lambda p: f"partials{p}")
@@ -58,7 +72,7 @@ def _cases(shape, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_tensor_amax_and_scale_are_the_torch_pass_bitwise(shape, dtype, partials):
+def test_tensor_amax_and_scale_are_the_torch_pass_bitwise(shape, dtype, partials, inf_partials):
     for x in _cases(shape, dtype):
         want = _torch_amax(x)
         with poisoned_outputs():
@@ -79,7 +93,7 @@ def test_an_inf_gives_the_amax_and_scale_torch_gives():
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_the_amax_is_read_only_unless_the_device_says_not_to(shape, partials):
+def test_the_amax_is_read_only_unless_the_device_says_not_to(shape, partials, inf_partials):
     """Delayed scaling's ``unless``: 0 (an empty history) reads x; > 0 reads nothing, so an x
     of 5s gives 0, which no read of it could (an x of NaN could: the pass's max ignores a NaN)."""
     x = activations(shape, seed=5)
@@ -147,12 +161,13 @@ def test_an_empty_x_has_amax_0_and_scale_1_without_a_launch():
 
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_the_tensor_cast_reduces_the_partials_itself_bitwise(shape, transpose, partials):
+def test_the_tensor_cast_reduces_the_partials_itself_bitwise(shape, transpose, partials, inf_partials):
     """Each program of the cast reads all the partials: q, q_t and the scale are the
     reference's, with the amax in any tile. The cast counts the partials from its grid, the amax
     pass from x's shape (quantize_kernel.partial_count): a host count above the cast's fails here
-    (checked: the host's without its PARTIALS bound, the cast's of one grid axis); one below it is
-    not caught (the unwritten partials are NaN, which the max ignores)."""
+    (checked: the host's without its PARTIALS bound, the cast's of one grid axis: a partial with
+    the amax is not read), and one below it (checked: the cast's one more: the partial past the
+    pass's count is the fixture's +inf)."""
     for x in _cases(shape, torch.bfloat16):
         with poisoned_outputs():
             got = quantize(x, "tensor", E4M3FN, transpose=transpose)

@@ -27,7 +27,7 @@ from workbench.check import compare
 from workbench.isa import tune_space
 
 from fp8_recipe_launches import part_of, recipe_launches
-from table_sections import TARGETS, assert_verdicts, config_key
+from table_sections import DEVICE_OF, TARGETS, assert_verdicts, config_key
 
 SPEC = kernels.spec("gemm_fp8")
 KERNELS = {"v1": v1._gemm_fp8_kernel, "v2": v2._gemm_fp8_blockwise_kernel}
@@ -36,7 +36,6 @@ PARTS = configs.PARTS   # "binary:layout" -> (binary, layout)
 # each binary: the rung that runs it and the scales its launch takes (spec granularity)
 LAUNCHES = {"v1": ("v1", "channel"), "v2_blockwise": ("v2", "block128x128"), "v2_rowwise": ("v2", "channel"),
             "v2_tensorwise": ("v2", "tensor"), "v2_blockwise_128x1": ("v2", "block128x1")}
-DEVICES = {"gfx942": ("hip", "gfx942"), "gfx950": ("hip", "gfx950"), "sm90": ("cuda", "sm_90")}
 WIDE = [(128, 256), (256, 128)]
 
 
@@ -209,7 +208,7 @@ def test_table_entries_are_what_the_compiler_gives(target, part, which):
 @pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("target", TARGETS)
 def test_space_is_the_binarys_kept_part_of_the_table_at_its_layout(target, part):
-    assert [tuning.as_dict(c) for c in configs.space(*DEVICES[target], *PARTS[part])] == _kept(target, part)
+    assert [tuning.as_dict(c) for c in configs.space(*DEVICE_OF[target], *PARTS[part])] == _kept(target, part)
 
 
 def test_an_unknown_binary_is_refused():
@@ -253,7 +252,7 @@ def test_the_amd_prior_is_the_config_the_rungs_ran_untuned(arch, part):
 def test_an_aot_compile_at_a_layout_runs_that_layouts_prior(target, part):
     """An ISA compile at a layout override without config overrides runs the binary's prior at
     that layout, a config its part keeps (on gfx942 NN's and TN's are not NT's), whole-chip XCDs."""
-    (binary, layout), (backend, arch) = PARTS[part], DEVICES[target]
+    (binary, layout), (backend, arch) = PARTS[part], DEVICE_OF[target]
     aot, = kernels.get("gemm_fp8", BINARIES[binary].rung).aot(fp8_dtype(arch), backend, arch,
                                                             {"binary": binary, "layout": layout})
     prior = configs.prior(backend, arch, 8192, 8192, 8192, binary, layout)
@@ -268,7 +267,7 @@ def test_a_part_the_table_lacks_compiles_each_candidate_so_its_section_can_be_bu
     the new part before the table has a section for it. A candidate's whole config replaces the
     prior, so the table is not read for it; a launch without a whole config still needs the
     part's section, and says so."""
-    (binary, layout), (backend, arch) = PARTS["v2_blockwise:NN"], DEVICES[target]
+    (binary, layout), (backend, arch) = PARTS["v2_blockwise:NN"], DEVICE_OF[target]
     table = json.loads(configs.TABLE.read_text())
     for section in table["targets"].values():
         del section["v2_blockwise:NN"]
@@ -344,7 +343,7 @@ def pretend(fake_gpu, monkeypatch):
     """A pretended GPU of ``target``; the tuner's launches only note their config, and the fake
     clock makes the last candidate timed the fastest. Returns the configs timed."""
     def install(target: str) -> list[dict]:
-        backend, arch = DEVICES[target]
+        backend, arch = DEVICE_OF[target]
         fake_gpu(backend, arch, "AMD Instinct MI300X" if backend == "hip" else "NVIDIA H200")
         launched, timed = [], []
         monkeypatch.setattr(launch, "_run", lambda *args: launched.append(args[-1]))
@@ -366,11 +365,11 @@ TUNED = [(t, p) for t in TARGETS for p in PARTS if (t, p) != ("sm90", "v2_blockw
 def test_the_launch_times_only_its_binarys_kept_configs_at_its_layout(pretend, target, part):
     timed = pretend(target)
     (binary, layout), shape = PARTS[part], (512, 512, 256)
-    fp8 = fp8_dtype(DEVICES[target][1])
+    fp8 = fp8_dtype(DEVICE_OF[target][1])
     chosen = _settings(binary, *_inputs(binary, shape, fp8, layout))
     remap = {"NUM_XCDS": xcd.num_xcds()}
     tiles = [{k: v for k, v in c.items() if k != "NUM_XCDS"} for c in timed]
-    assert tiles == [tuning.as_dict(c) for c in gemm_configs.prune(configs.space(*DEVICES[target], binary, layout),
+    assert tiles == [tuning.as_dict(c) for c in gemm_configs.prune(configs.space(*DEVICE_OF[target], binary, layout),
                                                                    *shape)]
     assert len(tiles) > 1 and all(t in _kept(target, part) for t in tiles)
     assert not any(_verdict(target, part, t) for t in tiles)
@@ -407,8 +406,8 @@ def test_an_untimed_key_takes_its_binarys_prior_at_its_layout(pretend, monkeypat
     monkeypatch.setattr(tuning, "time_ms", lambda fn: pytest.fail("timed in frozen mode"))
     (binary, layout), shape = PARTS[part], (8192, 256, 512)
     with tuning.recording() as seen, tuning.mode("frozen"):
-        chosen = _settings(binary, *_inputs(binary, shape, fp8_dtype(DEVICES[target][1]), layout))
-    assert chosen == {**configs.prior(*DEVICES[target], *shape, binary, layout), "NUM_XCDS": xcd.num_xcds()}
+        chosen = _settings(binary, *_inputs(binary, shape, fp8_dtype(DEVICE_OF[target][1]), layout))
+    assert chosen == {**configs.prior(*DEVICE_OF[target], *shape, binary, layout), "NUM_XCDS": xcd.num_xcds()}
     assert [how for how, _ in seen.values()] == ["untuned"]
 
 
@@ -538,7 +537,7 @@ def test_a_layout_nothing_compiled_tunes_among_what_every_compiled_layout_keeps(
         assert [tuning.as_dict(c) for c in configs.space("hip", "gfx942", binary, "TT")] == everywhere
         if binary == "v2_tensorwise":
             assert tiles and all(t in everywhere for t in tiles)
-    assert all(configs.space(*DEVICES[target], binary, layout) for target in TARGETS for binary in BINARIES
+    assert all(configs.space(*DEVICE_OF[target], binary, layout) for target in TARGETS for binary in BINARIES
                for layout in ("NN", "NT", "TN", "TT"))   # never nothing to run
 
 

@@ -21,9 +21,8 @@ from workbench import isa
 from workbench.isa import parse as isa_parse, tune_space
 from workbench.check import check_rung
 
-from table_sections import SECTIONS, TARGETS, assert_verdicts, config_key, dtype_of, target_of
+from table_sections import DEVICE_OF, DEVICES, SECTIONS, TARGETS, assert_verdicts, config_key, dtype_of, target_of
 
-BACKENDS = {"gfx942": ("hip", "gfx942"), "gfx950": ("hip", "gfx950"), "sm90": ("cuda", "sm_90")}
 MAX_TIMED = configs.TILE_SIZES * configs.PER_TILE
 
 
@@ -121,10 +120,10 @@ def test_float32s_section_drops_what_float32_cannot_hold(target):
     GEMM spills, or on gfx942 cannot launch at all (more LDS than a CU has), and leaves
     float32's section, whose own prior fits."""
     wide = tuning.section(target, torch.float32)
-    bf16_prior = configs.prune(configs.space(*BACKENDS[target]), 4096, 4096, 4096)[0]
+    bf16_prior = configs.prune(configs.space(*DEVICE_OF[target]), 4096, 4096, 4096)[0]
     dropped = {config_key(e["config"]): e["why"] for e in configs.shipped()[wide]["dropped"]}
     assert config_key(tuning.as_dict(bf16_prior)) in dropped
-    fp32_prior = configs.prune(configs.space(*BACKENDS[target], torch.float32), 4096, 4096, 4096)[0]
+    fp32_prior = configs.prune(configs.space(*DEVICE_OF[target], torch.float32), 4096, 4096, 4096)[0]
     assert tuning.as_dict(fp32_prior) in [e["config"] for e in configs.shipped()[wide]["kept"]]
     if target == "gfx942":
         assert "bytes of LDS > 65536" in dropped[config_key(tuning.as_dict(bf16_prior))]
@@ -149,7 +148,7 @@ def test_a_config_that_spills_sgprs_is_dropped_like_one_that_spills_vgprs():
     assert tune_space.verdict("gfx942", {**fits, "spills": 3}) == "spills 3 VGPRs"
 
 
-@pytest.mark.parametrize("backend,arch", [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")])
+@pytest.mark.parametrize("backend,arch", DEVICES)
 def test_timed_set_per_shape_is_small_and_never_empty(backend, arch):
     space = configs.space(backend, arch)
     spec = kernels.spec("gemm")

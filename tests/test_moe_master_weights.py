@@ -151,11 +151,12 @@ def test_the_backward_casts_no_expert_weight_gradient():
 
 def test_without_autocast_or_master_weights_nothing_changes(monkeypatch):
     """Outside autocast, and under it with weights already in its dtype, the experts run as before
-    (not the master-weight path); Float8MoE keeps the cast weights under autocast (its experts
-    quantize them)."""
+    (not the master-weight path): the experts method gets the weights in x's dtype; under autocast
+    with fp32 master weights it gets them uncast (its node casts them). Float8MoE keeps the cast
+    weights under autocast (its experts quantize them)."""
     from kernels.moe.fp8_layer import Float8MoE
 
-    calls = []   # the layer's experts method: the path a layer without master weights takes
+    calls = []   # the expert weights' dtype as the layer's experts method gets them
     experts = kernels.MoE.experts
     monkeypatch.setattr(kernels.MoE, "experts", lambda self, *a: calls.append(a[3].dtype) or experts(self, *a))
     layer = _layer()
@@ -167,9 +168,9 @@ def test_without_autocast_or_master_weights_nothing_changes(monkeypatch):
     assert layer.gate.grad.dtype == BF16
     assert calls == [torch.float32, BF16]
     layer.float()
-    with torch.autocast("cpu", dtype=BF16):   # master weights: the experts' node casts, not this method
+    with torch.autocast("cpu", dtype=BF16):   # master weights: the experts' node casts, not the layer
         layer(torch.randn(3, 19, dtype=BF16, requires_grad=True)).float().sum().backward()
-    assert calls == [torch.float32, BF16]
+    assert calls == [torch.float32, BF16, torch.float32]
     assert Float8MoE.master_weights is False and kernels.MoE.master_weights is True
 
 
@@ -179,8 +180,8 @@ def test_float8moe_quantizes_the_cast_weights_and_autograd_casts_their_gradients
     parameters their bf16 gradients, exactly, in fp32. Judged against the same layer whose expert
     weights are those casts already (nothing for the region to cast): the same output and the same
     gradients, bit for bit, the expert weights' in fp32 where the reference's are bf16. With the flag
-    on, the master-weight path's bf16 experts would run instead of FP8: the output would be the
-    plain layer's, which it is not."""
+    on, its experts would get the fp32 weights uncast, which the FP8 GEMM refuses (dtypes differ;
+    checked); the output is not the plain layer's (the bf16 experts')."""
     from kernels.moe.fp8_layer import Float8MoE
 
     base = _layer(dim=16, hidden=32, experts=4, top_k=2, seed=5)   # one interpreter tile wide

@@ -34,12 +34,14 @@ gradient, accumulated in fp32 by the GEMM).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from .. import autocast, eager, plans
 from ..gemm_fp8.quantize_kernel import tile_maxima_shape
+from ..joint_gemm import joint_gemm
 from . import recipe as _recipes
 from .saturation import TENSORS
 
@@ -280,16 +282,16 @@ def side_by_side(layers: tuple[torch.nn.Module, ...], x: torch.Tensor) -> tuple[
     rule), or a recipe whose scales are a layer's own (one that decides them outside the GEMM,
     :meth:`Recipe.scales`: delayed scaling, from the layer's amax histories).
 
-    The weights are concatenated (a copy per call; each one's gradient is a row view of the joint
-    one). A recipe whose scales follow the weight's rows or K (rowwise, mxfp8) quantizes each weight
-    as it would alone (the same FP8 values and scales), so the outputs are the separate layers' up to
-    the GEMMs' summation order (bit for bit where the sums are exact: tests/test_fp8_side_by_side.py);
-    one per tensor (tensorwise) or per 128 x 128 block (blockwise, where an ``out_features`` is not a
-    multiple of 128) spans the weights, as a fused QKV weight's does. The backward quantizes the joint dy, whose
-    row scales (rowwise, blockwise, mxfp8) span the layers' gradients."""
+    The weights are concatenated (:func:`kernels.joint_gemm.joint_gemm`: a copy per call; each one's
+    gradient is a row view of the joint one). A recipe whose scales follow the weight's rows or K
+    (rowwise, mxfp8) quantizes each weight as it would alone (the same FP8 values and scales), so
+    the outputs are the separate layers' up to the GEMMs' summation order (bit for bit where the
+    sums are exact: tests/test_fp8_side_by_side.py); one per tensor (tensorwise) or per 128 x 128
+    block (blockwise, where an ``out_features`` is not a multiple of 128) spans the weights, as a
+    fused QKV weight's does. The backward quantizes the joint dy, whose row scales (rowwise,
+    blockwise, mxfp8) span the layers' gradients."""
     settings = _settings(layers[0])
     if (settings is None or any(_settings(layer) != settings for layer in layers[1:])
             or _recipes.get(settings[0]).layer_scales):
         return None
-    y = _forward(layers[0], x, torch.cat([layer.weight for layer in layers]))
-    return y.split([layer.out_features for layer in layers], dim=-1)
+    return joint_gemm(functools.partial(_forward, layers[0]), x, [layer.weight for layer in layers])

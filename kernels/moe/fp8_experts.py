@@ -13,11 +13,14 @@ which ``state_dict`` saves, :func:`kernels.fp8.warn_saturation` counts and
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..fp8 import recipe as fp8_recipes
 from ..fp8.linear import fp8_linear
 from ..fp8.recipes.delayed import PREFIX, cast_scales, history_state
+from ..joint_gemm import joint_gemm
 from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
 from .swiglu_op import swiglu
@@ -152,6 +155,6 @@ class Float8Experts:
             return super().shared_mlp(rows)
         settings = dict(recipe=self.recipe, fp8_dtype=self.fp8_dtype, grad_format=self.grad_format,
                         scale_rule=self.scale_rule)
-        gate_up = torch.cat([self.shared_gate, self.shared_up], 1).t()   # (2·S·h, dim), a view of the copy
-        g, u = fp8_linear(rows, gate_up, **settings).split(self.shared_up.shape[1], -1)
+        g, u = joint_gemm(functools.partial(fp8_linear, **settings), rows, (self.shared_gate, self.shared_up),
+                          out_axis=1)   # stored (dim, S·h): one (dim, 2·S·h) copy, read transposed
         return fp8_linear(swiglu(g, u), self.shared_down.t(), **settings)

@@ -101,18 +101,18 @@ class MoE(MoELayer):
         _CHECKED(plans.meta(rows, router, gate, up, down, extra=(top_k, type(top_k), cast)), _check,
                  rows, router, gate, up, down, top_k, cast)
         weights, ids, self.expert_counts, self.aux_loss = routed(self.router_logits(rows), top_k, self.normalize)
-        experts = self.experts if cast is None else fused_experts   # master weights: cast in the node
-        out = experts(rows, weights, ids, gate, up, down).to(x.dtype)
+        out = self.experts(rows, weights, ids, gate, up, down).to(x.dtype)
         if self.shared_experts:
             out = out + self.shared_mlp(rows)
         return out.reshape(x.shape)
 
     master_weights = True
-    """Whether, under autocast, expert weights the region casts enter the experts' node uncast
-    (:func:`~kernels.moe.layer_ladder.fused_op.fused_experts`, in place of :meth:`experts`).
-    :class:`kernels.moe.fp8_layer.Float8MoE` keeps the cast weights (its experts quantize them to
-    FP8), as does the expert-parallel layer (:mod:`kernels.moe.ep_layer`, whose owners'
-    backward runs the same dW launches on received rows)."""
+    """Whether, under autocast, expert weights the region casts enter :meth:`experts` uncast: its
+    node (:func:`~kernels.moe.layer_ladder.fused_op.fused_experts`) casts weights of another dtype
+    than x's itself, so one call takes both. :class:`kernels.moe.fp8_layer.Float8MoE` keeps the
+    cast weights (its experts quantize them to FP8), as does the expert-parallel layer
+    (:mod:`kernels.moe.ep_layer`, whose owners' backward runs the same dW launches on received
+    rows)."""
 
     def experts(self, rows, weights, ids, gate, up, down) -> torch.Tensor:
         """The routed experts' weighted sum (T, dim) for a routing (weights, ids (T, k)): the

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels as _kernels
+from kernels.joint_gemm import joint_gemm
 
 OPS = ("gemm", "attention", "moe", "norm", "rope", "swiglu", "loss")
 IMPLS = ("torch", "workbench")
@@ -74,8 +75,9 @@ def side_by_side(projections: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> t
     """Each projection of the same x, those of one class and bias-free as one GEMM on their weights
     side by side, as fused projections run (Megatron's ``linear_qkv`` and ``linear_fc1``): separate,
     they would read x once each, and the backward would run one dgrad GEMM each and add their
-    gradients of x. The concatenated weight costs one copy per step; its gradient's rows are views,
-    one per weight. The modules stay apart, so checkpoints and ``kernels.fp8.convert`` see each.
+    gradients of x (:func:`kernels.joint_gemm.joint_gemm`). The concatenated weight costs one copy per
+    step; its gradient's rows are views, one per weight. The modules stay apart, so checkpoints and
+    ``kernels.fp8.convert`` see each.
 
     The class decides the GEMM, as the layer's own forward would: ``torch.nn.Linear`` runs
     ``F.linear``, ``kernels.nn.Linear`` ``kernels.nn.linear``, and FP8 layers from
@@ -98,8 +100,7 @@ def _together(projections: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> tupl
     if len(projections) > 1:
         gemm = _plain_gemm(type(projections[0]))
         if gemm is not None:
-            y = gemm(x, torch.cat([p.weight for p in projections]))
-            return y.split([p.out_features for p in projections], dim=-1)
+            return joint_gemm(gemm, x, [p.weight for p in projections])
         joint = _kernels.fp8.side_by_side(projections, x)
         if joint is not None:
             return joint
