@@ -43,8 +43,9 @@ CASES = [(1, None, False), (2, None, False), (2, None, True), (2, TOKENS * TOP_K
 @pytest.mark.parametrize("chunks, capacity, zero_chunk", CASES)
 def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, monkeypatch, chunks, capacity,
                                                                     zero_chunk):
-    """Each expert GEMM's gradients get the scales the forward found (the rows' over all chunks, the
-    weight's), and give the bits of today's backward, which finds them again (scales None): odd row
+    """The forward's GEMMs take the scales the owner found, with the bits of casts that find their own;
+    each expert GEMM's gradients get them (the rows' over all chunks, the weight's), and give the bits
+    of today's backward, which finds them again (scales None): odd row
     counts, an empty expert, capacity padding, a chunk of zero rows (whose scale of 1 is no
     candidate for the max: the scale is of the largest amax, not the largest scale)."""
     layer = _layer(one_rank, chunks, capacity)
@@ -54,8 +55,19 @@ def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, mo
         calls.append((args, kwargs))
         return real(*args, **kwargs)
 
+    grouped, forwards = Float8ExpertParallelMoE._grouped, []
+
+    def cast_found(self, a, scale_a, w, scale_w, offsets, *args, **kwargs):   # and as the casts find them
+        y = grouped(self, a, scale_a, w, scale_w, offsets, *args, **kwargs)
+        end = int(offsets[-1])   # capacity padding rows are left unwritten
+        forwards.append((scale_a is not None and scale_w is not None, y[:end],
+                         grouped(self, a, None, w, None, offsets)[:end]))
+        return y
+
     monkeypatch.setattr(ep_fp8_layer, "gradients", spy)
+    monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", cast_found)
     out = layer(_tokens(zero_chunk))
+    assert len(forwards) == 3 * chunks and all(given and torch.equal(a, b) for given, a, b in forwards)
     out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(2)))
     assert len(calls) == 3   # down, gate, up: the merged backward
     offsets = calls[0][0][2]
