@@ -1,6 +1,9 @@
 """What the expert-parallel FP8 owner finds once: under tensorwise the scales of the rows and the
 weights, which its merged backward takes from the forward (bit for bit the gradients of a backward
-that finds them again, and that many amax launches fewer), on one in-process gloo rank."""
+that finds them again, and that many amax launches fewer); under delayed the weights' amaxes, whose
+tile maxima only the first chunk's casts write (the histories and gradients unchanged:
+tests/test_ep_fp8_delayed_dy.py and tests/test_fp8_recompute.py hold them to Float8MoE's). One
+in-process gloo rank."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +12,7 @@ import torch
 import kernels
 from kernels.moe import ep_fp8_layer
 from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
+from kernels.moe.grouped_gemm_fp8 import training
 from workbench.harness.device_ops import device_ops
 
 FP8, GRAD = torch.float8_e4m3fn, torch.float8_e5m2
@@ -98,3 +102,19 @@ def test_tensorwise_backward_launches_no_amax_pass_over_the_rows_or_the_weights(
     (args,) = seen
     ops = device_ops(lambda: real(*args))
     assert (ops.triton, dict(ops.torch_ops)) == BACKWARD_LAUNCHES[chunks], ops
+
+
+def test_delayed_chunks_after_the_first_cast_the_weights_writing_no_tile_maxima(one_rank, monkeypatch):
+    """Which forward casts write tile maxima (``amax``), two chunks: each chunk's x (gate's cast, not
+    up's: x's amax is recorded once) and h, and the weights in the first chunk only (each chunk casts
+    them whole with the forward's one scale). The casts are the same launches either way: what goes
+    is the maxima's writes and allocations."""
+    layer = _layer(one_rank, 2, None, "delayed")
+    writes, tokens, weights = [], training.token_operand, training.forward_of_operand
+    monkeypatch.setattr(training, "token_operand", lambda *a: writes.append(("rows", a[4])) or tokens(*a))
+    monkeypatch.setattr(training, "forward_of_operand", lambda *a: writes.append(("w", a[8])) or weights(*a))
+    out = layer(_tokens(False))
+    out.backward(torch.ones_like(out))
+    chunk = lambda first: [("rows", True), ("w", first), ("rows", False), ("w", first), ("rows", True),  # noqa: E731
+                           ("w", first)]   # gate, up, down
+    assert writes == chunk(True) + chunk(False)

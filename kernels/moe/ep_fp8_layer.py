@@ -85,7 +85,8 @@ its owner's three output gradients (down's dy, gate's dg, up's du), which the am
 all-reduce (over the data-parallel group, which must span the expert-parallel one) turns
 into the amaxes over all ranks, the single-process layer's. What enters them is what
 ``Float8MoE`` records, the amaxes the fused casts with the given scales find
-(``grouped_gemm_fp8_train(..., amax=True)`` in the forward; in the backward
+(``grouped_gemm_fp8_train(..., amax=...)`` in the forward, a weight's by the first chunk's cast
+alone, the later chunks' writing no tile maxima for it; in the backward
 :func:`kernels.moe.grouped_gemm_fp8.training.gradients` with the gradient's history: no torch
 pass reads the rows, SwiGLU's output, a weight or a gradient for its amax). The merged backward
 (all chunks' rows at once) hands each GEMM's history, and when the forward ran in training mode
@@ -176,12 +177,12 @@ class _Float8Owner:
 
     def _found(self, names: tuple[str, ...], maxima, scales) -> None:
         """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the tile maxima its casts wrote, one
-        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already);
-        a weight's only from the first chunk, every chunk casting the same weight whole (the same
-        maxima), so its record reduces one part, joining none."""
+        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already):
+        the rows' per chunk, a weight's from the first chunk alone (:meth:`forward`: every chunk casts
+        the same weight whole with one scale, the same maxima, so the later chunks' casts write none),
+        so its record reduces one part, joining none."""
         for name, found in zip(names, maxima):
-            if name in self.scales or not self.maxima[name]:   # the rows' per chunk, a weight's once
-                self.maxima[name].append(found)
+            self.maxima[name].append(found)
 
     def _scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
         """The per-tensor scale this forward casts ``t``, the operand ``name``, with: delayed's
@@ -211,8 +212,8 @@ class _Float8Owner:
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
         empty unless ``save``."""
-        layer = self.layer
-        if self.weight_scales is None:   # one scale per weight and forward
+        layer, first = self.layer, self.weight_scales is None   # the first chunk records the weights' amaxes
+        if first:   # one scale per weight and forward
             self.weight_scales = {n: self._scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
             # the output gradients' histories, and their counts in training mode (the forward's mode)
             self.grad_state = {n: layer._grad_state(n) for n in self.weight_scales}
@@ -222,21 +223,21 @@ class _Float8Owner:
                                        scale_rule=layer.scale_rule)[0] for w in (gate, up))
         else:
             scale_x = self._scale("x", rows)   # gate and up share it, x's amax recorded once
-            g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x")
-            u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up")
+            g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x", first)
+            u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up", None, first)
         # capacity padding (rows past the last expert's end, which gate and up left unwritten):
         # not read, and 0 in h, which down's quantization reads
         h = swiglu_forward(g, u, rows_end=offsets[-1:] if self.padded else None)
         y = layer._mm(h, self._scale("hidden", h), down, self.weight_scales["down"], offsets, self._found,
-                      "down", "hidden")
+                      "down", "hidden", first)
         if not save:
             g = u = h.new_zeros((0, g.shape[1]))
         return y, g, u, h
 
     def record(self) -> None:
         """After the last chunk (delayed): each tensor enters its history once, with the largest
-        amax the chunks' casts found (the max of their tile maxima; a weight's the first chunk's,
-        the same in every chunk); the scale of x's
+        amax the chunks' casts found (the max of their tile maxima; a weight's the first chunk's
+        cast's, the only one that writes them); the scale of x's
         and hidden's (the history's, or that amax's while it was empty) is the backward's."""
         for name, maxima in self.maxima.items():
             if maxima:
