@@ -78,7 +78,8 @@ def test_the_scale_is_the_rule(fp8):
 
 def test_the_scale_reads_every_history_entry_and_every_maxima():
     """The history's max in each of its entries (the last included), and with an empty history
-    the current amax in each of the maxima, past the first loop step; none: 0, so 1; inf: inf."""
+    (all 0, or no entries) the current amax in each of the maxima, past the first loop step; none:
+    0, so 1; inf: inf."""
     fmax, gen = 448.0, torch.Generator().manual_seed(1)
     maxima = torch.rand(MAXIMA, generator=gen)   # all below 1: the history's max wins
     for at in range(HISTORY):
@@ -90,6 +91,7 @@ def test_the_scale_reads_every_history_entry_and_every_maxima():
             maxima = _peaked(n, at, 7.5, gen)
             got = history_ops.scale(empty, maxima, fmax)
             assert torch.equal(got, _rule(empty, torch.tensor(7.5), fmax)) and got == 7.5 / fmax, (n, at)
+            assert torch.equal(history_ops.scale(torch.zeros(0), maxima, fmax), got)   # no entries: the same
     assert history_ops.scale(empty, torch.zeros(0), fmax) == 1
     assert history_ops.scale(empty, torch.zeros(MAXIMA), fmax) == 1
     assert history_ops.scale(empty, _inf_last(MAXIMA), fmax) == float("inf")

@@ -62,7 +62,8 @@ def _history_scales(x, w, fp8):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_the_forward_with_amax_is_the_plain_forward_and_finds_both_amaxes(dtype):
     """``amax=True`` (delayed's record) changes no output bit, and the maxes of the tile maxima
-    it returns are bitwise x's and w's ``abs().amax()``, found by the forward's casts."""
+    it returns are bitwise x's and w's ``abs().amax()``, found by the forward's casts; a pair of
+    flags returns those of the casts it names, the others empty."""
     x, w, _, offsets = problem(dtype=dtype)
     scales = _history_scales(x.float(), w.float(), E4M3FN)
     with poisoned_outputs():
@@ -71,6 +72,14 @@ def test_the_forward_with_amax_is_the_plain_forward_and_finds_both_amaxes(dtype)
     found = torch.stack([reduce_maxima(m) for m in maxima])
     want = torch.stack([x.abs().amax(), w.abs().amax()]).float()
     assert torch.equal(y, plain) and torch.equal(found.view(torch.int32), want.view(torch.int32))
+    for pair in ((True, False), (False, True), (False, False)):   # only the casts named write theirs
+        with poisoned_outputs():
+            y, some = grouped_gemm_fp8_train(x, w, offsets, "delayed", E4M3FN, None, *scales, amax=pair)
+        assert torch.equal(y, plain), pair
+        for wanted, got, all_of in zip(pair, some, maxima):
+            assert torch.equal(got, all_of) if wanted else got.numel() == 0, pair
+    with pytest.raises(TypeError, match=r"amax must be a bool or a pair of bools \(x's, w's\), got \[True\]"):
+        grouped_gemm_fp8_train(x, w, offsets, "delayed", E4M3FN, None, *scales, amax=[True])
 
 
 def test_a_given_scale_is_validated_once_per_call(monkeypatch):
@@ -256,14 +265,15 @@ def test_custom_ops_and_compile_without_graph_breaks():
                           (xt, sxt, dyt, sdyt, offsets, torch.float32),
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
     x.requires_grad_(), w.requires_grad_()
-    for recipe, scales, amax in (("tensorwise", (torch.tensor(0.01), None), False),
-                                 ("tensorwise", (None, torch.tensor(0.02)), False),
-                                 ("tensorwise", (None, None), False),   # both scales found, returned
-                                 ("delayed", (torch.tensor(0.01), torch.tensor(0.02)), True)):
+    given = (torch.tensor(0.01), torch.tensor(0.02))
+    for recipe, scales, amax in (("tensorwise", (given[0], None), (False, False)),
+                                 ("tensorwise", (None, given[1]), (False, False)),
+                                 ("tensorwise", (None, None), (False, False)),   # both scales found, returned
+                                 ("delayed", given, (True, True)), ("delayed", given, (False, True))):
         torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
                               (x.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_(),
                                offsets, recipe, E4M3FN,
-                               torch.float8_e5m2, *scales, amax),
+                               torch.float8_e5m2, *scales, *amax),
                               test_utils=("test_autograd_registration", "test_faketensor"))
 
     def step(x, w):

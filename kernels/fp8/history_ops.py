@@ -90,7 +90,8 @@ def _(history, maxima, fmax):
 
 def scale(history: torch.Tensor, maxima: torch.Tensor, fmax: float, direct: bool | None = None) -> torch.Tensor:
     """``max(history) / fmax`` (``history``: an amax history, contiguous float32), the current
-    amax's, ``max(maxima) / fmax``, while every entry is 0 (``maxima``: contiguous float32 maxima
+    amax's, ``max(maxima) / fmax``, while every entry is 0 (or there is none: a history of no
+    entries makes it the maxima's scale, current scaling's) (``maxima``: contiguous float32 maxima
     of |x|, such as the amax pass's partials, :func:`kernels.gemm_fp8.quantize.amax_partials_checked`;
     none: 0), 1 where both are 0: a 0-d float32 on their device; one launch, which reduces both
     (no torch reduction before it). Bitwise (as the CPU evaluates it)

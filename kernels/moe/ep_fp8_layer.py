@@ -72,14 +72,21 @@ sender's k-sums and the combine's backward are ``Float8MoE``'s kernels in its or
 rowwise gives its output and every gradient bit for bit, but for FP8 dispatch's gate and up
 weight gradients (tests/test_ep_moe_k_sum.py). The
 per-tensor recipes see a rank's part. Tensorwise takes the amaxes of a chunk's rows, of
-the local experts' weights and of the owner's output gradients. Delayed keeps this rank's
+the local experts' weights and of the owner's output gradients: the owner finds each weight's
+scale once a forward and each chunk's rows' once (gate and up cast x with one), and its merged
+backward takes them rather than finding them again (no amax pass over x, h or a weight there):
+a weight's as the forward found it, the rows' from the largest of the chunks' amaxes (their
+amax passes' partial maxima, kept), which is the scale one cast over all the rows finds, so the
+gradients are bit for bit those of casts that find their own (tests/test_ep_fp8_found_scales.py,
+with a chunk of zero rows, whose scale of 1 is no amax). Delayed keeps this rank's
 histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS` and :data:`~kernels.moe.fp8_experts.GRAD_TENSORS`,
 as ``Float8MoE``): of its owner's rows and SwiGLU outputs, of its local experts' weights and of
 its owner's three output gradients (down's dy, gate's dg, up's du), which the amax sync's MAX
 all-reduce (over the data-parallel group, which must span the expert-parallel one) turns
 into the amaxes over all ranks, the single-process layer's. What enters them is what
 ``Float8MoE`` records, the amaxes the fused casts with the given scales find
-(``grouped_gemm_fp8_train(..., amax=True)`` in the forward; in the backward
+(``grouped_gemm_fp8_train(..., amax=...)`` in the forward, a weight's by the first chunk's cast
+alone, the later chunks' writing no tile maxima for it; in the backward
 :func:`kernels.moe.grouped_gemm_fp8.training.gradients` with the gradient's history: no torch
 pass reads the rows, SwiGLU's output, a weight or a gradient for its amax). The merged backward
 (all chunks' rows at once) hands each GEMM's history, and when the forward ran in training mode
@@ -105,8 +112,11 @@ from __future__ import annotations
 
 import torch
 
+from .. import eager
 from ..comm import row_bytes
+from ..fp8 import history_ops
 from ..fp8.recipes.delayed import record_parts
+from ..gemm_fp8.quantize import amax_partials_checked
 from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
 from .fp8_experts import FP8_TENSORS, GRAD_TENSORS, Float8Experts
@@ -117,21 +127,37 @@ from .layer_ladder.swiglu_backward import swiglu_backward
 from .layer_ladder.swiglu_forward import swiglu_forward
 
 
+def _current_scale(t: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tensorwise's scale of ``t`` (2-D, or an expert stack read as its rows), the one a cast that
+    finds its own would take (amax / fp8's max, 1 for an all-zero or empty ``t``), and the amax
+    pass's partial maxima behind it, whose max is t's amax: two launches, as that cast's own amax
+    pass and reduction (the pass, then :func:`kernels.fp8.history_ops.scale` with a history of no
+    entries, so the partials' scale), no host sync."""
+    rows = t.detach().reshape(-1, t.shape[-1])
+    direct = eager.direct(rows)
+    no_history = rows.new_empty(0, dtype=torch.float32)   # nothing to skip the pass for, no earlier amax
+    partials = amax_partials_checked(rows, no_history, direct)
+    return history_ops.scale(no_history, partials, torch.finfo(fp8).max, direct), partials
+
+
 class _Float8Owner:
     """One forward's expert computation at this owner in FP8 (the two methods of
-    :class:`kernels.moe.ep_layer.V3Experts`), and under delayed scaling the scales it took:
-    the weights' once, the rows' and SwiGLU output's per chunk, and the tile maxima the chunks'
-    fused casts wrote, which :meth:`record` enters in the histories once per forward; and the
-    output gradients' histories (with the counts in a training-mode forward), which its merged
-    backward hands to the gradient launches, each recording once."""
+    :class:`kernels.moe.ep_layer.V3Experts`), and under the per-tensor recipes the scales it took:
+    the weights' once, the rows' and SwiGLU output's per chunk; under delayed scaling the tile
+    maxima the chunks' fused casts wrote, which :meth:`record` enters in the histories once per
+    forward, under tensorwise the rows' amax passes' partial maxima, from which the backward
+    takes the scale of all chunks' rows (:meth:`_rows_scale`); and the output gradients'
+    histories (with the counts in a training-mode forward), which its merged backward hands to
+    the gradient launches, each recording once."""
 
     def __init__(self, layer: "Float8ExpertParallelMoE"):
         self.layer, self.padded = layer, layer.ep_capacity is not None
         self.weight_scales: dict | None = None
         self.grad_state: dict = {}   # per weight: its GEMM's output gradient's (Float8Experts._grad_state)
-        # per chunk its casts' tile maxima (a weight's: the first chunk's alone, :meth:`_found`)
+        # per chunk its casts' tile maxima (delayed; a weight's: the first chunk's alone, :meth:`_found`)
         self.maxima: dict[str, list] = {name: [] for name in FP8_TENSORS}
-        self.scales: dict = {"x": None, "hidden": None}   # the backward's, for all chunks' rows
+        self.scales: dict = {"x": None, "hidden": None}   # delayed: the backward's, for all chunks' rows
+        self.current: dict = {"x": [], "hidden": []}   # tensorwise: per chunk the rows' (scale, amax partials)
         self.fp8_dispatch = layer.fp8_dispatch
         self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
 
@@ -151,19 +177,44 @@ class _Float8Owner:
 
     def _found(self, names: tuple[str, ...], maxima, scales) -> None:
         """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the tile maxima its casts wrote, one
-        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already);
-        a weight's only from the first chunk, every chunk casting the same weight whole (the same
-        maxima), so its record reduces one part, joining none."""
+        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already):
+        the rows' per chunk, a weight's from the first chunk alone (:meth:`forward`: every chunk casts
+        the same weight whole with one scale, the same maxima, so the later chunks' casts write none),
+        so its record reduces one part, joining none."""
         for name, found in zip(names, maxima):
-            if name in self.scales or not self.maxima[name]:   # the rows' per chunk, a weight's once
-                self.maxima[name].append(found)
+            self.maxima[name].append(found)
+
+    def _scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
+        """The per-tensor scale this forward casts ``t``, the operand ``name``, with: delayed's
+        (:meth:`Float8Experts._cast_scale`), tensorwise's current one (:func:`_current_scale`, for
+        the rows kept with their amax partials for :meth:`_rows_scale`), None under the other
+        recipes, whose casts find their own scales."""
+        if self.layer.recipe != "tensorwise":
+            return self.layer._cast_scale(name, t)
+        scale, partials = _current_scale(t, self.layer.fp8_dtype)
+        if name in self.current:   # the rows', per chunk
+            self.current[name].append((scale, partials))
+        return scale
+
+    def _rows_scale(self, name: str) -> torch.Tensor | None:
+        """The scale of all chunks' rows of ``name`` (x or hidden) for the backward's casts: delayed's,
+        which :meth:`record` took; tensorwise's, the one a cast over all of them would find: of the
+        largest of the chunks' amaxes (their amax passes' partials joined, one torch op, and one
+        launch), or the one chunk's own scale; None under the other recipes."""
+        if self.layer.recipe != "tensorwise":
+            return self.scales[name]
+        (scale, partials), *more = self.current[name]
+        if not more:
+            return scale
+        joined = torch.cat([partials, *(p for _, p in more)])
+        return history_ops.scale(joined.new_empty(0), joined, torch.finfo(self.layer.fp8_dtype).max)
 
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
         empty unless ``save``."""
-        layer = self.layer
-        if self.weight_scales is None:   # one scale per weight and forward
-            self.weight_scales = {n: layer._cast_scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
+        layer, first = self.layer, self.weight_scales is None   # the first chunk records the weights' amaxes
+        if first:   # one scale per weight and forward
+            self.weight_scales = {n: self._scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
             # the output gradients' histories, and their counts in training mode (the forward's mode)
             self.grad_state = {n: layer._grad_state(n) for n in self.weight_scales}
         if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
@@ -171,22 +222,22 @@ class _Float8Owner:
             g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype,
                                        scale_rule=layer.scale_rule)[0] for w in (gate, up))
         else:
-            scale_x = layer._cast_scale("x", rows)   # gate and up share it, x's amax recorded once
-            g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x")
-            u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up")
+            scale_x = self._scale("x", rows)   # gate and up share it, x's amax recorded once
+            g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x", first)
+            u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up", None, first)
         # capacity padding (rows past the last expert's end, which gate and up left unwritten):
         # not read, and 0 in h, which down's quantization reads
         h = swiglu_forward(g, u, rows_end=offsets[-1:] if self.padded else None)
-        y = layer._mm(h, layer._cast_scale("hidden", h), down, self.weight_scales["down"], offsets, self._found,
-                      "down", "hidden")
+        y = layer._mm(h, self._scale("hidden", h), down, self.weight_scales["down"], offsets, self._found,
+                      "down", "hidden", first)
         if not save:
             g = u = h.new_zeros((0, g.shape[1]))
         return y, g, u, h
 
     def record(self) -> None:
         """After the last chunk (delayed): each tensor enters its history once, with the largest
-        amax the chunks' casts found (the max of their tile maxima; a weight's the first chunk's,
-        the same in every chunk); the scale of x's
+        amax the chunks' casts found (the max of their tile maxima; a weight's the first chunk's
+        cast's, the only one that writes them); the scale of x's
         and hidden's (the history's, or that amax's while it was empty) is the backward's."""
         for name, maxima in self.maxima.items():
             if maxima:
@@ -212,11 +263,12 @@ class _Float8Owner:
             return gradients(x, weight, offsets, dy, layer.recipe, layer.fp8_dtype, layer.grad_fp8_dtype,
                              (True, need_w), scale_x, w[name], **self.grad_state[name], scale_rule=layer.scale_rule)
 
-        dh, ddown = grads(h, down, grad_y, "down", needs[2], self.scales["hidden"])
+        dh, ddown = grads(h, down, grad_y, "down", needs[2], self._rows_scale("hidden"))
         dg, du, _, _ = swiglu_backward(dh, g, u, h, None, swiglu=True, dw_rows=False, weighted_h=False,
                                        rows_end=offsets[-1:] if self.padded else None)
-        dx_gate, dgate = grads(rows, gate, dg, "gate", needs[0], self.scales["x"])
-        dx_up, dup = grads(rows, up, du, "up", needs[1], self.scales["x"])
+        scale_x = self._rows_scale("x")
+        dx_gate, dgate = grads(rows, gate, dg, "gate", needs[0], scale_x)
+        dx_up, dup = grads(rows, up, du, "up", needs[1], scale_x)
         return slot_sum(dx_gate, 1, dx_up), dgate, dup, ddown
 
 

@@ -93,19 +93,25 @@ class Float8Experts:
                                       scale_a, scale_w, check_offsets=False, amax=amax, scale_rule=self.scale_rule,
                                       **grad_state)
 
-    def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None) -> torch.Tensor:
-        """``a_g @ w[g]`` by :meth:`_grouped`; with given (delayed) scales, the tile maxima of its
+    def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None,
+            record_w: bool = True) -> torch.Tensor:
+        """``a_g @ w[g]`` by :meth:`_grouped`; under delayed scaling (given scales), the tile maxima of its
         casts go to ``record(names, maxima, scales)`` (:func:`kernels.fp8.recipes.delayed.record_amax`'s
-        arguments after the layer): w's as ``name_w``, a's as ``name_a`` if given (gate and up cast
-        the same x: one of them names it), and the backward takes the output
-        gradient's scale from ``dy_<name_w>``'s history and records into it where the layer keeps one."""
-        if scale_a is None:
-            return self._grouped(a, None, w, None, offsets)
-        out, maxima = self._grouped(a, scale_a, w, scale_w, offsets, amax=True, **self._grad_state(name_w))
-        if name_a is None:
-            record((name_w,), maxima[1:], (scale_w,))
-        else:
-            record((name_a, name_w), maxima, (scale_a, scale_w))   # maxima: a's, w's
+        arguments after the layer): w's as ``name_w`` unless not ``record_w``, a's as ``name_a`` if given
+        (gate and up cast the same x: one of them names it; a cast whose amax is not recorded writes
+        no tile maxima), and the backward takes the output
+        gradient's scale from ``dy_<name_w>``'s history and records into it where the layer keeps one.
+        Under another recipe the scales are None (the casts find their own) or tensorwise's, found
+        by the caller (the expert-parallel owner's, :mod:`kernels.moe.ep_fp8_layer`): nothing to record."""
+        if self.recipe != "delayed":
+            return self._grouped(a, scale_a, w, scale_w, offsets)
+        names = (name_a, name_w if record_w else None)
+        wanted = tuple(name is not None for name in names)
+        out, maxima = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, **self._grad_state(name_w))
+        kept = [i for i in (0, 1) if wanted[i]]   # maxima: a's, w's
+        if kept:
+            record(tuple(names[i] for i in kept), tuple(maxima[i] for i in kept),
+                   tuple((scale_a, scale_w)[i] for i in kept))
         return out
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):

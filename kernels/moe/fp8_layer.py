@@ -16,8 +16,8 @@ SwiGLU's output hidden, and the three expert weights) as buffers, and takes each
 per-tensor scale from it by the dense delayed recipe's rule
 (:func:`kernels.fp8.recipes.delayed.cast_scales`); what enters each history is the amax the
 forward's fused casts find (x's and gate's from gate's GEMM, up's from up's, hidden's and
-down's from down's: ``grouped_gemm_fp8_train(..., amax=True)``), so no torch pass reads an
-operand for its amax. Each GEMM's output gradient has a history too
+down's from down's: ``grouped_gemm_fp8_train(..., amax=...)``, up's cast of x writing no tile
+maxima), so no torch pass reads an operand for its amax. Each GEMM's output gradient has a history too
 (:data:`kernels.moe.fp8_experts.GRAD_TENSORS`: down's dy, gate's dg and up's du), which the
 layer hands to the training op (``history_dy=``, and ``counts=`` in training mode): its
 backward casts the gradient with the history's scale for both dX and dW and records the

@@ -147,14 +147,14 @@ def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offs
 
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
-                scale_w: torch.Tensor | None, amax: bool = False, history_dy: torch.Tensor | None = None,
-                counts: torch.Tensor | None = None, count_index: int = 0,
+                scale_w: torch.Tensor | None, amax_x: bool = False, amax_w: bool = False,
+                history_dy: torch.Tensor | None = None, counts: torch.Tensor | None = None, count_index: int = 0,
                 scale_rule: str | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     # history_dy and counts are the backward's (:func:`gradients`); the forward does not touch them
-    x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax, scale_rule)
-    y, sw, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax, scale_rule)
-    maxima = (*found_x, *found_w) if amax else (_nothing(x), _nothing(x))   # two: outputs may not alias
+    x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax_x, scale_rule)
+    y, sw, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax_w, scale_rule)
+    maxima = (*(found_x or [_nothing(x)]), *(found_w or [_nothing(x)]))   # one each: outputs may not alias
     # the per-tensor scales the casts found, for the backward's casts of x and w; a given scale is an
     # empty placeholder (an output may not alias an input), which the backward takes from the inputs
     return y, *maxima, *(_one_scale(s, x) if _finds(recipe, given) else _nothing(x)
@@ -180,18 +180,18 @@ _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl,
 
 
 @_train.register_fake
-def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax=False, history_dy=None, counts=None,
-      count_index=0, scale_rule=None):
+def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax_x=False, amax_w=False, history_dy=None,
+      counts=None, count_index=0, scale_rule=None):
     (t, k), (g, _, n) = x.shape, w.shape
     # the tile maxima of the casts of x (dense, tile_maxima_shape) and of w (each expert a batch entry of one group)
-    maxima = ((tile_maxima_shape(t, k), grouped_tile_maxima_shape(g, k, n, 1)) if amax else ((0,), (0,)))
+    maxima = (tile_maxima_shape(t, k) if amax_x else (0,), grouped_tile_maxima_shape(g, k, n, 1) if amax_w else (0,))
     # the scales the casts found (_one_scale's): x's over its T rows, w's over its (G, N)
     scales = [(min(count, 1) if _finds(recipe, given) else 0,) for count, given in ((t, scale_x), (g * n, scale_w))]
     return x.new_empty((t, n)), *(x.new_empty(shape, dtype=torch.float32) for shape in (*maxima, *scales))
 
 
 def _setup(ctx, inputs, output):
-    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _, history_dy, counts, count_index, rule = inputs
+    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _, _, history_dy, counts, count_index, rule = inputs
     ctx.mark_non_differentiable(*output[1:])
     # the per-tensor scales the forward's casts found (none given): the backward's casts of x and w
     # take them instead of finding x's and w's amaxes again
@@ -246,7 +246,7 @@ def _backward(ctx, dy, *_):
     x, w, offsets, scale_x, scale_w = ctx.saved_tensors
     dx, dw = gradients(x, w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.needs_input_grad,
                        scale_x, scale_w, *ctx.grad_state, ctx.scale_rule)
-    return dx, dw, None, None, None, None, None, None, None, None, None, None, None
+    return dx, dw, None, None, None, None, None, None, None, None, None, None, None, None
 
 
 _train.register_autograd(_backward, setup_context=_setup)
@@ -286,10 +286,20 @@ def _check_grad_state(history_dy, counts, count_index: int, recipe: str, x: torc
             raise ValueError(f"count_index {count_index} is not an index of counts {tuple(counts.shape)}")
 
 
+def _amax_flags(amax) -> tuple[bool, bool]:
+    """:func:`grouped_gemm_fp8_train`'s ``amax`` as (x's, w's): a bool for both, or a pair of bools."""
+    if isinstance(amax, bool):
+        return amax, amax
+    if not (isinstance(amax, tuple) and len(amax) == 2 and all(isinstance(a, bool) for a in amax)):
+        raise TypeError(f"amax must be a bool or a pair of bools (x's, w's), got {amax!r}")
+    return amax
+
+
 def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str = "rowwise",
                            fp8_dtype: torch.dtype | None = None, grad_dtype: torch.dtype | None = None,
                            scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
-                           check_offsets: bool = True, amax: bool = False, history_dy: torch.Tensor | None = None,
+                           check_offsets: bool = True, amax: bool | tuple[bool, bool] = False,
+                           history_dy: torch.Tensor | None = None,
                            counts: torch.Tensor | None = None, count_index: int = 0,
                            scale_rule: str | None = None) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
@@ -310,7 +320,10 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     forward's casts of x and w found (float32; no other pass reads x or w), whose maxes are their
     amaxes (:func:`kernels.gemm_fp8.quantize.reduce_maxima`): what delayed scaling records
     (:class:`kernels.moe.fp8_layer.Float8MoE`), reducing them in its own launch
-    (:func:`kernels.fp8.history_ops.record`) rather than in torch ops.
+    (:func:`kernels.fp8.history_ops.record`) rather than in torch ops. A pair of bools (x's, w's)
+    instead of True: only the casts it names write them, the other's maxima empty (up's GEMM casts
+    the x gate's recorded; the expert-parallel owner's chunks after the first cast weights the first
+    recorded).
     ``history_dy`` (``"delayed"`` only; float32 (HISTORY,), on x's device): the output gradient's
     amax history, from which the backward takes dy's scale for both its casts, on the device
     (its current amax while the history is empty); with ``counts`` (int64, one per tensor of the
@@ -336,13 +349,14 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                                              check_values=check_offsets)
     _check_scale("scale_x", scale_x, recipe, x)
     _check_scale("scale_w", scale_w, recipe, x)
-    if amax and (scale_x is None or scale_w is None):
+    amax_x, amax_w = _amax_flags(amax)
+    if (amax_x or amax_w) and (scale_x is None or scale_w is None):
         raise ValueError("amax=True returns the amaxes the casts with given scales find: pass scale_x and scale_w")
     _check_grad_state(history_dy, counts, count_index, recipe, x)
     scale_rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
     op = _train_impl if eager.direct(x, w, offsets) else _train
-    out, *maxima, _, _ = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax, history_dy,
-                            counts, count_index, scale_rule)
-    if not amax:
+    out, *maxima, _, _ = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax_x, amax_w,
+                            history_dy, counts, count_index, scale_rule)
+    if amax is False:
         return out
     return out, tuple(maxima)

@@ -1,0 +1,120 @@
+"""What the expert-parallel FP8 owner finds once: under tensorwise the scales of the rows and the
+weights, which its merged backward takes from the forward (bit for bit the gradients of a backward
+that finds them again, and that many amax launches fewer); under delayed the weights' amaxes, whose
+tile maxima only the first chunk's casts write (the histories and gradients unchanged:
+tests/test_ep_fp8_delayed_dy.py and tests/test_fp8_recompute.py hold them to Float8MoE's). One
+in-process gloo rank."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels.moe import ep_fp8_layer
+from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
+from kernels.moe.grouped_gemm_fp8 import training
+from workbench.harness.device_ops import device_ops
+
+FP8, GRAD = torch.float8_e4m3fn, torch.float8_e5m2
+DIM, HIDDEN, EXPERTS, TOP_K, TOKENS = 16, 32, 4, 3, 9   # 27 rows; two chunks of 15 and 12
+EMPTY = EXPERTS - 1   # the expert no token picks
+
+
+def _layer(group, chunks: int, capacity: int | None, recipe: str = "tensorwise") -> Float8ExpertParallelMoE:
+    """A one-rank expert-parallel layer whose router never picks :data:`EMPTY` for a token of
+    positive features (its router row negative, the others positive)."""
+    torch.manual_seed(0)
+    full = kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K)
+    with torch.no_grad():
+        full.router.weight.abs_()[EMPTY].neg_()
+    ep = kernels.MoE.from_full(full, group, ep_chunks=chunks)
+    ep.ep_capacity = capacity
+    return Float8ExpertParallelMoE.from_ep(ep, recipe, FP8, GRAD)
+
+
+def _tokens(zero_chunk: bool) -> torch.Tensor:
+    """Positive tokens; with ``zero_chunk`` the second chunk's all 0 (its rows' amax 0, scale 1)."""
+    x = torch.rand(TOKENS, DIM, generator=torch.Generator().manual_seed(1)) + 0.1
+    if zero_chunk:
+        x[TOKENS - TOKENS // 2:] = 0
+    return x.requires_grad_()
+
+
+CASES = [(1, None, False), (2, None, False), (2, None, True), (2, TOKENS * TOP_K + 5, False)]
+"""(ep_chunks, ep_capacity, the second chunk all zero)."""
+
+
+@pytest.mark.parametrize("chunks, capacity, zero_chunk", CASES)
+def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, monkeypatch, chunks, capacity,
+                                                                    zero_chunk):
+    """The forward's GEMMs take the scales the owner found, with the bits of casts that find their own;
+    each expert GEMM's gradients get them (the rows' over all chunks, the weight's), and give the bits
+    of today's backward, which finds them again (scales None): odd row
+    counts, an empty expert, capacity padding, a chunk of zero rows (whose scale of 1 is no
+    candidate for the max: the scale is of the largest amax, not the largest scale)."""
+    layer = _layer(one_rank, chunks, capacity)
+    calls, real = [], ep_fp8_layer.gradients
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    grouped, forwards = Float8ExpertParallelMoE._grouped, []
+
+    def cast_found(self, a, scale_a, w, scale_w, offsets, *args, **kwargs):   # and as the casts find them
+        y = grouped(self, a, scale_a, w, scale_w, offsets, *args, **kwargs)
+        end = int(offsets[-1])   # capacity padding rows are left unwritten
+        forwards.append((scale_a is not None and scale_w is not None, y[:end],
+                         grouped(self, a, None, w, None, offsets)[:end]))
+        return y
+
+    monkeypatch.setattr(ep_fp8_layer, "gradients", spy)
+    monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", cast_found)
+    out = layer(_tokens(zero_chunk))
+    assert len(forwards) == 3 * chunks and all(given and torch.equal(a, b) for given, a, b in forwards)
+    out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(2)))
+    assert len(calls) == 3   # down, gate, up: the merged backward
+    offsets = calls[0][0][2]
+    assert offsets[EMPTY] == offsets[EMPTY - 1] and offsets[-1] == TOKENS * TOP_K   # an empty expert
+    for args, kwargs in calls:
+        scale_x, scale_w = args[8:10]
+        assert scale_x is not None and scale_w is not None
+        (dx, dw), (dx_today, dw_today) = real(*args, **kwargs), real(*args[:8], None, None, **kwargs)
+        end = int(offsets[-1])   # dX's capacity padding rows are left unwritten
+        assert torch.equal(dx[:end], dx_today[:end]) and torch.equal(dw, dw_today), (chunks, capacity, zero_chunk)
+
+
+BACKWARD_LAUNCHES = {1: (23, {}), 2: (25, {"cat": 2})}
+"""The owner's merged tensorwise backward, by chunks: (Triton launches, torch ops). Per expert
+GEMM dy's cast (its amax pass and the cast), the dgrad weight's cast, dX, the two wgrad casts
+and dW (7), then SwiGLU's derivative and the k-sum of dX; with two chunks the scales of x and
+hidden over both chunks' rows (the partials joined, a torch cat, and one launch each). Finding
+the amaxes of x (twice), h and the three weights again was 9 launches more (32 for either)."""
+
+
+@pytest.mark.parametrize("chunks", sorted(BACKWARD_LAUNCHES))
+def test_tensorwise_backward_launches_no_amax_pass_over_the_rows_or_the_weights(one_rank, monkeypatch, chunks):
+    layer = _layer(one_rank, chunks, None)
+    seen, real = [], ep_fp8_layer._Float8Owner.backward
+    monkeypatch.setattr(ep_fp8_layer._Float8Owner, "backward", lambda *a: seen.append(a) or real(*a))
+    out = layer(_tokens(False))
+    out.backward(torch.ones_like(out))
+    (args,) = seen
+    ops = device_ops(lambda: real(*args))
+    assert (ops.triton, dict(ops.torch_ops)) == BACKWARD_LAUNCHES[chunks], ops
+
+
+def test_delayed_chunks_after_the_first_cast_the_weights_writing_no_tile_maxima(one_rank, monkeypatch):
+    """Which forward casts write tile maxima (``amax``), two chunks: each chunk's x (gate's cast, not
+    up's: x's amax is recorded once) and h, and the weights in the first chunk only (each chunk casts
+    them whole with the forward's one scale). The casts are the same launches either way: what goes
+    is the maxima's writes and allocations."""
+    layer = _layer(one_rank, 2, None, "delayed")
+    writes, tokens, weights = [], training.token_operand, training.forward_of_operand
+    monkeypatch.setattr(training, "token_operand", lambda *a: writes.append(("rows", a[4])) or tokens(*a))
+    monkeypatch.setattr(training, "forward_of_operand", lambda *a: writes.append(("w", a[8])) or weights(*a))
+    out = layer(_tokens(False))
+    out.backward(torch.ones_like(out))
+    chunk = lambda first: [("rows", True), ("w", first), ("rows", False), ("w", first), ("rows", True),  # noqa: E731
+                           ("w", first)]   # gate, up, down
+    assert writes == chunk(True) + chunk(False)
