@@ -34,14 +34,26 @@ def _same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 @pytest.fixture
 def inf_partials(monkeypatch):
-    """quantize_kernel's 1-D float32 outputs (the amax pass's partials: its only one in these
-    tests) start as +inf and go on past their end with PARTIALS more +infs, in one buffer: a
-    reduction reading a partial not written, or up to PARTIALS past the count, gets amax inf.
-    +inf because the kernels' max keeps it where it skips NaN, and no finite x's amax is inf."""
+    """The amax pass's partials (what ``_AmaxPass`` allocates, nothing else) start as +inf and go
+    on past their end with PARTIALS more +infs, in one buffer: a reduction reading a partial not
+    written, or up to PARTIALS past the count, gets amax inf. +inf because the kernels' max keeps
+    it where it skips NaN, and no finite x's amax is inf."""
+    in_pass = []
+    amax_pass = quantize_kernel._AmaxPass.__call__
+
+    def call(self, *args, **kwargs):
+        in_pass.append(self)
+        try:
+            return amax_pass(self, *args, **kwargs)
+        finally:
+            in_pass.pop()
+
     def allocate(shape, dtype, device):
-        if len(shape) != 1 or dtype != torch.float32:
+        if not in_pass:
             return new_output(shape, dtype, device)
+        assert len(shape) == 1 and dtype == torch.float32, (shape, dtype)   # the partials
         return torch.full((shape[0] + quantize_kernel.PARTIALS,), float("inf"), device=device)[:shape[0]]
+    monkeypatch.setattr(quantize_kernel._AmaxPass, "__call__", call)
     monkeypatch.setattr(quantize_kernel, "new_output", allocate)
 
 

@@ -21,6 +21,8 @@ from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm_fp8 import ref as ref_module
 from workbench.check import check_rung
 
+from table_sections import DEVICES
+
 E4M3FN, E4M3FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 SPEC = kernels.spec("grouped_gemm_fp8")
 RUNGS = [r for r in kernels.variants("grouped_gemm_fp8") if r.runs_here()]
@@ -177,7 +179,7 @@ def test_custom_op_fake_kernel_and_compile_without_graph_breaks():
     assert torch.equal(compiled(*args), loss(*args))
 
 
-@pytest.mark.parametrize("backend,arch", [("hip", "gfx942"), ("hip", "gfx950"), ("cuda", "sm_90")])
+@pytest.mark.parametrize("backend,arch", DEVICES)
 def test_aot_launch_names_every_argument_in_the_targets_format(backend, arch):
     dtype = fp8_dtype(arch)      # fnuz on gfx942, OCP on gfx950 and sm_90
     launch, dx, dw, *blockwise = kernels.get("grouped_gemm_fp8", "v0").aot(dtype, backend, arch)

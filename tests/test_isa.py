@@ -15,9 +15,10 @@ import kernels
 from workbench import isa
 from workbench.isa import compile as isa_compile, occupancy as isa_occupancy, parse as isa_parse
 
+from table_sections import TARGETS
+
 AOT_RUNGS = [r for r in kernels.variants("gemm") if r.aot is not None]
 TOP_RUNG = max(AOT_RUNGS, key=lambda r: r.rung)
-TARGETS = ("gfx942", "gfx950", "sm90")
 
 
 def _params(min_rung: int) -> list:

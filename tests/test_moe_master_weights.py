@@ -180,13 +180,14 @@ def test_float8moe_quantizes_the_cast_weights_and_autograd_casts_their_gradients
     parameters their bf16 gradients, exactly, in fp32. Judged against the same layer whose expert
     weights are those casts already (nothing for the region to cast): the same output and the same
     gradients, bit for bit, the expert weights' in fp32 where the reference's are bf16. With the flag
-    on, its experts would get the fp32 weights uncast, which the FP8 GEMM refuses (dtypes differ;
-    checked); the output is not the plain layer's (the bf16 experts')."""
+    on, its experts would get the fp32 weights uncast, which the FP8 GEMM refuses (dtypes differ);
+    the output is not the plain layer's (the bf16 experts')."""
     from kernels.moe.fp8_layer import Float8MoE
 
     base = _layer(dim=16, hidden=32, experts=4, top_k=2, seed=5)   # one interpreter tile wide
     ours = Float8MoE.from_moe(copy.deepcopy(base), "rowwise")
     cast = Float8MoE.from_moe(copy.deepcopy(base), "rowwise")
+    flagged = Float8MoE.from_moe(copy.deepcopy(base), "rowwise")
     for name in WEIGHTS:
         setattr(cast, name, torch.nn.Parameter(getattr(cast, name).detach().to(BF16)))
     x = torch.randn(3, 7, 16, generator=torch.Generator().manual_seed(6))
@@ -199,6 +200,8 @@ def test_float8moe_quantizes_the_cast_weights_and_autograd_casts_their_gradients
             reference = reference.float()
         assert value.dtype == reference.dtype and torch.equal(value, reference), name
     assert not torch.equal(got["out"], _step(base, x)["out"])   # FP8 experts ran, not the bf16 ones
+    with pytest.raises(TypeError, match="dtypes differ"):
+        _step(flagged, x, master=True)
 
 
 def test_the_master_weight_custom_op_passes_opcheck():

@@ -3,13 +3,15 @@ the training comparison's control): built into the model, recorded in every row,
 without a recipe or in a form a row cannot record."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 import kernels
 from kernels.fp8 import Float8Linear
 from workbench import cli, train
-from workbench.train import flops, fp8_layers, fp8_parity, ops, store, tuning_pass
+from workbench.train import flops, fp8_layers, fp8_parity, loop, ops, store, tuning_pass
 from workbench.widgets import TrainingComparison
 
 SMOKE = train.PRESETS["cpu-smoke"]
@@ -52,7 +54,31 @@ def test_the_applied_list_is_the_default_under_a_recipe_and_none_without_one():
     assert fp8_layers.applied("rowwise", None) == kernels.fp8.KEEP_HIGH_PRECISION
     assert fp8_layers.applied(None, None) is None
     assert fp8_layers.applied("rowwise", ["*router"]) == ("*router",)
-    assert "fp8_keep" in store.FIELDS and store.VERSION == 4
+
+
+def test_run_builds_the_model_with_the_list_it_records(monkeypatch):
+    built = []
+
+    def build(*args):
+        built.append(args[-2:])
+        raise RuntimeError("built")   # no training: the arguments are what is checked
+
+    monkeypatch.setattr(loop, "build", build)
+    with pytest.raises(RuntimeError, match="built"):
+        train.run("cpu-smoke", fp8="rowwise", fp8_keep=ROUTED_ONLY, progress=False)
+    assert built == [("rowwise", ROUTED_ONLY)]
+
+
+def test_a_pattern_that_names_no_layer_is_a_warning():
+    """A typo would quantize the layer it meant to keep; the default list names the shared
+    experts of models that have none, so it is never warned about."""
+    with pytest.warns(RuntimeWarning, match=r"\*ruoter name no layer of this model"):
+        model = _build(fp8_keep=("first", "last", "*ruoter"))
+    assert type(model.blocks[1].ffn.router) is Float8Linear   # what the typo did
+    assert fp8_layers.unmatched(model, ("first", "blocks.1.ffn", "*shared_experts", "*.q", "head")) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _build()
 
 
 def test_kept_layers_without_a_recipe_are_refused_before_training(tmp_path, capsys):
@@ -65,10 +91,11 @@ def test_kept_layers_without_a_recipe_are_refused_before_training(tmp_path, caps
         train.run("cpu-smoke", fp8_keep=("first",), progress=False)
 
 
-@pytest.mark.parametrize("keep", ["*router", ("first", 3), lambda name, module: False],
-                         ids=["a bare string", "a non-string", "a callable"])
+@pytest.mark.parametrize("keep", ["*router", ("first", 3), lambda name, module: False, (p for p in ("first",)),
+                                  {"first", "last"}, ("first,last",)],
+                         ids=["a bare string", "a non-string", "a callable", "a generator", "a set", "a comma"])
 def test_a_form_a_row_cannot_record_is_refused(keep):
-    with pytest.raises(TypeError, match="sequence of module names or patterns"):
+    with pytest.raises(TypeError, match="list or tuple of module names or patterns"):
         train.run("cpu-smoke", fp8="rowwise", fp8_keep=keep, progress=False)
 
 
@@ -111,5 +138,5 @@ def test_the_comparison_passes_its_control_to_every_fp8_run_and_shows_it(monkeyp
     widget.run()
     assert runs[-1] == ("rowwise", ())
     assert widget.set(compare="sets").fp8_keep.disabled
-    with pytest.raises(TypeError, match="sequence of module names"):
+    with pytest.raises(TypeError, match="list or tuple of module names"):
         widget.set(fp8_keep="*router")

@@ -184,9 +184,9 @@ def _parse_kernels(text: str) -> str | dict[str, str]:
 
 FP8_RECIPES = kernels.fp8.names()
 FP8_KEEP_HELP = (f"with --fp8: the layers left in high precision, comma-separated module names or "
-                 f"patterns (default {','.join(kernels.fp8.KEEP_HIGH_PRECISION)}; first and last are the "
+                 f"patterns (default '{','.join(kernels.fp8.KEEP_HIGH_PRECISION)}'; first and last are the "
                  f"model's first and last Linear); leave out *shared_experts to run the MoE layers' "
-                 f"shared experts in FP8 (with --kernels moe=workbench), '' for every layer")
+                 f"shared experts in FP8 (with --kernels moe=workbench; not under delayed), '' for every layer")
 TRAIN_COLUMNS = ("step", "loss", "grad_norm", "step_ms", "tokens_per_s", "tflops", "mfu", "peak_mem_gib",
                  "untuned")
 
@@ -237,6 +237,7 @@ def _fp8_keep(args) -> tuple[str, ...] | None:
 
 def cmd_train(args) -> int:
     from . import train
+    from .train import fp8_layers
     from .train.files import FileArgumentError
 
     try:
@@ -258,7 +259,7 @@ def cmd_train(args) -> int:
           f"untuned keys in the steps: {sum(r['untuned'] for r in rows)}")
     if args.fp8:
         print(f"FP8 recipe {args.fp8}: {kernels.fp8.get(args.fp8).summary}; layers kept in high "
-              f"precision: {', '.join(rows[0]['fp8_keep']) or 'none'}")
+              f"precision: {fp8_layers.described(rows[0]['fp8_keep'])}")
     if args.profile:
         print("\nbusiest ops of the last step (ms):")
         print(format_table([dict(op=k, ms=v) for k, v in rows[-1]["op_ms"].items()]))

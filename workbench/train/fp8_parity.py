@@ -50,5 +50,5 @@ def parity_table(runs: dict[str, list[dict]]) -> list[dict]:
                           goal="within 1 %" if goal else "reported",
                           meets_goal=(abs(rel) <= GOAL) if goal else None,
                           kept_in_high_precision="everything" if recipe is None
-                          else fp8_layers.text(rows[0]["fp8_keep"]) or "none"))
+                          else fp8_layers.described(rows[0]["fp8_keep"])))
     return table

@@ -145,13 +145,15 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     The tuning pass runs ``step_fn`` (compiled, with ``compile``), so ``tuning_s`` holds its
     JIT and ``torch.compile`` compiles too.
     Under ``torchrun`` each process runs this; ``parallel`` is "fsdp" or "ddp".
-    ``fp8``: an FP8 recipe (:func:`kernels.fp8.names`); the model's Linear layers but the
-    first, the last and the MoE routers run their three GEMMs in FP8
-    (:func:`kernels.fp8.convert`), and MFU counts those GEMMs at the FP8 peak. A delayed
-    scale that saturated is a warning when the numbers are read (:func:`kernels.fp8.warn_saturation`).
-    ``fp8_keep``: the layers the recipe leaves in high precision, names or patterns as
-    convert's ``keep_high_precision`` (default :data:`kernels.fp8.KEEP_HIGH_PRECISION`, which
-    also keeps the MoE layers' shared experts); each row's ``fp8_keep`` is the list applied.
+    ``fp8``: an FP8 recipe (:func:`kernels.fp8.names`); the model's Linear layers but those
+    ``fp8_keep`` keeps (by default the first, the last and the MoE routers) run their three
+    GEMMs in FP8 (:func:`kernels.fp8.convert`), and MFU counts those GEMMs at the FP8 peak. A
+    delayed scale that saturated is a warning when the numbers are read
+    (:func:`kernels.fp8.warn_saturation`).
+    ``fp8_keep``: the layers the recipe leaves in high precision, a list of names or patterns as
+    convert's ``keep_high_precision`` takes them (default :data:`kernels.fp8.KEEP_HIGH_PRECISION`,
+    which also keeps the MoE layers' shared experts); each row's ``fp8_keep`` is the list the run
+    asked convert to keep (:mod:`.fp8_layers`: what convert cannot quantize it keeps with a warning).
     """
     from tqdm.auto import tqdm  # disable=None: a bar on a terminal, none in logs
 
@@ -171,7 +173,7 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     except ValueError as exc:
         raise FileArgumentError("out", out, f"cannot append the resumed steps ({exc})") from exc
     dtype, spec = dtype_here(here), _gpu_spec(gpu, here)
-    model = build(cfg, impls, seed, device, world, parallel, fp8, kept)
+    model = build(cfg, impls, seed, device, world, parallel, fp8, fp8_keep)
     fp8_flops = flops.fp8_step_flops(model, cfg)
     optimizer = _optimizer(model, cfg)
     start = ckpt.restore(state, resume, model, optimizer) if state else 0

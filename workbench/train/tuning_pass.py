@@ -9,6 +9,8 @@ ahead of a job. Both rank the tuners' candidates with the performance model
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 import kernels as _kernels
@@ -29,11 +31,17 @@ def build(cfg, impls: dict[str, str], seed: int, device, world: int, parallel: s
           fp8: str | None = None, fp8_keep=None) -> torch.nn.Module:
     """The model as a run starts it: seeded, on ``device``, its Linear layers converted to
     the FP8 recipe ``fp8`` (:func:`kernels.fp8.convert`) but those ``fp8_keep`` keeps in high
-    precision (:func:`.fp8_layers.applied`: by default convert's), then wrapped for data parallel."""
+    precision (:func:`.fp8_layers.applied`: by default convert's; a pattern of the caller's that
+    names no layer, a warning), then wrapped for data parallel."""
     kept = fp8_layers.applied(fp8, fp8_keep)
     torch.manual_seed(seed)
     model = GPT(cfg, impls).to(device)
     if fp8 is not None:
+        missing = fp8_layers.unmatched(model, kept) if fp8_keep is not None else []
+        if missing:   # a typo would quantize the layer it meant to keep
+            warnings.warn(f"layers kept in high precision: {fp8_layers.text(missing)} name no layer of "
+                          f"this model (its Linears, MoE layers and their shared experts)", RuntimeWarning,
+                          stacklevel=2)
         _kernels.fp8.convert(model, fp8, keep_high_precision=kept)
     return distributed.wrap(model, world, parallel)
 
