@@ -137,6 +137,9 @@ def test_the_comparison_passes_its_control_to_every_fp8_run_and_shows_it(monkeyp
     widget.set(fp8_keep=())
     widget.run()
     assert runs[-1] == ("rowwise", ())
+    widget.set(fp8_keep=kernels.fp8.KEEP_HIGH_PRECISION)   # the default: convert's own, no list passed
+    widget.run()
+    assert runs[-1] == ("rowwise", None)
     assert widget.set(compare="sets").fp8_keep.disabled
     with pytest.raises(TypeError, match="list or tuple of module names"):
         widget.set(fp8_keep="*router")

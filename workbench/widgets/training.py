@@ -179,7 +179,7 @@ class TrainingComparison(Panel):
             try:
                 runs[label] = train.run(preset, impls, steps=self.steps.value, seed=self.seed.value,
                                         profile=self.profile.value, fp8=recipe, progress=False,
-                                        fp8_keep=None if recipe is None else fp8_layers.parse(self.fp8_keep.value))
+                                        fp8_keep=None if recipe is None else self._fp8_keep())
             except Exception as error:   # a run that cannot go is a result to show, not a crash
                 errors[label] = f"{type(error).__name__}: {error}"
             self.progress.value += 1
@@ -203,6 +203,12 @@ class TrainingComparison(Panel):
         return TrainingResult(preset, "measured" if measured else "interpreter", runs, errors, parity,
                               [tr.summary(label, rows) for label, rows in runs.items()], ops_table,
                               tr.recorded_summary(recorded), charts, notes, fp8_table)
+
+    def _fp8_keep(self) -> tuple[str, ...] | None:
+        """The control's list, None where it is convert's default (which names layers some
+        models lack, the shared experts, without a warning)."""
+        keep = fp8_layers.parse(self.fp8_keep.value)
+        return None if keep == tuple(kernels.fp8.KEEP_HIGH_PRECISION) else keep
 
     @staticmethod
     def _where(runs: dict, measured: bool, fp8: bool = False) -> list[str]:
