@@ -125,25 +125,32 @@ def test_rows_of_wider_buffers_and_transposed_tensors():
     _check(x, r_t, w, dy, dh_t, torch.bfloat16)
 
 
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, None], ids=str)
 @pytest.mark.parametrize("x_dtype, residual_dtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32),
                                                      (torch.bfloat16, torch.float16)], ids=str)
-def test_16_bit_x_adds_with_torch_then_norms(x_dtype, residual_dtype):
+def test_16_bit_x_adds_with_torch_then_norms(x_dtype, residual_dtype, out_dtype):
     """16-bit x: h is torch's ``x + residual`` (rounded to the promoted dtype, which the norm
-    then reads), y ``kernels.rms_norm`` of it, and the gradients autograd's of the two: bit for
-    bit; y within a rounding of float64's norm of that h."""
+    then reads), y ``kernels.rms_norm`` of it (by default in h's dtype), and the gradients
+    autograd's of the two: bit for bit, on each path of the call (with gradients, without, and
+    through the custom op under a function mode); y within a rounding of float64's norm of that h."""
     x, residual, w, dy, dh = _inputs((7, 33), residual_dtype, torch.float32, torch.bfloat16, seed=5, x_dtype=x_dtype)
     with poisoned_outputs():
-        h, y = kernels.add_rms_norm(x, residual, w, EPS, out_dtype=torch.bfloat16)
-        grads = torch.autograd.grad((h, y), (x, residual, w), (dh, dy))
+        h, y = kernels.add_rms_norm(x, residual, w, EPS, out_dtype=out_dtype)
+        grads = torch.autograd.grad((h, y), (x, residual, w), (dh, dy.to(y.dtype)))
+        with torch.no_grad():
+            plain = kernels.add_rms_norm(x, residual, w, EPS, out_dtype=out_dtype)
+        with torch.device("cpu"):   # a torch-function mode: the custom op's path
+            watched = kernels.add_rms_norm(x, residual, w, EPS, out_dtype=out_dtype)
     want_h = x + residual
-    want_y = kernels.rms_norm(want_h, w, EPS, out_dtype=torch.bfloat16)
-    want = torch.autograd.grad((want_h, want_y), (x, residual, w), (dh, dy))
+    want_y = kernels.rms_norm(want_h, w, EPS, out_dtype=out_dtype)
+    want = torch.autograd.grad((want_h, want_y), (x, residual, w), (dh, dy.to(y.dtype)))
     assert h.dtype == want_h.dtype == torch.promote_types(x_dtype, residual_dtype)
-    assert torch.equal(h, want_h) and torch.equal(y, want_y)
+    assert y.dtype == want_y.dtype == (out_dtype or h.dtype)
+    for got_h, got_y in ((h, y), plain, watched):
+        assert torch.equal(got_h, want_h) and got_y.dtype == want_y.dtype and torch.equal(got_y, want_y)
     assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(grads, want))
     h64 = h.detach().double()
-    assert_close(y, h64 * torch.rsqrt(h64.pow(2).mean(-1, keepdim=True) + EPS) * w.detach().double(),
-                 torch.bfloat16)
+    assert_close(y, h64 * torch.rsqrt(h64.pow(2).mean(-1, keepdim=True) + EPS) * w.detach().double(), y.dtype)
 
 
 def test_bad_inputs_get_clear_errors():

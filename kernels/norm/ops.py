@@ -24,7 +24,8 @@ y and rstd) or ``kernels::add_rms_norm`` (h, y and rstd) and ``kernels::rms_norm
 and dweight, and with a residual's dtype db; its optional dh is h's other gradient), with
 fakes, joined by ``register_autograd``, so ``torch.compile(fullgraph=True)`` keeps them as nodes
 without a graph break. The checks and launch settings of one kind of input are kept
-(:mod:`kernels.plans`); the residual add's plan is the norm's, given the residual.
+(:mod:`kernels.plans`); the residual add's plan is the norm's, given the residual (a 16-bit x's:
+the norm of torch's sum, so its call looks up one plan).
 
 The residual add is fused where x is float32, the training model's residual stream
 (:meth:`workbench.train.layers.RMSNorm.add`): a 16-bit x's sum is rounded by torch to the
@@ -55,10 +56,10 @@ def _rows(t: torch.Tensor, rows: int, n: int) -> torch.Tensor:
     return flat if n <= 1 or flat.stride(1) == 1 else flat.contiguous()
 
 
-def _out_dtype(out_dtype, x: torch.Tensor) -> torch.dtype:
-    """y's dtype: ``out_dtype``, or x's where it is None."""
+def _out_dtype(out_dtype, normed: torch.dtype) -> torch.dtype:
+    """y's dtype: ``out_dtype``, or that of the rows normed (``normed``) where it is None."""
     validate.dtype_choice("out_dtype", out_dtype, DTYPES, optional=True)
-    return x.dtype if out_dtype is None else out_dtype
+    return normed if out_dtype is None else out_dtype
 
 
 class _Plan:
@@ -67,9 +68,11 @@ class _Plan:
     settings, the inputs' eager kind. ``residual``: :func:`add_rms_norm`'s, added to x before the
     norm, a float tensor of x's shape on its device; ``fused``: whether the kernel adds it (x fp32,
     so h = x + residual is fp32 whatever the residual's dtype, as torch promotes: the sum of the two
-    in fp32, rounded once, which the kernel computes too), else the plan holds the checks only
-    (:func:`add_rms_norm` adds with torch and norms h through :func:`rms_norm`'s plan).
-    ``residual_dtype``: a backward's, the dtype of the residual its forward added (None: none)."""
+    in fp32, rounded once, which the kernel computes too), else the plan is the one
+    :func:`rms_norm` makes for h = x + residual, which :func:`add_rms_norm` adds with torch (h in
+    their promoted dtype; its kind theirs and the weight's, as h needs a gradient where one of
+    them does). ``residual_dtype``: a backward's, the dtype of the residual its forward added
+    (None: none)."""
 
     def __init__(self, x, weight, eps=None, out_dtype=None, residual=None, residual_dtype=None):
         if residual is not None:
@@ -90,19 +93,20 @@ class _Plan:
             if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
                 raise ValueError(f"eps must be a float >= 0, got {eps!r}")
             self.eps = validate.fp32_argument("eps", float(eps))
-        self.out_dtype = _out_dtype(out_dtype, x)
+        normed = x.dtype
         if residual is not None:
             if residual.shape != x.shape:
                 raise ValueError(f"residual has shape {tuple(residual.shape)}; it must have x's {tuple(x.shape)}")
             validate.same_device(x=x, residual=residual)
             residual_dtype = residual.dtype
         self.fused = residual is not None and x.dtype == torch.float32
-        if residual is not None and not self.fused:
-            return   # 16-bit x: the checks only, nothing of this plan runs
+        if residual is not None and not self.fused:   # 16-bit x: the norm of h, torch's sum
+            normed, residual_dtype = torch.promote_types(x.dtype, residual.dtype), None
+        self.out_dtype = _out_dtype(out_dtype, normed)
         self.shape = x.shape
         self.rows = math.prod(x.shape[:-1])
         self.residual_dtype = residual_dtype
-        self.launch = k.launches(self.rows, self.n, x.dtype, weight.dtype, self.out_dtype, residual_dtype)
+        self.launch = k.launches(self.rows, self.n, normed, weight.dtype, self.out_dtype, residual_dtype)
         self.kind = eager.kind(x, weight) if residual is None else eager.kind(x, residual, weight)
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor,
@@ -338,16 +342,20 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     norm's dx plus h's gradient from its other consumer (none where h is used nowhere else: the
     final norm's), in fp32 once: x's, and the residual's rounded once to its dtype.
     16-bit x is not fused: torch's ``x + residual`` rounds h to the promoted dtype before the
-    norm reads it, so this calls torch's add and then :func:`rms_norm`, as the formula does.
+    norm reads it, so this calls torch's add and norms h as :func:`rms_norm` would, as the formula does.
 
     x and residual of one shape (no broadcasting), float32, float16 or bfloat16, on one device;
     the rest as :func:`rms_norm`'s, y's dtype by default h's. Errors name the argument at fault."""
     plan = _ADD_PLANS(plans.meta(x, residual, weight, extra=(eps, type(eps), out_dtype)), _Plan,
                       x, weight, eps, out_dtype, residual)
-    if not plan.fused:
-        h = x + residual
-        return h, rms_norm(h, weight, eps, out_dtype=out_dtype)
     how = eager.path(known=plan.kind)
+    if not plan.fused:   # the plan norms h as rms_norm's would: no lookup of that one
+        h = x + residual
+        if how == eager.PLAIN:
+            return plan.forward(h, weight)[:2]
+        if how == eager.AUTOGRAD:
+            return h, _apply_rms_norm(h, weight, plan)
+        return h, _rms_norm(h, weight, plan.eps, out_dtype)[0]
     if how == eager.PLAIN:
         return plan.forward(x, weight, residual)[:2]
     if how == eager.AUTOGRAD:

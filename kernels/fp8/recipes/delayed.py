@@ -239,18 +239,22 @@ def push_amax(history: torch.Tensor, counts: torch.Tensor, index: int, maxima: t
     history_ops.record(history, counts, index, maxima, scale, *_SATURATION[fp8], direct)
 
 
-def record_amax(layer, names: tuple[str, ...], maxima, scales) -> None:
+def record_amax(layer, names: tuple[str, ...], maxima, scales, recompute: bool | None = None,
+                direct: bool | None = None) -> None:
     """In training mode: the amax of each of ``maxima`` (one tensor per name in ``names``: the
     tile maxima the fused casts with ``scales``, in that order, wrote) enters the history of each
     name and a step whose scale saturates it is counted (:func:`push_amax`;
     :func:`kernels.eager.direct` asked once for all, the buffers read as :func:`cast_scales` reads
-    them); not in a recompute, whose amaxes its forward recorded (:func:`recomputing`)."""
-    if layer.training and not recomputing(layer):
+    them); not in a recompute, whose amaxes its forward recorded (:func:`recomputing`).
+    ``recompute`` and ``direct``: those answers where the caller asked them already (None: asked
+    here)."""
+    if layer.training and not (recomputing(layer) if recompute is None else recompute):
         buffers, fp8, order = layer._buffers, layer.fp8_dtype, layer.fp8_tensors
         counts, histories = buffers["fp8_saturated"], []
         for name in names:
             histories.append(buffers[PREFIX + name])
-        direct = eager.direct(*histories, counts, *maxima)
+        if direct is None:
+            direct = eager.direct(*histories, counts, *maxima)
         for i, name in enumerate(names):
             push_amax(histories[i], counts, order.index(name), maxima[i], scales[i], fp8, direct)
 
@@ -261,15 +265,21 @@ def record_parts(layer, name: str, parts: list[torch.Tensor]) -> torch.Tensor:
     wrote (``parts``, one tensor per part) enters the history of ``name`` once a step
     (:func:`record_amax`), and the whole tensor's scale is returned: the history's, or while it
     was empty that amax's (:func:`kernels.fp8.history_ops.scale`, which reduces the maxima as the
-    record does: the parts' maxima joined into one vector, one torch op, where several parts are)."""
-    whole = "whole " + name
-    kept = _forward_scale(layer, whole) if recomputing(layer) else None
+    record does: the parts' maxima joined into one vector, one torch op, where several parts are).
+    The recompute question and :func:`kernels.eager.direct` are asked once, for the scale and the
+    record (no maxima need a gradient: the casts mark them non-differentiable, so ``no_grad`` does not
+    change the answer)."""
+    whole, recompute = "whole " + name, recomputing(layer)
+    kept = _forward_scale(layer, whole) if recompute else None
     if kept is not None:
         return kept
     with torch.no_grad():
         maxima = parts[0] if len(parts) == 1 else torch.cat([part.reshape(-1) for part in parts])
-        scale = history_ops.scale(getattr(layer, PREFIX + name), maxima, torch.finfo(layer.fp8_dtype).max)
-    record_amax(layer, (name,), (maxima,), (scale,))
+        buffers = layer._buffers
+        history = buffers[PREFIX + name]
+        direct = eager.direct(history, buffers["fp8_saturated"], maxima)
+        scale = history_ops.scale(history, maxima, torch.finfo(layer.fp8_dtype).max, direct)
+    record_amax(layer, (name,), (maxima,), (scale,), recompute, direct)
     _kept_for_recompute(layer, {whole: scale})
     return scale
 
