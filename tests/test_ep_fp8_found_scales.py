@@ -88,8 +88,12 @@ BACKWARD_LAUNCHES = {1: (23, {}), 2: (25, {"cat": 2})}
 """The owner's merged tensorwise backward, by chunks: (Triton launches, torch ops). Per expert
 GEMM dy's cast (its amax pass and the cast), the dgrad weight's cast, dX, the two wgrad casts
 and dW (7), then SwiGLU's derivative and the k-sum of dX; with two chunks the scales of x and
-hidden over both chunks' rows (the partials joined, a torch cat, and one launch each). Finding
-the amaxes of x (twice), h and the three weights again was 9 launches more (32 for either)."""
+hidden over both chunks' rows (the partials joined, a torch cat, and one launch each)."""
+
+FINDING_LAUNCHES = 32
+"""The same backward with every scale None (each cast finds its own, the path it had before the
+owner kept the forward's): the amax passes and reductions of x (twice), h and the three weights
+again, and no joined scale, for either chunk count."""
 
 
 @pytest.mark.parametrize("chunks", sorted(BACKWARD_LAUNCHES))
@@ -102,6 +106,11 @@ def test_tensorwise_backward_launches_no_amax_pass_over_the_rows_or_the_weights(
     (args,) = seen
     ops = device_ops(lambda: real(*args))
     assert (ops.triton, dict(ops.torch_ops)) == BACKWARD_LAUNCHES[chunks], ops
+    owner = args[0]
+    owner.weight_scales = dict.fromkeys(owner.weight_scales)   # the weights' scales None
+    monkeypatch.setattr(ep_fp8_layer._Float8Owner, "_rows_scale", lambda self, name: None)   # and the rows'
+    finding = device_ops(lambda: real(*args))
+    assert (finding.triton, dict(finding.torch_ops)) == (FINDING_LAUNCHES, {}), finding
 
 
 def test_delayed_chunks_after_the_first_cast_the_weights_writing_no_tile_maxima(one_rank, monkeypatch):
