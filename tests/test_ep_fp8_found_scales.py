@@ -32,26 +32,29 @@ def _layer(group, chunks: int, capacity: int | None, recipe: str = "tensorwise")
     return Float8ExpertParallelMoE.from_ep(ep, recipe, FP8, GRAD)
 
 
-def _tokens(zero_chunk: bool) -> torch.Tensor:
+def _tokens(zero_chunk: bool, tokens: int = TOKENS) -> torch.Tensor:
     """Positive tokens; with ``zero_chunk`` the second chunk's all 0 (its rows' amax 0, scale 1)."""
-    x = torch.rand(TOKENS, DIM, generator=torch.Generator().manual_seed(1)) + 0.1
+    x = torch.rand(tokens, DIM, generator=torch.Generator().manual_seed(1)) + 0.1
     if zero_chunk:
-        x[TOKENS - TOKENS // 2:] = 0
+        x[tokens - tokens // 2:] = 0
     return x.requires_grad_()
 
 
-CASES = [(1, None, False), (2, None, False), (2, None, True), (2, TOKENS * TOP_K + 5, False)]
-"""(ep_chunks, ep_capacity, the second chunk all zero)."""
+CASES = [(TOKENS, 1, None, False), (TOKENS, 2, None, False), (TOKENS, 2, None, True),
+         (TOKENS, 2, TOKENS * TOP_K + 5, False), (1, 2, None, False), (1, 2, TOP_K + 2, False)]
+"""(tokens, ep_chunks, ep_capacity, the second chunk's rows all 0); one token in two chunks leaves
+the second chunk no rows (with capacity, only padding rows)."""
 
 
-@pytest.mark.parametrize("chunks, capacity, zero_chunk", CASES)
-def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, monkeypatch, chunks, capacity,
-                                                                    zero_chunk):
+@pytest.mark.parametrize("tokens, chunks, capacity, zero_chunk", CASES)
+def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, monkeypatch, tokens, chunks,
+                                                                    capacity, zero_chunk):
     """The forward's GEMMs take the scales the owner found, with the bits of casts that find their own;
     each expert GEMM's gradients get them (the rows' over all chunks, the weight's), and give the bits
     of today's backward, which finds them again (scales None): odd row
-    counts, an empty expert, capacity padding, a chunk of zero rows (whose scale of 1 is no
-    candidate for the max: the scale is of the largest amax, not the largest scale)."""
+    counts, an empty expert, capacity padding, a chunk whose rows are all 0 (whose scale of 1 is no
+    candidate for the max: the scale is of the largest amax, not the largest scale), a chunk with
+    no rows."""
     layer = _layer(one_rank, chunks, capacity)
     calls, real = [], ep_fp8_layer.gradients
 
@@ -70,18 +73,19 @@ def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, mo
 
     monkeypatch.setattr(ep_fp8_layer, "gradients", spy)
     monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", cast_found)
-    out = layer(_tokens(zero_chunk))
+    out = layer(_tokens(zero_chunk, tokens))
     assert len(forwards) == 3 * chunks and all(given and torch.equal(a, b) for given, a, b in forwards)
     out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(2)))
     assert len(calls) == 3   # down, gate, up: the merged backward
     offsets = calls[0][0][2]
-    assert offsets[EMPTY] == offsets[EMPTY - 1] and offsets[-1] == TOKENS * TOP_K   # an empty expert
+    assert offsets[EMPTY] == offsets[EMPTY - 1] and offsets[-1] == tokens * TOP_K   # an empty expert
     for args, kwargs in calls:
         scale_x, scale_w = args[8:10]
         assert scale_x is not None and scale_w is not None
         (dx, dw), (dx_today, dw_today) = real(*args, **kwargs), real(*args[:8], None, None, **kwargs)
         end = int(offsets[-1])   # dX's capacity padding rows are left unwritten
-        assert torch.equal(dx[:end], dx_today[:end]) and torch.equal(dw, dw_today), (chunks, capacity, zero_chunk)
+        assert torch.equal(dx[:end], dx_today[:end]) and torch.equal(dw, dw_today), (tokens, chunks, capacity,
+                                                                                     zero_chunk)
 
 
 BACKWARD_LAUNCHES = {1: (23, {}), 2: (25, {"cat": 2})}

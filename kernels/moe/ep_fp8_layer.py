@@ -78,8 +78,8 @@ backward takes them rather than finding them again (no amax pass over x, h or a 
 a weight's as the forward found it, the rows' from the largest of the chunks' amaxes (their
 amax passes' partial maxima, kept), which is the scale one cast over all the rows finds, so the
 gradients are bit for bit those of casts that find their own (tests/test_ep_fp8_found_scales.py,
-with a chunk of zero rows, whose scale of 1 is no amax). Delayed keeps this rank's
-histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS` and :data:`~kernels.moe.fp8_experts.GRAD_TENSORS`,
+with a chunk whose rows are all 0, whose scale of 1 is no amax, and a chunk with no rows).
+Delayed keeps this rank's histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS` and :data:`~kernels.moe.fp8_experts.GRAD_TENSORS`,
 as ``Float8MoE``): of its owner's rows and SwiGLU outputs, of its local experts' weights and of
 its owner's three output gradients (down's dy, gate's dg, up's du), which the amax sync's MAX
 all-reduce (over the data-parallel group, which must span the expert-parallel one) turns
