@@ -112,11 +112,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import eager
 from ..comm import row_bytes
-from ..fp8 import history_ops
-from ..fp8.recipes.delayed import record_parts
-from ..gemm_fp8.quantize import amax_partials_checked
+from ..fp8.recipes.delayed import joined_scale, record_parts, scale_and_partials
 from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
 from .fp8_experts import FP8_TENSORS, GRAD_TENSORS, Float8Experts
@@ -129,15 +126,11 @@ from .layer_ladder.swiglu_forward import swiglu_forward
 
 def _current_scale(t: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Tensorwise's scale of ``t`` (2-D, or an expert stack read as its rows), the one a cast that
-    finds its own would take (amax / fp8's max, 1 for an all-zero or empty ``t``), and the amax
-    pass's partial maxima behind it, whose max is t's amax: two launches, as that cast's own amax
-    pass and reduction (the pass, then :func:`kernels.fp8.history_ops.scale` with a history of no
-    entries, so the partials' scale), no host sync."""
+    finds its own would take, and the amax pass's partial maxima behind it: delayed's
+    :func:`~kernels.fp8.recipes.delayed.scale_and_partials` with a history of no entries (nothing
+    to skip the pass for, no earlier amax), two launches as that cast's own, no host sync."""
     rows = t.detach().reshape(-1, t.shape[-1])
-    direct = eager.direct(rows)
-    no_history = rows.new_empty(0, dtype=torch.float32)   # nothing to skip the pass for, no earlier amax
-    partials = amax_partials_checked(rows, no_history, direct)
-    return history_ops.scale(no_history, partials, torch.finfo(fp8).max, direct), partials
+    return scale_and_partials(rows.new_empty(0, dtype=torch.float32), rows, fp8)
 
 
 class _Float8Owner:
@@ -206,8 +199,7 @@ class _Float8Owner:
         (scale, partials), *more = self.current[name]
         if not more:
             return scale
-        joined = torch.cat([partials, *(p for _, p in more)])
-        return history_ops.scale(joined.new_empty(0), joined, torch.finfo(self.layer.fp8_dtype).max)
+        return joined_scale(partials.new_empty(0), [p for _, p in self.current[name]], self.layer.fp8_dtype)[0]
 
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u

@@ -157,11 +157,31 @@ def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype,
     graph, also in a backward that makes one (``create_graph=True``). ``direct``:
     :func:`kernels.eager.direct` of ``history`` and ``t`` detached, where the caller asked it once
     for several ops (None: asked here)."""
+    return scale_and_partials(history, t, fp8, direct)[0]
+
+
+def scale_and_partials(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype,
+                       direct: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`history_scale`'s scale and the amax pass's partial maxima behind it, for a caller
+    that keeps them to join with other parts' (:func:`joined_scale`); with a history of no
+    entries, current scaling's scale of ``t`` (amax / fp8's max, 1 for all-zero or empty), the
+    partials' max its amax."""
     t = t.detach()
     if direct is None:
         direct = eager.direct(history, t)
     partials = amax_partials_checked(t, history, direct)
-    return history_ops.scale(history, partials, torch.finfo(fp8).max, direct)
+    return history_ops.scale(history, partials, torch.finfo(fp8).max, direct), partials
+
+
+def joined_scale(history: torch.Tensor, parts: list[torch.Tensor],
+                 fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, maxima) of a tensor cast in parts, from each part's maxima (``parts``: tile maxima
+    or amax partials, one tensor per part): the maxima joined into one vector (one torch op, where
+    several parts are; the one part's own otherwise) and :func:`kernels.fp8.history_ops.scale` of
+    ``history`` and them, the scale one cast over the whole tensor would take (a max is exact in
+    any order)."""
+    maxima = parts[0] if len(parts) == 1 else torch.cat([part.reshape(-1) for part in parts])
+    return history_ops.scale(history, maxima, torch.finfo(fp8).max), maxima
 
 
 def recomputing(layer) -> bool:   # asked outside no_grad: the grad mode is part of the answer
@@ -261,14 +281,13 @@ def record_parts(layer, name: str, parts: list[torch.Tensor]) -> torch.Tensor:
     wrote (``parts``, one tensor per part) enters the history of ``name`` once a step
     (:func:`record_amax`), and the whole tensor's scale is returned: the history's, or while it
     was empty that amax's (:func:`kernels.fp8.history_ops.scale`, which reduces the maxima as the
-    record does: the parts' maxima joined into one vector, one torch op, where several parts are)."""
+    record does: :func:`joined_scale`)."""
     whole = "whole " + name
     kept = _forward_scale(layer, whole) if recomputing(layer) else None
     if kept is not None:
         return kept
     with torch.no_grad():
-        maxima = parts[0] if len(parts) == 1 else torch.cat([part.reshape(-1) for part in parts])
-        scale = history_ops.scale(getattr(layer, PREFIX + name), maxima, torch.finfo(layer.fp8_dtype).max)
+        scale, maxima = joined_scale(getattr(layer, PREFIX + name), parts, layer.fp8_dtype)
     record_amax(layer, (name,), (maxima,), (scale,))
     _kept_for_recompute(layer, {whole: scale})
     return scale
