@@ -108,10 +108,9 @@ class Float8Experts:
         names = (name_a, name_w if record_w else None)
         wanted = tuple(name is not None for name in names)
         out, maxima = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, **self._grad_state(name_w))
-        kept = [i for i in (0, 1) if wanted[i]]   # maxima: a's, w's
-        if kept:
-            record(tuple(names[i] for i in kept), tuple(maxima[i] for i in kept),
-                   tuple((scale_a, scale_w)[i] for i in kept))
+        picked = [(n, m, s) for n, m, s in zip(names, maxima, (scale_a, scale_w)) if n]   # maxima: a's, w's
+        if picked:
+            record(*zip(*picked))
         return out
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
