@@ -269,7 +269,8 @@ def test_custom_ops_and_compile_without_graph_breaks():
     for recipe, scales, amax in (("tensorwise", (given[0], None), (False, False)),
                                  ("tensorwise", (None, given[1]), (False, False)),
                                  ("tensorwise", (None, None), (False, False)),   # both scales found, returned
-                                 ("delayed", given, (True, True)), ("delayed", given, (False, True))):
+                                 ("delayed", given, (True, True)), ("delayed", given, (False, True)),
+                                 ("delayed", given, (True, False))):   # the owner's later chunks' gate
         torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
                               (x.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_(),
                                offsets, recipe, E4M3FN,
