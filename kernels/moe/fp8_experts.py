@@ -107,10 +107,11 @@ class Float8Experts:
             return self._grouped(a, scale_a, w, scale_w, offsets)
         names = (name_a, name_w if record_w else None)
         wanted = tuple(name is not None for name in names)
-        out, maxima = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, **self._grad_state(name_w))
-        picked = [(n, m, s) for n, m, s in zip(names, maxima, (scale_a, scale_w)) if n]   # maxima: a's, w's
-        if picked:
-            record(*zip(*picked))
+        found = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, **self._grad_state(name_w))
+        if not any(wanted):   # the output alone (up's GEMM in the expert-parallel owner's later chunks)
+            return found
+        out, maxima = found
+        record(*zip(*[(n, m, s) for n, m, s in zip(names, maxima, (scale_a, scale_w)) if n]))   # maxima: a's, w's
         return out
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
