@@ -117,17 +117,32 @@ def test_tensorwise_backward_launches_no_amax_pass_over_the_rows_or_the_weights(
     assert (finding.triton, dict(finding.torch_ops)) == (FINDING_LAUNCHES, {}), finding
 
 
+FORWARD_GEMM_OPS = (3, {"full": 1})
+"""A delayed forward GEMM's (Triton launches, torch ops): x's cast, w's (its one group's offsets a
+torch full) and the grouped GEMM, the same whether w's cast writes tile maxima or not: what a later
+chunk saves is their writes and allocation."""
+
+
 def test_delayed_chunks_after_the_first_cast_the_weights_writing_no_tile_maxima(one_rank, monkeypatch):
     """Which forward casts write tile maxima (``amax``), two chunks: each chunk's x (gate's cast, not
     up's: x's amax is recorded once) and h, and the weights in the first chunk only (each chunk casts
-    them whole with the forward's one scale). The casts are the same launches either way: what goes
-    is the maxima's writes and allocations."""
+    them whole with the forward's one scale). A later chunk's GEMMs are :data:`FORWARD_GEMM_OPS`
+    each, as with w's maxima written."""
     layer = _layer(one_rank, 2, None, "delayed")
     writes, tokens, weights = [], training.token_operand, training.forward_of_operand
     monkeypatch.setattr(training, "token_operand", lambda *a: writes.append(("rows", a[4])) or tokens(*a))
     monkeypatch.setattr(training, "forward_of_operand", lambda *a: writes.append(("w", a[8])) or weights(*a))
+    grouped, calls = Float8ExpertParallelMoE._grouped, []
+    monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", lambda *a, **k: calls.append((a, k)) or grouped(*a, **k))
     out = layer(_tokens(False))
     out.backward(torch.ones_like(out))
     chunk = lambda first: [("rows", True), ("w", first), ("rows", False), ("w", first), ("rows", True),  # noqa: E731
                            ("w", first)]   # gate, up, down
     assert writes == chunk(True) + chunk(False)
+    assert [k["amax"] for _, k in calls[3:]] == [(True, False), (False, False), (True, False)]   # the later chunk's
+    for args, kwargs in calls[3:]:
+        with torch.no_grad():
+            sent, written = (device_ops(lambda amax=amax: grouped(*args, **{**kwargs, "amax": amax}))
+                             for amax in (kwargs["amax"], (kwargs["amax"][0], True)))
+        counted = [(ops.triton, dict(ops.torch_ops)) for ops in (sent, written)]
+        assert counted == [FORWARD_GEMM_OPS] * 2, (kwargs["amax"], counted)
