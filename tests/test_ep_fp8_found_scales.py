@@ -32,26 +32,29 @@ def _layer(group, chunks: int, capacity: int | None, recipe: str = "tensorwise")
     return Float8ExpertParallelMoE.from_ep(ep, recipe, FP8, GRAD)
 
 
-def _tokens(zero_chunk: bool) -> torch.Tensor:
+def _tokens(zero_chunk: bool, tokens: int = TOKENS) -> torch.Tensor:
     """Positive tokens; with ``zero_chunk`` the second chunk's all 0 (its rows' amax 0, scale 1)."""
-    x = torch.rand(TOKENS, DIM, generator=torch.Generator().manual_seed(1)) + 0.1
+    x = torch.rand(tokens, DIM, generator=torch.Generator().manual_seed(1)) + 0.1
     if zero_chunk:
-        x[TOKENS - TOKENS // 2:] = 0
+        x[tokens - tokens // 2:] = 0
     return x.requires_grad_()
 
 
-CASES = [(1, None, False), (2, None, False), (2, None, True), (2, TOKENS * TOP_K + 5, False)]
-"""(ep_chunks, ep_capacity, the second chunk all zero)."""
+CASES = [(TOKENS, 1, None, False), (TOKENS, 2, None, False), (TOKENS, 2, None, True),
+         (TOKENS, 2, TOKENS * TOP_K + 5, False), (1, 2, None, False), (1, 2, TOP_K + 2, False)]
+"""(tokens, ep_chunks, ep_capacity, the second chunk's rows all 0); one token in two chunks leaves
+the second chunk no rows (with capacity, only padding rows)."""
 
 
-@pytest.mark.parametrize("chunks, capacity, zero_chunk", CASES)
-def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, monkeypatch, chunks, capacity,
-                                                                    zero_chunk):
+@pytest.mark.parametrize("tokens, chunks, capacity, zero_chunk", CASES)
+def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, monkeypatch, tokens, chunks,
+                                                                    capacity, zero_chunk):
     """The forward's GEMMs take the scales the owner found, with the bits of casts that find their own;
     each expert GEMM's gradients get them (the rows' over all chunks, the weight's), and give the bits
     of today's backward, which finds them again (scales None): odd row
-    counts, an empty expert, capacity padding, a chunk of zero rows (whose scale of 1 is no
-    candidate for the max: the scale is of the largest amax, not the largest scale)."""
+    counts, an empty expert, capacity padding, a chunk whose rows are all 0 (whose scale of 1 is no
+    candidate for the max: the scale is of the largest amax, not the largest scale), a chunk with
+    no rows."""
     layer = _layer(one_rank, chunks, capacity)
     calls, real = [], ep_fp8_layer.gradients
 
@@ -70,26 +73,31 @@ def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, mo
 
     monkeypatch.setattr(ep_fp8_layer, "gradients", spy)
     monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", cast_found)
-    out = layer(_tokens(zero_chunk))
+    out = layer(_tokens(zero_chunk, tokens))
     assert len(forwards) == 3 * chunks and all(given and torch.equal(a, b) for given, a, b in forwards)
     out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(2)))
     assert len(calls) == 3   # down, gate, up: the merged backward
     offsets = calls[0][0][2]
-    assert offsets[EMPTY] == offsets[EMPTY - 1] and offsets[-1] == TOKENS * TOP_K   # an empty expert
+    assert offsets[EMPTY] == offsets[EMPTY - 1] and offsets[-1] == tokens * TOP_K   # an empty expert
     for args, kwargs in calls:
         scale_x, scale_w = args[8:10]
         assert scale_x is not None and scale_w is not None
         (dx, dw), (dx_today, dw_today) = real(*args, **kwargs), real(*args[:8], None, None, **kwargs)
         end = int(offsets[-1])   # dX's capacity padding rows are left unwritten
-        assert torch.equal(dx[:end], dx_today[:end]) and torch.equal(dw, dw_today), (chunks, capacity, zero_chunk)
+        assert torch.equal(dx[:end], dx_today[:end]) and torch.equal(dw, dw_today), (tokens, chunks, capacity,
+                                                                                     zero_chunk)
 
 
 BACKWARD_LAUNCHES = {1: (23, {}), 2: (25, {"cat": 2})}
 """The owner's merged tensorwise backward, by chunks: (Triton launches, torch ops). Per expert
 GEMM dy's cast (its amax pass and the cast), the dgrad weight's cast, dX, the two wgrad casts
 and dW (7), then SwiGLU's derivative and the k-sum of dX; with two chunks the scales of x and
-hidden over both chunks' rows (the partials joined, a torch cat, and one launch each). Finding
-the amaxes of x (twice), h and the three weights again was 9 launches more (32 for either)."""
+hidden over both chunks' rows (the partials joined, a torch cat, and one launch each)."""
+
+FINDING_LAUNCHES = 32
+"""The same backward with every scale None (each cast finds its own, the path it had before the
+owner kept the forward's): the amax passes and reductions of x (twice), h and the three weights
+again, and no joined scale, for either chunk count."""
 
 
 @pytest.mark.parametrize("chunks", sorted(BACKWARD_LAUNCHES))
@@ -102,19 +110,39 @@ def test_tensorwise_backward_launches_no_amax_pass_over_the_rows_or_the_weights(
     (args,) = seen
     ops = device_ops(lambda: real(*args))
     assert (ops.triton, dict(ops.torch_ops)) == BACKWARD_LAUNCHES[chunks], ops
+    owner = args[0]
+    owner.weight_scales = dict.fromkeys(owner.weight_scales)   # the weights' scales None
+    monkeypatch.setattr(ep_fp8_layer._Float8Owner, "_rows_scale", lambda self, name: None)   # and the rows'
+    finding = device_ops(lambda: real(*args))
+    assert (finding.triton, dict(finding.torch_ops)) == (FINDING_LAUNCHES, {}), finding
+
+
+FORWARD_GEMM_OPS = (3, {"full": 1})
+"""A delayed forward GEMM's (Triton launches, torch ops): x's cast, w's (its one group's offsets a
+torch full) and the grouped GEMM, the same whether w's cast writes tile maxima or not: what a later
+chunk saves is their writes and allocation."""
 
 
 def test_delayed_chunks_after_the_first_cast_the_weights_writing_no_tile_maxima(one_rank, monkeypatch):
     """Which forward casts write tile maxima (``amax``), two chunks: each chunk's x (gate's cast, not
     up's: x's amax is recorded once) and h, and the weights in the first chunk only (each chunk casts
-    them whole with the forward's one scale). The casts are the same launches either way: what goes
-    is the maxima's writes and allocations."""
+    them whole with the forward's one scale). A later chunk's GEMMs are :data:`FORWARD_GEMM_OPS`
+    each, as with w's maxima written."""
     layer = _layer(one_rank, 2, None, "delayed")
     writes, tokens, weights = [], training.token_operand, training.forward_of_operand
     monkeypatch.setattr(training, "token_operand", lambda *a: writes.append(("rows", a[4])) or tokens(*a))
     monkeypatch.setattr(training, "forward_of_operand", lambda *a: writes.append(("w", a[8])) or weights(*a))
+    grouped, calls = Float8ExpertParallelMoE._grouped, []
+    monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", lambda *a, **k: calls.append((a, k)) or grouped(*a, **k))
     out = layer(_tokens(False))
     out.backward(torch.ones_like(out))
     chunk = lambda first: [("rows", True), ("w", first), ("rows", False), ("w", first), ("rows", True),  # noqa: E731
                            ("w", first)]   # gate, up, down
     assert writes == chunk(True) + chunk(False)
+    assert [k["amax"] for _, k in calls[3:]] == [(True, False), (False, False), (True, False)]   # the later chunk's
+    for args, kwargs in calls[3:]:
+        with torch.no_grad():
+            sent, written = (device_ops(lambda amax=amax: grouped(*args, **{**kwargs, "amax": amax}))
+                             for amax in (kwargs["amax"], (kwargs["amax"][0], True)))
+        counted = [(ops.triton, dict(ops.torch_ops)) for ops in (sent, written)]
+        assert counted == [FORWARD_GEMM_OPS] * 2, (kwargs["amax"], counted)

@@ -26,6 +26,7 @@ from kernels.moe.grouped_gemm_fp8 import dw as dw_module
 from kernels.moe.grouped_gemm_fp8 import quantize, v0_one_launch
 from fp8_quantizations import TorchCalls, amax_passes, quantizations
 from workbench import train
+from workbench.harness.device_ops import device_ops
 from workbench.train import flops
 from workbench.train.model import GPT
 
@@ -160,6 +161,38 @@ def test_forward_and_backward_are_nine_fp8_grouped_launches_close_to_high_precis
     assert torch.equal(layer.expert_counts, fp8_layer.expert_counts)    # same routing
     for hp, fp8 in zip(*outs):     # e4m3: 2^-4 per element, averaged over the sums
         assert (fp8 - hp).norm() <= 0.1 * hp.norm()
+
+
+def test_tensorwise_finds_x_s_scale_once_for_gate_and_up_bit_for_bit(monkeypatch):
+    """Under tensorwise gate's and up's GEMMs cast x with one scale found before them
+    (Float8Experts._cast_scale: one amax pass over the rows, not one per cast), hidden and the
+    weights with their own: output and every gradient bit for bit, and the step's device ops the
+    same (a cast that finds a token operand's scale adds one launch, current_scale is two), as
+    when every cast finds its own."""
+    layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "tensorwise", FP8)
+    x = torch.randn(2, 7, DIM)
+    grouped, given = Float8MoE._grouped, []
+
+    def spied(self, a, scale_a, w, scale_w, *args, **kwargs):
+        given.append((scale_a, scale_w))
+        return grouped(self, a, scale_a, w, scale_w, *args, **kwargs)
+
+    def step():
+        xi = x.clone().requires_grad_()
+        out = layer(xi)
+        out.square().sum().backward()
+        results = [out.detach(), xi.grad, *(p.grad for p in layer.parameters())]
+        layer.zero_grad(set_to_none=True)
+        return results
+
+    monkeypatch.setattr(Float8MoE, "_grouped", spied)
+    once, ops_once = step(), device_ops(step)
+    (x_gate, gate), (x_up, up), (hidden, down) = given[:3]
+    assert x_gate is x_up and x_gate is not None and (gate, up, hidden, down) == (None,) * 4
+    monkeypatch.setattr(fp8_experts.Float8Experts, "_cast_scale", lambda *a: None)   # each cast finds its own
+    own, ops_own = step(), device_ops(step)
+    assert all(torch.equal(a, b) for a, b in zip(once, own, strict=True))
+    assert (ops_once.triton, ops_once.torch_ops) == (ops_own.triton, ops_own.torch_ops)
 
 
 @pytest.mark.parametrize("recipe", ["rowwise", "delayed"])   # delayed: its histories are updated in the graph

@@ -63,7 +63,8 @@ def _history_scales(x, w, fp8):
 def test_the_forward_with_amax_is_the_plain_forward_and_finds_both_amaxes(dtype):
     """``amax=True`` (delayed's record) changes no output bit, and the maxes of the tile maxima
     it returns are bitwise x's and w's ``abs().amax()``, found by the forward's casts; a pair of
-    flags returns those of the casts it names, the others empty."""
+    flags returns those of the casts it names, the others empty; (False, False) the output alone, as
+    False."""
     x, w, _, offsets = problem(dtype=dtype)
     scales = _history_scales(x.float(), w.float(), E4M3FN)
     with poisoned_outputs():
@@ -72,12 +73,15 @@ def test_the_forward_with_amax_is_the_plain_forward_and_finds_both_amaxes(dtype)
     found = torch.stack([reduce_maxima(m) for m in maxima])
     want = torch.stack([x.abs().amax(), w.abs().amax()]).float()
     assert torch.equal(y, plain) and torch.equal(found.view(torch.int32), want.view(torch.int32))
-    for pair in ((True, False), (False, True), (False, False)):   # only the casts named write theirs
+    for pair in ((True, False), (False, True)):   # only the casts named write theirs
         with poisoned_outputs():
             y, some = grouped_gemm_fp8_train(x, w, offsets, "delayed", E4M3FN, None, *scales, amax=pair)
         assert torch.equal(y, plain), pair
         for wanted, got, all_of in zip(pair, some, maxima):
             assert torch.equal(got, all_of) if wanted else got.numel() == 0, pair
+    with poisoned_outputs():
+        alone = grouped_gemm_fp8_train(x, w, offsets, "delayed", E4M3FN, None, *scales, amax=(False, False))
+    assert torch.equal(alone, plain)
     with pytest.raises(TypeError, match=r"amax must be a bool or a pair of bools \(x's, w's\), got \[True\]"):
         grouped_gemm_fp8_train(x, w, offsets, "delayed", E4M3FN, None, *scales, amax=[True])
 
@@ -178,8 +182,10 @@ def test_empty_operands_give_zeros_of_the_operands_shapes(sizes, k, n, recipe):
     (dict(recipe="tensorwise", scale_w=torch.ones(2)), ValueError, "scale_w must hold one number"),
     (dict(recipe="tensorwise", scale_x=torch.tensor(1.0, dtype=torch.float64)), TypeError,
      "scale_x has dtype float64"),
+    (dict(recipe="tensorwise", scale_x=torch.tensor(1.0), amax=(False, True)), ValueError,
+     r"amax=\(False, True\) returns the tile maxima .*: pass scale_x and scale_w"),
 ], ids=["recipe", "fp8-format", "grad-family", "grad-not-fp8", "mixed-dtypes", "fp8-input", "offsets-int64",
-        "delayed-without-scales", "rowwise-with-scale", "scale-shape", "scale-dtype"])
+        "delayed-without-scales", "rowwise-with-scale", "scale-shape", "scale-dtype", "amax-without-scales"])
 def test_bad_inputs_are_refused_by_name(change, error, match):
     x, w, _, offsets = problem()
     args = {**dict(x=x, w=w, offsets=offsets, fp8_dtype=E4M3FN), **change}
@@ -269,7 +275,8 @@ def test_custom_ops_and_compile_without_graph_breaks():
     for recipe, scales, amax in (("tensorwise", (given[0], None), (False, False)),
                                  ("tensorwise", (None, given[1]), (False, False)),
                                  ("tensorwise", (None, None), (False, False)),   # both scales found, returned
-                                 ("delayed", given, (True, True)), ("delayed", given, (False, True))):
+                                 ("delayed", given, (True, True)), ("delayed", given, (False, True)),
+                                 ("delayed", given, (True, False))):   # the owner's later chunks' gate
         torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
                               (x.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_(),
                                offsets, recipe, E4M3FN,

@@ -78,8 +78,8 @@ backward takes them rather than finding them again (no amax pass over x, h or a 
 a weight's as the forward found it, the rows' from the largest of the chunks' amaxes (their
 amax passes' partial maxima, kept), which is the scale one cast over all the rows finds, so the
 gradients are bit for bit those of casts that find their own (tests/test_ep_fp8_found_scales.py,
-with a chunk of zero rows, whose scale of 1 is no amax). Delayed keeps this rank's
-histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS` and :data:`~kernels.moe.fp8_experts.GRAD_TENSORS`,
+with a chunk whose rows are all 0, whose scale of 1 is no amax, and a chunk with no rows).
+Delayed keeps this rank's histories (:data:`kernels.moe.fp8_experts.FP8_TENSORS` and :data:`~kernels.moe.fp8_experts.GRAD_TENSORS`,
 as ``Float8MoE``): of its owner's rows and SwiGLU outputs, of its local experts' weights and of
 its owner's three output gradients (down's dy, gate's dg, up's du), which the amax sync's MAX
 all-reduce (over the data-parallel group, which must span the expert-parallel one) turns
@@ -112,11 +112,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import eager
 from ..comm import row_bytes
-from ..fp8 import history_ops
-from ..fp8.recipes.delayed import record_parts
-from ..gemm_fp8.quantize import amax_partials_checked
+from ..fp8.recipes.delayed import joined_scale, record_parts
 from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
 from .fp8_experts import FP8_TENSORS, GRAD_TENSORS, Float8Experts
@@ -125,19 +122,6 @@ from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_oper
 from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.swiglu_backward import swiglu_backward
 from .layer_ladder.swiglu_forward import swiglu_forward
-
-
-def _current_scale(t: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tensorwise's scale of ``t`` (2-D, or an expert stack read as its rows), the one a cast that
-    finds its own would take (amax / fp8's max, 1 for an all-zero or empty ``t``), and the amax
-    pass's partial maxima behind it, whose max is t's amax: two launches, as that cast's own amax
-    pass and reduction (the pass, then :func:`kernels.fp8.history_ops.scale` with a history of no
-    entries, so the partials' scale), no host sync."""
-    rows = t.detach().reshape(-1, t.shape[-1])
-    direct = eager.direct(rows)
-    no_history = rows.new_empty(0, dtype=torch.float32)   # nothing to skip the pass for, no earlier amax
-    partials = amax_partials_checked(rows, no_history, direct)
-    return history_ops.scale(no_history, partials, torch.finfo(fp8).max, direct), partials
 
 
 class _Float8Owner:
@@ -157,7 +141,8 @@ class _Float8Owner:
         # per chunk its casts' tile maxima (delayed; a weight's: the first chunk's alone, :meth:`_found`)
         self.maxima: dict[str, list] = {name: [] for name in FP8_TENSORS}
         self.scales: dict = {"x": None, "hidden": None}   # delayed: the backward's, for all chunks' rows
-        self.current: dict = {"x": [], "hidden": []}   # tensorwise: per chunk the rows' (scale, amax partials)
+        # tensorwise: the (scale, amax partials) Float8Experts._cast_scale found, the rows' per chunk
+        self.current: dict[str, list] = {name: [] for name in FP8_TENSORS}
         self.fp8_dispatch = layer.fp8_dispatch
         self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
 
@@ -184,18 +169,6 @@ class _Float8Owner:
         for name, found in zip(names, maxima):
             self.maxima[name].append(found)
 
-    def _scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
-        """The per-tensor scale this forward casts ``t``, the operand ``name``, with: delayed's
-        (:meth:`Float8Experts._cast_scale`), tensorwise's current one (:func:`_current_scale`, for
-        the rows kept with their amax partials for :meth:`_rows_scale`), None under the other
-        recipes, whose casts find their own scales."""
-        if self.layer.recipe != "tensorwise":
-            return self.layer._cast_scale(name, t)
-        scale, partials = _current_scale(t, self.layer.fp8_dtype)
-        if name in self.current:   # the rows', per chunk
-            self.current[name].append((scale, partials))
-        return scale
-
     def _rows_scale(self, name: str) -> torch.Tensor | None:
         """The scale of all chunks' rows of ``name`` (x or hidden) for the backward's casts: delayed's,
         which :meth:`record` took; tensorwise's, the one a cast over all of them would find: of the
@@ -206,15 +179,15 @@ class _Float8Owner:
         (scale, partials), *more = self.current[name]
         if not more:
             return scale
-        joined = torch.cat([partials, *(p for _, p in more)])
-        return history_ops.scale(joined.new_empty(0), joined, torch.finfo(self.layer.fp8_dtype).max)
+        return joined_scale(partials.new_empty(0), [p for _, p in self.current[name]], self.layer.fp8_dtype)[0]
 
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
         empty unless ``save``."""
         layer, first = self.layer, self.weight_scales is None   # the first chunk records the weights' amaxes
         if first:   # one scale per weight and forward
-            self.weight_scales = {n: self._scale(n, w) for n, w in (("gate", gate), ("up", up), ("down", down))}
+            self.weight_scales = {n: layer._cast_scale(n, w, self.current[n])
+                                  for n, w in (("gate", gate), ("up", up), ("down", down))}
             # the output gradients' histories, and their counts in training mode (the forward's mode)
             self.grad_state = {n: layer._grad_state(n) for n in self.weight_scales}
         if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
@@ -222,14 +195,14 @@ class _Float8Owner:
             g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype,
                                        scale_rule=layer.scale_rule)[0] for w in (gate, up))
         else:
-            scale_x = self._scale("x", rows)   # gate and up share it, x's amax recorded once
+            scale_x = layer._cast_scale("x", rows, self.current["x"])   # gate and up share it: x's amax once
             g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x", first)
             u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up", None, first)
         # capacity padding (rows past the last expert's end, which gate and up left unwritten):
         # not read, and 0 in h, which down's quantization reads
         h = swiglu_forward(g, u, rows_end=offsets[-1:] if self.padded else None)
-        y = layer._mm(h, self._scale("hidden", h), down, self.weight_scales["down"], offsets, self._found,
-                      "down", "hidden", first)
+        y = layer._mm(h, layer._cast_scale("hidden", h, self.current["hidden"]), down, self.weight_scales["down"],
+                      offsets, self._found, "down", "hidden", first)
         if not save:
             g = u = h.new_zeros((0, g.shape[1]))
         return y, g, u, h

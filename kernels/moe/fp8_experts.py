@@ -19,7 +19,7 @@ import torch
 
 from ..fp8 import recipe as fp8_recipes
 from ..fp8.linear import fp8_linear
-from ..fp8.recipes.delayed import PREFIX, cast_scales, history_state
+from ..fp8.recipes.delayed import PREFIX, cast_scales, history_state, scale_and_partials
 from ..joint_gemm import joint_gemm
 from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
@@ -33,6 +33,15 @@ GRAD_TENSORS = ("dy_gate", "dy_up", "dy_down")
 SwiGLU's derivative, down's dy), whose delayed histories both FP8 MoE layers keep after
 :data:`FP8_TENSORS` (the expert-parallel one's merged backward records its owner's rows'
 amaxes, :mod:`kernels.moe.ep_fp8_layer`)."""
+
+
+def current_scale(t: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tensorwise's scale of ``t`` (2-D, or an expert stack read as its rows), the one a cast that
+    finds its own would take, and the amax pass's partial maxima behind it: delayed's
+    :func:`~kernels.fp8.recipes.delayed.scale_and_partials` with a history of no entries (nothing
+    to skip the pass for, no earlier amax), two launches as that cast's own, no host sync."""
+    rows = t.detach().reshape(-1, t.shape[-1])
+    return scale_and_partials(rows.new_empty(0, dtype=torch.float32), rows, fp8)
 
 
 class Float8Experts:
@@ -70,10 +79,23 @@ class Float8Experts:
                 new.register_buffer(name, buffer)
         return new
 
-    def _cast_scale(self, name: str, t: torch.Tensor) -> torch.Tensor | None:
-        """``t``'s delayed scale for a fused cast that returns the amax to record (``t`` read only
-        while its history is empty), None under another recipe."""
-        return cast_scales(self, {name: t})[name] if self.recipe == "delayed" else None
+    def _cast_scale(self, name: str, t: torch.Tensor, found: list | None = None) -> torch.Tensor | None:
+        """``t``'s per-tensor scale for its fused casts: delayed's, for a cast that returns the amax
+        to record (``t`` read only while its history is empty); tensorwise's current one
+        (:func:`current_scale`, the one a cast that finds its own would take) for x, which gate's and
+        up's GEMMs both cast (one amax pass over the rows, not two; the same launches: each cast
+        finding its own adds one), and where ``found`` is given (the expert-parallel owner, whose
+        merged backward takes every scale its forward used), appended there with its amax partials;
+        otherwise None, as under the other recipes: the casts find their own (a GEMM's backward
+        takes what its forward found)."""
+        if self.recipe == "delayed":
+            return cast_scales(self, {name: t})[name]
+        if self.recipe != "tensorwise" or (name != "x" and found is None):
+            return None
+        scale, partials = current_scale(t, self.fp8_dtype)
+        if found is not None:
+            found.append((scale, partials))
+        return scale
 
     def _grad_state(self, name_w: str) -> dict:
         """The delayed state of the output gradient of ``name_w``'s GEMM for the training op's
@@ -101,17 +123,17 @@ class Float8Experts:
         (gate and up cast the same x: one of them names it; a cast whose amax is not recorded writes
         no tile maxima), and the backward takes the output
         gradient's scale from ``dy_<name_w>``'s history and records into it where the layer keeps one.
-        Under another recipe the scales are None (the casts find their own) or tensorwise's, found
-        by the caller (the expert-parallel owner's, :mod:`kernels.moe.ep_fp8_layer`): nothing to record."""
+        Under another recipe the scales are None (the casts find their own) or tensorwise's
+        (:meth:`_cast_scale`): nothing to record."""
         if self.recipe != "delayed":
             return self._grouped(a, scale_a, w, scale_w, offsets)
         names = (name_a, name_w if record_w else None)
         wanted = tuple(name is not None for name in names)
-        out, maxima = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, **self._grad_state(name_w))
-        kept = [i for i in (0, 1) if wanted[i]]   # maxima: a's, w's
-        if kept:
-            record(tuple(names[i] for i in kept), tuple(maxima[i] for i in kept),
-                   tuple((scale_a, scale_w)[i] for i in kept))
+        found = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, **self._grad_state(name_w))
+        if not any(wanted):   # the output alone (up's GEMM in the expert-parallel owner's later chunks)
+            return found
+        out, maxima = found
+        record(*zip(*[(n, m, s) for n, m, s in zip(names, maxima, (scale_a, scale_w)) if n]))   # maxima: a's, w's
         return out
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):

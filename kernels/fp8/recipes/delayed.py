@@ -157,11 +157,35 @@ def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype,
     graph, also in a backward that makes one (``create_graph=True``). ``direct``:
     :func:`kernels.eager.direct` of ``history`` and ``t`` detached, where the caller asked it once
     for several ops (None: asked here)."""
+    return scale_and_partials(history, t, fp8, direct)[0]
+
+
+def scale_and_partials(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype,
+                       direct: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`history_scale`'s scale and the amax pass's partial maxima behind it, for a caller
+    that keeps them to join with other parts' (:func:`joined_scale`); with a history of no
+    entries, current scaling's scale of ``t`` (amax / fp8's max, 1 for all-zero or empty), the
+    partials' max its amax."""
     t = t.detach()
     if direct is None:
         direct = eager.direct(history, t)
     partials = amax_partials_checked(t, history, direct)
-    return history_ops.scale(history, partials, torch.finfo(fp8).max, direct)
+    return history_ops.scale(history, partials, torch.finfo(fp8).max, direct), partials
+
+
+def joined_scale(history: torch.Tensor, parts: list[torch.Tensor],
+                 fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, maxima) of a tensor cast in parts, from each part's maxima (``parts``: tile maxima
+    or amax partials, one tensor per part): the maxima joined into one vector (:func:`joined`) and
+    :func:`kernels.fp8.history_ops.scale` of ``history`` and them, the scale one cast over the
+    whole tensor would take (a max is exact in any order)."""
+    maxima = joined(parts)
+    return history_ops.scale(history, maxima, torch.finfo(fp8).max), maxima
+
+
+def joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Parts' maxima as one vector: the one part's own, else one torch op joining them."""
+    return parts[0] if len(parts) == 1 else torch.cat([part.reshape(-1) for part in parts])
 
 
 def recomputing(layer) -> bool:   # asked outside no_grad: the grad mode is part of the answer
@@ -265,16 +289,15 @@ def record_parts(layer, name: str, parts: list[torch.Tensor]) -> torch.Tensor:
     wrote (``parts``, one tensor per part) enters the history of ``name`` once a step
     (:func:`record_amax`), and the whole tensor's scale is returned: the history's, or while it
     was empty that amax's (:func:`kernels.fp8.history_ops.scale`, which reduces the maxima as the
-    record does: the parts' maxima joined into one vector, one torch op, where several parts are).
-    The recompute question and :func:`kernels.eager.direct` are asked once, for the scale and the
-    record (no maxima need a gradient: the casts mark them non-differentiable, so ``no_grad`` does not
-    change the answer)."""
+    record does: the parts' maxima joined, :func:`joined`). The recompute question and
+    :func:`kernels.eager.direct` are asked once, for the scale and the record (no maxima need a
+    gradient: the casts mark them non-differentiable, so ``no_grad`` does not change the answer)."""
     whole, recompute = "whole " + name, recomputing(layer)
     kept = _forward_scale(layer, whole) if recompute else None
     if kept is not None:
         return kept
     with torch.no_grad():
-        maxima = parts[0] if len(parts) == 1 else torch.cat([part.reshape(-1) for part in parts])
+        maxima = joined(parts)
         buffers = layer._buffers
         history = buffers[PREFIX + name]
         direct = eager.direct(history, buffers["fp8_saturated"], maxima)

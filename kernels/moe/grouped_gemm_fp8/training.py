@@ -323,7 +323,7 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     (:func:`kernels.fp8.history_ops.record`) rather than in torch ops. A pair of bools (x's, w's)
     instead of True: only the casts it names write them, the other's maxima empty (up's GEMM casts
     the x gate's recorded; the expert-parallel owner's chunks after the first cast weights the first
-    recorded).
+    recorded); (False, False) is False, ``out`` alone.
     ``history_dy`` (``"delayed"`` only; float32 (HISTORY,), on x's device): the output gradient's
     amax history, from which the backward takes dy's scale for both its casts, on the device
     (its current amax while the history is empty); with ``counts`` (int64, one per tensor of the
@@ -351,12 +351,13 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     _check_scale("scale_w", scale_w, recipe, x)
     amax_x, amax_w = _amax_flags(amax)
     if (amax_x or amax_w) and (scale_x is None or scale_w is None):
-        raise ValueError("amax=True returns the amaxes the casts with given scales find: pass scale_x and scale_w")
+        raise ValueError(f"amax={amax!r} returns the tile maxima the casts with given scales find: "
+                         "pass scale_x and scale_w")
     _check_grad_state(history_dy, counts, count_index, recipe, x)
     scale_rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
     op = _train_impl if eager.direct(x, w, offsets) else _train
     out, *maxima, _, _ = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax_x, amax_w,
                             history_dy, counts, count_index, scale_rule)
-    if amax is False:
+    if not (amax_x or amax_w):   # False, or a pair naming no cast
         return out
     return out, tuple(maxima)
