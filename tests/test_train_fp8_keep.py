@@ -12,7 +12,6 @@ import kernels
 from kernels.fp8 import Float8Linear
 from workbench import cli, train
 from workbench.train import flops, fp8_layers, fp8_parity, loop, ops, store, tuning_pass
-from workbench.widgets import TrainingComparison
 
 SMOKE = train.PRESETS["cpu-smoke"]
 MOE = ops.resolve({"moe": "workbench"})   # the FP8 MoE layer (and its shared experts) needs the workbench MoE
@@ -118,6 +117,9 @@ def test_cli_tune_builds_the_model_with_the_kept_layers(monkeypatch, capsys):
 
 
 def test_the_comparison_passes_its_control_to_every_fp8_run_and_shows_it(monkeypatch):
+    pytest.importorskip("ipywidgets", reason="the notebook extra is not installed (e.g. on a bare GPU image)")
+    from workbench.widgets import TrainingComparison
+
     runs = []
 
     def run(preset, impls, **kw):
