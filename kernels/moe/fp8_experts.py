@@ -19,7 +19,7 @@ import torch
 
 from ..fp8 import recipe as fp8_recipes
 from ..fp8.linear import fp8_linear
-from ..fp8.recipes.delayed import PREFIX, cast_scales, history_state, scale_and_partials
+from ..fp8.recipes.delayed import PREFIX, cast_scales, history_scale, history_state
 from ..joint_gemm import joint_gemm
 from .grouped_gemm_fp8.quantize import check_recipe
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
@@ -38,10 +38,11 @@ amaxes, :mod:`kernels.moe.ep_fp8_layer`)."""
 def current_scale(t: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Tensorwise's scale of ``t`` (2-D, or an expert stack read as its rows), the one a cast that
     finds its own would take, and the amax pass's partial maxima behind it: delayed's
-    :func:`~kernels.fp8.recipes.delayed.scale_and_partials` with a history of no entries (nothing
-    to skip the pass for, no earlier amax), two launches as that cast's own, no host sync."""
+    :func:`~kernels.fp8.recipes.delayed.history_scale` (its partials kept) with a history of no
+    entries (nothing to skip the pass for, no earlier amax), two launches as that cast's own, no
+    host sync."""
     rows = t.detach().reshape(-1, t.shape[-1])
-    return scale_and_partials(rows.new_empty(0, dtype=torch.float32), rows, fp8)
+    return history_scale(rows.new_empty(0, dtype=torch.float32), rows, fp8, keep_partials=True)
 
 
 class Float8Experts:

@@ -146,7 +146,7 @@ def history_state(tensors: tuple[str, ...], device) -> dict[str, torch.Tensor]:
 
 
 def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype,
-                  direct: bool | None = None) -> torch.Tensor:
+                  direct: bool | None = None, keep_partials: bool = False):
     """The delayed scale of a 2-D ``t`` cast to ``fp8`` from its amax ``history``, on the device:
     max(history) / fp8's max, the current amax's while the history is empty, 1 for all-zero: two
     launches, the amax pass, which reads ``t`` only while every entry of the history is 0 (its
@@ -156,21 +156,17 @@ def history_scale(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype,
     operand or gradient) and ``history`` a buffer of the same layer: no checks here. Detached: no
     graph, also in a backward that makes one (``create_graph=True``). ``direct``:
     :func:`kernels.eager.direct` of ``history`` and ``t`` detached, where the caller asked it once
-    for several ops (None: asked here)."""
-    return scale_and_partials(history, t, fp8, direct)[0]
-
-
-def scale_and_partials(history: torch.Tensor, t: torch.Tensor, fp8: torch.dtype,
-                       direct: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`history_scale`'s scale and the amax pass's partial maxima behind it, for a caller
-    that keeps them to join with other parts' (:func:`joined_scale`); with a history of no
-    entries, current scaling's scale of ``t`` (amax / fp8's max, 1 for all-zero or empty), the
-    partials' max its amax."""
+    for several ops (None: asked here). ``keep_partials``: (scale, the pass's partial maxima), for
+    a caller that joins them with other parts' (:func:`joined_scale`); with a history of no
+    entries that scale is current scaling's (amax / fp8's max, 1 for all-zero or empty). One
+    function, not a wrapper of another: the delayed Linear's host cost counts its Python calls
+    (tests/test_host_overhead.py)."""
     t = t.detach()
     if direct is None:
         direct = eager.direct(history, t)
     partials = amax_partials_checked(t, history, direct)
-    return history_ops.scale(history, partials, torch.finfo(fp8).max, direct), partials
+    scale = history_ops.scale(history, partials, torch.finfo(fp8).max, direct)
+    return (scale, partials) if keep_partials else scale
 
 
 def joined_scale(history: torch.Tensor, parts: list[torch.Tensor],
