@@ -141,8 +141,8 @@ class _Float8Owner:
         # per chunk its casts' tile maxima (delayed; a weight's: the first chunk's alone, :meth:`_found`)
         self.maxima: dict[str, list] = {name: [] for name in FP8_TENSORS}
         self.scales: dict = {"x": None, "hidden": None}   # delayed: the backward's, for all chunks' rows
-        # tensorwise: the (scale, amax partials) Float8Experts._cast_scale found, the rows' per chunk
-        self.current: dict[str, list] = {name: [] for name in FP8_TENSORS}
+        # tensorwise: the (scale, amax partials) Float8Experts._cast_scale found for the rows, per chunk
+        self.current: dict[str, list] = {"x": [], "hidden": []}
         self.fp8_dispatch = layer.fp8_dispatch
         self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
 
@@ -186,7 +186,8 @@ class _Float8Owner:
         empty unless ``save``."""
         layer, first = self.layer, self.weight_scales is None   # the first chunk records the weights' amaxes
         if first:   # one scale per weight and forward
-            self.weight_scales = {n: layer._cast_scale(n, w, self.current[n])
+            # (a list given: tensorwise finds a weight's scale here too; its partials are not needed)
+            self.weight_scales = {n: layer._cast_scale(n, w, [])
                                   for n, w in (("gate", gate), ("up", up), ("down", down))}
             # the output gradients' histories, and their counts in training mode (the forward's mode)
             self.grad_state = {n: layer._grad_state(n) for n in self.weight_scales}
