@@ -63,6 +63,7 @@ def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, mo
         return real(*args, **kwargs)
 
     grouped, forwards = Float8ExpertParallelMoE._grouped, []
+    cast_rows, cast_weights, rows = ep_fp8_layer.token_operand, ep_fp8_layer.forward_of_operand, []
 
     def cast_found(self, a, scale_a, w, scale_w, offsets, *args, **kwargs):   # and as the casts find them
         y = grouped(self, a, scale_a, w, scale_w, offsets, *args, **kwargs)
@@ -71,8 +72,25 @@ def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, mo
                          grouped(self, a, None, w, None, offsets)[:end]))
         return y
 
+    def rows_cast(x, recipe, fp8, scale, **kwargs):   # the rows' cast for gate and up, made once
+        rows.append((x, scale))
+        return cast_rows(x, recipe, fp8, scale, **kwargs)
+
+    def weight_cast(x8, sx, w, offsets, recipe, fp8, out_dtype, scale_w, **kwargs):   # gate's and up's
+        y, *found = cast_weights(x8, sx, w, offsets, recipe, fp8, out_dtype, scale_w, **kwargs)
+        (a, scale_a), end = rows[-1], int(offsets[-1])
+        forwards.append((scale_a is not None and scale_w is not None, y[:end],
+                         grouped(layer, a, None, w, None, offsets)[:end]))
+        return y, *found
+
     monkeypatch.setattr(ep_fp8_layer, "gradients", spy)
     monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", cast_found)
+    monkeypatch.setattr(ep_fp8_layer, "token_operand", rows_cast)
+    monkeypatch.setattr(ep_fp8_layer, "forward_of_operand", weight_cast)
+    wgrad, wgrad_rows = ep_fp8_layer.wgrad_operand, []
+    monkeypatch.setattr(ep_fp8_layer, "wgrad_operand",
+                        lambda x, offsets, recipe, fp8, scale: wgrad_rows.append((x, offsets, scale))
+                        or wgrad(x, offsets, recipe, fp8, scale))
     out = layer(_tokens(zero_chunk, tokens))
     assert len(forwards) == 3 * chunks and all(given and torch.equal(a, b) for given, a, b in forwards)
     out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(2)))
@@ -82,21 +100,27 @@ def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, mo
     for args, kwargs in calls:
         scale_x, scale_w = args[8:10]
         assert scale_x is not None and scale_w is not None
-        (dx, dw), (dx_today, dw_today) = real(*args, **kwargs), real(*args[:8], None, None, **kwargs)
+        today = args[:8]
+        if isinstance(args[0], tuple):   # gate's and up's: the rows' wgrad operand, cast once with scale_x;
+            (merged, _, given), = wgrad_rows   # today each cast the rows, finding their scale
+            assert given is scale_x
+            today = (merged, *args[1:8])
+        (dx, dw), (dx_today, dw_today) = real(*args, **kwargs), real(*today, None, None, **kwargs)
         end = int(offsets[-1])   # dX's capacity padding rows are left unwritten
         assert torch.equal(dx[:end], dx_today[:end]) and torch.equal(dw, dw_today), (tokens, chunks, capacity,
                                                                                      zero_chunk)
 
 
-BACKWARD_LAUNCHES = {1: (23, {}), 2: (25, {"cat": 2})}
+BACKWARD_LAUNCHES = {1: (22, {}), 2: (24, {"cat": 2})}
 """The owner's merged tensorwise backward, by chunks: (Triton launches, torch ops). Per expert
-GEMM dy's cast (its amax pass and the cast), the dgrad weight's cast, dX, the two wgrad casts
-and dW (7), then SwiGLU's derivative and the k-sum of dX; with two chunks the scales of x and
-hidden over both chunks' rows (the partials joined, a torch cat, and one launch each)."""
+GEMM dy's cast (its amax pass and the cast), the dgrad weight's cast, dX, dy's wgrad cast and dW
+(6), the wgrad casts of h and of the rows (once for gate and up), then SwiGLU's derivative and
+the k-sum of dX; with two chunks the scales of x and hidden over both chunks' rows (the partials
+joined, a torch cat, and one launch each)."""
 
-FINDING_LAUNCHES = 32
+FINDING_LAUNCHES = 29
 """The same backward with every scale None (each cast finds its own, the path it had before the
-owner kept the forward's): the amax passes and reductions of x (twice), h and the three weights
+owner kept the forward's): the amax passes and reductions of the rows, h and the three weights
 again, and no joined scale, for either chunk count."""
 
 

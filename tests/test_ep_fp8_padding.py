@@ -51,25 +51,50 @@ def test_what_the_owners_casts_read_past_the_last_group_is_zero(recipe, one_rank
     assert isinstance(layer, Float8ExpertParallelMoE)
     read = []   # (what, the tensor a cast reads over all rows, offsets)
     grouped, gradients = Float8ExpertParallelMoE._grouped, ep_fp8_layer.gradients
+    owner_forward, tokens = ep_fp8_layer._Float8Owner.forward, ep_fp8_layer.token_operand
+    wgrad = ep_fp8_layer.wgrad_operand
+    chunk = []   # the owner's forward's offsets, while it runs (the sender's token_operand, FP8 dispatch's, reads x)
 
     def forward_cast(self, a, scale_a, w, scale_w, offsets, *args, **kwargs):
         read.append(("forward operand", a.detach().clone(), offsets))
         return grouped(self, a, scale_a, w, scale_w, offsets, *args, **kwargs)
 
+    def forward_rows(self, rows, offsets, *args):   # gate's and up's cast of the rows, made once between them
+        chunk.append(offsets)
+        try:
+            return owner_forward(self, rows, offsets, *args)
+        finally:
+            chunk.pop()
+
+    def token_cast(x, *args, **kwargs):
+        if chunk:
+            read.append(("forward rows", x.detach().clone(), chunk[-1]))
+        return tokens(x, *args, **kwargs)
+
+    def wgrad_rows(x, offsets, *args, **kwargs):   # gate's and up's wgrad operand of the rows, made once
+        read.append(("wgrad rows", x.detach().clone(), offsets))
+        return wgrad(x, offsets, *args, **kwargs)
+
     def backward_casts(x, w, offsets, dy, *args, **kwargs):
-        read.extend([("wgrad x", x.detach().clone(), offsets), ("dy", dy.detach().clone(), offsets)])
+        if isinstance(x, torch.Tensor):   # (not the rows' wgrad operand, made already)
+            read.append(("wgrad x", x.detach().clone(), offsets))
+        read.append(("dy", dy.detach().clone(), offsets))
         return gradients(x, w, offsets, dy, *args, **kwargs)
 
     monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", forward_cast)
+    monkeypatch.setattr(ep_fp8_layer._Float8Owner, "forward", forward_rows)
+    monkeypatch.setattr(ep_fp8_layer, "token_operand", token_cast)
+    monkeypatch.setattr(ep_fp8_layer, "wgrad_operand", wgrad_rows)
     monkeypatch.setattr(ep_fp8_layer, "gradients", backward_casts)
     monkeypatch.setattr(ep_exchange.dist, "all_to_all_single", _poisoned_collective(ep_exchange.dist.all_to_all_single))
     x = torch.randn(TOKENS, DIM, dtype=torch.bfloat16, requires_grad=True)
     with poisoned_outputs():
         out = layer(x)
         out.backward(torch.randn_like(out))
-    # forward, per chunk: h (and x for gate and up, without FP8 dispatch); backward, merged: x and
-    # h, dy, dg and du
-    assert len(read) == (2 if layer.fp8_dispatch else 6) + 6, [what for what, _, _ in read]
+    # forward, per chunk: h, and the rows without FP8 dispatch (once for gate and up; delayed: each
+    # GEMM's cast); backward, merged: the rows once (mxfp8: gate's and up's), h, dy, dg and du
+    rows = 0 if layer.fp8_dispatch else 2 if recipe == "delayed" else 1
+    assert len(read) == 2 * (1 + rows) + (6 if recipe == "mxfp8" else 5), [what for what, _, _ in read]
     for what, t, offsets in read:
         end = int(offsets[-1])
         assert end < t.shape[0], what   # there is padding

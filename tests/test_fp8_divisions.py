@@ -49,8 +49,8 @@ def launches(name, fp8):
         return [aot_launch(quantize_kernel._tensor_amax_kernel, torch.float32,
                            dict(num_warps=quantize_kernel._TENSOR_AMAX_WARPS), dict(count=quantize_kernel.PARTIALS),
                            constexprs=dict(FMAX=fmax, SCALE=True, PARTIALS=quantize_kernel.PARTIALS))]
-    if name == "grouped quantize":
-        return list(grouped_quantize.aot(fp8))
+    if name.startswith("grouped quantize"):   # "rows": with the row-wise quantization beside
+        return list(grouped_quantize.aot(fp8, rows=name.endswith("rows")))
     if name == "history scale":
         return [aot_launch(history_ops._scale_kernel, torch.float32, dict(num_warps=1),
                            dict(H=16, count=quantize_kernel.PARTIALS),
@@ -83,6 +83,7 @@ def result(job):
 
 FAMILIES = ("quantize tensor", "quantize tensor given", "quantize row", "quantize block1x128",
             "quantize block128x128", "quantize mx32 round_up", "row scales", "tensor scale", "grouped quantize",
+            "grouped quantize rows",
             "history scale", "gemm to fp8")
 TARGETS = ("sm_90", "gfx942")
 

@@ -127,19 +127,30 @@ def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts(monkeypatch)
         Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "mxfp8", torch.float8_e4m3fnuz)
 
 
-@pytest.mark.parametrize("recipe", ["tensorwise", "delayed"])
-def test_a_per_tensor_training_step_quantizes_on_the_fused_kernels_only(recipe):
-    """Per expert GEMM (gate, up, down), six quantizations: x and dgrad's w and dy on the
-    dense op (x twice: gate and up each quantize it), the forward's weight and both wgrad
-    operands on the grouped kernels; no plain torch pass (delayed's given scales included)."""
+# per recipe: (dense fused op, grouped kernels) quantizations of one training step, and the first three
+# grouped ones' inputs (B, T, C): x's (its wgrad operand, with rowwise's row-wise one beside) or the weights'
+# (each expert a batch entry)
+X, GATE, UP, DOWN = (1, 2 * 7 * TOP_K, DIM), (EXPERTS, DIM, HIDDEN), (EXPERTS, DIM, HIDDEN), (EXPERTS, HIDDEN, DIM)
+QUANTIZATIONS = {"delayed": (9, 9, [GATE, UP, DOWN]), "tensorwise": (8, 8, [X, GATE, UP]),
+                 "rowwise": (3, 8, [X, GATE, UP])}
+
+
+@pytest.mark.parametrize("recipe", QUANTIZATIONS)
+def test_a_training_step_quantizes_on_the_fused_kernels_only(recipe):
+    """Per expert GEMM (gate, up, down): dgrad's w on the dense op, the forward's weight on the
+    grouped kernels, no plain torch pass (delayed's given scales included); the token operands:
+    delayed: x, hidden and each dy on the dense op, their wgrad operands on the grouped kernels, x
+    twice (gate and up each quantize it); tensorwise: x once between gate and up, both ways, made
+    before their GEMMs (quantize.token_operands); rowwise: every token operand (x, hidden, each dy)
+    both ways in one grouped quantization (its rows mode), x once between gate and up."""
     layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), recipe, FP8)
     x = torch.randn(2, 7, DIM, requires_grad=True)
     with quantizations() as seen:
         layer(x).square().sum().backward()
     kinds = [kind for kind, _, _ in seen]
-    assert (kinds.count("fused"), kinds.count("grouped"), len(kinds)) == (9, 9, 18)
-    assert [shape for kind, shape, _ in seen if kind == "grouped"][:3] == [(EXPERTS, DIM, HIDDEN)] * 2 + [
-        (EXPERTS, HIDDEN, DIM)]   # the forward's weights: each expert a batch entry
+    fused, grouped, first = QUANTIZATIONS[recipe]
+    assert (kinds.count("fused"), kinds.count("grouped"), len(kinds)) == (fused, grouped, fused + grouped)
+    assert [shape for kind, shape, _ in seen if kind == "grouped"][:3] == first
 
 
 def test_forward_and_backward_are_nine_fp8_grouped_launches_close_to_high_precision(monkeypatch):
@@ -163,19 +174,23 @@ def test_forward_and_backward_are_nine_fp8_grouped_launches_close_to_high_precis
         assert (fp8 - hp).norm() <= 0.1 * hp.norm()
 
 
-def test_tensorwise_finds_x_s_scale_once_for_gate_and_up_bit_for_bit(monkeypatch):
-    """Under tensorwise gate's and up's GEMMs cast x with one scale found before them
-    (Float8Experts._cast_scale: one amax pass over the rows, not one per cast), hidden and the
-    weights with their own: output and every gradient bit for bit, and the step's device ops the
-    same (a cast that finds a token operand's scale adds one launch, current_scale is two), as
-    when every cast finds its own."""
-    layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), "tensorwise", FP8)
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_gate_and_up_quantize_x_once_bit_for_bit(recipe, monkeypatch):
+    """In a training step gate's and up's GEMMs take x's operands made once before them
+    (Float8Experts._shared_operands: one quantization, both ways, its wgrad operand saved once):
+    output and every gradient bit for bit what the GEMMs give quantizing x each on their own, in
+    fewer launches (tensorwise: x's amax pass and its two casts, where each GEMM cast it twice
+    (forward and wgrad) and the first found its scale (two launches): 3 fewer; rowwise: its one
+    fused quantization (4 launches), where each GEMM's took 4: 4 fewer). Without gradients (no
+    wgrad operand to share) tensorwise finds x's scale once for both casts instead
+    (Float8Experts._cast_scale: one amax pass, not two), bit for bit the casts that find their own."""
+    layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), recipe, FP8)
     x = torch.randn(2, 7, DIM)
     grouped, given = Float8MoE._grouped, []
 
-    def spied(self, a, scale_a, w, scale_w, *args, **kwargs):
-        given.append((scale_a, scale_w))
-        return grouped(self, a, scale_a, w, scale_w, *args, **kwargs)
+    def spied(self, a, scale_a, w, scale_w, *args, a_operands=None, **kwargs):
+        given.append(a_operands)
+        return grouped(self, a, scale_a, w, scale_w, *args, a_operands=a_operands, **kwargs)
 
     def step():
         xi = x.clone().requires_grad_()
@@ -187,12 +202,20 @@ def test_tensorwise_finds_x_s_scale_once_for_gate_and_up_bit_for_bit(monkeypatch
 
     monkeypatch.setattr(Float8MoE, "_grouped", spied)
     once, ops_once = step(), device_ops(step)
-    (x_gate, gate), (x_up, up), (hidden, down) = given[:3]
-    assert x_gate is x_up and x_gate is not None and (gate, up, hidden, down) == (None,) * 4
+    assert given[0] is given[1] and given[0] is not None and given[2] is None   # gate's and up's; down's
+    monkeypatch.setattr(fp8_experts.Float8Experts, "_shared_operands", lambda *a: None)
     monkeypatch.setattr(fp8_experts.Float8Experts, "_cast_scale", lambda *a: None)   # each cast finds its own
     own, ops_own = step(), device_ops(step)
     assert all(torch.equal(a, b) for a, b in zip(once, own, strict=True))
-    assert (ops_once.triton, ops_once.torch_ops) == (ops_own.triton, ops_own.torch_ops)
+    assert ops_own.triton - ops_once.triton == {"tensorwise": 3, "rowwise": 4}[recipe]
+    assert ops_once.torch_ops == ops_own.torch_ops
+    if recipe == "tensorwise":
+        monkeypatch.undo()
+        with torch.no_grad():
+            found_once, ops_found = layer(x), device_ops(lambda: layer(x))
+            monkeypatch.setattr(fp8_experts.Float8Experts, "_cast_scale", lambda *a: None)
+            assert torch.equal(found_once, layer(x))
+            assert device_ops(lambda: layer(x)).triton == ops_found.triton   # 2 launches for x's scale either way
 
 
 @pytest.mark.parametrize("recipe", ["rowwise", "delayed"])   # delayed: its histories are updated in the graph

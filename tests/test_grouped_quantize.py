@@ -15,29 +15,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fp8_tokens import FORMATS, IDS, bits as _bits, offsets as _offsets, tokens as _tokens
 from host_sync import no_host_sync
 from kernels.gemm_fp8.formats import quantize_fp8
-from kernels.moe.grouped_gemm import spec as grouped_spec
 from kernels.moe.grouped_gemm_fp8 import quantize, quantize_kernel
 from kernels.moe.grouped_gemm_fp8.quantize_ref import (forward_weight_per_tensor_reference,
                                                        wgrad_per_tensor_reference, wgrad_rowwise_reference)
 from kernels.outputs import poisoned_outputs
-
-FORMATS = [(torch.float32, torch.float8_e4m3fn), (torch.bfloat16, torch.float8_e4m3fnuz),
-           (torch.float16, torch.float8_e5m2), (torch.bfloat16, torch.float8_e5m2fnuz)]
-IDS = ["fp32-e4m3fn", "bf16-e4m3fnuz", "fp16-e5m2", "bf16-e5m2fnuz"]
-
-
-def _tokens(rows: int, cols: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
-    """Random tokens with outlier rows and columns (scales differ per group and feature)
-    and one outlier value, 100 times the mean magnitude, all in range for fp16."""
-    gen = torch.Generator().manual_seed(seed)
-    t = torch.randn(rows, cols, generator=gen) * torch.randn(rows, 1, generator=gen).exp()
-    t = t * torch.randn(1, cols, generator=gen).exp()
-    if t.numel():
-        t.view(-1)[t.numel() // 3] = 100 * t.abs().mean()
-    return t.to(dtype)
-
 
 MODES = ["rowwise", "tensorwise", "delayed"]
 
@@ -58,14 +42,6 @@ def per_tensor_launches_only(monkeypatch):
     def forbid_tensor_amax():
         monkeypatch.setattr(quantize_kernel, "tensor_scale", None)
     return forbid_tensor_amax
-
-
-def _offsets(sizes) -> torch.Tensor:
-    return grouped_spec.offsets_from_sizes(torch.tensor(sizes, dtype=torch.int64))
-
-
-def _bits(q: torch.Tensor) -> torch.Tensor:
-    return q.view(torch.uint8)
 
 
 def _assert_reference(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, mode: str = "rowwise") -> None:

@@ -17,9 +17,9 @@ from workbench.isa import compile as isa_compile, parse as isa_parse
 
 
 def result(job):
-    fp8, arch, per_tensor, amax = job
+    fp8, arch, per_tensor, amax, rows = job
     kernels = []
-    for aot in quantize_kernel.aot(getattr(torch, fp8), per_tensor=per_tensor, amax=amax):
+    for aot in quantize_kernel.aot(getattr(torch, fp8), per_tensor=per_tensor, amax=amax, rows=rows):
         kernel = isa_compile.compile_aot(aot, ("hip", arch, 64))
         lines = isa_parse.code_lines(kernel["asm"], "amdgcn")
         kernels.append(summary(kernel, valu=[isa_parse.mnemonic(line) for line in lines if "_f32" in line]))
@@ -28,16 +28,18 @@ def result(job):
 
 
 def _compiled_here() -> dict[tuple, list[dict]]:
-    """Every compile this file reads, per (fp8, arch, per_tensor, amax): :data:`TARGETS` and the
-    delayed cast with its tile maxima per target, in one fresh subprocess (importing torch and
-    the kernels there costs seconds, each compile a fraction of one)."""
-    jobs = [(fp8, arch, per_tensor, False) for fp8, arch, per_tensor in TARGETS]
-    jobs += [(fp8, arch, True, True) for fp8, arch in FORMATS]
+    """Every compile this file reads, per (fp8, arch, per_tensor, amax, rows): :data:`TARGETS`, the
+    delayed cast with its tile maxima and the per-group launches with the row-wise quantization
+    beside, per target, in one fresh subprocess (importing torch and the kernels there costs
+    seconds, each compile a fraction of one)."""
+    jobs = [(fp8, arch, per_tensor, False, False) for fp8, arch, per_tensor in TARGETS]
+    jobs += [(fp8, arch, True, True, False) for fp8, arch in FORMATS]
+    jobs += [(fp8, arch, False, False, True) for fp8, arch in FORMATS]
     return results(COMPILE, tuple(jobs))
 
 
-def compiled(fp8: str, arch: str, per_tensor: bool, amax: bool = False) -> list[dict]:
-    return _compiled_here()[fp8, arch, per_tensor, amax]
+def compiled(fp8: str, arch: str, per_tensor: bool, amax: bool = False, rows: bool = False) -> list[dict]:
+    return _compiled_here()[fp8, arch, per_tensor, amax, rows]
 
 
 CONVERT = {"gfx942": "v_cvt_pk_fp8_f32", "gfx950": "v_cvt_scalef32_pk_fp8_f32"}
@@ -114,3 +116,29 @@ def test_the_delayed_cast_with_its_tile_maxima_keeps_no_spills_and_seven_waves(f
     assert cast["ops"]["global_load"] == plain["ops"]["global_load"]
     stores = dict(cast["ops"]["global_store"])
     assert stores.pop("buffer_store_dwordx4") == 1 and sum(stores.values()) == 1, cast["ops"]
+
+
+@pytest.mark.slow   # two AOT compiles per target in a fresh process (with the file's others)
+@pytest.mark.parametrize("fp8, arch", FORMATS)
+def test_the_row_wise_quantization_beside_adds_one_store_a_launch_and_no_registers_that_cost_waves(fp8, arch):
+    """The per-group launches with ``rows`` (quantize.token_operands: the wgrad operand and the
+    row-wise token operand from the same two reads of x): the amax launch reads x as before and
+    adds one 4-byte store a thread (each token's maximum per feature tile); the cast adds one
+    4-byte load (the tile's row scales) and one 16-byte store of the row-major FP8 tile, and divides
+    each value twice (two correctly rounded divisions, 32 fixups a thread, two packed converts per
+    two values' each), with the plain launches' LDS, no spills and their waves per SIMD."""
+    (amax, scales, cast), (plain_amax, plain_scales, plain_cast) = compiled(fp8, arch, False, rows=True), compiled(
+        fp8, arch, False)
+    for kernel, plain in ((amax, plain_amax), (scales, plain_scales), (cast, plain_cast)):
+        res = kernel["resources"]
+        assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+        assert res["occupancy"] == plain["resources"]["occupancy"], (res, plain["resources"])
+        assert kernel["lds"] == plain["lds"]
+    assert amax["ops"]["global_load"] == plain_amax["ops"]["global_load"]
+    assert amax["ops"]["global_store"] == {"buffer_store_dword": 4}
+    loads = dict(cast["ops"]["global_load"])
+    loads["buffer_load_dword"] -= 1
+    assert loads == plain_cast["ops"]["global_load"]
+    assert cast["ops"]["global_store"] == {"buffer_store_dwordx4": 2}
+    assert cast["ops"]["lds_read"] == plain_cast["ops"]["lds_read"]
+    assert cast["valu"].count("v_div_fixup_f32") == 32 and cast["valu"].count(CONVERT[arch]) == 16

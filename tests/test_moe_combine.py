@@ -159,7 +159,8 @@ def test_float8moe_moves_no_float32_slot_rows_and_runs_no_torch_pass_over_them_b
     with RowsByHidden((TOKENS * TOP_K, DIM)) as slots, RowsByHidden((TOKENS, TOP_K, DIM)) as by_token:
         _step()
     assert slots.float32_outputs() == [] and by_token.ops == []
-    assert slots.torch_ops() == {"aten.detach", "aten.unsqueeze", "aten.add"}, slots.ops
+    # views besides (x_sorted's batch of one for the fused quantization and its row-wise copy back)
+    assert slots.torch_ops() == {"aten.view", "aten.unsqueeze", "aten.add"}, slots.ops
     ops = [op for op, _ in slots.ops]
     assert ops.count("aten.add") == 1
     assert {"kernels.moe_permute", "kernels.moe_combine", "kernels.moe_combine_backward",

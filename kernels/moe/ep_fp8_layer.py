@@ -59,6 +59,10 @@ an all-to-all that writes every row it delivers, h's, dg's and du's SwiGLU's bou
 (tests/test_ep_fp8_padding.py, with every kernel output and every all-to-all buffer poisoned
 before it is written).
 
+Under every recipe but delayed (whose casts return the amaxes it records) an owner quantizes a
+chunk's rows once for gate and up (the token operand; with FP8 dispatch the sender did), and its
+merged backward makes the rows' wgrad operand once for both (mxfp8's gradients make their own).
+
 Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
 quantize each token and each expert's weight on their own, so an owner quantizes its rows
 as the single-process layer does, and each expert's wgrad scales are over that expert's
@@ -73,7 +77,7 @@ rowwise gives its output and every gradient bit for bit, but for FP8 dispatch's 
 weight gradients (tests/test_ep_moe_k_sum.py). The
 per-tensor recipes see a rank's part. Tensorwise takes the amaxes of a chunk's rows, of
 the local experts' weights and of the owner's output gradients: the owner finds each weight's
-scale once a forward and each chunk's rows' once (gate and up cast x with one), and its merged
+scale once a forward and each chunk's rows' once, and its merged
 backward takes them rather than finding them again (no amax pass over x, h or a weight there):
 a weight's as the forward found it, the rows' from the largest of the chunks' amaxes (their
 amax passes' partial maxima, kept), which is the scale one cast over all the rows finds, so the
@@ -117,7 +121,7 @@ from ..fp8.recipes.delayed import joined_scale, record_parts
 from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
 from .fp8_experts import FP8_TENSORS, GRAD_TENSORS, Float8Experts
-from .grouped_gemm_fp8.quantize import ROW_LOCAL
+from .grouped_gemm_fp8.quantize import ROW_LOCAL, wgrad_operand
 from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_operand
 from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.swiglu_backward import swiglu_backward
@@ -193,9 +197,14 @@ class _Float8Owner:
             self.grad_state = {n: layer._grad_state(n) for n in self.weight_scales}
         if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
             x8, sx = row_bytes.unpack(rows, self.parts)
-            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype,
-                                       scale_rule=layer.scale_rule)[0] for w in (gate, up))
-        else:
+        elif layer.recipe != "delayed":   # quantized once for gate and up (tensorwise: with x's scale, found once)
+            x8, sx = token_operand(rows, layer.recipe, layer.fp8_dtype, layer._cast_scale("x", rows, self.current["x"]),
+                                   scale_rule=layer.scale_rule)
+        if self.fp8_dispatch or layer.recipe != "delayed":
+            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype or rows.dtype,
+                                       self.weight_scales[name], scale_rule=layer.scale_rule)[0]
+                    for name, w in (("gate", gate), ("up", up)))
+        else:   # delayed: each GEMM's casts return the tile maxima its record takes
             scale_x = layer._cast_scale("x", rows, self.current["x"])   # gate and up share it: x's amax once
             g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x", first)
             u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up", None, first)
@@ -233,16 +242,20 @@ class _Float8Owner:
         if self.fp8_dispatch:
             rows = self.dequantized(rows)
 
-        def grads(x, weight, dy, name, need_w, scale_x):
+        def grads(x, weight, dy, name, need_w, scale_x, dx_dtype=None):
             return gradients(x, weight, offsets, dy, layer.recipe, layer.fp8_dtype, layer.grad_fp8_dtype,
-                             (True, need_w), scale_x, w[name], **self.grad_state[name], scale_rule=layer.scale_rule)
+                             (True, need_w), scale_x, w[name], **self.grad_state[name], scale_rule=layer.scale_rule,
+                             dx_dtype=dx_dtype)
 
         dh, ddown = grads(h, down, grad_y, "down", needs[2], self._rows_scale("hidden"))
         dg, du, _, _ = swiglu_backward(dh, g, u, h, None, swiglu=True, dw_rows=False, weighted_h=False,
                                        rows_end=offsets[-1:] if self.padded else None)
         scale_x = self._rows_scale("x")
-        dx_gate, dgate = grads(rows, gate, dg, "gate", needs[0], scale_x)
-        dx_up, dup = grads(rows, up, du, "up", needs[1], scale_x)
+        x = rows   # gate's and up's wgrad operand of the rows: quantized once between them (not mxfp8's, its own)
+        if layer.recipe != "mxfp8" and (needs[0] or needs[1]):
+            x = wgrad_operand(rows, offsets, layer.recipe, layer.fp8_dtype, scale_x)
+        dx_gate, dgate = grads(x, gate, dg, "gate", needs[0], scale_x, rows.dtype)
+        dx_up, dup = grads(x, up, du, "up", needs[1], scale_x, rows.dtype)
         return slot_sum(dx_gate, 1, dx_up), dgate, dup, ddown
 
 

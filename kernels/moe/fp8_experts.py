@@ -21,7 +21,7 @@ from ..fp8 import recipe as fp8_recipes
 from ..fp8.linear import fp8_linear
 from ..fp8.recipes.delayed import PREFIX, cast_scales, history_scale, history_state
 from ..joint_gemm import joint_gemm
-from .grouped_gemm_fp8.quantize import check_recipe
+from .grouped_gemm_fp8.quantize import SHARED_OPERANDS, check_recipe, token_operands
 from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
 from .swiglu_op import swiglu
 
@@ -83,10 +83,11 @@ class Float8Experts:
     def _cast_scale(self, name: str, t: torch.Tensor, found: list | None = None) -> torch.Tensor | None:
         """``t``'s per-tensor scale for its fused casts: delayed's, for a cast that returns the amax
         to record (``t`` read only while its history is empty); tensorwise's current one
-        (:func:`current_scale`, the one a cast that finds its own would take) for x, which gate's and
-        up's GEMMs both cast (one amax pass over the rows, not two; the same launches: each cast
-        finding its own adds one), and where ``found`` is given (the expert-parallel owner, whose
-        merged backward takes every scale its forward used), appended there with its amax partials;
+        (:func:`current_scale`, the one a cast that finds its own would take) for x where gate's and
+        up's GEMMs both cast it (without gradients, where :meth:`_shared_operands` makes none; one amax
+        pass over the rows, not two; the same launches: each cast finding its own adds one), and where
+        ``found`` is given (the expert-parallel owner, whose merged backward takes every scale its
+        forward used), appended there with its amax partials;
         otherwise None, as under the other recipes: the casts find their own (a GEMM's backward
         takes what its forward found)."""
         if self.recipe == "delayed":
@@ -108,16 +109,29 @@ class Float8Experts:
         return {"history_dy": getattr(self, PREFIX + name), "counts": self.fp8_saturated if self.training else None,
                 "count_index": self.fp8_tensors.index(name)}
 
-    def _grouped(self, a, scale_a, w, scale_w, offsets, amax: bool = False, **grad_state) -> torch.Tensor:
+    def _grouped(self, a, scale_a, w, scale_w, offsets, amax: bool = False, a_operands=None,
+                 **grad_state) -> torch.Tensor:
         """``a_g @ w[g]`` by the FP8 grouped GEMM of this layer's recipe, offsets unchecked
         (``amax``: and the tile maxima of a's and w's casts, a pair, whose maxes are their amaxes;
-        ``grad_state``: :meth:`_grad_state`'s)."""
+        ``a_operands``: :meth:`_shared_operands`'s; ``grad_state``: :meth:`_grad_state`'s)."""
         return grouped_gemm_fp8_train(a, w, offsets, self.recipe, self.fp8_dtype, self.grad_fp8_dtype,
                                       scale_a, scale_w, check_offsets=False, amax=amax, scale_rule=self.scale_rule,
-                                      **grad_state)
+                                      x_operands=a_operands, **grad_state)
+
+    def _shared_operands(self, x, offsets, *weights) -> tuple | None:
+        """x's FP8 operands for the GEMMs of ``weights`` (gate's and up's), which read the same rows: made
+        once (:func:`~kernels.moe.grouped_gemm_fp8.quantize.token_operands`: rowwise's fused quantization;
+        tensorwise's two casts, the first finding x's scale), so each GEMM takes the token operand and saves
+        the wgrad operand, one copy between them, instead of quantizing x twice and saving it. None (each
+        GEMM casts its own, with x's scale from :meth:`_cast_scale`) under the other recipes and where no
+        weight's gradient is wanted: the wgrad operand would not be read."""
+        if self.recipe not in SHARED_OPERANDS or not (torch.is_grad_enabled()
+                                                      and any(w.requires_grad for w in weights)):
+            return None
+        return token_operands(x, offsets, self.recipe, self.fp8_dtype)
 
     def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None,
-            record_w: bool = True) -> torch.Tensor:
+            record_w: bool = True, a_operands=None) -> torch.Tensor:
         """``a_g @ w[g]`` by :meth:`_grouped`; under delayed scaling (given scales), the tile maxima of its
         casts go to ``record(names, maxima, scales)`` (:func:`kernels.fp8.recipes.delayed.record_amax`'s
         arguments after the layer): w's as ``name_w`` unless not ``record_w``, a's as ``name_a`` if given
@@ -125,9 +139,10 @@ class Float8Experts:
         no tile maxima), and the backward takes the output
         gradient's scale from ``dy_<name_w>``'s history and records into it where the layer keeps one.
         Under another recipe the scales are None (the casts find their own) or tensorwise's
-        (:meth:`_cast_scale`): nothing to record."""
+        (:meth:`_cast_scale`): nothing to record; ``a_operands``: a's FP8 operands made already
+        (:meth:`_shared_operands`, none under delayed)."""
         if self.recipe != "delayed":
-            return self._grouped(a, scale_a, w, scale_w, offsets)
+            return self._grouped(a, scale_a, w, scale_w, offsets, a_operands=a_operands)
         names = (name_a, name_w if record_w else None)
         wanted = tuple(name is not None for name in names)
         found = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, **self._grad_state(name_w))

@@ -14,7 +14,10 @@ wgrad     the group's tokens      xᵀ: per (g, input feature)      dyᵀ: per (
 
 so w and the output gradient are each quantized twice per step and x twice (the dense
 row-wise recipe quantizes x and w once each, with the fused kernel's transposed copy:
-:mod:`kernels.fp8.recipes.rowwise`). The wgrad scales are
+:mod:`kernels.fp8.recipes.rowwise`). A token tensor's two (x's forward and wgrad operands, dy's
+dgrad and wgrad ones) are made at once where the recipe allows (:func:`token_operands`:
+rowwise's in one fused quantization that reads the tensor twice, not four times; tensorwise's two
+casts sharing their scale), and an MoE layer's gate and up share x's. The wgrad scales are
 amaxes over each group's tokens only: an expert's gradient is not scaled by another
 expert's outliers. ``tensorwise`` takes one scale per tensor (all experts' weights
 share one), handed to the kernels broadcast (stride 0); each GEMM still gets its own
@@ -144,9 +147,9 @@ def check_recipe(recipe: str) -> None:
 
 def _quantize_groups_impl(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype,
                           scale: torch.Tensor | None = None, per_tensor: bool = False,
-                          amax: bool = False) -> list[torch.Tensor]:
+                          amax: bool = False, rows: bool = False) -> list[torch.Tensor]:
     # t (B, T, C): B problems, grouped alike
-    return list(quantize_kernel.launch(t, offsets, fp8, scale, per_tensor, amax))
+    return list(quantize_kernel.launch(t, offsets, fp8, scale, per_tensor, amax, rows))
 
 
 _quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _quantize_groups_impl,
@@ -154,25 +157,29 @@ _quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _qua
 
 
 @_quantize_groups.register_fake
-def _(t, offsets, fp8, scale=None, per_tensor=False, amax=False):
-    batch, rows, cols = t.shape
-    q = t.new_empty((batch, cols, cdiv(rows, ALIGN) * ALIGN), dtype=fp8)
+def _(t, offsets, fp8, scale=None, per_tensor=False, amax=False, rows=False):
+    batch, tokens, cols = t.shape
+    q = t.new_empty((batch, cols, cdiv(tokens, ALIGN) * ALIGN), dtype=fp8)
     if scale is not None:   # a given scale is not returned; with amax, the cast's tile maxima are
-        return [q, t.new_empty(quantize_kernel.tile_maxima_shape(batch, rows, cols, offsets.shape[0]),
+        return [q, t.new_empty(quantize_kernel.tile_maxima_shape(batch, tokens, cols, offsets.shape[0]),
                                dtype=torch.float32)] if amax else [q]
-    return [q, t.new_empty(() if per_tensor else (batch, offsets.shape[0], cols), dtype=torch.float32)]
+    found = [q, t.new_empty(() if per_tensor else (batch, offsets.shape[0], cols), dtype=torch.float32)]
+    if rows:   # and the row-wise quantization
+        found += [t.new_empty((batch, tokens, cols), dtype=fp8), t.new_empty((batch, tokens), dtype=torch.float32)]
+    return found
 
 
 def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, scale: torch.Tensor | None = None,
-             per_tensor: bool = False, amax: bool = False) -> tuple[torch.Tensor, ...]:
+             per_tensor: bool = False, amax: bool = False, rows: bool = False) -> tuple[torch.Tensor, ...]:
     """The grouped kernels on t (B, T, C), through the custom op wherever anything traces:
     (q (B, C, R), scale (B, G, C); per-tensor: 0-d, the given one if given, checked by the
     caller's public entry; with a given scale and ``amax``, the cast's tile maxima after them,
-    whose max is t's amax)."""
+    whose max is t's amax; ``rows`` (per group): t's row-wise quantization after them,
+    q_rows (B, T, C) and row scales (B, T))."""
     t, offsets = t.detach(), offsets.contiguous()   # the kernels read offsets as a flat array
     impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
     if scale is None:
-        return tuple(impl(t, offsets, fp8, None, per_tensor))
+        return tuple(impl(t, offsets, fp8, None, per_tensor, False, rows))
     scale = scale.reshape(())
     q, *found = impl(t, offsets, fp8, scale, True, amax)
     return (q, scale, *found)
@@ -275,6 +282,34 @@ def _groups(t, offsets, fp8, scale, per_tensor, amax: bool = False) -> tuple[tor
     with the given ``scale``, whose max is t's amax)."""
     q, scale, *found = _grouped(t[None], offsets, fp8, scale, per_tensor, amax)
     return q[0], scale if scale.dim() == 0 else scale[0], *found
+
+
+SHARED_OPERANDS = ("rowwise", "tensorwise")
+"""The recipes whose token operands :func:`token_operands` makes at once: the forward's or dgrad's
+and wgrad's of one tensor (x, or an output gradient), which the expert GEMMs that read it share."""
+
+
+def token_operands(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torch.dtype,
+                   scale: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """Both FP8 operands of t (T, C), the routed rows x or an output gradient dy, that a training
+    step's GEMMs read: (t8 (T, C), st (T,): :func:`tokens`'s, the forward's or dgrad's; tt8 (C, R),
+    stt (G, C): :func:`wgrad_operand`'s), bit for bit theirs, for a recipe of
+    :data:`SHARED_OPERANDS`. rowwise: one fused quantization (the grouped kernels with ``rows``:
+    t read twice, in four launches, where the two took four reads and six launches); tensorwise:
+    the two casts with one scale, ``scale`` or the one the first finds (three reads, not four).
+    So gate's and up's GEMMs, which read the same x, quantize it once between them and save its
+    wgrad operand for the backward instead of x (:func:`.training.grouped_gemm_fp8_train`'s
+    ``x_operands``)."""
+    if recipe not in SHARED_OPERANDS:
+        raise ValueError(f"token_operands makes both operands at once under {', '.join(SHARED_OPERANDS)}, "
+                         f"not {recipe!r}")
+    if t.shape[0] and not offsets.shape[0]:
+        raise ValueError(f"t has {t.shape[0]} tokens but offsets no groups to put them in")
+    if recipe == "tensorwise":
+        t8, st = tokens(t, recipe, fp8, scale)
+        return t8, st, *wgrad_operand(t, offsets, recipe, fp8, st[:1] if st.numel() else scale)
+    tt8, stt, t8, st = (a.view(a.shape[1:]) for a in _grouped(t[None], offsets, fp8, rows=True))   # one problem
+    return t8, st, tt8, stt
 
 
 def wgrad_operand(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torch.dtype,

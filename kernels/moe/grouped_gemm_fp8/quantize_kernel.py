@@ -58,6 +58,17 @@ convert of values already on the grid. The division sits inside the group loop s
 the conversion moves the 1-byte result: with the scales selected into a tile first,
 Triton converted the bf16 x and the fp32 scale tile instead (16 KiB of LDS).
 
+``rows`` (:func:`launch`; :func:`.quantize.token_operands`): the same launches also make the
+token's row-wise quantization, the forward's (or dgrad's) operand of the same tensor, from the
+same two reads of t: the amax launch writes each token's max over its 64 features beside the
+group partials, the dense op's scale launch (:func:`kernels.gemm_fp8.quantize_kernel._row_scales_kernel`)
+reduces them to one scale per token, and the cast divides the tile by the row scales as well and
+stores it row-major. Four launches and two reads of t where the two quantizations took six and
+four; the bits are the dense ``row`` cast's. Compiled (``tests/test_grouped_quantize_isa.py``):
+one more 4-byte store a thread in the amax launch; one more 4-byte load (the row scales) and
+one more 16-byte store (the row-major FP8 tile) in the cast; the plain launches' LDS and waves
+per SIMD, no spills.
+
 A third grid axis runs a batch of such problems with the same offsets: the forward's
 weight is one, each expert's w[g] (K, N) a problem of K tokens in one group, whose
 transposed copy is the K-contiguous (N, K) the forward GEMM reads.
@@ -102,7 +113,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ...gemm_fp8.quantize_kernel import _grouped_along_k, format_constants, quantized, scale_of_amax, tensor_scale
+from ...gemm_fp8.quantize_kernel import (ROW_SCALES_SETTINGS, _grouped_along_k, _row_scales_kernel, format_constants,
+                                         quantized, scale_of_amax, tensor_scale)
 from ...microscaling import BLOCK as MX_BLOCK
 from ...outputs import new_output
 from ...registry import AotKernel
@@ -155,13 +167,15 @@ def _padded_sources(offsets_ptr, ends_ptr, first, tokens, T, R, G, BLOCK_T: tl.c
 
 
 @triton.jit
-def _chunk_amax_kernel(t_ptr, offsets_ptr, scale_ptr, partial_ptr, T, C, G,
+def _chunk_amax_kernel(t_ptr, offsets_ptr, scale_ptr, partial_ptr, rows_ptr, T, C, G,
                        stride_tb, stride_tt, stride_tc, stride_sb, stride_sg, stride_sc,
                        stride_pb, stride_pn, stride_ps, stride_pc, FMAX: tl.constexpr, CHUNK: tl.constexpr,
-                       BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr):
+                       BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr, ROWS: tl.constexpr):
     """Per chunk of CHUNK tokens and BLOCK_C features, the amax of each group's tokens in it:
     a group lying within the chunk gets its scale here; the part of the chunk's first and
-    last group that runs on into other chunks goes to partial[b, chunk, 0 or 1, cols]."""
+    last group that runs on into other chunks goes to partial[b, chunk, 0 or 1, cols]. ROWS:
+    also each token's max over the BLOCK_C features, to rows[b, token, feature tile] (contiguous
+    (B, T, tiles)), which the dense ``row`` scale launch reduces (:func:`launch`'s ``rows``)."""
     chunk = tl.program_id(0)
     batch = tl.program_id(2).to(tl.int64)
     t_ptr += batch * stride_tb
@@ -177,9 +191,13 @@ def _chunk_amax_kernel(t_ptr, offsets_ptr, scale_ptr, partial_ptr, T, C, G,
         acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
         for row in range(tl.maximum(start, first), tl.minimum(end, stop), BLOCK_T):
             tokens = row + tl.arange(0, BLOCK_T)
+            mine = tokens < tl.minimum(end, stop)
             x = tl.load(t_ptr + tokens.to(tl.int64)[:, None] * stride_tt + cols64[None, :] * stride_tc,
-                        mask=(tokens[:, None] < tl.minimum(end, stop)) & (cols[None, :] < C), other=0.0)
+                        mask=mine[:, None] & (cols[None, :] < C), other=0.0)
             acc = tl.maximum(acc, tl.abs(x.to(tl.float32)))
+            if ROWS:   # every token lies in one group's part of one chunk: written once
+                tl.store(rows_ptr + ((batch * T + tokens) * tl.num_programs(1) + tl.program_id(1)),
+                         tl.max(tl.abs(x.to(tl.float32)), axis=1), mask=mine)
         amax = tl.max(acc, axis=0)
         whole = _within_one_chunk(start, end, CHUNK)
         tl.store(scale_ptr + g * stride_sg + cols64 * stride_sc, scale_of_amax(amax, FMAX),
@@ -213,20 +231,22 @@ def _group_scale_kernel(offsets_ptr, scale_ptr, partial_ptr, T, C, G, stride_sb,
 
 
 @triton.jit
-def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_ptr, T, R, C, G,
+def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_ptr, row_scale_ptr, q_rows_ptr,
+                           T, R, C, G,
                            stride_tb, stride_tt, stride_tc, stride_sb, stride_sg, stride_sc,
                            stride_qb, stride_qc, stride_qt,
                            FMAX: tl.constexpr, MANT: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
                            BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_G: tl.constexpr,
                            PER_TENSOR: tl.constexpr, AMAX: tl.constexpr, MX: tl.constexpr,
-                           ROUND_UP: tl.constexpr):
+                           ROUND_UP: tl.constexpr, ROWS: tl.constexpr):
     """q[b, cols, tokens] = t[b, tokens, cols] / scale[b, group of the token, cols] in FP8
     (PER_TENSOR: / scale[0], one number); zeros for the padding tokens [T, R). AMAX: also
     the tile's max |t| to amax_ptr[b, tile row, tile column] (row-major over the grid).
     MX: q[b, cols, p] = the token :func:`_padded_sources` gives padded position p (0 if none)
     over 2^e of its block of 32 positions, the e8m0 byte e + 127 to scale[b, cols, p / 32]
     (an output here; stride_sg its stride along the blocks), e by the OCP rule or, with
-    ROUND_UP, the round-up rule."""
+    ROUND_UP, the round-up rule. ROWS (per group): also q_rows[b, tokens, cols] = t / row_scale[b,
+    tokens] in FP8 from the same tile, contiguous (B, T, C) and (B, T): the row-wise token operand."""
     batch = tl.program_id(2).to(tl.int64)
     t_ptr += batch * stride_tb
     scale_ptr += batch * stride_sb
@@ -265,6 +285,12 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_
                 mine = (tokens >= start) & (tokens < end)
                 y = tl.where(mine[:, None], tl.math.div_rn(x, group_scale[None, :]), y)
         q_t = tl.trans(quantized(y, FMAX, MANT, EMIN).to(q_ptr.dtype.element_ty))
+        if ROWS:
+            rows = batch * T + tokens64
+            row_scale = tl.load(row_scale_ptr + rows, mask=tokens < T, other=1.0)
+            q_rows = quantized(tl.math.div_rn(x, row_scale[:, None]), FMAX, MANT, EMIN)
+            tl.store(q_rows_ptr + rows[:, None] * C + cols64[None, :], q_rows.to(q_rows_ptr.dtype.element_ty),
+                     mask=(tokens[:, None] < T) & (cols[None, :] < C))
     tl.store(q_ptr + cols64[:, None] * stride_qc + tokens64[None, :] * stride_qt,
              q_t, mask=(cols[:, None] < C) & (tokens[None, :] < R))
 
@@ -276,7 +302,7 @@ def _block_g(groups: int) -> int:
 
 
 def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale: torch.Tensor | None = None,
-           per_tensor: bool = False, amax: bool = False) -> tuple[torch.Tensor, ...]:
+           per_tensor: bool = False, amax: bool = False, rows: bool = False) -> tuple[torch.Tensor, ...]:
     """(q (B, C, R) fp8 token-contiguous, scale (B, G, C) fp32) of a checked t (B, T, C): B
     problems whose T tokens the int32 offsets (G,) group alike (the wgrad operand: B = 1;
     the experts' weights: B = G experts of K tokens each, one group). Three launches (chunk
@@ -288,7 +314,12 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     given scale): the cast also writes each tile's max |t|, returned after q as the tile maxima
     (float32, :func:`tile_maxima_shape`; none where nothing is cast), whose max is t's amax:
     what delayed scaling records (its record's launch reduces them,
-    :func:`kernels.fp8.history_ops.record`)."""
+    :func:`kernels.fp8.history_ops.record`). ``rows`` (per group): also t's row-wise quantization
+    from the same two reads, returned after them: (q_rows (B, T, C), row scales (B, T)), each
+    token over its own amax (the dense op's ``row``: :func:`kernels.gemm_fp8.quantize`), the amax
+    launch writing each token's maximum per feature tile and the dense op's scale launch reducing
+    them: four launches where the two quantizations took six, t read twice where it was four times."""
+    want_rows = rows
     (batch, rows, cols), groups = t.shape, offsets.shape[0]
     padded = cdiv(rows, ALIGN) * ALIGN
     q = new_output((batch, cols, padded), fp8_dtype, t.device)
@@ -302,6 +333,14 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     else:
         scale = new_output((batch, groups, cols), torch.float32, t.device)
         scale_strides = scale.stride()
+    if want_rows:
+        if one_scale:
+            raise ValueError("rows: the row-wise quantization goes with scales per group, not one scale")
+        q_rows = new_output((batch, rows, cols), fp8_dtype, t.device)
+        row_scales = new_output((batch, rows), torch.float32, t.device)
+        row_max = new_output((batch, rows, cdiv(cols, BLOCK_C)), torch.float32, t.device)
+    else:   # never read without ROWS: q and the scale stand in, as the compiled launch's pointers
+        q_rows, row_scales, row_max = q, scale, scale
     block_g = _block_g(groups)
     if batch and cols and groups and not one_scale:
         chunks = cdiv(rows, CHUNK)
@@ -309,11 +348,19 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
         args = (rows, cols, groups, *scale_strides, *partial.stride())
         if chunks:
             _chunk_amax_kernel.run(
-                t, offsets, scale, partial, *args[:3], *t.stride(), *args[3:], **run_kwargs(
+                t, offsets, scale, partial, row_max, *args[:3], *t.stride(), *args[3:], **run_kwargs(
                     (chunks, cdiv(cols, BLOCK_C), batch), dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_T=BLOCK_T,
-                                                               BLOCK_C=BLOCK_C, BLOCK_G=block_g, num_warps=NUM_WARPS)))
+                                                               BLOCK_C=BLOCK_C, BLOCK_G=block_g, ROWS=want_rows,
+                                                               num_warps=NUM_WARPS)))
         _group_scale_kernel.run(offsets, scale, partial, *args, **run_kwargs(
             (groups, cdiv(cols, BLOCK_C), batch), dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_C=BLOCK_C, num_warps=1)))
+    if want_rows and batch * rows and not cols:   # rows of no features: the scale of amax 0, as the dense op's
+        row_scales.fill_(1.0)
+    elif want_rows and batch * rows:   # each row's scale from its tiles' maxima
+        tiles = cdiv(cols, BLOCK_C)
+        _row_scales_kernel.run(row_max, row_max, row_scales, row_scales, batch * rows, cols, tiles, 0,
+                               **run_kwargs((cdiv(batch * rows, ROW_SCALES_SETTINGS["BLOCK"]),),
+                                            dict(FMAX=consts["FMAX"], COLS=False, **ROW_SCALES_SETTINGS)))
     grid = (cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)
     work = batch and cols and groups and padded
     if amax:   # none where nothing is cast: their max is then 0
@@ -322,14 +369,14 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
         tile_max = scale
     if work:
         _cast_transpose_kernel.run(   # no padded ends without MX: the offsets stand in
-            t, offsets, offsets, scale, q, tile_max, rows, padded, cols, groups, *t.stride(), *scale_strides,
-            *q.stride(), **run_kwargs(grid, dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g,
-                                                 PER_TENSOR=one_scale, AMAX=amax, MX=False, ROUND_UP=False,
-                                                 num_warps=NUM_WARPS,
-                                                 **consts)))
+            t, offsets, offsets, scale, q, tile_max, row_scales, q_rows, rows, padded, cols, groups, *t.stride(),
+            *scale_strides, *q.stride(), **run_kwargs(grid, dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g,
+                                                                 PER_TENSOR=one_scale, AMAX=amax, MX=False,
+                                                                 ROUND_UP=False, ROWS=want_rows,
+                                                                 num_warps=NUM_WARPS, **consts)))
     if given:
         return (q, tile_max) if amax else (q,)
-    return q, scale
+    return (q, scale, q_rows, row_scales) if want_rows else (q, scale)
 
 
 def tile_maxima_shape(batch: int, rows: int, cols: int, groups: int) -> tuple[int, ...]:
@@ -357,23 +404,24 @@ def mx_launch(t: torch.Tensor, offsets: torch.Tensor, ends: torch.Tensor, fp8: t
     scales = new_output((batch, cols, cdiv(rows, MX_BLOCK)), torch.uint8, t.device)
     if batch and cols and rows:
         grid = (cdiv(rows, BLOCK_T), cdiv(cols, BLOCK_C), batch)
-        _cast_transpose_kernel.run(   # no AMAX: the scales stand in for its pointer
-            t, offsets, ends, scales, q, scales, tokens, rows, cols, groups, *t.stride(),
+        _cast_transpose_kernel.run(   # no AMAX or ROWS: the scales and q stand in for their pointers
+            t, offsets, ends, scales, q, scales, scales, q, tokens, rows, cols, groups, *t.stride(),
             scales.stride(0), scales.stride(2), scales.stride(1), *q.stride(), **run_kwargs(grid, dict(
                 BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=_block_g(groups), PER_TENSOR=False,
-                AMAX=False, MX=True, ROUND_UP=scale_rule == "round_up", num_warps=NUM_WARPS,
+                AMAX=False, MX=True, ROUND_UP=scale_rule == "round_up", ROWS=False, num_warps=NUM_WARPS,
                 **format_constants(fp8))))
     return q, scales
 
 
 def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
-        per_tensor: bool = False, amax: bool = False) -> tuple[AotKernel, ...]:
+        per_tensor: bool = False, amax: bool = False, rows: bool = False) -> tuple[AotKernel, ...]:
     """The three launches (chunk amaxes, group scales, cast) as a GPU runs them on a
     contiguous bf16 (8192, 7168) x of 128 groups (DeepSeek-V3's hidden size and its routed
     experts), for an ahead-of-time compile (:func:`workbench.isa.compile.compile_aot`; not a
     rung, so not in the inspector); ``per_tensor``: the cast alone, its scale read with
     strides 0 (which the JIT specializes as divisible by 16: another binary); ``amax``: with
-    the tile maxima a given scale's cast writes for delayed scaling."""
+    the tile maxima a given scale's cast writes for delayed scaling; ``rows``: with the row-wise
+    quantization beside (:func:`launch`'s ``rows``: the dense op's scale launch between them, not here)."""
     t, c, g = 8192, 7168, 128
     chunks = cdiv(t, CHUNK)
     common = dict(T=t, C=c, G=g, **(dict(stride_sb=0, stride_sg=0, stride_sc=0) if per_tensor
@@ -381,16 +429,17 @@ def aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16,
     tokens = dict(stride_tb=t * c, stride_tt=c, stride_tc=1)
     partials = dict(stride_pb=chunks * 2 * c, stride_pn=2 * c, stride_ps=c, stride_pc=1)
     pointers = {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "ends_ptr": "*i32", "scale_ptr": "*fp32",
-                "partial_ptr": "*fp32", "amax_ptr": "*fp32"}
+                "partial_ptr": "*fp32", "amax_ptr": "*fp32", "rows_ptr": "*fp32", "row_scale_ptr": "*fp32"}
     cfg = dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS)
     consts = format_constants(fp8_dtype)
     chunk_amax = aot_launch(_chunk_amax_kernel, fp8_dtype, cfg, dict(common, **tokens, **partials),
-                      dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_G=g), pointers)
+                      dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_G=g, ROWS=rows), pointers)
     scales = aot_launch(_group_scale_kernel, fp8_dtype, dict(BLOCK_C=BLOCK_C, num_warps=1), dict(common, **partials),
                         dict(FMAX=consts["FMAX"], CHUNK=CHUNK), pointers)
     cast = aot_launch(_cast_transpose_kernel, fp8_dtype, cfg,
                       dict(common, **tokens, R=t, stride_qb=c * t, stride_qc=t, stride_qt=1),
-                      dict(consts, BLOCK_G=g, PER_TENSOR=per_tensor, AMAX=amax, MX=False, ROUND_UP=False), pointers)
+                      dict(consts, BLOCK_G=g, PER_TENSOR=per_tensor, AMAX=amax, MX=False, ROUND_UP=False, ROWS=rows),
+                      pointers)
     return (cast,) if per_tensor else (chunk_amax, scales, cast)
 
 
@@ -411,6 +460,6 @@ def mx_aot(fp8_dtype: torch.dtype, t_dtype: torch.dtype = torch.bfloat16, weight
     scales = pointer_type(torch.uint8)
     return aot_launch(_cast_transpose_kernel, fp8_dtype, dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, num_warps=NUM_WARPS),
                       ints, dict(format_constants(fp8_dtype), BLOCK_G=_block_g(g),
-                                 PER_TENSOR=False, AMAX=False, MX=True, ROUND_UP=scale_rule == "round_up"),
+                                 PER_TENSOR=False, AMAX=False, MX=True, ROUND_UP=scale_rule == "round_up", ROWS=False),
                       {"t_ptr": pointer_type(t_dtype), "offsets_ptr": "*i32", "ends_ptr": "*i32",
-                       "scale_ptr": scales, "amax_ptr": scales})
+                       "scale_ptr": scales, "amax_ptr": scales, "row_scale_ptr": scales})

@@ -12,9 +12,15 @@ launches, each on operands quantized along its own reduction dimension
 * dw[g] = x_gᵀ · dy_g: the FP8 dW kernel (:mod:`.dw`, ``kernels::grouped_gemm_fp8_dw``),
   whose reduction runs over each group's tokens (zero for an empty group).
 
-So one backward is two grouped launches. x and w are saved in high precision and quantized again by
-the backward in the orientation its GEMMs need (unlike the dense FP8 linear,
-:mod:`kernels.fp8.linear`, which keeps the forward's FP8 operands and quantizes only dy). The output
+So one backward is two grouped launches. w is saved in high precision and quantized again by the
+backward in the orientation dgrad needs; x is saved the same way, except where its FP8 wgrad operand
+was made in the forward: under rowwise, when w's gradient is wanted, one fused quantization gives
+both of x's operands (:func:`.quantize.token_operands`: x read twice where two quantizations read it
+four times) and the op saves the wgrad operand (one byte an element) instead of x, and a caller that
+reads one x in several GEMMs (an MoE layer's gate and up) hands them the operands made once
+(``x_operands``; rowwise or tensorwise). dy's two operands, under rowwise, come from one fused
+quantization too. (The dense FP8 linear, :mod:`kernels.fp8.linear`, keeps the forward's FP8 operands
+and quantizes only dy.) The output
 gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the e5m2 of their family (the hybrid
 format, the per-tensor recipes' default in :mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by
 e5m2 on the mixed-format FP8 MFMAs. Per-tensor recipes take x's and w's scales from the caller
@@ -147,18 +153,23 @@ def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offs
 
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
-                scale_w: torch.Tensor | None, amax_x: bool = False, amax_w: bool = False,
+                scale_w: torch.Tensor | None, x_operands: list[torch.Tensor], amax_x: bool = False,
+                amax_w: bool = False,
                 history_dy: torch.Tensor | None = None, counts: torch.Tensor | None = None, count_index: int = 0,
                 scale_rule: str | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     # history_dy and counts are the backward's (:func:`gradients`); the forward does not touch them
-    x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax_x, scale_rule)
+    if x_operands:   # x quantized already, both ways (quantize.token_operands): the forward's
+        (x8, sx, *_), found_x = x_operands, []
+    else:
+        x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax_x, scale_rule)
     y, sw, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax_w, scale_rule)
     maxima = (*(found_x or [_nothing(x)]), *(found_w or [_nothing(x)]))   # one each: outputs may not alias
     # the per-tensor scales the casts found, for the backward's casts of x and w; a given scale is an
     # empty placeholder (an output may not alias an input), which the backward takes from the inputs
+    # (x's came with its operands: the backward takes its wgrad operand, not a scale)
     return y, *maxima, *(_one_scale(s, x) if _finds(recipe, given) else _nothing(x)
-                         for s, given in ((sx, scale_x), (sw, scale_w)))
+                         for s, given in ((sx, scale_x if not x_operands else sx), (sw, scale_w)))
 
 
 def _finds(recipe: str, given: torch.Tensor | None) -> bool:
@@ -180,18 +191,20 @@ _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl,
 
 
 @_train.register_fake
-def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax_x=False, amax_w=False, history_dy=None,
-      counts=None, count_index=0, scale_rule=None):
+def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands, amax_x=False, amax_w=False,
+      history_dy=None, counts=None, count_index=0, scale_rule=None):
     (t, k), (g, _, n) = x.shape, w.shape
     # the tile maxima of the casts of x (dense, tile_maxima_shape) and of w (each expert a batch entry of one group)
     maxima = (tile_maxima_shape(t, k) if amax_x else (0,), grouped_tile_maxima_shape(g, k, n, 1) if amax_w else (0,))
     # the scales the casts found (_one_scale's): x's over its T rows, w's over its (G, N)
-    scales = [(min(count, 1) if _finds(recipe, given) else 0,) for count, given in ((t, scale_x), (g * n, scale_w))]
+    scales = [(min(count, 1) if _finds(recipe, given) else 0,)
+              for count, given in ((t, scale_x if not x_operands else x_operands[1]), (g * n, scale_w))]
     return x.new_empty((t, n)), *(x.new_empty(shape, dtype=torch.float32) for shape in (*maxima, *scales))
 
 
 def _setup(ctx, inputs, output):
-    x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, _, _, history_dy, counts, count_index, rule = inputs
+    (x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands, _, _, history_dy, counts,
+     count_index, rule) = inputs
     ctx.mark_non_differentiable(*output[1:])
     # the per-tensor scales the forward's casts found (none given): the backward's casts of x and w
     # take them instead of finding x's and w's amaxes again
@@ -200,7 +213,10 @@ def _setup(ctx, inputs, output):
     # the backward reads dy alone: no zeros made for the tile maxima, which take no gradient
     ctx.set_materialize_grads(False)
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.scale_rule = recipe, fp8_dtype, grad_dtype, rule
-    ctx.save_for_backward(x, w, offsets, scale_x, scale_w)
+    # x's wgrad operand where it came quantized (one FP8 byte an element, shared by the GEMMs that read
+    # x), else x itself, which the backward quantizes
+    ctx.x_dtype, ctx.x_operands = x.dtype, len(x_operands)
+    ctx.save_for_backward(*(x_operands[2:] if x_operands else (x,)), w, offsets, scale_x, scale_w)
     # dy's delayed state, held as it is (not saved: the layer's forward records into the same
     # counts after this op, which would trip a saved tensor's version check); the backward writes it
     ctx.grad_state = (history_dy, counts, count_index)
@@ -209,11 +225,15 @@ def _setup(ctx, inputs, output):
 def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtype, needs,
               scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None,
               history_dy: torch.Tensor | None = None, counts: torch.Tensor | None = None,
-              count_index: int = 0, scale_rule: str | None = None) -> tuple:
+              count_index: int = 0, scale_rule: str | None = None, dx_dtype: torch.dtype | None = None) -> tuple:
     """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy (quantized to ``grad``, x and w to
     ``fp8``, with the given per-tensor scales if any), each None where ``needs`` says False:
-    one FP8 grouped launch each. dy's two casts (dgrad's token operand, wgrad's grouped one)
-    share one per-tensor scale: dy's current amax's (found by dgrad's cast, which wgrad's then
+    one FP8 grouped launch each. ``x``: high-precision, or (not ``"mxfp8"``) its wgrad operand
+    already, the pair :func:`.quantize.wgrad_operand` returns (what GEMMs that read one x share:
+    gate's and up's), with ``dx_dtype`` dx's dtype, x's. Under ``"rowwise"``, when both gradients
+    are wanted, dy's two operands come from one fused quantization (:func:`.quantize.token_operands`).
+    Under a per-tensor recipe dy's two casts (dgrad's token operand, wgrad's grouped one) share one
+    per-tensor scale: dy's current amax's (found by dgrad's cast, which wgrad's then
     takes: one amax pass over dy), or with ``history_dy`` (delayed) that
     history's (:func:`kernels.fp8.recipes.delayed.history_scale`, on the device), and then,
     with ``counts`` (training mode), the amax the first cast found enters ``history_dy`` and a
@@ -224,16 +244,17 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
     dx = dw = None
     scale_dy = None if history_dy is None else history_scale(history_dy, dy, grad)
     found = []   # dy's amax, from the first cast, where it is recorded (counts given)
+    fused = quantize.token_operands(dy, offsets, recipe, grad) if recipe == "rowwise" and all(needs[:2]) else ()
     if needs[0]:
-        dy8, sdy, *found = quantize.tokens(dy, recipe, grad, scale_dy, amax=counts is not None)
+        dy8, sdy, *found = fused[:2] or quantize.tokens(dy, recipe, grad, scale_dy, amax=counts is not None)
         if _finds(recipe, scale_dy) and sdy.numel():
             scale_dy = _one_scale(sdy, dy)   # its current scale, for the wgrad cast too: one amax pass over dy
         wt8, swt = quantize.dgrad_weight(w, recipe, fp8, scale_w)
-        dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, x.dtype)
+        dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, dx_dtype or x.dtype)
     if needs[1]:
-        xt8, sxt = quantize.wgrad_operand(x, offsets, recipe, fp8, scale_x)
-        dyt8, sdyt, *more = quantize.wgrad_operand(dy, offsets, recipe, grad, scale_dy,
-                                                   amax=counts is not None and not found)
+        xt8, sxt = x if isinstance(x, tuple) else quantize.wgrad_operand(x, offsets, recipe, fp8, scale_x)
+        dyt8, sdyt, *more = fused[2:] or quantize.wgrad_operand(dy, offsets, recipe, grad, scale_dy,
+                                                                amax=counts is not None and not found)
         found += more
         dw = torch.ops.kernels.grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype,
                                                    SCALE_K if recipe == "blockwise" else 0)
@@ -243,10 +264,13 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
 
 
 def _backward(ctx, dy, *_):
-    x, w, offsets, scale_x, scale_w = ctx.saved_tensors
-    dx, dw = gradients(x, w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.needs_input_grad,
-                       scale_x, scale_w, *ctx.grad_state, ctx.scale_rule)
-    return dx, dw, None, None, None, None, None, None, None, None, None, None, None, None
+    *x, w, offsets, scale_x, scale_w = ctx.saved_tensors
+    dx, dw = gradients(x[0] if len(x) == 1 else tuple(x), w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype,
+                       ctx.needs_input_grad, scale_x, scale_w, *ctx.grad_state, ctx.scale_rule, ctx.x_dtype)
+    # none for offsets .. scale_w, x_operands (a list of as many) and the arguments after it that the call
+    # passed (the dispatcher drops trailing ones equal to their defaults; needs_input_grad has one per argument
+    # passed, x_operands' a list): torch checks that the structure matches
+    return dx, dw, *[None] * 6, [None] * ctx.x_operands, *[None] * (len(ctx.needs_input_grad) - 9)
 
 
 _train.register_autograd(_backward, setup_context=_setup)
@@ -286,6 +310,27 @@ def _check_grad_state(history_dy, counts, count_index: int, recipe: str, x: torc
             raise ValueError(f"count_index {count_index} is not an index of counts {tuple(counts.shape)}")
 
 
+def _check_x_operands(x_operands, x: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torch.dtype,
+                      amax_x: bool) -> None:
+    """``x_operands`` is what :func:`.quantize.token_operands` returns for x: four tensors, the token
+    operand of x's shape in ``fp8`` first, the wgrad operand (K, R) after, on x's device, under a
+    recipe that shares them (and no x amax wanted: the casts that return it are the op's own)."""
+    if recipe not in quantize.SHARED_OPERANDS:
+        raise ValueError(f"x_operands are x quantized under {', '.join(quantize.SHARED_OPERANDS)}, "
+                         f"not {recipe!r}")
+    if amax_x:
+        raise ValueError("amax for x returns the maxima of the op's own cast of x: not with x_operands")
+    if not (isinstance(x_operands, (tuple, list)) and len(x_operands) == 4
+            and all(isinstance(t, torch.Tensor) for t in x_operands)):
+        raise TypeError("x_operands must be the four tensors quantize.token_operands returns "
+                        "(x8, sx, xt8, sxt)")
+    x8, _, xt8, _ = x_operands
+    if x8.shape != x.shape or x8.dtype != fp8 or xt8.dtype != fp8 or xt8.shape[0] != x.shape[1]:
+        raise ValueError(f"x_operands do not quantize this x: x8 {tuple(x8.shape)} {x8.dtype} and xt8 "
+                         f"{tuple(xt8.shape)} {xt8.dtype} for x {tuple(x.shape)} in {fp8}")
+    validate.same_device(x=x, **{f"x_operands[{i}]": t for i, t in enumerate(x_operands)})
+
+
 def _amax_flags(amax) -> tuple[bool, bool]:
     """:func:`grouped_gemm_fp8_train`'s ``amax`` as (x's, w's): a bool for both, or a pair of bools."""
     if isinstance(amax, bool):
@@ -301,7 +346,8 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                            check_offsets: bool = True, amax: bool | tuple[bool, bool] = False,
                            history_dy: torch.Tensor | None = None,
                            counts: torch.Tensor | None = None, count_index: int = 0,
-                           scale_rule: str | None = None) -> torch.Tensor:
+                           scale_rule: str | None = None, x_operands: tuple[torch.Tensor, ...] | None = None
+                           ) -> torch.Tensor:
     """``x (T, K)`` rows grouped by expert, ``w (G, K, N)``, int32 ``offsets (G,)`` of row ends
     -> ``(T, N)`` in x's dtype, differentiable in x and w, every GEMM in FP8 by ``recipe``
     (one of :data:`.quantize.RECIPES`; ``"mxfp8"``: MXFP8 operands and kernels,
@@ -332,6 +378,12 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     (:func:`gradients`). Without it dy takes its current per-tensor scale. ``scale_rule``
     (``"mxfp8"`` only): the e8m0 rule of every operand's scales, ``"round_up"`` (the default) or
     ``"ocp"`` (:meth:`kernels.fp8.recipe.Recipe.chosen_scale_rule`; the FP8 MoE layers pass their own).
+    ``x_operands``: x already quantized both ways, what :func:`.quantize.token_operands` returns for
+    this x, offsets, recipe and ``fp8_dtype`` (a recipe of :data:`.quantize.SHARED_OPERANDS`): the
+    forward reads the token operand and the backward the wgrad operand, which is saved instead of x,
+    so GEMMs that read one x (an MoE layer's gate and up) quantize it once between them. Under
+    ``"rowwise"``, where w's gradient is wanted, the op makes them itself otherwise (one fused
+    quantization of x where two took twice the reads: :func:`.quantize.token_operands`).
     """
     quantize.check_recipe(recipe)
     fp8_dtype = fp8_recipes.get(recipe).element_format(fp8_dtype)
@@ -355,9 +407,14 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                          "pass scale_x and scale_w")
     _check_grad_state(history_dy, counts, count_index, recipe, x)
     scale_rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
-    op = _train_impl if eager.direct(x, w, offsets) else _train
-    out, *maxima, _, _ = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, amax_x, amax_w,
-                            history_dy, counts, count_index, scale_rule)
+    direct = eager.direct(x, w, offsets)
+    if x_operands is not None:
+        _check_x_operands(x_operands, x, offsets, recipe, fp8_dtype, amax_x)
+    elif recipe == "rowwise" and not direct and w.requires_grad and offsets.shape[0]:
+        x_operands = quantize.token_operands(x, offsets, recipe, fp8_dtype)
+    op = _train_impl if direct else _train
+    out, *maxima, _, _ = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, list(x_operands or ()),
+                            amax_x, amax_w, history_dy, counts, count_index, scale_rule)
     if not (amax_x or amax_w):   # False, or a pair naming no cast
         return out
     return out, tuple(maxima)
