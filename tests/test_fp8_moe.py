@@ -132,17 +132,18 @@ def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts(monkeypatch)
 # (each expert a batch entry)
 X, GATE, UP, DOWN = (1, 2 * 7 * TOP_K, DIM), (EXPERTS, DIM, HIDDEN), (EXPERTS, DIM, HIDDEN), (EXPERTS, HIDDEN, DIM)
 QUANTIZATIONS = {"delayed": (9, 9, [GATE, UP, DOWN]), "tensorwise": (8, 8, [X, GATE, UP]),
-                 "rowwise": (3, 8, [X, GATE, UP])}
+                 "rowwise": (0, 8, [X, GATE, UP])}
 
 
 @pytest.mark.parametrize("recipe", QUANTIZATIONS)
 def test_a_training_step_quantizes_on_the_fused_kernels_only(recipe):
-    """Per expert GEMM (gate, up, down): dgrad's w on the dense op, the forward's weight on the
-    grouped kernels, no plain torch pass (delayed's given scales included); the token operands:
+    """Per expert GEMM (gate, up, down), no plain torch pass (delayed's given scales included); the
+    weights: dgrad's w on the dense op, the forward's on the grouped kernels; the token operands:
     delayed: x, hidden and each dy on the dense op, their wgrad operands on the grouped kernels, x
     twice (gate and up each quantize it); tensorwise: x once between gate and up, both ways, made
     before their GEMMs (quantize.token_operands); rowwise: every token operand (x, hidden, each dy)
-    both ways in one grouped quantization (its rows mode), x once between gate and up."""
+    and every weight both ways in one grouped quantization (its rows mode: quantize.token_operands,
+    quantize.weight_operands), x once between gate and up, nothing on the dense op."""
     layer = Float8MoE.from_moe(kernels.MoE(DIM, HIDDEN, EXPERTS, TOP_K), recipe, FP8)
     x = torch.randn(2, 7, DIM, requires_grad=True)
     with quantizations() as seen:

@@ -127,3 +127,43 @@ def test_bad_x_operands_are_refused_by_name():
         grouped_gemm_fp8_train(x[:6], w, offsets, "rowwise", E4M3FN, x_operands=made, check_offsets=False)
     with pytest.raises(ValueError, match="do not quantize this x"):
         grouped_gemm_fp8_train(x, w, offsets, "rowwise", torch.float8_e4m3fnuz, x_operands=made)
+
+
+@pytest.mark.parametrize("dtype, fp8", FORMATS[:2], ids=IDS[:2])
+def test_weight_operands_are_forward_weight_and_dgrad_weight_bit_for_bit(dtype, fp8):
+    """The experts' weights both ways from one fused quantization (each expert a problem of K
+    tokens in one group, with the row-wise copy beside): the forward's K-contiguous copy with its
+    per-(expert, column) scales and dgrad's N-contiguous one with per-(expert, row) scales, bits,
+    shapes and strides; K = 21 (each column's run padded to 32 bytes), K = 300 (over two amax
+    chunks), and empty experts, rows and columns."""
+    for g, k, n in ((3, 21, 67), (2, 300, 5), (1, 1, 1), (0, 4, 4), (2, 0, 3), (2, 3, 0)):
+        w = _tokens(g * k, n, dtype).reshape(g, k, n)
+        with poisoned_outputs():
+            w8, sw, wt8, swt = quantize.weight_operands(w, fp8)
+        for got, want in zip((w8, sw, wt8, swt), (*quantize.forward_weight(w, "rowwise", fp8),
+                                                  *quantize.dgrad_weight(w, "rowwise", fp8))):
+            assert got.shape == want.shape and got.stride() == want.stride(), (g, k, n)
+            assert torch.equal(_bits(got) if got.dtype == fp8 else got, _bits(want) if want.dtype == fp8 else want)
+
+
+def test_a_rowwise_training_step_is_fifteen_launches_and_holds_w_s_dgrad_operand():
+    """Forward: x's and w's fused quantizations (4 launches each) and the GEMM; backward: dy's fused
+    quantization, dX and dW: 15 launches where quantizing each operand for each GEMM took 21. The
+    forward keeps w's dgrad operand (FP8, (G, K, N) stored) for the backward; with no gradient
+    wanted for x (dx not computed) it makes none."""
+    offsets = _offsets([5, 0, 17, 9])
+    x, w = _tokens(31, 24, torch.bfloat16), _tokens(4 * 24, 16, torch.bfloat16, seed=1).reshape(4, 24, 16)
+    dy = _tokens(31, 16, torch.bfloat16, seed=2)
+
+    def step():
+        xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
+        grouped_gemm_fp8_train(xi, wi, offsets, "rowwise", E4M3FN).backward(dy)
+
+    ops = device_ops(step)
+    assert ops.triton == 15, ops
+    for needs_dx in (True, False):
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            grouped_gemm_fp8_train(x.clone().requires_grad_(needs_dx), w.clone().requires_grad_(), offsets,
+                                   "rowwise", E4M3FN)
+        assert any(t.dtype == E4M3FN and t.shape == (4, 16, 24) for t in saved) == needs_dx

@@ -280,7 +280,7 @@ def test_custom_ops_and_compile_without_graph_breaks():
         torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
                               (x.detach().bfloat16().requires_grad_(), w.detach().bfloat16().requires_grad_(),
                                offsets, recipe, E4M3FN,
-                               torch.float8_e5m2, *scales, [], *amax),
+                               torch.float8_e5m2, *scales, [], [], *amax),
                               test_utils=("test_autograd_registration", "test_faketensor"))
 
     def step(x, w):

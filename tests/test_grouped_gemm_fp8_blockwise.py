@@ -153,7 +153,7 @@ def test_one_backward_is_two_grouped_launches_and_the_ops_check_out(monkeypatch)
                           (xt, sxt, dyt, sdyt, offsets, torch.float32, 128),
                           test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
     torch.library.opcheck(torch.ops.kernels.grouped_gemm_fp8_train.default,
-                          (x, w, offsets, "blockwise", E4M3FN, torch.float8_e5m2, None, None, []),
+                          (x, w, offsets, "blockwise", E4M3FN, torch.float8_e5m2, None, None, [], []),
                           test_utils=("test_autograd_registration", "test_faketensor"))
 
 

@@ -17,7 +17,8 @@ row-wise recipe quantizes x and w once each, with the fused kernel's transposed 
 :mod:`kernels.fp8.recipes.rowwise`). A token tensor's two (x's forward and wgrad operands, dy's
 dgrad and wgrad ones) are made at once where the recipe allows (:func:`token_operands`:
 rowwise's in one fused quantization that reads the tensor twice, not four times; tensorwise's two
-casts sharing their scale), and an MoE layer's gate and up share x's. The wgrad scales are
+casts sharing their scale), and an MoE layer's gate and up share x's; rowwise's two operands of the
+weights, the forward's and dgrad's, likewise (:func:`weight_operands`). The wgrad scales are
 amaxes over each group's tokens only: an expert's gradient is not scaled by another
 expert's outliers. ``tensorwise`` takes one scale per tensor (all experts' weights
 share one), handed to the kernels broadcast (stride 0); each GEMM still gets its own
@@ -246,6 +247,19 @@ def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Te
     g, k, n = w.shape   # w as G·K rows of N: row-wise along N is the dense op's "row"
     q, scale = quantize_checked(w.detach().reshape(g * k, n), TOKEN_GRANULARITY[recipe], fp8, scale=scale)
     return q.view(g, k, n).transpose(1, 2), scale.expand(g * k, 1).reshape(g, k)
+
+
+def weight_operands(w: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Both rowwise FP8 operands of the experts' weights w (G, K, N): (w8, sw: :func:`forward_weight`'s;
+    wt8, swt: :func:`dgrad_weight`'s), bit for bit theirs, from one fused quantization (each expert a
+    problem of K tokens in one group, with ``rows``: per (expert, column) along K for the forward,
+    per (expert, row) along N for dgrad; w read twice, in four launches, where the two took four
+    reads and six launches). What the training op makes in the forward where dx is wanted, keeping
+    wt8 (one byte a weight) for the backward (:func:`.training.grouped_gemm_fp8_train`)."""
+    g, k, n = w.shape
+    one_group = torch.full((1,), k, dtype=torch.int32, device=w.device)
+    q, scale, q_rows, row_scales = _grouped(w, one_group, fp8, rows=True)
+    return q[:, :, :k].transpose(1, 2), scale[:, 0], q_rows.transpose(1, 2), row_scales
 
 
 def group_of_rows(offsets: torch.Tensor, rows: int) -> torch.Tensor:

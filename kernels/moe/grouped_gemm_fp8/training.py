@@ -12,14 +12,15 @@ launches, each on operands quantized along its own reduction dimension
 * dw[g] = x_gᵀ · dy_g: the FP8 dW kernel (:mod:`.dw`, ``kernels::grouped_gemm_fp8_dw``),
   whose reduction runs over each group's tokens (zero for an empty group).
 
-So one backward is two grouped launches. w is saved in high precision and quantized again by the
-backward in the orientation dgrad needs; x is saved the same way, except where its FP8 wgrad operand
-was made in the forward: under rowwise, when w's gradient is wanted, one fused quantization gives
-both of x's operands (:func:`.quantize.token_operands`: x read twice where two quantizations read it
-four times) and the op saves the wgrad operand (one byte an element) instead of x, and a caller that
-reads one x in several GEMMs (an MoE layer's gate and up) hands them the operands made once
-(``x_operands``; rowwise or tensorwise). dy's two operands, under rowwise, come from one fused
-quantization too. (The dense FP8 linear, :mod:`kernels.fp8.linear`, keeps the forward's FP8 operands
+So one backward is two grouped launches. x and w are saved in high precision and quantized again
+by the backward in the orientation its GEMMs need, except where their FP8 operands were made in the
+forward. Under rowwise, when w's gradient is wanted, one fused quantization gives both of x's
+operands (:func:`.quantize.token_operands`: x read twice where two quantizations read it four
+times) and the op saves the wgrad operand (one byte an element) instead of x; when x's is wanted,
+one gives both of w's (:func:`.quantize.weight_operands`) and the op holds the dgrad one (one byte a
+weight) to the backward; dy's two come from one fused quantization in the backward. So a rowwise
+step of the op is 15 launches, not 21. A caller that reads one x in several GEMMs (an MoE layer's
+gate and up) hands them x's operands made once (``x_operands``; rowwise or tensorwise). (The dense FP8 linear, :mod:`kernels.fp8.linear`, keeps the forward's FP8 operands
 and quantizes only dy.) The output
 gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the e5m2 of their family (the hybrid
 format, the per-tensor recipes' default in :mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by
@@ -153,8 +154,8 @@ def forward_of_operand(x8: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, offs
 
 def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str,
                 fp8_dtype: torch.dtype, grad_dtype: torch.dtype, scale_x: torch.Tensor | None,
-                scale_w: torch.Tensor | None, x_operands: list[torch.Tensor], amax_x: bool = False,
-                amax_w: bool = False,
+                scale_w: torch.Tensor | None, x_operands: list[torch.Tensor], w_operands: list[torch.Tensor],
+                amax_x: bool = False, amax_w: bool = False,
                 history_dy: torch.Tensor | None = None, counts: torch.Tensor | None = None, count_index: int = 0,
                 scale_rule: str | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -163,7 +164,12 @@ def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe:
         (x8, sx, *_), found_x = x_operands, []
     else:
         x8, sx, *found_x = token_operand(x, recipe, fp8_dtype, scale_x, amax_x, scale_rule)
-    y, sw, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax_w, scale_rule)
+    if w_operands:   # w quantized already, both ways (quantize.weight_operands): the forward's
+        (w8, sw, *_), found_w = w_operands, []
+        y = _grouped_gemm_fp8_impl(x8, sx, w8, sw, offsets, x.dtype)
+    else:
+        y, sw, *found_w = forward_of_operand(x8, sx, w, offsets, recipe, fp8_dtype, x.dtype, scale_w, amax_w,
+                                             scale_rule)
     maxima = (*(found_x or [_nothing(x)]), *(found_w or [_nothing(x)]))   # one each: outputs may not alias
     # the per-tensor scales the casts found, for the backward's casts of x and w; a given scale is an
     # empty placeholder (an output may not alias an input), which the backward takes from the inputs
@@ -191,7 +197,7 @@ _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl,
 
 
 @_train.register_fake
-def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands, amax_x=False, amax_w=False,
+def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands, w_operands, amax_x=False, amax_w=False,
       history_dy=None, counts=None, count_index=0, scale_rule=None):
     (t, k), (g, _, n) = x.shape, w.shape
     # the tile maxima of the casts of x (dense, tile_maxima_shape) and of w (each expert a batch entry of one group)
@@ -203,7 +209,7 @@ def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands
 
 
 def _setup(ctx, inputs, output):
-    (x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands, _, _, history_dy, counts,
+    (x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands, w_operands, _, _, history_dy, counts,
      count_index, rule) = inputs
     ctx.mark_non_differentiable(*output[1:])
     # the per-tensor scales the forward's casts found (none given): the backward's casts of x and w
@@ -215,8 +221,9 @@ def _setup(ctx, inputs, output):
     ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.scale_rule = recipe, fp8_dtype, grad_dtype, rule
     # x's wgrad operand where it came quantized (one FP8 byte an element, shared by the GEMMs that read
     # x), else x itself, which the backward quantizes
-    ctx.x_dtype, ctx.x_operands = x.dtype, len(x_operands)
-    ctx.save_for_backward(*(x_operands[2:] if x_operands else (x,)), w, offsets, scale_x, scale_w)
+    ctx.x_dtype, ctx.operands = x.dtype, (len(x_operands), len(w_operands))
+    # and w's dgrad operand where it came quantized (one byte a weight, held to the backward)
+    ctx.save_for_backward(*(x_operands[2:] if x_operands else (x,)), *w_operands[2:], w, offsets, scale_x, scale_w)
     # dy's delayed state, held as it is (not saved: the layer's forward records into the same
     # counts after this op, which would trip a saved tensor's version check); the backward writes it
     ctx.grad_state = (history_dy, counts, count_index)
@@ -225,13 +232,15 @@ def _setup(ctx, inputs, output):
 def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtype, needs,
               scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None,
               history_dy: torch.Tensor | None = None, counts: torch.Tensor | None = None,
-              count_index: int = 0, scale_rule: str | None = None, dx_dtype: torch.dtype | None = None) -> tuple:
+              count_index: int = 0, scale_rule: str | None = None, dx_dtype: torch.dtype | None = None,
+              w_dgrad: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple:
     """(dx, dw) of ``x_g @ w[g]`` for the output gradient dy (quantized to ``grad``, x and w to
     ``fp8``, with the given per-tensor scales if any), each None where ``needs`` says False:
     one FP8 grouped launch each. ``x``: high-precision, or (not ``"mxfp8"``) its wgrad operand
     already, the pair :func:`.quantize.wgrad_operand` returns (what GEMMs that read one x share:
     gate's and up's), with ``dx_dtype`` dx's dtype, x's. Under ``"rowwise"``, when both gradients
     are wanted, dy's two operands come from one fused quantization (:func:`.quantize.token_operands`).
+    ``w_dgrad``: w's dgrad operand made already (the pair :func:`.quantize.dgrad_weight` returns).
     Under a per-tensor recipe dy's two casts (dgrad's token operand, wgrad's grouped one) share one
     per-tensor scale: dy's current amax's (found by dgrad's cast, which wgrad's then
     takes: one amax pass over dy), or with ``history_dy`` (delayed) that
@@ -249,7 +258,7 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
         dy8, sdy, *found = fused[:2] or quantize.tokens(dy, recipe, grad, scale_dy, amax=counts is not None)
         if _finds(recipe, scale_dy) and sdy.numel():
             scale_dy = _one_scale(sdy, dy)   # its current scale, for the wgrad cast too: one amax pass over dy
-        wt8, swt = quantize.dgrad_weight(w, recipe, fp8, scale_w)
+        wt8, swt = w_dgrad or quantize.dgrad_weight(w, recipe, fp8, scale_w)
         dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, dx_dtype or x.dtype)
     if needs[1]:
         xt8, sxt = x if isinstance(x, tuple) else quantize.wgrad_operand(x, offsets, recipe, fp8, scale_x)
@@ -264,13 +273,15 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
 
 
 def _backward(ctx, dy, *_):
-    *x, w, offsets, scale_x, scale_w = ctx.saved_tensors
-    dx, dw = gradients(x[0] if len(x) == 1 else tuple(x), w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype,
-                       ctx.needs_input_grad, scale_x, scale_w, *ctx.grad_state, ctx.scale_rule, ctx.x_dtype)
-    # none for offsets .. scale_w, x_operands (a list of as many) and the arguments after it that the call
-    # passed (the dispatcher drops trailing ones equal to their defaults; needs_input_grad has one per argument
-    # passed, x_operands' a list): torch checks that the structure matches
-    return dx, dw, *[None] * 6, [None] * ctx.x_operands, *[None] * (len(ctx.needs_input_grad) - 9)
+    *saved, w, offsets, scale_x, scale_w = ctx.saved_tensors
+    n_x, n_w = ctx.operands
+    x, w_dgrad = (tuple(saved[:2]), saved[2:]) if n_x else (saved[0], saved[1:])
+    dx, dw = gradients(x, w, offsets, dy, ctx.recipe, ctx.fp8_dtype, ctx.grad_dtype, ctx.needs_input_grad, scale_x,
+                       scale_w, *ctx.grad_state, ctx.scale_rule, ctx.x_dtype, tuple(w_dgrad) or None)
+    # none for offsets .. scale_w, x_operands and w_operands (lists of as many) and the arguments after them
+    # that the call passed (the dispatcher drops trailing ones equal to their defaults; needs_input_grad has
+    # one per argument passed, a list's a list): torch checks that the structure matches
+    return dx, dw, *[None] * 6, [None] * n_x, [None] * n_w, *[None] * (len(ctx.needs_input_grad) - 10)
 
 
 _train.register_autograd(_backward, setup_context=_setup)
@@ -410,11 +421,14 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     direct = eager.direct(x, w, offsets)
     if x_operands is not None:
         _check_x_operands(x_operands, x, offsets, recipe, fp8_dtype, amax_x)
-    elif recipe == "rowwise" and not direct and w.requires_grad and offsets.shape[0]:
+    elif recipe == "rowwise" and not direct and torch.is_grad_enabled() and w.requires_grad and offsets.shape[0]:
         x_operands = quantize.token_operands(x, offsets, recipe, fp8_dtype)
+    # rowwise, where dx is wanted: both of w's operands from one fused quantization, its dgrad one held
+    fused_w = recipe == "rowwise" and not direct and torch.is_grad_enabled() and x.requires_grad
+    w_operands = quantize.weight_operands(w, fp8_dtype) if fused_w else ()
     op = _train_impl if direct else _train
     out, *maxima, _, _ = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, list(x_operands or ()),
-                            amax_x, amax_w, history_dy, counts, count_index, scale_rule)
+                            list(w_operands), amax_x, amax_w, history_dy, counts, count_index, scale_rule)
     if not (amax_x or amax_w):   # False, or a pair naming no cast
         return out
     return out, tuple(maxima)
