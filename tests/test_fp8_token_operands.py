@@ -76,7 +76,7 @@ def test_rowwise_is_four_launches_and_no_torch_op_or_host_sync():
 
 def test_refusals_and_the_custom_op_fake():
     t, offsets = _tokens(5, 3, torch.float32), _offsets([2, 3])
-    for recipe in ("delayed", "blockwise", "mxfp8"):
+    for recipe in ("blockwise", "mxfp8"):
         with pytest.raises(ValueError, match="token_operands makes both operands at once"):
             quantize.token_operands(t, offsets, recipe, E4M3FN)
     with pytest.raises(ValueError, match="no groups"):
@@ -86,9 +86,9 @@ def test_refusals_and_the_custom_op_fake():
                            None, False, False, True), test_utils=("test_faketensor",))
 
 
-def _step(x, w, offsets, dy, recipe, x_operands=None):
+def _step(x, w, offsets, dy, recipe, x_operands=None, scales=(None, None)):
     x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
-    out = grouped_gemm_fp8_train(x, w, offsets, recipe, E4M3FN, torch.float8_e5m2, x_operands=x_operands)
+    out = grouped_gemm_fp8_train(x, w, offsets, recipe, E4M3FN, torch.float8_e5m2, *scales, x_operands=x_operands)
     out.backward(dy)
     return out.detach(), x.grad, w.grad
 
@@ -98,19 +98,23 @@ def test_the_op_given_x_operands_gives_the_same_bits_and_saves_the_wgrad_operand
     """Given x's operands (what an MoE layer hands gate's and up's GEMMs) the op's output and both
     gradients are the bits it gives making its own; it saves x's FP8 wgrad operand and no tensor of
     x's dtype and shape. Under rowwise the op makes them itself when w's gradient is wanted (the
-    fused quantization), so it saves no x either way."""
+    fused quantization), so it saves no x either way. delayed: with history-like scales given (a
+    tenth of x's and w's amaxes: they saturate)."""
     sizes = [5, 0, 17, 9]
     offsets = _offsets(sizes)
     x, w = _tokens(sum(sizes), 24, torch.bfloat16), _tokens(4 * 24, 16, torch.bfloat16, seed=1).reshape(4, 24, 16)
     dy = _tokens(sum(sizes), 16, torch.bfloat16, seed=2)
-    made = quantize.token_operands(x, offsets, recipe, E4M3FN)
-    own, given = _step(x, w, offsets, dy, recipe), _step(x, w, offsets, dy, recipe, made)
+    scales = tuple((t.float().abs().amax() / 448 / 10).reshape(1) for t in (x, w)) if recipe == "delayed" else (
+        None, None)
+    made = quantize.token_operands(x, offsets, recipe, E4M3FN, scales[0])
+    own, given = _step(x, w, offsets, dy, recipe, scales=scales), _step(x, w, offsets, dy, recipe, made, scales)
     assert all(torch.equal(a, b) for a, b in zip(own, given, strict=True))
     for operands in ((made, None) if recipe == "rowwise" else (made,)):
         saved = []
         xi = x.clone().requires_grad_()
         with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-            grouped_gemm_fp8_train(xi, w.clone().requires_grad_(), offsets, recipe, E4M3FN, x_operands=operands)
+            grouped_gemm_fp8_train(xi, w.clone().requires_grad_(), offsets, recipe, E4M3FN, None, *scales,
+                                   x_operands=operands)
         assert not any(t.dtype == x.dtype and t.shape == x.shape for t in saved)
         assert any(t.dtype == E4M3FN and t.shape == (24, 32) for t in saved)   # K x T padded to 16
 

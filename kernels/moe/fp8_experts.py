@@ -118,17 +118,22 @@ class Float8Experts:
                                       scale_a, scale_w, check_offsets=False, amax=amax, scale_rule=self.scale_rule,
                                       x_operands=a_operands, **grad_state)
 
-    def _shared_operands(self, x, offsets, *weights) -> tuple | None:
+    def _shared_operands(self, x, offsets, scale_x, record, *weights) -> tuple | None:
         """x's FP8 operands for the GEMMs of ``weights`` (gate's and up's), which read the same rows: made
         once (:func:`~kernels.moe.grouped_gemm_fp8.quantize.token_operands`: rowwise's fused quantization;
-        tensorwise's two casts, the first finding x's scale), so each GEMM takes the token operand and saves
-        the wgrad operand, one copy between them, instead of quantizing x twice and saving it. None (each
-        GEMM casts its own, with x's scale from :meth:`_cast_scale`) under the other recipes and where no
-        weight's gradient is wanted: the wgrad operand would not be read."""
+        tensorwise's two casts, the first finding x's scale; delayed's two with ``scale_x``, the first
+        returning the amax that ``record`` enters in x's history), so each GEMM takes the token operand
+        and saves the wgrad operand, one copy between them, instead of quantizing x twice and saving it.
+        None (each GEMM casts its own, with x's scale from :meth:`_cast_scale`) under the other recipes
+        and where no weight's gradient is wanted: the wgrad operand would not be read."""
         if self.recipe not in SHARED_OPERANDS or not (torch.is_grad_enabled()
                                                       and any(w.requires_grad for w in weights)):
             return None
-        return token_operands(x, offsets, self.recipe, self.fp8_dtype)
+        if self.recipe != "delayed":
+            return token_operands(x, offsets, self.recipe, self.fp8_dtype)
+        *operands, maxima = token_operands(x, offsets, self.recipe, self.fp8_dtype, scale_x, amax=True)
+        record(("x",), (maxima,), (scale_x,))
+        return tuple(operands)
 
     def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None,
             record_w: bool = True, a_operands=None) -> torch.Tensor:
@@ -140,12 +145,13 @@ class Float8Experts:
         gradient's scale from ``dy_<name_w>``'s history and records into it where the layer keeps one.
         Under another recipe the scales are None (the casts find their own) or tensorwise's
         (:meth:`_cast_scale`): nothing to record; ``a_operands``: a's FP8 operands made already
-        (:meth:`_shared_operands`, none under delayed)."""
+        (:meth:`_shared_operands`, which recorded a's amax: ``name_a`` None)."""
         if self.recipe != "delayed":
             return self._grouped(a, scale_a, w, scale_w, offsets, a_operands=a_operands)
         names = (name_a, name_w if record_w else None)
         wanted = tuple(name is not None for name in names)
-        found = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, **self._grad_state(name_w))
+        found = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, a_operands=a_operands,
+                              **self._grad_state(name_w))
         if not any(wanted):   # the output alone (up's GEMM in the expert-parallel owner's later chunks)
             return found
         out, maxima = found

@@ -15,14 +15,16 @@ Under ``"delayed"`` the layer keeps an amax history per operand of its GEMMs
 SwiGLU's output hidden, and the three expert weights) as buffers, and takes each
 per-tensor scale from it by the dense delayed recipe's rule
 (:func:`kernels.fp8.recipes.delayed.cast_scales`); what enters each history is the amax the
-forward's fused casts find (x's and gate's from gate's GEMM, up's from up's, hidden's and
-down's from down's: ``grouped_gemm_fp8_train(..., amax=...)``, up's cast of x writing no tile
-maxima), so no torch pass reads an operand for its amax. Under ``"tensorwise"`` without
+forward's fused casts find (x's from its one cast for gate and up in training, or gate's GEMM's
+without gradients, up's cast of x then writing no tile maxima; gate's from gate's GEMM, up's from
+up's, hidden's and down's from down's: ``grouped_gemm_fp8_train(..., amax=...)``), so no torch
+pass reads an operand for its amax. Under ``"tensorwise"`` without
 gradients x's scale is found once for gate's and up's casts (:meth:`~kernels.moe.fp8_experts.Float8Experts._cast_scale`:
 one amax pass over the rows, not two, in the same launches; the bits of casts that find their own).
-Under ``"rowwise"`` and ``"tensorwise"``, in training, x is quantized once for gate and up, both ways
-(:meth:`~kernels.moe.fp8_experts.Float8Experts._shared_operands`: rowwise's one fused quantization,
-tensorwise's two casts finding x's scale once), and its FP8 wgrad operand is what their backward
+Under ``"rowwise"``, ``"tensorwise"`` and ``"delayed"``, in training, x is quantized once for gate
+and up, both ways (:meth:`~kernels.moe.fp8_experts.Float8Experts._shared_operands`: rowwise's one
+fused quantization, the per-tensor recipes' two casts with one scale), and its FP8 wgrad operand is
+what their backward
 reads, one copy saved between them instead of x. Each GEMM's output gradient has a history too
 (:data:`kernels.moe.fp8_experts.GRAD_TENSORS`: down's dy, gate's dg and up's du), which the
 layer hands to the training op (``history_dy=``, and ``counts=`` in training mode): its
@@ -89,12 +91,15 @@ class Float8MoE(Float8Experts, MoE):
         inverse = _inverse(permutation)
         x_sorted = permute_rows(rows, permutation, inverse, ids.shape[1], check_permutation=False)
         record = functools.partial(record_amax, self)   # each GEMM's amaxes enter the histories at once
-        # x quantized once for gate and up (rowwise, tensorwise: its scale found there, one amax pass over the
-        # rows); else its scale found once (delayed: one history entry a step; tensorwise without gradients)
-        shared = self._shared_operands(x_sorted, offsets, gate, up)
-        scale_x = None if shared else self._cast_scale("x", x_sorted)
-        g = self._mm(x_sorted, scale_x, gate, self._cast_scale("gate", gate), offsets, record, "gate", "x",
-                     a_operands=shared)
+        # x quantized once for gate and up in training (rowwise; tensorwise: its scale found there, one amax
+        # pass over the rows; delayed: its history's scale, its amax recorded there); else its scale found
+        # once (delayed: one history entry a step; tensorwise without gradients)
+        scale_x = self._cast_scale("x", x_sorted) if self.recipe == "delayed" else None
+        shared = self._shared_operands(x_sorted, offsets, scale_x, record, gate, up)
+        if shared is None and scale_x is None:
+            scale_x = self._cast_scale("x", x_sorted)
+        g = self._mm(x_sorted, scale_x, gate, self._cast_scale("gate", gate), offsets, record, "gate",
+                     None if shared else "x", a_operands=shared)
         u = self._mm(x_sorted, scale_x, up, self._cast_scale("up", up), offsets, record, "up", a_operands=shared)
         hidden = swiglu(g, u)
         out = self._mm(hidden, self._cast_scale("hidden", hidden), down, self._cast_scale("down", down), offsets,

@@ -298,19 +298,21 @@ def _groups(t, offsets, fp8, scale, per_tensor, amax: bool = False) -> tuple[tor
     return q[0], scale if scale.dim() == 0 else scale[0], *found
 
 
-SHARED_OPERANDS = ("rowwise", "tensorwise")
+SHARED_OPERANDS = ("rowwise", "tensorwise", "delayed")
 """The recipes whose token operands :func:`token_operands` makes at once: the forward's or dgrad's
 and wgrad's of one tensor (x, or an output gradient), which the expert GEMMs that read it share."""
 
 
 def token_operands(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torch.dtype,
-                   scale: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+                   scale: torch.Tensor | None = None, amax: bool = False) -> tuple[torch.Tensor, ...]:
     """Both FP8 operands of t (T, C), the routed rows x or an output gradient dy, that a training
     step's GEMMs read: (t8 (T, C), st (T,): :func:`tokens`'s, the forward's or dgrad's; tt8 (C, R),
     stt (G, C): :func:`wgrad_operand`'s), bit for bit theirs, for a recipe of
     :data:`SHARED_OPERANDS`. rowwise: one fused quantization (the grouped kernels with ``rows``:
-    t read twice, in four launches, where the two took four reads and six launches); tensorwise:
-    the two casts with one scale, ``scale`` or the one the first finds (three reads, not four).
+    t read twice, in four launches, where the two took four reads and six launches); the
+    per-tensor recipes: the two casts with one scale, ``scale`` (delayed's, from its history) or
+    tensorwise's the first finds (three reads, not four); ``amax`` (a given scale): and the first
+    cast's tile maxima after them, whose max is t's amax (what delayed records).
     So gate's and up's GEMMs, which read the same x, quantize it once between them and save its
     wgrad operand for the backward instead of x (:func:`.training.grouped_gemm_fp8_train`'s
     ``x_operands``)."""
@@ -319,9 +321,10 @@ def token_operands(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: tor
                          f"not {recipe!r}")
     if t.shape[0] and not offsets.shape[0]:
         raise ValueError(f"t has {t.shape[0]} tokens but offsets no groups to put them in")
-    if recipe == "tensorwise":
-        t8, st = tokens(t, recipe, fp8, scale)
-        return t8, st, *wgrad_operand(t, offsets, recipe, fp8, st[:1] if st.numel() else scale)
+    if recipe in PER_TENSOR:
+        t8, st, *found = tokens(t, recipe, fp8, scale, amax)
+        one = scale if scale is not None else st[:1] if st.numel() else None
+        return t8, st, *wgrad_operand(t, offsets, recipe, fp8, one), *found
     tt8, stt, t8, st = (a.view(a.shape[1:]) for a in _grouped(t[None], offsets, fp8, rows=True))   # one problem
     return t8, st, tt8, stt
 

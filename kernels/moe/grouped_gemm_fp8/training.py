@@ -20,9 +20,9 @@ times) and the op saves the wgrad operand (one byte an element) instead of x; wh
 one gives both of w's (:func:`.quantize.weight_operands`) and the op holds the dgrad one (one byte a
 weight) to the backward; dy's two come from one fused quantization in the backward. So a rowwise
 step of the op is 15 launches, not 21. A caller that reads one x in several GEMMs (an MoE layer's
-gate and up) hands them x's operands made once (``x_operands``; rowwise or tensorwise). (The dense FP8 linear, :mod:`kernels.fp8.linear`, keeps the forward's FP8 operands
-and quantizes only dy.) The output
-gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the e5m2 of their family (the hybrid
+gate and up) hands them x's operands made once (``x_operands``; rowwise, tensorwise or delayed).
+(The dense FP8 linear, :mod:`kernels.fp8.linear`, keeps the forward's FP8 operands and quantizes
+only dy.) The output gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the e5m2 of their family (the hybrid
 format, the per-tensor recipes' default in :mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by
 e5m2 on the mixed-format FP8 MFMAs. Per-tensor recipes take x's and w's scales from the caller
 (``scale_x``, ``scale_w``: delayed scaling's, from an amax history that
