@@ -22,8 +22,8 @@ weight) to the backward; dy's two come from one fused quantization in the backwa
 step of the op is 15 launches, not 21. A caller that reads one x in several GEMMs (an MoE layer's
 gate and up) hands them x's operands made once (``x_operands``; rowwise, tensorwise or delayed).
 (The dense FP8 linear, :mod:`kernels.fp8.linear`, keeps the forward's FP8 operands and quantizes
-only dy.) The output gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the e5m2 of their family (the hybrid
-format, the per-tensor recipes' default in :mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by
+only dy.) The output gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the e5m2 of their
+family (the hybrid format, the per-tensor recipes' default in :mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by
 e5m2 on the mixed-format FP8 MFMAs. Per-tensor recipes take x's and w's scales from the caller
 (``scale_x``, ``scale_w``: delayed scaling's, from an amax history that
 :class:`kernels.moe.fp8_layer.Float8MoE` keeps) or, tensorwise, find them in the forward's casts;
@@ -197,8 +197,8 @@ _train = torch.library.custom_op("kernels::grouped_gemm_fp8_train", _train_impl,
 
 
 @_train.register_fake
-def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands, w_operands, amax_x=False, amax_w=False,
-      history_dy=None, counts=None, count_index=0, scale_rule=None):
+def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands, w_operands, amax_x=False,
+      amax_w=False, history_dy=None, counts=None, count_index=0, scale_rule=None):
     (t, k), (g, _, n) = x.shape, w.shape
     # the tile maxima of the casts of x (dense, tile_maxima_shape) and of w (each expert a batch entry of one group)
     maxima = (tile_maxima_shape(t, k) if amax_x else (0,), grouped_tile_maxima_shape(g, k, n, 1) if amax_w else (0,))
@@ -324,8 +324,9 @@ def _check_grad_state(history_dy, counts, count_index: int, recipe: str, x: torc
 def _check_x_operands(x_operands, x: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: torch.dtype,
                       amax_x: bool) -> None:
     """``x_operands`` is what :func:`.quantize.token_operands` returns for x: four tensors, the token
-    operand of x's shape in ``fp8`` first, the wgrad operand (K, R) after, on x's device, under a
-    recipe that shares them (and no x amax wanted: the casts that return it are the op's own)."""
+    operand of x's shape in ``fp8`` and its scales (T,), the wgrad operand (K, R), R = T padded to a
+    multiple of 16, and its scales (G, K), on x's device, under a recipe that shares them (and no x
+    amax wanted: the casts that return it are the op's own)."""
     if recipe not in quantize.SHARED_OPERANDS:
         raise ValueError(f"x_operands are x quantized under {', '.join(quantize.SHARED_OPERANDS)}, "
                          f"not {recipe!r}")
@@ -335,10 +336,12 @@ def _check_x_operands(x_operands, x: torch.Tensor, offsets: torch.Tensor, recipe
             and all(isinstance(t, torch.Tensor) for t in x_operands)):
         raise TypeError("x_operands must be the four tensors quantize.token_operands returns "
                         "(x8, sx, xt8, sxt)")
-    x8, _, xt8, _ = x_operands
-    if x8.shape != x.shape or x8.dtype != fp8 or xt8.dtype != fp8 or xt8.shape[0] != x.shape[1]:
-        raise ValueError(f"x_operands do not quantize this x: x8 {tuple(x8.shape)} {x8.dtype} and xt8 "
-                         f"{tuple(xt8.shape)} {xt8.dtype} for x {tuple(x.shape)} in {fp8}")
+    (t, k), g = x.shape, offsets.shape[0]
+    want = ((t, k), (t,), (k, cdiv(t, dw_kernel.ALIGN) * dw_kernel.ALIGN), (g, k))
+    if [tuple(o.shape) for o in x_operands] != list(want) or {x_operands[0].dtype, x_operands[2].dtype} != {fp8}:
+        raise ValueError(f"x_operands do not quantize this x: shapes {[tuple(o.shape) for o in x_operands]} "
+                         f"(x8 {x_operands[0].dtype}, xt8 {x_operands[2].dtype}) for x {tuple(x.shape)} in {fp8} "
+                         f"and {g} groups: expected {list(want)}")
     validate.same_device(x=x, **{f"x_operands[{i}]": t for i, t in enumerate(x_operands)})
 
 
