@@ -81,6 +81,8 @@ def test_refusals_and_the_custom_op_fake():
             quantize.token_operands(t, offsets, recipe, E4M3FN)
     with pytest.raises(ValueError, match="no groups"):
         quantize.token_operands(t, offsets[:0], "rowwise", E4M3FN)
+    with pytest.raises(ValueError, match="pass scale"):
+        quantize.token_operands(t, offsets, "rowwise", E4M3FN, amax=True)
     torch.library.opcheck(torch.ops.kernels.grouped_quantize_fp8.default,
                           (_tokens(2 * 19, 6, torch.float32).reshape(2, 19, 6), _offsets([4, 0, 15]), E4M3FN,
                            None, False, False, True), test_utils=("test_faketensor",))

@@ -16,8 +16,8 @@ so w and the output gradient are each quantized twice per step and x twice (the 
 row-wise recipe quantizes x and w once each, with the fused kernel's transposed copy:
 :mod:`kernels.fp8.recipes.rowwise`). A token tensor's two (x's forward and wgrad operands, dy's
 dgrad and wgrad ones) are made at once where the recipe allows (:func:`token_operands`:
-rowwise's in one fused quantization that reads the tensor twice, not four times; tensorwise's two
-casts sharing their scale), and an MoE layer's gate and up share x's; rowwise's two operands of the
+rowwise's in one fused quantization that reads the tensor twice, not four times; the per-tensor
+recipes' two casts sharing their scale), and an MoE layer's gate and up share x's; rowwise's two operands of the
 weights, the forward's and dgrad's, likewise (:func:`weight_operands`). The wgrad scales are
 amaxes over each group's tokens only: an expert's gradient is not scaled by another
 expert's outliers. ``tensorwise`` takes one scale per tensor (all experts' weights
@@ -321,6 +321,8 @@ def token_operands(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: tor
                          f"not {recipe!r}")
     if t.shape[0] and not offsets.shape[0]:
         raise ValueError(f"t has {t.shape[0]} tokens but offsets no groups to put them in")
+    if amax and scale is None:
+        raise ValueError("amax returns the tile maxima of a cast with a given per-tensor scale: pass scale")
     if recipe in PER_TENSOR:
         t8, st, *found = tokens(t, recipe, fp8, scale, amax)
         one = scale if scale is not None else st[:1] if st.numel() else None
