@@ -130,7 +130,7 @@ def test_a_recipe_without_grouped_gemm_warns_and_leaves_the_experts(monkeypatch)
 # per recipe: (dense fused op, grouped kernels) quantizations of one training step, and the first three
 # grouped ones' inputs (B, T, C): x's (its wgrad operand, with rowwise's row-wise one beside) or the weights'
 # (each expert a batch entry)
-X, GATE, UP, DOWN = (1, 2 * 7 * TOP_K, DIM), (EXPERTS, DIM, HIDDEN), (EXPERTS, DIM, HIDDEN), (EXPERTS, HIDDEN, DIM)
+X, GATE, UP = (1, 2 * 7 * TOP_K, DIM), (EXPERTS, DIM, HIDDEN), (EXPERTS, DIM, HIDDEN)
 QUANTIZATIONS = {"delayed": (8, 8, [X, GATE, UP]), "tensorwise": (8, 8, [X, GATE, UP]),
                  "rowwise": (0, 8, [X, GATE, UP])}
 

@@ -167,6 +167,11 @@ def test_a_rowwise_training_step_is_fifteen_launches_and_holds_w_s_dgrad_operand
 
     ops = device_ops(step)
     assert ops.triton == 15, ops
+    # each of x, w and dy quantized both ways at once (4 launches) where separately it took 6: 21 before
+    fused = device_ops(lambda: quantize.weight_operands(w, E4M3FN)).triton
+    separate = device_ops(lambda: (quantize.forward_weight(w, "rowwise", E4M3FN),
+                                   quantize.dgrad_weight(w, "rowwise", E4M3FN))).triton
+    assert (fused, separate) == (4, 6) and ops.triton + 3 * (separate - fused) == 21
     for needs_dx in (True, False):
         saved = []
         with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):

@@ -194,10 +194,11 @@ def _chunk_amax_kernel(t_ptr, offsets_ptr, scale_ptr, partial_ptr, rows_ptr, T, 
             mine = tokens < tl.minimum(end, stop)
             x = tl.load(t_ptr + tokens.to(tl.int64)[:, None] * stride_tt + cols64[None, :] * stride_tc,
                         mask=mine[:, None] & (cols[None, :] < C), other=0.0)
-            acc = tl.maximum(acc, tl.abs(x.to(tl.float32)))
+            ax = tl.abs(x.to(tl.float32))
+            acc = tl.maximum(acc, ax)
             if ROWS:   # every token lies in one group's part of one chunk: written once
                 tl.store(rows_ptr + ((batch * T + tokens) * tl.num_programs(1) + tl.program_id(1)),
-                         tl.max(tl.abs(x.to(tl.float32)), axis=1), mask=mine)
+                         tl.max(ax, axis=1), mask=mine)
         amax = tl.max(acc, axis=0)
         whole = _within_one_chunk(start, end, CHUNK)
         tl.store(scale_ptr + g * stride_sg + cols64 * stride_sc, scale_of_amax(amax, FMAX),
