@@ -53,8 +53,10 @@ $(STAMP): pyproject.toml binder/overrides.json
 tour: setup
 	$(VENV)/bin/workbench tour
 
+# The long tests are collected first (tests/conftest.py); work stealing hands an idle worker the
+# other's queued tests, so neither waits for the other at the end.
 test: setup
-	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --timeout 900 --durations=30 tests --nbmake notebooks
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal --timeout 900 --durations=30 tests --nbmake notebooks
 
 # `make test` runs tests/fuzz too, in its bounded, derandomized `ci` profile.
 fuzz: setup

@@ -99,18 +99,27 @@ def make_row():
     return make
 
 
+def _long(item) -> bool:
+    """A test that takes tens of seconds: marked ``slow`` or ``browser``, or a notebook nbmake runs."""
+    return type(item).__module__.startswith("nbmake") or any(item.iter_markers("slow")) \
+        or any(item.iter_markers("browser"))
+
+
 @pytest.hookimpl(trylast=True)   # after ``-m``/``-k`` have deselected what they deselect
 def pytest_collection_modifyitems(config, items):
     """GPU tests skip on the interpreter. A notebook that a selected test runs cell by cell
     (marked ``runs_notebook``: the browser tests' Run All and the Binder build's nbconvert,
     each failing on any error) is not run a second time by nbmake: a run of notebook 01
-    costs a minute of CI."""
+    costs a minute of CI. The long tests run first: pytest-xdist hands out tests in this
+    order, so the last ones decide how long one worker waits for the other (collected last,
+    the notebooks kept one of two cores idle for the last 50 s of a CI run)."""
     run_elsewhere = {mark.args[0] for item in items for mark in item.iter_markers("runs_notebook")}
     twice = [item for item in items if type(item).__module__.startswith("nbmake")
              and item.path.name in run_elsewhere]
     if twice:
         config.hook.pytest_deselected(items=twice)
         items[:] = [item for item in items if item not in twice]
+    items.sort(key=lambda item: not _long(item))   # stable: each group keeps pytest's order
     if kernels.backend.current().is_gpu:
         return
     skip = pytest.mark.skip(reason="needs a GPU (this run uses the Triton interpreter)")
