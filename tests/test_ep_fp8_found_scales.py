@@ -1,7 +1,8 @@
 """What the expert-parallel FP8 owner finds once: under tensorwise the scales of the rows and the
 weights, which its merged backward takes from the forward (bit for bit the gradients of a backward
-that finds them again, and that many amax launches fewer); under delayed the weights' amaxes, whose
-tile maxima only the first chunk's casts write (the histories and gradients unchanged:
+that finds them again, and that many amax launches fewer); under delayed the weights' amaxes, from
+their one cast a forward, and each chunk's rows' from their one cast for gate and up (the histories
+and gradients unchanged:
 tests/test_ep_fp8_delayed_dy.py and tests/test_fp8_recompute.py hold them to Float8MoE's). One
 in-process gloo rank."""
 from __future__ import annotations
@@ -12,7 +13,6 @@ import torch
 import kernels
 from kernels.moe import ep_fp8_layer
 from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
-from kernels.moe.grouped_gemm_fp8 import training
 from workbench.harness.device_ops import device_ops
 
 FP8, GRAD = torch.float8_e4m3fn, torch.float8_e5m2
@@ -62,31 +62,23 @@ def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, mo
         calls.append((args, kwargs))
         return real(*args, **kwargs)
 
-    grouped, forwards = Float8ExpertParallelMoE._grouped, []
-    cast_rows, cast_weights, rows = ep_fp8_layer.token_operand, ep_fp8_layer.forward_of_operand, []
+    grouped, gemm, forwards = Float8ExpertParallelMoE._grouped, ep_fp8_layer._Float8Owner._gemm, []
+    cast_rows, rows = ep_fp8_layer.token_operand, []
 
-    def cast_found(self, a, scale_a, w, scale_w, offsets, *args, **kwargs):   # and as the casts find them
-        y = grouped(self, a, scale_a, w, scale_w, offsets, *args, **kwargs)
-        end = int(offsets[-1])   # capacity padding rows are left unwritten
-        forwards.append((scale_a is not None and scale_w is not None, y[:end],
-                         grouped(self, a, None, w, None, offsets)[:end]))
+    def rows_cast(x, recipe, fp8, scale, *args):   # the rows' cast for gate and up (made once), h's for down
+        rows.append((x, scale))
+        return cast_rows(x, recipe, fp8, scale, *args)
+
+    def found(self, a8, sa, name, w, offsets, out_dtype, save):   # each forward GEMM, and as casts finding
+        y = gemm(self, a8, sa, name, w, offsets, out_dtype, save)   # the scales give it
+        (a, scale_a), end = rows[-1], int(offsets[-1])   # capacity padding rows are left unwritten
+        forwards.append((scale_a is not None and self.weight_scales[name] is not None, y[:end],
+                         grouped(layer, a, None, w, None, offsets)[:end]))
         return y
 
-    def rows_cast(x, recipe, fp8, scale, **kwargs):   # the rows' cast for gate and up, made once
-        rows.append((x, scale))
-        return cast_rows(x, recipe, fp8, scale, **kwargs)
-
-    def weight_cast(x8, sx, w, offsets, recipe, fp8, out_dtype, scale_w, **kwargs):   # gate's and up's
-        y, *found = cast_weights(x8, sx, w, offsets, recipe, fp8, out_dtype, scale_w, **kwargs)
-        (a, scale_a), end = rows[-1], int(offsets[-1])
-        forwards.append((scale_a is not None and scale_w is not None, y[:end],
-                         grouped(layer, a, None, w, None, offsets)[:end]))
-        return y, *found
-
     monkeypatch.setattr(ep_fp8_layer, "gradients", spy)
-    monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", cast_found)
+    monkeypatch.setattr(ep_fp8_layer._Float8Owner, "_gemm", found)
     monkeypatch.setattr(ep_fp8_layer, "token_operand", rows_cast)
-    monkeypatch.setattr(ep_fp8_layer, "forward_of_operand", weight_cast)
     wgrad, wgrad_rows = ep_fp8_layer.wgrad_operand, []
     monkeypatch.setattr(ep_fp8_layer, "wgrad_operand",
                         lambda x, offsets, recipe, fp8, scale: wgrad_rows.append((x, offsets, scale))
@@ -141,32 +133,22 @@ def test_tensorwise_backward_launches_no_amax_pass_over_the_rows_or_the_weights(
     assert (finding.triton, dict(finding.torch_ops)) == (FINDING_LAUNCHES, {}), finding
 
 
-FORWARD_GEMM_OPS = (3, {"full": 1})
-"""A delayed forward GEMM's (Triton launches, torch ops): x's cast, w's (its one group's offsets a
-torch full) and the grouped GEMM, the same whether w's cast writes tile maxima or not: what a later
-chunk saves is their writes and allocation."""
-
-
-def test_delayed_chunks_after_the_first_cast_the_weights_writing_no_tile_maxima(one_rank, monkeypatch):
-    """Which forward casts write tile maxima (``amax``), two chunks: each chunk's x (gate's cast, not
-    up's: x's amax is recorded once) and h, and the weights in the first chunk only (each chunk casts
-    them whole with the forward's one scale). A later chunk's GEMMs are :data:`FORWARD_GEMM_OPS`
-    each, as with w's maxima written."""
+def test_delayed_casts_write_the_tile_maxima_of_each_chunks_rows_and_each_weight_once(one_rank, monkeypatch):
+    """Which forward casts write tile maxima (``amax``), two chunks: each chunk's rows once for gate
+    and up, and its SwiGLU output; each weight once a forward (its one cast, which every chunk reads):
+    what :meth:`record` enters in the histories, one part per chunk for the rows, one for a weight."""
     layer = _layer(one_rank, 2, None, "delayed")
-    writes, tokens, weights = [], training.token_operand, training.forward_of_operand
-    monkeypatch.setattr(training, "token_operand", lambda *a: writes.append(("rows", a[4])) or tokens(*a))
-    monkeypatch.setattr(training, "forward_of_operand", lambda *a: writes.append(("w", a[8])) or weights(*a))
-    grouped, calls = Float8ExpertParallelMoE._grouped, []
-    monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", lambda *a, **k: calls.append((a, k)) or grouped(*a, **k))
+    casts, tokens, weights = [], ep_fp8_layer.token_operand, ep_fp8_layer.forward_weight
+    monkeypatch.setattr(ep_fp8_layer, "token_operand", lambda t, *a: casts.append(("rows", a[3])) or tokens(t, *a))
+    monkeypatch.setattr(ep_fp8_layer, "forward_weight", lambda w, *a: casts.append(("w", a[3])) or weights(w, *a))
+    record, parts = ep_fp8_layer.record_parts, {}
+
+    def counted(layer, name, maxima):
+        parts[name] = len(maxima)
+        return record(layer, name, maxima)
+    monkeypatch.setattr(ep_fp8_layer, "record_parts", counted)
     out = layer(_tokens(False))
     out.backward(torch.ones_like(out))
-    chunk = lambda first: [("rows", True), ("w", first), ("rows", False), ("w", first), ("rows", True),  # noqa: E731
-                           ("w", first)]   # gate, up, down
-    assert writes == chunk(True) + chunk(False)
-    assert [k["amax"] for _, k in calls[3:]] == [(True, False), (False, False), (True, False)]   # the later chunk's
-    for args, kwargs in calls[3:]:
-        with torch.no_grad():
-            sent, written = (device_ops(lambda amax=amax: grouped(*args, **{**kwargs, "amax": amax}))
-                             for amax in (kwargs["amax"], (kwargs["amax"][0], True)))
-        counted = [(ops.triton, dict(ops.torch_ops)) for ops in (sent, written)]
-        assert counted == [FORWARD_GEMM_OPS] * 2, (kwargs["amax"], counted)
+    assert casts == [("rows", True), ("w", True), ("w", True), ("rows", True), ("w", True), ("rows", True),
+                     ("rows", True)]   # chunk 1: x, gate, up, h, down; chunk 2: x, h
+    assert parts == {"x": 2, "hidden": 2, "gate": 1, "up": 1, "down": 1}

@@ -50,16 +50,12 @@ def test_what_the_owners_casts_read_past_the_last_group_is_zero(recipe, one_rank
     layer = kernels.fp8.convert(torch.nn.Sequential(ep), recipe, fp8_dtype=torch.float8_e4m3fn)[0]
     assert isinstance(layer, Float8ExpertParallelMoE)
     read = []   # (what, the tensor a cast reads over all rows, offsets)
-    grouped, gradients = Float8ExpertParallelMoE._grouped, ep_fp8_layer.gradients
+    gradients = ep_fp8_layer.gradients
     owner_forward, tokens = ep_fp8_layer._Float8Owner.forward, ep_fp8_layer.token_operand
     wgrad = ep_fp8_layer.wgrad_operand
     chunk = []   # the owner's forward's offsets, while it runs (the sender's token_operand, FP8 dispatch's, reads x)
 
-    def forward_cast(self, a, scale_a, w, scale_w, offsets, *args, **kwargs):
-        read.append(("forward operand", a.detach().clone(), offsets))
-        return grouped(self, a, scale_a, w, scale_w, offsets, *args, **kwargs)
-
-    def forward_rows(self, rows, offsets, *args):   # gate's and up's cast of the rows, made once between them
+    def forward_rows(self, rows, offsets, *args):   # its casts: the rows' (once for gate and up), h's
         chunk.append(offsets)
         try:
             return owner_forward(self, rows, offsets, *args)
@@ -68,7 +64,7 @@ def test_what_the_owners_casts_read_past_the_last_group_is_zero(recipe, one_rank
 
     def token_cast(x, *args, **kwargs):
         if chunk:
-            read.append(("forward rows", x.detach().clone(), chunk[-1]))
+            read.append(("forward operand", x.detach().clone(), chunk[-1]))
         return tokens(x, *args, **kwargs)
 
     def wgrad_rows(x, offsets, *args, **kwargs):   # gate's and up's wgrad operand of the rows, made once
@@ -81,7 +77,6 @@ def test_what_the_owners_casts_read_past_the_last_group_is_zero(recipe, one_rank
         read.append(("dy", dy.detach().clone(), offsets))
         return gradients(x, w, offsets, dy, *args, **kwargs)
 
-    monkeypatch.setattr(Float8ExpertParallelMoE, "_grouped", forward_cast)
     monkeypatch.setattr(ep_fp8_layer._Float8Owner, "forward", forward_rows)
     monkeypatch.setattr(ep_fp8_layer, "token_operand", token_cast)
     monkeypatch.setattr(ep_fp8_layer, "wgrad_operand", wgrad_rows)
@@ -91,9 +86,9 @@ def test_what_the_owners_casts_read_past_the_last_group_is_zero(recipe, one_rank
     with poisoned_outputs():
         out = layer(x)
         out.backward(torch.randn_like(out))
-    # forward, per chunk: h, and the rows without FP8 dispatch (once for gate and up; delayed: each
-    # GEMM's cast); backward, merged: the rows once (mxfp8: gate's and up's), h, dy, dg and du
-    rows = 0 if layer.fp8_dispatch else 2 if recipe == "delayed" else 1
+    # forward, per chunk: h, and the rows without FP8 dispatch (once for gate and up); backward,
+    # merged: the rows once (mxfp8: gate's and up's), h, dy, dg and du
+    rows = 0 if layer.fp8_dispatch else 1
     assert len(read) == 2 * (1 + rows) + (6 if recipe == "mxfp8" else 5), [what for what, _, _ in read]
     for what, t, offsets in read:
         end = int(offsets[-1])

@@ -59,9 +59,12 @@ an all-to-all that writes every row it delivers, h's, dg's and du's SwiGLU's bou
 (tests/test_ep_fp8_padding.py, with every kernel output and every all-to-all buffer poisoned
 before it is written).
 
-Under every recipe but delayed (whose casts return the amaxes it records) an owner quantizes a
-chunk's rows once for gate and up (the token operand; with FP8 dispatch the sender did), and its
-merged backward makes the rows' wgrad operand once for both (mxfp8's gradients make their own).
+An owner quantizes a chunk's rows once for gate and up (the token operand, as the training op's
+forward casts them; with FP8 dispatch the sender did), and its merged backward makes the rows'
+wgrad operand once for both (mxfp8's gradients make their own). Under every recipe but mxfp8
+(whose GEMM quantizes its weight itself) each weight is cast for the forward once, by the first
+chunk, the later chunks reading that cast; under rowwise with its dgrad operand in the same fused
+launch, which the backward takes (it casts no weight).
 
 Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
 quantize each token and each expert's weight on their own, so an owner quantizes its rows
@@ -89,8 +92,7 @@ its owner's three output gradients (down's dy, gate's dg, up's du), which the am
 all-reduce (over the data-parallel group, which must span the expert-parallel one) turns
 into the amaxes over all ranks, the single-process layer's. What enters them is what
 ``Float8MoE`` records, the amaxes the fused casts with the given scales find
-(``grouped_gemm_fp8_train(..., amax=...)`` in the forward, a weight's by the first chunk's cast
-alone, the later chunks' writing no tile maxima for it; in the backward
+(the training op's forward casts with ``amax``, a weight's by its one cast a forward; in the backward
 :func:`kernels.moe.grouped_gemm_fp8.training.gradients` with the gradient's history: no torch
 pass reads the rows, SwiGLU's output, a weight or a gradient for its amax). The merged backward
 (all chunks' rows at once) hands each GEMM's history, and when the forward ran in training mode
@@ -121,7 +123,8 @@ from ..fp8.recipes.delayed import joined_scale, record_parts
 from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
 from .fp8_experts import FP8_TENSORS, GRAD_TENSORS, Float8Experts
-from .grouped_gemm_fp8.quantize import ROW_LOCAL, wgrad_operand
+from .grouped_gemm_fp8.ops import _grouped_gemm_fp8_impl
+from .grouped_gemm_fp8.quantize import ROW_LOCAL, forward_weight, weight_operands, wgrad_operand
 from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_operand
 from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.swiglu_backward import swiglu_backward
@@ -142,13 +145,18 @@ class _Float8Owner:
         self.layer, self.padded = layer, layer.ep_capacity is not None
         self.weight_scales: dict | None = None
         self.grad_state: dict = {}   # per weight: its GEMM's output gradient's (Float8Experts._grad_state)
-        # per chunk its casts' tile maxima (delayed; a weight's: the first chunk's alone, :meth:`_found`)
+        # delayed: the tile maxima of the rows' and hidden's casts per chunk, of a weight's one cast
         self.maxima: dict[str, list] = {name: [] for name in FP8_TENSORS}
         self.scales: dict = {"x": None, "hidden": None}   # delayed: the backward's, for all chunks' rows
         # tensorwise: the (scale, amax partials) Float8Experts._cast_scale found for the rows, per chunk
         self.current: dict[str, list] = {"x": [], "hidden": []}
         self.fp8_dispatch = layer.fp8_dispatch
         self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
+        # per weight (not under mxfp8): its forward operand (w8, sw), cast by the first chunk
+        # and read by every chunk, dropped after the last (:meth:`record`); rowwise's dgrad operand
+        # (wt8, swt) for the backward, made with it from one read of the weight (:meth:`_weight`)
+        self.forward_weights: dict[str, tuple] = {}
+        self.dgrad_weights: dict[str, tuple] = {}
 
     def wire(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's tokens as the dispatch sends them: x, or with FP8 dispatch the recipe's
@@ -164,15 +172,6 @@ class _Float8Owner:
         float32, then to x's dtype (what the backward's wgrad operand quantizes again)."""
         return dequantize(*row_bytes.views(rows, self.parts), ROW_LOCAL[self.layer.recipe], self.dtype)
 
-    def _found(self, names: tuple[str, ...], maxima, scales) -> None:
-        """A chunk's GEMM's record (:meth:`Float8Experts._mm`): the tile maxima its casts wrote, one
-        tensor per name, kept for :meth:`record` (the scales are this forward's, known here already):
-        the rows' per chunk, a weight's from the first chunk alone (:meth:`forward`: every chunk casts
-        the same weight whole with one scale, the same maxima, so the later chunks' casts write none),
-        so its record reduces one part, joining none."""
-        for name, found in zip(names, maxima):
-            self.maxima[name].append(found)
-
     def _rows_scale(self, name: str) -> torch.Tensor | None:
         """The scale of all chunks' rows of ``name`` (x or hidden) for the backward's casts: delayed's,
         which :meth:`record` took; tensorwise's, the one a cast over all of them would find: of the
@@ -185,43 +184,71 @@ class _Float8Owner:
             return scale
         return joined_scale(partials.new_empty(0), [p for _, p in self.current[name]], self.layer.fp8_dtype)[0]
 
+    def _cast(self, name: str, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A chunk's rows (``name`` x) or SwiGLU output (hidden) as the training op's forward casts
+        them, with the scale the layer takes (tensorwise's found here, kept for the backward;
+        delayed's, the cast's tile maxima kept for :meth:`record`)."""
+        layer, delayed = self.layer, self.layer.recipe == "delayed"
+        scale = layer._cast_scale(name, t, self.current[name])
+        t8, st, *found = token_operand(t, layer.recipe, layer.fp8_dtype, scale, delayed, layer.scale_rule)
+        self.maxima[name] += found   # delayed's one tensor, else none
+        return t8, st
+
+    def _weight(self, name: str, w: torch.Tensor, save: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """w's forward operand (w8, sw): every chunk multiplies the same weight with the same scale,
+        so the first chunk casts it and the later ones read that cast (each weight cast once per
+        forward, not once per chunk; delayed's tile maxima written once). Under rowwise with a
+        backward to come (``save``), from one fused quantization with its dgrad operand
+        (:func:`.grouped_gemm_fp8.quantize.weight_operands`: four launches and two reads of w where
+        the two casts took six and four), kept for :meth:`backward`, which then casts no weight."""
+        if name not in self.forward_weights:
+            layer, delayed = self.layer, self.layer.recipe == "delayed"
+            if layer.recipe == "rowwise" and save:
+                w8, sw, *self.dgrad_weights[name] = weight_operands(w, layer.fp8_dtype)
+            else:
+                w8, sw, *found = forward_weight(w, layer.recipe, layer.fp8_dtype, self.weight_scales[name], delayed)
+                self.maxima[name] += found
+            self.forward_weights[name] = (w8, sw)
+        return self.forward_weights[name]
+
+    def _gemm(self, a8, sa, name: str, w, offsets, out_dtype: torch.dtype, save: bool) -> torch.Tensor:
+        """``a_g @ w[g]`` from a's FP8 operand: with the kept cast of w (:meth:`_weight`), or under
+        mxfp8 by its own launch, which quantizes w itself."""
+        layer = self.layer
+        if layer.recipe == "mxfp8":
+            return forward_of_operand(a8, sa, w, offsets, layer.recipe, layer.fp8_dtype, out_dtype,
+                                      scale_rule=layer.scale_rule)[0]
+        return _grouped_gemm_fp8_impl(a8, sa, *self._weight(name, w, save), offsets, out_dtype)
+
     def forward(self, rows, offsets, gate, up, down, save: bool):
         """(the unweighted expert outputs, g, u, h) of one chunk's expert-major rows, g and u
         empty unless ``save``."""
-        layer, first = self.layer, self.weight_scales is None   # the first chunk records the weights' amaxes
-        if first:   # one scale per weight and forward
+        layer = self.layer
+        if self.weight_scales is None:   # the first chunk: one scale per weight and forward
             # (a list given: tensorwise finds a weight's scale here too; its partials are not needed)
             self.weight_scales = {n: layer._cast_scale(n, w, [])
                                   for n, w in (("gate", gate), ("up", up), ("down", down))}
             # the output gradients' histories, and their counts in training mode (the forward's mode)
             self.grad_state = {n: layer._grad_state(n) for n in self.weight_scales}
-        if self.fp8_dispatch:   # the sender's FP8 operand, as the GEMMs would quantize the rows
-            x8, sx = row_bytes.unpack(rows, self.parts)
-        elif layer.recipe != "delayed":   # quantized once for gate and up (tensorwise: with x's scale, found once)
-            x8, sx = token_operand(rows, layer.recipe, layer.fp8_dtype, layer._cast_scale("x", rows, self.current["x"]),
-                                   scale_rule=layer.scale_rule)
-        if self.fp8_dispatch or layer.recipe != "delayed":
-            g, u = (forward_of_operand(x8, sx, w, offsets, layer.recipe, layer.fp8_dtype, self.dtype or rows.dtype,
-                                       self.weight_scales[name], scale_rule=layer.scale_rule)[0]
-                    for name, w in (("gate", gate), ("up", up)))
-        else:   # delayed: each GEMM's casts return the tile maxima its record takes
-            scale_x = layer._cast_scale("x", rows, self.current["x"])   # gate and up share it: x's amax once
-            g = layer._mm(rows, scale_x, gate, self.weight_scales["gate"], offsets, self._found, "gate", "x", first)
-            u = layer._mm(rows, scale_x, up, self.weight_scales["up"], offsets, self._found, "up", None, first)
+        # the rows quantized once for gate and up: the sender's FP8 operand with FP8 dispatch
+        x8, sx = row_bytes.unpack(rows, self.parts) if self.fp8_dispatch else self._cast("x", rows)
+        g, u = (self._gemm(x8, sx, name, w, offsets, self.dtype or rows.dtype, save)
+                for name, w in (("gate", gate), ("up", up)))
         # capacity padding (rows past the last expert's end, which gate and up left unwritten):
         # not read, and 0 in h, which down's quantization reads
         h = swiglu_forward(g, u, rows_end=offsets[-1:] if self.padded else None)
-        y = layer._mm(h, layer._cast_scale("hidden", h, self.current["hidden"]), down, self.weight_scales["down"],
-                      offsets, self._found, "down", "hidden", first)
+        y = self._gemm(*self._cast("hidden", h), "down", down, offsets, h.dtype, save)
         if not save:
             g = u = h.new_zeros((0, g.shape[1]))
         return y, g, u, h
 
     def record(self) -> None:
-        """After the last chunk (delayed): each tensor enters its history once, with the largest
-        amax the chunks' casts found (the max of their tile maxima; a weight's the first chunk's
-        cast's, the only one that writes them); the scale of x's
-        and hidden's (the history's, or that amax's while it was empty) is the backward's."""
+        """After the last chunk: the weights' forward operands are dropped (the backward reads the
+        weights, or rowwise's dgrad operands). Under delayed each tensor enters its history once,
+        with the largest amax the chunks' casts found (the max of their tile maxima; a weight's the
+        first chunk's cast's, the only one that writes them); the scale of x's and hidden's (the
+        history's, or that amax's while it was empty) is the backward's."""
+        self.forward_weights.clear()
         for name, maxima in self.maxima.items():
             if maxima:
                 scale = record_parts(self.layer, name, maxima)
@@ -245,7 +272,7 @@ class _Float8Owner:
         def grads(x, weight, dy, name, need_w, scale_x, dx_dtype=None):
             return gradients(x, weight, offsets, dy, layer.recipe, layer.fp8_dtype, layer.grad_fp8_dtype,
                              (True, need_w), scale_x, w[name], **self.grad_state[name], scale_rule=layer.scale_rule,
-                             dx_dtype=dx_dtype)
+                             dx_dtype=dx_dtype, w_dgrad=self.dgrad_weights.get(name))
 
         dh, ddown = grads(h, down, grad_y, "down", needs[2], self._rows_scale("hidden"))
         dg, du, _, _ = swiglu_backward(dh, g, u, h, None, swiglu=True, dw_rows=False, weighted_h=False,

@@ -170,6 +170,9 @@ class _Run:
     capacity: int | None
     timeline: Timeline | None
     experts: object              # V3Experts, or a forward's FP8 owner (:mod:`.ep_fp8_layer`)
+    # whether autograd records the call (grad mode on where it is made): inside the forward grad mode
+    # is off, and ctx.needs_input_grad says only which inputs require a gradient, under no_grad too
+    recorded: bool = True
     dropped: torch.Tensor | None = None
 
 
@@ -253,7 +256,7 @@ class _Experts(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weights, ids, gate, up, down, run):
         out, plans, kept, y_by_slot = _pipelined_forward(x, weights, ids, gate, up, down, run,
-                                                         any(ctx.needs_input_grad))
+                                                         run.recorded and any(ctx.needs_input_grad))
         ctx.save_for_backward(weights, gate, up, down, y_by_slot, *(t for c in kept for t in c))
         ctx.run, ctx.plans = run, plans
         return out
@@ -380,7 +383,7 @@ class ExpertParallelMoE(MoELayer):
                                                                  self.normalize)
         run = _Run(self.ep_group, self.num_experts, self.ep_chunks, self.ep_capacity,
                    Timeline(self.ep_group, device=rows.device) if self.record_events else None,
-                   self._owner_experts())
+                   self._owner_experts(), torch.is_grad_enabled())
         out = _Experts.apply(rows, weights, ids, gate, up, down, run).to(x.dtype)
         self.ep_dropped = run.dropped
         if run.timeline is not None:

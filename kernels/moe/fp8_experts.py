@@ -21,8 +21,8 @@ from ..fp8 import recipe as fp8_recipes
 from ..fp8.linear import fp8_linear
 from ..fp8.recipes.delayed import PREFIX, cast_scales, history_scale, history_state
 from ..joint_gemm import joint_gemm
-from .grouped_gemm_fp8.quantize import SHARED_OPERANDS, check_recipe, token_operands
-from .grouped_gemm_fp8.training import grouped_gemm_fp8_train
+from .grouped_gemm_fp8.quantize import SHARED_OPERANDS, token_operands
+from .grouped_gemm_fp8.training import check_formats, grouped_gemm_fp8_train
 from .swiglu_op import swiglu
 
 FP8_TENSORS = ("x", "hidden", "gate", "up", "down")
@@ -64,7 +64,7 @@ class Float8Experts:
         this GPU's, OCP float8_e4m3fn for "mxfp8"); ``grad_dtype``: the output gradients' FP8
         format, default ``fp8_dtype``; ``scale_rule``: mxfp8's e8m0 rule, default its own
         (:meth:`kernels.fp8.recipe.Recipe.chosen_scale_rule`: refused by the other recipes)."""
-        check_recipe(recipe)
+        fp8_dtype, grad_dtype = check_formats(recipe, fp8_dtype, grad_dtype)
         scale_rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
         new = cls.__new__(cls)
         torch.nn.Module.__init__(new)   # hooks of its own; the sizes, mode and registered state shared
@@ -72,9 +72,7 @@ class Float8Experts:
         for own, theirs in ((new._parameters, layer._parameters), (new._buffers, layer._buffers),
                             (new._modules, layer._modules)):
             own.update(theirs)
-        new.recipe, new.fp8_dtype = recipe, fp8_recipes.get(recipe).element_format(fp8_dtype)
-        new.scale_rule = scale_rule
-        new.grad_fp8_dtype = grad_dtype or new.fp8_dtype
+        new.recipe, new.fp8_dtype, new.grad_fp8_dtype, new.scale_rule = recipe, fp8_dtype, grad_dtype, scale_rule
         if recipe == "delayed":
             for name, buffer in history_state(cls.fp8_tensors, layer.gate.device).items():
                 new.register_buffer(name, buffer)
@@ -136,10 +134,10 @@ class Float8Experts:
         return tuple(operands)
 
     def _mm(self, a, scale_a, w, scale_w, offsets, record, name_w: str, name_a: str | None = None,
-            record_w: bool = True, a_operands=None) -> torch.Tensor:
+            a_operands=None) -> torch.Tensor:
         """``a_g @ w[g]`` by :meth:`_grouped`; under delayed scaling (given scales), the tile maxima of its
         casts go to ``record(names, maxima, scales)`` (:func:`kernels.fp8.recipes.delayed.record_amax`'s
-        arguments after the layer): w's as ``name_w`` unless not ``record_w``, a's as ``name_a`` if given
+        arguments after the layer): w's as ``name_w``, a's as ``name_a`` if given
         (gate and up cast the same x: one of them names it; a cast whose amax is not recorded writes
         no tile maxima), and the backward takes the output
         gradient's scale from ``dy_<name_w>``'s history and records into it where the layer keeps one.
@@ -148,13 +146,9 @@ class Float8Experts:
         (:meth:`_shared_operands`, which recorded a's amax: ``name_a`` None)."""
         if self.recipe != "delayed":
             return self._grouped(a, scale_a, w, scale_w, offsets, a_operands=a_operands)
-        names = (name_a, name_w if record_w else None)
-        wanted = tuple(name is not None for name in names)
-        found = self._grouped(a, scale_a, w, scale_w, offsets, amax=wanted, a_operands=a_operands,
-                              **self._grad_state(name_w))
-        if not any(wanted):   # the output alone (up's GEMM in the expert-parallel owner's later chunks)
-            return found
-        out, maxima = found
+        names = (name_a, name_w)
+        out, maxima = self._grouped(a, scale_a, w, scale_w, offsets, amax=(name_a is not None, True),
+                                    a_operands=a_operands, **self._grad_state(name_w))
         record(*zip(*[(n, m, s) for n, m, s in zip(names, maxima, (scale_a, scale_w)) if n]))   # maxima: a's, w's
         return out
 

@@ -354,6 +354,26 @@ def _amax_flags(amax) -> tuple[bool, bool]:
     return amax
 
 
+def check_formats(recipe: str, fp8_dtype: torch.dtype | None, grad_dtype: torch.dtype | None
+                  ) -> tuple[torch.dtype, torch.dtype]:
+    """``(fp8_dtype, grad_dtype)`` of :func:`grouped_gemm_fp8_train`, defaults filled in, or a
+    clear error for a recipe, format or family it does not take (also where a layer is built,
+    :meth:`kernels.moe.fp8_experts.Float8Experts._adopt`, whose expert-parallel owners launch
+    the op's parts unchecked)."""
+    quantize.check_recipe(recipe)
+    fp8_dtype = fp8_recipes.get(recipe).element_format(fp8_dtype)
+    if fp8_dtype not in FP8_DTYPES:
+        raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
+    grad_dtype = grad_dtype or fp8_dtype
+    if grad_dtype not in (fp8_dtype, E5M2_OF[fp8_dtype]):
+        raise TypeError(f"grad_dtype must be {fp8_dtype} or {E5M2_OF[fp8_dtype]} (the formats of "
+                        f"fp8_dtype's family), got {grad_dtype}")
+    if recipe == "mxfp8" and grad_dtype != fp8_dtype:   # its elements were checked by element_format
+        raise TypeError(f"the mxfp8 recipe's output gradients are {fp8_dtype} like its operands, "
+                        f"got grad_dtype {grad_dtype}")
+    return fp8_dtype, grad_dtype
+
+
 def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe: str = "rowwise",
                            fp8_dtype: torch.dtype | None = None, grad_dtype: torch.dtype | None = None,
                            scale_x: torch.Tensor | None = None, scale_w: torch.Tensor | None = None, *,
@@ -399,18 +419,7 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     ``"rowwise"``, where w's gradient is wanted, the op makes them itself otherwise (one fused
     quantization of x where two took twice the reads: :func:`.quantize.token_operands`).
     """
-    quantize.check_recipe(recipe)
-    fp8_dtype = fp8_recipes.get(recipe).element_format(fp8_dtype)
-    if fp8_dtype not in FP8_DTYPES:
-        raise TypeError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype}")
-    grad_dtype = grad_dtype or fp8_dtype
-    if grad_dtype not in (fp8_dtype, E5M2_OF[fp8_dtype]):
-        raise TypeError(f"grad_dtype must be {fp8_dtype} or {E5M2_OF[fp8_dtype]} (the formats of "
-                        f"fp8_dtype's family), got {grad_dtype}")
-    if recipe == "mxfp8":   # its elements were checked by the recipe's element_format
-        if grad_dtype != fp8_dtype:
-            raise TypeError(f"the mxfp8 recipe's output gradients are {fp8_dtype} like its operands, "
-                            f"got grad_dtype {grad_dtype}")
+    fp8_dtype, grad_dtype = check_formats(recipe, fp8_dtype, grad_dtype)
     offsets = validate.grouped_gemm_operands(x, w, offsets, IN_DTYPES, allow_empty=True,
                                              check_values=check_offsets)
     _check_scale("scale_x", scale_x, recipe, x)
