@@ -245,9 +245,9 @@ class _Float8Owner:
     def record(self) -> None:
         """After the last chunk: the weights' forward operands are dropped (the backward reads the
         weights, or rowwise's dgrad operands). Under delayed each tensor enters its history once,
-        with the largest amax the chunks' casts found (the max of their tile maxima; a weight's the
-        first chunk's cast's, the only one that writes them); the scale of x's and hidden's (the
-        history's, or that amax's while it was empty) is the backward's."""
+        with the largest amax the chunks' casts found (the max of their tile maxima; a weight's from
+        its one cast a forward, :meth:`_weight`); the scale of x's and hidden's (the history's, or
+        that amax's while it was empty) is the backward's."""
         self.forward_weights.clear()
         for name, maxima in self.maxima.items():
             if maxima:
