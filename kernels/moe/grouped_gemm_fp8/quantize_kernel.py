@@ -320,64 +320,63 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     token over its own amax (the dense op's ``row``: :func:`kernels.gemm_fp8.quantize`), the amax
     launch writing each token's maximum per feature tile and the dense op's scale launch reducing
     them: four launches where the two quantizations took six, t read twice where it was four times."""
-    want_rows = rows
-    (batch, rows, cols), groups = t.shape, offsets.shape[0]
-    padded = cdiv(rows, ALIGN) * ALIGN
+    (batch, tokens, cols), groups = t.shape, offsets.shape[0]
+    padded = cdiv(tokens, ALIGN) * ALIGN
     q = new_output((batch, cols, padded), fp8_dtype, t.device)
     given = scale is not None
     one_scale = given or per_tensor
     consts = format_constants(fp8_dtype)
     if one_scale:
         if not given:
-            scale = tensor_scale(t.reshape(batch * rows, cols), fp8_dtype)   # 1 for an empty t
+            scale = tensor_scale(t.reshape(batch * tokens, cols), fp8_dtype)   # 1 for an empty t
         scale_strides = (0, 0, 0)
     else:
         scale = new_output((batch, groups, cols), torch.float32, t.device)
         scale_strides = scale.stride()
-    if want_rows:
+    if rows:
         if one_scale:
             raise ValueError("rows: the row-wise quantization goes with scales per group, not one scale")
-        q_rows = new_output((batch, rows, cols), fp8_dtype, t.device)
-        row_scales = new_output((batch, rows), torch.float32, t.device)
-        row_max = new_output((batch, rows, cdiv(cols, BLOCK_C)), torch.float32, t.device)
+        q_rows = new_output((batch, tokens, cols), fp8_dtype, t.device)
+        row_scales = new_output((batch, tokens), torch.float32, t.device)
+        row_max = new_output((batch, tokens, cdiv(cols, BLOCK_C)), torch.float32, t.device)
     else:   # never read without ROWS: q and the scale stand in, as the compiled launch's pointers
         q_rows, row_scales, row_max = q, scale, scale
     block_g = _block_g(groups)
     if batch and cols and groups and not one_scale:
-        chunks = cdiv(rows, CHUNK)
+        chunks = cdiv(tokens, CHUNK)
         partial = new_output((batch, chunks, 2, cols), torch.float32, t.device)
-        args = (rows, cols, groups, *scale_strides, *partial.stride())
+        args = (tokens, cols, groups, *scale_strides, *partial.stride())
         if chunks:
             _chunk_amax_kernel.run(
                 t, offsets, scale, partial, row_max, *args[:3], *t.stride(), *args[3:], **run_kwargs(
                     (chunks, cdiv(cols, BLOCK_C), batch), dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_T=BLOCK_T,
-                                                               BLOCK_C=BLOCK_C, BLOCK_G=block_g, ROWS=want_rows,
+                                                               BLOCK_C=BLOCK_C, BLOCK_G=block_g, ROWS=rows,
                                                                num_warps=NUM_WARPS)))
         _group_scale_kernel.run(offsets, scale, partial, *args, **run_kwargs(
             (groups, cdiv(cols, BLOCK_C), batch), dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_C=BLOCK_C, num_warps=1)))
-    if want_rows and batch * rows and not cols:   # rows of no features: the scale of amax 0, as the dense op's
+    if rows and batch * tokens and not cols:   # tokens of no features: the scale of amax 0, as the dense op's
         row_scales.fill_(1.0)
-    elif want_rows and batch * rows:   # each row's scale from its tiles' maxima
+    elif rows and batch * tokens:   # each row's scale from its tiles' maxima
         tiles = cdiv(cols, BLOCK_C)
-        _row_scales_kernel.run(row_max, row_max, row_scales, row_scales, batch * rows, cols, tiles, 0,
-                               **run_kwargs((cdiv(batch * rows, ROW_SCALES_SETTINGS["BLOCK"]),),
+        _row_scales_kernel.run(row_max, row_max, row_scales, row_scales, batch * tokens, cols, tiles, 0,
+                               **run_kwargs((cdiv(batch * tokens, ROW_SCALES_SETTINGS["BLOCK"]),),
                                             dict(FMAX=consts["FMAX"], COLS=False, **ROW_SCALES_SETTINGS)))
     grid = (cdiv(padded, BLOCK_T), cdiv(cols, BLOCK_C), batch)
     work = batch and cols and groups and padded
     if amax:   # none where nothing is cast: their max is then 0
-        tile_max = new_output(tile_maxima_shape(batch, rows, cols, groups), torch.float32, t.device)
+        tile_max = new_output(tile_maxima_shape(batch, tokens, cols, groups), torch.float32, t.device)
     else:      # never read without AMAX: the float32 scale stands in, as the compiled launch's *fp32
         tile_max = scale
     if work:
         _cast_transpose_kernel.run(   # no padded ends without MX: the offsets stand in
-            t, offsets, offsets, scale, q, tile_max, row_scales, q_rows, rows, padded, cols, groups, *t.stride(),
+            t, offsets, offsets, scale, q, tile_max, row_scales, q_rows, tokens, padded, cols, groups, *t.stride(),
             *scale_strides, *q.stride(), **run_kwargs(grid, dict(BLOCK_T=BLOCK_T, BLOCK_C=BLOCK_C, BLOCK_G=block_g,
                                                                  PER_TENSOR=one_scale, AMAX=amax, MX=False,
-                                                                 ROUND_UP=False, ROWS=want_rows,
+                                                                 ROUND_UP=False, ROWS=rows,
                                                                  num_warps=NUM_WARPS, **consts)))
     if given:
         return (q, tile_max) if amax else (q,)
-    return (q, scale, q_rows, row_scales) if want_rows else (q, scale)
+    return (q, scale, q_rows, row_scales) if rows else (q, scale)
 
 
 def tile_maxima_shape(batch: int, rows: int, cols: int, groups: int) -> tuple[int, ...]:
