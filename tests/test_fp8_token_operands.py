@@ -56,6 +56,9 @@ def test_strided_broadcast_and_empty_tokens(recipe):
     offsets = _offsets([7, 0, 12])
     _assert_both_operands(_tokens(9, 19, torch.bfloat16).t(), offsets, recipe, E4M3FN)
     _assert_both_operands(torch.tensor(-3.5).expand(19, 9), offsets, recipe, E4M3FN)
+    # 11 tokens past the last group's end (capacity padding): the last group runs to T, so each of
+    # them gets its row-wise scale from the amax launch like any other (rowwise's outputs are poisoned)
+    _assert_both_operands(_tokens(30, 19, torch.bfloat16), offsets, recipe, E4M3FN)
     for rows, cols, sizes in ((0, 5, [0, 0]), (6, 0, [2, 4]), (3, 4, [3])):
         _assert_both_operands(_tokens(rows, cols, torch.bfloat16), _offsets(sizes), recipe, E4M3FN)
 
