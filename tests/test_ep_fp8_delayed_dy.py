@@ -57,12 +57,14 @@ def _step(layer, seed: int, grad_scale: float = 1.0):
 
 class Spy:
     """The owner's merged backward: each GEMM's output gradient (by the weight it multiplies),
-    the offsets, and every cast to the gradient format (dy, its scale, amax=)."""
+    the offsets, and every cast to the gradient format (dy, its scale, amax=): one operand's
+    (quantize.tokens, quantize.wgrad_operand) or both's (quantize.token_operands)."""
 
     def __init__(self, layer, monkeypatch):
         self.grads, self.offsets, self.casts = {n: [] for n in ("gate", "up", "down")}, [], []
         names = {id(getattr(layer, n)): n for n in self.grads}
-        gradients, tokens, wgrad = ep_fp8_layer.gradients, quantize.tokens, quantize.wgrad_operand
+        gradients, tokens, wgrad, both = (ep_fp8_layer.gradients, quantize.tokens, quantize.wgrad_operand,
+                                          quantize.token_operands)
 
         def merged(x, w, offsets, dy, *args, **kwargs):
             self.grads[names[id(w)]].append(dy.detach().clone())
@@ -79,6 +81,7 @@ class Spy:
         monkeypatch.setattr(ep_fp8_layer, "gradients", merged)
         monkeypatch.setattr(quantize, "tokens", spy(tokens, 1))             # (x, recipe, fp8, scale)
         monkeypatch.setattr(quantize, "wgrad_operand", spy(wgrad, 2))     # (t, offsets, recipe, fp8, scale)
+        monkeypatch.setattr(quantize, "token_operands", spy(both, 2))     # (t, offsets, recipe, fp8, scale)
 
     def casts_of(self, dy: torch.Tensor) -> list:
         """(scale, amax=) of the casts of the gradient ``dy``."""
@@ -114,10 +117,11 @@ def test_the_histories_are_float8moes_after_training_steps(one_rank, monkeypatch
         [id(_history(ep, n)) for n in FP8_TENSORS + GRAD_TENSORS]   # the amax sync reduces all eight
 
 
-def test_both_casts_of_each_merged_gradient_take_its_history_scale(one_rank, monkeypatch):
-    """Step 1 (empty histories): each merged gradient's two casts (dgrad's, wgrad's) share its
-    current amax / e5m2's max; from step 2, whose gradients are a tenth of step 1's, the
-    history's max / e5m2's max (not the gradient's own); the amax is asked of one cast only."""
+def test_each_merged_gradient_s_cast_takes_its_history_scale(one_rank, monkeypatch):
+    """Step 1 (empty histories): each merged gradient's one cast for both its operands (dgrad's,
+    wgrad's: quantize.token_operands) takes its current amax / e5m2's max; from step 2, whose
+    gradients are a tenth of step 1's, the history's max / e5m2's max (not the gradient's own);
+    that cast finds the amax the history records."""
     _, ep = _layers(one_rank)
     spy = Spy(ep, monkeypatch)
     fmax = torch.finfo(GRAD).max
@@ -128,7 +132,7 @@ def test_both_casts_of_each_merged_gradient_take_its_history_scale(one_rank, mon
         for name in ("gate", "up", "down"):
             dy = spy.grads[name][-1]
             casts = spy.casts_of(dy)
-            assert [amax for _, amax in casts] == [True, False], (step, name)
+            assert [amax for _, amax in casts] == [True], (step, name)   # both operands' one cast
             current = dy.abs().amax() / fmax
             want = current if step == 0 else before[name].amax() / fmax
             assert step == 0 or not torch.isclose(want, current, rtol=0.1)
@@ -149,7 +153,7 @@ def test_eval_mode_takes_the_history_scale_and_records_nothing(one_rank, monkeyp
     assert all(torch.equal(ep.state_dict()[k], v) for k, v in state.items())
     for name in ("gate", "up", "down"):
         casts = spy.casts_of(spy.grads[name][-1])
-        assert len(casts) == 2
+        assert len(casts) == 1   # both operands' one cast
         assert all(s.reshape(()) == state[PREFIX + "dy_" + name].amax() / torch.finfo(GRAD).max for s, _ in casts)
 
 

@@ -103,17 +103,19 @@ def test_tensorwise_backward_takes_the_forward_s_scales_bit_for_bit(one_rank, mo
                                                                                      zero_chunk)
 
 
-BACKWARD_LAUNCHES = {1: (22, {}), 2: (24, {"cat": 2})}
+BACKWARD_LAUNCHES = {1: (19, {}), 2: (21, {"cat": 2})}
 """The owner's merged tensorwise backward, by chunks: (Triton launches, torch ops). Per expert
-GEMM dy's cast (its amax pass and the cast), the dgrad weight's cast, dX, dy's wgrad cast and dW
-(6), the wgrad casts of h and of the rows (once for gate and up), then SwiGLU's derivative and
-the k-sum of dX; with two chunks the scales of x and hidden over both chunks' rows (the partials
-joined, a torch cat, and one launch each)."""
+GEMM dy's two operands from one cast (its amax pass, two launches, and the cast), dX and dW (5;
+the dgrad weight is the forward's, made with the weight's forward operand), the wgrad casts of h
+and of the rows (once for gate and up), then SwiGLU's derivative and the k-sum of dX; with two
+chunks the scales of x and hidden over both chunks' rows (the partials joined, a torch cat, and
+one launch each)."""
 
-FINDING_LAUNCHES = 29
+FINDING_LAUNCHES = 23
 """The same backward with every scale None (each cast finds its own, the path it had before the
-owner kept the forward's): the amax passes and reductions of the rows, h and the three weights
-again, and no joined scale, for either chunk count."""
+owner kept the forward's): the amax passes and reductions of the rows and h again (two launches
+each; the weights' dgrad operands are the forward's either way), and no joined scale, for either
+chunk count."""
 
 
 @pytest.mark.parametrize("chunks", sorted(BACKWARD_LAUNCHES))
@@ -138,9 +140,11 @@ def test_delayed_casts_write_the_tile_maxima_of_each_chunks_rows_and_each_weight
     and up, and its SwiGLU output; each weight once a forward (its one cast, which every chunk reads):
     what :meth:`record` enters in the histories, one part per chunk for the rows, one for a weight."""
     layer = _layer(one_rank, 2, None, "delayed")
-    casts, tokens, weights = [], ep_fp8_layer.token_operand, ep_fp8_layer.forward_weight
+    casts, tokens = [], ep_fp8_layer.token_operand
     monkeypatch.setattr(ep_fp8_layer, "token_operand", lambda t, *a: casts.append(("rows", a[3])) or tokens(t, *a))
-    monkeypatch.setattr(ep_fp8_layer, "forward_weight", lambda w, *a: casts.append(("w", a[3])) or weights(w, *a))
+    for name in ("forward_weight", "weight_operands"):   # the forward's operand alone, or with dgrad's
+        monkeypatch.setattr(ep_fp8_layer, name, lambda w, *a, cast=getattr(ep_fp8_layer, name): casts.append(
+            ("w", a[3])) or cast(w, *a))
     record, parts = ep_fp8_layer.record_parts, {}
 
     def counted(layer, name, maxima):

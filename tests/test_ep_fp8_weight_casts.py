@@ -1,6 +1,7 @@
 """The expert-parallel FP8 owner casts each weight once per forward, not once per chunk: the first
-chunk's cast is read by the later chunks, and under rowwise it comes with the weight's dgrad operand
-from one fused quantization, which the backward takes instead of casting the weight again. Bit for
+chunk's cast is read by the later chunks, and under rowwise, tensorwise and delayed it comes with the
+weight's dgrad operand from one fused quantization, which the backward takes instead of casting the
+weight again. Bit for
 bit the results of an owner that casts every weight in every chunk and in the backward. One
 in-process gloo rank."""
 from __future__ import annotations
@@ -62,11 +63,11 @@ def test_each_weight_is_cast_once_a_step_and_the_results_are_a_per_chunk_casts_b
     layer = _layer(one_rank, recipe, dispatch)
     owners = _count(monkeypatch, ep_fp8_layer._Float8Owner, "backward")
     _step(layer)
-    rowwise = recipe == "rowwise"
-    assert (len(forward), len(fused), len(dgrad)) == ((0, 3, 0) if rowwise else (3, 0, 3))
+    shared = recipe in quantize.SHARED_WEIGHTS
+    assert (len(forward), len(fused), len(dgrad)) == ((0, 3, 0) if shared else (3, 0, 3))
     (owner, *_), = owners
     assert owner.forward_weights == {}   # dropped after the last chunk
-    assert sorted(owner.dgrad_weights) == (["down", "gate", "up"] if rowwise else [])
+    assert sorted(owner.dgrad_weights) == (["down", "gate", "up"] if shared else [])
 
 
 def test_a_forward_without_gradients_makes_no_dgrad_operand_and_saves_no_activations(one_rank, monkeypatch):

@@ -36,12 +36,14 @@ def _history(layer, name: str) -> torch.Tensor:
 
 class Spy:
     """The output gradient each grouped GEMM's backward receives (a hook on the op's output,
-    by the weight it multiplies) and every cast to the gradient format (dy, its scale, amax=)."""
+    by the weight it multiplies) and every cast to the gradient format (dy, its scale, amax=):
+    one operand's (quantize.tokens, quantize.wgrad_operand) or both's (quantize.token_operands)."""
 
     def __init__(self, layer, monkeypatch):
         self.grads, self.casts = {name: [] for name in ("gate", "up", "down")}, []
         names = {id(getattr(layer, name)): name for name in self.grads}
-        train, tokens, wgrad = fp8_experts.grouped_gemm_fp8_train, quantize.tokens, quantize.wgrad_operand
+        train, tokens, wgrad, both = (fp8_experts.grouped_gemm_fp8_train, quantize.tokens, quantize.wgrad_operand,
+                                      quantize.token_operands)
 
         def op(a, w, *args, **kwargs):
             out, found = train(a, w, *args, **kwargs)
@@ -58,6 +60,7 @@ class Spy:
         monkeypatch.setattr(fp8_experts, "grouped_gemm_fp8_train", op)
         monkeypatch.setattr(quantize, "tokens", spy(tokens, 1))             # (x, recipe, fp8, scale)
         monkeypatch.setattr(quantize, "wgrad_operand", spy(wgrad, 2))     # (t, offsets, recipe, fp8, scale)
+        monkeypatch.setattr(quantize, "token_operands", spy(both, 2))     # (t, offsets, recipe, fp8, scale)
 
     def casts_of(self, dy: torch.Tensor) -> list[tuple[torch.Tensor, bool]]:
         """(scale, amax=) of the casts of the gradient ``dy``."""
@@ -90,12 +93,12 @@ def test_each_history_holds_the_amaxes_of_the_gradients_the_backward_saw(dtype, 
 
 
 @pytest.mark.parametrize("x_grad", [True, False], ids=["dx-and-dw", "dw-only"])
-def test_both_casts_of_each_gradient_take_its_history_scale(monkeypatch, x_grad):
-    """Step 1 (empty histories): each gradient's two casts (dgrad's, wgrad's) share its current
-    amax / e5m2's max; from step 2, whose gradients are a tenth of step 1's, the history's
-    max / e5m2's max (not the gradient's own); the amax is asked of one cast only. With x
-    needing no gradient, gate's and up's backward runs dW alone: one cast, which finds the
-    amax the history records."""
+def test_each_gradient_s_cast_takes_its_history_scale(monkeypatch, x_grad):
+    """Step 1 (empty histories): each gradient's one cast for both its operands (dgrad's, wgrad's:
+    quantize.token_operands) takes its current amax / e5m2's max; from step 2, whose gradients are
+    a tenth of step 1's, the history's max / e5m2's max (not the gradient's own), and it finds the
+    amax the history records. With x needing no gradient, gate's and up's backward runs dW alone:
+    one cast of its operand, which finds the amax."""
     layer = _layer()
     spy = Spy(layer, monkeypatch)
     fmax = torch.finfo(GRAD).max
@@ -107,8 +110,7 @@ def test_both_casts_of_each_gradient_take_its_history_scale(monkeypatch, x_grad)
         for name in ("gate", "up", "down"):
             dy = spy.grads[name][-1]
             casts = spy.casts_of(dy)
-            flags = [True, False] if x_grad or name == "down" else [True]
-            assert [amax for _, amax in casts] == flags, name
+            assert [amax for _, amax in casts] == [True], name
             assert _history(layer, "dy_" + name)[0] == dy.abs().amax().float(), name
             current = dy.abs().amax() / fmax
             want = current if step == 0 else before[step][name].amax() / fmax
@@ -146,7 +148,7 @@ def test_eval_mode_takes_the_history_scale_and_records_nothing(monkeypatch):
     assert all(torch.equal(layer.state_dict()[k], v) for k, v in state.items())
     for name in ("gate", "up", "down"):
         casts = spy.casts_of(spy.grads[name][-1])
-        assert len(casts) == 2
+        assert len(casts) == 1   # both operands' one cast
         assert all(s.reshape(()) == state[PREFIX + "dy_" + name].amax() / torch.finfo(GRAD).max for s, _ in casts)
 
 

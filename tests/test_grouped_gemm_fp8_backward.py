@@ -224,40 +224,50 @@ def test_one_backward_is_two_grouped_launches_and_reads_nothing_on_the_host(monk
     assert launches == ["mm", "mm", "dw"]       # forward; dX (the forward kernel on wᵀ), dW
 
 
-def test_tensorwise_finds_dy_s_amax_once_for_both_its_casts(monkeypatch):
-    """dgrad's cast of dy computes its per-tensor scale and wgrad's cast takes it (one amax pass over
-    dy, not two): the gradients are the bits of a backward whose wgrad cast finds its own, equal, scale."""
+def test_tensorwise_makes_dy_s_two_operands_in_one_cast_with_one_amax_pass(monkeypatch):
+    """dy's dgrad and wgrad operands come from one cast that finds dy's per-tensor scale
+    (quantize.token_operands: one amax pass over dy, not two, and one read for both layouts): the
+    gradients are the bits of a backward whose wgrad cast finds its own, equal, scale."""
     from kernels.moe.grouped_gemm_fp8 import training
 
     x, w, dy, offsets = problem()
-    passes = []
-    real = quantize._groups
+    passes, made = [], []
+    groups, pairs = quantize._groups, quantize.token_operands
     monkeypatch.setattr(quantize, "_groups", lambda t, o, fp8, scale, *a, **k: passes.append(scale is None)
-                        or real(t, o, fp8, scale, *a, **k))
+                        or groups(t, o, fp8, scale, *a, **k))
+    monkeypatch.setattr(quantize, "token_operands", lambda t, *a, **k: made.append((t is dy, a[3:])) or pairs(t, *a, **k))
     shared = training.gradients(x, w, offsets, dy, "tensorwise", E4M3FN, torch.float8_e5m2, (True, True))
-    assert passes == [True, False]   # x's wgrad cast finds its scale; dy's takes dgrad's
+    assert passes == [True]   # x's wgrad cast finds its scale
+    assert made == [(True, (None,))]   # dy's two operands: one cast, finding dy's scale
     xt8, sxt = quantize.wgrad_operand(x, offsets, "tensorwise", E4M3FN)
     dyt8, sdyt = quantize.wgrad_operand(dy, offsets, "tensorwise", torch.float8_e5m2)   # its own amax pass
     assert torch.equal(shared[1], grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype))
 
 
 @pytest.mark.parametrize("sizes", [SIZES, [0, 0], [3]])
-def test_tensorwise_backward_takes_the_forward_s_scales_of_x_and_w(monkeypatch, sizes):
-    """The scales the forward's casts found are the backward's for x and w (no amax pass over either),
-    and its gradients are the bits of a backward that finds them again (no rows: nothing to keep)."""
+def test_tensorwise_backward_takes_x_s_and_w_s_operands_from_the_forward(monkeypatch, sizes):
+    """The forward makes x's wgrad operand and w's dgrad operand with its own casts (each tensor's
+    two operands from one cast with the scale it found), so the backward casts neither: no launch
+    of it is given x or w; its gradients are the bits of a backward that casts them again (no
+    rows: an empty wgrad operand)."""
     from kernels.moe.grouped_gemm_fp8 import training
+    from workbench.harness.device_ops import stubbed_launches
 
     x, w, dy, offsets = problem(sizes)
     x.requires_grad_(), w.requires_grad_()
     seen = []
     real = training.gradients
-    monkeypatch.setattr(training, "gradients", lambda *a: seen.append(a[8:10]) or real(*a))
+    monkeypatch.setattr(training, "gradients", lambda *a: seen.append((a[0], a[-1])) or real(*a))
     y = grouped_gemm_fp8_train(x, w, offsets, "tensorwise", E4M3FN)
-    grads = torch.autograd.grad(y, (x, w), dy)
-    (scale_x, scale_w), = seen
-    assert (scale_x is None) == (x.shape[0] == 0) and scale_w is not None
+    grads = torch.autograd.grad(y, (x, w), dy, retain_graph=True)
+    (x_operand, w_dgrad), = seen
+    assert isinstance(x_operand, tuple) and len(x_operand) == 2 and len(w_dgrad) == 2
     again = real(x.detach(), w.detach(), offsets, dy, "tensorwise", E4M3FN, E4M3FN, (True, True))
     assert all(torch.equal(a, b) for a, b in zip(grads, again))
+    with stubbed_launches(storages=True) as launches:
+        torch.autograd.grad(y, (x, w), dy)
+    assert launches.taking(x) == launches.taking(w) == 0
+    assert launches.count == (5 if x.shape[0] else 0)   # dy's cast (3), dX, dW; nothing on no rows
 
 
 def test_custom_ops_and_compile_without_graph_breaks():

@@ -29,12 +29,14 @@ def result(job):
 
 def _compiled_here() -> dict[tuple, list[dict]]:
     """Every compile this file reads, per (fp8, arch, per_tensor, amax, rows): :data:`TARGETS`, the
-    delayed cast with its tile maxima and the per-group launches with the row-wise quantization
-    beside, per target, in one fresh subprocess (importing torch and the kernels there costs
+    delayed cast with its tile maxima, the per-group launches with the row-wise quantization beside
+    and the one-scale casts (with and without tile maxima) with the row-major copy beside, per target,
+    in one fresh subprocess (importing torch and the kernels there costs
     seconds, each compile a fraction of one)."""
     jobs = [(fp8, arch, per_tensor, False, False) for fp8, arch, per_tensor in TARGETS]
     jobs += [(fp8, arch, True, True, False) for fp8, arch in FORMATS]
-    jobs += [(fp8, arch, False, False, True) for fp8, arch in FORMATS]
+    jobs += [(fp8, arch, per_tensor, amax, True) for fp8, arch in FORMATS
+             for per_tensor, amax in ((False, False), (True, False), (True, True))]
     return results(COMPILE, tuple(jobs))
 
 
@@ -142,3 +144,26 @@ def test_the_row_wise_quantization_beside_adds_one_store_a_launch_and_no_registe
     assert cast["ops"]["global_store"] == {"buffer_store_dwordx4": 2}
     assert cast["ops"]["lds_read"] == plain_cast["ops"]["lds_read"]
     assert cast["valu"].count("v_div_fixup_f32") == 32 and cast["valu"].count(CONVERT[arch]) == 16
+
+
+@pytest.mark.slow   # two AOT compiles per target in a fresh process (with the file's others)
+@pytest.mark.parametrize("amax", [False, True], ids=["tensorwise", "delayed"])
+@pytest.mark.parametrize("fp8, arch", FORMATS)
+def test_the_one_scale_cast_with_its_row_major_copy_adds_one_store_and_nothing_else(fp8, arch, amax):
+    """The per-tensor cast with ``rows`` (quantize.token_operands and quantize.weight_operands under
+    tensorwise and delayed: both layouts of one cast): the same tile stored a second time, row-major,
+    as one more 16-byte store a thread; the plain cast's loads (x as two 16-byte loads, the scale
+    row), its one division per value (16 fixups a thread) and one packed convert per two values
+    (both stores take the same bytes), its LDS transpose, no spills and its waves per SIMD."""
+    cast, = compiled(fp8, arch, True, amax=amax, rows=True)
+    plain, = compiled(fp8, arch, True, amax=amax)
+    res = cast["resources"]
+    assert (res["vgpr_spills"], res["sgpr_spills"], res["scratch_bytes"]) == (0, 0, 0), res
+    assert res["occupancy"] == plain["resources"]["occupancy"] >= 7, (res, plain["resources"])
+    assert cast["ops"]["global_load"] == plain["ops"]["global_load"]
+    stores = dict(cast["ops"]["global_store"])
+    stores["buffer_store_dwordx4"] -= 1
+    assert stores == plain["ops"]["global_store"]
+    assert (cast["lds"], cast["ops"]["lds_read"], cast["ops"]["lds_write"]) == (
+        plain["lds"], plain["ops"]["lds_read"], plain["ops"]["lds_write"])
+    assert cast["valu"].count("v_div_fixup_f32") == 16 and cast["valu"].count(CONVERT[arch]) == 8

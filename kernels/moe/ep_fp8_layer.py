@@ -63,8 +63,8 @@ An owner quantizes a chunk's rows once for gate and up (the token operand, as th
 forward casts them; with FP8 dispatch the sender did), and its merged backward makes the rows'
 wgrad operand once for both (mxfp8's gradients make their own). Under every recipe but mxfp8
 (whose GEMM quantizes its weight itself) each weight is cast for the forward once, by the first
-chunk, the later chunks reading that cast; under rowwise with its dgrad operand in the same fused
-launch, which the backward takes (it casts no weight).
+chunk, the later chunks reading that cast; under rowwise and the per-tensor recipes with its dgrad
+operand from the same fused quantization, which the backward takes (it casts no weight).
 
 Against the single-process ``Float8MoE`` of the same recipe and weights: rowwise and mxfp8
 quantize each token and each expert's weight on their own, so an owner quantizes its rows
@@ -124,7 +124,8 @@ from ..gemm_fp8.quantize_ref import dequantize
 from .ep_layer import ExpertParallelMoE
 from .fp8_experts import FP8_TENSORS, GRAD_TENSORS, Float8Experts
 from .grouped_gemm_fp8.ops import _grouped_gemm_fp8_impl
-from .grouped_gemm_fp8.quantize import ROW_LOCAL, forward_weight, weight_operands, wgrad_operand
+from .grouped_gemm_fp8.quantize import (ROW_LOCAL, SHARED_WEIGHTS, forward_weight, weight_operands,
+                                        wgrad_operand)
 from .grouped_gemm_fp8.training import forward_of_operand, gradients, token_operand
 from .layer_ladder.slot_sum import slot_sum
 from .layer_ladder.swiglu_backward import swiglu_backward
@@ -153,8 +154,8 @@ class _Float8Owner:
         self.fp8_dispatch = layer.fp8_dispatch
         self.dtype, self.parts = None, None   # with FP8 dispatch: x's dtype and the wire's layout
         # per weight (not under mxfp8): its forward operand (w8, sw), cast by the first chunk
-        # and read by every chunk, dropped after the last (:meth:`record`); rowwise's dgrad operand
-        # (wt8, swt) for the backward, made with it from one read of the weight (:meth:`_weight`)
+        # and read by every chunk, dropped after the last (:meth:`record`); its dgrad operand (wt8, swt)
+        # for the backward, made with it where the recipe shares them (:meth:`_weight`)
         self.forward_weights: dict[str, tuple] = {}
         self.dgrad_weights: dict[str, tuple] = {}
 
@@ -197,17 +198,21 @@ class _Float8Owner:
     def _weight(self, name: str, w: torch.Tensor, save: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """w's forward operand (w8, sw): every chunk multiplies the same weight with the same scale,
         so the first chunk casts it and the later ones read that cast (each weight cast once per
-        forward, not once per chunk; delayed's tile maxima written once). Under rowwise with a
-        backward to come (``save``), from one fused quantization with its dgrad operand
-        (:func:`.grouped_gemm_fp8.quantize.weight_operands`: four launches and two reads of w where
-        the two casts took six and four), kept for :meth:`backward`, which then casts no weight."""
+        forward, not once per chunk; delayed's tile maxima written once). With a backward to come
+        (``save``), under rowwise and the per-tensor recipes, from one fused quantization with its
+        dgrad operand (:func:`.grouped_gemm_fp8.quantize.weight_operands`: rowwise's four launches
+        and two reads of w where the two casts took six and four; the per-tensor recipes' one cast
+        with the weight's scale, writing both layouts, where two read w twice), kept for
+        :meth:`backward`, which then casts no weight."""
         if name not in self.forward_weights:
             layer, delayed = self.layer, self.layer.recipe == "delayed"
-            if layer.recipe == "rowwise" and save:
-                w8, sw, *self.dgrad_weights[name] = weight_operands(w, layer.fp8_dtype)
+            scale = self.weight_scales[name]
+            if save and layer.recipe in SHARED_WEIGHTS:
+                w8, sw, wt8, swt, *found = weight_operands(w, layer.recipe, layer.fp8_dtype, scale, delayed)
+                self.dgrad_weights[name] = (wt8, swt)
             else:
-                w8, sw, *found = forward_weight(w, layer.recipe, layer.fp8_dtype, self.weight_scales[name], delayed)
-                self.maxima[name] += found
+                w8, sw, *found = forward_weight(w, layer.recipe, layer.fp8_dtype, scale, delayed)
+            self.maxima[name] += found
             self.forward_weights[name] = (w8, sw)
         return self.forward_weights[name]
 
@@ -244,7 +249,7 @@ class _Float8Owner:
 
     def record(self) -> None:
         """After the last chunk: the weights' forward operands are dropped (the backward reads the
-        weights, or rowwise's dgrad operands). Under delayed each tensor enters its history once,
+        weights, or their dgrad operands made with them). Under delayed each tensor enters its history once,
         with the largest amax the chunks' casts found (the max of their tile maxima; a weight's from
         its one cast a forward, :meth:`_weight`); the scale of x's and hidden's (the history's, or
         that amax's while it was empty) is the backward's."""

@@ -35,15 +35,25 @@ _NO_KERNEL = {torch.ops.aten.empty.memory_format, torch.ops.aten.empty_strided.d
 
 @dataclass
 class Launches:
-    """What the stub saw: launches and the arguments they were packed with."""
+    """What the stub saw: launches, the arguments they were packed with, and per launch the
+    storages of its tensor arguments (what it may read or write: a kernel reaches memory only
+    through the pointers it is given)."""
 
     count: int = 0
     args: int = 0
+    storages: list[frozenset[int]] = field(default_factory=list)   # with stubbed_launches(storages=True)
+
+    def taking(self, t: torch.Tensor) -> int:
+        """How many launches were given ``t``'s memory (its storage, through any view of it)."""
+        storage = t.untyped_storage().data_ptr()
+        return sum(storage in launch for launch in self.storages)
 
 
 @contextlib.contextmanager
-def stubbed_launches() -> Iterator[Launches]:
-    """Within this block, ``kernel[grid](...)`` packs its arguments and returns without running.
+def stubbed_launches(storages: bool = False) -> Iterator[Launches]:
+    """Within this block, ``kernel[grid](...)`` packs its arguments and returns without running
+    (``storages``: and records the storages each launch was given, off by default so the
+    host-overhead benchmark times no bookkeeping of its own).
 
     Both launchers are replaced: the interpreter's (``InterpretedFunction.run``) and the
     compiled JIT's (``JITFunction.run``, which ``triton.autotune`` also ends in)."""
@@ -55,6 +65,9 @@ def stubbed_launches() -> Iterator[Launches]:
     def run(self, *args, grid, warmup=False, **kwargs):
         seen.count += 1
         seen.args += len(args) + len(kwargs)
+        if storages:
+            seen.storages.append(frozenset(a.untyped_storage().data_ptr() for a in (*args, *kwargs.values())
+                                           if isinstance(a, torch.Tensor)))
 
     saved = {cls: cls.__dict__["run"] for cls in (InterpretedFunction, JITFunction)}
     for cls in saved:

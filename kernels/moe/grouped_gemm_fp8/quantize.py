@@ -17,15 +17,16 @@ row-wise recipe quantizes x and w once each, with the fused kernel's transposed 
 :mod:`kernels.fp8.recipes.rowwise`). A token tensor's two (x's forward and wgrad operands, dy's
 dgrad and wgrad ones) are made at once where the recipe allows (:func:`token_operands`:
 rowwise's in one fused quantization that reads the tensor twice, not four times; the per-tensor
-recipes' two casts sharing their scale), and an MoE layer's gate and up share x's; rowwise's two operands of the
-weights, the forward's and dgrad's, likewise (:func:`weight_operands`). The wgrad scales are
+recipes' in one cast with one scale that writes both layouts), and an MoE layer's gate and up share x's; the
+two operands of the weights, the forward's and dgrad's, likewise (:func:`weight_operands`). The wgrad scales are
 amaxes over each group's tokens only: an expert's gradient is not scaled by another
 expert's outliers. ``tensorwise`` takes one scale per tensor (all experts' weights
 share one), handed to the kernels broadcast (stride 0); each GEMM still gets its own
-copy of the operand in the layout it reads (the same scale, a fresh pass), but within one
+copy of the operand in the layout it reads (the same scale), both written by one cast where
+the training op makes them together (x, w and dy in a training step), and within one
 training op only the first cast of each tensor finds its scale: the op hands the forward's
 scales of x and w, and dgrad's of dy, to the backward's other casts (:mod:`.training`; a layer
-that calls the op twice on one x, gate and up, finds x's twice). ``delayed``
+that calls the op twice on one x, gate and up, hands both x's operands made once). ``delayed``
 is tensorwise with the scales of x and w given (``scale``: from an amax history,
 :mod:`kernels.fp8.recipes.delayed`, which :class:`kernels.moe.fp8_layer.Float8MoE`
 keeps); the output gradient's, whose amax is known only in the backward, is the history's
@@ -70,7 +71,9 @@ kernels where one fits, on the device with no host sync:
   given scale; the forward's casts of x, hidden and the weights, and the backward's first
   cast of each output gradient, then also return their tiles' maxima, whose max
   :class:`kernels.moe.fp8_layer.Float8MoE` records in the amax history: no torch pass reads
-  an operand for it, and the record's launch reduces the maxima).
+  an operand for it, and the record's launch reduces the maxima); where both of a tensor's
+  operands are made at once (:func:`token_operands`, :func:`weight_operands`), that one cast
+  also stores its tile row-major: the token operand, or dgrad's weight.
 
 So no operand of the four recipes quantized here is left to plain PyTorch passes: each is
 an amax launch (none for a given scale) and one cast launch that writes its layout, on
@@ -161,13 +164,14 @@ _quantize_groups = torch.library.custom_op("kernels::grouped_quantize_fp8", _qua
 def _(t, offsets, fp8, scale=None, per_tensor=False, amax=False, rows=False):
     batch, tokens, cols = t.shape
     q = t.new_empty((batch, cols, cdiv(tokens, ALIGN) * ALIGN), dtype=fp8)
+    # and the row-wise quantization: its scales per token, or none with one scale
+    row_wise = [t.new_empty((batch, tokens, cols), dtype=fp8)] if rows else []
     if scale is not None:   # a given scale is not returned; with amax, the cast's tile maxima are
         return [q, t.new_empty(quantize_kernel.tile_maxima_shape(batch, tokens, cols, offsets.shape[0]),
-                               dtype=torch.float32)] if amax else [q]
-    found = [q, t.new_empty(() if per_tensor else (batch, offsets.shape[0], cols), dtype=torch.float32)]
-    if rows:   # and the row-wise quantization
-        found += [t.new_empty((batch, tokens, cols), dtype=fp8), t.new_empty((batch, tokens), dtype=torch.float32)]
-    return found
+                               dtype=torch.float32), *row_wise] if amax else [q, *row_wise]
+    if rows and not per_tensor:
+        row_wise.append(t.new_empty((batch, tokens), dtype=torch.float32))
+    return [q, t.new_empty(() if per_tensor else (batch, offsets.shape[0], cols), dtype=torch.float32), *row_wise]
 
 
 def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, scale: torch.Tensor | None = None,
@@ -175,14 +179,14 @@ def _grouped(t: torch.Tensor, offsets: torch.Tensor, fp8: torch.dtype, scale: to
     """The grouped kernels on t (B, T, C), through the custom op wherever anything traces:
     (q (B, C, R), scale (B, G, C); per-tensor: 0-d, the given one if given, checked by the
     caller's public entry; with a given scale and ``amax``, the cast's tile maxima after them,
-    whose max is t's amax; ``rows`` (per group): t's row-wise quantization after them,
-    q_rows (B, T, C) and row scales (B, T))."""
+    whose max is t's amax; ``rows``: t's row-wise quantization after them, q_rows (B, T, C) and
+    (per group) row scales (B, T); with one scale, q_rows alone, the same bytes row-major)."""
     t, offsets = t.detach(), offsets.contiguous()   # the kernels read offsets as a flat array
     impl = _quantize_groups_impl if eager.direct(t, offsets) else _quantize_groups
     if scale is None:
         return tuple(impl(t, offsets, fp8, None, per_tensor, False, rows))
     scale = scale.reshape(())
-    q, *found = impl(t, offsets, fp8, scale, True, amax)
+    q, *found = impl(t, offsets, fp8, scale, True, amax, rows)
     return (q, scale, *found)
 
 
@@ -249,17 +253,32 @@ def dgrad_weight(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Te
     return q.view(g, k, n).transpose(1, 2), scale.expand(g * k, 1).reshape(g, k)
 
 
-def weight_operands(w: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """Both rowwise FP8 operands of the experts' weights w (G, K, N): (w8, sw: :func:`forward_weight`'s;
-    wt8, swt: :func:`dgrad_weight`'s), bit for bit theirs, from one fused quantization (each expert a
-    problem of K tokens in one group, with ``rows``: per (expert, column) along K for the forward,
-    per (expert, row) along N for dgrad; w read twice, in four launches, where the two took four
-    reads and six launches). What the training op makes in the forward where dx is wanted, keeping
-    wt8 (one byte a weight) for the backward (:func:`.training.grouped_gemm_fp8_train`)."""
+SHARED_WEIGHTS = ("rowwise", *PER_TENSOR)
+"""The recipes whose weight operands :func:`weight_operands` makes at once."""
+
+
+def weight_operands(w: torch.Tensor, recipe: str, fp8: torch.dtype, scale: torch.Tensor | None = None,
+                    amax: bool = False) -> tuple[torch.Tensor, ...]:
+    """Both FP8 operands of the experts' weights w (G, K, N) under a recipe of :data:`SHARED_WEIGHTS`:
+    (w8, sw: :func:`forward_weight`'s; wt8, swt: :func:`dgrad_weight`'s), bit for bit theirs, from one
+    fused quantization, each expert a problem of K tokens in one group (the grouped kernels with
+    ``rows``). rowwise: per (expert, column) along K for the forward, per (expert, row) along N for
+    dgrad (w read twice, in four launches, where the two took four reads and six launches); the
+    per-tensor recipes: one cast with ``scale`` (delayed's, from its history; or tensorwise's, found
+    first by the dense op's amax pass where none is given) writes both layouts (w read once where
+    the two casts read it twice; ``amax``, a given scale: the cast's tile maxima after them). What
+    the training op makes in the forward where dx is wanted, keeping wt8 (one byte a weight) for the
+    backward (:func:`.training.grouped_gemm_fp8_train`)."""
     g, k, n = w.shape
     one_group = torch.full((1,), k, dtype=torch.int32, device=w.device)
-    q, scale, q_rows, row_scales = _grouped(w, one_group, fp8, rows=True)
-    return q[:, :, :k].transpose(1, 2), scale[:, 0], q_rows.transpose(1, 2), row_scales
+    if recipe == "rowwise":
+        q, scale, q_rows, row_scales = _grouped(w, one_group, fp8, rows=True)
+        return q[:, :, :k].transpose(1, 2), scale[:, 0], q_rows.transpose(1, 2), row_scales
+    if recipe not in PER_TENSOR:
+        raise ValueError(f"weight_operands makes both operands at once under {', '.join(SHARED_WEIGHTS)}, "
+                         f"not {recipe!r}")
+    q, one, *found, q_rows = _grouped(w, one_group, fp8, scale, True, amax, rows=True)
+    return q[:, :, :k].transpose(1, 2), one.expand(g, n), q_rows.transpose(1, 2), one.expand(g, k), *found
 
 
 def group_of_rows(offsets: torch.Tensor, rows: int) -> torch.Tensor:
@@ -310,9 +329,11 @@ def token_operands(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: tor
     stt (G, C): :func:`wgrad_operand`'s), bit for bit theirs, for a recipe of
     :data:`SHARED_OPERANDS`. rowwise: one fused quantization (the grouped kernels with ``rows``:
     t read twice, in four launches, where the two took four reads and six launches); the
-    per-tensor recipes: the two casts with one scale, ``scale`` (delayed's, from its history) or
-    tensorwise's the first finds (three reads, not four); ``amax`` (a given scale): and the first
-    cast's tile maxima after them, whose max is t's amax (what delayed records).
+    per-tensor recipes: one cast with one scale that writes both layouts (the grouped cast with
+    ``rows``), ``scale`` (delayed's, from its history: t read once, where two casts read it
+    twice) or tensorwise's, found by the dense op's amax pass first (two reads, not three);
+    ``amax`` (a given scale): and the cast's tile maxima after them, whose max is t's amax (what
+    delayed records).
     So gate's and up's GEMMs, which read the same x, quantize it once between them and save its
     wgrad operand for the backward instead of x (:func:`.training.grouped_gemm_fp8_train`'s
     ``x_operands``)."""
@@ -323,10 +344,10 @@ def token_operands(t: torch.Tensor, offsets: torch.Tensor, recipe: str, fp8: tor
         raise ValueError(f"t has {t.shape[0]} tokens but offsets no groups to put them in")
     if amax and scale is None:
         raise ValueError("amax returns the tile maxima of a cast with a given per-tensor scale: pass scale")
-    if recipe in PER_TENSOR:
-        t8, st, *found = tokens(t, recipe, fp8, scale, amax)
-        one = scale if scale is not None else st[:1] if st.numel() else None
-        return t8, st, *wgrad_operand(t, offsets, recipe, fp8, one), *found
+    if recipe in PER_TENSOR:   # one problem; both layouts of one cast
+        tt8, one, *found, t8 = _grouped(t[None], offsets, fp8, scale, True, amax, rows=True)
+        tt8, t8 = (a.view(a.shape[1:]) for a in (tt8, t8))
+        return t8, one.expand(t.shape[0]), tt8, one.expand(offsets.shape[0], t.shape[1]), *found
     tt8, stt, t8, st = (a.view(a.shape[1:]) for a in _grouped(t[None], offsets, fp8, rows=True))   # one problem
     return t8, st, tt8, stt
 

@@ -67,7 +67,11 @@ stores it row-major. Four launches and two reads of t where the two quantization
 four; the bits are the dense ``row`` cast's. Compiled (``tests/test_grouped_quantize_isa.py``):
 one more 4-byte store a thread in the amax launch; one more 4-byte load (the row scales) and
 one more 16-byte store (the row-major FP8 tile) in the cast; the plain launches' LDS and waves
-per SIMD, no spills.
+per SIMD, no spills. With one scale (per tensor or given: the per-tensor recipes' token operands
+and weights) there are no row scales: the cast stores its FP8 tile a second time, row-major, so
+one read of t after its amax pass (none for a given scale) makes both layouts where two casts
+read it twice; compiled, one more 16-byte store and nothing else (the plain cast's loads, its one
+division per value and one packed convert per two values, which both stores take, its LDS).
 
 A third grid axis runs a batch of such problems with the same offsets: the forward's
 weight is one, each expert's w[g] (K, N) a problem of K tokens in one group, whose
@@ -247,7 +251,8 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_
     over 2^e of its block of 32 positions, the e8m0 byte e + 127 to scale[b, cols, p / 32]
     (an output here; stride_sg its stride along the blocks), e by the OCP rule or, with
     ROUND_UP, the round-up rule. ROWS (per group): also q_rows[b, tokens, cols] = t / row_scale[b,
-    tokens] in FP8 from the same tile, contiguous (B, T, C) and (B, T): the row-wise token operand."""
+    tokens] in FP8 from the same tile, contiguous (B, T, C) and (B, T): the row-wise token operand;
+    with PER_TENSOR, q_rows = the tile's q itself, row-major (no row scales)."""
     batch = tl.program_id(2).to(tl.int64)
     t_ptr += batch * stride_tb
     scale_ptr += batch * stride_sb
@@ -285,12 +290,14 @@ def _cast_transpose_kernel(t_ptr, offsets_ptr, ends_ptr, scale_ptr, q_ptr, amax_
                 group_scale = tl.load(scale_ptr + g * stride_sg + cols64 * stride_sc, mask=cols < C, other=1.0)
                 mine = (tokens >= start) & (tokens < end)
                 y = tl.where(mine[:, None], tl.math.div_rn(x, group_scale[None, :]), y)
-        q_t = tl.trans(quantized(y, FMAX, MANT, EMIN).to(q_ptr.dtype.element_ty))
+        q = quantized(y, FMAX, MANT, EMIN)
+        q_t = tl.trans(q.to(q_ptr.dtype.element_ty))
         if ROWS:
             rows = batch * T + tokens64
-            row_scale = tl.load(row_scale_ptr + rows, mask=tokens < T, other=1.0)
-            q_rows = quantized(tl.math.div_rn(x, row_scale[:, None]), FMAX, MANT, EMIN)
-            tl.store(q_rows_ptr + rows[:, None] * C + cols64[None, :], q_rows.to(q_rows_ptr.dtype.element_ty),
+            if not PER_TENSOR:   # each token over its own scale; with one scale, the tile's bytes row-major
+                row_scale = tl.load(row_scale_ptr + rows, mask=tokens < T, other=1.0)
+                q = quantized(tl.math.div_rn(x, row_scale[:, None]), FMAX, MANT, EMIN)
+            tl.store(q_rows_ptr + rows[:, None] * C + cols64[None, :], q.to(q_rows_ptr.dtype.element_ty),
                      mask=(tokens[:, None] < T) & (cols[None, :] < C))
     tl.store(q_ptr + cols64[:, None] * stride_qc + tokens64[None, :] * stride_qt,
              q_t, mask=(cols[:, None] < C) & (tokens[None, :] < R))
@@ -319,7 +326,11 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     from the same two reads, returned after them: (q_rows (B, T, C), row scales (B, T)), each
     token over its own amax (the dense op's ``row``: :func:`kernels.gemm_fp8.quantize`), the amax
     launch writing each token's maximum per feature tile and the dense op's scale launch reducing
-    them: four launches where the two quantizations took six, t read twice where it was four times."""
+    them: four launches where the two quantizations took six, t read twice where it was four times.
+    With one scale (``per_tensor`` or given), ``rows`` returns q_rows alone, after the tile maxima:
+    the same bytes row-major (one scale rounds each element once), written by the cast from its
+    one read of t (a per-tensor recipe's two weight operands: t read once, where a second cast
+    read it again)."""
     (batch, tokens, cols), groups = t.shape, offsets.shape[0]
     padded = cdiv(tokens, ALIGN) * ALIGN
     q = new_output((batch, cols, padded), fp8_dtype, t.device)
@@ -333,14 +344,12 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
     else:
         scale = new_output((batch, groups, cols), torch.float32, t.device)
         scale_strides = scale.stride()
-    if rows:
-        if one_scale:
-            raise ValueError("rows: the row-wise quantization goes with scales per group, not one scale")
-        q_rows = new_output((batch, tokens, cols), fp8_dtype, t.device)
+    q_rows = new_output((batch, tokens, cols), fp8_dtype, t.device) if rows else q
+    if rows and not one_scale:
         row_scales = new_output((batch, tokens), torch.float32, t.device)
         row_max = new_output((batch, tokens, cdiv(cols, BLOCK_C)), torch.float32, t.device)
-    else:   # never read without ROWS: q and the scale stand in, as the compiled launch's pointers
-        q_rows, row_scales, row_max = q, scale, scale
+    else:   # never read without per-group ROWS: the scale stands in, as the compiled launch's pointers
+        row_scales = row_max = scale
     block_g = _block_g(groups)
     if batch and cols and groups and not one_scale:
         chunks = cdiv(tokens, CHUNK)
@@ -354,9 +363,9 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
                                                                num_warps=NUM_WARPS)))
         _group_scale_kernel.run(offsets, scale, partial, *args, **run_kwargs(
             (groups, cdiv(cols, BLOCK_C), batch), dict(FMAX=consts["FMAX"], CHUNK=CHUNK, BLOCK_C=BLOCK_C, num_warps=1)))
-    if rows and batch * tokens and not cols:   # tokens of no features: the scale of amax 0, as the dense op's
+    if rows and not one_scale and batch * tokens and not cols:   # tokens of no features: amax 0's scale
         row_scales.fill_(1.0)
-    elif rows and batch * tokens:   # each row's scale from its tiles' maxima
+    elif rows and not one_scale and batch * tokens:   # each row's scale from its tiles' maxima
         tiles = cdiv(cols, BLOCK_C)
         _row_scales_kernel.run(row_max, row_max, row_scales, row_scales, batch * tokens, cols, tiles, 0,
                                **run_kwargs((cdiv(batch * tokens, ROW_SCALES_SETTINGS["BLOCK"]),),
@@ -374,9 +383,10 @@ def launch(t: torch.Tensor, offsets: torch.Tensor, fp8_dtype: torch.dtype, scale
                                                                  PER_TENSOR=one_scale, AMAX=amax, MX=False,
                                                                  ROUND_UP=False, ROWS=rows,
                                                                  num_warps=NUM_WARPS, **consts)))
+    row_wise = () if not rows else (q_rows,) if one_scale else (q_rows, row_scales)
     if given:
-        return (q, tile_max) if amax else (q,)
-    return (q, scale, q_rows, row_scales) if rows else (q, scale)
+        return (q, tile_max, *row_wise) if amax else (q, *row_wise)
+    return (q, scale, *row_wise)
 
 
 def tile_maxima_shape(batch: int, rows: int, cols: int, groups: int) -> tuple[int, ...]:

@@ -19,8 +19,9 @@ operands (:func:`.quantize.token_operands`: x read twice where two quantizations
 times) and the op saves the wgrad operand (one byte an element) instead of x; when x's is wanted,
 one gives both of w's (:func:`.quantize.weight_operands`) and the op holds the dgrad one (one byte a
 weight) to the backward; dy's two come from one fused quantization in the backward. So a rowwise
-step of the op is 15 launches, not 21. A caller that reads one x in several GEMMs (an MoE layer's
-gate and up) hands them x's operands made once (``x_operands``; rowwise, tensorwise or delayed).
+step of the op is 15 launches, not 21. The per-tensor recipes do the same for x, w and dy with one
+cast each that writes both layouts (each tensor read once after its amax pass, where two casts read it
+twice). A caller that reads one x in several GEMMs (an MoE layer's gate and up) hands them x's operands made once (``x_operands``; rowwise, tensorwise or delayed).
 (The dense FP8 linear, :mod:`kernels.fp8.linear`, keeps the forward's FP8 operands and quantizes
 only dy.) The output gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the e5m2 of their
 family (the hybrid format, the per-tensor recipes' default in :mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by
@@ -173,9 +174,9 @@ def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe:
     maxima = (*(found_x or [_nothing(x)]), *(found_w or [_nothing(x)]))   # one each: outputs may not alias
     # the per-tensor scales the casts found, for the backward's casts of x and w; a given scale is an
     # empty placeholder (an output may not alias an input), which the backward takes from the inputs
-    # (x's came with its operands: the backward takes its wgrad operand, not a scale)
+    # (x's or w's that came with its operands: the backward takes its wgrad or dgrad operand, not a scale)
     return y, *maxima, *(_one_scale(s, x) if _finds(recipe, given) else _nothing(x)
-                         for s, given in ((sx, scale_x if not x_operands else sx), (sw, scale_w)))
+                         for s, given in ((sx, scale_x if not x_operands else sx), (sw, scale_w if not w_operands else sw)))
 
 
 def _finds(recipe: str, given: torch.Tensor | None) -> bool:
@@ -204,7 +205,8 @@ def _(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, x_operands
     maxima = (tile_maxima_shape(t, k) if amax_x else (0,), grouped_tile_maxima_shape(g, k, n, 1) if amax_w else (0,))
     # the scales the casts found (_one_scale's): x's over its T rows, w's over its (G, N)
     scales = [(min(count, 1) if _finds(recipe, given) else 0,)
-              for count, given in ((t, scale_x if not x_operands else x_operands[1]), (g * n, scale_w))]
+              for count, given in ((t, scale_x if not x_operands else x_operands[1]),
+                                   (g * n, scale_w if not w_operands else w_operands[1]))]
     return x.new_empty((t, n)), *(x.new_empty(shape, dtype=torch.float32) for shape in (*maxima, *scales))
 
 
@@ -238,32 +240,37 @@ def gradients(x, w, offsets, dy, recipe: str, fp8: torch.dtype, grad: torch.dtyp
     ``fp8``, with the given per-tensor scales if any), each None where ``needs`` says False:
     one FP8 grouped launch each. ``x``: high-precision, or (not ``"mxfp8"``) its wgrad operand
     already, the pair :func:`.quantize.wgrad_operand` returns (what GEMMs that read one x share:
-    gate's and up's), with ``dx_dtype`` dx's dtype, x's. Under ``"rowwise"``, when both gradients
-    are wanted, dy's two operands come from one fused quantization (:func:`.quantize.token_operands`).
-    ``w_dgrad``: w's dgrad operand made already (the pair :func:`.quantize.dgrad_weight` returns).
-    Under a per-tensor recipe dy's two casts (dgrad's token operand, wgrad's grouped one) share one
-    per-tensor scale: dy's current amax's (found by dgrad's cast, which wgrad's then
-    takes: one amax pass over dy), or with ``history_dy`` (delayed) that
-    history's (:func:`kernels.fp8.recipes.delayed.history_scale`, on the device), and then,
-    with ``counts`` (training mode), the amax the first cast found enters ``history_dy`` and a
-    saturating step adds 1 to ``counts[count_index]`` (:func:`~kernels.fp8.recipes.delayed.push_amax`).
+    gate's and up's), with ``dx_dtype`` dx's dtype, x's. Under rowwise, tensorwise and delayed, when
+    both gradients are wanted, dy's two operands come from one fused quantization
+    (:func:`.quantize.token_operands`). ``w_dgrad``: w's dgrad operand made already (the pair
+    :func:`.quantize.dgrad_weight` returns). Under a per-tensor recipe dy's two operands (dgrad's
+    token operand, wgrad's grouped one) take one per-tensor scale: dy's current amax's (one amax
+    pass over dy, then one cast for both, or where only one is wanted that one's cast), or with
+    ``history_dy`` (delayed) that history's (:func:`kernels.fp8.recipes.delayed.history_scale`, on
+    the device), and then, with ``counts`` (training mode), the amax the first cast found enters
+    ``history_dy`` and a saturating step adds 1 to ``counts[count_index]``
+    (:func:`~kernels.fp8.recipes.delayed.push_amax`).
     ``scale_rule``: mxfp8's e8m0 rule, as :func:`token_operand` takes it."""
     if recipe == "mxfp8":
         return _mx().gradients(x, w, offsets, dy, fp8, needs, fp8_recipes.get(recipe).chosen_scale_rule(scale_rule))
     dx = dw = None
     scale_dy = None if history_dy is None else history_scale(history_dy, dy, grad)
     found = []   # dy's amax, from the first cast, where it is recorded (counts given)
-    fused = quantize.token_operands(dy, offsets, recipe, grad) if recipe == "rowwise" and all(needs[:2]) else ()
+    # both of dy's operands from one fused quantization where both are wanted (its tile maxima after them)
+    fused = (quantize.token_operands(dy, offsets, recipe, grad, scale_dy, amax=counts is not None)
+             if all(needs[:2]) and recipe in quantize.SHARED_OPERANDS else ())
+    found = list(fused[4:])   # dy's tile maxima, from its first cast, where they are recorded (counts given)
     if needs[0]:
-        dy8, sdy, *found = fused[:2] or quantize.tokens(dy, recipe, grad, scale_dy, amax=counts is not None)
+        dy8, sdy, *more = fused[:2] or quantize.tokens(dy, recipe, grad, scale_dy, amax=counts is not None)
+        found += more
         if _finds(recipe, scale_dy) and sdy.numel():
             scale_dy = _one_scale(sdy, dy)   # its current scale, for the wgrad cast too: one amax pass over dy
         wt8, swt = w_dgrad or quantize.dgrad_weight(w, recipe, fp8, scale_w)
         dx = torch.ops.kernels.grouped_gemm_fp8(dy8, sdy, wt8, swt, offsets, dx_dtype or x.dtype)
     if needs[1]:
         xt8, sxt = x if isinstance(x, tuple) else quantize.wgrad_operand(x, offsets, recipe, fp8, scale_x)
-        dyt8, sdyt, *more = fused[2:] or quantize.wgrad_operand(dy, offsets, recipe, grad, scale_dy,
-                                                                amax=counts is not None and not found)
+        dyt8, sdyt, *more = fused[2:4] or quantize.wgrad_operand(dy, offsets, recipe, grad, scale_dy,
+                                                                  amax=counts is not None and not found)
         found += more
         dw = torch.ops.kernels.grouped_gemm_fp8_dw(xt8, sxt, dyt8, sdyt, offsets, w.dtype,
                                                    SCALE_K if recipe == "blockwise" else 0)
@@ -431,16 +438,23 @@ def grouped_gemm_fp8_train(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     _check_grad_state(history_dy, counts, count_index, recipe, x)
     scale_rule = fp8_recipes.get(recipe).chosen_scale_rule(scale_rule)
     direct = eager.direct(x, w, offsets)
+    # where w's gradient is wanted, both of x's operands from one fused quantization, and where x's is, both
+    # of w's, its dgrad one held; under delayed with the casts' tile maxima after them, which the op,
+    # casting neither, does not return
+    training = not direct and torch.is_grad_enabled()
+    made_x = (x_operands is None and training and w.requires_grad and offsets.shape[0] > 0
+              and recipe in quantize.SHARED_OPERANDS)
     if x_operands is not None:
         _check_x_operands(x_operands, x, offsets, recipe, fp8_dtype, amax_x)
-    elif recipe == "rowwise" and not direct and torch.is_grad_enabled() and w.requires_grad and offsets.shape[0]:
-        x_operands = quantize.token_operands(x, offsets, recipe, fp8_dtype)
-    # rowwise, where dx is wanted: both of w's operands from one fused quantization, its dgrad one held
-    fused_w = recipe == "rowwise" and not direct and torch.is_grad_enabled() and x.requires_grad
-    w_operands = quantize.weight_operands(w, fp8_dtype) if fused_w else ()
+    elif made_x:
+        x_operands = quantize.token_operands(x, offsets, recipe, fp8_dtype, scale_x, amax_x)
+    made_w = training and x.requires_grad and recipe in quantize.SHARED_WEIGHTS
+    w_operands = quantize.weight_operands(w, recipe, fp8_dtype, scale_w, amax_w) if made_w else ()
     op = _train_impl if direct else _train
-    out, *maxima, _, _ = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w, list(x_operands or ()),
-                            list(w_operands), amax_x, amax_w, history_dy, counts, count_index, scale_rule)
+    out, *maxima, _, _ = op(x, w, offsets, recipe, fp8_dtype, grad_dtype, scale_x, scale_w,
+                            list(x_operands[:4] if x_operands else ()), list(w_operands[:4]),
+                            amax_x and not made_x, amax_w and not made_w, history_dy, counts, count_index, scale_rule)
     if not (amax_x or amax_w):   # False, or a pair naming no cast
         return out
-    return out, tuple(maxima)
+    x_found = x_operands[4:] if made_x else ()
+    return out, (*(x_found or maxima[:1]), *(w_operands[4:] or maxima[1:]))
