@@ -264,3 +264,23 @@ def test_default_dtype_is_bf16_or_the_targets_native_fp8():
 def test_narrow_lds_names_8_and_16_bit_lds_ops_only(op, narrow):
     """What the backward's table records as narrow_lds_ops: one 8- or 16-bit element per lane."""
     assert isa_parse.narrow_lds(op) is narrow
+
+
+def test_one_launch_compiles_alone_and_reads_as_inspect_all_reads_it(monkeypatch):
+    """inspect_launch compiles the rung's launch it names and nothing else (grouped GEMM v2 has
+    three: forward, dX, dW), and reports it as inspect_all reports that launch; a launch the rung
+    does not have is refused by the compile."""
+    from workbench.isa import inspector
+
+    inspector._reports.cache_clear()   # compiled here, not read from an earlier test's reports
+    compiled, real = [], isa_compile.compile_rung
+    monkeypatch.setattr(isa_compile, "compile_rung", lambda *a: compiled.append(real(*a)) or compiled[-1])
+    every = isa.inspect_all("grouped_gemm", "v2", "gfx942")
+    for launch, whole in enumerate(every):
+        one = isa.inspect_launch("grouped_gemm", "v2", launch, "gfx942")
+        assert len(compiled[-1]) == 1
+        assert (one.kernel_name, one.asm, one.matrix_instructions) == (whole.kernel_name, whole.asm,
+                                                                       whole.matrix_instructions)
+    assert [len(kernels_) for kernels_ in compiled] == [3, 1, 1, 1]
+    with pytest.raises(RuntimeError, match="IndexError"):
+        isa.inspect_launch("grouped_gemm", "v2", 3, "gfx942")

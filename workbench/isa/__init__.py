@@ -9,7 +9,7 @@ spaces with the compiler, ``compat`` checks which Triton releases compile every 
 May import: kernels, roofline, workbench.harness. Never model, comm, views, train, learn, widgets.
 """
 from .inspector import (SCROLL, TARGETS, IsaReport, clear_cache, compare, compiled_from, default_dtype, inspect,
-                        inspect_all, normalize_target, read_kernel, why_no_isa)
+                        inspect_all, inspect_launch, normalize_target, read_kernel, why_no_isa)
 
 __all__ = ["SCROLL", "TARGETS", "IsaReport", "clear_cache", "compare", "compiled_from", "default_dtype", "inspect",
-           "inspect_all", "normalize_target", "read_kernel", "why_no_isa"]
+           "inspect_all", "inspect_launch", "normalize_target", "read_kernel", "why_no_isa"]

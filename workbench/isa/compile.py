@@ -35,16 +35,16 @@ _lock = threading.Lock()
 
 
 def compile_rung(op: str, label: str, target: tuple, dtype_name: str,
-                 overrides: dict | None = None, source: str | None = None) -> list[dict]:
+                 overrides: dict | None = None, source: str | None = None, launch: int | None = None) -> list[dict]:
     """Compile every kernel a rung launches, in the helper process (started on first use);
     ``overrides`` goes to the rung's ``aot`` (settings replaced, e.g. ``{"num_warps": 4}``).
     ``source``, a file's path, compiles the rung that file declares (a learner's edited copy)
-    instead of the package's."""
+    instead of the package's. ``launch``: only that one of the ``aot``'s launches (a list of one)."""
     global _worker
     with _lock:
         if _worker is None or _worker.poll() is not None:
             _worker = _start_worker()
-        pickle.dump((op, label, target, dtype_name, overrides, source), _worker.stdin)
+        pickle.dump((op, label, target, dtype_name, overrides, source, launch), _worker.stdin)
         _worker.stdin.flush()
         try:
             status, value = pickle.load(_worker.stdout)
@@ -96,15 +96,16 @@ def serve() -> None:
 
 
 def _compile_here(op: str, label: str, target: tuple, dtype_name: str,
-                  overrides: dict | None = None, source: str | None = None) -> list[dict]:
-    """Runs in the helper: returns plain data (text, bytes, numbers) for each kernel."""
+                  overrides: dict | None = None, source: str | None = None, launch: int | None = None) -> list[dict]:
+    """Runs in the helper: returns plain data (text, bytes, numbers) for each kernel compiled."""
     import torch
 
     rung = _rung(op, label, source)
     backend = target[0]
     arch = target[1] if backend == "hip" else f"sm_{target[1]}"
     extra = {"overrides": overrides} if overrides else {}  # rungs without settings take none
-    return [compile_aot(aot, target) for aot in rung.aot(getattr(torch, dtype_name), backend, arch, **extra)]
+    launches = rung.aot(getattr(torch, dtype_name), backend, arch, **extra)
+    return [compile_aot(aot, target) for aot in (launches if launch is None else [launches[launch]])]
 
 
 def compile_aot(aot, target: tuple) -> dict:

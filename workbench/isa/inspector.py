@@ -204,6 +204,21 @@ def inspect_all(op: str, rung: int | str, target: str = "gfx942",
                 source: str | Path | None = None) -> list[IsaReport]:
     """One report per kernel the rung launches, in launch order (dtype: :func:`default_dtype`);
     ``source``: a file declaring the rung, compiled instead of the package's (see above)."""
+    return list(_reports(*_request(op, rung, target, dtype, overrides, source)))
+
+
+def inspect_launch(op: str, rung: int | str, launch: int, target: str = "gfx942",
+                   dtype: torch.dtype | None = None, overrides: dict | None = None,
+                   source: str | Path | None = None) -> IsaReport:
+    """The report on the rung's launch number ``launch`` (in :func:`inspect_all`'s order) alone:
+    one compile where :func:`inspect_all` compiles every launch, for a caller that weighs one
+    launch at a time (the performance model), the same report as :func:`inspect_all`'s."""
+    return _reports(*_request(op, rung, target, dtype, overrides, source), launch)[0]
+
+
+def _request(op: str, rung: int | str, target: str, dtype: torch.dtype | None, overrides: dict | None,
+             source: str | Path | None) -> tuple:
+    """The checked key of a compile request: (op, label, target, dtype name, overrides, source)."""
     name = normalize_target(target)
     dtype = dtype or default_dtype(kernels.get(op, rung), name)
     entry = _inspectable(op, rung, dtype)
@@ -211,8 +226,7 @@ def inspect_all(op: str, rung: int | str, target: str = "gfx942",
     if overrides and "overrides" not in inspect_module.signature(entry.aot).parameters:
         raise ValueError(f"{op} {entry.title} takes no overrides for ahead-of-time compiles")
     frozen = tuple(sorted((overrides or {}).items()))
-    return list(_reports(op, entry.label, name, str(dtype).removeprefix("torch."), frozen,
-                         _source_key(source)))
+    return op, entry.label, name, str(dtype).removeprefix("torch."), frozen, _source_key(source)
 
 
 @contextlib.contextmanager
@@ -256,10 +270,11 @@ def clear_cache() -> None:
 
 @functools.lru_cache(maxsize=None)
 def _reports(op: str, label: str, target: str, dtype_name: str, overrides: tuple = (),
-             source: tuple | None = None) -> tuple[IsaReport, ...]:
+             source: tuple | None = None, launch: int | None = None) -> tuple[IsaReport, ...]:
+    """Every launch's report, or (``launch``) that one's alone."""
     title = kernels.get(op, label).title + (f" ({Path(source[0]).name})" if source else "")
     compiled = isa_compile.compile_rung(op, label, TARGETS[target], dtype_name, dict(overrides),
-                                        source[0] if source else None)
+                                        source[0] if source else None, launch)
     return tuple(read_kernel(op, title, target, dtype_name, kernel) for kernel in compiled)
 
 

@@ -87,8 +87,9 @@ def config(rung: str, shape: tuple, arch: str, compute_units: int, kernel: str =
 def compiled(rung: str, kernel: str, shape: tuple, torch_dtype: torch.dtype, arch: str, compute_units: int):
     """(settings, the ISA report) of ``rung``'s ``kernel`` launch at ``shape``, compiled ahead of time."""
     cfg, overrides = config(rung, shape, arch, compute_units, kernel, torch_dtype)
-    reports = isa.inspect_all("grouped_gemm", rung, target=arch, dtype=torch_dtype, overrides=overrides or None)
-    return cfg, reports[0 if overrides else KERNELS[kernel]]
+    if overrides:   # the launch its settings name, compiled alone
+        return cfg, isa.inspect_all("grouped_gemm", rung, target=arch, dtype=torch_dtype, overrides=overrides)[0]
+    return cfg, isa.inspect_launch("grouped_gemm", rung, KERNELS[kernel], target=arch, dtype=torch_dtype)
 
 
 def waves(rung: str, cfg: dict, shape: tuple, table: list[tuple[int, int]], sizes: list[int],

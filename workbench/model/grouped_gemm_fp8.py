@@ -30,8 +30,8 @@ def predict(label: str, shape, dtype: str, chip_spec) -> Prediction:
     if label not in RUNGS:
         raise NotCovered(f"the model covers grouped_gemm_fp8 rungs {', '.join(RUNGS)}, not {label}")
     cfg = v0_one_launch.config(gemm.backend_of(chip_spec.target), chip_spec.target)
-    report = isa.inspect_all("grouped_gemm_fp8", label, target=chip_spec.target,
-                             dtype=fp8_dtype(chip_spec.target))[0]
+    report = isa.inspect_launch("grouped_gemm_fp8", label, 0, target=chip_spec.target,   # the forward
+                                dtype=fp8_dtype(chip_spec.target))
     sizes = grouped_gemm.group_rows(shape)
     return grouped_gemm.tile_prediction(
         "grouped_gemm_fp8", label, shape, sizes, cfg, report, dtype, chip_spec, 1, OUT_BYTES, SPEC.flops(shape),
