@@ -235,7 +235,8 @@ def test_tensorwise_makes_dy_s_two_operands_in_one_cast_with_one_amax_pass(monke
     groups, pairs = quantize._groups, quantize.token_operands
     monkeypatch.setattr(quantize, "_groups", lambda t, o, fp8, scale, *a, **k: passes.append(scale is None)
                         or groups(t, o, fp8, scale, *a, **k))
-    monkeypatch.setattr(quantize, "token_operands", lambda t, *a, **k: made.append((t is dy, a[3:])) or pairs(t, *a, **k))
+    monkeypatch.setattr(quantize, "token_operands", lambda t, *a, **k: made.append((t is dy, a[3:]))
+                        or pairs(t, *a, **k))
     shared = training.gradients(x, w, offsets, dy, "tensorwise", E4M3FN, torch.float8_e5m2, (True, True))
     assert passes == [True]   # x's wgrad cast finds its scale
     assert made == [(True, (None,))]   # dy's two operands: one cast, finding dy's scale

@@ -120,8 +120,9 @@ class Float8Experts:
         """x's FP8 operands for the GEMMs of ``weights`` (gate's and up's), which read the same rows: made
         once (:func:`~kernels.moe.grouped_gemm_fp8.quantize.token_operands`: rowwise's fused quantization;
         tensorwise's one cast writing both layouts, after the amax pass that finds x's scale; delayed's
-        with ``scale_x``, returning the amax that ``record`` enters in x's history), so each GEMM takes the token operand
-        and saves the wgrad operand, one copy between them, instead of quantizing x twice and saving it.
+        with ``scale_x``, returning the amax that ``record`` enters in x's history), so each GEMM takes
+        the token operand and saves the wgrad operand, one copy between them, instead of quantizing x
+        twice and saving it.
         None (each GEMM casts its own, with x's scale from :meth:`_cast_scale`) under the other recipes
         and where no weight's gradient is wanted: the wgrad operand would not be read."""
         if self.recipe not in SHARED_OPERANDS or not (torch.is_grad_enabled()

@@ -24,8 +24,9 @@ one amax pass over the rows, not two, in the same launches; the bits of casts th
 Under ``"rowwise"``, ``"tensorwise"`` and ``"delayed"``, in training, x is quantized once for gate
 and up, both ways (:meth:`~kernels.moe.fp8_experts.Float8Experts._shared_operands`: rowwise's one
 fused quantization, the per-tensor recipes' one cast with one scale writing both layouts), and its
-FP8 wgrad operand is what their backward reads, one copy saved between them instead of x. Each GEMM's output gradient has a history too
-(:data:`kernels.moe.fp8_experts.GRAD_TENSORS`: down's dy, gate's dg and up's du), which the
+FP8 wgrad operand is what their backward reads, one copy saved between them instead of x. Each
+GEMM's output gradient has a history too (:data:`kernels.moe.fp8_experts.GRAD_TENSORS`: down's dy,
+gate's dg and up's du), which the
 layer hands to the training op (``history_dy=``, and ``counts=`` in training mode): its
 backward casts the gradient with the history's scale for both dX and dW and records the
 amax the cast found, as a ``Float8Linear``'s backward does for its dy (also under

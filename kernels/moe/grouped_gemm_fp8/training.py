@@ -21,7 +21,8 @@ one gives both of w's (:func:`.quantize.weight_operands`) and the op holds the d
 weight) to the backward; dy's two come from one fused quantization in the backward. So a rowwise
 step of the op is 15 launches, not 21. The per-tensor recipes do the same for x, w and dy with one
 cast each that writes both layouts (each tensor read once after its amax pass, where two casts read it
-twice). A caller that reads one x in several GEMMs (an MoE layer's gate and up) hands them x's operands made once (``x_operands``; rowwise, tensorwise or delayed).
+twice). A caller that reads one x in several GEMMs (an MoE layer's gate and up) hands them x's
+operands made once (``x_operands``; rowwise, tensorwise or delayed).
 (The dense FP8 linear, :mod:`kernels.fp8.linear`, keeps the forward's FP8 operands and quantizes
 only dy.) The output gradient dy goes into ``grad_dtype``: e4m3 like x and w, or the e5m2 of their
 family (the hybrid format, the per-tensor recipes' default in :mod:`kernels.fp8.recipe`); both kernels multiply e4m3 by
@@ -176,7 +177,8 @@ def _train_impl(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, recipe:
     # empty placeholder (an output may not alias an input), which the backward takes from the inputs
     # (x's or w's that came with its operands: the backward takes its wgrad or dgrad operand, not a scale)
     return y, *maxima, *(_one_scale(s, x) if _finds(recipe, given) else _nothing(x)
-                         for s, given in ((sx, scale_x if not x_operands else sx), (sw, scale_w if not w_operands else sw)))
+                         for s, given in ((sx, scale_x if not x_operands else sx),
+                                          (sw, scale_w if not w_operands else sw)))
 
 
 def _finds(recipe: str, given: torch.Tensor | None) -> bool:
