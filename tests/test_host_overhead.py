@@ -38,6 +38,20 @@ def test_the_stub_receives_the_arguments_and_runs_no_kernel():
     assert seen.count >= 1 and seen.args >= 10 * seen.count   # pointers, sizes, strides, constexprs
     assert torch.isnan(c).all()                                # nothing wrote the poisoned output
     torch.testing.assert_close(kernels.matmul(a, b), a @ b)   # after the block, kernels run again
+    assert seen.storages == []   # recorded only when asked
+
+
+def test_the_stub_records_which_launches_take_a_tensor_s_memory():
+    """With ``storages``: per launch, the storages of its tensor arguments, so a view of an operand
+    counts as the operand and a copy does not; a tensor of no bytes is taken by none (its null
+    pointer is every empty tensor's)."""
+    a, b = torch.randn(40, 24), torch.randn(24, 36)
+    copy = a.clone()   # alive throughout, as taking() asks: a freed launch argument's address may be reused
+    with host_overhead.stubbed_launches(storages=True) as seen:
+        c = kernels.matmul(a, b)
+    assert len(seen.storages) == seen.count >= 1
+    assert seen.taking(a) == seen.taking(a[1:].t()) >= 1 and seen.taking(b) >= 1 and seen.taking(c) >= 1
+    assert seen.taking(copy) == seen.taking(torch.empty(0)) == 0
 
 
 # Our device ops per call at the benchmark's shapes (the Float8Linear rows are bounded in

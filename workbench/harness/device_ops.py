@@ -44,9 +44,12 @@ class Launches:
     storages: list[frozenset[int]] = field(default_factory=list)   # with stubbed_launches(storages=True)
 
     def taking(self, t: torch.Tensor) -> int:
-        """How many launches were given ``t``'s memory (its storage, through any view of it)."""
-        storage = t.untyped_storage().data_ptr()
-        return sum(storage in launch for launch in self.storages)
+        """How many launches were given ``t``'s memory (its storage, through any view of it); none for
+        a tensor of no bytes (whose null pointer other empty tensors share). Storages are recorded by
+        address, so ``t`` must have been alive throughout the launches: a tensor allocated later
+        may get the address of an argument freed since."""
+        storage = t.untyped_storage()
+        return sum(storage.data_ptr() in launch for launch in self.storages) if storage.nbytes() else 0
 
 
 @contextlib.contextmanager
