@@ -17,9 +17,13 @@ still import (so the ladder still lists them), and the registry marks their rung
 as not running here (``unavailable=UNAVAILABLE`` in their declaration).
 
 The simulator runs every thread as a Python thread, so SIMT rungs are only checked
-at smoke shapes on the CPU.
+at smoke shapes on the CPU, and :func:`launch` shortens the GIL's turns while it runs.
 """
 from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -58,7 +62,13 @@ except ImportError as exc:
     simt = _Unavailable(_MISSING)
     float32 = None  # read only inside kernel bodies, which never run without numba
 
-__all__ = ["UNAVAILABLE", "as_simt_array", "current_stream", "float32", "launch_shape", "simt"]
+__all__ = ["UNAVAILABLE", "as_simt_array", "current_stream", "float32", "launch", "launch_shape", "simt"]
+
+# The simulator's block manager polls its threads in a loop that holds the GIL, and a thread
+# woken at a barrier waits for the poller's turn to end: CPython's default turn is 5 ms. A
+# shorter turn for the launch's duration runs the same threads in the same barrier phases.
+SIMULATOR_GIL_TURN_S = 0.0005
+_SIMULATING = threading.Lock()   # the simulator swaps module globals per launch: one at a time
 
 
 def as_simt_array(tensor: torch.Tensor):
@@ -90,6 +100,30 @@ def current_stream(device: torch.device):
     if _BACKEND.is_interpreter:
         return 0
     return simt.external_stream(torch.cuda.current_stream(device).cuda_stream)
+
+
+def launch(kernel, grid, block, *tensors: torch.Tensor) -> None:
+    """``kernel[grid, block, stream](*tensors)``, with the output last: the stream is torch's
+    current one on the output's device (:func:`current_stream`), each tensor goes in through
+    :func:`as_simt_array`, and in the simulator the launch runs with short GIL turns."""
+    stream = current_stream(tensors[-1].device)
+    arrays = [as_simt_array(tensor) for tensor in tensors]
+    with _short_gil_turns():
+        kernel[grid, block, stream](*arrays)
+
+
+@contextmanager
+def _short_gil_turns():
+    if not _BACKEND.is_interpreter:
+        yield
+        return
+    with _SIMULATING:
+        turn = sys.getswitchinterval()
+        sys.setswitchinterval(min(turn, SIMULATOR_GIL_TURN_S))
+        try:
+            yield
+        finally:
+            sys.setswitchinterval(turn)
 
 
 def launch_shape(rows: int, cols: int, block: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -1,7 +1,9 @@
 """SIMT launches go on torch's current stream, so they are ordered with the torch ops around them."""
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -78,3 +80,42 @@ def test_a_simt_rung_is_ordered_with_torch_on_a_side_stream(rung):
     torch.cuda.synchronize()
     error = (c.double() - expected).abs().max() / expected.abs().max()
     assert error < 1e-5
+
+
+class TurnRecordingKernel(RecordingKernel):
+    """Also records the GIL's switch interval while the launch runs, then optionally fails."""
+
+    def __init__(self, fail: bool = False):
+        super().__init__()
+        self.turns, self.fail = [], fail
+
+    def __getitem__(self, config):
+        self.launches.append(config)
+
+        def run(*arrays):
+            self.turns.append(sys.getswitchinterval())
+            if self.fail:
+                raise RuntimeError("the kernel failed")
+        return run
+
+
+@pytest.mark.parametrize("fail", (False, True), ids=("returns", "raises"))
+def test_a_simulated_launch_takes_short_gil_turns_and_gives_the_interval_back(fail):
+    """The simulator's poller holds the GIL for whole turns while woken threads wait: the launch
+    shortens them, and the process's own interval is back afterwards, whatever the kernel did."""
+    kernel, before = TurnRecordingKernel(fail), sys.getswitchinterval()
+    assert before > simt_module.SIMULATOR_GIL_TURN_S   # CPython's default, 5 ms
+    with pytest.raises(RuntimeError) if fail else contextlib.nullcontext():
+        simt_module.launch(kernel, (1, 1), (4, 4), torch.zeros(4, 4))
+    assert kernel.turns == [simt_module.SIMULATOR_GIL_TURN_S]
+    assert kernel.launches == [((1, 1), (4, 4), 0)]
+    assert sys.getswitchinterval() == before
+
+
+def test_a_gpu_launch_leaves_the_gil_turns_alone(monkeypatch):
+    monkeypatch.setattr(simt_module, "_BACKEND", Backend("cuda", "sm_90", "a pretend GPU", 132))
+    monkeypatch.setattr(simt_module, "simt", FakeNumba())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=1))
+    kernel = TurnRecordingKernel()
+    simt_module.launch(kernel, (1, 1), (4, 4), torch.zeros(4, 4))
+    assert kernel.turns == [sys.getswitchinterval()]

@@ -26,7 +26,7 @@ import torch
 from .. import validate
 from ..outputs import new_output
 from ..registry import rung
-from ..simt import UNAVAILABLE, as_simt_array, current_stream, float32, launch_shape, simt
+from ..simt import UNAVAILABLE, float32, launch, launch_shape, simt
 
 DTYPES = (torch.float32, torch.float16)
 TILE = 16
@@ -64,6 +64,5 @@ def gemm_v1(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     m, n = a.shape[0], b.shape[1]
     c = new_output((m, n), a.dtype, a.device)
     grid, block = launch_shape(m, n, (TILE, TILE))
-    stream = current_stream(c.device)  # torch's current stream: in order with torch's work
-    _gemm_lds_tiled_kernel[grid, block, stream](as_simt_array(a), as_simt_array(b), as_simt_array(c))
+    launch(_gemm_lds_tiled_kernel, grid, block, a, b, c)  # on torch's current stream: in order with its work
     return c
