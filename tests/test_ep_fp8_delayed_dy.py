@@ -16,9 +16,9 @@ from kernels.moe import ep_fp8_layer
 from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
 from kernels.moe.fp8_experts import FP8_TENSORS, GRAD_TENSORS
 from kernels.moe.fp8_layer import Float8MoE
-from kernels.moe.grouped_gemm_fp8 import quantize
 from kernels.outputs import poisoned_outputs
 
+from gradient_casts import GradientCasts
 from host_sync import no_host_sync
 
 FP8, GRAD = torch.float8_e4m3fn, torch.float8_e5m2   # hybrid: only the gradients' casts write e5m2
@@ -57,35 +57,20 @@ def _step(layer, seed: int, grad_scale: float = 1.0):
 
 class Spy:
     """The owner's merged backward: each GEMM's output gradient (by the weight it multiplies),
-    the offsets, and every cast to the gradient format (dy, its scale, amax=): one operand's
-    (quantize.tokens, quantize.wgrad_operand) or both's (quantize.token_operands)."""
+    the offsets, and every cast to the gradient format."""
 
     def __init__(self, layer, monkeypatch):
-        self.grads, self.offsets, self.casts = {n: [] for n in ("gate", "up", "down")}, [], []
+        self.grads, self.offsets = {n: [] for n in ("gate", "up", "down")}, []
+        self.casts = GradientCasts(monkeypatch, GRAD)
         names = {id(getattr(layer, n)): n for n in self.grads}
-        gradients, tokens, wgrad, both = (ep_fp8_layer.gradients, quantize.tokens, quantize.wgrad_operand,
-                                          quantize.token_operands)
+        gradients = ep_fp8_layer.gradients
 
         def merged(x, w, offsets, dy, *args, **kwargs):
             self.grads[names[id(w)]].append(dy.detach().clone())
             self.offsets.append(offsets.clone())
             return gradients(x, w, offsets, dy, *args, **kwargs)
 
-        def spy(cast, at):   # at: where the FP8 format is among the positional arguments after t
-            def call(t, *args, **kwargs):
-                if args[at] == GRAD:
-                    self.casts.append((t.detach().clone(), args[at + 1], kwargs.get("amax", False)))
-                return cast(t, *args, **kwargs)
-            return call
-
         monkeypatch.setattr(ep_fp8_layer, "gradients", merged)
-        monkeypatch.setattr(quantize, "tokens", spy(tokens, 1))             # (x, recipe, fp8, scale)
-        monkeypatch.setattr(quantize, "wgrad_operand", spy(wgrad, 2))     # (t, offsets, recipe, fp8, scale)
-        monkeypatch.setattr(quantize, "token_operands", spy(both, 2))     # (t, offsets, recipe, fp8, scale)
-
-    def casts_of(self, dy: torch.Tensor) -> list:
-        """(scale, amax=) of the casts of the gradient ``dy``."""
-        return [(scale, amax) for t, scale, amax in self.casts if t.shape == dy.shape and torch.equal(t, dy)]
 
 
 def test_the_histories_are_float8moes_after_training_steps(one_rank, monkeypatch):
@@ -131,7 +116,7 @@ def test_each_merged_gradient_s_cast_takes_its_history_scale(one_rank, monkeypat
         _step(ep, step, size)
         for name in ("gate", "up", "down"):
             dy = spy.grads[name][-1]
-            casts = spy.casts_of(dy)
+            casts = spy.casts.of(dy)
             assert [amax for _, amax in casts] == [True], (step, name)   # both operands' one cast
             current = dy.abs().amax() / fmax
             want = current if step == 0 else before[name].amax() / fmax
@@ -152,7 +137,7 @@ def test_eval_mode_takes_the_history_scale_and_records_nothing(one_rank, monkeyp
     _step(ep, 1, 1e3)
     assert all(torch.equal(ep.state_dict()[k], v) for k, v in state.items())
     for name in ("gate", "up", "down"):
-        casts = spy.casts_of(spy.grads[name][-1])
+        casts = spy.casts.of(spy.grads[name][-1])
         assert len(casts) == 1   # both operands' one cast
         assert all(s.reshape(()) == state[PREFIX + "dy_" + name].amax() / torch.finfo(GRAD).max for s, _ in casts)
 

@@ -15,7 +15,9 @@ from kernels.fp8.recipes.delayed import HISTORY, PREFIX
 from kernels.moe import fp8_experts
 from kernels.moe.fp8_experts import FP8_TENSORS, GRAD_TENSORS
 from kernels.moe.fp8_layer import Float8MoE
-from kernels.moe.grouped_gemm_fp8 import grouped_gemm_fp8_train, quantize
+from kernels.moe.grouped_gemm_fp8 import grouped_gemm_fp8_train
+
+from gradient_casts import GradientCasts
 
 FP8, GRAD = torch.float8_e4m3fn, torch.float8_e5m2   # hybrid: only dy's casts write e5m2
 DIM, HIDDEN, EXPERTS, TOP_K = 16, 32, 4, 2
@@ -36,35 +38,20 @@ def _history(layer, name: str) -> torch.Tensor:
 
 class Spy:
     """The output gradient each grouped GEMM's backward receives (a hook on the op's output,
-    by the weight it multiplies) and every cast to the gradient format (dy, its scale, amax=):
-    one operand's (quantize.tokens, quantize.wgrad_operand) or both's (quantize.token_operands)."""
+    by the weight it multiplies) and every cast to the gradient format."""
 
     def __init__(self, layer, monkeypatch):
-        self.grads, self.casts = {name: [] for name in ("gate", "up", "down")}, []
+        self.grads = {name: [] for name in ("gate", "up", "down")}
+        self.casts = GradientCasts(monkeypatch, GRAD)
         names = {id(getattr(layer, name)): name for name in self.grads}
-        train, tokens, wgrad, both = (fp8_experts.grouped_gemm_fp8_train, quantize.tokens, quantize.wgrad_operand,
-                                      quantize.token_operands)
+        train = fp8_experts.grouped_gemm_fp8_train
 
         def op(a, w, *args, **kwargs):
             out, found = train(a, w, *args, **kwargs)
             out.register_hook(lambda g, name=names[id(w)]: self.grads[name].append(g.detach().clone()))
             return out, found
 
-        def spy(cast, at):   # at: where the FP8 format is among the positional arguments after t
-            def call(t, *args, **kwargs):
-                if args[at] == GRAD:
-                    self.casts.append((t.detach().clone(), args[at + 1].clone(), kwargs.get("amax", False)))
-                return cast(t, *args, **kwargs)
-            return call
-
         monkeypatch.setattr(fp8_experts, "grouped_gemm_fp8_train", op)
-        monkeypatch.setattr(quantize, "tokens", spy(tokens, 1))             # (x, recipe, fp8, scale)
-        monkeypatch.setattr(quantize, "wgrad_operand", spy(wgrad, 2))     # (t, offsets, recipe, fp8, scale)
-        monkeypatch.setattr(quantize, "token_operands", spy(both, 2))     # (t, offsets, recipe, fp8, scale)
-
-    def casts_of(self, dy: torch.Tensor) -> list[tuple[torch.Tensor, bool]]:
-        """(scale, amax=) of the casts of the gradient ``dy``."""
-        return [(scale, amax) for t, scale, amax in self.casts if t.shape == dy.shape and torch.equal(t, dy)]
 
 
 def _step(layer, x, grad_scale: float = 1.0):
@@ -109,7 +96,7 @@ def test_each_gradient_s_cast_takes_its_history_scale(monkeypatch, x_grad):
         _step(layer, torch.randn(9, DIM, generator=gen(step), requires_grad=x_grad), size)
         for name in ("gate", "up", "down"):
             dy = spy.grads[name][-1]
-            casts = spy.casts_of(dy)
+            casts = spy.casts.of(dy)
             assert [amax for _, amax in casts] == [True], name
             assert _history(layer, "dy_" + name)[0] == dy.abs().amax().float(), name
             current = dy.abs().amax() / fmax
@@ -147,7 +134,7 @@ def test_eval_mode_takes_the_history_scale_and_records_nothing(monkeypatch):
     _step(layer, x, 1e3)
     assert all(torch.equal(layer.state_dict()[k], v) for k, v in state.items())
     for name in ("gate", "up", "down"):
-        casts = spy.casts_of(spy.grads[name][-1])
+        casts = spy.casts.of(spy.grads[name][-1])
         assert len(casts) == 1   # both operands' one cast
         assert all(s.reshape(()) == state[PREFIX + "dy_" + name].amax() / torch.finfo(GRAD).max for s, _ in casts)
 
