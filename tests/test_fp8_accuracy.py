@@ -30,12 +30,21 @@ def test_operands_are_the_seeds_and_dy_is_heavy_tailed():
     assert abs(dy.median()) < 0.05 and (dy ** 4).mean() / (dy ** 2).mean() ** 2 > 6
 
 
-def test_current_scaling_never_overflows_and_errors_are_e4m3_sized(rows):
-    for recipe in ("tensorwise", "rowwise"):
-        for gemm in fp8_accuracy.GEMMS:
-            row = rows[recipe, gemm]
-            assert row["A_overflow"] == row["B_overflow"] == 0, row
-            assert 0.005 < row["rel_error"] < 0.08 and row["finite"], row
+def _installed(rows, recipe):
+    if "note" in rows[recipe, "forward"]:
+        pytest.skip(rows[recipe, "forward"]["note"])
+
+
+@pytest.mark.parametrize("recipe", ("tensorwise", "rowwise", "blockwise", "mxfp8"))
+def test_current_scaling_never_overflows_and_errors_are_e4m3_sized(rows, recipe):
+    """The error is the recipe's own GEMMs' (the overflow counts are computed here, not by the
+    recipe), so it is what shows scales that stopped following the data: forced to 1, dy (about
+    1e-5) flushes to zero in e4m3 and dgrad's and wgrad's error is 1 (tried on blockwise)."""
+    _installed(rows, recipe)
+    for gemm in fp8_accuracy.GEMMS:
+        row = rows[recipe, gemm]
+        assert row["A_overflow"] == row["B_overflow"] == 0, row
+        assert 0.005 < row["rel_error"] < 0.08 and row["finite"], row
 
 
 def test_delayed_scales_from_smaller_steps_overflow_but_stay_finite(rows):
@@ -54,11 +63,6 @@ def test_missing_kernels_are_a_row_not_a_number(rows):
     for recipe in ("blockwise", "mxfp8"):
         row = rows[recipe, "forward"]
         assert "rel_error" in row or "not in this installation" in row["note"]
-
-
-def _installed(rows, recipe):
-    if "note" in rows[recipe, "forward"]:
-        pytest.skip(rows[recipe, "forward"]["note"])
 
 
 def test_every_recipe_counts_overflow_and_underflow_of_both_operands(rows):

@@ -269,36 +269,41 @@ def test_kernels_fp8_checkpoint_is_the_non_reentrant_one():
         kernels.fp8.checkpoint(torch.sin, torch.ones(2, requires_grad=True), use_reentrant=True)
 
 
-def _ep_checkpointed_steps(rank, world):
-    """A one-rank expert-parallel delayed FP8 layer in 2 chunks, two steps (the first: an empty
-    history, each chunk cast with its own amax), unchecked, under kernels.fp8.checkpoint and
-    under torch's checkpoint: whether each checkpointed run's results equal the unchecked one's."""
+def _ep_checkpointed_steps(rank, world, recipes):
+    """Per recipe, a one-rank expert-parallel FP8 layer in 2 chunks, two steps (delayed's first:
+    an empty history, each chunk cast with its own amax), unchecked, under kernels.fp8.checkpoint
+    and under torch's checkpoint: whether each checkpointed run's results equal the unchecked one's."""
     import torch.distributed as dist
 
     from kernels.moe.ep_fp8_layer import Float8ExpertParallelMoE
 
-    def layer():
+    def layer(recipe):
         torch.manual_seed(0)
         full = kernels.MoE(16, 32, 4, 2)
         return Float8ExpertParallelMoE.from_ep(kernels.MoE.from_full(full, dist.group.WORLD, ep_chunks=2),
-                                               "delayed", FP8)
+                                               recipe, FP8)
 
     inputs = _inputs((13, 16), (1.0, 5.0))
-    want = _steps(layer(), inputs)
     same = {}
-    for name, wrap in (("kernels.fp8.checkpoint", kernels.fp8.checkpoint), ("torch", _torch_checkpoint)):
-        model = layer()
-        inner = model.forward
-        model.forward = lambda x, inner=inner, wrap=wrap: wrap(inner, x)
-        same[name] = _same_steps(want, _steps(model, inputs))
+    for recipe in recipes:
+        want = _steps(layer(recipe), inputs)
+        for name, wrap in (("kernels.fp8.checkpoint", kernels.fp8.checkpoint), ("torch", _torch_checkpoint)):
+            model = layer(recipe)
+            inner = model.forward
+            model.forward = lambda x, inner=inner, wrap=wrap: wrap(inner, x)
+            same[recipe, name] = _same_steps(want, _steps(model, inputs))
     return same
 
 
 def test_the_expert_parallel_layer_s_chunks_recompute_with_their_own_scales():
+    """Delayed: only the tapes give each chunk's recompute its forward's scales. Tensorwise: the
+    owner's one weight cast a forward (kept for the later chunks and the backward's dgrad) is made
+    again by the recompute from the same weights, so either checkpoint recomputes the same bits."""
     from kernels.comm.launch import run_local
 
-    same = run_local(_ep_checkpointed_steps, 1, timeout=300, group_timeout=200)[0]
-    assert same == {"kernels.fp8.checkpoint": True, "torch": False}
+    same = run_local(_ep_checkpointed_steps, 1, ("delayed", "tensorwise"), timeout=300, group_timeout=200)[0]
+    assert same == {("delayed", "kernels.fp8.checkpoint"): True, ("delayed", "torch"): False,
+                    ("tensorwise", "kernels.fp8.checkpoint"): True, ("tensorwise", "torch"): True}
 
 
 @pytest.mark.parametrize("plans", ["kept", "cleared"])
