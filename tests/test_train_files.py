@@ -76,8 +76,52 @@ def test_a_bad_resume_file_fails_before_training(done, tmp_path, steps_taken, ca
 def test_a_checkpoint_of_another_model_fails_before_training(done, steps_taken):
     deeper = dataclasses.replace(SMOKE, layers=SMOKE.layers + 1)
     with pytest.raises(FileArgumentError, match="resume=.*a checkpoint of another model"):
-        train.run(deeper, steps=1, resume=done / "ckpt.pt", progress=False)
+        train.run(deeper, steps=1, seed=1, resume=done / "ckpt.pt", progress=False)
     assert steps_taken == []
+
+
+def _saved_by(done, tmp_path, run: dict | None):
+    """done's checkpoint as if a run with ``run``'s values (None: one from before runs were
+    recorded) had saved it."""
+    state = torch.load(done / "ckpt.pt", weights_only=True)
+    if run is None:
+        del state["run"]
+    else:
+        state["run"] = {**state["run"], **run}
+    torch.save(state, tmp_path / "ckpt.pt")
+    return tmp_path / "ckpt.pt"
+
+
+@pytest.mark.parametrize("saved, asked, message", [
+    ({}, dict(seed=2), "seed 1 there, 2 here"),
+    ({}, dict(fp8="tensorwise"), r"fp8 None there, 'tensorwise' here; fp8_keep None there, \['first', 'last', .* here"),
+    (dict(fp8="tensorwise", fp8_keep=["lm_head"]), dict(fp8="tensorwise", fp8_keep=["lm_head", "blocks.0.*"]),
+     r"fp8_keep \['lm_head'\] there, \['lm_head', 'blocks.0.\*'\] here"),
+    (dict(fp8="delayed", fp8_keep=["lm_head"]), dict(fp8="tensorwise", fp8_keep=["lm_head"]),
+     "fp8 'delayed' there, 'tensorwise' here \\(resume with the saved run's values"),
+], ids=["seed", "fp8 added", "fp8_keep", "recipe"])
+def test_resuming_another_run_fails_before_training(done, tmp_path, steps_taken, saved, asked, message):
+    """A tensorwise model's state loads into a plain one and a rowwise one's into a tensorwise
+    one: only the checkpoint's record of its run tells the runs apart."""
+    path = _saved_by(done, tmp_path, saved)
+    with pytest.raises(FileArgumentError, match=f"resume=.*a checkpoint of another run: {message}"):
+        train.run("cpu-smoke", steps=1, **{"seed": 1, **asked}, resume=path, progress=False)
+    assert steps_taken == []
+
+
+def test_another_run_is_refused_by_the_cli_naming_the_flag(done, capsys):
+    assert cli.main(["train", "--steps", "1", "--seed", "1", "--fp8", "rowwise", "--resume",
+                     str(done / "ckpt.pt")]) == 2
+    assert "--resume" in (err := capsys.readouterr().err) and "fp8 None there, 'rowwise' here" in err
+
+
+def test_a_checkpoint_from_before_runs_were_recorded_resumes(done, tmp_path):
+    """Nothing to compare it with: it resumes as it did, and the checkpoint it saves records the run."""
+    rows = train.run("cpu-smoke", steps=1, seed=1, resume=_saved_by(done, tmp_path, None),
+                     checkpoint=tmp_path / "next.pt", progress=False)
+    assert [r["step"] for r in rows] == [3]
+    assert torch.load(tmp_path / "next.pt", weights_only=True)["run"] == dict(
+        preset="cpu-smoke", seed=1, fp8=None, fp8_keep=None)
 
 
 @pytest.mark.parametrize("flag", ["checkpoint", "out"])
@@ -107,7 +151,7 @@ def test_resume_into_an_out_file_that_is_not_rows_fails_before_training(done, tm
     out = tmp_path / "rows.json"
     out.write_text("{not json")
     with pytest.raises(FileArgumentError, match="out=.*cannot append the resumed steps.*not valid JSON"):
-        train.run("cpu-smoke", steps=1, resume=done / "ckpt.pt", out=out, progress=False)
+        train.run("cpu-smoke", steps=1, seed=1, resume=done / "ckpt.pt", out=out, progress=False)
     assert steps_taken == [] and out.read_text() == "{not json"
 
 

@@ -1,7 +1,11 @@
 """Save and resume a training run: model, optimizer, step count and RNG states.
 
 The data need no state (a batch is a function of seed and step, :mod:`.data`), so
-these four make a resumed run repeat an uninterrupted one's losses. Written whole or
+these four make a resumed run repeat an uninterrupted one's losses, if it is the same run:
+the checkpoint also records what defines the run (:data:`RUN`), and a resume that asks for
+another preset, seed, FP8 recipe or set of layers kept in high precision is refused. Several
+of those would load without complaint (a tensorwise model's state is a plain one's) and go on
+training another experiment under the saved one's rows. Written whole or
 not at all (:func:`kernels.atomic.write_atomic`); loaded with ``weights_only=True``
 (tensors and plain containers, no pickled code). A file that is missing, truncated,
 empty or not such a checkpoint is refused by :func:`read` before anything is trained,
@@ -18,11 +22,15 @@ from kernels.atomic import write_atomic
 from .files import FileArgumentError
 
 KEYS = ("model", "optimizer", "step", "rng_cpu", "rng_cuda")
+RUN = ("preset", "seed", "fp8", "fp8_keep")
+"""What a resumed run must share with the saved one, as :func:`.loop.run` records it in the rows.
+The kernels and ``compile`` may change: they compute the same steps."""
 
 
-def save(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> Path:
-    """Write the state after ``step`` optimizer steps to ``path``."""
+def save(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, run: dict) -> Path:
+    """Write the state after ``step`` optimizer steps of the run ``run`` (:data:`RUN`'s values) to ``path``."""
     state = {
+        "run": {key: run[key] for key in RUN},
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "step": step,
@@ -33,15 +41,18 @@ def save(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: i
 
 
 def _is_state(state) -> bool:
-    return (isinstance(state, dict) and sorted(state) == sorted(KEYS)
+    # "run": absent from checkpoints written before it was recorded, which resume unchecked
+    return (isinstance(state, dict) and set(KEYS) <= set(state) <= {*KEYS, "run"}
+            and isinstance(state.get("run", {}), dict)
             and isinstance(state["model"], dict) and isinstance(state["optimizer"], dict)
             and type(state["step"]) is int and state["step"] >= 0
             and isinstance(state["rng_cpu"], torch.Tensor) and state["rng_cpu"].dtype == torch.uint8
             and isinstance(state["rng_cuda"], list))
 
 
-def read(path) -> dict:
-    """The checkpoint in ``path``, checked to be one; nothing is restored yet."""
+def read(path, run: dict) -> dict:
+    """The checkpoint in ``path``, checked to be one and to be of the run ``run`` (:data:`RUN`'s
+    values, where it records them); nothing is restored yet."""
     path = Path(path)
     if not path.is_file():
         raise FileArgumentError("resume", path, "no such file" if not path.exists() else "not a file")
@@ -55,6 +66,12 @@ def read(path) -> dict:
     if not _is_state(state):
         raise FileArgumentError("resume", path, f"not a workbench training checkpoint (a dict of "
                                                 f"{', '.join(KEYS)})")
+    saved = state.get("run", run)
+    differ = [key for key in RUN if saved.get(key) != run[key]]
+    if differ:
+        raise FileArgumentError("resume", path, "a checkpoint of another run: " + "; ".join(
+            f"{key} {saved.get(key)!r} there, {run[key]!r} here" for key in differ)
+            + " (resume with the saved run's values, or start a new run)")
     return state
 
 

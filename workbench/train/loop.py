@@ -139,7 +139,8 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     ``compile`` applies ``torch.compile`` to the model either way. ``out``: a .json file
     the rows are saved to as they are read (:data:`READ_EVERY`, :mod:`.store`); on resume they are appended to
     the rows it holds. ``checkpoint``: a file to save the state to at the end; ``resume``:
-    one to continue from (its step count goes on). These files are checked before the
+    one to continue from (its step count goes on), saved by a run of the same preset, seed,
+    ``fp8`` and ``fp8_keep`` (:data:`.checkpoint.RUN`). These files are checked before the
     first step, so a bad one costs no training (:class:`.files.FileArgumentError`).
     ``gpu``: a ``roofline`` GPU name for MFU (default: this GPU, when roofline knows it).
     The tuning pass runs ``step_fn`` (compiled, with ``compile``), so ``tuning_s`` holds its
@@ -164,7 +165,8 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     rank, world, device = distributed.setup(here.is_gpu)
     if world > 1 and (checkpoint or resume):
         raise ValueError("checkpoints hold one process's state; run data-parallel jobs without them")
-    state = ckpt.read(resume) if resume else None
+    identity = dict(preset=cfg.name, seed=seed, fp8=fp8, fp8_keep=None if kept is None else list(kept))
+    state = ckpt.read(resume, identity) if resume else None
     for argument, path in (("checkpoint", checkpoint), ("out", out)):
         if path is not None:
             writable(argument, path)
@@ -178,9 +180,8 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
     optimizer = _optimizer(model, cfg)
     start = ckpt.restore(state, resume, model, optimizer) if state else 0
     step_fn = torch.compile(model) if compile else model
-    fixed = dict(preset=cfg.name, kernels=ops.label(impls), fp8=fp8,
-                 fp8_keep=None if kept is None else list(kept), compile=compile,
-                 dtype=str(dtype).replace("torch.", ""), world_size=world, seed=seed,
+    fixed = dict(preset=cfg.name, kernels=ops.label(impls), fp8=fp8, fp8_keep=identity["fp8_keep"],
+                 compile=compile, dtype=str(dtype).replace("torch.", ""), world_size=world, seed=seed,
                  backend=here.name, gpu=here.device_name, commit=environment.commit())
     fixed["tuning_s"] = tuning_pass(step_fn, cfg, seed, start, rank, world, device, dtype).seconds
     rows, pending = [], []
@@ -211,5 +212,5 @@ def run(preset="cpu-smoke", kernels="torch", steps: int = 10, seed: int = 0, *,
             if out is not None and rank == 0:
                 store.save(earlier + rows, out)
     if checkpoint is not None:
-        ckpt.save(checkpoint, model, optimizer, start + steps)
+        ckpt.save(checkpoint, model, optimizer, start + steps, identity)
     return rows
