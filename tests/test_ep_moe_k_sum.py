@@ -8,8 +8,9 @@ results are the single-process layer's as ``tests/test_ep_moe.py`` holds them (f
 reassociation bound; bf16: its bf16 tolerance), kernel outputs poisoned. Odd shapes: k = 1
 and 3, T = 19 and 7 on the two ranks (not multiples of the k-sum's 16-token tile), dim 129
 (past its 128-column tile), 2 chunks for k = 3. On a one-rank group, where the owner's rows
-are the single-process layer's, the same kernels give the same bits: the fp32 output is
-``kernels.MoE``'s, and the FP8 layer's output and gradients are ``Float8MoE``'s.
+are the single-process layer's, the same kernels give the same bits: the FP8 layer's output and
+gradients are ``Float8MoE``'s (the fp32 output is ``kernels.MoE``'s to the reassociation bound:
+its GEMMs are tiled otherwise).
 """
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def test_ep_layer_sums_slots_with_triton_k_sums_and_matches_the_single_process_l
 def _one_rank(rank, world):
     """On a 1-rank group, where the owner's rows are the single-process layer's rows in its
     order: per (layer, FP8 dispatch, k), which results equal the single-process layer's bit
-    for bit."""
+    for bit (v3's output: to the reassociation bound)."""
     def layers(top_k, dtype):
         torch.manual_seed(top_k)
         full = kernels.MoE(DIM, HIDDEN, EXPERTS, top_k).to(dtype)
@@ -152,19 +153,26 @@ def _one_rank(rank, world):
                 got = grads_per_dy(ep, x.bfloat16(), [grads_out[kind] for kind in kinds])
                 results |= {(kind, dispatch): (references[kind], b) for kind, b in zip(kinds, got)}
         for (kind, dispatch), ((a_out, a_dx, a_grads), (b_out, b_dx, b_grads)) in results.items():
+            if kind == "v3":   # other GEMM tiles: the reassociation bound (test docstring)
+                same[kind, dispatch, top_k] = {"out": differs(b_out, a_out) is None}
+                continue
             same[kind, dispatch, top_k] = {"out": torch.equal(a_out, b_out), "dx": torch.equal(a_dx, b_dx)} | {
                 n: torch.equal(a_grads[n], b_grads[n]) for n in a_grads}
     return same
 
 
 def test_on_one_rank_the_k_sums_give_the_single_process_layers_bits():
-    """One rank: fp32 output as ``kernels.MoE``'s (v3 rounds ``acc·w`` to fp32 and adds the k rows
-    in slot order, the EP layer multiplies the weight-1 row by w in fp32 and adds in the same
-    order: the same operations; its backward is not v3's, :mod:`kernels.moe.ep_layer`); the FP8
-    layer (rowwise) ``Float8MoE``'s output and every gradient, the k-sums and the combine's
-    backward being the same kernels in the same order; with FP8 dispatch all but gate's and
-    up's weight gradients (requantized from the dequantized rows, :mod:`kernels.moe.ep_fp8_layer`).
-    The output gradient also comes broadcast, as autograd hands a sum's (strides (0, 1), (0, 0))."""
+    """One rank: fp32 output as ``kernels.MoE``'s to the reassociation bound (v3 rounds ``acc·w``
+    to fp32 and adds the k rows in slot order, the EP layer multiplies the weight-1 row by w in
+    fp32 and adds in the same order, but its expert GEMMs are the grouped GEMM's, tiled otherwise
+    than v3's fused kernel: on the CPU each tile's product is a BLAS call whose summation order
+    follows the tile's shape and the CPU, and OpenBLAS's AVX2 (Haswell) kernels gave other bits
+    where its AVX-512 ones gave the same; its backward is not v3's, :mod:`kernels.moe.ep_layer`);
+    the FP8 layer (rowwise) ``Float8MoE``'s output and every gradient bit for bit, the GEMMs, the
+    k-sums and the combine's backward being the same kernels in the same order; with FP8
+    dispatch all but gate's and up's weight gradients (requantized from the dequantized rows,
+    :mod:`kernels.moe.ep_fp8_layer`). The output gradient also comes broadcast, as autograd
+    hands a sum's (strides (0, 1), (0, 0))."""
     everything = {"out", "dx", "router.weight", "gate", "up", "down"}
     for (kind, dispatch, top_k), same in run_local(_one_rank, 1, timeout=540, group_timeout=400)[0].items():
         want = {"out"} if kind == "v3" else everything - ({"gate", "up"} if dispatch else set())
