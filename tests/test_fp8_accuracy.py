@@ -38,13 +38,31 @@ def _installed(rows, recipe):
 @pytest.mark.parametrize("recipe", ("tensorwise", "rowwise", "blockwise", "mxfp8"))
 def test_current_scaling_never_overflows_and_errors_are_e4m3_sized(rows, recipe):
     """The error is the recipe's own GEMMs' (the overflow counts are computed here, not by the
-    recipe), so it is what shows scales that stopped following the data: forced to 1, dy (about
-    1e-5) flushes to zero in e4m3 and dgrad's and wgrad's error is 1 (tried on blockwise)."""
+    recipe), so it is what shows scales that stopped reaching the GEMMs (the next test)."""
     _installed(rows, recipe)
     for gemm in fp8_accuracy.GEMMS:
         row = rows[recipe, gemm]
         assert row["A_overflow"] == row["B_overflow"] == 0, row
         assert 0.005 < row["rel_error"] < 0.08 and row["finite"], row
+
+
+def test_the_bound_fails_blockwise_with_its_scales_dropped(rows, monkeypatch):
+    """The bound above can fail: blockwise's casts with their bytes kept and every scale replaced
+    by 1 put each GEMM off by the scales themselves."""
+    _installed(rows, "blockwise")
+    from kernels.fp8.recipes import blockwise
+    cast = blockwise.quantize_checked
+
+    def unscaled(*args, **kwargs):
+        out = list(cast(*args, **kwargs))   # (q, scale) or (q, scale, q_t, scale_t)
+        for i in range(1, len(out), 2):
+            out[i] = torch.ones_like(out[i])
+        return tuple(out)
+
+    monkeypatch.setattr(blockwise, "quantize_checked", unscaled)
+    dropped = fp8_accuracy.gemm_error_rows(["blockwise"], shape=(40, 24, 56))
+    assert [r["gemm"] for r in dropped] == list(fp8_accuracy.GEMMS)
+    assert all(r["rel_error"] > 0.5 for r in dropped), dropped
 
 
 def test_delayed_scales_from_smaller_steps_overflow_but_stay_finite(rows):
