@@ -113,3 +113,30 @@ def test_kernels_help_names_every_op_of_the_training_switch(command, capsys):
         main([command, "--help"])
     assert cli._TRAIN_OPS == ", ".join(OPS)
     assert f"per op ({cli._TRAIN_OPS}" in " ".join(capsys.readouterr().out.split())
+
+
+class _Exited(Exception):
+    """os._exit, as a test sees it: the status it was called with, the test process left alive."""
+
+
+def test_a_torchrun_rank_that_left_its_group_ends_without_python_finalization(monkeypatch, capsys):
+    """train and tune leave a torchrun group (``_leaving_the_group``); ``main`` then ends the
+    process with ``os._exit`` and the command's status, its output flushed first, so gloo's
+    threads never run into Python's finalization (``cli._exit_without_finalizing``). A process
+    that joined no group returns from ``main`` as before (every other test here)."""
+    left = []
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda: left.append("left"))
+    monkeypatch.setattr(cli, "_left_a_group", False)
+
+    def exit_(code):
+        raise _Exited(code)
+    monkeypatch.setattr(cli.os, "_exit", exit_)
+    assert main(["info"]) == 0 and not left             # nothing left yet: main returns
+    assert cli._leaving_the_group(lambda: "trained") == "trained" and left == ["left"]
+    capsys.readouterr()
+    for argv, status in ((["info"], 0), (["check", "gemm", "--rung", "no-such-rung"], 2)):
+        with pytest.raises(_Exited) as exited:
+            main(argv)
+        assert exited.value.args == (status,), argv
+    assert "backend: interpreter" in capsys.readouterr().out

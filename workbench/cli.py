@@ -191,13 +191,33 @@ TRAIN_COLUMNS = ("step", "loss", "grad_norm", "step_ms", "tokens_per_s", "tflops
                  "untuned")
 
 
+_left_a_group = False   # set once this process has left a torchrun group: :func:`main` then ends it
+
+
 def _leaving_the_group(work):
     """``work()``; then a torchrun process leaves its group before it exits (NCCL warns otherwise)."""
+    global _left_a_group
     try:
         return work()
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+            _left_a_group = True
+
+
+def _exit_without_finalizing(code: int):
+    """End a rank that has left its group now, its output flushed, skipping Python's finalization.
+
+    Leaving the group does not free gloo's process group while anything still holds it (FSDP2's
+    parameter groups and DDP do); its C++ worker threads then live into finalization, and one that releases a
+    collective's tensors there takes the GIL from a C++ thread while Python shuts down, which aborts
+    the process with std::terminate ("terminate called without an active exception"). A rank whose
+    training had finished died that way now and then on loaded CI cores, 2026-12-03 to 12-07, twice
+    in a row in one run, so the run failed; never reproduced alone. Nothing is left to run here:
+    the outputs are written and closed, and the CLI registers no exit handlers."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _rank0() -> bool:
@@ -505,10 +525,13 @@ def main(argv: list[str] | None = None) -> int:
                "gpu-report": cmd_gpu_report, "train": cmd_train, "tune": cmd_tune, "comm": cmd_comm,
                "exercise": cmd_exercise, "predict": cmd_predict, "grade": cmd_grade}[args.command]
     try:
-        return handler(args)
+        code = handler(args)
     except (KeyError, ValueError, TypeError) as exc:
         print(f"workbench {args.command}: {exc}", file=sys.stderr)
-        return 2
+        code = 2
+    if _left_a_group:
+        _exit_without_finalizing(code)
+    return code
 
 
 if __name__ == "__main__":
