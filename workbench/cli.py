@@ -209,12 +209,14 @@ def _exit_without_finalizing(code: int):
     """End a rank that has left its group now, its output flushed, skipping Python's finalization.
 
     Leaving the group does not free gloo's process group while anything still holds it (FSDP2's
-    parameter groups and DDP do); its C++ worker threads then live into finalization, and one that releases a
-    collective's tensors there takes the GIL from a C++ thread while Python shuts down, which aborts
-    the process with std::terminate ("terminate called without an active exception"). A rank whose
-    training had finished died that way now and then on loaded CI cores, 2026-12-03 to 12-07, twice
-    in a row in one run, so the run failed; never reproduced alone. Nothing is left to run here:
-    the outputs are written and closed, and the CLI registers no exit handlers."""
+    parameter groups and DDP do), so its C++ worker threads live into finalization; one that
+    releases a collective's tensors there takes the GIL while Python shuts down, which aborts the
+    process with std::terminate ("terminate called without an active exception"; the mechanism of
+    pytorch/pytorch#179291). That is the likely cause of the ranks that died so after training on
+    loaded CI cores (2026-12-03 to 12-07, twice in a row in one run; never reproduced alone): the
+    gloo tests whose ranks are multiprocessing's (``kernels.comm.run_local``, fork server children,
+    which end with ``os._exit``) were never seen dying that way. Nothing is left to run here: the
+    outputs are written and closed, and the CLI registers no exit handlers."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
