@@ -123,7 +123,8 @@ def test_a_torchrun_rank_that_left_its_group_ends_without_python_finalization(mo
     """train and tune leave a torchrun group (``_leaving_the_group``); ``main`` then ends the
     process with ``os._exit`` and the command's status, its output flushed first, so gloo's
     threads never run into Python's finalization (``cli._exit_without_finalizing``). A process
-    that joined no group returns from ``main`` as before (every other test here)."""
+    that joined no group returns from ``main`` as before (every other test here), and so does one
+    that left a group it held itself, not torchrun's (no ``WORLD_SIZE`` > 1: a notebook's)."""
     left = []
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.distributed, "destroy_process_group", lambda: left.append("left"))
@@ -133,7 +134,11 @@ def test_a_torchrun_rank_that_left_its_group_ends_without_python_finalization(mo
         raise _Exited(code)
     monkeypatch.setattr(cli.os, "_exit", exit_)
     assert main(["info"]) == 0 and not left             # nothing left yet: main returns
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert cli._leaving_the_group(lambda: "trained") == "trained" and left == ["left"]
+    assert main(["info"]) == 0                          # not a torchrun rank: main returns
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cli._leaving_the_group(lambda: "trained") == "trained" and left == ["left"] * 2
     capsys.readouterr()
     for argv, status in ((["info"], 0), (["check", "gemm", "--rung", "no-such-rung"], 2)):
         with pytest.raises(_Exited) as exited:

@@ -195,14 +195,17 @@ _left_a_group = False   # set once this process has left a torchrun group: :func
 
 
 def _leaving_the_group(work):
-    """``work()``; then a torchrun process leaves its group before it exits (NCCL warns otherwise)."""
+    """``work()``; then a torchrun process leaves its group before it exits (NCCL warns otherwise).
+    Only a torchrun rank (``WORLD_SIZE`` > 1, as :func:`.train.distributed.setup` reads it) is then
+    ended by :func:`main`: a notebook or test calling ``main`` in a process that holds a group of
+    its own keeps running."""
     global _left_a_group
     try:
         return work()
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-            _left_a_group = True
+            _left_a_group = _left_a_group or int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def _exit_without_finalizing(code: int):
