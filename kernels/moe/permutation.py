@@ -67,7 +67,10 @@ class _Unpermute(torch.autograd.Function):
         acc = _accumulator(y_sorted.dtype, weights.dtype)
         per_slot = y_sorted.index_select(0, inverse).view(*weights.shape, y_sorted.shape[1])
         ctx.save_for_backward(per_slot, weights, permutation)
-        return (per_slot.to(acc) * weights.to(acc).unsqueeze(-1)).sum(dim=1).to(y_sorted.dtype)
+        summed = (per_slot.to(acc) * weights.to(acc).unsqueeze(-1)).sum(dim=1)
+        # No .to that returns its input: under torch.compile, torch 2.11 gives a zero gradient to the
+        # inputs of an autograd.Function whose forward returns such a .to (float32 y_sorted here)
+        return summed if summed.dtype == y_sorted.dtype else summed.to(y_sorted.dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
