@@ -27,6 +27,11 @@ import torch
 
 _LIBRARY = torch.library.Library("kernels", "FRAGMENT")   # lives as long as the registrations
 _KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}      # ROCm runs under "cuda" too
+"""The device types whose autocast regions the package follows: the ones its kernels run on. Asked as
+``device in _KEYS`` before ``torch.is_autocast_enabled(device)`` (which raises for a device type with
+no autocast, such as ``meta``), not as ``torch.amp.is_autocast_available(device)``: torch 2.11's dynamo
+cannot trace that call, so every compiled op under autocast broke its graph there (a compiled model's
+MoE layers, each of them) and ``fullgraph=True`` failed; torch 2.13 traces both."""
 
 
 def _casts(value, device: str, dtype: torch.dtype) -> bool:
@@ -49,7 +54,7 @@ def _region_cast(tensors: tuple) -> tuple[tuple, str | None, torch.dtype | None]
         return tensors, None, None
     device = tensors[0].device.type
     # region_dtype's test, inline: a Python call less per op call (``workbench bench overhead``)
-    if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
+    if not (device in _KEYS and torch.is_autocast_enabled(device)):
         return tensors, None, None
     dtype = torch.get_autocast_dtype(device)
     return tuple(map(_cast, tensors, repeat(device), repeat(dtype))), device, dtype
@@ -81,8 +86,8 @@ def stand_in(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def region_dtype(device: str) -> torch.dtype | None:
     """The autocast dtype of the region open for ``device`` (a device type such as ``"cpu"``), or
-    None where none is (or the device has no autocast)."""
-    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+    None where none is (or on a device type whose regions the package does not follow: :data:`_KEYS`)."""
+    if device in _KEYS and torch.is_autocast_enabled(device):
         return torch.get_autocast_dtype(device)
     return None
 
