@@ -135,8 +135,10 @@ def _keep_reductions(ctx, op, *args, **kwargs):
 def _contexts():
     """:func:`context`'s tapes, or under torch.compile (asked when torch builds the contexts, so a
     call that dynamo traces into and then runs eagerly after a graph break gets the tapes)
-    selective checkpointing by :func:`_keep_reductions`."""
-    if torch.compiler.is_compiling():
+    selective checkpointing by :func:`_keep_reductions`. Compiling is also a tracing context being
+    open: torch 2.11's dynamo calls ``context_fn`` with ``is_compiling()`` False (2.13's, True), and
+    its checkpoint refuses contexts that are not dispatch modes."""
+    if torch.compiler.is_compiling() or torch._guards.TracingContext.try_get() is not None:
         return torch.utils.checkpoint.create_selective_checkpoint_contexts(_keep_reductions)
     return context()
 
