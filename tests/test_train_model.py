@@ -372,3 +372,18 @@ def test_the_workbench_attention_backward_runs_the_copies_sdpas_does():
             loss.backward()
         copies[impl] = Counter(call for call in seen.calls if call[0] in COPIES)
     assert copies["torch"] and copies["workbench"] == copies["torch"]
+
+
+def test_the_compiled_torch_moe_breaks_no_graph_to_load_its_grouped_gemm_baseline(monkeypatch):
+    """The grouped GEMM package is loaded lazily, on the first ``kernels.get``: where that first
+    call was in a forward dynamo traced, the compiled baseline's graph broke at the import, and
+    stayed broken there after it. The layer loads it when it is built (checked: without that,
+    the import is one of the breaks)."""
+    from kernels import registry
+
+    monkeypatch.setattr(registry, "_loaded", registry._loaded - {"grouped_gemm"})   # as in a fresh process
+    moe = ffn.TorchMoE(dim=8, hidden=12, num_experts=4, top_k=2)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(moe)(torch.randn(2, 5, 8))
+    frames = [frame.name for reason in explained.break_reasons for frame in reason.user_stack]
+    assert "_load" not in frames and "import_module" not in frames

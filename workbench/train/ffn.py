@@ -47,6 +47,9 @@ class TorchMoE(MoEReference):
     def __init__(self, dim: int, hidden: int, num_experts: int, top_k: int, shared_experts: int = 0):
         super().__init__(dim, hidden, num_experts, top_k, shared_experts)
         self.aux_loss = self.expert_counts = None
+        # the baselines' package imported now: its lazy import in a forward that dynamo traces
+        # (kernels.get's first call) breaks the compiled baseline's graph there for good
+        kernels.variants("grouped_gemm")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])
