@@ -19,11 +19,17 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> t
     """Rows of x times their expert's w: the ``grouped_gemm`` op's PyTorch baselines.
 
     Eager: its ``ref``, ``torch._grouped_mm`` where torch takes the operands, else a loop
-    of matmuls. Under ``torch.compile``: the loop (``v0``), because dynamo cannot trace
-    ``ref``'s try-and-fall-back (its fake tensors refuse fp32 operands eager CPU takes).
+    of matmuls. Under ``torch.compile``: ``torch._grouped_mm`` itself for bf16 operands (a
+    training step's, under autocast), as compiled MoE code calls it; for other dtypes the loop
+    (``v0``), because dynamo cannot trace ``ref``'s try-and-fall-back (the op's fake tensors
+    refuse all but bf16, which eager CPU takes). ``ref`` there too would validate the offsets
+    on the host, and the loop reads them, each a graph break and a sync per layer.
     """
-    rung = "v0" if torch.compiler.is_compiling() else "ref"
-    return kernels.get("grouped_gemm", rung)(x, w, offsets)
+    if not torch.compiler.is_compiling():
+        return kernels.get("grouped_gemm", "ref")(x, w, offsets)
+    if x.dtype == w.dtype == torch.bfloat16:
+        return torch._grouped_mm(x, w, offs=offsets)
+    return kernels.get("grouped_gemm", "v0")(x, w, offsets)
 
 
 class TorchMoE(MoEReference):
