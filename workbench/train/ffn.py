@@ -62,8 +62,10 @@ class TorchMoE(MoEReference):
         logits = self.router_logits(tokens)   # float32 under autocast too, as kernels.MoE's
         weights, experts = F.softmax(logits, dim=-1).topk(self.top_k, dim=-1)
         weights = weights / weights.sum(-1, keepdim=True)
-        order = experts.flatten().argsort(stable=True)       # slots sorted by expert
-        counts = torch.bincount(experts.flatten(), minlength=self.num_experts)
+        slots = experts.flatten()
+        order = slots.argsort(stable=True)       # slots sorted by expert
+        # counts of a static shape: bincount's depends on the ids, a graph break under torch.compile
+        counts = slots.new_zeros(self.num_experts).scatter_add_(0, slots, torch.ones_like(slots))
         offsets = counts.cumsum(0).to(torch.int32)
         rows = tokens[order // self.top_k]
         gate, up, down = autocast.operands(self.gate, self.up, self.down)
