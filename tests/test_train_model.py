@@ -408,3 +408,17 @@ def test_the_compiled_torch_moe_under_bf16_autocast_is_one_graph_with_torchs_gro
     torch.testing.assert_close(compiled, eager, rtol=2e-2, atol=2e-2)
     compiled.float().sum().backward()
     assert x.grad is not None and moe.gate.grad is not None and torch.isfinite(moe.gate.grad).all()
+
+
+@pytest.mark.parametrize("kernels_", ["torch", "workbench"])
+def test_the_whole_step_s_model_under_bf16_autocast_compiles_to_one_graph(kernels_):
+    """``--compile`` of either kernel set: no graph break anywhere in the model's forward, so
+    the compiled PyTorch baseline is not slowed by breaks of this package's making."""
+    cfg = PRESETS["cpu-smoke"]
+    torch.manual_seed(0)
+    model = GPT(cfg, ops.resolve(kernels_))
+    tokens, targets = batch(cfg, 0, 0, 0, 1, torch.device("cpu"))
+    torch._dynamo.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        explained = torch._dynamo.explain(model)(tokens, targets)
+    assert explained.graph_break_count == 0, explained.break_reasons
