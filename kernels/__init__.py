@@ -3,7 +3,8 @@
 ``import kernels`` chooses the backend first (:mod:`kernels.backend`): on a machine
 without a GPU that is the Triton interpreter and Numba's CUDA simulator, with no
 environment variable to set. Then it checks the installed Triton against the releases the
-rungs compile under (:mod:`kernels.triton_version`), without importing Triton yet. Kernel
+rungs compile under (:mod:`kernels.triton_version`), without importing Triton yet, and torch
+against the releases the package was run under (:mod:`kernels.torch_version`). Kernel
 modules load on first use: the public ops
 (``kernels.matmul``, ``kernels.matmul_fp8``, ``kernels.matmul_mxfp4``,
 ``kernels.flash_attention``, ``kernels.flash_attention_varlen``,
@@ -22,10 +23,11 @@ pass ``kernels.tune``, ``kernels.nn``, ``kernels.fp8`` (FP8 training: ``kernels.
 """
 import importlib
 
-from . import backend, compile_cache, triton_version
+from . import backend, compile_cache, torch_version, triton_version
 from .registry import OPS, PACKAGES, get, ops, spec, variants
 
 triton_version.check(backend.current().name, triton_version.installed_version(), backend.current().arch)
+torch_version.check(backend.current().name)
 compile_cache.tag()   # compiled graphs hold our ops' fakes: a source change must not reuse them
 
 # public name -> (module, attribute or None for the module itself)

@@ -30,8 +30,8 @@ _KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}      # ROCm runs under "c
 """The device types whose autocast regions the package follows: the ones its kernels run on. Asked as
 ``device in _KEYS`` before ``torch.is_autocast_enabled(device)`` (which raises for a device type with
 no autocast, such as ``meta``), not as ``torch.amp.is_autocast_available(device)``: torch 2.11's dynamo
-cannot trace that call, so every compiled op under autocast broke its graph there (a compiled model's
-MoE layers, each of them) and ``fullgraph=True`` failed; torch 2.13 traces both."""
+cannot trace that call, so each compiled call under autocast broke its graph there and ``fullgraph=True``
+failed (the training step's PyTorch MoE layer broke 4 times more than under 2.13); 2.13 traces both."""
 
 
 def _casts(value, device: str, dtype: torch.dtype) -> bool:

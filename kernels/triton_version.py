@@ -57,10 +57,11 @@ class TritonVersionWarning(UserWarning):
 
 
 def minor(version: str) -> tuple[int, int]:
-    """(major, minor) of a Triton version string, local builds included ("3.4.0+rocm6.4")."""
+    """(major, minor) of a version string, local builds included ("3.4.0+rocm6.4", torch's
+    "2.11.0+cu130"): Triton's, and torch's for :mod:`kernels.torch_version`."""
     found = re.match(r"(\d+)\.(\d+)", version)
     if not found:
-        raise ValueError(f"cannot read a Triton version from {version!r}")
+        raise ValueError(f"cannot read a version from {version!r}")
     return int(found[1]), int(found[2])
 
 
