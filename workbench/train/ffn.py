@@ -22,8 +22,10 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> t
     of matmuls. Under ``torch.compile``: ``torch._grouped_mm`` itself for bf16 operands (a
     training step's, under autocast), as compiled MoE code calls it; for other dtypes the loop
     (``v0``), because dynamo cannot trace ``ref``'s try-and-fall-back (the op's fake tensors
-    refuse all but bf16, which eager CPU takes). ``ref`` there too would validate the offsets
-    on the host, and the loop reads them, each a graph break and a sync per layer.
+    take bf16 only, where eager CPU takes float32 too). ``ref`` would also validate the offsets
+    on the host, and the loop reads them: each a graph break and a sync per GEMM. Not run on a
+    GPU yet: where a ROCm torch's ``_grouped_mm`` refuses bf16 (eager ``ref`` falls back to the
+    loop then), the compiled baseline raises torch's error instead.
     """
     if not torch.compiler.is_compiling():
         return kernels.get("grouped_gemm", "ref")(x, w, offsets)
