@@ -394,20 +394,27 @@ def test_the_compiled_torch_moe_under_bf16_autocast_is_one_graph_with_torchs_gro
     ``torch._grouped_mm`` as compiled MoE code does, not the per-expert loop, whose reads of the
     offsets broke the graph and waited for the device once per GEMM, and counts the slots per
     expert into a tensor of a static shape (``bincount``'s shape depends on the ids: a break).
-    Its output is the eager layer's, and its gradients arrive."""
+    Its output and gradients are the eager layer's, within bf16's rounding (the gradients' sums
+    run in another order: x's differ by 4.5e-4 here)."""
     torch.manual_seed(0)
     moe = ffn.TorchMoE(dim=16, hidden=32, num_experts=4, top_k=2)
     x = torch.randn(2, 5, 16)
     torch._dynamo.reset()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         explained = torch._dynamo.explain(moe)(x)
-        eager = moe(x)
-        torch._dynamo.reset()
-        compiled = torch.compile(moe, backend="aot_eager")(x.requires_grad_())
     assert explained.graph_break_count == 0, explained.break_reasons
-    torch.testing.assert_close(compiled, eager, rtol=2e-2, atol=2e-2)
-    compiled.float().sum().backward()
-    assert x.grad is not None and moe.gate.grad is not None and torch.isfinite(moe.gate.grad).all()
+    runs = []
+    for layer in (moe, torch.compile(moe, backend="aot_eager")):
+        torch._dynamo.reset()
+        moe.zero_grad()
+        leaf = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = layer(leaf)
+        out.float().sum().backward()
+        runs.append((out.detach(), leaf.grad, *(p.grad.clone() for p in (moe.gate, moe.up, moe.down))))
+    torch.testing.assert_close(runs[1][0], runs[0][0])                       # bf16's default tolerance
+    for compiled, eager in zip(runs[1][1:], runs[0][1:]):
+        torch.testing.assert_close(compiled, eager, rtol=1.6e-2, atol=2e-3)   # fp32 grads of a bf16 step
 
 
 @pytest.mark.parametrize("kernels_", ["torch", "workbench"])
